@@ -1,0 +1,43 @@
+/*
+ * frontend.h - .ein source text to IR.
+ *
+ * fe_compile lexes (reentrant flex), parses (pure bison) into an AST, checks
+ * it, and lowers it to an ir_module whose values carry the shardings the user
+ * wrote on inputs and params and the constraints written on left sides and
+ * outputs.  Intermediates without a constraint are left replicated for the
+ * propagate pass to decide.  The language is described in docs/language.md.
+ */
+#ifndef EINC_FRONTEND_H
+#define EINC_FRONTEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "ir.h"
+
+/* A -D NAME=VALUE override of a dim or mesh axis size. */
+typedef struct fe_define {
+    const char *name;  /* dim name or single-letter mesh axis name; not owned */
+    int64_t value;     /* new size, >= 1 */
+} fe_define;
+
+/* Options of one compilation. */
+typedef struct fe_options {
+    const fe_define *defines; /* ndefines overrides, applied at declaration */
+    int ndefines;
+    /* True: every mesh axis gets size 1 and every sharding and constraint
+     * is dropped (all values replicated): the unsharded reference program
+     * that the executable's --check compares against. */
+    bool single_device;
+} fe_options;
+
+/* Compiles `src` (len bytes, need not be NUL-terminated; may contain any
+ * bytes: NULs and invalid UTF-8 are reported as errors).  Every error is
+ * reported through `d` (file:line:col, source line, caret).  Returns the
+ * module, owned by the caller (ir_module_free), or NULL if any error was
+ * reported. */
+ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_ctx *d);
+
+#endif

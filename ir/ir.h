@@ -1,0 +1,386 @@
+/*
+ * ir.h - the einc IR: a sharded tensor program over named dims on a device mesh.
+ *
+ * A module is a list of ops in program order (a doubly linked list, so passes
+ * can insert collectives before the op that needs them).  Every value has a
+ * GLOBAL shape over named dims (dim ids index ir_module.dims) and a sharding:
+ * for each of its dims an ordered list of mesh axes (major to minor, the seeds'
+ * `I_XY`), plus the mesh axes over which it holds unreduced partial sums (the
+ * seeds' `{U_X}`).  A dim sharded over axes (a1..an) is split into
+ * |a1|*...*|an| blocks; the device with coordinates (c1..cn) on those axes
+ * holds block c1*|a2|*...*|an| + ... + cn (a1 major).  Per-device (local)
+ * shapes are derived: ir_local_size().
+ *
+ * Ownership: everything reachable from an ir_module (values, ops, strings,
+ * arrays) is allocated in the module's arena and freed at once by
+ * ir_module_free(); nothing in the IR is freed individually.
+ *
+ * Ops come from one X-macro list (IR_OPS) that generates the op enum, the op
+ * names used by the printers and JSON, and the verifier's dispatch.
+ */
+#ifndef EINC_IR_H
+#define EINC_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "diag.h"
+
+#define IR_MAX_RANK 8      /* dims of one value */
+#define IR_MAX_AXES 4      /* axes of the mesh */
+#define IR_MAX_OPERANDS 8  /* operands of one op */
+
+/* Element types. */
+typedef enum ir_dtype {
+    IR_F32,  /* IEEE binary32 */
+    IR_F64,  /* IEEE binary64 */
+    IR_BF16, /* bfloat16 storage (8-bit exponent, 7-bit mantissa) */
+} ir_dtype;
+
+/* Size of one element of `t` in bytes. */
+size_t ir_dtype_size(ir_dtype t);
+/* Source spelling of `t`: "f32", "f64", "bf16". */
+const char *ir_dtype_name(ir_dtype t);
+
+/* A bit set of mesh axes: bit i is axis i of ir_mesh.axes. */
+typedef uint32_t ir_axes;
+
+/* One named mesh axis. */
+typedef struct ir_axis {
+    char name;    /* single letter, as in the seeds (X, Y, Z) */
+    int64_t size; /* number of devices along the axis, >= 1 */
+    uint32_t loc; /* byte offset of its definition in the source */
+} ir_axis;
+
+/* The device mesh: a grid of prod(sizes) devices. */
+typedef struct ir_mesh {
+    int naxes;                     /* 0..IR_MAX_AXES */
+    ir_axis axes[IR_MAX_AXES];     /* in declaration order */
+} ir_mesh;
+
+/* A named dim and its global size. */
+typedef struct ir_dimdef {
+    const char *name; /* arena-owned */
+    int64_t size;     /* global size, >= 1 */
+    uint32_t loc;     /* byte offset of its definition */
+} ir_dimdef;
+
+/* How one value is split over the mesh. */
+typedef struct ir_sharding {
+    uint8_t naxes[IR_MAX_RANK];           /* number of mesh axes sharding dim d */
+    int8_t axes[IR_MAX_RANK][IR_MAX_AXES];/* axes[d][0..naxes[d]-1]: mesh axis ids, major to minor */
+    ir_axes unreduced;                    /* axes holding unreduced partial sums ({U_X}) */
+} ir_sharding;
+
+/* A value's type: dtype, global dims and sharding. */
+typedef struct ir_type {
+    ir_dtype dtype;
+    int rank;                 /* 0..IR_MAX_RANK */
+    int dims[IR_MAX_RANK];    /* dim ids (ir_module.dims) of each position, global sizes */
+    ir_sharding sh;
+} ir_type;
+
+/* Where a value comes from. */
+typedef enum ir_value_kind {
+    IR_VAL_INPUT, /* `input` declaration: read from the user at run time */
+    IR_VAL_PARAM, /* `param` declaration: a weight (matters for autodiff) */
+    IR_VAL_OP,    /* result of ir_value.def */
+} ir_value_kind;
+
+struct ir_op;
+
+/* An SSA value.  Its printed name is `tensor` for version 0 and
+ * `tensor.N` for version N (ir_value_name). */
+typedef struct ir_value {
+    int id;              /* dense index in ir_module.values */
+    const char *tensor;  /* the source-level tensor it derives from (arena-owned) */
+    int version;         /* 0 for the first value of `tensor`, then 1, 2, ... (ir_module_renumber) */
+    ir_value_kind kind;
+    ir_type type;
+    struct ir_op *def;   /* defining op (IR_VAL_OP), else NULL */
+    uint32_t loc;        /* byte offset of the source construct that made it */
+    bool has_constraint; /* true: `constraint` is a full sharding constraint from the source */
+    ir_sharding constraint; /* the sharding the user wrote on the left side */
+} ir_value;
+
+/* Unary functions usable in elementwise expressions: enum suffix, name. */
+#define IR_FUNCS(X) \
+    X(EXP, "exp")         \
+    X(LOG, "log")         \
+    X(TANH, "tanh")       \
+    X(RELU, "relu")       \
+    X(GELU, "gelu")       \
+    X(SILU, "silu")       \
+    X(SIGMOID, "sigmoid") \
+    X(SQRT, "sqrt")       \
+    X(RSQRT, "rsqrt")     \
+    X(NEG, "neg")
+
+typedef enum ir_func {
+#define X(e, s) IR_FN_##e,
+    IR_FUNCS(X)
+#undef X
+    IR_FN_COUNT
+} ir_func;
+
+/* Name of `f` as written in the source; ir_func_lookup returns -1 if none. */
+const char *ir_func_name(ir_func f);
+int ir_func_lookup(const char *name, size_t len);
+
+/* Kinds of node in an elementwise expression tree. */
+typedef enum ir_ew_kind {
+    IR_EW_OPERAND, /* operand `operand` of the op, broadcast to the result dims */
+    IR_EW_CONST,   /* the scalar `value` */
+    IR_EW_ADD,     /* a + b */
+    IR_EW_SUB,     /* a - b */
+    IR_EW_MUL,     /* a * b */
+    IR_EW_CALL,    /* fn(a) */
+} ir_ew_kind;
+
+/* One node of an elementwise expression; children are node indices. */
+typedef struct ir_ew_node {
+    ir_ew_kind kind;
+    int a, b;      /* child node indices (ADD/SUB/MUL: a, b; CALL: a) */
+    int operand;   /* IR_EW_OPERAND: index into the op's operands */
+    double value;  /* IR_EW_CONST */
+    ir_func fn;    /* IR_EW_CALL */
+} ir_ew_node;
+
+/*
+ * The op list.  X(ENUM, "Name", arm):
+ *   ENUM  -> IR_OP_ENUM, "Name" is the op's name in --dump-ir and JSON,
+ *   arm   -> the member of ir_op's union that holds its attributes.
+ */
+#define IR_OPS(X)                                   \
+    X(EINSUM, "Einsum", einsum)                     \
+    X(ELEMENTWISE, "Elementwise", ew)               \
+    X(ALLGATHER, "AllGather", coll)                 \
+    X(REDUCESCATTER, "ReduceScatter", coll)         \
+    X(ALLREDUCE, "AllReduce", coll)                 \
+    X(ALLTOALL, "AllToAll", coll)                   \
+    X(SLICE, "Slice", coll)
+
+typedef enum ir_op_kind {
+#define X(e, s, arm) IR_OP_##e,
+    IR_OPS(X)
+#undef X
+    IR_OP_COUNT
+} ir_op_kind;
+
+/* "Einsum", "AllGather", ... */
+const char *ir_op_name(ir_op_kind k);
+/* True for AllGather, ReduceScatter, AllReduce, AllToAll and Slice: the
+ * ops that change a sharding rather than compute. */
+bool ir_op_is_reshard(ir_op_kind k);
+
+/* Why the cost pass says an op takes the time it does. */
+typedef enum ir_bound {
+    IR_BOUND_NONE,      /* not annotated */
+    IR_BOUND_COMPUTE,   /* FLOPs / peak FLOP/s dominates */
+    IR_BOUND_MEMORY,    /* HBM bytes / HBM bandwidth dominates */
+    IR_BOUND_BANDWIDTH, /* collective, V / W term dominates */
+    IR_BOUND_LATENCY,   /* collective, per-hop latency term dominates */
+} ir_bound;
+
+/* Cost annotation written by the cost pass (all per device). */
+typedef struct ir_cost {
+    bool valid;        /* false until a cost pass ran */
+    double flops;      /* floating-point operations */
+    double hbm_bytes;  /* bytes read + written in device memory */
+    double comm_bytes; /* bytes sent by this device */
+    double t_compute;  /* seconds */
+    double t_memory;   /* seconds */
+    double t_comm;     /* seconds */
+    double time;       /* seconds: the op's estimate */
+    ir_bound bound;
+} ir_cost;
+
+/* One op.  Operand i is `operands[i]`; for Einsum and Elementwise,
+ * `labels[i][j]` is the dim id that indexes position j of operand i (equal
+ * to the operand value's own dim id unless the source relabels it) and
+ * `result_labels` those of the result. */
+typedef struct ir_op {
+    ir_op_kind kind;
+    struct ir_op *prev, *next;          /* program order */
+    int noperands;
+    ir_value *operands[IR_MAX_OPERANDS];
+    ir_value *result;
+    uint32_t loc;                       /* byte offset of the source statement */
+    /* Provenance of ops inserted by passes: the op and operand index they were
+     * inserted for (for_operand = -1: for the op's result), and a sentence
+     * saying why (arena-owned, NULL for ops written by the user). */
+    struct ir_op *for_op;
+    int for_operand;
+    const char *reason;
+    ir_cost cost;
+    union {
+        /* IR_OP_EINSUM: result = sum over labels not in the result of the
+         * product of the operands (1 to IR_MAX_OPERANDS; propagate makes every
+         * einsum binary or unary). */
+        struct {
+            int labels[IR_MAX_OPERANDS][IR_MAX_RANK];
+            int result_labels[IR_MAX_RANK];
+            double scale; /* constant factor folded from the source term */
+        } einsum;
+        /* IR_OP_ELEMENTWISE: result[r] = expr(operands broadcast to r). */
+        struct {
+            int labels[IR_MAX_OPERANDS][IR_MAX_RANK];
+            int result_labels[IR_MAX_RANK];
+            int nnodes;
+            ir_ew_node *nodes; /* arena-owned, nodes[root] is the result */
+            int root;
+        } ew;
+        /* The resharding ops.  `axes` are mesh axes in order (major to minor).
+         *  AllGather:     removes `axes` (the minor-most of dim `dim`) from dim `dim`.
+         *  ReduceScatter: removes `axes` from unreduced, appends them to dim `dim`.
+         *  AllReduce:     removes `axes` from unreduced (dim unused, -1).
+         *  AllToAll:      removes `axes` from dim `dim` (minor-most), appends them to dim `dim2`.
+         *  Slice:         appends `axes` to dim `dim`; no communication.
+         * `dim`/`dim2` are positions in the value's dims. */
+        struct {
+            int naxes;
+            int8_t axes[IR_MAX_AXES];
+            int dim;
+            int dim2;
+        } coll;
+    } u;
+} ir_op;
+
+/* A program output: a value and, if `has_constraint`, the sharding it must
+ * have (written as `output NAME[dims]`). */
+typedef struct ir_output {
+    const char *name;     /* the tensor name (arena-owned) */
+    ir_value *value;      /* the value that holds it; passes update this */
+    bool has_constraint;
+    ir_sharding constraint;
+    uint32_t loc;
+} ir_output;
+
+/* Totals of the cost pass over the whole program (per device). */
+typedef struct ir_totals {
+    bool valid;
+    double step_time;          /* seconds, with off-critical-path collectives overlapped */
+    double exposed_comm_time;  /* seconds of communication on the critical path */
+    double mfu;                /* model FLOPs / (step_time * peak FLOP/s), 0..1 */
+} ir_totals;
+
+/* A whole program. */
+typedef struct ir_module {
+    ir_arena arena;           /* owns everything below */
+    const char *filename;     /* for diagnostics and dumps */
+    ir_mesh mesh;
+    int ndims;
+    ir_dimdef *dims;          /* ndims entries; grows with ir_dim_add */
+    int dims_cap;
+    int nvalues;
+    ir_value **values;        /* by id; grows with ir_value_new */
+    int values_cap;
+    ir_op *first, *last;      /* ops in program order */
+    int noutputs;
+    ir_output *outputs;       /* in declaration order */
+    int outputs_cap;
+    ir_totals totals;
+} ir_module;
+
+/* ---- module, dims, values, ops (builder.c) ---- */
+
+/* A new empty module.  `filename` is copied.  Free with ir_module_free. */
+ir_module *ir_module_new(const char *filename);
+void ir_module_free(ir_module *m);
+
+/* Adds a mesh axis; returns its id or -1 if the mesh is full. */
+int ir_mesh_add_axis(ir_module *m, char name, int64_t size, uint32_t loc);
+/* Mesh axis id of `name`, or -1. */
+int ir_mesh_find_axis(const ir_mesh *mesh, char name);
+/* Number of devices: product of all axis sizes. */
+int64_t ir_mesh_devices(const ir_mesh *mesh);
+/* Product of the sizes of the axes in `set`. */
+int64_t ir_mesh_axes_size(const ir_mesh *mesh, ir_axes set);
+
+/* Adds a dim (name copied); returns its id. */
+int ir_dim_add(ir_module *m, const char *name, int64_t size, uint32_t loc);
+/* Dim id of `name` (length `len`), or -1. */
+int ir_dim_find(const ir_module *m, const char *name, size_t len);
+
+/* A new value owned by the module; `tensor` is copied.  The version is set
+ * by ir_module_renumber (called by the printers). */
+ir_value *ir_value_new(ir_module *m, const char *tensor, ir_value_kind kind,
+                       const ir_type *type, uint32_t loc);
+
+/* A new op, not yet in the list; operands copied from `operands`. */
+ir_op *ir_op_new(ir_module *m, ir_op_kind kind, int noperands,
+                 ir_value *const *operands, ir_value *result, uint32_t loc);
+/* Links `op` at the end / before `before` / after `after`; sets result->def. */
+void ir_op_append(ir_module *m, ir_op *op);
+void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op);
+void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op);
+/* Unlinks `op` (its memory stays in the arena). */
+void ir_op_remove(ir_module *m, ir_op *op);
+/* Replaces every use of `from` after op `after` (NULL: everywhere) by `to`,
+ * including program outputs. */
+void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after);
+/* Sets `op`'s provenance: inserted for operand `operand` of `for_op`, with a
+ * printf-formatted reason (copied into the arena). */
+void ir_op_set_reason(ir_module *m, ir_op *op, ir_op *for_op, int operand,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Adds an output. */
+ir_output *ir_output_add(ir_module *m, const char *name, ir_value *v, uint32_t loc);
+
+/* Recomputes ir_value.version: in program order, the k-th value of a tensor
+ * gets version k (inputs and params first). */
+void ir_module_renumber(ir_module *m);
+/* Writes the printed name of `v` ("Win", "Win.1") into buf; returns buf. */
+const char *ir_value_name(const ir_value *v, char *buf, size_t size);
+
+/* ---- shardings (sharding.c) ---- */
+
+/* The replicated sharding (no axes, nothing unreduced). */
+ir_sharding ir_sharding_replicated(void);
+bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank);
+/* Set of all axes used by dims of `s` (not counting unreduced). */
+ir_axes ir_sharding_used_axes(const ir_sharding *s, int rank);
+/* Appends axis `axis` as the minor-most axis of dim `d`. */
+void ir_sharding_push(ir_sharding *s, int d, int axis);
+/* Number of blocks dim `d` is split into: product of its axes' sizes. */
+int64_t ir_sharding_dim_parts(const ir_sharding *s, const ir_mesh *mesh, int d);
+/* Per-device size of position `d` of `t` (global size / parts). */
+int64_t ir_local_size(const ir_module *m, const ir_type *t, int d);
+/* Per-device element count and bytes of a value of type `t`. */
+int64_t ir_local_elems(const ir_module *m, const ir_type *t);
+int64_t ir_local_bytes(const ir_module *m, const ir_type *t);
+/* Global bytes of a value of type `t` (unsharded). */
+int64_t ir_global_bytes(const ir_module *m, const ir_type *t);
+
+/* Writes `t` in the seeds' notation ("Out[B_X, D]{U_Y}", with `name` in
+ * front) into buf; returns buf. */
+const char *ir_type_str(const ir_module *m, const char *name, const ir_type *t,
+                        char *buf, size_t size);
+/* Writes "X", "XY" for an ordered axis list. */
+const char *ir_axes_str(const ir_mesh *mesh, const int8_t *axes, int naxes,
+                        char *buf, size_t size);
+
+/* ---- verifier (verify.c) ---- */
+
+/* Checks every structural and sharding invariant; reports each violation
+ * through `d` (at the op's location) and returns the number found.  An op
+ * whose operands' shardings do not make it locally computable is an error. */
+int ir_verify(const ir_module *m, diag_ctx *d);
+
+/* Whether einsum/elementwise `op` can be computed locally with its operands'
+ * current shardings, and if so the result sharding it produces.  On failure
+ * writes a reason into `why` (if non-NULL) and returns false. */
+bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
+                          char *why, size_t why_size);
+
+/* ---- printers (print.c, print_json.c) ---- */
+
+/* --dump-ir text format (docs/ir.md): one op per line in the seeds' notation,
+ * with reasons and costs as trailing comments. */
+void ir_print(FILE *out, ir_module *m);
+/* --dump-ir=json (docs/ir.md). */
+void ir_print_json(FILE *out, ir_module *m);
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * pass.h - passes over the IR and the pass manager that runs them.
+ *
+ * A pass is one .c file with one entry, `int run(pass_ctx *, ir_module *)`,
+ * listed by name in the registry (registry.c) or loaded from a plugin
+ * (--load-pass=path.so).  The pass manager, not the pass, prints the IR
+ * (--print-after=NAME, --print-after-all) and verifies it after every pass,
+ * stopping at the first failure (MLIR's PassManager convention).
+ *
+ * Plugins: a shared object that defines
+ *     const pass_info *einc_pass_plugin(int *count);
+ * returning an array of `*count` passes (static storage); they join the
+ * registry under their names.  See docs/passes.md.
+ */
+#ifndef EINC_PASS_H
+#define EINC_PASS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+struct cost_hw;
+
+/* How the meshslice pass treats 2D GEMMs (--meshslice=auto|off|K). */
+typedef enum pass_meshslice_mode {
+    PASS_MESHSLICE_AUTO, /* pick dataflow and K with the cost model */
+    PASS_MESHSLICE_OFF,  /* keep whole-tensor collectives */
+    PASS_MESHSLICE_K,    /* fixed K (pass_ctx.meshslice_k) */
+} pass_meshslice_mode;
+
+/* Options and services every pass sees.  Owned by the driver. */
+typedef struct pass_ctx {
+    diag_ctx *diag;                   /* where passes report errors */
+    pass_meshslice_mode meshslice;
+    int meshslice_k;                  /* with PASS_MESHSLICE_K */
+    const struct cost_hw *hw;         /* hardware profile for cost decisions; may be NULL */
+    FILE *log;                        /* pass remarks (--debug-pass); NULL = quiet */
+} pass_ctx;
+
+/* One registered pass.  `run` returns 0 on success; nonzero means it
+ * reported errors through ctx->diag and the pipeline stops. */
+typedef struct pass_info {
+    const char *name;     /* used in --passes= and --print-after= */
+    const char *summary;  /* one line, for --list-passes */
+    int (*run)(pass_ctx *ctx, ir_module *m);
+} pass_info;
+
+/* The plugin entry point's type (see above). */
+typedef const pass_info *(*pass_plugin_fn)(int *count);
+#define PASS_PLUGIN_SYMBOL "einc_pass_plugin"
+
+/* ---- registry (registry.c) ---- */
+
+/* A set of known passes: the built-in ones plus loaded plugins. */
+typedef struct pass_registry {
+    int npasses;
+    const pass_info *passes[64];
+    void *plugins[16];  /* dlopen handles, closed by pass_registry_free */
+    int nplugins;
+} pass_registry;
+
+/* Fills `r` with the built-in passes. */
+void pass_registry_init(pass_registry *r);
+void pass_registry_free(pass_registry *r);
+/* Loads the passes of a plugin; on failure writes a message to `err` and
+ * returns -1. */
+int pass_registry_load(pass_registry *r, const char *path, FILE *err);
+/* The pass named `name`, or NULL. */
+const pass_info *pass_registry_find(const pass_registry *r, const char *name);
+/* Prints "name  summary" lines (--list-passes). */
+void pass_registry_list(const pass_registry *r, FILE *out);
+
+/* The default pipeline, as --passes text. */
+#define PASS_DEFAULT_PIPELINE "propagate,cost"
+
+/* ---- pass manager (manager.c) ---- */
+
+typedef struct pass_manager {
+    const pass_registry *registry;
+    const pass_info *pipeline[64];
+    int npipeline;
+    bool print_after_all;
+    const char *print_after;  /* comma-separated pass names, or NULL */
+    bool print_json;          /* dumps in JSON rather than text */
+    FILE *dump;               /* where dumps go (stdout) */
+} pass_manager;
+
+/* Parses "a,b,c" into pm->pipeline; unknown names are reported to `err`
+ * and make it return -1. */
+int pass_manager_parse(pass_manager *pm, const char *pipeline, FILE *err);
+/* Runs the pipeline: each pass, then the verifier, then the requested dump
+ * ("*** IR Dump After NAME ***").  Returns 0, or nonzero after the first
+ * pass or verification failure. */
+int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m);
+
+/* ---- built-in passes ---- */
+int pass_propagate(pass_ctx *ctx, ir_module *m);  /* propagate.c */
+int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
+
+#endif

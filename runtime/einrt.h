@@ -1,0 +1,135 @@
+/*
+ * einrt.h - the ABI between code emitted by einc and the runtime library.
+ *
+ * An einc executable is one object file from codegen plus libeinrt (threads
+ * backend) or libeinrt_mpi (MPI backend), OpenBLAS and libm.  The object file
+ * defines one constant `rt_program` named `einc_program`; the runtime defines
+ * main(), which parses the command line, sets up one device per mesh position
+ * (a thread, or an MPI rank), reads each device's shard of every input,
+ * calls `program->run` on every device (SPMD: the same code everywhere), and
+ * writes the outputs.
+ *
+ * Layout: a per-device buffer holds the device's block of a value in row-major
+ * order over the value's dims (local shape).  A dim sharded over mesh axes
+ * (a1..an) is cut into |a1|*...*|an| equal blocks; the device whose
+ * coordinates on those axes are (c1..cn) holds block
+ * ((c1*|a2| + c2)*|a3| + ...) + cn, i.e. a1 is the major axis (seed 001,
+ * "A[I_XY, J]": the order of subscripts is the traversal order).
+ *
+ * Every descriptor below is emitted by codegen as a constant global; the
+ * runtime only reads it.  Shapes in descriptors are PER-DEVICE unless named
+ * `global_*`.  All sizes are in elements unless named `*_bytes`.
+ *
+ * Errors: any runtime function that fails (bad descriptor, out of memory, a
+ * peer that died) ends the whole job with a message on stderr and exit status
+ * 1 (MPI_Abort on the MPI backend); none returns an error code.
+ */
+#ifndef EINC_EINRT_H
+#define EINC_EINRT_H
+
+#include <stdint.h>
+
+#define RT_ABI_VERSION 1
+#define RT_MAX_RANK 8
+#define RT_MAX_AXES 4
+
+/* Element types, same numbering as ir_dtype. */
+enum rt_dtype {
+    RT_F32 = 0,
+    RT_F64 = 1,
+    RT_BF16 = 2, /* stored as the upper 16 bits of an f32; arithmetic in f32 */
+};
+
+/* Collective and resharding kinds, same meaning as the IR ops. */
+enum rt_coll_kind {
+    RT_ALLGATHER = 0,     /* out dim `dim` = concat over the group, in group-rank order */
+    RT_REDUCESCATTER = 1, /* out = block `group rank` along `dim` of the sum over the group */
+    RT_ALLREDUCE = 2,     /* out = sum over the group (same shape) */
+    RT_ALLTOALL = 3,      /* split `dim2` into G blocks, block j goes to group rank j,
+                             received blocks concatenated along `dim` in group-rank order */
+    RT_SLICE = 4,         /* out = block `group rank` along `dim`; no communication */
+};
+
+/* Opaque per-device context, created by the runtime and passed to `run`. */
+typedef struct rt_device rt_device;
+
+/* One tensor of the program interface (an input, param or output). */
+typedef struct rt_tensor_desc {
+    const char *name;                  /* source tensor name */
+    int32_t dtype;                     /* enum rt_dtype */
+    int32_t rank;
+    int64_t global_shape[RT_MAX_RANK];
+    int64_t local_shape[RT_MAX_RANK];  /* per-device block */
+    /* dim_axes[d][k], k < dim_naxes[d]: mesh axes sharding dim d, major to minor */
+    int32_t dim_naxes[RT_MAX_RANK];
+    int32_t dim_axes[RT_MAX_RANK][RT_MAX_AXES];
+    int32_t is_param;                  /* 1 for `param`, 0 for `input` / outputs */
+} rt_tensor_desc;
+
+/* A collective or Slice over the group of devices that share every mesh
+ * coordinate except those of `axes`.  The group rank of a device is the
+ * mixed-radix number of its coordinates on axes[0..naxes-1] (axes[0] major).
+ * G = product of those axes' sizes. */
+typedef struct rt_coll_desc {
+    int32_t kind;                  /* enum rt_coll_kind */
+    int32_t dtype;                 /* enum rt_dtype */
+    int32_t naxes;
+    int32_t axes[RT_MAX_AXES];
+    int32_t rank;
+    int64_t in_shape[RT_MAX_RANK]; /* per-device input shape */
+    int64_t out_shape[RT_MAX_RANK];/* per-device output shape */
+    int32_t dim;                   /* AG/RS/Slice: the dim; AllToAll: the dim that grows */
+    int32_t dim2;                  /* AllToAll: the dim that is split; else -1 */
+    int32_t op_id;                 /* index of the op in the program (tracing) */
+} rt_coll_desc;
+
+/* A local contraction c = alpha * einsum(a[, b]) on per-device blocks.
+ * Labels are small integers; a label in a (and b) but not c is summed. */
+typedef struct rt_einsum_desc {
+    int32_t dtype;                        /* enum rt_dtype, same for a, b, c */
+    int32_t noperands;                    /* 1 or 2 */
+    int32_t rank[3];                      /* a, b, c */
+    int64_t shape[3][RT_MAX_RANK];        /* per-device shapes of a, b, c */
+    int32_t labels[3][RT_MAX_RANK];       /* label of each position of a, b, c */
+    double alpha;
+    int32_t op_id;
+} rt_einsum_desc;
+
+/* The whole program, emitted by codegen as the global `einc_program`. */
+typedef struct rt_program {
+    int32_t abi_version;               /* RT_ABI_VERSION */
+    int32_t naxes;
+    char axis_names[RT_MAX_AXES];
+    int64_t axis_sizes[RT_MAX_AXES];
+    int32_t ninputs;                   /* inputs and params, in declaration order */
+    const rt_tensor_desc *inputs;
+    int32_t noutputs;
+    const rt_tensor_desc *outputs;
+    /* SPMD entry: reads per-device blocks `in[i]` (local_shape of inputs[i]),
+     * writes per-device blocks `out[i]` (allocated by the runtime). */
+    void (*run)(rt_device *dev, void *const *in, void *const *out);
+    /* The same program compiled for a mesh of one device (every axis size 1),
+     * used by --check as the unsharded reference; NULL inside a reference. */
+    const struct rt_program *reference;
+    const char *info;                  /* --dump-ir text, printed by --info */
+    const char *source_name;           /* the .ein file it came from */
+} rt_program;
+
+/* ---- called by emitted code ---- */
+
+/* Device coordinate along mesh axis `axis`. */
+int64_t rt_coord(rt_device *dev, int32_t axis);
+/* Per-device scratch memory: `bytes` aligned to 64; never NULL (fatal on
+ * failure).  The runtime tracks live and peak bytes per device. */
+void *rt_alloc(rt_device *dev, int64_t bytes);
+void rt_free(rt_device *dev, void *p);
+/* Runs collective `d` from `in` into `out` (distinct buffers, shapes per `d`).
+ * Every device of the group must call it with the same descriptor. */
+void rt_collective(rt_device *dev, const rt_coll_desc *d, const void *in, void *out);
+/* Local contraction per `d` through BLAS GEMM; `c` is overwritten. */
+void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c);
+/* Marks the begin / end of op `op_id` for --profile and --trace (cheap when off). */
+void rt_op_begin(rt_device *dev, int32_t op_id);
+void rt_op_end(rt_device *dev, int32_t op_id);
+
+#endif
