@@ -1,0 +1,338 @@
+/*
+ * builder.c - creating modules, dims, values and ops, and editing the op list.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static const char *const op_names[] = {
+#define X(e, s, arm) s,
+    IR_OPS(X)
+#undef X
+};
+
+static const char *const func_names[] = {
+#define X(e, s) s,
+    IR_FUNCS(X)
+#undef X
+};
+
+const char *ir_op_name(ir_op_kind k)
+{
+    return (unsigned)k < IR_OP_COUNT ? op_names[k] : "?";
+}
+
+bool ir_op_is_reshard(ir_op_kind k)
+{
+    return k == IR_OP_ALLGATHER || k == IR_OP_REDUCESCATTER || k == IR_OP_ALLREDUCE ||
+           k == IR_OP_ALLTOALL || k == IR_OP_SLICE;
+}
+
+const char *ir_func_name(ir_func f)
+{
+    return (unsigned)f < IR_FN_COUNT ? func_names[f] : "?";
+}
+
+int ir_func_lookup(const char *name, size_t len)
+{
+    for (int i = 0; i < IR_FN_COUNT; i++)
+        if (strlen(func_names[i]) == len && memcmp(func_names[i], name, len) == 0)
+            return i;
+    return -1;
+}
+
+size_t ir_dtype_size(ir_dtype t)
+{
+    switch (t) {
+    case IR_F32: return 4;
+    case IR_F64: return 8;
+    case IR_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *ir_dtype_name(ir_dtype t)
+{
+    switch (t) {
+    case IR_F32: return "f32";
+    case IR_F64: return "f64";
+    case IR_BF16: return "bf16";
+    }
+    return "?";
+}
+
+ir_module *ir_module_new(const char *filename)
+{
+    ir_arena a = {0};
+    ir_module *m = ir_alloc(&a, sizeof *m);
+    m->arena = a;
+    m->filename = ir_strdup(&m->arena, filename ? filename : "<input>");
+    return m;
+}
+
+void ir_module_free(ir_module *m)
+{
+    if (!m)
+        return;
+    /* The module itself lives in its arena: copy the arena out first. */
+    ir_arena a = m->arena;
+    ir_arena_free(&a);
+}
+
+int ir_mesh_add_axis(ir_module *m, char name, int64_t size, uint32_t loc)
+{
+    if (m->mesh.naxes >= IR_MAX_AXES)
+        return -1;
+    ir_axis *ax = &m->mesh.axes[m->mesh.naxes];
+    ax->name = name;
+    ax->size = size;
+    ax->loc = loc;
+    return m->mesh.naxes++;
+}
+
+int ir_mesh_find_axis(const ir_mesh *mesh, char name)
+{
+    for (int i = 0; i < mesh->naxes; i++)
+        if (mesh->axes[i].name == name)
+            return i;
+    return -1;
+}
+
+int64_t ir_mesh_axes_size(const ir_mesh *mesh, ir_axes set)
+{
+    int64_t n = 1;
+    for (int i = 0; i < mesh->naxes; i++)
+        if (set & (1u << i))
+            n *= mesh->axes[i].size;
+    return n;
+}
+
+int64_t ir_mesh_devices(const ir_mesh *mesh)
+{
+    return ir_mesh_axes_size(mesh, (1u << mesh->naxes) - 1);
+}
+
+int ir_dim_add(ir_module *m, const char *name, int64_t size, uint32_t loc)
+{
+    if (m->ndims == m->dims_cap) {
+        int cap = m->dims_cap ? 2 * m->dims_cap : 16;
+        m->dims = ir_grow(&m->arena, m->dims, (size_t)m->ndims, (size_t)cap, sizeof *m->dims);
+        m->dims_cap = cap;
+    }
+    ir_dimdef *d = &m->dims[m->ndims];
+    d->name = ir_strdup(&m->arena, name);
+    d->size = size;
+    d->loc = loc;
+    return m->ndims++;
+}
+
+int ir_dim_find(const ir_module *m, const char *name, size_t len)
+{
+    for (int i = 0; i < m->ndims; i++)
+        if (strlen(m->dims[i].name) == len && memcmp(m->dims[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+ir_value *ir_value_new(ir_module *m, const char *tensor, ir_value_kind kind,
+                       const ir_type *type, uint32_t loc)
+{
+    if (m->nvalues == m->values_cap) {
+        int cap = m->values_cap ? 2 * m->values_cap : 32;
+        m->values = ir_grow(&m->arena, m->values, (size_t)m->nvalues, (size_t)cap, sizeof *m->values);
+        m->values_cap = cap;
+    }
+    ir_value *v = ir_alloc(&m->arena, sizeof *v);
+    v->id = m->nvalues;
+    v->tensor = ir_strdup(&m->arena, tensor);
+    v->kind = kind;
+    v->type = *type;
+    v->loc = loc;
+    m->values[m->nvalues++] = v;
+    return v;
+}
+
+ir_op *ir_op_new(ir_module *m, ir_op_kind kind, int noperands,
+                 ir_value *const *operands, ir_value *result, uint32_t loc)
+{
+    ir_op *op = ir_alloc(&m->arena, sizeof *op);
+    op->kind = kind;
+    op->noperands = noperands;
+    for (int i = 0; i < noperands && i < IR_MAX_OPERANDS; i++)
+        op->operands[i] = operands[i];
+    op->result = result;
+    op->loc = loc;
+    op->for_operand = -1;
+    if (kind == IR_OP_EINSUM)
+        op->u.einsum.scale = 1.0;
+    if (ir_op_is_reshard(kind))
+        op->u.coll.dim = op->u.coll.dim2 = -1;
+    return op;
+}
+
+static void set_def(ir_op *op)
+{
+    if (op->result) {
+        op->result->def = op;
+        op->result->kind = IR_VAL_OP;
+    }
+}
+
+void ir_op_append(ir_module *m, ir_op *op)
+{
+    op->prev = m->last;
+    op->next = NULL;
+    if (m->last)
+        m->last->next = op;
+    else
+        m->first = op;
+    m->last = op;
+    set_def(op);
+}
+
+void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op)
+{
+    if (!before) {
+        ir_op_append(m, op);
+        return;
+    }
+    op->next = before;
+    op->prev = before->prev;
+    if (before->prev)
+        before->prev->next = op;
+    else
+        m->first = op;
+    before->prev = op;
+    set_def(op);
+}
+
+void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
+{
+    if (!after) {
+        /* At the front. */
+        op->prev = NULL;
+        op->next = m->first;
+        if (m->first)
+            m->first->prev = op;
+        else
+            m->last = op;
+        m->first = op;
+        set_def(op);
+        return;
+    }
+    op->prev = after;
+    op->next = after->next;
+    if (after->next)
+        after->next->prev = op;
+    else
+        m->last = op;
+    after->next = op;
+    set_def(op);
+}
+
+void ir_op_remove(ir_module *m, ir_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        m->first = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        m->last = op->prev;
+    op->prev = op->next = NULL;
+}
+
+void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after)
+{
+    ir_op *op = after ? after->next : m->first;
+    for (; op; op = op->next)
+        for (int i = 0; i < op->noperands; i++)
+            if (op->operands[i] == from)
+                op->operands[i] = to;
+    for (int i = 0; i < m->noutputs; i++)
+        if (m->outputs[i].value == from)
+            m->outputs[i].value = to;
+}
+
+void ir_op_set_reason(ir_module *m, ir_op *op, ir_op *for_op, int operand, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    op->reason = ir_vsprintf(&m->arena, fmt, ap);
+    va_end(ap);
+    op->for_op = for_op;
+    op->for_operand = operand;
+}
+
+ir_output *ir_output_add(ir_module *m, const char *name, ir_value *v, uint32_t loc)
+{
+    if (m->noutputs == m->outputs_cap) {
+        int cap = m->outputs_cap ? 2 * m->outputs_cap : 8;
+        m->outputs = ir_grow(&m->arena, m->outputs, (size_t)m->noutputs, (size_t)cap, sizeof *m->outputs);
+        m->outputs_cap = cap;
+    }
+    ir_output *o = &m->outputs[m->noutputs++];
+    memset(o, 0, sizeof *o);
+    o->name = ir_strdup(&m->arena, name);
+    o->value = v;
+    o->loc = loc;
+    return o;
+}
+
+/* Counts versions per tensor name with a small open-addressing table. */
+void ir_module_renumber(ir_module *m)
+{
+    int cap = 16;
+    while (cap < 2 * m->nvalues + 2)
+        cap *= 2;
+    const char **keys = calloc((size_t)cap, sizeof *keys);
+    int *counts = calloc((size_t)cap, sizeof *counts);
+    if (!keys || !counts) {
+        free(keys);
+        free(counts);
+        return;
+    }
+    /* Inputs and params first, then op results in program order. */
+    for (int pass = 0; pass < 2; pass++) {
+        ir_op *op = m->first;
+        for (int i = 0;; i++) {
+            ir_value *v;
+            if (pass == 0) {
+                if (i >= m->nvalues)
+                    break;
+                v = m->values[i];
+                if (v->kind == IR_VAL_OP)
+                    continue;
+            } else {
+                if (!op)
+                    break;
+                v = op->result;
+                op = op->next;
+                if (!v)
+                    continue;
+            }
+            unsigned h = 2166136261u;
+            for (const char *p = v->tensor; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+            int slot = (int)(h & (unsigned)(cap - 1));
+            while (keys[slot] && strcmp(keys[slot], v->tensor) != 0)
+                slot = (slot + 1) & (cap - 1);
+            keys[slot] = v->tensor;
+            v->version = counts[slot]++;
+        }
+    }
+    free(keys);
+    free(counts);
+}
+
+const char *ir_value_name(const ir_value *v, char *buf, size_t size)
+{
+    if (v->version == 0)
+        snprintf(buf, size, "%s", v->tensor);
+    else
+        snprintf(buf, size, "%s.%d", v->tensor, v->version);
+    return buf;
+}

@@ -1,0 +1,217 @@
+/*
+ * print.c - the --dump-ir text format (docs/ir.md).
+ *
+ *   Win.1[D, F_Y] = AllGather_X Win[D_X, F_Y]   # for Tmp = In * Win: ...; 0.50 MiB/device
+ *
+ * One line per op in the seeds' notation: the result's type, the op, its
+ * operands' types; ops inserted by a pass carry their reason, and every op
+ * its per-device result size and, after the cost pass, its time and bound.
+ */
+#include <ctype.h>
+#include <string.h>
+
+#include "print_internal.h"
+
+const char *ir_bound_name(ir_bound b)
+{
+    switch (b) {
+    case IR_BOUND_COMPUTE: return "compute";
+    case IR_BOUND_MEMORY: return "memory";
+    case IR_BOUND_BANDWIDTH: return "bandwidth";
+    case IR_BOUND_LATENCY: return "latency";
+    case IR_BOUND_NONE: break;
+    }
+    return "";
+}
+
+const char *ir_einsum_spec(const ir_module *m, const ir_op *op, char *buf, size_t size)
+{
+    char letter[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK][2];
+    int label_of[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK];
+    int n = 0;
+    bool used[26] = {0};
+    /* Collect distinct labels in order of appearance. */
+    for (int i = 0; i <= op->noperands; i++) {
+        int rank = i < op->noperands ? op->operands[i]->type.rank : op->result->type.rank;
+        for (int j = 0; j < rank; j++) {
+            int L = i < op->noperands ? op->u.einsum.labels[i][j] : op->u.einsum.result_labels[j];
+            bool seen = false;
+            for (int k = 0; k < n; k++)
+                seen |= label_of[k] == L;
+            if (!seen)
+                label_of[n++] = L;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        int c = tolower((unsigned char)m->dims[label_of[k]].name[0]);
+        if (c < 'a' || c > 'z' || used[c - 'a']) {
+            c = 'a';
+            while (c <= 'z' && used[c - 'a'])
+                c++;
+        }
+        if (c > 'z')
+            c = '?';
+        else
+            used[c - 'a'] = true;
+        letter[k][0] = (char)c;
+        letter[k][1] = 0;
+    }
+    size_t pos = 0;
+    buf[0] = 0;
+    for (int i = 0; i <= op->noperands; i++) {
+        int rank = i < op->noperands ? op->operands[i]->type.rank : op->result->type.rank;
+        if (i == op->noperands && pos + 3 < size) {
+            memcpy(buf + pos, "->", 3);
+            pos += 2;
+        } else if (i > 0 && pos + 2 < size) {
+            buf[pos++] = ',';
+            buf[pos] = 0;
+        }
+        for (int j = 0; j < rank; j++) {
+            int L = i < op->noperands ? op->u.einsum.labels[i][j] : op->u.einsum.result_labels[j];
+            for (int k = 0; k < n; k++)
+                if (label_of[k] == L && pos + 2 < size) {
+                    buf[pos++] = letter[k][0];
+                    buf[pos] = 0;
+                }
+        }
+    }
+    return buf;
+}
+
+/* Appends the expression under node `n` to buf. */
+static void ew_put(const ir_module *m, const ir_op *op, int n, char *buf, size_t size, size_t *pos, int prec)
+{
+    const ir_ew_node *e = &op->u.ew.nodes[n];
+    char tmp[64];
+    size_t len = strlen(buf);
+    *pos = len;
+#define PUT(s) do { const char *s_ = (s); size_t l_ = strlen(s_); \
+        if (*pos + l_ + 1 < size) { memcpy(buf + *pos, s_, l_ + 1); *pos += l_; } } while (0)
+    switch (e->kind) {
+    case IR_EW_OPERAND: {
+        char name[96], type[512];
+        const ir_value *v = op->operands[e->operand];
+        PUT(ir_type_str(m, ir_value_name(v, name, sizeof name), &v->type, type, sizeof type));
+        break;
+    }
+    case IR_EW_CONST:
+        snprintf(tmp, sizeof tmp, "%.17g", e->value);
+        PUT(tmp);
+        break;
+    case IR_EW_ADD:
+    case IR_EW_SUB:
+        if (prec > 1) PUT("(");
+        ew_put(m, op, e->a, buf, size, pos, 1);
+        PUT(e->kind == IR_EW_ADD ? " + " : " - ");
+        ew_put(m, op, e->b, buf, size, pos, 2);
+        if (prec > 1) PUT(")");
+        break;
+    case IR_EW_MUL:
+        if (prec > 2) PUT("(");
+        ew_put(m, op, e->a, buf, size, pos, 2);
+        PUT(" * ");
+        ew_put(m, op, e->b, buf, size, pos, 3);
+        if (prec > 2) PUT(")");
+        break;
+    case IR_EW_CALL:
+        PUT(ir_func_name(e->fn));
+        PUT("(");
+        ew_put(m, op, e->a, buf, size, pos, 0);
+        PUT(")");
+        break;
+    }
+#undef PUT
+}
+
+const char *ir_ew_str(const ir_module *m, const ir_op *op, char *buf, size_t size)
+{
+    size_t pos = 0;
+    buf[0] = 0;
+    if (op->u.ew.nnodes > 0)
+        ew_put(m, op, op->u.ew.root, buf, size, &pos, 0);
+    return buf;
+}
+
+const char *ir_coll_str(const ir_module *m, const ir_op *op, char *buf, size_t size)
+{
+    char ax[IR_MAX_AXES + 1];
+    snprintf(buf, size, "%s_%s", ir_op_name(op->kind),
+             ir_axes_str(&m->mesh, op->u.coll.axes, op->u.coll.naxes, ax, sizeof ax));
+    return buf;
+}
+
+/* Prints "Name[dims]" of value v. */
+static const char *vstr(const ir_module *m, const ir_value *v, char *buf, size_t size)
+{
+    char name[96];
+    return ir_type_str(m, ir_value_name(v, name, sizeof name), &v->type, buf, size);
+}
+
+static void print_cost(FILE *out, const ir_cost *c)
+{
+    if (!c->valid)
+        return;
+    fprintf(out, "; %.3g us %s-bound", c->time * 1e6, ir_bound_name(c->bound));
+}
+
+void ir_print(FILE *out, ir_module *m)
+{
+    char b1[512], b2[512], b3[4096];
+    ir_module_renumber(m);
+    fprintf(out, "# einc IR: %s\n", m->filename);
+    if (m->mesh.naxes) {
+        fprintf(out, "mesh");
+        for (int a = 0; a < m->mesh.naxes; a++)
+            fprintf(out, "%s %c = %lld", a ? "," : "", m->mesh.axes[a].name, (long long)m->mesh.axes[a].size);
+        fputc('\n', out);
+    }
+    if (m->ndims) {
+        fprintf(out, "dim");
+        for (int d = 0; d < m->ndims; d++)
+            fprintf(out, "%s %s = %lld", d ? "," : "", m->dims[d].name, (long long)m->dims[d].size);
+        fputc('\n', out);
+    }
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind == IR_VAL_OP)
+            continue;
+        fprintf(out, "%s %s : %s   # %.2f MiB/device\n", v->kind == IR_VAL_PARAM ? "param" : "input",
+                vstr(m, v, b1, sizeof b1), ir_dtype_name(v->type.dtype),
+                (double)ir_local_bytes(m, &v->type) / (1 << 20));
+    }
+    for (const ir_op *op = m->first; op; op = op->next) {
+        const ir_value *r = op->result;
+        fprintf(out, "%s = ", vstr(m, r, b1, sizeof b1));
+        switch (op->kind) {
+        case IR_OP_EINSUM:
+            fprintf(out, "einsum(%s)", ir_einsum_spec(m, op, b2, sizeof b2));
+            if (op->u.einsum.scale != 1.0)
+                fprintf(out, " * %.17g", op->u.einsum.scale);
+            for (int i = 0; i < op->noperands; i++)
+                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
+            break;
+        case IR_OP_ELEMENTWISE:
+            fprintf(out, "%s", ir_ew_str(m, op, b3, sizeof b3));
+            break;
+        default:
+            fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
+            break;
+        }
+        fprintf(out, "   #");
+        if (op->reason)
+            fprintf(out, " %s;", op->reason);
+        fprintf(out, " %.2f MiB/device", (double)ir_local_bytes(m, &r->type) / (1 << 20));
+        print_cost(out, &op->cost);
+        fputc('\n', out);
+    }
+    for (int i = 0; i < m->noutputs; i++) {
+        const ir_output *o = &m->outputs[i];
+        char name[96];
+        fprintf(out, "output %s = %s\n", ir_type_str(m, o->name, &o->value->type, b1, sizeof b1),
+                ir_value_name(o->value, name, sizeof name));
+    }
+    if (m->totals.valid)
+        fprintf(out, "# totals: step %.3g us, exposed communication %.3g us, MFU %.1f%%\n",
+                m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6, m->totals.mfu * 100);
+}

@@ -1,0 +1,18 @@
+/* print_internal.h - pieces shared by the text and JSON printers. */
+#ifndef EINC_PRINT_INTERNAL_H
+#define EINC_PRINT_INTERNAL_H
+
+#include "ir.h"
+
+/* "bd,df->bf": one letter per label, the lowercased dim name's first letter
+ * when that is unique within the op, else the next free letter. */
+const char *ir_einsum_spec(const ir_module *m, const ir_op *op, char *buf, size_t size);
+/* The elementwise expression with operands written by name, e.g.
+ * "gelu(Tmp[B_X, F_Y]) * 0.5". */
+const char *ir_ew_str(const ir_module *m, const ir_op *op, char *buf, size_t size);
+/* The collective's printed name, "AllGather_XY". */
+const char *ir_coll_str(const ir_module *m, const ir_op *op, char *buf, size_t size);
+/* "compute", "memory", "bandwidth", "latency" or "" */
+const char *ir_bound_name(ir_bound b);
+
+#endif

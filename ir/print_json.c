@@ -1,0 +1,145 @@
+/*
+ * print_json.c - the --dump-ir=json format (docs/ir.md), built with cJSON.
+ *
+ * {"file", "mesh": [{"name","size"}], "dims": [{"name","size"}],
+ *  "inputs": [value...], "ops": [op...], "outputs": [{"name","value"}],
+ *  "totals": {...} (after the cost pass)}
+ * value = {"name", "tensor", "type", "dtype", "bytes_per_device"}
+ * op    = {"index", "op", "axes", "operands", "result", "reason",
+ *          "for": {"op", "operand"} (inserted ops), "einsum" | "expr" | "dim",
+ *          "cost": {...} (after the cost pass)}
+ */
+#include <cJSON.h>
+#include <stdlib.h>
+
+#include "print_internal.h"
+
+static cJSON *value_json(const ir_module *m, const ir_value *v)
+{
+    char name[96], type[512];
+    cJSON *o = cJSON_CreateObject();
+    ir_value_name(v, name, sizeof name);
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "tensor", v->tensor);
+    cJSON_AddStringToObject(o, "type", ir_type_str(m, v->tensor, &v->type, type, sizeof type));
+    cJSON_AddStringToObject(o, "dtype", ir_dtype_name(v->type.dtype));
+    cJSON_AddNumberToObject(o, "bytes_per_device", (double)ir_local_bytes(m, &v->type));
+    return o;
+}
+
+static cJSON *cost_json(const ir_cost *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "flops", c->flops);
+    cJSON_AddNumberToObject(o, "hbm_bytes", c->hbm_bytes);
+    cJSON_AddNumberToObject(o, "comm_bytes", c->comm_bytes);
+    cJSON_AddNumberToObject(o, "t_compute", c->t_compute);
+    cJSON_AddNumberToObject(o, "t_memory", c->t_memory);
+    cJSON_AddNumberToObject(o, "t_comm", c->t_comm);
+    cJSON_AddNumberToObject(o, "time", c->time);
+    cJSON_AddStringToObject(o, "bound", ir_bound_name(c->bound));
+    return o;
+}
+
+void ir_print_json(FILE *out, ir_module *m)
+{
+    char buf[4096];
+    ir_module_renumber(m);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "file", m->filename);
+    cJSON *mesh = cJSON_AddArrayToObject(root, "mesh");
+    for (int a = 0; a < m->mesh.naxes; a++) {
+        cJSON *ax = cJSON_CreateObject();
+        char n[2] = {m->mesh.axes[a].name, 0};
+        cJSON_AddStringToObject(ax, "name", n);
+        cJSON_AddNumberToObject(ax, "size", (double)m->mesh.axes[a].size);
+        cJSON_AddItemToArray(mesh, ax);
+    }
+    cJSON *dims = cJSON_AddArrayToObject(root, "dims");
+    for (int d = 0; d < m->ndims; d++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", m->dims[d].name);
+        cJSON_AddNumberToObject(o, "size", (double)m->dims[d].size);
+        cJSON_AddItemToArray(dims, o);
+    }
+    cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind == IR_VAL_OP)
+            continue;
+        cJSON *o = value_json(m, v);
+        cJSON_AddStringToObject(o, "kind", v->kind == IR_VAL_PARAM ? "param" : "input");
+        cJSON_AddItemToArray(inputs, o);
+    }
+    /* Op indices, for the "for" links. */
+    int nops = 0;
+    for (ir_op *op = m->first; op; op = op->next)
+        nops++;
+    const ir_op **order = calloc((size_t)nops + 1, sizeof *order);
+    int k = 0;
+    for (ir_op *op = m->first; op && order; op = op->next)
+        order[k++] = op;
+    cJSON *ops = cJSON_AddArrayToObject(root, "ops");
+    for (int i = 0; i < nops && order; i++) {
+        const ir_op *op = order[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", i);
+        cJSON_AddStringToObject(o, "op", ir_op_name(op->kind));
+        cJSON *axes = cJSON_AddArrayToObject(o, "axes");
+        if (ir_op_is_reshard(op->kind)) {
+            for (int a = 0; a < op->u.coll.naxes; a++) {
+                char n[2] = {m->mesh.axes[op->u.coll.axes[a]].name, 0};
+                cJSON_AddItemToArray(axes, cJSON_CreateString(n));
+            }
+            if (op->u.coll.dim >= 0)
+                cJSON_AddStringToObject(o, "dim", m->dims[op->operands[0]->type.dims[op->u.coll.dim]].name);
+            if (op->kind == IR_OP_ALLTOALL && op->u.coll.dim2 >= 0)
+                cJSON_AddStringToObject(o, "dim2", m->dims[op->operands[0]->type.dims[op->u.coll.dim2]].name);
+        } else if (op->kind == IR_OP_EINSUM) {
+            cJSON_AddStringToObject(o, "einsum", ir_einsum_spec(m, op, buf, sizeof buf));
+            cJSON_AddNumberToObject(o, "scale", op->u.einsum.scale);
+        } else if (op->kind == IR_OP_ELEMENTWISE) {
+            cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
+        }
+        cJSON *operands = cJSON_AddArrayToObject(o, "operands");
+        for (int j = 0; j < op->noperands; j++)
+            cJSON_AddItemToArray(operands, value_json(m, op->operands[j]));
+        cJSON_AddItemToObject(o, "result", value_json(m, op->result));
+        if (op->reason)
+            cJSON_AddStringToObject(o, "reason", op->reason);
+        else
+            cJSON_AddNullToObject(o, "reason");
+        if (op->for_op) {
+            cJSON *f = cJSON_AddObjectToObject(o, "for");
+            int idx = -1;
+            for (int j = 0; j < nops; j++)
+                if (order[j] == op->for_op)
+                    idx = j;
+            cJSON_AddNumberToObject(f, "op", idx);
+            cJSON_AddNumberToObject(f, "operand", op->for_operand);
+        }
+        if (op->cost.valid)
+            cJSON_AddItemToObject(o, "cost", cost_json(&op->cost));
+        cJSON_AddItemToArray(ops, o);
+    }
+    free(order);
+    cJSON *outs = cJSON_AddArrayToObject(root, "outputs");
+    for (int i = 0; i < m->noutputs; i++) {
+        cJSON *o = value_json(m, m->outputs[i].value);
+        cJSON_AddStringToObject(o, "output", m->outputs[i].name);
+        cJSON_AddItemToArray(outs, o);
+    }
+    if (m->totals.valid) {
+        cJSON *t = cJSON_AddObjectToObject(root, "totals");
+        cJSON_AddNumberToObject(t, "step_time", m->totals.step_time);
+        cJSON_AddNumberToObject(t, "exposed_comm_time", m->totals.exposed_comm_time);
+        cJSON_AddNumberToObject(t, "mfu", m->totals.mfu);
+    }
+    char *text = cJSON_Print(root);
+    if (text) {
+        fputs(text, out);
+        fputc('\n', out);
+        free(text);
+    }
+    cJSON_Delete(root);
+}

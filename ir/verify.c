@@ -1,0 +1,445 @@
+/*
+ * verify.c - the IR's invariants, checked after every pass.
+ *
+ * Structural: operands defined before use, result->def links, valid dims and
+ * labels.  Sharding: a mesh axis shards at most one dim of a value and is
+ * not also unreduced there (seed 001: "a mesh axis, once used, is
+ * exhausted"); every sharded dim divides by its axes' product.  Semantic:
+ * every Einsum and Elementwise is locally computable from its operands'
+ * shardings and produces exactly its result's sharding (the four cases of
+ * seed 001 §"Matmul with sharded operands", with unreduced operands allowed
+ * only where the op is linear in them), and every collective transforms its
+ * operand's sharding exactly as ir.h defines it.  Constraints: a value with
+ * a source constraint reaches a value that meets it through reshard ops, and
+ * every output meets its constraint (bare outputs: nothing unreduced).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+#define WHY(...) (why ? (void)snprintf(why, why_size, __VA_ARGS__) : (void)0)
+
+/* Whether the expression under `n` is a linear combination of operands
+ * with constant coefficients (no constant term): the ops that may consume
+ * unreduced partial sums, because sum_k f(x_k) = f(sum_k x_k) only then. */
+static bool ew_linear(const ir_ew_node *nodes, int n)
+{
+    const ir_ew_node *e = &nodes[n];
+    switch (e->kind) {
+    case IR_EW_OPERAND: return true;
+    case IR_EW_CONST: return false;
+    case IR_EW_ADD:
+    case IR_EW_SUB: return ew_linear(nodes, e->a) && ew_linear(nodes, e->b);
+    case IR_EW_MUL: {
+        /* One side must be operand-free (a constant expression). */
+        bool ca = true, cb = true;
+        int stack[256], sp = 0;
+        for (int side = 0; side < 2; side++) {
+            bool *c = side ? &cb : &ca;
+            sp = 0;
+            stack[sp++] = side ? e->b : e->a;
+            while (sp) {
+                const ir_ew_node *x = &nodes[stack[--sp]];
+                if (x->kind == IR_EW_OPERAND)
+                    *c = false;
+                else if (sp < 254 && (x->kind == IR_EW_ADD || x->kind == IR_EW_SUB || x->kind == IR_EW_MUL)) {
+                    stack[sp++] = x->a;
+                    stack[sp++] = x->b;
+                } else if (sp < 255 && x->kind == IR_EW_CALL)
+                    stack[sp++] = x->a;
+            }
+        }
+        return (ca && ew_linear(nodes, e->b)) || (cb && ew_linear(nodes, e->a));
+    }
+    case IR_EW_CALL: return e->fn == IR_FN_NEG && ew_linear(nodes, e->a);
+    }
+    return false;
+}
+
+bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+{
+    const int (*labels)[IR_MAX_RANK];
+    const int *rlabels;
+    if (op->kind == IR_OP_EINSUM) {
+        labels = op->u.einsum.labels;
+        rlabels = op->u.einsum.result_labels;
+    } else if (op->kind == IR_OP_ELEMENTWISE) {
+        labels = op->u.ew.labels;
+        rlabels = op->u.ew.result_labels;
+    } else {
+        WHY("not an einsum or elementwise op");
+        return false;
+    }
+    /* Axes of each label, from the first operand that has it. */
+    int nlabels = m->ndims;
+    int8_t(*laxes)[IR_MAX_AXES] = calloc((size_t)nlabels + 1, sizeof *laxes);
+    int *lnaxes = calloc((size_t)nlabels + 1, sizeof *lnaxes);
+    int *lseen = calloc((size_t)nlabels + 1, sizeof *lseen); /* 1 + operand index that set it */
+    int owner[IR_MAX_AXES];
+    for (int a = 0; a < IR_MAX_AXES; a++)
+        owner[a] = -1;
+    bool ok = false;
+    ir_axes unreduced = 0, used = 0;
+    if (!laxes || !lnaxes || !lseen) {
+        WHY("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < op->noperands; i++) {
+        const ir_value *v = op->operands[i];
+        for (int j = 0; j < v->type.rank; j++) {
+            int L = labels[i][j];
+            if (L < 0 || L >= nlabels) {
+                WHY("operand %d has an invalid label", i);
+                goto done;
+            }
+            const ir_sharding *s = &v->type.sh;
+            if (lseen[L]) {
+                bool same = lnaxes[L] == s->naxes[j] &&
+                            memcmp(laxes[L], s->axes[j], (size_t)s->naxes[j]) == 0;
+                if (!same) {
+                    char a1[8], a2[8];
+                    ir_axes_str(&m->mesh, laxes[L], lnaxes[L], a1, sizeof a1);
+                    ir_axes_str(&m->mesh, s->axes[j], s->naxes[j], a2, sizeof a2);
+                    WHY("dim %s is sharded as %s%s%s in operand %d but %s%s%s in operand %d",
+                        m->dims[L].name, m->dims[L].name, *a1 ? "_" : "", a1, lseen[L] - 1,
+                        m->dims[L].name, *a2 ? "_" : "", a2, i);
+                    goto done;
+                }
+                continue;
+            }
+            lseen[L] = i + 1;
+            lnaxes[L] = s->naxes[j];
+            memcpy(laxes[L], s->axes[j], (size_t)s->naxes[j]);
+            for (int k = 0; k < s->naxes[j]; k++) {
+                int a = s->axes[j][k];
+                if (owner[a] >= 0 && owner[a] != L) {
+                    WHY("mesh axis %c shards both %s and %s", m->mesh.axes[a].name,
+                        m->dims[owner[a]].name, m->dims[L].name);
+                    goto done;
+                }
+                owner[a] = L;
+                used |= 1u << a;
+            }
+        }
+    }
+    for (int i = 0; i < op->noperands; i++) {
+        ir_axes u = op->operands[i]->type.sh.unreduced;
+        if (op->kind == IR_OP_EINSUM && (u & unreduced)) {
+            WHY("two operands hold unreduced partial sums over the same axis");
+            goto done;
+        }
+        unreduced |= u;
+    }
+    if (unreduced & used) {
+        WHY("an operand is unreduced over an axis that shards a dim");
+        goto done;
+    }
+    if (op->kind == IR_OP_ELEMENTWISE && unreduced) {
+        for (int i = 0; i < op->noperands; i++)
+            if (op->operands[i]->type.sh.unreduced != unreduced) {
+                WHY("elementwise operands must all be unreduced over the same axes");
+                goto done;
+            }
+        if (!ew_linear(op->u.ew.nodes, op->u.ew.root)) {
+            WHY("a nonlinear elementwise op cannot take unreduced partial sums");
+            goto done;
+        }
+    }
+    memset(out, 0, sizeof *out);
+    int rank = op->result ? op->result->type.rank : 0;
+    bool *in_result = calloc((size_t)nlabels + 1, sizeof *in_result);
+    if (!in_result) {
+        WHY("out of memory");
+        goto done;
+    }
+    for (int r = 0; r < rank; r++) {
+        int L = rlabels[r];
+        if (L < 0 || L >= nlabels || !lseen[L]) {
+            WHY("result dim %d is not a dim of any operand", r);
+            free(in_result);
+            goto done;
+        }
+        in_result[L] = true;
+        out->naxes[r] = (uint8_t)lnaxes[L];
+        memcpy(out->axes[r], laxes[L], (size_t)lnaxes[L]);
+    }
+    /* Axes of contracted dims become unreduced (seed 001 case 3). */
+    for (int L = 0; L < nlabels; L++)
+        if (lseen[L] && !in_result[L]) {
+            if (op->kind == IR_OP_ELEMENTWISE) {
+                WHY("elementwise op drops dim %s", m->dims[L].name);
+                free(in_result);
+                goto done;
+            }
+            for (int k = 0; k < lnaxes[L]; k++)
+                unreduced |= 1u << laxes[L][k];
+        }
+    free(in_result);
+    out->unreduced = unreduced;
+    ok = true;
+done:
+    free(laxes);
+    free(lnaxes);
+    free(lseen);
+    return ok;
+}
+
+/* Checks one value's sharding; reports at `loc`. */
+static int check_value(const ir_module *m, const ir_value *v, diag_ctx *d, uint32_t loc)
+{
+    char buf[256];
+    int errs = 0;
+    const ir_type *t = &v->type;
+    if (t->rank < 0 || t->rank > IR_MAX_RANK) {
+        diag_error(d, loc, "value %s has invalid rank %d", v->tensor, t->rank);
+        return 1;
+    }
+    ir_axes seen = 0;
+    for (int j = 0; j < t->rank; j++) {
+        if (t->dims[j] < 0 || t->dims[j] >= m->ndims) {
+            diag_error(d, loc, "value %s has an invalid dim at position %d", v->tensor, j);
+            return errs + 1;
+        }
+        for (int k = 0; k < t->sh.naxes[j]; k++) {
+            int a = t->sh.axes[j][k];
+            if (a < 0 || a >= m->mesh.naxes) {
+                diag_error(d, loc, "value %s is sharded over an axis not in the mesh", v->tensor);
+                return errs + 1;
+            }
+            if (seen & (1u << a)) {
+                diag_error(d, loc, "mesh axis %c used twice in %s", m->mesh.axes[a].name,
+                           ir_type_str(m, v->tensor, t, buf, sizeof buf));
+                errs++;
+            }
+            seen |= 1u << a;
+        }
+        int64_t parts = ir_sharding_dim_parts(&t->sh, &m->mesh, j);
+        if (m->dims[t->dims[j]].size % parts != 0) {
+            diag_error(d, loc, "dim %s (%lld) of %s is not divisible by its mesh axes (%lld)",
+                       m->dims[t->dims[j]].name, (long long)m->dims[t->dims[j]].size,
+                       ir_type_str(m, v->tensor, t, buf, sizeof buf), (long long)parts);
+            errs++;
+        }
+    }
+    if (t->sh.unreduced & ~((1u << m->mesh.naxes) - 1)) {
+        diag_error(d, loc, "value %s is unreduced over an axis not in the mesh", v->tensor);
+        errs++;
+    }
+    if (t->sh.unreduced & seen) {
+        diag_error(d, loc, "%s is both sharded and unreduced over one axis",
+                   ir_type_str(m, v->tensor, t, buf, sizeof buf));
+        errs++;
+    }
+    return errs;
+}
+
+/* Position k of dim d's axis list must end with axes[0..n-1]. */
+static bool ends_with(const ir_sharding *s, int d, const int8_t *axes, int n)
+{
+    if (d < 0 || d >= IR_MAX_RANK || s->naxes[d] < n)
+        return false;
+    return memcmp(&s->axes[d][s->naxes[d] - n], axes, (size_t)n) == 0;
+}
+
+/* The sharding a reshard op must produce from its operand's, or false. */
+static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+{
+    const ir_value *v = op->operands[0];
+    const ir_sharding *in = &v->type.sh;
+    int rank = v->type.rank;
+    int n = op->u.coll.naxes, dim = op->u.coll.dim, dim2 = op->u.coll.dim2;
+    ir_axes set = 0;
+    for (int k = 0; k < n; k++) {
+        if (op->u.coll.axes[k] < 0 || op->u.coll.axes[k] >= m->mesh.naxes) {
+            WHY("collective over an axis not in the mesh");
+            return false;
+        }
+        set |= 1u << op->u.coll.axes[k];
+    }
+    if (n == 0) {
+        WHY("collective over no axes");
+        return false;
+    }
+    *out = *in;
+    bool needs_dim = op->kind != IR_OP_ALLREDUCE;
+    if (needs_dim && (dim < 0 || dim >= rank)) {
+        WHY("invalid dim");
+        return false;
+    }
+    switch (op->kind) {
+    case IR_OP_ALLGATHER:
+        if (!ends_with(in, dim, op->u.coll.axes, n)) {
+            WHY("AllGather axes are not the minor-most axes of the dim");
+            return false;
+        }
+        out->naxes[dim] = (uint8_t)(in->naxes[dim] - n);
+        return true;
+    case IR_OP_ALLTOALL:
+        if (dim2 < 0 || dim2 >= rank || dim2 == dim || !ends_with(in, dim, op->u.coll.axes, n)) {
+            WHY("AllToAll axes are not the minor-most axes of its source dim");
+            return false;
+        }
+        out->naxes[dim] = (uint8_t)(in->naxes[dim] - n);
+        for (int k = 0; k < n; k++)
+            ir_sharding_push(out, dim2, op->u.coll.axes[k]);
+        return true;
+    case IR_OP_REDUCESCATTER:
+    case IR_OP_ALLREDUCE:
+        if ((in->unreduced & set) != set) {
+            WHY("%s over axes the operand is not unreduced over", ir_op_name(op->kind));
+            return false;
+        }
+        out->unreduced &= ~set;
+        if (op->kind == IR_OP_REDUCESCATTER)
+            for (int k = 0; k < n; k++)
+                ir_sharding_push(out, dim, op->u.coll.axes[k]);
+        return true;
+    case IR_OP_SLICE:
+        if ((ir_sharding_used_axes(in, rank) | in->unreduced) & set) {
+            WHY("Slice over an axis the operand already uses");
+            return false;
+        }
+        for (int k = 0; k < n; k++)
+            ir_sharding_push(out, dim, op->u.coll.axes[k]);
+        return true;
+    default:
+        WHY("not a reshard op");
+        return false;
+    }
+}
+
+/* Whether v, or a value reached from v through reshard ops, has sharding `c`. */
+static bool reaches(const ir_module *m, const ir_value *v, const ir_sharding *c)
+{
+    if (ir_sharding_equal(&v->type.sh, c, v->type.rank))
+        return true;
+    for (ir_op *op = v->def ? v->def->next : m->first; op; op = op->next)
+        if (ir_op_is_reshard(op->kind) && op->noperands == 1 && op->operands[0] == v &&
+            op->result && reaches(m, op->result, c))
+            return true;
+    return false;
+}
+
+int ir_verify(const ir_module *m, diag_ctx *d)
+{
+    int before = d->nerrors;
+    char why[256], b1[256], b2[256];
+    for (int a = 0; a < m->mesh.naxes; a++)
+        for (int b = a + 1; b < m->mesh.naxes; b++)
+            if (m->mesh.axes[a].name == m->mesh.axes[b].name)
+                diag_error(d, m->mesh.axes[b].loc, "mesh axis %c defined twice", m->mesh.axes[b].name);
+    bool *defined = calloc((size_t)m->nvalues + 1, sizeof *defined);
+    if (!defined) {
+        diag_error(d, DIAG_NOLOC, "out of memory in the verifier");
+        return 1;
+    }
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind != IR_VAL_OP) {
+            defined[i] = true;
+            check_value(m, v, d, v->loc);
+        }
+    }
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (!op->result || op->result->def != op) {
+            diag_error(d, op->loc, "%s op has no result or a stale result link", ir_op_name(op->kind));
+            continue;
+        }
+        bool operands_ok = op->noperands >= 1 && op->noperands <= IR_MAX_OPERANDS;
+        for (int i = 0; operands_ok && i < op->noperands; i++) {
+            const ir_value *v = op->operands[i];
+            if (!v || v->id < 0 || v->id >= m->nvalues || m->values[v->id] != v) {
+                diag_error(d, op->loc, "%s op has an invalid operand %d", ir_op_name(op->kind), i);
+                operands_ok = false;
+            } else if (!defined[v->id]) {
+                diag_error(d, op->loc, "%s uses %s before it is defined", ir_op_name(op->kind),
+                           ir_value_name(v, b1, sizeof b1));
+                operands_ok = false;
+            }
+        }
+        if (check_value(m, op->result, d, op->loc) || !operands_ok) {
+            defined[op->result->id] = true;
+            continue;
+        }
+        defined[op->result->id] = true;
+        ir_sharding want;
+        bool ok;
+        if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
+            const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
+            const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
+            bool labels_ok = true;
+            for (int i = 0; i < op->noperands && labels_ok; i++)
+                for (int j = 0; j < op->operands[i]->type.rank; j++) {
+                    int L = labels[i][j];
+                    if (L < 0 || L >= m->ndims ||
+                        m->dims[L].size != m->dims[op->operands[i]->type.dims[j]].size) {
+                        diag_error(d, op->loc, "%s: label %d of operand %d does not match its dim size",
+                                   ir_op_name(op->kind), j, i);
+                        labels_ok = false;
+                        break;
+                    }
+                }
+            for (int r = 0; r < op->result->type.rank && labels_ok; r++)
+                if (rl[r] < 0 || rl[r] >= m->ndims ||
+                    m->dims[rl[r]].size != m->dims[op->result->type.dims[r]].size) {
+                    diag_error(d, op->loc, "%s: result label %d does not match its dim size",
+                               ir_op_name(op->kind), r);
+                    labels_ok = false;
+                }
+            if (!labels_ok)
+                continue;
+            ok = ir_op_local_sharding(m, op, &want, why, sizeof why);
+        } else {
+            ok = op->noperands == 1 && op->operands[0]->type.rank == op->result->type.rank &&
+                 memcmp(op->operands[0]->type.dims, op->result->type.dims,
+                        sizeof(int) * (size_t)op->result->type.rank) == 0;
+            if (!ok)
+                snprintf(why, sizeof why, "operand and result dims differ");
+            else
+                ok = reshard_result(m, op, &want, why, sizeof why);
+        }
+        if (!ok) {
+            diag_error(d, op->loc, "%s producing %s is not locally computable: %s", ir_op_name(op->kind),
+                       ir_type_str(m, op->result->tensor, &op->result->type, b1, sizeof b1), why);
+            continue;
+        }
+        if (!ir_sharding_equal(&want, &op->result->type.sh, op->result->type.rank)) {
+            ir_type t = op->result->type;
+            t.sh = want;
+            diag_error(d, op->loc, "%s result is %s but its operands give %s", ir_op_name(op->kind),
+                       ir_type_str(m, op->result->tensor, &op->result->type, b1, sizeof b1),
+                       ir_type_str(m, op->result->tensor, &t, b2, sizeof b2));
+        }
+    }
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (!v->has_constraint || (v->kind == IR_VAL_OP && (!v->def || !defined[i])))
+            continue;
+        if (!reaches(m, v, &v->constraint)) {
+            ir_type t = v->type;
+            t.sh = v->constraint;
+            diag_error(d, v->loc, "%s does not meet its constraint %s", ir_type_str(m, v->tensor, &v->type, b1, sizeof b1),
+                       ir_type_str(m, v->tensor, &t, b2, sizeof b2));
+        }
+    }
+    for (int i = 0; i < m->noutputs; i++) {
+        const ir_output *o = &m->outputs[i];
+        if (!o->value) {
+            diag_error(d, o->loc, "output %s has no value", o->name);
+            continue;
+        }
+        const ir_type *t = &o->value->type;
+        if (o->has_constraint && !ir_sharding_equal(&t->sh, &o->constraint, t->rank)) {
+            ir_type c = *t;
+            c.sh = o->constraint;
+            diag_error(d, o->loc, "output %s is %s, not %s", o->name, ir_type_str(m, o->name, t, b1, sizeof b1),
+                       ir_type_str(m, o->name, &c, b2, sizeof b2));
+        } else if (t->sh.unreduced) {
+            diag_error(d, o->loc, "output %s holds unreduced partial sums: %s", o->name,
+                       ir_type_str(m, o->name, t, b1, sizeof b1));
+        }
+    }
+    free(defined);
+    return d->nerrors - before;
+}
