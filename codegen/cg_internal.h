@@ -1,0 +1,149 @@
+/*
+ * cg_internal.h - what the codegen folder shares between its files.
+ *
+ * The stages of cg_emit, one file each:
+ *   target.c      native target machine (triple, host CPU and features)
+ *   types.c       LLVM mirrors of the runtime ABI structs (runtime/einrt.h)
+ *   plan.c        fusion and buffer liveness over the op list (no LLVM)
+ *   run.c         the SPMD run function: buffers, rt_einsum, rt_collective
+ *   elementwise.c fused elementwise loop nests
+ *   program.c     the constant rt_program and its tensor descriptors
+ *   link.c        linking the object with the runtime by fork/exec of cc
+ *   emit.c        cg_emit: the pipeline in c3c's order
+ */
+#ifndef EINC_CG_INTERNAL_H
+#define EINC_CG_INTERNAL_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "codegen.h"
+
+/* LLVM types used everywhere, including the ABI struct mirrors. */
+typedef struct cg_types {
+    LLVMTypeRef i1, i8, i16, i32, i64; /* integer types */
+    LLVMTypeRef f32, f64;              /* IEEE float types */
+    LLVMTypeRef ptr;                   /* the opaque pointer (address space 0) */
+    LLVMTypeRef voidt;                 /* void */
+    LLVMTypeRef tensor_desc;           /* struct rt_tensor_desc */
+    LLVMTypeRef coll_desc;             /* struct rt_coll_desc */
+    LLVMTypeRef einsum_desc;           /* struct rt_einsum_desc */
+    LLVMTypeRef program;               /* struct rt_program */
+    LLVMTypeRef run_fn;                /* void (ptr dev, ptr in, ptr out) */
+} cg_types;
+
+/* Declarations of the runtime entry points emitted code calls. */
+typedef struct cg_runtime_fns {
+    LLVMTypeRef alloc_ty;  /* ptr rt_alloc(ptr dev, i64 bytes) */
+    LLVMValueRef alloc;
+    LLVMTypeRef free_ty;   /* void rt_free(ptr dev, ptr p) */
+    LLVMValueRef free;
+    LLVMTypeRef coll_ty;   /* void rt_collective(ptr, ptr desc, ptr in, ptr out) */
+    LLVMValueRef coll;
+    LLVMTypeRef einsum_ty; /* void rt_einsum(ptr, ptr desc, ptr a, ptr b, ptr c) */
+    LLVMValueRef einsum;
+    LLVMTypeRef mark_ty;   /* void rt_op_begin/rt_op_end(ptr dev, i32 op_id) */
+    LLVMValueRef op_begin;
+    LLVMValueRef op_end;
+} cg_runtime_fns;
+
+/* State of one cg_emit call (no globals: everything lives here). */
+typedef struct cg_ctx {
+    LLVMContextRef llctx;   /* owns every type and constant below */
+    LLVMModuleRef mod;      /* the module being built */
+    LLVMBuilderRef b;       /* the one instruction builder */
+    LLVMTargetDataRef td;   /* data layout of the target machine (owned) */
+    cg_types t;             /* cached types */
+    cg_runtime_fns rt;      /* runtime declarations */
+    diag_ctx *d;            /* where errors go */
+    int nglobals;           /* counter for unique private global names */
+} cg_ctx;
+
+/* Fusion and liveness of one module, computed before any LLVM is built.
+ * Op indices are positions in program order (the op_id passed to the
+ * runtime); value indices are ir_value.id.  Arrays are malloc-owned. */
+typedef struct cg_plan {
+    int nops;           /* ops in the module */
+    ir_op **ops;        /* ops[i]: the i-th op in program order */
+    int nvalues;        /* m->nvalues */
+    int *fused_into;    /* per op: the op whose loop computes it inline, or -1 */
+    int *def_index;     /* per value: index of its defining op, -1 for inputs */
+    int *last_use;      /* per value: last emitted op that reads its buffer, -1 if none */
+    int *out_index;     /* per value: first output it is written to, -1 if none */
+    int *input_index;   /* per value: position in the `in` array, -1 if not an input/param */
+    int ninputs;        /* inputs and params */
+} cg_plan;
+
+/* ---- target.c ---- */
+
+/* Initialises the native target and creates a machine for the host CPU
+ * (PIC, default code model) at `opt_level` 0..3.  NULL after reporting
+ * through `d` on failure.  Dispose with LLVMDisposeTargetMachine. */
+LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d);
+
+/* ---- types.c ---- */
+
+/* Fills `t` with the basic types of `llctx` and the ABI struct mirrors.
+ * The structs are non-packed LLVM structs whose members have the C members'
+ * types in order, so LLVM's natural alignment reproduces the C layout on
+ * x86-64 (checked against sizeof/offsetof by tests/codegen/test_layout.c). */
+void cg_types_init(cg_types *t, LLVMContextRef llctx);
+
+/* ---- plan.c ---- */
+
+/* Computes fusion and liveness for `m`.  Returns 0, or reports through `d`
+ * and returns -1 (an op kind codegen cannot lower).  Free with cg_plan_free. */
+int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d);
+void cg_plan_free(cg_plan *p);
+
+/* ---- run.c ---- */
+
+/* Emits the SPMD run function of `m` (with plan `p`) named `name`, internal
+ * linkage, and returns it. */
+LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *name);
+/* Constant arrays of `len` elements: the first `n` from `v`, the rest `pad`. */
+LLVMValueRef cg_const_i64s(cg_ctx *c, const int64_t *v, int n, int len, int64_t pad);
+LLVMValueRef cg_const_i32s(cg_ctx *c, const int32_t *v, int n, int len, int32_t pad);
+/* Per-device shape of `t` into `shape` (t->rank entries). */
+void cg_local_shape(const ir_module *m, const ir_type *t, int64_t *shape);
+
+/* Per-run-function state shared by run.c and elementwise.c. */
+typedef struct cg_fn {
+    ir_module *m;          /* the module being lowered */
+    const cg_plan *plan;   /* its fusion and liveness */
+    LLVMValueRef fn;       /* the run function */
+    LLVMValueRef dev;      /* argument 0: rt_device * */
+    LLVMValueRef *buf;     /* per value id: its per-device buffer (ptr), or NULL */
+} cg_fn;
+
+/* ---- elementwise.c ---- */
+
+/* Checks that elementwise `op` can be lowered (labels and per-device sizes
+ * agree); reports through `d` and returns false if not. */
+bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d);
+/* Emits the loop nest of elementwise `op` (and every op fused into it) at
+ * the builder's position, writing the result into `dst`. */
+void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
+
+/* ---- program.c ---- */
+
+/* A private constant global holding `init`; returns the global (a ptr). */
+LLVMValueRef cg_const_global(cg_ctx *c, LLVMValueRef init, const char *prefix);
+/* A private NUL-terminated string constant; NULL `s` gives a null pointer. */
+LLVMValueRef cg_const_string(cg_ctx *c, const char *s);
+/* Emits the rt_program of `m` with run function `run` as global `name`;
+ * `reference` is the reference program's global or NULL.  `exported`:
+ * external linkage (einc_program) or private (the reference). */
+LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValueRef run,
+                             LLVMValueRef reference, const char *name, bool exported,
+                             const cg_options *opts);
+
+/* ---- link.c ---- */
+
+/* Links object `obj` with the runtime library into executable opts->output
+ * by running cc (or mpicc).  The linker's output is passed through `d`.
+ * Returns 0 on success. */
+int cg_link(const char *obj, const cg_options *opts, diag_ctx *d);
+
+#endif

@@ -1,0 +1,338 @@
+/*
+ * elementwise.c - fused elementwise loop nests in LLVM IR.
+ *
+ * An Elementwise op computes result[r] = expr(operands broadcast to r) over
+ * the result's per-device block.  We emit one loop per result position,
+ * outermost first, so the innermost loop walks the result's last (contiguous)
+ * dim and O3's loop vectoriser can widen it.  Loops are bottom-tested
+ * (every per-device size is >= 1) with a phi per index.
+ *
+ * Indexing by labels: inside the nest, `bylabel[dim id]` is the current index
+ * of the result position carrying that label.  Operand k's element offset is
+ * sum_j bylabel[labels[k][j]] * stride_k[j] over its own per-device shape, so
+ * an operand that lacks some of the result's labels is broadcast along them,
+ * and a transposed operand is read through its own strides.
+ *
+ * Fusion (decided in plan.c): an operand produced by an op fused into this
+ * one is not loaded; its expression tree is evaluated in place with a label
+ * map translated through the producer's result labels.
+ *
+ * Arithmetic is done in f32 for f32 and bf16 results and in f64 for f64
+ * results.  bf16 is stored as the upper half of an f32: loads shift the i16
+ * into the top of an i32; stores round to nearest even (NaN kept quiet).
+ *
+ * Functions: exp, log, sqrt and maxnum (relu) are LLVM intrinsics; tanh is
+ * libm's tanhf/tanh (LLVM 19 has no tanh intrinsic); gelu is the tanh
+ * approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) used by GPT-2
+ * and BERT; silu is x * sigmoid(x); sigmoid is 1 / (1 + exp(-x)); rsqrt is
+ * 1 / sqrt(x) (exact division, not an estimate).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_internal.h"
+
+/* Longest chain of nodes from `n` down, or -1 on a bad index or a cycle. */
+static int node_depth(const ir_op *op, int n, int budget)
+{
+    if (n < 0 || n >= op->u.ew.nnodes || budget < 0)
+        return -1;
+    const ir_ew_node *e = &op->u.ew.nodes[n];
+    int da = 0, db = 0;
+    switch (e->kind) {
+    case IR_EW_OPERAND:
+        return e->operand >= 0 && e->operand < op->noperands ? 1 : -1;
+    case IR_EW_CONST:
+        return 1;
+    case IR_EW_ADD:
+    case IR_EW_SUB:
+    case IR_EW_MUL:
+        db = node_depth(op, e->b, budget - 1);
+        if (db < 0)
+            return -1;
+        /* fall through */
+    case IR_EW_CALL:
+        if (e->kind == IR_EW_CALL && ((int)e->fn < 0 || e->fn >= IR_FN_COUNT))
+            return -1;
+        da = node_depth(op, e->a, budget - 1);
+        if (da < 0)
+            return -1;
+        return 1 + (da > db ? da : db);
+    }
+    return -1;
+}
+
+bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    const ir_value *res = op->result;
+    if (!op->u.ew.nodes || op->u.ew.nnodes < 1 ||
+        node_depth(op, op->u.ew.root, op->u.ew.nnodes) < 0) {
+        diag_error(d, op->loc, "codegen: malformed elementwise expression (bad node index, "
+                               "operand or function, or a cycle)");
+        return false;
+    }
+    for (int r = 0; r < res->type.rank; r++) {
+        int l = op->u.ew.result_labels[r];
+        bool dup = false;
+        for (int s = 0; s < r; s++)
+            dup |= op->u.ew.result_labels[s] == l;
+        if (l < 0 || l >= m->ndims || dup) {
+            diag_error(d, op->loc, "codegen: elementwise result label %d at position %d is %s",
+                       l, r, dup ? "repeated" : "not a dim");
+            return false;
+        }
+    }
+    for (int k = 0; k < op->noperands; k++) {
+        const ir_value *v = op->operands[k];
+        for (int j = 0; j < v->type.rank; j++) {
+            int l = op->u.ew.labels[k][j], r = 0;
+            while (r < res->type.rank && op->u.ew.result_labels[r] != l)
+                r++;
+            if (r == res->type.rank) {
+                diag_error(d, op->loc, "codegen: elementwise operand %d dim %d (label %d) is not "
+                                       "a dim of the result", k, j, l);
+                return false;
+            }
+            int64_t a = ir_local_size(m, &v->type, j), b = ir_local_size(m, &res->type, r);
+            if (a != b) {
+                diag_error(d, op->loc, "codegen: elementwise operand %d dim '%s' has %lld elements "
+                                       "per device but the result has %lld (shardings differ)",
+                           k, m->dims[l].name, (long long)a, (long long)b);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* State of one loop nest. */
+typedef struct ew_nest {
+    cg_ctx *c;          /* codegen context */
+    cg_fn *f;           /* the run function */
+    const ir_op *root;  /* the op that owns the loop */
+    LLVMTypeRef ct;     /* compute type: f32 or f64 */
+    LLVMValueRef dst;   /* result buffer */
+    int64_t shape[IR_MAX_RANK]; /* result per-device shape */
+    LLVMValueRef idx[IR_MAX_RANK]; /* current loop indices (i64) */
+} ew_nest;
+
+static LLVMValueRef i64c(cg_ctx *c, int64_t v)
+{
+    return LLVMConstInt(c->t.i64, (unsigned long long)v, 1);
+}
+
+/* Offset of the element of `t` at label indices `bylabel`, through `labels`. */
+static LLVMValueRef offset_of(ew_nest *n, const ir_type *t, const int *labels,
+                              LLVMValueRef *bylabel)
+{
+    cg_ctx *c = n->c;
+    int64_t shape[IR_MAX_RANK];
+    cg_local_shape(n->f->m, t, shape);
+    LLVMValueRef off = i64c(c, 0);
+    int64_t stride = 1;
+    for (int j = t->rank - 1; j >= 0; j--) {
+        LLVMValueRef term = LLVMBuildNSWMul(c->b, bylabel[labels[j]], i64c(c, stride), "");
+        off = LLVMBuildNSWAdd(c->b, off, term, "");
+        stride *= shape[j];
+    }
+    return off;
+}
+
+static LLVMValueRef intrinsic(ew_nest *n, const char *name, LLVMValueRef *args, unsigned nargs)
+{
+    cg_ctx *c = n->c;
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMTypeRef ty = n->ct;
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(c->mod, id, &ty, 1);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(c->llctx, id, &ty, 1);
+    return LLVMBuildCall2(c->b, fty, fn, args, nargs, "");
+}
+
+static LLVMValueRef libm_tanh(ew_nest *n, LLVMValueRef x)
+{
+    cg_ctx *c = n->c;
+    const char *name = n->ct == c->t.f32 ? "tanhf" : "tanh";
+    LLVMTypeRef fty = LLVMFunctionType(n->ct, &n->ct, 1, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
+    if (!fn)
+        fn = LLVMAddFunction(c->mod, name, fty);
+    return LLVMBuildCall2(c->b, fty, fn, &x, 1, "");
+}
+
+static LLVMValueRef fc(ew_nest *n, double v)
+{
+    return LLVMConstReal(n->ct, v);
+}
+
+static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
+{
+    LLVMBuilderRef b = n->c->b;
+    LLVMValueRef e = LLVMBuildFNeg(b, x, "");
+    e = intrinsic(n, "llvm.exp", &e, 1);
+    return LLVMBuildFDiv(b, fc(n, 1.0), LLVMBuildFAdd(b, fc(n, 1.0), e, ""), "");
+}
+
+static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
+{
+    LLVMBuilderRef b = n->c->b;
+    switch (fn) {
+    case IR_FN_EXP: return intrinsic(n, "llvm.exp", &x, 1);
+    case IR_FN_LOG: return intrinsic(n, "llvm.log", &x, 1);
+    case IR_FN_TANH: return libm_tanh(n, x);
+    case IR_FN_RELU: {
+        LLVMValueRef args[] = {x, fc(n, 0.0)};
+        return intrinsic(n, "llvm.maxnum", args, 2);
+    }
+    case IR_FN_GELU: {
+        /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+        LLVMValueRef x3 = LLVMBuildFMul(b, LLVMBuildFMul(b, x, x, ""), x, "");
+        LLVMValueRef in = LLVMBuildFAdd(b, x, LLVMBuildFMul(b, fc(n, 0.044715), x3, ""), "");
+        in = LLVMBuildFMul(b, fc(n, sqrt(2.0 / M_PI)), in, "");
+        LLVMValueRef t = LLVMBuildFAdd(b, fc(n, 1.0), libm_tanh(n, in), "");
+        return LLVMBuildFMul(b, LLVMBuildFMul(b, fc(n, 0.5), x, ""), t, "");
+    }
+    case IR_FN_SILU: return LLVMBuildFMul(b, x, sigmoid(n, x), "");
+    case IR_FN_SIGMOID: return sigmoid(n, x);
+    case IR_FN_SQRT: return intrinsic(n, "llvm.sqrt", &x, 1);
+    case IR_FN_RSQRT: return LLVMBuildFDiv(b, fc(n, 1.0), intrinsic(n, "llvm.sqrt", &x, 1), "");
+    case IR_FN_NEG: return LLVMBuildFNeg(b, x, "");
+    case IR_FN_COUNT: break;
+    }
+    return x; /* unreachable: cg_ew_check rejects unknown functions */
+}
+
+/* Loads element `off` of a buffer of `dtype` and converts it to n->ct. */
+static LLVMValueRef load_elem(ew_nest *n, LLVMValueRef base, ir_dtype dtype, LLVMValueRef off)
+{
+    cg_ctx *c = n->c;
+    LLVMBuilderRef b = c->b;
+    LLVMTypeRef st = dtype == IR_F64 ? c->t.f64 : dtype == IR_BF16 ? c->t.i16 : c->t.f32;
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(b, st, base, &off, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(b, st, p, "");
+    if (dtype == IR_BF16) {
+        v = LLVMBuildShl(b, LLVMBuildZExt(b, v, c->t.i32, ""), LLVMConstInt(c->t.i32, 16, 0), "");
+        v = LLVMBuildBitCast(b, v, c->t.f32, "");
+        st = c->t.f32;
+    }
+    if (st != n->ct)
+        v = st == c->t.f32 ? LLVMBuildFPExt(b, v, n->ct, "") : LLVMBuildFPTrunc(b, v, n->ct, "");
+    return v;
+}
+
+/* Converts `v` (n->ct) to `dtype` and stores it at element `off`. */
+static void store_elem(ew_nest *n, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
+                       LLVMValueRef off)
+{
+    cg_ctx *c = n->c;
+    LLVMBuilderRef b = c->b;
+    LLVMTypeRef want = dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    if (want != n->ct)
+        v = want == c->t.f32 ? LLVMBuildFPTrunc(b, v, want, "") : LLVMBuildFPExt(b, v, want, "");
+    LLVMTypeRef st = want;
+    if (dtype == IR_BF16) {
+        /* Round to nearest even: add 0x7fff plus the lowest kept bit, keep
+         * the top half.  A NaN becomes a quiet NaN with the same sign. */
+        LLVMValueRef bits = LLVMBuildBitCast(b, v, c->t.i32, "");
+        LLVMValueRef hi = LLVMBuildLShr(b, bits, LLVMConstInt(c->t.i32, 16, 0), "");
+        LLVMValueRef lsb = LLVMBuildAnd(b, hi, LLVMConstInt(c->t.i32, 1, 0), "");
+        LLVMValueRef r = LLVMBuildAdd(b, bits, LLVMConstInt(c->t.i32, 0x7fff, 0), "");
+        r = LLVMBuildLShr(b, LLVMBuildAdd(b, r, lsb, ""), LLVMConstInt(c->t.i32, 16, 0), "");
+        LLVMValueRef qnan = LLVMBuildOr(b, hi, LLVMConstInt(c->t.i32, 0x40, 0), "");
+        LLVMValueRef isnan = LLVMBuildFCmp(b, LLVMRealUNO, v, v, "");
+        v = LLVMBuildTrunc(b, LLVMBuildSelect(b, isnan, qnan, r, ""), c->t.i16, "");
+        st = c->t.i16;
+    }
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(b, st, base, &off, 1, "");
+    LLVMBuildStore(b, v, p);
+}
+
+/* Evaluates node `node` of `op` with label indices `bylabel`. */
+static LLVMValueRef eval(ew_nest *n, const ir_op *op, int node, LLVMValueRef *bylabel)
+{
+    cg_ctx *c = n->c;
+    const ir_ew_node *e = &op->u.ew.nodes[node];
+    switch (e->kind) {
+    case IR_EW_CONST:
+        return fc(n, e->value);
+    case IR_EW_ADD:
+        return LLVMBuildFAdd(c->b, eval(n, op, e->a, bylabel), eval(n, op, e->b, bylabel), "");
+    case IR_EW_SUB:
+        return LLVMBuildFSub(c->b, eval(n, op, e->a, bylabel), eval(n, op, e->b, bylabel), "");
+    case IR_EW_MUL:
+        return LLVMBuildFMul(c->b, eval(n, op, e->a, bylabel), eval(n, op, e->b, bylabel), "");
+    case IR_EW_CALL:
+        return call_fn(n, e->fn, eval(n, op, e->a, bylabel));
+    case IR_EW_OPERAND:
+        break;
+    }
+    const ir_value *v = op->operands[e->operand];
+    const int *labels = op->u.ew.labels[e->operand];
+    const cg_plan *p = n->f->plan;
+    int def = p->def_index[v->id];
+    if (def >= 0 && p->fused_into[def] >= 0) {
+        /* Fused producer: evaluate its tree here, its result position j
+         * being our index of label labels[j]. */
+        const ir_op *prod = p->ops[def];
+        size_t nd = (size_t)(n->f->m->ndims ? n->f->m->ndims : 1);
+        LLVMValueRef *map = calloc(nd, sizeof *map);
+        if (!map) {
+            fputs("einc: out of memory\n", stderr);
+            exit(1);
+        }
+        for (int j = 0; j < v->type.rank; j++)
+            map[prod->u.ew.result_labels[j]] = bylabel[labels[j]];
+        LLVMValueRef r = eval(n, prod, prod->u.ew.root, map);
+        free(map);
+        return r;
+    }
+    return load_elem(n, n->f->buf[v->id], v->type.dtype, offset_of(n, &v->type, labels, bylabel));
+}
+
+/* Emits loops for positions level..rank-1 around the body. */
+static void nest(ew_nest *n, int level)
+{
+    cg_ctx *c = n->c;
+    const ir_op *op = n->root;
+    int rank = op->result->type.rank;
+    if (level == rank) {
+        size_t nd = (size_t)(n->f->m->ndims ? n->f->m->ndims : 1);
+        LLVMValueRef *bylabel = calloc(nd, sizeof *bylabel);
+        if (!bylabel) {
+            fputs("einc: out of memory\n", stderr);
+            exit(1);
+        }
+        for (int r = 0; r < rank; r++)
+            bylabel[op->u.ew.result_labels[r]] = n->idx[r];
+        LLVMValueRef v = eval(n, op, op->u.ew.root, bylabel);
+        LLVMValueRef off = offset_of(n, &op->result->type, op->u.ew.result_labels, bylabel);
+        store_elem(n, v, op->result->type.dtype, n->dst, off);
+        free(bylabel);
+        return;
+    }
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
+    LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(c->llctx, n->f->fn, "ew.loop");
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(c->llctx, n->f->fn, "ew.after");
+    LLVMBuildBr(c->b, loop);
+    LLVMPositionBuilderAtEnd(c->b, loop);
+    LLVMValueRef phi = LLVMBuildPhi(c->b, c->t.i64, "i");
+    n->idx[level] = phi;
+    nest(n, level + 1);
+    LLVMValueRef next = LLVMBuildNUWAdd(c->b, phi, i64c(c, 1), "");
+    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, i64c(c, n->shape[level]), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
+    LLVMBuildCondBr(c->b, more, loop, after);
+    LLVMValueRef inc[] = {i64c(c, 0), next};
+    LLVMBasicBlockRef from[] = {pre, latch};
+    LLVMAddIncoming(phi, inc, from, 2);
+    LLVMMoveBasicBlockAfter(after, latch);
+    LLVMPositionBuilderAtEnd(c->b, after);
+}
+
+void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
+{
+    ew_nest n = {.c = c, .f = f, .root = op, .dst = dst};
+    n.ct = op->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    cg_local_shape(f->m, &op->result->type, n.shape);
+    nest(&n, 0);
+}

@@ -1,0 +1,118 @@
+/*
+ * link.c - links the emitted object with the runtime (c3c's linker.c step).
+ *
+ *   threads: cc  obj <runtime_dir>/libeinrt.a     -lopenblas -lm -lpthread -o out
+ *   MPI:     mpicc obj <runtime_dir>/libeinrt_mpi.a -lopenblas -lm -lpthread -o out
+ *
+ * The linker runs by fork/exec (no shell, so paths need no quoting); its
+ * stdout and stderr are read through a pipe and reported through the diag
+ * context when it fails, so the user sees the linker's own words.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cg_internal.h"
+
+#ifndef EINC_RUNTIME_DIR
+#define EINC_RUNTIME_DIR "."
+#endif
+
+/* Reads everything from `fd` into a malloc'd NUL-terminated string. */
+static char *slurp(int fd)
+{
+    size_t cap = 4096, len = 0;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    for (;;) {
+        if (len + 1024 > cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t)
+                break;
+            s = t;
+        }
+        ssize_t n = read(fd, s + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    s[len] = 0;
+    return s;
+}
+
+int cg_link(const char *obj, const cg_options *opts, diag_ctx *d)
+{
+    bool mpi = opts->runtime == CG_RUNTIME_MPI;
+    const char *dir = opts->runtime_dir ? opts->runtime_dir : EINC_RUNTIME_DIR;
+    char lib[4096];
+    snprintf(lib, sizeof lib, "%s/%s", dir, mpi ? "libeinrt_mpi.a" : "libeinrt.a");
+    struct stat st;
+    if (stat(lib, &st) != 0) {
+        diag_error(d, DIAG_NOLOC, "runtime library '%s' not found (build the %s target, or "
+                                  "give the directory that holds it)", lib,
+                   mpi ? "einrt_mpi" : "einrt");
+        return -1;
+    }
+    const char *argv[16];
+    int argc = 0;
+    argv[argc++] = mpi ? "mpicc" : "cc";
+    argv[argc++] = obj;
+    argv[argc++] = lib;
+    argv[argc++] = "-lopenblas";
+    argv[argc++] = "-lm";
+    argv[argc++] = "-lpthread";
+#ifdef EINC_SANITIZE_LINK
+    /* A runtime built with sanitizers needs their run-time libraries. */
+    argv[argc++] = "-fsanitize=address,undefined";
+#endif
+    argv[argc++] = "-o";
+    argv[argc++] = opts->output;
+    argv[argc] = NULL;
+
+    int fds[2];
+    if (pipe(fds) != 0) {
+        diag_error(d, DIAG_NOLOC, "cannot run the linker: pipe: %s", strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        diag_error(d, DIAG_NOLOC, "cannot run the linker: fork: %s", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "cannot run '%s': %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    char *text = slurp(fds[0]);
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    int rc = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        diag_error(d, DIAG_NOLOC, "linking '%s' failed (%s exited with status %d):\n%s",
+                   opts->output, argv[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                   text ? text : "");
+        rc = -1;
+    } else if (text && *text) {
+        /* Warnings from a successful link still reach the user. */
+        fputs(text, d->out ? d->out : stderr);
+    }
+    free(text);
+    return rc;
+}

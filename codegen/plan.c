@@ -1,0 +1,185 @@
+/*
+ * plan.c - fusion and buffer liveness, decided before any LLVM is built.
+ *
+ * Fusion.  An elementwise op P is computed inline inside the loop of its
+ * consumer C (no buffer for P's result) when P's result is read exactly once,
+ * by an elementwise op C, at C's full result shape (C's labels for that
+ * operand are a permutation of C's result labels, so no element of P is
+ * recomputed), and P's result is not a program output.  Chains fuse
+ * transitively: fused_into names the op that finally emits the loop.
+ *
+ * Liveness.  An op that is not fused is "emitted" at its own index; a fused
+ * op's reads happen at the index of the op it is fused into.  A buffer is
+ * allocated (rt_alloc) just before its defining op and freed (rt_free) right
+ * after its last read, so a device holds only the shards that are still
+ * needed.  Inputs and outputs are owned by the runtime and never freed here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_internal.h"
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fputs("einc: out of memory\n", stderr);
+        exit(1);
+    }
+    return p;
+}
+
+static void fill(int *a, int n, int v)
+{
+    for (int i = 0; i < n; i++)
+        a[i] = v;
+}
+
+/* Whether C's operand `k` covers C's result dims one to one (no broadcast). */
+static bool full_shape_use(const ir_op *c, int k)
+{
+    const ir_value *v = c->operands[k];
+    int rank = c->result->type.rank;
+    if (v->type.rank != rank)
+        return false;
+    for (int j = 0; j < rank; j++) {
+        int found = 0;
+        for (int r = 0; r < rank; r++)
+            found += c->u.ew.labels[k][j] == c->u.ew.result_labels[r];
+        if (found != 1)
+            return false;
+    }
+    return true;
+}
+
+int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
+{
+    memset(p, 0, sizeof *p);
+    int nops = 0;
+    for (ir_op *op = m->first; op; op = op->next)
+        nops++;
+    p->nops = nops;
+    p->nvalues = m->nvalues;
+    p->ops = xcalloc((size_t)nops, sizeof *p->ops);
+    p->fused_into = xcalloc((size_t)nops, sizeof(int));
+    p->def_index = xcalloc((size_t)m->nvalues, sizeof(int));
+    p->last_use = xcalloc((size_t)m->nvalues, sizeof(int));
+    p->out_index = xcalloc((size_t)m->nvalues, sizeof(int));
+    p->input_index = xcalloc((size_t)m->nvalues, sizeof(int));
+    fill(p->fused_into, nops, -1);
+    fill(p->def_index, m->nvalues, -1);
+    fill(p->last_use, m->nvalues, -1);
+    fill(p->out_index, m->nvalues, -1);
+    fill(p->input_index, m->nvalues, -1);
+
+    int errors = 0;
+    int i = 0;
+    for (ir_op *op = m->first; op; op = op->next, i++) {
+        p->ops[i] = op;
+        if (!op->result || op->result->id < 0 || op->result->id >= m->nvalues) {
+            diag_error(d, op->loc, "codegen: %s op without a valid result", ir_op_name(op->kind));
+            errors++;
+            continue;
+        }
+        p->def_index[op->result->id] = i;
+        switch (op->kind) {
+        case IR_OP_EINSUM:
+            if (op->noperands < 1 || op->noperands > 2) {
+                diag_error(d, op->loc,
+                           "codegen: Einsum with %d operands (the propagate pass makes every "
+                           "einsum unary or binary)", op->noperands);
+                errors++;
+            }
+            for (int k = 0; k < op->noperands; k++) {
+                if (op->operands[k]->type.dtype != op->result->type.dtype) {
+                    diag_error(d, op->loc, "codegen: Einsum operand %d is %s but the result is %s",
+                               k, ir_dtype_name(op->operands[k]->type.dtype),
+                               ir_dtype_name(op->result->type.dtype));
+                    errors++;
+                }
+            }
+            break;
+        case IR_OP_ELEMENTWISE:
+            if (!cg_ew_check(m, op, d))
+                errors++;
+            break;
+        case IR_OP_ALLGATHER:
+        case IR_OP_REDUCESCATTER:
+        case IR_OP_ALLREDUCE:
+        case IR_OP_ALLTOALL:
+        case IR_OP_SLICE:
+            if (op->noperands != 1 || op->operands[0]->type.dtype != op->result->type.dtype ||
+                op->operands[0]->type.rank != op->result->type.rank) {
+                diag_error(d, op->loc, "codegen: %s needs one operand of the result's dtype and rank",
+                           ir_op_name(op->kind));
+                errors++;
+            }
+            break;
+        default:
+            diag_error(d, op->loc, "codegen: unknown op kind %d", (int)op->kind);
+            errors++;
+        }
+    }
+    int k = 0;
+    for (int v = 0; v < m->nvalues; v++)
+        if (m->values[v]->kind == IR_VAL_INPUT || m->values[v]->kind == IR_VAL_PARAM)
+            p->input_index[v] = k++;
+    p->ninputs = k;
+    for (int o = m->noutputs - 1; o >= 0; o--)
+        p->out_index[m->outputs[o].value->id] = o;
+    if (errors)
+        return -1;
+
+    /* Uses: how many operand slots read each value, and the last reader. */
+    int *nuses = xcalloc((size_t)m->nvalues, sizeof(int));
+    int *reader = xcalloc((size_t)m->nvalues, sizeof(int));
+    fill(reader, m->nvalues, -1);
+    for (i = 0; i < nops; i++)
+        for (k = 0; k < p->ops[i]->noperands; k++) {
+            int v = p->ops[i]->operands[k]->id;
+            nuses[v]++;
+            reader[v] = i;
+        }
+    /* Direct fusion decisions, then resolved to the emitting op.  Consumers
+     * come after producers, so walking backwards resolves chains. */
+    for (i = 0; i < nops; i++) {
+        ir_op *op = p->ops[i];
+        int v = op->result->id;
+        if (op->kind != IR_OP_ELEMENTWISE || nuses[v] != 1 || p->out_index[v] >= 0)
+            continue;
+        ir_op *c = p->ops[reader[v]];
+        if (c->kind != IR_OP_ELEMENTWISE)
+            continue;
+        for (k = 0; k < c->noperands; k++)
+            if (c->operands[k]->id == v && full_shape_use(c, k))
+                p->fused_into[i] = reader[v];
+    }
+    for (i = nops - 1; i >= 0; i--) {
+        int c = p->fused_into[i];
+        if (c >= 0 && p->fused_into[c] >= 0)
+            p->fused_into[i] = p->fused_into[c];
+    }
+    /* Last reads, at the emitting op's index. */
+    for (i = 0; i < nops; i++) {
+        int e = p->fused_into[i] >= 0 ? p->fused_into[i] : i;
+        for (k = 0; k < p->ops[i]->noperands; k++) {
+            int v = p->ops[i]->operands[k]->id;
+            if (p->last_use[v] < e)
+                p->last_use[v] = e;
+        }
+    }
+    free(nuses);
+    free(reader);
+    return 0;
+}
+
+void cg_plan_free(cg_plan *p)
+{
+    free(p->ops);
+    free(p->fused_into);
+    free(p->def_index);
+    free(p->last_use);
+    free(p->out_index);
+    free(p->input_index);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,127 @@
+/*
+ * program.c - the constant rt_program (runtime/einrt.h) that makes an einc
+ * executable self-describing: mesh, input/param and output descriptors with
+ * global and per-device shapes and per-dim mesh axes, the run function, the
+ * unsharded reference program, and the --info text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg_internal.h"
+#include "einrt.h"
+
+LLVMValueRef cg_const_global(cg_ctx *c, LLVMValueRef init, const char *prefix)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.%d", prefix, c->nglobals++);
+    LLVMValueRef g = LLVMAddGlobal(c->mod, LLVMTypeOf(init), name);
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+    return g;
+}
+
+LLVMValueRef cg_const_string(cg_ctx *c, const char *s)
+{
+    if (!s)
+        return LLVMConstNull(c->t.ptr);
+    LLVMValueRef str = LLVMConstStringInContext2(c->llctx, s, strlen(s), 0);
+    return cg_const_global(c, str, "str");
+}
+
+static LLVMValueRef i32c(cg_ctx *c, int64_t v)
+{
+    return LLVMConstInt(c->t.i32, (unsigned long long)v, 1);
+}
+
+/* The rt_tensor_desc of a value of type `t` named `name`. */
+static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
+                                const ir_type *t, bool is_param)
+{
+    int64_t global[RT_MAX_RANK] = {0}, local[RT_MAX_RANK] = {0};
+    int32_t naxes[RT_MAX_RANK] = {0};
+    LLVMValueRef axes[RT_MAX_RANK];
+    for (int d = 0; d < RT_MAX_RANK; d++) {
+        int32_t a[RT_MAX_AXES] = {0};
+        int n = 0;
+        if (d < t->rank) {
+            global[d] = m->dims[t->dims[d]].size;
+            local[d] = ir_local_size(m, t, d);
+            n = naxes[d] = t->sh.naxes[d];
+            for (int k = 0; k < n && k < RT_MAX_AXES; k++)
+                a[k] = t->sh.axes[d][k];
+        }
+        axes[d] = cg_const_i32s(c, a, n, RT_MAX_AXES, 0);
+    }
+    LLVMValueRef f[] = {
+        cg_const_string(c, name),
+        i32c(c, (int)t->dtype),
+        i32c(c, t->rank),
+        cg_const_i64s(c, global, t->rank, RT_MAX_RANK, 0),
+        cg_const_i64s(c, local, t->rank, RT_MAX_RANK, 0),
+        cg_const_i32s(c, naxes, t->rank, RT_MAX_RANK, 0),
+        LLVMConstArray2(LLVMArrayType2(c->t.i32, RT_MAX_AXES), axes, RT_MAX_RANK),
+        i32c(c, is_param),
+    };
+    return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
+}
+
+/* A constant array of descriptors, or a null pointer when there are none. */
+static LLVMValueRef desc_array(cg_ctx *c, LLVMValueRef *descs, int n, const char *prefix)
+{
+    if (n == 0)
+        return LLVMConstNull(c->t.ptr);
+    return cg_const_global(c, LLVMConstArray2(c->t.tensor_desc, descs, (uint64_t)n), prefix);
+}
+
+LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValueRef run,
+                             LLVMValueRef reference, const char *name, bool exported,
+                             const cg_options *opts)
+{
+    int nin = p->ninputs > 0 ? p->ninputs : 1, nout = m->noutputs > 0 ? m->noutputs : 1;
+    LLVMValueRef *ins = calloc((size_t)nin, sizeof *ins);
+    LLVMValueRef *outs = calloc((size_t)nout, sizeof *outs);
+    if (!ins || !outs) {
+        fputs("einc: out of memory\n", stderr);
+        exit(1);
+    }
+    for (int v = 0; v < m->nvalues; v++) {
+        int k = p->input_index[v];
+        if (k >= 0)
+            ins[k] = tensor_desc(c, m, m->values[v]->tensor, &m->values[v]->type,
+                                 m->values[v]->kind == IR_VAL_PARAM);
+    }
+    for (int j = 0; j < m->noutputs; j++)
+        outs[j] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, false);
+
+    LLVMValueRef names[RT_MAX_AXES], sizes[RT_MAX_AXES];
+    for (int a = 0; a < RT_MAX_AXES; a++) {
+        bool has = a < m->mesh.naxes;
+        names[a] = LLVMConstInt(c->t.i8, has ? (unsigned char)m->mesh.axes[a].name : 0, 0);
+        sizes[a] = LLVMConstInt(c->t.i64, has ? (unsigned long long)m->mesh.axes[a].size : 0, 0);
+    }
+    const char *src = opts->source_name ? opts->source_name : m->filename;
+    LLVMValueRef f[] = {
+        i32c(c, RT_ABI_VERSION),
+        i32c(c, m->mesh.naxes),
+        LLVMConstArray2(c->t.i8, names, RT_MAX_AXES),
+        LLVMConstArray2(c->t.i64, sizes, RT_MAX_AXES),
+        i32c(c, p->ninputs),
+        desc_array(c, ins, p->ninputs, "inputs"),
+        i32c(c, m->noutputs),
+        desc_array(c, outs, m->noutputs, "outputs"),
+        run,
+        reference ? reference : LLVMConstNull(c->t.ptr),
+        cg_const_string(c, opts->info ? opts->info : ""),
+        cg_const_string(c, src ? src : ""),
+    };
+    free(ins);
+    free(outs);
+    LLVMValueRef g = LLVMAddGlobal(c->mod, c->t.program, name);
+    LLVMSetInitializer(g, LLVMConstNamedStruct(c->t.program, f, sizeof f / sizeof f[0]));
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, exported ? LLVMExternalLinkage : LLVMPrivateLinkage);
+    return g;
+}

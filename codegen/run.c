@@ -1,0 +1,231 @@
+/*
+ * run.c - the SPMD run function `void run(rt_device *dev, void *const *in,
+ * void *const *out)`.
+ *
+ * The same code runs on every device; it only ever sees per-device blocks.
+ * Inputs and params are in[k] (value-id order), outputs out[j] (the order of
+ * ir_module.outputs), both owned by the runtime.  For each op in program
+ * order that is not fused into a later elementwise loop (plan.c):
+ *
+ *     dst = out[j] if the result is output j, else rt_alloc(dev, bytes)
+ *     rt_op_begin(dev, i)
+ *     Einsum        -> rt_einsum(dev, &const_desc, a, b|NULL, dst)
+ *     AllGather ... -> rt_collective(dev, &const_desc, src, dst)
+ *     Elementwise   -> an inline loop nest (elementwise.c)
+ *     rt_op_end(dev, i)
+ *     rt_free(dev, p) for every buffer whose last read was op i
+ *
+ * Finally an output that is an input, or a value that is several outputs,
+ * is copied into its out buffer with memcpy.  Descriptors are private
+ * constant globals: the runtime only reads them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cg_internal.h"
+#include "einrt.h"
+
+void cg_local_shape(const ir_module *m, const ir_type *t, int64_t *shape)
+{
+    for (int d = 0; d < t->rank; d++)
+        shape[d] = ir_local_size(m, t, d);
+}
+
+LLVMValueRef cg_const_i64s(cg_ctx *c, const int64_t *v, int n, int len, int64_t pad)
+{
+    LLVMValueRef e[RT_MAX_RANK * 3 + 8];
+    for (int i = 0; i < len; i++)
+        e[i] = LLVMConstInt(c->t.i64, (unsigned long long)(i < n ? v[i] : pad), 1);
+    return LLVMConstArray2(c->t.i64, e, (uint64_t)len);
+}
+
+LLVMValueRef cg_const_i32s(cg_ctx *c, const int32_t *v, int n, int len, int32_t pad)
+{
+    LLVMValueRef e[RT_MAX_RANK * 3 + 8];
+    for (int i = 0; i < len; i++)
+        e[i] = LLVMConstInt(c->t.i32, (unsigned long long)(int64_t)(i < n ? v[i] : pad), 1);
+    return LLVMConstArray2(c->t.i32, e, (uint64_t)len);
+}
+
+static LLVMValueRef i32c(cg_ctx *c, int64_t v)
+{
+    return LLVMConstInt(c->t.i32, (unsigned long long)v, 1);
+}
+
+static LLVMValueRef i64c(cg_ctx *c, int64_t v)
+{
+    return LLVMConstInt(c->t.i64, (unsigned long long)v, 1);
+}
+
+/* The constant rt_einsum_desc of `op` (op index `id`). */
+static LLVMValueRef einsum_desc(cg_ctx *c, const ir_module *m, const ir_op *op, int id)
+{
+    const ir_value *vals[3] = {op->operands[0], op->noperands > 1 ? op->operands[1] : NULL,
+                               op->result};
+    LLVMValueRef ranks[3], shapes[3], labels[3];
+    for (int k = 0; k < 3; k++) {
+        int64_t shape[RT_MAX_RANK] = {0};
+        int32_t lab[RT_MAX_RANK] = {0};
+        int rank = 0;
+        if (vals[k]) {
+            rank = vals[k]->type.rank;
+            cg_local_shape(m, &vals[k]->type, shape);
+            for (int j = 0; j < rank; j++)
+                lab[j] = k == 2 ? op->u.einsum.result_labels[j] : op->u.einsum.labels[k][j];
+        }
+        ranks[k] = i32c(c, rank);
+        shapes[k] = cg_const_i64s(c, shape, rank, RT_MAX_RANK, 0);
+        labels[k] = cg_const_i32s(c, lab, rank, RT_MAX_RANK, 0);
+    }
+    LLVMTypeRef i64_rank = LLVMArrayType2(c->t.i64, RT_MAX_RANK);
+    LLVMTypeRef i32_rank = LLVMArrayType2(c->t.i32, RT_MAX_RANK);
+    LLVMValueRef f[] = {
+        i32c(c, (int)op->result->type.dtype),
+        i32c(c, op->noperands),
+        LLVMConstArray2(c->t.i32, ranks, 3),
+        LLVMConstArray2(i64_rank, shapes, 3),
+        LLVMConstArray2(i32_rank, labels, 3),
+        LLVMConstReal(c->t.f64, op->u.einsum.scale),
+        i32c(c, id),
+    };
+    return cg_const_global(c, LLVMConstNamedStruct(c->t.einsum_desc, f, sizeof f / sizeof f[0]),
+                           "einsum_desc");
+}
+
+/* The constant rt_coll_desc of resharding `op` (op index `id`). */
+static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, int id)
+{
+    int kind = RT_SLICE, dim = op->u.coll.dim, dim2 = -1;
+    switch (op->kind) {
+    case IR_OP_ALLGATHER: kind = RT_ALLGATHER; break;
+    case IR_OP_REDUCESCATTER: kind = RT_REDUCESCATTER; break;
+    case IR_OP_ALLREDUCE: kind = RT_ALLREDUCE; dim = -1; break;
+    case IR_OP_ALLTOALL:
+        /* The IR's AllToAll removes `axes` from dim `dim` (so that dim's
+         * per-device block grows) and appends them to dim `dim2` (whose block
+         * is split).  The runtime's `dim` is the dim that grows and `dim2`
+         * the dim that is split: the same numbering, no swap. */
+        kind = RT_ALLTOALL;
+        dim2 = op->u.coll.dim2;
+        break;
+    default: kind = RT_SLICE; break;
+    }
+    int64_t in_shape[RT_MAX_RANK], out_shape[RT_MAX_RANK];
+    cg_local_shape(m, &op->operands[0]->type, in_shape);
+    cg_local_shape(m, &op->result->type, out_shape);
+    int rank = op->result->type.rank;
+    int32_t axes[RT_MAX_AXES] = {0};
+    for (int a = 0; a < op->u.coll.naxes && a < RT_MAX_AXES; a++)
+        axes[a] = op->u.coll.axes[a];
+    LLVMValueRef f[] = {
+        i32c(c, kind),
+        i32c(c, (int)op->result->type.dtype),
+        i32c(c, op->u.coll.naxes),
+        cg_const_i32s(c, axes, op->u.coll.naxes, RT_MAX_AXES, 0),
+        i32c(c, rank),
+        cg_const_i64s(c, in_shape, rank, RT_MAX_RANK, 0),
+        cg_const_i64s(c, out_shape, rank, RT_MAX_RANK, 0),
+        i32c(c, dim),
+        i32c(c, dim2),
+        i32c(c, id),
+    };
+    return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]),
+                           "coll_desc");
+}
+
+/* Loads element `k` of the pointer array `arr`. */
+static LLVMValueRef load_ptr_at(cg_ctx *c, LLVMValueRef arr, int k, const char *name)
+{
+    LLVMValueRef idx = i64c(c, k);
+    LLVMValueRef slot = LLVMBuildInBoundsGEP2(c->b, c->t.ptr, arr, &idx, 1, "");
+    return LLVMBuildLoad2(c->b, c->t.ptr, slot, name);
+}
+
+static void call_mark(cg_ctx *c, cg_fn *f, LLVMValueRef fn, int id)
+{
+    LLVMValueRef args[] = {f->dev, i32c(c, id)};
+    LLVMBuildCall2(c->b, c->rt.mark_ty, fn, args, 2, "");
+}
+
+LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *name)
+{
+    cg_fn f = {.m = m, .plan = p};
+    f.fn = LLVMAddFunction(c->mod, name, c->t.run_fn);
+    LLVMSetLinkage(f.fn, LLVMInternalLinkage);
+    f.dev = LLVMGetParam(f.fn, 0);
+    LLVMValueRef in = LLVMGetParam(f.fn, 1), out = LLVMGetParam(f.fn, 2);
+    LLVMSetValueName2(f.dev, "dev", 3);
+    LLVMSetValueName2(in, "in", 2);
+    LLVMSetValueName2(out, "out", 3);
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c->llctx, f.fn, "entry");
+    LLVMPositionBuilderAtEnd(c->b, entry);
+
+    f.buf = calloc((size_t)(m->nvalues ? m->nvalues : 1), sizeof *f.buf);
+    if (!f.buf) {
+        fputs("einc: out of memory\n", stderr);
+        exit(1);
+    }
+    for (int v = 0; v < m->nvalues; v++)
+        if (p->input_index[v] >= 0)
+            f.buf[v] = load_ptr_at(c, in, p->input_index[v], m->values[v]->tensor);
+
+    for (int i = 0; i < p->nops; i++) {
+        if (p->fused_into[i] >= 0)
+            continue;
+        ir_op *op = p->ops[i];
+        ir_value *res = op->result;
+        int64_t bytes = ir_local_bytes(m, &res->type);
+        LLVMValueRef dst;
+        if (p->out_index[res->id] >= 0) {
+            dst = load_ptr_at(c, out, p->out_index[res->id], res->tensor);
+        } else {
+            LLVMValueRef args[] = {f.dev, i64c(c, bytes)};
+            dst = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, res->tensor);
+        }
+        f.buf[res->id] = dst;
+        call_mark(c, &f, c->rt.op_begin, i);
+        switch (op->kind) {
+        case IR_OP_EINSUM: {
+            LLVMValueRef desc = einsum_desc(c, m, op, i);
+            LLVMValueRef bptr = op->noperands > 1 ? f.buf[op->operands[1]->id]
+                                                  : LLVMConstNull(c->t.ptr);
+            LLVMValueRef args[] = {f.dev, desc, f.buf[op->operands[0]->id], bptr, dst};
+            LLVMBuildCall2(c->b, c->rt.einsum_ty, c->rt.einsum, args, 5, "");
+            break;
+        }
+        case IR_OP_ELEMENTWISE:
+            cg_emit_elementwise(c, &f, op, dst);
+            break;
+        default: {
+            LLVMValueRef desc = coll_desc(c, m, op, i);
+            LLVMValueRef args[] = {f.dev, desc, f.buf[op->operands[0]->id], dst};
+            LLVMBuildCall2(c->b, c->rt.coll_ty, c->rt.coll, args, 4, "");
+            break;
+        }
+        }
+        call_mark(c, &f, c->rt.op_end, i);
+        /* Free the scratch buffers whose last read was this op, and a result
+         * nobody reads. */
+        for (int v = 0; v < m->nvalues; v++) {
+            if (!f.buf[v] || p->input_index[v] >= 0 || p->out_index[v] >= 0)
+                continue;
+            int last = p->last_use[v] >= 0 ? p->last_use[v] : p->def_index[v];
+            if (last != i)
+                continue;
+            LLVMValueRef args[] = {f.dev, f.buf[v]};
+            LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, args, 2, "");
+        }
+    }
+    /* Outputs not computed in place: inputs, and values that are several
+     * outputs at once. */
+    for (int j = 0; j < m->noutputs; j++) {
+        ir_value *v = m->outputs[j].value;
+        if (p->input_index[v->id] < 0 && p->out_index[v->id] == j)
+            continue;
+        LLVMValueRef dst = load_ptr_at(c, out, j, m->outputs[j].name);
+        LLVMBuildMemCpy(c->b, dst, 1, f.buf[v->id], 1, i64c(c, ir_local_bytes(m, &v->type)));
+    }
+    LLVMBuildRetVoid(c->b);
+    free(f.buf);
+    return f.fn;
+}

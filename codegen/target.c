@@ -1,0 +1,48 @@
+/*
+ * target.c - the native target machine (the first steps of c3c's
+ * llvm_codegen_module.c order: init target, triple, target machine).
+ */
+#include <llvm-c/Core.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "cg_internal.h"
+
+LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d)
+{
+    /* Idempotent inside LLVM; the executable runs where it was compiled. */
+    if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
+        diag_error(d, DIAG_NOLOC, "LLVM has no native target for this machine");
+        return NULL;
+    }
+    char *triple = LLVMGetDefaultTargetTriple();
+    LLVMTargetRef target = NULL;
+    char *err = NULL;
+    if (LLVMGetTargetFromTriple(triple, &target, &err)) {
+        diag_error(d, DIAG_NOLOC, "no LLVM target for triple '%s': %s", triple,
+                   err ? err : "unknown error");
+        LLVMDisposeMessage(err);
+        LLVMDisposeMessage(triple);
+        return NULL;
+    }
+    static const LLVMCodeGenOptLevel levels[4] = {
+        LLVMCodeGenLevelNone, LLVMCodeGenLevelLess, LLVMCodeGenLevelDefault,
+        LLVMCodeGenLevelAggressive,
+    };
+    if (opt_level < 0)
+        opt_level = 0;
+    if (opt_level > 3)
+        opt_level = 3;
+    char *cpu = LLVMGetHostCPUName();
+    char *features = LLVMGetHostCPUFeatures();
+    /* PIC: cc links position-independent executables by default. */
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(
+        target, triple, cpu, features, levels[opt_level], LLVMRelocPIC, LLVMCodeModelDefault);
+    if (!tm)
+        diag_error(d, DIAG_NOLOC, "cannot create an LLVM target machine for '%s' (cpu %s)",
+                   triple, cpu);
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(features);
+    LLVMDisposeMessage(triple);
+    return tm;
+}
