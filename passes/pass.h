@@ -56,6 +56,7 @@ typedef const pass_info *(*pass_plugin_fn)(int *count);
 typedef struct pass_registry {
     int npasses;
     const pass_info *passes[64];
+    const char *origin[64]; /* plugin path a pass came from, NULL for built-ins; not owned */
     void *plugins[16];  /* dlopen handles, closed by pass_registry_free */
     int nplugins;
 } pass_registry;
@@ -63,8 +64,9 @@ typedef struct pass_registry {
 /* Fills `r` with the built-in passes. */
 void pass_registry_init(pass_registry *r);
 void pass_registry_free(pass_registry *r);
-/* Loads the passes of a plugin; on failure writes a message to `err` and
- * returns -1. */
+/* Loads the passes of a plugin (a pass named like a known one replaces it);
+ * on failure writes a message to `err` and returns -1.  `path` must outlive
+ * the registry. */
 int pass_registry_load(pass_registry *r, const char *path, FILE *err);
 /* The pass named `name`, or NULL. */
 const pass_info *pass_registry_find(const pass_registry *r, const char *name);
@@ -97,5 +99,6 @@ int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m);
 /* ---- built-in passes ---- */
 int pass_propagate(pass_ctx *ctx, ir_module *m);  /* propagate.c */
 int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
+int pass_cse_collectives(pass_ctx *ctx, ir_module *m); /* cse_collectives.c */
 
 #endif

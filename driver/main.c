@@ -1,0 +1,382 @@
+/*
+ * main.c - the einc driver: .ein file -> IR -> passes -> dumps / executable.
+ *
+ *   einc model.ein --dump-ir            propagated IR in the seeds' notation
+ *   einc model.ein -o model             native SPMD executable (threads runtime)
+ *   einc --list-passes                  the registered passes
+ *
+ * Exit status: 0 on success, 1 on any error in the input or the pipeline,
+ * 2 on a bad command line.  See `einc --help` and docs/.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "cost.h"
+#include "frontend.h"
+#include "pass.h"
+
+#define MAX_DEFINES 64
+#define MAX_PLUGINS 16
+/* A .ein file is text written by people; refuse anything absurdly large. */
+#define MAX_SOURCE_BYTES (256u << 20)
+
+/* Everything the command line says. */
+typedef struct options {
+    const char *input;            /* the .ein path */
+    const char *output;           /* -o */
+    cg_output_kind emit;          /* -c / --emit-llvm / executable */
+    int opt_level;                /* -O0..-O3 */
+    cg_runtime runtime;           /* --runtime= */
+    fe_define defines[MAX_DEFINES];
+    int ndefines;
+    const char *plugins[MAX_PLUGINS];
+    int nplugins;
+    const char *pipeline;         /* --passes= */
+    const char *print_after;      /* --print-after= */
+    bool print_after_all;
+    bool list_passes;
+    int dump_ir;                  /* 0 none, 1 text, 2 json */
+    bool dump_cost;
+    bool explain;
+    const char *hw;               /* --hw */
+    pass_meshslice_mode meshslice;
+    int meshslice_k;
+    int max_errors;
+    bool debug_pass;
+} options;
+
+static void usage(FILE *out)
+{
+    fputs("usage: einc [options] FILE.ein\n"
+          "\n"
+          "Compiles a sharded tensor program (docs/language.md).\n"
+          "\n"
+          "Output:\n"
+          "  -o PATH               write an SPMD executable (or object/.ll with -c/--emit-llvm)\n"
+          "  -c                    write an object file instead of an executable\n"
+          "  --emit-llvm           write textual LLVM IR\n"
+          "  -O0 -O1 -O2 -O3       LLVM optimisation level (default -O3)\n"
+          "  --runtime=threads|mpi runtime the executable links (default threads)\n"
+          "Program:\n"
+          "  -D NAME=VALUE         override the size of a dim or mesh axis\n"
+          "  --meshslice=auto|off|K  MeshSlice 2D GEMM lowering (no 2D GEMM rewriting is\n"
+          "                        implemented yet: every mode keeps propagate's collectives)\n"
+          "Dumps:\n"
+          "  --dump-ir[=text|json] print the IR after the pipeline (docs/ir.md)\n"
+          "  --dump-cost           print the cost table per op and the totals\n"
+          "  --explain             print when each contraction is compute-bound and each\n"
+          "                        collective latency- or bandwidth-bound\n"
+          "  --hw NAME|PATH.json   hardware profile for the cost pass (default tpu-v5e)\n"
+          "Passes:\n"
+          "  --passes=A,B,...      run this pipeline (default " PASS_DEFAULT_PIPELINE ")\n"
+          "  --list-passes         list the registered passes\n"
+          "  --load-pass=PATH.so   load passes from a plugin (docs/passes.md)\n"
+          "  --print-after=A,B     print the IR after these passes\n"
+          "  --print-after-all     print the IR after every pass\n"
+          "  --debug-pass          passes log what they do to stderr\n"
+          "  --max-errors=N        print at most N errors (default 20)\n"
+          "  --help, --version\n",
+          out);
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "einc: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see einc --help)\n");
+    return 2;
+}
+
+/* Parses a positive decimal int64 in [1, 2^62]; false if not one. */
+static bool parse_size(const char *s, int64_t *out)
+{
+    if (!*s)
+        return false;
+    int64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_C(1) << 62) / 10)
+            return false;
+        v = v * 10 + (*p - '0');
+    }
+    if (v < 1)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Returns 0, or the exit status for a bad command line. */
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->emit = CG_EMIT_EXE;
+    o->opt_level = 3;
+    o->meshslice = PASS_MESHSLICE_AUTO;
+    o->max_errors = 20;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--version") == 0) {
+            printf("einc 0.1.0 (LLVM 19)\n");
+            exit(0);
+        } else if (strcmp(a, "-o") == 0) {
+            if (++i >= argc)
+                return bad_usage("%s needs a path", a);
+            o->output = argv[i];
+        } else if (strcmp(a, "-c") == 0) {
+            o->emit = CG_EMIT_OBJ;
+        } else if (strcmp(a, "--emit-llvm") == 0) {
+            o->emit = CG_EMIT_LLVM;
+        } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3' && !a[3]) {
+            o->opt_level = a[2] - '0';
+        } else if (strncmp(a, "--runtime=", 10) == 0) {
+            if (strcmp(a + 10, "threads") == 0)
+                o->runtime = CG_RUNTIME_THREADS;
+            else if (strcmp(a + 10, "mpi") == 0)
+                o->runtime = CG_RUNTIME_MPI;
+            else
+                return bad_usage("unknown runtime '%s' (threads or mpi)", a + 10);
+        } else if (strncmp(a, "-D", 2) == 0) {
+            const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
+            if (!def)
+                return bad_usage("%s needs NAME=VALUE", a);
+            const char *eq = strchr(def, '=');
+            int64_t v;
+            if (!eq || eq == def || !parse_size(eq + 1, &v))
+                return bad_usage("-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
+            if (o->ndefines >= MAX_DEFINES)
+                return bad_usage("too many -D options (at most %s)", "64");
+            /* argv outlives the compilation: cut the name in place. */
+            ((char *)eq)[0] = 0;
+            o->defines[o->ndefines].name = def;
+            o->defines[o->ndefines].value = v;
+            o->ndefines++;
+        } else if (strncmp(a, "--load-pass=", 12) == 0) {
+            if (o->nplugins >= MAX_PLUGINS)
+                return bad_usage("too many --load-pass options (at most %s)", "16");
+            o->plugins[o->nplugins++] = a + 12;
+        } else if (strncmp(a, "--passes=", 9) == 0) {
+            o->pipeline = a + 9;
+        } else if (strncmp(a, "--print-after=", 14) == 0) {
+            o->print_after = a + 14;
+        } else if (strcmp(a, "--print-after-all") == 0) {
+            o->print_after_all = true;
+        } else if (strcmp(a, "--list-passes") == 0) {
+            o->list_passes = true;
+        } else if (strcmp(a, "--dump-ir") == 0 || strcmp(a, "--dump-ir=text") == 0) {
+            o->dump_ir = 1;
+        } else if (strcmp(a, "--dump-ir=json") == 0) {
+            o->dump_ir = 2;
+        } else if (strcmp(a, "--dump-cost") == 0) {
+            o->dump_cost = true;
+        } else if (strcmp(a, "--explain") == 0) {
+            o->explain = true;
+        } else if (strcmp(a, "--hw") == 0) {
+            if (++i >= argc)
+                return bad_usage("%s needs a profile name or path", a);
+            o->hw = argv[i];
+        } else if (strncmp(a, "--hw=", 5) == 0) {
+            o->hw = a + 5;
+        } else if (strncmp(a, "--meshslice=", 12) == 0) {
+            const char *v = a + 12;
+            int64_t k;
+            if (strcmp(v, "auto") == 0)
+                o->meshslice = PASS_MESHSLICE_AUTO;
+            else if (strcmp(v, "off") == 0)
+                o->meshslice = PASS_MESHSLICE_OFF;
+            else if (parse_size(v, &k) && k <= 4096) {
+                o->meshslice = PASS_MESHSLICE_K;
+                o->meshslice_k = (int)k;
+            } else
+                return bad_usage("--meshslice wants auto, off or a slice count K, not '%s'", v);
+        } else if (strncmp(a, "--max-errors=", 13) == 0) {
+            int64_t n;
+            if (!parse_size(a + 13, &n) || n > 100000)
+                return bad_usage("--max-errors wants a positive count, not '%s'", a + 13);
+            o->max_errors = (int)n;
+        } else if (strcmp(a, "--debug-pass") == 0) {
+            o->debug_pass = true;
+        } else if (a[0] == '-' && a[1]) {
+            return bad_usage("unknown option '%s'", a);
+        } else if (o->input) {
+            return bad_usage("more than one input file ('%s')", a);
+        } else {
+            o->input = a;
+        }
+    }
+    return 0;
+}
+
+/* Reads a whole file; NULL with a message on failure.  Caller frees. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "einc: error: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap >= MAX_SOURCE_BYTES) {
+                fprintf(stderr, "einc: error: '%s' is larger than %u MiB\n", path, MAX_SOURCE_BYTES >> 20);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                fprintf(stderr, "einc: error: cannot read '%s': %s\n", path, strerror(errno));
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Compiles the source with the pipeline; NULL after reporting errors. */
+static ir_module *compile(const options *o, const char *src, size_t len, bool single_device,
+                          pass_manager *pm, pass_ctx *ctx)
+{
+    fe_options fo = {o->defines, o->ndefines, single_device};
+    ir_module *m = fe_compile(src, len, &fo, ctx->diag);
+    if (!m)
+        return NULL;
+    if (pass_manager_run(pm, ctx, m) != 0) {
+        ir_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Renders the text dump into a malloc'd string (embedded for --info). */
+static char *dump_text(ir_module *m)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        return NULL;
+    ir_print(f, m);
+    fclose(f);
+    return text;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc;
+
+    pass_registry reg;
+    pass_registry_init(&reg);
+    for (int i = 0; i < o.nplugins; i++)
+        if (pass_registry_load(&reg, o.plugins[i], stderr) != 0) {
+            pass_registry_free(&reg);
+            return 1;
+        }
+    if (o.list_passes) {
+        printf("passes (default pipeline: %s):\n", PASS_DEFAULT_PIPELINE);
+        pass_registry_list(&reg, stdout);
+        pass_registry_free(&reg);
+        return 0;
+    }
+    if (!o.input) {
+        pass_registry_free(&reg);
+        return bad_usage("%s", "no input file");
+    }
+
+    pass_manager pm;
+    memset(&pm, 0, sizeof pm);
+    pm.registry = &reg;
+    pm.print_after = o.print_after;
+    pm.print_after_all = o.print_after_all;
+    pm.print_json = o.dump_ir == 2;
+    pm.dump = stdout;
+    if (pass_manager_parse(&pm, o.pipeline ? o.pipeline : PASS_DEFAULT_PIPELINE, stderr) != 0) {
+        pass_registry_free(&reg);
+        return 2;
+    }
+
+    size_t len = 0;
+    char *src = read_file(o.input, &len);
+    if (!src) {
+        pass_registry_free(&reg);
+        return 1;
+    }
+    diag_ctx diag;
+    diag_init(&diag, o.input, src, len);
+    diag.max_errors = o.max_errors;
+
+    cost_hw *hw = NULL;
+    char err[512];
+    hw = cost_hw_load(o.hw ? o.hw : COST_DEFAULT_HW, err, sizeof err);
+    if (!hw) {
+        fprintf(stderr, "einc: error: %s\n", err);
+        free(src);
+        pass_registry_free(&reg);
+        return 1;
+    }
+
+    pass_ctx ctx = {&diag, o.meshslice, o.meshslice_k, hw, o.debug_pass ? stderr : NULL};
+    ir_module *m = compile(&o, src, len, false, &pm, &ctx);
+    rc = m ? 0 : 1;
+    if (m && o.dump_ir == 1)
+        ir_print(stdout, m);
+    else if (m && o.dump_ir == 2)
+        ir_print_json(stdout, m);
+    if (m && o.dump_cost)
+        cost_print_table(stdout, m, hw);
+    if (m && o.explain)
+        cost_explain(stdout, m, hw);
+
+    if (m && o.output) {
+        /* The --check reference: the same program on one device, compiled
+         * through the same pipeline so it exercises the same code paths. */
+        pass_manager ref_pm = pm;
+        ref_pm.print_after = NULL;
+        ref_pm.print_after_all = false;
+        ir_module *ref = compile(&o, src, len, true, &ref_pm, &ctx);
+        char *info = dump_text(m);
+        cg_options co = {
+            .output = o.output,
+            .kind = o.emit,
+            .opt_level = o.opt_level,
+            .runtime = o.runtime,
+            .runtime_dir = getenv("EINC_RUNTIME_DIR"),
+            .source_name = o.input,
+            .info = info,
+        };
+        if (!ref || cg_emit(m, ref, &co, &diag) != 0)
+            rc = 1;
+        free(info);
+        ir_module_free(ref);
+    }
+    ir_module_free(m);
+    cost_hw_free(hw);
+    free(src);
+    pass_registry_free(&reg);
+    return rc;
+}

@@ -1,0 +1,109 @@
+/*
+ * registry.c - the table of known passes: built-ins, then plugins.
+ *
+ * Built-in passes are listed here by name, as QBE's main.c writes its pass
+ * order out plainly.  A plugin (--load-pass=path.so) exports
+ * einc_pass_plugin() returning its passes; a plugin pass whose name is
+ * already known replaces the earlier one, so a pass can be developed out of
+ * tree under its final name.
+ */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "pass.h"
+
+static const pass_info builtin[] = {
+    {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001)", pass_propagate},
+    {"cse-collectives", "merge identical resharding ops of the same value (example pass, docs/passes.md)", pass_cse_collectives},
+    {"cost", "annotate every op with FLOPs, bytes and time on the --hw profile (seeds 001, 000)", pass_cost},
+};
+
+void pass_registry_init(pass_registry *r)
+{
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
+        r->passes[r->npasses] = &builtin[i];
+        r->origin[r->npasses] = NULL;
+        r->npasses++;
+    }
+}
+
+void pass_registry_free(pass_registry *r)
+{
+    for (int i = 0; i < r->nplugins; i++)
+        dlclose(r->plugins[i]);
+    r->nplugins = 0;
+    r->npasses = 0;
+}
+
+int pass_registry_load(pass_registry *r, const char *path, FILE *err)
+{
+    if (r->nplugins >= (int)(sizeof r->plugins / sizeof r->plugins[0])) {
+        fprintf(err, "einc: error: too many pass plugins (at most %zu)\n", sizeof r->plugins / sizeof r->plugins[0]);
+        return -1;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(err, "einc: error: cannot load pass plugin '%s': %s\n", path, dlerror());
+        return -1;
+    }
+    pass_plugin_fn entry;
+    /* POSIX blesses this conversion for dlsym results. */
+    *(void **)&entry = dlsym(h, PASS_PLUGIN_SYMBOL);
+    if (!entry) {
+        fprintf(err, "einc: error: pass plugin '%s' does not define %s()\n", path, PASS_PLUGIN_SYMBOL);
+        dlclose(h);
+        return -1;
+    }
+    int count = 0;
+    const pass_info *passes = entry(&count);
+    if (!passes || count <= 0) {
+        fprintf(err, "einc: error: pass plugin '%s' registers no passes\n", path);
+        dlclose(h);
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        const pass_info *p = &passes[i];
+        if (!p->name || !p->run) {
+            fprintf(err, "einc: error: pass plugin '%s': pass %d has no name or run function\n", path, i);
+            dlclose(h);
+            return -1;
+        }
+    }
+    r->plugins[r->nplugins++] = h;
+    for (int i = 0; i < count; i++) {
+        const pass_info *p = &passes[i];
+        int slot = -1;
+        for (int j = 0; j < r->npasses; j++)
+            if (strcmp(r->passes[j]->name, p->name) == 0)
+                slot = j;
+        if (slot < 0) {
+            if (r->npasses >= (int)(sizeof r->passes / sizeof r->passes[0])) {
+                fprintf(err, "einc: error: too many passes\n");
+                return -1;
+            }
+            slot = r->npasses++;
+        }
+        r->passes[slot] = p;
+        r->origin[slot] = path;
+    }
+    return 0;
+}
+
+const pass_info *pass_registry_find(const pass_registry *r, const char *name)
+{
+    for (int i = 0; i < r->npasses; i++)
+        if (strcmp(r->passes[i]->name, name) == 0)
+            return r->passes[i];
+    return NULL;
+}
+
+void pass_registry_list(const pass_registry *r, FILE *out)
+{
+    for (int i = 0; i < r->npasses; i++) {
+        fprintf(out, "  %-18s %s", r->passes[i]->name, r->passes[i]->summary ? r->passes[i]->summary : "");
+        if (r->origin[i])
+            fprintf(out, " [plugin %s]", r->origin[i]);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages einc builds and tests with, if any is missing.
+# Needs root (or sudo) only when something has to be installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config llvm-19-dev flex bison libcunit1-dev
+      libopenblas-dev libopenmpi-dev openmpi-bin python3-numpy libcjson-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test of einc: installs missing packages, builds with warnings as
+# errors and runs the CTest suite, then again with AddressSanitizer and
+# UndefinedBehaviorSanitizer.  Build trees: build/ and build-asan/.
+set -euo pipefail
+cd "$(dirname "$0")"
+scripts/deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build -DEINC_WERROR=ON
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+cmake -S . -B build-asan -DEINC_WERROR=ON -DEINC_SANITIZE=ON
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -j"$jobs"

@@ -1,0 +1,318 @@
+/*
+ * test_ir.c - the IR library: shardings in the seeds' notation, local sizes,
+ * the verifier's rules (seed 001) and the dump formats.
+ */
+#include <cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cunit_main.h"
+#include "ir.h"
+
+/* A 2x2 mesh {X, Y} with dims I=8, J=16, K=4 and diagnostics to a buffer. */
+typedef struct fixture {
+    ir_module *m;
+    int I, J, K;
+    diag_ctx d;
+    char *errs;
+    size_t errs_len;
+} fixture;
+
+static void setup(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    f->m = ir_module_new("t.ein");
+    ir_mesh_add_axis(f->m, 'X', 2, 0);
+    ir_mesh_add_axis(f->m, 'Y', 2, 0);
+    f->I = ir_dim_add(f->m, "I", 8, 0);
+    f->J = ir_dim_add(f->m, "J", 16, 0);
+    f->K = ir_dim_add(f->m, "K", 4, 0);
+    diag_init(&f->d, "t.ein", "", 0);
+    f->d.out = open_memstream(&f->errs, &f->errs_len);
+}
+
+static void teardown(fixture *f)
+{
+    fclose(f->d.out);
+    free(f->errs);
+    ir_module_free(f->m);
+}
+
+/* Type over dims (d0, d1) with per-dim axis strings like "X", "XY", "". */
+static ir_type type2(fixture *f, int d0, const char *s0, int d1, const char *s1)
+{
+    ir_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = IR_F32;
+    t.rank = 2;
+    t.dims[0] = d0;
+    t.dims[1] = d1;
+    for (const char *p = s0; *p; p++)
+        ir_sharding_push(&t.sh, 0, ir_mesh_find_axis(&f->m->mesh, *p));
+    for (const char *p = s1; *p; p++)
+        ir_sharding_push(&t.sh, 1, ir_mesh_find_axis(&f->m->mesh, *p));
+    return t;
+}
+
+/* Einsum c[I,K] = a[I,J] * b[J,K] with the given result type. */
+static ir_op *matmul(fixture *f, ir_value *a, ir_value *b, ir_type rt)
+{
+    ir_value *c = ir_value_new(f->m, "C", IR_VAL_OP, &rt, 0);
+    ir_value *ops[2] = {a, b};
+    ir_op *op = ir_op_new(f->m, IR_OP_EINSUM, 2, ops, c, 0);
+    op->u.einsum.labels[0][0] = f->I;
+    op->u.einsum.labels[0][1] = f->J;
+    op->u.einsum.labels[1][0] = f->J;
+    op->u.einsum.labels[1][1] = f->K;
+    op->u.einsum.result_labels[0] = f->I;
+    op->u.einsum.result_labels[1] = f->K;
+    ir_op_append(f->m, op);
+    return op;
+}
+
+static int verify(fixture *f)
+{
+    int n = ir_verify(f->m, &f->d);
+    fflush(f->d.out);
+    return n;
+}
+
+static void test_type_str(void)
+{
+    fixture f;
+    setup(&f);
+    char buf[128];
+    ir_type t = type2(&f, f.I, "XY", f.J, "");
+    CU_ASSERT_STRING_EQUAL(ir_type_str(f.m, "A", &t, buf, sizeof buf), "A[I_XY, J]");
+    t = type2(&f, f.I, "", f.J, "Y");
+    t.sh.unreduced = 1u << 0;
+    CU_ASSERT_STRING_EQUAL(ir_type_str(f.m, "A", &t, buf, sizeof buf), "A[I, J_Y]{U_X}");
+    teardown(&f);
+}
+
+/* Seed 001 pop quiz: A[I_XY, J] holds |I|/(|X||Y|) x |J| per device. */
+static void test_local_sizes(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type t = type2(&f, f.I, "XY", f.J, "");
+    CU_ASSERT_EQUAL(ir_local_size(f.m, &t, 0), 2);
+    CU_ASSERT_EQUAL(ir_local_size(f.m, &t, 1), 16);
+    CU_ASSERT_EQUAL(ir_local_bytes(f.m, &t), 2 * 16 * 4);
+    CU_ASSERT_EQUAL(ir_global_bytes(f.m, &t), 8 * 16 * 4);
+    teardown(&f);
+}
+
+/* A[I_X, J] . B[J, K_Y] -> C[I_X, K_Y] needs no communication (seed 001 case 1). */
+static void test_verify_local_matmul(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "X", f.J, ""), tb = type2(&f, f.J, "", f.K, "Y");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0);
+    matmul(&f, a, b, type2(&f, f.I, "X", f.K, "Y"));
+    ir_output_add(f.m, "C", f.m->values[2], 0);
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    teardown(&f);
+}
+
+/* A[I, J_X] . B[J_X, K] -> C[I, K]{U_X} (seed 001 case 3); a bare output of it is an error. */
+static void test_verify_unreduced(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "", f.J, "X"), tb = type2(&f, f.J, "X", f.K, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0);
+    ir_type tc = type2(&f, f.I, "", f.K, "");
+    tc.sh.unreduced = 1u << 0;
+    ir_op *op = matmul(&f, a, b, tc);
+    ir_output_add(f.m, "C", op->result, 0);
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "holds unreduced partial sums"));
+    teardown(&f);
+}
+
+/* A[I, J_X] . B[J, K]: contracting dim sharded in one operand only (case 2). */
+static void test_verify_contracting_one_side(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "", f.J, "X"), tb = type2(&f, f.J, "", f.K, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0);
+    matmul(&f, a, b, type2(&f, f.I, "", f.K, ""));
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "not locally computable"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "J_X in operand 0 but J in operand 1"));
+    teardown(&f);
+}
+
+/* A[I_X, J] . B[J, K_X]: two free dims on one axis (case 4). */
+static void test_verify_free_dims_same_axis(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "X", f.J, ""), tb = type2(&f, f.J, "", f.K, "X");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0);
+    matmul(&f, a, b, type2(&f, f.I, "X", f.K, ""));
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "mesh axis X shards both I and K"));
+    teardown(&f);
+}
+
+static void test_verify_bad_values(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type t = type2(&f, f.I, "X", f.J, "X"); /* axis used twice */
+    ir_value_new(f.m, "A", IR_VAL_INPUT, &t, 0);
+    ir_type t2 = type2(&f, f.K, "XY", f.J, ""); /* K=4 over 4: fine */
+    ir_value_new(f.m, "B", IR_VAL_INPUT, &t2, 0);
+    ir_dim_add(f.m, "P", 3, 0);
+    ir_type t3 = type2(&f, 3, "X", f.J, ""); /* P=3 over X=2 */
+    ir_value_new(f.m, "Q", IR_VAL_INPUT, &t3, 0);
+    CU_ASSERT_EQUAL(verify(&f), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "mesh axis X used twice in A[I_X, J_X]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "dim P (3) of Q[P_X, J] is not divisible"));
+    teardown(&f);
+}
+
+/* Each collective's result must be its operand's sharding transformed as
+ * ir.h says; AllGather_Y of [I_XY, J] is [I_X, J] (seed 001). */
+static void test_verify_collectives(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "XY", f.J, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_type tg = type2(&f, f.I, "X", f.J, "");
+    ir_value *g = ir_value_new(f.m, "A", IR_VAL_OP, &tg, 0);
+    ir_op *ag = ir_op_new(f.m, IR_OP_ALLGATHER, 1, &a, g, 0);
+    ag->u.coll.naxes = 1;
+    ag->u.coll.axes[0] = 1;
+    ag->u.coll.dim = 0;
+    ir_op_append(f.m, ag);
+    /* AllToAll_X moves X from I to J: [I_X, J] -> [I, J_X]. */
+    ir_type tt = type2(&f, f.I, "", f.J, "X");
+    ir_value *t = ir_value_new(f.m, "A", IR_VAL_OP, &tt, 0);
+    ir_op *a2a = ir_op_new(f.m, IR_OP_ALLTOALL, 1, &g, t, 0);
+    a2a->u.coll.naxes = 1;
+    a2a->u.coll.axes[0] = 0;
+    a2a->u.coll.dim = 0;
+    a2a->u.coll.dim2 = 1;
+    ir_op_append(f.m, a2a);
+    ir_output_add(f.m, "A", t, 0);
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    /* Gathering X (not the minor-most axis of I_XY) is not an AllGather of ir.h. */
+    ag->u.coll.axes[0] = 0;
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "minor-most"));
+    teardown(&f);
+}
+
+static void test_verify_constraint(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "X", f.J, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_output *o = ir_output_add(f.m, "A", a, 0);
+    o->has_constraint = true;
+    o->constraint = type2(&f, f.I, "", f.J, "").sh;
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "output A is A[I_X, J], not A[I, J]"));
+    teardown(&f);
+}
+
+/* The dump formats: text in the seeds' notation, JSON with the documented keys. */
+static void test_print(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "", f.J, "X"), tb = type2(&f, f.J, "X", f.K, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_PARAM, &tb, 0);
+    ir_type tc = type2(&f, f.I, "", f.K, "");
+    tc.sh.unreduced = 1u << 0;
+    ir_op *mm = matmul(&f, a, b, tc);
+    ir_type tr = type2(&f, f.I, "X", f.K, "");
+    ir_value *r = ir_value_new(f.m, "C", IR_VAL_OP, &tr, 0);
+    ir_value *c = mm->result;
+    ir_op *rs = ir_op_new(f.m, IR_OP_REDUCESCATTER, 1, &c, r, 0);
+    rs->u.coll.naxes = 1;
+    rs->u.coll.axes[0] = 0;
+    rs->u.coll.dim = 0;
+    ir_op_set_reason(f.m, rs, mm, -1, "for %s: output wants I_X", "C");
+    ir_op_append(f.m, rs);
+    ir_output_add(f.m, "C", r, 0);
+    CU_ASSERT_EQUAL(verify(&f), 0);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    ir_print(out, f.m);
+    fclose(out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "param B[J_X, K] : f32"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "C[I, K]{U_X} = einsum(ij,jk->ik) A[I, J_X], B[J_X, K]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "C.1[I_X, K] = ReduceScatter_X C[I, K]{U_X}   # for C: output wants I_X; 0.00 MiB/device"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "output C[I_X, K] = C.1"));
+    free(text);
+
+    out = open_memstream(&text, &len);
+    ir_print_json(out, f.m);
+    fclose(out);
+    cJSON *root = cJSON_Parse(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    cJSON *ops = cJSON_GetObjectItem(root, "ops");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(ops), 2);
+    cJSON *op1 = cJSON_GetArrayItem(ops, 1);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(op1, "op")->valuestring, "ReduceScatter");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(cJSON_GetObjectItem(op1, "axes"), 0)->valuestring, "X");
+    cJSON *res = cJSON_GetObjectItem(op1, "result");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(res, "name")->valuestring, "C.1");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(res, "tensor")->valuestring, "C");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(res, "type")->valuestring, "C[I_X, K]");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(res, "bytes_per_device")->valuedouble, 4 * 4 * 4);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(op1, "reason")->valuestring, "for C: output wants I_X");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(cJSON_GetObjectItem(op1, "for"), "op")->valueint, 0);
+    cJSON_Delete(root);
+    free(text);
+    teardown(&f);
+}
+
+/* Diagnostics: file:line:col, the line, and a caret under the byte. */
+static void test_diag(void)
+{
+    const char *src = "mesh X = 2\ndim B = 3, Q = 4\n";
+    char *text = NULL;
+    size_t len = 0;
+    diag_ctx d;
+    diag_init(&d, "m.ein", src, strlen(src));
+    d.out = open_memstream(&text, &len);
+    diag_error(&d, 15, "dim '%s' is odd", "B");
+    fclose(d.out);
+    CU_ASSERT_STRING_EQUAL(text, "m.ein:2:5: error: dim 'B' is odd\n    dim B = 3, Q = 4\n        ^\n");
+    CU_ASSERT_EQUAL(d.nerrors, 1);
+    free(text);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"type_str", test_type_str},
+        {"local_sizes", test_local_sizes},
+        {"verify_local_matmul", test_verify_local_matmul},
+        {"verify_unreduced", test_verify_unreduced},
+        {"verify_contracting_one_side", test_verify_contracting_one_side},
+        {"verify_free_dims_same_axis", test_verify_free_dims_same_axis},
+        {"verify_bad_values", test_verify_bad_values},
+        {"verify_collectives", test_verify_collectives},
+        {"verify_constraint", test_verify_constraint},
+        {"print", test_print},
+        {"diag", test_diag},
+    };
+    einc_add_suite("ir", tests, (int)(sizeof tests / sizeof tests[0]));
+}
