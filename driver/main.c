@@ -330,10 +330,9 @@ int main(int argc, char **argv)
     diag_init(&diag, o.input, src, len);
     diag.max_errors = o.max_errors;
 
-    cost_hw *hw = NULL;
+    cost_hw hwbuf, *hw = &hwbuf;
     char err[512];
-    hw = cost_hw_load(o.hw ? o.hw : COST_DEFAULT_HW, err, sizeof err);
-    if (!hw) {
+    if (cost_hw_load(o.hw ? o.hw : COST_DEFAULT_HW, hw, err, sizeof err) != 0) {
         fprintf(stderr, "einc: error: %s\n", err);
         free(src);
         pass_registry_free(&reg);
@@ -375,7 +374,6 @@ int main(int argc, char **argv)
         ir_module_free(ref);
     }
     ir_module_free(m);
-    cost_hw_free(hw);
     free(src);
     pass_registry_free(&reg);
     return rc;
