@@ -92,6 +92,9 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx);
 
 /* ---- plan.c ---- */
 
+/* calloc that ends the compiler on out-of-memory (like ir_alloc); n may be 0. */
+void *cg_calloc(size_t n, size_t size);
+
 /* Computes fusion and liveness for `m`.  Returns 0, or reports through `d`
  * and returns -1 (an op kind codegen cannot lower).  Free with cg_plan_free. */
 int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d);
@@ -105,6 +108,9 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
 /* Constant arrays of `len` elements: the first `n` from `v`, the rest `pad`. */
 LLVMValueRef cg_const_i64s(cg_ctx *c, const int64_t *v, int n, int len, int64_t pad);
 LLVMValueRef cg_const_i32s(cg_ctx *c, const int32_t *v, int n, int len, int32_t pad);
+/* i32 / i64 constants. */
+LLVMValueRef cg_i32(cg_ctx *c, int64_t v);
+LLVMValueRef cg_i64(cg_ctx *c, int64_t v);
 /* Per-device shape of `t` into `shape` (t->rank entries). */
 void cg_local_shape(const ir_module *m, const ir_type *t, int64_t *shape);
 

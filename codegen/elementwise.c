@@ -117,11 +117,6 @@ typedef struct ew_nest {
     LLVMValueRef idx[IR_MAX_RANK]; /* current loop indices (i64) */
 } ew_nest;
 
-static LLVMValueRef i64c(cg_ctx *c, int64_t v)
-{
-    return LLVMConstInt(c->t.i64, (unsigned long long)v, 1);
-}
-
 /* Offset of the element of `t` at label indices `bylabel`, through `labels`. */
 static LLVMValueRef offset_of(ew_nest *n, const ir_type *t, const int *labels,
                               LLVMValueRef *bylabel)
@@ -129,10 +124,10 @@ static LLVMValueRef offset_of(ew_nest *n, const ir_type *t, const int *labels,
     cg_ctx *c = n->c;
     int64_t shape[IR_MAX_RANK];
     cg_local_shape(n->f->m, t, shape);
-    LLVMValueRef off = i64c(c, 0);
+    LLVMValueRef off = cg_i64(c, 0);
     int64_t stride = 1;
     for (int j = t->rank - 1; j >= 0; j--) {
-        LLVMValueRef term = LLVMBuildNSWMul(c->b, bylabel[labels[j]], i64c(c, stride), "");
+        LLVMValueRef term = LLVMBuildNSWMul(c->b, bylabel[labels[j]], cg_i64(c, stride), "");
         off = LLVMBuildNSWAdd(c->b, off, term, "");
         stride *= shape[j];
     }
@@ -274,12 +269,7 @@ static LLVMValueRef eval(ew_nest *n, const ir_op *op, int node, LLVMValueRef *by
         /* Fused producer: evaluate its tree here, its result position j
          * being our index of label labels[j]. */
         const ir_op *prod = p->ops[def];
-        size_t nd = (size_t)(n->f->m->ndims ? n->f->m->ndims : 1);
-        LLVMValueRef *map = calloc(nd, sizeof *map);
-        if (!map) {
-            fputs("einc: out of memory\n", stderr);
-            exit(1);
-        }
+        LLVMValueRef *map = cg_calloc((size_t)n->f->m->ndims, sizeof *map);
         for (int j = 0; j < v->type.rank; j++)
             map[prod->u.ew.result_labels[j]] = bylabel[labels[j]];
         LLVMValueRef r = eval(n, prod, prod->u.ew.root, map);
@@ -296,12 +286,7 @@ static void nest(ew_nest *n, int level)
     const ir_op *op = n->root;
     int rank = op->result->type.rank;
     if (level == rank) {
-        size_t nd = (size_t)(n->f->m->ndims ? n->f->m->ndims : 1);
-        LLVMValueRef *bylabel = calloc(nd, sizeof *bylabel);
-        if (!bylabel) {
-            fputs("einc: out of memory\n", stderr);
-            exit(1);
-        }
+        LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
         for (int r = 0; r < rank; r++)
             bylabel[op->u.ew.result_labels[r]] = n->idx[r];
         LLVMValueRef v = eval(n, op, op->u.ew.root, bylabel);
@@ -318,11 +303,11 @@ static void nest(ew_nest *n, int level)
     LLVMValueRef phi = LLVMBuildPhi(c->b, c->t.i64, "i");
     n->idx[level] = phi;
     nest(n, level + 1);
-    LLVMValueRef next = LLVMBuildNUWAdd(c->b, phi, i64c(c, 1), "");
-    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, i64c(c, n->shape[level]), "");
+    LLVMValueRef next = LLVMBuildNUWAdd(c->b, phi, cg_i64(c, 1), "");
+    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, n->shape[level]), "");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
     LLVMBuildCondBr(c->b, more, loop, after);
-    LLVMValueRef inc[] = {i64c(c, 0), next};
+    LLVMValueRef inc[] = {cg_i64(c, 0), next};
     LLVMBasicBlockRef from[] = {pre, latch};
     LLVMAddIncoming(phi, inc, from, 2);
     LLVMMoveBasicBlockAfter(after, latch);

@@ -19,7 +19,7 @@
 
 #include "cg_internal.h"
 
-static void *xcalloc(size_t n, size_t size)
+void *cg_calloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);
     if (!p) {
@@ -60,12 +60,12 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
         nops++;
     p->nops = nops;
     p->nvalues = m->nvalues;
-    p->ops = xcalloc((size_t)nops, sizeof *p->ops);
-    p->fused_into = xcalloc((size_t)nops, sizeof(int));
-    p->def_index = xcalloc((size_t)m->nvalues, sizeof(int));
-    p->last_use = xcalloc((size_t)m->nvalues, sizeof(int));
-    p->out_index = xcalloc((size_t)m->nvalues, sizeof(int));
-    p->input_index = xcalloc((size_t)m->nvalues, sizeof(int));
+    p->ops = cg_calloc((size_t)nops, sizeof *p->ops);
+    p->fused_into = cg_calloc((size_t)nops, sizeof(int));
+    p->def_index = cg_calloc((size_t)m->nvalues, sizeof(int));
+    p->last_use = cg_calloc((size_t)m->nvalues, sizeof(int));
+    p->out_index = cg_calloc((size_t)m->nvalues, sizeof(int));
+    p->input_index = cg_calloc((size_t)m->nvalues, sizeof(int));
     fill(p->fused_into, nops, -1);
     fill(p->def_index, m->nvalues, -1);
     fill(p->last_use, m->nvalues, -1);
@@ -131,8 +131,8 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
         return -1;
 
     /* Uses: how many operand slots read each value, and the last reader. */
-    int *nuses = xcalloc((size_t)m->nvalues, sizeof(int));
-    int *reader = xcalloc((size_t)m->nvalues, sizeof(int));
+    int *nuses = cg_calloc((size_t)m->nvalues, sizeof(int));
+    int *reader = cg_calloc((size_t)m->nvalues, sizeof(int));
     fill(reader, m->nvalues, -1);
     for (i = 0; i < nops; i++)
         for (k = 0; k < p->ops[i]->noperands; k++) {

@@ -31,11 +31,6 @@ LLVMValueRef cg_const_string(cg_ctx *c, const char *s)
     return cg_const_global(c, str, "str");
 }
 
-static LLVMValueRef i32c(cg_ctx *c, int64_t v)
-{
-    return LLVMConstInt(c->t.i32, (unsigned long long)v, 1);
-}
-
 /* The rt_tensor_desc of a value of type `t` named `name`. */
 static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
                                 const ir_type *t, bool is_param)
@@ -57,13 +52,13 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
     }
     LLVMValueRef f[] = {
         cg_const_string(c, name),
-        i32c(c, (int)t->dtype),
-        i32c(c, t->rank),
+        cg_i32(c, (int)t->dtype),
+        cg_i32(c, t->rank),
         cg_const_i64s(c, global, t->rank, RT_MAX_RANK, 0),
         cg_const_i64s(c, local, t->rank, RT_MAX_RANK, 0),
         cg_const_i32s(c, naxes, t->rank, RT_MAX_RANK, 0),
         LLVMConstArray2(LLVMArrayType2(c->t.i32, RT_MAX_AXES), axes, RT_MAX_RANK),
-        i32c(c, is_param),
+        cg_i32(c, is_param),
     };
     return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
 }
@@ -80,13 +75,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
                              LLVMValueRef reference, const char *name, bool exported,
                              const cg_options *opts)
 {
-    int nin = p->ninputs > 0 ? p->ninputs : 1, nout = m->noutputs > 0 ? m->noutputs : 1;
-    LLVMValueRef *ins = calloc((size_t)nin, sizeof *ins);
-    LLVMValueRef *outs = calloc((size_t)nout, sizeof *outs);
-    if (!ins || !outs) {
-        fputs("einc: out of memory\n", stderr);
-        exit(1);
-    }
+    LLVMValueRef *ins = cg_calloc((size_t)p->ninputs, sizeof *ins);
+    LLVMValueRef *outs = cg_calloc((size_t)m->noutputs, sizeof *outs);
     for (int v = 0; v < m->nvalues; v++) {
         int k = p->input_index[v];
         if (k >= 0)
@@ -104,13 +94,13 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
     }
     const char *src = opts->source_name ? opts->source_name : m->filename;
     LLVMValueRef f[] = {
-        i32c(c, RT_ABI_VERSION),
-        i32c(c, m->mesh.naxes),
+        cg_i32(c, RT_ABI_VERSION),
+        cg_i32(c, m->mesh.naxes),
         LLVMConstArray2(c->t.i8, names, RT_MAX_AXES),
         LLVMConstArray2(c->t.i64, sizes, RT_MAX_AXES),
-        i32c(c, p->ninputs),
+        cg_i32(c, p->ninputs),
         desc_array(c, ins, p->ninputs, "inputs"),
-        i32c(c, m->noutputs),
+        cg_i32(c, m->noutputs),
         desc_array(c, outs, m->noutputs, "outputs"),
         run,
         reference ? reference : LLVMConstNull(c->t.ptr),

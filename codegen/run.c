@@ -47,12 +47,12 @@ LLVMValueRef cg_const_i32s(cg_ctx *c, const int32_t *v, int n, int len, int32_t 
     return LLVMConstArray2(c->t.i32, e, (uint64_t)len);
 }
 
-static LLVMValueRef i32c(cg_ctx *c, int64_t v)
+LLVMValueRef cg_i32(cg_ctx *c, int64_t v)
 {
     return LLVMConstInt(c->t.i32, (unsigned long long)v, 1);
 }
 
-static LLVMValueRef i64c(cg_ctx *c, int64_t v)
+LLVMValueRef cg_i64(cg_ctx *c, int64_t v)
 {
     return LLVMConstInt(c->t.i64, (unsigned long long)v, 1);
 }
@@ -73,20 +73,20 @@ static LLVMValueRef einsum_desc(cg_ctx *c, const ir_module *m, const ir_op *op, 
             for (int j = 0; j < rank; j++)
                 lab[j] = k == 2 ? op->u.einsum.result_labels[j] : op->u.einsum.labels[k][j];
         }
-        ranks[k] = i32c(c, rank);
+        ranks[k] = cg_i32(c, rank);
         shapes[k] = cg_const_i64s(c, shape, rank, RT_MAX_RANK, 0);
         labels[k] = cg_const_i32s(c, lab, rank, RT_MAX_RANK, 0);
     }
     LLVMTypeRef i64_rank = LLVMArrayType2(c->t.i64, RT_MAX_RANK);
     LLVMTypeRef i32_rank = LLVMArrayType2(c->t.i32, RT_MAX_RANK);
     LLVMValueRef f[] = {
-        i32c(c, (int)op->result->type.dtype),
-        i32c(c, op->noperands),
+        cg_i32(c, (int)op->result->type.dtype),
+        cg_i32(c, op->noperands),
         LLVMConstArray2(c->t.i32, ranks, 3),
         LLVMConstArray2(i64_rank, shapes, 3),
         LLVMConstArray2(i32_rank, labels, 3),
         LLVMConstReal(c->t.f64, op->u.einsum.scale),
-        i32c(c, id),
+        cg_i32(c, id),
     };
     return cg_const_global(c, LLVMConstNamedStruct(c->t.einsum_desc, f, sizeof f / sizeof f[0]),
                            "einsum_desc");
@@ -118,16 +118,16 @@ static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, in
     for (int a = 0; a < op->u.coll.naxes && a < RT_MAX_AXES; a++)
         axes[a] = op->u.coll.axes[a];
     LLVMValueRef f[] = {
-        i32c(c, kind),
-        i32c(c, (int)op->result->type.dtype),
-        i32c(c, op->u.coll.naxes),
+        cg_i32(c, kind),
+        cg_i32(c, (int)op->result->type.dtype),
+        cg_i32(c, op->u.coll.naxes),
         cg_const_i32s(c, axes, op->u.coll.naxes, RT_MAX_AXES, 0),
-        i32c(c, rank),
+        cg_i32(c, rank),
         cg_const_i64s(c, in_shape, rank, RT_MAX_RANK, 0),
         cg_const_i64s(c, out_shape, rank, RT_MAX_RANK, 0),
-        i32c(c, dim),
-        i32c(c, dim2),
-        i32c(c, id),
+        cg_i32(c, dim),
+        cg_i32(c, dim2),
+        cg_i32(c, id),
     };
     return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]),
                            "coll_desc");
@@ -136,14 +136,14 @@ static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, in
 /* Loads element `k` of the pointer array `arr`. */
 static LLVMValueRef load_ptr_at(cg_ctx *c, LLVMValueRef arr, int k, const char *name)
 {
-    LLVMValueRef idx = i64c(c, k);
+    LLVMValueRef idx = cg_i64(c, k);
     LLVMValueRef slot = LLVMBuildInBoundsGEP2(c->b, c->t.ptr, arr, &idx, 1, "");
     return LLVMBuildLoad2(c->b, c->t.ptr, slot, name);
 }
 
 static void call_mark(cg_ctx *c, cg_fn *f, LLVMValueRef fn, int id)
 {
-    LLVMValueRef args[] = {f->dev, i32c(c, id)};
+    LLVMValueRef args[] = {f->dev, cg_i32(c, id)};
     LLVMBuildCall2(c->b, c->rt.mark_ty, fn, args, 2, "");
 }
 
@@ -160,11 +160,7 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c->llctx, f.fn, "entry");
     LLVMPositionBuilderAtEnd(c->b, entry);
 
-    f.buf = calloc((size_t)(m->nvalues ? m->nvalues : 1), sizeof *f.buf);
-    if (!f.buf) {
-        fputs("einc: out of memory\n", stderr);
-        exit(1);
-    }
+    f.buf = cg_calloc((size_t)m->nvalues, sizeof *f.buf);
     for (int v = 0; v < m->nvalues; v++)
         if (p->input_index[v] >= 0)
             f.buf[v] = load_ptr_at(c, in, p->input_index[v], m->values[v]->tensor);
@@ -179,7 +175,7 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         if (p->out_index[res->id] >= 0) {
             dst = load_ptr_at(c, out, p->out_index[res->id], res->tensor);
         } else {
-            LLVMValueRef args[] = {f.dev, i64c(c, bytes)};
+            LLVMValueRef args[] = {f.dev, cg_i64(c, bytes)};
             dst = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, res->tensor);
         }
         f.buf[res->id] = dst;
@@ -223,7 +219,7 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         if (p->input_index[v->id] < 0 && p->out_index[v->id] == j)
             continue;
         LLVMValueRef dst = load_ptr_at(c, out, j, m->outputs[j].name);
-        LLVMBuildMemCpy(c->b, dst, 1, f.buf[v->id], 1, i64c(c, ir_local_bytes(m, &v->type)));
+        LLVMBuildMemCpy(c->b, dst, 1, f.buf[v->id], 1, cg_i64(c, ir_local_bytes(m, &v->type)));
     }
     LLVMBuildRetVoid(c->b);
     free(f.buf);
