@@ -1,0 +1,176 @@
+/*
+ * cost.h - the cost model: hardware profiles, collective and roofline
+ * formulas, the cost pass's report printers (--dump-cost, --explain).
+ *
+ * Every time is in seconds, every size in bytes, every rate in FLOP/s or
+ * bytes/s, and every quantity is PER DEVICE unless a name says "global".
+ * The formulas come from the seeds (/work/shared/seeds): seed 001 (sharded
+ * matmuls, collective costs), seed 000 (DP/FSDP critical batch) and
+ * DESIGN.md; docs/cost-model.md lists each one with its source and a worked
+ * example.
+ *
+ * A profile (struct cost_hw) is a plain value: loading fills it from a JSON
+ * file in hw/ and it owns no memory, so callers keep it on the stack or in
+ * their context struct and never free it.
+ */
+#ifndef EINC_COST_H
+#define EINC_COST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+/* Profile used when pass_ctx.hw is NULL (the seeds' running example chip). */
+#define COST_DEFAULT_HW "tpu-v5e"
+
+/* Longest profile name / path / message kept in a cost_hw. */
+#define COST_HW_NAME_MAX 64
+#define COST_HW_PATH_MAX 512
+
+/* When a mesh axis of a given size is a ring (has a wraparound link). */
+typedef enum cost_wrap_rule {
+    COST_WRAP_ALWAYS,           /* every axis closes (switch fabrics, shared memory) */
+    COST_WRAP_NEVER,            /* no axis closes: every axis is a line */
+    COST_WRAP_SIZE_EQUALS,      /* only an axis of exactly wrap_size chips (v5e: 16) */
+    COST_WRAP_SIZE_MULTIPLE_OF, /* an axis whose size is a multiple of wrap_size (v4p/v5p: 4) */
+} cost_wrap_rule;
+
+/* A hardware profile: one chip's figures, as read from hw/NAME.json. */
+typedef struct cost_hw {
+    char name[COST_HW_NAME_MAX];    /* "name" field, e.g. "tpu-v5e" */
+    char path[COST_HW_PATH_MAX];    /* file it was read from, for messages */
+    bool calibrated;                /* false when "status" is "uncalibrated" */
+    double peak_flops[3];           /* FLOP/s per ir_dtype (IR_F32, IR_F64, IR_BF16) */
+    double hbm_bytes;               /* device memory capacity, bytes */
+    double hbm_bw;                  /* device memory bandwidth, bytes/s */
+    double ici_oneway_bw;           /* one link, one direction, bytes/s */
+    double ici_bidi_bw;             /* one mesh axis with wraparound, both directions, bytes/s (W_ici) */
+    double ici_latency;             /* T_min: seconds per hop */
+    cost_wrap_rule wrap;            /* which axis sizes have wraparound */
+    int64_t wrap_size;              /* the size in COST_WRAP_SIZE_* rules, else 0 */
+    double dcn_bw;                  /* data-center network per chip, bytes/s (reported; axes are assumed on ICI) */
+} cost_hw;
+
+/* ---- profiles (cost_hw.c) ---- */
+
+/*
+ * Loads a profile.  `name_or_path` containing '/' or ending in ".json" is
+ * read as a file; otherwise it is a profile name looked up as NAME.json in
+ * the directory given by the environment variable EINC_HW_DIR, or else in
+ * the source tree's hw/ (the compile-time definition EINC_HW_DIR).
+ *
+ * Every figure must be present, a number and > 0 ("peak_flops" needs bf16,
+ * f32 and f64; "wraparound" needs a known "rule" and, for the size rules, a
+ * positive integer "size").  Fields ending in "source" are documentation and
+ * ignored.  On error returns -1, writes a one-line message naming the file
+ * and the field into `err` (size `errsize`) and leaves `hw` unspecified;
+ * returns 0 on success.
+ */
+int cost_hw_load(const char *name_or_path, cost_hw *hw, char *err, size_t errsize);
+
+/* Same, from JSON text already in memory; `origin` names it in messages. */
+int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, size_t errsize);
+
+/* Whether a mesh axis of `size` devices is a ring (has wraparound) under hw's rule. */
+bool cost_hw_axis_wraps(const cost_hw *hw, int64_t size);
+
+/* ---- formulas (cost_formula.c) ---- */
+
+/* Time and limiting term of one collective. */
+typedef struct cost_coll_time {
+    double t_latency;   /* seconds: T_min * hops along the longest path */
+    double t_bandwidth; /* seconds: bytes / available link bandwidth */
+    double time;        /* max of the two (seconds) */
+    ir_bound bound;     /* IR_BOUND_LATENCY or IR_BOUND_BANDWIDTH */
+    double crossover;   /* message size V (bytes) at which the two terms are equal */
+} cost_coll_time;
+
+/*
+ * AllGather (and ReduceScatter, the same cost) over the mesh axes of sizes
+ * `sizes[0..naxes-1]`.  `v` is the gathered per-device bytes (AllGather's
+ * result, ReduceScatter's operand).  Axes of size 1 take no part.
+ *
+ * Seed 001 ("AllGather ... how long", pop quiz 2):
+ *   with wraparound on every axis  T = max(T_min * sum|X_i| / 2, V / (W_ici * n_axes))
+ *   an axis without wraparound is a line: the one-way ring takes |X| - 1 hops
+ *   of V/|X| bytes at the one-way bandwidth, T = (|X|-1) * V / (|X| * W_1way).
+ * Several axes add their bandwidths and their hop counts.  `wrap_override`
+ * NULL uses the profile's rule, else wrap_override[i] says whether axis i
+ * wraps (used by --explain and tests to show the ideal ring).
+ */
+cost_coll_time cost_allgather_time(const cost_hw *hw, const int64_t *sizes, int naxes,
+                                   const bool *wrap_override, double v);
+
+/* AllReduce = ReduceScatter + AllGather: twice the AllGather time of the
+ * per-device bytes `v` (seed 001, "AllReduce is twice as expensive"). */
+cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int naxes,
+                                   const bool *wrap_override, double v);
+
+/*
+ * AllToAll of a value of `local_bytes` per device over the axes `sizes`
+ * (seed 001: T = V * max(A, B, ...) / (4 * N * W_ici) with V the bytes the N
+ * devices of the group hold together, so V / N = local_bytes).  An axis
+ * without wraparound counts double: cutting a line in the middle crosses one
+ * link instead of the ring's two (bisection argument, docs/cost-model.md).
+ * Latency: the farthest pair, |X|/2 hops on a ring and |X|-1 on a line.
+ */
+cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int naxes,
+                                  const bool *wrap_override, double local_bytes);
+
+/* ---- the pass (cost.c) ---- */
+
+/* The collective time of resharding op `op` (AllGather, ReduceScatter,
+ * AllReduce, AllToAll) with its message size: `*v` is the V of the formula
+ * used (gathered bytes for AllGather/ReduceScatter/AllReduce, per-device
+ * bytes for AllToAll).  Returns false for Slice and compute ops. */
+bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                       cost_coll_time *out, double *v);
+
+/* Peak FLOP/s of `hw` for dtype `t`. */
+double cost_peak_flops(const cost_hw *hw, ir_dtype t);
+
+/* Fills op->cost for one op of `m` (see pass_cost in pass.h and
+ * docs/cost-model.md for the formulas).  Never fails: an op kind it does not
+ * know gets flops 0 and the memory time of its operands and result. */
+void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op);
+
+/* Fills m->totals from the ops' costs (annotate every op first): the
+ * critical-path schedule of docs/cost-model.md, "Totals". */
+void cost_compute_totals(ir_module *m, const cost_hw *hw);
+
+/* Whether value `v` is a param or computed only by resharding params
+ * (Slice/AllGather/... chains of params): the collectives that make such
+ * values can run ahead, during earlier compute (seed 000, FSDP). */
+bool cost_value_is_param_derived(const ir_value *v);
+
+/* ---- reports (cost_report.c) ---- */
+
+/* --dump-cost: one row per op (value name, op, FLOPs, HBM bytes, comm
+ * bytes, compute/memory/comm/op time in microseconds, bound), then the
+ * totals.  Ops without a valid cost print "-". */
+void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw);
+
+/* --explain: for each contraction the per-device size of each free dim
+ * above which it is compute-bound against the collectives it needs, and for
+ * each collective whether it is latency- or bandwidth-bound and the message
+ * size where it switches.  Needs the cost pass to have run. */
+void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw);
+
+/*
+ * Critical per-device size of free dim `dim` (a dim id among op's result
+ * labels) for einsum `op`: the size above which op's compute time exceeds
+ * the time of the collectives it needs (those inserted for it, and the
+ * resharding chains that produce its operands).  Seed 000: for DP/FSDP this
+ * is B/X > C / W_ici (2550 on TPU v5p).  Returns the size (elements), 0 if
+ * op needs no collective, or -1 if the collectives' bytes grow with `dim`
+ * too (then the ratio does not depend on it) or op/dim do not qualify.
+ * The collectives counted are written into `colls` (up to `max`, may be
+ * NULL) and their number into `*ncolls` (may be NULL).
+ */
+double cost_critical_free_size(const ir_module *m, const ir_op *op, int dim,
+                               const ir_op **colls, int max, int *ncolls);
+
+#endif

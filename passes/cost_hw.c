@@ -1,0 +1,263 @@
+/*
+ * cost_hw.c - reading hardware profiles (hw/NAME.json) with cJSON.
+ *
+ * A profile is data, not code, so a user can add a chip or a calibration run
+ * can write one without rebuilding einc.  Every figure carries a "*_source"
+ * string beside it; the loader ignores those.  The loader is strict: a
+ * missing, non-numeric or non-positive figure is an error naming the file and
+ * the field, because a zero bandwidth would make every estimate infinite and
+ * a silently defaulted one would make it quietly wrong.
+ */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+
+/* The build points EINC_HW_DIR at the source tree's hw/ (passes/CMakeLists.txt). */
+#ifdef EINC_HW_DIR
+#define HW_DIR_DEFAULT EINC_HW_DIR
+#else
+#define HW_DIR_DEFAULT "hw"
+#endif
+
+/* Largest profile file accepted; real ones are ~3 KB. */
+#define MAX_PROFILE_BYTES (1 << 20)
+
+static void set_err(char *err, size_t errsize, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errsize, const char *fmt, ...)
+{
+    if (!err || errsize == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errsize, fmt, ap);
+    va_end(ap);
+}
+
+/* Reads field `key` of `obj` (described as `where` in messages) as a
+ * finite positive number. */
+static int get_positive(const cJSON *obj, const char *key, const char *where,
+                        const char *origin, double *out, char *err, size_t errsize)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!f) {
+        set_err(err, errsize, "%s: missing field \"%s%s\"", origin, where, key);
+        return -1;
+    }
+    if (!cJSON_IsNumber(f)) {
+        set_err(err, errsize, "%s: field \"%s%s\" must be a number", origin, where, key);
+        return -1;
+    }
+    double v = f->valuedouble;
+    if (!isfinite(v) || v <= 0) {
+        set_err(err, errsize, "%s: field \"%s%s\" must be > 0 (got %g)", origin, where, key, v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_wrap(const cJSON *root, const char *origin, cost_hw *hw,
+                      char *err, size_t errsize)
+{
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "wraparound");
+    if (!cJSON_IsObject(w)) {
+        set_err(err, errsize, "%s: missing object \"wraparound\" (with \"rule\")", origin);
+        return -1;
+    }
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(w, "rule");
+    if (!cJSON_IsString(rule)) {
+        set_err(err, errsize, "%s: \"wraparound.rule\" must be a string", origin);
+        return -1;
+    }
+    static const struct { const char *name; cost_wrap_rule rule; bool sized; } rules[] = {
+        {"always", COST_WRAP_ALWAYS, false},
+        {"never", COST_WRAP_NEVER, false},
+        {"size_equals", COST_WRAP_SIZE_EQUALS, true},
+        {"size_multiple_of", COST_WRAP_SIZE_MULTIPLE_OF, true},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        if (strcmp(rule->valuestring, rules[i].name) != 0)
+            continue;
+        hw->wrap = rules[i].rule;
+        hw->wrap_size = 0;
+        if (rules[i].sized) {
+            double s;
+            if (get_positive(w, "size", "wraparound.", origin, &s, err, errsize) < 0)
+                return -1;
+            if (s != floor(s) || s > 1e9) {
+                set_err(err, errsize, "%s: \"wraparound.size\" must be a whole number of chips (got %g)",
+                        origin, s);
+                return -1;
+            }
+            hw->wrap_size = (int64_t)s;
+        }
+        return 0;
+    }
+    set_err(err, errsize,
+            "%s: unknown \"wraparound.rule\" \"%s\" (expected always, never, size_equals or size_multiple_of)",
+            origin, rule->valuestring);
+    return -1;
+}
+
+int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, size_t errsize)
+{
+    memset(hw, 0, sizeof *hw);
+    if (!origin)
+        origin = "<profile>";
+    snprintf(hw->path, sizeof hw->path, "%s", origin);
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = at && at >= json ? (size_t)(at - json) : 0;
+        set_err(err, errsize, "%s: invalid JSON near byte %zu", origin, off);
+        return -1;
+    }
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        set_err(err, errsize, "%s: a profile must be a JSON object", origin);
+        goto out;
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0]) {
+        set_err(err, errsize, "%s: missing string field \"name\"", origin);
+        goto out;
+    }
+    snprintf(hw->name, sizeof hw->name, "%s", name->valuestring);
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(root, "status");
+    hw->calibrated = !(cJSON_IsString(status) && strcmp(status->valuestring, "uncalibrated") == 0);
+
+    const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
+    if (!cJSON_IsObject(peak)) {
+        set_err(err, errsize, "%s: missing object \"peak_flops\" (bf16, f32, f64 in FLOP/s)", origin);
+        goto out;
+    }
+    static const struct { const char *key; ir_dtype t; } dts[] = {
+        {"bf16", IR_BF16}, {"f32", IR_F32}, {"f64", IR_F64},
+    };
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+        if (get_positive(peak, dts[i].key, "peak_flops.", origin, &hw->peak_flops[dts[i].t],
+                         err, errsize) < 0)
+            goto out;
+
+    struct { const char *key; double *dst; } figs[] = {
+        {"hbm_bytes", &hw->hbm_bytes},
+        {"hbm_bandwidth", &hw->hbm_bw},
+        {"ici_oneway_bandwidth", &hw->ici_oneway_bw},
+        {"ici_bidi_bandwidth", &hw->ici_bidi_bw},
+        {"ici_latency", &hw->ici_latency},
+        {"dcn_bandwidth", &hw->dcn_bw},
+    };
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
+        if (get_positive(root, figs[i].key, "", origin, figs[i].dst, err, errsize) < 0)
+            goto out;
+    if (parse_wrap(root, origin, hw, err, errsize) < 0)
+        goto out;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer. */
+static char *read_file(const char *path, char *err, size_t errsize)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, errsize, "cannot open hardware profile '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(MAX_PROFILE_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        set_err(err, errsize, "%s: out of memory", path);
+        return NULL;
+    }
+    size_t n = fread(buf, 1, MAX_PROFILE_BYTES + 1, f);
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        set_err(err, errsize, "%s: read error", path);
+        return NULL;
+    }
+    if (n > MAX_PROFILE_BYTES) {
+        free(buf);
+        set_err(err, errsize, "%s: larger than %d bytes, not a hardware profile", path,
+                MAX_PROFILE_BYTES);
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        free(buf);
+        set_err(err, errsize, "%s: contains a NUL byte, not a JSON profile", path);
+        return NULL;
+    }
+    return buf;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+int cost_hw_load(const char *name_or_path, cost_hw *hw, char *err, size_t errsize)
+{
+    if (!name_or_path || !name_or_path[0]) {
+        set_err(err, errsize, "empty hardware profile name");
+        return -1;
+    }
+    char path[COST_HW_PATH_MAX];
+    if (strchr(name_or_path, '/') || ends_with(name_or_path, ".json")) {
+        if (snprintf(path, sizeof path, "%s", name_or_path) >= (int)sizeof path) {
+            set_err(err, errsize, "hardware profile path too long: %s", name_or_path);
+            return -1;
+        }
+    } else {
+        const char *dir = getenv("EINC_HW_DIR");
+        if (!dir || !dir[0])
+            dir = HW_DIR_DEFAULT;
+        if (snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path) >= (int)sizeof path) {
+            set_err(err, errsize, "hardware profile path too long: %s/%s.json", dir, name_or_path);
+            return -1;
+        }
+        FILE *probe = fopen(path, "rb");
+        if (!probe) {
+            set_err(err, errsize,
+                    "unknown hardware profile '%s': no file %s (profiles live in %s; "
+                    "set EINC_HW_DIR or pass a path to a .json file)",
+                    name_or_path, path, dir);
+            return -1;
+        }
+        fclose(probe);
+    }
+    char *text = read_file(path, err, errsize);
+    if (!text)
+        return -1;
+    int rc = cost_hw_parse(text, path, hw, err, errsize);
+    free(text);
+    return rc;
+}
+
+bool cost_hw_axis_wraps(const cost_hw *hw, int64_t size)
+{
+    switch (hw->wrap) {
+    case COST_WRAP_ALWAYS:
+        return true;
+    case COST_WRAP_NEVER:
+        return false;
+    case COST_WRAP_SIZE_EQUALS:
+        return size == hw->wrap_size;
+    case COST_WRAP_SIZE_MULTIPLE_OF:
+        return hw->wrap_size > 0 && size % hw->wrap_size == 0;
+    }
+    return false;
+}

@@ -1,0 +1,280 @@
+/*
+ * cost_report.c - what the cost model tells the user: --dump-cost's table
+ * and --explain's regime analysis.
+ *
+ * --explain answers the two questions the seeds teach one to ask of a
+ * sharded program:
+ *   1. Is this contraction compute-bound against the communication it needs?
+ *      Its FLOPs grow with each free dim while the bytes of a collective that
+ *      does not carry that dim stay fixed, so there is a per-device size n*
+ *      above which compute wins: n* = n * T_comm / T_compute.  For DP/FSDP
+ *      (seed 000) this is B/X > C / W_ici = 2550 on TPU v5p.
+ *   2. Is this collective latency- or bandwidth-bound?  The two terms of
+ *      seed 001's max() are equal at V* = T_min * hops * W_eff.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cost.h"
+
+static const char *bound_name(ir_bound b)
+{
+    switch (b) {
+    case IR_BOUND_COMPUTE: return "compute";
+    case IR_BOUND_MEMORY: return "memory";
+    case IR_BOUND_BANDWIDTH: return "bandwidth";
+    case IR_BOUND_LATENCY: return "latency";
+    case IR_BOUND_NONE: break;
+    }
+    return "-";
+}
+
+/* "12.3 MB" style, decimal units as the seeds write them. */
+static const char *human_bytes(double b, char *buf, size_t size)
+{
+    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
+    int u = 0;
+    while (fabs(b) >= 1000 && u < 4) {
+        b /= 1000;
+        u++;
+    }
+    snprintf(buf, size, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+static void print_mesh(FILE *out, const ir_module *m)
+{
+    fputc('{', out);
+    for (int i = 0; i < m->mesh.naxes; i++)
+        fprintf(out, "%s%c: %lld", i ? ", " : "", m->mesh.axes[i].name,
+                (long long)m->mesh.axes[i].size);
+    fputc('}', out);
+}
+
+static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const char *what)
+{
+    fprintf(out, "%s: %s (%s%s), mesh ", what, hw->name, hw->path,
+            hw->calibrated ? "" : ", UNCALIBRATED");
+    print_mesh(out, m);
+    fputc('\n', out);
+}
+
+void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
+{
+    print_header(out, m, hw, "cost");
+    fprintf(out, "%-16s %-13s %11s %11s %11s %11s %11s %11s %11s  %s\n", "value", "op", "FLOPs",
+            "HBM bytes", "comm bytes", "compute us", "memory us", "comm us", "time us", "bound");
+    for (const ir_op *op = m->first; op; op = op->next) {
+        char name[64] = "-";
+        if (op->result)
+            ir_value_name(op->result, name, sizeof name);
+        fprintf(out, "%-16s %-13s ", name, ir_op_name(op->kind));
+        const ir_cost *c = &op->cost;
+        if (!c->valid) {
+            fprintf(out, "%11s %11s %11s %11s %11s %11s %11s  -\n", "-", "-", "-", "-", "-", "-", "-");
+            continue;
+        }
+        fprintf(out, "%11.4g %11.4g %11.4g %11.4g %11.4g %11.4g %11.4g  %s\n", c->flops,
+                c->hbm_bytes, c->comm_bytes, c->t_compute * 1e6, c->t_memory * 1e6,
+                c->t_comm * 1e6, c->time * 1e6, bound_name(c->bound));
+    }
+    if (m->totals.valid)
+        fprintf(out,
+                "totals: step %.4g us, exposed communication %.4g us, MFU %.1f%% "
+                "(per device; param gathers overlapped with earlier compute)\n",
+                m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6,
+                m->totals.mfu * 100);
+    else
+        fprintf(out, "totals: - (the cost pass has not run)\n");
+}
+
+static bool is_collective(const ir_op *op)
+{
+    return ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE;
+}
+
+static bool type_has_dim(const ir_type *t, int dim)
+{
+    for (int d = 0; d < t->rank; d++)
+        if (t->dims[d] == dim)
+            return true;
+    return false;
+}
+
+/* The collectives einsum `op` needs: those inserted for it (provenance) and
+ * the resharding chains producing its operands.  Returns how many. */
+static int needed_collectives(const ir_module *m, const ir_op *op, const ir_op **out, int max)
+{
+    int n = 0;
+#define ADD(c)                                      \
+    do {                                            \
+        bool seen_ = false;                         \
+        for (int k_ = 0; k_ < n; k_++)              \
+            seen_ |= out[k_] == (c);                \
+        if (!seen_ && n < max)                      \
+            out[n++] = (c);                         \
+    } while (0)
+    for (const ir_op *o = m->first; o; o = o->next)
+        if (o->for_op == op && is_collective(o))
+            ADD(o);
+    for (int i = 0; i < op->noperands; i++) {
+        const ir_value *v = op->operands[i];
+        while (v && v->kind == IR_VAL_OP && v->def && ir_op_is_reshard(v->def->kind)) {
+            if (is_collective(v->def))
+                ADD(v->def);
+            v = v->def->noperands > 0 ? v->def->operands[0] : NULL;
+        }
+    }
+#undef ADD
+    return n;
+}
+
+double cost_critical_free_size(const ir_module *m, const ir_op *op, int dim,
+                               const ir_op **colls, int max, int *ncolls)
+{
+    const ir_op *buf[64];
+    int n = needed_collectives(m, op, buf, 64);
+    if (colls)
+        for (int i = 0; i < n && i < max; i++)
+            colls[i] = buf[i];
+    if (ncolls)
+        *ncolls = n;
+    if (op->kind != IR_OP_EINSUM || !op->result || !op->cost.valid)
+        return -1;
+    int pos = -1;
+    for (int d = 0; d < op->result->type.rank; d++)
+        if (op->u.einsum.result_labels[d] == dim)
+            pos = d;
+    if (pos < 0 || op->cost.t_compute <= 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    double t_comm = 0;
+    for (int i = 0; i < n; i++) {
+        const ir_op *c = buf[i];
+        if ((c->result && type_has_dim(&c->result->type, dim)) ||
+            (c->noperands > 0 && c->operands[0] && type_has_dim(&c->operands[0]->type, dim)))
+            return -1;
+        if (c->cost.valid)
+            t_comm += c->cost.t_comm;
+    }
+    double local = (double)ir_local_size(m, &op->result->type, pos);
+    return local * t_comm / op->cost.t_compute;
+}
+
+/* "Name = Einsum(A[..], B[..]) -> R[..]" with shardings. */
+static void print_op_line(FILE *out, const ir_module *m, const ir_op *op)
+{
+    char name[64], buf[256];
+    if (op->result) {
+        ir_value_name(op->result, name, sizeof name);
+        fprintf(out, "%s = ", ir_type_str(m, name, &op->result->type, buf, sizeof buf));
+    }
+    fprintf(out, "%s", ir_op_name(op->kind));
+    if (ir_op_is_reshard(op->kind)) {
+        char axes[16];
+        fprintf(out, "_%s", ir_axes_str(&m->mesh, op->u.coll.axes, op->u.coll.naxes, axes, sizeof axes));
+    }
+    fputc('(', out);
+    for (int i = 0; i < op->noperands; i++) {
+        if (!op->operands[i])
+            continue;
+        ir_value_name(op->operands[i], name, sizeof name);
+        fprintf(out, "%s%s", i ? ", " : "", ir_type_str(m, name, &op->operands[i]->type, buf, sizeof buf));
+    }
+    fprintf(out, ")\n");
+}
+
+static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
+{
+    print_op_line(out, m, op);
+    const ir_cost *c = &op->cost;
+    ir_dtype t = op->result->type.dtype;
+    fprintf(out, "  compute %.4g us (%.4g FLOP at %.4g FLOP/s %s), memory %.4g us: %s-bound on its own\n",
+            c->t_compute * 1e6, c->flops, cost_peak_flops(hw, t), ir_dtype_name(t), c->t_memory * 1e6,
+            bound_name(c->bound));
+    const ir_op *colls[64];
+    int n = 0;
+    cost_critical_free_size(m, op, -1, colls, 64, &n);
+    if (n == 0) {
+        fprintf(out, "  needs no collective under this sharding\n");
+        return;
+    }
+    double t_comm = 0;
+    fprintf(out, "  needs");
+    for (int i = 0; i < n && i < 64; i++) {
+        char name[64];
+        ir_value_name(colls[i]->result, name, sizeof name);
+        fprintf(out, "%s %s (%s, %.4g us)", i ? "," : "", name, ir_op_name(colls[i]->kind),
+                colls[i]->cost.t_comm * 1e6);
+        t_comm += colls[i]->cost.t_comm;
+    }
+    fprintf(out, ": %.4g us of communication against %.4g us of compute -> %s-bound\n",
+            t_comm * 1e6, c->t_compute * 1e6, t_comm > c->t_compute ? "communication" : "compute");
+    for (int d = 0; d < op->result->type.rank; d++) {
+        int dim = op->u.einsum.result_labels[d];
+        const char *dn = m->dims[dim].name;
+        double now = (double)ir_local_size(m, &op->result->type, d);
+        double crit = cost_critical_free_size(m, op, dim, NULL, 0, NULL);
+        if (crit < 0)
+            fprintf(out, "  free dim %s: the collectives grow with %s too; the ratio does not depend on it\n",
+                    dn, dn);
+        else
+            fprintf(out, "  free dim %s: compute-bound when per-device %s > %.4g (now %.0f%s)\n", dn, dn,
+                    crit, now, now > crit ? ", compute-bound" : ", communication-bound");
+    }
+}
+
+static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
+{
+    print_op_line(out, m, op);
+    cost_coll_time ct;
+    double v;
+    if (!cost_op_coll_time(m, hw, op, &ct, &v))
+        return;
+    int rings = 0, lines = 0;
+    for (int i = 0; i < op->u.coll.naxes; i++) {
+        int a = op->u.coll.axes[i];
+        if (a < 0 || a >= m->mesh.naxes || m->mesh.axes[a].size <= 1)
+            continue;
+        if (cost_hw_axis_wraps(hw, m->mesh.axes[a].size))
+            rings++;
+        else
+            lines++;
+    }
+    char vb[32], xb[32];
+    fprintf(out, "  %s-bound: %.4g us (latency term %.4g us, bandwidth term %.4g us), V = %s",
+            bound_name(ct.bound), ct.time * 1e6, ct.t_latency * 1e6, ct.t_bandwidth * 1e6,
+            human_bytes(v, vb, sizeof vb));
+    fprintf(out, " over %d ring axis(es) and %d axis(es) without wraparound\n", rings, lines);
+    if (ct.crossover > 0)
+        fprintf(out, "  switches to %s-bound %s V = %s\n",
+                ct.bound == IR_BOUND_BANDWIDTH ? "latency" : "bandwidth",
+                ct.bound == IR_BOUND_BANDWIDTH ? "below" : "above",
+                human_bytes(ct.crossover, xb, sizeof xb));
+    if (op->reason)
+        fprintf(out, "  inserted because: %s\n", op->reason);
+}
+
+void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
+{
+    print_header(out, m, hw, "explain");
+    fprintf(out, "  C(bf16) = %.4g FLOP/s, W_hbm = %.4g B/s, W_ici = %.4g B/s bidirectional "
+                 "(%.4g one-way), T_min = %.4g us; ICI intensity C/W_ici = %.4g\n",
+            hw->peak_flops[IR_BF16], hw->hbm_bw, hw->ici_bidi_bw, hw->ici_oneway_bw,
+            hw->ici_latency * 1e6, hw->peak_flops[IR_BF16] / hw->ici_bidi_bw);
+    int shown = 0;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (!op->cost.valid)
+            continue;
+        if (op->kind == IR_OP_EINSUM && op->result) {
+            explain_einsum(out, m, hw, op);
+            shown++;
+        } else if (is_collective(op)) {
+            explain_collective(out, m, hw, op);
+            shown++;
+        }
+    }
+    if (!shown)
+        fprintf(out, "  nothing to explain (no einsum or collective with a cost; run the cost pass first)\n");
+}

@@ -1,0 +1,175 @@
+/*
+ * test_cost_formula.c - the collective formulas against the seeds' worked
+ * numbers (seed 001 pop quiz 2, questions 2 and 3; the AllToAll and
+ * AllReduce rules).  Each expected number is the seed's, checked within 2%.
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "cost.h"
+#include "cunit_main.h"
+#include "test_util.h"
+
+
+/* Seed 001 pop quiz 2: AllGather_Y([E_Y, F]) -> [E, F], bf16, E = 2048,
+ * F = 8192, TPU v5e mesh {X: 8, Y: 4}.  With a full bidirectional ring the
+ * answer is V / W_ici = 34e6 / 9e10 = 377 us. */
+static void test_popquiz2_bidirectional(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    int64_t sizes[] = {4};
+    bool wrap[] = {true};
+    double v = 2048.0 * 8192 * 2; /* gathered bytes per device */
+    cost_coll_time t = cost_allgather_time(&hw, sizes, 1, wrap, v);
+    ASSERT_NEAR2(t.time, 377e-6);
+    CU_ASSERT_EQUAL(t.bound, IR_BOUND_BANDWIDTH);
+    /* "the latency bound is about 3us, nowhere near": a ring of 4 has 2 hops */
+    ASSERT_NEAR2(t.t_latency, 2e-6);
+}
+
+/* Same quiz, what the v5e really does: no wraparound on an axis of 4, so
+ * 3 one-way hops of 8.4 MB: 3 * 8.4e6 / 4.5e10 = 560 us. */
+static void test_popquiz2_no_wraparound(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    CU_ASSERT_FALSE(cost_hw_axis_wraps(&hw, 4));
+    CU_ASSERT_FALSE(cost_hw_axis_wraps(&hw, 8));
+    CU_ASSERT_TRUE(cost_hw_axis_wraps(&hw, 16));
+    int64_t sizes[] = {4};
+    double v = 2048.0 * 8192 * 2;
+    cost_coll_time t = cost_allgather_time(&hw, sizes, 1, NULL, v);
+    ASSERT_NEAR2(t.time, 560e-6);
+    CU_ASSERT_EQUAL(t.bound, IR_BOUND_BANDWIDTH);
+    ASSERT_NEAR2(t.t_latency, 3e-6);
+}
+
+/* Pop quiz 2 part 2: E = F = 256, each shard 32 kB: latency-bound, 3 hops
+ * of 1 us = 3 us. */
+static void test_popquiz2_latency_bound(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    int64_t sizes[] = {4};
+    double v = 256.0 * 256 * 2;
+    cost_coll_time t = cost_allgather_time(&hw, sizes, 1, NULL, v);
+    CU_ASSERT_EQUAL(t.bound, IR_BOUND_LATENCY);
+    ASSERT_NEAR2(t.time, 3e-6);
+    CU_ASSERT(t.t_bandwidth < t.t_latency);
+}
+
+/* Seed 001 question 2, TPU v4p 4x4x4 (every axis wraps), B = 1024,
+ * D = 4096, bf16: AllGather_X([B_X, D_Y]) = 23 us, AllGather_XY = 46 us,
+ * AllReduce_Z([B_X, D_Y]{U_Z}) = 11.6 us. */
+static void test_question2_v4p(void)
+{
+    cost_hw hw = test_load_hw("tpu-v4");
+    CU_ASSERT_TRUE(cost_hw_axis_wraps(&hw, 4));
+    CU_ASSERT_FALSE(cost_hw_axis_wraps(&hw, 6));
+    double bd2 = 2.0 * 1024 * 4096;
+    int64_t x[] = {4}, xy[] = {4, 4}, z[] = {4};
+    ASSERT_NEAR2(cost_allgather_time(&hw, x, 1, NULL, bd2 / 4).time, 23e-6);
+    ASSERT_NEAR2(cost_allgather_time(&hw, xy, 2, NULL, bd2).time, 46e-6);
+    ASSERT_NEAR2(cost_allreduce_time(&hw, z, 1, NULL, bd2 / 16).time, 11.6e-6);
+}
+
+/* Seed 001 question 3: AllGather_X([B_X]) with B = 128 bf16 on v4p: 64
+ * bytes per device, latency-bound, 2 hops = 2 us. */
+static void test_question3_latency(void)
+{
+    cost_hw hw = test_load_hw("tpu-v4");
+    int64_t x[] = {4};
+    cost_coll_time t = cost_allgather_time(&hw, x, 1, NULL, 256);
+    CU_ASSERT_EQUAL(t.bound, IR_BOUND_LATENCY);
+    ASSERT_NEAR2(t.time, 2e-6);
+}
+
+/* AllReduce = 2 x AllGather of the same bytes, in both regimes and with
+ * and without wraparound. */
+static void test_allreduce_twice_allgather(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    int64_t shapes[][2] = {{4, 1}, {16, 1}, {8, 16}, {2, 4}};
+    double vs[] = {64, 4.5e4, 1e6, 3.3e7, 1e9};
+    for (int s = 0; s < 4; s++)
+        for (int i = 0; i < 5; i++) {
+            cost_coll_time ag = cost_allgather_time(&hw, shapes[s], 2, NULL, vs[i]);
+            cost_coll_time ar = cost_allreduce_time(&hw, shapes[s], 2, NULL, vs[i]);
+            CU_ASSERT_DOUBLE_EQUAL(ar.time, 2 * ag.time, 1e-12 * ag.time);
+            CU_ASSERT_EQUAL(ar.bound, ag.bound);
+        }
+}
+
+/* Seed 001: AllToAll = V * max(A, B, ...) / (4 N W_ici); on a 1D ring
+ * that is a quarter of an AllGather of the same array. */
+static void test_alltoall(void)
+{
+    cost_hw h100 = test_load_hw("h100"); /* every axis wraps */
+    double local = 1 << 24;
+    int64_t ring[] = {8};
+    cost_coll_time a2a = cost_alltoall_time(&h100, ring, 1, NULL, local);
+    cost_coll_time ag = cost_allgather_time(&h100, ring, 1, NULL, local * 8);
+    ASSERT_NEAR2(a2a.t_bandwidth, ag.t_bandwidth / 4);
+    ASSERT_NEAR2(a2a.time, local * 8 * 8 / (4 * 8 * h100.ici_bidi_bw));
+    /* 2D: the largest axis sets the cost, V = local * N. */
+    int64_t mesh2[] = {4, 16};
+    double n = 64, v = local * n;
+    cost_coll_time t2 = cost_alltoall_time(&h100, mesh2, 2, NULL, local);
+    ASSERT_NEAR2(t2.t_bandwidth, v * 16 / (4 * n * h100.ici_bidi_bw));
+    /* A line (v5e, axis of 8) has half the bisection of a ring: twice as long. */
+    cost_hw v5e = test_load_hw("tpu-v5e");
+    bool wrap[] = {true};
+    cost_coll_time line = cost_alltoall_time(&v5e, ring, 1, NULL, local);
+    cost_coll_time closed = cost_alltoall_time(&v5e, ring, 1, wrap, local);
+    ASSERT_NEAR2(line.t_bandwidth, 2 * closed.t_bandwidth);
+}
+
+/* Several axes: bandwidths add (V / (W_ici * n_axes)), hops add
+ * (T_min * sum |X_i| / 2).  v5e 16x16 has wraparound on both axes. */
+static void test_multi_axis(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    int64_t sizes[] = {16, 16};
+    double v = 1e8;
+    cost_coll_time t = cost_allgather_time(&hw, sizes, 2, NULL, v);
+    ASSERT_NEAR2(t.t_bandwidth, v / (2 * 9e10));
+    ASSERT_NEAR2(t.t_latency, 1e-6 * 32 / 2);
+    /* Axes of size 1 move nothing. */
+    int64_t one[] = {1};
+    cost_coll_time z = cost_allgather_time(&hw, one, 1, NULL, v);
+    CU_ASSERT_EQUAL(z.time, 0);
+}
+
+/* The crossover: the two terms meet at V*; 4.5e10 * 1 us = 45 kB per hop
+ * on v5e (seed 001, "buffers under 45kB are latency-bound"). */
+static void test_crossover(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    int64_t sizes[] = {16};
+    cost_coll_time t = cost_allgather_time(&hw, sizes, 1, NULL, 1e6);
+    double vstar = t.crossover;
+    /* ring of 16: 8 hops at 9e10 bidirectional: 8 * 1us * 9e10 = 720 kB,
+     * i.e. 45 kB per device shard (720 kB / 16). */
+    ASSERT_NEAR2(vstar, 720e3);
+    ASSERT_NEAR2(vstar / 16, 45e3);
+    cost_coll_time below = cost_allgather_time(&hw, sizes, 1, NULL, 0.9 * vstar);
+    cost_coll_time above = cost_allgather_time(&hw, sizes, 1, NULL, 1.1 * vstar);
+    CU_ASSERT_EQUAL(below.bound, IR_BOUND_LATENCY);
+    CU_ASSERT_EQUAL(above.bound, IR_BOUND_BANDWIDTH);
+    cost_coll_time at = cost_allgather_time(&hw, sizes, 1, NULL, vstar);
+    CU_ASSERT_DOUBLE_EQUAL(at.t_latency, at.t_bandwidth, 1e-9 * at.t_latency);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"popquiz2 bidirectional ring 377us", test_popquiz2_bidirectional},
+        {"popquiz2 v5e without wraparound 560us", test_popquiz2_no_wraparound},
+        {"popquiz2 latency-bound 3us", test_popquiz2_latency_bound},
+        {"question2 v4p 23/46/11.6us", test_question2_v4p},
+        {"question3 latency-bound 2us", test_question3_latency},
+        {"AllReduce = 2 x AllGather", test_allreduce_twice_allgather},
+        {"AllToAll formula", test_alltoall},
+        {"several axes", test_multi_axis},
+        {"latency/bandwidth crossover", test_crossover},
+    };
+    einc_add_suite("cost formulas", tests, (int)(sizeof tests / sizeof tests[0]));
+}

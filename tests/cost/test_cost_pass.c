@@ -1,0 +1,402 @@
+/*
+ * test_cost_pass.c - the cost pass on small hand-built IR modules: per-op
+ * FLOPs, bytes, roofline bound, collective times in context, the totals'
+ * overlap of param gathers (seed 000 FSDP), the critical per-device batch
+ * (seed 000: 2550 on TPU v5p) and the two reports.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "cunit_main.h"
+#include "test_util.h"
+#include "pass.h"
+
+#define ASSERT_CLOSE(got, want) CU_ASSERT(fabs((got) - (want)) <= 1e-9 * fabs(want) + 1e-15)
+
+/* A value of `rank` dims; shard[d] is the mesh axis sharding dim d or -1;
+ * `unreduced` a set of axes. */
+static ir_value *val(ir_module *m, const char *name, ir_value_kind kind, ir_dtype dt, int rank,
+                     const int *dims, const int *shard, ir_axes unreduced)
+{
+    ir_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.rank = rank;
+    t.sh = ir_sharding_replicated();
+    for (int d = 0; d < rank; d++) {
+        t.dims[d] = dims[d];
+        if (shard && shard[d] >= 0)
+            ir_sharding_push(&t.sh, d, shard[d]);
+    }
+    t.sh.unreduced = unreduced;
+    return ir_value_new(m, name, kind, &t, 0);
+}
+
+/* Appends a resharding op over one axis. */
+static ir_op *reshard(ir_module *m, ir_op_kind kind, ir_value *in, ir_value *out, int axis, int dim,
+                      int dim2)
+{
+    ir_op *op = ir_op_new(m, kind, 1, &in, out, 0);
+    op->u.coll.naxes = 1;
+    op->u.coll.axes[0] = (int8_t)axis;
+    op->u.coll.dim = dim;
+    op->u.coll.dim2 = dim2;
+    ir_op_append(m, op);
+    return op;
+}
+
+/* Appends a binary einsum whose labels are the values' own dims. */
+static ir_op *einsum(ir_module *m, ir_value *a, ir_value *b, ir_value *out)
+{
+    ir_value *ops[2] = {a, b};
+    ir_op *op = ir_op_new(m, IR_OP_EINSUM, 2, ops, out, 0);
+    for (int i = 0; i < 2; i++)
+        for (int d = 0; d < ops[i]->type.rank; d++)
+            op->u.einsum.labels[i][d] = ops[i]->type.dims[d];
+    for (int d = 0; d < out->type.rank; d++)
+        op->u.einsum.result_labels[d] = out->type.dims[d];
+    ir_op_append(m, op);
+    return op;
+}
+
+static int run_cost(ir_module *m, const cost_hw *hw)
+{
+    pass_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.hw = hw;
+    return pass_cost(&ctx, m);
+}
+
+/* In[B_X, D] . W[D, F] -> Out[B_X, F], bf16 on v5e {X: 4}. */
+static void matmul_case(int64_t b_local, ir_op **op_out, ir_module **m_out)
+{
+    ir_module *m = ir_module_new("t.ein");
+    int X = ir_mesh_add_axis(m, 'X', 4, 0);
+    int B = ir_dim_add(m, "B", 4 * b_local, 0), D = ir_dim_add(m, "D", 8192, 0),
+        F = ir_dim_add(m, "F", 8192, 0);
+    ir_value *in = val(m, "In", IR_VAL_INPUT, IR_BF16, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_value *w = val(m, "W", IR_VAL_PARAM, IR_BF16, 2, (int[]){D, F}, NULL, 0);
+    ir_value *out = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){X, -1}, 0);
+    *op_out = einsum(m, in, w, out);
+    *m_out = m;
+}
+
+/* FLOPs = 2 * B/X * D * F; bytes = both operands + result; the roofline
+ * turns at B ~ C / W_hbm = 243 on v5e (seed 002: 240). */
+static void test_einsum_roofline(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    ir_module *m;
+    ir_op *op;
+    matmul_case(1024, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    ASSERT_CLOSE(op->cost.flops, 2.0 * 1024 * 8192 * 8192);
+    ASSERT_CLOSE(op->cost.hbm_bytes, 2.0 * (1024 * 8192 + 8192.0 * 8192 + 1024 * 8192));
+    ASSERT_CLOSE(op->cost.t_compute, op->cost.flops / 1.97e14);
+    ASSERT_CLOSE(op->cost.t_memory, op->cost.hbm_bytes / 8.1e11);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_COMPUTE);
+    ASSERT_CLOSE(op->cost.time, op->cost.t_compute);
+    CU_ASSERT_EQUAL(op->cost.comm_bytes, 0);
+    ir_module_free(m);
+
+    matmul_case(128, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_MEMORY);
+    ASSERT_CLOSE(op->cost.time, op->cost.t_memory);
+    ir_module_free(m);
+
+    matmul_case(512, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_COMPUTE);
+    ir_module_free(m);
+}
+
+/* Elementwise: arithmetic nodes * elements, memory-bound. */
+static void test_elementwise(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    ir_module *m = ir_module_new("t.ein");
+    int X = ir_mesh_add_axis(m, 'X', 2, 0);
+    int B = ir_dim_add(m, "B", 1024, 0), D = ir_dim_add(m, "D", 512, 0);
+    ir_value *a = val(m, "A", IR_VAL_INPUT, IR_F32, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_value *b = val(m, "Bv", IR_VAL_INPUT, IR_F32, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_value *out = val(m, "Out", IR_VAL_OP, IR_F32, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_value *ops[2] = {a, b};
+    ir_op *op = ir_op_new(m, IR_OP_ELEMENTWISE, 2, ops, out, 0);
+    /* exp(A) * B */
+    ir_ew_node *n = ir_alloc(&m->arena, 4 * sizeof *n);
+    n[0] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    n[1] = (ir_ew_node){.kind = IR_EW_CALL, .a = 0, .fn = IR_FN_EXP};
+    n[2] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 1};
+    n[3] = (ir_ew_node){.kind = IR_EW_MUL, .a = 1, .b = 2};
+    op->u.ew.nodes = n;
+    op->u.ew.nnodes = 4;
+    op->u.ew.root = 3;
+    for (int i = 0; i < 2; i++) {
+        op->u.ew.labels[i][0] = B;
+        op->u.ew.labels[i][1] = D;
+    }
+    op->u.ew.result_labels[0] = B;
+    op->u.ew.result_labels[1] = D;
+    ir_op_append(m, op);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    double elems = 512.0 * 512;
+    ASSERT_CLOSE(op->cost.flops, 2 * elems);
+    ASSERT_CLOSE(op->cost.hbm_bytes, 3 * elems * 4);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_MEMORY);
+    ir_module_free(m);
+}
+
+/* Seed 001 pop quiz 2 through the pass: AllGather_Y(A[E_Y, F]) on v5e
+ * {X: 8, Y: 4}, no wraparound on Y: 560 us; with no profile in the
+ * context the pass loads tpu-v5e itself. */
+static void test_pass_popquiz2(void)
+{
+    for (int with_hw = 0; with_hw < 2; with_hw++) {
+        cost_hw hw = test_load_hw("tpu-v5e");
+        ir_module *m = ir_module_new("t.ein");
+        ir_mesh_add_axis(m, 'X', 8, 0);
+        int Y = ir_mesh_add_axis(m, 'Y', 4, 0);
+        int E = ir_dim_add(m, "E", 2048, 0), F = ir_dim_add(m, "F", 8192, 0);
+        ir_value *a = val(m, "A", IR_VAL_INPUT, IR_BF16, 2, (int[]){E, F}, (int[]){Y, -1}, 0);
+        ir_value *g = val(m, "A", IR_VAL_OP, IR_BF16, 2, (int[]){E, F}, NULL, 0);
+        ir_op *op = reshard(m, IR_OP_ALLGATHER, a, g, Y, 0, -1);
+        CU_ASSERT_EQUAL_FATAL(run_cost(m, with_hw ? &hw : NULL), 0);
+        CU_ASSERT_TRUE(op->cost.valid);
+        ASSERT_NEAR2(op->cost.time, 560e-6);
+        ASSERT_CLOSE(op->cost.t_comm, op->cost.time);
+        CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_BANDWIDTH);
+        /* each device sends the 3 shards it did not own */
+        ASSERT_CLOSE(op->cost.comm_bytes, 2048.0 * 8192 * 2 * 3 / 4);
+        CU_ASSERT_EQUAL(op->cost.flops, 0);
+        /* a lone collective is all exposed */
+        ASSERT_CLOSE(m->totals.step_time, op->cost.time);
+        ASSERT_CLOSE(m->totals.exposed_comm_time, op->cost.time);
+        CU_ASSERT_EQUAL(m->totals.mfu, 0);
+        ir_module_free(m);
+    }
+}
+
+/* Latency-bound in context: a 64-byte shard. */
+static void test_pass_latency_bound(void)
+{
+    cost_hw hw = test_load_hw("tpu-v4");
+    ir_module *m = ir_module_new("t.ein");
+    int X = ir_mesh_add_axis(m, 'X', 4, 0);
+    int B = ir_dim_add(m, "B", 128, 0);
+    ir_value *a = val(m, "A", IR_VAL_INPUT, IR_BF16, 1, (int[]){B}, (int[]){X}, 0);
+    ir_value *g = val(m, "A", IR_VAL_OP, IR_BF16, 1, (int[]){B}, NULL, 0);
+    ir_op *op = reshard(m, IR_OP_ALLGATHER, a, g, X, 0, -1);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_LATENCY);
+    ASSERT_NEAR2(op->cost.time, 2e-6);
+    ir_module_free(m);
+}
+
+/* ReduceScatter, AllReduce and AllToAll use the right V; Slice is a copy. */
+static void test_pass_other_collectives(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p"); /* X = 8 wraps (multiple of 4) */
+    ir_module *m = ir_module_new("t.ein");
+    int X = ir_mesh_add_axis(m, 'X', 8, 0);
+    int I = ir_dim_add(m, "I", 4096, 0), K = ir_dim_add(m, "K", 2048, 0);
+    ir_value *u = val(m, "C", IR_VAL_INPUT, IR_BF16, 2, (int[]){I, K}, NULL, 1u << X);
+    ir_value *rs = val(m, "C", IR_VAL_OP, IR_BF16, 2, (int[]){I, K}, (int[]){-1, X}, 0);
+    ir_value *ar = val(m, "C", IR_VAL_OP, IR_BF16, 2, (int[]){I, K}, NULL, 0);
+    ir_value *a2a = val(m, "C", IR_VAL_OP, IR_BF16, 2, (int[]){I, K}, (int[]){X, -1}, 0);
+    ir_value *sl = val(m, "C", IR_VAL_OP, IR_BF16, 2, (int[]){I, K}, (int[]){-1, X}, 0);
+    ir_op *op_rs = reshard(m, IR_OP_REDUCESCATTER, u, rs, X, 1, -1);
+    ir_op *op_ar = reshard(m, IR_OP_ALLREDUCE, u, ar, X, -1, -1);
+    ir_op *op_a2a = reshard(m, IR_OP_ALLTOALL, rs, a2a, X, 1, 0);
+    ir_op *op_sl = reshard(m, IR_OP_SLICE, ar, sl, X, 1, -1);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    double full = 4096.0 * 2048 * 2;
+    ASSERT_NEAR2(op_rs->cost.time, full / 1.8e11);
+    CU_ASSERT_EQUAL(op_rs->cost.bound, IR_BOUND_BANDWIDTH);
+    ASSERT_CLOSE(op_ar->cost.time, 2 * op_rs->cost.time);
+    ASSERT_CLOSE(op_ar->cost.comm_bytes, 2 * op_rs->cost.comm_bytes);
+    /* AllToAll of full/8 per device on a ring of 8: V/(4 W) with V = full */
+    ASSERT_NEAR2(op_a2a->cost.time, full / (4 * 1.8e11));
+    ASSERT_CLOSE(op_a2a->cost.comm_bytes, full / 8 * 7 / 8);
+    CU_ASSERT_EQUAL(op_sl->cost.comm_bytes, 0);
+    ASSERT_CLOSE(op_sl->cost.time, 2 * (full / 8) / 2.8e12);
+    CU_ASSERT_EQUAL(op_sl->cost.bound, IR_BOUND_MEMORY);
+    /* Everything derives from an input: all serial, all exposed but the Slice. */
+    double serial = op_rs->cost.time + op_ar->cost.time + op_a2a->cost.time + op_sl->cost.time;
+    ASSERT_CLOSE(m->totals.step_time, serial);
+    ASSERT_CLOSE(m->totals.exposed_comm_time, serial - op_sl->cost.time);
+    ir_module_free(m);
+}
+
+/* FSDP layer (seed 000): Win[D_X, F] and Wout[F, D_X] are params gathered
+ * before use.  The first gather has no compute before it and is exposed;
+ * the second hides under the first matmul.  With the weights as inputs
+ * instead, everything serialises. */
+static void fsdp_layer(bool params, ir_module **mo, ir_op **ops)
+{
+    ir_module *m = ir_module_new("fsdp.ein");
+    int X = ir_mesh_add_axis(m, 'X', 8, 0);
+    int B = ir_dim_add(m, "B", 8 * 8192, 0), D = ir_dim_add(m, "D", 4096, 0),
+        F = ir_dim_add(m, "F", 16384, 0);
+    ir_value_kind wk = params ? IR_VAL_PARAM : IR_VAL_INPUT;
+    ir_value *in = val(m, "In", IR_VAL_INPUT, IR_BF16, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_value *win = val(m, "Win", wk, IR_BF16, 2, (int[]){D, F}, (int[]){X, -1}, 0);
+    ir_value *wout = val(m, "Wout", wk, IR_BF16, 2, (int[]){F, D}, (int[]){-1, X}, 0);
+    ir_value *win_g = val(m, "Win", IR_VAL_OP, IR_BF16, 2, (int[]){D, F}, NULL, 0);
+    ir_value *tmp = val(m, "Tmp", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){X, -1}, 0);
+    ir_value *wout_g = val(m, "Wout", IR_VAL_OP, IR_BF16, 2, (int[]){F, D}, NULL, 0);
+    ir_value *out = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ops[0] = reshard(m, IR_OP_ALLGATHER, win, win_g, X, 0, -1);
+    ops[1] = einsum(m, in, win_g, tmp);
+    ops[2] = reshard(m, IR_OP_ALLGATHER, wout, wout_g, X, 1, -1);
+    ops[3] = einsum(m, tmp, wout_g, out);
+    *mo = m;
+}
+
+static void test_totals_overlap(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    ir_module *m;
+    ir_op *o[4];
+    fsdp_layer(true, &m, o);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    double ag1 = o[0]->cost.time, e1 = o[1]->cost.time, ag2 = o[2]->cost.time, e2 = o[3]->cost.time;
+    CU_ASSERT_FATAL(e1 > ag2); /* per-device batch 8192 > 2550: compute-bound */
+    CU_ASSERT_TRUE(cost_value_is_param_derived(o[0]->result));
+    CU_ASSERT_FALSE(cost_value_is_param_derived(o[1]->result));
+    CU_ASSERT_TRUE(m->totals.valid);
+    ASSERT_CLOSE(m->totals.step_time, ag1 + e1 + e2);
+    ASSERT_CLOSE(m->totals.exposed_comm_time, ag1);
+    double busy = (o[1]->cost.flops + o[3]->cost.flops) / 4.59e14;
+    ASSERT_CLOSE(m->totals.mfu, busy / m->totals.step_time);
+    CU_ASSERT(m->totals.mfu > 0.5 && m->totals.mfu <= 1.0);
+    ir_module_free(m);
+
+    fsdp_layer(false, &m, o);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_FALSE(cost_value_is_param_derived(o[0]->result));
+    ASSERT_CLOSE(m->totals.step_time, ag1 + e1 + ag2 + e2);
+    ASSERT_CLOSE(m->totals.exposed_comm_time, ag1 + ag2);
+    ir_module_free(m);
+}
+
+/* A gather longer than the compute before its use is exposed only by the
+ * difference: shrink the batch so e1 < ag2. */
+static void test_totals_partial_overlap(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    ir_module *m = ir_module_new("t.ein");
+    int X = ir_mesh_add_axis(m, 'X', 8, 0);
+    int B = ir_dim_add(m, "B", 8 * 512, 0), D = ir_dim_add(m, "D", 4096, 0),
+        F = ir_dim_add(m, "F", 16384, 0);
+    ir_value *in = val(m, "In", IR_VAL_INPUT, IR_BF16, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_value *win = val(m, "Win", IR_VAL_PARAM, IR_BF16, 2, (int[]){D, F}, NULL, 0);
+    ir_value *wout = val(m, "Wout", IR_VAL_PARAM, IR_BF16, 2, (int[]){F, D}, (int[]){-1, X}, 0);
+    ir_value *tmp = val(m, "Tmp", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){X, -1}, 0);
+    ir_value *wg = val(m, "Wout", IR_VAL_OP, IR_BF16, 2, (int[]){F, D}, NULL, 0);
+    ir_value *out = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){X, -1}, 0);
+    ir_op *e1 = einsum(m, in, win, tmp);
+    ir_op *ag = reshard(m, IR_OP_ALLGATHER, wout, wg, X, 1, -1);
+    ir_op *e2 = einsum(m, tmp, wg, out);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_FATAL(ag->cost.time > e1->cost.time);
+    ASSERT_CLOSE(m->totals.step_time, ag->cost.time + e2->cost.time);
+    ASSERT_CLOSE(m->totals.exposed_comm_time, ag->cost.time - e1->cost.time);
+    ir_module_free(m);
+}
+
+/* Seed 000: DP/FSDP is compute-bound when B/X > C / W_ici = 2550 on v5p. */
+static void test_critical_batch_2550(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    ir_module *m;
+    ir_op *o[4];
+    fsdp_layer(true, &m, o);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    int Bd = ir_dim_find(m, "B", 1), Fd = ir_dim_find(m, "F", 1), Dd = ir_dim_find(m, "D", 1);
+    const ir_op *colls[4];
+    int n = 0;
+    double crit = cost_critical_free_size(m, o[1], Bd, colls, 4, &n);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_PTR_EQUAL(colls[0], o[0]);
+    ASSERT_NEAR2(crit, 2550);
+    ASSERT_NEAR2(cost_critical_free_size(m, o[3], Bd, NULL, 0, NULL), 2550);
+    /* The gathered weight carries F: no threshold in F. */
+    CU_ASSERT_EQUAL(cost_critical_free_size(m, o[1], Fd, NULL, 0, NULL), -1);
+    /* D is contracted in o[1], not a free dim. */
+    CU_ASSERT_EQUAL(cost_critical_free_size(m, o[1], Dd, NULL, 0, NULL), -1);
+
+    /* --explain prints it. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    cost_explain(f, m, &hw);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "compute-bound when per-device B > 255"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "bandwidth-bound"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "switches to latency-bound below V ="));
+    free(text);
+    ir_module_free(m);
+
+    /* Without collectives there is no threshold. */
+    ir_op *op;
+    cost_hw v5e = test_load_hw("tpu-v5e");
+    matmul_case(256, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &v5e), 0);
+    CU_ASSERT_EQUAL(cost_critical_free_size(m, op, ir_dim_find(m, "B", 1), NULL, 0, &n), 0);
+    CU_ASSERT_EQUAL(n, 0);
+    ir_module_free(m);
+}
+
+/* --dump-cost has a row per op with its bound, and the totals. */
+static void test_print_table(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    ir_module *m;
+    ir_op *o[4];
+    fsdp_layer(true, &m, o);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    cost_print_table(f, m, &hw); /* before the pass: no costs */
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    cost_print_table(f, m, &hw);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "totals: - (the cost pass has not run)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "cost: tpu-v5p"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "mesh {X: 8}"));
+    /* four ops twice, one header each time */
+    int rows = 0;
+    for (const char *p = text; (p = strstr(p, "Einsum")); p++)
+        rows++;
+    CU_ASSERT_EQUAL(rows, 4);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "AllGather"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  bandwidth\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  compute\n"));
+    char want[128];
+    snprintf(want, sizeof want, "totals: step %.4g us", m->totals.step_time * 1e6);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    free(text);
+    ir_module_free(m);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"einsum FLOPs, bytes and roofline bound", test_einsum_roofline},
+        {"elementwise FLOPs", test_elementwise},
+        {"pass: popquiz2 AllGather 560us, default profile", test_pass_popquiz2},
+        {"pass: latency-bound AllGather", test_pass_latency_bound},
+        {"pass: ReduceScatter, AllReduce, AllToAll, Slice", test_pass_other_collectives},
+        {"totals: param gathers overlap (FSDP)", test_totals_overlap},
+        {"totals: partial overlap", test_totals_partial_overlap},
+        {"critical batch 2550 on v5p and --explain", test_critical_batch_2550},
+        {"--dump-cost table", test_print_table},
+    };
+    einc_add_suite("cost pass", tests, (int)(sizeof tests / sizeof tests[0]));
+}
