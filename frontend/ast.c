@@ -1,0 +1,73 @@
+/*
+ * ast.c - the parser's list vectors.  Lists grow on the heap while the parser
+ * collects their elements and move into the arena once the enclosing node is
+ * built, so error recovery only has to free the vectors it discards.
+ */
+#include "ast.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Out of memory is fatal everywhere in the compiler (see arena.h). */
+static void *xrealloc(void *p, size_t size)
+{
+    void *q = realloc(p, size);
+    if (!q) {
+        fputs("einc: out of memory\n", stderr);
+        exit(1);
+    }
+    return q;
+}
+
+fe_list *fe_list_new(void *first)
+{
+    fe_list *l = xrealloc(NULL, sizeof *l);
+    memset(l, 0, sizeof *l);
+    if (first)
+        fe_list_push(l, first);
+    return l;
+}
+
+fe_list *fe_list_push(fe_list *l, void *item)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 4;
+        l->items = xrealloc(l->items, (size_t)l->cap * sizeof *l->items);
+    }
+    l->items[l->n++] = item;
+    return l;
+}
+
+void fe_list_free(fe_list *l)
+{
+    if (!l)
+        return;
+    free(l->items);
+    free(l);
+}
+
+void **fe_list_take(ir_arena *a, fe_list *l, int *n)
+{
+    *n = l ? l->n : 0;
+    void **out = NULL;
+    if (*n > 0) {
+        out = ir_alloc(a, (size_t)*n * sizeof *out);
+        memcpy(out, l->items, (size_t)*n * sizeof *out);
+    }
+    fe_list_free(l);
+    return out;
+}
+
+ast_index *fe_list_take_indices(ir_arena *a, fe_list *l, int *n)
+{
+    *n = l ? l->n : 0;
+    ast_index *out = NULL;
+    if (*n > 0) {
+        out = ir_alloc(a, (size_t)*n * sizeof *out);
+        for (int i = 0; i < *n; i++)
+            out[i] = *(ast_index *)l->items[i];
+    }
+    fe_list_free(l);
+    return out;
+}

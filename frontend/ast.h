@@ -1,0 +1,174 @@
+/*
+ * ast.h - the syntax tree of a .ein file.
+ *
+ * The parser builds it; the checker (check_*.c) resolves names in place
+ * (dim ids, tensor symbols, function ids); lower.c turns it into IR.  Every
+ * node and string lives in the frontend's arena and is freed at once with it.
+ * Lists under construction are heap-owned fe_list vectors (the parser's
+ * %destructor frees them when error recovery discards a half-built list);
+ * fe_list_take moves a finished list into the arena.
+ *
+ * Locations are byte offsets into the source (diag.h turns them into
+ * line:col only when an error is printed).
+ */
+#ifndef EINC_FE_AST_H
+#define EINC_FE_AST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "ir.h"
+
+/* A source range [begin, end) in bytes; the parser's YYLTYPE. */
+typedef struct fe_loc {
+    uint32_t begin; /* offset of the first byte */
+    uint32_t end;   /* offset one past the last byte */
+} fe_loc;
+
+/* A name as written: NUL-terminated copy in the arena. */
+typedef struct ast_name {
+    const char *s; /* the name, arena-owned */
+    uint32_t loc;  /* offset of its first byte */
+} ast_name;
+
+/* A numeric literal: sizes need the integer, expressions the double. */
+typedef struct ast_number {
+    const char *text; /* spelling in the source, arena-owned (for messages) */
+    double value;     /* value as a double (may be inf when out of range) */
+    int64_t ival;     /* value as an integer when is_int && !overflow */
+    bool is_int;      /* written without '.' or exponent */
+    bool overflow;    /* integer spelling that does not fit in int64 */
+    uint32_t loc;     /* offset of its first byte */
+} ast_number;
+
+/* One index of a tensor reference: `D`, `D_X`, `I_XY`; or in `{U_XY}` an
+ * unreduced entry (name "U"). */
+typedef struct ast_index {
+    const char *name; /* dim name (arena) */
+    const char *axes; /* subscript letters (mesh axis names), NULL if none */
+    uint32_t loc;     /* offset of the name */
+    uint32_t axes_loc;/* offset of the first subscript letter */
+    int dim;          /* resolved dim id (checker), -1 if unresolved */
+} ast_index;
+
+struct fe_tensor;
+
+/* A tensor with indices: `In[B_X, D_Y]{U_Z}`. */
+typedef struct ast_tref {
+    ast_name name;            /* the tensor */
+    int nidx;                 /* number of indices */
+    ast_index *idx;           /* nidx entries (arena) */
+    int nunred;               /* entries of the `{U_..}` list, 0 if none */
+    ast_index *unred;         /* nunred entries (arena) */
+    uint32_t unred_loc;       /* offset of '{' (valid if nunred > 0) */
+    struct fe_tensor *sym;    /* resolved definition (checker), NULL if none */
+} ast_tref;
+
+/* Kinds of factor in a product. */
+typedef enum ast_factor_kind {
+    AST_F_TENSOR, /* u.tref */
+    AST_F_NUMBER, /* u.num */
+    AST_F_PAREN,  /* u.paren: `( expr )` */
+    AST_F_CALL,   /* u.call: `fn( expr )` */
+} ast_factor_kind;
+
+struct ast_expr;
+
+/* One factor of a term. */
+typedef struct ast_factor {
+    ast_factor_kind kind; /* selects the arm of u */
+    uint32_t loc;         /* offset of its first byte */
+    union {
+        ast_tref tref;           /* AST_F_TENSOR */
+        ast_number num;          /* AST_F_NUMBER */
+        struct ast_expr *paren;  /* AST_F_PAREN (arena) */
+        struct {
+            ast_name fname;         /* the function name as written */
+            int fn;                 /* ir_func id (checker), -1 if unknown */
+            struct ast_expr *arg;   /* the argument (arena) */
+        } call;                  /* AST_F_CALL */
+    } u;
+} ast_factor;
+
+/* A product of factors with a sign: `- 2 * A[I, J] * B[J]`. */
+typedef struct ast_term {
+    int sign;            /* +1 or -1 */
+    int nfactors;        /* >= 1 */
+    ast_factor **factors;/* nfactors entries (arena) */
+    uint32_t loc;        /* offset of the term's first byte (its sign if any) */
+} ast_term;
+
+/* A sum of signed terms (a right side or a parenthesised expression). */
+typedef struct ast_expr {
+    int nterms;       /* >= 1 */
+    ast_term **terms; /* nterms entries (arena) */
+    uint32_t loc;     /* offset of the first byte */
+} ast_expr;
+
+/* A `NAME = size` entry of a mesh or dim line. */
+typedef struct ast_sizedef {
+    ast_name name;   /* axis or dim name */
+    ast_number size; /* its size as written */
+    bool negative;   /* written with a leading '-' */
+} ast_sizedef;
+
+/* Kinds of statement. */
+typedef enum ast_stmt_kind {
+    AST_S_MESH,   /* u.sizes: mesh axes */
+    AST_S_DIM,    /* u.sizes: dims */
+    AST_S_INPUT,  /* u.decl */
+    AST_S_PARAM,  /* u.decl */
+    AST_S_ASSIGN, /* u.assign */
+    AST_S_OUTPUT, /* u.output */
+} ast_stmt_kind;
+
+/* One statement (one line). */
+typedef struct ast_stmt {
+    ast_stmt_kind kind; /* selects the arm of u */
+    uint32_t loc;       /* offset of its first byte */
+    union {
+        struct {
+            int n;              /* entries */
+            ast_sizedef **defs; /* n entries (arena) */
+        } sizes;                /* AST_S_MESH, AST_S_DIM */
+        struct {
+            ast_tref tref;      /* the declared tensor with its sharding */
+            ast_name dtype;     /* dtype name as written */
+        } decl;                 /* AST_S_INPUT, AST_S_PARAM */
+        struct {
+            ast_tref lhs;       /* left side */
+            ast_expr *rhs;      /* right side (arena) */
+        } assign;               /* AST_S_ASSIGN */
+        struct {
+            ast_tref tref;      /* the output; nidx = -1 for bare `output NAME` */
+        } output;               /* AST_S_OUTPUT */
+    } u;
+} ast_stmt;
+
+/* A parsed file. */
+typedef struct ast_program {
+    int nstmts;        /* statements parsed without syntax error */
+    ast_stmt **stmts;  /* nstmts entries (arena) */
+} ast_program;
+
+/* A growable vector of pointers under construction (heap-owned). */
+typedef struct fe_list {
+    int n;       /* elements */
+    int cap;     /* allocated slots */
+    void **items;/* malloc'd array of n pointers */
+} fe_list;
+
+/* A new list holding `first` (if non-NULL); exits on out-of-memory like the arena. */
+fe_list *fe_list_new(void *first);
+/* Appends `item`; returns `l`. */
+fe_list *fe_list_push(fe_list *l, void *item);
+/* Frees the list (not its items, which live in the arena). */
+void fe_list_free(fe_list *l);
+/* Copies the items into the arena, frees `l`, stores the count in *n. */
+void **fe_list_take(ir_arena *a, fe_list *l, int *n);
+/* Copies a list of ast_index pointers into an arena array of ast_index. */
+ast_index *fe_list_take_indices(ir_arena *a, fe_list *l, int *n);
+
+#endif

@@ -1,0 +1,337 @@
+/*
+ * check_decl.c - declarations: mesh axes, dims, -D overrides, inputs and
+ * params, shardings in the seeds' notation, and output lines.
+ *
+ * Mesh and dim lines are collected first (fe_check_sizes), so they may
+ * appear anywhere in a file; tensors must be defined before they are used.
+ * Sharding rules (seed 001, "sharded matmuls", notation section): `I_XY`
+ * splits dim I over mesh axes X then Y; a mesh axis shards at most one dim
+ * of a tensor (and may not both shard a dim and hold unreduced sums); a
+ * dim's global size must divide by the product of its axes' sizes, since
+ * every device holds an equal block.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "fe_internal.h"
+
+/* Upper bound on devices in a mesh: far beyond any pod in HARDWARE.md, and
+ * small enough that sizes multiplied by device counts cannot overflow. */
+#define MAX_DEVICES ((int64_t)1 << 24)
+
+int fe_dim_lookup(const fe_checker *c, const char *name)
+{
+    intptr_t v = (intptr_t)fe_symtab_get(&c->dims, name);
+    return (int)v - 1;
+}
+
+/* The size written in `d` (or its -D override); -1 after an error. */
+static int64_t size_of(fe_checker *c, const ast_sizedef *d, const char *what)
+{
+    int64_t size = -1;
+    const ast_number *n = &d->size;
+    if (!n->is_int)
+        diag_error(c->diag, n->loc, "size of %s '%s' must be an integer, not '%s'", what,
+                   d->name.s, n->text);
+    else if (n->overflow)
+        diag_error(c->diag, n->loc, "size of %s '%s' (%s%s) does not fit in 64 bits", what,
+                   d->name.s, d->negative ? "-" : "", n->text);
+    else if (d->negative || n->ival <= 0)
+        diag_error(c->diag, n->loc, "size of %s '%s' must be at least 1, not %s%s", what,
+                   d->name.s, d->negative && n->ival ? "-" : "", n->text);
+    else
+        size = n->ival;
+    for (int i = 0; i < c->opts->ndefines; i++)
+        if (strcmp(c->opts->defines[i].name, d->name.s) == 0) {
+            c->define_used[i] = true;
+            if (c->opts->defines[i].value >= 1)
+                size = c->opts->defines[i].value;
+        }
+    return size;
+}
+
+static void add_axis(fe_checker *c, const ast_sizedef *d)
+{
+    int64_t size = size_of(c, d, "mesh axis");
+    char ch = d->name.s[0];
+    if (d->name.s[1] != '\0') {
+        diag_error(c->diag, d->name.loc, "mesh axis name '%s' must be a single letter",
+                   d->name.s);
+        return;
+    }
+    int old = ir_mesh_find_axis(&c->m->mesh, ch);
+    if (old >= 0) {
+        diag_error(c->diag, d->name.loc, "mesh axis '%c' is already defined", ch);
+        diag_note(c->diag, c->m->mesh.axes[old].loc, "previous definition of '%c' is here", ch);
+        return;
+    }
+    if (size < 1)
+        return;
+    if (ir_mesh_add_axis(c->m, ch, size, d->name.loc) < 0)
+        diag_error(c->diag, d->name.loc, "mesh axis '%c' is one too many: a mesh has at most %d axes",
+                   ch, IR_MAX_AXES);
+}
+
+static void add_dim(fe_checker *c, const ast_sizedef *d)
+{
+    int64_t size = size_of(c, d, "dim");
+    int old = fe_dim_lookup(c, d->name.s);
+    if (old >= 0) {
+        diag_error(c->diag, d->name.loc, "dim '%s' is already defined", d->name.s);
+        diag_note(c->diag, c->m->dims[old].loc, "previous definition of '%s' is here", d->name.s);
+        return;
+    }
+    /* A bad size still defines the dim (as 1) so that its uses are not
+     * reported as undefined as well. */
+    int id = ir_dim_add(c->m, d->name.s, size < 1 ? 1 : size, d->name.loc);
+    fe_symtab_put(c->arena, &c->dims, c->m->dims[id].name, (void *)(intptr_t)(id + 1));
+}
+
+void fe_check_sizes(fe_checker *c, const ast_program *prog)
+{
+    for (int i = 0; i < c->opts->ndefines; i++)
+        if (c->opts->defines[i].value < 1)
+            diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 ": a size must be at least 1",
+                       c->opts->defines[i].name, c->opts->defines[i].value);
+    for (int i = 0; i < prog->nstmts; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind != AST_S_MESH && s->kind != AST_S_DIM)
+            continue;
+        for (int k = 0; k < s->u.sizes.n; k++) {
+            if (s->kind == AST_S_MESH)
+                add_axis(c, s->u.sizes.defs[k]);
+            else
+                add_dim(c, s->u.sizes.defs[k]);
+        }
+    }
+    for (int i = 0; i < c->opts->ndefines; i++)
+        if (!c->define_used[i])
+            diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 " names no dim or mesh axis of this program",
+                       c->opts->defines[i].name, c->opts->defines[i].value);
+    int64_t devices = 1;
+    for (int a = 0; a < c->m->mesh.naxes; a++)
+        if (__builtin_mul_overflow(devices, c->m->mesh.axes[a].size, &devices) ||
+            devices > MAX_DEVICES) {
+            diag_error(c->diag, c->m->mesh.axes[a].loc,
+                       "the mesh has more than %" PRId64 " devices", MAX_DEVICES);
+            break;
+        }
+}
+
+bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats)
+{
+    bool ok = true;
+    for (int i = 0; i < t->nidx; i++) {
+        ast_index *x = &t->idx[i];
+        x->dim = fe_dim_lookup(c, x->name);
+        if (x->dim < 0) {
+            diag_error(c->diag, x->loc, "dim '%s' is not defined", x->name);
+            ok = false;
+            continue;
+        }
+        for (int j = 0; j < i && !repeats; j++)
+            if (t->idx[j].dim == x->dim) {
+                diag_error(c->diag, x->loc, "index '%s' is repeated in '%s'", x->name, t->name.s);
+                ok = false;
+                break;
+            }
+    }
+    return ok;
+}
+
+/* Adds the axes written in `letters` (at `loc`) to *used, checking each
+ * exists and is not used yet; appends them to dim `d` of *sh unless d < 0
+ * (then they are unreduced axes). */
+static bool add_axes(fe_checker *c, const ast_tref *t, const char *letters, uint32_t loc,
+                     int d, ir_axes *used, ir_sharding *sh)
+{
+    bool ok = true;
+    for (int k = 0; letters[k]; k++) {
+        int a = ir_mesh_find_axis(&c->m->mesh, letters[k]);
+        if (a < 0) {
+            diag_error(c->diag, loc + (uint32_t)k, "mesh axis '%c' is not defined", letters[k]);
+            ok = false;
+        } else if (*used & (1u << a)) {
+            diag_error(c->diag, loc + (uint32_t)k,
+                       "mesh axis '%c' is used twice in the sharding of '%s'", letters[k],
+                       t->name.s);
+            ok = false;
+        } else {
+            *used |= 1u << a;
+            if (d >= 0)
+                ir_sharding_push(sh, d, a);
+            else
+                sh->unreduced |= 1u << a;
+        }
+    }
+    return ok;
+}
+
+bool fe_check_sharding(fe_checker *c, const ast_tref *t, ir_sharding *out)
+{
+    ir_sharding sh = ir_sharding_replicated();
+    ir_axes used = 0;
+    bool ok = true;
+    for (int i = 0; i < t->nidx && i < IR_MAX_RANK; i++) {
+        const ast_index *x = &t->idx[i];
+        if (!x->axes)
+            continue;
+        if (!add_axes(c, t, x->axes, x->axes_loc, i, &used, &sh)) {
+            ok = false;
+            continue;
+        }
+        if (x->dim < 0 || sh.naxes[i] == 0)
+            continue;
+        int64_t size = c->m->dims[x->dim].size;
+        int64_t parts = ir_sharding_dim_parts(&sh, &c->m->mesh, i);
+        if (size % parts == 0)
+            continue;
+        char names[64] = "", sizes[128] = "";
+        for (int k = 0; k < sh.naxes[i]; k++) {
+            const ir_axis *ax = &c->m->mesh.axes[sh.axes[i][k]];
+            size_t nl = strlen(names), sl = strlen(sizes);
+            snprintf(names + nl, sizeof names - nl, "%s%c", k ? "*" : "", ax->name);
+            snprintf(sizes + sl, sizeof sizes - sl, "%s%" PRId64, k ? "*" : "", ax->size);
+        }
+        diag_error(c->diag, x->loc,
+                   "dim '%s' (%" PRId64 ") is not divisible by the %s of its mesh axes %s = %s",
+                   x->name, size, sh.naxes[i] > 1 ? "product" : "size", names, sizes);
+        ok = false;
+    }
+    for (int i = 0; i < t->nunred; i++) {
+        const ast_index *x = &t->unred[i];
+        if (strcmp(x->name, "U") != 0) {
+            diag_error(c->diag, x->loc,
+                       "unreduced axes are written '{U_%s}', not '{%s_%s}'", x->axes, x->name,
+                       x->axes);
+            ok = false;
+            continue;
+        }
+        if (!add_axes(c, t, x->axes, x->axes_loc, -1, &used, &sh))
+            ok = false;
+    }
+    *out = sh;
+    return ok;
+}
+
+bool fe_check_shape(fe_checker *c, const char *name, uint32_t loc, ir_dtype dt, int rank,
+                    const int *dims)
+{
+    if (rank > IR_MAX_RANK) {
+        diag_error(c->diag, loc, "tensor '%s' has %d dims; at most %d are supported", name, rank,
+                   IR_MAX_RANK);
+        return false;
+    }
+    int64_t bytes = (int64_t)ir_dtype_size(dt);
+    for (int i = 0; i < rank; i++)
+        if (dims[i] >= 0 && __builtin_mul_overflow(bytes, c->m->dims[dims[i]].size, &bytes)) {
+            diag_error(c->diag, loc, "tensor '%s' is too large: its size in bytes overflows 64 bits",
+                       name);
+            return false;
+        }
+    return true;
+}
+
+fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind)
+{
+    fe_tensor *old = fe_symtab_get(&c->tensors, name.s);
+    if (old) {
+        diag_error(c->diag, name.loc, "tensor '%s' is already defined", name.s);
+        diag_note(c->diag, old->loc, "previous definition of '%s' is here", name.s);
+        return NULL;
+    }
+    fe_tensor *t = ir_alloc(c->arena, sizeof *t);
+    t->name = name.s;
+    t->kind = kind;
+    t->loc = name.loc;
+    fe_symtab_put(c->arena, &c->tensors, t->name, t);
+    return t;
+}
+
+/* f32, f64, bf16 (ir_dtype_name spells them); false if `s` is none. */
+static bool dtype_parse(const char *s, ir_dtype *out)
+{
+    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, ir_dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
+
+void fe_check_decl(fe_checker *c, ast_stmt *s)
+{
+    ast_tref *r = &s->u.decl.tref;
+    const char *what = s->kind == AST_S_INPUT ? "input" : "param";
+    fe_tensor *t = fe_define_tensor(c, r->name, s->kind == AST_S_INPUT ? IR_VAL_INPUT : IR_VAL_PARAM);
+    bool ok = true;
+    ir_dtype dt = IR_F32;
+    if (!dtype_parse(s->u.decl.dtype.s, &dt)) {
+        diag_error(c->diag, s->u.decl.dtype.loc, "unknown dtype '%s' (expected f32, f64 or bf16)",
+                   s->u.decl.dtype.s);
+        ok = false;
+    }
+    /* A square weight W[D, D] is fine: uses relabel one of the positions. */
+    if (!fe_resolve_indices(c, r, true))
+        ok = false;
+    if (r->nunred > 0) {
+        diag_error(c->diag, r->unred_loc,
+                   "%s '%s' cannot hold unreduced partial sums: '{U_..}' is only allowed on left sides",
+                   what, r->name.s);
+        ok = false;
+    }
+    int dims[IR_MAX_RANK + 1];
+    int rank = r->nidx;
+    for (int i = 0; i < rank && i <= IR_MAX_RANK; i++)
+        dims[i] = r->idx[i].dim;
+    if (!fe_check_shape(c, r->name.s, r->name.loc, dt, rank, dims))
+        ok = false;
+    ir_sharding sh = ir_sharding_replicated();
+    if (ok && !fe_check_sharding(c, r, &sh))
+        ok = false;
+    if (!t)
+        return;
+    r->sym = t;
+    t->dtype = dt;
+    t->rank = rank <= IR_MAX_RANK ? rank : IR_MAX_RANK;
+    memcpy(t->dims, dims, (size_t)t->rank * sizeof *dims);
+    t->sh = sh;
+    t->bad = !ok;
+}
+
+void fe_check_outputs(fe_checker *c, const ast_program *prog)
+{
+    for (int i = 0; i < prog->nstmts; i++) {
+        ast_stmt *s = prog->stmts[i];
+        if (s->kind != AST_S_OUTPUT)
+            continue;
+        ast_tref *r = &s->u.output.tref;
+        c->noutputs++;
+        ast_stmt *prev = fe_symtab_get(&c->outputs, r->name.s);
+        if (prev) {
+            diag_error(c->diag, r->name.loc, "'%s' is already an output", r->name.s);
+            diag_note(c->diag, prev->u.output.tref.name.loc, "previous output line of '%s' is here",
+                      r->name.s);
+            continue;
+        }
+        fe_symtab_put(c->arena, &c->outputs, r->name.s, s);
+        if (r->nidx < 0) {
+            r->sym = fe_symtab_get(&c->tensors, r->name.s);
+            if (!r->sym)
+                diag_error(c->diag, r->name.loc, "tensor '%s' is not defined", r->name.s);
+            continue;
+        }
+        if (!fe_check_ref(c, r, true, NULL) || !r->sym || r->sym->bad)
+            continue;
+        if (r->nunred > 0) {
+            diag_error(c->diag, r->unred_loc,
+                       "output '%s' cannot hold unreduced partial sums", r->name.s);
+            continue;
+        }
+        ir_sharding sh;
+        (void)fe_check_sharding(c, r, &sh);
+    }
+    if (c->noutputs == 0)
+        diag_error(c->diag, DIAG_NOLOC, "the program has no 'output' line, so it computes nothing");
+}

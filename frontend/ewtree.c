@@ -1,0 +1,181 @@
+/*
+ * ewtree.c - building and emitting elementwise expression trees (see
+ * ewtree.h for why trees are split).
+ */
+#include <string.h>
+
+#include "ewtree.h"
+
+fe_ew *fe_ew_leaf(ir_arena *a, ir_value *v, const int *labels, int n)
+{
+    fe_ew *t = ir_alloc(a, sizeof *t);
+    t->kind = IR_EW_OPERAND;
+    t->v = v;
+    t->nlabels = n;
+    memcpy(t->labels, labels, (size_t)n * sizeof *labels);
+    t->nleaves = 1;
+    return t;
+}
+
+fe_ew *fe_ew_const(ir_arena *a, double value)
+{
+    fe_ew *t = ir_alloc(a, sizeof *t);
+    t->kind = IR_EW_CONST;
+    t->value = value;
+    return t;
+}
+
+fe_ew *fe_ew_bin(ir_arena *a, ir_ew_kind kind, fe_ew *x, fe_ew *y)
+{
+    fe_ew *t = ir_alloc(a, sizeof *t);
+    t->kind = kind;
+    t->a = x;
+    t->b = y;
+    t->nleaves = x->nleaves + y->nleaves;
+    return t;
+}
+
+fe_ew *fe_ew_call(ir_arena *a, ir_func fn, fe_ew *x)
+{
+    fe_ew *t = ir_alloc(a, sizeof *t);
+    t->kind = IR_EW_CALL;
+    t->fn = fn;
+    t->a = x;
+    t->nleaves = x->nleaves;
+    return t;
+}
+
+/* Adds the labels under `t` to out[0..*n) (IR_MAX_RANK slots stored). */
+static void collect_labels(const fe_ew *t, int *out, int *n)
+{
+    if (!t)
+        return;
+    if (t->kind == IR_EW_OPERAND) {
+        for (int i = 0; i < t->nlabels; i++) {
+            int k = 0, lim = *n < IR_MAX_RANK ? *n : IR_MAX_RANK;
+            while (k < lim && out[k] != t->labels[i])
+                k++;
+            if (k < lim)
+                continue;
+            if (*n < IR_MAX_RANK)
+                out[*n] = t->labels[i];
+            (*n)++;
+        }
+        return;
+    }
+    collect_labels(t->a, out, n);
+    collect_labels(t->b, out, n);
+}
+
+int fe_ew_labels(const fe_ew *t, int *out)
+{
+    int n = 0;
+    collect_labels(t, out, &n);
+    return n;
+}
+
+ir_value *fe_value_new(const fe_emit *e, const int *labels, int n, uint32_t vloc)
+{
+    ir_type ty;
+    memset(&ty, 0, sizeof ty);
+    ty.dtype = e->dtype;
+    ty.rank = n;
+    memcpy(ty.dims, labels, (size_t)n * sizeof *labels);
+    ty.sh = ir_sharding_replicated();
+    return ir_value_new(e->m, e->tensor, IR_VAL_OP, &ty, vloc);
+}
+
+/* Operands and nodes of the op being emitted. */
+typedef struct emit_state {
+    ir_op *op;          /* the op (operands filled as leaves are met) */
+    ir_ew_node *nodes;  /* node array (arena), one per tree node */
+    int nnodes;         /* nodes written */
+} emit_state;
+
+/* Writes `t`'s nodes in post-order; returns the index of its root node. */
+static int emit_nodes(emit_state *st, const fe_ew *t)
+{
+    ir_ew_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.kind = t->kind;
+    switch (t->kind) {
+    case IR_EW_OPERAND: {
+        ir_op *op = st->op;
+        int k = 0;
+        /* The same value under the same labels is one operand. */
+        while (k < op->noperands &&
+               !(op->operands[k] == t->v &&
+                 memcmp(op->u.ew.labels[k], t->labels, (size_t)t->nlabels * sizeof(int)) == 0))
+            k++;
+        if (k == op->noperands) {
+            op->operands[k] = t->v;
+            memcpy(op->u.ew.labels[k], t->labels, (size_t)t->nlabels * sizeof(int));
+            op->noperands++;
+        }
+        nd.operand = k;
+        break;
+    }
+    case IR_EW_CONST:
+        nd.value = t->value;
+        break;
+    case IR_EW_CALL:
+        nd.fn = t->fn;
+        nd.a = emit_nodes(st, t->a);
+        break;
+    default:
+        nd.a = emit_nodes(st, t->a);
+        nd.b = emit_nodes(st, t->b);
+        break;
+    }
+    st->nodes[st->nnodes] = nd;
+    return st->nnodes++;
+}
+
+static int count_nodes(const fe_ew *t)
+{
+    return t ? 1 + count_nodes(t->a) + count_nodes(t->b) : 0;
+}
+
+/* Turns child *slot into a leaf holding its own elementwise op's result. */
+static void materialize(const fe_emit *e, fe_ew **slot, uint32_t vloc)
+{
+    int labels[IR_MAX_RANK];
+    int n = fe_ew_labels(*slot, labels);
+    ir_value *v = fe_ew_emit(e, *slot, labels, n, vloc);
+    *slot = fe_ew_leaf(e->arena, v, labels, n);
+}
+
+/* Splits subtrees off until every node has at most IR_MAX_OPERANDS leaves. */
+static void limit_leaves(const fe_emit *e, fe_ew *t, uint32_t vloc)
+{
+    if (!t || t->nleaves <= IR_MAX_OPERANDS)
+        return;
+    limit_leaves(e, t->a, vloc);
+    limit_leaves(e, t->b, vloc);
+    if (t->kind == IR_EW_CALL) {
+        t->nleaves = t->a->nleaves;
+        return;
+    }
+    /* Both children have <= IR_MAX_OPERANDS leaves now; replacing the larger
+     * (then, if needed, the other) by one leaf brings the sum to <= 2 + 6. */
+    while (t->a->nleaves + t->b->nleaves > IR_MAX_OPERANDS) {
+        fe_ew **big = t->a->nleaves >= t->b->nleaves ? &t->a : &t->b;
+        materialize(e, big, vloc);
+    }
+    t->nleaves = t->a->nleaves + t->b->nleaves;
+}
+
+ir_value *fe_ew_emit(const fe_emit *e, fe_ew *t, const int *labels, int n, uint32_t vloc)
+{
+    limit_leaves(e, t, vloc);
+    ir_value *res = fe_value_new(e, labels, n, vloc);
+    ir_op *op = ir_op_new(e->m, IR_OP_ELEMENTWISE, 0, NULL, res, e->loc);
+    memcpy(op->u.ew.result_labels, labels, (size_t)n * sizeof *labels);
+    emit_state st = {.op = op};
+    st.nodes = ir_alloc(&e->m->arena, (size_t)count_nodes(t) * sizeof *st.nodes);
+    op->u.ew.root = emit_nodes(&st, t);
+    op->u.ew.nodes = st.nodes;
+    op->u.ew.nnodes = st.nnodes;
+    ir_op_append(e->m, op);
+    return res;
+}

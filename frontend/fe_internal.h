@@ -1,0 +1,128 @@
+/*
+ * fe_internal.h - what the frontend's stages share and keep to themselves.
+ *
+ * Stages, in fe_compile's order (frontend.c):
+ *   source.c      whole-buffer checks: size, NUL bytes, UTF-8
+ *   lexer.l       reentrant flex scanner: bytes -> tokens with byte offsets
+ *   parser.y      pure bison parser: tokens -> ast_program (ast.h)
+ *   check_decl.c  mesh, dims, -D overrides, inputs/params, shardings, outputs
+ *   check_stmt.c  statements: names, indices, dtypes, Einstein convention
+ *   lower.c       checked AST -> ir_module ops; ewtree.c builds elementwise ops
+ */
+#ifndef EINC_FE_INTERNAL_H
+#define EINC_FE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ast.h"
+#include "diag.h"
+#include "frontend.h"
+#include "ir.h"
+
+/* Longest identifier and numeric literal accepted, in bytes: anything
+ * longer is an error (keeps a 10 MB token from flowing into messages). */
+#define FE_MAX_NAME 128
+#define FE_MAX_NUMBER 64
+
+/* State shared by the lexer and the parser of one file. */
+typedef struct fe_parser {
+    ir_arena *arena;     /* where AST nodes and names go (not owned) */
+    diag_ctx *diag;      /* where errors go (not owned) */
+    const char *src;     /* the source buffer (not owned) */
+    uint32_t len;        /* its length in bytes */
+    uint32_t offset;     /* lexer: byte offset of the next token */
+    bool eof_newline;    /* lexer: the end-of-line token at EOF was sent */
+    const char *lexmsg;  /* lexer: message of the last invalid token (arena) */
+    uint32_t lexmsg_loc; /* lexer: its offset */
+    fe_list *stmts;      /* parser: statements parsed so far (ast_stmt *) */
+} fe_parser;
+
+/* Parses `p->src` into `out`; reports syntax errors through p->diag and
+ * keeps every statement that parsed (parser.y). */
+void fe_parse(fe_parser *p, ast_program *out);
+
+/* Checks that `src` is at most 4 GB - 1, has no NUL byte and is valid
+ * UTF-8; reports each offending byte position; returns false on error
+ * (source.c). */
+bool fe_source_check(const char *src, size_t len, diag_ctx *d);
+
+/* What a tensor name is bound to (the checker's symbol table). */
+typedef struct fe_tensor {
+    const char *name;       /* arena-owned */
+    ir_value_kind kind;     /* input, param, or statement result (IR_VAL_OP) */
+    ir_dtype dtype;         /* element type */
+    int rank;               /* number of dims */
+    int dims[IR_MAX_RANK];  /* dim ids, global */
+    ir_sharding sh;         /* declared sharding (inputs, params) or constraint */
+    bool has_constraint;    /* statement result with a written sharding */
+    bool bad;               /* its definition had errors: uses are not checked further */
+    bool is_output;         /* named by an `output` line */
+    uint32_t loc;           /* offset of the defining name */
+    ir_value *value;        /* the IR value holding it (lower.c) */
+} fe_tensor;
+
+/* A string-keyed hash table (open addressing) from names to pointers. */
+typedef struct fe_symtab {
+    int n;            /* entries */
+    int cap;          /* slots, a power of two */
+    const char **keys;/* cap slots, NULL = empty (arena) */
+    void **vals;      /* cap slots (arena) */
+} fe_symtab;
+
+/* Finds `name`; NULL if absent. */
+void *fe_symtab_get(const fe_symtab *t, const char *name);
+/* Inserts or replaces `name` (the key is borrowed: keep it alive). */
+void fe_symtab_put(ir_arena *a, fe_symtab *t, const char *name, void *val);
+
+/* The checker's state for one file. */
+typedef struct fe_checker {
+    ir_module *m;          /* module being built: mesh and dims go here */
+    ir_arena *arena;       /* frontend arena for symbols */
+    diag_ctx *diag;        /* where errors go */
+    const fe_options *opts;/* -D overrides, single_device */
+    fe_symtab dims;        /* dim name -> (intptr_t)(id + 1) */
+    fe_symtab tensors;     /* tensor name -> fe_tensor * */
+    fe_symtab outputs;     /* tensor name -> ast_stmt * of its output line */
+    int noutputs;          /* output lines seen */
+    bool *define_used;     /* per -D override: matched a declaration */
+} fe_checker;
+
+/* Declares the mesh axes and dims of every mesh/dim line, applying -D
+ * overrides (check_decl.c).  Must run before the other checks. */
+void fe_check_sizes(fe_checker *c, const ast_program *prog);
+/* Checks an input or param line and defines its tensor (check_decl.c). */
+void fe_check_decl(fe_checker *c, ast_stmt *s);
+/* Checks a statement and defines its left side (check_stmt.c). */
+void fe_check_assign(fe_checker *c, ast_stmt *s);
+/* Checks the output lines, and that there is one (check_decl.c). */
+void fe_check_outputs(fe_checker *c, const ast_program *prog);
+
+/* Resolves the subscripts and `{U_..}` of `t` (dims already resolved) into
+ * a sharding: axes exist, each is used once, dim sizes divide by their axes'
+ * product.  Reports errors; returns false on any (check_decl.c). */
+bool fe_check_sharding(fe_checker *c, const ast_tref *t, ir_sharding *out);
+/* Dim id of `name`, or -1. */
+int fe_dim_lookup(const fe_checker *c, const char *name);
+/* Checks that a tensor of `rank` dims `dims` and dtype `dt` has at most
+ * IR_MAX_RANK dims and a byte size that fits in int64; reports at `loc`. */
+bool fe_check_shape(fe_checker *c, const char *name, uint32_t loc, ir_dtype dt, int rank,
+                    const int *dims);
+/* Resolves the dims of a declaration's or left side's indices: each is a
+ * defined dim; unless `repeats`, none is named twice.  False on error. */
+bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats);
+/* Defines tensor `name`; on a redefinition reports it (with a note at the
+ * first definition) and returns NULL. */
+fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind);
+/* Checks a reference to an existing tensor (right sides and outputs): it is
+ * defined, has as many indices as dims, each index names a defined dim of
+ * the same size as the tensor's dim at that position, no index repeats, and
+ * (unless `subscripts`) no index has a subscript.  Resolves t->sym and the
+ * indices' dims.  Returns false on any error (reported). */
+bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defining);
+
+/* Lowers a checked program into c->m (lower.c); returns false if an IR
+ * limit was hit (reported). */
+bool fe_lower(fe_checker *c, const ast_program *prog);
+
+#endif

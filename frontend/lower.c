@@ -1,0 +1,391 @@
+/*
+ * lower.c - the checked AST to IR.
+ *
+ * Declarations become mesh axes, dims (already added by the checker) and
+ * IR_VAL_INPUT / IR_VAL_PARAM values carrying the written sharding.  Each
+ * statement `L[l] = s1*t1 + s2*t2 + ...` is lowered term by term:
+ *
+ *  - A term whose indices include one that `l` lacks is summed (Einstein
+ *    convention, at the statement level only).  Its parenthesised and call
+ *    factors are first lowered into their own elementwise values over the
+ *    union of their indices (nothing is summed inside them); its tensor
+ *    factors then form einsums.  Two factors make one binary einsum; more
+ *    make a left-to-right chain of binary einsums, each step summing the
+ *    indices that neither a later factor nor `l` needs, so the propagate
+ *    pass only ever sees unary and binary einsums (seed 001 gives the
+ *    sharding rules for exactly those).  A lone factor is a unary einsum (a
+ *    reduction).  Number factors fold into the last einsum's scale.
+ *  - Every other term stays an expression over `l` (products, constants,
+ *    broadcasts), and all terms are combined by one elementwise op over `l`.
+ *    A statement that is exactly one summed term needs no elementwise op;
+ *    its einsum result is the statement's value.
+ *
+ * The statement's final value is the value of tensor L; a written sharding
+ * on the left side becomes its constraint.  Intermediates are named after L
+ * and left unconstrained and replicated for the propagate pass.
+ */
+#include <string.h>
+
+#include "ewtree.h"
+
+/* Lowering state of one statement. */
+typedef struct stmt_ctx {
+    fe_checker *c;          /* checker (module, diagnostics, options) */
+    fe_emit e;              /* where ops go, what results are called */
+    int nlhs;               /* rank of the left side */
+    int lhs[IR_MAX_RANK];   /* its dim ids */
+    bool ok;                /* no IR limit was hit */
+} stmt_ctx;
+
+static bool has_label(const int *labels, int n, int dim)
+{
+    for (int i = 0; i < n; i++)
+        if (labels[i] == dim)
+            return true;
+    return false;
+}
+
+/* True if `f` references a tensor (otherwise it is a constant). */
+static bool expr_has_tensor(const ast_expr *e);
+static bool factor_has_tensor(const ast_factor *f)
+{
+    switch (f->kind) {
+    case AST_F_TENSOR: return true;
+    case AST_F_NUMBER: return false;
+    case AST_F_PAREN: return expr_has_tensor(f->u.paren);
+    case AST_F_CALL: return expr_has_tensor(f->u.call.arg);
+    }
+    return false;
+}
+
+static bool expr_has_tensor(const ast_expr *e)
+{
+    for (int i = 0; i < e->nterms; i++)
+        for (int k = 0; k < e->terms[i]->nfactors; k++)
+            if (factor_has_tensor(e->terms[i]->factors[k]))
+                return true;
+    return false;
+}
+
+static fe_ew *expr_tree(stmt_ctx *x, const ast_expr *e);
+
+/* Elementwise tree of one factor (tensor references become leaves). */
+static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
+{
+    ir_arena *a = x->e.arena;
+    switch (f->kind) {
+    case AST_F_TENSOR: {
+        int labels[IR_MAX_RANK];
+        for (int i = 0; i < f->u.tref.nidx; i++)
+            labels[i] = f->u.tref.idx[i].dim;
+        return fe_ew_leaf(a, f->u.tref.sym->value, labels, f->u.tref.nidx);
+    }
+    case AST_F_NUMBER:
+        return fe_ew_const(a, f->u.num.value);
+    case AST_F_PAREN:
+        return expr_tree(x, f->u.paren);
+    case AST_F_CALL:
+        return fe_ew_call(a, (ir_func)f->u.call.fn, expr_tree(x, f->u.call.arg));
+    }
+    return NULL;
+}
+
+/* Product of the factors of `t` for which `pick` holds (NULL if none). */
+static fe_ew *product_tree(stmt_ctx *x, const ast_term *t, bool (*pick)(const ast_factor *))
+{
+    fe_ew *r = NULL;
+    for (int k = 0; k < t->nfactors; k++) {
+        if (pick && !pick(t->factors[k]))
+            continue;
+        fe_ew *f = factor_tree(x, t->factors[k]);
+        r = r ? fe_ew_bin(x->e.arena, IR_EW_MUL, r, f) : f;
+    }
+    return r;
+}
+
+/* Adds `term` with its sign to the running sum `acc` (NULL = empty). */
+static fe_ew *add_signed(stmt_ctx *x, fe_ew *acc, int sign, fe_ew *term)
+{
+    if (acc)
+        return fe_ew_bin(x->e.arena, sign < 0 ? IR_EW_SUB : IR_EW_ADD, acc, term);
+    return sign < 0 ? fe_ew_call(x->e.arena, IR_FN_NEG, term) : term;
+}
+
+/* Elementwise tree of a whole expression: no summation anywhere inside. */
+static fe_ew *expr_tree(stmt_ctx *x, const ast_expr *e)
+{
+    fe_ew *acc = NULL;
+    for (int i = 0; i < e->nterms; i++)
+        acc = add_signed(x, acc, e->terms[i]->sign, product_tree(x, e->terms[i], NULL));
+    return acc;
+}
+
+/* A tensor operand of an einsum: value and the dim id of each position. */
+typedef struct operand {
+    ir_value *v;              /* the value */
+    int n;                    /* its rank */
+    int labels[IR_MAX_RANK];  /* labels */
+} operand;
+
+/* Adds the indices of `f` to labels[0..*n) (all of them counted). */
+static void factor_indices(const ast_factor *f, int *labels, int *n, int cap);
+static void expr_indices(const ast_expr *e, int *labels, int *n, int cap)
+{
+    for (int i = 0; i < e->nterms; i++)
+        for (int k = 0; k < e->terms[i]->nfactors; k++)
+            factor_indices(e->terms[i]->factors[k], labels, n, cap);
+}
+
+static void factor_indices(const ast_factor *f, int *labels, int *n, int cap)
+{
+    if (f->kind == AST_F_PAREN)
+        expr_indices(f->u.paren, labels, n, cap);
+    else if (f->kind == AST_F_CALL)
+        expr_indices(f->u.call.arg, labels, n, cap);
+    else if (f->kind == AST_F_TENSOR)
+        for (int i = 0; i < f->u.tref.nidx; i++) {
+            int d = f->u.tref.idx[i].dim;
+            if (has_label(labels, *n < cap ? *n : cap, d))
+                continue;
+            if (*n < cap)
+                labels[*n] = d;
+            (*n)++;
+        }
+}
+
+/* Labels of a result over `have` (n entries) restricted to those in `keep`:
+ * the left side's order first, then the order in `have`. */
+static int restrict_labels(const stmt_ctx *x, const int *have, int n, const int *keep, int nkeep,
+                           int *out)
+{
+    int r = 0;
+    for (int i = 0; i < x->nlhs; i++)
+        if (has_label(have, n, x->lhs[i]))
+            out[r++] = x->lhs[i];
+    for (int i = 0; i < n; i++)
+        if (!has_label(out, r, have[i]) && has_label(keep, nkeep, have[i]))
+            out[r++] = have[i];
+    return r;
+}
+
+/* One binary or unary einsum step. */
+static operand einsum(stmt_ctx *x, const operand *ops, int nops, const int *res, int nres,
+                      double scale, uint32_t vloc)
+{
+    operand out = {.n = nres};
+    memcpy(out.labels, res, (size_t)nres * sizeof *res);
+    out.v = fe_value_new(&x->e, res, nres, vloc);
+    ir_value *vals[2];
+    for (int i = 0; i < nops; i++)
+        vals[i] = ops[i].v;
+    ir_op *op = ir_op_new(x->e.m, IR_OP_EINSUM, nops, vals, out.v, x->e.loc);
+    for (int i = 0; i < nops; i++)
+        memcpy(op->u.einsum.labels[i], ops[i].labels, (size_t)ops[i].n * sizeof(int));
+    memcpy(op->u.einsum.result_labels, res, (size_t)nres * sizeof *res);
+    op->u.einsum.scale = scale;
+    ir_op_append(x->e.m, op);
+    return out;
+}
+
+static bool limit_rank(stmt_ctx *x, int n, uint32_t loc, const char *what)
+{
+    if (n <= IR_MAX_RANK)
+        return true;
+    diag_error(x->c->diag, loc, "%s of '%s' would have %d dims; at most %d are supported: split the statement",
+               what, x->e.tensor, n, IR_MAX_RANK);
+    x->ok = false;
+    return false;
+}
+
+/* Lowers a summed term into its einsum chain; returns the result value
+ * (labels: the left side's dims the term has), or NULL after an error. */
+static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int *res, int *nres)
+{
+    int nf = 0;
+    operand *ops = ir_alloc(x->e.arena, (size_t)t->nfactors * sizeof *ops);
+    for (int k = 0; k < t->nfactors; k++) {
+        const ast_factor *f = t->factors[k];
+        if (f->kind == AST_F_NUMBER) {
+            scale *= f->u.num.value;
+            continue;
+        }
+        if (!factor_has_tensor(f))
+            continue; /* a constant call or parenthesis: multiplied in by the caller */
+        operand *o = &ops[nf++];
+        if (f->kind == AST_F_TENSOR) {
+            o->v = f->u.tref.sym->value;
+            o->n = f->u.tref.nidx;
+            for (int i = 0; i < o->n; i++)
+                o->labels[i] = f->u.tref.idx[i].dim;
+            continue;
+        }
+        int n = 0;
+        factor_indices(f, o->labels, &n, IR_MAX_RANK);
+        if (!limit_rank(x, n, f->loc, "this parenthesised expression or call"))
+            return NULL;
+        o->n = n;
+        o->v = fe_ew_emit(&x->e, factor_tree(x, f), o->labels, n, f->loc);
+    }
+    /* The chain: acc = ops[0]; acc = einsum(acc, ops[k]) for k = 1.. keeping
+     * the left side's indices and those of ops[k+1..]; one factor alone is
+     * a reduction (unary einsum). */
+    int *keep = ir_alloc(x->e.arena, (size_t)(nf * IR_MAX_RANK + 1) * sizeof *keep);
+    operand acc = ops[0];
+    for (int k = nf == 1 ? 0 : 1; k < nf; k++) {
+        operand pair[2] = {acc, ops[k]};
+        int npair = nf == 1 ? 1 : 2;
+        int nkeep = 0;
+        for (int j = k + 1; j < nf; j++)
+            for (int i = 0; i < ops[j].n; i++)
+                if (!has_label(keep, nkeep, ops[j].labels[i]))
+                    keep[nkeep++] = ops[j].labels[i];
+        int have[2 * IR_MAX_RANK], nhave = 0;
+        for (int p = 0; p < npair; p++)
+            for (int i = 0; i < pair[p].n; i++)
+                if (!has_label(have, nhave, pair[p].labels[i]))
+                    have[nhave++] = pair[p].labels[i];
+        int out[2 * IR_MAX_RANK];
+        int nout = restrict_labels(x, have, nhave, keep, nkeep, out);
+        if (!limit_rank(x, nout, t->loc, "an intermediate einsum"))
+            return NULL;
+        acc = einsum(x, pair, npair, out, nout, k == nf - 1 ? scale : 1.0, t->loc);
+    }
+    *nres = acc.n;
+    memcpy(res, acc.labels, (size_t)acc.n * sizeof(int));
+    return acc.v;
+}
+
+/* True if some tensor index under `e` is not on the left side. */
+static bool expr_summed(const stmt_ctx *x, const ast_expr *e);
+static bool factor_summed(const stmt_ctx *x, const ast_factor *f)
+{
+    if (f->kind == AST_F_PAREN)
+        return expr_summed(x, f->u.paren);
+    if (f->kind == AST_F_CALL)
+        return expr_summed(x, f->u.call.arg);
+    if (f->kind == AST_F_TENSOR)
+        for (int i = 0; i < f->u.tref.nidx; i++)
+            if (!has_label(x->lhs, x->nlhs, f->u.tref.idx[i].dim))
+                return true;
+    return false;
+}
+
+static bool expr_summed(const stmt_ctx *x, const ast_expr *e)
+{
+    for (int i = 0; i < e->nterms; i++)
+        for (int k = 0; k < e->terms[i]->nfactors; k++)
+            if (factor_summed(x, e->terms[i]->factors[k]))
+                return true;
+    return false;
+}
+
+/* A term is summed over the indices it has and the left side lacks. */
+static bool summed(const stmt_ctx *x, const ast_term *t)
+{
+    for (int k = 0; k < t->nfactors; k++)
+        if (factor_summed(x, t->factors[k]))
+            return true;
+    return false;
+}
+
+static bool is_constant_factor(const ast_factor *f)
+{
+    return f->kind != AST_F_NUMBER && !factor_has_tensor(f);
+}
+
+/* Lowers one statement; returns its final value or NULL after an error. */
+static ir_value *lower_assign(stmt_ctx *x, const ast_stmt *s)
+{
+    const ast_expr *rhs = s->u.assign.rhs;
+    uint32_t vloc = s->u.assign.lhs.name.loc;
+    /* Exactly one summed term without constant calls: the einsum is the value. */
+    if (rhs->nterms == 1 && summed(x, rhs->terms[0]) &&
+        !product_tree(x, rhs->terms[0], is_constant_factor)) {
+        int res[IR_MAX_RANK], nres;
+        ir_value *v = lower_summed(x, rhs->terms[0], rhs->terms[0]->sign, res, &nres);
+        if (v)
+            v->loc = vloc;
+        return v;
+    }
+    fe_ew *acc = NULL;
+    for (int i = 0; i < rhs->nterms; i++) {
+        const ast_term *t = rhs->terms[i];
+        fe_ew *tree;
+        if (summed(x, t)) {
+            int res[IR_MAX_RANK], nres;
+            ir_value *v = lower_summed(x, t, 1.0, res, &nres);
+            if (!v)
+                return NULL;
+            tree = fe_ew_leaf(x->e.arena, v, res, nres);
+            fe_ew *consts = product_tree(x, t, is_constant_factor);
+            if (consts)
+                tree = fe_ew_bin(x->e.arena, IR_EW_MUL, consts, tree);
+        } else {
+            tree = product_tree(x, t, NULL);
+        }
+        acc = add_signed(x, acc, t->sign, tree);
+    }
+    return fe_ew_emit(&x->e, acc, x->lhs, x->nlhs, vloc);
+}
+
+/* The value of a declared input or param. */
+static void lower_decl(fe_checker *c, const ast_stmt *s)
+{
+    fe_tensor *t = s->u.decl.tref.sym;
+    ir_type ty;
+    memset(&ty, 0, sizeof ty);
+    ty.dtype = t->dtype;
+    ty.rank = t->rank;
+    memcpy(ty.dims, t->dims, (size_t)t->rank * sizeof(int));
+    ty.sh = c->opts->single_device ? ir_sharding_replicated() : t->sh;
+    t->value = ir_value_new(c->m, t->name, t->kind, &ty, t->loc);
+}
+
+static void lower_output(fe_checker *c, const ast_stmt *s)
+{
+    const ast_tref *r = &s->u.output.tref;
+    const fe_tensor *t = r->sym;
+    ir_output *o = ir_output_add(c->m, t->name, t->value, r->name.loc);
+    if (r->nidx < 0 || c->opts->single_device)
+        return;
+    o->has_constraint = true;
+    ir_sharding sh = ir_sharding_replicated();
+    for (int i = 0; i < r->nidx; i++)
+        for (int k = 0; r->idx[i].axes && r->idx[i].axes[k]; k++)
+            ir_sharding_push(&sh, i, ir_mesh_find_axis(&c->m->mesh, r->idx[i].axes[k]));
+    o->constraint = sh;
+}
+
+bool fe_lower(fe_checker *c, const ast_program *prog)
+{
+    bool ok = true;
+    for (int i = 0; i < prog->nstmts && ok; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind == AST_S_INPUT || s->kind == AST_S_PARAM) {
+            lower_decl(c, s);
+        } else if (s->kind == AST_S_ASSIGN) {
+            const ast_tref *l = &s->u.assign.lhs;
+            fe_tensor *t = fe_symtab_get(&c->tensors, l->name.s);
+            stmt_ctx x = {.c = c, .nlhs = t->rank, .ok = true};
+            x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
+                            .loc = s->loc};
+            memcpy(x.lhs, t->dims, (size_t)t->rank * sizeof(int));
+            t->value = lower_assign(&x, s);
+            if (!t->value) {
+                ok = false;
+                break;
+            }
+            if (t->has_constraint && !c->opts->single_device) {
+                t->value->has_constraint = true;
+                t->value->constraint = t->sh;
+            }
+        }
+    }
+    for (int i = 0; i < prog->nstmts && ok; i++)
+        if (prog->stmts[i]->kind == AST_S_OUTPUT)
+            lower_output(c, prog->stmts[i]);
+    if (c->opts->single_device)
+        for (int a = 0; a < c->m->mesh.naxes; a++)
+            c->m->mesh.axes[a].size = 1;
+    return ok;
+}

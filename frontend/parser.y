@@ -1,0 +1,311 @@
+/*
+ * parser.y - pure bison grammar of .ein files.
+ *
+ * A file is a sequence of lines; each non-empty line is one statement.  On a
+ * syntax error the parser reports it, skips to the end of the line
+ * (`line: error NL`) and goes on, so every line with a syntax error is
+ * reported once.  Statements that parse are appended to fe_parser.stmts.
+ *
+ * Nodes are allocated in the frontend arena (ast.h).  Lists being collected
+ * are heap vectors (fe_list); the %destructor frees them when error recovery
+ * pops a half-built list.  Every other semantic value is arena-owned and
+ * needs no destructor.  Locations are byte ranges (fe_loc).
+ */
+%define api.pure full
+%define api.prefix {fe_yy}
+%define api.location.type {fe_loc}
+%define parse.error detailed
+%locations
+%expect 0
+
+%param {yyscan_t scanner}
+%parse-param {fe_parser *p}
+
+%code requires {
+#include "ast.h"
+typedef void *yyscan_t;
+typedef struct fe_parser fe_parser;
+}
+
+%code provides {
+int fe_yylex(FE_YYSTYPE *lval, fe_loc *lloc, yyscan_t scanner);
+}
+
+%code {
+#include <string.h>
+
+#include "fe_internal.h"
+
+/* A rule's range: from its first to its last symbol; empty rules sit at the
+ * end of what precedes them. */
+#define YYLLOC_DEFAULT(Cur, Rhs, N)                          \
+    do {                                                     \
+        if (N) {                                             \
+            (Cur).begin = YYRHSLOC(Rhs, 1).begin;            \
+            (Cur).end = YYRHSLOC(Rhs, N).end;                \
+        } else {                                             \
+            (Cur).begin = (Cur).end = YYRHSLOC(Rhs, 0).end;  \
+        }                                                    \
+    } while (0)
+
+static void fe_yyerror(fe_loc *loc, yyscan_t scanner, fe_parser *p, const char *msg);
+static ast_stmt *stmt_new(fe_parser *p, ast_stmt_kind kind, uint32_t loc);
+static ast_tref *tref_new(fe_parser *p, ast_name name, fe_list *idx, fe_list *unred,
+                          uint32_t unred_loc);
+static ast_term *term_new(fe_parser *p, int sign, fe_list *factors, uint32_t loc);
+static ast_expr *expr_new(fe_parser *p, fe_list *terms, uint32_t loc);
+static ast_factor *factor_new(fe_parser *p, ast_factor_kind kind, uint32_t loc);
+static ast_sizedef *sizedef_new(fe_parser *p, ast_name name, ast_number size, bool negative);
+}
+
+%union {
+    ast_name name;        /* IDENT */
+    ast_index *index;     /* SUBIDENT, index */
+    ast_number num;       /* NUMBER */
+    fe_list *list;        /* lists under construction (heap-owned) */
+    ast_tref *tref;       /* tref */
+    ast_expr *expr;       /* sum, after it is finished */
+    ast_factor *factor;   /* factor */
+    ast_stmt *stmt;       /* stmt */
+    ast_sizedef *sizedef; /* sizedef */
+}
+
+%token <name> IDENT "name"
+%token <index> SUBIDENT "subscripted name"
+%token <num> NUMBER "number"
+%token NL "end of line"
+%token MESH "'mesh'"
+%token DIM "'dim'"
+%token INPUT "'input'"
+%token PARAM "'param'"
+%token OUTPUT "'output'"
+%token INVALID "invalid token"
+
+%type <list> sizedefs indices indices_opt unred_opt unred_list sum product
+%type <tref> tref
+%type <factor> factor
+%type <stmt> stmt
+%type <sizedef> sizedef
+%type <index> index
+
+%destructor { fe_list_free($$); } <list>
+
+%%
+
+/* program -> { line } */
+program
+    : %empty
+    | program line
+    ;
+
+/* line -> NL | stmt NL | error NL   (statement-level error recovery) */
+line
+    : NL
+    | stmt NL          { fe_list_push(p->stmts, $1); }
+    | error NL         { yyerrok; }
+    ;
+
+/* stmt -> 'mesh' sizedefs | 'dim' sizedefs
+ *       | 'input' tref ':' NAME | 'param' tref ':' NAME
+ *       | tref '=' sum
+ *       | 'output' NAME | 'output' tref */
+stmt
+    : MESH sizedefs
+        {
+            $$ = stmt_new(p, AST_S_MESH, @1.begin);
+            $$->u.sizes.defs = (ast_sizedef **)fe_list_take(p->arena, $2, &$$->u.sizes.n);
+        }
+    | DIM sizedefs
+        {
+            $$ = stmt_new(p, AST_S_DIM, @1.begin);
+            $$->u.sizes.defs = (ast_sizedef **)fe_list_take(p->arena, $2, &$$->u.sizes.n);
+        }
+    | INPUT tref ':' IDENT
+        {
+            $$ = stmt_new(p, AST_S_INPUT, @1.begin);
+            $$->u.decl.tref = *$2;
+            $$->u.decl.dtype = $4;
+        }
+    | PARAM tref ':' IDENT
+        {
+            $$ = stmt_new(p, AST_S_PARAM, @1.begin);
+            $$->u.decl.tref = *$2;
+            $$->u.decl.dtype = $4;
+        }
+    | tref '=' sum
+        {
+            $$ = stmt_new(p, AST_S_ASSIGN, @1.begin);
+            $$->u.assign.lhs = *$1;
+            $$->u.assign.rhs = expr_new(p, $3, @3.begin);
+        }
+    | OUTPUT IDENT
+        {
+            $$ = stmt_new(p, AST_S_OUTPUT, @1.begin);
+            $$->u.output.tref.name = $2;
+            $$->u.output.tref.nidx = -1;
+        }
+    | OUTPUT tref
+        {
+            $$ = stmt_new(p, AST_S_OUTPUT, @1.begin);
+            $$->u.output.tref = *$2;
+        }
+    ;
+
+/* sizedefs -> sizedef { ',' sizedef } */
+sizedefs
+    : sizedef                  { $$ = fe_list_new($1); }
+    | sizedefs ',' sizedef     { $$ = fe_list_push($1, $3); }
+    ;
+
+/* sizedef -> NAME '=' NUMBER | NAME '=' '-' NUMBER   (the sign for a clear error) */
+sizedef
+    : IDENT '=' NUMBER         { $$ = sizedef_new(p, $1, $3, false); }
+    | IDENT '=' '-' NUMBER     { $$ = sizedef_new(p, $1, $4, true); }
+    ;
+
+/* tref -> NAME '[' [ index { ',' index } ] ']' [ '{' SUBNAME { ',' SUBNAME } '}' ] */
+tref
+    : IDENT '[' indices_opt ']' unred_opt
+        { $$ = tref_new(p, $1, $3, $5, @5.begin); }
+    ;
+
+indices_opt
+    : %empty                   { $$ = NULL; }
+    | indices                  { $$ = $1; }
+    ;
+
+indices
+    : index                    { $$ = fe_list_new($1); }
+    | indices ',' index        { $$ = fe_list_push($1, $3); }
+    ;
+
+/* index -> NAME | SUBNAME   (a dim, optionally with mesh axes: D_X, I_XY) */
+index
+    : IDENT
+        {
+            $$ = ir_alloc(p->arena, sizeof *$$);
+            $$->name = $1.s;
+            $$->loc = $1.loc;
+            $$->dim = -1;
+        }
+    | SUBIDENT                 { $$ = $1; }
+    ;
+
+unred_opt
+    : %empty                   { $$ = NULL; }
+    | '{' unred_list '}'       { $$ = $2; }
+    ;
+
+unred_list
+    : SUBIDENT                 { $$ = fe_list_new($1); }
+    | unred_list ',' SUBIDENT  { $$ = fe_list_push($1, $3); }
+    ;
+
+/* sum -> [ '-' ] product { ('+' | '-') product } */
+sum
+    : product                  { $$ = fe_list_new(term_new(p, +1, $1, @1.begin)); }
+    | '-' product              { $$ = fe_list_new(term_new(p, -1, $2, @1.begin)); }
+    | sum '+' product          { $$ = fe_list_push($1, term_new(p, +1, $3, @3.begin)); }
+    | sum '-' product          { $$ = fe_list_push($1, term_new(p, -1, $3, @2.begin)); }
+    ;
+
+/* product -> factor { '*' factor } */
+product
+    : factor                   { $$ = fe_list_new($1); }
+    | product '*' factor       { $$ = fe_list_push($1, $3); }
+    ;
+
+/* factor -> tref | NUMBER | '(' sum ')' | NAME '(' sum ')' */
+factor
+    : tref
+        {
+            $$ = factor_new(p, AST_F_TENSOR, @1.begin);
+            $$->u.tref = *$1;
+        }
+    | NUMBER
+        {
+            $$ = factor_new(p, AST_F_NUMBER, @1.begin);
+            $$->u.num = $1;
+        }
+    | '(' sum ')'
+        {
+            $$ = factor_new(p, AST_F_PAREN, @1.begin);
+            $$->u.paren = expr_new(p, $2, @2.begin);
+        }
+    | IDENT '(' sum ')'
+        {
+            $$ = factor_new(p, AST_F_CALL, @1.begin);
+            $$->u.call.fname = $1;
+            $$->u.call.fn = -1;
+            $$->u.call.arg = expr_new(p, $3, @3.begin);
+        }
+    ;
+
+%%
+
+/* Reports a syntax error; an invalid token's own message (from the lexer)
+ * replaces bison's generic one. */
+static void fe_yyerror(fe_loc *loc, yyscan_t scanner, fe_parser *p, const char *msg)
+{
+    (void)scanner;
+    if (p->lexmsg && p->lexmsg_loc >= loc->begin && p->lexmsg_loc < loc->end)
+        diag_error(p->diag, p->lexmsg_loc, "%s", p->lexmsg);
+    else if (strncmp(msg, "syntax error, ", 14) == 0)
+        diag_error(p->diag, loc->begin, "syntax error: %s", msg + 14);
+    else
+        diag_error(p->diag, loc->begin, "%s", msg);
+    p->lexmsg = NULL;
+}
+
+static ast_stmt *stmt_new(fe_parser *p, ast_stmt_kind kind, uint32_t loc)
+{
+    ast_stmt *s = ir_alloc(p->arena, sizeof *s);
+    s->kind = kind;
+    s->loc = loc;
+    return s;
+}
+
+static ast_tref *tref_new(fe_parser *p, ast_name name, fe_list *idx, fe_list *unred,
+                          uint32_t unred_loc)
+{
+    ast_tref *t = ir_alloc(p->arena, sizeof *t);
+    t->name = name;
+    t->idx = fe_list_take_indices(p->arena, idx, &t->nidx);
+    t->unred = fe_list_take_indices(p->arena, unred, &t->nunred);
+    t->unred_loc = unred_loc;
+    return t;
+}
+
+static ast_term *term_new(fe_parser *p, int sign, fe_list *factors, uint32_t loc)
+{
+    ast_term *t = ir_alloc(p->arena, sizeof *t);
+    t->sign = sign;
+    t->loc = loc;
+    t->factors = (ast_factor **)fe_list_take(p->arena, factors, &t->nfactors);
+    return t;
+}
+
+static ast_expr *expr_new(fe_parser *p, fe_list *terms, uint32_t loc)
+{
+    ast_expr *e = ir_alloc(p->arena, sizeof *e);
+    e->loc = loc;
+    e->terms = (ast_term **)fe_list_take(p->arena, terms, &e->nterms);
+    return e;
+}
+
+static ast_factor *factor_new(fe_parser *p, ast_factor_kind kind, uint32_t loc)
+{
+    ast_factor *f = ir_alloc(p->arena, sizeof *f);
+    f->kind = kind;
+    f->loc = loc;
+    return f;
+}
+
+static ast_sizedef *sizedef_new(fe_parser *p, ast_name name, ast_number size, bool negative)
+{
+    ast_sizedef *d = ir_alloc(p->arena, sizeof *d);
+    d->name = name;
+    d->size = size;
+    d->negative = negative;
+    return d;
+}
