@@ -43,35 +43,64 @@ static double local_bytes(const ir_module *m, const ir_value *v)
     return v ? (double)ir_local_bytes(m, &v->type) : 0;
 }
 
-/* FLOPs of an einsum: the size of its iteration space (each label once, at
- * its smallest per-device size over the places it appears) times the
- * number of operands. */
-static double einsum_flops(const ir_module *m, const ir_op *op)
+/* Calls fn(dim id, per-device size, arg) for each position of each operand
+ * and of the result of einsum `op`. */
+static void for_each_label(const ir_module *m, const ir_op *op,
+                           void (*fn)(int dim, int64_t size, void *arg), void *arg)
 {
-    int ids[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK];
-    int64_t sizes[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK];
-    int n = 0;
     for (int i = 0; i <= op->noperands; i++) {
         const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
         const int *labels = i < op->noperands ? op->u.einsum.labels[i] : op->u.einsum.result_labels;
         if (!v)
             continue;
-        for (int j = 0; j < v->type.rank; j++) {
-            int64_t s = ir_local_size(m, &v->type, j);
-            int k = 0;
-            while (k < n && ids[k] != labels[j])
-                k++;
-            if (k == n) {
-                ids[n] = labels[j];
-                sizes[n++] = s;
-            } else if (s < sizes[k]) {
-                sizes[k] = s;
-            }
-        }
+        for (int j = 0; j < v->type.rank; j++)
+            fn(labels[j], ir_local_size(m, &v->type, j), arg);
     }
+}
+
+/* Distinct labels of an einsum with their smallest per-device size. */
+typedef struct label_set {
+    int n;                                             /* labels found */
+    int ids[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK];   /* dim ids */
+    int64_t sizes[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK]; /* per-device sizes */
+} label_set;
+
+static void add_label(int dim, int64_t size, void *arg)
+{
+    label_set *ls = arg;
+    for (int k = 0; k < ls->n; k++)
+        if (ls->ids[k] == dim) {
+            if (size < ls->sizes[k])
+                ls->sizes[k] = size;
+            return;
+        }
+    ls->ids[ls->n] = dim;
+    ls->sizes[ls->n++] = size;
+}
+
+int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim)
+{
+    if (op->kind != IR_OP_EINSUM)
+        return -1;
+    label_set ls = {0};
+    for_each_label(m, op, add_label, &ls);
+    for (int k = 0; k < ls.n; k++)
+        if (ls.ids[k] == dim)
+            return ls.sizes[k];
+    return -1;
+}
+
+/* FLOPs of an einsum: the size of its iteration space (each label once, at
+ * its smallest per-device size over the places it appears: a label sharded
+ * in one operand and replicated in another is computed on the local block)
+ * times the number of operands. */
+static double einsum_flops(const ir_module *m, const ir_op *op)
+{
+    label_set ls = {0};
+    for_each_label(m, op, add_label, &ls);
     double points = 1;
-    for (int k = 0; k < n; k++)
-        points *= (double)sizes[k];
+    for (int k = 0; k < ls.n; k++)
+        points *= (double)ls.sizes[k];
     return (op->noperands > 0 ? op->noperands : 1) * points;
 }
 

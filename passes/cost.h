@@ -153,24 +153,32 @@ bool cost_value_is_param_derived(const ir_value *v);
  * totals.  Ops without a valid cost print "-". */
 void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw);
 
-/* --explain: for each contraction the per-device size of each free dim
- * above which it is compute-bound against the collectives it needs, and for
+/* --explain: for each contraction the per-device size of each of its dims
+ * (the batch and other free dims first, then the contracting ones) above
+ * which it is compute-bound against the collectives it needs, and for
  * each collective whether it is latency- or bandwidth-bound and the message
  * size where it switches.  Needs the cost pass to have run. */
 void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw);
 
 /*
- * Critical per-device size of free dim `dim` (a dim id among op's result
- * labels) for einsum `op`: the size above which op's compute time exceeds
- * the time of the collectives it needs (those inserted for it, and the
- * resharding chains that produce its operands).  Seed 000: for DP/FSDP this
- * is B/X > C / W_ici (2550 on TPU v5p).  Returns the size (elements), 0 if
- * op needs no collective, or -1 if the collectives' bytes grow with `dim`
- * too (then the ratio does not depend on it) or op/dim do not qualify.
- * The collectives counted are written into `colls` (up to `max`, may be
- * NULL) and their number into `*ncolls` (may be NULL).
+ * Critical per-device size of dim `dim` (any label of einsum `op`, free or
+ * contracting): the size above which op's compute time exceeds the time of
+ * the collectives it needs (those inserted for it, and the resharding
+ * chains that produce its operands).  FLOPs grow linearly with every label
+ * while a collective whose value lacks `dim` does not, so the threshold is
+ * n * T_comm / T_compute.  Seed 000: for DP/FSDP and the batch dim this is
+ * B/X > C / W_ici (2550 on TPU v5p); for Megatron TP and the contracting F
+ * of the second matmul it is F/Y > 2550-ish ("Y < F / 2550").  Returns the
+ * size (elements), 0 if op needs no collective, or -1 if a collective's
+ * bytes grow with `dim` too (then the ratio does not depend on it) or
+ * op/dim do not qualify.  The collectives counted are written into `colls`
+ * (up to `max`, may be NULL) and their number into `*ncolls` (may be NULL).
  */
-double cost_critical_free_size(const ir_module *m, const ir_op *op, int dim,
-                               const ir_op **colls, int max, int *ncolls);
+double cost_critical_dim_size(const ir_module *m, const ir_op *op, int dim,
+                              const ir_op **colls, int max, int *ncolls);
+
+/* Per-device size of label `dim` in einsum `op` (its smallest over the
+ * operands and result), or -1 if `dim` is not one of op's labels. */
+int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);
 
 #endif

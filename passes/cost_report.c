@@ -5,10 +5,11 @@
  * --explain answers the two questions the seeds teach one to ask of a
  * sharded program:
  *   1. Is this contraction compute-bound against the communication it needs?
- *      Its FLOPs grow with each free dim while the bytes of a collective that
- *      does not carry that dim stay fixed, so there is a per-device size n*
- *      above which compute wins: n* = n * T_comm / T_compute.  For DP/FSDP
- *      (seed 000) this is B/X > C / W_ici = 2550 on TPU v5p.
+ *      Its FLOPs grow with each of its dims (free or contracting) while the
+ *      bytes of a collective that does not carry that dim stay fixed, so
+ *      there is a per-device size n* above which compute wins:
+ *      n* = n * T_comm / T_compute.  For DP/FSDP (seed 000) this is
+ *      B/X > C / W_ici = 2550 on TPU v5p; for Megatron TP it is F/Y > 2550.
  *   2. Is this collective latency- or bandwidth-bound?  The two terms of
  *      seed 001's max() are equal at V* = T_min * hops * W_eff.
  */
@@ -129,8 +130,8 @@ static int needed_collectives(const ir_module *m, const ir_op *op, const ir_op *
     return n;
 }
 
-double cost_critical_free_size(const ir_module *m, const ir_op *op, int dim,
-                               const ir_op **colls, int max, int *ncolls)
+double cost_critical_dim_size(const ir_module *m, const ir_op *op, int dim,
+                              const ir_op **colls, int max, int *ncolls)
 {
     const ir_op *buf[64];
     int n = needed_collectives(m, op, buf, 64);
@@ -139,13 +140,10 @@ double cost_critical_free_size(const ir_module *m, const ir_op *op, int dim,
             colls[i] = buf[i];
     if (ncolls)
         *ncolls = n;
-    if (op->kind != IR_OP_EINSUM || !op->result || !op->cost.valid)
+    if (op->kind != IR_OP_EINSUM || !op->cost.valid || op->cost.t_compute <= 0)
         return -1;
-    int pos = -1;
-    for (int d = 0; d < op->result->type.rank; d++)
-        if (op->u.einsum.result_labels[d] == dim)
-            pos = d;
-    if (pos < 0 || op->cost.t_compute <= 0)
+    int64_t local = cost_einsum_label_size(m, op, dim);
+    if (local < 0)
         return -1;
     if (n == 0)
         return 0;
@@ -158,8 +156,7 @@ double cost_critical_free_size(const ir_module *m, const ir_op *op, int dim,
         if (c->cost.valid)
             t_comm += c->cost.t_comm;
     }
-    double local = (double)ir_local_size(m, &op->result->type, pos);
-    return local * t_comm / op->cost.t_compute;
+    return (double)local * t_comm / op->cost.t_compute;
 }
 
 /* "Name = Einsum(A[..], B[..]) -> R[..]" with shardings. */
@@ -185,6 +182,20 @@ static void print_op_line(FILE *out, const ir_module *m, const ir_op *op)
     fprintf(out, ")\n");
 }
 
+/* One line of --explain for label `dim` of einsum `op`. */
+static void explain_dim(FILE *out, const ir_module *m, const ir_op *op, int dim, const char *role)
+{
+    const char *dn = m->dims[dim].name;
+    double now = (double)cost_einsum_label_size(m, op, dim);
+    double crit = cost_critical_dim_size(m, op, dim, NULL, 0, NULL);
+    if (crit < 0)
+        fprintf(out, "  %s dim %s: the collectives' bytes grow with %s too; the ratio does not depend on it\n",
+                role, dn, dn);
+    else
+        fprintf(out, "  %s dim %s: compute-bound when per-device %s > %.4g (now %.0f, %s-bound)\n", role,
+                dn, dn, crit, now, now > crit ? "compute" : "communication");
+}
+
 static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
 {
     print_op_line(out, m, op);
@@ -195,7 +206,7 @@ static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, con
             bound_name(c->bound));
     const ir_op *colls[64];
     int n = 0;
-    cost_critical_free_size(m, op, -1, colls, 64, &n);
+    cost_critical_dim_size(m, op, -1, colls, 64, &n);
     if (n == 0) {
         fprintf(out, "  needs no collective under this sharding\n");
         return;
@@ -203,25 +214,29 @@ static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, con
     double t_comm = 0;
     fprintf(out, "  needs");
     for (int i = 0; i < n && i < 64; i++) {
-        char name[64];
-        ir_value_name(colls[i]->result, name, sizeof name);
+        char name[64] = "-";
+        if (colls[i]->result)
+            ir_value_name(colls[i]->result, name, sizeof name);
         fprintf(out, "%s %s (%s, %.4g us)", i ? "," : "", name, ir_op_name(colls[i]->kind),
                 colls[i]->cost.t_comm * 1e6);
         t_comm += colls[i]->cost.t_comm;
     }
     fprintf(out, ": %.4g us of communication against %.4g us of compute -> %s-bound\n",
             t_comm * 1e6, c->t_compute * 1e6, t_comm > c->t_compute ? "communication" : "compute");
-    for (int d = 0; d < op->result->type.rank; d++) {
-        int dim = op->u.einsum.result_labels[d];
-        const char *dn = m->dims[dim].name;
-        double now = (double)ir_local_size(m, &op->result->type, d);
-        double crit = cost_critical_free_size(m, op, dim, NULL, 0, NULL);
-        if (crit < 0)
-            fprintf(out, "  free dim %s: the collectives grow with %s too; the ratio does not depend on it\n",
-                    dn, dn);
-        else
-            fprintf(out, "  free dim %s: compute-bound when per-device %s > %.4g (now %.0f%s)\n", dn, dn,
-                    crit, now, now > crit ? ", compute-bound" : ", communication-bound");
+    /* Each distinct label once, result (free) dims first. */
+    int seen[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK], nseen = 0;
+    for (int i = -1; i < op->noperands; i++) {
+        const ir_value *v = i < 0 ? op->result : op->operands[i];
+        const int *labels = i < 0 ? op->u.einsum.result_labels : op->u.einsum.labels[i];
+        for (int j = 0; v && j < v->type.rank; j++) {
+            int dim = labels[j], k = 0;
+            while (k < nseen && seen[k] != dim)
+                k++;
+            if (k < nseen || dim < 0 || dim >= m->ndims)
+                continue;
+            seen[nseen++] = dim;
+            explain_dim(out, m, op, dim, i < 0 ? "free" : "contracting");
+        }
     }
 }
 
@@ -246,7 +261,12 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
     fprintf(out, "  %s-bound: %.4g us (latency term %.4g us, bandwidth term %.4g us), V = %s",
             bound_name(ct.bound), ct.time * 1e6, ct.t_latency * 1e6, ct.t_bandwidth * 1e6,
             human_bytes(v, vb, sizeof vb));
-    fprintf(out, " over %d ring axis(es) and %d axis(es) without wraparound\n", rings, lines);
+    if (rings)
+        fprintf(out, ", %d axis%s with wraparound (bidirectional ring)", rings, rings > 1 ? "es" : "");
+    if (lines)
+        fprintf(out, "%s %d axis%s without wraparound (one-way ring, seed 001 pop quiz 2)",
+                rings ? " and" : ",", lines, lines > 1 ? "es" : "");
+    fputc('\n', out);
     if (ct.crossover > 0)
         fprintf(out, "  switches to %s-bound %s V = %s\n",
                 ct.bound == IR_BOUND_BANDWIDTH ? "latency" : "bandwidth",

@@ -70,6 +70,19 @@ static int run_cost(ir_module *m, const cost_hw *hw)
     return pass_cost(&ctx, m);
 }
 
+/* --explain's output for `m` as a malloc'd string (NULL on failure). */
+static char *explain_text(const ir_module *m, const cost_hw *hw)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    cost_explain(f, m, hw);
+    fclose(f);
+    return text;
+}
+
 /* In[B_X, D] . W[D, F] -> Out[B_X, F], bf16 on v5e {X: 4}. */
 static void matmul_case(int64_t b_local, ir_op **op_out, ir_module **m_out)
 {
@@ -319,24 +332,20 @@ static void test_critical_batch_2550(void)
     int Bd = ir_dim_find(m, "B", 1), Fd = ir_dim_find(m, "F", 1), Dd = ir_dim_find(m, "D", 1);
     const ir_op *colls[4];
     int n = 0;
-    double crit = cost_critical_free_size(m, o[1], Bd, colls, 4, &n);
+    double crit = cost_critical_dim_size(m, o[1], Bd, colls, 4, &n);
     CU_ASSERT_EQUAL(n, 1);
     CU_ASSERT_PTR_EQUAL(colls[0], o[0]);
     ASSERT_NEAR2(crit, 2550);
-    ASSERT_NEAR2(cost_critical_free_size(m, o[3], Bd, NULL, 0, NULL), 2550);
+    ASSERT_NEAR2(cost_critical_dim_size(m, o[3], Bd, NULL, 0, NULL), 2550);
     /* The gathered weight carries F: no threshold in F. */
-    CU_ASSERT_EQUAL(cost_critical_free_size(m, o[1], Fd, NULL, 0, NULL), -1);
+    CU_ASSERT_EQUAL(cost_critical_dim_size(m, o[1], Fd, NULL, 0, NULL), -1);
     /* D is contracted in o[1], not a free dim. */
-    CU_ASSERT_EQUAL(cost_critical_free_size(m, o[1], Dd, NULL, 0, NULL), -1);
+    CU_ASSERT_EQUAL(cost_critical_dim_size(m, o[1], Dd, NULL, 0, NULL), -1);
 
     /* --explain prints it. */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    cost_explain(f, m, &hw);
-    fclose(f);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "compute-bound when per-device B > 255"));
+    char *text = explain_text(m, &hw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "free dim B: compute-bound when per-device B > 255"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "bandwidth-bound"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "switches to latency-bound below V ="));
     free(text);
@@ -347,8 +356,55 @@ static void test_critical_batch_2550(void)
     cost_hw v5e = test_load_hw("tpu-v5e");
     matmul_case(256, &op, &m);
     CU_ASSERT_EQUAL_FATAL(run_cost(m, &v5e), 0);
-    CU_ASSERT_EQUAL(cost_critical_free_size(m, op, ir_dim_find(m, "B", 1), NULL, 0, &n), 0);
+    CU_ASSERT_EQUAL(cost_critical_dim_size(m, op, ir_dim_find(m, "B", 1), NULL, 0, &n), 0);
     CU_ASSERT_EQUAL(n, 0);
+    ir_module_free(m);
+}
+
+/* Seed 000 Megatron TP: In[B, D_Y] is gathered before the first matmul and
+ * the second one's {U_Y} result is reduce-scattered.  Each matmul is
+ * compute-bound when F/Y > C / W_ici = 2550 on v5p, F being free in the
+ * first and contracting in the second; B and D are carried by the
+ * collectives, so they set no threshold. */
+static void test_critical_tp(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    ir_module *m = ir_module_new("tp.ein");
+    int Y = ir_mesh_add_axis(m, 'Y', 8, 0);
+    int B = ir_dim_add(m, "B", 4096, 0), D = ir_dim_add(m, "D", 8192, 0),
+        F = ir_dim_add(m, "F", 8 * 4096, 0);
+    ir_value *in = val(m, "In", IR_VAL_INPUT, IR_BF16, 2, (int[]){B, D}, (int[]){-1, Y}, 0);
+    ir_value *win = val(m, "Win", IR_VAL_PARAM, IR_BF16, 2, (int[]){D, F}, (int[]){-1, Y}, 0);
+    ir_value *wout = val(m, "Wout", IR_VAL_PARAM, IR_BF16, 2, (int[]){F, D}, (int[]){Y, -1}, 0);
+    ir_value *in_g = val(m, "In", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, NULL, 0);
+    ir_value *tmp = val(m, "Tmp", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){-1, Y}, 0);
+    ir_value *outu = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, NULL, 1u << Y);
+    ir_value *out = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){-1, Y}, 0);
+    ir_op *ag = reshard(m, IR_OP_ALLGATHER, in, in_g, Y, 1, -1);
+    ir_op *e1 = einsum(m, in_g, win, tmp);
+    ir_op *e2 = einsum(m, tmp, wout, outu);
+    ir_op *rs = reshard(m, IR_OP_REDUCESCATTER, outu, out, Y, 1, -1);
+    ir_op_set_reason(m, rs, e2, -1, "reduce the partial sums over %c", 'Y');
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    const ir_op *c[4];
+    int n = 0;
+    ASSERT_NEAR2(cost_critical_dim_size(m, e1, F, c, 4, &n), 2550);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_PTR_EQUAL(c[0], ag);
+    ASSERT_NEAR2(cost_critical_dim_size(m, e2, F, c, 4, &n), 2550);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_PTR_EQUAL(c[0], rs);
+    CU_ASSERT_EQUAL(cost_einsum_label_size(m, e2, F), 4096);
+    CU_ASSERT_EQUAL(cost_einsum_label_size(m, e2, D), 8192);
+    CU_ASSERT_EQUAL(cost_critical_dim_size(m, e1, B, NULL, 0, NULL), -1);
+    CU_ASSERT_EQUAL(cost_critical_dim_size(m, e2, D, NULL, 0, NULL), -1);
+    /* F/Y = 4096 > 2550: compute-bound, and --explain says so. */
+    char *text = explain_text(m, &hw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "contracting dim F: compute-bound when per-device F > 25"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "(now 4096, compute-bound)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "inserted because: reduce the partial sums over Y"));
+    free(text);
     ir_module_free(m);
 }
 
@@ -396,6 +452,7 @@ void einc_register_tests(void)
         {"totals: param gathers overlap (FSDP)", test_totals_overlap},
         {"totals: partial overlap", test_totals_partial_overlap},
         {"critical batch 2550 on v5p and --explain", test_critical_batch_2550},
+        {"critical F/Y 2550 for Megatron TP", test_critical_tp},
         {"--dump-cost table", test_print_table},
     };
     einc_add_suite("cost pass", tests, (int)(sizeof tests / sizeof tests[0]));
