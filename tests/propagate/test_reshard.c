@@ -1,0 +1,226 @@
+/*
+ * test_reshard.c - the min-cost resharding planner (passes/reshard.c).
+ *
+ * Each case states a reshard from seed 001's collective table and checks
+ * the ops found and their byte counts against the table's formulas:
+ * AllGather out*(G-1)/G, ReduceScatter in*(G-1)/G, AllReduce 2x that,
+ * AllToAll a quarter of an AllGather, Slice free.
+ */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <string.h>
+
+#include "cunit_main.h"
+#include "pass.h"
+#include "prop_fixture.h"
+#include "reshard.h"
+
+/* Plans `from` -> `to` (both "A[...]" texts) on mesh X=2,Y=4 with
+ * I=64, J=32 (f32).  Returns whether a plan exists. */
+static bool plan(ir_module **mp, const char *from, const char *to, pass_reshard_plan *p)
+{
+    ir_module *m = fx_module("X=2,Y=4", "I=64,J=32,K=3");
+    char name[32];
+    bool sub;
+    ir_type a = fx_type(m, from, name, sizeof name, &sub);
+    ir_type b = fx_type(m, to, name, sizeof name, &sub);
+    *mp = m;
+    return pass_reshard_find(m, &a, &b.sh, p);
+}
+
+static void check_step(const ir_module *m, const pass_reshard_step *s, ir_op_kind kind, const char *axes)
+{
+    char ax[IR_MAX_AXES + 1];
+    CU_ASSERT_EQUAL(s->kind, kind);
+    CU_ASSERT_STRING_EQUAL(ir_axes_str(&m->mesh, s->axes, s->naxes, ax, sizeof ax), axes);
+}
+
+static void test_alltoall_moves_axis(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I_X, J]", "A[I, J_X]", &p));
+    CU_ASSERT_EQUAL_FATAL(p.nsteps, 1);
+    check_step(m, &p.steps[0], IR_OP_ALLTOALL, "X");
+    CU_ASSERT_EQUAL(p.steps[0].dim, 0);
+    CU_ASSERT_EQUAL(p.steps[0].dim2, 1);
+    /* local 32x32 f32 = 4096 bytes; (G-1)/G = 1/2; quarter of an AllGather */
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 4096.0 * 0.5 / 4.0, 1e-9);
+    ir_module_free(m);
+}
+
+static void test_unreduced_to_sharded_is_reduce_scatter(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I, J]{U_X}", "A[I_X, J]", &p));
+    CU_ASSERT_EQUAL_FATAL(p.nsteps, 1);
+    check_step(m, &p.steps[0], IR_OP_REDUCESCATTER, "X");
+    CU_ASSERT_EQUAL(p.steps[0].dim, 0);
+    /* input 64x32x4 = 8192 bytes per device, times 1/2 */
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 8192.0 * 0.5, 1e-9);
+    ir_module_free(m);
+}
+
+static void test_drop_minor_axis_is_allgather(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I_XY, J]", "A[I_X, J]", &p));
+    CU_ASSERT_EQUAL_FATAL(p.nsteps, 1);
+    check_step(m, &p.steps[0], IR_OP_ALLGATHER, "Y");
+    /* output [I_X, J]: 32x32x4 = 4096 bytes, G = |Y| = 4 */
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 4096.0 * 3.0 / 4.0, 1e-9);
+    ir_module_free(m);
+}
+
+static void test_two_axis_gather_is_one_op(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I_XY, J]", "A[I, J]", &p));
+    /* Two gathers cost the same bytes; fewer ops wins: AllGather_XY. */
+    CU_ASSERT_EQUAL_FATAL(p.nsteps, 1);
+    check_step(m, &p.steps[0], IR_OP_ALLGATHER, "XY");
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 8192.0 * 7.0 / 8.0, 1e-9);
+    ir_module_free(m);
+}
+
+static void test_allreduce_costs_twice(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    /* X is taken, so no cheaper route through a wider gather exists:
+     * ReduceScatter + AllGather ties with AllReduce and fewer ops wins. */
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I_X, J]{U_Y}", "A[I_X, J]", &p));
+    CU_ASSERT_EQUAL_FATAL(p.nsteps, 1);
+    check_step(m, &p.steps[0], IR_OP_ALLREDUCE, "Y");
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 2.0 * 4096.0 * 3.0 / 4.0, 1e-9);
+    ir_module_free(m);
+}
+
+static void test_slice_is_free(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I, J]", "A[I_Y, J_X]", &p));
+    CU_ASSERT_EQUAL_FATAL(p.nsteps, 2);
+    CU_ASSERT_EQUAL(p.steps[0].kind, IR_OP_SLICE);
+    CU_ASSERT_EQUAL(p.steps[1].kind, IR_OP_SLICE);
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 0.0, 1e-12);
+    ir_module_free(m);
+}
+
+/* Not "replicate then slice": reducing Y with a ReduceScatter and moving
+ * axes with AllToAlls costs far less than AllReduce + AllGather. */
+static void test_multi_step_beats_replicate(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(plan(&m, "A[I_X, J]{U_Y}", "A[I_Y, J_X]", &p));
+    CU_ASSERT_TRUE_FATAL(p.nsteps >= 2);
+    CU_ASSERT_EQUAL(p.steps[0].kind, IR_OP_REDUCESCATTER);
+    /* The replicate-then-slice route: AllReduce_Y of the 4096-byte local
+     * block (2*4096*3/4) + AllGather_X to 8192 bytes (8192/2). */
+    double naive = 2.0 * 4096.0 * 0.75 + 8192.0 * 0.5;
+    CU_ASSERT(p.bytes < naive / 2);
+    /* Every step obeys its formula, and the steps chain. */
+    ir_type t = fx_type(m, "A[I_X, J]{U_Y}", (char[32]){0}, 32, &(bool){0});
+    double sum = 0;
+    for (int s = 0; s < p.nsteps; s++) {
+        ir_type out = t;
+        out.sh = p.steps[s].to;
+        double in_b = (double)ir_local_bytes(m, &t), out_b = (double)ir_local_bytes(m, &out);
+        int64_t g = 1;
+        for (int k = 0; k < p.steps[s].naxes; k++)
+            g *= m->mesh.axes[p.steps[s].axes[k]].size;
+        CU_ASSERT_DOUBLE_EQUAL(p.steps[s].bytes, pass_reshard_bytes(p.steps[s].kind, in_b, out_b, g), 1e-9);
+        sum += p.steps[s].bytes;
+        t = out;
+    }
+    CU_ASSERT_DOUBLE_EQUAL(sum, p.bytes, 1e-9);
+    char name[32];
+    bool sub;
+    ir_type want = fx_type(m, "A[I_Y, J_X]", name, sizeof name, &sub);
+    CU_ASSERT_TRUE(ir_sharding_equal(&t.sh, &want.sh, 2));
+    ir_module_free(m);
+}
+
+static void test_unreachable_targets(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    /* No collective creates partial sums. */
+    CU_ASSERT_FALSE(plan(&m, "A[I, J]", "A[I, J]{U_X}", &p));
+    CU_ASSERT_TRUE(isinf(p.bytes));
+    ir_module_free(m);
+    /* K = 3 does not divide by |X| = 2. */
+    CU_ASSERT_FALSE(plan(&m, "A[I, K]", "A[I, K_X]", &p));
+    ir_module_free(m);
+}
+
+static void test_identity_is_empty(void)
+{
+    ir_module *m;
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE(plan(&m, "A[I_X, J_Y]", "A[I_X, J_Y]", &p));
+    CU_ASSERT_EQUAL(p.nsteps, 0);
+    CU_ASSERT_DOUBLE_EQUAL(p.bytes, 0.0, 0.0);
+    ir_module_free(m);
+}
+
+static void test_formulas(void)
+{
+    CU_ASSERT_DOUBLE_EQUAL(pass_reshard_bytes(IR_OP_ALLGATHER, 100, 400, 4), 300, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(pass_reshard_bytes(IR_OP_REDUCESCATTER, 400, 100, 4), 300, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(pass_reshard_bytes(IR_OP_ALLREDUCE, 400, 400, 4), 600, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(pass_reshard_bytes(IR_OP_ALLTOALL, 400, 400, 4), 75, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(pass_reshard_bytes(IR_OP_SLICE, 400, 100, 4), 0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(pass_reshard_bytes(IR_OP_ALLGATHER, 100, 100, 1), 0, 1e-12);
+}
+
+/* Emitting a plan inserts verifiable ops whose chain ends in `to`. */
+static void test_emit_verifies(void)
+{
+    ir_module *m = fx_module("X=2,Y=4", "I=64,J=32");
+    ir_value *a = fx_input(m, "A[I_X, J]");
+    ir_value *n = fx_call(m, "N[I, J]", IR_FN_NEG, a);
+    /* Make N's operand requirement explicit: emit A -> [I, J_X] before it. */
+    char name[32];
+    bool sub;
+    ir_type to = fx_type(m, "A[I_Y, J_X]", name, sizeof name, &sub);
+    pass_reshard_plan p;
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find(m, &a->type, &to.sh, &p));
+    const char *whys[PASS_RESHARD_MAX_STEPS] = {0};
+    ir_value *r = pass_reshard_emit(m, a, &p, n->def, NULL, n->def, 0, whys);
+    CU_ASSERT_TRUE(ir_sharding_equal(&r->type.sh, &to.sh, 2));
+    n->def->operands[0] = r;
+    n->type.sh = to.sh;
+    ir_output_add(m, "N", n, 0);
+    diag_ctx d;
+    diag_init(&d, "t", "", 0);
+    CU_ASSERT_EQUAL(ir_verify(m, &d), 0);
+    int count = 0;
+    for (ir_op *op = m->first; op; op = op->next)
+        count += ir_op_is_reshard(op->kind) && op->for_op == n->def && op->for_operand == 0 && op->reason;
+    CU_ASSERT_EQUAL(count, p.nsteps);
+    ir_module_free(m);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"[I_X, J] -> [I, J_X] is one AllToAll", test_alltoall_moves_axis},
+        {"{U_X} -> [I_X] is one ReduceScatter", test_unreduced_to_sharded_is_reduce_scatter},
+        {"[I_XY] -> [I_X] is AllGather_Y", test_drop_minor_axis_is_allgather},
+        {"[I_XY] -> [I] is one AllGather_XY", test_two_axis_gather_is_one_op},
+        {"AllReduce costs twice a ReduceScatter", test_allreduce_costs_twice},
+        {"Slice is free", test_slice_is_free},
+        {"multi-step path beats replicate-then-slice", test_multi_step_beats_replicate},
+        {"unreachable targets", test_unreachable_targets},
+        {"identity plan is empty", test_identity_is_empty},
+        {"seed 001 byte formulas", test_formulas},
+        {"emitted plan verifies", test_emit_verifies},
+    };
+    einc_add_suite("reshard", tests, (int)(sizeof tests / sizeof tests[0]));
+}
