@@ -122,6 +122,7 @@ typedef enum ast_stmt_kind {
     AST_S_PARAM,  /* u.decl */
     AST_S_ASSIGN, /* u.assign */
     AST_S_OUTPUT, /* u.output */
+    AST_S_BAD,    /* u.bad: a line with a syntax error (kept to avoid cascades) */
 } ast_stmt_kind;
 
 /* One statement (one line). */
@@ -144,6 +145,10 @@ typedef struct ast_stmt {
         struct {
             ast_tref tref;      /* the output; nidx = -1 for bare `output NAME` */
         } output;               /* AST_S_OUTPUT */
+        struct {
+            ast_name name;      /* tensor the line would define (s NULL if unknown) */
+            bool output;        /* it was an output line */
+        } bad;                  /* AST_S_BAD */
     } u;
 } ast_stmt;
 

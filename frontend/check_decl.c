@@ -304,6 +304,8 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
 {
     for (int i = 0; i < prog->nstmts; i++) {
         ast_stmt *s = prog->stmts[i];
+        if (s->kind == AST_S_BAD && s->u.bad.output)
+            c->noutputs++; /* an output line with a syntax error */
         if (s->kind != AST_S_OUTPUT)
             continue;
         ast_tref *r = &s->u.output.tref;
@@ -318,7 +320,9 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
         fe_symtab_put(c->arena, &c->outputs, r->name.s, s);
         if (r->nidx < 0) {
             r->sym = fe_symtab_get(&c->tensors, r->name.s);
-            if (!r->sym)
+            if (r->sym)
+                r->sym->is_output = true;
+            else
                 diag_error(c->diag, r->name.loc, "tensor '%s' is not defined", r->name.s);
             continue;
         }

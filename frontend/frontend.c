@@ -34,6 +34,10 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
             fe_check_decl(&c, s);
         else if (s->kind == AST_S_ASSIGN)
             fe_check_assign(&c, s);
+        else if (s->kind == AST_S_BAD && s->u.bad.name.s &&
+                 !fe_symtab_get(&c.tensors, s->u.bad.name.s))
+            /* Defined, but unusable: its uses are not errors of their own. */
+            fe_define_tensor(&c, s->u.bad.name, IR_VAL_OP)->bad = true;
     }
     fe_check_outputs(&c, &prog);
 

@@ -15,6 +15,8 @@
 %define api.prefix {fe_yy}
 %define api.location.type {fe_loc}
 %define parse.error detailed
+/* Detect errors before reducing a statement, so its error alternatives see them. */
+%define lr.default-reduction consistent
 %locations
 %expect 0
 
@@ -56,6 +58,7 @@ static ast_term *term_new(fe_parser *p, int sign, fe_list *factors, uint32_t loc
 static ast_expr *expr_new(fe_parser *p, fe_list *terms, uint32_t loc);
 static ast_factor *factor_new(fe_parser *p, ast_factor_kind kind, uint32_t loc);
 static ast_sizedef *sizedef_new(fe_parser *p, ast_name name, ast_number size, bool negative);
+static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc);
 }
 
 %union {
@@ -101,14 +104,18 @@ program
 /* line -> NL | stmt NL | error NL   (statement-level error recovery) */
 line
     : NL
-    | stmt NL          { fe_list_push(p->stmts, $1); }
+    | stmt NL          { if ($1) fe_list_push(p->stmts, $1); }
     | error NL         { yyerrok; }
     ;
 
 /* stmt -> 'mesh' sizedefs | 'dim' sizedefs
  *       | 'input' tref ':' NAME | 'param' tref ':' NAME
  *       | tref '=' sum
- *       | 'output' NAME | 'output' tref */
+ *       | 'output' NAME | 'output' tref
+ * The error alternatives keep what a broken line was about (the tensor it
+ * defines, or that it is an output line) so that later uses are not reported
+ * again as undefined; they record it at once, as error recovery may still
+ * pop the reduced stmt. */
 stmt
     : MESH sizedefs
         {
@@ -149,6 +156,10 @@ stmt
             $$ = stmt_new(p, AST_S_OUTPUT, @1.begin);
             $$->u.output.tref = *$2;
         }
+    | INPUT IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }
+    | PARAM IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }
+    | tref '=' error           { $$ = bad_stmt(p, $1->name, false, @1.begin); }
+    | OUTPUT error             { $$ = bad_stmt(p, (ast_name){0}, true, @1.begin); }
     ;
 
 /* sizedefs -> sizedef { ',' sizedef } */
@@ -308,4 +319,14 @@ static ast_sizedef *sizedef_new(fe_parser *p, ast_name name, ast_number size, bo
     d->size = size;
     d->negative = negative;
     return d;
+}
+
+/* Records a line with a syntax error; returns NULL (already recorded). */
+static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc)
+{
+    ast_stmt *s = stmt_new(p, AST_S_BAD, loc);
+    s->u.bad.name = name;
+    s->u.bad.output = output;
+    fe_list_push(p->stmts, s);
+    return NULL;
 }

@@ -1,0 +1,407 @@
+/*
+ * test_errors.c - every kind of frontend error, each asserted as the exact
+ * `t.ein:line:col: error: ...` line plus the source line and caret (or, for
+ * errors without a location, the bare line), and that all errors in a file
+ * are reported.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cunit_main.h"
+#include "fe_test_util.h"
+
+/* Two header lines shared by most programs: errors start on line 3. */
+#define HDR "mesh X = 2, Y = 2\ndim I = 8, J = 4, K = 6\n"
+#define ABC HDR "input A[I, J] : f32\nparam B[J, K] : f32\n"
+
+static void test_undefined_tensor(void)
+{
+    EXPECT_DIAG(ABC "C[I, K] = A[I, J] * Q[J, K]\noutput C\n",
+                "t.ein:5:21: error: tensor 'Q' is not defined\n"
+                "    C[I, K] = A[I, J] * Q[J, K]\n"
+                "                        ^\n");
+}
+
+static void test_use_before_definition(void)
+{
+    EXPECT_DIAG(ABC "C[I, K] = A[I, J] * C[J, K]\noutput C\n",
+                "t.ein:5:21: error: tensor 'C' is used in its own definition\n"
+                "    C[I, K] = A[I, J] * C[J, K]\n"
+                "                        ^\n");
+}
+
+static void test_undefined_dim(void)
+{
+    EXPECT_DIAG(HDR "input In[Q_X, I] : f32\noutput In\n",
+                "t.ein:3:10: error: dim 'Q' is not defined\n"
+                "    input In[Q_X, I] : f32\n"
+                "             ^\n");
+}
+
+static void test_index_count(void)
+{
+    EXPECT_DIAG(HDR "param Win[I, J] : f32\nC[I] = Win[I, J, K]\noutput C\n",
+                "t.ein:4:8: error: tensor 'Win' has 2 dims but 3 indices are given\n"
+                "    C[I] = Win[I, J, K]\n"
+                "           ^\n");
+}
+
+static void test_lhs_index_missing(void)
+{
+    EXPECT_DIAG(ABC "C[I, K] = A[I, J] + 1\noutput C\n",
+                "t.ein:5:6: error: index 'K' of 'C' appears in no term of the right side\n"
+                "    C[I, K] = A[I, J] + 1\n"
+                "         ^\n");
+}
+
+static void test_unknown_function(void)
+{
+    EXPECT_DIAG(ABC "C[I, J] = softmax(A[I, J])\noutput C\n",
+                "t.ein:5:11: error: unknown function 'softmax' (known: exp, log, tanh, relu, gelu, "
+                "silu, sigmoid, sqrt, rsqrt, neg)\n"
+                "    C[I, J] = softmax(A[I, J])\n"
+                "              ^\n");
+}
+
+static void test_axis_used_twice(void)
+{
+    EXPECT_DIAG(HDR "input A[I_X, J_YX] : f32\noutput A\n",
+                "t.ein:3:17: error: mesh axis 'X' is used twice in the sharding of 'A'\n"
+                "    input A[I_X, J_YX] : f32\n"
+                "                    ^\n");
+    /* An axis cannot both shard a dim and hold unreduced sums. */
+    EXPECT_DIAG(ABC "C[I_X, K]{U_X} = A[I, J] * B[J, K]\noutput C\n",
+                "t.ein:5:13: error: mesh axis 'X' is used twice in the sharding of 'C'\n"
+                "    C[I_X, K]{U_X} = A[I, J] * B[J, K]\n"
+                "                ^\n");
+}
+
+static void test_axis_not_in_mesh(void)
+{
+    EXPECT_DIAG(HDR "input A[I_Z, J] : f32\noutput A\n",
+                "t.ein:3:11: error: mesh axis 'Z' is not defined\n"
+                "    input A[I_Z, J] : f32\n"
+                "              ^\n");
+}
+
+static void test_not_divisible(void)
+{
+    EXPECT_DIAG("mesh X = 3, Y = 3\ndim D = 256\ninput A[D_XY] : f32\noutput A\n",
+                "t.ein:3:9: error: dim 'D' (256) is not divisible by the product of its mesh axes "
+                "X*Y = 3*3\n"
+                "    input A[D_XY] : f32\n"
+                "            ^\n");
+    EXPECT_DIAG("mesh X = 3\ndim K = 6, D = 10\ninput A[K_X, D] : f32\nC[K, D_X] = A[K, D]\noutput C\n",
+                "t.ein:4:6: error: dim 'D' (10) is not divisible by the size of its mesh axes X = 3\n"
+                "    C[K, D_X] = A[K, D]\n"
+                "         ^\n");
+}
+
+static void test_index_size_mismatch(void)
+{
+    /* Relabeling is allowed only between dims of equal size. */
+    EXPECT_DIAG(ABC "C[J, I] = A[J, I]\noutput C\n",
+                "t.ein:5:13: error: index 'J' (4) does not match dim 1 of 'A', which is 'I' (8)\n"
+                "    C[J, I] = A[J, I]\n"
+                "                ^\n"
+                "t.ein:5:16: error: index 'I' (8) does not match dim 2 of 'A', which is 'J' (4)\n"
+                "    C[J, I] = A[J, I]\n"
+                "                   ^\n");
+}
+
+static void test_repeated_index(void)
+{
+    EXPECT_DIAG(HDR "input A[I, I] : f32\nC[I] = A[I, I]\noutput C\n",
+                "t.ein:4:13: error: index 'I' is repeated in 'A'\n"
+                "    C[I] = A[I, I]\n"
+                "                ^\n");
+}
+
+static void test_bad_dtype(void)
+{
+    EXPECT_DIAG(HDR "input A[I] : f16\noutput A\n",
+                "t.ein:3:14: error: unknown dtype 'f16' (expected f32, f64 or bf16)\n"
+                "    input A[I] : f16\n"
+                "                 ^\n");
+}
+
+static void test_mixed_dtypes(void)
+{
+    EXPECT_DIAG(HDR "input A[I] : f32\ninput B[I] : bf16\nC[I] = A[I] + B[I]\noutput C\n",
+                "t.ein:5:15: error: tensor 'B' is bf16 but 'A' in the same statement is f32: dtypes "
+                "cannot be mixed\n"
+                "    C[I] = A[I] + B[I]\n"
+                "                  ^\n");
+}
+
+static void test_duplicate_definitions(void)
+{
+    EXPECT_DIAG(ABC "A[I, J] = 2 * A[I, J]\noutput A\n",
+                "t.ein:5:1: error: tensor 'A' is already defined\n"
+                "    A[I, J] = 2 * A[I, J]\n"
+                "    ^\n"
+                "t.ein:3:7: note: previous definition of 'A' is here\n"
+                "    input A[I, J] : f32\n"
+                "          ^\n");
+    EXPECT_DIAG("mesh X = 2\ndim I = 4, I = 8\ninput A[I] : f32\noutput A\n",
+                "t.ein:2:12: error: dim 'I' is already defined\n"
+                "    dim I = 4, I = 8\n"
+                "               ^\n"
+                "t.ein:2:5: note: previous definition of 'I' is here\n"
+                "    dim I = 4, I = 8\n"
+                "        ^\n");
+    EXPECT_DIAG("mesh X = 2\nmesh X = 4\ndim I = 4\ninput A[I] : f32\noutput A\n",
+                "t.ein:2:6: error: mesh axis 'X' is already defined\n"
+                "    mesh X = 4\n"
+                "         ^\n"
+                "t.ein:1:6: note: previous definition of 'X' is here\n"
+                "    mesh X = 2\n"
+                "         ^\n");
+    EXPECT_DIAG(ABC "output A\noutput A\n",
+                "t.ein:6:8: error: 'A' is already an output\n"
+                "    output A\n"
+                "           ^\n"
+                "t.ein:5:8: note: previous output line of 'A' is here\n"
+                "    output A\n"
+                "           ^\n");
+}
+
+static void test_missing_output(void)
+{
+    EXPECT_DIAG(ABC "C[I, K] = A[I, J] * B[J, K]\n",
+                "t.ein: error: the program has no 'output' line, so it computes nothing\n");
+}
+
+static void test_syntax_error(void)
+{
+    EXPECT_DIAG(ABC "C[I, K] = A[I, J] * * B[J, K]\noutput C\n",
+                "t.ein:5:21: error: syntax error: unexpected '*', expecting name or number or '('\n"
+                "    C[I, K] = A[I, J] * * B[J, K]\n"
+                "                        ^\n");
+    /* The last line needs no newline; an unclosed bracket is reported at its end. */
+    EXPECT_DIAG(ABC "output A[I, J",
+                "t.ein:5:14: error: syntax error: unexpected end of line, expecting ',' or ']'\n"
+                "    output A[I, J\n"
+                "                 ^\n");
+}
+
+static void test_nul_byte(void)
+{
+    static const char src[] = "dim I = 4\ninput A[I] : f32\0\noutput A\n";
+    fe_run r = fe_test_compile(src, sizeof src - 1, NULL);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_STRING_EQUAL(r.diag, "t.ein:2:17: error: NUL byte in source (byte offset 26)\n"
+                                   "    input A[I] : f32?\n"
+                                   "                    ^\n");
+    fe_run_free(&r);
+}
+
+static void test_invalid_utf8(void)
+{
+    /* Valid UTF-8 is fine in comments; a lone 0xFF and an overlong 0xC0 0xAF are not. */
+    EXPECT_DIAG("# caf\xc3\xa9 ok\ndim I = 4 # \xff\ninput A[I] : f32 \xc0\xaf\noutput A\n",
+                "t.ein:2:13: error: invalid UTF-8 byte 0xFF (byte offset 23)\n"
+                "    dim I = 4 # \xff\n"
+                "                ^\n"
+                "t.ein:3:18: error: invalid UTF-8 byte 0xC0 (byte offset 42)\n"
+                "    input A[I] : f32 \xc0\xaf\n"
+                "                     ^\n");
+}
+
+static void test_unexpected_characters(void)
+{
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] / 2\noutput C\n",
+                "t.ein:5:19: error: unexpected character '/'\n"
+                "    C[I, J] = A[I, J] / 2\n"
+                "                      ^\n");
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] \xc3\x97 2\noutput C\n",
+                "t.ein:5:19: error: unexpected character U+00D7 '\xc3\x97'\n"
+                "    C[I, J] = A[I, J] \xc3\x97 2\n"
+                "                      ^\n");
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] \x01\noutput C\n",
+                "t.ein:5:19: error: unexpected control byte 0x01\n"
+                "    C[I, J] = A[I, J] ?\n"
+                "                      ^\n");
+    EXPECT_DIAG(ABC "C[I, J] = 2x * A[I, J]\noutput C\n",
+                "t.ein:5:11: error: malformed number '2x'\n"
+                "    C[I, J] = 2x * A[I, J]\n"
+                "              ^\n");
+    EXPECT_DIAG(ABC "input D[I_] : f32\noutput A\n",
+                "t.ein:5:9: error: empty mesh axis subscript in 'I_'\n"
+                "    input D[I_] : f32\n"
+                "            ^\n");
+}
+
+static void test_sizes(void)
+{
+    EXPECT_DIAG("dim I = 99999999999999999999\ninput A[I] : f32\noutput A\n",
+                "t.ein:1:9: error: size of dim 'I' (99999999999999999999) does not fit in 64 bits\n"
+                "    dim I = 99999999999999999999\n"
+                "            ^\n");
+    EXPECT_DIAG("dim I = 0, J = -3, K = 2.5\ninput A[I, J, K] : f32\noutput A\n",
+                "t.ein:1:9: error: size of dim 'I' must be at least 1, not 0\n"
+                "    dim I = 0, J = -3, K = 2.5\n"
+                "            ^\n"
+                "t.ein:1:17: error: size of dim 'J' must be at least 1, not -3\n"
+                "    dim I = 0, J = -3, K = 2.5\n"
+                "                    ^\n"
+                "t.ein:1:24: error: size of dim 'K' must be an integer, not '2.5'\n"
+                "    dim I = 0, J = -3, K = 2.5\n"
+                "                           ^\n");
+    EXPECT_DIAG("mesh XY = 2\ndim I = 4\ninput A[I] : f32\noutput A\n",
+                "t.ein:1:6: error: mesh axis name 'XY' must be a single letter\n"
+                "    mesh XY = 2\n"
+                "         ^\n");
+    EXPECT_DIAG("mesh A = 2, B = 2, C = 2, D = 2, E = 2\ndim I = 4\ninput T[I] : f32\noutput T\n",
+                "t.ein:1:34: error: mesh axis 'E' is one too many: a mesh has at most 4 axes\n"
+                "    mesh A = 2, B = 2, C = 2, D = 2, E = 2\n"
+                "                                     ^\n");
+    /* The byte size of a tensor must fit in 64 bits. */
+    EXPECT_DIAG("dim I = 4294967296, J = 4294967296\ninput A[I, J] : f32\noutput A\n",
+                "t.ein:2:7: error: tensor 'A' is too large: its size in bytes overflows 64 bits\n"
+                "    input A[I, J] : f32\n"
+                "          ^\n");
+}
+
+static void test_subscript_misuse(void)
+{
+    EXPECT_DIAG(ABC "C[I, K] = A[I, J_X] * B[J, K]\noutput C\n",
+                "t.ein:5:17: error: subscript '_X' is not allowed on the right side: write the plain "
+                "dim 'J' (shardings go on declarations, left sides and outputs)\n"
+                "    C[I, K] = A[I, J_X] * B[J, K]\n"
+                "                    ^\n");
+    EXPECT_DIAG(ABC "C[I, K]{V_X} = A[I, J] * B[J, K]\noutput C\n",
+                "t.ein:5:9: error: unreduced axes are written '{U_X}', not '{V_X}'\n"
+                "    C[I, K]{V_X} = A[I, J] * B[J, K]\n"
+                "            ^\n");
+    EXPECT_DIAG(HDR "input A[I, J]{U_X} : f32\noutput A\n",
+                "t.ein:3:14: error: input 'A' cannot hold unreduced partial sums: '{U_..}' is only "
+                "allowed on left sides\n"
+                "    input A[I, J]{U_X} : f32\n"
+                "                 ^\n");
+}
+
+static void test_no_tensor_on_right(void)
+{
+    EXPECT_DIAG(ABC "C[] = 2 * 3\noutput C\n",
+                "t.ein:5:7: error: the right side of 'C' uses no tensor\n"
+                "    C[] = 2 * 3\n"
+                "          ^\n");
+}
+
+static void test_defines(void)
+{
+    static const fe_define defs[] = {{"Q", 4}, {"I", 0}};
+    fe_options o = {.defines = defs, .ndefines = 2};
+    fe_run r = fe_test_compile_str(ABC "output A\n", &o);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 2);
+    CU_ASSERT_STRING_EQUAL(r.diag, "t.ein: error: -D I=0: a size must be at least 1\n"
+                                   "t.ein: error: -D Q=4 names no dim or mesh axis of this program\n");
+    fe_run_free(&r);
+}
+
+/* Every statement with an error is reported, syntax and semantic alike. */
+static void test_all_errors_reported(void)
+{
+    fe_run r = fe_test_compile_str(ABC
+                                   "C[I, K] = A[I, J] * Q[J, K]\n" /* undefined tensor */
+                                   "D[I] = ) A[I, J]\n"            /* syntax error */
+                                   "E[I] = foo(A[I, J])\n"         /* unknown function */
+                                   "F[I, K] = A[I, J] $\n"         /* invalid character */
+                                   "G[I] = B[I, J, K]\n"           /* index count */
+                                   "output G\n",
+                                   NULL);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 5);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:5:21: error: tensor 'Q' is not defined"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:6:8: error: syntax error: unexpected ')'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:7:8: error: unknown function 'foo'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:8:19: error: unexpected character '$'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:9:8: error: tensor 'B' has 2 dims but 3 indices"));
+    fe_run_free(&r);
+}
+
+/* Past diag_ctx.max_errors the messages stop but the count goes on. */
+static void test_error_limit(void)
+{
+    size_t n = 100;
+    char *src = malloc(n * 16 + 64);
+    strcpy(src, "dim I = 4\n");
+    for (size_t i = 0; i < n; i++)
+        strcat(src, "A[I] = Q[I]\n");
+    strcat(src, "output A\n");
+    fe_run r = fe_test_compile_str(src, NULL);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT(r.nerrors >= 100);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "too many errors"));
+    fe_run_free(&r);
+    free(src);
+}
+
+/* A 10 MB line: a comment is legal and fast; a name that long is an error. */
+static void test_long_lines(void)
+{
+    size_t big = 10u << 20;
+    const char *head = ABC "C[I, K] = A[I, J] * B[J, K] # ";
+    size_t hl = strlen(head);
+    char *src = malloc(hl + big + 64);
+    memcpy(src, head, hl);
+    memset(src + hl, 'x', big);
+    strcpy(src + hl + big, "\noutput C\n");
+    fe_run r = fe_test_compile_str(src, NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 0);
+    fe_run_free(&r);
+
+    /* Turn the comment into a 10 MB name. */
+    src[hl - 2] = ' ';
+    src[hl - 1] = '+';
+    r = fe_test_compile_str(src, NULL);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:5:31: error: name is longer than 128 bytes\n"));
+    CU_ASSERT(strlen(r.diag) < 1024); /* the caret line shows a window, not 10 MB */
+    fe_run_free(&r);
+
+    /* A 10 MB number. */
+    memset(src + hl, '7', big);
+    r = fe_test_compile_str(src, NULL);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "error: number is longer than 64 bytes\n"));
+    fe_run_free(&r);
+    free(src);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"undefined tensor", test_undefined_tensor},
+        {"use before definition", test_use_before_definition},
+        {"undefined dim", test_undefined_dim},
+        {"index count mismatch", test_index_count},
+        {"left index in no term", test_lhs_index_missing},
+        {"unknown function", test_unknown_function},
+        {"mesh axis used twice", test_axis_used_twice},
+        {"mesh axis not in mesh", test_axis_not_in_mesh},
+        {"dim not divisible by its axes", test_not_divisible},
+        {"index size mismatch", test_index_size_mismatch},
+        {"repeated index", test_repeated_index},
+        {"bad dtype", test_bad_dtype},
+        {"mixed dtypes", test_mixed_dtypes},
+        {"duplicate definitions", test_duplicate_definitions},
+        {"missing output", test_missing_output},
+        {"syntax errors", test_syntax_error},
+        {"NUL byte", test_nul_byte},
+        {"invalid UTF-8", test_invalid_utf8},
+        {"unexpected characters", test_unexpected_characters},
+        {"sizes", test_sizes},
+        {"subscript misuse", test_subscript_misuse},
+        {"no tensor on the right", test_no_tensor_on_right},
+        {"-D overrides", test_defines},
+        {"all errors reported", test_all_errors_reported},
+        {"error limit", test_error_limit},
+        {"10 MB lines", test_long_lines},
+    };
+    einc_add_suite("frontend errors", tests, (int)(sizeof tests / sizeof tests[0]));
+}
