@@ -68,6 +68,18 @@ static int check_limits(const ir_module *m, diag_ctx *d)
                        m->values[v]->tensor, m->values[v]->type.rank, IR_MAX_RANK);
             return -1;
         }
+    /* The runtime assembles outputs from blocks; a partial sum has no block
+     * layout to assemble, so it must be reduced before it is an output. */
+    for (int j = 0; j < m->noutputs; j++)
+        if (m->outputs[j].value->type.sh.unreduced) {
+            char buf[256];
+            diag_error(d, m->outputs[j].loc,
+                       "codegen: output '%s' holds unreduced partial sums (%s); reduce it with "
+                       "an AllReduce or ReduceScatter first", m->outputs[j].name,
+                       ir_type_str(m, m->outputs[j].name, &m->outputs[j].value->type, buf,
+                                   sizeof buf));
+            return -1;
+        }
     return 0;
 }
 

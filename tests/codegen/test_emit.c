@@ -219,6 +219,22 @@ static void test_error_ew_sharding(void)
     ir_module_free(m);
 }
 
+/* An output still holding {U_X} partial sums is refused. */
+static void test_error_unreduced_output(void)
+{
+    ir_module *m = cg_case_build("collectives", false);
+    /* Make P (the einsum's {U_X} result) an output too. */
+    ir_output_add(m, "P", m->first->next->result, 0);
+    cg_options o = {.output = "/tmp/cg_never_written.ll", .kind = CG_EMIT_LLVM};
+    cap c;
+    cap_init(&c);
+    CU_ASSERT_EQUAL(cg_emit(m, NULL, &o, &c.d), -1);
+    cap_done(&c);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c.text, "output 'P' holds unreduced partial sums"));
+    free(c.text);
+    ir_module_free(m);
+}
+
 static void test_error_options(void)
 {
     ir_module *m = cg_case_build("identity", false);
@@ -309,6 +325,7 @@ void einc_register_tests(void)
         {"einsum arity error", test_error_einsum_arity},
         {"elementwise sharding mismatch error", test_error_ew_sharding},
         {"bad options and runtime dir", test_error_options},
+        {"unreduced output error", test_error_unreduced_output},
         {"every case emits at O0 and O3", test_emit_all_cases},
         {"buffers, fusion and markers in the run function", test_emit_buffers},
         {"elementwise loop vectorised at O3", test_emit_vectorised},
