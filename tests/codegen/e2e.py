@@ -12,11 +12,12 @@ Exit status 0 if every case passes.
 """
 import argparse
 import os
-import subprocess
 import sys
 import zlib
 
 import numpy as np
+
+from cg_run import run, run_check, run_numpy
 
 I, J, K, M = 8, 6, 4, 1024
 
@@ -146,15 +147,6 @@ CASES = {
 }
 
 
-def run(cmd, what):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=120)
-    if p.returncode != 0:
-        print(f"FAIL {what}: {' '.join(cmd)} exited {p.returncode}\n{p.stdout}")
-        return None
-    return p.stdout
-
-
 def check_case(args, name):
     make_inputs, expected, rtol, atol = CASES[name]
     work = os.path.join(args.workdir, name)
@@ -166,36 +158,11 @@ def check_case(args, name):
     if run(build, f"{name}: build") is None:
         return False
     launch = args.launcher.split() if args.launcher else []
-    # 1. sharded run against the compiled-in one-device reference
-    out = run(launch + [exe, "--random-inputs", "1", "--check"], f"{name}: --check")
-    if out is None:
+    if not run_check(launch, exe, name):
         return False
-    if "max_rel_err" not in out:
-        print(f"FAIL {name}: --check printed no comparison:\n{out}")
-        return False
-    # 2. NumPy inputs and outputs
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    x = make_inputs(rng)
-    cmd = launch + [exe]
-    for k, v in x.items():
-        path = os.path.join(work, f"in_{k}.npy")
-        np.save(path, v)
-        cmd += ["--input", f"{k}={path}"]
+    x = make_inputs(np.random.default_rng(zlib.crc32(name.encode())))
     want = expected(x)
-    for k in want:
-        cmd += ["--output", f"{k}={os.path.join(work, f'out_{k}.npy')}"]
-    if run(cmd, f"{name}: npy run") is None:
-        return False
-    ok = True
-    for k, w in want.items():
-        got = np.load(os.path.join(work, f"out_{k}.npy"))
-        if got.shape != w.shape:
-            print(f"FAIL {name}: output {k} has shape {got.shape}, expected {w.shape}")
-            ok = False
-        elif not np.allclose(got, w, rtol=rtol, atol=atol):
-            err = np.max(np.abs(got - w))
-            print(f"FAIL {name}: output {k} differs from NumPy (max abs err {err:.3g})")
-            ok = False
+    ok = run_numpy(launch, exe, work, x, want, rtol, atol, name)
     print(f"{'ok  ' if ok else 'FAIL'} {name} ({len(want)} outputs)")
     return ok
 

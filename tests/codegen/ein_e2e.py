@@ -8,11 +8,12 @@ usage: ein_e2e.py --einc PATH --workdir DIR FILE.ein...
 """
 import argparse
 import os
-import subprocess
 import sys
 import zlib
 
 import numpy as np
+
+from cg_run import run, run_check, run_numpy
 
 
 def sigmoid(x):
@@ -47,15 +48,6 @@ NUMPY = {"mlp": (mlp_inputs, mlp_expected, 1e-4, 1e-3),
          "act": (act_inputs, act_expected, 1e-5, 1e-6)}
 
 
-def run(cmd, what):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=120)
-    if p.returncode != 0:
-        print(f"FAIL {what}: {' '.join(cmd)} exited {p.returncode}\n{p.stdout}")
-        return None
-    return p.stdout
-
-
 def check(args, path):
     stem = os.path.splitext(os.path.basename(path))[0]
     work = os.path.join(args.workdir, stem)
@@ -63,27 +55,13 @@ def check(args, path):
     exe = os.path.join(work, stem)
     if run([args.einc, path, "-o", exe], f"{stem}: einc") is None:
         return False
-    out = run([exe, "--random-inputs", "1", "--check"], f"{stem}: --check")
-    if out is None or "max_rel_err" not in out:
+    if not run_check([], exe, stem):
         return False
     ok = True
     if stem in NUMPY:
         make, expected, rtol, atol = NUMPY[stem]
         x = make(np.random.default_rng(zlib.crc32(stem.encode())))
-        cmd = [exe]
-        for k, v in x.items():
-            np.save(os.path.join(work, f"in_{k}.npy"), v)
-            cmd += ["--input", f"{k}={os.path.join(work, f'in_{k}.npy')}"]
-        want = expected(x)
-        for k in want:
-            cmd += ["--output", f"{k}={os.path.join(work, f'out_{k}.npy')}"]
-        if run(cmd, f"{stem}: npy run") is None:
-            return False
-        for k, w in want.items():
-            got = np.load(os.path.join(work, f"out_{k}.npy"))
-            if got.shape != w.shape or not np.allclose(got, w, rtol=rtol, atol=atol):
-                print(f"FAIL {stem}: output {k} differs from NumPy")
-                ok = False
+        ok = run_numpy([], exe, work, x, expected(x), rtol, atol, stem)
     print(f"{'ok  ' if ok else 'FAIL'} {stem}{' (numpy)' if stem in NUMPY else ''}")
     return ok
 
