@@ -662,6 +662,9 @@ static void operand_reason(const prop *p, int k, int i, const pass_reshard_step 
         size_t n;
         if (l >= 0 && oi->contracted[l] && !source_of(p, k, i, l, st))
             snprintf(buf, size, "for %s: contracting %s sharded on %s in %s only", stmt, dn, ax, a);
+        else if (l >= 0 && oi->contracted[l])
+            snprintf(buf, size, "for %s: contracting %s sharded on %s in both operands, but gathering moves "
+                     "fewer bytes than reducing the partial sums", stmt, dn, ax);
         else
             snprintf(buf, size, "for %s: %s sharded on %s in %s", stmt, dn, ax, a);
         n = strlen(buf);
@@ -715,17 +718,14 @@ static void target_reason(const prop *p, const ir_op *op, const ir_value *v, con
         stmt_str(op, stmt, sizeof stmt);
     else
         snprintf(stmt, sizeof stmt, "%s", v->tensor);
-    const char *how = "";
+    int n = snprintf(buf, size, "for %s: %s %s", stmt, what, ty);
+    if (n < 0 || (size_t)n >= size)
+        return;
     if (st->kind == IR_OP_REDUCESCATTER)
-        how = "; partial sums reduced straight into the sharded layout (ReduceScatter, not AllReduce + Slice)";
+        snprintf(buf + n, size - (size_t)n, "; partial sums {U_%s} reduced straight into the sharded layout "
+                 "(ReduceScatter, not AllReduce + Slice)", ax);
     else if (st->kind == IR_OP_ALLREDUCE)
-        how = "; partial sums must be reduced";
-    snprintf(buf, size, "for %s: %s %s%s%s", stmt, what, ty,
-             (st->kind == IR_OP_REDUCESCATTER || st->kind == IR_OP_ALLREDUCE) ? " from {U_" : "",
-             (st->kind == IR_OP_REDUCESCATTER || st->kind == IR_OP_ALLREDUCE) ? ax : "");
-    size_t len = strlen(buf);
-    if (st->kind == IR_OP_REDUCESCATTER || st->kind == IR_OP_ALLREDUCE)
-        snprintf(buf + len, size - len, "}%s", how);
+        snprintf(buf + n, size - (size_t)n, "; partial sums {U_%s} must be reduced", ax);
 }
 
 /* ---- materialisation ---- */
@@ -736,7 +736,7 @@ typedef struct emit_why {
     const prop *p;       /* the pass */
     int k;               /* op info index (operand reshard), or -1 */
     int operand;         /* operand index, or -1 */
-    const char *what;    /* for target reshards: "constraint", "output Out" */
+    const char *what;    /* for target reshards: "constraint" or "output" */
     const ir_op *def;    /* for target reshards: the producer of v, or NULL */
 } emit_why;
 
@@ -829,9 +829,7 @@ static int materialise(prop *p)
         ir_sharding want = o->has_constraint ? o->constraint : reduced(v->type.sh);
         if (ir_sharding_equal(&v->type.sh, &want, v->type.rank))
             continue;
-        char what[96];
-        snprintf(what, sizeof what, "output %s", o->name);
-        emit_why ew = {p, -1, -1, what, v->def};
+        emit_why ew = {p, -1, -1, "output", v->def};
         ir_value *nv = emit(p, v, &want, NULL, NULL, v->def, -1, &ew);
         if (!nv) {
             ir_type c = v->type;
@@ -949,6 +947,29 @@ static int check_input(prop *p)
     return errors;
 }
 
+/* Reports that no layout of op k is feasible, naming the likely cause. */
+static void report_infeasible(const prop *p, int k)
+{
+    const ir_op *op = p->ops[k].op;
+    const ir_value *r = op->result;
+    char stmt[160], ty[160];
+    stmt_str(op, stmt, sizeof stmt);
+    if (r->has_constraint) {
+        ir_type t = r->type;
+        t.sh = r->constraint;
+        ir_type_str(p->m, r->tensor, &t, ty, sizeof ty);
+        if (r->constraint.unreduced)
+            diag_error(p->ctx->diag, op->loc, "%s cannot produce %s: partial sums {U_...} only come from a "
+                       "contraction over a sharded dim, or pass through an op linear in them", stmt, ty);
+        else
+            diag_error(p->ctx->diag, op->loc, "%s cannot meet the constraint %s (a dim would not divide by "
+                       "its mesh axes)", stmt, ty);
+        return;
+    }
+    diag_error(p->ctx->diag, op->loc, "no sharding of %s is computable (a dim would not divide by its mesh "
+               "axes)", stmt);
+}
+
 int pass_propagate(pass_ctx *ctx, ir_module *m)
 {
     prop p;
@@ -966,11 +987,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     /* Forward sweep, then backward/forward rounds to a fixed point. */
     for (int k = 0; k < p.nops; k++) {
         if (choose(&p, k) < 0) {
-            char stmt[160];
-            stmt_str(p.ops[k].op, stmt, sizeof stmt);
-            diag_error(ctx->diag, p.ops[k].op->loc,
-                       "no sharding of %s is computable and meets its constraints (check that dims divide "
-                       "by the mesh axes)", stmt);
+            report_infeasible(&p, k);
             errors++;
         }
     }
