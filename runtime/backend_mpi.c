@@ -1,0 +1,308 @@
+/*
+ * backend_mpi.c - the MPI backend: one rank per device.
+ *
+ * Setup: MPI_Init; the job checks that the number of ranks equals the mesh
+ * size (else rank 0 prints an error and every rank exits 1).  The ranks form
+ * a periodic Cartesian communicator with the mesh's dims (MPI_Cart_create,
+ * no reordering, so rank = linear device id, row-major, axis 0 major).  For
+ * every ordered sequence of mesh axes a communicator is created up front
+ * (all ranks take part in each creation, so no lazy collective creation can
+ * deadlock): ascending sequences with MPI_Cart_sub, whose rank order is the
+ * mesh order, i.e. our mixed-radix group rank; other orders with
+ * MPI_Comm_split keyed by the mixed-radix rank in that order.
+ *
+ * Collectives use MPI's own algorithms; only layout is ours:
+ *   AllGather      MPI_Allgather of the whole block, then unpack the G blocks
+ *                  into place along `dim` (the threads AllGather loop, fed
+ *                  with pointers into the receive buffer)
+ *   ReduceScatter  pack block j along `dim` to slot j, MPI_Reduce_scatter_block
+ *   AllReduce      MPI_Allreduce
+ *   AllToAll       pack block j along `dim2` to slot j, MPI_Alltoall, unpack
+ *                  slot j to block j along `dim`
+ * bf16 travels as f32 (converted before, rounded after), so sums are in f32.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_internal.h"
+
+/* Codes of ordered axis sequences: sum of (axis+1) * 5^k. */
+#define NCODES 625
+
+/* What the rank's device shares with the backend. */
+typedef struct mworld {
+    const rt_program *prog;      /* the program */
+    MPI_Comm cart;               /* all devices, Cartesian */
+    MPI_Comm comm[NCODES];       /* per ordered axis sequence, or MPI_COMM_NULL */
+} mworld;
+
+RT_NORETURN static void mpi_abort(void)
+{
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _Exit(1);
+}
+
+static int seq_code(int32_t n, const int32_t *axes)
+{
+    int code = 0;
+    for (int32_t k = n - 1; k >= 0; k--)
+        code = code * 5 + axes[k] + 1;
+    return code;
+}
+
+/* Creates the communicators of every ordered sequence extending axes[0..n). */
+static void make_comms(mworld *w, const int64_t *coord, int32_t n, int32_t *axes)
+{
+    const rt_program *p = w->prog;
+    if (n > 0) {
+        int ascending = 1;
+        for (int32_t k = 1; k < n; k++)
+            ascending &= axes[k] > axes[k - 1];
+        MPI_Comm c;
+        if (ascending) {
+            int remain[RT_MAX_AXES] = {0};
+            for (int32_t k = 0; k < n; k++)
+                remain[axes[k]] = 1;
+            MPI_Cart_sub(w->cart, remain, &c);
+        } else {
+            int64_t color = 0, key = 0;
+            uint32_t mask = 0;
+            for (int32_t k = 0; k < n; k++) {
+                mask |= 1u << axes[k];
+                key = key * p->axis_sizes[axes[k]] + coord[axes[k]];
+            }
+            for (int32_t a = 0; a < p->naxes; a++)
+                color = color * p->axis_sizes[a] + ((mask >> a) & 1u ? 0 : coord[a]);
+            MPI_Comm_split(w->cart, (int)color, (int)key, &c);
+        }
+        w->comm[seq_code(n, axes)] = c;
+    }
+    if (n == p->naxes)
+        return;
+    for (int32_t a = 0; a < p->naxes; a++) {
+        int used = 0;
+        for (int32_t k = 0; k < n; k++)
+            used |= axes[k] == a;
+        if (used)
+            continue;
+        axes[n] = a;
+        make_comms(w, coord, n + 1, axes);
+    }
+}
+
+static MPI_Comm comm_of(rt_device *dev, int32_t n, const int32_t *axes)
+{
+    mworld *w = dev->backend;
+    if (n == 0)
+        return MPI_COMM_SELF;
+    MPI_Comm c = w->comm[seq_code(n, axes)];
+    if (c == MPI_COMM_NULL)
+        rt_fatal(dev, "no communicator for this group of mesh axes");
+    return c;
+}
+
+static void mpi_barrier(rt_device *dev, uint32_t mask)
+{
+    int32_t axes[RT_MAX_AXES], n = 0;
+    for (int32_t a = 0; a < dev->prog->naxes; a++)
+        if ((mask >> a) & 1u)
+            axes[n++] = a;
+    if (n)
+        MPI_Barrier(comm_of(dev, n, axes));
+}
+
+static int as_int(rt_device *dev, int64_t n)
+{
+    if (n > INT_MAX)
+        rt_fatal(dev, "message of %lld elements exceeds MPI's int counts", (long long)n);
+    return (int)n;
+}
+
+static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
+                           const void *in, void *out)
+{
+    MPI_Comm comm = comm_of(dev, g->naxes, g->axes);
+    int64_t G = g->size, nin = rt_numel(d->rank, d->in_shape), nout = rt_numel(d->rank, d->out_shape);
+    int bf16 = d->dtype == RT_BF16;
+    int32_t edt = bf16 ? RT_F32 : d->dtype; /* element type on the wire */
+    size_t es = rt_dtype_size(edt);
+    MPI_Datatype T = edt == RT_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    rt_coll_desc e = *d; /* the descriptor on wire elements */
+    e.dtype = edt;
+    const void *ein = in;
+    void *eout = out;
+    float *win = NULL, *wout = NULL;
+    if (bf16) {
+        win = rt_xmalloc(dev, (size_t)nin * sizeof *win);
+        wout = rt_xmalloc(dev, (size_t)nout * sizeof *wout);
+        rt_bf16_to_f32_n(in, win, nin);
+        ein = win;
+        eout = wout;
+    }
+    int64_t zero[RT_MAX_RANK] = {0};
+    switch (d->kind) {
+    case RT_ALLGATHER: {
+        char *recv = rt_xmalloc(dev, (size_t)(G * nin) * es);
+        MPI_Allgather(ein, as_int(dev, nin), T, recv, as_int(dev, nin), T, comm);
+        const void **peers = rt_xmalloc(dev, (size_t)G * sizeof *peers);
+        for (int64_t j = 0; j < G; j++)
+            peers[j] = recv + (size_t)(j * nin) * es;
+        rt_shared_bufs b = {peers, NULL};
+        rt_threads_allgather(&e, g, &b, eout);
+        free(peers);
+        free(recv);
+        break;
+    }
+    case RT_REDUCESCATTER: {
+        char *send = rt_xmalloc(dev, (size_t)nin * es);
+        int64_t off[RT_MAX_RANK] = {0};
+        for (int64_t j = 0; j < G; j++) {
+            off[d->dim] = j * d->out_shape[d->dim];
+            rt_copy_box(send + (size_t)(j * nout) * es, d->out_shape, zero, ein, d->in_shape, off,
+                        d->out_shape, d->rank, es);
+        }
+        MPI_Reduce_scatter_block(send, eout, as_int(dev, nout), T, MPI_SUM, comm);
+        free(send);
+        break;
+    }
+    case RT_ALLREDUCE:
+        MPI_Allreduce(ein, eout, as_int(dev, nin), T, MPI_SUM, comm);
+        break;
+    case RT_ALLTOALL: {
+        int64_t ext[RT_MAX_RANK], off[RT_MAX_RANK] = {0};
+        memcpy(ext, d->in_shape, sizeof ext);
+        ext[d->dim2] = d->out_shape[d->dim2];
+        int64_t blk = rt_numel(d->rank, ext);
+        char *send = rt_xmalloc(dev, (size_t)nin * es);
+        char *recv = rt_xmalloc(dev, (size_t)nout * es);
+        for (int64_t j = 0; j < G; j++) {
+            off[d->dim2] = j * ext[d->dim2];
+            rt_copy_box(send + (size_t)(j * blk) * es, ext, zero, ein, d->in_shape, off, ext,
+                        d->rank, es);
+        }
+        MPI_Alltoall(send, as_int(dev, blk), T, recv, as_int(dev, blk), T, comm);
+        off[d->dim2] = 0;
+        for (int64_t j = 0; j < G; j++) {
+            off[d->dim] = j * d->in_shape[d->dim];
+            rt_copy_box(eout, d->out_shape, off, recv + (size_t)(j * blk) * es, ext, zero, ext,
+                        d->rank, es);
+        }
+        free(send);
+        free(recv);
+        break;
+    }
+    }
+    if (bf16)
+        rt_f32_to_bf16_n(wout, out, nout);
+    free(win);
+    free(wout);
+}
+
+static void mpi_collect_i64(rt_device *dev, int64_t v, int64_t *all)
+{
+    mworld *w = dev->backend;
+    MPI_Gather(&v, 1, MPI_INT64_T, all, 1, MPI_INT64_T, 0, w->cart);
+}
+
+static void mpi_gather(rt_device *dev, const rt_tensor_desc *t, const void *local, void *global)
+{
+    mworld *w = dev->backend;
+    const rt_program *p = dev->prog;
+    size_t es = rt_dtype_size(t->dtype);
+    int64_t n = rt_numel(t->rank, t->local_shape);
+    int bytes = as_int(dev, n * (int64_t)es);
+    char *all = dev->id == 0 ? rt_xmalloc(dev, (size_t)bytes * (size_t)dev->ndevices) : NULL;
+    MPI_Gather(local, bytes, MPI_BYTE, all, bytes, MPI_BYTE, 0, w->cart);
+    if (dev->id != 0)
+        return;
+    for (int64_t id = 0; id < dev->ndevices; id++) {
+        int64_t coord[RT_MAX_AXES];
+        rt_mesh_coord(p, id, coord);
+        if (rt_is_primary_holder(t, p->naxes, coord))
+            rt_place_block(p, t, coord, all + (size_t)id * (size_t)bytes, global);
+    }
+    free(all);
+}
+
+static const rt_device_ops mpi_ops = {
+    .name = "mpi",
+    .barrier = mpi_barrier,
+    .collective = mpi_collective,
+    .collect_i64 = mpi_collect_i64,
+    .gather = mpi_gather,
+    .abort = mpi_abort,
+};
+
+/* ---- the MPI launcher ---- */
+
+static void launcher_init(int *argc, char ***argv, int *rank, int *nranks)
+{
+    MPI_Init(argc, argv);
+    /* Errors end the job instead of returning codes we would have to thread through. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, nranks);
+}
+
+static void launcher_run(rt_job *job)
+{
+    const rt_program *p = job->prog;
+    mworld *w = calloc(1, sizeof *w);
+    if (!w)
+        rt_fatal(NULL, "out of memory");
+    w->prog = p;
+    for (int i = 0; i < NCODES; i++)
+        w->comm[i] = MPI_COMM_NULL;
+    if (p->naxes > 0) {
+        int dims[RT_MAX_AXES], periods[RT_MAX_AXES];
+        for (int32_t a = 0; a < p->naxes; a++) {
+            dims[a] = (int)p->axis_sizes[a];
+            periods[a] = 1;
+        }
+        MPI_Cart_create(MPI_COMM_WORLD, p->naxes, dims, periods, 0, &w->cart);
+    } else {
+        MPI_Comm_dup(MPI_COMM_WORLD, &w->cart);
+    }
+    /* Ranks of one node share its cores: one BLAS thread per rank. */
+    if (job->nranks > 1)
+        openblas_set_num_threads(1);
+    rt_device dev;
+    rt_device_init(&dev, p, &mpi_ops, w, job->rank);
+    dev.profiling = job->opt->profile;
+    int32_t axes[RT_MAX_AXES];
+    make_comms(w, dev.coord, 0, axes);
+    rt_job_device(&dev, job);
+    rt_device_release(&dev);
+    for (int i = 0; i < NCODES; i++)
+        if (w->comm[i] != MPI_COMM_NULL)
+            MPI_Comm_free(&w->comm[i]);
+    MPI_Comm_free(&w->cart);
+    free(w);
+}
+
+static int launcher_all_ok(int ok)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    return all;
+}
+
+RT_NORETURN static void launcher_finish(int status)
+{
+    fflush(NULL);
+    MPI_Finalize();
+    exit(status);
+}
+
+const rt_launcher rt_mpi_launcher = {
+    .name = "mpi",
+    .init = launcher_init,
+    .run = launcher_run,
+    .all_ok = launcher_all_ok,
+    .finish = launcher_finish,
+    .abort = mpi_abort,
+    .ranks_are_devices = 1,
+};

@@ -1,0 +1,266 @@
+/*
+ * backend_threads.c - the default backend: one process, one pthread per
+ * device.
+ *
+ * Groups are created lazily: the first device that needs the group of mesh
+ * axes `mask` containing it creates it under the world mutex (keyed by the
+ * mask and the group's first member); later lookups hit a per-device cache
+ * indexed by mask, without locking.  A group holds a barrier for its G
+ * members and per-rank slots where each member publishes its buffers for
+ * the algorithms of coll_threads.c.  Slots are indexed by the group rank of
+ * the collective's axis order, which all members share.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+/* Masks of subsets of RT_MAX_AXES axes. */
+#define NMASKS (1u << RT_MAX_AXES)
+
+/* One group of devices (a set of mesh axes and the devices it spans). */
+typedef struct tgroup {
+    uint32_t mask;               /* mesh axes of the group */
+    int64_t first;               /* linear id of its member with coordinate 0 on the axes */
+    int64_t size;                /* G */
+    rt_barrier bar;              /* the group's barrier */
+    const void **in;             /* per group rank: published input */
+    void **out;                  /* per group rank: published output */
+    const rt_coll_desc **desc;   /* per group rank: descriptor, to detect disagreement */
+    struct tgroup *next;         /* next group of the world's list */
+} tgroup;
+
+/* What all threads of a run share. */
+typedef struct tworld {
+    const rt_program *prog;      /* the program (its mesh) */
+    pthread_mutex_t mu;          /* guards `groups` */
+    tgroup *groups;              /* every group created so far */
+} tworld;
+
+/* What one device thread owns. */
+typedef struct tlocal {
+    rt_device dev;               /* the device */
+    pthread_t thread;            /* its thread */
+    tgroup *cache[NMASKS];       /* its group for each mask, once looked up */
+    void (*fn)(rt_device *dev, void *arg); /* what the thread runs */
+    void *arg;                   /* argument of fn */
+} tlocal;
+
+RT_NORETURN static void threads_abort(void)
+{
+    _exit(1);
+}
+
+static tgroup *group_for(rt_device *dev, uint32_t mask)
+{
+    tlocal *loc = dev->backend_local;
+    if (loc->cache[mask])
+        return loc->cache[mask];
+    tworld *w = dev->backend;
+    const rt_program *p = w->prog;
+    int64_t first = 0, size = 1;
+    for (int32_t a = 0; a < p->naxes; a++) {
+        int in_group = (mask >> a) & 1u;
+        first = first * p->axis_sizes[a] + (in_group ? 0 : dev->coord[a]);
+        if (in_group)
+            size *= p->axis_sizes[a];
+    }
+    pthread_mutex_lock(&w->mu);
+    tgroup *g = w->groups;
+    while (g && !(g->mask == mask && g->first == first))
+        g = g->next;
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        const void **in = calloc((size_t)size, sizeof *in);
+        void **out = calloc((size_t)size, sizeof *out);
+        const rt_coll_desc **desc = calloc((size_t)size, sizeof *desc);
+        if (!g || !in || !out || !desc)
+            rt_fatal(dev, "out of memory creating a device group");
+        g->mask = mask;
+        g->first = first;
+        g->size = size;
+        g->in = in;
+        g->out = out;
+        g->desc = desc;
+        rt_barrier_init(&g->bar, size);
+        g->next = w->groups;
+        w->groups = g;
+    }
+    pthread_mutex_unlock(&w->mu);
+    loc->cache[mask] = g;
+    return g;
+}
+
+static void threads_barrier(rt_device *dev, uint32_t mask)
+{
+    if (mask == 0)
+        return;
+    rt_barrier_wait(&group_for(dev, mask)->bar);
+}
+
+/* Fatal unless the peers' descriptors agree with ours on what matters. */
+static void check_agreement(rt_device *dev, const rt_coll_desc *d, const tgroup *grp,
+                            int64_t rank)
+{
+    const rt_coll_desc *o = grp->desc[(rank + 1) % grp->size];
+    int same = o->kind == d->kind && o->dtype == d->dtype && o->rank == d->rank &&
+               o->dim == d->dim && o->naxes == d->naxes &&
+               memcmp(o->in_shape, d->in_shape, sizeof d->in_shape[0] * (size_t)d->rank) == 0;
+    for (int32_t k = 0; same && k < d->naxes; k++)
+        same = o->axes[k] == d->axes[k];
+    if (!same)
+        rt_fatal(dev, "collective (op %d) called with a different descriptor (op %d) by a peer",
+                 d->op_id, o->op_id);
+}
+
+static void threads_collective(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
+                               const void *in, void *out)
+{
+    if (g->size > RT_MAX_DEVICES)
+        rt_fatal(dev, "group of %lld devices is too large", (long long)g->size);
+    tgroup *grp = group_for(dev, g->mask);
+    grp->in[g->rank] = in;
+    grp->out[g->rank] = out;
+    grp->desc[g->rank] = d;
+    rt_barrier_wait(&grp->bar);
+    check_agreement(dev, d, grp, g->rank);
+    rt_shared_bufs b = {grp->in, grp->out};
+    switch (d->kind) {
+    case RT_ALLGATHER:
+        rt_threads_allgather(d, g, &b, out);
+        break;
+    case RT_REDUCESCATTER:
+        rt_threads_reducescatter(d, g, &b, out);
+        break;
+    case RT_ALLREDUCE:
+        rt_threads_allreduce_reduce(d, g, &b, out);
+        rt_barrier_wait(&grp->bar);
+        rt_threads_allreduce_copy(d, g, &b, out);
+        break;
+    case RT_ALLTOALL:
+        rt_threads_alltoall(d, g, &b, out);
+        break;
+    }
+    /* Nobody may reuse or free a buffer a peer is still reading. */
+    rt_barrier_wait(&grp->bar);
+}
+
+static void threads_collect_i64(rt_device *dev, int64_t v, int64_t *all)
+{
+    if (all)
+        all[dev->id] = v;
+}
+
+static void threads_gather(rt_device *dev, const rt_tensor_desc *t, const void *local,
+                           void *global)
+{
+    if (!global || !rt_is_primary_holder(t, dev->prog->naxes, dev->coord))
+        return;
+    rt_place_block(dev->prog, t, dev->coord, local, global);
+}
+
+static const rt_device_ops threads_ops = {
+    .name = "threads",
+    .barrier = threads_barrier,
+    .collective = threads_collective,
+    .collect_i64 = threads_collect_i64,
+    .gather = threads_gather,
+    .abort = threads_abort,
+};
+
+static void *thread_main(void *p)
+{
+    tlocal *loc = p;
+    loc->fn(&loc->dev, loc->arg);
+    return NULL;
+}
+
+void rt_threads_launch(const rt_program *prog, int profiling,
+                       void (*fn)(rt_device *dev, void *arg), void *arg)
+{
+    int64_t n = rt_mesh_size(prog);
+    if (n < 1 || n > RT_MAX_DEVICES)
+        rt_fatal(NULL, "a mesh of %lld devices is not supported by the threads backend "
+                 "(1..%d)", (long long)n, RT_MAX_DEVICES);
+    /* Devices share the cores: one BLAS thread each.  A single device may
+     * use every core through OpenBLAS's own threads. */
+    if (n > 1)
+        openblas_set_num_threads(1);
+    tworld w = {.prog = prog, .groups = NULL};
+    pthread_mutex_init(&w.mu, NULL);
+    tlocal *locs = calloc((size_t)n, sizeof *locs);
+    if (!locs)
+        rt_fatal(NULL, "out of memory starting %lld device threads", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        rt_device_init(&locs[i].dev, prog, &threads_ops, &w, i);
+        locs[i].dev.backend_local = &locs[i];
+        locs[i].dev.profiling = profiling;
+        locs[i].fn = fn;
+        locs[i].arg = arg;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)8 << 20);
+    for (int64_t i = 0; i < n; i++)
+        if (pthread_create(&locs[i].thread, &attr, thread_main, &locs[i]) != 0)
+            rt_fatal(NULL, "cannot start the thread of device %lld", (long long)i);
+    pthread_attr_destroy(&attr);
+    for (int64_t i = 0; i < n; i++)
+        pthread_join(locs[i].thread, NULL);
+    for (int64_t i = 0; i < n; i++)
+        rt_device_release(&locs[i].dev);
+    while (w.groups) {
+        tgroup *g = w.groups;
+        w.groups = g->next;
+        rt_barrier_destroy(&g->bar);
+        free(g->in);
+        free(g->out);
+        free(g->desc);
+        free(g);
+    }
+    pthread_mutex_destroy(&w.mu);
+    free(locs);
+}
+
+/* ---- the threads launcher (one process) ---- */
+
+static void launcher_init(int *argc, char ***argv, int *rank, int *nranks)
+{
+    (void)argc;
+    (void)argv;
+    *rank = 0;
+    *nranks = 1;
+}
+
+static void job_thread(rt_device *dev, void *arg)
+{
+    rt_job_device(dev, arg);
+}
+
+static void launcher_run(rt_job *job)
+{
+    rt_threads_launch(job->prog, job->opt->profile, job_thread, job);
+}
+
+static int launcher_all_ok(int ok)
+{
+    return ok;
+}
+
+RT_NORETURN static void launcher_finish(int status)
+{
+    fflush(NULL);
+    exit(status);
+}
+
+const rt_launcher rt_threads_launcher = {
+    .name = "threads",
+    .init = launcher_init,
+    .run = launcher_run,
+    .all_ok = launcher_all_ok,
+    .finish = launcher_finish,
+    .abort = threads_abort,
+    .ranks_are_devices = 0,
+};

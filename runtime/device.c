@@ -1,0 +1,164 @@
+/*
+ * device.c - the functions emitted code calls about its own device:
+ * coordinates, scratch memory with live/peak accounting, op markers.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_internal.h"
+
+/* Bytes in front of each rt_alloc block: its size, keeping 64-byte alignment. */
+#define ALLOC_HEADER 64
+
+double rt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int64_t rt_mesh_size(const rt_program *prog)
+{
+    return rt_numel(prog->naxes, prog->axis_sizes);
+}
+
+void rt_mesh_coord(const rt_program *prog, int64_t id, int64_t *coord)
+{
+    for (int32_t a = prog->naxes - 1; a >= 0; a--) {
+        coord[a] = id % prog->axis_sizes[a];
+        id /= prog->axis_sizes[a];
+    }
+}
+
+void rt_device_init(rt_device *dev, const rt_program *prog, const rt_device_ops *ops,
+                    void *backend, int64_t id)
+{
+    memset(dev, 0, sizeof *dev);
+    dev->prog = prog;
+    dev->ops = ops;
+    dev->backend = backend;
+    dev->id = id;
+    dev->ndevices = rt_mesh_size(prog);
+    rt_mesh_coord(prog, id, dev->coord);
+}
+
+void rt_device_release(rt_device *dev)
+{
+    free(dev->profile.seconds);
+    free(dev->profile.calls);
+    free(dev->profile.open_at);
+    memset(&dev->profile, 0, sizeof dev->profile);
+}
+
+void rt_group_of(const rt_device *dev, int32_t naxes, const int32_t *axes, rt_group_view *g)
+{
+    if (naxes < 0 || naxes > RT_MAX_AXES)
+        rt_fatal(dev, "collective over %d mesh axes (at most %d)", naxes, RT_MAX_AXES);
+    memset(g, 0, sizeof *g);
+    g->naxes = naxes;
+    g->size = 1;
+    for (int32_t k = 0; k < naxes; k++) {
+        int32_t a = axes[k];
+        if (a < 0 || a >= dev->prog->naxes)
+            rt_fatal(dev, "collective over mesh axis %d, but the mesh has %d axes", a,
+                     dev->prog->naxes);
+        if (g->mask & (1u << a))
+            rt_fatal(dev, "collective names mesh axis %c twice", dev->prog->axis_names[a]);
+        g->mask |= 1u << a;
+        g->axes[k] = a;
+        g->size *= dev->prog->axis_sizes[a];
+        g->rank = g->rank * dev->prog->axis_sizes[a] + dev->coord[a];
+    }
+}
+
+int64_t rt_group_peer(const rt_device *dev, const rt_group_view *g, int64_t r)
+{
+    int64_t coord[RT_MAX_AXES];
+    memcpy(coord, dev->coord, sizeof coord);
+    for (int32_t k = g->naxes - 1; k >= 0; k--) {
+        int32_t a = g->axes[k];
+        coord[a] = r % dev->prog->axis_sizes[a];
+        r /= dev->prog->axis_sizes[a];
+    }
+    int64_t id = 0;
+    for (int32_t a = 0; a < dev->prog->naxes; a++)
+        id = id * dev->prog->axis_sizes[a] + coord[a];
+    return id;
+}
+
+int64_t rt_coord(rt_device *dev, int32_t axis)
+{
+    if (axis < 0 || axis >= dev->prog->naxes)
+        rt_fatal(dev, "rt_coord: mesh axis %d out of range (mesh has %d axes)", axis,
+                 dev->prog->naxes);
+    return dev->coord[axis];
+}
+
+void *rt_alloc(rt_device *dev, int64_t bytes)
+{
+    if (bytes < 0)
+        rt_fatal(dev, "rt_alloc of %lld bytes", (long long)bytes);
+    size_t total = ((size_t)bytes + ALLOC_HEADER + 63) / 64 * 64;
+    char *p = aligned_alloc(64, total);
+    if (!p)
+        rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live)", (long long)bytes,
+                 (long long)dev->live_bytes);
+    memcpy(p, &bytes, sizeof bytes);
+    dev->live_bytes += bytes;
+    if (dev->live_bytes > dev->peak_bytes)
+        dev->peak_bytes = dev->live_bytes;
+    return p + ALLOC_HEADER;
+}
+
+void rt_free(rt_device *dev, void *p)
+{
+    if (!p)
+        return;
+    char *base = (char *)p - ALLOC_HEADER;
+    int64_t bytes;
+    memcpy(&bytes, base, sizeof bytes);
+    dev->live_bytes -= bytes;
+    free(base);
+}
+
+/* Grows the profile arrays of `dev` to hold op `op_id`. */
+static void profile_reserve(rt_device *dev, int32_t op_id)
+{
+    rt_profile *p = &dev->profile;
+    if (op_id < p->n)
+        return;
+    int32_t n = op_id + 1 > 2 * p->n ? op_id + 1 : 2 * p->n;
+    double *s = realloc(p->seconds, (size_t)n * sizeof *s);
+    int64_t *c = realloc(p->calls, (size_t)n * sizeof *c);
+    double *o = realloc(p->open_at, (size_t)n * sizeof *o);
+    if (!s || !c || !o)
+        rt_fatal(dev, "out of memory in the profiler");
+    for (int32_t i = p->n; i < n; i++) {
+        s[i] = 0;
+        c[i] = 0;
+        o[i] = -1;
+    }
+    p->seconds = s;
+    p->calls = c;
+    p->open_at = o;
+    p->n = n;
+}
+
+void rt_op_begin(rt_device *dev, int32_t op_id)
+{
+    if (!dev->profiling || op_id < 0)
+        return;
+    profile_reserve(dev, op_id);
+    dev->profile.open_at[op_id] = rt_now();
+}
+
+void rt_op_end(rt_device *dev, int32_t op_id)
+{
+    if (!dev->profiling || op_id < 0 || op_id >= dev->profile.n ||
+        dev->profile.open_at[op_id] < 0)
+        return;
+    dev->profile.seconds[op_id] += rt_now() - dev->profile.open_at[op_id];
+    dev->profile.calls[op_id]++;
+    dev->profile.open_at[op_id] = -1;
+}

@@ -1,0 +1,59 @@
+/*
+ * dtype.c - element sizes and bf16 conversion.
+ *
+ * bf16 is the upper 16 bits of an IEEE f32 (einrt.h); arithmetic happens in
+ * f32 and results are rounded back to nearest even, as TPUs and PyTorch do.
+ */
+#include <string.h>
+
+#include "rt_internal.h"
+
+size_t rt_dtype_size(int32_t dtype)
+{
+    switch (dtype) {
+    case RT_F32: return 4;
+    case RT_F64: return 8;
+    case RT_BF16: return 2;
+    default: return 0;
+    }
+}
+
+const char *rt_dtype_name(int32_t dtype)
+{
+    switch (dtype) {
+    case RT_F32: return "f32";
+    case RT_F64: return "f64";
+    case RT_BF16: return "bf16";
+    default: return "?";
+    }
+}
+
+float rt_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t rt_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+void rt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rt_bf16_to_f32(src[i]);
+}
+
+void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rt_f32_to_bf16(src[i]);
+}

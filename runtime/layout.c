@@ -1,0 +1,104 @@
+/*
+ * layout.c - row-major shapes, boxes and the block a device holds.
+ *
+ * Every data movement of the runtime (collectives on threads, MPI pack and
+ * unpack, reading a shard of a .npy file, assembling outputs) is a copy of
+ * an axis-aligned box between two row-major arrays; rt_copy_box does it with
+ * one memcpy per contiguous run.
+ */
+#include <string.h>
+
+#include "rt_internal.h"
+
+int64_t rt_numel(int32_t rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int32_t d = 0; d < rank; d++)
+        n *= shape[d];
+    return n;
+}
+
+void rt_copy_box(void *dst, const int64_t *dshape, const int64_t *doff,
+                 const void *src, const int64_t *sshape, const int64_t *soff,
+                 const int64_t *ext, int32_t rank, size_t esize)
+{
+    if (rt_numel(rank, ext) == 0)
+        return;
+    /* Merge the innermost dims that the box covers entirely in both arrays:
+     * they form one contiguous run. */
+    int32_t inner = rank; /* dims [inner, rank) are merged into the run */
+    int64_t run = 1;
+    while (inner > 0) {
+        int32_t d = inner - 1;
+        run *= ext[d];
+        inner = d;
+        if (ext[d] != dshape[d] || ext[d] != sshape[d])
+            break;
+    }
+    /* Now dim `inner` is partially covered (or inner == 0 and all merged);
+     * the run spans ext[inner..rank). */
+    int64_t sstride[RT_MAX_RANK], dstride[RT_MAX_RANK];
+    int64_t ss = 1, ds = 1;
+    for (int32_t d = rank - 1; d >= 0; d--) {
+        sstride[d] = ss;
+        dstride[d] = ds;
+        ss *= sshape[d];
+        ds *= dshape[d];
+    }
+    int64_t base_s = 0, base_d = 0;
+    for (int32_t d = 0; d < rank; d++) {
+        base_s += soff[d] * sstride[d];
+        base_d += doff[d] * dstride[d];
+    }
+    const char *s = src;
+    char *t = dst;
+    size_t run_bytes = (size_t)run * esize;
+    int64_t idx[RT_MAX_RANK] = {0};
+    for (;;) {
+        int64_t os = base_s, od = base_d;
+        for (int32_t d = 0; d < inner; d++) {
+            os += idx[d] * sstride[d];
+            od += idx[d] * dstride[d];
+        }
+        memcpy(t + od * (int64_t)esize, s + os * (int64_t)esize, run_bytes);
+        int32_t d = inner - 1;
+        while (d >= 0 && ++idx[d] == ext[d])
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+}
+
+void rt_block_start(const rt_tensor_desc *t, const int64_t *axis_sizes,
+                    const int64_t *coord, int64_t *start)
+{
+    for (int32_t d = 0; d < t->rank; d++) {
+        int64_t b = 0;
+        for (int32_t k = 0; k < t->dim_naxes[d]; k++) {
+            int32_t a = t->dim_axes[d][k];
+            b = b * axis_sizes[a] + coord[a];
+        }
+        start[d] = b * t->local_shape[d];
+    }
+}
+
+int rt_is_primary_holder(const rt_tensor_desc *t, int32_t naxes, const int64_t *coord)
+{
+    uint32_t used = 0;
+    for (int32_t d = 0; d < t->rank; d++)
+        for (int32_t k = 0; k < t->dim_naxes[d]; k++)
+            used |= 1u << t->dim_axes[d][k];
+    for (int32_t a = 0; a < naxes; a++)
+        if (!(used & (1u << a)) && coord[a] != 0)
+            return 0;
+    return 1;
+}
+
+void rt_place_block(const rt_program *p, const rt_tensor_desc *t, const int64_t *coord,
+                    const void *local, void *global)
+{
+    int64_t start[RT_MAX_RANK], zero[RT_MAX_RANK] = {0};
+    rt_block_start(t, p->axis_sizes, coord, start);
+    rt_copy_box(global, t->global_shape, start, local, t->local_shape, zero, t->local_shape,
+                t->rank, rt_dtype_size(t->dtype));
+}

@@ -1,0 +1,363 @@
+/*
+ * npy.c - NumPy .npy files: header parsing, reading one device's block,
+ * atomic writing.
+ *
+ * Format (numpy.lib.format): magic "\x93NUMPY", major/minor version, header
+ * length (2 bytes little-endian in 1.0, 4 bytes in 2.0 and 3.0), then a
+ * Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ * padded with spaces and a newline, then the raw data in C order.  We accept
+ * '<f4' for f32 and bf16 tensors (bf16 values are stored as f32 in files, since
+ * NumPy has no bf16) and '<f8' for f64.
+ *
+ * Each device reads only its block: the block of a row-major array is a set
+ * of contiguous runs (the innermost dims the block covers entirely, times
+ * its extent on the next dim), each read with one pread.
+ *
+ * Outputs are written to `path.tmpXXXXXX` in the same directory, fsync'd and
+ * renamed over `path`, so a reader never sees a partial file; on any error
+ * the temp file is removed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+/* Largest header we accept (numpy's own limit is similar). */
+#define MAX_HEADER (1 << 20)
+
+/* Reads exactly n bytes at offset off; returns bytes read (< n at EOF) or -1. */
+static ssize_t pread_full(int fd, void *buf, size_t n, off_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* Finds 'key' in the header dict and returns a pointer just after its ':'. */
+static const char *dict_value(const char *hdr, const char *key)
+{
+    char pat[32];
+    for (int q = 0; q < 2; q++) {
+        snprintf(pat, sizeof pat, q ? "\"%s\"" : "'%s'", key);
+        const char *p = strstr(hdr, pat);
+        if (p) {
+            p += strlen(pat);
+            while (*p == ' ')
+                p++;
+            if (*p != ':')
+                return NULL;
+            p++;
+            while (*p == ' ')
+                p++;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Parses the header dict text into h; -1 with a message if malformed. */
+static int parse_dict(const char *hdr, const char *path, rt_npy_header *h, char *err,
+                      size_t errlen)
+{
+    const char *v = dict_value(hdr, "descr");
+    if (!v || (*v != '\'' && *v != '"'))
+        return rt_errf(err, errlen, "%s: .npy header has no 'descr'", path);
+    char quote = *v++;
+    size_t n = 0;
+    while (v[n] && v[n] != quote && n + 1 < sizeof h->descr)
+        n++;
+    if (v[n] != quote)
+        return rt_errf(err, errlen, "%s: .npy header has a malformed 'descr'", path);
+    memcpy(h->descr, v, n);
+    h->descr[n] = 0;
+
+    v = dict_value(hdr, "fortran_order");
+    if (!v)
+        return rt_errf(err, errlen, "%s: .npy header has no 'fortran_order'", path);
+    if (strncmp(v, "True", 4) == 0)
+        h->fortran_order = 1;
+    else if (strncmp(v, "False", 5) == 0)
+        h->fortran_order = 0;
+    else
+        return rt_errf(err, errlen, "%s: .npy header has a malformed 'fortran_order'", path);
+
+    v = dict_value(hdr, "shape");
+    if (!v || *v != '(')
+        return rt_errf(err, errlen, "%s: .npy header has no 'shape' tuple", path);
+    v++;
+    h->rank = 0;
+    for (;;) {
+        while (*v == ' ')
+            v++;
+        if (*v == ')')
+            break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (end == v || errno || x < 0)
+            return rt_errf(err, errlen, "%s: .npy header has a malformed 'shape'", path);
+        if (h->rank == RT_MAX_RANK)
+            return rt_errf(err, errlen, "%s: .npy array has more than %d dims", path, RT_MAX_RANK);
+        h->shape[h->rank++] = x;
+        v = end;
+        while (*v == ' ')
+            v++;
+        if (*v == ',')
+            v++;
+        else if (*v != ')')
+            return rt_errf(err, errlen, "%s: .npy header has a malformed 'shape'", path);
+    }
+    return 0;
+}
+
+int rt_npy_read_header(const char *path, rt_npy_header *h, char *err, size_t errlen)
+{
+    memset(h, 0, sizeof *h);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return rt_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return rt_errf(err, errlen, "%s is not a regular file", path);
+    }
+    h->file_bytes = st.st_size;
+    unsigned char pre[12];
+    ssize_t got = pread_full(fd, pre, sizeof pre, 0);
+    if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        close(fd);
+        return rt_errf(err, errlen, "%s is not a .npy file (bad magic)", path);
+    }
+    int major = pre[6];
+    int64_t hlen, hstart;
+    if (major == 1) {
+        hlen = pre[8] | (pre[9] << 8);
+        hstart = 10;
+    } else if (major == 2 || major == 3) {
+        if (got < 12) {
+            close(fd);
+            return rt_errf(err, errlen, "%s: truncated .npy header", path);
+        }
+        hlen = (int64_t)pre[8] | ((int64_t)pre[9] << 8) | ((int64_t)pre[10] << 16) |
+               ((int64_t)pre[11] << 24);
+        hstart = 12;
+    } else {
+        close(fd);
+        return rt_errf(err, errlen, "%s: unsupported .npy version %d.%d", path, major, pre[7]);
+    }
+    if (hlen > MAX_HEADER || hstart + hlen > h->file_bytes) {
+        close(fd);
+        return rt_errf(err, errlen, "%s: truncated .npy header", path);
+    }
+    char *hdr = malloc((size_t)hlen + 1);
+    if (!hdr) {
+        close(fd);
+        return rt_errf(err, errlen, "%s: out of memory reading the header", path);
+    }
+    got = pread_full(fd, hdr, (size_t)hlen, (off_t)hstart);
+    close(fd);
+    if (got != hlen) {
+        free(hdr);
+        return rt_errf(err, errlen, "%s: truncated .npy header", path);
+    }
+    hdr[hlen] = 0;
+    int rc = parse_dict(hdr, path, h, err, errlen);
+    free(hdr);
+    h->data_offset = hstart + hlen;
+    return rc;
+}
+
+/* The .npy descr of a tensor's dtype in files. */
+static const char *file_descr(int32_t dtype)
+{
+    return dtype == RT_F64 ? "<f8" : "<f4";
+}
+
+/* Writes "(a, b, c)" / "(a,)" / "()" into buf. */
+static void format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, len, "(");
+    for (int32_t d = 0; d < rank && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, rank == 1 ? ",)" : ")");
+}
+
+int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc *t, char *err,
+                 size_t errlen)
+{
+    const char *want = file_descr(t->dtype);
+    if (strcmp(h->descr, want) != 0)
+        return rt_errf(err, errlen, "tensor '%s': %s has dtype '%s', expected '%s' (%s%s)", t->name,
+                    path, h->descr, want, rt_dtype_name(t->dtype),
+                    t->dtype == RT_BF16 ? " values are stored as f32 in .npy files" : "");
+    if (h->fortran_order)
+        return rt_errf(err, errlen, "tensor '%s': %s is in Fortran order; save it in C order "
+                    "(np.ascontiguousarray)", t->name, path);
+    int same = h->rank == t->rank;
+    for (int32_t d = 0; same && d < t->rank; d++)
+        same = h->shape[d] == t->global_shape[d];
+    if (!same) {
+        char found[160], expected[160];
+        format_shape(found, sizeof found, h->rank, h->shape);
+        format_shape(expected, sizeof expected, t->rank, t->global_shape);
+        return rt_errf(err, errlen, "tensor '%s': %s has shape %s, expected %s", t->name, path,
+                    found, expected);
+    }
+    int64_t need = h->data_offset + rt_numel(t->rank, t->global_shape) *
+                                        (t->dtype == RT_F64 ? 8 : 4);
+    if (h->file_bytes < need)
+        return rt_errf(err, errlen, "tensor '%s': %s is truncated: %lld bytes, expected %lld",
+                    t->name, path, (long long)h->file_bytes, (long long)need);
+    return 0;
+}
+
+int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_desc *t,
+                      const int64_t *start, const int64_t *local_shape, void *dst, char *err,
+                      size_t errlen)
+{
+    int32_t rank = t->rank;
+    size_t fes = t->dtype == RT_F64 ? 8 : 4; /* element size in the file */
+    int64_t n = rt_numel(rank, local_shape);
+    if (n == 0)
+        return 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return rt_errf(err, errlen, "tensor '%s': cannot open %s: %s", t->name, path,
+                    strerror(errno));
+    /* Contiguous run: innermost dims covered entirely, times the next one. */
+    int32_t inner = rank;
+    int64_t run = 1;
+    while (inner > 0) {
+        int32_t d = inner - 1;
+        run *= local_shape[d];
+        inner = d;
+        if (local_shape[d] != t->global_shape[d])
+            break;
+    }
+    int64_t gstride[RT_MAX_RANK], s = 1;
+    for (int32_t d = rank - 1; d >= 0; d--) {
+        gstride[d] = s;
+        s *= t->global_shape[d];
+    }
+    float *conv = NULL; /* bf16: one run of f32 from the file */
+    if (t->dtype == RT_BF16 && !(conv = malloc((size_t)run * sizeof *conv))) {
+        close(fd);
+        return rt_errf(err, errlen, "tensor '%s': out of memory", t->name);
+    }
+    int64_t idx[RT_MAX_RANK] = {0};
+    int rc = 0;
+    for (int64_t done = 0; done < n; done += run) {
+        int64_t off = 0;
+        for (int32_t d = 0; d < rank; d++)
+            off += (start[d] + (d < inner ? idx[d] : 0)) * gstride[d];
+        void *to = conv ? (void *)conv : (char *)dst + (size_t)done * fes;
+        ssize_t got = pread_full(fd, to, (size_t)run * fes, (off_t)(h->data_offset + off * (int64_t)fes));
+        if (got != (ssize_t)((size_t)run * fes)) {
+            rc = rt_errf(err, errlen, "tensor '%s': %s: %s", t->name, path,
+                      got < 0 ? strerror(errno) : "file is truncated");
+            break;
+        }
+        if (conv)
+            rt_f32_to_bf16_n(conv, (uint16_t *)dst + done, run);
+        for (int32_t d = inner - 1; d >= 0 && ++idx[d] == local_shape[d]; d--)
+            idx[d] = 0;
+    }
+    free(conv);
+    close(fd);
+    return rc;
+}
+
+/* write() all of buf; -1 on error. */
+static int write_full(int fd, const void *buf, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, (const char *)buf + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, char *err,
+                 size_t errlen)
+{
+    char shape[200], dict[300];
+    format_shape(shape, sizeof shape, t->rank, t->global_shape);
+    int dn = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                      file_descr(t->dtype), shape);
+    /* Version 1.0 header padded with spaces so the data starts at a multiple of 64. */
+    size_t total = (size_t)(10 + dn + 1 + 63) / 64 * 64;
+    size_t hlen = total - 10;
+    unsigned char *hdr = malloc(total);
+    if (!hdr)
+        return rt_errf(err, errlen, "out of memory writing %s", path);
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (unsigned char)(hlen & 0xff);
+    hdr[9] = (unsigned char)(hlen >> 8);
+    memcpy(hdr + 10, dict, (size_t)dn);
+    memset(hdr + 10 + dn, ' ', hlen - (size_t)dn - 1);
+    hdr[total - 1] = '\n';
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp) {
+        free(hdr);
+        return rt_errf(err, errlen, "out of memory writing %s", path);
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmpXXXXXX", 11);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int rc = rt_errf(err, errlen, "cannot create a file next to %s: %s", path, strerror(errno));
+        free(tmp);
+        free(hdr);
+        return rc;
+    }
+    int64_t n = rt_numel(t->rank, t->global_shape);
+    int ok = write_full(fd, hdr, total) == 0;
+    if (t->dtype == RT_BF16) {
+        float buf[1024];
+        for (int64_t i = 0; ok && i < n; i += 1024) {
+            int64_t m = n - i < 1024 ? n - i : 1024;
+            rt_bf16_to_f32_n((const uint16_t *)data + i, buf, m);
+            ok = write_full(fd, buf, (size_t)m * sizeof(float)) == 0;
+        }
+    } else if (ok) {
+        ok = write_full(fd, data, (size_t)n * rt_dtype_size(t->dtype)) == 0;
+    }
+    int saved = errno;
+    ok = ok && fsync(fd) == 0;
+    if (!ok)
+        saved = errno;
+    ok = (close(fd) == 0) && ok;
+    if (ok && rename(tmp, path) != 0) {
+        saved = errno;
+        ok = 0;
+    }
+    int rc = 0;
+    if (!ok) {
+        unlink(tmp);
+        rc = rt_errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
+    }
+    free(tmp);
+    free(hdr);
+    return rc;
+}

@@ -1,0 +1,345 @@
+/*
+ * rt_internal.h - what the runtime library keeps to itself.
+ *
+ * The runtime is split into a backend-neutral core and two backends:
+ *
+ *   core     device.c (rt_coord, rt_alloc, ...), collective.c (descriptor
+ *            checks, the one-device path, Slice), einsum*.c (BLAS GEMM),
+ *            npy.c, random.c, cli.c, job.c (the per-device flow and what
+ *            the root process does afterwards), info.c, layout.c, dtype.c.
+ *   threads  backend_threads.c + coll_threads.c + barrier.c: one pthread per
+ *            device in one process, shared-memory collectives.
+ *   mpi      backend_mpi.c: one MPI rank per device, MPI collectives.
+ *
+ * A device reaches its backend through `rt_device.ops`, a small table of
+ * functions, so the reference run of --check (one device, no peers) can use
+ * the "solo" table while the sharded run uses threads or MPI.  Which launcher
+ * starts the job is chosen at link time: libeinrt's main.c passes the threads
+ * launcher to rt_main, libeinrt_mpi's main_mpi.c the MPI launcher.
+ */
+#ifndef EINC_RT_INTERNAL_H
+#define EINC_RT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "einrt.h"
+
+#define RT_NORETURN _Noreturn
+/* noreturn for function pointers (the C11 keyword applies to functions only). */
+#define RT_NORETURN_PTR __attribute__((noreturn))
+#define RT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* Most devices a mesh may have (threads backend: one thread each). */
+#define RT_MAX_DEVICES 4096
+
+/* ---- dtypes (dtype.c) ---- */
+
+/* Bytes per element of `dtype`; 0 for an unknown dtype. */
+size_t rt_dtype_size(int32_t dtype);
+/* "f32", "f64", "bf16" or "?" */
+const char *rt_dtype_name(int32_t dtype);
+/* bf16 <-> f32: a bf16 is the upper half of an f32; rounding to nearest even. */
+float rt_bf16_to_f32(uint16_t h);
+uint16_t rt_f32_to_bf16(float f);
+void rt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
+void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+
+/* ---- shapes and strided copies (layout.c) ---- */
+
+/* Product of shape[0..rank-1] (1 for rank 0). */
+int64_t rt_numel(int32_t rank, const int64_t *shape);
+/*
+ * Copies the box of extent `ext` from `src` (shape `sshape`, starting at
+ * index `soff`) to `dst` (shape `dshape`, starting at `doff`); all arrays
+ * row-major with `esize`-byte elements.  Innermost dims that are whole in
+ * both arrays are merged so each contiguous run is one memcpy.
+ */
+void rt_copy_box(void *dst, const int64_t *dshape, const int64_t *doff,
+                 const void *src, const int64_t *sshape, const int64_t *soff,
+                 const int64_t *ext, int32_t rank, size_t esize);
+/*
+ * Offset (in elements, per dim) of device `coord`'s block of tensor `t`
+ * inside the global array: dim d starts at block_index(d) * local_shape[d],
+ * where block_index is the mixed-radix number of the device's coordinates on
+ * t->dim_axes[d] (first axis major; einrt.h "Layout").
+ */
+void rt_block_start(const rt_tensor_desc *t, const int64_t *axis_sizes,
+                    const int64_t *coord, int64_t *start);
+/* Copies the block `local` of the device at `coord` into its place in the
+ * global array of `t`. */
+void rt_place_block(const rt_program *p, const rt_tensor_desc *t, const int64_t *coord,
+                    const void *local, void *global);
+/* 1 if the device holds the copy of its block that outputs are taken from:
+ * coordinate 0 on every mesh axis that does not shard `t`. */
+int rt_is_primary_holder(const rt_tensor_desc *t, int32_t naxes, const int64_t *coord);
+
+/* ---- devices (device.c) ---- */
+
+typedef struct rt_device_ops rt_device_ops;
+typedef struct rt_job rt_job;
+
+/* Per-op profile counters of one device (--profile). */
+typedef struct rt_profile {
+    int32_t n;         /* entries in use (op ids 0..n-1) */
+    double *seconds;   /* total seconds per op id, malloc'd, owned */
+    int64_t *calls;    /* calls per op id, malloc'd, owned */
+    double *open_at;   /* start time of the open call per op id, or <0 */
+} rt_profile;
+
+struct rt_device {
+    const rt_program *prog;      /* the program this device runs */
+    const rt_device_ops *ops;    /* backend functions for this device */
+    void *backend;               /* backend state shared by the devices (not owned) */
+    void *backend_local;         /* backend state of this device only (not owned) */
+    int64_t id;                  /* linear device index: row-major over mesh axes */
+    int64_t ndevices;            /* devices in the mesh */
+    int64_t coord[RT_MAX_AXES];  /* coordinate on each mesh axis */
+    int64_t live_bytes;          /* bytes currently allocated by rt_alloc */
+    int64_t peak_bytes;          /* largest live_bytes seen */
+    int profiling;               /* 1 if rt_op_begin/end record times */
+    rt_profile profile;          /* per-op times when profiling */
+};
+
+/* A group as seen by one device: who its peers are and its own rank. */
+typedef struct rt_group_view {
+    int32_t naxes;               /* axes spanned by the group */
+    int32_t axes[RT_MAX_AXES];   /* the axes, major first */
+    int64_t size;                /* G = product of those axes' sizes */
+    int64_t rank;                /* this device's group rank */
+    uint32_t mask;               /* bit a set for each axis a of the group */
+} rt_group_view;
+
+/* Backend functions a device calls (one table per backend). */
+struct rt_device_ops {
+    const char *name;            /* "threads", "mpi", "solo" */
+    /* Blocks until every device of the group `mask` (a set of mesh axes) arrives. */
+    void (*barrier)(rt_device *dev, uint32_t mask);
+    /* A checked collective with G > 1 (AllGather, ReduceScatter, AllReduce, AllToAll). */
+    void (*collective)(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
+                       const void *in, void *out);
+    /* Root receives `v` of every device into all[device id]; all is NULL elsewhere. */
+    void (*collect_i64)(rt_device *dev, int64_t v, int64_t *all);
+    /* Copies this device's block `local` of output tensor `t` into the global
+     * array `global` held by the root (NULL on other MPI ranks). */
+    void (*gather)(rt_device *dev, const rt_tensor_desc *t, const void *local, void *global);
+    /* Ends the whole job with status 1 after a fatal error (never returns). */
+    void (*abort)(void) RT_NORETURN_PTR;
+};
+
+/* The table for a device without peers (the --check reference, unit tests). */
+extern const rt_device_ops rt_solo_ops;
+
+/* Fills a device: id, coordinates from the mesh of `prog`, zeroed counters. */
+void rt_device_init(rt_device *dev, const rt_program *prog, const rt_device_ops *ops,
+                    void *backend, int64_t id);
+/* Releases the profile arrays of `dev`. */
+void rt_device_release(rt_device *dev);
+/* Coordinates of device `id` (row-major over the mesh axes, axis 0 major). */
+void rt_mesh_coord(const rt_program *prog, int64_t id, int64_t *coord);
+/* Devices in the mesh of `prog` (product of axis sizes). */
+int64_t rt_mesh_size(const rt_program *prog);
+/* Computes the group of `dev` for the axes of a collective. */
+void rt_group_of(const rt_device *dev, int32_t naxes, const int32_t *axes, rt_group_view *g);
+/* Linear id of the device of `dev`'s group whose group rank is `r`. */
+int64_t rt_group_peer(const rt_device *dev, const rt_group_view *g, int64_t r);
+
+/* ---- errors (fatal.c) ---- */
+
+/* Prints "einrt: error: <msg>" (naming the device when `dev` is not NULL)
+ * and ends the whole job through dev->ops->abort (_exit(1) for threads,
+ * MPI_Abort for MPI; plain _exit(1) when dev is NULL). */
+RT_NORETURN void rt_fatal(const rt_device *dev, const char *fmt, ...) RT_PRINTF(2, 3);
+/* Formats a message into err (size errlen) and returns -1: the error
+ * convention of the functions that report instead of ending the job. */
+int rt_errf(char *err, size_t errlen, const char *fmt, ...) RT_PRINTF(3, 4);
+/* malloc that ends the job on failure. */
+void *rt_xmalloc(const rt_device *dev, size_t bytes);
+
+/* ---- collectives (collective.c, coll_threads.c) ---- */
+
+/* Checks `d` against the group; fatal with a message when inconsistent. */
+void rt_check_coll(const rt_device *dev, const rt_coll_desc *d, const rt_group_view *g);
+/* Local semantics of the collective for a group of one device (copy), and
+ * Slice for any group.  Used by every backend. */
+void rt_coll_local(const rt_coll_desc *d, const rt_group_view *g, const void *in, void *out);
+/*
+ * The shared-memory algorithms of the threads backend.  `peer_in[j]` and
+ * `peer_out[j]` are the buffers of group rank j, published before the call;
+ * `sync` is the group barrier.  Each device writes only its own `out`.
+ */
+typedef struct rt_shared_bufs {
+    const void *const *peer_in;  /* input buffer of each group rank */
+    void *const *peer_out;       /* output buffer of each group rank */
+} rt_shared_bufs;
+void rt_threads_allgather(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
+                          void *out);
+void rt_threads_reducescatter(const rt_coll_desc *d, const rt_group_view *g,
+                              const rt_shared_bufs *b, void *out);
+/* AllReduce phase 1: this device sums its 1/G slice of the flat array into its out. */
+void rt_threads_allreduce_reduce(const rt_coll_desc *d, const rt_group_view *g,
+                                 const rt_shared_bufs *b, void *out);
+/* AllReduce phase 2 (after a barrier): copies the other slices from peers' outs. */
+void rt_threads_allreduce_copy(const rt_coll_desc *d, const rt_group_view *g,
+                               const rt_shared_bufs *b, void *out);
+void rt_threads_alltoall(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
+                         void *out);
+/* Sums `G` arrays of `n` elements of `dtype` into dst (bf16 summed in f32). */
+void rt_sum_arrays(int32_t dtype, void *dst, const void *const *srcs, int64_t G, int64_t n);
+/* Element range [lo, hi) of slice `r` of `n` elements cut into `G` near-equal slices. */
+void rt_slice_range(int64_t n, int64_t G, int64_t r, int64_t *lo, int64_t *hi);
+
+/* ---- barrier (barrier.c) ---- */
+
+#include <pthread.h>
+
+/* A reusable barrier for `count` threads (sense reversal by generation). */
+typedef struct rt_barrier {
+    pthread_mutex_t mu;          /* guards the fields below */
+    pthread_cond_t cv;           /* signalled when a generation completes */
+    int64_t count;               /* threads that take part */
+    int64_t waiting;             /* threads arrived in the current generation */
+    uint64_t generation;         /* incremented each time all have arrived */
+} rt_barrier;
+void rt_barrier_init(rt_barrier *b, int64_t count);
+void rt_barrier_wait(rt_barrier *b);
+void rt_barrier_destroy(rt_barrier *b);
+
+/* ---- threads backend (backend_threads.c) ---- */
+
+/* Runs fn(dev, arg) on one thread per device of `prog`'s mesh and joins
+ * them; every device uses the threads ops.  Used by the job and by tests. */
+void rt_threads_launch(const rt_program *prog, int profiling,
+                       void (*fn)(rt_device *dev, void *arg), void *arg);
+
+/* ---- einsum (einsum.c, einsum_kernels.c) ---- */
+
+/*
+ * dst = alpha * sum over the labels of src missing in dst, with dst's dims
+ * in the order of `dlabels` (a permutation, sum and scale at once).  f32 or
+ * f64.  Labels of dst must all occur in src.
+ */
+void rt_reduce_permute(int32_t dtype, const void *src, int32_t srank, const int64_t *sshape,
+                       const int32_t *slabels, void *dst, int32_t drank, const int32_t *dlabels,
+                       double alpha);
+
+/* ---- .npy files (npy.c) ---- */
+
+/* What a .npy header says. */
+typedef struct rt_npy_header {
+    char descr[16];              /* e.g. "<f4" */
+    int fortran_order;           /* 1 if 'fortran_order': True */
+    int32_t rank;                /* number of dims */
+    int64_t shape[RT_MAX_RANK];  /* the dims */
+    int64_t data_offset;         /* bytes before the data */
+    int64_t file_bytes;          /* size of the file */
+} rt_npy_header;
+
+/* Reads and parses the header of `path`; on failure writes a message into
+ * err (size errlen) and returns -1. */
+int rt_npy_read_header(const char *path, rt_npy_header *h, char *err, size_t errlen);
+/* Checks that header `h` of file `path` fits tensor `t` (dtype, global
+ * shape, C order, complete data); message into err and -1 on mismatch. */
+int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc *t,
+                 char *err, size_t errlen);
+/* Reads the block of tensor `t` starting at global index `start` (checked
+ * header `h`) into `dst` (local_shape, dtype of t; bf16 converted from f4). */
+int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_desc *t,
+                      const int64_t *start, const int64_t *local_shape, void *dst,
+                      char *err, size_t errlen);
+/* Writes the global array `data` of `t` atomically to `path` (temp file in
+ * the same directory, fsync, rename).  bf16 is written as <f4. */
+int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data,
+                 char *err, size_t errlen);
+
+/* ---- random inputs (random.c) ---- */
+
+/* Fills the block of `t` at global `start` (extent local_shape) with the
+ * values of the global array generated from (seed, t->name). */
+void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t *start,
+                          const int64_t *local_shape, void *dst);
+/* Value of global flat element `index` of tensor `name` for `seed`, in [-1, 1). */
+double rt_random_value(uint64_t seed, const char *name, int64_t index);
+
+/* ---- the executable (cli.c, job.c, info.c) ---- */
+
+/* A NAME=path pair of --input or --output. */
+typedef struct rt_named_path {
+    const char *name;            /* tensor name (points into argv) */
+    const char *path;            /* file path (points into argv) */
+} rt_named_path;
+
+/* Parsed command line. */
+typedef struct rt_options {
+    rt_named_path *inputs;       /* --input pairs, malloc'd */
+    int ninputs;                 /* entries in inputs */
+    rt_named_path *outputs;      /* --output pairs, malloc'd */
+    int noutputs;                /* entries in outputs */
+    int random_inputs;           /* 1 if --random-inputs was given */
+    uint64_t seed;               /* its seed */
+    int check;                   /* --check */
+    int64_t repeat;              /* --repeat N (1 by default) */
+    int repeat_given;            /* 1 if --repeat was given (print the median) */
+    int info;                    /* --info */
+    int help;                    /* --help */
+    int stats;                   /* --stats */
+    int profile;                 /* --profile */
+} rt_options;
+
+/* Parses argv into `o`; on error writes a message into err and returns -1. */
+int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen);
+void rt_free_options(rt_options *o);
+void rt_print_help(FILE *f, const char *argv0);
+void rt_print_info(FILE *f, const rt_program *prog);
+/* Formats t's sharding in book notation, e.g. "x[256_X, 512]" or with sizes. */
+void rt_format_sharding(char *buf, size_t len, const rt_program *prog, const rt_tensor_desc *t);
+
+/* Checks the program's descriptors (ABI version, mesh, shapes); message and -1 if bad. */
+int rt_check_program(const rt_program *prog, char *err, size_t errlen);
+
+/* Process-level facts from the launcher. */
+typedef struct rt_launcher {
+    const char *name;            /* "threads" or "mpi" */
+    /* Starts the processes (MPI_Init); sets *rank, *nranks. */
+    void (*init)(int *argc, char ***argv, int *rank, int *nranks);
+    /* Runs rt_job_device on every device of this process. */
+    void (*run)(rt_job *job);
+    /* 1 if every process agrees that ok != 0 (MPI_Allreduce). */
+    int (*all_ok)(int ok);
+    /* Ends the processes with `status` (MPI_Finalize; never returns). */
+    void (*finish)(int status) RT_NORETURN_PTR;
+    /* Ends every process at once with status 1 (MPI_Abort). */
+    void (*abort)(void) RT_NORETURN_PTR;
+    /* 1 if each process is one device, so the process count must equal the mesh size. */
+    int ranks_are_devices;
+} rt_launcher;
+
+/* State of one job shared by the devices of a process. */
+struct rt_job {
+    const rt_program *prog;      /* program to run */
+    const rt_options *opt;       /* command line */
+    const rt_launcher *launcher; /* backend */
+    int rank;                    /* this process (0 = root) */
+    int nranks;                  /* processes */
+    const char **in_paths;       /* per input: file or NULL (random), owned */
+    rt_npy_header *in_headers;   /* per input: checked header, owned */
+    void **global_out;           /* per output: global array on the root, owned */
+    double *times;               /* root: seconds of each repeat, owned */
+    int64_t *peak;               /* root: peak bytes per device, owned */
+    int64_t repeat;              /* runs of the program */
+};
+
+/* The per-device flow: read the shards, run (repeat times), gather the
+ * outputs and counters to the root.  Called by the launcher on each device. */
+void rt_job_device(rt_device *dev, rt_job *job);
+/* Entry point used by main(): everything the executable does. */
+int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *launcher);
+
+extern const rt_launcher rt_threads_launcher;
+extern const rt_launcher rt_mpi_launcher;
+
+/* Seconds from a monotonic clock. */
+double rt_now(void);
+
+#endif

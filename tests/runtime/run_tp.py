@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""End-to-end test of the runtime with the hand-written program prog_tp.c.
+
+usage: run_tp.py PROG_THREADS [PROG_MPI]
+
+Runs the executable on .npy inputs and compares every output with NumPy;
+checks --check, --random-inputs (the generator reproduced here in NumPy),
+--repeat, --info, --stats, and that bad command lines and bad files give a
+clear error and exit status 1.  With PROG_MPI, does the same under
+`mpirun -np 4` and checks that a wrong rank count fails fast with a message.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+B, D, F = 8, 6, 12
+FAILURES = []
+
+
+def fail(msg):
+    FAILURES.append(msg)
+    print("FAIL:", msg)
+
+
+def run(cmd, expect_rc=0, timeout=60):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != expect_rc:
+        fail("%s: exit %d, expected %d\nstdout: %s\nstderr: %s"
+             % (" ".join(cmd), p.returncode, expect_rc, p.stdout, p.stderr))
+    return p
+
+
+def expect_error(cmd, needle):
+    p = run(cmd, expect_rc=1)
+    if needle not in p.stderr:
+        fail("%s: stderr lacks %r:\n%s" % (" ".join(cmd), needle, p.stderr))
+
+
+def splitmix64(x):
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def fnv1a64(s):
+    h = 0xCBF29CE484222325
+    for c in s.encode():
+        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def random_f32(seed, name, shape):
+    """--random-inputs for an f32 tensor (runtime/random.c)."""
+    with np.errstate(over="ignore"):
+        idx = np.arange(int(np.prod(shape)), dtype=np.uint64)
+        key = np.uint64(seed ^ fnv1a64(name))
+        h = splitmix64(key ^ splitmix64(idx))
+    v = (h >> np.uint64(40)).astype(np.float64) * 2.0**-24 * 2.0 - 1.0
+    return v.astype(np.float32).reshape(shape)
+
+
+def expected(x, w):
+    xw = x.astype(np.float64) @ w.astype(np.float64)
+    return {"y": xw, "u": xw.sum(0), "v": xw.sum(0), "t": xw, "q": 2 * w.astype(np.float64).sum(0)}
+
+
+def compare(outs, x, w, tag):
+    for name, want in expected(x, w).items():
+        got = np.load(outs[name])
+        if got.dtype != np.float32 or got.shape != want.shape:
+            fail("%s: %s has %s %s, expected float32 %s" % (tag, name, got.dtype, got.shape, want.shape))
+            continue
+        err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
+        if err > 1e-5:
+            fail("%s: output %s differs from NumPy: rel err %g" % (tag, name, err))
+
+
+def check_run(launch, tmp, tag):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((B, D)).astype(np.float32)
+    w = rng.standard_normal((D, F)).astype(np.float32)
+    xp, wp = os.path.join(tmp, "x.npy"), os.path.join(tmp, "w.npy")
+    np.save(xp, x)
+    np.save(wp, w)
+    outs = {n: os.path.join(tmp, "%s_%s.npy" % (tag, n)) for n in "yuvtq"}
+    args = ["--input", "x=" + xp, "--input", "w=" + wp]
+    for n, p in outs.items():
+        args += ["--output", "%s=%s" % (n, p)]
+    p = run(launch + args + ["--check", "--stats", "--repeat", "3"])
+    compare(outs, x, w, tag)
+    for n in "yuvtq":
+        if "check %s: max_rel_err=" % n not in p.stdout:
+            fail("%s: --check printed no line for %s:\n%s" % (tag, n, p.stdout))
+    if "median time per run:" not in p.stdout or "peak memory per device" not in p.stdout:
+        fail("%s: --repeat/--stats output missing:\n%s" % (tag, p.stdout))
+    if [f for f in os.listdir(tmp) if ".tmp" in f]:
+        fail("%s: temporary files left behind" % tag)
+
+    # --random-inputs: each device generates its shard; values equal the global array's.
+    p = run(launch + ["--random-inputs", "42", "--check", "--output", "y=" + outs["y"]])
+    x = random_f32(42, "x", (B, D))
+    w = random_f32(42, "w", (D, F))
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    err = np.max(np.abs(np.load(outs["y"]) - want)) / np.max(np.abs(want))
+    if err > 1e-5:
+        fail("%s: --random-inputs y differs from NumPy's regeneration: %g" % (tag, err))
+    # Outputs without --output are summarised.
+    if "u: f32 (12,) sum=" not in p.stdout:
+        fail("%s: no summary line for u:\n%s" % (tag, p.stdout))
+
+
+def check_errors(prog, tmp):
+    xp, wp = os.path.join(tmp, "x.npy"), os.path.join(tmp, "w.npy")
+    expect_error([prog, "--input", "x=" + xp], "missing --input w=")
+    expect_error([prog, "--input", "x=" + xp, "--input", "w=" + wp, "--input", "z=" + xp],
+                 "no input or param named 'z'")
+    expect_error([prog, "--input", "x=" + xp, "--input", "x=" + xp, "--input", "w=" + wp],
+                 "input 'x' is given twice")
+    expect_error([prog, "--random-inputs", "1", "--output", "nope=" + xp], "no output named 'nope'")
+    expect_error([prog, "--bogus"], "unknown option")
+    expect_error([prog, "--repeat", "0", "--random-inputs", "1"], "--repeat expects")
+    expect_error([prog, "--input", "x=" + wp, "--input", "w=" + wp],
+                 "tensor 'x': %s has shape (6, 12), expected (8, 6)" % wp)
+    bad = os.path.join(tmp, "x64.npy")
+    np.save(bad, np.zeros((B, D)))
+    expect_error([prog, "--input", "x=" + bad, "--input", "w=" + wp], "has dtype '<f8', expected '<f4'")
+    missing_dir = os.path.join(tmp, "no", "such", "dir", "y.npy")
+    expect_error([prog, "--random-inputs", "1", "--output", "y=" + missing_dir], "cannot create")
+    p = run([prog, "--info"])
+    for needle in ["mesh: X=2, Y=2 (4 devices)", "x[8_X, 6]", "w[6, 12_Y]", "v[12_YX]",
+                   "AllGather_Y"]:
+        if needle not in p.stdout:
+            fail("--info lacks %r:\n%s" % (needle, p.stdout))
+    p = run([prog, "--help"])
+    if "--random-inputs" not in p.stdout:
+        fail("--help lacks --random-inputs")
+
+
+def main():
+    prog = sys.argv[1]
+    mpi_prog = sys.argv[2] if len(sys.argv) > 2 else None
+    with tempfile.TemporaryDirectory() as tmp:
+        check_run([prog], tmp, "threads")
+        check_errors(prog, tmp)
+        if mpi_prog:
+            mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
+            check_run(mpirun + ["-np", "4", mpi_prog], tmp, "mpi")
+            expect_error(mpirun + ["-np", "2", mpi_prog, "--random-inputs", "1"],
+                         "the program's mesh has 4 devices but the job has 2 ranks")
+            xp = os.path.join(tmp, "x.npy")
+            expect_error(mpirun + ["-np", "4", mpi_prog, "--input", "x=" + xp, "--input",
+                                   "w=" + xp], "tensor 'w'")
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    print("all end-to-end checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

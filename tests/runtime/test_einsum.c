@@ -1,0 +1,237 @@
+/*
+ * test_einsum.c - rt_einsum against a naive loop einsum (every label's index
+ * space enumerated, products summed in f64) for plain, transposed, batched
+ * and permuted contractions, labels summed out of one operand, unary
+ * reductions and transposes, alpha, empty dims, and f32/f64/bf16.
+ */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cunit_main.h"
+#include "rt_internal.h"
+#include "rt_test_util.h"
+
+static const rt_program solo_prog = {.abi_version = RT_ABI_VERSION, .run = test_noop_run};
+
+/* Sizes of labels 'a'..'z' used by the cases. */
+static int64_t label_size(int32_t l)
+{
+    static const int64_t sizes[26] = {3, 4, 5, 2, 6, 3, 2, 4, 7, 5, 3, 6, 2, 3, 4, 5, 2, 3, 4, 2,
+                                      3, 2, 5, 3, 2, 4};
+    return sizes[l - 'a'];
+}
+
+/* Fills a descriptor from "ab,bc->ac" or "ab->ba" with label sizes from label_size,
+ * overriding label `zero` (if not 0) with size 0. */
+static rt_einsum_desc parse_spec(const char *spec, int32_t dtype, double alpha, char zero)
+{
+    rt_einsum_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = dtype;
+    d.alpha = alpha;
+    const char *arrow = strstr(spec, "->");
+    const char *comma = strchr(spec, ',');
+    d.noperands = comma && comma < arrow ? 2 : 1;
+    const char *parts[3] = {spec, d.noperands == 2 ? comma + 1 : NULL, arrow + 2};
+    const char *ends[3] = {d.noperands == 2 ? comma : arrow, arrow, arrow + strlen(arrow)};
+    for (int t = 0; t < 3; t++) {
+        if (!parts[t])
+            continue;
+        for (const char *p = parts[t]; p < ends[t]; p++) {
+            d.labels[t][d.rank[t]] = *p;
+            d.shape[t][d.rank[t]++] = *p == zero ? 0 : label_size(*p);
+        }
+    }
+    return d;
+}
+
+/* Naive einsum in f64: c = alpha * sum over all labels not in c of a*b. */
+static void naive(const rt_einsum_desc *d, const double *a, const double *b, double *c)
+{
+    int32_t labels[26], n = 0;
+    int64_t size[26];
+    for (int t = 0; t < 3; t++) {
+        if (t == 1 && d->noperands == 1)
+            continue;
+        for (int32_t k = 0; k < d->rank[t]; k++) {
+            int seen = 0;
+            for (int32_t i = 0; i < n; i++)
+                seen |= labels[i] == d->labels[t][k];
+            if (!seen) {
+                labels[n] = d->labels[t][k];
+                size[n++] = d->shape[t][k];
+            }
+        }
+    }
+    int64_t nc = rt_numel(d->rank[2], d->shape[2]);
+    for (int64_t i = 0; i < nc; i++)
+        c[i] = 0;
+    int64_t total = rt_numel(n, size);
+    int64_t idx[26] = {0};
+    for (int64_t e = 0; e < total; e++) {
+        int64_t off[3] = {0, 0, 0};
+        for (int t = 0; t < 3; t++)
+            for (int32_t k = 0; k < d->rank[t]; k++)
+                for (int32_t i = 0; i < n; i++)
+                    if (labels[i] == d->labels[t][k])
+                        off[t] = off[t] * d->shape[t][k] + idx[i];
+        c[off[2]] += a[off[0]] * (d->noperands == 2 ? b[off[1]] : 1.0);
+        for (int32_t i = n - 1; i >= 0 && ++idx[i] == size[i]; i--)
+            idx[i] = 0;
+    }
+    for (int64_t i = 0; i < nc; i++)
+        c[i] *= d->alpha;
+}
+
+/* Runs `spec` through rt_einsum and the naive loop; returns max relative error. */
+static double run_spec(const char *spec, int32_t dtype, double alpha, char zero)
+{
+    rt_einsum_desc d = parse_spec(spec, dtype, alpha, zero);
+    rt_device dev;
+    rt_device_init(&dev, &solo_prog, &rt_solo_ops, NULL, 0);
+    size_t es = rt_dtype_size(dtype);
+    int64_t n[3];
+    for (int t = 0; t < 3; t++)
+        n[t] = rt_numel(d.rank[t], d.shape[t]);
+    double *a = malloc((size_t)(n[0] + 1) * 8), *b = malloc((size_t)(n[1] + 1) * 8);
+    double *want = malloc((size_t)(n[2] + 1) * 8);
+    void *ta = malloc((size_t)(n[0] + 1) * es), *tb = malloc((size_t)(n[1] + 1) * es);
+    void *tc = malloc((size_t)(n[2] + 1) * es);
+    for (int64_t i = 0; i < n[0]; i++) {
+        test_store(dtype, ta, i, sin(0.7 * (double)i + 0.3));
+        a[i] = test_load(dtype, ta, i); /* the exact operand values after rounding */
+    }
+    for (int64_t i = 0; i < n[1] && d.noperands == 2; i++) {
+        test_store(dtype, tb, i, cos(1.3 * (double)i) - 0.2);
+        b[i] = test_load(dtype, tb, i);
+    }
+    for (int64_t i = 0; i < n[2]; i++)
+        test_store(dtype, tc, i, 1234.5); /* must be overwritten */
+    naive(&d, a, b, want);
+    rt_einsum(&dev, &d, ta, d.noperands == 2 ? tb : NULL, tc);
+    double maxdiff = 0, maxref = 0;
+    for (int64_t i = 0; i < n[2]; i++) {
+        maxdiff = fmax(maxdiff, fabs(test_load(dtype, tc, i) - want[i]));
+        maxref = fmax(maxref, fabs(want[i]));
+    }
+    CU_ASSERT_EQUAL(dev.live_bytes, 0); /* scratch is freed */
+    free(a);
+    free(b);
+    free(want);
+    free(ta);
+    free(tb);
+    free(tc);
+    rt_device_release(&dev);
+    return n[2] == 0 ? 0 : maxdiff / fmax(maxref, 1e-30);
+}
+
+static void check_specs(const char *const *specs, int n, double alpha)
+{
+    static const double tol[3] = {2e-6, 1e-13, 1.5e-2};
+    for (int i = 0; i < n; i++)
+        for (int32_t dtype = RT_F32; dtype <= RT_BF16; dtype++) {
+            double err = run_spec(specs[i], dtype, alpha, 0);
+            if (!(err <= tol[dtype]))
+                fprintf(stderr, "\n  %s (%s): rel err %g\n", specs[i], rt_dtype_name(dtype), err);
+            CU_ASSERT(err <= tol[dtype]);
+        }
+}
+
+static void test_matmul_layouts(void)
+{
+    static const char *const specs[] = {
+        "ij,jk->ik", /* no copy */
+        "ij,kj->ik", /* B transposed */
+        "ji,jk->ik", /* A transposed */
+        "ji,kj->ik", /* both */
+        "ij,jk->ki", /* C^T = B^T A^T */
+        "ij,j->i",   /* matrix-vector */
+        "j,jk->k",   /* vector-matrix */
+        "i,k->ik",   /* outer product (K empty) */
+        "ij,ij->",   /* full contraction to a scalar */
+        "abc,cd->abd", /* several M dims */
+        "ab,abc->c",   /* several K dims */
+    };
+    check_specs(specs, (int)(sizeof specs / sizeof specs[0]), 1.0);
+}
+
+static void test_batched_and_permuted(void)
+{
+    static const char *const specs[] = {
+        "bij,bjk->bik", /* batch leading, no copy */
+        "ibj,bjk->bki", /* batch in the middle, output permuted */
+        "bij,bkj->bik", "bji,bjk->bki", "hbij,bhjk->bhik", "ijb,jkb->ikb",
+    };
+    check_specs(specs, (int)(sizeof specs / sizeof specs[0]), 1.0);
+}
+
+static void test_labels_in_one_operand(void)
+{
+    static const char *const specs[] = {
+        "ija,jk->ik",  /* a summed out of A first */
+        "ij,jkb->ik",  /* b summed out of B first */
+        "aij,bjk->ik", /* both */
+    };
+    check_specs(specs, (int)(sizeof specs / sizeof specs[0]), 1.0);
+}
+
+static void test_unary(void)
+{
+    static const char *const specs[] = {"ij->ji", "ijk->k", "ij->", "ijk->kij", "ab->ab"};
+    check_specs(specs, (int)(sizeof specs / sizeof specs[0]), 1.0);
+}
+
+static void test_alpha(void)
+{
+    static const char *const specs[] = {"ij,jk->ik", "ij,jk->ki", "ijk->ki", "aij,jk->ik"};
+    check_specs(specs, (int)(sizeof specs / sizeof specs[0]), -0.375);
+}
+
+static void test_empty_dims(void)
+{
+    /* K of size 0: the sums are empty, c must be zeros. */
+    CU_ASSERT(run_spec("ij,jk->ik", RT_F32, 1.0, 'j') == 0);
+    CU_ASSERT(run_spec("ijk->i", RT_F64, 1.0, 'k') == 0);
+    /* M of size 0: nothing to write, no crash. */
+    CU_ASSERT(run_spec("ij,jk->ik", RT_F32, 1.0, 'i') == 0);
+}
+
+/* The no-copy paths must not allocate scratch; the permuted ones do. */
+static void test_no_copy_when_layout_fits(void)
+{
+    rt_device dev;
+    rt_device_init(&dev, &solo_prog, &rt_solo_ops, NULL, 0);
+    float a[3 * 4 * 5], b[3 * 5 * 2], c[3 * 4 * 2];
+    for (int i = 0; i < 60; i++)
+        a[i] = (float)i;
+    for (int i = 0; i < 30; i++)
+        b[i] = (float)(i % 7);
+    /* b=3, i=4, j=5, k=2 */
+    rt_einsum_desc d = {.dtype = RT_F32, .noperands = 2, .rank = {3, 3, 3},
+                        .shape = {{3, 4, 5}, {3, 5, 2}, {3, 4, 2}},
+                        .labels = {{0, 1, 2}, {0, 2, 3}, {0, 1, 3}}, .alpha = 1.0};
+    rt_einsum(&dev, &d, a, b, c);
+    CU_ASSERT_EQUAL(dev.peak_bytes, 0);
+    /* c[1][2][1] = sum_j a[1][2][j] * b[1][j][1] */
+    double want = 0;
+    for (int j = 0; j < 5; j++)
+        want += a[20 + 10 + j] * b[10 + 2 * j + 1];
+    CU_ASSERT_DOUBLE_EQUAL(c[8 + 4 + 1], want, 1e-3);
+    rt_device_release(&dev);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"matmul layouts (trans flags, C^T)", test_matmul_layouts},
+        {"batched and permuted", test_batched_and_permuted},
+        {"labels in one operand only", test_labels_in_one_operand},
+        {"unary reductions and transposes", test_unary},
+        {"alpha scaling", test_alpha},
+        {"empty dims", test_empty_dims},
+        {"no scratch when the layout fits GEMM", test_no_copy_when_layout_fits},
+    };
+    einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
+}
