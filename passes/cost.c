@@ -104,6 +104,33 @@ static double einsum_flops(const ir_module *m, const ir_op *op)
     return (op->noperands > 0 ? op->noperands : 1) * points;
 }
 
+double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const ir_op *op, int dim)
+{
+    int64_t n = cost_einsum_label_size(m, op, dim);
+    if (n <= 0 || !op->result)
+        return -1;
+    /* FLOPs = a * n; bytes = b0 + b1 * n where b1 collects the values that
+     * carry `dim`.  Compute-bound when a n / C > (b0 + b1 n) / W_hbm. */
+    double a = einsum_flops(m, op) / (double)n, b0 = 0, b1 = 0;
+    for (int i = 0; i <= op->noperands; i++) {
+        const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
+        const int *labels = i < op->noperands ? op->u.einsum.labels[i] : op->u.einsum.result_labels;
+        if (!v)
+            continue;
+        bool carries = false;
+        for (int j = 0; j < v->type.rank; j++)
+            carries |= labels[j] == dim;
+        if (carries)
+            b1 += local_bytes(m, v) / (double)n;
+        else
+            b0 += local_bytes(m, v);
+    }
+    double denom = a * hw->hbm_bw / cost_peak_flops(hw, op->result->type.dtype) - b1;
+    if (denom <= 0)
+        return -1;
+    return b0 / denom;
+}
+
 static double elementwise_flops(const ir_module *m, const ir_op *op)
 {
     int arith = 0;

@@ -177,6 +177,16 @@ void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw);
 double cost_critical_dim_size(const ir_module *m, const ir_op *op, int dim,
                               const ir_op **colls, int max, int *ncolls);
 
+/*
+ * HBM roofline threshold of einsum `op` in label `dim` (seed 002, "B_crit =
+ * C / W_hbm", 240 on v5e for a bf16 matmul with B << D, F): the per-device
+ * size of `dim` above which FLOPs / C exceeds HBM bytes / W_hbm, from
+ * FLOPs = a n and bytes = b0 + b1 n (b1: the values that carry `dim`).
+ * Returns the size, 0 if op is compute-bound at any size of `dim`, or -1 if
+ * it is memory-bound at any size or `dim` is not a label of `op`.
+ */
+double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const ir_op *op, int dim);
+
 /* Per-device size of label `dim` in einsum `op` (its smallest over the
  * operands and result), or -1 if `dim` is not one of op's labels. */
 int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);

@@ -183,17 +183,26 @@ static void print_op_line(FILE *out, const ir_module *m, const ir_op *op)
 }
 
 /* One line of --explain for label `dim` of einsum `op`. */
-static void explain_dim(FILE *out, const ir_module *m, const ir_op *op, int dim, const char *role)
+/* One line of --explain for label `dim` of einsum `op`. */
+static void explain_dim(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op, int dim,
+                        const char *role)
 {
     const char *dn = m->dims[dim].name;
     double now = (double)cost_einsum_label_size(m, op, dim);
     double crit = cost_critical_dim_size(m, op, dim, NULL, 0, NULL);
+    fprintf(out, "  %s dim %s (per device %.0f): ", role, dn, now);
     if (crit < 0)
-        fprintf(out, "  %s dim %s: the collectives' bytes grow with %s too; the ratio does not depend on it\n",
-                role, dn, dn);
+        fprintf(out, "collectives grow with %s too, no threshold", dn);
+    else if (crit > 0)
+        fprintf(out, "compute-bound when per-device %s > %.4g (%s)", dn, crit,
+                now > crit ? "compute" : "communication");
+    double hbm = cost_hbm_critical_dim_size(m, hw, op, dim);
+    if (hbm > 0)
+        fprintf(out, "%sHBM: compute-bound when %s > %.4g (%s)\n", crit != 0 ? "; " : "", dn, hbm,
+                now > hbm ? "compute" : "memory");
     else
-        fprintf(out, "  %s dim %s: compute-bound when per-device %s > %.4g (now %.0f, %s-bound)\n", role,
-                dn, dn, crit, now, now > crit ? "compute" : "communication");
+        fprintf(out, "%sHBM: %s-bound at any %s\n", crit != 0 ? "; " : "",
+                hbm == 0 ? "compute" : "memory", dn);
 }
 
 static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
@@ -235,7 +244,7 @@ static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, con
             if (k < nseen || dim < 0 || dim >= m->ndims)
                 continue;
             seen[nseen++] = dim;
-            explain_dim(out, m, op, dim, i < 0 ? "free" : "contracting");
+            explain_dim(out, m, hw, op, dim, i < 0 ? "free" : "contracting");
         }
     }
 }

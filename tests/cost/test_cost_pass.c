@@ -127,6 +127,38 @@ static void test_einsum_roofline(void)
     ir_module_free(m);
 }
 
+/* Seed 002: a bf16 matmul is compute-bound against HBM when the per-device
+ * batch exceeds about C / W_hbm (240 on v5e).  The threshold the pass
+ * reports agrees with its own roofline classification on either side. */
+static void test_hbm_critical_batch(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    ir_module *m;
+    ir_op *op;
+    matmul_case(256, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    double crit = cost_hbm_critical_dim_size(m, &hw, op, ir_dim_find(m, "B", 1));
+    double cw = 1.97e14 / 8.1e11;
+    CU_ASSERT(crit > cw && crit < 1.1 * cw); /* D = F = 8192 is not >> B */
+    /* with a = 2 D F, b0 = 2 D F, b1 = 2 D + 2 F (bf16): exact */
+    double a = 2.0 * 8192 * 8192, b0 = 2.0 * 8192 * 8192, b1 = 4.0 * 8192;
+    ASSERT_NEAR2(crit, b0 / (a * 8.1e11 / 1.97e14 - b1));
+    /* D is carried by no value but W... it is in In and W: no HBM threshold
+     * problem, just a number; F likewise. */
+    CU_ASSERT(cost_hbm_critical_dim_size(m, &hw, op, ir_dim_find(m, "D", 1)) > 0);
+    CU_ASSERT_EQUAL(cost_hbm_critical_dim_size(m, &hw, op, 999), -1);
+    ir_module_free(m);
+    int64_t below = (int64_t)(0.95 * crit), above = (int64_t)(1.05 * crit) + 1;
+    matmul_case(below, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_MEMORY);
+    ir_module_free(m);
+    matmul_case(above, &op, &m);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    CU_ASSERT_EQUAL(op->cost.bound, IR_BOUND_COMPUTE);
+    ir_module_free(m);
+}
+
 /* Elementwise: arithmetic nodes * elements, memory-bound. */
 static void test_elementwise(void)
 {
@@ -345,7 +377,7 @@ static void test_critical_batch_2550(void)
     /* --explain prints it. */
     char *text = explain_text(m, &hw);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "free dim B: compute-bound when per-device B > 255"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "free dim B (per device 8192): compute-bound when per-device B > 255"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "bandwidth-bound"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "switches to latency-bound below V ="));
     free(text);
@@ -401,8 +433,10 @@ static void test_critical_tp(void)
     /* F/Y = 4096 > 2550: compute-bound, and --explain says so. */
     char *text = explain_text(m, &hw);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "contracting dim F: compute-bound when per-device F > 25"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "(now 4096, compute-bound)"));
+    const char *line = strstr(text, "contracting dim F (per device 4096): compute-bound when per-device F > 25");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(line);
+    const char *verdict = strstr(line, " (compute)");
+    CU_ASSERT(verdict && verdict < strchr(line, '\n'));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "inserted because: reduce the partial sums over Y"));
     free(text);
     ir_module_free(m);
@@ -445,6 +479,7 @@ void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"einsum FLOPs, bytes and roofline bound", test_einsum_roofline},
+        {"HBM critical batch (seed 002)", test_hbm_critical_batch},
         {"elementwise FLOPs", test_elementwise},
         {"pass: popquiz2 AllGather 560us, default profile", test_pass_popquiz2},
         {"pass: latency-bound AllGather", test_pass_latency_bound},
