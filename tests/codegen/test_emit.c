@@ -219,6 +219,35 @@ static void test_error_ew_sharding(void)
     ir_module_free(m);
 }
 
+/* A runtime library the linker rejects: the linker's own words reach the
+ * user and no executable is left behind. */
+static void test_error_linker(void)
+{
+    char dir[] = "/tmp/cg_rt_XXXXXX";
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    char lib[64], exe[64];
+    snprintf(lib, sizeof lib, "%s/libeinrt.a", dir);
+    snprintf(exe, sizeof exe, "%s/prog", dir);
+    FILE *f = fopen(lib, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("this is not an archive\n", f);
+    fclose(f);
+    ir_module *m = cg_case_build("identity", false);
+    cg_options o = {.output = exe, .kind = CG_EMIT_EXE, .opt_level = 0, .runtime_dir = dir};
+    cap c;
+    cap_init(&c);
+    CU_ASSERT_EQUAL(cg_emit(m, NULL, &o, &c.d), -1);
+    cap_done(&c);
+    CU_ASSERT_EQUAL(c.d.nerrors, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c.text, "failed (cc exited with status"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(c.text, "libeinrt.a")); /* from the linker's message */
+    CU_ASSERT_EQUAL(access(exe, F_OK), -1);
+    free(c.text);
+    ir_module_free(m);
+    unlink(lib);
+    CU_ASSERT_EQUAL(rmdir(dir), 0); /* the temporary object is gone too */
+}
+
 /* An output still holding {U_X} partial sums is refused. */
 static void test_error_unreduced_output(void)
 {
@@ -326,6 +355,7 @@ void einc_register_tests(void)
         {"elementwise sharding mismatch error", test_error_ew_sharding},
         {"bad options and runtime dir", test_error_options},
         {"unreduced output error", test_error_unreduced_output},
+        {"linker failure passed through", test_error_linker},
         {"every case emits at O0 and O3", test_emit_all_cases},
         {"buffers, fusion and markers in the run function", test_emit_buffers},
         {"elementwise loop vectorised at O3", test_emit_vectorised},
