@@ -20,13 +20,12 @@ static const char *BASE =
     " \"ici_latency\": 1e-6, \"dcn_bandwidth\": 3e9,\n"
     " \"wraparound\": {\"rule\": \"size_equals\", \"size\": 16}}\n";
 
-/* BASE with the first `from` replaced by `to` (static buffer). */
-static const char *variant(const char *from, const char *to)
+/* BASE with the first `from` replaced by `to`, written into `buf`. */
+static const char *variant(const char *from, const char *to, char *buf, size_t size)
 {
-    static char buf[2048];
     const char *at = strstr(BASE, from);
     CU_ASSERT_PTR_NOT_NULL_FATAL(at);
-    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - BASE), BASE, to, at + strlen(from));
+    snprintf(buf, size, "%.*s%s%s", (int)(at - BASE), BASE, to, at + strlen(from));
     return buf;
 }
 
@@ -135,19 +134,22 @@ static void test_missing_files(void)
 
 static void test_bad_profiles(void)
 {
+    char buf[2048];
+#define V(from, to) variant(from, to, buf, sizeof buf)
     expect_error("{ \"name\": ", "invalid JSON");
     expect_error("[1, 2]", "JSON object");
-    expect_error(variant("\"name\": \"testchip\"", "\"nom\": \"x\""), "\"name\"");
-    expect_error(variant("\"hbm_bandwidth\": 8e11,", ""), "missing field \"hbm_bandwidth\"");
-    expect_error(variant("\"ici_latency\": 1e-6", "\"ici_latency\": 0"), "\"ici_latency\" must be > 0");
-    expect_error(variant("\"dcn_bandwidth\": 3e9", "\"dcn_bandwidth\": -3e9"), "\"dcn_bandwidth\" must be > 0");
-    expect_error(variant("\"hbm_bytes\": 1.6e10", "\"hbm_bytes\": \"16GB\""), "\"hbm_bytes\" must be a number");
-    expect_error(variant(", \"f64\": 1e13", ""), "\"peak_flops.f64\"");
-    expect_error(variant("\"peak_flops\"", "\"peak\""), "\"peak_flops\"");
-    expect_error(variant("\"size_equals\"", "\"sometimes\""), "unknown \"wraparound.rule\" \"sometimes\"");
-    expect_error(variant(", \"size\": 16", ""), "\"wraparound.size\"");
-    expect_error(variant("\"size\": 16", "\"size\": 2.5"), "whole number");
-    expect_error(variant("\"wraparound\"", "\"wrap\""), "\"wraparound\"");
+    expect_error(V("\"name\": \"testchip\"", "\"nom\": \"x\""), "\"name\"");
+    expect_error(V("\"hbm_bandwidth\": 8e11,", ""), "missing field \"hbm_bandwidth\"");
+    expect_error(V("\"ici_latency\": 1e-6", "\"ici_latency\": 0"), "\"ici_latency\" must be > 0");
+    expect_error(V("\"dcn_bandwidth\": 3e9", "\"dcn_bandwidth\": -3e9"), "\"dcn_bandwidth\" must be > 0");
+    expect_error(V("\"hbm_bytes\": 1.6e10", "\"hbm_bytes\": \"16GB\""), "\"hbm_bytes\" must be a number");
+    expect_error(V(", \"f64\": 1e13", ""), "\"peak_flops.f64\"");
+    expect_error(V("\"peak_flops\"", "\"peak\""), "\"peak_flops\"");
+    expect_error(V("\"size_equals\"", "\"sometimes\""), "unknown \"wraparound.rule\" \"sometimes\"");
+    expect_error(V(", \"size\": 16", ""), "\"wraparound.size\"");
+    expect_error(V("\"size\": 16", "\"size\": 2.5"), "whole number");
+    expect_error(V("\"wraparound\"", "\"wrap\""), "\"wraparound\"");
+#undef V
 }
 
 void einc_register_tests(void)

@@ -442,6 +442,36 @@ static void test_critical_tp(void)
     ir_module_free(m);
 }
 
+/* Without a profile in the context and without a default profile on disk,
+ * the pass fails with a diagnostic rather than guessing figures. */
+static void test_pass_missing_default_profile(void)
+{
+    ir_module *m;
+    ir_op *op;
+    matmul_case(64, &op, &m);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    diag_ctx d;
+    diag_init(&d, "t.ein", "", 0);
+    d.out = f;
+    pass_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.diag = &d;
+    setenv("EINC_HW_DIR", "/nonexistent-einc-hw", 1);
+    int rc = pass_cost(&ctx, m);
+    unsetenv("EINC_HW_DIR");
+    fclose(f);
+    CU_ASSERT_NOT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(d.nerrors, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "unknown hardware profile 'tpu-v5e'"));
+    CU_ASSERT_FALSE(op->cost.valid);
+    CU_ASSERT_FALSE(m->totals.valid);
+    free(text);
+    ir_module_free(m);
+}
+
 /* --dump-cost has a row per op with its bound, and the totals. */
 static void test_print_table(void)
 {
@@ -488,6 +518,7 @@ void einc_register_tests(void)
         {"totals: partial overlap", test_totals_partial_overlap},
         {"critical batch 2550 on v5p and --explain", test_critical_batch_2550},
         {"critical F/Y 2550 for Megatron TP", test_critical_tp},
+        {"pass: missing default profile is an error", test_pass_missing_default_profile},
         {"--dump-cost table", test_print_table},
     };
     einc_add_suite("cost pass", tests, (int)(sizeof tests / sizeof tests[0]));
