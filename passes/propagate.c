@@ -947,6 +947,23 @@ static int check_input(prop *p)
     return errors;
 }
 
+/* --debug-pass: "propagate: Tmp = In * Win: X->B Y->F, 1.25 MiB moved". */
+static void log_layout(prop *p, int k)
+{
+    const opinfo *oi = &p->ops[k];
+    char stmt[160];
+    stmt_str(oi->op, stmt, sizeof stmt);
+    fprintf(p->ctx->log, "propagate: %s:", stmt);
+    for (int a = 0; a < p->m->mesh.naxes; a++) {
+        int c = oi->lay.choice[a];
+        fprintf(p->ctx->log, " %c->%s", p->m->mesh.axes[a].name,
+                c == CH_NONE ? "replicated" : c >= CH_CARRY ? "carry{U}" : p->m->dims[oi->label[c]].name);
+    }
+    cost c = layout_cost(p, k, &oi->lay);
+    fprintf(p->ctx->log, ", %.2f MiB moved per device by its operands and result (%d ops)\n",
+            c.bytes / (1024.0 * 1024.0), c.nops);
+}
+
 /* Reports that no layout of op k is feasible, naming the likely cause. */
 static void report_infeasible(const prop *p, int k)
 {
@@ -1001,8 +1018,11 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
         for (int k = 0; k < p.nops; k++)
             changed |= choose(&p, k) > 0;
     }
-    if (ctx->log)
+    if (ctx->log) {
         fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s)\n", p.nops, round);
+        for (int k = 0; k < p.nops; k++)
+            log_layout(&p, k);
+    }
     errors = materialise(&p);
 out:
     free(p.ops);
