@@ -150,14 +150,16 @@ bool cost_value_is_param_derived(const ir_value *v);
 
 /* --dump-cost: one row per op (value name, op, FLOPs, HBM bytes, comm
  * bytes, compute/memory/comm/op time in microseconds, bound), then the
- * totals.  Ops without a valid cost print "-". */
+ * totals.  Ops without a valid cost print "-".  `hw` (may be NULL) names
+ * the profile in the header line. */
 void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw);
 
 /* --explain: for each contraction the per-device size of each of its dims
  * (the batch and other free dims first, then the contracting ones) above
  * which it is compute-bound against the collectives it needs, and for
  * each collective whether it is latency- or bandwidth-bound and the message
- * size where it switches.  Needs the cost pass to have run. */
+ * size where it switches.  Needs the cost pass to have run and the profile
+ * it ran with (`hw` NULL prints a one-line notice). */
 void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw);
 
 /*

@@ -62,7 +62,8 @@ static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const
 
 void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
 {
-    print_header(out, m, hw, "cost");
+    if (hw)
+        print_header(out, m, hw, "cost");
     fprintf(out, "%-16s %-13s %11s %11s %11s %11s %11s %11s %11s  %s\n", "value", "op", "FLOPs",
             "HBM bytes", "comm bytes", "compute us", "memory us", "comm us", "time us", "bound");
     for (const ir_op *op = m->first; op; op = op->next) {
@@ -287,6 +288,10 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
 
 void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
 {
+    if (!hw) {
+        fprintf(out, "explain: no hardware profile\n");
+        return;
+    }
     print_header(out, m, hw, "explain");
     fprintf(out, "  C(bf16) = %.4g FLOP/s, W_hbm = %.4g B/s, W_ici = %.4g B/s bidirectional "
                  "(%.4g one-way), T_min = %.4g us; ICI intensity C/W_ici = %.4g\n",
