@@ -261,6 +261,10 @@ static void fe_yyerror(fe_loc *loc, yyscan_t scanner, fe_parser *p, const char *
     (void)scanner;
     if (p->lexmsg && p->lexmsg_loc >= loc->begin && p->lexmsg_loc < loc->end)
         diag_error(p->diag, p->lexmsg_loc, "%s", p->lexmsg);
+    else if (strcmp(msg, "memory exhausted") == 0)
+        diag_error(p->diag, loc->begin,
+                   "expression nested too deeply (the parser's stack of %d entries is full)",
+                   YYMAXDEPTH);
     else if (strncmp(msg, "syntax error, ", 14) == 0)
         diag_error(p->diag, loc->begin, "syntax error: %s", msg + 14);
     else
