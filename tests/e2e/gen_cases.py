@@ -1,0 +1,594 @@
+#!/usr/bin/python3
+"""gen_cases.py - deterministic random einsum programs with random shardings.
+
+Each case is a small .ein program (docs/language.md) plus, for every output,
+a NumPy expression that computes the same tensor from the inputs.  The
+runner (run_cases.py) compiles the program with einc, runs it on random
+inputs and compares each output with its NumPy value.
+
+How a case is built: a template (one per category below) chooses the dims
+and the statements as a small expression tree; every input, left side and
+output then gets a random sharding over a random mesh (1D, 2D or 3D, total
+size 1, 2, 4 or 8), and only after that are the dim sizes fixed: each dim's
+size is a multiple of every product of mesh axis sizes that shards it
+(seed 001: a sharded dim holds equal blocks on every device), so odd and
+prime sizes (3, 5, 7, 15) appear where a dim is left unsharded and sizes
+like 6 where it is split over 2.
+
+The same tree renders twice: as .ein text and as NumPy.  The language's
+rule (frontend/lower.c, "Einstein convention at the statement level only")
+is that each top-level term of `L[l] = t1 + t2 ...` is summed over the
+indices it has and `l` lacks, while parenthesised and call factors are
+elementwise over the union of their indices (nothing summed inside); a term
+missing some of `l`'s indices is broadcast.  NumPy's einsum does exactly
+that when its output labels are the union (elementwise) or `l`'s (summed),
+and `bc` broadcasts a term to `l`.
+
+gelu is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+x^3))), as codegen/elementwise.c emits it; silu is x * sigmoid(x).
+
+Usage: gen_cases.py [--seed N] [--list] [--show NAME]
+"""
+import argparse
+import math
+import random
+import sys
+
+MESHES = {
+    1: [[("X", 1)], [("X", 2)], [("X", 4)], [("X", 8)]],
+    2: [[("X", 2), ("Y", 2)], [("X", 2), ("Y", 4)], [("X", 4), ("Y", 2)],
+        [("X", 1), ("Y", 2)], [("X", 2), ("Y", 1)], [("X", 1), ("Y", 1)]],
+    3: [[("X", 2), ("Y", 2), ("Z", 2)], [("X", 1), ("Y", 2), ("Z", 2)],
+        [("X", 2), ("Y", 1), ("Z", 2)], [("X", 1), ("Y", 1), ("Z", 1)]],
+}
+# Dim names: single capital letters that are not mesh axis names.
+DIM_NAMES = "IJKLMNBDFHPQRST"
+ELEMENTWISE_FUNCS = ["exp", "tanh", "relu", "gelu", "silu", "sigmoid", "neg"]
+POSITIVE_FUNCS = ["log", "sqrt", "rsqrt"]  # need a positive argument
+
+
+# ---- expression tree -------------------------------------------------------
+
+class Ref:
+    """A tensor reference `A[I, J]` (labels are dim names)."""
+
+    def __init__(self, name, labels):
+        self.name, self.labels = name, list(labels)
+
+
+class Num:
+    """A number factor."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Paren:
+    """`( sum )`: elementwise over the union of its indices."""
+
+    def __init__(self, terms):
+        self.terms = terms
+
+
+class Call:
+    """`fn( sum )`: elementwise function of an elementwise sum."""
+
+    def __init__(self, fn, terms):
+        self.fn, self.terms = fn, terms
+
+
+# A sum is a list of (sign, [factor, ...]) terms.
+
+def factor_labels(f):
+    if isinstance(f, Ref):
+        return list(f.labels)
+    if isinstance(f, Num):
+        return []
+    return sum_labels(f.terms)
+
+
+def term_labels(factors):
+    out = []
+    for f in factors:
+        for lab in factor_labels(f):
+            if lab not in out:
+                out.append(lab)
+    return out
+
+
+def sum_labels(terms):
+    out = []
+    for _, fs in terms:
+        for lab in term_labels(fs):
+            if lab not in out:
+                out.append(lab)
+    return out
+
+
+def fmt_num(v):
+    # The grammar has no negative literal factor: `A * -1.0` is written `A * (-1.0)`.
+    return repr(float(v)) if v >= 0 else "(-%r)" % float(-v)
+
+
+def ein_factor(f):
+    if isinstance(f, Ref):
+        return "%s[%s]" % (f.name, ", ".join(f.labels))
+    if isinstance(f, Num):
+        return fmt_num(f.value)
+    if isinstance(f, Paren):
+        return "(%s)" % ein_sum(f.terms)
+    return "%s(%s)" % (f.fn, ein_sum(f.terms))
+
+
+def ein_sum(terms):
+    s = ""
+    for i, (sign, fs) in enumerate(terms):
+        body = " * ".join(ein_factor(f) for f in fs)
+        if i == 0:
+            s = ("-" if sign < 0 else "") + body
+        else:
+            s += (" - " if sign < 0 else " + ") + body
+    return s
+
+
+class NpRender:
+    """Renders trees as NumPy code over lower-case einsum letters."""
+
+    def __init__(self, letters):
+        self.letters = letters  # dim name -> einsum letter
+
+    def spec(self, labels):
+        return "".join(self.letters[d] for d in labels)
+
+    def product(self, factors, out_labels):
+        """einsum of the tensor-valued factors onto out_labels, times the numbers."""
+        ops, specs, scale = [], [], 1.0
+        for f in factors:
+            if isinstance(f, Num):
+                scale *= f.value
+            else:
+                ops.append(self.factor(f))
+                specs.append(self.spec(factor_labels(f)))
+        if not ops:
+            return "np.full((), %r)" % scale
+        code = "es('%s->%s', %s)" % (",".join(specs), self.spec(out_labels), ", ".join(ops))
+        if scale != 1.0:
+            code = "(%r * %s)" % (scale, code)
+        return code
+
+    def factor(self, f):
+        if isinstance(f, Ref):
+            return f.name
+        if isinstance(f, Paren):
+            return self.elementwise(f.terms)
+        return "%s(%s)" % (f.fn, self.elementwise(f.terms))
+
+    def elementwise(self, terms):
+        """A parenthesised sum: every term over its own indices, broadcast to the union."""
+        union = sum_labels(terms)
+        parts = []
+        for sign, fs in terms:
+            tl = term_labels(fs)
+            code = "bc(%s, '%s', '%s')" % (self.product(fs, tl), self.spec(tl), self.spec(union))
+            parts.append(("-" if sign < 0 else "+") + code)
+        return "(" + " ".join(parts) + ")"
+
+    def statement(self, lhs_labels, terms):
+        """A top-level sum: each term summed over what the left side lacks."""
+        parts = []
+        for sign, fs in terms:
+            kept = [d for d in term_labels(fs) if d in lhs_labels]
+            code = "bc(%s, '%s', '%s')" % (self.product(fs, kept), self.spec(kept),
+                                           self.spec(lhs_labels))
+            parts.append(("-" if sign < 0 else "+") + code)
+        return " ".join(parts)
+
+
+# ---- programs --------------------------------------------------------------
+
+class Program:
+    """A program under construction: dims, mesh, tensors, statements, outputs."""
+
+    def __init__(self, rng, name, category, mesh, dtype):
+        self.rng, self.name, self.category = rng, name, category
+        self.mesh, self.dtype = mesh, dtype
+        self.dims = []          # dim names in order of creation
+        self.ties = []          # groups of dims that must have equal sizes
+        self.fixed = {}         # dim -> size chosen by the template
+        self.decls = []         # (kind, name, labels, sharding)
+        self.stmts = []         # (name, labels, sharding or None, unreduced axes, terms)
+        self.outputs = []       # (name, sharding or None)
+        self.labels_of = {}     # tensor name -> labels
+
+    def new_dims(self, n):
+        out = []
+        for _ in range(n):
+            d = DIM_NAMES[len(self.dims)]
+            self.dims.append(d)
+            out.append(d)
+        return out
+
+    def axis_sizes(self):
+        return dict(self.mesh)
+
+    def random_sharding(self, labels, p=0.6, avoid=()):
+        """A random sharding of `labels`: each mesh axis shards one dim or none."""
+        sh = {d: "" for d in labels}
+        axes = [a for a, _ in self.mesh if a not in avoid]
+        self.rng.shuffle(axes)
+        for a in axes:
+            if labels and self.rng.random() < p:
+                d = self.rng.choice(labels)
+                sh[d] += a
+        return sh
+
+    def decl(self, kind, name, labels, sharding=None):
+        if sharding is None:
+            sharding = self.random_sharding(labels)
+        self.decls.append((kind, name, list(labels), sharding))
+        self.labels_of[name] = list(labels)
+
+    def input(self, name, labels, sharding=None):
+        self.decl(self.rng.choice(["input", "input", "param"]), name, labels, sharding)
+
+    def stmt(self, name, labels, terms, sharding=None, unreduced=()):
+        self.stmts.append((name, list(labels), sharding, list(unreduced), terms))
+        self.labels_of[name] = list(labels)
+
+    def output(self, name, sharding=None):
+        self.outputs.append((name, sharding))
+
+    def maybe_constraint(self, labels, p):
+        return self.random_sharding(labels) if self.rng.random() < p else None
+
+    # -- sizes --
+    def finalize_sizes(self):
+        """Each dim: a multiple of the lcm of the axis products that shard it."""
+        sizes_of_axes = self.axis_sizes()
+        need = {d: 1 for d in self.dims}
+
+        def add(sh):
+            if not sh:
+                return
+            for d, axes in sh.items():
+                prod = 1
+                for a in axes:
+                    prod *= sizes_of_axes[a]
+                need[d] = need[d] * prod // math.gcd(need[d], prod)
+
+        for _, _, _, sh in self.decls:
+            add(sh)
+        for _, _, sh, _, _ in self.stmts:
+            add(sh)
+        for _, sh in self.outputs:
+            add(sh)
+        # Tied dims (relabels) share one size: merge their needs.
+        for group in self.ties:
+            l = 1
+            for d in group:
+                l = l * need[d] // math.gcd(l, need[d])
+            for d in group:
+                need[d] = l
+        sizes = {}
+        for d in self.dims:
+            if d in sizes:
+                continue
+            if d in self.fixed:
+                size = self.fixed[d]
+                assert size % need[d] == 0
+            elif need[d] == 1:
+                size = self.rng.choice([1, 2, 3, 4, 5, 6, 7, 15])
+            else:
+                size = need[d] * self.rng.choice([1, 1, 2, 3])
+            sizes[d] = size
+            for group in self.ties:
+                if d in group:
+                    for e in group:
+                        sizes[e] = size
+        self.sizes = sizes
+
+    # -- rendering --
+    def ein_tref(self, name, labels, sh, unreduced=()):
+        idx = []
+        for d in labels:
+            axes = sh.get(d, "") if sh else ""
+            idx.append(d + ("_" + axes if axes else ""))
+        s = "%s[%s]" % (name, ", ".join(idx))
+        if unreduced:
+            s += "{%s}" % ", ".join("U_" + a for a in unreduced)
+        return s
+
+    def source(self):
+        lines = ["# e2e case %s (%s)" % (self.name, self.category)]
+        lines.append("mesh " + ", ".join("%s=%d" % (a, n) for a, n in self.mesh))
+        lines.append("dim " + ", ".join("%s=%d" % (d, self.sizes[d]) for d in self.dims))
+        for kind, name, labels, sh in self.decls:
+            lines.append("%s %s: %s" % (kind, self.ein_tref(name, labels, sh), self.dtype))
+        for name, labels, sh, unred, terms in self.stmts:
+            lines.append("%s = %s" % (self.ein_tref(name, labels, sh, unred), ein_sum(terms)))
+        for name, sh in self.outputs:
+            if sh is None:
+                lines.append("output %s" % name)
+            else:
+                lines.append("output %s" % self.ein_tref(name, self.labels_of[name], sh))
+        return "\n".join(lines) + "\n"
+
+    def reference(self):
+        """NumPy statements computing every tensor, in order; outputs by name."""
+        letters = {d: "abcdefghijklmnopqrstuvwxyz"[i] for i, d in enumerate(self.dims)}
+        r = NpRender(letters)
+        code = []
+        for name, labels, _, _, terms in self.stmts:
+            code.append("%s = %s" % (name, r.statement(labels, terms)))
+        return code
+
+    def case(self):
+        self.finalize_sizes()
+        mesh_size = 1
+        for _, n in self.mesh:
+            mesh_size *= n
+        return {
+            "name": self.name,
+            "category": self.category,
+            "dtype": self.dtype,
+            "mesh": list(self.mesh),
+            "mesh_size": mesh_size,
+            "source": self.source(),
+            "inputs": [(name, [self.sizes[d] for d in labels], False)
+                       for _, name, labels, _ in self.decls],
+            "reference": self.reference(),
+            "letters": {d: "abcdefghijklmnopqrstuvwxyz"[i] for i, d in enumerate(self.dims)},
+            "sizes": dict(self.sizes),
+            "outputs": [name for name, _ in self.outputs],
+        }
+
+
+def shuffled(rng, xs):
+    xs = list(xs)
+    rng.shuffle(xs)
+    return xs
+
+
+def fn_term(p, rng, inner_terms, positive_ok):
+    """A call factor: any function, or log/sqrt/rsqrt of a positive argument."""
+    if positive_ok and rng.random() < 0.4:
+        return Call(rng.choice(POSITIVE_FUNCS), inner_terms)
+    return Call(rng.choice(ELEMENTWISE_FUNCS), inner_terms)
+
+
+# ---- templates, one per category --------------------------------------------
+
+def t_unary(p, rng):
+    """Reductions, transposes and relabels of one operand."""
+    rank = rng.choice([1, 2, 3])
+    dims = p.new_dims(rank)
+    kind = rng.choice(["reduce", "transpose", "relabel", "scale"])
+    if kind == "relabel" and rank >= 2:
+        # A declared [I, J] with |I| = |J|, used as A[J, I].
+        p.ties.append([dims[0], dims[1]])
+        p.input("A", dims)
+        used = [dims[1], dims[0]] + dims[2:]
+        out = list(dims)
+        p.stmt("T", out, [(1, [Ref("A", used)])], sharding=p.maybe_constraint(out, 0.4))
+    else:
+        p.input("A", dims)
+        if kind == "reduce":
+            keep = [d for d in dims if rng.random() < 0.5]
+            out = shuffled(rng, keep)
+        else:
+            out = shuffled(rng, dims)
+        if not out:
+            # A full reduction to a rank-0 tensor.
+            out = []
+        terms = [(rng.choice([1, -1]), [Ref("A", dims)])]
+        if kind == "scale":
+            terms = [(1, [Num(rng.choice([2.0, 0.5, -3.0])), Ref("A", dims)])]
+        p.stmt("T", out, terms, sharding=p.maybe_constraint(out, 0.4) if out else None)
+    p.output("T", p.maybe_constraint(p.labels_of["T"], 0.3) if p.labels_of["T"] else None)
+
+
+def t_binary(p, rng, batch=False):
+    """Two-operand contractions (matmuls, outer products, dot products)."""
+    nb = rng.choice([1, 2]) if batch else 0
+    na, nbf, nc = rng.choice([0, 1, 1, 2]), rng.choice([0, 1, 1, 2]), rng.choice([0, 1, 1, 2])
+    if na + nbf + nc + nb == 0:
+        nc = 1
+    b = p.new_dims(nb)
+    fa, fb, c = p.new_dims(na), p.new_dims(nbf), p.new_dims(nc)
+    a_labels = shuffled(rng, b + fa + c)
+    b_labels = shuffled(rng, b + c + fb)
+    out = shuffled(rng, b + fa + fb)
+    if out and rng.random() < 0.15:
+        out = out[:-1]  # also reduce a free dim away
+    p.input("A", a_labels)
+    p.input("B", b_labels)
+    factors = [Ref("A", a_labels), Ref("B", b_labels)]
+    if rng.random() < 0.2:
+        factors.insert(rng.choice([0, 1, 2]), Num(rng.choice([0.5, 2.0, -1.0])))
+    p.stmt("C", out, [(1, factors)], sharding=p.maybe_constraint(out, 0.35))
+    p.output("C", p.maybe_constraint(out, 0.35) if out else None)
+
+
+def t_three(p, rng):
+    """D[i,l] = A[i,j] * B[j,k] * C[k,l] and batched or permuted variants."""
+    nb = rng.choice([0, 0, 1])
+    b = p.new_dims(nb)
+    i, j, k, l = p.new_dims(4)
+    la = shuffled(rng, b + [i, j]) if rng.random() < 0.3 else b + [i, j]
+    lb = shuffled(rng, b + [j, k]) if rng.random() < 0.3 else b + [j, k]
+    lc = shuffled(rng, b + [k, l]) if rng.random() < 0.3 else b + [k, l]
+    p.input("A", la)
+    p.input("B", lb)
+    p.input("C", lc)
+    out = b + ([i, l] if rng.random() < 0.7 else [l, i])
+    p.stmt("D", out, [(1, [Ref("A", la), Ref("B", lb), Ref("C", lc)])],
+           sharding=p.maybe_constraint(out, 0.3))
+    p.output("D", p.maybe_constraint(out, 0.3))
+
+
+def t_elementwise(p, rng):
+    """Sums of terms, function calls, constants and broadcasting."""
+    i, j = p.new_dims(2)
+    p.input("A", [i, j])
+    p.input("V", [j])
+    p.input("U", [i])
+    kind = rng.choice(["sum", "call", "broadcast", "positive", "nested", "const", "contract"])
+    if kind == "sum":
+        p.input("B", [i, j])
+        terms = [(1, [Ref("A", [i, j])]), (rng.choice([1, -1]), [Num(2.0), Ref("B", [i, j])]),
+                 (1, [Ref("A", [i, j]), Ref("B", [i, j])])]
+    elif kind == "call":
+        terms = [(1, [fn_term(p, rng, [(1, [Ref("A", [i, j])])], False)]),
+                 (rng.choice([1, -1]), [Ref("V", [j])])]
+    elif kind == "broadcast":
+        terms = [(1, [Ref("U", [i]), Ref("V", [j])]), (-1, [Ref("A", [i, j])]),
+                 (1, [Num(0.25), Ref("V", [j])])]
+    elif kind == "positive":
+        # log, sqrt, rsqrt of A*A + 1 (> 0 for any input).
+        inner = [(1, [Ref("A", [i, j]), Ref("A", [i, j])]), (1, [Num(1.0)])]
+        terms = [(1, [Call(rng.choice(POSITIVE_FUNCS), inner)]),
+                 (1, [Ref("U", [i])])]
+    elif kind == "nested":
+        inner = [(1, [Ref("A", [i, j])]), (1, [Ref("V", [j])])]
+        terms = [(1, [Ref("U", [i]), fn_term(p, rng, inner, False)]),
+                 (1, [Paren([(1, [Ref("A", [i, j])]), (-1, [Num(0.5)])]), Ref("V", [j])])]
+    elif kind == "const":
+        terms = [(1, [Num(3.0), Ref("A", [i, j])]), (1, [Num(1.5)])]
+    else:
+        # A summed term next to an elementwise one: T[i] = sum_j A*V + U.
+        p.stmt("S", [i], [(1, [Ref("A", [i, j]), Ref("V", [j])]), (1, [Ref("U", [i])]),
+                          (-1, [fn_term(p, rng, [(1, [Ref("A", [i, j])])], False)])],
+               sharding=p.maybe_constraint([i], 0.3))
+        p.output("S", p.maybe_constraint([i], 0.3))
+        return
+    p.stmt("E", [i, j], terms, sharding=p.maybe_constraint([i, j], 0.4))
+    p.output("E", p.maybe_constraint([i, j], 0.3))
+
+
+def t_chain(p, rng):
+    """Multi-statement programs with constraints on left sides and outputs."""
+    b, d, f = p.new_dims(3)
+    p.input("In", [b, d])
+    p.input("W1", [d, f])
+    p.input("W2", [f, d])
+    kind = rng.choice(["ffw", "ffw_gated", "ffw_bias", "two_outputs"])
+    h_sh = p.random_sharding([b, f], p=0.7)
+    if kind == "ffw":
+        p.stmt("H", [b, f], [(1, [Ref("In", [b, d]), Ref("W1", [d, f])])], sharding=h_sh)
+        p.stmt("G", [b, f], [(1, [fn_term(p, rng, [(1, [Ref("H", [b, f])])], False)])],
+               sharding=p.maybe_constraint([b, f], 0.5))
+        p.stmt("Out", [b, d], [(1, [Ref("G", [b, f]), Ref("W2", [f, d])])],
+               sharding=p.maybe_constraint([b, d], 0.3))
+        p.output("Out", p.maybe_constraint([b, d], 0.6))
+    elif kind == "ffw_gated":
+        p.input("W3", [d, f])
+        p.stmt("H1", [b, f], [(1, [Ref("In", [b, d]), Ref("W1", [d, f])])], sharding=h_sh)
+        p.stmt("H3", [b, f], [(1, [Ref("In", [b, d]), Ref("W3", [d, f])])],
+               sharding=p.maybe_constraint([b, f], 0.5))
+        p.stmt("G", [b, f], [(1, [Call("silu", [(1, [Ref("H1", [b, f])])]), Ref("H3", [b, f])])])
+        p.stmt("Out", [b, d], [(1, [Ref("G", [b, f]), Ref("W2", [f, d])])])
+        p.output("Out", p.maybe_constraint([b, d], 0.6))
+    elif kind == "ffw_bias":
+        p.input("Bias", [f])
+        p.stmt("H", [b, f], [(1, [Ref("In", [b, d]), Ref("W1", [d, f])]), (1, [Ref("Bias", [f])])],
+               sharding=h_sh)
+        p.stmt("Out", [b, d], [(1, [Call("relu", [(1, [Ref("H", [b, f])])]), Ref("W2", [f, d])])])
+        p.output("Out", p.maybe_constraint([b, d], 0.6))
+    else:
+        p.stmt("H", [b, f], [(1, [Ref("In", [b, d]), Ref("W1", [d, f])])], sharding=h_sh)
+        p.stmt("Out", [b, d], [(1, [Ref("H", [b, f]), Ref("W2", [f, d])]),
+                               (1, [Ref("In", [b, d])])])
+        p.output("H", p.maybe_constraint([b, f], 0.5))
+        p.output("Out", p.maybe_constraint([b, d], 0.5))
+
+
+def t_unreduced(p, rng):
+    """`{U_X}` intermediates: a contraction left as partial sums over an axis
+    that shards its contracting dim (seed 001, "unreduced" notation), then
+    used linearly (carried) or not (reduced first)."""
+    axes = [a for a, n in p.mesh]
+    x = rng.choice(axes)
+    i, j, k, l = p.new_dims(4)
+    a_sh = p.random_sharding([i], avoid=(x,))
+    a_sh[j] = x
+    b_sh = p.random_sharding([k], avoid=(x,) + tuple(a_sh[i]))
+    b_sh[j] = x if rng.random() < 0.7 else ""
+    p.input("A", [i, j], a_sh)
+    p.input("B", [j, k], b_sh)
+    used = set(x)
+    p_sh = {i: "", k: ""}
+    for a in axes:
+        if a not in used and rng.random() < 0.4:
+            p_sh[rng.choice([i, k])] += a
+    p.stmt("P", [i, k], [(1, [Ref("A", [i, j]), Ref("B", [j, k])])], sharding=p_sh,
+           unreduced=[x])
+    kind = rng.choice(["carry", "carry", "reduce", "add"])
+    if kind == "carry":
+        p.input("C", [k, l])
+        p.stmt("Q", [i, l], [(1, [Ref("P", [i, k]), Ref("C", [k, l])])])
+        p.output("Q", p.maybe_constraint([i, l], 0.5))
+    elif kind == "reduce":
+        p.stmt("Q", [i, k], [(1, [Call(rng.choice(ELEMENTWISE_FUNCS), [(1, [Ref("P", [i, k])])])])])
+        p.output("Q", p.maybe_constraint([i, k], 0.5))
+    else:
+        p.input("R", [i, k])
+        p.stmt("Q", [i, k], [(1, [Ref("P", [i, k])]), (1, [Ref("R", [i, k])])])
+        p.output("Q", p.maybe_constraint([i, k], 0.5))
+
+
+CATEGORIES = [
+    # (category, template, count, mesh ranks to draw from)
+    ("unary", t_unary, 35, [1, 2, 3]),
+    ("binary", lambda p, r: t_binary(p, r, False), 50, [1, 2, 3]),
+    ("batch", lambda p, r: t_binary(p, r, True), 30, [1, 2, 3]),
+    ("three", t_three, 25, [1, 2, 3]),
+    ("elementwise", t_elementwise, 35, [1, 2]),
+    ("chain", t_chain, 30, [1, 2, 3]),
+    ("unreduced", t_unreduced, 20, [1, 2, 3]),
+]
+
+
+def generate(seed=20251122):
+    """All cases, deterministic for a given seed (list of dicts, see Program.case)."""
+    cases = []
+    for cat, template, count, ranks in CATEGORIES:
+        for n in range(count):
+            # One generator per case, so editing one category leaves the others' cases unchanged.
+            rng = random.Random("%d/%s/%d" % (seed, cat, n))
+            mesh = rng.choice(MESHES[rng.choice(ranks)])
+            dtype = "f64" if rng.random() < 0.3 else "f32"
+            p = Program(rng, "%s_%03d" % (cat, n), cat, mesh, dtype)
+            template(p, rng)
+            cases.append(p.case())
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, default=20251122)
+    ap.add_argument("--list", action="store_true", help="print one line per case")
+    ap.add_argument("--show", metavar="NAME", help="print a case's source and NumPy reference")
+    a = ap.parse_args()
+    cases = generate(a.seed)
+    if a.show:
+        for c in cases:
+            if c["name"] == a.show:
+                sys.stdout.write(c["source"])
+                print("# NumPy reference:")
+                for line in c["reference"]:
+                    print("#   " + line)
+                return 0
+        print("no case named %s" % a.show, file=sys.stderr)
+        return 1
+    counts = {}
+    for c in cases:
+        counts[c["category"]] = counts.get(c["category"], 0) + 1
+        if a.list:
+            print("%-16s %s mesh=%s" % (c["name"], c["dtype"],
+                                       "x".join(str(n) for _, n in c["mesh"])))
+    print("%d cases: %s" % (len(cases), ", ".join("%s %d" % kv for kv in counts.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
