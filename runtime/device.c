@@ -8,8 +8,12 @@
 
 #include "rt_internal.h"
 
-/* Bytes in front of each rt_alloc block: its size, keeping 64-byte alignment. */
+/* Bytes in front of each rt_alloc block: its size and a tag, keeping
+ * 64-byte alignment. */
 #define ALLOC_HEADER 64
+/* Tag of a live rt_alloc block, to catch frees of foreign or freed pointers. */
+#define ALLOC_LIVE 0x65696e72745f6c76ull
+#define ALLOC_DEAD 0x65696e72745f6464ull
 
 double rt_now(void)
 {
@@ -104,7 +108,9 @@ void *rt_alloc(rt_device *dev, int64_t bytes)
     if (!p)
         rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live)", (long long)bytes,
                  (long long)dev->live_bytes);
+    uint64_t tag = ALLOC_LIVE;
     memcpy(p, &bytes, sizeof bytes);
+    memcpy(p + sizeof bytes, &tag, sizeof tag);
     dev->live_bytes += bytes;
     if (dev->live_bytes > dev->peak_bytes)
         dev->peak_bytes = dev->live_bytes;
@@ -117,7 +123,14 @@ void rt_free(rt_device *dev, void *p)
         return;
     char *base = (char *)p - ALLOC_HEADER;
     int64_t bytes;
+    uint64_t tag;
     memcpy(&bytes, base, sizeof bytes);
+    memcpy(&tag, base + sizeof bytes, sizeof tag);
+    if (tag != ALLOC_LIVE)
+        rt_fatal(dev, "rt_free of a pointer that rt_alloc did not return%s",
+                 tag == ALLOC_DEAD ? " (freed twice)" : "");
+    tag = ALLOC_DEAD;
+    memcpy(base + sizeof bytes, &tag, sizeof tag);
     dev->live_bytes -= bytes;
     free(base);
 }

@@ -141,8 +141,9 @@ static int check_input_files(rt_job *job, char *err, size_t errlen)
     for (int32_t k = 0; k < job->prog->ninputs; k++) {
         if (!job->in_paths[k])
             continue;
-        if (rt_npy_read_header(job->in_paths[k], &job->in_headers[k], err, errlen))
-            return -1;
+        char why[900];
+        if (rt_npy_read_header(job->in_paths[k], &job->in_headers[k], why, sizeof why))
+            return rt_errf(err, errlen, "tensor '%s': %s", job->prog->inputs[k].name, why);
         if (rt_npy_check(&job->in_headers[k], job->in_paths[k], &job->prog->inputs[k], err,
                          errlen))
             return -1;
