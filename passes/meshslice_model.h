@@ -1,0 +1,208 @@
+/*
+ * meshslice_model.h - the analytical time model of 2D distributed GEMMs and
+ * the MeshSlice autotuner (seed 004: MeshSlice, ISCA 2025).
+ *
+ * A 2D GEMM C[M,N] = A[M,K] * B[K,N] runs on a mesh of `rows` x `cols`
+ * chips.  All three matrices are 2D-sharded: a matrix's rows over the mesh
+ * rows, its columns over the mesh columns (seed 004, 3.2.1).  One matrix
+ * stays on its chips (the dataflow); the other two move, one along the mesh
+ * rows (between the chips of a row, "horizontal") and one along the mesh
+ * columns ("vertical"), each by an AllGather (before the local GEMM) or a
+ * ReduceScatter (after it).  Five algorithms move them differently (Cannon,
+ * SUMMA, Collective, Wang et al., MeshSlice); ms_time() estimates each.
+ *
+ * Shapes: ms_gemm holds GLOBAL sizes; every time is in seconds for one
+ * GEMM on every chip at once (per-device time, all chips in lock step);
+ * bytes are bytes, rates FLOP/s and bytes/s.  Nothing here allocates.
+ * docs/meshslice.md derives every formula and lists the assumed figures.
+ */
+#ifndef EINC_MESHSLICE_MODEL_H
+#define EINC_MESHSLICE_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cost.h"
+#include "ir.h"
+
+/* The 2D GEMM dataflows of seed 004 Fig. 1 / Table 1, named by the matrix
+ * that stays on its chips. */
+typedef enum ms_dataflow {
+    MS_DF_C_STN, /* output-stationary (OS): AllGather A along rows, B along columns */
+    MS_DF_A_STN, /* left-stationary (LS): AllGather B along columns, ReduceScatter C along rows */
+    MS_DF_B_STN, /* right-stationary (RS): AllGather A along rows, ReduceScatter C along columns */
+    MS_DF_COUNT
+} ms_dataflow;
+
+/* The 2D GEMM algorithms compared in seed 004 (2.3, Fig. 4). */
+typedef enum ms_algo {
+    MS_ALGO_CANNON,     /* square meshes: skew, then q shift-and-multiply steps */
+    MS_ALGO_SUMMA,      /* lcm(rows, cols) iterations of pipelined broadcast/reduce */
+    MS_ALGO_COLLECTIVE, /* one AllGather/ReduceScatter per direction, no overlap */
+    MS_ALGO_WANG,       /* one direction as SendRecv steps overlapped with the GEMM */
+    MS_ALGO_MESHSLICE,  /* K partial AllGather/ReduceScatter overlapped both ways */
+    MS_ALGO_COUNT
+} ms_algo;
+
+/* The figures the model needs; ms_params_from_hw fills them from a profile. */
+typedef struct ms_params {
+    double t_launch;      /* seconds: fixed cost of launching one collective or SendRecv */
+    double l_sync;        /* seconds: synchronization latency of one ring step */
+    double bw_ring;       /* bytes/s a mesh axis with wraparound moves in a ring AllGather (both directions) */
+    double bw_line;       /* bytes/s of an axis without wraparound (one direction per link) */
+    double bw_link;       /* bytes/s of one link in one direction (Cannon's shifts) */
+    cost_wrap_rule wrap;  /* which axis sizes have wraparound (from the profile) */
+    int64_t wrap_size;    /* the size in the COST_WRAP_SIZE_* rules */
+    double peak_flops;    /* FLOP/s of one chip for the GEMM's dtype */
+    double gemm_eff;      /* fraction of peak a large, tile-aligned GEMM reaches (0..1] */
+    double t_gemm_launch; /* seconds: fixed cost of one local GEMM call */
+    int64_t mxu_tile;     /* GEMM dims are padded up to multiples of this (TPU: 128) */
+    int64_t block;        /* MeshSlice's slicing block B (TPU: 8, seed 004 3.1.2) */
+    double elem_bytes;    /* bytes per matrix element */
+} ms_params;
+
+/* A 2D GEMM C[m,n] = A[m,k] * B[k,n], global sizes. */
+typedef struct ms_gemm {
+    int64_t m; /* rows of A and C */
+    int64_t n; /* columns of B and C */
+    int64_t k; /* the contracting dim: columns of A, rows of B */
+} ms_gemm;
+
+/* A 2D mesh shape. */
+typedef struct ms_mesh {
+    int64_t rows; /* chips along a column (the first mesh axis, X) */
+    int64_t cols; /* chips along a row (the second mesh axis, Y) */
+} ms_mesh;
+
+/* One estimate (per-device seconds). */
+typedef struct ms_estimate {
+    bool valid;          /* false: the configuration cannot run (see why) */
+    const char *why;     /* static text saying why not, when !valid */
+    double time;         /* seconds, the whole 2D GEMM */
+    double t_compute;    /* seconds of local GEMM work (sum of the partial GEMMs) */
+    double t_comm;       /* seconds of communication if nothing overlapped */
+    double t_exposed;    /* time - t_compute: communication not hidden */
+    double utilization;  /* useful FLOPs / (time * chips * peak), 0..1 */
+    int64_t slices;      /* iterations: MeshSlice's K, SUMMA's panels, Cannon's q, Wang's steps; 1 for Collective */
+} ms_estimate;
+
+/* "C-stn (OS)", ... and "Cannon", "SUMMA", "Collective", "Wang", "MeshSlice". */
+const char *ms_dataflow_name(ms_dataflow df);
+const char *ms_algo_name(ms_algo a);
+/* Short lowercase names for command lines and JSON: "os", "ls", "rs";
+ * "cannon", "summa", "collective", "wang", "meshslice".  The lookups return
+ * -1 for an unknown name. */
+const char *ms_dataflow_key(ms_dataflow df);
+const char *ms_algo_key(ms_algo a);
+int ms_dataflow_lookup(const char *key);
+int ms_algo_lookup(const char *key);
+
+/*
+ * Fills `p` from profile `hw` for GEMMs in dtype `t`: peak from
+ * hw->peak_flops, bandwidths from the ICI figures, L_sync = the per-hop
+ * latency T_min, and the figures the profile does not hold (T_launch,
+ * GEMM efficiency, tile and block sizes) from the defaults documented in
+ * docs/meshslice.md (TPU v4 values of seed 004 where it gives them).
+ */
+void ms_params_from_hw(const cost_hw *hw, ir_dtype t, ms_params *p);
+
+/* Bandwidth (bytes/s) of a ring AllGather along a mesh axis of `size`
+ * chips: bw_ring with wraparound, bw_line without (seed 001). */
+double ms_axis_bw(const ms_params *p, int64_t size);
+
+/*
+ * Time of one AllGather or ReduceScatter over a ring of `ring` chips whose
+ * per-chip piece is `shard_bytes` (seed 004, 3.2.2, Eq. 5):
+ *     T_launch + (P - 1) * (L_sync + shard_bytes / BW).
+ * Returns 0 for ring <= 1 (no communication).
+ */
+double ms_collective_time(const ms_params *p, int64_t ring, double shard_bytes);
+
+/* Time of one local GEMM of (m x k) * (k x n) per-device elements:
+ * t_gemm_launch + 2 m n k (dims padded up to mxu_tile) / (peak * gemm_eff). */
+double ms_gemm_time(const ms_params *p, int64_t m, int64_t n, int64_t k);
+
+/* The paper's dataflow heuristic (seed 004, 3.2.1): keep the largest of A
+ * (m*k), B (k*n) and C (m*n) stationary; ties prefer C, then A. */
+ms_dataflow ms_choose_dataflow(const ms_gemm *g);
+
+/* Whether `g`'s matrices split evenly over `mesh` (every sharded dim a
+ * multiple of the mesh axis that shards it) for dataflow `df`. */
+bool ms_mesh_valid(const ms_gemm *g, ms_mesh mesh, ms_dataflow df);
+
+/* The global dim MeshSlice slices for dataflow `df` (C-stn: k, A-stn: n,
+ * B-stn: m; seed 004 Fig. 5) and whether slice count `slices` is valid:
+ * the dim's per-device size on both mesh axes must be a multiple of
+ * slices * block (blocked slicing, seed 004 Algorithm 2). */
+int64_t ms_sliced_dim(const ms_gemm *g, ms_dataflow df);
+bool ms_slices_valid(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
+                     int64_t slices);
+
+/*
+ * Estimated time of GEMM `g` on `mesh` with dataflow `df` and algorithm
+ * `algo`.  `slices` is MeshSlice's K (>= 1, must pass ms_slices_valid);
+ * the other algorithms ignore it (SUMMA uses lcm(rows, cols) panels, Cannon
+ * the mesh side, Wang the decomposed axis).  An invalid configuration
+ * (shape does not divide, Cannon on a non-square mesh, bad K) returns
+ * valid = false and a reason, never a number.
+ */
+ms_estimate ms_time(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
+                    ms_algo algo, int64_t slices);
+
+/* MeshSlice with the best valid K (exhaustive search over 1..max valid;
+ * ties keep the smaller K); for other algorithms the same as ms_time. */
+ms_estimate ms_best_slices(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
+                           ms_algo algo);
+
+/* ---- the autotuner over a model's layers (seed 004, 3.2.2) ---- */
+
+/* One 2D GEMM layer of a model. */
+typedef struct ms_layer {
+    const char *name; /* for reports; not owned */
+    ms_gemm gemm;     /* global shape */
+    double repeat;    /* how many times the layer runs per step (>= 1) */
+} ms_layer;
+
+/* What the autotuner picked for one layer. */
+typedef struct ms_layer_choice {
+    ms_dataflow df;   /* dataflow */
+    ms_estimate est;  /* estimate with the chosen K in est.slices */
+} ms_layer_choice;
+
+/* The result of a mesh-shape search. */
+typedef struct ms_tune_result {
+    bool found;       /* false: no factor pair of `chips` fits every layer */
+    ms_mesh mesh;     /* best mesh shape */
+    double time;      /* seconds: sum over layers of repeat * time */
+    double utilization; /* useful FLOPs / (time * chips * peak) */
+} ms_tune_result;
+
+/*
+ * Times `n` layers on one mesh shape with algorithm `algo`: every layer gets
+ * its dataflow (`df`, or the heuristic when df < 0) and, for MeshSlice, its
+ * best K (seed 004, 3.2.2: the layers' K are independent).  When
+ * `common_k` > 0 every MeshSlice layer uses that K instead.  found = false
+ * when some layer cannot run on `mesh` (does not divide, K invalid, Cannon
+ * off a square).  `choices` (n entries, may be NULL) receives the picks.
+ */
+ms_tune_result ms_tune_mesh(const ms_params *p, const ms_layer *layers, int n, ms_mesh mesh,
+                            ms_algo algo, int df, int64_t common_k, ms_layer_choice *choices);
+
+/*
+ * Autotunes `n` layers on `chips` chips: ms_tune_mesh on every factor pair
+ * rows x cols = chips (rows ascending); the smallest total time wins and
+ * ties keep fewer rows.  `choices` as above, for the winning mesh.
+ * Runs in O(divisors(chips) * n * sliced dim) cheap steps.
+ */
+ms_tune_result ms_tune(const ms_params *p, const ms_layer *layers, int n, int64_t chips,
+                       ms_algo algo, int df, int64_t common_k, ms_layer_choice *choices);
+
+/* The best K shared by all layers on `mesh` (for a single --meshslice=K)
+ * with dataflow `df` (< 0: the heuristic): the valid K with the smallest
+ * total MeshSlice time, 0 if none. */
+int64_t ms_best_common_k(const ms_params *p, const ms_layer *layers, int n, ms_mesh mesh, int df);
+
+/* Useful FLOPs of a GEMM: 2 m n k. */
+double ms_gemm_flops(const ms_gemm *g);
+
+#endif

@@ -1,0 +1,415 @@
+/*
+ * test_meshslice_model.c - the MeshSlice analytical model and autotuner
+ * (passes/meshslice_model.c) against hand-computed cases and the facts
+ * seed 004 states about the algorithms.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cunit_main.h"
+#include "meshslice_model.h"
+
+#define ASSERT_CLOSE(got, want) \
+    CU_ASSERT(fabs((double)(got) - (double)(want)) <= 1e-9 * fmax(1e-30, fabs((double)(want))))
+
+/* GPT-3 175B (seed 004, A4): D = 12288, F = 4D, sequence 2048; batch = chips / 2. */
+#define GPT3_D 12288
+#define GPT3_F 49152
+#define SEQ 2048
+
+static ms_params tpu_v4_bf16(void)
+{
+    cost_hw hw;
+    char err[512];
+    int rc = cost_hw_load("tpu-v4", &hw, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", err);
+    CU_ASSERT_FATAL(rc == 0);
+    ms_params p;
+    ms_params_from_hw(&hw, IR_BF16, &p);
+    return p;
+}
+
+/* A machine where only bytes / bandwidth counts: no launch, no sync, one
+ * byte per element, 1 byte/s on every axis, GEMMs free, no padding. */
+static ms_params traffic_only(void)
+{
+    ms_params p;
+    memset(&p, 0, sizeof p);
+    p.bw_ring = p.bw_line = p.bw_link = 1;
+    p.wrap = COST_WRAP_ALWAYS;
+    p.peak_flops = 1e30;
+    p.gemm_eff = 1;
+    p.mxu_tile = 1;
+    p.block = 1;
+    p.elem_bytes = 1;
+    return p;
+}
+
+/* The four FC layers of one Transformer block (seed 004, A4) for `tokens`. */
+static void fc_layers(int64_t tokens, int64_t d, int64_t f, ms_layer out[4])
+{
+    ms_layer l[4] = {
+        {"qkv", {tokens, 3 * d, d}, 1},
+        {"proj", {tokens, d, d}, 1},
+        {"ffn_up", {tokens, f, d}, 1},
+        {"ffn_down", {tokens, d, f}, 1},
+    };
+    memcpy(out, l, sizeof l);
+}
+
+static void test_params_from_profile(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ASSERT_CLOSE(p.peak_flops, 2.75e14);
+    ASSERT_CLOSE(p.l_sync, 1e-6);
+    ASSERT_CLOSE(p.bw_ring, 9e10);
+    ASSERT_CLOSE(p.bw_line, 4.5e10);
+    ASSERT_CLOSE(p.elem_bytes, 2);
+    CU_ASSERT_EQUAL(p.block, 8);
+    /* TPU v4 axes wrap when their size is a multiple of 4 (hw/tpu-v4.json). */
+    ASSERT_CLOSE(ms_axis_bw(&p, 16), 9e10);
+    ASSERT_CLOSE(ms_axis_bw(&p, 2), 4.5e10);
+}
+
+static void test_collective_formula(void)
+{
+    ms_params p = tpu_v4_bf16();
+    /* Eq. 5: T_launch + (P - 1) * (L_sync + shard / BW). */
+    double want = p.t_launch + 15 * (1e-6 + 4e6 / 9e10);
+    ASSERT_CLOSE(ms_collective_time(&p, 16, 4e6), want);
+    CU_ASSERT_EQUAL(ms_collective_time(&p, 1, 4e6), 0);
+    /* A 2-chip axis has no wraparound on v4: one-way links. */
+    ASSERT_CLOSE(ms_collective_time(&p, 2, 4e6), p.t_launch + 1e-6 + 4e6 / 4.5e10);
+}
+
+static void test_gemm_time_padding(void)
+{
+    ms_params p = tpu_v4_bf16();
+    double full = ms_gemm_time(&p, 128, 128, 128);
+    ASSERT_CLOSE(full, p.t_gemm_launch + 2.0 * 128 * 128 * 128 / (p.peak_flops * p.gemm_eff));
+    /* 129 rows pad to 256: the systolic array runs two tiles. */
+    ASSERT_CLOSE(ms_gemm_time(&p, 129, 128, 128) - p.t_gemm_launch, 2 * (full - p.t_gemm_launch));
+}
+
+/* Seed 004 3.2.1: keep the largest matrix stationary. */
+static void test_dataflow_heuristic(void)
+{
+    int64_t t = 128 * SEQ; /* tokens at 256 chips */
+    ms_gemm up = {t, GPT3_F, GPT3_D};      /* C = T x F is the largest */
+    ms_gemm down = {t, GPT3_D, GPT3_F};    /* A = T x F is the largest */
+    ms_gemm small = {512, GPT3_F, GPT3_D}; /* few tokens: the weight B is the largest */
+    ms_gemm proj = {t, GPT3_D, GPT3_D};    /* A and C tie: C stays */
+    CU_ASSERT_EQUAL(ms_choose_dataflow(&up), MS_DF_C_STN);
+    CU_ASSERT_EQUAL(ms_choose_dataflow(&down), MS_DF_A_STN);
+    CU_ASSERT_EQUAL(ms_choose_dataflow(&small), MS_DF_B_STN);
+    CU_ASSERT_EQUAL(ms_choose_dataflow(&proj), MS_DF_C_STN);
+    CU_ASSERT_EQUAL(ms_sliced_dim(&up, MS_DF_C_STN), GPT3_D);
+    CU_ASSERT_EQUAL(ms_sliced_dim(&down, MS_DF_A_STN), GPT3_D);
+    CU_ASSERT_EQUAL(ms_sliced_dim(&small, MS_DF_B_STN), 512);
+}
+
+/* K = 1 has nothing to overlap: MeshSlice is Collective (seed 004 3.2.2). */
+static void test_k1_is_collective(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm gs[3] = {{8 * SEQ, GPT3_F, GPT3_D}, {8 * SEQ, GPT3_D, GPT3_F}, {1024, GPT3_F, GPT3_D}};
+    ms_mesh meshes[3] = {{4, 4}, {8, 2}, {2, 8}};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int df = 0; df < MS_DF_COUNT; df++) {
+                ms_estimate a = ms_time(&p, &gs[i], meshes[j], (ms_dataflow)df, MS_ALGO_MESHSLICE, 1);
+                ms_estimate b = ms_time(&p, &gs[i], meshes[j], (ms_dataflow)df, MS_ALGO_COLLECTIVE, 1);
+                CU_ASSERT_FATAL(a.valid && b.valid);
+                ASSERT_CLOSE(a.time, b.time);
+                /* Collective overlaps no communication with the GEMM: A-stn and
+                 * B-stn gather, multiply, then scatter (time = compute + comm);
+                 * C-stn's two AllGathers run at once on different rings. */
+                if (df == MS_DF_C_STN) {
+                    CU_ASSERT(b.time < b.t_compute + b.t_comm &&
+                              b.time >= b.t_compute + b.t_comm / 2);
+                } else {
+                    ASSERT_CLOSE(b.time, b.t_compute + b.t_comm);
+                }
+            }
+}
+
+/* Collective by hand: C-stn on 4 x 4, AllGather A along rows and B along columns
+ * in parallel, then the whole local GEMM. */
+static void test_collective_by_hand(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    ms_mesh mesh = {4, 4};
+    double shard_a = 2.0 * g.m * g.k / 16, shard_b = 2.0 * g.k * g.n / 16;
+    double ag = fmax(ms_collective_time(&p, 4, shard_a), ms_collective_time(&p, 4, shard_b));
+    double gemm = ms_gemm_time(&p, g.m / 4, g.n / 4, g.k);
+    ms_estimate e = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
+    ASSERT_CLOSE(e.time, ag + gemm);
+    ASSERT_CLOSE(e.utilization, 2.0 * g.m * g.n * g.k / (e.time * 16 * p.peak_flops));
+}
+
+/* MeshSlice by hand: prologue + (K-1) * max(AG_row, AG_col, GEMM) + epilogue. */
+static void test_meshslice_by_hand(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    ms_mesh mesh = {4, 4};
+    int64_t k = 8;
+    double shard_a = 2.0 * g.m * g.k / 16 / k, shard_b = 2.0 * g.k * g.n / 16 / k;
+    double ag_row = ms_collective_time(&p, 4, shard_a), ag_col = ms_collective_time(&p, 4, shard_b);
+    double gemm = ms_gemm_time(&p, g.m / 4, g.n / 4, g.k / k);
+    double want = fmax(ag_row, ag_col) + (k - 1) * fmax(fmax(ag_row, ag_col), gemm) + gemm;
+    ms_estimate e = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, k);
+    CU_ASSERT_FATAL(e.valid);
+    ASSERT_CLOSE(e.time, want);
+    CU_ASSERT_EQUAL(e.slices, k);
+}
+
+/* Fine slicing pays T_launch + (P-1) L_sync per slice: for large K the time
+ * grows linearly with K (seed 004 3.1: "a large K increases the total
+ * synchronization overhead"), and a coarse K leaves a large prologue. */
+static void test_large_k_latency_bound(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D}; /* C-stn slices D = 12288 */
+    ms_mesh mesh = {4, 4};
+    int64_t k_big = 384; /* D / 4 / 384 = 8: one block per slice */
+    CU_ASSERT_FATAL(ms_slices_valid(&p, &g, mesh, MS_DF_C_STN, k_big));
+    ms_estimate e = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, k_big);
+    CU_ASSERT_FATAL(e.valid);
+    /* Every iteration pays at least one launch and three syncs. */
+    CU_ASSERT(e.time >= (double)(k_big - 1) * (p.t_launch + 3 * p.l_sync));
+    ms_estimate half = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, k_big / 2);
+    CU_ASSERT(e.time > half.time);
+    /* The best K lies strictly inside the valid range and beats both ends. */
+    ms_estimate best = ms_best_slices(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE);
+    ms_estimate one = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, 1);
+    CU_ASSERT(best.slices > 1 && best.slices < k_big);
+    CU_ASSERT(best.time < one.time && best.time < e.time);
+}
+
+/* The K search returns a valid K no slower than any other valid K. */
+static void test_k_search_valid(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm gs[3] = {{16 * SEQ, 3 * GPT3_D, GPT3_D}, {16 * SEQ, GPT3_D, GPT3_F}, {1536, GPT3_F, GPT3_D}};
+    ms_mesh meshes[2] = {{8, 4}, {2, 16}};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            ms_dataflow df = ms_choose_dataflow(&gs[i]);
+            ms_estimate best = ms_best_slices(&p, &gs[i], meshes[j], df, MS_ALGO_MESHSLICE);
+            CU_ASSERT_FATAL(best.valid);
+            CU_ASSERT(ms_slices_valid(&p, &gs[i], meshes[j], df, best.slices));
+            int64_t d = ms_sliced_dim(&gs[i], df);
+            /* Blocked slicing: both per-device sizes split into K blocks of B. */
+            CU_ASSERT((d / meshes[j].rows) % (best.slices * p.block) == 0 || best.slices == 1);
+            CU_ASSERT((d / meshes[j].cols) % (best.slices * p.block) == 0 || best.slices == 1);
+            for (int64_t k = 1; k <= 64; k++) {
+                ms_estimate e = ms_time(&p, &gs[i], meshes[j], df, MS_ALGO_MESHSLICE, k);
+                CU_ASSERT(e.valid == ms_slices_valid(&p, &gs[i], meshes[j], df, k));
+                if (e.valid)
+                    CU_ASSERT(best.time <= e.time);
+            }
+        }
+    /* A K that does not divide is refused with a reason, not estimated. */
+    ms_gemm g = {4096, 4096, 4096};
+    ms_estimate bad = ms_time(&p, &g, (ms_mesh){4, 4}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 3);
+    CU_ASSERT(!bad.valid);
+    CU_ASSERT_PTR_NOT_NULL(bad.why);
+}
+
+/* Mesh-shape search by hand, traffic only (bytes / 1 byte/s), 4 chips:
+ * C[32,4] = A[32,8] * B[8,4]; A (256) is the largest: A-stn, which
+ * AllGathers B (32 bytes) along columns and ReduceScatters C (128 bytes)
+ * along rows.  Per chip the shards are 32/4 and 128/4 bytes:
+ *   1 x 4: RdS over 4 chips = 3 * 32 = 96
+ *   2 x 2: AG over 2 = 1 * 8, then RdS over 2 = 1 * 32: 40 (no overlap)
+ *   4 x 1: AG over 4 = 3 * 8 = 24                          <- best */
+static void test_mesh_search_by_hand(void)
+{
+    ms_params p = traffic_only();
+    ms_layer l = {"fc", {32, 4, 8}, 1};
+    CU_ASSERT_EQUAL(ms_choose_dataflow(&l.gemm), MS_DF_A_STN);
+    double want[3] = {96, 40, 24};
+    ms_mesh meshes[3] = {{1, 4}, {2, 2}, {4, 1}};
+    for (int i = 0; i < 3; i++) {
+        ms_tune_result t = ms_tune_mesh(&p, &l, 1, meshes[i], MS_ALGO_COLLECTIVE, -1, 0, NULL);
+        CU_ASSERT_FATAL(t.found);
+        CU_ASSERT(fabs(t.time - want[i]) < 1e-6);
+    }
+    ms_layer_choice c;
+    ms_tune_result best = ms_tune(&p, &l, 1, 4, MS_ALGO_COLLECTIVE, -1, 0, &c);
+    CU_ASSERT_FATAL(best.found);
+    CU_ASSERT_EQUAL(best.mesh.rows, 4);
+    CU_ASSERT_EQUAL(best.mesh.cols, 1);
+    CU_ASSERT_EQUAL(c.df, MS_DF_A_STN);
+    /* Seed 004 2.3.1: with equal bandwidths the traffic cost is least when
+     * (rows - 1) / (cols - 1) = size(row-moving) / size(column-moving); the
+     * same search on 16 chips for A (4096) vs B (256) moving, C-stn. */
+    ms_layer l2 = {"os", {256, 16, 16}, 1}; /* A = 4096, B = 256, C = 4096: C-stn */
+    ms_tune_result b2 = ms_tune(&p, &l2, 1, 16, MS_ALGO_COLLECTIVE, -1, 0, NULL);
+    CU_ASSERT_FATAL(b2.found);
+    /* A moves along rows (over cols chips): the big matrix wants few columns. */
+    CU_ASSERT(b2.mesh.rows > b2.mesh.cols);
+}
+
+/* Overlap can only help: MeshSlice (best K) is never slower than Collective,
+ * and never faster than its compute or than one direction's traffic. */
+static void test_meshslice_bounds(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_layer ls[4];
+    for (int64_t chips = 16; chips <= 256; chips *= 2) {
+        fc_layers(chips / 2 * SEQ, GPT3_D, GPT3_F, ls);
+        for (int i = 0; i < 4; i++)
+            for (int64_t r = 1; r <= chips; r *= 2) {
+                ms_mesh mesh = {r, chips / r};
+                ms_dataflow df = ms_choose_dataflow(&ls[i].gemm);
+                ms_estimate ms = ms_best_slices(&p, &ls[i].gemm, mesh, df, MS_ALGO_MESHSLICE);
+                ms_estimate co = ms_time(&p, &ls[i].gemm, mesh, df, MS_ALGO_COLLECTIVE, 1);
+                if (!co.valid)
+                    continue;
+                CU_ASSERT_FATAL(ms.valid);
+                CU_ASSERT(ms.time <= co.time * (1 + 1e-12));
+                CU_ASSERT(ms.time >= ms.t_compute);
+                CU_ASSERT(ms.utilization <= p.gemm_eff + 1e-12);
+            }
+    }
+}
+
+/* Seed 004 2.3.2: Cannon needs a square mesh and its traffic is higher: with
+ * free GEMMs (pure communication) it is slower than Collective. */
+static void test_cannon_square_and_traffic(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm g = {32 * SEQ, GPT3_F, GPT3_D};
+    ms_estimate rect = ms_time(&p, &g, (ms_mesh){8, 4}, MS_DF_C_STN, MS_ALGO_CANNON, 1);
+    CU_ASSERT(!rect.valid);
+    CU_ASSERT_PTR_NOT_NULL(rect.why);
+    p.peak_flops = 1e30;
+    p.t_gemm_launch = 0;
+    for (int df = 0; df < MS_DF_COUNT; df++) {
+        ms_estimate ca = ms_time(&p, &g, (ms_mesh){8, 8}, (ms_dataflow)df, MS_ALGO_CANNON, 1);
+        ms_estimate co = ms_time(&p, &g, (ms_mesh){8, 8}, (ms_dataflow)df, MS_ALGO_COLLECTIVE, 1);
+        CU_ASSERT_FATAL(ca.valid && co.valid);
+        CU_ASSERT(ca.time > co.time);
+    }
+}
+
+/* Seed 004 2.3.3: SUMMA pays D + P - 1 synchronizations per broadcast in
+ * each of its K = lcm(rows, cols) iterations, O(K^2) in all, against
+ * Collective's P - 1.  With free bandwidth and compute only synchronization
+ * and launches remain, and SUMMA's time over Collective's grows with q. */
+static void test_summa_sync_growth(void)
+{
+    ms_params p = tpu_v4_bf16();
+    p.bw_ring = p.bw_line = p.bw_link = 1e30;
+    p.peak_flops = 1e30;
+    p.t_gemm_launch = 0;
+    double prev_ratio = 0;
+    for (int64_t q = 4; q <= 32; q *= 2) {
+        ms_gemm g = {q * q / 2 * SEQ, GPT3_F, GPT3_D};
+        ms_mesh mesh = {q, q};
+        ms_estimate su = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_SUMMA, 1);
+        ms_estimate co = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
+        CU_ASSERT_FATAL(su.valid && co.valid);
+        CU_ASSERT_EQUAL(su.slices, q);
+        /* One launch plus q steps of L_sync per broadcast, q iterations. */
+        CU_ASSERT(su.time >= (double)q * (p.t_launch + (double)q * p.l_sync) * (1 - 1e-12));
+        ASSERT_CLOSE(co.time, p.t_launch + (double)(q - 1) * p.l_sync);
+        double ratio = su.time / co.time;
+        CU_ASSERT(ratio > prev_ratio);
+        prev_ratio = ratio;
+    }
+}
+
+/* Wang et al. overlap one direction only: never better than MeshSlice with
+ * its best K on the paper's FC layers (seed 004 5.1), and better than
+ * Collective when the decomposed direction carries real traffic. */
+static void test_wang_between(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_layer ls[4];
+    fc_layers(128 * SEQ, GPT3_D, GPT3_F, ls);
+    ms_mesh mesh = {16, 16};
+    for (int i = 0; i < 4; i++) {
+        ms_dataflow df = ms_choose_dataflow(&ls[i].gemm);
+        ms_estimate wa = ms_time(&p, &ls[i].gemm, mesh, df, MS_ALGO_WANG, 1);
+        ms_estimate co = ms_time(&p, &ls[i].gemm, mesh, df, MS_ALGO_COLLECTIVE, 1);
+        ms_estimate ms = ms_best_slices(&p, &ls[i].gemm, mesh, df, MS_ALGO_MESHSLICE);
+        CU_ASSERT_FATAL(wa.valid && co.valid && ms.valid);
+        CU_ASSERT(wa.time < co.time);
+        CU_ASSERT(ms.time < wa.time);
+        CU_ASSERT_EQUAL(wa.slices, 16);
+    }
+}
+
+/* The model refuses what cannot run instead of estimating it. */
+static void test_invalid_configurations(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_gemm odd = {1001, 1003, 1005};
+    ms_estimate e = ms_time(&p, &odd, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
+    CU_ASSERT(!e.valid);
+    CU_ASSERT_PTR_NOT_NULL(e.why);
+    ms_layer l = {"odd", odd, 1};
+    ms_tune_result t = ms_tune(&p, &l, 1, 4, MS_ALGO_MESHSLICE, -1, 0, NULL);
+    CU_ASSERT(!t.found);
+    /* One chip always fits: no communication, only the GEMM. */
+    t = ms_tune(&p, &l, 1, 1, MS_ALGO_MESHSLICE, -1, 0, NULL);
+    CU_ASSERT_FATAL(t.found);
+    ASSERT_CLOSE(t.time, ms_gemm_time(&p, 1001, 1003, 1005));
+    ms_params zero = p;
+    zero.peak_flops = 0;
+    ms_gemm g = {4096, 4096, 4096};
+    CU_ASSERT(!ms_time(&zero, &g, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 1).valid);
+    CU_ASSERT(!ms_time(&p, &g, (ms_mesh){0, 2}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 1).valid);
+    CU_ASSERT(!ms_time(&p, &g, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 0).valid);
+    CU_ASSERT(!ms_time(&p, &g, (ms_mesh){2, 2}, (ms_dataflow)7, MS_ALGO_MESHSLICE, 1).valid);
+    CU_ASSERT_EQUAL(ms_algo_lookup("meshslice"), MS_ALGO_MESHSLICE);
+    CU_ASSERT_EQUAL(ms_algo_lookup("mesh"), -1);
+    CU_ASSERT_EQUAL(ms_dataflow_lookup("ls"), MS_DF_A_STN);
+}
+
+/* A common K for all layers is valid for every layer and no better than
+ * per-layer K (seed 004 3.2.2 tunes K per layer). */
+static void test_common_k(void)
+{
+    ms_params p = tpu_v4_bf16();
+    ms_layer ls[4];
+    fc_layers(32 * SEQ, GPT3_D, GPT3_F, ls);
+    ms_tune_result per = ms_tune(&p, ls, 4, 64, MS_ALGO_MESHSLICE, -1, 0, NULL);
+    CU_ASSERT_FATAL(per.found);
+    int64_t k = ms_best_common_k(&p, ls, 4, per.mesh, -1);
+    CU_ASSERT_FATAL(k >= 1);
+    ms_tune_result com = ms_tune_mesh(&p, ls, 4, per.mesh, MS_ALGO_MESHSLICE, -1, k, NULL);
+    CU_ASSERT_FATAL(com.found);
+    CU_ASSERT(com.time >= per.time * (1 - 1e-12));
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT(ms_slices_valid(&p, &ls[i].gemm, per.mesh, ms_choose_dataflow(&ls[i].gemm), k));
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"params from the tpu-v4 profile", test_params_from_profile},
+        {"collective formula (Eq. 5)", test_collective_formula},
+        {"GEMM time pads to the MXU tile", test_gemm_time_padding},
+        {"dataflow heuristic on Table 1 shapes", test_dataflow_heuristic},
+        {"K = 1 MeshSlice is Collective", test_k1_is_collective},
+        {"Collective by hand", test_collective_by_hand},
+        {"MeshSlice pipeline by hand", test_meshslice_by_hand},
+        {"large K is latency-bound", test_large_k_latency_bound},
+        {"K search picks the best valid K", test_k_search_valid},
+        {"mesh-shape search by hand", test_mesh_search_by_hand},
+        {"MeshSlice between compute and Collective", test_meshslice_bounds},
+        {"Cannon: square mesh, more traffic", test_cannon_square_and_traffic},
+        {"SUMMA synchronization grows with the mesh", test_summa_sync_growth},
+        {"Wang between Collective and MeshSlice", test_wang_between},
+        {"invalid configurations are refused", test_invalid_configurations},
+        {"one K for all layers", test_common_k},
+    };
+    einc_add_suite("meshslice_model", tests, (int)(sizeof tests / sizeof tests[0]));
+}
