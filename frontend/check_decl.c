@@ -320,9 +320,7 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
         fe_symtab_put(c->arena, &c->outputs, r->name.s, s);
         if (r->nidx < 0) {
             r->sym = fe_symtab_get(&c->tensors, r->name.s);
-            if (r->sym)
-                r->sym->is_output = true;
-            else
+            if (!r->sym)
                 diag_error(c->diag, r->name.loc, "tensor '%s' is not defined", r->name.s);
             continue;
         }

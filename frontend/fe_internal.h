@@ -4,7 +4,9 @@
  * Stages, in fe_compile's order (frontend.c):
  *   source.c      whole-buffer checks: size, NUL bytes, UTF-8
  *   lexer.l       reentrant flex scanner: bytes -> tokens with byte offsets
- *   parser.y      pure bison parser: tokens -> ast_program (ast.h)
+ *   parser.y      pure bison parser: tokens -> ast_program (ast.h, ast.c);
+ *                 parse.c drives the two
+ *   symtab.c      hashed name tables used by the checks
  *   check_decl.c  mesh, dims, -D overrides, inputs/params, shardings, outputs
  *   check_stmt.c  statements: names, indices, dtypes, Einstein convention
  *   lower.c       checked AST -> ir_module ops; ewtree.c builds elementwise ops
@@ -57,7 +59,6 @@ typedef struct fe_tensor {
     ir_sharding sh;         /* declared sharding (inputs, params) or constraint */
     bool has_constraint;    /* statement result with a written sharding */
     bool bad;               /* its definition had errors: uses are not checked further */
-    bool is_output;         /* named by an `output` line */
     uint32_t loc;           /* offset of the defining name */
     ir_value *value;        /* the IR value holding it (lower.c) */
 } fe_tensor;

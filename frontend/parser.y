@@ -180,11 +180,13 @@ tref
         { $$ = tref_new(p, $1, $3, $5, @5.begin); }
     ;
 
+/* indices_opt -> [ indices ]   (empty brackets: a scalar) */
 indices_opt
     : %empty                   { $$ = NULL; }
     | indices                  { $$ = $1; }
     ;
 
+/* indices -> index { ',' index } */
 indices
     : index                    { $$ = fe_list_new($1); }
     | indices ',' index        { $$ = fe_list_push($1, $3); }
@@ -202,11 +204,13 @@ index
     | SUBIDENT                 { $$ = $1; }
     ;
 
+/* unred_opt -> [ '{' unred_list '}' ] */
 unred_opt
     : %empty                   { $$ = NULL; }
     | '{' unred_list '}'       { $$ = $2; }
     ;
 
+/* unred_list -> SUBNAME { ',' SUBNAME }   (U_X, U_XY; the checker wants U) */
 unred_list
     : SUBIDENT                 { $$ = fe_list_new($1); }
     | unred_list ',' SUBIDENT  { $$ = fe_list_push($1, $3); }
