@@ -72,6 +72,7 @@ typedef struct cg_plan {
     int *last_use;      /* per value: last emitted op that reads its buffer, -1 if none */
     int *out_index;     /* per value: first output it is written to, -1 if none */
     int *input_index;   /* per value: position in the `in` array, -1 if not an input/param */
+    int *reuse;         /* per op: the dead operand whose buffer the result takes over, or -1 */
     int ninputs;        /* inputs and params */
 } cg_plan;
 

@@ -7,7 +7,9 @@
  * ir_module.outputs), both owned by the runtime.  For each op in program
  * order that is not fused into a later elementwise loop (plan.c):
  *
- *     dst = out[j] if the result is output j, else rt_alloc(dev, bytes)
+ *     dst = out[j] if the result is output j, else the buffer of an operand
+ *           that dies here (in-place elementwise, plan.c), else
+ *           rt_alloc(dev, bytes)
  *     rt_op_begin(dev, i)
  *     Einsum        -> rt_einsum(dev, &const_desc, a, b|NULL, dst)
  *     AllGather ... -> rt_collective(dev, &const_desc, src, dst)
@@ -174,6 +176,8 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         LLVMValueRef dst;
         if (p->out_index[res->id] >= 0) {
             dst = load_ptr_at(c, out, p->out_index[res->id], res->tensor);
+        } else if (p->reuse[i] >= 0) {
+            dst = f.buf[p->reuse[i]]; /* in place: the operand dies here */
         } else {
             LLVMValueRef args[] = {f.dev, cg_i64(c, bytes)};
             dst = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, res->tensor);
@@ -200,6 +204,8 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         }
         }
         call_mark(c, &f, c->rt.op_end, i);
+        if (p->reuse[i] >= 0)
+            f.buf[p->reuse[i]] = NULL; /* its buffer now belongs to the result */
         /* Free the scratch buffers whose last read was this op, and a result
          * nobody reads. */
         for (int v = 0; v < m->nvalues; v++) {

@@ -13,7 +13,7 @@
 
 const char *const cg_case_names[] = {
     "ew_broadcast", "ew_funcs", "ew_fused", "einsum", "collectives", "alltoall",
-    "bf16", "f64", "identity", "ew_wide", NULL,
+    "bf16", "f64", "identity", "ew_wide", "ew_inplace", NULL,
 };
 
 /* One module being built. */
@@ -287,6 +287,26 @@ static void case_ew_wide(cb *b)
     out(b, "S", ew(b, "S", "I_X M_Y", 2, ab, &e));
 }
 
+/* U = sigmoid(A) is read twice by V = U * U, so it has a buffer; V writes
+ * into U's buffer (U dies at V); W = V * V + B[J] + tanh(A) (tanh fused)
+ * writes into V's; G = W^T by a unary einsum is the output. */
+static void case_ew_inplace(cb *b)
+{
+    ir_value *A = in(b, "A", IR_F32, "I_X J_Y", false);
+    ir_value *B = in(b, "B", IR_F32, "J_Y", false);
+    ir_value *U = ew_fn(b, "U", "I_X J_Y", A, IR_FN_SIGMOID);
+    ewb e = {.n = 0};
+    E_mul(&e, E_op(&e, 0), E_op(&e, 1));
+    ir_value *uu[] = {U, U};
+    ir_value *V = ew(b, "V", "I_X J_Y", 2, uu, &e);
+    ir_value *W0 = ew_fn(b, "W0", "I_X J_Y", A, IR_FN_TANH);
+    ewb g = {.n = 0};
+    E_add(&g, E_add(&g, E_mul(&g, E_op(&g, 0), E_op(&g, 0)), E_op(&g, 1)), E_op(&g, 2));
+    ir_value *vb[] = {V, B, W0};
+    ir_value *W = ew(b, "W", "I_X J_Y", 3, vb, &g);
+    out(b, "G", einsum(b, "G", "J_Y I_X", W, NULL, 1.0));
+}
+
 ir_module *cg_case_build(const char *name, bool reference)
 {
     static const struct { const char *name; void (*fn)(cb *); } cases[] = {
@@ -295,6 +315,7 @@ ir_module *cg_case_build(const char *name, bool reference)
         {"collectives", case_collectives},   {"alltoall", case_alltoall},
         {"bf16", case_bf16},                 {"f64", case_f64},
         {"identity", case_identity},         {"ew_wide", case_ew_wide},
+        {"ew_inplace", case_ew_inplace},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (strcmp(cases[i].name, name) != 0)

@@ -132,6 +132,16 @@ def exp_ew_wide(x):
     return {"S": np.maximum(x["A"], 0) * x["B"][None, :] + x["A"]}
 
 
+def case_ew_inplace(rng):
+    return {"A": r(rng, I, J), "B": r(rng, J)}
+
+
+def exp_ew_inplace(x):
+    a = x["A"].astype(np.float64)
+    w = sigmoid(a) ** 4 + x["B"][None, :] + np.tanh(a)
+    return {"G": w.T}
+
+
 CASES = {
     "ew_broadcast": (case_ew_broadcast, exp_ew_broadcast, 1e-6, 1e-6),
     "ew_funcs": (case_ew_funcs, exp_ew_funcs, 1e-5, 1e-6),
@@ -144,6 +154,7 @@ CASES = {
     "f64": (case_f64, exp_f64, 1e-12, 1e-12),
     "identity": (case_identity, exp_identity, 0, 0),
     "ew_wide": (case_ew_wide, exp_ew_wide, 1e-6, 1e-6),
+    "ew_inplace": (case_ew_inplace, exp_ew_inplace, 1e-5, 1e-6),
 }
 
 

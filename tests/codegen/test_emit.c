@@ -134,6 +134,26 @@ static void test_plan_fusion(void)
     ir_module_free(m);
 }
 
+static void test_plan_inplace(void)
+{
+    ir_module *m = cg_case_build("ew_inplace", false);
+    cg_plan p;
+    cap c;
+    cap_init(&c);
+    CU_ASSERT_FATAL(cg_plan_build(&p, m, &c.d) == 0);
+    cap_done(&c);
+    free(c.text);
+    /* ops: U, V, W0, W, G.  W0 = tanh(A) is fused into W. */
+    CU_ASSERT_EQUAL(p.nops, 5);
+    CU_ASSERT_EQUAL(p.fused_into[2], 3);
+    CU_ASSERT_EQUAL(p.reuse[0], -1);                      /* A is an input */
+    CU_ASSERT_EQUAL(p.reuse[1], p.ops[0]->result->id);    /* V takes U's buffer */
+    CU_ASSERT_EQUAL(p.reuse[3], p.ops[1]->result->id);    /* W takes V's buffer */
+    CU_ASSERT_EQUAL(p.reuse[4], -1);                      /* an einsum */
+    cg_plan_free(&p);
+    ir_module_free(m);
+}
+
 static void test_plan_outputs(void)
 {
     ir_module *m = cg_case_build("identity", false);
@@ -317,6 +337,12 @@ static void test_emit_buffers(void)
     CU_ASSERT_EQUAL(count(ll, "call ptr @rt_alloc("), 1);
     CU_ASSERT_EQUAL(count(ll, "call void @rt_free("), 1);
     free(ll);
+    /* U is allocated once; V and W reuse it; it is freed after G. */
+    ll = emit_case("ew_inplace", 0, CG_EMIT_LLVM, false);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ll);
+    CU_ASSERT_EQUAL(count(ll, "call ptr @rt_alloc("), 1);
+    CU_ASSERT_EQUAL(count(ll, "call void @rt_free("), 1);
+    free(ll);
     ll = emit_case("identity", 0, CG_EMIT_LLVM, false);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ll);
     CU_ASSERT_EQUAL(count(ll, "call void @llvm.memcpy"), 3); /* A0, A1, N1 */
@@ -351,6 +377,7 @@ void einc_register_tests(void)
         {"hand-built cases verify", test_cases_verify},
         {"fusion and liveness plan", test_plan_fusion},
         {"outputs and inputs in the plan", test_plan_outputs},
+        {"in-place elementwise plan", test_plan_inplace},
         {"einsum arity error", test_error_einsum_arity},
         {"elementwise sharding mismatch error", test_error_ew_sharding},
         {"bad options and runtime dir", test_error_options},
