@@ -642,6 +642,27 @@ static const char *source_of(const prop *p, int k, int self, int l, const pass_r
     return NULL;
 }
 
+/* Why operand i of op k cannot keep the partial sums over the axes of
+ * `st` under the chosen layout. */
+static const char *unreduced_cause(const prop *p, int k, int i, const pass_reshard_step *st)
+{
+    const opinfo *oi = &p->ops[k];
+    const ir_op *op = oi->op;
+    int where = oi->lay.choice[st->axes[0]];
+    if (op->kind == IR_OP_ELEMENTWISE) {
+        if (!oi->linear)
+            return "the op is not linear in them";
+        for (int j = 0; j < op->noperands; j++)
+            if (!(current(p, op->operands[j]).unreduced & (1u << st->axes[0])))
+                return "not all operands hold them, so the op cannot carry them";
+    } else if (where >= CH_CARRY && where != CH_CARRY + i) {
+        return "another operand's partial sums are carried over the axis";
+    }
+    if (where >= 0 && where < CH_CARRY)
+        return "the axis shards a dim of the op here";
+    return "reducing them here moves the fewest bytes";
+}
+
 /* Why step `st` is needed on operand i of op k (at the pre-step sharding
  * `from`); written into buf. */
 static void operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf, size_t size)
@@ -692,13 +713,15 @@ static void operand_reason(const prop *p, int k, int i, const pass_reshard_step 
                  m->dims[oi->labels[i][st->dim2]].name);
         break;
     case IR_OP_REDUCESCATTER:
-        snprintf(buf, size, "for %s: %s holds partial sums {U_%s} the op cannot carry; reduced straight into "
-                 "%s sharded on %s (ReduceScatter, half an AllReduce)", stmt, a, ax, dn, ax);
+    case IR_OP_ALLREDUCE: {
+        const char *why = unreduced_cause(p, k, i, st);
+        if (st->kind == IR_OP_REDUCESCATTER)
+            snprintf(buf, size, "for %s: %s holds partial sums {U_%s} (%s); reduced straight into %s sharded "
+                     "on %s (ReduceScatter, half an AllReduce)", stmt, a, ax, why, dn, ax);
+        else
+            snprintf(buf, size, "for %s: %s holds partial sums {U_%s} (%s)", stmt, a, ax, why);
         break;
-    case IR_OP_ALLREDUCE:
-        snprintf(buf, size, "for %s: %s holds partial sums {U_%s} the op cannot carry (%s)", stmt, a, ax,
-                 op->kind == IR_OP_EINSUM ? "another operand uses the axis" : "not linear in them");
-        break;
+    }
     default:
         snprintf(buf, size, "for %s", stmt);
     }

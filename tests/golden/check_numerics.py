@@ -27,6 +27,25 @@ def matmul(t):
     return {"C": t["A"] @ t["B"]}
 
 
+def carry(t):
+    c = t["A"] @ t["B"]
+    return {"S": 0.5 * (c @ t["E1"]) + c @ t["E2"]}
+
+
+def residual(t):
+    h = t["In"] @ t["W1"]
+    g = np.maximum(h, 0) * 0.5 + h
+    o = g @ t["W2"] + t["In"]
+    return {"O": o, "L": np.array(np.sum(o * o))}
+
+
+def transpose(t):
+    return {"T": (t["In"] * 2).T}
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 # example -> (reference, -D overrides that keep the run small)
 CASES = {
     "ffw_dp.ein": (ffw, ["B=512"]),
@@ -40,6 +59,9 @@ CASES = {
     "matmul_case3_reducescatter.ein": (matmul, []),
     "matmul_case4_free.ein": (matmul, []),
     "matmul_alltoall.ein": (matmul, []),
+    os.path.join(HERE, "programs", "carry.ein"): (carry, []),
+    os.path.join(HERE, "programs", "residual.ein"): (residual, []),
+    os.path.join(HERE, "programs", "transpose.ein"): (transpose, []),
 }
 
 
