@@ -88,6 +88,24 @@ static char *emit_case(const char *name, int opt, cg_output_kind kind, bool with
     return text;
 }
 
+/* Builds case `name` and its plan; NULL (after printing why) on failure. */
+static ir_module *plan_case(const char *name, cg_plan *p)
+{
+    ir_module *m = cg_case_build(name, false);
+    cap c;
+    cap_init(&c);
+    int rc = cg_plan_build(p, m, &c.d);
+    cap_done(&c);
+    if (rc != 0) {
+        fprintf(stderr, "plan(%s): %s\n", name, c.text);
+        cg_plan_free(p);
+        ir_module_free(m);
+        m = NULL;
+    }
+    free(c.text);
+    return m;
+}
+
 static void test_cases_verify(void)
 {
     for (int i = 0; cg_case_names[i]; i++)
@@ -107,13 +125,9 @@ static void test_cases_verify(void)
 
 static void test_plan_fusion(void)
 {
-    ir_module *m = cg_case_build("ew_fused", false);
     cg_plan p;
-    cap c;
-    cap_init(&c);
-    CU_ASSERT_FATAL(cg_plan_build(&p, m, &c.d) == 0);
-    cap_done(&c);
-    free(c.text);
+    ir_module *m = plan_case("ew_fused", &p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     /* ops: T1, T2, T3, U, V */
     CU_ASSERT_EQUAL(p.nops, 5);
     CU_ASSERT_EQUAL(p.fused_into[0], 2); /* T1 = A*B into T3, through T2 */
@@ -136,13 +150,9 @@ static void test_plan_fusion(void)
 
 static void test_plan_inplace(void)
 {
-    ir_module *m = cg_case_build("ew_inplace", false);
     cg_plan p;
-    cap c;
-    cap_init(&c);
-    CU_ASSERT_FATAL(cg_plan_build(&p, m, &c.d) == 0);
-    cap_done(&c);
-    free(c.text);
+    ir_module *m = plan_case("ew_inplace", &p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     /* ops: U, V, W0, W, G.  W0 = tanh(A) is fused into W. */
     CU_ASSERT_EQUAL(p.nops, 5);
     CU_ASSERT_EQUAL(p.fused_into[2], 3);
@@ -156,13 +166,9 @@ static void test_plan_inplace(void)
 
 static void test_plan_outputs(void)
 {
-    ir_module *m = cg_case_build("identity", false);
     cg_plan p;
-    cap c;
-    cap_init(&c);
-    CU_ASSERT_FATAL(cg_plan_build(&p, m, &c.d) == 0);
-    cap_done(&c);
-    free(c.text);
+    ir_module *m = plan_case("identity", &p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     CU_ASSERT_EQUAL(p.out_index[0], 0); /* A is outputs 0 and 1: the first counts */
     CU_ASSERT_EQUAL(p.out_index[p.ops[0]->result->id], 2);
     CU_ASSERT_EQUAL(p.input_index[0], 0);
