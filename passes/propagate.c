@@ -600,6 +600,10 @@ static void expr_str(const ir_op *op, int n, char *buf, size_t size, int depth)
 /* "Tmp = In * Win", "Act = gelu(Tmp)": the op as the user wrote it. */
 static void stmt_str(const ir_op *op, char *buf, size_t size)
 {
+    if (op->kind != IR_OP_EINSUM && op->kind != IR_OP_ELEMENTWISE) {
+        snprintf(buf, size, "%s %s", ir_op_name(op->kind), op->result->tensor);
+        return;
+    }
     snprintf(buf, size, "%s = ", op->result->tensor);
     size_t len = strlen(buf);
     if (op->kind == IR_OP_ELEMENTWISE) {
@@ -799,6 +803,21 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
     return out;
 }
 
+static bool is_compute(const ir_op *op);
+
+/* The Einsum/Elementwise op whose result `v` is, possibly through reshard
+ * ops inserted after it (an output may be a constrained value's reshard);
+ * NULL for inputs. */
+static ir_op *compute_origin(ir_value *v)
+{
+    for (int guard = 0; v && v->def && guard < 1000; guard++) {
+        if (is_compute(v->def))
+            return v->def;
+        v = v->def->noperands > 0 ? v->def->operands[0] : NULL;
+    }
+    return NULL;
+}
+
 static int materialise(prop *p)
 {
     ir_module *m = p->m;
@@ -852,8 +871,9 @@ static int materialise(prop *p)
         ir_sharding want = o->has_constraint ? o->constraint : reduced(v->type.sh);
         if (ir_sharding_equal(&v->type.sh, &want, v->type.rank))
             continue;
-        emit_why ew = {p, -1, -1, "output", v->def};
-        ir_value *nv = emit(p, v, &want, NULL, NULL, v->def, -1, &ew);
+        ir_op *origin = compute_origin(v);
+        emit_why ew = {p, -1, -1, "output", origin};
+        ir_value *nv = emit(p, v, &want, NULL, NULL, origin, -1, &ew);
         if (!nv) {
             ir_type c = v->type;
             c.sh = want;

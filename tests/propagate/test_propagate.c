@@ -207,6 +207,29 @@ static void test_intermediate_constraint(void)
     ir_module_free(m);
 }
 
+/* An unreduced constraint on a value that is also an output with another
+ * constraint: the value keeps {U_X}, and the output's ReduceScatter (after
+ * whatever meets C's own constraint) names the einsum that made the
+ * partial sums as its reason. */
+static void test_unreduced_constraint_then_output(void)
+{
+    ir_module *m = fx_module("X=2,Y=2", "I=64,J=64,K=32");
+    ir_value *a = fx_input(m, "A[I_Y, J_X]");
+    ir_value *b = fx_input(m, "B[J_X, K]");
+    ir_value *c = fx_einsum(m, "C[I, K]{U_X}", a, b);
+    fx_output(m, "C[I, K_X]", c);
+    char buf[512], ty[128];
+    run(m, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(ir_type_str(m, "C", &c->type, ty, sizeof ty), "C[I, K]{U_X}");
+    CU_ASSERT_STRING_EQUAL(fx_output_type(m, 0, ty, sizeof ty), "C[I, K_X]");
+    const ir_op *last = m->last;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(last);
+    CU_ASSERT_EQUAL(last->kind, IR_OP_REDUCESCATTER);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(last->reason);
+    CU_ASSERT_PTR_NOT_NULL(strstr(last->reason, "for C = A * B: output C[I, K_X]"));
+    ir_module_free(m);
+}
+
 /* A constraint that cannot be met (K = 3 does not divide by 2) is an
  * error, not a crash or a silent wrong answer. */
 static void test_indivisible_constraint_is_error(void)
@@ -345,6 +368,7 @@ void einc_register_tests(void)
         {"AllToAll reshard", test_alltoall_reshard},
         {"intermediate constraint", test_intermediate_constraint},
         {"indivisible constraint is an error", test_indivisible_constraint_is_error},
+        {"unreduced constraint, then a sharded output", test_unreduced_constraint_then_output},
         {"reduction leaves partial sums, AllReduce", test_reduction_allreduce},
         {"broadcast bias stays local", test_broadcast_bias_local},
         {"four-axis mesh", test_four_axis_mesh},
