@@ -99,6 +99,6 @@ int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m);
 /* ---- built-in passes ---- */
 int pass_propagate(pass_ctx *ctx, ir_module *m);  /* propagate.c */
 int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
-int pass_cse_collectives(pass_ctx *ctx, ir_module *m); /* cse_collectives.c */
+int pass_prefetch_params(pass_ctx *ctx, ir_module *m); /* prefetch_params.c */
 
 #endif

@@ -14,7 +14,7 @@
 
 static const pass_info builtin[] = {
     {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001)", pass_propagate},
-    {"cse-collectives", "merge identical resharding ops of the same value (example pass, docs/passes.md)", pass_cse_collectives},
+    {"prefetch-params", "move resharding ops of params to the front, to overlap them (example pass, docs/passes.md)", pass_prefetch_params},
     {"cost", "annotate every op with FLOPs, bytes and time on the --hw profile (seeds 001, 000)", pass_cost},
 };
 

@@ -1,6 +1,6 @@
 /*
  * test_manager.c - the pass manager (pipeline parsing, verification after
- * each pass, dumps) and the example pass cse-collectives.
+ * each pass, dumps) and the example pass prefetch-params.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,8 @@
 #include "cunit_main.h"
 #include "pass.h"
 
-/* A module A[I_X] -> two identical AllGather_X -> output of the second. */
+/* A module: input A[I_X], param W[I_X]; AllGather_X of A, then of W; both
+ * gathered values are outputs. */
 static ir_module *two_gathers(ir_op **first, ir_op **second)
 {
     ir_module *m = ir_module_new("t.ein");
@@ -21,40 +22,36 @@ static ir_module *two_gathers(ir_op **first, ir_op **second)
     t.dims[0] = I;
     ir_type ts = t;
     ir_sharding_push(&ts.sh, 0, 0);
-    ir_value *a = ir_value_new(m, "A", IR_VAL_INPUT, &ts, 0);
-    ir_value *g1 = ir_value_new(m, "A", IR_VAL_OP, &t, 0);
-    ir_value *g2 = ir_value_new(m, "A", IR_VAL_OP, &t, 0);
+    ir_value *in[2] = {ir_value_new(m, "A", IR_VAL_INPUT, &ts, 0), ir_value_new(m, "W", IR_VAL_PARAM, &ts, 0)};
     for (int k = 0; k < 2; k++) {
-        ir_op *op = ir_op_new(m, IR_OP_ALLGATHER, 1, &a, k ? g2 : g1, 0);
+        ir_value *g = ir_value_new(m, in[k]->tensor, IR_VAL_OP, &t, 0);
+        ir_op *op = ir_op_new(m, IR_OP_ALLGATHER, 1, &in[k], g, 0);
         op->u.coll.naxes = 1;
         op->u.coll.axes[0] = 0;
         op->u.coll.dim = 0;
         ir_op_append(m, op);
+        ir_output_add(m, in[k]->tensor, g, 0);
         *(k ? second : first) = op;
     }
-    ir_output_add(m, "A", g2, 0);
     return m;
 }
 
-static int count_ops(const ir_module *m)
+/* prefetch-params moves the param's gather in front of the input's. */
+static void test_prefetch(void)
 {
-    int n = 0;
-    for (const ir_op *op = m->first; op; op = op->next)
-        n++;
-    return n;
-}
-
-static void test_cse(void)
-{
-    ir_op *g1, *g2;
-    ir_module *m = two_gathers(&g1, &g2);
+    ir_op *ga, *gw;
+    ir_module *m = two_gathers(&ga, &gw);
     diag_ctx d;
     diag_init(&d, "t.ein", "", 0);
     pass_ctx ctx = {&d, PASS_MESHSLICE_OFF, 0, NULL, NULL};
-    CU_ASSERT_EQUAL(pass_cse_collectives(&ctx, m), 0);
-    CU_ASSERT_EQUAL(count_ops(m), 1);
-    CU_ASSERT_PTR_EQUAL(m->outputs[0].value, g1->result);
+    CU_ASSERT_EQUAL(pass_prefetch_params(&ctx, m), 0);
+    CU_ASSERT_PTR_EQUAL(m->first, gw);
+    CU_ASSERT_PTR_EQUAL(m->first->next, ga);
+    CU_ASSERT_PTR_EQUAL(m->last, ga);
     CU_ASSERT_EQUAL(ir_verify(m, &d), 0);
+    /* Running it again changes nothing. */
+    CU_ASSERT_EQUAL(pass_prefetch_params(&ctx, m), 0);
+    CU_ASSERT_PTR_EQUAL(m->first, gw);
     ir_module_free(m);
 }
 
@@ -100,9 +97,9 @@ static void test_parse(void)
     char *errs = NULL;
     size_t len = 0;
     FILE *err = open_memstream(&errs, &len);
-    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count,cse-collectives,count", err), 0);
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count,prefetch-params,count", err), 0);
     CU_ASSERT_EQUAL(pm.npipeline, 3);
-    CU_ASSERT_STRING_EQUAL(pm.pipeline[1]->name, "cse-collectives");
+    CU_ASSERT_STRING_EQUAL(pm.pipeline[1]->name, "prefetch-params");
     CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count,nosuch", err), -1);
     fclose(err);
     CU_ASSERT_PTR_NOT_NULL(strstr(errs, "unknown pass 'nosuch'"));
@@ -148,16 +145,19 @@ static void test_print_after(void)
     char *dump = NULL;
     size_t len = 0;
     pm.dump = open_memstream(&dump, &len);
-    pm.print_after = "cse-collectives";
-    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "cse-collectives", stderr), 0);
+    pm.print_after = "prefetch-params";
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "prefetch-params", stderr), 0);
     diag_ctx d;
     diag_init(&d, "t.ein", "", 0);
     pass_ctx ctx = {&d, PASS_MESHSLICE_OFF, 0, NULL, NULL};
     CU_ASSERT_EQUAL(pass_manager_run(&pm, &ctx, m), 0);
     fclose(pm.dump);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dump, "*** IR Dump After cse-collectives ***\n"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(dump, "A.1[I] = AllGather_X A[I_X]"));
-    CU_ASSERT_PTR_NULL(strstr(dump, "A.2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dump, "*** IR Dump After prefetch-params ***\n"));
+    /* The param's gather now prints first. */
+    char *w = strstr(dump, "W.1[I] = AllGather_X W[I_X]"), *a = strstr(dump, "A.1[I] = AllGather_X A[I_X]");
+    CU_ASSERT_PTR_NOT_NULL(w);
+    CU_ASSERT_PTR_NOT_NULL(a);
+    CU_ASSERT(w && a && w < a);
     free(dump);
     ir_module_free(m);
     pass_registry_free(&r);
@@ -166,7 +166,7 @@ static void test_print_after(void)
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
-        {"cse_collectives", test_cse},
+        {"prefetch_params", test_prefetch},
         {"parse", test_parse},
         {"verify_stops", test_verify_stops},
         {"print_after", test_print_after},
