@@ -152,6 +152,22 @@ static bool expr_has_index(const ast_expr *e, int dim)
     return false;
 }
 
+/* Number of factors under `e`, counting nested ones (stops past `limit`). */
+static int count_factors(const ast_expr *e, int limit)
+{
+    int n = 0;
+    for (int i = 0; i < e->nterms && n <= limit; i++)
+        for (int k = 0; k < e->terms[i]->nfactors && n <= limit; k++) {
+            const ast_factor *f = e->terms[i]->factors[k];
+            n++;
+            if (f->kind == AST_F_PAREN)
+                n += count_factors(f->u.paren, limit - n);
+            else if (f->kind == AST_F_CALL)
+                n += count_factors(f->u.call.arg, limit - n);
+        }
+    return n;
+}
+
 void fe_check_assign(fe_checker *c, ast_stmt *s)
 {
     ast_tref *l = &s->u.assign.lhs;
@@ -167,8 +183,16 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
     if (ok && l->nidx <= IR_MAX_RANK && constrained && !fe_check_sharding(c, l, &sh))
         ok = false;
 
-    check_expr(c, s->u.assign.rhs, &st);
-    if (st.ntensors == 0) {
+    int nfactors = count_factors(s->u.assign.rhs, FE_MAX_FACTORS);
+    if (nfactors > FE_MAX_FACTORS) {
+        diag_error(c->diag, s->u.assign.rhs->loc,
+                   "the right side of '%s' has more than %d factors: split the statement",
+                   l->name.s, FE_MAX_FACTORS);
+        st.ok = false;
+    } else {
+        check_expr(c, s->u.assign.rhs, &st);
+    }
+    if (st.ok && st.ntensors == 0) {
         diag_error(c->diag, s->u.assign.rhs->loc, "the right side of '%s' uses no tensor",
                    l->name.s);
         ok = false;

@@ -26,6 +26,10 @@
  * longer is an error (keeps a 10 MB token from flowing into messages). */
 #define FE_MAX_NAME 128
 #define FE_MAX_NUMBER 64
+/* Most factors (tensors, numbers, parentheses, calls) in one statement:
+ * lowering walks expression trees recursively, so their size is bounded to
+ * keep the recursion far from the stack limit. */
+#define FE_MAX_FACTORS 4096
 
 /* State shared by the lexer and the parser of one file. */
 typedef struct fe_parser {

@@ -371,6 +371,24 @@ static void test_long_lines(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "error: number is longer than 64 bytes\n"));
     fe_run_free(&r);
     free(src);
+
+    /* A 10 MB expression: a million terms are parsed, then refused. */
+    const char *term = " + A[I, J]";
+    size_t tl = strlen(term), nterms = big / tl;
+    head = ABC "C[I, J] = A[I, J]";
+    hl = strlen(head);
+    src = malloc(hl + nterms * tl + 64);
+    memcpy(src, head, hl);
+    for (size_t i = 0; i < nterms; i++)
+        memcpy(src + hl + i * tl, term, tl);
+    strcpy(src + hl + nterms * tl, "\noutput C\n");
+    r = fe_test_compile_str(src, NULL);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.diag, "t.ein:5:11: error: the right side of 'C' has more than 4096 "
+                                          "factors: split the statement\n"));
+    fe_run_free(&r);
+    free(src);
 }
 
 void einc_register_tests(void)

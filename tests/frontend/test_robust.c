@@ -177,6 +177,25 @@ static void test_many_statements(void)
     free(src);
 }
 
+/* A statement just under the factor limit: deep trees, split into ops. */
+static void test_long_statement(void)
+{
+    int n = 4000;
+    char *src = malloc((size_t)n * 16 + 128);
+    size_t len = (size_t)sprintf(src, "dim I = 4\ninput A[I] : f32\ninput B[I] : f32\nS[I] = A[I]");
+    for (int i = 1; i < n; i++)
+        len += (size_t)sprintf(src + len, i % 3 ? " - B[I]" : " * A[I]");
+    sprintf(src + len, "\noutput S\n");
+    fe_run r = fe_test_compile_str(src, NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.m);
+    int nops = 0;
+    for (ir_op *op = r.m ? r.m->first : NULL; op; op = op->next, nops++)
+        CU_ASSERT(op->noperands <= IR_MAX_OPERANDS);
+    CU_ASSERT(nops > 1);
+    fe_run_free(&r);
+    free(src);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -187,6 +206,7 @@ void einc_register_tests(void)
         {"mutations", test_mutations},
         {"deep nesting", test_deep_nesting},
         {"many statements", test_many_statements},
+        {"long statement", test_long_statement},
     };
     einc_add_suite("frontend robustness", tests, (int)(sizeof tests / sizeof tests[0]));
 }
