@@ -42,7 +42,7 @@ static int64_t size_of(fe_checker *c, const ast_sizedef *d, const char *what)
     else
         size = n->ival;
     for (int i = 0; i < c->opts->ndefines; i++)
-        if (strcmp(c->opts->defines[i].name, d->name.s) == 0) {
+        if (c->opts->defines[i].name && strcmp(c->opts->defines[i].name, d->name.s) == 0) {
             c->define_used[i] = true;
             if (c->opts->defines[i].value >= 1)
                 size = c->opts->defines[i].value;
@@ -90,7 +90,10 @@ static void add_dim(fe_checker *c, const ast_sizedef *d)
 void fe_check_sizes(fe_checker *c, const ast_program *prog)
 {
     for (int i = 0; i < c->opts->ndefines; i++)
-        if (c->opts->defines[i].value < 1)
+        if (!c->opts->defines[i].name) {
+            diag_error(c->diag, DIAG_NOLOC, "-D override without a name");
+            c->define_used[i] = true;
+        } else if (c->opts->defines[i].value < 1)
             diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 ": a size must be at least 1",
                        c->opts->defines[i].name, c->opts->defines[i].value);
     for (int i = 0; i < prog->nstmts; i++) {
