@@ -46,6 +46,8 @@ typedef struct at_options {
     bool json;                      /* --json */
     double t_launch, l_sync, gemm_eff; /* overrides, < 0 = profile/defaults */
     int64_t block;                  /* --block, 0 = default */
+    int64_t rows, cols;             /* --mesh RxC: fixed shape, 0 = search */
+    int64_t slices;                 /* --slices K: one K for every layer, 0 = search */
 } at_options;
 
 /* One 2D GEMM found in the model. */
@@ -69,6 +71,8 @@ static void usage(FILE *out)
           "  --algorithm A         meshslice (default), collective, wang, summa, cannon\n"
           "  --dataflow D          os, ls, rs for every layer (default: keep the largest\n"
           "                        matrix stationary)\n"
+          "  --mesh RxC            evaluate this mesh shape only (R * C = N)\n"
+          "  --slices K            MeshSlice: use this K for every layer instead of searching\n"
           "  --compare             also tune every other algorithm and print speedups\n"
           "  --json                machine-readable report\n"
           "  --t-launch SECONDS    collective launch cost T_launch (default 5e-6)\n"
@@ -168,6 +172,18 @@ static int parse_args(int argc, char **argv, at_options *o)
         } else if ((v = opt_value(argc, argv, &i, "--block"))) {
             if (!parse_count(v, 1 << 20, &o->block))
                 return bad_usage("--block wants a positive element count, not '%s'", v);
+        } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            char *x = strchr(buf, 'x');
+            if (!x || strlen(v) >= sizeof buf)
+                return bad_usage("--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
+            *x = 0;
+            if (!parse_count(buf, MAX_CHIPS, &o->rows) || !parse_count(x + 1, MAX_CHIPS, &o->cols))
+                return bad_usage("--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
+        } else if ((v = opt_value(argc, argv, &i, "--slices"))) {
+            if (!parse_count(v, 1 << 20, &o->slices))
+                return bad_usage("--slices wants a positive slice count K, not '%s'", v);
         } else if (strcmp(a, "--compare") == 0) {
             o->compare = true;
         } else if (strcmp(a, "--json") == 0) {
@@ -198,6 +214,14 @@ static int parse_args(int argc, char **argv, at_options *o)
         return bad_usage("%s", "--chips N is required");
     if (!o->input)
         return bad_usage("%s", "no input file");
+    if (o->rows && o->rows * o->cols != o->chips) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "%lldx%lld is not %lld chips", (long long)o->rows,
+                 (long long)o->cols, (long long)o->chips);
+        return bad_usage("--mesh %s", msg);
+    }
+    if (o->slices && o->algo != MS_ALGO_MESHSLICE)
+        return bad_usage("%s", "--slices applies to --algorithm meshslice only");
     return 0;
 }
 
@@ -374,6 +398,7 @@ typedef struct report {
     ms_tune_result common;        /* the layers on best.mesh with common_k */
     ms_tune_result per_algo[MS_ALGO_COUNT]; /* --compare */
     char command[256];            /* the einc options to print */
+    bool command_ok;              /* the .ein compiles with those options */
 } report;
 
 static void build_command(report *r)
@@ -416,7 +441,10 @@ static void print_text(const report *r)
         if (r->o->chips % rows)
             continue;
         ms_mesh mesh = {rows, r->o->chips / rows};
-        ms_tune_result t = ms_tune_mesh(p, r->layers, r->n, mesh, (ms_algo)r->o->algo, r->o->df, 0, NULL);
+        if (r->o->rows && mesh.rows != r->o->rows)
+            continue;
+        ms_tune_result t = ms_tune_mesh(p, r->layers, r->n, mesh, (ms_algo)r->o->algo, r->o->df,
+                                        r->o->slices, NULL);
         char shape[48];
         snprintf(shape, sizeof shape, "%lld x %lld", (long long)mesh.rows, (long long)mesh.cols);
         if (t.found)
@@ -442,12 +470,14 @@ static void print_text(const report *r)
     }
     printf("  %-12s %-44s %-11s %6s %12.4f %8s %7.1f%%\n", "total", "", "", "", 1e3 * r->best.time, "",
            100 * r->best.utilization);
-    if (r->o->algo == MS_ALGO_MESHSLICE && r->common_k > 0)
+    if (r->o->algo == MS_ALGO_MESHSLICE && r->common_k > 0 && !r->o->slices)
         printf("\none K for every layer: K=%lld, %.4f ms (%.1f%%), %.2f%% slower than per-layer K\n",
                (long long)r->common_k, 1e3 * r->common.time, 100 * r->common.utilization,
                100 * (r->common.time / r->best.time - 1));
     if (r->o->compare) {
-        printf("\nalgorithms (each on its own best mesh shape):\n  %-11s %-12s %12s %8s %18s\n",
+        fputs(r->o->rows ? "\nalgorithms (on the given mesh):" : "\nalgorithms (each on its own best mesh shape):",
+              stdout);
+        printf("\n  %-11s %-12s %12s %8s %18s\n",
                "algorithm", "mesh", "time (ms)", "util", "MeshSlice speedup");
         const ms_tune_result *ms = &r->per_algo[MS_ALGO_MESHSLICE];
         for (int a = 0; a < MS_ALGO_COUNT; a++) {
@@ -460,8 +490,12 @@ static void print_text(const report *r)
             char shape[48];
             snprintf(shape, sizeof shape, "%lld x %lld", (long long)t->mesh.rows,
                      (long long)t->mesh.cols);
-            printf("  %-11s %-12s %12.4f %7.1f%% %17.1f%%\n", ms_algo_name((ms_algo)a), shape,
-                   1e3 * t->time, 100 * t->utilization, 100 * (t->time / ms->time - 1));
+            if (ms->found)
+                printf("  %-11s %-12s %12.4f %7.1f%% %17.1f%%\n", ms_algo_name((ms_algo)a), shape,
+                       1e3 * t->time, 100 * t->utilization, 100 * (t->time / ms->time - 1));
+            else
+                printf("  %-11s %-12s %12.4f %7.1f%% %18s\n", ms_algo_name((ms_algo)a), shape,
+                       1e3 * t->time, 100 * t->utilization, "-");
         }
     }
     printf("\nrun: %s\n", r->command);
@@ -503,7 +537,10 @@ static int print_json(const report *r)
         if (r->o->chips % rows)
             continue;
         ms_mesh mesh = {rows, r->o->chips / rows};
-        ms_tune_result t = ms_tune_mesh(p, r->layers, r->n, mesh, (ms_algo)r->o->algo, r->o->df, 0, NULL);
+        if (r->o->rows && mesh.rows != r->o->rows)
+            continue;
+        ms_tune_result t = ms_tune_mesh(p, r->layers, r->n, mesh, (ms_algo)r->o->algo, r->o->df,
+                                        r->o->slices, NULL);
         t.mesh = mesh; /* also when no layer fits, so the entry names its shape */
         cJSON *e = tune_json(&t);
         if (!t.found) {
@@ -541,6 +578,7 @@ static int print_json(const report *r)
             cJSON_AddItemToObject(algos, ms_algo_key((ms_algo)a), tune_json(&r->per_algo[a]));
     }
     cJSON_AddStringToObject(root, "command", r->command);
+    cJSON_AddBoolToObject(root, "command_compiles", r->command_ok);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) {
@@ -552,8 +590,58 @@ static int print_json(const report *r)
     return 0;
 }
 
+/*
+ * Whether the .ein compiles on the chosen mesh (its own shardings must
+ * divide there too); if not, a note with the frontend's first message, so
+ * the printed command is never silently one that einc rejects.
+ */
+static bool command_compiles(const report *r, const char *src, size_t len)
+{
+    fe_define defs[MAX_DEFINES + 2];
+    int n = 0;
+    for (int i = 0; i < r->o->ndefines; i++)
+        defs[n++] = r->o->defines[i];
+    char names[2][2] = {{r->m->mesh.axes[0].name, 0}, {r->m->mesh.axes[1].name, 0}};
+    defs[n++] = (fe_define){names[0], r->best.mesh.rows};
+    defs[n++] = (fe_define){names[1], r->best.mesh.cols};
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        return true; /* cannot check: say nothing rather than something wrong */
+    diag_ctx d;
+    diag_init(&d, r->o->input, src, len);
+    d.out = f;
+    d.max_errors = 1;
+    fe_options fo = {defs, n, false};
+    ir_module *m = fe_compile(src, len, &fo, &d);
+    fclose(f);
+    bool ok = m != NULL;
+    if (m)
+        ir_module_free(m);
+    if (!ok)
+        fprintf(stderr, "einc autotune: note: %s's own shardings do not fit the %lld x %lld mesh, "
+                        "so the command below is rejected until they are changed:\n%s",
+                r->o->input, (long long)r->best.mesh.rows, (long long)r->best.mesh.cols,
+                text ? text : "");
+    free(text);
+    return ok;
+}
+
+/* ms_tune, or ms_tune_mesh when --mesh fixes the shape. */
+static ms_tune_result tune(const at_options *o, const ms_params *p, const ms_layer *layers, int n,
+                           ms_algo algo, int64_t k, ms_layer_choice *choices)
+{
+    if (o->rows) {
+        ms_mesh mesh = {o->rows, o->cols};
+        return ms_tune_mesh(p, layers, n, mesh, algo, o->df, k, choices);
+    }
+    return ms_tune(p, layers, n, o->chips, algo, o->df, k, choices);
+}
+
 /* Tunes and reports; `m` is the compiled model.  Returns the exit status. */
-static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_module *m)
+static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_module *m,
+                           const char *src, size_t len)
 {
     if (m->mesh.naxes != 2) {
         fprintf(stderr,
@@ -600,16 +688,20 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
     memset(&r, 0, sizeof r);
     r.o = o, r.hw = hw, r.p = &p, r.m = m, r.layers = layers, r.info = info, r.n = n;
     r.choices = choices;
-    r.best = ms_tune(&p, layers, n, o->chips, (ms_algo)o->algo, o->df, 0, choices);
+    r.best = tune(o, &p, layers, n, (ms_algo)o->algo, o->slices, choices);
     if (!r.best.found) {
         fprintf(stderr,
-                "einc autotune: error: no mesh shape rows x cols = %lld fits every 2D GEMM with %s "
-                "(each sharded dim must divide by its mesh axis%s)\n",
-                (long long)o->chips, ms_algo_name((ms_algo)o->algo),
-                o->algo == MS_ALGO_CANNON ? "; Cannon needs a square torus" : "");
+                "einc autotune: error: no mesh shape rows x cols = %lld%s fits every 2D GEMM with %s "
+                "(each sharded dim must divide by its mesh axis%s%s)\n",
+                (long long)o->chips, o->rows ? " (of --mesh)" : "", ms_algo_name((ms_algo)o->algo),
+                o->algo == MS_ALGO_CANNON ? "; Cannon needs a square torus" : "",
+                o->slices ? "; K must split each sliced dim into blocks" : "");
         goto done;
     }
-    if (o->algo == MS_ALGO_MESHSLICE) {
+    if (o->algo == MS_ALGO_MESHSLICE && o->slices) {
+        r.common_k = o->slices;
+        r.common = r.best;
+    } else if (o->algo == MS_ALGO_MESHSLICE) {
         r.common_k = ms_best_common_k(&p, layers, n, r.best.mesh, o->df);
         if (r.common_k > 0)
             r.common = ms_tune_mesh(&p, layers, n, r.best.mesh, MS_ALGO_MESHSLICE, o->df, r.common_k,
@@ -617,8 +709,9 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
     }
     if (o->compare)
         for (int a = 0; a < MS_ALGO_COUNT; a++)
-            r.per_algo[a] = ms_tune(&p, layers, n, o->chips, (ms_algo)a, o->df, 0, NULL);
+            r.per_algo[a] = tune(o, &p, layers, n, (ms_algo)a, a == MS_ALGO_MESHSLICE ? o->slices : 0, NULL);
     build_command(&r);
+    r.command_ok = command_compiles(&r, src, len);
     if (o->json)
         rc = print_json(&r);
     else {
@@ -652,7 +745,7 @@ int autotune_main(int argc, char **argv)
     diag_init(&diag, o.input, src, len);
     fe_options fo = {o.defines, o.ndefines, false};
     ir_module *m = fe_compile(src, len, &fo, &diag);
-    rc = m ? tune_and_report(&o, &hw, m) : 1;
+    rc = m ? tune_and_report(&o, &hw, m, src, len) : 1;
     if (m)
         ir_module_free(m);
     free(src);

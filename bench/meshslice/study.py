@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The MeshSlice paper's study (seed 004, section 5) redone with einc's model.
+
+Runs `einc autotune` on the FC layers of GPT-3 175B and Megatron-NLG 530B
+(gpt3_fc.ein, megatron_fc.ein beside this script) for weak scaling from 16 to
+256 TPU v4 chips (batch = chips / 2, sequence 2048) and prints Markdown tables:
+FLOP utilization per algorithm (Fig. 9), MeshSlice's speedups at 256 chips
+beside the paper's figures, the autotuner's mesh shape and K per layer, the
+dataflow heuristic against the default B-stn dataflow (Table 2), utilization
+by mesh shape (Fig. 13), by K on a 32 x 8 mesh (Fig. 14) and on the 4 x 4 mesh
+of Table 3.  docs/meshslice.md holds the output and the discussion.
+
+    bench/meshslice/study.py --einc build/einc          # einc with the subcommand
+    bench/meshslice/study.py --autotune build/einc_autotune
+
+Every number comes from the autotuner's --json report; this script only
+arranges them.  Exit status 1 if a run fails.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = [("GPT-3 175B", "gpt3_fc.ein"), ("Megatron-NLG 530B", "megatron_fc.ein")]
+CHIPS = [16, 32, 64, 128, 256]
+ALGOS = ["cannon", "summa", "collective", "wang", "meshslice"]
+ALGO_NAMES = {"cannon": "Cannon", "summa": "SUMMA", "collective": "Collective",
+              "wang": "Wang", "meshslice": "MeshSlice"}
+# What seed 004 reports (section 5), keyed by model.
+PAPER = {
+    "GPT-3 175B": {"over_wang": 13.8, "end_to_end": 12.0, "drop_16_256": 16.8,
+                   "dataflow_gain": 21.2, "overlap_4x4_over_collective": 38.6},
+    "Megatron-NLG 530B": {"over_wang": 26.0, "end_to_end": 23.4, "drop_16_256": 5.8,
+                          "dataflow_gain": 5.1, "overlap_4x4_over_collective": 32.8},
+}
+
+
+def run(cmd, args, check=True):
+    """Runs the autotuner with `args` and returns its JSON report (None if it
+    refused the configuration and check is False)."""
+    p = subprocess.run(cmd + args + ["--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        if check:
+            sys.exit("study: %s failed:\n%s" % (" ".join(cmd + args), p.stderr))
+        return None
+    return json.loads(p.stdout)
+
+
+def pct(x):
+    return "%.1f%%" % (100 * x)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--einc", help="einc executable (runs `einc autotune`)")
+    g.add_argument("--autotune", help="the standalone einc_autotune executable")
+    ap.add_argument("--hw", default="tpu-v4")
+    ap.add_argument("--raw", help="also write every JSON report to this file")
+    a = ap.parse_args()
+    cmd = [a.einc, "autotune"] if a.einc else [a.autotune]
+    cmd += ["--hw", a.hw]
+    raw = {}
+    out = []
+    w = out.append
+
+    for model, ein in MODELS:
+        path = os.path.join(HERE, ein)
+        reports = {}
+        for n in CHIPS:
+            reports[n] = run(cmd, ["--chips", str(n), "-D", "B=%d" % (n // 2), "--compare", path])
+        raw[model] = {"weak_scaling": reports}
+        w("### %s, weak scaling (batch = chips / 2, sequence 2048)\n" % model)
+        w("FLOP utilization of the FC layers, each algorithm on its own best mesh shape "
+          "(Fig. 9):\n")
+        w("| chips | " + " | ".join(ALGO_NAMES[x] for x in ALGOS) + " |")
+        w("|---|" + "---|" * len(ALGOS))
+        for n in CHIPS:
+            cells = []
+            for x in ALGOS:
+                t = reports[n]["algorithms"][x]
+                cells.append("%s (%dx%d)" % (pct(t["utilization"]), t["rows"], t["cols"])
+                             if t["found"] else "n/a")
+            w("| %d | %s |" % (n, " | ".join(cells)))
+        w("")
+        r256 = reports[256]["algorithms"]
+        ms = r256["meshslice"]["time"]
+        drop = 1 - reports[256]["algorithms"]["meshslice"]["utilization"] / \
+            reports[16]["algorithms"]["meshslice"]["utilization"]
+        p = PAPER[model]
+        w("| at 256 chips | einc model | paper (seed 004) |")
+        w("|---|---|---|")
+        w("| MeshSlice speedup over Wang | %.1f%% | %.1f%% (FC layers; %.1f%% end to end) |"
+          % (100 * (r256["wang"]["time"] / ms - 1), p["over_wang"], p["end_to_end"]))
+        w("| MeshSlice speedup over Collective | %.1f%% | not reported for this setup |"
+          % (100 * (r256["collective"]["time"] / ms - 1)))
+        w("| MeshSlice utilization drop, 16 -> 256 chips | %.1f%% | %.1f%% |"
+          % (100 * drop, p["drop_16_256"]))
+        w("")
+        w("Autotuner's choice for MeshSlice (mesh rows x cols; dataflow and K per layer):\n")
+        w("| chips | mesh | " + " | ".join(l["name"] for l in reports[16]["best"]["layers"])
+          + " | one K for all | utilization |")
+        w("|---|---|" + "---|" * len(reports[16]["best"]["layers"]) + "---|---|")
+        for n in CHIPS:
+            b = reports[n]["best"]
+            cells = ["%s K=%d" % (l["dataflow"].upper(), l["slices"]) for l in b["layers"]]
+            ck = reports[n].get("common_k", {}).get("k", 0)
+            w("| %d | %dx%d | %s | %s | %s |" % (n, b["rows"], b["cols"], " | ".join(cells),
+                                               ck or "-", pct(b["utilization"])))
+        w("")
+
+        # Table 2: the heuristic dataflow against B-stn for every layer.
+        default = run(cmd, ["--chips", "256", "-D", "B=128", "--dataflow", "rs", path])
+        best = reports[256]["best"]
+        raw[model]["default_dataflow"] = default
+        w("Dataflow optimization at 256 chips (Table 2): B-stn for every layer %s (%dx%d), "
+          "heuristic %s (%dx%d): %.1f%% faster (paper: %.1f%%).\n"
+          % (pct(default["best"]["utilization"]), default["best"]["rows"], default["best"]["cols"],
+             pct(best["utilization"]), best["rows"], best["cols"],
+             100 * (default["best"]["time"] / best["time"] - 1), p["dataflow_gain"]))
+
+        # Fig. 13: utilization by mesh shape at 256 chips.
+        w("MeshSlice utilization by mesh shape at 256 chips (Fig. 13): " + ", ".join(
+            "%dx%d %s" % (m["rows"], m["cols"], pct(m["utilization"]) if m["found"] else "n/a")
+            for m in reports[256]["meshes"]) + ".\n")
+
+        # Fig. 14: utilization by K on 32 x 8 (one K for every layer).
+        ks = []
+        for k in [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96]:
+            r = run(cmd, ["--chips", "256", "-D", "B=128", "--mesh", "32x8", "--slices", str(k),
+                          path], check=False)
+            if r:
+                ks.append((k, r["best"]["utilization"]))
+        raw[model]["k_sweep_32x8"] = ks
+        w("MeshSlice utilization by K on 32x8, one K for every layer (Fig. 14): "
+          + ", ".join("K=%d %s" % (k, pct(u)) for k, u in ks) + ".\n")
+
+        # Table 3: the 4 x 4 mesh (16 chips), MeshSlice with overlap vs Collective.
+        r16 = run(cmd, ["--chips", "16", "-D", "B=8", "--mesh", "4x4", "--compare", path])
+        raw[model]["mesh_4x4"] = r16
+        al = r16["algorithms"]
+        w("On a 4x4 mesh (Table 3): Collective %s, Wang %s, MeshSlice %s; MeshSlice %.1f%% "
+          "faster than Collective (paper, MeshSlice-Overlap estimate: %.1f%%).\n"
+          % (pct(al["collective"]["utilization"]), pct(al["wang"]["utilization"]),
+             pct(al["meshslice"]["utilization"]),
+             100 * (al["collective"]["time"] / al["meshslice"]["time"] - 1),
+             p["overlap_4x4_over_collective"]))
+
+    params = raw[MODELS[0][0]]["weak_scaling"][16]["params"]
+    w("Model parameters (%s): %s" % (a.hw, ", ".join("%s = %g" % kv for kv in params.items())))
+    print("\n".join(out))
+    if a.raw:
+        with open(a.raw, "w") as f:
+            json.dump(raw, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `einc autotune` (driver/autotune.c).
+
+Usage: test_autotune_cli.py AUTOTUNE_EXE TEST_DIR
+
+Writes small .ein models, runs the autotuner and checks its report against
+an independent Python computation of the same quantities: which einsums are
+2D GEMMs and their M, N, K; the dataflow heuristic; blocked-slicing validity
+of the chosen K; the best mesh being the fastest listed; the Collective time
+from Eq. 5 and the padded GEMM time; FLOP utilization.  Also checks that bad
+input gives a clear error and the documented exit status.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+EXE = sys.argv[1]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(args, src=None, name="model.ein"):
+    """Runs the autotuner; `src` is written to a temp .ein passed last."""
+    with tempfile.TemporaryDirectory() as d:
+        if src is not None:
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(src)
+            args = args + [path]
+        p = subprocess.run([EXE] + args, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(b), 1e-30)
+
+
+MODEL = """\
+mesh X = 2, Y = 2
+dim B = 4, S = 512, D = 1024, F = 4096, H = 8, E = 128
+input In[B, S_X, D_Y] : bf16
+param W1[D_X, F_Y] : bf16
+param W2[F_X, D_Y] : bf16
+input Q[B, S, H, E] : bf16
+input K[B, S, H, E] : bf16
+Hid[B, S, F] = In[B, S, D] * W1[D, F]
+Out[B, S, D] = Hid[B, S, F] * W2[F, D]
+Sc[B, H, S] = Q[B, S, H, E] * K[B, S, H, E]
+output Out[B, S, D]
+output Sc[B, H, S]
+"""
+TOKENS, D, F = 4 * 512, 1024, 4096
+
+
+def pad(x, t):
+    return -(-x // t) * t
+
+
+def gemm_time(p, m, n, k):
+    return 1e-6 + 2.0 * pad(m, 128) * pad(n, 128) * pad(k, 128) / (p["peak_flops"] * p["gemm_eff"])
+
+
+def coll_time(p, ring, shard):
+    """Eq. 5 of seed 004; TPU v4 axes wrap when their size is a multiple of 4."""
+    if ring <= 1:
+        return 0.0
+    bw = p["bw_ring"] if ring % 4 == 0 else p["bw_line"]
+    return p["t_launch"] + (ring - 1) * (p["l_sync"] + shard / bw)
+
+
+def heuristic(m, n, k):
+    a, b, c = m * k, k * n, m * n
+    if c >= a and c >= b:
+        return "os"
+    return "ls" if a >= b else "rs"
+
+
+def sliced_dim(df, m, n, k):
+    return {"os": k, "ls": n, "rs": m}[df]
+
+
+def test_report_consistency():
+    rc, out, err = run(["--chips", "16", "--json"], MODEL)
+    check(rc == 0, "json run succeeds (%d: %s)" % (rc, err))
+    if rc:
+        return
+    r = json.loads(out)
+    p = r["params"]
+    layers = r["best"]["layers"]
+    # The two FC einsums are 2D GEMMs; the batched score einsum is not.
+    check([l["name"] for l in layers] == ["Hid", "Out"], "GEMMs found: %s" % [l["name"] for l in layers])
+    want = {"Hid": (TOKENS, F, D), "Out": (TOKENS, D, F)}
+    for l in layers:
+        check((l["m"], l["n"], l["k"]) == want[l["name"]], "M, N, K of %s" % l["name"])
+        check(l["dataflow"] == heuristic(l["m"], l["n"], l["k"]), "dataflow of %s" % l["name"])
+        rows, cols, k = r["best"]["rows"], r["best"]["cols"], l["slices"]
+        d = sliced_dim(l["dataflow"], l["m"], l["n"], l["k"])
+        check(k == 1 or ((d // rows) % (k * p["block"]) == 0 and (d // cols) % (k * p["block"]) == 0),
+              "K=%d of %s splits %d into blocks on %dx%d" % (k, l["name"], d, rows, cols))
+    # The best mesh is the fastest of those listed, and its time is the sum.
+    found = [m for m in r["meshes"] if m["found"]]
+    check(len(r["meshes"]) == 5, "all factor pairs of 16 listed")
+    check(min(m["time"] for m in found) == r["best"]["time"], "best mesh is the fastest")
+    check(close(sum(l["time"] for l in layers), r["best"]["time"]), "total is the layers' sum")
+    flops = sum(2.0 * l["m"] * l["n"] * l["k"] for l in layers)
+    check(close(r["best"]["utilization"], flops / (r["best"]["time"] * 16 * p["peak_flops"])),
+          "utilization = FLOPs / (time * chips * peak)")
+    check(r["command"].startswith("einc -D X=%d -D Y=%d " % (r["best"]["rows"], r["best"]["cols"])),
+          "command sets the mesh: %s" % r["command"])
+    check("--meshslice=" in r["command"], "command sets --meshslice")
+
+
+def test_collective_formula():
+    # One GEMM, Collective on a fixed 4x4 mesh: recompute Eq. 5 + GEMM here.
+    src = MODEL.replace("Out[B, S, D] = Hid[B, S, F] * W2[F, D]\n", "").replace("output Out[B, S, D]\n", "")
+    rc, out, err = run(["--chips", "16", "--mesh", "4x4", "--algorithm", "collective", "--json"], src)
+    check(rc == 0, "collective run (%s)" % err)
+    if rc:
+        return
+    r = json.loads(out)
+    p = r["params"]
+    l = r["best"]["layers"][0]
+    m, n, k = l["m"], l["n"], l["k"]
+    check(l["dataflow"] == "os", "Hid keeps C stationary")
+    # C-stn: AllGather A (m x k) along rows and B (k x n) along columns at once.
+    shard_a, shard_b = 2.0 * m * k / 16, 2.0 * k * n / 16
+    want = max(coll_time(p, 4, shard_a), coll_time(p, 4, shard_b)) + gemm_time(p, m // 4, n // 4, k)
+    check(close(l["time"], want), "Collective time %g == %g" % (l["time"], want))
+    # MeshSlice with a fixed K: the three-stage pipeline recomputed.
+    rc, out, err = run(["--chips", "16", "--mesh", "4x4", "--slices", "4", "--json"], src)
+    check(rc == 0, "meshslice K=4 run (%s)" % err)
+    if rc:
+        return
+    l = json.loads(out)["best"]["layers"][0]
+    ag = max(coll_time(p, 4, shard_a / 4), coll_time(p, 4, shard_b / 4))
+    g = gemm_time(p, m // 4, n // 4, k // 4)
+    want = ag + g + 3 * max(ag, g)
+    check(l["slices"] == 4 and close(l["time"], want), "MeshSlice K=4 time %g == %g" % (l["time"], want))
+
+
+def test_text_report():
+    rc, out, err = run(["--chips", "4", "--compare"], MODEL)
+    check(rc == 0, "text run (%s)" % err)
+    check("best mesh" in out and "\nrun: einc -D X=" in out, "text report has the best mesh and command")
+    for name in ["Cannon", "SUMMA", "Collective", "Wang", "MeshSlice"]:
+        check(name in out, "--compare lists %s" % name)
+    check("'Sc' has a batch dim" in err, "skipped einsum is explained: %s" % err)
+
+
+def test_command_not_compiling_is_noted():
+    # In's B = 4 over X does not split over X = 8, though M = B*S does.
+    src = MODEL.replace("In[B, S_X, D_Y]", "In[B_X, S, D_Y]")
+    rc, out, err = run(["--chips", "8", "--mesh", "8x1", "--json"], src)
+    check(rc == 0, "run with a mesh the file's shardings do not fit (%s)" % err)
+    if rc == 0:
+        check(json.loads(out)["command_compiles"] is False, "command_compiles is false")
+        check("do not fit" in err, "note explains the rejected command: %s" % err)
+
+
+def test_errors():
+    cases = [
+        (["--json"], MODEL, 2, "--chips N is required"),
+        (["--chips", "0"], MODEL, 2, "--chips wants"),
+        (["--chips", "4", "--mesh", "3x3"], MODEL, 2, "is not 4 chips"),
+        (["--chips", "4", "--algorithm", "fft"], MODEL, 2, "unknown algorithm"),
+        (["--chips", "4", "--dataflow", "xs"], MODEL, 2, "unknown dataflow"),
+        (["--chips", "4", "--gemm-eff", "1.5"], MODEL, 2, "--gemm-eff"),
+        (["--chips", "4", "--slices", "3", "--algorithm", "wang"], MODEL, 2, "meshslice only"),
+        (["--chips", "4", "--hw", "no-such-chip"], MODEL, 1, "no-such-chip"),
+        (["--chips", "4"], "mesh X = 4\ndim M = 64, K = 32, N = 16\ninput A[M_X, K] : f32\n"
+         "param W[K, N] : f32\nC[M, N] = A[M, K] * W[K, N]\noutput C[M, N]\n", 1, "2D mesh"),
+        (["--chips", "4"], "mesh X = 2, Y = 2\ndim A = 4\ninput I[A] : f32\noutput I[A]\n", 1, "no 2D GEMM"),
+        (["--chips", "4"], MODEL.replace("Hid[B, S, F] =", "Hid[B, S, F] = ="), 1, "error"),
+        (["--chips", "7"], MODEL, 1, "no mesh shape"),
+        (["--chips", "16", "--slices", "5"], MODEL, 1, "no mesh shape"),
+    ]
+    for args, src, want_rc, want_msg in cases:
+        rc, out, err = run(args, src)
+        check(rc == want_rc, "%s: exit %d, want %d (%s)" % (args, rc, want_rc, err.strip()[:200]))
+        check(want_msg in err, "%s: message '%s' in: %s" % (args, want_msg, err.strip()[:200]))
+    rc, out, err = run(["--chips", "4", "/nonexistent/model.ein"])
+    check(rc == 1 and "cannot open" in err, "missing file: %d %s" % (rc, err))
+    rc, out, err = run(["--help"])
+    check(rc == 0 and "usage: einc autotune" in out, "--help")
+
+
+for t in [test_report_consistency, test_collective_formula, test_text_report,
+          test_command_not_compiling_is_noted, test_errors]:
+    t()
+print("%d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)
