@@ -255,13 +255,29 @@ static ir_sharding current(const prop *p, const ir_value *v)
     return v->type.sh;
 }
 
-/* Cost of bringing result sharding `sh` of op k to everything that uses it. */
+/* Adds cost(v: sh -> want) to *c unless `want` is among wants[0..*n-1]
+ * (one reshard per distinct target is emitted and shared), and records it. */
+static void add_target(prop *p, const ir_value *v, const ir_sharding *sh, const ir_sharding *want,
+                       ir_sharding *wants, int *n, int cap, cost *c)
+{
+    for (int i = 0; i < *n; i++)
+        if (ir_sharding_equal(&wants[i], want, v->type.rank))
+            return;
+    if (*n < cap)
+        wants[(*n)++] = *want;
+    *c = cost_add(*c, reshard_cost(p, v, sh, want));
+}
+
+/* Cost of bringing result sharding `sh` of op k to everything that uses it:
+ * one reshard per distinct sharding its consumers and outputs need. */
 static cost result_cost(prop *p, int k, const ir_sharding *sh)
 {
     const ir_value *v = p->ops[k].op->result;
     if (v->has_constraint)
         return reshard_cost(p, v, sh, &v->constraint);
     cost c = COST_ZERO;
+    ir_sharding wants[MAX_HINTS];
+    int n = 0;
     for (int u = p->use_start[v->id]; u < p->use_start[v->id + 1]; u++) {
         const opinfo *c2 = &p->ops[p->uses[u].op];
         /* A consumer not decided yet (first sweep): a linear one is assumed
@@ -269,16 +285,40 @@ static cost result_cost(prop *p, int k, const ir_sharding *sh)
          * result), any other to need them reduced. */
         ir_sharding want = c2->decided ? c2->lay.req[p->uses[u].operand]
                            : (c2->op->kind == IR_OP_EINSUM || c2->linear) ? *sh : reduced(*sh);
-        c = cost_add(c, reshard_cost(p, v, sh, &want));
+        add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
     }
     for (int i = 0; i < p->m->noutputs; i++) {
         const ir_output *o = &p->m->outputs[i];
         if (o->value != v)
             continue;
         ir_sharding want = o->has_constraint ? o->constraint : reduced(*sh);
-        c = cost_add(c, reshard_cost(p, v, sh, &want));
+        add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
     }
     return c;
+}
+
+/* Whether some use of v other than by op k, or an output of v, already
+ * needs v in sharding `want`: that reshard is emitted once and shared, so
+ * op k needing it too costs nothing more. */
+static bool needed_elsewhere(const prop *p, const ir_value *v, int k, const ir_sharding *want)
+{
+    int rank = v->type.rank;
+    if (v->id < 0 || v->id >= p->nvalues)
+        return false;
+    for (int u = p->use_start[v->id]; u < p->use_start[v->id + 1]; u++) {
+        const opinfo *c = &p->ops[p->uses[u].op];
+        if (p->uses[u].op != k && c->decided && ir_sharding_equal(&c->lay.req[p->uses[u].operand], want, rank))
+            return true;
+    }
+    for (int i = 0; i < p->m->noutputs; i++) {
+        const ir_output *o = &p->m->outputs[i];
+        if (o->value != v)
+            continue;
+        ir_sharding t = o->has_constraint ? o->constraint : reduced(current(p, v));
+        if (ir_sharding_equal(&t, want, rank))
+            return true;
+    }
+    return false;
 }
 
 /* ---- layouts ---- */
@@ -409,14 +449,21 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
     return true;
 }
 
-/* Total cost of layout `lay` (already filled) for op k. */
+/* Cost of layout `lay` (already filled) for op k: the reshards of its
+ * operands not shared with other uses, plus those of its result. */
 static cost layout_cost(prop *p, int k, const layout *lay)
 {
     const ir_op *op = p->ops[k].op;
     cost c = COST_ZERO;
     for (int i = 0; i < op->noperands && !isinf(c.bytes); i++) {
-        ir_sharding have = current(p, op->operands[i]);
-        c = cost_add(c, reshard_cost(p, op->operands[i], &have, &lay->req[i]));
+        const ir_value *v = op->operands[i];
+        bool shared = needed_elsewhere(p, v, k, &lay->req[i]);
+        for (int j = 0; j < i && !shared; j++)
+            shared = op->operands[j] == v && ir_sharding_equal(&lay->req[j], &lay->req[i], v->type.rank);
+        if (shared)
+            continue;
+        ir_sharding have = current(p, v);
+        c = cost_add(c, reshard_cost(p, v, &have, &lay->req[i]));
     }
     if (!isinf(c.bytes))
         c = cost_add(c, result_cost(p, k, &lay->produced));

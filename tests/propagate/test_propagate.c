@@ -230,6 +230,24 @@ static void test_unreduced_constraint_then_output(void)
     ir_module_free(m);
 }
 
+/* Two consumers that need the same reshard of one value share it: one
+ * AllGather of A feeds both matmuls (and is priced once). */
+static void test_shared_reshard(void)
+{
+    ir_module *m = fx_module("X=2", "I=256,J=256,K=1024");
+    ir_value *a = fx_input(m, "A[I, J_X]");
+    ir_value *b1 = fx_input(m, "B1[J, K]");
+    ir_value *b2 = fx_input(m, "B2[J, K]");
+    ir_value *c1 = fx_einsum(m, "C1[I, K]", a, b1);
+    ir_value *c2 = fx_einsum(m, "C2[I, K]", a, b2);
+    fx_output(m, "C1", c1);
+    fx_output(m, "C2", c2);
+    char buf[512];
+    CU_ASSERT_STRING_EQUAL(run(m, buf, sizeof buf), "AllGather_X(A)");
+    CU_ASSERT_PTR_EQUAL(c1->def->operands[0], c2->def->operands[0]);
+    ir_module_free(m);
+}
+
 /* A constraint that cannot be met (K = 3 does not divide by 2) is an
  * error, not a crash or a silent wrong answer. */
 static void test_indivisible_constraint_is_error(void)
@@ -368,6 +386,7 @@ void einc_register_tests(void)
         {"AllToAll reshard", test_alltoall_reshard},
         {"intermediate constraint", test_intermediate_constraint},
         {"indivisible constraint is an error", test_indivisible_constraint_is_error},
+        {"two consumers share one reshard", test_shared_reshard},
         {"unreduced constraint, then a sharded output", test_unreduced_constraint_then_output},
         {"reduction leaves partial sums, AllReduce", test_reduction_allreduce},
         {"broadcast bias stays local", test_broadcast_bias_local},
