@@ -33,41 +33,48 @@
 
 #include "cg_internal.h"
 
-/* Longest chain of nodes from `n` down, or -1 on a bad index or a cycle. */
-static int node_depth(const ir_op *op, int n, int budget)
+/* Checks the tree under node `n`: indices, operands and functions valid and
+ * no cycle.  `state` per node: 0 unseen, 1 on the current path, 2 checked;
+ * each node is checked once, so a DAG with shared nodes costs O(nodes). */
+static bool node_ok(const ir_op *op, int n, unsigned char *state)
 {
-    if (n < 0 || n >= op->u.ew.nnodes || budget < 0)
-        return -1;
+    if (n < 0 || n >= op->u.ew.nnodes || state[n] == 1)
+        return false;
+    if (state[n] == 2)
+        return true;
     const ir_ew_node *e = &op->u.ew.nodes[n];
-    int da = 0, db = 0;
+    bool ok = false;
+    state[n] = 1;
     switch (e->kind) {
     case IR_EW_OPERAND:
-        return e->operand >= 0 && e->operand < op->noperands ? 1 : -1;
+        ok = e->operand >= 0 && e->operand < op->noperands;
+        break;
     case IR_EW_CONST:
-        return 1;
+        ok = true;
+        break;
     case IR_EW_ADD:
     case IR_EW_SUB:
     case IR_EW_MUL:
-        db = node_depth(op, e->b, budget - 1);
-        if (db < 0)
-            return -1;
-        /* fall through */
+        ok = node_ok(op, e->a, state) && node_ok(op, e->b, state);
+        break;
     case IR_EW_CALL:
-        if (e->kind == IR_EW_CALL && ((int)e->fn < 0 || e->fn >= IR_FN_COUNT))
-            return -1;
-        da = node_depth(op, e->a, budget - 1);
-        if (da < 0)
-            return -1;
-        return 1 + (da > db ? da : db);
+        ok = (int)e->fn >= 0 && e->fn < IR_FN_COUNT && node_ok(op, e->a, state);
+        break;
     }
-    return -1;
+    state[n] = 2;
+    return ok;
 }
 
 bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d)
 {
     const ir_value *res = op->result;
-    if (!op->u.ew.nodes || op->u.ew.nnodes < 1 ||
-        node_depth(op, op->u.ew.root, op->u.ew.nnodes) < 0) {
+    bool tree_ok = op->u.ew.nodes && op->u.ew.nnodes >= 1;
+    if (tree_ok) {
+        unsigned char *state = cg_calloc((size_t)op->u.ew.nnodes, 1);
+        tree_ok = node_ok(op, op->u.ew.root, state);
+        free(state);
+    }
+    if (!tree_ok) {
         diag_error(d, op->loc, "codegen: malformed elementwise expression (bad node index, "
                                "operand or function, or a cycle)");
         return false;
@@ -242,27 +249,22 @@ static void store_elem(ew_nest *n, LLVMValueRef v, ir_dtype dtype, LLVMValueRef 
     LLVMBuildStore(b, v, p);
 }
 
-/* Evaluates node `node` of `op` with label indices `bylabel`. */
-static LLVMValueRef eval(ew_nest *n, const ir_op *op, int node, LLVMValueRef *bylabel)
+/* One evaluation of an expression tree at one element: the op, its label
+ * indices, and the value of each node once computed (a node shared by two
+ * parents is emitted once). */
+typedef struct ew_eval {
+    const ir_op *op;        /* whose tree */
+    LLVMValueRef *bylabel;  /* index of each dim id at this element */
+    LLVMValueRef *memo;     /* per node: its value, or NULL if not yet emitted */
+} ew_eval;
+
+static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel);
+
+/* Operand `k` of x->op at this element: a load, or a fused producer's tree. */
+static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
 {
-    cg_ctx *c = n->c;
-    const ir_ew_node *e = &op->u.ew.nodes[node];
-    switch (e->kind) {
-    case IR_EW_CONST:
-        return fc(n, e->value);
-    case IR_EW_ADD:
-        return LLVMBuildFAdd(c->b, eval(n, op, e->a, bylabel), eval(n, op, e->b, bylabel), "");
-    case IR_EW_SUB:
-        return LLVMBuildFSub(c->b, eval(n, op, e->a, bylabel), eval(n, op, e->b, bylabel), "");
-    case IR_EW_MUL:
-        return LLVMBuildFMul(c->b, eval(n, op, e->a, bylabel), eval(n, op, e->b, bylabel), "");
-    case IR_EW_CALL:
-        return call_fn(n, e->fn, eval(n, op, e->a, bylabel));
-    case IR_EW_OPERAND:
-        break;
-    }
-    const ir_value *v = op->operands[e->operand];
-    const int *labels = op->u.ew.labels[e->operand];
+    const ir_value *v = x->op->operands[k];
+    const int *labels = x->op->u.ew.labels[k];
     const cg_plan *p = n->f->plan;
     int def = p->def_index[v->id];
     if (def >= 0 && p->fused_into[def] >= 0) {
@@ -271,12 +273,42 @@ static LLVMValueRef eval(ew_nest *n, const ir_op *op, int node, LLVMValueRef *by
         const ir_op *prod = p->ops[def];
         LLVMValueRef *map = cg_calloc((size_t)n->f->m->ndims, sizeof *map);
         for (int j = 0; j < v->type.rank; j++)
-            map[prod->u.ew.result_labels[j]] = bylabel[labels[j]];
-        LLVMValueRef r = eval(n, prod, prod->u.ew.root, map);
+            map[prod->u.ew.result_labels[j]] = x->bylabel[labels[j]];
+        LLVMValueRef r = eval_tree(n, prod, map);
         free(map);
         return r;
     }
-    return load_elem(n, n->f->buf[v->id], v->type.dtype, offset_of(n, &v->type, labels, bylabel));
+    return load_elem(n, n->f->buf[v->id], v->type.dtype,
+                     offset_of(n, &v->type, labels, x->bylabel));
+}
+
+/* Node `node` of x->op, emitted once. */
+static LLVMValueRef eval(ew_nest *n, ew_eval *x, int node)
+{
+    if (x->memo[node])
+        return x->memo[node];
+    cg_ctx *c = n->c;
+    const ir_ew_node *e = &x->op->u.ew.nodes[node];
+    LLVMValueRef r = NULL;
+    switch (e->kind) {
+    case IR_EW_CONST: r = fc(n, e->value); break;
+    case IR_EW_ADD: r = LLVMBuildFAdd(c->b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_SUB: r = LLVMBuildFSub(c->b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_MUL: r = LLVMBuildFMul(c->b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_CALL: r = call_fn(n, e->fn, eval(n, x, e->a)); break;
+    case IR_EW_OPERAND: r = eval_operand(n, x, e->operand); break;
+    }
+    return x->memo[node] = r;
+}
+
+/* The value of `op`'s expression at the element with label indices `bylabel`. */
+static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel)
+{
+    ew_eval x = {.op = op, .bylabel = bylabel};
+    x.memo = cg_calloc((size_t)op->u.ew.nnodes, sizeof *x.memo);
+    LLVMValueRef r = eval(n, &x, op->u.ew.root);
+    free(x.memo);
+    return r;
 }
 
 /* Emits loops for positions level..rank-1 around the body. */
@@ -289,7 +321,7 @@ static void nest(ew_nest *n, int level)
         LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
         for (int r = 0; r < rank; r++)
             bylabel[op->u.ew.result_labels[r]] = n->idx[r];
-        LLVMValueRef v = eval(n, op, op->u.ew.root, bylabel);
+        LLVMValueRef v = eval_tree(n, op, bylabel);
         LLVMValueRef off = offset_of(n, &op->result->type, op->u.ew.result_labels, bylabel);
         store_elem(n, v, op->result->type.dtype, n->dst, off);
         free(bylabel);

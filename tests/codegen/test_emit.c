@@ -245,6 +245,46 @@ static void test_error_ew_sharding(void)
     ir_module_free(m);
 }
 
+/* An expression DAG whose nodes are shared (x1 = x0 + x0, x2 = x1 + x1,
+ * ...): each node is checked and emitted once, not once per path (2^60). */
+static void test_shared_nodes(void)
+{
+    ir_module *m = ir_module_new("dag");
+    int I = ir_dim_add(m, "I", 16, 0);
+    ir_type t = {.dtype = IR_F32, .rank = 1, .dims = {I}, .sh = ir_sharding_replicated()};
+    ir_value *a = ir_value_new(m, "a", IR_VAL_INPUT, &t, 0);
+    ir_value *r = ir_value_new(m, "r", IR_VAL_OP, &t, 0);
+    ir_op *op = ir_op_new(m, IR_OP_ELEMENTWISE, 1, &a, r, 0);
+    op->u.ew.labels[0][0] = op->u.ew.result_labels[0] = I;
+    enum { LEVELS = 60 };
+    ir_ew_node *nodes = ir_alloc(&m->arena, sizeof *nodes * (LEVELS + 1));
+    nodes[0] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    for (int i = 1; i <= LEVELS; i++)
+        nodes[i] = (ir_ew_node){.kind = IR_EW_ADD, .a = i - 1, .b = i - 1};
+    op->u.ew.nodes = nodes;
+    op->u.ew.nnodes = LEVELS + 1;
+    op->u.ew.root = LEVELS;
+    ir_op_append(m, op);
+    ir_output_add(m, "r", r, 0);
+    char path[] = "/tmp/cg_dag_XXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    close(fd);
+    cg_options o = {.output = path, .kind = CG_EMIT_LLVM, .opt_level = 0};
+    cap c;
+    cap_init(&c);
+    CU_ASSERT_EQUAL(cg_emit(m, NULL, &o, &c.d), 0);
+    cap_done(&c);
+    free(c.text);
+    char *ll = read_file(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ll);
+    CU_ASSERT_EQUAL(count(ll, " = fadd float "), LEVELS);
+    CU_ASSERT_EQUAL(count(ll, " = load float, "), 1);
+    free(ll);
+    unlink(path);
+    ir_module_free(m);
+}
+
 /* A runtime library the linker rejects: the linker's own words reach the
  * user and no executable is left behind. */
 static void test_error_linker(void)
@@ -389,6 +429,7 @@ void einc_register_tests(void)
         {"bad options and runtime dir", test_error_options},
         {"unreduced output error", test_error_unreduced_output},
         {"linker failure passed through", test_error_linker},
+        {"shared expression nodes emitted once", test_shared_nodes},
         {"every case emits at O0 and O3", test_emit_all_cases},
         {"buffers, fusion and markers in the run function", test_emit_buffers},
         {"elementwise loop vectorised at O3", test_emit_vectorised},
