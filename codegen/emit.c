@@ -62,12 +62,26 @@ static int check_limits(const ir_module *m, diag_ctx *d)
                    IR_MAX_AXES);
         return -1;
     }
-    for (int v = 0; v < m->nvalues; v++)
-        if (m->values[v]->type.rank < 0 || m->values[v]->type.rank > IR_MAX_RANK) {
-            diag_error(d, DIAG_NOLOC, "codegen: value '%s' has rank %d (at most %d)",
-                       m->values[v]->tensor, m->values[v]->type.rank, IR_MAX_RANK);
+    for (int v = 0; v < m->nvalues; v++) {
+        const ir_value *val = m->values[v];
+        if (val->type.rank < 0 || val->type.rank > IR_MAX_RANK) {
+            diag_error(d, val->loc, "codegen: value '%s' has rank %d (at most %d)", val->tensor,
+                       val->type.rank, IR_MAX_RANK);
             return -1;
         }
+        /* Loops are bottom-tested and blocks equal-sized: every dim must
+         * split evenly into non-empty blocks. */
+        for (int j = 0; j < val->type.rank; j++) {
+            int64_t parts = ir_sharding_dim_parts(&val->type.sh, &m->mesh, j);
+            int64_t global = m->dims[val->type.dims[j]].size;
+            if (parts < 1 || global < parts || global % parts != 0) {
+                diag_error(d, val->loc, "codegen: dim '%s' of '%s' (size %lld) does not split "
+                                        "into %lld equal blocks", m->dims[val->type.dims[j]].name,
+                           val->tensor, (long long)global, (long long)parts);
+                return -1;
+            }
+        }
+    }
     /* The runtime assembles outputs from blocks; a partial sum has no block
      * layout to assemble, so it must be reduced before it is an output. */
     for (int j = 0; j < m->noutputs; j++)

@@ -314,6 +314,22 @@ static void test_error_linker(void)
     CU_ASSERT_EQUAL(rmdir(dir), 0); /* the temporary object is gone too */
 }
 
+/* A dim that does not split evenly over its mesh axes is refused (the
+ * verifier should have caught it; codegen does not trust it to). */
+static void test_error_uneven(void)
+{
+    ir_module *m = cg_case_build("ew_broadcast", false);
+    m->dims[1].size = 7; /* J = 7 over Y = 2 */
+    cg_options o = {.output = "/tmp/cg_never_written.ll", .kind = CG_EMIT_LLVM};
+    cap c;
+    cap_init(&c);
+    CU_ASSERT_EQUAL(cg_emit(m, NULL, &o, &c.d), -1);
+    cap_done(&c);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c.text, "dim 'J' of 'A' (size 7) does not split into 2"));
+    free(c.text);
+    ir_module_free(m);
+}
+
 /* An output still holding {U_X} partial sums is refused. */
 static void test_error_unreduced_output(void)
 {
@@ -428,6 +444,7 @@ void einc_register_tests(void)
         {"elementwise sharding mismatch error", test_error_ew_sharding},
         {"bad options and runtime dir", test_error_options},
         {"unreduced output error", test_error_unreduced_output},
+        {"uneven split error", test_error_uneven},
         {"linker failure passed through", test_error_linker},
         {"shared expression nodes emitted once", test_shared_nodes},
         {"every case emits at O0 and O3", test_emit_all_cases},
