@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """End-to-end test of the runtime with the hand-written program prog_tp.c.
 
-usage: run_tp.py PROG BAD_PROG [PROG_MPI BAD_PROG_MPI]
+usage: run_tp.py --tp PROG --bad BAD_PROG [--tp-f64 P] [--tp-bf16 P]
+                 [--tp-mpi PROG_MPI --bad-mpi BAD_PROG_MPI]
 
-Runs the executable on .npy inputs and compares every output with NumPy;
+Runs the executable (f32, and the f64 and bf16 builds) on .npy inputs and
+compares every output with NumPy;
 checks --check, --random-inputs (the generator reproduced here in NumPy),
 --repeat, --info, --stats, and that bad command lines and bad files give a
 clear error and exit status 1, and that BAD_PROG (a device failing while its
@@ -11,6 +13,7 @@ peers wait in a collective) ends with a message and status 1, not a hang.
 With the MPI builds, does the same under `mpirun -np 4` and checks that a
 wrong rank count fails fast with a message.
 """
+import argparse
 import os
 import subprocess
 import sys
@@ -81,21 +84,37 @@ def expected(x, w):
     return {"y": xw, "u": xw.sum(0), "v": xw.sum(0), "t": xw, "q": 2 * w.astype(np.float64).sum(0)}
 
 
-def compare(outs, x, w, tag):
+# Per dtype of the program: the .npy dtype of its files, and the tolerance
+# against NumPy's f64 result (bf16 rounds inputs, products and sums).
+FILE_DTYPE = {"f32": np.float32, "f64": np.float64, "bf16": np.float32}
+TOL = {"f32": 1e-5, "f64": 1e-12, "bf16": 3e-2}
+
+
+def to_bf16(a):
+    """Rounds f32 values to bf16 (nearest even), as the runtime does on reading."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def compare(outs, x, w, tag, dtype):
+    if dtype == "bf16":
+        x, w = to_bf16(x), to_bf16(w)
     for name, want in expected(x, w).items():
         got = np.load(outs[name])
-        if got.dtype != np.float32 or got.shape != want.shape:
-            fail("%s: %s has %s %s, expected float32 %s" % (tag, name, got.dtype, got.shape, want.shape))
+        if got.dtype != FILE_DTYPE[dtype] or got.shape != want.shape:
+            fail("%s: %s has %s %s, expected %s %s"
+                 % (tag, name, got.dtype, got.shape, FILE_DTYPE[dtype], want.shape))
             continue
         err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
-        if err > 1e-5:
+        if err > TOL[dtype]:
             fail("%s: output %s differs from NumPy: rel err %g" % (tag, name, err))
 
 
-def check_run(launch, tmp, tag):
+def check_run(launch, tmp, tag, dtype="f32"):
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((B, D)).astype(np.float32)
-    w = rng.standard_normal((D, F)).astype(np.float32)
+    x = rng.standard_normal((B, D)).astype(FILE_DTYPE[dtype])
+    w = rng.standard_normal((D, F)).astype(FILE_DTYPE[dtype])
     xp, wp = os.path.join(tmp, "x.npy"), os.path.join(tmp, "w.npy")
     np.save(xp, x)
     np.save(wp, w)
@@ -104,7 +123,7 @@ def check_run(launch, tmp, tag):
     for n, p in outs.items():
         args += ["--output", "%s=%s" % (n, p)]
     p = run(launch + args + ["--check", "--stats", "--repeat", "3"])
-    compare(outs, x, w, tag)
+    compare(outs, x, w, tag, dtype)
     for n in "yuvtq":
         if "check %s: max_rel_err=" % n not in p.stdout:
             fail("%s: --check printed no line for %s:\n%s" % (tag, n, p.stdout))
@@ -112,6 +131,8 @@ def check_run(launch, tmp, tag):
         fail("%s: --repeat/--stats output missing:\n%s" % (tag, p.stdout))
     if [f for f in os.listdir(tmp) if ".tmp" in f]:
         fail("%s: temporary files left behind" % tag)
+    if dtype != "f32":
+        return
 
     # --random-inputs: each device generates its shard; values equal the global array's.
     p = run(launch + ["--random-inputs", "42", "--check", "--output", "y=" + outs["y"]])
@@ -159,23 +180,33 @@ def check_errors(prog, tmp):
 
 
 def main():
-    prog, bad_prog = sys.argv[1], sys.argv[2]
-    mpi_prog, mpi_bad_prog = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else (None, None)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tp", required=True)
+    ap.add_argument("--bad", required=True)
+    ap.add_argument("--tp-f64")
+    ap.add_argument("--tp-bf16")
+    ap.add_argument("--tp-mpi")
+    ap.add_argument("--bad-mpi")
+    a = ap.parse_args()
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
     with tempfile.TemporaryDirectory() as tmp:
-        check_run([prog], tmp, "threads")
-        check_errors(prog, tmp)
-        expect_error([bad_prog, "--random-inputs", "3"],
+        check_run([a.tp], tmp, "threads")
+        for dtype, prog in (("f64", a.tp_f64), ("bf16", a.tp_bf16)):
+            if prog:
+                check_run([prog], tmp, "threads-" + dtype, dtype)
+        check_errors(a.tp, tmp)
+        expect_error([a.bad, "--random-inputs", "3"],
                      "einrt: error: device 0 (X=0): AllReduce (op 17): dim 0 is 4 in the input "
                      "but 3 in the output")
-        if mpi_prog:
-            mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
-            check_run(mpirun + ["-np", "4", mpi_prog], tmp, "mpi")
-            expect_error(mpirun + ["-np", "2", mpi_prog, "--random-inputs", "1"],
+        if a.tp_mpi:
+            check_run(mpirun + ["-np", "4", a.tp_mpi], tmp, "mpi")
+            expect_error(mpirun + ["-np", "2", a.tp_mpi, "--random-inputs", "1"],
                          "the program's mesh has 4 devices but the job has 2 ranks")
             xp = os.path.join(tmp, "x.npy")
-            expect_error(mpirun + ["-np", "4", mpi_prog, "--input", "x=" + xp, "--input",
+            expect_error(mpirun + ["-np", "4", a.tp_mpi, "--input", "x=" + xp, "--input",
                                    "w=" + xp], "tensor 'w'")
-            expect_error(mpirun + ["-np", "4", mpi_bad_prog, "--random-inputs", "3"],
+        if a.bad_mpi:
+            expect_error(mpirun + ["-np", "4", a.bad_mpi, "--random-inputs", "3"],
                          "AllReduce (op 17): dim 0 is 4 in the input but 3 in the output")
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
