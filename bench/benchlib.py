@@ -1,0 +1,190 @@
+"""Helpers shared by the benchmark scripts of bench/ (docs/performance.md).
+
+Benchmarks are run by hand, never by CTest.  Each script builds its C
+programs with `cc`/`mpicc` into BUILD/bench-bin (BUILD is an einc build tree,
+`--build`, default $EINC_BUILD or ./build), runs them, reads their
+`RESULT key=value ...` lines and prints a table of ratios against a baseline
+measured in the same run.
+"""
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+CFLAGS = ["-O2", "-std=c17", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE",
+          "-Wall", "-Wextra", "-Werror"]
+
+
+class BenchError(Exception):
+    """A benchmark could not be built or run; the message says why."""
+
+
+def parser(description):
+    """An argument parser with the options every script takes."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--build", default=os.environ.get("EINC_BUILD", str(ROOT / "build")),
+                   help="einc build tree holding runtime/libeinrt.a and driver/einc "
+                        "(default $EINC_BUILD or ./build)")
+    return p
+
+
+def main_guard(fn):
+    """Runs fn(); a BenchError is printed as one line and exit status 1."""
+    try:
+        fn()
+    except BenchError as e:
+        print(f"bench: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def machine():
+    """One line about the machine, printed above every table."""
+    model = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    core = os.environ.get("OPENBLAS_CORETYPE", "(unset)")
+    return (f"# machine: {model}, {os.cpu_count()} cores, {platform.system()} "
+            f"{platform.release()}; OPENBLAS_CORETYPE={core}; load average {load:.2f}")
+
+
+def bin_dir(build):
+    d = Path(build) / "bench-bin"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def einrt_lib(build, mpi=False):
+    """Path of the runtime library in the build tree; BenchError if not built."""
+    name = "libeinrt_mpi.a" if mpi else "libeinrt.a"
+    lib = Path(build) / "runtime" / name
+    if not lib.exists():
+        raise BenchError(f"{lib} not found: build einc first "
+                         f"(cmake -S {ROOT} -B {build} -DCMAKE_BUILD_TYPE=Release && "
+                         f"cmake --build {build} --target einrt einc)")
+    return lib
+
+
+def einc(build):
+    for exe in (Path(build) / "einc", Path(build) / "driver" / "einc"):
+        if exe.exists():
+            return exe
+    raise BenchError(f"{build}/einc not found: build einc first "
+                     f"(cmake --build {build} --target einc einrt einrt_mpi)")
+
+
+def compile_c(build, name, sources, mpi=False, libs=(), runtime=False):
+    """Builds BUILD/bench-bin/NAME from bench/SOURCES (rebuilt when older
+    than a source or the runtime library); returns the path."""
+    out = bin_dir(build) / name
+    srcs = [BENCH / s for s in sources]
+    deps = list(srcs) + [BENCH / "bench_util.h"]
+    args = []
+    if runtime:
+        lib = einrt_lib(build)
+        deps += [lib, ROOT / "runtime" / "rt_internal.h"]
+        args += ["-I", str(ROOT / "runtime"), str(lib)]
+    cc = "mpicc" if mpi else os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        raise BenchError(f"compiler '{cc}' not found")
+    if out.exists() and all(out.stat().st_mtime >= d.stat().st_mtime for d in deps):
+        return out
+    cmd = [cc, *CFLAGS, "-I", str(BENCH), *map(str, srcs), *args, *libs,
+           "-lopenblas", "-lpthread", "-lm", "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BenchError(f"building {name} failed:\n{' '.join(cmd)}\n{r.stderr}")
+    return out
+
+
+def mpirun(nranks):
+    """The mpirun prefix for nranks ranks on this machine (root needs two flags)."""
+    cmd = ["mpirun", "--oversubscribe", "-np", str(nranks)]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    return cmd
+
+
+def run(cmd, timeout=1800, env=None):
+    """Runs cmd; returns its stdout.  BenchError with stderr on failure."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                           timeout=timeout, env=full_env)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"timed out after {timeout} s: {' '.join(map(str, cmd))}")
+    if r.returncode != 0:
+        raise BenchError(f"failed (status {r.returncode}): {' '.join(map(str, cmd))}\n"
+                         f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def _value(v):
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def results(text):
+    """The RESULT lines of a benchmark's output as dicts (numbers converted)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            out.append({k: _value(v) for k, v in
+                        (kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)})
+    return out
+
+
+def median_ms(text):
+    """The 'median time per run: X ms' of an einc executable's --repeat, in ms."""
+    m = re.search(r"median time per run: ([0-9.]+) ms", text)
+    if not m:
+        raise BenchError(f"no 'median time per run' in the output:\n{text[-1000:]}")
+    return float(m.group(1))
+
+
+def human_bytes(n):
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def table(headers, rows):
+    """Prints rows (lists of str/number) under headers as a Markdown table."""
+    cells = [[h for h in headers]] + [[fmt(c) for c in r] for r in rows]
+    width = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "| " + " | ".join(c.rjust(width[i]) for i, c in enumerate(r)) + " |"
+    print(line(cells[0]))
+    print("|" + "|".join("-" * (w + 2) for w in width) + "|")
+    for r in cells[1:]:
+        print(line(r))
+    sys.stdout.flush()
+
+
+def fmt(c):
+    if isinstance(c, float):
+        return f"{c:.3g}" if abs(c) < 100 else f"{c:.0f}"
+    return str(c)
+
+
+def verdict(ratio, target, higher_is_better=True):
+    ok = ratio >= target if higher_is_better else ratio <= target
+    return "ok" if ok else "MISS"

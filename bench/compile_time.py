@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Benchmark 4: compile time of the examples and peak memory per device.
+
+Compile time: for each examples/*.ein, the median wall time of --reps runs of
+    einc FILE -o EXE                 (whole pipeline: frontend, passes, LLVM -O3,
+                                      object emission, link; target < 200 ms)
+    einc FILE --dump-ir > /dev/null  (frontend + passes alone)
+
+Peak memory: the --memory example (default examples/llama2_ffw.ein) is
+compiled and run with `--random-inputs 1 --stats`; the runtime's peak
+rt_alloc bytes per device (inputs, outputs and scratch) is compared with the
+largest sum of live shards per device, computed from `--dump-ir=json`: the
+inputs and the outputs are live for the whole run (the runtime allocates
+them before the program starts), every other value from the op that defines
+it to its last use.  Ratio = peak / that bound; target <= 1.3.
+
+    python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein]
+"""
+import json
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib as bl
+
+
+def timed(cmd, reps):
+    """Median seconds of reps runs of cmd (stdout discarded); BenchError on failure."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        r = subprocess.run([str(c) for c in cmd], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+        times.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            raise bl.BenchError(f"failed: {' '.join(map(str, cmd))}\n{r.stderr[-2000:]}")
+    return statistics.median(times)
+
+
+def live_bound(ir):
+    """Largest sum of live per-device shard bytes over the ops of IR (JSON dump)."""
+    ops = ir["ops"]
+    size, last = {}, {}
+    for v in ir["inputs"]:
+        size[v["name"]] = v["bytes_per_device"]
+    for i, op in enumerate(ops):
+        for o in op["operands"]:
+            size.setdefault(o["name"], o["bytes_per_device"])
+            last[o["name"]] = i
+        res = op["result"]
+        size[res["name"]] = res["bytes_per_device"]
+        last.setdefault(res["name"], i)
+    always = {v["name"] for v in ir["inputs"]} | {v["name"] for v in ir["outputs"]}
+    base = sum(size[n] for n in always)
+    best = base
+    for i in range(len(ops)):
+        live = base
+        for j, op in enumerate(ops[:i + 1]):
+            n = op["result"]["name"]
+            if n not in always and last[n] >= i:
+                live += size[n]
+        best = max(best, live)
+    return best, base
+
+
+def main():
+    p = bl.parser(__doc__)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--memory", default=str(bl.ROOT / "examples" / "llama2_ffw.ein"))
+    a = p.parse_args()
+    einc = bl.einc(a.build)
+    examples = sorted((bl.ROOT / "examples").glob("*.ein"))
+    if not examples:
+        raise bl.BenchError(f"no .ein files in {bl.ROOT / 'examples'}")
+    print(bl.machine())
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for ex in examples:
+            exe = Path(tmp) / ex.stem
+            full = timed([einc, ex, "-o", exe], a.reps)
+            front = timed([einc, ex, "--dump-ir"], a.reps)
+            rows.append([ex.name, f"{1e3 * full:.1f}", bl.verdict(full, 0.2, False),
+                         f"{1e3 * front:.1f}"])
+        print(f"\n## compile time, median of {a.reps} runs\n")
+        bl.table(["example", "einc -o ms", "<200ms", "--dump-ir ms"], rows)
+
+        mem = Path(a.memory)
+        if not mem.exists():
+            print(f"\n(no {mem}: peak memory not measured)")
+            return
+        ir = json.loads(bl.run([einc, mem, "--dump-ir=json"]))
+        bound, base = live_bound(ir)
+        exe = Path(tmp) / "memory"
+        bl.run([einc, mem, "-o", exe])
+        out = bl.run([exe, "--random-inputs", "1", "--stats"])
+        peaks = [int(v) for v in re.findall(r"device \d+: peak (\d+) bytes", out)]
+        if not peaks:
+            raise bl.BenchError(f"no peak memory in the output of --stats:\n{out[-1000:]}")
+        mib = lambda b: f"{b / 2**20:.1f}"
+        mesh = ", ".join(f"{m['name']}={m['size']}" for m in ir["mesh"])
+        print(f"\n## peak memory per device, {mem.name} (mesh {mesh})\n")
+        bl.table(["device", "peak MiB", "live-shard bound MiB", "inputs+outputs MiB",
+                  "ratio", "<=1.3x"],
+                 [[d, mib(pk), mib(bound), mib(base), f"{pk / bound:.2f}",
+                   bl.verdict(pk / bound, 1.3, False)] for d, pk in enumerate(peaks)])
+
+
+if __name__ == "__main__":
+    bl.main_guard(main)

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Benchmark 3: distributed f64 GEMM compiled by einc vs OpenBLAS and ScaLAPACK.
+
+einc compiles bench/matmul_2d.ein (C[I_X, K_Y] = A[I_X, J_Y] B[J_X, K_Y],
+N x N x N) for each mesh of --meshes (1x2 2x2) and each runtime (threads,
+mpi); the executable's `--repeat R --random-inputs 1` prints the median time
+per run.  Baselines from the same run:
+    BLAS     one process, one cblas_dgemm on --threads OpenBLAS threads
+             (gemm_blas.c); ratio = BLAS time / einc time, target >= 0.85
+    pdgemm   ScaLAPACK on the same number of MPI ranks, grid = the mesh,
+             block --nb (pdgemm.c); ratio = pdgemm time / einc time, target >= 1.5
+Before timing, each configuration runs once at N=256 with --check (the
+executable compares with its unsharded reference), so a wrong answer stops
+the benchmark.
+
+    python3 bench/gemm_dist.py --build BUILD [--n 4096] [--repeat 3] [--meshes 1x2 2x2]
+"""
+import os
+
+import benchlib as bl
+
+
+def build(a, mesh, runtime, n, tag):
+    x, y = mesh
+    exe = bl.bin_dir(a.build) / f"matmul_2d_{x}x{y}_{runtime}_{tag}"
+    bl.run([bl.einc(a.build), bl.BENCH / "matmul_2d.ein", "-D", f"X={x}", "-D", f"Y={y}",
+            "-D", f"I={n}", "-D", f"J={n}", "-D", f"K={n}", f"--runtime={runtime}",
+            "-o", exe])
+    return exe
+
+
+def launch(exe, mesh, runtime, args):
+    ranks = mesh[0] * mesh[1]
+    prefix = bl.mpirun(ranks) if runtime == "mpi" else []
+    return bl.run(prefix + [exe] + args)
+
+
+def main():
+    p = bl.parser(__doc__)
+    p.add_argument("--n", type=int, default=4096)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--nb", type=int, default=256, help="ScaLAPACK block size")
+    p.add_argument("--meshes", nargs="+", default=["1x2", "2x2"])
+    p.add_argument("--runtimes", nargs="+", default=["threads", "mpi"])
+    a = p.parse_args()
+    meshes = [tuple(int(v) for v in m.split("x")) for m in a.meshes]
+    blas = bl.compile_c(a.build, "gemm_blas", ["gemm_blas.c"])
+    pdg = bl.compile_c(a.build, "pdgemm", ["pdgemm.c"], mpi=True, libs=["-lscalapack-openmpi"])
+    print(bl.machine())
+    flop = 2.0 * a.n ** 3
+    for mesh in meshes:
+        for rt in a.runtimes:
+            out = launch(build(a, mesh, rt, 256, "check"), mesh, rt,
+                         ["--random-inputs", "1", "--check"])
+            if "max_rel_err" not in out:
+                raise bl.BenchError(f"--check printed no comparison:\n{out}")
+    base = bl.results(bl.run([blas, a.n, a.threads, a.repeat]))[0]
+    print(f"# BLAS: {base['median_ms']} ms, {base['gflops']} GFLOP/s "
+          f"({a.threads} threads, N={a.n})")
+    pd = {}
+    for mesh in meshes:
+        r = bl.results(bl.run(bl.mpirun(mesh[0] * mesh[1]) +
+                              [pdg, a.n, mesh[0], mesh[1], a.nb, a.repeat]))[0]
+        pd[mesh] = r
+        print(f"# pdgemm {mesh[0]}x{mesh[1]}: {r['median_ms']} ms, {r['gflops']} GFLOP/s "
+              f"(nb {a.nb}, spot-check rel err {r['max_rel_err']})")
+    rows = []
+    for mesh in meshes:
+        for rt in a.runtimes:
+            exe = build(a, mesh, rt, a.n, "bench")
+            ms = bl.median_ms(launch(exe, mesh, rt, ["--random-inputs", "1",
+                                                     "--repeat", str(a.repeat)]))
+            vs_blas = base["median_ms"] / ms
+            vs_pd = pd[mesh]["median_ms"] / ms
+            rows.append([f"{mesh[0]}x{mesh[1]}", rt, ms, flop / ms * 1e-6,
+                         pd[mesh]["gflops"], f"{vs_blas:.2f}", bl.verdict(vs_blas, 0.85),
+                         f"{vs_pd:.2f}", bl.verdict(vs_pd, 1.5)])
+    print(f"\n## f64 GEMM N={a.n}: einc vs {a.threads}-thread OpenBLAS "
+          f"({base['gflops']} GFLOP/s) and ScaLAPACK pdgemm\n")
+    bl.table(["mesh", "runtime", "einc ms", "einc GFLOP/s", "pdgemm GFLOP/s", "vs BLAS",
+              ">=0.85x", "vs pdgemm", ">=1.5x"], rows)
+
+
+if __name__ == "__main__":
+    bl.main_guard(main)

@@ -1,0 +1,125 @@
+/*
+ * propagate_internal.h - what the files of the propagate pass share.
+ *
+ * propagate.c runs the pass (setup, sweeps, materialisation); the layout
+ * search and its costs live in propagate_layout.c and the text of the
+ * reasons attached to inserted ops in propagate_reason.c.  The algorithm is
+ * described at the top of propagate.c and in docs/propagation.md.
+ */
+#ifndef EINC_PROPAGATE_INTERNAL_H
+#define EINC_PROPAGATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pass.h"
+#include "reshard.h"
+
+#define MAX_LABELS (IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK)
+#define CH_NONE (-1)     /* the op is replicated over the axis */
+#define CH_CARRY 1000    /* CH_CARRY + k: unreduced sums carried from operand k */
+#define MAX_SWEEPS 12    /* backward+forward rounds; a fixed point comes far sooner */
+#define MAX_HINTS 32     /* result shardings consulted for candidate labels */
+#define MAX_OPTIONS 24   /* candidate choices for one mesh axis */
+
+/* A cost in the pass's objective: bytes per device, then op count. */
+typedef struct cost {
+    double bytes; /* bytes moved per device (seed 001 formulas) */
+    int nops;     /* number of reshard ops */
+} cost;
+
+/* One use of a value: operand `operand` of op info `op`. */
+typedef struct use {
+    int op;      /* index into prop.ops */
+    int operand; /* operand position */
+} use;
+
+/* A layout and what it implies for one op. */
+typedef struct layout {
+    int choice[IR_MAX_AXES];              /* per mesh axis: CH_NONE, label index or CH_CARRY + k */
+    ir_sharding req[IR_MAX_OPERANDS];     /* required sharding of each operand */
+    ir_sharding produced;                 /* sharding of the result */
+} layout;
+
+/* Per-op state of the propagation. */
+typedef struct opinfo {
+    ir_op *op;                            /* the Einsum or Elementwise op */
+    const int (*labels)[IR_MAX_RANK];     /* operand labels (op's union arm) */
+    const int *rlabels;                   /* result labels */
+    int nlabels;                          /* distinct labels of the op */
+    int label[MAX_LABELS];                /* their dim ids */
+    bool contracted[MAX_LABELS];          /* label not in the result (summed) */
+    bool in_operand[MAX_LABELS];          /* label indexes some operand (else nothing can shard it) */
+    bool linear;                          /* elementwise and linear in its operands */
+    bool decided;                         /* `lay` is valid */
+    layout lay;                           /* the chosen layout */
+} opinfo;
+
+/* One memoised reshard cost. */
+typedef struct cache_ent {
+    bool used;     /* slot occupied */
+    int vid;       /* value id */
+    uint32_t from; /* pass_reshard_key of the source sharding */
+    uint32_t to;   /* and of the target */
+    cost c;        /* the planner's answer */
+} cache_ent;
+
+/* A reshard already materialised: `src` brought to `sh` is `dst`. */
+typedef struct made {
+    ir_value *src;  /* the resharded value */
+    ir_sharding sh; /* the sharding reached */
+    ir_value *dst;  /* the value holding it */
+} made;
+
+/* The pass's context (no global state). */
+typedef struct prop {
+    pass_ctx *ctx;       /* options and diagnostics */
+    ir_module *m;        /* the module being transformed */
+    int nops;            /* compute ops */
+    opinfo *ops;         /* in program order */
+    int nvalues;         /* values before the pass (ids below index def) */
+    int *def;            /* by value id: index of defining op info, or -1 */
+    int *use_start;      /* by value id: first entry in `uses` (CSR) */
+    use *uses;           /* uses grouped by value */
+    cache_ent *cache;    /* reshard cost memo (open addressing) */
+    size_t cache_cap;    /* power of two */
+    size_t cache_n;      /* occupied slots */
+    made *mades;         /* reshards emitted so far */
+    int nmade, made_cap; /* count and capacity */
+} prop;
+
+/* `s` without unreduced axes: what a consumer that cannot carry partial
+ * sums, or a bare output, needs (resolved by AllReduce). */
+static inline ir_sharding pass_prop_reduced(ir_sharding s)
+{
+    s.unreduced = 0;
+    return s;
+}
+
+/* ---- propagate_layout.c ---- */
+
+/* The sharding value v has for its consumers under the current decisions
+ * (its constraint, its op's chosen result, or its type's). */
+ir_sharding pass_prop_current(const prop *p, const ir_value *v);
+/* Index of dim id `dim` among op info oi's labels, or -1. */
+int pass_prop_label_index(const opinfo *oi, int dim);
+/* Re-picks op k's layout: 1 if it changed, 0 if not, -1 if no layout is
+ * feasible (or out of memory). */
+int pass_prop_choose(prop *p, int k);
+/* Bytes and ops moved by op k's operands and result under `lay`. */
+cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
+
+/* ---- propagate_reason.c ---- */
+
+/* "Tmp = In * Win", "Act = gelu(Tmp)": op as written, into buf. */
+void pass_prop_stmt(const ir_op *op, char *buf, size_t size);
+/* Why step `st` is inserted on operand i of op k, into buf. */
+void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf,
+                              size_t size);
+/* Why step `st` brings value v (made by compute op `op`, or NULL) to
+ * `target`, required as `what` ("constraint", "output"), into buf. */
+void pass_prop_target_reason(const prop *p, const ir_op *op, const ir_value *v, const ir_sharding *target,
+                             const char *what, const pass_reshard_step *st, char *buf, size_t size);
+
+#endif

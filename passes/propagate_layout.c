@@ -1,0 +1,451 @@
+/*
+ * propagate_layout.c - the layout search of the propagate pass: the cost of
+ * an op's candidate iteration-space shardings (bytes moved per device, by
+ * the resharding planner) and the choice of the cheapest.  See the essay at
+ * the top of propagate.c.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "propagate_internal.h"
+
+static const cost COST_ZERO = {0.0, 0};
+static const cost COST_INF = {INFINITY, 0};
+
+static cost cost_add(cost a, cost b)
+{
+    cost c = {a.bytes + b.bytes, a.nops + b.nops};
+    return c;
+}
+
+/* Strictly better: fewer bytes (beyond rounding), or as many and fewer ops. */
+static bool cost_less(cost a, cost b)
+{
+    if (isinf(b.bytes))
+        return !isinf(a.bytes);
+    if (isinf(a.bytes))
+        return false;
+    double eps = 1e-9 * fmax(1.0, fmax(a.bytes, b.bytes));
+    if (a.bytes < b.bytes - eps)
+        return true;
+    return a.bytes <= b.bytes + eps && a.nops < b.nops;
+}
+
+/* ---- reshard costs ---- */
+
+/* Memoised min-cost reshard of value v from `from` to `to`. */
+static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to)
+{
+    int rank = v->type.rank;
+    if (ir_sharding_equal(from, to, rank))
+        return COST_ZERO;
+    int naxes = p->m->mesh.naxes;
+    uint32_t kf = pass_reshard_key(from, rank, naxes), kt = pass_reshard_key(to, rank, naxes);
+    if (p->cache_n * 2 >= p->cache_cap) {
+        size_t ncap = p->cache_cap ? 2 * p->cache_cap : 1024;
+        cache_ent *nc = calloc(ncap, sizeof *nc);
+        if (nc) {
+            for (size_t i = 0; i < p->cache_cap; i++) {
+                if (!p->cache[i].used)
+                    continue;
+                const cache_ent *e = &p->cache[i];
+                size_t h = ((size_t)e->vid * 2654435761u ^ e->from * 40503u ^ e->to * 2246822519u) & (ncap - 1);
+                while (nc[h].used)
+                    h = (h + 1) & (ncap - 1);
+                nc[h] = *e;
+            }
+            free(p->cache);
+            p->cache = nc;
+            p->cache_cap = ncap;
+        }
+    }
+    size_t h = 0;
+    if (p->cache_cap) {
+        h = ((size_t)v->id * 2654435761u ^ kf * 40503u ^ kt * 2246822519u) & (p->cache_cap - 1);
+        while (p->cache[h].used) {
+            const cache_ent *e = &p->cache[h];
+            if (e->vid == v->id && e->from == kf && e->to == kt)
+                return e->c;
+            h = (h + 1) & (p->cache_cap - 1);
+        }
+    }
+    ir_type t = v->type;
+    t.sh = *from;
+    pass_reshard_plan plan;
+    cost c = COST_INF;
+    if (pass_reshard_find(p->m, &t, to, &plan)) {
+        c.bytes = plan.bytes;
+        c.nops = plan.nsteps;
+    }
+    if (p->cache_cap && p->cache_n * 2 < p->cache_cap) {
+        cache_ent e = {true, v->id, kf, kt, c};
+        p->cache[h] = e;
+        p->cache_n++;
+    }
+    return c;
+}
+
+/* The sharding value v has for its consumers under the current decisions:
+ * its constraint if it has one (it is resharded into it right after its
+ * op), the layout's result if its op is decided, else its type's. */
+ir_sharding pass_prop_current(const prop *p, const ir_value *v)
+{
+    if (v->kind == IR_VAL_OP && v->has_constraint)
+        return v->constraint;
+    int k = v->id >= 0 && v->id < p->nvalues ? p->def[v->id] : -1;
+    if (k >= 0 && p->ops[k].decided)
+        return p->ops[k].lay.produced;
+    return v->type.sh;
+}
+
+/* Adds cost(v: sh -> want) to *c unless `want` is among wants[0..*n-1]
+ * (one reshard per distinct target is emitted and shared), and records it. */
+static void add_target(prop *p, const ir_value *v, const ir_sharding *sh, const ir_sharding *want,
+                       ir_sharding *wants, int *n, int cap, cost *c)
+{
+    for (int i = 0; i < *n; i++)
+        if (ir_sharding_equal(&wants[i], want, v->type.rank))
+            return;
+    if (*n < cap)
+        wants[(*n)++] = *want;
+    *c = cost_add(*c, reshard_cost(p, v, sh, want));
+}
+
+/* Cost of bringing result sharding `sh` of op k to everything that uses it:
+ * one reshard per distinct sharding its consumers and outputs need. */
+static cost result_cost(prop *p, int k, const ir_sharding *sh)
+{
+    const ir_value *v = p->ops[k].op->result;
+    if (v->has_constraint)
+        return reshard_cost(p, v, sh, &v->constraint);
+    cost c = COST_ZERO;
+    ir_sharding wants[MAX_HINTS];
+    int n = 0;
+    for (int u = p->use_start[v->id]; u < p->use_start[v->id + 1]; u++) {
+        const opinfo *c2 = &p->ops[p->uses[u].op];
+        /* A consumer not decided yet (first sweep): a linear one is assumed
+         * to carry the partial sums on (it pays for reducing its own
+         * result), any other to need them reduced. */
+        ir_sharding want = c2->decided ? c2->lay.req[p->uses[u].operand]
+                           : (c2->op->kind == IR_OP_EINSUM || c2->linear) ? *sh : pass_prop_reduced(*sh);
+        add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
+    }
+    for (int i = 0; i < p->m->noutputs; i++) {
+        const ir_output *o = &p->m->outputs[i];
+        if (o->value != v)
+            continue;
+        ir_sharding want = o->has_constraint ? o->constraint : pass_prop_reduced(*sh);
+        add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
+    }
+    return c;
+}
+
+/* Whether some use of v other than by op k, or an output of v, already
+ * needs v in sharding `want`: that reshard is emitted once and shared, so
+ * op k needing it too costs nothing more. */
+static bool needed_elsewhere(const prop *p, const ir_value *v, int k, const ir_sharding *want)
+{
+    int rank = v->type.rank;
+    if (v->id < 0 || v->id >= p->nvalues)
+        return false;
+    for (int u = p->use_start[v->id]; u < p->use_start[v->id + 1]; u++) {
+        const opinfo *c = &p->ops[p->uses[u].op];
+        if (p->uses[u].op != k && c->decided && ir_sharding_equal(&c->lay.req[p->uses[u].operand], want, rank))
+            return true;
+    }
+    for (int i = 0; i < p->m->noutputs; i++) {
+        const ir_output *o = &p->m->outputs[i];
+        if (o->value != v)
+            continue;
+        ir_sharding t = o->has_constraint ? o->constraint : pass_prop_reduced(pass_prop_current(p, v));
+        if (ir_sharding_equal(&t, want, rank))
+            return true;
+    }
+    return false;
+}
+
+/* ---- layouts ---- */
+
+/* Label index of dim id `dim` in op info `oi`, or -1. */
+int pass_prop_label_index(const opinfo *oi, int dim)
+{
+    for (int l = 0; l < oi->nlabels; l++)
+        if (oi->label[l] == dim)
+            return l;
+    return -1;
+}
+
+/* Shardings that say where the op's result would like its axes: the
+ * result's constraint, its consumers' requirements, output constraints. */
+static int result_hints(const prop *p, int k, ir_sharding *hints)
+{
+    const ir_value *v = p->ops[k].op->result;
+    int n = 0;
+    if (v->has_constraint)
+        hints[n++] = v->constraint;
+    for (int u = p->use_start[v->id]; u < p->use_start[v->id + 1] && n < MAX_HINTS; u++) {
+        const opinfo *c = &p->ops[p->uses[u].op];
+        if (c->decided)
+            hints[n++] = c->lay.req[p->uses[u].operand];
+    }
+    for (int i = 0; i < p->m->noutputs && n < MAX_HINTS; i++)
+        if (p->m->outputs[i].value == v && p->m->outputs[i].has_constraint)
+            hints[n++] = p->m->outputs[i].constraint;
+    return n;
+}
+
+/* The order of the axes in `set` on label l: the order of the first source
+ * (operand or hint position with that label) holding exactly that set, else
+ * mesh order.  Writes them to out, returns their count. */
+static int label_order(const prop *p, int k, const ir_sharding *hints, int nhints, int l, ir_axes set,
+                       int8_t *out)
+{
+    const opinfo *oi = &p->ops[k];
+    const ir_op *op = oi->op;
+    int cnt = 0;
+    for (int a = 0; a < p->m->mesh.naxes; a++)
+        if (set & (1u << a))
+            out[cnt++] = (int8_t)a;
+    if (cnt < 2)
+        return cnt;
+    for (int src = 0; src < op->noperands + nhints; src++) {
+        ir_sharding s;
+        int rank;
+        const int *lab;
+        if (src < op->noperands) {
+            s = pass_prop_current(p, op->operands[src]);
+            rank = op->operands[src]->type.rank;
+            lab = oi->labels[src];
+        } else {
+            s = hints[src - op->noperands];
+            rank = op->result->type.rank;
+            lab = oi->rlabels;
+        }
+        for (int j = 0; j < rank; j++) {
+            if (lab[j] != oi->label[l] || s.naxes[j] != cnt)
+                continue;
+            ir_axes have = 0;
+            for (int q = 0; q < cnt; q++)
+                have |= 1u << s.axes[j][q];
+            if (have == set) {
+                memcpy(out, s.axes[j], (size_t)cnt);
+                return cnt;
+            }
+        }
+    }
+    return cnt;
+}
+
+/* Fills lay->req and lay->produced from lay->choice; false if a dim would
+ * not divide or the layout is not computable. */
+static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhints, layout *lay)
+{
+    const opinfo *oi = &p->ops[k];
+    const ir_op *op = oi->op;
+    const ir_mesh *mesh = &p->m->mesh;
+    int8_t laxes[MAX_LABELS][IR_MAX_AXES];
+    int lnaxes[MAX_LABELS];
+    ir_axes carry = 0, contracted_axes = 0;
+    for (int l = 0; l < oi->nlabels; l++) {
+        ir_axes set = 0;
+        for (int a = 0; a < mesh->naxes; a++)
+            if (lay->choice[a] == l)
+                set |= 1u << a;
+        lnaxes[l] = label_order(p, k, hints, nhints, l, set, laxes[l]);
+        int64_t parts = ir_mesh_axes_size(mesh, set);
+        if (parts < 1 || p->m->dims[oi->label[l]].size % parts != 0 || (set && !oi->in_operand[l]))
+            return false;
+        if (oi->contracted[l]) {
+            if (op->kind == IR_OP_ELEMENTWISE && set)
+                return false;
+            contracted_axes |= set;
+        }
+    }
+    for (int a = 0; a < mesh->naxes; a++)
+        if (lay->choice[a] >= CH_CARRY)
+            carry |= 1u << a;
+    for (int i = 0; i < op->noperands; i++) {
+        ir_sharding *r = &lay->req[i];
+        memset(r, 0, sizeof *r);
+        for (int j = 0; j < op->operands[i]->type.rank; j++) {
+            int l = pass_prop_label_index(oi, oi->labels[i][j]);
+            r->naxes[j] = (uint8_t)lnaxes[l];
+            memcpy(r->axes[j], laxes[l], (size_t)lnaxes[l]);
+        }
+        if (op->kind == IR_OP_ELEMENTWISE)
+            r->unreduced = carry;
+        else
+            for (int a = 0; a < mesh->naxes; a++)
+                if (lay->choice[a] == CH_CARRY + i)
+                    r->unreduced |= 1u << a;
+    }
+    ir_sharding *s = &lay->produced;
+    memset(s, 0, sizeof *s);
+    for (int j = 0; j < op->result->type.rank; j++) {
+        int l = pass_prop_label_index(oi, oi->rlabels[j]);
+        if (l < 0)
+            return false;
+        s->naxes[j] = (uint8_t)lnaxes[l];
+        memcpy(s->axes[j], laxes[l], (size_t)lnaxes[l]);
+    }
+    s->unreduced = carry | contracted_axes;
+    return true;
+}
+
+/* Cost of layout `lay` (already filled) for op k: the reshards of its
+ * operands not shared with other uses, plus those of its result. */
+cost pass_prop_layout_cost(prop *p, int k, const layout *lay)
+{
+    const ir_op *op = p->ops[k].op;
+    cost c = COST_ZERO;
+    for (int i = 0; i < op->noperands && !isinf(c.bytes); i++) {
+        const ir_value *v = op->operands[i];
+        bool shared = needed_elsewhere(p, v, k, &lay->req[i]);
+        for (int j = 0; j < i && !shared; j++)
+            shared = op->operands[j] == v && ir_sharding_equal(&lay->req[j], &lay->req[i], v->type.rank);
+        if (shared)
+            continue;
+        ir_sharding have = pass_prop_current(p, v);
+        c = cost_add(c, reshard_cost(p, v, &have, &lay->req[i]));
+    }
+    if (!isinf(c.bytes))
+        c = cost_add(c, result_cost(p, k, &lay->produced));
+    return c;
+}
+
+/* The candidate choices for mesh axis a of op k (see the essay). */
+static int axis_options(const prop *p, int k, const ir_sharding *hints, int nhints, int a, int *opts)
+{
+    const opinfo *oi = &p->ops[k];
+    const ir_op *op = oi->op;
+    bool allowed[MAX_LABELS] = {false};
+    int n = 0;
+    opts[n++] = CH_NONE;
+    for (int i = 0; i < op->noperands; i++) {
+        ir_sharding s = pass_prop_current(p, op->operands[i]);
+        for (int j = 0; j < op->operands[i]->type.rank; j++)
+            for (int q = 0; q < s.naxes[j]; q++)
+                if (s.axes[j][q] == a)
+                    allowed[pass_prop_label_index(oi, oi->labels[i][j])] = true;
+    }
+    for (int h = 0; h < nhints; h++)
+        for (int j = 0; j < op->result->type.rank; j++)
+            for (int q = 0; q < hints[h].naxes[j]; q++)
+                if (hints[h].axes[j][q] == a) {
+                    int l = pass_prop_label_index(oi, oi->rlabels[j]);
+                    if (l >= 0)
+                        allowed[l] = true;
+                }
+    if (oi->decided && oi->lay.choice[a] >= 0 && oi->lay.choice[a] < CH_CARRY)
+        allowed[oi->lay.choice[a]] = true;
+    for (int l = 0; l < oi->nlabels && n < MAX_OPTIONS - IR_MAX_OPERANDS; l++)
+        if (allowed[l])
+            opts[n++] = l;
+    /* Carrying partial sums: an einsum is linear in each operand, so one
+     * operand may hold {U_a} if no other uses a; an elementwise op may when
+     * it is linear and all its operands hold {U_a}. */
+    if (op->kind == IR_OP_EINSUM) {
+        for (int i = 0; i < op->noperands; i++)
+            if (pass_prop_current(p, op->operands[i]).unreduced & (1u << a))
+                opts[n++] = CH_CARRY + i;
+    } else if (oi->linear) {
+        bool all = op->noperands > 0;
+        for (int i = 0; i < op->noperands; i++)
+            all = all && (pass_prop_current(p, op->operands[i]).unreduced & (1u << a));
+        if (all)
+            opts[n++] = CH_CARRY;
+    }
+    return n;
+}
+
+/* Search state for pass_prop_choose(): the best layout found so far. */
+typedef struct chooser {
+    int opts[IR_MAX_AXES][MAX_OPTIONS]; /* options per axis */
+    int nopts[IR_MAX_AXES];             /* their counts */
+    ir_sharding hints[MAX_HINTS];       /* result hints */
+    int nhints;                         /* their count */
+    layout cur;                         /* layout being built */
+    layout best;                        /* best complete layout */
+    cost best_cost;                     /* its cost */
+    int64_t best_split;                 /* devices it divides the op's work over */
+    int tried;                          /* layouts evaluated */
+} chooser;
+
+/* Devices the op's work is divided over under `lay` (axes on labels). */
+static int64_t layout_split(const prop *p, const layout *lay)
+{
+    int64_t n = 1;
+    for (int a = 0; a < p->m->mesh.naxes; a++)
+        if (lay->choice[a] >= 0 && lay->choice[a] < CH_CARRY)
+            n *= p->m->mesh.axes[a].size;
+    return n;
+}
+
+/* Layout order: fewer bytes, then fewer ops, then more of the op's work
+ * split over the mesh (fewer FLOPs per device). */
+static bool layout_better(cost c1, int64_t s1, cost c2, int64_t s2)
+{
+    if (cost_less(c1, c2))
+        return true;
+    if (cost_less(c2, c1) || isinf(c1.bytes))
+        return false;
+    return s1 > s2;
+}
+
+static void enumerate(prop *p, int k, chooser *ch, int a)
+{
+    if (a == p->m->mesh.naxes) {
+        if (!layout_fill(p, k, ch->hints, ch->nhints, &ch->cur))
+            return;
+        ch->tried++;
+        cost c = pass_prop_layout_cost(p, k, &ch->cur);
+        int64_t split = layout_split(p, &ch->cur);
+        if (layout_better(c, split, ch->best_cost, ch->best_split)) {
+            ch->best_cost = c;
+            ch->best_split = split;
+            ch->best = ch->cur;
+        }
+        return;
+    }
+    for (int i = 0; i < ch->nopts[a]; i++) {
+        ch->cur.choice[a] = ch->opts[a][i];
+        enumerate(p, k, ch, a + 1);
+    }
+}
+
+/* Re-picks op k's layout; returns true if it changed.  The current layout is
+ * kept unless another is strictly cheaper.  Returns -1 when no layout is
+ * feasible. */
+int pass_prop_choose(prop *p, int k)
+{
+    opinfo *oi = &p->ops[k];
+    chooser *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return -1;
+    ch->nhints = result_hints(p, k, ch->hints);
+    for (int a = 0; a < p->m->mesh.naxes; a++)
+        ch->nopts[a] = axis_options(p, k, ch->hints, ch->nhints, a, ch->opts[a]);
+    ch->best_cost = COST_INF;
+    if (oi->decided) {
+        /* Re-price the current layout first so that ties keep it. */
+        ch->cur = oi->lay;
+        if (layout_fill(p, k, ch->hints, ch->nhints, &ch->cur)) {
+            ch->best = ch->cur;
+            ch->best_cost = pass_prop_layout_cost(p, k, &ch->cur);
+            ch->best_split = layout_split(p, &ch->cur);
+        }
+    }
+    enumerate(p, k, ch, 0);
+    int changed;
+    if (isinf(ch->best_cost.bytes)) {
+        changed = -1;
+    } else {
+        changed = !oi->decided || memcmp(ch->best.choice, oi->lay.choice, sizeof oi->lay.choice) != 0 ||
+                  !ir_sharding_equal(&ch->best.produced, &oi->lay.produced, oi->op->result->type.rank);
+        oi->lay = ch->best;
+        oi->decided = true;
+    }
+    free(ch);
+    return changed;
+}

@@ -1,0 +1,204 @@
+/*
+ * propagate_reason.c - the sentences the propagate pass attaches to every op
+ * it inserts (ir_op_set_reason): which op it serves, which rule of seed 001
+ * applies, and why this choice moves the fewest bytes.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "propagate_internal.h"
+
+
+/* Appends the expression below node n with operand tensor names. */
+static void expr_str(const ir_op *op, int n, char *buf, size_t size, int depth)
+{
+    const ir_ew_node *e = &op->u.ew.nodes[n];
+    size_t len = strlen(buf);
+    if (len + 1 >= size || depth > 64)
+        return;
+    char *w = buf + len;
+    size_t room = size - len;
+    switch (e->kind) {
+    case IR_EW_OPERAND:
+        snprintf(w, room, "%s", op->operands[e->operand]->tensor);
+        break;
+    case IR_EW_CONST:
+        snprintf(w, room, "%g", e->value);
+        break;
+    case IR_EW_CALL:
+        snprintf(w, room, "%s(", ir_func_name(e->fn));
+        expr_str(op, e->a, buf, size, depth + 1);
+        len = strlen(buf);
+        snprintf(buf + len, size - len, ")");
+        break;
+    default: {
+        const char *sym = e->kind == IR_EW_ADD ? " + " : e->kind == IR_EW_SUB ? " - " : " * ";
+        snprintf(w, room, "(");
+        expr_str(op, e->a, buf, size, depth + 1);
+        len = strlen(buf);
+        snprintf(buf + len, size - len, "%s", sym);
+        expr_str(op, e->b, buf, size, depth + 1);
+        len = strlen(buf);
+        snprintf(buf + len, size - len, ")");
+        break;
+    }
+    }
+}
+
+/* "Tmp = In * Win", "Act = gelu(Tmp)": the op as the user wrote it. */
+void pass_prop_stmt(const ir_op *op, char *buf, size_t size)
+{
+    if (op->kind != IR_OP_EINSUM && op->kind != IR_OP_ELEMENTWISE) {
+        snprintf(buf, size, "%s %s", ir_op_name(op->kind), op->result->tensor);
+        return;
+    }
+    snprintf(buf, size, "%s = ", op->result->tensor);
+    size_t len = strlen(buf);
+    if (op->kind == IR_OP_ELEMENTWISE) {
+        expr_str(op, op->u.ew.root, buf, size, 0);
+        return;
+    }
+    if (op->u.einsum.scale != 1.0) {
+        snprintf(buf + len, size - len, "%g * ", op->u.einsum.scale);
+        len = strlen(buf);
+    }
+    for (int i = 0; i < op->noperands; i++) {
+        snprintf(buf + len, size - len, "%s%s", i ? " * " : "", op->operands[i]->tensor);
+        len = strlen(buf);
+    }
+}
+
+/* "X", "XY" for the axes of a step. */
+static const char *step_axes(const ir_module *m, const pass_reshard_step *st, char *buf, size_t size)
+{
+    return ir_axes_str(&m->mesh, st->axes, st->naxes, buf, size);
+}
+
+/* Names the operand (other than `self`) of op k that shards label l on any
+ * of the axes of `st`, or NULL. */
+static const char *source_of(const prop *p, int k, int self, int l, const pass_reshard_step *st)
+{
+    const opinfo *oi = &p->ops[k];
+    for (int i = 0; i < oi->op->noperands; i++) {
+        if (i == self)
+            continue;
+        const ir_value *v = oi->op->operands[i];
+        ir_sharding s = pass_prop_current(p, v);
+        for (int j = 0; j < v->type.rank; j++)
+            if (oi->labels[i][j] == oi->label[l])
+                for (int q = 0; q < s.naxes[j]; q++)
+                    for (int r = 0; r < st->naxes; r++)
+                        if (s.axes[j][q] == st->axes[r])
+                            return v->tensor;
+    }
+    return NULL;
+}
+
+/* Why operand i of op k cannot keep the partial sums over the axes of
+ * `st` under the chosen layout. */
+static const char *unreduced_cause(const prop *p, int k, int i, const pass_reshard_step *st)
+{
+    const opinfo *oi = &p->ops[k];
+    const ir_op *op = oi->op;
+    int where = oi->lay.choice[st->axes[0]];
+    if (op->kind == IR_OP_ELEMENTWISE) {
+        if (!oi->linear)
+            return "the op is not linear in them";
+        for (int j = 0; j < op->noperands; j++)
+            if (!(pass_prop_current(p, op->operands[j]).unreduced & (1u << st->axes[0])))
+                return "not all operands hold them, so the op cannot carry them";
+    } else if (where >= CH_CARRY && where != CH_CARRY + i) {
+        return "another operand's partial sums are carried over the axis";
+    }
+    if (where >= 0 && where < CH_CARRY)
+        return "the axis shards a dim of the op here";
+    return "reducing them here moves the fewest bytes";
+}
+
+/* Why step `st` is needed on operand i of op k (at the pre-step sharding
+ * `from`); written into buf. */
+void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf, size_t size)
+{
+    const ir_module *m = p->m;
+    const opinfo *oi = &p->ops[k];
+    const ir_op *op = oi->op;
+    char stmt[160], ax[IR_MAX_AXES + 1];
+    pass_prop_stmt(op, stmt, sizeof stmt);
+    step_axes(m, st, ax, sizeof ax);
+    const char *a = op->operands[i]->tensor;
+    int dim = st->dim >= 0 ? oi->labels[i][st->dim] : -1;
+    int l = dim >= 0 ? pass_prop_label_index(oi, dim) : -1;
+    const char *dn = dim >= 0 ? m->dims[dim].name : "";
+    int where = oi->lay.choice[st->axes[0]];
+    switch (st->kind) {
+    case IR_OP_ALLGATHER: {
+        size_t n;
+        if (l >= 0 && oi->contracted[l] && !source_of(p, k, i, l, st))
+            snprintf(buf, size, "for %s: contracting %s sharded on %s in %s only", stmt, dn, ax, a);
+        else if (l >= 0 && oi->contracted[l])
+            snprintf(buf, size, "for %s: contracting %s sharded on %s in both operands, but gathering moves "
+                     "fewer bytes than reducing the partial sums", stmt, dn, ax);
+        else
+            snprintf(buf, size, "for %s: %s sharded on %s in %s", stmt, dn, ax, a);
+        n = strlen(buf);
+        if (where >= 0 && where < CH_CARRY && where != l) {
+            const char *src = source_of(p, k, i, where, st);
+            snprintf(buf + n, size - n, "; %s shards %s here%s%s%s, so gathering %s moves the fewest bytes", ax,
+                     m->dims[oi->label[where]].name, src ? " (as in " : "", src ? src : "", src ? ")" : "", a);
+        } else if (where == CH_NONE && !(l >= 0 && oi->contracted[l])) {
+            snprintf(buf + n, size - n, "; the op runs replicated over %s", ax);
+        }
+        break;
+    }
+    case IR_OP_SLICE:
+        if (l >= 0 && oi->contracted[l]) {
+            const char *src = source_of(p, k, i, l, st);
+            snprintf(buf, size, "for %s: contracting %s sharded on %s in %s only; slicing %s and reducing the "
+                     "partial sums later moves fewer bytes than gathering (seed 001 Q9)", stmt, dn, ax,
+                     src ? src : "the other operand", a);
+        } else {
+            snprintf(buf, size, "for %s: %s shards %s here; slicing %s needs no communication", stmt, ax, dn, a);
+        }
+        break;
+    case IR_OP_ALLTOALL:
+        snprintf(buf, size, "for %s: %s has %s on %s, the op needs it on %s", stmt, a, ax, dn,
+                 m->dims[oi->labels[i][st->dim2]].name);
+        break;
+    case IR_OP_REDUCESCATTER:
+    case IR_OP_ALLREDUCE: {
+        const char *why = unreduced_cause(p, k, i, st);
+        if (st->kind == IR_OP_REDUCESCATTER)
+            snprintf(buf, size, "for %s: %s holds partial sums {U_%s} (%s); reduced straight into %s sharded "
+                     "on %s (ReduceScatter, half an AllReduce)", stmt, a, ax, why, dn, ax);
+        else
+            snprintf(buf, size, "for %s: %s holds partial sums {U_%s} (%s)", stmt, a, ax, why);
+        break;
+    }
+    default:
+        snprintf(buf, size, "for %s", stmt);
+    }
+}
+
+/* Why step `st` is needed to bring value v to `what` (a constraint or an
+ * output); `op` is v's producer or NULL. */
+void pass_prop_target_reason(const prop *p, const ir_op *op, const ir_value *v, const ir_sharding *target,
+                          const char *what, const pass_reshard_step *st, char *buf, size_t size)
+{
+    char stmt[160], ax[IR_MAX_AXES + 1], ty[160];
+    ir_type t = v->type;
+    t.sh = *target;
+    ir_type_str(p->m, v->tensor, &t, ty, sizeof ty);
+    step_axes(p->m, st, ax, sizeof ax);
+    if (op)
+        pass_prop_stmt(op, stmt, sizeof stmt);
+    else
+        snprintf(stmt, sizeof stmt, "%s", v->tensor);
+    int n = snprintf(buf, size, "for %s: %s %s", stmt, what, ty);
+    if (n < 0 || (size_t)n >= size)
+        return;
+    if (st->kind == IR_OP_REDUCESCATTER)
+        snprintf(buf + n, size - (size_t)n, "; partial sums {U_%s} reduced straight into the sharded layout "
+                 "(ReduceScatter, not AllReduce + Slice)", ax);
+    else if (st->kind == IR_OP_ALLREDUCE)
+        snprintf(buf + n, size - (size_t)n, "; partial sums {U_%s} must be reduced", ax);
+}
