@@ -113,7 +113,8 @@ static const void *gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, 
         for (int32_t k = 0; k < gn[i]; k++)
             want[w++] = g[i][k];
     *tmp = rt_alloc(dev, elems * (int64_t)rt_dtype_size(d->dtype));
-    rt_reduce_permute(d->dtype, x, d->rank[t], d->shape[t], d->labels[t], *tmp, w, want, 1.0);
+    rt_reduce_permute(dev, d->dtype, x, d->rank[t], d->shape[t], d->labels[t], *tmp, w, want,
+                      1.0);
     return *tmp;
 }
 
@@ -209,7 +210,8 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
                 have[w] = bmn[i][k];
                 shape[w++] = d->shape[2][find_label(d->labels[2], d->rank[2], bmn[i][k])];
             }
-        rt_reduce_permute(d->dtype, c_tmp, w, shape, have, c, d->rank[2], d->labels[2], d->alpha);
+        rt_reduce_permute(dev, d->dtype, c_tmp, w, shape, have, c, d->rank[2], d->labels[2],
+                          d->alpha);
     }
     rt_free(dev, a_tmp);
     rt_free(dev, b_tmp);
@@ -221,7 +223,7 @@ static void einsum_native(rt_device *dev, const rt_einsum_desc *d, const void *a
                           void *c)
 {
     if (d->noperands == 1)
-        rt_reduce_permute(d->dtype, a, d->rank[0], d->shape[0], d->labels[0], c, d->rank[2],
+        rt_reduce_permute(dev, d->dtype, a, d->rank[0], d->shape[0], d->labels[0], c, d->rank[2],
                           d->labels[2], d->alpha);
     else
         contract(dev, d, a, b, c);

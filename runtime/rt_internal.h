@@ -218,11 +218,11 @@ void rt_threads_launch(const rt_program *prog, int profiling,
 /*
  * dst = alpha * sum over the labels of src missing in dst, with dst's dims
  * in the order of `dlabels` (a permutation, sum and scale at once).  f32 or
- * f64.  Labels of dst must all occur in src.
+ * f64.  Labels of dst must all occur in src, once.  `dev` is for errors.
  */
-void rt_reduce_permute(int32_t dtype, const void *src, int32_t srank, const int64_t *sshape,
-                       const int32_t *slabels, void *dst, int32_t drank, const int32_t *dlabels,
-                       double alpha);
+void rt_reduce_permute(rt_device *dev, int32_t dtype, const void *src, int32_t srank,
+                       const int64_t *sshape, const int32_t *slabels, void *dst, int32_t drank,
+                       const int32_t *dlabels, double alpha);
 
 /* ---- .npy files (npy.c) ---- */
 
