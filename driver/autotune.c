@@ -44,6 +44,7 @@ typedef struct at_options {
     int df;                         /* --dataflow, -1 = the paper's heuristic */
     bool compare;                   /* --compare: every algorithm */
     bool json;                      /* --json */
+    bool train;                     /* --train: forward + backward data + backward weight */
     double t_launch, l_sync, gemm_eff; /* overrides, < 0 = profile/defaults */
     int64_t block;                  /* --block, 0 = default */
     int64_t rows, cols;             /* --mesh RxC: fixed shape, 0 = search */
@@ -73,6 +74,8 @@ static void usage(FILE *out)
           "                        matrix stationary)\n"
           "  --mesh RxC            evaluate this mesh shape only (R * C = N)\n"
           "  --slices K            MeshSlice: use this K for every layer instead of searching\n"
+          "  --train               model training: each layer's forward, backward-data and\n"
+          "                        backward-weight GEMMs (seed 004 Table 1 dataflows)\n"
           "  --compare             also tune every other algorithm and print speedups\n"
           "  --json                machine-readable report\n"
           "  --t-launch SECONDS    collective launch cost T_launch (default 5e-6)\n"
@@ -186,6 +189,8 @@ static int parse_args(int argc, char **argv, at_options *o)
                 return bad_usage("--slices wants a positive slice count K, not '%s'", v);
         } else if (strcmp(a, "--compare") == 0) {
             o->compare = true;
+        } else if (strcmp(a, "--train") == 0) {
+            o->train = true;
         } else if (strcmp(a, "--json") == 0) {
             o->json = true;
         } else if (strncmp(a, "-D", 2) == 0) {
@@ -383,6 +388,33 @@ static int find_gemms(const ir_module *m, ms_layer *layers, at_layer *info, bool
     return n;
 }
 
+/*
+ * Replaces each of the `n` forward layers by its three training GEMMs
+ * (ms_training_gemms), the forward one keeping the heuristic's dataflow or
+ * `df`; the arrays have room for 3n.  Returns 3n.
+ */
+static int expand_training(ms_layer *layers, at_layer *info, int n, int df)
+{
+    static const char *const suffix[3] = {"", ".bwd_data", ".bwd_weight"};
+    static const char *const what[3] = {"", "backward data A' = C' B^T of ", "backward weight B' = A^T C' of "};
+    for (int i = n - 1; i >= 0; i--) {
+        ms_layer fwd = layers[i];
+        at_layer fi = info[i];
+        ms_layer out[3];
+        ms_training_gemms(&fwd, df >= 0 ? (ms_dataflow)df : ms_choose_dataflow(&fwd.gemm), out);
+        for (int j = 0; j < 3; j++) {
+            at_layer *t = &info[3 * i + j];
+            *t = fi;
+            snprintf(t->name, sizeof t->name, "%.50s%s", fi.name, suffix[j]);
+            if (j > 0)
+                snprintf(t->formula, sizeof t->formula, "%s%.50s", what[j], fi.name);
+            layers[3 * i + j] = out[j];
+            layers[3 * i + j].name = t->name;
+        }
+    }
+    return 3 * n;
+}
+
 /* The shared state of one report. */
 typedef struct report {
     const at_options *o;
@@ -455,7 +487,7 @@ static void print_text(const report *r)
     }
     printf("\nbest mesh %lld x %lld (%c x %c):\n", (long long)r->best.mesh.rows,
            (long long)r->best.mesh.cols, r->m->mesh.axes[0].name, r->m->mesh.axes[1].name);
-    printf("  %-12s %-44s %-11s %6s %12s %8s %8s\n", "layer", "C[M,N] = A[M,K] * B[K,N]", "dataflow",
+    printf("  %-16s %-40s %-11s %6s %12s %8s %8s\n", "layer", "C[M,N] = A[M,K] * B[K,N]", "dataflow",
            "K", "time (ms)", "exposed", "util");
     for (int i = 0; i < r->n; i++) {
         const ms_layer_choice *c = &r->choices[i];
@@ -463,12 +495,12 @@ static void print_text(const report *r)
         char shape[96];
         snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)g->m, (long long)g->n,
                  (long long)g->k);
-        printf("  %-12s %-44s %-11s %6lld %12.4f %7.1f%% %7.1f%%\n", r->info[i].name, shape,
+        printf("  %-16s %-40s %-11s %6lld %12.4f %7.1f%% %7.1f%%\n", r->info[i].name, shape,
                ms_dataflow_name(c->df), (long long)c->est.slices, 1e3 * c->est.time,
                100 * c->est.t_exposed / c->est.time, 100 * c->est.utilization);
-        printf("  %-12s %s\n", "", r->info[i].formula);
+        printf("  %-16s %s\n", "", r->info[i].formula);
     }
-    printf("  %-12s %-44s %-11s %6s %12.4f %8s %7.1f%%\n", "total", "", "", "", 1e3 * r->best.time, "",
+    printf("  %-16s %-40s %-11s %6s %12.4f %8s %7.1f%%\n", "total", "", "", "", 1e3 * r->best.time, "",
            100 * r->best.utilization);
     if (r->o->algo == MS_ALGO_MESHSLICE && r->common_k > 0 && !r->o->slices)
         printf("\none K for every layer: K=%lld, %.4f ms (%.1f%%), %.2f%% slower than per-layer K\n",
@@ -650,9 +682,10 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
                 o->input, m->mesh.naxes);
         return 1;
     }
-    ms_layer *layers = calloc(MAX_LAYERS, sizeof *layers);
-    at_layer *info = calloc(MAX_LAYERS, sizeof *info);
-    ms_layer_choice *choices = calloc(MAX_LAYERS, sizeof *choices);
+    /* Room for three GEMMs per layer with --train. */
+    ms_layer *layers = calloc(3 * MAX_LAYERS, sizeof *layers);
+    at_layer *info = calloc(3 * MAX_LAYERS, sizeof *info);
+    ms_layer_choice *choices = calloc(3 * MAX_LAYERS, sizeof *choices);
     int rc = 1;
     if (!layers || !info || !choices) {
         fprintf(stderr, "einc autotune: error: out of memory\n");
@@ -673,6 +706,12 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
                     info[i].name);
             goto done;
         }
+    at_options eff = *o;
+    if (o->train) {
+        n = expand_training(layers, info, n, o->df);
+        eff.df = -1; /* every GEMM now carries its own dataflow */
+    }
+    o = &eff;
     ms_params p;
     ms_params_from_hw(hw, info[0].dtype, &p);
     if (o->t_launch >= 0)

@@ -511,6 +511,42 @@ ms_estimate ms_best_slices(const ms_params *p, const ms_gemm *g, ms_mesh mesh, m
     return best;
 }
 
+void ms_training_gemms(const ms_layer *fwd, ms_dataflow df, ms_layer out[3])
+{
+    int64_t m = fwd->gemm.m, n = fwd->gemm.n, k = fwd->gemm.k;
+    for (int i = 0; i < 3; i++) {
+        out[i] = *fwd;
+        out[i].fixed_df = true;
+    }
+    out[0].df = df;
+    /* Derivation in docs/meshslice.md ("Training"): with GEMM X = Y Z, C-stn
+     * moves Y along rows and Z along columns, A-stn X along rows and Z along
+     * columns, B-stn Y along rows and X along columns. */
+    switch (df) {
+    case MS_DF_C_STN: /* C stays; A (and A') along rows, B (and B') along columns */
+        out[1].gemm = (ms_gemm){m, k, n}, out[1].df = MS_DF_A_STN; /* A' = C' B^T */
+        out[2].gemm = (ms_gemm){k, n, m}, out[2].df = MS_DF_B_STN; /* B' = A^T C' */
+        break;
+    case MS_DF_A_STN: /* A stays; C along rows, B along columns */
+        out[1].gemm = (ms_gemm){m, k, n}, out[1].df = MS_DF_C_STN; /* A' = C' B^T */
+        out[2].gemm = (ms_gemm){n, k, m}, out[2].df = MS_DF_B_STN; /* B'^T = C'^T A */
+        break;
+    default:          /* B stays; A along rows, C along columns */
+        out[1].gemm = (ms_gemm){k, m, n}, out[1].df = MS_DF_A_STN; /* A'^T = B C'^T */
+        out[2].gemm = (ms_gemm){k, n, m}, out[2].df = MS_DF_C_STN; /* B' = A^T C' */
+        break;
+    }
+}
+
+/* A layer's dataflow: the override `df` (>= 0), else the layer's fixed one,
+ * else the heuristic. */
+static ms_dataflow layer_df(const ms_layer *l, int df)
+{
+    if (df >= 0 && df < MS_DF_COUNT)
+        return (ms_dataflow)df;
+    return l->fixed_df ? l->df : ms_choose_dataflow(&l->gemm);
+}
+
 static double layers_flops(const ms_layer *layers, int n)
 {
     double flops = 0;
@@ -529,7 +565,7 @@ ms_tune_result ms_tune_mesh(const ms_params *p, const ms_layer *layers, int n, m
         return res;
     for (int i = 0; i < n; i++) {
         const ms_gemm *g = &layers[i].gemm;
-        ms_dataflow d = df >= 0 && df < MS_DF_COUNT ? (ms_dataflow)df : ms_choose_dataflow(g);
+        ms_dataflow d = layer_df(&layers[i], df);
         ms_estimate e = algo == MS_ALGO_MESHSLICE && common_k > 0
                             ? ms_time(p, g, mesh, d, algo, common_k)
                             : ms_best_slices(p, g, mesh, d, algo);
@@ -571,8 +607,7 @@ int64_t ms_best_common_k(const ms_params *p, const ms_layer *layers, int n, ms_m
     int64_t lim = INT64_MAX;
     for (int i = 0; i < n; i++) {
         const ms_gemm *g = &layers[i].gemm;
-        ms_dataflow f = df >= 0 && df < MS_DF_COUNT ? (ms_dataflow)df : ms_choose_dataflow(g);
-        int64_t d = ms_sliced_dim(g, f);
+        int64_t d = ms_sliced_dim(g, layer_df(&layers[i], df));
         int64_t l = d / (mesh.rows > mesh.cols ? mesh.rows : mesh.cols);
         if (l < lim)
             lim = l;

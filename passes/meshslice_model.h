@@ -161,7 +161,22 @@ typedef struct ms_layer {
     const char *name; /* for reports; not owned */
     ms_gemm gemm;     /* global shape */
     double repeat;    /* how many times the layer runs per step (>= 1) */
+    bool fixed_df;    /* true: use `df` instead of the heuristic (training's backward GEMMs) */
+    ms_dataflow df;   /* the dataflow when fixed_df */
 } ms_layer;
+
+/*
+ * The three GEMMs that train a layer whose forward GEMM is `fwd` with
+ * dataflow `df` (seed 004, 3.2.1 and Table 1): out[0] the forward
+ * C = A B, out[1] backward data A' = C' B^T, out[2] backward weight
+ * B' = A^T C', each with the dataflow that keeps the same matrix (or its
+ * gradient) stationary and moves every other matrix along the same mesh
+ * direction as in the forward GEMM; where that needs it, a backward GEMM is
+ * written transposed (X^T = Z^T Y^T), as the paper's "transposed dataflow".
+ * The moved bytes of all three equal the forward's.  `out[i].df` is set and
+ * fixed; names and repeat are copied from `fwd`.
+ */
+void ms_training_gemms(const ms_layer *fwd, ms_dataflow df, ms_layer out[3]);
 
 /* What the autotuner picked for one layer. */
 typedef struct ms_layer_choice {
@@ -179,7 +194,8 @@ typedef struct ms_tune_result {
 
 /*
  * Times `n` layers on one mesh shape with algorithm `algo`: every layer gets
- * its dataflow (`df`, or the heuristic when df < 0) and, for MeshSlice, its
+ * its dataflow (`df` when >= 0, else the layer's fixed one, else the
+ * heuristic) and, for MeshSlice, its
  * best K (seed 004, 3.2.2: the layers' K are independent).  When
  * `common_k` > 0 every MeshSlice layer uses that K instead.  found = false
  * when some layer cannot run on `mesh` (does not divide, K invalid, Cannon
@@ -198,7 +214,7 @@ ms_tune_result ms_tune(const ms_params *p, const ms_layer *layers, int n, int64_
                        ms_algo algo, int df, int64_t common_k, ms_layer_choice *choices);
 
 /* The best K shared by all layers on `mesh` (for a single --meshslice=K)
- * with dataflow `df` (< 0: the heuristic): the valid K with the smallest
+ * with dataflow `df` (< 0: each layer's own, as in ms_tune_mesh): the valid K with the smallest
  * total MeshSlice time, 0 if none. */
 int64_t ms_best_common_k(const ms_params *p, const ms_layer *layers, int n, ms_mesh mesh, int df);
 

@@ -51,10 +51,10 @@ static ms_params traffic_only(void)
 static void fc_layers(int64_t tokens, int64_t d, int64_t f, ms_layer out[4])
 {
     ms_layer l[4] = {
-        {"qkv", {tokens, 3 * d, d}, 1},
-        {"proj", {tokens, d, d}, 1},
-        {"ffn_up", {tokens, f, d}, 1},
-        {"ffn_down", {tokens, d, f}, 1},
+        {.name = "qkv", .gemm = {tokens, 3 * d, d}, .repeat = 1},
+        {.name = "proj", .gemm = {tokens, d, d}, .repeat = 1},
+        {.name = "ffn_up", .gemm = {tokens, f, d}, .repeat = 1},
+        {.name = "ffn_down", .gemm = {tokens, d, f}, .repeat = 1},
     };
     memcpy(out, l, sizeof l);
 }
@@ -230,7 +230,7 @@ static void test_k_search_valid(void)
 static void test_mesh_search_by_hand(void)
 {
     ms_params p = traffic_only();
-    ms_layer l = {"fc", {32, 4, 8}, 1};
+    ms_layer l = {.name = "fc", .gemm = {32, 4, 8}, .repeat = 1};
     CU_ASSERT_EQUAL(ms_choose_dataflow(&l.gemm), MS_DF_A_STN);
     double want[3] = {96, 40, 24};
     ms_mesh meshes[3] = {{1, 4}, {2, 2}, {4, 1}};
@@ -248,7 +248,7 @@ static void test_mesh_search_by_hand(void)
     /* Seed 004 2.3.1: with equal bandwidths the traffic cost is least when
      * (rows - 1) / (cols - 1) = size(row-moving) / size(column-moving); the
      * same search on 16 chips for A (4096) vs B (256) moving, C-stn. */
-    ms_layer l2 = {"os", {256, 16, 16}, 1}; /* A = 4096, B = 256, C = 4096: C-stn */
+    ms_layer l2 = {.name = "os", .gemm = {256, 16, 16}, .repeat = 1}; /* A = 4096, B = 256, C = 4096: C-stn */
     ms_tune_result b2 = ms_tune(&p, &l2, 1, 16, MS_ALGO_COLLECTIVE, -1, 0, NULL);
     CU_ASSERT_FATAL(b2.found);
     /* A moves along rows (over cols chips): the big matrix wants few columns. */
@@ -354,7 +354,7 @@ static void test_invalid_configurations(void)
     ms_estimate e = ms_time(&p, &odd, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
     CU_ASSERT(!e.valid);
     CU_ASSERT_PTR_NOT_NULL(e.why);
-    ms_layer l = {"odd", odd, 1};
+    ms_layer l = {.name = "odd", .gemm = odd, .repeat = 1};
     ms_tune_result t = ms_tune(&p, &l, 1, 4, MS_ALGO_MESHSLICE, -1, 0, NULL);
     CU_ASSERT(!t.found);
     /* One chip always fits: no communication, only the GEMM. */
@@ -371,6 +371,51 @@ static void test_invalid_configurations(void)
     CU_ASSERT_EQUAL(ms_algo_lookup("meshslice"), MS_ALGO_MESHSLICE);
     CU_ASSERT_EQUAL(ms_algo_lookup("mesh"), -1);
     CU_ASSERT_EQUAL(ms_dataflow_lookup("ls"), MS_DF_A_STN);
+}
+
+/* Bytes a GEMM X[m,n] = Y[m,k] Z[k,n] moves along mesh rows and columns
+ * under `df` (seed 004 Fig. 1), recomputed here from the definitions. */
+static void moved(const ms_gemm *g, ms_dataflow df, double *rows, double *cols)
+{
+    double x = (double)g->m * g->n, y = (double)g->m * g->k, z = (double)g->k * g->n;
+    *rows = df == MS_DF_A_STN ? x : y;
+    *cols = df == MS_DF_B_STN ? x : z;
+}
+
+/* Seed 004 3.2.1: the backward GEMMs keep the same matrix stationary and
+ * move every matrix (or its gradient) in the forward's direction, so each
+ * moves the same bytes the same way; and each does the forward's FLOPs. */
+static void test_training_gemms(void)
+{
+    ms_layer fwd = {.name = "up", .gemm = {8 * SEQ, GPT3_F, GPT3_D}, .repeat = 2};
+    for (int df = 0; df < MS_DF_COUNT; df++) {
+        ms_layer out[3];
+        ms_training_gemms(&fwd, (ms_dataflow)df, out);
+        double r0, c0;
+        moved(&fwd.gemm, (ms_dataflow)df, &r0, &c0);
+        CU_ASSERT_EQUAL(out[0].df, df);
+        for (int i = 0; i < 3; i++) {
+            double r, c;
+            CU_ASSERT(out[i].fixed_df);
+            CU_ASSERT_EQUAL(out[i].repeat, 2);
+            moved(&out[i].gemm, out[i].df, &r, &c);
+            CU_ASSERT_EQUAL(r, r0);
+            CU_ASSERT_EQUAL(c, c0);
+            CU_ASSERT_EQUAL(ms_gemm_flops(&out[i].gemm), ms_gemm_flops(&fwd.gemm));
+        }
+        /* The stationary matrix of the backward GEMMs is never the one the
+         * forward moves: the dataflows differ from each other. */
+        CU_ASSERT(out[1].df != out[0].df && out[2].df != out[0].df && out[1].df != out[2].df);
+    }
+    /* The tuner honours the fixed dataflows. */
+    ms_params p = tpu_v4_bf16();
+    ms_layer out[3];
+    ms_training_gemms(&fwd, MS_DF_B_STN, out);
+    ms_layer_choice ch[3];
+    ms_tune_result t = ms_tune(&p, out, 3, 16, MS_ALGO_MESHSLICE, -1, 0, ch);
+    CU_ASSERT_FATAL(t.found);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(ch[i].df, out[i].df);
 }
 
 /* A common K for all layers is valid for every layer and no better than
@@ -410,6 +455,7 @@ void einc_register_tests(void)
         {"Wang between Collective and MeshSlice", test_wang_between},
         {"invalid configurations are refused", test_invalid_configurations},
         {"one K for all layers", test_common_k},
+        {"training GEMMs keep directions", test_training_gemms},
     };
     einc_add_suite("meshslice_model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
