@@ -146,6 +146,27 @@ def test_collective_formula():
     check(l["slices"] == 4 and close(l["time"], want), "MeshSlice K=4 time %g == %g" % (l["time"], want))
 
 
+def test_training():
+    # --train: forward, backward data A' = C' B^T and backward weight
+    # B' = A^T C' per layer, with the dataflows of docs/meshslice.md.
+    rc, out, err = run(["--chips", "16", "--train", "--json"], MODEL)
+    check(rc == 0, "--train run (%s)" % err)
+    if rc:
+        return
+    layers = json.loads(out)["best"]["layers"]
+    got = [(l["name"], l["m"], l["n"], l["k"], l["dataflow"]) for l in layers]
+    want = []
+    for name, (m, n, k) in [("Hid", (TOKENS, F, D)), ("Out", (TOKENS, D, F))]:
+        df = heuristic(m, n, k)
+        bwd = {"os": [((m, k, n), "ls"), ((k, n, m), "rs")],
+               "ls": [((m, k, n), "os"), ((n, k, m), "rs")],
+               "rs": [((k, m, n), "ls"), ((k, n, m), "os")]}[df]
+        want.append((name, m, n, k, df))
+        for suffix, (shape, d) in zip([".bwd_data", ".bwd_weight"], bwd):
+            want.append((name + suffix,) + shape + (d,))
+    check(got == want, "training GEMMs %s == %s" % (got, want))
+
+
 def test_text_report():
     rc, out, err = run(["--chips", "4", "--compare"], MODEL)
     check(rc == 0, "text run (%s)" % err)
@@ -192,7 +213,7 @@ def test_errors():
     check(rc == 0 and "usage: einc autotune" in out, "--help")
 
 
-for t in [test_report_consistency, test_collective_formula, test_text_report,
+for t in [test_report_consistency, test_collective_formula, test_training, test_text_report,
           test_command_not_compiling_is_noted, test_errors]:
     t()
 print("%d failure(s)" % len(failures))
