@@ -412,6 +412,22 @@ bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *
     s.t = t;
     uint32_t goal = pass_reshard_key(to, t->rank, m->mesh.naxes);
     bool found = false;
+    /* Unreachable without a search: no edge creates partial sums, no state
+     * has a dim that does not divide or an axis used twice. */
+    if (to->unreduced & ~t->sh.unreduced)
+        return false;
+    ir_axes seen = to->unreduced;
+    for (int d = 0; d < t->rank; d++) {
+        for (int k = 0; k < to->naxes[d]; k++) {
+            int a = to->axes[d][k];
+            if (a < 0 || a >= m->mesh.naxes || (seen & (1u << a)))
+                return false;
+            seen |= 1u << a;
+        }
+        int64_t parts = ir_sharding_dim_parts(to, &m->mesh, d);
+        if (parts < 1 || m->dims[t->dims[d]].size % parts != 0)
+            return false;
+    }
     if (!grow(&s))
         goto out;
     s.st[0].key = pass_reshard_key(&t->sh, t->rank, m->mesh.naxes);

@@ -157,6 +157,9 @@ static void test_unreachable_targets(void)
     /* K = 3 does not divide by |X| = 2. */
     CU_ASSERT_FALSE(plan(&m, "A[I, K]", "A[I, K_X]", &p));
     ir_module_free(m);
+    /* A mesh axis shards at most one dim. */
+    CU_ASSERT_FALSE(plan(&m, "A[I, J]", "A[I_X, J_X]", &p));
+    ir_module_free(m);
 }
 
 static void test_identity_is_empty(void)
