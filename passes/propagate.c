@@ -48,7 +48,8 @@
  * propagate_layout.c prices and chooses layouts; propagate_reason.c writes
  * the reasons; reshard.c is the planner; propagate_internal.h is what they
  * share.
- */#include <math.h>
+ */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,9 +60,9 @@
  * combination of operands with constant coefficients (1), or neither (2).
  * Only the middle class may consume partial sums: sum_k f(x_k) = f(sum_k x_k)
  * holds for linear f only (seed 001, "unreduced" notation). */
-static int ew_class(const ir_ew_node *nodes, int n, int depth)
+static int ew_class(const ir_ew_node *nodes, int nnodes, int n, int depth)
 {
-    if (depth > 10000)
+    if (depth > 10000 || n < 0 || n >= nnodes)
         return 2;
     const ir_ew_node *e = &nodes[n];
     int a, b;
@@ -70,17 +71,17 @@ static int ew_class(const ir_ew_node *nodes, int n, int depth)
     case IR_EW_CONST: return 0;
     case IR_EW_ADD:
     case IR_EW_SUB:
-        a = ew_class(nodes, e->a, depth + 1);
-        b = ew_class(nodes, e->b, depth + 1);
+        a = ew_class(nodes, nnodes, e->a, depth + 1);
+        b = ew_class(nodes, nnodes, e->b, depth + 1);
         return a == b ? a : 2;
     case IR_EW_MUL:
-        a = ew_class(nodes, e->a, depth + 1);
-        b = ew_class(nodes, e->b, depth + 1);
+        a = ew_class(nodes, nnodes, e->a, depth + 1);
+        b = ew_class(nodes, nnodes, e->b, depth + 1);
         if (a == 0 || b == 0)
             return a > b ? a : b;
         return 2;
     case IR_EW_CALL:
-        a = ew_class(nodes, e->a, depth + 1);
+        a = ew_class(nodes, nnodes, e->a, depth + 1);
         if (a == 0)
             return 0;
         return e->fn == IR_FN_NEG && a == 1 ? 1 : 2;
@@ -254,7 +255,7 @@ static bool setup(prop *p)
         } else {
             oi->labels = (const int(*)[IR_MAX_RANK])op->u.ew.labels;
             oi->rlabels = op->u.ew.result_labels;
-            oi->linear = op->u.ew.nodes && ew_class(op->u.ew.nodes, op->u.ew.root, 0) == 1;
+            oi->linear = op->u.ew.nodes && ew_class(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root, 0) == 1;
         }
         for (int i = 0; i <= op->noperands; i++) {
             int rank = i < op->noperands ? op->operands[i]->type.rank : op->result->type.rank;

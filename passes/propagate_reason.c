@@ -12,6 +12,8 @@
 /* Appends the expression below node n with operand tensor names. */
 static void expr_str(const ir_op *op, int n, char *buf, size_t size, int depth)
 {
+    if (n < 0 || n >= op->u.ew.nnodes)
+        return;
     const ir_ew_node *e = &op->u.ew.nodes[n];
     size_t len = strlen(buf);
     if (len + 1 >= size || depth > 64)
