@@ -39,7 +39,7 @@ typedef struct at_options {
     int64_t chips;                  /* --chips */
     const char *hw;                 /* --hw */
     fe_define defines[MAX_DEFINES]; /* -D NAME=VALUE, names cut in argv */
-    int ndefines;
+    int ndefines;                   /* entries used in defines */
     int algo;                       /* --algorithm (default MeshSlice) */
     int df;                         /* --dataflow, -1 = the paper's heuristic */
     bool compare;                   /* --compare: every algorithm */
@@ -417,13 +417,13 @@ static int expand_training(ms_layer *layers, at_layer *info, int n, int df)
 
 /* The shared state of one report. */
 typedef struct report {
-    const at_options *o;
-    const cost_hw *hw;
-    const ms_params *p;
-    const ir_module *m;
-    const ms_layer *layers;
-    const at_layer *info;
-    int n;
+    const at_options *o;          /* the command line (df = -1 after --train's expansion) */
+    const cost_hw *hw;            /* the hardware profile */
+    const ms_params *p;           /* the model's figures, profile plus overrides */
+    const ir_module *m;           /* the compiled model (mesh axis names) */
+    const ms_layer *layers;       /* the 2D GEMMs, n entries */
+    const at_layer *info;         /* their names, formulas and dtypes */
+    int n;                        /* number of GEMMs */
     ms_tune_result best;          /* the chosen algorithm's best mesh */
     ms_layer_choice *choices;     /* per layer, on best.mesh */
     int64_t common_k;             /* single K for --meshslice=K (MeshSlice), else 0 */

@@ -501,6 +501,8 @@ ms_estimate ms_best_slices(const ms_params *p, const ms_gemm *g, ms_mesh mesh, m
         return best;
     int64_t d = ms_sliced_dim(g, df);
     int64_t lim = d / (mesh.rows > mesh.cols ? mesh.rows : mesh.cols);
+    if (lim > MS_MAX_SLICES)
+        lim = MS_MAX_SLICES;
     for (int64_t k = 2; k <= lim; k++) {
         if (!ms_slices_valid(p, g, mesh, df, k))
             continue;
@@ -612,6 +614,8 @@ int64_t ms_best_common_k(const ms_params *p, const ms_layer *layers, int n, ms_m
         if (l < lim)
             lim = l;
     }
+    if (lim > MS_MAX_SLICES)
+        lim = MS_MAX_SLICES;
     int64_t best_k = 0;
     double best = INFINITY;
     for (int64_t k = 1; k <= lim; k++) {

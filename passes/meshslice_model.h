@@ -149,8 +149,14 @@ bool ms_slices_valid(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_data
 ms_estimate ms_time(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
                     ms_algo algo, int64_t slices);
 
-/* MeshSlice with the best valid K (exhaustive search over 1..max valid;
- * ties keep the smaller K); for other algorithms the same as ms_time. */
+/* Largest K the searches try: every slice pays at least T_launch, so more
+ * slices never pay off, and the bound keeps the search fast on any input
+ * (einc's --meshslice=K accepts up to the same value). */
+#define MS_MAX_SLICES 4096
+
+/* MeshSlice with the best valid K (exhaustive search over the valid K in
+ * 1..MS_MAX_SLICES; ties keep the smaller K); for other algorithms the same
+ * as ms_time. */
 ms_estimate ms_best_slices(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
                            ms_algo algo);
 
