@@ -247,9 +247,15 @@ static void launcher_init(int *argc, char ***argv, int *rank, int *nranks)
     MPI_Comm_size(MPI_COMM_WORLD, nranks);
 }
 
-static void launcher_run(rt_job *job)
+void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev, void *arg),
+                   void *arg)
 {
-    const rt_program *p = job->prog;
+    int rank, nranks;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks != rt_mesh_size(p))
+        rt_fatal(NULL, "the mesh has %lld devices but the job has %d ranks",
+                 (long long)rt_mesh_size(p), nranks);
     mworld *w = calloc(1, sizeof *w);
     if (!w)
         rt_fatal(NULL, "out of memory");
@@ -267,20 +273,30 @@ static void launcher_run(rt_job *job)
         MPI_Comm_dup(MPI_COMM_WORLD, &w->cart);
     }
     /* Ranks of one node share its cores: one BLAS thread per rank. */
-    if (job->nranks > 1)
+    if (nranks > 1)
         openblas_set_num_threads(1);
     rt_device dev;
-    rt_device_init(&dev, p, &mpi_ops, w, job->rank);
-    dev.profiling = job->opt->profile;
+    rt_device_init(&dev, p, &mpi_ops, w, rank);
+    dev.profiling = profiling;
     int32_t axes[RT_MAX_AXES];
     make_comms(w, dev.coord, 0, axes);
-    rt_job_device(&dev, job);
+    fn(&dev, arg);
     rt_device_release(&dev);
     for (int i = 0; i < NCODES; i++)
         if (w->comm[i] != MPI_COMM_NULL)
             MPI_Comm_free(&w->comm[i]);
     MPI_Comm_free(&w->cart);
     free(w);
+}
+
+static void job_device(rt_device *dev, void *arg)
+{
+    rt_job_device(dev, arg);
+}
+
+static void launcher_run(rt_job *job)
+{
+    rt_mpi_launch(job->prog, job->opt->profile, job_device, job);
 }
 
 static int launcher_all_ok(int ok)

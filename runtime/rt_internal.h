@@ -213,6 +213,13 @@ void rt_barrier_destroy(rt_barrier *b);
 void rt_threads_launch(const rt_program *prog, int profiling,
                        void (*fn)(rt_device *dev, void *arg), void *arg);
 
+/* ---- MPI backend (backend_mpi.c, only in libeinrt_mpi) ---- */
+
+/* Runs fn(dev, arg) on this rank's device of `prog`'s mesh (MPI must be
+ * initialised and the rank count equal the mesh size); every rank calls it. */
+void rt_mpi_launch(const rt_program *prog, int profiling,
+                   void (*fn)(rt_device *dev, void *arg), void *arg);
+
 /* ---- einsum (einsum.c, einsum_kernels.c) ---- */
 
 /*

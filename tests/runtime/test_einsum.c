@@ -24,8 +24,9 @@ static int64_t label_size(int32_t l)
 }
 
 /* Fills a descriptor from "ab,bc->ac" or "ab->ba" with label sizes from label_size,
- * overriding label `zero` (if not 0) with size 0. */
-static rt_einsum_desc parse_spec(const char *spec, int32_t dtype, double alpha, char zero)
+ * overriding label `zero` (if not 0) with size 0 and multiplying every size by `scale`. */
+static rt_einsum_desc parse_spec(const char *spec, int32_t dtype, double alpha, char zero,
+                                 int64_t scale)
 {
     rt_einsum_desc d;
     memset(&d, 0, sizeof d);
@@ -41,7 +42,7 @@ static rt_einsum_desc parse_spec(const char *spec, int32_t dtype, double alpha, 
             continue;
         for (const char *p = parts[t]; p < ends[t]; p++) {
             d.labels[t][d.rank[t]] = *p;
-            d.shape[t][d.rank[t]++] = *p == zero ? 0 : label_size(*p);
+            d.shape[t][d.rank[t]++] = *p == zero ? 0 : label_size(*p) * scale;
         }
     }
     return d;
@@ -86,9 +87,9 @@ static void naive(const rt_einsum_desc *d, const double *a, const double *b, dou
 }
 
 /* Runs `spec` through rt_einsum and the naive loop; returns max relative error. */
-static double run_spec(const char *spec, int32_t dtype, double alpha, char zero)
+static double run_scaled(const char *spec, int32_t dtype, double alpha, char zero, int64_t scale)
 {
-    rt_einsum_desc d = parse_spec(spec, dtype, alpha, zero);
+    rt_einsum_desc d = parse_spec(spec, dtype, alpha, zero, scale);
     rt_device dev;
     rt_device_init(&dev, &solo_prog, &rt_solo_ops, NULL, 0);
     size_t es = rt_dtype_size(dtype);
@@ -125,6 +126,11 @@ static double run_spec(const char *spec, int32_t dtype, double alpha, char zero)
     free(tc);
     rt_device_release(&dev);
     return n[2] == 0 ? 0 : maxdiff / fmax(maxref, 1e-30);
+}
+
+static double run_spec(const char *spec, int32_t dtype, double alpha, char zero)
+{
+    return run_scaled(spec, dtype, alpha, zero, 1);
 }
 
 static void check_specs(const char *const *specs, int n, double alpha)
@@ -198,6 +204,22 @@ static void test_empty_dims(void)
     CU_ASSERT(run_spec("ij,jk->ik", RT_F32, 1.0, 'i') == 0);
 }
 
+/* Sizes beyond the 32x32 tiles of the transpose kernel, with partial tiles,
+ * and reductions over big source arrays. */
+static void test_large_permutes(void)
+{
+    static const char *const specs[] = {"ij->ji", "ijk->kij", "ijk->ikj", "ij->j", "ijk->j",
+                                        "ai,bj->ij"};
+    static const int64_t scale[] = {13, 7, 7, 13, 7, 5};
+    for (int i = 0; i < 6; i++)
+        for (int32_t dtype = RT_F32; dtype <= RT_F64; dtype++) {
+            double err = run_scaled(specs[i], dtype, 0.5, 0, scale[i]);
+            if (!(err <= 1e-6))
+                fprintf(stderr, "\n  %s (%s): rel err %g\n", specs[i], rt_dtype_name(dtype), err);
+            CU_ASSERT(err <= 1e-6);
+        }
+}
+
 /* The no-copy paths must not allocate scratch; the permuted ones do. */
 static void test_no_copy_when_layout_fits(void)
 {
@@ -231,6 +253,7 @@ void einc_register_tests(void)
         {"unary reductions and transposes", test_unary},
         {"alpha scaling", test_alpha},
         {"empty dims", test_empty_dims},
+        {"large transposes and reductions", test_large_permutes},
         {"no scratch when the layout fits GEMM", test_no_copy_when_layout_fits},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));

@@ -1,0 +1,125 @@
+/* coll_check.c - the collective checker (see coll_check.h). */
+#include <string.h>
+
+#include "coll_check.h"
+#include "rt_test_util.h"
+
+/* Input element i of device `id` (an exact small integer). */
+static double input_value(int64_t id, int64_t i)
+{
+    return (double)((id * 31 + i * 7) % 17) - 8.0;
+}
+
+static int64_t ravel(int32_t rank, const int64_t *shape, const int64_t *idx)
+{
+    int64_t f = 0;
+    for (int32_t k = 0; k < rank; k++)
+        f = f * shape[k] + idx[k];
+    return f;
+}
+
+/* Linear id of the device with group rank r in the group of `coord`
+ * (independent of the runtime's own rt_group_peer). */
+static int64_t peer_id(const coll_config *c, const int64_t *coord, int64_t r)
+{
+    int64_t co[RT_MAX_AXES];
+    memcpy(co, coord, sizeof co);
+    for (int32_t k = c->naxes - 1; k >= 0; k--) {
+        int64_t s = c->prog->axis_sizes[c->axes[k]];
+        co[c->axes[k]] = r % s;
+        r /= s;
+    }
+    return ravel(c->prog->naxes, c->prog->axis_sizes, co);
+}
+
+/* The reference value of output element `idx` of device `coord`. */
+static double reference(const coll_config *c, const rt_coll_desc *d, const int64_t *coord,
+                        int64_t grank, int64_t G, const int64_t *idx)
+{
+    int64_t s[RT_MAX_RANK];
+    memcpy(s, idx, sizeof s);
+    double v = 0;
+    switch (d->kind) {
+    case RT_ALLGATHER: {
+        int64_t j = idx[d->dim] / d->in_shape[d->dim];
+        s[d->dim] = idx[d->dim] % d->in_shape[d->dim];
+        return input_value(peer_id(c, coord, j), ravel(d->rank, d->in_shape, s));
+    }
+    case RT_REDUCESCATTER:
+        s[d->dim] = idx[d->dim] + grank * d->out_shape[d->dim];
+        for (int64_t j = 0; j < G; j++)
+            v += input_value(peer_id(c, coord, j), ravel(d->rank, d->in_shape, s));
+        return v;
+    case RT_ALLREDUCE:
+        for (int64_t j = 0; j < G; j++)
+            v += input_value(peer_id(c, coord, j), ravel(d->rank, d->in_shape, s));
+        return v;
+    case RT_ALLTOALL: {
+        int64_t j = idx[d->dim] / d->in_shape[d->dim];
+        s[d->dim] = idx[d->dim] % d->in_shape[d->dim];
+        s[d->dim2] = idx[d->dim2] + grank * d->out_shape[d->dim2];
+        return input_value(peer_id(c, coord, j), ravel(d->rank, d->in_shape, s));
+    }
+    default: /* Slice */
+        s[d->dim] = idx[d->dim] + grank * d->out_shape[d->dim];
+        return input_value(peer_id(c, coord, grank), ravel(d->rank, d->in_shape, s));
+    }
+}
+
+/* Builds the descriptor of `kind` on dim `dim` of a rank-3 base shape. */
+static rt_coll_desc make_desc(const coll_config *c, int32_t kind, int32_t dim, int64_t G)
+{
+    static const int64_t base[3] = {3, 2, 5};
+    rt_coll_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = kind;
+    d.dtype = c->dtype;
+    d.naxes = c->naxes;
+    memcpy(d.axes, c->axes, sizeof d.axes);
+    d.rank = 3;
+    d.dim = dim;
+    d.dim2 = kind == RT_ALLTOALL ? (dim + 1) % 3 : -1;
+    memcpy(d.in_shape, base, sizeof base);
+    memcpy(d.out_shape, base, sizeof base);
+    switch (kind) {
+    case RT_ALLGATHER: d.out_shape[dim] *= G; break;
+    case RT_REDUCESCATTER:
+    case RT_SLICE: d.in_shape[dim] *= G; break;
+    case RT_ALLTOALL:
+        d.out_shape[dim] *= G;
+        d.in_shape[d.dim2] *= G;
+        break;
+    default: break;
+    }
+    return d;
+}
+
+void coll_check_device(rt_device *dev, void *arg)
+{
+    coll_config *c = arg;
+    rt_group_view g;
+    rt_group_of(dev, c->naxes, c->axes, &g);
+    size_t es = rt_dtype_size(c->dtype);
+    for (int32_t kind = RT_ALLGATHER; kind <= RT_SLICE; kind++) {
+        for (int32_t dim = 0; dim < 3; dim++) {
+            rt_coll_desc d = make_desc(c, kind, dim, g.size);
+            int64_t nin = rt_numel(3, d.in_shape), nout = rt_numel(3, d.out_shape);
+            void *in = rt_alloc(dev, nin * (int64_t)es), *out = rt_alloc(dev, nout * (int64_t)es);
+            for (int64_t i = 0; i < nin; i++)
+                test_store(c->dtype, in, i, input_value(dev->id, i));
+            rt_collective(dev, &d, in, out);
+            int64_t idx[RT_MAX_RANK] = {0};
+            for (int64_t i = 0; i < nout; i++) {
+                double want = reference(c, &d, dev->coord, g.rank, g.size, idx);
+                if (test_load(c->dtype, out, i) != want)
+                    c->errors[dev->id]++;
+                c->checked[dev->id]++;
+                for (int32_t k = 2; k >= 0 && ++idx[k] == d.out_shape[k]; k--)
+                    idx[k] = 0;
+            }
+            rt_free(dev, in);
+            rt_free(dev, out);
+        }
+    }
+}
+
