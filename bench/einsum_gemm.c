@@ -3,7 +3,7 @@
  * through the runtime's kernel `rt_einsum` on one device against a direct
  * cblas_sgemm / cblas_dgemm call with the same OpenBLAS thread count.
  *
- *   usage: einsum_gemm [N [REPS [THREADS]]]      (defaults 2048 5 nproc)
+ *   usage: einsum_gemm [N [REPS [THREADS]]]      (defaults 2048 7 nproc)
  *
  * Cases, each in f32 and f64, all M = N = K = N:
  *   plain      C[i,k] = A[i,j] B[j,k]           "ij,jk->ik": GEMM, no copy
@@ -21,7 +21,9 @@
  *
  * rt_einsum needs a device: the program builds a one-device rt_program and
  * runs the timed loop inside rt_threads_launch (rt_internal.h), which for a
- * single device leaves OpenBLAS's thread count alone.
+ * single device leaves OpenBLAS's thread count alone.  Baseline and
+ * rt_einsum calls alternate, so on a shared machine both see the same load;
+ * the medians of each are compared.
  */
 #include <cblas.h>
 #include <math.h>
@@ -48,8 +50,12 @@ typedef struct run_ctx {
     const gemm_case *c;          /* the case */
     const void *a, *b;           /* operands in the case's layouts */
     void *out;                   /* rt_einsum's result */
-    int reps;                    /* timed repetitions */
-    double median;               /* seconds, filled by the device thread */
+    int64_t n;                   /* matrix size */
+    const void *a0, *b0;         /* the baseline's operands A[i,j], B[j,k] */
+    void *c0;                    /* the baseline's result */
+    int reps;                    /* timed repetitions of each */
+    double median;               /* rt_einsum seconds, filled by the device thread */
+    double base_median;          /* baseline seconds, filled by the device thread */
 } run_ctx;
 
 static void set_shape(rt_einsum_desc *d, int t, int rank, const int64_t *shape,
@@ -87,18 +93,29 @@ static gemm_case make_case(const char *name, int32_t dtype, int64_t n)
     return c;
 }
 
+static void gemm_plain(int32_t dtype, int64_t n, const void *a, const void *b, void *c);
+
+/* Alternates baseline and rt_einsum calls, so both see the same load on a
+ * shared machine; medians of each. */
 static void device_run(rt_device *dev, void *arg)
 {
     run_ctx *r = arg;
-    double *t = malloc(sizeof *t * (size_t)r->reps);
-    rt_einsum(dev, &r->c->desc, r->a, r->b, r->out); /* warm-up */
+    int32_t dt = r->c->desc.dtype;
+    double *t = malloc(sizeof *t * (size_t)r->reps), *tb = malloc(sizeof *tb * (size_t)r->reps);
+    gemm_plain(dt, r->n, r->a0, r->b0, r->c0); /* warm-up */
+    rt_einsum(dev, &r->c->desc, r->a, r->b, r->out);
     for (int i = 0; i < r->reps; i++) {
         double t0 = bench_now();
+        gemm_plain(dt, r->n, r->a0, r->b0, r->c0);
+        double t1 = bench_now();
         rt_einsum(dev, &r->c->desc, r->a, r->b, r->out);
-        t[i] = bench_now() - t0;
+        t[i] = bench_now() - t1;
+        tb[i] = t1 - t0;
     }
     r->median = bench_median(t, r->reps);
+    r->base_median = bench_median(tb, r->reps);
     free(t);
+    free(tb);
 }
 
 /* Element (i, k) of a product stored [n, n] in `p` as dtype. */
@@ -156,7 +173,7 @@ static void fill(const gemm_case *c, int64_t n, void *a0, void *b0, void *a, voi
 int main(int argc, char **argv)
 {
     int64_t n = argc > 1 ? atoll(argv[1]) : 2048;
-    int reps = argc > 2 ? atoi(argv[2]) : 5;
+    int reps = argc > 2 ? atoi(argv[2]) : 7;
     int threads = argc > 3 ? atoi(argv[3]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n < HEADS || n % HEADS || reps < 1 || threads < 1) {
         fprintf(stderr, "usage: einsum_gemm [N (multiple of %d) [REPS [THREADS]]]\n", HEADS);
@@ -183,18 +200,10 @@ int main(int argc, char **argv)
         for (int k = 0; k < 3; k++) {
             gemm_case gc = make_case(names[k], dt, n);
             fill(&gc, n, a0, b0, a, b);
-            /* Baseline: the direct call, warm-up then median of reps. */
-            double *tb = malloc(sizeof *tb * (size_t)reps);
-            gemm_plain(dt, n, a0, b0, c0);
-            for (int i = 0; i < reps; i++) {
-                double t0 = bench_now();
-                gemm_plain(dt, n, a0, b0, c0);
-                tb[i] = bench_now() - t0;
-            }
-            double base = bench_median(tb, reps);
-            free(tb);
-            run_ctx r = {.c = &gc, .a = a, .b = b, .out = c, .reps = reps};
+            run_ctx r = {.c = &gc, .a = a, .b = b, .out = c, .n = n, .a0 = a0, .b0 = b0,
+                         .c0 = c0, .reps = reps};
             rt_threads_launch(&prog, 0, device_run, &r);
+            double base = r.base_median;
             double maxerr = 0, maxref = 0;
             for (int64_t i = 0; i < n * n; i++) {
                 double e = fabs(elem(dt, c, i) - elem(dt, c0, i));

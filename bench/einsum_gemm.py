@@ -5,7 +5,7 @@ One device, f32 and f64, M = N = K = --n (2048), three layouts (see
 einsum_gemm.c): plain ij,jk->ik, trans ji,kj->ik and permute hid,hdk->ik.
 Ratio = BLAS time / rt_einsum time (1.0 = no overhead); target >= 0.9.
 
-    python3 bench/einsum_gemm.py --build BUILD [--n 2048] [--reps 5] [--threads T]
+    python3 bench/einsum_gemm.py --build BUILD [--n 2048] [--reps 7] [--threads T]
 """
 import os
 
@@ -15,7 +15,7 @@ import benchlib as bl
 def main():
     p = bl.parser(__doc__)
     p.add_argument("--n", type=int, default=2048)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=7)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     a = p.parse_args()
     exe = bl.compile_c(a.build, "einsum_gemm", ["einsum_gemm.c"], runtime=True)
