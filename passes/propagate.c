@@ -396,7 +396,9 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
             changed |= pass_prop_choose(&p, k) > 0;
     }
     if (ctx->log) {
-        fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s)\n", p.nops, round);
+        cost total = pass_prop_total_cost(&p);
+        fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s), %.0f bytes moved per device "
+                "by %d reshard ops\n", p.nops, round, total.bytes, total.nops);
         for (int k = 0; k < p.nops; k++)
             log_layout(&p, k);
     }

@@ -109,6 +109,9 @@ int pass_prop_label_index(const opinfo *oi, int dim);
 int pass_prop_choose(prop *p, int k);
 /* Bytes and ops moved by op k's operands and result under `lay`. */
 cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
+/* The objective: bytes and ops moved by the whole program under the
+ * current layouts (every distinct reshard of every value counted once). */
+cost pass_prop_total_cost(prop *p);
 
 /* ---- propagate_reason.c ---- */
 

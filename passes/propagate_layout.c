@@ -449,3 +449,32 @@ int pass_prop_choose(prop *p, int k)
     free(ch);
     return changed;
 }
+
+cost pass_prop_total_cost(prop *p)
+{
+    cost t = COST_ZERO;
+    for (int id = 0; id < p->nvalues; id++) {
+        const ir_value *v = p->m->values[id];
+        int k = p->def[id];
+        ir_sharding have = k >= 0 && p->ops[k].decided ? p->ops[k].lay.produced : v->type.sh;
+        if (k >= 0 && v->has_constraint) {
+            t = cost_add(t, reshard_cost(p, v, &have, &v->constraint));
+            have = v->constraint;
+        }
+        ir_sharding wants[MAX_HINTS];
+        int n = 0;
+        for (int u = p->use_start[id]; u < p->use_start[id + 1]; u++) {
+            const opinfo *c = &p->ops[p->uses[u].op];
+            if (c->decided)
+                add_target(p, v, &have, &c->lay.req[p->uses[u].operand], wants, &n, MAX_HINTS, &t);
+        }
+        for (int i = 0; i < p->m->noutputs; i++) {
+            const ir_output *o = &p->m->outputs[i];
+            if (o->value != v)
+                continue;
+            ir_sharding want = o->has_constraint ? o->constraint : pass_prop_reduced(have);
+            add_target(p, v, &have, &want, wants, &n, MAX_HINTS, &t);
+        }
+    }
+    return t;
+}

@@ -203,6 +203,7 @@ int fx_run(ir_module *m, int *verify_errors)
     memset(&ctx, 0, sizeof ctx);
     ctx.diag = &d;
     ctx.meshslice = PASS_MESHSLICE_OFF;
+    ctx.log = getenv("PROP_LOG") ? stderr : NULL;
     int e = pass_propagate(&ctx, m);
     *verify_errors = e ? -1 : ir_verify(m, &d);
     return e;
