@@ -37,6 +37,7 @@ typedef struct tworld {
     const rt_program *prog;      /* the program (its mesh) */
     pthread_mutex_t mu;          /* guards `groups` */
     tgroup *groups;              /* every group created so far */
+    rt_waitstate ws;             /* blocked/finished threads, for deadlock detection */
 } tworld;
 
 /* What one device thread owns. */
@@ -84,7 +85,7 @@ static tgroup *group_for(rt_device *dev, uint32_t mask)
         g->in = in;
         g->out = out;
         g->desc = desc;
-        rt_barrier_init(&g->bar, size);
+        rt_barrier_init(&g->bar, size, &w->ws);
         g->next = w->groups;
         w->groups = g;
     }
@@ -93,11 +94,25 @@ static tgroup *group_for(rt_device *dev, uint32_t mask)
     return g;
 }
 
+/* Waits at the group's barrier; a deadlock is fatal instead of a hang. */
+static void group_wait(rt_device *dev, tgroup *g, int32_t op_id)
+{
+    if (rt_barrier_wait(&g->bar) == 0)
+        return;
+    if (op_id >= 0)
+        rt_fatal(dev, "deadlock in the collective of op %d: every device waits for a peer "
+                 "that will never come (devices called collectives over different groups "
+                 "or in different orders)", op_id);
+    rt_fatal(dev, "deadlock at a barrier: every device waits for a peer that will never "
+             "come (devices called collectives over different groups or in different "
+             "orders)");
+}
+
 static void threads_barrier(rt_device *dev, uint32_t mask)
 {
     if (mask == 0)
         return;
-    rt_barrier_wait(&group_for(dev, mask)->bar);
+    group_wait(dev, group_for(dev, mask), -1);
 }
 
 /* Fatal unless the peers' descriptors agree with ours on what matters. */
@@ -124,7 +139,7 @@ static void threads_collective(rt_device *dev, const rt_coll_desc *d, const rt_g
     grp->in[g->rank] = in;
     grp->out[g->rank] = out;
     grp->desc[g->rank] = d;
-    rt_barrier_wait(&grp->bar);
+    group_wait(dev, grp, d->op_id);
     check_agreement(dev, d, grp, g->rank);
     rt_shared_bufs b = {grp->in, grp->out};
     switch (d->kind) {
@@ -136,7 +151,7 @@ static void threads_collective(rt_device *dev, const rt_coll_desc *d, const rt_g
         break;
     case RT_ALLREDUCE:
         rt_threads_allreduce_reduce(d, g, &b, out);
-        rt_barrier_wait(&grp->bar);
+        group_wait(dev, grp, d->op_id);
         rt_threads_allreduce_copy(d, g, &b, out);
         break;
     case RT_ALLTOALL:
@@ -144,7 +159,7 @@ static void threads_collective(rt_device *dev, const rt_coll_desc *d, const rt_g
         break;
     }
     /* Nobody may reuse or free a buffer a peer is still reading. */
-    rt_barrier_wait(&grp->bar);
+    group_wait(dev, grp, d->op_id);
 }
 
 static void threads_collect_i64(rt_device *dev, int64_t v, int64_t *all)
@@ -174,6 +189,10 @@ static void *thread_main(void *p)
 {
     tlocal *loc = p;
     loc->fn(&loc->dev, loc->arg);
+    tworld *w = loc->dev.backend;
+    if (rt_waitstate_finish(&w->ws))
+        rt_fatal(&loc->dev, "deadlock: this device finished while its peers wait in a "
+                 "collective it never called");
     return NULL;
 }
 
@@ -189,6 +208,8 @@ void rt_threads_launch(const rt_program *prog, int profiling,
     if (n > 1)
         openblas_set_num_threads(1);
     tworld w = {.prog = prog, .groups = NULL};
+    atomic_init(&w.ws.word, 0);
+    w.ws.nthreads = n;
     pthread_mutex_init(&w.mu, NULL);
     tlocal *locs = calloc((size_t)n, sizeof *locs);
     if (!locs)

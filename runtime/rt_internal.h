@@ -194,6 +194,20 @@ void rt_slice_range(int64_t n, int64_t G, int64_t r, int64_t *lo, int64_t *hi);
 
 #include <pthread.h>
 
+#include <stdatomic.h>
+
+/*
+ * What the barriers of one process know about all its device threads, to
+ * detect a deadlock: the number of threads blocked in some barrier (low 32
+ * bits) and of threads that have finished (high 32 bits), in one atomic word.
+ * When every thread is blocked or finished and at least one is blocked, no
+ * barrier can ever complete.
+ */
+typedef struct rt_waitstate {
+    _Atomic uint64_t word;       /* blocked | finished << 32 */
+    int64_t nthreads;            /* device threads of the process */
+} rt_waitstate;
+
 /* A reusable barrier for `count` threads (sense reversal by generation). */
 typedef struct rt_barrier {
     pthread_mutex_t mu;          /* guards the fields below */
@@ -201,10 +215,16 @@ typedef struct rt_barrier {
     int64_t count;               /* threads that take part */
     int64_t waiting;             /* threads arrived in the current generation */
     uint64_t generation;         /* incremented each time all have arrived */
+    rt_waitstate *ws;            /* deadlock detection across barriers, or NULL */
 } rt_barrier;
-void rt_barrier_init(rt_barrier *b, int64_t count);
-void rt_barrier_wait(rt_barrier *b);
+void rt_barrier_init(rt_barrier *b, int64_t count, rt_waitstate *ws);
+/* Waits for the other count-1 threads; 0 when they came, -1 (at once) when
+ * waiting would never end because every device thread is blocked or done. */
+int rt_barrier_wait(rt_barrier *b);
 void rt_barrier_destroy(rt_barrier *b);
+/* Records that a device thread has finished; -1 if that leaves the threads
+ * still blocked in barriers with no one to release them. */
+int rt_waitstate_finish(rt_waitstate *ws);
 
 /* ---- threads backend (backend_threads.c) ---- */
 

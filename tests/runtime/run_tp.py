@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end test of the runtime with the hand-written program prog_tp.c.
 
-usage: run_tp.py --tp PROG --bad BAD_PROG [--tp-f64 P] [--tp-bf16 P]
+usage: run_tp.py --tp PROG --bad BAD_PROG [--deadlock P] [--tp-f64 P] [--tp-bf16 P]
                  [--tp-mpi PROG_MPI --bad-mpi BAD_PROG_MPI]
 
 Runs the executable (f32, and the f64 and bf16 builds) on .npy inputs and
@@ -9,7 +9,8 @@ compares every output with NumPy;
 checks --check, --random-inputs (the generator reproduced here in NumPy),
 --repeat, --info, --stats, and that bad command lines and bad files give a
 clear error and exit status 1, and that BAD_PROG (a device failing while its
-peers wait in a collective) ends with a message and status 1, not a hang.
+peers wait in a collective) and the deadlocking program end with a message
+and status 1, not a hang.
 With the MPI builds, does the same under `mpirun -np 4` and checks that a
 wrong rank count fails fast with a message.
 """
@@ -183,6 +184,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tp", required=True)
     ap.add_argument("--bad", required=True)
+    ap.add_argument("--deadlock")
     ap.add_argument("--tp-f64")
     ap.add_argument("--tp-bf16")
     ap.add_argument("--tp-mpi")
@@ -198,6 +200,8 @@ def main():
         expect_error([a.bad, "--random-inputs", "3"],
                      "einrt: error: device 0 (X=0): AllReduce (op 17): dim 0 is 4 in the input "
                      "but 3 in the output")
+        if a.deadlock:
+            expect_error([a.deadlock, "--random-inputs", "1"], "deadlock")
         if a.tp_mpi:
             check_run(mpirun + ["-np", "4", a.tp_mpi], tmp, "mpi")
             expect_error(mpirun + ["-np", "2", a.tp_mpi, "--random-inputs", "1"],

@@ -121,6 +121,30 @@ static void test_bf16_sum_in_f32(void)
     CU_ASSERT_EQUAL(rt_bf16_to_f32(out[0]), 1.0078125f);
 }
 
+/* A barrier reports a deadlock instead of sleeping when no thread can come. */
+static void test_deadlock_detection(void)
+{
+    rt_waitstate one = {.nthreads = 1};
+    atomic_init(&one.word, 0);
+    rt_barrier b;
+    rt_barrier_init(&b, 2, &one);
+    CU_ASSERT_EQUAL(rt_barrier_wait(&b), -1); /* the only thread waits for a second */
+    rt_barrier_destroy(&b);
+
+    rt_waitstate two = {.nthreads = 2};
+    atomic_init(&two.word, 0);
+    CU_ASSERT_EQUAL(rt_waitstate_finish(&two), 0); /* nobody waits: fine */
+    rt_barrier_init(&b, 2, &two);
+    CU_ASSERT_EQUAL(rt_barrier_wait(&b), -1); /* its peer has finished */
+    rt_barrier_destroy(&b);
+
+    rt_waitstate many = {.nthreads = 3};
+    atomic_init(&many.word, 0);
+    rt_barrier_init(&b, 1, &many);
+    CU_ASSERT_EQUAL(rt_barrier_wait(&b), 0); /* a barrier of one never blocks */
+    rt_barrier_destroy(&b);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -131,6 +155,7 @@ void einc_register_tests(void)
         {"mesh axis of size 1", test_axis_of_size_one},
         {"AllReduce slice ranges", test_slice_ranges},
         {"bf16 sums in f32", test_bf16_sum_in_f32},
+        {"barrier deadlock detection", test_deadlock_detection},
     };
     einc_add_suite("runtime collectives (threads)", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,0 +1,30 @@
+/*
+ * prog_deadlock.c - a hand-written `einc_program` that is not SPMD: device
+ * (0, 0) calls an AllReduce over X while the others call one over Y.  The
+ * Y group {(1,0), (1,1)} completes, but (0,0) and (0,1) wait for each other
+ * in different groups forever.  The threads backend must detect that every
+ * device is blocked and end the job with a message and status 1.
+ */
+#include "einrt.h"
+
+static void run(rt_device *dev, void *const *in, void *const *out)
+{
+    int odd = rt_coord(dev, 0) == 0 && rt_coord(dev, 1) == 0;
+    rt_coll_desc d = {.kind = RT_ALLREDUCE, .dtype = RT_F32, .naxes = 1, .axes = {odd ? 0 : 1},
+                      .rank = 1, .in_shape = {4}, .out_shape = {4}, .dim = -1, .dim2 = -1,
+                      .op_id = 3};
+    rt_collective(dev, &d, in[0], out[0]);
+}
+
+static const rt_tensor_desc inputs[] = {
+    {.name = "x", .dtype = RT_F32, .rank = 1, .global_shape = {4}, .local_shape = {4}},
+};
+static const rt_tensor_desc outputs[] = {
+    {.name = "y", .dtype = RT_F32, .rank = 1, .global_shape = {4}, .local_shape = {4}},
+};
+
+const rt_program einc_program = {
+    .abi_version = RT_ABI_VERSION, .naxes = 2, .axis_names = {'X', 'Y'}, .axis_sizes = {2, 2},
+    .ninputs = 1, .inputs = inputs, .noutputs = 1, .outputs = outputs, .run = run,
+    .source_name = "prog_deadlock.ein",
+};
