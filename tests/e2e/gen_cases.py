@@ -199,6 +199,7 @@ class Program:
         self.stmts = []         # (name, labels, sharding or None, unreduced axes, terms)
         self.outputs = []       # (name, sharding or None)
         self.labels_of = {}     # tensor name -> labels
+        self.overrides = []     # dims and mesh axes whose size comes from `einc -D`
 
     def new_dims(self, n):
         out = []
@@ -300,8 +301,12 @@ class Program:
 
     def source(self):
         lines = ["# e2e case %s (%s)" % (self.name, self.category)]
-        lines.append("mesh " + ", ".join("%s=%d" % (a, n) for a, n in self.mesh))
-        lines.append("dim " + ", ".join("%s=%d" % (d, self.sizes[d]) for d in self.dims))
+        # An overridden size is written as a placeholder that would not even
+        # divide: only the -D value may take effect.
+        def size(name, n):
+            return 1000003 if name in self.overrides else n
+        lines.append("mesh " + ", ".join("%s=%d" % (a, size(a, n)) for a, n in self.mesh))
+        lines.append("dim " + ", ".join("%s=%d" % (d, size(d, self.sizes[d])) for d in self.dims))
         for kind, name, labels, sh in self.decls:
             lines.append("%s %s: %s" % (kind, self.ein_tref(name, labels, sh), self.dtype))
         for name, labels, sh, unred, terms in self.stmts:
@@ -324,6 +329,13 @@ class Program:
 
     def case(self):
         self.finalize_sizes()
+        if self.rng.random() < 0.12:
+            # Override one dim, and sometimes one mesh axis, from the command line.
+            self.overrides.append(self.rng.choice(self.dims))
+            if self.rng.random() < 0.5:
+                self.overrides.append(self.rng.choice(self.mesh)[0])
+        all_sizes = dict(self.sizes)
+        all_sizes.update(dict(self.mesh))
         mesh_size = 1
         for _, n in self.mesh:
             mesh_size *= n
@@ -340,6 +352,7 @@ class Program:
             "letters": {d: "abcdefghijklmnopqrstuvwxyz"[i] for i, d in enumerate(self.dims)},
             "sizes": dict(self.sizes),
             "outputs": [name for name, _ in self.outputs],
+            "defines": ["%s=%d" % (n, all_sizes[n]) for n in self.overrides],
         }
 
 
@@ -536,6 +549,63 @@ def t_unreduced(p, rng):
         p.output("Q", p.maybe_constraint([i, k], 0.5))
 
 
+def t_mixed(p, rng):
+    """Operands sharded differently meet in one op: elementwise sums of
+    tensors with different shardings, sharded broadcasts, a tensor used twice
+    (a Gram matrix), an intermediate with several consumers that want
+    different shardings, and reductions over sharded dims."""
+    kind = rng.choice(["ew", "gram", "multiuse", "reduce"])
+    if kind == "ew":
+        i, j, k = p.new_dims(3)
+        p.input("A", [i, j])
+        p.input("B", [j, i])
+        p.input("U", [i])
+        p.input("T", [i, j, k])
+        terms = [(1, [Ref("A", [i, j])]), (-1, [Ref("B", [j, i]), Ref("U", [i])]),
+                 (1, [Call(rng.choice(ELEMENTWISE_FUNCS), [(1, [Ref("B", [j, i])])])])]
+        p.stmt("E", [i, j], terms, sharding=p.maybe_constraint([i, j], 0.5))
+        # A reduction of T next to elementwise terms.
+        p.stmt("F", [j, i], [(1, [Ref("T", [i, j, k])]), (1, [Ref("E", [i, j])])],
+               sharding=p.maybe_constraint([j, i], 0.5))
+        p.output("E", p.maybe_constraint([i, j], 0.5))
+        p.output("F", p.maybe_constraint([j, i], 0.5))
+    elif kind == "gram":
+        i, j = p.new_dims(2)
+        p.ties.append([i])
+        p.input("A", [i, j])
+        # G[i, i'] = sum_j A[i, j] A[i', j], with i' a dim of the same size as i.
+        (i2,) = p.new_dims(1)
+        p.ties[-1].append(i2)
+        p.stmt("G", [i, i2], [(1, [Ref("A", [i, j]), Ref("A", [i2, j])])],
+               sharding=p.maybe_constraint([i, i2], 0.5))
+        p.output("G", p.maybe_constraint([i, i2], 0.5))
+    elif kind == "multiuse":
+        i, j, k = p.new_dims(3)
+        p.input("A", [i, j])
+        p.input("B", [j, k])
+        p.input("C", [k, j])
+        p.stmt("H", [i, k], [(1, [Ref("A", [i, j]), Ref("B", [j, k])])],
+               sharding=p.maybe_constraint([i, k], 0.5))
+        p.stmt("P", [i, j], [(1, [Ref("H", [i, k]), Ref("C", [k, j])])],
+               sharding=p.random_sharding([i, j]))
+        p.stmt("Q", [k, i], [(1, [Call("tanh", [(1, [Ref("H", [i, k])])])])],
+               sharding=p.random_sharding([k, i]))
+        p.stmt("R", [i], [(1, [Ref("H", [i, k])])], sharding=p.maybe_constraint([i], 0.5))
+        p.output("P", p.maybe_constraint([i, j], 0.5))
+        p.output("Q", p.maybe_constraint([k, i], 0.5))
+        p.output("R", p.maybe_constraint([i], 0.5))
+        p.output("H", p.maybe_constraint([i, k], 0.5))
+    else:
+        dims = p.new_dims(rng.choice([2, 3]))
+        sh = p.random_sharding(dims, p=0.9)
+        p.input("A", dims, sh)
+        keep = [d for d in dims if not sh[d]] or dims[:1]
+        keep = shuffled(rng, keep)
+        p.stmt("S", keep, [(1, [Num(2.0), Ref("A", dims)])],
+               sharding=p.maybe_constraint(keep, 0.5))
+        p.output("S", p.maybe_constraint(keep, 0.5))
+
+
 CATEGORIES = [
     # (category, template, count, mesh ranks to draw from)
     ("unary", t_unary, 35, [1, 2, 3]),
@@ -545,6 +615,7 @@ CATEGORIES = [
     ("elementwise", t_elementwise, 35, [1, 2]),
     ("chain", t_chain, 30, [1, 2, 3]),
     ("unreduced", t_unreduced, 20, [1, 2, 3]),
+    ("mixed", t_mixed, 40, [1, 2, 3]),
 ]
 
 

@@ -116,9 +116,11 @@ def run_case(case, args, work):
     cmd = [args.einc, "case.ein", "-o", "case"]
     if args.runtime == "mpi":
         cmd.append("--runtime=mpi")
+    for d in case["defines"]:
+        cmd += ["-D", d]
     rc, out = run(cmd, work)
     if rc != 0:
-        return "einc failed (exit %d):\n%s" % (rc, out)
+        return "einc failed (exit %d): %s\n%s" % (rc, " ".join(cmd), out)
 
     rng = np.random.default_rng(zlib.crc32(case["name"].encode()))
     arrays = {}
@@ -200,8 +202,10 @@ def main():
                 shutil.rmtree(work, ignore_errors=True)
         else:
             failed += 1
-            print("FAIL %s (%s, %s, mesh %s)" % (case["name"], case["category"], case["dtype"],
-                                               " ".join("%s=%d" % m for m in case["mesh"])))
+            print("FAIL %s (%s, %s, mesh %s%s)" % (
+                case["name"], case["category"], case["dtype"],
+                " ".join("%s=%d" % m for m in case["mesh"]),
+                "".join(", einc -D " + d for d in case["defines"])))
             for line in case["source"].splitlines():
                 print("    " + line)
             print("  NumPy reference:")
