@@ -1,18 +1,30 @@
 /*
- * prog_bad.c - a hand-written `einc_program` whose device 0 calls an
- * AllReduce with a descriptor that contradicts its group (output shape
- * differs from the input) while the other devices call a correct one and
- * wait for it.  The runtime must print an error naming the device and op
- * and end the whole job with status 1, never hang (einrt.h "Errors").
+ * prog_bad.c - hand-written `einc_program`s that go wrong mid-run, on a 2x2
+ * mesh, to check that the runtime ends the job with a message and status 1
+ * and never hangs (einrt.h "Errors"):
+ *
+ *   default      device (0, 0) calls an AllReduce over X whose descriptor
+ *                contradicts its group (output shape differs from the
+ *                input) while its peer waits in a correct one;
+ *   -DDEADLOCK   not SPMD: device (0, 0) calls an AllReduce over X while the
+ *                others call one over Y.  The Y group {(1,0), (1,1)}
+ *                completes, but (0,0) and (0,1) wait for each other in
+ *                different groups forever; the threads backend must detect
+ *                that every device is blocked.
  */
 #include "einrt.h"
 
 static void run(rt_device *dev, void *const *in, void *const *out)
 {
-    int bad = rt_coord(dev, 0) == 0;
+    int first = rt_coord(dev, 0) == 0 && rt_coord(dev, 1) == 0;
     rt_coll_desc d = {.kind = RT_ALLREDUCE, .dtype = RT_F32, .naxes = 1, .axes = {0},
-                      .rank = 1, .in_shape = {4}, .out_shape = {bad ? 3 : 4}, .dim = -1,
-                      .dim2 = -1, .op_id = 17};
+                      .rank = 1, .in_shape = {4}, .out_shape = {4}, .dim = -1, .dim2 = -1,
+                      .op_id = 17};
+#ifdef DEADLOCK
+    d.axes[0] = first ? 0 : 1;
+#else
+    d.out_shape[0] = first ? 3 : 4;
+#endif
     rt_collective(dev, &d, in[0], out[0]);
 }
 
@@ -24,7 +36,7 @@ static const rt_tensor_desc outputs[] = {
 };
 
 const rt_program einc_program = {
-    .abi_version = RT_ABI_VERSION, .naxes = 1, .axis_names = {'X'}, .axis_sizes = {4},
+    .abi_version = RT_ABI_VERSION, .naxes = 2, .axis_names = {'X', 'Y'}, .axis_sizes = {2, 2},
     .ninputs = 1, .inputs = inputs, .noutputs = 1, .outputs = outputs, .run = run,
     .source_name = "prog_bad.ein",
 };

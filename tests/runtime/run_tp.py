@@ -198,7 +198,7 @@ def main():
                 check_run([prog], tmp, "threads-" + dtype, dtype)
         check_errors(a.tp, tmp)
         expect_error([a.bad, "--random-inputs", "3"],
-                     "einrt: error: device 0 (X=0): AllReduce (op 17): dim 0 is 4 in the input "
+                     "einrt: error: device 0 (X=0, Y=0): AllReduce (op 17): dim 0 is 4 in the input "
                      "but 3 in the output")
         if a.deadlock:
             expect_error([a.deadlock, "--random-inputs", "1"], "deadlock")
