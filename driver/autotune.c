@@ -25,12 +25,12 @@
 
 #include "autotune.h"
 #include "cost.h"
+#include "driver.h"
 #include "frontend.h"
 #include "meshslice_model.h"
 
 #define MAX_DEFINES 64
 #define MAX_LAYERS 256
-#define MAX_SOURCE_BYTES (64u << 20)
 #define MAX_CHIPS (INT64_C(1) << 20)
 
 /* The command line. */
@@ -228,44 +228,6 @@ static int parse_args(int argc, char **argv, at_options *o)
     if (o->slices && o->algo != MS_ALGO_MESHSLICE)
         return bad_usage("%s", "--slices applies to --algorithm meshslice only");
     return 0;
-}
-
-/* Reads a whole file; NULL with a message on failure.  Caller frees. */
-static char *read_source(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "einc autotune: error: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 14, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = cap < MAX_SOURCE_BYTES ? realloc(buf, cap * 2) : NULL;
-            if (!nb) {
-                fprintf(stderr, "einc autotune: error: '%s' is too large\n", path);
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                fprintf(stderr, "einc autotune: error: cannot read '%s'\n", path);
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 /* Whether dim id `d` is among the first `rank` labels. */
@@ -777,7 +739,7 @@ int autotune_main(int argc, char **argv)
         return 1;
     }
     size_t len = 0;
-    char *src = read_source(o.input, &len);
+    char *src = drv_read_source(o.input, "einc autotune", &len);
     if (!src)
         return 1;
     diag_ctx diag;

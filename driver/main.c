@@ -8,21 +8,20 @@
  * Exit status: 0 on success, 1 on any error in the input or the pipeline,
  * 2 on a bad command line.  See `einc --help` and docs/.
  */
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune.h"
 #include "codegen.h"
 #include "cost.h"
+#include "driver.h"
 #include "frontend.h"
 #include "pass.h"
 
 #define MAX_DEFINES 64
 #define MAX_PLUGINS 16
-/* A .ein file is text written by people; refuse anything absurdly large. */
-#define MAX_SOURCE_BYTES (256u << 20)
 
 /* Everything the command line says. */
 typedef struct options {
@@ -52,6 +51,7 @@ typedef struct options {
 static void usage(FILE *out)
 {
     fputs("usage: einc [options] FILE.ein\n"
+          "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
           "\n"
           "Compiles a sharded tensor program (docs/language.md).\n"
           "\n"
@@ -212,49 +212,6 @@ static int parse_args(int argc, char **argv, options *o)
     return 0;
 }
 
-/* Reads a whole file; NULL with a message on failure.  Caller frees. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "einc: error: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= MAX_SOURCE_BYTES) {
-                fprintf(stderr, "einc: error: '%s' is larger than %u MiB\n", path, MAX_SOURCE_BYTES >> 20);
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                fprintf(stderr, "einc: error: cannot read '%s': %s\n", path, strerror(errno));
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 /* Compiles the source with the pipeline; NULL after reporting errors. */
 static ir_module *compile(const options *o, const char *src, size_t len, bool single_device,
                           pass_manager *pm, pass_ctx *ctx)
@@ -285,6 +242,8 @@ static char *dump_text(ir_module *m)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "autotune") == 0)
+        return autotune_main(argc - 1, argv + 1);
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
@@ -321,7 +280,7 @@ int main(int argc, char **argv)
     }
 
     size_t len = 0;
-    char *src = read_file(o.input, &len);
+    char *src = drv_read_source(o.input, "einc", &len);
     if (!src) {
         pass_registry_free(&reg);
         return 1;

@@ -11,8 +11,7 @@ dataflow heuristic against the default B-stn dataflow (Table 2), utilization
 by mesh shape (Fig. 13), by K on a 32 x 8 mesh (Fig. 14) and on the 4 x 4 mesh
 of Table 3.  docs/meshslice.md holds the output and the discussion.
 
-    bench/meshslice/study.py --einc build/einc          # einc with the subcommand
-    bench/meshslice/study.py --autotune build/einc_autotune
+    bench/meshslice/study.py --einc build/einc
 
 Every number comes from the autotuner's --json report; this script only
 arranges them.  Exit status 1 if a run fails.
@@ -55,13 +54,11 @@ def pct(x):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--einc", help="einc executable (runs `einc autotune`)")
-    g.add_argument("--autotune", help="the standalone einc_autotune executable")
+    ap.add_argument("--einc", required=True, help="einc executable (runs `einc autotune`)")
     ap.add_argument("--hw", default="tpu-v4")
     ap.add_argument("--raw", help="also write every JSON report to this file")
     a = ap.parse_args()
-    cmd = [a.einc, "autotune"] if a.einc else [a.autotune]
+    cmd = [a.einc, "autotune"]
     cmd += ["--hw", a.hw, "--train"]
     raw = {}
     out = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of `einc autotune` (driver/autotune.c).
 
-Usage: test_autotune_cli.py AUTOTUNE_EXE TEST_DIR
+Usage: test_autotune_cli.py EINC TEST_DIR
 
 Writes small .ein models, runs the autotuner and checks its report against
 an independent Python computation of the same quantities: which einsums are
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-EXE = sys.argv[1]
+EXE = [sys.argv[1], "autotune"]
 failures = []
 
 
@@ -35,7 +35,7 @@ def run(args, src=None, name="model.ein"):
             with open(path, "w") as f:
                 f.write(src)
             args = args + [path]
-        p = subprocess.run([EXE] + args, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(EXE + args, capture_output=True, text=True, timeout=60)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -1,0 +1,17 @@
+/*
+ * driver.h - what the einc driver's files share.
+ */
+#ifndef EINC_DRIVER_H
+#define EINC_DRIVER_H
+
+#include <stddef.h>
+
+/* A .ein file is text written by people; refuse anything absurdly large. */
+#define DRV_MAX_SOURCE_BYTES (256u << 20)
+
+/* Reads the whole file `path` into a malloc'd buffer (not NUL-terminated;
+ * *len bytes).  On failure prints "WHO: error: ..." to stderr and returns
+ * NULL.  The caller frees the buffer. */
+char *drv_read_source(const char *path, const char *who, size_t *len);
+
+#endif
