@@ -66,6 +66,9 @@ int cg_link(const char *obj, const cg_options *opts, diag_ctx *d)
     argv[argc++] = obj;
     argv[argc++] = lib;
     argv[argc++] = "-lopenblas";
+#if defined(__x86_64__)
+    argv[argc++] = "-lmvec"; /* vectorised exp/log (target.c) */
+#endif
     argv[argc++] = "-lm";
     argv[argc++] = "-lpthread";
 #ifdef EINC_SANITIZE_LINK

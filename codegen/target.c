@@ -3,14 +3,32 @@
  * llvm_codegen_module.c order: init target, triple, target machine).
  */
 #include <llvm-c/Core.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
+#include <pthread.h>
 
 #include "cg_internal.h"
+
+/* Lets the loop vectoriser widen exp/log calls into glibc's libmvec
+ * (_ZGVdN8v_expf, ...): without it every transcendental in an elementwise
+ * loop is a scalar libm call and the loop is not vectorised.  The vector
+ * library is an LLVM command-line option, i.e. process-wide state inside
+ * LLVM, which may be parsed only once per process: hence pthread_once.
+ * The executable links -lmvec (link.c). */
+static void set_vector_library(void)
+{
+#if defined(__x86_64__)
+    const char *argv[] = {"einc", "-vector-library=LIBMVEC-X86"};
+    LLVMParseCommandLineOptions(2, argv, NULL);
+#endif
+}
 
 LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d)
 {
     /* Idempotent inside LLVM; the executable runs where it was compiled. */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, set_vector_library);
     if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
         diag_error(d, DIAG_NOLOC, "LLVM has no native target for this machine");
         return NULL;
