@@ -1,8 +1,8 @@
 /*
  * link.c - links the emitted object with the runtime (c3c's linker.c step).
  *
- *   threads: cc  obj <runtime_dir>/libeinrt.a     -lopenblas -lm -lpthread -o out
- *   MPI:     mpicc obj <runtime_dir>/libeinrt_mpi.a -lopenblas -lm -lpthread -o out
+ *   threads: cc  obj <runtime_dir>/libeinrt.a     -lopenblas -lmvec -lm -lpthread -o out
+ *   MPI:     mpicc obj <runtime_dir>/libeinrt_mpi.a -lopenblas -lmvec -lm -lpthread -o out
  *
  * The linker runs by fork/exec (no shell, so paths need no quoting); its
  * stdout and stderr are read through a pipe and reported through the diag
