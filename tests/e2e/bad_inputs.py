@@ -20,6 +20,8 @@ import tempfile
 
 import numpy as np
 
+from e2e_common import mpi_launch
+
 PROGRAM = """\
 # bad-input checks: a 2-device matmul with a sharded input and output
 mesh X=2
@@ -194,14 +196,14 @@ def main():
             else:
                 m = Checker(work, "./bad_mpi", [])
                 for n in (1, 3, 4):
-                    launch = [args.mpirun, "-np", str(n), "--allow-run-as-root",
-                              "--oversubscribe"]
+                    launch = mpi_launch(args.mpirun, n)
                     rc, out, err = m.run(good, launch)
                     problems = []
                     if rc is None:
                         problems.append("hang")
-                    elif rc == 0:
-                        problems.append("exit 0 with %d ranks on a 2-device mesh" % n)
+                    elif rc != 1:
+                        problems.append("exit %s with %d ranks on a 2-device mesh, expected 1"
+                                        % (rc, n))
                     # The runtime's own message must say what is wrong.
                     both = out + err
                     if "2" not in both or str(n) not in both or "rank" not in both.lower():
@@ -210,9 +212,7 @@ def main():
                              out, err[-1500:])
                 c.passed += m.passed
                 c.failed += m.failed
-                rc, out, err = m.run(good + ["--output", "C=cm.npy"],
-                                     [args.mpirun, "-np", "2", "--allow-run-as-root",
-                                      "--oversubscribe"])
+                rc, out, err = m.run(good + ["--output", "C=cm.npy"], mpi_launch(args.mpirun, 2))
                 problems = []
                 if rc != 0:
                     problems.append("exit %s" % rc)
@@ -220,8 +220,7 @@ def main():
                                      atol=1e-6):
                     problems.append("wrong result")
                 else:
-                    m2 = Checker(work, "./bad_mpi", [args.mpirun, "-np", "2",
-                                                     "--allow-run-as-root", "--oversubscribe"])
+                    m2 = Checker(work, "./bad_mpi", mpi_launch(args.mpirun, 2))
                     m2.expect_error("MPI: wrong shape",
                                     ["--input", "A=a_shape.npy", "--input", "W=w.npy"],
                                     ["A", "a_shape.npy"])

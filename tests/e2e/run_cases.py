@@ -30,6 +30,8 @@ import zlib
 
 import numpy as np
 
+from e2e_common import mpi_launch
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_cases  # noqa: E402
 
@@ -126,8 +128,7 @@ def run_case(case, args, work):
     arrays = {}
     cmd = []
     if args.runtime == "mpi":
-        cmd = [args.mpirun, "-np", str(case["mesh_size"]), "--allow-run-as-root",
-               "--oversubscribe"]
+        cmd = mpi_launch(args.mpirun, case["mesh_size"])
     cmd.append("./case")
     for name, shape, _ in case["inputs"]:
         a = rng.uniform(-1.0, 1.0, size=shape).astype(NPDTYPE[case["dtype"]])

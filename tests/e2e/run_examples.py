@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from e2e_common import mpi_launch
+
 TIMEOUT = 600
 
 
@@ -53,7 +55,7 @@ def check_example(path, args, work):
         return "--info failed or unreadable (exit %s):\n%s" % (rc, info)
     launch = []
     if args.runtime == "mpi":
-        launch = [args.mpirun, "-np", m.group(1), "--allow-run-as-root", "--oversubscribe"]
+        launch = mpi_launch(args.mpirun, int(m.group(1)))
     cmd = launch + [exe, "--random-inputs", "1", "--check"]
     t0 = time.time()
     rc, out = run(cmd, work)
