@@ -157,6 +157,11 @@ def check_errors(prog, tmp):
                  "input 'x' is given twice")
     expect_error([prog, "--random-inputs", "1", "--output", "nope=" + xp], "no output named 'nope'")
     expect_error([prog, "--bogus"], "unknown option")
+    expect_error([prog, "--random-inputs", "abc"], "--random-inputs expects a non-negative integer")
+    expect_error([prog, "--input", "x"], "--input expects NAME=file.npy, got 'x'")
+    expect_error([prog, "--check=1"], "--check takes no value")
+    # --flag=value spelling works like --flag value.
+    run([prog, "--input=x=" + xp, "--input=w=" + wp, "--repeat=2"])
     expect_error([prog, "--repeat", "0", "--random-inputs", "1"], "--repeat expects")
     expect_error([prog, "--input", "x=" + wp, "--input", "w=" + wp],
                  "tensor 'x': %s has shape (6, 12), expected (8, 6)" % wp)

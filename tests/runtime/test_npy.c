@@ -167,7 +167,7 @@ static void expect_bad(const char *path, const char *needle)
         fprintf(stderr, "\n  message '%s' lacks '%s'\n", err, needle);
 }
 
-static void test_version_2_header(void)
+static void test_versions(void)
 {
     char dir[64], path[128], err[512];
     make_dir(dir, sizeof dir);
@@ -180,6 +180,14 @@ static void test_version_2_header(void)
     CU_ASSERT_EQUAL(rt_npy_check(&h, path, &t, err, sizeof err), 0);
     CU_ASSERT_EQUAL(h.rank, 3);
     CU_ASSERT_EQUAL(h.shape[2], 10);
+    /* 3.0 has the layout of 2.0 (a UTF-8 header). */
+    write_raw(path, 3, "\x93NUMPY", GOOD_DICT, 240 * 4);
+    CU_ASSERT_EQUAL(rt_npy_read_header(path, &h, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(rt_npy_check(&h, path, &t, err, sizeof err), 0);
+    /* An unknown major version is refused. */
+    write_raw(path, 4, "\x93NUMPY", GOOD_DICT, 240 * 4);
+    CU_ASSERT_EQUAL(rt_npy_read_header(path, &h, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "unsupported .npy version 4.0"));
     cleanup(dir);
 }
 
@@ -290,7 +298,7 @@ void einc_register_tests(void)
         {"round trip f32 blocks", test_round_trip_f32},
         {"round trip f64 blocks", test_round_trip_f64},
         {"round trip bf16 as <f4", test_round_trip_bf16},
-        {"version 2.0 header", test_version_2_header},
+        {"version 2.0, 3.0 and 4.0 headers", test_versions},
         {"bad files give clear errors", test_bad_files},
         {"truncated data while reading a block", test_truncated_block},
         {"failed write leaves nothing", test_failed_write_leaves_nothing},
