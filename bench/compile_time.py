@@ -12,11 +12,14 @@ rt_alloc bytes per device (inputs, outputs and scratch) is compared with the
 largest sum of live shards per device, computed from `--dump-ir=json`: the
 inputs and the outputs are live for the whole run (the runtime allocates
 them before the program starts), every other value from the op that defines
-it to its last use.  Ratio = peak / that bound; target <= 1.3.
+it to its last use.  Ratio = peak / that bound; target <= 1.3.  The
+process's max RSS divided by the devices is printed too: it also counts what
+rt_alloc does not (the root's global outputs, OpenBLAS buffers, stacks).
 
     python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein]
 """
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -38,6 +41,21 @@ def timed(cmd, reps):
         if r.returncode != 0:
             raise bl.BenchError(f"failed: {' '.join(map(str, cmd))}\n{r.stderr[-2000:]}")
     return statistics.median(times)
+
+
+def run_rss(cmd):
+    """Runs cmd; returns (stdout, max resident set size in bytes of that process)."""
+    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text = out.read()
+        if proc.returncode != 0:
+            raise bl.BenchError(f"failed: {' '.join(map(str, cmd))}\n{text[-1000:]}"
+                                f"{err.read()[-1000:]}")
+    return text, usage.ru_maxrss * 1024
 
 
 def live_bound(ir):
@@ -95,7 +113,7 @@ def main():
         bound, base = live_bound(ir)
         exe = Path(tmp) / "memory"
         bl.run([einc, mem, "-o", exe])
-        out = bl.run([exe, "--random-inputs", "1", "--stats"])
+        out, rss = run_rss([exe, "--random-inputs", "1", "--stats"])
         peaks = [int(v) for v in re.findall(r"device \d+: peak (\d+) bytes", out)]
         if not peaks:
             raise bl.BenchError(f"no peak memory in the output of --stats:\n{out[-1000:]}")
@@ -106,6 +124,9 @@ def main():
                   "ratio", "<=1.3x"],
                  [[d, mib(pk), mib(bound), mib(base), f"{pk / bound:.2f}",
                    bl.verdict(pk / bound, 1.3, False)] for d, pk in enumerate(peaks)])
+        print(f"\nwhole process (threads backend, {len(peaks)} devices, plus the global "
+              f"outputs, BLAS buffers and thread stacks): max RSS {mib(rss)} MiB = "
+              f"{mib(rss / len(peaks))} MiB per device, {rss / len(peaks) / bound:.2f}x the bound")
 
 
 if __name__ == "__main__":
