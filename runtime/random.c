@@ -34,12 +34,6 @@ static uint64_t bits(uint64_t key, int64_t index)
     return splitmix64(key ^ splitmix64((uint64_t)index));
 }
 
-double rt_random_value(uint64_t seed, const char *name, int64_t index)
-{
-    uint64_t h = bits(seed ^ fnv1a64(name), index);
-    return (double)(h >> 11) * 0x1p-53 * 2.0 - 1.0;
-}
-
 void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t *start,
                           const int64_t *local_shape, void *dst)
 {

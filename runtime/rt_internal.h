@@ -20,6 +20,8 @@
 #ifndef EINC_RT_INTERNAL_H
 #define EINC_RT_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -192,10 +194,6 @@ void rt_slice_range(int64_t n, int64_t G, int64_t r, int64_t *lo, int64_t *hi);
 
 /* ---- barrier (barrier.c) ---- */
 
-#include <pthread.h>
-
-#include <stdatomic.h>
-
 /*
  * What the barriers of one process know about all its device threads, to
  * detect a deadlock: the number of threads blocked in some barrier (low 32
@@ -286,8 +284,6 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data,
  * values of the global array generated from (seed, t->name). */
 void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t *start,
                           const int64_t *local_shape, void *dst);
-/* Value of global flat element `index` of tensor `name` for `seed`, in [-1, 1). */
-double rt_random_value(uint64_t seed, const char *name, int64_t index);
 
 /* ---- the executable (cli.c, job.c, info.c) ---- */
 

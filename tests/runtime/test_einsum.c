@@ -159,6 +159,9 @@ static void test_matmul_layouts(void)
         "ij,ij->",   /* full contraction to a scalar */
         "abc,cd->abd", /* several M dims */
         "ab,abc->c",   /* several K dims */
+        "ij,->ij",     /* times a scalar */
+        ",jk->kj",     /* a scalar times, transposed */
+        ",->",         /* scalar product */
     };
     check_specs(specs, (int)(sizeof specs / sizeof specs[0]), 1.0);
 }
@@ -185,7 +188,7 @@ static void test_labels_in_one_operand(void)
 
 static void test_unary(void)
 {
-    static const char *const specs[] = {"ij->ji", "ijk->k", "ij->", "ijk->kij", "ab->ab"};
+    static const char *const specs[] = {"ij->ji", "ijk->k", "ij->", "ijk->kij", "ab->ab", "->"};
     check_specs(specs, (int)(sizeof specs / sizeof specs[0]), 1.0);
 }
 
