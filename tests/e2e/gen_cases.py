@@ -286,6 +286,13 @@ class Program:
                 if d in group:
                     for e in group:
                         sizes[e] = size
+        # One case in eight scales two dims by 16 (keeping divisibility), so
+        # blocks are large enough for BLAS's blocked paths, not only tiny GEMMs.
+        if self.rng.random() < 0.125:
+            for d in self.rng.sample(self.dims, min(2, len(self.dims))):
+                group = next((g for g in self.ties if d in g), [d])
+                for e in group:
+                    sizes[e] *= 16
         self.sizes = sizes
 
     # -- rendering --
