@@ -121,5 +121,23 @@ void coll_check_device(rt_device *dev, void *arg)
             rt_free(dev, out);
         }
     }
+    /* A scalar AllReduce: fewer elements than devices for the slices. */
+    rt_coll_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = RT_ALLREDUCE;
+    d.dtype = c->dtype;
+    d.naxes = c->naxes;
+    memcpy(d.axes, c->axes, sizeof d.axes);
+    d.dim = d.dim2 = -1;
+    uint64_t in[1], out[1];
+    test_store(c->dtype, in, 0, input_value(dev->id, 5));
+    rt_collective(dev, &d, in, out);
+    int64_t idx[RT_MAX_RANK] = {0};
+    idx[0] = 5; /* reference() reads element ravel(idx) = 5 of each peer's input */
+    d.rank = 1;
+    d.in_shape[0] = d.out_shape[0] = 6;
+    double want = reference(c, &d, dev->coord, g.rank, g.size, idx);
+    c->errors[dev->id] += test_load(c->dtype, out, 0) != want;
+    c->checked[dev->id]++;
 }
 
