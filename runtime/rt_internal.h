@@ -45,6 +45,7 @@ const char *rt_dtype_name(int32_t dtype);
 /* bf16 <-> f32: a bf16 is the upper half of an f32; rounding to nearest even. */
 float rt_bf16_to_f32(uint16_t h);
 uint16_t rt_f32_to_bf16(float f);
+/* The same over n elements. */
 void rt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
 void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
 
@@ -175,8 +176,10 @@ typedef struct rt_shared_bufs {
     const void *const *peer_in;  /* input buffer of each group rank */
     void *const *peer_out;       /* output buffer of each group rank */
 } rt_shared_bufs;
+/* AllGather: copies every peer's input into its place along d->dim of out. */
 void rt_threads_allgather(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
                           void *out);
+/* ReduceScatter: sums block `g->rank` along d->dim of every peer's input into out. */
 void rt_threads_reducescatter(const rt_coll_desc *d, const rt_group_view *g,
                               const rt_shared_bufs *b, void *out);
 /* AllReduce phase 1: this device sums its 1/G slice of the flat array into its out. */
@@ -185,6 +188,7 @@ void rt_threads_allreduce_reduce(const rt_coll_desc *d, const rt_group_view *g,
 /* AllReduce phase 2 (after a barrier): copies the other slices from peers' outs. */
 void rt_threads_allreduce_copy(const rt_coll_desc *d, const rt_group_view *g,
                                const rt_shared_bufs *b, void *out);
+/* AllToAll: out block j along d->dim = peer j's block `g->rank` along d->dim2. */
 void rt_threads_alltoall(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
                          void *out);
 /* Sums `G` arrays of `n` elements of `dtype` into dst (bf16 summed in f32). */
@@ -215,10 +219,13 @@ typedef struct rt_barrier {
     uint64_t generation;         /* incremented each time all have arrived */
     rt_waitstate *ws;            /* deadlock detection across barriers, or NULL */
 } rt_barrier;
+/* Initialises `b` for `count` threads; `ws` (may be NULL) is shared by all
+ * barriers of the process for deadlock detection. */
 void rt_barrier_init(rt_barrier *b, int64_t count, rt_waitstate *ws);
 /* Waits for the other count-1 threads; 0 when they came, -1 (at once) when
  * waiting would never end because every device thread is blocked or done. */
 int rt_barrier_wait(rt_barrier *b);
+/* Releases the mutex and condition variable of `b` (no thread may wait on it). */
 void rt_barrier_destroy(rt_barrier *b);
 /* Records that a device thread has finished; -1 if that leaves the threads
  * still blocked in barriers with no one to release them. */
@@ -312,8 +319,11 @@ typedef struct rt_options {
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen);
+/* Frees the lists of `o` (the strings belong to argv). */
 void rt_free_options(rt_options *o);
+/* Writes the usage text of --help. */
 void rt_print_help(FILE *f, const char *argv0);
+/* Writes --info: source, mesh, tensors with shardings, the IR dump. */
 void rt_print_info(FILE *f, const rt_program *prog);
 /* Formats t's sharding in book notation, e.g. "x[256_X, 512]" or with sizes. */
 void rt_format_sharding(char *buf, size_t len, const rt_program *prog, const rt_tensor_desc *t);
