@@ -7,6 +7,9 @@ unknown input name, unwritable output paths, and (with --mpi) a rank count
 that differs from the mesh size.  Each check asserts the exit status (1), a
 bound on the time (no hang), that the message names the tensor or file at
 fault, and, for outputs, that no partial output or temp file is left behind.
+A few checks of einc itself follow (a dim that does not divide, a syntax
+error, an undefined tensor, a missing source, a -D naming nothing, an
+unwritable -o path): exit 1, file:line:col, nothing left behind.
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: bad_inputs.py --einc PATH [--mpi] [--mpirun PATH]
@@ -105,6 +108,39 @@ def write_inputs(work):
     return a, w
 
 
+def compiler_checks(c, einc, work):
+    """einc itself: bad programs and paths give exit 1, a message with the
+    file (and line:col for source errors), and no file left behind."""
+    sources = {
+        "nodiv.ein": "mesh X=2\ndim I=5, J=4\ninput A[I_X, J]: f32\nB[I, J] = A[I, J]\noutput B\n",
+        "syntax.ein": "mesh X=2\ndim I=4\ninput A[I_X]: f32\nB[I] = A[I] +\noutput B\n",
+        "undef.ein": "mesh X=2\ndim I=4\ninput A[I_X]: f32\nB[I] = A[I] * Q[I]\noutput B\n",
+    }
+    for name, text in sources.items():
+        with open(os.path.join(work, name), "w") as f:
+            f.write(text)
+    comp = Checker(work, einc, [])
+    before = set(os.listdir(work))
+    comp.expect_error("einc: dim does not divide", ["nodiv.ein", "-o", "x"],
+                      ["nodiv.ein:3:", "'I'"])
+    comp.expect_error("einc: syntax error", ["syntax.ein", "-o", "x"], ["syntax.ein:4:"])
+    comp.expect_error("einc: undefined tensor", ["undef.ein", "-o", "x"],
+                      ["undef.ein:4:", "'Q'"])
+    comp.expect_error("einc: missing source file", ["nothere.ein", "-o", "x"], ["nothere.ein"])
+    comp.expect_error("einc: -D names nothing", ["bad.ein", "-D", "Nope=4", "-o", "x"],
+                      ["Nope"])
+    comp.expect_error("einc: output in a missing directory", ["bad.ein", "-o", "no/dir/x"],
+                      ["no/dir/x"])
+    os.makedirs(os.path.join(work, "exe_is_dir"))
+    comp.expect_error("einc: output path is a directory", ["bad.ein", "-o", "exe_is_dir"],
+                      ["exe_is_dir"])
+    extra = sorted(set(os.listdir(work)) - before - {"exe_is_dir"})
+    comp.report("einc leaves no object or partial file", ["left: " + ", ".join(extra)]
+                if extra else [], [], 1, "", "")
+    c.passed += comp.passed
+    c.failed += comp.failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--einc", required=True)
@@ -186,6 +222,8 @@ def main():
         if os.listdir(os.path.join(outdir, "isdir.npy")):
             c.report("directory output path untouched", ["files appeared inside it"], [], 1, "",
                      "")
+
+        compiler_checks(c, os.path.abspath(args.einc), work)
 
         if args.mpi:
             p = subprocess.run([os.path.abspath(args.einc), "bad.ein", "-o", "bad_mpi",
