@@ -613,6 +613,48 @@ def t_mixed(p, rng):
         p.output("S", p.maybe_constraint(keep, 0.5))
 
 
+def t_random(p, rng):
+    """A random dataflow graph: 3 to 5 statements, each a contraction or an
+    elementwise combination of earlier tensors, with random constraints and
+    several outputs.  Functions here grow at most linearly (no exp), so long
+    chains stay finite."""
+    dims = p.new_dims(rng.choice([3, 4, 5]))
+    names = []
+    for n in range(rng.choice([2, 3])):
+        labels = rng.sample(dims, rng.choice([1, 2, 2, 3]))
+        name = "In%d" % n
+        p.input(name, labels)
+        names.append(name)
+    bounded = ["tanh", "relu", "gelu", "silu", "sigmoid", "neg"]
+    for n in range(rng.choice([3, 4, 5])):
+        a = rng.choice(names)
+        b = rng.choice(names)
+        la, lb = p.labels_of[a], p.labels_of[b]
+        union = list(dict.fromkeys(la + lb))
+        name = "T%d" % n
+        if union and rng.random() < 0.5:
+            # A contraction: keep a random subset of the union (at most 4 dims).
+            k = rng.randint(0 if len(union) > 1 else 1, min(4, len(union)))
+            out = rng.sample(union, k)
+            factors = [Ref(a, la), Ref(b, lb)] if a != b or rng.random() < 0.5 else [Ref(a, la)]
+            terms = [(1, factors)]
+        else:
+            # Elementwise: every index kept, so nothing is summed.
+            if len(union) > 4:
+                b, lb, union = a, la, list(la)
+            out = shuffled(rng, union)
+            terms = [(1, [Call(rng.choice(bounded), [(1, [Ref(a, la)])])]),
+                     (rng.choice([1, -1]), [Num(rng.choice([0.5, 2.0])), Ref(b, lb)])]
+        p.stmt(name, out, terms, sharding=p.maybe_constraint(out, 0.4) if out else None)
+        names.append(name)
+    last = names[-1]
+    p.output(last, p.maybe_constraint(p.labels_of[last], 0.4) if p.labels_of[last] else None)
+    for name in names[-4:-1]:
+        if name.startswith("T") and rng.random() < 0.5:
+            p.output(name, p.maybe_constraint(p.labels_of[name], 0.4)
+                     if p.labels_of[name] else None)
+
+
 CATEGORIES = [
     # (category, template, count, mesh ranks to draw from)
     ("unary", t_unary, 35, [1, 2, 3]),
@@ -623,6 +665,7 @@ CATEGORIES = [
     ("chain", t_chain, 30, [1, 2, 3]),
     ("unreduced", t_unreduced, 20, [1, 2, 3]),
     ("mixed", t_mixed, 40, [1, 2, 3]),
+    ("random", t_random, 60, [1, 2, 3]),
 ]
 
 
