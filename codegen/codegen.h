@@ -36,6 +36,7 @@ typedef struct cg_options {
     const char *runtime_dir;  /* where libeinrt*.a live; NULL = the build's default */
     const char *source_name;  /* the .ein path, embedded for --info */
     const char *info;         /* the --dump-ir text, embedded for --info; may be NULL */
+    const char *hw_name;      /* profile the cost pass used, embedded for --profile; may be NULL */
 } cg_options;
 
 /* Emits `m` (propagated, verified) with `reference` (the same program

@@ -71,6 +71,76 @@ static LLVMValueRef desc_array(cg_ctx *c, LLVMValueRef *descs, int n, const char
     return cg_const_global(c, LLVMConstArray2(c->t.tensor_desc, descs, (uint64_t)n), prefix);
 }
 
+/* "In.1 = AllGather_Y In": the op as --profile and --trace name it, the
+ * result and operands by their --dump-ir names, the mesh axes of a
+ * resharding op as the subscript of its kind. */
+static void op_label(const ir_module *m, const ir_op *op, char *buf, size_t size)
+{
+    char name[64];
+    size_t n = 0;
+#define PUT(...)                                                              \
+    do {                                                                      \
+        int k_ = snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__);   \
+        if (k_ > 0)                                                           \
+            n += (size_t)k_;                                                  \
+    } while (0)
+    buf[0] = 0;
+    if (op->result)
+        PUT("%s = ", ir_value_name(op->result, name, sizeof name));
+    PUT("%s", ir_op_name(op->kind));
+    if (ir_op_is_reshard(op->kind) && op->u.coll.naxes > 0) {
+        PUT("_");
+        for (int a = 0; a < op->u.coll.naxes; a++) {
+            int ax = op->u.coll.axes[a];
+            PUT("%c", ax >= 0 && ax < m->mesh.naxes ? m->mesh.axes[ax].name : '?');
+        }
+    }
+    for (int i = 0; i < op->noperands; i++)
+        if (op->operands[i])
+            PUT("%s%s", i ? ", " : " ", ir_value_name(op->operands[i], name, sizeof name));
+#undef PUT
+}
+
+/* Sets *names and *predicted to constant arrays over the plan's ops (the op
+ * ids of rt_op_begin): the label of each op and its predicted time, which
+ * for an op that absorbs fused producers includes theirs (they run inside
+ * its loop and have no marker of their own). */
+static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValueRef *names,
+                      LLVMValueRef *predicted)
+{
+    if (p->nops == 0) {
+        *names = *predicted = LLVMConstNull(c->t.ptr);
+        return;
+    }
+    LLVMValueRef *nv = cg_calloc((size_t)p->nops, sizeof *nv);
+    LLVMValueRef *tv = cg_calloc((size_t)p->nops, sizeof *tv);
+    double *t = cg_calloc((size_t)p->nops, sizeof *t);
+    for (int i = 0; i < p->nops; i++)
+        t[i] = p->ops[i]->cost.valid ? p->ops[i]->cost.time : -1;
+    /* A producer fused into a consumer that is itself fused adds to the
+     * final consumer: follow the chain. */
+    for (int i = 0; i < p->nops; i++) {
+        if (p->fused_into[i] < 0 || t[i] < 0)
+            continue;
+        int j = p->fused_into[i];
+        for (int guard = 0; j >= 0 && p->fused_into[j] >= 0 && guard < p->nops; guard++)
+            j = p->fused_into[j];
+        if (j >= 0 && t[j] >= 0)
+            t[j] += t[i];
+    }
+    for (int i = 0; i < p->nops; i++) {
+        char label[256];
+        op_label(m, p->ops[i], label, sizeof label);
+        nv[i] = cg_const_string(c, label);
+        tv[i] = LLVMConstReal(c->t.f64, p->fused_into[i] >= 0 ? -1 : t[i]);
+    }
+    *names = cg_const_global(c, LLVMConstArray2(c->t.ptr, nv, (uint64_t)p->nops), "opnames");
+    *predicted = cg_const_global(c, LLVMConstArray2(c->t.f64, tv, (uint64_t)p->nops), "optimes");
+    free(nv);
+    free(tv);
+    free(t);
+}
+
 LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValueRef run,
                              LLVMValueRef reference, const char *name, bool exported,
                              const cg_options *opts)
@@ -93,6 +163,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         sizes[a] = LLVMConstInt(c->t.i64, has ? (unsigned long long)m->mesh.axes[a].size : 0, 0);
     }
     const char *src = opts->source_name ? opts->source_name : m->filename;
+    LLVMValueRef op_names, op_times;
+    op_tables(c, m, p, &op_names, &op_times);
     LLVMValueRef f[] = {
         cg_i32(c, RT_ABI_VERSION),
         cg_i32(c, m->mesh.naxes),
@@ -106,6 +178,10 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         reference ? reference : LLVMConstNull(c->t.ptr),
         cg_const_string(c, opts->info ? opts->info : ""),
         cg_const_string(c, src ? src : ""),
+        cg_i32(c, p->nops),
+        op_names,
+        op_times,
+        cg_const_string(c, opts->hw_name ? opts->hw_name : ""),
     };
     free(ins);
     free(outs);

@@ -85,6 +85,10 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->ptr,                             /* reference */
         t->ptr,                             /* info */
         t->ptr,                             /* source_name */
+        t->i32,                             /* nops */
+        t->ptr,                             /* op_names */
+        t->ptr,                             /* op_predicted */
+        t->ptr,                             /* hw_name */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

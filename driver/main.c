@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "autotune.h"
+#include "calibrate.h"
 #include "codegen.h"
 #include "cost.h"
 #include "driver.h"
@@ -52,6 +53,7 @@ static void usage(FILE *out)
 {
     fputs("usage: einc [options] FILE.ein\n"
           "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
+          "       einc calibrate [-o hw/host.json]              (see einc calibrate --help)\n"
           "\n"
           "Compiles a sharded tensor program (docs/language.md).\n"
           "\n"
@@ -70,7 +72,9 @@ static void usage(FILE *out)
           "  --dump-cost           print the cost table per op and the totals\n"
           "  --explain             print when each contraction is compute-bound and each\n"
           "                        collective latency- or bandwidth-bound\n"
-          "  --hw NAME|PATH.json   hardware profile for the cost pass (default tpu-v5e)\n"
+          "  --hw NAME|PATH.json   hardware profile for the cost pass (default tpu-v5e;\n"
+          "                        with -o, host: the executable's --profile compares\n"
+          "                        measured times with this profile's predictions)\n"
           "Passes:\n"
           "  --passes=A,B,...      run this pipeline (default " PASS_DEFAULT_PIPELINE ")\n"
           "  --list-passes         list the registered passes\n"
@@ -244,6 +248,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "autotune") == 0)
         return autotune_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "calibrate") == 0)
+        return calibrate_main(argc - 1, argv + 1);
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
@@ -291,7 +297,10 @@ int main(int argc, char **argv)
 
     cost_hw hwbuf, *hw = &hwbuf;
     char err[512];
-    if (cost_hw_load(o.hw ? o.hw : COST_DEFAULT_HW, hw, err, sizeof err) != 0) {
+    /* An executable's --profile compares its run with the cost pass's
+     * prediction, so building one defaults to this machine's profile. */
+    const char *hw_name = o.hw ? o.hw : o.output ? "host" : COST_DEFAULT_HW;
+    if (cost_hw_load(hw_name, hw, err, sizeof err) != 0) {
         fprintf(stderr, "einc: error: %s\n", err);
         free(src);
         pass_registry_free(&reg);
@@ -326,6 +335,7 @@ int main(int argc, char **argv)
             .runtime_dir = getenv("EINC_RUNTIME_DIR"),
             .source_name = o.input,
             .info = info,
+            .hw_name = hw->name,
         };
         if (!ref || cg_emit(m, ref, &co, &diag) != 0)
             rc = 1;

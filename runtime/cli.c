@@ -3,7 +3,7 @@
  *
  *   prog --input NAME=file.npy ... --output NAME=file.npy ...
  *        [--random-inputs SEED] [--check] [--repeat N] [--info] [--stats]
- *        [--profile] [--help]
+ *        [--profile] [--trace FILE.json] [--help]
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.
@@ -64,7 +64,8 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
         if (eq)
             val = eq + 1;
         int takes = !strcmp(flag, "--input") || !strcmp(flag, "--output") ||
-                    !strcmp(flag, "--random-inputs") || !strcmp(flag, "--repeat");
+                    !strcmp(flag, "--random-inputs") || !strcmp(flag, "--repeat") ||
+                    !strcmp(flag, "--trace");
         if (takes && !val) {
             if (i + 1 >= argc)
                 return rt_errf(err, errlen, "%s needs a value (see --help)", flag);
@@ -96,6 +97,10 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             o->info = 1;
         } else if (!strcmp(flag, "--stats")) {
             o->stats = 1;
+        } else if (!strcmp(flag, "--trace")) {
+            if (!*val)
+                return rt_errf(err, errlen, "--trace needs a file name");
+            o->trace = val;
         } else if (!strcmp(flag, "--profile")) {
             o->profile = 1;
         } else if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
@@ -131,7 +136,10 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --repeat N              run N times, print the median time per run\n"
             "  --info                  print the program (mesh, tensors, shardings, IR)\n"
             "  --stats                 print peak memory (rt_alloc) per device\n"
-            "  --profile               print time per op of device 0\n"
+            "  --profile               print per op of device 0 the median measured time,\n"
+            "                          the cost model's prediction and the relative error\n"
+            "  --trace FILE.json       write every op call on every device as a Chrome\n"
+            "                          trace-event file (chrome://tracing, Perfetto)\n"
             "  --help                  this text\n"
             "\n"
             "Without --output, a one-line summary of each output is printed.\n"

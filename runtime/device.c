@@ -52,6 +52,7 @@ void rt_device_release(rt_device *dev)
     free(dev->profile.seconds);
     free(dev->profile.calls);
     free(dev->profile.open_at);
+    free(dev->profile.spans);
     memset(&dev->profile, 0, sizeof dev->profile);
 }
 
@@ -171,7 +172,9 @@ void rt_op_end(rt_device *dev, int32_t op_id)
     if (!dev->profiling || op_id < 0 || op_id >= dev->profile.n ||
         dev->profile.open_at[op_id] < 0)
         return;
-    dev->profile.seconds[op_id] += rt_now() - dev->profile.open_at[op_id];
+    double now = rt_now();
+    rt_profile_add_span(dev, op_id, dev->profile.open_at[op_id], now);
+    dev->profile.seconds[op_id] += now - dev->profile.open_at[op_id];
     dev->profile.calls[op_id]++;
     dev->profile.open_at[op_id] = -1;
 }

@@ -113,6 +113,13 @@ typedef struct rt_program {
     const struct rt_program *reference;
     const char *info;                  /* --dump-ir text, printed by --info */
     const char *source_name;           /* the .ein file it came from */
+    /* Per op id 0..nops-1 (the ids passed to rt_op_begin/rt_op_end): what
+     * --profile and --trace print.  Added after ABI version 1 without a bump:
+     * every field above keeps its offset. */
+    int32_t nops;                      /* entries of op_names and op_predicted */
+    const char *const *op_names;       /* e.g. "In.1 = AllGather_Y In"; NULL entries allowed */
+    const double *op_predicted;        /* cost pass's time per call, seconds per device; <0 unknown */
+    const char *hw_name;               /* hardware profile the predictions are for ("host") */
 } rt_program;
 
 /* ---- called by emitted code ---- */

@@ -35,6 +35,8 @@ void rt_job_device(rt_device *dev, rt_job *job)
 {
     const rt_program *p = job->prog;
     char err[1024];
+    if (job->trace_cap > 0)
+        dev->profiling = 1; /* --trace needs the spans --profile records */
     void **in = rt_xmalloc(dev, (size_t)(p->ninputs + 1) * sizeof *in);
     void **out = rt_xmalloc(dev, (size_t)(p->noutputs + 1) * sizeof *out);
     for (int32_t i = 0; i < p->ninputs; i++) {
@@ -56,6 +58,8 @@ void rt_job_device(rt_device *dev, rt_job *job)
     for (int64_t r = 0; r < job->repeat; r++) {
         dev->ops->barrier(dev, all);
         double t0 = rt_now();
+        if (r == 0)
+            dev->profile.origin = t0;
         p->run(dev, in, out);
         dev->ops->barrier(dev, all);
         if (dev->id == 0 && job->times)
@@ -70,13 +74,10 @@ void rt_job_device(rt_device *dev, rt_job *job)
     free(in);
     free(out);
     dev->ops->collect_i64(dev, dev->peak_bytes, job->peak);
-    if (dev->id == 0 && dev->profiling) {
-        printf("profile of device 0 (%lld runs):\n", (long long)job->repeat);
-        for (int32_t op = 0; op < dev->profile.n; op++)
-            if (dev->profile.calls[op])
-                printf("  op %4d: %8lld calls %12.3f ms\n", op,
-                       (long long)dev->profile.calls[op], 1e3 * dev->profile.seconds[op]);
-    }
+    if (dev->id == 0 && dev->profiling && job->opt->profile)
+        rt_profile_print(stdout, dev, job->repeat, dev->ops->name);
+    if (job->trace_cap > 0)
+        rt_trace_collect(dev, job);
 }
 
 /* ---- steps of rt_main ---- */
@@ -164,8 +165,15 @@ static void job_init(rt_job *job, const rt_program *p, const rt_options *o,
     job->in_headers = calloc((size_t)p->ninputs + 1, sizeof *job->in_headers);
     if (!job->in_paths || !job->in_headers)
         rt_fatal(NULL, "out of memory");
+    if (o->trace)
+        job->trace_cap = rt_trace_capacity(p, job->repeat);
     if (!root)
         return;
+    if (job->trace_cap > 0) {
+        job->trace = calloc((size_t)(job->trace_cap * 3 * rt_mesh_size(p)), sizeof *job->trace);
+        if (!job->trace)
+            rt_fatal(NULL, "out of memory for --trace");
+    }
     job->global_out = calloc((size_t)p->noutputs + 1, sizeof *job->global_out);
     job->times = calloc((size_t)job->repeat, sizeof *job->times);
     job->peak = calloc((size_t)rt_mesh_size(p), sizeof *job->peak);
@@ -189,6 +197,7 @@ static void job_release(rt_job *job)
     free(job->in_headers);
     free(job->times);
     free(job->peak);
+    free(job->trace);
 }
 
 /* Element i of a global array as double. */
@@ -245,6 +254,9 @@ static int run_check(const rt_job *job)
     rt_job rj;
     job_init(&rj, ref, job->opt, job->launcher, 1);
     rj.repeat = 1;
+    free(rj.trace); /* --trace and --profile are about the sharded run */
+    rj.trace = NULL;
+    rj.trace_cap = 0;
     for (int32_t k = 0; k < ref->ninputs; k++) {
         int32_t j = find_tensor(job->prog->inputs, job->prog->ninputs, ref->inputs[k].name);
         if (j < 0) {
@@ -323,6 +335,10 @@ static int finish_root(rt_job *job)
             fprintf(stderr, "einrt: error: output '%s': %s\n", t->name, err);
             status = -1;
         }
+    }
+    if (o->trace && job->trace && rt_trace_write(job, o->trace, err, sizeof err)) {
+        fprintf(stderr, "einrt: error: %s\n", err);
+        status = -1;
     }
     if (o->check && run_check(job))
         status = -1;

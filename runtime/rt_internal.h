@@ -83,12 +83,27 @@ int rt_is_primary_holder(const rt_tensor_desc *t, int32_t naxes, const int64_t *
 typedef struct rt_device_ops rt_device_ops;
 typedef struct rt_job rt_job;
 
-/* Per-op profile counters of one device (--profile). */
+/* One call of an op on one device, as rt_op_begin/rt_op_end saw it. */
+typedef struct rt_span {
+    int32_t op_id;     /* op id of the call */
+    double begin;      /* rt_now() at rt_op_begin, seconds */
+    double end;        /* rt_now() at rt_op_end, seconds */
+} rt_span;
+
+/* Most spans a device keeps (--profile medians, --trace); later calls are
+ * still summed in seconds/calls but not kept one by one. */
+#define RT_MAX_SPANS (1 << 20)
+
+/* Per-op profile counters of one device (--profile, --trace). */
 typedef struct rt_profile {
     int32_t n;         /* entries in use (op ids 0..n-1) */
     double *seconds;   /* total seconds per op id, malloc'd, owned */
     int64_t *calls;    /* calls per op id, malloc'd, owned */
     double *open_at;   /* start time of the open call per op id, or <0 */
+    rt_span *spans;    /* every call in order (up to RT_MAX_SPANS), malloc'd, owned */
+    int64_t nspans;    /* spans recorded */
+    int64_t cap;       /* spans allocated */
+    double origin;     /* rt_now() when the first run started (trace time 0) */
 } rt_profile;
 
 struct rt_device {
@@ -315,6 +330,7 @@ typedef struct rt_options {
     int help;                    /* --help */
     int stats;                   /* --stats */
     int profile;                 /* --profile */
+    const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
 } rt_options;
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
@@ -361,11 +377,36 @@ struct rt_job {
     double *times;               /* root: seconds of each repeat, owned */
     int64_t *peak;               /* root: peak bytes per device, owned */
     int64_t repeat;              /* runs of the program */
+    int64_t trace_cap;           /* --trace: spans kept per device (same on every device) */
+    int64_t *trace;              /* root, --trace: [trace_cap][3][ndevices] op id, begin ns,
+                                    end ns (-1 op id: no span), owned */
 };
 
 /* The per-device flow: read the shards, run (repeat times), gather the
  * outputs and counters to the root.  Called by the launcher on each device. */
 void rt_job_device(rt_device *dev, rt_job *job);
+/* ---- measured vs predicted, traces (profile.c, trace.c) ---- */
+
+/* Appends a span to dev's profile (drops it past RT_MAX_SPANS). */
+void rt_profile_add_span(rt_device *dev, int32_t op_id, double begin, double end);
+/*
+ * --profile: per op of device `dev`, the calls, the median measured time per
+ * call, the cost pass's prediction embedded by einc (prog->op_predicted, for
+ * the profile prog->hw_name) and the relative error (predicted - measured) /
+ * measured; then the sums.  `runs` and `backend` go into the header.
+ */
+void rt_profile_print(FILE *f, const rt_device *dev, int64_t runs, const char *backend);
+/* Spans per device that --trace keeps for `runs` runs of `prog`. */
+int64_t rt_trace_capacity(const rt_program *prog, int64_t runs);
+/* Every device calls this after its runs: sends its first job->trace_cap
+ * spans (times from its origin, ns) to the root's job->trace through
+ * collect_i64, the same number of calls on every device. */
+void rt_trace_collect(rt_device *dev, rt_job *job);
+/* Root: writes job->trace as a Chrome trace-event JSON file to `path`
+ * atomically (temp file in the same directory, fsync, rename).  -1 and a
+ * message in err on failure. */
+int rt_trace_write(const rt_job *job, const char *path, char *err, size_t errlen);
+
 /* Entry point used by main(): everything the executable does. */
 int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *launcher);
 

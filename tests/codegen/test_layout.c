@@ -105,7 +105,7 @@ static void test_program(void)
     LLVMTypeRef ty = e.t.program;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_program));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_program));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 12);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 16);
     CHECK_OFF(&e, ty, rt_program, 0, abi_version);
     CHECK_OFF(&e, ty, rt_program, 1, naxes);
     CHECK_OFF(&e, ty, rt_program, 2, axis_names);
@@ -118,6 +118,10 @@ static void test_program(void)
     CHECK_OFF(&e, ty, rt_program, 9, reference);
     CHECK_OFF(&e, ty, rt_program, 10, info);
     CHECK_OFF(&e, ty, rt_program, 11, source_name);
+    CHECK_OFF(&e, ty, rt_program, 12, nops);
+    CHECK_OFF(&e, ty, rt_program, 13, op_names);
+    CHECK_OFF(&e, ty, rt_program, 14, op_predicted);
+    CHECK_OFF(&e, ty, rt_program, 15, hw_name);
     env_close(&e);
 }
 

@@ -194,7 +194,6 @@ class Program:
         self.mesh, self.dtype = mesh, dtype
         self.dims = []          # dim names in order of creation
         self.ties = []          # groups of dims that must have equal sizes
-        self.fixed = {}         # dim -> size chosen by the template
         self.decls = []         # (kind, name, labels, sharding)
         self.stmts = []         # (name, labels, sharding or None, unreduced axes, terms)
         self.outputs = []       # (name, sharding or None)
@@ -274,10 +273,7 @@ class Program:
         for d in self.dims:
             if d in sizes:
                 continue
-            if d in self.fixed:
-                size = self.fixed[d]
-                assert size % need[d] == 0
-            elif need[d] == 1:
+            if need[d] == 1:
                 size = self.rng.choice([1, 2, 3, 4, 5, 6, 7, 15])
             else:
                 size = need[d] * self.rng.choice([1, 1, 2, 3])
@@ -353,7 +349,7 @@ class Program:
             "mesh": list(self.mesh),
             "mesh_size": mesh_size,
             "source": self.source(),
-            "inputs": [(name, [self.sizes[d] for d in labels], False)
+            "inputs": [(name, [self.sizes[d] for d in labels])
                        for _, name, labels, _ in self.decls],
             "reference": self.reference(),
             "letters": {d: "abcdefghijklmnopqrstuvwxyz"[i] for i, d in enumerate(self.dims)},
@@ -369,10 +365,9 @@ def shuffled(rng, xs):
     return xs
 
 
-def fn_term(p, rng, inner_terms, positive_ok):
-    """A call factor: any function, or log/sqrt/rsqrt of a positive argument."""
-    if positive_ok and rng.random() < 0.4:
-        return Call(rng.choice(POSITIVE_FUNCS), inner_terms)
+def fn_term(rng, inner_terms):
+    """A call factor of a function defined everywhere (log, sqrt and rsqrt get
+    positive arguments in t_elementwise)."""
     return Call(rng.choice(ELEMENTWISE_FUNCS), inner_terms)
 
 
@@ -458,7 +453,7 @@ def t_elementwise(p, rng):
         terms = [(1, [Ref("A", [i, j])]), (rng.choice([1, -1]), [Num(2.0), Ref("B", [i, j])]),
                  (1, [Ref("A", [i, j]), Ref("B", [i, j])])]
     elif kind == "call":
-        terms = [(1, [fn_term(p, rng, [(1, [Ref("A", [i, j])])], False)]),
+        terms = [(1, [fn_term(rng, [(1, [Ref("A", [i, j])])])]),
                  (rng.choice([1, -1]), [Ref("V", [j])])]
     elif kind == "broadcast":
         terms = [(1, [Ref("U", [i]), Ref("V", [j])]), (-1, [Ref("A", [i, j])]),
@@ -470,14 +465,14 @@ def t_elementwise(p, rng):
                  (1, [Ref("U", [i])])]
     elif kind == "nested":
         inner = [(1, [Ref("A", [i, j])]), (1, [Ref("V", [j])])]
-        terms = [(1, [Ref("U", [i]), fn_term(p, rng, inner, False)]),
+        terms = [(1, [Ref("U", [i]), fn_term(rng, inner)]),
                  (1, [Paren([(1, [Ref("A", [i, j])]), (-1, [Num(0.5)])]), Ref("V", [j])])]
     elif kind == "const":
         terms = [(1, [Num(3.0), Ref("A", [i, j])]), (1, [Num(1.5)])]
     else:
         # A summed term next to an elementwise one: T[i] = sum_j A*V + U.
         p.stmt("S", [i], [(1, [Ref("A", [i, j]), Ref("V", [j])]), (1, [Ref("U", [i])]),
-                          (-1, [fn_term(p, rng, [(1, [Ref("A", [i, j])])], False)])],
+                          (-1, [fn_term(rng, [(1, [Ref("A", [i, j])])])])],
                sharding=p.maybe_constraint([i], 0.3))
         p.output("S", p.maybe_constraint([i], 0.3))
         return
@@ -495,7 +490,7 @@ def t_chain(p, rng):
     h_sh = p.random_sharding([b, f], p=0.7)
     if kind == "ffw":
         p.stmt("H", [b, f], [(1, [Ref("In", [b, d]), Ref("W1", [d, f])])], sharding=h_sh)
-        p.stmt("G", [b, f], [(1, [fn_term(p, rng, [(1, [Ref("H", [b, f])])], False)])],
+        p.stmt("G", [b, f], [(1, [fn_term(rng, [(1, [Ref("H", [b, f])])])])],
                sharding=p.maybe_constraint([b, f], 0.5))
         p.stmt("Out", [b, d], [(1, [Ref("G", [b, f]), Ref("W2", [f, d])])],
                sharding=p.maybe_constraint([b, d], 0.3))

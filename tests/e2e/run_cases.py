@@ -130,7 +130,7 @@ def run_case(case, args, work):
     if args.runtime == "mpi":
         cmd = mpi_launch(args.mpirun, case["mesh_size"])
     cmd.append("./case")
-    for name, shape, _ in case["inputs"]:
+    for name, shape in case["inputs"]:
         a = rng.uniform(-1.0, 1.0, size=shape).astype(NPDTYPE[case["dtype"]])
         arrays[name] = a
         np.save(os.path.join(work, "in_%s.npy" % name), a)

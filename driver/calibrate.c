@@ -1,0 +1,959 @@
+/*
+ * calibrate.c - `einc calibrate`: measure this machine through the real
+ * runtime and write a calibrated hardware profile.
+ *
+ * How it works.  Calibration should measure what an einc executable will
+ * actually do, so it does not time hand-written loops: it writes small .ein
+ * programs, compiles them with this very einc (/proc/self/exe), runs them
+ * on the chosen runtime (threads, or MPI through mpirun) with
+ * `--profile --repeat R`, and reads the median time per op that the
+ * executable's profiler prints (runtime/profile.c).  Two kinds of program:
+ *
+ *   coll_P.ein   for each group size P = 2..N, a mesh {X: P, Z: N/P} (all N
+ *                devices busy, as in the examples, when P divides N; else
+ *                {X: P}), and for each buffer size S (bytes per device, as
+ *                nccl-tests count them: AllGather's output, ReduceScatter's
+ *                input, AllReduce's and AllToAll's buffer) one AllGather_X,
+ *                ReduceScatter_X, AllReduce_X and AllToAll_X, made by
+ *                output constraints and {U_X} partial sums.
+ *   compute.ein  a mesh {X: N} of local GEMMs (rt_einsum, f32/f64/bf16,
+ *                several shapes) and elementwise adds (memory bandwidth).
+ *
+ * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
+ *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW),
+ * shard_bytes = S / P (what one step of a ring moves), is linear in the
+ * unknowns (T_launch, L_sync, 1/BW) with regressors (1, P-1, (P-1)*shard).
+ * The samples span microseconds to seconds, so the least squares are
+ * weighted by 1/T^2 (relative error).  A coefficient that comes out
+ * negative is fixed at zero and the rest refitted (non-negative least
+ * squares over the 2^3 subsets, best feasible fit kept).  The residuals
+ * (measured vs fitted, relative) are written with the fit.  GEMM FLOP/s is
+ * the median over shapes of 2MNK / time; elementwise bandwidth the median
+ * over sizes of (2 inputs + 1 output) bytes / time.
+ *
+ * The profile keeps the seed-style figures too (peak_flops from the GEMMs,
+ * hbm_bandwidth from the adds, ici_* from the AllGather fit), so every
+ * consumer of cost_hw works; the cost pass uses the "calibration" section
+ * when present (passes/cost.c).
+ */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "calibrate.h"
+#include "cost.h"
+
+#define MAX_RANKS 16
+#define MAX_SIZES 24
+#define MAX_SAMPLES (MAX_RANKS * MAX_SIZES)
+#define NKINDS 4
+#define NGEMM 4
+#define NEW 3
+
+/* The command line. */
+typedef struct cal_options {
+    const char *output;     /* -o: profile to write */
+    const char *name;       /* --name: the profile's "name" */
+    bool mpi;               /* --runtime=mpi */
+    int ranks;              /* --ranks N: largest group, devices per program */
+    bool quick;             /* --quick: few sizes, few runs (tests) */
+    int64_t max_bytes;      /* --max-bytes: largest collective buffer */
+    int repeat;             /* --repeat: runs per program */
+    bool keep;              /* --keep: leave the work directory */
+    const char *mpirun;     /* --mpirun: the launcher command */
+} cal_options;
+
+/* One timed collective. */
+typedef struct sample {
+    int p;                  /* group size */
+    double bytes;           /* buffer bytes per device (nccl-tests' size) */
+    double t;               /* median seconds per call */
+    double fit;             /* fitted seconds */
+    bool outlier;           /* left out of the final fit */
+} sample;
+
+/* The measured model of one collective kind. */
+typedef struct coll_fit {
+    sample s[MAX_SAMPLES];  /* the measurements */
+    int n;                  /* samples in s */
+    double t_launch;        /* seconds */
+    double l_sync;          /* seconds per step */
+    double bw;              /* bytes/s of one step's shard */
+    double rms;             /* rms relative residual */
+    double max;             /* largest relative residual of the samples used */
+    int used;               /* samples in the final fit */
+} coll_fit;
+
+/* Everything one calibration learns. */
+typedef struct cal_state {
+    const cal_options *o;   /* command line */
+    char dir[256];          /* work directory */
+    char self[1024];        /* this einc */
+    coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
+    double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
+    int ngemm[3];           /* shapes measured per dtype */
+    double ew[NEW];         /* elementwise bytes/s per size */
+    int new_;               /* sizes measured */
+} cal_state;
+
+static const char *const KIND_KEY[NKINDS] = {"allgather", "reducescatter", "allreduce", "alltoall"};
+static const char *const KIND_OP[NKINDS] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll"};
+static const char *const KIND_TAG[NKINDS] = {"AG", "RS", "AR", "AA"};
+
+static void usage(FILE *f)
+{
+    fputs("usage: einc calibrate -o PROFILE.json [options]\n"
+          "\n"
+          "Measures this machine through the einc runtime (collectives over groups of\n"
+          "2..N devices, GEMM through rt_einsum, elementwise bandwidth), fits\n"
+          "T_launch + (P-1)*(L_sync + shard_bytes/BW) per collective (MeshSlice, seed 004)\n"
+          "and writes a hardware profile for `einc --hw PROFILE.json`.\n"
+          "\n"
+          "  -o PATH                 profile to write (atomically), e.g. hw/host.json\n"
+          "  --runtime=threads|mpi   runtime to measure (default threads)\n"
+          "  --ranks N               devices (threads or MPI ranks), 2..16 (default 4)\n"
+          "  --name NAME             the profile's name (default host)\n"
+          "  --max-bytes N           largest collective buffer per device (default 64 MiB,\n"
+          "                          at most 512 MiB; also capped by free memory)\n"
+          "  --repeat R              runs per benchmark program (default 7)\n"
+          "  --quick                 few sizes and runs (a few seconds; for tests)\n"
+          "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
+          "                          --oversubscribe)\n"
+          "  --keep                  keep the generated programs and their output\n",
+          f);
+}
+
+static int bad(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "einc calibrate: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see einc calibrate --help)\n");
+    return 2;
+}
+
+/* Parses a decimal integer in [lo, hi]; false otherwise. */
+static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, cal_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->name = "host";
+    o->ranks = 4;
+    o->max_bytes = 64 << 20;
+    o->repeat = 7;
+    o->mpirun = "mpirun --allow-run-as-root --oversubscribe";
+    bool repeat_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int64_t v;
+        const char *val = NULL;
+#define VALUE(flag)                                                                   \
+    (strcmp(a, flag) == 0 ? (i + 1 < argc ? (val = argv[++i]) != NULL : false)      \
+                          : strncmp(a, flag "=", sizeof flag) == 0 ? (val = a + sizeof flag) != NULL \
+                                                                  : false)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "-o")) {
+            if (++i >= argc)
+                return bad("%s needs a path", a);
+            o->output = argv[i];
+        } else if (!strcmp(a, "--runtime=threads")) {
+            o->mpi = false;
+        } else if (!strcmp(a, "--runtime=mpi")) {
+            o->mpi = true;
+        } else if (!strncmp(a, "--runtime=", 10)) {
+            return bad("unknown runtime '%s' (threads or mpi)", a + 10);
+        } else if (VALUE("--ranks")) {
+            if (!parse_int(val, 2, MAX_RANKS, &v))
+                return bad("--ranks wants a device count from 2 to 16, not '%s'", val);
+            o->ranks = (int)v;
+        } else if (VALUE("--name")) {
+            if (!*val || strlen(val) >= COST_HW_NAME_MAX)
+                return bad("--name wants a non-empty name of at most 63 bytes, not '%s'", val);
+            o->name = val;
+        } else if (VALUE("--max-bytes")) {
+            if (!parse_int(val, 64 << 10, INT64_C(512) << 20, &v))
+                return bad("--max-bytes wants a byte count from 65536 to 536870912, not '%s'",
+                           val);
+            o->max_bytes = v;
+        } else if (VALUE("--repeat")) {
+            if (!parse_int(val, 3, 1000, &v))
+                return bad("--repeat wants a run count from 3 to 1000, not '%s'", val);
+            o->repeat = (int)v;
+            repeat_given = true;
+        } else if (VALUE("--mpirun")) {
+            o->mpirun = val;
+        } else if (!strcmp(a, "--quick")) {
+            o->quick = true;
+        } else if (!strcmp(a, "--keep")) {
+            o->keep = true;
+        } else if (a[0] == '-') {
+            return bad("unknown option '%s'", a);
+        } else {
+            return bad("unexpected argument '%s'", a);
+        }
+#undef VALUE
+    }
+    if (!o->output)
+        return bad("%s", "no output: give -o PROFILE.json");
+    if (o->quick) {
+        if (o->max_bytes > (2 << 20))
+            o->max_bytes = 2 << 20;
+        if (!repeat_given)
+            o->repeat = 3;
+    }
+    return 0;
+}
+
+/* ---- running programs ---- */
+
+/* Runs argv (argv[0] looked up in PATH) with stdout to `out_path` (NULL:
+ * inherited); returns its exit status, or -1 if it could not be started or
+ * was killed. */
+static int run(char *const *argv, const char *out_path)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (out_path && !freopen(out_path, "w", stdout))
+            _exit(127);
+        execvp(argv[0], argv);
+        fprintf(stderr, "einc calibrate: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Compiles `ein` (in the work directory) into executable `exe` with this einc. */
+static int compile(cal_state *c, const char *ein, const char *exe)
+{
+    char src[512], dst[512];
+    snprintf(src, sizeof src, "%s/%s", c->dir, ein);
+    snprintf(dst, sizeof dst, "%s/%s", c->dir, exe);
+    char *argv[] = {c->self, src, "-o", dst, (char *)(c->o->mpi ? "--runtime=mpi" : "--runtime=threads"),
+                    "--hw", "tpu-v5e", NULL};
+    if (run(argv, NULL) != 0) {
+        fprintf(stderr, "einc calibrate: error: compiling the benchmark %s failed\n", src);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs executable `exe` on `ndev` devices with --profile; its output goes
+ * to `out` in the work directory. */
+static int run_bench(cal_state *c, const char *exe, int ndev, const char *out)
+{
+    char path[512], outp[512], rep[32], np[32];
+    snprintf(path, sizeof path, "%s/%s", c->dir, exe);
+    snprintf(outp, sizeof outp, "%s/%s", c->dir, out);
+    snprintf(rep, sizeof rep, "%d", c->o->repeat);
+    snprintf(np, sizeof np, "%d", ndev);
+    char *argv[64];
+    int n = 0;
+    char *mpirun = NULL;
+    if (c->o->mpi) {
+        mpirun = strdup(c->o->mpirun);
+        if (!mpirun)
+            return -1;
+        for (char *t = strtok(mpirun, " \t"); t && n < 48; t = strtok(NULL, " \t"))
+            argv[n++] = t;
+        argv[n++] = "-np";
+        argv[n++] = np;
+    }
+    argv[n++] = path;
+    argv[n++] = "--random-inputs";
+    argv[n++] = "1";
+    argv[n++] = "--profile";
+    argv[n++] = "--repeat";
+    argv[n++] = rep;
+    argv[n] = NULL;
+    int rc = run(argv, outp);
+    free(mpirun);
+    if (rc != 0) {
+        fprintf(stderr, "einc calibrate: error: the benchmark %s failed (exit %d)\n", path, rc);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Reads the --profile table in `out` and calls fn(name, kind, seconds, arg)
+ * for each op: `name` is the op's result tensor without its version (the
+ * benchmark programs give every tensor a unique name), `kind` the op's kind
+ * ("AllGather", "Einsum", ...), seconds the median time per call.
+ */
+static int read_profile(cal_state *c, const char *out,
+                        void (*fn)(const char *name, const char *kind, double t, void *arg),
+                        void *arg)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", c->dir, out);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "einc calibrate: error: cannot read %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        int op;
+        long long calls;
+        double ms;
+        if (sscanf(line, " %d %lld %lf", &op, &calls, &ms) != 3)
+            continue;
+        char *eq = strstr(line, " = ");
+        if (!eq)
+            continue;
+        char *start = eq;
+        while (start > line && start[-1] != ' ')
+            start--;
+        char name[64];
+        size_t len = (size_t)(eq - start);
+        if (len == 0 || len >= sizeof name)
+            continue;
+        memcpy(name, start, len);
+        name[len] = 0;
+        char *dot = strchr(name, '.');
+        if (dot)
+            *dot = 0;
+        char kind[32];
+        if (sscanf(eq + 3, "%31[A-Za-z]", kind) != 1)
+            continue;
+        fn(name, kind, ms * 1e-3, arg);
+        seen++;
+    }
+    fclose(f);
+    if (!seen) {
+        fprintf(stderr, "einc calibrate: error: no profile table in %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the collective benchmarks ---- */
+
+/* Buffer sizes (bytes per device), 8 KiB up by 4x (8x in --quick). */
+static int buffer_sizes(const cal_options *o, int64_t *sizes)
+{
+    int n = 0;
+    for (int64_t s = 8 << 10; s <= o->max_bytes && n < MAX_SIZES; s *= o->quick ? 8 : 4)
+        sizes[n++] = s;
+    return n;
+}
+
+/* Elements of dim I for a buffer of about `bytes` f32 over a group of p:
+ * a multiple of p. */
+static int64_t elems_for(int64_t bytes, int p)
+{
+    int64_t e = bytes / 4 / p * p;
+    return e > p ? e : p;
+}
+
+/* What the profile parser fills for one coll_P program. */
+typedef struct coll_run {
+    cal_state *c;           /* where samples go */
+    int p;                  /* group size */
+    const int64_t *sizes;   /* buffer sizes */
+    int nsizes;             /* entries in sizes */
+} coll_run;
+
+static void on_coll(const char *name, const char *kind, double t, void *arg)
+{
+    coll_run *r = arg;
+    for (int k = 0; k < NKINDS; k++) {
+        size_t n = strlen(KIND_TAG[k]);
+        if (strcmp(kind, KIND_OP[k]) != 0 || strncmp(name, KIND_TAG[k], n) != 0 || name[n] < '0' || name[n] > '9')
+            continue;
+        int i = atoi(name + n);
+        if (i < 0 || i >= r->nsizes)
+            return;
+        coll_fit *f = &r->c->coll[k];
+        if (f->n >= MAX_SAMPLES || t <= 0)
+            return;
+        f->s[f->n++] = (sample){r->p, 4.0 * (double)elems_for(r->sizes[i], r->p), t, 0, false};
+        return;
+    }
+}
+
+/* Writes coll_P.ein: one collective of each kind per size, each made by an
+ * output constraint (AllGather, AllToAll) or {U_X} partial sums resolved
+ * into a sharded (ReduceScatter) or replicated (AllReduce) output. */
+static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, int n,
+                              const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "# einc calibrate: collectives over a group of %d\n", p);
+    if (z > 1)
+        fprintf(f, "mesh X = %d, Z = %d\n", p, z);
+    else
+        fprintf(f, "mesh X = %d\n", p);
+    fprintf(f, "dim K = %d\n", p);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "dim I%d = %lld\n", i, (long long)elems_for(sizes[i], p));
+    /* A small AllGather first: device 0 waits in it for the devices still
+     * in the partial sums, so the measured collectives start in step. */
+    fprintf(f, "input Warm[K_X] : f32\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "input AG%d[I%d_X] : f32\n", i, i);
+        fprintf(f, "input RSin%d[K_X, I%d] : f32\n", i, i);
+        fprintf(f, "input ARin%d[K_X, I%d] : f32\n", i, i);
+        fprintf(f, "input AA%d[K_X, I%d] : f32\n", i, i);
+    }
+    /* Partial sums first (local compute), then the collectives back to
+     * back, so each starts with the group already in step. */
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "RS%d[I%d]{U_X} = RSin%d[K, I%d]\n", i, i, i, i);
+        fprintf(f, "AR%d[I%d]{U_X} = ARin%d[K, I%d]\n", i, i, i, i);
+    }
+    fprintf(f, "output Warm[K]\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "output AG%d[I%d]\n", i, i);
+        fprintf(f, "output RS%d[I%d_X]\n", i, i);
+        fprintf(f, "output AR%d[I%d]\n", i, i);
+        fprintf(f, "output AA%d[K, I%d_X]\n", i, i);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Largest buffer the machine's free memory allows for `ndev` devices: each
+ * program holds about 12 buffers of the largest size per device (inputs,
+ * partial sums, outputs of all kinds, smaller sizes included) plus the
+ * root's copies of the outputs; keep it under half the free memory. */
+static int64_t memory_cap(int ndev)
+{
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return INT64_C(64) << 20;
+    double avail = (double)pages * (double)page;
+    return (int64_t)(avail / 2 / (12.0 * ndev + 6));
+}
+
+static int bench_collectives(cal_state *c)
+{
+    cal_options o = *c->o;
+    int64_t cap = memory_cap(o.ranks);
+    if (o.max_bytes > cap) {
+        fprintf(stderr, "einc calibrate: note: largest buffer capped at %lld bytes by free memory\n",
+                (long long)cap);
+        o.max_bytes = cap;
+    }
+    int64_t sizes[MAX_SIZES];
+    int n = buffer_sizes(&o, sizes);
+    for (int p = 2; p <= o.ranks; p++) {
+        if (o.quick && p != 2 && p != o.ranks)
+            continue;
+        int z = o.ranks % p == 0 ? o.ranks / p : 1;
+        char ein[64], exe[64], out[64];
+        snprintf(ein, sizeof ein, "coll_%d.ein", p);
+        snprintf(exe, sizeof exe, "coll_%d", p);
+        snprintf(out, sizeof out, "coll_%d.txt", p);
+        fprintf(stderr, "einc calibrate: collectives over %d of %d devices, %d sizes up to %lld bytes\n",
+                p, p * z, n, (long long)sizes[n - 1]);
+        if (write_coll_program(c, p, z, sizes, n, ein) || compile(c, ein, exe) ||
+            run_bench(c, exe, p * z, out))
+            return -1;
+        coll_run r = {c, p, sizes, n};
+        if (read_profile(c, out, on_coll, &r))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- GEMM and elementwise ---- */
+
+/* Local GEMM shapes per device (M, K, N): from cache-sized to large. */
+static const int64_t GEMM_SHAPES[NGEMM][3] = {
+    {256, 256, 256}, {512, 512, 512}, {1024, 512, 1024}, {1024, 1024, 1024}};
+/* Elementwise array elements per device. */
+static const int64_t EW_ELEMS[NEW] = {1 << 20, 1 << 22, 1 << 23};
+static const char *const DT_NAME[3] = {"f32", "f64", "bf16"};
+
+static int write_compute_program(cal_state *c, const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int nd = c->o->ranks, ng = c->o->quick ? 2 : NGEMM, ne = c->o->quick ? 1 : NEW;
+    fprintf(f, "# einc calibrate: local GEMMs and elementwise adds on every device\nmesh X = %d\n", nd);
+    for (int g = 0; g < ng; g++)
+        fprintf(f, "dim M%d = %lld, K%d = %lld, N%d = %lld\n", g,
+                (long long)(GEMM_SHAPES[g][0] * nd), g, (long long)GEMM_SHAPES[g][1], g,
+                (long long)GEMM_SHAPES[g][2]);
+    for (int e = 0; e < ne; e++)
+        fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * nd));
+    for (int t = 0; t < 3; t++)
+        for (int g = 0; g < ng; g++) {
+            fprintf(f, "input GA%s%d[M%d_X, K%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
+            fprintf(f, "input GB%s%d[K%d, N%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
+            fprintf(f, "GC%s%d[M%d_X, N%d] = GA%s%d[M%d, K%d] * GB%s%d[K%d, N%d]\n", DT_NAME[t], g,
+                    g, g, DT_NAME[t], g, g, g, DT_NAME[t], g, g, g);
+            fprintf(f, "output GC%s%d\n", DT_NAME[t], g);
+        }
+    for (int e = 0; e < ne; e++) {
+        fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
+        fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static void on_compute(const char *name, const char *kind, double t, void *arg)
+{
+    cal_state *c = arg;
+    if (t <= 0 || (strcmp(kind, "Einsum") != 0 && strcmp(kind, "Elementwise") != 0))
+        return;
+    if (!strncmp(name, "GC", 2)) {
+        for (int d = 0; d < 3; d++) {
+            size_t n = strlen(DT_NAME[d]);
+            if (strncmp(name + 2, DT_NAME[d], n) != 0)
+                continue;
+            int g = atoi(name + 2 + n);
+            if (g < 0 || g >= NGEMM || c->ngemm[d] >= NGEMM)
+                return;
+            const int64_t *s = GEMM_SHAPES[g];
+            c->gemm[d][c->ngemm[d]++] = 2.0 * (double)s[0] * (double)s[1] * (double)s[2] / t;
+            return;
+        }
+    } else if (!strncmp(name, "EC", 2)) {
+        int e = atoi(name + 2);
+        if (e >= 0 && e < NEW && c->new_ < NEW)
+            c->ew[c->new_++] = 3.0 * 4 * (double)EW_ELEMS[e] / t;
+    }
+}
+
+static int bench_compute(cal_state *c)
+{
+    fprintf(stderr, "einc calibrate: GEMM and elementwise on %d devices\n", c->o->ranks);
+    if (write_compute_program(c, "compute.ein") || compile(c, "compute.ein", "compute") ||
+        run_bench(c, "compute", c->o->ranks, "compute.txt") ||
+        read_profile(c, "compute.txt", on_compute, c))
+        return -1;
+    for (int d = 0; d < 3; d++)
+        if (c->ngemm[d] == 0) {
+            fprintf(stderr, "einc calibrate: error: no %s GEMM timing in the profile\n", DT_NAME[d]);
+            return -1;
+        }
+    if (c->new_ == 0) {
+        fprintf(stderr, "einc calibrate: error: no elementwise timing in the profile\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- fitting ---- */
+
+/* Solves the n x n system a x = b (n <= 3) by Gaussian elimination with
+ * partial pivoting; false if singular. */
+static bool solve(int n, double a[3][3], double *b, double *x)
+{
+    for (int i = 0; i < n; i++) {
+        int piv = i;
+        for (int r = i + 1; r < n; r++)
+            if (fabs(a[r][i]) > fabs(a[piv][i]))
+                piv = r;
+        if (fabs(a[piv][i]) < 1e-300)
+            return false;
+        for (int k = 0; k < n; k++) {
+            double t = a[i][k];
+            a[i][k] = a[piv][k];
+            a[piv][k] = t;
+        }
+        double t = b[i];
+        b[i] = b[piv];
+        b[piv] = t;
+        for (int r = i + 1; r < n; r++) {
+            double m = a[r][i] / a[i][i];
+            for (int k = i; k < n; k++)
+                a[r][k] -= m * a[i][k];
+            b[r] -= m * b[i];
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        double s = b[i];
+        for (int k = i + 1; k < n; k++)
+            s -= a[i][k] * x[k];
+        x[i] = s / a[i][i];
+    }
+    return true;
+}
+
+/* Regressors of sample s: 1, P-1, (P-1) * shard_bytes. */
+static void regressors(const sample *s, double *x)
+{
+    x[0] = 1;
+    x[1] = s->p - 1;
+    x[2] = (s->p - 1) * s->bytes / s->p;
+}
+
+/* Weighted least squares over the columns in `mask`; coefficients of the
+ * other columns are 0.  Returns the weighted sum of squared relative
+ * residuals, or INFINITY if singular or a coefficient is negative. */
+static double fit_subset(const coll_fit *f, unsigned mask, double *coef)
+{
+    int cols[3], n = 0;
+    for (int j = 0; j < 3; j++)
+        if (mask & (1u << j))
+            cols[n++] = j;
+    double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
+    for (int i = 0; i < f->n; i++) {
+        double r[3], w = 1 / (f->s[i].t * f->s[i].t);
+        regressors(&f->s[i], r);
+        for (int u = 0; u < n; u++) {
+            b[u] += w * r[cols[u]] * f->s[i].t;
+            for (int v = 0; v < n; v++)
+                a[u][v] += w * r[cols[u]] * r[cols[v]];
+        }
+    }
+    if (!solve(n, a, b, x))
+        return INFINITY;
+    coef[0] = coef[1] = coef[2] = 0;
+    for (int u = 0; u < n; u++) {
+        if (!(x[u] >= 0))
+            return INFINITY;
+        coef[cols[u]] = x[u];
+    }
+    double sse = 0;
+    for (int i = 0; i < f->n; i++) {
+        double r[3];
+        regressors(&f->s[i], r);
+        double pred = coef[0] * r[0] + coef[1] * r[1] + coef[2] * r[2];
+        double e = (pred - f->s[i].t) / f->s[i].t;
+        sse += e * e;
+    }
+    return sse;
+}
+
+/* Best non-negative fit over the subsets of columns that keep the
+ * bandwidth term; INFINITY if none. */
+static double fit_best(const coll_fit *f, double *bc)
+{
+    double best = INFINITY, coef[3];
+    for (unsigned mask = 4; mask < 8; mask++) { /* bit 2 (1/BW) always in */
+        double sse = fit_subset(f, mask, coef);
+        if (sse < best) {
+            best = sse;
+            memcpy(bc, coef, 3 * sizeof *bc);
+        }
+    }
+    return best;
+}
+
+/* Fits T_launch, L_sync, BW of one kind and fills the residuals.  On a
+ * shared machine a sample can be several times too slow (a descheduled
+ * thread): samples more than 3x the median residual (and over 25%) away
+ * from a first fit are left out of a second one, and marked. */
+static int fit_kind(coll_fit *f, const char *kind)
+{
+    double bc[3] = {0};
+    double best = fit_best(f, bc);
+    if (isfinite(best) && f->n >= 6) {
+        double res[MAX_SAMPLES];
+        for (int i = 0; i < f->n; i++) {
+            double r[3];
+            regressors(&f->s[i], r);
+            res[i] = fabs(bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2] - f->s[i].t) / f->s[i].t;
+        }
+        double sorted[MAX_SAMPLES];
+        memcpy(sorted, res, (size_t)f->n * sizeof *res);
+        double med = median(sorted, f->n), cut = fmax(3 * med, 0.25);
+        coll_fit kept = {.n = 0};
+        for (int i = 0; i < f->n; i++)
+            if (res[i] <= cut)
+                kept.s[kept.n++] = f->s[i];
+        double bk[3];
+        if (kept.n >= 4 && kept.n < f->n && isfinite(fit_best(&kept, bk))) {
+            memcpy(bc, bk, sizeof bc);
+            for (int i = 0; i < f->n; i++)
+                f->s[i].outlier = res[i] > cut;
+        }
+    }
+    if (!isfinite(best) || bc[2] <= 0) {
+        fprintf(stderr, "einc calibrate: error: cannot fit the %s timings (%d samples)\n", kind,
+                f->n);
+        return -1;
+    }
+    f->t_launch = bc[0];
+    f->l_sync = bc[1];
+    f->bw = 1 / bc[2];
+    double ss = 0;
+    int used = 0;
+    f->max = 0;
+    for (int i = 0; i < f->n; i++) {
+        double r[3];
+        regressors(&f->s[i], r);
+        f->s[i].fit = bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2];
+        if (f->s[i].outlier)
+            continue;
+        double e = fabs(f->s[i].fit - f->s[i].t) / f->s[i].t;
+        ss += e * e;
+        used++;
+        if (e > f->max)
+            f->max = e;
+    }
+    f->rms = sqrt(ss / used);
+    f->used = used;
+    return 0;
+}
+
+/* ---- the profile ---- */
+
+/* A figure the loader requires to be > 0: a fitted 0 becomes 1 ns. */
+static double positive(double v)
+{
+    return v > 1e-9 ? v : 1e-9;
+}
+
+static cJSON *profile_json(cal_state *c)
+{
+    const cal_options *o = c->o;
+    double flops[3];
+    for (int d = 0; d < 3; d++)
+        flops[d] = median(c->gemm[d], c->ngemm[d]);
+    double ew = median(c->ew, c->new_);
+    const coll_fit *ag = &c->coll[0];
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "name", o->name);
+    cJSON_AddStringToObject(root, "status", "calibrated");
+    char src[512];
+    snprintf(src, sizeof src,
+             "einc calibrate --runtime=%s --ranks %d%s: measured through the einc runtime "
+             "(docs/cost-model.md, Calibration). A 'device' is one %s; figures are per device "
+             "with all %d devices busy.",
+             o->mpi ? "mpi" : "threads", o->ranks, o->quick ? " --quick" : "",
+             o->mpi ? "MPI rank" : "thread of the threads backend", o->ranks);
+    cJSON_AddStringToObject(root, "source", src);
+    cJSON *peak = cJSON_AddObjectToObject(root, "peak_flops");
+    cJSON_AddNumberToObject(peak, "bf16", positive(flops[2]));
+    cJSON_AddNumberToObject(peak, "f32", positive(flops[0]));
+    cJSON_AddNumberToObject(peak, "f64", positive(flops[1]));
+    cJSON_AddStringToObject(peak, "source", "MEASURED: median GEMM FLOP/s per device through rt_einsum");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mem = pages > 0 && page > 0 ? (double)pages * (double)page / o->ranks : 1e9;
+    cJSON_AddNumberToObject(root, "hbm_bytes", mem);
+    cJSON_AddStringToObject(root, "hbm_bytes_source", "MEASURED: physical memory / devices");
+    cJSON_AddNumberToObject(root, "hbm_bandwidth", positive(ew));
+    cJSON_AddStringToObject(root, "hbm_bandwidth_source",
+                            "MEASURED: elementwise add, (2 inputs + 1 output) bytes / time per device");
+    cJSON_AddNumberToObject(root, "ici_oneway_bandwidth", positive(ag->bw));
+    cJSON_AddNumberToObject(root, "ici_bidi_bandwidth", positive(ag->bw));
+    cJSON_AddStringToObject(root, "ici_bidi_bandwidth_source",
+                            "MEASURED: AllGather fit's per-step bandwidth (both directions share memory)");
+    cJSON_AddNumberToObject(root, "ici_latency", positive(ag->l_sync));
+    cJSON_AddStringToObject(root, "ici_latency_source", "MEASURED: AllGather fit's L_sync");
+    cJSON *wrap = cJSON_AddObjectToObject(root, "wraparound");
+    cJSON_AddStringToObject(wrap, "rule", "always");
+    cJSON_AddNumberToObject(root, "dcn_bandwidth", positive(ag->bw));
+    cJSON_AddStringToObject(root, "dcn_bandwidth_source", "MEASURED: as ici (one host)");
+
+    cJSON *cal = cJSON_AddObjectToObject(root, "calibration");
+    cJSON_AddStringToObject(cal, "runtime", o->mpi ? "mpi" : "threads");
+    cJSON_AddNumberToObject(cal, "devices", o->ranks);
+    cJSON_AddNumberToObject(cal, "runs", o->repeat);
+    cJSON_AddStringToObject(cal, "model",
+                            "T = t_launch + (P-1) * (l_sync + shard_bytes / bandwidth), shard_bytes = "
+                            "buffer_bytes / P (seed 004, MeshSlice)");
+    cJSON *colls = cJSON_AddObjectToObject(cal, "collectives");
+    for (int k = 0; k < NKINDS; k++) {
+        const coll_fit *f = &c->coll[k];
+        cJSON *j = cJSON_AddObjectToObject(colls, KIND_KEY[k]);
+        cJSON_AddNumberToObject(j, "t_launch", positive(f->t_launch));
+        cJSON_AddNumberToObject(j, "l_sync", positive(f->l_sync));
+        cJSON_AddNumberToObject(j, "bandwidth", positive(f->bw));
+        cJSON_AddNumberToObject(j, "rms_rel_residual", f->rms);
+        cJSON_AddNumberToObject(j, "max_rel_residual", f->max);
+        cJSON_AddNumberToObject(j, "samples_used", f->used);
+        cJSON *arr = cJSON_AddArrayToObject(j, "samples");
+        for (int i = 0; i < f->n; i++) {
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddNumberToObject(s, "group", f->s[i].p);
+            cJSON_AddNumberToObject(s, "buffer_bytes", f->s[i].bytes);
+            cJSON_AddNumberToObject(s, "measured_s", f->s[i].t);
+            cJSON_AddNumberToObject(s, "fitted_s", f->s[i].fit);
+            cJSON_AddNumberToObject(s, "rel_residual", (f->s[i].fit - f->s[i].t) / f->s[i].t);
+            cJSON_AddBoolToObject(s, "outlier", f->s[i].outlier);
+            cJSON_AddItemToArray(arr, s);
+        }
+    }
+    cJSON *g = cJSON_AddObjectToObject(cal, "gemm_flops");
+    for (int d = 0; d < 3; d++)
+        cJSON_AddNumberToObject(g, DT_NAME[d], positive(flops[d]));
+    cJSON_AddNumberToObject(cal, "elementwise_bandwidth", positive(ew));
+    return root;
+}
+
+/* Writes `text` to `path` through a temporary file and rename. */
+static int write_atomic(const char *path, const char *text)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "einc calibrate: error: cannot create a file beside %s: %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    fchmod(fd, 0644);
+    size_t n = strlen(text), off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    bool ok = off == n && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "einc calibrate: error: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_summary(const cal_state *c)
+{
+    for (int k = 0; k < NKINDS; k++) {
+        const coll_fit *f = &c->coll[k];
+        fprintf(stderr,
+                "  %-13s T_launch %8.2f us  L_sync %8.2f us  BW %7.2f GB/s  residual rms %5.1f%% "
+                "max %5.1f%% (%d of %d samples)\n",
+                KIND_OP[k], f->t_launch * 1e6, f->l_sync * 1e6, f->bw * 1e-9, 100 * f->rms,
+                100 * f->max, f->used, f->n);
+    }
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[600];
+    static const char *const files[] = {"coll_%d.ein", "coll_%d", "coll_%d.txt"};
+    for (int p = 2; p <= MAX_RANKS; p++)
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, files[i], p);
+            snprintf(cmd, sizeof cmd, "%s/%s", dir, name);
+            unlink(cmd);
+        }
+    static const char *const more[] = {"compute.ein", "compute", "compute.txt"};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/%s", dir, more[i]);
+        unlink(cmd);
+    }
+    rmdir(dir);
+}
+
+int calibrate_main(int argc, char **argv)
+{
+    cal_options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc;
+    cal_state *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "einc calibrate: error: out of memory\n");
+        return 1;
+    }
+    c->o = &o;
+    ssize_t n = readlink("/proc/self/exe", c->self, sizeof c->self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "einc calibrate: error: cannot find this einc (/proc/self/exe)\n");
+        free(c);
+        return 1;
+    }
+    c->self[n] = 0;
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(c->dir, sizeof c->dir, "%s/einc-calibrate-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    if (!mkdtemp(c->dir)) {
+        fprintf(stderr, "einc calibrate: error: cannot create a work directory: %s\n",
+                strerror(errno));
+        free(c);
+        return 1;
+    }
+    rc = 1;
+    if (bench_collectives(c) || bench_compute(c))
+        goto out;
+    for (int k = 0; k < NKINDS; k++)
+        if (fit_kind(&c->coll[k], KIND_OP[k]))
+            goto out;
+    cJSON *root = profile_json(c);
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) {
+        fprintf(stderr, "einc calibrate: error: out of memory\n");
+        goto out;
+    }
+    /* The written profile must load: check the text before replacing the file. */
+    cost_hw hw;
+    char err[512];
+    if (cost_hw_parse(text, o.output, &hw, err, sizeof err) != 0) {
+        fprintf(stderr, "einc calibrate: error: the measured profile does not load: %s\n", err);
+        free(text);
+        goto out;
+    }
+    size_t len = strlen(text);
+    char *withnl = malloc(len + 2);
+    if (withnl) {
+        memcpy(withnl, text, len);
+        memcpy(withnl + len, "\n", 2);
+    }
+    int w = withnl ? write_atomic(o.output, withnl) : -1;
+    free(withnl);
+    free(text);
+    if (w)
+        goto out;
+    print_summary(c);
+    fprintf(stderr, "  GEMM %.1f / %.1f / %.1f GFLOP/s (f32 / f64 / bf16), elementwise %.2f GB/s "
+            "per device\nwrote %s\n",
+            hw.peak_flops[IR_F32] * 1e-9, hw.peak_flops[IR_F64] * 1e-9,
+            hw.peak_flops[IR_BF16] * 1e-9, hw.hbm_bw * 1e-9, o.output);
+    rc = 0;
+out:
+    if (o.keep)
+        fprintf(stderr, "einc calibrate: the benchmark programs are in %s\n", c->dir);
+    else
+        remove_dir(c->dir);
+    free(c);
+    return rc;
+}
