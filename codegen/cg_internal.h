@@ -7,6 +7,7 @@
  *   plan.c        fusion and buffer liveness over the op list (no LLVM)
  *   run.c         the SPMD run function: buffers, rt_einsum, rt_collective
  *   elementwise.c fused elementwise loop nests
+ *   meshslice.c   MeshSlice ops as calls of the runtime's pipelined loop
  *   program.c     the constant rt_program and its tensor descriptors
  *   link.c        linking the object with the runtime by fork/exec of cc
  *   emit.c        cg_emit: the pipeline in c3c's order
@@ -132,6 +133,12 @@ bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d);
 /* Emits the loop nest of elementwise `op` (and every op fused into it) at
  * the builder's position, writing the result into `dst`. */
 void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
+
+/* ---- meshslice.c ---- */
+
+/* Emits the MeshSlice op `op` (op index `id`) as a call of rt_meshslice
+ * with its constant descriptors, writing the result into `dst`. */
+void cg_emit_meshslice(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef dst);
 
 /* ---- program.c ---- */
 

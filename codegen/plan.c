@@ -157,6 +157,15 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             if (!cg_ew_check(m, op, d))
                 errors++;
             break;
+        case IR_OP_MESHSLICE:
+            if (op->noperands != 2 || op->u.ms.nmoves != 2 ||
+                op->operands[0]->type.dtype != op->result->type.dtype ||
+                op->operands[1]->type.dtype != op->result->type.dtype) {
+                diag_error(d, op->loc, "codegen: MeshSlice needs two operands of the result's dtype "
+                           "and two partial collectives");
+                errors++;
+            }
+            break;
         case IR_OP_ALLGATHER:
         case IR_OP_REDUCESCATTER:
         case IR_OP_ALLREDUCE:

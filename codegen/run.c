@@ -14,6 +14,7 @@
  *     Einsum        -> rt_einsum(dev, &const_desc, a, b|NULL, dst)
  *     AllGather ... -> rt_collective(dev, &const_desc, src, dst)
  *     Elementwise   -> an inline loop nest (elementwise.c)
+ *     MeshSlice     -> rt_meshslice(dev, &const_desc, a, b, dst) (meshslice.c)
  *     rt_op_end(dev, i)
  *     rt_free(dev, p) for every buffer whose last read was op i
  *
@@ -195,6 +196,9 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         }
         case IR_OP_ELEMENTWISE:
             cg_emit_elementwise(c, &f, op, dst);
+            break;
+        case IR_OP_MESHSLICE:
+            cg_emit_meshslice(c, &f, op, i, dst);
             break;
         default: {
             LLVMValueRef desc = coll_desc(c, m, op, i);

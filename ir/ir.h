@@ -161,7 +161,8 @@ typedef struct ir_ew_node {
     X(REDUCESCATTER, "ReduceScatter", coll)         \
     X(ALLREDUCE, "AllReduce", coll)                 \
     X(ALLTOALL, "AllToAll", coll)                   \
-    X(SLICE, "Slice", coll)
+    X(SLICE, "Slice", coll)                         \
+    X(MESHSLICE, "MeshSlice", ms)
 
 typedef enum ir_op_kind {
 #define X(e, s, arm) IR_OP_##e,
@@ -175,6 +176,27 @@ const char *ir_op_name(ir_op_kind k);
 /* True for AllGather, ReduceScatter, AllReduce, AllToAll and Slice: the
  * ops that change a sharding rather than compute. */
 bool ir_op_is_reshard(ir_op_kind k);
+
+/* The 2D GEMM dataflows of seed 004 (Fig. 1, Table 1), named by the
+ * matrix that stays on its devices. */
+typedef enum ir_ms_dataflow {
+    IR_MS_OS, /* output-stationary (C-stn): AllGather A and B, split the contracting dim */
+    IR_MS_LS, /* left-stationary (A-stn): AllGather B, ReduceScatter C, split a free dim of B */
+    IR_MS_RS, /* right-stationary (B-stn): AllGather A, ReduceScatter C, split a free dim of A */
+} ir_ms_dataflow;
+
+/* "OS", "LS", "RS". */
+const char *ir_ms_dataflow_name(ir_ms_dataflow df);
+
+/* One partial collective of a MeshSlice loop: in every iteration it moves
+ * sub-shard k of one matrix over one mesh axis. */
+typedef struct ir_ms_move {
+    ir_op_kind kind; /* IR_OP_ALLGATHER (an operand, before the partial GEMM) or
+                        IR_OP_REDUCESCATTER (the result, after it) */
+    int operand;     /* 0 (A) or 1 (B) for an AllGather, -1 (the result) for a ReduceScatter */
+    int axis;        /* the mesh axis it runs over */
+    int dim;         /* position of the split dim in that operand / the result */
+} ir_ms_move;
 
 /* Why the cost pass says an op takes the time it does. */
 typedef enum ir_bound {
@@ -246,6 +268,29 @@ typedef struct ir_op {
             int dim;
             int dim2;
         } coll;
+        /* IR_OP_MESHSLICE: result = einsum(A, B) as seed 004's MeshSlice loop
+         * (Fig. 5): operands are the stationary-layout shards A and B as they
+         * were before propagate's AllGathers, the result is the einsum's value
+         * after propagate's ReduceScatter.  For k = 0..K-1: AllGather
+         * sub-shard k of each moving operand, partial einsum, ReduceScatter
+         * the partial result into sub-shard k of the result (software
+         * pipelined).  Sub-shard k of a per-device block of size L along the
+         * split dim is its blocks of `block` elements whose index j has
+         * j mod K == k (blocked slicing, seed 004 Algorithm 2).  The first
+         * three members mirror the einsum arm, so label helpers apply. */
+        struct {
+            int labels[IR_MAX_OPERANDS][IR_MAX_RANK]; /* as einsum.labels (2 operands) */
+            int result_labels[IR_MAX_RANK];           /* as einsum.result_labels */
+            double scale;                             /* as einsum.scale */
+            ir_ms_dataflow dataflow;                  /* which matrix stays */
+            int k;                                    /* slices K >= 1 (1: Collective 2D GEMM) */
+            int block;                                /* elements per slicing block along the split dim */
+            int row_axis;                             /* mesh axis of the mesh rows (along a column) */
+            int col_axis;                             /* mesh axis of the mesh columns (along a row) */
+            int split_label;                          /* dim id that is sliced */
+            int nmoves;                               /* entries of `moves`: 2 */
+            ir_ms_move moves[2];                      /* the partial collectives of one iteration */
+        } ms;
     } u;
 } ir_op;
 

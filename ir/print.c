@@ -141,6 +141,61 @@ const char *ir_coll_str(const ir_module *m, const ir_op *op, char *buf, size_t s
     return buf;
 }
 
+const char *ir_ms_dataflow_name(ir_ms_dataflow df)
+{
+    switch (df) {
+    case IR_MS_OS: return "OS";
+    case IR_MS_LS: return "LS";
+    case IR_MS_RS: return "RS";
+    }
+    return "?";
+}
+
+/* Per-device size of the split dim at position `dim` of `t`, before and after
+ * the move, and one sub-shard's share. */
+static int64_t move_local(const ir_module *m, const ir_op *op, const ir_ms_move *mv)
+{
+    const ir_value *v = mv->operand >= 0 ? op->operands[mv->operand] : op->result;
+    return ir_local_size(m, &v->type, mv->dim);
+}
+
+const char *ir_ms_iter_str(const ir_module *m, const ir_op *op, char *buf, size_t size)
+{
+    char spec[256], ax[4], name[96];
+    size_t pos = 0;
+    int K = op->u.ms.k;
+    const char *split = m->dims[op->u.ms.split_label].name;
+    buf[0] = 0;
+#define PUTF(...) do { if (pos < size) { int n_ = snprintf(buf + pos, size - pos, __VA_ARGS__); \
+        if (n_ > 0) pos += (size_t)n_; } } while (0)
+    PUTF("for k in 0..%d:", K - 1);
+    for (int i = 0; i < op->u.ms.nmoves; i++) {
+        const ir_ms_move *mv = &op->u.ms.moves[i];
+        if (mv->kind != IR_OP_ALLGATHER)
+            continue;
+        int8_t a = (int8_t)mv->axis;
+        int64_t l = move_local(m, op, mv);
+        PUTF(" AllGather_%s(%s sub-shard k, %s %lld -> %lld);",
+             ir_axes_str(&m->mesh, &a, 1, ax, sizeof ax),
+             ir_value_name(op->operands[mv->operand], name, sizeof name), split, (long long)(l / K),
+             (long long)(l / K * m->mesh.axes[mv->axis].size));
+    }
+    PUTF(" partial einsum(%s)", ir_einsum_spec(m, op, spec, sizeof spec));
+    for (int i = 0; i < op->u.ms.nmoves; i++) {
+        const ir_ms_move *mv = &op->u.ms.moves[i];
+        if (mv->kind != IR_OP_REDUCESCATTER)
+            continue;
+        int8_t a = (int8_t)mv->axis;
+        int64_t l = move_local(m, op, mv);
+        PUTF("; ReduceScatter_%s(into %s sub-shard k, %s %lld -> %lld)",
+             ir_axes_str(&m->mesh, &a, 1, ax, sizeof ax), ir_value_name(op->result, name, sizeof name),
+             split, (long long)(l / K * m->mesh.axes[mv->axis].size), (long long)(l / K));
+    }
+    PUTF("; blocked slicing, block %d", op->u.ms.block);
+#undef PUTF
+    return buf;
+}
+
 /* Prints "Name[dims]" of value v. */
 static const char *vstr(const ir_module *m, const ir_value *v, char *buf, size_t size)
 {
@@ -194,6 +249,20 @@ void ir_print(FILE *out, ir_module *m)
         case IR_OP_ELEMENTWISE:
             fprintf(out, "%s", ir_ew_str(m, op, b3, sizeof b3));
             break;
+        case IR_OP_MESHSLICE: {
+            char ax[2][4];
+            int8_t ra = (int8_t)op->u.ms.row_axis, ca = (int8_t)op->u.ms.col_axis;
+            fprintf(out, "MeshSlice(%s, K=%d, rows %s, cols %s, split %s) einsum(%s)",
+                    ir_ms_dataflow_name(op->u.ms.dataflow), op->u.ms.k,
+                    ir_axes_str(&m->mesh, &ra, 1, ax[0], sizeof ax[0]),
+                    ir_axes_str(&m->mesh, &ca, 1, ax[1], sizeof ax[1]),
+                    m->dims[op->u.ms.split_label].name, ir_einsum_spec(m, op, b2, sizeof b2));
+            if (op->u.ms.scale != 1.0)
+                fprintf(out, " * %.17g", op->u.ms.scale);
+            for (int i = 0; i < op->noperands; i++)
+                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
+            break;
+        }
         default:
             fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
             break;
@@ -204,6 +273,8 @@ void ir_print(FILE *out, ir_module *m)
         fprintf(out, " %.2f MiB/device", (double)ir_local_bytes(m, &r->type) / (1 << 20));
         print_cost(out, &op->cost);
         fputc('\n', out);
+        if (op->kind == IR_OP_MESHSLICE)
+            fprintf(out, "#   %s\n", ir_ms_iter_str(m, op, b3, sizeof b3));
     }
     for (int i = 0; i < m->noutputs; i++) {
         const ir_output *o = &m->outputs[i];

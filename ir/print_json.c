@@ -41,6 +41,47 @@ static cJSON *cost_json(const ir_cost *c)
     return o;
 }
 
+/* The MeshSlice attributes: dataflow, k, axes (row, column), the split dim,
+ * the block, the einsum and the partial collectives of one iteration. */
+static void ms_json(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes)
+{
+    char buf[1024];
+    int ax[2] = {op->u.ms.row_axis, op->u.ms.col_axis};
+    for (int i = 0; i < 2; i++) {
+        char n[2] = {m->mesh.axes[ax[i]].name, 0};
+        cJSON_AddItemToArray(axes, cJSON_CreateString(n));
+    }
+    cJSON_AddStringToObject(o, "dataflow", ir_ms_dataflow_name(op->u.ms.dataflow));
+    cJSON_AddNumberToObject(o, "k", op->u.ms.k);
+    cJSON_AddStringToObject(o, "split_dim", m->dims[op->u.ms.split_label].name);
+    cJSON_AddNumberToObject(o, "block", op->u.ms.block);
+    cJSON_AddStringToObject(o, "einsum", ir_einsum_spec(m, op, buf, sizeof buf));
+    cJSON_AddNumberToObject(o, "scale", op->u.ms.scale);
+    cJSON_AddStringToObject(o, "loop", ir_ms_iter_str(m, op, buf, sizeof buf));
+    cJSON *colls = cJSON_AddArrayToObject(o, "collectives");
+    for (int i = 0; i < op->u.ms.nmoves; i++) {
+        const ir_ms_move *mv = &op->u.ms.moves[i];
+        const ir_value *v = mv->operand >= 0 ? op->operands[mv->operand] : op->result;
+        int64_t local = ir_local_size(m, &v->type, mv->dim);
+        int64_t p = m->mesh.axes[mv->axis].size;
+        cJSON *c = cJSON_CreateObject();
+        char n[2] = {m->mesh.axes[mv->axis].name, 0};
+        cJSON_AddStringToObject(c, "op", ir_op_name(mv->kind));
+        cJSON_AddStringToObject(c, "axis", n);
+        if (mv->operand >= 0)
+            cJSON_AddNumberToObject(c, "operand", mv->operand);
+        else
+            cJSON_AddStringToObject(c, "operand", "result");
+        cJSON_AddStringToObject(c, "dim", m->dims[v->type.dims[mv->dim]].name);
+        /* Per-device size of the split dim in one iteration, before -> after. */
+        int64_t sub = local / op->u.ms.k;
+        cJSON_AddNumberToObject(c, "in_size", (double)(mv->kind == IR_OP_ALLGATHER ? sub : sub * p));
+        cJSON_AddNumberToObject(c, "out_size", (double)(mv->kind == IR_OP_ALLGATHER ? sub * p : sub));
+        cJSON_AddNumberToObject(c, "count", op->u.ms.k);
+        cJSON_AddItemToArray(colls, c);
+    }
+}
+
 void ir_print_json(FILE *out, ir_module *m)
 {
     char buf[4096];
@@ -100,6 +141,8 @@ void ir_print_json(FILE *out, ir_module *m)
             cJSON_AddNumberToObject(o, "scale", op->u.einsum.scale);
         } else if (op->kind == IR_OP_ELEMENTWISE) {
             cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
+        } else if (op->kind == IR_OP_MESHSLICE) {
+            ms_json(m, op, o, axes);
         }
         cJSON *operands = cJSON_AddArrayToObject(o, "operands");
         for (int j = 0; j < op->noperands; j++)

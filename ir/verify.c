@@ -309,6 +309,90 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
     }
 }
 
+/* The result sharding of MeshSlice `op`: its AllGather moves applied to the
+ * operands, the einsum rule of ir_op_local_sharding, then its ReduceScatter
+ * move.  Also checks the dataflow's shape (which matrices move, over which
+ * axes) and that K * block divides every per-device size of the split dim,
+ * which blocked slicing needs (seed 004 Algorithm 2). */
+static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                             size_t why_size)
+{
+    int row = op->u.ms.row_axis, col = op->u.ms.col_axis;
+    if (op->noperands != 2 || op->u.ms.nmoves != 2) {
+        WHY("MeshSlice needs two operands and two partial collectives");
+        return false;
+    }
+    if (row < 0 || row >= m->mesh.naxes || col < 0 || col >= m->mesh.naxes || row == col) {
+        WHY("MeshSlice row and column axes must be two distinct mesh axes");
+        return false;
+    }
+    if (op->u.ms.k < 1 || op->u.ms.block < 1) {
+        WHY("MeshSlice needs K >= 1 and a block >= 1");
+        return false;
+    }
+    if (op->u.ms.dataflow != IR_MS_OS && op->u.ms.dataflow != IR_MS_LS && op->u.ms.dataflow != IR_MS_RS) {
+        WHY("unknown MeshSlice dataflow");
+        return false;
+    }
+    ir_value va = *op->operands[0], vb = *op->operands[1];
+    ir_value *virt[2] = {&va, &vb};
+    const ir_ms_move *rs = NULL;
+    int64_t span = op->u.ms.k * (int64_t)op->u.ms.block;
+    for (int i = 0; i < 2; i++) {
+        const ir_ms_move *mv = &op->u.ms.moves[i];
+        if (mv->axis != row && mv->axis != col) {
+            WHY("a MeshSlice collective runs over an axis that is neither its row nor its column axis");
+            return false;
+        }
+        if (mv->kind == IR_OP_ALLGATHER && (mv->operand == 0 || mv->operand == 1)) {
+            ir_value *v = virt[mv->operand];
+            int8_t ax = (int8_t)mv->axis;
+            if (mv->dim < 0 || mv->dim >= v->type.rank || !ends_with(&v->type.sh, mv->dim, &ax, 1) ||
+                v->type.dims[mv->dim] != op->u.ms.split_label) {
+                WHY("MeshSlice AllGather of operand %d: the axis is not the minor-most of the split dim",
+                    mv->operand);
+                return false;
+            }
+            if (ir_local_size(m, &v->type, mv->dim) % span) {
+                WHY("K * block does not divide operand %d's per-device split dim", mv->operand);
+                return false;
+            }
+            v->type.sh.naxes[mv->dim]--;
+        } else if (mv->kind == IR_OP_REDUCESCATTER && mv->operand == -1 && !rs) {
+            rs = mv;
+        } else {
+            WHY("MeshSlice collectives are AllGathers of operands and at most one ReduceScatter of the result");
+            return false;
+        }
+    }
+    if (op->u.ms.moves[0].axis == op->u.ms.moves[1].axis) {
+        WHY("MeshSlice moves the two matrices over the same axis");
+        return false;
+    }
+    ir_op e = *op;
+    e.kind = IR_OP_EINSUM;
+    e.operands[0] = &va;
+    e.operands[1] = &vb;
+    if (!ir_op_local_sharding(m, &e, out, why, why_size))
+        return false;
+    if (rs) {
+        ir_axes bit = 1u << rs->axis;
+        const ir_type *t = &op->result->type;
+        if (!(out->unreduced & bit) || rs->dim < 0 || rs->dim >= t->rank ||
+            t->dims[rs->dim] != op->u.ms.split_label) {
+            WHY("MeshSlice ReduceScatter: the partial result is not unreduced over its axis, or the dim is not the split dim");
+            return false;
+        }
+        out->unreduced &= ~bit;
+        ir_sharding_push(out, rs->dim, rs->axis);
+        if (ir_local_size(m, t, rs->dim) % span) {
+            WHY("K * block does not divide the result's per-device split dim");
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Whether v, or a value reached from v through reshard ops, has sharding `c`. */
 static bool reaches(const ir_module *m, const ir_value *v, const ir_sharding *c)
 {
@@ -365,7 +449,9 @@ int ir_verify(const ir_module *m, diag_ctx *d)
         defined[op->result->id] = true;
         ir_sharding want;
         bool ok;
-        if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
+        if (op->kind == IR_OP_MESHSLICE) {
+            ok = meshslice_result(m, op, &want, why, sizeof why);
+        } else if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
             const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
             const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
             bool labels_ok = true;

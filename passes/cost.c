@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "meshslice.h"
 #include "pass.h"
 
 double cost_peak_flops(const cost_hw *hw, ir_dtype t)
@@ -243,6 +244,9 @@ void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
         c.hbm_bytes = in + out;
         roofline(hw, t, &c);
         break;
+    case IR_OP_MESHSLICE:
+        pass_meshslice_cost(m, hw, op, op->u.ms.k, &c);
+        break;
     case IR_OP_SLICE:
         c.hbm_bytes = 2 * out;
         c.t_memory = c.hbm_bytes / hw->hbm_bw;
@@ -302,7 +306,9 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
             if (ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE)
                 exposed += t;
         }
-        if (op->kind == IR_OP_EINSUM && op->cost.valid && op->result)
+        if (op->kind == IR_OP_MESHSLICE && op->cost.valid) /* the loop's communication not hidden */
+            exposed += fmax(0, op->cost.time - op->cost.t_compute);
+        if ((op->kind == IR_OP_EINSUM || op->kind == IR_OP_MESHSLICE) && op->cost.valid && op->result)
             busy_peak += op->cost.flops / cost_peak_flops(hw, op->result->type.dtype);
         if (op->result && op->result->id >= 0 && op->result->id < m->nvalues)
             ready[op->result->id] = end;

@@ -201,6 +201,90 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
     free(wout);
 }
 
+/* A non-blocking AllGather or ReduceScatter in flight (rt_async, async.c). */
+typedef struct mreq {
+    MPI_Request req;             /* the MPI request */
+    rt_coll_desc e;              /* the descriptor on wire elements */
+    rt_group_view g;             /* the group */
+    char *recv;                  /* AllGather: the G received blocks */
+    char *send;                  /* ReduceScatter: the packed send buffer */
+    float *win, *wout;           /* bf16 <-> f32 staging, or NULL */
+    void *out;                   /* the caller's output */
+} mreq;
+
+/* Starts AllGather / ReduceScatter `d` with MPI_Iallgather /
+ * MPI_Ireduce_scatter_block (packed as mpi_collective packs); other kinds
+ * run at once.  The request is completed by mpi_coll_wait. */
+static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
+                            const void *in, void *out)
+{
+    mreq *r = rt_xmalloc(dev, sizeof *r);
+    memset(r, 0, sizeof *r);
+    r->req = MPI_REQUEST_NULL;
+    r->g = *g;
+    r->out = out;
+    if (d->kind != RT_ALLGATHER && d->kind != RT_REDUCESCATTER) {
+        mpi_collective(dev, d, g, in, out);
+        return r;
+    }
+    MPI_Comm comm = comm_of(dev, g->naxes, g->axes);
+    int64_t G = g->size, nin = rt_numel(d->rank, d->in_shape), nout = rt_numel(d->rank, d->out_shape);
+    int bf16 = d->dtype == RT_BF16;
+    int32_t edt = bf16 ? RT_F32 : d->dtype;
+    size_t es = rt_dtype_size(edt);
+    MPI_Datatype T = edt == RT_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    r->e = *d;
+    r->e.dtype = edt;
+    const void *ein = in;
+    if (bf16) {
+        r->win = rt_xmalloc(dev, (size_t)nin * sizeof *r->win);
+        r->wout = rt_xmalloc(dev, (size_t)nout * sizeof *r->wout);
+        rt_bf16_to_f32_n(in, r->win, nin);
+        ein = r->win;
+    }
+    if (d->kind == RT_ALLGATHER) {
+        r->recv = rt_xmalloc(dev, (size_t)(G * nin) * es);
+        MPI_Iallgather(ein, as_int(dev, nin), T, r->recv, as_int(dev, nin), T, comm, &r->req);
+    } else {
+        int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK] = {0};
+        r->send = rt_xmalloc(dev, (size_t)nin * es);
+        for (int64_t j = 0; j < G; j++) {
+            off[d->dim] = j * d->out_shape[d->dim];
+            rt_copy_box(r->send + (size_t)(j * nout) * es, d->out_shape, zero, ein, d->in_shape, off,
+                        d->out_shape, d->rank, es);
+        }
+        MPI_Ireduce_scatter_block(r->send, bf16 ? (void *)r->wout : out, as_int(dev, nout), T,
+                                  MPI_SUM, comm, &r->req);
+    }
+    return r;
+}
+
+static void mpi_coll_wait(rt_device *dev, void *req)
+{
+    mreq *r = req;
+    if (r->req != MPI_REQUEST_NULL)
+        MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    int bf16 = r->win != NULL;
+    void *eout = bf16 ? (void *)r->wout : r->out;
+    if (r->recv) {
+        int64_t G = r->g.size, nin = rt_numel(r->e.rank, r->e.in_shape);
+        size_t es = rt_dtype_size(r->e.dtype);
+        const void **peers = rt_xmalloc(dev, (size_t)G * sizeof *peers);
+        for (int64_t j = 0; j < G; j++)
+            peers[j] = r->recv + (size_t)(j * nin) * es;
+        rt_shared_bufs b = {peers, NULL};
+        rt_threads_allgather(&r->e, &r->g, &b, eout);
+        free(peers);
+    }
+    if (bf16 && (r->recv || r->send))
+        rt_f32_to_bf16_n(r->wout, r->out, rt_numel(r->e.rank, r->e.out_shape));
+    free(r->recv);
+    free(r->send);
+    free(r->win);
+    free(r->wout);
+    free(r);
+}
+
 static void mpi_collect_i64(rt_device *dev, int64_t v, int64_t *all)
 {
     mworld *w = dev->backend;
@@ -234,6 +318,8 @@ static const rt_device_ops mpi_ops = {
     .collect_i64 = mpi_collect_i64,
     .gather = mpi_gather,
     .abort = mpi_abort,
+    .coll_start = mpi_coll_start,
+    .coll_wait = mpi_coll_wait,
 };
 
 /* ---- the MPI launcher ---- */

@@ -139,4 +139,46 @@ void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const voi
 void rt_op_begin(rt_device *dev, int32_t op_id);
 void rt_op_end(rt_device *dev, int32_t op_id);
 
+/* ---- asynchronous collectives and the MeshSlice loop (async.c,
+ * async_meshslice.c; docs/meshslice.md) ---- */
+
+/* A device's queue of collectives in flight.  On the threads backend a
+ * communication thread per open queue runs them (so they overlap the
+ * device thread's GEMMs); on the MPI backend they are MPI's non-blocking
+ * collectives (MPI_Iallgather, MPI_Ireduce_scatter_block). */
+typedef struct rt_async rt_async;
+/* Opens the queue of `dev` (owned by the caller; close with rt_async_close). */
+rt_async *rt_async_open(rt_device *dev);
+/* Starts collective `d` from `in` into `out` and returns its handle.  Every
+ * device of the group must start the same collectives in the same order;
+ * `in` and `out` must stay untouched until the handle is waited for.  At
+ * most 8 collectives may be in flight per queue. */
+int64_t rt_async_start(rt_async *q, const rt_coll_desc *d, const void *in, void *out);
+/* Blocks until collective `handle` has completed (its `out` is ready). */
+void rt_async_wait(rt_async *q, int64_t handle);
+/* Waits for everything in flight, stops the queue and frees it. */
+void rt_async_close(rt_async *q);
+
+/* A MeshSlice 2D GEMM (seed 004, Fig. 5): K iterations, each moving
+ * sub-shard k with the partial collectives `coll` and computing the partial
+ * einsum `einsum`, software pipelined.  Sub-shard k of a per-device block
+ * along the split dim (size L) is its blocks of `block` elements whose block
+ * index j satisfies j mod K == k, concatenated (blocked slicing, Algorithm 2).
+ * All members are 8 bytes wide so the emitted constant needs no padding. */
+typedef struct rt_meshslice_desc {
+    int64_t dataflow;               /* 0 OS (C-stn), 1 LS (A-stn), 2 RS (B-stn) */
+    int64_t k;                      /* slices K >= 1 */
+    int64_t block;                  /* elements per slicing block along the split dim */
+    const rt_einsum_desc *einsum;   /* the partial einsum of one iteration (per-iteration shapes) */
+    const rt_coll_desc *coll[2];    /* the partial collectives of one iteration (sub-shard shapes) */
+    int64_t coll_operand[2];        /* what coll[i] moves: 0 = A, 1 = B (AllGather), -1 = C (ReduceScatter) */
+    int64_t split_pos[3];           /* position of the split dim in A, B, C (-1: absent) */
+    int64_t rank[3];                /* ranks of A, B, C */
+    int64_t shape[3][RT_MAX_RANK];  /* per-device shapes of A, B, C as stored */
+    int64_t op_id;                  /* index of the op in the program */
+} rt_meshslice_desc;
+
+/* Runs MeshSlice `d` on the per-device blocks a, b into c (overwritten). */
+void rt_meshslice(rt_device *dev, const rt_meshslice_desc *d, const void *a, const void *b, void *c);
+
 #endif

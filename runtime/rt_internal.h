@@ -144,6 +144,12 @@ struct rt_device_ops {
     void (*gather)(rt_device *dev, const rt_tensor_desc *t, const void *local, void *global);
     /* Ends the whole job with status 1 after a fatal error (never returns). */
     void (*abort)(void) RT_NORETURN_PTR;
+    /* Optional non-blocking collectives (async.c uses them when set, else a
+     * communication thread): start returns a request that wait completes
+     * and frees.  Same arguments as `collective`. */
+    void *(*coll_start)(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
+                        const void *in, void *out);
+    void (*coll_wait)(rt_device *dev, void *req);
 };
 
 /* The table for a device without peers (the --check reference, unit tests). */

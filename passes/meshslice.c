@@ -1,0 +1,321 @@
+/*
+ * meshslice.c - the `meshslice` pass: 2D GEMMs become MeshSlice loops
+ * (seed 004, 3.1).
+ *
+ * After `propagate`, a contraction whose operands and result are sharded
+ * over two mesh axes as a 2D GEMM appears as an Einsum with whole-tensor
+ * collectives around it.  The three dataflows of seed 004 (Fig. 1, Table 1,
+ * Fig. 5) show up as these patterns, with R and C two distinct mesh axes
+ * (the mesh rows and columns) and every collective over one axis:
+ *
+ *   OS (C-stn)  A' = AllGather_C(A), B' = AllGather_R(B) on the contracting
+ *               dim, C = einsum(A', B')                 split: contracting dim
+ *   LS (A-stn)  B' = AllGather_R(B) on a free dim n of B,
+ *               C = ReduceScatter_C(einsum(A, B')) on n  split: n
+ *   RS (B-stn)  A' = AllGather_C(A) on a free dim m of A,
+ *               C = ReduceScatter_R(einsum(A', B)) on m  split: m
+ *
+ * Each becomes one MeshSlice op over the un-gathered A and B whose result
+ * is the final C; its K iterations move sub-shard k with partial collectives
+ * (ir.h, docs/meshslice.md).  Other mesh axes may shard any dim that no
+ * collective touches (data parallelism on a third axis rides along).
+ *
+ * The dataflow is the one the shardings imply: choosing another would need
+ * resharding A, B or C, which is propagate's business.  The paper's
+ * heuristic (keep the largest matrix stationary, seed 004 3.2.1) is
+ * computed too, and a remark in the --debug-pass log says when the
+ * shardings chose differently.
+ *
+ * K: with --meshslice=auto, the K with the least estimated time
+ * (pass_meshslice_cost, seed 004 3.2.2) among all valid K, found by
+ * exhaustive search (ties keep the smaller K); with --meshslice=K that K,
+ * or the largest valid K below it (with a note) when it does not divide;
+ * with --meshslice=off the pass does nothing.  A K is valid when it divides
+ * the gcd g of the per-device sizes of the split dim in every tensor that
+ * moves; the slicing block is then g / K elements, the largest block that
+ * keeps blocked slicing (seed 004 Algorithm 2) consistent across devices,
+ * so each sub-shard is as contiguous as it can be (with R = C it is one
+ * contiguous run of the split dim).
+ */
+#include <string.h>
+
+#include "cost.h"
+#include "meshslice.h"
+#include "meshslice_model.h"
+#include "pass.h"
+
+/* A recognised 2D GEMM, before rewriting. */
+typedef struct gemm2d {
+    ir_op *einsum;          /* the local contraction */
+    ir_op *gather[2];       /* AllGather producing operand i, or NULL */
+    ir_op *scatter;         /* ReduceScatter consuming the result, or NULL */
+    ir_ms_dataflow df;      /* the dataflow the shardings imply */
+    int row_axis, col_axis; /* mesh axes of the rows and columns */
+    int split_label;        /* dim id sliced */
+    int64_t g;              /* gcd of the split dim's per-device sizes */
+} gemm2d;
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* How many ops read `v`, and whether it is a program output. */
+static int uses(const ir_module *m, const ir_value *v, ir_op **user)
+{
+    int n = 0;
+    for (ir_op *op = m->first; op; op = op->next)
+        for (int i = 0; i < op->noperands; i++)
+            if (op->operands[i] == v) {
+                n++;
+                *user = op;
+            }
+    for (int o = 0; o < m->noutputs; o++)
+        if (m->outputs[o].value == v)
+            n += 2;
+    return n;
+}
+
+/* Whether label L occurs in positions of `labels` (rank `rank`) exactly once. */
+static int find_label(const int *labels, int rank, int L)
+{
+    int pos = -1;
+    for (int j = 0; j < rank; j++)
+        if (labels[j] == L) {
+            if (pos >= 0)
+                return -2;
+            pos = j;
+        }
+    return pos;
+}
+
+/* A single-axis collective whose value has exactly one reader. */
+static bool one_axis(const ir_op *op)
+{
+    return op && op->u.coll.naxes == 1 && op->noperands == 1;
+}
+
+/* Recognises the 2D GEMM around Einsum `e` (see the essay); false if none. */
+static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
+{
+    memset(g, 0, sizeof *g);
+    if (e->kind != IR_OP_EINSUM || e->noperands != 2)
+        return false;
+    g->einsum = e;
+    ir_op *user = NULL;
+    for (int i = 0; i < 2; i++) {
+        ir_op *d = e->operands[i]->def;
+        if (d && d->kind == IR_OP_ALLGATHER && one_axis(d) && uses(m, d->result, &user) == 1)
+            g->gather[i] = d;
+    }
+    if (uses(m, e->result, &user) == 1 && user->kind == IR_OP_REDUCESCATTER && one_axis(user))
+        g->scatter = user;
+    const ir_type *ta = &e->operands[0]->type, *tb = &e->operands[1]->type, *tc = &e->result->type;
+    const int *la = e->u.einsum.labels[0], *lb = e->u.einsum.labels[1], *lc = e->u.einsum.result_labels;
+    int ga = g->gather[0] ? g->gather[0]->u.coll.axes[0] : -1;
+    int gb = g->gather[1] ? g->gather[1]->u.coll.axes[0] : -1;
+    int sc = g->scatter ? g->scatter->u.coll.axes[0] : -1;
+    if (g->gather[0] && g->gather[1] && !g->scatter) {
+        int L = la[g->gather[0]->u.coll.dim];
+        if (L != lb[g->gather[1]->u.coll.dim] || find_label(lc, tc->rank, L) != -1 || ga == gb ||
+            tc->sh.unreduced)
+            return false;
+        g->df = IR_MS_OS;
+        g->row_axis = gb;
+        g->col_axis = ga;
+        g->split_label = L;
+    } else if (!!g->gather[0] != !!g->gather[1] && g->scatter) {
+        int i = g->gather[0] ? 0 : 1;
+        const int *lmove = i == 0 ? la : lb, *lstay = i == 0 ? lb : la;
+        const ir_type *tstay = i == 0 ? tb : ta;
+        int L = lmove[g->gather[i]->u.coll.dim];
+        int axis = i == 0 ? ga : gb;
+        if (lc[g->scatter->u.coll.dim] != L || find_label(lstay, tstay->rank, L) != -1 || axis == sc ||
+            tc->sh.unreduced != (1u << sc))
+            return false;
+        g->df = i == 1 ? IR_MS_LS : IR_MS_RS;
+        g->row_axis = i == 1 ? axis : sc;
+        g->col_axis = i == 1 ? sc : axis;
+        g->split_label = L;
+    } else {
+        return false;
+    }
+    /* The split dim once in every tensor that has it; the per-device sizes
+     * that blocked slicing must divide. */
+    int64_t gg = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!g->gather[i])
+            continue;
+        const ir_type *t = &e->operands[i]->type;
+        int pos = g->gather[i]->u.coll.dim;
+        if (find_label(e->u.einsum.labels[i], t->rank, g->split_label) != pos)
+            return false;
+        gg = gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, pos));
+    }
+    if (g->scatter) {
+        int pos = g->scatter->u.coll.dim;
+        if (find_label(lc, tc->rank, g->split_label) != pos)
+            return false;
+        gg = gcd64(gg, ir_local_size(m, &g->scatter->result->type, pos));
+    }
+    g->g = gg;
+    return gg >= 1;
+}
+
+/* Global M, N, K of the GEMM (products of A's free, B's free and the
+ * contracting dims' global sizes), for the paper's dataflow heuristic. */
+static ms_gemm global_gemm(const ir_module *m, const ir_op *e)
+{
+    ms_gemm s = {1, 1, 1};
+    const int *la = e->u.einsum.labels[0], *lb = e->u.einsum.labels[1], *lc = e->u.einsum.result_labels;
+    int ra = e->operands[0]->type.rank, rb = e->operands[1]->type.rank, rc = e->result->type.rank;
+    for (int j = 0; j < ra; j++) {
+        bool in_b = find_label(lb, rb, la[j]) != -1, in_c = find_label(lc, rc, la[j]) != -1;
+        if (in_b && !in_c)
+            s.k *= m->dims[la[j]].size;
+        else if (!in_b)
+            s.m *= m->dims[la[j]].size;
+    }
+    for (int j = 0; j < rb; j++)
+        if (find_label(la, ra, lb[j]) == -1)
+            s.n *= m->dims[lb[j]].size;
+    return s;
+}
+
+static ir_ms_dataflow from_model(ms_dataflow df)
+{
+    return df == MS_DF_A_STN ? IR_MS_LS : df == MS_DF_B_STN ? IR_MS_RS : IR_MS_OS;
+}
+
+/* Builds the MeshSlice op for `g` (not linked), with K = 1. */
+static ir_op *build(ir_module *m, const gemm2d *g)
+{
+    ir_op *e = g->einsum;
+    ir_value *ops[2];
+    for (int i = 0; i < 2; i++)
+        ops[i] = g->gather[i] ? g->gather[i]->operands[0] : e->operands[i];
+    ir_value *res = g->scatter ? g->scatter->result : e->result;
+    ir_op *ms = ir_op_new(m, IR_OP_MESHSLICE, 2, ops, res, e->loc);
+    memcpy(ms->u.ms.labels, e->u.einsum.labels, sizeof ms->u.ms.labels);
+    memcpy(ms->u.ms.result_labels, e->u.einsum.result_labels, sizeof ms->u.ms.result_labels);
+    ms->u.ms.scale = e->u.einsum.scale;
+    ms->u.ms.dataflow = g->df;
+    ms->u.ms.k = 1;
+    ms->u.ms.block = (int)g->g;
+    ms->u.ms.row_axis = g->row_axis;
+    ms->u.ms.col_axis = g->col_axis;
+    ms->u.ms.split_label = g->split_label;
+    int n = 0;
+    for (int i = 0; i < 2; i++)
+        if (g->gather[i])
+            ms->u.ms.moves[n++] = (ir_ms_move){IR_OP_ALLGATHER, i, g->gather[i]->u.coll.axes[0],
+                                               g->gather[i]->u.coll.dim};
+    if (g->scatter)
+        ms->u.ms.moves[n++] = (ir_ms_move){IR_OP_REDUCESCATTER, -1, g->scatter->u.coll.axes[0],
+                                           g->scatter->u.coll.dim};
+    ms->u.ms.nmoves = n;
+    return ms;
+}
+
+/* The K to use for `ms` (see the essay); writes how it was chosen. */
+static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const ir_op *ms,
+                    int64_t g, char *how, size_t how_size)
+{
+    int64_t limit = g < MS_MAX_SLICES ? g : MS_MAX_SLICES;
+    if (ctx->meshslice == PASS_MESHSLICE_K) {
+        int64_t want = ctx->meshslice_k > 0 ? ctx->meshslice_k : 1, k = 1;
+        for (int64_t c = 1; c <= limit && c <= want; c++)
+            if (g % c == 0)
+                k = c;
+        if (k != want) {
+            snprintf(how, how_size, "--meshslice=%lld does not divide the per-device split dim "
+                     "(gcd %lld), using K=%lld", (long long)want, (long long)g, (long long)k);
+            diag_note(ctx->diag, ms->loc, "meshslice: %s", how);
+        } else {
+            snprintf(how, how_size, "K=%lld from --meshslice", (long long)k);
+        }
+        return (int)k;
+    }
+    int best = 1;
+    double best_t = 0;
+    ir_cost c;
+    for (int64_t k = 1; k <= limit; k++) {
+        if (g % k)
+            continue;
+        pass_meshslice_cost(m, hw, ms, (int)k, &c);
+        if (k == 1 || c.time < best_t) {
+            best = (int)k;
+            best_t = c.time;
+        }
+    }
+    pass_meshslice_cost(m, hw, ms, 1, &c);
+    snprintf(how, how_size, "K=%d by the cost model on %s: %.3g us (K=1: %.3g us)", best, hw->name,
+             best_t * 1e6, c.time * 1e6);
+    return best;
+}
+
+int pass_meshslice(pass_ctx *ctx, ir_module *m)
+{
+    if (ctx->meshslice == PASS_MESHSLICE_OFF)
+        return 0;
+    cost_hw local;
+    const cost_hw *hw = ctx->hw;
+    if (!hw) {
+        char err[512];
+        if (cost_hw_load(COST_DEFAULT_HW, &local, err, sizeof err) < 0) {
+            diag_error(ctx->diag, DIAG_NOLOC, "meshslice: %s", err);
+            return 1;
+        }
+        hw = &local;
+    }
+    ir_module_renumber(m);
+    ir_op *next;
+    for (ir_op *e = m->first; e; e = next) {
+        next = e->next;
+        gemm2d g;
+        if (!recognise(m, e, &g))
+            continue;
+        ir_op *ms = build(m, &g);
+        char how[256];
+        int k = choose_k(ctx, m, hw, ms, g.g, how, sizeof how);
+        ms->u.ms.k = k;
+        ms->u.ms.block = (int)(g.g / k);
+        ms_gemm s = global_gemm(m, e);
+        ir_ms_dataflow heur = from_model(ms_choose_dataflow(&s));
+        char ax[2][4];
+        int8_t ra = (int8_t)g.row_axis, ca = (int8_t)g.col_axis;
+        ir_axes_str(&m->mesh, &ra, 1, ax[0], sizeof ax[0]);
+        ir_axes_str(&m->mesh, &ca, 1, ax[1], sizeof ax[1]);
+        ir_op_set_reason(m, ms, NULL, -1,
+                         "2D GEMM on mesh rows %s x cols %s as MeshSlice %s (seed 004 Fig. 5), %s",
+                         ax[0], ax[1], ir_ms_dataflow_name(g.df), how);
+        if (ctx->log) {
+            char name[96];
+            fprintf(ctx->log, "meshslice: %s: %s dataflow, %s; M=%lld N=%lld K=%lld%s%s\n",
+                    ir_value_name(ms->result, name, sizeof name), ir_ms_dataflow_name(g.df), how,
+                    (long long)s.m, (long long)s.n, (long long)s.k,
+                    heur != g.df ? "; the paper's heuristic (largest matrix stationary) would pick " : "",
+                    heur != g.df ? ir_ms_dataflow_name(heur) : "");
+        }
+        ir_op_insert_before(m, e, ms);
+        for (int i = 0; i < 2; i++)
+            if (g.gather[i]) {
+                if (next == g.gather[i])
+                    next = next->next;
+                ir_op_remove(m, g.gather[i]);
+            }
+        if (g.scatter) {
+            if (next == g.scatter)
+                next = next->next;
+            ir_op_remove(m, g.scatter);
+        }
+        ir_op_remove(m, e);
+        ms->result->def = ms;
+    }
+    return 0;
+}
