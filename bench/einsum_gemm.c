@@ -13,9 +13,11 @@
  *                                               contracted (h,d) is not
  *                                               contiguous in A, so rt_einsum
  *                                               permutes A once, then GEMMs
- * The baseline of every case is one cblas ?gemm NoTrans of the same M, N, K
- * on contiguous row-major arrays (the best a hand-written call can do), so
- * the ratio of `permute` includes the cost of the copy.  Each result is
+ * The baseline is the direct cblas ?gemm call a programmer would write for
+ * the layout: NoTrans for `plain`; CblasTrans on both operands, on the same
+ * arrays, for `trans`; for `permute`, which no single call can read, NoTrans
+ * on A already in [i, (h,d)] order (the copy not timed), so its ratio
+ * includes the cost of rt_einsum's permute.  Each result is
  * compared with the baseline's product (max relative error printed) so a
  * fast wrong answer cannot pass unnoticed.
  *
@@ -51,7 +53,7 @@ typedef struct run_ctx {
     const void *a, *b;           /* operands in the case's layouts */
     void *out;                   /* rt_einsum's result */
     int64_t n;                   /* matrix size */
-    const void *a0, *b0;         /* the baseline's operands A[i,j], B[j,k] */
+    const void *base_a, *base_b; /* the baseline's operands (gemm_base) */
     void *c0;                    /* the baseline's result */
     int reps;                    /* timed repetitions of each */
     double median;               /* rt_einsum seconds, filled by the device thread */
@@ -93,20 +95,19 @@ static gemm_case make_case(const char *name, int32_t dtype, int64_t n)
     return c;
 }
 
-static void gemm_plain(int32_t dtype, int64_t n, const void *a, const void *b, void *c);
+static void gemm_base(const gemm_case *gc, int64_t n, const void *a, const void *b, void *c);
 
 /* Alternates baseline and rt_einsum calls, so both see the same load on a
  * shared machine; medians of each. */
 static void device_run(rt_device *dev, void *arg)
 {
     run_ctx *r = arg;
-    int32_t dt = r->c->desc.dtype;
     double *t = malloc(sizeof *t * (size_t)r->reps), *tb = malloc(sizeof *tb * (size_t)r->reps);
-    gemm_plain(dt, r->n, r->a0, r->b0, r->c0); /* warm-up */
+    gemm_base(r->c, r->n, r->base_a, r->base_b, r->c0); /* warm-up */
     rt_einsum(dev, &r->c->desc, r->a, r->b, r->out);
     for (int i = 0; i < r->reps; i++) {
         double t0 = bench_now();
-        gemm_plain(dt, r->n, r->a0, r->b0, r->c0);
+        gemm_base(r->c, r->n, r->base_a, r->base_b, r->c0);
         double t1 = bench_now();
         rt_einsum(dev, &r->c->desc, r->a, r->b, r->out);
         t[i] = bench_now() - t1;
@@ -132,14 +133,17 @@ static void put(int32_t dtype, void *p, int64_t idx, double v)
         ((float *)p)[idx] = (float)v;
 }
 
-static void gemm_plain(int32_t dtype, int64_t n, const void *a, const void *b, void *c)
+/* The baseline call of case gc: C = A B with both operands transposed in
+ * memory for `trans` (a = A^T, b = B^T), else a = A[i,j], b = B[j,k]. */
+static void gemm_base(const gemm_case *gc, int64_t n, const void *a, const void *b, void *c)
 {
-    if (dtype == RT_F64)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0, a,
-                    (int)n, b, (int)n, 0.0, c, (int)n);
+    enum CBLAS_TRANSPOSE t = strcmp(gc->name, "trans") ? CblasNoTrans : CblasTrans;
+    if (gc->desc.dtype == RT_F64)
+        cblas_dgemm(CblasRowMajor, t, t, (int)n, (int)n, (int)n, 1.0, a, (int)n, b, (int)n, 0.0,
+                    c, (int)n);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a,
-                    (int)n, b, (int)n, 0.0f, c, (int)n);
+        cblas_sgemm(CblasRowMajor, t, t, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
+                    0.0f, c, (int)n);
 }
 
 /*
@@ -200,8 +204,9 @@ int main(int argc, char **argv)
         for (int k = 0; k < 3; k++) {
             gemm_case gc = make_case(names[k], dt, n);
             fill(&gc, n, a0, b0, a, b);
-            run_ctx r = {.c = &gc, .a = a, .b = b, .out = c, .n = n, .a0 = a0, .b0 = b0,
-                         .c0 = c0, .reps = reps};
+            int tr = !strcmp(gc.name, "trans");
+            run_ctx r = {.c = &gc, .a = a, .b = b, .out = c, .n = n, .base_a = tr ? a : a0,
+                         .base_b = tr ? b : b0, .c0 = c0, .reps = reps};
             rt_threads_launch(&prog, 0, device_run, &r);
             double base = r.base_median;
             double maxerr = 0, maxref = 0;

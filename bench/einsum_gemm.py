@@ -3,7 +3,8 @@
 
 One device, f32 and f64, M = N = K = --n (2048), three layouts (see
 einsum_gemm.c): plain ij,jk->ik, trans ji,kj->ik and permute hid,hdk->ik.
-Ratio = BLAS time / rt_einsum time (1.0 = no overhead); target >= 0.9.
+Baseline = the direct cblas call for the layout (einsum_gemm.c); ratio =
+BLAS time / rt_einsum time (1.0 = no overhead); target >= 0.9.
 
     python3 bench/einsum_gemm.py --build BUILD [--n 2048] [--reps 7] [--threads T]
 """
