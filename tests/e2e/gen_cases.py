@@ -15,6 +15,9 @@ size is a multiple of every product of mesh axis sizes that shards it
 prime sizes (3, 5, 7, 15) appear where a dim is left unsharded and sizes
 like 6 where it is split over 2.
 
+Dtypes: f32 for most cases, f64 for a quarter, bf16 for a tenth (the
+runtime's third dtype, stored in .npy files as f32 holding bf16 values).
+
 The same tree renders twice: as .ein text and as NumPy.  The language's
 rule (frontend/lower.c, "Einstein convention at the statement level only")
 is that each top-level term of `L[l] = t1 + t2 ...` is summed over the
@@ -672,7 +675,8 @@ def generate(seed=20251122):
             # One generator per case, so editing one category leaves the others' cases unchanged.
             rng = random.Random("%d/%s/%d" % (seed, cat, n))
             mesh = rng.choice(MESHES[rng.choice(ranks)])
-            dtype = "f64" if rng.random() < 0.3 else "f32"
+            r = rng.random()
+            dtype = "f64" if r < 0.25 else "bf16" if r < 0.35 else "f32"
             p = Program(rng, "%s_%03d" % (cat, n), cat, mesh, dtype)
             template(p, rng)
             cases.append(p.case())

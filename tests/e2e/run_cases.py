@@ -8,7 +8,8 @@ mpirun for MPI), and compare every output with the NumPy reference computed
 in float64 from the same inputs.
 
 An output passes when its dtype and shape are right and, elementwise,
-|out - ref| <= rtol * |ref| + atol, with rtol 1e-4 (f32) or 1e-10 (f64) and
+|out - ref| <= rtol * |ref| + atol, with rtol 1e-4 (f32), 1e-10 (f64) or 2e-2
+(bf16, stored as '<f4' holding bf16 values) and
 atol = rtol * max|ref|: rounding of a sum is relative to the size of its
 terms, not of the (possibly cancelled) result, and the largest output is
 a fair proxy for that scale.
@@ -35,8 +36,19 @@ from e2e_common import mpi_launch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_cases  # noqa: E402
 
-RTOL = {"f32": 1e-4, "f64": 1e-10}
-NPDTYPE = {"f32": np.float32, "f64": np.float64}
+# bf16: every stored value is rounded to 8 significant bits (relative error
+# 2^-9), and a case chains a few of them; 2e-2 of the output's magnitude is
+# the budget (the executable's own --check allows 1e-2 against a bf16 reference).
+RTOL = {"f32": 1e-4, "f64": 1e-10, "bf16": 2e-2}
+# bf16 files are '<f4' holding bf16 values (docs/runtime.md).
+NPDTYPE = {"f32": np.float32, "f64": np.float64, "bf16": np.float32}
+
+
+def round_bf16(a):
+    """f32 values rounded to the nearest bf16 (ties to even), still as f32."""
+    u = np.array(a, dtype=np.float32).view(np.uint32)  # a copy, keeps rank 0
+    u = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return u.view(np.float32).reshape(np.shape(a))
 TIMEOUT = 120  # seconds for one compile or one run; far above what a case takes
 
 
@@ -88,6 +100,8 @@ def compare(name, out, ref, dtype):
     o = out.astype(np.float64)
     if not np.all(np.isfinite(o)):
         return "output %s: non-finite values" % name
+    if dtype == "bf16" and np.any(out.view(np.uint32) & np.uint32(0xFFFF)):
+        return "output %s: bf16 output holds values that are not bf16" % name
     rtol = RTOL[dtype]
     atol = rtol * float(np.max(np.abs(ref))) + 1e-300
     ratio = np.abs(o - ref) / (atol + rtol * np.abs(ref))
@@ -132,6 +146,8 @@ def run_case(case, args, work):
     cmd.append("./case")
     for name, shape in case["inputs"]:
         a = rng.uniform(-1.0, 1.0, size=shape).astype(NPDTYPE[case["dtype"]])
+        if case["dtype"] == "bf16":
+            a = round_bf16(a)  # so NumPy starts from the values the program reads
         arrays[name] = a
         np.save(os.path.join(work, "in_%s.npy" % name), a)
         cmd += ["--input", "%s=in_%s.npy" % (name, name)]
