@@ -23,7 +23,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_common import mpi_launch
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
 
 PROGRAM = """\
 # bad-input checks: a 2-device matmul with a sharded input and output

@@ -31,9 +31,8 @@ import zlib
 
 import numpy as np
 
-from e2e_common import mpi_launch
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
 import gen_cases  # noqa: E402
 
 # bf16: every stored value is rounded to 8 significant bits (relative error

@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 
-from e2e_common import mpi_launch
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
 
 TIMEOUT = 600
 
