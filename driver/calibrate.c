@@ -17,7 +17,8 @@
  *                ReduceScatter_X, AllReduce_X and AllToAll_X, made by
  *                output constraints and {U_X} partial sums.
  *   compute.ein  a mesh {X: N} of local GEMMs (rt_einsum, f32/f64/bf16,
- *                several shapes) and elementwise adds (memory bandwidth).
+ *                several shapes), elementwise adds (memory bandwidth) and
+ *                each unary function of the language (its cost per element).
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
  *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW),
@@ -29,7 +30,8 @@
  * squares over the 2^3 subsets, best feasible fit kept).  The residuals
  * (measured vs fitted, relative) are written with the fit.  GEMM FLOP/s is
  * the median over shapes of 2MNK / time; elementwise bandwidth the median
- * over sizes of (2 inputs + 1 output) bytes / time.
+ * over sizes of (2 inputs + 1 output) bytes / time; a function's cost the
+ * time of fn(A) per element beyond its 8 bytes of memory traffic.
  *
  * The profile keeps the seed-style figures too (peak_flops from the GEMMs,
  * hbm_bandwidth from the adds, ici_* from the AllGather fit), so every
@@ -101,6 +103,7 @@ typedef struct cal_state {
     int ngemm[3];           /* shapes measured per dtype */
     double ew[NEW];         /* elementwise bytes/s per size */
     int new_;               /* sizes measured */
+    double fn_seconds[IR_FN_COUNT]; /* median seconds of fn(A) on the largest size, 0 if unmeasured */
 } cal_state;
 
 static const char *const KIND_KEY[NKINDS] = {"allgather", "reducescatter", "allreduce", "alltoall"};
@@ -356,11 +359,11 @@ static int read_profile(cal_state *c, const char *out,
 
 /* ---- the collective benchmarks ---- */
 
-/* Buffer sizes (bytes per device), 8 KiB up by 4x (8x in --quick). */
+/* Buffer sizes (bytes per device), 8 KiB up by 4x to max_bytes. */
 static int buffer_sizes(const cal_options *o, int64_t *sizes)
 {
     int n = 0;
-    for (int64_t s = 8 << 10; s <= o->max_bytes && n < MAX_SIZES; s *= o->quick ? 8 : 4)
+    for (int64_t s = 8 << 10; s <= o->max_bytes && n < MAX_SIZES; s *= 4)
         sizes[n++] = s;
     return n;
 }
@@ -523,6 +526,14 @@ static int write_compute_program(cal_state *c, const char *file)
         fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
         fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
     }
+    /* Each unary function on the largest elementwise size: its time beyond
+     * the memory traffic of one input and one output.  The argument spans
+     * [-16, 16), the range of a layer's activations, not [-1, 1): the vector
+     * math library leaves its fast path for large |x| (exp overflow in gelu,
+     * sigmoid), which costs several times more per element. */
+    for (int fn = 0; fn < IR_FN_COUNT; fn++)
+        fprintf(f, "FN%d[E%d_X] = %s(16 * EA%d[E%d])\noutput FN%d\n", fn, ne - 1,
+                ir_func_name((ir_func)fn), ne - 1, ne - 1, fn);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -547,6 +558,10 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
         int e = atoi(name + 2);
         if (e >= 0 && e < NEW && c->new_ < NEW)
             c->ew[c->new_++] = 3.0 * 4 * (double)EW_ELEMS[e] / t;
+    } else if (!strncmp(name, "FN", 2)) {
+        int fn = atoi(name + 2);
+        if (fn >= 0 && fn < IR_FN_COUNT)
+            c->fn_seconds[fn] = t;
     }
 }
 
@@ -797,8 +812,8 @@ static cJSON *profile_json(cal_state *c)
     for (int k = 0; k < NKINDS; k++) {
         const coll_fit *f = &c->coll[k];
         cJSON *j = cJSON_AddObjectToObject(colls, KIND_KEY[k]);
-        cJSON_AddNumberToObject(j, "t_launch", positive(f->t_launch));
-        cJSON_AddNumberToObject(j, "l_sync", positive(f->l_sync));
+        cJSON_AddNumberToObject(j, "t_launch", f->t_launch); /* >= 0: the fit's own value */
+        cJSON_AddNumberToObject(j, "l_sync", f->l_sync);
         cJSON_AddNumberToObject(j, "bandwidth", positive(f->bw));
         cJSON_AddNumberToObject(j, "rms_rel_residual", f->rms);
         cJSON_AddNumberToObject(j, "max_rel_residual", f->max);
@@ -819,6 +834,14 @@ static cJSON *profile_json(cal_state *c)
     for (int d = 0; d < 3; d++)
         cJSON_AddNumberToObject(g, DT_NAME[d], positive(flops[d]));
     cJSON_AddNumberToObject(cal, "elementwise_bandwidth", positive(ew));
+    /* Per function: seconds per element beyond reading one f32 and writing
+     * one at the measured bandwidth (0 when memory hides it). */
+    cJSON *fns = cJSON_AddObjectToObject(cal, "function_seconds_per_element");
+    double elems = (double)EW_ELEMS[(o->quick ? 1 : NEW) - 1];
+    for (int fn = 0; fn < IR_FN_COUNT; fn++)
+        if (c->fn_seconds[fn] > 0)
+            cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn),
+                                    fmax(0, c->fn_seconds[fn] / elems - 8.0 / positive(ew)));
     return root;
 }
 

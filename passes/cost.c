@@ -152,6 +152,24 @@ static void roofline(const cost_hw *hw, ir_dtype t, ir_cost *c)
     c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
 }
 
+/* Elementwise time under a calibrated profile: the measured bandwidth for
+ * the bytes plus, per element, the measured cost of each function call in
+ * the expression (arithmetic hides under the memory traffic).  The two add:
+ * on this machine's cores the vector math does not overlap the loads. */
+static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
+{
+    double per_elem = 0;
+    for (int i = 0; i < op->u.ew.nnodes; i++)
+        if (op->u.ew.nodes[i].kind == IR_EW_CALL && (int)op->u.ew.nodes[i].fn >= 0 &&
+            op->u.ew.nodes[i].fn < IR_FN_COUNT)
+            per_elem += hw->fn_time[op->u.ew.nodes[i].fn];
+    double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
+    c->t_memory = c->hbm_bytes / hw->elementwise_bw;
+    c->t_compute = elems * per_elem;
+    c->time = c->t_memory + c->t_compute;
+    c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
+}
+
 /* Sizes of the mesh axes a resharding op works over (skips bad ids, which
  * the verifier reports). */
 static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes)
@@ -165,9 +183,35 @@ static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes)
     return n;
 }
 
+/* cost_op_coll_time under a calibrated profile: the fit of op's kind
+ * (cost_measured_coll_time) over its group; false for other ops. */
+static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                               cost_coll_time *out, double *v)
+{
+    cost_fit_kind k;
+    switch (op->kind) {
+    case IR_OP_ALLGATHER: k = COST_FIT_ALLGATHER; break;
+    case IR_OP_REDUCESCATTER: k = COST_FIT_REDUCESCATTER; break;
+    case IR_OP_ALLREDUCE: k = COST_FIT_ALLREDUCE; break;
+    case IR_OP_ALLTOALL: k = COST_FIT_ALLTOALL; break;
+    default: return false;
+    }
+    int64_t sizes[IR_MAX_AXES];
+    int n = coll_axis_sizes(m, op, sizes);
+    double p = 1;
+    for (int i = 0; i < n; i++)
+        p *= (double)sizes[i];
+    *v = local_bytes(m, k == COST_FIT_ALLGATHER ? op->result
+                                                : op->noperands > 0 ? op->operands[0] : NULL);
+    *out = cost_measured_coll_time(&hw->fit[k], p, *v);
+    return true;
+}
+
 bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
                        cost_coll_time *out, double *v)
 {
+    if (hw->measured)
+        return measured_coll_time(m, hw, op, out, v);
     int64_t sizes[IR_MAX_AXES];
     int n;
     const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
@@ -242,7 +286,10 @@ void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
     case IR_OP_ELEMENTWISE:
         c.flops = elementwise_flops(m, op);
         c.hbm_bytes = in + out;
-        roofline(hw, t, &c);
+        if (hw->measured)
+            measured_elementwise(m, hw, op, &c);
+        else
+            roofline(hw, t, &c);
         break;
     case IR_OP_MESHSLICE:
         pass_meshslice_cost(m, hw, op, op->u.ms.k, &c);

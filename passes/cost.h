@@ -38,6 +38,24 @@ typedef enum cost_wrap_rule {
     COST_WRAP_SIZE_MULTIPLE_OF, /* an axis whose size is a multiple of wrap_size (v4p/v5p: 4) */
 } cost_wrap_rule;
 
+/* Collective kinds of a calibrated profile's fits, in its JSON order. */
+typedef enum cost_fit_kind {
+    COST_FIT_ALLGATHER,
+    COST_FIT_REDUCESCATTER,
+    COST_FIT_ALLREDUCE,
+    COST_FIT_ALLTOALL,
+    COST_FIT_COUNT
+} cost_fit_kind;
+
+/* One collective kind's measured model (seed 004, MeshSlice):
+ * T = t_launch + (P - 1) * (l_sync + shard_bytes / bw), shard_bytes =
+ * buffer bytes / P, fitted by `einc calibrate`. */
+typedef struct cost_coll_fit {
+    double t_launch;    /* seconds per call */
+    double l_sync;      /* seconds per step of the ring (one synchronisation) */
+    double bw;          /* bytes/s at which a step moves its shard */
+} cost_coll_fit;
+
 /* A hardware profile: one chip's figures, as read from hw/NAME.json. */
 typedef struct cost_hw {
     char name[COST_HW_NAME_MAX];    /* "name" field, e.g. "tpu-v5e" */
@@ -52,6 +70,14 @@ typedef struct cost_hw {
     cost_wrap_rule wrap;            /* which axis sizes have wraparound */
     int64_t wrap_size;              /* the size in COST_WRAP_SIZE_* rules, else 0 */
     double dcn_bw;                  /* data-center network per chip, bytes/s (reported; axes are assumed on ICI) */
+    /* The "calibration" section written by `einc calibrate`; when present
+     * the cost pass times collectives with these fits (cost_measured_coll_time)
+     * and compute with the measured peak_flops / hbm_bw above. */
+    bool measured;                        /* true if the profile has a "calibration" section */
+    cost_coll_fit fit[COST_FIT_COUNT];    /* per collective kind, when measured */
+    double elementwise_bw;                /* measured elementwise bytes/s per device, when measured */
+    double fn_time[IR_FN_COUNT];          /* measured seconds per element of each unary function
+                                             beyond the memory time, when measured (else 0) */
 } cost_hw;
 
 /* ---- profiles (cost_hw.c) ---- */
@@ -119,6 +145,17 @@ cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int 
  */
 cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                   const bool *wrap_override, double local_bytes);
+
+/*
+ * The measured model of a calibrated profile (seed 004, MeshSlice):
+ * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) for a group
+ * of `p` devices, buffer_bytes counted as nccl-tests does (AllGather's
+ * per-device result, the per-device operand of ReduceScatter, AllReduce and
+ * AllToAll).  t_latency is the fixed part, t_bandwidth the per-byte part;
+ * crossover is the buffer size at which they are equal.  A group of one
+ * device costs 0.
+ */
+cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes);
 
 /* ---- the pass (cost.c) ---- */
 

@@ -108,3 +108,19 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
     double bw = maxeff > 0 ? 4 * hw->ici_bidi_bw / maxeff : 0;
     return finish(hw->ici_latency * hops, bw, local_bytes);
 }
+
+cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes)
+{
+    if (p <= 1)
+        return finish(0, 0, 0);
+    double steps = p - 1;
+    cost_coll_time r = {0};
+    r.t_latency = fit->t_launch + steps * fit->l_sync;
+    r.t_bandwidth = steps * buffer_bytes / p / fit->bw;
+    /* The measured model adds the terms (the steps are synchronous), where
+     * the seed's ICI formula takes their max. */
+    r.time = r.t_latency + r.t_bandwidth;
+    r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
+    r.crossover = r.t_latency * p * fit->bw / steps;
+    return r;
+}

@@ -107,6 +107,72 @@ static int parse_wrap(const cJSON *root, const char *origin, cost_hw *hw,
     return -1;
 }
 
+/* Reads field `key` of `obj` as a finite number >= 0 (a fitted time may be 0). */
+static int get_nonneg(const cJSON *obj, const char *key, const char *where, const char *origin,
+                      double *out, char *err, size_t errsize)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || f->valuedouble < 0) {
+        set_err(err, errsize, "%s: field \"%s%s\" must be a number >= 0", origin, where, key);
+        return -1;
+    }
+    *out = f->valuedouble;
+    return 0;
+}
+
+/* The optional "calibration" section of `einc calibrate`: per collective
+ * kind t_launch, l_sync (seconds, >= 0) and bandwidth (bytes/s, > 0), and
+ * the elementwise bandwidth.  Absent: hw->measured stays false. */
+static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw, char *err,
+                             size_t errsize)
+{
+    const cJSON *cal = cJSON_GetObjectItemCaseSensitive(root, "calibration");
+    if (!cal)
+        return 0;
+    if (!cJSON_IsObject(cal)) {
+        set_err(err, errsize, "%s: \"calibration\" must be an object", origin);
+        return -1;
+    }
+    const cJSON *colls = cJSON_GetObjectItemCaseSensitive(cal, "collectives");
+    if (!cJSON_IsObject(colls)) {
+        set_err(err, errsize, "%s: missing object \"calibration.collectives\"", origin);
+        return -1;
+    }
+    static const char *const keys[COST_FIT_COUNT] = {"allgather", "reducescatter", "allreduce",
+                                                     "alltoall"};
+    for (int k = 0; k < COST_FIT_COUNT; k++) {
+        char where[96];
+        snprintf(where, sizeof where, "calibration.collectives.%s.", keys[k]);
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(colls, keys[k]);
+        if (!cJSON_IsObject(c)) {
+            set_err(err, errsize, "%s: missing object \"calibration.collectives.%s\"", origin,
+                    keys[k]);
+            return -1;
+        }
+        if (get_nonneg(c, "t_launch", where, origin, &hw->fit[k].t_launch, err, errsize) < 0 ||
+            get_nonneg(c, "l_sync", where, origin, &hw->fit[k].l_sync, err, errsize) < 0 ||
+            get_positive(c, "bandwidth", where, origin, &hw->fit[k].bw, err, errsize) < 0)
+            return -1;
+    }
+    if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,
+                     err, errsize) < 0)
+        return -1;
+    /* Optional: functions not measured cost only their memory traffic. */
+    const cJSON *fns = cJSON_GetObjectItemCaseSensitive(cal, "function_seconds_per_element");
+    if (fns && !cJSON_IsObject(fns)) {
+        set_err(err, errsize, "%s: \"calibration.function_seconds_per_element\" must be an object",
+                origin);
+        return -1;
+    }
+    for (int f = 0; fns && f < IR_FN_COUNT; f++)
+        if (cJSON_GetObjectItemCaseSensitive(fns, ir_func_name((ir_func)f)) &&
+            get_nonneg(fns, ir_func_name((ir_func)f), "calibration.function_seconds_per_element.",
+                       origin, &hw->fn_time[f], err, errsize) < 0)
+            return -1;
+    hw->measured = true;
+    return 0;
+}
+
 int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, size_t errsize)
 {
     memset(hw, 0, sizeof *hw);
@@ -159,6 +225,8 @@ int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, 
         if (get_positive(root, figs[i].key, "", origin, figs[i].dst, err, errsize) < 0)
             goto out;
     if (parse_wrap(root, origin, hw, err, errsize) < 0)
+        goto out;
+    if (parse_calibration(root, origin, hw, err, errsize) < 0)
         goto out;
     rc = 0;
 out:

@@ -36,7 +36,7 @@ void rt_job_device(rt_device *dev, rt_job *job)
     const rt_program *p = job->prog;
     char err[1024];
     if (job->trace_cap > 0)
-        dev->profiling = 1; /* --trace needs the spans --profile records */
+        dev->profiling = 1; /* the spans of --profile and --trace */
     void **in = rt_xmalloc(dev, (size_t)(p->ninputs + 1) * sizeof *in);
     void **out = rt_xmalloc(dev, (size_t)(p->noutputs + 1) * sizeof *out);
     for (int32_t i = 0; i < p->ninputs; i++) {
@@ -74,8 +74,6 @@ void rt_job_device(rt_device *dev, rt_job *job)
     free(in);
     free(out);
     dev->ops->collect_i64(dev, dev->peak_bytes, job->peak);
-    if (dev->id == 0 && dev->profiling && job->opt->profile)
-        rt_profile_print(stdout, dev, job->repeat, dev->ops->name);
     if (job->trace_cap > 0)
         rt_trace_collect(dev, job);
 }
@@ -165,7 +163,7 @@ static void job_init(rt_job *job, const rt_program *p, const rt_options *o,
     job->in_headers = calloc((size_t)p->ninputs + 1, sizeof *job->in_headers);
     if (!job->in_paths || !job->in_headers)
         rt_fatal(NULL, "out of memory");
-    if (o->trace)
+    if (o->trace || o->profile)
         job->trace_cap = rt_trace_capacity(p, job->repeat);
     if (!root)
         return;
@@ -336,6 +334,8 @@ static int finish_root(rt_job *job)
             status = -1;
         }
     }
+    if (o->profile && job->trace)
+        rt_profile_print(stdout, job);
     if (o->trace && job->trace && rt_trace_write(job, o->trace, err, sizeof err)) {
         fprintf(stderr, "einrt: error: %s\n", err);
         status = -1;

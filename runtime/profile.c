@@ -2,13 +2,26 @@
  * profile.c - --profile: measured time per op next to the cost pass's
  * prediction.
  *
- * rt_op_end records every call as a span (op id, begin, end).  The table
- * takes, per op, the median of its calls on device 0 (the median, not the
- * mean, because a run on a shared machine has outliers: a descheduled
- * thread makes one call ten times slower) and compares it with the time the
- * cost pass predicted for one call of that op on the profile the program was
- * compiled for (rt_program.op_predicted / hw_name, embedded by codegen).
- * error = (predicted - measured) / measured: negative means the model is
+ * rt_op_end records every call as a span (op id, begin, end) on every
+ * device, and after the runs the root has them all (trace.c's collection,
+ * the same for --trace).  What "the measured time of an op" means:
+ *
+ *   compute ops (Einsum, Elementwise, Slice): per run, the median over the
+ *     devices of the op's duration (the devices do the same work; on a
+ *     machine with fewer cores than devices each one is descheduled now and
+ *     then, and the median is the typical device);
+ *   collectives (AllGather, ReduceScatter, AllReduce, AllToAll): per run,
+ *     the shortest duration over the devices.  A device that arrives early
+ *     waits inside the collective for the last one; the last to arrive does
+ *     not wait, so its time is the collective's own cost and the wait is
+ *     load imbalance of the ops before (which the cost model does not
+ *     predict: it assumes devices in step).
+ *
+ * Then the median over runs (not the mean: on a shared machine one run in
+ * ten can be several times slower).  That is compared with the time the
+ * cost pass predicted for one call on the profile the program was compiled
+ * for (rt_program.op_predicted / hw_name, embedded by codegen):
+ * error = (predicted - measured) / measured, negative when the model is
  * optimistic.  An op fused into a later elementwise loop has no marker of
  * its own; its prediction is added to the op that computes it.
  */
@@ -34,53 +47,96 @@ void rt_profile_add_span(rt_device *dev, int32_t op_id, double begin, double end
     p->spans[p->nspans++] = (rt_span){op_id, begin, end};
 }
 
+int rt_op_label_is_collective(const char *name)
+{
+    static const char *const kinds[] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll"};
+    const char *eq = strstr(name, " = ");
+    const char *k = eq ? eq + 3 : name;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t n = strlen(kinds[i]);
+        if (!strncmp(k, kinds[i], n) && (k[n] == '_' || k[n] == ' ' || !k[n]))
+            return 1;
+    }
+    return 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* Median of the durations of op `op`'s spans (sorted in `tmp`, room for
- * every span); -1 if it has none. */
-static double median_of(const rt_profile *p, int32_t op, double *tmp)
+/* Median of v[0..n) (sorts v); -1 if n == 0. */
+static double median(double *v, int64_t n)
 {
-    int64_t n = 0;
-    for (int64_t i = 0; i < p->nspans; i++)
-        if (p->spans[i].op_id == op)
-            tmp[n++] = p->spans[i].end - p->spans[i].begin;
-    if (n == 0)
+    if (n <= 0)
         return -1;
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void rt_profile_print(FILE *f, const rt_device *dev, int64_t runs, const char *backend)
+/*
+ * Measured seconds per call of op `op` from the collected spans (see the
+ * top of the file); `runs` gets the number of calls seen per device.
+ * Spans k of every device are the same call (SPMD), so a call is a row.
+ */
+static double measured(const rt_job *job, int32_t op, int coll, int64_t *calls)
 {
-    const rt_program *prog = dev->prog;
-    const rt_profile *p = &dev->profile;
+    int64_t nd = rt_mesh_size(job->prog);
+    double *per_call = malloc((size_t)(job->trace_cap + 1) * sizeof *per_call);
+    double *per_dev = malloc((size_t)(nd + 1) * sizeof *per_dev);
+    if (!per_call || !per_dev)
+        rt_fatal(NULL, "out of memory in the profiler");
+    int64_t n = 0;
+    for (int64_t k = 0; k < job->trace_cap; k++) {
+        const int64_t *e = job->trace + k * 3 * nd;
+        int64_t m = 0;
+        for (int64_t d = 0; d < nd; d++)
+            if (e[d] == op)
+                per_dev[m++] = 1e-9 * (double)(e[2 * nd + d] - e[nd + d]);
+        if (m == 0)
+            continue;
+        double v = median(per_dev, m);
+        if (coll)
+            v = per_dev[0]; /* sorted: the shortest */
+        per_call[n++] = v;
+    }
+    double r = median(per_call, n);
+    *calls = n;
+    free(per_call);
+    free(per_dev);
+    return r;
+}
+
+void rt_profile_print(FILE *f, const rt_job *job)
+{
+    const rt_program *prog = job->prog;
     int has_pred = prog->nops > 0 && prog->op_predicted;
-    const char *hw = prog->hw_name && prog->hw_name[0] ? prog->hw_name : NULL;
-    fprintf(f, "profile of device 0 (%lld runs, %s backend, %lld devices): median time per "
-            "call; predicted by the cost model for hw profile '%s'\n",
-            (long long)runs, backend, (long long)dev->ndevices, hw ? hw : "?");
+    const char *hw = prog->hw_name && prog->hw_name[0] ? prog->hw_name : "?";
+    fprintf(f, "profile (%lld runs, %s backend, %lld devices): median time per call (compute: "
+            "median over devices; collectives: the device that waited least); predicted by "
+            "the cost model for hw profile '%s'\n",
+            (long long)job->repeat, job->launcher->name, (long long)rt_mesh_size(prog), hw);
     fprintf(f, "  %4s %8s %13s %13s %9s  %s\n", "op", "calls", "measured_ms", "predicted_ms",
             "error", "name");
-    double *tmp = malloc((size_t)(p->nspans > 0 ? p->nspans : 1) * sizeof *tmp);
-    if (!tmp)
-        rt_fatal(dev, "out of memory in the profiler");
     double sum_meas = 0, sum_pred = 0;
     int all_pred = 1;
-    for (int32_t op = 0; op < p->n; op++) {
-        if (!p->calls[op])
-            continue;
-        double med = median_of(p, op, tmp);
-        if (med < 0) /* spans dropped past RT_MAX_SPANS: fall back to the mean */
-            med = p->seconds[op] / (double)p->calls[op];
-        double pred = has_pred && op < prog->nops ? prog->op_predicted[op] : -1;
+    int32_t nops = prog->nops;
+    if (nops <= 0) { /* an old program without op tables: ids as seen */
+        for (int64_t i = 0; i < job->trace_cap * 3 * rt_mesh_size(prog); i += 3 * rt_mesh_size(prog))
+            if (job->trace[i] >= nops)
+                nops = (int32_t)job->trace[i] + 1;
+    }
+    for (int32_t op = 0; op < nops; op++) {
         const char *name = prog->op_names && op < prog->nops && prog->op_names[op]
                                ? prog->op_names[op] : "?";
+        int64_t calls;
+        double med = measured(job, op, rt_op_label_is_collective(name), &calls);
+        if (calls == 0)
+            continue;
+        double pred = has_pred && op < prog->nops ? prog->op_predicted[op] : -1;
         sum_meas += med;
-        fprintf(f, "  %4d %8lld %13.4f ", op, (long long)p->calls[op], 1e3 * med);
+        fprintf(f, "  %4d %8lld %13.4f ", op, (long long)calls, 1e3 * med);
         if (pred >= 0 && med > 0) {
             sum_pred += pred;
             fprintf(f, "%13.4f %+8.1f%%  %s\n", 1e3 * pred, 100 * (pred - med) / med, name);
@@ -89,7 +145,6 @@ void rt_profile_print(FILE *f, const rt_device *dev, int64_t runs, const char *b
             fprintf(f, "%13s %9s  %s\n", "-", "-", name);
         }
     }
-    free(tmp);
     fprintf(f, "  %4s %8s %13.4f ", "sum", "", 1e3 * sum_meas);
     if (all_pred && sum_meas > 0)
         fprintf(f, "%13.4f %+8.1f%%\n", 1e3 * sum_pred, 100 * (sum_pred - sum_meas) / sum_meas);

@@ -383,8 +383,8 @@ struct rt_job {
     double *times;               /* root: seconds of each repeat, owned */
     int64_t *peak;               /* root: peak bytes per device, owned */
     int64_t repeat;              /* runs of the program */
-    int64_t trace_cap;           /* --trace: spans kept per device (same on every device) */
-    int64_t *trace;              /* root, --trace: [trace_cap][3][ndevices] op id, begin ns,
+    int64_t trace_cap;           /* --trace/--profile: spans kept per device (same on every device) */
+    int64_t *trace;              /* root, --trace/--profile: [trace_cap][3][ndevices] op id, begin ns,
                                     end ns (-1 op id: no span), owned */
 };
 
@@ -396,12 +396,16 @@ void rt_job_device(rt_device *dev, rt_job *job);
 /* Appends a span to dev's profile (drops it past RT_MAX_SPANS). */
 void rt_profile_add_span(rt_device *dev, int32_t op_id, double begin, double end);
 /*
- * --profile: per op of device `dev`, the calls, the median measured time per
- * call, the cost pass's prediction embedded by einc (prog->op_predicted, for
- * the profile prog->hw_name) and the relative error (predicted - measured) /
- * measured; then the sums.  `runs` and `backend` go into the header.
+ * Root, --profile: per op, the calls, the measured median time per call
+ * from the spans of every device in job->trace (profile.c says which
+ * device's), the cost pass's prediction embedded by einc (prog->op_predicted,
+ * for the profile prog->hw_name) and the relative error (predicted -
+ * measured) / measured; then the sums.
  */
-void rt_profile_print(FILE *f, const rt_device *dev, int64_t runs, const char *backend);
+void rt_profile_print(FILE *f, const rt_job *job);
+/* 1 if op label `name` ("V = AllGather_X U", codegen/program.c) names an
+ * AllGather, ReduceScatter, AllReduce or AllToAll. */
+int rt_op_label_is_collective(const char *name);
 /* Spans per device that --trace keeps for `runs` runs of `prog`. */
 int64_t rt_trace_capacity(const rt_program *prog, int64_t runs);
 /* Every device calls this after its runs: sends its first job->trace_cap

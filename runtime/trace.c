@@ -3,7 +3,7 @@
  * trace-event file (chrome://tracing, Perfetto, the Trace Event Format
  * document).
  *
- * Each device keeps its spans (profile.c).  Time 0 of a device is the start
+ * Each device keeps its spans (profile.c; --profile uses the same collection).  Time 0 of a device is the start
  * of its first run, right after the barrier that starts it, so the devices'
  * clocks line up to within one barrier's skew even across MPI ranks on
  * different hosts.  After the runs every device sends its first trace_cap
@@ -76,20 +76,6 @@ static void put_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* "collective" if op label `name` ("V = AllGather_X U") is a collective. */
-static const char *category(const char *name)
-{
-    static const char *const kinds[] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll"};
-    const char *eq = strstr(name, " = ");
-    const char *k = eq ? eq + 3 : name;
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        size_t n = strlen(kinds[i]);
-        if (!strncmp(k, kinds[i], n) && (k[n] == '_' || k[n] == ' ' || !k[n]))
-            return "collective";
-    }
-    return "compute";
-}
-
 static void write_events(FILE *f, const rt_job *job)
 {
     const rt_program *p = job->prog;
@@ -132,7 +118,7 @@ static void write_events(FILE *f, const rt_job *job)
             put_string(f, name);
             fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
                        "\"pid\": 0, \"tid\": %lld, \"args\": {\"op\": %lld",
-                    category(name), 1e-3 * (double)b, 1e-3 * (double)(en - b), (long long)d,
+                    rt_op_label_is_collective(name) ? "collective" : "compute", 1e-3 * (double)b, 1e-3 * (double)(en - b), (long long)d,
                     (long long)op);
             if (p->op_predicted && op < p->nops && p->op_predicted[op] >= 0)
                 fprintf(f, ", \"predicted_us\": %.3f", 1e6 * p->op_predicted[op]);

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""cost_accuracy.py - how well the calibrated cost model predicts this machine.
+
+For every example in examples/*.ein: compile it with `einc --hw PROFILE`
+(the profile `einc calibrate` wrote), run it with `--profile --repeat R` on
+the threads runtime (or under mpirun with one rank per device), and compare,
+per op, the measured median time per call on device 0 with the prediction the
+executable embeds (runtime/profile.c).  Reported: every op, and the mean
+absolute relative error over the ops that take over --min-ms (1 ms) -- the
+accuracy target of docs/cost-model.md ("Measured on this machine").
+
+    bench/cost_accuracy.py --einc build/einc --calibrate            # threads
+    bench/cost_accuracy.py --einc build/einc --calibrate --runtime mpi
+
+--calibrate runs `einc calibrate` first (writing --hw, by default
+/tmp/einc-host-<runtime>.json); without it --hw must exist.  Exit status 0
+when the mean error is within --target (default 10% threads, 15% MPI), 1
+when not, 2 on a failure.
+"""
+import argparse
+import glob
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+|-)\s+([-+0-9.]+%|-)\s+(.*)$")
+
+
+def mesh_devices(path):
+    """Devices of the mesh declared in a .ein file (product of axis sizes)."""
+    with open(path) as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if line.startswith("mesh"):
+                n = 1
+                for part in line[4:].split(","):
+                    n *= int(part.split("=")[1])
+                return n
+    return 1
+
+
+def parse_profile(text):
+    """(op id, calls, measured s, predicted s or None, name) per row of --profile."""
+    rows = []
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if m:
+            pred = None if m.group(4) == "-" else float(m.group(4)) * 1e-3
+            rows.append((int(m.group(1)), int(m.group(2)), float(m.group(3)) * 1e-3, pred,
+                         m.group(6).strip()))
+    return rows
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.stderr.write("failed: %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+        sys.exit(2)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--einc", default=os.path.join(ROOT, "build", "einc"))
+    ap.add_argument("--runtime", choices=["threads", "mpi"], default="threads")
+    ap.add_argument("--hw", help="calibrated profile (default /tmp/einc-host-RUNTIME.json)")
+    ap.add_argument("--calibrate", action="store_true", help="run einc calibrate first")
+    ap.add_argument("--calibrate-args", default="", help="extra arguments for einc calibrate")
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--min-ms", type=float, default=1.0)
+    ap.add_argument("--target", type=float, help="mean |error| allowed, percent")
+    ap.add_argument("--mpirun", default="mpirun --allow-run-as-root --oversubscribe")
+    ap.add_argument("--examples", nargs="*", help="default: examples/*.ein")
+    a = ap.parse_args()
+    hw = a.hw or "/tmp/einc-host-%s.json" % a.runtime
+    target = a.target if a.target is not None else (10.0 if a.runtime == "threads" else 15.0)
+    if a.calibrate:
+        cmd = [a.einc, "calibrate", "--runtime=" + a.runtime, "-o", hw] + shlex.split(a.calibrate_args)
+        print("$ " + " ".join(cmd), flush=True)
+        r = run(cmd)
+        sys.stdout.write(r.stderr)
+    if not os.path.exists(hw):
+        sys.stderr.write("no profile %s: run with --calibrate\n" % hw)
+        return 2
+    examples = a.examples or sorted(glob.glob(os.path.join(ROOT, "examples", "*.ein")))
+    big, allrows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for ex in examples:
+            exe = os.path.join(tmp, os.path.basename(ex)[:-4])
+            run([a.einc, ex, "--hw", hw, "--runtime=" + a.runtime, "-o", exe])
+            cmd = [exe, "--random-inputs", "1", "--profile", "--repeat", str(a.repeat)]
+            if a.runtime == "mpi":
+                cmd = shlex.split(a.mpirun) + ["-np", str(mesh_devices(ex))] + cmd
+            rows = parse_profile(run(cmd).stdout)
+            print("\n%s (%d devices)" % (os.path.relpath(ex, ROOT), mesh_devices(ex)))
+            print("  %12s %12s %8s  %s" % ("measured_ms", "predicted_ms", "error", "op"))
+            for op, calls, meas, pred, name in rows:
+                err = None if pred is None or meas <= 0 else (pred - meas) / meas
+                mark = "*" if meas * 1e3 > a.min_ms and err is not None else " "
+                print("%s %12.4f %12s %8s  %s" % (
+                    mark, meas * 1e3, "-" if pred is None else "%.4f" % (pred * 1e3),
+                    "-" if err is None else "%+.1f%%" % (100 * err), name))
+                if err is not None:
+                    allrows.append((ex, name, meas, pred, err))
+                    if meas * 1e3 > a.min_ms:
+                        big.append((ex, name, meas, pred, err))
+    print()
+    if not big:
+        print("no op over %.3g ms" % a.min_ms)
+        return 2
+    mean = 100 * statistics.mean(abs(e) for *_, e in big)
+    med = 100 * statistics.median(abs(e) for *_, e in big)
+    print("ops over %.3g ms: %d of %d; mean |error| %.1f%%, median %.1f%%, signed mean %+.1f%% "
+          "(%s runtime, profile %s; target %.0f%%)" % (
+              a.min_ms, len(big), len(allrows), mean, med,
+              100 * statistics.mean(e for *_, e in big), a.runtime, hw, target))
+    worst = sorted(big, key=lambda r: -abs(r[4]))[:5]
+    print("worst: " + "; ".join("%s %s %+.0f%%" % (os.path.basename(ex), n, 100 * e)
+                                for ex, n, _, _, e in worst))
+    print("target %s" % ("met" if mean <= target else "MISSED by %.1f points" % (mean - target)))
+    return 0 if mean <= target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""test_calibrate.py - `einc calibrate --quick` writes a profile that einc uses.
+
+Checks: the written JSON has every field the loader needs with positive
+figures, the calibration section has the fit of each collective kind with
+residuals that agree with its samples (rel_residual = (fitted - measured) /
+measured, fitted = the model at the sample's P and size), `einc --hw` loads
+it and its --dump-cost times a collective with exactly that fit, a broken
+fit is refused with a message naming the field, bad command lines exit 2.
+With --mpirun, a quick calibration on MPI ranks too.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import tempfile
+
+from calib_common import check, finish, run
+
+KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
+
+
+def model(fit, p, buffer_bytes):
+    """MeshSlice's T_launch + (P-1) (L_sync + shard/BW), shard = buffer / P (seed 004)."""
+    return fit["t_launch"] + (p - 1) * (fit["l_sync"] + buffer_bytes / p / fit["bandwidth"])
+
+
+def check_profile(path, ranks, runtime):
+    with open(path) as f:
+        d = json.load(f)
+    check(d.get("name") == "host", "profile name is host")
+    check(d.get("status") == "calibrated", "status is calibrated")
+    for k in ("bf16", "f32", "f64"):
+        check(d["peak_flops"].get(k, 0) > 0, "peak_flops.%s > 0" % k)
+    for k in ("hbm_bytes", "hbm_bandwidth", "ici_oneway_bandwidth", "ici_bidi_bandwidth",
+              "ici_latency", "dcn_bandwidth"):
+        check(isinstance(d.get(k), (int, float)) and d[k] > 0, "%s > 0" % k)
+    cal = d["calibration"]
+    check(cal["runtime"] == runtime and cal["devices"] == ranks, "calibration runtime/devices")
+    check(cal["elementwise_bandwidth"] > 0, "elementwise_bandwidth > 0")
+    for k in ("bf16", "f32", "f64"):
+        check(cal["gemm_flops"][k] > 0, "gemm_flops.%s > 0" % k)
+    fns = cal.get("function_seconds_per_element", {})
+    check("gelu" in fns and "exp" in fns, "functions gelu and exp measured")
+    check(all(v >= 0 for v in fns.values()), "function costs >= 0")
+    for kind in KINDS:
+        fit = cal["collectives"][kind]
+        check(fit["t_launch"] >= 0 and fit["l_sync"] >= 0 and fit["bandwidth"] > 0,
+              "%s: t_launch, l_sync >= 0, bandwidth > 0" % kind)
+        samples = fit["samples"]
+        groups = sorted({s["group"] for s in samples})
+        check(groups == sorted({2, ranks}), "%s: groups %s" % (kind, groups))
+        check(len(samples) >= 4, "%s: at least 4 samples" % kind)
+        used, sq, worst = 0, 0.0, 0.0
+        for s in samples:
+            check(s["measured_s"] > 0 and s["buffer_bytes"] >= 8000, "%s: sample positive" % kind)
+            fitted = model(fit, s["group"], s["buffer_bytes"])
+            check(math.isclose(s["fitted_s"], fitted, rel_tol=1e-6, abs_tol=1e-12),
+                  "%s: fitted_s is the model at P=%d, %d bytes" % (kind, s["group"],
+                                                                  s["buffer_bytes"]))
+            rel = (s["fitted_s"] - s["measured_s"]) / s["measured_s"]
+            check(math.isclose(s["rel_residual"], rel, rel_tol=1e-6, abs_tol=1e-9),
+                  "%s: rel_residual consistent" % kind)
+            if not s["outlier"]:
+                used += 1
+                sq += rel * rel
+                worst = max(worst, abs(rel))
+        check(used == fit["samples_used"] and used >= 4, "%s: samples_used" % kind)
+        check(math.isclose(fit["rms_rel_residual"], math.sqrt(sq / used), rel_tol=1e-6,
+                           abs_tol=1e-9), "%s: rms residual of the samples used" % kind)
+        check(math.isclose(fit["max_rel_residual"], worst, rel_tol=1e-6, abs_tol=1e-9),
+              "%s: max residual" % kind)
+    return d
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--examples", required=True)
+    ap.add_argument("--mpirun")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        prof = os.path.join(tmp, "host.json")
+        r = run([a.einc, "calibrate", "--quick", "--ranks", "4", "-o", prof])
+        check("wrote " + prof in r.stderr, "calibrate reports the file it wrote")
+        check(not [f for f in os.listdir(tmp) if ".tmp" in f], "no temporary file left")
+        d = check_profile(prof, 4, "threads")
+
+        # einc uses the fit: the AllGather of matmul_case2_allgather (A[I_X, J]
+        # gathered to I: 512x256 f32 = 524288 bytes on each of 2 devices).
+        ex = os.path.join(a.examples, "matmul_case2_allgather.ein")
+        r = run([a.einc, ex, "--hw", prof, "--dump-cost"])
+        check("cost: host (" + prof in r.stdout, "--dump-cost names the calibrated profile")
+        row = [l for l in r.stdout.splitlines() if " AllGather " in l]
+        if check(len(row) == 1, "one AllGather row in --dump-cost"):
+            got_us = float(row[0].split()[8])
+            want_us = 1e6 * model(d["calibration"]["collectives"]["allgather"], 2, 512 * 256 * 4)
+            check(math.isclose(got_us, want_us, rel_tol=1e-3),
+                  "AllGather time %.4g us is the fit's %.4g us" % (got_us, want_us))
+
+        # A broken fit is refused, naming the field.
+        d["calibration"]["collectives"]["alltoall"]["bandwidth"] = -1
+        bad = os.path.join(tmp, "bad.json")
+        with open(bad, "w") as f:
+            json.dump(d, f)
+        r = run([a.einc, ex, "--hw", bad, "--dump-cost"], expect=1)
+        check("calibration.collectives.alltoall.bandwidth" in r.stderr,
+              "bad bandwidth named: " + r.stderr.strip())
+
+        # Bad command lines.
+        for args in (["calibrate"], ["calibrate", "-o", prof, "--ranks", "1"],
+                     ["calibrate", "-o", prof, "--runtime=gpu"],
+                     ["calibrate", "-o", prof, "--max-bytes", "12"]):
+            r = run([a.einc] + args, expect=2)
+            check("einc calibrate: error:" in r.stderr, "clear error for %s" % args)
+        r = run([a.einc, "calibrate", "-o", os.path.join(tmp, "no", "such", "dir.json"),
+                 "--quick", "--ranks", "2"], expect=1)
+        check("cannot" in r.stderr, "unwritable output reported: " + r.stderr.strip()[-200:])
+
+        if a.mpirun:
+            mprof = os.path.join(tmp, "mpi.json")
+            launcher = "%s --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=%s" % (
+                a.mpirun, (os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":"))
+            run([a.einc, "calibrate", "--quick", "--runtime=mpi", "--ranks", "2",
+                 "--mpirun", launcher, "-o", mprof])
+            check_profile(mprof, 2, "mpi")
+    finish("test_calibrate")
+
+
+if __name__ == "__main__":
+    main()
