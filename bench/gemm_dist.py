@@ -2,8 +2,11 @@
 """Benchmark 3: distributed f64 GEMM compiled by einc vs OpenBLAS and ScaLAPACK.
 
 einc compiles bench/matmul_2d.ein (C[I_X, K_Y] = A[I_X, J_Y] B[J_X, K_Y],
-N x N x N) for each mesh of --meshes (1x2 2x2) and each runtime (threads,
-mpi); the executable's `--repeat R --random-inputs 1` prints the median time
+N x N x N) for each mesh of --meshes (1x2 2x2), each runtime (threads,
+mpi) and each variant of einc flags (default: einc's defaults, which lower
+the GEMM to a MeshSlice loop with K from the tpu-v5e cost model; `--hw host`,
+K from this machine's profile; `--meshslice=off`, propagate's AllGathers and
+one GEMM); the executable's `--repeat R --random-inputs 1` prints the median time
 per run.  Baselines from the same run:
     BLAS     one process, one cblas_dgemm on --threads OpenBLAS threads
              (gemm_blas.c); ratio = BLAS time / einc time, target >= 0.85
@@ -17,17 +20,28 @@ the benchmark.
     python3 bench/gemm_dist.py --build BUILD [--n 4096] [--repeat 3] [--meshes 1x2 2x2]
 """
 import os
+import re
 
 import benchlib as bl
 
 
-def build(a, mesh, runtime, n, tag):
+def build(a, mesh, runtime, n, tag, variant):
     x, y = mesh
-    exe = bl.bin_dir(a.build) / f"matmul_2d_{x}x{y}_{runtime}_{tag}"
+    exe = bl.bin_dir(a.build) / f"matmul_2d_{x}x{y}_{runtime}_{variant}_{tag}"
     bl.run([bl.einc(a.build), bl.BENCH / "matmul_2d.ein", "-D", f"X={x}", "-D", f"Y={y}",
             "-D", f"I={n}", "-D", f"J={n}", "-D", f"K={n}", f"--runtime={runtime}",
-            "-o", exe])
+            *a.variants[variant], "-o", exe])
     return exe
+
+
+def lowering(a, mesh, variant):
+    """What einc made of the GEMM: 'MeshSlice K=..' or 'collectives'."""
+    x, y = mesh
+    ir = bl.run([bl.einc(a.build), bl.BENCH / "matmul_2d.ein", "-D", f"X={x}", "-D", f"Y={y}",
+                 "-D", f"I={a.n}", "-D", f"J={a.n}", "-D", f"K={a.n}", *a.variants[variant],
+                 "--dump-ir"])
+    m = re.search(r"MeshSlice\((\w+), K=(\d+)", ir)
+    return f"MeshSlice {m.group(1)} K={m.group(2)}" if m else "AllGathers + GEMM"
 
 
 def launch(exe, mesh, runtime, args):
@@ -46,20 +60,24 @@ def main():
     p.add_argument("--runtimes", nargs="+", default=["threads", "mpi"])
     p.add_argument("--rounds", type=int, default=2,
                    help="runs of each program; the best median of each is kept")
+    p.add_argument("--variant", action="append", metavar="NAME=FLAGS",
+                   help="einc flags to compare, e.g. 'off=--meshslice=off' (repeatable; "
+                        "default: default=, host=--hw host, off=--meshslice=off)")
     a = p.parse_args()
+    specs = a.variant or ["default=", "host=--hw host", "off=--meshslice=off"]
+    a.variants = {sp.split("=", 1)[0]: sp.split("=", 1)[1].split() for sp in specs}
     meshes = [tuple(int(v) for v in m.split("x")) for m in a.meshes]
     blas = bl.compile_c(a.build, "gemm_blas", ["gemm_blas.c"])
     pdg = bl.compile_c(a.build, "pdgemm", ["pdgemm.c"], mpi=True, libs=["-lscalapack-openmpi"])
     print(bl.machine())
     flop = 2.0 * a.n ** 3
-    for mesh in meshes:
-        for rt in a.runtimes:
-            out = launch(build(a, mesh, rt, 256, "check"), mesh, rt,
-                         ["--random-inputs", "1", "--check"])
-            if "max_rel_err" not in out:
-                raise bl.BenchError(f"--check printed no comparison:\n{out}")
-    exes = {(mesh, rt): build(a, mesh, rt, a.n, "bench") for mesh in meshes
-            for rt in a.runtimes}
+    configs = [(mesh, rt, v) for mesh in meshes for rt in a.runtimes for v in a.variants]
+    for mesh, rt, v in configs:
+        out = launch(build(a, mesh, rt, 256, "check", v), mesh, rt,
+                     ["--random-inputs", "1", "--check"])
+        if "max_rel_err" not in out:
+            raise bl.BenchError(f"--check printed no comparison:\n{out}")
+    exes = {c: build(a, c[0], c[1], a.n, "bench", c[2]) for c in configs}
     # Rounds run every program once each, in turn; the best median of each
     # is kept (the machine may be shared, and load only slows).
     base, pd, einc_ms = None, {}, {}
@@ -72,10 +90,12 @@ def main():
                                   [pdg, a.n, mesh[0], mesh[1], a.nb, a.repeat]))[0]
             if mesh not in pd or r["median_ms"] < pd[mesh]["median_ms"]:
                 pd[mesh] = r
-            for rt in a.runtimes:
-                ms = bl.median_ms(launch(exes[(mesh, rt)], mesh, rt,
+            for c in configs:
+                if c[0] != mesh:
+                    continue
+                ms = bl.median_ms(launch(exes[c], mesh, c[1],
                                          ["--random-inputs", "1", "--repeat", str(a.repeat)]))
-                einc_ms[(mesh, rt)] = min(ms, einc_ms.get((mesh, rt), ms))
+                einc_ms[c] = min(ms, einc_ms.get(c, ms))
     print(f"# BLAS: {base['median_ms']} ms, {base['gflops']} GFLOP/s "
           f"({a.threads} threads, N={a.n})")
     for mesh in meshes:
@@ -83,18 +103,19 @@ def main():
         print(f"# pdgemm {mesh[0]}x{mesh[1]}: {r['median_ms']} ms, {r['gflops']} GFLOP/s "
               f"(nb {a.nb}, spot-check rel err {r['max_rel_err']})")
     rows = []
-    for mesh in meshes:
-        for rt in a.runtimes:
-            ms = einc_ms[(mesh, rt)]
-            vs_blas = base["median_ms"] / ms
-            vs_pd = pd[mesh]["median_ms"] / ms
-            rows.append([f"{mesh[0]}x{mesh[1]}", rt, ms, flop / ms * 1e-6,
-                         pd[mesh]["gflops"], f"{vs_blas:.2f}", bl.verdict(vs_blas, 0.85),
-                         f"{vs_pd:.2f}", bl.verdict(vs_pd, 1.5)])
+    for c in configs:
+        mesh, rt, v = c
+        ms = einc_ms[c]
+        vs_blas = base["median_ms"] / ms
+        vs_pd = pd[mesh]["median_ms"] / ms
+        rows.append([f"{mesh[0]}x{mesh[1]}", rt, f"{v}: {lowering(a, mesh, v)}", ms,
+                     flop / ms * 1e-6,
+                     pd[mesh]["gflops"], f"{vs_blas:.2f}", bl.verdict(vs_blas, 0.85),
+                     f"{vs_pd:.2f}", bl.verdict(vs_pd, 1.5)])
     print(f"\n## f64 GEMM N={a.n}: einc vs {a.threads}-thread OpenBLAS "
           f"({base['gflops']} GFLOP/s) and ScaLAPACK pdgemm\n")
-    bl.table(["mesh", "runtime", "einc ms", "einc GFLOP/s", "pdgemm GFLOP/s", "vs BLAS",
-              ">=0.85x", "vs pdgemm", ">=1.5x"], rows)
+    bl.table(["mesh", "runtime", "einc flags: lowering", "einc ms", "einc GFLOP/s", "pdgemm GFLOP/s", "vs BLAS",
+          ">=0.85x", "vs pdgemm", ">=1.5x"], rows)
 
 
 if __name__ == "__main__":
