@@ -1,0 +1,123 @@
+/*
+ * test_calib_model.c - the calibrated part of a hardware profile: the
+ * "calibration" section parses into cost_hw (fits per collective kind,
+ * elementwise bandwidth, per-function costs), bad sections are refused
+ * naming the field, and cost_measured_coll_time is MeshSlice's model
+ * T_launch + (P-1)(L_sync + shard/BW) (seed 004).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cost.h"
+#include "cunit_main.h"
+
+/* A profile with a calibration section; variants replace one piece. */
+static const char *BASE =
+    "{\"name\": \"host\", \"status\": \"calibrated\",\n"
+    " \"peak_flops\": {\"bf16\": 2e10, \"f32\": 3e10, \"f64\": 1.5e10},\n"
+    " \"hbm_bytes\": 6e9, \"hbm_bandwidth\": 5e9,\n"
+    " \"ici_oneway_bandwidth\": 2e9, \"ici_bidi_bandwidth\": 2e9,\n"
+    " \"ici_latency\": 1e-5, \"dcn_bandwidth\": 2e9,\n"
+    " \"wraparound\": {\"rule\": \"always\"},\n"
+    " \"calibration\": {\"collectives\": {\n"
+    "   \"allgather\": {\"t_launch\": 4e-6, \"l_sync\": 1e-5, \"bandwidth\": 2e9},\n"
+    "   \"reducescatter\": {\"t_launch\": 0, \"l_sync\": 2e-5, \"bandwidth\": 1.5e9},\n"
+    "   \"allreduce\": {\"t_launch\": 1e-6, \"l_sync\": 3e-5, \"bandwidth\": 1e9},\n"
+    "   \"alltoall\": {\"t_launch\": 2e-6, \"l_sync\": 0, \"bandwidth\": 1.25e9}},\n"
+    "  \"elementwise_bandwidth\": 4e9,\n"
+    "  \"function_seconds_per_element\": {\"exp\": 2e-9, \"gelu\": 5e-9}}}\n";
+
+static const char *variant(const char *from, const char *to, char *buf, size_t size)
+{
+    const char *at = strstr(BASE, from);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    snprintf(buf, size, "%.*s%s%s", (int)(at - BASE), BASE, to, at + strlen(from));
+    return buf;
+}
+
+static void test_parses(void)
+{
+    cost_hw hw;
+    char err[512] = "";
+    int rc = cost_hw_parse(BASE, "t.json", &hw, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "\n  %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_TRUE(hw.measured);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLGATHER].t_launch, 4e-6, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_REDUCESCATTER].l_sync, 2e-5, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLREDUCE].bw, 1e9, 1);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLTOALL].bw, 1.25e9, 1);
+    CU_ASSERT_DOUBLE_EQUAL(hw.elementwise_bw, 4e9, 1);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_GELU], 5e-9, 1e-18);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_EXP], 2e-9, 1e-18);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_TANH], 0, 0); /* not measured: memory only */
+    /* Without the section the profile is not measured. */
+    char buf[2048];
+    const char *cut = strstr(BASE, ",\n \"calibration\"");
+    snprintf(buf, sizeof buf, "%.*s}\n", (int)(cut - BASE), BASE);
+    CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
+    CU_ASSERT_FALSE(hw.measured);
+}
+
+static void expect_error(const char *json, const char *needle)
+{
+    cost_hw hw;
+    char err[512] = "";
+    CU_ASSERT_EQUAL(cost_hw_parse(json, "t.json", &hw, err, sizeof err), -1);
+    if (!strstr(err, needle))
+        fprintf(stderr, "\n  message '%s' lacks '%s'\n", err, needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, needle));
+}
+
+static void test_bad_sections(void)
+{
+    char buf[2048];
+    expect_error(variant("\"bandwidth\": 1e9", "\"bandwidth\": 0", buf, sizeof buf),
+                 "calibration.collectives.allreduce.bandwidth");
+    expect_error(variant("\"l_sync\": 1e-5", "\"l_sync\": -1e-5", buf, sizeof buf),
+                 "calibration.collectives.allgather.l_sync");
+    expect_error(variant("\"t_launch\": 2e-6", "\"t_launch\": \"fast\"", buf, sizeof buf),
+                 "calibration.collectives.alltoall.t_launch");
+    expect_error(variant("\"alltoall\"", "\"all2all\"", buf, sizeof buf),
+                 "calibration.collectives.alltoall");
+    expect_error(variant("\"elementwise_bandwidth\": 4e9", "\"elementwise_bw\": 4e9", buf,
+                         sizeof buf), "calibration.elementwise_bandwidth");
+    expect_error(variant("\"gelu\": 5e-9", "\"gelu\": -5e-9", buf, sizeof buf),
+                 "function_seconds_per_element.gelu");
+    expect_error(variant("\"calibration\": {", "\"calibration\": [{", buf, sizeof buf),
+                 "invalid JSON");
+}
+
+static void test_model(void)
+{
+    cost_coll_fit f = {4e-6, 1e-5, 2e9};
+    /* P = 4, 8 MB buffer: 4us + 3 * (10us + 2 MB / 2 GB/s) = 3.034 ms */
+    cost_coll_time t = cost_measured_coll_time(&f, 4, 8e6);
+    CU_ASSERT_DOUBLE_EQUAL(t.time, 4e-6 + 3 * (1e-5 + 2e6 / 2e9), 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(t.t_latency, 4e-6 + 3e-5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(t.t_bandwidth, 3e-3, 1e-12);
+    CU_ASSERT_EQUAL(t.bound, IR_BOUND_BANDWIDTH);
+    /* At the crossover buffer size the two parts are equal. */
+    cost_coll_time x = cost_measured_coll_time(&f, 4, t.crossover);
+    CU_ASSERT_DOUBLE_EQUAL(x.t_latency, x.t_bandwidth, 1e-12);
+    /* Small messages are latency-bound; one device costs nothing. */
+    CU_ASSERT_EQUAL(cost_measured_coll_time(&f, 2, 1024).bound, IR_BOUND_LATENCY);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 1, 8e6).time, 0, 0);
+    /* Linear in P - 1 at a fixed shard size (what the regression assumes). */
+    double t2 = cost_measured_coll_time(&f, 2, 2 * 1e6).time;
+    double t3 = cost_measured_coll_time(&f, 3, 3 * 1e6).time;
+    double t5 = cost_measured_coll_time(&f, 5, 5 * 1e6).time;
+    CU_ASSERT_DOUBLE_EQUAL(t5 - t3, 2 * (t3 - t2), 1e-12);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"a calibration section parses", test_parses},
+        {"bad calibration sections name the field", test_bad_sections},
+        {"the measured collective model", test_model},
+    };
+    einc_add_suite("calibrated profiles", tests, (int)(sizeof tests / sizeof tests[0]));
+}
