@@ -50,7 +50,8 @@ class Checker:
                                stderr=subprocess.PIPE, timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             return None, "", "(timed out after %d s: a hang)" % TIMEOUT
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        return (p.returncode, p.stdout.decode("utf-8", "replace"),
+                p.stderr.decode("utf-8", "replace"))
 
     def expect_error(self, title, args, names, launcher=None, leftovers=None):
         """Runs and checks exit 1 and that stderr mentions every string of `names`.
@@ -194,6 +195,12 @@ def main():
         c.expect_error("unknown input name",
                        good + ["--input", "Q=a.npy"], ["Q"])
         c.expect_error("unknown output name", good + ["--output", "Zed=z.npy"], ["Zed"])
+        c.expect_error("input given twice", good + ["--input", "A=a.npy"], ["'A'"])
+        c.expect_error("output given twice",
+                       good + ["--output", "C=c1.npy", "--output", "C=c2.npy"], ["'C'"],
+                       leftovers=(work, set(os.listdir(work))))
+        c.expect_error("unknown option", good + ["--bogus"], ["--bogus"])
+        c.expect_error("--input without NAME=", ["--input", "a.npy"], ["a.npy"])
 
         # Fortran-ordered arrays: either read correctly or refused with a clear error.
         rc, out, err = c.run(["--input", "A=a_fortran.npy", "--input", "W=w.npy",
