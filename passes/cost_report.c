@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "meshslice.h"
 
 static const char *bound_name(ir_bound b)
 {
@@ -286,6 +287,23 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
         fprintf(out, "  inserted because: %s\n", op->reason);
 }
 
+/* --explain for a MeshSlice op: its loop's estimate against K = 1 (the
+ * Collective 2D GEMM), seed 004 3.2.2 (passes/meshslice_cost.c). */
+static void explain_meshslice(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
+{
+    ir_cost one;
+    pass_meshslice_cost(m, hw, op, 1, &one);
+    print_op_line(out, m, op);
+    fprintf(out, "  MeshSlice %s, K=%d: prologue + (K-1) * max(partial collectives, partial einsum) + "
+                 "epilogue = %.4g us; einsum %.4g us, collectives %.4g us in all; hides %.4g us of "
+                 "communication; K=1 (Collective 2D GEMM) %.4g us\n",
+            ir_ms_dataflow_name(op->u.ms.dataflow), op->u.ms.k, op->cost.time * 1e6,
+            op->cost.t_compute * 1e6, op->cost.t_comm * 1e6,
+            fmax(0, op->cost.t_compute + op->cost.t_comm - op->cost.time) * 1e6, one.time * 1e6);
+    if (op->reason)
+        fprintf(out, "  inserted because: %s\n", op->reason);
+}
+
 void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
 {
     if (!hw) {
@@ -306,6 +324,9 @@ void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
             shown++;
         } else if (is_collective(op)) {
             explain_collective(out, m, hw, op);
+            shown++;
+        } else if (op->kind == IR_OP_MESHSLICE) {
+            explain_meshslice(out, m, hw, op);
             shown++;
         }
     }

@@ -295,9 +295,8 @@ int pass_meshslice(pass_ctx *ctx, ir_module *m)
                          "2D GEMM on mesh rows %s x cols %s as MeshSlice %s (seed 004 Fig. 5), %s",
                          ax[0], ax[1], ir_ms_dataflow_name(g.df), how);
         if (ctx->log) {
-            char name[96];
             fprintf(ctx->log, "meshslice: %s: %s dataflow, %s; M=%lld N=%lld K=%lld%s%s\n",
-                    ir_value_name(ms->result, name, sizeof name), ir_ms_dataflow_name(g.df), how,
+                    ms->result->tensor, ir_ms_dataflow_name(g.df), how,
                     (long long)s.m, (long long)s.n, (long long)s.k,
                     heur != g.df ? "; the paper's heuristic (largest matrix stationary) would pick " : "",
                     heur != g.df ? ir_ms_dataflow_name(heur) : "");

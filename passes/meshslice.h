@@ -15,8 +15,9 @@
  *         column, partial einsum) + epilogue,
  * as the three-stage pipeline of passes/meshslice_model.c: per iteration
  * `pre` = the slower of the partial AllGathers (both directions run at once),
- * `g` = the partial einsum (FLOPs / K on the roofline of `hw`, plus the
- * model's fixed cost per local GEMM), `post` = the partial ReduceScatter;
+ * `g` = the partial einsum (FLOPs / K on the roofline of `hw`, its
+ * split dim padded up to the model's GEMM tile, plus the model's fixed
+ * cost per local GEMM), `post` = the partial ReduceScatter;
  * T = pre + g + post + (K-1) * max(pre, g, post).  Each partial collective
  * is ms_collective_time (Eq. 5) on the sub-shard, with T_launch and L_sync
  * from ms_params_from_hw.  t_compute is K * g, t_comm the collectives'

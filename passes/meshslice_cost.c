@@ -82,7 +82,15 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
         else
             post = fmax(post, tc);
     }
-    double g_compute = flops / K / cost_peak_flops(hw, t);
+    /* A partial einsum whose split dim is shorter than the GEMM tile wastes
+     * what it does not fill (meshslice_model.c pads every dim to mxu_tile;
+     * only the split dim changes with K, so only it is padded here): this
+     * is what keeps K from growing until slices are a few rows thin. */
+    int64_t split = gathered_label_size(m, op, op->u.ms.split_label);
+    double sub = (double)split / K;
+    double tile = (double)(p.mxu_tile > 0 ? p.mxu_tile : 1);
+    double pad = sub > 0 ? ceil(sub / tile) * tile / sub : 1;
+    double g_compute = flops / K / cost_peak_flops(hw, t) * pad;
     double g_memory = hbm / K / hw->hbm_bw;
     double g = fmax(g_compute, g_memory) + p.t_gemm_launch;
     double steady = fmax(g, fmax(pre, post));
