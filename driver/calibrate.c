@@ -27,8 +27,11 @@
  * The samples span microseconds to seconds, so the least squares are
  * weighted by 1/T^2 (relative error).  A coefficient that comes out
  * negative is fixed at zero and the rest refitted (non-negative least
- * squares over the 2^3 subsets, best feasible fit kept).  The residuals
- * (measured vs fitted, relative) are written with the fit.  GEMM FLOP/s is
+ * squares over the subsets, best feasible fit kept).  Buffers below 1 MiB
+ * per device (in cache, several times faster per byte) get a second fit of
+ * the same form, "small_messages"; samples far off a first fit (a
+ * descheduled thread) are left out of the second.  The residuals (measured
+ * vs fitted, relative) are written with the fit.  GEMM FLOP/s is
  * the median over shapes of 2MNK / time; elementwise bandwidth the median
  * over sizes of (2 inputs + 1 output) bytes / time; a function's cost the
  * time of fn(A) per element beyond its 8 bytes of memory traffic.
@@ -58,6 +61,9 @@
 #define NKINDS 4
 #define NGEMM 4
 #define NEW 3
+/* Buffers below this many bytes per device are fitted separately (they
+ * stay in the caches; docs/cost-model.md). */
+#define SPLIT_BYTES (1 << 20)
 
 /* The command line. */
 typedef struct cal_options {
@@ -91,6 +97,10 @@ typedef struct coll_fit {
     double rms;             /* rms relative residual */
     double max;             /* largest relative residual of the samples used */
     int used;               /* samples in the final fit */
+    bool has_small;         /* buffers below SPLIT_BYTES have their own fit */
+    double small_t_launch;  /* that fit: seconds */
+    double small_l_sync;    /* seconds per step */
+    double small_bw;        /* bytes/s */
 } coll_fit;
 
 /* Everything one calibration learns. */
@@ -126,7 +136,8 @@ static void usage(FILE *f)
           "  --max-bytes N           largest collective buffer per device (default 64 MiB,\n"
           "                          at most 512 MiB; also capped by free memory)\n"
           "  --repeat R              runs per benchmark program (default 7)\n"
-          "  --quick                 few sizes and runs (a few seconds; for tests)\n"
+          "  --quick                 few sizes and runs, buffers up to 2 MiB unless\n"
+          "                          --max-bytes says otherwise (seconds; for tests)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
           "                          --oversubscribe)\n"
           "  --keep                  keep the generated programs and their output\n",
@@ -161,7 +172,7 @@ static int parse_args(int argc, char **argv, cal_options *o)
     o->max_bytes = 64 << 20;
     o->repeat = 7;
     o->mpirun = "mpirun --allow-run-as-root --oversubscribe";
-    bool repeat_given = false;
+    bool repeat_given = false, max_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t v;
@@ -196,6 +207,7 @@ static int parse_args(int argc, char **argv, cal_options *o)
                 return bad("--max-bytes wants a byte count from 65536 to 536870912, not '%s'",
                            val);
             o->max_bytes = v;
+            max_given = true;
         } else if (VALUE("--repeat")) {
             if (!parse_int(val, 3, 1000, &v))
                 return bad("--repeat wants a run count from 3 to 1000, not '%s'", val);
@@ -217,7 +229,7 @@ static int parse_args(int argc, char **argv, cal_options *o)
     if (!o->output)
         return bad("%s", "no output: give -o PROFILE.json");
     if (o->quick) {
-        if (o->max_bytes > (2 << 20))
+        if (!max_given)
             o->max_bytes = 2 << 20;
         if (!repeat_given)
             o->repeat = 3;
@@ -697,49 +709,84 @@ static double fit_best(const coll_fit *f, double *bc)
     return best;
 }
 
-/* Fits T_launch, L_sync, BW of one kind and fills the residuals.  On a
- * shared machine a sample can be several times too slow (a descheduled
- * thread): samples more than 3x the median residual (and over 25%) away
- * from a first fit are left out of a second one, and marked. */
+/* Robust fit of the samples of one regime (buffers below SPLIT_BYTES or
+ * not) into bc: a first fit; samples more than 3x the median residual (and
+ * over 25%) away from it are marked outliers and left out of a second.
+ * -1 if the regime has too few samples or no non-negative fit. */
+static int fit_regime(coll_fit *f, bool small, double *bc)
+{
+    coll_fit sub = {.n = 0};
+    int idx[MAX_SAMPLES];
+    for (int i = 0; i < f->n; i++)
+        if ((f->s[i].bytes < SPLIT_BYTES) == small) {
+            idx[sub.n] = i;
+            sub.s[sub.n++] = f->s[i];
+        }
+    if (sub.n < 3 || !isfinite(fit_best(&sub, bc)) || bc[2] <= 0)
+        return -1;
+    if (sub.n < 6)
+        return 0;
+    double res[MAX_SAMPLES], sorted[MAX_SAMPLES];
+    for (int i = 0; i < sub.n; i++) {
+        double r[3];
+        regressors(&sub.s[i], r);
+        res[i] = fabs(bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2] - sub.s[i].t) / sub.s[i].t;
+    }
+    memcpy(sorted, res, (size_t)sub.n * sizeof *res);
+    double cut = fmax(3 * median(sorted, sub.n), 0.25), bk[3];
+    coll_fit kept = {.n = 0};
+    for (int i = 0; i < sub.n; i++)
+        if (res[i] <= cut)
+            kept.s[kept.n++] = sub.s[i];
+    if (kept.n >= 4 && kept.n < sub.n && isfinite(fit_best(&kept, bk)) && bk[2] > 0) {
+        memcpy(bc, bk, 3 * sizeof *bc);
+        for (int i = 0; i < sub.n; i++)
+            f->s[idx[i]].outlier = res[i] > cut;
+    }
+    return 0;
+}
+
+/*
+ * Fits one kind and fills the residuals.  Two regimes: a message that fits
+ * in the caches moves several times faster than one that streams from
+ * memory, which one line cannot follow, so buffers of SPLIT_BYTES and more
+ * (the ones that take milliseconds, which the accuracy target is about) get
+ * the main fit and smaller ones their own ("small_messages").  With too
+ * few samples in a regime (--quick) one fit covers all.
+ */
 static int fit_kind(coll_fit *f, const char *kind)
 {
-    double bc[3] = {0};
-    double best = fit_best(f, bc);
-    if (isfinite(best) && f->n >= 6) {
-        double res[MAX_SAMPLES];
-        for (int i = 0; i < f->n; i++) {
-            double r[3];
-            regressors(&f->s[i], r);
-            res[i] = fabs(bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2] - f->s[i].t) / f->s[i].t;
-        }
-        double sorted[MAX_SAMPLES];
-        memcpy(sorted, res, (size_t)f->n * sizeof *res);
-        double med = median(sorted, f->n), cut = fmax(3 * med, 0.25);
-        coll_fit kept = {.n = 0};
+    double big[3], small[3];
+    for (int i = 0; i < f->n; i++)
+        f->s[i].outlier = false;
+    int have_big = fit_regime(f, false, big) == 0;
+    int have_small = have_big && fit_regime(f, true, small) == 0;
+    if (!have_big || !have_small) {
         for (int i = 0; i < f->n; i++)
-            if (res[i] <= cut)
-                kept.s[kept.n++] = f->s[i];
-        double bk[3];
-        if (kept.n >= 4 && kept.n < f->n && isfinite(fit_best(&kept, bk))) {
-            memcpy(bc, bk, sizeof bc);
-            for (int i = 0; i < f->n; i++)
-                f->s[i].outlier = res[i] > cut;
+            f->s[i].outlier = false;
+        if (!isfinite(fit_best(f, big)) || big[2] <= 0) {
+            fprintf(stderr, "einc calibrate: error: cannot fit the %s timings (%d samples)\n",
+                    kind, f->n);
+            return -1;
         }
+        have_small = 0;
     }
-    if (!isfinite(best) || bc[2] <= 0) {
-        fprintf(stderr, "einc calibrate: error: cannot fit the %s timings (%d samples)\n", kind,
-                f->n);
-        return -1;
+    f->t_launch = big[0];
+    f->l_sync = big[1];
+    f->bw = 1 / big[2];
+    f->has_small = have_small;
+    if (have_small) {
+        f->small_t_launch = small[0];
+        f->small_l_sync = small[1];
+        f->small_bw = 1 / small[2];
     }
-    f->t_launch = bc[0];
-    f->l_sync = bc[1];
-    f->bw = 1 / bc[2];
     double ss = 0;
     int used = 0;
     f->max = 0;
     for (int i = 0; i < f->n; i++) {
         double r[3];
         regressors(&f->s[i], r);
+        const double *bc = have_small && f->s[i].bytes < SPLIT_BYTES ? small : big;
         f->s[i].fit = bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2];
         if (f->s[i].outlier)
             continue;
@@ -749,7 +796,7 @@ static int fit_kind(coll_fit *f, const char *kind)
         if (e > f->max)
             f->max = e;
     }
-    f->rms = sqrt(ss / used);
+    f->rms = used ? sqrt(ss / used) : 0;
     f->used = used;
     return 0;
 }
@@ -818,6 +865,13 @@ static cJSON *profile_json(cal_state *c)
         cJSON_AddNumberToObject(j, "t_launch", f->t_launch); /* >= 0: the fit's own value */
         cJSON_AddNumberToObject(j, "l_sync", f->l_sync);
         cJSON_AddNumberToObject(j, "bandwidth", positive(f->bw));
+        if (f->has_small) {
+            cJSON *sm = cJSON_AddObjectToObject(j, "small_messages");
+            cJSON_AddNumberToObject(sm, "below_bytes", SPLIT_BYTES);
+            cJSON_AddNumberToObject(sm, "t_launch", f->small_t_launch);
+            cJSON_AddNumberToObject(sm, "l_sync", f->small_l_sync);
+            cJSON_AddNumberToObject(sm, "bandwidth", positive(f->small_bw));
+        }
         cJSON_AddNumberToObject(j, "rms_rel_residual", f->rms);
         cJSON_AddNumberToObject(j, "max_rel_residual", f->max);
         cJSON_AddNumberToObject(j, "samples_used", f->used);

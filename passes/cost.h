@@ -54,6 +54,10 @@ typedef struct cost_coll_fit {
     double t_launch;    /* seconds per call */
     double l_sync;      /* seconds per step of the ring (one synchronisation) */
     double bw;          /* bytes/s at which a step moves its shard */
+    double small_below; /* buffers below this many bytes use the small_* fit; 0: none */
+    double small_t_launch; /* the in-cache fit: seconds per call */
+    double small_l_sync;   /* seconds per step */
+    double small_bw;       /* bytes/s */
 } cost_coll_fit;
 
 /* A hardware profile: one chip's figures, as read from hw/NAME.json. */
@@ -151,9 +155,10 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
  * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) for a group
  * of `p` devices, buffer_bytes counted as nccl-tests does (AllGather's
  * per-device result, the per-device operand of ReduceScatter, AllReduce and
- * AllToAll).  t_latency is the fixed part, t_bandwidth the per-byte part;
- * crossover is the buffer size at which they are equal.  A group of one
- * device costs 0.
+ * AllToAll).  A buffer below fit->small_below uses the small-message fit
+ * (it stays in the caches).  t_latency is the fixed part, t_bandwidth the
+ * per-byte part; crossover is the buffer size at which they are equal.  A
+ * group of one device costs 0.
  */
 cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes);
 

@@ -114,13 +114,17 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
     if (p <= 1)
         return finish(0, 0, 0);
     double steps = p - 1;
+    bool small = buffer_bytes < fit->small_below;
+    double t_launch = small ? fit->small_t_launch : fit->t_launch;
+    double l_sync = small ? fit->small_l_sync : fit->l_sync;
+    double bw = small ? fit->small_bw : fit->bw;
     cost_coll_time r = {0};
-    r.t_latency = fit->t_launch + steps * fit->l_sync;
-    r.t_bandwidth = steps * buffer_bytes / p / fit->bw;
+    r.t_latency = t_launch + steps * l_sync;
+    r.t_bandwidth = steps * buffer_bytes / p / bw;
     /* The measured model adds the terms (the steps are synchronous), where
      * the seed's ICI formula takes their max. */
     r.time = r.t_latency + r.t_bandwidth;
     r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
-    r.crossover = r.t_latency * p * fit->bw / steps;
+    r.crossover = r.t_latency * p * bw / steps;
     return r;
 }

@@ -149,9 +149,25 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
                     keys[k]);
             return -1;
         }
-        if (get_nonneg(c, "t_launch", where, origin, &hw->fit[k].t_launch, err, errsize) < 0 ||
-            get_nonneg(c, "l_sync", where, origin, &hw->fit[k].l_sync, err, errsize) < 0 ||
-            get_positive(c, "bandwidth", where, origin, &hw->fit[k].bw, err, errsize) < 0)
+        cost_coll_fit *fit = &hw->fit[k];
+        if (get_nonneg(c, "t_launch", where, origin, &fit->t_launch, err, errsize) < 0 ||
+            get_nonneg(c, "l_sync", where, origin, &fit->l_sync, err, errsize) < 0 ||
+            get_positive(c, "bandwidth", where, origin, &fit->bw, err, errsize) < 0)
+            return -1;
+        /* Optional second fit for buffers that stay in the caches. */
+        const cJSON *sm = cJSON_GetObjectItemCaseSensitive(c, "small_messages");
+        if (!sm)
+            continue;
+        char swhere[128];
+        snprintf(swhere, sizeof swhere, "%ssmall_messages.", where);
+        if (!cJSON_IsObject(sm)) {
+            set_err(err, errsize, "%s: \"%s\" must be an object", origin, swhere);
+            return -1;
+        }
+        if (get_positive(sm, "below_bytes", swhere, origin, &fit->small_below, err, errsize) < 0 ||
+            get_nonneg(sm, "t_launch", swhere, origin, &fit->small_t_launch, err, errsize) < 0 ||
+            get_nonneg(sm, "l_sync", swhere, origin, &fit->small_l_sync, err, errsize) < 0 ||
+            get_positive(sm, "bandwidth", swhere, origin, &fit->small_bw, err, errsize) < 0)
             return -1;
     }
     if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,

@@ -21,7 +21,9 @@ static const char *BASE =
     " \"ici_latency\": 1e-5, \"dcn_bandwidth\": 2e9,\n"
     " \"wraparound\": {\"rule\": \"always\"},\n"
     " \"calibration\": {\"collectives\": {\n"
-    "   \"allgather\": {\"t_launch\": 4e-6, \"l_sync\": 1e-5, \"bandwidth\": 2e9},\n"
+    "   \"allgather\": {\"t_launch\": 4e-6, \"l_sync\": 1e-5, \"bandwidth\": 2e9,\n"
+    "     \"small_messages\": {\"below_bytes\": 1048576, \"t_launch\": 1e-6, \"l_sync\": 5e-6,\n"
+    "                        \"bandwidth\": 8e9}},\n"
     "   \"reducescatter\": {\"t_launch\": 0, \"l_sync\": 2e-5, \"bandwidth\": 1.5e9},\n"
     "   \"allreduce\": {\"t_launch\": 1e-6, \"l_sync\": 3e-5, \"bandwidth\": 1e9},\n"
     "   \"alltoall\": {\"t_launch\": 2e-6, \"l_sync\": 0, \"bandwidth\": 1.25e9}},\n"
@@ -46,6 +48,9 @@ static void test_parses(void)
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     CU_ASSERT_TRUE(hw.measured);
     CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLGATHER].t_launch, 4e-6, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLGATHER].small_below, 1048576, 0);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLGATHER].small_bw, 8e9, 1);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_REDUCESCATTER].small_below, 0, 0);
     CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_REDUCESCATTER].l_sync, 2e-5, 1e-15);
     CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLREDUCE].bw, 1e9, 1);
     CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLTOALL].bw, 1.25e9, 1);
@@ -86,13 +91,15 @@ static void test_bad_sections(void)
                          sizeof buf), "calibration.elementwise_bandwidth");
     expect_error(variant("\"gelu\": 5e-9", "\"gelu\": -5e-9", buf, sizeof buf),
                  "function_seconds_per_element.gelu");
+    expect_error(variant("\"bandwidth\": 8e9", "\"bandwidth\": 0", buf, sizeof buf),
+                 "calibration.collectives.allgather.small_messages.bandwidth");
     expect_error(variant("\"calibration\": {", "\"calibration\": [{", buf, sizeof buf),
                  "invalid JSON");
 }
 
 static void test_model(void)
 {
-    cost_coll_fit f = {4e-6, 1e-5, 2e9};
+    cost_coll_fit f = {4e-6, 1e-5, 2e9, 0, 0, 0, 0};
     /* P = 4, 8 MB buffer: 4us + 3 * (10us + 2 MB / 2 GB/s) = 3.034 ms */
     cost_coll_time t = cost_measured_coll_time(&f, 4, 8e6);
     CU_ASSERT_DOUBLE_EQUAL(t.time, 4e-6 + 3 * (1e-5 + 2e6 / 2e9), 1e-12);
@@ -105,6 +112,12 @@ static void test_model(void)
     /* Small messages are latency-bound; one device costs nothing. */
     CU_ASSERT_EQUAL(cost_measured_coll_time(&f, 2, 1024).bound, IR_BOUND_LATENCY);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 1, 8e6).time, 0, 0);
+    /* Below its size the small-message fit applies. */
+    cost_coll_fit g = {4e-6, 1e-5, 2e9, 1 << 20, 1e-6, 5e-6, 8e9};
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e5).time,
+                           1e-6 + 3 * (5e-6 + 2e5 / 8e9), 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e6).time,
+                           4e-6 + 3 * (1e-5 + 2e6 / 2e9), 1e-12);
     /* Linear in P - 1 at a fixed shard size (what the regression assumes). */
     double t2 = cost_measured_coll_time(&f, 2, 2 * 1e6).time;
     double t3 = cost_measured_coll_time(&f, 3, 3 * 1e6).time;

@@ -22,7 +22,11 @@ KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
 
 
 def model(fit, p, buffer_bytes):
-    """MeshSlice's T_launch + (P-1) (L_sync + shard/BW), shard = buffer / P (seed 004)."""
+    """MeshSlice's T_launch + (P-1) (L_sync + shard/BW), shard = buffer / P (seed 004),
+    with the small-message fit below its size when the profile has one."""
+    sm = fit.get("small_messages")
+    if sm and buffer_bytes < sm["below_bytes"]:
+        fit = sm
     return fit["t_launch"] + (p - 1) * (fit["l_sync"] + buffer_bytes / p / fit["bandwidth"])
 
 
@@ -52,6 +56,10 @@ def check_profile(path, ranks, runtime):
         groups = sorted({s["group"] for s in samples})
         check(groups == sorted({2, ranks}), "%s: groups %s" % (kind, groups))
         check(len(samples) >= 4, "%s: at least 4 samples" % kind)
+        if ranks == 4:
+            sm = fit.get("small_messages")
+            check(sm is not None and sm["below_bytes"] == 1 << 20 and sm["bandwidth"] > 0 and
+                  sm["t_launch"] >= 0 and sm["l_sync"] >= 0, "%s: small-message fit" % kind)
         used, sq, worst = 0, 0.0, 0.0
         for s in samples:
             check(s["measured_s"] > 0 and s["buffer_bytes"] >= 8000, "%s: sample positive" % kind)
@@ -82,7 +90,9 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         prof = os.path.join(tmp, "host.json")
-        r = run([a.einc, "calibrate", "--quick", "--ranks", "4", "-o", prof])
+        # --max-bytes 8 MiB: enough sizes over 1 MiB for the two-regime fit.
+        r = run([a.einc, "calibrate", "--quick", "--ranks", "4", "--max-bytes", "8388608",
+                 "-o", prof])
         check("wrote " + prof in r.stderr, "calibrate reports the file it wrote")
         check(not [f for f in os.listdir(tmp) if ".tmp" in f], "no temporary file left")
         d = check_profile(prof, 4, "threads")
