@@ -202,6 +202,8 @@ class Program:
         self.outputs = []       # (name, sharding or None)
         self.labels_of = {}     # tensor name -> labels
         self.overrides = []     # dims and mesh axes whose size comes from `einc -D`
+        self.multiple = {}      # dim -> extra factor its size must be a multiple of
+        self.flags = []         # extra einc options
 
     def new_dims(self, n):
         out = []
@@ -265,6 +267,8 @@ class Program:
             add(sh)
         for _, sh in self.outputs:
             add(sh)
+        for d, m in self.multiple.items():
+            need[d] = need[d] * m // math.gcd(need[d], m)
         # Tied dims (relabels) share one size: merge their needs.
         for group in self.ties:
             l = 1
@@ -359,6 +363,7 @@ class Program:
             "sizes": dict(self.sizes),
             "outputs": [name for name, _ in self.outputs],
             "defines": ["%s=%d" % (n, all_sizes[n]) for n in self.overrides],
+            "flags": list(self.flags),
         }
 
 
@@ -653,6 +658,43 @@ def t_random(p, rng):
                      if p.labels_of[name] else None)
 
 
+def t_meshslice(p, rng):
+    """2D GEMMs C[M,N] = A[M,K] B[K,N] on a 2D mesh with every matrix
+    2D-sharded (seed 004 3.2.1), in layouts that make each of A, B, C the
+    stationary one or none, sometimes stored transposed, then an elementwise
+    consumer.  The meshslice pass lowers such GEMMs to loops of partial
+    collectives (docs/meshslice.md); half the cases force the slice count K
+    with --meshslice=K (sizes are multiples of 16 K), the rest use auto."""
+    m, k, n = p.new_dims(3)
+    ax = [a for a, _ in p.mesh]
+    x, y = (ax[0], ax[1]) if rng.random() < 0.5 else (ax[1], ax[0])
+
+    def two_d(r, c):
+        # rows over one axis, columns over the other, in either assignment
+        return {r: x, c: y} if rng.random() < 0.7 else {r: y, c: x}
+    a_l = [m, k] if rng.random() < 0.8 else [k, m]
+    b_l = [k, n] if rng.random() < 0.8 else [n, k]
+    p.input("A", a_l, two_d(m, k) if a_l[0] == m else two_d(k, m))
+    p.input("B", b_l, two_d(k, n) if b_l[0] == k else two_d(n, k))
+    c_sh = two_d(m, n)
+    p.stmt("C", [m, n], [(1, [Ref("A", a_l), Ref("B", b_l)])], sharding=c_sh)
+    # Comparable M, K, N of a few dozen or more, so that propagate's plan is
+    # the 2D one (tiny M or N would make moving the other operand cheaper).
+    kk = 1
+    if rng.random() < 0.5:
+        kk = rng.choice([1, 2, 4])
+        p.flags.append("--meshslice=%d" % kk)
+    for d in (m, k, n):
+        p.multiple[d] = 16 * kk
+    if rng.random() < 0.5:
+        p.input("Bias", [n])
+        p.stmt("D", [m, n], [(1, [Call("gelu", [(1, [Ref("C", [m, n])]),
+                                                 (1, [Ref("Bias", [n])])])])])
+        p.output("D", p.maybe_constraint([m, n], 0.5))
+    else:
+        p.output("C", p.maybe_constraint([m, n], 0.5))
+
+
 CATEGORIES = [
     # (category, template, count, mesh ranks to draw from)
     ("unary", t_unary, 35, [1, 2, 3]),
@@ -664,6 +706,7 @@ CATEGORIES = [
     ("unreduced", t_unreduced, 20, [1, 2, 3]),
     ("mixed", t_mixed, 40, [1, 2, 3]),
     ("random", t_random, 60, [1, 2, 3]),
+    ("meshslice", t_meshslice, 30, ["2d"]),
 ]
 
 
@@ -674,7 +717,9 @@ def generate(seed=20251122):
         for n in range(count):
             # One generator per case, so editing one category leaves the others' cases unchanged.
             rng = random.Random("%d/%s/%d" % (seed, cat, n))
-            mesh = rng.choice(MESHES[rng.choice(ranks)])
+            rank = rng.choice(ranks)
+            # "2d": a 2D mesh with two axes of size > 1 (MeshSlice needs a grid).
+            mesh = rng.choice(MESHES[2][:3] if rank == "2d" else MESHES[rank])
             r = rng.random()
             dtype = "f64" if r < 0.25 else "bf16" if r < 0.35 else "f32"
             p = Program(rng, "%s_%03d" % (cat, n), cat, mesh, dtype)

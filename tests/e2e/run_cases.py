@@ -133,6 +133,7 @@ def run_case(case, args, work):
         cmd.append("--runtime=mpi")
     for d in case["defines"]:
         cmd += ["-D", d]
+    cmd += case["flags"]
     rc, out = run(cmd, work)
     if rc != 0:
         return "einc failed (exit %d): %s\n%s" % (rc, " ".join(cmd), out)
@@ -221,7 +222,8 @@ def main():
             print("FAIL %s (%s, %s, mesh %s%s)" % (
                 case["name"], case["category"], case["dtype"],
                 " ".join("%s=%d" % m for m in case["mesh"]),
-                "".join(", einc -D " + d for d in case["defines"])))
+                "".join(", einc -D " + d for d in case["defines"]) +
+                "".join(", einc " + f for f in case["flags"])))
             for line in case["source"].splitlines():
                 print("    " + line)
             print("  NumPy reference:")
