@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--hw", help="calibrated profile (default /tmp/einc-host-RUNTIME.json)")
     ap.add_argument("--calibrate", action="store_true", help="run einc calibrate first")
     ap.add_argument("--calibrate-args", default="", help="extra arguments for einc calibrate")
-    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--min-ms", type=float, default=1.0)
     ap.add_argument("--target", type=float, help="mean |error| allowed, percent")
     ap.add_argument("--mpirun", default="mpirun --allow-run-as-root --oversubscribe")
@@ -81,7 +81,7 @@ def main():
     target = a.target if a.target is not None else (10.0 if a.runtime == "threads" else 15.0)
     if a.calibrate:
         cmd = [a.einc, "calibrate", "--runtime=" + a.runtime, "-o", hw] + shlex.split(a.calibrate_args)
-        print("$ " + " ".join(cmd), flush=True)
+        print("$ " + " ".join(cmd) + "   (load average %.2f)" % os.getloadavg()[0], flush=True)
         r = run(cmd)
         sys.stdout.write(r.stderr)
     if not os.path.exists(hw):
@@ -110,6 +110,9 @@ def main():
                     if meas * 1e3 > a.min_ms:
                         big.append((ex, name, meas, pred, err))
     print()
+    load = os.getloadavg()
+    print("load average at the end: %.2f %.2f %.2f on %d cores (other processes' load "
+          "slows the runs, not the profile)" % (load[0], load[1], load[2], os.cpu_count()))
     if not big:
         print("no op over %.3g ms" % a.min_ms)
         return 2

@@ -156,6 +156,15 @@ static void roofline(const cost_hw *hw, ir_dtype t, ir_cost *c)
  * the bytes plus, per element, the measured cost of each function call in
  * the expression (arithmetic hides under the memory traffic).  The two add:
  * on this machine's cores the vector math does not overlap the loads. */
+/* Devices of m's mesh. */
+static double mesh_devices(const ir_module *m)
+{
+    double n = 1;
+    for (int i = 0; i < m->mesh.naxes; i++)
+        n *= (double)m->mesh.axes[i].size;
+    return n;
+}
+
 static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
 {
     double per_elem = 0;
@@ -164,8 +173,9 @@ static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir
             op->u.ew.nodes[i].fn < IR_FN_COUNT)
             per_elem += hw->fn_time[op->u.ew.nodes[i].fn];
     double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
-    c->t_memory = c->hbm_bytes / hw->elementwise_bw;
-    c->t_compute = elems * per_elem;
+    double k = cost_measured_contention(hw, mesh_devices(m));
+    c->t_memory = k * c->hbm_bytes / cost_measured_ew_bw(hw, c->hbm_bytes);
+    c->t_compute = k * elems * per_elem;
     c->time = c->t_memory + c->t_compute;
     c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
 }
@@ -204,6 +214,11 @@ static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_o
     *v = local_bytes(m, k == COST_FIT_ALLGATHER ? op->result
                                                 : op->noperands > 0 ? op->operands[0] : NULL);
     *out = cost_measured_coll_time(&hw->fit[k], p, *v);
+    /* The copies and waits are CPU work: they share the cores like compute. */
+    double f = cost_measured_contention(hw, mesh_devices(m));
+    out->t_latency *= f;
+    out->t_bandwidth *= f;
+    out->time *= f;
     return true;
 }
 
@@ -282,6 +297,12 @@ void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
         c.flops = einsum_flops(m, op);
         c.hbm_bytes = in + out;
         roofline(hw, t, &c);
+        if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
+            double k = cost_measured_contention(hw, mesh_devices(m));
+            c.t_compute *= k;
+            c.t_memory *= k;
+            c.time *= k;
+        }
         break;
     case IR_OP_ELEMENTWISE:
         c.flops = elementwise_flops(m, op);

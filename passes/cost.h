@@ -60,6 +60,9 @@ typedef struct cost_coll_fit {
     double small_bw;       /* bytes/s */
 } cost_coll_fit;
 
+/* Most points of a calibrated elementwise-bandwidth curve. */
+#define COST_EW_POINTS 8
+
 /* A hardware profile: one chip's figures, as read from hw/NAME.json. */
 typedef struct cost_hw {
     char name[COST_HW_NAME_MAX];    /* "name" field, e.g. "tpu-v5e" */
@@ -82,6 +85,11 @@ typedef struct cost_hw {
     double elementwise_bw;                /* measured elementwise bytes/s per device, when measured */
     double fn_time[IR_FN_COUNT];          /* measured seconds per element of each unary function
                                              beyond the memory time, when measured (else 0) */
+    int ew_npoints;                       /* points of the elementwise curve (0: none) */
+    double ew_bytes[COST_EW_POINTS];      /* bytes moved per device, ascending */
+    double ew_bw[COST_EW_POINTS];         /* bytes/s measured at that size */
+    double cal_devices;                   /* devices busy during calibration (0: unknown) */
+    double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
 } cost_hw;
 
 /* ---- profiles (cost_hw.c) ---- */
@@ -161,6 +169,21 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
  * group of one device costs 0.
  */
 cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes);
+
+/* Elementwise bytes/s of a calibrated profile for an op that moves `bytes`
+ * per device: the measured curve interpolated linearly in log(bytes) and
+ * clamped at its ends; hw->elementwise_bw without a curve. */
+double cost_measured_ew_bw(const cost_hw *hw, double bytes);
+
+/*
+ * How much longer an op takes per device on a mesh of `devices` than during
+ * the calibration of `hw` (cal_devices busy on cal_cores cores): devices
+ * beyond the cores share them, so a device's share of a core is
+ * cores / max(devices, cores); the time scales inversely with that share.
+ * 1 for a profile without those figures or a mesh of one device (which
+ * runs BLAS on every core; not modelled).
+ */
+double cost_measured_contention(const cost_hw *hw, double devices);
 
 /* ---- the pass (cost.c) ---- */
 

@@ -128,3 +128,29 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
     r.crossover = r.t_latency * p * bw / steps;
     return r;
 }
+
+double cost_measured_ew_bw(const cost_hw *hw, double bytes)
+{
+    int n = hw->ew_npoints;
+    if (n <= 0)
+        return hw->elementwise_bw;
+    if (n == 1 || bytes <= hw->ew_bytes[0])
+        return hw->ew_bw[0];
+    if (bytes >= hw->ew_bytes[n - 1])
+        return hw->ew_bw[n - 1];
+    int i = 1;
+    while (i < n - 1 && hw->ew_bytes[i] < bytes)
+        i++;
+    double x0 = log(hw->ew_bytes[i - 1]), x1 = log(hw->ew_bytes[i]);
+    double w = (log(bytes) - x0) / (x1 - x0);
+    return hw->ew_bw[i - 1] + w * (hw->ew_bw[i] - hw->ew_bw[i - 1]);
+}
+
+double cost_measured_contention(const cost_hw *hw, double devices)
+{
+    if (hw->cal_devices <= 1 || hw->cal_cores <= 0 || devices <= 1)
+        return 1;
+    double share_cal = hw->cal_cores / fmax(hw->cal_devices, hw->cal_cores);
+    double share = hw->cal_cores / fmax(devices, hw->cal_cores);
+    return share_cal / share;
+}

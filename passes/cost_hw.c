@@ -173,6 +173,36 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
     if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,
                      err, errsize) < 0)
         return -1;
+    /* Optional: the bandwidth by size, and the machine the fits are for. */
+    const cJSON *curve = cJSON_GetObjectItemCaseSensitive(cal, "elementwise_curve");
+    if (curve) {
+        int n = cJSON_IsArray(curve) ? cJSON_GetArraySize(curve) : -1;
+        if (n < 1 || n > COST_EW_POINTS) {
+            set_err(err, errsize, "%s: \"calibration.elementwise_curve\" must be an array of 1 "
+                    "to %d points", origin, COST_EW_POINTS);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            const cJSON *pt = cJSON_GetArrayItem(curve, i);
+            if (get_positive(pt, "bytes", "calibration.elementwise_curve[].", origin,
+                             &hw->ew_bytes[i], err, errsize) < 0 ||
+                get_positive(pt, "bandwidth", "calibration.elementwise_curve[].", origin,
+                             &hw->ew_bw[i], err, errsize) < 0)
+                return -1;
+            if (i > 0 && hw->ew_bytes[i] <= hw->ew_bytes[i - 1]) {
+                set_err(err, errsize, "%s: \"calibration.elementwise_curve\" must be in "
+                        "ascending \"bytes\"", origin);
+                return -1;
+            }
+        }
+        hw->ew_npoints = n;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(cal, "devices") &&
+        get_positive(cal, "devices", "calibration.", origin, &hw->cal_devices, err, errsize) < 0)
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(cal, "cores") &&
+        get_positive(cal, "cores", "calibration.", origin, &hw->cal_cores, err, errsize) < 0)
+        return -1;
     /* Optional: functions not measured cost only their memory traffic. */
     const cJSON *fns = cJSON_GetObjectItemCaseSensitive(cal, "function_seconds_per_element");
     if (fns && !cJSON_IsObject(fns)) {

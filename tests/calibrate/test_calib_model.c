@@ -27,7 +27,8 @@ static const char *BASE =
     "   \"reducescatter\": {\"t_launch\": 0, \"l_sync\": 2e-5, \"bandwidth\": 1.5e9},\n"
     "   \"allreduce\": {\"t_launch\": 1e-6, \"l_sync\": 3e-5, \"bandwidth\": 1e9},\n"
     "   \"alltoall\": {\"t_launch\": 2e-6, \"l_sync\": 0, \"bandwidth\": 1.25e9}},\n"
-    "  \"elementwise_bandwidth\": 4e9,\n"
+    "  \"elementwise_bandwidth\": 4e9, \"devices\": 4, \"cores\": 2,\n"
+    "  \"elementwise_curve\": [{\"bytes\": 1e6, \"bandwidth\": 2e10}, {\"bytes\": 1e8, \"bandwidth\": 4e9}],\n"
     "  \"function_seconds_per_element\": {\"exp\": 2e-9, \"gelu\": 5e-9}}}\n";
 
 static const char *variant(const char *from, const char *to, char *buf, size_t size)
@@ -66,6 +67,25 @@ static void test_parses(void)
     CU_ASSERT_FALSE(hw.measured);
 }
 
+/* The elementwise curve and the core-sharing factor. */
+static void test_curve_and_contention(void)
+{
+    cost_hw hw;
+    CU_ASSERT_EQUAL_FATAL(cost_hw_parse(BASE, "t.json", &hw, NULL, 0), 0);
+    CU_ASSERT_EQUAL(hw.ew_npoints, 2);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e5), 2e10, 1);  /* clamped below */
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e9), 4e9, 1);   /* clamped above */
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e7), 1.2e10, 1); /* halfway in log(bytes) */
+    /* 4 devices on 2 cores were measured: a mesh of 2 gets a whole core
+     * each (half the time), a mesh of 8 a quarter (twice the time). */
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 4), 1, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 2), 0.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 8), 2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 1), 1, 1e-12);
+    hw.cal_cores = 0; /* unknown machine: no scaling */
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 2), 1, 1e-12);
+}
+
 static void expect_error(const char *json, const char *needle)
 {
     cost_hw hw;
@@ -93,6 +113,10 @@ static void test_bad_sections(void)
                  "function_seconds_per_element.gelu");
     expect_error(variant("\"bandwidth\": 8e9", "\"bandwidth\": 0", buf, sizeof buf),
                  "calibration.collectives.allgather.small_messages.bandwidth");
+    expect_error(variant("\"bytes\": 1e8", "\"bytes\": 1e5", buf, sizeof buf), "ascending");
+    expect_error(variant("\"bandwidth\": 2e10", "\"bandwidth\": -2", buf, sizeof buf),
+                 "calibration.elementwise_curve[].bandwidth");
+    expect_error(variant("\"cores\": 2", "\"cores\": 0", buf, sizeof buf), "calibration.cores");
     expect_error(variant("\"calibration\": {", "\"calibration\": [{", buf, sizeof buf),
                  "invalid JSON");
 }
@@ -131,6 +155,7 @@ void einc_register_tests(void)
         {"a calibration section parses", test_parses},
         {"bad calibration sections name the field", test_bad_sections},
         {"the measured collective model", test_model},
+        {"elementwise curve and core sharing", test_curve_and_contention},
     };
     einc_add_suite("calibrated profiles", tests, (int)(sizeof tests / sizeof tests[0]));
 }
