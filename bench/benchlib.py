@@ -88,7 +88,8 @@ def einc(build):
 def compile_c(build, name, sources, mpi=False, libs=(), runtime=False):
     """Builds BUILD/bench-bin/NAME from bench/SOURCES (rebuilt when older
     than a source or the runtime library); returns the path."""
-    out = bin_dir(build) / name
+    if not Path(build).is_dir():
+        raise BenchError(f"build tree {build} does not exist (--build)")
     srcs = [BENCH / s for s in sources]
     deps = list(srcs) + [BENCH / "bench_util.h"]
     args = []
@@ -96,6 +97,7 @@ def compile_c(build, name, sources, mpi=False, libs=(), runtime=False):
         lib = einrt_lib(build)
         deps += [lib, ROOT / "runtime" / "rt_internal.h"]
         args += ["-I", str(ROOT / "runtime"), str(lib)]
+    out = bin_dir(build) / name
     cc = "mpicc" if mpi else os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
         raise BenchError(f"compiler '{cc}' not found")
