@@ -16,7 +16,8 @@ executable on random .npy inputs, and compares each output with
 numpy.einsum in float64 (max error relative to the largest |value| under
 1e-4 for f32).  With --mpirun, the same programs also run on the MPI
 runtime.  Sizes are small (each split dim's per-device size is a multiple
-of 24, so every K of the list is valid) to keep the test fast.
+of 24, so every K of the list is valid) to keep the test fast.  On threads,
+the 2x4 mesh with K = 4 also runs in f64 (to 1e-10) and bf16 (to 3e-2).
 
 Usage: test_meshslice_exec.py EINC [--mpirun PATH] [--only-mpi]
 """
@@ -36,10 +37,12 @@ MESHES = {
     "2x2x2": ([("X", 2), ("Y", 2), ("Z", 2)], "Z"),
 }
 KS = [1, 2, 3, 4, 8]
+# Other dtypes on one mesh and K (threads): tolerance relative to max |C|.
+DTYPES = {"f64": 1e-10, "bf16": 3e-2}
 EXPECT = {"C1": "OS", "C2": "LS", "C3": "RS"}
 
 
-def program(mesh, dp):
+def program(mesh, dp, dtype="f32"):
     axes, _ = MESHES[mesh]
     size = dict(axes)
     # Every split dim's per-device size is a multiple of 24 (K = 1, 2, 3, 4, 8).
@@ -58,7 +61,7 @@ def program(mesh, dp):
          "param B3[D_X, N_Y] : f32",
          "C3[M, N] = A3[M, D] * B3[D, N]",
          "output C3[M_%sX, N_Y]" % dp]
-    return "\n".join(p) + "\n", size
+    return "\n".join(p).replace(": f32", ": " + dtype) + "\n", size
 
 
 def run(cmd, cwd, timeout=300):
@@ -91,6 +94,48 @@ def check_ir(einc, src, k, errors, tag):
         want = ["AllGather", "AllGather"] if df == "OS" else ["AllGather", "ReduceScatter"]
         if kinds != want:
             errors.append("%s: %s has partial collectives %s, expected %s" % (tag, t, kinds, want))
+
+
+def run_dtypes(einc, work, rng, errors):
+    """f64 and bf16 (stored as <f4 .npy) on the 2x4 mesh with K = 4."""
+    npass = 0
+    for dtype, tol in DTYPES.items():
+        text, size = program("2x4", "", dtype)
+        src = os.path.join(work, "ms_%s.ein" % dtype)
+        with open(src, "w") as f:
+            f.write(text)
+        exe = os.path.join(work, "ms_%s" % dtype)
+        rc, out = run([einc, "--meshslice=4", "-o", exe, src], work)
+        if rc != 0:
+            errors.append("%s: einc failed: %s" % (dtype, out))
+            continue
+        M, D = 24 * 4, 24 * 4
+        np_t = np.float64 if dtype == "f64" else np.float32
+        ins = {}
+        cmd = [exe]
+        for i in (1, 2, 3):
+            for name, shape in (("A%d" % i, (M, D)), ("B%d" % i, (D, D))):
+                a = rng.uniform(-1, 1, shape).astype(np_t)
+                if dtype == "bf16":  # exactly representable in bf16
+                    a = (a.view(np.uint32) & 0xFFFF0000).view(np.float32)
+                ins[name] = a
+                np.save(os.path.join(work, "%s_%s.npy" % (dtype, name)), a)
+                cmd += ["--input", "%s=%s_%s.npy" % (name, dtype, name)]
+        for t in EXPECT:
+            cmd += ["--output", "%s=%s_%s.npy" % (t, dtype, t)]
+        rc, out = run(cmd, work)
+        if rc != 0:
+            errors.append("%s: run failed (exit %s): %s" % (dtype, rc, out))
+            continue
+        for t, i in (("C1", 1), ("C2", 2), ("C3", 3)):
+            got = np.load(os.path.join(work, "%s_%s.npy" % (dtype, t))).astype(np.float64)
+            want = np.einsum("md,dn->mn", ins["A%d" % i].astype(np.float64), ins["B%d" % i].astype(np.float64))
+            err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+            if not err < tol:
+                errors.append("%s: %s (%s) differs from numpy.einsum: rel err %.3g" % (dtype, t, EXPECT[t], err))
+            else:
+                npass += 1
+    return npass
 
 
 def main():
@@ -154,6 +199,8 @@ def main():
                                           % (tag, rt, t, EXPECT[t], err))
                         else:
                             npass += 1
+        if not args.only_mpi:
+            npass += run_dtypes(args.einc, work, rng, errors)
     for e in errors:
         print("FAIL", e)
     print("%d outputs match numpy.einsum, %d failures" % (npass, len(errors)))
