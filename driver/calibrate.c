@@ -112,6 +112,7 @@ typedef struct cal_state {
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
     double gemm_flop[3];    /* FLOPs summed over the shapes timed, per dtype */
+    double gemm_at[3][NGEMM]; /* FLOP/s per dtype and index of GEMM_SHAPES, 0 if not timed */
     double gemm_time[3];    /* their seconds summed, per dtype */
     int ngemm[3];           /* shapes measured per dtype */
     double ew[NEW];         /* elementwise bytes/s per size */
@@ -573,7 +574,7 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
                 return;
             const int64_t *s = GEMM_SHAPES[g];
             double flop = 2.0 * (double)s[0] * (double)s[1] * (double)s[2];
-            c->gemm[d][c->ngemm[d]++] = flop / t;
+            c->gemm[d][c->ngemm[d]++] = c->gemm_at[d][g] = flop / t;
             c->gemm_flop[d] += flop;
             c->gemm_time[d] += t;
             return;
@@ -902,6 +903,21 @@ static cJSON *profile_json(cal_state *c)
     cJSON *g = cJSON_AddObjectToObject(cal, "gemm_flops");
     for (int d = 0; d < 3; d++)
         cJSON_AddNumberToObject(g, DT_NAME[d], positive(flops[d]));
+    /* The rate by size (GEMM_SHAPES ascend in FLOPs): a GEMM whose operands
+     * stay in cache runs faster than the large ones behind gemm_flops. */
+    cJSON *gc = cJSON_AddObjectToObject(cal, "gemm_curve");
+    for (int d = 0; d < 3; d++) {
+        cJSON *arr = cJSON_AddArrayToObject(gc, DT_NAME[d]);
+        for (int k = 0; k < NGEMM; k++) {
+            if (c->gemm_at[d][k] <= 0)
+                continue;
+            const int64_t *sh = GEMM_SHAPES[k];
+            cJSON *pt = cJSON_CreateObject();
+            cJSON_AddNumberToObject(pt, "flops", 2.0 * (double)sh[0] * (double)sh[1] * (double)sh[2]);
+            cJSON_AddNumberToObject(pt, "flops_per_s", c->gemm_at[d][k]);
+            cJSON_AddItemToArray(arr, pt);
+        }
+    }
     cJSON_AddNumberToObject(cal, "elementwise_bandwidth", positive(ew));
     /* The bandwidth by bytes moved per device: small arrays stay in the
      * caches and go several times faster. */

@@ -298,6 +298,9 @@ void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
         c.hbm_bytes = in + out;
         roofline(hw, t, &c);
         if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
+            c.t_compute = c.flops / cost_measured_gemm_rate(hw, t, c.flops);
+            c.time = fmax(c.t_compute, c.t_memory);
+            c.bound = c.t_compute > c.t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
             double k = cost_measured_contention(hw, mesh_devices(m));
             c.t_compute *= k;
             c.t_memory *= k;

@@ -88,6 +88,9 @@ typedef struct cost_hw {
     int ew_npoints;                       /* points of the elementwise curve (0: none) */
     double ew_bytes[COST_EW_POINTS];      /* bytes moved per device, ascending */
     double ew_bw[COST_EW_POINTS];         /* bytes/s measured at that size */
+    int gemm_npoints[3];                  /* points of the GEMM curve per ir_dtype (0: none) */
+    double gemm_flop[3][COST_EW_POINTS];  /* FLOPs of a GEMM per device, ascending */
+    double gemm_rate[3][COST_EW_POINTS];  /* FLOP/s measured at that size */
     double cal_devices;                   /* devices busy during calibration (0: unknown) */
     double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
 } cost_hw;
@@ -174,6 +177,11 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
  * per device: the measured curve interpolated linearly in log(bytes) and
  * clamped at its ends; hw->elementwise_bw without a curve. */
 double cost_measured_ew_bw(const cost_hw *hw, double bytes);
+
+/* GEMM FLOP/s of a calibrated profile for an einsum of `flops` per device
+ * in dtype `t`: the measured curve, interpolated like cost_measured_ew_bw
+ * (small GEMMs run from cache, faster); peak_flops without a curve. */
+double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops);
 
 /*
  * How much longer an op takes per device on a mesh of `devices` than during

@@ -129,21 +129,35 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
     return r;
 }
 
+/* y at `at` on the curve (x[i], y[i]), i < n, x ascending: linear in
+ * log(x) between points, clamped at the ends. */
+static double interp_log(const double *x, const double *y, int n, double at)
+{
+    if (n == 1 || at <= x[0])
+        return y[0];
+    if (at >= x[n - 1])
+        return y[n - 1];
+    int i = 1;
+    while (i < n - 1 && x[i] < at)
+        i++;
+    double x0 = log(x[i - 1]), x1 = log(x[i]);
+    double w = (log(at) - x0) / (x1 - x0);
+    return y[i - 1] + w * (y[i] - y[i - 1]);
+}
+
 double cost_measured_ew_bw(const cost_hw *hw, double bytes)
 {
-    int n = hw->ew_npoints;
-    if (n <= 0)
+    if (hw->ew_npoints <= 0)
         return hw->elementwise_bw;
-    if (n == 1 || bytes <= hw->ew_bytes[0])
-        return hw->ew_bw[0];
-    if (bytes >= hw->ew_bytes[n - 1])
-        return hw->ew_bw[n - 1];
-    int i = 1;
-    while (i < n - 1 && hw->ew_bytes[i] < bytes)
-        i++;
-    double x0 = log(hw->ew_bytes[i - 1]), x1 = log(hw->ew_bytes[i]);
-    double w = (log(bytes) - x0) / (x1 - x0);
-    return hw->ew_bw[i - 1] + w * (hw->ew_bw[i] - hw->ew_bw[i - 1]);
+    return interp_log(hw->ew_bytes, hw->ew_bw, hw->ew_npoints, bytes);
+}
+
+double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops)
+{
+    int d = (int)t >= 0 && (int)t < 3 ? (int)t : IR_F32;
+    if (hw->gemm_npoints[d] <= 0)
+        return hw->peak_flops[d];
+    return interp_log(hw->gemm_flop[d], hw->gemm_rate[d], hw->gemm_npoints[d], flops);
 }
 
 double cost_measured_contention(const cost_hw *hw, double devices)

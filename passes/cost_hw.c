@@ -197,6 +197,37 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
         }
         hw->ew_npoints = n;
     }
+    const cJSON *gc = cJSON_GetObjectItemCaseSensitive(cal, "gemm_curve");
+    if (gc && !cJSON_IsObject(gc)) {
+        set_err(err, errsize, "%s: \"calibration.gemm_curve\" must be an object", origin);
+        return -1;
+    }
+    static const char *const dts[3] = {"f32", "f64", "bf16"}; /* ir_dtype order */
+    for (int d = 0; gc && d < 3; d++) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(gc, dts[d]);
+        if (!arr)
+            continue;
+        int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+        if (n < 1 || n > COST_EW_POINTS) {
+            set_err(err, errsize, "%s: \"calibration.gemm_curve.%s\" must be an array of 1 to %d "
+                    "points", origin, dts[d], COST_EW_POINTS);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            const cJSON *pt = cJSON_GetArrayItem(arr, i);
+            if (get_positive(pt, "flops", "calibration.gemm_curve[].", origin,
+                             &hw->gemm_flop[d][i], err, errsize) < 0 ||
+                get_positive(pt, "flops_per_s", "calibration.gemm_curve[].", origin,
+                             &hw->gemm_rate[d][i], err, errsize) < 0)
+                return -1;
+            if (i > 0 && hw->gemm_flop[d][i] <= hw->gemm_flop[d][i - 1]) {
+                set_err(err, errsize, "%s: \"calibration.gemm_curve.%s\" must be in ascending "
+                        "\"flops\"", origin, dts[d]);
+                return -1;
+            }
+        }
+        hw->gemm_npoints[d] = n;
+    }
     if (cJSON_GetObjectItemCaseSensitive(cal, "devices") &&
         get_positive(cal, "devices", "calibration.", origin, &hw->cal_devices, err, errsize) < 0)
         return -1;

@@ -29,6 +29,7 @@ static const char *BASE =
     "   \"alltoall\": {\"t_launch\": 2e-6, \"l_sync\": 0, \"bandwidth\": 1.25e9}},\n"
     "  \"elementwise_bandwidth\": 4e9, \"devices\": 4, \"cores\": 2,\n"
     "  \"elementwise_curve\": [{\"bytes\": 1e6, \"bandwidth\": 2e10}, {\"bytes\": 1e8, \"bandwidth\": 4e9}],\n"
+    "  \"gemm_curve\": {\"f32\": [{\"flops\": 1e7, \"flops_per_s\": 6e10}, {\"flops\": 1e9, \"flops_per_s\": 2e10}]},\n"
     "  \"function_seconds_per_element\": {\"exp\": 2e-9, \"gelu\": 5e-9}}}\n";
 
 static const char *variant(const char *from, const char *to, char *buf, size_t size)
@@ -76,6 +77,10 @@ static void test_curve_and_contention(void)
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e5), 2e10, 1);  /* clamped below */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e9), 4e9, 1);   /* clamped above */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e7), 1.2e10, 1); /* halfway in log(bytes) */
+    /* GEMM rate by size; a dtype without a curve uses peak_flops. */
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_gemm_rate(&hw, IR_F32, 1e8), 4e10, 1);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_gemm_rate(&hw, IR_F32, 1e12), 2e10, 1);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_gemm_rate(&hw, IR_F64, 1e8), 1.5e10, 1);
     /* 4 devices on 2 cores were measured: a mesh of 2 gets a whole core
      * each (half the time), a mesh of 8 a quarter (twice the time). */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 4), 1, 1e-12);
@@ -117,6 +122,9 @@ static void test_bad_sections(void)
     expect_error(variant("\"bandwidth\": 2e10", "\"bandwidth\": -2", buf, sizeof buf),
                  "calibration.elementwise_curve[].bandwidth");
     expect_error(variant("\"cores\": 2", "\"cores\": 0", buf, sizeof buf), "calibration.cores");
+    expect_error(variant("\"flops\": 1e9", "\"flops\": 1e6", buf, sizeof buf), "ascending");
+    expect_error(variant("\"flops_per_s\": 6e10", "\"rate\": 6e10", buf, sizeof buf),
+                 "calibration.gemm_curve[].flops_per_s");
     expect_error(variant("\"calibration\": {", "\"calibration\": [{", buf, sizeof buf),
                  "invalid JSON");
 }
