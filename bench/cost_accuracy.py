@@ -122,6 +122,12 @@ def main():
           "(%s runtime, profile %s; target %.0f%%)" % (
               a.min_ms, len(big), len(allrows), mean, med,
               100 * statistics.mean(e for *_, e in big), a.runtime, hw, target))
+    kinds = {}
+    for ex, name, meas, pred, err in big:
+        kind = name.split(" = ")[-1].split()[0].split("_")[0]
+        kinds.setdefault(kind, []).append(abs(err))
+    print("by kind: " + "; ".join("%s %d ops, mean |error| %.1f%%" % (
+        k, len(v), 100 * statistics.mean(v)) for k, v in sorted(kinds.items())))
     worst = sorted(big, key=lambda r: -abs(r[4]))[:5]
     print("worst: " + "; ".join("%s %s %+.0f%%" % (os.path.basename(ex), n, 100 * e)
                                 for ex, n, _, _, e in worst))
