@@ -187,6 +187,11 @@ static int parse_args(int argc, char **argv, cal_options *o)
     (strcmp(a, flag) == 0 ? (i + 1 < argc ? (val = argv[++i]) != NULL : false)      \
                           : strncmp(a, flag "=", sizeof flag) == 0 ? (val = a + sizeof flag) != NULL \
                                                                   : false)
+        static const char *const valued[] = {"--ranks", "--name", "--max-bytes", "--repeat",
+                                             "--mpirun"};
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            if (!strcmp(a, valued[k]) && i + 1 >= argc)
+                return bad("%s needs a value", a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);

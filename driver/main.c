@@ -53,7 +53,7 @@ static void usage(FILE *out)
 {
     fputs("usage: einc [options] FILE.ein\n"
           "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
-          "       einc calibrate [-o hw/host.json]              (see einc calibrate --help)\n"
+          "       einc calibrate -o PROFILE.json [options]      (see einc calibrate --help)\n"
           "\n"
           "Compiles a sharded tensor program (docs/language.md).\n"
           "\n"

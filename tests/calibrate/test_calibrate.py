@@ -131,7 +131,8 @@ def main():
         # Bad command lines.
         for args in (["calibrate"], ["calibrate", "-o", prof, "--ranks", "1"],
                      ["calibrate", "-o", prof, "--runtime=gpu"],
-                     ["calibrate", "-o", prof, "--max-bytes", "12"]):
+                     ["calibrate", "-o", prof, "--max-bytes", "12"],
+                     ["calibrate", "-o", prof, "--ranks"]):
             r = run([a.einc] + args, expect=2)
             check("einc calibrate: error:" in r.stderr, "clear error for %s" % args)
         r = run([a.einc, "calibrate", "-o", os.path.join(tmp, "no", "such", "dir.json"),
