@@ -26,9 +26,9 @@
  * computed too, and a remark in the --debug-pass log says when the
  * shardings chose differently.
  *
- * K: with --meshslice=auto, the K with the least estimated time
- * (pass_meshslice_cost, seed 004 3.2.2) among all valid K, found by
- * exhaustive search (ties keep the smaller K); with --meshslice=K that K,
+ * K: with --meshslice=auto, the least estimated time (pass_meshslice_cost,
+ * seed 004 3.2.2) over all valid K, found by exhaustive search, and the
+ * smallest K within 1% of it; with --meshslice=K that K,
  * or the largest valid K below it (with a note) when it does not divide;
  * with --meshslice=off the pass does nothing.  A K is valid when it divides
  * the gcd g of the per-device sizes of the split dim in every tensor that
@@ -43,6 +43,10 @@
 #include "meshslice.h"
 #include "meshslice_model.h"
 #include "pass.h"
+
+/* auto K: the smallest K whose estimate is within this fraction of the
+ * least (the model is not that precise; see choose_k). */
+#define K_TOLERANCE 0.01
 
 /* A recognised 2D GEMM, before rewriting. */
 typedef struct gemm2d {
@@ -241,16 +245,27 @@ static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const 
         }
         return (int)k;
     }
-    int best = 1;
+    /* Exhaustive: the least time over every valid K, then the smallest K
+     * within K_TOLERANCE of it (more, thinner slices cost what the model
+     * does not see: slicing copies, smaller GEMMs' efficiency). */
     double best_t = 0;
     ir_cost c;
     for (int64_t k = 1; k <= limit; k++) {
         if (g % k)
             continue;
         pass_meshslice_cost(m, hw, ms, (int)k, &c);
-        if (k == 1 || c.time < best_t) {
+        if (k == 1 || c.time < best_t)
+            best_t = c.time;
+    }
+    int best = 1;
+    for (int64_t k = 1; k <= limit; k++) {
+        if (g % k)
+            continue;
+        pass_meshslice_cost(m, hw, ms, (int)k, &c);
+        if (c.time <= best_t * (1 + K_TOLERANCE)) {
             best = (int)k;
             best_t = c.time;
+            break;
         }
     }
     pass_meshslice_cost(m, hw, ms, 1, &c);

@@ -22,6 +22,10 @@
  * is ms_collective_time (Eq. 5) on the sub-shard, with T_launch and L_sync
  * from ms_params_from_hw.  t_compute is K * g, t_comm the collectives'
  * sum, comm_bytes the bytes this device sends; time is T (seconds).
+ * On a calibrated profile (hw->measured) the stages use the measured
+ * figures instead, as the cost pass does for Einsum and collectives: the
+ * collective fits of `einc calibrate`, the GEMM rate at the partial
+ * einsum's FLOPs, both scaled by the profile's core contention.
  */
 void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op, int k, ir_cost *c);
 

@@ -15,6 +15,13 @@
 #include "meshslice.h"
 #include "meshslice_model.h"
 
+/* On a calibrated (CPU) profile, the split-dim length below which a
+ * slice's GEMM loses efficiency, in place of the TPU's 128-wide systolic
+ * array: on this machine 32-row slices ran as fast as 128-row ones and
+ * 4-row slices 2 to 2.3x slower (docs/meshslice.md, "Measured on this
+ * machine"), which a tile of 8 reproduces. */
+#define MEASURED_GEMM_TILE 8.0
+
 /* Per-device size of label `L` in the partial einsum: its size in an
  * operand after that operand's AllGather (the split label: the whole
  * gathered extent; the loop takes 1/K of it per iteration). */
@@ -63,20 +70,36 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
     if (op->noperands == 1)
         flops /= 2;
 
-    double pre = 0, post = 0, comm_sum = 0, sent = 0, in_bytes = 0;
-    for (int i = 0; i < op->noperands; i++)
-        in_bytes += (double)ir_local_bytes(m, &op->operands[i]->type);
-    double out_bytes = (double)ir_local_bytes(m, &op->result->type);
-    double hbm = in_bytes + out_bytes;
+    /* A calibrated profile's figures hold for its own device count. */
+    double contention = hw->measured ? cost_measured_contention(hw, (double)ir_mesh_devices(&m->mesh)) : 1;
+    double pre = 0, post = 0, comm_sum = 0, sent = 0;
+    /* Bytes one partial einsum reads and writes: the whole stationary
+     * matrix every iteration (OS: C, read and written; LS: A; RS: B), the
+     * moved matrices' gathered or partial buffers (added below). */
+    double g_bytes = 0;
+    bool moved[2] = {false, false};
+    for (int q = 0; q < op->u.ms.nmoves; q++)
+        if (op->u.ms.moves[q].operand >= 0 && op->u.ms.moves[q].operand < 2)
+            moved[op->u.ms.moves[q].operand] = true;
+    for (int i = 0; i < op->noperands && i < 2; i++)
+        if (!moved[i])
+            g_bytes += (double)ir_local_bytes(m, &op->operands[i]->type);
+    if (op->u.ms.dataflow == IR_MS_OS)
+        g_bytes += 2 * (double)ir_local_bytes(m, &op->result->type);
     for (int q = 0; q < op->u.ms.nmoves; q++) {
         const ir_ms_move *mv = &op->u.ms.moves[q];
         int64_t P = m->mesh.axes[mv->axis].size;
         const ir_value *v = mv->operand >= 0 ? op->operands[mv->operand] : op->result;
         double piece = (double)ir_local_bytes(m, &v->type) / K; /* one device's sub-shard */
         double tc = ms_collective_time(&p, P, piece);
+        if (hw->measured) /* the fit of `einc calibrate`, on the whole buffer of one call */
+            tc = contention * cost_measured_coll_time(&hw->fit[mv->kind == IR_OP_ALLGATHER
+                                                                      ? COST_FIT_ALLGATHER
+                                                                      : COST_FIT_REDUCESCATTER],
+                                                      (double)P, (double)P * piece).time;
         comm_sum += K * tc;
         sent += K * (double)(P - 1) * piece;
-        hbm += (double)P * piece * K; /* the gathered (or partial) buffers, written and read */
+        g_bytes += (double)P * piece; /* the gathered (or partial) buffer of one iteration */
         if (mv->kind == IR_OP_ALLGATHER)
             pre = fmax(pre, tc);
         else
@@ -88,11 +111,24 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
      * is what keeps K from growing until slices are a few rows thin. */
     int64_t split = gathered_label_size(m, op, op->u.ms.split_label);
     double sub = (double)split / K;
-    double tile = (double)(p.mxu_tile > 0 ? p.mxu_tile : 1);
+    double tile = hw->measured ? MEASURED_GEMM_TILE : (double)(p.mxu_tile > 0 ? p.mxu_tile : 1);
     double pad = sub > 0 ? ceil(sub / tile) * tile / sub : 1;
     double g_compute = flops / K / cost_peak_flops(hw, t) * pad;
-    double g_memory = hbm / K / hw->hbm_bw;
+    double hbm = K * g_bytes;
+    double g_memory = g_bytes / hw->hbm_bw;
     double g = fmax(g_compute, g_memory) + p.t_gemm_launch;
+    if (hw->measured) {
+        /* The measured GEMM rate at the whole contraction's FLOPs, as the
+         * cost pass uses for an Einsum on a calibrated profile.  Not the
+         * rate at a slice's FLOPs: the curve's small GEMMs are fast because
+         * their operands stay in cache, but a slice re-reads the whole
+         * stationary matrix (the memory term), and thin slices measured 2x
+         * slower here (docs/meshslice.md), not faster.  The tile padding
+         * stays, as the guard against such slices. */
+        g_compute = contention * flops / K / cost_measured_gemm_rate(hw, t, flops) * pad;
+        g_memory *= contention;
+        g = fmax(g_compute, g_memory);
+    }
     double steady = fmax(g, fmax(pre, post));
     c->flops = flops;
     c->hbm_bytes = hbm;

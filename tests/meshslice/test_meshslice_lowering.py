@@ -8,8 +8,8 @@
   without the pass), with the seed's four collectives.
 - --meshslice=K sets K; a K that does not divide the per-device split dim
   falls back to the largest one below it with a note.
-- auto: the chosen K's estimated time is the least over every forced K
-  (the exhaustive search), and K=1 (the Collective 2D GEMM) overlaps
+- auto: the chosen K is the smallest whose estimate is within 1% of the
+  least over every forced K (the exhaustive search), and K=1 (the Collective 2D GEMM) overlaps
   nothing: its time is at least its compute time plus one collective.
 - 1D programs (ffw_tp.ein, ffw_fsdp.ein) have no 2D GEMM and are unchanged.
 
@@ -75,20 +75,21 @@ def main():
     ks = [op["k"] for op in json.loads(out)["ops"] if op["op"] == "MeshSlice"] if rc == 0 else []
     check(ks == [2, 2] and "does not divide" in err, "--meshslice=3: K %s, stderr %r" % (ks, err))
 
-    # auto is the exhaustive minimum of the cost model over valid K.
+    # auto: the smallest K within 1% of the least estimate over every valid K
+    # (per-device D is 128 on both axes here, so the valid K are 1..128's divisors).
     for i, m in enumerate(ms):
-        best = m["cost"]["time"]
+        times = {}
         for k in (1, 2, 4, 8, 16, 32, 64, 128):
             _, forced = ms_ops(ffw, "--meshslice=%d" % k)
-            t = forced[i]["cost"]["time"]
-            check(best <= t * (1 + 1e-12), "op %d: auto K=%d (%.4g s) slower than K=%d (%.4g s)"
-                  % (i, m["k"], best, k, t))
-            if k == 1:
-                c = forced[i]["cost"]
-                check(c["time"] >= c["t_compute"] + c["t_comm"] / 2 * 0.999,
-                      "K=1 overlaps communication: %s" % c)
-            if k == m["k"]:
-                check(abs(t - best) <= 1e-12 * best, "auto and forced K=%d disagree" % k)
+            times[k] = forced[i]["cost"]
+        least = min(c["time"] for c in times.values())
+        want = min(k for k, c in times.items() if c["time"] <= least * 1.01)
+        check(m["k"] == want, "op %d: auto K=%d, expected the smallest K within 1%% of the least, %d (%s)"
+              % (i, m["k"], want, {k: c["time"] for k, c in times.items()}))
+        check(abs(m["cost"]["time"] - times[m["k"]]["time"]) <= 1e-12 * least,
+              "auto and forced K=%d disagree" % m["k"])
+        c = times[1]
+        check(c["time"] >= c["t_compute"] + c["t_comm"] / 2 * 0.999, "K=1 overlaps communication: %s" % c)
 
     # No 2D GEMM: the same listing with or without the pass.
     for f in ("ffw_tp.ein", "ffw_fsdp.ein", "ffw_dp.ein"):
