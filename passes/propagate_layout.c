@@ -395,7 +395,9 @@ static bool layout_better(cost c1, int64_t s1, cost c2, int64_t s2)
 
 static void enumerate(prop *p, int k, chooser *ch, int a)
 {
-    if (a == p->m->mesh.naxes) {
+    /* a >= IR_MAX_AXES cannot happen (naxes <= IR_MAX_AXES); the bound keeps
+     * choice[a] visibly in range. */
+    if (a >= p->m->mesh.naxes || a >= IR_MAX_AXES) {
         if (!layout_fill(p, k, ch->hints, ch->nhints, &ch->cur))
             return;
         ch->tried++;

@@ -278,6 +278,8 @@ static void each_sequence(search *s, int from, ir_axes set, int8_t *seq, int n, 
         if (make(s, &s->st[from].sh, seq, n, arg, &step))
             relax(s, from, &step);
     }
+    if (n >= IR_MAX_AXES) /* every axis is in seq already */
+        return;
     for (int a = 0; a < s->m->mesh.naxes; a++)
         if (set & (1u << a)) {
             seq[n] = (int8_t)a;

@@ -48,6 +48,8 @@ RT_NORETURN static void mpi_abort(void)
 static int seq_code(int32_t n, const int32_t *axes)
 {
     int code = 0;
+    if (n > RT_MAX_AXES)
+        n = RT_MAX_AXES; /* never: the program was checked; tells the compiler too */
     for (int32_t k = n - 1; k >= 0; k--)
         code = code * 5 + axes[k] + 1;
     return code;
@@ -80,7 +82,9 @@ static void make_comms(mworld *w, const int64_t *coord, int32_t n, int32_t *axes
         }
         w->comm[seq_code(n, axes)] = c;
     }
-    if (n == p->naxes)
+    /* n < RT_MAX_AXES is implied by naxes <= RT_MAX_AXES; stated so that
+     * the compiler sees axes[n] stays in bounds. */
+    if (n >= p->naxes || n >= RT_MAX_AXES)
         return;
     for (int32_t a = 0; a < p->naxes; a++) {
         int used = 0;

@@ -84,7 +84,7 @@ static bool one_program(uint64_t seed)
     int nvals = 0;
     char buf[128], name[16];
     for (int i = 0; i < 3; i++) {
-        int dims[3];
+        int dims[3] = {0};
         int rank = random_dims(&s, dims);
         snprintf(name, sizeof name, "In%d", i);
         decl(&s, m, name, dims, rank, true, buf, sizeof buf);
