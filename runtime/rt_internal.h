@@ -237,7 +237,10 @@ typedef struct rt_barrier {
     pthread_cond_t cv;           /* signalled when a generation completes */
     int64_t count;               /* threads that take part */
     int64_t waiting;             /* threads arrived in the current generation */
-    uint64_t generation;         /* incremented each time all have arrived */
+    int64_t sleepers;            /* waiters of this generation asleep on cv (counted in ws) */
+    _Atomic uint64_t generation; /* incremented each time all have arrived */
+    int spin;                    /* polls of the generation before sleeping */
+    int yield;                   /* 1: poll with sched_yield (devices outnumber cores); 0: pause */
     rt_waitstate *ws;            /* deadlock detection across barriers, or NULL */
 } rt_barrier;
 /* Initialises `b` for `count` threads; `ws` (may be NULL) is shared by all
