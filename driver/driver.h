@@ -6,6 +6,9 @@
 
 #include <stddef.h>
 
+/* The hardware profile einc uses without --hw (hw/host.json). */
+#define DRV_DEFAULT_HW "host"
+
 /* A .ein file is text written by people; refuse anything absurdly large. */
 #define DRV_MAX_SOURCE_BYTES (256u << 20)
 

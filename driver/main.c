@@ -73,9 +73,9 @@ static void usage(FILE *out)
           "  --dump-cost           print the cost table per op and the totals\n"
           "  --explain             print when each contraction is compute-bound and each\n"
           "                        collective latency- or bandwidth-bound\n"
-          "  --hw NAME|PATH.json   hardware profile for the cost pass (default tpu-v5e;\n"
-          "                        with -o, host: the executable's --profile compares\n"
-          "                        measured times with this profile's predictions)\n"
+          "  --hw NAME|PATH.json   hardware profile for the cost pass and MeshSlice's K\n"
+          "                        (default host: this machine, written by einc calibrate;\n"
+          "                        also tpu-v4, tpu-v5e, tpu-v5p, h100)\n"
           "Passes:\n"
           "  --passes=A,B,...      run this pipeline (default " PASS_DEFAULT_PIPELINE ")\n"
           "  --list-passes         list the registered passes\n"
@@ -298,9 +298,10 @@ int main(int argc, char **argv)
 
     cost_hw hwbuf, *hw = &hwbuf;
     char err[512];
-    /* An executable's --profile compares its run with the cost pass's
-     * prediction, so building one defaults to this machine's profile. */
-    const char *hw_name = o.hw ? o.hw : o.output ? "host" : COST_DEFAULT_HW;
+    /* One default for dumps and executables, so that --dump-ir shows the
+     * program -o builds (MeshSlice's K depends on the profile): this
+     * machine's, which an executable's --profile compares against. */
+    const char *hw_name = o.hw ? o.hw : DRV_DEFAULT_HW;
     if (cost_hw_load(hw_name, hw, err, sizeof err) != 0) {
         fprintf(stderr, "einc: error: %s\n", err);
         free(src);
