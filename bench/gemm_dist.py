@@ -4,9 +4,10 @@
 einc compiles bench/matmul_2d.ein (C[I_X, K_Y] = A[I_X, J_Y] B[J_X, K_Y],
 N x N x N) for each mesh of --meshes (1x2 2x2), each runtime (threads,
 mpi) and each variant of einc flags (default: einc's defaults, which lower
-the GEMM to a MeshSlice loop with K from the tpu-v5e cost model; `--hw host`,
-K from this machine's profile; `--meshslice=off`, propagate's AllGathers and
-one GEMM); the executable's `--repeat R --random-inputs 1` prints the median time
+the GEMM to a MeshSlice loop with K from this machine's calibrated profile,
+hw/host.json; v5e: `--hw tpu-v5e`, K from the TPU v5e model, to show what
+slicing for a TPU costs here; off: `--meshslice=off`, propagate's AllGathers
+and one GEMM); the executable's `--repeat R --random-inputs 1` prints the median time
 per run.  Baselines from the same run:
     BLAS     one process, one cblas_dgemm on --threads OpenBLAS threads
              (gemm_blas.c); ratio = BLAS time / einc time, target >= 0.85
@@ -62,9 +63,9 @@ def main():
                    help="runs of each program; the best median of each is kept")
     p.add_argument("--variant", action="append", metavar="NAME=FLAGS",
                    help="einc flags to compare, e.g. 'off=--meshslice=off' (repeatable; "
-                        "default: default=, host=--hw host, off=--meshslice=off)")
+                        "default: default=, v5e=--hw tpu-v5e, off=--meshslice=off)")
     a = p.parse_args()
-    specs = a.variant or ["default=", "host=--hw host", "off=--meshslice=off"]
+    specs = a.variant or ["default=", "v5e=--hw tpu-v5e", "off=--meshslice=off"]
     a.variants = {sp.split("=", 1)[0]: sp.split("=", 1)[1].split() for sp in specs}
     meshes = [tuple(int(v) for v in m.split("x")) for m in a.meshes]
     blas = bl.compile_c(a.build, "gemm_blas", ["gemm_blas.c"])

@@ -23,6 +23,11 @@
  * gathered from all devices are exactly the global pieces with index = k
  * (mod K), in global order - the same set for A and B in OS, and the set a
  * ReduceScatter then cuts into each device's sub-shard k of C.
+ *
+ * K = 1 is the Collective 2D GEMM: the only sub-shard is the whole shard,
+ * so the collectives read and write the operands and C in place (no
+ * slicing copies) and run synchronously, since there is nothing to overlap
+ * them with.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -107,23 +112,37 @@ void rt_meshslice(rt_device *dev, const rt_meshslice_desc *d, const void *a, con
             rs = i;
         for (int p = 0; p < 2 && (p == 0 || K > 1); p++) {
             /* AllGather: sub = its input, moved = its output; ReduceScatter:
-             * moved = the partial product (input), sub = its output. */
-            sub[i][p] = rt_alloc(dev, rt_numel(cd->rank, cd->kind == RT_REDUCESCATTER ? cd->out_shape : cd->in_shape) * (int64_t)es);
+             * moved = the partial product (input), sub = its output.  With
+             * K = 1 the sub-shard is the whole operand or C itself. */
+            if (K == 1)
+                sub[i][p] = cd->kind == RT_REDUCESCATTER ? (char *)c : (char *)full[d->coll_operand[i]];
+            else
+                sub[i][p] = rt_alloc(dev, rt_numel(cd->rank, cd->kind == RT_REDUCESCATTER ? cd->out_shape : cd->in_shape) * (int64_t)es);
             moved[i][p] = rt_alloc(dev, rt_numel(cd->rank, cd->kind == RT_REDUCESCATTER ? cd->in_shape : cd->out_shape) * (int64_t)es);
         }
     }
     int64_t nc = rt_numel(e->rank[2], e->shape[2]);
     char *acc = rs < 0 && K > 1 ? rt_alloc(dev, nc * (int64_t)es) : NULL;
-    rt_async *q = rt_async_open(dev);
+    rt_async *q = K > 1 ? rt_async_open(dev) : NULL;
     int64_t h[2][2] = {{-1, -1}, {-1, -1}};
 
     /* Slices sub-shard k of moved operand i and starts its AllGather. */
+    /* Starts collective i on buffers in/out (K = 1: runs it to completion). */
+#define START(i, p, in, out)                                                                    \
+    (h[i][p] = q ? rt_async_start(q, d->coll[i], (in), (out))                                   \
+                 : (rt_collective(dev, d->coll[i], (in), (out)), -1))
+#define WAIT(i, p)                                                                              \
+    do {                                                                                        \
+        if (h[i][p] >= 0)                                                                       \
+            rt_async_wait(q, h[i][p]);                                                          \
+    } while (0)
 #define START_GATHER(i, k, p)                                                                   \
     do {                                                                                        \
         int64_t t_ = d->coll_operand[i];                                                        \
-        move_sub(d->rank[t_], d->shape[t_], d->split_pos[t_], K, d->block, (k), es,             \
-                 (char *)full[t_], sub[i][p], 1);                                               \
-        h[i][p] = rt_async_start(q, d->coll[i], sub[i][p], moved[i][p]);                        \
+        if (K > 1)                                                                              \
+            move_sub(d->rank[t_], d->shape[t_], d->split_pos[t_], K, d->block, (k), es,         \
+                     (char *)full[t_], sub[i][p], 1);                                           \
+        START(i, p, sub[i][p], moved[i][p]);                                                    \
     } while (0)
 
     for (int i = 0; i < 2; i++)
@@ -133,7 +152,7 @@ void rt_meshslice(rt_device *dev, const rt_meshslice_desc *d, const void *a, con
         int p = (int)(k & 1);
         for (int i = 0; i < 2; i++)
             if (i != rs)
-                rt_async_wait(q, h[i][p]);
+                WAIT(i, p);
         if (k + 1 < K)
             for (int i = 0; i < 2; i++)
                 if (i != rs)
@@ -156,22 +175,25 @@ void rt_meshslice(rt_device *dev, const rt_meshslice_desc *d, const void *a, con
         }
         rt_einsum(dev, e, ea, eb, moved[rs][p]);
         if (k > 0) {
-            rt_async_wait(q, h[rs][1 - p]);
+            WAIT(rs, 1 - p);
             move_sub(d->rank[2], d->shape[2], d->split_pos[2], K, d->block, k - 1, es, c,
                      sub[rs][1 - p], 0);
         }
-        h[rs][p] = rt_async_start(q, d->coll[rs], moved[rs][p], sub[rs][p]);
+        START(rs, p, moved[rs][p], sub[rs][p]);
     }
-    if (rs >= 0) {
+    if (rs >= 0 && K > 1) {
         int p = (int)((K - 1) & 1);
-        rt_async_wait(q, h[rs][p]);
+        WAIT(rs, p);
         move_sub(d->rank[2], d->shape[2], d->split_pos[2], K, d->block, K - 1, es, c, sub[rs][p], 0);
     }
 #undef START_GATHER
-    rt_async_close(q);
+#undef WAIT
+#undef START
+    if (q)
+        rt_async_close(q);
     for (int i = 0; i < 2; i++)
         for (int p = 0; p < 2; p++) {
-            if (sub[i][p])
+            if (sub[i][p] && K > 1)
                 rt_free(dev, sub[i][p]);
             if (moved[i][p])
                 rt_free(dev, moved[i][p]);
