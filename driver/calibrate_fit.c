@@ -1,0 +1,215 @@
+/*
+ * calibrate_fit.c - fitting MeshSlice's measured collective model (seed
+ * 004) to the timings of `einc calibrate`: weighted linear least squares in
+ * (T_launch, L_sync, 1/BW), non-negative by refitting over subsets, two
+ * regimes split at SPLIT_BYTES.  See the essay at the top of calibrate.c.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate_internal.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cal_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- fitting ---- */
+
+/* Solves the n x n system a x = b (n <= 3) by Gaussian elimination with
+ * partial pivoting; false if singular. */
+static bool solve(int n, double a[3][3], double *b, double *x)
+{
+    for (int i = 0; i < n; i++) {
+        int piv = i;
+        for (int r = i + 1; r < n; r++)
+            if (fabs(a[r][i]) > fabs(a[piv][i]))
+                piv = r;
+        if (fabs(a[piv][i]) < 1e-300)
+            return false;
+        for (int k = 0; k < n; k++) {
+            double t = a[i][k];
+            a[i][k] = a[piv][k];
+            a[piv][k] = t;
+        }
+        double t = b[i];
+        b[i] = b[piv];
+        b[piv] = t;
+        for (int r = i + 1; r < n; r++) {
+            double m = a[r][i] / a[i][i];
+            for (int k = i; k < n; k++)
+                a[r][k] -= m * a[i][k];
+            b[r] -= m * b[i];
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        double s = b[i];
+        for (int k = i + 1; k < n; k++)
+            s -= a[i][k] * x[k];
+        x[i] = s / a[i][i];
+    }
+    return true;
+}
+
+/* Regressors of sample s: 1, P-1, (P-1) * shard_bytes. */
+static void regressors(const sample *s, double *x)
+{
+    x[0] = 1;
+    x[1] = s->p - 1;
+    x[2] = (s->p - 1) * s->bytes / s->p;
+}
+
+/* Weighted least squares over the columns in `mask`; coefficients of the
+ * other columns are 0.  Returns the weighted sum of squared relative
+ * residuals, or INFINITY if singular or a coefficient is negative. */
+static double fit_subset(const coll_fit *f, unsigned mask, double *coef)
+{
+    int cols[3], n = 0;
+    for (int j = 0; j < 3; j++)
+        if (mask & (1u << j))
+            cols[n++] = j;
+    double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
+    for (int i = 0; i < f->n; i++) {
+        double r[3], w = 1 / (f->s[i].t * f->s[i].t);
+        regressors(&f->s[i], r);
+        for (int u = 0; u < n; u++) {
+            b[u] += w * r[cols[u]] * f->s[i].t;
+            for (int v = 0; v < n; v++)
+                a[u][v] += w * r[cols[u]] * r[cols[v]];
+        }
+    }
+    if (!solve(n, a, b, x))
+        return INFINITY;
+    coef[0] = coef[1] = coef[2] = 0;
+    for (int u = 0; u < n; u++) {
+        if (!(x[u] >= 0))
+            return INFINITY;
+        coef[cols[u]] = x[u];
+    }
+    double sse = 0;
+    for (int i = 0; i < f->n; i++) {
+        double r[3];
+        regressors(&f->s[i], r);
+        double pred = coef[0] * r[0] + coef[1] * r[1] + coef[2] * r[2];
+        double e = (pred - f->s[i].t) / f->s[i].t;
+        sse += e * e;
+    }
+    return sse;
+}
+
+/* Best non-negative fit over the subsets of columns that keep the
+ * bandwidth term; INFINITY if none. */
+static double fit_best(const coll_fit *f, double *bc)
+{
+    double best = INFINITY, coef[3];
+    for (unsigned mask = 4; mask < 8; mask++) { /* bit 2 (1/BW) always in */
+        double sse = fit_subset(f, mask, coef);
+        if (sse < best) {
+            best = sse;
+            memcpy(bc, coef, 3 * sizeof *bc);
+        }
+    }
+    return best;
+}
+
+/* Robust fit of the samples of one regime (buffers below SPLIT_BYTES or
+ * not) into bc: a first fit; samples more than 3x the median residual (and
+ * over 25%) away from it are marked outliers and left out of a second.
+ * -1 if the regime has too few samples or no non-negative fit. */
+static int fit_regime(coll_fit *f, bool small, double *bc)
+{
+    coll_fit sub = {.n = 0};
+    int idx[MAX_SAMPLES];
+    for (int i = 0; i < f->n; i++)
+        if ((f->s[i].bytes < SPLIT_BYTES) == small) {
+            idx[sub.n] = i;
+            sub.s[sub.n++] = f->s[i];
+        }
+    if (sub.n < 3 || !isfinite(fit_best(&sub, bc)) || bc[2] <= 0)
+        return -1;
+    if (sub.n < 6)
+        return 0;
+    double res[MAX_SAMPLES], sorted[MAX_SAMPLES];
+    for (int i = 0; i < sub.n; i++) {
+        double r[3];
+        regressors(&sub.s[i], r);
+        res[i] = fabs(bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2] - sub.s[i].t) / sub.s[i].t;
+    }
+    memcpy(sorted, res, (size_t)sub.n * sizeof *res);
+    double cut = fmax(3 * cal_median(sorted, sub.n), 0.25), bk[3];
+    coll_fit kept = {.n = 0};
+    for (int i = 0; i < sub.n; i++)
+        if (res[i] <= cut)
+            kept.s[kept.n++] = sub.s[i];
+    if (kept.n >= 4 && kept.n < sub.n && isfinite(fit_best(&kept, bk)) && bk[2] > 0) {
+        memcpy(bc, bk, 3 * sizeof *bc);
+        for (int i = 0; i < sub.n; i++)
+            f->s[idx[i]].outlier = res[i] > cut;
+    }
+    return 0;
+}
+
+/*
+ * Fits one kind and fills the residuals.  Two regimes: a message that fits
+ * in the caches moves several times faster than one that streams from
+ * memory, which one line cannot follow, so buffers of SPLIT_BYTES and more
+ * (the ones that take milliseconds, which the accuracy target is about) get
+ * the main fit and smaller ones their own ("small_messages").  With too
+ * few samples in a regime (--quick) one fit covers all.
+ */
+int cal_fit_kind(coll_fit *f, const char *kind)
+{
+    double big[3], small[3];
+    for (int i = 0; i < f->n; i++)
+        f->s[i].outlier = false;
+    int have_big = fit_regime(f, false, big) == 0;
+    int have_small = have_big && fit_regime(f, true, small) == 0;
+    if (!have_big || !have_small) {
+        for (int i = 0; i < f->n; i++)
+            f->s[i].outlier = false;
+        if (!isfinite(fit_best(f, big)) || big[2] <= 0) {
+            fprintf(stderr, "einc calibrate: error: cannot fit the %s timings (%d samples)\n",
+                    kind, f->n);
+            return -1;
+        }
+        have_small = 0;
+    }
+    f->t_launch = big[0];
+    f->l_sync = big[1];
+    f->bw = 1 / big[2];
+    f->has_small = have_small;
+    if (have_small) {
+        f->small_t_launch = small[0];
+        f->small_l_sync = small[1];
+        f->small_bw = 1 / small[2];
+    }
+    double ss = 0;
+    int used = 0;
+    f->max = 0;
+    for (int i = 0; i < f->n; i++) {
+        double r[3];
+        regressors(&f->s[i], r);
+        const double *bc = have_small && f->s[i].bytes < SPLIT_BYTES ? small : big;
+        f->s[i].fit = bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2];
+        if (f->s[i].outlier)
+            continue;
+        double e = fabs(f->s[i].fit - f->s[i].t) / f->s[i].t;
+        ss += e * e;
+        used++;
+        if (e > f->max)
+            f->max = e;
+    }
+    f->rms = used ? sqrt(ss / used) : 0;
+    f->used = used;
+    return 0;
+}
+
