@@ -90,14 +90,6 @@ static void usage(FILE *out)
           out);
 }
 
-static int bad_usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "einc autotune: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see einc autotune --help)\n");
-    return 2;
-}
-
 /* Parses a decimal integer in [1, max]; false if not one. */
 static bool parse_count(const char *s, int64_t max, int64_t *out)
 {
@@ -154,43 +146,43 @@ static int parse_args(int argc, char **argv, at_options *o)
             return -1;
         } else if ((v = opt_value(argc, argv, &i, "--chips"))) {
             if (!parse_count(v, MAX_CHIPS, &o->chips))
-                return bad_usage("--chips wants a chip count from 1 to 1048576, not '%s'", v);
+                return drv_bad_usage("einc autotune", "--chips wants a chip count from 1 to 1048576, not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--hw"))) {
             if (!*v)
-                return bad_usage("%s needs a profile name or path", "--hw");
+                return drv_bad_usage("einc autotune", "%s needs a profile name or path", "--hw");
             o->hw = v;
         } else if ((v = opt_value(argc, argv, &i, "--algorithm"))) {
             o->algo = ms_algo_lookup(v);
             if (o->algo < 0)
-                return bad_usage("unknown algorithm '%s' (meshslice, collective, wang, summa, cannon)", v);
+                return drv_bad_usage("einc autotune", "unknown algorithm '%s' (meshslice, collective, wang, summa, cannon)", v);
         } else if ((v = opt_value(argc, argv, &i, "--dataflow"))) {
             o->df = strcmp(v, "auto") == 0 ? -1 : ms_dataflow_lookup(v);
             if (o->df < 0 && strcmp(v, "auto") != 0)
-                return bad_usage("unknown dataflow '%s' (os, ls, rs or auto)", v);
+                return drv_bad_usage("einc autotune", "unknown dataflow '%s' (os, ls, rs or auto)", v);
         } else if ((v = opt_value(argc, argv, &i, "--t-launch"))) {
             if (!parse_real(v, 0, 1, &o->t_launch))
-                return bad_usage("--t-launch wants seconds in [0, 1], not '%s'", v);
+                return drv_bad_usage("einc autotune", "--t-launch wants seconds in [0, 1], not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--l-sync"))) {
             if (!parse_real(v, 0, 1, &o->l_sync))
-                return bad_usage("--l-sync wants seconds in [0, 1], not '%s'", v);
+                return drv_bad_usage("einc autotune", "--l-sync wants seconds in [0, 1], not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--gemm-eff"))) {
             if (!parse_real(v, 1e-6, 1, &o->gemm_eff))
-                return bad_usage("--gemm-eff wants a fraction in (0, 1], not '%s'", v);
+                return drv_bad_usage("einc autotune", "--gemm-eff wants a fraction in (0, 1], not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--block"))) {
             if (!parse_count(v, 1 << 20, &o->block))
-                return bad_usage("--block wants a positive element count, not '%s'", v);
+                return drv_bad_usage("einc autotune", "--block wants a positive element count, not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
             char buf[64];
             snprintf(buf, sizeof buf, "%s", v);
             char *x = strchr(buf, 'x');
             if (!x || strlen(v) >= sizeof buf)
-                return bad_usage("--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
+                return drv_bad_usage("einc autotune", "--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
             *x = 0;
             if (!parse_count(buf, MAX_CHIPS, &o->rows) || !parse_count(x + 1, MAX_CHIPS, &o->cols))
-                return bad_usage("--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
+                return drv_bad_usage("einc autotune", "--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--slices"))) {
             if (!parse_count(v, 1 << 20, &o->slices))
-                return bad_usage("--slices wants a positive slice count K, not '%s'", v);
+                return drv_bad_usage("einc autotune", "--slices wants a positive slice count K, not '%s'", v);
         } else if (strcmp(a, "--compare") == 0) {
             o->compare = true;
         } else if (strcmp(a, "--train") == 0) {
@@ -200,37 +192,37 @@ static int parse_args(int argc, char **argv, at_options *o)
         } else if (strncmp(a, "-D", 2) == 0) {
             const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
             if (!def)
-                return bad_usage("%s needs NAME=VALUE", a);
+                return drv_bad_usage("einc autotune", "%s needs NAME=VALUE", a);
             char *eq = strchr(def, '=');
             int64_t val;
             if (!eq || eq == def || !parse_count(eq + 1, INT64_C(1) << 62, &val))
-                return bad_usage("-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
+                return drv_bad_usage("einc autotune", "-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
             if (o->ndefines >= MAX_DEFINES)
-                return bad_usage("too many -D options (at most %s)", "64");
+                return drv_bad_usage("einc autotune", "too many -D options (at most %s)", "64");
             *eq = 0; /* argv outlives the run: cut the name in place */
             o->defines[o->ndefines].name = def;
             o->defines[o->ndefines].value = val;
             o->ndefines++;
         } else if (a[0] == '-' && a[1]) {
-            return bad_usage("unknown option '%s'", a);
+            return drv_bad_usage("einc autotune", "unknown option '%s'", a);
         } else if (o->input) {
-            return bad_usage("more than one input file ('%s')", a);
+            return drv_bad_usage("einc autotune", "more than one input file ('%s')", a);
         } else {
             o->input = a;
         }
     }
     if (!o->chips)
-        return bad_usage("%s", "--chips N is required");
+        return drv_bad_usage("einc autotune", "%s", "--chips N is required");
     if (!o->input)
-        return bad_usage("%s", "no input file");
+        return drv_bad_usage("einc autotune", "%s", "no input file");
     if (o->rows && o->rows * o->cols != o->chips) {
         char msg[96];
         snprintf(msg, sizeof msg, "%lldx%lld is not %lld chips", (long long)o->rows,
                  (long long)o->cols, (long long)o->chips);
-        return bad_usage("--mesh %s", msg);
+        return drv_bad_usage("einc autotune", "--mesh %s", msg);
     }
     if (o->slices && o->algo != MS_ALGO_MESHSLICE)
-        return bad_usage("%s", "--slices applies to --algorithm meshslice only");
+        return drv_bad_usage("einc autotune", "%s", "--slices applies to --algorithm meshslice only");
     return 0;
 }
 

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "calibrate.h"
+#include "driver.h"
 #include "cost.h"
 
 #include "calibrate_internal.h"
@@ -104,14 +105,6 @@ static void usage(FILE *f)
           f);
 }
 
-static int bad(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "einc calibrate: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see einc calibrate --help)\n");
-    return 2;
-}
-
 /* Parses a decimal integer in [lo, hi]; false otherwise. */
 static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -145,37 +138,37 @@ static int parse_args(int argc, char **argv, cal_options *o)
                                              "--mpirun"};
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             if (!strcmp(a, valued[k]) && i + 1 >= argc)
-                return bad("%s needs a value", a);
+                return drv_bad_usage("einc calibrate", "%s needs a value", a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
         } else if (!strcmp(a, "-o")) {
             if (++i >= argc)
-                return bad("%s needs a path", a);
+                return drv_bad_usage("einc calibrate", "%s needs a path", a);
             o->output = argv[i];
         } else if (!strcmp(a, "--runtime=threads")) {
             o->mpi = false;
         } else if (!strcmp(a, "--runtime=mpi")) {
             o->mpi = true;
         } else if (!strncmp(a, "--runtime=", 10)) {
-            return bad("unknown runtime '%s' (threads or mpi)", a + 10);
+            return drv_bad_usage("einc calibrate", "unknown runtime '%s' (threads or mpi)", a + 10);
         } else if (VALUE("--ranks")) {
             if (!parse_int(val, 2, MAX_RANKS, &v))
-                return bad("--ranks wants a device count from 2 to 16, not '%s'", val);
+                return drv_bad_usage("einc calibrate", "--ranks wants a device count from 2 to 16, not '%s'", val);
             o->ranks = (int)v;
         } else if (VALUE("--name")) {
             if (!*val || strlen(val) >= COST_HW_NAME_MAX)
-                return bad("--name wants a non-empty name of at most 63 bytes, not '%s'", val);
+                return drv_bad_usage("einc calibrate", "--name wants a non-empty name of at most 63 bytes, not '%s'", val);
             o->name = val;
         } else if (VALUE("--max-bytes")) {
             if (!parse_int(val, 64 << 10, INT64_C(512) << 20, &v))
-                return bad("--max-bytes wants a byte count from 65536 to 536870912, not '%s'",
+                return drv_bad_usage("einc calibrate", "--max-bytes wants a byte count from 65536 to 536870912, not '%s'",
                            val);
             o->max_bytes = v;
             max_given = true;
         } else if (VALUE("--repeat")) {
             if (!parse_int(val, 3, 1000, &v))
-                return bad("--repeat wants a run count from 3 to 1000, not '%s'", val);
+                return drv_bad_usage("einc calibrate", "--repeat wants a run count from 3 to 1000, not '%s'", val);
             o->repeat = (int)v;
             repeat_given = true;
         } else if (VALUE("--mpirun")) {
@@ -185,14 +178,14 @@ static int parse_args(int argc, char **argv, cal_options *o)
         } else if (!strcmp(a, "--keep")) {
             o->keep = true;
         } else if (a[0] == '-') {
-            return bad("unknown option '%s'", a);
+            return drv_bad_usage("einc calibrate", "unknown option '%s'", a);
         } else {
-            return bad("unexpected argument '%s'", a);
+            return drv_bad_usage("einc calibrate", "unexpected argument '%s'", a);
         }
 #undef VALUE
     }
     if (!o->output)
-        return bad("%s", "no output: give -o PROFILE.json");
+        return drv_bad_usage("einc calibrate", "%s", "no output: give -o PROFILE.json");
     if (o->quick) {
         if (!max_given)
             o->max_bytes = 2 << 20;

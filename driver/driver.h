@@ -17,4 +17,9 @@
  * NULL.  The caller frees the buffer. */
 char *drv_read_source(const char *path, const char *who, size_t *len);
 
+/* Reports a bad command line of `cmd` ("einc", "einc autotune", ...):
+ * "CMD: error: " + fmt (one %s, filled by arg) + "(see CMD --help)" on
+ * stderr.  Returns 2, the exit status for a bad command line (cli.c). */
+int drv_bad_usage(const char *cmd, const char *fmt, const char *arg);
+
 #endif

@@ -88,14 +88,6 @@ static void usage(FILE *out)
           out);
 }
 
-static int bad_usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "einc: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see einc --help)\n");
-    return 2;
-}
-
 /* Parses a positive decimal int64 in [1, 2^62]; false if not one. */
 static bool parse_size(const char *s, int64_t *out)
 {
@@ -131,7 +123,7 @@ static int parse_args(int argc, char **argv, options *o)
             exit(0);
         } else if (strcmp(a, "-o") == 0) {
             if (++i >= argc)
-                return bad_usage("%s needs a path", a);
+                return drv_bad_usage("einc", "%s needs a path", a);
             o->output = argv[i];
         } else if (strcmp(a, "-c") == 0) {
             o->emit = CG_EMIT_OBJ;
@@ -145,17 +137,17 @@ static int parse_args(int argc, char **argv, options *o)
             else if (strcmp(a + 10, "mpi") == 0)
                 o->runtime = CG_RUNTIME_MPI;
             else
-                return bad_usage("unknown runtime '%s' (threads or mpi)", a + 10);
+                return drv_bad_usage("einc", "unknown runtime '%s' (threads or mpi)", a + 10);
         } else if (strncmp(a, "-D", 2) == 0) {
             const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
             if (!def)
-                return bad_usage("%s needs NAME=VALUE", a);
+                return drv_bad_usage("einc", "%s needs NAME=VALUE", a);
             const char *eq = strchr(def, '=');
             int64_t v;
             if (!eq || eq == def || !parse_size(eq + 1, &v))
-                return bad_usage("-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
+                return drv_bad_usage("einc", "-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
             if (o->ndefines >= MAX_DEFINES)
-                return bad_usage("too many -D options (at most %s)", "64");
+                return drv_bad_usage("einc", "too many -D options (at most %s)", "64");
             /* argv outlives the compilation: cut the name in place. */
             ((char *)eq)[0] = 0;
             o->defines[o->ndefines].name = def;
@@ -163,7 +155,7 @@ static int parse_args(int argc, char **argv, options *o)
             o->ndefines++;
         } else if (strncmp(a, "--load-pass=", 12) == 0) {
             if (o->nplugins >= MAX_PLUGINS)
-                return bad_usage("too many --load-pass options (at most %s)", "16");
+                return drv_bad_usage("einc", "too many --load-pass options (at most %s)", "16");
             o->plugins[o->nplugins++] = a + 12;
         } else if (strncmp(a, "--passes=", 9) == 0) {
             o->pipeline = a + 9;
@@ -183,7 +175,7 @@ static int parse_args(int argc, char **argv, options *o)
             o->explain = true;
         } else if (strcmp(a, "--hw") == 0) {
             if (++i >= argc)
-                return bad_usage("%s needs a profile name or path", a);
+                return drv_bad_usage("einc", "%s needs a profile name or path", a);
             o->hw = argv[i];
         } else if (strncmp(a, "--hw=", 5) == 0) {
             o->hw = a + 5;
@@ -198,18 +190,18 @@ static int parse_args(int argc, char **argv, options *o)
                 o->meshslice = PASS_MESHSLICE_K;
                 o->meshslice_k = (int)k;
             } else
-                return bad_usage("--meshslice wants auto, off or a slice count K, not '%s'", v);
+                return drv_bad_usage("einc", "--meshslice wants auto, off or a slice count K, not '%s'", v);
         } else if (strncmp(a, "--max-errors=", 13) == 0) {
             int64_t n;
             if (!parse_size(a + 13, &n) || n > 100000)
-                return bad_usage("--max-errors wants a positive count, not '%s'", a + 13);
+                return drv_bad_usage("einc", "--max-errors wants a positive count, not '%s'", a + 13);
             o->max_errors = (int)n;
         } else if (strcmp(a, "--debug-pass") == 0) {
             o->debug_pass = true;
         } else if (a[0] == '-' && a[1]) {
-            return bad_usage("unknown option '%s'", a);
+            return drv_bad_usage("einc", "unknown option '%s'", a);
         } else if (o->input) {
-            return bad_usage("more than one input file ('%s')", a);
+            return drv_bad_usage("einc", "more than one input file ('%s')", a);
         } else {
             o->input = a;
         }
@@ -271,7 +263,7 @@ int main(int argc, char **argv)
     }
     if (!o.input) {
         pass_registry_free(&reg);
-        return bad_usage("%s", "no input file");
+        return drv_bad_usage("einc", "%s", "no input file");
     }
 
     pass_manager pm;
