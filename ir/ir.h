@@ -207,6 +207,10 @@ typedef enum ir_bound {
     IR_BOUND_LATENCY,   /* collective, per-hop latency term dominates */
 } ir_bound;
 
+/* "compute", "memory", "bandwidth", "latency", or "" for IR_BOUND_NONE
+ * (print.c). */
+const char *ir_bound_name(ir_bound b);
+
 /* Cost annotation written by the cost pass (all per device). */
 typedef struct ir_cost {
     bool valid;        /* false until a cost pass ran */

@@ -15,7 +15,5 @@ const char *ir_coll_str(const ir_module *m, const ir_op *op, char *buf, size_t s
 /* One MeshSlice iteration in words: "for k in 0..3: AllGather_Y(In
  * sub-shard k, D 64 -> 128); ...; partial einsum(bd,df->bf); ...". */
 const char *ir_ms_iter_str(const ir_module *m, const ir_op *op, char *buf, size_t size);
-/* "compute", "memory", "bandwidth", "latency" or "" */
-const char *ir_bound_name(ir_bound b);
 
 #endif

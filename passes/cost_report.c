@@ -19,16 +19,10 @@
 #include "cost.h"
 #include "meshslice.h"
 
+/* The bound for the tables: ir_bound_name, "-" when not annotated. */
 static const char *bound_name(ir_bound b)
 {
-    switch (b) {
-    case IR_BOUND_COMPUTE: return "compute";
-    case IR_BOUND_MEMORY: return "memory";
-    case IR_BOUND_BANDWIDTH: return "bandwidth";
-    case IR_BOUND_LATENCY: return "latency";
-    case IR_BOUND_NONE: break;
-    }
-    return "-";
+    return b == IR_BOUND_NONE ? "-" : ir_bound_name(b);
 }
 
 /* "12.3 MB" style, decimal units as the seeds write them. */

@@ -59,16 +59,6 @@ typedef struct gemm2d {
     int64_t g;              /* gcd of the split dim's per-device sizes */
 } gemm2d;
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* How many ops read `v`, and whether it is a program output. */
 static int uses(const ir_module *m, const ir_value *v, ir_op **user)
 {
@@ -159,13 +149,13 @@ static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
         int pos = g->gather[i]->u.coll.dim;
         if (find_label(e->u.einsum.labels[i], t->rank, g->split_label) != pos)
             return false;
-        gg = gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, pos));
+        gg = ms_gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, pos));
     }
     if (g->scatter) {
         int pos = g->scatter->u.coll.dim;
         if (find_label(lc, tc->rank, g->split_label) != pos)
             return false;
-        gg = gcd64(gg, ir_local_size(m, &g->scatter->result->type, pos));
+        gg = ms_gcd64(gg, ir_local_size(m, &g->scatter->result->type, pos));
     }
     g->g = gg;
     return gg >= 1;

@@ -340,7 +340,7 @@ static double bcast_time(const ms_params *p, int64_t ring, double bytes)
     return best;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
+int64_t ms_gcd64(int64_t a, int64_t b)
 {
     while (b) {
         int64_t t = a % b;
@@ -462,7 +462,7 @@ ms_estimate ms_time(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataf
         e.time = time_meshslice(p, &pl, slices, &e.t_compute);
         break;
     case MS_ALGO_SUMMA: {
-        int64_t panels = mesh.rows / gcd64(mesh.rows, mesh.cols) * mesh.cols;
+        int64_t panels = mesh.rows / ms_gcd64(mesh.rows, mesh.cols) * mesh.cols;
         if (ms_sliced_dim(g, df) % panels != 0)
             return invalid("SUMMA's lcm(rows, cols) panels do not divide the sliced dim");
         e.slices = panels;

@@ -227,4 +227,8 @@ int64_t ms_best_common_k(const ms_params *p, const ms_layer *layers, int n, ms_m
 /* Useful FLOPs of a GEMM: 2 m n k. */
 double ms_gemm_flops(const ms_gemm *g);
 
+/* Greatest common divisor of a and b (>= 0); used for slice counts that
+ * divide every device's share of a dim. */
+int64_t ms_gcd64(int64_t a, int64_t b);
+
 #endif
