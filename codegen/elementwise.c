@@ -170,10 +170,27 @@ static LLVMValueRef fc(ew_nest *n, double v)
     return LLVMConstReal(n->ct, v);
 }
 
+/* 1 / (1 + exp(-x)) with -x clamped to [-L, L] first (L = 80 for f32, 700
+ * for f64).  Beyond L the sigmoid is already 0 or 1 to the type's
+ * precision (exp(-80) = 1.8e-35, still a normal f32), but libmvec's vector
+ * exp sends every lane past its overflow/underflow threshold (|x| > 87.3
+ * for expf, 708 for exp) through a scalar fallback: a gelu of activations
+ * whose magnitude exceeds ~10 then ran 2x slower, and its time depended on
+ * the data, which the cost model cannot know.  Compare-and-select keeps a
+ * NaN a NaN (minnum/maxnum would replace it by the bound). */
+static LLVMValueRef clamp(ew_nest *n, LLVMValueRef x, double lim)
+{
+    LLVMBuilderRef b = n->c->b;
+    LLVMValueRef hi = fc(n, lim), lo = fc(n, -lim);
+    x = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, hi, ""), hi, x, "");
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, lo, ""), lo, x, "");
+}
+
 static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
     LLVMValueRef e = LLVMBuildFNeg(b, x, "");
+    e = clamp(n, e, n->ct == n->c->t.f32 ? 80.0 : 700.0);
     e = intrinsic(n, "llvm.exp", &e, 1);
     return LLVMBuildFDiv(b, fc(n, 1.0), LLVMBuildFAdd(b, fc(n, 1.0), e, ""), "");
 }

@@ -42,7 +42,7 @@ def run_numpy(launch, exe, work, inputs, want, rtol, atol, what):
         if got.shape != w.shape:
             print(f"FAIL {what}: output {k} has shape {got.shape}, expected {w.shape}")
             ok = False
-        elif not np.allclose(got, w, rtol=rtol, atol=atol):
+        elif not np.allclose(got, w, rtol=rtol, atol=atol, equal_nan=True):
             err = np.max(np.abs(got - w))
             print(f"FAIL {what}: output {k} differs from NumPy (max abs err {err:.3g})")
             ok = False

@@ -44,8 +44,35 @@ def act_expected(x):
     return {"V": 1 / np.sqrt(u + 1) + np.maximum(a, 0)}
 
 
+def sat_inputs(rng):
+    # Both sides of every clamp and overflow threshold (80 and 87.3 for f32,
+    # 700 and 708 for f64), the gelu argument's cube past them, and a NaN.
+    edge = np.array([0, 1, -1, 9, -9, 10, -10, 79, -79, 81, -81, 88, -88, 300, -300,
+                     699, -699, 701, -701, 709, -709, 1000, -1000, np.nan])
+    v = np.concatenate([edge, rng.uniform(-200, 200, 64 - edge.size)])
+    return {"A": v.astype(np.float32), "B": v.astype(np.float64)}
+
+
+def sat_expected(x):
+    def sig(v):
+        with np.errstate(over="ignore"):
+            return 1.0 / (1.0 + np.exp(-v))
+
+    def gelu(v):
+        # The tanh form as x * sigmoid(2u), its identity: 0.5 (1 + tanh(u))
+        # cancels to 0 in f64 from x = -9 on, where the value is 1e-28.
+        with np.errstate(over="ignore"):
+            return v * sig(2 * np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3))
+    out = {}
+    for src, suffix in (("A", "A"), ("B", "B")):
+        v = x[src].astype(np.float64)
+        out["S" + suffix], out["L" + suffix], out["G" + suffix] = sig(v), v * sig(v), gelu(v)
+    return out
+
+
 NUMPY = {"mlp": (mlp_inputs, mlp_expected, 1e-4, 1e-3),
-         "act": (act_inputs, act_expected, 1e-5, 1e-6)}
+         "act": (act_inputs, act_expected, 1e-5, 1e-6),
+         "sat": (sat_inputs, sat_expected, 1e-5, 1e-30)}
 
 
 def check(args, path):
