@@ -199,6 +199,6 @@ int main(int argc, char **argv)
     memcpy_baseline(c.min_bytes, c.max_bytes);
     rt_program prog = {.abi_version = RT_ABI_VERSION, .naxes = 1, .axis_names = {'X'},
                        .axis_sizes = {c.ndev}};
-    rt_threads_launch(&prog, 0, device_run, &c);
+    rt_threads_launch(&prog, 0, RT_BIND_NONE, device_run, &c);
     return 0;
 }

@@ -207,7 +207,7 @@ int main(int argc, char **argv)
             int tr = !strcmp(gc.name, "trans");
             run_ctx r = {.c = &gc, .a = a, .b = b, .out = c, .n = n, .base_a = tr ? a : a0,
                          .base_b = tr ? b : b0, .c0 = c0, .reps = reps};
-            rt_threads_launch(&prog, 0, device_run, &r);
+            rt_threads_launch(&prog, 0, RT_BIND_NONE, device_run, &r);
             double base = r.base_median;
             double maxerr = 0, maxref = 0;
             for (int64_t i = 0; i < n * n; i++) {

@@ -3,7 +3,7 @@
  *
  *   prog --input NAME=file.npy ... --output NAME=file.npy ...
  *        [--random-inputs SEED] [--check] [--repeat N] [--info] [--stats]
- *        [--profile] [--trace FILE.json] [--help]
+ *        [--profile] [--trace FILE.json] [--bind-to core|none] [--help]
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.
@@ -50,6 +50,7 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
 {
     memset(o, 0, sizeof *o);
     o->repeat = 1;
+    o->bind = RT_BIND_CORE;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         char *val = NULL;
@@ -65,7 +66,7 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             val = eq + 1;
         int takes = !strcmp(flag, "--input") || !strcmp(flag, "--output") ||
                     !strcmp(flag, "--random-inputs") || !strcmp(flag, "--repeat") ||
-                    !strcmp(flag, "--trace");
+                    !strcmp(flag, "--trace") || !strcmp(flag, "--bind-to");
         if (takes && !val) {
             if (i + 1 >= argc)
                 return rt_errf(err, errlen, "%s needs a value (see --help)", flag);
@@ -103,6 +104,13 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             o->trace = val;
         } else if (!strcmp(flag, "--profile")) {
             o->profile = 1;
+        } else if (!strcmp(flag, "--bind-to")) {
+            if (!strcmp(val, "core"))
+                o->bind = RT_BIND_CORE;
+            else if (!strcmp(val, "none"))
+                o->bind = RT_BIND_NONE;
+            else
+                return rt_errf(err, errlen, "--bind-to expects 'core' or 'none', got '%s'", val);
         } else if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
             o->help = 1;
         } else {
@@ -136,10 +144,14 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --repeat N              run N times, print the median time per run\n"
             "  --info                  print the program (mesh, tensors, shardings, IR)\n"
             "  --stats                 print peak memory (rt_alloc) per device\n"
-            "  --profile               print per op of device 0 the median measured time,\n"
-            "                          the cost model's prediction and the relative error\n"
+            "  --profile               run the ops in step (a barrier before each) and print\n"
+            "                          per op the median measured time, the cost model's\n"
+            "                          prediction and the relative error\n"
             "  --trace FILE.json       write every op call on every device as a Chrome\n"
             "                          trace-event file (chrome://tracing, Perfetto)\n"
+            "  --bind-to core|none     threads backend: pin device d to the (d mod n)-th of\n"
+            "                          the process's n CPUs (core, the default) or not; under\n"
+            "                          MPI, mpirun's own --bind-to places the ranks\n"
             "  --help                  this text\n"
             "\n"
             "Without --output, a one-line summary of each output is printed.\n"

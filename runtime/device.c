@@ -8,12 +8,28 @@
 
 #include "rt_internal.h"
 
-/* Bytes in front of each rt_alloc block: its size and a tag, keeping
- * 64-byte alignment. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define CACHE_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define CACHE_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define CACHE_POISON(p, n) ((void)(p), (void)(n))
+#define CACHE_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* Bytes in front of each rt_alloc block: its size, a tag and the next
+ * block of the cache, keeping 64-byte alignment. */
 #define ALLOC_HEADER 64
 /* Tag of a live rt_alloc block, to catch frees of foreign or freed pointers. */
 #define ALLOC_LIVE 0x65696e72745f6c76ull
 #define ALLOC_DEAD 0x65696e72745f6464ull
+#define ALLOC_CACHED 0x65696e72745f6361ull
+
+typedef struct alloc_hdr {
+    int64_t bytes;
+    uint64_t tag;
+    struct alloc_hdr *next; /* in dev->alloc_cache */
+} alloc_hdr;
 
 double rt_now(void)
 {
@@ -47,8 +63,11 @@ void rt_device_init(rt_device *dev, const rt_program *prog, const rt_device_ops 
     rt_mesh_coord(prog, id, dev->coord);
 }
 
+static void release_cache(rt_device *dev);
+
 void rt_device_release(rt_device *dev)
 {
+    release_cache(dev);
     free(dev->profile.seconds);
     free(dev->profile.calls);
     free(dev->profile.open_at);
@@ -100,40 +119,80 @@ int64_t rt_coord(rt_device *dev, int32_t axis)
     return dev->coord[axis];
 }
 
+/*
+ * rt_alloc / rt_free keep a per-device cache of freed blocks and hand one
+ * of exactly the requested size back, as XLA's and PyTorch's device
+ * allocators do.  Every run of a program allocates the same sizes in the
+ * same order, so from the second run on no buffer comes from the kernel:
+ * a fresh allocation above malloc's mmap threshold is new pages, and
+ * faulting in and zeroing them made the first write to a collective's
+ * output cost 2-4x the copy itself, on every run.  The cache holds at most
+ * peak_bytes (the live high-water mark), so a device's memory stays within
+ * twice its peak; blocks beyond that go back to malloc.  Only the device's
+ * own thread calls these.  Under ASan the cached blocks are poisoned, so a
+ * use after rt_free is still reported.
+ */
 void *rt_alloc(rt_device *dev, int64_t bytes)
 {
     if (bytes < 0)
         rt_fatal(dev, "rt_alloc of %lld bytes", (long long)bytes);
-    size_t total = ((size_t)bytes + ALLOC_HEADER + 63) / 64 * 64;
-    char *p = aligned_alloc(64, total);
-    if (!p)
-        rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live)", (long long)bytes,
-                 (long long)dev->live_bytes);
-    uint64_t tag = ALLOC_LIVE;
-    memcpy(p, &bytes, sizeof bytes);
-    memcpy(p + sizeof bytes, &tag, sizeof tag);
+    alloc_hdr *h = NULL;
+    for (alloc_hdr **pp = (alloc_hdr **)&dev->alloc_cache; *pp; pp = &(*pp)->next)
+        if ((*pp)->bytes == bytes) {
+            h = *pp;
+            *pp = h->next;
+            dev->cached_bytes -= bytes;
+            CACHE_UNPOISON((char *)h + ALLOC_HEADER, (size_t)bytes);
+            break;
+        }
+    if (!h) {
+        size_t total = ((size_t)bytes + ALLOC_HEADER + 63) / 64 * 64;
+        h = aligned_alloc(64, total);
+        if (!h)
+            rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live)", (long long)bytes,
+                     (long long)dev->live_bytes);
+        h->bytes = bytes;
+    }
+    h->tag = ALLOC_LIVE;
+    h->next = NULL;
     dev->live_bytes += bytes;
     if (dev->live_bytes > dev->peak_bytes)
         dev->peak_bytes = dev->live_bytes;
-    return p + ALLOC_HEADER;
+    return (char *)h + ALLOC_HEADER;
 }
 
 void rt_free(rt_device *dev, void *p)
 {
     if (!p)
         return;
-    char *base = (char *)p - ALLOC_HEADER;
-    int64_t bytes;
-    uint64_t tag;
-    memcpy(&bytes, base, sizeof bytes);
-    memcpy(&tag, base + sizeof bytes, sizeof tag);
-    if (tag != ALLOC_LIVE)
+    alloc_hdr *h = (alloc_hdr *)((char *)p - ALLOC_HEADER);
+    if (h->tag != ALLOC_LIVE)
         rt_fatal(dev, "rt_free of a pointer that rt_alloc did not return%s",
-                 tag == ALLOC_DEAD ? " (freed twice)" : "");
-    tag = ALLOC_DEAD;
-    memcpy(base + sizeof bytes, &tag, sizeof tag);
-    dev->live_bytes -= bytes;
-    free(base);
+                 h->tag == ALLOC_DEAD || h->tag == ALLOC_CACHED ? " (freed twice)" : "");
+    dev->live_bytes -= h->bytes;
+    if (dev->cached_bytes + h->bytes <= dev->peak_bytes) {
+        h->tag = ALLOC_CACHED;
+        h->next = dev->alloc_cache;
+        dev->alloc_cache = h;
+        dev->cached_bytes += h->bytes;
+        CACHE_POISON(p, (size_t)h->bytes);
+        return;
+    }
+    h->tag = ALLOC_DEAD;
+    free(h);
+}
+
+/* Returns the blocks of dev's allocation cache to malloc. */
+static void release_cache(rt_device *dev)
+{
+    for (alloc_hdr *h = dev->alloc_cache, *next; h; h = next) {
+        next = h->next;
+        CACHE_UNPOISON((char *)h + ALLOC_HEADER, (size_t)h->bytes);
+        h->tag = ALLOC_DEAD;
+        free(h);
+    }
+    dev->alloc_cache = NULL;
+    dev->cached_bytes = 0;
 }
 
 /* Grows the profile arrays of `dev` to hold op `op_id`. */
@@ -164,6 +223,8 @@ void rt_op_begin(rt_device *dev, int32_t op_id)
     if (!dev->profiling || op_id < 0)
         return;
     profile_reserve(dev, op_id);
+    if (dev->profiling == RT_PROFILE_IN_STEP)
+        dev->ops->barrier(dev, dev->prog->naxes ? (1u << dev->prog->naxes) - 1 : 0);
     dev->profile.open_at[op_id] = rt_now();
 }
 

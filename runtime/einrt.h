@@ -126,8 +126,10 @@ typedef struct rt_program {
 
 /* Device coordinate along mesh axis `axis`. */
 int64_t rt_coord(rt_device *dev, int32_t axis);
-/* Per-device scratch memory: `bytes` aligned to 64; never NULL (fatal on
- * failure).  The runtime tracks live and peak bytes per device. */
+/* Per-device scratch memory: `bytes` aligned to 64, contents undefined;
+ * never NULL (fatal on failure).  The runtime tracks live and peak bytes per
+ * device, and keeps freed blocks to hand back to a later rt_alloc of the
+ * same size (device.c).  Only the device's own thread may call these. */
 void *rt_alloc(rt_device *dev, int64_t bytes);
 void rt_free(rt_device *dev, void *p);
 /* Runs collective `d` from `in` into `out` (distinct buffers, shapes per `d`).

@@ -35,8 +35,8 @@ void rt_job_device(rt_device *dev, rt_job *job)
 {
     const rt_program *p = job->prog;
     char err[1024];
-    if (job->trace_cap > 0)
-        dev->profiling = 1; /* the spans of --profile and --trace */
+    if (job->trace_cap > 0) /* the spans of --profile and --trace */
+        dev->profiling = job->opt->profile ? RT_PROFILE_IN_STEP : RT_PROFILE_SPANS;
     void **in = rt_xmalloc(dev, (size_t)(p->ninputs + 1) * sizeof *in);
     void **out = rt_xmalloc(dev, (size_t)(p->noutputs + 1) * sizeof *out);
     for (int32_t i = 0; i < p->ninputs; i++) {

@@ -4,18 +4,17 @@
  *
  * rt_op_end records every call as a span (op id, begin, end) on every
  * device, and after the runs the root has them all (trace.c's collection,
- * the same for --trace).  What "the measured time of an op" means:
- *
- *   compute ops (Einsum, Elementwise, Slice): per run, the median over the
- *     devices of the op's duration (the devices do the same work; on a
- *     machine with fewer cores than devices each one is descheduled now and
- *     then, and the median is the typical device);
- *   collectives (AllGather, ReduceScatter, AllReduce, AllToAll): per run,
- *     the shortest duration over the devices.  A device that arrives early
- *     waits inside the collective for the last one; the last to arrive does
- *     not wait, so its time is the collective's own cost and the wait is
- *     load imbalance of the ops before (which the cost model does not
- *     predict: it assumes devices in step).
+ * the same for --trace).  Under --profile the devices run the ops in step
+ * (RT_PROFILE_IN_STEP: a barrier over the mesh before each op), and the
+ * measured time of one call is its makespan: from the first device's begin
+ * to the last device's end.  That is the op's time on the mesh -- what the
+ * next op that needs every device waits for, and what the cost model
+ * predicts, since it assumes devices in step.  On a machine with fewer
+ * cores than devices, the devices that share a core run one after the
+ * other or interleaved depending on how long the op is; the makespan is
+ * the same either way, while one device's own duration is not.  A
+ * collective's makespan is its own cost: the barrier before it absorbed
+ * the previous op's load imbalance, which the model does not predict.
  *
  * Then the median over runs (not the mean: on a shared machine one run in
  * ten can be several times slower).  That is compared with the time the
@@ -80,31 +79,29 @@ static double median(double *v, int64_t n)
  * top of the file); `runs` gets the number of calls seen per device.
  * Spans k of every device are the same call (SPMD), so a call is a row.
  */
-static double measured(const rt_job *job, int32_t op, int coll, int64_t *calls)
+static double measured(const rt_job *job, int32_t op, int64_t *calls)
 {
     int64_t nd = rt_mesh_size(job->prog);
     double *per_call = malloc((size_t)(job->trace_cap + 1) * sizeof *per_call);
-    double *per_dev = malloc((size_t)(nd + 1) * sizeof *per_dev);
-    if (!per_call || !per_dev)
+    if (!per_call)
         rt_fatal(NULL, "out of memory in the profiler");
     int64_t n = 0;
     for (int64_t k = 0; k < job->trace_cap; k++) {
         const int64_t *e = job->trace + k * 3 * nd;
-        int64_t m = 0;
+        int64_t m = 0, first = INT64_MAX, last = INT64_MIN;
         for (int64_t d = 0; d < nd; d++)
-            if (e[d] == op)
-                per_dev[m++] = 1e-9 * (double)(e[2 * nd + d] - e[nd + d]);
+            if (e[d] == op) {
+                m++;
+                first = e[nd + d] < first ? e[nd + d] : first;
+                last = e[2 * nd + d] > last ? e[2 * nd + d] : last;
+            }
         if (m == 0)
             continue;
-        double v = median(per_dev, m);
-        if (coll)
-            v = per_dev[0]; /* sorted: the shortest */
-        per_call[n++] = v;
+        per_call[n++] = 1e-9 * (double)(last - first);
     }
     double r = median(per_call, n);
     *calls = n;
     free(per_call);
-    free(per_dev);
     return r;
 }
 
@@ -113,9 +110,9 @@ void rt_profile_print(FILE *f, const rt_job *job)
     const rt_program *prog = job->prog;
     int has_pred = prog->nops > 0 && prog->op_predicted;
     const char *hw = prog->hw_name && prog->hw_name[0] ? prog->hw_name : "?";
-    fprintf(f, "profile (%lld runs, %s backend, %lld devices): median time per call (compute: "
-            "median over devices; collectives: the device that waited least); predicted by "
-            "the cost model for hw profile '%s'\n",
+    fprintf(f, "profile (%lld runs, %s backend, %lld devices, ops in step): median time per "
+            "call from the first device's begin to the last one's end; predicted by the cost "
+            "model for hw profile '%s'\n",
             (long long)job->repeat, job->launcher->name, (long long)rt_mesh_size(prog), hw);
     fprintf(f, "  %4s %8s %13s %13s %9s  %s\n", "op", "calls", "measured_ms", "predicted_ms",
             "error", "name");
@@ -131,7 +128,7 @@ void rt_profile_print(FILE *f, const rt_job *job)
         const char *name = prog->op_names && op < prog->nops && prog->op_names[op]
                                ? prog->op_names[op] : "?";
         int64_t calls;
-        double med = measured(job, op, rt_op_label_is_collective(name), &calls);
+        double med = measured(job, op, &calls);
         if (calls == 0)
             continue;
         double pred = has_pred && op < prog->nops ? prog->op_predicted[op] : -1;

@@ -94,6 +94,21 @@ typedef struct rt_span {
  * still summed in seconds/calls but not kept one by one. */
 #define RT_MAX_SPANS (1 << 20)
 
+/*
+ * What rt_op_begin / rt_op_end do.  --trace records the program's own
+ * schedule (SPANS).  --profile runs the ops in step (IN_STEP): every device
+ * passes a barrier over the whole mesh before each op, so an op's span is
+ * its own cost with all devices doing it at once -- what the cost model
+ * predicts and what `einc calibrate` measured -- and not its share of the
+ * previous op's load imbalance, which a collective otherwise absorbs as
+ * waiting for its late peers (profile.c).
+ */
+typedef enum rt_profile_mode {
+    RT_PROFILE_OFF = 0,
+    RT_PROFILE_SPANS = 1,
+    RT_PROFILE_IN_STEP = 2,
+} rt_profile_mode;
+
 /* Per-op profile counters of one device (--profile, --trace). */
 typedef struct rt_profile {
     int32_t n;         /* entries in use (op ids 0..n-1) */
@@ -116,7 +131,9 @@ struct rt_device {
     int64_t coord[RT_MAX_AXES];  /* coordinate on each mesh axis */
     int64_t live_bytes;          /* bytes currently allocated by rt_alloc */
     int64_t peak_bytes;          /* largest live_bytes seen */
-    int profiling;               /* 1 if rt_op_begin/end record times */
+    void *alloc_cache;           /* freed rt_alloc blocks kept for reuse (device.c), owned */
+    int64_t cached_bytes;        /* bytes in alloc_cache (not counted in live_bytes) */
+    int profiling;               /* rt_profile_mode: what rt_op_begin/end do */
     rt_profile profile;          /* per-op times when profiling */
 };
 
@@ -257,9 +274,16 @@ int rt_waitstate_finish(rt_waitstate *ws);
 
 /* ---- threads backend (backend_threads.c) ---- */
 
+/* Where the threads backend runs its device threads (--bind-to). */
+typedef enum rt_bind {
+    RT_BIND_NONE = 0, /* wherever the kernel schedules them */
+    RT_BIND_CORE = 1, /* device d on the (d mod n)-th of the n CPUs the process may use */
+} rt_bind;
+
 /* Runs fn(dev, arg) on one thread per device of `prog`'s mesh and joins
- * them; every device uses the threads ops.  Used by the job and by tests. */
-void rt_threads_launch(const rt_program *prog, int profiling,
+ * them; every device uses the threads ops.  `profiling` is an
+ * rt_profile_mode.  Used by the job and by tests. */
+void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
                        void (*fn)(rt_device *dev, void *arg), void *arg);
 
 /* ---- MPI backend (backend_mpi.c, only in libeinrt_mpi) ---- */
@@ -339,6 +363,7 @@ typedef struct rt_options {
     int help;                    /* --help */
     int stats;                   /* --stats */
     int profile;                 /* --profile */
+    int bind;                    /* --bind-to: an rt_bind (RT_BIND_CORE by default) */
     const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
 } rt_options;
 

@@ -111,7 +111,7 @@ static void test_async_threads(void)
     p.run = noop_run;
     async_result r;
     memset(&r, 0, sizeof r);
-    rt_threads_launch(&p, 0, device, &r);
+    rt_threads_launch(&p, 0, RT_BIND_NONE, device, &r);
     for (int i = 0; i < 4; i++) {
         CU_ASSERT_EQUAL(r.errors[i], 0);
         CU_ASSERT_EQUAL(r.checked[i], 5 * (24 + 12) + 2);

@@ -163,6 +163,10 @@ def check_errors(prog, tmp):
     # --flag=value spelling works like --flag value.
     run([prog, "--input=x=" + xp, "--input=w=" + wp, "--repeat=2"])
     expect_error([prog, "--repeat", "0", "--random-inputs", "1"], "--repeat expects")
+    expect_error([prog, "--random-inputs", "1", "--bind-to", "socket"],
+                 "--bind-to expects 'core' or 'none', got 'socket'")
+    run([prog, "--random-inputs", "1", "--bind-to", "none"])
+    run([prog, "--random-inputs", "1", "--bind-to=core"])
     expect_error([prog, "--input", "x=" + wp, "--input", "w=" + wp],
                  "tensor 'x': %s has shape (6, 12), expected (8, 6)" % wp)
     bad = os.path.join(tmp, "x64.npy")

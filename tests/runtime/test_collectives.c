@@ -31,7 +31,7 @@ static void run_case(int32_t naxes_mesh, const int64_t *sizes, int32_t naxes,
         memcpy(c.axes, axes, (size_t)naxes * sizeof *axes);
         c.errors = calloc((size_t)n, sizeof *c.errors);
         c.checked = calloc((size_t)n, sizeof *c.checked);
-        rt_threads_launch(&p, 0, coll_check_device, &c);
+        rt_threads_launch(&p, 0, RT_BIND_NONE, coll_check_device, &c);
         int64_t errors = 0, checked = 0;
         for (int64_t i = 0; i < n; i++) {
             errors += c.errors[i];
