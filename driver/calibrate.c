@@ -9,9 +9,9 @@
  * `--profile --repeat R`, and reads the median time per op that the
  * executable's profiler prints (runtime/profile.c).  Two kinds of program:
  *
- *   coll_P.ein   for each group size P = 2..N, a mesh {X: P, Z: N/P} (all N
+ *   coll_P_I.ein for each group size P = 2..N, a mesh {X: P, Z: N/P} (all N
  *                devices busy, as in the examples, when P divides N; else
- *                {X: P}), and for each buffer size S (bytes per device, as
+ *                {X: P}), and for the I-th buffer size S (bytes per device, as
  *                nccl-tests count them: AllGather's output, ReduceScatter's
  *                input, AllReduce's and AllToAll's buffer) one AllGather_X,
  *                ReduceScatter_X, AllReduce_X and AllToAll_X, made by
@@ -21,9 +21,13 @@
  *                each unary function of the language (its cost per element).
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
- *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW),
+ *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW)
+ *               + shard_bytes / BW_local,
  * shard_bytes = S / P (what one step of a ring moves), is linear in the
- * unknowns (T_launch, L_sync, 1/BW) with regressors (1, P-1, (P-1)*shard).
+ * unknowns (T_launch, L_sync, 1/BW, 1/BW_local) with regressors (1, P-1,
+ * (P-1)*shard, shard).  The last term, not in MeshSlice's TPU model, is
+ * the copy of the device's own shard into a distinct output buffer
+ * (calibrate_fit.c); it is 0 where that copy is free.
  * The samples span microseconds to seconds, so the least squares are
  * weighted by 1/T^2 (relative error).  A coefficient that comes out
  * negative is fixed at zero and the rest refitted (non-negative least
@@ -74,7 +78,7 @@ typedef struct cal_state {
     int new_;               /* sizes measured */
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
     int64_t curve_last;     /* profile_json: elements of the last curve point written */
-    double fn_seconds[IR_FN_COUNT]; /* median seconds of fn(A) on the largest size, 0 if unmeasured */
+    double fn_seconds[2][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
 } cal_state;
 
 static const char *const KIND_KEY[NKINDS] = {"allgather", "reducescatter", "allreduce", "alltoall"};
@@ -96,11 +100,16 @@ static void usage(FILE *f)
           "  --name NAME             the profile's name (default host)\n"
           "  --max-bytes N           largest collective buffer per device (default 64 MiB,\n"
           "                          at most 512 MiB; also capped by free memory)\n"
-          "  --repeat R              runs per benchmark program (default 7)\n"
+          "  --repeat R              runs per benchmark process (default 7)\n"
+          "  --rounds N              processes per benchmark program, the median over\n"
+          "                          them taken (default 3: a burst of load from outside\n"
+          "                          slows one of them, not the result)\n"
           "  --quick                 few sizes and runs, buffers up to 2 MiB unless\n"
           "                          --max-bytes says otherwise (seconds; for tests)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
-          "                          --oversubscribe)\n"
+          "                          --oversubscribe --bind-to core:overload-allowed\n"
+          "                          --map-by core, which places ranks as the threads\n"
+          "                          backend's --bind-to core places devices)\n"
           "  --keep                  keep the generated programs and their output\n",
           f);
 }
@@ -124,8 +133,10 @@ static int parse_args(int argc, char **argv, cal_options *o)
     o->ranks = 4;
     o->max_bytes = 64 << 20;
     o->repeat = 7;
-    o->mpirun = "mpirun --allow-run-as-root --oversubscribe";
-    bool repeat_given = false, max_given = false;
+    o->rounds = 3;
+    o->mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to core:overload-allowed "
+                "--map-by core";
+    bool repeat_given = false, max_given = false, rounds_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t v;
@@ -135,7 +146,7 @@ static int parse_args(int argc, char **argv, cal_options *o)
                           : strncmp(a, flag "=", sizeof flag) == 0 ? (val = a + sizeof flag) != NULL \
                                                                   : false)
         static const char *const valued[] = {"--ranks", "--name", "--max-bytes", "--repeat",
-                                             "--mpirun"};
+                                             "--rounds", "--mpirun"};
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             if (!strcmp(a, valued[k]) && i + 1 >= argc)
                 return drv_bad_usage("einc calibrate", "%s needs a value", a);
@@ -171,6 +182,12 @@ static int parse_args(int argc, char **argv, cal_options *o)
                 return drv_bad_usage("einc calibrate", "--repeat wants a run count from 3 to 1000, not '%s'", val);
             o->repeat = (int)v;
             repeat_given = true;
+        } else if (VALUE("--rounds")) {
+            if (!parse_int(val, 1, MAX_ROUNDS, &v))
+                return drv_bad_usage("einc calibrate", "--rounds wants a count from 1 to 15, not '%s'",
+                                     val);
+            o->rounds = (int)v;
+            rounds_given = true;
         } else if (VALUE("--mpirun")) {
             o->mpirun = val;
         } else if (!strcmp(a, "--quick")) {
@@ -191,6 +208,8 @@ static int parse_args(int argc, char **argv, cal_options *o)
             o->max_bytes = 2 << 20;
         if (!repeat_given)
             o->repeat = 3;
+        if (!rounds_given)
+            o->rounds = 1;
     }
     return 0;
 }
@@ -238,11 +257,12 @@ static int compile(cal_state *c, const char *ein, const char *exe)
 
 /* Runs executable `exe` on `ndev` devices with --profile; its output goes
  * to `out` in the work directory. */
+/* Runs benchmark `exe` on `ndev` devices c->o->rounds times, the output
+ * of round r to `out`.r in the work directory. */
 static int run_bench(cal_state *c, const char *exe, int ndev, const char *out)
 {
     char path[512], outp[512], rep[32], np[32];
     snprintf(path, sizeof path, "%s/%s", c->dir, exe);
-    snprintf(outp, sizeof outp, "%s/%s", c->dir, out);
     snprintf(rep, sizeof rep, "%d", c->o->repeat);
     snprintf(np, sizeof np, "%d", ndev);
     char *argv[64];
@@ -264,7 +284,11 @@ static int run_bench(cal_state *c, const char *exe, int ndev, const char *out)
     argv[n++] = "--repeat";
     argv[n++] = rep;
     argv[n] = NULL;
-    int rc = run(argv, outp);
+    int rc = 0;
+    for (int r = 0; r < c->o->rounds && rc == 0; r++) {
+        snprintf(outp, sizeof outp, "%s/%s.%d", c->dir, out, r);
+        rc = run(argv, outp);
+    }
     free(mpirun);
     if (rc != 0) {
         fprintf(stderr, "einc calibrate: error: the benchmark %s failed (exit %d)\n", path, rc);
@@ -273,53 +297,74 @@ static int run_bench(cal_state *c, const char *exe, int ndev, const char *out)
     return 0;
 }
 
+/* One row of a --profile table: op id, result name without its version,
+ * kind, milliseconds.  False for other lines. */
+static bool parse_row(const char *line, int *op, char *name, size_t namelen, char *kind,
+                      double *ms)
+{
+    long long calls;
+    if (sscanf(line, " %d %lld %lf", op, &calls, ms) != 3)
+        return false;
+    const char *eq = strstr(line, " = ");
+    if (!eq)
+        return false;
+    const char *start = eq;
+    while (start > line && start[-1] != ' ')
+        start--;
+    size_t len = (size_t)(eq - start);
+    if (len == 0 || len >= namelen)
+        return false;
+    memcpy(name, start, len);
+    name[len] = 0;
+    char *dot = strchr(name, '.');
+    if (dot)
+        *dot = 0;
+    return sscanf(eq + 3, "%31[A-Za-z]", kind) == 1;
+}
+
 /*
- * Reads the --profile table in `out` and calls fn(name, kind, seconds, arg)
- * for each op: `name` is the op's result tensor without its version (the
- * benchmark programs give every tensor a unique name), `kind` the op's kind
- * ("AllGather", "Einsum", ...), seconds the median time per call.
+ * Reads the --profile tables in `out`.0 .. `out`.(rounds-1) and calls
+ * fn(name, kind, seconds, arg) for each op: `name` is the op's result
+ * tensor without its version (the benchmark programs give every tensor a
+ * unique name), `kind` the op's kind ("AllGather", "Einsum", ...), seconds
+ * the median over the rounds of the median time per call.
  */
 static int read_profile(cal_state *c, const char *out,
                         void (*fn)(const char *name, const char *kind, double t, void *arg),
                         void *arg)
 {
+    enum { MAX_OPS = 512 };
+    static char names[MAX_OPS][64], kinds[MAX_OPS][32];
+    double ms[MAX_OPS][MAX_ROUNDS];
+    int nseen[MAX_OPS] = {0};
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", c->dir, out);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "einc calibrate: error: cannot read %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    char line[1024];
     int seen = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (int r = 0; r < c->o->rounds; r++) {
+        snprintf(path, sizeof path, "%s/%s.%d", c->dir, out, r);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            fprintf(stderr, "einc calibrate: error: cannot read %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        char line[1024], name[64], kind[32];
         int op;
-        long long calls;
-        double ms;
-        if (sscanf(line, " %d %lld %lf", &op, &calls, &ms) != 3)
-            continue;
-        char *eq = strstr(line, " = ");
-        if (!eq)
-            continue;
-        char *start = eq;
-        while (start > line && start[-1] != ' ')
-            start--;
-        char name[64];
-        size_t len = (size_t)(eq - start);
-        if (len == 0 || len >= sizeof name)
-            continue;
-        memcpy(name, start, len);
-        name[len] = 0;
-        char *dot = strchr(name, '.');
-        if (dot)
-            *dot = 0;
-        char kind[32];
-        if (sscanf(eq + 3, "%31[A-Za-z]", kind) != 1)
-            continue;
-        fn(name, kind, ms * 1e-3, arg);
-        seen++;
+        double t;
+        while (fgets(line, sizeof line, f))
+            if (parse_row(line, &op, name, sizeof name, kind, &t) && op >= 0 && op < MAX_OPS &&
+                nseen[op] < MAX_ROUNDS) {
+                if (nseen[op] == 0) {
+                    memcpy(names[op], name, sizeof name);
+                    memcpy(kinds[op], kind, sizeof kind);
+                }
+                ms[op][nseen[op]++] = t;
+            }
+        fclose(f);
     }
-    fclose(f);
+    for (int op = 0; op < MAX_OPS; op++)
+        if (nseen[op] > 0) {
+            fn(names[op], kinds[op], cal_median(ms[op], nseen[op]) * 1e-3, arg);
+            seen++;
+        }
     if (!seen) {
         fprintf(stderr, "einc calibrate: error: no profile table in %s\n", path);
         return -1;
@@ -444,18 +489,26 @@ static int bench_collectives(cal_state *c)
         if (o.quick && p != 2 && p != o.ranks)
             continue;
         int z = o.ranks % p == 0 ? o.ranks / p : 1;
-        char ein[64], exe[64], out[64];
-        snprintf(ein, sizeof ein, "coll_%d.ein", p);
-        snprintf(exe, sizeof exe, "coll_%d", p);
-        snprintf(out, sizeof out, "coll_%d.txt", p);
         fprintf(stderr, "einc calibrate: collectives over %d of %d devices, %d sizes up to %lld bytes\n",
                 p, p * z, n, (long long)sizes[n - 1]);
-        if (write_coll_program(c, p, z, sizes, n, ein) || compile(c, ein, exe) ||
-            run_bench(c, exe, p * z, out))
-            return -1;
-        coll_run r = {c, p, sizes, n};
-        if (read_profile(c, out, on_coll, &r))
-            return -1;
+        /* One program per size: its buffers are all the memory it touches,
+         * so from the second run on a collective finds its operand in the
+         * last-level cache when it fits there, as it finds the result of
+         * the op before it in a model.  In one program of all sizes the
+         * larger buffers evicted the smaller ones, which then came from
+         * DRAM at half the speed (docs/cost-model.md, Calibration). */
+        for (int i = 0; i < n; i++) {
+            char ein[64], exe[64], out[64];
+            snprintf(ein, sizeof ein, "coll_%d_%d.ein", p, i);
+            snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
+            snprintf(out, sizeof out, "coll_%d_%d.txt", p, i);
+            if (write_coll_program(c, p, z, &sizes[i], 1, ein) || compile(c, ein, exe) ||
+                run_bench(c, exe, p * z, out))
+                return -1;
+            coll_run r = {c, p, &sizes[i], 1};
+            if (read_profile(c, out, on_coll, &r))
+                return -1;
+        }
     }
     return 0;
 }
@@ -467,9 +520,11 @@ static const int64_t GEMM_SHAPES[NGEMM][3] = {
     {256, 256, 256}, {512, 512, 512}, {1024, 512, 1024}, {1024, 1024, 1024}};
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
-/* Index into EW_ELEMS of the size the functions are timed on (out of
- * cache, and half the time of the largest). */
-#define FN_SIZE 0
+/* Elements per device the functions are timed on (hot: every function
+ * reads the same two arrays, which the one before just read).  Two sizes:
+ * the slope between them is the time per element without the fixed cost
+ * of starting an op on every device. */
+static const int64_t FN_ELEMS[2] = {(int64_t)1 << 18, (int64_t)1 << 20};
 static const char *const DT_NAME[3] = {"f32", "f64", "bf16"};
 
 static int write_compute_program(cal_state *c, const char *file)
@@ -487,6 +542,9 @@ static int write_compute_program(cal_state *c, const char *file)
                 (long long)GEMM_SHAPES[g][2]);
     for (int e = 0; e < ne; e++)
         fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * nd));
+    for (int i = 0; i < 2; i++)
+        fprintf(f, "dim EF%d = %lld\ninput FA%d[EF%d_X] : f32\ninput FB%d[EF%d_X] : f32\n", i,
+                (long long)(FN_ELEMS[i] * nd), i, i, i, i);
     for (int t = 0; t < 3; t++)
         for (int g = 0; g < ng; g++) {
             fprintf(f, "input GA%s%d[M%d_X, K%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
@@ -495,19 +553,23 @@ static int write_compute_program(cal_state *c, const char *file)
                     g, g, DT_NAME[t], g, g, g, DT_NAME[t], g, g, g);
             fprintf(f, "output GC%s%d\n", DT_NAME[t], g);
         }
+    /* EW reads the inputs first, so EC meets them hot, as an elementwise op
+     * in a model meets the result of the op before it. */
     for (int e = 0; e < ne; e++) {
         fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
+        fprintf(f, "EW%d[E%d_X] = EA%d[E%d] - EB%d[E%d]\noutput EW%d\n", e, e, e, e, e, e, e);
         fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
     }
-    /* Each unary function on one elementwise size: its time beyond that of
-     * neg, the cheapest, on the same arrays (the same memory traffic).  The
-     * argument 6 * (A + B) has a triangular distribution of standard
-     * deviation 4.9, like a contraction's output over a few hundred terms,
-     * not [-1, 1): the vector math library leaves its fast path for large
-     * |x| (exp overflow inside gelu), and how often it does sets the cost. */
-    for (int fn = 0; fn < IR_FN_COUNT; fn++)
-        fprintf(f, "FN%d[E%d_X] = %s(6 * (EA%d[E%d] + EB%d[E%d]))\noutput FN%d\n", fn, FN_SIZE,
-                ir_func_name((ir_func)fn), FN_SIZE, FN_SIZE, FN_SIZE, FN_SIZE, fn);
+    /* Each unary function: its time beyond that of neg, the cheapest, on
+     * the same arrays (the same memory traffic).  The argument 6 * (A + B) has a
+     * triangular distribution of standard deviation 4.9, like a
+     * contraction's output over a few hundred terms, not [-1, 1), so a
+     * function whose cost depends on |x| (libm's scalar tanh) is timed on
+     * the magnitudes it meets. */
+    for (int i = 0; i < 2; i++)
+        for (int fn = 0; fn < IR_FN_COUNT; fn++)
+            fprintf(f, "FN%dS%d[EF%d_X] = %s(6 * (FA%d[EF%d] + FB%d[EF%d]))\noutput FN%dS%d\n", fn,
+                    i, i, ir_func_name((ir_func)fn), i, i, i, i, fn, i);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -536,9 +598,10 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
         if (e >= 0 && e < NEW && c->new_ < NEW)
             c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / t;
     } else if (!strncmp(name, "FN", 2)) {
-        int fn = atoi(name + 2);
-        if (fn >= 0 && fn < IR_FN_COUNT)
-            c->fn_seconds[fn] = t;
+        int fn, i;
+        if (sscanf(name + 2, "%dS%d", &fn, &i) == 2 && fn >= 0 && fn < IR_FN_COUNT && i >= 0 &&
+            i < 2)
+            c->fn_seconds[i][fn] = t;
     }
 }
 
@@ -618,9 +681,11 @@ static cJSON *profile_json(cal_state *c)
     cJSON_AddStringToObject(cal, "runtime", o->mpi ? "mpi" : "threads");
     cJSON_AddNumberToObject(cal, "devices", o->ranks);
     cJSON_AddNumberToObject(cal, "runs", o->repeat);
+    cJSON_AddNumberToObject(cal, "rounds", o->rounds);
     cJSON_AddStringToObject(cal, "model",
-                            "T = t_launch + (P-1) * (l_sync + shard_bytes / bandwidth), shard_bytes = "
-                            "buffer_bytes / P (seed 004, MeshSlice)");
+                            "T = t_launch + (P-1) * (l_sync + shard_bytes / bandwidth) + shard_bytes / "
+                            "local_bandwidth, shard_bytes = buffer_bytes / P (seed 004, MeshSlice; "
+                            "the last term, the own shard's copy, is absent where it is free)");
     cJSON *colls = cJSON_AddObjectToObject(cal, "collectives");
     for (int k = 0; k < NKINDS; k++) {
         const coll_fit *f = &c->coll[k];
@@ -628,12 +693,16 @@ static cJSON *profile_json(cal_state *c)
         cJSON_AddNumberToObject(j, "t_launch", f->t_launch); /* >= 0: the fit's own value */
         cJSON_AddNumberToObject(j, "l_sync", f->l_sync);
         cJSON_AddNumberToObject(j, "bandwidth", positive(f->bw));
+        if (f->bw_local > 0)
+            cJSON_AddNumberToObject(j, "local_bandwidth", f->bw_local);
         if (f->has_small) {
             cJSON *sm = cJSON_AddObjectToObject(j, "small_messages");
             cJSON_AddNumberToObject(sm, "below_bytes", SPLIT_BYTES);
             cJSON_AddNumberToObject(sm, "t_launch", f->small_t_launch);
             cJSON_AddNumberToObject(sm, "l_sync", f->small_l_sync);
             cJSON_AddNumberToObject(sm, "bandwidth", positive(f->small_bw));
+            if (f->small_bw_local > 0)
+                cJSON_AddNumberToObject(sm, "local_bandwidth", f->small_bw_local);
         }
         cJSON_AddNumberToObject(j, "rms_rel_residual", f->rms);
         cJSON_AddNumberToObject(j, "max_rel_residual", f->max);
@@ -688,14 +757,18 @@ static cJSON *profile_json(cal_state *c)
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cJSON_AddNumberToObject(cal, "cores", cores > 0 ? (double)cores : (double)o->ranks);
-    /* Per function: seconds per element beyond neg on the same arrays (0
-     * when memory hides it). */
-    cJSON *fns = cJSON_AddObjectToObject(cal, "function_seconds_per_element");
-    double elems = (double)EW_ELEMS[FN_SIZE], base = c->fn_seconds[IR_FN_NEG];
+    /* Per function, seconds per element beyond neg on the same arrays, each
+     * as the slope between the two sizes (0 when memory hides it). */
+    double slope[IR_FN_COUNT] = {0};
     for (int fn = 0; fn < IR_FN_COUNT; fn++)
-        if (c->fn_seconds[fn] > 0 && base > 0)
+        if (c->fn_seconds[0][fn] > 0 && c->fn_seconds[1][fn] > 0)
+            slope[fn] = fmax(0, (c->fn_seconds[1][fn] - c->fn_seconds[0][fn]) /
+                                    (double)(FN_ELEMS[1] - FN_ELEMS[0]));
+    cJSON *fns = cJSON_AddObjectToObject(cal, "function_seconds_per_element");
+    for (int fn = 0; fn < IR_FN_COUNT; fn++)
+        if (slope[fn] > 0 && slope[IR_FN_NEG] > 0)
             cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn),
-                                    fmax(0, (c->fn_seconds[fn] - base) / elems));
+                                    fmax(0, slope[fn] - slope[IR_FN_NEG]));
     return root;
 }
 
@@ -735,10 +808,10 @@ static void print_summary(const cal_state *c)
     for (int k = 0; k < NKINDS; k++) {
         const coll_fit *f = &c->coll[k];
         fprintf(stderr,
-                "  %-13s T_launch %8.2f us  L_sync %8.2f us  BW %7.2f GB/s  residual rms %5.1f%% "
-                "max %5.1f%% (%d of %d samples)\n",
-                KIND_OP[k], f->t_launch * 1e6, f->l_sync * 1e6, f->bw * 1e-9, 100 * f->rms,
-                100 * f->max, f->used, f->n);
+                "  %-13s T_launch %8.2f us  L_sync %8.2f us  BW %7.2f GB/s  own shard %7.2f GB/s  "
+                "residual rms %5.1f%% max %5.1f%% (%d of %d samples)\n",
+                KIND_OP[k], f->t_launch * 1e6, f->l_sync * 1e6, f->bw * 1e-9, f->bw_local * 1e-9,
+                100 * f->rms, 100 * f->max, f->used, f->n);
     }
 }
 

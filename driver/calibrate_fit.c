@@ -1,8 +1,17 @@
 /*
  * calibrate_fit.c - fitting MeshSlice's measured collective model (seed
  * 004) to the timings of `einc calibrate`: weighted linear least squares in
- * (T_launch, L_sync, 1/BW), non-negative by refitting over subsets, two
- * regimes split at SPLIT_BYTES.  See the essay at the top of calibrate.c.
+ * (T_launch, L_sync, 1/BW, 1/BW_local), non-negative by refitting over
+ * subsets, two regimes split at SPLIT_BYTES.  See the essay at the top of
+ * calibrate.c.
+ *
+ * The fourth term is the device's own shard.  MeshSlice's model, made for
+ * TPUs, has a collective move (P - 1) shards, its own already in place; a
+ * runtime whose output buffer is distinct from its input copies the own
+ * shard too (the threads backend's AllGather writes all P blocks of the
+ * output, its ReduceScatter reads P blocks to sum), which makes the time
+ * grow with the buffer, not with (P - 1) / P of it.  That copy costs
+ * shard / BW_local; where it is free the fit leaves the term at 0.
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,16 +34,25 @@ double cal_median(double *v, int n)
 
 /* ---- fitting ---- */
 
-/* Solves the n x n system a x = b (n <= 3) by Gaussian elimination with
- * partial pivoting; false if singular. */
-static bool solve(int n, double a[3][3], double *b, double *x)
+/* Regressors per sample. */
+#define NREG 4
+
+/* Solves the n x n system a x = b (n <= NREG) by Gaussian elimination with
+ * partial pivoting; false if singular (a pivot below 1e-12 of its column's
+ * largest entry: regressors that are collinear for the samples at hand,
+ * like P - 1 and 1 when every group has the same size). */
+static bool solve(int n, double a[NREG][NREG], double *b, double *x)
 {
+    double scale[NREG] = {0};
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < n; k++)
+            scale[k] = fmax(scale[k], fabs(a[r][k]));
     for (int i = 0; i < n; i++) {
         int piv = i;
         for (int r = i + 1; r < n; r++)
             if (fabs(a[r][i]) > fabs(a[piv][i]))
                 piv = r;
-        if (fabs(a[piv][i]) < 1e-300)
+        if (!(fabs(a[piv][i]) > 1e-12 * scale[i]))
             return false;
         for (int k = 0; k < n; k++) {
             double t = a[i][k];
@@ -60,12 +78,21 @@ static bool solve(int n, double a[3][3], double *b, double *x)
     return true;
 }
 
-/* Regressors of sample s: 1, P-1, (P-1) * shard_bytes. */
+/* Regressors of sample s: 1, P-1, (P-1) * shard_bytes, shard_bytes. */
 static void regressors(const sample *s, double *x)
 {
     x[0] = 1;
     x[1] = s->p - 1;
     x[2] = (s->p - 1) * s->bytes / s->p;
+    x[3] = s->bytes / s->p;
+}
+
+static double predict(const double *coef, const double *r)
+{
+    double t = 0;
+    for (int j = 0; j < NREG; j++)
+        t += coef[j] * r[j];
+    return t;
 }
 
 /* Weighted least squares over the columns in `mask`; coefficients of the
@@ -73,13 +100,13 @@ static void regressors(const sample *s, double *x)
  * residuals, or INFINITY if singular or a coefficient is negative. */
 static double fit_subset(const coll_fit *f, unsigned mask, double *coef)
 {
-    int cols[3], n = 0;
-    for (int j = 0; j < 3; j++)
+    int cols[NREG], n = 0;
+    for (int j = 0; j < NREG; j++)
         if (mask & (1u << j))
             cols[n++] = j;
-    double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
+    double a[NREG][NREG] = {{0}}, b[NREG] = {0}, x[NREG] = {0};
     for (int i = 0; i < f->n; i++) {
-        double r[3], w = 1 / (f->s[i].t * f->s[i].t);
+        double r[NREG], w = 1 / (f->s[i].t * f->s[i].t);
         regressors(&f->s[i], r);
         for (int u = 0; u < n; u++) {
             b[u] += w * r[cols[u]] * f->s[i].t;
@@ -89,7 +116,8 @@ static double fit_subset(const coll_fit *f, unsigned mask, double *coef)
     }
     if (!solve(n, a, b, x))
         return INFINITY;
-    coef[0] = coef[1] = coef[2] = 0;
+    for (int j = 0; j < NREG; j++)
+        coef[j] = 0;
     for (int u = 0; u < n; u++) {
         if (!(x[u] >= 0))
             return INFINITY;
@@ -97,10 +125,9 @@ static double fit_subset(const coll_fit *f, unsigned mask, double *coef)
     }
     double sse = 0;
     for (int i = 0; i < f->n; i++) {
-        double r[3];
+        double r[NREG];
         regressors(&f->s[i], r);
-        double pred = coef[0] * r[0] + coef[1] * r[1] + coef[2] * r[2];
-        double e = (pred - f->s[i].t) / f->s[i].t;
+        double e = (predict(coef, r) - f->s[i].t) / f->s[i].t;
         sse += e * e;
     }
     return sse;
@@ -110,12 +137,14 @@ static double fit_subset(const coll_fit *f, unsigned mask, double *coef)
  * bandwidth term; INFINITY if none. */
 static double fit_best(const coll_fit *f, double *bc)
 {
-    double best = INFINITY, coef[3];
-    for (unsigned mask = 4; mask < 8; mask++) { /* bit 2 (1/BW) always in */
+    double best = INFINITY, coef[NREG];
+    for (unsigned mask = 0; mask < (1u << NREG); mask++) {
+        if (!(mask & 4)) /* bit 2 (1/BW) always in */
+            continue;
         double sse = fit_subset(f, mask, coef);
         if (sse < best) {
             best = sse;
-            memcpy(bc, coef, 3 * sizeof *bc);
+            memcpy(bc, coef, NREG * sizeof *bc);
         }
     }
     return best;
@@ -140,18 +169,18 @@ static int fit_regime(coll_fit *f, bool small, double *bc)
         return 0;
     double res[MAX_SAMPLES], sorted[MAX_SAMPLES];
     for (int i = 0; i < sub.n; i++) {
-        double r[3];
+        double r[NREG];
         regressors(&sub.s[i], r);
-        res[i] = fabs(bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2] - sub.s[i].t) / sub.s[i].t;
+        res[i] = fabs(predict(bc, r) - sub.s[i].t) / sub.s[i].t;
     }
     memcpy(sorted, res, (size_t)sub.n * sizeof *res);
-    double cut = fmax(3 * cal_median(sorted, sub.n), 0.25), bk[3];
+    double cut = fmax(3 * cal_median(sorted, sub.n), 0.25), bk[NREG];
     coll_fit kept = {.n = 0};
     for (int i = 0; i < sub.n; i++)
         if (res[i] <= cut)
             kept.s[kept.n++] = sub.s[i];
     if (kept.n >= 4 && kept.n < sub.n && isfinite(fit_best(&kept, bk)) && bk[2] > 0) {
-        memcpy(bc, bk, 3 * sizeof *bc);
+        memcpy(bc, bk, NREG * sizeof *bc);
         for (int i = 0; i < sub.n; i++)
             f->s[idx[i]].outlier = res[i] > cut;
     }
@@ -168,7 +197,7 @@ static int fit_regime(coll_fit *f, bool small, double *bc)
  */
 int cal_fit_kind(coll_fit *f, const char *kind)
 {
-    double big[3], small[3];
+    double big[NREG], small[NREG];
     for (int i = 0; i < f->n; i++)
         f->s[i].outlier = false;
     int have_big = fit_regime(f, false, big) == 0;
@@ -186,20 +215,22 @@ int cal_fit_kind(coll_fit *f, const char *kind)
     f->t_launch = big[0];
     f->l_sync = big[1];
     f->bw = 1 / big[2];
+    f->bw_local = big[3] > 0 ? 1 / big[3] : 0;
     f->has_small = have_small;
     if (have_small) {
         f->small_t_launch = small[0];
         f->small_l_sync = small[1];
         f->small_bw = 1 / small[2];
+        f->small_bw_local = small[3] > 0 ? 1 / small[3] : 0;
     }
     double ss = 0;
     int used = 0;
     f->max = 0;
     for (int i = 0; i < f->n; i++) {
-        double r[3];
+        double r[NREG];
         regressors(&f->s[i], r);
         const double *bc = have_small && f->s[i].bytes < SPLIT_BYTES ? small : big;
-        f->s[i].fit = bc[0] * r[0] + bc[1] * r[1] + bc[2] * r[2];
+        f->s[i].fit = predict(bc, r);
         if (f->s[i].outlier)
             continue;
         double e = fabs(f->s[i].fit - f->s[i].t) / f->s[i].t;

@@ -11,6 +11,7 @@
 #define MAX_RANKS 16
 #define MAX_SIZES 24
 #define MAX_SAMPLES (MAX_RANKS * MAX_SIZES)
+#define MAX_ROUNDS 15
 #define NKINDS 4
 #define NGEMM 4
 #define NEW 4
@@ -26,7 +27,8 @@ typedef struct cal_options {
     int ranks;              /* --ranks N: largest group, devices per program */
     bool quick;             /* --quick: few sizes, few runs (tests) */
     int64_t max_bytes;      /* --max-bytes: largest collective buffer */
-    int repeat;             /* --repeat: runs per program */
+    int repeat;             /* --repeat: runs per process */
+    int rounds;             /* --rounds: processes per program (median over them) */
     bool keep;              /* --keep: leave the work directory */
     const char *mpirun;     /* --mpirun: the launcher command */
 } cal_options;
@@ -47,6 +49,7 @@ typedef struct coll_fit {
     double t_launch;        /* seconds */
     double l_sync;          /* seconds per step */
     double bw;              /* bytes/s of one step's shard */
+    double bw_local;        /* bytes/s of the copy of the device's own shard; 0: free */
     double rms;             /* rms relative residual */
     double max;             /* largest relative residual of the samples used */
     int used;               /* samples in the final fit */
@@ -54,9 +57,11 @@ typedef struct coll_fit {
     double small_t_launch;  /* that fit: seconds */
     double small_l_sync;    /* seconds per step */
     double small_bw;        /* bytes/s */
+    double small_bw_local;  /* bytes/s; 0: free */
 } coll_fit;
 
-/* Fits T(P, S) = T_launch + (P - 1) (L_sync + shard / BW) to f's samples
+/* Fits T(P, S) = T_launch + (P - 1) (L_sync + shard / BW) + shard / BW_local
+ * to f's samples
  * (relative least squares, coefficients kept non-negative; buffers below
  * SPLIT_BYTES fitted separately when there are enough of them), fills each
  * sample's fitted time and the residual statistics.  `kind` names the

@@ -152,10 +152,6 @@ static void roofline(const cost_hw *hw, ir_dtype t, ir_cost *c)
     c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
 }
 
-/* Elementwise time under a calibrated profile: the measured bandwidth for
- * the bytes plus, per element, the measured cost of each function call in
- * the expression (arithmetic hides under the memory traffic).  The two add:
- * on this machine's cores the vector math does not overlap the loads. */
 /* Devices of m's mesh. */
 static double mesh_devices(const ir_module *m)
 {
@@ -165,6 +161,13 @@ static double mesh_devices(const ir_module *m)
     return n;
 }
 
+/* Elementwise time under a calibrated profile: the op's bytes at the
+ * elementwise bandwidth measured for that many bytes (operands hot, as the
+ * result of the op before), plus, per element, the measured cost of each
+ * function call in the expression beyond that of a plain loop over the
+ * same arrays.  They add: the function cost was measured as the extra time
+ * on top of the memory traffic, so whatever overlap the loop achieves is
+ * already in it. */
 static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
 {
     double per_elem = 0;

@@ -47,17 +47,20 @@ typedef enum cost_fit_kind {
     COST_FIT_COUNT
 } cost_fit_kind;
 
-/* One collective kind's measured model (seed 004, MeshSlice):
- * T = t_launch + (P - 1) * (l_sync + shard_bytes / bw), shard_bytes =
- * buffer bytes / P, fitted by `einc calibrate`. */
+/* One collective kind's measured model (seed 004, MeshSlice, plus the own
+ * shard's copy): T = t_launch + (P - 1) * (l_sync + shard_bytes / bw) +
+ * shard_bytes / bw_local, shard_bytes = buffer bytes / P, fitted by
+ * `einc calibrate`. */
 typedef struct cost_coll_fit {
     double t_launch;    /* seconds per call */
     double l_sync;      /* seconds per step of the ring (one synchronisation) */
     double bw;          /* bytes/s at which a step moves its shard */
+    double bw_local;    /* bytes/s of the copy of the device's own shard; 0: free */
     double small_below; /* buffers below this many bytes use the small_* fit; 0: none */
     double small_t_launch; /* the in-cache fit: seconds per call */
     double small_l_sync;   /* seconds per step */
     double small_bw;       /* bytes/s */
+    double small_bw_local; /* bytes/s; 0: free */
 } cost_coll_fit;
 
 /* Most points of a calibrated elementwise-bandwidth curve. */
@@ -163,8 +166,9 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
 
 /*
  * The measured model of a calibrated profile (seed 004, MeshSlice):
- * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) for a group
- * of `p` devices, buffer_bytes counted as nccl-tests does (AllGather's
+ * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) +
+ * (buffer_bytes / P) / bw_local (the own shard's copy, when the fit has
+ * it; driver/calibrate_fit.c) for a group of `p` devices, buffer_bytes counted as nccl-tests does (AllGather's
  * per-device result, the per-device operand of ReduceScatter, AllReduce and
  * AllToAll).  A buffer below fit->small_below uses the small-message fit
  * (it stays in the caches).  t_latency is the fixed part, t_bandwidth the

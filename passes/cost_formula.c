@@ -118,14 +118,18 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
     double t_launch = small ? fit->small_t_launch : fit->t_launch;
     double l_sync = small ? fit->small_l_sync : fit->l_sync;
     double bw = small ? fit->small_bw : fit->bw;
+    double bw_local = small ? fit->small_bw_local : fit->bw_local;
     cost_coll_time r = {0};
     r.t_latency = t_launch + steps * l_sync;
     r.t_bandwidth = steps * buffer_bytes / p / bw;
+    if (bw_local > 0)
+        r.t_bandwidth += buffer_bytes / p / bw_local;
     /* The measured model adds the terms (the steps are synchronous), where
      * the seed's ICI formula takes their max. */
     r.time = r.t_latency + r.t_bandwidth;
     r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
-    r.crossover = r.t_latency * p * bw / steps;
+    double per_byte = steps / (p * bw) + (bw_local > 0 ? 1 / (p * bw_local) : 0);
+    r.crossover = r.t_latency / per_byte;
     return r;
 }
 

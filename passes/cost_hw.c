@@ -154,6 +154,10 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
             get_nonneg(c, "l_sync", where, origin, &fit->l_sync, err, errsize) < 0 ||
             get_positive(c, "bandwidth", where, origin, &fit->bw, err, errsize) < 0)
             return -1;
+        /* Optional: the own shard's copy (absent: free). */
+        if (cJSON_GetObjectItemCaseSensitive(c, "local_bandwidth") &&
+            get_positive(c, "local_bandwidth", where, origin, &fit->bw_local, err, errsize) < 0)
+            return -1;
         /* Optional second fit for buffers that stay in the caches. */
         const cJSON *sm = cJSON_GetObjectItemCaseSensitive(c, "small_messages");
         if (!sm)
@@ -168,6 +172,10 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
             get_nonneg(sm, "t_launch", swhere, origin, &fit->small_t_launch, err, errsize) < 0 ||
             get_nonneg(sm, "l_sync", swhere, origin, &fit->small_l_sync, err, errsize) < 0 ||
             get_positive(sm, "bandwidth", swhere, origin, &fit->small_bw, err, errsize) < 0)
+            return -1;
+        if (cJSON_GetObjectItemCaseSensitive(sm, "local_bandwidth") &&
+            get_positive(sm, "local_bandwidth", swhere, origin, &fit->small_bw_local, err,
+                         errsize) < 0)
             return -1;
     }
     if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,

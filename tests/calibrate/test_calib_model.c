@@ -131,7 +131,7 @@ static void test_bad_sections(void)
 
 static void test_model(void)
 {
-    cost_coll_fit f = {4e-6, 1e-5, 2e9, 0, 0, 0, 0};
+    cost_coll_fit f = {.t_launch = 4e-6, .l_sync = 1e-5, .bw = 2e9};
     /* P = 4, 8 MB buffer: 4us + 3 * (10us + 2 MB / 2 GB/s) = 3.034 ms */
     cost_coll_time t = cost_measured_coll_time(&f, 4, 8e6);
     CU_ASSERT_DOUBLE_EQUAL(t.time, 4e-6 + 3 * (1e-5 + 2e6 / 2e9), 1e-12);
@@ -145,7 +145,8 @@ static void test_model(void)
     CU_ASSERT_EQUAL(cost_measured_coll_time(&f, 2, 1024).bound, IR_BOUND_LATENCY);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 1, 8e6).time, 0, 0);
     /* Below its size the small-message fit applies. */
-    cost_coll_fit g = {4e-6, 1e-5, 2e9, 1 << 20, 1e-6, 5e-6, 8e9};
+    cost_coll_fit g = {.t_launch = 4e-6, .l_sync = 1e-5, .bw = 2e9, .small_below = 1 << 20,
+                       .small_t_launch = 1e-6, .small_l_sync = 5e-6, .small_bw = 8e9};
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e5).time,
                            1e-6 + 3 * (5e-6 + 2e5 / 8e9), 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e6).time,
@@ -155,6 +156,15 @@ static void test_model(void)
     double t3 = cost_measured_coll_time(&f, 3, 3 * 1e6).time;
     double t5 = cost_measured_coll_time(&f, 5, 5 * 1e6).time;
     CU_ASSERT_DOUBLE_EQUAL(t5 - t3, 2 * (t3 - t2), 1e-12);
+    /* The own shard's copy adds shard / bw_local, and the crossover moves
+     * with it. */
+    cost_coll_fit h = f;
+    h.bw_local = 1e9;
+    cost_coll_time u = cost_measured_coll_time(&h, 4, 8e6);
+    CU_ASSERT_DOUBLE_EQUAL(u.t_bandwidth, 3e-3 + 2e6 / 1e9, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(u.time, t.time + 2e6 / 1e9, 1e-12);
+    cost_coll_time ux = cost_measured_coll_time(&h, 4, u.crossover);
+    CU_ASSERT_DOUBLE_EQUAL(ux.t_latency, ux.t_bandwidth, 1e-12);
 }
 
 void einc_register_tests(void)

@@ -23,11 +23,16 @@ KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
 
 def model(fit, p, buffer_bytes):
     """MeshSlice's T_launch + (P-1) (L_sync + shard/BW), shard = buffer / P (seed 004),
-    with the small-message fit below its size when the profile has one."""
+    plus shard / local_bandwidth (the own shard's copy) when the fit has one, with the
+    small-message fit below its size when the profile has one."""
     sm = fit.get("small_messages")
     if sm and buffer_bytes < sm["below_bytes"]:
         fit = sm
-    return fit["t_launch"] + (p - 1) * (fit["l_sync"] + buffer_bytes / p / fit["bandwidth"])
+    shard = buffer_bytes / p
+    t = fit["t_launch"] + (p - 1) * (fit["l_sync"] + shard / fit["bandwidth"])
+    if "local_bandwidth" in fit:
+        t += shard / fit["local_bandwidth"]
+    return t
 
 
 def check_profile(path, ranks, runtime):
@@ -57,6 +62,7 @@ def check_profile(path, ranks, runtime):
         fit = cal["collectives"][kind]
         check(fit["t_launch"] >= 0 and fit["l_sync"] >= 0 and fit["bandwidth"] > 0,
               "%s: t_launch, l_sync >= 0, bandwidth > 0" % kind)
+        check(fit.get("local_bandwidth", 1) > 0, "%s: local_bandwidth > 0 when present" % kind)
         samples = fit["samples"]
         groups = sorted({s["group"] for s in samples})
         check(groups == sorted({2, ranks}), "%s: groups %s" % (kind, groups))

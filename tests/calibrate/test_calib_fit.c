@@ -1,0 +1,85 @@
+/*
+ * test_calib_fit.c - the regression of `einc calibrate` (driver/
+ * calibrate_fit.c): timings made from known coefficients of
+ * T = T_launch + (P-1)(L_sync + shard/BW) + shard/BW_local (seed 004's
+ * model plus the own shard's copy) give those coefficients back; a
+ * coefficient the timings do not need comes out 0; one group size alone
+ * (P-1 and 1 collinear) still fits; an outlier is marked and left out.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "calibrate_internal.h"
+#include "cunit_main.h"
+
+/* Samples at P = 2..pmax, 7 sizes from 8 KiB to 32 MiB, from the model. */
+static void synth(coll_fit *f, int pmax, double launch, double sync, double bw, double bw_local)
+{
+    memset(f, 0, sizeof *f);
+    for (int p = 2; p <= pmax; p++)
+        for (double s = 8192; s <= 32 << 20; s *= 4) {
+            double shard = s / p;
+            double t = launch + (p - 1) * (sync + shard / bw) + (bw_local > 0 ? shard / bw_local : 0);
+            f->s[f->n++] = (sample){.p = p, .bytes = s, .t = t};
+        }
+}
+
+static void test_recovers_four_terms(void)
+{
+    coll_fit f;
+    synth(&f, 4, 30e-6, 5e-6, 6e9, 2.5e9);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    /* Both regimes come from the same line, so each recovers it. */
+    CU_ASSERT_DOUBLE_EQUAL(f.t_launch, 30e-6, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(f.l_sync, 5e-6, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(f.bw / 6e9, 1, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(f.bw_local / 2.5e9, 1, 1e-6);
+    CU_ASSERT(f.rms < 1e-9);
+    CU_ASSERT_EQUAL(f.used, f.n);
+}
+
+static void test_free_own_shard(void)
+{
+    coll_fit f;
+    synth(&f, 4, 20e-6, 10e-6, 3e9, 0);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllToAll"), 0);
+    CU_ASSERT_DOUBLE_EQUAL(f.bw / 3e9, 1, 1e-6);
+    CU_ASSERT_EQUAL(f.bw_local, 0); /* MeshSlice's model exactly */
+    CU_ASSERT(f.rms < 1e-9);
+}
+
+static void test_one_group_size(void)
+{
+    /* With P = 2 only, (P-1)*shard and shard are the same column: the fit
+     * must not divide by a zero pivot, and the times must still match. */
+    coll_fit f;
+    synth(&f, 2, 20e-6, 0, 3e9, 3e9);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "ReduceScatter"), 0);
+    CU_ASSERT(isfinite(f.bw) && f.bw > 0);
+    for (int i = 0; i < f.n; i++)
+        CU_ASSERT_DOUBLE_EQUAL(f.s[i].fit / f.s[i].t, 1, 1e-6);
+}
+
+static void test_outlier(void)
+{
+    coll_fit f;
+    synth(&f, 4, 30e-6, 5e-6, 6e9, 2.5e9);
+    int bad = f.n - 2; /* a large sample, 3x slower (a descheduled thread) */
+    f.s[bad].t *= 3;
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    CU_ASSERT(f.s[bad].outlier);
+    CU_ASSERT_EQUAL(f.used, f.n - 1);
+    CU_ASSERT_DOUBLE_EQUAL(f.bw / 6e9, 1, 1e-6);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"the fit recovers all four coefficients", test_recovers_four_terms},
+        {"a free own-shard copy fits as 0", test_free_own_shard},
+        {"one group size alone fits", test_one_group_size},
+        {"an outlier is left out", test_outlier},
+    };
+    einc_add_suite("calibration fit", tests, (int)(sizeof tests / sizeof tests[0]));
+}
