@@ -757,18 +757,25 @@ static cJSON *profile_json(cal_state *c)
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cJSON_AddNumberToObject(cal, "cores", cores > 0 ? (double)cores : (double)o->ranks);
-    /* Per function, seconds per element beyond neg on the same arrays, each
-     * as the slope between the two sizes (0 when memory hides it). */
+    /* Per function, seconds per element beyond neg on the same arrays (0
+     * when memory hides it): the slope between the two sizes, or, when a
+     * noisy run leaves a slope that is not positive, the difference at the
+     * larger size alone. */
     double slope[IR_FN_COUNT] = {0};
     for (int fn = 0; fn < IR_FN_COUNT; fn++)
         if (c->fn_seconds[0][fn] > 0 && c->fn_seconds[1][fn] > 0)
-            slope[fn] = fmax(0, (c->fn_seconds[1][fn] - c->fn_seconds[0][fn]) /
-                                    (double)(FN_ELEMS[1] - FN_ELEMS[0]));
+            slope[fn] = (c->fn_seconds[1][fn] - c->fn_seconds[0][fn]) /
+                        (double)(FN_ELEMS[1] - FN_ELEMS[0]);
     cJSON *fns = cJSON_AddObjectToObject(cal, "function_seconds_per_element");
-    for (int fn = 0; fn < IR_FN_COUNT; fn++)
-        if (slope[fn] > 0 && slope[IR_FN_NEG] > 0)
-            cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn),
-                                    fmax(0, slope[fn] - slope[IR_FN_NEG]));
+    const double *big = c->fn_seconds[1];
+    for (int fn = 0; fn < IR_FN_COUNT; fn++) {
+        if (!(big[fn] > 0 && big[IR_FN_NEG] > 0))
+            continue;
+        double extra = slope[fn] > 0 && slope[IR_FN_NEG] > 0
+                           ? slope[fn] - slope[IR_FN_NEG]
+                           : (big[fn] - big[IR_FN_NEG]) / (double)FN_ELEMS[1];
+        cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn), fmax(0, extra));
+    }
     return root;
 }
 
