@@ -92,11 +92,10 @@ void rt_threads_allgather(const rt_coll_desc *d, const rt_group_view *g, const r
     outer_inner(d->in_shape, d->rank, d->dim, &outer, &inner);
     size_t run = (size_t)(d->in_shape[d->dim] * inner) * es;
     char *o = out;
-    for (int64_t j = 0; j < G; j++) {
-        const char *src = b->peer_in[j];
-        for (int64_t i = 0; i < outer; i++)
-            memcpy(o + ((size_t)(i * G + j)) * run, src + (size_t)i * run, run);
-    }
+    for (int64_t i = 0; i < outer; i++)
+        for (int64_t j = 0; j < G; j++)
+            memcpy(o + ((size_t)(i * G + j)) * run, (const char *)b->peer_in[j] + (size_t)i * run,
+                   run);
 }
 
 void rt_threads_reducescatter(const rt_coll_desc *d, const rt_group_view *g,
