@@ -22,12 +22,14 @@
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
  *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW)
- *               + shard_bytes / BW_local,
+ *               + shard_bytes / BW_local + (runs - P) * t_run,
  * shard_bytes = S / P (what one step of a ring moves), is linear in the
- * unknowns (T_launch, L_sync, 1/BW, 1/BW_local) with regressors (1, P-1,
- * (P-1)*shard, shard).  The last term, not in MeshSlice's TPU model, is
- * the copy of the device's own shard into a distinct output buffer
- * (calibrate_fit.c); it is 0 where that copy is free.
+ * unknowns (T_launch, L_sync, 1/BW, 1/BW_local, t_run) with regressors (1,
+ * P-1, (P-1)*shard, shard, runs-P).  The last two, not in MeshSlice's TPU
+ * model, are the copy of the device's own shard into a distinct output
+ * buffer, 0 where that copy is free, and the short runs of a collective
+ * over an inner dim (calibrate_fit.c): every size is also timed as a
+ * strided variant (tags GS, RZ, AZ) whose peer blocks are rows of 512 B.
  * The samples span microseconds to seconds, so the least squares are
  * weighted by 1/T^2 (relative error).  A coefficient that comes out
  * negative is fixed at zero and the rest refitted (non-negative least
@@ -63,11 +65,22 @@
 
 #include "calibrate_internal.h"
 
+/* One compiled benchmark program of the work directory. */
+typedef struct cal_bench {
+    char exe[64];           /* executable */
+    char out[72];           /* its profile output (exe.txt), round r in out.r */
+    int ndev;               /* devices it runs on */
+    int p;                  /* collectives: group size; 0 for the compute program */
+    int64_t size;           /* collectives: the buffer size it times */
+} cal_bench;
+
 /* Everything one calibration learns. */
 typedef struct cal_state {
     const cal_options *o;   /* command line */
     char dir[256];          /* work directory */
     char self[1024];        /* this einc */
+    cal_bench bench[MAX_RANKS * MAX_SIZES + 1]; /* the programs, in the order they run */
+    int nbench;             /* entries in bench */
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
     double gemm_flop[3];    /* FLOPs summed over the shapes timed, per dtype */
@@ -101,9 +114,9 @@ static void usage(FILE *f)
           "  --max-bytes N           largest collective buffer per device (default 64 MiB,\n"
           "                          at most 512 MiB; also capped by free memory)\n"
           "  --repeat R              runs per benchmark process (default 7)\n"
-          "  --rounds N              processes per benchmark program, the median over\n"
-          "                          them taken (default 3: a burst of load from outside\n"
-          "                          slows one of them, not the result)\n"
+          "  --rounds N              processes per benchmark program, the fastest taken\n"
+          "                          (default 3, a round over all programs apart: a spell\n"
+          "                          of load from outside slows some, not the result)\n"
           "  --quick                 few sizes and runs, buffers up to 2 MiB unless\n"
           "                          --max-bytes says otherwise (seconds; for tests)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
@@ -257,9 +270,9 @@ static int compile(cal_state *c, const char *ein, const char *exe)
 
 /* Runs executable `exe` on `ndev` devices with --profile; its output goes
  * to `out` in the work directory. */
-/* Runs benchmark `exe` on `ndev` devices c->o->rounds times, the output
- * of round r to `out`.r in the work directory. */
-static int run_bench(cal_state *c, const char *exe, int ndev, const char *out)
+/* Runs benchmark `exe` on `ndev` devices once, its output to `out`.round
+ * in the work directory. */
+static int run_bench(cal_state *c, const char *exe, int ndev, const char *out, int round)
 {
     char path[512], outp[512], rep[32], np[32];
     snprintf(path, sizeof path, "%s/%s", c->dir, exe);
@@ -284,11 +297,8 @@ static int run_bench(cal_state *c, const char *exe, int ndev, const char *out)
     argv[n++] = "--repeat";
     argv[n++] = rep;
     argv[n] = NULL;
-    int rc = 0;
-    for (int r = 0; r < c->o->rounds && rc == 0; r++) {
-        snprintf(outp, sizeof outp, "%s/%s.%d", c->dir, out, r);
-        rc = run(argv, outp);
-    }
+    snprintf(outp, sizeof outp, "%s/%s.%d", c->dir, out, round);
+    int rc = run(argv, outp);
     free(mpirun);
     if (rc != 0) {
         fprintf(stderr, "einc calibrate: error: the benchmark %s failed (exit %d)\n", path, rc);
@@ -327,7 +337,11 @@ static bool parse_row(const char *line, int *op, char *name, size_t namelen, cha
  * fn(name, kind, seconds, arg) for each op: `name` is the op's result
  * tensor without its version (the benchmark programs give every tensor a
  * unique name), `kind` the op's kind ("AllGather", "Einsum", ...), seconds
- * the median over the rounds of the median time per call.
+ * the least over the rounds of the median time per call.  Load from
+ * outside only ever slows a run, so the fastest round is the best estimate
+ * of the machine's own speed (Chen and Revels, "Robust benchmarking in
+ * noisy environments", 2016); the median within a round already drops a
+ * single descheduled run.
  */
 static int read_profile(cal_state *c, const char *out,
                         void (*fn)(const char *name, const char *kind, double t, void *arg),
@@ -362,7 +376,10 @@ static int read_profile(cal_state *c, const char *out,
     }
     for (int op = 0; op < MAX_OPS; op++)
         if (nseen[op] > 0) {
-            fn(names[op], kinds[op], cal_median(ms[op], nseen[op]) * 1e-3, arg);
+            double best = ms[op][0];
+            for (int r = 1; r < nseen[op]; r++)
+                best = fmin(best, ms[op][r]);
+            fn(names[op], kinds[op], best * 1e-3, arg);
             seen++;
         }
     if (!seen) {
@@ -391,6 +408,17 @@ static int64_t elems_for(int64_t bytes, int p)
     return e > p ? e : p;
 }
 
+/* Columns of the strided variants: shard rows of STRIDE_RUN f32 (512 B),
+ * as a collective over the inner dim of an activation copies them. */
+#define STRIDE_RUN 128
+
+/* Rows of a strided variant of about `bytes` per device over a group of p. */
+static int64_t rows_for(int64_t bytes, int p)
+{
+    int64_t r = bytes / 4 / ((int64_t)STRIDE_RUN * p);
+    return r > 1 ? r : 1;
+}
+
 /* What the profile parser fills for one coll_P program. */
 typedef struct coll_run {
     cal_state *c;           /* where samples go */
@@ -399,20 +427,39 @@ typedef struct coll_run {
     int nsizes;             /* entries in sizes */
 } coll_run;
 
+/* Tags of the strided variants per kind (NULL: AllReduce, whose slices are
+ * flat whatever the layout). */
+static const char *const STRIDED_TAG[NKINDS] = {"GS", "RZ", NULL, "AZ"};
+
+/* The size index after `tag` at the start of `name`, or -1. */
+static int tagged(const char *name, const char *tag)
+{
+    size_t n = tag ? strlen(tag) : 0;
+    if (!tag || strncmp(name, tag, n) != 0 || name[n] < '0' || name[n] > '9')
+        return -1;
+    return atoi(name + n);
+}
+
 static void on_coll(const char *name, const char *kind, double t, void *arg)
 {
     coll_run *r = arg;
     for (int k = 0; k < NKINDS; k++) {
-        size_t n = strlen(KIND_TAG[k]);
-        if (strcmp(kind, KIND_OP[k]) != 0 || strncmp(name, KIND_TAG[k], n) != 0 || name[n] < '0' || name[n] > '9')
+        if (strcmp(kind, KIND_OP[k]) != 0)
             continue;
-        int i = atoi(name + n);
+        int i = tagged(name, KIND_TAG[k]), strided = 0;
+        if (i < 0 && (i = tagged(name, STRIDED_TAG[k])) >= 0)
+            strided = 1;
         if (i < 0 || i >= r->nsizes)
-            return;
+            continue;
         coll_fit *f = &r->c->coll[k];
         if (f->n >= MAX_SAMPLES || t <= 0)
             return;
-        f->s[f->n++] = (sample){r->p, 4.0 * (double)elems_for(r->sizes[i], r->p), t, 0, false};
+        /* Contiguous: one run per peer block.  Strided: a run per shard row
+         * per peer block (tensor dims before the cut dim). */
+        double rows = strided ? (double)rows_for(r->sizes[i], r->p) : 1;
+        double bytes = strided ? 4.0 * rows * STRIDE_RUN * r->p
+                               : 4.0 * (double)elems_for(r->sizes[i], r->p);
+        f->s[f->n++] = (sample){.p = r->p, .bytes = bytes, .runs = r->p * rows, .t = t};
         return;
     }
 }
@@ -434,8 +481,10 @@ static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, 
     else
         fprintf(f, "mesh X = %d\n", p);
     fprintf(f, "dim K = %d\n", p);
+    fprintf(f, "dim C = %d\n", STRIDE_RUN * p);
     for (int i = 0; i < n; i++)
-        fprintf(f, "dim I%d = %lld\n", i, (long long)elems_for(sizes[i], p));
+        fprintf(f, "dim I%d = %lld, R%d = %lld\n", i, (long long)elems_for(sizes[i], p), i,
+                (long long)rows_for(sizes[i], p));
     /* A small AllGather first: device 0 waits in it for the devices still
      * in the partial sums, so the measured collectives start in step. */
     fprintf(f, "input Warm[K_X] : f32\n");
@@ -444,12 +493,18 @@ static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, 
         fprintf(f, "input RSin%d[K_X, I%d] : f32\n", i, i);
         fprintf(f, "input ARin%d[K_X, I%d] : f32\n", i, i);
         fprintf(f, "input AA%d[K_X, I%d] : f32\n", i, i);
+        /* The strided variants: the cut dim C is the inner one, so each
+         * peer block is R rows of STRIDE_RUN elements. */
+        fprintf(f, "input GS%d[R%d, C_X] : f32\n", i, i);
+        fprintf(f, "input RZin%d[K_X, R%d, C] : f32\n", i, i);
+        fprintf(f, "input AZ%d[K_X, R%d, C] : f32\n", i, i);
     }
     /* Partial sums first (local compute), then the collectives back to
      * back, so each starts with the group already in step. */
     for (int i = 0; i < n; i++) {
         fprintf(f, "RS%d[I%d]{U_X} = RSin%d[K, I%d]\n", i, i, i, i);
         fprintf(f, "AR%d[I%d]{U_X} = ARin%d[K, I%d]\n", i, i, i, i);
+        fprintf(f, "RZ%d[R%d, C]{U_X} = RZin%d[K, R%d, C]\n", i, i, i, i);
     }
     fprintf(f, "output Warm[K]\n");
     for (int i = 0; i < n; i++) {
@@ -457,24 +512,38 @@ static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, 
         fprintf(f, "output RS%d[I%d_X]\n", i, i);
         fprintf(f, "output AR%d[I%d]\n", i, i);
         fprintf(f, "output AA%d[K, I%d_X]\n", i, i);
+        fprintf(f, "output GS%d[R%d, C]\n", i, i);
+        fprintf(f, "output RZ%d[R%d, C_X]\n", i, i);
+        fprintf(f, "output AZ%d[K, R%d, C_X]\n", i, i);
     }
     return fclose(f) == 0 ? 0 : -1;
 }
 
 /* Largest buffer the machine's free memory allows for `ndev` devices: each
- * program holds about 12 buffers of the largest size per device (inputs,
- * partial sums, outputs of all kinds, smaller sizes included) plus the
- * root's copies of the outputs; keep it under half the free memory. */
+ * program holds about 20 buffers of its size per device (inputs, partial
+ * sums, outputs of all kinds, flat and strided) plus the root's copies of
+ * the outputs; keep it under half the free memory. */
 static int64_t memory_cap(int ndev)
 {
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0)
         return INT64_C(64) << 20;
     double avail = (double)pages * (double)page;
-    return (int64_t)(avail / 2 / (12.0 * ndev + 6));
+    return (int64_t)(avail / 2 / (20.0 * ndev + 10));
 }
 
-static int bench_collectives(cal_state *c)
+/* Adds a compiled program to the list that run_benchmarks runs. */
+static cal_bench *add_bench(cal_state *c, const char *exe, int ndev)
+{
+    cal_bench *b = &c->bench[c->nbench++];
+    snprintf(b->exe, sizeof b->exe, "%s", exe);
+    snprintf(b->out, sizeof b->out, "%s.txt", exe);
+    b->ndev = ndev;
+    return b;
+}
+
+/* Writes and compiles the collective programs. */
+static int prepare_collectives(cal_state *c)
 {
     cal_options o = *c->o;
     int64_t cap = memory_cap(o.ranks);
@@ -498,16 +567,14 @@ static int bench_collectives(cal_state *c)
          * larger buffers evicted the smaller ones, which then came from
          * DRAM at half the speed (docs/cost-model.md, Calibration). */
         for (int i = 0; i < n; i++) {
-            char ein[64], exe[64], out[64];
+            char ein[64], exe[64];
             snprintf(ein, sizeof ein, "coll_%d_%d.ein", p, i);
             snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
-            snprintf(out, sizeof out, "coll_%d_%d.txt", p, i);
-            if (write_coll_program(c, p, z, &sizes[i], 1, ein) || compile(c, ein, exe) ||
-                run_bench(c, exe, p * z, out))
+            if (write_coll_program(c, p, z, &sizes[i], 1, ein) || compile(c, ein, exe))
                 return -1;
-            coll_run r = {c, p, &sizes[i], 1};
-            if (read_profile(c, out, on_coll, &r))
-                return -1;
+            cal_bench *b = add_bench(c, exe, p * z);
+            b->p = p;
+            b->size = sizes[i];
         }
     }
     return 0;
@@ -605,13 +672,40 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
     }
 }
 
-static int bench_compute(cal_state *c)
+/* Writes and compiles the GEMM and elementwise program. */
+static int prepare_compute(cal_state *c)
 {
     fprintf(stderr, "einc calibrate: GEMM and elementwise on %d devices\n", c->o->ranks);
-    if (write_compute_program(c, "compute.ein") || compile(c, "compute.ein", "compute") ||
-        run_bench(c, "compute", c->o->ranks, "compute.txt") ||
-        read_profile(c, "compute.txt", on_compute, c))
+    if (write_compute_program(c, "compute.ein") || compile(c, "compute.ein", "compute"))
         return -1;
+    add_bench(c, "compute", c->o->ranks);
+    return 0;
+}
+
+/*
+ * Runs every program once per round, the rounds one after the other, then
+ * reads each program's median over the rounds.  A round takes tens of
+ * seconds, so the rounds of one program are that far apart: a spell of
+ * load from outside (another tenant of the host) slows one of them, and
+ * the median drops it; back to back, a spell of a minute slowed all three
+ * and the whole profile with them.
+ */
+static int run_benchmarks(cal_state *c)
+{
+    for (int r = 0; r < c->o->rounds; r++) {
+        if (c->o->rounds > 1)
+            fprintf(stderr, "einc calibrate: round %d of %d (%d programs)\n", r + 1, c->o->rounds,
+                    c->nbench);
+        for (int i = 0; i < c->nbench; i++)
+            if (run_bench(c, c->bench[i].exe, c->bench[i].ndev, c->bench[i].out, r))
+                return -1;
+    }
+    for (int i = 0; i < c->nbench; i++) {
+        const cal_bench *b = &c->bench[i];
+        coll_run cr = {c, b->p, &b->size, 1};
+        if (b->p ? read_profile(c, b->out, on_coll, &cr) : read_profile(c, b->out, on_compute, c))
+            return -1;
+    }
     for (int d = 0; d < 3; d++)
         if (c->ngemm[d] == 0) {
             fprintf(stderr, "einc calibrate: error: no %s GEMM timing in the profile\n", DT_NAME[d]);
@@ -684,8 +778,10 @@ static cJSON *profile_json(cal_state *c)
     cJSON_AddNumberToObject(cal, "rounds", o->rounds);
     cJSON_AddStringToObject(cal, "model",
                             "T = t_launch + (P-1) * (l_sync + shard_bytes / bandwidth) + shard_bytes / "
-                            "local_bandwidth, shard_bytes = buffer_bytes / P (seed 004, MeshSlice; "
-                            "the last term, the own shard's copy, is absent where it is free)");
+                            "local_bandwidth + (runs - P) * seconds_per_run, shard_bytes = "
+                            "buffer_bytes / P, runs = contiguous runs copied per device (P for a flat "
+                            "buffer) (seed 004, MeshSlice; the own shard's copy and the runs are "
+                            "absent where free)");
     cJSON *colls = cJSON_AddObjectToObject(cal, "collectives");
     for (int k = 0; k < NKINDS; k++) {
         const coll_fit *f = &c->coll[k];
@@ -695,6 +791,8 @@ static cJSON *profile_json(cal_state *c)
         cJSON_AddNumberToObject(j, "bandwidth", positive(f->bw));
         if (f->bw_local > 0)
             cJSON_AddNumberToObject(j, "local_bandwidth", f->bw_local);
+        if (f->t_run > 0)
+            cJSON_AddNumberToObject(j, "seconds_per_run", f->t_run);
         if (f->has_small) {
             cJSON *sm = cJSON_AddObjectToObject(j, "small_messages");
             cJSON_AddNumberToObject(sm, "below_bytes", SPLIT_BYTES);
@@ -703,6 +801,8 @@ static cJSON *profile_json(cal_state *c)
             cJSON_AddNumberToObject(sm, "bandwidth", positive(f->small_bw));
             if (f->small_bw_local > 0)
                 cJSON_AddNumberToObject(sm, "local_bandwidth", f->small_bw_local);
+            if (f->small_t_run > 0)
+                cJSON_AddNumberToObject(sm, "seconds_per_run", f->small_t_run);
         }
         cJSON_AddNumberToObject(j, "rms_rel_residual", f->rms);
         cJSON_AddNumberToObject(j, "max_rel_residual", f->max);
@@ -712,6 +812,7 @@ static cJSON *profile_json(cal_state *c)
             cJSON *s = cJSON_CreateObject();
             cJSON_AddNumberToObject(s, "group", f->s[i].p);
             cJSON_AddNumberToObject(s, "buffer_bytes", f->s[i].bytes);
+            cJSON_AddNumberToObject(s, "runs", f->s[i].runs);
             cJSON_AddNumberToObject(s, "measured_s", f->s[i].t);
             cJSON_AddNumberToObject(s, "fitted_s", f->s[i].fit);
             cJSON_AddNumberToObject(s, "rel_residual", (f->s[i].fit - f->s[i].t) / f->s[i].t);
@@ -815,10 +916,10 @@ static void print_summary(const cal_state *c)
     for (int k = 0; k < NKINDS; k++) {
         const coll_fit *f = &c->coll[k];
         fprintf(stderr,
-                "  %-13s T_launch %8.2f us  L_sync %8.2f us  BW %7.2f GB/s  own shard %7.2f GB/s  "
-                "residual rms %5.1f%% max %5.1f%% (%d of %d samples)\n",
+                "  %-13s T_launch %7.2f us  L_sync %6.2f us  BW %5.2f GB/s  own shard %5.2f GB/s  "
+                "run %5.1f ns  residual rms %5.1f%% max %5.1f%% (%d of %d samples)\n",
                 KIND_OP[k], f->t_launch * 1e6, f->l_sync * 1e6, f->bw * 1e-9, f->bw_local * 1e-9,
-                100 * f->rms, 100 * f->max, f->used, f->n);
+                f->t_run * 1e9, 100 * f->rms, 100 * f->max, f->used, f->n);
     }
 }
 
@@ -869,7 +970,7 @@ int calibrate_main(int argc, char **argv)
         return 1;
     }
     rc = 1;
-    if (bench_collectives(c) || bench_compute(c))
+    if (prepare_collectives(c) || prepare_compute(c) || run_benchmarks(c))
         goto out;
     for (int k = 0; k < NKINDS; k++)
         if (cal_fit_kind(&c->coll[k], KIND_OP[k]))

@@ -12,6 +12,12 @@
  * output, its ReduceScatter reads P blocks to sum), which makes the time
  * grow with the buffer, not with (P - 1) / P of it.  That copy costs
  * shard / BW_local; where it is free the fit leaves the term at 0.
+ *
+ * The fifth is the layout.  A collective over a tensor's inner dim moves
+ * each peer block as many short runs (one per row above the cut dim), not
+ * one: (runs - P) t_run, with runs = P for a flat buffer, prices the
+ * extra runs.  The strided samples of calibrate.c (512-byte runs) are
+ * what determines it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +41,7 @@ double cal_median(double *v, int n)
 /* ---- fitting ---- */
 
 /* Regressors per sample. */
-#define NREG 4
+#define NREG 5
 
 /* Solves the n x n system a x = b (n <= NREG) by Gaussian elimination with
  * partial pivoting; false if singular (a pivot below 1e-12 of its column's
@@ -78,13 +84,15 @@ static bool solve(int n, double a[NREG][NREG], double *b, double *x)
     return true;
 }
 
-/* Regressors of sample s: 1, P-1, (P-1) * shard_bytes, shard_bytes. */
+/* Regressors of sample s: 1, P-1, (P-1) * shard_bytes, shard_bytes,
+ * runs - P. */
 static void regressors(const sample *s, double *x)
 {
     x[0] = 1;
     x[1] = s->p - 1;
     x[2] = (s->p - 1) * s->bytes / s->p;
     x[3] = s->bytes / s->p;
+    x[4] = s->runs > s->p ? s->runs - s->p : 0;
 }
 
 static double predict(const double *coef, const double *r)
@@ -216,12 +224,14 @@ int cal_fit_kind(coll_fit *f, const char *kind)
     f->l_sync = big[1];
     f->bw = 1 / big[2];
     f->bw_local = big[3] > 0 ? 1 / big[3] : 0;
+    f->t_run = big[4];
     f->has_small = have_small;
     if (have_small) {
         f->small_t_launch = small[0];
         f->small_l_sync = small[1];
         f->small_bw = 1 / small[2];
         f->small_bw_local = small[3] > 0 ? 1 / small[3] : 0;
+        f->small_t_run = small[4];
     }
     double ss = 0;
     int used = 0;

@@ -37,6 +37,7 @@ typedef struct cal_options {
 typedef struct sample {
     int p;                  /* group size */
     double bytes;           /* buffer bytes per device (nccl-tests' size) */
+    double runs;            /* contiguous runs a device copies: P if flat, P x rows if strided */
     double t;               /* median seconds per call */
     double fit;             /* fitted seconds */
     bool outlier;           /* left out of the final fit */
@@ -50,6 +51,7 @@ typedef struct coll_fit {
     double l_sync;          /* seconds per step */
     double bw;              /* bytes/s of one step's shard */
     double bw_local;        /* bytes/s of the copy of the device's own shard; 0: free */
+    double t_run;           /* seconds per contiguous run beyond one per peer block */
     double rms;             /* rms relative residual */
     double max;             /* largest relative residual of the samples used */
     int used;               /* samples in the final fit */
@@ -58,10 +60,11 @@ typedef struct coll_fit {
     double small_l_sync;    /* seconds per step */
     double small_bw;        /* bytes/s */
     double small_bw_local;  /* bytes/s; 0: free */
+    double small_t_run;     /* seconds per extra run */
 } coll_fit;
 
-/* Fits T(P, S) = T_launch + (P - 1) (L_sync + shard / BW) + shard / BW_local
- * to f's samples
+/* Fits T(P, S, runs) = T_launch + (P - 1) (L_sync + shard / BW) +
+ * shard / BW_local + (runs - P) t_run to f's samples
  * (relative least squares, coefficients kept non-negative; buffers below
  * SPLIT_BYTES fitted separately when there are enough of them), fills each
  * sample's fitted time and the residual statistics.  `kind` names the

@@ -196,6 +196,32 @@ static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes)
     return n;
 }
 
+double cost_coll_runs(const ir_module *m, const ir_op *op, double p)
+{
+    const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
+    const ir_type *t = NULL;
+    int cut = -1;
+    switch (op->kind) {
+    case IR_OP_ALLGATHER: t = in ? &in->type : NULL; cut = op->u.coll.dim; break;
+    case IR_OP_REDUCESCATTER: t = op->result ? &op->result->type : NULL; cut = op->u.coll.dim; break;
+    case IR_OP_ALLTOALL:
+        t = in ? &in->type : NULL;
+        cut = op->u.coll.dim > op->u.coll.dim2 ? op->u.coll.dim : op->u.coll.dim2;
+        break;
+    default: return p; /* AllReduce: flat slices */
+    }
+    if (!t || cut < 0 || cut > t->rank)
+        return p;
+    double rows = 1;
+    for (int d = 0; d < cut; d++) {
+        /* An AllToAll's box has the result's (split) extent on dim2. */
+        const ir_type *src = op->kind == IR_OP_ALLTOALL && d == op->u.coll.dim2 && op->result
+                                 ? &op->result->type : t;
+        rows *= (double)ir_local_size(m, src, d);
+    }
+    return p * rows;
+}
+
 /* cost_op_coll_time under a calibrated profile: the fit of op's kind
  * (cost_measured_coll_time) over its group; false for other ops. */
 static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
@@ -216,7 +242,7 @@ static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_o
         p *= (double)sizes[i];
     *v = local_bytes(m, k == COST_FIT_ALLGATHER ? op->result
                                                 : op->noperands > 0 ? op->operands[0] : NULL);
-    *out = cost_measured_coll_time(&hw->fit[k], p, *v);
+    *out = cost_measured_coll_time(&hw->fit[k], p, *v, cost_coll_runs(m, op, p));
     /* The copies and waits are CPU work: they share the cores like compute. */
     double f = cost_measured_contention(hw, mesh_devices(m));
     out->t_latency *= f;

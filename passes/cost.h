@@ -48,19 +48,22 @@ typedef enum cost_fit_kind {
 } cost_fit_kind;
 
 /* One collective kind's measured model (seed 004, MeshSlice, plus the own
- * shard's copy): T = t_launch + (P - 1) * (l_sync + shard_bytes / bw) +
- * shard_bytes / bw_local, shard_bytes = buffer bytes / P, fitted by
- * `einc calibrate`. */
+ * shard's copy and the layout): T = t_launch + (P - 1) * (l_sync +
+ * shard_bytes / bw) + shard_bytes / bw_local + (runs - P) * t_run,
+ * shard_bytes = buffer bytes / P, runs = contiguous runs a device copies
+ * (P for a flat buffer), fitted by `einc calibrate`. */
 typedef struct cost_coll_fit {
     double t_launch;    /* seconds per call */
     double l_sync;      /* seconds per step of the ring (one synchronisation) */
     double bw;          /* bytes/s at which a step moves its shard */
     double bw_local;    /* bytes/s of the copy of the device's own shard; 0: free */
+    double t_run;       /* seconds per contiguous run beyond one per peer block */
     double small_below; /* buffers below this many bytes use the small_* fit; 0: none */
     double small_t_launch; /* the in-cache fit: seconds per call */
     double small_l_sync;   /* seconds per step */
     double small_bw;       /* bytes/s */
     double small_bw_local; /* bytes/s; 0: free */
+    double small_t_run;    /* seconds per extra run */
 } cost_coll_fit;
 
 /* Most points of a calibrated elementwise-bandwidth curve. */
@@ -167,15 +170,29 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
 /*
  * The measured model of a calibrated profile (seed 004, MeshSlice):
  * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) +
- * (buffer_bytes / P) / bw_local (the own shard's copy, when the fit has
- * it; driver/calibrate_fit.c) for a group of `p` devices, buffer_bytes counted as nccl-tests does (AllGather's
+ * (buffer_bytes / P) / bw_local + (runs - P) * t_run (the own shard's copy
+ * and the extra runs of a strided layout, when the fit has them;
+ * driver/calibrate_fit.c) for a group of `p` devices that copies `runs`
+ * contiguous runs per device (p for a flat buffer; cost_coll_runs), buffer_bytes counted as nccl-tests does (AllGather's
  * per-device result, the per-device operand of ReduceScatter, AllReduce and
  * AllToAll).  A buffer below fit->small_below uses the small-message fit
  * (it stays in the caches).  t_latency is the fixed part, t_bandwidth the
  * per-byte part; crossover is the buffer size at which they are equal.  A
  * group of one device costs 0.
  */
-cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes);
+cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes,
+                                       double runs);
+
+/*
+ * Contiguous runs one device copies (or sums) in resharding op `op` over a
+ * group of `p`, on the runtimes' row-major layouts: one per peer block and
+ * row above the cut dim, p x prod(local dims before it).  The cut dim is
+ * the gathered dim of an AllGather (operand), the scattered dim of a
+ * ReduceScatter (result), and the deeper of the two dims of an AllToAll;
+ * an AllReduce's slices are flat (p).  A collective over the leading dim
+ * gives p.  Used with cost_measured_coll_time.
+ */
+double cost_coll_runs(const ir_module *m, const ir_op *op, double p);
 
 /* Elementwise bytes/s of a calibrated profile for an op that moves `bytes`
  * per device: the measured curve interpolated linearly in log(bytes) and

@@ -109,7 +109,8 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
     return finish(hw->ici_latency * hops, bw, local_bytes);
 }
 
-cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes)
+cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes,
+                                       double runs)
 {
     if (p <= 1)
         return finish(0, 0, 0);
@@ -119,8 +120,10 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
     double l_sync = small ? fit->small_l_sync : fit->l_sync;
     double bw = small ? fit->small_bw : fit->bw;
     double bw_local = small ? fit->small_bw_local : fit->bw_local;
+    double t_run = small ? fit->small_t_run : fit->t_run;
     cost_coll_time r = {0};
-    r.t_latency = t_launch + steps * l_sync;
+    /* Extra runs are a per-call cost like the launch: latency. */
+    r.t_latency = t_launch + steps * l_sync + (runs > p ? (runs - p) * t_run : 0);
     r.t_bandwidth = steps * buffer_bytes / p / bw;
     if (bw_local > 0)
         r.t_bandwidth += buffer_bytes / p / bw_local;

@@ -158,6 +158,9 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
         if (cJSON_GetObjectItemCaseSensitive(c, "local_bandwidth") &&
             get_positive(c, "local_bandwidth", where, origin, &fit->bw_local, err, errsize) < 0)
             return -1;
+        if (cJSON_GetObjectItemCaseSensitive(c, "seconds_per_run") &&
+            get_nonneg(c, "seconds_per_run", where, origin, &fit->t_run, err, errsize) < 0)
+            return -1;
         /* Optional second fit for buffers that stay in the caches. */
         const cJSON *sm = cJSON_GetObjectItemCaseSensitive(c, "small_messages");
         if (!sm)
@@ -176,6 +179,9 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
         if (cJSON_GetObjectItemCaseSensitive(sm, "local_bandwidth") &&
             get_positive(sm, "local_bandwidth", swhere, origin, &fit->small_bw_local, err,
                          errsize) < 0)
+            return -1;
+        if (cJSON_GetObjectItemCaseSensitive(sm, "seconds_per_run") &&
+            get_nonneg(sm, "seconds_per_run", swhere, origin, &fit->small_t_run, err, errsize) < 0)
             return -1;
     }
     if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,

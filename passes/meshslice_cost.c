@@ -96,7 +96,8 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
             tc = contention * cost_measured_coll_time(&hw->fit[mv->kind == IR_OP_ALLGATHER
                                                                       ? COST_FIT_ALLGATHER
                                                                       : COST_FIT_REDUCESCATTER],
-                                                      (double)P, (double)P * piece).time;
+                                                      (double)P, (double)P * piece,
+                                                      (double)P).time;
         comm_sum += K * tc;
         sent += K * (double)(P - 1) * piece;
         g_bytes += (double)P * piece; /* the gathered (or partial) buffer of one iteration */

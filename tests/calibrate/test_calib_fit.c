@@ -1,8 +1,9 @@
 /*
  * test_calib_fit.c - the regression of `einc calibrate` (driver/
  * calibrate_fit.c): timings made from known coefficients of
- * T = T_launch + (P-1)(L_sync + shard/BW) + shard/BW_local (seed 004's
- * model plus the own shard's copy) give those coefficients back; a
+ * T = T_launch + (P-1)(L_sync + shard/BW) + shard/BW_local + (runs-P) t_run
+ * (seed 004's model plus the own shard's copy and the strided runs) give
+ * those coefficients back; a
  * coefficient the timings do not need comes out 0; one group size alone
  * (P-1 and 1 collinear) still fits; an outlier is marked and left out.
  */
@@ -13,16 +14,25 @@
 #include "calibrate_internal.h"
 #include "cunit_main.h"
 
-/* Samples at P = 2..pmax, 7 sizes from 8 KiB to 32 MiB, from the model. */
-static void synth(coll_fit *f, int pmax, double launch, double sync, double bw, double bw_local)
+/* Samples at P = 2..pmax, 7 sizes from 8 KiB to 32 MiB, from the model;
+ * with t_run > 0 also a strided variant of each (rows of 512 bytes). */
+static void synth_runs(coll_fit *f, int pmax, double launch, double sync, double bw,
+                       double bw_local, double t_run)
 {
     memset(f, 0, sizeof *f);
     for (int p = 2; p <= pmax; p++)
-        for (double s = 8192; s <= 32 << 20; s *= 4) {
-            double shard = s / p;
-            double t = launch + (p - 1) * (sync + shard / bw) + (bw_local > 0 ? shard / bw_local : 0);
-            f->s[f->n++] = (sample){.p = p, .bytes = s, .t = t};
-        }
+        for (double s = 8192; s <= 32 << 20; s *= 4)
+            for (int strided = 0; strided <= (t_run > 0); strided++) {
+                double shard = s / p, runs = strided ? p * (s / 512 / p) : p;
+                double t = launch + (p - 1) * (sync + shard / bw) +
+                           (bw_local > 0 ? shard / bw_local : 0) + (runs - p) * t_run;
+                f->s[f->n++] = (sample){.p = p, .bytes = s, .runs = runs, .t = t};
+            }
+}
+
+static void synth(coll_fit *f, int pmax, double launch, double sync, double bw, double bw_local)
+{
+    synth_runs(f, pmax, launch, sync, bw, bw_local, 0);
 }
 
 static void test_recovers_four_terms(void)
@@ -37,6 +47,21 @@ static void test_recovers_four_terms(void)
     CU_ASSERT_DOUBLE_EQUAL(f.bw_local / 2.5e9, 1, 1e-6);
     CU_ASSERT(f.rms < 1e-9);
     CU_ASSERT_EQUAL(f.used, f.n);
+}
+
+static void test_recovers_runs(void)
+{
+    coll_fit f;
+    synth_runs(&f, 4, 30e-6, 5e-6, 6e9, 2.5e9, 40e-9);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    CU_ASSERT_DOUBLE_EQUAL(f.t_run / 40e-9, 1, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(f.small_t_run / 40e-9, 1, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(f.bw / 6e9, 1, 1e-6);
+    CU_ASSERT(f.rms < 1e-9);
+    /* Without strided samples the term is not determined and stays 0. */
+    synth(&f, 4, 30e-6, 5e-6, 6e9, 2.5e9);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    CU_ASSERT_EQUAL(f.t_run, 0);
 }
 
 static void test_free_own_shard(void)
@@ -77,6 +102,7 @@ void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"the fit recovers all four coefficients", test_recovers_four_terms},
+        {"the fit recovers the cost per run", test_recovers_runs},
         {"a free own-shard copy fits as 0", test_free_own_shard},
         {"one group size alone fits", test_one_group_size},
         {"an outlier is left out", test_outlier},

@@ -133,38 +133,44 @@ static void test_model(void)
 {
     cost_coll_fit f = {.t_launch = 4e-6, .l_sync = 1e-5, .bw = 2e9};
     /* P = 4, 8 MB buffer: 4us + 3 * (10us + 2 MB / 2 GB/s) = 3.034 ms */
-    cost_coll_time t = cost_measured_coll_time(&f, 4, 8e6);
+    cost_coll_time t = cost_measured_coll_time(&f, 4, 8e6, 4);
     CU_ASSERT_DOUBLE_EQUAL(t.time, 4e-6 + 3 * (1e-5 + 2e6 / 2e9), 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(t.t_latency, 4e-6 + 3e-5, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(t.t_bandwidth, 3e-3, 1e-12);
     CU_ASSERT_EQUAL(t.bound, IR_BOUND_BANDWIDTH);
     /* At the crossover buffer size the two parts are equal. */
-    cost_coll_time x = cost_measured_coll_time(&f, 4, t.crossover);
+    cost_coll_time x = cost_measured_coll_time(&f, 4, t.crossover, 4);
     CU_ASSERT_DOUBLE_EQUAL(x.t_latency, x.t_bandwidth, 1e-12);
     /* Small messages are latency-bound; one device costs nothing. */
-    CU_ASSERT_EQUAL(cost_measured_coll_time(&f, 2, 1024).bound, IR_BOUND_LATENCY);
-    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 1, 8e6).time, 0, 0);
+    CU_ASSERT_EQUAL(cost_measured_coll_time(&f, 2, 1024, 2).bound, IR_BOUND_LATENCY);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 1, 8e6, 1).time, 0, 0);
     /* Below its size the small-message fit applies. */
     cost_coll_fit g = {.t_launch = 4e-6, .l_sync = 1e-5, .bw = 2e9, .small_below = 1 << 20,
                        .small_t_launch = 1e-6, .small_l_sync = 5e-6, .small_bw = 8e9};
-    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e5).time,
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e5, 4).time,
                            1e-6 + 3 * (5e-6 + 2e5 / 8e9), 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e6).time,
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&g, 4, 8e6, 4).time,
                            4e-6 + 3 * (1e-5 + 2e6 / 2e9), 1e-12);
     /* Linear in P - 1 at a fixed shard size (what the regression assumes). */
-    double t2 = cost_measured_coll_time(&f, 2, 2 * 1e6).time;
-    double t3 = cost_measured_coll_time(&f, 3, 3 * 1e6).time;
-    double t5 = cost_measured_coll_time(&f, 5, 5 * 1e6).time;
+    double t2 = cost_measured_coll_time(&f, 2, 2 * 1e6, 2).time;
+    double t3 = cost_measured_coll_time(&f, 3, 3 * 1e6, 3).time;
+    double t5 = cost_measured_coll_time(&f, 5, 5 * 1e6, 5).time;
     CU_ASSERT_DOUBLE_EQUAL(t5 - t3, 2 * (t3 - t2), 1e-12);
     /* The own shard's copy adds shard / bw_local, and the crossover moves
      * with it. */
     cost_coll_fit h = f;
     h.bw_local = 1e9;
-    cost_coll_time u = cost_measured_coll_time(&h, 4, 8e6);
+    cost_coll_time u = cost_measured_coll_time(&h, 4, 8e6, 4);
     CU_ASSERT_DOUBLE_EQUAL(u.t_bandwidth, 3e-3 + 2e6 / 1e9, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(u.time, t.time + 2e6 / 1e9, 1e-12);
-    cost_coll_time ux = cost_measured_coll_time(&h, 4, u.crossover);
+    cost_coll_time ux = cost_measured_coll_time(&h, 4, u.crossover, 4);
     CU_ASSERT_DOUBLE_EQUAL(ux.t_latency, ux.t_bandwidth, 1e-12);
+    /* A strided layout's extra runs cost t_run each; a flat one (runs = P)
+     * none. */
+    h.t_run = 40e-9;
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&h, 4, 8e6, 4).time, u.time, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&h, 4, 8e6, 4 * 1024).time,
+                           u.time + (4 * 1024 - 4) * 40e-9, 1e-12);
 }
 
 void einc_register_tests(void)

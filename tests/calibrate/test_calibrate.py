@@ -21,10 +21,11 @@ from calib_common import check, finish, run
 KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
 
 
-def model(fit, p, buffer_bytes):
+def model(fit, p, buffer_bytes, runs=None):
     """MeshSlice's T_launch + (P-1) (L_sync + shard/BW), shard = buffer / P (seed 004),
-    plus shard / local_bandwidth (the own shard's copy) when the fit has one, with the
-    small-message fit below its size when the profile has one."""
+    plus shard / local_bandwidth (the own shard's copy) and (runs - P) seconds_per_run
+    (a strided layout's extra runs) when the fit has them, with the small-message fit
+    below its size when the profile has one."""
     sm = fit.get("small_messages")
     if sm and buffer_bytes < sm["below_bytes"]:
         fit = sm
@@ -32,6 +33,8 @@ def model(fit, p, buffer_bytes):
     t = fit["t_launch"] + (p - 1) * (fit["l_sync"] + shard / fit["bandwidth"])
     if "local_bandwidth" in fit:
         t += shard / fit["local_bandwidth"]
+    if runs is not None and runs > p:
+        t += (runs - p) * fit.get("seconds_per_run", 0)
     return t
 
 
@@ -74,7 +77,7 @@ def check_profile(path, ranks, runtime):
         used, sq, worst = 0, 0.0, 0.0
         for s in samples:
             check(s["measured_s"] > 0 and s["buffer_bytes"] >= 8000, "%s: sample positive" % kind)
-            fitted = model(fit, s["group"], s["buffer_bytes"])
+            fitted = model(fit, s["group"], s["buffer_bytes"], s["runs"])
             check(math.isclose(s["fitted_s"], fitted, rel_tol=1e-6, abs_tol=1e-12),
                   "%s: fitted_s is the model at P=%d, %d bytes" % (kind, s["group"],
                                                                   s["buffer_bytes"]))
@@ -108,8 +111,9 @@ def main():
         check(not [f for f in os.listdir(tmp) if ".tmp" in f], "no temporary file left")
         d = check_profile(prof, 4, "threads")
 
-        # einc uses the fit: the AllGather of matmul_case2_allgather (A[I_X, J]
-        # gathered to I: 512x256 f32 = 524288 bytes on each of 2 devices).
+        # einc uses the fit: the AllGather of matmul_case2_allgather (A[I, J_X]
+        # gathered to J: 512x256 f32 = 524288 bytes on each of 2 devices, in
+        # 512 rows per peer).
         ex = os.path.join(a.examples, "matmul_case2_allgather.ein")
         r = run([a.einc, ex, "--hw", prof, "--dump-cost"])
         check("cost: host (" + prof in r.stdout, "--dump-cost names the calibrated profile")
@@ -121,9 +125,27 @@ def main():
             cal = d["calibration"]
             cores, ndev = cal["cores"], cal["devices"]
             k = (cores / max(ndev, cores)) / (cores / max(2, cores))
-            want_us = 1e6 * k * model(cal["collectives"]["allgather"], 2, 512 * 256 * 4)
+            want_us = 1e6 * k * model(cal["collectives"]["allgather"], 2, 512 * 256 * 4, 2 * 512)
             check(math.isclose(got_us, want_us, rel_tol=1e-3),
                   "AllGather time %.4g us is the fit's %.4g us" % (got_us, want_us))
+
+        # Strided samples were timed (not for AllReduce, whose slices are
+        # flat), and a gather over the inner dim is priced with its runs:
+        # In[B, D_X] -> In[B, D] copies B rows per peer, 2 x 64 runs.
+        for kind in KINDS:
+            strided = [s for s in cal["collectives"][kind]["samples"] if s["runs"] > s["group"]]
+            check(bool(strided) == (kind != "allreduce"), "%s: strided samples" % kind)
+        src = os.path.join(tmp, "inner.ein")
+        with open(src, "w") as f:
+            f.write("mesh X = 2\ndim B = 64, D = 512\ninput In[B, D_X] : f32\noutput In[B, D]\n")
+        r = run([a.einc, src, "--hw", prof, "--dump-cost"])
+        row = [l for l in r.stdout.splitlines() if " AllGather " in l]
+        if check(len(row) == 1, "one AllGather row for the inner-dim gather"):
+            got_us = float(row[0].split()[8])
+            want_us = 1e6 * k * model(cal["collectives"]["allgather"], 2, 64 * 512 * 4, 2 * 64)
+            check(math.isclose(got_us, want_us, rel_tol=1e-3),
+                  "inner-dim AllGather time %.4g us is the fit's %.4g us with 128 runs"
+                  % (got_us, want_us))
 
         # A broken fit is refused, naming the field.
         d["calibration"]["collectives"]["alltoall"]["bandwidth"] = -1
