@@ -13,8 +13,8 @@ accuracy target of docs/cost-model.md ("Measured on this machine").
     bench/cost_accuracy.py --einc build/einc --calibrate            # threads
     bench/cost_accuracy.py --einc build/einc --calibrate --runtime mpi
 
---calibrate runs `einc calibrate` first (writing --hw, by default
-/tmp/einc-host-<runtime>.json); without it --hw must exist.  Exit status 0
+--calibrate runs `einc calibrate --rounds R` first (the same rounds, writing
+--hw, by default /tmp/einc-host-<runtime>.json); without it --hw must exist.  Exit status 0
 when the mean error is within --target (default 10% threads, 15% MPI), 1
 when not, 2 on a failure.
 """
@@ -73,7 +73,7 @@ def main():
     ap.add_argument("--calibrate", action="store_true", help="run einc calibrate first")
     ap.add_argument("--calibrate-args", default="", help="extra arguments for einc calibrate")
     ap.add_argument("--repeat", type=int, default=7, help="runs per process (median taken)")
-    ap.add_argument("--rounds", type=int, default=3,
+    ap.add_argument("--rounds", type=int, default=5,
                     help="processes per example, in turn over the examples (fastest taken)")
     ap.add_argument("--min-ms", type=float, default=1.0)
     ap.add_argument("--target", type=float, help="mean |error| allowed, percent")
@@ -86,7 +86,8 @@ def main():
     hw = a.hw or "/tmp/einc-host-%s.json" % a.runtime
     target = a.target if a.target is not None else (10.0 if a.runtime == "threads" else 15.0)
     if a.calibrate:
-        cmd = [a.einc, "calibrate", "--runtime=" + a.runtime, "-o", hw] + shlex.split(a.calibrate_args)
+        cmd = ([a.einc, "calibrate", "--runtime=" + a.runtime, "--rounds", str(a.rounds), "-o", hw]
+               + shlex.split(a.calibrate_args))
         print("$ " + " ".join(cmd) + "   (load average %.2f)" % os.getloadavg()[0], flush=True)
         r = run(cmd)
         sys.stdout.write(r.stderr)
