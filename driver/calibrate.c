@@ -923,23 +923,24 @@ static void print_summary(const cal_state *c)
     }
 }
 
-static void remove_dir(const char *dir)
+/* Removes the work directory: every program's source, executable and
+ * per-round profile output (the names add_bench and run_bench gave them). */
+static void remove_dir(const cal_state *c)
 {
-    char cmd[600];
-    static const char *const files[] = {"coll_%d.ein", "coll_%d", "coll_%d.txt"};
-    for (int p = 2; p <= MAX_RANKS; p++)
-        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-            char name[64];
-            snprintf(name, sizeof name, files[i], p);
-            snprintf(cmd, sizeof cmd, "%s/%s", dir, name);
-            unlink(cmd);
+    char path[600];
+    for (int i = 0; i < c->nbench; i++) {
+        const cal_bench *b = &c->bench[i];
+        snprintf(path, sizeof path, "%s/%s", c->dir, b->exe);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%s.ein", c->dir, b->exe);
+        unlink(path);
+        for (int r = 0; r < c->o->rounds; r++) {
+            snprintf(path, sizeof path, "%s/%s.%d", c->dir, b->out, r);
+            unlink(path);
         }
-    static const char *const more[] = {"compute.ein", "compute", "compute.txt"};
-    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s/%s", dir, more[i]);
-        unlink(cmd);
     }
-    rmdir(dir);
+    if (rmdir(c->dir) != 0)
+        fprintf(stderr, "einc calibrate: note: could not remove %s: %s\n", c->dir, strerror(errno));
 }
 
 int calibrate_main(int argc, char **argv)
@@ -1011,7 +1012,7 @@ out:
     if (o.keep)
         fprintf(stderr, "einc calibrate: the benchmark programs are in %s\n", c->dir);
     else
-        remove_dir(c->dir);
+        remove_dir(c);
     free(c);
     return rc;
 }
