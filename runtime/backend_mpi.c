@@ -15,7 +15,10 @@
  *   AllGather      MPI_Allgather of the whole block, then unpack the G blocks
  *                  into place along `dim` (the threads AllGather loop, fed
  *                  with pointers into the receive buffer)
- *   ReduceScatter  pack block j along `dim` to slot j, MPI_Reduce_scatter_block
+ *   ReduceScatter  pack block j along `dim` to slot j, pairwise exchange of
+ *                  the slots (MPI_Sendrecv / MPI_Isend + MPI_Irecv), then
+ *                  the sum of the G blocks in group-rank order (rt_sum_arrays,
+ *                  as the threads backend sums); see rs_exchange
  *   AllReduce      MPI_Allreduce
  *   AllToAll       pack block j along `dim2` to slot j, MPI_Alltoall, unpack
  *                  slot j to block j along `dim`
@@ -23,6 +26,7 @@
  */
 #include <cblas.h>
 #include <limits.h>
+#include <malloc.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +129,71 @@ static int as_int(rt_device *dev, int64_t n)
     return (int)n;
 }
 
+/*
+ * ReduceScatter on MPI, in three steps: rs_pack lays out block j along
+ * `dim` (the part rank j keeps) as slot j of a send buffer; rs_exchange
+ * posts the pairwise exchange, rank r sending slot (r + s) mod G to that
+ * rank and receiving from rank (r - s) mod G into slot (r - s) mod G of a
+ * receive buffer, s = 1..G-1; after the requests complete, rs_sum adds the
+ * G blocks for r in group-rank order.  Each device sends and receives
+ * (G - 1)/G of its buffer once, what the ring of seed 001 moves, in G - 1
+ * messages.  Not MPI_Reduce_scatter_block: Open MPI 4.1's algorithm (a
+ * segmented reduce and scatter) took 30-40 ms for 7 MB between two ranks
+ * sharing a core where the exchange takes 4 ms (docs/runtime.md, "MPI
+ * backend"), and the sum in rank order makes both backends' results
+ * bitwise the same.
+ */
+static char *rs_pack(rt_device *dev, const rt_coll_desc *e, int64_t G, const void *in)
+{
+    size_t es = rt_dtype_size(e->dtype);
+    int64_t nout = rt_numel(e->rank, e->out_shape);
+    int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK] = {0};
+    char *send = rt_xmalloc(dev, (size_t)(G * nout) * es);
+    for (int64_t j = 0; j < G; j++) {
+        off[e->dim] = j * e->out_shape[e->dim];
+        rt_copy_box(send + (size_t)(j * nout) * es, e->out_shape, zero, in, e->in_shape, off,
+                    e->out_shape, e->rank, es);
+    }
+    return send;
+}
+
+/* Message tag of the ReduceScatter exchange (point-to-point traffic of
+ * the runtime's communicators is only this). */
+#define RS_TAG 0x5253
+
+/* Posts the 2 (G - 1) requests of the exchange (see rs_pack); the caller
+ * waits for them and frees the returned array. */
+static MPI_Request *rs_exchange(rt_device *dev, MPI_Comm comm, MPI_Datatype T, size_t es, int64_t G,
+                                int64_t nout, const char *send, char *recv)
+{
+    int r, n = as_int(dev, nout);
+    MPI_Comm_rank(comm, &r);
+    MPI_Request *reqs = rt_xmalloc(dev, (size_t)(2 * G) * sizeof *reqs);
+    for (int64_t s = 1; s < G; s++) {
+        int64_t from = (r - s + G) % G, to = (r + s) % G;
+        MPI_Irecv(recv + (size_t)(from * nout) * es, n, T, (int)from, RS_TAG, comm,
+                  &reqs[2 * (s - 1)]);
+        MPI_Isend(send + (size_t)(to * nout) * es, n, T, (int)to, RS_TAG, comm,
+                  &reqs[2 * (s - 1) + 1]);
+    }
+    return reqs;
+}
+
+/* out = the sum over group ranks j = 0..G-1 of block r of rank j: its own
+ * from `send`, the others from `recv`. */
+static void rs_sum(rt_device *dev, MPI_Comm comm, int32_t dtype, int64_t G, int64_t nout,
+                   const char *send, const char *recv, void *out)
+{
+    int r;
+    MPI_Comm_rank(comm, &r);
+    size_t es = rt_dtype_size(dtype);
+    const void **srcs = rt_xmalloc(dev, (size_t)G * sizeof *srcs);
+    for (int64_t j = 0; j < G; j++)
+        srcs[j] = j == r ? send + (size_t)(r * nout) * es : recv + (size_t)(j * nout) * es;
+    rt_sum_arrays(dtype, out, srcs, G, nout);
+    free(srcs);
+}
+
 static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
                            const void *in, void *out)
 {
@@ -161,14 +230,18 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
         break;
     }
     case RT_REDUCESCATTER: {
-        char *send = rt_xmalloc(dev, (size_t)nin * es);
-        int64_t off[RT_MAX_RANK] = {0};
-        for (int64_t j = 0; j < G; j++) {
-            off[d->dim] = j * d->out_shape[d->dim];
-            rt_copy_box(send + (size_t)(j * nout) * es, d->out_shape, zero, ein, d->in_shape, off,
-                        d->out_shape, d->rank, es);
+        char *send = rs_pack(dev, &e, G, ein);
+        char *recv = rt_xmalloc(dev, (size_t)nin * es);
+        int r, n = as_int(dev, nout);
+        MPI_Comm_rank(comm, &r);
+        for (int64_t s = 1; s < G; s++) {
+            int64_t from = (r - s + G) % G, to = (r + s) % G;
+            MPI_Sendrecv(send + (size_t)(to * nout) * es, n, T, (int)to, RS_TAG,
+                         recv + (size_t)(from * nout) * es, n, T, (int)from, RS_TAG, comm,
+                         MPI_STATUS_IGNORE);
         }
-        MPI_Reduce_scatter_block(send, eout, as_int(dev, nout), T, MPI_SUM, comm);
+        rs_sum(dev, comm, e.dtype, G, nout, send, recv, eout);
+        free(recv);
         free(send);
         break;
     }
@@ -212,12 +285,15 @@ typedef struct mreq {
     rt_group_view g;             /* the group */
     char *recv;                  /* AllGather: the G received blocks */
     char *send;                  /* ReduceScatter: the packed send buffer */
+    char *rs_recv;               /* ReduceScatter: the blocks received from the peers */
+    MPI_Request *rs_reqs;        /* ReduceScatter: its 2 (G - 1) requests (rs_exchange) */
+    MPI_Comm comm;               /* the group's communicator */
     float *win, *wout;           /* bf16 <-> f32 staging, or NULL */
     void *out;                   /* the caller's output */
 } mreq;
 
-/* Starts AllGather / ReduceScatter `d` with MPI_Iallgather /
- * MPI_Ireduce_scatter_block (packed as mpi_collective packs); other kinds
+/* Starts AllGather / ReduceScatter `d` with MPI_Iallgather / the
+ * non-blocking pairwise exchange (packed as mpi_collective packs); other kinds
  * run at once.  The request is completed by mpi_coll_wait. */
 static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
                             const void *in, void *out)
@@ -250,15 +326,10 @@ static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_grou
         r->recv = rt_xmalloc(dev, (size_t)(G * nin) * es);
         MPI_Iallgather(ein, as_int(dev, nin), T, r->recv, as_int(dev, nin), T, comm, &r->req);
     } else {
-        int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK] = {0};
-        r->send = rt_xmalloc(dev, (size_t)nin * es);
-        for (int64_t j = 0; j < G; j++) {
-            off[d->dim] = j * d->out_shape[d->dim];
-            rt_copy_box(r->send + (size_t)(j * nout) * es, d->out_shape, zero, ein, d->in_shape, off,
-                        d->out_shape, d->rank, es);
-        }
-        MPI_Ireduce_scatter_block(r->send, bf16 ? (void *)r->wout : out, as_int(dev, nout), T,
-                                  MPI_SUM, comm, &r->req);
+        r->comm = comm;
+        r->send = rs_pack(dev, &r->e, G, ein);
+        r->rs_recv = rt_xmalloc(dev, (size_t)nin * es);
+        r->rs_reqs = rs_exchange(dev, comm, T, es, G, nout, r->send, r->rs_recv);
     }
     return r;
 }
@@ -270,6 +341,12 @@ static void mpi_coll_wait(rt_device *dev, void *req)
         MPI_Wait(&r->req, MPI_STATUS_IGNORE);
     int bf16 = r->win != NULL;
     void *eout = bf16 ? (void *)r->wout : r->out;
+    if (r->rs_reqs) {
+        int64_t G = r->g.size;
+        MPI_Waitall((int)(2 * (G - 1)), r->rs_reqs, MPI_STATUSES_IGNORE);
+        rs_sum(dev, r->comm, r->e.dtype, G, rt_numel(r->e.rank, r->e.out_shape), r->send,
+               r->rs_recv, eout);
+    }
     if (r->recv) {
         int64_t G = r->g.size, nin = rt_numel(r->e.rank, r->e.in_shape);
         size_t es = rt_dtype_size(r->e.dtype);
@@ -284,6 +361,8 @@ static void mpi_coll_wait(rt_device *dev, void *req)
         rt_f32_to_bf16_n(r->wout, r->out, rt_numel(r->e.rank, r->e.out_shape));
     free(r->recv);
     free(r->send);
+    free(r->rs_recv);
+    free(r->rs_reqs);
     free(r->win);
     free(r->wout);
     free(r);
@@ -328,6 +407,22 @@ static const rt_device_ops mpi_ops = {
 
 /* ---- the MPI launcher ---- */
 
+/*
+ * The collectives stage blocks in buffers as large as the tensor, malloc'd
+ * and freed on every call.  By default glibc gives such blocks back to the
+ * kernel on free (mmap above M_MMAP_THRESHOLD, a heap trim above
+ * M_TRIM_THRESHOLD), and the next call faults every page in again -- in a
+ * ReduceScatter, inside the peer's single-copy read as well: 7 MB between
+ * two ranks took 80 ms instead of 4 on a 2-core VM, where a page fault is
+ * a hypervisor exit.  Freed memory now stays in the heap for the next call
+ * (blocks above 32 MiB, glibc's largest threshold, are still mapped).
+ */
+static void keep_freed_memory(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+}
+
 static void launcher_init(int *argc, char ***argv, int *rank, int *nranks)
 {
     MPI_Init(argc, argv);
@@ -365,6 +460,7 @@ void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev
     /* Ranks of one node share its cores: one BLAS thread per rank. */
     if (nranks > 1)
         openblas_set_num_threads(1);
+    keep_freed_memory();
     rt_device dev;
     rt_device_init(&dev, p, &mpi_ops, w, rank);
     dev.profiling = profiling;
