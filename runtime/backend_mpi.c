@@ -232,14 +232,9 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
     case RT_REDUCESCATTER: {
         char *send = rs_pack(dev, &e, G, ein);
         char *recv = rt_xmalloc(dev, (size_t)nin * es);
-        int r, n = as_int(dev, nout);
-        MPI_Comm_rank(comm, &r);
-        for (int64_t s = 1; s < G; s++) {
-            int64_t from = (r - s + G) % G, to = (r + s) % G;
-            MPI_Sendrecv(send + (size_t)(to * nout) * es, n, T, (int)to, RS_TAG,
-                         recv + (size_t)(from * nout) * es, n, T, (int)from, RS_TAG, comm,
-                         MPI_STATUS_IGNORE);
-        }
+        MPI_Request *reqs = rs_exchange(dev, comm, T, es, G, nout, send, recv);
+        MPI_Waitall((int)(2 * (G - 1)), reqs, MPI_STATUSES_IGNORE);
+        free(reqs);
         rs_sum(dev, comm, e.dtype, G, nout, send, recv, eout);
         free(recv);
         free(send);
