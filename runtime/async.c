@@ -6,8 +6,8 @@
  * its own thread is inside BLAS.  Two mechanisms, picked per backend:
  *
  * - The backend has non-blocking collectives (rt_device_ops.coll_start /
- *   coll_wait; the MPI backend's MPI_Iallgather and
- *   MPI_Ireduce_scatter_block): start and wait map onto them.  How much
+ *   coll_wait; the MPI backend's MPI_Iallgather and the non-blocking
+ *   pairwise exchange of its ReduceScatter): start and wait map onto them.  How much
  *   really overlaps then depends on the MPI library's progress engine
  *   (Open MPI's shared-memory transport progresses inside MPI calls).
  *
