@@ -214,6 +214,17 @@ double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops);
  */
 double cost_measured_contention(const cost_hw *hw, double devices);
 
+/*
+ * Whether communication can overlap compute on `devices` devices of `hw`:
+ * always on a profile of the seeds (a TPU's or GPU's links move data while
+ * its cores compute); on a calibrated host only when its cores number at
+ * least two per device (one for the device's compute, one for its
+ * communication thread), since there a collective is copies and sums on
+ * the same cores as the GEMMs.  False for a calibrated profile that does
+ * not record its cores.  Used by the MeshSlice loop's cost.
+ */
+bool cost_measured_overlaps(const cost_hw *hw, double devices);
+
 /* ---- the pass (cost.c) ---- */
 
 /* The collective time of resharding op `op` (AllGather, ReduceScatter,

@@ -167,6 +167,13 @@ double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops)
     return interp_log(hw->gemm_flop[d], hw->gemm_rate[d], hw->gemm_npoints[d], flops);
 }
 
+bool cost_measured_overlaps(const cost_hw *hw, double devices)
+{
+    if (!hw->measured)
+        return true;
+    return hw->cal_cores > 0 && hw->cal_cores >= 2 * devices;
+}
+
 double cost_measured_contention(const cost_hw *hw, double devices)
 {
     if (hw->cal_devices <= 1 || hw->cal_cores <= 0 || devices <= 1)

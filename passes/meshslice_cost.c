@@ -8,6 +8,14 @@
  * of its stages per iteration.  The stages come from the same pieces the
  * rest of einc uses: Eq. 5 of ms_collective_time for a collective, the cost
  * pass's roofline (FLOPs / peak vs bytes / HBM bandwidth) for the einsum.
+ *
+ * The pipeline assumes the collectives move data while the GEMM computes,
+ * as a TPU's ICI DMA engines do.  On a calibrated CPU host a collective is
+ * copies and sums by the same cores that run the GEMMs (a communication
+ * thread per device on the threads backend, progress inside MPI calls on
+ * MPI), so unless every device has a spare core (cost_measured_overlaps)
+ * the loop costs the sum of its K partial GEMMs and its partial
+ * collectives: then K = 1 is never slower, and auto K picks it.
  */
 #include <math.h>
 #include <string.h>
@@ -137,7 +145,14 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
     c->t_compute = K * g_compute;
     c->t_memory = K * g_memory;
     c->t_comm = comm_sum;
-    c->time = pre + g + post + (K - 1) * steady;
+    if (cost_measured_overlaps(hw, (double)ir_mesh_devices(&m->mesh))) {
+        c->time = pre + g + post + (K - 1) * steady;
+    } else {
+        /* Collectives and GEMMs are work for the same cores: every partial
+         * collective and every partial GEMM takes its own time. */
+        c->time = K * g + comm_sum;
+        steady = comm_sum > K * g ? fmax(pre, post) : g;
+    }
     if (steady == g)
         c->bound = g_compute >= g_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
     else

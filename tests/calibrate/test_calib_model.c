@@ -87,8 +87,15 @@ static void test_curve_and_contention(void)
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 2), 0.5, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 8), 2, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 1), 1, 1e-12);
-    hw.cal_cores = 0; /* unknown machine: no scaling */
+    /* Communication overlaps compute only with two cores per device. */
+    CU_ASSERT_FALSE(cost_measured_overlaps(&hw, 4));
+    CU_ASSERT_FALSE(cost_measured_overlaps(&hw, 2));
+    CU_ASSERT_TRUE(cost_measured_overlaps(&hw, 1));
+    hw.cal_cores = 0; /* unknown machine: no scaling, no overlap */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 2), 1, 1e-12);
+    CU_ASSERT_FALSE(cost_measured_overlaps(&hw, 1));
+    hw.measured = false; /* a seed profile: links move data while cores compute */
+    CU_ASSERT_TRUE(cost_measured_overlaps(&hw, 64));
 }
 
 static void expect_error(const char *json, const char *needle)

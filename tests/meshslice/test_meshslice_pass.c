@@ -6,6 +6,7 @@
  * meshslice as the driver does.  The verifier tests break one attribute of
  * a correct MeshSlice op at a time and expect ir_verify to report it.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -230,6 +231,38 @@ static void test_cost(void)
     ir_module_free(m);
 }
 
+/* On a calibrated host whose cores are shared by the devices (hw/host.json:
+ * 4 devices on 2 cores; this mesh has 8) the partial collectives cannot
+ * overlap the partial GEMMs: the loop costs their sum, and K = 4 is no
+ * faster than K = 1.  On a TPU the pipeline hides part of it. */
+static void test_cost_host_serial(void)
+{
+    cost_hw host, tpu;
+    char err[256];
+    CU_ASSERT_FATAL(cost_hw_load("host", &host, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(cost_hw_load("tpu-v5e", &tpu, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(host.measured && host.cal_cores > 0 && host.cal_cores < 16);
+    diag_ctx d;
+    ir_module *m = lower(SRC3, PASS_MESHSLICE_K, 1, &d);
+    CU_ASSERT_FATAL(m != NULL);
+    int loops = 0;
+    for (ir_op *op = m->first; op; op = op->next) {
+        if (op->kind != IR_OP_MESHSLICE)
+            continue;
+        loops++;
+        ir_cost c1, c4, t4;
+        pass_meshslice_cost(m, &host, op, 1, &c1);
+        pass_meshslice_cost(m, &host, op, 4, &c4);
+        double serial = c4.t_comm + fmax(c4.t_compute, c4.t_memory);
+        CU_ASSERT_DOUBLE_EQUAL(c4.time, serial, 1e-9 * serial);
+        CU_ASSERT(c4.time >= c1.time);
+        pass_meshslice_cost(m, &tpu, op, 4, &t4);
+        CU_ASSERT(t4.time < t4.t_comm + fmax(t4.t_compute, t4.t_memory));
+    }
+    CU_ASSERT(loops > 0);
+    ir_module_free(m);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -238,6 +271,7 @@ void einc_register_tests(void)
         {"1D GEMM is left alone", test_not_2d},
         {"2x2x2 with data parallelism on Z", test_third_axis_data_parallel},
         {"verifier rejects broken MeshSlice ops", test_verifier},
+        {"on a host whose cores the devices share, the loop costs the sum", test_cost_host_serial},
         {"cost of the loop", test_cost},
     };
     einc_add_suite("meshslice_pass", tests, (int)(sizeof tests / sizeof tests[0]));
