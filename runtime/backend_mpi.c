@@ -163,11 +163,11 @@ static char *rs_pack(rt_device *dev, const rt_coll_desc *e, int64_t G, const voi
 
 /* Posts the 2 (G - 1) requests of the exchange (see rs_pack); the caller
  * waits for them and frees the returned array. */
-static MPI_Request *rs_exchange(rt_device *dev, MPI_Comm comm, MPI_Datatype T, size_t es, int64_t G,
-                                int64_t nout, const char *send, char *recv)
+static MPI_Request *rs_exchange(rt_device *dev, MPI_Comm comm, MPI_Datatype T, size_t es,
+                                const rt_group_view *g, int64_t nout, const char *send, char *recv)
 {
-    int r, n = as_int(dev, nout);
-    MPI_Comm_rank(comm, &r);
+    int n = as_int(dev, nout);
+    int64_t G = g->size, r = g->rank; /* comm's rank order is the group rank */
     MPI_Request *reqs = rt_xmalloc(dev, (size_t)(2 * G) * sizeof *reqs);
     for (int64_t s = 1; s < G; s++) {
         int64_t from = (r - s + G) % G, to = (r + s) % G;
@@ -179,13 +179,12 @@ static MPI_Request *rs_exchange(rt_device *dev, MPI_Comm comm, MPI_Datatype T, s
     return reqs;
 }
 
-/* out = the sum over group ranks j = 0..G-1 of block r of rank j: its own
- * from `send`, the others from `recv`. */
-static void rs_sum(rt_device *dev, MPI_Comm comm, int32_t dtype, int64_t G, int64_t nout,
+/* out = the sum over group ranks j = 0..G-1 of block r = g->rank of rank
+ * j: its own from `send`, the others from `recv`. */
+static void rs_sum(rt_device *dev, const rt_group_view *g, int32_t dtype, int64_t nout,
                    const char *send, const char *recv, void *out)
 {
-    int r;
-    MPI_Comm_rank(comm, &r);
+    int64_t G = g->size, r = g->rank;
     size_t es = rt_dtype_size(dtype);
     const void **srcs = rt_xmalloc(dev, (size_t)G * sizeof *srcs);
     for (int64_t j = 0; j < G; j++)
@@ -194,9 +193,17 @@ static void rs_sum(rt_device *dev, MPI_Comm comm, int32_t dtype, int64_t G, int6
     free(srcs);
 }
 
+static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
+                            const void *in, void *out);
+static void mpi_coll_wait(rt_device *dev, void *req);
+
 static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
                            const void *in, void *out)
 {
+    if (d->kind == RT_REDUCESCATTER) { /* one implementation of the exchange: start, then wait */
+        mpi_coll_wait(dev, mpi_coll_start(dev, d, g, in, out));
+        return;
+    }
     MPI_Comm comm = comm_of(dev, g->naxes, g->axes);
     int64_t G = g->size, nin = rt_numel(d->rank, d->in_shape), nout = rt_numel(d->rank, d->out_shape);
     int bf16 = d->dtype == RT_BF16;
@@ -229,17 +236,8 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
         free(recv);
         break;
     }
-    case RT_REDUCESCATTER: {
-        char *send = rs_pack(dev, &e, G, ein);
-        char *recv = rt_xmalloc(dev, (size_t)nin * es);
-        MPI_Request *reqs = rs_exchange(dev, comm, T, es, G, nout, send, recv);
-        MPI_Waitall((int)(2 * (G - 1)), reqs, MPI_STATUSES_IGNORE);
-        free(reqs);
-        rs_sum(dev, comm, e.dtype, G, nout, send, recv, eout);
-        free(recv);
-        free(send);
+    case RT_REDUCESCATTER: /* started and waited for above */
         break;
-    }
     case RT_ALLREDUCE:
         MPI_Allreduce(ein, eout, as_int(dev, nin), T, MPI_SUM, comm);
         break;
@@ -282,7 +280,6 @@ typedef struct mreq {
     char *send;                  /* ReduceScatter: the packed send buffer */
     char *rs_recv;               /* ReduceScatter: the blocks received from the peers */
     MPI_Request *rs_reqs;        /* ReduceScatter: its 2 (G - 1) requests (rs_exchange) */
-    MPI_Comm comm;               /* the group's communicator */
     float *win, *wout;           /* bf16 <-> f32 staging, or NULL */
     void *out;                   /* the caller's output */
 } mreq;
@@ -321,10 +318,9 @@ static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_grou
         r->recv = rt_xmalloc(dev, (size_t)(G * nin) * es);
         MPI_Iallgather(ein, as_int(dev, nin), T, r->recv, as_int(dev, nin), T, comm, &r->req);
     } else {
-        r->comm = comm;
         r->send = rs_pack(dev, &r->e, G, ein);
         r->rs_recv = rt_xmalloc(dev, (size_t)nin * es);
-        r->rs_reqs = rs_exchange(dev, comm, T, es, G, nout, r->send, r->rs_recv);
+        r->rs_reqs = rs_exchange(dev, comm, T, es, g, nout, r->send, r->rs_recv);
     }
     return r;
 }
@@ -337,10 +333,9 @@ static void mpi_coll_wait(rt_device *dev, void *req)
     int bf16 = r->win != NULL;
     void *eout = bf16 ? (void *)r->wout : r->out;
     if (r->rs_reqs) {
-        int64_t G = r->g.size;
-        MPI_Waitall((int)(2 * (G - 1)), r->rs_reqs, MPI_STATUSES_IGNORE);
-        rs_sum(dev, r->comm, r->e.dtype, G, rt_numel(r->e.rank, r->e.out_shape), r->send,
-               r->rs_recv, eout);
+        MPI_Waitall((int)(2 * (r->g.size - 1)), r->rs_reqs, MPI_STATUSES_IGNORE);
+        rs_sum(dev, &r->g, r->e.dtype, rt_numel(r->e.rank, r->e.out_shape), r->send, r->rs_recv,
+               eout);
     }
     if (r->recv) {
         int64_t G = r->g.size, nin = rt_numel(r->e.rank, r->e.in_shape);
