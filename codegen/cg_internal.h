@@ -47,6 +47,8 @@ typedef struct cg_runtime_fns {
     LLVMTypeRef mark_ty;   /* void rt_op_begin/rt_op_end(ptr dev, i32 op_id) */
     LLVMValueRef op_begin;
     LLVMValueRef op_end;
+    LLVMTypeRef coord_ty;  /* i64 rt_coord(ptr dev, i32 axis) */
+    LLVMValueRef coord;
 } cg_runtime_fns;
 
 /* State of one cg_emit call (no globals: everything lives here). */

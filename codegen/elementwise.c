@@ -21,7 +21,15 @@
  * results.  bf16 is stored as the upper half of an f32: loads shift the i16
  * into the top of an i32; stores round to nearest even (NaN kept quiet).
  *
- * Functions: exp, log, sqrt and maxnum (relu) are LLVM intrinsics, and exp
+ * Index values (IR_EW_INDEX) are the element's global position along a
+ * dim: the loop index plus the device's block offset along that dim, which
+ * is computed once before the nest from rt_coord (the block numbering of
+ * runtime/einrt.h) and converted to the compute type.  maximum and minimum
+ * are llvm.maximum / llvm.minimum (NaN propagating, as numpy); comparisons
+ * are ordered fcmp (false on NaN) except != (unordered, true on NaN), as
+ * in C and numpy; where is a select.
+ *
+ * Functions: exp, log, sqrt, fabs and maxnum (relu) are LLVM intrinsics, and exp
  * and log vectorise through glibc's libmvec (target.c); tanh is libm's
  * tanhf/tanh (LLVM 19 has no tanh intrinsic, so loops with tanh stay
  * scalar); gelu is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
@@ -36,9 +44,11 @@
 
 #include "cg_internal.h"
 
-/* Checks the tree under node `n`: indices, operands and functions valid and
- * no cycle.  `state` per node: 0 unseen, 1 on the current path, 2 checked;
- * each node is checked once, so a DAG with shared nodes costs O(nodes). */
+/* Checks the tree under node `n`: indices, operands, functions and dims
+ * valid, comparisons exactly where a truth value is wanted (the condition
+ * of a where, and nowhere else), and no cycle.  `state` per node: 0 unseen,
+ * 1 on the current path, 2 checked; each node is checked once, so a DAG
+ * with shared nodes costs O(nodes). */
 static bool node_ok(const ir_op *op, int n, unsigned char *state)
 {
     if (n < 0 || n >= op->u.ew.nnodes || state[n] == 1)
@@ -46,22 +56,30 @@ static bool node_ok(const ir_op *op, int n, unsigned char *state)
     if (state[n] == 2)
         return true;
     const ir_ew_node *e = &op->u.ew.nodes[n];
-    bool ok = false;
+    bool ok = (unsigned)e->kind < IR_EW_KIND_COUNT;
     state[n] = 1;
+    const int kids[3] = {e->a, e->b, e->c};
+    int arity = ir_ew_arity(e->kind);
+    for (int k = 0; ok && k < arity; k++) {
+        ok = node_ok(op, kids[k], state);
+        bool want_bool = e->kind == IR_EW_SELECT && k == 0;
+        ok = ok && ir_ew_is_compare(op->u.ew.nodes[kids[k]].kind) == want_bool;
+    }
     switch (e->kind) {
     case IR_EW_OPERAND:
         ok = e->operand >= 0 && e->operand < op->noperands;
         break;
-    case IR_EW_CONST:
-        ok = true;
+    case IR_EW_INDEX: {
+        int r = 0, rank = op->result->type.rank;
+        while (r < rank && op->u.ew.result_labels[r] != e->dim)
+            r++;
+        ok = r < rank;
         break;
-    case IR_EW_ADD:
-    case IR_EW_SUB:
-    case IR_EW_MUL:
-        ok = node_ok(op, e->a, state) && node_ok(op, e->b, state);
-        break;
+    }
     case IR_EW_CALL:
-        ok = (int)e->fn >= 0 && e->fn < IR_FN_COUNT && node_ok(op, e->a, state);
+        ok = ok && (int)e->fn >= 0 && e->fn < IR_FN_COUNT;
+        break;
+    default:
         break;
     }
     state[n] = 2;
@@ -71,7 +89,8 @@ static bool node_ok(const ir_op *op, int n, unsigned char *state)
 bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d)
 {
     const ir_value *res = op->result;
-    bool tree_ok = op->u.ew.nodes && op->u.ew.nnodes >= 1;
+    bool tree_ok = op->u.ew.nodes && op->u.ew.nnodes >= 1 && res &&
+                   !ir_ew_is_compare(op->u.ew.nodes[op->u.ew.root].kind);
     if (tree_ok) {
         unsigned char *state = cg_calloc((size_t)op->u.ew.nnodes, 1);
         tree_ok = node_ok(op, op->u.ew.root, state);
@@ -79,7 +98,8 @@ bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d)
     }
     if (!tree_ok) {
         diag_error(d, op->loc, "codegen: malformed elementwise expression (bad node index, "
-                               "operand or function, or a cycle)");
+                               "kind, operand, function or index dim, a comparison outside "
+                               "a where condition, or a cycle)");
         return false;
     }
     for (int r = 0; r < res->type.rank; r++) {
@@ -125,6 +145,7 @@ typedef struct ew_nest {
     LLVMValueRef dst;   /* result buffer */
     int64_t shape[IR_MAX_RANK]; /* result per-device shape */
     LLVMValueRef idx[IR_MAX_RANK]; /* current loop indices (i64) */
+    LLVMValueRef off[IR_MAX_RANK]; /* global offset of this device's block per result position (i64) */
 } ew_nest;
 
 /* Offset of the element of `t` at label indices `bylabel`, through `labels`. */
@@ -220,6 +241,7 @@ static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
     case IR_FN_SQRT: return intrinsic(n, "llvm.sqrt", &x, 1);
     case IR_FN_RSQRT: return LLVMBuildFDiv(b, fc(n, 1.0), intrinsic(n, "llvm.sqrt", &x, 1), "");
     case IR_FN_NEG: return LLVMBuildFNeg(b, x, "");
+    case IR_FN_ABS: return intrinsic(n, "llvm.fabs", &x, 1);
     case IR_FN_COUNT: break;
     }
     return x; /* unreachable: cg_ew_check rejects unknown functions */
@@ -275,11 +297,13 @@ static void store_elem(ew_nest *n, LLVMValueRef v, ir_dtype dtype, LLVMValueRef 
  * parents is emitted once). */
 typedef struct ew_eval {
     const ir_op *op;        /* whose tree */
-    LLVMValueRef *bylabel;  /* index of each dim id at this element */
+    LLVMValueRef *bylabel;  /* index of each dim id at this element (local, i64) */
+    LLVMValueRef *offbylabel; /* the device's global offset along each dim id (i64) */
     LLVMValueRef *memo;     /* per node: its value, or NULL if not yet emitted */
 } ew_eval;
 
-static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel);
+static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel,
+                              LLVMValueRef *offbylabel);
 
 /* Operand `k` of x->op at this element: a load, or a fused producer's tree. */
 static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
@@ -293,43 +317,91 @@ static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
          * being our index of label labels[j]. */
         const ir_op *prod = p->ops[def];
         LLVMValueRef *map = cg_calloc((size_t)n->f->m->ndims, sizeof *map);
-        for (int j = 0; j < v->type.rank; j++)
+        LLVMValueRef *offmap = cg_calloc((size_t)n->f->m->ndims, sizeof *offmap);
+        for (int j = 0; j < v->type.rank; j++) {
             map[prod->u.ew.result_labels[j]] = x->bylabel[labels[j]];
-        LLVMValueRef r = eval_tree(n, prod, map);
+            /* The operand has the dim's sharding (local computability), so
+             * its block offset is ours. */
+            offmap[prod->u.ew.result_labels[j]] = x->offbylabel[labels[j]];
+        }
+        LLVMValueRef r = eval_tree(n, prod, map, offmap);
         free(map);
+        free(offmap);
         return r;
     }
     return load_elem(n, n->f->buf[v->id], v->type.dtype,
                      offset_of(n, &v->type, labels, x->bylabel));
 }
 
-/* Node `node` of x->op, emitted once. */
+/* Node `node` of x->op, emitted once.  Comparisons give an i1. */
 static LLVMValueRef eval(ew_nest *n, ew_eval *x, int node)
 {
     if (x->memo[node])
         return x->memo[node];
     cg_ctx *c = n->c;
+    LLVMBuilderRef b = c->b;
     const ir_ew_node *e = &x->op->u.ew.nodes[node];
-    LLVMValueRef r = NULL;
+    LLVMValueRef r = NULL, args[2];
     switch (e->kind) {
     case IR_EW_CONST: r = fc(n, e->value); break;
-    case IR_EW_ADD: r = LLVMBuildFAdd(c->b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
-    case IR_EW_SUB: r = LLVMBuildFSub(c->b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
-    case IR_EW_MUL: r = LLVMBuildFMul(c->b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_INDEX: {
+        LLVMValueRef g = LLVMBuildNSWAdd(b, x->bylabel[e->dim], x->offbylabel[e->dim], "");
+        r = LLVMBuildSIToFP(b, g, n->ct, "");
+        break;
+    }
+    case IR_EW_ADD: r = LLVMBuildFAdd(b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_SUB: r = LLVMBuildFSub(b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_MUL: r = LLVMBuildFMul(b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_DIV: r = LLVMBuildFDiv(b, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_MAX:
+    case IR_EW_MIN:
+        args[0] = eval(n, x, e->a);
+        args[1] = eval(n, x, e->b);
+        r = intrinsic(n, e->kind == IR_EW_MAX ? "llvm.maximum" : "llvm.minimum", args, 2);
+        break;
+    case IR_EW_LT: r = LLVMBuildFCmp(b, LLVMRealOLT, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_LE: r = LLVMBuildFCmp(b, LLVMRealOLE, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_GT: r = LLVMBuildFCmp(b, LLVMRealOGT, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_GE: r = LLVMBuildFCmp(b, LLVMRealOGE, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_EQ: r = LLVMBuildFCmp(b, LLVMRealOEQ, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_NE: r = LLVMBuildFCmp(b, LLVMRealUNE, eval(n, x, e->a), eval(n, x, e->b), ""); break;
+    case IR_EW_SELECT:
+        r = LLVMBuildSelect(b, eval(n, x, e->a), eval(n, x, e->b), eval(n, x, e->c), "");
+        break;
     case IR_EW_CALL: r = call_fn(n, e->fn, eval(n, x, e->a)); break;
     case IR_EW_OPERAND: r = eval_operand(n, x, e->operand); break;
+    case IR_EW_KIND_COUNT: r = fc(n, 0.0); break; /* rejected by cg_ew_check */
     }
     return x->memo[node] = r;
 }
 
 /* The value of `op`'s expression at the element with label indices `bylabel`. */
-static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel)
+static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel,
+                              LLVMValueRef *offbylabel)
 {
-    ew_eval x = {.op = op, .bylabel = bylabel};
+    ew_eval x = {.op = op, .bylabel = bylabel, .offbylabel = offbylabel};
     x.memo = cg_calloc((size_t)op->u.ew.nnodes, sizeof *x.memo);
     LLVMValueRef r = eval(n, &x, op->u.ew.root);
     free(x.memo);
     return r;
+}
+
+/* The global offset of this device's block of position `d` of `t`: the
+ * block number (mixed radix over the dim's axes, major first; einrt.h)
+ * times the block size. */
+static LLVMValueRef block_offset(ew_nest *n, const ir_type *t, int d)
+{
+    cg_ctx *c = n->c;
+    const ir_module *m = n->f->m;
+    LLVMValueRef blk = cg_i64(c, 0);
+    for (int k = 0; k < t->sh.naxes[d]; k++) {
+        int a = t->sh.axes[d][k];
+        LLVMValueRef args[] = {n->f->dev, cg_i32(c, a)};
+        LLVMValueRef coord = LLVMBuildCall2(c->b, c->rt.coord_ty, c->rt.coord, args, 2, "");
+        blk = LLVMBuildNSWMul(c->b, blk, cg_i64(c, m->mesh.axes[a].size), "");
+        blk = LLVMBuildNSWAdd(c->b, blk, coord, "");
+    }
+    return LLVMBuildNSWMul(c->b, blk, cg_i64(c, ir_local_size(m, t, d)), "");
 }
 
 /* Emits loops for positions level..rank-1 around the body. */
@@ -340,12 +412,16 @@ static void nest(ew_nest *n, int level)
     int rank = op->result->type.rank;
     if (level == rank) {
         LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
-        for (int r = 0; r < rank; r++)
+        LLVMValueRef *offbylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *offbylabel);
+        for (int r = 0; r < rank; r++) {
             bylabel[op->u.ew.result_labels[r]] = n->idx[r];
-        LLVMValueRef v = eval_tree(n, op, bylabel);
+            offbylabel[op->u.ew.result_labels[r]] = n->off[r];
+        }
+        LLVMValueRef v = eval_tree(n, op, bylabel, offbylabel);
         LLVMValueRef off = offset_of(n, &op->result->type, op->u.ew.result_labels, bylabel);
         store_elem(n, v, op->result->type.dtype, n->dst, off);
         free(bylabel);
+        free(offbylabel);
         return;
     }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
@@ -367,10 +443,31 @@ static void nest(ew_nest *n, int level)
     LLVMPositionBuilderAtEnd(c->b, after);
 }
 
+/* True if `op`'s tree, or that of a producer fused into it, has an index value. */
+static bool uses_index(const cg_fn *f, const ir_op *op)
+{
+    for (int i = 0; i < op->u.ew.nnodes; i++) {
+        const ir_ew_node *e = &op->u.ew.nodes[i];
+        if (e->kind == IR_EW_INDEX)
+            return true;
+        if (e->kind != IR_EW_OPERAND)
+            continue;
+        int def = f->plan->def_index[op->operands[e->operand]->id];
+        if (def >= 0 && f->plan->fused_into[def] >= 0 && uses_index(f, f->plan->ops[def]))
+            return true;
+    }
+    return false;
+}
+
 void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
 {
     ew_nest n = {.c = c, .f = f, .root = op, .dst = dst};
     n.ct = op->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
     cg_local_shape(f->m, &op->result->type, n.shape);
+    /* Block offsets are loop invariant: computed here, before the nest,
+     * and only when an index value reads them. */
+    bool idx = uses_index(f, op);
+    for (int r = 0; r < op->result->type.rank; r++)
+        n.off[r] = idx ? block_offset(&n, &op->result->type, r) : cg_i64(c, 0);
     nest(&n, 0);
 }

@@ -35,6 +35,9 @@ static void declare_runtime(cg_ctx *c)
     r->mark_ty = LLVMFunctionType(t->voidt, mark_args, 2, 0);
     r->op_begin = LLVMAddFunction(c->mod, "rt_op_begin", r->mark_ty);
     r->op_end = LLVMAddFunction(c->mod, "rt_op_end", r->mark_ty);
+    LLVMTypeRef coord_args[] = {t->ptr, t->i32};
+    r->coord_ty = LLVMFunctionType(t->i64, coord_args, 2, 0);
+    r->coord = LLVMAddFunction(c->mod, "rt_coord", r->coord_ty);
 }
 
 /* Builds run function and rt_program for `m`; returns the program global

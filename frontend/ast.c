@@ -71,3 +71,24 @@ ast_index *fe_list_take_indices(ir_arena *a, fe_list *l, int *n)
     fe_list_free(l);
     return out;
 }
+
+int ast_factor_children(const ast_factor *f, ast_expr *const **kids)
+{
+    switch (f->kind) {
+    case AST_F_PAREN:
+        *kids = &f->u.paren;
+        return 1;
+    case AST_F_CALL:
+        *kids = f->u.call.args;
+        return f->u.call.nargs;
+    case AST_F_CMP:
+        *kids = f->u.cmp.sides;
+        return 2;
+    case AST_F_TENSOR:
+    case AST_F_NUMBER:
+    case AST_F_INDEX:
+        break;
+    }
+    *kids = NULL;
+    return 0;
+}

@@ -40,6 +40,7 @@ typedef struct ast_number {
     int64_t ival;     /* value as an integer when is_int && !overflow */
     bool is_int;      /* written without '.' or exponent */
     bool overflow;    /* integer spelling that does not fit in int64 */
+    bool is_inf;      /* the keyword `inf` (value +infinity) */
     uint32_t loc;     /* offset of its first byte */
 } ast_number;
 
@@ -69,10 +70,21 @@ typedef struct ast_tref {
 /* Kinds of factor in a product. */
 typedef enum ast_factor_kind {
     AST_F_TENSOR, /* u.tref */
-    AST_F_NUMBER, /* u.num */
+    AST_F_NUMBER, /* u.num (also `inf`) */
     AST_F_PAREN,  /* u.paren: `( expr )` */
-    AST_F_CALL,   /* u.call: `fn( expr )` */
+    AST_F_CALL,   /* u.call: `fn( expr, ... )` */
+    AST_F_INDEX,  /* u.index: a dim used as a value, `T` (its global position) */
+    AST_F_CMP,    /* u.cmp: `a <= b`, only as the condition of `where` */
 } ast_factor_kind;
+
+/* What a call resolves to (the checker sets it). */
+typedef enum ast_callee {
+    AST_CALL_UNKNOWN, /* not resolved (unknown name) */
+    AST_CALL_FN,      /* a unary ir_func: `exp(x)` */
+    AST_CALL_MAXIMUM, /* `maximum(a, b)` */
+    AST_CALL_MINIMUM, /* `minimum(a, b)` */
+    AST_CALL_WHERE,   /* `where(a < b, x, y)` */
+} ast_callee;
 
 struct ast_expr;
 
@@ -80,15 +92,26 @@ struct ast_expr;
 typedef struct ast_factor {
     ast_factor_kind kind; /* selects the arm of u */
     uint32_t loc;         /* offset of its first byte */
+    bool divide;          /* written after '/': the term divides by it */
     union {
         ast_tref tref;           /* AST_F_TENSOR */
         ast_number num;          /* AST_F_NUMBER */
         struct ast_expr *paren;  /* AST_F_PAREN (arena) */
         struct {
             ast_name fname;         /* the function name as written */
-            int fn;                 /* ir_func id (checker), -1 if unknown */
-            struct ast_expr *arg;   /* the argument (arena) */
+            ast_callee callee;      /* what it is (checker) */
+            int fn;                 /* AST_CALL_FN: ir_func id (checker), else -1 */
+            int nargs;              /* arguments, >= 1 */
+            struct ast_expr **args; /* nargs entries (arena) */
         } call;                  /* AST_F_CALL */
+        struct {
+            ast_name name;          /* the dim as written */
+            int dim;                /* resolved dim id (checker), -1 if unresolved */
+        } index;                 /* AST_F_INDEX */
+        struct {
+            int op;                 /* ir_ew_kind: IR_EW_LT .. IR_EW_NE */
+            struct ast_expr *sides[2]; /* left and right side (arena) */
+        } cmp;                   /* AST_F_CMP */
     } u;
 } ast_factor;
 
@@ -106,6 +129,12 @@ typedef struct ast_expr {
     ast_term **terms; /* nterms entries (arena) */
     uint32_t loc;     /* offset of the first byte */
 } ast_expr;
+
+/* The expressions nested in `f` (a parenthesis: 1, a call: its arguments,
+ * a comparison: its 2 sides, else none): stores the array in *kids and
+ * returns the count.  Walkers use it so that a new factor kind is handled
+ * in one place. */
+int ast_factor_children(const ast_factor *f, ast_expr *const **kids);
 
 /* A `NAME = size` entry of a mesh or dim line. */
 typedef struct ast_sizedef {

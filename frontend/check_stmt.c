@@ -75,6 +75,74 @@ typedef struct rhs_state {
 
 static void check_expr(fe_checker *c, ast_expr *e, rhs_state *st);
 
+/* The built-in functions that are not unary ir_funcs, with their arity. */
+static const struct {
+    const char *name;
+    ast_callee callee;
+    int nargs;
+} builtins[] = {
+    {"maximum", AST_CALL_MAXIMUM, 2},
+    {"minimum", AST_CALL_MINIMUM, 2},
+    {"where", AST_CALL_WHERE, 3},
+};
+
+/* The comparison of `e` if `e` is exactly one (a where condition), else NULL. */
+static const ast_factor *as_comparison(const ast_expr *e)
+{
+    if (e->nterms == 1 && e->terms[0]->nfactors == 1 && e->terms[0]->factors[0]->kind == AST_F_CMP)
+        return e->terms[0]->factors[0];
+    return NULL;
+}
+
+/* Resolves call `f` (name and argument count) and checks its arguments. */
+static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
+{
+    const ast_name *n = &f->u.call.fname;
+    int want = 1;
+    f->u.call.fn = ir_func_lookup(n->s, strlen(n->s));
+    if (f->u.call.fn >= 0)
+        f->u.call.callee = AST_CALL_FN;
+    for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
+        if (strcmp(builtins[i].name, n->s) == 0) {
+            f->u.call.callee = builtins[i].callee;
+            want = builtins[i].nargs;
+        }
+    if (f->u.call.callee == AST_CALL_UNKNOWN) {
+        char known[256] = "";
+        for (int i = 0; i < IR_FN_COUNT; i++) {
+            size_t l = strlen(known);
+            snprintf(known + l, sizeof known - l, "%s%s", i ? ", " : "", ir_func_name((ir_func)i));
+        }
+        for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++) {
+            size_t l = strlen(known);
+            snprintf(known + l, sizeof known - l, ", %s", builtins[i].name);
+        }
+        diag_error(c->diag, n->loc, "unknown function '%s' (known: %s)", n->s, known);
+        st->ok = false;
+    } else if (f->u.call.nargs != want) {
+        diag_error(c->diag, n->loc, "function '%s' takes %d argument%s, not %d", n->s, want,
+                   want == 1 ? "" : "s", f->u.call.nargs);
+        st->ok = false;
+    }
+    for (int i = 0; i < f->u.call.nargs; i++) {
+        ast_expr *a = f->u.call.args[i];
+        const ast_factor *cmp = as_comparison(a);
+        if (f->u.call.callee == AST_CALL_WHERE && i == 0) {
+            if (!cmp) {
+                diag_error(c->diag, a->loc,
+                           "the condition of 'where' must be a comparison, like 'S <= T' "
+                           "(one of < <= > >= == !=)");
+                st->ok = false;
+            }
+            check_expr(c, cmp ? cmp->u.cmp.sides[0] : a, st);
+            if (cmp)
+                check_expr(c, cmp->u.cmp.sides[1], st);
+            continue;
+        }
+        check_expr(c, a, st); /* reports a comparison found here */
+    }
+}
+
 static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
 {
     switch (f->kind) {
@@ -100,29 +168,40 @@ static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
         return;
     }
     case AST_F_NUMBER:
-        if (!isfinite(f->u.num.value)) {
+        if (!isfinite(f->u.num.value) && !f->u.num.is_inf) {
             diag_error(c->diag, f->loc, "number '%s' is out of range", f->u.num.text);
             st->ok = false;
         }
         return;
+    case AST_F_INDEX: {
+        const ast_name *n = &f->u.index.name;
+        f->u.index.dim = ir_dim_find(c->m, n->s, strlen(n->s));
+        if (f->u.index.dim >= 0)
+            return;
+        if (fe_symtab_get(&c->tensors, n->s))
+            diag_error(c->diag, n->loc,
+                       "'%s' is a tensor, not a dim: write it with its indices, like '%s[...]'",
+                       n->s, n->s);
+        else
+            diag_error(c->diag, n->loc,
+                       "dim '%s' is not defined (a name used as a value is a dim's index value)",
+                       n->s);
+        st->ok = false;
+        return;
+    }
+    case AST_F_CMP:
+        diag_error(c->diag, f->loc,
+                   "a comparison is only allowed as the condition of 'where(cond, a, b)'");
+        st->ok = false;
+        check_expr(c, f->u.cmp.sides[0], st);
+        check_expr(c, f->u.cmp.sides[1], st);
+        return;
     case AST_F_PAREN:
         check_expr(c, f->u.paren, st);
         return;
-    case AST_F_CALL: {
-        const ast_name *n = &f->u.call.fname;
-        f->u.call.fn = ir_func_lookup(n->s, strlen(n->s));
-        if (f->u.call.fn < 0) {
-            char known[160] = "";
-            for (int i = 0; i < IR_FN_COUNT; i++) {
-                size_t l = strlen(known);
-                snprintf(known + l, sizeof known - l, "%s%s", i ? ", " : "", ir_func_name((ir_func)i));
-            }
-            diag_error(c->diag, n->loc, "unknown function '%s' (known: %s)", n->s, known);
-            st->ok = false;
-        }
-        check_expr(c, f->u.call.arg, st);
+    case AST_F_CALL:
+        check_call(c, f, st);
         return;
-    }
     }
 }
 
@@ -133,7 +212,8 @@ static void check_expr(fe_checker *c, ast_expr *e, rhs_state *st)
             check_factor(c, e->terms[i]->factors[k], st);
 }
 
-/* True if dim `dim` is an index of some tensor reference under `e`. */
+/* True if dim `dim` is an index of some tensor reference or an index value
+ * under `e`. */
 static bool expr_has_index(const ast_expr *e, int dim)
 {
     for (int i = 0; i < e->nterms; i++)
@@ -143,11 +223,14 @@ static bool expr_has_index(const ast_expr *e, int dim)
                 for (int j = 0; j < f->u.tref.nidx; j++)
                     if (f->u.tref.idx[j].dim == dim)
                         return true;
-            } else if (f->kind == AST_F_PAREN && expr_has_index(f->u.paren, dim)) {
-                return true;
-            } else if (f->kind == AST_F_CALL && expr_has_index(f->u.call.arg, dim)) {
+            } else if (f->kind == AST_F_INDEX && f->u.index.dim == dim) {
                 return true;
             }
+            ast_expr *const *kids;
+            int nk = ast_factor_children(f, &kids);
+            for (int j = 0; j < nk; j++)
+                if (expr_has_index(kids[j], dim))
+                    return true;
         }
     return false;
 }
@@ -160,10 +243,10 @@ static int count_factors(const ast_expr *e, int limit)
         for (int k = 0; k < e->terms[i]->nfactors && n <= limit; k++) {
             const ast_factor *f = e->terms[i]->factors[k];
             n++;
-            if (f->kind == AST_F_PAREN)
-                n += count_factors(f->u.paren, limit - n);
-            else if (f->kind == AST_F_CALL)
-                n += count_factors(f->u.call.arg, limit - n);
+            ast_expr *const *kids;
+            int nk = ast_factor_children(f, &kids);
+            for (int j = 0; j < nk && n <= limit; j++)
+                n += count_factors(kids[j], limit - n);
         }
     return n;
 }

@@ -29,8 +29,8 @@ fe_ew *fe_ew_bin(ir_arena *a, ir_ew_kind kind, fe_ew *x, fe_ew *y)
 {
     fe_ew *t = ir_alloc(a, sizeof *t);
     t->kind = kind;
-    t->a = x;
-    t->b = y;
+    t->kid[0] = x;
+    t->kid[1] = y;
     t->nleaves = x->nleaves + y->nleaves;
     return t;
 }
@@ -40,8 +40,28 @@ fe_ew *fe_ew_call(ir_arena *a, ir_func fn, fe_ew *x)
     fe_ew *t = ir_alloc(a, sizeof *t);
     t->kind = IR_EW_CALL;
     t->fn = fn;
-    t->a = x;
+    t->kid[0] = x;
     t->nleaves = x->nleaves;
+    return t;
+}
+
+fe_ew *fe_ew_select(ir_arena *a, fe_ew *cond, fe_ew *x, fe_ew *y)
+{
+    fe_ew *t = ir_alloc(a, sizeof *t);
+    t->kind = IR_EW_SELECT;
+    t->kid[0] = cond;
+    t->kid[1] = x;
+    t->kid[2] = y;
+    t->nleaves = cond->nleaves + x->nleaves + y->nleaves;
+    return t;
+}
+
+fe_ew *fe_ew_index(ir_arena *a, int dim)
+{
+    fe_ew *t = ir_alloc(a, sizeof *t);
+    t->kind = IR_EW_INDEX;
+    t->nlabels = 1;
+    t->labels[0] = dim;
     return t;
 }
 
@@ -50,7 +70,7 @@ static void collect_labels(const fe_ew *t, int *out, int *n)
 {
     if (!t)
         return;
-    if (t->kind == IR_EW_OPERAND) {
+    if (t->kind == IR_EW_OPERAND || t->kind == IR_EW_INDEX) {
         for (int i = 0; i < t->nlabels; i++) {
             int k = 0, lim = *n < IR_MAX_RANK ? *n : IR_MAX_RANK;
             while (k < lim && out[k] != t->labels[i])
@@ -63,8 +83,8 @@ static void collect_labels(const fe_ew *t, int *out, int *n)
         }
         return;
     }
-    collect_labels(t->a, out, n);
-    collect_labels(t->b, out, n);
+    for (int k = 0; k < 3; k++)
+        collect_labels(t->kid[k], out, n);
 }
 
 int fe_ew_labels(const fe_ew *t, int *out)
@@ -118,14 +138,16 @@ static int emit_nodes(emit_state *st, const fe_ew *t)
     case IR_EW_CONST:
         nd.value = t->value;
         break;
-    case IR_EW_CALL:
+    case IR_EW_INDEX:
+        nd.dim = t->labels[0];
+        break;
+    default: {
+        int *slot[3] = {&nd.a, &nd.b, &nd.c};
         nd.fn = t->fn;
-        nd.a = emit_nodes(st, t->a);
+        for (int k = 0; k < ir_ew_arity(t->kind); k++)
+            *slot[k] = emit_nodes(st, t->kid[k]);
         break;
-    default:
-        nd.a = emit_nodes(st, t->a);
-        nd.b = emit_nodes(st, t->b);
-        break;
+    }
     }
     st->nodes[st->nnodes] = nd;
     return st->nnodes++;
@@ -133,7 +155,7 @@ static int emit_nodes(emit_state *st, const fe_ew *t)
 
 static int count_nodes(const fe_ew *t)
 {
-    return t ? 1 + count_nodes(t->a) + count_nodes(t->b) : 0;
+    return t ? 1 + count_nodes(t->kid[0]) + count_nodes(t->kid[1]) + count_nodes(t->kid[2]) : 0;
 }
 
 /* Turns child *slot into a leaf holding its own elementwise op's result. */
@@ -145,24 +167,43 @@ static void materialize(const fe_emit *e, fe_ew **slot, uint32_t vloc)
     *slot = fe_ew_leaf(e->arena, v, labels, n);
 }
 
-/* Splits subtrees off until every node has at most IR_MAX_OPERANDS leaves. */
+static int sum_leaves(const fe_ew *t)
+{
+    int n = 0;
+    for (int k = 0; k < 3; k++)
+        n += t->kid[k] ? t->kid[k]->nleaves : 0;
+    return n;
+}
+
+/* Splits subtrees off until every node has at most IR_MAX_OPERANDS leaves.
+ * A comparison yields a truth value, which no op can hold, so it is never
+ * split off itself: its sides are. */
 static void limit_leaves(const fe_emit *e, fe_ew *t, uint32_t vloc)
 {
     if (!t || t->nleaves <= IR_MAX_OPERANDS)
         return;
-    limit_leaves(e, t->a, vloc);
-    limit_leaves(e, t->b, vloc);
-    if (t->kind == IR_EW_CALL) {
-        t->nleaves = t->a->nleaves;
-        return;
+    for (int k = 0; k < 3; k++)
+        limit_leaves(e, t->kid[k], vloc);
+    t->nleaves = sum_leaves(t);
+    /* Every child has <= IR_MAX_OPERANDS leaves now; replacing the largest
+     * by one leaf (or, for a comparison, its larger side) shrinks the sum
+     * until it fits: three children of one leaf each, or a comparison of
+     * two, are at most 4. */
+    while (t->nleaves > IR_MAX_OPERANDS) {
+        fe_ew **big = NULL;
+        for (int k = 0; k < 3; k++)
+            if (t->kid[k] && t->kid[k]->nleaves > 1 && (!big || t->kid[k]->nleaves > (*big)->nleaves))
+                big = &t->kid[k];
+        if (ir_ew_is_compare((*big)->kind)) {
+            fe_ew *cmp = *big;
+            materialize(e, cmp->kid[0]->nleaves >= cmp->kid[1]->nleaves ? &cmp->kid[0] : &cmp->kid[1],
+                        vloc);
+            cmp->nleaves = sum_leaves(cmp);
+        } else {
+            materialize(e, big, vloc);
+        }
+        t->nleaves = sum_leaves(t);
     }
-    /* Both children have <= IR_MAX_OPERANDS leaves now; replacing the larger
-     * (then, if needed, the other) by one leaf brings the sum to <= 2 + 6. */
-    while (t->a->nleaves + t->b->nleaves > IR_MAX_OPERANDS) {
-        fe_ew **big = t->a->nleaves >= t->b->nleaves ? &t->a : &t->b;
-        materialize(e, big, vloc);
-    }
-    t->nleaves = t->a->nleaves + t->b->nleaves;
 }
 
 ir_value *fe_ew_emit(const fe_emit *e, fe_ew *t, const int *labels, int n, uint32_t vloc)

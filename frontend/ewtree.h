@@ -16,13 +16,13 @@
 /* A tree node; kinds as in ir_ew_node. */
 typedef struct fe_ew {
     ir_ew_kind kind;            /* IR_EW_OPERAND is a leaf */
-    struct fe_ew *a, *b;        /* children (ADD/SUB/MUL: a, b; CALL: a) */
+    struct fe_ew *kid[3];       /* children, the first ir_ew_arity(kind) used */
     ir_value *v;                /* leaf: the operand value */
-    int nlabels;                /* leaf: its rank */
-    int labels[IR_MAX_RANK];    /* leaf: dim id indexing each position */
+    int nlabels;                /* leaf: its rank; IR_EW_INDEX: 1 */
+    int labels[IR_MAX_RANK];    /* leaf: dim id indexing each position; IR_EW_INDEX: its dim */
     double value;               /* IR_EW_CONST */
     ir_func fn;                 /* IR_EW_CALL */
-    int nleaves;                /* leaves in this subtree */
+    int nleaves;                /* operand leaves in this subtree */
 } fe_ew;
 
 /* Where emitted ops go and what they are called. */
@@ -38,8 +38,13 @@ fe_ew *fe_ew_leaf(ir_arena *a, ir_value *v, const int *labels, int n);
 fe_ew *fe_ew_const(ir_arena *a, double value);
 fe_ew *fe_ew_bin(ir_arena *a, ir_ew_kind kind, fe_ew *x, fe_ew *y);
 fe_ew *fe_ew_call(ir_arena *a, ir_func fn, fe_ew *x);
+/* where(cond, x, y): `cond` must be a comparison node (fe_ew_bin with
+ * IR_EW_LT..IR_EW_NE). */
+fe_ew *fe_ew_select(ir_arena *a, fe_ew *cond, fe_ew *x, fe_ew *y);
+/* The global position along dim `dim` (an index value). */
+fe_ew *fe_ew_index(ir_arena *a, int dim);
 
-/* Union of the leaves' labels under `t`, in order of first appearance;
+/* Union of the labels of the leaves and index values under `t`, in order of first appearance;
  * returns the count (may exceed IR_MAX_RANK: then only the first
  * IR_MAX_RANK are stored in `out`). */
 int fe_ew_labels(const fe_ew *t, int *out);

@@ -45,31 +45,34 @@ static bool has_label(const int *labels, int n, int dim)
     return false;
 }
 
-/* True if `f` references a tensor (otherwise it is a constant). */
-static bool expr_has_tensor(const ast_expr *e);
-static bool factor_has_tensor(const ast_factor *f)
+/* True if `f` references a tensor or an index value (otherwise it is a
+ * constant). */
+static bool expr_varies(const ast_expr *e);
+static bool factor_varies(const ast_factor *f)
 {
-    switch (f->kind) {
-    case AST_F_TENSOR: return true;
-    case AST_F_NUMBER: return false;
-    case AST_F_PAREN: return expr_has_tensor(f->u.paren);
-    case AST_F_CALL: return expr_has_tensor(f->u.call.arg);
-    }
+    if (f->kind == AST_F_TENSOR || f->kind == AST_F_INDEX)
+        return true;
+    ast_expr *const *kids;
+    int nk = ast_factor_children(f, &kids);
+    for (int k = 0; k < nk; k++)
+        if (expr_varies(kids[k]))
+            return true;
     return false;
 }
 
-static bool expr_has_tensor(const ast_expr *e)
+static bool expr_varies(const ast_expr *e)
 {
     for (int i = 0; i < e->nterms; i++)
         for (int k = 0; k < e->terms[i]->nfactors; k++)
-            if (factor_has_tensor(e->terms[i]->factors[k]))
+            if (factor_varies(e->terms[i]->factors[k]))
                 return true;
     return false;
 }
 
 static fe_ew *expr_tree(stmt_ctx *x, const ast_expr *e);
 
-/* Elementwise tree of one factor (tensor references become leaves). */
+/* Elementwise tree of one factor (tensor references become leaves), not
+ * counting its `divide` flag. */
 static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
 {
     ir_arena *a = x->e.arena;
@@ -82,10 +85,29 @@ static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
     }
     case AST_F_NUMBER:
         return fe_ew_const(a, f->u.num.value);
+    case AST_F_INDEX:
+        return fe_ew_index(a, f->u.index.dim);
     case AST_F_PAREN:
         return expr_tree(x, f->u.paren);
-    case AST_F_CALL:
-        return fe_ew_call(a, (ir_func)f->u.call.fn, expr_tree(x, f->u.call.arg));
+    case AST_F_CMP:
+        return fe_ew_bin(a, (ir_ew_kind)f->u.cmp.op, expr_tree(x, f->u.cmp.sides[0]),
+                         expr_tree(x, f->u.cmp.sides[1]));
+    case AST_F_CALL: {
+        ast_expr *const *args = f->u.call.args;
+        switch (f->u.call.callee) {
+        case AST_CALL_MAXIMUM:
+        case AST_CALL_MINIMUM:
+            return fe_ew_bin(a, f->u.call.callee == AST_CALL_MAXIMUM ? IR_EW_MAX : IR_EW_MIN,
+                             expr_tree(x, args[0]), expr_tree(x, args[1]));
+        case AST_CALL_WHERE:
+            return fe_ew_select(a, expr_tree(x, args[0]), expr_tree(x, args[1]),
+                                expr_tree(x, args[2]));
+        case AST_CALL_FN:
+        case AST_CALL_UNKNOWN: /* the checker rejected unknown names */
+            break;
+        }
+        return fe_ew_call(a, (ir_func)f->u.call.fn, expr_tree(x, args[0]));
+    }
     }
     return NULL;
 }
@@ -98,7 +120,10 @@ static fe_ew *product_tree(stmt_ctx *x, const ast_term *t, bool (*pick)(const as
         if (pick && !pick(t->factors[k]))
             continue;
         fe_ew *f = factor_tree(x, t->factors[k]);
-        r = r ? fe_ew_bin(x->e.arena, IR_EW_MUL, r, f) : f;
+        if (t->factors[k]->divide)
+            r = fe_ew_bin(x->e.arena, IR_EW_DIV, r ? r : fe_ew_const(x->e.arena, 1.0), f);
+        else
+            r = r ? fe_ew_bin(x->e.arena, IR_EW_MUL, r, f) : f;
     }
     return r;
 }
@@ -108,6 +133,10 @@ static fe_ew *add_signed(stmt_ctx *x, fe_ew *acc, int sign, fe_ew *term)
 {
     if (acc)
         return fe_ew_bin(x->e.arena, sign < 0 ? IR_EW_SUB : IR_EW_ADD, acc, term);
+    if (sign < 0 && term->kind == IR_EW_CONST) {
+        term->value = -term->value; /* `-inf`, `-1`: a constant, not neg() of one */
+        return term;
+    }
     return sign < 0 ? fe_ew_call(x->e.arena, IR_FN_NEG, term) : term;
 }
 
@@ -136,21 +165,27 @@ static void expr_indices(const ast_expr *e, int *labels, int *n, int cap)
             factor_indices(e->terms[i]->factors[k], labels, n, cap);
 }
 
+/* Adds dim `d` to labels[0..*n) unless present (all of them counted). */
+static void add_label(int d, int *labels, int *n, int cap)
+{
+    if (has_label(labels, *n < cap ? *n : cap, d))
+        return;
+    if (*n < cap)
+        labels[*n] = d;
+    (*n)++;
+}
+
 static void factor_indices(const ast_factor *f, int *labels, int *n, int cap)
 {
-    if (f->kind == AST_F_PAREN)
-        expr_indices(f->u.paren, labels, n, cap);
-    else if (f->kind == AST_F_CALL)
-        expr_indices(f->u.call.arg, labels, n, cap);
-    else if (f->kind == AST_F_TENSOR)
-        for (int i = 0; i < f->u.tref.nidx; i++) {
-            int d = f->u.tref.idx[i].dim;
-            if (has_label(labels, *n < cap ? *n : cap, d))
-                continue;
-            if (*n < cap)
-                labels[*n] = d;
-            (*n)++;
-        }
+    if (f->kind == AST_F_TENSOR)
+        for (int i = 0; i < f->u.tref.nidx; i++)
+            add_label(f->u.tref.idx[i].dim, labels, n, cap);
+    else if (f->kind == AST_F_INDEX)
+        add_label(f->u.index.dim, labels, n, cap);
+    ast_expr *const *kids;
+    int nk = ast_factor_children(f, &kids);
+    for (int k = 0; k < nk; k++)
+        expr_indices(kids[k], labels, n, cap);
 }
 
 /* Labels of a result over `have` (n entries) restricted to those in `keep`:
@@ -206,13 +241,13 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
     for (int k = 0; k < t->nfactors; k++) {
         const ast_factor *f = t->factors[k];
         if (f->kind == AST_F_NUMBER) {
-            scale *= f->u.num.value;
+            scale = f->divide ? scale / f->u.num.value : scale * f->u.num.value;
             continue;
         }
-        if (!factor_has_tensor(f))
+        if (!factor_varies(f))
             continue; /* a constant call or parenthesis: multiplied in by the caller */
         operand *o = &ops[nf++];
-        if (f->kind == AST_F_TENSOR) {
+        if (f->kind == AST_F_TENSOR && !f->divide) {
             o->v = f->u.tref.sym->value;
             o->n = f->u.tref.nidx;
             for (int i = 0; i < o->n; i++)
@@ -224,7 +259,11 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
         if (!limit_rank(x, n, f->loc, "this parenthesised expression or call"))
             return NULL;
         o->n = n;
-        o->v = fe_ew_emit(&x->e, factor_tree(x, f), o->labels, n, f->loc);
+        /* An einsum only multiplies: a divisor becomes its reciprocal. */
+        fe_ew *tree = factor_tree(x, f);
+        if (f->divide)
+            tree = fe_ew_bin(x->e.arena, IR_EW_DIV, fe_ew_const(x->e.arena, 1.0), tree);
+        o->v = fe_ew_emit(&x->e, tree, o->labels, n, f->loc);
     }
     /* The chain: acc = ops[0]; acc = einsum(acc, ops[k]) for k = 1.. keeping
      * the left side's indices and those of ops[k+1..]; one factor alone is
@@ -259,14 +298,17 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
 static bool expr_summed(const stmt_ctx *x, const ast_expr *e);
 static bool factor_summed(const stmt_ctx *x, const ast_factor *f)
 {
-    if (f->kind == AST_F_PAREN)
-        return expr_summed(x, f->u.paren);
-    if (f->kind == AST_F_CALL)
-        return expr_summed(x, f->u.call.arg);
     if (f->kind == AST_F_TENSOR)
         for (int i = 0; i < f->u.tref.nidx; i++)
             if (!has_label(x->lhs, x->nlhs, f->u.tref.idx[i].dim))
                 return true;
+    if (f->kind == AST_F_INDEX && !has_label(x->lhs, x->nlhs, f->u.index.dim))
+        return true;
+    ast_expr *const *kids;
+    int nk = ast_factor_children(f, &kids);
+    for (int k = 0; k < nk; k++)
+        if (expr_summed(x, kids[k]))
+            return true;
     return false;
 }
 
@@ -290,7 +332,7 @@ static bool summed(const stmt_ctx *x, const ast_term *t)
 
 static bool is_constant_factor(const ast_factor *f)
 {
-    return f->kind != AST_F_NUMBER && !factor_has_tensor(f);
+    return f->kind != AST_F_NUMBER && !factor_varies(f);
 }
 
 /* Lowers one statement; returns its final value or NULL after an error. */

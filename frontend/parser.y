@@ -34,6 +34,7 @@ int fe_yylex(FE_YYSTYPE *lval, fe_loc *lloc, yyscan_t scanner);
 }
 
 %code {
+#include <math.h>
 #include <string.h>
 
 #include "fe_internal.h"
@@ -71,6 +72,7 @@ static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc
     ast_factor *factor;   /* factor */
     ast_stmt *stmt;       /* stmt */
     ast_sizedef *sizedef; /* sizedef */
+    int ival;             /* cmp: an ir_ew_kind */
 }
 
 %token <name> IDENT "name"
@@ -82,9 +84,16 @@ static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc
 %token INPUT "'input'"
 %token PARAM "'param'"
 %token OUTPUT "'output'"
+%token INF "'inf'"
+%token LE "'<='"
+%token GE "'>='"
+%token EQ "'=='"
+%token NE "'!='"
 %token INVALID "invalid token"
 
-%type <list> sizedefs indices indices_opt unred_opt unred_list sum product
+%type <list> sizedefs indices indices_opt unred_opt unred_list sum product args
+%type <expr> arg
+%type <ival> cmp
 %type <tref> tref
 %type <factor> factor
 %type <stmt> stmt
@@ -110,7 +119,7 @@ line
 
 /* stmt -> 'mesh' sizedefs | 'dim' sizedefs
  *       | 'input' tref ':' NAME | 'param' tref ':' NAME
- *       | tref '=' sum
+ *       | tref '=' arg
  *       | 'output' NAME | 'output' tref
  * The error alternatives keep what a broken line was about (the tensor it
  * defines, or that it is an output line) so that later uses are not reported
@@ -139,11 +148,11 @@ stmt
             $$->u.decl.tref = *$2;
             $$->u.decl.dtype = $4;
         }
-    | tref '=' sum
+    | tref '=' arg
         {
             $$ = stmt_new(p, AST_S_ASSIGN, @1.begin);
             $$->u.assign.lhs = *$1;
-            $$->u.assign.rhs = expr_new(p, $3, @3.begin);
+            $$->u.assign.rhs = $3;
         }
     | OUTPUT IDENT
         {
@@ -224,13 +233,14 @@ sum
     | sum '-' product          { $$ = fe_list_push($1, term_new(p, -1, $3, @2.begin)); }
     ;
 
-/* product -> factor { '*' factor } */
+/* product -> factor { ('*' | '/') factor } */
 product
     : factor                   { $$ = fe_list_new($1); }
     | product '*' factor       { $$ = fe_list_push($1, $3); }
+    | product '/' factor       { $3->divide = true; $$ = fe_list_push($1, $3); }
     ;
 
-/* factor -> tref | NUMBER | '(' sum ')' | NAME '(' sum ')' */
+/* factor -> tref | NUMBER | 'inf' | NAME | '(' sum ')' | NAME '(' args ')' */
 factor
     : tref
         {
@@ -242,18 +252,66 @@ factor
             $$ = factor_new(p, AST_F_NUMBER, @1.begin);
             $$->u.num = $1;
         }
-    | '(' sum ')'
+    | INF
+        {
+            $$ = factor_new(p, AST_F_NUMBER, @1.begin);
+            $$->u.num.text = "inf";
+            $$->u.num.value = HUGE_VAL;
+            $$->u.num.is_inf = true;
+            $$->u.num.loc = @1.begin;
+        }
+    | IDENT
+        {
+            $$ = factor_new(p, AST_F_INDEX, @1.begin);
+            $$->u.index.name = $1;
+            $$->u.index.dim = -1;
+        }
+    | '(' arg ')'
         {
             $$ = factor_new(p, AST_F_PAREN, @1.begin);
-            $$->u.paren = expr_new(p, $2, @2.begin);
+            $$->u.paren = $2;
         }
-    | IDENT '(' sum ')'
+    | IDENT '(' args ')'
         {
             $$ = factor_new(p, AST_F_CALL, @1.begin);
             $$->u.call.fname = $1;
+            $$->u.call.callee = AST_CALL_UNKNOWN;
             $$->u.call.fn = -1;
-            $$->u.call.arg = expr_new(p, $3, @3.begin);
+            $$->u.call.args = (ast_expr **)fe_list_take(p->arena, $3, &$$->u.call.nargs);
         }
+    ;
+
+/* args -> arg { ',' arg } */
+args
+    : arg                      { $$ = fe_list_new($1); }
+    | args ',' arg             { $$ = fe_list_push($1, $3); }
+    ;
+
+/* arg -> sum | sum cmp sum   (also a right side and a parenthesis: the
+ * checker allows a comparison only as the condition of where, and says so
+ * wherever else it is written; it is kept as an expression of one CMP
+ * factor) */
+arg
+    : sum                      { $$ = expr_new(p, $1, @1.begin); }
+    | sum cmp sum
+        {
+            ast_factor *f = factor_new(p, AST_F_CMP, @1.begin);
+            f->u.cmp.op = $2;
+            f->u.cmp.sides[0] = expr_new(p, $1, @1.begin);
+            f->u.cmp.sides[1] = expr_new(p, $3, @3.begin);
+            fe_list *fl = fe_list_new(f);
+            $$ = expr_new(p, fe_list_new(term_new(p, +1, fl, @1.begin)), @1.begin);
+        }
+    ;
+
+/* cmp -> '<' | '<=' | '>' | '>=' | '==' | '!=' */
+cmp
+    : '<'                      { $$ = IR_EW_LT; }
+    | LE                       { $$ = IR_EW_LE; }
+    | '>'                      { $$ = IR_EW_GT; }
+    | GE                       { $$ = IR_EW_GE; }
+    | EQ                       { $$ = IR_EW_EQ; }
+    | NE                       { $$ = IR_EW_NE; }
     ;
 
 %%

@@ -8,6 +8,7 @@
  * its per-device result size and, after the cost pass, its time and bound.
  */
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 #include "print_internal.h"
@@ -96,8 +97,14 @@ static void ew_put(const ir_module *m, const ir_op *op, int n, char *buf, size_t
         break;
     }
     case IR_EW_CONST:
-        snprintf(tmp, sizeof tmp, "%.17g", e->value);
+        if (isinf(e->value))
+            snprintf(tmp, sizeof tmp, "%sinf", e->value < 0 ? "-" : "");
+        else
+            snprintf(tmp, sizeof tmp, "%.17g", e->value);
         PUT(tmp);
+        break;
+    case IR_EW_INDEX:
+        PUT(m->dims[e->dim].name);
         break;
     case IR_EW_ADD:
     case IR_EW_SUB:
@@ -108,17 +115,40 @@ static void ew_put(const ir_module *m, const ir_op *op, int n, char *buf, size_t
         if (prec > 1) PUT(")");
         break;
     case IR_EW_MUL:
+    case IR_EW_DIV:
         if (prec > 2) PUT("(");
         ew_put(m, op, e->a, buf, size, pos, 2);
-        PUT(" * ");
+        PUT(e->kind == IR_EW_MUL ? " * " : " / ");
         ew_put(m, op, e->b, buf, size, pos, 3);
         if (prec > 2) PUT(")");
         break;
+    case IR_EW_MAX:
+    case IR_EW_MIN:
+    case IR_EW_SELECT:
     case IR_EW_CALL:
-        PUT(ir_func_name(e->fn));
+        PUT(e->kind == IR_EW_CALL ? ir_func_name(e->fn) : ir_ew_spelling(e->kind));
         PUT("(");
         ew_put(m, op, e->a, buf, size, pos, 0);
+        if (ir_ew_arity(e->kind) >= 2) {
+            PUT(", ");
+            ew_put(m, op, e->b, buf, size, pos, 0);
+        }
+        if (ir_ew_arity(e->kind) >= 3) {
+            PUT(", ");
+            ew_put(m, op, e->c, buf, size, pos, 0);
+        }
         PUT(")");
+        break;
+    default:
+        if (!ir_ew_is_compare(e->kind)) {
+            PUT("?");
+            break;
+        }
+        ew_put(m, op, e->a, buf, size, pos, 1);
+        PUT(" ");
+        PUT(ir_ew_spelling(e->kind));
+        PUT(" ");
+        ew_put(m, op, e->b, buf, size, pos, 1);
         break;
     }
 #undef PUT

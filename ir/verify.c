@@ -20,43 +20,6 @@
 
 #define WHY(...) (why ? (void)snprintf(why, why_size, __VA_ARGS__) : (void)0)
 
-/* Whether the expression under `n` is a linear combination of operands
- * with constant coefficients (no constant term): the ops that may consume
- * unreduced partial sums, because sum_k f(x_k) = f(sum_k x_k) only then. */
-static bool ew_linear(const ir_ew_node *nodes, int n)
-{
-    const ir_ew_node *e = &nodes[n];
-    switch (e->kind) {
-    case IR_EW_OPERAND: return true;
-    case IR_EW_CONST: return false;
-    case IR_EW_ADD:
-    case IR_EW_SUB: return ew_linear(nodes, e->a) && ew_linear(nodes, e->b);
-    case IR_EW_MUL: {
-        /* One side must be operand-free (a constant expression). */
-        bool ca = true, cb = true;
-        int stack[256], sp = 0;
-        for (int side = 0; side < 2; side++) {
-            bool *c = side ? &cb : &ca;
-            sp = 0;
-            stack[sp++] = side ? e->b : e->a;
-            while (sp) {
-                const ir_ew_node *x = &nodes[stack[--sp]];
-                if (x->kind == IR_EW_OPERAND)
-                    *c = false;
-                else if (sp < 254 && (x->kind == IR_EW_ADD || x->kind == IR_EW_SUB || x->kind == IR_EW_MUL)) {
-                    stack[sp++] = x->a;
-                    stack[sp++] = x->b;
-                } else if (sp < 255 && x->kind == IR_EW_CALL)
-                    stack[sp++] = x->a;
-            }
-        }
-        return (ca && ew_linear(nodes, e->b)) || (cb && ew_linear(nodes, e->a));
-    }
-    case IR_EW_CALL: return e->fn == IR_FN_NEG && ew_linear(nodes, e->a);
-    }
-    return false;
-}
-
 bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
     const int (*labels)[IR_MAX_RANK];
@@ -141,7 +104,7 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                 WHY("elementwise operands must all be unreduced over the same axes");
                 goto done;
             }
-        if (!ew_linear(op->u.ew.nodes, op->u.ew.root)) {
+        if (ir_ew_classify(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root) != IR_EW_CLASS_LINEAR) {
             WHY("a nonlinear elementwise op cannot take unreduced partial sums");
             goto done;
         }
@@ -155,7 +118,9 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
     }
     for (int r = 0; r < rank; r++) {
         int L = rlabels[r];
-        if (L < 0 || L >= nlabels || !lseen[L]) {
+        /* An elementwise result dim no operand has (one that only an index
+         * value or a broadcast constant spans) is computed whole. */
+        if (L < 0 || L >= nlabels || (!lseen[L] && op->kind != IR_OP_ELEMENTWISE)) {
             WHY("result dim %d is not a dim of any operand", r);
             free(in_result);
             goto done;

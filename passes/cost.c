@@ -137,7 +137,7 @@ static double elementwise_flops(const ir_module *m, const ir_op *op)
     int arith = 0;
     for (int i = 0; i < op->u.ew.nnodes; i++) {
         ir_ew_kind k = op->u.ew.nodes[i].kind;
-        if (k != IR_EW_OPERAND && k != IR_EW_CONST)
+        if (ir_ew_arity(k) > 0) /* leaves (operands, constants, index values) are free */
             arith++;
     }
     return op->result ? (double)arith * (double)ir_local_elems(m, &op->result->type) : 0;

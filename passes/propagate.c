@@ -56,39 +56,6 @@
 
 #include "propagate_internal.h"
 
-/* Whether the expression below node n is operand-free (0), a linear
- * combination of operands with constant coefficients (1), or neither (2).
- * Only the middle class may consume partial sums: sum_k f(x_k) = f(sum_k x_k)
- * holds for linear f only (seed 001, "unreduced" notation). */
-static int ew_class(const ir_ew_node *nodes, int nnodes, int n, int depth)
-{
-    if (depth > 10000 || n < 0 || n >= nnodes)
-        return 2;
-    const ir_ew_node *e = &nodes[n];
-    int a, b;
-    switch (e->kind) {
-    case IR_EW_OPERAND: return 1;
-    case IR_EW_CONST: return 0;
-    case IR_EW_ADD:
-    case IR_EW_SUB:
-        a = ew_class(nodes, nnodes, e->a, depth + 1);
-        b = ew_class(nodes, nnodes, e->b, depth + 1);
-        return a == b ? a : 2;
-    case IR_EW_MUL:
-        a = ew_class(nodes, nnodes, e->a, depth + 1);
-        b = ew_class(nodes, nnodes, e->b, depth + 1);
-        if (a == 0 || b == 0)
-            return a > b ? a : b;
-        return 2;
-    case IR_EW_CALL:
-        a = ew_class(nodes, nnodes, e->a, depth + 1);
-        if (a == 0)
-            return 0;
-        return e->fn == IR_FN_NEG && a == 1 ? 1 : 2;
-    }
-    return 2;
-}
-
 /* ---- materialisation ---- */
 
 /* Emits (or reuses) the reshard of `v` into `to` before `before`; `reasons`
@@ -255,7 +222,8 @@ static bool setup(prop *p)
         } else {
             oi->labels = (const int(*)[IR_MAX_RANK])op->u.ew.labels;
             oi->rlabels = op->u.ew.result_labels;
-            oi->linear = op->u.ew.nodes && ew_class(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root, 0) == 1;
+            oi->linear = ir_ew_classify(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root) ==
+                         IR_EW_CLASS_LINEAR;
         }
         for (int i = 0; i <= op->noperands; i++) {
             int rank = i < op->noperands ? op->operands[i]->type.rank : op->result->type.rank;
@@ -306,7 +274,9 @@ static int check_input(prop *p)
     for (ir_op *op = p->m->first; op; op = op->next) {
         if (!is_compute(op))
             continue;
-        bool ok = op->result && op->noperands >= 1 && op->noperands <= IR_MAX_OPERANDS;
+        /* An elementwise op may read no operand (index values and constants only). */
+        bool ok = op->result && op->noperands >= (op->kind == IR_OP_ELEMENTWISE ? 0 : 1) &&
+                  op->noperands <= IR_MAX_OPERANDS;
         for (int i = 0; ok && i < op->noperands; i++)
             ok = op->operands[i] && op->operands[i]->type.rank <= IR_MAX_RANK;
         for (int i = 0; ok && i < op->noperands; i++) {
@@ -329,7 +299,7 @@ static void log_layout(prop *p, int k)
 {
     const opinfo *oi = &p->ops[k];
     char stmt[160];
-    pass_prop_stmt(oi->op, stmt, sizeof stmt);
+    pass_prop_stmt(p->m, oi->op, stmt, sizeof stmt);
     fprintf(p->ctx->log, "propagate: %s:", stmt);
     for (int a = 0; a < p->m->mesh.naxes; a++) {
         int c = oi->lay.choice[a];
@@ -347,7 +317,7 @@ static void report_infeasible(const prop *p, int k)
     const ir_op *op = p->ops[k].op;
     const ir_value *r = op->result;
     char stmt[160], ty[160];
-    pass_prop_stmt(op, stmt, sizeof stmt);
+    pass_prop_stmt(p->m, op, stmt, sizeof stmt);
     if (r->has_constraint) {
         ir_type t = r->type;
         t.sh = r->constraint;

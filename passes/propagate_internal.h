@@ -116,7 +116,7 @@ cost pass_prop_total_cost(prop *p);
 /* ---- propagate_reason.c ---- */
 
 /* "Tmp = In * Win", "Act = gelu(Tmp)": op as written, into buf. */
-void pass_prop_stmt(const ir_op *op, char *buf, size_t size);
+void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size);
 /* Why step `st` is inserted on operand i of op k, into buf. */
 void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf,
                               size_t size);

@@ -10,7 +10,7 @@
 
 
 /* Appends the expression below node n with operand tensor names. */
-static void expr_str(const ir_op *op, int n, char *buf, size_t size, int depth)
+static void expr_str(const ir_module *m, const ir_op *op, int n, char *buf, size_t size, int depth)
 {
     if (n < 0 || n >= op->u.ew.nnodes)
         return;
@@ -20,35 +20,48 @@ static void expr_str(const ir_op *op, int n, char *buf, size_t size, int depth)
         return;
     char *w = buf + len;
     size_t room = size - len;
+    int arity = ir_ew_arity(e->kind);
     switch (e->kind) {
     case IR_EW_OPERAND:
         snprintf(w, room, "%s", op->operands[e->operand]->tensor);
-        break;
+        return;
     case IR_EW_CONST:
         snprintf(w, room, "%g", e->value);
-        break;
+        return;
+    case IR_EW_INDEX:
+        snprintf(w, room, "%s", m->dims[e->dim].name);
+        return;
     case IR_EW_CALL:
-        snprintf(w, room, "%s(", ir_func_name(e->fn));
-        expr_str(op, e->a, buf, size, depth + 1);
+    case IR_EW_MAX:
+    case IR_EW_MIN:
+    case IR_EW_SELECT: {
+        snprintf(w, room, "%s(", e->kind == IR_EW_CALL ? ir_func_name(e->fn) : ir_ew_spelling(e->kind));
+        const int kids[3] = {e->a, e->b, e->c};
+        for (int k = 0; k < arity; k++) {
+            if (k) {
+                len = strlen(buf);
+                snprintf(buf + len, size - len, ", ");
+            }
+            expr_str(m, op, kids[k], buf, size, depth + 1);
+        }
         len = strlen(buf);
         snprintf(buf + len, size - len, ")");
-        break;
-    default: {
-        const char *sym = e->kind == IR_EW_ADD ? " + " : e->kind == IR_EW_SUB ? " - " : " * ";
-        snprintf(w, room, "(");
-        expr_str(op, e->a, buf, size, depth + 1);
-        len = strlen(buf);
-        snprintf(buf + len, size - len, "%s", sym);
-        expr_str(op, e->b, buf, size, depth + 1);
-        len = strlen(buf);
-        snprintf(buf + len, size - len, ")");
-        break;
+        return;
     }
+    default:
+        snprintf(w, room, "(");
+        expr_str(m, op, e->a, buf, size, depth + 1);
+        len = strlen(buf);
+        snprintf(buf + len, size - len, " %s ", ir_ew_spelling(e->kind));
+        expr_str(m, op, e->b, buf, size, depth + 1);
+        len = strlen(buf);
+        snprintf(buf + len, size - len, ")");
+        return;
     }
 }
 
 /* "Tmp = In * Win", "Act = gelu(Tmp)": the op as the user wrote it. */
-void pass_prop_stmt(const ir_op *op, char *buf, size_t size)
+void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size)
 {
     if (op->kind != IR_OP_EINSUM && op->kind != IR_OP_ELEMENTWISE) {
         snprintf(buf, size, "%s %s", ir_op_name(op->kind), op->result->tensor);
@@ -57,7 +70,7 @@ void pass_prop_stmt(const ir_op *op, char *buf, size_t size)
     snprintf(buf, size, "%s = ", op->result->tensor);
     size_t len = strlen(buf);
     if (op->kind == IR_OP_ELEMENTWISE) {
-        expr_str(op, op->u.ew.root, buf, size, 0);
+        expr_str(m, op, op->u.ew.root, buf, size, 0);
         return;
     }
     if (op->u.einsum.scale != 1.0) {
@@ -125,7 +138,7 @@ void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_st
     const opinfo *oi = &p->ops[k];
     const ir_op *op = oi->op;
     char stmt[160], ax[IR_MAX_AXES + 1];
-    pass_prop_stmt(op, stmt, sizeof stmt);
+    pass_prop_stmt(p->m, op, stmt, sizeof stmt);
     step_axes(m, st, ax, sizeof ax);
     const char *a = op->operands[i]->tensor;
     int dim = st->dim >= 0 ? oi->labels[i][st->dim] : -1;
@@ -192,7 +205,7 @@ void pass_prop_target_reason(const prop *p, const ir_op *op, const ir_value *v, 
     ir_type_str(p->m, v->tensor, &t, ty, sizeof ty);
     step_axes(p->m, st, ax, sizeof ax);
     if (op)
-        pass_prop_stmt(op, stmt, sizeof stmt);
+        pass_prop_stmt(p->m, op, stmt, sizeof stmt);
     else
         snprintf(stmt, sizeof stmt, "%s", v->tensor);
     int n = snprintf(buf, size, "for %s: %s %s", stmt, what, ty);

@@ -80,6 +80,37 @@ class Call:
         self.fn, self.terms = fn, terms
 
 
+class Idx:
+    """An index value `T`: the element's global position along dim T."""
+
+    def __init__(self, dim):
+        self.dim = dim
+
+
+class Div:
+    """A factor written after `/`: the term divides by it."""
+
+    def __init__(self, f):
+        self.f = f
+
+
+class Call2:
+    """`maximum(a, b)` / `minimum(a, b)` of two elementwise sums."""
+
+    def __init__(self, fn, a, b):
+        self.fn, self.a, self.b = fn, a, b
+
+
+class Where:
+    """`where(l op r, a, b)` over four elementwise sums."""
+
+    def __init__(self, op, l, r, a, b):
+        self.op, self.l, self.r, self.a, self.b = op, l, r, a, b
+
+    def sums(self):
+        return [self.l, self.r, self.a, self.b]
+
+
 # A sum is a list of (sign, [factor, ...]) terms.
 
 def factor_labels(f):
@@ -87,6 +118,14 @@ def factor_labels(f):
         return list(f.labels)
     if isinstance(f, Num):
         return []
+    if isinstance(f, Idx):
+        return [f.dim]
+    if isinstance(f, Div):
+        return factor_labels(f.f)
+    if isinstance(f, Call2):
+        return sum_labels(f.a + f.b)
+    if isinstance(f, Where):
+        return sum_labels([t for s in f.sums() for t in s])
     return sum_labels(f.terms)
 
 
@@ -118,6 +157,13 @@ def ein_factor(f):
         return "%s[%s]" % (f.name, ", ".join(f.labels))
     if isinstance(f, Num):
         return fmt_num(f.value)
+    if isinstance(f, Idx):
+        return f.dim
+    if isinstance(f, Call2):
+        return "%s(%s, %s)" % (f.fn, ein_sum(f.a), ein_sum(f.b))
+    if isinstance(f, Where):
+        return "where(%s %s %s, %s, %s)" % (ein_sum(f.l), f.op, ein_sum(f.r), ein_sum(f.a),
+                                            ein_sum(f.b))
     if isinstance(f, Paren):
         return "(%s)" % ein_sum(f.terms)
     return "%s(%s)" % (f.fn, ein_sum(f.terms))
@@ -126,7 +172,12 @@ def ein_factor(f):
 def ein_sum(terms):
     s = ""
     for i, (sign, fs) in enumerate(terms):
-        body = " * ".join(ein_factor(f) for f in fs)
+        body = ""
+        for k, f in enumerate(fs):
+            if isinstance(f, Div):
+                body += " / " + ein_factor(f.f)
+            else:
+                body += (" * " if k else "") + ein_factor(f)
         if i == 0:
             s = ("-" if sign < 0 else "") + body
         else:
@@ -149,6 +200,11 @@ class NpRender:
         for f in factors:
             if isinstance(f, Num):
                 scale *= f.value
+            elif isinstance(f, Div) and isinstance(f.f, Num):
+                scale /= f.f.value
+            elif isinstance(f, Div):
+                ops.append("(1.0 / %s)" % self.factor(f.f))
+                specs.append(self.spec(factor_labels(f.f)))
             else:
                 ops.append(self.factor(f))
                 specs.append(self.spec(factor_labels(f)))
@@ -162,8 +218,19 @@ class NpRender:
     def factor(self, f):
         if isinstance(f, Ref):
             return f.name
+        if isinstance(f, Idx):
+            return "iota('%s')" % self.spec([f.dim])
         if isinstance(f, Paren):
             return self.elementwise(f.terms)
+        if isinstance(f, (Call2, Where)):
+            # Every argument over its own indices, broadcast to the union.
+            union = self.spec(factor_labels(f))
+            sums = [f.a, f.b] if isinstance(f, Call2) else f.sums()
+            args = ["bc(%s, '%s', '%s')" % (self.elementwise(t), self.spec(sum_labels(t)), union)
+                    for t in sums]
+            if isinstance(f, Call2):
+                return "np.%s(%s, %s)" % (f.fn, args[0], args[1])
+            return "np.where(%s %s %s, %s, %s)" % (args[0], f.op, args[1], args[2], args[3])
         return "%s(%s)" % (f.fn, self.elementwise(f.terms))
 
     def elementwise(self, terms):
@@ -488,6 +555,58 @@ def t_elementwise(p, rng):
     p.output("E", p.maybe_constraint([i, j], 0.3))
 
 
+def t_vocab(p, rng):
+    """Division, maximum/minimum/abs, comparisons in where, index values and
+    -inf masks (docs/language.md), on sharded dims: an index value is the
+    global position, so masks must agree on every shard."""
+    kind = rng.choice(["mask", "minmax", "index", "cmp", "div_summed", "eq"])
+    if kind == "mask":
+        b, t, s = p.new_dims(3)
+        p.input("L", [b, t, s])
+        m = Where("<=", [(1, [Idx(s)])], [(1, [Idx(t)])], [(1, [Ref("L", [b, t, s])])],
+                  [(-1, [Num(float("inf"))])])
+        p.stmt("M", [b, t, s], [(1, [m])], sharding=p.maybe_constraint([b, t, s], 0.5))
+        # exp(-inf) = 0: the output is finite, the masked entries exactly 0.
+        e = Call("exp", [(1, [Ref("M", [b, t, s])]), (-1, [Num(1.0)])])
+        p.stmt("E", [b, t, s], [(1, [e, Div(Paren([(1, [Call("abs", [(1, [Ref("L", [b, t, s])])])]),
+                                                   (1, [Num(1.0)])]))])],
+               sharding=p.maybe_constraint([b, t, s], 0.4))
+        p.output("E", p.maybe_constraint([b, t, s], 0.3))
+        return
+    i, j = p.new_dims(2)
+    p.input("A", [i, j])
+    p.input("V", [j])
+    p.input("U", [i])
+    if kind == "minmax":
+        terms = [(1, [Call2("maximum", [(1, [Ref("A", [i, j])])], [(1, [Ref("V", [j])])])]),
+                 (-1, [Call2("minimum", [(1, [Ref("A", [i, j])])],
+                                         [(1, [Num(0.5), Ref("U", [i])])])]),
+                 (1, [Call("abs", [(1, [Ref("A", [i, j])])]), Div(Num(4.0))])]
+    elif kind == "index":
+        terms = [(1, [Ref("A", [i, j]), Idx(i), Div(Paren([(1, [Idx(j)]), (1, [Num(1.0)])]))]),
+                 (1, [Where(">", [(1, [Idx(i)])], [(1, [Idx(j)])], [(1, [Num(1.0)])],
+                            [(1, [Ref("V", [j])])])])]
+    elif kind == "cmp":
+        op = rng.choice(["<", "<=", ">", ">=", "!="])
+        terms = [(1, [Where(op, [(1, [Ref("A", [i, j])])], [(1, [Ref("V", [j])])],
+                            [(1, [Ref("A", [i, j])])], [(1, [Ref("U", [i]), Num(2.0)])])])]
+    elif kind == "div_summed":
+        # A divisor and an index value inside a contraction over j.
+        pos = Paren([(1, [Ref("V", [j]), Ref("V", [j])]), (1, [Num(1.0)])])
+        p.stmt("S", [i], [(1, [Ref("A", [i, j]), Div(pos)]), (1, [Ref("A", [i, j]), Idx(j),
+                                                                 Div(Num(8.0))])],
+               sharding=p.maybe_constraint([i], 0.4))
+        p.output("S", p.maybe_constraint([i], 0.3))
+        return
+    else:
+        # The diagonal of a square: where(i == j, A, 0).
+        p.ties.append([i, j])
+        terms = [(1, [Where("==", [(1, [Idx(i)])], [(1, [Idx(j)])], [(1, [Ref("A", [i, j])])],
+                            [(1, [Num(0.0)])])]), (1, [Ref("U", [i]), Div(Num(2.0))])]
+    p.stmt("E", [i, j], terms, sharding=p.maybe_constraint([i, j], 0.4))
+    p.output("E", p.maybe_constraint([i, j], 0.3))
+
+
 def t_chain(p, rng):
     """Multi-statement programs with constraints on left sides and outputs."""
     b, d, f = p.new_dims(3)
@@ -707,6 +826,7 @@ CATEGORIES = [
     ("mixed", t_mixed, 40, [1, 2, 3]),
     ("random", t_random, 60, [1, 2, 3]),
     ("meshslice", t_meshslice, 30, ["2d"]),
+    ("vocab", t_vocab, 40, [1, 2, 3]),
 ]
 
 

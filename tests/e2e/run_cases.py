@@ -63,7 +63,7 @@ def sigmoid(x):
 FUNCS = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0),
     "gelu": gelu, "silu": lambda x: x * sigmoid(x), "sigmoid": sigmoid, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x), "neg": np.negative,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "neg": np.negative, "abs": np.abs,
 }
 
 
@@ -80,7 +80,8 @@ def reference(case, arrays):
         return np.broadcast_to(x, [size_of[c] for c in dst])
 
     env = dict(FUNCS)
-    env.update(np=np, bc=bc, es=lambda spec, *ops: np.einsum(spec, *ops, optimize=True))
+    env.update(np=np, bc=bc, es=lambda spec, *ops: np.einsum(spec, *ops, optimize=True),
+               iota=lambda c: np.arange(size_of[c], dtype=np.float64), inf=np.inf)
     env.update({k: v.astype(np.float64) for k, v in arrays.items()})
     for line in case["reference"]:
         exec(line, env)  # noqa: S102 - our own generated code

@@ -56,10 +56,10 @@ static void test_lhs_index_missing(void)
 
 static void test_unknown_function(void)
 {
-    EXPECT_DIAG(ABC "C[I, J] = softmax(A[I, J])\noutput C\n",
-                "t.ein:5:11: error: unknown function 'softmax' (known: exp, log, tanh, relu, gelu, "
-                "silu, sigmoid, sqrt, rsqrt, neg)\n"
-                "    C[I, J] = softmax(A[I, J])\n"
+    EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
+                "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
+                "silu, sigmoid, sqrt, rsqrt, neg, abs, maximum, minimum, where)\n"
+                "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }
 
@@ -175,7 +175,7 @@ static void test_missing_output(void)
 static void test_syntax_error(void)
 {
     EXPECT_DIAG(ABC "C[I, K] = A[I, J] * * B[J, K]\noutput C\n",
-                "t.ein:5:21: error: syntax error: unexpected '*', expecting name or number or '('\n"
+                "t.ein:5:21: error: syntax error: unexpected '*', expecting name or number or 'inf' or '('\n"
                 "    C[I, K] = A[I, J] * * B[J, K]\n"
                 "                        ^\n");
     /* The last line needs no newline; an unclosed bracket is reported at its end. */
@@ -210,9 +210,9 @@ static void test_invalid_utf8(void)
 
 static void test_unexpected_characters(void)
 {
-    EXPECT_DIAG(ABC "C[I, J] = A[I, J] / 2\noutput C\n",
-                "t.ein:5:19: error: unexpected character '/'\n"
-                "    C[I, J] = A[I, J] / 2\n"
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] % 2\noutput C\n",
+                "t.ein:5:19: error: unexpected character '%'\n"
+                "    C[I, J] = A[I, J] % 2\n"
                 "                      ^\n");
     EXPECT_DIAG(ABC "C[I, J] = A[I, J] \xc3\x97 2\noutput C\n",
                 "t.ein:5:19: error: unexpected character U+00D7 '\xc3\x97'\n"
@@ -322,6 +322,59 @@ static void test_all_errors_reported(void)
     fe_run_free(&r);
 }
 
+/* The elementwise vocabulary: where, comparisons, index values, arities. */
+static void test_where_without_comparison(void)
+{
+    EXPECT_DIAG(ABC "C[I, J] = where(A[I, J], A[I, J], 0)\noutput C\n",
+                "t.ein:5:17: error: the condition of 'where' must be a comparison, like 'S <= T' "
+                "(one of < <= > >= == !=)\n"
+                "    C[I, J] = where(A[I, J], A[I, J], 0)\n"
+                "                    ^\n");
+}
+
+static void test_comparison_outside_where(void)
+{
+    EXPECT_DIAG(ABC "C[I, J] = maximum(A[I, J] < 0, A[I, J])\noutput C\n",
+                "t.ein:5:19: error: a comparison is only allowed as the condition of "
+                "'where(cond, a, b)'\n"
+                "    C[I, J] = maximum(A[I, J] < 0, A[I, J])\n"
+                "                      ^\n");
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] < 0\noutput C\n",
+                "t.ein:5:11: error: a comparison is only allowed as the condition of "
+                "'where(cond, a, b)'\n"
+                "    C[I, J] = A[I, J] < 0\n"
+                "              ^\n");
+}
+
+static void test_index_value_errors(void)
+{
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] * Q\noutput C\n",
+                "t.ein:5:21: error: dim 'Q' is not defined (a name used as a value is a dim's "
+                "index value)\n"
+                "    C[I, J] = A[I, J] * Q\n"
+                "                        ^\n");
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] * B\noutput C\n",
+                "t.ein:5:21: error: 'B' is a tensor, not a dim: write it with its indices, "
+                "like 'B[...]'\n"
+                "    C[I, J] = A[I, J] * B\n"
+                "                        ^\n");
+}
+
+static void test_argument_count(void)
+{
+    EXPECT_DIAG(ABC "C[I, J] = maximum(A[I, J])\nD[I, J] = where(I < J, A[I, J])\n"
+                    "E[I, J] = exp(A[I, J], 1)\noutput C\n",
+                "t.ein:5:11: error: function 'maximum' takes 2 arguments, not 1\n"
+                "    C[I, J] = maximum(A[I, J])\n"
+                "              ^\n"
+                "t.ein:6:11: error: function 'where' takes 3 arguments, not 2\n"
+                "    D[I, J] = where(I < J, A[I, J])\n"
+                "              ^\n"
+                "t.ein:7:11: error: function 'exp' takes 1 argument, not 2\n"
+                "    E[I, J] = exp(A[I, J], 1)\n"
+                "              ^\n");
+}
+
 /* Past diag_ctx.max_errors the messages stop but the count goes on. */
 static void test_error_limit(void)
 {
@@ -400,6 +453,10 @@ void einc_register_tests(void)
         {"index count mismatch", test_index_count},
         {"left index in no term", test_lhs_index_missing},
         {"unknown function", test_unknown_function},
+        {"where without a comparison", test_where_without_comparison},
+        {"comparison outside where", test_comparison_outside_where},
+        {"index value errors", test_index_value_errors},
+        {"argument count", test_argument_count},
         {"mesh axis used twice", test_axis_used_twice},
         {"mesh axis not in mesh", test_axis_not_in_mesh},
         {"dim not divisible by its axes", test_not_divisible},

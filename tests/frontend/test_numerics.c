@@ -62,6 +62,7 @@ static double apply(ir_func f, double x)
     case IR_FN_SQRT: return sqrt(x);
     case IR_FN_RSQRT: return 1 / sqrt(x);
     case IR_FN_NEG: return -x;
+    case IR_FN_ABS: return fabs(x);
     default: return NAN; /* gelu: its exact form is codegen's business */
     }
 }
@@ -75,12 +76,30 @@ static double eval_node(const evaluator *e, const ir_op *op, int node, const int
         return e->data[v->id][offset(e->m, op->u.ew.labels[n->operand], v->type.rank, at)];
     }
     case IR_EW_CONST: return n->value;
-    case IR_EW_ADD: return eval_node(e, op, n->a, at) + eval_node(e, op, n->b, at);
-    case IR_EW_SUB: return eval_node(e, op, n->a, at) - eval_node(e, op, n->b, at);
-    case IR_EW_MUL: return eval_node(e, op, n->a, at) * eval_node(e, op, n->b, at);
+    case IR_EW_INDEX: return (double)at[n->dim];
     case IR_EW_CALL: return apply(n->fn, eval_node(e, op, n->a, at));
+    case IR_EW_SELECT:
+        return eval_node(e, op, n->a, at) != 0 ? eval_node(e, op, n->b, at)
+                                               : eval_node(e, op, n->c, at);
+    default:
+        break;
     }
-    return NAN;
+    double a = eval_node(e, op, n->a, at), b = eval_node(e, op, n->b, at);
+    switch (n->kind) {
+    case IR_EW_ADD: return a + b;
+    case IR_EW_SUB: return a - b;
+    case IR_EW_MUL: return a * b;
+    case IR_EW_DIV: return a / b;
+    case IR_EW_MAX: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+    case IR_EW_MIN: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    case IR_EW_LT: return a < b;
+    case IR_EW_LE: return a <= b;
+    case IR_EW_GT: return a > b;
+    case IR_EW_GE: return a >= b;
+    case IR_EW_EQ: return a == b;
+    case IR_EW_NE: return a != b;
+    default: return NAN;
+    }
 }
 
 /* Runs `op`: loops over every assignment of the labels it mentions. */
@@ -250,9 +269,33 @@ static void test_reduction_to_scalar(void)
           "R = -np.sum(A * A)" PRINT);
 }
 
+static void test_division_and_index_values(void)
+{
+    /* A divisor in a summed term, an index value summed over, a number divisor. */
+    check(DIMS "input A[I, J] : f64\ninput V[J] : f64\n"
+               "S[I] = A[I, J] / (V[J] * V[J] + 1) + A[I, J] * J / 4 - I / 2 * 3\noutput S\n",
+          "j = np.arange(3.0)\ni = np.arange(2.0)\n"
+          "R = A @ (1 / (V * V + 1)) + A @ j / 4 - i / 2 * 3" PRINT);
+}
+
+static void test_where_maximum_minimum(void)
+{
+    /* J and L have the same size, so J <= L is a triangle. */
+    check(DIMS "input S[J, L] : f64\ninput V[J] : f64\n"
+               "M[J, L] = where(L <= J, S[J, L], -inf)\n"
+               "R[J, L] = maximum(M[J, L], V[J]) - minimum(abs(S[J, L]), 0.5) + "
+               "where(S[J, L] != V[L], 1, 0) / 8\noutput R\n",
+          "j, l = np.meshgrid(np.arange(3.0), np.arange(3.0), indexing='ij')\n"
+          "M = np.where(l <= j, S, -np.inf)\n"
+          "R = np.maximum(M, V[:, None]) - np.minimum(np.abs(S), 0.5) + "
+          "np.where(S != V[None, :], 1, 0) / 8" PRINT);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
+        {"division and index values", test_division_and_index_values},
+        {"where, maximum, minimum, abs", test_where_maximum_minimum},
         {"matmul", test_matmul},
         {"chain with scale", test_chain_with_scale},
         {"relabel transpose", test_relabel_transpose},
