@@ -229,8 +229,41 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* What --check found for one output. */
+struct check_result {
+    int64_t nonfinite_run; /* elements of the sharded run's output that are NaN or +-Inf */
+    int64_t nonfinite_ref; /* the same in the reference's output */
+    double rel_err;        /* max|a-b| / max(max|b|, 1e-30) over the elements finite in both */
+};
+
+/* Compares `n` elements of `dtype` of the sharded run's output `a` with the
+ * reference's `b`: counts the non-finite elements of each and computes the
+ * relative error.  NaN and Inf are counted, never fed to the error: a NaN
+ * difference compares false with every maximum and tolerance, and Inf - Inf
+ * is NaN, so either would let a broken output pass silently. */
+static struct check_result compare_output(int32_t dtype, const void *a, const void *b,
+                                          int64_t n)
+{
+    struct check_result r = {0, 0, 0.0};
+    double maxdiff = 0, maxref = 0;
+    for (int64_t e = 0; e < n; e++) {
+        double x = element(dtype, a, e), y = element(dtype, b, e);
+        int fx = isfinite(x), fy = isfinite(y);
+        r.nonfinite_run += !fx;
+        r.nonfinite_ref += !fy;
+        if (fx && fy) {
+            maxdiff = fmax(maxdiff, fabs(x - y));
+            maxref = fmax(maxref, fabs(y));
+        }
+    }
+    /* Finite f64 operands can still overflow in x - y; an Inf error then fails. */
+    r.rel_err = maxdiff / fmax(maxref, 1e-30);
+    return r;
+}
+
 /* Runs the reference program on one device in this thread and compares
- * every output with the sharded run's; returns 0 if all are within tolerance. */
+ * every output with the sharded run's.  Every output is reported, one line
+ * each; returns 0 if all are finite (in both runs) and within tolerance. */
 static int run_check(const rt_job *job)
 {
     const rt_program *ref = job->prog->reference;
@@ -289,24 +322,28 @@ static int run_check(const rt_job *job)
             continue;
         }
         int64_t n = rt_numel(t->rank, t->global_shape);
-        double maxdiff = 0, maxref = 0;
-        int nan = 0;
-        for (int64_t e = 0; e < n; e++) {
-            double a = element(t->dtype, job->global_out[i], e);
-            double b = element(t->dtype, rj.global_out[j], e);
-            if (isnan(a) != isnan(b))
-                nan = 1;
-            if (fabs(a - b) > maxdiff)
-                maxdiff = fabs(a - b);
-            if (fabs(b) > maxref)
-                maxref = fabs(b);
+        struct check_result r = compare_output(t->dtype, job->global_out[i],
+                                               rj.global_out[j], n);
+        if (r.nonfinite_run || r.nonfinite_ref) {
+            /* A NaN or Inf is a wrong result even when the reference has it at
+             * the same place: the reference is built from the same source, so
+             * a NaN in both is a bug of the program, not a match. */
+            printf("check %s: FAILED: %lld of %lld elements are NaN or Inf in the run "
+                   "(%lld in the reference)\n", t->name, (long long)r.nonfinite_run,
+                   (long long)n, (long long)r.nonfinite_ref);
+            fprintf(stderr, "einrt: error: --check: output '%s' is not finite: %lld of %lld "
+                            "elements are NaN or Inf in the run (%lld in the reference)\n",
+                    t->name, (long long)r.nonfinite_run, (long long)n,
+                    (long long)r.nonfinite_ref);
+            status = -1;
+            continue;
         }
-        double rel = nan ? INFINITY : maxdiff / fmax(maxref, 1e-30);
         double tol = check_tol(t->dtype);
-        printf("check %s: max_rel_err=%.3g (tol %g)\n", t->name, rel, tol);
-        if (!(rel <= tol)) {
+        printf("check %s: max_rel_err=%.3g (tol %g)\n", t->name, r.rel_err, tol);
+        /* Written so that a NaN error (never expected here) fails as well. */
+        if (!(r.rel_err <= tol)) {
             fprintf(stderr, "einrt: error: --check: output '%s' differs from the reference: "
-                            "max_rel_err %.3g > %g\n", t->name, rel, tol);
+                            "max_rel_err %.3g > %g\n", t->name, r.rel_err, tol);
             status = -1;
         }
     }
