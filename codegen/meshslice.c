@@ -25,7 +25,8 @@ static int label_pos(const int *labels, int rank, int L)
     return -1;
 }
 
-/* A constant rt_coll_desc for a single-axis collective. */
+/* A constant rt_coll_desc for a single-axis collective.  Its reduce_op is
+ * always SUM: MeshSlice's ReduceScatter adds partial GEMM products. */
 static LLVMValueRef coll_const(cg_ctx *c, int kind, ir_dtype t, int axis, int rank,
                                const int64_t *in, const int64_t *out, int dim, int id)
 {
@@ -41,6 +42,7 @@ static LLVMValueRef coll_const(cg_ctx *c, int kind, ir_dtype t, int axis, int ra
         cg_i32(c, dim),
         cg_i32(c, -1),
         cg_i32(c, id),
+        cg_i32(c, RT_REDUCE_SUM), /* reduce_op */
     };
     return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]),
                            "ms_coll_desc");

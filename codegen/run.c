@@ -95,8 +95,20 @@ static LLVMValueRef einsum_desc(cg_ctx *c, const ir_module *m, const ir_op *op, 
                            "einsum_desc");
 }
 
-/* The constant rt_coll_desc of resharding `op` (op index `id`). */
-static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, int id)
+/* The rt_reduce_op with which AllReduce / ReduceScatter `op` combines the
+ * group's partial results: the IR records no reduction on its collectives
+ * yet, so every one is a sum.  Never called for other kinds (their
+ * reduce_op is 0). */
+static int coll_reduce_op(const ir_op *op)
+{
+    (void)op;
+    return RT_REDUCE_SUM;
+}
+
+/* The constant rt_coll_desc of resharding `op` (op index `id`); `reduce_op`
+ * (enum rt_reduce_op) for AllReduce and ReduceScatter, else RT_REDUCE_SUM. */
+static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, int id,
+                              int reduce_op)
 {
     int kind = RT_SLICE, dim = op->u.coll.dim, dim2 = -1;
     switch (op->kind) {
@@ -131,6 +143,7 @@ static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, in
         cg_i32(c, dim),
         cg_i32(c, dim2),
         cg_i32(c, id),
+        cg_i32(c, kind == RT_ALLREDUCE || kind == RT_REDUCESCATTER ? reduce_op : RT_REDUCE_SUM),
     };
     return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]),
                            "coll_desc");
@@ -201,7 +214,10 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
             cg_emit_meshslice(c, &f, op, i, dst);
             break;
         default: {
-            LLVMValueRef desc = coll_desc(c, m, op, i);
+            int reduce_op = op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER
+                                ? coll_reduce_op(op)
+                                : RT_REDUCE_SUM;
+            LLVMValueRef desc = coll_desc(c, m, op, i, reduce_op);
             LLVMValueRef args[] = {f.dev, desc, f.buf[op->operands[0]->id], dst};
             LLVMBuildCall2(c->b, c->rt.coll_ty, c->rt.coll, args, 4, "");
             break;

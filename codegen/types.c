@@ -54,6 +54,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->i32,   /* dim */
         t->i32,   /* dim2 */
         t->i32,   /* op_id */
+        t->i32,   /* reduce_op (in what was tail padding) */
     };
     LLVMStructSetBody(t->coll_desc, cd, sizeof cd / sizeof cd[0], 0);
 

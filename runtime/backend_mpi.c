@@ -17,9 +17,14 @@
  *                  with pointers into the receive buffer)
  *   ReduceScatter  pack block j along `dim` to slot j, pairwise exchange of
  *                  the slots (MPI_Isend + MPI_Irecv), then
- *                  the sum of the G blocks in group-rank order (rt_sum_arrays,
- *                  as the threads backend sums); see rs_exchange
- *   AllReduce      MPI_Allreduce
+ *                  the reduction of the G blocks in group-rank order
+ *                  (rt_reduce_arrays with the descriptor's reduce_op, as the
+ *                  threads backend reduces); see rs_exchange
+ *   AllReduce      MPI_Allreduce: MPI_SUM for sums; for max / min our own
+ *                  MPI operators (make_reduce_ops), which run rt_reduce_arrays
+ *                  too, since MPI_MAX / MPI_MIN do not define what a NaN gives
+ *                  (Open MPI's compare and select drops a NaN in one operand
+ *                  order), and numpy.maximum / minimum must give NaN
  *   AllToAll       pack block j along `dim2` to slot j, MPI_Alltoall, unpack
  *                  slot j to block j along `dim`
  * bf16 travels as f32 (converted before, rounded after), so sums are in f32.
@@ -41,6 +46,7 @@ typedef struct mworld {
     const rt_program *prog;      /* the program */
     MPI_Comm cart;               /* all devices, Cartesian */
     MPI_Comm comm[NCODES];       /* per ordered axis sequence, or MPI_COMM_NULL */
+    MPI_Op reduce[3];            /* AllReduce operator per enum rt_reduce_op */
 } mworld;
 
 RT_NORETURN static void mpi_abort(void)
@@ -101,6 +107,45 @@ static void make_comms(mworld *w, const int64_t *coord, int32_t n, int32_t *axes
     }
 }
 
+/*
+ * The MPI operators of AllReduce(MAX) and AllReduce(MIN): inout = in op
+ * inout with rt_reduce_arrays, the combine both backends use, on MPI_FLOAT
+ * (f32, and bf16 on the wire) or MPI_DOUBLE.  Created non-commutative, so
+ * MPI keeps the operands in rank order (in = the lower ranks); the combine
+ * is exact and associative, so MPI's grouping gives the bits of the threads
+ * backend's left fold on every rank.
+ */
+static void reduce_op_fn(int32_t op, void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    const void *srcs[2] = {in, inout};
+    rt_reduce_arrays(op, *type == MPI_DOUBLE ? RT_F64 : RT_F32, inout, srcs, 2, *len);
+}
+
+static void max_op_fn(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    reduce_op_fn(RT_REDUCE_MAX, in, inout, len, type);
+}
+
+static void min_op_fn(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    reduce_op_fn(RT_REDUCE_MIN, in, inout, len, type);
+}
+
+/* Fills w->reduce: MPI_SUM and the two operators above. */
+static void make_reduce_ops(mworld *w)
+{
+    w->reduce[RT_REDUCE_SUM] = MPI_SUM;
+    MPI_Op_create(max_op_fn, 0, &w->reduce[RT_REDUCE_MAX]);
+    MPI_Op_create(min_op_fn, 0, &w->reduce[RT_REDUCE_MIN]);
+}
+
+/* Frees the operators make_reduce_ops created (MPI_SUM is MPI's own). */
+static void free_reduce_ops(mworld *w)
+{
+    MPI_Op_free(&w->reduce[RT_REDUCE_MAX]);
+    MPI_Op_free(&w->reduce[RT_REDUCE_MIN]);
+}
+
 static MPI_Comm comm_of(rt_device *dev, int32_t n, const int32_t *axes)
 {
     mworld *w = dev->backend;
@@ -134,14 +179,15 @@ static int as_int(rt_device *dev, int64_t n)
  * `dim` (the part rank j keeps) as slot j of a send buffer; rs_exchange
  * posts the pairwise exchange, rank r sending slot (r + s) mod G to that
  * rank and receiving from rank (r - s) mod G into slot (r - s) mod G of a
- * receive buffer, s = 1..G-1; after the requests complete, rs_sum adds the
- * G blocks for r in group-rank order.  Each device sends and receives
- * (G - 1)/G of its buffer once, what the ring of seed 001 moves, in G - 1
- * messages.  Not MPI_Reduce_scatter_block: on the 2-core VM, with ranks
- * sharing cores, Open MPI 4.1's took 4.4 ms for 7 MB where the exchange
- * takes 2.5 ms, and 654 ms for 32 MiB over 4 ranks against 442
- * (docs/runtime.md, "MPI backend"); and the sum in rank order makes both
- * backends' results bitwise the same.
+ * receive buffer, s = 1..G-1; after the requests complete, rs_reduce
+ * combines the G blocks for r in group-rank order (sum, max or min).  Each
+ * device sends and receives (G - 1)/G of its buffer once, what the ring of
+ * seed 001 moves, in G - 1 messages.  Not MPI_Reduce_scatter_block: on
+ * the 2-core VM, with ranks sharing cores, Open MPI 4.1's took 4.4 ms for
+ * 7 MB where the exchange takes 2.5 ms, and 654 ms for 32 MiB over 4 ranks
+ * against 442 (docs/runtime.md, "MPI backend"); and the reduction in rank
+ * order makes both backends' results bitwise the same, for max and min as
+ * for sums.
  */
 static char *rs_pack(rt_device *dev, const rt_coll_desc *e, int64_t G, const void *in)
 {
@@ -179,17 +225,18 @@ static MPI_Request *rs_exchange(rt_device *dev, MPI_Comm comm, MPI_Datatype T, s
     return reqs;
 }
 
-/* out = the sum over group ranks j = 0..G-1 of block r = g->rank of rank
- * j: its own from `send`, the others from `recv`. */
-static void rs_sum(rt_device *dev, const rt_group_view *g, int32_t dtype, int64_t nout,
-                   const char *send, const char *recv, void *out)
+/* out = the reduction (`op`, an enum rt_reduce_op) over group ranks
+ * j = 0..G-1 of block r = g->rank of rank j: its own from `send`, the others
+ * from `recv`. */
+static void rs_reduce(rt_device *dev, const rt_group_view *g, int32_t op, int32_t dtype,
+                      int64_t nout, const char *send, const char *recv, void *out)
 {
     int64_t G = g->size, r = g->rank;
     size_t es = rt_dtype_size(dtype);
     const void **srcs = rt_xmalloc(dev, (size_t)G * sizeof *srcs);
     for (int64_t j = 0; j < G; j++)
         srcs[j] = j == r ? send + (size_t)(r * nout) * es : recv + (size_t)(j * nout) * es;
-    rt_sum_arrays(dtype, out, srcs, G, nout);
+    rt_reduce_arrays(op, dtype, out, srcs, G, nout);
     free(srcs);
 }
 
@@ -239,7 +286,8 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
     case RT_REDUCESCATTER: /* started and waited for above */
         break;
     case RT_ALLREDUCE:
-        MPI_Allreduce(ein, eout, as_int(dev, nin), T, MPI_SUM, comm);
+        MPI_Allreduce(ein, eout, as_int(dev, nin), T,
+                      ((mworld *)dev->backend)->reduce[d->reduce_op], comm);
         break;
     case RT_ALLTOALL: {
         int64_t ext[RT_MAX_RANK], off[RT_MAX_RANK] = {0};
@@ -334,8 +382,8 @@ static void mpi_coll_wait(rt_device *dev, void *req)
     void *eout = bf16 ? (void *)r->wout : r->out;
     if (r->rs_reqs) {
         MPI_Waitall((int)(2 * (r->g.size - 1)), r->rs_reqs, MPI_STATUSES_IGNORE);
-        rs_sum(dev, &r->g, r->e.dtype, rt_numel(r->e.rank, r->e.out_shape), r->send, r->rs_recv,
-               eout);
+        rs_reduce(dev, &r->g, r->e.reduce_op, r->e.dtype, rt_numel(r->e.rank, r->e.out_shape),
+                  r->send, r->rs_recv, eout);
     }
     if (r->recv) {
         int64_t G = r->g.size, nin = rt_numel(r->e.rank, r->e.in_shape);
@@ -451,6 +499,7 @@ void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev
     if (nranks > 1)
         openblas_set_num_threads(1);
     keep_freed_memory();
+    make_reduce_ops(w);
     rt_device dev;
     rt_device_init(&dev, p, &mpi_ops, w, rank);
     dev.profiling = profiling;
@@ -462,6 +511,7 @@ void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev
         if (w->comm[i] != MPI_COMM_NULL)
             MPI_Comm_free(&w->comm[i]);
     MPI_Comm_free(&w->cart);
+    free_reduce_ops(w);
     free(w);
 }
 

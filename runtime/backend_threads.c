@@ -124,7 +124,7 @@ static void check_agreement(rt_device *dev, const rt_coll_desc *d, const tgroup 
 {
     const rt_coll_desc *o = grp->desc[(rank + 1) % grp->size];
     int same = o->kind == d->kind && o->dtype == d->dtype && o->rank == d->rank &&
-               o->dim == d->dim && o->naxes == d->naxes &&
+               o->dim == d->dim && o->naxes == d->naxes && o->reduce_op == d->reduce_op &&
                memcmp(o->in_shape, d->in_shape, sizeof d->in_shape[0] * (size_t)d->rank) == 0;
     for (int32_t k = 0; same && k < d->naxes; k++)
         same = o->axes[k] == d->axes[k];

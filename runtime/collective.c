@@ -10,6 +10,8 @@
  *   AllToAll       out[dim] = G * in[dim], in[dim2] = G * out[dim2]  (seed 001,
  *                  "AllToAll_{X,J} A[I_X, J] -> A[I, J_X]": dim = I, dim2 = J)
  *   Slice          in[dim] = G * out[dim], out = block `group rank`
+ * AllReduce and ReduceScatter reduce with d->reduce_op (sum, max, min);
+ * every other kind must leave it 0.
  */
 #include <string.h>
 
@@ -24,6 +26,16 @@ static const char *kind_name(int32_t kind)
     case RT_ALLTOALL: return "AllToAll";
     case RT_SLICE: return "Slice";
     default: return "unknown collective";
+    }
+}
+
+const char *rt_reduce_op_name(int32_t op)
+{
+    switch (op) {
+    case RT_REDUCE_SUM: return "sum";
+    case RT_REDUCE_MAX: return "max";
+    case RT_REDUCE_MIN: return "min";
+    default: return "?";
     }
 }
 
@@ -70,6 +82,15 @@ void rt_check_coll(const rt_device *dev, const rt_coll_desc *d, const rt_group_v
     for (int32_t k = 0; k < d->rank; k++)
         if (d->in_shape[k] < 0 || d->out_shape[k] < 0)
             rt_fatal(dev, "%s (op %d): negative size in dim %d", kind_name(d->kind), d->op_id, k);
+    if (d->reduce_op < RT_REDUCE_SUM || d->reduce_op > RT_REDUCE_MIN)
+        rt_fatal(dev, "%s (op %d): unknown reduce_op %d (0 sum, 1 max, 2 min)",
+                 kind_name(d->kind), d->op_id, d->reduce_op);
+    /* Only the reducing kinds read reduce_op; a nonzero one elsewhere is a
+     * codegen bug that would otherwise go unnoticed. */
+    if (d->reduce_op != RT_REDUCE_SUM && d->kind != RT_ALLREDUCE && d->kind != RT_REDUCESCATTER)
+        rt_fatal(dev, "%s (op %d): reduce_op is %d (%s), but only AllReduce and ReduceScatter "
+                 "reduce; it must be 0", kind_name(d->kind), d->op_id, d->reduce_op,
+                 rt_reduce_op_name(d->reduce_op));
     int64_t G = g->size;
     switch (d->kind) {
     case RT_ALLGATHER:
@@ -107,7 +128,8 @@ void rt_coll_local(const rt_coll_desc *d, const rt_group_view *g, const void *in
         rt_copy_box(out, d->out_shape, zero, in, d->in_shape, soff, d->out_shape, d->rank, es);
         return;
     }
-    /* G == 1: every collective is the identity. */
+    /* G == 1: every collective is the identity (also a max or min over
+     * one member). */
     memcpy(out, in, (size_t)rt_numel(d->rank, d->in_shape) * es);
 }
 

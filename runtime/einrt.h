@@ -43,11 +43,25 @@ enum rt_dtype {
 /* Collective and resharding kinds, same meaning as the IR ops. */
 enum rt_coll_kind {
     RT_ALLGATHER = 0,     /* out dim `dim` = concat over the group, in group-rank order */
-    RT_REDUCESCATTER = 1, /* out = block `group rank` along `dim` of the sum over the group */
-    RT_ALLREDUCE = 2,     /* out = sum over the group (same shape) */
+    RT_REDUCESCATTER = 1, /* out = block `group rank` along `dim` of the reduction
+                             (`reduce_op`) over the group */
+    RT_ALLREDUCE = 2,     /* out = reduction (`reduce_op`) over the group (same shape) */
     RT_ALLTOALL = 3,      /* split `dim2` into G blocks, block j goes to group rank j,
                              received blocks concatenated along `dim` in group-rank order */
     RT_SLICE = 4,         /* out = block `group rank` along `dim`; no communication */
+};
+
+/* The element-wise reduction of AllReduce and ReduceScatter (rt_coll_desc
+ * `reduce_op`).  MAX and MIN follow numpy.maximum / numpy.minimum: a NaN in
+ * any member's element makes that element NaN; otherwise the result is
+ * exactly one of the inputs (bf16 compared in f32), so no rounding happens
+ * and every member of the group gets the same bits.  A max reduction over a
+ * sharded dim (a numerically stable softmax) is finished with
+ * AllReduce(MAX). */
+enum rt_reduce_op {
+    RT_REDUCE_SUM = 0, /* the sum (bf16 summed in f32) */
+    RT_REDUCE_MAX = 1, /* the largest element (NaN if any member's is NaN) */
+    RT_REDUCE_MIN = 2, /* the smallest element (NaN if any member's is NaN) */
 };
 
 /* Opaque per-device context, created by the runtime and passed to `run`. */
@@ -69,7 +83,8 @@ typedef struct rt_tensor_desc {
 /* A collective or Slice over the group of devices that share every mesh
  * coordinate except those of `axes`.  The group rank of a device is the
  * mixed-radix number of its coordinates on axes[0..naxes-1] (axes[0] major).
- * G = product of those axes' sizes. */
+ * G = product of those axes' sizes.  AllReduce and ReduceScatter combine
+ * the members' elements with `reduce_op`; any other kind requires 0. */
 typedef struct rt_coll_desc {
     int32_t kind;                  /* enum rt_coll_kind */
     int32_t dtype;                 /* enum rt_dtype */
@@ -81,6 +96,10 @@ typedef struct rt_coll_desc {
     int32_t dim;                   /* AG/RS/Slice: the dim; AllToAll: the dim that grows */
     int32_t dim2;                  /* AllToAll: the dim that is split; else -1 */
     int32_t op_id;                 /* index of the op in the program (tracing) */
+    /* Added after ABI version 1 without a bump: it fills what was the
+     * struct's tail padding, so the size and every offset above stay, and
+     * a descriptor emitted before it (zero padding) reads as SUM. */
+    int32_t reduce_op;             /* AllReduce, ReduceScatter: enum rt_reduce_op; else 0 */
 } rt_coll_desc;
 
 /* A local contraction c = alpha * einsum(a[, b]) on per-device blocks.

@@ -217,10 +217,12 @@ typedef struct rt_shared_bufs {
 /* AllGather: copies every peer's input into its place along d->dim of out. */
 void rt_threads_allgather(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
                           void *out);
-/* ReduceScatter: sums block `g->rank` along d->dim of every peer's input into out. */
+/* ReduceScatter: reduces (d->reduce_op) block `g->rank` along d->dim of every
+ * peer's input into out. */
 void rt_threads_reducescatter(const rt_coll_desc *d, const rt_group_view *g,
                               const rt_shared_bufs *b, void *out);
-/* AllReduce phase 1: this device sums its 1/G slice of the flat array into its out. */
+/* AllReduce phase 1: this device reduces (d->reduce_op) its 1/G slice of the
+ * flat array over the peers into its out. */
 void rt_threads_allreduce_reduce(const rt_coll_desc *d, const rt_group_view *g,
                                  const rt_shared_bufs *b, void *out);
 /* AllReduce phase 2 (after a barrier): copies the other slices from peers' outs. */
@@ -229,8 +231,22 @@ void rt_threads_allreduce_copy(const rt_coll_desc *d, const rt_group_view *g,
 /* AllToAll: out block j along d->dim = peer j's block `g->rank` along d->dim2. */
 void rt_threads_alltoall(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
                          void *out);
-/* Sums `G` arrays of `n` elements of `dtype` into dst (bf16 summed in f32). */
+/*
+ * dst = srcs[0] op srcs[1] op ... op srcs[G-1] element-wise over `n`
+ * elements of `dtype`, folded in that order (group-rank order), with `op` an
+ * enum rt_reduce_op: SUM adds (bf16 in f32, rounded once at the end); MAX
+ * and MIN give the first NaN if any member has one, else the first of the
+ * largest (smallest) elements -- an exact, associative choice, so any
+ * grouping of the fold (MPI's) gives the same bits.  dst may be srcs[0] or
+ * srcs[1] (each element is read before it is written).  The one
+ * implementation of the combines: both backends and MeshSlice use it.
+ */
+void rt_reduce_arrays(int32_t op, int32_t dtype, void *dst, const void *const *srcs, int64_t G,
+                      int64_t n);
+/* rt_reduce_arrays with RT_REDUCE_SUM. */
 void rt_sum_arrays(int32_t dtype, void *dst, const void *const *srcs, int64_t G, int64_t n);
+/* "sum", "max", "min" or "?" for an enum rt_reduce_op. */
+const char *rt_reduce_op_name(int32_t op);
 /* Element range [lo, hi) of slice `r` of `n` elements cut into `G` near-equal slices. */
 void rt_slice_range(int64_t n, int64_t G, int64_t r, int64_t *lo, int64_t *hi);
 

@@ -66,7 +66,7 @@ static void test_coll_desc(void)
     LLVMTypeRef ty = e.t.coll_desc;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_coll_desc));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_coll_desc));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 10);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 11);
     CHECK_OFF(&e, ty, rt_coll_desc, 0, kind);
     CHECK_OFF(&e, ty, rt_coll_desc, 1, dtype);
     CHECK_OFF(&e, ty, rt_coll_desc, 2, naxes);
@@ -77,6 +77,7 @@ static void test_coll_desc(void)
     CHECK_OFF(&e, ty, rt_coll_desc, 7, dim);
     CHECK_OFF(&e, ty, rt_coll_desc, 8, dim2);
     CHECK_OFF(&e, ty, rt_coll_desc, 9, op_id);
+    CHECK_OFF(&e, ty, rt_coll_desc, 10, reduce_op);
     env_close(&e);
 }
 

@@ -1,13 +1,18 @@
 /*
  * mpi_collectives.c - every collective of the MPI backend against the same
- * checker as the threads test (coll_check.h).  Run with 4 ranks:
+ * checker as the threads test (coll_check.h).  Run with 4 or 8 ranks:
  *
  *   mpirun -np 4 rt_mpi_collectives
+ *   mpirun -np 8 rt_mpi_collectives
  *
- * Meshes: X=4 (group X); X=2, Y=2 (groups X, Y, XY and YX, the last built
- * with MPI_Comm_split since its rank order is not the Cartesian one);
- * X=1, Y=2, Z=2 (groups Z, YZ, ZY, XZ with an axis of size 1); for f32,
- * f64 and bf16.  Exit status 0 if every element of every case matched.
+ * 4 ranks: meshes X=4 (group X); X=2, Y=2 (groups X, Y, XY and YX, the last
+ * built with MPI_Comm_split since its rank order is not the Cartesian one);
+ * X=1, Y=2, Z=2 (groups Z, YZ, ZY, XZ with an axis of size 1).  8 ranks:
+ * X=2, Y=4 (groups X, Y, XY, YX) and X=2, Y=2, Z=2 (groups Y, XZ, ZY).
+ * Each for f32, f64 and bf16, and with every reduce_op (sum, max, min) for
+ * AllReduce and ReduceScatter: max and min go through the backend's own
+ * MPI operators and exchange, and must propagate the checker's NaN.  Exit
+ * status 0 if every element of every case matched.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -24,18 +29,35 @@ typedef struct mpi_case {
     int32_t axes[RT_MAX_AXES];   /* in group-rank order */
 } mpi_case;
 
+static const mpi_case cases4[] = {
+    {1, {4}, 1, {0}},          {2, {2, 2}, 1, {0}},       {2, {2, 2}, 1, {1}},
+    {2, {2, 2}, 2, {0, 1}},    {2, {2, 2}, 2, {1, 0}},    {3, {1, 2, 2}, 1, {2}},
+    {3, {1, 2, 2}, 2, {1, 2}}, {3, {1, 2, 2}, 2, {2, 1}}, {3, {1, 2, 2}, 2, {0, 2}},
+};
+
+static const mpi_case cases8[] = {
+    {2, {2, 4}, 1, {0}},    {2, {2, 4}, 1, {1}},    {2, {2, 4}, 2, {0, 1}},
+    {2, {2, 4}, 2, {1, 0}}, {3, {2, 2, 2}, 1, {1}}, {3, {2, 2, 2}, 2, {0, 2}},
+    {3, {2, 2, 2}, 2, {2, 1}},
+};
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank;
+    int rank, nranks;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    static const mpi_case cases[] = {
-        {1, {4}, 1, {0}},          {2, {2, 2}, 1, {0}},       {2, {2, 2}, 1, {1}},
-        {2, {2, 2}, 2, {0, 1}},    {2, {2, 2}, 2, {1, 0}},    {3, {1, 2, 2}, 1, {2}},
-        {3, {1, 2, 2}, 2, {1, 2}}, {3, {1, 2, 2}, 2, {2, 1}}, {3, {1, 2, 2}, 2, {0, 2}},
-    };
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks != 4 && nranks != 8) {
+        if (rank == 0)
+            fprintf(stderr, "run with 4 or 8 ranks (mpirun -np 4), not %d\n", nranks);
+        MPI_Finalize();
+        return 1;
+    }
+    const mpi_case *cases = nranks == 8 ? cases8 : cases4;
+    size_t ncases = nranks == 8 ? sizeof cases8 / sizeof cases8[0]
+                                : sizeof cases4 / sizeof cases4[0];
     int64_t total_errors = 0, total_checked = 0;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (size_t k = 0; k < ncases; k++) {
         const mpi_case *mc = &cases[k];
         rt_program p;
         memset(&p, 0, sizeof p);
@@ -44,25 +66,28 @@ int main(int argc, char **argv)
         memcpy(p.axis_names, "XYZW", RT_MAX_AXES);
         memcpy(p.axis_sizes, mc->sizes, sizeof p.axis_sizes);
         p.run = test_noop_run;
-        for (int32_t dtype = RT_F32; dtype <= RT_BF16; dtype++) {
-            int64_t errors[4] = {0}, checked[4] = {0};
-            coll_config c = {.prog = &p, .naxes = mc->naxes, .dtype = dtype,
-                             .errors = errors, .checked = checked};
-            memcpy(c.axes, mc->axes, sizeof c.axes);
-            rt_mpi_launch(&p, 0, coll_check_device, &c);
-            int64_t mine[2] = {errors[rank], checked[rank]}, sum[2];
-            MPI_Allreduce(mine, sum, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-            if (rank == 0 && sum[0])
-                printf("FAIL: case %zu (%d mesh axes, %d group axes), %s: %lld of %lld wrong\n",
-                       k, mc->naxes_mesh, mc->naxes, rt_dtype_name(dtype), (long long)sum[0],
-                       (long long)sum[1]);
-            total_errors += sum[0];
-            total_checked += sum[1];
+        for (int32_t op = RT_REDUCE_SUM; op <= RT_REDUCE_MIN; op++) {
+            for (int32_t dtype = RT_F32; dtype <= RT_BF16; dtype++) {
+                int64_t errors[8] = {0}, checked[8] = {0};
+                coll_config c = {.prog = &p, .naxes = mc->naxes, .dtype = dtype,
+                                 .reduce_op = op, .errors = errors, .checked = checked};
+                memcpy(c.axes, mc->axes, sizeof c.axes);
+                rt_mpi_launch(&p, 0, coll_check_device, &c);
+                int64_t mine[2] = {errors[rank], checked[rank]}, sum[2];
+                MPI_Allreduce(mine, sum, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+                if (rank == 0 && sum[0])
+                    printf("FAIL: case %zu (%d mesh axes, %d group axes), %s, reduce %s: "
+                           "%lld of %lld wrong\n", k, mc->naxes_mesh, mc->naxes,
+                           rt_dtype_name(dtype), rt_reduce_op_name(op), (long long)sum[0],
+                           (long long)sum[1]);
+                total_errors += sum[0];
+                total_checked += sum[1];
+            }
         }
     }
     if (rank == 0)
-        printf("%lld of %lld elements checked wrong\n", (long long)total_errors,
-               (long long)total_checked);
+        printf("%d ranks: %lld of %lld elements checked wrong\n", nranks,
+               (long long)total_errors, (long long)total_checked);
     MPI_Finalize();
     return total_errors || total_checked == 0 ? 1 : 0;
 }

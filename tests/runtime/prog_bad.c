@@ -6,6 +6,9 @@
  *   default      device (0, 0) calls an AllReduce over X whose descriptor
  *                contradicts its group (output shape differs from the
  *                input) while its peer waits in a correct one;
+ *   -DBAD_REDUCE_OP  device (0, 0) calls an AllReduce over X with
+ *                reduce_op 7 (no such operator) while its peer waits in an
+ *                AllReduce(MAX);
  *   -DDEADLOCK   not SPMD: device (0, 0) calls an AllReduce over X while the
  *                others call one over Y.  The Y group {(1,0), (1,1)}
  *                completes, but (0,0) and (0,1) wait for each other in
@@ -20,8 +23,10 @@ static void run(rt_device *dev, void *const *in, void *const *out)
     rt_coll_desc d = {.kind = RT_ALLREDUCE, .dtype = RT_F32, .naxes = 1, .axes = {0},
                       .rank = 1, .in_shape = {4}, .out_shape = {4}, .dim = -1, .dim2 = -1,
                       .op_id = 17};
-#ifdef DEADLOCK
+#if defined(DEADLOCK)
     d.axes[0] = first ? 0 : 1;
+#elif defined(BAD_REDUCE_OP)
+    d.reduce_op = first ? 7 : RT_REDUCE_MAX;
 #else
     d.out_shape[0] = first ? 3 : 4;
 #endif

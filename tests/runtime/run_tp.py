@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """End-to-end test of the runtime with the hand-written program prog_tp.c.
 
-usage: run_tp.py --tp PROG --bad BAD_PROG [--deadlock P] [--tp-f64 P] [--tp-bf16 P]
-                 [--tp-mpi PROG_MPI --bad-mpi BAD_PROG_MPI]
+usage: run_tp.py --tp PROG --bad BAD_PROG [--bad-op P] [--deadlock P] [--tp-f64 P]
+                 [--tp-bf16 P] [--tp-mpi PROG_MPI --bad-mpi BAD_PROG_MPI]
+                 [--bad-op-mpi P]
 
 Runs the executable (f32, and the f64 and bf16 builds) on .npy inputs and
 compares every output with NumPy;
 checks --check, --random-inputs (the generator reproduced here in NumPy),
 --repeat, --info, --stats, and that bad command lines and bad files give a
 clear error and exit status 1, and that BAD_PROG (a device failing while its
-peers wait in a collective) and the deadlocking program end with a message
-and status 1, not a hang.
+peers wait in a collective), its variant with an AllReduce whose reduce_op
+is 7, and the deadlocking program end with a message and status 1, not a
+hang.
 With the MPI builds, does the same under `mpirun -np 4` and checks that a
 wrong rank count fails fast with a message.
 """
@@ -193,6 +195,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tp", required=True)
     ap.add_argument("--bad", required=True)
+    ap.add_argument("--bad-op")
+    ap.add_argument("--bad-op-mpi")
     ap.add_argument("--deadlock")
     ap.add_argument("--tp-f64")
     ap.add_argument("--tp-bf16")
@@ -209,6 +213,10 @@ def main():
         expect_error([a.bad, "--random-inputs", "3"],
                      "einrt: error: device 0 (X=0, Y=0): AllReduce (op 17): dim 0 is 4 in the input "
                      "but 3 in the output")
+        bad_op_msg = ("einrt: error: device 0 (X=0, Y=0): AllReduce (op 17): unknown reduce_op 7 "
+                      "(0 sum, 1 max, 2 min)")
+        if a.bad_op:
+            expect_error([a.bad_op, "--random-inputs", "3"], bad_op_msg)
         if a.deadlock:
             expect_error([a.deadlock, "--random-inputs", "1"], "deadlock")
         if a.tp_mpi:
@@ -221,6 +229,8 @@ def main():
         if a.bad_mpi:
             expect_error(mpirun + ["-np", "4", a.bad_mpi, "--random-inputs", "3"],
                          "AllReduce (op 17): dim 0 is 4 in the input but 3 in the output")
+        if a.bad_op_mpi:
+            expect_error(mpirun + ["-np", "4", a.bad_op_mpi, "--random-inputs", "3"], bad_op_msg)
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
         return 1
