@@ -7,6 +7,7 @@
  *   plan.c        fusion and buffer liveness over the op list (no LLVM)
  *   run.c         the SPMD run function: buffers, rt_einsum, rt_collective
  *   elementwise.c fused elementwise loop nests
+ *   reduce.c      max and min reductions as loop nests
  *   meshslice.c   MeshSlice ops as calls of the runtime's pipelined loop
  *   program.c     the constant rt_program and its tensor descriptors
  *   link.c        linking the object with the runtime by fork/exec of cc
@@ -135,6 +136,21 @@ bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d);
 /* Emits the loop nest of elementwise `op` (and every op fused into it) at
  * the builder's position, writing the result into `dst`. */
 void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
+/* Loads element `off` (i64) of a buffer of `dtype` as compute type `ct`
+ * (f32 for f32 and bf16, f64 for f64); bf16 is widened exactly. */
+LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype dtype,
+                          LLVMValueRef off);
+/* Converts `v` (of type `ct`) to `dtype` and stores it at element `off`;
+ * bf16 rounds to nearest even and keeps NaN quiet. */
+void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
+                   LLVMValueRef off);
+
+/* ---- reduce.c ---- */
+
+/* Emits the max or min einsum `op` (one operand, op->u.einsum.reduce MAX
+ * or MIN) as a loop nest at the builder's position, writing `dst`.  Sum
+ * einsums go to rt_einsum (BLAS) instead. */
+void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
 
 /* ---- meshslice.c ---- */
 

@@ -247,10 +247,20 @@ static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
     return x; /* unreachable: cg_ew_check rejects unknown functions */
 }
 
-/* Loads element `off` of a buffer of `dtype` and converts it to n->ct. */
 static LLVMValueRef load_elem(ew_nest *n, LLVMValueRef base, ir_dtype dtype, LLVMValueRef off)
 {
-    cg_ctx *c = n->c;
+    return cg_load_elem(n->c, n->ct, base, dtype, off);
+}
+
+static void store_elem(ew_nest *n, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
+                       LLVMValueRef off)
+{
+    cg_store_elem(n->c, n->ct, v, dtype, base, off);
+}
+
+LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype dtype,
+                          LLVMValueRef off)
+{
     LLVMBuilderRef b = c->b;
     LLVMTypeRef st = dtype == IR_F64 ? c->t.f64 : dtype == IR_BF16 ? c->t.i16 : c->t.f32;
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, st, base, &off, 1, "");
@@ -260,19 +270,17 @@ static LLVMValueRef load_elem(ew_nest *n, LLVMValueRef base, ir_dtype dtype, LLV
         v = LLVMBuildBitCast(b, v, c->t.f32, "");
         st = c->t.f32;
     }
-    if (st != n->ct)
-        v = st == c->t.f32 ? LLVMBuildFPExt(b, v, n->ct, "") : LLVMBuildFPTrunc(b, v, n->ct, "");
+    if (st != ct)
+        v = st == c->t.f32 ? LLVMBuildFPExt(b, v, ct, "") : LLVMBuildFPTrunc(b, v, ct, "");
     return v;
 }
 
-/* Converts `v` (n->ct) to `dtype` and stores it at element `off`. */
-static void store_elem(ew_nest *n, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
-                       LLVMValueRef off)
+void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
+                   LLVMValueRef off)
 {
-    cg_ctx *c = n->c;
     LLVMBuilderRef b = c->b;
     LLVMTypeRef want = dtype == IR_F64 ? c->t.f64 : c->t.f32;
-    if (want != n->ct)
+    if (want != ct)
         v = want == c->t.f32 ? LLVMBuildFPTrunc(b, v, want, "") : LLVMBuildFPExt(b, v, want, "");
     LLVMTypeRef st = want;
     if (dtype == IR_BF16) {

@@ -96,12 +96,16 @@ static LLVMValueRef einsum_desc(cg_ctx *c, const ir_module *m, const ir_op *op, 
 }
 
 /* The rt_reduce_op with which AllReduce / ReduceScatter `op` combines the
- * group's partial results: the IR records no reduction on its collectives
- * yet, so every one is a sum.  Never called for other kinds (their
- * reduce_op is 0). */
+ * group's partial results (op->u.coll.reduce: sums, or the partial maxima
+ * and minima of a max / min over a sharded dim).  Never called for other
+ * kinds (their reduce_op is 0). */
 static int coll_reduce_op(const ir_op *op)
 {
-    (void)op;
+    switch (op->u.coll.reduce) {
+    case IR_RED_SUM: return RT_REDUCE_SUM;
+    case IR_RED_MAX: return RT_REDUCE_MAX;
+    case IR_RED_MIN: return RT_REDUCE_MIN;
+    }
     return RT_REDUCE_SUM;
 }
 
@@ -200,6 +204,10 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         call_mark(c, &f, c->rt.op_begin, i);
         switch (op->kind) {
         case IR_OP_EINSUM: {
+            if (op->u.einsum.reduce != IR_RED_SUM) {
+                cg_emit_reduce(c, &f, op, dst); /* max / min: no GEMM */
+                break;
+            }
             LLVMValueRef desc = einsum_desc(c, m, op, i);
             LLVMValueRef bptr = op->noperands > 1 ? f.buf[op->operands[1]->id]
                                                   : LLVMConstNull(c->t.ptr);

@@ -46,7 +46,11 @@ typedef struct ast_number {
 
 /* One index of a tensor reference: `D`, `D_X`, `I_XY`; or in `{U_XY}` an
  * unreduced entry (name "U"). */
+struct ast_tref;
+
 typedef struct ast_index {
+    struct ast_tref *tensor; /* an index given by an i32 tensor (`Emb[Tok[B, T], D]`:
+                                a gather), else NULL; then `name` is the tensor's */
     const char *name; /* dim name (arena) */
     const char *axes; /* subscript letters (mesh axis names), NULL if none */
     uint32_t loc;     /* offset of the name */
@@ -84,7 +88,18 @@ typedef enum ast_callee {
     AST_CALL_MAXIMUM, /* `maximum(a, b)` */
     AST_CALL_MINIMUM, /* `minimum(a, b)` */
     AST_CALL_WHERE,   /* `where(a < b, x, y)` */
+    AST_CALL_SUM,     /* `sum(x)`, `sum(x, S)`: reductions (see reduce_dim) */
+    AST_CALL_MAX,     /* `max(x)`, `max(x, S)` */
+    AST_CALL_MIN,     /* `min(x)`, `min(x, S)` */
+    AST_CALL_MEAN,    /* `mean(x)`, `mean(x, S)` */
+    AST_CALL_SOFTMAX, /* `softmax(x, S)` */
 } ast_callee;
+
+/* True for the reductions sum, max, min and mean. */
+static inline bool ast_callee_reduces(ast_callee c)
+{
+    return c >= AST_CALL_SUM && c <= AST_CALL_MEAN;
+}
 
 struct ast_expr;
 
@@ -103,6 +118,10 @@ typedef struct ast_factor {
             int fn;                 /* AST_CALL_FN: ir_func id (checker), else -1 */
             int nargs;              /* arguments, >= 1 */
             struct ast_expr **args; /* nargs entries (arena) */
+            int reduce_dim;         /* reductions and softmax: the dim id named by the
+                                       second argument (checker), -1 if none: a
+                                       reduction then reduces every index of its
+                                       argument that the left side lacks */
         } call;                  /* AST_F_CALL */
         struct {
             ast_name name;          /* the dim as written */

@@ -121,11 +121,19 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog)
         }
 }
 
-bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats)
+bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats, bool rhs)
 {
     bool ok = true;
     for (int i = 0; i < t->nidx; i++) {
         ast_index *x = &t->idx[i];
+        if (x->tensor) {
+            if (!rhs) {
+                diag_error(c->diag, x->loc, "a tensor as an index ('%s[%s[...]]') is only allowed "
+                           "on the right side of a statement", t->name.s, x->name);
+                ok = false;
+            }
+            continue; /* on a right side fe_check_ref resolves it */
+        }
         x->dim = fe_dim_lookup(c, x->name);
         if (x->dim < 0) {
             diag_error(c->diag, x->loc, "dim '%s' is not defined", x->name);
@@ -251,7 +259,7 @@ fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind)
     return t;
 }
 
-/* f32, f64, bf16 (ir_dtype_name spells them); false if `s` is none. */
+/* f32, f64, bf16, i32 (ir_dtype_name spells them); false if `s` is none. */
 static bool dtype_parse(const char *s, ir_dtype *out)
 {
     static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16};
@@ -276,7 +284,7 @@ void fe_check_decl(fe_checker *c, ast_stmt *s)
         ok = false;
     }
     /* A square weight W[D, D] is fine: uses relabel one of the positions. */
-    if (!fe_resolve_indices(c, r, true))
+    if (!fe_resolve_indices(c, r, true, false))
         ok = false;
     if (r->nunred > 0) {
         diag_error(c->diag, r->unred_loc,

@@ -15,6 +15,55 @@
 
 #include "fe_internal.h"
 
+/* The tensor indices of right-side reference `t` (a gather, `Emb[Tok[B, T],
+ * D]`): at most one, in the first position, an i32 tensor whose own indices
+ * are plain dims, into a table that is not i32.  The index position takes
+ * the table's dim there as its label.  False on error. */
+static bool check_gather(fe_checker *c, ast_tref *t, const char *defining)
+{
+    bool ok = true;
+    for (int i = 0; i < t->nidx; i++) {
+        ast_index *x = &t->idx[i];
+        if (!x->tensor)
+            continue;
+        ast_tref *ids = x->tensor;
+        if (i != 0) {
+            diag_error(c->diag, x->loc, "only the first index of '%s' can be given by a tensor "
+                       "(a gather looks up rows)", t->name.s);
+            ok = false;
+            continue;
+        }
+        if (!fe_check_ref(c, ids, false, defining)) {
+            ok = false;
+            continue;
+        }
+        for (int j = 0; j < ids->nidx; j++)
+            if (ids->idx[j].tensor) {
+                diag_error(c->diag, ids->idx[j].loc, "a gather index cannot itself be gathered");
+                ok = false;
+            }
+        if (!ids->sym->bad && ids->sym->dtype != IR_I32) {
+            diag_error(c->diag, ids->name.loc, "the index tensor '%s' of a gather must be i32, "
+                       "not %s", ids->name.s, ir_dtype_name(ids->sym->dtype));
+            ok = false;
+        }
+        if (t->sym->dtype == IR_I32) {
+            diag_error(c->diag, t->name.loc, "'%s' is i32: a gather looks up rows of an f32, f64 "
+                       "or bf16 table", t->name.s);
+            ok = false;
+        }
+        x->dim = t->sym->dims[i];
+        for (int j = 0; j < ids->nidx; j++)
+            for (int k = 1; k < t->nidx; k++)
+                if (ids->idx[j].dim == t->idx[k].dim && ids->idx[j].dim >= 0) {
+                    diag_error(c->diag, ids->idx[j].loc, "index '%s' is both an index of '%s' and "
+                               "of the table '%s'", ids->idx[j].name, ids->name.s, t->name.s);
+                    ok = false;
+                }
+    }
+    return ok;
+}
+
 bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defining)
 {
     bool ok = true;
@@ -39,7 +88,7 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
         diag_error(c->diag, t->unred_loc, "'{U_..}' is only allowed on left sides");
         ok = false;
     }
-    if (!fe_resolve_indices(c, t, false))
+    if (!fe_resolve_indices(c, t, false, true))
         ok = false;
     const fe_tensor *s = t->sym;
     if (!s || s->bad)
@@ -49,6 +98,8 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
                    s->rank, s->rank == 1 ? "" : "s", t->nidx, t->nidx == 1 ? "ex is" : "ices are");
         return false;
     }
+    if (!check_gather(c, t, defining))
+        return false;
     for (int i = 0; i < t->nidx; i++) {
         const ast_index *x = &t->idx[i];
         if (x->dim < 0 || x->dim == s->dims[i])
@@ -67,6 +118,8 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
 /* What the right side of one statement has shown so far. */
 typedef struct rhs_state {
     const char *lhs;         /* name being defined */
+    int nlhs;                /* its rank (indices resolved or -1) */
+    const int *lhs_dims;     /* its dim ids */
     bool ok;                 /* no error yet */
     int ntensors;            /* tensor references seen */
     const fe_tensor *first;  /* first good tensor, its dtype is the statement's */
@@ -79,12 +132,70 @@ static void check_expr(fe_checker *c, ast_expr *e, rhs_state *st);
 static const struct {
     const char *name;
     ast_callee callee;
-    int nargs;
+    int min_args, max_args;
 } builtins[] = {
-    {"maximum", AST_CALL_MAXIMUM, 2},
-    {"minimum", AST_CALL_MINIMUM, 2},
-    {"where", AST_CALL_WHERE, 3},
+    {"maximum", AST_CALL_MAXIMUM, 2, 2},
+    {"minimum", AST_CALL_MINIMUM, 2, 2},
+    {"where", AST_CALL_WHERE, 3, 3},
+    {"sum", AST_CALL_SUM, 1, 2},
+    {"max", AST_CALL_MAX, 1, 2},
+    {"min", AST_CALL_MIN, 1, 2},
+    {"mean", AST_CALL_MEAN, 1, 2},
+    {"softmax", AST_CALL_SOFTMAX, 2, 2},
 };
+
+static bool expr_has_index(const ast_expr *e, int dim);
+
+/* The index value `e` is, if it is exactly one (`S`), else NULL. */
+static ast_factor *as_index_value(const ast_expr *e)
+{
+    if (e->nterms == 1 && e->terms[0]->sign > 0 && e->terms[0]->nfactors == 1 &&
+        e->terms[0]->factors[0]->kind == AST_F_INDEX)
+        return e->terms[0]->factors[0];
+    return NULL;
+}
+
+/* Checks the index argument of a reduction or softmax and its first
+ * argument's indices: the named dim must be one of them; without one, some
+ * index of the argument must be missing on the left side. */
+static void check_reduce_dim(fe_checker *c, ast_factor *f, rhs_state *st)
+{
+    const char *fname = f->u.call.fname.s;
+    const ast_expr *arg = f->u.call.args[0];
+    if (f->u.call.nargs == 2) {
+        ast_factor *ix = as_index_value(f->u.call.args[1]);
+        if (!ix) {
+            diag_error(c->diag, f->u.call.args[1]->loc,
+                       "the second argument of '%s' must be the name of the index to reduce over, "
+                       "like 'S'", fname);
+            st->ok = false;
+            return;
+        }
+        if (ix->u.index.dim < 0)
+            return; /* reported by check_factor */
+        if (!expr_has_index(arg, ix->u.index.dim)) {
+            diag_error(c->diag, ix->loc, "'%s' over index '%s', which its argument does not have",
+                       fname, ix->u.index.name.s);
+            st->ok = false;
+            return;
+        }
+        f->u.call.reduce_dim = ix->u.index.dim;
+        return;
+    }
+    if (st->nlhs < 0)
+        return;
+    for (int d = 0; d < c->m->ndims; d++) {
+        bool on_left = false;
+        for (int i = 0; i < st->nlhs; i++)
+            on_left |= st->lhs_dims[i] == d;
+        if (!on_left && expr_has_index(arg, d))
+            return;
+    }
+    diag_error(c->diag, f->u.call.fname.loc,
+               "'%s(...)' reduces the indices of its argument that '%s' lacks, and there are none: "
+               "name the index, like '%s(x, S)'", fname, st->lhs, fname);
+    st->ok = false;
+}
 
 /* The comparison of `e` if `e` is exactly one (a where condition), else NULL. */
 static const ast_factor *as_comparison(const ast_expr *e)
@@ -98,14 +209,15 @@ static const ast_factor *as_comparison(const ast_expr *e)
 static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
 {
     const ast_name *n = &f->u.call.fname;
-    int want = 1;
+    int want = 1, want_max = 1;
     f->u.call.fn = ir_func_lookup(n->s, strlen(n->s));
     if (f->u.call.fn >= 0)
         f->u.call.callee = AST_CALL_FN;
     for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
         if (strcmp(builtins[i].name, n->s) == 0) {
             f->u.call.callee = builtins[i].callee;
-            want = builtins[i].nargs;
+            want = builtins[i].min_args;
+            want_max = builtins[i].max_args;
         }
     if (f->u.call.callee == AST_CALL_UNKNOWN) {
         char known[256] = "";
@@ -119,10 +231,15 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
         }
         diag_error(c->diag, n->loc, "unknown function '%s' (known: %s)", n->s, known);
         st->ok = false;
-    } else if (f->u.call.nargs != want) {
-        diag_error(c->diag, n->loc, "function '%s' takes %d argument%s, not %d", n->s, want,
-                   want == 1 ? "" : "s", f->u.call.nargs);
+    } else if (f->u.call.nargs < want || f->u.call.nargs > want_max) {
+        if (want == want_max)
+            diag_error(c->diag, n->loc, "function '%s' takes %d argument%s, not %d", n->s, want,
+                       want == 1 ? "" : "s", f->u.call.nargs);
+        else
+            diag_error(c->diag, n->loc, "function '%s' takes %d or %d arguments, not %d", n->s,
+                       want, want_max, f->u.call.nargs);
         st->ok = false;
+        return;
     }
     for (int i = 0; i < f->u.call.nargs; i++) {
         ast_expr *a = f->u.call.args[i];
@@ -141,6 +258,8 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
         }
         check_expr(c, a, st); /* reports a comparison found here */
     }
+    if (st->ok && (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX))
+        check_reduce_dim(c, f, st);
 }
 
 static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
@@ -255,10 +374,12 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
 {
     ast_tref *l = &s->u.assign.lhs;
     rhs_state st = {.lhs = l->name.s, .ok = true};
-    bool ok = fe_resolve_indices(c, l, false);
+    bool ok = fe_resolve_indices(c, l, false, false);
     int dims[IR_MAX_RANK + 1];
     for (int i = 0; i < l->nidx && i <= IR_MAX_RANK; i++)
         dims[i] = l->idx[i].dim;
+    st.lhs_dims = dims;
+    st.nlhs = ok && l->nidx <= IR_MAX_RANK ? l->nidx : -1;
     bool constrained = l->nunred > 0;
     for (int i = 0; i < l->nidx; i++)
         constrained |= l->idx[i].axes != NULL;

@@ -113,9 +113,11 @@ int fe_dim_lookup(const fe_checker *c, const char *name);
  * IR_MAX_RANK dims and a byte size that fits in int64; reports at `loc`. */
 bool fe_check_shape(fe_checker *c, const char *name, uint32_t loc, ir_dtype dt, int rank,
                     const int *dims);
-/* Resolves the dims of a declaration's or left side's indices: each is a
- * defined dim; unless `repeats`, none is named twice.  False on error. */
-bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats);
+/* Resolves the dims of a reference's indices: each is a defined dim; unless
+ * `repeats`, none is named twice.  A tensor index (a gather) is an error
+ * unless `rhs` (a right side, where fe_check_ref resolves it).  False on
+ * error. */
+bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats, bool rhs);
 /* Defines tensor `name`; on a redefinition reports it (with a note at the
  * first definition) and returns NULL. */
 fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind);

@@ -71,6 +71,16 @@ static bool expr_varies(const ast_expr *e)
 
 static fe_ew *expr_tree(stmt_ctx *x, const ast_expr *e);
 
+/* A tensor operand of an einsum: value and the dim id of each position. */
+typedef struct operand {
+    ir_value *v;              /* the value */
+    int n;                    /* its rank */
+    int labels[IR_MAX_RANK];  /* labels */
+} operand;
+
+static bool lower_reduction(stmt_ctx *x, const ast_factor *f, operand *out);
+static bool lower_softmax(stmt_ctx *x, const ast_factor *f, operand *out);
+
 /* Elementwise tree of one factor (tensor references become leaves), not
  * counting its `divide` flag. */
 static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
@@ -102,6 +112,17 @@ static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
         case AST_CALL_WHERE:
             return fe_ew_select(a, expr_tree(x, args[0]), expr_tree(x, args[1]),
                                 expr_tree(x, args[2]));
+        case AST_CALL_SUM:
+        case AST_CALL_MAX:
+        case AST_CALL_MIN:
+        case AST_CALL_MEAN:
+        case AST_CALL_SOFTMAX: {
+            operand r;
+            bool ok = f->u.call.callee == AST_CALL_SOFTMAX ? lower_softmax(x, f, &r)
+                                                           : lower_reduction(x, f, &r);
+            /* After an error a constant keeps the tree whole; x->ok is false. */
+            return ok ? fe_ew_leaf(a, r.v, r.labels, r.n) : fe_ew_const(a, 0.0);
+        }
         case AST_CALL_FN:
         case AST_CALL_UNKNOWN: /* the checker rejected unknown names */
             break;
@@ -149,20 +170,13 @@ static fe_ew *expr_tree(stmt_ctx *x, const ast_expr *e)
     return acc;
 }
 
-/* A tensor operand of an einsum: value and the dim id of each position. */
-typedef struct operand {
-    ir_value *v;              /* the value */
-    int n;                    /* its rank */
-    int labels[IR_MAX_RANK];  /* labels */
-} operand;
-
 /* Adds the indices of `f` to labels[0..*n) (all of them counted). */
-static void factor_indices(const ast_factor *f, int *labels, int *n, int cap);
-static void expr_indices(const ast_expr *e, int *labels, int *n, int cap)
+static void factor_indices(const stmt_ctx *x, const ast_factor *f, int *labels, int *n, int cap);
+static void expr_indices(const stmt_ctx *x, const ast_expr *e, int *labels, int *n, int cap)
 {
     for (int i = 0; i < e->nterms; i++)
         for (int k = 0; k < e->terms[i]->nfactors; k++)
-            factor_indices(e->terms[i]->factors[k], labels, n, cap);
+            factor_indices(x, e->terms[i]->factors[k], labels, n, cap);
 }
 
 /* Adds dim `d` to labels[0..*n) unless present (all of them counted). */
@@ -175,17 +189,36 @@ static void add_label(int d, int *labels, int *n, int cap)
     (*n)++;
 }
 
-static void factor_indices(const ast_factor *f, int *labels, int *n, int cap)
+/* Whether a reduction call `f` keeps label `d` of its argument: all but
+ * the named index, or without one, those of the left side. */
+static bool reduction_keeps(const stmt_ctx *x, const ast_factor *f, int d)
+{
+    if (f->u.call.reduce_dim >= 0)
+        return d != f->u.call.reduce_dim;
+    return has_label(x->lhs, x->nlhs, d);
+}
+
+static void factor_indices(const stmt_ctx *x, const ast_factor *f, int *labels, int *n, int cap)
 {
     if (f->kind == AST_F_TENSOR)
         for (int i = 0; i < f->u.tref.nidx; i++)
             add_label(f->u.tref.idx[i].dim, labels, n, cap);
     else if (f->kind == AST_F_INDEX)
         add_label(f->u.index.dim, labels, n, cap);
+    if (f->kind == AST_F_CALL && ast_callee_reduces(f->u.call.callee)) {
+        int in[IR_MAX_RANK * 2], nin = 0;
+        expr_indices(x, f->u.call.args[0], in, &nin, IR_MAX_RANK * 2);
+        for (int i = 0; i < nin && i < IR_MAX_RANK * 2; i++)
+            if (reduction_keeps(x, f, in[i]))
+                add_label(in[i], labels, n, cap);
+        return;
+    }
     ast_expr *const *kids;
     int nk = ast_factor_children(f, &kids);
+    if (f->kind == AST_F_CALL && f->u.call.callee == AST_CALL_SOFTMAX)
+        nk = 1; /* the second argument names an index of the first */
     for (int k = 0; k < nk; k++)
-        expr_indices(kids[k], labels, n, cap);
+        expr_indices(x, kids[k], labels, n, cap);
 }
 
 /* Labels of a result over `have` (n entries) restricted to those in `keep`:
@@ -232,6 +265,96 @@ static bool limit_rank(stmt_ctx *x, int n, uint32_t loc, const char *what)
     return false;
 }
 
+/* The first argument of call `f` as an einsum operand: a plain tensor
+ * reference as it is, anything else as its own elementwise value. */
+static bool call_argument(stmt_ctx *x, const ast_factor *f, operand *out)
+{
+    const ast_expr *e = f->u.call.args[0];
+    const ast_factor *g = e->nterms == 1 && e->terms[0]->sign > 0 && e->terms[0]->nfactors == 1
+                              ? e->terms[0]->factors[0] : NULL;
+    if (g && g->kind == AST_F_TENSOR && !g->divide) {
+        out->v = g->u.tref.sym->value;
+        out->n = g->u.tref.nidx;
+        for (int i = 0; i < out->n; i++)
+            out->labels[i] = g->u.tref.idx[i].dim;
+        return true;
+    }
+    int n = 0;
+    expr_indices(x, e, out->labels, &n, IR_MAX_RANK);
+    if (!limit_rank(x, n, e->loc, "the argument of a reduction"))
+        return false;
+    out->n = n;
+    out->v = fe_ew_emit(&x->e, expr_tree(x, e), out->labels, n, e->loc);
+    return true;
+}
+
+/* A unary einsum of `in` onto the labels of `in` that `keep` holds (the
+ * left side's order first), reducing the rest with `red` and scaling by
+ * `scale`; returns its result. */
+static operand reduce_einsum(stmt_ctx *x, const operand *in, const bool *keep, ir_reduce red,
+                             double scale, uint32_t vloc)
+{
+    int have[IR_MAX_RANK], nhave = 0, out[IR_MAX_RANK];
+    for (int i = 0; i < in->n; i++)
+        if (keep[i])
+            have[nhave++] = in->labels[i];
+    int nout = restrict_labels(x, have, nhave, have, nhave, out);
+    operand r = einsum(x, in, 1, out, nout, scale, vloc);
+    x->e.m->last->u.einsum.reduce = red;
+    return r;
+}
+
+/* `sum(x)`, `max(x)`, `min(x)`, `mean(x)` (optionally over one named index):
+ * a unary einsum with the reduction's operator; mean is the sum scaled by
+ * the reciprocal of the reduced dims' global sizes. */
+static bool lower_reduction(stmt_ctx *x, const ast_factor *f, operand *out)
+{
+    operand arg;
+    if (!call_argument(x, f, &arg)) {
+        x->ok = false;
+        return false;
+    }
+    bool keep[IR_MAX_RANK];
+    double count = 1;
+    for (int i = 0; i < arg.n; i++) {
+        keep[i] = reduction_keeps(x, f, arg.labels[i]);
+        if (!keep[i])
+            count *= (double)x->e.m->dims[arg.labels[i]].size;
+    }
+    ast_callee c = f->u.call.callee;
+    ir_reduce red = c == AST_CALL_MAX ? IR_RED_MAX : c == AST_CALL_MIN ? IR_RED_MIN : IR_RED_SUM;
+    *out = reduce_einsum(x, &arg, keep, red, c == AST_CALL_MEAN ? 1.0 / count : 1.0, f->loc);
+    return true;
+}
+
+/* softmax(x, S) = exp(x - max_S x) / sum_S exp(x - max_S x): the stable
+ * form, as four ops (max, exp of the difference, sum, division), so each
+ * reduction is sharded by the einsum rules (a sharded S gives partial
+ * maxima and sums, reduced by AllReduce). */
+static bool lower_softmax(stmt_ctx *x, const ast_factor *f, operand *out)
+{
+    operand arg;
+    if (!call_argument(x, f, &arg)) {
+        x->ok = false;
+        return false;
+    }
+    ir_arena *a = x->e.arena;
+    bool keep[IR_MAX_RANK];
+    for (int i = 0; i < arg.n; i++)
+        keep[i] = arg.labels[i] != f->u.call.reduce_dim;
+    operand m = reduce_einsum(x, &arg, keep, IR_RED_MAX, 1.0, f->loc);
+    fe_ew *d = fe_ew_bin(a, IR_EW_SUB, fe_ew_leaf(a, arg.v, arg.labels, arg.n),
+                         fe_ew_leaf(a, m.v, m.labels, m.n));
+    operand e = arg;
+    e.v = fe_ew_emit(&x->e, fe_ew_call(a, IR_FN_EXP, d), arg.labels, arg.n, f->loc);
+    operand z = reduce_einsum(x, &e, keep, IR_RED_SUM, 1.0, f->loc);
+    *out = arg;
+    out->v = fe_ew_emit(&x->e, fe_ew_bin(a, IR_EW_DIV, fe_ew_leaf(a, e.v, e.labels, e.n),
+                                         fe_ew_leaf(a, z.v, z.labels, z.n)),
+                        arg.labels, arg.n, f->loc);
+    return true;
+}
+
 /* Lowers a summed term into its einsum chain; returns the result value
  * (labels: the left side's dims the term has), or NULL after an error. */
 static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int *res, int *nres)
@@ -254,8 +377,17 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
                 o->labels[i] = f->u.tref.idx[i].dim;
             continue;
         }
+        if (f->kind == AST_F_CALL && !f->divide &&
+            (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX)) {
+            /* The reduction's own value is the operand. */
+            bool ok = f->u.call.callee == AST_CALL_SOFTMAX ? lower_softmax(x, f, o)
+                                                           : lower_reduction(x, f, o);
+            if (!ok)
+                return NULL;
+            continue;
+        }
         int n = 0;
-        factor_indices(f, o->labels, &n, IR_MAX_RANK);
+        factor_indices(x, f, o->labels, &n, IR_MAX_RANK);
         if (!limit_rank(x, n, f->loc, "this parenthesised expression or call"))
             return NULL;
         o->n = n;
@@ -304,6 +436,15 @@ static bool factor_summed(const stmt_ctx *x, const ast_factor *f)
                 return true;
     if (f->kind == AST_F_INDEX && !has_label(x->lhs, x->nlhs, f->u.index.dim))
         return true;
+    if (f->kind == AST_F_CALL && ast_callee_reduces(f->u.call.callee)) {
+        /* Summed outside only in what the reduction keeps. */
+        int kept[IR_MAX_RANK * 2], n = 0;
+        factor_indices(x, f, kept, &n, IR_MAX_RANK * 2);
+        for (int i = 0; i < n && i < IR_MAX_RANK * 2; i++)
+            if (!has_label(x->lhs, x->nlhs, kept[i]))
+                return true;
+        return false;
+    }
     ast_expr *const *kids;
     int nk = ast_factor_children(f, &kids);
     for (int k = 0; k < nk; k++)
@@ -366,6 +507,15 @@ static ir_value *lower_assign(stmt_ctx *x, const ast_stmt *s)
             tree = product_tree(x, t, NULL);
         }
         acc = add_signed(x, acc, t->sign, tree);
+    }
+    if (!x->ok)
+        return NULL;
+    /* A right side that is one reduction or softmax already made its value
+     * over the left side's dims: no copy. */
+    if (acc->kind == IR_EW_OPERAND && acc->v->def && strcmp(acc->v->tensor, x->e.tensor) == 0 &&
+        acc->nlabels == x->nlhs && memcmp(acc->labels, x->lhs, (size_t)x->nlhs * sizeof(int)) == 0) {
+        acc->v->loc = vloc;
+        return acc->v;
     }
     return fe_ew_emit(&x->e, acc, x->lhs, x->nlhs, vloc);
 }

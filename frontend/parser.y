@@ -201,7 +201,8 @@ indices
     | indices ',' index        { $$ = fe_list_push($1, $3); }
     ;
 
-/* index -> NAME | SUBNAME   (a dim, optionally with mesh axes: D_X, I_XY) */
+/* index -> NAME | SUBNAME | tref   (a dim, optionally with mesh axes: D_X,
+ * I_XY; or an integer tensor whose values index that position: a gather) */
 index
     : IDENT
         {
@@ -277,6 +278,7 @@ factor
             $$->u.call.fname = $1;
             $$->u.call.callee = AST_CALL_UNKNOWN;
             $$->u.call.fn = -1;
+            $$->u.call.reduce_dim = -1;
             $$->u.call.args = (ast_expr **)fe_list_take(p->arena, $3, &$$->u.call.nargs);
         }
     ;

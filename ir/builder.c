@@ -49,6 +49,7 @@ size_t ir_dtype_size(ir_dtype t)
     case IR_F32: return 4;
     case IR_F64: return 8;
     case IR_BF16: return 2;
+    case IR_I32: return 4;
     }
     return 0;
 }
@@ -59,6 +60,7 @@ const char *ir_dtype_name(ir_dtype t)
     case IR_F32: return "f32";
     case IR_F64: return "f64";
     case IR_BF16: return "bf16";
+    case IR_I32: return "i32";
     }
     return "?";
 }

@@ -1,9 +1,19 @@
 /*
  * ew.c - facts about elementwise expression nodes: arity, spelling, and the
  * linearity class the sharding rules need (one definition for the verifier
- * and propagate).
+ * and propagate); the names of reduction operators.
  */
 #include "ir.h"
+
+const char *ir_reduce_name(ir_reduce r)
+{
+    switch (r) {
+    case IR_RED_SUM: return "sum";
+    case IR_RED_MAX: return "max";
+    case IR_RED_MIN: return "min";
+    }
+    return "?";
+}
 
 static const struct {
     int arity;

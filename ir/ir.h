@@ -38,11 +38,12 @@ typedef enum ir_dtype {
     IR_F32,  /* IEEE binary32 */
     IR_F64,  /* IEEE binary64 */
     IR_BF16, /* bfloat16 storage (8-bit exponent, 7-bit mantissa) */
+    IR_I32,  /* 32-bit two's complement integer: only the indices of a gather */
 } ir_dtype;
 
 /* Size of one element of `t` in bytes. */
 size_t ir_dtype_size(ir_dtype t);
-/* Source spelling of `t`: "f32", "f64", "bf16". */
+/* Source spelling of `t`: "f32", "f64", "bf16", "i32". */
 const char *ir_dtype_name(ir_dtype t);
 
 /* A bit set of mesh axes: bit i is axis i of ir_mesh.axes. */
@@ -68,11 +69,24 @@ typedef struct ir_dimdef {
     uint32_t loc;     /* byte offset of its definition */
 } ir_dimdef;
 
+/* The operator that combines partial results over the devices of an
+ * unreduced axis, and that an einsum reduces its contracted dims with. */
+typedef enum ir_reduce {
+    IR_RED_SUM, /* + : partial sums, the seeds' {U_X}; an ordinary einsum */
+    IR_RED_MAX, /* max: partial maxima (a max reduction over a sharded dim) */
+    IR_RED_MIN, /* min */
+} ir_reduce;
+
+/* "sum", "max", "min". */
+const char *ir_reduce_name(ir_reduce r);
+
 /* How one value is split over the mesh. */
 typedef struct ir_sharding {
     uint8_t naxes[IR_MAX_RANK];           /* number of mesh axes sharding dim d */
     int8_t axes[IR_MAX_RANK][IR_MAX_AXES];/* axes[d][0..naxes[d]-1]: mesh axis ids, major to minor */
-    ir_axes unreduced;                    /* axes holding unreduced partial sums ({U_X}) */
+    ir_axes unreduced;                    /* axes holding unreduced partial results ({U_X}) */
+    uint8_t red;                          /* ir_reduce combining them; meaningful only when
+                                             unreduced != 0 (IR_RED_SUM otherwise) */
 } ir_sharding;
 
 /* A value's type: dtype, global dims and sharding. */
@@ -300,13 +314,26 @@ typedef struct ir_op {
     const char *reason;
     ir_cost cost;
     union {
-        /* IR_OP_EINSUM: result = sum over labels not in the result of the
-         * product of the operands (1 to IR_MAX_OPERANDS; propagate makes every
-         * einsum binary or unary). */
+        /* IR_OP_EINSUM: result = scale * (reduction over labels not in the
+         * result of the product of the operands) (1 to IR_MAX_OPERANDS;
+         * propagate makes every einsum binary or unary).  The reduction is a
+         * sum, or for a unary einsum also max or min (`max(x)`, `min(x)` in
+         * the source): einsum over the (max, *) or (min, *) semiring. */
         struct {
             int labels[IR_MAX_OPERANDS][IR_MAX_RANK];
             int result_labels[IR_MAX_RANK];
             double scale; /* constant factor folded from the source term */
+            ir_reduce reduce; /* IR_RED_SUM, or MAX / MIN with one operand */
+            /* A gather (`Emb[Tok[B, T], D]`) is the einsum of a one-hot and
+             * the table: operand 0 holds i32 indices into the first dim of
+             * operand 1, whose label `gather_label` no other operand or the
+             * result has; result = sum_v [ids == v] * table[v, ...].  So a
+             * table sharded on that dim gives a masked local lookup and
+             * partial sums (Megatron's vocab-parallel embedding), by the
+             * einsum rule.  The result's labels are the indices' then the
+             * table's others, in order. */
+            bool gather;
+            int gather_label;
         } einsum;
         /* IR_OP_ELEMENTWISE: result[r] = expr(operands broadcast to r). */
         struct {
@@ -320,6 +347,8 @@ typedef struct ir_op {
          *  AllGather:     removes `axes` (the minor-most of dim `dim`) from dim `dim`.
          *  ReduceScatter: removes `axes` from unreduced, appends them to dim `dim`.
          *  AllReduce:     removes `axes` from unreduced (dim unused, -1).
+         * AllReduce and ReduceScatter combine with `reduce`, which is the
+         * operand's sharding.red. 
          *  AllToAll:      removes `axes` from dim `dim` (minor-most), appends them to dim `dim2`.
          *  Slice:         appends `axes` to dim `dim`; no communication.
          * `dim`/`dim2` are positions in the value's dims. */
@@ -328,6 +357,7 @@ typedef struct ir_op {
             int8_t axes[IR_MAX_AXES];
             int dim;
             int dim2;
+            ir_reduce reduce; /* AllReduce, ReduceScatter: the combining operator */
         } coll;
         /* IR_OP_MESHSLICE: result = einsum(A, B) as seed 004's MeshSlice loop
          * (Fig. 5): operands are the stationary-layout shards A and B as they

@@ -166,8 +166,11 @@ const char *ir_ew_str(const ir_module *m, const ir_op *op, char *buf, size_t siz
 const char *ir_coll_str(const ir_module *m, const ir_op *op, char *buf, size_t size)
 {
     char ax[IR_MAX_AXES + 1];
-    snprintf(buf, size, "%s_%s", ir_op_name(op->kind),
-             ir_axes_str(&m->mesh, op->u.coll.axes, op->u.coll.naxes, ax, sizeof ax));
+    bool red = (op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER) &&
+               op->u.coll.reduce != IR_RED_SUM;
+    snprintf(buf, size, "%s_%s%s%s%s", ir_op_name(op->kind),
+             ir_axes_str(&m->mesh, op->u.coll.axes, op->u.coll.naxes, ax, sizeof ax),
+             red ? "(" : "", red ? ir_reduce_name(op->u.coll.reduce) : "", red ? ")" : "");
     return buf;
 }
 
@@ -270,6 +273,8 @@ void ir_print(FILE *out, ir_module *m)
         fprintf(out, "%s = ", vstr(m, r, b1, sizeof b1));
         switch (op->kind) {
         case IR_OP_EINSUM:
+            if (op->u.einsum.reduce != IR_RED_SUM)
+                fprintf(out, "%s ", ir_reduce_name(op->u.einsum.reduce));
             fprintf(out, "einsum(%s)", ir_einsum_spec(m, op, b2, sizeof b2));
             if (op->u.einsum.scale != 1.0)
                 fprintf(out, " * %.17g", op->u.einsum.scale);

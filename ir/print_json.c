@@ -136,9 +136,12 @@ void ir_print_json(FILE *out, ir_module *m)
                 cJSON_AddStringToObject(o, "dim", m->dims[op->operands[0]->type.dims[op->u.coll.dim]].name);
             if (op->kind == IR_OP_ALLTOALL && op->u.coll.dim2 >= 0)
                 cJSON_AddStringToObject(o, "dim2", m->dims[op->operands[0]->type.dims[op->u.coll.dim2]].name);
+            if (op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER)
+                cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.coll.reduce));
         } else if (op->kind == IR_OP_EINSUM) {
             cJSON_AddStringToObject(o, "einsum", ir_einsum_spec(m, op, buf, sizeof buf));
             cJSON_AddNumberToObject(o, "scale", op->u.einsum.scale);
+            cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.einsum.reduce));
         } else if (op->kind == IR_OP_ELEMENTWISE) {
             cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
         } else if (op->kind == IR_OP_MESHSLICE) {

@@ -15,7 +15,7 @@ ir_sharding ir_sharding_replicated(void)
 
 bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank)
 {
-    if (a->unreduced != b->unreduced)
+    if (a->unreduced != b->unreduced || (a->unreduced && a->red != b->red))
         return false;
     for (int d = 0; d < rank; d++) {
         if (a->naxes[d] != b->naxes[d])
@@ -118,7 +118,8 @@ const char *ir_type_str(const ir_module *m, const char *name, const ir_type *t, 
     }
     put(buf, size, &n, "]");
     if (t->sh.unreduced) {
-        put(buf, size, &n, "{U_");
+        /* Partial maxima / minima are not the seeds' sums: say which. */
+        put(buf, size, &n, t->sh.red == IR_RED_MAX ? "{max U_" : t->sh.red == IR_RED_MIN ? "{min U_" : "{U_");
         for (int a = 0; a < m->mesh.naxes; a++)
             if (t->sh.unreduced & (1u << a)) {
                 char c[2] = {m->mesh.axes[a].name, 0};

@@ -86,13 +86,26 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
             }
         }
     }
+    ir_reduce reduce = op->kind == IR_OP_EINSUM ? op->u.einsum.reduce : IR_RED_SUM;
+    if (reduce != IR_RED_SUM && (op->kind != IR_OP_EINSUM || op->noperands != 1)) {
+        WHY("a %s reduction is a unary einsum", ir_reduce_name(reduce));
+        goto done;
+    }
     for (int i = 0; i < op->noperands; i++) {
-        ir_axes u = op->operands[i]->type.sh.unreduced;
-        if (op->kind == IR_OP_EINSUM && (u & unreduced)) {
+        const ir_sharding *s = &op->operands[i]->type.sh;
+        if (op->kind == IR_OP_EINSUM && (s->unreduced & unreduced)) {
             WHY("two operands hold unreduced partial sums over the same axis");
             goto done;
         }
-        unreduced |= u;
+        /* Only a sum commutes with the sum over devices (an einsum or a
+         * linear elementwise op); partial maxima must be reduced first. */
+        if (s->unreduced && (s->red != IR_RED_SUM || reduce != IR_RED_SUM)) {
+            WHY("an operand holds partial %s results {%s U_..} that a %s einsum cannot take: "
+                "reduce them first", ir_reduce_name((ir_reduce)s->red), ir_reduce_name((ir_reduce)s->red),
+                ir_reduce_name(reduce));
+            goto done;
+        }
+        unreduced |= s->unreduced;
     }
     if (unreduced & used) {
         WHY("an operand is unreduced over an axis that shards a dim");
@@ -129,7 +142,9 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
         out->naxes[r] = (uint8_t)lnaxes[L];
         memcpy(out->axes[r], laxes[L], (size_t)lnaxes[L]);
     }
-    /* Axes of contracted dims become unreduced (seed 001 case 3). */
+    /* Axes of contracted dims become unreduced (seed 001 case 3), holding
+     * partial results of the einsum's reduction. */
+    ir_axes contracted = 0;
     for (int L = 0; L < nlabels; L++)
         if (lseen[L] && !in_result[L]) {
             if (op->kind == IR_OP_ELEMENTWISE) {
@@ -138,10 +153,11 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                 goto done;
             }
             for (int k = 0; k < lnaxes[L]; k++)
-                unreduced |= 1u << laxes[L][k];
+                contracted |= 1u << laxes[L][k];
         }
     free(in_result);
-    out->unreduced = unreduced;
+    out->unreduced = unreduced | contracted;
+    out->red = (uint8_t)(contracted ? reduce : IR_RED_SUM);
     ok = true;
 done:
     free(laxes);
@@ -255,7 +271,15 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
             WHY("%s over axes the operand is not unreduced over", ir_op_name(op->kind));
             return false;
         }
+        if (op->u.coll.reduce != (ir_reduce)in->red) {
+            WHY("%s combines with %s but the operand holds partial %s results",
+                ir_op_name(op->kind), ir_reduce_name(op->u.coll.reduce),
+                ir_reduce_name((ir_reduce)in->red));
+            return false;
+        }
         out->unreduced &= ~set;
+        if (!out->unreduced)
+            out->red = IR_RED_SUM;
         if (op->kind == IR_OP_REDUCESCATTER)
             for (int k = 0; k < n; k++)
                 ir_sharding_push(out, dim, op->u.coll.axes[k]);
@@ -334,8 +358,14 @@ static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *o
         WHY("MeshSlice moves the two matrices over the same axis");
         return false;
     }
+    /* The einsum between the partial collectives: the ms arm mirrors the
+     * einsum arm's labels and scale; past them it holds the dataflow, so
+     * the einsum-only members are set here. */
     ir_op e = *op;
     e.kind = IR_OP_EINSUM;
+    e.u.einsum.reduce = IR_RED_SUM;
+    e.u.einsum.gather = false;
+    e.u.einsum.gather_label = -1;
     e.operands[0] = &va;
     e.operands[1] = &vb;
     if (!ir_op_local_sharding(m, &e, out, why, why_size))

@@ -94,6 +94,7 @@ typedef struct prop {
 static inline ir_sharding pass_prop_reduced(ir_sharding s)
 {
     s.unreduced = 0;
+    s.red = IR_RED_SUM;
     return s;
 }
 

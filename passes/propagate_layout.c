@@ -127,8 +127,11 @@ static cost result_cost(prop *p, int k, const ir_sharding *sh)
         /* A consumer not decided yet (first sweep): a linear one is assumed
          * to carry the partial sums on (it pays for reducing its own
          * result), any other to need them reduced. */
+        bool sums_pass = sh->red == IR_RED_SUM &&
+                         ((c2->op->kind == IR_OP_EINSUM && c2->op->u.einsum.reduce == IR_RED_SUM) ||
+                          c2->linear);
         ir_sharding want = c2->decided ? c2->lay.req[p->uses[u].operand]
-                           : (c2->op->kind == IR_OP_EINSUM || c2->linear) ? *sh : pass_prop_reduced(*sh);
+                           : sums_pass ? *sh : pass_prop_reduced(*sh);
         add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
     }
     for (int i = 0; i < p->m->noutputs; i++) {
@@ -290,6 +293,8 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
         memcpy(s->axes[j], laxes[l], (size_t)lnaxes[l]);
     }
     s->unreduced = carry | contracted_axes;
+    /* Carried partials are sums (max and min are never carried). */
+    s->red = (uint8_t)(contracted_axes && op->kind == IR_OP_EINSUM ? op->u.einsum.reduce : IR_RED_SUM);
     return true;
 }
 
@@ -315,6 +320,13 @@ cost pass_prop_layout_cost(prop *p, int k, const layout *lay)
 }
 
 /* The candidate choices for mesh axis a of op k (see the essay). */
+/* True if `v` currently holds partial sums (not maxima or minima) over axis `a`. */
+static bool carries_sums(const prop *p, const ir_value *v, int a)
+{
+    ir_sharding sh = pass_prop_current(p, v);
+    return (sh.unreduced & (1u << a)) && sh.red == IR_RED_SUM;
+}
+
 static int axis_options(const prop *p, int k, const ir_sharding *hints, int nhints, int a, int *opts)
 {
     const opinfo *oi = &p->ops[k];
@@ -342,17 +354,18 @@ static int axis_options(const prop *p, int k, const ir_sharding *hints, int nhin
     for (int l = 0; l < oi->nlabels && n < MAX_OPTIONS - IR_MAX_OPERANDS; l++)
         if (allowed[l])
             opts[n++] = l;
-    /* Carrying partial sums: an einsum is linear in each operand, so one
-     * operand may hold {U_a} if no other uses a; an elementwise op may when
-     * it is linear and all its operands hold {U_a}. */
-    if (op->kind == IR_OP_EINSUM) {
+    /* Carrying partial sums: a (sum) einsum is linear in each operand, so
+     * one operand may hold {U_a} if no other uses a; an elementwise op may
+     * when it is linear and all its operands hold {U_a}.  Partial maxima
+     * or minima commute with nothing here: they are always reduced. */
+    if (op->kind == IR_OP_EINSUM && op->u.einsum.reduce == IR_RED_SUM) {
         for (int i = 0; i < op->noperands; i++)
-            if (pass_prop_current(p, op->operands[i]).unreduced & (1u << a))
+            if (carries_sums(p, op->operands[i], a))
                 opts[n++] = CH_CARRY + i;
     } else if (oi->linear) {
         bool all = op->noperands > 0;
         for (int i = 0; i < op->noperands; i++)
-            all = all && (pass_prop_current(p, op->operands[i]).unreduced & (1u << a));
+            all = all && carries_sums(p, op->operands[i], a);
         if (all)
             opts[n++] = CH_CARRY;
     }

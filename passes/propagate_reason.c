@@ -77,6 +77,11 @@ void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size)
         snprintf(buf + len, size - len, "%g * ", op->u.einsum.scale);
         len = strlen(buf);
     }
+    if (op->u.einsum.reduce != IR_RED_SUM && op->noperands == 1) {
+        snprintf(buf + len, size - len, "%s(%s)", ir_reduce_name(op->u.einsum.reduce),
+                 op->operands[0]->tensor);
+        return;
+    }
     for (int i = 0; i < op->noperands; i++) {
         snprintf(buf + len, size - len, "%s%s", i ? " * " : "", op->operands[i]->tensor);
         len = strlen(buf);
@@ -111,11 +116,24 @@ static const char *source_of(const prop *p, int k, int self, int l, const pass_r
 
 /* Why operand i of op k cannot keep the partial sums over the axes of
  * `st` under the chosen layout. */
+/* "partial sums {U_X}", "partial maxima {max U_X}", "partial minima {min U_X}". */
+static const char *partials_str(ir_reduce red, const char *ax, char *buf, size_t size)
+{
+    snprintf(buf, size, "partial %s {%sU_%s}",
+             red == IR_RED_MAX ? "maxima" : red == IR_RED_MIN ? "minima" : "sums",
+             red == IR_RED_MAX ? "max " : red == IR_RED_MIN ? "min " : "", ax);
+    return buf;
+}
+
 static const char *unreduced_cause(const prop *p, int k, int i, const pass_reshard_step *st)
 {
     const opinfo *oi = &p->ops[k];
     const ir_op *op = oi->op;
     int where = oi->lay.choice[st->axes[0]];
+    ir_reduce red = (ir_reduce)pass_prop_current(p, op->operands[i]).red;
+    if (red != IR_RED_SUM)
+        return red == IR_RED_MAX ? "a max over a sharded dim; no op but a max can take partial maxima"
+                                 : "a min over a sharded dim; no op but a min can take partial minima";
     if (op->kind == IR_OP_ELEMENTWISE) {
         if (!oi->linear)
             return "the op is not linear in them";
@@ -182,11 +200,13 @@ void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_st
     case IR_OP_REDUCESCATTER:
     case IR_OP_ALLREDUCE: {
         const char *why = unreduced_cause(p, k, i, st);
+        char part[64];
+        partials_str((ir_reduce)pass_prop_current(p, op->operands[i]).red, ax, part, sizeof part);
         if (st->kind == IR_OP_REDUCESCATTER)
-            snprintf(buf, size, "for %s: %s holds partial sums {U_%s} (%s); reduced straight into %s sharded "
-                     "on %s (ReduceScatter, half an AllReduce)", stmt, a, ax, why, dn, ax);
+            snprintf(buf, size, "for %s: %s holds %s (%s); reduced straight into %s sharded "
+                     "on %s (ReduceScatter, half an AllReduce)", stmt, a, part, why, dn, ax);
         else
-            snprintf(buf, size, "for %s: %s holds partial sums {U_%s} (%s)", stmt, a, ax, why);
+            snprintf(buf, size, "for %s: %s holds %s (%s)", stmt, a, part, why);
         break;
     }
     default:
@@ -211,9 +231,11 @@ void pass_prop_target_reason(const prop *p, const ir_op *op, const ir_value *v, 
     int n = snprintf(buf, size, "for %s: %s %s", stmt, what, ty);
     if (n < 0 || (size_t)n >= size)
         return;
+    char part[64];
+    partials_str((ir_reduce)v->type.sh.red, ax, part, sizeof part);
     if (st->kind == IR_OP_REDUCESCATTER)
-        snprintf(buf + n, size - (size_t)n, "; partial sums {U_%s} reduced straight into the sharded layout "
-                 "(ReduceScatter, not AllReduce + Slice)", ax);
+        snprintf(buf + n, size - (size_t)n, "; %s reduced straight into the sharded layout "
+                 "(ReduceScatter, not AllReduce + Slice)", part);
     else if (st->kind == IR_OP_ALLREDUCE)
-        snprintf(buf + n, size - (size_t)n, "; partial sums {U_%s} must be reduced", ax);
+        snprintf(buf + n, size - (size_t)n, "; %s must be reduced", part);
 }

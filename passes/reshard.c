@@ -307,6 +307,8 @@ static bool make_append(const search *s, ir_op_kind kind, const ir_sharding *fro
         out->to.unreduced &= ~(1u << axes[k]);
         ir_sharding_push(&out->to, d, axes[k]);
     }
+    if (!out->to.unreduced)
+        out->to.red = IR_RED_SUM;
     if (!divides(s, &out->to, d))
         return false;
     out->bytes = pass_reshard_bytes(kind, local_bytes(s, from), 0.0, group_size(s, axes, n));
@@ -386,6 +388,8 @@ static void expand(search *s, int from)
         step.dim = step.dim2 = -1;
         step.to = cur;
         step.to.unreduced &= ~sub;
+        if (!step.to.unreduced)
+            step.to.red = IR_RED_SUM;
         step.bytes = pass_reshard_bytes(IR_OP_ALLREDUCE, in_bytes, in_bytes, group_size(s, step.axes, step.naxes));
         relax(s, from, &step);
     }
@@ -401,6 +405,7 @@ static ir_sharding canonical(const ir_sharding *in, int rank)
         memcpy(s.axes[d], in->axes[d], in->naxes[d]);
     }
     s.unreduced = in->unreduced;
+    s.red = in->unreduced ? in->red : IR_RED_SUM;
     return s;
 }
 
@@ -489,6 +494,8 @@ ir_value *pass_reshard_emit(ir_module *m, ir_value *v, const pass_reshard_plan *
         memcpy(op->u.coll.axes, st->axes, sizeof op->u.coll.axes);
         op->u.coll.dim = st->dim;
         op->u.coll.dim2 = st->dim2;
+        /* What the partial results are combined with is the value's. */
+        op->u.coll.reduce = (ir_reduce)cur->type.sh.red;
         if (before)
             ir_op_insert_before(m, before, op);
         else

@@ -111,6 +111,20 @@ class Where:
         return [self.l, self.r, self.a, self.b]
 
 
+class Red:
+    """`max(sum, D)` (also sum, min, mean): a reduction over the named index."""
+
+    def __init__(self, fn, terms, dim):
+        self.fn, self.terms, self.dim = fn, terms, dim
+
+
+class Softmax:
+    """`softmax(sum, D)`: normalised over index D (stable)."""
+
+    def __init__(self, terms, dim):
+        self.terms, self.dim = terms, dim
+
+
 # A sum is a list of (sign, [factor, ...]) terms.
 
 def factor_labels(f):
@@ -126,6 +140,8 @@ def factor_labels(f):
         return sum_labels(f.a + f.b)
     if isinstance(f, Where):
         return sum_labels([t for s in f.sums() for t in s])
+    if isinstance(f, Red):
+        return [d for d in sum_labels(f.terms) if d != f.dim]
     return sum_labels(f.terms)
 
 
@@ -164,6 +180,10 @@ def ein_factor(f):
     if isinstance(f, Where):
         return "where(%s %s %s, %s, %s)" % (ein_sum(f.l), f.op, ein_sum(f.r), ein_sum(f.a),
                                             ein_sum(f.b))
+    if isinstance(f, Red):
+        return "%s(%s, %s)" % (f.fn, ein_sum(f.terms), f.dim)
+    if isinstance(f, Softmax):
+        return "softmax(%s, %s)" % (ein_sum(f.terms), f.dim)
     if isinstance(f, Paren):
         return "(%s)" % ein_sum(f.terms)
     return "%s(%s)" % (f.fn, ein_sum(f.terms))
@@ -222,6 +242,10 @@ class NpRender:
             return "iota('%s')" % self.spec([f.dim])
         if isinstance(f, Paren):
             return self.elementwise(f.terms)
+        if isinstance(f, (Red, Softmax)):
+            axis = sum_labels(f.terms).index(f.dim)
+            fn = "softmax" if isinstance(f, Softmax) else "np." + f.fn
+            return "%s(%s, axis=%d)" % (fn, self.elementwise(f.terms), axis)
         if isinstance(f, (Call2, Where)):
             # Every argument over its own indices, broadcast to the union.
             union = self.spec(factor_labels(f))
@@ -607,6 +631,45 @@ def t_vocab(p, rng):
     p.output("E", p.maybe_constraint([i, j], 0.3))
 
 
+def t_reduce(p, rng):
+    """max / min / sum / mean over a named index and softmax, over dims the
+    mesh may shard: partial maxima then need an AllReduce with max."""
+    kind = rng.choice(["softmax", "masked_softmax", "reduce", "reduce_then_use", "big_logits"])
+    b, t, s = p.new_dims(3)
+    p.input("L", [b, t, s])
+    if kind in ("softmax", "big_logits"):
+        # Logits up to 1e4 in magnitude: only the stable form stays finite.
+        scale = 1e4 if kind == "big_logits" else rng.choice([1.0, 3.0])
+        inner = [(1, [Num(scale), Ref("L", [b, t, s])])]
+        p.stmt("P", [b, t, s], [(1, [Softmax(inner, rng.choice([s, t]))])],
+               sharding=p.maybe_constraint([b, t, s], 0.5))
+        p.output("P", p.maybe_constraint([b, t, s], 0.3))
+        return
+    if kind == "masked_softmax":
+        m = Where("<=", [(1, [Idx(s)])], [(1, [Idx(t)])], [(1, [Ref("L", [b, t, s])])],
+                  [(-1, [Num(float("inf"))])])
+        p.stmt("M", [b, t, s], [(1, [m])], sharding=p.maybe_constraint([b, t, s], 0.5))
+        p.stmt("P", [b, t, s], [(1, [Softmax([(1, [Ref("M", [b, t, s])])], s)])],
+               sharding=p.maybe_constraint([b, t, s], 0.4))
+        p.output("P", p.maybe_constraint([b, t, s], 0.3))
+        return
+    fn = rng.choice(["max", "min", "sum", "mean"])
+    dim = rng.choice([b, t, s])
+    keep = [d for d in [b, t, s] if d != dim]
+    if kind == "reduce":
+        p.stmt("R", keep, [(1, [Red(fn, [(1, [Ref("L", [b, t, s])])], dim)])],
+               sharding=p.maybe_constraint(keep, 0.4))
+    else:
+        # The reduction feeds a broadcast difference and a second reduction.
+        p.stmt("R", [b, t, s], [(1, [Ref("L", [b, t, s])]),
+                                (-1, [Red(fn, [(1, [Ref("L", [b, t, s])])], dim)])],
+               sharding=p.maybe_constraint([b, t, s], 0.4))
+        p.stmt("Q", keep, [(1, [Red(rng.choice(["max", "min"]), [(1, [Ref("R", [b, t, s])])], dim)])],
+               sharding=p.maybe_constraint(keep, 0.3))
+        p.output("Q", p.maybe_constraint(keep, 0.3))
+    p.output("R", p.maybe_constraint(p.labels_of["R"], 0.3))
+
+
 def t_chain(p, rng):
     """Multi-statement programs with constraints on left sides and outputs."""
     b, d, f = p.new_dims(3)
@@ -827,6 +890,7 @@ CATEGORIES = [
     ("random", t_random, 60, [1, 2, 3]),
     ("meshslice", t_meshslice, 30, ["2d"]),
     ("vocab", t_vocab, 40, [1, 2, 3]),
+    ("reduce", t_reduce, 40, [1, 2, 3]),
 ]
 
 

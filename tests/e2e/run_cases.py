@@ -60,10 +60,16 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def softmax(x, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
 FUNCS = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0),
     "gelu": gelu, "silu": lambda x: x * sigmoid(x), "sigmoid": sigmoid, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "neg": np.negative, "abs": np.abs,
+    "softmax": lambda x, axis: softmax(x, axis),
 }
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """run_examples.py - compiles every example and runs it with --random-inputs 1 --check.
 
-For each examples/*.ein (or those matching --match): `einc FILE -o EXE`, then
+For each examples/*.ein (or those matching --match): `einc FILE -o EXE` (plus
+the -D options of a `# check-with: -D NAME=VALUE ...` line in the file, which
+shrinks a full-size model to what this machine runs in seconds), then
 `EXE --random-inputs 1 --check` (under `mpirun -np <mesh size>` with --runtime
 mpi).  A run passes when it exits 0 and prints a `check NAME: max_rel_err=`
 line for every output the executable lists in --info, each within its
@@ -42,6 +44,10 @@ def check_example(path, args, work):
     cmd = [args.einc, path, "-o", exe]
     if args.runtime == "mpi":
         cmd.append("--runtime=mpi")
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("# check-with:"):
+                cmd += line.split(":", 1)[1].split()
     for d in args.D or []:
         cmd += ["-D", d]
     rc, out = run(cmd, work)

@@ -58,7 +58,8 @@ static void test_unknown_function(void)
 {
     EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
                 "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
-                "silu, sigmoid, sqrt, rsqrt, neg, abs, maximum, minimum, where)\n"
+                "silu, sigmoid, sqrt, rsqrt, neg, abs, maximum, minimum, where, sum, max, min, mean, "
+                "softmax)\n"
                 "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }
@@ -375,6 +376,35 @@ static void test_argument_count(void)
                 "              ^\n");
 }
 
+static void test_reduction_errors(void)
+{
+    /* A reduction over an index its argument lacks; softmax likewise. */
+    EXPECT_DIAG(ABC "C[I] = max(A[I, J], K)\noutput C\n",
+                "t.ein:5:21: error: 'max' over index 'K', which its argument does not have\n"
+                "    C[I] = max(A[I, J], K)\n"
+                "                        ^\n");
+    EXPECT_DIAG(ABC "C[I, J] = softmax(A[I, J], K)\noutput C\n",
+                "t.ein:5:28: error: 'softmax' over index 'K', which its argument does not have\n"
+                "    C[I, J] = softmax(A[I, J], K)\n"
+                "                               ^\n");
+    /* The index argument must be a bare index name. */
+    EXPECT_DIAG(ABC "C[I, J] = softmax(A[I, J], J + 1)\noutput C\n",
+                "t.ein:5:28: error: the second argument of 'softmax' must be the name of the index "
+                "to reduce over, like 'S'\n"
+                "    C[I, J] = softmax(A[I, J], J + 1)\n"
+                "                               ^\n");
+    /* Nothing to reduce: every index of the argument is on the left side. */
+    EXPECT_DIAG(ABC "C[I, J] = A[I, J] - max(A[I, J])\noutput C\n",
+                "t.ein:5:21: error: 'max(...)' reduces the indices of its argument that 'C' lacks, "
+                "and there are none: name the index, like 'max(x, S)'\n"
+                "    C[I, J] = A[I, J] - max(A[I, J])\n"
+                "                        ^\n");
+    EXPECT_DIAG(ABC "C[I] = softmax(A[I, J])\noutput C\n",
+                "t.ein:5:8: error: function 'softmax' takes 2 arguments, not 1\n"
+                "    C[I] = softmax(A[I, J])\n"
+                "           ^\n");
+}
+
 /* Past diag_ctx.max_errors the messages stop but the count goes on. */
 static void test_error_limit(void)
 {
@@ -457,6 +487,7 @@ void einc_register_tests(void)
         {"comparison outside where", test_comparison_outside_where},
         {"index value errors", test_index_value_errors},
         {"argument count", test_argument_count},
+        {"reduction errors", test_reduction_errors},
         {"mesh axis used twice", test_axis_used_twice},
         {"mesh axis not in mesh", test_axis_not_in_mesh},
         {"dim not divisible by its axes", test_not_divisible},

@@ -122,15 +122,24 @@ static void run_op(evaluator *e, const ir_op *op)
         }
     double *out = calloc((size_t)elems(m, r), sizeof *out);
     int64_t *at = calloc((size_t)m->ndims, sizeof *at);
+    ir_reduce red = ein ? op->u.einsum.reduce : IR_RED_SUM;
+    for (int64_t i = 0; red != IR_RED_SUM && i < elems(m, r); i++)
+        out[i] = red == IR_RED_MAX ? -INFINITY : INFINITY;
     for (;;) {
         int64_t o = offset(m, rl, r->type.rank, at);
         if (ein) {
-            double p = op->u.einsum.scale;
+            /* Max and min einsums are unary: the scale applies after (1 here). */
+            double p = red == IR_RED_SUM ? op->u.einsum.scale : 1.0;
             for (int k = 0; k < op->noperands; k++) {
                 const ir_value *v = op->operands[k];
                 p *= e->data[v->id][offset(m, op->u.einsum.labels[k], v->type.rank, at)];
             }
-            out[o] += p;
+            if (red == IR_RED_MAX)
+                out[o] = p > out[o] ? p : out[o];
+            else if (red == IR_RED_MIN)
+                out[o] = p < out[o] ? p : out[o];
+            else
+                out[o] += p;
         } else {
             out[o] = eval_node(e, op, op->u.ew.root, at);
         }
@@ -291,9 +300,24 @@ static void test_where_maximum_minimum(void)
           "np.where(S != V[None, :], 1, 0) / 8" PRINT);
 }
 
+static void test_reductions_and_softmax(void)
+{
+    /* Reductions over what the left side lacks, or over a named index;
+     * softmax over a named index, stable; mean = sum / count. */
+    check(DIMS "input A[I, J, K] : f64\ninput V[K] : f64\n"
+               "R[I, J] = max(A[I, J, K]) - min(A[I, J, K] * V[K]) + mean(A[I, J, K]) + "
+               "sum(A[I, J, K], K) * 2 + softmax(A[I, J, K] * 30, K) * V[K] + "
+               "max(A[I, J, K] - V[K], I) / 2\noutput R\n",
+          "s = np.exp(30 * A - (30 * A).max(axis=2, keepdims=True))\n"
+          "s = s / s.sum(axis=2, keepdims=True)\n"
+          "R = A.max(axis=2) - (A * V).min(axis=2) + A.mean(axis=2) + A.sum(axis=2) * 2 + "
+          "(s * V).sum(axis=2) + (A - V).max(axis=0).sum(axis=1)[None, :] / 2" PRINT);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
+        {"reductions and softmax", test_reductions_and_softmax},
         {"division and index values", test_division_and_index_values},
         {"where, maximum, minimum, abs", test_where_maximum_minimum},
         {"matmul", test_matmul},

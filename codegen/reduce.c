@@ -1,0 +1,122 @@
+/*
+ * reduce.c - max and min einsums (`max(x)`, `min(x)`, the two reductions of
+ * a softmax) as LLVM loop nests.
+ *
+ * result[r] = scale * reduce_{c} operand[r, c], where r runs over the
+ * result's per-device block and c over the operand's other labels (the
+ * contracted ones).  The loops are the result's positions outermost, in
+ * result order, then the contracted positions in the operand's order, so
+ * when the reduced dim is the operand's last (softmax over the key dim) the
+ * innermost loop walks contiguous memory.  The accumulator starts at -inf
+ * for max and +inf for min and combines with llvm.maximum / llvm.minimum,
+ * which propagate NaN as numpy.max does; it lives in an entry-block alloca
+ * that O3's mem2reg turns into a register.  bf16 is read into f32 (exact) and the
+ * result rounded once.  A sum einsum never comes here: it is a GEMM
+ * (rt_einsum).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cg_internal.h"
+
+/* A counted loop 0..n-1 (n >= 1): emits the header, returns the index phi;
+ * loop_end closes it.  Bottom-tested, like elementwise.c's loops. */
+typedef struct loop {
+    LLVMBasicBlockRef pre, body; /* entry block, loop block */
+    LLVMValueRef phi;            /* the index (i64) */
+    int64_t n;                   /* trip count */
+} loop;
+
+static loop loop_begin(cg_ctx *c, cg_fn *f, int64_t n)
+{
+    loop l = {.pre = LLVMGetInsertBlock(c->b), .n = n};
+    l.body = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "red.loop");
+    LLVMBuildBr(c->b, l.body);
+    LLVMPositionBuilderAtEnd(c->b, l.body);
+    l.phi = LLVMBuildPhi(c->b, c->t.i64, "r");
+    return l;
+}
+
+static void loop_end(cg_ctx *c, cg_fn *f, loop *l)
+{
+    LLVMValueRef next = LLVMBuildNUWAdd(c->b, l->phi, cg_i64(c, 1), "");
+    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, l->n), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "red.after");
+    LLVMBuildCondBr(c->b, more, l->body, after);
+    LLVMValueRef inc[] = {cg_i64(c, 0), next};
+    LLVMBasicBlockRef from[] = {l->pre, latch};
+    LLVMAddIncoming(l->phi, inc, from, 2);
+    LLVMPositionBuilderAtEnd(c->b, after);
+}
+
+/* Row-major element offset of the index values `idx` in a block of `shape`. */
+static LLVMValueRef offset(cg_ctx *c, const int64_t *shape, LLVMValueRef *idx, int rank)
+{
+    LLVMValueRef off = cg_i64(c, 0);
+    for (int j = 0; j < rank; j++) {
+        off = LLVMBuildNSWMul(c->b, off, cg_i64(c, shape[j]), "");
+        off = LLVMBuildNSWAdd(c->b, off, idx[j], "");
+    }
+    return off;
+}
+
+void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
+{
+    const ir_value *a = op->operands[0], *r = op->result;
+    LLVMTypeRef ct = r->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    bool is_max = op->u.einsum.reduce == IR_RED_MAX;
+    int64_t ashape[IR_MAX_RANK], rshape[IR_MAX_RANK];
+    cg_local_shape(f->m, &a->type, ashape);
+    cg_local_shape(f->m, &r->type, rshape);
+    /* Each operand position is a result position (same label) or contracted. */
+    int res_pos[IR_MAX_RANK], ncontr = 0, contr[IR_MAX_RANK];
+    for (int j = 0; j < a->type.rank; j++) {
+        res_pos[j] = -1;
+        for (int q = 0; q < r->type.rank; q++)
+            if (op->u.einsum.result_labels[q] == op->u.einsum.labels[0][j])
+                res_pos[j] = q;
+        if (res_pos[j] < 0)
+            contr[ncontr++] = j;
+    }
+    /* In the entry block, where mem2reg promotes it to a register. */
+    LLVMBuilderRef eb = LLVMCreateBuilderInContext(c->llctx);
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(f->fn);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry);
+    if (first)
+        LLVMPositionBuilderBefore(eb, first);
+    else
+        LLVMPositionBuilderAtEnd(eb, entry);
+    LLVMValueRef acc = LLVMBuildAlloca(eb, ct, "red.acc");
+    LLVMDisposeBuilder(eb);
+    loop rl[IR_MAX_RANK], cl[IR_MAX_RANK];
+    LLVMValueRef ridx[IR_MAX_RANK], aidx[IR_MAX_RANK];
+    for (int q = 0; q < r->type.rank; q++) {
+        rl[q] = loop_begin(c, f, rshape[q]);
+        ridx[q] = rl[q].phi;
+    }
+    LLVMBuildStore(c->b, LLVMConstReal(ct, is_max ? -INFINITY : INFINITY), acc);
+    for (int k = 0; k < ncontr; k++) {
+        cl[k] = loop_begin(c, f, ashape[contr[k]]);
+        aidx[contr[k]] = cl[k].phi;
+    }
+    for (int j = 0; j < a->type.rank; j++)
+        if (res_pos[j] >= 0)
+            aidx[j] = ridx[res_pos[j]];
+    LLVMValueRef x = cg_load_elem(c, ct, f->buf[a->id], a->type.dtype,
+                                  offset(c, ashape, aidx, a->type.rank));
+    const char *name = is_max ? "llvm.maximum" : "llvm.minimum";
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(c->mod, id, &ct, 1);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(c->llctx, id, &ct, 1);
+    LLVMValueRef args[] = {LLVMBuildLoad2(c->b, ct, acc, ""), x};
+    LLVMBuildStore(c->b, LLVMBuildCall2(c->b, fty, fn, args, 2, ""), acc);
+    for (int k = ncontr - 1; k >= 0; k--)
+        loop_end(c, f, &cl[k]);
+    LLVMValueRef v = LLVMBuildLoad2(c->b, ct, acc, "");
+    if (op->u.einsum.scale != 1.0)
+        v = LLVMBuildFMul(c->b, v, LLVMConstReal(ct, op->u.einsum.scale), "");
+    cg_store_elem(c, ct, v, r->type.dtype, dst, offset(c, rshape, ridx, r->type.rank));
+    for (int q = r->type.rank - 1; q >= 0; q--)
+        loop_end(c, f, &rl[q]);
+}
