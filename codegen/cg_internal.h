@@ -8,6 +8,7 @@
  *   run.c         the SPMD run function: buffers, rt_einsum, rt_collective
  *   elementwise.c fused elementwise loop nests
  *   reduce.c      max and min reductions as loop nests
+ *   gather.c      gathers (embedding lookups) as calls of rt_gather
  *   meshslice.c   MeshSlice ops as calls of the runtime's pipelined loop
  *   program.c     the constant rt_program and its tensor descriptors
  *   link.c        linking the object with the runtime by fork/exec of cc
@@ -151,6 +152,12 @@ void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LL
  * or MIN) as a loop nest at the builder's position, writing `dst`.  Sum
  * einsums go to rt_einsum (BLAS) instead. */
 void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
+
+/* ---- gather.c ---- */
+
+/* Emits the gather einsum `op` (op index `id`) as a call of rt_gather,
+ * writing the result into `dst`. */
+void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef dst);
 
 /* ---- meshslice.c ---- */
 

@@ -31,6 +31,21 @@ LLVMValueRef cg_const_string(cg_ctx *c, const char *s)
     return cg_const_global(c, str, "str");
 }
 
+/* The range of the indices in tensor `name`: the fewest rows any gather
+ * looks up with it (its values, or one resharded from them, are operand 0
+ * of those gathers); 0 if it indexes nothing. */
+static int32_t index_bound(const ir_module *m, const char *name)
+{
+    int64_t bound = 0;
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_EINSUM && op->u.einsum.gather &&
+            strcmp(op->operands[0]->tensor, name) == 0) {
+            int64_t rows = m->dims[op->u.einsum.gather_label].size;
+            bound = bound == 0 || rows < bound ? rows : bound;
+        }
+    return bound > INT32_MAX ? INT32_MAX : (int32_t)bound;
+}
+
 /* The rt_tensor_desc of a value of type `t` named `name`. */
 static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
                                 const ir_type *t, bool is_param)
@@ -59,6 +74,7 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
         cg_const_i32s(c, naxes, t->rank, RT_MAX_RANK, 0),
         LLVMConstArray2(LLVMArrayType2(c->t.i32, RT_MAX_AXES), axes, RT_MAX_RANK),
         cg_i32(c, is_param),
+        cg_i32(c, t->dtype == IR_I32 ? index_bound(m, name) : 0),
     };
     return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
 }

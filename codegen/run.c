@@ -208,6 +208,10 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
                 cg_emit_reduce(c, &f, op, dst); /* max / min: no GEMM */
                 break;
             }
+            if (op->u.einsum.gather) {
+                cg_emit_gather(c, &f, op, i, dst); /* a lookup, not a GEMM */
+                break;
+            }
             LLVMValueRef desc = einsum_desc(c, m, op, i);
             LLVMValueRef bptr = op->noperands > 1 ? f.buf[op->operands[1]->id]
                                                   : LLVMConstNull(c->t.ptr);

@@ -38,6 +38,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         i32_rank,                            /* dim_naxes */
         LLVMArrayType2(i32_axes, RT_MAX_RANK), /* dim_axes */
         t->i32,                              /* is_param */
+        t->i32,                              /* index_bound */
     };
     LLVMStructSetBody(t->tensor_desc, td, sizeof td / sizeof td[0], 0);
 

@@ -262,7 +262,7 @@ fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind)
 /* f32, f64, bf16, i32 (ir_dtype_name spells them); false if `s` is none. */
 static bool dtype_parse(const char *s, ir_dtype *out)
 {
-    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16};
+    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16, IR_I32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, ir_dtype_name(all[i])) == 0) {
             *out = all[i];
@@ -279,7 +279,7 @@ void fe_check_decl(fe_checker *c, ast_stmt *s)
     bool ok = true;
     ir_dtype dt = IR_F32;
     if (!dtype_parse(s->u.decl.dtype.s, &dt)) {
-        diag_error(c->diag, s->u.decl.dtype.loc, "unknown dtype '%s' (expected f32, f64 or bf16)",
+        diag_error(c->diag, s->u.decl.dtype.loc, "unknown dtype '%s' (expected f32, f64, bf16 or i32)",
                    s->u.decl.dtype.s);
         ok = false;
     }
@@ -333,9 +333,15 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
             r->sym = fe_symtab_get(&c->tensors, r->name.s);
             if (!r->sym)
                 diag_error(c->diag, r->name.loc, "tensor '%s' is not defined", r->name.s);
+        } else if (!fe_check_ref(c, r, true, NULL)) {
             continue;
         }
-        if (!fe_check_ref(c, r, true, NULL) || !r->sym || r->sym->bad)
+        if (r->sym && !r->sym->bad && r->sym->dtype == IR_I32) {
+            diag_error(c->diag, r->name.loc, "output '%s' is i32: outputs are f32, f64 or bf16",
+                       r->name.s);
+            continue;
+        }
+        if (r->nidx < 0 || !r->sym || r->sym->bad)
             continue;
         if (r->nunred > 0) {
             diag_error(c->diag, r->unred_loc,

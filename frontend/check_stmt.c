@@ -53,13 +53,27 @@ static bool check_gather(fe_checker *c, ast_tref *t, const char *defining)
             ok = false;
         }
         x->dim = t->sym->dims[i];
-        for (int j = 0; j < ids->nidx; j++)
+        /* The looked-up dim is contracted away: no other index may be it,
+         * and the indices and the table's other dims are distinct. */
+        for (int k = 1; k < t->nidx; k++)
+            if (t->idx[k].dim == x->dim) {
+                diag_error(c->diag, t->idx[k].loc, "index '%s' is the dim '%s' looks up", t->idx[k].name,
+                           t->name.s);
+                ok = false;
+            }
+        for (int j = 0; j < ids->nidx; j++) {
+            if (ids->idx[j].dim == x->dim) {
+                diag_error(c->diag, ids->idx[j].loc, "index '%s' is the dim '%s' looks up",
+                           ids->idx[j].name, t->name.s);
+                ok = false;
+            }
             for (int k = 1; k < t->nidx; k++)
                 if (ids->idx[j].dim == t->idx[k].dim && ids->idx[j].dim >= 0) {
                     diag_error(c->diag, ids->idx[j].loc, "index '%s' is both an index of '%s' and "
                                "of the table '%s'", ids->idx[j].name, ids->name.s, t->name.s);
                     ok = false;
                 }
+        }
     }
     return ok;
 }
@@ -88,7 +102,7 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
         diag_error(c->diag, t->unred_loc, "'{U_..}' is only allowed on left sides");
         ok = false;
     }
-    if (!fe_resolve_indices(c, t, false, true))
+    if (!fe_resolve_indices(c, t, false, !subscripts))
         ok = false;
     const fe_tensor *s = t->sym;
     if (!s || s->bad)
@@ -98,7 +112,7 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
                    s->rank, s->rank == 1 ? "" : "s", t->nidx, t->nidx == 1 ? "ex is" : "ices are");
         return false;
     }
-    if (!check_gather(c, t, defining))
+    if (!subscripts && !check_gather(c, t, defining))
         return false;
     for (int i = 0; i < t->nidx; i++) {
         const ast_index *x = &t->idx[i];
@@ -274,6 +288,12 @@ static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
         }
         if (t->sym->bad)
             return;
+        if (t->sym->dtype == IR_I32) {
+            diag_error(c->diag, t->name.loc, "'%s' is i32: an integer tensor can only be the index "
+                       "of a gather, like 'Emb[%s[...], D]'", t->name.s, t->name.s);
+            st->ok = false;
+            return;
+        }
         if (!st->first) {
             st->first = t->sym;
             st->first_loc = t->name.loc;
@@ -339,7 +359,11 @@ static bool expr_has_index(const ast_expr *e, int dim)
         for (int k = 0; k < e->terms[i]->nfactors; k++) {
             const ast_factor *f = e->terms[i]->factors[k];
             if (f->kind == AST_F_TENSOR) {
-                for (int j = 0; j < f->u.tref.nidx; j++)
+                const ast_tref *ids = f->u.tref.nidx > 0 ? f->u.tref.idx[0].tensor : NULL;
+                for (int j = 0; ids && j < ids->nidx; j++)
+                    if (ids->idx[j].dim == dim)
+                        return true;
+                for (int j = ids ? 1 : 0; j < f->u.tref.nidx; j++)
                     if (f->u.tref.idx[j].dim == dim)
                         return true;
             } else if (f->kind == AST_F_INDEX && f->u.index.dim == dim) {

@@ -79,6 +79,13 @@ typedef struct operand {
 } operand;
 
 static bool lower_reduction(stmt_ctx *x, const ast_factor *f, operand *out);
+static operand lower_gather(stmt_ctx *x, const ast_tref *t);
+
+/* The index tensor of a gather reference `Emb[Tok[B, T], D]`, or NULL. */
+static const ast_tref *gather_ids(const ast_tref *t)
+{
+    return t->nidx > 0 ? t->idx[0].tensor : NULL;
+}
 static bool lower_softmax(stmt_ctx *x, const ast_factor *f, operand *out);
 
 /* Elementwise tree of one factor (tensor references become leaves), not
@@ -88,6 +95,10 @@ static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
     ir_arena *a = x->e.arena;
     switch (f->kind) {
     case AST_F_TENSOR: {
+        if (gather_ids(&f->u.tref)) {
+            operand g = lower_gather(x, &f->u.tref);
+            return fe_ew_leaf(a, g.v, g.labels, g.n);
+        }
         int labels[IR_MAX_RANK];
         for (int i = 0; i < f->u.tref.nidx; i++)
             labels[i] = f->u.tref.idx[i].dim;
@@ -200,8 +211,11 @@ static bool reduction_keeps(const stmt_ctx *x, const ast_factor *f, int d)
 
 static void factor_indices(const stmt_ctx *x, const ast_factor *f, int *labels, int *n, int cap)
 {
-    if (f->kind == AST_F_TENSOR)
-        for (int i = 0; i < f->u.tref.nidx; i++)
+    const ast_tref *ids = f->kind == AST_F_TENSOR ? gather_ids(&f->u.tref) : NULL;
+    for (int i = 0; ids && i < ids->nidx; i++) /* a gather has the indices' labels ... */
+        add_label(ids->idx[i].dim, labels, n, cap);
+    if (f->kind == AST_F_TENSOR) /* ... and the table's others */
+        for (int i = ids ? 1 : 0; i < f->u.tref.nidx; i++)
             add_label(f->u.tref.idx[i].dim, labels, n, cap);
     else if (f->kind == AST_F_INDEX)
         add_label(f->u.index.dim, labels, n, cap);
@@ -304,6 +318,29 @@ static operand reduce_einsum(stmt_ctx *x, const operand *in, const bool *keep, i
     return r;
 }
 
+/* `Emb[Tok[B, T], D]`: the gather einsum of the indices and the table (ir.h:
+ * result labels are the indices' then the table's others; the table's
+ * first dim is the one-hot's contracted label). */
+static operand lower_gather(stmt_ctx *x, const ast_tref *t)
+{
+    const ast_tref *ids = gather_ids(t);
+    operand ops[2], out = {.n = 0};
+    ops[0].v = ids->sym->value;
+    ops[0].n = ids->nidx;
+    for (int i = 0; i < ids->nidx; i++)
+        out.labels[out.n++] = ops[0].labels[i] = ids->idx[i].dim;
+    ops[1].v = t->sym->value;
+    ops[1].n = t->nidx;
+    ops[1].labels[0] = t->idx[0].dim;
+    for (int i = 1; i < t->nidx; i++)
+        out.labels[out.n++] = ops[1].labels[i] = t->idx[i].dim;
+    operand r = einsum(x, ops, 2, out.labels, out.n, 1.0, t->name.loc);
+    ir_op *op = x->e.m->last;
+    op->u.einsum.gather = true;
+    op->u.einsum.gather_label = t->idx[0].dim;
+    return r;
+}
+
 /* `sum(x)`, `max(x)`, `min(x)`, `mean(x)` (optionally over one named index):
  * a unary einsum with the reduction's operator; mean is the sum scaled by
  * the reciprocal of the reduced dims' global sizes. */
@@ -370,6 +407,10 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
         if (!factor_varies(f))
             continue; /* a constant call or parenthesis: multiplied in by the caller */
         operand *o = &ops[nf++];
+        if (f->kind == AST_F_TENSOR && !f->divide && gather_ids(&f->u.tref)) {
+            *o = lower_gather(x, &f->u.tref);
+            continue;
+        }
         if (f->kind == AST_F_TENSOR && !f->divide) {
             o->v = f->u.tref.sym->value;
             o->n = f->u.tref.nidx;
@@ -430,10 +471,14 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
 static bool expr_summed(const stmt_ctx *x, const ast_expr *e);
 static bool factor_summed(const stmt_ctx *x, const ast_factor *f)
 {
-    if (f->kind == AST_F_TENSOR)
-        for (int i = 0; i < f->u.tref.nidx; i++)
-            if (!has_label(x->lhs, x->nlhs, f->u.tref.idx[i].dim))
+    if (f->kind == AST_F_TENSOR) {
+        int labels[2 * IR_MAX_RANK], n = 0;
+        factor_indices(x, f, labels, &n, 2 * IR_MAX_RANK);
+        for (int i = 0; i < n && i < 2 * IR_MAX_RANK; i++)
+            if (!has_label(x->lhs, x->nlhs, labels[i]))
                 return true;
+        return false;
+    }
     if (f->kind == AST_F_INDEX && !has_label(x->lhs, x->nlhs, f->u.index.dim))
         return true;
     if (f->kind == AST_F_CALL && ast_callee_reduces(f->u.call.callee)) {

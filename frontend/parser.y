@@ -212,6 +212,14 @@ index
             $$->dim = -1;
         }
     | SUBIDENT                 { $$ = $1; }
+    | tref
+        {
+            $$ = ir_alloc(p->arena, sizeof *$$);
+            $$->tensor = $1;
+            $$->name = $1->name.s;
+            $$->loc = $1->name.loc;
+            $$->dim = -1;
+        }
     ;
 
 /* unred_opt -> [ '{' unred_list '}' ] */

@@ -87,6 +87,21 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
         }
     }
     ir_reduce reduce = op->kind == IR_OP_EINSUM ? op->u.einsum.reduce : IR_RED_SUM;
+    if (op->kind == IR_OP_EINSUM && op->u.einsum.gather) {
+        /* Indices into the first dim of the table, which nothing else has. */
+        int V = op->u.einsum.gather_label;
+        bool ok_g = op->noperands == 2 && reduce == IR_RED_SUM &&
+                    op->operands[0]->type.dtype == IR_I32 && op->operands[1]->type.dtype != IR_I32 &&
+                    op->operands[1]->type.rank >= 1 && op->u.einsum.labels[1][0] == V;
+        for (int j = 0; ok_g && j < op->operands[0]->type.rank; j++)
+            ok_g = op->u.einsum.labels[0][j] != V;
+        for (int j = 0; ok_g && op->result && j < op->result->type.rank; j++)
+            ok_g = op->u.einsum.result_labels[j] != V;
+        if (!ok_g) {
+            WHY("a gather takes i32 indices and a table whose first dim, and only it, is looked up");
+            goto done;
+        }
+    }
     if (reduce != IR_RED_SUM && (op->kind != IR_OP_EINSUM || op->noperands != 1)) {
         WHY("a %s reduction is a unary einsum", ir_reduce_name(reduce));
         goto done;

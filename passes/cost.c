@@ -97,6 +97,8 @@ int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim)
  * times the number of operands. */
 static double einsum_flops(const ir_module *m, const ir_op *op)
 {
+    if (op->u.einsum.gather)
+        return 0; /* a lookup: copies rows, no arithmetic */
     label_set ls = {0};
     for_each_label(m, op, add_label, &ls);
     double points = 1;
@@ -324,7 +326,9 @@ void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
     switch (op->kind) {
     case IR_OP_EINSUM:
         c.flops = einsum_flops(m, op);
-        c.hbm_bytes = in + out;
+        /* A gather reads the indices and one table row per result row. */
+        c.hbm_bytes = op->u.einsum.gather ? in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * out
+                                          : in + out;
         roofline(hw, t, &c);
         if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
             c.t_compute = c.flops / cost_measured_gemm_rate(hw, t, c.flops);

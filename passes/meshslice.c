@@ -98,7 +98,7 @@ static bool one_axis(const ir_op *op)
 static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
 {
     memset(g, 0, sizeof *g);
-    if (e->kind != IR_OP_EINSUM || e->noperands != 2)
+    if (e->kind != IR_OP_EINSUM || e->noperands != 2 || e->u.einsum.gather)
         return false;
     g->einsum = e;
     ir_op *user = NULL;

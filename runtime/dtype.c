@@ -14,6 +14,7 @@ size_t rt_dtype_size(int32_t dtype)
     case RT_F32: return 4;
     case RT_F64: return 8;
     case RT_BF16: return 2;
+    case RT_I32: return 4;
     default: return 0;
     }
 }
@@ -24,6 +25,7 @@ const char *rt_dtype_name(int32_t dtype)
     case RT_F32: return "f32";
     case RT_F64: return "f64";
     case RT_BF16: return "bf16";
+    case RT_I32: return "i32";
     default: return "?";
     }
 }

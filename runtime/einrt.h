@@ -38,6 +38,7 @@ enum rt_dtype {
     RT_F32 = 0,
     RT_F64 = 1,
     RT_BF16 = 2, /* stored as the upper 16 bits of an f32; arithmetic in f32 */
+    RT_I32 = 3,  /* int32: only the indices of a gather (.npy '<i4') */
 };
 
 /* Collective and resharding kinds, same meaning as the IR ops. */
@@ -78,6 +79,10 @@ typedef struct rt_tensor_desc {
     int32_t dim_naxes[RT_MAX_RANK];
     int32_t dim_axes[RT_MAX_RANK][RT_MAX_AXES];
     int32_t is_param;                  /* 1 for `param`, 0 for `input` / outputs */
+    /* RT_I32 inputs: the indices must lie in [0, index_bound) (the size of
+     * the dim they look up), which --random-inputs draws from; 0 otherwise.
+     * Added in the struct's tail padding: size and offsets unchanged. */
+    int32_t index_bound;
 } rt_tensor_desc;
 
 /* A collective or Slice over the group of devices that share every mesh
@@ -159,6 +164,39 @@ void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const voi
 /* Marks the begin / end of op `op_id` for --profile and --trace (cheap when off). */
 void rt_op_begin(rt_device *dev, int32_t op_id);
 void rt_op_end(rt_device *dev, int32_t op_id);
+
+/* A gather (embedding lookup) on per-device blocks:
+ *   c[i..., r...] = table[ids[i...] - offset, r...]  if that row is this
+ *                   device's, else 0,
+ * where the table's first dim (`rows` per device, `rows_global` in all) is
+ * split over `rows_axes` and `offset` is this device's block start along it
+ * (einrt.h's block numbering).  With the rows sharded this is the masked
+ * local lookup of a vocab-parallel embedding, whose zeros make partial sums
+ * for the following AllReduce or ReduceScatter.  c's layout is the indices'
+ * dims then the table's other dims, each row `row_elems` contiguous
+ * elements.  An index outside [0, rows_global) ends the job with a message
+ * naming the index tensor, the element's global position and the value.
+ * All members are 8 bytes wide so the emitted constant needs no padding. */
+typedef struct rt_gather_desc {
+    int64_t dtype;                              /* enum rt_dtype of table and c */
+    int64_t ids_rank;
+    int64_t ids_shape[RT_MAX_RANK];             /* per-device shape of ids */
+    int64_t ids_global_shape[RT_MAX_RANK];
+    int64_t ids_naxes[RT_MAX_RANK];             /* mesh axes sharding each dim of ids */
+    int64_t ids_axes[RT_MAX_RANK][RT_MAX_AXES];
+    int64_t rows;                               /* table rows on this device */
+    int64_t rows_global;                        /* all rows: the valid index range */
+    int64_t rows_naxes;                         /* mesh axes sharding the rows */
+    int64_t rows_axes[RT_MAX_AXES];
+    int64_t row_elems;                          /* elements of one row on this device */
+    const char *ids_name;                       /* the index tensor (messages) */
+    const char *table_name;                     /* the table */
+    int64_t op_id;
+} rt_gather_desc;
+
+/* Runs gather `d`: ids (int32, per `d`), table block, into c (overwritten). */
+void rt_gather(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, const void *table,
+               void *c);
 
 /* ---- asynchronous collectives and the MeshSlice loop (async.c,
  * async_meshslice.c; docs/meshslice.md) ---- */

@@ -183,7 +183,7 @@ int rt_npy_read_header(const char *path, rt_npy_header *h, char *err, size_t err
 /* The .npy descr of a tensor's dtype in files. */
 static const char *file_descr(int32_t dtype)
 {
-    return dtype == RT_F64 ? "<f8" : "<f4";
+    return dtype == RT_F64 ? "<f8" : dtype == RT_I32 ? "<i4" : "<f4";
 }
 
 /* Writes "(a, b, c)" / "(a,)" / "()" into buf. */

@@ -50,7 +50,11 @@ void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t 
         for (int32_t d = 0; d < t->rank; d++)
             g += (start[d] + idx[d]) * gstride[d];
         uint64_t h = bits(key, g);
-        if (t->dtype == RT_F64) {
+        if (t->dtype == RT_I32) {
+            /* Indices: uniform over the rows they look up (0 if unknown). */
+            uint64_t bound = t->index_bound > 0 ? (uint64_t)t->index_bound : 1;
+            ((int32_t *)dst)[e] = (int32_t)((h >> 11) % bound);
+        } else if (t->dtype == RT_F64) {
             ((double *)dst)[e] = (double)(h >> 11) * 0x1p-53 * 2.0 - 1.0;
         } else {
             float f = (float)((double)(h >> 40) * 0x1p-24 * 2.0 - 1.0);

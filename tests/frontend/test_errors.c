@@ -121,7 +121,7 @@ static void test_repeated_index(void)
 static void test_bad_dtype(void)
 {
     EXPECT_DIAG(HDR "input A[I] : f16\noutput A\n",
-                "t.ein:3:14: error: unknown dtype 'f16' (expected f32, f64 or bf16)\n"
+                "t.ein:3:14: error: unknown dtype 'f16' (expected f32, f64, bf16 or i32)\n"
                 "    input A[I] : f16\n"
                 "                 ^\n");
 }
@@ -181,7 +181,7 @@ static void test_syntax_error(void)
                 "                        ^\n");
     /* The last line needs no newline; an unclosed bracket is reported at its end. */
     EXPECT_DIAG(ABC "output A[I, J",
-                "t.ein:5:14: error: syntax error: unexpected end of line, expecting ',' or ']'\n"
+                "t.ein:5:14: error: syntax error: unexpected end of line, expecting ',' or '[' or ']'\n"
                 "    output A[I, J\n"
                 "                 ^\n");
 }
@@ -405,6 +405,35 @@ static void test_reduction_errors(void)
                 "           ^\n");
 }
 
+static void test_gather_errors(void)
+{
+#define GHDR HDR "input Tok[I] : i32\ninput Fl[I] : f32\nparam Emb[K, J] : f32\n"
+    EXPECT_DIAG(GHDR "E[I, J] = Emb[Fl[I], J]\noutput E\n",
+                "t.ein:6:15: error: the index tensor 'Fl' of a gather must be i32, not f32\n"
+                "    E[I, J] = Emb[Fl[I], J]\n"
+                "                  ^\n");
+    EXPECT_DIAG(GHDR "E[I, J] = Tok[I] * Emb[K, J]\noutput E\n",
+                "t.ein:6:11: error: 'Tok' is i32: an integer tensor can only be the index of a "
+                "gather, like 'Emb[Tok[...], D]'\n"
+                "    E[I, J] = Tok[I] * Emb[K, J]\n"
+                "              ^\n");
+    EXPECT_DIAG(GHDR "E[K] = Emb[K, Tok[I]]\noutput E\n",
+                "t.ein:6:15: error: only the first index of 'Emb' can be given by a tensor (a "
+                "gather looks up rows)\n"
+                "    E[K] = Emb[K, Tok[I]]\n"
+                "                  ^\n");
+    EXPECT_DIAG(GHDR "E[Tok[I], J] = Emb[Tok[I], J]\noutput E\n",
+                "t.ein:6:3: error: a tensor as an index ('E[Tok[...]]') is only allowed on the "
+                "right side of a statement\n"
+                "    E[Tok[I], J] = Emb[Tok[I], J]\n"
+                "      ^\n");
+    EXPECT_DIAG(GHDR "output Tok\n",
+                "t.ein:6:8: error: output 'Tok' is i32: outputs are f32, f64 or bf16\n"
+                "    output Tok\n"
+                "           ^\n");
+#undef GHDR
+}
+
 /* Past diag_ctx.max_errors the messages stop but the count goes on. */
 static void test_error_limit(void)
 {
@@ -488,6 +517,7 @@ void einc_register_tests(void)
         {"index value errors", test_index_value_errors},
         {"argument count", test_argument_count},
         {"reduction errors", test_reduction_errors},
+        {"gather errors", test_gather_errors},
         {"mesh axis used twice", test_axis_used_twice},
         {"mesh axis not in mesh", test_axis_not_in_mesh},
         {"dim not divisible by its axes", test_not_divisible},
