@@ -9,12 +9,15 @@
  *   only   in a alone or b alone  summed out before the GEMM
  * The GEMM wants A as [batch, M, K] (or [batch, K, M] with CblasTrans), B as
  * [batch, K, N] (or [batch, N, K] transposed) and writes C as [batch, M, N]
- * (or [batch, N, M] by computing C^T = B^T A^T).  Operands already in one of
- * those layouts are passed with no copy; others are permuted once into
- * scratch (rt_reduce_permute, which also sums out `only` labels), and a
- * result in another order is permuted from scratch into c.  Batch, M and N
- * take c's label order, K takes a's, so the common `ij,jk->ik`, `bij,bjk->bik`
- * and `ij,kj->ik` need no copy at all.
+ * (or [batch, N, M] by computing C^T = B^T A^T).  An operand is passed with
+ * no copy whenever its memory is such a matrix per batch index with some
+ * leading dimension: the inner group a contiguous innermost block, the
+ * outer group a block anywhere, the batch labels anywhere else (so the
+ * attention contractions `bnth,bnsh->bnts` and `btnh,bsnh->bnts` read Q and
+ * K in place with ld = n*h, a strided batched GEMM).  Others are permuted
+ * once into scratch (rt_reduce_permute, which also sums out `only` labels),
+ * and a result that is no such matrix is permuted from scratch into c.
+ * Batch, M and N take c's label order, K takes a's.
  *
  * A unary einsum is a reduction and/or transpose (rt_reduce_permute).  bf16
  * operands are converted to f32, contracted, and rounded back.
@@ -77,45 +80,100 @@ static void check_desc(rt_device *dev, const rt_einsum_desc *d)
     }
 }
 
-/* 1 if labels[0..rank) is the concatenation of the groups g[0..ng). */
-static int is_concat(const int32_t *labels, int32_t rank, const int32_t *const *g,
-                     const int32_t *gn, int ng)
+/* A 2D matrix view of an operand's memory for GEMM: for each batch index
+ * the matrix starts at base + offset (elements) and is [rows x cols] in row
+ * major with leading dimension ld, or the transpose of such a matrix. */
+typedef struct gview {
+    const char *base;              /* the operand's memory */
+    int64_t bstride[RT_MAX_RANK];  /* element stride of each batch label (C's order) */
+    int64_t ld;                    /* leading dimension, elements */
+    int trans;                     /* 1: memory holds [cols x rows] */
+} gview;
+
+/* Position of each of the n labels of group `g` in `labels` if they sit in
+ * consecutive positions in that order; returns the first position (the
+ * rank if n == 0), or -1. */
+static int32_t block_at(const int32_t *labels, int32_t rank, const int32_t *g, int32_t n)
 {
-    int32_t pos = 0;
-    for (int i = 0; i < ng; i++)
-        for (int32_t k = 0; k < gn[i]; k++, pos++)
-            if (pos >= rank || labels[pos] != g[i][k])
-                return 0;
-    return pos == rank;
+    if (n == 0)
+        return rank;
+    int32_t p = find_label(labels, rank, g[0]);
+    if (p < 0 || p + n > rank)
+        return -1;
+    for (int32_t k = 1; k < n; k++)
+        if (labels[p + k] != g[k])
+            return -1;
+    return p;
 }
 
 /*
- * Operand t of d as GEMM reads it: labels in the order g[0], g[1], g[2]
- * (NoTrans) or g[0], g[2], g[1] (Trans) are used in place; anything else
- * is permuted (and its own labels summed out) into scratch *tmp of `elems`
- * elements in the first order.
+ * The view of a tensor with `labels` and `shape` (row-major) as the matrix
+ * [g1 x g2] per index of the batch labels `gb`: g2 must be a block ending
+ * at the innermost position (unit stride) and g1 a block anywhere (its last
+ * label's stride is the leading dimension), or the same with g1 and g2
+ * exchanged (trans).  Every position must be a batch, g1 or g2 label.  So
+ * `btnh` is a [t x h] matrix with ld = n*h for each (b, n): attention's
+ * strided batches need no copy.  Returns 1 and fills *v, or 0.
  */
-static const void *gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, const void *x,
-                                const int32_t *const *g, const int32_t *gn, int64_t elems,
-                                int *trans, void **tmp)
+static int make_view(const int32_t *labels, int32_t rank, const int64_t *shape, const int32_t *gb,
+                     int32_t nb, const int32_t *g1, int32_t n1, const int32_t *g2, int32_t n2,
+                     const void *base, gview *v)
 {
-    const int32_t *swapped[3] = {g[0], g[2], g[1]};
-    const int32_t swapped_n[3] = {gn[0], gn[2], gn[1]};
-    *trans = 0;
-    if (is_concat(d->labels[t], d->rank[t], g, gn, 3))
-        return x;
-    if (is_concat(d->labels[t], d->rank[t], swapped, swapped_n, 3)) {
-        *trans = 1;
-        return x;
+    if (nb + n1 + n2 != rank)
+        return 0;
+    int64_t stride[RT_MAX_RANK + 1];
+    stride[rank] = 1;
+    for (int32_t k = rank - 1; k >= 0; k--)
+        stride[k] = k == rank - 1 ? 1 : stride[k + 1] * shape[k + 1];
+    for (int trans = 0; trans < 2; trans++) {
+        const int32_t *inner = trans ? g1 : g2, *outer = trans ? g2 : g1;
+        int32_t ni = trans ? n1 : n2, no = trans ? n2 : n1;
+        int32_t pi = block_at(labels, rank, inner, ni), po = block_at(labels, rank, outer, no);
+        if (pi < 0 || po < 0 || (ni > 0 && pi + ni != rank))
+            continue;
+        int64_t cols = 1;
+        for (int32_t k = 0; k < ni; k++)
+            cols *= shape[pi + k];
+        v->base = base;
+        v->trans = trans;
+        v->ld = no > 0 ? stride[po + no - 1] : (cols > 0 ? cols : 1);
+        if (v->ld < cols)
+            continue; /* the outer block lies inside the inner one: not a matrix */
+        for (int32_t k = 0; k < nb; k++) {
+            int32_t p = find_label(labels, rank, gb[k]);
+            if (p < 0)
+                return 0;
+            v->bstride[k] = stride[p];
+        }
+        return 1;
     }
+    return 0;
+}
+
+/*
+ * Operand t of d as GEMM reads it, as the matrix [g[1] x g[2]] per batch
+ * index of g[0]: a strided view of its own memory when there is one
+ * (make_view), else a copy permuted (and its own labels summed out) into
+ * scratch *tmp of `elems` elements in the order g[0], g[1], g[2].
+ */
+static void gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, const void *x,
+                         const int32_t *const *g, const int32_t *gn, int64_t elems, gview *v,
+                         void **tmp)
+{
+    if (make_view(d->labels[t], d->rank[t], d->shape[t], g[0], gn[0], g[1], gn[1], g[2], gn[2],
+                  x, v))
+        return;
     int32_t want[RT_MAX_RANK], w = 0;
+    int64_t shape[RT_MAX_RANK];
     for (int i = 0; i < 3; i++)
-        for (int32_t k = 0; k < gn[i]; k++)
-            want[w++] = g[i][k];
+        for (int32_t k = 0; k < gn[i]; k++) {
+            want[w] = g[i][k];
+            shape[w++] = d->shape[t][find_label(d->labels[t], d->rank[t], g[i][k])];
+        }
     *tmp = rt_alloc(dev, elems * (int64_t)rt_dtype_size(d->dtype));
     rt_reduce_permute(dev, d->dtype, x, d->rank[t], d->shape[t], d->labels[t], *tmp, w, want,
                       1.0);
-    return *tmp;
+    make_view(want, w, shape, g[0], gn[0], g[1], gn[1], g[2], gn[2], *tmp, v);
 }
 
 /* The two-operand f32/f64 case. */
@@ -123,12 +181,14 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
                      void *c)
 {
     int32_t cls[CLS_NCLASS][RT_MAX_RANK], n[CLS_NCLASS] = {0};
-    int64_t sz[CLS_NCLASS] = {1, 1, 1, 1};
+    int64_t sz[CLS_NCLASS] = {1, 1, 1, 1}, bsize[RT_MAX_RANK];
     for (int32_t k = 0; k < d->rank[2]; k++) {
         int32_t l = d->labels[2][k];
         int ina = find_label(d->labels[0], d->rank[0], l) >= 0;
         int inb = find_label(d->labels[1], d->rank[1], l) >= 0;
         int cl = ina && inb ? CLS_BATCH : ina ? CLS_M : CLS_N;
+        if (cl == CLS_BATCH)
+            bsize[n[cl]] = d->shape[2][k];
         cls[cl][n[cl]++] = l;
         sz[cl] *= d->shape[2][k];
     }
@@ -152,55 +212,67 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
     const int32_t *gb = cls[CLS_BATCH], *gm = cls[CLS_M], *gn = cls[CLS_N], *gk = cls[CLS_K];
     const int32_t nb = n[CLS_BATCH], nm = n[CLS_M], nn = n[CLS_N], nk = n[CLS_K];
 
-    /* A as [B, M, K] or [B, K, M]; B as [B, K, N] or [B, N, K]. */
+    /* A as [M x K] (or its transpose), B as [K x N], per batch index. */
     const int32_t *ga[3] = {gb, gm, gk}, *gbb[3] = {gb, gk, gn};
     const int32_t na[3] = {nb, nm, nk}, nbb[3] = {nb, nk, nn};
     void *a_tmp = NULL, *b_tmp = NULL, *c_tmp = NULL;
-    int trans_a, trans_b;
-    a = gemm_operand(dev, d, 0, a, ga, na, B * M * K, &trans_a, &a_tmp);
-    b = gemm_operand(dev, d, 1, b, gbb, nbb, B * K * N, &trans_b, &b_tmp);
-    /* Result: [B, M, N] directly, [B, N, M] as C^T = B^T A^T, else scratch. */
-    const int32_t *bmn[3] = {gb, gm, gn}, *bnm[3] = {gb, gn, gm};
-    const int32_t bmn_n[3] = {nb, nm, nn}, bnm_n[3] = {nb, nn, nm};
-    int swap = 0;
-    void *cc = c;
-    if (is_concat(d->labels[2], d->rank[2], bmn, bmn_n, 3)) {
-        swap = 0;
-    } else if (is_concat(d->labels[2], d->rank[2], bnm, bnm_n, 3)) {
-        swap = 1;
-    } else {
+    gview va, vb, vc;
+    gemm_operand(dev, d, 0, a, ga, na, B * M * K, &va, &a_tmp);
+    gemm_operand(dev, d, 1, b, gbb, nbb, B * K * N, &vb, &b_tmp);
+    /* C as [M x N] in place, or as C^T = B^T A^T when it is [N x M]; else
+     * into scratch [B, M, N] and permuted after. */
+    const int32_t *bmn[3] = {gb, gm, gn};
+    const int32_t bmn_n[3] = {nb, nm, nn};
+    if (!make_view(d->labels[2], d->rank[2], d->shape[2], gb, nb, gm, nm, gn, nn, c, &vc)) {
         c_tmp = rt_alloc(dev, B * M * N * (int64_t)es);
-        cc = c_tmp;
+        int32_t want[RT_MAX_RANK], w = 0;
+        int64_t shape[RT_MAX_RANK];
+        for (int i = 0; i < 3; i++)
+            for (int32_t k = 0; k < bmn_n[i]; k++) {
+                want[w] = bmn[i][k];
+                shape[w++] = d->shape[2][find_label(d->labels[2], d->rank[2], bmn[i][k])];
+            }
+        make_view(want, w, shape, gb, nb, gm, nm, gn, nn, c_tmp, &vc);
     }
     double alpha = c_tmp ? 1.0 : d->alpha;
-    int lda = (int)(trans_a ? M : K), ldb = (int)(trans_b ? K : N);
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE ta_sw = trans_a ? CblasNoTrans : CblasTrans;
-    enum CBLAS_TRANSPOSE tb_sw = trans_b ? CblasNoTrans : CblasTrans;
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+    enum CBLAS_TRANSPOSE ta = va.trans ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = vb.trans ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE ta_sw = va.trans ? CblasNoTrans : CblasTrans;
+    enum CBLAS_TRANSPOSE tb_sw = vb.trans ? CblasNoTrans : CblasTrans;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || va.ld > INT32_MAX ||
+        vb.ld > INT32_MAX || vc.ld > INT32_MAX)
         rt_fatal(dev, "einsum (op %d): GEMM of %lld x %lld x %lld exceeds BLAS int sizes",
                  d->op_id, (long long)M, (long long)N, (long long)K);
+    int lda = (int)va.ld, ldb = (int)vb.ld, ldc = (int)vc.ld;
+    int64_t idx[RT_MAX_RANK] = {0};
     for (int64_t i = 0; i < B; i++) {
+        int64_t oa = 0, ob = 0, oc = 0;
+        for (int32_t k = 0; k < nb; k++) {
+            oa += idx[k] * va.bstride[k];
+            ob += idx[k] * vb.bstride[k];
+            oc += idx[k] * vc.bstride[k];
+        }
         if (d->dtype == RT_F64) {
-            const double *pa = (const double *)a + i * M * K, *pb = (const double *)b + i * K * N;
-            double *pc = (double *)cc + i * M * N;
-            if (swap)
+            const double *pa = (const double *)va.base + oa, *pb = (const double *)vb.base + ob;
+            double *pc = (double *)vc.base + oc;
+            if (vc.trans)
                 cblas_dgemm(CblasRowMajor, tb_sw, ta_sw, (int)N, (int)M, (int)K, alpha, pb, ldb,
-                            pa, lda, 0.0, pc, (int)M);
+                            pa, lda, 0.0, pc, ldc);
             else
                 cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, pa, lda, pb, ldb,
-                            0.0, pc, (int)N);
+                            0.0, pc, ldc);
         } else {
-            const float *pa = (const float *)a + i * M * K, *pb = (const float *)b + i * K * N;
-            float *pc = (float *)cc + i * M * N;
-            if (swap)
+            const float *pa = (const float *)va.base + oa, *pb = (const float *)vb.base + ob;
+            float *pc = (float *)vc.base + oc;
+            if (vc.trans)
                 cblas_sgemm(CblasRowMajor, tb_sw, ta_sw, (int)N, (int)M, (int)K, (float)alpha, pb,
-                            ldb, pa, lda, 0.0f, pc, (int)M);
+                            ldb, pa, lda, 0.0f, pc, ldc);
             else
                 cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, pa, lda,
-                            pb, ldb, 0.0f, pc, (int)N);
+                            pb, ldb, 0.0f, pc, ldc);
         }
+        for (int32_t k = nb - 1; k >= 0 && ++idx[k] == bsize[k]; k--)
+            idx[k] = 0;
     }
     if (c_tmp) {
         int32_t have[RT_MAX_RANK], w = 0;
