@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""lit.py - golden tests whose expectations live in the .ein files they test.
+
+As LLVM's lit tests do, every `.ein` file under the given files and
+directories that carries `# expect...` comment lines is a test; the driver
+compiles it with `einc FILE --dump-ir=json` (plus the flags of a `# run:`
+line; `--meshslice=off` when there is none) and compares:
+
+  # expect: AllGather_Y:In ReduceScatter_Y:Out
+      the collectives einc inserts, in program order, each written
+      OP_AXES:TENSOR (the tensor of the value it moves), with the combining
+      operator of a non-sum reduction in parentheses (`AllReduce_X(max):A`);
+      `# expect: none` for no collective.  Several `# expect:` lines add up.
+  # expect-types: Tmp[B_X, F_Y]; Act[B_X, F_Y]; Out[B_X, D]{U_Y}
+      the result types of the compute ops (einsums, elementwise ops,
+      gathers, reductions), in program order, separated by `;`.
+  # expect-outputs: Out[B_X, D_Y]
+      the types of the program's outputs, separated by `;`.
+  # expect-error: t.ein:3:1: error: ...
+      einc must exit 1 and print this text (the file's own name in front).
+  # run: --hw tpu-v4
+      flags for einc (replacing the default --meshslice=off).
+
+Every inserted collective must also carry a reason ("for ...").  The last
+line is `N passed, N failed`; exit 1 on any failure.
+
+usage: lit.py EINC PATH...
+"""
+import json
+import os
+import subprocess
+import sys
+
+COLLECTIVES = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll", "Slice"}
+COMPUTE = {"Einsum", "Elementwise", "MeshSlice"}
+
+
+def directives(path):
+    """{key: [values]} of the file's `# key: value` lines for the keys above."""
+    keys = ("expect", "expect-types", "expect-outputs", "expect-error", "run")
+    found = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            for k in keys:
+                prefix = "# %s:" % k
+                if line.startswith(prefix):
+                    found.setdefault(k, []).append(line[len(prefix):].strip())
+    return found
+
+
+def spell(op):
+    """`AllReduce_X(max):A` for an inserted collective of the JSON dump."""
+    red = op.get("reduce", "sum")
+    return "%s_%s%s:%s" % (op["op"], "".join(op["axes"]), "" if red == "sum" else "(%s)" % red,
+                           op["operands"][0]["tensor"])
+
+
+def split_list(values, sep):
+    return [x.strip() for v in values for x in v.split(sep) if x.strip()]
+
+
+def check(einc, path):
+    """A list of failure messages for one file (empty when it matches)."""
+    d = directives(path)
+    flags = d["run"][-1].split() if "run" in d else ["--meshslice=off"]
+    cmd = [einc, path, "--dump-ir=json", *flags]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if "expect-error" in d:
+        errors = []
+        if run.returncode != 1:
+            errors.append("einc exited %d, expected 1" % run.returncode)
+        for want in d["expect-error"]:
+            if want not in run.stderr:
+                errors.append("stderr lacks %r:\n%s" % (want, run.stderr))
+        return errors
+    if run.returncode != 0:
+        return ["%s failed (%d):\n%s" % (" ".join(cmd), run.returncode, run.stderr)]
+    ir = json.loads(run.stdout)
+    errors = []
+    colls = [op for op in ir["ops"] if op["op"] in COLLECTIVES]
+    if "expect" in d:
+        want = split_list(d["expect"], " ")
+        want = [] if want == ["none"] else want
+        got = [spell(op) for op in colls]
+        if got != want:
+            errors.append("collectives\n  got  %s\n  want %s" % (" ".join(got) or "none",
+                                                               " ".join(want) or "none"))
+    for op in colls:
+        if not (op.get("reason") or "").startswith("for "):
+            errors.append("%s has no reason: %r" % (spell(op), op.get("reason")))
+    if "expect-types" in d:
+        got = [op["result"]["type"] for op in ir["ops"] if op["op"] in COMPUTE]
+        want = split_list(d["expect-types"], ";")
+        if got != want:
+            errors.append("compute result types\n  got  %s\n  want %s" % ("; ".join(got),
+                                                                         "; ".join(want)))
+    if "expect-outputs" in d:
+        got = [o["type"] for o in ir["outputs"]]
+        want = split_list(d["expect-outputs"], ";")
+        if got != want:
+            errors.append("outputs\n  got  %s\n  want %s" % ("; ".join(got), "; ".join(want)))
+    return errors
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    einc = argv[1]
+    files = []
+    for p in argv[2:]:
+        if os.path.isdir(p):
+            files += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".ein"))
+        else:
+            files.append(p)
+    files = [f for f in files if any(k.startswith("expect") for k in directives(f))]
+    passed = failed = 0
+    for f in files:
+        errors = check(einc, f)
+        name = os.path.relpath(f)
+        if errors:
+            failed += 1
+            print("FAIL %s\n  %s" % (name, "\n  ".join(e.replace("\n", "\n  ") for e in errors)))
+        else:
+            passed += 1
+            print("ok   %s" % name)
+    if not files:
+        print("no .ein file with '# expect' lines under %s" % " ".join(argv[2:]))
+        failed += 1
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
