@@ -7,7 +7,7 @@
  *   plan.c        fusion and buffer liveness over the op list (no LLVM)
  *   run.c         the SPMD run function: buffers, rt_einsum, rt_collective
  *   elementwise.c fused elementwise loop nests
- *   reduce.c      max and min reductions as loop nests
+ *   reduce.c      unary einsums (sum, max, min reductions) as loop nests
  *   gather.c      gathers (embedding lookups) as calls of rt_gather
  *   meshslice.c   MeshSlice ops as calls of the runtime's pipelined loop
  *   program.c     the constant rt_program and its tensor descriptors
@@ -148,9 +148,10 @@ void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LL
 
 /* ---- reduce.c ---- */
 
-/* Emits the max or min einsum `op` (one operand, op->u.einsum.reduce MAX
- * or MIN) as a loop nest at the builder's position, writing `dst`.  Sum
- * einsums go to rt_einsum (BLAS) instead. */
+/* Emits the unary einsum `op` (a sum, max or min reduction and/or
+ * transpose of one operand, times its scale) as a loop nest at the
+ * builder's position, writing `dst`.  Two-operand einsums go to rt_einsum
+ * (BLAS) instead. */
 void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
 
 /* ---- gather.c ---- */

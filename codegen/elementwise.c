@@ -216,11 +216,40 @@ static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
     return LLVMBuildFDiv(b, fc(n, 1.0), LLVMBuildFAdd(b, fc(n, 1.0), e, ""), "");
 }
 
+/* exp(x) that stays on libmvec's vector path, which sends a whole vector
+ * through a scalar fallback as soon as one lane is beyond |x| = BIG (87 for
+ * expf, 708 for exp): a softmax's masked -inf scores, half of a causal
+ * attention's, made it 10x slower per element.  Arguments beyond BIG are
+ * shifted by K towards 0 and the result scaled back by exp(-+K) (one extra
+ * rounding, into the denormal range where that is the exact answer's
+ * neighbourhood anyway); below Z (where IEEE exp is +0: exp(-104) is under
+ * f32's smallest denormal) the result is selected as 0, above O (overflow)
+ * as +inf, and exp only ever sees [-BIG, BIG].  NaN fails every comparison
+ * and stays NaN. */
+static LLVMValueRef exp_fast(ew_nest *n, LLVMValueRef x)
+{
+    LLVMBuilderRef b = n->c->b;
+    bool f32 = n->ct == n->c->t.f32;
+    double big = f32 ? 87.0 : 708.0, k = f32 ? 64.0 : 512.0;
+    double zero = f32 ? -104.0 : -746.0, over = f32 ? 88.73 : 709.79;
+    LLVMValueRef lo = LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, -big), "");
+    LLVMValueRef hi = LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, big), "");
+    LLVMValueRef xs = LLVMBuildSelect(b, lo, LLVMBuildFAdd(b, x, fc(n, k), ""), x, "");
+    xs = LLVMBuildSelect(b, hi, LLVMBuildFSub(b, x, fc(n, k), ""), xs, "");
+    xs = clamp(n, xs, big);
+    LLVMValueRef e = intrinsic(n, "llvm.exp", &xs, 1);
+    e = LLVMBuildSelect(b, lo, LLVMBuildFMul(b, e, fc(n, exp(-k)), ""), e, "");
+    e = LLVMBuildSelect(b, hi, LLVMBuildFMul(b, e, fc(n, exp(k)), ""), e, "");
+    e = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, zero), ""), fc(n, 0.0), e, "");
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, over), ""), fc(n, INFINITY), e,
+                           "");
+}
+
 static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
     switch (fn) {
-    case IR_FN_EXP: return intrinsic(n, "llvm.exp", &x, 1);
+    case IR_FN_EXP: return exp_fast(n, x);
     case IR_FN_LOG: return intrinsic(n, "llvm.log", &x, 1);
     case IR_FN_TANH: return libm_tanh(n, x);
     case IR_FN_RELU: {
@@ -354,6 +383,11 @@ static LLVMValueRef eval(ew_nest *n, ew_eval *x, int node)
     case IR_EW_CONST: r = fc(n, e->value); break;
     case IR_EW_INDEX: {
         LLVMValueRef g = LLVMBuildNSWAdd(b, x->bylabel[e->dim], x->offbylabel[e->dim], "");
+        /* Through i32 when the dim fits: AVX2 converts packed i32 to
+         * float but has no packed i64 conversion, so an i64 one kept
+         * every masked loop scalar. */
+        if (n->f->m->dims[e->dim].size <= INT32_MAX)
+            g = LLVMBuildTrunc(b, g, c->t.i32, "");
         r = LLVMBuildSIToFP(b, g, n->ct, "");
         break;
     }

@@ -1,6 +1,7 @@
 /*
- * reduce.c - max and min einsums (`max(x)`, `min(x)`, the two reductions of
- * a softmax) as LLVM loop nests.
+ * reduce.c - unary einsums (reductions: `max(x)`, `min(x)`, `sum(x)`,
+ * `mean(x)`, the two reductions of a softmax, RMSNorm's mean of squares)
+ * as LLVM loop nests.
  *
  * result[r] = scale * reduce_{c} operand[r, c], where r runs over the
  * result's per-device block and c over the operand's other labels (the
@@ -9,10 +10,11 @@
  * when the reduced dim is the operand's last (softmax over the key dim) the
  * innermost loop walks contiguous memory.  The accumulator starts at -inf
  * for max and +inf for min and combines with llvm.maximum / llvm.minimum,
- * which propagate NaN as numpy.max does; it lives in an entry-block alloca
- * that O3's mem2reg turns into a register.  bf16 is read into f32 (exact) and the
- * result rounded once.  A sum einsum never comes here: it is a GEMM
- * (rt_einsum).
+ * which propagate NaN as numpy.max does; a sum starts at 0 and adds with
+ * reassociation allowed, so it vectorises.  The accumulator lives in an
+ * entry-block alloca that O3's mem2reg turns into a register.  bf16 is read
+ * into f32 (exact) and the result rounded once.  Two-operand einsums are
+ * GEMMs (rt_einsum).
  */
 #include <math.h>
 #include <string.h>
@@ -65,7 +67,8 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
 {
     const ir_value *a = op->operands[0], *r = op->result;
     LLVMTypeRef ct = r->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
-    bool is_max = op->u.einsum.reduce == IR_RED_MAX;
+    ir_reduce red = op->u.einsum.reduce;
+    bool is_max = red == IR_RED_MAX;
     int64_t ashape[IR_MAX_RANK], rshape[IR_MAX_RANK];
     cg_local_shape(f->m, &a->type, ashape);
     cg_local_shape(f->m, &r->type, rshape);
@@ -95,7 +98,8 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
         rl[q] = loop_begin(c, f, rshape[q]);
         ridx[q] = rl[q].phi;
     }
-    LLVMBuildStore(c->b, LLVMConstReal(ct, is_max ? -INFINITY : INFINITY), acc);
+    LLVMBuildStore(c->b, LLVMConstReal(ct, red == IR_RED_SUM ? 0.0 : is_max ? -INFINITY : INFINITY),
+                   acc);
     for (int k = 0; k < ncontr; k++) {
         cl[k] = loop_begin(c, f, ashape[contr[k]]);
         aidx[contr[k]] = cl[k].phi;
@@ -105,12 +109,21 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
             aidx[j] = ridx[res_pos[j]];
     LLVMValueRef x = cg_load_elem(c, ct, f->buf[a->id], a->type.dtype,
                                   offset(c, ashape, aidx, a->type.rank));
-    const char *name = is_max ? "llvm.maximum" : "llvm.minimum";
-    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(c->mod, id, &ct, 1);
-    LLVMTypeRef fty = LLVMIntrinsicGetType(c->llctx, id, &ct, 1);
-    LLVMValueRef args[] = {LLVMBuildLoad2(c->b, ct, acc, ""), x};
-    LLVMBuildStore(c->b, LLVMBuildCall2(c->b, fty, fn, args, 2, ""), acc);
+    LLVMValueRef prev = LLVMBuildLoad2(c->b, ct, acc, ""), next;
+    if (red == IR_RED_SUM) {
+        /* Reassociation lets the vectoriser keep partial sums per lane (the
+         * order of a sum is not specified; BLAS reorders it too). */
+        next = LLVMBuildFAdd(c->b, prev, x, "");
+        LLVMSetFastMathFlags(next, LLVMFastMathAllowReassoc);
+    } else {
+        const char *name = is_max ? "llvm.maximum" : "llvm.minimum";
+        unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+        LLVMValueRef fn = LLVMGetIntrinsicDeclaration(c->mod, id, &ct, 1);
+        LLVMTypeRef fty = LLVMIntrinsicGetType(c->llctx, id, &ct, 1);
+        LLVMValueRef args[] = {prev, x};
+        next = LLVMBuildCall2(c->b, fty, fn, args, 2, "");
+    }
+    LLVMBuildStore(c->b, next, acc);
     for (int k = ncontr - 1; k >= 0; k--)
         loop_end(c, f, &cl[k]);
     LLVMValueRef v = LLVMBuildLoad2(c->b, ct, acc, "");

@@ -204,8 +204,8 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         call_mark(c, &f, c->rt.op_begin, i);
         switch (op->kind) {
         case IR_OP_EINSUM: {
-            if (op->u.einsum.reduce != IR_RED_SUM) {
-                cg_emit_reduce(c, &f, op, dst); /* max / min: no GEMM */
+            if (op->noperands == 1) {
+                cg_emit_reduce(c, &f, op, dst); /* a reduction: no GEMM */
                 break;
             }
             if (op->u.einsum.gather) {

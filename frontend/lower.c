@@ -460,7 +460,22 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
         int nout = restrict_labels(x, have, nhave, keep, nkeep, out);
         if (!limit_rank(x, nout, t->loc, "an intermediate einsum"))
             return NULL;
-        acc = einsum(x, pair, npair, out, nout, k == nf - 1 ? scale : 1.0, t->loc);
+        double sc = k == nf - 1 ? scale : 1.0;
+        if (npair == 2 && nout == nhave) {
+            /* Nothing is summed at this step (a broadcast product, like
+             * the rotary tables' `* Sin[T, G]`): an elementwise op, which
+             * fuses with its neighbours, not a GEMM of one-element dims. */
+            ir_arena *a = x->e.arena;
+            fe_ew *prod = fe_ew_bin(a, IR_EW_MUL, fe_ew_leaf(a, pair[0].v, pair[0].labels, pair[0].n),
+                                    fe_ew_leaf(a, pair[1].v, pair[1].labels, pair[1].n));
+            if (sc != 1.0)
+                prod = fe_ew_bin(a, IR_EW_MUL, fe_ew_const(a, sc), prod);
+            acc.v = fe_ew_emit(&x->e, prod, out, nout, t->loc);
+            acc.n = nout;
+            memcpy(acc.labels, out, (size_t)nout * sizeof(int));
+            continue;
+        }
+        acc = einsum(x, pair, npair, out, nout, sc, t->loc);
     }
     *nres = acc.n;
     memcpy(res, acc.labels, (size_t)acc.n * sizeof(int));
