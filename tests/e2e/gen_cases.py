@@ -111,6 +111,16 @@ class Where:
         return [self.l, self.r, self.a, self.b]
 
 
+class Gather:
+    """`Emb[Tok[B, T], D]`: rows of table `name` (first dim `row`) looked up
+    by the i32 tensor `ids` (labels `ids_labels`); `rest` labels the
+    table's other dims."""
+
+    def __init__(self, name, row, ids, ids_labels, rest):
+        self.name, self.row, self.ids = name, row, ids
+        self.ids_labels, self.rest = list(ids_labels), list(rest)
+
+
 class Red:
     """`max(sum, D)` (also sum, min, mean): a reduction over the named index."""
 
@@ -134,6 +144,8 @@ def factor_labels(f):
         return []
     if isinstance(f, Idx):
         return [f.dim]
+    if isinstance(f, Gather):
+        return f.ids_labels + f.rest
     if isinstance(f, Div):
         return factor_labels(f.f)
     if isinstance(f, Call2):
@@ -175,6 +187,9 @@ def ein_factor(f):
         return fmt_num(f.value)
     if isinstance(f, Idx):
         return f.dim
+    if isinstance(f, Gather):
+        return "%s[%s[%s]%s]" % (f.name, f.ids, ", ".join(f.ids_labels),
+                                 "".join(", " + r for r in f.rest))
     if isinstance(f, Call2):
         return "%s(%s, %s)" % (f.fn, ein_sum(f.a), ein_sum(f.b))
     if isinstance(f, Where):
@@ -240,6 +255,8 @@ class NpRender:
             return f.name
         if isinstance(f, Idx):
             return "iota('%s')" % self.spec([f.dim])
+        if isinstance(f, Gather):
+            return "%s[%s.astype(np.int64)]" % (f.name, f.ids)
         if isinstance(f, Paren):
             return self.elementwise(f.terms)
         if isinstance(f, (Red, Softmax)):
@@ -292,6 +309,7 @@ class Program:
         self.stmts = []         # (name, labels, sharding or None, unreduced axes, terms)
         self.outputs = []       # (name, sharding or None)
         self.labels_of = {}     # tensor name -> labels
+        self.int_inputs = {}    # i32 input name -> the dim its values index
         self.overrides = []     # dims and mesh axes whose size comes from `einc -D`
         self.multiple = {}      # dim -> extra factor its size must be a multiple of
         self.flags = []         # extra einc options
@@ -326,6 +344,11 @@ class Program:
 
     def input(self, name, labels, sharding=None):
         self.decl(self.rng.choice(["input", "input", "param"]), name, labels, sharding)
+
+    def index_input(self, name, labels, table_row):
+        """An i32 input whose values index dim `table_row` of a table."""
+        self.decl("input", name, labels)
+        self.int_inputs[name] = table_row
 
     def stmt(self, name, labels, terms, sharding=None, unreduced=()):
         self.stmts.append((name, list(labels), sharding, list(unreduced), terms))
@@ -409,7 +432,8 @@ class Program:
         lines.append("mesh " + ", ".join("%s=%d" % (a, size(a, n)) for a, n in self.mesh))
         lines.append("dim " + ", ".join("%s=%d" % (d, size(d, self.sizes[d])) for d in self.dims))
         for kind, name, labels, sh in self.decls:
-            lines.append("%s %s: %s" % (kind, self.ein_tref(name, labels, sh), self.dtype))
+            dt = "i32" if name in self.int_inputs else self.dtype
+            lines.append("%s %s: %s" % (kind, self.ein_tref(name, labels, sh), dt))
         for name, labels, sh, unred, terms in self.stmts:
             lines.append("%s = %s" % (self.ein_tref(name, labels, sh, unred), ein_sum(terms)))
         for name, sh in self.outputs:
@@ -449,6 +473,8 @@ class Program:
             "source": self.source(),
             "inputs": [(name, [self.sizes[d] for d in labels])
                        for _, name, labels, _ in self.decls],
+            # i32 inputs: name -> the size of the dim their values index
+            "int_inputs": {n: self.sizes[d] for n, d in self.int_inputs.items()},
             "reference": self.reference(),
             "letters": {d: "abcdefghijklmnopqrstuvwxyz"[i] for i, d in enumerate(self.dims)},
             "sizes": dict(self.sizes),
@@ -668,6 +694,31 @@ def t_reduce(p, rng):
                sharding=p.maybe_constraint(keep, 0.3))
         p.output("Q", p.maybe_constraint(keep, 0.3))
     p.output("R", p.maybe_constraint(p.labels_of["R"], 0.3))
+
+
+def t_gather(p, rng):
+    """Embedding lookups: i32 ids and a table, each randomly sharded (a
+    table sharded on its rows is Megatron's vocab-parallel embedding), the
+    lookup used alone, scaled, summed over an ids dim, or as a GEMM operand."""
+    b, t, v, d = p.new_dims(4)
+    ids = [b, t] if rng.random() < 0.7 else [b]
+    p.index_input("Tok", ids, v)
+    p.input("Emb", [v, d])
+    g = Gather("Emb", v, "Tok", ids, [d])
+    kind = rng.choice(["plain", "scaled", "summed", "matmul"])
+    if kind == "plain":
+        p.stmt("E", ids + [d], [(1, [g])], sharding=p.maybe_constraint(ids + [d], 0.4))
+    elif kind == "scaled":
+        p.stmt("E", ids + [d], [(1, [Num(2.0), g]), (1, [Num(1.0)])],
+               sharding=p.maybe_constraint(ids + [d], 0.4))
+    elif kind == "summed":
+        p.stmt("E", [b, d], [(1, [g])], sharding=p.maybe_constraint([b, d], 0.4))
+    else:
+        f = p.new_dims(1)[0]
+        p.input("W", [d, f])
+        p.stmt("E", ids + [f], [(1, [g, Ref("W", [d, f])])],
+               sharding=p.maybe_constraint(ids + [f], 0.4))
+    p.output("E", p.maybe_constraint(p.labels_of["E"], 0.3))
 
 
 def t_chain(p, rng):
@@ -891,6 +942,7 @@ CATEGORIES = [
     ("meshslice", t_meshslice, 30, ["2d"]),
     ("vocab", t_vocab, 40, [1, 2, 3]),
     ("reduce", t_reduce, 40, [1, 2, 3]),
+    ("gather", t_gather, 30, [1, 2, 3]),
 ]
 
 

@@ -88,7 +88,7 @@ def reference(case, arrays):
     env = dict(FUNCS)
     env.update(np=np, bc=bc, es=lambda spec, *ops: np.einsum(spec, *ops, optimize=True),
                iota=lambda c: np.arange(size_of[c], dtype=np.float64), inf=np.inf)
-    env.update({k: v.astype(np.float64) for k, v in arrays.items()})
+    env.update({k: v if v.dtype == np.int32 else v.astype(np.float64) for k, v in arrays.items()})
     for line in case["reference"]:
         exec(line, env)  # noqa: S102 - our own generated code
     return {name: np.asarray(env[name]) for name in case["outputs"]}
@@ -152,6 +152,13 @@ def run_case(case, args, work):
         cmd = mpi_launch(args.mpirun, case["mesh_size"])
     cmd.append("./case")
     for name, shape in case["inputs"]:
+        if name in case.get("int_inputs", {}):
+            # Gather indices: '<i4' ids over the rows they look up.
+            a = rng.integers(0, case["int_inputs"][name], size=shape, dtype=np.int32)
+            arrays[name] = a
+            np.save(os.path.join(work, "in_%s.npy" % name), a)
+            cmd += ["--input", "%s=in_%s.npy" % (name, name)]
+            continue
         a = rng.uniform(-1.0, 1.0, size=shape).astype(NPDTYPE[case["dtype"]])
         if case["dtype"] == "bf16":
             a = round_bf16(a)  # so NumPy starts from the values the program reads
