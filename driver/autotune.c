@@ -5,11 +5,13 @@
  * keeps its largest matrix stationary; (2) an exhaustive search over the
  * factor pairs rows x cols of the chip count, with each layer's slice count
  * K searched independently, picks the mesh shape with the least estimated
- * time (passes/meshslice_model.c).  The model comes from the .ein file: it
- * is compiled by the frontend and every Einsum with two operands, at least
- * one contracting dim, a free dim on each side and no batch dim is a 2D
- * GEMM C[M,N] = A[M,K] * B[K,N], M, N and K being the products of the
- * global sizes of A's free dims, B's free dims and the contracting dims.
+ * time (the cost model's cost_ms_* functions,
+ * passes/costmodel/meshslice_model.c).  The model comes from the .ein
+ * file: it is compiled by the frontend and every Einsum with two operands,
+ * at least one contracting dim, a free dim on each side and no batch dim
+ * is a 2D GEMM C[M,N] = A[M,K] * B[K,N], M, N and K being the products of
+ * the global sizes of A's free dims, B's free dims and the contracting
+ * dims.
  * The shardings written in the file are not used: the autotuner picks its
  * own 2D sharding (rows of each matrix over the first mesh axis, columns
  * over the second), and only the mesh axis names are taken for the -D
@@ -24,10 +26,9 @@
 #include <string.h>
 
 #include "autotune.h"
-#include "cost.h"
+#include "costmodel.h"
 #include "driver.h"
 #include "frontend.h"
-#include "meshslice_model.h"
 
 /* The chip of the MeshSlice paper's evaluation (seed 004), the autotuner's
  * default when --hw is not given. */
@@ -136,7 +137,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
 static int parse_args(int argc, char **argv, at_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->algo = MS_ALGO_MESHSLICE;
+    o->algo = COST_MS_ALGO_MESHSLICE;
     o->df = -1;
     o->t_launch = o->l_sync = o->gemm_eff = -1;
     for (int i = 1; i < argc; i++) {
@@ -152,11 +153,11 @@ static int parse_args(int argc, char **argv, at_options *o)
                 return drv_bad_usage("einc autotune", "%s needs a profile name or path", "--hw");
             o->hw = v;
         } else if ((v = opt_value(argc, argv, &i, "--algorithm"))) {
-            o->algo = ms_algo_lookup(v);
+            o->algo = cost_ms_algo_lookup(v);
             if (o->algo < 0)
                 return drv_bad_usage("einc autotune", "unknown algorithm '%s' (meshslice, collective, wang, summa, cannon)", v);
         } else if ((v = opt_value(argc, argv, &i, "--dataflow"))) {
-            o->df = strcmp(v, "auto") == 0 ? -1 : ms_dataflow_lookup(v);
+            o->df = strcmp(v, "auto") == 0 ? -1 : cost_ms_dataflow_lookup(v);
             if (o->df < 0 && strcmp(v, "auto") != 0)
                 return drv_bad_usage("einc autotune", "unknown dataflow '%s' (os, ls, rs or auto)", v);
         } else if ((v = opt_value(argc, argv, &i, "--t-launch"))) {
@@ -221,7 +222,7 @@ static int parse_args(int argc, char **argv, at_options *o)
                  (long long)o->cols, (long long)o->chips);
         return drv_bad_usage("einc autotune", "--mesh %s", msg);
     }
-    if (o->slices && o->algo != MS_ALGO_MESHSLICE)
+    if (o->slices && o->algo != COST_MS_ALGO_MESHSLICE)
         return drv_bad_usage("einc autotune", "%s", "--slices applies to --algorithm meshslice only");
     return 0;
 }
@@ -270,7 +271,7 @@ static bool dim_product(const ir_module *m, const int *cls, const int *ids, int 
  * MAX_LAYERS) and returns their count; other einsums are listed on stderr
  * with the reason they are not 2D GEMMs, so a user sees what was skipped.
  */
-static int find_gemms(const ir_module *m, ms_layer *layers, at_layer *info, bool quiet)
+static int find_gemms(const ir_module *m, cost_ms_layer *layers, at_layer *info, bool quiet)
 {
     int n = 0;
     for (const ir_op *op = m->first; op; op = op->next) {
@@ -327,7 +328,7 @@ static int find_gemms(const ir_module *m, ms_layer *layers, at_layer *info, bool
             break;
         }
         char tm[48], tn[48], tk[48];
-        ms_gemm g;
+        cost_ms_gemm g;
         if (!dim_product(m, cls, ids, nids, 0, &g.m, tm, sizeof tm) ||
             !dim_product(m, cls, ids, nids, 1, &g.n, tn, sizeof tn) ||
             !dim_product(m, cls, ids, nids, 2, &g.k, tk, sizeof tk)) {
@@ -348,18 +349,18 @@ static int find_gemms(const ir_module *m, ms_layer *layers, at_layer *info, bool
 
 /*
  * Replaces each of the `n` forward layers by its three training GEMMs
- * (ms_training_gemms), the forward one keeping the heuristic's dataflow or
+ * (cost_ms_training_gemms), the forward one keeping the heuristic's dataflow or
  * `df`; the arrays have room for 3n.  Returns 3n.
  */
-static int expand_training(ms_layer *layers, at_layer *info, int n, int df)
+static int expand_training(cost_ms_layer *layers, at_layer *info, int n, int df)
 {
     static const char *const suffix[3] = {"", ".bwd_data", ".bwd_weight"};
     static const char *const what[3] = {"", "backward data A' = C' B^T of ", "backward weight B' = A^T C' of "};
     for (int i = n - 1; i >= 0; i--) {
-        ms_layer fwd = layers[i];
+        cost_ms_layer fwd = layers[i];
         at_layer fi = info[i];
-        ms_layer out[3];
-        ms_training_gemms(&fwd, df >= 0 ? (ms_dataflow)df : ms_choose_dataflow(&fwd.gemm), out);
+        cost_ms_layer out[3];
+        cost_ms_training_gemms(&fwd, df >= 0 ? (cost_ms_dataflow)df : cost_ms_choose_dataflow(&fwd.gemm), out);
         for (int j = 0; j < 3; j++) {
             at_layer *t = &info[3 * i + j];
             *t = fi;
@@ -377,16 +378,16 @@ static int expand_training(ms_layer *layers, at_layer *info, int n, int df)
 typedef struct report {
     const at_options *o;          /* the command line (df = -1 after --train's expansion) */
     const cost_hw *hw;            /* the hardware profile */
-    const ms_params *p;           /* the model's figures, profile plus overrides */
+    const cost_ms_params *p;      /* the model's figures, profile plus overrides */
     const ir_module *m;           /* the compiled model (mesh axis names) */
-    const ms_layer *layers;       /* the 2D GEMMs, n entries */
+    const cost_ms_layer *layers;  /* the 2D GEMMs, n entries */
     const at_layer *info;         /* their names, formulas and dtypes */
     int n;                        /* number of GEMMs */
-    ms_tune_result best;          /* the chosen algorithm's best mesh */
-    ms_layer_choice *choices;     /* per layer, on best.mesh */
+    cost_ms_tune_result best;     /* the chosen algorithm's best mesh */
+    cost_ms_layer_choice *choices; /* per layer, on best.mesh */
     int64_t common_k;             /* single K for --meshslice=K (MeshSlice), else 0 */
-    ms_tune_result common;        /* the layers on best.mesh with common_k */
-    ms_tune_result per_algo[MS_ALGO_COUNT]; /* --compare */
+    cost_ms_tune_result common;   /* the layers on best.mesh with common_k */
+    cost_ms_tune_result per_algo[COST_MS_ALGO_COUNT]; /* --compare */
     char command[256];            /* the einc options to print */
     bool command_ok;              /* the .ein compiles with those options */
 } report;
@@ -405,7 +406,7 @@ static void build_command(report *r)
                         (long long)r->o->defines[i].value);
     }
     if (len > 0 && (size_t)len < sizeof r->command) {
-        if (r->o->algo == MS_ALGO_MESHSLICE && r->common_k > 0)
+        if (r->o->algo == COST_MS_ALGO_MESHSLICE && r->common_k > 0)
             len += snprintf(r->command + len, sizeof r->command - (size_t)len, " --meshslice=%lld",
                             (long long)r->common_k);
         else
@@ -421,7 +422,7 @@ static void build_command(report *r)
 
 static void print_text(const report *r)
 {
-    const ms_params *p = r->p;
+    const cost_ms_params *p = r->p;
     printf("einc autotune: %s on %lld chips of %s, %s (peak %.3g FLOP/s)\n", r->o->input,
            (long long)r->o->chips, r->hw->name, ir_dtype_name(r->info[0].dtype), p->peak_flops);
     printf("model: collective = T_launch + (P-1)*(L_sync + shard/BW), T_launch %.3g s, "
@@ -429,16 +430,16 @@ static void print_text(const report *r)
            "of peak, dims padded to %lld; block %lld\n",
            p->t_launch, p->l_sync, p->bw_ring, p->bw_line, 100 * p->gemm_eff,
            (long long)p->mxu_tile, (long long)p->block);
-    printf("\nmesh shapes (%s):\n  %-11s %12s %8s\n", ms_algo_name((ms_algo)r->o->algo), "rows x cols",
+    printf("\nmesh shapes (%s):\n  %-11s %12s %8s\n", cost_ms_algo_name((cost_ms_algo)r->o->algo), "rows x cols",
            "time (ms)", "util");
     for (int64_t rows = 1; rows <= r->o->chips; rows++) {
         if (r->o->chips % rows)
             continue;
-        ms_mesh mesh = {rows, r->o->chips / rows};
+        cost_ms_mesh mesh = {rows, r->o->chips / rows};
         if (r->o->rows && mesh.rows != r->o->rows)
             continue;
-        ms_tune_result t = ms_tune_mesh(p, r->layers, r->n, mesh, (ms_algo)r->o->algo, r->o->df,
-                                        r->o->slices, NULL);
+        cost_ms_tune_result t = cost_ms_tune_mesh(p, r->layers, r->n, mesh, (cost_ms_algo)r->o->algo, r->o->df,
+                                                  r->o->slices, NULL);
         char shape[48];
         snprintf(shape, sizeof shape, "%lld x %lld", (long long)mesh.rows, (long long)mesh.cols);
         if (t.found)
@@ -452,19 +453,19 @@ static void print_text(const report *r)
     printf("  %-16s %-40s %-11s %6s %12s %8s %8s\n", "layer", "C[M,N] = A[M,K] * B[K,N]", "dataflow",
            "K", "time (ms)", "exposed", "util");
     for (int i = 0; i < r->n; i++) {
-        const ms_layer_choice *c = &r->choices[i];
-        const ms_gemm *g = &r->layers[i].gemm;
+        const cost_ms_layer_choice *c = &r->choices[i];
+        const cost_ms_gemm *g = &r->layers[i].gemm;
         char shape[96];
         snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)g->m, (long long)g->n,
                  (long long)g->k);
         printf("  %-16s %-40s %-11s %6lld %12.4f %7.1f%% %7.1f%%\n", r->info[i].name, shape,
-               ms_dataflow_name(c->df), (long long)c->est.slices, 1e3 * c->est.time,
+               cost_ms_dataflow_name(c->df), (long long)c->est.slices, 1e3 * c->est.time,
                100 * c->est.t_exposed / c->est.time, 100 * c->est.utilization);
         printf("  %-16s %s\n", "", r->info[i].formula);
     }
     printf("  %-16s %-40s %-11s %6s %12.4f %8s %7.1f%%\n", "total", "", "", "", 1e3 * r->best.time, "",
            100 * r->best.utilization);
-    if (r->o->algo == MS_ALGO_MESHSLICE && r->common_k > 0 && !r->o->slices)
+    if (r->o->algo == COST_MS_ALGO_MESHSLICE && r->common_k > 0 && !r->o->slices)
         printf("\none K for every layer: K=%lld, %.4f ms (%.1f%%), %.2f%% slower than per-layer K\n",
                (long long)r->common_k, 1e3 * r->common.time, 100 * r->common.utilization,
                100 * (r->common.time / r->best.time - 1));
@@ -473,11 +474,11 @@ static void print_text(const report *r)
               stdout);
         printf("\n  %-11s %-12s %12s %8s %18s\n",
                "algorithm", "mesh", "time (ms)", "util", "MeshSlice speedup");
-        const ms_tune_result *ms = &r->per_algo[MS_ALGO_MESHSLICE];
-        for (int a = 0; a < MS_ALGO_COUNT; a++) {
-            const ms_tune_result *t = &r->per_algo[a];
+        const cost_ms_tune_result *ms = &r->per_algo[COST_MS_ALGO_MESHSLICE];
+        for (int a = 0; a < COST_MS_ALGO_COUNT; a++) {
+            const cost_ms_tune_result *t = &r->per_algo[a];
             if (!t->found) {
-                printf("  %-11s %-12s %12s %8s %18s\n", ms_algo_name((ms_algo)a), "none fits", "-",
+                printf("  %-11s %-12s %12s %8s %18s\n", cost_ms_algo_name((cost_ms_algo)a), "none fits", "-",
                        "-", "-");
                 continue;
             }
@@ -485,17 +486,17 @@ static void print_text(const report *r)
             snprintf(shape, sizeof shape, "%lld x %lld", (long long)t->mesh.rows,
                      (long long)t->mesh.cols);
             if (ms->found)
-                printf("  %-11s %-12s %12.4f %7.1f%% %17.1f%%\n", ms_algo_name((ms_algo)a), shape,
+                printf("  %-11s %-12s %12.4f %7.1f%% %17.1f%%\n", cost_ms_algo_name((cost_ms_algo)a), shape,
                        1e3 * t->time, 100 * t->utilization, 100 * (t->time / ms->time - 1));
             else
-                printf("  %-11s %-12s %12.4f %7.1f%% %18s\n", ms_algo_name((ms_algo)a), shape,
+                printf("  %-11s %-12s %12.4f %7.1f%% %18s\n", cost_ms_algo_name((cost_ms_algo)a), shape,
                        1e3 * t->time, 100 * t->utilization, "-");
         }
     }
     printf("\nrun: %s\n", r->command);
 }
 
-static cJSON *tune_json(const ms_tune_result *t)
+static cJSON *tune_json(const cost_ms_tune_result *t)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "found", t->found);
@@ -510,13 +511,13 @@ static cJSON *tune_json(const ms_tune_result *t)
 
 static int print_json(const report *r)
 {
-    const ms_params *p = r->p;
+    const cost_ms_params *p = r->p;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "input", r->o->input);
     cJSON_AddNumberToObject(root, "chips", (double)r->o->chips);
     cJSON_AddStringToObject(root, "hw", r->hw->name);
     cJSON_AddStringToObject(root, "dtype", ir_dtype_name(r->info[0].dtype));
-    cJSON_AddStringToObject(root, "algorithm", ms_algo_key((ms_algo)r->o->algo));
+    cJSON_AddStringToObject(root, "algorithm", cost_ms_algo_key((cost_ms_algo)r->o->algo));
     cJSON *par = cJSON_AddObjectToObject(root, "params");
     cJSON_AddNumberToObject(par, "t_launch", p->t_launch);
     cJSON_AddNumberToObject(par, "l_sync", p->l_sync);
@@ -530,11 +531,11 @@ static int print_json(const report *r)
     for (int64_t rows = 1; rows <= r->o->chips; rows++) {
         if (r->o->chips % rows)
             continue;
-        ms_mesh mesh = {rows, r->o->chips / rows};
+        cost_ms_mesh mesh = {rows, r->o->chips / rows};
         if (r->o->rows && mesh.rows != r->o->rows)
             continue;
-        ms_tune_result t = ms_tune_mesh(p, r->layers, r->n, mesh, (ms_algo)r->o->algo, r->o->df,
-                                        r->o->slices, NULL);
+        cost_ms_tune_result t = cost_ms_tune_mesh(p, r->layers, r->n, mesh, (cost_ms_algo)r->o->algo, r->o->df,
+                                                  r->o->slices, NULL);
         t.mesh = mesh; /* also when no layer fits, so the entry names its shape */
         cJSON *e = tune_json(&t);
         if (!t.found) {
@@ -547,13 +548,13 @@ static int print_json(const report *r)
     cJSON_AddItemToObject(root, "best", best);
     cJSON *ls = cJSON_AddArrayToObject(best, "layers");
     for (int i = 0; i < r->n; i++) {
-        const ms_layer_choice *c = &r->choices[i];
+        const cost_ms_layer_choice *c = &r->choices[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", r->info[i].name);
         cJSON_AddNumberToObject(e, "m", (double)r->layers[i].gemm.m);
         cJSON_AddNumberToObject(e, "n", (double)r->layers[i].gemm.n);
         cJSON_AddNumberToObject(e, "k", (double)r->layers[i].gemm.k);
-        cJSON_AddStringToObject(e, "dataflow", ms_dataflow_key(c->df));
+        cJSON_AddStringToObject(e, "dataflow", cost_ms_dataflow_key(c->df));
         cJSON_AddNumberToObject(e, "slices", (double)c->est.slices);
         cJSON_AddNumberToObject(e, "time", c->est.time);
         cJSON_AddNumberToObject(e, "t_compute", c->est.t_compute);
@@ -568,8 +569,8 @@ static int print_json(const report *r)
     }
     if (r->o->compare) {
         cJSON *algos = cJSON_AddObjectToObject(root, "algorithms");
-        for (int a = 0; a < MS_ALGO_COUNT; a++)
-            cJSON_AddItemToObject(algos, ms_algo_key((ms_algo)a), tune_json(&r->per_algo[a]));
+        for (int a = 0; a < COST_MS_ALGO_COUNT; a++)
+            cJSON_AddItemToObject(algos, cost_ms_algo_key((cost_ms_algo)a), tune_json(&r->per_algo[a]));
     }
     cJSON_AddStringToObject(root, "command", r->command);
     cJSON_AddBoolToObject(root, "command_compiles", r->command_ok);
@@ -622,15 +623,15 @@ static bool command_compiles(const report *r, const char *src, size_t len)
     return ok;
 }
 
-/* ms_tune, or ms_tune_mesh when --mesh fixes the shape. */
-static ms_tune_result tune(const at_options *o, const ms_params *p, const ms_layer *layers, int n,
-                           ms_algo algo, int64_t k, ms_layer_choice *choices)
+/* cost_ms_tune, or cost_ms_tune_mesh when --mesh fixes the shape. */
+static cost_ms_tune_result tune(const at_options *o, const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                                cost_ms_algo algo, int64_t k, cost_ms_layer_choice *choices)
 {
     if (o->rows) {
-        ms_mesh mesh = {o->rows, o->cols};
-        return ms_tune_mesh(p, layers, n, mesh, algo, o->df, k, choices);
+        cost_ms_mesh mesh = {o->rows, o->cols};
+        return cost_ms_tune_mesh(p, layers, n, mesh, algo, o->df, k, choices);
     }
-    return ms_tune(p, layers, n, o->chips, algo, o->df, k, choices);
+    return cost_ms_tune(p, layers, n, o->chips, algo, o->df, k, choices);
 }
 
 /* Tunes and reports; `m` is the compiled model.  Returns the exit status. */
@@ -645,9 +646,9 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
         return 1;
     }
     /* Room for three GEMMs per layer with --train. */
-    ms_layer *layers = calloc(3 * MAX_LAYERS, sizeof *layers);
+    cost_ms_layer *layers = calloc(3 * MAX_LAYERS, sizeof *layers);
     at_layer *info = calloc(3 * MAX_LAYERS, sizeof *info);
-    ms_layer_choice *choices = calloc(3 * MAX_LAYERS, sizeof *choices);
+    cost_ms_layer_choice *choices = calloc(3 * MAX_LAYERS, sizeof *choices);
     int rc = 1;
     if (!layers || !info || !choices) {
         fprintf(stderr, "einc autotune: error: out of memory\n");
@@ -674,8 +675,8 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
         eff.df = -1; /* every GEMM now carries its own dataflow */
     }
     o = &eff;
-    ms_params p;
-    ms_params_from_hw(hw, info[0].dtype, &p);
+    cost_ms_params p;
+    cost_ms_params_from_hw(hw, info[0].dtype, &p);
     if (o->t_launch >= 0)
         p.t_launch = o->t_launch;
     if (o->l_sync >= 0)
@@ -689,28 +690,28 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
     memset(&r, 0, sizeof r);
     r.o = o, r.hw = hw, r.p = &p, r.m = m, r.layers = layers, r.info = info, r.n = n;
     r.choices = choices;
-    r.best = tune(o, &p, layers, n, (ms_algo)o->algo, o->slices, choices);
+    r.best = tune(o, &p, layers, n, (cost_ms_algo)o->algo, o->slices, choices);
     if (!r.best.found) {
         fprintf(stderr,
                 "einc autotune: error: no mesh shape rows x cols = %lld%s fits every 2D GEMM with %s "
                 "(each sharded dim must divide by its mesh axis%s%s)\n",
-                (long long)o->chips, o->rows ? " (of --mesh)" : "", ms_algo_name((ms_algo)o->algo),
-                o->algo == MS_ALGO_CANNON ? "; Cannon needs a square torus" : "",
+                (long long)o->chips, o->rows ? " (of --mesh)" : "", cost_ms_algo_name((cost_ms_algo)o->algo),
+                o->algo == COST_MS_ALGO_CANNON ? "; Cannon needs a square torus" : "",
                 o->slices ? "; K must split each sliced dim into blocks" : "");
         goto done;
     }
-    if (o->algo == MS_ALGO_MESHSLICE && o->slices) {
+    if (o->algo == COST_MS_ALGO_MESHSLICE && o->slices) {
         r.common_k = o->slices;
         r.common = r.best;
-    } else if (o->algo == MS_ALGO_MESHSLICE) {
-        r.common_k = ms_best_common_k(&p, layers, n, r.best.mesh, o->df);
+    } else if (o->algo == COST_MS_ALGO_MESHSLICE) {
+        r.common_k = cost_ms_best_common_k(&p, layers, n, r.best.mesh, o->df);
         if (r.common_k > 0)
-            r.common = ms_tune_mesh(&p, layers, n, r.best.mesh, MS_ALGO_MESHSLICE, o->df, r.common_k,
-                                    NULL);
+            r.common = cost_ms_tune_mesh(&p, layers, n, r.best.mesh, COST_MS_ALGO_MESHSLICE, o->df, r.common_k,
+                                         NULL);
     }
     if (o->compare)
-        for (int a = 0; a < MS_ALGO_COUNT; a++)
-            r.per_algo[a] = tune(o, &p, layers, n, (ms_algo)a, a == MS_ALGO_MESHSLICE ? o->slices : 0, NULL);
+        for (int a = 0; a < COST_MS_ALGO_COUNT; a++)
+            r.per_algo[a] = tune(o, &p, layers, n, (cost_ms_algo)a, a == COST_MS_ALGO_MESHSLICE ? o->slices : 0, NULL);
     build_command(&r);
     r.command_ok = command_compiles(&r, src, len);
     if (o->json)

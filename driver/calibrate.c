@@ -46,7 +46,7 @@
  * The profile keeps the seed-style figures too (peak_flops from the GEMMs,
  * hbm_bandwidth from the adds, ici_* from the AllGather fit), so every
  * consumer of cost_hw works; the cost pass uses the "calibration" section
- * when present (passes/cost.c).
+ * when present (passes/costmodel/cost_op.c).
  */
 #include <cJSON.h>
 #include <errno.h>
@@ -60,8 +60,8 @@
 #include <unistd.h>
 
 #include "calibrate.h"
+#include "costmodel.h"
 #include "driver.h"
-#include "cost.h"
 
 #include "calibrate_internal.h"
 

@@ -304,6 +304,10 @@ int main(int argc, char **argv)
     pass_ctx ctx = {&diag, o.meshslice, o.meshslice_k, hw, o.debug_pass ? stderr : NULL};
     ir_module *m = compile(&o, src, len, false, &pm, &ctx);
     rc = m ? 0 : 1;
+    /* A program that does not fit the profile's memory still compiles
+     * (another profile, or a larger mesh, may fit it): a warning. */
+    if (m)
+        cost_warn_memory(stderr, m, hw);
     if (m && o.dump_ir == 1)
         ir_print(stdout, m);
     else if (m && o.dump_ir == 2)

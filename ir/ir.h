@@ -400,7 +400,12 @@ typedef struct ir_totals {
     bool valid;
     double step_time;          /* seconds, with off-critical-path collectives overlapped */
     double exposed_comm_time;  /* seconds of communication on the critical path */
-    double mfu;                /* model FLOPs / (step_time * peak FLOP/s), 0..1 */
+    double mfu;                /* model FLOPs per device / (step_time * peak FLOP/s), 0..1 */
+    double model_flops;        /* GLOBAL FLOPs of the unsharded program's einsums and MeshSlice
+                                  loops, each counted once (seed 003: 2 * params * tokens) */
+    double elementwise_flops;  /* GLOBAL FLOPs of elementwise ops, not in model_flops or mfu */
+    double peak_memory;        /* bytes per device at the program-order peak: params, inputs
+                                  and the live intermediates */
 } ir_totals;
 
 /* A whole program. */

@@ -320,6 +320,8 @@ void ir_print(FILE *out, ir_module *m)
                 ir_value_name(o->value, name, sizeof name));
     }
     if (m->totals.valid)
-        fprintf(out, "# totals: step %.3g us, exposed communication %.3g us, MFU %.1f%%\n",
-                m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6, m->totals.mfu * 100);
+        fprintf(out, "# totals: step %.3g us, exposed communication %.3g us, MFU %.1f%%, "
+                "model FLOPs %.4g (global), peak memory %.4g GiB per device\n",
+                m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6, m->totals.mfu * 100,
+                m->totals.model_flops, m->totals.peak_memory / (1024.0 * 1024.0 * 1024.0));
 }

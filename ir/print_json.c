@@ -182,6 +182,9 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(t, "step_time", m->totals.step_time);
         cJSON_AddNumberToObject(t, "exposed_comm_time", m->totals.exposed_comm_time);
         cJSON_AddNumberToObject(t, "mfu", m->totals.mfu);
+        cJSON_AddNumberToObject(t, "model_flops", m->totals.model_flops);
+        cJSON_AddNumberToObject(t, "elementwise_flops", m->totals.elementwise_flops);
+        cJSON_AddNumberToObject(t, "peak_memory", m->totals.peak_memory);
     }
     char *text = cJSON_Print(root);
     if (text) {

@@ -1,18 +1,9 @@
 /*
  * cost.c - the cost pass: estimated time of every op and of the whole step.
  *
- * Each op gets a per-device estimate (ir_cost):
- *   Einsum       FLOPs = n_operands * prod(per-device size of every label):
- *                2 * prod for the binary einsums propagate leaves (one
- *                multiply and one add per point of the iteration space,
- *                seed 001 / seed 003 "2 * B * D * F"), prod for a unary sum.
- *   Elementwise  FLOPs = (arithmetic nodes of the expression) * result elements.
- *   both         HBM bytes = operands' + result's per-device bytes;
- *                time = max(FLOPs / C_dtype, bytes / W_hbm)   (roofline, seed 001/002).
- *   AllGather, ReduceScatter, AllReduce, AllToAll: cost_formula.c; the HBM
- *                traffic is reported but not timed (HBM is ~10x faster than
- *                ICI, seed 002 "beta ~ 8", so it hides under the transfer).
- *   Slice        a local copy of the kept block: 2 * result bytes / W_hbm.
+ * Each op gets its per-device estimate from the cost model library
+ * (cost_op_estimate, passes/costmodel/): FLOPs, bytes and seconds, with
+ * the formulas of docs/cost-model.md.  This file only walks the module.
  *
  * Totals (m->totals) come from a two-stream schedule.  Resharding ops whose
  * operands are params or derived only from params (FSDP weight gathers) go
@@ -22,347 +13,26 @@
  * Every other op runs in program order on the main stream; an op that needs
  * a prefetched value waits for it, and that wait is exposed communication,
  * as is every collective on the main stream.  step_time = max(end of main,
- * end of prefetch).  MFU = sum over einsums of FLOPs / C_dtype, divided by
- * step_time (= model FLOPs / (step_time * peak) for one dtype).
+ * end of prefetch).
+ *
+ * MFU counts MODEL FLOPs, not executed ones (seed 003): each FLOP of the
+ * unsharded program once, so per device the global FLOPs of every einsum
+ * and MeshSlice loop divided by the devices (cost_op_model_flops).
+ * MFU = sum over those ops of (model FLOPs / devices) / C_dtype, divided by
+ * step_time (= model FLOPs per device / (step_time * peak) for one dtype).
+ * A plan that computes a dim redundantly on several devices executes more
+ * FLOPs per device but does no more of the model's work, so its MFU does
+ * not rise with the redundant work; dividing executed FLOPs would reward it.
  */
 #include <math.h>
 #include <string.h>
 
 #include "cost.h"
-#include "meshslice.h"
 #include "pass.h"
-
-double cost_peak_flops(const cost_hw *hw, ir_dtype t)
-{
-    if ((int)t < 0 || (int)t >= 3)
-        return hw->peak_flops[IR_F32];
-    return hw->peak_flops[t];
-}
-
-static double local_bytes(const ir_module *m, const ir_value *v)
-{
-    return v ? (double)ir_local_bytes(m, &v->type) : 0;
-}
-
-/* Calls fn(dim id, per-device size, arg) for each position of each operand
- * and of the result of einsum `op`. */
-static void for_each_label(const ir_module *m, const ir_op *op,
-                           void (*fn)(int dim, int64_t size, void *arg), void *arg)
-{
-    for (int i = 0; i <= op->noperands; i++) {
-        const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
-        const int *labels = i < op->noperands ? op->u.einsum.labels[i] : op->u.einsum.result_labels;
-        if (!v)
-            continue;
-        for (int j = 0; j < v->type.rank; j++)
-            fn(labels[j], ir_local_size(m, &v->type, j), arg);
-    }
-}
-
-/* Distinct labels of an einsum with their smallest per-device size. */
-typedef struct label_set {
-    int n;                                             /* labels found */
-    int ids[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK];   /* dim ids */
-    int64_t sizes[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK]; /* per-device sizes */
-} label_set;
-
-static void add_label(int dim, int64_t size, void *arg)
-{
-    label_set *ls = arg;
-    for (int k = 0; k < ls->n; k++)
-        if (ls->ids[k] == dim) {
-            if (size < ls->sizes[k])
-                ls->sizes[k] = size;
-            return;
-        }
-    ls->ids[ls->n] = dim;
-    ls->sizes[ls->n++] = size;
-}
-
-int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim)
-{
-    if (op->kind != IR_OP_EINSUM)
-        return -1;
-    label_set ls = {0};
-    for_each_label(m, op, add_label, &ls);
-    for (int k = 0; k < ls.n; k++)
-        if (ls.ids[k] == dim)
-            return ls.sizes[k];
-    return -1;
-}
-
-/* FLOPs of an einsum: the size of its iteration space (each label once, at
- * its smallest per-device size over the places it appears: a label sharded
- * in one operand and replicated in another is computed on the local block)
- * times the number of operands. */
-static double einsum_flops(const ir_module *m, const ir_op *op)
-{
-    if (op->u.einsum.gather)
-        return 0; /* a lookup: copies rows, no arithmetic */
-    label_set ls = {0};
-    for_each_label(m, op, add_label, &ls);
-    double points = 1;
-    for (int k = 0; k < ls.n; k++)
-        points *= (double)ls.sizes[k];
-    return (op->noperands > 0 ? op->noperands : 1) * points;
-}
-
-double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const ir_op *op, int dim)
-{
-    int64_t n = cost_einsum_label_size(m, op, dim);
-    if (n <= 0 || !op->result)
-        return -1;
-    /* FLOPs = a * n; bytes = b0 + b1 * n where b1 collects the values that
-     * carry `dim`.  Compute-bound when a n / C > (b0 + b1 n) / W_hbm. */
-    double a = einsum_flops(m, op) / (double)n, b0 = 0, b1 = 0;
-    for (int i = 0; i <= op->noperands; i++) {
-        const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
-        const int *labels = i < op->noperands ? op->u.einsum.labels[i] : op->u.einsum.result_labels;
-        if (!v)
-            continue;
-        bool carries = false;
-        for (int j = 0; j < v->type.rank; j++)
-            carries |= labels[j] == dim;
-        if (carries)
-            b1 += local_bytes(m, v) / (double)n;
-        else
-            b0 += local_bytes(m, v);
-    }
-    double denom = a * hw->hbm_bw / cost_peak_flops(hw, op->result->type.dtype) - b1;
-    if (denom <= 0)
-        return -1;
-    return b0 / denom;
-}
-
-static double elementwise_flops(const ir_module *m, const ir_op *op)
-{
-    int arith = 0;
-    for (int i = 0; i < op->u.ew.nnodes; i++) {
-        ir_ew_kind k = op->u.ew.nodes[i].kind;
-        if (ir_ew_arity(k) > 0) /* leaves (operands, constants, index values) are free */
-            arith++;
-    }
-    return op->result ? (double)arith * (double)ir_local_elems(m, &op->result->type) : 0;
-}
-
-/* Roofline for a compute op. */
-static void roofline(const cost_hw *hw, ir_dtype t, ir_cost *c)
-{
-    c->t_compute = c->flops / cost_peak_flops(hw, t);
-    c->t_memory = c->hbm_bytes / hw->hbm_bw;
-    c->time = fmax(c->t_compute, c->t_memory);
-    c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-}
-
-/* Devices of m's mesh. */
-static double mesh_devices(const ir_module *m)
-{
-    double n = 1;
-    for (int i = 0; i < m->mesh.naxes; i++)
-        n *= (double)m->mesh.axes[i].size;
-    return n;
-}
-
-/* Elementwise time under a calibrated profile: the op's bytes at the
- * elementwise bandwidth measured for that many bytes (operands hot, as the
- * result of the op before), plus, per element, the measured cost of each
- * function call in the expression beyond that of a plain loop over the
- * same arrays.  They add: the function cost was measured as the extra time
- * on top of the memory traffic, so whatever overlap the loop achieves is
- * already in it. */
-static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
-{
-    double per_elem = 0;
-    for (int i = 0; i < op->u.ew.nnodes; i++)
-        if (op->u.ew.nodes[i].kind == IR_EW_CALL && (int)op->u.ew.nodes[i].fn >= 0 &&
-            op->u.ew.nodes[i].fn < IR_FN_COUNT)
-            per_elem += hw->fn_time[op->u.ew.nodes[i].fn];
-    double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
-    double k = cost_measured_contention(hw, mesh_devices(m));
-    c->t_memory = k * c->hbm_bytes / cost_measured_ew_bw(hw, c->hbm_bytes);
-    c->t_compute = k * elems * per_elem;
-    c->time = c->t_memory + c->t_compute;
-    c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-}
-
-/* Sizes of the mesh axes a resharding op works over (skips bad ids, which
- * the verifier reports). */
-static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes)
-{
-    int n = 0;
-    for (int i = 0; i < op->u.coll.naxes && i < IR_MAX_AXES; i++) {
-        int a = op->u.coll.axes[i];
-        if (a >= 0 && a < m->mesh.naxes)
-            sizes[n++] = m->mesh.axes[a].size;
-    }
-    return n;
-}
-
-double cost_coll_runs(const ir_module *m, const ir_op *op, double p)
-{
-    const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
-    const ir_type *t = NULL;
-    int cut = -1;
-    switch (op->kind) {
-    case IR_OP_ALLGATHER: t = in ? &in->type : NULL; cut = op->u.coll.dim; break;
-    case IR_OP_REDUCESCATTER: t = op->result ? &op->result->type : NULL; cut = op->u.coll.dim; break;
-    case IR_OP_ALLTOALL:
-        t = in ? &in->type : NULL;
-        cut = op->u.coll.dim > op->u.coll.dim2 ? op->u.coll.dim : op->u.coll.dim2;
-        break;
-    default: return p; /* AllReduce: flat slices */
-    }
-    if (!t || cut < 0 || cut > t->rank)
-        return p;
-    double rows = 1;
-    for (int d = 0; d < cut; d++) {
-        /* An AllToAll's box has the result's (split) extent on dim2. */
-        const ir_type *src = op->kind == IR_OP_ALLTOALL && d == op->u.coll.dim2 && op->result
-                                 ? &op->result->type : t;
-        rows *= (double)ir_local_size(m, src, d);
-    }
-    return p * rows;
-}
-
-/* cost_op_coll_time under a calibrated profile: the fit of op's kind
- * (cost_measured_coll_time) over its group; false for other ops. */
-static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
-                               cost_coll_time *out, double *v)
-{
-    cost_fit_kind k;
-    switch (op->kind) {
-    case IR_OP_ALLGATHER: k = COST_FIT_ALLGATHER; break;
-    case IR_OP_REDUCESCATTER: k = COST_FIT_REDUCESCATTER; break;
-    case IR_OP_ALLREDUCE: k = COST_FIT_ALLREDUCE; break;
-    case IR_OP_ALLTOALL: k = COST_FIT_ALLTOALL; break;
-    default: return false;
-    }
-    int64_t sizes[IR_MAX_AXES];
-    int n = coll_axis_sizes(m, op, sizes);
-    double p = 1;
-    for (int i = 0; i < n; i++)
-        p *= (double)sizes[i];
-    *v = local_bytes(m, k == COST_FIT_ALLGATHER ? op->result
-                                                : op->noperands > 0 ? op->operands[0] : NULL);
-    *out = cost_measured_coll_time(&hw->fit[k], p, *v, cost_coll_runs(m, op, p));
-    /* The copies and waits are CPU work: they share the cores like compute. */
-    double f = cost_measured_contention(hw, mesh_devices(m));
-    out->t_latency *= f;
-    out->t_bandwidth *= f;
-    out->time *= f;
-    return true;
-}
-
-bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
-                       cost_coll_time *out, double *v)
-{
-    if (hw->measured)
-        return measured_coll_time(m, hw, op, out, v);
-    int64_t sizes[IR_MAX_AXES];
-    int n;
-    const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
-    switch (op->kind) {
-    case IR_OP_ALLGATHER:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, op->result);
-        *out = cost_allgather_time(hw, sizes, n, NULL, *v);
-        return true;
-    case IR_OP_REDUCESCATTER:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, in);
-        *out = cost_allgather_time(hw, sizes, n, NULL, *v);
-        return true;
-    case IR_OP_ALLREDUCE:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, in);
-        *out = cost_allreduce_time(hw, sizes, n, NULL, *v);
-        return true;
-    case IR_OP_ALLTOALL:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, in);
-        *out = cost_alltoall_time(hw, sizes, n, NULL, *v);
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* Number of devices in the group of a resharding op. */
-static double group_size(const ir_module *m, const ir_op *op)
-{
-    int64_t sizes[IR_MAX_AXES];
-    int n = coll_axis_sizes(m, op, sizes);
-    double p = 1;
-    for (int i = 0; i < n; i++)
-        p *= (double)sizes[i];
-    return p;
-}
 
 void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
 {
-    ir_cost c;
-    memset(&c, 0, sizeof c);
-    c.valid = true;
-    double in = 0;
-    for (int i = 0; i < op->noperands; i++)
-        in += local_bytes(m, op->operands[i]);
-    double out = local_bytes(m, op->result);
-    ir_dtype t = op->result ? op->result->type.dtype : IR_F32;
-
-    cost_coll_time ct;
-    double v;
-    if (cost_op_coll_time(m, hw, op, &ct, &v)) {
-        double p = group_size(m, op);
-        double share = p > 1 ? (p - 1) / p : 0; /* what leaves this device */
-        c.comm_bytes = (op->kind == IR_OP_ALLREDUCE ? 2 : 1) * v * share;
-        c.hbm_bytes = in + out;
-        c.t_memory = c.hbm_bytes / hw->hbm_bw;
-        c.t_comm = ct.time;
-        c.time = ct.time;
-        c.bound = ct.bound;
-        op->cost = c;
-        return;
-    }
-    switch (op->kind) {
-    case IR_OP_EINSUM:
-        c.flops = einsum_flops(m, op);
-        /* A gather reads the indices and one table row per result row. */
-        c.hbm_bytes = op->u.einsum.gather ? in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * out
-                                          : in + out;
-        roofline(hw, t, &c);
-        if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
-            c.t_compute = c.flops / cost_measured_gemm_rate(hw, t, c.flops);
-            c.time = fmax(c.t_compute, c.t_memory);
-            c.bound = c.t_compute > c.t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-            double k = cost_measured_contention(hw, mesh_devices(m));
-            c.t_compute *= k;
-            c.t_memory *= k;
-            c.time *= k;
-        }
-        break;
-    case IR_OP_ELEMENTWISE:
-        c.flops = elementwise_flops(m, op);
-        c.hbm_bytes = in + out;
-        if (hw->measured)
-            measured_elementwise(m, hw, op, &c);
-        else
-            roofline(hw, t, &c);
-        break;
-    case IR_OP_MESHSLICE:
-        pass_meshslice_cost(m, hw, op, op->u.ms.k, &c);
-        break;
-    case IR_OP_SLICE:
-        c.hbm_bytes = 2 * out;
-        c.t_memory = c.hbm_bytes / hw->hbm_bw;
-        c.time = c.t_memory;
-        c.bound = IR_BOUND_MEMORY;
-        break;
-    default:
-        c.hbm_bytes = in + out;
-        roofline(hw, t, &c);
-        break;
-    }
-    op->cost = c;
+    cost_op_estimate(m, hw, op, &op->cost);
 }
 
 bool cost_value_is_param_derived(const ir_value *v)
@@ -387,7 +57,10 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
 {
     /* ready[id]: when value id is available (seconds from step start). */
     double *ready = ir_alloc(&m->arena, (size_t)(m->nvalues > 0 ? m->nvalues : 1) * sizeof *ready);
-    double main_t = 0, side_t = 0, exposed = 0, busy_peak = 0;
+    double main_t = 0, side_t = 0, exposed = 0, busy_peak = 0, model = 0, ew = 0;
+    double devices = (double)ir_mesh_devices(&m->mesh);
+    if (devices < 1)
+        devices = 1;
     for (ir_op *op = m->first; op; op = op->next) {
         double dep = 0;
         for (int i = 0; i < op->noperands; i++) {
@@ -412,8 +85,13 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
         }
         if (op->kind == IR_OP_MESHSLICE && op->cost.valid) /* the loop's communication not hidden */
             exposed += fmax(0, op->cost.time - op->cost.t_compute);
-        if ((op->kind == IR_OP_EINSUM || op->kind == IR_OP_MESHSLICE) && op->cost.valid && op->result)
-            busy_peak += op->cost.flops / cost_peak_flops(hw, op->result->type.dtype);
+        /* Model FLOPs, not executed ones: each device's share of the
+         * unsharded op's FLOPs, at the peak of the op's dtype. */
+        double mf = cost_op_model_flops(m, op);
+        model += mf;
+        ew += cost_op_elementwise_flops(m, op);
+        if (mf > 0 && op->result)
+            busy_peak += mf / devices / cost_peak_flops(hw, op->result->type.dtype);
         if (op->result && op->result->id >= 0 && op->result->id < m->nvalues)
             ready[op->result->id] = end;
     }
@@ -424,6 +102,9 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
     m->totals.step_time = step;
     m->totals.exposed_comm_time = exposed;
     m->totals.mfu = step > 0 ? busy_peak / step : 0;
+    m->totals.model_flops = model;
+    m->totals.elementwise_flops = ew;
+    m->totals.peak_memory = cost_memory_peak(m).peak;
 }
 
 int pass_cost(pass_ctx *ctx, ir_module *m)

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "cost.h"
-#include "meshslice.h"
 
 /* The bound for the tables: ir_bound_name, "-" when not annotated. */
 static const char *bound_name(ir_bound b)
@@ -55,6 +54,59 @@ static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const
     fputc('\n', out);
 }
 
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The whole program's FLOPs: model FLOPs (global, and each device's share
+ * of them, which MFU divides), the FLOPs a device executes for them (more
+ * than its share when the plan computes some dims redundantly; seed 003,
+ * question 2: "Z times extra FLOPs" when a dim is not sharded over Z), and
+ * the elementwise FLOPs, which are not model FLOPs. */
+static void print_flops_line(FILE *out, const ir_module *m)
+{
+    double devices = (double)ir_mesh_devices(&m->mesh), executed = 0;
+    if (devices < 1)
+        devices = 1;
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->cost.valid && cost_op_model_flops(m, op) > 0)
+            executed += op->cost.flops;
+    double share = m->totals.model_flops / devices;
+    fprintf(out, "model FLOPs: %.4g global (einsums, each FLOP of the unsharded program once; "
+                 "seed 003), %.4g per device; executed %.4g per device",
+            m->totals.model_flops, share, executed);
+    if (share > 0)
+        fprintf(out, " (%.3gx the share%s)", executed / share,
+                executed > share * (1 + 1e-9) ? ": some work is replicated" : "");
+    fprintf(out, "; elementwise %.4g global, not counted\n", m->totals.elementwise_flops);
+}
+
+/* The program's per-device peak memory against the profile's HBM. */
+static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
+{
+    cost_memory mem = cost_memory_peak(m);
+    char at[64] = "-";
+    if (mem.at && mem.at->result)
+        ir_value_name(mem.at->result, at, sizeof at);
+    fprintf(out, "memory: peak %.0f bytes (%.3g GiB) per device at %s (params and inputs %.3g GiB, "
+                 "live values %.3g GiB)",
+            m->totals.peak_memory, m->totals.peak_memory / GIB, at, mem.resident / GIB,
+            (mem.peak - mem.resident) / GIB);
+    if (hw)
+        fprintf(out, "; %s has %.3g GiB of HBM per device: %s", hw->name, hw->hbm_bytes / GIB,
+                m->totals.peak_memory > hw->hbm_bytes ? "does not fit" : "fits");
+    fputc('\n', out);
+}
+
+bool cost_warn_memory(FILE *out, const ir_module *m, const cost_hw *hw)
+{
+    if (!hw || !m->totals.valid || m->totals.peak_memory <= hw->hbm_bytes)
+        return false;
+    /* Both figures are per device: each device holds its own shards. */
+    fprintf(out, "einc: warning: needs %.1f GiB per device (params, inputs and live values at "
+                 "their peak, program order), %s has %.1f GiB (%.3g bytes) of HBM per device\n",
+            m->totals.peak_memory / GIB, hw->name, hw->hbm_bytes / GIB, hw->hbm_bytes);
+    return true;
+}
+
 void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
 {
     if (hw)
@@ -75,14 +127,17 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
                 c->hbm_bytes, c->comm_bytes, c->t_compute * 1e6, c->t_memory * 1e6,
                 c->t_comm * 1e6, c->time * 1e6, bound_name(c->bound));
     }
-    if (m->totals.valid)
+    if (m->totals.valid) {
         fprintf(out,
                 "totals: step %.4g us, exposed communication %.4g us, MFU %.1f%% "
                 "(per device; param gathers overlapped with earlier compute)\n",
                 m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6,
                 m->totals.mfu * 100);
-    else
+        print_flops_line(out, m);
+        print_memory_line(out, m, hw);
+    } else {
         fprintf(out, "totals: - (the cost pass has not run)\n");
+    }
 }
 
 static bool is_collective(const ir_op *op)
@@ -282,11 +337,11 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
 }
 
 /* --explain for a MeshSlice op: its loop's estimate against K = 1 (the
- * Collective 2D GEMM), seed 004 3.2.2 (passes/meshslice_cost.c). */
+ * Collective 2D GEMM), seed 004 3.2.2 (passes/costmodel/meshslice_cost.c). */
 static void explain_meshslice(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
 {
     ir_cost one;
-    pass_meshslice_cost(m, hw, op, 1, &one);
+    cost_meshslice_op(m, hw, op, 1, &one);
     print_op_line(out, m, op);
     fprintf(out, "  MeshSlice %s, K=%d: prologue + (K-1) * max(partial collectives, partial einsum) + "
                  "epilogue = %.4g us; einsum %.4g us, collectives %.4g us in all; hides %.4g us of "

@@ -26,8 +26,8 @@
  * computed too, and a remark in the --debug-pass log says when the
  * shardings chose differently.
  *
- * K: with --meshslice=auto, the least estimated time (pass_meshslice_cost,
- * seed 004 3.2.2) over all valid K, found by exhaustive search, and the
+ * K: with --meshslice=auto, the least estimated time (cost_meshslice_op of
+ * the cost model, seed 004 3.2.2) over all valid K, found by exhaustive search, and the
  * smallest K within 1% of it; with --meshslice=K that K,
  * or the largest valid K below it (with a note) when it does not divide;
  * with --meshslice=off the pass does nothing.  A K is valid when it divides
@@ -39,9 +39,8 @@
  */
 #include <string.h>
 
-#include "cost.h"
+#include "costmodel.h"
 #include "meshslice.h"
-#include "meshslice_model.h"
 #include "pass.h"
 
 /* auto K: the smallest K whose estimate is within this fraction of the
@@ -149,13 +148,13 @@ static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
         int pos = g->gather[i]->u.coll.dim;
         if (find_label(e->u.einsum.labels[i], t->rank, g->split_label) != pos)
             return false;
-        gg = ms_gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, pos));
+        gg = cost_ms_gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, pos));
     }
     if (g->scatter) {
         int pos = g->scatter->u.coll.dim;
         if (find_label(lc, tc->rank, g->split_label) != pos)
             return false;
-        gg = ms_gcd64(gg, ir_local_size(m, &g->scatter->result->type, pos));
+        gg = cost_ms_gcd64(gg, ir_local_size(m, &g->scatter->result->type, pos));
     }
     g->g = gg;
     return gg >= 1;
@@ -163,9 +162,9 @@ static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
 
 /* Global M, N, K of the GEMM (products of A's free, B's free and the
  * contracting dims' global sizes), for the paper's dataflow heuristic. */
-static ms_gemm global_gemm(const ir_module *m, const ir_op *e)
+static cost_ms_gemm global_gemm(const ir_module *m, const ir_op *e)
 {
-    ms_gemm s = {1, 1, 1};
+    cost_ms_gemm s = {1, 1, 1};
     const int *la = e->u.einsum.labels[0], *lb = e->u.einsum.labels[1], *lc = e->u.einsum.result_labels;
     int ra = e->operands[0]->type.rank, rb = e->operands[1]->type.rank, rc = e->result->type.rank;
     for (int j = 0; j < ra; j++) {
@@ -181,9 +180,9 @@ static ms_gemm global_gemm(const ir_module *m, const ir_op *e)
     return s;
 }
 
-static ir_ms_dataflow from_model(ms_dataflow df)
+static ir_ms_dataflow from_model(cost_ms_dataflow df)
 {
-    return df == MS_DF_A_STN ? IR_MS_LS : df == MS_DF_B_STN ? IR_MS_RS : IR_MS_OS;
+    return df == COST_MS_DF_A_STN ? IR_MS_LS : df == COST_MS_DF_B_STN ? IR_MS_RS : IR_MS_OS;
 }
 
 /* Builds the MeshSlice op for `g` (not linked), with K = 1. */
@@ -216,11 +215,17 @@ static ir_op *build(ir_module *m, const gemm2d *g)
     return ms;
 }
 
+/* meshslice.h's estimate of a MeshSlice op: the cost model's. */
+void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op, int k, ir_cost *c)
+{
+    cost_meshslice_op(m, hw, op, k, c);
+}
+
 /* The K to use for `ms` (see the essay); writes how it was chosen. */
 static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const ir_op *ms,
                     int64_t g, char *how, size_t how_size)
 {
-    int64_t limit = g < MS_MAX_SLICES ? g : MS_MAX_SLICES;
+    int64_t limit = g < COST_MS_MAX_SLICES ? g : COST_MS_MAX_SLICES;
     if (ctx->meshslice == PASS_MESHSLICE_K) {
         int64_t want = ctx->meshslice_k > 0 ? ctx->meshslice_k : 1, k = 1;
         for (int64_t c = 1; c <= limit && c <= want; c++)
@@ -243,7 +248,7 @@ static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const 
     for (int64_t k = 1; k <= limit; k++) {
         if (g % k)
             continue;
-        pass_meshslice_cost(m, hw, ms, (int)k, &c);
+        cost_meshslice_op(m, hw, ms, (int)k, &c);
         if (k == 1 || c.time < best_t)
             best_t = c.time;
     }
@@ -251,14 +256,14 @@ static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const 
     for (int64_t k = 1; k <= limit; k++) {
         if (g % k)
             continue;
-        pass_meshslice_cost(m, hw, ms, (int)k, &c);
+        cost_meshslice_op(m, hw, ms, (int)k, &c);
         if (c.time <= best_t * (1 + K_TOLERANCE)) {
             best = (int)k;
             best_t = c.time;
             break;
         }
     }
-    pass_meshslice_cost(m, hw, ms, 1, &c);
+    cost_meshslice_op(m, hw, ms, 1, &c);
     snprintf(how, how_size, "K=%d by the cost model on %s: %.3g us (K=1: %.3g us)", best, hw->name,
              best_t * 1e6, c.time * 1e6);
     return best;
@@ -290,8 +295,8 @@ int pass_meshslice(pass_ctx *ctx, ir_module *m)
         int k = choose_k(ctx, m, hw, ms, g.g, how, sizeof how);
         ms->u.ms.k = k;
         ms->u.ms.block = (int)(g.g / k);
-        ms_gemm s = global_gemm(m, e);
-        ir_ms_dataflow heur = from_model(ms_choose_dataflow(&s));
+        cost_ms_gemm s = global_gemm(m, e);
+        ir_ms_dataflow heur = from_model(cost_ms_choose_dataflow(&s));
         char ax[2][4];
         int8_t ra = (int8_t)g.row_axis, ca = (int8_t)g.col_axis;
         ir_axes_str(&m->mesh, &ra, 1, ax[0], sizeof ax[0]);

@@ -13,14 +13,14 @@
  * (op->u.ms.k is not read): the loop of seed 004 3.2.2,
  *     T = prologue + (K-1) * max(AllGather row, AllGather/ReduceScatter
  *         column, partial einsum) + epilogue,
- * as the three-stage pipeline of passes/meshslice_model.c: per iteration
+ * as the three-stage pipeline of passes/costmodel/meshslice_model.c: per iteration
  * `pre` = the slower of the partial AllGathers (both directions run at once),
  * `g` = the partial einsum (FLOPs / K on the roofline of `hw`, its
  * split dim padded up to the model's GEMM tile, plus the model's fixed
  * cost per local GEMM), `post` = the partial ReduceScatter;
  * T = pre + g + post + (K-1) * max(pre, g, post).  Each partial collective
- * is ms_collective_time (Eq. 5) on the sub-shard, with T_launch and L_sync
- * from ms_params_from_hw.  t_compute is K * g, t_comm the collectives'
+ * is cost_ms_collective_time (Eq. 5) on the sub-shard, with T_launch and L_sync
+ * from cost_ms_params_from_hw.  t_compute is K * g, t_comm the collectives'
  * sum, comm_bytes the bytes this device sends; time is T (seconds).
  * On a calibrated profile (hw->measured) the stages use the measured
  * figures instead, as the cost pass does for Einsum and collectives: the

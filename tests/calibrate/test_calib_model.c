@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cost.h"
+#include "costmodel.h"
 #include "cunit_main.h"
 
 /* A profile with a calibration section; variants replace one piece. */

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "cost.h"
+#include "costmodel.h"
 #include "cunit_main.h"
 #include "test_util.h"
 

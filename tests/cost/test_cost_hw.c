@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cost.h"
+#include "costmodel.h"
 #include "cunit_main.h"
 
 /* A valid profile; variants are made by replacing one piece of it. */

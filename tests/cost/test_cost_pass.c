@@ -472,6 +472,178 @@ static void test_pass_missing_default_profile(void)
     ir_module_free(m);
 }
 
+/* Seed 000's Megatron TP with DP on Z, mesh {Z: 2, Y: 4}, B = 16384,
+ * D = F = 8192, bf16 on v5e: In[B_Z, D_Y] .D Win[D, F_Y] .F Wout[F_Y, D]
+ * -> Out[B_Z, D_Y], in two plans of the same program.
+ *   gather (seed 000):  In.1 = AllGather_Y(In); Tmp[B_Z, F_Y];
+ *                       Out[B_Z, D]{U_Y}; ReduceScatter_Y -> Out[B_Z, D_Y]
+ *   alltoall:           Win.1[D_Y, F] = AllToAll_Y(Win); Tmp[B_Z, F]{U_Y};
+ *                       AllReduce_Y; Wout.1 = AllGather_Y(Wout);
+ *                       Out[B_Z, D] at full F on every device (the same
+ *                       on the 4 devices of Y); Slice_Y -> Out[B_Z, D_Y]
+ * ops[0] and ops[1] are the two einsums. */
+enum { TP_B = 16384, TP_D = 8192, TP_F = 8192, TP_Z = 2, TP_Y = 4 };
+
+static ir_module *tp_dp(bool alltoall, ir_op **ops)
+{
+    ir_module *m = ir_module_new(alltoall ? "tp_dp_alltoall.ein" : "tp_dp.ein");
+    int Z = ir_mesh_add_axis(m, 'Z', TP_Z, 0), Y = ir_mesh_add_axis(m, 'Y', TP_Y, 0);
+    int B = ir_dim_add(m, "B", TP_B, 0), D = ir_dim_add(m, "D", TP_D, 0),
+        F = ir_dim_add(m, "F", TP_F, 0);
+    ir_value *in = val(m, "In", IR_VAL_INPUT, IR_BF16, 2, (int[]){B, D}, (int[]){Z, Y}, 0);
+    ir_value *win = val(m, "Win", IR_VAL_PARAM, IR_BF16, 2, (int[]){D, F}, (int[]){-1, Y}, 0);
+    ir_value *wout = val(m, "Wout", IR_VAL_PARAM, IR_BF16, 2, (int[]){F, D}, (int[]){Y, -1}, 0);
+    ir_value *out = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){Z, Y}, 0);
+    if (!alltoall) {
+        ir_value *in_g = val(m, "In", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){Z, -1}, 0);
+        ir_value *tmp = val(m, "Tmp", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){Z, Y}, 0);
+        ir_value *outu = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){Z, -1}, 1u << Y);
+        reshard(m, IR_OP_ALLGATHER, in, in_g, Y, 1, -1);
+        ops[0] = einsum(m, in_g, win, tmp);
+        ops[1] = einsum(m, tmp, wout, outu);
+        reshard(m, IR_OP_REDUCESCATTER, outu, out, Y, 1, -1);
+    } else {
+        ir_value *win_a = val(m, "Win", IR_VAL_OP, IR_BF16, 2, (int[]){D, F}, (int[]){Y, -1}, 0);
+        ir_value *tmpu = val(m, "Tmp", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){Z, -1}, 1u << Y);
+        ir_value *tmp = val(m, "Tmp", IR_VAL_OP, IR_BF16, 2, (int[]){B, F}, (int[]){Z, -1}, 0);
+        ir_value *wout_g = val(m, "Wout", IR_VAL_OP, IR_BF16, 2, (int[]){F, D}, NULL, 0);
+        ir_value *outr = val(m, "Out", IR_VAL_OP, IR_BF16, 2, (int[]){B, D}, (int[]){Z, -1}, 0);
+        reshard(m, IR_OP_ALLTOALL, win, win_a, Y, 1, 0);
+        ops[0] = einsum(m, in, win_a, tmpu);
+        reshard(m, IR_OP_ALLREDUCE, tmpu, tmp, Y, -1, -1);
+        reshard(m, IR_OP_ALLGATHER, wout, wout_g, Y, 0, -1);
+        ops[1] = einsum(m, tmp, wout_g, outr);
+        reshard(m, IR_OP_SLICE, outr, out, Y, 1, -1);
+    }
+    ir_output_add(m, "Out", out, 0);
+    return m;
+}
+
+/* The MFU the old definition reported: FLOPs the devices execute. */
+static double executed_mfu(const ir_module *m, double peak)
+{
+    double busy = 0;
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_EINSUM)
+            busy += op->cost.flops / peak;
+    return busy / m->totals.step_time;
+}
+
+/* MFU counts model FLOPs (seed 003: each FLOP of the unsharded program
+ * once; question 2: a dim not sharded over Z does "Z times extra FLOPs"),
+ * not executed ones.  In the alltoall plan the second GEMM runs at full F
+ * and D on each of the Y devices, so per device the plan executes
+ *   2 (B/Z)(D/Y) F + 2 (B/Z) F D   for a share of   2 * 2 B D F / (Z Y),
+ * a ratio model / executed = 2 / (1 + Y) = 0.4.  The old MFU rose with
+ * that redundant work, above the gather plan's; the model-FLOPs MFU is
+ * below it, as the plan's longer step says it should be. */
+static void test_mfu_model_flops(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    const double peak = 1.97e14, b = TP_B, d = TP_D, f = TP_F;
+    const double model = 2 * 2 * b * d * f; /* two matmuls, 2 B D F each */
+    ir_op *g[2], *a[2];
+    ir_module *mg = tp_dp(false, g), *ma = tp_dp(true, a);
+    CU_ASSERT_EQUAL_FATAL(run_cost(mg, &hw), 0);
+    CU_ASSERT_EQUAL_FATAL(run_cost(ma, &hw), 0);
+
+    /* Per-op model FLOPs are global and the same in both plans. */
+    for (int i = 0; i < 2; i++) {
+        ASSERT_CLOSE(cost_op_model_flops(mg, g[i]), 2 * b * d * f);
+        ASSERT_CLOSE(cost_op_model_flops(ma, a[i]), 2 * b * d * f);
+    }
+    ASSERT_CLOSE(mg->totals.model_flops, model);
+    ASSERT_CLOSE(ma->totals.model_flops, model);
+
+    /* gather: every FLOP a device executes is its share; MFU unchanged. */
+    ASSERT_CLOSE(g[0]->cost.flops + g[1]->cost.flops, model / (TP_Z * TP_Y));
+    ASSERT_CLOSE(mg->totals.mfu, executed_mfu(mg, peak));
+    ASSERT_CLOSE(mg->totals.mfu, model / (TP_Z * TP_Y) / peak / mg->totals.step_time);
+
+    /* alltoall: the executed FLOPs by hand, and MFU = executed MFU x 0.4. */
+    ASSERT_CLOSE(a[0]->cost.flops, 2 * (b / TP_Z) * (d / TP_Y) * f);
+    ASSERT_CLOSE(a[1]->cost.flops, 2 * (b / TP_Z) * f * d);
+    double ratio = 2.0 / (1 + TP_Y);
+    ASSERT_CLOSE(model / (TP_Z * TP_Y) / (a[0]->cost.flops + a[1]->cost.flops), ratio);
+    ASSERT_CLOSE(ma->totals.mfu, ratio * executed_mfu(ma, peak));
+    ASSERT_CLOSE(ma->totals.mfu, model / (TP_Z * TP_Y) / peak / ma->totals.step_time);
+
+    /* The old definition ranked the redundant plan first; this one does not. */
+    CU_ASSERT(ma->totals.step_time > mg->totals.step_time);
+    CU_ASSERT(executed_mfu(ma, peak) > executed_mfu(mg, peak));
+    CU_ASSERT(ma->totals.mfu < mg->totals.mfu);
+    ir_module_free(mg);
+    ir_module_free(ma);
+}
+
+/* Peak memory in program order for the gather plan, per device in bytes:
+ * params and inputs all step; In.1 from the AllGather to the first
+ * einsum, Tmp to the second, Out{U_Y} to the ReduceScatter, Out to the
+ * end.  Live at each op: In.1 | In.1 + Tmp | Tmp + Out{U} | Out{U} + Out;
+ * with D = F the last three sums are equal, and the peak is reported at
+ * the first of them (the first einsum). */
+static void test_peak_memory(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    ir_op *g[2];
+    ir_module *m = tp_dp(false, g);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    const double bz = TP_B / TP_Z, d = TP_D, f = TP_F, y = TP_Y, e = 2; /* bf16 */
+    double resident = e * (bz * d / y + d * f / y + f * d / y);
+    double in_g = e * bz * d, tmp = e * bz * f / y;
+    cost_memory mem = cost_memory_peak(m);
+    ASSERT_CLOSE(mem.resident, resident);
+    ASSERT_CLOSE(mem.peak, resident + in_g + tmp);
+    CU_ASSERT_PTR_EQUAL(mem.at, g[0]);
+    ASSERT_CLOSE(m->totals.peak_memory, mem.peak);
+    ir_module_free(m);
+
+    /* An unread result is live while its op runs; without ops only the
+     * resident part counts. */
+    m = ir_module_new("t.ein");
+    int X = ir_mesh_add_axis(m, 'X', 2, 0), I = ir_dim_add(m, "I", 1024, 0);
+    ir_value *a = val(m, "A", IR_VAL_INPUT, IR_F32, 1, (int[]){I}, (int[]){X}, 0);
+    CU_ASSERT_EQUAL(cost_memory_peak(m).peak, 512 * 4);
+    CU_ASSERT_PTR_NULL(cost_memory_peak(m).at);
+    ir_value *ag = val(m, "A", IR_VAL_OP, IR_F32, 1, (int[]){I}, NULL, 0);
+    ir_op *op = reshard(m, IR_OP_ALLGATHER, a, ag, X, 0, -1);
+    mem = cost_memory_peak(m);
+    CU_ASSERT_EQUAL(mem.peak, 512 * 4 + 1024 * 4);
+    CU_ASSERT_PTR_EQUAL(mem.at, op);
+    ir_module_free(m);
+}
+
+/* The warning says what a device needs and what the profile has, both per
+ * device; silent when the program fits (seed 000's worked question rules
+ * out pure data parallelism because the ~130 GB of params and optimizer
+ * state it replicates exceed the 96 GB of HBM of each TPU v5p chip). */
+static void test_memory_warning(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    ir_op *g[2];
+    ir_module *m = tp_dp(false, g);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_FALSE(cost_warn_memory(f, m, &hw)); /* ~0.3 GiB of 14.9 */
+    CU_ASSERT_FALSE(cost_warn_memory(f, m, NULL));
+    fflush(f);
+    CU_ASSERT_EQUAL(len, 0);
+    hw.hbm_bytes = m->totals.peak_memory / 2;
+    CU_ASSERT_TRUE(cost_warn_memory(f, m, &hw));
+    fclose(f);
+    char want[160];
+    snprintf(want, sizeof want, "einc: warning: needs %.1f GiB per device",
+             m->totals.peak_memory / (1024.0 * 1024 * 1024));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "tpu-v5e has "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, " of HBM per device\n"));
+    free(text);
+    ir_module_free(m);
+}
+
 /* --dump-cost has a row per op with its bound, and the totals. */
 static void test_print_table(void)
 {
@@ -520,6 +692,9 @@ void einc_register_tests(void)
         {"critical F/Y 2550 for Megatron TP", test_critical_tp},
         {"pass: missing default profile is an error", test_pass_missing_default_profile},
         {"--dump-cost table", test_print_table},
+        {"MFU counts model FLOPs, not executed ones (seed 003)", test_mfu_model_flops},
+        {"peak memory per device, program-order liveness", test_peak_memory},
+        {"memory warning against the profile's HBM", test_memory_warning},
     };
     einc_add_suite("cost pass", tests, (int)(sizeof tests / sizeof tests[0]));
 }

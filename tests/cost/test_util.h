@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "cost.h"
+#include "costmodel.h"
 #include "cunit_main.h"
 
 /* |got - want| <= 2% of want: the seeds' worked numbers are rounded. */

@@ -1,14 +1,14 @@
 /*
  * test_meshslice_model.c - the MeshSlice analytical model and autotuner
- * (passes/meshslice_model.c) against hand-computed cases and the facts
- * seed 004 states about the algorithms.
+ * (passes/costmodel/meshslice_model.c, costmodel.h) against hand-computed
+ * cases and the facts seed 004 states about the algorithms.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "cunit_main.h"
-#include "meshslice_model.h"
 
 #define ASSERT_CLOSE(got, want) \
     CU_ASSERT(fabs((double)(got) - (double)(want)) <= 1e-9 * fmax(1e-30, fabs((double)(want))))
@@ -18,7 +18,7 @@
 #define GPT3_F 49152
 #define SEQ 2048
 
-static ms_params tpu_v4_bf16(void)
+static cost_ms_params tpu_v4_bf16(void)
 {
     cost_hw hw;
     char err[512];
@@ -26,16 +26,16 @@ static ms_params tpu_v4_bf16(void)
     if (rc != 0)
         fprintf(stderr, "%s\n", err);
     CU_ASSERT_FATAL(rc == 0);
-    ms_params p;
-    ms_params_from_hw(&hw, IR_BF16, &p);
+    cost_ms_params p;
+    cost_ms_params_from_hw(&hw, IR_BF16, &p);
     return p;
 }
 
 /* A machine where only bytes / bandwidth counts: no launch, no sync, one
  * byte per element, 1 byte/s on every axis, GEMMs free, no padding. */
-static ms_params traffic_only(void)
+static cost_ms_params traffic_only(void)
 {
-    ms_params p;
+    cost_ms_params p;
     memset(&p, 0, sizeof p);
     p.bw_ring = p.bw_line = p.bw_link = 1;
     p.wrap = COST_WRAP_ALWAYS;
@@ -48,9 +48,9 @@ static ms_params traffic_only(void)
 }
 
 /* The four FC layers of one Transformer block (seed 004, A4) for `tokens`. */
-static void fc_layers(int64_t tokens, int64_t d, int64_t f, ms_layer out[4])
+static void fc_layers(int64_t tokens, int64_t d, int64_t f, cost_ms_layer out[4])
 {
-    ms_layer l[4] = {
+    cost_ms_layer l[4] = {
         {.name = "qkv", .gemm = {tokens, 3 * d, d}, .repeat = 1},
         {.name = "proj", .gemm = {tokens, d, d}, .repeat = 1},
         {.name = "ffn_up", .gemm = {tokens, f, d}, .repeat = 1},
@@ -61,7 +61,7 @@ static void fc_layers(int64_t tokens, int64_t d, int64_t f, ms_layer out[4])
 
 static void test_params_from_profile(void)
 {
-    ms_params p = tpu_v4_bf16();
+    cost_ms_params p = tpu_v4_bf16();
     ASSERT_CLOSE(p.peak_flops, 2.75e14);
     ASSERT_CLOSE(p.l_sync, 1e-6);
     ASSERT_CLOSE(p.bw_ring, 9e10);
@@ -69,64 +69,64 @@ static void test_params_from_profile(void)
     ASSERT_CLOSE(p.elem_bytes, 2);
     CU_ASSERT_EQUAL(p.block, 8);
     /* TPU v4 axes wrap when their size is a multiple of 4 (hw/tpu-v4.json). */
-    ASSERT_CLOSE(ms_axis_bw(&p, 16), 9e10);
-    ASSERT_CLOSE(ms_axis_bw(&p, 2), 4.5e10);
+    ASSERT_CLOSE(cost_ms_axis_bw(&p, 16), 9e10);
+    ASSERT_CLOSE(cost_ms_axis_bw(&p, 2), 4.5e10);
 }
 
 static void test_collective_formula(void)
 {
-    ms_params p = tpu_v4_bf16();
+    cost_ms_params p = tpu_v4_bf16();
     /* Eq. 5: T_launch + (P - 1) * (L_sync + shard / BW). */
     double want = p.t_launch + 15 * (1e-6 + 4e6 / 9e10);
-    ASSERT_CLOSE(ms_collective_time(&p, 16, 4e6), want);
-    CU_ASSERT_EQUAL(ms_collective_time(&p, 1, 4e6), 0);
+    ASSERT_CLOSE(cost_ms_collective_time(&p, 16, 4e6), want);
+    CU_ASSERT_EQUAL(cost_ms_collective_time(&p, 1, 4e6), 0);
     /* A 2-chip axis has no wraparound on v4: one-way links. */
-    ASSERT_CLOSE(ms_collective_time(&p, 2, 4e6), p.t_launch + 1e-6 + 4e6 / 4.5e10);
+    ASSERT_CLOSE(cost_ms_collective_time(&p, 2, 4e6), p.t_launch + 1e-6 + 4e6 / 4.5e10);
 }
 
 static void test_gemm_time_padding(void)
 {
-    ms_params p = tpu_v4_bf16();
-    double full = ms_gemm_time(&p, 128, 128, 128);
+    cost_ms_params p = tpu_v4_bf16();
+    double full = cost_ms_gemm_time(&p, 128, 128, 128);
     ASSERT_CLOSE(full, p.t_gemm_launch + 2.0 * 128 * 128 * 128 / (p.peak_flops * p.gemm_eff));
     /* 129 rows pad to 256: the systolic array runs two tiles. */
-    ASSERT_CLOSE(ms_gemm_time(&p, 129, 128, 128) - p.t_gemm_launch, 2 * (full - p.t_gemm_launch));
+    ASSERT_CLOSE(cost_ms_gemm_time(&p, 129, 128, 128) - p.t_gemm_launch, 2 * (full - p.t_gemm_launch));
 }
 
 /* Seed 004 3.2.1: keep the largest matrix stationary. */
 static void test_dataflow_heuristic(void)
 {
     int64_t t = 128 * SEQ; /* tokens at 256 chips */
-    ms_gemm up = {t, GPT3_F, GPT3_D};      /* C = T x F is the largest */
-    ms_gemm down = {t, GPT3_D, GPT3_F};    /* A = T x F is the largest */
-    ms_gemm small = {512, GPT3_F, GPT3_D}; /* few tokens: the weight B is the largest */
-    ms_gemm proj = {t, GPT3_D, GPT3_D};    /* A and C tie: C stays */
-    CU_ASSERT_EQUAL(ms_choose_dataflow(&up), MS_DF_C_STN);
-    CU_ASSERT_EQUAL(ms_choose_dataflow(&down), MS_DF_A_STN);
-    CU_ASSERT_EQUAL(ms_choose_dataflow(&small), MS_DF_B_STN);
-    CU_ASSERT_EQUAL(ms_choose_dataflow(&proj), MS_DF_C_STN);
-    CU_ASSERT_EQUAL(ms_sliced_dim(&up, MS_DF_C_STN), GPT3_D);
-    CU_ASSERT_EQUAL(ms_sliced_dim(&down, MS_DF_A_STN), GPT3_D);
-    CU_ASSERT_EQUAL(ms_sliced_dim(&small, MS_DF_B_STN), 512);
+    cost_ms_gemm up = {t, GPT3_F, GPT3_D};      /* C = T x F is the largest */
+    cost_ms_gemm down = {t, GPT3_D, GPT3_F};    /* A = T x F is the largest */
+    cost_ms_gemm small = {512, GPT3_F, GPT3_D}; /* few tokens: the weight B is the largest */
+    cost_ms_gemm proj = {t, GPT3_D, GPT3_D};    /* A and C tie: C stays */
+    CU_ASSERT_EQUAL(cost_ms_choose_dataflow(&up), COST_MS_DF_C_STN);
+    CU_ASSERT_EQUAL(cost_ms_choose_dataflow(&down), COST_MS_DF_A_STN);
+    CU_ASSERT_EQUAL(cost_ms_choose_dataflow(&small), COST_MS_DF_B_STN);
+    CU_ASSERT_EQUAL(cost_ms_choose_dataflow(&proj), COST_MS_DF_C_STN);
+    CU_ASSERT_EQUAL(cost_ms_sliced_dim(&up, COST_MS_DF_C_STN), GPT3_D);
+    CU_ASSERT_EQUAL(cost_ms_sliced_dim(&down, COST_MS_DF_A_STN), GPT3_D);
+    CU_ASSERT_EQUAL(cost_ms_sliced_dim(&small, COST_MS_DF_B_STN), 512);
 }
 
 /* K = 1 has nothing to overlap: MeshSlice is Collective (seed 004 3.2.2). */
 static void test_k1_is_collective(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm gs[3] = {{8 * SEQ, GPT3_F, GPT3_D}, {8 * SEQ, GPT3_D, GPT3_F}, {1024, GPT3_F, GPT3_D}};
-    ms_mesh meshes[3] = {{4, 4}, {8, 2}, {2, 8}};
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm gs[3] = {{8 * SEQ, GPT3_F, GPT3_D}, {8 * SEQ, GPT3_D, GPT3_F}, {1024, GPT3_F, GPT3_D}};
+    cost_ms_mesh meshes[3] = {{4, 4}, {8, 2}, {2, 8}};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++)
-            for (int df = 0; df < MS_DF_COUNT; df++) {
-                ms_estimate a = ms_time(&p, &gs[i], meshes[j], (ms_dataflow)df, MS_ALGO_MESHSLICE, 1);
-                ms_estimate b = ms_time(&p, &gs[i], meshes[j], (ms_dataflow)df, MS_ALGO_COLLECTIVE, 1);
+            for (int df = 0; df < COST_MS_DF_COUNT; df++) {
+                cost_ms_estimate a = cost_ms_time(&p, &gs[i], meshes[j], (cost_ms_dataflow)df, COST_MS_ALGO_MESHSLICE, 1);
+                cost_ms_estimate b = cost_ms_time(&p, &gs[i], meshes[j], (cost_ms_dataflow)df, COST_MS_ALGO_COLLECTIVE, 1);
                 CU_ASSERT_FATAL(a.valid && b.valid);
                 ASSERT_CLOSE(a.time, b.time);
                 /* Collective overlaps no communication with the GEMM: A-stn and
                  * B-stn gather, multiply, then scatter (time = compute + comm);
                  * C-stn's two AllGathers run at once on different rings. */
-                if (df == MS_DF_C_STN) {
+                if (df == COST_MS_DF_C_STN) {
                     CU_ASSERT(b.time < b.t_compute + b.t_comm &&
                               b.time >= b.t_compute + b.t_comm / 2);
                 } else {
@@ -139,13 +139,13 @@ static void test_k1_is_collective(void)
  * in parallel, then the whole local GEMM. */
 static void test_collective_by_hand(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
-    ms_mesh mesh = {4, 4};
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    cost_ms_mesh mesh = {4, 4};
     double shard_a = 2.0 * g.m * g.k / 16, shard_b = 2.0 * g.k * g.n / 16;
-    double ag = fmax(ms_collective_time(&p, 4, shard_a), ms_collective_time(&p, 4, shard_b));
-    double gemm = ms_gemm_time(&p, g.m / 4, g.n / 4, g.k);
-    ms_estimate e = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
+    double ag = fmax(cost_ms_collective_time(&p, 4, shard_a), cost_ms_collective_time(&p, 4, shard_b));
+    double gemm = cost_ms_gemm_time(&p, g.m / 4, g.n / 4, g.k);
+    cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_COLLECTIVE, 1);
     ASSERT_CLOSE(e.time, ag + gemm);
     ASSERT_CLOSE(e.utilization, 2.0 * g.m * g.n * g.k / (e.time * 16 * p.peak_flops));
 }
@@ -153,15 +153,15 @@ static void test_collective_by_hand(void)
 /* MeshSlice by hand: prologue + (K-1) * max(AG_row, AG_col, GEMM) + epilogue. */
 static void test_meshslice_by_hand(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
-    ms_mesh mesh = {4, 4};
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    cost_ms_mesh mesh = {4, 4};
     int64_t k = 8;
     double shard_a = 2.0 * g.m * g.k / 16 / k, shard_b = 2.0 * g.k * g.n / 16 / k;
-    double ag_row = ms_collective_time(&p, 4, shard_a), ag_col = ms_collective_time(&p, 4, shard_b);
-    double gemm = ms_gemm_time(&p, g.m / 4, g.n / 4, g.k / k);
+    double ag_row = cost_ms_collective_time(&p, 4, shard_a), ag_col = cost_ms_collective_time(&p, 4, shard_b);
+    double gemm = cost_ms_gemm_time(&p, g.m / 4, g.n / 4, g.k / k);
     double want = fmax(ag_row, ag_col) + (k - 1) * fmax(fmax(ag_row, ag_col), gemm) + gemm;
-    ms_estimate e = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, k);
+    cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, k);
     CU_ASSERT_FATAL(e.valid);
     ASSERT_CLOSE(e.time, want);
     CU_ASSERT_EQUAL(e.slices, k);
@@ -172,20 +172,20 @@ static void test_meshslice_by_hand(void)
  * synchronization overhead"), and a coarse K leaves a large prologue. */
 static void test_large_k_latency_bound(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D}; /* C-stn slices D = 12288 */
-    ms_mesh mesh = {4, 4};
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D}; /* C-stn slices D = 12288 */
+    cost_ms_mesh mesh = {4, 4};
     int64_t k_big = 384; /* D / 4 / 384 = 8: one block per slice */
-    CU_ASSERT_FATAL(ms_slices_valid(&p, &g, mesh, MS_DF_C_STN, k_big));
-    ms_estimate e = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, k_big);
+    CU_ASSERT_FATAL(cost_ms_slices_valid(&p, &g, mesh, COST_MS_DF_C_STN, k_big));
+    cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, k_big);
     CU_ASSERT_FATAL(e.valid);
     /* Every iteration pays at least one launch and three syncs. */
     CU_ASSERT(e.time >= (double)(k_big - 1) * (p.t_launch + 3 * p.l_sync));
-    ms_estimate half = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, k_big / 2);
+    cost_ms_estimate half = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, k_big / 2);
     CU_ASSERT(e.time > half.time);
     /* The best K lies strictly inside the valid range and beats both ends. */
-    ms_estimate best = ms_best_slices(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE);
-    ms_estimate one = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_MESHSLICE, 1);
+    cost_ms_estimate best = cost_ms_best_slices(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE);
+    cost_ms_estimate one = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 1);
     CU_ASSERT(best.slices > 1 && best.slices < k_big);
     CU_ASSERT(best.time < one.time && best.time < e.time);
 }
@@ -193,29 +193,29 @@ static void test_large_k_latency_bound(void)
 /* The K search returns a valid K no slower than any other valid K. */
 static void test_k_search_valid(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm gs[3] = {{16 * SEQ, 3 * GPT3_D, GPT3_D}, {16 * SEQ, GPT3_D, GPT3_F}, {1536, GPT3_F, GPT3_D}};
-    ms_mesh meshes[2] = {{8, 4}, {2, 16}};
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm gs[3] = {{16 * SEQ, 3 * GPT3_D, GPT3_D}, {16 * SEQ, GPT3_D, GPT3_F}, {1536, GPT3_F, GPT3_D}};
+    cost_ms_mesh meshes[2] = {{8, 4}, {2, 16}};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 2; j++) {
-            ms_dataflow df = ms_choose_dataflow(&gs[i]);
-            ms_estimate best = ms_best_slices(&p, &gs[i], meshes[j], df, MS_ALGO_MESHSLICE);
+            cost_ms_dataflow df = cost_ms_choose_dataflow(&gs[i]);
+            cost_ms_estimate best = cost_ms_best_slices(&p, &gs[i], meshes[j], df, COST_MS_ALGO_MESHSLICE);
             CU_ASSERT_FATAL(best.valid);
-            CU_ASSERT(ms_slices_valid(&p, &gs[i], meshes[j], df, best.slices));
-            int64_t d = ms_sliced_dim(&gs[i], df);
+            CU_ASSERT(cost_ms_slices_valid(&p, &gs[i], meshes[j], df, best.slices));
+            int64_t d = cost_ms_sliced_dim(&gs[i], df);
             /* Blocked slicing: both per-device sizes split into K blocks of B. */
             CU_ASSERT((d / meshes[j].rows) % (best.slices * p.block) == 0 || best.slices == 1);
             CU_ASSERT((d / meshes[j].cols) % (best.slices * p.block) == 0 || best.slices == 1);
             for (int64_t k = 1; k <= 64; k++) {
-                ms_estimate e = ms_time(&p, &gs[i], meshes[j], df, MS_ALGO_MESHSLICE, k);
-                CU_ASSERT(e.valid == ms_slices_valid(&p, &gs[i], meshes[j], df, k));
+                cost_ms_estimate e = cost_ms_time(&p, &gs[i], meshes[j], df, COST_MS_ALGO_MESHSLICE, k);
+                CU_ASSERT(e.valid == cost_ms_slices_valid(&p, &gs[i], meshes[j], df, k));
                 if (e.valid)
                     CU_ASSERT(best.time <= e.time);
             }
         }
     /* A K that does not divide is refused with a reason, not estimated. */
-    ms_gemm g = {4096, 4096, 4096};
-    ms_estimate bad = ms_time(&p, &g, (ms_mesh){4, 4}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 3);
+    cost_ms_gemm g = {4096, 4096, 4096};
+    cost_ms_estimate bad = cost_ms_time(&p, &g, (cost_ms_mesh){4, 4}, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 3);
     CU_ASSERT(!bad.valid);
     CU_ASSERT_PTR_NOT_NULL(bad.why);
 }
@@ -229,27 +229,27 @@ static void test_k_search_valid(void)
  *   4 x 1: AG over 4 = 3 * 8 = 24                          <- best */
 static void test_mesh_search_by_hand(void)
 {
-    ms_params p = traffic_only();
-    ms_layer l = {.name = "fc", .gemm = {32, 4, 8}, .repeat = 1};
-    CU_ASSERT_EQUAL(ms_choose_dataflow(&l.gemm), MS_DF_A_STN);
+    cost_ms_params p = traffic_only();
+    cost_ms_layer l = {.name = "fc", .gemm = {32, 4, 8}, .repeat = 1};
+    CU_ASSERT_EQUAL(cost_ms_choose_dataflow(&l.gemm), COST_MS_DF_A_STN);
     double want[3] = {96, 40, 24};
-    ms_mesh meshes[3] = {{1, 4}, {2, 2}, {4, 1}};
+    cost_ms_mesh meshes[3] = {{1, 4}, {2, 2}, {4, 1}};
     for (int i = 0; i < 3; i++) {
-        ms_tune_result t = ms_tune_mesh(&p, &l, 1, meshes[i], MS_ALGO_COLLECTIVE, -1, 0, NULL);
+        cost_ms_tune_result t = cost_ms_tune_mesh(&p, &l, 1, meshes[i], COST_MS_ALGO_COLLECTIVE, -1, 0, NULL);
         CU_ASSERT_FATAL(t.found);
         CU_ASSERT(fabs(t.time - want[i]) < 1e-6);
     }
-    ms_layer_choice c;
-    ms_tune_result best = ms_tune(&p, &l, 1, 4, MS_ALGO_COLLECTIVE, -1, 0, &c);
+    cost_ms_layer_choice c;
+    cost_ms_tune_result best = cost_ms_tune(&p, &l, 1, 4, COST_MS_ALGO_COLLECTIVE, -1, 0, &c);
     CU_ASSERT_FATAL(best.found);
     CU_ASSERT_EQUAL(best.mesh.rows, 4);
     CU_ASSERT_EQUAL(best.mesh.cols, 1);
-    CU_ASSERT_EQUAL(c.df, MS_DF_A_STN);
+    CU_ASSERT_EQUAL(c.df, COST_MS_DF_A_STN);
     /* Seed 004 2.3.1: with equal bandwidths the traffic cost is least when
      * (rows - 1) / (cols - 1) = size(row-moving) / size(column-moving); the
      * same search on 16 chips for A (4096) vs B (256) moving, C-stn. */
-    ms_layer l2 = {.name = "os", .gemm = {256, 16, 16}, .repeat = 1}; /* A = 4096, B = 256, C = 4096: C-stn */
-    ms_tune_result b2 = ms_tune(&p, &l2, 1, 16, MS_ALGO_COLLECTIVE, -1, 0, NULL);
+    cost_ms_layer l2 = {.name = "os", .gemm = {256, 16, 16}, .repeat = 1}; /* A = 4096, B = 256, C = 4096: C-stn */
+    cost_ms_tune_result b2 = cost_ms_tune(&p, &l2, 1, 16, COST_MS_ALGO_COLLECTIVE, -1, 0, NULL);
     CU_ASSERT_FATAL(b2.found);
     /* A moves along rows (over cols chips): the big matrix wants few columns. */
     CU_ASSERT(b2.mesh.rows > b2.mesh.cols);
@@ -259,16 +259,16 @@ static void test_mesh_search_by_hand(void)
  * and never faster than its compute or than one direction's traffic. */
 static void test_meshslice_bounds(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_layer ls[4];
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_layer ls[4];
     for (int64_t chips = 16; chips <= 256; chips *= 2) {
         fc_layers(chips / 2 * SEQ, GPT3_D, GPT3_F, ls);
         for (int i = 0; i < 4; i++)
             for (int64_t r = 1; r <= chips; r *= 2) {
-                ms_mesh mesh = {r, chips / r};
-                ms_dataflow df = ms_choose_dataflow(&ls[i].gemm);
-                ms_estimate ms = ms_best_slices(&p, &ls[i].gemm, mesh, df, MS_ALGO_MESHSLICE);
-                ms_estimate co = ms_time(&p, &ls[i].gemm, mesh, df, MS_ALGO_COLLECTIVE, 1);
+                cost_ms_mesh mesh = {r, chips / r};
+                cost_ms_dataflow df = cost_ms_choose_dataflow(&ls[i].gemm);
+                cost_ms_estimate ms = cost_ms_best_slices(&p, &ls[i].gemm, mesh, df, COST_MS_ALGO_MESHSLICE);
+                cost_ms_estimate co = cost_ms_time(&p, &ls[i].gemm, mesh, df, COST_MS_ALGO_COLLECTIVE, 1);
                 if (!co.valid)
                     continue;
                 CU_ASSERT_FATAL(ms.valid);
@@ -283,16 +283,16 @@ static void test_meshslice_bounds(void)
  * free GEMMs (pure communication) it is slower than Collective. */
 static void test_cannon_square_and_traffic(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm g = {32 * SEQ, GPT3_F, GPT3_D};
-    ms_estimate rect = ms_time(&p, &g, (ms_mesh){8, 4}, MS_DF_C_STN, MS_ALGO_CANNON, 1);
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm g = {32 * SEQ, GPT3_F, GPT3_D};
+    cost_ms_estimate rect = cost_ms_time(&p, &g, (cost_ms_mesh){8, 4}, COST_MS_DF_C_STN, COST_MS_ALGO_CANNON, 1);
     CU_ASSERT(!rect.valid);
     CU_ASSERT_PTR_NOT_NULL(rect.why);
     p.peak_flops = 1e30;
     p.t_gemm_launch = 0;
-    for (int df = 0; df < MS_DF_COUNT; df++) {
-        ms_estimate ca = ms_time(&p, &g, (ms_mesh){8, 8}, (ms_dataflow)df, MS_ALGO_CANNON, 1);
-        ms_estimate co = ms_time(&p, &g, (ms_mesh){8, 8}, (ms_dataflow)df, MS_ALGO_COLLECTIVE, 1);
+    for (int df = 0; df < COST_MS_DF_COUNT; df++) {
+        cost_ms_estimate ca = cost_ms_time(&p, &g, (cost_ms_mesh){8, 8}, (cost_ms_dataflow)df, COST_MS_ALGO_CANNON, 1);
+        cost_ms_estimate co = cost_ms_time(&p, &g, (cost_ms_mesh){8, 8}, (cost_ms_dataflow)df, COST_MS_ALGO_COLLECTIVE, 1);
         CU_ASSERT_FATAL(ca.valid && co.valid);
         CU_ASSERT(ca.time > co.time);
     }
@@ -304,16 +304,16 @@ static void test_cannon_square_and_traffic(void)
  * and launches remain, and SUMMA's time over Collective's grows with q. */
 static void test_summa_sync_growth(void)
 {
-    ms_params p = tpu_v4_bf16();
+    cost_ms_params p = tpu_v4_bf16();
     p.bw_ring = p.bw_line = p.bw_link = 1e30;
     p.peak_flops = 1e30;
     p.t_gemm_launch = 0;
     double prev_ratio = 0;
     for (int64_t q = 4; q <= 32; q *= 2) {
-        ms_gemm g = {q * q / 2 * SEQ, GPT3_F, GPT3_D};
-        ms_mesh mesh = {q, q};
-        ms_estimate su = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_SUMMA, 1);
-        ms_estimate co = ms_time(&p, &g, mesh, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
+        cost_ms_gemm g = {q * q / 2 * SEQ, GPT3_F, GPT3_D};
+        cost_ms_mesh mesh = {q, q};
+        cost_ms_estimate su = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_SUMMA, 1);
+        cost_ms_estimate co = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_COLLECTIVE, 1);
         CU_ASSERT_FATAL(su.valid && co.valid);
         CU_ASSERT_EQUAL(su.slices, q);
         /* One launch plus q steps of L_sync per broadcast, q iterations. */
@@ -330,15 +330,15 @@ static void test_summa_sync_growth(void)
  * Collective when the decomposed direction carries real traffic. */
 static void test_wang_between(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_layer ls[4];
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_layer ls[4];
     fc_layers(128 * SEQ, GPT3_D, GPT3_F, ls);
-    ms_mesh mesh = {16, 16};
+    cost_ms_mesh mesh = {16, 16};
     for (int i = 0; i < 4; i++) {
-        ms_dataflow df = ms_choose_dataflow(&ls[i].gemm);
-        ms_estimate wa = ms_time(&p, &ls[i].gemm, mesh, df, MS_ALGO_WANG, 1);
-        ms_estimate co = ms_time(&p, &ls[i].gemm, mesh, df, MS_ALGO_COLLECTIVE, 1);
-        ms_estimate ms = ms_best_slices(&p, &ls[i].gemm, mesh, df, MS_ALGO_MESHSLICE);
+        cost_ms_dataflow df = cost_ms_choose_dataflow(&ls[i].gemm);
+        cost_ms_estimate wa = cost_ms_time(&p, &ls[i].gemm, mesh, df, COST_MS_ALGO_WANG, 1);
+        cost_ms_estimate co = cost_ms_time(&p, &ls[i].gemm, mesh, df, COST_MS_ALGO_COLLECTIVE, 1);
+        cost_ms_estimate ms = cost_ms_best_slices(&p, &ls[i].gemm, mesh, df, COST_MS_ALGO_MESHSLICE);
         CU_ASSERT_FATAL(wa.valid && co.valid && ms.valid);
         CU_ASSERT(wa.time < co.time);
         CU_ASSERT(ms.time < wa.time);
@@ -349,37 +349,37 @@ static void test_wang_between(void)
 /* The model refuses what cannot run instead of estimating it. */
 static void test_invalid_configurations(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_gemm odd = {1001, 1003, 1005};
-    ms_estimate e = ms_time(&p, &odd, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_COLLECTIVE, 1);
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm odd = {1001, 1003, 1005};
+    cost_ms_estimate e = cost_ms_time(&p, &odd, (cost_ms_mesh){2, 2}, COST_MS_DF_C_STN, COST_MS_ALGO_COLLECTIVE, 1);
     CU_ASSERT(!e.valid);
     CU_ASSERT_PTR_NOT_NULL(e.why);
-    ms_layer l = {.name = "odd", .gemm = odd, .repeat = 1};
-    ms_tune_result t = ms_tune(&p, &l, 1, 4, MS_ALGO_MESHSLICE, -1, 0, NULL);
+    cost_ms_layer l = {.name = "odd", .gemm = odd, .repeat = 1};
+    cost_ms_tune_result t = cost_ms_tune(&p, &l, 1, 4, COST_MS_ALGO_MESHSLICE, -1, 0, NULL);
     CU_ASSERT(!t.found);
     /* One chip always fits: no communication, only the GEMM. */
-    t = ms_tune(&p, &l, 1, 1, MS_ALGO_MESHSLICE, -1, 0, NULL);
+    t = cost_ms_tune(&p, &l, 1, 1, COST_MS_ALGO_MESHSLICE, -1, 0, NULL);
     CU_ASSERT_FATAL(t.found);
-    ASSERT_CLOSE(t.time, ms_gemm_time(&p, 1001, 1003, 1005));
-    ms_params zero = p;
+    ASSERT_CLOSE(t.time, cost_ms_gemm_time(&p, 1001, 1003, 1005));
+    cost_ms_params zero = p;
     zero.peak_flops = 0;
-    ms_gemm g = {4096, 4096, 4096};
-    CU_ASSERT(!ms_time(&zero, &g, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 1).valid);
-    CU_ASSERT(!ms_time(&p, &g, (ms_mesh){0, 2}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 1).valid);
-    CU_ASSERT(!ms_time(&p, &g, (ms_mesh){2, 2}, MS_DF_C_STN, MS_ALGO_MESHSLICE, 0).valid);
-    CU_ASSERT(!ms_time(&p, &g, (ms_mesh){2, 2}, (ms_dataflow)7, MS_ALGO_MESHSLICE, 1).valid);
-    CU_ASSERT_EQUAL(ms_algo_lookup("meshslice"), MS_ALGO_MESHSLICE);
-    CU_ASSERT_EQUAL(ms_algo_lookup("mesh"), -1);
-    CU_ASSERT_EQUAL(ms_dataflow_lookup("ls"), MS_DF_A_STN);
+    cost_ms_gemm g = {4096, 4096, 4096};
+    CU_ASSERT(!cost_ms_time(&zero, &g, (cost_ms_mesh){2, 2}, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 1).valid);
+    CU_ASSERT(!cost_ms_time(&p, &g, (cost_ms_mesh){0, 2}, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 1).valid);
+    CU_ASSERT(!cost_ms_time(&p, &g, (cost_ms_mesh){2, 2}, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 0).valid);
+    CU_ASSERT(!cost_ms_time(&p, &g, (cost_ms_mesh){2, 2}, (cost_ms_dataflow)7, COST_MS_ALGO_MESHSLICE, 1).valid);
+    CU_ASSERT_EQUAL(cost_ms_algo_lookup("meshslice"), COST_MS_ALGO_MESHSLICE);
+    CU_ASSERT_EQUAL(cost_ms_algo_lookup("mesh"), -1);
+    CU_ASSERT_EQUAL(cost_ms_dataflow_lookup("ls"), COST_MS_DF_A_STN);
 }
 
 /* Bytes a GEMM X[m,n] = Y[m,k] Z[k,n] moves along mesh rows and columns
  * under `df` (seed 004 Fig. 1), recomputed here from the definitions. */
-static void moved(const ms_gemm *g, ms_dataflow df, double *rows, double *cols)
+static void moved(const cost_ms_gemm *g, cost_ms_dataflow df, double *rows, double *cols)
 {
     double x = (double)g->m * g->n, y = (double)g->m * g->k, z = (double)g->k * g->n;
-    *rows = df == MS_DF_A_STN ? x : y;
-    *cols = df == MS_DF_B_STN ? x : z;
+    *rows = df == COST_MS_DF_A_STN ? x : y;
+    *cols = df == COST_MS_DF_B_STN ? x : z;
 }
 
 /* Seed 004 3.2.1: the backward GEMMs keep the same matrix stationary and
@@ -387,12 +387,12 @@ static void moved(const ms_gemm *g, ms_dataflow df, double *rows, double *cols)
  * moves the same bytes the same way; and each does the forward's FLOPs. */
 static void test_training_gemms(void)
 {
-    ms_layer fwd = {.name = "up", .gemm = {8 * SEQ, GPT3_F, GPT3_D}, .repeat = 2};
-    for (int df = 0; df < MS_DF_COUNT; df++) {
-        ms_layer out[3];
-        ms_training_gemms(&fwd, (ms_dataflow)df, out);
+    cost_ms_layer fwd = {.name = "up", .gemm = {8 * SEQ, GPT3_F, GPT3_D}, .repeat = 2};
+    for (int df = 0; df < COST_MS_DF_COUNT; df++) {
+        cost_ms_layer out[3];
+        cost_ms_training_gemms(&fwd, (cost_ms_dataflow)df, out);
         double r0, c0;
-        moved(&fwd.gemm, (ms_dataflow)df, &r0, &c0);
+        moved(&fwd.gemm, (cost_ms_dataflow)df, &r0, &c0);
         CU_ASSERT_EQUAL(out[0].df, df);
         for (int i = 0; i < 3; i++) {
             double r, c;
@@ -401,18 +401,18 @@ static void test_training_gemms(void)
             moved(&out[i].gemm, out[i].df, &r, &c);
             CU_ASSERT_EQUAL(r, r0);
             CU_ASSERT_EQUAL(c, c0);
-            CU_ASSERT_EQUAL(ms_gemm_flops(&out[i].gemm), ms_gemm_flops(&fwd.gemm));
+            CU_ASSERT_EQUAL(cost_ms_gemm_flops(&out[i].gemm), cost_ms_gemm_flops(&fwd.gemm));
         }
         /* The stationary matrix of the backward GEMMs is never the one the
          * forward moves: the dataflows differ from each other. */
         CU_ASSERT(out[1].df != out[0].df && out[2].df != out[0].df && out[1].df != out[2].df);
     }
     /* The tuner honours the fixed dataflows. */
-    ms_params p = tpu_v4_bf16();
-    ms_layer out[3];
-    ms_training_gemms(&fwd, MS_DF_B_STN, out);
-    ms_layer_choice ch[3];
-    ms_tune_result t = ms_tune(&p, out, 3, 16, MS_ALGO_MESHSLICE, -1, 0, ch);
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_layer out[3];
+    cost_ms_training_gemms(&fwd, COST_MS_DF_B_STN, out);
+    cost_ms_layer_choice ch[3];
+    cost_ms_tune_result t = cost_ms_tune(&p, out, 3, 16, COST_MS_ALGO_MESHSLICE, -1, 0, ch);
     CU_ASSERT_FATAL(t.found);
     for (int i = 0; i < 3; i++)
         CU_ASSERT_EQUAL(ch[i].df, out[i].df);
@@ -422,18 +422,18 @@ static void test_training_gemms(void)
  * per-layer K (seed 004 3.2.2 tunes K per layer). */
 static void test_common_k(void)
 {
-    ms_params p = tpu_v4_bf16();
-    ms_layer ls[4];
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_layer ls[4];
     fc_layers(32 * SEQ, GPT3_D, GPT3_F, ls);
-    ms_tune_result per = ms_tune(&p, ls, 4, 64, MS_ALGO_MESHSLICE, -1, 0, NULL);
+    cost_ms_tune_result per = cost_ms_tune(&p, ls, 4, 64, COST_MS_ALGO_MESHSLICE, -1, 0, NULL);
     CU_ASSERT_FATAL(per.found);
-    int64_t k = ms_best_common_k(&p, ls, 4, per.mesh, -1);
+    int64_t k = cost_ms_best_common_k(&p, ls, 4, per.mesh, -1);
     CU_ASSERT_FATAL(k >= 1);
-    ms_tune_result com = ms_tune_mesh(&p, ls, 4, per.mesh, MS_ALGO_MESHSLICE, -1, k, NULL);
+    cost_ms_tune_result com = cost_ms_tune_mesh(&p, ls, 4, per.mesh, COST_MS_ALGO_MESHSLICE, -1, k, NULL);
     CU_ASSERT_FATAL(com.found);
     CU_ASSERT(com.time >= per.time * (1 - 1e-12));
     for (int i = 0; i < 4; i++)
-        CU_ASSERT(ms_slices_valid(&p, &ls[i].gemm, per.mesh, ms_choose_dataflow(&ls[i].gemm), k));
+        CU_ASSERT(cost_ms_slices_valid(&p, &ls[i].gemm, per.mesh, cost_ms_choose_dataflow(&ls[i].gemm), k));
 }
 
 void einc_register_tests(void)

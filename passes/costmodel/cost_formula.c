@@ -29,7 +29,7 @@
  */
 #include <math.h>
 
-#include "cost.h"
+#include "costmodel.h"
 
 static bool axis_wraps(const cost_hw *hw, const int64_t *sizes, const bool *ovr, int i)
 {

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "meshslice_model.h"
+#include "costmodel.h"
 
 /* Figures no profile holds; docs/meshslice.md says where each comes from. */
 #define DEFAULT_T_LAUNCH 5e-6     /* ASSUMED: one XLA collective launch on TPU */
@@ -72,54 +72,54 @@ typedef struct plan {
     int cut;         /* which of lm (0), ln (1), lk (2) partial GEMMs split */
 } plan;
 
-const char *ms_dataflow_name(ms_dataflow df)
+const char *cost_ms_dataflow_name(cost_ms_dataflow df)
 {
     switch (df) {
-    case MS_DF_C_STN: return "C-stn (OS)";
-    case MS_DF_A_STN: return "A-stn (LS)";
-    case MS_DF_B_STN: return "B-stn (RS)";
+    case COST_MS_DF_C_STN: return "C-stn (OS)";
+    case COST_MS_DF_A_STN: return "A-stn (LS)";
+    case COST_MS_DF_B_STN: return "B-stn (RS)";
     default: return "?";
     }
 }
 
-static const char *const algo_names[MS_ALGO_COUNT] = {"Cannon", "SUMMA", "Collective", "Wang",
+static const char *const algo_names[COST_MS_ALGO_COUNT] = {"Cannon", "SUMMA", "Collective", "Wang",
                                                      "MeshSlice"};
-static const char *const algo_keys[MS_ALGO_COUNT] = {"cannon", "summa", "collective", "wang",
+static const char *const algo_keys[COST_MS_ALGO_COUNT] = {"cannon", "summa", "collective", "wang",
                                                     "meshslice"};
-static const char *const df_keys[MS_DF_COUNT] = {"os", "ls", "rs"};
+static const char *const df_keys[COST_MS_DF_COUNT] = {"os", "ls", "rs"};
 
-const char *ms_algo_name(ms_algo a)
+const char *cost_ms_algo_name(cost_ms_algo a)
 {
-    return (unsigned)a < MS_ALGO_COUNT ? algo_names[a] : "?";
+    return (unsigned)a < COST_MS_ALGO_COUNT ? algo_names[a] : "?";
 }
 
-const char *ms_dataflow_key(ms_dataflow df)
+const char *cost_ms_dataflow_key(cost_ms_dataflow df)
 {
-    return (unsigned)df < MS_DF_COUNT ? df_keys[df] : "?";
+    return (unsigned)df < COST_MS_DF_COUNT ? df_keys[df] : "?";
 }
 
-const char *ms_algo_key(ms_algo a)
+const char *cost_ms_algo_key(cost_ms_algo a)
 {
-    return (unsigned)a < MS_ALGO_COUNT ? algo_keys[a] : "?";
+    return (unsigned)a < COST_MS_ALGO_COUNT ? algo_keys[a] : "?";
 }
 
-int ms_dataflow_lookup(const char *key)
+int cost_ms_dataflow_lookup(const char *key)
 {
-    for (int i = 0; i < MS_DF_COUNT; i++)
+    for (int i = 0; i < COST_MS_DF_COUNT; i++)
         if (strcmp(key, df_keys[i]) == 0)
             return i;
     return -1;
 }
 
-int ms_algo_lookup(const char *key)
+int cost_ms_algo_lookup(const char *key)
 {
-    for (int i = 0; i < MS_ALGO_COUNT; i++)
+    for (int i = 0; i < COST_MS_ALGO_COUNT; i++)
         if (strcmp(key, algo_keys[i]) == 0)
             return i;
     return -1;
 }
 
-void ms_params_from_hw(const cost_hw *hw, ir_dtype t, ms_params *p)
+void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p)
 {
     memset(p, 0, sizeof *p);
     p->t_launch = DEFAULT_T_LAUNCH;
@@ -137,9 +137,9 @@ void ms_params_from_hw(const cost_hw *hw, ir_dtype t, ms_params *p)
     p->elem_bytes = (double)ir_dtype_size(t);
 }
 
-/* The profile's wraparound rule (cost_hw_axis_wraps, restated on ms_params
+/* The profile's wraparound rule (cost_hw_axis_wraps, restated on cost_ms_params
  * so the model needs no profile once its figures are copied). */
-static bool axis_wraps(const ms_params *p, int64_t size)
+static bool axis_wraps(const cost_ms_params *p, int64_t size)
 {
     switch (p->wrap) {
     case COST_WRAP_ALWAYS: return true;
@@ -150,25 +150,25 @@ static bool axis_wraps(const ms_params *p, int64_t size)
     return false;
 }
 
-double ms_axis_bw(const ms_params *p, int64_t size)
+double cost_ms_axis_bw(const cost_ms_params *p, int64_t size)
 {
     return axis_wraps(p, size) ? p->bw_ring : p->bw_line;
 }
 
-double ms_collective_time(const ms_params *p, int64_t ring, double shard_bytes)
+double cost_ms_collective_time(const cost_ms_params *p, int64_t ring, double shard_bytes)
 {
     if (ring <= 1)
         return 0;
-    return p->t_launch + (double)(ring - 1) * (p->l_sync + shard_bytes / ms_axis_bw(p, ring));
+    return p->t_launch + (double)(ring - 1) * (p->l_sync + shard_bytes / cost_ms_axis_bw(p, ring));
 }
 
-static double pad(const ms_params *p, int64_t x)
+static double pad(const cost_ms_params *p, int64_t x)
 {
     int64_t t = p->mxu_tile > 0 ? p->mxu_tile : 1;
     return (double)((x + t - 1) / t * t);
 }
 
-double ms_gemm_time(const ms_params *p, int64_t m, int64_t n, int64_t k)
+double cost_ms_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k)
 {
     if (m <= 0 || n <= 0 || k <= 0)
         return 0;
@@ -176,22 +176,22 @@ double ms_gemm_time(const ms_params *p, int64_t m, int64_t n, int64_t k)
     return p->t_gemm_launch + flops / (p->peak_flops * p->gemm_eff);
 }
 
-double ms_gemm_flops(const ms_gemm *g)
+double cost_ms_gemm_flops(const cost_ms_gemm *g)
 {
     return 2.0 * (double)g->m * (double)g->n * (double)g->k;
 }
 
-ms_dataflow ms_choose_dataflow(const ms_gemm *g)
+cost_ms_dataflow cost_ms_choose_dataflow(const cost_ms_gemm *g)
 {
     double a = (double)g->m * (double)g->k;
     double b = (double)g->k * (double)g->n;
     double c = (double)g->m * (double)g->n;
     if (c >= a && c >= b)
-        return MS_DF_C_STN;
-    return a >= b ? MS_DF_A_STN : MS_DF_B_STN;
+        return COST_MS_DF_C_STN;
+    return a >= b ? COST_MS_DF_A_STN : COST_MS_DF_B_STN;
 }
 
-bool ms_mesh_valid(const ms_gemm *g, ms_mesh mesh, ms_dataflow df)
+bool cost_ms_mesh_valid(const cost_ms_gemm *g, cost_ms_mesh mesh, cost_ms_dataflow df)
 {
     if (mesh.rows < 1 || mesh.cols < 1 || g->m < 1 || g->n < 1 || g->k < 1)
         return false;
@@ -200,31 +200,31 @@ bool ms_mesh_valid(const ms_gemm *g, ms_mesh mesh, ms_dataflow df)
      * so that the stationary layout serves all three GEMMs of training
      * (seed 004, 3.2.1). */
     int64_t ar = g->m, ac = g->k, br = g->k, bc = g->n;
-    if (df == MS_DF_A_STN)
+    if (df == COST_MS_DF_A_STN)
         br = g->n, bc = g->k;
-    if (df == MS_DF_B_STN)
+    if (df == COST_MS_DF_B_STN)
         ar = g->k, ac = g->m;
     return ar % mesh.rows == 0 && ac % mesh.cols == 0 && br % mesh.rows == 0 &&
            bc % mesh.cols == 0 && g->m % mesh.rows == 0 && g->n % mesh.cols == 0;
 }
 
-int64_t ms_sliced_dim(const ms_gemm *g, ms_dataflow df)
+int64_t cost_ms_sliced_dim(const cost_ms_gemm *g, cost_ms_dataflow df)
 {
     switch (df) {
-    case MS_DF_C_STN: return g->k;
-    case MS_DF_A_STN: return g->n;
+    case COST_MS_DF_C_STN: return g->k;
+    case COST_MS_DF_A_STN: return g->n;
     default: return g->m;
     }
 }
 
-bool ms_slices_valid(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
-                     int64_t slices)
+bool cost_ms_slices_valid(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                          cost_ms_dataflow df, int64_t slices)
 {
-    if (slices < 1 || !ms_mesh_valid(g, mesh, df))
+    if (slices < 1 || !cost_ms_mesh_valid(g, mesh, df))
         return false;
     if (slices == 1)
         return true; /* no slicing: the Collective algorithm */
-    int64_t d = ms_sliced_dim(g, df);
+    int64_t d = cost_ms_sliced_dim(g, df);
     int64_t unit = slices * (p->block > 0 ? p->block : 1);
     /* The sliced dim is split over the rows in one matrix and the columns in
      * the other (C-stn: A's k over cols, B's k over rows; A-stn: B^T's n over
@@ -232,16 +232,16 @@ bool ms_slices_valid(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_data
     return (d / mesh.rows) % unit == 0 && (d / mesh.cols) % unit == 0;
 }
 
-static move make_move(const ms_params *p, move_kind kind, int64_t ring, double global_bytes,
+static move make_move(const cost_ms_params *p, move_kind kind, int64_t ring, double global_bytes,
                       int64_t chips)
 {
-    move mv = {MOVE_NONE, ring, global_bytes / (double)chips, ms_axis_bw(p, ring)};
+    move mv = {MOVE_NONE, ring, global_bytes / (double)chips, cost_ms_axis_bw(p, ring)};
     if (ring > 1)
         mv.kind = kind;
     return mv;
 }
 
-static plan make_plan(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df)
+static plan make_plan(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh, cost_ms_dataflow df)
 {
     int64_t chips = mesh.rows * mesh.cols;
     double e = p->elem_bytes;
@@ -251,12 +251,12 @@ static plan make_plan(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dat
     plan pl;
     memset(&pl, 0, sizeof pl);
     switch (df) {
-    case MS_DF_C_STN:
+    case COST_MS_DF_C_STN:
         pl.row = make_move(p, MOVE_GATHER, mesh.cols, a, chips);
         pl.col = make_move(p, MOVE_GATHER, mesh.rows, b, chips);
         pl.lm = g->m / mesh.rows, pl.ln = g->n / mesh.cols, pl.lk = g->k, pl.cut = 2;
         break;
-    case MS_DF_A_STN:
+    case COST_MS_DF_A_STN:
         pl.row = make_move(p, MOVE_SCATTER, mesh.cols, c, chips);
         pl.col = make_move(p, MOVE_GATHER, mesh.rows, b, chips);
         pl.lm = g->m / mesh.rows, pl.ln = g->n, pl.lk = g->k / mesh.cols, pl.cut = 1;
@@ -272,11 +272,11 @@ static plan make_plan(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dat
 
 /* Local GEMM time when the cut dim is split into `pieces` (rounded up: an
  * uneven split pays for its largest piece). */
-static double local_gemm(const ms_params *p, const plan *pl, int64_t pieces)
+static double local_gemm(const cost_ms_params *p, const plan *pl, int64_t pieces)
 {
     int64_t d[3] = {pl->lm, pl->ln, pl->lk};
     d[pl->cut] = (d[pl->cut] + pieces - 1) / pieces;
-    return ms_gemm_time(p, d[0], d[1], d[2]);
+    return cost_ms_gemm_time(p, d[0], d[1], d[2]);
 }
 
 /* Three-stage software pipeline of `iters` iterations (module comment). */
@@ -288,12 +288,12 @@ static double pipeline(double pre, double g, double post, int64_t iters)
 
 /* The per-iteration gather and scatter stage times when every move sends
  * `frac` of its shard per collective call: the two rings run in parallel. */
-static void stages(const ms_params *p, const plan *pl, double frac, double *pre, double *post)
+static void stages(const cost_ms_params *p, const plan *pl, double frac, double *pre, double *post)
 {
     const move *mv[2] = {&pl->row, &pl->col};
     *pre = *post = 0;
     for (int i = 0; i < 2; i++) {
-        double t = ms_collective_time(p, mv[i]->ring, mv[i]->shard * frac);
+        double t = cost_ms_collective_time(p, mv[i]->ring, mv[i]->shard * frac);
         if (mv[i]->kind == MOVE_GATHER)
             *pre = fmax(*pre, t);
         else if (mv[i]->kind == MOVE_SCATTER)
@@ -303,14 +303,14 @@ static void stages(const ms_params *p, const plan *pl, double frac, double *pre,
 
 /* Sum of both moves' whole collectives: the communication of Collective,
  * reported as t_comm for every algorithm (what would be exposed unoverlapped). */
-static double comm_total(const ms_params *p, const plan *pl)
+static double comm_total(const cost_ms_params *p, const plan *pl)
 {
-    return ms_collective_time(p, pl->row.ring, pl->row.shard) +
-           ms_collective_time(p, pl->col.ring, pl->col.shard);
+    return cost_ms_collective_time(p, pl->row.ring, pl->row.shard) +
+           cost_ms_collective_time(p, pl->col.ring, pl->col.shard);
 }
 
 /* MeshSlice with K slices; K = 1 is Collective (seed 004, 3.2.2). */
-static double time_meshslice(const ms_params *p, const plan *pl, int64_t k, double *t_comp)
+static double time_meshslice(const cost_ms_params *p, const plan *pl, int64_t k, double *t_comp)
 {
     double pre, post;
     stages(p, pl, 1.0 / (double)k, &pre, &post);
@@ -323,11 +323,11 @@ static double time_meshslice(const ms_params *p, const plan *pl, int64_t k, doub
  * D + P - 1 pipelined stages, one synchronization each (seed 004 2.3.3,
  * Fig. 3), with the D that minimises the time (at most one packet per
  * `block` elements). */
-static double bcast_time(const ms_params *p, int64_t ring, double bytes)
+static double bcast_time(const cost_ms_params *p, int64_t ring, double bytes)
 {
     if (ring <= 1)
         return 0;
-    double bw = ms_axis_bw(p, ring);
+    double bw = cost_ms_axis_bw(p, ring);
     double max_d = fmax(1.0, floor(bytes / (p->elem_bytes * (double)(p->block > 0 ? p->block : 1))));
     double d_opt = sqrt((double)(ring - 1) * bytes / (bw * p->l_sync));
     double best = INFINITY;
@@ -340,7 +340,7 @@ static double bcast_time(const ms_params *p, int64_t ring, double bytes)
     return best;
 }
 
-int64_t ms_gcd64(int64_t a, int64_t b)
+int64_t cost_ms_gcd64(int64_t a, int64_t b)
 {
     while (b) {
         int64_t t = a % b;
@@ -352,7 +352,7 @@ int64_t ms_gcd64(int64_t a, int64_t b)
 
 /* SUMMA with lcm(rows, cols) panels (seed 004 2.3.3): each move's block row
  * (or column), ring * shard bytes, is cut into that many panels. */
-static double time_summa(const ms_params *p, const plan *pl, int64_t panels, double *t_comp)
+static double time_summa(const cost_ms_params *p, const plan *pl, int64_t panels, double *t_comp)
 {
     const move *mv[2] = {&pl->row, &pl->col};
     double pre = 0, post = 0;
@@ -371,18 +371,18 @@ static double time_summa(const ms_params *p, const plan *pl, int64_t panels, dou
 /* Wang et al. (seed 004 2.3.4): decompose move `d` into P SendRecv steps
  * overlapped with P partial GEMMs; the other move runs whole, before
  * (gather) or after (scatter) the loop. */
-static double time_wang_one(const ms_params *p, const plan *pl, const move *d, const move *o,
+static double time_wang_one(const cost_ms_params *p, const plan *pl, const move *d, const move *o,
                             double *t_comp)
 {
     int64_t steps = d->ring;
     double g = local_gemm(p, pl, steps);
     double t_step = p->t_launch + p->l_sync + d->shard / d->bw;
-    double t_other = ms_collective_time(p, o->ring, o->shard);
+    double t_other = cost_ms_collective_time(p, o->ring, o->shard);
     *t_comp = g * (double)steps;
     return t_other + g + (double)(steps - 1) * fmax(g, t_step);
 }
 
-static double time_wang(const ms_params *p, const plan *pl, int64_t *steps, double *t_comp)
+static double time_wang(const cost_ms_params *p, const plan *pl, int64_t *steps, double *t_comp)
 {
     double best = INFINITY, tc = 0;
     if (pl->row.kind != MOVE_NONE) {
@@ -408,7 +408,7 @@ static double time_wang(const ms_params *p, const plan *pl, int64_t *steps, doub
 /* Cannon on a q x q torus (seed 004 2.3.2): skew the gathered matrices by up
  * to q/2 hops, q multiply-and-shift steps with one-hop SendRecv over one-way
  * links, and unskew a scattered output at the end. */
-static double time_cannon(const ms_params *p, const plan *pl, int64_t q, double *t_comp)
+static double time_cannon(const cost_ms_params *p, const plan *pl, int64_t q, double *t_comp)
 {
     const move *mv[2] = {&pl->row, &pl->col};
     double skew_in = 0, skew_out = 0, shift = 0;
@@ -428,56 +428,56 @@ static double time_cannon(const ms_params *p, const plan *pl, int64_t q, double 
     return skew_in + g + (double)(q - 1) * fmax(g, shift) + skew_out;
 }
 
-static ms_estimate invalid(const char *why)
+static cost_ms_estimate invalid(const char *why)
 {
-    ms_estimate e;
+    cost_ms_estimate e;
     memset(&e, 0, sizeof e);
     e.why = why;
     return e;
 }
 
-ms_estimate ms_time(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
-                    ms_algo algo, int64_t slices)
+cost_ms_estimate cost_ms_time(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                              cost_ms_dataflow df, cost_ms_algo algo, int64_t slices)
 {
-    if ((unsigned)df >= MS_DF_COUNT || (unsigned)algo >= MS_ALGO_COUNT)
+    if ((unsigned)df >= COST_MS_DF_COUNT || (unsigned)algo >= COST_MS_ALGO_COUNT)
         return invalid("unknown dataflow or algorithm");
     if (p->peak_flops <= 0 || p->gemm_eff <= 0 || p->bw_ring <= 0 || p->bw_line <= 0 ||
         p->bw_link <= 0 || p->elem_bytes <= 0 || p->l_sync < 0 || p->t_launch < 0)
         return invalid("model parameters must be positive");
-    if (!ms_mesh_valid(g, mesh, df))
+    if (!cost_ms_mesh_valid(g, mesh, df))
         return invalid("the matrices do not divide evenly over the mesh");
     plan pl = make_plan(p, g, mesh, df);
-    ms_estimate e;
+    cost_ms_estimate e;
     memset(&e, 0, sizeof e);
     e.valid = true;
     e.slices = 1;
     switch (algo) {
-    case MS_ALGO_COLLECTIVE:
+    case COST_MS_ALGO_COLLECTIVE:
         e.time = time_meshslice(p, &pl, 1, &e.t_compute);
         break;
-    case MS_ALGO_MESHSLICE:
-        if (!ms_slices_valid(p, g, mesh, df, slices))
+    case COST_MS_ALGO_MESHSLICE:
+        if (!cost_ms_slices_valid(p, g, mesh, df, slices))
             return invalid("K must divide the sliced dim's per-device size into blocks of B");
         e.slices = slices;
         e.time = time_meshslice(p, &pl, slices, &e.t_compute);
         break;
-    case MS_ALGO_SUMMA: {
-        int64_t panels = mesh.rows / ms_gcd64(mesh.rows, mesh.cols) * mesh.cols;
-        if (ms_sliced_dim(g, df) % panels != 0)
+    case COST_MS_ALGO_SUMMA: {
+        int64_t panels = mesh.rows / cost_ms_gcd64(mesh.rows, mesh.cols) * mesh.cols;
+        if (cost_ms_sliced_dim(g, df) % panels != 0)
             return invalid("SUMMA's lcm(rows, cols) panels do not divide the sliced dim");
         e.slices = panels;
         e.time = time_summa(p, &pl, panels, &e.t_compute);
         break;
     }
-    case MS_ALGO_WANG:
+    case COST_MS_ALGO_WANG:
         e.time = time_wang(p, &pl, &e.slices, &e.t_compute);
         break;
-    case MS_ALGO_CANNON:
+    case COST_MS_ALGO_CANNON:
         if (mesh.rows != mesh.cols)
             return invalid("Cannon needs a square mesh");
         if (mesh.rows > 1 && !axis_wraps(p, mesh.rows))
             return invalid("Cannon's cyclic shifts need wraparound on both mesh axes");
-        if (ms_sliced_dim(g, df) % mesh.rows != 0)
+        if (cost_ms_sliced_dim(g, df) % mesh.rows != 0)
             return invalid("the sliced dim does not divide into q Cannon steps");
         e.slices = mesh.rows;
         e.time = time_cannon(p, &pl, mesh.rows, &e.t_compute);
@@ -487,33 +487,33 @@ ms_estimate ms_time(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataf
     }
     e.t_comm = comm_total(p, &pl);
     e.t_exposed = fmax(0.0, e.time - e.t_compute);
-    e.utilization = ms_gemm_flops(g) / (e.time * (double)(mesh.rows * mesh.cols) * p->peak_flops);
+    e.utilization = cost_ms_gemm_flops(g) / (e.time * (double)(mesh.rows * mesh.cols) * p->peak_flops);
     return e;
 }
 
-ms_estimate ms_best_slices(const ms_params *p, const ms_gemm *g, ms_mesh mesh, ms_dataflow df,
-                           ms_algo algo)
+cost_ms_estimate cost_ms_best_slices(const cost_ms_params *p, const cost_ms_gemm *g,
+                                     cost_ms_mesh mesh, cost_ms_dataflow df, cost_ms_algo algo)
 {
-    if (algo != MS_ALGO_MESHSLICE)
-        return ms_time(p, g, mesh, df, algo, 1);
-    ms_estimate best = ms_time(p, g, mesh, df, algo, 1);
+    if (algo != COST_MS_ALGO_MESHSLICE)
+        return cost_ms_time(p, g, mesh, df, algo, 1);
+    cost_ms_estimate best = cost_ms_time(p, g, mesh, df, algo, 1);
     if (!best.valid)
         return best;
-    int64_t d = ms_sliced_dim(g, df);
+    int64_t d = cost_ms_sliced_dim(g, df);
     int64_t lim = d / (mesh.rows > mesh.cols ? mesh.rows : mesh.cols);
-    if (lim > MS_MAX_SLICES)
-        lim = MS_MAX_SLICES;
+    if (lim > COST_MS_MAX_SLICES)
+        lim = COST_MS_MAX_SLICES;
     for (int64_t k = 2; k <= lim; k++) {
-        if (!ms_slices_valid(p, g, mesh, df, k))
+        if (!cost_ms_slices_valid(p, g, mesh, df, k))
             continue;
-        ms_estimate e = ms_time(p, g, mesh, df, algo, k);
+        cost_ms_estimate e = cost_ms_time(p, g, mesh, df, algo, k);
         if (e.valid && e.time < best.time)
             best = e;
     }
     return best;
 }
 
-void ms_training_gemms(const ms_layer *fwd, ms_dataflow df, ms_layer out[3])
+void cost_ms_training_gemms(const cost_ms_layer *fwd, cost_ms_dataflow df, cost_ms_layer out[3])
 {
     int64_t m = fwd->gemm.m, n = fwd->gemm.n, k = fwd->gemm.k;
     for (int i = 0; i < 3; i++) {
@@ -525,52 +525,53 @@ void ms_training_gemms(const ms_layer *fwd, ms_dataflow df, ms_layer out[3])
      * moves Y along rows and Z along columns, A-stn X along rows and Z along
      * columns, B-stn Y along rows and X along columns. */
     switch (df) {
-    case MS_DF_C_STN: /* C stays; A (and A') along rows, B (and B') along columns */
-        out[1].gemm = (ms_gemm){m, k, n}, out[1].df = MS_DF_A_STN; /* A' = C' B^T */
-        out[2].gemm = (ms_gemm){k, n, m}, out[2].df = MS_DF_B_STN; /* B' = A^T C' */
+    case COST_MS_DF_C_STN: /* C stays; A (and A') along rows, B (and B') along columns */
+        out[1].gemm = (cost_ms_gemm){m, k, n}, out[1].df = COST_MS_DF_A_STN; /* A' = C' B^T */
+        out[2].gemm = (cost_ms_gemm){k, n, m}, out[2].df = COST_MS_DF_B_STN; /* B' = A^T C' */
         break;
-    case MS_DF_A_STN: /* A stays; C along rows, B along columns */
-        out[1].gemm = (ms_gemm){m, k, n}, out[1].df = MS_DF_C_STN; /* A' = C' B^T */
-        out[2].gemm = (ms_gemm){n, k, m}, out[2].df = MS_DF_B_STN; /* B'^T = C'^T A */
+    case COST_MS_DF_A_STN: /* A stays; C along rows, B along columns */
+        out[1].gemm = (cost_ms_gemm){m, k, n}, out[1].df = COST_MS_DF_C_STN; /* A' = C' B^T */
+        out[2].gemm = (cost_ms_gemm){n, k, m}, out[2].df = COST_MS_DF_B_STN; /* B'^T = C'^T A */
         break;
     default:          /* B stays; A along rows, C along columns */
-        out[1].gemm = (ms_gemm){k, m, n}, out[1].df = MS_DF_A_STN; /* A'^T = B C'^T */
-        out[2].gemm = (ms_gemm){k, n, m}, out[2].df = MS_DF_C_STN; /* B' = A^T C' */
+        out[1].gemm = (cost_ms_gemm){k, m, n}, out[1].df = COST_MS_DF_A_STN; /* A'^T = B C'^T */
+        out[2].gemm = (cost_ms_gemm){k, n, m}, out[2].df = COST_MS_DF_C_STN; /* B' = A^T C' */
         break;
     }
 }
 
 /* A layer's dataflow: the override `df` (>= 0), else the layer's fixed one,
  * else the heuristic. */
-static ms_dataflow layer_df(const ms_layer *l, int df)
+static cost_ms_dataflow layer_df(const cost_ms_layer *l, int df)
 {
-    if (df >= 0 && df < MS_DF_COUNT)
-        return (ms_dataflow)df;
-    return l->fixed_df ? l->df : ms_choose_dataflow(&l->gemm);
+    if (df >= 0 && df < COST_MS_DF_COUNT)
+        return (cost_ms_dataflow)df;
+    return l->fixed_df ? l->df : cost_ms_choose_dataflow(&l->gemm);
 }
 
-static double layers_flops(const ms_layer *layers, int n)
+static double layers_flops(const cost_ms_layer *layers, int n)
 {
     double flops = 0;
     for (int i = 0; i < n; i++)
-        flops += layers[i].repeat * ms_gemm_flops(&layers[i].gemm);
+        flops += layers[i].repeat * cost_ms_gemm_flops(&layers[i].gemm);
     return flops;
 }
 
-ms_tune_result ms_tune_mesh(const ms_params *p, const ms_layer *layers, int n, ms_mesh mesh,
-                            ms_algo algo, int df, int64_t common_k, ms_layer_choice *choices)
+cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                                      cost_ms_mesh mesh, cost_ms_algo algo, int df, int64_t common_k,
+                                      cost_ms_layer_choice *choices)
 {
-    ms_tune_result res;
+    cost_ms_tune_result res;
     memset(&res, 0, sizeof res);
     res.mesh = mesh;
     if (n < 1 || mesh.rows < 1 || mesh.cols < 1)
         return res;
     for (int i = 0; i < n; i++) {
-        const ms_gemm *g = &layers[i].gemm;
-        ms_dataflow d = layer_df(&layers[i], df);
-        ms_estimate e = algo == MS_ALGO_MESHSLICE && common_k > 0
-                            ? ms_time(p, g, mesh, d, algo, common_k)
-                            : ms_best_slices(p, g, mesh, d, algo);
+        const cost_ms_gemm *g = &layers[i].gemm;
+        cost_ms_dataflow d = layer_df(&layers[i], df);
+        cost_ms_estimate e = algo == COST_MS_ALGO_MESHSLICE && common_k > 0
+                            ? cost_ms_time(p, g, mesh, d, algo, common_k)
+                            : cost_ms_best_slices(p, g, mesh, d, algo);
         if (!e.valid)
             return res;
         if (choices) {
@@ -584,42 +585,43 @@ ms_tune_result ms_tune_mesh(const ms_params *p, const ms_layer *layers, int n, m
     return res;
 }
 
-ms_tune_result ms_tune(const ms_params *p, const ms_layer *layers, int n, int64_t chips,
-                       ms_algo algo, int df, int64_t common_k, ms_layer_choice *choices)
+cost_ms_tune_result cost_ms_tune(const cost_ms_params *p, const cost_ms_layer *layers, int n, int64_t chips,
+                                 cost_ms_algo algo, int df, int64_t common_k, cost_ms_layer_choice *choices)
 {
-    ms_tune_result best;
+    cost_ms_tune_result best;
     memset(&best, 0, sizeof best);
     for (int64_t r = 1; r <= chips; r++) {
         if (chips % r != 0)
             continue;
-        ms_mesh mesh = {r, chips / r};
-        ms_tune_result t = ms_tune_mesh(p, layers, n, mesh, algo, df, common_k, NULL);
+        cost_ms_mesh mesh = {r, chips / r};
+        cost_ms_tune_result t = cost_ms_tune_mesh(p, layers, n, mesh, algo, df, common_k, NULL);
         if (t.found && (!best.found || t.time < best.time))
             best = t;
     }
     if (best.found && choices)
-        ms_tune_mesh(p, layers, n, best.mesh, algo, df, common_k, choices);
+        cost_ms_tune_mesh(p, layers, n, best.mesh, algo, df, common_k, choices);
     return best;
 }
 
-int64_t ms_best_common_k(const ms_params *p, const ms_layer *layers, int n, ms_mesh mesh, int df)
+int64_t cost_ms_best_common_k(const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                              cost_ms_mesh mesh, int df)
 {
     if (n < 1 || mesh.rows < 1 || mesh.cols < 1)
         return 0;
     int64_t lim = INT64_MAX;
     for (int i = 0; i < n; i++) {
-        const ms_gemm *g = &layers[i].gemm;
-        int64_t d = ms_sliced_dim(g, layer_df(&layers[i], df));
+        const cost_ms_gemm *g = &layers[i].gemm;
+        int64_t d = cost_ms_sliced_dim(g, layer_df(&layers[i], df));
         int64_t l = d / (mesh.rows > mesh.cols ? mesh.rows : mesh.cols);
         if (l < lim)
             lim = l;
     }
-    if (lim > MS_MAX_SLICES)
-        lim = MS_MAX_SLICES;
+    if (lim > COST_MS_MAX_SLICES)
+        lim = COST_MS_MAX_SLICES;
     int64_t best_k = 0;
     double best = INFINITY;
     for (int64_t k = 1; k <= lim; k++) {
-        ms_tune_result t = ms_tune_mesh(p, layers, n, mesh, MS_ALGO_MESHSLICE, df, k, NULL);
+        cost_ms_tune_result t = cost_ms_tune_mesh(p, layers, n, mesh, COST_MS_ALGO_MESHSLICE, df, k, NULL);
         if (t.found && t.time < best) {
             best = t.time;
             best_k = k;

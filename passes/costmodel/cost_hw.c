@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
+#include "costmodel.h"
 
-/* The build points EINC_HW_DIR at the source tree's hw/ (passes/CMakeLists.txt). */
+/* The build points EINC_HW_DIR at the source tree's hw/ (passes/costmodel/CMakeLists.txt). */
 #ifdef EINC_HW_DIR
 #define HW_DIR_DEFAULT EINC_HW_DIR
 #else

@@ -1,13 +1,13 @@
 /*
- * meshslice_cost.c - the estimated time of a MeshSlice op (meshslice.h).
+ * meshslice_cost.c - the estimated time of a MeshSlice op (cost_meshslice_op).
  *
  * The formula is seed 004's (3.2.2, "execution time estimation"): the loop
  * is a software pipeline whose prologue is the first iteration's partial
  * AllGathers, whose epilogue is the last partial einsum (and, for LS / RS,
  * the last partial ReduceScatter), and whose steady state costs the slowest
  * of its stages per iteration.  The stages come from the same pieces the
- * rest of einc uses: Eq. 5 of ms_collective_time for a collective, the cost
- * pass's roofline (FLOPs / peak vs bytes / HBM bandwidth) for the einsum.
+ * rest of einc uses: Eq. 5 of cost_ms_collective_time for a collective, the
+ * roofline of cost_op.c (FLOPs / peak vs bytes / HBM bandwidth) for the einsum.
  *
  * The pipeline assumes the collectives move data while the GEMM computes,
  * as a TPU's ICI DMA engines do.  On a calibrated CPU host a collective is
@@ -20,8 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "meshslice.h"
-#include "meshslice_model.h"
+#include "costmodel.h"
 
 /* On a calibrated (CPU) profile, the split-dim length below which a
  * slice's GEMM loses efficiency, in place of the TPU's 128-wide systolic
@@ -52,13 +51,13 @@ static int64_t gathered_label_size(const ir_module *m, const ir_op *op, int L)
     return 1;
 }
 
-void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op, int k, ir_cost *c)
+void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, int k, ir_cost *c)
 {
     memset(c, 0, sizeof *c);
     c->valid = true;
     ir_dtype t = op->result->type.dtype;
-    ms_params p;
-    ms_params_from_hw(hw, t, &p);
+    cost_ms_params p;
+    cost_ms_params_from_hw(hw, t, &p);
     double K = k > 0 ? k : 1;
 
     /* FLOPs: 2 * product over the distinct labels of their per-device size
@@ -99,7 +98,7 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
         int64_t P = m->mesh.axes[mv->axis].size;
         const ir_value *v = mv->operand >= 0 ? op->operands[mv->operand] : op->result;
         double piece = (double)ir_local_bytes(m, &v->type) / K; /* one device's sub-shard */
-        double tc = ms_collective_time(&p, P, piece);
+        double tc = cost_ms_collective_time(&p, P, piece);
         if (hw->measured) /* the fit of `einc calibrate`, on the whole buffer of one call */
             tc = contention * cost_measured_coll_time(&hw->fit[mv->kind == IR_OP_ALLGATHER
                                                                       ? COST_FIT_ALLGATHER

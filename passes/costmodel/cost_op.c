@@ -1,0 +1,426 @@
+/*
+ * cost_op.c - the estimate of one IR op on a hardware profile, and its
+ * model FLOPs.
+ *
+ * Each op gets a per-device estimate (ir_cost):
+ *   Einsum       FLOPs = n_operands * prod(per-device size of every label):
+ *                2 * prod for the binary einsums propagate leaves (one
+ *                multiply and one add per point of the iteration space,
+ *                seed 001 / seed 003 "2 * B * D * F"), prod for a unary sum.
+ *   Elementwise  FLOPs = (arithmetic nodes of the expression) * result elements.
+ *   both         HBM bytes = operands' + result's per-device bytes;
+ *                time = max(FLOPs / C_dtype, bytes / W_hbm)   (roofline, seed 001/002).
+ *   AllGather, ReduceScatter, AllReduce, AllToAll: cost_formula.c; the HBM
+ *                traffic is reported but not timed (HBM is ~10x faster than
+ *                ICI, seed 002 "beta ~ 8", so it hides under the transfer).
+ *   Slice        a local copy of the kept block: 2 * result bytes / W_hbm.
+ *   MeshSlice    the pipelined loop of meshslice_cost.c.
+ * On a calibrated profile (hw->measured) the same ops use the measured
+ * curves and fits instead of the peak figures, scaled by the core
+ * contention (docs/cost-model.md, "How the cost pass uses it").
+ *
+ * The FLOPs above are the ones a device EXECUTES: a plan that leaves a dim
+ * unsharded computes the same points on several devices.  Model FLOPs
+ * (cost_op_model_flops) count each point of the unsharded program once,
+ * at global sizes; MFU divides those, not the executed ones (seed 003).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "costmodel.h"
+
+double cost_peak_flops(const cost_hw *hw, ir_dtype t)
+{
+    if ((int)t < 0 || (int)t >= 3)
+        return hw->peak_flops[IR_F32];
+    return hw->peak_flops[t];
+}
+
+static double local_bytes(const ir_module *m, const ir_value *v)
+{
+    return v ? (double)ir_local_bytes(m, &v->type) : 0;
+}
+
+/* Calls fn(dim id, per-device size, arg) for each position of each operand
+ * and of the result of einsum `op`. */
+static void for_each_label(const ir_module *m, const ir_op *op,
+                           void (*fn)(int dim, int64_t size, void *arg), void *arg)
+{
+    for (int i = 0; i <= op->noperands; i++) {
+        const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
+        const int *labels = i < op->noperands ? op->u.einsum.labels[i] : op->u.einsum.result_labels;
+        if (!v)
+            continue;
+        for (int j = 0; j < v->type.rank; j++)
+            fn(labels[j], ir_local_size(m, &v->type, j), arg);
+    }
+}
+
+/* Distinct labels of an einsum with their smallest per-device size. */
+typedef struct label_set {
+    int n;                                             /* labels found */
+    int ids[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK];   /* dim ids */
+    int64_t sizes[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK]; /* per-device sizes */
+} label_set;
+
+static void add_label(int dim, int64_t size, void *arg)
+{
+    label_set *ls = arg;
+    for (int k = 0; k < ls->n; k++)
+        if (ls->ids[k] == dim) {
+            if (size < ls->sizes[k])
+                ls->sizes[k] = size;
+            return;
+        }
+    ls->ids[ls->n] = dim;
+    ls->sizes[ls->n++] = size;
+}
+
+int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim)
+{
+    if (op->kind != IR_OP_EINSUM)
+        return -1;
+    label_set ls = {0};
+    for_each_label(m, op, add_label, &ls);
+    for (int k = 0; k < ls.n; k++)
+        if (ls.ids[k] == dim)
+            return ls.sizes[k];
+    return -1;
+}
+
+/* FLOPs of an einsum: the size of its iteration space (each label once, at
+ * its smallest per-device size over the places it appears: a label sharded
+ * in one operand and replicated in another is computed on the local block)
+ * times the number of operands. */
+static double einsum_flops(const ir_module *m, const ir_op *op)
+{
+    if (op->u.einsum.gather)
+        return 0; /* a lookup: copies rows, no arithmetic */
+    label_set ls = {0};
+    for_each_label(m, op, add_label, &ls);
+    double points = 1;
+    for (int k = 0; k < ls.n; k++)
+        points *= (double)ls.sizes[k];
+    return (op->noperands > 0 ? op->noperands : 1) * points;
+}
+
+double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const ir_op *op, int dim)
+{
+    int64_t n = cost_einsum_label_size(m, op, dim);
+    if (n <= 0 || !op->result)
+        return -1;
+    /* FLOPs = a * n; bytes = b0 + b1 * n where b1 collects the values that
+     * carry `dim`.  Compute-bound when a n / C > (b0 + b1 n) / W_hbm. */
+    double a = einsum_flops(m, op) / (double)n, b0 = 0, b1 = 0;
+    for (int i = 0; i <= op->noperands; i++) {
+        const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
+        const int *labels = i < op->noperands ? op->u.einsum.labels[i] : op->u.einsum.result_labels;
+        if (!v)
+            continue;
+        bool carries = false;
+        for (int j = 0; j < v->type.rank; j++)
+            carries |= labels[j] == dim;
+        if (carries)
+            b1 += local_bytes(m, v) / (double)n;
+        else
+            b0 += local_bytes(m, v);
+    }
+    double denom = a * hw->hbm_bw / cost_peak_flops(hw, op->result->type.dtype) - b1;
+    if (denom <= 0)
+        return -1;
+    return b0 / denom;
+}
+
+/* Arithmetic nodes of elementwise `op`: leaves (operands, constants,
+ * index values) are free. */
+static int arith_nodes(const ir_op *op)
+{
+    int arith = 0;
+    for (int i = 0; i < op->u.ew.nnodes; i++)
+        if (ir_ew_arity(op->u.ew.nodes[i].kind) > 0)
+            arith++;
+    return arith;
+}
+
+static double elementwise_flops(const ir_module *m, const ir_op *op)
+{
+    return op->result ? (double)arith_nodes(op) * (double)ir_local_elems(m, &op->result->type) : 0;
+}
+
+/* Roofline for a compute op. */
+static void roofline(const cost_hw *hw, ir_dtype t, ir_cost *c)
+{
+    c->t_compute = c->flops / cost_peak_flops(hw, t);
+    c->t_memory = c->hbm_bytes / hw->hbm_bw;
+    c->time = fmax(c->t_compute, c->t_memory);
+    c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
+}
+
+/* Devices of m's mesh. */
+static double mesh_devices(const ir_module *m)
+{
+    double n = 1;
+    for (int i = 0; i < m->mesh.naxes; i++)
+        n *= (double)m->mesh.axes[i].size;
+    return n;
+}
+
+/* Elementwise time under a calibrated profile: the op's bytes at the
+ * elementwise bandwidth measured for that many bytes (operands hot, as the
+ * result of the op before), plus, per element, the measured cost of each
+ * function call in the expression beyond that of a plain loop over the
+ * same arrays.  They add: the function cost was measured as the extra time
+ * on top of the memory traffic, so whatever overlap the loop achieves is
+ * already in it. */
+static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
+{
+    double per_elem = 0;
+    for (int i = 0; i < op->u.ew.nnodes; i++)
+        if (op->u.ew.nodes[i].kind == IR_EW_CALL && (int)op->u.ew.nodes[i].fn >= 0 &&
+            op->u.ew.nodes[i].fn < IR_FN_COUNT)
+            per_elem += hw->fn_time[op->u.ew.nodes[i].fn];
+    double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
+    double k = cost_measured_contention(hw, mesh_devices(m));
+    c->t_memory = k * c->hbm_bytes / cost_measured_ew_bw(hw, c->hbm_bytes);
+    c->t_compute = k * elems * per_elem;
+    c->time = c->t_memory + c->t_compute;
+    c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
+}
+
+/* Sizes of the mesh axes a resharding op works over (skips bad ids, which
+ * the verifier reports). */
+static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes)
+{
+    int n = 0;
+    for (int i = 0; i < op->u.coll.naxes && i < IR_MAX_AXES; i++) {
+        int a = op->u.coll.axes[i];
+        if (a >= 0 && a < m->mesh.naxes)
+            sizes[n++] = m->mesh.axes[a].size;
+    }
+    return n;
+}
+
+double cost_coll_runs(const ir_module *m, const ir_op *op, double p)
+{
+    const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
+    const ir_type *t = NULL;
+    int cut = -1;
+    switch (op->kind) {
+    case IR_OP_ALLGATHER: t = in ? &in->type : NULL; cut = op->u.coll.dim; break;
+    case IR_OP_REDUCESCATTER: t = op->result ? &op->result->type : NULL; cut = op->u.coll.dim; break;
+    case IR_OP_ALLTOALL:
+        t = in ? &in->type : NULL;
+        cut = op->u.coll.dim > op->u.coll.dim2 ? op->u.coll.dim : op->u.coll.dim2;
+        break;
+    default: return p; /* AllReduce: flat slices */
+    }
+    if (!t || cut < 0 || cut > t->rank)
+        return p;
+    double rows = 1;
+    for (int d = 0; d < cut; d++) {
+        /* An AllToAll's box has the result's (split) extent on dim2. */
+        const ir_type *src = op->kind == IR_OP_ALLTOALL && d == op->u.coll.dim2 && op->result
+                                 ? &op->result->type : t;
+        rows *= (double)ir_local_size(m, src, d);
+    }
+    return p * rows;
+}
+
+/* cost_op_coll_time under a calibrated profile: the fit of op's kind
+ * (cost_measured_coll_time) over its group; false for other ops. */
+static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                               cost_coll_time *out, double *v)
+{
+    cost_fit_kind k;
+    switch (op->kind) {
+    case IR_OP_ALLGATHER: k = COST_FIT_ALLGATHER; break;
+    case IR_OP_REDUCESCATTER: k = COST_FIT_REDUCESCATTER; break;
+    case IR_OP_ALLREDUCE: k = COST_FIT_ALLREDUCE; break;
+    case IR_OP_ALLTOALL: k = COST_FIT_ALLTOALL; break;
+    default: return false;
+    }
+    int64_t sizes[IR_MAX_AXES];
+    int n = coll_axis_sizes(m, op, sizes);
+    double p = 1;
+    for (int i = 0; i < n; i++)
+        p *= (double)sizes[i];
+    *v = local_bytes(m, k == COST_FIT_ALLGATHER ? op->result
+                                                : op->noperands > 0 ? op->operands[0] : NULL);
+    *out = cost_measured_coll_time(&hw->fit[k], p, *v, cost_coll_runs(m, op, p));
+    /* The copies and waits are CPU work: they share the cores like compute. */
+    double f = cost_measured_contention(hw, mesh_devices(m));
+    out->t_latency *= f;
+    out->t_bandwidth *= f;
+    out->time *= f;
+    return true;
+}
+
+bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                       cost_coll_time *out, double *v)
+{
+    if (hw->measured)
+        return measured_coll_time(m, hw, op, out, v);
+    int64_t sizes[IR_MAX_AXES];
+    int n;
+    const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
+    switch (op->kind) {
+    case IR_OP_ALLGATHER:
+        n = coll_axis_sizes(m, op, sizes);
+        *v = local_bytes(m, op->result);
+        *out = cost_allgather_time(hw, sizes, n, NULL, *v);
+        return true;
+    case IR_OP_REDUCESCATTER:
+        n = coll_axis_sizes(m, op, sizes);
+        *v = local_bytes(m, in);
+        *out = cost_allgather_time(hw, sizes, n, NULL, *v);
+        return true;
+    case IR_OP_ALLREDUCE:
+        n = coll_axis_sizes(m, op, sizes);
+        *v = local_bytes(m, in);
+        *out = cost_allreduce_time(hw, sizes, n, NULL, *v);
+        return true;
+    case IR_OP_ALLTOALL:
+        n = coll_axis_sizes(m, op, sizes);
+        *v = local_bytes(m, in);
+        *out = cost_alltoall_time(hw, sizes, n, NULL, *v);
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Number of devices in the group of a resharding op. */
+static double group_size(const ir_module *m, const ir_op *op)
+{
+    int64_t sizes[IR_MAX_AXES];
+    int n = coll_axis_sizes(m, op, sizes);
+    double p = 1;
+    for (int i = 0; i < n; i++)
+        p *= (double)sizes[i];
+    return p;
+}
+
+void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *result)
+{
+    ir_cost c;
+    memset(&c, 0, sizeof c);
+    c.valid = true;
+    double in = 0;
+    for (int i = 0; i < op->noperands; i++)
+        in += local_bytes(m, op->operands[i]);
+    double out = local_bytes(m, op->result);
+    ir_dtype t = op->result ? op->result->type.dtype : IR_F32;
+
+    cost_coll_time ct;
+    double v;
+    if (cost_op_coll_time(m, hw, op, &ct, &v)) {
+        double p = group_size(m, op);
+        double share = p > 1 ? (p - 1) / p : 0; /* what leaves this device */
+        c.comm_bytes = (op->kind == IR_OP_ALLREDUCE ? 2 : 1) * v * share;
+        c.hbm_bytes = in + out;
+        c.t_memory = c.hbm_bytes / hw->hbm_bw;
+        c.t_comm = ct.time;
+        c.time = ct.time;
+        c.bound = ct.bound;
+        *result = c;
+        return;
+    }
+    switch (op->kind) {
+    case IR_OP_EINSUM:
+        c.flops = einsum_flops(m, op);
+        /* A gather reads the indices and one table row per result row. */
+        c.hbm_bytes = op->u.einsum.gather ? in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * out
+                                          : in + out;
+        roofline(hw, t, &c);
+        if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
+            c.t_compute = c.flops / cost_measured_gemm_rate(hw, t, c.flops);
+            c.time = fmax(c.t_compute, c.t_memory);
+            c.bound = c.t_compute > c.t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
+            double k = cost_measured_contention(hw, mesh_devices(m));
+            c.t_compute *= k;
+            c.t_memory *= k;
+            c.time *= k;
+        }
+        break;
+    case IR_OP_ELEMENTWISE:
+        c.flops = elementwise_flops(m, op);
+        c.hbm_bytes = in + out;
+        if (hw->measured)
+            measured_elementwise(m, hw, op, &c);
+        else
+            roofline(hw, t, &c);
+        break;
+    case IR_OP_MESHSLICE:
+        cost_meshslice_op(m, hw, op, op->u.ms.k, &c);
+        break;
+    case IR_OP_SLICE:
+        c.hbm_bytes = 2 * out;
+        c.t_memory = c.hbm_bytes / hw->hbm_bw;
+        c.time = c.t_memory;
+        c.bound = IR_BOUND_MEMORY;
+        break;
+    default:
+        c.hbm_bytes = in + out;
+        roofline(hw, t, &c);
+        break;
+    }
+    *result = c;
+}
+
+/* Global size of dim `dim` of m, 1 for an id out of range (the verifier
+ * reports those). */
+static double global_dim(const ir_module *m, int dim)
+{
+    return dim >= 0 && dim < m->ndims ? (double)m->dims[dim].size : 1;
+}
+
+/* n_operands x prod over the distinct labels of their global sizes, for
+ * `labels[i]` the labels of operand i (ranks from the operand values) and
+ * `result_labels` those of the result. */
+static double global_points(const ir_module *m, const ir_op *op,
+                            const int (*labels)[IR_MAX_RANK], const int *result_labels)
+{
+    int seen[IR_MAX_OPERANDS * IR_MAX_RANK + IR_MAX_RANK], nseen = 0;
+    double points = 1;
+    for (int i = 0; i <= op->noperands; i++) {
+        const ir_value *v = i < op->noperands ? op->operands[i] : op->result;
+        const int *l = i < op->noperands ? labels[i] : result_labels;
+        for (int j = 0; v && j < v->type.rank; j++) {
+            int s = 0;
+            while (s < nseen && seen[s] != l[j])
+                s++;
+            if (s < nseen)
+                continue;
+            seen[nseen++] = l[j];
+            points *= global_dim(m, l[j]);
+        }
+    }
+    return (op->noperands > 0 ? op->noperands : 1) * points;
+}
+
+double cost_op_model_flops(const ir_module *m, const ir_op *op)
+{
+    switch (op->kind) {
+    case IR_OP_EINSUM:
+        /* The same count as einsum_flops, at global instead of local
+         * sizes: every point of the iteration space once. */
+        return op->u.einsum.gather ? 0
+                                   : global_points(m, op, op->u.einsum.labels,
+                                                   op->u.einsum.result_labels);
+    case IR_OP_MESHSLICE:
+        /* A 2D GEMM's 2 m n k (seed 004), whatever K and dataflow. */
+        return global_points(m, op, op->u.ms.labels, op->u.ms.result_labels);
+    default:
+        return 0;
+    }
+}
+
+double cost_op_elementwise_flops(const ir_module *m, const ir_op *op)
+{
+    if (op->kind != IR_OP_ELEMENTWISE || !op->result)
+        return 0;
+    double elems = 1;
+    for (int d = 0; d < op->result->type.rank; d++)
+        elems *= global_dim(m, op->result->type.dims[d]);
+    return (double)arith_nodes(op) * elems;
+}

@@ -1,0 +1,577 @@
+/*
+ * costmodel.h - the cost model of einc as a library: hardware profiles,
+ * the collective and roofline formulas of the seeds, the calibrated fits,
+ * the estimate of one IR op, whole-program model FLOPs and memory, the
+ * MeshSlice loop and the analytical 2D GEMM model with its autotuner.
+ *
+ * This is the one public header of passes/costmodel/ (library
+ * einc_costmodel).  Its callers are the cost pass and its reports
+ * (passes/cost.c, cost_report.c), the meshslice pass (passes/meshslice.c),
+ * `einc autotune` and `einc calibrate` (driver/); the library itself calls
+ * no pass and depends only on the IR (ir.h) and cJSON.  DESIGN.md: "the
+ * cost model is the one judge ... it lives in its own folder with no calls
+ * back into passes".
+ *
+ * Every time is in seconds, every size in bytes, every rate in FLOP/s or
+ * bytes/s, and every quantity is PER DEVICE unless a name says "global".
+ * The formulas come from the seeds (/work/shared/seeds): seed 001 (sharded
+ * matmuls, collective costs), seed 000 (DP/FSDP critical batch), seed 003
+ * (Transformer FLOPs: 2 * params * tokens), seed 004 (MeshSlice) and
+ * DESIGN.md; docs/cost-model.md and docs/meshslice.md list each one with
+ * its source and a worked example.
+ *
+ * A profile (struct cost_hw) is a plain value: loading fills it from a JSON
+ * file in hw/ and it owns no memory, so callers keep it on the stack or in
+ * their context struct and never free it.  Nothing in the library keeps
+ * state between calls.
+ */
+#ifndef EINC_COSTMODEL_H
+#define EINC_COSTMODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+/* Profile for a caller given none, e.g. the cost and meshslice passes when
+ * pass_ctx.hw is NULL (the seeds' running example chip). */
+#define COST_DEFAULT_HW "tpu-v5e"
+
+/* Longest profile name / path / message kept in a cost_hw. */
+#define COST_HW_NAME_MAX 64
+#define COST_HW_PATH_MAX 512
+
+/* When a mesh axis of a given size is a ring (has a wraparound link). */
+typedef enum cost_wrap_rule {
+    COST_WRAP_ALWAYS,           /* every axis closes (switch fabrics, shared memory) */
+    COST_WRAP_NEVER,            /* no axis closes: every axis is a line */
+    COST_WRAP_SIZE_EQUALS,      /* only an axis of exactly wrap_size chips (v5e: 16) */
+    COST_WRAP_SIZE_MULTIPLE_OF, /* an axis whose size is a multiple of wrap_size (v4p/v5p: 4) */
+} cost_wrap_rule;
+
+/* Collective kinds of a calibrated profile's fits, in its JSON order. */
+typedef enum cost_fit_kind {
+    COST_FIT_ALLGATHER,
+    COST_FIT_REDUCESCATTER,
+    COST_FIT_ALLREDUCE,
+    COST_FIT_ALLTOALL,
+    COST_FIT_COUNT
+} cost_fit_kind;
+
+/* One collective kind's measured model (seed 004, MeshSlice, plus the own
+ * shard's copy and the layout): T = t_launch + (P - 1) * (l_sync +
+ * shard_bytes / bw) + shard_bytes / bw_local + (runs - P) * t_run,
+ * shard_bytes = buffer bytes / P, runs = contiguous runs a device copies
+ * (P for a flat buffer), fitted by `einc calibrate`. */
+typedef struct cost_coll_fit {
+    double t_launch;    /* seconds per call */
+    double l_sync;      /* seconds per step of the ring (one synchronisation) */
+    double bw;          /* bytes/s at which a step moves its shard */
+    double bw_local;    /* bytes/s of the copy of the device's own shard; 0: free */
+    double t_run;       /* seconds per contiguous run beyond one per peer block */
+    double small_below; /* buffers below this many bytes use the small_* fit; 0: none */
+    double small_t_launch; /* the in-cache fit: seconds per call */
+    double small_l_sync;   /* seconds per step */
+    double small_bw;       /* bytes/s */
+    double small_bw_local; /* bytes/s; 0: free */
+    double small_t_run;    /* seconds per extra run */
+} cost_coll_fit;
+
+/* Most points of a calibrated elementwise-bandwidth curve. */
+#define COST_EW_POINTS 8
+
+/* A hardware profile: one chip's figures, as read from hw/NAME.json. */
+typedef struct cost_hw {
+    char name[COST_HW_NAME_MAX];    /* "name" field, e.g. "tpu-v5e" */
+    char path[COST_HW_PATH_MAX];    /* file it was read from, for messages */
+    bool calibrated;                /* false when "status" is "uncalibrated" */
+    double peak_flops[3];           /* FLOP/s per ir_dtype (IR_F32, IR_F64, IR_BF16) */
+    double hbm_bytes;               /* device memory capacity, bytes */
+    double hbm_bw;                  /* device memory bandwidth, bytes/s */
+    double ici_oneway_bw;           /* one link, one direction, bytes/s */
+    double ici_bidi_bw;             /* one mesh axis with wraparound, both directions, bytes/s (W_ici) */
+    double ici_latency;             /* T_min: seconds per hop */
+    cost_wrap_rule wrap;            /* which axis sizes have wraparound */
+    int64_t wrap_size;              /* the size in COST_WRAP_SIZE_* rules, else 0 */
+    double dcn_bw;                  /* data-center network per chip, bytes/s (reported; axes are assumed on ICI) */
+    /* The "calibration" section written by `einc calibrate`; when present
+     * the cost pass times collectives with these fits (cost_measured_coll_time)
+     * and compute with the measured peak_flops / hbm_bw above. */
+    bool measured;                        /* true if the profile has a "calibration" section */
+    cost_coll_fit fit[COST_FIT_COUNT];    /* per collective kind, when measured */
+    double elementwise_bw;                /* measured elementwise bytes/s per device, when measured */
+    double fn_time[IR_FN_COUNT];          /* measured seconds per element of each unary function
+                                             beyond the memory time, when measured (else 0) */
+    int ew_npoints;                       /* points of the elementwise curve (0: none) */
+    double ew_bytes[COST_EW_POINTS];      /* bytes moved per device, ascending */
+    double ew_bw[COST_EW_POINTS];         /* bytes/s measured at that size */
+    int gemm_npoints[3];                  /* points of the GEMM curve per ir_dtype (0: none) */
+    double gemm_flop[3][COST_EW_POINTS];  /* FLOPs of a GEMM per device, ascending */
+    double gemm_rate[3][COST_EW_POINTS];  /* FLOP/s measured at that size */
+    double cal_devices;                   /* devices busy during calibration (0: unknown) */
+    double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
+} cost_hw;
+
+/* ---- profiles (cost_hw.c) ---- */
+
+/*
+ * Loads a profile.  `name_or_path` containing '/' or ending in ".json" is
+ * read as a file; otherwise it is a profile name looked up as NAME.json in
+ * the directory given by the environment variable EINC_HW_DIR, or else in
+ * the source tree's hw/ (the compile-time definition EINC_HW_DIR).
+ *
+ * Every figure must be present, a number and > 0 ("peak_flops" needs bf16,
+ * f32 and f64; "wraparound" needs a known "rule" and, for the size rules, a
+ * positive integer "size").  Fields ending in "source" are documentation and
+ * ignored.  On error returns -1, writes a one-line message naming the file
+ * and the field into `err` (size `errsize`) and leaves `hw` unspecified;
+ * returns 0 on success.
+ */
+int cost_hw_load(const char *name_or_path, cost_hw *hw, char *err, size_t errsize);
+
+/* Same, from JSON text already in memory; `origin` names it in messages. */
+int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, size_t errsize);
+
+/* Whether a mesh axis of `size` devices is a ring (has wraparound) under hw's rule. */
+bool cost_hw_axis_wraps(const cost_hw *hw, int64_t size);
+
+/* ---- formulas (cost_formula.c) ---- */
+
+/* Time and limiting term of one collective. */
+typedef struct cost_coll_time {
+    double t_latency;   /* seconds: T_min * hops along the longest path */
+    double t_bandwidth; /* seconds: bytes / available link bandwidth */
+    double time;        /* max of the two (seconds) */
+    ir_bound bound;     /* IR_BOUND_LATENCY or IR_BOUND_BANDWIDTH */
+    double crossover;   /* message size V (bytes) at which the two terms are equal */
+} cost_coll_time;
+
+/*
+ * AllGather (and ReduceScatter, the same cost) over the mesh axes of sizes
+ * `sizes[0..naxes-1]`.  `v` is the gathered per-device bytes (AllGather's
+ * result, ReduceScatter's operand).  Axes of size 1 take no part.
+ *
+ * Seed 001 ("AllGather ... how long", pop quiz 2):
+ *   with wraparound on every axis  T = max(T_min * sum|X_i| / 2, V / (W_ici * n_axes))
+ *   an axis without wraparound is a line: the one-way ring takes |X| - 1 hops
+ *   of V/|X| bytes at the one-way bandwidth, T = (|X|-1) * V / (|X| * W_1way).
+ * Several axes add their bandwidths and their hop counts.  `wrap_override`
+ * NULL uses the profile's rule, else wrap_override[i] says whether axis i
+ * wraps (used by --explain and tests to show the ideal ring).
+ */
+cost_coll_time cost_allgather_time(const cost_hw *hw, const int64_t *sizes, int naxes,
+                                   const bool *wrap_override, double v);
+
+/* AllReduce = ReduceScatter + AllGather: twice the AllGather time of the
+ * per-device bytes `v` (seed 001, "AllReduce is twice as expensive"). */
+cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int naxes,
+                                   const bool *wrap_override, double v);
+
+/*
+ * AllToAll of a value of `local_bytes` per device over the axes `sizes`
+ * (seed 001: T = V * max(A, B, ...) / (4 * N * W_ici) with V the bytes the N
+ * devices of the group hold together, so V / N = local_bytes).  An axis
+ * without wraparound counts double: cutting a line in the middle crosses one
+ * link instead of the ring's two (bisection argument, docs/cost-model.md).
+ * Latency: the farthest pair, |X|/2 hops on a ring and |X|-1 on a line.
+ */
+cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int naxes,
+                                  const bool *wrap_override, double local_bytes);
+
+/*
+ * The measured model of a calibrated profile (seed 004, MeshSlice):
+ * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) +
+ * (buffer_bytes / P) / bw_local + (runs - P) * t_run (the own shard's copy
+ * and the extra runs of a strided layout, when the fit has them;
+ * driver/calibrate_fit.c) for a group of `p` devices that copies `runs`
+ * contiguous runs per device (p for a flat buffer; cost_coll_runs), buffer_bytes counted as nccl-tests does (AllGather's
+ * per-device result, the per-device operand of ReduceScatter, AllReduce and
+ * AllToAll).  A buffer below fit->small_below uses the small-message fit
+ * (it stays in the caches).  t_latency is the fixed part, t_bandwidth the
+ * per-byte part; crossover is the buffer size at which they are equal.  A
+ * group of one device costs 0.
+ */
+cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes,
+                                       double runs);
+
+/* Elementwise bytes/s of a calibrated profile for an op that moves `bytes`
+ * per device: the measured curve interpolated linearly in log(bytes) and
+ * clamped at its ends; hw->elementwise_bw without a curve. */
+double cost_measured_ew_bw(const cost_hw *hw, double bytes);
+
+/* GEMM FLOP/s of a calibrated profile for an einsum of `flops` per device
+ * in dtype `t`: the measured curve, interpolated like cost_measured_ew_bw
+ * (small GEMMs run from cache, faster); peak_flops without a curve. */
+double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops);
+
+/*
+ * How much longer an op takes per device on a mesh of `devices` than during
+ * the calibration of `hw` (cal_devices busy on cal_cores cores): devices
+ * beyond the cores share them, so a device's share of a core is
+ * cores / max(devices, cores); the time scales inversely with that share.
+ * 1 for a profile without those figures or a mesh of one device (which
+ * runs BLAS on every core; not modelled).
+ */
+double cost_measured_contention(const cost_hw *hw, double devices);
+
+/*
+ * Whether communication can overlap compute on `devices` devices of `hw`:
+ * always on a profile of the seeds (a TPU's or GPU's links move data while
+ * its cores compute); on a calibrated host only when its cores number at
+ * least two per device (one for the device's compute, one for its
+ * communication thread), since there a collective is copies and sums on
+ * the same cores as the GEMMs.  False for a calibrated profile that does
+ * not record its cores.  Used by the MeshSlice loop's cost.
+ */
+bool cost_measured_overlaps(const cost_hw *hw, double devices);
+
+/* ---- the estimate of one IR op (cost_op.c) ---- */
+
+/* Peak FLOP/s of `hw` for dtype `t` (f32 for an unknown dtype). */
+double cost_peak_flops(const cost_hw *hw, ir_dtype t);
+
+/* The collective time of resharding op `op` (AllGather, ReduceScatter,
+ * AllReduce, AllToAll) with its message size: `*v` is the V of the formula
+ * used (gathered bytes for AllGather/ReduceScatter/AllReduce, per-device
+ * bytes for AllToAll; seed 001).  On a calibrated profile, the fit of op's
+ * kind (cost_measured_coll_time) times the core contention.  Returns false
+ * for Slice and compute ops. */
+bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                       cost_coll_time *out, double *v);
+
+/*
+ * Contiguous runs one device copies (or sums) in resharding op `op` over a
+ * group of `p`, on the runtimes' row-major layouts: one per peer block and
+ * row above the cut dim, p x prod(local dims before it).  The cut dim is
+ * the gathered dim of an AllGather (operand), the scattered dim of a
+ * ReduceScatter (result), and the deeper of the two dims of an AllToAll;
+ * an AllReduce's slices are flat (p).  A collective over the leading dim
+ * gives p.  Used with cost_measured_coll_time.
+ */
+double cost_coll_runs(const ir_module *m, const ir_op *op, double p);
+
+/*
+ * The per-device estimate of one op of `m` on `hw` (docs/cost-model.md,
+ * "Per-op formulas"): FLOPs this device executes, HBM bytes, bytes it
+ * sends, and seconds of compute, memory, communication and in all, with
+ * the bound.  Einsum and Elementwise: roofline max(FLOPs / C, bytes /
+ * W_hbm) (seed 001, seed 002); collectives: seed 001's formulas or the
+ * calibrated fits; Slice: 2 x result bytes / W_hbm; MeshSlice: the loop
+ * of cost_meshslice_op with op->u.ms.k slices.  Never fails: an op kind it
+ * does not know gets flops 0 and the memory time of its operands and
+ * result.  Reads op, writes only *c.
+ */
+void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c);
+
+/*
+ * Model FLOPs of `op`, GLOBAL: the FLOPs of the op in the unsharded
+ * program, each counted once however the plan shards it (seed 003: a
+ * forward matmul is 2 * params * tokens, "2 * B * D * F" for [B, D] x
+ * [D, F]).  Einsum and MeshSlice: n_operands x prod(global size of every
+ * label); an embedding lookup (gather einsum) 0, as it executes no
+ * arithmetic; every other op 0 (elementwise work is not model FLOPs, see
+ * cost_op_elementwise_flops; collectives compute nothing).  Divide by
+ * the mesh's devices for the per-device share MFU uses.
+ */
+double cost_op_model_flops(const ir_module *m, const ir_op *op);
+
+/* Elementwise FLOPs of `op`, GLOBAL: (arithmetic nodes of its expression)
+ * x global result elements, each element once however many devices hold
+ * a copy; 0 for any other op.  Reported beside the model FLOPs, not in
+ * them. */
+double cost_op_elementwise_flops(const ir_module *m, const ir_op *op);
+
+/* Per-device size of label `dim` in einsum `op` (its smallest over the
+ * operands and result), or -1 if `dim` is not one of op's labels. */
+int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);
+
+/*
+ * HBM roofline threshold of einsum `op` in label `dim` (seed 002, "B_crit =
+ * C / W_hbm", 240 on v5e for a bf16 matmul with B << D, F): the per-device
+ * size of `dim` above which FLOPs / C exceeds HBM bytes / W_hbm, from
+ * FLOPs = a n and bytes = b0 + b1 n (b1: the values that carry `dim`).
+ * Returns the size, 0 if op is compute-bound at any size of `dim`, or -1 if
+ * it is memory-bound at any size or `dim` is not a label of `op`.
+ */
+double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const ir_op *op, int dim);
+
+/* ---- the MeshSlice loop of one IR op (meshslice_cost.c) ---- */
+
+/*
+ * Fills `c` (per-device figures) for MeshSlice `op` run with `k` slices
+ * (op->u.ms.k is not read): the loop of seed 004 3.2.2,
+ *     T = prologue + (K-1) * max(AllGather row, AllGather/ReduceScatter
+ *         column, partial einsum) + epilogue,
+ * as the three-stage pipeline of meshslice_model.c: per iteration `pre` =
+ * the slower of the partial AllGathers (both directions run at once), `g`
+ * = the partial einsum (FLOPs / K on the roofline of `hw`, its split dim
+ * padded up to the model's GEMM tile, plus the model's fixed cost per local
+ * GEMM), `post` = the partial ReduceScatter; T = pre + g + post + (K-1) *
+ * max(pre, g, post).  Each partial collective is cost_ms_collective_time
+ * (Eq. 5) on the sub-shard, with T_launch and L_sync from
+ * cost_ms_params_from_hw.  t_compute is K * g, t_comm the collectives'
+ * sum, comm_bytes the bytes this device sends; time is T (seconds).  On a
+ * calibrated profile (hw->measured) the stages use the measured figures,
+ * as cost_op_estimate does for Einsum and collectives; where the devices
+ * share cores (cost_measured_overlaps false) the loop is the sum of its
+ * parts.
+ */
+void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, int k, ir_cost *c);
+
+/* ---- the whole program (cost_memory.c) ---- */
+
+/* Per-device memory of a program at its peak (bytes). */
+typedef struct cost_memory {
+    double resident;     /* bytes: params and inputs, held for the whole step */
+    double peak;         /* bytes: resident + the live intermediates at the peak */
+    const ir_op *at;     /* the op at which the peak is reached (NULL: no op adds to resident) */
+} cost_memory;
+
+/*
+ * Per-device peak memory of `m` in program order: every param and input
+ * (resident for the whole step), plus each value an op defines, live from
+ * its defining op to its last use, inclusive (an op needs its operands and
+ * its result at once); a program output stays live to the end.  Sizes are
+ * ir_local_bytes (the device's shard).  Not counted: the runtime's
+ * temporary buffers inside collectives and MeshSlice loops, and
+ * fragmentation.  The seeds count memory per device the same way: seed
+ * 000 rules out pure data parallelism when the params and optimizer state
+ * it replicates on every chip exceed the chip's HBM, and seed 002 (serving
+ * on a TPU v5e 4x4, question 2) fits the KV cache into "16GB of HBM per
+ * TPU, params included".
+ */
+cost_memory cost_memory_peak(const ir_module *m);
+
+/* ---- the 2D GEMM model and the MeshSlice autotuner (meshslice_model.c) ---- */
+
+/*
+ * The analytical time model of 2D distributed GEMMs and the MeshSlice
+ * autotuner (seed 004: MeshSlice, ISCA 2025), prefix cost_ms_.
+ *
+ * A 2D GEMM C[M,N] = A[M,K] * B[K,N] runs on a mesh of `rows` x `cols`
+ * chips.  All three matrices are 2D-sharded: a matrix's rows over the mesh
+ * rows, its columns over the mesh columns (seed 004, 3.2.1).  One matrix
+ * stays on its chips (the dataflow); the other two move, one along the mesh
+ * rows (between the chips of a row, "horizontal") and one along the mesh
+ * columns ("vertical"), each by an AllGather (before the local GEMM) or a
+ * ReduceScatter (after it).  Five algorithms move them differently (Cannon,
+ * SUMMA, Collective, Wang et al., MeshSlice); cost_ms_time() estimates each.
+ *
+ * Shapes: cost_ms_gemm holds GLOBAL sizes; every time is in seconds for one
+ * GEMM on every chip at once (per-device time, all chips in lock step);
+ * bytes are bytes, rates FLOP/s and bytes/s.  Nothing here allocates.
+ * docs/meshslice.md derives every formula and lists the assumed figures.
+ */
+
+/* The 2D GEMM dataflows of seed 004 Fig. 1 / Table 1, named by the matrix
+ * that stays on its chips. */
+typedef enum cost_ms_dataflow {
+    COST_MS_DF_C_STN, /* output-stationary (OS): AllGather A along rows, B along columns */
+    COST_MS_DF_A_STN, /* left-stationary (LS): AllGather B along columns, ReduceScatter C along rows */
+    COST_MS_DF_B_STN, /* right-stationary (RS): AllGather A along rows, ReduceScatter C along columns */
+    COST_MS_DF_COUNT
+} cost_ms_dataflow;
+
+/* The 2D GEMM algorithms compared in seed 004 (2.3, Fig. 4). */
+typedef enum cost_ms_algo {
+    COST_MS_ALGO_CANNON,     /* square meshes: skew, then q shift-and-multiply steps */
+    COST_MS_ALGO_SUMMA,      /* lcm(rows, cols) iterations of pipelined broadcast/reduce */
+    COST_MS_ALGO_COLLECTIVE, /* one AllGather/ReduceScatter per direction, no overlap */
+    COST_MS_ALGO_WANG,       /* one direction as SendRecv steps overlapped with the GEMM */
+    COST_MS_ALGO_MESHSLICE,  /* K partial AllGather/ReduceScatter overlapped both ways */
+    COST_MS_ALGO_COUNT
+} cost_ms_algo;
+
+/* The figures the model needs; cost_ms_params_from_hw fills them from a profile. */
+typedef struct cost_ms_params {
+    double t_launch;      /* seconds: fixed cost of launching one collective or SendRecv */
+    double l_sync;        /* seconds: synchronization latency of one ring step */
+    double bw_ring;       /* bytes/s a mesh axis with wraparound moves in a ring AllGather (both directions) */
+    double bw_line;       /* bytes/s of an axis without wraparound (one direction per link) */
+    double bw_link;       /* bytes/s of one link in one direction (Cannon's shifts) */
+    cost_wrap_rule wrap;  /* which axis sizes have wraparound (from the profile) */
+    int64_t wrap_size;    /* the size in the COST_WRAP_SIZE_* rules */
+    double peak_flops;    /* FLOP/s of one chip for the GEMM's dtype */
+    double gemm_eff;      /* fraction of peak a large, tile-aligned GEMM reaches (0..1] */
+    double t_gemm_launch; /* seconds: fixed cost of one local GEMM call */
+    int64_t mxu_tile;     /* GEMM dims are padded up to multiples of this (TPU: 128) */
+    int64_t block;        /* MeshSlice's slicing block B (TPU: 8, seed 004 3.1.2) */
+    double elem_bytes;    /* bytes per matrix element */
+} cost_ms_params;
+
+/* A 2D GEMM C[m,n] = A[m,k] * B[k,n], global sizes. */
+typedef struct cost_ms_gemm {
+    int64_t m; /* rows of A and C */
+    int64_t n; /* columns of B and C */
+    int64_t k; /* the contracting dim: columns of A, rows of B */
+} cost_ms_gemm;
+
+/* A 2D mesh shape. */
+typedef struct cost_ms_mesh {
+    int64_t rows; /* chips along a column (the first mesh axis, X) */
+    int64_t cols; /* chips along a row (the second mesh axis, Y) */
+} cost_ms_mesh;
+
+/* One estimate (per-device seconds). */
+typedef struct cost_ms_estimate {
+    bool valid;          /* false: the configuration cannot run (see why) */
+    const char *why;     /* static text saying why not, when !valid */
+    double time;         /* seconds, the whole 2D GEMM */
+    double t_compute;    /* seconds of local GEMM work (sum of the partial GEMMs) */
+    double t_comm;       /* seconds of communication if nothing overlapped */
+    double t_exposed;    /* time - t_compute: communication not hidden */
+    double utilization;  /* useful FLOPs / (time * chips * peak), 0..1 */
+    int64_t slices;      /* iterations: MeshSlice's K, SUMMA's panels, Cannon's q, Wang's steps; 1 for Collective */
+} cost_ms_estimate;
+
+/* "C-stn (OS)", ... and "Cannon", "SUMMA", "Collective", "Wang", "MeshSlice". */
+const char *cost_ms_dataflow_name(cost_ms_dataflow df);
+const char *cost_ms_algo_name(cost_ms_algo a);
+/* Short lowercase names for command lines and JSON: "os", "ls", "rs";
+ * "cannon", "summa", "collective", "wang", "meshslice".  The lookups return
+ * -1 for an unknown name. */
+const char *cost_ms_dataflow_key(cost_ms_dataflow df);
+const char *cost_ms_algo_key(cost_ms_algo a);
+int cost_ms_dataflow_lookup(const char *key);
+int cost_ms_algo_lookup(const char *key);
+
+/*
+ * Fills `p` from profile `hw` for GEMMs in dtype `t`: peak from
+ * hw->peak_flops, bandwidths from the ICI figures, L_sync = the per-hop
+ * latency T_min, and the figures the profile does not hold (T_launch,
+ * GEMM efficiency, tile and block sizes) from the defaults documented in
+ * docs/meshslice.md (TPU v4 values of seed 004 where it gives them).
+ */
+void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p);
+
+/* Bandwidth (bytes/s) of a ring AllGather along a mesh axis of `size`
+ * chips: bw_ring with wraparound, bw_line without (seed 001). */
+double cost_ms_axis_bw(const cost_ms_params *p, int64_t size);
+
+/*
+ * Time of one AllGather or ReduceScatter over a ring of `ring` chips whose
+ * per-chip piece is `shard_bytes` (seed 004, 3.2.2, Eq. 5):
+ *     T_launch + (P - 1) * (L_sync + shard_bytes / BW).
+ * Returns 0 for ring <= 1 (no communication).
+ */
+double cost_ms_collective_time(const cost_ms_params *p, int64_t ring, double shard_bytes);
+
+/* Time of one local GEMM of (m x k) * (k x n) per-device elements:
+ * t_gemm_launch + 2 m n k (dims padded up to mxu_tile) / (peak * gemm_eff). */
+double cost_ms_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k);
+
+/* The paper's dataflow heuristic (seed 004, 3.2.1): keep the largest of A
+ * (m*k), B (k*n) and C (m*n) stationary; ties prefer C, then A. */
+cost_ms_dataflow cost_ms_choose_dataflow(const cost_ms_gemm *g);
+
+/* Whether `g`'s matrices split evenly over `mesh` (every sharded dim a
+ * multiple of the mesh axis that shards it) for dataflow `df`. */
+bool cost_ms_mesh_valid(const cost_ms_gemm *g, cost_ms_mesh mesh, cost_ms_dataflow df);
+
+/* The global dim MeshSlice slices for dataflow `df` (C-stn: k, A-stn: n,
+ * B-stn: m; seed 004 Fig. 5) and whether slice count `slices` is valid:
+ * the dim's per-device size on both mesh axes must be a multiple of
+ * slices * block (blocked slicing, seed 004 Algorithm 2). */
+int64_t cost_ms_sliced_dim(const cost_ms_gemm *g, cost_ms_dataflow df);
+bool cost_ms_slices_valid(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                          cost_ms_dataflow df, int64_t slices);
+
+/*
+ * Estimated time of GEMM `g` on `mesh` with dataflow `df` and algorithm
+ * `algo`.  `slices` is MeshSlice's K (>= 1, must pass cost_ms_slices_valid);
+ * the other algorithms ignore it (SUMMA uses lcm(rows, cols) panels, Cannon
+ * the mesh side, Wang the decomposed axis).  An invalid configuration
+ * (shape does not divide, Cannon on a non-square mesh, bad K) returns
+ * valid = false and a reason, never a number.
+ */
+cost_ms_estimate cost_ms_time(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                              cost_ms_dataflow df, cost_ms_algo algo, int64_t slices);
+
+/* Largest K the searches try: every slice pays at least T_launch, so more
+ * slices never pay off, and the bound keeps the search fast on any input
+ * (einc's --meshslice=K accepts up to the same value). */
+#define COST_MS_MAX_SLICES 4096
+
+/* MeshSlice with the best valid K (exhaustive search over the valid K in
+ * 1..COST_MS_MAX_SLICES; ties keep the smaller K); for other algorithms the same
+ * as cost_ms_time. */
+cost_ms_estimate cost_ms_best_slices(const cost_ms_params *p, const cost_ms_gemm *g,
+                                     cost_ms_mesh mesh, cost_ms_dataflow df, cost_ms_algo algo);
+
+/* ---- the autotuner over a model's layers (seed 004, 3.2.2) ---- */
+
+/* One 2D GEMM layer of a model. */
+typedef struct cost_ms_layer {
+    const char *name;    /* for reports; not owned */
+    cost_ms_gemm gemm;   /* global shape */
+    double repeat;       /* how many times the layer runs per step (>= 1) */
+    bool fixed_df;       /* true: use `df` instead of the heuristic (training's backward GEMMs) */
+    cost_ms_dataflow df; /* the dataflow when fixed_df */
+} cost_ms_layer;
+
+/*
+ * The three GEMMs that train a layer whose forward GEMM is `fwd` with
+ * dataflow `df` (seed 004, 3.2.1 and Table 1): out[0] the forward
+ * C = A B, out[1] backward data A' = C' B^T, out[2] backward weight
+ * B' = A^T C', each with the dataflow that keeps the same matrix (or its
+ * gradient) stationary and moves every other matrix along the same mesh
+ * direction as in the forward GEMM; where that needs it, a backward GEMM is
+ * written transposed (X^T = Z^T Y^T), as the paper's "transposed dataflow".
+ * The moved bytes of all three equal the forward's.  `out[i].df` is set and
+ * fixed; names and repeat are copied from `fwd`.
+ */
+void cost_ms_training_gemms(const cost_ms_layer *fwd, cost_ms_dataflow df, cost_ms_layer out[3]);
+
+/* What the autotuner picked for one layer. */
+typedef struct cost_ms_layer_choice {
+    cost_ms_dataflow df;  /* dataflow */
+    cost_ms_estimate est; /* estimate with the chosen K in est.slices */
+} cost_ms_layer_choice;
+
+/* The result of a mesh-shape search. */
+typedef struct cost_ms_tune_result {
+    bool found;         /* false: no factor pair of `chips` fits every layer */
+    cost_ms_mesh mesh;  /* best mesh shape */
+    double time;        /* seconds: sum over layers of repeat * time */
+    double utilization; /* useful FLOPs / (time * chips * peak) */
+} cost_ms_tune_result;
+
+/*
+ * Times `n` layers on one mesh shape with algorithm `algo`: every layer gets
+ * its dataflow (`df` when >= 0, else the layer's fixed one, else the
+ * heuristic) and, for MeshSlice, its
+ * best K (seed 004, 3.2.2: the layers' K are independent).  When
+ * `common_k` > 0 every MeshSlice layer uses that K instead.  found = false
+ * when some layer cannot run on `mesh` (does not divide, K invalid, Cannon
+ * off a square).  `choices` (n entries, may be NULL) receives the picks.
+ */
+cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                                      cost_ms_mesh mesh, cost_ms_algo algo, int df, int64_t common_k,
+                                      cost_ms_layer_choice *choices);
+
+/*
+ * Autotunes `n` layers on `chips` chips: cost_ms_tune_mesh on every factor pair
+ * rows x cols = chips (rows ascending); the smallest total time wins and
+ * ties keep fewer rows.  `choices` as above, for the winning mesh.
+ * Runs in O(divisors(chips) * n * sliced dim) cheap steps.
+ */
+cost_ms_tune_result cost_ms_tune(const cost_ms_params *p, const cost_ms_layer *layers, int n, int64_t chips,
+                                 cost_ms_algo algo, int df, int64_t common_k, cost_ms_layer_choice *choices);
+
+/* The best K shared by all layers on `mesh` (for a single --meshslice=K)
+ * with dataflow `df` (< 0: each layer's own, as in cost_ms_tune_mesh): the valid K with the smallest
+ * total MeshSlice time, 0 if none. */
+int64_t cost_ms_best_common_k(const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                              cost_ms_mesh mesh, int df);
+
+/* Useful FLOPs of a GEMM: 2 m n k. */
+double cost_ms_gemm_flops(const cost_ms_gemm *g);
+
+/* Greatest common divisor of a and b (>= 0); used for slice counts that
+ * divide every device's share of a dim. */
+int64_t cost_ms_gcd64(int64_t a, int64_t b);
+
+
+#endif

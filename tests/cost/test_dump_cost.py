@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""--dump-cost's whole-program totals, end to end through the einc driver.
+
+usage: test_dump_cost.py EINC EXAMPLES_DIR COST_TESTS_DIR
+
+1. Model FLOPs against seed 003: a forward pass costs 2 * params * tokens
+   (each matmul 2 * B * D * F).  params = global elements of the `param`
+   tensors, tokens = the product of the dims of the `input` that no param
+   has (the ones not contracted with a weight: B for an FFW).  Checked
+   within 1% on the LLaMA-2 13B FFW, at two batch sizes, and on
+   ffw_fsdp_tp.ein, whose GEMMs are MeshSlice loops by default.
+2. MFU counts model FLOPs: the plan of tp_dp_alltoall.ein computes its
+   second matmul on every device of Y (2.5x its share) and has the lower
+   MFU, below seed 000's TP plan (tp_dp.ein).
+3. Memory: a program whose per-device peak exceeds the profile's HBM
+   (dp_memory.ein on tpu-v5e) prints the warning and exits 0; the same
+   program at a smaller batch, and the FFW examples, print none.
+"""
+import os
+import re
+import subprocess
+import sys
+
+GIB = 1024.0 ** 3
+
+
+def run(einc, *args):
+    p = subprocess.run([einc, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def parse_ein(path, defines):
+    """Dims, params and inputs of a .ein file: {name: size}, [[dims]], [[dims]]."""
+    dims, params, inputs = {}, [], []
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("dim "):
+            for item in line[4:].split(","):
+                name, size = item.split("=")
+                dims[name.strip()] = int(size)
+        for kind, out in (("param", params), ("input", inputs)):
+            m = re.match(kind + r"\s+\w+\[([^\]]*)\]", line)
+            if m:
+                out.append([d.strip().split("_")[0] for d in m.group(1).split(",")])
+    dims.update(defines)
+    return dims, params, inputs
+
+
+def seed003_forward_flops(path, defines):
+    """2 * params * tokens (seed 003) for the forward pass of `path`."""
+    dims, params, inputs = parse_ein(path, defines)
+    nparams = 0
+    for p in params:
+        n = 1
+        for d in p:
+            n *= dims[d]
+        nparams += n
+    weight_dims = {d for p in params for d in p}
+    tokens = 1
+    for d in inputs[0]:
+        if d not in weight_dims:
+            tokens *= dims[d]
+    return 2 * nparams * tokens
+
+
+def totals(out):
+    """The numbers of --dump-cost's totals lines."""
+    t = {}
+    m = re.search(r"MFU ([0-9.]+)%", out)
+    t["mfu"] = float(m.group(1)) / 100 if m else None
+    m = re.search(r"^model FLOPs: (\S+) global .*?, (\S+) per device; executed (\S+) per device",
+                  out, re.M)
+    if m:
+        t["model"], t["share"], t["executed"] = (float(x) for x in m.groups())
+    m = re.search(r"^memory: peak (\d+) bytes .* per device at ", out, re.M)
+    t["peak"] = int(m.group(1)) if m else None
+    return t
+
+
+def main(argv):
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    einc, examples, cases = argv[1:]
+    failures = []
+
+    def check(cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            failures.append(what)
+
+    # 1. model FLOPs = 2 * params * tokens
+    for name, defines, extra in (("llama2_ffw.ein", {}, []),
+                                 ("llama2_ffw.ein", {"B": 1024}, []),
+                                 ("ffw_fsdp_tp.ein", {}, []),
+                                 ("ffw_fsdp_tp.ein", {}, ["--meshslice=off"])):
+        path = os.path.join(examples, name)
+        args = ["--hw", "tpu-v5e", "--dump-cost", *extra]
+        for k, v in defines.items():
+            args += ["-D", "%s=%d" % (k, v)]
+        rc, out, err = run(einc, *args, path)
+        t = totals(out)
+        want = seed003_forward_flops(path, defines)
+        got = t.get("model")
+        check(rc == 0 and got is not None and abs(got - want) <= 0.01 * want,
+              "%s %s: model FLOPs %s vs 2 * params * tokens %.4g" % (name, " ".join(args[3:]), got, want))
+        check("warning" not in err, "%s: no memory warning (%s)" % (name, err.strip()[:200]))
+    rc, out, _ = run(einc, "--hw", "tpu-v5e", "--dump-cost", os.path.join(examples, "ffw_fsdp_tp.ein"))
+    check(re.search(r"^\S+ +MeshSlice ", out, re.M) is not None,
+          "ffw_fsdp_tp.ein on tpu-v5e has MeshSlice loops (their model FLOPs are checked above)")
+
+    # 2. MFU of the redundant plan is below seed 000's TP plan
+    _, out_tp, _ = run(einc, "--hw", "tpu-v5e", "--dump-cost", os.path.join(cases, "tp_dp.ein"))
+    _, out_a2a, _ = run(einc, "--hw", "tpu-v5e", "--dump-cost", os.path.join(cases, "tp_dp_alltoall.ein"))
+    tp, a2a = totals(out_tp), totals(out_a2a)
+    check("AllToAll" in out_a2a, "tp_dp_alltoall.ein moves Win with an AllToAll")
+    check(abs(tp["executed"] - tp["share"]) <= 1e-6 * tp["share"], "tp_dp.ein executes its share")
+    check(abs(a2a["executed"] / a2a["share"] - 2.5) < 1e-3,
+          "tp_dp_alltoall.ein executes 2.5x its share (%.4g / %.4g)" % (a2a["executed"], a2a["share"]))
+    check(a2a["mfu"] < tp["mfu"], "MFU %.3f (AllToAll plan) < %.3f (seed 000 TP)" % (a2a["mfu"], tp["mfu"]))
+    # The executed-FLOPs MFU would have been 2.5x the model one, above tp_dp's.
+    check(a2a["mfu"] * 2.5 > tp["mfu"], "the executed-FLOPs MFU (%.3f) would rank it first" % (a2a["mfu"] * 2.5))
+
+    # 3. memory warning
+    mem = os.path.join(cases, "dp_memory.ein")
+    rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-cost", mem)
+    t = totals(out)
+    check(rc == 0, "dp_memory.ein compiles (exit %d) despite the warning" % rc)
+    m = re.search(r"einc: warning: needs ([0-9.]+) GiB per device .*tpu-v5e has ([0-9.]+) GiB", err)
+    check(m is not None, "dp_memory.ein warns: %s" % err.strip())
+    if m and t["peak"]:
+        check(abs(float(m.group(1)) - t["peak"] / GIB) <= 0.05 + 1e-9 and float(m.group(2)) == 14.9,
+              "the warning names the peak (%.1f GiB) and the chip's 14.9 GiB" % (t["peak"] / GIB))
+    check("does not fit" in out, "--dump-cost says it does not fit")
+    rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-cost", "-D", "B=65536", mem)
+    check(rc == 0 and "warning" not in err and ": fits" in out, "dp_memory.ein -D B=65536 fits, no warning")
+    # Without --dump-cost the warning still comes (it is about the program).
+    rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-ir", mem)
+    check(rc == 0 and "einc: warning: needs" in err, "the warning without --dump-cost")
+
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
