@@ -340,6 +340,8 @@ int main(int argc, char **argv)
         free(info);
         ir_module_free(ref);
     }
+    /* Errors past --max-errors were only counted; say how many. */
+    diag_finish(&diag);
     ir_module_free(m);
     free(src);
     pass_registry_free(&reg);

@@ -13,11 +13,17 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "checked.h"
 #include "fe_internal.h"
 
-/* Upper bound on devices in a mesh: far beyond any pod in HARDWARE.md, and
- * small enough that sizes multiplied by device counts cannot overflow. */
-#define MAX_DEVICES ((int64_t)1 << 24)
+/* The most devices a mesh may have: as many as every einc executable can
+ * run.  It must equal RT_MAX_DEVICES (runtime/rt_internal.h: the threads
+ * backend runs one thread per device and sizes its tables by it, and both
+ * backends refuse a larger program when it starts).  A larger mesh used to
+ * compile into a program that could never run.  tests/e2e/bad_inputs.py
+ * builds a mesh of exactly this many devices, checks that the executable
+ * accepts it, and that einc refuses one device more. */
+#define MAX_DEVICES 4096
 
 int fe_dim_lookup(const fe_checker *c, const char *name)
 {
@@ -65,9 +71,10 @@ static void add_axis(fe_checker *c, const ast_sizedef *d)
         diag_note(c->diag, c->m->mesh.axes[old].loc, "previous definition of '%c' is here", ch);
         return;
     }
-    if (size < 1)
-        return;
-    if (ir_mesh_add_axis(c->m, ch, size, d->name.loc) < 0)
+    /* A bad size still defines the axis (as 1), so that shardings over it
+     * are not reported as undefined as well, and no later check computes
+     * with the rejected size. */
+    if (ir_mesh_add_axis(c->m, ch, size < 1 ? 1 : size, d->name.loc) < 0)
         diag_error(c->diag, d->name.loc, "mesh axis '%c' is one too many: a mesh has at most %d axes",
                    ch, IR_MAX_AXES);
 }
@@ -87,15 +94,53 @@ static void add_dim(fe_checker *c, const ast_sizedef *d)
     fe_symtab_put(c->arena, &c->dims, c->m->dims[id].name, (void *)(intptr_t)(id + 1));
 }
 
+/* Reports a mesh of more than MAX_DEVICES devices at the axis that makes
+ * it too large, naming every axis and the limit; the axes then get size 1,
+ * so no later check divides by a size already rejected (or by a product
+ * that does not fit in 64 bits). */
+static void check_mesh_size(fe_checker *c)
+{
+    ir_mesh *mesh = &c->m->mesh;
+    int64_t devices = 1;
+    int over = -1;
+    for (int a = 0; a < mesh->naxes && over < 0; a++) {
+        devices = ir_size_mul(devices, mesh->axes[a].size, NULL);
+        if (devices > MAX_DEVICES)
+            over = a;
+    }
+    if (over < 0)
+        return;
+    char count[32], names[4 * IR_MAX_AXES + 1] = "", sizes[24 * IR_MAX_AXES] = "";
+    for (int a = 0; a < mesh->naxes; a++) {
+        size_t nl = strlen(names), sl = strlen(sizes);
+        snprintf(names + nl, sizeof names - nl, "%s%c", a ? "*" : "", mesh->axes[a].name);
+        snprintf(sizes + sl, sizeof sizes - sl, "%s%" PRId64, a ? "*" : "", mesh->axes[a].size);
+    }
+    devices = ir_mesh_devices(mesh);
+    if (devices == IR_SIZE_HUGE)
+        snprintf(count, sizeof count, "more than 2^63");
+    else
+        snprintf(count, sizeof count, "%" PRId64, devices);
+    diag_error(c->diag, mesh->axes[over].loc,
+               "the mesh %s = %s has %s devices, but an einc executable runs at most %d",
+               names, sizes, count, MAX_DEVICES);
+    for (int a = 0; a < mesh->naxes; a++)
+        mesh->axes[a].size = 1;
+}
+
 void fe_check_sizes(fe_checker *c, const ast_program *prog)
 {
     for (int i = 0; i < c->opts->ndefines; i++)
         if (!c->opts->defines[i].name) {
             diag_error(c->diag, DIAG_NOLOC, "-D override without a name");
             c->define_used[i] = true;
-        } else if (c->opts->defines[i].value < 1)
+        } else if (c->opts->defines[i].value < 1) {
+            /* Only a caller of the library gets here: the einc command
+             * refuses such a -D itself, as a usage error (docs/language.md). */
             diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 ": a size must be at least 1",
                        c->opts->defines[i].name, c->opts->defines[i].value);
+            c->define_used[i] = true; /* one error for it is enough */
+        }
     for (int i = 0; i < prog->nstmts; i++) {
         const ast_stmt *s = prog->stmts[i];
         if (s->kind != AST_S_MESH && s->kind != AST_S_DIM)
@@ -111,14 +156,7 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog)
         if (!c->define_used[i])
             diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 " names no dim or mesh axis of this program",
                        c->opts->defines[i].name, c->opts->defines[i].value);
-    int64_t devices = 1;
-    for (int a = 0; a < c->m->mesh.naxes; a++)
-        if (__builtin_mul_overflow(devices, c->m->mesh.axes[a].size, &devices) ||
-            devices > MAX_DEVICES) {
-            diag_error(c->diag, c->m->mesh.axes[a].loc,
-                       "the mesh has more than %" PRId64 " devices", MAX_DEVICES);
-            break;
-        }
+    check_mesh_size(c);
 }
 
 bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats, bool rhs)
@@ -234,13 +272,14 @@ bool fe_check_shape(fe_checker *c, const char *name, uint32_t loc, ir_dtype dt, 
         return false;
     }
     int64_t bytes = (int64_t)ir_dtype_size(dt);
+    bool overflow = false;
     for (int i = 0; i < rank; i++)
-        if (dims[i] >= 0 && __builtin_mul_overflow(bytes, c->m->dims[dims[i]].size, &bytes)) {
-            diag_error(c->diag, loc, "tensor '%s' is too large: its size in bytes overflows 64 bits",
-                       name);
-            return false;
-        }
-    return true;
+        if (dims[i] >= 0)
+            bytes = ir_size_mul(bytes, c->m->dims[dims[i]].size, &overflow);
+    if (overflow)
+        diag_error(c->diag, loc, "tensor '%s' is too large: its size in bytes overflows 64 bits",
+                   name);
+    return !overflow;
 }
 
 fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind)

@@ -3,7 +3,11 @@
  *
  * Every stage reports all the errors it finds; a later stage runs on what
  * parsed even after errors (so one file's errors all show at once), but
- * lowering runs only on an error-free program.
+ * lowering runs only on an error-free program.  The one exception is a
+ * parse that stopped before the end of the file (an expression nested past
+ * the parser's stack): the lines after it were never read, so checking the
+ * rest would report their absence ("no 'output' line", undefined tensors)
+ * as errors of their own.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +20,24 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
     if (!opts)
         opts = &no_options;
     int errors0 = d->nerrors;
-    if (!fe_source_check(src, len, d))
+    if (!fe_source_check(src, len, d)) {
+        diag_finish(d);
         return NULL;
+    }
 
     ir_arena arena = {0};
     fe_parser p = {.arena = &arena, .diag = d, .src = src, .len = (uint32_t)len};
     ast_program prog;
     fe_parse(&p, &prog);
+    /* The lexer sends the end-of-file newline only when the parser reads
+     * to the end; a parse that gave up earlier never asked for it. */
+    if (!p.eof_newline) {
+        if (d->nerrors == errors0) /* never so far: every early stop reports why */
+            diag_error(d, p.offset, "the parser stopped before the end of the file");
+        ir_arena_free(&arena);
+        diag_finish(d);
+        return NULL;
+    }
 
     ir_module *m = ir_module_new(d->filename ? d->filename : "<input>");
     fe_checker c = {.m = m, .arena = &arena, .diag = d, .opts = opts};
@@ -46,6 +61,7 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
     ir_arena_free(&arena);
     if (d->nerrors != errors0) {
         ir_module_free(m);
+        diag_finish(d);
         return NULL;
     }
     return m;

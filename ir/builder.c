@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "ir.h"
 
 static const char *const op_names[] = {
@@ -102,12 +103,14 @@ int ir_mesh_find_axis(const ir_mesh *mesh, char name)
     return -1;
 }
 
+/* Saturates at IR_SIZE_HUGE (checked.h): a mesh too large to count is
+ * still larger than any limit it is compared with. */
 int64_t ir_mesh_axes_size(const ir_mesh *mesh, ir_axes set)
 {
     int64_t n = 1;
     for (int i = 0; i < mesh->naxes; i++)
         if (set & (1u << i))
-            n *= mesh->axes[i].size;
+            n = ir_size_mul(n, mesh->axes[i].size, NULL);
     return n;
 }
 

@@ -83,14 +83,33 @@ static void report(diag_ctx *d, const char *kind, uint32_t loc, const char *fmt,
     show_line(d, loc);
 }
 
+/* How many errors are printed before the rest are only counted. */
+static int error_limit(const diag_ctx *d)
+{
+    return d->max_errors > 0 ? d->max_errors : 20;
+}
+
 void diag_verror(diag_ctx *d, uint32_t loc, const char *fmt, va_list ap)
 {
-    int limit = d->max_errors > 0 ? d->max_errors : 20;
     d->nerrors++;
-    if (d->nerrors <= limit)
+    /* Past the limit an error is only counted: diag_finish says how many.
+     * The line at the limit says so at once, for a caller that stops
+     * without calling diag_finish. */
+    if (d->nerrors <= error_limit(d))
         report(d, "error", loc, fmt, ap);
-    else if (d->nerrors == limit + 1)
-        fprintf(d->out, "%s: too many errors, stopping output\n", d->filename ? d->filename : "einc");
+    else if (d->nerrors == error_limit(d) + 1)
+        fprintf(d->out, "%s: too many errors; the rest are counted, not shown\n",
+                d->filename ? d->filename : "einc");
+}
+
+void diag_finish(diag_ctx *d)
+{
+    int hidden = d->nerrors - error_limit(d) - d->nsummarized;
+    if (hidden <= 0)
+        return;
+    fprintf(d->out, "%s: ... and %d more error%s\n", d->filename ? d->filename : "einc", hidden,
+            hidden == 1 ? "" : "s");
+    d->nsummarized += hidden;
 }
 
 void diag_error(diag_ctx *d, uint32_t loc, const char *fmt, ...)
@@ -103,8 +122,7 @@ void diag_error(diag_ctx *d, uint32_t loc, const char *fmt, ...)
 
 void diag_note(diag_ctx *d, uint32_t loc, const char *fmt, ...)
 {
-    int limit = d->max_errors > 0 ? d->max_errors : 20;
-    if (d->nerrors > limit)
+    if (d->nerrors > error_limit(d))
         return;
     va_list ap;
     va_start(ap, fmt);

@@ -8,7 +8,8 @@
  * Locations are byte offsets into the source buffer; they become line:col
  * (1-based, col in bytes) only when reported.  A diag_ctx counts errors and
  * stops printing after `max_errors` (the count goes on), so callers can keep
- * checking and report every error in a file.
+ * checking and report every error in a file; diag_finish then says how many
+ * were not shown ("... and 7 more errors").
  */
 #ifndef EINC_DIAG_H
 #define EINC_DIAG_H
@@ -29,6 +30,7 @@ typedef struct diag_ctx {
     FILE *out;            /* where messages go (stderr by default) */
     int nerrors;          /* errors reported so far (printed or not) */
     int max_errors;       /* print at most this many; 0 = 20 */
+    int nsummarized;      /* errors past the limit that diag_finish has already counted */
 } diag_ctx;
 
 /* Initialises `d` for `src` (borrowed, must outlive `d`). */
@@ -41,6 +43,10 @@ void diag_verror(diag_ctx *d, uint32_t loc, const char *fmt, va_list ap);
 /* Reports a note (not counted as an error), e.g. "previous definition is here". */
 void diag_note(diag_ctx *d, uint32_t loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Prints "FILE: ... and N more errors" for the errors past `max_errors`
+ * not yet counted by an earlier call; nothing if there are none.  Call it when a stage that may report many errors is
+ * done (fe_compile does). */
+void diag_finish(diag_ctx *d);
 /* 1-based line and byte column of `loc`. */
 void diag_linecol(const diag_ctx *d, uint32_t loc, int *line, int *col);
 

@@ -4,6 +4,7 @@
  */
 #include <string.h>
 
+#include "checked.h"
 #include "ir.h"
 
 ir_sharding ir_sharding_replicated(void)
@@ -42,11 +43,14 @@ void ir_sharding_push(ir_sharding *s, int d, int axis)
         s->axes[d][s->naxes[d]++] = (int8_t)axis;
 }
 
+/* Products here saturate at IR_SIZE_HUGE (checked.h), so a dim "split"
+ * into more parts than fit in 64 bits is never divisible and never divides
+ * by a wrapped 0. */
 int64_t ir_sharding_dim_parts(const ir_sharding *s, const ir_mesh *mesh, int d)
 {
     int64_t n = 1;
     for (int k = 0; k < s->naxes[d]; k++)
-        n *= mesh->axes[s->axes[d][k]].size;
+        n = ir_size_mul(n, mesh->axes[s->axes[d][k]].size, NULL);
     return n;
 }
 
@@ -60,20 +64,20 @@ int64_t ir_local_elems(const ir_module *m, const ir_type *t)
 {
     int64_t n = 1;
     for (int d = 0; d < t->rank; d++)
-        n *= ir_local_size(m, t, d);
+        n = ir_size_mul(n, ir_local_size(m, t, d), NULL);
     return n;
 }
 
 int64_t ir_local_bytes(const ir_module *m, const ir_type *t)
 {
-    return ir_local_elems(m, t) * (int64_t)ir_dtype_size(t->dtype);
+    return ir_size_mul(ir_local_elems(m, t), (int64_t)ir_dtype_size(t->dtype), NULL);
 }
 
 int64_t ir_global_bytes(const ir_module *m, const ir_type *t)
 {
     int64_t n = (int64_t)ir_dtype_size(t->dtype);
     for (int d = 0; d < t->rank; d++)
-        n *= m->dims[t->dims[d]].size;
+        n = ir_size_mul(n, m->dims[t->dims[d]].size, NULL);
     return n;
 }
 
