@@ -15,8 +15,10 @@
  * Every error ends the job with status 1 and a message from the root.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rt_internal.h"
 
@@ -89,7 +91,31 @@ static int32_t find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name
     return -1;
 }
 
-/* Matches --input/--output to the program; fills job->in_paths. */
+/* Refuses, before the run, an --output path that exists and is not a
+ * regular file (a device such as /dev/null, a FIFO, a socket, a directory):
+ * writing it renames a new file over the path, which would replace the
+ * device node itself.  rt_npy_write checks again when it writes; this
+ * check only saves the run, in the same words. */
+static int check_output_path(const char *name, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return 0; /* a new file, or one to replace */
+    const char *kind = S_ISCHR(st.st_mode)    ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                                              : "a file of an unknown kind";
+    struct stat lst;
+    bool link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    return rt_errf(err, errlen, "output '%s': %s is %s%s, not a regular file; an output only "
+                   "ever replaces a regular file", name, path, link ? "a symbolic link to " : "",
+                   kind);
+}
+
+/* Matches --input/--output to the program; fills job->in_paths; checks
+ * the output paths. */
 static int resolve_names(rt_job *job, char *err, size_t errlen)
 {
     const rt_program *p = job->prog;
@@ -122,6 +148,8 @@ static int resolve_names(rt_job *job, char *err, size_t errlen)
                 snprintf(err, errlen, "output '%s' is given twice", o->outputs[i].name);
                 return -1;
             }
+        if (job->rank == 0 && check_output_path(o->outputs[i].name, o->outputs[i].path, err, errlen))
+            return -1;
     }
     if (!o->random_inputs)
         for (int32_t k = 0; k < p->ninputs; k++)

@@ -15,19 +15,39 @@
  *
  * Outputs are written to `path.tmpXXXXXX` in the same directory, fsync'd and
  * renamed over `path`, so a reader never sees a partial file; on any error
- * the temp file is removed.
+ * the temp file is removed.  A rename replaces whatever `path` is, so the
+ * path is checked first: one that exists and is not a regular file (a
+ * device such as /dev/null, a FIFO, a socket, a directory) is refused, as
+ * rename would have replaced the device node itself.  A symbolic link is
+ * followed: the file it points to is replaced and the link kept.  The temp
+ * file gets the permission bits of the file it replaces (a new file gets
+ * 0666 less the umask, as any file the user creates), and its .npy magic
+ * is written last, after the data, so a temp file left by a killed run is
+ * never a valid .npy file that could pass for an output.
+ *
+ * Shapes read from files are multiplied with overflow checks: a header
+ * may claim any shape, and a wrapped element count would pass the size
+ * check of a file far too short.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rt_internal.h"
 
 /* Largest header we accept (numpy's own limit is similar). */
 #define MAX_HEADER (1 << 20)
+
+/* *out = a * b for sizes (a, b >= 0); false if it does not fit in int64_t. */
+static bool size_mul(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
 
 /* Reads exactly n bytes at offset off; returns bytes read (< n at EOF) or -1. */
 static ssize_t pread_full(int fd, void *buf, size_t n, off_t off)
@@ -112,6 +132,11 @@ static int parse_dict(const char *hdr, const char *path, rt_npy_header *h, char 
         if (h->rank == RT_MAX_RANK)
             return rt_errf(err, errlen, "%s: .npy array has more than %d dims", path, RT_MAX_RANK);
         h->shape[h->rank++] = x;
+        int64_t elems = 1;
+        for (int32_t d = 0; d < h->rank; d++)
+            if (!size_mul(elems, h->shape[d], &elems))
+                return rt_errf(err, errlen, "%s: .npy header has a 'shape' whose number of "
+                               "elements does not fit in 64 bits", path);
         v = end;
         while (*v == ' ')
             v++;
@@ -217,8 +242,17 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
         return rt_errf(err, errlen, "tensor '%s': %s has shape %s, expected %s", t->name, path,
                     found, expected);
     }
-    int64_t need = h->data_offset + rt_numel(t->rank, t->global_shape) *
-                                        (t->dtype == RT_F64 ? 8 : 4);
+    int64_t need = t->dtype == RT_F64 ? 8 : 4;
+    bool fits = true;
+    for (int32_t d = 0; d < t->rank && fits; d++)
+        fits = size_mul(need, t->global_shape[d], &need);
+    fits = fits && !__builtin_add_overflow(need, h->data_offset, &need);
+    if (!fits) {
+        char expected[160];
+        format_shape(expected, sizeof expected, t->rank, t->global_shape);
+        return rt_errf(err, errlen, "tensor '%s': %s: the size of shape %s does not fit in 64 bits",
+                       t->name, path, expected);
+    }
     if (h->file_bytes < need)
         return rt_errf(err, errlen, "tensor '%s': %s is truncated: %lld bytes, expected %lld",
                     t->name, path, (long long)h->file_bytes, (long long)need);
@@ -296,6 +330,71 @@ static int write_full(int fd, const void *buf, size_t n)
     return 0;
 }
 
+/* What a path that is not a regular file is, for messages. */
+static const char *kind_of(mode_t mode)
+{
+    return S_ISCHR(mode)    ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISDIR(mode)  ? "a directory"
+                            : "a file of an unknown kind";
+}
+
+int rt_output_target(const char *path, char **target, struct stat *st, bool *exists,
+                     char *err, size_t errlen)
+{
+    struct stat lst;
+    *target = NULL;
+    *exists = false;
+    bool link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    if (stat(path, st) != 0) {
+        if (link)
+            return rt_errf(err, errlen, "%s is a symbolic link to a file that does not exist; "
+                           "an output is only written to a regular file", path);
+        /* A new file; if its directory is missing, creating the temp file says so. */
+        *target = strdup(path);
+        return *target ? 0 : rt_errf(err, errlen, "out of memory writing %s", path);
+    }
+    if (!S_ISREG(st->st_mode))
+        return rt_errf(err, errlen, "%s is %s%s, not a regular file; an output only ever replaces "
+                       "a regular file", path, link ? "a symbolic link to " : "",
+                       kind_of(st->st_mode));
+    *exists = true;
+    *target = link ? realpath(path, NULL) : strdup(path);
+    if (!*target)
+        return rt_errf(err, errlen, "cannot resolve %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Creates `tmp` (path + ".tmpXXXXXX", the X's replaced) exclusively, with
+ * mode 0666 less the umask as any new file; unlike mkstemp (0600), so a
+ * new output is as readable as a file the user would create.  Returns the
+ * descriptor or -1 with errno set. */
+static int create_temp(char *tmp, size_t plen)
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 12) ^
+                 (uint64_t)(uintptr_t)tmp;
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        /* splitmix64 step: a fresh name on every collision. */
+        x += 0x9e3779b97f4a7c15ull;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        for (int k = 0; k < 6; k++, z /= 62)
+            tmp[plen + 4 + k] = digits[z % 62];
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
 int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, char *err,
                  size_t errlen)
 {
@@ -306,33 +405,36 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
     /* Version 1.0 header padded with spaces so the data starts at a multiple of 64. */
     size_t total = (size_t)(10 + dn + 1 + 63) / 64 * 64;
     size_t hlen = total - 10;
-    unsigned char *hdr = malloc(total);
+    unsigned char *hdr = calloc(1, total);
     if (!hdr)
         return rt_errf(err, errlen, "out of memory writing %s", path);
-    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    hdr[8] = (unsigned char)(hlen & 0xff);
-    hdr[9] = (unsigned char)(hlen >> 8);
-    memcpy(hdr + 10, dict, (size_t)dn);
-    memset(hdr + 10 + dn, ' ', hlen - (size_t)dn - 1);
-    hdr[total - 1] = '\n';
-
-    size_t plen = strlen(path);
+    char *target;
+    struct stat st;
+    bool exists;
+    if (rt_output_target(path, &target, &st, &exists, err, errlen)) {
+        free(hdr);
+        return -1;
+    }
+    size_t plen = strlen(target);
     char *tmp = malloc(plen + 16);
     if (!tmp) {
+        free(target);
         free(hdr);
         return rt_errf(err, errlen, "out of memory writing %s", path);
     }
-    memcpy(tmp, path, plen);
+    memcpy(tmp, target, plen);
     memcpy(tmp + plen, ".tmpXXXXXX", 11);
-    int fd = mkstemp(tmp);
+    int fd = create_temp(tmp, plen);
     if (fd < 0) {
         int rc = rt_errf(err, errlen, "cannot create a file next to %s: %s", path, strerror(errno));
         free(tmp);
+        free(target);
         free(hdr);
         return rc;
     }
-    int64_t n = rt_numel(t->rank, t->global_shape);
+    /* The header's place is zeros until the data is in: see the essay. */
     int ok = write_full(fd, hdr, total) == 0;
+    int64_t n = rt_numel(t->rank, t->global_shape);
     if (t->dtype == RT_BF16) {
         float buf[1024];
         for (int64_t i = 0; ok && i < n; i += 1024) {
@@ -343,12 +445,39 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
     } else if (ok) {
         ok = write_full(fd, data, (size_t)n * rt_dtype_size(t->dtype)) == 0;
     }
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (unsigned char)(hlen & 0xff);
+    hdr[9] = (unsigned char)(hlen >> 8);
+    memcpy(hdr + 10, dict, (size_t)dn);
+    memset(hdr + 10 + dn, ' ', hlen - (size_t)dn - 1);
+    hdr[total - 1] = '\n';
+    ok = ok && pwrite(fd, hdr, total, 0) == (ssize_t)total;
     int saved = errno;
+    /* The replaced file's permission bits (and, where allowed, owner):
+     * best effort, as a file system without modes (vfat) refuses both and
+     * the data is still worth having. */
+    if (ok && exists) {
+        if (st.st_uid != geteuid() || st.st_gid != getegid())
+            (void)!fchown(fd, st.st_uid, st.st_gid); /* only root may */
+        (void)!fchmod(fd, st.st_mode & 07777);
+    }
     ok = ok && fsync(fd) == 0;
     if (!ok)
         saved = errno;
     ok = (close(fd) == 0) && ok;
-    if (ok && rename(tmp, path) != 0) {
+    /* Checked again just before the rename, so a device or directory put
+     * at the path while the data was written is not replaced either. */
+    struct stat now;
+    if (ok && lstat(target, &now) == 0 && !S_ISREG(now.st_mode)) {
+        unlink(tmp);
+        rt_errf(err, errlen, "%s is %s, not a regular file; an output only ever replaces a "
+                "regular file", path, kind_of(now.st_mode));
+        free(tmp);
+        free(target);
+        free(hdr);
+        return -1;
+    }
+    if (ok && rename(tmp, target) != 0) {
         saved = errno;
         ok = 0;
     }
@@ -358,6 +487,7 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
         rc = rt_errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
     }
     free(tmp);
+    free(target);
     free(hdr);
     return rc;
 }

@@ -21,6 +21,7 @@
 #define EINC_RT_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -344,6 +345,15 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
 int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_desc *t,
                       const int64_t *start, const int64_t *local_shape, void *dst,
                       char *err, size_t errlen);
+/* Where an output file (a .npy, a --trace) written to `path` goes: `path`,
+ * or the file a symbolic link at `path` points to (so the link is kept).
+ * *target is malloc'd (the caller frees it); *st is the file's stat and
+ * *exists whether there is one.  Refuses (-1 and a message) a path that
+ * exists and is not a regular file (a device, FIFO, socket or directory,
+ * which a rename would replace) and a dangling link. */
+struct stat;
+int rt_output_target(const char *path, char **target, struct stat *st, bool *exists,
+                     char *err, size_t errlen);
 /* Writes the global array `data` of `t` atomically to `path` (temp file in
  * the same directory, fsync, rename).  bf16 is written as <f4. */
 int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data,

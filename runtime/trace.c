@@ -129,25 +129,38 @@ static void write_events(FILE *f, const rt_job *job)
 
 int rt_trace_write(const rt_job *job, const char *path, char *err, size_t errlen)
 {
-    size_t n = strlen(path);
+    /* Like an output .npy, a trace only ever replaces a regular file. */
+    char *target;
+    struct stat st;
+    bool exists;
+    char why[400];
+    if (rt_output_target(path, &target, &st, &exists, why, sizeof why) != 0)
+        return rt_errf(err, errlen, "--trace %s", why);
+    size_t n = strlen(target);
     char *tmp = malloc(n + 16);
-    if (!tmp)
+    if (!tmp) {
+        free(target);
         return rt_errf(err, errlen, "out of memory");
-    snprintf(tmp, n + 16, "%s.tmpXXXXXX", path);
+    }
+    snprintf(tmp, n + 16, "%s.tmpXXXXXX", target);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         int e = errno;
         free(tmp);
+        free(target);
         return rt_errf(err, errlen, "--trace %s: cannot create a temporary file beside it: %s",
                        path, strerror(e));
     }
-    fchmod(fd, 0644); /* mkstemp makes it 0600; a trace is for sharing */
+    /* mkstemp makes it 0600; a trace is for sharing, or keeps the mode of
+     * the file it replaces. */
+    fchmod(fd, exists ? (st.st_mode & 07777) : 0644);
     FILE *f = fdopen(fd, "w");
     if (!f) {
         int e = errno;
         close(fd);
         unlink(tmp);
         free(tmp);
+        free(target);
         return rt_errf(err, errlen, "--trace %s: %s", path, strerror(e));
     }
     write_events(f, job);
@@ -157,13 +170,15 @@ int rt_trace_write(const rt_job *job, const char *path, char *err, size_t errlen
         bad = 1;
         e = errno;
     }
-    if (bad || rename(tmp, path) != 0) {
+    if (bad || rename(tmp, target) != 0) {
         if (!bad)
             e = errno;
         unlink(tmp);
         free(tmp);
+        free(target);
         return rt_errf(err, errlen, "--trace %s: cannot write it: %s", path, strerror(e));
     }
     free(tmp);
+    free(target);
     return 0;
 }

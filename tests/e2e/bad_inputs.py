@@ -10,6 +10,13 @@ fault, and, for outputs, that no partial output or temp file is left behind.
 A few checks of einc itself follow (a dim that does not divide, a syntax
 error, an undefined tensor, a missing source, a -D naming nothing, an
 unwritable -o path): exit 1, file:line:col, nothing left behind.
+The cases of issue 14 follow: --output never replaces what is not a regular
+file (/dev/null, /dev/full, a FIFO, a socket, a directory, a symbolic link
+to a device) and keeps the mode of a file it replaces; einc refuses a mesh
+larger than the runtime runs (and one whose size overflows, from the source
+or -D, without a crash), accepts and builds one at the limit, refuses
+-D I=0 with the documented message, counts errors past the limit, and
+reports only the nesting error when the parser gives up.
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: bad_inputs.py --einc PATH [--mpi] [--mpirun PATH]
@@ -17,6 +24,8 @@ Usage: bad_inputs.py --einc PATH [--mpi] [--mpirun PATH]
 import argparse
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -143,6 +152,152 @@ def compiler_checks(c, einc, work):
     c.failed += comp.failed
 
 
+def output_path_checks(c, work, good, a, w):
+    """Issue 14: an output path that exists and is not a regular file is
+    refused before the run, naming the path and what it is, and left as it
+    was; a regular file replaced keeps its mode; a new file gets 0666 less
+    the umask; a symbolic link is followed; a temp file left by an earlier
+    run is not touched."""
+    d = os.path.join(work, "outs14")
+    os.makedirs(os.path.join(d, "dir.npy"))
+    os.mkfifo(os.path.join(d, "fifo.npy"))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(os.path.join(d, "sock.npy"))
+    os.symlink("/dev/null", os.path.join(d, "null_link.npy"))
+    allowed = ["dir.npy", "fifo.npy", "sock.npy", "null_link.npy"]
+    for title, path, kind, is_kind in [
+            ("output to /dev/null", "/dev/null", "character device", stat.S_ISCHR),
+            ("output to /dev/full", "/dev/full", "character device", stat.S_ISCHR),
+            ("output to a FIFO", "outs14/fifo.npy", "FIFO", stat.S_ISFIFO),
+            ("output to a socket", "outs14/sock.npy", "socket", stat.S_ISSOCK),
+            ("output to a directory", "outs14/dir.npy", "directory", stat.S_ISDIR),
+            ("output to a link to /dev/null", "outs14/null_link.npy", "character device",
+             stat.S_ISCHR)]:
+        full = path if path.startswith("/") else os.path.join(work, path)
+        if not os.path.exists(full):
+            c.report(title, ["%s does not exist on this machine" % path], [], 1, "", "")
+            continue
+        c.expect_error(title, good + ["--output", "C=" + path], [path, kind, "regular file"],
+                       leftovers=(d, allowed))
+        if not is_kind(os.stat(full).st_mode):
+            c.report(title + ": left as it was", ["%s is no longer a %s" % (path, kind)], [], 1,
+                     "", "")
+    # --trace writes its file the same way, so it refuses the same paths.
+    c.expect_error("--trace to a FIFO", good + ["--trace", "outs14/fifo.npy"],
+                   ["outs14/fifo.npy", "FIFO", "regular file"], leftovers=(d, allowed))
+    if not stat.S_ISFIFO(os.stat(os.path.join(d, "fifo.npy")).st_mode):
+        c.report("--trace to a FIFO: left as it was", ["the FIFO was replaced"], [], 1, "", "")
+    if os.listdir(os.path.join(d, "dir.npy")):
+        c.report("directory output untouched", ["files appeared inside it"], [], 1, "", "")
+    sock.close()
+
+    def good_run(title, out, umask=None):
+        """Runs the good program writing C to `out`; returns the problems."""
+        old = os.umask(umask) if umask is not None else None
+        try:
+            rc, o, e = c.run(good + ["--output", "C=" + out])
+        finally:
+            if old is not None:
+                os.umask(old)
+        problems = []
+        if rc != 0:
+            problems.append("exit %s: %s" % (rc, e.strip()[:500]))
+        elif not np.allclose(np.load(os.path.join(work, out)), a @ w, rtol=1e-5, atol=1e-6):
+            problems.append("wrong result")
+        return problems
+
+    # A regular file replaced keeps its permission bits.
+    kept = os.path.join(d, "kept.npy")
+    with open(kept, "w") as f:
+        f.write("old")
+    os.chmod(kept, 0o640)
+    problems = good_run("", "outs14/kept.npy")
+    mode = stat.S_IMODE(os.stat(kept).st_mode)
+    if not problems and mode != 0o640:
+        problems.append("mode is %o, not 640" % mode)
+    c.report("output keeps the mode of the file it replaces", problems, [], 0, "", "")
+    # A new file: 0666 less the umask, as a file the user creates.
+    problems = good_run("", "outs14/new.npy", umask=0o027)
+    mode = stat.S_IMODE(os.stat(os.path.join(d, "new.npy")).st_mode)
+    if not problems and mode != 0o640:
+        problems.append("mode is %o, not 640 (umask 027)" % mode)
+    c.report("a new output gets 0666 less the umask", problems, [], 0, "", "")
+    # A link to a regular file: the file is replaced, the link kept.
+    with open(os.path.join(d, "target.npy"), "w") as f:
+        f.write("old")
+    os.symlink("target.npy", os.path.join(d, "link.npy"))
+    problems = good_run("", "outs14/link.npy")
+    if not os.path.islink(os.path.join(d, "link.npy")):
+        problems.append("the link was replaced")
+    c.report("output through a symbolic link", problems, [], 0, "", "")
+    # A temp file left by a killed run is neither reused nor removed.
+    stale = os.path.join(d, "out.npy.tmpAbC123")
+    with open(stale, "w") as f:
+        f.write("left by a killed run")
+    problems = good_run("", "outs14/out.npy")
+    with open(stale) as f:
+        if f.read() != "left by a killed run":
+            problems.append("the stale temp file changed")
+    extra = sorted(n for n in os.listdir(d) if ".tmp" in n and n != os.path.basename(stale))
+    if extra:
+        problems.append("temp files left: " + ", ".join(extra))
+    c.report("a stale temp file is not taken for the output", problems, [], 0, "", "")
+
+
+def compiler_limit_checks(c, einc, work):
+    """Issue 14 on einc: the mesh limit, overflowing sizes, -D I=0, the
+    error count, the nesting error."""
+    sources = {
+        "limit_over.ein": "mesh X = 64, Y = 128\ndim I = 8192\ninput A[I_XY]: f32\n"
+                          "B[I] = A[I] * 2\noutput B\n",
+        "limit_at.ein": "mesh X = 64, Y = 64\ndim I = 4096\ninput A[I_XY]: f32\n"
+                        "B[I] = A[I] * 2\noutput B\n",
+        "overflow.ein": "mesh X = 4294967296, Y = 4294967296\ndim I = 4\ninput A[I_XY]: f32\n"
+                        "B[I] = A[I]\noutput B\n",
+        "small.ein": "mesh X = 2, Y = 2\ndim I = 4\ninput A[I_XY]: f32\nB[I] = A[I]\noutput B\n",
+        "errors.ein": "dim I = 4\n" + "".join("A%d[I] = Q[I]\n" % i for i in range(25)) +
+                      "output A0\n",
+        "nested.ein": "dim I = 2\ninput A[I]: f32\nC[I] = " + "(" * 20000 + "A[I]" +
+                      ")" * 20000 + "\noutput C\n",
+    }
+    for name, text in sources.items():
+        with open(os.path.join(work, name), "w") as f:
+            f.write(text)
+    comp = Checker(work, einc, [])
+    comp.expect_error("einc: mesh over the runtime's limit", ["limit_over.ein", "-o", "x"],
+                      ["limit_over.ein:1:14:", "8192", "at most 4096"])
+    comp.expect_error("einc: mesh size overflows 64 bits", ["overflow.ein", "--dump-ir"],
+                      ["overflow.ein:1:6:", "at most 4096"])
+    comp.expect_error("einc: mesh size overflows through -D",
+                      ["small.ein", "-D", "X=4294967296", "-D", "Y=4294967296", "--dump-ir"],
+                      ["small.ein:1:6:", "at most 4096"])
+    # The largest mesh compiles, and the executable accepts it (the limits agree).
+    rc, out, err = comp.run(["limit_at.ein", "-o", "limit_at"])
+    problems = [] if rc == 0 else ["einc exit %s" % rc]
+    if rc == 0:
+        exe = Checker(work, "./limit_at", [])
+        rc, out, err = exe.run(["--info"])
+        if rc != 0 or "4096 devices" not in out:
+            problems.append("the executable refuses it: exit %s %s" % (rc, err.strip()[:300]))
+    comp.report("einc and the runtime agree on 4096 devices", problems, [], rc, out, err)
+    # -D I=0: a usage error with the message docs/language.md shows.
+    rc, out, err = comp.run(["small.ein", "-D", "I=0", "--dump-ir"])
+    want = "einc: error: -D wants NAME=VALUE with a positive integer VALUE, not 'I=0'"
+    comp.report("einc: -D I=0", [] if rc == 2 and want in err else
+                ["exit %s, expected 2 and '%s'" % (rc, want)], [], rc, out, err)
+    rc, out, err = comp.run(["errors.ein", "--dump-ir"])
+    comp.report("einc: errors past 20 are counted",
+                [] if rc == 1 and "errors.ein: ... and 5 more errors" in err and
+                err.count(": error: tensor 'Q'") == 20 else ["exit %s or no count line" % rc],
+                [], rc, out, err)
+    rc, out, err = comp.run(["nested.ein", "--dump-ir"])
+    comp.report("einc: nesting error alone",
+                [] if rc == 1 and "nested too deeply" in err and "output" not in err and
+                err.count("error:") == 1 else ["exit %s or other errors" % rc], [], rc, out, err)
+    c.passed += comp.passed
+    c.failed += comp.failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--einc", required=True)
@@ -231,7 +386,9 @@ def main():
             c.report("directory output path untouched", ["files appeared inside it"], [], 1, "",
                      "")
 
+        output_path_checks(c, work, good, a, w)
         compiler_checks(c, os.path.abspath(args.einc), work)
+        compiler_limit_checks(c, os.path.abspath(args.einc), work)
 
         if args.mpi:
             p = subprocess.run([os.path.abspath(args.einc), "bad.ein", "-o", "bad_mpi",
