@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of einc: installs missing packages, builds with warnings as
 # errors and runs the CTest suite, then again with AddressSanitizer and
-# UndefinedBehaviorSanitizer.  Build trees: build/ and build-asan/.
+# UndefinedBehaviorSanitizer, then runs each libFuzzer harness for 60 s
+# (tests/fuzz/run.sh, docs/reliability.md).  Build trees: build/,
+# build-asan/ and build-libfuzzer/.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
@@ -12,3 +14,4 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 cmake -S . -B build-asan -DEINC_WERROR=ON -DEINC_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+tests/fuzz/run.sh 60

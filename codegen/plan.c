@@ -8,6 +8,11 @@
  * operand are a permutation of C's result labels, so no element of P is
  * recomputed), and P's result is not a program output.  Chains fuse
  * transitively: fused_into names the op that finally emits the loop.
+ * A fused group holds at most CG_MAX_FUSED_NODES expression nodes (or one
+ * op, however large): codegen evaluates a group's trees recursively, one
+ * level per fused producer, so a chain of 50,000 elementwise statements
+ * fused into one loop overflowed the stack.  Past the bound the producer is
+ * materialised in a buffer and the chain goes on in a new loop.
  *
  * Liveness.  An op that is not fused is "emitted" at its own index; a fused
  * op's reads happen at the index of the op it is fused into.  A buffer is
@@ -27,6 +32,12 @@
 #include <string.h>
 
 #include "cg_internal.h"
+
+/* Most expression nodes in one fused loop (see the essay above).  Real
+ * fusions (GELU, RMSNorm, rotary embeddings, a softmax's exp and divide)
+ * have tens of nodes; this keeps codegen's recursion a few thousand frames
+ * deep at most. */
+#define CG_MAX_FUSED_NODES 1024
 
 void *cg_calloc(size_t n, size_t size)
 {
@@ -214,19 +225,30 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
                     nuses[op->operands[op->u.ew.nodes[n].operand]->id]++;
     }
     /* Direct fusion decisions, then resolved to the emitting op.  Consumers
-     * come after producers, so walking backwards resolves chains. */
+     * come after producers, so walking backwards resolves chains.  nodes[i]
+     * counts the expression nodes of op i and of every producer fused into
+     * it so far; producers come first, so it is complete when op i is
+     * decided, and a fusion that would take its consumer's group past
+     * CG_MAX_FUSED_NODES is not made. */
+    int *nodes = cg_calloc((size_t)nops, sizeof(int));
+    for (i = 0; i < nops; i++)
+        if (p->ops[i]->kind == IR_OP_ELEMENTWISE)
+            nodes[i] = p->ops[i]->u.ew.nnodes;
     for (i = 0; i < nops; i++) {
         ir_op *op = p->ops[i];
         int v = op->result->id;
         if (op->kind != IR_OP_ELEMENTWISE || nuses[v] != 1 || p->out_index[v] >= 0)
             continue;
         ir_op *c = p->ops[reader[v]];
-        if (c->kind != IR_OP_ELEMENTWISE)
+        if (c->kind != IR_OP_ELEMENTWISE || nodes[reader[v]] + nodes[i] > CG_MAX_FUSED_NODES)
             continue;
         for (k = 0; k < c->noperands; k++)
             if (c->operands[k]->id == v && full_shape_use(c, k))
                 p->fused_into[i] = reader[v];
+        if (p->fused_into[i] >= 0)
+            nodes[reader[v]] += nodes[i];
     }
+    free(nodes);
     for (i = nops - 1; i >= 0; i--) {
         int c = p->fused_into[i];
         if (c >= 0 && p->fused_into[c] >= 0)
