@@ -503,6 +503,7 @@ void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev
     rt_device dev;
     rt_device_init(&dev, p, &mpi_ops, w, rank);
     dev.profiling = profiling;
+    dev.as_reserve = rt_check_address_space(&dev, 1);
     int32_t axes[RT_MAX_AXES];
     make_comms(w, dev.coord, 0, axes);
     fn(&dev, arg);

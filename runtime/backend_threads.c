@@ -239,6 +239,7 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
      * use every core through OpenBLAS's own threads. */
     if (n > 1)
         openblas_set_num_threads(1);
+    int64_t reserve = rt_check_address_space(NULL, n);
     tworld w = {.prog = prog, .groups = NULL};
     atomic_init(&w.ws.word, 0);
     w.ws.nthreads = n;
@@ -250,6 +251,7 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
         rt_device_init(&locs[i].dev, prog, &threads_ops, &w, i);
         locs[i].dev.backend_local = &locs[i];
         locs[i].dev.profiling = profiling;
+        locs[i].dev.as_reserve = reserve;
         locs[i].fn = fn;
         locs[i].arg = arg;
     }

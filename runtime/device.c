@@ -2,8 +2,11 @@
  * device.c - the functions emitted code calls about its own device:
  * coordinates, scratch memory with live/peak accounting, op markers.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "rt_internal.h"
@@ -119,6 +122,17 @@ int64_t rt_coord(rt_device *dev, int32_t axis)
     return dev->coord[axis];
 }
 
+/* Whether `bytes` more of address space can be mapped now: a PROT_NONE
+ * mapping is charged to RLIMIT_AS like any other and costs no memory. */
+static bool address_space_free(size_t bytes)
+{
+    void *probe = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (probe == MAP_FAILED)
+        return false;
+    munmap(probe, bytes);
+    return true;
+}
+
 /*
  * rt_alloc / rt_free keep a per-device cache of freed blocks and hand one
  * of exactly the requested size back, as XLA's and PyTorch's device
@@ -147,6 +161,13 @@ void *rt_alloc(rt_device *dev, int64_t bytes)
         }
     if (!h) {
         size_t total = ((size_t)bytes + ALLOC_HEADER + 63) / 64 * 64;
+        /* Under `ulimit -v`, fail here rather than leave OpenBLAS without
+         * its buffer (rt_check_address_space). */
+        if (dev->as_reserve && !address_space_free(total + (size_t)dev->as_reserve))
+            rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live) would leave less "
+                     "than %lld MiB of the address-space limit (ulimit -v) for BLAS buffers",
+                     (long long)bytes, (long long)dev->live_bytes,
+                     (long long)(dev->as_reserve >> 20));
         h = aligned_alloc(64, total);
         if (!h)
             rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live)", (long long)bytes,
@@ -238,4 +259,24 @@ void rt_op_end(rt_device *dev, int32_t op_id)
     dev->profile.seconds[op_id] += now - dev->profile.open_at[op_id];
     dev->profile.calls[op_id]++;
     dev->profile.open_at[op_id] = -1;
+}
+
+/* Address space one device needs beyond its tensors: OpenBLAS's packing
+ * buffer (128 MiB on x86-64 builds), a glibc malloc arena (64 MiB
+ * reserved per thread) and a thread stack (8 MiB). */
+#define DEVICE_OVERHEAD_BYTES ((size_t)200 << 20)
+
+int64_t rt_check_address_space(const rt_device *dev, int64_t ndevices)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    size_t need = (size_t)ndevices * DEVICE_OVERHEAD_BYTES;
+    if (!address_space_free(need))
+        rt_fatal(dev, "out of memory: the address-space limit (ulimit -v %llu KiB) leaves less "
+                 "than the %zu MiB that %lld device%s need%s for BLAS buffers, stacks and malloc "
+                 "arenas before any tensor; raise the limit",
+                 (unsigned long long)(rl.rlim_cur >> 10), need >> 20, (long long)ndevices,
+                 ndevices == 1 ? "" : "s", ndevices == 1 ? "s" : "");
+    return (int64_t)need;
 }

@@ -330,3 +330,4 @@ void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const voi
     rt_free(dev, fb);
     rt_free(dev, fc);
 }
+

@@ -475,8 +475,12 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     if (!ok && root)
         fprintf(stderr, "einrt: error: %s\n", err);
     if (!l->all_ok(ok)) {
-        if (ok && root)
-            fprintf(stderr, "einrt: error: an input file could not be read on another rank\n");
+        /* A file that only some ranks cannot read (another directory,
+         * another host): those ranks say why, once the root is known to
+         * be fine, so a fault shared by every rank is reported once. */
+        int root_ok = l->all_ok(root ? ok : 1);
+        if (!ok && !root && root_ok)
+            fprintf(stderr, "einrt: error: rank %d: %s\n", rank, err);
         job_release(&job);
         rt_free_options(&opt);
         l->finish(1);

@@ -132,6 +132,8 @@ struct rt_device {
     int64_t coord[RT_MAX_AXES];  /* coordinate on each mesh axis */
     int64_t live_bytes;          /* bytes currently allocated by rt_alloc */
     int64_t peak_bytes;          /* largest live_bytes seen */
+    int64_t as_reserve;          /* address space rt_alloc leaves free under
+                                    a `ulimit -v` (rt_check_address_space); 0: no limit */
     void *alloc_cache;           /* freed rt_alloc blocks kept for reuse (device.c), owned */
     int64_t cached_bytes;        /* bytes in alloc_cache (not counted in live_bytes) */
     int profiling;               /* rt_profile_mode: what rt_op_begin/end do */
@@ -320,6 +322,19 @@ void rt_mpi_launch(const rt_program *prog, int profiling,
 void rt_reduce_permute(rt_device *dev, int32_t dtype, const void *src, int32_t srank,
                        const int64_t *sshape, const int32_t *slabels, void *dst, int32_t drank,
                        const int32_t *dlabels, double alpha);
+
+/*
+ * Under an address-space limit (RLIMIT_AS, `ulimit -v`), the bytes that
+ * the `ndevices` devices of this process must leave free for their fixed
+ * needs (an OpenBLAS packing buffer, a stack, a malloc arena: 200 MiB
+ * each); 0 when there is no limit.  Ends the job (rt_fatal on `dev`, NULL
+ * for the whole process) when even that is not free.  OpenBLAS retries a
+ * failed buffer allocation forever, so a shortage must surface in rt_alloc
+ * instead: each device keeps the result in `as_reserve`, and rt_alloc
+ * refuses an allocation that would eat into it.  Called before the
+ * devices run.
+ */
+int64_t rt_check_address_space(const rt_device *dev, int64_t ndevices);
 
 /* ---- .npy files (npy.c) ---- */
 
