@@ -93,6 +93,7 @@ typedef enum ast_callee {
     AST_CALL_MIN,     /* `min(x)`, `min(x, S)` */
     AST_CALL_MEAN,    /* `mean(x)`, `mean(x, S)` */
     AST_CALL_SOFTMAX, /* `softmax(x, S)` */
+    AST_CALL_GRAD,    /* `grad(L, W)`: the whole right side (grad.c) */
 } ast_callee;
 
 /* True for the reductions sum, max, min and mean. */

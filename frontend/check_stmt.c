@@ -156,6 +156,7 @@ static const struct {
     {"min", AST_CALL_MIN, 1, 2},
     {"mean", AST_CALL_MEAN, 1, 2},
     {"softmax", AST_CALL_SOFTMAX, 2, 2},
+    {"grad", AST_CALL_GRAD, 2, 2},
 };
 
 static bool expr_has_index(const ast_expr *e, int dim);
@@ -252,6 +253,12 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
         else
             diag_error(c->diag, n->loc, "function '%s' takes %d or %d arguments, not %d", n->s,
                        want, want_max, f->u.call.nargs);
+        st->ok = false;
+        return;
+    }
+    if (f->u.call.callee == AST_CALL_GRAD) {
+        diag_error(c->diag, n->loc, "'grad(L, W)' must be the whole right side of a statement, "
+                   "like 'dW[D, F] = grad(L, W)'");
         st->ok = false;
         return;
     }
@@ -394,6 +401,83 @@ static int count_factors(const ast_expr *e, int limit)
     return n;
 }
 
+/* The call `grad(...)` if it is the whole right side `e`, else NULL. */
+static ast_factor *as_grad(ast_expr *e)
+{
+    if (e->nterms != 1 || e->terms[0]->sign < 0 || e->terms[0]->nfactors != 1)
+        return NULL;
+    ast_factor *f = e->terms[0]->factors[0];
+    return f->kind == AST_F_CALL && !f->divide && strcmp(f->u.call.fname.s, "grad") == 0 ? f : NULL;
+}
+
+/* `G[...] = grad(L, W)`: L a scalar float tensor and W a float tensor, both
+ * defined before, named bare; the left side has W's dims.  Sets st->first
+ * to W (the statement's dtype). */
+static void check_grad(fe_checker *c, ast_factor *f, const ast_tref *l, rhs_state *st)
+{
+    f->u.call.callee = AST_CALL_GRAD;
+    if (f->u.call.nargs != 2) {
+        diag_error(c->diag, f->u.call.fname.loc, "function 'grad' takes 2 arguments, not %d",
+                   f->u.call.nargs);
+        st->ok = false;
+        return;
+    }
+    fe_tensor *t[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        ast_factor *ix = as_index_value(f->u.call.args[i]);
+        if (!ix) {
+            diag_error(c->diag, f->u.call.args[i]->loc,
+                       "the arguments of 'grad' are tensor names without indices, like "
+                       "'grad(L, W)'");
+            st->ok = false;
+            continue;
+        }
+        t[i] = fe_symtab_get(&c->tensors, ix->u.index.name.s);
+        if (!t[i]) {
+            diag_error(c->diag, ix->loc, "tensor '%s' is not defined", ix->u.index.name.s);
+            st->ok = false;
+        } else if (t[i]->bad) {
+            st->ok = false; /* reported where it was defined */
+            t[i] = NULL;
+        } else if (t[i]->dtype == IR_I32) {
+            diag_error(c->diag, ix->loc, "'%s' is i32: only floating-point tensors have "
+                       "gradients", t[i]->name);
+            st->ok = false;
+            t[i] = NULL;
+        } else if (i == 0 && t[i]->rank != 0) {
+            diag_error(c->diag, ix->loc, "'grad' differentiates a scalar, and '%s' has %d dim%s: "
+                       "reduce it first, like 'L[] = sum(...)'", t[i]->name, t[i]->rank,
+                       t[i]->rank == 1 ? "" : "s");
+            st->ok = false;
+            t[i] = NULL;
+        } else if (i == 0 && t[i]->kind != IR_VAL_OP) {
+            diag_error(c->diag, ix->loc, "'%s' is an %s, not a value the program computes",
+                       t[i]->name, t[i]->kind == IR_VAL_INPUT ? "input" : "param");
+            st->ok = false;
+            t[i] = NULL;
+        }
+    }
+    if (!t[1])
+        return;
+    st->ntensors = 1;
+    st->first = t[1];
+    st->first_loc = f->loc;
+    bool same = l->nidx == t[1]->rank;
+    for (int i = 0; same && i < l->nidx; i++)
+        same = l->idx[i].dim == t[1]->dims[i];
+    if (!same) {
+        char want[256] = "";
+        for (int i = 0; i < t[1]->rank; i++) {
+            size_t n = strlen(want);
+            snprintf(want + n, sizeof want - n, "%s%s", i ? ", " : "",
+                     c->m->dims[t[1]->dims[i]].name);
+        }
+        diag_error(c->diag, l->name.loc, "the gradient of '%s' has its dims: write '%s[%s] = "
+                   "grad(...)'", t[1]->name, l->name.s, want);
+        st->ok = false;
+    }
+}
+
 void fe_check_assign(fe_checker *c, ast_stmt *s)
 {
     ast_tref *l = &s->u.assign.lhs;
@@ -411,8 +495,14 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
     if (ok && l->nidx <= IR_MAX_RANK && constrained && !fe_check_sharding(c, l, &sh))
         ok = false;
 
+    ast_factor *grad = as_grad(s->u.assign.rhs);
     int nfactors = count_factors(s->u.assign.rhs, FE_MAX_FACTORS);
-    if (nfactors > FE_MAX_FACTORS) {
+    if (grad) {
+        if (ok)
+            check_grad(c, grad, l, &st);
+        else
+            st.ok = false;
+    } else if (nfactors > FE_MAX_FACTORS) {
         diag_error(c->diag, s->u.assign.rhs->loc,
                    "the right side of '%s' has more than %d factors: split the statement",
                    l->name.s, FE_MAX_FACTORS);
@@ -426,7 +516,7 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
         ok = false;
     }
     /* Only meaningful when every reference resolved: a bad one may hold it. */
-    for (int i = 0; i < l->nidx && st.ok && ok; i++)
+    for (int i = 0; i < l->nidx && st.ok && ok && !grad; i++)
         if (!expr_has_index(s->u.assign.rhs, l->idx[i].dim))
             diag_error(c->diag, l->idx[i].loc,
                        "index '%s' of '%s' appears in no term of the right side",

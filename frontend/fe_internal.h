@@ -91,6 +91,7 @@ typedef struct fe_checker {
     fe_symtab outputs;     /* tensor name -> ast_stmt * of its output line */
     int noutputs;          /* output lines seen */
     bool *define_used;     /* per -D override: matched a declaration */
+    struct fe_grads *grads;/* lowering: backward sweeps done, per loss (grad.c) */
 } fe_checker;
 
 /* Declares the mesh axes and dims of every mesh/dim line, applying -D
@@ -100,6 +101,16 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog);
 void fe_check_decl(fe_checker *c, ast_stmt *s);
 /* Checks a statement and defines its left side (check_stmt.c). */
 void fe_check_assign(fe_checker *c, ast_stmt *s);
+/* The grad(L, W) call that is the whole right side of assignment `s`, or
+ * NULL (grad.c; the checker has resolved the callee). */
+const ast_factor *fe_grad_call(const ast_stmt *s);
+/* Lowers `G[...] = grad(L, W)` (checked): appends the backward ops of the
+ * program so far (one sweep per loss for every target its grad statements
+ * name) and returns dL/dW, a value with W's dims; NULL after reporting an
+ * error (something on the path that is not differentiable yet). */
+ir_value *fe_grad_lower(fe_checker *c, const ast_program *prog, const ast_stmt *s);
+/* The tensor W of grad statement `s` (checked). */
+const fe_tensor *fe_grad_target(fe_checker *c, const ast_stmt *s);
 /* Checks the output lines, and that there is one (check_decl.c). */
 void fe_check_outputs(fe_checker *c, const ast_program *prog);
 

@@ -136,6 +136,7 @@ static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
         }
         case AST_CALL_FN:
         case AST_CALL_UNKNOWN: /* the checker rejected unknown names */
+        case AST_CALL_GRAD:    /* the checker allows it only as a whole right side */
             break;
         }
         return fe_ew_call(a, (ir_func)f->u.call.fn, expr_tree(x, args[0]));
@@ -622,7 +623,7 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
                             .loc = s->loc};
             memcpy(x.lhs, t->dims, (size_t)t->rank * sizeof(int));
-            t->value = lower_assign(&x, s);
+            t->value = fe_grad_call(s) ? fe_grad_lower(c, prog, s) : lower_assign(&x, s);
             if (!t->value) {
                 ok = false;
                 break;
@@ -630,6 +631,15 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             if (t->has_constraint && !c->opts->single_device) {
                 t->value->has_constraint = true;
                 t->value->constraint = t->sh;
+            } else if (fe_grad_call(s) && !c->opts->single_device) {
+                /* The gradient of an input or param is sharded like it,
+                 * unless the left side says otherwise: FSDP's gradients
+                 * come out by ReduceScatter, as seed 000 lists them. */
+                const fe_tensor *w = fe_grad_target(c, s);
+                if (w->kind != IR_VAL_OP && !t->value->has_constraint) {
+                    t->value->has_constraint = true;
+                    t->value->constraint = w->sh;
+                }
             }
         }
     }

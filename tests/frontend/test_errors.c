@@ -59,7 +59,7 @@ static void test_unknown_function(void)
     EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
                 "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
                 "silu, sigmoid, sqrt, rsqrt, neg, abs, maximum, minimum, where, sum, max, min, mean, "
-                "softmax)\n"
+                "softmax, grad)\n"
                 "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }
@@ -558,6 +558,46 @@ static void test_mesh_limit_define(void)
     fe_run_free(&r);
 }
 
+/* grad(L, W) (docs/language.md, "Gradients"): each misuse is one located error. */
+static void test_grad_errors(void)
+{
+    /* grad inside an expression */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nG[I] = 2 * grad(L, W)\noutput G\n",
+                "t.ein:5:12: error: 'grad(L, W)' must be the whole right side of a statement, like 'dW[D, F] = grad(L, W)'\n"
+                "    G[I] = 2 * grad(L, W)\n"
+                "               ^\n");
+    /* grad of a non-scalar */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nC[I] = A[I] * W[I]\nG[I] = grad(C, W)\noutput G\n",
+                "t.ein:5:13: error: 'grad' differentiates a scalar, and 'C' has 1 dim: reduce it first, like 'L[] = sum(...)'\n"
+                "    G[I] = grad(C, W)\n"
+                "                ^\n");
+    /* grad arguments with indices */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nG[I] = grad(L[], W)\noutput G\n",
+                "t.ein:5:13: error: the arguments of 'grad' are tensor names without indices, like 'grad(L, W)'\n"
+                "    G[I] = grad(L[], W)\n"
+                "                ^\n");
+    /* grad left side dims */
+    EXPECT_DIAG("dim I = 4, J = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nG[J] = grad(L, W)\noutput G\n",
+                "t.ein:5:1: error: the gradient of 'W' has its dims: write 'G[I] = grad(...)'\n"
+                "    G[J] = grad(L, W)\n"
+                "    ^\n");
+    /* grad of an undefined tensor */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nG[I] = grad(L, Q)\noutput G\n",
+                "t.ein:5:16: error: tensor 'Q' is not defined\n"
+                "    G[I] = grad(L, Q)\n"
+                "                   ^\n");
+    /* grad through a gather */
+    EXPECT_DIAG("dim V = 4, B = 2, D = 3\ninput Tok[B] : i32\nparam E[V, D] : f32\nX[B, D] = E[Tok[B], D]\nL[] = sum(X[B, D] * X[B, D])\nG[V, D] = grad(L, E)\noutput G\n",
+                "t.ein:6:1: error: grad through the embedding lookup 'X' (a gather) is not supported yet: its table's gradient is a scatter-add\n"
+                "    G[V, D] = grad(L, E)\n"
+                "    ^\n");
+    /* grad of an input */
+    EXPECT_DIAG("dim I = 4\ninput A[] : f32\nparam W[I] : f32\nG[I] = grad(A, W)\noutput G\n",
+                "t.ein:4:13: error: 'A' is an input, not a value the program computes\n"
+                "    G[I] = grad(A, W)\n"
+                "                ^\n");
+}
+
 /* Past the error limit (20 by default) errors are counted, not shown, and
  * the count is reported at the end (issue 14: the docs promised it). */
 static void test_error_count(void)
@@ -626,6 +666,7 @@ void einc_register_tests(void)
         {"mesh over the limit through -D", test_mesh_limit_define},
         {"bad mesh axis size still defines it", test_bad_axis_size_defines_it},
         {"errors past the limit are counted", test_error_count},
+        {"grad misuses", test_grad_errors},
     };
     einc_add_suite("frontend errors", tests, (int)(sizeof tests / sizeof tests[0]));
 }

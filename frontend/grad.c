@@ -1,0 +1,587 @@
+/*
+ * grad.c - `G[...] = grad(L, W)`: reverse-mode differentiation of the ops
+ * lowered so far.
+ *
+ * A grad statement is lowered to the backward ops of the program before
+ * it: the adjoint (cotangent) dv = dL/dv of every value v on a path from W
+ * to the scalar L, from L back to W, each op contributing to the adjoints
+ * of its operands, as JAX's transpose rules do for its primitives:
+ *
+ *  - Einsum C = s * einsum(A, B) over the (+, *) semiring: dA = s *
+ *    einsum(dC, B) over A's labels that C or B have, broadcast over any
+ *    label only A has (A's own reduction); a unary einsum (a sum or mean)
+ *    broadcasts dC back: dA = s * dC.
+ *  - max / min reductions: the gradient goes to the arguments of the
+ *    maximum, split equally among ties: dA = [A == C] * dC / #ties.
+ *  - Elementwise: the chain rule on the expression tree (deriv below), then
+ *    a sum over the labels an operand was broadcast along.
+ *
+ * Contributions to one value are added.  The backward ops are ordinary
+ * einsums and elementwise ops appended after the forward ones, so the
+ * propagate pass shards them with the same rules and inserts their
+ * collectives (seed 000: an AllGather in the forward pass becomes a
+ * ReduceScatter in the backward one by the einsum rules alone).  Adjoints
+ * are named after the value with a 'd' in front (dTmp, dWin), as in seed
+ * 000's listings.  An adjoint that is a known constant (dL/dL = 1, and what
+ * a sum passes back) stays a number until an op needs a tensor.
+ *
+ * All the grad statements of one loss share one backward sweep: the first
+ * computes the adjoints of every tensor that any of them asks for.
+ * Not differentiated (a located error): a gather's table (its adjoint is a
+ * scatter-add, not an einsum), i32 values, reductions with a scale other
+ * than sum/mean.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ewtree.h"
+
+/* An adjoint: zero (neither set), a constant c (a tensor of c's), or a value
+ * whose dims are those of the value it is the adjoint of. */
+typedef struct adjoint {
+    ir_value *v;   /* the tensor, or NULL */
+    bool is_const; /* v == NULL and the adjoint is `c` everywhere */
+    double c;
+} adjoint;
+
+/* One backward sweep. */
+typedef struct gctx {
+    fe_checker *c;
+    fe_emit e;          /* tensor name changes per adjoint */
+    uint32_t loc;       /* the grad statement */
+    int nvalues;        /* values that existed before the sweep */
+    adjoint *adj;       /* by value id */
+    bool *relevant;     /* depends on a target and the loss depends on it */
+    bool ok;
+} gctx;
+
+/* Per-loss results, kept on the checker so that later grad statements of
+ * the same loss reuse the sweep. */
+struct fe_grads {
+    ir_value *loss;
+    int n;
+    ir_value **wrt;    /* n targets */
+    ir_value **grad;   /* their adjoints, materialised */
+    struct fe_grads *next;
+};
+
+/* Names the ops of the adjoint of `v`: "d" + the tensor's name. */
+static void name_for(gctx *g, const ir_value *v)
+{
+    size_t n = strlen(v->tensor) + 2;
+    char *s = ir_alloc(g->e.arena, n);
+    snprintf(s, n, "d%s", v->tensor);
+    g->e.tensor = s;
+    g->e.dtype = v->type.dtype;
+}
+
+static fe_ew *cnst(gctx *g, double c)
+{
+    return fe_ew_const(g->e.arena, c);
+}
+
+static fe_ew *bin(gctx *g, ir_ew_kind k, fe_ew *a, fe_ew *b)
+{
+    return fe_ew_bin(g->e.arena, k, a, b);
+}
+
+static fe_ew *call(gctx *g, ir_func fn, fe_ew *a)
+{
+    return fe_ew_call(g->e.arena, fn, a);
+}
+
+/* a * b where either may be NULL (zero) or a constant 1. */
+static fe_ew *mul(gctx *g, fe_ew *a, fe_ew *b)
+{
+    if (!a || !b)
+        return NULL;
+    if (a->kind == IR_EW_CONST && a->value == 1.0)
+        return b;
+    if (b->kind == IR_EW_CONST && b->value == 1.0)
+        return a;
+    return bin(g, IR_EW_MUL, a, b);
+}
+
+static fe_ew *add(gctx *g, fe_ew *a, fe_ew *b)
+{
+    return !a ? b : !b ? a : bin(g, IR_EW_ADD, a, b);
+}
+
+/* The tree of an adjoint as a leaf over `labels` (the adjoint's value's
+ * positions are indexed by them), or its constant. */
+static fe_ew *adj_tree(gctx *g, const adjoint *a, const int *labels, int n)
+{
+    if (a->is_const)
+        return cnst(g, a->c);
+    return fe_ew_leaf(g->e.arena, a->v, labels, n);
+}
+
+/* The subtree of `op`'s expression at node `n`, as a tree to emit. */
+static fe_ew *copy_tree(gctx *g, const ir_op *op, int n)
+{
+    const ir_ew_node *x = &op->u.ew.nodes[n];
+    switch (x->kind) {
+    case IR_EW_OPERAND: {
+        const ir_value *v = op->operands[x->operand];
+        return fe_ew_leaf(g->e.arena, op->operands[x->operand], op->u.ew.labels[x->operand],
+                          v->type.rank);
+    }
+    case IR_EW_CONST: return cnst(g, x->value);
+    case IR_EW_INDEX: return fe_ew_index(g->e.arena, x->dim);
+    case IR_EW_CALL: return call(g, x->fn, copy_tree(g, op, x->a));
+    case IR_EW_SELECT:
+        return fe_ew_select(g->e.arena, copy_tree(g, op, x->a), copy_tree(g, op, x->b),
+                            copy_tree(g, op, x->c));
+    default: return bin(g, x->kind, copy_tree(g, op, x->a), copy_tree(g, op, x->b));
+    }
+}
+
+/* f'(a) for a unary function f, given the tree of a and (when the call is
+ * the op's root) the op's own result `fx` as a leaf, which saves
+ * recomputing f(a). */
+static fe_ew *fn_deriv(gctx *g, ir_func fn, fe_ew *a, fe_ew *fx)
+{
+    switch (fn) {
+    case IR_FN_EXP: return fx ? fx : call(g, IR_FN_EXP, a);
+    case IR_FN_LOG: return bin(g, IR_EW_DIV, cnst(g, 1.0), a);
+    case IR_FN_TANH: {
+        fe_ew *t = fx ? fx : call(g, IR_FN_TANH, a);
+        return bin(g, IR_EW_SUB, cnst(g, 1.0), bin(g, IR_EW_MUL, t, t));
+    }
+    case IR_FN_RELU:
+        return fe_ew_select(g->e.arena, bin(g, IR_EW_GT, a, cnst(g, 0.0)), cnst(g, 1.0),
+                            cnst(g, 0.0));
+    case IR_FN_GELU: {
+        /* gelu(x) = x s, s = sigmoid(2k (x + c x^3)), k = sqrt(2/pi),
+         * c = 0.044715 (the tanh form codegen evaluates):
+         * gelu'(x) = s + x s (1 - s) 2k (1 + 3c x^2). */
+        double k2 = 2.0 * sqrt(2.0 / M_PI), c = 0.044715;
+        fe_ew *x2 = bin(g, IR_EW_MUL, a, a);
+        fe_ew *u = bin(g, IR_EW_MUL, cnst(g, k2),
+                       bin(g, IR_EW_ADD, a, bin(g, IR_EW_MUL, cnst(g, c), bin(g, IR_EW_MUL, x2, a))));
+        fe_ew *s = call(g, IR_FN_SIGMOID, u);
+        fe_ew *du = bin(g, IR_EW_MUL, cnst(g, k2),
+                        bin(g, IR_EW_ADD, cnst(g, 1.0), bin(g, IR_EW_MUL, cnst(g, 3.0 * c), x2)));
+        fe_ew *ds = bin(g, IR_EW_MUL, s, bin(g, IR_EW_SUB, cnst(g, 1.0), s));
+        return bin(g, IR_EW_ADD, s, bin(g, IR_EW_MUL, a, bin(g, IR_EW_MUL, ds, du)));
+    }
+    case IR_FN_SILU: {
+        /* x s(x): s + x s (1 - s) */
+        fe_ew *s = call(g, IR_FN_SIGMOID, a);
+        return bin(g, IR_EW_MUL, s,
+                   bin(g, IR_EW_ADD, cnst(g, 1.0),
+                       bin(g, IR_EW_MUL, a, bin(g, IR_EW_SUB, cnst(g, 1.0), s))));
+    }
+    case IR_FN_SIGMOID: {
+        fe_ew *s = fx ? fx : call(g, IR_FN_SIGMOID, a);
+        return bin(g, IR_EW_MUL, s, bin(g, IR_EW_SUB, cnst(g, 1.0), s));
+    }
+    case IR_FN_SQRT:
+        return bin(g, IR_EW_DIV, cnst(g, 0.5), fx ? fx : call(g, IR_FN_SQRT, a));
+    case IR_FN_RSQRT:
+        /* -1/2 x^(-3/2) = -0.5 rsqrt(x) / x */
+        return bin(g, IR_EW_DIV,
+                   bin(g, IR_EW_MUL, cnst(g, -0.5), fx ? fx : call(g, IR_FN_RSQRT, a)), a);
+    case IR_FN_NEG: return cnst(g, -1.0);
+    case IR_FN_ABS:
+        /* sign(x), 0 at 0 (as JAX's). */
+        return fe_ew_select(g->e.arena, bin(g, IR_EW_GT, a, cnst(g, 0.0)), cnst(g, 1.0),
+                            fe_ew_select(g->e.arena, bin(g, IR_EW_LT, a, cnst(g, 0.0)),
+                                         cnst(g, -1.0), cnst(g, 0.0)));
+    case IR_FN_COUNT: break;
+    }
+    return NULL;
+}
+
+/* d(node n of op's expression) / d(operand k), as a tree over the op's
+ * result labels; NULL when it is zero.  `fx` is the op's result as a leaf
+ * (for n == root). */
+static fe_ew *deriv(gctx *g, const ir_op *op, int n, int k, fe_ew *fx)
+{
+    const ir_ew_node *x = &op->u.ew.nodes[n];
+    switch (x->kind) {
+    case IR_EW_OPERAND: return x->operand == k ? cnst(g, 1.0) : NULL;
+    case IR_EW_CONST:
+    case IR_EW_INDEX:
+    case IR_EW_LT:
+    case IR_EW_LE:
+    case IR_EW_GT:
+    case IR_EW_GE:
+    case IR_EW_EQ:
+    case IR_EW_NE: return NULL; /* piecewise constant */
+    case IR_EW_ADD:
+    case IR_EW_SUB: {
+        fe_ew *da = deriv(g, op, x->a, k, NULL), *db = deriv(g, op, x->b, k, NULL);
+        if (x->kind == IR_EW_SUB && db)
+            db = bin(g, IR_EW_MUL, cnst(g, -1.0), db);
+        return add(g, da, db);
+    }
+    case IR_EW_MUL: {
+        fe_ew *da = deriv(g, op, x->a, k, NULL), *db = deriv(g, op, x->b, k, NULL);
+        return add(g, mul(g, da, copy_tree(g, op, x->b)), mul(g, copy_tree(g, op, x->a), db));
+    }
+    case IR_EW_DIV: {
+        /* (a/b)' = a'/b - a b' / b^2 */
+        fe_ew *da = deriv(g, op, x->a, k, NULL), *db = deriv(g, op, x->b, k, NULL);
+        fe_ew *b = copy_tree(g, op, x->b);
+        fe_ew *t1 = da ? bin(g, IR_EW_DIV, da, b) : NULL;
+        fe_ew *t2 = db ? bin(g, IR_EW_DIV, mul(g, copy_tree(g, op, x->a), db), bin(g, IR_EW_MUL, b, b))
+                       : NULL;
+        if (t2)
+            t2 = bin(g, IR_EW_MUL, cnst(g, -1.0), t2);
+        return add(g, t1, t2);
+    }
+    case IR_EW_MAX:
+    case IR_EW_MIN: {
+        /* The derivative of the side that is taken (a on ties). */
+        fe_ew *da = deriv(g, op, x->a, k, NULL), *db = deriv(g, op, x->b, k, NULL);
+        if (!da && !db)
+            return NULL;
+        fe_ew *cond = bin(g, x->kind == IR_EW_MAX ? IR_EW_GE : IR_EW_LE, copy_tree(g, op, x->a),
+                          copy_tree(g, op, x->b));
+        return fe_ew_select(g->e.arena, cond, da ? da : cnst(g, 0.0), db ? db : cnst(g, 0.0));
+    }
+    case IR_EW_SELECT: {
+        fe_ew *db = deriv(g, op, x->b, k, NULL), *dc = deriv(g, op, x->c, k, NULL);
+        if (!db && !dc)
+            return NULL;
+        return fe_ew_select(g->e.arena, copy_tree(g, op, x->a), db ? db : cnst(g, 0.0),
+                            dc ? dc : cnst(g, 0.0));
+    }
+    case IR_EW_CALL: {
+        fe_ew *da = deriv(g, op, x->a, k, NULL);
+        if (!da)
+            return NULL;
+        return mul(g, fn_deriv(g, x->fn, copy_tree(g, op, x->a), fx), da);
+    }
+    case IR_EW_KIND_COUNT: break;
+    }
+    return NULL;
+}
+
+static bool has(const int *labels, int n, int d)
+{
+    for (int i = 0; i < n; i++)
+        if (labels[i] == d)
+            return true;
+    return false;
+}
+
+/* An einsum of `nops` operands (labels per operand) into `res`. */
+static ir_value *emit_einsum(gctx *g, ir_value *const *vals, const int (*labels)[IR_MAX_RANK],
+                             const int *nlab, int nops, const int *res, int nres, double scale,
+                             ir_reduce red)
+{
+    ir_value *out = fe_value_new(&g->e, res, nres, g->loc);
+    ir_value *ops[2] = {vals[0], nops > 1 ? vals[1] : NULL};
+    ir_op *op = ir_op_new(g->e.m, IR_OP_EINSUM, nops, ops, out, g->loc);
+    for (int i = 0; i < nops; i++)
+        memcpy(op->u.einsum.labels[i], labels[i], (size_t)nlab[i] * sizeof(int));
+    memcpy(op->u.einsum.result_labels, res, (size_t)nres * sizeof(int));
+    op->u.einsum.scale = scale;
+    op->u.einsum.reduce = red;
+    ir_op_append(g->e.m, op);
+    return out;
+}
+
+/* Adds a contribution to the adjoint of `v`: a tree over `labels` (the
+ * positions of v, as the use indexed them), or a constant. */
+static void contribute(gctx *g, ir_value *v, fe_ew *t, const int *labels)
+{
+    if (!t)
+        return;
+    adjoint *a = &g->adj[v->id];
+    int n = v->type.rank;
+    if (t->kind == IR_EW_CONST) {
+        if (!a->v) {
+            a->c = (a->is_const ? a->c : 0.0) + t->value;
+            a->is_const = true;
+            return;
+        }
+    }
+    name_for(g, v);
+    /* Over v's own dims: the use's labels map position i to v's dim i. */
+    fe_ew *sum = t;
+    if (t->kind != IR_EW_CONST) {
+        /* Relabel the use's positions as v's dims by emitting over them
+         * (labels -> v dims), merging with what is there. */
+        /* A leaf already over `labels` (an einsum's result) is the value. */
+        ir_value *tv = t->kind == IR_EW_OPERAND && t->nlabels == n &&
+                               memcmp(t->labels, labels, (size_t)n * sizeof(int)) == 0 &&
+                               memcmp(t->v->type.dims, labels, (size_t)n * sizeof(int)) == 0
+                           ? t->v
+                           : fe_ew_emit(&g->e, t, labels, n, g->loc);
+        sum = fe_ew_leaf(g->e.arena, tv, v->type.dims, n);
+        if (!a->v && !a->is_const) {
+            a->v = tv;
+            if (memcmp(labels, v->type.dims, (size_t)n * sizeof(int)) == 0)
+                return;
+            a->v = NULL;
+        }
+    }
+    if (a->v)
+        sum = add(g, fe_ew_leaf(g->e.arena, a->v, v->type.dims, n), sum);
+    else if (a->is_const)
+        sum = add(g, cnst(g, a->c), sum);
+    a->v = fe_ew_emit(&g->e, sum, v->type.dims, n, g->loc);
+    a->is_const = false;
+}
+
+/* Sums tree `t` over `from` down to `to` (a subset), as a contribution to
+ * operand value `v` indexed by `to` at its use. */
+static void contribute_reduced(gctx *g, ir_value *v, fe_ew *t, const int *from, int nfrom,
+                               const int *to, int nto)
+{
+    if (!t)
+        return;
+    bool same = nfrom == nto;
+    for (int i = 0; i < nto && same; i++)
+        same = has(from, nfrom, to[i]);
+    if (same || t->kind == IR_EW_CONST) {
+        if (!same) {
+            /* A constant summed over the broadcast labels: times their sizes. */
+            double count = 1;
+            for (int i = 0; i < nfrom; i++)
+                if (!has(to, nto, from[i]))
+                    count *= (double)g->e.m->dims[from[i]].size;
+            t = cnst(g, t->value * count);
+        }
+        contribute(g, v, t, to);
+        return;
+    }
+    name_for(g, v);
+    ir_value *full = fe_ew_emit(&g->e, t, from, nfrom, g->loc);
+    int nl[1] = {nfrom};
+    int lab[1][IR_MAX_RANK];
+    memcpy(lab[0], from, (size_t)nfrom * sizeof(int));
+    ir_value *r = emit_einsum(g, &full, (const int(*)[IR_MAX_RANK])lab, nl, 1, to, nto, 1.0,
+                              IR_RED_SUM);
+    contribute(g, v, fe_ew_leaf(g->e.arena, r, to, nto), to);
+}
+
+/* The einsum rules (file comment). */
+static void einsum_adjoint(gctx *g, const ir_op *op, const adjoint *dc)
+{
+    const int *res = op->u.einsum.result_labels;
+    int nres = op->result->type.rank;
+    double s = op->u.einsum.scale;
+    if (op->u.einsum.gather) {
+        if (g->relevant[op->operands[1]->id]) {
+            diag_error(g->c->diag, g->loc,
+                       "grad through the embedding lookup '%s' (a gather) is not supported yet: "
+                       "its table's gradient is a scatter-add", op->result->tensor);
+            g->ok = false;
+        }
+        return;
+    }
+    if (op->noperands == 1) {
+        ir_value *a = op->operands[0];
+        if (!g->relevant[a->id])
+            return;
+        const int *la = op->u.einsum.labels[0];
+        int na = a->type.rank;
+        fe_ew *dct = adj_tree(g, dc, res, nres);
+        if (op->u.einsum.reduce == IR_RED_SUM) {
+            contribute(g, a, mul(g, cnst(g, s), dct), la);
+            return;
+        }
+        /* max / min: to the arguments of the extreme, ties share it. */
+        fe_ew *av = fe_ew_leaf(g->e.arena, a, la, na);
+        fe_ew *cv = fe_ew_leaf(g->e.arena, op->result, res, nres);
+        name_for(g, a);
+        fe_ew *hit = fe_ew_select(g->e.arena, bin(g, IR_EW_EQ, av, cv), cnst(g, 1.0), cnst(g, 0.0));
+        ir_value *mask = fe_ew_emit(&g->e, hit, la, na, g->loc);
+        int nl[1] = {na};
+        int lab[1][IR_MAX_RANK];
+        memcpy(lab[0], la, (size_t)na * sizeof(int));
+        ir_value *count = emit_einsum(g, &mask, (const int(*)[IR_MAX_RANK])lab, nl, 1, res, nres,
+                                      1.0, IR_RED_SUM);
+        fe_ew *share = bin(g, IR_EW_DIV, mul(g, cnst(g, s), adj_tree(g, dc, res, nres)),
+                           fe_ew_leaf(g->e.arena, count, res, nres));
+        contribute(g, a, mul(g, fe_ew_leaf(g->e.arena, mask, la, na), share), la);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        ir_value *a = op->operands[k], *b = op->operands[1 - k];
+        if (!g->relevant[a->id])
+            continue;
+        const int *la = op->u.einsum.labels[k], *lb = op->u.einsum.labels[1 - k];
+        int na = a->type.rank, nb = b->type.rank;
+        /* A's labels that dC or B index: the einsum's result; the others
+         * (A's own reduction) are broadcast afterwards. */
+        int kept[IR_MAX_RANK], nk = 0;
+        for (int i = 0; i < na; i++)
+            if (has(res, nres, la[i]) || has(lb, nb, la[i]))
+                kept[nk++] = la[i];
+        fe_ew *part;
+        if (dc->is_const) {
+            /* s c * (sum of B over its labels A lacks), broadcast. */
+            int lab[1][IR_MAX_RANK], nl[1] = {nb};
+            memcpy(lab[0], lb, (size_t)nb * sizeof(int));
+            int keepb[IR_MAX_RANK], nkb = 0;
+            for (int i = 0; i < nb; i++)
+                if (has(la, na, lb[i]))
+                    keepb[nkb++] = lb[i];
+            name_for(g, a);
+            ir_value *r = nkb == nb ? b
+                                    : emit_einsum(g, &b, (const int(*)[IR_MAX_RANK])lab, nl, 1, keepb,
+                                                  nkb, 1.0, IR_RED_SUM);
+            part = mul(g, cnst(g, s * dc->c), fe_ew_leaf(g->e.arena, r, keepb, nkb));
+        } else {
+            ir_value *vals[2] = {dc->v, b};
+            int lab[2][IR_MAX_RANK], nl[2] = {nres, nb};
+            memcpy(lab[0], res, (size_t)nres * sizeof(int));
+            memcpy(lab[1], lb, (size_t)nb * sizeof(int));
+            name_for(g, a);
+            ir_value *r = emit_einsum(g, vals, (const int(*)[IR_MAX_RANK])lab, nl, 2, kept, nk, s,
+                                      IR_RED_SUM);
+            part = fe_ew_leaf(g->e.arena, r, kept, nk);
+        }
+        contribute(g, a, part, la);
+    }
+}
+
+static void elementwise_adjoint(gctx *g, const ir_op *op, const adjoint *dc)
+{
+    const int *res = op->u.ew.result_labels;
+    int nres = op->result->type.rank;
+    fe_ew *fx = fe_ew_leaf(g->e.arena, op->result, res, nres);
+    for (int k = 0; k < op->noperands; k++) {
+        ir_value *a = op->operands[k];
+        if (!g->relevant[a->id])
+            continue;
+        fe_ew *d = deriv(g, op, op->u.ew.root, k, fx);
+        fe_ew *t = mul(g, adj_tree(g, dc, res, nres), d);
+        contribute_reduced(g, a, t, res, nres, op->u.ew.labels[k], a->type.rank);
+    }
+}
+
+/* The adjoint of `v` as a value of v's shape (a constant is written out as
+ * `where(v == v, c, c)`, which needs no other operand and is c even where
+ * v is NaN). */
+static ir_value *materialise(gctx *g, ir_value *v)
+{
+    adjoint *a = &g->adj[v->id];
+    if (a->v)
+        return a->v;
+    name_for(g, v);
+    double c = a->is_const ? a->c : 0.0;
+    int n = v->type.rank;
+    fe_ew *x = fe_ew_leaf(g->e.arena, v, v->type.dims, n);
+    fe_ew *t = fe_ew_select(g->e.arena, bin(g, IR_EW_EQ, x, fe_ew_leaf(g->e.arena, v, v->type.dims, n)),
+                            cnst(g, c), cnst(g, c));
+    a->v = fe_ew_emit(&g->e, t, v->type.dims, n, g->loc);
+    a->is_const = false;
+    return a->v;
+}
+
+/* The sweep for `loss` and targets wrt[0..n-1]; fills grads[]. */
+static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, int n,
+                  ir_value **grads)
+{
+    ir_module *m = c->m;
+    gctx g = {.c = c, .loc = loc, .nvalues = m->nvalues, .ok = true};
+    g.e = (fe_emit){.m = m, .arena = c->arena, .tensor = "d", .dtype = loss->type.dtype, .loc = loc};
+    g.adj = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *g.adj);
+    g.relevant = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *g.relevant);
+    bool *dep = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *dep);
+    bool *need = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *need);
+    memset(g.adj, 0, (size_t)m->nvalues * sizeof *g.adj);
+    memset(dep, 0, (size_t)m->nvalues);
+    memset(need, 0, (size_t)m->nvalues);
+    for (int i = 0; i < n; i++)
+        dep[wrt[i]->id] = true;
+    ir_op *last = m->last;
+    for (ir_op *op = m->first; op; op = op->next) {
+        for (int k = 0; k < op->noperands; k++)
+            if (dep[op->operands[k]->id] && op->operands[k]->type.dtype != IR_I32)
+                dep[op->result->id] = true;
+        if (op == last)
+            break;
+    }
+    need[loss->id] = true;
+    for (ir_op *op = last; op; op = op->prev)
+        if (need[op->result->id])
+            for (int k = 0; k < op->noperands; k++)
+                need[op->operands[k]->id] = true;
+    for (int i = 0; i < m->nvalues; i++)
+        g.relevant[i] = dep[i] && need[i];
+    g.adj[loss->id] = (adjoint){.is_const = true, .c = 1.0};
+    for (ir_op *op = last; op && g.ok; op = op->prev) {
+        if (!g.relevant[op->result->id])
+            continue;
+        adjoint dc = g.adj[op->result->id];
+        if (!dc.v && !dc.is_const)
+            continue; /* no path back to the loss carries a nonzero adjoint */
+        if (op->kind == IR_OP_EINSUM)
+            einsum_adjoint(&g, op, &dc);
+        else if (op->kind == IR_OP_ELEMENTWISE)
+            elementwise_adjoint(&g, op, &dc);
+    }
+    if (!g.ok)
+        return false;
+    for (int i = 0; i < n; i++)
+        grads[i] = materialise(&g, wrt[i]);
+    return true;
+}
+
+/* The names of grad(L, W)'s arguments (the checker made sure they are bare names). */
+static const char *arg_name(const ast_factor *f, int i)
+{
+    return f->u.call.args[i]->terms[0]->factors[0]->u.index.name.s;
+}
+
+const ast_factor *fe_grad_call(const ast_stmt *s)
+{
+    const ast_expr *e = s->u.assign.rhs;
+    if (e->nterms != 1 || e->terms[0]->sign < 0 || e->terms[0]->nfactors != 1)
+        return NULL;
+    const ast_factor *f = e->terms[0]->factors[0];
+    return f->kind == AST_F_CALL && f->u.call.callee == AST_CALL_GRAD ? f : NULL;
+}
+
+const fe_tensor *fe_grad_target(fe_checker *c, const ast_stmt *s)
+{
+    return fe_symtab_get(&c->tensors, arg_name(fe_grad_call(s), 1));
+}
+
+ir_value *fe_grad_lower(fe_checker *c, const ast_program *prog, const ast_stmt *s)
+{
+    const ast_factor *f = fe_grad_call(s);
+    fe_tensor *lt = fe_symtab_get(&c->tensors, arg_name(f, 0));
+    fe_tensor *wt = fe_symtab_get(&c->tensors, arg_name(f, 1));
+    ir_value *loss = lt->value, *w = wt->value;
+    struct fe_grads *r = c->grads;
+    while (r && r->loss != loss)
+        r = r->next;
+    if (!r) {
+        /* Every tensor a grad of this loss asks for, defined by now. */
+        r = ir_alloc(c->arena, sizeof *r);
+        *r = (struct fe_grads){.loss = loss, .next = c->grads};
+        r->wrt = ir_alloc(c->arena, (size_t)prog->nstmts * sizeof *r->wrt);
+        r->grad = ir_alloc(c->arena, (size_t)prog->nstmts * sizeof *r->grad);
+        for (int i = 0; i < prog->nstmts; i++) {
+            const ast_stmt *t = prog->stmts[i];
+            const ast_factor *g = t->kind == AST_S_ASSIGN ? fe_grad_call(t) : NULL;
+            if (!g || fe_symtab_get(&c->tensors, arg_name(g, 0)) != lt)
+                continue;
+            fe_tensor *x = fe_symtab_get(&c->tensors, arg_name(g, 1));
+            bool dup = false;
+            for (int j = 0; j < r->n; j++)
+                dup |= r->wrt[j] == x->value;
+            if (x->value && !dup)
+                r->wrt[r->n++] = x->value;
+        }
+        if (!sweep(c, s->loc, loss, r->wrt, r->n, r->grad))
+            return NULL;
+        c->grads = r;
+    }
+    for (int j = 0; j < r->n; j++)
+        if (r->wrt[j] == w)
+            return r->grad[j];
+    /* A target defined after the loss's first grad: the loss cannot
+     * depend on it, so its gradient is zero; a sweep of its own says so. */
+    ir_value *out;
+    return sweep(c, s->loc, loss, &w, 1, &out) ? out : NULL;
+}

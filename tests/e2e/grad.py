@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""grad.py - `G[...] = grad(L, W)` against NumPy's finite differences.
+
+Each case is a .ein program that computes a scalar loss L and outputs it
+with the gradients of L with respect to some params and inputs, and an
+independent NumPy forward pass of the same loss.  The program runs in f64
+on .npy inputs, unsharded and sharded (on threads, and with --mpi on MPI
+ranks); every gradient must match NumPy's central differences
+(L(w + h e_i) - L(w - h e_i)) / 2h to a relative error of 1e-6 of its
+largest element, and L must match NumPy's loss.
+
+  ffw: seed 000's FFW block (einsum, gelu, einsum) with a mean squared
+       error; DP, FSDP and TP+FSDP shardings, so the backward einsums get
+       the strategies' collectives (AllReduce / ReduceScatter of the
+       weights' gradients, gathers of the activations' cotangents).
+  attn: RMSNorm (rsqrt of a mean), a causally masked softmax attention (a
+       max reduction, exp, a division, `where` with index values, a
+       relabelled use K[B, S, E] of Xn[B, T, E]), silu, tanh, a log-softmax
+       cross entropy, and a regulariser with abs, maximum, relu, sigmoid,
+       sqrt and a min reduction; sequence-sharded.
+
+The last line is `N passed, N failed`; exit 1 on any failure.
+
+Usage: grad.py --einc PATH [--mpi --mpirun PATH]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
+
+FFW = """\
+mesh X = 2, Y = 2
+dim B = 8, D = 4, F = 6
+input In[{IN}] : f64
+input Tgt[B, D] : f64
+param Win[{WIN}] : f64
+param Wout[{WOUT}] : f64
+Tmp[B, F] = In[B, D] * Win[D, F]
+Act[B, F] = gelu(Tmp[B, F])
+Out[B, D] = Act[B, F] * Wout[F, D]
+L[] = mean((Out[B, D] - Tgt[B, D]) * (Out[B, D] - Tgt[B, D]))
+dWin[D, F] = grad(L, Win)
+dWout[F, D] = grad(L, Wout)
+dIn[B, D] = grad(L, In)
+output L
+output dWin
+output dWout
+output dIn
+"""
+FFW_SHARDINGS = {
+    "replicated": {"IN": "B, D", "WIN": "D, F", "WOUT": "F, D"},
+    "DP": {"IN": "B_XY, D", "WIN": "D, F", "WOUT": "F, D"},
+    "FSDP": {"IN": "B_XY, D", "WIN": "D_XY, F", "WOUT": "F, D_XY"},
+    "FSDP+TP": {"IN": "B_X, D_Y", "WIN": "D_X, F_Y", "WOUT": "F_Y, D_X"},
+}
+
+ATTN = """\
+mesh X = 2
+dim B = 2, T = 4, S = 4, E = 4, D = 6, V = 5
+input Xs[{XS}] : f64
+input Lab[B, T, V] : f64
+param G[E] : f64
+param Wq[E, D] : f64
+param Wk[E, D] : f64
+param Wv[E, D] : f64
+param Wo[D, V] : f64
+R[B, T] = rsqrt(mean(Xs[B, T, E] * Xs[B, T, E]) + 0.00001)
+Xn[B, T, E] = Xs[B, T, E] * R[B, T] * G[E]
+Q[B, T, D] = Xn[B, T, E] * Wq[E, D]
+K[B, S, D] = Xn[B, S, E] * Wk[E, D]
+V1[B, S, D] = Xn[B, S, E] * Wv[E, D]
+Vv[B, S, D] = silu(V1[B, S, D])
+Sc[B, T, S] = Q[B, T, D] * K[B, S, D] / 2
+P[B, T, S] = softmax(where(S <= T, Sc[B, T, S], -inf), S)
+O[B, T, D] = P[B, T, S] * Vv[B, S, D]
+Lg[B, T, V] = tanh(O[B, T, D]) * Wo[D, V]
+Lp[B, T, V] = log(softmax(Lg[B, T, V], V))
+Z[B, T] = min(Lg[B, T, V]) + sqrt(1 + sigmoid(R[B, T]))
+Rg[B, T] = maximum(Z[B, T], relu(Z[B, T] - 0.1)) / (1 + Z[B, T] * Z[B, T])
+L[] = 0.05 * sum(abs(Wo[D, V])) - mean(Lab[B, T, V] * Lp[B, T, V]) + 0.01 * sum(Rg[B, T])
+dWq[E, D] = grad(L, Wq)
+dWk[E, D] = grad(L, Wk)
+dWv[E, D] = grad(L, Wv)
+dWo[D, V] = grad(L, Wo)
+dG[E] = grad(L, G)
+dXs[B, T, E] = grad(L, Xs)
+output L
+output dWq
+output dWk
+output dWv
+output dWo
+output dG
+output dXs
+"""
+ATTN_SHARDINGS = {"replicated": {"XS": "B, T, E"}, "sequence-parallel": {"XS": "B, T_X, E"}}
+
+
+def gelu(x):
+    return x / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def ffw_loss(v):
+    out = gelu(v["In"] @ v["Win"]) @ v["Wout"]
+    return np.mean((out - v["Tgt"]) ** 2)
+
+
+def attn_loss(v):
+    x = v["Xs"]
+    r = 1 / np.sqrt(np.mean(x * x, axis=-1) + 1e-5)
+    xn = x * r[..., None] * v["G"]
+    q, k = xn @ v["Wq"], xn @ v["Wk"]
+    vv = xn @ v["Wv"]
+    vv = vv * sigmoid(vv)
+    sc = np.einsum("btd,bsd->bts", q, k) / 2
+    t = x.shape[1]
+    sc = np.where(np.tril(np.ones((t, t), dtype=bool)), sc, -np.inf)
+    o = np.einsum("bts,bsd->btd", softmax(sc, -1), vv)
+    lg = np.tanh(o) @ v["Wo"]
+    lp = np.log(softmax(lg, -1))
+    z = lg.min(axis=-1) + np.sqrt(1 + sigmoid(r))
+    rg = np.maximum(z, np.maximum(z - 0.1, 0)) / (1 + z * z)
+    return 0.05 * np.abs(v["Wo"]).sum() - np.mean(v["Lab"] * lp) + 0.01 * rg.sum()
+
+
+def numeric_grad(loss, v, name, h=1e-6):
+    g = np.zeros_like(v[name])
+    for i in np.ndindex(g.shape):
+        w = dict(v)
+        w[name] = v[name].copy()
+        w[name][i] += h
+        up = loss(w)
+        w[name][i] -= 2 * h
+        g[i] = (up - loss(w)) / (2 * h)
+    return g
+
+
+CASES = [
+    ("ffw", FFW, FFW_SHARDINGS, ffw_loss,
+     {"In": (8, 4), "Tgt": (8, 4), "Win": (4, 6), "Wout": (6, 4)}, ["Win", "Wout", "In"]),
+    ("attn", ATTN, ATTN_SHARDINGS, attn_loss,
+     {"Xs": (2, 4, 4), "Lab": (2, 4, 5), "G": (4,), "Wq": (4, 6), "Wk": (4, 6), "Wv": (4, 6),
+      "Wo": (6, 5)}, ["Wq", "Wk", "Wv", "Wo", "G", "Xs"]),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--mpirun", default="mpirun")
+    a = ap.parse_args()
+    passed = failed = 0
+    rng = np.random.default_rng(11)
+    with tempfile.TemporaryDirectory(prefix="einc-grad-") as work:
+        for name, src, shardings, loss, shapes, wrt in CASES:
+            vals = {k: rng.standard_normal(s) for k, s in shapes.items()}
+            if "Lab" in vals:
+                vals["Lab"] = softmax(3 * vals["Lab"], -1)  # target distributions
+            want_loss = loss(vals)
+            want = {w: numeric_grad(loss, vals, w) for w in wrt}
+            for k, v in vals.items():
+                np.save(os.path.join(work, k + ".npy"), v)
+            for sname, subs in shardings.items():
+                for rt in ["threads"] + (["mpi"] if a.mpi else []):
+                    if rt == "mpi" and sname == "replicated":
+                        continue
+                    title = "%s %s (%s)" % (name, sname, rt)
+                    ein = os.path.join(work, "%s.ein" % name)
+                    with open(ein, "w") as f:
+                        f.write(src.format(**subs))
+                    exe = os.path.join(work, name + "_" + rt)
+                    cmd = [a.einc, ein, "-o", exe, "--runtime=" + rt]
+                    p = subprocess.run(cmd, capture_output=True, text=True)
+                    if p.returncode != 0:
+                        print("FAIL %s: einc: %s" % (title, p.stderr.strip()[-2000:]))
+                        failed += 1
+                        continue
+                    nranks = 4 if "Y" in src.split("\n")[0] else 2
+                    run = (mpi_launch(a.mpirun, nranks) if rt == "mpi" else []) + [exe]
+                    for k in vals:
+                        run += ["--input", "%s=%s" % (k, os.path.join(work, k + ".npy"))]
+                    outs = ["L"] + ["d" + w for w in wrt]
+                    for o in outs:
+                        run += ["--output", "%s=%s" % (o, os.path.join(work, "out_%s.npy" % o))]
+                    p = subprocess.run(run, capture_output=True, text=True, timeout=300)
+                    if p.returncode != 0:
+                        print("FAIL %s: run: %s" % (title, p.stderr.strip()[-2000:]))
+                        failed += 1
+                        continue
+                    problems = []
+                    got_loss = float(np.load(os.path.join(work, "out_L.npy")))
+                    if abs(got_loss - want_loss) > 1e-10 * max(1.0, abs(want_loss)):
+                        problems.append("L = %.12g, NumPy %.12g" % (got_loss, want_loss))
+                    worst = 0.0
+                    for w in wrt:
+                        got = np.load(os.path.join(work, "out_d%s.npy" % w))
+                        err = np.max(np.abs(got - want[w])) / max(np.max(np.abs(want[w])), 1e-12)
+                        worst = max(worst, err)
+                        if got.shape != want[w].shape or not err < 1e-6:
+                            problems.append("d%s: relative error %.3g" % (w, err))
+                    if problems:
+                        print("FAIL %s: %s" % (title, "; ".join(problems)))
+                        failed += 1
+                    else:
+                        print("ok   %s: %d gradients, worst relative error %.2g vs finite "
+                              "differences" % (title, len(wrt), worst))
+                        passed += 1
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
