@@ -514,10 +514,16 @@ static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, i
         adjoint dc = g.adj[op->result->id];
         if (!dc.v && !dc.is_const)
             continue; /* no path back to the loss carries a nonzero adjoint */
-        if (op->kind == IR_OP_EINSUM)
+        if (op->kind == IR_OP_EINSUM) {
             einsum_adjoint(&g, op, &dc);
-        else if (op->kind == IR_OP_ELEMENTWISE)
+        } else if (op->kind == IR_OP_ELEMENTWISE) {
             elementwise_adjoint(&g, op, &dc);
+        } else {
+            /* Never silently zero: an op without adjoint rules on the path. */
+            diag_error(c->diag, loc, "grad through '%s' (%s) is not supported yet",
+                       op->result->tensor, ir_op_name(op->kind));
+            g.ok = false;
+        }
     }
     if (!g.ok)
         return false;
