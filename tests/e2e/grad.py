@@ -18,6 +18,8 @@ largest element, and L must match NumPy's loss.
        relabelled use K[B, S, E] of Xn[B, T, E]), silu, tanh, a log-softmax
        cross entropy, and a regulariser with abs, maximum, relu, sigmoid,
        sqrt and a min reduction; sequence-sharded.
+  ops: max and min reductions (over sharded and unsharded dims), minimum,
+       exp, relu, subtraction, division by a reduced tensor.
 
 The last line is `N passed, N failed`; exit 1 on any failure.
 
@@ -100,6 +102,31 @@ output dXs
 """
 ATTN_SHARDINGS = {"replicated": {"XS": "B, T, E"}, "sequence-parallel": {"XS": "B, T_X, E"}}
 
+# The rest of the vocabulary: max and min reductions taken directly (in
+# softmax the max's gradient cancels), minimum, exp, negation, relu, a
+# reduction over a sharded dim, and a division by a reduced tensor.
+OPS = """\
+mesh X = 2
+dim I = 4, J = 6
+input A[{A}] : f64
+param W[I, J] : f64
+param U[J] : f64
+M[I] = max(A[I, J] * W[I, J], J)
+N[J] = min(A[I, J] - W[I, J], I)
+P[I, J] = exp(minimum(A[I, J], 0.3) * U[J]) - relu(W[I, J] * U[J])
+Q[I] = sum(P[I, J] * P[I, J], J)
+L[] = sum(M[I] * M[I]) - sum(N[J] * U[J]) + sum(P[I, J] / (1 + Q[I]))
+dW[I, J] = grad(L, W)
+dU[J] = grad(L, U)
+dA[I, J] = grad(L, A)
+output L
+output dW
+output dU
+output dA
+"""
+OPS_SHARDINGS = {"replicated": {"A": "I, J"}, "J sharded": {"A": "I, J_X"},
+                 "I sharded": {"A": "I_X, J"}}
+
 
 def gelu(x):
     return x / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
@@ -137,6 +164,15 @@ def attn_loss(v):
     return 0.05 * np.abs(v["Wo"]).sum() - np.mean(v["Lab"] * lp) + 0.01 * rg.sum()
 
 
+def ops_loss(v):
+    a, w, u = v["A"], v["W"], v["U"]
+    m = (a * w).max(axis=1)
+    n = (a - w).min(axis=0)
+    p = np.exp(np.minimum(a, 0.3) * u) - np.maximum(w * u, 0)
+    q = (p * p).sum(axis=1)
+    return (m * m).sum() - (n * u).sum() + (p / (1 + q[:, None])).sum()
+
+
 def numeric_grad(loss, v, name, h=1e-6):
     g = np.zeros_like(v[name])
     for i in np.ndindex(g.shape):
@@ -155,6 +191,8 @@ CASES = [
     ("attn", ATTN, ATTN_SHARDINGS, attn_loss,
      {"Xs": (2, 4, 4), "Lab": (2, 4, 5), "G": (4,), "Wq": (4, 6), "Wk": (4, 6), "Wv": (4, 6),
       "Wo": (6, 5)}, ["Wq", "Wk", "Wv", "Wo", "G", "Xs"]),
+    ("ops", OPS, OPS_SHARDINGS, ops_loss, {"A": (4, 6), "W": (4, 6), "U": (6,)},
+     ["W", "U", "A"]),
 ]
 
 
