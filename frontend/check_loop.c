@@ -129,8 +129,10 @@ bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s)
         return true;
     const ast_stmt *r = c->repeat;
     int L = r->u.repeat.dim_id;
-    if (L < 0)
+    if (L < 0) { /* an unknown dim, reported: take the likely meaning, quietly */
+        t->layer = t->nidx == s->rank - 1;
         return true;
+    }
     const char *ln = r->u.repeat.dim.s;
     char b[256];
     if (t->nidx == s->rank - 1) {

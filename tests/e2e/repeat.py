@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""repeat.py - repeated blocks (`repeat L { ... }`) against NumPy, and the IR
+size of a repeated block against its trip count.
+
+1. A residual FFW block repeated over L = 3 layers, on a 2x2 mesh: with
+   Megatron TP (W_in column- and W_out row-parallel on Y, batch on X), and
+   with FSDP+TP (the stacked weights also sharded on X along D, so each
+   layer's weights are gathered inside the loop).  The NumPy side is a plain
+   Python loop over the layers.
+2. examples/llama2_13b.ein at small dims with 3 layers: an embedding lookup
+   (vocab-parallel), the LLaMA-2 decoder layer repeated, the final RMSNorm
+   and the LM head, against llama_layer.py's independent NumPy layer called
+   once per layer.
+Each program runs on threads and, with --mpi, on 4 MPI ranks, from .npy
+inputs; its output is compared in float64.
+3. `einc --dump-ir` (text and JSON) of llama2_13b.ein has the same number of
+   lines and ops for L = 2 and L = 40: the IR holds one copy of the body.
+
+The last line is `N passed, N failed`.
+
+Usage: repeat.py --einc PATH --example PATH [--mpi --mpirun PATH]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
+import llama_layer  # noqa: E402
+
+FFW = """mesh X = 2, Y = 2
+dim B = 8, D = 32, F = 64, L = 3
+input X[B_X, D] : f32
+param Win[L, D{d}, F_Y] : f32
+param Wout[L, F_Y, D{d}] : f32
+repeat L {{
+  T[B, F] = X[B, D] * Win[D, F]
+  H[B, F] = gelu(T[B, F])
+  X[B, D] = X[B, D] + H[B, F] * Wout[F, D] * 0.5
+}}
+Out[B, D] = X[B, D] * 2
+output Out[B_X, D]
+"""
+
+LLAMA_DIMS = {"B": 2, "T": 16, "S": 16, "D": 128, "N": 4, "G": 64, "F": 256, "V": 64, "L": 3}
+
+
+def gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def ffw_reference(ins):
+    x = ins["X"]
+    for l in range(ins["Win"].shape[0]):
+        x = x + gelu(x @ ins["Win"][l]) @ ins["Wout"][l] * 0.5
+    return x * 2
+
+
+def llama_reference(ins):
+    """Embedding, L LLaMA-2 layers (llama_layer.reference), final RMSNorm, LM head."""
+    llama_layer.DIMS.update({k: LLAMA_DIMS[k] for k in llama_layer.DIMS})
+    x = ins["Emb"][ins["Tok"]]
+    for l in range(LLAMA_DIMS["L"]):
+        w = {k: ins[k][l] for k in ("G1", "Wq", "Wk", "Wv", "Wo", "G2", "Wg", "Wu", "Wd")}
+        x = llama_layer.reference(x, ins["Cos"], ins["Sin"], w)
+    xf = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-5) * ins["Gf"]
+    return xf @ ins["Wlm"]
+
+
+def llama_inputs(rng):
+    B, T, D, N, G, F, V, L = (LLAMA_DIMS[k] for k in "BTDNGFVL")
+    inv = 10000.0 ** (-np.arange(G) * 2.0 / (2 * G))
+    ang = np.arange(T)[:, None] * inv[None, :]
+    ins = {"Tok": rng.integers(0, V, (B, T)).astype(np.int32), "Cos": np.cos(ang), "Sin": np.sin(ang),
+           "Emb": rng.standard_normal((V, D)), "Gf": 1 + 0.1 * rng.standard_normal(D),
+           "Wlm": rng.standard_normal((D, V)) / np.sqrt(D),
+           "G1": 1 + 0.1 * rng.standard_normal((L, D)), "G2": 1 + 0.1 * rng.standard_normal((L, D))}
+    for name, shape, fan_in in (("Wq", (D, N, 2, G), D), ("Wk", (D, N, 2, G), D),
+                                ("Wv", (D, N, 2, G), D), ("Wo", (N, 2, G, D), N * 2 * G),
+                                ("Wg", (D, F), D), ("Wu", (D, F), D), ("Wd", (F, D), F)):
+        ins[name] = rng.standard_normal((L,) + shape) / np.sqrt(fan_in)
+    return ins
+
+
+def run_case(a, work, name, source, defines, ins, out_name, want, runtimes):
+    """Compiles `source` (a path), runs it per runtime on `ins`; (passed, failed)."""
+    passed = failed = 0
+    for rt in runtimes:
+        exe = os.path.join(work, "%s_%s" % (name, rt))
+        cmd = [a.einc, source, "-o", exe, "--runtime=" + rt]
+        for k, v in defines.items():
+            cmd += ["-D", "%s=%d" % (k, v)]
+        launch = mpi_launch(a.mpirun, 4) if rt == "mpi" else []
+        out = os.path.join(work, "%s_%s_out.npy" % (name, rt))
+        run = launch + [exe, "--output", "%s=%s" % (out_name, out)]
+        for k, v in ins.items():
+            path = os.path.join(work, "%s_%s.npy" % (name, k))
+            np.save(path, v if v.dtype == np.int32 else v.astype(np.float32))
+            run += ["--input", "%s=%s" % (k, path)]
+        ok = True
+        for c in (cmd, run):
+            p = subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+            if p.returncode != 0:
+                print("FAIL %s %s: %s exited %d\n%s" % (name, rt, " ".join(c), p.returncode, p.stdout))
+                ok = False
+                break
+        if ok:
+            got = np.load(out).astype(np.float64)
+            err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+            ok = got.shape == want.shape and err < 1e-4
+            print("%s %s %s: max |error| / max |ref| = %.3g (tol 1e-4), shape %s" %
+                  ("ok  " if ok else "FAIL", name, rt, err, got.shape))
+        passed, failed = passed + ok, failed + (not ok)
+    return passed, failed
+
+
+def ir_size(a, trips):
+    """(text lines, JSON ops, seconds) of `einc EXAMPLE --dump-ir` with -D L=trips."""
+    base = [a.einc, a.example, "-D", "L=%d" % trips]
+    t0 = time.perf_counter()
+    text = subprocess.run(base + ["--dump-ir"], capture_output=True, text=True, check=True).stdout
+    secs = time.perf_counter() - t0
+    js = json.loads(subprocess.run(base + ["--dump-ir=json"], capture_output=True, text=True,
+                                   check=True).stdout)
+    return len(text.splitlines()), len(js["ops"]), secs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--example", required=True)
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--mpirun", default="mpirun")
+    a = ap.parse_args()
+    rng = np.random.default_rng(11)
+    runtimes = ["threads"] + (["mpi"] if a.mpi else [])
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="einc-repeat-") as work:
+        for name, d in (("ffw_tp", ""), ("ffw_fsdp_tp", "_X")):
+            src = os.path.join(work, name + ".ein")
+            with open(src, "w") as f:
+                f.write(FFW.format(d=d))
+            ins = {"X": rng.standard_normal((8, 32)),
+                   "Win": rng.standard_normal((3, 32, 64)) / np.sqrt(32),
+                   "Wout": rng.standard_normal((3, 64, 32)) / np.sqrt(64)}
+            p, f_ = run_case(a, work, name, src, {}, ins, "Out", ffw_reference(ins), runtimes)
+            passed, failed = passed + p, failed + f_
+        ins = llama_inputs(rng)
+        p, f_ = run_case(a, work, "llama2_13b", a.example, LLAMA_DIMS, ins, "Logits",
+                         llama_reference(ins), runtimes)
+        passed, failed = passed + p, failed + f_
+
+    small, big = ir_size(a, 2), ir_size(a, 40)
+    ok = small[:2] == big[:2]
+    print("%s IR size: L=2 %d lines, %d ops (%.0f ms); L=40 %d lines, %d ops (%.0f ms)" %
+          ("ok  " if ok else "FAIL", small[0], small[1], small[2] * 1e3, big[0], big[1], big[2] * 1e3))
+    passed, failed = passed + ok, failed + (not ok)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
