@@ -15,6 +15,11 @@ Each program runs on threads and, with --mpi, on 4 MPI ranks, from .npy
 inputs; its output is compared in float64.
 3. `einc --dump-ir` (text and JSON) of llama2_13b.ein has the same number of
    lines and ops for L = 2 and L = 40: the IR holds one copy of the body.
+4. The cost pass counts the body L times: at full size on tpu-v5e, the
+   model FLOPs are seed 003's 2 * params * tokens plus the attention's
+   4 * B * T * S * N * H per layer (computed here from the dims; within
+   0.1%, the rest being RMSNorm's, softmax's and RoPE's small einsums), and the
+   step time, FLOPs and exposed communication grow linearly in L.
 
 The last line is `N passed, N failed`.
 
@@ -131,6 +136,35 @@ def ir_size(a, trips):
     return len(text.splitlines()), len(js["ops"]), secs
 
 
+def totals(a, trips):
+    """The cost pass's totals of llama2_13b.ein at full size with -D L=trips."""
+    js = json.loads(subprocess.run([a.einc, a.example, "-D", "L=%d" % trips, "--hw", "tpu-v5e",
+                                    "--dump-ir=json"], capture_output=True, text=True,
+                                   check=True).stdout)
+    return js["totals"], {d["name"]: d["size"] for d in js["dims"]}
+
+
+def check_cost(a):
+    """Messages of the cost checks (item 4 of the docstring); empty if all hold."""
+    errors = []
+    t40, dims = totals(a, 40)
+    B, T, D, N, F, V, L = (dims[k] for k in "BTDNFVL")
+    H = dims["P"] * dims["G"]
+    params = L * (4 * D * N * H + 3 * D * F) + D * V  # layers and LM head (the lookup is no FLOP)
+    want = 2 * params * B * T + L * 4 * B * T * dims["S"] * N * H
+    # Within 0.1%: the rest are the small einsums of RMSNorm, softmax and RoPE.
+    if not want <= t40["model_flops"] <= 1.001 * want:
+        errors.append("model FLOPs %.6g, want 2*params*tokens + attention = %.6g (+0.1%%)" %
+                      (t40["model_flops"], want))
+    t2, t3 = totals(a, 2)[0], totals(a, 3)[0]
+    for key in ("step_time", "model_flops", "exposed_comm_time"):
+        per_layer = t3[key] - t2[key]
+        if per_layer <= 0 or abs((t40[key] - t2[key]) - 38 * per_layer) > 1e-6 * t40[key]:
+            errors.append("%s is not linear in L: L=2 %.6g, L=3 %.6g, L=40 %.6g" %
+                          (key, t2[key], t3[key], t40[key]))
+    return errors
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--einc", required=True)
@@ -161,6 +195,10 @@ def main():
     print("%s IR size: L=2 %d lines, %d ops (%.0f ms); L=40 %d lines, %d ops (%.0f ms)" %
           ("ok  " if ok else "FAIL", small[0], small[1], small[2] * 1e3, big[0], big[1], big[2] * 1e3))
     passed, failed = passed + ok, failed + (not ok)
+    errors = check_cost(a)
+    print("%s cost counts the body L times%s" % ("FAIL" if errors else "ok  ",
+                                                  "".join("\n  " + e for e in errors)))
+    passed, failed = passed + (not errors), failed + bool(errors)
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
