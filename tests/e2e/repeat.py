@@ -5,7 +5,8 @@ size of a repeated block against its trip count.
 1. A residual FFW block repeated over L = 3 layers, on a 2x2 mesh: with
    Megatron TP (W_in column- and W_out row-parallel on Y, batch on X), and
    with FSDP+TP (the stacked weights also sharded on X along D, so each
-   layer's weights are gathered inside the loop).  The NumPy side is a plain
+   layer's weights are gathered inside the loop); and 2D-sharded (both
+   GEMMs of the body become MeshSlice loops).  The NumPy side is a plain
    Python loop over the layers.
 2. examples/llama2_13b.ein at small dims with 3 layers: an embedding lookup
    (vocab-parallel), the LLaMA-2 decoder layer repeated, the final RMSNorm
@@ -51,6 +52,20 @@ repeat L {{
 }}
 Out[B, D] = X[B, D] * 2
 output Out[B_X, D]
+"""
+
+# A 2D-sharded FFW (seed 004): in the body the GEMMs become MeshSlice loops.
+MESHSLICE = """mesh X = 2, Y = 2
+dim B = 256, D = 64, F = 128, L = 3
+input In[B_X, D_Y] : f32
+param Win[L, D_X, F_Y] : f32
+param Wout[L, F_Y, D_X] : f32
+repeat L {
+  Tmp[B, F] = In[B, D] * Win[D, F]
+  Act[B, F] = gelu(Tmp[B, F])
+  In[B_X, D_Y] = Act[B, F] * Wout[F, D] * 0.5 + In[B, D]
+}
+output In[B_X, D_Y]
 """
 
 LLAMA_DIMS = {"B": 2, "T": 16, "S": 16, "D": 128, "N": 4, "G": 64, "F": 256, "V": 64, "L": 3}
@@ -185,6 +200,17 @@ def main():
                    "Wout": rng.standard_normal((3, 64, 32)) / np.sqrt(64)}
             p, f_ = run_case(a, work, name, src, {}, ins, "Out", ffw_reference(ins), runtimes)
             passed, failed = passed + p, failed + f_
+        src = os.path.join(work, "meshslice.ein")
+        with open(src, "w") as f:
+            f.write(MESHSLICE)
+        ins = {"In": rng.standard_normal((256, 64)),
+               "Win": rng.standard_normal((3, 64, 128)) / np.sqrt(64),
+               "Wout": rng.standard_normal((3, 128, 64)) / np.sqrt(128)}
+        want = ins["In"]
+        for l in range(3):
+            want = gelu(want @ ins["Win"][l]) @ ins["Wout"][l] * 0.5 + want
+        p, f_ = run_case(a, work, "meshslice", src, {}, ins, "In", want, runtimes)
+        passed, failed = passed + p, failed + f_
         ins = llama_inputs(rng)
         p, f_ = run_case(a, work, "llama2_13b", a.example, LLAMA_DIMS, ins, "Logits",
                          llama_reference(ins), runtimes)
