@@ -10,8 +10,9 @@
  *    pipeline parallelism);
  *  - an assignment to a tensor defined before the block updates it: that
  *    tensor is carried from one iteration to the next (the residual stream).
- *    A block carries exactly one tensor, updates it once, and keeps its dims
- *    (in order) and dtype.  Lines before the update read the value the
+ *    A block carries exactly one tensor, updates it once, and keeps its shape
+ *    (dims of the same sizes, in order; the left side may relabel them) and
+ *    dtype.  Lines before the update read the value the
  *    iteration started with, lines after it the new one, and after the block
  *    the name stands for the value after the last iteration;
  *  - every other tensor a block defines is local to it: a use after the
@@ -107,10 +108,15 @@ bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_d
     if (old->bad || !ok)
         return true;
     char b1[256], b2[256];
-    if (old->rank != rank || memcmp(old->dims, dims, sizeof(int) * (size_t)rank) != 0)
+    /* Its left side may relabel dims of the same size (`X[B, E] = X[B, D]
+     * * W[D, E]` with |E| = |D|), as any reference may. */
+    bool same = old->rank == rank;
+    for (int i = 0; same && i < rank; i++)
+        same = dims[i] >= 0 && c->m->dims[dims[i]].size == c->m->dims[old->dims[i]].size;
+    if (!same)
         diag_error(c->diag, l->name.loc,
-                   "'%s' is carried by the 'repeat' block with dims %s, but is updated with dims %s: "
-                   "a carried tensor keeps its dims, in order", l->name.s,
+                   "'%s' is carried by the 'repeat' block with shape %s, but is updated with shape %s: "
+                   "a carried tensor keeps its shape", l->name.s,
                    dims_str(c, old->dims, old->rank, b1, sizeof b1), dims_str(c, dims, rank, b2, sizeof b2));
     else if (old->dtype != dt)
         diag_error(c->diag, l->name.loc, "'%s' is %s, but its update in the 'repeat' block is %s",

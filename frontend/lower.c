@@ -697,11 +697,19 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
                             .loc = s->loc};
             memcpy(x.lhs, t->dims, (size_t)t->rank * sizeof(int));
+            /* An update of a carried tensor is computed over the labels its
+             * left side writes, which may relabel the tensor's dims; its
+             * value then takes the tensor's dims (same sizes, checked). */
+            if (s->u.assign.update)
+                for (int k = 0; k < t->rank; k++)
+                    x.lhs[k] = l->idx[k].dim;
             t->value = lower_assign(&x, s);
             if (!t->value) {
                 ok = false;
                 break;
             }
+            if (s->u.assign.update)
+                memcpy(t->value->type.dims, t->dims, (size_t)t->rank * sizeof(int));
             /* An update of a carried tensor has its own left side. */
             bool constrained = s->u.assign.update ? s->u.assign.constrained : t->has_constraint;
             if (constrained && !c->opts->single_device) {

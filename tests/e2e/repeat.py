@@ -6,8 +6,9 @@ size of a repeated block against its trip count.
    Megatron TP (W_in column- and W_out row-parallel on Y, batch on X), and
    with FSDP+TP (the stacked weights also sharded on X along D, so each
    layer's weights are gathered inside the loop); and 2D-sharded (both
-   GEMMs of the body become MeshSlice loops).  The NumPy side is a plain
-   Python loop over the layers.
+   GEMMs of the body become MeshSlice loops); and three blocks in a row
+   (two carried tensors, a stacked param shared by two blocks, relabeled
+   updates).  The NumPy side is a plain Python loop over the layers.
 2. examples/llama2_13b.ein at small dims with 3 layers: an embedding lookup
    (vocab-parallel), the LLaMA-2 decoder layer repeated, the final RMSNorm
    and the LM head, against llama_layer.py's independent NumPy layer called
@@ -68,6 +69,40 @@ repeat L {
 }
 output In[B_X, D_Y]
 """
+
+# Three blocks in a row: two carried tensors one after the other, a stacked
+# param used by two blocks, a value from before a block read in every
+# iteration, and updates whose left side relabels a dim of the same size.
+BLOCKS = """mesh X = 2, Y = 2
+dim B = 4, D = 8, E = 8, L = 3, M = 2
+input X[B_X, D] : f32
+param W[L, D, E] : f32
+param V[M, D, E_Y] : f32
+repeat L {
+  X[B, E] = X[B, D] * W[D, E] * 0.5 + X[B, E]
+}
+H[B, D] = X[B, D] * 2
+repeat M {
+  H[B, E] = tanh(H[B, D] * V[D, E]) + H[B, E]
+}
+repeat L {
+  H[B, D] = H[B, D] - X[B, E] * W[E, D] * 0.1
+}
+output H
+"""
+
+
+def blocks_reference(ins):
+    x, w, v = ins["X"], ins["W"], ins["V"]
+    for l in range(3):
+        x = 0.5 * x @ w[l] + x
+    h = 2 * x
+    for m in range(2):  # tanh inside the summed term: sum_d tanh(h[b, d] * v[d, e])
+        h = np.tanh(h[:, :, None] * v[m][None]).sum(axis=1) + h
+    for l in range(3):
+        h = h - 0.1 * x @ w[l]
+    return h
+
 
 LLAMA_DIMS = {"B": 2, "T": 16, "S": 16, "D": 128, "N": 4, "G": 64, "F": 256, "V": 64, "L": 3}
 
@@ -206,6 +241,13 @@ def main():
                    "Wout": rng.standard_normal((3, 64, 32)) / np.sqrt(64)}
             p, f_ = run_case(a, work, name, src, {}, ins, "Out", ffw_reference(ins), runtimes)
             passed, failed = passed + p, failed + f_
+        src = os.path.join(work, "blocks.ein")
+        with open(src, "w") as f:
+            f.write(BLOCKS)
+        ins = {"X": rng.standard_normal((4, 8)), "W": rng.standard_normal((3, 8, 8)) / np.sqrt(8),
+               "V": rng.standard_normal((2, 8, 8)) / np.sqrt(8)}
+        p, f_ = run_case(a, work, "blocks", src, {}, ins, "H", blocks_reference(ins), runtimes)
+        passed, failed = passed + p, failed + f_
         src = os.path.join(work, "meshslice.ein")
         with open(src, "w") as f:
             f.write(MESHSLICE)

@@ -614,7 +614,7 @@ static void test_repeat_errors(void)
                 "                          ^\n");
     /* carried shape changes */
     EXPECT_DIAG(RP "repeat L {\n" "  S[B] = X[B, D]\n" "  X[B] = S[B] * 2\n" "}\n" "output X\n",
-               "t.ein:7:3: error: 'X' is carried by the 'repeat' block with dims [B, D], but is updated with dims [B]: a carried tensor keeps its dims, in order\n"
+               "t.ein:7:3: error: 'X' is carried by the 'repeat' block with shape [B, D], but is updated with shape [B]: a carried tensor keeps its shape\n"
                 "      X[B] = S[B] * 2\n"
                 "      ^\n");
     /* nested */
