@@ -17,7 +17,8 @@ Each program runs on threads and, with --mpi, on 4 MPI ranks, from .npy
 inputs; its output is compared in float64.
 3. `einc --dump-ir` (text and JSON) and `--emit-llvm -O0` of llama2_13b.ein
    have the same number of lines and ops for L = 2 and L = 40: the IR holds
-   one copy of the body and codegen emits it once, as a loop.
+   one copy of the body and codegen emits it once, as a loop; `--profile`
+   sees each body op once per layer.
 4. The cost pass counts the body L times: at full size on tpu-v5e, the
    model FLOPs are seed 003's 2 * params * tokens plus the attention's
    4 * B * T * S * N * H per layer (computed here from the dims; within
@@ -176,6 +177,25 @@ def run_case(a, work, name, source, defines, ins, out_name, want, runtimes):
     return passed, failed
 
 
+def check_profile(exe):
+    """Messages if `exe --profile` (the FFW with L = 3) does not see the body's
+    ops once per layer and the LoopBegin once: the runtime sizes its span
+    buffers by the program's calls per run."""
+    p = subprocess.run([exe, "--random-inputs", "1", "--profile"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    calls, want, inside = {}, {}, False
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[0].isdigit() and f[1].isdigit():
+            name = " ".join(f[5:])
+            calls[name] = int(f[1])
+            want[name] = 3 if inside else 1  # the body and its LoopEnd run per layer
+            inside = (inside or "LoopBegin" in name) and "LoopEnd" not in name
+    if p.returncode != 0 or not calls or calls != want:
+        return ["--profile calls per op %s, want %s\n%s" % (calls, want, p.stdout)]
+    return []
+
+
 def ir_size(a, trips, work):
     """(text lines, JSON ops, LLVM IR lines at -O0, seconds of --dump-ir) of
     the example with -D L=trips."""
@@ -241,6 +261,11 @@ def main():
                    "Wout": rng.standard_normal((3, 64, 32)) / np.sqrt(64)}
             p, f_ = run_case(a, work, name, src, {}, ins, "Out", ffw_reference(ins), runtimes)
             passed, failed = passed + p, failed + f_
+            if name == "ffw_tp":
+                errors = check_profile(os.path.join(work, "ffw_tp_threads"))
+                print("%s ffw_tp --profile: each body op called once per layer%s" %
+                      ("FAIL" if errors else "ok  ", "".join("\n  " + e for e in errors)))
+                passed, failed = passed + (not errors), failed + bool(errors)
         src = os.path.join(work, "blocks.ein")
         with open(src, "w") as f:
             f.write(BLOCKS)
