@@ -20,6 +20,15 @@
  * after its last read, so a device holds only the shards that are still
  * needed.  Inputs and outputs are owned by the runtime and never freed here.
  *
+ * Repeated blocks.  A loop's body is emitted once, as an LLVM loop over the
+ * layer index (run.c).  Its buffers are allocated and freed in each
+ * iteration, as the liveness above says; a buffer made before the loop and
+ * read in the body lives to the LoopEnd.  The carried value has one buffer
+ * for the whole loop (the LoopBegin's result, which the LoopEnd's result
+ * then names), and a LayerSlice's result is a view into its param; neither
+ * is freed by the body nor written in place.  Nothing fuses across a body's
+ * boundary.
+ *
  * In-place elementwise.  An emitted elementwise op whose result is scratch
  * writes into the buffer of an operand that dies at this op, when that
  * operand is scratch too, has the result's dtype and per-device size, and
@@ -96,7 +105,10 @@ static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
     for (int k = 0; k < op->noperands; k++) {
         const ir_value *v = op->operands[k];
         int def = p->def_index[v->id];
-        if (def < 0 || p->fused_into[def] >= 0 || p->out_index[v->id] >= 0 ||
+        /* Not the carried buffer (the next iteration reads it) nor a view
+         * of a param. */
+        if (def < 0 || p->ops[def]->kind == IR_OP_LOOPBEGIN || p->ops[def]->kind == IR_OP_LAYERSLICE ||
+            p->fused_into[def] >= 0 || p->out_index[v->id] >= 0 ||
             p->last_use[v->id] != i || v->type.dtype != res->type.dtype ||
             ir_local_bytes(m, &v->type) != ir_local_bytes(m, &res->type) ||
             fused_reads(p, i, v->id))
@@ -178,6 +190,27 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
                 errors++;
             }
             break;
+        case IR_OP_LOOPBEGIN:
+        case IR_OP_LOOPEND:
+        case IR_OP_LAYERSLICE: {
+            const ir_value *a = op->noperands == 1 ? op->operands[0] : NULL;
+            const ir_op *b = op->u.loop.begin, *e = b ? b->u.loop.end : NULL;
+            bool ok = a && b && e && b->kind == IR_OP_LOOPBEGIN && e->kind == IR_OP_LOOPEND &&
+                      op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims &&
+                      a->type.dtype == op->result->type.dtype;
+            if (op->kind == IR_OP_LAYERSLICE)
+                ok = ok && (a->kind == IR_VAL_INPUT || a->kind == IR_VAL_PARAM) &&
+                     a->type.rank == op->result->type.rank + 1 && a->type.sh.naxes[0] == 0;
+            else
+                ok = ok && ir_local_bytes(m, &a->type) == ir_local_bytes(m, &op->result->type);
+            if (op->kind == IR_OP_LOOPBEGIN && op->loop)
+                ok = false; /* loops do not nest */
+            if (!ok) {
+                diag_error(d, op->loc, "codegen: malformed %s op", ir_op_name(op->kind));
+                errors++;
+            }
+            break;
+        }
         case IR_OP_ALLGATHER:
         case IR_OP_REDUCESCATTER:
         case IR_OP_ALLREDUCE:
@@ -240,7 +273,10 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
         if (op->kind != IR_OP_ELEMENTWISE || nuses[v] != 1 || p->out_index[v] >= 0)
             continue;
         ir_op *c = p->ops[reader[v]];
-        if (c->kind != IR_OP_ELEMENTWISE || nodes[reader[v]] + nodes[i] > CG_MAX_FUSED_NODES)
+        /* Not into another loop body (or out of one): the producer would
+         * run once per iteration, or the body's value after it. */
+        if (c->kind != IR_OP_ELEMENTWISE || nodes[reader[v]] + nodes[i] > CG_MAX_FUSED_NODES ||
+            c->loop != op->loop)
             continue;
         for (k = 0; k < c->noperands; k++)
             if (c->operands[k]->id == v && full_shape_use(c, k))
@@ -262,6 +298,19 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             if (p->last_use[v] < e)
                 p->last_use[v] = e;
         }
+    }
+    /* A repeated block's body runs again: a buffer made before the loop
+     * and read in the body lives to the LoopEnd. */
+    for (i = 0, k = -1; i < nops; i++) {
+        if (p->ops[i]->kind == IR_OP_LOOPBEGIN)
+            k = i;
+        if (p->ops[i]->kind != IR_OP_LOOPEND || k < 0)
+            continue;
+        for (int v = 0; v < m->nvalues; v++)
+            if (p->def_index[v] >= 0 && p->def_index[v] < k && p->last_use[v] > k &&
+                p->last_use[v] < i)
+                p->last_use[v] = i;
+        k = -1;
     }
     for (i = 0; i < nops; i++)
         p->reuse[i] = inplace_operand(p, m, i);

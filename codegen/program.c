@@ -157,6 +157,19 @@ static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValue
     free(t);
 }
 
+/* rt_op_begin/rt_op_end calls of one run: every op emitted with marks,
+ * an op in a repeated block's body once per iteration (run.c). */
+static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
+{
+    int64_t n = 0;
+    for (int i = 0; i < p->nops; i++)
+        if (p->fused_into[i] < 0 && p->ops[i]->kind != IR_OP_LAYERSLICE)
+            /* a LoopEnd's copy is the last op of each iteration */
+            n += p->ops[i]->kind == IR_OP_LOOPEND ? m->dims[p->ops[i]->u.loop.dim].size
+                                                   : ir_op_trips(m, p->ops[i]);
+    return n;
+}
+
 LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValueRef run,
                              LLVMValueRef reference, const char *name, bool exported,
                              const cg_options *opts)
@@ -198,6 +211,7 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         op_names,
         op_times,
         cg_const_string(c, opts->hw_name ? opts->hw_name : ""),
+        cg_i64(c, calls_per_run(m, p)),
     };
     free(ins);
     free(outs);

@@ -18,6 +18,11 @@
  *     rt_op_end(dev, i)
  *     rt_free(dev, p) for every buffer whose last read was op i
  *
+ * A repeated block (LoopBegin .. LoopEnd) is one LLVM loop over the layer
+ * index l: the body's ops are emitted once, a LayerSlice is a pointer to
+ * layer l of its param, and the carried value lives in one buffer for the
+ * whole loop that the LoopEnd copies the body's new value into (plan.c).
+ *
  * Finally an output that is an input, or a value that is several outputs,
  * is copied into its out buffer with memcpy.  Descriptors are private
  * constant globals: the runtime only reads them.
@@ -167,6 +172,113 @@ static void call_mark(cg_ctx *c, cg_fn *f, LLVMValueRef fn, int id)
     LLVMBuildCall2(c->b, c->rt.mark_ty, fn, args, 2, "");
 }
 
+/* Whether value v owns a scratch buffer this function frees: not an input
+ * or output, not a view of one layer of a param, not a loop's carried
+ * buffer at the top of the body (the LoopEnd's result owns it). */
+static bool owns_buffer(const cg_fn *f, int v)
+{
+    const cg_plan *p = f->plan;
+    if (!f->buf[v] || p->input_index[v] >= 0 || p->out_index[v] >= 0)
+        return false;
+    int def = p->def_index[v];
+    return def < 0 || (p->ops[def]->kind != IR_OP_LAYERSLICE && p->ops[def]->kind != IR_OP_LOOPBEGIN);
+}
+
+/* Frees the scratch buffers whose last read was op i (and a result nobody
+ * reads), among the values defined by ops lo..hi. */
+static void free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi)
+{
+    const cg_plan *p = f->plan;
+    for (int v = 0; v < f->m->nvalues; v++) {
+        int def = p->def_index[v];
+        if (def < lo || def > hi || !owns_buffer(f, v))
+            continue;
+        int last = p->last_use[v] >= 0 ? p->last_use[v] : def;
+        if (last != i)
+            continue;
+        LLVMValueRef args[] = {f->dev, f->buf[v]};
+        LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, args, 2, "");
+    }
+}
+
+/* The LLVM loop of the repeated block being emitted. */
+typedef struct cg_loop {
+    int begin;                /* op index of its LoopBegin, -1 outside a body */
+    LLVMValueRef layer;       /* i64 phi: the iteration (layer) index l */
+    LLVMBasicBlockRef body;   /* the loop's first block (holds the phi) */
+} cg_loop;
+
+/* LoopBegin, op index i: the carried value gets one buffer for the whole
+ * loop (the output's, if the value after the loop is one), filled with the
+ * value entering the loop; then the loop's first block with the layer
+ * index l = phi(0, l + 1). */
+static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loop *lp)
+{
+    const cg_plan *p = f->plan;
+    const ir_op *op = p->ops[i];
+    const ir_value *after = op->u.loop.end->result;
+    int64_t bytes = ir_local_bytes(f->m, &op->result->type);
+    LLVMValueRef carry;
+    if (p->out_index[after->id] >= 0) {
+        carry = load_ptr_at(c, out, p->out_index[after->id], after->tensor);
+    } else {
+        LLVMValueRef args[] = {f->dev, cg_i64(c, bytes)};
+        carry = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, "carry");
+    }
+    call_mark(c, f, c->rt.op_begin, i);
+    LLVMBuildMemCpy(c->b, carry, 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
+    call_mark(c, f, c->rt.op_end, i);
+    f->buf[op->result->id] = carry;
+    f->buf[after->id] = carry;
+    free_dead(c, f, i, -1, i - 1); /* the value entering, if this was its last read */
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
+    lp->begin = i;
+    lp->body = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "layer");
+    LLVMBuildBr(c->b, lp->body);
+    LLVMPositionBuilderAtEnd(c->b, lp->body);
+    lp->layer = LLVMBuildPhi(c->b, c->t.i64, "l");
+    LLVMValueRef zero = cg_i64(c, 0);
+    LLVMAddIncoming(lp->layer, &zero, &pre, 1);
+}
+
+/* LoopEnd, op index i: the body's new value goes into the carried buffer,
+ * the body's dead buffers are freed, and l + 1 < |L| branches back; after
+ * the loop, the buffers made before it whose last read was in the body. */
+static void emit_loop_end(cg_ctx *c, cg_fn *f, int i, cg_loop *lp)
+{
+    const cg_plan *p = f->plan;
+    const ir_op *op = p->ops[i];
+    const ir_value *top = op->u.loop.begin->result;
+    int64_t bytes = ir_local_bytes(f->m, &top->type);
+    call_mark(c, f, c->rt.op_begin, i);
+    LLVMBuildMemCpy(c->b, f->buf[top->id], 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
+    call_mark(c, f, c->rt.op_end, i);
+    free_dead(c, f, i, lp->begin + 1, i - 1);
+    LLVMValueRef next = LLVMBuildAdd(c->b, lp->layer, cg_i64(c, 1), "l.next");
+    int64_t trips = f->m->dims[op->u.loop.dim].size;
+    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, trips), "more");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "layers.done");
+    LLVMBuildCondBr(c->b, more, lp->body, exit);
+    LLVMAddIncoming(lp->layer, &next, &latch, 1);
+    LLVMPositionBuilderAtEnd(c->b, exit);
+    free_dead(c, f, i, -1, lp->begin - 1);
+    free_dead(c, f, i, i, i); /* the value after the loop, if nobody reads it */
+    lp->begin = -1;
+    lp->layer = NULL;
+}
+
+/* LayerSlice: layer l of a stacked param is the block at byte offset
+ * l * (the layer's per-device bytes): the param's first dim is not
+ * sharded, so each device holds all layers of its shard, layer-major. */
+static void emit_layer_slice(cg_ctx *c, cg_fn *f, const ir_op *op, const cg_loop *lp)
+{
+    int64_t bytes = ir_local_bytes(f->m, &op->result->type);
+    LLVMValueRef off = LLVMBuildMul(c->b, lp->layer, cg_i64(c, bytes), "layer.off");
+    f->buf[op->result->id] = LLVMBuildInBoundsGEP2(c->b, c->t.i8, f->buf[op->operands[0]->id], &off, 1,
+                                                   op->result->tensor);
+}
+
 LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *name)
 {
     cg_fn f = {.m = m, .plan = p};
@@ -185,11 +297,24 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         if (p->input_index[v] >= 0)
             f.buf[v] = load_ptr_at(c, in, p->input_index[v], m->values[v]->tensor);
 
+    cg_loop lp = {.begin = -1};
     for (int i = 0; i < p->nops; i++) {
         if (p->fused_into[i] >= 0)
             continue;
         ir_op *op = p->ops[i];
         ir_value *res = op->result;
+        if (op->kind == IR_OP_LOOPBEGIN) {
+            emit_loop_begin(c, &f, out, i, &lp);
+            continue;
+        }
+        if (op->kind == IR_OP_LOOPEND) {
+            emit_loop_end(c, &f, i, &lp);
+            continue;
+        }
+        if (op->kind == IR_OP_LAYERSLICE) {
+            emit_layer_slice(c, &f, op, &lp);
+            continue;
+        }
         int64_t bytes = ir_local_bytes(m, &res->type);
         LLVMValueRef dst;
         if (p->out_index[res->id] >= 0) {
@@ -240,15 +365,7 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
             f.buf[p->reuse[i]] = NULL; /* its buffer now belongs to the result */
         /* Free the scratch buffers whose last read was this op, and a result
          * nobody reads. */
-        for (int v = 0; v < m->nvalues; v++) {
-            if (!f.buf[v] || p->input_index[v] >= 0 || p->out_index[v] >= 0)
-                continue;
-            int last = p->last_use[v] >= 0 ? p->last_use[v] : p->def_index[v];
-            if (last != i)
-                continue;
-            LLVMValueRef args[] = {f.dev, f.buf[v]};
-            LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, args, 2, "");
-        }
+        free_dead(c, &f, i, -1, p->nops);
     }
     /* Outputs not computed in place: inputs, and values that are several
      * outputs at once. */

@@ -91,6 +91,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->ptr,                             /* op_names */
         t->ptr,                             /* op_predicted */
         t->ptr,                             /* hw_name */
+        t->i64,                             /* calls_per_run */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

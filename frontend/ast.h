@@ -69,6 +69,8 @@ typedef struct ast_tref {
     ast_index *unred;         /* nunred entries (arena) */
     uint32_t unred_loc;       /* offset of '{' (valid if nunred > 0) */
     struct fe_tensor *sym;    /* resolved definition (checker), NULL if none */
+    bool layer;               /* inside `repeat L`: the current layer of a tensor stacked
+                                 on L, written without its first dim (checker) */
 } ast_tref;
 
 /* Kinds of factor in a product. */
@@ -171,6 +173,8 @@ typedef enum ast_stmt_kind {
     AST_S_PARAM,  /* u.decl */
     AST_S_ASSIGN, /* u.assign */
     AST_S_OUTPUT, /* u.output */
+    AST_S_REPEAT, /* u.repeat: `repeat L {`, the first line of a repeated block */
+    AST_S_END,    /* no arm: `}`, the last line of a repeated block */
     AST_S_BAD,    /* u.bad: a line with a syntax error (kept to avoid cascades) */
 } ast_stmt_kind;
 
@@ -190,7 +194,17 @@ typedef struct ast_stmt {
         struct {
             ast_tref lhs;       /* left side */
             ast_expr *rhs;      /* right side (arena) */
+            /* Inside a repeated block, an assignment to a tensor defined
+             * before it updates that loop-carried tensor (checker): */
+            bool update;        /* it is such an update */
+            bool constrained;   /* the left side is written with a sharding */
+            ir_sharding sh;     /* that sharding (if constrained) */
         } assign;               /* AST_S_ASSIGN */
+        struct {
+            ast_name dim;       /* the dim counting the iterations, as written */
+            int dim_id;         /* its id (checker), -1 if unresolved */
+            struct fe_tensor *carry; /* the tensor the body updates (checker), NULL if none */
+        } repeat;               /* AST_S_REPEAT */
         struct {
             ast_tref tref;      /* the output; nidx = -1 for bare `output NAME` */
         } output;               /* AST_S_OUTPUT */

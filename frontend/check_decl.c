@@ -372,6 +372,8 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
             r->sym = fe_symtab_get(&c->tensors, r->name.s);
             if (!r->sym)
                 diag_error(c->diag, r->name.loc, "tensor '%s' is not defined", r->name.s);
+            else if (!r->sym->bad && !fe_check_scope(c, r->sym, r->name.loc))
+                continue;
         } else if (!fe_check_ref(c, r, true, NULL)) {
             continue;
         }

@@ -107,7 +107,19 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
     const fe_tensor *s = t->sym;
     if (!s || s->bad)
         return ok;
-    if (t->nidx != s->rank) {
+    if (!fe_check_scope(c, s, t->name.loc))
+        return false;
+    /* Inside `repeat L`, a tensor stacked on L is one layer: its indices
+     * are those of its other dims. */
+    if (!subscripts && !fe_check_layer_ref(c, t, s))
+        return false;
+    int off = t->layer ? 1 : 0;
+    if (t->layer && t->nidx > 0 && t->idx[0].tensor) {
+        diag_error(c->diag, t->idx[0].loc, "a gather from a layer of the stacked tensor '%s' is not "
+                   "supported", t->name.s);
+        return false;
+    }
+    if (t->nidx != s->rank - off) {
         diag_error(c->diag, t->name.loc, "tensor '%s' has %d dim%s but %d ind%s given", t->name.s,
                    s->rank, s->rank == 1 ? "" : "s", t->nidx, t->nidx == 1 ? "ex is" : "ices are");
         return false;
@@ -116,13 +128,14 @@ bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defin
         return false;
     for (int i = 0; i < t->nidx; i++) {
         const ast_index *x = &t->idx[i];
-        if (x->dim < 0 || x->dim == s->dims[i])
+        int sd = s->dims[i + off];
+        if (x->dim < 0 || x->dim == sd)
             continue;
-        const ir_dimdef *want = &c->m->dims[s->dims[i]], *got = &c->m->dims[x->dim];
+        const ir_dimdef *want = &c->m->dims[sd], *got = &c->m->dims[x->dim];
         if (want->size != got->size) {
             diag_error(c->diag, x->loc,
                        "index '%s' (%" PRId64 ") does not match dim %d of '%s', which is '%s' (%" PRId64 ")",
-                       x->name, got->size, i + 1, t->name.s, want->name, want->size);
+                       x->name, got->size, i + 1 + off, t->name.s, want->name, want->size);
             ok = false;
         }
     }
@@ -525,9 +538,13 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
     if (!fe_check_shape(c, l->name.s, l->name.loc, dt, l->nidx, dims))
         ok = false;
 
+    if (fe_check_update(c, s, dims, l->nidx <= IR_MAX_RANK ? l->nidx : IR_MAX_RANK, dt, constrained,
+                        &sh, ok && st.ok && st.first))
+        return;
     fe_tensor *t = fe_define_tensor(c, l->name, IR_VAL_OP);
     if (!t)
         return;
+    t->block = c->block;
     t->dtype = dt;
     t->rank = l->nidx <= IR_MAX_RANK ? l->nidx : IR_MAX_RANK;
     memcpy(t->dims, dims, (size_t)t->rank * sizeof *dims);

@@ -64,7 +64,12 @@ typedef struct fe_tensor {
     bool has_constraint;    /* statement result with a written sharding */
     bool bad;               /* its definition had errors: uses are not checked further */
     uint32_t loc;           /* offset of the defining name */
-    ir_value *value;        /* the IR value holding it (lower.c) */
+    ir_value *value;        /* the IR value holding it (lower.c); for a loop-carried
+                               tensor, its value at the current point of the program */
+    int block;              /* the repeated block it is local to (1, 2, ... in source
+                               order), 0 if defined outside every block */
+    ir_value *slice;        /* lower.c: its LayerSlice in block `slice_block`, if made */
+    int slice_block;        /* the block `slice` belongs to, 0 if none */
 } fe_tensor;
 
 /* A string-keyed hash table (open addressing) from names to pointers. */
@@ -92,6 +97,12 @@ typedef struct fe_checker {
     int noutputs;          /* output lines seen */
     bool *define_used;     /* per -D override: matched a declaration */
     struct fe_grads *grads;/* lowering: backward sweeps done, per loss (grad.c) */
+    /* Repeated blocks (check_loop.c), while checking and again while lowering: */
+    ast_stmt *repeat;      /* the open `repeat L {` line, NULL outside a block */
+    int block;             /* its number (1, 2, ... in source order), 0 outside */
+    int nblocks;           /* blocks opened so far */
+    int skip_ends;         /* `}` lines that close a rejected nested block */
+    ir_op *loop_begin;     /* lower.c: the LoopBegin of the open block */
 } fe_checker;
 
 /* Declares the mesh axes and dims of every mesh/dim line, applying -D
@@ -138,6 +149,28 @@ fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind);
  * (unless `subscripts`) no index has a subscript.  Resolves t->sym and the
  * indices' dims.  Returns false on any error (reported). */
 bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defining);
+
+/* `repeat L {`: opens a repeated block (check_loop.c).  A nested block is
+ * an error; so is an unknown dim. */
+void fe_check_repeat(fe_checker *c, ast_stmt *s);
+/* `}`: closes the open block; it must have updated a tensor (check_loop.c). */
+void fe_check_end(fe_checker *c, ast_stmt *s);
+/* After the last line: a block still open is an error (check_loop.c). */
+void fe_check_blocks_closed(fe_checker *c);
+/* Inside a block, whether assignment `s` updates a tensor defined before
+ * it (the loop-carried tensor), and checks that update: one carried tensor
+ * per block, updated once, with its dims and dtype unchanged.  Returns true
+ * if `s` is such an update (then the caller defines nothing). */
+bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_dtype dt,
+                     bool constrained, const ir_sharding *sh, bool ok);
+/* A reference `t` to tensor `s` inside the open block: whether it is one
+ * layer of a tensor stacked on the block's dim (written without that dim),
+ * setting t->layer; reports a wrong use of a stacked tensor.  Returns false
+ * on error (check_loop.c). */
+bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s);
+/* Whether tensor `s` is local to another block than the open one: reports
+ * the use at `loc` and returns false (check_loop.c). */
+bool fe_check_scope(fe_checker *c, const fe_tensor *s, uint32_t loc);
 
 /* Lowers a checked program into c->m (lower.c); returns false if an IR
  * limit was hit (reported). */

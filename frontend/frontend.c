@@ -45,8 +45,15 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
     fe_check_sizes(&c, &prog);
     for (int i = 0; i < prog.nstmts; i++) {
         ast_stmt *s = prog.stmts[i];
+        if ((s->kind == AST_S_INPUT || s->kind == AST_S_PARAM) && c.repeat)
+            diag_error(d, s->loc, "inputs and params are declared outside 'repeat' blocks: move "
+                       "'%s' before the block", s->u.decl.tref.name.s);
         if (s->kind == AST_S_INPUT || s->kind == AST_S_PARAM)
             fe_check_decl(&c, s);
+        else if (s->kind == AST_S_REPEAT)
+            fe_check_repeat(&c, s);
+        else if (s->kind == AST_S_END)
+            fe_check_end(&c, s);
         else if (s->kind == AST_S_ASSIGN)
             fe_check_assign(&c, s);
         else if (s->kind == AST_S_BAD && s->u.bad.name.s &&
@@ -54,6 +61,9 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
             /* Defined, but unusable: its uses are not errors of their own. */
             fe_define_tensor(&c, s->u.bad.name, IR_VAL_OP)->bad = true;
     }
+    fe_check_blocks_closed(&c);
+    c.repeat = NULL;
+    c.block = 0;
     fe_check_outputs(&c, &prog);
 
     if (d->nerrors == errors0)

@@ -37,6 +37,75 @@ typedef struct stmt_ctx {
     bool ok;                /* no IR limit was hit */
 } stmt_ctx;
 
+/* The value reference `t` reads: its tensor's current value, or inside a
+ * repeated block the current layer of a stacked tensor (t->layer), a
+ * LayerSlice made at its first use in the block and shared by the rest. */
+static ir_value *ref_value(fe_checker *c, const ast_tref *t)
+{
+    fe_tensor *s = t->sym;
+    if (!t->layer)
+        return s->value;
+    if (s->slice_block == c->block && s->slice)
+        return s->slice;
+    const ir_value *a = s->value;
+    ir_type ty;
+    memset(&ty, 0, sizeof ty);
+    ty.dtype = a->type.dtype;
+    ty.rank = a->type.rank - 1;
+    ty.sh = ir_sharding_replicated();
+    for (int d = 1; d < a->type.rank; d++) {
+        ty.dims[d - 1] = a->type.dims[d];
+        ty.sh.naxes[d - 1] = a->type.sh.naxes[d];
+        memcpy(ty.sh.axes[d - 1], a->type.sh.axes[d], sizeof ty.sh.axes[d - 1]);
+    }
+    ir_value *r = ir_value_new(c->m, s->name, IR_VAL_OP, &ty, t->name.loc);
+    ir_value *opnd = s->value;
+    ir_op *op = ir_op_new(c->m, IR_OP_LAYERSLICE, 1, &opnd, r, t->name.loc);
+    op->u.loop.dim = c->loop_begin->u.loop.dim;
+    op->u.loop.begin = c->loop_begin;
+    ir_op_append(c->m, op);
+    s->slice = r;
+    s->slice_block = c->block;
+    return r;
+}
+
+/* `repeat L {`: a LoopBegin whose result is the carried tensor's value at
+ * the top of each iteration (its sharding is propagate's to choose). */
+static void lower_repeat(fe_checker *c, const ast_stmt *s)
+{
+    c->block++;
+    fe_tensor *t = s->u.repeat.carry;
+    ir_value *init = t->value;
+    ir_type ty = init->type;
+    ir_value *top = ir_value_new(c->m, t->name, IR_VAL_OP, &ty, s->loc);
+    ir_op *op = ir_op_new(c->m, IR_OP_LOOPBEGIN, 1, &init, top, s->loc);
+    op->u.loop.dim = s->u.repeat.dim_id;
+    op->u.loop.begin = op;
+    ir_op_append(c->m, op);
+    c->loop_begin = op;
+    c->repeat = (ast_stmt *)s;
+    t->value = top;
+}
+
+/* `}`: a LoopEnd that takes the body's new value of the carried tensor to
+ * the next iteration; its result is the tensor after the loop. */
+static void lower_end(fe_checker *c, uint32_t loc)
+{
+    fe_tensor *t = c->repeat->u.repeat.carry;
+    ir_value *next = t->value;
+    ir_type ty = next->type;
+    ir_value *after = ir_value_new(c->m, t->name, IR_VAL_OP, &ty, loc);
+    ir_op *op = ir_op_new(c->m, IR_OP_LOOPEND, 1, &next, after, loc);
+    op->u.loop.dim = c->loop_begin->u.loop.dim;
+    op->u.loop.begin = c->loop_begin;
+    op->u.loop.end = op;
+    c->loop_begin->u.loop.end = op;
+    ir_op_append(c->m, op);
+    c->loop_begin = NULL;
+    c->repeat = NULL;
+    t->value = after;
+}
+
 static bool has_label(const int *labels, int n, int dim)
 {
     for (int i = 0; i < n; i++)
@@ -102,7 +171,7 @@ static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
         int labels[IR_MAX_RANK];
         for (int i = 0; i < f->u.tref.nidx; i++)
             labels[i] = f->u.tref.idx[i].dim;
-        return fe_ew_leaf(a, f->u.tref.sym->value, labels, f->u.tref.nidx);
+        return fe_ew_leaf(a, ref_value(x->c, &f->u.tref), labels, f->u.tref.nidx);
     }
     case AST_F_NUMBER:
         return fe_ew_const(a, f->u.num.value);
@@ -288,7 +357,7 @@ static bool call_argument(stmt_ctx *x, const ast_factor *f, operand *out)
     const ast_factor *g = e->nterms == 1 && e->terms[0]->sign > 0 && e->terms[0]->nfactors == 1
                               ? e->terms[0]->factors[0] : NULL;
     if (g && g->kind == AST_F_TENSOR && !g->divide) {
-        out->v = g->u.tref.sym->value;
+        out->v = ref_value(x->c, &g->u.tref);
         out->n = g->u.tref.nidx;
         for (int i = 0; i < out->n; i++)
             out->labels[i] = g->u.tref.idx[i].dim;
@@ -326,11 +395,11 @@ static operand lower_gather(stmt_ctx *x, const ast_tref *t)
 {
     const ast_tref *ids = gather_ids(t);
     operand ops[2], out = {.n = 0};
-    ops[0].v = ids->sym->value;
+    ops[0].v = ref_value(x->c, ids);
     ops[0].n = ids->nidx;
     for (int i = 0; i < ids->nidx; i++)
         out.labels[out.n++] = ops[0].labels[i] = ids->idx[i].dim;
-    ops[1].v = t->sym->value;
+    ops[1].v = ref_value(x->c, t);
     ops[1].n = t->nidx;
     ops[1].labels[0] = t->idx[0].dim;
     for (int i = 1; i < t->nidx; i++)
@@ -413,7 +482,7 @@ static ir_value *lower_summed(stmt_ctx *x, const ast_term *t, double scale, int 
             continue;
         }
         if (f->kind == AST_F_TENSOR && !f->divide) {
-            o->v = f->u.tref.sym->value;
+            o->v = ref_value(x->c, &f->u.tref);
             o->n = f->u.tref.nidx;
             for (int i = 0; i < o->n; i++)
                 o->labels[i] = f->u.tref.idx[i].dim;
@@ -612,10 +681,16 @@ static void lower_output(fe_checker *c, const ast_stmt *s)
 bool fe_lower(fe_checker *c, const ast_program *prog)
 {
     bool ok = true;
+    c->block = 0; /* lower_repeat numbers the blocks again, as the checker did */
+    c->repeat = NULL;
     for (int i = 0; i < prog->nstmts && ok; i++) {
         const ast_stmt *s = prog->stmts[i];
         if (s->kind == AST_S_INPUT || s->kind == AST_S_PARAM) {
             lower_decl(c, s);
+        } else if (s->kind == AST_S_REPEAT) {
+            lower_repeat(c, s);
+        } else if (s->kind == AST_S_END) {
+            lower_end(c, s->loc);
         } else if (s->kind == AST_S_ASSIGN) {
             const ast_tref *l = &s->u.assign.lhs;
             fe_tensor *t = fe_symtab_get(&c->tensors, l->name.s);
@@ -623,14 +698,24 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
                             .loc = s->loc};
             memcpy(x.lhs, t->dims, (size_t)t->rank * sizeof(int));
+            /* An update of a carried tensor is computed over the labels its
+             * left side writes, which may relabel the tensor's dims; its
+             * value then takes the tensor's dims (same sizes, checked). */
+            if (s->u.assign.update)
+                for (int k = 0; k < t->rank; k++)
+                    x.lhs[k] = l->idx[k].dim;
             t->value = fe_grad_call(s) ? fe_grad_lower(c, prog, s) : lower_assign(&x, s);
             if (!t->value) {
                 ok = false;
                 break;
             }
-            if (t->has_constraint && !c->opts->single_device) {
+            if (s->u.assign.update)
+                memcpy(t->value->type.dims, t->dims, (size_t)t->rank * sizeof(int));
+            /* An update of a carried tensor has its own left side. */
+            bool constrained = s->u.assign.update ? s->u.assign.constrained : t->has_constraint;
+            if (constrained && !c->opts->single_device) {
                 t->value->has_constraint = true;
-                t->value->constraint = t->sh;
+                t->value->constraint = s->u.assign.update ? s->u.assign.sh : t->sh;
             } else if (fe_grad_call(s) && !c->opts->single_device) {
                 /* The gradient of an input or param is sharded like it,
                  * unless the left side says otherwise: FSDP's gradients

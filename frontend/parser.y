@@ -84,6 +84,7 @@ static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc
 %token INPUT "'input'"
 %token PARAM "'param'"
 %token OUTPUT "'output'"
+%token REPEAT "'repeat'"
 %token INF "'inf'"
 %token LE "'<='"
 %token GE "'>='"
@@ -121,6 +122,7 @@ line
  *       | 'input' tref ':' NAME | 'param' tref ':' NAME
  *       | tref '=' arg
  *       | 'output' NAME | 'output' tref
+ *       | 'repeat' NAME '{' | '}'   (a repeated block's first and last line)
  * The error alternatives keep what a broken line was about (the tensor it
  * defines, or that it is an output line) so that later uses are not reported
  * again as undefined; they record it at once, as error recovery may still
@@ -164,6 +166,18 @@ stmt
         {
             $$ = stmt_new(p, AST_S_OUTPUT, @1.begin);
             $$->u.output.tref = *$2;
+        }
+    | REPEAT IDENT '{'
+        {
+            $$ = stmt_new(p, AST_S_REPEAT, @1.begin);
+            $$->u.repeat.dim = $2;
+            $$->u.repeat.dim_id = -1;
+        }
+    | '}'                      { $$ = stmt_new(p, AST_S_END, @1.begin); }
+    | REPEAT error
+        {   /* still opens a block, so that its '}' is no error of its own */
+            $$ = stmt_new(p, AST_S_REPEAT, @1.begin);
+            $$->u.repeat.dim_id = -1;
         }
     | INPUT IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }
     | PARAM IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }

@@ -31,6 +31,11 @@ bool ir_op_is_reshard(ir_op_kind k)
            k == IR_OP_ALLTOALL || k == IR_OP_SLICE;
 }
 
+bool ir_op_is_loop(ir_op_kind k)
+{
+    return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE;
+}
+
 const char *ir_func_name(ir_func f)
 {
     return (unsigned)f < IR_FN_COUNT ? func_names[f] : "?";
@@ -174,7 +179,33 @@ ir_op *ir_op_new(ir_module *m, ir_op_kind kind, int noperands,
         op->u.einsum.scale = 1.0;
     if (ir_op_is_reshard(kind))
         op->u.coll.dim = op->u.coll.dim2 = -1;
+    if (ir_op_is_loop(kind))
+        op->u.loop.dim = -1;
     return op;
+}
+
+/* The loop an op placed right after `prev` (NULL: at the front) is in. */
+static ir_op *loop_after(const ir_op *op, const ir_op *prev)
+{
+    if (op->kind == IR_OP_LOOPBEGIN || op->kind == IR_OP_LOOPEND || !prev ||
+        prev->kind == IR_OP_LOOPEND)
+        return NULL;
+    return prev->kind == IR_OP_LOOPBEGIN ? (ir_op *)prev : prev->loop;
+}
+
+/* The loop an op placed right before `next` is in. */
+static ir_op *loop_before(const ir_op *op, const ir_op *next)
+{
+    if (op->kind == IR_OP_LOOPBEGIN || op->kind == IR_OP_LOOPEND || next->kind == IR_OP_LOOPBEGIN)
+        return NULL;
+    return next->kind == IR_OP_LOOPEND ? next->u.loop.begin : next->loop;
+}
+
+int64_t ir_op_trips(const ir_module *m, const ir_op *op)
+{
+    if (!op->loop || op->loop->u.loop.dim < 0 || op->loop->u.loop.dim >= m->ndims)
+        return 1;
+    return m->dims[op->loop->u.loop.dim].size;
 }
 
 static void set_def(ir_op *op)
@@ -187,6 +218,7 @@ static void set_def(ir_op *op)
 
 void ir_op_append(ir_module *m, ir_op *op)
 {
+    op->loop = loop_after(op, m->last);
     op->prev = m->last;
     op->next = NULL;
     if (m->last)
@@ -203,6 +235,7 @@ void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op)
         ir_op_append(m, op);
         return;
     }
+    op->loop = loop_before(op, before);
     op->next = before;
     op->prev = before->prev;
     if (before->prev)
@@ -217,6 +250,7 @@ void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
 {
     if (!after) {
         /* At the front. */
+        op->loop = NULL;
         op->prev = NULL;
         op->next = m->first;
         if (m->first)
@@ -227,6 +261,7 @@ void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
         set_def(op);
         return;
     }
+    op->loop = loop_after(op, after);
     op->prev = after;
     op->next = after->next;
     if (after->next)

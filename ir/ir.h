@@ -233,7 +233,10 @@ ir_ew_class ir_ew_classify(const ir_ew_node *nodes, int nnodes, int n);
     X(ALLREDUCE, "AllReduce", coll)                 \
     X(ALLTOALL, "AllToAll", coll)                   \
     X(SLICE, "Slice", coll)                         \
-    X(MESHSLICE, "MeshSlice", ms)
+    X(MESHSLICE, "MeshSlice", ms)                   \
+    X(LOOPBEGIN, "LoopBegin", loop)                 \
+    X(LOOPEND, "LoopEnd", loop)                     \
+    X(LAYERSLICE, "LayerSlice", loop)
 
 typedef enum ir_op_kind {
 #define X(e, s, arm) IR_OP_##e,
@@ -247,6 +250,9 @@ const char *ir_op_name(ir_op_kind k);
 /* True for AllGather, ReduceScatter, AllReduce, AllToAll and Slice: the
  * ops that change a sharding rather than compute. */
 bool ir_op_is_reshard(ir_op_kind k);
+/* True for LoopBegin, LoopEnd and LayerSlice: the ops that structure a
+ * repeated block rather than compute (docs/ir.md, "Repeated blocks"). */
+bool ir_op_is_loop(ir_op_kind k);
 
 /* The 2D GEMM dataflows of seed 004 (Fig. 1, Table 1), named by the
  * matrix that stays on its devices. */
@@ -313,6 +319,11 @@ typedef struct ir_op {
     int for_operand;
     const char *reason;
     ir_cost cost;
+    /* The LoopBegin of the repeated block whose body holds this op, or NULL
+     * outside every loop (LoopBegin and LoopEnd themselves are outside).
+     * Kept by ir_op_append / ir_op_insert_before / ir_op_insert_after, so an
+     * op a pass inserts between two body ops is in the body too. */
+    struct ir_op *loop;
     union {
         /* IR_OP_EINSUM: result = scale * (reduction over labels not in the
          * result of the product of the operands) (1 to IR_MAX_OPERANDS;
@@ -382,6 +393,24 @@ typedef struct ir_op {
             int nmoves;                               /* entries of `moves`: 2 */
             ir_ms_move moves[2];                      /* the partial collectives of one iteration */
         } ms;
+        /* IR_OP_LOOPBEGIN, IR_OP_LOOPEND, IR_OP_LAYERSLICE: a repeated block
+         * (`repeat L { ... }`), run once per index l = 0 .. |L|-1 of dim
+         * `dim`.  The ops strictly between `begin` and `end` are the body.
+         *  LoopBegin:  result = the loop-carried value at the top of each
+         *              iteration; operand 0 is its value before the loop
+         *              (the first iteration's).  Same type as operand 0.
+         *  LoopEnd:    operand 0 is the body's new value of the carried
+         *              value (the next iteration's, with begin's result's
+         *              sharding); the result is the value after the loop.
+         *  LayerSlice: result = operand 0 (an input or param whose first
+         *              dim is `dim`, not sharded) at index l: a view of
+         *              its l-th block, no copy; its type is the operand's
+         *              without the first dim. */
+        struct {
+            int dim;             /* dim id (ir_module.dims) counting the iterations */
+            struct ir_op *begin; /* the loop's LoopBegin (itself for a LoopBegin) */
+            struct ir_op *end;   /* the loop's LoopEnd (itself for a LoopEnd) */
+        } loop;
     } u;
 } ir_op;
 
@@ -463,6 +492,9 @@ void ir_op_remove(ir_module *m, ir_op *op);
 /* Replaces every use of `from` after op `after` (NULL: everywhere) by `to`,
  * including program outputs. */
 void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after);
+/* Number of times `op` runs in one step: the size of its loop's dim for an
+ * op in a repeated block's body (op->loop), else 1. */
+int64_t ir_op_trips(const ir_module *m, const ir_op *op);
 /* Sets `op`'s provenance: inserted for operand `operand` of `for_op`, with a
  * printf-formatted reason (copied into the arena). */
 void ir_op_set_reason(ir_module *m, ir_op *op, ir_op *for_op, int operand,

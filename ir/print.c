@@ -270,8 +270,21 @@ void ir_print(FILE *out, ir_module *m)
     }
     for (const ir_op *op = m->first; op; op = op->next) {
         const ir_value *r = op->result;
-        fprintf(out, "%s = ", vstr(m, r, b1, sizeof b1));
+        /* A repeated block's body is indented under its LoopBegin. */
+        fprintf(out, "%s%s = ", op->loop ? "  " : "", vstr(m, r, b1, sizeof b1));
         switch (op->kind) {
+        case IR_OP_LOOPBEGIN:
+        case IR_OP_LOOPEND:
+        case IR_OP_LAYERSLICE: {
+            const ir_dimdef *dd = op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims ? &m->dims[op->u.loop.dim] : NULL;
+            if (op->kind == IR_OP_LOOPBEGIN)
+                fprintf(out, "LoopBegin(%s = %lld)", dd ? dd->name : "?", dd ? (long long)dd->size : 0LL);
+            else
+                fprintf(out, "%s(%s)", ir_op_name(op->kind), dd ? dd->name : "?");
+            for (int i = 0; i < op->noperands; i++)
+                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
+            break;
+        }
         case IR_OP_EINSUM:
             if (op->u.einsum.reduce != IR_RED_SUM)
                 fprintf(out, "%s ", ir_reduce_name(op->u.einsum.reduce));
@@ -307,7 +320,14 @@ void ir_print(FILE *out, ir_module *m)
         fprintf(out, "   #");
         if (op->reason)
             fprintf(out, " %s;", op->reason);
-        fprintf(out, " %.2f MiB/device", (double)ir_local_bytes(m, &r->type) / (1 << 20));
+        if (op->kind == IR_OP_LOOPBEGIN)
+            fprintf(out, " the carried value at the top of each iteration;");
+        else if (op->kind == IR_OP_LOOPEND)
+            fprintf(out, " the carried value after the loop;");
+        if (op->kind == IR_OP_LAYERSLICE)
+            fprintf(out, " a view of one layer, no copy");
+        else
+            fprintf(out, " %.2f MiB/device", (double)ir_local_bytes(m, &r->type) / (1 << 20));
         print_cost(out, &op->cost);
         fputc('\n', out);
         if (op->kind == IR_OP_MESHSLICE)

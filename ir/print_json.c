@@ -82,6 +82,15 @@ static void ms_json(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes)
     }
 }
 
+/* Position of `op` in `order` (nops entries), or -1. */
+static int op_index(const ir_op *const *order, int nops, const ir_op *op)
+{
+    for (int j = 0; j < nops; j++)
+        if (order[j] == op)
+            return j;
+    return -1;
+}
+
 void ir_print_json(FILE *out, ir_module *m)
 {
     char buf[4096];
@@ -148,7 +157,14 @@ void ir_print_json(FILE *out, ir_module *m)
             cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
         } else if (op->kind == IR_OP_MESHSLICE) {
             ms_json(m, op, o, axes);
+        } else if (ir_op_is_loop(op->kind) && op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims) {
+            cJSON_AddStringToObject(o, "loop_dim", m->dims[op->u.loop.dim].name);
+            cJSON_AddNumberToObject(o, "trips", (double)m->dims[op->u.loop.dim].size);
+            cJSON_AddNumberToObject(o, "begin", op_index(order, nops, op->u.loop.begin));
+            cJSON_AddNumberToObject(o, "end", op_index(order, nops, op->u.loop.end));
         }
+        if (op->loop)
+            cJSON_AddNumberToObject(o, "in_loop", op_index(order, nops, op->loop));
         cJSON *operands = cJSON_AddArrayToObject(o, "operands");
         for (int j = 0; j < op->noperands; j++)
             cJSON_AddItemToArray(operands, value_json(m, op->operands[j]));

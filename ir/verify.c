@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ir.h"
+#include "verify_internal.h"
 
 #define WHY(...) (why ? (void)snprintf(why, why_size, __VA_ARGS__) : (void)0)
 
@@ -461,6 +462,8 @@ int ir_verify(const ir_module *m, diag_ctx *d)
         bool ok;
         if (op->kind == IR_OP_MESHSLICE) {
             ok = meshslice_result(m, op, &want, why, sizeof why);
+        } else if (ir_op_is_loop(op->kind)) {
+            ok = ir_verify_loop_result(m, op, &want, why, sizeof why);
         } else if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
             const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
             const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
@@ -537,5 +540,6 @@ int ir_verify(const ir_module *m, diag_ctx *d)
         }
     }
     free(defined);
+    ir_verify_loops(m, d);
     return d->nerrors - before;
 }

@@ -23,6 +23,11 @@
  * A plan that computes a dim redundantly on several devices executes more
  * FLOPs per device but does no more of the model's work, so its MFU does
  * not rise with the redundant work; dividing executed FLOPs would reward it.
+ *
+ * A repeated block's body (`repeat L`) is one copy of its ops in the IR:
+ * each op's annotation is one run, and the totals count it |L| times
+ * (ir_op_trips).  A param-derived reshard in a body (an FSDP gather of one
+ * layer's weights) is |L| transfers on the prefetch stream.
  */
 #include <math.h>
 #include <string.h>
@@ -42,7 +47,9 @@ bool cost_value_is_param_derived(const ir_value *v)
     while (v) {
         if (v->kind == IR_VAL_PARAM)
             return true;
-        if (v->kind != IR_VAL_OP || !v->def || !ir_op_is_reshard(v->def->kind) ||
+        /* One layer of a stacked param is a param too (a view of it). */
+        if (v->kind != IR_VAL_OP || !v->def ||
+            (!ir_op_is_reshard(v->def->kind) && v->def->kind != IR_OP_LAYERSLICE) ||
             v->def->noperands < 1)
             return false;
         for (int i = 1; i < v->def->noperands; i++)
@@ -68,7 +75,11 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
             if (v && v->id >= 0 && v->id < m->nvalues && ready[v->id] > dep)
                 dep = ready[v->id];
         }
-        double t = op->cost.valid ? op->cost.time : 0;
+        /* A repeated block's body runs once per layer: its time, FLOPs and
+         * collectives count that many times (the ops of one iteration wait
+         * for the previous one, so they add up in program order). */
+        double trips = (double)ir_op_trips(m, op);
+        double t = op->cost.valid ? op->cost.time * trips : 0;
         double end;
         if (ir_op_is_reshard(op->kind) && op->result && cost_value_is_param_derived(op->result)) {
             side_t = fmax(side_t, dep) + t;
@@ -84,12 +95,12 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
                 exposed += t;
         }
         if (op->kind == IR_OP_MESHSLICE && op->cost.valid) /* the loop's communication not hidden */
-            exposed += fmax(0, op->cost.time - op->cost.t_compute);
+            exposed += fmax(0, op->cost.time - op->cost.t_compute) * trips;
         /* Model FLOPs, not executed ones: each device's share of the
          * unsharded op's FLOPs, at the peak of the op's dtype. */
-        double mf = cost_op_model_flops(m, op);
+        double mf = cost_op_model_flops(m, op) * trips;
         model += mf;
-        ew += cost_op_elementwise_flops(m, op);
+        ew += cost_op_elementwise_flops(m, op) * trips;
         if (mf > 0 && op->result)
             busy_peak += mf / devices / cost_peak_flops(hw, op->result->type.dtype);
         if (op->result && op->result->id >= 0 && op->result->id < m->nvalues)

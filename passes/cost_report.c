@@ -68,7 +68,7 @@ static void print_flops_line(FILE *out, const ir_module *m)
         devices = 1;
     for (const ir_op *op = m->first; op; op = op->next)
         if (op->cost.valid && cost_op_model_flops(m, op) > 0)
-            executed += op->cost.flops;
+            executed += op->cost.flops * (double)ir_op_trips(m, op); /* a loop body: every run */
     double share = m->totals.model_flops / devices;
     fprintf(out, "model FLOPs: %.4g global (einsums, each FLOP of the unsharded program once; "
                  "seed 003), %.4g per device; executed %.4g per device",
@@ -117,7 +117,18 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
         char name[64] = "-";
         if (op->result)
             ir_value_name(op->result, name, sizeof name);
-        fprintf(out, "%-16s %-13s ", name, ir_op_name(op->kind));
+        if (op->kind == IR_OP_LOOPBEGIN && op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims)
+            fprintf(out, "# repeat %s = %lld: the rows from LoopBegin to LoopEnd are one iteration "
+                    "(the body indented); the totals count the body %lld times\n",
+                    m->dims[op->u.loop.dim].name, (long long)m->dims[op->u.loop.dim].size,
+                    (long long)m->dims[op->u.loop.dim].size);
+        if (op->loop) { /* a repeated block's body, indented as in --dump-ir */
+            char indented[66];
+            snprintf(indented, sizeof indented, "  %s", name);
+            fprintf(out, "%-16s %-13s ", indented, ir_op_name(op->kind));
+        } else {
+            fprintf(out, "%-16s %-13s ", name, ir_op_name(op->kind));
+        }
         const ir_cost *c = &op->cost;
         if (!c->valid) {
             fprintf(out, "%11s %11s %11s %11s %11s %11s %11s  -\n", "-", "-", "-", "-", "-", "-", "-");

@@ -74,7 +74,8 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
     int rank = v->type.rank;
     if (!last)
         for (int i = 0; i < p->nmade; i++)
-            if (p->mades[i].src == v && ir_sharding_equal(&p->mades[i].sh, to, rank))
+            if (p->mades[i].src == v && ir_sharding_equal(&p->mades[i].sh, to, rank) &&
+                pass_prop_loop_reusable(p->mades[i].dst, before))
                 return p->mades[i].dst;
     pass_reshard_plan plan;
     if (!pass_reshard_find(p->m, &v->type, to, &plan))
@@ -334,6 +335,21 @@ static void report_infeasible(const prop *p, int k)
                "axes)", stmt);
 }
 
+/* Backward and forward rounds of re-picking layouts, to a fixed point;
+ * returns the number of rounds. */
+static int sweep(prop *p)
+{
+    int round = 0;
+    for (bool changed = true; changed && round < MAX_SWEEPS; round++) {
+        changed = false;
+        for (int k = p->nops - 1; k >= 0; k--)
+            changed |= pass_prop_choose(p, k) > 0;
+        for (int k = 0; k < p->nops; k++)
+            changed |= pass_prop_choose(p, k) > 0;
+    }
+    return round;
+}
+
 int pass_propagate(pass_ctx *ctx, ir_module *m)
 {
     prop p;
@@ -348,6 +364,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
         errors = 1;
         goto out;
     }
+    int unknown_loops = pass_prop_loop_prepare(&p);
     /* Forward sweep, then backward/forward rounds to a fixed point. */
     for (int k = 0; k < p.nops; k++) {
         if (pass_prop_choose(&p, k) < 0) {
@@ -357,14 +374,10 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     }
     if (errors)
         goto out;
-    int round = 0;
-    for (bool changed = true; changed && round < MAX_SWEEPS; round++) {
-        changed = false;
-        for (int k = p.nops - 1; k >= 0; k--)
-            changed |= pass_prop_choose(&p, k) > 0;
-        for (int k = 0; k < p.nops; k++)
-            changed |= pass_prop_choose(&p, k) > 0;
-    }
+    int round = sweep(&p);
+    /* Repeated blocks whose carried sharding comes from the sweeps. */
+    if (unknown_loops && pass_prop_loop_settle(&p))
+        round += sweep(&p);
     if (ctx->log) {
         cost total = pass_prop_total_cost(&p);
         fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s), %.0f bytes moved per device "
@@ -373,6 +386,8 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
             log_layout(&p, k);
     }
     errors = materialise(&p);
+    if (!errors)
+        errors = pass_prop_loop_finish(&p);
 out:
     free(p.ops);
     free(p.def);

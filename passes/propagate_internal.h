@@ -114,6 +114,23 @@ cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
  * current layouts (every distinct reshard of every value counted once). */
 cost pass_prop_total_cost(prop *p);
 
+/* ---- propagate_loop.c: repeated blocks, planned once ---- */
+
+/* Before the sweeps: gives each LayerSlice result its param's sharding
+ * without the first dim, and each loop's carried value (LoopBegin and
+ * LoopEnd results) its carried sharding where the source fixes it.  Returns
+ * the number of loops whose carried sharding waits for the sweeps. */
+int pass_prop_loop_prepare(prop *p);
+/* After the sweeps: takes the carried sharding of those loops from the
+ * value entering them; true if any changed (the caller sweeps again). */
+bool pass_prop_loop_settle(prop *p);
+/* After materialisation: reshards the value entering each loop and the
+ * body's new value into the carried sharding.  Returns the errors. */
+int pass_prop_loop_finish(prop *p);
+/* Whether an emitted reshard's value `dst` may be reused by an op placed
+ * before `before` (NULL: at the end): not across a loop body's boundary. */
+bool pass_prop_loop_reusable(const ir_value *dst, const ir_op *before);
+
 /* ---- propagate_reason.c ---- */
 
 /* "Tmp = In * Win", "Act = gelu(Tmp)": op as written, into buf. */

@@ -144,6 +144,10 @@ typedef struct rt_program {
     const char *const *op_names;       /* e.g. "In.1 = AllGather_Y In"; NULL entries allowed */
     const double *op_predicted;        /* cost pass's time per call, seconds per device; <0 unknown */
     const char *hw_name;               /* hardware profile the predictions are for ("host") */
+    /* rt_op_begin/rt_op_end calls in one run: an op in a repeated block's
+     * body is called once per iteration (sizes the --profile and --trace
+     * buffers); 0 for nops. */
+    int64_t calls_per_run;
 } rt_program;
 
 /* ---- called by emitted code ---- */

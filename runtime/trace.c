@@ -34,7 +34,7 @@
 
 int64_t rt_trace_capacity(const rt_program *prog, int64_t runs)
 {
-    int64_t per_run = prog->nops > 0 ? prog->nops : 1;
+    int64_t per_run = prog->calls_per_run > 0 ? prog->calls_per_run : prog->nops > 0 ? prog->nops : 1;
     int64_t cap = per_run * runs;
     /* A trace of more spans than this is too large to look at anyway, and
      * the root holds 24 bytes per span and device. */

@@ -14,6 +14,10 @@
  * to cut the memory per device; seed 002, question 2: a TPU v5e's 16 GB of
  * HBM holds the device's params and its share of the KV cache).
  *
+ * A repeated block's body is one copy in the IR and its buffers are reused
+ * by every iteration, so it counts once; a stacked param counts whole (all
+ * its layers are resident), and one layer of it (LayerSlice) is a view.
+ *
  * Not counted: the temporary buffers of collectives and MeshSlice loops
  * inside the runtime, alignment and fragmentation; so the figure is a
  * lower bound of what an executable allocates.
@@ -65,6 +69,21 @@ cost_memory cost_memory_peak(const ir_module *m)
         }
         if (op->result && op->result->id >= 0 && op->result->id < nv)
             def[op->result->id] = idx;
+        /* A repeated block's body runs again: a value made before the loop
+         * and read in it lives to the loop's end, and the carried value's
+         * buffer lives through the whole body. */
+        if (op->kind == IR_OP_LOOPEND && op->u.loop.begin) {
+            int b = -1;
+            for (int j = idx - 1; j >= 0 && b < 0; j--)
+                if (order[j] == op->u.loop.begin)
+                    b = j;
+            for (int i = 0; b >= 0 && i < nv; i++)
+                if (def[i] >= 0 && def[i] < b && last[i] > b && last[i] < idx)
+                    last[i] = idx;
+            const ir_value *top = op->u.loop.begin->result;
+            if (top && top->id >= 0 && top->id < nv && last[top->id] < idx - 1)
+                last[top->id] = idx - 1;
+        }
     }
     for (int k = 0; k < m->noutputs; k++) {
         const ir_value *v = m->outputs[k].value;
@@ -75,6 +94,8 @@ cost_memory cost_memory_peak(const ir_module *m)
         const ir_value *v = m->values[i];
         if (!v || v->kind != IR_VAL_OP || def[i] < 0)
             continue; /* params and inputs are resident; a value of a removed op holds nothing */
+        if (v->def && v->def->kind == IR_OP_LAYERSLICE)
+            continue; /* a view of one layer of a param, which is resident */
         int end = last[i] > def[i] ? last[i] : def[i]; /* an unread result lives during its op */
         double bytes = (double)ir_local_bytes(m, &v->type);
         delta[def[i]] += bytes;

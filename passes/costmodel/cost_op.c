@@ -353,6 +353,9 @@ void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir
     case IR_OP_MESHSLICE:
         cost_meshslice_op(m, hw, op, op->u.ms.k, &c);
         break;
+    case IR_OP_LAYERSLICE:
+        c.bound = IR_BOUND_MEMORY; /* a view of one layer of a stacked param: no data moves */
+        break;
     case IR_OP_SLICE:
         c.hbm_bytes = 2 * out;
         c.t_memory = c.hbm_bytes / hw->hbm_bw;

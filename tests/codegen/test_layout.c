@@ -124,6 +124,7 @@ static void test_program(void)
     CHECK_OFF(&e, ty, rt_program, 13, op_names);
     CHECK_OFF(&e, ty, rt_program, 14, op_predicted);
     CHECK_OFF(&e, ty, rt_program, 15, hw_name);
+    CHECK_OFF(&e, ty, rt_program, 16, calls_per_run);
     env_close(&e);
 }
 

@@ -627,6 +627,97 @@ static void test_bad_axis_size_defines_it(void)
                 "             ^\n");
 }
 
+/* Repeated blocks (`repeat L { ... }`): stacked params, the carried
+ * tensor, scoping and block structure. */
+#define RP "mesh X = 2, Y = 2\ndim B = 4, D = 8, E = 8, L = 4, K = 4\n" \
+           "input X[B, D] : f32\nparam W[L, E, D] : f32\n"
+
+static void test_repeat_errors(void)
+{
+    /* stacked param whose first dim is not L */
+    EXPECT_DIAG(RP "param U[K, E, D] : f32\n" "repeat L {\n" "  X[B, D] = X[B, E] * U[E, D]\n" "}\n" "output X\n",
+               "t.ein:7:23: error: tensor 'U' has 3 dims but 2 are given; inside 'repeat L' that would be one layer of a tensor stacked on 'L', but the first dim of 'U' is 'K'\n"
+                "      X[B, D] = X[B, E] * U[E, D]\n"
+                "                          ^\n");
+    /* L sharded */
+    EXPECT_DIAG(RP "param V[L_X, E, D] : f32\n" "repeat L {\n" "  X[B, D] = X[B, E] * V[E, D]\n" "}\n" "output X\n",
+               "t.ein:7:23: error: 'V' is stacked on 'L', the dim this block repeats over, and 'L' is sharded over mesh axis X: layers cannot be split over devices (pipeline parallelism is not supported); declare its 'L' without a subscript\n"
+                "      X[B, D] = X[B, E] * V[E, D]\n"
+                "                          ^\n"
+                "t.ein:5:7: note: 'V' is declared here\n"
+                "    param V[L_X, E, D] : f32\n"
+                "          ^\n");
+    /* stacked param with its L */
+    EXPECT_DIAG(RP "repeat L {\n" "  X[B, D] = X[B, E] * W[L, E, D]\n" "}\n" "output X\n",
+               "t.ein:6:23: error: inside 'repeat L', 'W' stands for the current layer: write it without its first dim 'L', like 'W[E, D]'\n"
+                "      X[B, D] = X[B, E] * W[L, E, D]\n"
+                "                          ^\n");
+    /* carried shape changes */
+    EXPECT_DIAG(RP "repeat L {\n" "  S[B] = X[B, D]\n" "  X[B] = S[B] * 2\n" "}\n" "output X\n",
+               "t.ein:7:3: error: 'X' is carried by the 'repeat' block with shape [B, D], but is updated with shape [B]: a carried tensor keeps its shape\n"
+                "      X[B] = S[B] * 2\n"
+                "      ^\n");
+    /* nested */
+    EXPECT_DIAG(RP "repeat L {\n" "  repeat L {\n" "    X[B, D] = X[B, E] * W[E, D]\n" "  }\n" "}\n" "output X\n",
+               "t.ein:6:3: error: a 'repeat' block cannot be nested in another one\n"
+                "      repeat L {\n"
+                "      ^\n"
+                "t.ein:5:1: note: the enclosing 'repeat' block starts here\n"
+                "    repeat L {\n"
+                "    ^\n");
+    /* local after the block */
+    EXPECT_DIAG(RP "repeat L {\n" "  H[B, D] = X[B, E] * W[E, D]\n" "  X[B, D] = X[B, D] + H[B, D]\n" "}\n" "Y[B, D] = H[B, D] * 2\n" "output Y\n",
+               "t.ein:9:11: error: tensor 'H' is local to a 'repeat' block and is not available outside it\n"
+                "    Y[B, D] = H[B, D] * 2\n"
+                "              ^\n"
+                "t.ein:6:3: note: 'H' is defined here\n"
+                "      H[B, D] = X[B, E] * W[E, D]\n"
+                "      ^\n");
+    /* local as output */
+    EXPECT_DIAG(RP "repeat L {\n" "  H[B, D] = X[B, E] * W[E, D]\n" "  X[B, D] = X[B, D] + H[B, D]\n" "}\n" "output H\n",
+               "t.ein:9:8: error: tensor 'H' is local to a 'repeat' block and is not available outside it\n"
+                "    output H\n"
+                "           ^\n"
+                "t.ein:6:3: note: 'H' is defined here\n"
+                "      H[B, D] = X[B, E] * W[E, D]\n"
+                "      ^\n");
+    /* not closed */
+    EXPECT_DIAG(RP "repeat L {\n" "  X[B, D] = X[B, E] * W[E, D]\n" "output X\n",
+               "t.ein:5:1: error: this 'repeat' block is not closed: end it with a line '}'\n"
+                "    repeat L {\n"
+                "    ^\n");
+    /* stray brace */
+    EXPECT_DIAG(RP "repeat L {\n" "  X[B, D] = X[B, E] * W[E, D]\n" "}\n" "}\n" "output X\n",
+               "t.ein:8:1: error: '}' closes no 'repeat' block\n"
+                "    }\n"
+                "    ^\n");
+    /* two carried */
+    EXPECT_DIAG(RP "input Z[B, D] : f32\n" "repeat L {\n" "  X[B, D] = X[B, E] * W[E, D]\n" "  Z[B, D] = Z[B, D] * 2\n" "}\n" "output X\n",
+               "t.ein:8:3: error: a 'repeat' block carries one tensor from one iteration to the next, and this one already carries 'X': 'Z' cannot be updated too\n"
+                "      Z[B, D] = Z[B, D] * 2\n"
+                "      ^\n");
+    /* updated twice */
+    EXPECT_DIAG(RP "repeat L {\n" "  X[B, D] = X[B, E] * W[E, D]\n" "  X[B, D] = X[B, E] * W[E, D]\n" "}\n" "output X\n",
+               "t.ein:7:3: error: 'X' is already updated in this 'repeat' block\n"
+                "      X[B, D] = X[B, E] * W[E, D]\n"
+                "      ^\n");
+    /* no update */
+    EXPECT_DIAG(RP "repeat L {\n" "  H[B, D] = X[B, E] * W[E, D]\n" "}\n" "output X\n",
+               "t.ein:5:1: error: this 'repeat' block updates no tensor defined before it, so repeating it has no effect: assign to one, like 'X[...] = X[...] + ...'\n"
+                "    repeat L {\n"
+                "    ^\n");
+    /* declaration inside */
+    EXPECT_DIAG(RP "repeat L {\n" "  input Q[B] : f32\n" "  X[B, D] = X[B, E] * W[E, D] + Q[B]\n" "}\n" "output X\n",
+               "t.ein:6:3: error: inputs and params are declared outside 'repeat' blocks: move 'Q' before the block\n"
+                "      input Q[B] : f32\n"
+                "      ^\n");
+    /* unknown dim */
+    EXPECT_DIAG(RP "repeat Q {\n" "  X[B, D] = X[B, E] * W[E, D]\n" "}\n" "output X\n",
+               "t.ein:5:8: error: dim 'Q' is not defined\n"
+                "    repeat Q {\n"
+                "           ^\n");
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -667,6 +758,7 @@ void einc_register_tests(void)
         {"bad mesh axis size still defines it", test_bad_axis_size_defines_it},
         {"errors past the limit are counted", test_error_count},
         {"grad misuses", test_grad_errors},
+        {"repeated blocks", test_repeat_errors},
     };
     einc_add_suite("frontend errors", tests, (int)(sizeof tests / sizeof tests[0]));
 }

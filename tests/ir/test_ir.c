@@ -228,6 +228,91 @@ static void test_verify_constraint(void)
 }
 
 /* The dump formats: text in the seeds' notation, JSON with the documented keys. */
+/* Loop op `k` over dim K reading `a`, with result type `rt`, appended;
+ * `begin` is its loop's LoopBegin (NULL: the op is one). */
+static ir_op *loop_op(fixture *f, ir_op_kind k, ir_value *a, ir_type rt, ir_op *begin)
+{
+    ir_value *r = ir_value_new(f->m, a->tensor, IR_VAL_OP, &rt, 0);
+    ir_op *op = ir_op_new(f->m, k, 1, &a, r, 0);
+    op->u.loop.dim = f->K;
+    op->u.loop.begin = begin ? begin : op;
+    ir_op_append(f->m, op);
+    return op;
+}
+
+/* Slice_Y of `a` along position 1, appended. */
+static ir_op *slice_y(fixture *f, ir_value *a)
+{
+    ir_type t = a->type;
+    ir_sharding_push(&t.sh, 1, 1);
+    ir_value *r = ir_value_new(f->m, a->tensor, IR_VAL_OP, &t, 0);
+    ir_op *op = ir_op_new(f->m, IR_OP_SLICE, 1, &a, r, 0);
+    op->u.coll.naxes = 1;
+    op->u.coll.axes[0] = 1;
+    op->u.coll.dim = 1;
+    ir_op_append(f->m, op);
+    return op;
+}
+
+/* A repeated block over K (4 trips): X[I_X, J] carried, W[K, I_X?, J]
+ * sliced per layer.  `w0` shards W's first dim on X (not allowed);
+ * `body_out` makes the body's new value X[I_X, J_Y] (not the carried
+ * sharding); `leak` reads the layer slice after the loop.  Returns the
+ * verifier's error count. */
+static int verify_loop_case(fixture *f, bool w0, bool body_out, bool leak)
+{
+    ir_type xt = type2(f, f->I, "X", f->J, "");
+    ir_value *x = ir_value_new(f->m, "X", IR_VAL_INPUT, &xt, 0);
+    ir_type wt;
+    memset(&wt, 0, sizeof wt);
+    wt.dtype = IR_F32;
+    wt.rank = 3;
+    wt.dims[0] = f->K;
+    wt.dims[1] = f->I;
+    wt.dims[2] = f->J;
+    ir_sharding_push(&wt.sh, w0 ? 0 : 1, 0);
+    ir_value *w = ir_value_new(f->m, "W", IR_VAL_PARAM, &wt, 0);
+    ir_op *b = loop_op(f, IR_OP_LOOPBEGIN, x, xt, NULL);
+    ir_op *s = loop_op(f, IR_OP_LAYERSLICE, w, type2(f, f->I, w0 ? "" : "X", f->J, ""), b);
+    ir_value *next = body_out ? slice_y(f, b->result)->result : b->result;
+    ir_op *e = loop_op(f, IR_OP_LOOPEND, next, xt, b);
+    b->u.loop.end = s->u.loop.end = e->u.loop.end = e;
+    if (leak)
+        slice_y(f, s->result);
+    ir_output_add(f->m, "X", e->result, 0);
+    CU_ASSERT_PTR_EQUAL(s->loop, b);
+    CU_ASSERT_PTR_NULL(b->loop);
+    CU_ASSERT_PTR_NULL(e->loop);
+    CU_ASSERT_EQUAL(ir_op_trips(f->m, s), 4);
+    CU_ASSERT_EQUAL(ir_op_trips(f->m, e), 1);
+    return verify(f);
+}
+
+static void test_verify_loops(void)
+{
+    static const struct {
+        bool w0, body_out, leak;
+        const char *want; /* a part of the message, NULL for none */
+    } cases[] = {
+        {false, false, false, NULL},
+        {true, false, false, "first dim is not the loop's dim, or is sharded"},
+        {false, true, false, "not in the carried sharding"},
+        {false, false, true, "defined in the body of a loop it is not in"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture f;
+        setup(&f);
+        int n = verify_loop_case(&f, cases[i].w0, cases[i].body_out, cases[i].leak);
+        if (cases[i].want) {
+            CU_ASSERT(n > 0);
+            CU_ASSERT_PTR_NOT_NULL(f.errs ? strstr(f.errs, cases[i].want) : NULL);
+        } else {
+            CU_ASSERT_EQUAL(n, 0);
+        }
+        teardown(&f);
+    }
+}
+
 static void test_print(void)
 {
     fixture f;
@@ -311,6 +396,7 @@ void einc_register_tests(void)
         {"verify_bad_values", test_verify_bad_values},
         {"verify_collectives", test_verify_collectives},
         {"verify_constraint", test_verify_constraint},
+        {"verify_loops", test_verify_loops},
         {"print", test_print},
         {"diag", test_diag},
     };
