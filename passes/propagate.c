@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "propagate_internal.h"
 
 /* ---- materialisation ---- */
@@ -68,6 +69,15 @@ typedef struct emit_why {
     const ir_op *def;    /* for target reshards: the producer of v, or NULL */
 } emit_why;
 
+/* Index of compute op `op` among p->ops, or -1. */
+static int decided_index(const prop *p, const ir_op *op)
+{
+    for (int k = 0; op && k < p->nops; k++)
+        if (p->ops[k].op == op)
+            return k;
+    return -1;
+}
+
 static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before, ir_value *last,
                       ir_op *for_op, int operand, const emit_why *ew)
 {
@@ -77,9 +87,9 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
             if (p->mades[i].src == v && ir_sharding_equal(&p->mades[i].sh, to, rank))
                 return p->mades[i].dst;
     pass_reshard_plan plan;
-    if (!pass_reshard_find(p->m, &v->type, to, &plan))
+    if (!pass_reshard_find_timed(p->m, p->hw, &v->type, to, &plan))
         return NULL;
-    char whys[PASS_RESHARD_MAX_STEPS][512];
+    char whys[PASS_RESHARD_MAX_STEPS][1024];
     const char *wp[PASS_RESHARD_MAX_STEPS];
     for (int s = 0; s < plan.nsteps; s++) {
         if (ew->k >= 0)
@@ -87,6 +97,14 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
         else
             pass_prop_target_reason(p, ew->def, v, to, ew->what, &plan.steps[s], whys[s], sizeof whys[s]);
         wp[s] = whys[s];
+    }
+    /* The first op inserted for a compute op also says what decided its
+     * layout and what lost (the runner-up and its cost). */
+    int dk = ew->k >= 0 ? ew->k : decided_index(p, ew->def);
+    if (plan.nsteps > 0 && dk >= 0 && !p->ops[dk].decision_told) {
+        size_t n = strlen(whys[0]);
+        snprintf(whys[0] + n, sizeof whys[0] - n, "%s", p->ops[dk].decision);
+        p->ops[dk].decision_told = true;
     }
     ir_value *out = pass_reshard_emit(p->m, v, &plan, before, last, for_op, operand, wp);
     if (!last && plan.nsteps > 0) {
@@ -307,8 +325,14 @@ static void log_layout(prop *p, int k)
                 c == CH_NONE ? "replicated" : c >= CH_CARRY ? "carry{U}" : p->m->dims[oi->label[c]].name);
     }
     cost c = pass_prop_layout_cost(p, k, &oi->lay);
-    fprintf(p->ctx->log, ", %.2f MiB moved per device by its operands and result (%d ops)\n",
+    if (p->hw)
+        fprintf(p->ctx->log, ", %.4g us (compute and reshards), ", c.time * 1e6);
+    else
+        fputs(", ", p->ctx->log);
+    fprintf(p->ctx->log, "%.2f MiB moved per device by its operands and result (%d ops)\n",
             c.bytes / (1024.0 * 1024.0), c.nops);
+    if (oi->decision[0])
+        fprintf(p->ctx->log, "propagate:   %s\n", oi->decision + 2);
 }
 
 /* Reports that no layout of op k is feasible, naming the likely cause. */
@@ -339,6 +363,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     prop p;
     memset(&p, 0, sizeof p);
     p.ctx = ctx;
+    p.hw = ctx->hw;
     p.m = m;
     int errors = check_input(&p);
     if (errors)
@@ -357,18 +382,31 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     }
     if (errors)
         goto out;
-    int round = 0;
-    for (bool changed = true; changed && round < MAX_SWEEPS; round++) {
-        changed = false;
-        for (int k = p.nops - 1; k >= 0; k--)
-            changed |= pass_prop_choose(&p, k) > 0;
-        for (int k = 0; k < p.nops; k++)
-            changed |= pass_prop_choose(&p, k) > 0;
+    int round = 0, pair_rounds = 0;
+    for (;;) {
+        for (bool changed = true; changed && round < MAX_SWEEPS; round++) {
+            changed = false;
+            for (int k = p.nops - 1; k >= 0; k--)
+                changed |= pass_prop_choose(&p, k) > 0;
+            for (int k = 0; k < p.nops; k++)
+                changed |= pass_prop_choose(&p, k) > 0;
+        }
+        /* Then pair moves at the fixed point, and sweeps again after one
+         * that helped; every accepted move lowers the objective. */
+        if (pair_rounds++ >= MAX_PAIR_ROUNDS || !pass_prop_improve_pairs(&p))
+            break;
     }
+    for (int k = 0; k < p.nops; k++)
+        pass_prop_runner_up(&p, k);
+    for (int k = 0; k < p.nops; k++)
+        pass_prop_decision(&p, k, p.ops[k].decision, sizeof p.ops[k].decision);
     if (ctx->log) {
         cost total = pass_prop_total_cost(&p);
-        fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s), %.0f bytes moved per device "
-                "by %d reshard ops\n", p.nops, round, total.bytes, total.nops);
+        fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s), ", p.nops, round);
+        if (p.hw)
+            fprintf(ctx->log, "%.4g us on %s (compute and reshards, in sequence), ", total.time * 1e6,
+                    p.hw->name);
+        fprintf(ctx->log, "%.0f bytes moved per device by %d reshard ops\n", total.bytes, total.nops);
         for (int k = 0; k < p.nops; k++)
             log_layout(&p, k);
     }
