@@ -20,7 +20,7 @@
 #define CH_NONE (-1)     /* the op is replicated over the axis */
 #define CH_CARRY 1000    /* CH_CARRY + k: unreduced sums carried from operand k */
 #define MAX_SWEEPS 12    /* backward+forward rounds; a fixed point comes far sooner */
-#define MAX_PAIR_ROUNDS 4 /* rounds of pair moves, each followed by sweeps */
+#define MAX_JOINT_ROUNDS 4 /* rounds of joint moves, each followed by sweeps */
 #define MAX_HINTS 32     /* result shardings consulted for candidate labels */
 #define MAX_OPTIONS 24   /* candidate choices for one mesh axis */
 
@@ -127,15 +127,20 @@ cost pass_prop_total_cost(prop *p);
 /* Seconds op k takes on the profile under `lay` (cost_op_estimate on its
  * per-device shapes); 0 without a profile. */
 double pass_prop_compute_time(const prop *p, int k, const layout *lay);
-/* Pair moves: for every def-use edge between two compute ops, tries every
- * combination of their candidate layouts and keeps the best for the whole
- * program's objective (a move coordinate descent cannot make, since each
- * half alone is worse).  Returns how many pairs changed. */
-int pass_prop_improve_pairs(prop *p);
+/* Joint moves: for every compute op k whose result other compute ops read
+ * (at most 8 of them), tries each candidate layout of k with every reader
+ * re-picked to its best layout given it, and keeps the combination that
+ * minimises the whole program's objective: a move coordinate descent
+ * cannot make when each change alone is worse.  With one reader this is
+ * every combination of the pair's layouts.  Returns how many ops' groups
+ * changed. */
+int pass_prop_improve_joint(prop *p);
 /* Finds op k's runner-up (the best layout whose axis choices differ from
  * the chosen one) and prices the program with each: fills has_alt, alt,
- * lay_total and alt_total.  Run after the search. */
-void pass_prop_runner_up(prop *p, int k);
+ * lay_total and alt_total, from `total`, the objective of the current
+ * layouts (pass_prop_total_cost).  Run after the search; costs O(op k's
+ * candidates), not O(program). */
+void pass_prop_runner_up(prop *p, int k, const cost *total);
 /* "Y->F", "X->replicated Y->carry{U}": layout `lay` of op k, into buf. */
 void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, size_t size);
 

@@ -547,16 +547,18 @@ cost pass_prop_total_cost(prop *p)
     return t;
 }
 
-/* The terms of the objective that the layouts of ops k and j change: their
- * compute and the costs of every value they read or write.  The objective
- * is a sum over ops and values, so comparing this between two layouts of
- * the pair compares the whole program's objective. */
+/* The terms of the objective that the layouts of ops k and j change (j < 0:
+ * op k alone): their compute and the costs of every value they read or
+ * write.  The objective is a sum over ops and values, so comparing this
+ * between two layouts of the pair compares the whole program's objective,
+ * in time independent of the program's size. */
 static cost pair_cost(prop *p, int k, int j)
 {
     cost t = COST_ZERO;
-    t.time = pass_prop_compute_time(p, k, &p->ops[k].lay) + pass_prop_compute_time(p, j, &p->ops[j].lay);
+    t.time = pass_prop_compute_time(p, k, &p->ops[k].lay) +
+             (j >= 0 ? pass_prop_compute_time(p, j, &p->ops[j].lay) : 0.0);
     int ids[2 * (IR_MAX_OPERANDS + 1)], n = 0;
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < (j >= 0 ? 2 : 1); q++) {
         const ir_op *op = p->ops[q ? j : k].op;
         for (int i = 0; i <= op->noperands; i++) {
             int id = (i < op->noperands ? op->operands[i] : op->result)->id;
@@ -573,12 +575,13 @@ static cost pair_cost(prop *p, int k, int j)
 }
 
 /* Every feasible layout of op k given the current state of the others
- * (the candidates of pass_prop_choose), at most `max`, into out. */
-static int collect_layouts(prop *p, int k, layout *out, int max)
+ * (the candidates of pass_prop_choose), at most `max`, into out; `ch` is
+ * scratch space. */
+static int collect_layouts(prop *p, int k, chooser *ch, layout *out, int max)
 {
-    chooser *ch = calloc(1, sizeof *ch);
-    if (!ch)
-        return 0;
+    /* Unused axis slots stay 0, as in calloc'd layouts, so that layouts
+     * compare bytewise. */
+    memset(&ch->cur, 0, sizeof ch->cur);
     ch->nhints = result_hints(p, k, ch->hints);
     for (int a = 0; a < p->m->mesh.naxes; a++)
         ch->nopts[a] = axis_options(p, k, ch->hints, ch->nhints, a, ch->opts[a]);
@@ -595,58 +598,128 @@ static int collect_layouts(prop *p, int k, layout *out, int max)
         if (a == naxes)
             break;
     }
-    free(ch);
     return n;
 }
 
-#define MAX_PAIR_LAYOUTS 128
+#define MAX_JOINT_LAYOUTS 128 /* candidates per op tried in a joint move */
+#define MAX_STAR 8            /* consumers moved with their producer, at most */
 
-int pass_prop_improve_pairs(prop *p)
+/* The terms of the objective that the layouts of ops[0..n-1] change:
+ * their compute and the costs of every distinct value they read or write
+ * (the generalisation of pair_cost). */
+static cost group_cost(prop *p, const int *ops, int n)
+{
+    cost t = COST_ZERO;
+    int ids[(MAX_STAR + 1) * (IR_MAX_OPERANDS + 1)], nid = 0;
+    for (int q = 0; q < n; q++) {
+        t.time += pass_prop_compute_time(p, ops[q], &p->ops[ops[q]].lay);
+        const ir_op *op = p->ops[ops[q]].op;
+        for (int i = 0; i <= op->noperands; i++) {
+            int id = (i < op->noperands ? op->operands[i] : op->result)->id;
+            bool seen = id < 0 || id >= p->nvalues;
+            for (int s = 0; s < nid && !seen; s++)
+                seen = ids[s] == id;
+            if (!seen)
+                ids[nid++] = id;
+        }
+    }
+    for (int s = 0; s < nid; s++)
+        t = cost_add(t, value_cost(p, ids[s]));
+    return t;
+}
+
+/* Sets op j to its best layout for the objective given every other op
+ * (its own terms, pair_cost(j, -1)); false if it has none. */
+static bool best_response(prop *p, int j, chooser *ch, layout *scratch)
+{
+    int n = collect_layouts(p, j, ch, scratch, MAX_JOINT_LAYOUTS);
+    cost best = COST_INF;
+    int arg = -1;
+    for (int b = 0; b < n; b++) {
+        p->ops[j].lay = scratch[b];
+        cost c = pair_cost(p, j, -1);
+        if (cost_less(c, best)) {
+            best = c;
+            arg = b;
+        }
+    }
+    if (arg >= 0)
+        p->ops[j].lay = scratch[arg];
+    return arg >= 0;
+}
+
+int pass_prop_improve_joint(prop *p)
 {
     int improved = 0;
-    layout *lk = malloc(MAX_PAIR_LAYOUTS * sizeof *lk), *lj = malloc(MAX_PAIR_LAYOUTS * sizeof *lj);
-    if (!lk || !lj) {
+    layout *lk = malloc(MAX_JOINT_LAYOUTS * sizeof *lk), *lj = malloc(MAX_JOINT_LAYOUTS * sizeof *lj);
+    chooser *ch = malloc(sizeof *ch);
+    if (!lk || !lj || !ch) {
         free(lk);
         free(lj);
+        free(ch);
         return 0;
     }
-    for (int j = 0; j < p->nops; j++) {
-        const ir_op *op = p->ops[j].op;
-        for (int i = 0; i < op->noperands; i++) {
-            int id = op->operands[i]->id;
-            int k = id >= 0 && id < p->nvalues ? p->def[id] : -1;
-            if (k < 0 || k == j || !p->ops[k].decided || !p->ops[j].decided)
+    for (int k = 0; k < p->nops; k++) {
+        /* The star of op k: k and the compute ops that read its result. */
+        int grp[MAX_STAR + 1], n = 1;
+        grp[0] = k;
+        const ir_value *r = p->ops[k].op->result;
+        bool ok = p->ops[k].decided && r->id >= 0 && r->id < p->nvalues;
+        for (int u = ok ? p->use_start[r->id] : 0; ok && u < p->use_start[r->id + 1]; u++) {
+            int j = p->uses[u].op, q = 1;
+            while (q < n && grp[q] != j)
+                q++;
+            if (q < n || j == k)
                 continue;
-            layout keep_k = p->ops[k].lay, keep_j = p->ops[j].lay, best_k = keep_k, best_j = keep_j;
-            cost best = pair_cost(p, k, j);
-            int nk = collect_layouts(p, k, lk, MAX_PAIR_LAYOUTS);
-            for (int a = 0; a < nk; a++) {
-                p->ops[k].lay = lk[a];
-                p->ops[j].lay = keep_j;
-                int nj = collect_layouts(p, j, lj, MAX_PAIR_LAYOUTS);
-                for (int b = 0; b < nj; b++) {
-                    p->ops[j].lay = lj[b];
-                    cost c = pair_cost(p, k, j);
-                    if (cost_less(c, best)) {
-                        best = c;
-                        best_k = lk[a];
-                        best_j = lj[b];
-                    }
-                }
-            }
-            p->ops[k].lay = best_k;
-            p->ops[j].lay = best_j;
-            if (memcmp(best_k.choice, keep_k.choice, sizeof best_k.choice) != 0 ||
-                memcmp(best_j.choice, keep_j.choice, sizeof best_j.choice) != 0)
-                improved++;
+            ok = n <= MAX_STAR && p->ops[j].decided;
+            if (ok)
+                grp[n++] = j;
         }
+        if (!ok || n < 2)
+            continue;
+        layout keep[MAX_STAR + 1], best_lay[MAX_STAR + 1];
+        for (int q = 0; q < n; q++)
+            keep[q] = best_lay[q] = p->ops[grp[q]].lay;
+        cost best = group_cost(p, grp, n);
+        int nk = collect_layouts(p, k, ch, lk, MAX_JOINT_LAYOUTS);
+        for (int a = 0; a < nk; a++) {
+            /* The readers are re-picked in program order, each given k's
+             * layout and the readers before it; the ones not re-picked yet
+             * are undecided, so they price nothing (as in the forward
+             * sweep) and do not make k's candidate look infeasible. */
+            for (int q = 1; q < n; q++) {
+                p->ops[grp[q]].lay = keep[q];
+                p->ops[grp[q]].decided = false;
+            }
+            p->ops[k].lay = lk[a];
+            bool feasible = true;
+            for (int q = 1; q < n && feasible; q++)
+                feasible = p->ops[grp[q]].decided = best_response(p, grp[q], ch, lj);
+            for (int q = 1; q < n; q++)
+                p->ops[grp[q]].decided = true;
+            if (!feasible)
+                continue;
+            cost c = group_cost(p, grp, n);
+            if (cost_less(c, best)) {
+                best = c;
+                for (int q = 0; q < n; q++)
+                    best_lay[q] = p->ops[grp[q]].lay;
+            }
+        }
+        bool changed = false;
+        for (int q = 0; q < n; q++) {
+            p->ops[grp[q]].lay = best_lay[q];
+            changed |= memcmp(best_lay[q].choice, keep[q].choice, sizeof keep[q].choice) != 0;
+        }
+        improved += changed;
     }
     free(lk);
     free(lj);
+    free(ch);
     return improved;
 }
 
-void pass_prop_runner_up(prop *p, int k)
+void pass_prop_runner_up(prop *p, int k, const cost *total)
 {
     opinfo *oi = &p->ops[k];
     oi->has_alt = false;
@@ -662,13 +735,20 @@ void pass_prop_runner_up(prop *p, int k)
     ch->exclude = oi->lay.choice;
     enumerate(p, k, ch, 0);
     if (!isinf(ch->best_cost.bytes)) {
+        /* The program's objective with the runner-up: the total, minus op
+         * k's terms with its layout, plus its terms with the runner-up. */
         layout chosen = oi->lay;
-        oi->lay_total = pass_prop_total_cost(p);
+        cost mine = pair_cost(p, k, -1);
         oi->lay = ch->best;
-        oi->alt_total = pass_prop_total_cost(p);
+        cost other = pair_cost(p, k, -1);
         oi->lay = chosen;
+        oi->lay_total = *total;
+        oi->alt_total = *total;
+        oi->alt_total.time += other.time - mine.time;
+        oi->alt_total.bytes += other.bytes - mine.bytes;
+        oi->alt_total.nops += other.nops - mine.nops;
         oi->alt = ch->best;
-        oi->has_alt = !isinf(oi->alt_total.bytes);
+        oi->has_alt = !isinf(other.bytes) && !isinf(total->bytes);
     }
     free(ch);
 }

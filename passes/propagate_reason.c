@@ -295,17 +295,26 @@ static void layout_steps(const prop *p, int k, const layout *lay, char *buf, siz
     if (r->has_constraint) {
         add_steps(p, r, &lay->produced, &r->constraint, buf, size, &left);
     } else {
-        for (int u = p->use_start[r->id]; u < p->use_start[r->id + 1]; u++) {
+        /* The consumers' and outputs' targets, each distinct one once, as
+         * materialisation emits one reshard per target. */
+        ir_sharding wants[MAX_HINTS];
+        int nw = 0;
+        for (int u = p->use_start[r->id]; u < p->use_start[r->id + 1] && nw < MAX_HINTS; u++) {
             const opinfo *c = &p->ops[p->uses[u].op];
             if (c->decided)
-                add_steps(p, r, &lay->produced, &c->lay.req[p->uses[u].operand], buf, size, &left);
+                wants[nw++] = c->lay.req[p->uses[u].operand];
         }
-        for (int i = 0; i < p->m->noutputs; i++)
-            if (p->m->outputs[i].value == r) {
-                ir_sharding want = p->m->outputs[i].has_constraint ? p->m->outputs[i].constraint
-                                                                   : pass_prop_reduced(lay->produced);
-                add_steps(p, r, &lay->produced, &want, buf, size, &left);
-            }
+        for (int i = 0; i < p->m->noutputs && nw < MAX_HINTS; i++)
+            if (p->m->outputs[i].value == r)
+                wants[nw++] = p->m->outputs[i].has_constraint ? p->m->outputs[i].constraint
+                                                               : pass_prop_reduced(lay->produced);
+        for (int w = 0; w < nw; w++) {
+            bool seen = false;
+            for (int e = 0; e < w && !seen; e++)
+                seen = ir_sharding_equal(&wants[e], &wants[w], r->type.rank);
+            if (!seen)
+                add_steps(p, r, &lay->produced, &wants[w], buf, size, &left);
+        }
     }
     if (left <= 0) {
         size_t n = strlen(buf);
