@@ -267,9 +267,26 @@ static void explain_dim(FILE *out, const ir_module *m, const cost_hw *hw, const 
                 hbm == 0 ? "compute" : "memory", dn);
 }
 
+/* The propagate pass's decision for `op`, if it wrote one: the text after
+ * "; planner: " in the reason of a collective inserted for op (the runner-up
+ * layout and the step times of both, passes/propagate_reason.c). */
+static const char *planner_decision(const ir_module *m, const ir_op *op)
+{
+    static const char tag[] = "; planner: ";
+    for (const ir_op *o = m->first; o; o = o->next) {
+        const char *at = o->for_op == op && o->reason ? strstr(o->reason, tag) : NULL;
+        if (at)
+            return at + sizeof tag - 1;
+    }
+    return NULL;
+}
+
 static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, const ir_op *op)
 {
     print_op_line(out, m, op);
+    const char *dec = planner_decision(m, op);
+    if (dec)
+        fprintf(out, "  planner: %s\n", dec);
     const ir_cost *c = &op->cost;
     ir_dtype t = op->result->type.dtype;
     fprintf(out, "  compute %.4g us (%.4g FLOP at %.4g FLOP/s %s), memory %.4g us: %s-bound on its own\n",

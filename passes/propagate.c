@@ -14,18 +14,28 @@
  * the layout requires, a min-cost reshard (reshard.c, Dijkstra over sharding
  * states, seed 001's byte counts) is inserted.
  *
- * The objective is the total number of bytes moved per device: the sum over
- * every def-use edge of reshard(producer's sharding -> consumer's req), plus
- * the reshards that make constrained values and outputs meet their
- * constraints (a bare output only needs its partial sums reduced).  Ties are
- * broken by the number of ops.  We minimise it by coordinate descent: a
- * forward sweep picks each op's cheapest layout given its producers (with
- * "must be reduced" assumed for consumers not yet seen), then backward and
- * forward sweeps re-pick each op's layout given both its producers and its
- * consumers' current requirements, until nothing changes.  Every change
- * strictly lowers the objective, so the sweeps reach a fixed point.  The
- * backward sweeps are what let a constraint on an output shape the choices
- * before it (e.g. a ReduceScatter instead of AllReduce then Slice).
+ * The objective is the estimated step time on the --hw profile (pass_ctx.hw),
+ * by the cost model the cost pass uses (passes/costmodel/): every op's
+ * compute under its layout (cost_op_estimate on per-device shapes, so work
+ * repeated on the devices of an axis that could have split it costs its
+ * FLOPs), plus, over every def-use edge, the time of reshard(producer's
+ * sharding -> consumer's req), plus the reshards that make constrained
+ * values and outputs meet their constraints (a bare output only needs its
+ * partial sums reduced).  Ties are broken by bytes moved per device, then
+ * by the number of ops.  Without a profile every time is 0 and bytes
+ * decide.  We minimise it by coordinate descent: a forward sweep picks
+ * each op's cheapest layout given its producers (with "must be reduced"
+ * assumed for consumers not yet seen), then backward and forward sweeps
+ * re-pick each op's layout given both its producers and its consumers'
+ * current requirements, until nothing changes.  Every change strictly
+ * lowers the objective, so the sweeps reach a fixed point.  The backward
+ * sweeps are what let a constraint on an output shape the choices before
+ * it (e.g. a ReduceScatter instead of AllReduce then Slice).  At the fixed
+ * point, joint moves (a larger neighbourhood, as in Kernighan-Lin local
+ * search) try each layout of an op with its readers re-picked to their best
+ * given it, and keep the combination best for the whole objective; then
+ * the sweeps run again.  docs/propagation.md gives the complexity, the
+ * limits and worked examples.
  *
  * Which layouts are tried.  An axis may only go to a label on which some
  * operand, the result's constraint, a consumer's requirement or an output
@@ -54,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "propagate_internal.h"
 
 /* ---- materialisation ---- */
@@ -66,7 +77,18 @@ typedef struct emit_why {
     int operand;         /* operand index, or -1 */
     const char *what;    /* for target reshards: "constraint" or "output" */
     const ir_op *def;    /* for target reshards: the producer of v, or NULL */
+    int dk;              /* op info whose decision the first step reports, or -1 */
 } emit_why;
+
+/* Index of compute op `op` among p->ops, or -1 (a linear search: called
+ * once per program output). */
+static int decided_index(const prop *p, const ir_op *op)
+{
+    for (int k = 0; op && k < p->nops; k++)
+        if (p->ops[k].op == op)
+            return k;
+    return -1;
+}
 
 static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before, ir_value *last,
                       ir_op *for_op, int operand, const emit_why *ew)
@@ -78,9 +100,9 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
                 pass_prop_loop_reusable(p->mades[i].dst, before))
                 return p->mades[i].dst;
     pass_reshard_plan plan;
-    if (!pass_reshard_find(p->m, &v->type, to, &plan))
+    if (!pass_reshard_find_timed(p->m, p->hw, &v->type, to, &plan))
         return NULL;
-    char whys[PASS_RESHARD_MAX_STEPS][512];
+    char whys[PASS_RESHARD_MAX_STEPS][1024];
     const char *wp[PASS_RESHARD_MAX_STEPS];
     for (int s = 0; s < plan.nsteps; s++) {
         if (ew->k >= 0)
@@ -88,6 +110,14 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
         else
             pass_prop_target_reason(p, ew->def, v, to, ew->what, &plan.steps[s], whys[s], sizeof whys[s]);
         wp[s] = whys[s];
+    }
+    /* The first op inserted for a compute op also says what decided its
+     * layout and what lost (the runner-up and its cost). */
+    int dk = ew->dk;
+    if (plan.nsteps > 0 && dk >= 0 && !p->ops[dk].decision_told) {
+        size_t n = strlen(whys[0]);
+        snprintf(whys[0] + n, sizeof whys[0] - n, "%s", p->ops[dk].decision);
+        p->ops[dk].decision_told = true;
     }
     ir_value *out = pass_reshard_emit(p->m, v, &plan, before, last, for_op, operand, wp);
     if (!last && plan.nsteps > 0) {
@@ -133,7 +163,7 @@ static int materialise(prop *p)
             ir_value *v = op->operands[i];
             if (ir_sharding_equal(&v->type.sh, &oi->lay.req[i], v->type.rank))
                 continue;
-            emit_why ew = {p, k, i, NULL, NULL};
+            emit_why ew = {p, k, i, NULL, NULL, k};
             ir_value *nv = emit(p, v, &oi->lay.req[i], op, NULL, op, i, &ew);
             if (!nv) {
                 ir_type t = v->type;
@@ -152,7 +182,7 @@ static int materialise(prop *p)
             ir_value *w = ir_value_new(m, r->tensor, IR_VAL_OP, &t, r->loc);
             op->result = w;
             w->def = op;
-            emit_why ew = {p, -1, -1, "constraint", op};
+            emit_why ew = {p, -1, -1, "constraint", op, k};
             if (!emit(p, w, &r->constraint, op->next, r, op, -1, &ew)) {
                 ir_type c = r->type;
                 c.sh = r->constraint;
@@ -174,7 +204,7 @@ static int materialise(prop *p)
         if (ir_sharding_equal(&v->type.sh, &want, v->type.rank))
             continue;
         ir_op *origin = compute_origin(v);
-        emit_why ew = {p, -1, -1, "output", origin};
+        emit_why ew = {p, -1, -1, "output", origin, decided_index(p, origin)};
         ir_value *nv = emit(p, v, &want, NULL, NULL, origin, -1, &ew);
         if (!nv) {
             ir_type c = v->type;
@@ -308,8 +338,14 @@ static void log_layout(prop *p, int k)
                 c == CH_NONE ? "replicated" : c >= CH_CARRY ? "carry{U}" : p->m->dims[oi->label[c]].name);
     }
     cost c = pass_prop_layout_cost(p, k, &oi->lay);
-    fprintf(p->ctx->log, ", %.2f MiB moved per device by its operands and result (%d ops)\n",
+    if (p->hw)
+        fprintf(p->ctx->log, ", %.4g us (compute and reshards), ", c.time * 1e6);
+    else
+        fputs(", ", p->ctx->log);
+    fprintf(p->ctx->log, "%.2f MiB moved per device by its operands and result (%d ops)\n",
             c.bytes / (1024.0 * 1024.0), c.nops);
+    if (oi->decision[0])
+        fprintf(p->ctx->log, "propagate:   %s\n", oi->decision + 2);
 }
 
 /* Reports that no layout of op k is feasible, naming the likely cause. */
@@ -355,6 +391,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     prop p;
     memset(&p, 0, sizeof p);
     p.ctx = ctx;
+    p.hw = ctx->hw;
     p.m = m;
     int errors = check_input(&p);
     if (errors)
@@ -374,14 +411,28 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     }
     if (errors)
         goto out;
-    int round = sweep(&p);
+    int round = 0, joint_rounds = 0;
+    for (;;) {
+        round += sweep(&p);
+        /* Then joint moves at the fixed point, and sweeps again after one
+         * that helped; every accepted move lowers the objective. */
+        if (joint_rounds++ >= MAX_JOINT_ROUNDS || !pass_prop_improve_joint(&p))
+            break;
+    }
     /* Repeated blocks whose carried sharding comes from the sweeps. */
     if (unknown_loops && pass_prop_loop_settle(&p))
         round += sweep(&p);
+    cost total = pass_prop_total_cost(&p);
+    for (int k = 0; k < p.nops; k++)
+        pass_prop_runner_up(&p, k, &total);
+    for (int k = 0; k < p.nops; k++)
+        pass_prop_decision(&p, k, p.ops[k].decision, sizeof p.ops[k].decision);
     if (ctx->log) {
-        cost total = pass_prop_total_cost(&p);
-        fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s), %.0f bytes moved per device "
-                "by %d reshard ops\n", p.nops, round, total.bytes, total.nops);
+        fprintf(ctx->log, "propagate: %d ops, fixed point after %d round(s), ", p.nops, round);
+        if (p.hw)
+            fprintf(ctx->log, "%.4g us on %s (compute and reshards, in sequence), ", total.time * 1e6,
+                    p.hw->name);
+        fprintf(ctx->log, "%.0f bytes moved per device by %d reshard ops\n", total.bytes, total.nops);
         for (int k = 0; k < p.nops; k++)
             log_layout(&p, k);
     }

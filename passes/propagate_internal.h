@@ -20,11 +20,15 @@
 #define CH_NONE (-1)     /* the op is replicated over the axis */
 #define CH_CARRY 1000    /* CH_CARRY + k: unreduced sums carried from operand k */
 #define MAX_SWEEPS 12    /* backward+forward rounds; a fixed point comes far sooner */
+#define MAX_JOINT_ROUNDS 4 /* rounds of joint moves, each followed by sweeps */
 #define MAX_HINTS 32     /* result shardings consulted for candidate labels */
 #define MAX_OPTIONS 24   /* candidate choices for one mesh axis */
 
-/* A cost in the pass's objective: bytes per device, then op count. */
+/* A cost in the pass's objective, compared lexicographically: estimated
+ * time on the profile, then bytes moved per device, then op count.  Without
+ * a profile (pass_ctx.hw NULL) every time is 0, so bytes decide. */
 typedef struct cost {
+    double time;  /* seconds: compute of the ops priced plus their reshards (cost model) */
     double bytes; /* bytes moved per device (seed 001 formulas) */
     int nops;     /* number of reshard ops */
 } cost;
@@ -54,6 +58,11 @@ typedef struct opinfo {
     bool linear;                          /* elementwise and linear in its operands */
     bool decided;                         /* `lay` is valid */
     layout lay;                           /* the chosen layout */
+    bool has_alt;                         /* `alt` is valid (set after the search) */
+    layout alt;                           /* the runner-up: best layout with other choices */
+    cost lay_total, alt_total;            /* the program's objective with `lay` / with `alt` */
+    char decision[400];                   /* pass_prop_decision's text, written before materialisation */
+    bool decision_told;                   /* the decision is written into a reason already */
 } opinfo;
 
 /* One memoised reshard cost. */
@@ -75,6 +84,7 @@ typedef struct made {
 /* The pass's context (no global state). */
 typedef struct prop {
     pass_ctx *ctx;       /* options and diagnostics */
+    const struct cost_hw *hw; /* profile of the time objective; NULL: bytes decide */
     ir_module *m;        /* the module being transformed */
     int nops;            /* compute ops */
     opinfo *ops;         /* in program order */
@@ -108,11 +118,31 @@ int pass_prop_label_index(const opinfo *oi, int dim);
 /* Re-picks op k's layout: 1 if it changed, 0 if not, -1 if no layout is
  * feasible (or out of memory). */
 int pass_prop_choose(prop *p, int k);
-/* Bytes and ops moved by op k's operands and result under `lay`. */
+/* Op k's terms of the objective under `lay`: its compute time and the
+ * reshards of its operands and result (time, bytes, ops). */
 cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
-/* The objective: bytes and ops moved by the whole program under the
- * current layouts (every distinct reshard of every value counted once). */
+/* The objective of the whole program under the current layouts: every
+ * op's compute time plus every distinct reshard of every value once. */
 cost pass_prop_total_cost(prop *p);
+/* Seconds op k takes on the profile under `lay` (cost_op_estimate on its
+ * per-device shapes); 0 without a profile. */
+double pass_prop_compute_time(const prop *p, int k, const layout *lay);
+/* Joint moves: for every compute op k whose result other compute ops read
+ * (at most 8 of them), tries each candidate layout of k with every reader
+ * re-picked to its best layout given it, and keeps the combination that
+ * minimises the whole program's objective: a move coordinate descent
+ * cannot make when each change alone is worse.  With one reader this is
+ * every combination of the pair's layouts.  Returns how many ops' groups
+ * changed. */
+int pass_prop_improve_joint(prop *p);
+/* Finds op k's runner-up (the best layout whose axis choices differ from
+ * the chosen one) and prices the program with each: fills has_alt, alt,
+ * lay_total and alt_total, from `total`, the objective of the current
+ * layouts (pass_prop_total_cost).  Run after the search; costs O(op k's
+ * candidates), not O(program). */
+void pass_prop_runner_up(prop *p, int k, const cost *total);
+/* "Y->F", "X->replicated Y->carry{U}": layout `lay` of op k, into buf. */
+void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, size_t size);
 
 /* ---- propagate_loop.c: repeated blocks, planned once ---- */
 
@@ -138,6 +168,11 @@ void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size)
 /* Why step `st` is inserted on operand i of op k, into buf. */
 void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf,
                               size_t size);
+/* "; planner: step 2.4e4 us on host, chosen over Y->D (AllToAll_Y:Win,
+ * ...): step 3.5e4 us (+1.1e4 us)": what decided op k's layout and the
+ * runner-up, into buf (empty when there is no runner-up).  Reads the
+ * module as the search left it: call before materialisation. */
+void pass_prop_decision(const prop *p, int k, char *buf, size_t size);
 /* Why step `st` brings value v (made by compute op `op`, or NULL) to
  * `target`, required as `what` ("constraint", "output"), into buf. */
 void pass_prop_target_reason(const prop *p, const ir_op *op, const ir_value *v, const ir_sharding *target,

@@ -1,30 +1,42 @@
 /*
  * propagate_layout.c - the layout search of the propagate pass: the cost of
- * an op's candidate iteration-space shardings (bytes moved per device, by
- * the resharding planner) and the choice of the cheapest.  See the essay at
- * the top of propagate.c.
+ * an op's candidate iteration-space shardings and the choice of the
+ * cheapest.  A layout's cost is the estimated time on the --hw profile of
+ * the op's compute under it (cost_op_estimate on the per-device shapes: the
+ * roofline of seeds 001/002, or a calibrated profile's GEMM and elementwise
+ * curves) plus the time of the reshards of its operands and result (the
+ * resharding planner, each step timed by the same model); bytes moved and
+ * op counts only break ties.  See the essay at the top of propagate.c.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "propagate_internal.h"
 
-static const cost COST_ZERO = {0.0, 0};
-static const cost COST_INF = {INFINITY, 0};
+static const cost COST_ZERO = {0.0, 0.0, 0};
+static const cost COST_INF = {INFINITY, INFINITY, 0};
 
 static cost cost_add(cost a, cost b)
 {
-    cost c = {a.bytes + b.bytes, a.nops + b.nops};
+    cost c = {a.time + b.time, a.bytes + b.bytes, a.nops + b.nops};
     return c;
 }
 
-/* Strictly better: fewer bytes (beyond rounding), or as many and fewer ops. */
+/* Strictly better: less time (beyond rounding), or as much and fewer bytes,
+ * or both equal and fewer ops. */
 static bool cost_less(cost a, cost b)
 {
     if (isinf(b.bytes))
         return !isinf(a.bytes);
     if (isinf(a.bytes))
+        return false;
+    double teps = 1e-9 * fmax(a.time, b.time);
+    if (a.time < b.time - teps)
+        return true;
+    if (a.time > b.time + teps)
         return false;
     double eps = 1e-9 * fmax(1.0, fmax(a.bytes, b.bytes));
     if (a.bytes < b.bytes - eps)
@@ -74,7 +86,8 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
     t.sh = *from;
     pass_reshard_plan plan;
     cost c = COST_INF;
-    if (pass_reshard_find(p->m, &t, to, &plan)) {
+    if (pass_reshard_find_timed(p->m, p->hw, &t, to, &plan)) {
+        c.time = plan.time;
         c.bytes = plan.bytes;
         c.nops = plan.nsteps;
     }
@@ -298,12 +311,36 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
     return true;
 }
 
-/* Cost of layout `lay` (already filled) for op k: the reshards of its
- * operands not shared with other uses, plus those of its result. */
+double pass_prop_compute_time(const prop *p, int k, const layout *lay)
+{
+    if (!p->hw)
+        return 0.0;
+    /* The op on stack copies of its values carrying the layout's
+     * shardings: cost_op_estimate reads only kinds, types and the arm. */
+    const ir_op *op = p->ops[k].op;
+    ir_value vals[IR_MAX_OPERANDS + 1];
+    ir_op o = *op;
+    for (int i = 0; i < op->noperands; i++) {
+        vals[i] = *op->operands[i];
+        vals[i].type.sh = lay->req[i];
+        o.operands[i] = &vals[i];
+    }
+    vals[IR_MAX_OPERANDS] = *op->result;
+    vals[IR_MAX_OPERANDS].type.sh = lay->produced;
+    o.result = &vals[IR_MAX_OPERANDS];
+    ir_cost c;
+    cost_op_estimate(p->m, p->hw, &o, &c);
+    return c.time;
+}
+
+/* Cost of layout `lay` (already filled) for op k: its compute time, the
+ * reshards of its operands not shared with other uses, plus those of its
+ * result. */
 cost pass_prop_layout_cost(prop *p, int k, const layout *lay)
 {
     const ir_op *op = p->ops[k].op;
     cost c = COST_ZERO;
+    c.time = pass_prop_compute_time(p, k, lay);
     for (int i = 0; i < op->noperands && !isinf(c.bytes); i++) {
         const ir_value *v = op->operands[i];
         bool shared = needed_elsewhere(p, v, k, &lay->req[i]);
@@ -380,6 +417,7 @@ typedef struct chooser {
     int nhints;                         /* their count */
     layout cur;                         /* layout being built */
     layout best;                        /* best complete layout */
+    const int *exclude;                 /* choices to skip (runner-up search), or NULL */
     cost best_cost;                     /* its cost */
     int64_t best_split;                 /* devices it divides the op's work over */
     int tried;                          /* layouts evaluated */
@@ -412,6 +450,8 @@ static void enumerate(prop *p, int k, chooser *ch, int a)
      * choice[a] visibly in range. */
     if (a >= p->m->mesh.naxes || a >= IR_MAX_AXES) {
         if (!layout_fill(p, k, ch->hints, ch->nhints, &ch->cur))
+            return;
+        if (ch->exclude && memcmp(ch->exclude, ch->cur.choice, sizeof ch->cur.choice) == 0)
             return;
         ch->tried++;
         cost c = pass_prop_layout_cost(p, k, &ch->cur);
@@ -465,10 +505,12 @@ int pass_prop_choose(prop *p, int k)
     return changed;
 }
 
-cost pass_prop_total_cost(prop *p)
+/* The objective's terms of value `id`: its constraint's reshard and one
+ * reshard per distinct sharding its consumers and outputs need. */
+static cost value_cost(prop *p, int id)
 {
     cost t = COST_ZERO;
-    for (int id = 0; id < p->nvalues; id++) {
+    {
         const ir_value *v = p->m->values[id];
         int k = p->def[id];
         ir_sharding have = k >= 0 && p->ops[k].decided ? p->ops[k].lay.produced : v->type.sh;
@@ -492,4 +534,236 @@ cost pass_prop_total_cost(prop *p)
         }
     }
     return t;
+}
+
+cost pass_prop_total_cost(prop *p)
+{
+    cost t = COST_ZERO;
+    for (int k = 0; k < p->nops; k++)
+        if (p->ops[k].decided)
+            t.time += pass_prop_compute_time(p, k, &p->ops[k].lay);
+    for (int id = 0; id < p->nvalues; id++)
+        t = cost_add(t, value_cost(p, id));
+    return t;
+}
+
+/* The terms of the objective that the layouts of ops k and j change (j < 0:
+ * op k alone): their compute and the costs of every value they read or
+ * write.  The objective is a sum over ops and values, so comparing this
+ * between two layouts of the pair compares the whole program's objective,
+ * in time independent of the program's size. */
+static cost pair_cost(prop *p, int k, int j)
+{
+    cost t = COST_ZERO;
+    t.time = pass_prop_compute_time(p, k, &p->ops[k].lay) +
+             (j >= 0 ? pass_prop_compute_time(p, j, &p->ops[j].lay) : 0.0);
+    int ids[2 * (IR_MAX_OPERANDS + 1)], n = 0;
+    for (int q = 0; q < (j >= 0 ? 2 : 1); q++) {
+        const ir_op *op = p->ops[q ? j : k].op;
+        for (int i = 0; i <= op->noperands; i++) {
+            int id = (i < op->noperands ? op->operands[i] : op->result)->id;
+            bool seen = id < 0 || id >= p->nvalues;
+            for (int s = 0; s < n && !seen; s++)
+                seen = ids[s] == id;
+            if (!seen)
+                ids[n++] = id;
+        }
+    }
+    for (int s = 0; s < n; s++)
+        t = cost_add(t, value_cost(p, ids[s]));
+    return t;
+}
+
+/* Every feasible layout of op k given the current state of the others
+ * (the candidates of pass_prop_choose), at most `max`, into out; `ch` is
+ * scratch space. */
+static int collect_layouts(prop *p, int k, chooser *ch, layout *out, int max)
+{
+    /* Unused axis slots stay 0, as in calloc'd layouts, so that layouts
+     * compare bytewise. */
+    memset(&ch->cur, 0, sizeof ch->cur);
+    ch->nhints = result_hints(p, k, ch->hints);
+    for (int a = 0; a < p->m->mesh.naxes; a++)
+        ch->nopts[a] = axis_options(p, k, ch->hints, ch->nhints, a, ch->opts[a]);
+    int n = 0, idx[IR_MAX_AXES] = {0};
+    int naxes = p->m->mesh.naxes;
+    for (;;) {
+        for (int a = 0; a < naxes; a++)
+            ch->cur.choice[a] = ch->opts[a][idx[a]];
+        if (layout_fill(p, k, ch->hints, ch->nhints, &ch->cur) && n < max)
+            out[n++] = ch->cur;
+        int a = 0;
+        while (a < naxes && ++idx[a] == ch->nopts[a])
+            idx[a++] = 0;
+        if (a == naxes)
+            break;
+    }
+    return n;
+}
+
+#define MAX_JOINT_LAYOUTS 128 /* candidates per op tried in a joint move */
+#define MAX_STAR 8            /* consumers moved with their producer, at most */
+
+/* The terms of the objective that the layouts of ops[0..n-1] change:
+ * their compute and the costs of every distinct value they read or write
+ * (the generalisation of pair_cost). */
+static cost group_cost(prop *p, const int *ops, int n)
+{
+    cost t = COST_ZERO;
+    int ids[(MAX_STAR + 1) * (IR_MAX_OPERANDS + 1)], nid = 0;
+    for (int q = 0; q < n; q++) {
+        t.time += pass_prop_compute_time(p, ops[q], &p->ops[ops[q]].lay);
+        const ir_op *op = p->ops[ops[q]].op;
+        for (int i = 0; i <= op->noperands; i++) {
+            int id = (i < op->noperands ? op->operands[i] : op->result)->id;
+            bool seen = id < 0 || id >= p->nvalues;
+            for (int s = 0; s < nid && !seen; s++)
+                seen = ids[s] == id;
+            if (!seen)
+                ids[nid++] = id;
+        }
+    }
+    for (int s = 0; s < nid; s++)
+        t = cost_add(t, value_cost(p, ids[s]));
+    return t;
+}
+
+/* Sets op j to its best layout for the objective given every other op
+ * (its own terms, pair_cost(j, -1)); false if it has none. */
+static bool best_response(prop *p, int j, chooser *ch, layout *scratch)
+{
+    int n = collect_layouts(p, j, ch, scratch, MAX_JOINT_LAYOUTS);
+    cost best = COST_INF;
+    int arg = -1;
+    for (int b = 0; b < n; b++) {
+        p->ops[j].lay = scratch[b];
+        cost c = pair_cost(p, j, -1);
+        if (cost_less(c, best)) {
+            best = c;
+            arg = b;
+        }
+    }
+    if (arg >= 0)
+        p->ops[j].lay = scratch[arg];
+    return arg >= 0;
+}
+
+int pass_prop_improve_joint(prop *p)
+{
+    int improved = 0;
+    layout *lk = malloc(MAX_JOINT_LAYOUTS * sizeof *lk), *lj = malloc(MAX_JOINT_LAYOUTS * sizeof *lj);
+    chooser *ch = malloc(sizeof *ch);
+    if (!lk || !lj || !ch) {
+        free(lk);
+        free(lj);
+        free(ch);
+        return 0;
+    }
+    for (int k = 0; k < p->nops; k++) {
+        /* The star of op k: k and the compute ops that read its result. */
+        int grp[MAX_STAR + 1], n = 1;
+        grp[0] = k;
+        const ir_value *r = p->ops[k].op->result;
+        bool ok = p->ops[k].decided && r->id >= 0 && r->id < p->nvalues;
+        for (int u = ok ? p->use_start[r->id] : 0; ok && u < p->use_start[r->id + 1]; u++) {
+            int j = p->uses[u].op, q = 1;
+            while (q < n && grp[q] != j)
+                q++;
+            if (q < n || j == k)
+                continue;
+            ok = n <= MAX_STAR && p->ops[j].decided;
+            if (ok)
+                grp[n++] = j;
+        }
+        if (!ok || n < 2)
+            continue;
+        layout keep[MAX_STAR + 1], best_lay[MAX_STAR + 1];
+        for (int q = 0; q < n; q++)
+            keep[q] = best_lay[q] = p->ops[grp[q]].lay;
+        cost best = group_cost(p, grp, n);
+        int nk = collect_layouts(p, k, ch, lk, MAX_JOINT_LAYOUTS);
+        for (int a = 0; a < nk; a++) {
+            /* The readers are re-picked in program order, each given k's
+             * layout and the readers before it; the ones not re-picked yet
+             * are undecided, so they price nothing (as in the forward
+             * sweep) and do not make k's candidate look infeasible. */
+            for (int q = 1; q < n; q++) {
+                p->ops[grp[q]].lay = keep[q];
+                p->ops[grp[q]].decided = false;
+            }
+            p->ops[k].lay = lk[a];
+            bool feasible = true;
+            for (int q = 1; q < n && feasible; q++)
+                feasible = p->ops[grp[q]].decided = best_response(p, grp[q], ch, lj);
+            for (int q = 1; q < n; q++)
+                p->ops[grp[q]].decided = true;
+            if (!feasible)
+                continue;
+            cost c = group_cost(p, grp, n);
+            if (cost_less(c, best)) {
+                best = c;
+                for (int q = 0; q < n; q++)
+                    best_lay[q] = p->ops[grp[q]].lay;
+            }
+        }
+        bool changed = false;
+        for (int q = 0; q < n; q++) {
+            p->ops[grp[q]].lay = best_lay[q];
+            changed |= memcmp(best_lay[q].choice, keep[q].choice, sizeof keep[q].choice) != 0;
+        }
+        improved += changed;
+    }
+    free(lk);
+    free(lj);
+    free(ch);
+    return improved;
+}
+
+void pass_prop_runner_up(prop *p, int k, const cost *total)
+{
+    opinfo *oi = &p->ops[k];
+    oi->has_alt = false;
+    if (!oi->decided)
+        return;
+    chooser *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return;
+    ch->nhints = result_hints(p, k, ch->hints);
+    for (int a = 0; a < p->m->mesh.naxes; a++)
+        ch->nopts[a] = axis_options(p, k, ch->hints, ch->nhints, a, ch->opts[a]);
+    ch->best_cost = COST_INF;
+    ch->exclude = oi->lay.choice;
+    enumerate(p, k, ch, 0);
+    if (!isinf(ch->best_cost.bytes)) {
+        /* The program's objective with the runner-up: the total, minus op
+         * k's terms with its layout, plus its terms with the runner-up. */
+        layout chosen = oi->lay;
+        cost mine = pair_cost(p, k, -1);
+        oi->lay = ch->best;
+        cost other = pair_cost(p, k, -1);
+        oi->lay = chosen;
+        oi->lay_total = *total;
+        oi->alt_total = *total;
+        oi->alt_total.time += other.time - mine.time;
+        oi->alt_total.bytes += other.bytes - mine.bytes;
+        oi->alt_total.nops += other.nops - mine.nops;
+        oi->alt = ch->best;
+        oi->has_alt = !isinf(other.bytes) && !isinf(total->bytes);
+    }
+    free(ch);
+}
+
+void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, size_t size)
+{
+    const opinfo *oi = &p->ops[k];
+    size_t n = 0;
+    buf[0] = 0;
+    for (int a = 0; a < p->m->mesh.naxes && n < size; a++) {
+        int c = lay->choice[a];
+        int w = snprintf(buf + n, size - n, "%s%c->%s", a ? " " : "", p->m->mesh.axes[a].name,
+                         c == CH_NONE ? "replicated" : c >= CH_CARRY ? "carry{U}" : p->m->dims[oi->label[c]].name);
+        if (w < 0)
+            return;
+        n += (size_t)w;
+    }
 }

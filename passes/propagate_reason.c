@@ -1,12 +1,27 @@
 /*
  * propagate_reason.c - the sentences the propagate pass attaches to every op
  * it inserts (ir_op_set_reason): which op it serves, which rule of seed 001
- * applies, and why this choice moves the fewest bytes.
+ * applies, why this choice is the cheapest under the objective (estimated
+ * time on the profile, or bytes moved without one), and for the first op
+ * inserted for each compute op, the runner-up layout and its cost.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "propagate_internal.h"
+
+/* What "cheapest" means under the pass's objective, for the reasons. */
+static const char *cheapest(const prop *p)
+{
+    return p->hw ? "takes the least time" : "moves the fewest bytes";
+}
+
+static const char *cheaper(const prop *p)
+{
+    return p->hw ? "is faster" : "moves fewer bytes";
+}
 
 
 /* Appends the expression below node n with operand tensor names. */
@@ -149,7 +164,7 @@ static const char *unreduced_cause(const prop *p, int k, int i, const pass_resha
     }
     if (where >= 0 && where < CH_CARRY)
         return "the axis shards a dim of the op here";
-    return "reducing them here moves the fewest bytes";
+    return p->hw ? "reducing them here takes the least time" : "reducing them here moves the fewest bytes";
 }
 
 /* Why step `st` is needed on operand i of op k (at the pre-step sharding
@@ -173,15 +188,16 @@ void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_st
         if (l >= 0 && oi->contracted[l] && !source_of(p, k, i, l, st))
             snprintf(buf, size, "for %s: contracting %s sharded on %s in %s only", stmt, dn, ax, a);
         else if (l >= 0 && oi->contracted[l])
-            snprintf(buf, size, "for %s: contracting %s sharded on %s in both operands, but gathering moves "
-                     "fewer bytes than reducing the partial sums", stmt, dn, ax);
+            snprintf(buf, size, "for %s: contracting %s sharded on %s in both operands, but gathering %s "
+                     "than reducing the partial sums", stmt, dn, ax, cheaper(p));
         else
             snprintf(buf, size, "for %s: %s sharded on %s in %s", stmt, dn, ax, a);
         n = strlen(buf);
         if (where >= 0 && where < CH_CARRY && where != l) {
             const char *src = source_of(p, k, i, where, st);
-            snprintf(buf + n, size - n, "; %s shards %s here%s%s%s, so gathering %s moves the fewest bytes", ax,
-                     m->dims[oi->label[where]].name, src ? " (as in " : "", src ? src : "", src ? ")" : "", a);
+            snprintf(buf + n, size - n, "; %s shards %s here%s%s%s, so gathering %s %s", ax,
+                     m->dims[oi->label[where]].name, src ? " (as in " : "", src ? src : "", src ? ")" : "", a,
+                     cheapest(p));
         } else if (where == CH_NONE && !(l >= 0 && oi->contracted[l])) {
             snprintf(buf + n, size - n, "; the op runs replicated over %s", ax);
         }
@@ -191,8 +207,8 @@ void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_st
         if (l >= 0 && oi->contracted[l]) {
             const char *src = source_of(p, k, i, l, st);
             snprintf(buf, size, "for %s: contracting %s sharded on %s in %s only; slicing %s and reducing the "
-                     "partial sums later moves fewer bytes than gathering (seed 001 Q9)", stmt, dn, ax,
-                     src ? src : "the other operand", a);
+                     "partial sums later %s than gathering (seed 001 Q9)", stmt, dn, ax,
+                     src ? src : "the other operand", a, cheaper(p));
         } else {
             snprintf(buf, size, "for %s: %s shards %s here; slicing %s needs no communication", stmt, ax, dn, a);
         }
@@ -242,4 +258,95 @@ void pass_prop_target_reason(const prop *p, const ir_op *op, const ir_value *v, 
                  "(ReduceScatter, not AllReduce + Slice)", part);
     else if (st->kind == IR_OP_ALLREDUCE)
         snprintf(buf + n, size - (size_t)n, "; %s must be reduced", part);
+}
+
+/* Appends "Kind_AXES:tensor" for each step of the reshard of v from `have`
+ * to `want` to buf (at most `*left` more entries). */
+static void add_steps(const prop *p, const ir_value *v, const ir_sharding *have, const ir_sharding *want,
+                      char *buf, size_t size, int *left)
+{
+    if (ir_sharding_equal(have, want, v->type.rank) || *left <= 0)
+        return;
+    ir_type t = v->type;
+    t.sh = *have;
+    pass_reshard_plan plan;
+    if (!pass_reshard_find_timed(p->m, p->hw, &t, want, &plan))
+        return;
+    for (int s = 0; s < plan.nsteps && *left > 0; s++, (*left)--) {
+        char ax[IR_MAX_AXES + 1];
+        size_t n = strlen(buf);
+        step_axes(p->m, &plan.steps[s], ax, sizeof ax);
+        snprintf(buf + n, size - n, "%s%s_%s:%s", n ? ", " : "", ir_op_name(plan.steps[s].kind), ax, v->tensor);
+    }
+}
+
+/* The collectives layout `lay` of op k would insert (operands, then its
+ * result towards its constraint, consumers and outputs), "none" if none. */
+static void layout_steps(const prop *p, int k, const layout *lay, char *buf, size_t size)
+{
+    const ir_op *op = p->ops[k].op;
+    int left = 4;
+    buf[0] = 0;
+    for (int i = 0; i < op->noperands; i++) {
+        ir_sharding have = pass_prop_current(p, op->operands[i]);
+        add_steps(p, op->operands[i], &have, &lay->req[i], buf, size, &left);
+    }
+    const ir_value *r = op->result;
+    if (r->has_constraint) {
+        add_steps(p, r, &lay->produced, &r->constraint, buf, size, &left);
+    } else {
+        /* The consumers' and outputs' targets, each distinct one once, as
+         * materialisation emits one reshard per target. */
+        ir_sharding wants[MAX_HINTS];
+        int nw = 0;
+        for (int u = p->use_start[r->id]; u < p->use_start[r->id + 1] && nw < MAX_HINTS; u++) {
+            const opinfo *c = &p->ops[p->uses[u].op];
+            if (c->decided)
+                wants[nw++] = c->lay.req[p->uses[u].operand];
+        }
+        for (int i = 0; i < p->m->noutputs && nw < MAX_HINTS; i++)
+            if (p->m->outputs[i].value == r)
+                wants[nw++] = p->m->outputs[i].has_constraint ? p->m->outputs[i].constraint
+                                                               : pass_prop_reduced(lay->produced);
+        for (int w = 0; w < nw; w++) {
+            bool seen = false;
+            for (int e = 0; e < w && !seen; e++)
+                seen = ir_sharding_equal(&wants[e], &wants[w], r->type.rank);
+            if (!seen)
+                add_steps(p, r, &lay->produced, &wants[w], buf, size, &left);
+        }
+    }
+    if (left <= 0) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, size - n, ", ...");
+    }
+    if (!buf[0])
+        snprintf(buf, size, "no collective");
+}
+
+void pass_prop_decision(const prop *p, int k, char *buf, size_t size)
+{
+    const opinfo *oi = &p->ops[k];
+    buf[0] = 0;
+    if (!oi->has_alt)
+        return;
+    char alt[96], steps[256];
+    pass_prop_layout_str(p, k, &oi->alt, alt, sizeof alt);
+    layout_steps(p, k, &oi->alt, steps, sizeof steps);
+    const cost *a = &oi->lay_total, *b = &oi->alt_total;
+    double teps = 1e-9 * fmax(a->time, b->time);
+    if (!p->hw)
+        snprintf(buf, size, "; planner: %.3g MiB moved per device, chosen over %s (%s): %.3g MiB",
+                 a->bytes / (1024.0 * 1024.0), alt, steps, b->bytes / (1024.0 * 1024.0));
+    else if (b->time > a->time + teps)
+        snprintf(buf, size, "; planner: step %.3g us on %s, chosen over %s (%s): step %.3g us (+%.3g us)",
+                 a->time * 1e6, p->hw->name, alt, steps, b->time * 1e6, (b->time - a->time) * 1e6);
+    else if (fabs(a->bytes - b->bytes) > 1e-9 * fmax(1.0, fmax(a->bytes, b->bytes)))
+        snprintf(buf, size, "; planner: step %.3g us on %s either way, chosen over %s (%s) by bytes moved: "
+                 "%.3g MiB against %.3g MiB per device", a->time * 1e6, p->hw->name, alt, steps,
+                 a->bytes / (1024.0 * 1024.0), b->bytes / (1024.0 * 1024.0));
+    else
+        snprintf(buf, size, "; planner: step %.3g us on %s and the same bytes either way, chosen over %s (%s) "
+                 "by %s", a->time * 1e6, p->hw->name, alt, steps,
+                 a->nops != b->nops ? "fewer collectives" : "splitting more of the op's work");
 }

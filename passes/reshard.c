@@ -16,7 +16,15 @@
  * two-axis gather is the single op AllGather_XY, as the seeds write it.
  * Edge weights are the per-device bytes of seed 001's table
  * (pass_reshard_bytes), the pair (bytes, ops) is minimised
- * lexicographically, and Dijkstra's algorithm finds the cheapest path.  No
+ * lexicographically, and Dijkstra's algorithm finds the cheapest path.
+ * With a hardware profile, each step of the path found is then timed by
+ * the cost model (cost_op_estimate of the op it becomes), which is what the
+ * layout search of propagate compares.  The route itself stays the seeds'
+ * minimum-bytes one: on the TPU profiles seed 001's multi-axis formula
+ * would otherwise turn every one-axis AllGather into Slice + a two-axis
+ * AllGather, and on a calibrated host the per-run term of the fits would
+ * replace a ReduceScatter into an inner dim by two collectives, each by a
+ * margin inside the model's error; the seeds' single collective is kept.  No
  * edge creates unreduced axes, so a target unreduced over an axis the source
  * is not unreduced over is unreachable, which callers must treat as "this
  * layout is impossible".  States whose dims do not divide are never entered.
@@ -35,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "reshard.h"
 
 /* Key encoding: per mesh axis 6 bits, (place | order << 4); place 0 = unused,
@@ -201,6 +210,39 @@ static bool grow(search *s)
         s->table[h] = i + 1;
     }
     return true;
+}
+
+double pass_reshard_step_time(const ir_module *m, const cost_hw *hw, const ir_type *t,
+                              const ir_sharding *from, const pass_reshard_step *st)
+{
+    if (!hw)
+        return 0.0;
+    /* The op the step becomes, on stack values: the estimate reads only
+     * kinds, types and the coll arm. */
+    ir_value in, out;
+    memset(&in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    in.id = out.id = -1;
+    in.kind = out.kind = IR_VAL_OP;
+    in.tensor = out.tensor = "";
+    in.type = out.type = *t;
+    in.type.sh = *from;
+    out.type.sh = st->to;
+    ir_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = st->kind;
+    op.noperands = 1;
+    op.operands[0] = &in;
+    op.result = &out;
+    op.for_operand = -1;
+    op.u.coll.naxes = st->naxes;
+    memcpy(op.u.coll.axes, st->axes, sizeof op.u.coll.axes);
+    op.u.coll.dim = st->dim;
+    op.u.coll.dim2 = st->dim2;
+    op.u.coll.reduce = (ir_reduce)from->red;
+    ir_cost c;
+    cost_op_estimate(m, hw, &op, &c);
+    return c.time;
 }
 
 /* Relaxes the edge `step` from state `from` (cost `bytes`, `nops`). */
@@ -411,8 +453,15 @@ static ir_sharding canonical(const ir_sharding *in, int rank)
 
 bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to, pass_reshard_plan *plan)
 {
+    return pass_reshard_find_timed(m, NULL, t, to, plan);
+}
+
+bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_type *t, const ir_sharding *to,
+                             pass_reshard_plan *plan)
+{
     memset(plan, 0, sizeof *plan);
     plan->bytes = INFINITY;
+    plan->time = INFINITY;
     search s;
     memset(&s, 0, sizeof s);
     s.m = m;
@@ -461,6 +510,13 @@ bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *
             for (int i = cur; s.st[i].prev >= 0; i = s.st[i].prev)
                 plan->steps[--n] = s.st[i].in;
             plan->bytes = s.st[cur].bytes;
+            /* Time each step from the sharding it starts at. */
+            plan->time = 0.0;
+            for (int k = 0; k < plan->nsteps; k++) {
+                const ir_sharding *from = k ? &plan->steps[k - 1].to : &t->sh;
+                plan->steps[k].time = pass_reshard_step_time(m, hw, t, from, &plan->steps[k]);
+                plan->time += plan->steps[k].time;
+            }
             found = true;
             break;
         }

@@ -6,7 +6,10 @@
  * sharding B while moving the fewest bytes per device?"  It is a Dijkstra
  * search over the sharding states of the value (see reshard.c); the edge
  * costs are the per-device byte counts of seed 001's collective table.
- * propagate.c uses it both to price candidate layouts and to emit the ops.
+ * Given a hardware profile it also says how long that plan takes (each
+ * step timed by the cost model), which is what propagate's layout search
+ * compares.  propagate.c uses it both to price candidate layouts and to
+ * emit the ops.
  */
 #ifndef EINC_RESHARD_H
 #define EINC_RESHARD_H
@@ -15,6 +18,8 @@
 #include <stdint.h>
 
 #include "ir.h"
+
+struct cost_hw;
 
 /* Longest plan the planner returns (a plan never needs more than a few
  * steps per mesh axis). */
@@ -29,6 +34,7 @@ typedef struct pass_reshard_step {
     int dim2;                 /* AllToAll: position receiving the axes; else -1 */
     ir_sharding to;           /* the value's sharding after this step */
     double bytes;             /* bytes this step moves per device (seed 001 formulas) */
+    double time;              /* seconds this step takes on the profile (0 without one) */
 } pass_reshard_step;
 
 /* A whole plan: steps in execution order and their totals. */
@@ -36,6 +42,7 @@ typedef struct pass_reshard_plan {
     int nsteps;                                   /* 0 when from == to */
     pass_reshard_step steps[PASS_RESHARD_MAX_STEPS]; /* steps[0] runs first */
     double bytes;                                 /* sum of steps[].bytes, per device */
+    double time;                                  /* sum of steps[].time, seconds (0 without a profile) */
 } pass_reshard_plan;
 
 /* Per-device bytes moved by one collective over a group of G devices, from
@@ -61,6 +68,21 @@ uint32_t pass_reshard_key(const ir_sharding *s, int rank, int naxes);
  * `to` does not divide. */
 bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to,
                        pass_reshard_plan *plan);
+
+/* The same plan, with each step timed on profile `hw` (steps[].time and
+ * plan->time: cost_op_estimate of the op the step becomes, as the cost pass
+ * will time it; seed 001's formulas or a calibrated profile's fits).  The
+ * route is still the minimum-bytes one (reshard.c says why).  `hw` NULL is
+ * pass_reshard_find (every time 0); plan->time is +inf when unreachable. */
+bool pass_reshard_find_timed(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
+                             const ir_sharding *to, pass_reshard_plan *plan);
+
+/* Seconds one collective step `st` of a value of type `t` (global dims)
+ * held as `from` takes on `hw`: cost_op_estimate of the op it would emit
+ * (seed 001 formulas, or the calibrated fits of a measured profile; a
+ * Slice is its local copy).  0 when hw is NULL. */
+double pass_reshard_step_time(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
+                              const ir_sharding *from, const pass_reshard_step *st);
 
 /* Emits `plan` for value `v`: one op per step, each before `before` (NULL:
  * at the end of the module), each with a new value of v's tensor, except

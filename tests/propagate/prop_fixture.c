@@ -197,11 +197,17 @@ void fx_output(ir_module *m, const char *text, ir_value *v)
 
 int fx_run(ir_module *m, int *verify_errors)
 {
+    return fx_run_hw(m, NULL, verify_errors);
+}
+
+int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors)
+{
     diag_ctx d;
     diag_init(&d, "test.ein", "", 0);
     pass_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.diag = &d;
+    ctx.hw = hw;
     ctx.meshslice = PASS_MESHSLICE_OFF;
     ctx.log = getenv("PROP_LOG") ? stderr : NULL;
     int e = pass_propagate(&ctx, m);

@@ -32,6 +32,9 @@ void fx_output(ir_module *m, const char *text, ir_value *v);
 /* Runs pass_propagate then ir_verify; returns propagate's error count, and
  * *verify_errors the verifier's.  Diagnostics go to stderr. */
 int fx_run(ir_module *m, int *verify_errors);
+/* The same with the time objective on profile `hw` (NULL: fx_run). */
+struct cost_hw;
+int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors);
 /* The inserted reshard ops in program order, "AllGather_X(Win) Slice_Y(B)",
  * into buf. */
 const char *fx_collectives(const ir_module *m, char *buf, int size);

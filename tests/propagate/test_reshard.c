@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "costmodel.h"
 #include "cunit_main.h"
 #include "pass.h"
 #include "prop_fixture.h"
@@ -210,6 +211,42 @@ static void test_emit_verifies(void)
     ir_module_free(m);
 }
 
+/* With a profile, the plan's route is the same and each step carries its
+ * time on the profile: seed 001's AllGather formula for AllGather_Y of
+ * A[I, J_Y] (V = the gathered per-device bytes, 64 x 32 x 4), and the
+ * steps' times add up to the plan's. */
+static void test_timed_plan(void)
+{
+    cost_hw hw;
+    char err[512];
+    CU_ASSERT_EQUAL_FATAL(cost_hw_load("tpu-v5p", &hw, err, sizeof err), 0);
+    ir_module *m = fx_module("X=2,Y=4", "I=64,J=32");
+    char name[32];
+    bool sub;
+    ir_type a = fx_type(m, "A[I_X, J_Y]", name, sizeof name, &sub);
+    ir_type b = fx_type(m, "A[I, J]", name, sizeof name, &sub);
+    pass_reshard_plan bytes_plan, timed;
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find(m, &a, &b.sh, &bytes_plan));
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find_timed(m, &hw, &a, &b.sh, &timed));
+    CU_ASSERT_EQUAL(timed.nsteps, bytes_plan.nsteps);
+    CU_ASSERT_DOUBLE_EQUAL(timed.bytes, bytes_plan.bytes, 1e-9);
+    CU_ASSERT_EQUAL(bytes_plan.time, 0.0);
+    double sum = 0;
+    for (int s = 0; s < timed.nsteps; s++) {
+        CU_ASSERT_TRUE(timed.steps[s].time > 0);
+        sum += timed.steps[s].time;
+    }
+    CU_ASSERT_DOUBLE_EQUAL(timed.time, sum, 1e-15);
+    /* One step alone: AllGather_Y of [I_X, J_Y] -> [I_X, J]. */
+    ir_type c = fx_type(m, "A[I_X, J]", name, sizeof name, &sub);
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find_timed(m, &hw, &a, &c.sh, &timed));
+    CU_ASSERT_EQUAL_FATAL(timed.nsteps, 1);
+    int64_t y = 4;
+    cost_coll_time want = cost_allgather_time(&hw, &y, 1, NULL, 32.0 * 32 * 4);
+    CU_ASSERT_DOUBLE_EQUAL(timed.time, want.time, 1e-12 * want.time);
+    ir_module_free(m);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -224,6 +261,7 @@ void einc_register_tests(void)
         {"identity plan is empty", test_identity_is_empty},
         {"seed 001 byte formulas", test_formulas},
         {"emitted plan verifies", test_emit_verifies},
+        {"timed plan: same route, steps timed by the cost model", test_timed_plan},
     };
     einc_add_suite("reshard", tests, (int)(sizeof tests / sizeof tests[0]));
 }
