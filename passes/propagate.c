@@ -54,10 +54,15 @@
  * resharded into the constrained value right after the op; outputs are
  * resharded at the end.  Each inserted op records why (ir_op_set_reason).
  *
+ * Repeated blocks (LoopBegin .. LoopEnd) are planned once:
+ * propagate_loop.c fixes the carried sharding of each loop before the
+ * sweeps (or after a first round of them), and after materialisation
+ * reshards the values entering and leaving the body into it.
+ *
  * Files: this one runs the pass (setup, sweeps, materialisation);
- * propagate_layout.c prices and chooses layouts; propagate_reason.c writes
- * the reasons; reshard.c is the planner; propagate_internal.h is what they
- * share.
+ * propagate_layout.c prices and chooses layouts; propagate_loop.c handles
+ * repeated blocks; propagate_reason.c writes the reasons; reshard.c is the
+ * planner; propagate_internal.h is what they share.
  */
 #include <math.h>
 #include <stdio.h>
