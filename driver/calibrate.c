@@ -1046,6 +1046,20 @@ int calibrate_main(int argc, char **argv)
         }
         o.output = cached;
     }
+    /* Minutes of measuring must not end in an unwritable file: check the
+     * output's directory first (write_atomic creates a file beside it). */
+    char outdir[COST_HW_PATH_MAX];
+    snprintf(outdir, sizeof outdir, "%s", o.output);
+    char *slash = strrchr(outdir, '/');
+    if (slash)
+        *(slash == outdir ? slash + 1 : slash) = 0;
+    else
+        snprintf(outdir, sizeof outdir, ".");
+    if (access(outdir, W_OK) != 0) {
+        fprintf(stderr, "einc calibrate: error: cannot write %s: %s: %s\n", o.output, outdir,
+                strerror(errno));
+        return 1;
+    }
     cal_state *c = calloc(1, sizeof *c);
     if (!c) {
         fprintf(stderr, "einc calibrate: error: out of memory\n");

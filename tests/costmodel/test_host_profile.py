@@ -155,11 +155,20 @@ def check_quick_calibration(a, tmp):
     cache_home = os.path.join(tmp, "qcache")
     env = env_with(XDG_CACHE_HOME=cache_home, EINC_HW_DIR=a.hw_dir)
     me = machine_of(a, env)
+    # The load from other processes before we start: calibration's own
+    # devices add to it afterwards.
+    others = os.getloadavg()[0] / os.cpu_count()
     t0 = time.monotonic()
     r = run([a.einc, "calibrate", "--quick"], env=env)
     took = time.monotonic() - t0
-    print("einc calibrate --quick: %.1f s (load average %.2f)" % (took, os.getloadavg()[0]))
-    check(took < QUICK_LIMIT_S, "calibrate --quick took %.1f s (limit %d)" % (took, QUICK_LIMIT_S))
+    print("einc calibrate --quick: %.1f s (load average %.2f per core before)" % (took, others))
+    if others <= 1.0:
+        check(took < QUICK_LIMIT_S,
+              "calibrate --quick took %.1f s (limit %d)" % (took, QUICK_LIMIT_S))
+    else:
+        # Every program it runs is slowed by the other processes' load;
+        # the time says nothing about einc then.
+        print("note: other processes keep the cores busy: the time is not judged")
     check(me["cache"] in r.stderr, "calibrate says where it wrote")
     check(os.path.exists(me["cache"]), "calibrate --quick wrote %s" % me["cache"])
     with open(me["cache"]) as f:
