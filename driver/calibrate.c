@@ -93,6 +93,7 @@ typedef struct cal_state {
     int64_t curve_last;     /* profile_json: elements of the last curve point written */
     double fn_seconds[2][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
     cost_machine machine;   /* the machine measured (the profile's "machine") */
+    double load[1];         /* 1-minute load average before measuring (-1: unknown) */
 } cal_state;
 
 static const char *const KIND_KEY[NKINDS] = {"allgather", "reducescatter", "allreduce", "alltoall"};
@@ -222,7 +223,7 @@ static int parse_args(int argc, char **argv, cal_options *o)
 #undef VALUE
     }
     if (o->quick) {
-        /* About 25 s on 2 cores: buffers up to 8 MiB reach past the caches
+        /* 25-55 s on 2 cores at load 3.5 (docs/performance.md): buffers up to 8 MiB reach past the caches
          * (the main fit starts at 1 MiB), and two rounds keep the faster of
          * two runs of each program, which halves the damage a spell of load
          * from outside does to a single round. */
@@ -798,6 +799,8 @@ static cJSON *profile_json(cal_state *c)
     cJSON_AddNumberToObject(cal, "devices", o->ranks);
     cJSON_AddNumberToObject(cal, "runs", o->repeat);
     cJSON_AddNumberToObject(cal, "rounds", o->rounds);
+    if (c->load[0] >= 0)
+        cJSON_AddNumberToObject(cal, "load_average", c->load[0]);
     cJSON_AddStringToObject(cal, "model",
                             "T = t_launch + (P-1) * (l_sync + shard_bytes / bandwidth) + shard_bytes / "
                             "local_bandwidth + (runs - P) * seconds_per_run, shard_bytes = "
@@ -1067,6 +1070,7 @@ int calibrate_main(int argc, char **argv)
     }
     c->o = &o;
     c->machine = here;
+    c->load[0] = -1;
     ssize_t n = readlink("/proc/self/exe", c->self, sizeof c->self - 1);
     if (n <= 0) {
         fprintf(stderr, "einc calibrate: error: cannot find this einc (/proc/self/exe)\n");
@@ -1083,6 +1087,15 @@ int calibrate_main(int argc, char **argv)
         return 1;
     }
     rc = 1;
+    /* Other processes' load slows every program calibration runs, and the
+     * fastest of a few rounds cannot undo load that lasts the whole run: on
+     * the 2-core VM of docs/performance.md a load average of 12 gave GEMM
+     * rates 3x below the quiet machine's and a 0.5 ms L_sync.  Say so, and
+     * record the load in the profile. */
+    if (getloadavg(c->load, 1) == 1 && c->load[0] > (double)here.cores && here.cores > 0)
+        fprintf(stderr, "einc calibrate: warning: the machine is busy (load average %.1f on %d "
+                        "cores): the figures will be slower than the machine; calibrate when it "
+                        "is quiet\n", c->load[0], here.cores);
     if (prepare_collectives(c) || prepare_compute(c) || run_benchmarks(c))
         goto out;
     for (int k = 0; k < NKINDS; k++)

@@ -141,7 +141,9 @@ typedef struct cost_hw {
  * Every figure must be present, a number and > 0 ("peak_flops" needs bf16,
  * f32 and f64; "wraparound" needs a known "rule" and, for the size rules, a
  * positive integer "size").  Fields ending in "source" are documentation and
- * ignored.  On error returns -1, writes a one-line message naming the file
+ * ignored.  The optional "machine" object (strings cpu_model, isa,
+ * blas_core, blas_config; whole number cores >= 1) fills hw->machine and
+ * sets hw->has_machine.  On error returns -1, writes a one-line message naming the file
  * and the field into `err` (size `errsize`) and leaves `hw` unspecified;
  * returns 0 on success.
  */

@@ -30,7 +30,7 @@ from calib_common import check, finish, parse_profile, run  # noqa: E402
 
 EXAMPLE = "ffw_tp.ein"
 # `einc calibrate --quick` on the 2-core machine of docs/performance.md takes
-# 20-50 s depending on the load from other processes; the issue asks for
+# 25-55 s at load 3.5 (88 s at load 13); the issue asks for
 # "well under a minute".
 QUICK_LIMIT_S = 60
 
