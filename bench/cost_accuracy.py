@@ -13,13 +13,18 @@ accuracy target of docs/cost-model.md ("Measured on this machine").
     bench/cost_accuracy.py --einc build/einc --calibrate            # threads
     bench/cost_accuracy.py --einc build/einc --calibrate --runtime mpi
 
+    bench/cost_accuracy.py --einc build/einc --calibrate --quick    # the cached quick profile
+
 --calibrate runs `einc calibrate --rounds R` first (the same rounds, writing
---hw, by default /tmp/einc-host-<runtime>.json); without it --hw must exist.  Exit status 0
+--hw, by default /tmp/einc-host-<runtime>.json); with --quick, `einc
+calibrate --quick` instead (its own 2 rounds), the profile `--hw host`
+uses after the warning's fix; without --calibrate --hw must exist.  Exit status 0
 when the mean error is within --target (default 10% threads, 15% MPI), 1
 when not, 2 on a failure.
 """
 import argparse
 import glob
+import json
 import os
 import re
 import shlex
@@ -27,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+|-)\s+([-+0-9.]+%|-)\s+(.*)$")
@@ -72,6 +78,8 @@ def main():
     ap.add_argument("--hw", help="calibrated profile (default /tmp/einc-host-RUNTIME.json)")
     ap.add_argument("--calibrate", action="store_true", help="run einc calibrate first")
     ap.add_argument("--calibrate-args", default="", help="extra arguments for einc calibrate")
+    ap.add_argument("--quick", action="store_true",
+                    help="with --calibrate: einc calibrate --quick (its own rounds)")
     ap.add_argument("--repeat", type=int, default=7, help="runs per process (median taken)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="processes per example, in turn over the examples (fastest taken)")
@@ -86,14 +94,24 @@ def main():
     hw = a.hw or "/tmp/einc-host-%s.json" % a.runtime
     target = a.target if a.target is not None else (10.0 if a.runtime == "threads" else 15.0)
     if a.calibrate:
-        cmd = ([a.einc, "calibrate", "--runtime=" + a.runtime, "--rounds", str(a.rounds), "-o", hw]
+        how = ["--quick"] if a.quick else ["--rounds", str(a.rounds)]
+        cmd = ([a.einc, "calibrate", "--runtime=" + a.runtime] + how + ["-o", hw]
                + shlex.split(a.calibrate_args))
         print("$ " + " ".join(cmd) + "   (load average %.2f)" % os.getloadavg()[0], flush=True)
+        t0 = time.monotonic()
         r = run(cmd)
         sys.stdout.write(r.stderr)
+        print("calibration took %.1f s" % (time.monotonic() - t0))
     if not os.path.exists(hw):
         sys.stderr.write("no profile %s: run with --calibrate\n" % hw)
         return 2
+    # The machine, as the profile records it (docs/cost-model.md, "Which
+    # file host is"): results are quoted per machine, never as a constant.
+    with open(hw) as f:
+        mach = json.load(f).get("machine")
+    if mach:
+        print("machine: %s, %s cores, %s, OpenBLAS %s" % (
+            mach.get("cpu_model"), mach.get("cores"), mach.get("isa"), mach.get("blas_core")))
     examples = a.examples or sorted(glob.glob(os.path.join(ROOT, "examples", "*.ein")))
     big, allrows = [], []
     # rounds[ex] = one list of profile rows per round.  The rounds go over

@@ -92,6 +92,8 @@ typedef struct cal_state {
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
     int64_t curve_last;     /* profile_json: elements of the last curve point written */
     double fn_seconds[2][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
+    cost_machine machine;   /* the machine measured (the profile's "machine") */
+    double load[1];         /* 1-minute load average before measuring (-1: unknown) */
 } cal_state;
 
 static const char *const KIND_KEY[NKINDS] = {"allgather", "reducescatter", "allreduce", "alltoall"};
@@ -100,14 +102,18 @@ static const char *const KIND_TAG[NKINDS] = {"AG", "RS", "AR", "AA"};
 
 static void usage(FILE *f)
 {
-    fputs("usage: einc calibrate -o PROFILE.json [options]\n"
+    fputs("usage: einc calibrate [-o PROFILE.json] [options]\n"
+          "       einc calibrate --machine\n"
           "\n"
           "Measures this machine through the einc runtime (collectives over groups of\n"
           "2..N devices, GEMM through rt_einsum, elementwise bandwidth), fits\n"
           "T_launch + (P-1)*(L_sync + shard_bytes/BW) per collective (MeshSlice, seed 004)\n"
           "and writes a hardware profile for `einc --hw PROFILE.json`.\n"
           "\n"
-          "  -o PATH                 profile to write (atomically), e.g. hw/host.json\n"
+          "  -o PATH                 profile to write (atomically), e.g. hw/host.json;\n"
+          "                          without -o, this machine's cached profile, which\n"
+          "                          `--hw host` uses from then on (docs/cost-model.md)\n"
+          "  --machine               print this machine's identity and cache path (JSON)\n"
           "  --runtime=threads|mpi   runtime to measure (default threads)\n"
           "  --ranks N               devices (threads or MPI ranks), 2..16 (default 4)\n"
           "  --name NAME             the profile's name (default host)\n"
@@ -117,8 +123,8 @@ static void usage(FILE *f)
           "  --rounds N              processes per benchmark program, the fastest taken\n"
           "                          (default 3, a round over all programs apart: a spell\n"
           "                          of load from outside slows some, not the result)\n"
-          "  --quick                 few sizes and runs, buffers up to 2 MiB unless\n"
-          "                          --max-bytes says otherwise (seconds; for tests)\n"
+          "  --quick                 few sizes and runs, buffers up to 8 MiB unless\n"
+          "                          --max-bytes says otherwise (well under a minute)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
           "                          --oversubscribe --bind-to core:overload-allowed\n"
           "                          --map-by core, which places ranks as the threads\n"
@@ -207,6 +213,8 @@ static int parse_args(int argc, char **argv, cal_options *o)
             o->quick = true;
         } else if (!strcmp(a, "--keep")) {
             o->keep = true;
+        } else if (!strcmp(a, "--machine")) {
+            o->machine = true;
         } else if (a[0] == '-') {
             return drv_bad_usage("einc calibrate", "unknown option '%s'", a);
         } else {
@@ -214,15 +222,17 @@ static int parse_args(int argc, char **argv, cal_options *o)
         }
 #undef VALUE
     }
-    if (!o->output)
-        return drv_bad_usage("einc calibrate", "%s", "no output: give -o PROFILE.json");
     if (o->quick) {
+        /* 25-55 s on 2 cores at load 3.5 (docs/performance.md): buffers up to 8 MiB reach past the caches
+         * (the main fit starts at 1 MiB), and two rounds keep the faster of
+         * two runs of each program, which halves the damage a spell of load
+         * from outside does to a single round. */
         if (!max_given)
-            o->max_bytes = 2 << 20;
+            o->max_bytes = 8 << 20;
         if (!repeat_given)
-            o->repeat = 3;
+            o->repeat = 5;
         if (!rounds_given)
-            o->rounds = 1;
+            o->rounds = 2;
     }
     return 0;
 }
@@ -601,7 +611,10 @@ static int write_compute_program(cal_state *c, const char *file)
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    int nd = c->o->ranks, ng = c->o->quick ? 2 : NGEMM, ne = c->o->quick ? 2 : NEW;
+    /* Every shape and size even under --quick: one program, a few seconds,
+     * and a GEMM or elementwise curve without its large end would time the
+     * ops that take milliseconds at the rate of the ones that stay in cache. */
+    int nd = c->o->ranks, ng = NGEMM, ne = NEW;
     fprintf(f, "# einc calibrate: local GEMMs and elementwise adds on every device\nmesh X = %d\n", nd);
     for (int g = 0; g < ng; g++)
         fprintf(f, "dim M%d = %lld, K%d = %lld, N%d = %lld\n", g,
@@ -614,6 +627,11 @@ static int write_compute_program(cal_state *c, const char *file)
                 (long long)(FN_ELEMS[i] * nd), i, i, i, i);
     for (int t = 0; t < 3; t++)
         for (int g = 0; g < ng; g++) {
+            /* --quick: the mid-size shape's rate lies between its
+             * neighbours' on the curve; the largest, which the ops over
+             * 1 ms run at, stays. */
+            if (c->o->quick && g == 2)
+                continue;
             fprintf(f, "input GA%s%d[M%d_X, K%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
             fprintf(f, "input GB%s%d[K%d, N%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
             fprintf(f, "GC%s%d[M%d_X, N%d] = GA%s%d[M%d, K%d] * GB%s%d[K%d, N%d]\n", DT_NAME[t], g,
@@ -748,6 +766,11 @@ static cJSON *profile_json(cal_state *c)
              o->mpi ? "mpi" : "threads", o->ranks, o->quick ? " --quick" : "",
              o->mpi ? "MPI rank" : "thread of the threads backend", o->ranks);
     cJSON_AddStringToObject(root, "source", src);
+    /* Which machine these figures belong to: `--hw host` warns when used
+     * on another one, and the cache is keyed by it (calibrate_machine.c). */
+    cJSON *mj = cost_machine_to_json(&c->machine);
+    if (mj)
+        cJSON_AddItemToObject(root, "machine", mj);
     cJSON *peak = cJSON_AddObjectToObject(root, "peak_flops");
     cJSON_AddNumberToObject(peak, "bf16", positive(flops[2]));
     cJSON_AddNumberToObject(peak, "f32", positive(flops[0]));
@@ -776,6 +799,8 @@ static cJSON *profile_json(cal_state *c)
     cJSON_AddNumberToObject(cal, "devices", o->ranks);
     cJSON_AddNumberToObject(cal, "runs", o->repeat);
     cJSON_AddNumberToObject(cal, "rounds", o->rounds);
+    if (c->load[0] >= 0)
+        cJSON_AddNumberToObject(cal, "load_average", c->load[0]);
     cJSON_AddStringToObject(cal, "model",
                             "T = t_launch + (P-1) * (l_sync + shard_bytes / bandwidth) + shard_bytes / "
                             "local_bandwidth + (runs - P) * seconds_per_run, shard_bytes = "
@@ -943,18 +968,109 @@ static void remove_dir(const cal_state *c)
         fprintf(stderr, "einc calibrate: note: could not remove %s: %s\n", c->dir, strerror(errno));
 }
 
+/* `einc calibrate --machine`: this machine's identity, its key and cache
+ * file as one JSON object on stdout (for scripts and tests). */
+static int print_machine(void)
+{
+    cost_machine m;
+    calibrate_machine_detect(&m);
+    char key[128], path[COST_HW_PATH_MAX], desc[3 * COST_MACHINE_STR];
+    cost_machine_key(&m, key, sizeof key);
+    cost_machine_describe(&m, desc, sizeof desc);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *mj = cost_machine_to_json(&m);
+    if (!root || !mj) {
+        cJSON_Delete(root);
+        cJSON_Delete(mj);
+        fprintf(stderr, "einc calibrate: error: out of memory\n");
+        return 1;
+    }
+    cJSON_AddItemToObject(root, "machine", mj);
+    cJSON_AddStringToObject(root, "description", desc);
+    cJSON_AddStringToObject(root, "key", key);
+    if (calibrate_cache_path(&m, path, sizeof path) == 0) {
+        cJSON_AddStringToObject(root, "cache", path);
+        cJSON_AddBoolToObject(root, "cached", access(path, F_OK) == 0);
+    } else {
+        cJSON_AddNullToObject(root, "cache");
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) {
+        fprintf(stderr, "einc calibrate: error: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
+
+/* Creates `path` and its missing parents (mode 0755), as mkdir -p. */
+static int make_dirs(const char *path)
+{
+    char buf[COST_HW_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return -1;
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char saved = *p;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = saved;
+        if (!saved)
+            return 0;
+    }
+}
+
 int calibrate_main(int argc, char **argv)
 {
     cal_options o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.machine)
+        return print_machine();
+    /* Without -o the profile goes to this machine's cache, where `--hw host`
+     * finds it. */
+    char cached[COST_HW_PATH_MAX];
+    cost_machine here;
+    calibrate_machine_detect(&here);
+    if (!o.output) {
+        char dir[COST_HW_PATH_MAX];
+        if (calibrate_cache_dir(dir, sizeof dir) != 0 ||
+            calibrate_cache_path(&here, cached, sizeof cached) != 0)
+            return drv_bad_usage("einc calibrate", "%s",
+                                 "no cache directory ($XDG_CACHE_HOME and $HOME unset): give -o PROFILE.json");
+        if (make_dirs(dir) != 0) {
+            fprintf(stderr, "einc calibrate: error: cannot create %s: %s\n", dir, strerror(errno));
+            return 1;
+        }
+        o.output = cached;
+    }
+    /* Minutes of measuring must not end in an unwritable file: check the
+     * output's directory first (write_atomic creates a file beside it). */
+    char outdir[COST_HW_PATH_MAX];
+    snprintf(outdir, sizeof outdir, "%s", o.output);
+    char *slash = strrchr(outdir, '/');
+    if (slash)
+        *(slash == outdir ? slash + 1 : slash) = 0;
+    else
+        snprintf(outdir, sizeof outdir, ".");
+    if (access(outdir, W_OK) != 0) {
+        fprintf(stderr, "einc calibrate: error: cannot write %s: %s: %s\n", o.output, outdir,
+                strerror(errno));
+        return 1;
+    }
     cal_state *c = calloc(1, sizeof *c);
     if (!c) {
         fprintf(stderr, "einc calibrate: error: out of memory\n");
         return 1;
     }
     c->o = &o;
+    c->machine = here;
+    c->load[0] = -1;
     ssize_t n = readlink("/proc/self/exe", c->self, sizeof c->self - 1);
     if (n <= 0) {
         fprintf(stderr, "einc calibrate: error: cannot find this einc (/proc/self/exe)\n");
@@ -971,6 +1087,15 @@ int calibrate_main(int argc, char **argv)
         return 1;
     }
     rc = 1;
+    /* Other processes' load slows every program calibration runs, and the
+     * fastest of a few rounds cannot undo load that lasts the whole run: on
+     * the 2-core VM of docs/performance.md a load average of 12 gave GEMM
+     * rates 3x below the quiet machine's and a 0.5 ms L_sync.  Say so, and
+     * record the load in the profile. */
+    if (getloadavg(c->load, 1) == 1 && c->load[0] > (double)here.cores && here.cores > 0)
+        fprintf(stderr, "einc calibrate: warning: the machine is busy (load average %.1f on %d "
+                        "cores): the figures will be slower than the machine; calibrate when it "
+                        "is quiet\n", c->load[0], here.cores);
     if (prepare_collectives(c) || prepare_compute(c) || run_benchmarks(c))
         goto out;
     for (int k = 0; k < NKINDS; k++)

@@ -21,7 +21,7 @@
 
 /* The command line of `einc calibrate`. */
 typedef struct cal_options {
-    const char *output;     /* -o: profile to write */
+    const char *output;     /* -o: profile to write; NULL: this machine's cache file */
     const char *name;       /* --name: the profile's "name" */
     bool mpi;               /* --runtime=mpi */
     int ranks;              /* --ranks N: largest group, devices per program */
@@ -30,6 +30,7 @@ typedef struct cal_options {
     int repeat;             /* --repeat: runs per process */
     int rounds;             /* --rounds: processes per program (median over them) */
     bool keep;              /* --keep: leave the work directory */
+    bool machine;           /* --machine: print the identity, measure nothing */
     const char *mpirun;     /* --mpirun: the launcher command */
 } cal_options;
 

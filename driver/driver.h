@@ -6,7 +6,8 @@
 
 #include <stddef.h>
 
-/* The hardware profile einc uses without --hw (hw/host.json). */
+/* The hardware profile einc uses without --hw: this machine (its cached
+ * calibration, else hw/host.json; calibrate_load_host). */
 #define DRV_DEFAULT_HW "host"
 
 /* A .ein file is text written by people; refuse anything absurdly large. */

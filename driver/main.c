@@ -74,8 +74,10 @@ static void usage(FILE *out)
           "  --explain             print when each contraction is compute-bound and each\n"
           "                        collective latency- or bandwidth-bound\n"
           "  --hw NAME|PATH.json   hardware profile for the cost pass and MeshSlice's K\n"
-          "                        (default host: this machine, written by einc calibrate;\n"
-          "                        also tpu-v4, tpu-v5e, tpu-v5p, h100)\n"
+          "                        (default host: this machine's profile cached by\n"
+          "                        `einc calibrate --quick`, else hw/host.json, with a\n"
+          "                        warning if measured elsewhere; also tpu-v4, tpu-v5e,\n"
+          "                        tpu-v5p, h100)\n"
           "Passes:\n"
           "  --passes=A,B,...      run this pipeline (default " PASS_DEFAULT_PIPELINE ")\n"
           "  --list-passes         list the registered passes\n"
@@ -294,7 +296,13 @@ int main(int argc, char **argv)
      * program -o builds (MeshSlice's K depends on the profile): this
      * machine's, which an executable's --profile compares against. */
     const char *hw_name = o.hw ? o.hw : DRV_DEFAULT_HW;
-    if (cost_hw_load(hw_name, hw, err, sizeof err) != 0) {
+    /* `host` is this machine: its cached calibration, else the committed
+     * profile with a warning when that was measured elsewhere
+     * (calibrate_load_host; docs/cost-model.md, "Which file host is"). */
+    int loaded = strcmp(hw_name, DRV_DEFAULT_HW) == 0
+                     ? calibrate_load_host(hw, stderr, err, sizeof err)
+                     : cost_hw_load(hw_name, hw, err, sizeof err);
+    if (loaded != 0) {
         fprintf(stderr, "einc: error: %s\n", err);
         free(src);
         pass_registry_free(&reg);

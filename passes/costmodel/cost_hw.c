@@ -264,6 +264,145 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
     return 0;
 }
 
+/* Copies optional string field `key` of `obj` into dst (size n); absent
+ * leaves dst empty.  Longer text is cut: these fields identify, they are
+ * not figures. */
+static int get_string(const cJSON *obj, const char *key, const char *origin, char *dst, size_t n,
+                      char *err, size_t errsize)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, key);
+    dst[0] = 0;
+    if (!f)
+        return 0;
+    if (!cJSON_IsString(f)) {
+        set_err(err, errsize, "%s: field \"machine.%s\" must be a string", origin, key);
+        return -1;
+    }
+    snprintf(dst, n, "%s", f->valuestring);
+    return 0;
+}
+
+/* The optional "machine" object: which machine `einc calibrate` measured
+ * (cost_machine).  Every field is optional; absent, hw->has_machine stays
+ * false and the driver cannot tell whether the figures belong to the host. */
+static int parse_machine(const cJSON *root, const char *origin, cost_hw *hw, char *err,
+                         size_t errsize)
+{
+    const cJSON *mj = cJSON_GetObjectItemCaseSensitive(root, "machine");
+    if (!mj)
+        return 0;
+    if (!cJSON_IsObject(mj)) {
+        set_err(err, errsize, "%s: \"machine\" must be an object", origin);
+        return -1;
+    }
+    cost_machine *m = &hw->machine;
+    if (get_string(mj, "cpu_model", origin, m->cpu_model, sizeof m->cpu_model, err, errsize) ||
+        get_string(mj, "isa", origin, m->isa, sizeof m->isa, err, errsize) ||
+        get_string(mj, "blas_core", origin, m->blas_core, sizeof m->blas_core, err, errsize) ||
+        get_string(mj, "blas_config", origin, m->blas_config, sizeof m->blas_config, err,
+                   errsize))
+        return -1;
+    const cJSON *cores = cJSON_GetObjectItemCaseSensitive(mj, "cores");
+    if (cores) {
+        double c = cJSON_IsNumber(cores) ? cores->valuedouble : -1;
+        if (!(c >= 1 && c <= 1e6 && c == floor(c))) {
+            set_err(err, errsize, "%s: field \"machine.cores\" must be a whole number >= 1",
+                    origin);
+            return -1;
+        }
+        m->cores = (int)c;
+    }
+    hw->has_machine = true;
+    return 0;
+}
+
+bool cost_machine_same(const cost_machine *a, const cost_machine *b)
+{
+    return strcmp(a->cpu_model, b->cpu_model) == 0 && a->cores == b->cores &&
+           strcmp(a->isa, b->isa) == 0 && strcmp(a->blas_core, b->blas_core) == 0;
+}
+
+static const char *or_unknown(const char *s)
+{
+    return s[0] ? s : "unknown";
+}
+
+void cost_machine_describe(const cost_machine *m, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return;
+    char cores[32] = "unknown";
+    if (m->cores > 0)
+        snprintf(cores, sizeof cores, "%d", m->cores);
+    snprintf(buf, n, "%s, %s cores, %s, OpenBLAS %s", or_unknown(m->cpu_model), cores,
+             or_unknown(m->isa), or_unknown(m->blas_core));
+}
+
+/* Appends a lower-case slug of `s` (alphanumerics, runs of anything else
+ * as one '-') to buf at *len, at most `room` characters. */
+static void append_slug(char *buf, size_t n, size_t *len, const char *s, size_t room)
+{
+    size_t start = *len;
+    bool dash = *len > 0; /* a separator before a new part */
+    for (const char *p = s; *p && *len + 2 < n && *len - start < room; p++) {
+        char ch = *p;
+        bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                     (ch >= 'A' && ch <= 'Z');
+        if (!alnum) {
+            dash = *len > 0;
+            continue;
+        }
+        if (dash && buf[*len - 1] != '-')
+            buf[(*len)++] = '-';
+        dash = false;
+        buf[(*len)++] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    }
+    buf[*len] = 0;
+}
+
+void cost_machine_key(const cost_machine *m, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return;
+    /* FNV-1a over the compared fields, NUL-separated, so that CPU names
+     * which slug alike (or are cut short) still get their own file. */
+    uint32_t h = 2166136261u;
+    char cores[32];
+    snprintf(cores, sizeof cores, "%d", m->cores);
+    const char *parts[4] = {m->cpu_model, cores, m->isa, m->blas_core};
+    for (int i = 0; i < 4; i++)
+        for (const char *p = parts[i];; p++) {
+            h = (h ^ (uint8_t)*p) * 16777619u;
+            if (!*p)
+                break;
+        }
+    char tail[2 * COST_MACHINE_STR + 48];
+    snprintf(tail, sizeof tail, "%dc-%s-%s-%08x", m->cores, or_unknown(m->isa),
+             or_unknown(m->blas_core), h);
+    size_t len = 0;
+    buf[0] = 0;
+    size_t room = n > 48 + 2 ? n - 48 - 2 : 0;
+    append_slug(buf, n, &len, or_unknown(m->cpu_model), room < 48 ? room : 48);
+    append_slug(buf, n, &len, tail, n);
+}
+
+cJSON *cost_machine_to_json(const cost_machine *m)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return NULL;
+    bool ok = cJSON_AddStringToObject(j, "cpu_model", m->cpu_model) &&
+              cJSON_AddNumberToObject(j, "cores", m->cores) &&
+              cJSON_AddStringToObject(j, "isa", m->isa) &&
+              cJSON_AddStringToObject(j, "blas_core", m->blas_core) &&
+              cJSON_AddStringToObject(j, "blas_config", m->blas_config);
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
 int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, size_t errsize)
 {
     memset(hw, 0, sizeof *hw);
@@ -318,6 +457,8 @@ int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, 
     if (parse_wrap(root, origin, hw, err, errsize) < 0)
         goto out;
     if (parse_calibration(root, origin, hw, err, errsize) < 0)
+        goto out;
+    if (parse_machine(root, origin, hw, err, errsize) < 0)
         goto out;
     rc = 0;
 out:

@@ -79,6 +79,20 @@ typedef struct cost_coll_fit {
     double small_t_run;    /* seconds per extra run */
 } cost_coll_fit;
 
+/* Longest text kept in a field of cost_machine. */
+#define COST_MACHINE_STR 160
+
+/* The machine a profile was measured on (the "machine" object that `einc
+ * calibrate` writes): what decides whether its figures still hold where
+ * einc runs.  Empty strings and 0 mean unknown. */
+typedef struct cost_machine {
+    char cpu_model[COST_MACHINE_STR];   /* the CPU's model name, e.g. "AMD EPYC 7B13" */
+    int cores;                          /* logical CPUs online */
+    char isa[COST_MACHINE_STR];         /* widest vector ISA: "avx512", "avx2", "avx", "sse2", "neon" */
+    char blas_core[COST_MACHINE_STR];   /* the BLAS kernel set in use: openblas_get_corename(), e.g. "Zen" */
+    char blas_config[COST_MACHINE_STR]; /* openblas_get_config(): version and build options (not compared) */
+} cost_machine;
+
 /* Most points of a calibrated elementwise-bandwidth curve. */
 #define COST_EW_POINTS 8
 
@@ -112,6 +126,8 @@ typedef struct cost_hw {
     double gemm_rate[3][COST_EW_POINTS];  /* FLOP/s measured at that size */
     double cal_devices;                   /* devices busy during calibration (0: unknown) */
     double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
+    bool has_machine;                     /* the profile has a "machine" object */
+    cost_machine machine;                 /* that object: where the figures were measured */
 } cost_hw;
 
 /* ---- profiles (cost_hw.c) ---- */
@@ -125,7 +141,9 @@ typedef struct cost_hw {
  * Every figure must be present, a number and > 0 ("peak_flops" needs bf16,
  * f32 and f64; "wraparound" needs a known "rule" and, for the size rules, a
  * positive integer "size").  Fields ending in "source" are documentation and
- * ignored.  On error returns -1, writes a one-line message naming the file
+ * ignored.  The optional "machine" object (strings cpu_model, isa,
+ * blas_core, blas_config; whole number cores >= 1) fills hw->machine and
+ * sets hw->has_machine.  On error returns -1, writes a one-line message naming the file
  * and the field into `err` (size `errsize`) and leaves `hw` unspecified;
  * returns 0 on success.
  */
@@ -136,6 +154,33 @@ int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, 
 
 /* Whether a mesh axis of `size` devices is a ring (has wraparound) under hw's rule. */
 bool cost_hw_axis_wraps(const cost_hw *hw, int64_t size);
+
+/* ---- the machine a profile belongs to (cost_hw.c) ---- */
+
+struct cJSON;
+
+/* Whether `a` and `b` are the same machine for the cost model: the same
+ * CPU model, core count, ISA and BLAS kernel set (blas_config, which names
+ * the library's version, is not compared).  Exact string comparison. */
+bool cost_machine_same(const cost_machine *a, const cost_machine *b);
+
+/* Writes a one-line description of `m` into buf (size n, always
+ * NUL-terminated), e.g. "AMD EPYC 7B13, 2 cores, avx2, OpenBLAS Zen";
+ * unknown fields print as "unknown". */
+void cost_machine_describe(const cost_machine *m, char *buf, size_t n);
+
+/* Writes a file-name-safe key of `m` into buf (size n >= 32): a slug of
+ * the CPU model, the core count, ISA and BLAS kernel, and 8 hex digits of
+ * a hash of all four fields, e.g. "amd-epyc-7b13-2c-avx2-zen-1a2b3c4d".
+ * Two machines with equal keys are the same by cost_machine_same (up to
+ * the hash).  The key names a machine's cached profile. */
+void cost_machine_key(const cost_machine *m, char *buf, size_t n);
+
+/* `m` as a new cJSON object {"cpu_model", "cores", "isa", "blas_core",
+ * "blas_config"}, the form cost_hw_parse reads back from a profile's
+ * "machine" field.  The caller owns the result (cJSON_Delete, or adds it
+ * to a parent); NULL when out of memory. */
+struct cJSON *cost_machine_to_json(const cost_machine *m);
 
 /* ---- formulas (cost_formula.c) ---- */
 

@@ -1,0 +1,180 @@
+/*
+ * calibrate_machine.c - which machine einc runs on, where its calibrated
+ * profile is cached, and which file `--hw host` means.
+ *
+ * A calibrated profile holds one machine's figures: another CPU, another
+ * core count or another BLAS kernel set makes them wrong by tens of percent
+ * (a GEMM rate measured on AVX-512 kernels is not the rate of AVX2 ones).
+ * So `einc calibrate` records the machine (cost_machine) in the profile, and
+ * `host` resolves per machine:
+ *
+ *   1. $XDG_CACHE_HOME/einc/host-KEY.json (else ~/.cache/einc/...), KEY =
+ *      cost_machine_key of this machine: written by `einc calibrate` without
+ *      -o (`einc calibrate --quick` takes well under a minute);
+ *   2. else the profile named host (EINC_HW_DIR or the source tree's hw/),
+ *      with one warning when it records another machine, or none at all.
+ *
+ * The identity comes from /proc/cpuinfo (model name, family and model
+ * numbers, since a VM often shows only "AMD EPYC"), the online CPU count,
+ * the compiler's CPU feature probe (__builtin_cpu_supports) and OpenBLAS,
+ * the library every einc executable links (openblas_get_corename: the
+ * kernel set its DYNAMIC_ARCH dispatch picked for this CPU, which is what
+ * runs, e.g. "Haswell" kernels on a CPU newer than the library).
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "calibrate.h"
+#include "costmodel.h"
+
+/* Value of "key : value" line `line` if it starts with key, else NULL;
+ * the trailing newline is cut. */
+static char *cpuinfo_value(char *line, const char *key)
+{
+    size_t k = strlen(key);
+    if (strncmp(line, key, k) != 0)
+        return NULL;
+    char *p = line + k;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p != ':')
+        return NULL;
+    p++;
+    while (*p == ' ')
+        p++;
+    p[strcspn(p, "\n")] = 0;
+    return p;
+}
+
+/* The CPU's model name from /proc/cpuinfo (first processor), with its
+ * family and model numbers when the file has them. */
+static void detect_cpu(char *out, size_t n)
+{
+    snprintf(out, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[1024], name[COST_MACHINE_STR] = "", family[32] = "", model[32] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *v;
+        if (line[0] == '\n' && name[0]) /* end of the first processor's block */
+            break;
+        if (!name[0] && (v = cpuinfo_value(line, "model name")))
+            snprintf(name, sizeof name, "%s", v);
+        else if (!family[0] && (v = cpuinfo_value(line, "cpu family")))
+            snprintf(family, sizeof family, "%s", v);
+        else if (!model[0] && (v = cpuinfo_value(line, "model")))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!name[0] && (v = cpuinfo_value(line, "CPU part"))) /* arm64 */
+            snprintf(name, sizeof name, "CPU part %s", v);
+    }
+    fclose(f);
+    if (!name[0])
+        return;
+    if (family[0] && model[0])
+        snprintf(out, n, "%s (family %s, model %s)", name, family, model);
+    else
+        snprintf(out, n, "%s", name);
+}
+
+/* The widest vector ISA the CPU has (what a BLAS kernel could use). */
+static const char *detect_isa(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return "avx512";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "avx2";
+    if (__builtin_cpu_supports("avx"))
+        return "avx";
+    return "sse2";
+#elif defined(__aarch64__)
+    return "neon";
+#else
+    return "unknown";
+#endif
+}
+
+void calibrate_machine_detect(cost_machine *m)
+{
+    memset(m, 0, sizeof *m);
+    detect_cpu(m->cpu_model, sizeof m->cpu_model);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cores = cores > 0 ? (int)cores : 0;
+    snprintf(m->isa, sizeof m->isa, "%s", detect_isa());
+    const char *core = openblas_get_corename();
+    const char *config = openblas_get_config();
+    snprintf(m->blas_core, sizeof m->blas_core, "%s", core ? core : "");
+    snprintf(m->blas_config, sizeof m->blas_config, "%s", config ? config : "");
+}
+
+int calibrate_cache_dir(char *buf, size_t n)
+{
+    /* XDG Base Directory: a relative $XDG_CACHE_HOME is invalid and ignored. */
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int w;
+    if (xdg && xdg[0] == '/')
+        w = snprintf(buf, n, "%s/einc", xdg);
+    else if (home && home[0] == '/')
+        w = snprintf(buf, n, "%s/.cache/einc", home);
+    else
+        return -1;
+    return w > 0 && (size_t)w < n ? 0 : -1;
+}
+
+int calibrate_cache_path(const cost_machine *m, char *buf, size_t n)
+{
+    char dir[COST_HW_PATH_MAX - 128], key[128];
+    if (calibrate_cache_dir(dir, sizeof dir) != 0)
+        return -1;
+    cost_machine_key(m, key, sizeof key);
+    int w = snprintf(buf, n, "%s/host-%s.json", dir, key);
+    return w > 0 && (size_t)w < n ? 0 : -1;
+}
+
+int calibrate_load_host(cost_hw *hw, FILE *warn, char *err, size_t errsize)
+{
+    cost_machine here;
+    calibrate_machine_detect(&here);
+    char desc[3 * COST_MACHINE_STR];
+    cost_machine_describe(&here, desc, sizeof desc);
+    char cached[COST_HW_PATH_MAX];
+    if (calibrate_cache_path(&here, cached, sizeof cached) == 0 && access(cached, F_OK) == 0) {
+        char cerr[512];
+        if (cost_hw_load(cached, hw, cerr, sizeof cerr) == 0)
+            return 0;
+        /* A broken cache must not stop a compile: the committed profile
+         * still gives a plan, and the fix is one command. */
+        if (warn)
+            fprintf(warn, "einc: warning: ignoring the cached profile of this machine: %s; "
+                          "re-run `einc calibrate --quick` to replace it\n", cerr);
+    }
+    if (cost_hw_load("host", hw, err, errsize) != 0)
+        return -1;
+    if (!warn)
+        return 0;
+    char fix[COST_HW_PATH_MAX + 128];
+    if (calibrate_cache_path(&here, cached, sizeof cached) == 0)
+        snprintf(fix, sizeof fix, "`einc calibrate --quick` (under a minute) measures this "
+                 "machine into %s, which `--hw host` then uses", cached);
+    else
+        snprintf(fix, sizeof fix, "`einc calibrate --quick -o host.json` (under a minute) "
+                 "measures this machine; pass --hw host.json");
+    if (!hw->has_machine) {
+        fprintf(warn, "einc: warning: %s does not say which machine it was measured on; "
+                      "this machine is %s; %s\n", hw->path, desc, fix);
+    } else if (!cost_machine_same(&hw->machine, &here)) {
+        char theirs[3 * COST_MACHINE_STR];
+        cost_machine_describe(&hw->machine, theirs, sizeof theirs);
+        fprintf(warn, "einc: warning: %s was measured on %s, but this machine is %s: its "
+                      "estimates may be off; %s\n", hw->path, theirs, desc, fix);
+    }
+    return 0;
+}
