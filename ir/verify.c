@@ -352,8 +352,10 @@ static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *o
         if (mv->kind == IR_OP_ALLGATHER && (mv->operand == 0 || mv->operand == 1)) {
             ir_value *v = virt[mv->operand];
             int8_t ax = (int8_t)mv->axis;
+            /* The operand's label at that position, not its value's dim:
+             * a reference may relabel a dim (`W[E, D]` of a `W[D, E]`). */
             if (mv->dim < 0 || mv->dim >= v->type.rank || !ends_with(&v->type.sh, mv->dim, &ax, 1) ||
-                v->type.dims[mv->dim] != op->u.ms.split_label) {
+                op->u.ms.labels[mv->operand][mv->dim] != op->u.ms.split_label) {
                 WHY("MeshSlice AllGather of operand %d: the axis is not the minor-most of the split dim",
                     mv->operand);
                 return false;
@@ -390,7 +392,7 @@ static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *o
         ir_axes bit = 1u << rs->axis;
         const ir_type *t = &op->result->type;
         if (!(out->unreduced & bit) || rs->dim < 0 || rs->dim >= t->rank ||
-            t->dims[rs->dim] != op->u.ms.split_label) {
+            op->u.ms.result_labels[rs->dim] != op->u.ms.split_label) {
             WHY("MeshSlice ReduceScatter: the partial result is not unreduced over its axis, or the dim is not the split dim");
             return false;
         }
