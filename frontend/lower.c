@@ -650,6 +650,23 @@ static ir_value *lower_assign(stmt_ctx *x, const ast_stmt *s)
     return fe_ew_emit(&x->e, acc, x->lhs, x->nlhs, vloc);
 }
 
+/* `sh` without the mesh axes of size 1: an axis of one device splits
+ * nothing and reduces nothing, and left in a sharding it would make the
+ * planner insert collectives over groups of one device (a copy each). */
+static ir_sharding without_unit_axes(const ir_module *m, ir_sharding sh, int rank)
+{
+    ir_sharding out = ir_sharding_replicated();
+    for (int d = 0; d < rank; d++)
+        for (int k = 0; k < sh.naxes[d]; k++)
+            if (m->mesh.axes[sh.axes[d][k]].size > 1)
+                ir_sharding_push(&out, d, sh.axes[d][k]);
+    for (int a = 0; a < m->mesh.naxes; a++)
+        if ((sh.unreduced & (1u << a)) && m->mesh.axes[a].size > 1)
+            out.unreduced |= 1u << a;
+    out.red = out.unreduced ? sh.red : (uint8_t)IR_RED_SUM;
+    return out;
+}
+
 /* The value of a declared input or param. */
 static void lower_decl(fe_checker *c, const ast_stmt *s)
 {
@@ -659,7 +676,8 @@ static void lower_decl(fe_checker *c, const ast_stmt *s)
     ty.dtype = t->dtype;
     ty.rank = t->rank;
     memcpy(ty.dims, t->dims, (size_t)t->rank * sizeof(int));
-    ty.sh = c->opts->single_device ? ir_sharding_replicated() : t->sh;
+    ty.sh = c->opts->single_device ? ir_sharding_replicated()
+                                   : without_unit_axes(c->m, t->sh, t->rank);
     t->value = ir_value_new(c->m, t->name, t->kind, &ty, t->loc);
 }
 
@@ -675,7 +693,7 @@ static void lower_output(fe_checker *c, const ast_stmt *s)
     for (int i = 0; i < r->nidx; i++)
         for (int k = 0; r->idx[i].axes && r->idx[i].axes[k]; k++)
             ir_sharding_push(&sh, i, ir_mesh_find_axis(&c->m->mesh, r->idx[i].axes[k]));
-    o->constraint = sh;
+    o->constraint = without_unit_axes(c->m, sh, r->nidx);
 }
 
 bool fe_lower(fe_checker *c, const ast_program *prog)
@@ -715,7 +733,8 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             bool constrained = s->u.assign.update ? s->u.assign.constrained : t->has_constraint;
             if (constrained && !c->opts->single_device) {
                 t->value->has_constraint = true;
-                t->value->constraint = s->u.assign.update ? s->u.assign.sh : t->sh;
+                t->value->constraint = without_unit_axes(
+                    c->m, s->u.assign.update ? s->u.assign.sh : t->sh, t->rank);
             } else if (fe_grad_call(s) && !c->opts->single_device) {
                 /* The gradient of an input or param is sharded like it,
                  * unless the left side says otherwise: FSDP's gradients
@@ -723,7 +742,7 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
                 const fe_tensor *w = fe_grad_target(c, s);
                 if (w->kind != IR_VAL_OP && !t->value->has_constraint) {
                     t->value->has_constraint = true;
-                    t->value->constraint = w->sh;
+                    t->value->constraint = without_unit_axes(c->m, w->sh, w->rank);
                 }
             }
         }
