@@ -286,45 +286,34 @@ static ir_value *emit_einsum(gctx *g, ir_value *const *vals, const int (*labels)
 }
 
 /* Adds a contribution to the adjoint of `v`: a tree over `labels` (the
- * positions of v, as the use indexed them), or a constant. */
+ * positions of v, as the use indexed them), or a constant.  The adjoint's
+ * value always has v's own dims. */
 static void contribute(gctx *g, ir_value *v, fe_ew *t, const int *labels)
 {
     if (!t)
         return;
     adjoint *a = &g->adj[v->id];
     int n = v->type.rank;
-    if (t->kind == IR_EW_CONST) {
-        if (!a->v) {
-            a->c = (a->is_const ? a->c : 0.0) + t->value;
-            a->is_const = true;
-            return;
-        }
+    const int *dims = v->type.dims;
+    if (t->kind == IR_EW_CONST && !a->v) {
+        a->c = (a->is_const ? a->c : 0.0) + t->value;
+        a->is_const = true;
+        return;
     }
     name_for(g, v);
-    /* Over v's own dims: the use's labels map position i to v's dim i. */
     fe_ew *sum = t;
-    if (t->kind != IR_EW_CONST) {
-        /* Relabel the use's positions as v's dims by emitting over them
-         * (labels -> v dims), merging with what is there. */
-        /* A leaf already over `labels` (an einsum's result) is the value. */
-        ir_value *tv = t->kind == IR_EW_OPERAND && t->nlabels == n &&
-                               memcmp(t->labels, labels, (size_t)n * sizeof(int)) == 0 &&
-                               memcmp(t->v->type.dims, labels, (size_t)n * sizeof(int)) == 0
-                           ? t->v
-                           : fe_ew_emit(&g->e, t, labels, n, g->loc);
-        sum = fe_ew_leaf(g->e.arena, tv, v->type.dims, n);
-        if (!a->v && !a->is_const) {
-            a->v = tv;
-            if (memcmp(labels, v->type.dims, (size_t)n * sizeof(int)) == 0)
-                return;
-            a->v = NULL;
-        }
-    }
+    if (t->kind != IR_EW_CONST && memcmp(labels, dims, (size_t)n * sizeof(int)) != 0)
+        /* A use that relabels v's dims (K[B, S, D] of K[B, T, D]): the
+         * contribution over the use's labels, read by position as v's. */
+        sum = fe_ew_leaf(g->e.arena, fe_ew_emit(&g->e, t, labels, n, g->loc), dims, n);
     if (a->v)
-        sum = add(g, fe_ew_leaf(g->e.arena, a->v, v->type.dims, n), sum);
+        sum = add(g, fe_ew_leaf(g->e.arena, a->v, dims, n), sum);
     else if (a->is_const)
         sum = add(g, cnst(g, a->c), sum);
-    a->v = fe_ew_emit(&g->e, sum, v->type.dims, n, g->loc);
+    /* A lone value over v's dims (an einsum's result) is the adjoint as it is. */
+    bool value = sum->kind == IR_EW_OPERAND && memcmp(sum->labels, dims, (size_t)n * sizeof(int)) == 0 &&
+                 memcmp(sum->v->type.dims, dims, (size_t)n * sizeof(int)) == 0;
+    a->v = value ? sum->v : fe_ew_emit(&g->e, sum, dims, n, g->loc);
     a->is_const = false;
 }
 
@@ -493,13 +482,10 @@ static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, i
     for (int i = 0; i < n; i++)
         dep[wrt[i]->id] = true;
     ir_op *last = m->last;
-    for (ir_op *op = m->first; op; op = op->next) {
+    for (ir_op *op = m->first; op; op = op->next)
         for (int k = 0; k < op->noperands; k++)
             if (dep[op->operands[k]->id] && op->operands[k]->type.dtype != IR_I32)
                 dep[op->result->id] = true;
-        if (op == last)
-            break;
-    }
     need[loss->id] = true;
     for (ir_op *op = last; op; op = op->prev)
         if (need[op->result->id])

@@ -91,27 +91,18 @@ static int32_t find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name
     return -1;
 }
 
-/* Refuses, before the run, an --output path that exists and is not a
- * regular file (a device such as /dev/null, a FIFO, a socket, a directory):
- * writing it renames a new file over the path, which would replace the
- * device node itself.  rt_npy_write checks again when it writes; this
- * check only saves the run, in the same words. */
+/* Refuses, before the run, an --output path that rt_npy_write would
+ * refuse after it (rt_output_target: a path that exists and is not a
+ * regular file, or a dangling link), so a bad path does not cost the run. */
 static int check_output_path(const char *name, const char *path, char *err, size_t errlen)
 {
+    char *target, why[512];
     struct stat st;
-    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
-        return 0; /* a new file, or one to replace */
-    const char *kind = S_ISCHR(st.st_mode)    ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                       : S_ISDIR(st.st_mode)  ? "a directory"
-                                              : "a file of an unknown kind";
-    struct stat lst;
-    bool link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
-    return rt_errf(err, errlen, "output '%s': %s is %s%s, not a regular file; an output only "
-                   "ever replaces a regular file", name, path, link ? "a symbolic link to " : "",
-                   kind);
+    bool exists;
+    if (rt_output_target(path, &target, &st, &exists, why, sizeof why) != 0)
+        return rt_errf(err, errlen, "output '%s': %s", name, why);
+    free(target);
+    return 0;
 }
 
 /* Matches --input/--output to the program; fills job->in_paths; checks
