@@ -48,7 +48,7 @@ static int32_t index_bound(const ir_module *m, const char *name)
 
 /* The rt_tensor_desc of a value of type `t` named `name`. */
 static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
-                                const ir_type *t, bool is_param)
+                                const ir_type *t, int role)
 {
     int64_t global[RT_MAX_RANK] = {0}, local[RT_MAX_RANK] = {0};
     int32_t naxes[RT_MAX_RANK] = {0};
@@ -73,7 +73,7 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
         cg_const_i64s(c, local, t->rank, RT_MAX_RANK, 0),
         cg_const_i32s(c, naxes, t->rank, RT_MAX_RANK, 0),
         LLVMConstArray2(LLVMArrayType2(c->t.i32, RT_MAX_AXES), axes, RT_MAX_RANK),
-        cg_i32(c, is_param),
+        cg_i32(c, role),
         cg_i32(c, t->dtype == IR_I32 ? index_bound(m, name) : 0),
     };
     return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
@@ -180,10 +180,11 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         int k = p->input_index[v];
         if (k >= 0)
             ins[k] = tensor_desc(c, m, m->values[v]->tensor, &m->values[v]->type,
-                                 m->values[v]->kind == IR_VAL_PARAM);
+                                 m->values[v]->kind == IR_VAL_PARAM ? RT_ROLE_PARAM
+                                                                     : RT_ROLE_INPUT);
     }
     for (int j = 0; j < m->noutputs; j++)
-        outs[j] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, false);
+        outs[j] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, RT_ROLE_INPUT);
 
     LLVMValueRef names[RT_MAX_AXES], sizes[RT_MAX_AXES];
     for (int a = 0; a < RT_MAX_AXES; a++) {
@@ -212,6 +213,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         op_times,
         cg_const_string(c, opts->hw_name ? opts->hw_name : ""),
         cg_i64(c, calls_per_run(m, p)),
+        cg_i32(c, -1), /* loss_output */
+        cg_i32(c, 0),  /* trains */
     };
     free(ins);
     free(outs);

@@ -37,7 +37,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         i64_rank,                            /* local_shape */
         i32_rank,                            /* dim_naxes */
         LLVMArrayType2(i32_axes, RT_MAX_RANK), /* dim_axes */
-        t->i32,                              /* is_param */
+        t->i32,                              /* role */
         t->i32,                              /* index_bound */
     };
     LLVMStructSetBody(t->tensor_desc, td, sizeof td / sizeof td[0], 0);
@@ -92,6 +92,8 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->ptr,                             /* op_predicted */
         t->ptr,                             /* hw_name */
         t->i64,                             /* calls_per_run */
+        t->i32,                             /* loss_output */
+        t->i32,                             /* trains */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

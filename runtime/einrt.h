@@ -65,6 +65,15 @@ enum rt_reduce_op {
     RT_REDUCE_MIN = 2, /* the smallest element (NaN if any member's is NaN) */
 };
 
+/* What an entry of rt_program.inputs is (rt_tensor_desc `role`). */
+enum rt_tensor_role {
+    RT_ROLE_INPUT = 0, /* `input`: data, given by --input (or --data for a training program) */
+    RT_ROLE_PARAM = 1, /* `param`: a weight; a training program updates it in place */
+    RT_ROLE_STATE = 2, /* program state kept across calls (an optimizer's momentum, m, v, step
+                          count): zero at start unless --input gives it, updated in place by
+                          `run`, sharded like the param it belongs to */
+};
+
 /* Opaque per-device context, created by the runtime and passed to `run`. */
 typedef struct rt_device rt_device;
 
@@ -78,7 +87,7 @@ typedef struct rt_tensor_desc {
     /* dim_axes[d][k], k < dim_naxes[d]: mesh axes sharding dim d, major to minor */
     int32_t dim_naxes[RT_MAX_RANK];
     int32_t dim_axes[RT_MAX_RANK][RT_MAX_AXES];
-    int32_t is_param;                  /* 1 for `param`, 0 for `input` / outputs */
+    int32_t role;                      /* enum rt_tensor_role; RT_ROLE_INPUT for outputs */
     /* RT_I32 inputs: the indices must lie in [0, index_bound) (the size of
      * the dim they look up), which --random-inputs draws from; 0 otherwise.
      * Added in the struct's tail padding: size and offsets unchanged. */
@@ -148,6 +157,16 @@ typedef struct rt_program {
      * body is called once per iteration (sizes the --profile and --trace
      * buffers); 0 for nops. */
     int64_t calls_per_run;
+    /* Training (an `optimize` statement).  `trains` is 1 when each call of
+     * `run` is one training step: it reads the batch in its inputs, and
+     * overwrites its params and states (role PARAM, STATE) in their `in`
+     * buffers with their values after the step, after every other read of
+     * them.  When `trains` is 1, `loss_output` is the index in `outputs` of
+     * the scalar named by `loss` (or -1 if none); when 0 it is ignored, so a
+     * descriptor that leaves both zero is an ordinary program.  Added after
+     * ABI version 1 without a bump: appended. */
+    int32_t loss_output;
+    int32_t trains;
 } rt_program;
 
 /* ---- called by emitted code ---- */

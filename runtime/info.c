@@ -39,7 +39,7 @@ static void print_tensors(FILE *f, const rt_program *p, const rt_tensor_desc *ts
         const rt_tensor_desc *t = &ts[i];
         char s[512];
         rt_format_sharding(s, sizeof s, p, t);
-        fprintf(f, "  %-6s %-5s %s  global ", t->is_param ? "param" : kind,
+        fprintf(f, "  %-6s %-5s %s  global ", t->role == RT_ROLE_PARAM ? "param" : t->role == RT_ROLE_STATE ? "state" : kind,
                 rt_dtype_name(t->dtype), s);
         print_shape(f, t->rank, t->global_shape);
         fputs(" per device ", f);

@@ -147,7 +147,7 @@ static int resolve_names(rt_job *job, char *err, size_t errlen)
             if (!job->in_paths[k]) {
                 snprintf(err, errlen, "missing --input %s=FILE.npy for %s '%s' (or use "
                          "--random-inputs SEED)", p->inputs[k].name,
-                         p->inputs[k].is_param ? "param" : "input", p->inputs[k].name);
+                         p->inputs[k].role == RT_ROLE_PARAM ? "param" : "input", p->inputs[k].name);
                 return -1;
             }
     return 0;

@@ -55,7 +55,7 @@ static void test_tensor_desc(void)
     CHECK_OFF(&e, ty, rt_tensor_desc, 4, local_shape);
     CHECK_OFF(&e, ty, rt_tensor_desc, 5, dim_naxes);
     CHECK_OFF(&e, ty, rt_tensor_desc, 6, dim_axes);
-    CHECK_OFF(&e, ty, rt_tensor_desc, 7, is_param);
+    CHECK_OFF(&e, ty, rt_tensor_desc, 7, role);
     CHECK_OFF(&e, ty, rt_tensor_desc, 8, index_bound);
     env_close(&e);
 }
@@ -107,7 +107,7 @@ static void test_program(void)
     LLVMTypeRef ty = e.t.program;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_program));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_program));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 17);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 19);
     CHECK_OFF(&e, ty, rt_program, 0, abi_version);
     CHECK_OFF(&e, ty, rt_program, 1, naxes);
     CHECK_OFF(&e, ty, rt_program, 2, axis_names);
@@ -125,6 +125,8 @@ static void test_program(void)
     CHECK_OFF(&e, ty, rt_program, 14, op_predicted);
     CHECK_OFF(&e, ty, rt_program, 15, hw_name);
     CHECK_OFF(&e, ty, rt_program, 16, calls_per_run);
+    CHECK_OFF(&e, ty, rt_program, 17, loss_output);
+    CHECK_OFF(&e, ty, rt_program, 18, trains);
     env_close(&e);
 }
 

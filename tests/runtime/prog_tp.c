@@ -101,7 +101,7 @@ static void run_reference(rt_device *dev, void *const *in, void *const *out)
          .local_shape = {B / s, D}, .dim_naxes = {s > 1, 0}, .dim_axes = {{0}, {0}}},           \
         {.name = "w", .dtype = DT, .rank = 2, .global_shape = {D, F},                       \
          .local_shape = {D, F / s}, .dim_naxes = {0, s > 1}, .dim_axes = {{0}, {1}},            \
-         .is_param = 1},                                                                        \
+         .role = RT_ROLE_PARAM},                                                                        \
     }
 #define OUTPUTS(s)                                                                              \
     {                                                                                           \
