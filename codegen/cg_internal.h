@@ -75,10 +75,16 @@ typedef struct cg_plan {
     int *fused_into;    /* per op: the op whose loop computes it inline, or -1 */
     int *def_index;     /* per value: index of its defining op, -1 for inputs */
     int *last_use;      /* per value: last emitted op that reads its buffer, -1 if none */
-    int *out_index;     /* per value: first output it is written to, -1 if none */
-    int *input_index;   /* per value: position in the `in` array, -1 if not an input/param */
+    int *out_index;     /* per value: first runtime output (position in `out`) it is
+                           written to, -1 if none */
+    int *rt_output;     /* per module output: its position in `out`, -1 for an update */
+    int noutputs;       /* runtime outputs: the module's outputs that are not updates */
+    int *update_slot;   /* per value: position in `in` of the param or state it overwrites at
+                           the end of the run (an update), -1 if none */
+    int *input_index;   /* per value: position in the `in` array, -1 if not an input, param
+                           or state */
     int *reuse;         /* per op: the dead operand whose buffer the result takes over, or -1 */
-    int ninputs;        /* inputs and params */
+    int ninputs;        /* inputs, params and states */
 } cg_plan;
 
 /* ---- target.c ---- */

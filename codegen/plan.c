@@ -20,6 +20,12 @@
  * after its last read, so a device holds only the shards that are still
  * needed.  Inputs and outputs are owned by the runtime and never freed here.
  *
+ * Updates.  A training step overwrites its params and optimizer state with
+ * their new values (ir_output.update).  The new values are computed into
+ * scratch buffers that live to the end of the run (last_use = nops) and
+ * are copied over the params' and states' buffers after the last op, so
+ * no op ever reads a param that an update has already overwritten.
+ *
  * Repeated blocks.  A loop's body is emitted once, as an LLVM loop over the
  * layer index (run.c).  Its buffers are allocated and freed in each
  * iteration, as the liveness above says; a buffer made before the loop and
@@ -94,13 +100,20 @@ static bool fused_reads(const cg_plan *p, int i, int v)
     return false;
 }
 
+/* Whether value v must be materialised and kept past its readers: a
+ * runtime output, or the new value of a param or state. */
+static bool kept(const cg_plan *p, int v)
+{
+    return p->out_index[v] >= 0 || p->update_slot[v] >= 0;
+}
+
 /* The operand whose buffer emitted elementwise op `i` can write into, or -1
  * (see the essay above). */
 static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
 {
     const ir_op *op = p->ops[i];
     const ir_value *res = op->result;
-    if (op->kind != IR_OP_ELEMENTWISE || p->fused_into[i] >= 0 || p->out_index[res->id] >= 0)
+    if (op->kind != IR_OP_ELEMENTWISE || p->fused_into[i] >= 0 || kept(p, res->id))
         return -1;
     for (int k = 0; k < op->noperands; k++) {
         const ir_value *v = op->operands[k];
@@ -108,7 +121,7 @@ static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
         /* Not the carried buffer (the next iteration reads it) nor a view
          * of a param. */
         if (def < 0 || p->ops[def]->kind == IR_OP_LOOPBEGIN || p->ops[def]->kind == IR_OP_LAYERSLICE ||
-            p->fused_into[def] >= 0 || p->out_index[v->id] >= 0 ||
+            p->fused_into[def] >= 0 || kept(p, v->id) ||
             p->last_use[v->id] != i || v->type.dtype != res->type.dtype ||
             ir_local_bytes(m, &v->type) != ir_local_bytes(m, &res->type) ||
             fused_reads(p, i, v->id))
@@ -141,6 +154,8 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     p->last_use = cg_calloc((size_t)m->nvalues, sizeof(int));
     p->out_index = cg_calloc((size_t)m->nvalues, sizeof(int));
     p->input_index = cg_calloc((size_t)m->nvalues, sizeof(int));
+    p->update_slot = cg_calloc((size_t)m->nvalues, sizeof(int));
+    p->rt_output = cg_calloc((size_t)m->noutputs, sizeof(int));
     p->reuse = cg_calloc((size_t)nops, sizeof(int));
     fill(p->reuse, nops, -1);
     fill(p->fused_into, nops, -1);
@@ -148,6 +163,7 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     fill(p->last_use, m->nvalues, -1);
     fill(p->out_index, m->nvalues, -1);
     fill(p->input_index, m->nvalues, -1);
+    fill(p->update_slot, m->nvalues, -1);
 
     int errors = 0;
     int i = 0;
@@ -199,7 +215,7 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
                       op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims &&
                       a->type.dtype == op->result->type.dtype;
             if (op->kind == IR_OP_LAYERSLICE)
-                ok = ok && (a->kind == IR_VAL_INPUT || a->kind == IR_VAL_PARAM) &&
+                ok = ok && ir_value_kind_is_argument(a->kind) &&
                      a->type.rank == op->result->type.rank + 1 && a->type.sh.naxes[0] == 0;
             else
                 ok = ok && ir_local_bytes(m, &a->type) == ir_local_bytes(m, &op->result->type);
@@ -230,11 +246,26 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     }
     int k = 0;
     for (int v = 0; v < m->nvalues; v++)
-        if (m->values[v]->kind == IR_VAL_INPUT || m->values[v]->kind == IR_VAL_PARAM)
+        if (ir_value_kind_is_argument(m->values[v]->kind))
             p->input_index[v] = k++;
     p->ninputs = k;
-    for (int o = m->noutputs - 1; o >= 0; o--)
-        p->out_index[m->outputs[o].value->id] = o;
+    for (int o = 0; o < m->noutputs; o++)
+        p->rt_output[o] = m->outputs[o].update ? -1 : p->noutputs++;
+    for (int o = m->noutputs - 1; o >= 0; o--) {
+        const ir_output *out = &m->outputs[o];
+        int v = out->value->id;
+        if (!out->update) {
+            p->out_index[v] = p->rt_output[o];
+        } else if (p->update_slot[v] >= 0 || p->input_index[out->update->id] < 0 ||
+                   p->input_index[v] >= 0) {
+            /* Two targets from one buffer would need a copy each; the
+             * frontend makes one value per update. */
+            diag_error(d, out->loc, "codegen: update of %s needs a value of its own", out->name);
+            errors++;
+        } else {
+            p->update_slot[v] = p->input_index[out->update->id];
+        }
+    }
     if (errors)
         return -1;
 
@@ -270,7 +301,7 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     for (i = 0; i < nops; i++) {
         ir_op *op = p->ops[i];
         int v = op->result->id;
-        if (op->kind != IR_OP_ELEMENTWISE || nuses[v] != 1 || p->out_index[v] >= 0)
+        if (op->kind != IR_OP_ELEMENTWISE || nuses[v] != 1 || kept(p, v))
             continue;
         ir_op *c = p->ops[reader[v]];
         /* Not into another loop body (or out of one): the producer would
@@ -312,6 +343,10 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
                 p->last_use[v] = i;
         k = -1;
     }
+    /* The new values of params and states are copied after the last op. */
+    for (int v = 0; v < m->nvalues; v++)
+        if (p->update_slot[v] >= 0)
+            p->last_use[v] = nops;
     for (i = 0; i < nops; i++)
         p->reuse[i] = inplace_operand(p, m, i);
     free(nuses);
@@ -327,6 +362,8 @@ void cg_plan_free(cg_plan *p)
     free(p->last_use);
     free(p->out_index);
     free(p->input_index);
+    free(p->update_slot);
+    free(p->rt_output);
     free(p->reuse);
     memset(p, 0, sizeof *p);
 }

@@ -175,16 +175,28 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
                              const cg_options *opts)
 {
     LLVMValueRef *ins = cg_calloc((size_t)p->ninputs, sizeof *ins);
-    LLVMValueRef *outs = cg_calloc((size_t)m->noutputs, sizeof *outs);
+    LLVMValueRef *outs = cg_calloc((size_t)p->noutputs, sizeof *outs);
     for (int v = 0; v < m->nvalues; v++) {
         int k = p->input_index[v];
+        ir_value_kind kind = m->values[v]->kind;
         if (k >= 0)
             ins[k] = tensor_desc(c, m, m->values[v]->tensor, &m->values[v]->type,
-                                 m->values[v]->kind == IR_VAL_PARAM ? RT_ROLE_PARAM
-                                                                     : RT_ROLE_INPUT);
+                                 kind == IR_VAL_PARAM   ? RT_ROLE_PARAM
+                                 : kind == IR_VAL_STATE ? RT_ROLE_STATE
+                                                        : RT_ROLE_INPUT);
     }
-    for (int j = 0; j < m->noutputs; j++)
-        outs[j] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, RT_ROLE_INPUT);
+    /* A training step: its updates overwrite params and states in place,
+     * and the runtime prints the loss output after each step. */
+    int trains = 0, loss_output = -1;
+    for (int j = 0; j < m->noutputs; j++) {
+        int k = p->rt_output[j];
+        trains |= k < 0;
+        if (k < 0)
+            continue;
+        outs[k] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, RT_ROLE_INPUT);
+        if (m->loss && !strcmp(m->loss, m->outputs[j].name))
+            loss_output = k;
+    }
 
     LLVMValueRef names[RT_MAX_AXES], sizes[RT_MAX_AXES];
     for (int a = 0; a < RT_MAX_AXES; a++) {
@@ -202,8 +214,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         LLVMConstArray2(c->t.i64, sizes, RT_MAX_AXES),
         cg_i32(c, p->ninputs),
         desc_array(c, ins, p->ninputs, "inputs"),
-        cg_i32(c, m->noutputs),
-        desc_array(c, outs, m->noutputs, "outputs"),
+        cg_i32(c, p->noutputs),
+        desc_array(c, outs, p->noutputs, "outputs"),
         run,
         reference ? reference : LLVMConstNull(c->t.ptr),
         cg_const_string(c, opts->info ? opts->info : ""),
@@ -213,8 +225,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         op_times,
         cg_const_string(c, opts->hw_name ? opts->hw_name : ""),
         cg_i64(c, calls_per_run(m, p)),
-        cg_i32(c, -1), /* loss_output */
-        cg_i32(c, 0),  /* trains */
+        cg_i32(c, loss_output),
+        cg_i32(c, trains),
     };
     free(ins);
     free(outs);

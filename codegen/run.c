@@ -371,11 +371,21 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
      * outputs at once. */
     for (int j = 0; j < m->noutputs; j++) {
         ir_value *v = m->outputs[j].value;
-        if (p->input_index[v->id] < 0 && p->out_index[v->id] == j)
+        int k = p->rt_output[j];
+        if (k < 0 || (p->input_index[v->id] < 0 && p->out_index[v->id] == k))
             continue;
-        LLVMValueRef dst = load_ptr_at(c, out, j, m->outputs[j].name);
+        LLVMValueRef dst = load_ptr_at(c, out, k, m->outputs[j].name);
         LLVMBuildMemCpy(c->b, dst, 1, f.buf[v->id], 1, cg_i64(c, ir_local_bytes(m, &v->type)));
     }
+    /* Updates, after every read of the old values (plan.c, "Updates"). */
+    for (int v = 0; v < m->nvalues; v++) {
+        if (p->update_slot[v] < 0)
+            continue;
+        LLVMValueRef dst = load_ptr_at(c, in, p->update_slot[v], m->values[v]->tensor);
+        LLVMBuildMemCpy(c->b, dst, 1, f.buf[v], 1,
+                        cg_i64(c, ir_local_bytes(m, &m->values[v]->type)));
+    }
+    free_dead(c, &f, p->nops, -1, p->nops);
     LLVMBuildRetVoid(c->b);
     free(f.buf);
     return f.fn;

@@ -165,6 +165,15 @@ typedef struct ast_sizedef {
     bool negative;   /* written with a leading '-' */
 } ast_sizedef;
 
+/* Most hyperparameters an optimizer has. */
+#define AST_MAX_HPARAMS 8
+
+/* A `name=value` argument of an optimizer: `lr=0.01`. */
+typedef struct ast_hparam {
+    ast_name name;    /* the hyperparameter */
+    ast_number value; /* its value */
+} ast_hparam;
+
 /* Kinds of statement. */
 typedef enum ast_stmt_kind {
     AST_S_MESH,   /* u.sizes: mesh axes */
@@ -175,6 +184,8 @@ typedef enum ast_stmt_kind {
     AST_S_OUTPUT, /* u.output */
     AST_S_REPEAT, /* u.repeat: `repeat L {`, the first line of a repeated block */
     AST_S_END,    /* no arm: `}`, the last line of a repeated block */
+    AST_S_LOSS,   /* u.train: `loss L` (one name, no optimizer) */
+    AST_S_OPTIMIZE, /* u.train: `optimize W1, W2 with adamw(lr=3e-4, ...)` */
     AST_S_BAD,    /* u.bad: a line with a syntax error (kept to avoid cascades) */
 } ast_stmt_kind;
 
@@ -208,6 +219,16 @@ typedef struct ast_stmt {
         struct {
             ast_tref tref;      /* the output; nidx = -1 for bare `output NAME` */
         } output;               /* AST_S_OUTPUT */
+        struct {
+            int n;              /* names: 1 for `loss`, the params for `optimize` */
+            ast_name *names;    /* n entries (arena) */
+            ast_name optimizer; /* `optimize`: the optimizer's name (s NULL for `loss`) */
+            int nhp;            /* its arguments */
+            ast_hparam *hp;     /* nhp entries (arena) */
+            int opt;            /* the optimizer (optimize.c's table; checker), -1 if unknown */
+            double hpv[AST_MAX_HPARAMS]; /* every hyperparameter's value, given or the default,
+                                            in the table's order (checker) */
+        } train;                /* AST_S_LOSS, AST_S_OPTIMIZE */
         struct {
             ast_name name;      /* tensor the line would define (s NULL if unknown) */
             bool output;        /* it was an output line */

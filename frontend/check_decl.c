@@ -392,6 +392,6 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
         ir_sharding sh;
         (void)fe_check_sharding(c, r, &sh);
     }
-    if (c->noutputs == 0)
+    if (c->noutputs == 0 && !c->loss)
         diag_error(c->diag, DIAG_NOLOC, "the program has no 'output' line, so it computes nothing");
 }

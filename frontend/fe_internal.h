@@ -9,6 +9,7 @@
  *   symtab.c      hashed name tables used by the checks
  *   check_decl.c  mesh, dims, -D overrides, inputs/params, shardings, outputs
  *   check_stmt.c  statements: names, indices, dtypes, Einstein convention
+ *   optimize.c    `loss` and `optimize` lines: checks, then the training step
  *   lower.c       checked AST -> ir_module ops; ewtree.c builds elementwise ops
  */
 #ifndef EINC_FE_INTERNAL_H
@@ -103,6 +104,7 @@ typedef struct fe_checker {
     int nblocks;           /* blocks opened so far */
     int skip_ends;         /* `}` lines that close a rejected nested block */
     ir_op *loop_begin;     /* lower.c: the LoopBegin of the open block */
+    const ast_stmt *loss;  /* the `loss` line (optimize.c), NULL if none */
 } fe_checker;
 
 /* Declares the mesh axes and dims of every mesh/dim line, applying -D
@@ -120,6 +122,13 @@ const ast_factor *fe_grad_call(const ast_stmt *s);
  * name) and returns dL/dW, a value with W's dims; NULL after reporting an
  * error (something on the path that is not differentiable yet). */
 ir_value *fe_grad_lower(fe_checker *c, const ast_program *prog, const ast_stmt *s);
+/* The gradients of scalar `loss` with respect to wrt[0..n-1] (the values
+ * of params), appending backward ops where no grad statement of `loss`
+ * made them already (then fresh[i]); zero[i] says that the loss does not
+ * depend on wrt[i] (a fresh gradient of zeros).  False after reporting an
+ * error at `loc` (grad.c). */
+bool fe_grad_values(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, int n,
+                    ir_value **grads, bool *zero, bool *fresh);
 /* The tensor W of grad statement `s` (checked). */
 const fe_tensor *fe_grad_target(fe_checker *c, const ast_stmt *s);
 /* Checks the output lines, and that there is one (check_decl.c). */
@@ -171,6 +180,17 @@ bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s);
 /* Whether tensor `s` is local to another block than the open one: reports
  * the use at `loc` and returns false (check_loop.c). */
 bool fe_check_scope(fe_checker *c, const fe_tensor *s, uint32_t loc);
+
+/* Checks the `loss` and `optimize` lines (after every statement is
+ * checked, so any tensor may be named): one loss, a defined float scalar;
+ * optimized params are params, each optimized once, by a known optimizer
+ * with known hyperparameters in range (optimize.c). */
+void fe_check_train(fe_checker *c, const ast_program *prog);
+/* Lowers them (after the outputs): the loss becomes an output, and every
+ * optimized param gets its gradient, its optimizer's update ops and state,
+ * and an update (ir_update_add) of itself and its state.  False if an IR
+ * limit was hit or the gradient could not be made (reported). */
+bool fe_lower_train(fe_checker *c, const ast_program *prog);
 
 /* Lowers a checked program into c->m (lower.c); returns false if an IR
  * limit was hit (reported). */

@@ -56,6 +56,14 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
             fe_check_end(&c, s);
         else if (s->kind == AST_S_ASSIGN)
             fe_check_assign(&c, s);
+        else if ((s->kind == AST_S_LOSS || s->kind == AST_S_OPTIMIZE) && c.repeat) {
+            diag_error(d, s->loc, "'%s' lines are written outside 'repeat' blocks",
+                       s->kind == AST_S_LOSS ? "loss" : "optimize");
+            /* Reported once: not checked again as a line of its kind. */
+            s->kind = AST_S_BAD;
+            s->u.bad.name = (ast_name){0};
+            s->u.bad.output = true;
+        }
         else if (s->kind == AST_S_BAD && s->u.bad.name.s &&
                  !fe_symtab_get(&c.tensors, s->u.bad.name.s))
             /* Defined, but unusable: its uses are not errors of their own. */
@@ -64,6 +72,7 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
     fe_check_blocks_closed(&c);
     c.repeat = NULL;
     c.block = 0;
+    fe_check_train(&c, &prog);
     fe_check_outputs(&c, &prog);
 
     if (d->nerrors == errors0)

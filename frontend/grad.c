@@ -465,9 +465,10 @@ static ir_value *materialise(gctx *g, ir_value *v)
     return a->v;
 }
 
-/* The sweep for `loss` and targets wrt[0..n-1]; fills grads[]. */
+/* The sweep for `loss` and targets wrt[0..n-1]; fills grads[], and zero[]
+ * (if not NULL) with whether no path from the target reaches the loss. */
 static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, int n,
-                  ir_value **grads)
+                  ir_value **grads, bool *zero)
 {
     ir_module *m = c->m;
     gctx g = {.c = c, .loc = loc, .nvalues = m->nvalues, .ok = true};
@@ -494,6 +495,7 @@ static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, i
     for (int i = 0; i < m->nvalues; i++)
         g.relevant[i] = dep[i] && need[i];
     g.adj[loss->id] = (adjoint){.is_const = true, .c = 1.0};
+    ir_op *forward_end = m->last;
     for (ir_op *op = last; op && g.ok; op = op->prev) {
         if (!g.relevant[op->result->id])
             continue;
@@ -513,8 +515,12 @@ static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, i
     }
     if (!g.ok)
         return false;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (zero)
+            zero[i] = !g.adj[wrt[i]->id].v && !g.adj[wrt[i]->id].is_const;
         grads[i] = materialise(&g, wrt[i]);
+    }
+    ir_set_phase_after(m, forward_end, IR_PHASE_BACKWARD);
     return true;
 }
 
@@ -565,7 +571,7 @@ ir_value *fe_grad_lower(fe_checker *c, const ast_program *prog, const ast_stmt *
             if (x->value && !dup)
                 r->wrt[r->n++] = x->value;
         }
-        if (!sweep(c, s->loc, loss, r->wrt, r->n, r->grad))
+        if (!sweep(c, s->loc, loss, r->wrt, r->n, r->grad, NULL))
             return NULL;
         c->grads = r;
     }
@@ -575,5 +581,37 @@ ir_value *fe_grad_lower(fe_checker *c, const ast_program *prog, const ast_stmt *
     /* A target defined after the loss's first grad: the loss cannot
      * depend on it, so its gradient is zero; a sweep of its own says so. */
     ir_value *out;
-    return sweep(c, s->loc, loss, &w, 1, &out) ? out : NULL;
+    return sweep(c, s->loc, loss, &w, 1, &out, NULL) ? out : NULL;
+}
+
+bool fe_grad_values(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, int n,
+                    ir_value **grads, bool *zero, bool *fresh)
+{
+    const struct fe_grads *r = c->grads;
+    while (r && r->loss != loss)
+        r = r->next;
+    ir_value **miss = ir_alloc(c->arena, (size_t)(n + 1) * sizeof *miss);
+    ir_value **got = ir_alloc(c->arena, (size_t)(n + 1) * sizeof *got);
+    bool *mzero = ir_alloc(c->arena, (size_t)(n + 1) * sizeof *mzero);
+    int nmiss = 0;
+    for (int i = 0; i < n; i++) {
+        grads[i] = NULL;
+        zero[i] = fresh[i] = false;
+        for (int j = 0; r && j < r->n; j++)
+            if (r->wrt[j] == wrt[i])
+                grads[i] = r->grad[j]; /* a grad statement's sweep has it */
+        if (!grads[i])
+            miss[nmiss++] = wrt[i];
+    }
+    if (nmiss == 0)
+        return true;
+    if (!sweep(c, loc, loss, miss, nmiss, got, mzero))
+        return false;
+    for (int i = 0, k = 0; i < n; i++)
+        if (!grads[i]) {
+            grads[i] = got[k];
+            zero[i] = mzero[k++];
+            fresh[i] = true;
+        }
+    return true;
 }

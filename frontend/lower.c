@@ -750,6 +750,8 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
     for (int i = 0; i < prog->nstmts && ok; i++)
         if (prog->stmts[i]->kind == AST_S_OUTPUT)
             lower_output(c, prog->stmts[i]);
+    if (ok)
+        ok = fe_lower_train(c, prog);
     if (c->opts->single_device)
         for (int a = 0; a < c->m->mesh.naxes; a++)
             c->m->mesh.axes[a].size = 1;

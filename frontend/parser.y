@@ -60,6 +60,9 @@ static ast_expr *expr_new(fe_parser *p, fe_list *terms, uint32_t loc);
 static ast_factor *factor_new(fe_parser *p, ast_factor_kind kind, uint32_t loc);
 static ast_sizedef *sizedef_new(fe_parser *p, ast_name name, ast_number size, bool negative);
 static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc);
+static ast_name *name_new(fe_parser *p, ast_name n);
+static ast_stmt *train_stmt(fe_parser *p, ast_name kw, fe_list *names, ast_name with,
+                            ast_name opt, fe_list *hps);
 }
 
 %union {
@@ -72,6 +75,7 @@ static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc
     ast_factor *factor;   /* factor */
     ast_stmt *stmt;       /* stmt */
     ast_sizedef *sizedef; /* sizedef */
+    ast_hparam *hparam;   /* hparam */
     int ival;             /* cmp: an ir_ew_kind */
 }
 
@@ -92,7 +96,9 @@ static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc
 %token NE "'!='"
 %token INVALID "invalid token"
 
-%type <list> sizedefs indices indices_opt unred_opt unred_list sum product args
+%type <list> sizedefs indices indices_opt unred_opt unred_list sum product args names
+%type <list> hparams hparams_opt
+%type <hparam> hparam
 %type <expr> arg
 %type <ival> cmp
 %type <tref> tref
@@ -123,6 +129,10 @@ line
  *       | tref '=' arg
  *       | 'output' NAME | 'output' tref
  *       | 'repeat' NAME '{' | '}'   (a repeated block's first and last line)
+ *       | 'loss' NAME | 'optimize' names 'with' NAME '(' [ hparams ] ')'
+ * `loss`, `optimize` and `with` are not reserved: they are names that
+ * start a statement only there (train_stmt checks the spelling), so a
+ * tensor or dim may still be called `loss`.
  * The error alternatives keep what a broken line was about (the tensor it
  * defines, or that it is an output line) so that later uses are not reported
  * again as undefined; they record it at once, as error recovery may still
@@ -174,6 +184,10 @@ stmt
             $$->u.repeat.dim_id = -1;
         }
     | '}'                      { $$ = stmt_new(p, AST_S_END, @1.begin); }
+    | IDENT names
+        { $$ = train_stmt(p, $1, $2, (ast_name){0}, (ast_name){0}, NULL); }
+    | IDENT names IDENT IDENT '(' hparams_opt ')'
+        { $$ = train_stmt(p, $1, $2, $3, $4, $6); }
     | REPEAT error
         {   /* still opens a block, so that its '}' is no error of its own */
             $$ = stmt_new(p, AST_S_REPEAT, @1.begin);
@@ -185,6 +199,36 @@ stmt
     | OUTPUT error             { $$ = bad_stmt(p, (ast_name){0}, true, @1.begin); }
     ;
 
+/* names -> NAME { ',' NAME } */
+names
+    : IDENT                    { $$ = fe_list_new(name_new(p, $1)); }
+    | names ',' IDENT          { $$ = fe_list_push($1, name_new(p, $3)); }
+    ;
+/* hparams_opt -> [ hparam { ',' hparam } ] */
+hparams_opt
+    : %empty                   { $$ = NULL; }
+    | hparams                  { $$ = $1; }
+    ;
+hparams
+    : hparam                   { $$ = fe_list_new($1); }
+    | hparams ',' hparam       { $$ = fe_list_push($1, $3); }
+    ;
+/* hparam -> NAME '=' NUMBER   (`weight_decay` scans as a subscripted name) */
+hparam
+    : IDENT '=' NUMBER
+        {
+            $$ = ir_alloc(p->arena, sizeof *$$);
+            $$->name = $1;
+            $$->value = $3;
+        }
+    | SUBIDENT '=' NUMBER
+        {
+            $$ = ir_alloc(p->arena, sizeof *$$);
+            $$->name.s = ir_sprintf(p->arena, "%s_%s", $1->name, $1->axes);
+            $$->name.loc = $1->loc;
+            $$->value = $3;
+        }
+    ;
 /* sizedefs -> sizedef { ',' sizedef } */
 sizedefs
     : sizedef                  { $$ = fe_list_new($1); }
@@ -419,4 +463,50 @@ static ast_stmt *bad_stmt(fe_parser *p, ast_name name, bool output, uint32_t loc
     s->u.bad.output = output;
     fe_list_push(p->stmts, s);
     return NULL;
+}
+
+static ast_name *name_new(fe_parser *p, ast_name n)
+{
+    ast_name *r = ir_alloc(p->arena, sizeof *r);
+    *r = n;
+    return r;
+}
+
+/* `loss L` or `optimize W, ... with OPT(k=v, ...)`: the first name says
+ * which, and anything else in that place is an unknown statement.  Takes
+ * the lists; returns NULL after reporting an error (the line is recorded
+ * as broken). */
+static ast_stmt *train_stmt(fe_parser *p, ast_name kw, fe_list *names, ast_name with,
+                            ast_name opt, fe_list *hps)
+{
+    bool loss = strcmp(kw.s, "loss") == 0, optimize = strcmp(kw.s, "optimize") == 0;
+    if (!loss && !optimize) {
+        diag_error(p->diag, kw.loc, "unknown statement '%s' (a line starts with mesh, dim, input, "
+                   "param, output, repeat, loss, optimize or a tensor's definition)", kw.s);
+    } else if (loss && (with.s || names->n != 1)) {
+        diag_error(p->diag, kw.loc, "'loss' names one scalar tensor: loss L");
+    } else if (optimize && !with.s) {
+        diag_error(p->diag, kw.loc, "'optimize' needs an optimizer: optimize W with sgd(lr=0.01)");
+    } else if (optimize && strcmp(with.s, "with") != 0) {
+        diag_error(p->diag, with.loc, "expected 'with' before the optimizer, got '%s'", with.s);
+    } else {
+        ast_stmt *s = stmt_new(p, loss ? AST_S_LOSS : AST_S_OPTIMIZE, kw.loc);
+        ast_name **v = (ast_name **)fe_list_take(p->arena, names, &s->u.train.n);
+        s->u.train.names = ir_alloc(p->arena, (size_t)s->u.train.n * sizeof *s->u.train.names);
+        for (int i = 0; i < s->u.train.n; i++)
+            s->u.train.names[i] = *v[i];
+        s->u.train.optimizer = opt;
+        if (hps) {
+            ast_hparam **h = (ast_hparam **)fe_list_take(p->arena, hps, &s->u.train.nhp);
+            s->u.train.hp = ir_alloc(p->arena, (size_t)s->u.train.nhp * sizeof *s->u.train.hp);
+            for (int i = 0; i < s->u.train.nhp; i++)
+                s->u.train.hp[i] = *h[i];
+        }
+        return s;
+    }
+    fe_list_free(names);
+    fe_list_free(hps);
+    /* Kept as a broken line that meant to compute something, so that the
+     * missing 'output' line is not reported on top of it. */
+    return bad_stmt(p, (ast_name){0}, true, kw.loc);
 }

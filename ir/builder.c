@@ -236,6 +236,7 @@ void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op)
         return;
     }
     op->loop = loop_before(op, before);
+    op->phase = before->phase;
     op->next = before;
     op->prev = before->prev;
     if (before->prev)
@@ -262,6 +263,7 @@ void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
         return;
     }
     op->loop = loop_after(op, after);
+    op->phase = after->phase;
     op->prev = after;
     op->next = after->next;
     if (after->next)
@@ -320,6 +322,37 @@ ir_output *ir_output_add(ir_module *m, const char *name, ir_value *v, uint32_t l
     o->value = v;
     o->loc = loc;
     return o;
+}
+
+ir_output *ir_update_add(ir_module *m, ir_value *target, ir_value *v, uint32_t loc)
+{
+    ir_output *o = ir_output_add(m, target->tensor, v, loc);
+    o->update = target;
+    o->has_constraint = true;
+    o->constraint = target->type.sh;
+    return o;
+}
+
+const char *ir_phase_name(ir_phase p)
+{
+    return p == IR_PHASE_BACKWARD ? "backward" : p == IR_PHASE_UPDATE ? "update" : "forward";
+}
+
+void ir_set_phase_after(ir_module *m, ir_op *after, ir_phase p)
+{
+    for (ir_op *op = after ? after->next : m->first; op; op = op->next)
+        op->phase = p;
+}
+
+const char *ir_value_kind_name(ir_value_kind k)
+{
+    switch (k) {
+    case IR_VAL_INPUT: return "input";
+    case IR_VAL_PARAM: return "param";
+    case IR_VAL_STATE: return "state";
+    case IR_VAL_OP: break;
+    }
+    return "value";
 }
 
 /* Counts versions per tensor name with a small open-addressing table. */

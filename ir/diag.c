@@ -120,12 +120,24 @@ void diag_error(diag_ctx *d, uint32_t loc, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A warning or note: not counted, and not printed once errors are only
+ * counted (a note would belong to an error not shown). */
+#define REPORT_UNCOUNTED(kind)                     \
+    do {                                           \
+        if (d->nerrors > error_limit(d))           \
+            return;                                \
+        va_list ap;                                \
+        va_start(ap, fmt);                         \
+        report(d, kind, loc, fmt, ap);             \
+        va_end(ap);                                \
+    } while (0)
+
+void diag_warning(diag_ctx *d, uint32_t loc, const char *fmt, ...)
+{
+    REPORT_UNCOUNTED("warning");
+}
+
 void diag_note(diag_ctx *d, uint32_t loc, const char *fmt, ...)
 {
-    if (d->nerrors > error_limit(d))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    report(d, "note", loc, fmt, ap);
-    va_end(ap);
+    REPORT_UNCOUNTED("note");
 }

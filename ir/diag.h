@@ -40,6 +40,10 @@ void diag_error(diag_ctx *d, uint32_t loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Same, with a va_list. */
 void diag_verror(diag_ctx *d, uint32_t loc, const char *fmt, va_list ap);
+/* Reports a warning (not counted as an error): something legal that is
+ * probably not what the user meant. */
+void diag_warning(diag_ctx *d, uint32_t loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Reports a note (not counted as an error), e.g. "previous definition is here". */
 void diag_note(diag_ctx *d, uint32_t loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -102,7 +102,19 @@ typedef enum ir_value_kind {
     IR_VAL_INPUT, /* `input` declaration: read from the user at run time */
     IR_VAL_PARAM, /* `param` declaration: a weight (matters for autodiff) */
     IR_VAL_OP,    /* result of ir_value.def */
+    IR_VAL_STATE, /* program state kept across runs (an optimizer's momentum, m, v and
+                     step count): zero at the start, sharded like the param it belongs
+                     to, overwritten at the end of each run by an update (ir_output) */
 } ir_value_kind;
+
+/* True for the values the runtime holds before the program runs: inputs,
+ * params and state (everything but op results). */
+static inline bool ir_value_kind_is_argument(ir_value_kind k)
+{
+    return k == IR_VAL_INPUT || k == IR_VAL_PARAM || k == IR_VAL_STATE;
+}
+/* "input", "param", "state" or "value". */
+const char *ir_value_kind_name(ir_value_kind k);
 
 struct ir_op;
 
@@ -288,6 +300,19 @@ typedef enum ir_bound {
  * (print.c). */
 const char *ir_bound_name(ir_bound b);
 
+/* Which part of a training step an op belongs to (docs/ir.md): the
+ * program as written, the backward pass that grad or optimize derived, or
+ * the optimizer's update.  Ops a pass inserts take the phase of the op
+ * they are inserted next to (ir_op_insert_before / _after). */
+typedef enum ir_phase {
+    IR_PHASE_FORWARD,
+    IR_PHASE_BACKWARD,
+    IR_PHASE_UPDATE,
+} ir_phase;
+
+/* "forward", "backward", "update". */
+const char *ir_phase_name(ir_phase p);
+
 /* Cost annotation written by the cost pass (all per device). */
 typedef struct ir_cost {
     bool valid;        /* false until a cost pass ran */
@@ -324,6 +349,7 @@ typedef struct ir_op {
      * Kept by ir_op_append / ir_op_insert_before / ir_op_insert_after, so an
      * op a pass inserts between two body ops is in the body too. */
     struct ir_op *loop;
+    ir_phase phase;                     /* forward, backward or update */
     union {
         /* IR_OP_EINSUM: result = scale * (reduction over labels not in the
          * result of the product of the operands) (1 to IR_MAX_OPERANDS;
@@ -415,13 +441,18 @@ typedef struct ir_op {
 } ir_op;
 
 /* A program output: a value and, if `has_constraint`, the sharding it must
- * have (written as `output NAME[dims]`). */
+ * have (written as `output NAME[dims]`).  An output with `update` set is
+ * not returned to the user: its value overwrites the param or state
+ * `update` at the end of the run (a training step's new weights and
+ * optimizer state), so it has update's dims, dtype and sharding (the
+ * constraint), and `name` is update's tensor. */
 typedef struct ir_output {
     const char *name;     /* the tensor name (arena-owned) */
     ir_value *value;      /* the value that holds it; passes update this */
     bool has_constraint;
     ir_sharding constraint;
     uint32_t loc;
+    ir_value *update;     /* the IR_VAL_PARAM or IR_VAL_STATE value it overwrites, or NULL */
 } ir_output;
 
 /* Totals of the cost pass over the whole program (per device). */
@@ -452,6 +483,7 @@ typedef struct ir_module {
     int noutputs;
     ir_output *outputs;       /* in declaration order */
     int outputs_cap;
+    const char *loss;         /* training: the output named by `loss`, NULL if none */
     ir_totals totals;
 } ir_module;
 
@@ -499,8 +531,13 @@ int64_t ir_op_trips(const ir_module *m, const ir_op *op);
  * printf-formatted reason (copied into the arena). */
 void ir_op_set_reason(ir_module *m, ir_op *op, ir_op *for_op, int operand,
                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Sets the phase of every op after `after` (NULL: every op) to `p`. */
+void ir_set_phase_after(ir_module *m, ir_op *after, ir_phase p);
 /* Adds an output. */
 ir_output *ir_output_add(ir_module *m, const char *name, ir_value *v, uint32_t loc);
+/* Adds the update of param or state `target` to `v` at the end of the run:
+ * an output named after target, constrained to target's sharding. */
+ir_output *ir_update_add(ir_module *m, ir_value *target, ir_value *v, uint32_t loc);
 
 /* Recomputes ir_value.version: in program order, the k-th value of a tensor
  * gets version k (inputs and params first). */

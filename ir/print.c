@@ -264,12 +264,18 @@ void ir_print(FILE *out, ir_module *m)
         const ir_value *v = m->values[i];
         if (v->kind == IR_VAL_OP)
             continue;
-        fprintf(out, "%s %s : %s   # %.2f MiB/device\n", v->kind == IR_VAL_PARAM ? "param" : "input",
+        fprintf(out, "%s %s : %s   # %.2f MiB/device\n", ir_value_kind_name(v->kind),
                 vstr(m, v, b1, sizeof b1), ir_dtype_name(v->type.dtype),
                 (double)ir_local_bytes(m, &v->type) / (1 << 20));
     }
+    ir_phase phase = IR_PHASE_FORWARD;
     for (const ir_op *op = m->first; op; op = op->next) {
         const ir_value *r = op->result;
+        if (op->phase != phase) /* a training step's backward pass and update */
+            fprintf(out, "# %s\n", op->phase == IR_PHASE_BACKWARD ? "backward pass"
+                                   : op->phase == IR_PHASE_UPDATE ? "optimizer update"
+                                                                  : "forward");
+        phase = op->phase;
         /* A repeated block's body is indented under its LoopBegin. */
         fprintf(out, "%s%s = ", op->loop ? "  " : "", vstr(m, r, b1, sizeof b1));
         switch (op->kind) {
@@ -336,9 +342,12 @@ void ir_print(FILE *out, ir_module *m)
     for (int i = 0; i < m->noutputs; i++) {
         const ir_output *o = &m->outputs[i];
         char name[96];
-        fprintf(out, "output %s = %s\n", ir_type_str(m, o->name, &o->value->type, b1, sizeof b1),
+        fprintf(out, "%s %s = %s\n", o->update ? "update" : "output",
+                ir_type_str(m, o->name, &o->value->type, b1, sizeof b1),
                 ir_value_name(o->value, name, sizeof name));
     }
+    if (m->loss)
+        fprintf(out, "loss %s\n", m->loss);
     if (m->totals.valid)
         fprintf(out, "# totals: step %.3g us, exposed communication %.3g us, MFU %.1f%%, "
                 "model FLOPs %.4g (global), peak memory %.4g GiB per device\n",

@@ -118,7 +118,7 @@ void ir_print_json(FILE *out, ir_module *m)
         if (v->kind == IR_VAL_OP)
             continue;
         cJSON *o = value_json(m, v);
-        cJSON_AddStringToObject(o, "kind", v->kind == IR_VAL_PARAM ? "param" : "input");
+        cJSON_AddStringToObject(o, "kind", ir_value_kind_name(v->kind));
         cJSON_AddItemToArray(inputs, o);
     }
     /* Op indices, for the "for" links. */
@@ -135,6 +135,7 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "index", i);
         cJSON_AddStringToObject(o, "op", ir_op_name(op->kind));
+        cJSON_AddStringToObject(o, "phase", ir_phase_name(op->phase));
         cJSON *axes = cJSON_AddArrayToObject(o, "axes");
         if (ir_op_is_reshard(op->kind)) {
             for (int a = 0; a < op->u.coll.naxes; a++) {
@@ -191,8 +192,12 @@ void ir_print_json(FILE *out, ir_module *m)
     for (int i = 0; i < m->noutputs; i++) {
         cJSON *o = value_json(m, m->outputs[i].value);
         cJSON_AddStringToObject(o, "output", m->outputs[i].name);
+        if (m->outputs[i].update)
+            cJSON_AddBoolToObject(o, "update", 1);
         cJSON_AddItemToArray(outs, o);
     }
+    if (m->loss)
+        cJSON_AddStringToObject(root, "loss", m->loss);
     if (m->totals.valid) {
         cJSON *t = cJSON_AddObjectToObject(root, "totals");
         cJSON_AddNumberToObject(t, "step_time", m->totals.step_time);

@@ -418,6 +418,21 @@ static bool reaches(const ir_module *m, const ir_value *v, const ir_sharding *c)
     return false;
 }
 
+/* An update overwrites a param or state with a value of its type: same
+ * dtype and dims, and the target's sharding as the constraint. */
+static bool update_matches(const ir_output *o)
+{
+    const ir_type *a = &o->update->type, *b = &o->value->type;
+    if ((o->update->kind != IR_VAL_PARAM && o->update->kind != IR_VAL_STATE) ||
+        a->dtype != b->dtype || a->rank != b->rank || !o->has_constraint ||
+        !ir_sharding_equal(&o->constraint, &a->sh, a->rank))
+        return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->dims[d] != b->dims[d])
+            return false;
+    return true;
+}
+
 int ir_verify(const ir_module *m, diag_ctx *d)
 {
     int before = d->nerrors;
@@ -531,6 +546,11 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             continue;
         }
         const ir_type *t = &o->value->type;
+        if (o->update && !update_matches(o)) {
+            diag_error(d, o->loc, "update of %s by %s: not a param or state of the same dims "
+                       "and dtype", o->name, ir_type_str(m, o->name, t, b1, sizeof b1));
+            continue;
+        }
         if (o->has_constraint && !ir_sharding_equal(&t->sh, &o->constraint, t->rank)) {
             ir_type c = *t;
             c.sh = o->constraint;

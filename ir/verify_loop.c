@@ -72,7 +72,7 @@ bool ir_verify_loop_result(const ir_module *m, const ir_op *op, ir_sharding *out
         return true;
     }
     case IR_OP_LAYERSLICE: {
-        if (a->kind != IR_VAL_INPUT && a->kind != IR_VAL_PARAM) {
+        if (!ir_value_kind_is_argument(a->kind)) {
             WHY("it slices a value that is not an input or param");
             return false;
         }

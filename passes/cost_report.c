@@ -79,6 +79,36 @@ static void print_flops_line(FILE *out, const ir_module *m)
     fprintf(out, "; elementwise %.4g global, not counted\n", m->totals.elementwise_flops);
 }
 
+/* A training step's time and FLOPs per phase (forward, backward, update),
+ * each the sum of its ops' estimates (a loop body's once per iteration),
+ * per device; nothing for a program without a backward pass.  The sums
+ * add more than the step time when communication overlaps compute.
+ * Seed 003: a training step's backward pass costs about twice its forward
+ * pass (4 of the 6 * params * tokens FLOPs). */
+static void print_phase_line(FILE *out, const ir_module *m)
+{
+    double t[3] = {0}, f[3] = {0};
+    bool trains = false;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (!op->cost.valid)
+            continue;
+        int p = (int)op->phase;
+        trains |= p != IR_PHASE_FORWARD;
+        double trips = (double)ir_op_trips(m, op);
+        t[p] += op->cost.time * trips;
+        f[p] += op->cost.flops * trips;
+    }
+    if (!trains)
+        return;
+    fprintf(out, "phases (op times summed, per device):");
+    for (int p = IR_PHASE_FORWARD; p <= IR_PHASE_UPDATE; p++)
+        fprintf(out, "%s %s %.4g us, %.4g FLOPs", p ? ";" : "", ir_phase_name((ir_phase)p),
+                t[p] * 1e6, f[p]);
+    if (f[IR_PHASE_FORWARD] > 0)
+        fprintf(out, "; backward/forward FLOPs %.3g", f[IR_PHASE_BACKWARD] / f[IR_PHASE_FORWARD]);
+    fputc('\n', out);
+}
+
 /* The program's per-device peak memory against the profile's HBM. */
 static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
 {
@@ -145,6 +175,7 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
                 m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6,
                 m->totals.mfu * 100);
         print_flops_line(out, m);
+        print_phase_line(out, m);
         print_memory_line(out, m, hw);
     } else {
         fprintf(out, "totals: - (the cost pass has not run)\n");

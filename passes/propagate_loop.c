@@ -70,7 +70,7 @@ int pass_prop_loop_prepare(prop *p)
             continue;
         const ir_value *init = op->operands[0], *next = op->u.loop.end->operands[0];
         ir_sharding s;
-        if (init->kind == IR_VAL_INPUT || init->kind == IR_VAL_PARAM) {
+        if (ir_value_kind_is_argument(init->kind)) {
             s = init->type.sh;
         } else if (init->has_constraint) {
             s = init->constraint;

@@ -32,7 +32,7 @@ cost_memory cost_memory_peak(const ir_module *m)
     int nv = m->nvalues;
     for (int i = 0; i < nv; i++) {
         const ir_value *v = m->values[i];
-        if (v && (v->kind == IR_VAL_INPUT || v->kind == IR_VAL_PARAM))
+        if (v && (ir_value_kind_is_argument(v->kind)))
             r.resident += (double)ir_local_bytes(m, &v->type);
     }
     r.peak = r.resident;

@@ -725,6 +725,84 @@ static void test_repeat_errors(void)
                 "           ^\n");
 }
 
+static void test_train_errors(void)
+{
+    /* a loss that is not a scalar */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss A\noptimize W with sgd(lr=0.1)\n",
+                "t.ein:5:6: error: the loss 'A' has 1 dim: a loss is a scalar, A[]\n"
+                "    loss A\n"
+                "         ^\n");
+    /* optimize of an input */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize A with sgd(lr=0.1)\n",
+                "t.ein:6:10: error: 'A' is an input: only params are optimized (inputs are data and are not differentiated)\n"
+                "    optimize A with sgd(lr=0.1)\n"
+                "             ^\n");
+    /* an unknown optimizer */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adam(lr=0.1)\n",
+                "t.ein:6:17: error: unknown optimizer 'adam' (there are sgd and adamw)\n"
+                "    optimize W with adam(lr=0.1)\n"
+                "                    ^\n");
+    /* an unknown hyperparameter */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, beta=0.9)\n",
+                "t.ein:6:29: error: sgd has no hyperparameter 'beta' (it has lr, momentum, weight_decay)\n"
+                "    optimize W with sgd(lr=0.1, beta=0.9)\n"
+                "                                ^\n");
+    /* a missing learning rate */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(momentum=0.9)\n",
+                "t.ein:6:17: error: sgd needs lr=VALUE\n"
+                "    optimize W with sgd(momentum=0.9)\n"
+                "                    ^\n");
+    /* a hyperparameter out of range */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(lr=0.1, beta2=1)\n",
+                "t.ein:6:37: error: beta2=1 is out of range: beta2 takes a value in [0, 1)\n"
+                "    optimize W with adamw(lr=0.1, beta2=1)\n"
+                "                                        ^\n");
+    /* optimize without a loss */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\noptimize W with sgd(lr=0.1)\noutput L\n",
+                "t.ein:5:1: error: 'optimize' needs a 'loss' line naming the scalar to minimise: loss L\n"
+                "    optimize W with sgd(lr=0.1)\n"
+                "    ^\n");
+    /* a misspelt statement */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nlost L\n",
+                "t.ein:5:1: error: unknown statement 'lost' (a line starts with mesh, dim, input, param, output, repeat, loss, optimize or a tensor's definition)\n"
+                "    lost L\n"
+                "    ^\n");
+    /* a hyperparameter given twice */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, lr=0.2)\n",
+                "t.ein:6:29: error: 'lr' is given twice\n"
+                "    optimize W with sgd(lr=0.1, lr=0.2)\n"
+                "                                ^\n");
+    /* a param optimized twice: the error and a note at the first */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1)\noptimize W with adamw()\n",
+                "t.ein:7:10: error: param 'W' is optimized twice\n"
+                "    optimize W with adamw()\n"
+                "             ^\n"
+                "t.ein:6:10: note: it is first optimized here\n"
+                "    optimize W with sgd(lr=0.1)\n"
+                "             ^\n");
+    /* a loss inside a repeated block */
+    EXPECT_DIAG("dim L = 2, I = 4\ninput A[I] : f32\nparam W[L, I] : f32\nrepeat L {\n"
+                "A[I] = A[I] * W[I]\nS[] = sum(A[I])\nloss S\n}\noutput A\n",
+                "t.ein:7:1: error: 'loss' lines are written outside 'repeat' blocks\n"
+                "    loss S\n"
+                "    ^\n");
+}
+
+/* A param the loss does not reach compiles, with a warning at its name. */
+static void test_train_warning(void)
+{
+    fe_run r = fe_test_compile_str("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nparam V[I] : f32\n"
+                                   "L[] = sum(A[I] * W[I])\nloss L\noptimize W, V with sgd(lr=0.1)\n",
+                                   NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 0);
+    CU_ASSERT_STRING_EQUAL(r.diag, "t.ein:7:13: warning: the loss 'L' does not depend on 'V': its "
+                                   "gradient is zero, and only weight decay changes it\n"
+                                   "    optimize W, V with sgd(lr=0.1)\n"
+                                   "                ^\n");
+    fe_run_free(&r);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -766,6 +844,8 @@ void einc_register_tests(void)
         {"errors past the limit are counted", test_error_count},
         {"grad misuses", test_grad_errors},
         {"repeated blocks", test_repeat_errors},
+        {"loss and optimize misuses", test_train_errors},
+        {"a param the loss does not reach", test_train_warning},
     };
     einc_add_suite("frontend errors", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,0 +1,380 @@
+/*
+ * optimize.c - `loss L` and `optimize W1, W2 with adamw(lr=3e-4, ...)`:
+ * a training step.
+ *
+ * A program with an `optimize` line is one step of training: the forward
+ * pass the user wrote, the backward pass of the loss (grad.c, one sweep for
+ * every optimized param), the optimizer's update of each param and of its
+ * state, and the loss as an output the runtime prints after each step.
+ * The new values of params and state are ir_output updates (ir.h): the
+ * runtime's buffers of them are overwritten at the end of the run, so the
+ * next run is the next step.
+ *
+ * Optimizer state (SGD's momentum buffer, AdamW's m and v) are IR_VAL_STATE
+ * values named `W.mom`, `W.m`, `W.v`, with the param's dims, dtype and
+ * sharding: state sharded like its param is what makes ZeRO stages follow
+ * from the param's sharding (seed 000, FSDP: "the optimizer state is
+ * sharded like the weights").  The gradient is constrained to the param's
+ * sharding too, so an FSDP param's gradient comes out of a ReduceScatter
+ * and a DP param's out of an AllReduce (seed 000's listings).  AdamW's
+ * step count is one f32 scalar state, `opt.step`, shared by every AdamW
+ * param; the dots keep state names apart from tensor names.
+ *
+ * The updates follow PyTorch's torch.optim.SGD (dampening 0, no Nesterov)
+ * and torch.optim.AdamW (decoupled weight decay, Loshchilov and Hutter,
+ * "Decoupled Weight Decay Regularization", ICLR 2019):
+ *
+ *   sgd:   g = G + wd P;  mom' = mu mom + g (mom = g at the first step,
+ *          which zero state gives);  P' = P - lr mom'  (P - lr g if mu = 0)
+ *   adamw: t' = t + 1;  m' = b1 m + (1 - b1) G;  v' = b2 v + (1 - b2) G^2;
+ *          P' = P - lr wd P - lr (m' / (1 - b1^t')) / (sqrt(v' / (1 - b2^t')) + eps)
+ *
+ * with b^t' computed as exp(t' ln b), which is 0 for b = 0.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ewtree.h"
+
+/* One hyperparameter: its name, default (NAN: required) and range
+ * [lo, hi] or with open ends. */
+typedef struct hparam_def {
+    const char *name;
+    double def;
+    double lo, hi;
+    bool lo_open, hi_open;
+} hparam_def;
+
+enum { OPT_SGD, OPT_ADAMW };
+
+static const struct optimizer_def {
+    const char *name;
+    int n;
+    hparam_def hp[AST_MAX_HPARAMS];
+} optimizers[] = {
+    [OPT_SGD] = {"sgd", 3, {{"lr", NAN, 0, INFINITY, true, true},
+                            {"momentum", 0.0, 0, 1, false, true},
+                            {"weight_decay", 0.0, 0, INFINITY, false, true}}},
+    [OPT_ADAMW] = {"adamw", 5, {{"lr", 1e-3, 0, INFINITY, true, true},
+                                {"beta1", 0.9, 0, 1, false, true},
+                                {"beta2", 0.999, 0, 1, false, true},
+                                {"eps", 1e-8, 0, INFINITY, true, true},
+                                {"weight_decay", 0.01, 0, INFINITY, false, true}}},
+};
+#define NOPTIMIZERS ((int)(sizeof optimizers / sizeof optimizers[0]))
+
+/* Indices of the hyperparameters in hpv[] (the table's order). */
+enum { SGD_LR, SGD_MOMENTUM, SGD_WD };
+enum { ADAMW_LR, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WD };
+
+/* "lr, momentum, weight_decay" into buf. */
+static const char *hparam_list(const struct optimizer_def *o, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < o->n && n < size; i++) {
+        int k = snprintf(buf + n, size - n, "%s%s", i ? ", " : "", o->hp[i].name);
+        if (k < 0)
+            break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
+/* Resolves the optimizer and its arguments of `optimize` line `s` into
+ * s->u.train.opt and hpv[]. */
+static void check_optimizer(fe_checker *c, ast_stmt *s)
+{
+    ast_name on = s->u.train.optimizer;
+    s->u.train.opt = -1;
+    for (int i = 0; i < NOPTIMIZERS; i++)
+        if (!strcmp(on.s, optimizers[i].name))
+            s->u.train.opt = i;
+    if (s->u.train.opt < 0) {
+        diag_error(c->diag, on.loc, "unknown optimizer '%s' (there are sgd and adamw)", on.s);
+        return;
+    }
+    const struct optimizer_def *o = &optimizers[s->u.train.opt];
+    bool given[AST_MAX_HPARAMS] = {false};
+    char list[256];
+    for (int j = 0; j < s->u.train.nhp; j++) {
+        const ast_hparam *h = &s->u.train.hp[j];
+        int k = -1;
+        for (int i = 0; i < o->n; i++)
+            if (!strcmp(h->name.s, o->hp[i].name))
+                k = i;
+        if (k < 0) {
+            diag_error(c->diag, h->name.loc, "%s has no hyperparameter '%s' (it has %s)", o->name,
+                       h->name.s, hparam_list(o, list, sizeof list));
+            continue;
+        }
+        if (given[k]) {
+            diag_error(c->diag, h->name.loc, "'%s' is given twice", h->name.s);
+            continue;
+        }
+        given[k] = true;
+        const hparam_def *d = &o->hp[k];
+        double v = h->value.value;
+        bool ok = isfinite(v) && (d->lo_open ? v > d->lo : v >= d->lo) &&
+                  (d->hi_open ? v < d->hi : v <= d->hi);
+        if (!ok) {
+            char lo[32], hi[32];
+            snprintf(lo, sizeof lo, "%g", d->lo);
+            snprintf(hi, sizeof hi, "%g", d->hi);
+            diag_error(c->diag, h->value.loc, "%s=%s is out of range: %s takes a value in %c%s, %s%c",
+                       h->name.s, h->value.text, d->name, d->lo_open ? '(' : '[', lo,
+                       isinf(d->hi) ? "inf" : hi, d->hi_open ? ')' : ']');
+            continue;
+        }
+        s->u.train.hpv[k] = v;
+    }
+    for (int i = 0; i < o->n; i++) {
+        if (given[i])
+            continue;
+        if (isnan(o->hp[i].def))
+            diag_error(c->diag, on.loc, "%s needs %s=VALUE", o->name, o->hp[i].name);
+        s->u.train.hpv[i] = o->hp[i].def;
+    }
+}
+
+/* The float scalar named by `loss` line `s`. */
+static void check_loss(fe_checker *c, const ast_stmt *s)
+{
+    const ast_name *n = &s->u.train.names[0];
+    if (c->loss) {
+        diag_error(c->diag, s->loc, "a program has one 'loss' line");
+        diag_note(c->diag, c->loss->loc, "the first 'loss' line is here");
+        return;
+    }
+    c->loss = s;
+    const fe_tensor *t = fe_symtab_get(&c->tensors, n->s);
+    if (!t) {
+        diag_error(c->diag, n->loc, "tensor '%s' is not defined", n->s);
+    } else if (t->bad || !fe_check_scope(c, t, n->loc)) {
+        return;
+    } else if (t->rank != 0) {
+        diag_error(c->diag, n->loc, "the loss '%s' has %d dim%s: a loss is a scalar, %s[]", n->s,
+                   t->rank, t->rank == 1 ? "" : "s", n->s);
+    } else if (t->dtype == IR_I32) {
+        diag_error(c->diag, n->loc, "the loss '%s' is i32: a loss is f32, f64 or bf16", n->s);
+    }
+}
+
+void fe_check_train(fe_checker *c, const ast_program *prog)
+{
+    for (int i = 0; i < prog->nstmts; i++)
+        if (prog->stmts[i]->kind == AST_S_LOSS)
+            check_loss(c, prog->stmts[i]);
+    fe_symtab seen = {0};
+    for (int i = 0; i < prog->nstmts; i++) {
+        ast_stmt *s = prog->stmts[i];
+        if (s->kind != AST_S_OPTIMIZE)
+            continue;
+        if (!c->loss)
+            diag_error(c->diag, s->loc, "'optimize' needs a 'loss' line naming the scalar to "
+                       "minimise: loss L");
+        check_optimizer(c, s);
+        for (int k = 0; k < s->u.train.n; k++) {
+            const ast_name *n = &s->u.train.names[k];
+            const fe_tensor *t = fe_symtab_get(&c->tensors, n->s);
+            const ast_name *prev = fe_symtab_get(&seen, n->s);
+            if (!t) {
+                diag_error(c->diag, n->loc, "tensor '%s' is not defined", n->s);
+            } else if (t->bad) {
+                continue;
+            } else if (t->kind == IR_VAL_INPUT) {
+                diag_error(c->diag, n->loc, "'%s' is an input: only params are optimized (inputs "
+                           "are data and are not differentiated)", n->s);
+            } else if (t->kind != IR_VAL_PARAM) {
+                diag_error(c->diag, n->loc, "'%s' is not a param: only params are optimized", n->s);
+            } else if (t->dtype == IR_I32) {
+                diag_error(c->diag, n->loc, "param '%s' is i32 and has no gradient", n->s);
+            } else if (prev) {
+                diag_error(c->diag, n->loc, "param '%s' is optimized twice", n->s);
+                diag_note(c->diag, prev->loc, "it is first optimized here");
+            } else {
+                fe_symtab_put(c->arena, &seen, n->s, (void *)n);
+            }
+        }
+    }
+}
+
+/* ---- lowering ---- */
+
+/* Builds the update ops of one param. */
+typedef struct opt_ctx {
+    fe_checker *c;
+    fe_emit e;        /* tensor and dtype change per emitted value */
+    const ir_value *w;/* the param */
+} opt_ctx;
+
+static fe_ew *k(opt_ctx *x, double v)
+{
+    return fe_ew_const(x->e.arena, v);
+}
+
+static fe_ew *op2(opt_ctx *x, ir_ew_kind kind, fe_ew *a, fe_ew *b)
+{
+    return fe_ew_bin(x->e.arena, kind, a, b);
+}
+
+static fe_ew *leaf(opt_ctx *x, ir_value *v)
+{
+    return fe_ew_leaf(x->e.arena, v, v->type.dims, v->type.rank);
+}
+
+/* "W.suffix", in the arena. */
+static const char *state_name(opt_ctx *x, const char *suffix)
+{
+    size_t n = strlen(x->w->tensor) + strlen(suffix) + 2;
+    char *s = ir_alloc(x->e.arena, n);
+    snprintf(s, n, "%s.%s", x->w->tensor, suffix);
+    return s;
+}
+
+/* A zero-initialised state value like the param (dims, dtype, sharding). */
+static ir_value *state_new(opt_ctx *x, const char *name)
+{
+    ir_type ty = x->w->type;
+    return ir_value_new(x->c->m, name, IR_VAL_STATE, &ty, x->e.loc);
+}
+
+/* Emits `t` over the param's dims as tensor `name` and makes it the new
+ * value of `target` at the end of the step. */
+static ir_value *emit_update(opt_ctx *x, const char *name, fe_ew *t, ir_value *target)
+{
+    x->e.tensor = name;
+    x->e.dtype = target->type.dtype;
+    ir_value *v = fe_ew_emit(&x->e, t, target->type.dims, target->type.rank, x->e.loc);
+    if (v)
+        ir_update_add(x->c->m, target, v, x->e.loc);
+    return v;
+}
+
+/* 1 - b^t for the scalar leaf t: exp(t ln b), so b = 0 gives 1. */
+static fe_ew *bias_correction(opt_ctx *x, fe_ew *t, double b)
+{
+    fe_ew *pow = fe_ew_call(x->e.arena, IR_FN_EXP, op2(x, IR_EW_MUL, t, k(x, log(b))));
+    return op2(x, IR_EW_SUB, k(x, 1.0), pow);
+}
+
+static bool lower_sgd(opt_ctx *x, const double *hp, ir_value *w, ir_value *g)
+{
+    fe_ew *grad = leaf(x, g);
+    if (hp[SGD_WD] > 0)
+        grad = op2(x, IR_EW_ADD, grad, op2(x, IR_EW_MUL, k(x, hp[SGD_WD]), leaf(x, w)));
+    fe_ew *step = grad;
+    if (hp[SGD_MOMENTUM] > 0) {
+        const char *name = state_name(x, "mom");
+        ir_value *mom = state_new(x, name);
+        fe_ew *t = op2(x, IR_EW_ADD, op2(x, IR_EW_MUL, k(x, hp[SGD_MOMENTUM]), leaf(x, mom)), grad);
+        ir_value *mom1 = emit_update(x, name, t, mom);
+        if (!mom1)
+            return false;
+        step = leaf(x, mom1);
+    }
+    fe_ew *t = op2(x, IR_EW_SUB, leaf(x, w), op2(x, IR_EW_MUL, k(x, hp[SGD_LR]), step));
+    return emit_update(x, w->tensor, t, w) != NULL;
+}
+
+static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, ir_value *t1)
+{
+    double b1 = hp[ADAMW_BETA1], b2 = hp[ADAMW_BETA2], lr = hp[ADAMW_LR];
+    const char *mn = state_name(x, "m"), *vn = state_name(x, "v");
+    ir_value *m = state_new(x, mn), *v = state_new(x, vn);
+    fe_ew *mt = op2(x, IR_EW_ADD, op2(x, IR_EW_MUL, k(x, b1), leaf(x, m)),
+                    op2(x, IR_EW_MUL, k(x, 1.0 - b1), leaf(x, g)));
+    ir_value *m1 = emit_update(x, mn, mt, m);
+    fe_ew *vt = op2(x, IR_EW_ADD, op2(x, IR_EW_MUL, k(x, b2), leaf(x, v)),
+                    op2(x, IR_EW_MUL, k(x, 1.0 - b2), op2(x, IR_EW_MUL, leaf(x, g), leaf(x, g))));
+    ir_value *v1 = emit_update(x, vn, vt, v);
+    if (!m1 || !v1)
+        return false;
+    fe_ew *tl = fe_ew_leaf(x->e.arena, t1, NULL, 0);
+    fe_ew *mhat = op2(x, IR_EW_DIV, leaf(x, m1), bias_correction(x, tl, b1));
+    fe_ew *vhat = op2(x, IR_EW_DIV, leaf(x, v1), bias_correction(x, tl, b2));
+    fe_ew *denom = op2(x, IR_EW_ADD, fe_ew_call(x->e.arena, IR_FN_SQRT, vhat), k(x, hp[ADAMW_EPS]));
+    fe_ew *delta = op2(x, IR_EW_MUL, k(x, lr), op2(x, IR_EW_DIV, mhat, denom));
+    fe_ew *pt = leaf(x, w);
+    if (hp[ADAMW_WD] > 0)
+        pt = op2(x, IR_EW_SUB, pt, op2(x, IR_EW_MUL, k(x, lr * hp[ADAMW_WD]), leaf(x, w)));
+    return emit_update(x, w->tensor, op2(x, IR_EW_SUB, pt, delta), w) != NULL;
+}
+
+/* AdamW's step count: state `opt.step` and its new value t + 1, made once. */
+static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc)
+{
+    if (*made)
+        return *made;
+    ir_type ty;
+    memset(&ty, 0, sizeof ty);
+    ty.dtype = IR_F32; /* exact up to 2^24 steps */
+    ty.sh = ir_sharding_replicated();
+    ir_value *t = ir_value_new(c->m, "opt.step", IR_VAL_STATE, &ty, loc);
+    opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = loc}, .w = t};
+    *made = emit_update(&x, "opt.step", op2(&x, IR_EW_ADD, leaf(&x, t), k(&x, 1.0)), t);
+    return *made;
+}
+
+bool fe_lower_train(fe_checker *c, const ast_program *prog)
+{
+    if (!c->loss)
+        return true;
+    const ast_name *ln = &c->loss->u.train.names[0];
+    fe_tensor *lt = fe_symtab_get(&c->tensors, ln->s);
+    c->m->loss = ir_strdup(&c->m->arena, lt->name);
+    if (!fe_symtab_get(&c->outputs, lt->name))
+        ir_output_add(c->m, lt->name, lt->value, ln->loc);
+
+    /* Every optimized param, with its line, in source order. */
+    int n = 0;
+    for (int i = 0; i < prog->nstmts; i++)
+        if (prog->stmts[i]->kind == AST_S_OPTIMIZE)
+            n += prog->stmts[i]->u.train.n;
+    if (n == 0)
+        return true;
+    ir_value **wrt = ir_alloc(c->arena, (size_t)n * sizeof *wrt);
+    ir_value **grads = ir_alloc(c->arena, (size_t)n * sizeof *grads);
+    const ast_stmt **line = ir_alloc(c->arena, (size_t)n * sizeof *line);
+    const ast_name **name = ir_alloc(c->arena, (size_t)n * sizeof *name);
+    bool *zero = ir_alloc(c->arena, (size_t)n * sizeof *zero);
+    bool *fresh = ir_alloc(c->arena, (size_t)n * sizeof *fresh);
+    int j = 0;
+    for (int i = 0; i < prog->nstmts; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        for (int q = 0; s->kind == AST_S_OPTIMIZE && q < s->u.train.n; q++, j++) {
+            line[j] = s;
+            name[j] = &s->u.train.names[q];
+            wrt[j] = ((fe_tensor *)fe_symtab_get(&c->tensors, name[j]->s))->value;
+        }
+    }
+    if (!fe_grad_values(c, line[0]->loc, lt->value, wrt, n, grads, zero, fresh))
+        return false;
+    ir_value *t1 = NULL;
+    ir_op *backward_end = c->m->last;
+    for (j = 0; j < n; j++) {
+        ir_value *w = wrt[j], *g = grads[j];
+        if (zero[j] && !c->opts->single_device)
+            diag_warning(c->diag, name[j]->loc, "the loss '%s' does not depend on '%s': its "
+                         "gradient is zero, and only weight decay changes it", lt->name, w->tensor);
+        /* The gradient sharded like its param (seed 000's listings). */
+        if (fresh[j] && !g->has_constraint && w->type.sh.unreduced == 0 &&
+            !c->opts->single_device) {
+            g->has_constraint = true;
+            g->constraint = w->type.sh;
+        }
+        opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = line[j]->loc}, .w = w};
+        const double *hp = line[j]->u.train.hpv;
+        bool ok;
+        if (line[j]->u.train.opt == OPT_SGD) {
+            ok = lower_sgd(&x, hp, w, g);
+        } else {
+            ok = step_count(c, &t1, line[j]->loc) && lower_adamw(&x, hp, w, g, t1);
+        }
+        if (!ok)
+            return false;
+    }
+    ir_set_phase_after(c->m, backward_end, IR_PHASE_UPDATE);
+    return true;
+}
