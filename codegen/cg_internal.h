@@ -162,8 +162,9 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
 
 /* ---- gather.c ---- */
 
-/* Emits the gather einsum `op` (op index `id`) as a call of rt_gather,
- * writing the result into `dst`. */
+/* Emits the gather einsum `op` (op index `id`) as a call of rt_gather, or
+ * the scatter-add einsum as a call of rt_scatter_add, writing the result
+ * into `dst`. */
 void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef dst);
 
 /* ---- meshslice.c ---- */

@@ -1,6 +1,8 @@
 /*
  * gather.c - a gather einsum (ir.h: `Emb[Tok[B, T], D]`) as a call of the
- * runtime's rt_gather with a constant rt_gather_desc.
+ * runtime's rt_gather with a constant rt_gather_desc, and its adjoint, a
+ * scatter-add einsum, as a call of rt_scatter_add with the same kind of
+ * descriptor (of the table it makes).
  *
  * The result's layout is the indices' dims then the table's other dims
  * (lower.c builds it so), so a row of the table is a contiguous run of the
@@ -32,7 +34,10 @@ static LLVMValueRef axes_of(cg_ctx *c, const ir_sharding *sh, int d)
 void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef dst)
 {
     const ir_module *m = f->m;
-    const ir_value *ids = op->operands[0], *table = op->operands[1];
+    /* A scatter-add writes the table (its result) from the rows (operand
+     * 1); the descriptor describes the table either way. */
+    bool scatter = op->u.einsum.scatter;
+    const ir_value *ids = op->operands[0], *table = scatter ? op->result : op->operands[1];
     int64_t shape[RT_MAX_RANK] = {0}, global[RT_MAX_RANK] = {0}, naxes[RT_MAX_RANK] = {0};
     LLVMValueRef axes[RT_MAX_RANK];
     cg_local_shape(m, &ids->type, shape);
@@ -69,9 +74,10 @@ void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef d
         c, LLVMConstStructInContext(c->llctx, df, sizeof df / sizeof df[0], 0), "gather_desc");
     LLVMTypeRef params[] = {c->t.ptr, c->t.ptr, c->t.ptr, c->t.ptr, c->t.ptr};
     LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, 5, 0);
-    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, "rt_gather");
+    const char *name = scatter ? "rt_scatter_add" : "rt_gather";
+    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
     if (!fn)
-        fn = LLVMAddFunction(c->mod, "rt_gather", fty);
-    LLVMValueRef args[] = {f->dev, desc, f->buf[ids->id], f->buf[table->id], dst};
+        fn = LLVMAddFunction(c->mod, name, fty);
+    LLVMValueRef args[] = {f->dev, desc, f->buf[ids->id], f->buf[op->operands[1]->id], dst};
     LLVMBuildCall2(c->b, fty, fn, args, 5, "");
 }

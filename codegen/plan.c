@@ -184,7 +184,9 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
                 errors++;
             }
             for (int k = 0; k < op->noperands; k++) {
-                ir_dtype want = op->u.einsum.gather && k == 0 ? IR_I32 : op->result->type.dtype;
+                ir_dtype want = (op->u.einsum.gather || op->u.einsum.scatter) && k == 0
+                                    ? IR_I32
+                                    : op->result->type.dtype;
                 if (op->operands[k]->type.dtype != want) {
                     diag_error(d, op->loc, "codegen: Einsum operand %d is %s but the result is %s",
                                k, ir_dtype_name(op->operands[k]->type.dtype),

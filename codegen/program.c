@@ -38,7 +38,7 @@ static int32_t index_bound(const ir_module *m, const char *name)
 {
     int64_t bound = 0;
     for (const ir_op *op = m->first; op; op = op->next)
-        if (op->kind == IR_OP_EINSUM && op->u.einsum.gather &&
+        if (op->kind == IR_OP_EINSUM && (op->u.einsum.gather || op->u.einsum.scatter) &&
             strcmp(op->operands[0]->tensor, name) == 0) {
             int64_t rows = m->dims[op->u.einsum.gather_label].size;
             bound = bound == 0 || rows < bound ? rows : bound;

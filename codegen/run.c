@@ -333,7 +333,7 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
                 cg_emit_reduce(c, &f, op, dst); /* a reduction: no GEMM */
                 break;
             }
-            if (op->u.einsum.gather) {
+            if (op->u.einsum.gather || op->u.einsum.scatter) {
                 cg_emit_gather(c, &f, op, i, dst); /* a lookup, not a GEMM */
                 break;
             }

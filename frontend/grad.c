@@ -27,9 +27,10 @@
  *
  * All the grad statements of one loss share one backward sweep: the first
  * computes the adjoints of every tensor that any of them asks for.
- * Not differentiated (a located error): a gather's table (its adjoint is a
- * scatter-add, not an einsum), i32 values, reductions with a scale other
- * than sum/mean.
+ *  - Gather (an embedding lookup): the table's adjoint is a scatter-add
+ *    einsum of the indices and dC (ir.h), the indices have none.
+ *
+ * Not differentiated (a located error): i32 values, a repeated block.
  */
 #include <math.h>
 #include <stdio.h>
@@ -349,6 +350,42 @@ static void contribute_reduced(gctx *g, ir_value *v, fe_ew *t, const int *from, 
     contribute(g, v, fe_ew_leaf(g->e.arena, r, to, nto), to);
 }
 
+/* A gather's table gets dC's rows added at the rows its indices name: a
+ * scatter-add einsum (ir.h), which contracts the indices' dims, so a batch
+ * sharded on X gives the table's gradient as partial sums {U_X}, as the
+ * weights' gradients of DP. */
+static void gather_adjoint(gctx *g, const ir_op *op, const adjoint *dc)
+{
+    ir_value *ids = op->operands[0], *table = op->operands[1];
+    if (!g->relevant[table->id])
+        return;
+    const int *res = op->u.einsum.result_labels;
+    int nres = op->result->type.rank;
+    ir_value *rows = dc->v;
+    if (!rows) { /* a constant adjoint, written out over the result */
+        fe_ew *r = fe_ew_leaf(g->e.arena, op->result, res, nres);
+        name_for(g, op->result);
+        rows = fe_ew_emit(&g->e,
+                          fe_ew_select(g->e.arena, bin(g, IR_EW_EQ, r, r), cnst(g, dc->c),
+                                       cnst(g, dc->c)),
+                          res, nres, g->loc);
+    }
+    name_for(g, table);
+    const int *lt = op->u.einsum.labels[1];
+    ir_value *out = fe_value_new(&g->e, lt, table->type.rank, g->loc);
+    ir_value *opnds[2] = {ids, rows};
+    ir_op *s = ir_op_new(g->e.m, IR_OP_EINSUM, 2, opnds, out, g->loc);
+    memcpy(s->u.einsum.labels[0], op->u.einsum.labels[0], (size_t)ids->type.rank * sizeof(int));
+    memcpy(s->u.einsum.labels[1], res, (size_t)nres * sizeof(int));
+    memcpy(s->u.einsum.result_labels, lt, (size_t)table->type.rank * sizeof(int));
+    s->u.einsum.scale = op->u.einsum.scale;
+    s->u.einsum.reduce = IR_RED_SUM;
+    s->u.einsum.scatter = true;
+    s->u.einsum.gather_label = op->u.einsum.gather_label;
+    ir_op_append(g->e.m, s);
+    contribute(g, table, fe_ew_leaf(g->e.arena, out, lt, table->type.rank), lt);
+}
+
 /* The einsum rules (file comment). */
 static void einsum_adjoint(gctx *g, const ir_op *op, const adjoint *dc)
 {
@@ -356,12 +393,7 @@ static void einsum_adjoint(gctx *g, const ir_op *op, const adjoint *dc)
     int nres = op->result->type.rank;
     double s = op->u.einsum.scale;
     if (op->u.einsum.gather) {
-        if (g->relevant[op->operands[1]->id]) {
-            diag_error(g->c->diag, g->loc,
-                       "grad through the embedding lookup '%s' (a gather) is not supported yet: "
-                       "its table's gradient is a scatter-add", op->result->tensor);
-            g->ok = false;
-        }
+        gather_adjoint(g, op, dc);
         return;
     }
     if (op->noperands == 1) {

@@ -371,6 +371,15 @@ typedef struct ir_op {
              * table's others, in order. */
             bool gather;
             int gather_label;
+            /* A scatter-add, the gather's adjoint (scatter = true, gather
+             * false): operand 0 the i32 indices, operand 1 one row per
+             * index (the indices' labels, then the table's others), and
+             * the result table-shaped with `gather_label` (its first dim)
+             * in no operand: result[v, ...] = sum_i [ids[i] == v] *
+             * rows[i, ...].  The indices' dims are contracted, so rows
+             * sharded along them give partial sums {U} by the einsum rule;
+             * the table dim is computed whole on every device. */
+            bool scatter;
         } einsum;
         /* IR_OP_ELEMENTWISE: result[r] = expr(operands broadcast to r). */
         struct {

@@ -295,7 +295,9 @@ void ir_print(FILE *out, ir_module *m)
             if (op->u.einsum.reduce != IR_RED_SUM)
                 fprintf(out, "%s ", ir_reduce_name(op->u.einsum.reduce));
             /* A gather: rows of operand 1 looked up by the indices in operand 0. */
-            fprintf(out, "%s(%s)", op->u.einsum.gather ? "gather" : "einsum",
+            fprintf(out, "%s(%s)", op->u.einsum.gather    ? "gather"
+                                   : op->u.einsum.scatter ? "scatter_add"
+                                                          : "einsum",
                     ir_einsum_spec(m, op, b2, sizeof b2));
             if (op->u.einsum.scale != 1.0)
                 fprintf(out, " * %.17g", op->u.einsum.scale);

@@ -154,6 +154,8 @@ void ir_print_json(FILE *out, ir_module *m)
             cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.einsum.reduce));
             if (op->u.einsum.gather)
                 cJSON_AddStringToObject(o, "gather", m->dims[op->u.einsum.gather_label].name);
+            if (op->u.einsum.scatter)
+                cJSON_AddStringToObject(o, "scatter_add", m->dims[op->u.einsum.gather_label].name);
         } else if (op->kind == IR_OP_ELEMENTWISE) {
             cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
         } else if (op->kind == IR_OP_MESHSLICE) {

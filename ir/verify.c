@@ -103,6 +103,28 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
             goto done;
         }
     }
+    if (op->kind == IR_OP_EINSUM && op->u.einsum.scatter) {
+        /* The table's first dim only in the result, the indices' dims in
+         * both operands, in order, and the rest in rows and result. */
+        int V = op->u.einsum.gather_label;
+        const ir_value *ids = op->operands[0], *rows = op->noperands == 2 ? op->operands[1] : NULL;
+        int ni = ids->type.rank;
+        bool ok_s = rows && !op->u.einsum.gather && reduce == IR_RED_SUM && ids->type.dtype == IR_I32 &&
+                    rows->type.dtype != IR_I32 && op->result && op->result->type.rank >= 1 &&
+                    op->u.einsum.result_labels[0] == V &&
+                    rows->type.rank == ni + op->result->type.rank - 1;
+        for (int j = 0; ok_s && j < ni; j++)
+            ok_s = op->u.einsum.labels[0][j] == op->u.einsum.labels[1][j] &&
+                   op->u.einsum.labels[0][j] != V;
+        for (int j = 1; ok_s && j < op->result->type.rank; j++)
+            ok_s = op->u.einsum.labels[1][ni + j - 1] == op->u.einsum.result_labels[j] &&
+                   op->u.einsum.result_labels[j] != V;
+        if (!ok_s) {
+            WHY("a scatter-add takes i32 indices and one row per index, and makes a table whose "
+                "first dim only it has");
+            goto done;
+        }
+    }
     if (reduce != IR_RED_SUM && (op->kind != IR_OP_EINSUM || op->noperands != 1)) {
         WHY("a %s reduction is a unary einsum", ir_reduce_name(reduce));
         goto done;
@@ -148,8 +170,12 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
     for (int r = 0; r < rank; r++) {
         int L = rlabels[r];
         /* An elementwise result dim no operand has (one that only an index
-         * value or a broadcast constant spans) is computed whole. */
-        if (L < 0 || L >= nlabels || (!lseen[L] && op->kind != IR_OP_ELEMENTWISE)) {
+         * value or a broadcast constant spans) is computed whole; so is a
+         * scatter-add's table dim. */
+        bool whole = op->kind == IR_OP_ELEMENTWISE ||
+                     (op->kind == IR_OP_EINSUM && op->u.einsum.scatter &&
+                      L == op->u.einsum.gather_label);
+        if (L < 0 || L >= nlabels || (!lseen[L] && !whole)) {
             WHY("result dim %d is not a dim of any operand", r);
             free(in_result);
             goto done;
@@ -383,6 +409,7 @@ static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *o
     e.kind = IR_OP_EINSUM;
     e.u.einsum.reduce = IR_RED_SUM;
     e.u.einsum.gather = false;
+    e.u.einsum.scatter = false;
     e.u.einsum.gather_label = -1;
     e.operands[0] = &va;
     e.operands[1] = &vb;

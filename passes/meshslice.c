@@ -97,7 +97,7 @@ static bool one_axis(const ir_op *op)
 static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
 {
     memset(g, 0, sizeof *g);
-    if (e->kind != IR_OP_EINSUM || e->noperands != 2 || e->u.einsum.gather)
+    if (e->kind != IR_OP_EINSUM || e->noperands != 2 || e->u.einsum.gather || e->u.einsum.scatter)
         return false;
     g->einsum = e;
     ir_op *user = NULL;

@@ -96,6 +96,11 @@ void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size)
         snprintf(buf + len, size - len, "%s[%s]", op->operands[1]->tensor, op->operands[0]->tensor);
         return;
     }
+    if (op->u.einsum.scatter && op->noperands == 2) {
+        snprintf(buf + len, size - len, "scatter_add(%s, %s)", op->operands[0]->tensor,
+                 op->operands[1]->tensor);
+        return;
+    }
     if (op->u.einsum.reduce != IR_RED_SUM && op->noperands == 1) {
         snprintf(buf + len, size - len, "%s(%s)", ir_reduce_name(op->u.einsum.reduce),
                  op->operands[0]->tensor);

@@ -220,6 +220,14 @@ typedef struct rt_gather_desc {
 /* Runs gather `d`: ids (int32, per `d`), table block, into c (overwritten). */
 void rt_gather(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, const void *table,
                void *c);
+/* The gather's adjoint, a scatter-add into the table block `table`
+ * (overwritten; `d` describes it as for rt_gather):
+ *   table[v - offset, r...] = sum over i of [ids[i...] == v] * rows[i..., r...]
+ * for the rows v of this device's block, where `rows` holds one row of
+ * `row_elems` elements per index (layout of rt_gather's c).  Indices are
+ * checked as rt_gather checks them; bf16 rows are summed in f32. */
+void rt_scatter_add(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, const void *rows,
+                    void *table);
 
 /* ---- asynchronous collectives and the MeshSlice loop (async.c,
  * async_meshslice.c; docs/meshslice.md) ---- */

@@ -1,6 +1,7 @@
 /*
  * gather.c - rt_gather: the embedding lookup of a gather einsum (ir.h) on
- * this device's blocks.
+ * this device's blocks; rt_scatter_add: its adjoint, the embedding table's
+ * gradient.
  *
  * Each index selects a row of the table; the row is copied if this device
  * holds it (its block of the table's first dim), else the output row is
@@ -60,25 +61,82 @@ RT_NORETURN static void bad_index(rt_device *dev, const rt_gather_desc *d, int64
              d->table_name, d->rows_global, d->rows_global - 1);
 }
 
+/* The indices of one call: how many, and where this device's rows start. */
+typedef struct id_walk {
+    int64_t n;     /* elements of this device's block of ids */
+    int64_t first; /* global index of this device's first table row */
+    size_t row;    /* bytes of one row */
+} id_walk;
+
+static id_walk walk_start(rt_device *dev, const rt_gather_desc *d)
+{
+    check_desc(dev, d);
+    id_walk w = {.n = 1, .row = (size_t)d->row_elems * rt_dtype_size((int32_t)d->dtype)};
+    for (int64_t j = 0; j < d->ids_rank; j++)
+        w.n *= d->ids_shape[j];
+    w.first = block_offset(dev, d->rows_axes, d->rows_naxes, d->rows);
+    return w;
+}
+
+/* The local table row of index element e (checked), or -1 if another
+ * device holds it. */
+static int64_t local_row(rt_device *dev, const rt_gather_desc *d, const id_walk *w,
+                         const int32_t *ids, int64_t e)
+{
+    int32_t v = ids[e];
+    if (v < 0 || v >= d->rows_global)
+        bad_index(dev, d, e, v);
+    int64_t local = (int64_t)v - w->first;
+    return local >= 0 && local < d->rows ? local : -1;
+}
+
 void rt_gather(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, const void *table,
                void *c)
 {
-    check_desc(dev, d);
-    int64_t n = 1;
-    for (int64_t j = 0; j < d->ids_rank; j++)
-        n *= d->ids_shape[j];
-    size_t row = (size_t)d->row_elems * rt_dtype_size((int32_t)d->dtype);
-    int64_t first = block_offset(dev, d->rows_axes, d->rows_naxes, d->rows);
+    id_walk w = walk_start(dev, d);
     const char *src = table;
     char *dst = c;
-    for (int64_t e = 0; e < n; e++) {
-        int32_t v = ids[e];
-        if (v < 0 || v >= d->rows_global)
-            bad_index(dev, d, e, v);
-        int64_t local = (int64_t)v - first;
-        if (local >= 0 && local < d->rows)
-            memcpy(dst + (size_t)e * row, src + (size_t)local * row, row);
+    for (int64_t e = 0; e < w.n; e++) {
+        int64_t local = local_row(dev, d, &w, ids, e);
+        if (local >= 0)
+            memcpy(dst + (size_t)e * w.row, src + (size_t)local * w.row, w.row);
         else
-            memset(dst + (size_t)e * row, 0, row);
+            memset(dst + (size_t)e * w.row, 0, w.row);
+    }
+}
+
+/* Adds n elements of `src` to `dst`, both of `dtype`. */
+static void add_row(int32_t dtype, void *dst, const void *src, int64_t n)
+{
+    if (dtype == RT_F64) {
+        double *a = dst;
+        const double *b = src;
+        for (int64_t k = 0; k < n; k++)
+            a[k] += b[k];
+    } else if (dtype == RT_BF16) {
+        uint16_t *a = dst;
+        const uint16_t *b = src;
+        for (int64_t k = 0; k < n; k++)
+            a[k] = rt_f32_to_bf16(rt_bf16_to_f32(a[k]) + rt_bf16_to_f32(b[k]));
+    } else {
+        float *a = dst;
+        const float *b = src;
+        for (int64_t k = 0; k < n; k++)
+            a[k] += b[k];
+    }
+}
+
+void rt_scatter_add(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, const void *rows,
+                    void *table)
+{
+    id_walk w = walk_start(dev, d);
+    memset(table, 0, (size_t)d->rows * w.row);
+    const char *src = rows;
+    char *dst = table;
+    for (int64_t e = 0; e < w.n; e++) {
+        int64_t local = local_row(dev, d, &w, ids, e);
+        if (local >= 0)
+            add_row((int32_t)d->dtype, dst + (size_t)local * w.row, src + (size_t)e * w.row,
+                    d->row_elems);
     }
 }

@@ -96,6 +96,8 @@ static double einsum_flops(const ir_module *m, const ir_op *op)
 {
     if (op->u.einsum.gather)
         return 0; /* a lookup: copies rows, no arithmetic */
+    if (op->u.einsum.scatter) /* one add per element of the rows */
+        return (double)ir_local_elems(m, &op->operands[1]->type);
     label_set ls = {0};
     for_each_label(m, op, add_label, &ls);
     double points = 1;
@@ -407,7 +409,7 @@ double cost_op_model_flops(const ir_module *m, const ir_op *op)
     case IR_OP_EINSUM:
         /* The same count as einsum_flops, at global instead of local
          * sizes: every point of the iteration space once. */
-        return op->u.einsum.gather ? 0
+        return op->u.einsum.gather || op->u.einsum.scatter ? 0
                                    : global_points(m, op, op->u.einsum.labels,
                                                    op->u.einsum.result_labels);
     case IR_OP_MESHSLICE:

@@ -18,6 +18,9 @@ largest element, and L must match NumPy's loss.
        relabelled use K[B, S, E] of Xn[B, T, E]), silu, tanh, a log-softmax
        cross entropy, and a regulariser with abs, maximum, relu, sigmoid,
        sqrt and a min reduction; sequence-sharded.
+  emb: an embedding lookup (a gather) whose table is also the output
+       projection: the table's gradient is a scatter-add plus an einsum;
+       replicated, with the ids batch-sharded, and vocab-parallel.
   ops: max and min reductions (over sharded and unsharded dims), minimum,
        exp, relu, subtraction, division by a reduced tensor.
 
@@ -124,6 +127,31 @@ output dW
 output dU
 output dA
 """
+# An embedding lookup whose table is also the output projection (tied
+# weights): the table's gradient is the scatter-add of the lookup's
+# adjoint (repeated ids add up) plus the einsum's.
+EMB = """\
+mesh X = 2, Y = 2
+dim B = 4, T = 3, V = 8, D = 4, F = 4
+input Tok[{TOK}] : i32
+input Tgt[B, T, F] : f64
+param Emb[{EMB}] : f64
+param W[D, F] : f64
+E[B, T, D] = Emb[Tok[B, T], D]
+Z[B, T, F] = E[B, T, D] * W[D, F]
+H[B, T, F] = tanh(Z[B, T, F])
+Lg[B, T, V] = H[B, T, F] * Emb[V, F]
+L[] = sum((H[B, T, F] - Tgt[B, T, F]) * (H[B, T, F] - Tgt[B, T, F])) + 0.1 * sum(Lg[B, T, V] * Lg[B, T, V])
+dEmb[V, D] = grad(L, Emb)
+dW[D, F] = grad(L, W)
+output L
+output dEmb
+output dW
+"""
+EMB_SHARDINGS = {"replicated": {"TOK": "B, T", "EMB": "V, D"},
+                 "batch-sharded ids": {"TOK": "B_XY, T", "EMB": "V, D"},
+                 "vocab-parallel": {"TOK": "B_X, T", "EMB": "V_Y, D"}}
+
 OPS_SHARDINGS = {"replicated": {"A": "I, J"}, "J sharded": {"A": "I, J_X"},
                  "I sharded": {"A": "I_X, J"}}
 
@@ -173,6 +201,12 @@ def ops_loss(v):
     return (m * m).sum() - (n * u).sum() + (p / (1 + q[:, None])).sum()
 
 
+def emb_loss(v):
+    h = np.tanh(v["Emb"][v["Tok"]] @ v["W"])
+    lg = h @ v["Emb"].T
+    return ((h - v["Tgt"]) ** 2).sum() + 0.1 * (lg ** 2).sum()
+
+
 def numeric_grad(loss, v, name, h=1e-6):
     g = np.zeros_like(v[name])
     for i in np.ndindex(g.shape):
@@ -193,6 +227,8 @@ CASES = [
       "Wo": (6, 5)}, ["Wq", "Wk", "Wv", "Wo", "G", "Xs"]),
     ("ops", OPS, OPS_SHARDINGS, ops_loss, {"A": (4, 6), "W": (4, 6), "U": (6,)},
      ["W", "U", "A"]),
+    ("emb", EMB, EMB_SHARDINGS, emb_loss,
+     {"Tok": (4, 3), "Tgt": (4, 3, 4), "Emb": (8, 4), "W": (4, 4)}, ["Emb", "W"]),
 ]
 
 
@@ -209,6 +245,8 @@ def main():
             vals = {k: rng.standard_normal(s) for k, s in shapes.items()}
             if "Lab" in vals:
                 vals["Lab"] = softmax(3 * vals["Lab"], -1)  # target distributions
+            if "Tok" in vals:  # ids, some repeated, so scatter-adds accumulate
+                vals["Tok"] = rng.integers(0, 8, vals["Tok"].shape).astype(np.int32)
             want_loss = loss(vals)
             want = {w: numeric_grad(loss, vals, w) for w in wrt}
             for k, v in vals.items():
