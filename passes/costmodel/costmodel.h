@@ -209,8 +209,13 @@ typedef struct cost_coll_time {
 cost_coll_time cost_allgather_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                    const bool *wrap_override, double v);
 
-/* AllReduce = ReduceScatter + AllGather: twice the AllGather time of the
- * per-device bytes `v` (seed 001, "AllReduce is twice as expensive"). */
+/* AllReduce of the per-device bytes `v` over a group of P devices: the
+ * cheaper of ReduceScatter + AllGather, twice the AllGather time of `v`
+ * (seed 001, "AllReduce is twice as expensive"), and one AllGather of the
+ * P partial sums, P v bytes, each device adding them itself, which pays the
+ * hops once and wins when the message is latency-bound (a decode step's
+ * activations, seed 002 appendix C).  crossover is that of an AllGather
+ * of `v`. */
 cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                    const bool *wrap_override, double v);
 
