@@ -315,6 +315,27 @@ double cost_coll_runs(const ir_module *m, const ir_op *op, double p);
  */
 void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c);
 
+/* cost_op_estimate, where the values flagged in `onchip` (indexed by value
+ * id, m->nvalues entries; NULL: none) stay in on-chip memory: an op reads
+ * or writes them without HBM traffic (cost_onchip_values). */
+void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                             const bool *onchip, ir_cost *c);
+
+/*
+ * Which values of `m` a chip keeps on chip instead of in HBM
+ * (cost_fusion.c): the scores of a softmax attention, which a Flash
+ * Attention kernel never writes to HBM (seed 002, "What about
+ * attention?": "we never need to write the [B, S, T] attention matrix back
+ * to HBM").  They are the result of an Einsum and the Elementwise ops over
+ * the same dims computed from it (mask, exp, normalisation), when a max
+ * reduction reads one of them (the softmax), minus outputs and values that
+ * any op other than an Einsum or Elementwise reads.  Returns a new array
+ * of m->nvalues flags indexed by value id, which the caller frees, or NULL
+ * when there are none, when out of memory, and on a calibrated profile
+ * (hw->measured: einc's own runtime writes every value to memory).
+ */
+bool *cost_onchip_values(const ir_module *m, const cost_hw *hw);
+
 /*
  * Model FLOPs of `op`, GLOBAL: the FLOPs of the op in the unsharded
  * program, each counted once however the plan shards it (seed 003: a
