@@ -396,6 +396,7 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
 /* Per-device memory of a program at its peak (bytes). */
 typedef struct cost_memory {
     double resident;     /* bytes: params and inputs, held for the whole step */
+    double params;       /* bytes: the params' part of `resident` (the rest is inputs) */
     double peak;         /* bytes: resident + the live intermediates at the peak */
     const ir_op *at;     /* the op at which the peak is reached (NULL: no op adds to resident) */
 } cost_memory;
