@@ -2,8 +2,9 @@
  * cost.c - the cost pass: estimated time of every op and of the whole step.
  *
  * Each op gets its per-device estimate from the cost model library
- * (cost_op_estimate, passes/costmodel/): FLOPs, bytes and seconds, with
- * the formulas of docs/cost-model.md.  This file only walks the module.
+ * (cost_op_estimate_onchip, passes/costmodel/): FLOPs, bytes and seconds,
+ * with the formulas of docs/cost-model.md, the attention scores kept on
+ * chip (cost_onchip_values).  This file only walks the module.
  *
  * Totals (m->totals) come from a two-stream schedule.  Resharding ops whose
  * operands are params or derived only from params (FSDP weight gathers) go
@@ -30,14 +31,19 @@
  * layer's weights) is |L| transfers on the prefetch stream.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
 #include "pass.h"
 
-void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op)
+void cost_annotate_ops(ir_module *m, const cost_hw *hw)
 {
-    cost_op_estimate(m, hw, op, &op->cost);
+    /* Attention scores stay on chip (a Flash Attention kernel, seed 002). */
+    bool *onchip = cost_onchip_values(m, hw);
+    for (ir_op *op = m->first; op; op = op->next)
+        cost_op_estimate_onchip(m, hw, op, onchip, &op->cost);
+    free(onchip);
 }
 
 bool cost_value_is_param_derived(const ir_value *v)
@@ -133,8 +139,7 @@ int pass_cost(pass_ctx *ctx, ir_module *m)
         }
         hw = &local;
     }
-    for (ir_op *op = m->first; op; op = op->next)
-        cost_annotate_op(m, hw, op);
+    cost_annotate_ops(m, hw);
     cost_compute_totals(m, hw);
     /* Reports name values as tensor.N; keep the numbering current. */
     ir_module_renumber(m);

@@ -21,8 +21,10 @@
 
 /* ---- the pass (cost.c) ---- */
 
-/* Fills op->cost for one op of `m` with cost_op_estimate (costmodel.h). */
-void cost_annotate_op(const ir_module *m, const cost_hw *hw, ir_op *op);
+/* Fills op->cost for every op of `m` with cost_op_estimate_onchip
+ * (costmodel.h), the values of cost_onchip_values kept on chip: the
+ * attention scores under a Flash Attention kernel (seed 002). */
+void cost_annotate_ops(ir_module *m, const cost_hw *hw);
 
 /*
  * Fills m->totals from the ops' costs (annotate every op first): step time

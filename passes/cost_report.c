@@ -55,6 +55,7 @@ static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const
 }
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+#define GB 1e9
 
 /* The whole program's FLOPs: model FLOPs (global, and each device's share
  * of them, which MFU divides), the FLOPs a device executes for them (more
@@ -109,19 +110,36 @@ static void print_phase_line(FILE *out, const ir_module *m)
     fputc('\n', out);
 }
 
-/* The program's per-device peak memory against the profile's HBM. */
+/* The program's per-device peak memory against the profile's HBM, then
+ * what the whole mesh holds, in the decimal GB of seed 002's LLaMA-2 13B
+ * table ("KV cache memory", "total memory" for 8 TPU v5e).  The mesh
+ * figures are the per-device ones times the devices: every device holds
+ * its own shards (equal on every device) and its own copy of what is
+ * replicated. */
 static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
 {
     cost_memory mem = cost_memory_peak(m);
     char at[64] = "-";
     if (mem.at && mem.at->result)
         ir_value_name(mem.at->result, at, sizeof at);
-    fprintf(out, "memory: peak %.0f bytes (%.3g GiB) per device at %s (params and inputs %.3g GiB, "
+    fprintf(out, "memory: peak %.0f bytes (%.3g GiB) per device at %s (params %.3g GiB, inputs %.3g GiB, "
                  "live values %.3g GiB)",
-            m->totals.peak_memory, m->totals.peak_memory / GIB, at, mem.resident / GIB,
-            (mem.peak - mem.resident) / GIB);
+            m->totals.peak_memory, m->totals.peak_memory / GIB, at, mem.params / GIB,
+            (mem.resident - mem.params) / GIB, (mem.peak - mem.resident) / GIB);
     if (hw)
         fprintf(out, "; %s has %.3g GiB of HBM per device: %s", hw->name, hw->hbm_bytes / GIB,
+                m->totals.peak_memory > hw->hbm_bytes ? "does not fit" : "fits");
+    fputc('\n', out);
+    double devices = (double)ir_mesh_devices(&m->mesh);
+    if (devices <= 1)
+        return;
+    fprintf(out, "memory on the mesh: %.0f devices x %.4g GB = %.4g GB (params %.4g GB, inputs %.4g GB, "
+                 "live values %.4g GB; GB = 1e9 bytes)",
+            devices, m->totals.peak_memory / GB, devices * m->totals.peak_memory / GB,
+            devices * mem.params / GB, devices * (mem.resident - mem.params) / GB,
+            devices * (mem.peak - mem.resident) / GB);
+    if (hw)
+        fprintf(out, "; %.0f %s have %.4g GB: %s", devices, hw->name, devices * hw->hbm_bytes / GB,
                 m->totals.peak_memory > hw->hbm_bytes ? "does not fit" : "fits");
     fputc('\n', out);
 }
@@ -134,6 +152,15 @@ bool cost_warn_memory(FILE *out, const ir_module *m, const cost_hw *hw)
     fprintf(out, "einc: warning: needs %.1f GiB per device (params, inputs and live values at "
                  "their peak, program order), %s has %.1f GiB (%.3g bytes) of HBM per device\n",
             m->totals.peak_memory / GIB, hw->name, hw->hbm_bytes / GIB, hw->hbm_bytes);
+    /* The same for the whole mesh, as seed 002 sizes a model's serving
+     * memory against a slice ("8 TPU v5e give us 128GiB"; its figures are
+     * decimal GB, so both units are given). */
+    double devices = (double)ir_mesh_devices(&m->mesh);
+    if (devices > 1)
+        fprintf(out, "einc: note: needs %.1f GB (%.1f GiB) per %.0f devices, %.0f %s have %.4g GB "
+                     "(%.1f GiB)\n",
+                devices * m->totals.peak_memory / GB, devices * m->totals.peak_memory / GIB, devices,
+                devices, hw->name, devices * hw->hbm_bytes / GB, devices * hw->hbm_bytes / GIB);
     return true;
 }
 

@@ -81,13 +81,27 @@ cost_coll_time cost_allgather_time(const cost_hw *hw, const int64_t *sizes, int 
 cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                    const bool *wrap_override, double v)
 {
-    /* ReduceScatter then AllGather of the same bytes: both terms double,
-     * the crossover message size stays that of one AllGather. */
+    /* Two ways to reduce V bytes over a group of P devices, the cheaper one
+     * wins.  Seed 001's: ReduceScatter then AllGather of the same bytes,
+     * both terms double (the crossover stays that of one AllGather).  When
+     * that is latency-bound, as the activations of a decode step are (seed
+     * 002, appendix C, "latency-bound communication": a [B, D] AllReduce
+     * of 8-way Megatron is under the crossover), each device can instead
+     * gather all P partial sums and add them itself: one AllGather of P V
+     * bytes, the hops paid once. */
     cost_coll_time ag = cost_allgather_time(hw, sizes, naxes, wrap_override, v);
     cost_coll_time r = ag;
     r.t_latency = 2 * ag.t_latency;
     r.t_bandwidth = 2 * ag.t_bandwidth;
     r.time = 2 * ag.time;
+    double p = 1;
+    for (int i = 0; i < naxes; i++)
+        p *= (double)(sizes[i] > 1 ? sizes[i] : 1);
+    cost_coll_time once = cost_allgather_time(hw, sizes, naxes, wrap_override, p * v);
+    if (p > 1 && once.time < r.time) {
+        once.crossover = ag.crossover;
+        return once;
+    }
     return r;
 }
 

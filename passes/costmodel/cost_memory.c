@@ -28,12 +28,14 @@
 
 cost_memory cost_memory_peak(const ir_module *m)
 {
-    cost_memory r = {0, 0, NULL};
+    cost_memory r = {0, 0, 0, NULL};
     int nv = m->nvalues;
     for (int i = 0; i < nv; i++) {
         const ir_value *v = m->values[i];
         if (v && (ir_value_kind_is_argument(v->kind)))
             r.resident += (double)ir_local_bytes(m, &v->type);
+        if (v && v->kind == IR_VAL_PARAM)
+            r.params += (double)ir_local_bytes(m, &v->type);
     }
     r.peak = r.resident;
     int nops = 0;

@@ -19,6 +19,17 @@
  * curves and fits instead of the peak figures, scaled by the core
  * contention (docs/cost-model.md, "How the cost pass uses it").
  *
+ * A decode step needs nothing more (seed 002, "Theoretical estimates of LLM
+ * latency and throughput", equation (1): B x KV cache bytes / W_hbm for
+ * attention plus max(2 B params / C, param bytes / W_hbm) for the rest):
+ * with B far below C / W_hbm every matmul is memory-bound, so its time is
+ * the bytes of its weight (projections, MLP) or of its layer's cache (the
+ * QK and AV einsums) over W_hbm, and the collectives add theirs.  Two
+ * things make the per-op sum that formula: the attention scores between
+ * the QK and AV einsums stay on chip (cost_op_estimate_onchip with
+ * cost_onchip_values, a Flash Attention kernel), and a latency-bound
+ * AllReduce pays its hops once (cost_allreduce_time).
+ *
  * The FLOPs above are the ones a device EXECUTES: a plan that leaves a dim
  * unsharded computes the same points on several devices.  Model FLOPs
  * (cost_op_model_flops) count each point of the unsharded program once,
@@ -302,15 +313,29 @@ static double group_size(const ir_module *m, const ir_op *op)
     return p;
 }
 
+/* local_bytes of `v`, 0 when onchip[v->id] says it never reaches HBM. */
+static double hbm_bytes_of(const ir_module *m, const ir_value *v, const bool *onchip)
+{
+    if (onchip && v && v->id >= 0 && v->id < m->nvalues && onchip[v->id])
+        return 0;
+    return local_bytes(m, v);
+}
+
 void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *result)
+{
+    cost_op_estimate_onchip(m, hw, op, NULL, result);
+}
+
+void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                             const bool *onchip, ir_cost *result)
 {
     ir_cost c;
     memset(&c, 0, sizeof c);
     c.valid = true;
     double in = 0;
     for (int i = 0; i < op->noperands; i++)
-        in += local_bytes(m, op->operands[i]);
-    double out = local_bytes(m, op->result);
+        in += hbm_bytes_of(m, op->operands[i], onchip);
+    double out = hbm_bytes_of(m, op->result, onchip);
     ir_dtype t = op->result ? op->result->type.dtype : IR_F32;
 
     cost_coll_time ct;

@@ -209,8 +209,13 @@ typedef struct cost_coll_time {
 cost_coll_time cost_allgather_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                    const bool *wrap_override, double v);
 
-/* AllReduce = ReduceScatter + AllGather: twice the AllGather time of the
- * per-device bytes `v` (seed 001, "AllReduce is twice as expensive"). */
+/* AllReduce of the per-device bytes `v` over a group of P devices: the
+ * cheaper of ReduceScatter + AllGather, twice the AllGather time of `v`
+ * (seed 001, "AllReduce is twice as expensive"), and one AllGather of the
+ * P partial sums, P v bytes, each device adding them itself, which pays the
+ * hops once and wins when the message is latency-bound (a decode step's
+ * activations, seed 002 appendix C).  crossover is that of an AllGather
+ * of `v`. */
 cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                    const bool *wrap_override, double v);
 
@@ -310,6 +315,27 @@ double cost_coll_runs(const ir_module *m, const ir_op *op, double p);
  */
 void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c);
 
+/* cost_op_estimate, where the values flagged in `onchip` (indexed by value
+ * id, m->nvalues entries; NULL: none) stay in on-chip memory: an op reads
+ * or writes them without HBM traffic (cost_onchip_values). */
+void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                             const bool *onchip, ir_cost *c);
+
+/*
+ * Which values of `m` a chip keeps on chip instead of in HBM
+ * (cost_fusion.c): the scores of a softmax attention, which a Flash
+ * Attention kernel never writes to HBM (seed 002, "What about
+ * attention?": "we never need to write the [B, S, T] attention matrix back
+ * to HBM").  They are the result of an Einsum and the Elementwise ops over
+ * the same dims computed from it (mask, exp, normalisation), when a max
+ * reduction reads one of them (the softmax), minus outputs and values that
+ * any op other than an Einsum or Elementwise reads.  Returns a new array
+ * of m->nvalues flags indexed by value id, which the caller frees, or NULL
+ * when there are none, when out of memory, and on a calibrated profile
+ * (hw->measured: einc's own runtime writes every value to memory).
+ */
+bool *cost_onchip_values(const ir_module *m, const cost_hw *hw);
+
 /*
  * Model FLOPs of `op`, GLOBAL: the FLOPs of the op in the unsharded
  * program, each counted once however the plan shards it (seed 003: a
@@ -370,6 +396,7 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
 /* Per-device memory of a program at its peak (bytes). */
 typedef struct cost_memory {
     double resident;     /* bytes: params and inputs, held for the whole step */
+    double params;       /* bytes: the params' part of `resident` (the rest is inputs) */
     double peak;         /* bytes: resident + the live intermediates at the peak */
     const ir_op *at;     /* the op at which the peak is reached (NULL: no op adds to resident) */
 } cost_memory;

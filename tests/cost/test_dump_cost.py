@@ -18,16 +18,12 @@ usage: test_dump_cost.py EINC EXAMPLES_DIR COST_TESTS_DIR
 """
 import os
 import re
-import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from einc_checks import Checks, run  # noqa: E402
+
 GIB = 1024.0 ** 3
-
-
-def run(einc, *args):
-    p = subprocess.run([einc, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=120)
-    return p.returncode, p.stdout, p.stderr
 
 
 def parse_ein(path, defines):
@@ -83,12 +79,7 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     einc, examples, cases = argv[1:]
-    failures = []
-
-    def check(cond, what):
-        print(("ok   " if cond else "FAIL ") + what)
-        if not cond:
-            failures.append(what)
+    check = Checks()
 
     # 1. model FLOPs = 2 * params * tokens
     for name, defines, extra in (("llama2_ffw.ein", {}, []),
@@ -139,10 +130,7 @@ def main(argv):
     rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-ir", mem)
     check(rc == 0 and "einc: warning: needs" in err, "the warning without --dump-cost")
 
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    return 0
+    return check.exit_status()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,29 @@
+"""einc_checks.py - what the end-to-end cost scripts of this folder share:
+running the einc driver and reporting a list of checks."""
+import subprocess
+
+
+def run(einc, *args):
+    """einc's exit status, stdout and stderr for `args`."""
+    p = subprocess.run([einc, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Checks:
+    """Prints `ok   what` or `FAIL what` per check; exit_status() says how it went."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            self.failures.append(what)
+
+    def exit_status(self):
+        """1 (and a count) if any check failed, else 0."""
+        if self.failures:
+            print("%d check(s) failed" % len(self.failures))
+            return 1
+        return 0

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""decode.py - examples/llama2_13b_decode.ein against an independent NumPy
+decode step.
+
+The example is one generation step of LLaMA-2 13B (seed 002): B new tokens,
+each attending to the S positions of its KV cache and to itself.  Here it is
+compiled at small dims (3 layers, 8 KV heads of 2 query heads each, on its
+2x4 mesh) in f32 (the file's bf16 replaced, so that the comparison is
+tight), run on the threads runtime from .npy inputs, and compared with a
+NumPy step written the usual way: GQA heads as [K, M] groups, head vectors
+of H = 2G entries with rotate_half rotary embeddings, the new key and value
+appended to the cache, softmax over S + 1 positions, RMSNorm with eps 1e-5,
+SwiGLU.  The last line is `N passed, N failed`.
+
+Usage: decode.py --einc PATH --example PATH
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+DIMS = {"B": 2, "S": 16, "D": 64, "K": 8, "M": 2, "G": 4, "F": 64, "V": 64, "L": 3}
+SCALE = 1 / 11.313708498984761  # the file's 1/sqrt(128), whatever G is
+
+
+def rmsnorm(v, g):
+    return v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-5) * g
+
+
+def inputs(rng):
+    B, S, D, K, M, G, F, V, L = (DIMS[k] for k in "BSDKMGFVL")
+    inv = 10000.0 ** (-np.arange(G) * 2.0 / (2 * G))
+    ins = {"Tok": rng.integers(0, V, (B,)).astype(np.int32),
+           "Cos": np.cos(S * inv), "Sin": np.sin(S * inv),  # the new token is at position S
+           "Kc": rng.standard_normal((L, B, S, K, 2, G)), "Vc": rng.standard_normal((L, B, S, K, 2, G)),
+           "Emb": rng.standard_normal((V, D)), "Gf": 1 + 0.1 * rng.standard_normal(D),
+           "Wlm": rng.standard_normal((D, V)) / np.sqrt(D),
+           "G1": 1 + 0.1 * rng.standard_normal((L, D)), "G2": 1 + 0.1 * rng.standard_normal((L, D))}
+    for name, shape, fan_in in (("Wq", (D, K, M, 2, G), D), ("Wk", (D, K, 2, G), D),
+                                ("Wv", (D, K, 2, G), D), ("Wo", (K, M, 2, G, D), K * M * 2 * G),
+                                ("Wg", (D, F), D), ("Wu", (D, F), D), ("Wd", (F, D), F)):
+        ins[name] = rng.standard_normal((L,) + shape) / np.sqrt(fan_in)
+    return ins
+
+
+def reference(ins):
+    """The logits [B, V] of one decode step."""
+    B, S, K, M, G, L = (DIMS[k] for k in "BSKMGL")
+    H = 2 * G
+    cos, sin = np.concatenate([ins["Cos"]] * 2), np.concatenate([ins["Sin"]] * 2)
+
+    def rope(v):  # rotate_half
+        return v * cos + np.concatenate([-v[..., G:], v[..., :G]], -1) * sin
+
+    x = ins["Emb"][ins["Tok"]]
+    for l in range(L):
+        xn = rmsnorm(x, ins["G1"][l])
+        q = rope(np.einsum("bd,dkmpg->bkmpg", xn, ins["Wq"][l]).reshape(B, K, M, H))
+        k_new = rope(np.einsum("bd,dkpg->bkpg", xn, ins["Wk"][l]).reshape(B, K, H))
+        v_new = np.einsum("bd,dkpg->bkpg", xn, ins["Wv"][l]).reshape(B, K, H)
+        keys = np.concatenate([ins["Kc"][l].reshape(B, S, K, H), k_new[:, None]], 1)
+        values = np.concatenate([ins["Vc"][l].reshape(B, S, K, H), v_new[:, None]], 1)
+        scores = np.einsum("bkmh,bskh->bkms", q, keys) * SCALE
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        o = np.einsum("bkms,bskh->bkmh", p, values).reshape(B, K, M, 2, G)
+        y1 = x + np.einsum("bkmpg,kmpgd->bd", o, ins["Wo"][l])
+        yn = rmsnorm(y1, ins["G2"][l])
+        gate = yn @ ins["Wg"][l]
+        x = y1 + (gate / (1 + np.exp(-gate)) * (yn @ ins["Wu"][l])) @ ins["Wd"][l]
+    return rmsnorm(x, ins["Gf"]) @ ins["Wlm"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--example", required=True)
+    a = ap.parse_args()
+    ins = inputs(np.random.default_rng(2))
+    want = reference(ins)
+    with tempfile.TemporaryDirectory(prefix="einc-decode-") as work:
+        src = os.path.join(work, "decode_f32.ein")
+        with open(a.example, encoding="utf-8") as f, open(src, "w", encoding="utf-8") as g:
+            g.write(f.read().replace("bf16", "f32"))
+        exe, out = os.path.join(work, "decode"), os.path.join(work, "out.npy")
+        cmd = [a.einc, src, "-o", exe]
+        for k, v in DIMS.items():
+            cmd += ["-D", "%s=%d" % (k, v)]
+        run = [exe, "--output", "Logits=" + out]
+        for k, v in ins.items():
+            path = os.path.join(work, k + ".npy")
+            np.save(path, v if v.dtype == np.int32 else v.astype(np.float32))
+            run += ["--input", "%s=%s" % (k, path)]
+        for c in (cmd, run):
+            p = subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+            if p.returncode != 0:
+                print("FAIL %s exited %d\n%s\n0 passed, 1 failed" % (" ".join(c), p.returncode, p.stdout))
+                return 1
+        got = np.load(out).astype(np.float64)
+    err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+    ok = got.shape == want.shape and err < 1e-4
+    print("%s llama2_13b_decode (f32, %s): max |error| / max |ref| = %.3g (tol 1e-4), shape %s" %
+          ("ok  " if ok else "FAIL", " ".join("%s=%d" % kv for kv in DIMS.items()), err, got.shape))
+    print("%d passed, %d failed" % (int(ok), int(not ok)))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
