@@ -122,10 +122,18 @@ static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
     char at[64] = "-";
     if (mem.at && mem.at->result)
         ir_value_name(mem.at->result, at, sizeof at);
-    fprintf(out, "memory: peak %.0f bytes (%.3g GiB) per device at %s (params %.3g GiB, inputs %.3g GiB, "
-                 "live values %.3g GiB)",
-            m->totals.peak_memory, m->totals.peak_memory / GIB, at, mem.params / GIB,
-            (mem.resident - mem.params) / GIB, (mem.peak - mem.resident) / GIB);
+    double inputs = mem.resident - mem.params - mem.state, live = mem.peak - mem.resident;
+    fprintf(out, "memory: peak %.0f bytes (%.3g GiB) per device at %s (params %.3g GiB, ",
+            m->totals.peak_memory, m->totals.peak_memory / GIB, at, mem.params / GIB);
+    /* A training step: seed 000's accounting of params, optimizer state,
+     * gradients and activations. */
+    if (mem.state > 0 || mem.gradients > 0)
+        fprintf(out, "optimizer state %.3g GiB, inputs %.3g GiB, live values %.3g GiB: "
+                     "activations %.3g GiB, gradients and cotangents %.3g GiB)",
+                mem.state / GIB, inputs / GIB, live / GIB, (live - mem.gradients) / GIB,
+                mem.gradients / GIB);
+    else
+        fprintf(out, "inputs %.3g GiB, live values %.3g GiB)", inputs / GIB, live / GIB);
     if (hw)
         fprintf(out, "; %s has %.3g GiB of HBM per device: %s", hw->name, hw->hbm_bytes / GIB,
                 m->totals.peak_memory > hw->hbm_bytes ? "does not fit" : "fits");
@@ -133,11 +141,12 @@ static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
     double devices = (double)ir_mesh_devices(&m->mesh);
     if (devices <= 1)
         return;
-    fprintf(out, "memory on the mesh: %.0f devices x %.4g GB = %.4g GB (params %.4g GB, inputs %.4g GB, "
-                 "live values %.4g GB; GB = 1e9 bytes)",
-            devices, m->totals.peak_memory / GB, devices * m->totals.peak_memory / GB,
-            devices * mem.params / GB, devices * (mem.resident - mem.params) / GB,
-            devices * (mem.peak - mem.resident) / GB);
+    fprintf(out, "memory on the mesh: %.0f devices x %.4g GB = %.4g GB (params %.4g GB, ", devices,
+            m->totals.peak_memory / GB, devices * m->totals.peak_memory / GB, devices * mem.params / GB);
+    if (mem.state > 0)
+        fprintf(out, "optimizer state %.4g GB, ", devices * mem.state / GB);
+    fprintf(out, "inputs %.4g GB, live values %.4g GB; GB = 1e9 bytes)", devices * inputs / GB,
+            devices * live / GB);
     if (hw)
         fprintf(out, "; %.0f %s have %.4g GB: %s", devices, hw->name, devices * hw->hbm_bytes / GB,
                 m->totals.peak_memory > hw->hbm_bytes ? "does not fit" : "fits");

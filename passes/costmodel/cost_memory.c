@@ -28,7 +28,7 @@
 
 cost_memory cost_memory_peak(const ir_module *m)
 {
-    cost_memory r = {0, 0, 0, NULL};
+    cost_memory r = {0};
     int nv = m->nvalues;
     for (int i = 0; i < nv; i++) {
         const ir_value *v = m->values[i];
@@ -36,6 +36,8 @@ cost_memory cost_memory_peak(const ir_module *m)
             r.resident += (double)ir_local_bytes(m, &v->type);
         if (v && v->kind == IR_VAL_PARAM)
             r.params += (double)ir_local_bytes(m, &v->type);
+        if (v && v->kind == IR_VAL_STATE)
+            r.state += (double)ir_local_bytes(m, &v->type);
     }
     r.peak = r.resident;
     int nops = 0;
@@ -104,12 +106,24 @@ cost_memory cost_memory_peak(const ir_module *m)
         delta[end + 1] -= bytes;
     }
     double live = 0;
+    int at = -1;
     for (int i = 0; i < nops; i++) {
         live += delta[i];
         if (r.resident + live > r.peak) {
             r.peak = r.resident + live;
             r.at = order[i];
+            at = i;
         }
+    }
+    /* What is live at the peak: the backward pass's and update's part. */
+    for (int i = 0; at >= 0 && i < nv; i++) {
+        const ir_value *v = m->values[i];
+        if (!v || v->kind != IR_VAL_OP || def[i] < 0 || !v->def || v->def->kind == IR_OP_LAYERSLICE ||
+            v->def->phase == IR_PHASE_FORWARD)
+            continue;
+        int end = last[i] > def[i] ? last[i] : def[i];
+        if (def[i] <= at && at <= end)
+            r.gradients += (double)ir_local_bytes(m, &v->type);
     }
     free(def);
     free(last);

@@ -396,8 +396,13 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
 /* Per-device memory of a program at its peak (bytes). */
 typedef struct cost_memory {
     double resident;     /* bytes: params and inputs, held for the whole step */
-    double params;       /* bytes: the params' part of `resident` (the rest is inputs) */
+    double params;       /* bytes: the params' part of `resident` */
+    double state;        /* bytes: the optimizer state's part of `resident` (the rest is
+                            inputs) */
     double peak;         /* bytes: resident + the live intermediates at the peak */
+    double gradients;    /* bytes: the live intermediates at the peak that the backward
+                            pass or the update made (cotangents, gradients, new values);
+                            the rest of peak - resident are activations */
     const ir_op *at;     /* the op at which the peak is reached (NULL: no op adds to resident) */
 } cost_memory;
 

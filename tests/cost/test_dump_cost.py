@@ -15,6 +15,13 @@ usage: test_dump_cost.py EINC EXAMPLES_DIR COST_TESTS_DIR
 3. Memory: a program whose per-device peak exceeds the profile's HBM
    (dp_memory.ein on tpu-v5e) prints the warning and exits 0; the same
    program at a smaller batch, and the FFW examples, print none.
+4. A training step (tests/golden/programs/train_fsdp.ein, AdamW, FSDP on
+   X of a 2x2 mesh): model FLOPs are the forward pass's 4BDF plus the
+   backward's 6BDF (dWin, dWout and dAct; In is data, so no dIn: seed 003
+   counts 6 * params * tokens when the input's gradient is made too); the
+   phases line splits them; the optimizer state is AdamW's m and v, twice
+   the params per device (plus the 4-byte step count); gradients are live
+   at the peak.
 """
 import os
 import re
@@ -129,6 +136,31 @@ def main(argv):
     # Without --dump-cost the warning still comes (it is about the program).
     rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-ir", mem)
     check(rc == 0 and "einc: warning: needs" in err, "the warning without --dump-cost")
+
+    # 4. a training step
+    train = os.path.join(cases, "..", "golden", "programs", "train_fsdp.ein")
+    rc, out, _ = run(einc, "--hw", "tpu-v5p", "--dump-cost", train)
+    t = totals(out)
+    dims, _, _ = parse_ein(train, {})
+    bdf = dims["B"] * dims["D"] * dims["F"]
+    check(rc == 0 and t.get("model") is not None and abs(t["model"] - 10 * bdf) <= 1e-3 * 10 * bdf,
+          "train_fsdp.ein: model FLOPs %s = 4BDF forward + 6BDF backward (%d)" % (t.get("model"), 10 * bdf))
+    m = re.search(r"^phases \(op times summed, per device\): forward \S+ us, (\S+) FLOPs; "
+                  r"backward \S+ us, (\S+) FLOPs; update \S+ us, (\S+) FLOPs", out, re.M)
+    check(m is not None, "train_fsdp.ein: a phases line")
+    if m:
+        fwd, bwd, upd = (float(x) for x in m.groups())
+        # Per device, elementwise FLOPs included (gelu's derivative is the most).
+        check(abs(bwd / fwd - 1.5) < 0.05, "backward/forward FLOPs %.3g ~ 6BDF/4BDF" % (bwd / fwd))
+        check(0 < upd < 0.01 * fwd, "the update is elementwise (%.3g FLOPs)" % upd)
+    m = re.search(r"\(params (\S+) GiB, optimizer state (\S+) GiB, .* gradients and cotangents "
+                  r"(\S+) GiB\)", out)
+    check(m is not None, "train_fsdp.ein: the memory line splits state and gradients")
+    if m:
+        params, state, grads = (float(x) for x in m.groups())
+        check(abs(state - 2 * params) <= 0.01 * params, "optimizer state %.3g GiB = m + v = 2 x params "
+              "%.3g GiB" % (state, params))
+        check(grads > 0, "gradients live at the peak (%.3g GiB)" % grads)
 
     return check.exit_status()
 
