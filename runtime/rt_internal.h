@@ -373,6 +373,9 @@ int rt_output_target(const char *path, char **target, struct stat *st, bool *exi
  * the same directory, fsync, rename).  bf16 is written as <f4. */
 int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data,
                  char *err, size_t errlen);
+/* Writes the `n` bytes at `data` to `path` the same atomic way (the
+ * checkpoint's step file); -1 and a message in err on failure. */
+int rt_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 
 /* ---- random inputs (random.c) ---- */
 
