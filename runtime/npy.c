@@ -212,8 +212,7 @@ static const char *file_descr(int32_t dtype)
     return dtype == RT_F64 ? "<f8" : dtype == RT_I32 ? "<i4" : "<f4";
 }
 
-/* Writes "(a, b, c)" / "(a,)" / "()" into buf. */
-static void format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
+void rt_format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
 {
     size_t n = (size_t)snprintf(buf, len, "(");
     for (int32_t d = 0; d < rank && n < len; d++)
@@ -238,8 +237,8 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
         same = h->shape[d] == t->global_shape[d];
     if (!same) {
         char found[160], expected[160];
-        format_shape(found, sizeof found, h->rank, h->shape);
-        format_shape(expected, sizeof expected, t->rank, t->global_shape);
+        rt_format_shape(found, sizeof found, h->rank, h->shape);
+        rt_format_shape(expected, sizeof expected, t->rank, t->global_shape);
         return rt_errf(err, errlen, "tensor '%s': %s has shape %s, expected %s", t->name, path,
                     found, expected);
     }
@@ -250,7 +249,7 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
     fits = fits && !__builtin_add_overflow(need, h->data_offset, &need);
     if (!fits) {
         char expected[160];
-        format_shape(expected, sizeof expected, t->rank, t->global_shape);
+        rt_format_shape(expected, sizeof expected, t->rank, t->global_shape);
         return rt_errf(err, errlen, "tensor '%s': %s: the size of shape %s does not fit in 64 bits",
                        t->name, path, expected);
     }
@@ -501,7 +500,7 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
                  size_t errlen)
 {
     char shape[200], dict[300];
-    format_shape(shape, sizeof shape, t->rank, t->global_shape);
+    rt_format_shape(shape, sizeof shape, t->rank, t->global_shape);
     int dn = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
                       file_descr(t->dtype), shape);
     /* Version 1.0 header padded with spaces so the data starts at a multiple of 64. */
