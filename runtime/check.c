@@ -66,20 +66,23 @@ struct worst {
     const char *name; /* of what, or NULL before the first */
 };
 
-/* Compares and reports result `name` (`n` elements of `dtype`; `what`
- * says what the elements are, e.g. " over 10 steps") with tolerance
- * `tol`; 0 if it passes. */
-static int report(const char *name, const char *what, int32_t dtype, double tol, const void *a,
-                  const void *b, int64_t n, struct worst *w)
+/* Compares and reports result `name`, a `kind` ("output", "param",
+ * "state"; NULL: `name` alone) of `n` elements of `dtype`, with tolerance
+ * `tol`; `what` says what the elements are (" over 10 steps").  0 if it
+ * passes. */
+static int report(const char *name, const char *kind, const char *what, int32_t dtype,
+                  double tol, const void *a, const void *b, int64_t n, struct worst *w)
 {
     struct check_result r = compare(dtype, a, b, n);
+    char label[300]; /* for messages: "output 'Out'" */
+    snprintf(label, sizeof label, kind ? "%s '%s'" : "%s%s", kind ? kind : "", name);
     if (r.nonfinite_run || r.nonfinite_ref) {
         printf("check %s: FAILED: %lld of %lld elements are NaN or Inf in the run "
                "(%lld in the reference)\n", name, (long long)r.nonfinite_run, (long long)n,
                (long long)r.nonfinite_ref);
         fprintf(stderr, "einrt: error: --check: %s is not finite: %lld of %lld "
                         "elements are NaN or Inf in the run (%lld in the reference)\n",
-                name, (long long)r.nonfinite_run, (long long)n, (long long)r.nonfinite_ref);
+                label, (long long)r.nonfinite_run, (long long)n, (long long)r.nonfinite_ref);
         w->rel_err = INFINITY;
         w->name = name;
         return -1;
@@ -92,7 +95,7 @@ static int report(const char *name, const char *what, int32_t dtype, double tol,
     /* Written so that a NaN error (never expected here) fails as well. */
     if (!(r.rel_err <= tol)) {
         fprintf(stderr, "einrt: error: --check: %s differs from the reference: "
-                        "max_rel_err %.3g > %g\n", name, r.rel_err, tol);
+                        "max_rel_err %.3g > %g\n", label, r.rel_err, tol);
         return -1;
     }
     return 0;
@@ -117,7 +120,7 @@ static int compare_training(const rt_job *job, const rt_job *rj, struct worst *w
         char what[64];
         snprintf(what, sizeof what, " over %lld step%s", (long long)n, n == 1 ? "" : "s");
         /* The losses are kept as doubles; the tolerance is the loss's dtype's. */
-        if (report("loss curve", what, RT_F64, check_tol(p->outputs[p->loss_output].dtype),
+        if (report("loss curve", NULL, what, RT_F64, check_tol(p->outputs[p->loss_output].dtype),
                    tr->losses, rtr->losses, n, w))
             status = -1;
     }
@@ -133,7 +136,8 @@ static int compare_training(const rt_job *job, const rt_job *rj, struct worst *w
             status = -1;
             continue;
         }
-        if (report(t->name, "", t->dtype, check_tol(t->dtype), tr->final[k], rtr->final[j],
+        if (report(t->name, t->role == RT_ROLE_PARAM ? "param" : "state", "", t->dtype,
+                   check_tol(t->dtype), tr->final[k], rtr->final[j],
                    rt_numel(t->rank, t->global_shape), w))
             status = -1;
     }
@@ -218,7 +222,7 @@ int rt_run_check(const rt_job *job)
                 status = -1;
                 continue;
             }
-            if (report(t->name, "", t->dtype, check_tol(t->dtype), job->global_out[i],
+            if (report(t->name, "output", "", t->dtype, check_tol(t->dtype), job->global_out[i],
                        rj.global_out[j], rt_numel(t->rank, t->global_shape), &w))
                 status = -1;
         }

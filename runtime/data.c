@@ -62,7 +62,8 @@ static int check_rows(const rt_npy_header *h, const char *path, const rt_tensor_
         /* "(N, 4)": the row's shape with N in front. */
         int n = snprintf(want, sizeof want, "(N");
         for (int32_t d = 1; d < t->rank && n > 0 && (size_t)n < sizeof want; d++)
-            n += snprintf(want + n, sizeof want - (size_t)n, ", %lld", (long long)t->global_shape[d]);
+            n += snprintf(want + n, sizeof want - (size_t)n, ", %lld",
+                          (long long)t->global_shape[d]);
         if (n > 0 && (size_t)n < sizeof want)
             snprintf(want + n, sizeof want - (size_t)n, t->rank == 1 ? ",)" : ")");
         return rt_errf(err, errlen, "--data %s: %s has shape %s, expected %s: N >= %lld rows, "

@@ -277,7 +277,7 @@ def check_failures(train, broken, fail_prog, f, tag, resume_launch, full):
     ends the job with a message, and its step-2 checkpoint resumes."""
     if broken:
         p = expect_error(broken + f.start() + ["--steps", "4", "--check"],
-                         "differs from the reference")
+                         "--check: param 'W' differs from the reference")
         if "check W: max_rel_err=" not in p.stdout or "check: largest max_rel_err=" not in p.stdout:
             fail("%s: the broken program's --check lines:\n%s" % (tag, p.stdout))
     ck = os.path.join(f.tmp, tag + "_failed")
