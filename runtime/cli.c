@@ -4,6 +4,9 @@
  *   prog --input NAME=file.npy ... --output NAME=file.npy ...
  *        [--random-inputs SEED] [--check] [--repeat N] [--info] [--stats]
  *        [--profile] [--trace FILE.json] [--bind-to core|none] [--help]
+ *   and for a program that trains (train.c):
+ *        [--steps N] [--data NAME=file.npy ...] [--seed S] [--log-every K]
+ *        [--metrics FILE.jsonl] [--save DIR [--save-every K]] [--resume DIR]
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.
@@ -46,6 +49,75 @@ static int parse_u64(const char *s, uint64_t *v)
     return 0;
 }
 
+/* Parses a count from 1 to `max` for `flag` into *v; -1 and a message otherwise. */
+static int parse_count(const char *flag, const char *val, int64_t max, int64_t *v, char *err,
+                       size_t errlen)
+{
+    uint64_t n;
+    if (parse_u64(val, &n) || n < 1 || n > (uint64_t)max)
+        return rt_errf(err, errlen, "%s expects a count from 1 to %lld, got '%s'", flag,
+                       (long long)max, val);
+    *v = (int64_t)n;
+    return 0;
+}
+
+/* Largest --steps, --log-every and --save-every: far beyond any run, and
+ * small enough that step numbers never overflow. */
+#define MAX_STEPS 1000000000000ll
+
+/* Flags that take a value. */
+static const char *const valued[] = {
+    "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
+    "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
+};
+
+static int takes_value(const char *flag)
+{
+    for (size_t i = 0; i < sizeof valued / sizeof valued[0]; i++)
+        if (!strcmp(flag, valued[i]))
+            return 1;
+    return 0;
+}
+
+/* Parses one of the training flags `flag` with value `val`; 1 if `flag` is
+ * none of them, -1 and a message on a bad value. */
+static int parse_training_flag(const char *flag, char *val, rt_options *o, char *err,
+                               size_t errlen)
+{
+    if (!strcmp(flag, "--data"))
+        return add_pair(&o->data, &o->ndata, val, flag, err, errlen);
+    if (!strcmp(flag, "--steps"))
+        return parse_count(flag, val, MAX_STEPS, &o->steps, err, errlen);
+    if (!strcmp(flag, "--log-every"))
+        return parse_count(flag, val, MAX_STEPS, &o->log_every, err, errlen);
+    if (!strcmp(flag, "--save-every"))
+        return parse_count(flag, val, MAX_STEPS, &o->save_every, err, errlen);
+    if (!strcmp(flag, "--seed")) {
+        if (parse_u64(val, &o->shuffle_seed))
+            return rt_errf(err, errlen, "--seed expects a non-negative integer, got '%s'", val);
+        o->shuffle = 1;
+        return 0;
+    }
+    const char **dst = !strcmp(flag, "--metrics") ? &o->metrics
+                       : !strcmp(flag, "--save") ? &o->save
+                       : !strcmp(flag, "--resume") ? &o->resume
+                                                   : NULL;
+    if (!dst)
+        return 1;
+    if (!*val)
+        return rt_errf(err, errlen, "%s needs a %s name", flag,
+                       dst == &o->metrics ? "file" : "directory");
+    *dst = val;
+    return 0;
+}
+
+const char *rt_training_flag(const rt_options *o)
+{
+    return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle ? "--seed"
+           : o->log_every ? "--log-every" : o->metrics ? "--metrics" : o->save ? "--save"
+           : o->save_every ? "--save-every" : o->resume ? "--resume" : NULL;
+}
+
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
@@ -64,9 +136,7 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
         flag[flen] = 0;
         if (eq)
             val = eq + 1;
-        int takes = !strcmp(flag, "--input") || !strcmp(flag, "--output") ||
-                    !strcmp(flag, "--random-inputs") || !strcmp(flag, "--repeat") ||
-                    !strcmp(flag, "--trace") || !strcmp(flag, "--bind-to");
+        int takes = takes_value(flag);
         if (takes && !val) {
             if (i + 1 >= argc)
                 return rt_errf(err, errlen, "%s needs a value (see --help)", flag);
@@ -74,6 +144,11 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
         } else if (!takes && val) {
             return rt_errf(err, errlen, "%s takes no value", flag);
         }
+        int rc = parse_training_flag(flag, val, o, err, errlen);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            continue;
         if (!strcmp(flag, "--input")) {
             if (add_pair(&o->inputs, &o->ninputs, val, flag, err, errlen))
                 return -1;
@@ -86,11 +161,8 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
                             "got '%s'", val);
             o->random_inputs = 1;
         } else if (!strcmp(flag, "--repeat")) {
-            uint64_t n;
-            if (parse_u64(val, &n) || n < 1 || n > 1000000)
-                return rt_errf(err, errlen, "--repeat expects a count from 1 to 1000000, got '%s'",
-                            val);
-            o->repeat = (int64_t)n;
+            if (parse_count(flag, val, 1000000, &o->repeat, err, errlen))
+                return -1;
             o->repeat_given = 1;
         } else if (!strcmp(flag, "--check")) {
             o->check = 1;
@@ -124,6 +196,7 @@ void rt_free_options(rt_options *o)
 {
     free(o->inputs);
     free(o->outputs);
+    free(o->data);
     memset(o, 0, sizeof *o);
 }
 
@@ -136,7 +209,7 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --input NAME=file.npy   value of input or param NAME (global shape, C order;\n"
             "                          '<f4' for f32 and bf16, '<f8' for f64)\n"
             "  --output NAME=file.npy  write output NAME (written atomically)\n"
-            "  --random-inputs SEED    inputs not given by --input are uniform in [-1, 1),\n"
+            "  --random-inputs SEED    inputs and params without a file are uniform in [-1, 1),\n"
             "                          reproducible from SEED, the name and the element index\n"
             "  --check                 also run the unsharded reference program and compare\n"
             "                          every output (max relative error; tolerance 1e-4 f32,\n"
@@ -154,6 +227,27 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          the process's n CPUs (core, the default) or not; under\n"
             "                          MPI, mpirun's own --bind-to places the ranks\n"
             "  --help                  this text\n"
+            "\n"
+            "Training (a program with an `optimize` statement: each run is one step that\n"
+            "updates its params and optimizer state in place):\n"
+            "  --steps N               train until step N (the total, counted from the start\n"
+            "                          of training, also after --resume); default: one step\n"
+            "  --data NAME=file.npy    rows [N, ...] feeding input NAME of shape [B, ...]:\n"
+            "                          step s takes batch (s-1) mod (N div B) of its epoch;\n"
+            "                          the N mod B rows left over are unused in that epoch\n"
+            "  --seed S                visit the --data rows in a permutation per epoch drawn\n"
+            "                          from S and the epoch (the same for every file)\n"
+            "  --log-every K           print every K-th step's line (and the last)\n"
+            "  --metrics FILE.jsonl    one JSON object per step: step, loss, seconds,\n"
+            "                          samples_per_s\n"
+            "  --save DIR              after the last step, write DIR/NAME.npy for every\n"
+            "                          param and state, then DIR/steps.txt (the step count)\n"
+            "  --save-every K          also save after every step that is a multiple of K\n"
+            "  --resume DIR            start from the params, states and step count in DIR\n"
+            "  --output NAME=file.npy  may also name a param or state: its final value\n"
+            "  --check                 also compares every step's loss and the final params\n"
+            "                          and states with the reference's\n"
+            "States not given by --input or --resume start at zero.\n"
             "\n"
             "Without --output, a one-line summary of each output is printed.\n"
             "Exit status: 0 on success, 1 on any error or a failed --check.\n",

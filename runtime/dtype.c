@@ -1,5 +1,5 @@
 /*
- * dtype.c - element sizes and bf16 conversion.
+ * dtype.c - element sizes, bf16 conversion, reading one element as a double.
  *
  * bf16 is the upper 16 bits of an IEEE f32 (einrt.h); arithmetic happens in
  * f32 and results are rounded back to nearest even, as TPUs and PyTorch do.
@@ -58,4 +58,14 @@ void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         dst[i] = rt_f32_to_bf16(src[i]);
+}
+
+double rt_element(int32_t dtype, const void *x, int64_t i)
+{
+    switch (dtype) {
+    case RT_F64: return ((const double *)x)[i];
+    case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)x)[i]);
+    case RT_I32: return ((const int32_t *)x)[i];
+    default: return ((const float *)x)[i];
+    }
 }

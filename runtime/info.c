@@ -59,6 +59,9 @@ void rt_print_info(FILE *f, const rt_program *p)
     print_tensors(f, p, p->inputs, p->ninputs, "input");
     print_tensors(f, p, p->outputs, p->noutputs, "output");
     fprintf(f, "reference program for --check: %s\n", p->reference ? "yes" : "no");
+    if (p->trains)
+        fprintf(f, "trains: each run is one step (--steps); loss: %s\n",
+                p->loss_output >= 0 ? p->outputs[p->loss_output].name : "(none)");
     if (p->info && *p->info) {
         fputs("--- IR ---\n", f);
         fputs(p->info, f);

@@ -6,12 +6,15 @@
  *      tensors (unknown, missing and duplicate names are errors) and check
  *      every input file's header before any device starts, so that a bad
  *      file is one clear message, not a crash in a device;
+ *      A training program (train.c) also resolves --data, --resume and
+ *      --save here, and opens its datasets;
  *   3. the launcher runs rt_job_device on every device: read its shards
- *      (or generate them), run the program `repeat` times between barriers,
- *      gather the outputs and counters to the root;
+ *      (or generate them; a state starts at zero), run the program
+ *      `repeat` times between barriers or, for a training program, its
+ *      steps, gather the outputs and counters to the root;
  *   4. the root writes outputs (atomically) or prints summaries, runs the
- *      unsharded reference for --check and compares, prints --stats and
- *      the median time of --repeat.
+ *      unsharded reference for --check and compares (check.c), prints
+ *      --stats and the median time of --repeat.
  * Every error ends the job with status 1 and a message from the root.
  */
 #include <math.h>
@@ -22,15 +25,27 @@
 
 #include "rt_internal.h"
 
-/* Relative-error tolerance of --check per dtype. */
-static double check_tol(int32_t dtype)
-{
-    return dtype == RT_F64 ? 1e-10 : dtype == RT_BF16 ? 1e-2 : 1e-4;
-}
-
 static int64_t bytes_of(const rt_tensor_desc *t, const int64_t *shape)
 {
     return rt_numel(t->rank, shape) * (int64_t)rt_dtype_size(t->dtype);
+}
+
+/* Runs the program job->repeat times, each between two barriers over the
+ * mesh, and records device 0's time of each run. */
+static void run_repeat(rt_device *dev, rt_job *job, void *const *in, void *const *out)
+{
+    const rt_program *p = job->prog;
+    uint32_t all = p->naxes ? (1u << p->naxes) - 1 : 0;
+    for (int64_t r = 0; r < job->repeat; r++) {
+        dev->ops->barrier(dev, all);
+        double t0 = rt_now();
+        if (r == 0)
+            dev->profile.origin = t0;
+        p->run(dev, in, out);
+        dev->ops->barrier(dev, all);
+        if (dev->id == 0 && job->times)
+            job->times[r] = rt_now() - t0;
+    }
 }
 
 void rt_job_device(rt_device *dev, rt_job *job)
@@ -50,23 +65,20 @@ void rt_job_device(rt_device *dev, rt_job *job)
             if (rt_npy_read_block(job->in_paths[i], &job->in_headers[i], t, start,
                                   t->local_shape, in[i], err, sizeof err))
                 rt_fatal(dev, "%s", err);
+        } else if (job->train && job->train->data_file[i] >= 0) {
+            continue; /* each step copies its batch */
+        } else if (t->role == RT_ROLE_STATE) {
+            memset(in[i], 0, (size_t)bytes_of(t, t->local_shape));
         } else {
             rt_random_fill_block(job->opt->seed, t, start, t->local_shape, in[i]);
         }
     }
     for (int32_t i = 0; i < p->noutputs; i++)
         out[i] = rt_alloc(dev, bytes_of(&p->outputs[i], p->outputs[i].local_shape));
-    uint32_t all = p->naxes ? (1u << p->naxes) - 1 : 0;
-    for (int64_t r = 0; r < job->repeat; r++) {
-        dev->ops->barrier(dev, all);
-        double t0 = rt_now();
-        if (r == 0)
-            dev->profile.origin = t0;
-        p->run(dev, in, out);
-        dev->ops->barrier(dev, all);
-        if (dev->id == 0 && job->times)
-            job->times[r] = rt_now() - t0;
-    }
+    if (job->train)
+        rt_train_device(dev, job, in, out);
+    else
+        run_repeat(dev, job, in, out);
     for (int32_t i = 0; i < p->noutputs; i++)
         dev->ops->gather(dev, &p->outputs[i], out[i], job->global_out ? job->global_out[i] : NULL);
     for (int32_t i = 0; i < p->noutputs; i++)
@@ -82,8 +94,7 @@ void rt_job_device(rt_device *dev, rt_job *job)
 
 /* ---- steps of rt_main ---- */
 
-/* Index of the tensor named `name` in ts[0..n), or -1. */
-static int32_t find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name)
+int32_t rt_find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name)
 {
     for (int32_t i = 0; i < n; i++)
         if (!strcmp(ts[i].name, name))
@@ -105,6 +116,31 @@ static int check_output_path(const char *name, const char *path, char *err, size
     return 0;
 }
 
+/* An --output that names no output must name a param or state of a
+ * training program (its value after the last step). */
+static int check_state_output(const rt_program *p, const char *name, char *err, size_t errlen)
+{
+    int32_t k = rt_find_tensor(p->inputs, p->ninputs, name);
+    if (k >= 0 && p->trains && p->inputs[k].role != RT_ROLE_INPUT)
+        return 0;
+    if (k >= 0 && p->inputs[k].role == RT_ROLE_INPUT)
+        return rt_errf(err, errlen, "--output %s: '%s' is an input, not an output%s", name, name,
+                       p->trains ? " (a training program also writes its params and states)"
+                                 : "");
+    if (k >= 0)
+        return rt_errf(err, errlen, "--output %s: '%s' is a %s of a program that does not "
+                       "train, so it never changes", name, name,
+                       p->inputs[k].role == RT_ROLE_PARAM ? "param" : "state");
+    int n = snprintf(err, errlen, "--output %s: the program has no output%s named '%s'; it "
+                     "has:", name, p->trains ? ", param or state" : "", name);
+    for (int32_t j = 0; j < p->noutputs && n > 0 && (size_t)n < errlen; j++)
+        n += snprintf(err + n, errlen - (size_t)n, " %s", p->outputs[j].name);
+    for (int32_t j = 0; p->trains && j < p->ninputs && n > 0 && (size_t)n < errlen; j++)
+        if (p->inputs[j].role != RT_ROLE_INPUT)
+            n += snprintf(err + n, errlen - (size_t)n, " %s", p->inputs[j].name);
+    return -1;
+}
+
 /* Matches --input/--output to the program; fills job->in_paths; checks
  * the output paths. */
 static int resolve_names(rt_job *job, char *err, size_t errlen)
@@ -112,7 +148,7 @@ static int resolve_names(rt_job *job, char *err, size_t errlen)
     const rt_program *p = job->prog;
     const rt_options *o = job->opt;
     for (int i = 0; i < o->ninputs; i++) {
-        int32_t k = find_tensor(p->inputs, p->ninputs, o->inputs[i].name);
+        int32_t k = rt_find_tensor(p->inputs, p->ninputs, o->inputs[i].name);
         if (k < 0) {
             int n = snprintf(err, errlen, "--input %s: the program has no input or param named "
                              "'%s'; it has:", o->inputs[i].name, o->inputs[i].name);
@@ -127,13 +163,9 @@ static int resolve_names(rt_job *job, char *err, size_t errlen)
         job->in_paths[k] = o->inputs[i].path;
     }
     for (int i = 0; i < o->noutputs; i++) {
-        if (find_tensor(p->outputs, p->noutputs, o->outputs[i].name) < 0) {
-            int n = snprintf(err, errlen, "--output %s: the program has no output named '%s'; "
-                             "it has:", o->outputs[i].name, o->outputs[i].name);
-            for (int32_t j = 0; j < p->noutputs && n > 0 && (size_t)n < errlen; j++)
-                n += snprintf(err + n, errlen - (size_t)n, " %s", p->outputs[j].name);
+        if (rt_find_tensor(p->outputs, p->noutputs, o->outputs[i].name) < 0 &&
+            check_state_output(p, o->outputs[i].name, err, errlen))
             return -1;
-        }
         for (int j = 0; j < i; j++)
             if (!strcmp(o->outputs[i].name, o->outputs[j].name)) {
                 snprintf(err, errlen, "output '%s' is given twice", o->outputs[i].name);
@@ -142,19 +174,31 @@ static int resolve_names(rt_job *job, char *err, size_t errlen)
         if (job->rank == 0 && check_output_path(o->outputs[i].name, o->outputs[i].path, err, errlen))
             return -1;
     }
-    if (!o->random_inputs)
-        for (int32_t k = 0; k < p->ninputs; k++)
-            if (!job->in_paths[k]) {
-                snprintf(err, errlen, "missing --input %s=FILE.npy for %s '%s' (or use "
-                         "--random-inputs SEED)", p->inputs[k].name,
-                         p->inputs[k].role == RT_ROLE_PARAM ? "param" : "input", p->inputs[k].name);
-                return -1;
-            }
     return 0;
 }
 
-/* Reads and checks the header of every input file of the job. */
-static int check_input_files(rt_job *job, char *err, size_t errlen)
+/* Every input and param has a value: a file, a --data dataset, or
+ * --random-inputs; a state not given starts at zero. */
+static int check_missing(const rt_job *job, char *err, size_t errlen)
+{
+    const rt_program *p = job->prog;
+    for (int32_t k = 0; k < p->ninputs && !job->opt->random_inputs; k++) {
+        const rt_tensor_desc *t = &p->inputs[k];
+        if (job->in_paths[k] || t->role == RT_ROLE_STATE ||
+            (job->train && job->train->data_file[k] >= 0))
+            continue;
+        if (t->role == RT_ROLE_PARAM)
+            return rt_errf(err, errlen, "missing --input %s=FILE.npy for param '%s' (or use "
+                           "--random-inputs SEED%s)", t->name, t->name,
+                           p->trains ? ", or --resume DIR" : "");
+        return rt_errf(err, errlen, "missing --input %s=FILE.npy for input '%s' (or use %s"
+                       "--random-inputs SEED)", t->name, t->name,
+                       p->trains ? "--data NAME=FILE.npy, or " : "");
+    }
+    return 0;
+}
+
+int rt_check_input_files(rt_job *job, char *err, size_t errlen)
 {
     for (int32_t k = 0; k < job->prog->ninputs; k++) {
         if (!job->in_paths[k])
@@ -169,9 +213,7 @@ static int check_input_files(rt_job *job, char *err, size_t errlen)
     return 0;
 }
 
-/* Allocates the job's per-tensor arrays; `root` also gets output and counter arrays. */
-static void job_init(rt_job *job, const rt_program *p, const rt_options *o,
-                     const rt_launcher *l, int root)
+void rt_job_init(rt_job *job, const rt_program *p, const rt_options *o, const rt_launcher *l)
 {
     memset(job, 0, sizeof *job);
     job->prog = p;
@@ -182,7 +224,12 @@ static void job_init(rt_job *job, const rt_program *p, const rt_options *o,
     job->in_headers = calloc((size_t)p->ninputs + 1, sizeof *job->in_headers);
     if (!job->in_paths || !job->in_headers)
         rt_fatal(NULL, "out of memory");
-    if (o->trace || o->profile)
+}
+
+void rt_job_alloc(rt_job *job, int root, int traced)
+{
+    const rt_program *p = job->prog;
+    if (traced && (job->opt->trace || job->opt->profile))
         job->trace_cap = rt_trace_capacity(p, job->repeat);
     if (!root)
         return;
@@ -202,9 +249,11 @@ static void job_init(rt_job *job, const rt_program *p, const rt_options *o,
         if (!job->global_out[i])
             rt_fatal(NULL, "out of memory for output '%s'", t->name);
     }
+    if (job->train)
+        rt_train_alloc(job->train, p, job->repeat);
 }
 
-static void job_release(rt_job *job)
+void rt_job_release(rt_job *job)
 {
     if (job->global_out)
         for (int32_t i = 0; i < job->prog->noutputs; i++)
@@ -217,28 +266,18 @@ static void job_release(rt_job *job)
     free(job->trace);
 }
 
-/* Element i of a global array as double. */
-static double element(int32_t dtype, const void *x, int64_t i)
-{
-    switch (dtype) {
-    case RT_F64: return ((const double *)x)[i];
-    case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)x)[i]);
-    default: return ((const float *)x)[i];
-    }
-}
-
 static void print_summary(const rt_tensor_desc *t, const void *x)
 {
     int64_t n = rt_numel(t->rank, t->global_shape);
     double sum = 0;
     for (int64_t i = 0; i < n; i++)
-        sum += element(t->dtype, x, i);
+        sum += rt_element(t->dtype, x, i);
     printf("%s: %s (", t->name, rt_dtype_name(t->dtype));
     for (int32_t d = 0; d < t->rank; d++)
         printf("%s%lld", d ? ", " : "", (long long)t->global_shape[d]);
     printf("%s sum=%.9g values=[", t->rank == 1 ? ",)" : ")", sum);
     for (int64_t i = 0; i < n && i < 4; i++)
-        printf("%s%.7g", i ? ", " : "", element(t->dtype, x, i));
+        printf("%s%.7g", i ? ", " : "", rt_element(t->dtype, x, i));
     printf("%s]\n", n > 4 ? ", ..." : "");
 }
 
@@ -248,125 +287,24 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* What --check found for one output. */
-struct check_result {
-    int64_t nonfinite_run; /* elements of the sharded run's output that are NaN or +-Inf */
-    int64_t nonfinite_ref; /* the same in the reference's output */
-    double rel_err;        /* max|a-b| / max(max|b|, 1e-30) over the elements finite in both */
-};
-
-/* Compares `n` elements of `dtype` of the sharded run's output `a` with the
- * reference's `b`: counts the non-finite elements of each and computes the
- * relative error.  NaN and Inf are counted, never fed to the error: a NaN
- * difference compares false with every maximum and tolerance, and Inf - Inf
- * is NaN, so either would let a broken output pass silently. */
-static struct check_result compare_output(int32_t dtype, const void *a, const void *b,
-                                          int64_t n)
+/* Root, training: writes the --output files that name a param or state
+ * (their values after the last step). */
+static int write_state_outputs(const rt_job *job)
 {
-    struct check_result r = {0, 0, 0.0};
-    double maxdiff = 0, maxref = 0;
-    for (int64_t e = 0; e < n; e++) {
-        double x = element(dtype, a, e), y = element(dtype, b, e);
-        int fx = isfinite(x), fy = isfinite(y);
-        r.nonfinite_run += !fx;
-        r.nonfinite_ref += !fy;
-        if (fx && fy) {
-            maxdiff = fmax(maxdiff, fabs(x - y));
-            maxref = fmax(maxref, fabs(y));
-        }
-    }
-    /* Finite f64 operands can still overflow in x - y; an Inf error then fails. */
-    r.rel_err = maxdiff / fmax(maxref, 1e-30);
-    return r;
-}
-
-/* Runs the reference program on one device in this thread and compares
- * every output with the sharded run's.  Every output is reported, one line
- * each; returns 0 if all are finite (in both runs) and within tolerance. */
-static int run_check(const rt_job *job)
-{
-    const rt_program *ref = job->prog->reference;
-    char err[1024];
-    if (!ref) {
-        fprintf(stderr, "einrt: error: --check: this program has no reference (it was built "
-                        "without one)\n");
-        return -1;
-    }
-    if (rt_check_program(ref, err, sizeof err)) {
-        fprintf(stderr, "einrt: error: --check: reference program: %s\n", err);
-        return -1;
-    }
-    if (rt_mesh_size(ref) != 1) {
-        fprintf(stderr, "einrt: error: --check: the reference program's mesh has %lld devices, "
-                        "expected 1\n", (long long)rt_mesh_size(ref));
-        return -1;
-    }
-    rt_job rj;
-    job_init(&rj, ref, job->opt, job->launcher, 1);
-    rj.repeat = 1;
-    free(rj.trace); /* --trace and --profile are about the sharded run */
-    rj.trace = NULL;
-    rj.trace_cap = 0;
-    for (int32_t k = 0; k < ref->ninputs; k++) {
-        int32_t j = find_tensor(job->prog->inputs, job->prog->ninputs, ref->inputs[k].name);
-        if (j < 0) {
-            fprintf(stderr, "einrt: error: --check: reference input '%s' is not an input of "
-                            "the program\n", ref->inputs[k].name);
-            job_release(&rj);
-            return -1;
-        }
-        rj.in_paths[k] = job->in_paths[j];
-    }
-    if (check_input_files(&rj, err, sizeof err)) {
-        fprintf(stderr, "einrt: error: --check: %s\n", err);
-        job_release(&rj);
-        return -1;
-    }
-    rt_device_ops ops = rt_solo_ops;
-    ops.abort = job->launcher->abort;
-    rt_device dev;
-    rt_device_init(&dev, ref, &ops, NULL, 0);
-    rt_job_device(&dev, &rj);
-    rt_device_release(&dev);
+    const rt_program *p = job->prog;
+    const rt_options *o = job->opt;
     int status = 0;
-    for (int32_t i = 0; i < job->prog->noutputs; i++) {
-        const rt_tensor_desc *t = &job->prog->outputs[i];
-        int32_t j = find_tensor(ref->outputs, ref->noutputs, t->name);
-        if (j < 0 || ref->outputs[j].dtype != t->dtype || ref->outputs[j].rank != t->rank ||
-            memcmp(ref->outputs[j].global_shape, t->global_shape,
-                   sizeof t->global_shape[0] * (size_t)t->rank)) {
-            fprintf(stderr, "einrt: error: --check: output '%s' has no matching output in the "
-                            "reference\n", t->name);
-            status = -1;
+    char err[1024];
+    for (int i = 0; i < o->noutputs; i++) {
+        if (rt_find_tensor(p->outputs, p->noutputs, o->outputs[i].name) >= 0)
             continue;
-        }
-        int64_t n = rt_numel(t->rank, t->global_shape);
-        struct check_result r = compare_output(t->dtype, job->global_out[i],
-                                               rj.global_out[j], n);
-        if (r.nonfinite_run || r.nonfinite_ref) {
-            /* A NaN or Inf is a wrong result even when the reference has it at
-             * the same place: the reference is built from the same source, so
-             * a NaN in both is a bug of the program, not a match. */
-            printf("check %s: FAILED: %lld of %lld elements are NaN or Inf in the run "
-                   "(%lld in the reference)\n", t->name, (long long)r.nonfinite_run,
-                   (long long)n, (long long)r.nonfinite_ref);
-            fprintf(stderr, "einrt: error: --check: output '%s' is not finite: %lld of %lld "
-                            "elements are NaN or Inf in the run (%lld in the reference)\n",
-                    t->name, (long long)r.nonfinite_run, (long long)n,
-                    (long long)r.nonfinite_ref);
-            status = -1;
-            continue;
-        }
-        double tol = check_tol(t->dtype);
-        printf("check %s: max_rel_err=%.3g (tol %g)\n", t->name, r.rel_err, tol);
-        /* Written so that a NaN error (never expected here) fails as well. */
-        if (!(r.rel_err <= tol)) {
-            fprintf(stderr, "einrt: error: --check: output '%s' differs from the reference: "
-                            "max_rel_err %.3g > %g\n", t->name, r.rel_err, tol);
+        int32_t k = rt_find_tensor(p->inputs, p->ninputs, o->outputs[i].name);
+        if (rt_npy_write(o->outputs[i].path, &p->inputs[k], job->train->final[k], err,
+                         sizeof err)) {
+            fprintf(stderr, "einrt: error: output '%s': %s\n", p->inputs[k].name, err);
             status = -1;
         }
     }
-    job_release(&rj);
     return status;
 }
 
@@ -377,6 +315,11 @@ static int finish_root(rt_job *job)
     const rt_options *o = job->opt;
     int status = 0;
     char err[1024];
+    if (job->train) {
+        rt_train_summary(stdout, job);
+        if (write_state_outputs(job))
+            status = -1;
+    }
     for (int32_t i = 0; i < p->noutputs; i++) {
         const rt_tensor_desc *t = &p->outputs[i];
         const char *path = NULL;
@@ -396,7 +339,7 @@ static int finish_root(rt_job *job)
         fprintf(stderr, "einrt: error: %s\n", err);
         status = -1;
     }
-    if (o->check && run_check(job))
+    if (o->check && rt_run_check(job))
         status = -1;
     if (o->stats) {
         int64_t n = rt_mesh_size(p), maxi = 0;
@@ -416,6 +359,33 @@ static int finish_root(rt_job *job)
                (long long)r, job->launcher->name, (long long)rt_mesh_size(p));
     }
     return status;
+}
+
+/* The checks of the command line against the program that need no file:
+ * training flags need a program that trains, and a training program takes
+ * --steps, not --repeat.  -1 and a message if one fails. */
+static int check_mode(const rt_program *p, const rt_options *o, char *err, size_t errlen)
+{
+    const char *flag = rt_training_flag(o);
+    if (flag && !p->trains)
+        return rt_errf(err, errlen, "%s: this program does not train (it has no `optimize` "
+                       "statement)", flag);
+    if (p->trains && o->repeat_given)
+        return rt_errf(err, errlen, "--repeat: this program trains, and each run is one "
+                       "training step; use --steps N");
+    return 0;
+}
+
+/* Frees the job, its training state and datasets, and the options; -1 and
+ * a message if the --metrics file could not be written out. */
+static int release_all(rt_job *job, rt_train *tr, rt_dataset *ds, rt_options *o, char *err,
+                       size_t errlen)
+{
+    int rc = job->train ? rt_train_release(tr, job->prog, err, errlen) : 0;
+    rt_data_close(ds);
+    rt_job_release(job);
+    rt_free_options(o);
+    return rc;
 }
 
 int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
@@ -457,12 +427,24 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
         rt_free_options(&opt);
         l->finish(1);
     }
+    if (check_mode(prog, &opt, err, sizeof err)) {
+        if (root)
+            fprintf(stderr, "einrt: error: %s\n", err);
+        rt_free_options(&opt);
+        l->finish(1);
+    }
     rt_job job;
-    job_init(&job, prog, &opt, l, root);
+    rt_train tr;
+    rt_dataset ds;
+    memset(&tr, 0, sizeof tr);
+    memset(&ds, 0, sizeof ds);
+    rt_job_init(&job, prog, &opt, l);
     job.rank = rank;
     job.nranks = nranks;
     int ok = resolve_names(&job, err, sizeof err) == 0 &&
-             check_input_files(&job, err, sizeof err) == 0;
+             (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
+             check_missing(&job, err, sizeof err) == 0 &&
+             rt_check_input_files(&job, err, sizeof err) == 0;
     if (!ok && root)
         fprintf(stderr, "einrt: error: %s\n", err);
     if (!l->all_ok(ok)) {
@@ -472,13 +454,15 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
         int root_ok = l->all_ok(root ? ok : 1);
         if (!ok && !root && root_ok)
             fprintf(stderr, "einrt: error: rank %d: %s\n", rank, err);
-        job_release(&job);
-        rt_free_options(&opt);
+        release_all(&job, &tr, &ds, &opt, err, sizeof err);
         l->finish(1);
     }
+    rt_job_alloc(&job, root, 1);
     l->run(&job);
     int status = root ? finish_root(&job) : 0;
-    job_release(&job);
-    rt_free_options(&opt);
+    if (release_all(&job, &tr, &ds, &opt, err, sizeof err)) {
+        fprintf(stderr, "einrt: error: %s\n", err);
+        status = -1;
+    }
     l->finish(status ? 1 : 0);
 }

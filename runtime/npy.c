@@ -13,7 +13,8 @@
  * of contiguous runs (the innermost dims the block covers entirely, times
  * its extent on the next dim), each read with one pread.
  *
- * Outputs are written to `path.tmpXXXXXX` in the same directory, fsync'd and
+ * Outputs (and the other files a run leaves: a checkpoint's step count) are
+ * written to `path.tmpXXXXXX` in the same directory, fsync'd and
  * renamed over `path`, so a reader never sees a partial file; on any error
  * the temp file is removed.  A rename replaces whatever `path` is, so the
  * path is checked first: one that exists and is not a regular file (a
@@ -211,8 +212,7 @@ static const char *file_descr(int32_t dtype)
     return dtype == RT_F64 ? "<f8" : dtype == RT_I32 ? "<i4" : "<f4";
 }
 
-/* Writes "(a, b, c)" / "(a,)" / "()" into buf. */
-static void format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
+void rt_format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
 {
     size_t n = (size_t)snprintf(buf, len, "(");
     for (int32_t d = 0; d < rank && n < len; d++)
@@ -237,8 +237,8 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
         same = h->shape[d] == t->global_shape[d];
     if (!same) {
         char found[160], expected[160];
-        format_shape(found, sizeof found, h->rank, h->shape);
-        format_shape(expected, sizeof expected, t->rank, t->global_shape);
+        rt_format_shape(found, sizeof found, h->rank, h->shape);
+        rt_format_shape(expected, sizeof expected, t->rank, t->global_shape);
         return rt_errf(err, errlen, "tensor '%s': %s has shape %s, expected %s", t->name, path,
                     found, expected);
     }
@@ -249,7 +249,7 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
     fits = fits && !__builtin_add_overflow(need, h->data_offset, &need);
     if (!fits) {
         char expected[160];
-        format_shape(expected, sizeof expected, t->rank, t->global_shape);
+        rt_format_shape(expected, sizeof expected, t->rank, t->global_shape);
         return rt_errf(err, errlen, "tensor '%s': %s: the size of shape %s does not fit in 64 bits",
                        t->name, path, expected);
     }
@@ -395,31 +395,24 @@ static int create_temp(char *tmp, size_t plen)
     return -1;
 }
 
-int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, char *err,
-                 size_t errlen)
+/* Writes a file's contents to the temp file `fd`: 0, or -1 with errno set. */
+typedef int (*fill_fn)(int fd, const void *ctx);
+
+/* The atomic write of every output: `fill` writes the contents to a temp
+ * file beside the target (rt_output_target), which gets the replaced
+ * file's mode, is fsync'd and renamed over it; on any failure the temp
+ * file is removed and the target left as it was. */
+static int write_atomic(const char *path, fill_fn fill, const void *ctx, char *err, size_t errlen)
 {
-    char shape[200], dict[300];
-    format_shape(shape, sizeof shape, t->rank, t->global_shape);
-    int dn = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                      file_descr(t->dtype), shape);
-    /* Version 1.0 header padded with spaces so the data starts at a multiple of 64. */
-    size_t total = (size_t)(10 + dn + 1 + 63) / 64 * 64;
-    size_t hlen = total - 10;
-    unsigned char *hdr = calloc(1, total);
-    if (!hdr)
-        return rt_errf(err, errlen, "out of memory writing %s", path);
     char *target;
     struct stat st;
     bool exists;
-    if (rt_output_target(path, &target, &st, &exists, err, errlen)) {
-        free(hdr);
+    if (rt_output_target(path, &target, &st, &exists, err, errlen))
         return -1;
-    }
     size_t plen = strlen(target);
     char *tmp = malloc(plen + 16);
     if (!tmp) {
         free(target);
-        free(hdr);
         return rt_errf(err, errlen, "out of memory writing %s", path);
     }
     memcpy(tmp, target, plen);
@@ -429,29 +422,9 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
         int rc = rt_errf(err, errlen, "cannot create a file next to %s: %s", path, strerror(errno));
         free(tmp);
         free(target);
-        free(hdr);
         return rc;
     }
-    /* The header's place is zeros until the data is in: see the essay. */
-    int ok = write_full(fd, hdr, total) == 0;
-    int64_t n = rt_numel(t->rank, t->global_shape);
-    if (t->dtype == RT_BF16) {
-        float buf[1024];
-        for (int64_t i = 0; ok && i < n; i += 1024) {
-            int64_t m = n - i < 1024 ? n - i : 1024;
-            rt_bf16_to_f32_n((const uint16_t *)data + i, buf, m);
-            ok = write_full(fd, buf, (size_t)m * sizeof(float)) == 0;
-        }
-    } else if (ok) {
-        ok = write_full(fd, data, (size_t)n * rt_dtype_size(t->dtype)) == 0;
-    }
-    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    hdr[8] = (unsigned char)(hlen & 0xff);
-    hdr[9] = (unsigned char)(hlen >> 8);
-    memcpy(hdr + 10, dict, (size_t)dn);
-    memset(hdr + 10 + dn, ' ', hlen - (size_t)dn - 1);
-    hdr[total - 1] = '\n';
-    ok = ok && pwrite(fd, hdr, total, 0) == (ssize_t)total;
+    int ok = fill(fd, ctx) == 0;
     int saved = errno;
     /* The replaced file's permission bits (and, where allowed, owner):
      * best effort, as a file system without modes (vfat) refuses both and
@@ -474,7 +447,6 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
                 "regular file", path, kind_of(now.st_mode));
         free(tmp);
         free(target);
-        free(hdr);
         return -1;
     }
     if (ok && rename(tmp, target) != 0) {
@@ -488,6 +460,81 @@ int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, ch
     }
     free(tmp);
     free(target);
+    return rc;
+}
+
+/* What npy_fill writes: a tensor's global array and its finished header. */
+struct npy_contents {
+    const rt_tensor_desc *t;  /* the tensor */
+    const void *data;         /* its global array */
+    const unsigned char *hdr; /* the header, `total` bytes, magic first */
+    size_t total;             /* header bytes (the data starts 64-byte aligned) */
+};
+
+/* fill_fn of a .npy file.  The header's place is zeros until the data is
+ * in (see the essay), then the header with its magic is written over it. */
+static int npy_fill(int fd, const void *ctx)
+{
+    const struct npy_contents *c = ctx;
+    unsigned char zeros[256] = {0};
+    for (size_t done = 0; done < c->total; done += sizeof zeros)
+        if (write_full(fd, zeros, c->total - done < sizeof zeros ? c->total - done
+                                                                  : sizeof zeros))
+            return -1;
+    int64_t n = rt_numel(c->t->rank, c->t->global_shape);
+    if (c->t->dtype == RT_BF16) {
+        float buf[1024];
+        for (int64_t i = 0; i < n; i += 1024) {
+            int64_t m = n - i < 1024 ? n - i : 1024;
+            rt_bf16_to_f32_n((const uint16_t *)c->data + i, buf, m);
+            if (write_full(fd, buf, (size_t)m * sizeof(float)))
+                return -1;
+        }
+    } else if (write_full(fd, c->data, (size_t)n * rt_dtype_size(c->t->dtype))) {
+        return -1;
+    }
+    return pwrite(fd, c->hdr, c->total, 0) == (ssize_t)c->total ? 0 : -1;
+}
+
+int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data, char *err,
+                 size_t errlen)
+{
+    char shape[200], dict[300];
+    rt_format_shape(shape, sizeof shape, t->rank, t->global_shape);
+    int dn = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                      file_descr(t->dtype), shape);
+    /* Version 1.0 header padded with spaces so the data starts at a multiple of 64. */
+    size_t total = (size_t)(10 + dn + 1 + 63) / 64 * 64;
+    size_t hlen = total - 10;
+    unsigned char *hdr = calloc(1, total);
+    if (!hdr)
+        return rt_errf(err, errlen, "out of memory writing %s", path);
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (unsigned char)(hlen & 0xff);
+    hdr[9] = (unsigned char)(hlen >> 8);
+    memcpy(hdr + 10, dict, (size_t)dn);
+    memset(hdr + 10 + dn, ' ', hlen - (size_t)dn - 1);
+    hdr[total - 1] = '\n';
+    struct npy_contents c = {t, data, hdr, total};
+    int rc = write_atomic(path, npy_fill, &c, err, errlen);
     free(hdr);
     return rc;
+}
+
+/* What bytes_fill writes. */
+struct byte_contents {
+    const void *data; /* the bytes */
+    size_t n;         /* how many */
+};
+
+static int bytes_fill(int fd, const void *ctx)
+{
+    const struct byte_contents *c = ctx;
+    return write_full(fd, c->data, c->n);
+}
+
+int rt_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen)
+{
+    struct byte_contents c = {data, n};
+    return write_atomic(path, bytes_fill, &c, err, errlen);
 }

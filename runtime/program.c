@@ -12,6 +12,14 @@ static int check_tensor(const rt_program *p, const rt_tensor_desc *t, const char
 {
     if (!t->name || !*t->name)
         return rt_errf(err, errlen, "%s without a name", what);
+    /* An output is a value computed by `run`, never a param or state: those
+     * are inputs that a training program updates in place. */
+    int output = !strcmp(what, "output");
+    if (output ? t->role != RT_ROLE_INPUT
+               : t->role < RT_ROLE_INPUT || t->role > RT_ROLE_STATE)
+        return rt_errf(err, errlen, "%s '%s': role %d, expected %s", what, t->name, t->role,
+                       output ? "0 (an output has the role of an input)"
+                              : "0 (input), 1 (param) or 2 (state)");
     if (!rt_dtype_size(t->dtype))
         return rt_errf(err, errlen, "%s '%s': unknown dtype %d", what, t->name, t->dtype);
     if (t->rank < 0 || t->rank > RT_MAX_RANK)
@@ -58,6 +66,27 @@ static int check_list(const rt_program *p, const rt_tensor_desc *ts, int32_t n, 
     return 0;
 }
 
+/* The training fields: `trains` is a flag, and a training program's loss
+ * (if it names one) is a scalar output, which the runtime reads every step
+ * from device 0's buffer.  `loss_output` of a program that does not train is
+ * ignored (einrt.h), so codegen may leave it at any value there. */
+static int check_training(const rt_program *p, char *err, size_t errlen)
+{
+    if (p->trains != 0 && p->trains != 1)
+        return rt_errf(err, errlen, "program has trains = %d (0 or 1)", p->trains);
+    if (!p->trains || p->loss_output == -1)
+        return 0;
+    if (p->loss_output < 0 || p->loss_output >= p->noutputs)
+        return rt_errf(err, errlen, "loss_output %d is not an output of the program (it has %d; "
+                       "-1 for none)", p->loss_output, p->noutputs);
+    const rt_tensor_desc *t = &p->outputs[p->loss_output];
+    if (t->rank != 0 || t->dtype == RT_I32)
+        return rt_errf(err, errlen, "the loss output '%s' is %s of rank %d; a loss is a "
+                       "floating-point scalar (rank 0)", t->name, rt_dtype_name(t->dtype),
+                       t->rank);
+    return 0;
+}
+
 int rt_check_program(const rt_program *p, char *err, size_t errlen)
 {
     if (!p)
@@ -79,5 +108,5 @@ int rt_check_program(const rt_program *p, char *err, size_t errlen)
     if (check_list(p, p->inputs, p->ninputs, "input", err, errlen) ||
         check_list(p, p->outputs, p->noutputs, "output", err, errlen))
         return -1;
-    return 0;
+    return check_training(p, err, errlen);
 }

@@ -12,7 +12,7 @@
  */
 #include "rt_internal.h"
 
-static uint64_t splitmix64(uint64_t x)
+uint64_t rt_splitmix64(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -31,7 +31,7 @@ static uint64_t fnv1a64(const char *s)
 /* The 64 random bits of element `index` for a tensor key (seed ^ fnv(name)). */
 static uint64_t bits(uint64_t key, int64_t index)
 {
-    return splitmix64(key ^ splitmix64((uint64_t)index));
+    return rt_splitmix64(key ^ rt_splitmix64((uint64_t)index));
 }
 
 void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t *start,

@@ -49,6 +49,8 @@ uint16_t rt_f32_to_bf16(float f);
 /* The same over n elements. */
 void rt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
 void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+/* Element i of an array of `dtype` as a double. */
+double rt_element(int32_t dtype, const void *x, int64_t i);
 
 /* ---- shapes and strided copies (layout.c) ---- */
 
@@ -348,6 +350,8 @@ typedef struct rt_npy_header {
     int64_t file_bytes;          /* size of the file */
 } rt_npy_header;
 
+/* Writes a shape as Python prints a tuple, "(a, b)", "(a,)" or "()", into buf. */
+void rt_format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape);
 /* Reads and parses the header of `path`; on failure writes a message into
  * err (size errlen) and returns -1. */
 int rt_npy_read_header(const char *path, rt_npy_header *h, char *err, size_t errlen);
@@ -373,13 +377,92 @@ int rt_output_target(const char *path, char **target, struct stat *st, bool *exi
  * the same directory, fsync, rename).  bf16 is written as <f4. */
 int rt_npy_write(const char *path, const rt_tensor_desc *t, const void *data,
                  char *err, size_t errlen);
+/* Writes the `n` bytes at `data` to `path` the same atomic way (the
+ * checkpoint's step file); -1 and a message in err on failure. */
+int rt_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 
 /* ---- random inputs (random.c) ---- */
+
+/* The splitmix64 finaliser (increment 0x9e3779b97f4a7c15): 64 well-mixed
+ * bits from `x`, the one hash of random inputs and the --seed shuffle. */
+uint64_t rt_splitmix64(uint64_t x);
 
 /* Fills the block of `t` at global `start` (extent local_shape) with the
  * values of the global array generated from (seed, t->name). */
 void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t *start,
                           const int64_t *local_shape, void *dst);
+
+/* ---- training data (data.c) ---- */
+
+/* One --data file: the rows [N, rest...] of a role-INPUT tensor of global
+ * shape [B, rest...], mapped once per process and read by all its devices. */
+typedef struct rt_data_file {
+    const char *name;            /* the input it feeds (the program's string) */
+    const char *path;            /* the file (points into argv) */
+    int32_t dtype;               /* the input's enum rt_dtype */
+    rt_npy_header header;        /* its checked header */
+    int fd;                      /* open for the run, to notice a file that shrinks; or -1 */
+    const unsigned char *map;    /* the whole file, mapped read-only; or NULL */
+    size_t map_bytes;            /* bytes mapped */
+} rt_data_file;
+
+/* The --data files of a job and the order their rows are used in. */
+typedef struct rt_dataset {
+    rt_data_file *files;         /* one per --data pair, malloc'd, owned */
+    int nfiles;                  /* entries in files */
+    int64_t rows;                /* N: rows of every file */
+    int64_t batch;               /* B: rows per step (dim 0 of the inputs) */
+    int64_t batches;             /* N div B: steps per epoch (the remainder rows are unused) */
+    int shuffle;                 /* 1: rows in a permutation per epoch (--seed) */
+    uint64_t seed;               /* the permutation's seed */
+} rt_dataset;
+
+/* Opens, checks and maps --data file `path` for input `t` (global shape
+ * [B, rest...]) and appends it to ds->files.  Checks,
+ * with a message naming the input and the file: the dtype, C order, the
+ * rank and rest dims, N >= B, N equal to the other files', the size.
+ * The first file sets ds->rows and ds->batch.  -1 on error. */
+int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char *err,
+                size_t errlen);
+/* Unmaps and closes every file of `ds` and frees its list. */
+void rt_data_close(rt_dataset *ds);
+/* Position `i` (0 <= i < n) of the permutation of epoch `epoch` of n rows
+ * drawn from `seed`: a 4-round Feistel network on the smallest even number
+ * of bits that holds n, cycle-walked into [0, n) (docs/runtime.md gives
+ * the rounds).  Computed from its arguments alone, so every rank and
+ * thread agrees without communication and without storing the permutation. */
+int64_t rt_shuffle_index(uint64_t seed, int64_t epoch, int64_t n, int64_t i);
+/* The dataset row that holds row `i` (0 <= i < B) of the batch of the step
+ * with 0-based index `step`: batch j = step mod (N div B) of epoch
+ * e = step div (N div B) is positions j*B .. j*B+B-1 of the epoch's order
+ * (the identity, or rt_shuffle_index with `seed`, e). */
+int64_t rt_data_row(const rt_dataset *ds, int64_t step, int64_t i);
+/* Copies the device's block of the batch of step `step` (0-based) of
+ * ds->files[f] into `dst` (local shape of `t`, the input in the device's
+ * program; bf16 rounded from the file's f32).  Ends the job with a message
+ * if the file has shrunk since it was checked. */
+void rt_data_fill(rt_device *dev, const rt_dataset *ds, int f, const rt_tensor_desc *t,
+                  int64_t step, void *dst);
+
+/* ---- checkpoints of --save and --resume (checkpoint.c) ---- */
+
+/* DIR/NAME.npy, the file of param or state NAME in a checkpoint;
+ * malloc'd (the caller frees it), NULL when out of memory. */
+char *rt_checkpoint_file(const char *dir, const char *name);
+/* Before the run, for --save DIR: creates DIR and its missing parents, or
+ * checks that the existing path is a writable directory, and that every
+ * param and state name of `p` can name a file.  -1 and a message if not. */
+int rt_checkpoint_prepare(const char *dir, const rt_program *p, char *err, size_t errlen);
+/* Reads the step count of checkpoint DIR into *steps; -1 and a message
+ * when DIR is not a directory or has no valid step file (never saved, or
+ * its last save was interrupted). */
+int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen);
+/* Writes checkpoint DIR after `steps` steps: removes the step file, writes
+ * DIR/NAME.npy for every param and state k of `p` from values[k] (its
+ * global array), then the step file, each atomically.  -1 and a message on
+ * the first failure (the directory then has no step file). */
+int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values, int64_t steps,
+                        char *err, size_t errlen);
 
 /* ---- the executable (cli.c, job.c, info.c) ---- */
 
@@ -406,10 +489,24 @@ typedef struct rt_options {
     int profile;                 /* --profile */
     int bind;                    /* --bind-to: an rt_bind (RT_BIND_CORE by default) */
     const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
+    /* Training (train.c; only for a program that trains).  Strings point into argv. */
+    rt_named_path *data;         /* --data pairs, malloc'd */
+    int ndata;                   /* entries in data */
+    int64_t steps;               /* --steps N: the step count to reach; 0 if not given */
+    int shuffle;                 /* 1 if --seed was given: --data rows in a shuffled order */
+    uint64_t shuffle_seed;       /* its seed */
+    int64_t log_every;           /* --log-every K; 0 if not given (every step) */
+    const char *metrics;         /* --metrics FILE.jsonl, or NULL */
+    const char *save;            /* --save DIR, or NULL */
+    int64_t save_every;          /* --save-every K; 0 if not given (only after the last step) */
+    const char *resume;          /* --resume DIR, or NULL */
 } rt_options;
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen);
+/* The first flag given in `o` that only a training program takes
+ * ("--steps", "--data", ...), or NULL if none. */
+const char *rt_training_flag(const rt_options *o);
 /* Frees the lists of `o` (the strings belong to argv). */
 void rt_free_options(rt_options *o);
 /* Writes the usage text of --help. */
@@ -439,6 +536,30 @@ typedef struct rt_launcher {
     int ranks_are_devices;
 } rt_launcher;
 
+/* What a job of a training program does besides running (train.c): which
+ * inputs come from --data, where params and states start, the steps, the
+ * per-step report and the checkpoints.  Shared by the devices of a process;
+ * the root's arrays are written by device 0 only. */
+typedef struct rt_train {
+    const rt_dataset *data;      /* the --data files (owned by rt_main, shared with --check's reference) */
+    int32_t *data_file;          /* per input: its index in data->files, or -1; malloc'd, owned */
+    char **resume_paths;         /* per input: DIR/NAME.npy of --resume, or NULL; malloc'd, owned */
+    int64_t done;                /* steps done before this run (--resume), else 0 */
+    int64_t total;               /* steps done after it: --steps, else done + 1 */
+    int reference;               /* 1 in --check's reference run: no step lines, metrics or saves */
+    int64_t log_every;           /* a step line for every K-th step and the last */
+    FILE *metrics;               /* root: the --metrics stream, or NULL; owned */
+    const char *metrics_path;    /* its name (argv), for messages */
+    const char *save_dir;        /* --save DIR (argv), or NULL */
+    int64_t save_every;          /* --save-every K, or 0: save only after the last step */
+    int keep_final;              /* 1: params and states are gathered to `final` after the last
+                                    step (--output of one, --check); --save gathers them anyway */
+    double *losses;              /* root: the loss of each step of this run (NaN without a loss
+                                    output); malloc'd, owned */
+    void **final;                /* root: per input, the global array of a param or state (the
+                                    last one gathered), else NULL; malloc'd, owned */
+} rt_train;
+
 /* State of one job shared by the devices of a process. */
 struct rt_job {
     const rt_program *prog;      /* program to run */
@@ -455,11 +576,59 @@ struct rt_job {
     int64_t trace_cap;           /* --trace/--profile: spans kept per device (same on every device) */
     int64_t *trace;              /* root, --trace/--profile: [trace_cap][3][ndevices] op id, begin ns,
                                     end ns (-1 op id: no span), owned */
+    rt_train *train;             /* a training program's job: its steps (not owned); else NULL */
 };
 
-/* The per-device flow: read the shards, run (repeat times), gather the
- * outputs and counters to the root.  Called by the launcher on each device. */
+/* The per-device flow: read the shards, run (repeat times, or the training
+ * steps), gather the outputs and counters to the root.  Called by the
+ * launcher on each device. */
 void rt_job_device(rt_device *dev, rt_job *job);
+/* Index of the tensor named `name` in ts[0..n), or -1. */
+int32_t rt_find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name);
+/* Fills a job of `p` with its per-input arrays (in_paths, in_headers);
+ * repeat = o->repeat.  Ends the process when out of memory. */
+void rt_job_init(rt_job *job, const rt_program *p, const rt_options *o, const rt_launcher *l);
+/* Once job->repeat is final: `traced` jobs size the --trace/--profile
+ * spans; the root (`root`) also gets its output, time, memory, trace and
+ * training arrays. */
+void rt_job_alloc(rt_job *job, int root, int traced);
+/* Frees what rt_job_init and rt_job_alloc allocated (not job->train). */
+void rt_job_release(rt_job *job);
+/* Reads and checks the header of every file in job->in_paths; -1 and a message. */
+int rt_check_input_files(rt_job *job, char *err, size_t errlen);
+/* Root, --check (check.c): runs prog->reference on one device on the same
+ * inputs (for a training program the same steps and batches) and prints a
+ * comparison line per output (and loss, param, state); 0 if all are finite
+ * and within tolerance, else -1 with messages on stderr. */
+int rt_run_check(const rt_job *job);
+/* ---- training (train.c) ---- */
+
+/* Before the run, on every process, for a program that trains: matches
+ * --data names to role-INPUT tensors and opens their files into `ds`,
+ * reads --resume's step count and points job->in_paths of every param and
+ * state at its file, sets the steps (job->repeat = the steps of this run)
+ * and, on the root, creates the --save directory and opens --metrics.
+ * Sets job->train = tr.  -1 and a message on the first problem; `tr` and
+ * `ds` are then still released with rt_train_release and rt_data_close. */
+int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_t errlen);
+/* Sets up `rtr` for --check's reference program `ref` from the sharded
+ * job's `tr` (of `prog`): the same data, steps and start, no reports;
+ * -1 and a message if a --data input differs between the programs. */
+int rt_train_for_reference(rt_train *rtr, const rt_train *tr, const rt_program *ref,
+                           const rt_program *prog, char *err, size_t errlen);
+/* Root: allocates the losses of `runs` steps and the arrays of the final
+ * params and states of `p` (when kept or saved). */
+void rt_train_alloc(rt_train *tr, const rt_program *p, int64_t runs);
+/* Frees what `tr` owns and closes --metrics; 0, or -1 with a message if
+ * the metrics could not be written out. */
+int rt_train_release(rt_train *tr, const rt_program *p, char *err, size_t errlen);
+/* A device's training steps: per step, its block of each --data batch,
+ * `run` between two barriers over the mesh, and on device 0 the step's
+ * time and loss (and the step line and metrics); --save's checkpoints;
+ * at the end the final params and states gathered to the root. */
+void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
+/* Root: the line after the steps: count, mean time per step, samples/s. */
+void rt_train_summary(FILE *f, const rt_job *job);
 /* ---- measured vs predicted, traces (profile.c, trace.c) ---- */
 
 /* Appends a span to dev's profile (drops it past RT_MAX_SPANS). */

@@ -2,6 +2,13 @@
 #ifndef EINC_RT_TEST_UTIL_H
 #define EINC_RT_TEST_UTIL_H
 
+#include <CUnit/CUnit.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "rt_internal.h"
 
 /* Stores v as element i of an array of `dtype` (bf16 rounded to nearest even). */
@@ -31,6 +38,57 @@ static inline void test_noop_run(rt_device *dev, void *const *in, void *const *o
     (void)dev;
     (void)in;
     (void)out;
+}
+
+/* Runs fn(arg) in a child process; returns its exit status (-1 if it did
+ * not exit) and what it wrote to stderr, NUL-terminated. */
+static inline int test_in_child(void (*fn)(void *), void *arg, char *err, size_t errlen)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        fn(arg);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t n;
+    while (len + 1 < errlen && (n = read(fd[0], err + len, errlen - 1 - len)) > 0)
+        len += (size_t)n;
+    err[len] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A fresh temporary directory for one test (removed by test_remove_dir()). */
+static inline void test_make_dir(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/einrt_test_XXXXXX");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+}
+
+/* Removes `dir` and the files in it. */
+static inline void test_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512];
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
 }
 
 #endif

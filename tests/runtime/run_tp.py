@@ -18,44 +18,14 @@ wrong rank count fails fast with a message.
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
+from rt_testlib import expect_error, fail, finish, run
+
 B, D, F = 8, 6, 12
-FAILURES = []
-
-
-def fail(msg):
-    FAILURES.append(msg)
-    print("FAIL:", msg)
-
-
-# Open MPI keeps allocations until exit that LeakSanitizer reports in
-# sanitizer builds; they are not the runtime's, so leak checking is off
-# for mpirun (ASan's other checks stay on).
-MPI_ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
-
-
-def run(cmd, expect_rc=0, timeout=60):
-    env = MPI_ENV if cmd[0] == "mpirun" else None
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        fail("%s: did not finish in %d s (hang)" % (" ".join(cmd), timeout))
-        return subprocess.CompletedProcess(cmd, -1, "", "")
-    if p.returncode != expect_rc:
-        fail("%s: exit %d, expected %d\nstdout: %s\nstderr: %s"
-             % (" ".join(cmd), p.returncode, expect_rc, p.stdout, p.stderr))
-    return p
-
-
-def expect_error(cmd, needle):
-    p = run(cmd, expect_rc=1)
-    if needle not in p.stderr:
-        fail("%s: stderr lacks %r:\n%s" % (" ".join(cmd), needle, p.stderr))
 
 
 def splitmix64(x):
@@ -231,11 +201,7 @@ def main():
                          "AllReduce (op 17): dim 0 is 4 in the input but 3 in the output")
         if a.bad_op_mpi:
             expect_error(mpirun + ["-np", "4", a.bad_op_mpi, "--random-inputs", "3"], bad_op_msg)
-    if FAILURES:
-        print("%d failure(s)" % len(FAILURES))
-        return 1
-    print("all end-to-end checks passed")
-    return 0
+    return finish("all end-to-end checks passed")
 
 
 if __name__ == "__main__":

@@ -67,30 +67,9 @@ static void test_cache_bounded_by_peak(void)
 }
 
 /* Runs fn in a child; returns its exit status and what it wrote to stderr. */
-static int in_child(void (*fn)(void), char *err, size_t errlen)
+static void double_free(void *arg)
 {
-    int fd[2];
-    if (pipe(fd) != 0)
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    ssize_t n = read(fd[0], err, errlen - 1);
-    err[n > 0 ? n : 0] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void double_free(void)
-{
+    (void)arg;
     rt_device dev;
     rt_device_init(&dev, &solo_prog, NULL, NULL, 0);
     void *a = rt_alloc(&dev, 256);
@@ -101,7 +80,7 @@ static void double_free(void)
 static void test_double_free(void)
 {
     char err[512];
-    CU_ASSERT_EQUAL(in_child(double_free, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(test_in_child(double_free, NULL, err, sizeof err), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "freed twice"));
 }
 

@@ -192,33 +192,6 @@ static void test_reduce_arrays(void)
         }
 }
 
-/* Runs fn(arg) in a child process; returns its exit status (-1 if it did
- * not exit) and what it wrote to stderr, NUL-terminated. */
-static int in_child(void (*fn)(void *), void *arg, char *err, size_t errlen)
-{
-    int fd[2];
-    if (pipe(fd) != 0)
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        fn(arg);
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t len = 0;
-    ssize_t n;
-    while (len + 1 < errlen && (n = read(fd[0], err + len, errlen - 1 - len)) > 0)
-        len += (size_t)n;
-    err[len] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* A bad descriptor for the death tests: a 1D collective over X of a 2x2
  * mesh, called by every device through rt_collective or, with `async`,
  * rt_async_start. */
@@ -280,7 +253,7 @@ static void test_bad_reduce_op(void)
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char err[4096];
-        int st = in_child(bad_job, (void *)&cases[k], err, sizeof err);
+        int st = test_in_child(bad_job, (void *)&cases[k], err, sizeof err);
         CU_ASSERT_EQUAL(st, 1);
         CU_ASSERT_PTR_NOT_NULL(strstr(err, "einrt: error: device "));
         CU_ASSERT_PTR_NOT_NULL(strstr(err, cases[k].message));

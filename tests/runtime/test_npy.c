@@ -17,29 +17,6 @@
 #include "rt_internal.h"
 #include "rt_test_util.h"
 
-/* A fresh temporary directory for one test (removed by cleanup()). */
-static void make_dir(char *dir, size_t len)
-{
-    snprintf(dir, len, "/tmp/einrt_npy_XXXXXX");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
-}
-
-static void cleanup(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 static int count_files(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -78,7 +55,7 @@ static rt_tensor_desc tensor(int32_t dtype)
 static void round_trip(int32_t dtype)
 {
     char dir[64], path[128], err[512];
-    make_dir(dir, sizeof dir);
+    test_make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/a.npy", dir);
     rt_tensor_desc t = tensor(dtype);
     size_t es = rt_dtype_size(dtype);
@@ -120,7 +97,7 @@ static void round_trip(int32_t dtype)
     CU_ASSERT_EQUAL(bad, 0);
     free(blk);
     free(g);
-    cleanup(dir);
+    test_remove_dir(dir);
 }
 
 static void test_round_trip_f32(void) { round_trip(RT_F32); }
@@ -170,7 +147,7 @@ static void expect_bad(const char *path, const char *needle)
 static void test_versions(void)
 {
     char dir[64], path[128], err[512];
-    make_dir(dir, sizeof dir);
+    test_make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/v2.npy", dir);
     write_raw(path, 2, "\x93NUMPY", GOOD_DICT,
               240 * 4);
@@ -188,13 +165,13 @@ static void test_versions(void)
     write_raw(path, 4, "\x93NUMPY", GOOD_DICT, 240 * 4);
     CU_ASSERT_EQUAL(rt_npy_read_header(path, &h, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "unsupported .npy version 4.0"));
-    cleanup(dir);
+    test_remove_dir(dir);
 }
 
 static void test_bad_files(void)
 {
     char dir[64], path[128];
-    make_dir(dir, sizeof dir);
+    test_make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/bad.npy", dir);
     write_raw(path, 1, "\x93NUMPY", "{'descr': '<f4', 'fortran_order': False, 'shape': (6, 4, 9), }",
               216 * 4);
@@ -227,14 +204,14 @@ static void test_bad_files(void)
     expect_bad(path, "truncated .npy header");
     snprintf(path, sizeof path, "%s/missing.npy", dir);
     expect_bad(path, "cannot open");
-    cleanup(dir);
+    test_remove_dir(dir);
 }
 
 /* Reading a block past the end of a file that shrank after the check fails cleanly. */
 static void test_truncated_block(void)
 {
     char dir[64], path[128], err[512];
-    make_dir(dir, sizeof dir);
+    test_make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/t.npy", dir);
     write_raw(path, 1, "\x93NUMPY", GOOD_DICT,
               240 * 4);
@@ -246,13 +223,13 @@ static void test_truncated_block(void)
     int64_t start[3] = {3, 0, 9};
     CU_ASSERT_EQUAL(rt_npy_read_block(path, &h, &t, start, t.local_shape, blk, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "truncated"));
-    cleanup(dir);
+    test_remove_dir(dir);
 }
 
 static void test_failed_write_leaves_nothing(void)
 {
     char dir[64], path[160], err[512];
-    make_dir(dir, sizeof dir);
+    test_make_dir(dir, sizeof dir);
     rt_tensor_desc t = tensor(RT_F32);
     float data[240] = {0};
     snprintf(path, sizeof path, "%s/no/such/dir/a.npy", dir);
@@ -264,14 +241,14 @@ static void test_failed_write_leaves_nothing(void)
     CU_ASSERT_EQUAL(rt_npy_write(path, &t, data, err, sizeof err), -1);
     CU_ASSERT_EQUAL(count_files(dir), 1); /* only adir */
     rmdir(path);
-    cleanup(dir);
+    test_remove_dir(dir);
 }
 
 /* An existing output is replaced whole. */
 static void test_overwrite(void)
 {
     char dir[64], path[128], err[512];
-    make_dir(dir, sizeof dir);
+    test_make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/o.npy", dir);
     rt_tensor_desc t = tensor(RT_F64);
     double data[240];
@@ -289,7 +266,7 @@ static void test_overwrite(void)
     CU_ASSERT_EQUAL(fread(&last, 8, 1, f), 1);
     fclose(f);
     CU_ASSERT_EQUAL(last, -1.0);
-    cleanup(dir);
+    test_remove_dir(dir);
 }
 
 void einc_register_tests(void)

@@ -1,0 +1,244 @@
+/*
+ * check.c - --check: run the unsharded reference program (prog->reference,
+ * a mesh of one device) on the same inputs in the root's thread and compare
+ * its results with the sharded run's.
+ *
+ * For an ordinary program that is every output.  For a training program
+ * the reference runs the same steps from the same start (the same --input
+ * and --resume files, zero states, the same --data batches in the same
+ * order), and the comparison covers the loss of every step, every output
+ * of the last step and the final value of every param and state: a
+ * sharding bug in the backward pass or the optimizer shows in the weights
+ * long before it moves the loss.
+ *
+ * Every comparison is one line, `check NAME: max_rel_err=E (tol T)`, with
+ * E = max|a-b| / max(max|b|, 1e-30) over the elements finite in both, b
+ * the reference.  NaN and Inf are counted, never fed to the error: a NaN
+ * difference compares false with every maximum and tolerance, and Inf -
+ * Inf is NaN, so either would let a broken result pass silently.  A NaN or
+ * Inf fails even when the reference has it at the same place: the
+ * reference is built from the same source, so a NaN in both is a bug of
+ * the program, not a match.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_internal.h"
+
+/* Relative-error tolerance of --check per dtype. */
+static double check_tol(int32_t dtype)
+{
+    return dtype == RT_F64 ? 1e-10 : dtype == RT_BF16 ? 1e-2 : 1e-4;
+}
+
+/* What --check found for one result. */
+struct check_result {
+    int64_t nonfinite_run; /* elements of the sharded run's result that are NaN or +-Inf */
+    int64_t nonfinite_ref; /* the same in the reference's */
+    double rel_err;        /* max|a-b| / max(max|b|, 1e-30) over the elements finite in both */
+};
+
+/* Compares `n` elements of `dtype` of the sharded run's result `a` with the
+ * reference's `b`. */
+static struct check_result compare(int32_t dtype, const void *a, const void *b, int64_t n)
+{
+    struct check_result r = {0, 0, 0.0};
+    double maxdiff = 0, maxref = 0;
+    for (int64_t e = 0; e < n; e++) {
+        double x = rt_element(dtype, a, e), y = rt_element(dtype, b, e);
+        int fx = isfinite(x), fy = isfinite(y);
+        r.nonfinite_run += !fx;
+        r.nonfinite_ref += !fy;
+        if (fx && fy) {
+            maxdiff = fmax(maxdiff, fabs(x - y));
+            maxref = fmax(maxref, fabs(y));
+        }
+    }
+    /* Finite f64 operands can still overflow in x - y; an Inf error then fails. */
+    r.rel_err = maxdiff / fmax(maxref, 1e-30);
+    return r;
+}
+
+/* The largest error reported so far, for a training run's last line. */
+struct worst {
+    double rel_err;   /* largest max_rel_err (NaN or Inf: a failure) */
+    const char *name; /* of what, or NULL before the first */
+};
+
+/* Compares and reports result `name`, a `kind` ("output", "param",
+ * "state"; NULL: `name` alone) of `n` elements of `dtype`, with tolerance
+ * `tol`; `what` says what the elements are (" over 10 steps").  0 if it
+ * passes. */
+static int report(const char *name, const char *kind, const char *what, int32_t dtype,
+                  double tol, const void *a, const void *b, int64_t n, struct worst *w)
+{
+    struct check_result r = compare(dtype, a, b, n);
+    char label[300]; /* for messages: "output 'Out'" */
+    snprintf(label, sizeof label, kind ? "%s '%s'" : "%s%s", kind ? kind : "", name);
+    if (r.nonfinite_run || r.nonfinite_ref) {
+        printf("check %s: FAILED: %lld of %lld elements are NaN or Inf in the run "
+               "(%lld in the reference)\n", name, (long long)r.nonfinite_run, (long long)n,
+               (long long)r.nonfinite_ref);
+        fprintf(stderr, "einrt: error: --check: %s is not finite: %lld of %lld "
+                        "elements are NaN or Inf in the run (%lld in the reference)\n",
+                label, (long long)r.nonfinite_run, (long long)n, (long long)r.nonfinite_ref);
+        w->rel_err = INFINITY;
+        w->name = name;
+        return -1;
+    }
+    printf("check %s: max_rel_err=%.3g%s (tol %g)\n", name, r.rel_err, what, tol);
+    if (!w->name || r.rel_err > w->rel_err) {
+        w->rel_err = r.rel_err;
+        w->name = name;
+    }
+    /* Written so that a NaN error (never expected here) fails as well. */
+    if (!(r.rel_err <= tol)) {
+        fprintf(stderr, "einrt: error: --check: %s differs from the reference: "
+                        "max_rel_err %.3g > %g\n", label, r.rel_err, tol);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 if tensors `t` and `u` have the same dtype, rank and global shape. */
+static int same_global(const rt_tensor_desc *t, const rt_tensor_desc *u)
+{
+    return t->dtype == u->dtype && t->rank == u->rank &&
+           !memcmp(t->global_shape, u->global_shape, sizeof t->global_shape[0] * (size_t)t->rank);
+}
+
+/* A training run's own results: the loss of every step and the final
+ * params and states against the reference job `rj`'s. */
+static int compare_training(const rt_job *job, const rt_job *rj, struct worst *w)
+{
+    const rt_program *p = job->prog, *ref = rj->prog;
+    const rt_train *tr = job->train, *rtr = rj->train;
+    int status = 0;
+    if (p->loss_output >= 0) {
+        int64_t n = tr->total - tr->done;
+        char what[64];
+        snprintf(what, sizeof what, " over %lld step%s", (long long)n, n == 1 ? "" : "s");
+        /* The losses are kept as doubles; the tolerance is the loss's dtype's. */
+        if (report("loss curve", NULL, what, RT_F64, check_tol(p->outputs[p->loss_output].dtype),
+                   tr->losses, rtr->losses, n, w))
+            status = -1;
+    }
+    for (int32_t k = 0; k < p->ninputs; k++) {
+        const rt_tensor_desc *t = &p->inputs[k];
+        if (t->role == RT_ROLE_INPUT)
+            continue;
+        int32_t j = rt_find_tensor(ref->inputs, ref->ninputs, t->name);
+        if (j < 0 || ref->inputs[j].role != t->role || !same_global(t, &ref->inputs[j])) {
+            fprintf(stderr, "einrt: error: --check: %s '%s' has no matching %s in the "
+                            "reference\n", t->role == RT_ROLE_PARAM ? "param" : "state",
+                    t->name, t->role == RT_ROLE_PARAM ? "param" : "state");
+            status = -1;
+            continue;
+        }
+        if (report(t->name, t->role == RT_ROLE_PARAM ? "param" : "state", "", t->dtype,
+                   check_tol(t->dtype), tr->final[k], rtr->final[j],
+                   rt_numel(t->rank, t->global_shape), w))
+            status = -1;
+    }
+    return status;
+}
+
+/* Runs the reference on one device in this thread; fills rj (released by the caller). */
+static int run_reference(const rt_job *job, rt_job *rj, rt_train *rtr)
+{
+    const rt_program *ref = job->prog->reference;
+    char err[1024];
+    if (!ref) {
+        fprintf(stderr, "einrt: error: --check: this program has no reference (it was built "
+                        "without one)\n");
+        return -1;
+    }
+    if (rt_check_program(ref, err, sizeof err)) {
+        fprintf(stderr, "einrt: error: --check: reference program: %s\n", err);
+        return -1;
+    }
+    if (rt_mesh_size(ref) != 1) {
+        fprintf(stderr, "einrt: error: --check: the reference program's mesh has %lld devices, "
+                        "expected 1\n", (long long)rt_mesh_size(ref));
+        return -1;
+    }
+    if (ref->trains != job->prog->trains) {
+        fprintf(stderr, "einrt: error: --check: the program %s but its reference %s\n",
+                job->prog->trains ? "trains" : "does not train",
+                ref->trains ? "trains" : "does not");
+        return -1;
+    }
+    rt_job_init(rj, ref, job->opt, job->launcher);
+    rj->repeat = 1;
+    if (job->train) {
+        rj->train = rtr; /* released by the caller, also after a failure here */
+        if (rt_train_for_reference(rtr, job->train, ref, job->prog, err, sizeof err)) {
+            fprintf(stderr, "einrt: error: --check: %s\n", err);
+            return -1;
+        }
+        rj->repeat = rtr->total - rtr->done;
+    }
+    /* --trace and --profile are about the sharded run. */
+    rt_job_alloc(rj, 1, 0);
+    for (int32_t k = 0; k < ref->ninputs; k++) {
+        int32_t j = rt_find_tensor(job->prog->inputs, job->prog->ninputs, ref->inputs[k].name);
+        if (j < 0) {
+            fprintf(stderr, "einrt: error: --check: reference input '%s' is not an input of "
+                            "the program\n", ref->inputs[k].name);
+            return -1;
+        }
+        rj->in_paths[k] = job->in_paths[j];
+    }
+    if (rt_check_input_files(rj, err, sizeof err)) {
+        fprintf(stderr, "einrt: error: --check: %s\n", err);
+        return -1;
+    }
+    rt_device_ops ops = rt_solo_ops;
+    ops.abort = job->launcher->abort;
+    rt_device dev;
+    rt_device_init(&dev, ref, &ops, NULL, 0);
+    rt_job_device(&dev, rj);
+    rt_device_release(&dev);
+    return 0;
+}
+
+int rt_run_check(const rt_job *job)
+{
+    rt_job rj;
+    rt_train rtr;
+    memset(&rj, 0, sizeof rj);
+    memset(&rtr, 0, sizeof rtr);
+    int status = 0;
+    if (run_reference(job, &rj, &rtr) == 0) {
+        struct worst w = {0, NULL};
+        const rt_program *ref = job->prog->reference;
+        for (int32_t i = 0; i < job->prog->noutputs; i++) {
+            const rt_tensor_desc *t = &job->prog->outputs[i];
+            int32_t j = rt_find_tensor(ref->outputs, ref->noutputs, t->name);
+            if (j < 0 || !same_global(t, &ref->outputs[j])) {
+                fprintf(stderr, "einrt: error: --check: output '%s' has no matching output in "
+                                "the reference\n", t->name);
+                status = -1;
+                continue;
+            }
+            if (report(t->name, "output", "", t->dtype, check_tol(t->dtype), job->global_out[i],
+                       rj.global_out[j], rt_numel(t->rank, t->global_shape), &w))
+                status = -1;
+        }
+        if (job->train) {
+            if (compare_training(job, &rj, &w))
+                status = -1;
+            if (w.name)
+                printf("check: largest max_rel_err=%.3g (%s)\n", w.rel_err, w.name);
+        }
+    } else {
+        status = -1;
+    }
+    char err[256];
+    if (rj.train)
+        rt_train_release(&rtr, rj.prog, err, sizeof err);
+    if (rj.prog)
+        rt_job_release(&rj);
+    return status;
+}

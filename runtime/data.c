@@ -1,0 +1,212 @@
+/*
+ * data.c - --data: the datasets a training program's inputs are fed from,
+ * one batch per step.
+ *
+ * A --data file for an input of global shape [B, rest...] holds N >= B
+ * rows of shape [rest...].  Step g (0-based, counted over the whole
+ * training, so a resumed run continues the order) is batch
+ * j = g mod (N div B) of epoch e = g div (N div B): positions j*B ..
+ * j*B+B-1 of the epoch's order of the rows, which is 0..N-1, or with --seed
+ * a permutation drawn from (seed, e).  The N mod B rows past the last whole
+ * batch of an epoch are not used in it (PyTorch's drop_last); with a
+ * shuffle they are different rows each epoch.  Every --data file of a job
+ * has the same N and is read in the same order, so row i of each file
+ * stays one sample.
+ *
+ * The permutation is computed, not stored: position i of epoch e is a
+ * keyed 4-round Feistel network over the smallest even number of bits 2h
+ * that holds N (a bijection of [0, 2^2h)), applied again while the result
+ * is >= N (cycle walking: the orbit of i < N returns to [0, N) within a
+ * few steps, and the map stays a bijection of [0, N)).  So every thread
+ * and rank finds the rows of its own block from (seed, e, i) alone, with
+ * no communication and no O(N) table per epoch, and a test can reproduce
+ * the order from docs/runtime.md.
+ *
+ * Each file is mapped once per process (read-only, shared by the device
+ * threads; the kernel's page cache is the only copy), and each device
+ * copies only its block of the batch: for each of its rows the box of
+ * its block of the rest dims, with rt_copy_box.  Reading through a map
+ * beyond the end of a file that shrank would be a SIGBUS; the file's size
+ * is checked before each copy, so a truncated file ends the job with a
+ * message instead.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+/* Bytes per element in a .npy file of a tensor of `dtype` (bf16 is f32 there). */
+static size_t file_elem_size(int32_t dtype)
+{
+    return dtype == RT_F64 ? 8 : 4;
+}
+
+/* Checks header `h` of `path` against input `t`: rank, rest dims, at
+ * least one batch of rows, then dtype, order and size through
+ * rt_npy_check on `t` with N rows. */
+static int check_rows(const rt_npy_header *h, const char *path, const rt_tensor_desc *t,
+                      char *err, size_t errlen)
+{
+    int same = h->rank == t->rank;
+    for (int32_t d = 1; same && d < t->rank; d++)
+        same = h->shape[d] == t->global_shape[d];
+    if (!same) {
+        char found[160], row[160], want[200];
+        rt_format_shape(found, sizeof found, h->rank, h->shape);
+        rt_format_shape(row, sizeof row, t->rank - 1, t->global_shape + 1);
+        /* "(N, 4)": the row's shape with N in front. */
+        int n = snprintf(want, sizeof want, "(N");
+        for (int32_t d = 1; d < t->rank && n > 0 && (size_t)n < sizeof want; d++)
+            n += snprintf(want + n, sizeof want - (size_t)n, ", %lld",
+                          (long long)t->global_shape[d]);
+        if (n > 0 && (size_t)n < sizeof want)
+            snprintf(want + n, sizeof want - (size_t)n, t->rank == 1 ? ",)" : ")");
+        return rt_errf(err, errlen, "--data %s: %s has shape %s, expected %s: N >= %lld rows, "
+                       "each shaped like a row %s of '%s'", t->name, path, found, want,
+                       (long long)t->global_shape[0], row, t->name);
+    }
+    if (h->shape[0] < t->global_shape[0])
+        return rt_errf(err, errlen, "--data %s: %s has %lld rows, fewer than the batch of %lld "
+                       "rows a step takes (dim 0 of '%s')", t->name, path, (long long)h->shape[0],
+                       (long long)t->global_shape[0], t->name);
+    rt_tensor_desc all = *t;
+    all.global_shape[0] = h->shape[0];
+    return rt_npy_check(h, path, &all, err, errlen);
+}
+
+/* Opens and maps the first `bytes` of `df->path` into df; -1 and a message on failure. */
+static int map_file(rt_data_file *df, size_t bytes, char *err, size_t errlen)
+{
+    df->fd = open(df->path, O_RDONLY | O_CLOEXEC);
+    if (df->fd < 0)
+        return rt_errf(err, errlen, "--data %s: cannot open %s: %s", df->name, df->path,
+                       strerror(errno));
+    void *m = mmap(NULL, bytes, PROT_READ, MAP_SHARED, df->fd, 0);
+    if (m == MAP_FAILED)
+        return rt_errf(err, errlen, "--data %s: cannot map %s: %s", df->name, df->path,
+                       strerror(errno));
+    df->map = m;
+    df->map_bytes = bytes;
+    return 0;
+}
+
+int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char *err,
+                size_t errlen)
+{
+    if (t->rank == 0)
+        return rt_errf(err, errlen, "--data %s: '%s' is a scalar; a dataset feeds the rows of "
+                       "an input's dim 0 (its batch)", t->name, t->name);
+    if (t->global_shape[0] == 0)
+        return rt_errf(err, errlen, "--data %s: '%s' has a batch (dim 0) of 0 rows", t->name,
+                       t->name);
+    rt_data_file *files = realloc(ds->files, (size_t)(ds->nfiles + 1) * sizeof *files);
+    if (!files)
+        return rt_errf(err, errlen, "out of memory");
+    ds->files = files;
+    rt_data_file *df = &files[ds->nfiles++];
+    memset(df, 0, sizeof *df);
+    df->name = t->name;
+    df->path = path;
+    df->dtype = t->dtype;
+    df->fd = -1;
+    char why[900];
+    if (rt_npy_read_header(path, &df->header, why, sizeof why))
+        return rt_errf(err, errlen, "--data %s: %s", t->name, why);
+    if (check_rows(&df->header, path, t, err, errlen))
+        return -1;
+    int64_t n = df->header.shape[0];
+    if (ds->nfiles == 1) {
+        ds->rows = n;
+        ds->batch = t->global_shape[0];
+        ds->batches = n / ds->batch;
+    } else if (n != ds->rows) {
+        return rt_errf(err, errlen, "--data %s: %s has %lld rows but %s has %lld; row i of every "
+                       "--data file is one sample, so the files need the same number of rows",
+                       t->name, path, (long long)n, ds->files[0].path, (long long)ds->rows);
+    } else if (t->global_shape[0] != ds->batch) {
+        return rt_errf(err, errlen, "--data %s: '%s' takes batches of %lld rows but '%s' of %lld; "
+                       "inputs fed from --data must have the same dim 0", t->name, t->name,
+                       (long long)t->global_shape[0], ds->files[0].name, (long long)ds->batch);
+    }
+    /* Checked by rt_npy_check not to overflow. */
+    int64_t bytes = df->header.data_offset +
+                    rt_numel(t->rank, df->header.shape) * (int64_t)file_elem_size(t->dtype);
+    return map_file(df, (size_t)bytes, err, errlen);
+}
+
+void rt_data_close(rt_dataset *ds)
+{
+    for (int i = 0; i < ds->nfiles; i++) {
+        if (ds->files[i].map)
+            munmap((void *)ds->files[i].map, ds->files[i].map_bytes);
+        if (ds->files[i].fd >= 0)
+            close(ds->files[i].fd);
+    }
+    free(ds->files);
+    ds->files = NULL;
+    ds->nfiles = 0;
+}
+
+int64_t rt_shuffle_index(uint64_t seed, int64_t epoch, int64_t n, int64_t i)
+{
+    int h = 1;
+    while (h < 31 && ((int64_t)1 << (2 * h)) < n)
+        h++;
+    uint64_t mask = ((uint64_t)1 << h) - 1, key[4];
+    for (uint64_t r = 0; r < 4; r++)
+        key[r] = rt_splitmix64(seed ^ rt_splitmix64(4 * (uint64_t)epoch + r));
+    uint64_t x = (uint64_t)i;
+    do {
+        uint64_t l = x >> h, rr = x & mask;
+        for (int r = 0; r < 4; r++) {
+            uint64_t f = rt_splitmix64(rr ^ key[r]) & mask;
+            uint64_t nl = rr;
+            rr = l ^ f;
+            l = nl;
+        }
+        x = l << h | rr;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
+}
+
+int64_t rt_data_row(const rt_dataset *ds, int64_t step, int64_t i)
+{
+    int64_t epoch = step / ds->batches;
+    int64_t pos = (step % ds->batches) * ds->batch + i;
+    return ds->shuffle ? rt_shuffle_index(ds->seed, epoch, ds->rows, pos) : pos;
+}
+
+void rt_data_fill(rt_device *dev, const rt_dataset *ds, int f, const rt_tensor_desc *t,
+                  int64_t step, void *dst)
+{
+    const rt_data_file *df = &ds->files[f];
+    struct stat st;
+    if (fstat(df->fd, &st) != 0 || st.st_size < (off_t)df->map_bytes)
+        rt_fatal(dev, "--data %s: %s has shrunk to %lld bytes since it was checked (%lld "
+                 "needed); it must stay as it is while the job runs", df->name, df->path,
+                 (long long)st.st_size, (long long)df->map_bytes);
+    int64_t start[RT_MAX_RANK], zero[RT_MAX_RANK] = {0};
+    rt_block_start(t, dev->prog->axis_sizes, dev->coord, start);
+    /* A row is the dims after the batch: the file holds whole rows, the
+     * device its block of each. */
+    int32_t rank = t->rank - 1;
+    const int64_t *row_shape = t->global_shape + 1, *block = t->local_shape + 1;
+    int64_t row_elems = rt_numel(rank, row_shape), block_elems = rt_numel(rank, block);
+    size_t fes = file_elem_size(t->dtype), es = rt_dtype_size(t->dtype);
+    float *conv = t->dtype == RT_BF16 ? rt_xmalloc(dev, (size_t)block_elems * sizeof *conv) : NULL;
+    const unsigned char *rows = df->map + df->header.data_offset;
+    for (int64_t r = 0; r < t->local_shape[0]; r++) {
+        int64_t row = rt_data_row(ds, step, start[0] + r);
+        char *to = (char *)dst + (size_t)(r * block_elems) * es;
+        rt_copy_box(conv ? (void *)conv : to, block, zero, rows + (size_t)(row * row_elems) * fes,
+                    row_shape, start + 1, block, rank, fes);
+        if (conv)
+            rt_f32_to_bf16_n(conv, (uint16_t *)to, block_elems);
+    }
+    free(conv);
+}
