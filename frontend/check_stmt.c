@@ -234,6 +234,45 @@ static const ast_factor *as_comparison(const ast_expr *e)
 }
 
 /* Resolves call `f` (name and argument count) and checks its arguments. */
+/* A nonlinear function of a product of tensors that share an index the
+ * left side lacks, `relu(X[B, P] * W[P, H])` in `Y[B, H] = ...`: nothing is
+ * summed inside a call, so the statement sums relu's values over P, where a
+ * contraction before relu was almost surely meant.  Legal, so a warning
+ * that names the fix. */
+static void warn_product_in_call(fe_checker *c, const ast_factor *f, const rhs_state *st)
+{
+    if (f->u.call.callee != AST_CALL_FN || f->u.call.fn == IR_FN_NEG || st->nlhs < 0)
+        return;
+    const ast_expr *a = f->u.call.args[0];
+    for (int t = 0; t < a->nterms; t++) {
+        const ast_term *term = a->terms[t];
+        for (int i = 0; i < term->nfactors; i++) {
+            const ast_factor *x = term->factors[i];
+            for (int j = i + 1; x->kind == AST_F_TENSOR && j < term->nfactors; j++) {
+                const ast_factor *y = term->factors[j];
+                for (int k = 0; y->kind == AST_F_TENSOR && k < x->u.tref.nidx; k++) {
+                    int d = x->u.tref.idx[k].dim;
+                    bool in_y = false, in_lhs = false;
+                    for (int q = 0; q < y->u.tref.nidx; q++)
+                        in_y |= y->u.tref.idx[q].dim == d;
+                    for (int q = 0; q < st->nlhs; q++)
+                        in_lhs |= st->lhs_dims[q] == d;
+                    if (d < 0 || !in_y || in_lhs)
+                        continue;
+                    diag_warning(c->diag, f->u.call.fname.loc,
+                                 "%s is applied to each product of %s and %s, and then the "
+                                 "statement sums over %s: nothing is summed inside a call.  To "
+                                 "apply %s to the contraction over %s, write the contraction as "
+                                 "a statement of its own",
+                                 f->u.call.fname.s, x->u.tref.name.s, y->u.tref.name.s,
+                                 x->u.tref.idx[k].name, f->u.call.fname.s, x->u.tref.idx[k].name);
+                    return;
+                }
+            }
+        }
+    }
+}
+
 static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
 {
     const ast_name *n = &f->u.call.fname;
@@ -294,6 +333,8 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
     }
     if (st->ok && (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX))
         check_reduce_dim(c, f, st);
+    if (st->ok)
+        warn_product_in_call(c, f, st);
 }
 
 static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)

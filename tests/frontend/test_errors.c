@@ -798,6 +798,27 @@ static void test_train_warning(void)
     fe_run_free(&r);
 }
 
+/* A nonlinear function of a product summed only outside it compiles, with
+ * a warning at the function; a sum of exp, and a product inside a
+ * parenthesis, get none. */
+static void test_product_in_call_warning(void)
+{
+    fe_run r = fe_test_compile_str("dim B = 4, P = 8, H = 3\ninput X[B, P] : f32\nparam W[P, H] : f32\n"
+                                   "param C[H] : f32\nY[B, H] = relu(X[B, P] * W[P, H] + C[H])\n"
+                                   "E[B] = exp(X[B, P])\nQ[B, H] = (X[B, P] + 1) * W[P, H]\n"
+                                   "output Y\noutput E\noutput Q\n",
+                                   NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.m);
+    CU_ASSERT_EQUAL(r.nerrors, 0);
+    CU_ASSERT_STRING_EQUAL(r.diag, "t.ein:5:11: warning: relu is applied to each product of X and W, "
+                                   "and then the statement sums over P: nothing is summed inside a "
+                                   "call.  To apply relu to the contraction over P, write the "
+                                   "contraction as a statement of its own\n"
+                                   "    Y[B, H] = relu(X[B, P] * W[P, H] + C[H])\n"
+                                   "              ^\n");
+    fe_run_free(&r);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -841,6 +862,7 @@ void einc_register_tests(void)
         {"repeated blocks", test_repeat_errors},
         {"loss and optimize misuses", test_train_errors},
         {"a param the loss does not reach", test_train_warning},
+        {"a nonlinear function of a product", test_product_in_call_warning},
     };
     einc_add_suite("frontend errors", tests, (int)(sizeof tests / sizeof tests[0]));
 }
