@@ -26,9 +26,11 @@
 
 #include "rt_internal.h"
 
-/* Relative-error tolerance of --check per dtype. */
-static double check_tol(int32_t dtype)
+/* Relative-error tolerance of --check: --check-tol, else per dtype. */
+static double check_tol(const rt_job *job, int32_t dtype)
 {
+    if (job->opt->check_tol > 0)
+        return job->opt->check_tol;
     return dtype == RT_F64 ? 1e-10 : dtype == RT_BF16 ? 1e-2 : 1e-4;
 }
 
@@ -120,7 +122,7 @@ static int compare_training(const rt_job *job, const rt_job *rj, struct worst *w
         char what[64];
         snprintf(what, sizeof what, " over %lld step%s", (long long)n, n == 1 ? "" : "s");
         /* The losses are kept as doubles; the tolerance is the loss's dtype's. */
-        if (report("loss curve", NULL, what, RT_F64, check_tol(p->outputs[p->loss_output].dtype),
+        if (report("loss curve", NULL, what, RT_F64, check_tol(job, p->outputs[p->loss_output].dtype),
                    tr->losses, rtr->losses, n, w))
             status = -1;
     }
@@ -137,7 +139,7 @@ static int compare_training(const rt_job *job, const rt_job *rj, struct worst *w
             continue;
         }
         if (report(t->name, t->role == RT_ROLE_PARAM ? "param" : "state", "", t->dtype,
-                   check_tol(t->dtype), tr->final[k], rtr->final[j],
+                   check_tol(job, t->dtype), tr->final[k], rtr->final[j],
                    rt_numel(t->rank, t->global_shape), w))
             status = -1;
     }
@@ -222,7 +224,7 @@ int rt_run_check(const rt_job *job)
                 status = -1;
                 continue;
             }
-            if (report(t->name, "output", "", t->dtype, check_tol(t->dtype), job->global_out[i],
+            if (report(t->name, "output", "", t->dtype, check_tol(job, t->dtype), job->global_out[i],
                        rj.global_out[j], rt_numel(t->rank, t->global_shape), &w))
                 status = -1;
         }

@@ -12,6 +12,7 @@
  * program later (job.c), here only the syntax.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,7 @@ static int parse_count(const char *flag, const char *val, int64_t max, int64_t *
 static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
+    "--check-tol",
 };
 
 static int takes_value(const char *flag)
@@ -166,6 +168,13 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             o->repeat_given = 1;
         } else if (!strcmp(flag, "--check")) {
             o->check = 1;
+        } else if (!strcmp(flag, "--check-tol")) {
+            char *end;
+            errno = 0;
+            double t = strtod(val, &end);
+            if (*end || errno || !(t > 0) || !isfinite(t))
+                return rt_errf(err, errlen, "--check-tol expects a positive number, got '%s'", val);
+            o->check_tol = t;
         } else if (!strcmp(flag, "--info")) {
             o->info = 1;
         } else if (!strcmp(flag, "--stats")) {
@@ -215,6 +224,7 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          every output (max relative error; tolerance 1e-4 f32,\n"
             "                          1e-10 f64, 1e-2 bf16; exit 1 beyond it, or if any\n"
             "                          element of either run is NaN or Inf)\n"
+            "  --check-tol T           --check's relative tolerance for every dtype instead\n"
             "  --repeat N              run N times, print the median time per run\n"
             "  --info                  print the program (mesh, tensors, shardings, IR)\n"
             "  --stats                 print peak memory (rt_alloc) per device\n"

@@ -481,6 +481,7 @@ typedef struct rt_options {
     int random_inputs;           /* 1 if --random-inputs was given */
     uint64_t seed;               /* its seed */
     int check;                   /* --check */
+    double check_tol;            /* --check-tol: tolerance for every dtype, 0 for the defaults */
     int64_t repeat;              /* --repeat N (1 by default) */
     int repeat_given;            /* 1 if --repeat was given (print the median) */
     int info;                    /* --info */

@@ -4,7 +4,7 @@
 For each examples/*.ein (or those matching --match): `einc FILE -o EXE` (plus
 the -D options of a `# check-with: -D NAME=VALUE ...` line in the file, which
 shrinks a full-size model to what this machine runs in seconds), then
-`EXE --random-inputs 1 --check` (under `mpirun -np <mesh size>` with --runtime
+`EXE --random-inputs 1 --check` (plus the flags of a `# check-run:` line) (under `mpirun -np <mesh size>` with --runtime
 mpi).  A run passes when it exits 0 and prints a `check NAME: max_rel_err=`
 line for every output the executable lists in --info, each within its
 tolerance.  The last line is `N passed, N failed`; exit 1 on any failure.
@@ -65,6 +65,10 @@ def check_example(path, args, work):
     if args.runtime == "mpi":
         launch = mpi_launch(args.mpirun, int(m.group(1)))
     cmd = launch + [exe, "--random-inputs", "1", "--check"]
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("# check-run:"):
+                cmd += line.split(":", 1)[1].split()
     t0 = time.time()
     rc, out = run(cmd, work)
     secs = time.time() - t0
