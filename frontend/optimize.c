@@ -13,12 +13,14 @@
  * Optimizer state (SGD's momentum buffer, AdamW's m and v) are IR_VAL_STATE
  * values named `W.mom`, `W.m`, `W.v`, with the param's dims, dtype and
  * sharding: state sharded like its param is what makes ZeRO stages follow
- * from the param's sharding (seed 000, FSDP: "the optimizer state is
- * sharded like the weights").  The gradient is constrained to the param's
- * sharding too, so an FSDP param's gradient comes out of a ReduceScatter
- * and a DP param's out of an AllReduce (seed 000's listings).  AdamW's
- * step count is one f32 scalar state, `opt.step`, shared by every AdamW
- * param; the dots keep state names apart from tensor names.
+ * from the param's sharding (seed 000, "fully sharded data parallelism":
+ * FSDP shards the optimizer state along the weights' mesh axis, and
+ * ZeRO-1/2/3 shard the optimizer state, gradients and weights).  The
+ * gradient is constrained to the param's sharding too, so an FSDP param's
+ * gradient comes out of a ReduceScatter and a DP param's out of an
+ * AllReduce (seed 000's listings).  AdamW's step count is one f32 scalar
+ * state, `opt.step`, shared by every AdamW param; the dots keep state
+ * names apart from tensor names.
  *
  * The updates follow PyTorch's torch.optim.SGD (dampening 0, no Nesterov)
  * and torch.optim.AdamW (decoupled weight decay, Loshchilov and Hutter,
