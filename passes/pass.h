@@ -74,7 +74,7 @@ const pass_info *pass_registry_find(const pass_registry *r, const char *name);
 void pass_registry_list(const pass_registry *r, FILE *out);
 
 /* The default pipeline, as --passes text. */
-#define PASS_DEFAULT_PIPELINE "propagate,meshslice,cost"
+#define PASS_DEFAULT_PIPELINE "propagate,regather,meshslice,cost"
 
 /* ---- pass manager (manager.c) ---- */
 
@@ -100,6 +100,7 @@ int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m);
 int pass_propagate(pass_ctx *ctx, ir_module *m);  /* propagate.c */
 int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
 int pass_prefetch_params(pass_ctx *ctx, ir_module *m); /* prefetch_params.c */
+int pass_regather(pass_ctx *ctx, ir_module *m);   /* regather.c */
 int pass_meshslice(pass_ctx *ctx, ir_module *m);  /* meshslice.c */
 
 #endif

@@ -14,6 +14,7 @@
 
 static const pass_info builtin[] = {
     {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001)", pass_propagate},
+    {"regather", "keep a gathered weight for the backward pass, or gather it again when memory does not fit (seed 000)", pass_regather},
     {"meshslice", "lower 2D GEMMs to MeshSlice loops of partial AllGather/ReduceScatter (seed 004); --meshslice=auto|off|K", pass_meshslice},
     {"prefetch-params", "move resharding ops of params to the front, to overlap them (example pass, docs/passes.md)", pass_prefetch_params},
     {"cost", "annotate every op with FLOPs, bytes and time on the --hw profile (seeds 001, 000)", pass_cost},

@@ -12,13 +12,16 @@ decoupled weight decay), and both must agree to 1e-9 relative.
 
 Optimizer state (`Win.m`, `Win.v`, `opt.step`, `Win.mom`) starts at zero
 in the runtime; for SGD the test also gives it as zero .npy files by name,
-which must change nothing.
+which must change nothing.  FSDP also runs compiled for a profile with 256 bytes
+of memory per device, where the regather pass gathers Wout again before
+the backward pass instead of keeping the forward's copy.
 
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: train.py --einc PATH [--mpi --mpirun PATH]
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -43,10 +46,13 @@ L[] = mean((Out[B, D] - Tgt[B, D]) * (Out[B, D] - Tgt[B, D]))
 loss L
 optimize Win, Wout with {OPT}
 """
+# Compiled with TINY_HBM as --hw: nothing fits, so weights are gathered again.
+REGATHER = "FSDP, gathered again"
 SHARDINGS = {
     "replicated": {"IN": "B, D", "WIN": "D, F", "WOUT": "F, D"},
     "DP": {"IN": "B_XY, D", "WIN": "D, F", "WOUT": "F, D"},
     "FSDP": {"IN": "B_XY, D", "WIN": "D_XY, F", "WOUT": "F, D_XY"},
+    REGATHER: {"IN": "B_XY, D", "WIN": "D_XY, F", "WOUT": "F, D_XY"},
     "TP": {"IN": "B, D", "WIN": "D, F_XY", "WOUT": "F_XY, D"},
     "FSDP+TP": {"IN": "B_X, D", "WIN": "D_X, F_Y", "WOUT": "F_Y, D_X"},
 }
@@ -112,6 +118,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="einc-train-") as work:
         def path(name):
             return os.path.join(work, name + ".npy")
+        tiny = os.path.join(work, "tiny.json")
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "hw",
+                               "tpu-v5e.json")) as f:
+            prof = json.load(f)
+        prof["name"], prof["hbm_bytes"] = "tiny", 256.0
+        with open(tiny, "w") as f:
+            json.dump(prof, f)
         for k, v in vals.items():
             np.save(path(k), v)
         for opt, (spelling, suffixes) in OPTIMIZERS.items():
@@ -127,12 +140,20 @@ def main():
                     with open(ein, "w") as f:
                         f.write(FFW.format(OPT=spelling, **subs))
                     exe = os.path.join(work, "train_" + rt)
-                    p = subprocess.run([a.einc, ein, "-o", exe, "--runtime=" + rt],
+                    hw = ["--hw", tiny] if sname == REGATHER else []
+                    p = subprocess.run([a.einc, ein, "-o", exe, "--runtime=" + rt] + hw,
                                        capture_output=True, text=True)
                     if p.returncode != 0:
                         print("FAIL %s: einc: %s" % (title, p.stderr.strip()[-2000:]))
                         failed += 1
                         continue
+                    if hw:
+                        ir = subprocess.run([a.einc, ein, "--dump-ir"] + hw, capture_output=True,
+                                            text=True).stdout
+                        if "gathered again" not in ir:
+                            print("FAIL %s: no weight is gathered again:\n%s" % (title, ir))
+                            failed += 1
+                            continue
                     run = (mpi_launch(a.mpirun, 4) if rt == "mpi" else []) + [exe]
                     for k in list(vals) + list(zeros):
                         run += ["--input", "%s=%s" % (k, path(k))]
