@@ -341,14 +341,14 @@ static int finish_root(rt_job *job)
     }
     if (o->check && rt_run_check(job))
         status = -1;
-    if (o->stats) {
+    if (o->stats || o->profile) { /* --profile: the largest; --stats: every device's */
         int64_t n = rt_mesh_size(p), maxi = 0;
         for (int64_t d = 0; d < n; d++)
             if (job->peak[d] > job->peak[maxi])
                 maxi = d;
         printf("peak memory per device: max %lld bytes (device %lld)\n",
                (long long)job->peak[maxi], (long long)maxi);
-        for (int64_t d = 0; d < n && n <= 64; d++)
+        for (int64_t d = 0; d < n && n <= 64 && o->stats; d++)
             printf("  device %lld: peak %lld bytes\n", (long long)d, (long long)job->peak[d]);
     }
     if (o->repeat_given) {

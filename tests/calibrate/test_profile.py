@@ -7,7 +7,9 @@ and without --hw (the default for -o is the host profile); for each: the
 table has one row per op of --dump-ir, named as --dump-ir names it
 ("In.1 = AllGather_Y In"), every row has calls = --repeat, a positive
 measured time, the prediction of --dump-cost for that op and profile, and
-error = (predicted - measured) / measured; the header names the profile.
+error = (predicted - measured) / measured; the header names the profile;
+and a last line gives the measured peak memory of a device, at least the
+params and inputs that --dump-cost counts as resident.
 """
 import argparse
 import math
@@ -68,6 +70,15 @@ def main():
                       "ffw_tp: collectives and compute named with their axes: %s" % kinds)
             check(re.search(r"^\s+sum\s+[0-9.]+\s+[0-9.]+\s+[-+0-9.]+%$", out, re.M) is not None,
                   "%s: sum row" % name)
+            # The measured peak: at least the device's params and inputs
+            # (--dump-cost's resident part), which stay allocated.
+            m = re.search(r"^peak memory per device: max (\d+) bytes \(device \d+\)$", out, re.M)
+            res = re.search(r"^memory: .*\(params ([0-9.e+-]+) GiB, inputs ([0-9.e+-]+) GiB", cost,
+                            re.M)
+            if check(m is not None and res is not None, "%s: a peak memory line" % name):
+                resident = (float(res.group(1)) + float(res.group(2))) * 2 ** 30
+                check(int(m.group(1)) >= 0.999 * resident, "%s: measured peak %s bytes >= the "
+                      "resident %.0f bytes" % (name, m.group(1), resident))
     finish("test_profile")
 
 
