@@ -12,7 +12,8 @@ fe_ew *fe_ew_leaf(ir_arena *a, ir_value *v, const int *labels, int n)
     t->kind = IR_EW_OPERAND;
     t->v = v;
     t->nlabels = n;
-    memcpy(t->labels, labels, (size_t)n * sizeof *labels);
+    if (n > 0) /* a scalar has no labels (and may pass none) */
+        memcpy(t->labels, labels, (size_t)n * sizeof *labels);
     t->nleaves = 1;
     return t;
 }

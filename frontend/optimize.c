@@ -293,7 +293,7 @@ static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, 
     ir_value *v1 = emit_update(x, vn, vt, v);
     if (!m1 || !v1)
         return false;
-    fe_ew *tl = fe_ew_leaf(x->e.arena, t1, NULL, 0);
+    fe_ew *tl = fe_ew_leaf(x->e.arena, t1, t1->type.dims, 0); /* a scalar: no labels */
     fe_ew *mhat = op2(x, IR_EW_DIV, leaf(x, m1), bias_correction(x, tl, b1));
     fe_ew *vhat = op2(x, IR_EW_DIV, leaf(x, v1), bias_correction(x, tl, b2));
     fe_ew *denom = op2(x, IR_EW_ADD, fe_ew_call(x->e.arena, IR_FN_SQRT, vhat), k(x, hp[ADAMW_EPS]));
