@@ -22,6 +22,7 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "codegen.h"
+#include "einrt.h"
 
 /* LLVM types used everywhere, including the ABI struct mirrors. */
 typedef struct cg_types {
@@ -123,6 +124,9 @@ LLVMValueRef cg_const_i32s(cg_ctx *c, const int32_t *v, int n, int len, int32_t 
 /* i32 / i64 constants. */
 LLVMValueRef cg_i32(cg_ctx *c, int64_t v);
 LLVMValueRef cg_i64(cg_ctx *c, int64_t v);
+/* A private constant global holding `d` (an rt_coll_desc, einrt.h, member
+ * by member in the LLVM mirror of types.c), its name starting `prefix`. */
+LLVMValueRef cg_coll_desc_const(cg_ctx *c, const rt_coll_desc *d, const char *prefix);
 /* Per-device shape of `t` into `shape` (t->rank entries). */
 void cg_local_shape(const ir_module *m, const ir_type *t, int64_t *shape);
 

@@ -13,6 +13,8 @@
  * them together.  rt_meshslice_desc has only 8-byte members, so its LLVM
  * mirror below is a struct of i64 and ptr fields with no padding.
  */
+#include <string.h>
+
 #include "cg_internal.h"
 #include "einrt.h"
 
@@ -30,22 +32,22 @@ static int label_pos(const int *labels, int rank, int L)
 static LLVMValueRef coll_const(cg_ctx *c, int kind, ir_dtype t, int axis, int rank,
                                const int64_t *in, const int64_t *out, int dim, int id)
 {
-    int32_t axes[RT_MAX_AXES] = {axis};
-    LLVMValueRef f[] = {
-        cg_i32(c, kind),
-        cg_i32(c, (int)t),
-        cg_i32(c, 1),
-        cg_const_i32s(c, axes, 1, RT_MAX_AXES, 0),
-        cg_i32(c, rank),
-        cg_const_i64s(c, in, rank, RT_MAX_RANK, 0),
-        cg_const_i64s(c, out, rank, RT_MAX_RANK, 0),
-        cg_i32(c, dim),
-        cg_i32(c, -1),
-        cg_i32(c, id),
-        cg_i32(c, RT_REDUCE_SUM), /* reduce_op */
-    };
-    return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]),
-                           "ms_coll_desc");
+    rt_coll_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = kind;
+    d.dtype = (int32_t)t;
+    d.naxes = 1;
+    d.axes[0] = axis;
+    d.rank = rank;
+    memcpy(d.in_shape, in, (size_t)rank * sizeof *in);
+    memcpy(d.out_shape, out, (size_t)rank * sizeof *out);
+    d.dim = dim;
+    d.dim2 = -1;
+    d.op_id = id;
+    d.reduce_op = RT_REDUCE_SUM;
+    for (int a = 0; a < RT_MAX_AXES; a++)
+        d.axis_dim[a] = d.axis_dim2[a] = -1;
+    return cg_coll_desc_const(c, &d, "ms_coll_desc");
 }
 
 /* The rt_meshslice declaration, added on first use. */

@@ -29,6 +29,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cg_internal.h"
 #include "einrt.h"
@@ -114,48 +115,70 @@ static int coll_reduce_op(const ir_op *op)
     return RT_REDUCE_SUM;
 }
 
+LLVMValueRef cg_coll_desc_const(cg_ctx *c, const rt_coll_desc *d, const char *prefix)
+{
+    LLVMValueRef f[] = {
+        cg_i32(c, d->kind),
+        cg_i32(c, d->dtype),
+        cg_i32(c, d->naxes),
+        cg_const_i32s(c, d->axes, RT_MAX_AXES, RT_MAX_AXES, 0),
+        cg_i32(c, d->rank),
+        cg_const_i64s(c, d->in_shape, d->rank, RT_MAX_RANK, 0),
+        cg_const_i64s(c, d->out_shape, d->rank, RT_MAX_RANK, 0),
+        cg_i32(c, d->dim),
+        cg_i32(c, d->dim2),
+        cg_i32(c, d->op_id),
+        cg_i32(c, d->reduce_op),
+        cg_const_i32s(c, d->axis_dim, RT_MAX_AXES, RT_MAX_AXES, 0),
+        cg_const_i32s(c, d->axis_dim2, RT_MAX_AXES, RT_MAX_AXES, 0),
+    };
+    return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]), prefix);
+}
+
 /* The constant rt_coll_desc of resharding `op` (op index `id`); `reduce_op`
- * (enum rt_reduce_op) for AllReduce and ReduceScatter, else RT_REDUCE_SUM. */
+ * (enum rt_reduce_op) for AllReduce and ReduceScatter, else RT_REDUCE_SUM.
+ * A collective whose axes work along different dims gets RT_DIM_PER_AXIS
+ * and its per-axis dims (axis_dim, axis_dim2); any other leaves those -1,
+ * as a descriptor emitted before they existed would not have them. */
 static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, int id,
                               int reduce_op)
 {
-    int kind = RT_SLICE, dim = op->u.coll.dim, dim2 = -1;
+    rt_coll_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = RT_SLICE;
+    d.dim = op->u.coll.dim;
+    d.dim2 = -1;
     switch (op->kind) {
-    case IR_OP_ALLGATHER: kind = RT_ALLGATHER; break;
-    case IR_OP_REDUCESCATTER: kind = RT_REDUCESCATTER; break;
-    case IR_OP_ALLREDUCE: kind = RT_ALLREDUCE; dim = -1; break;
+    case IR_OP_ALLGATHER: d.kind = RT_ALLGATHER; break;
+    case IR_OP_REDUCESCATTER: d.kind = RT_REDUCESCATTER; break;
+    case IR_OP_ALLREDUCE: d.kind = RT_ALLREDUCE; d.dim = -1; break;
     case IR_OP_ALLTOALL:
         /* The IR's AllToAll removes `axes` from dim `dim` (so that dim's
          * per-device block grows) and appends them to dim `dim2` (whose block
          * is split).  The runtime's `dim` is the dim that grows and `dim2`
-         * the dim that is split: the same numbering, no swap. */
-        kind = RT_ALLTOALL;
-        dim2 = op->u.coll.dim2;
+         * the dim that is split: the same numbering, no swap (also per
+         * axis). */
+        d.kind = RT_ALLTOALL;
+        d.dim2 = op->u.coll.dim2;
         break;
-    default: kind = RT_SLICE; break;
+    default: d.kind = RT_SLICE; break;
     }
-    int64_t in_shape[RT_MAX_RANK], out_shape[RT_MAX_RANK];
-    cg_local_shape(m, &op->operands[0]->type, in_shape);
-    cg_local_shape(m, &op->result->type, out_shape);
-    int rank = op->result->type.rank;
-    int32_t axes[RT_MAX_AXES] = {0};
-    for (int a = 0; a < op->u.coll.naxes && a < RT_MAX_AXES; a++)
-        axes[a] = op->u.coll.axes[a];
-    LLVMValueRef f[] = {
-        cg_i32(c, kind),
-        cg_i32(c, (int)op->result->type.dtype),
-        cg_i32(c, op->u.coll.naxes),
-        cg_const_i32s(c, axes, op->u.coll.naxes, RT_MAX_AXES, 0),
-        cg_i32(c, rank),
-        cg_const_i64s(c, in_shape, rank, RT_MAX_RANK, 0),
-        cg_const_i64s(c, out_shape, rank, RT_MAX_RANK, 0),
-        cg_i32(c, dim),
-        cg_i32(c, dim2),
-        cg_i32(c, id),
-        cg_i32(c, kind == RT_ALLREDUCE || kind == RT_REDUCESCATTER ? reduce_op : RT_REDUCE_SUM),
-    };
-    return cg_const_global(c, LLVMConstNamedStruct(c->t.coll_desc, f, sizeof f / sizeof f[0]),
-                           "coll_desc");
+    cg_local_shape(m, &op->operands[0]->type, d.in_shape);
+    cg_local_shape(m, &op->result->type, d.out_shape);
+    d.dtype = (int32_t)op->result->type.dtype;
+    d.rank = op->result->type.rank;
+    d.naxes = op->u.coll.naxes;
+    for (int a = 0; a < RT_MAX_AXES; a++) {
+        bool per_axis = a < op->u.coll.naxes && op->u.coll.dim == IR_COLL_PER_AXIS;
+        d.axes[a] = a < op->u.coll.naxes ? op->u.coll.axes[a] : 0;
+        d.axis_dim[a] = per_axis ? ir_coll_dim(&op->u.coll, a) : -1;
+        d.axis_dim2[a] = per_axis && d.kind == RT_ALLTOALL ? ir_coll_dim2(&op->u.coll, a) : -1;
+    }
+    if (op->u.coll.dim == IR_COLL_PER_AXIS)
+        d.dim = d.dim2 = RT_DIM_PER_AXIS;
+    d.op_id = id;
+    d.reduce_op = d.kind == RT_ALLREDUCE || d.kind == RT_REDUCESCATTER ? reduce_op : RT_REDUCE_SUM;
+    return cg_coll_desc_const(c, &d, "coll_desc");
 }
 
 /* Loads element `k` of the pointer array `arr`. */

@@ -56,6 +56,8 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->i32,   /* dim2 */
         t->i32,   /* op_id */
         t->i32,   /* reduce_op (in what was tail padding) */
+        i32_axes, /* axis_dim (appended) */
+        i32_axes, /* axis_dim2 (appended) */
     };
     LLVMStructSetBody(t->coll_desc, cd, sizeof cd / sizeof cd[0], 0);
 

@@ -36,6 +36,28 @@ bool ir_op_is_loop(ir_op_kind k)
     return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE;
 }
 
+void ir_coll_set_dims(ir_coll *c, const int8_t *dims, const int8_t *dims2)
+{
+    /* naxes <= IR_MAX_AXES (the clamp also tells the compiler). */
+    int n = c->naxes < IR_MAX_AXES ? c->naxes : IR_MAX_AXES;
+    bool same = true;
+    for (int k = 1; k < n; k++)
+        same &= dims[k] == dims[0] && (!dims2 || dims2[k] == dims2[0]);
+    memset(c->dims, 0, sizeof c->dims);
+    memset(c->dims2, 0, sizeof c->dims2);
+    if (n < 1 || same) {
+        c->dim = n > 0 ? dims[0] : -1;
+        c->dim2 = n > 0 && dims2 ? dims2[0] : -1;
+        return;
+    }
+    c->dim = IR_COLL_PER_AXIS;
+    c->dim2 = IR_COLL_PER_AXIS;
+    for (int k = 0; k < n; k++) {
+        c->dims[k] = dims[k];
+        c->dims2[k] = dims2 ? dims2[k] : -1;
+    }
+}
+
 const char *ir_func_name(ir_func f)
 {
     return (unsigned)f < IR_FN_COUNT ? func_names[f] : "?";

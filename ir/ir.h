@@ -32,6 +32,9 @@
 #define IR_MAX_RANK 8      /* dims of one value */
 #define IR_MAX_AXES 4      /* axes of the mesh */
 #define IR_MAX_OPERANDS 8  /* operands of one op */
+/* ir_op.u.coll.dim of a collective whose axes work along different dims
+ * (their dims in u.coll.dims, u.coll.dims2). */
+#define IR_COLL_PER_AXIS (-2)
 
 /* Element types. */
 typedef enum ir_dtype {
@@ -326,6 +329,39 @@ typedef struct ir_cost {
     ir_bound bound;
 } ir_cost;
 
+/* The attributes of the resharding ops (ir_op.u.coll, and the steps of the
+ * resharding planner, passes/reshard.h).  `axes` are mesh axes in order
+ * (major to minor); the group is every device that shares the other mesh
+ * coordinates.
+ *  AllGather:     removes `axes` (the minor-most of dim `dim`) from dim `dim`.
+ *  ReduceScatter: removes `axes` from unreduced, appends them to dim `dim`.
+ *  AllReduce:     removes `axes` from unreduced (dim unused, -1).
+ *  AllToAll:      removes `axes` from dim `dim` (minor-most), appends them
+ *                 to dim `dim2`.
+ *  Slice:         appends `axes` to dim `dim`; no communication.
+ * AllReduce and ReduceScatter combine with `reduce`, which is the operand's
+ * sharding.red.  `dim`/`dim2` are positions in the value's dims.
+ *
+ * One op may also work along a different dim per axis (seed 001's
+ * AllGather_XY of [B_X, D_Y] -> [B, D]: X gathered along B, Y along D, in
+ * one collective over the group X x Y).  Then `dim` is IR_COLL_PER_AXIS and
+ * axes[k] works along position dims[k] (an AllToAll appends it to position
+ * dims2[k]): the rule above holds for each dim with the axes that name it,
+ * in their listed order, so an AllGather's axes along one dim are that
+ * dim's minor-most axes in order, and a ReduceScatter, Slice or AllToAll
+ * appends them in order.  An AllToAll's destination dims are none of its
+ * source dims.  At least two dims differ (one dim is written in `dim`).
+ * Read both encodings with ir_coll_dim / ir_coll_dim2. */
+typedef struct ir_coll {
+    int naxes;                 /* 1..IR_MAX_AXES */
+    int8_t axes[IR_MAX_AXES];  /* mesh axis ids; the group rank is mixed radix over them */
+    int dim;                   /* the dim of every axis, IR_COLL_PER_AXIS, or -1 (AllReduce) */
+    int dim2;                  /* AllToAll: the dim receiving every axis; else -1 */
+    int8_t dims[IR_MAX_AXES];  /* dim == IR_COLL_PER_AXIS: the dim of axes[k] */
+    int8_t dims2[IR_MAX_AXES]; /* ... and for an AllToAll the dim receiving axes[k], else -1 */
+    ir_reduce reduce;          /* AllReduce, ReduceScatter: the combining operator */
+} ir_coll;
+
 /* One op.  Operand i is `operands[i]`; for Einsum and Elementwise,
  * `labels[i][j]` is the dim id that indexes position j of operand i (equal
  * to the operand value's own dim id unless the source relabels it) and
@@ -389,22 +425,7 @@ typedef struct ir_op {
             ir_ew_node *nodes; /* arena-owned, nodes[root] is the result */
             int root;
         } ew;
-        /* The resharding ops.  `axes` are mesh axes in order (major to minor).
-         *  AllGather:     removes `axes` (the minor-most of dim `dim`) from dim `dim`.
-         *  ReduceScatter: removes `axes` from unreduced, appends them to dim `dim`.
-         *  AllReduce:     removes `axes` from unreduced (dim unused, -1).
-         * AllReduce and ReduceScatter combine with `reduce`, which is the
-         * operand's sharding.red. 
-         *  AllToAll:      removes `axes` from dim `dim` (minor-most), appends them to dim `dim2`.
-         *  Slice:         appends `axes` to dim `dim`; no communication.
-         * `dim`/`dim2` are positions in the value's dims. */
-        struct {
-            int naxes;
-            int8_t axes[IR_MAX_AXES];
-            int dim;
-            int dim2;
-            ir_reduce reduce; /* AllReduce, ReduceScatter: the combining operator */
-        } coll;
+        ir_coll coll; /* the resharding ops: AllGather, ReduceScatter, AllReduce, AllToAll, Slice */
         /* IR_OP_MESHSLICE: result = einsum(A, B) as seed 004's MeshSlice loop
          * (Fig. 5): operands are the stationary-layout shards A and B as they
          * were before propagate's AllGathers, the result is the einsum's value
@@ -448,6 +469,25 @@ typedef struct ir_op {
         } loop;
     } u;
 } ir_op;
+
+/* Position of the dim that axis k (0 <= k < naxes) of resharding op arm
+ * `c` works along: the one it is gathered along, scattered or sliced into,
+ * or (AllToAll) taken from; -1 for an AllReduce.  Reads both encodings of
+ * the coll arm. */
+static inline int ir_coll_dim(const ir_coll *c, int k)
+{
+    return c->dim == IR_COLL_PER_AXIS ? c->dims[k] : c->dim;
+}
+/* AllToAll: position of the dim axis k is appended to; -1 for other kinds. */
+static inline int ir_coll_dim2(const ir_coll *c, int k)
+{
+    return c->dim == IR_COLL_PER_AXIS ? c->dims2[k] : c->dim2;
+}
+/* Sets the dims of resharding op arm `c` (naxes set) from one dim per axis
+ * (dims2 for an AllToAll, else NULL): `dim`/`dim2` when every axis has the
+ * same, else IR_COLL_PER_AXIS with the per-axis arrays (the two encodings
+ * above). */
+void ir_coll_set_dims(ir_coll *c, const int8_t *dims, const int8_t *dims2);
 
 /* A program output: a value and, if `has_constraint`, the sharding it must
  * have (written as `output NAME[dims]`).  An output with `update` set is

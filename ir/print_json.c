@@ -142,10 +142,21 @@ void ir_print_json(FILE *out, ir_module *m)
                 char n[2] = {m->mesh.axes[op->u.coll.axes[a]].name, 0};
                 cJSON_AddItemToArray(axes, cJSON_CreateString(n));
             }
+            const int *dims = op->operands[0]->type.dims;
             if (op->u.coll.dim >= 0)
-                cJSON_AddStringToObject(o, "dim", m->dims[op->operands[0]->type.dims[op->u.coll.dim]].name);
+                cJSON_AddStringToObject(o, "dim", m->dims[dims[op->u.coll.dim]].name);
             if (op->kind == IR_OP_ALLTOALL && op->u.coll.dim2 >= 0)
-                cJSON_AddStringToObject(o, "dim2", m->dims[op->operands[0]->type.dims[op->u.coll.dim2]].name);
+                cJSON_AddStringToObject(o, "dim2", m->dims[dims[op->u.coll.dim2]].name);
+            if (op->u.coll.dim == IR_COLL_PER_AXIS) {
+                /* One dim per axis, in the order of "axes". */
+                cJSON *per = cJSON_AddArrayToObject(o, "dims");
+                cJSON *per2 = op->kind == IR_OP_ALLTOALL ? cJSON_AddArrayToObject(o, "dims2") : NULL;
+                for (int a = 0; a < op->u.coll.naxes; a++) {
+                    cJSON_AddItemToArray(per, cJSON_CreateString(m->dims[dims[ir_coll_dim(&op->u.coll, a)]].name));
+                    if (per2)
+                        cJSON_AddItemToArray(per2, cJSON_CreateString(m->dims[dims[ir_coll_dim2(&op->u.coll, a)]].name));
+                }
+            }
             if (op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER)
                 cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.coll.reduce));
         } else if (op->kind == IR_OP_EINSUM) {

@@ -265,13 +265,51 @@ static bool ends_with(const ir_sharding *s, int d, const int8_t *axes, int n)
     return memcmp(&s->axes[d][s->naxes[d] - n], axes, (size_t)n) == 0;
 }
 
+/* The axes of resharding op arm `c` that work along dim position d, in
+ * their listed order, into sub[]; returns how many. */
+static int axes_along(const ir_coll *c, int d, int8_t *sub)
+{
+    int n = 0;
+    for (int k = 0; k < c->naxes; k++)
+        if (ir_coll_dim(c, k) == d)
+            sub[n++] = c->axes[k];
+    return n;
+}
+
+/* Whether the dims of resharding op `op` are valid for rank `rank`: every
+ * axis names a dim (and an AllToAll a destination that is no source), and
+ * a per-axis op has at least two different dims.  False with a reason. */
+static bool coll_dims_ok(const ir_op *op, int rank, char *why, size_t why_size)
+{
+    const ir_coll *c = &op->u.coll;
+    bool a2a = op->kind == IR_OP_ALLTOALL, differ = false;
+    for (int k = 0; k < c->naxes; k++) {
+        int d = ir_coll_dim(c, k), e = a2a ? ir_coll_dim2(c, k) : -1;
+        if (d < 0 || d >= rank || (a2a && (e < 0 || e >= rank))) {
+            WHY("invalid dim");
+            return false;
+        }
+        for (int j = 0; a2a && j < c->naxes; j++)
+            if (ir_coll_dim(c, j) == e) {
+                WHY("AllToAll moves axes into a dim it also takes axes from");
+                return false;
+            }
+        differ |= d != ir_coll_dim(c, 0) || (a2a && e != ir_coll_dim2(c, 0));
+    }
+    if (c->dim == IR_COLL_PER_AXIS && !differ) {
+        WHY("per-axis dims that are all the same dim (write it in dim)");
+        return false;
+    }
+    return true;
+}
+
 /* The sharding a reshard op must produce from its operand's, or false. */
 static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
     const ir_value *v = op->operands[0];
     const ir_sharding *in = &v->type.sh;
     int rank = v->type.rank;
-    int n = op->u.coll.naxes, dim = op->u.coll.dim, dim2 = op->u.coll.dim2;
+    int n = op->u.coll.naxes;
     ir_axes set = 0;
     for (int k = 0; k < n; k++) {
         if (op->u.coll.axes[k] < 0 || op->u.coll.axes[k] >= m->mesh.naxes) {
@@ -285,27 +323,23 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
         return false;
     }
     *out = *in;
-    bool needs_dim = op->kind != IR_OP_ALLREDUCE;
-    if (needs_dim && (dim < 0 || dim >= rank)) {
-        WHY("invalid dim");
+    if (op->kind != IR_OP_ALLREDUCE && !coll_dims_ok(op, rank, why, why_size))
         return false;
-    }
     switch (op->kind) {
     case IR_OP_ALLGATHER:
-        if (!ends_with(in, dim, op->u.coll.axes, n)) {
-            WHY("AllGather axes are not the minor-most axes of the dim");
-            return false;
-        }
-        out->naxes[dim] = (uint8_t)(in->naxes[dim] - n);
-        return true;
     case IR_OP_ALLTOALL:
-        if (dim2 < 0 || dim2 >= rank || dim2 == dim || !ends_with(in, dim, op->u.coll.axes, n)) {
-            WHY("AllToAll axes are not the minor-most axes of its source dim");
-            return false;
+        for (int d = 0; d < rank; d++) {
+            int8_t sub[IR_MAX_AXES];
+            int c = axes_along(&op->u.coll, d, sub);
+            if (c > 0 && !ends_with(in, d, sub, c)) {
+                WHY("%s axes are not the minor-most axes of their dim", ir_op_name(op->kind));
+                return false;
+            }
+            out->naxes[d] = (uint8_t)(in->naxes[d] - c);
         }
-        out->naxes[dim] = (uint8_t)(in->naxes[dim] - n);
-        for (int k = 0; k < n; k++)
-            ir_sharding_push(out, dim2, op->u.coll.axes[k]);
+        if (op->kind == IR_OP_ALLTOALL)
+            for (int k = 0; k < n; k++)
+                ir_sharding_push(out, ir_coll_dim2(&op->u.coll, k), op->u.coll.axes[k]);
         return true;
     case IR_OP_REDUCESCATTER:
     case IR_OP_ALLREDUCE:
@@ -324,7 +358,7 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
             out->red = IR_RED_SUM;
         if (op->kind == IR_OP_REDUCESCATTER)
             for (int k = 0; k < n; k++)
-                ir_sharding_push(out, dim, op->u.coll.axes[k]);
+                ir_sharding_push(out, ir_coll_dim(&op->u.coll, k), op->u.coll.axes[k]);
         return true;
     case IR_OP_SLICE:
         if ((ir_sharding_used_axes(in, rank) | in->unreduced) & set) {
@@ -332,7 +366,7 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
             return false;
         }
         for (int k = 0; k < n; k++)
-            ir_sharding_push(out, dim, op->u.coll.axes[k]);
+            ir_sharding_push(out, ir_coll_dim(&op->u.coll, k), op->u.coll.axes[k]);
         return true;
     default:
         WHY("not a reshard op");

@@ -417,11 +417,27 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
             bound_name(ct.bound), ct.time * 1e6, ct.t_latency * 1e6, ct.t_bandwidth * 1e6,
             human_bytes(v, vb, sizeof vb));
     if (rings)
-        fprintf(out, ", %d axis%s with wraparound (bidirectional ring)", rings, rings > 1 ? "es" : "");
+        fprintf(out, ", %d %s with wraparound (bidirectional ring)", rings, rings > 1 ? "axes" : "axis");
     if (lines)
-        fprintf(out, "%s %d axis%s without wraparound (one-way ring, seed 001 pop quiz 2)",
-                rings ? " and" : ",", lines, lines > 1 ? "es" : "");
+        fprintf(out, "%s %d %s without wraparound (one-way ring, seed 001 pop quiz 2)",
+                rings ? " and" : ",", lines, lines > 1 ? "axes" : "axis");
     fputc('\n', out);
+    if (op->u.coll.dim == IR_COLL_PER_AXIS) {
+        /* One group over all the axes, each along its own dim, timed as a
+         * collective over all of them (seed 001's multi-axis formulas). */
+        const ir_coll *c = &op->u.coll;
+        const int *dims = op->operands[0]->type.dims;
+        fprintf(out, "  one collective over the group of all its axes:");
+        for (int i = 0; i < c->naxes; i++) {
+            fprintf(out, "%s %c %s %s", i ? "," : "", m->mesh.axes[c->axes[i]].name,
+                    op->kind == IR_OP_ALLTOALL ? "from" : "along", m->dims[dims[ir_coll_dim(c, i)]].name);
+            if (op->kind == IR_OP_ALLTOALL)
+                fprintf(out, " to %s", m->dims[dims[ir_coll_dim2(c, i)]].name);
+        }
+        fprintf(out, "; %s\n", op->kind == IR_OP_ALLTOALL
+                                   ? "the largest axis sets the time (seed 001, V max|X_i| / (4 N W_ici))"
+                                   : "the bandwidth of every axis counts (seed 001, W_ici N_axes)");
+    }
     if (ct.crossover > 0)
         fprintf(out, "  switches to %s-bound %s V = %s\n",
                 ct.bound == IR_BOUND_BANDWIDTH ? "latency" : "bandwidth",

@@ -116,6 +116,17 @@ static ir_value *emit(prop *p, ir_value *v, const ir_sharding *to, ir_op *before
             pass_prop_target_reason(p, ew->def, v, to, ew->what, &plan.steps[s], whys[s], sizeof whys[s]);
         wp[s] = whys[s];
     }
+    /* A collective whose axes work along different dims says what the
+     * one-dim collectives it replaces would take. */
+    char note[512] = "";
+    for (int s = 0; s < plan.nsteps; s++) {
+        if (plan.steps[s].coll.dim != IR_COLL_PER_AXIS)
+            continue;
+        if (!note[0])
+            pass_prop_per_axis_note(p, &v->type, to, &plan, note, sizeof note);
+        size_t n = strlen(whys[s]);
+        snprintf(whys[s] + n, sizeof whys[s] - n, "%s", note);
+    }
     /* The first op inserted for a compute op also says what decided its
      * layout and what lost (the runner-up and its cost). */
     int dk = ew->dk;

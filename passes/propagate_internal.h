@@ -168,6 +168,13 @@ void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size)
 /* Why step `st` is inserted on operand i of op k, into buf. */
 void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf,
                               size_t size);
+/* "; one collective over all its axes (...): 46.6 us on tpu-v4, where
+ * collectives along one dim each (AllGather_Y, AllGather_X) take 116.5 us":
+ * how `plan` (from t->sh to `to`), which has a step whose axes work along
+ * different dims, compares with the best plan of one-dim collectives
+ * (bytes without a profile), into buf (empty if there is none). */
+void pass_prop_per_axis_note(const prop *p, const ir_type *t, const ir_sharding *to,
+                             const pass_reshard_plan *plan, char *buf, size_t size);
 /* "; planner: step 2.4e4 us on host, chosen over Y->D (AllToAll_Y:Win,
  * ...): step 3.5e4 us (+1.1e4 us)": what decided op k's layout and the
  * runner-up, into buf (empty when there is no runner-up).  Reads the

@@ -115,7 +115,7 @@ void pass_prop_stmt(const ir_module *m, const ir_op *op, char *buf, size_t size)
 /* "X", "XY" for the axes of a step. */
 static const char *step_axes(const ir_module *m, const pass_reshard_step *st, char *buf, size_t size)
 {
-    return ir_axes_str(&m->mesh, st->axes, st->naxes, buf, size);
+    return ir_axes_str(&m->mesh, st->coll.axes, st->coll.naxes, buf, size);
 }
 
 /* Names the operand (other than `self`) of op k that shards label l on any
@@ -131,8 +131,8 @@ static const char *source_of(const prop *p, int k, int self, int l, const pass_r
         for (int j = 0; j < v->type.rank; j++)
             if (oi->labels[i][j] == oi->label[l])
                 for (int q = 0; q < s.naxes[j]; q++)
-                    for (int r = 0; r < st->naxes; r++)
-                        if (s.axes[j][q] == st->axes[r])
+                    for (int r = 0; r < st->coll.naxes; r++)
+                        if (s.axes[j][q] == st->coll.axes[r])
                             return v->tensor;
     }
     return NULL;
@@ -153,7 +153,7 @@ static const char *unreduced_cause(const prop *p, int k, int i, const pass_resha
 {
     const opinfo *oi = &p->ops[k];
     const ir_op *op = oi->op;
-    int where = oi->lay.choice[st->axes[0]];
+    int where = oi->lay.choice[st->coll.axes[0]];
     ir_reduce red = (ir_reduce)pass_prop_current(p, op->operands[i]).red;
     if (red != IR_RED_SUM)
         return red == IR_RED_MAX ? "a max over a sharded dim; no op but a max can take partial maxima"
@@ -162,7 +162,7 @@ static const char *unreduced_cause(const prop *p, int k, int i, const pass_resha
         if (!oi->linear)
             return "the op is not linear in them";
         for (int j = 0; j < op->noperands; j++)
-            if (!(pass_prop_current(p, op->operands[j]).unreduced & (1u << st->axes[0])))
+            if (!(pass_prop_current(p, op->operands[j]).unreduced & (1u << st->coll.axes[0])))
                 return "not all operands hold them, so the op cannot carry them";
     } else if (where >= CH_CARRY && where != CH_CARRY + i) {
         return "another operand's partial sums are carried over the axis";
@@ -170,6 +170,84 @@ static const char *unreduced_cause(const prop *p, int k, int i, const pass_resha
     if (where >= 0 && where < CH_CARRY)
         return "the axis shards a dim of the op here";
     return p->hw ? "reducing them here takes the least time" : "reducing them here moves the fewest bytes";
+}
+
+/* Where the axes of per-axis step `st` of a value with dims `dims` work:
+ * "B (X) and D (Y)", an AllToAll's "X from B to D and Y from F to D". */
+static const char *per_axis_str(const ir_module *m, const int *dims, const pass_reshard_step *st, char *buf,
+                                size_t size)
+{
+    const ir_coll *c = &st->coll;
+    size_t n = 0;
+    buf[0] = 0;
+    for (int k = 0; k < c->naxes && n < size; k++) {
+        int d = ir_coll_dim(c, k);
+        const char *sep = k == 0 ? "" : k == c->naxes - 1 ? " and " : ", ";
+        char ax[2] = {m->mesh.axes[c->axes[k]].name, 0};
+        if (st->kind == IR_OP_ALLTOALL)
+            n += (size_t)snprintf(buf + n, size - n, "%s%s from %s to %s", sep, ax, m->dims[dims[d]].name,
+                                  m->dims[dims[ir_coll_dim2(c, k)]].name);
+        else
+            n += (size_t)snprintf(buf + n, size - n, "%s%s (%s)", sep, m->dims[dims[d]].name, ax);
+    }
+    return buf;
+}
+
+/* The reason of per-axis step `st` on operand i of op k. */
+static void per_axis_operand_reason(const prop *p, int k, int i, const pass_reshard_step *st, char *buf,
+                                    size_t size)
+{
+    const ir_op *op = p->ops[k].op;
+    const ir_value *v = op->operands[i];
+    char stmt[160], ax[IR_MAX_AXES + 1], where[128];
+    pass_prop_stmt(p->m, op, stmt, sizeof stmt);
+    step_axes(p->m, st, ax, sizeof ax);
+    per_axis_str(p->m, v->type.dims, st, where, sizeof where);
+    switch (st->kind) {
+    case IR_OP_ALLGATHER:
+        snprintf(buf, size, "for %s: %s is sharded along %s where the op needs it whole", stmt, v->tensor,
+                 where);
+        break;
+    case IR_OP_ALLTOALL:
+        snprintf(buf, size, "for %s: %s has its axes where the op does not need them; moves %s", stmt,
+                 v->tensor, where);
+        break;
+    default: {
+        char part[64];
+        partials_str((ir_reduce)pass_prop_current(p, v).red, ax, part, sizeof part);
+        snprintf(buf, size, "for %s: %s holds %s (%s); reduced straight into %s (ReduceScatter, half an "
+                 "AllReduce)", stmt, v->tensor, part, unreduced_cause(p, k, i, st), where);
+    }
+    }
+}
+
+void pass_prop_per_axis_note(const prop *p, const ir_type *t, const ir_sharding *to,
+                             const pass_reshard_plan *plan, char *buf, size_t size)
+{
+    buf[0] = 0;
+    pass_reshard_plan one;
+    if (!pass_reshard_find_one_dim(p->m, p->hw, t, to, &one))
+        return;
+    char seq[256] = "";
+    size_t n = 0;
+    for (int s = 0; s < one.nsteps && n < sizeof seq; s++) {
+        char ax[IR_MAX_AXES + 1];
+        n += (size_t)snprintf(seq + n, sizeof seq - n, "%s%s_%s", s ? ", " : "", ir_op_name(one.steps[s].kind),
+                              step_axes(p->m, &one.steps[s], ax, sizeof ax));
+    }
+    double mib = 1024.0 * 1024.0;
+    bool fewer_bytes = fabs(one.bytes - plan->bytes) > 1e-9 * fmax(1.0, one.bytes);
+    if (!p->hw || fewer_bytes)
+        snprintf(buf, size, "; with one collective over all its axes this reshard moves %.3g MiB per "
+                 "device, where collectives along one dim each (%s) move %.3g MiB", plan->bytes / mib, seq,
+                 one.bytes / mib);
+    else if (one.time > plan->time * (1 + 1e-9))
+        snprintf(buf, size, "; with one collective over all its axes (seed 001: the bandwidth grows with "
+                 "the number of axes) this reshard takes %.4g us on %s, where collectives along one dim "
+                 "each (%s) take %.4g us", plan->time * 1e6, p->hw->name, seq, one.time * 1e6);
+    else
+        snprintf(buf, size, "; one collective over all its axes is as fast on %s as collectives along one "
+                 "dim each (%s, %.4g us), in fewer ops", p->hw->name, seq, one.time * 1e6);
 }
 
 /* Why step `st` is needed on operand i of op k (at the pre-step sharding
@@ -180,13 +258,17 @@ void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_st
     const opinfo *oi = &p->ops[k];
     const ir_op *op = oi->op;
     char stmt[160], ax[IR_MAX_AXES + 1];
+    if (st->coll.dim == IR_COLL_PER_AXIS) {
+        per_axis_operand_reason(p, k, i, st, buf, size);
+        return;
+    }
     pass_prop_stmt(p->m, op, stmt, sizeof stmt);
     step_axes(m, st, ax, sizeof ax);
     const char *a = op->operands[i]->tensor;
-    int dim = st->dim >= 0 ? oi->labels[i][st->dim] : -1;
+    int dim = st->coll.dim >= 0 ? oi->labels[i][st->coll.dim] : -1;
     int l = dim >= 0 ? pass_prop_label_index(oi, dim) : -1;
     const char *dn = dim >= 0 ? m->dims[dim].name : "";
-    int where = oi->lay.choice[st->axes[0]];
+    int where = oi->lay.choice[st->coll.axes[0]];
     switch (st->kind) {
     case IR_OP_ALLGATHER: {
         size_t n;
@@ -220,7 +302,7 @@ void pass_prop_operand_reason(const prop *p, int k, int i, const pass_reshard_st
         break;
     case IR_OP_ALLTOALL:
         snprintf(buf, size, "for %s: %s has %s on %s, the op needs it on %s", stmt, a, ax, dn,
-                 m->dims[oi->labels[i][st->dim2]].name);
+                 m->dims[oi->labels[i][st->coll.dim2]].name);
         break;
     case IR_OP_REDUCESCATTER:
     case IR_OP_ALLREDUCE: {

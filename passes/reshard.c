@@ -6,28 +6,58 @@
  * unreduced axis.  The edges are the ops of ir.h, each moving the value
  * from one state to another:
  *
- *   AllGather_A(d)       drop the minor-most axes A of dim d
+ *   AllGather_A          drop the minor-most axes of one or more dims
  *   Slice_A(d)           append unused axes A to dim d        (no traffic)
- *   AllToAll_A(d -> e)   move the minor-most axes A of d to the end of e
- *   ReduceScatter_A(d)   unreduced axes A become the minor-most axes of d
+ *   AllToAll_A           move the minor-most axes of one or more dims to
+ *                        the end of other dims
+ *   ReduceScatter_A      unreduced axes A become the minor-most axes of one
+ *                        or more dims
  *   AllReduce_A          drop unreduced axes A
  *
  * A is any non-empty group of axes (ordered where order matters), so a
- * two-axis gather is the single op AllGather_XY, as the seeds write it.
- * Edge weights are the per-device bytes of seed 001's table
- * (pass_reshard_bytes), the pair (bytes, ops) is minimised
- * lexicographically, and Dijkstra's algorithm finds the cheapest path.
- * With a hardware profile, each step of the path found is then timed by
- * the cost model (cost_op_estimate of the op it becomes), which is what the
- * layout search of propagate compares.  The route itself stays the seeds'
- * minimum-bytes one: on the TPU profiles seed 001's multi-axis formula
- * would otherwise turn every one-axis AllGather into Slice + a two-axis
- * AllGather, and on a calibrated host the per-run term of the fits would
- * replace a ReduceScatter into an inner dim by two collectives, each by a
- * margin inside the model's error; the seeds' single collective is kept.  No
- * edge creates unreduced axes, so a target unreduced over an axis the source
- * is not unreduced over is unreachable, which callers must treat as "this
- * layout is impossible".  States whose dims do not divide are never entered.
+ * two-axis gather is the single op AllGather_XY, as the seeds write it, and
+ * the axes of one op may each work along their own dim: AllGather_XY of
+ * [B_X, D_Y] -> [B, D] is one collective over the group X x Y (ir.h's
+ * per-axis encoding).  A Slice stays on one dim (it moves nothing; one-dim
+ * Slices keep the edges few).  An AllToAll takes each dim's moved axes to
+ * one other dim, the dims in increasing order, so axes from several dims
+ * arrive at one dim in the order of their dims (the other order takes two
+ * AllToAlls).
+ *
+ * Edge weights, compared in this order:
+ *   1. bytes moved per device, from seed 001's table (pass_reshard_bytes);
+ *   2. Slices onto a mesh axis that neither the source nor the target
+ *      uses ("widening");
+ *   3. with a hardware profile, the time cost_op_estimate gives the op the
+ *      step becomes (times equal within 1e-9 relative are tied);
+ *   4. ops.
+ * A one-step collective over several axes moves exactly the bytes of any
+ * sequence of one-axis collectives that does the same (a ring gather's
+ * (G-1)/G telescopes: AllGather_XY of [B_X, D_Y] moves 15/16 of [B, D] for
+ * |X| = |Y| = 4, and so do AllGather_X then AllGather_Y), or fewer (an
+ * AllReduce or AllToAll), so between them the cost model decides: seed
+ * 001's multi-axis rule gives the one-step collective the bandwidth of
+ * all its axes ("what if we AllGather over several axes?"), and on TPU v4
+ * question 2's AllGather_XY takes 46.6 us where the two one-axis gathers
+ * take 116.5.  Bytes come first, and widening second, because by time
+ * alone the search would leave the seeds' collectives for routes that tie
+ * them in bytes: on the TPU profiles Slice_Z then AllGather_XZY instead of
+ * AllGather_XY (a third axis's links for the same data, 31 us for question
+ * 2, and the seed's answer is the gather over the value's own axes), and
+ * on a calibrated host, where the fits charge per contiguous run, a
+ * ReduceScatter into an inner dim replaced by one into the leading dim and
+ * an AllToAll, or by Slice_X, ReduceScatter_Y, AllGather_X: margins inside
+ * the model's error that would rewrite seed 000's listings.  A widening
+ * route that moves strictly fewer bytes is still taken (resolving {U_Y} on
+ * a replicated value by Slice_X, ReduceScatter_Y, AllGather_XY).  Without
+ * a profile every time is 0 and bytes, then ops decide.  Dijkstra's
+ * algorithm finds the cheapest path (the costs are vectors compared
+ * lexicographically, which add like numbers).
+ *
+ * No edge creates unreduced axes, so a target unreduced over an axis the
+ * source is not unreduced over is unreachable, which callers must treat as
+ * "this layout is impossible".  States whose dims do not divide are never
+ * entered.
  *
  * Why a search and not "gather everything, then slice": the direct route is
  * usually much cheaper ([I_X, J] -> [I, J_X] is one AllToAll at 1/8 of an
@@ -37,7 +67,9 @@
  *
  * The state space is small (at most (rank + 2)^axes placements times the
  * axis orders; a few hundred for the meshes of the seeds), so states live in
- * a flat array indexed through an open-addressing table of their keys.
+ * a flat array indexed through an open-addressing table of their keys.  A
+ * step is timed only when its bytes could win (relax), so the cost model
+ * runs for a fraction of the edges.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -50,12 +82,19 @@
  * 1..rank = dim position + 1, PLACE_U = unreduced. */
 #define PLACE_U 15u
 
+/* What a path costs, compared in the order of the fields (better()). */
+typedef struct route {
+    double bytes;         /* bytes moved per device (seed 001's table) */
+    int widened;          /* Slices onto axes neither end of the reshard uses */
+    double time;          /* seconds on the profile (0 without one) */
+    int nops;             /* ops */
+} route;
+
 /* One explored sharding state. */
 typedef struct state {
     uint32_t key;         /* pass_reshard_key of sh */
     ir_sharding sh;       /* the sharding */
-    double bytes;         /* best known cost from the source */
-    int nops;             /* ops on that best path */
+    route c;              /* best known cost of a path from the source */
     int prev;             /* predecessor state index, -1 for the source */
     pass_reshard_step in; /* the step from prev to this state */
     bool done;            /* settled by Dijkstra */
@@ -64,12 +103,20 @@ typedef struct state {
 /* The search: states, their key index, and a binary heap of open states. */
 typedef struct search {
     const ir_module *m;   /* for mesh and dim sizes */
+    const cost_hw *hw;    /* profile timing the edges, or NULL (bytes decide) */
     const ir_type *t;     /* the value's type (dims, dtype) */
+    bool per_axis;        /* collectives may work along a different dim per axis */
+    ir_axes span;         /* the axes the source or the target uses */
+    ir_sharding cur;      /* the sharding of the state being expanded (a copy: relax may move
+                             the states) */
+    double local;         /* ... and its per-device bytes */
+    ir_op op;             /* the op a step becomes, for timing it (stack_op) */
+    ir_value in, out;     /* its operand and result */
     state *st;            /* explored states */
     int nst, cap;         /* count and capacity of st */
     int *table;           /* key hash -> state index + 1 (0 = empty) */
     uint32_t tmask;       /* table size - 1 (power of two) */
-    int *heap;            /* state indices ordered by (bytes, nops); may hold stale repeats */
+    int *heap;            /* state indices ordered by better(); may hold stale repeats */
     int nheap, hcap;      /* entries in heap and its capacity */
     bool oom;             /* an allocation failed */
 } search;
@@ -103,20 +150,31 @@ uint32_t pass_reshard_key(const ir_sharding *s, int rank, int naxes)
     return key;
 }
 
-/* Whether (b1, n1) is strictly better than (b2, n2): fewer bytes, or equal
- * bytes (up to rounding) and fewer ops. */
-static bool better(double b1, int n1, double b2, int n2)
+/* Whether a and b differ by more than rounding (1e-9 relative; `floor`
+ * the smallest scale, 1 byte for bytes, 0 for seconds). */
+static bool differ(double a, double b, double floor)
 {
-    double eps = 1e-9 * fmax(1.0, fmax(fabs(b1), fabs(b2)));
-    if (b1 < b2 - eps)
-        return true;
-    return b1 <= b2 + eps && n1 < n2;
+    return fabs(a - b) > 1e-9 * fmax(floor, fmax(fabs(a), fabs(b)));
+}
+
+/* Whether route a is strictly better than b: fewer bytes; or the same
+ * bytes up to rounding and fewer Slices onto axes the reshard's ends do not
+ * use; or those and less time; or the same time and fewer ops (without a
+ * profile every time is 0). */
+static bool better(const route *a, const route *b)
+{
+    if (differ(a->bytes, b->bytes, 1))
+        return a->bytes < b->bytes;
+    if (a->widened != b->widened)
+        return a->widened < b->widened;
+    if (differ(a->time, b->time, 0))
+        return a->time < b->time;
+    return a->nops < b->nops;
 }
 
 static bool heap_less(const search *s, int i, int j)
 {
-    const state *a = &s->st[s->heap[i]], *b = &s->st[s->heap[j]];
-    return better(a->bytes, a->nops, b->bytes, b->nops);
+    return better(&s->st[s->heap[i]].c, &s->st[s->heap[j]].c);
 }
 
 static void heap_swap(search *s, int i, int j)
@@ -212,54 +270,79 @@ static bool grow(search *s)
     return true;
 }
 
+/* The time of step `st` from sharding `from` as cost_op_estimate gives it,
+ * on `op` with operand `in` and result `out` already set up (kinds,
+ * tensors, links; only what a step changes is written here). */
+static double estimate(const ir_module *m, const cost_hw *hw, ir_op *op, ir_value *in, ir_value *out,
+                       const ir_type *t, const ir_sharding *from, const pass_reshard_step *st)
+{
+    in->type = out->type = *t;
+    in->type.sh = *from;
+    out->type.sh = st->to;
+    op->kind = st->kind;
+    op->u.coll = st->coll;
+    op->u.coll.reduce = (ir_reduce)from->red;
+    ir_cost c;
+    cost_op_estimate(m, hw, op, &c);
+    return c.time;
+}
+
+/* An op from `in` to `out` for estimate(): the estimate reads only kinds,
+ * types and the coll arm. */
+static void stack_op(ir_op *op, ir_value *in, ir_value *out)
+{
+    memset(in, 0, sizeof *in);
+    memset(out, 0, sizeof *out);
+    in->id = out->id = -1;
+    in->kind = out->kind = IR_VAL_OP;
+    in->tensor = out->tensor = "";
+    memset(op, 0, sizeof *op);
+    op->noperands = 1;
+    op->operands[0] = in;
+    op->result = out;
+    op->for_operand = -1;
+}
+
 double pass_reshard_step_time(const ir_module *m, const cost_hw *hw, const ir_type *t,
                               const ir_sharding *from, const pass_reshard_step *st)
 {
     if (!hw)
         return 0.0;
-    /* The op the step becomes, on stack values: the estimate reads only
-     * kinds, types and the coll arm. */
     ir_value in, out;
-    memset(&in, 0, sizeof in);
-    memset(&out, 0, sizeof out);
-    in.id = out.id = -1;
-    in.kind = out.kind = IR_VAL_OP;
-    in.tensor = out.tensor = "";
-    in.type = out.type = *t;
-    in.type.sh = *from;
-    out.type.sh = st->to;
     ir_op op;
-    memset(&op, 0, sizeof op);
-    op.kind = st->kind;
-    op.noperands = 1;
-    op.operands[0] = &in;
-    op.result = &out;
-    op.for_operand = -1;
-    op.u.coll.naxes = st->naxes;
-    memcpy(op.u.coll.axes, st->axes, sizeof op.u.coll.axes);
-    op.u.coll.dim = st->dim;
-    op.u.coll.dim2 = st->dim2;
-    op.u.coll.reduce = (ir_reduce)from->red;
-    ir_cost c;
-    cost_op_estimate(m, hw, &op, &c);
-    return c.time;
+    stack_op(&op, &in, &out);
+    return estimate(m, hw, &op, &in, &out, t, from, st);
 }
 
-/* Relaxes the edge `step` from state `from` (cost `bytes`, `nops`). */
-static void relax(search *s, int from, const pass_reshard_step *step)
+/* Relaxes the edge `step` (bytes set, time not yet) from state `from`. */
+static void relax(search *s, int from, pass_reshard_step *step)
 {
+    const state *f = &s->st[from];
     uint32_t key = pass_reshard_key(&step->to, s->t->rank, s->m->mesh.naxes);
-    double bytes = s->st[from].bytes + step->bytes;
-    int nops = s->st[from].nops + 1;
+    route c = f->c;
+    c.bytes += step->bytes;
+    c.nops++;
+    for (int k = 0; step->kind == IR_OP_SLICE && k < step->coll.naxes; k++)
+        if (!(s->span & (1u << step->coll.axes[k]))) {
+            c.widened++;
+            break;
+        }
     int idx = find_state(s, key);
-    if (idx >= 0) {
-        state *x = &s->st[idx];
-        if (x->done || !better(bytes, nops, x->bytes, x->nops))
+    /* The step's time only breaks ties: not needed when the state is
+     * settled or already reached with fewer bytes (or Slices). */
+    state *x = idx >= 0 ? &s->st[idx] : NULL;
+    route fast = c;
+    fast.time = -INFINITY;
+    if (x && (x->done || !better(&fast, &x->c)))
+        return;
+    step->time = s->hw ? estimate(s->m, s->hw, &s->op, &s->in, &s->out, s->t, &f->sh, step) : 0.0;
+    c.time = f->c.time + step->time;
+    if (x) {
+        if (!better(&c, &x->c))
             return;
         /* Decrease-key by re-pushing; stale heap entries are skipped
          * because the state is `done` when popped the second time. */
-        x->bytes = bytes;
-        x->nops = nops;
+        x->c = c;
         x->prev = from;
         x->in = *step;
         heap_push(s, idx);
@@ -270,11 +353,10 @@ static void relax(search *s, int from, const pass_reshard_step *step)
         return;
     }
     idx = s->nst++;
-    state *x = &s->st[idx];
+    x = &s->st[idx]; /* grow may have moved the states */
     x->key = key;
     x->sh = step->to;
-    x->bytes = bytes;
-    x->nops = nops;
+    x->c = c;
     x->prev = from;
     x->in = *step;
     x->done = false;
@@ -308,67 +390,138 @@ static int64_t group_size(const search *s, const int8_t *axes, int n)
     return g;
 }
 
-/* Calls relax for every ordered non-empty sequence of the axes in `set`,
- * building the step with `make` (which may reject it by returning false). */
-typedef bool (*make_fn)(const search *s, const ir_sharding *from, const int8_t *axes, int n,
-                        int arg, pass_reshard_step *out);
+/* A step of `kind` over axes[0..n) with dims[k] (and dims2[k], or NULL)
+ * per axis, from the state being expanded (s->local bytes per device) to
+ * sharding `to`; bytes from seed 001's table. */
+static pass_reshard_step make_step(const search *s, ir_op_kind kind, const ir_sharding *to,
+                                   const int8_t *axes, const int8_t *dims, const int8_t *dims2, int n)
+{
+    pass_reshard_step st;
+    memset(&st, 0, sizeof st);
+    st.kind = kind;
+    st.coll.naxes = n;
+    memcpy(st.coll.axes, axes, (size_t)n);
+    if (kind == IR_OP_ALLREDUCE)
+        st.coll.dim = st.coll.dim2 = -1;
+    else
+        ir_coll_set_dims(&st.coll, dims, dims2);
+    st.to = *to;
+    st.bytes = pass_reshard_bytes(kind, s->local, local_bytes(s, to), group_size(s, axes, n));
+    return st;
+}
 
-static void each_sequence(search *s, int from, ir_axes set, int8_t *seq, int n, make_fn make, int arg)
+/*
+ * Calls relax for every way of appending axes of `set` to the dims of state
+ * `from` (whose sharding with axes[0..n) appended is `to`) as one op of
+ * `kind` (Slice, ReduceScatter): an ordered list of (axis, dim) pairs,
+ * listed by dim (so each assignment and per-dim order comes once), with
+ * every dim it touches still dividing.  A Slice, and every op of a search
+ * without per-axis steps, keeps its axes on one dim.
+ */
+static void each_append(search *s, int from, ir_op_kind kind, ir_axes set, const ir_sharding *to,
+                        int8_t *axes, int8_t *dims, int n)
 {
     if (n > 0) {
-        pass_reshard_step step;
-        if (make(s, &s->st[from].sh, seq, n, arg, &step))
-            relax(s, from, &step);
+        bool ok = true;
+        for (int k = 0; k < n; k++) /* each dim once: dims[] is sorted */
+            if (k == 0 || dims[k] != dims[k - 1])
+                ok &= divides(s, to, dims[k]);
+        if (ok) {
+            pass_reshard_step st = make_step(s, kind, to, axes, dims, NULL, n);
+            relax(s, from, &st);
+        }
     }
-    if (n >= IR_MAX_AXES) /* every axis is in seq already */
+    if (n >= IR_MAX_AXES) /* every axis is listed already */
         return;
-    for (int a = 0; a < s->m->mesh.naxes; a++)
-        if (set & (1u << a)) {
-            seq[n] = (int8_t)a;
-            each_sequence(s, from, set & ~(1u << a), seq, n + 1, make, arg);
+    bool one_dim = kind == IR_OP_SLICE || !s->per_axis;
+    int lo = n ? dims[n - 1] : 0, hi = n && one_dim ? dims[n - 1] : s->t->rank - 1;
+    for (int d = lo; d <= hi; d++)
+        for (int a = 0; a < s->m->mesh.naxes; a++) {
+            if (!(set & (1u << a)) || to->naxes[d] >= IR_MAX_AXES)
+                continue;
+            ir_sharding next = *to;
+            next.unreduced &= ~(1u << a); /* a no-op for a Slice, whose axes are unused */
+            if (!next.unreduced)
+                next.red = IR_RED_SUM;
+            ir_sharding_push(&next, d, a);
+            axes[n] = (int8_t)a;
+            dims[n] = (int8_t)d;
+            each_append(s, from, kind, set & ~(1u << a), &next, axes, dims, n + 1);
         }
 }
 
-/* A step of `kind` that appends `axes` to dim `d` (Slice, ReduceScatter):
- * the axes leave the unreduced set (a no-op for Slice, whose axes are
- * unused) and become the minor-most axes of d.  False if d would not
- * divide or would hold too many axes. */
-static bool make_append(const search *s, ir_op_kind kind, const ir_sharding *from, const int8_t *axes, int n,
-                        int d, pass_reshard_step *out)
+/* The sharding after removing the last take[d] axes of every dim d, and
+ * those axes listed by dim (each dim's major to minor) into axes/dims. */
+static int take_tails(const ir_sharding *cur, int rank, const int *take, ir_sharding *to, int8_t *axes,
+                      int8_t *dims)
 {
-    if (from->naxes[d] + n > IR_MAX_AXES)
-        return false;
-    memset(out, 0, sizeof *out);
-    out->kind = kind;
-    out->naxes = n;
-    memcpy(out->axes, axes, (size_t)n);
-    out->dim = d;
-    out->dim2 = -1;
-    out->to = *from;
-    for (int k = 0; k < n; k++) {
-        out->to.unreduced &= ~(1u << axes[k]);
-        ir_sharding_push(&out->to, d, axes[k]);
+    int n = 0;
+    *to = *cur;
+    for (int d = 0; d < rank; d++) {
+        for (int j = cur->naxes[d] - take[d]; j < cur->naxes[d]; j++) {
+            axes[n] = cur->axes[d][j];
+            dims[n++] = (int8_t)d;
+        }
+        to->naxes[d] = (uint8_t)(cur->naxes[d] - take[d]);
     }
-    if (!out->to.unreduced)
-        out->to.red = IR_RED_SUM;
-    if (!divides(s, &out->to, d))
-        return false;
-    out->bytes = pass_reshard_bytes(kind, local_bytes(s, from), 0.0, group_size(s, axes, n));
-    return true;
+    return n;
 }
 
-/* Slice: append unused `axes` to dim `d` (free). */
-static bool make_slice(const search *s, const ir_sharding *from, const int8_t *axes, int n, int d,
-                       pass_reshard_step *out)
+/*
+ * Calls relax for every AllGather and AllToAll from state `from`: each dim
+ * from `d` on gives up its last take[d] axes (0..naxes[d]); for an AllToAll
+ * they go to dim dest[d], which gives up none.  `ndims` dims give axes up
+ * so far, all gathered (mode 0) or all moved (mode 1; -1 while ndims is 0).
+ * Without per-axis steps only one dim gives axes up.
+ */
+static void each_take(search *s, int from, int d, int *take, int *dest, int ndims, int mode)
 {
-    return make_append(s, IR_OP_SLICE, from, axes, n, d, out);
-}
-
-/* ReduceScatter: unreduced `axes` become the minor-most axes of dim `d`. */
-static bool make_reduce_scatter(const search *s, const ir_sharding *from, const int8_t *axes, int n, int d,
-                                pass_reshard_step *out)
-{
-    return make_append(s, IR_OP_REDUCESCATTER, from, axes, n, d, out);
+    const int rank = s->t->rank;
+    const ir_sharding *cur = &s->cur;
+    if (d >= rank || d >= IR_MAX_RANK) { /* rank <= IR_MAX_RANK; the bound tells the compiler */
+        if (ndims == 0)
+            return;
+        ir_sharding to;
+        int8_t axes[IR_MAX_AXES], dims[IR_MAX_AXES], dims2[IR_MAX_AXES];
+        int n = take_tails(cur, rank, take, &to, axes, dims);
+        if (mode == 0) {
+            pass_reshard_step st = make_step(s, IR_OP_ALLGATHER, &to, axes, dims, NULL, n);
+            relax(s, from, &st);
+            return;
+        }
+        for (int k = 0; k < n; k++) {
+            dims2[k] = (int8_t)dest[dims[k]];
+            if (to.naxes[dims2[k]] >= IR_MAX_AXES)
+                return;
+            ir_sharding_push(&to, dims2[k], axes[k]);
+        }
+        for (int k = 0; k < n; k++)
+            if (!divides(s, &to, dims2[k]))
+                return;
+        pass_reshard_step st = make_step(s, IR_OP_ALLTOALL, &to, axes, dims, dims2, n);
+        relax(s, from, &st);
+        return;
+    }
+    take[d] = 0;
+    dest[d] = -1;
+    each_take(s, from, d + 1, take, dest, ndims, mode);
+    bool is_dest = false;
+    for (int e = 0; e < d; e++)
+        is_dest |= dest[e] == d;
+    if (is_dest || (ndims > 0 && !s->per_axis))
+        return;
+    for (int k = 1; k <= cur->naxes[d]; k++) {
+        take[d] = k;
+        /* e = -1: gathered; e >= 0: moved to dim e, which is no source. */
+        for (int e = -1; e < rank; e++) {
+            if (e == d || (e >= 0 && e < d && take[e] > 0) || (mode >= 0 && mode != (e >= 0)))
+                continue;
+            dest[d] = e;
+            each_take(s, from, d + 1, take, dest, ndims + 1, e >= 0);
+        }
+    }
+    take[d] = 0;
+    dest[d] = -1;
 }
 
 /* Adds every edge leaving state `from`. */
@@ -376,64 +529,31 @@ static void expand(search *s, int from)
 {
     const int rank = s->t->rank;
     const ir_sharding cur = s->st[from].sh;
-    const double in_bytes = local_bytes(s, &cur);
-    int8_t seq[IR_MAX_AXES];
+    int8_t axes[IR_MAX_AXES], dims[IR_MAX_AXES];
     ir_axes all = s->m->mesh.naxes ? (ir_axes)((1u << s->m->mesh.naxes) - 1) : 0;
     ir_axes free_axes = all & ~(ir_sharding_used_axes(&cur, rank) | cur.unreduced);
+    int take[IR_MAX_RANK], dest[IR_MAX_RANK];
 
-    for (int d = 0; d < rank; d++) {
-        int n = cur.naxes[d];
-        for (int k = 1; k <= n; k++) {
-            const int8_t *tail = &cur.axes[d][n - k];
-            int64_t g = group_size(s, tail, k);
-            /* AllGather of the k minor-most axes of d. */
-            pass_reshard_step step;
-            memset(&step, 0, sizeof step);
-            step.kind = IR_OP_ALLGATHER;
-            step.naxes = k;
-            memcpy(step.axes, tail, (size_t)k);
-            step.dim = d;
-            step.dim2 = -1;
-            step.to = cur;
-            step.to.naxes[d] = (uint8_t)(n - k);
-            step.bytes = pass_reshard_bytes(IR_OP_ALLGATHER, in_bytes, local_bytes(s, &step.to), g);
-            relax(s, from, &step);
-            /* AllToAll of the same axes to every other dim. */
-            for (int e = 0; e < rank; e++) {
-                if (e == d || cur.naxes[e] + k > IR_MAX_AXES)
-                    continue;
-                pass_reshard_step a2a = step;
-                a2a.kind = IR_OP_ALLTOALL;
-                a2a.dim2 = e;
-                for (int j = 0; j < k; j++)
-                    ir_sharding_push(&a2a.to, e, tail[j]);
-                if (!divides(s, &a2a.to, e))
-                    continue;
-                a2a.bytes = pass_reshard_bytes(IR_OP_ALLTOALL, in_bytes, in_bytes, g);
-                relax(s, from, &a2a);
-            }
-        }
-        if (free_axes)
-            each_sequence(s, from, free_axes, seq, 0, make_slice, d);
-        if (cur.unreduced)
-            each_sequence(s, from, cur.unreduced, seq, 0, make_reduce_scatter, d);
-    }
+    s->cur = cur;
+    s->local = local_bytes(s, &cur);
+    each_take(s, from, 0, take, dest, 0, -1);
+    if (free_axes)
+        each_append(s, from, IR_OP_SLICE, free_axes, &cur, axes, dims, 0);
+    if (cur.unreduced)
+        each_append(s, from, IR_OP_REDUCESCATTER, cur.unreduced, &cur, axes, dims, 0);
     /* AllReduce over every non-empty subset of the unreduced axes (order is
      * irrelevant: written in mesh order). */
     for (ir_axes sub = cur.unreduced; sub; sub = (sub - 1) & cur.unreduced) {
-        pass_reshard_step step;
-        memset(&step, 0, sizeof step);
-        step.kind = IR_OP_ALLREDUCE;
+        int n = 0;
         for (int a = 0; a < s->m->mesh.naxes; a++)
             if (sub & (1u << a))
-                step.axes[step.naxes++] = (int8_t)a;
-        step.dim = step.dim2 = -1;
-        step.to = cur;
-        step.to.unreduced &= ~sub;
-        if (!step.to.unreduced)
-            step.to.red = IR_RED_SUM;
-        step.bytes = pass_reshard_bytes(IR_OP_ALLREDUCE, in_bytes, in_bytes, group_size(s, step.axes, step.naxes));
-        relax(s, from, &step);
+                axes[n++] = (int8_t)a;
+        ir_sharding to = cur;
+        to.unreduced &= ~sub;
+        if (!to.unreduced)
+            to.red = IR_RED_SUM;
+        pass_reshard_step st = make_step(s, IR_OP_ALLREDUCE, &to, axes, NULL, NULL, n);
+        relax(s, from, &st);
     }
 }
 
@@ -451,13 +571,9 @@ static ir_sharding canonical(const ir_sharding *in, int rank)
     return s;
 }
 
-bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to, pass_reshard_plan *plan)
-{
-    return pass_reshard_find_timed(m, NULL, t, to, plan);
-}
-
-bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_type *t, const ir_sharding *to,
-                             pass_reshard_plan *plan)
+/* The search behind the pass_reshard_find* entry points. */
+static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_type *t,
+                 const ir_sharding *to, pass_reshard_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
     plan->bytes = INFINITY;
@@ -465,7 +581,11 @@ bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_typ
     search s;
     memset(&s, 0, sizeof s);
     s.m = m;
+    s.hw = hw;
     s.t = t;
+    s.per_axis = per_axis;
+    s.span = ir_sharding_used_axes(&t->sh, t->rank) | t->sh.unreduced | ir_sharding_used_axes(to, t->rank);
+    stack_op(&s.op, &s.in, &s.out);
     uint32_t goal = pass_reshard_key(to, t->rank, m->mesh.naxes);
     bool found = false;
     /* Unreachable without a search: no edge creates partial sums, no state
@@ -486,12 +606,10 @@ bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_typ
     }
     if (!grow(&s))
         goto out;
+    memset(&s.st[0], 0, sizeof s.st[0]);
     s.st[0].key = pass_reshard_key(&t->sh, t->rank, m->mesh.naxes);
     s.st[0].sh = canonical(&t->sh, t->rank);
-    s.st[0].bytes = 0.0;
-    s.st[0].nops = 0;
     s.st[0].prev = -1;
-    s.st[0].done = false;
     s.nst = 1;
     s.table[hash32(s.st[0].key) & s.tmask] = 1;
     heap_push(&s, 0);
@@ -509,14 +627,8 @@ bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_typ
             plan->nsteps = n;
             for (int i = cur; s.st[i].prev >= 0; i = s.st[i].prev)
                 plan->steps[--n] = s.st[i].in;
-            plan->bytes = s.st[cur].bytes;
-            /* Time each step from the sharding it starts at. */
-            plan->time = 0.0;
-            for (int k = 0; k < plan->nsteps; k++) {
-                const ir_sharding *from = k ? &plan->steps[k - 1].to : &t->sh;
-                plan->steps[k].time = pass_reshard_step_time(m, hw, t, from, &plan->steps[k]);
-                plan->time += plan->steps[k].time;
-            }
+            plan->bytes = s.st[cur].c.bytes;
+            plan->time = s.st[cur].c.time;
             found = true;
             break;
         }
@@ -527,6 +639,23 @@ out:
     free(s.table);
     free(s.heap);
     return found;
+}
+
+bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to, pass_reshard_plan *plan)
+{
+    return find(m, NULL, true, t, to, plan);
+}
+
+bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_type *t, const ir_sharding *to,
+                             pass_reshard_plan *plan)
+{
+    return find(m, hw, true, t, to, plan);
+}
+
+bool pass_reshard_find_one_dim(const ir_module *m, const cost_hw *hw, const ir_type *t,
+                               const ir_sharding *to, pass_reshard_plan *plan)
+{
+    return find(m, hw, false, t, to, plan);
 }
 
 ir_value *pass_reshard_emit(ir_module *m, ir_value *v, const pass_reshard_plan *plan, ir_op *before,
@@ -546,10 +675,7 @@ ir_value *pass_reshard_emit(ir_module *m, ir_value *v, const pass_reshard_plan *
             res = ir_value_new(m, v->tensor, IR_VAL_OP, &t, v->loc);
         }
         ir_op *op = ir_op_new(m, st->kind, 1, &cur, res, loc);
-        op->u.coll.naxes = st->naxes;
-        memcpy(op->u.coll.axes, st->axes, sizeof op->u.coll.axes);
-        op->u.coll.dim = st->dim;
-        op->u.coll.dim2 = st->dim2;
+        op->u.coll = st->coll;
         /* What the partial results are combined with is the value's. */
         op->u.coll.reduce = (ir_reduce)cur->type.sh.red;
         if (before)

@@ -3,13 +3,15 @@
  *
  * The planner answers "which sequence of AllGather, Slice, AllToAll,
  * ReduceScatter and AllReduce turns a value of type T with sharding A into
- * sharding B while moving the fewest bytes per device?"  It is a Dijkstra
- * search over the sharding states of the value (see reshard.c); the edge
- * costs are the per-device byte counts of seed 001's collective table.
- * Given a hardware profile it also says how long that plan takes (each
- * step timed by the cost model), which is what propagate's layout search
- * compares.  propagate.c uses it both to price candidate layouts and to
- * emit the ops.
+ * sharding B at the least cost?"  It is a Dijkstra search over the
+ * sharding states of the value (see reshard.c).  A collective may work over
+ * several mesh axes at once, each axis along its own dim (seed 001's
+ * AllGather_XY of [B_X, D_Y]), so a one-step multi-axis collective competes
+ * with sequences of one-axis ones.  The cost is the bytes moved per device
+ * (seed 001's collective table), then, with a hardware profile, the time
+ * the cost model gives each step, which is what decides between a one-step
+ * collective and the sequences moving the same bytes.  propagate.c uses it
+ * both to price candidate layouts and to emit the ops.
  */
 #ifndef EINC_RESHARD_H
 #define EINC_RESHARD_H
@@ -25,13 +27,10 @@ struct cost_hw;
  * steps per mesh axis). */
 #define PASS_RESHARD_MAX_STEPS 16
 
-/* One op of a plan, in ir.h's coll encoding. */
+/* One op of a plan. */
 typedef struct pass_reshard_step {
     ir_op_kind kind;          /* IR_OP_ALLGATHER, _REDUCESCATTER, _ALLREDUCE, _ALLTOALL or _SLICE */
-    int naxes;                /* number of mesh axes the op works over (>= 1) */
-    int8_t axes[IR_MAX_AXES]; /* those mesh axis ids, major to minor */
-    int dim;                  /* position of the dim it gathers/slices/scatters, -1 for AllReduce */
-    int dim2;                 /* AllToAll: position receiving the axes; else -1 */
+    ir_coll coll;             /* its axes and dims, as the op's coll arm (ir.h); coll.reduce unset */
     ir_sharding to;           /* the value's sharding after this step */
     double bytes;             /* bytes this step moves per device (seed 001 formulas) */
     double time;              /* seconds this step takes on the profile (0 without one) */
@@ -60,22 +59,35 @@ double pass_reshard_bytes(ir_op_kind kind, double in_bytes, double out_bytes, in
  * `naxes` axes (equal shardings give equal keys; 24 bits used). */
 uint32_t pass_reshard_key(const ir_sharding *s, int rank, int naxes);
 
-/* Finds the min-cost plan turning a value of type `t` (global dims, current
- * sharding t->sh) into sharding `to`.  Ties in bytes are broken by fewer ops.
- * Every intermediate sharding keeps every dim divisible by its axes.
- * Returns false (plan->nsteps = 0, bytes = +inf) when `to` cannot be reached:
- * e.g. it is unreduced over an axis `t` is not unreduced over, or a dim of
- * `to` does not divide. */
+/* Finds the plan moving the fewest bytes per device that turns a value of
+ * type `t` (global dims, current sharding t->sh) into sharding `to`; ties
+ * in bytes go to fewer Slices onto axes neither sharding uses, then to
+ * fewer ops.  Every intermediate sharding keeps every dim divisible by its
+ * axes.  Returns false (plan->nsteps = 0, bytes = +inf) when `to` cannot
+ * be reached: e.g. it is unreduced over an axis `t` is not unreduced over,
+ * or a dim of `to` does not divide. */
 bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to,
                        pass_reshard_plan *plan);
 
-/* The same plan, with each step timed on profile `hw` (steps[].time and
- * plan->time: cost_op_estimate of the op the step becomes, as the cost pass
- * will time it; seed 001's formulas or a calibrated profile's fits).  The
- * route is still the minimum-bytes one (reshard.c says why).  `hw` NULL is
- * pass_reshard_find (every time 0); plan->time is +inf when unreachable. */
+/* The same search with each step timed on profile `hw` by cost_op_estimate
+ * of the op it becomes (seed 001's formulas, among them the multi-axis
+ * rule V / (W_ici * N_axes), or a calibrated profile's fits), as the cost
+ * pass will time it.  Among plans moving the fewest bytes (and widening
+ * least), the fastest wins; times equal within 1e-9 relative go to fewer
+ * ops.  So a one-step collective over several axes and the one-axis
+ * collectives it replaces, which move the same bytes, are compared by
+ * time (reshard.c says why bytes come first).  steps[].time and
+ * plan->time hold the times.  `hw` NULL is pass_reshard_find (every time
+ * 0); plan->time is +inf when unreachable. */
 bool pass_reshard_find_timed(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
                              const ir_sharding *to, pass_reshard_plan *plan);
+
+/* The plan pass_reshard_find_timed would give if every collective worked
+ * along a single dim (no per-axis step; multi-axis collectives along one
+ * dim stay): what a plan with a per-axis step is compared with in the
+ * reasons propagate writes. */
+bool pass_reshard_find_one_dim(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
+                               const ir_sharding *to, pass_reshard_plan *plan);
 
 /* Seconds one collective step `st` of a value of type `t` (global dims)
  * held as `from` takes on `hw`: cost_op_estimate of the op it would emit

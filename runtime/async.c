@@ -90,10 +90,15 @@ rt_async *rt_async_open(rt_device *dev)
     return q;
 }
 
-int64_t rt_async_start(rt_async *q, const rt_coll_desc *d, const void *in, void *out)
+int64_t rt_async_start(rt_async *q, const rt_coll_desc *desc, const void *in, void *out)
 {
-    if (!d)
+    if (!desc)
         rt_fatal(q->dev, "rt_async_start: NULL descriptor");
+    /* Checked here in its resolved form, which the backend's coll_start
+     * reads (and copies); the communication thread's rt_collective
+     * resolves `desc` again. */
+    rt_coll_desc r, *d = &r;
+    rt_coll_resolve(desc, d);
     rt_group_view g;
     rt_group_of(q->dev, d->naxes, d->axes, &g);
     rt_check_coll(q->dev, d, &g);
@@ -106,7 +111,7 @@ int64_t rt_async_start(rt_async *q, const rt_coll_desc *d, const void *in, void 
     while (q->started - q->done >= QCAP)
         pthread_cond_wait(&q->cv, &q->mu);
     int64_t h = q->started;
-    q->q[h % QCAP] = (slot){d, in, out, NULL};
+    q->q[h % QCAP] = (slot){desc, in, out, NULL};
     q->waited[h % QCAP] = 0;
     if (q->threaded) {
         q->started++;
@@ -116,7 +121,7 @@ int64_t rt_async_start(rt_async *q, const rt_coll_desc *d, const void *in, void 
     }
     pthread_mutex_unlock(&q->mu);
     if (q->sync || d->kind == RT_SLICE || g.size == 1) {
-        rt_collective(q->dev, d, in, out);
+        rt_collective(q->dev, desc, in, out);
     } else {
         q->q[h % QCAP].req = q->dev->ops->coll_start(q->dev, d, &g, in, out);
     }

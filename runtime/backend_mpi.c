@@ -27,6 +27,11 @@
  *                  order), and numpy.maximum / minimum must give NaN
  *   AllToAll       pack block j along `dim2` to slot j, MPI_Alltoall, unpack
  *                  slot j to block j along `dim`
+ * "Block j along `dim`" is, for a collective whose axes work along
+ * different dims (seed 001's AllGather_XY of [B_X, D_Y]), the box of group
+ * rank j along each of its dims (rt_coll_block): the communicator is the
+ * one of its axes in their order, as for any group, and only the packing
+ * and unpacking around MPI's call differ.
  * bf16 travels as f32 (converted before, rounded after), so sums are in f32.
  */
 #include <cblas.h>
@@ -189,14 +194,14 @@ static int as_int(rt_device *dev, int64_t n)
  * order makes both backends' results bitwise the same, for max and min as
  * for sums.
  */
-static char *rs_pack(rt_device *dev, const rt_coll_desc *e, int64_t G, const void *in)
+static char *rs_pack(rt_device *dev, const rt_coll_desc *e, const rt_group_view *g, const void *in)
 {
     size_t es = rt_dtype_size(e->dtype);
     int64_t nout = rt_numel(e->rank, e->out_shape);
-    int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK] = {0};
-    char *send = rt_xmalloc(dev, (size_t)(G * nout) * es);
-    for (int64_t j = 0; j < G; j++) {
-        off[e->dim] = j * e->out_shape[e->dim];
+    int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK];
+    char *send = rt_xmalloc(dev, (size_t)(g->size * nout) * es);
+    for (int64_t j = 0; j < g->size; j++) {
+        rt_coll_block(e, g, j, 0, e->out_shape, off);
         rt_copy_box(send + (size_t)(j * nout) * es, e->out_shape, zero, in, e->in_shape, off,
                     e->out_shape, e->rank, es);
     }
@@ -290,21 +295,22 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
                       ((mworld *)dev->backend)->reduce[d->reduce_op], comm);
         break;
     case RT_ALLTOALL: {
-        int64_t ext[RT_MAX_RANK], off[RT_MAX_RANK] = {0};
-        memcpy(ext, d->in_shape, sizeof ext);
-        ext[d->dim2] = d->out_shape[d->dim2];
+        /* Slot j of the send buffer is the box rank j gets (its block
+         * along the split dims); slot j received lands at rank j's block
+         * along the grown dims. */
+        int64_t ext[RT_MAX_RANK], off[RT_MAX_RANK];
+        rt_alltoall_box(d, ext);
         int64_t blk = rt_numel(d->rank, ext);
         char *send = rt_xmalloc(dev, (size_t)nin * es);
         char *recv = rt_xmalloc(dev, (size_t)nout * es);
         for (int64_t j = 0; j < G; j++) {
-            off[d->dim2] = j * ext[d->dim2];
+            rt_coll_block(d, g, j, 1, d->out_shape, off);
             rt_copy_box(send + (size_t)(j * blk) * es, ext, zero, ein, d->in_shape, off, ext,
                         d->rank, es);
         }
         MPI_Alltoall(send, as_int(dev, blk), T, recv, as_int(dev, blk), T, comm);
-        off[d->dim2] = 0;
         for (int64_t j = 0; j < G; j++) {
-            off[d->dim] = j * d->in_shape[d->dim];
+            rt_coll_block(d, g, j, 0, d->in_shape, off);
             rt_copy_box(eout, d->out_shape, off, recv + (size_t)(j * blk) * es, ext, zero, ext,
                         d->rank, es);
         }
@@ -366,7 +372,7 @@ static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_grou
         r->recv = rt_xmalloc(dev, (size_t)(G * nin) * es);
         MPI_Iallgather(ein, as_int(dev, nin), T, r->recv, as_int(dev, nin), T, comm, &r->req);
     } else {
-        r->send = rs_pack(dev, &r->e, G, ein);
+        r->send = rs_pack(dev, &r->e, g, ein);
         r->rs_recv = rt_xmalloc(dev, (size_t)nin * es);
         r->rs_reqs = rs_exchange(dev, comm, T, es, g, nout, r->send, r->rs_recv);
     }

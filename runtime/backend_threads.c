@@ -118,7 +118,8 @@ static void threads_barrier(rt_device *dev, uint32_t mask)
     group_wait(dev, group_for(dev, mask), -1);
 }
 
-/* Fatal unless the peers' descriptors agree with ours on what matters. */
+/* Fatal unless the peers' (resolved) descriptors agree with ours on what
+ * matters. */
 static void check_agreement(rt_device *dev, const rt_coll_desc *d, const tgroup *grp,
                             int64_t rank)
 {
@@ -127,7 +128,8 @@ static void check_agreement(rt_device *dev, const rt_coll_desc *d, const tgroup 
                o->dim == d->dim && o->naxes == d->naxes && o->reduce_op == d->reduce_op &&
                memcmp(o->in_shape, d->in_shape, sizeof d->in_shape[0] * (size_t)d->rank) == 0;
     for (int32_t k = 0; same && k < d->naxes; k++)
-        same = o->axes[k] == d->axes[k];
+        same = o->axes[k] == d->axes[k] && o->axis_dim[k] == d->axis_dim[k] &&
+               o->axis_dim2[k] == d->axis_dim2[k];
     if (!same)
         rt_fatal(dev, "collective (op %d) called with a different descriptor (op %d) by a peer",
                  d->op_id, o->op_id);

@@ -18,9 +18,12 @@
  *                  all-gather, and the result is bitwise the same everywhere.
  *   AllToAll       out block j along dim = in_j block r along dim2
  *
- * A value of shape [s0..sn] seen around dim k is [outer, s_k, inner] with
- * outer = s0*..*s_{k-1} and inner = s_{k+1}*..*sn, so any dim works, not only
- * the leading one: runs of s_k*inner elements are contiguous.  Reductions
+ * Every "block" is a box: along each dim its axes name, the block of a
+ * group rank numbered by those axes (rt_coll_block), so the same code runs
+ * a collective along one dim and one whose axes work along different dims
+ * (seed 001's AllGather_XY of [B_X, D_Y]).  A box's rows are runs of
+ * contiguous elements (rt_box_runs): along the leading dim a block is one
+ * run, along an inner dim one run per row above it.  Reductions
  * (rt_reduce_arrays) go peer 0, 1, ..., G-1 in group-rank order, in f32 for
  * f32 and bf16, in f64 for f64, over chunks that stay in L1.
  */
@@ -30,13 +33,6 @@
 
 /* Elements combined per chunk (16 KiB of f32 accumulators). */
 #define CHUNK 4096
-
-static void outer_inner(const int64_t *shape, int32_t rank, int32_t dim, int64_t *outer,
-                        int64_t *inner)
-{
-    *outer = rt_numel(dim, shape);
-    *inner = rt_numel(rank - dim - 1, shape + dim + 1);
-}
 
 void rt_slice_range(int64_t n, int64_t G, int64_t r, int64_t *lo, int64_t *hi)
 {
@@ -147,30 +143,40 @@ void rt_threads_allgather(const rt_coll_desc *d, const rt_group_view *g, const r
                           void *out)
 {
     size_t es = rt_dtype_size(d->dtype);
-    int64_t outer, inner, G = g->size;
-    outer_inner(d->in_shape, d->rank, d->dim, &outer, &inner);
-    size_t run = (size_t)(d->in_shape[d->dim] * inner) * es;
-    char *o = out;
-    for (int64_t i = 0; i < outer; i++)
-        for (int64_t j = 0; j < G; j++)
-            memcpy(o + ((size_t)(i * G + j)) * run, (const char *)b->peer_in[j] + (size_t)i * run,
-                   run);
+    int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK];
+    for (int64_t j = 0; j < g->size; j++) {
+        rt_coll_block(d, g, j, 0, d->in_shape, off);
+        rt_copy_box(out, d->out_shape, off, b->peer_in[j], d->in_shape, zero, d->in_shape, d->rank,
+                    es);
+    }
+}
+
+/* What one run of a ReduceScatter combines: the same run of every peer's
+ * input into one run of out. */
+typedef struct rs_run {
+    const rt_coll_desc *d;
+    const rt_group_view *g;
+    const rt_shared_bufs *b;
+    char *out;
+    size_t es;
+} rs_run;
+
+static void reduce_run(void *arg, int64_t dst, int64_t src, int64_t n)
+{
+    const rs_run *r = arg;
+    const void *srcs[RT_MAX_DEVICES];
+    for (int64_t j = 0; j < r->g->size; j++)
+        srcs[j] = (const char *)r->b->peer_in[j] + (size_t)src * r->es;
+    rt_reduce_arrays(r->d->reduce_op, r->d->dtype, r->out + (size_t)dst * r->es, srcs, r->g->size, n);
 }
 
 void rt_threads_reducescatter(const rt_coll_desc *d, const rt_group_view *g,
                               const rt_shared_bufs *b, void *out)
 {
-    size_t es = rt_dtype_size(d->dtype);
-    int64_t outer, inner, G = g->size;
-    outer_inner(d->out_shape, d->rank, d->dim, &outer, &inner);
-    int64_t run = d->out_shape[d->dim] * inner; /* elements of one block row */
-    const void *srcs[RT_MAX_DEVICES];
-    for (int64_t i = 0; i < outer; i++) {
-        for (int64_t j = 0; j < G; j++)
-            srcs[j] = (const char *)b->peer_in[j] + (size_t)((i * G + g->rank) * run) * es;
-        rt_reduce_arrays(d->reduce_op, d->dtype, (char *)out + (size_t)(i * run) * es, srcs, G,
-                         run);
-    }
+    int64_t zero[RT_MAX_RANK] = {0}, off[RT_MAX_RANK];
+    rt_coll_block(d, g, g->rank, 0, d->out_shape, off);
+    rs_run r = {d, g, b, out, rt_dtype_size(d->dtype)};
+    rt_box_runs(d->out_shape, zero, d->in_shape, off, d->out_shape, d->rank, reduce_run, &r);
 }
 
 void rt_threads_allreduce_reduce(const rt_coll_desc *d, const rt_group_view *g,
@@ -205,12 +211,11 @@ void rt_threads_alltoall(const rt_coll_desc *d, const rt_group_view *g, const rt
                          void *out)
 {
     size_t es = rt_dtype_size(d->dtype);
-    int64_t ext[RT_MAX_RANK], soff[RT_MAX_RANK] = {0}, doff[RT_MAX_RANK] = {0};
-    memcpy(ext, d->in_shape, sizeof ext);
-    ext[d->dim2] = d->out_shape[d->dim2];
-    soff[d->dim2] = g->rank * ext[d->dim2];
+    int64_t ext[RT_MAX_RANK], soff[RT_MAX_RANK], doff[RT_MAX_RANK];
+    rt_alltoall_box(d, ext);
+    rt_coll_block(d, g, g->rank, 1, d->out_shape, soff);
     for (int64_t j = 0; j < g->size; j++) {
-        doff[d->dim] = j * d->in_shape[d->dim];
+        rt_coll_block(d, g, j, 0, d->in_shape, doff);
         rt_copy_box(out, d->out_shape, doff, b->peer_in[j], d->in_shape, soff, ext, d->rank, es);
     }
 }

@@ -1,7 +1,7 @@
 /*
- * collective.c - rt_collective: checks a descriptor against the semantics
- * of einrt.h, does the communication-free cases here (a group of one device,
- * Slice) and hands the rest to the device's backend.
+ * collective.c - rt_collective: resolves a descriptor's dims, checks it
+ * against the semantics of einrt.h, does the communication-free cases here
+ * (a group of one device, Slice) and hands the rest to the device's backend.
  *
  * Shapes (per device, G = group size):
  *   AllGather      out = in with out[dim] = G * in[dim]
@@ -10,9 +10,14 @@
  *   AllToAll       out[dim] = G * in[dim], in[dim2] = G * out[dim2]  (seed 001,
  *                  "AllToAll_{X,J} A[I_X, J] -> A[I, J_X]": dim = I, dim2 = J)
  *   Slice          in[dim] = G * out[dim], out = block `group rank`
+ * With per-axis dims (RT_DIM_PER_AXIS) each dim d grows or shrinks by G_d,
+ * the product of the sizes of its axes, and blocks are numbered by those
+ * axes only (einrt.h); resolved descriptors hold that form for every
+ * collective, so the checks and the block offsets here cover both.
  * AllReduce and ReduceScatter reduce with d->reduce_op (sum, max, min);
  * every other kind must leave it 0.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "rt_internal.h"
@@ -39,18 +44,13 @@ const char *rt_reduce_op_name(int32_t op)
     }
 }
 
-/* Fatal unless out equals in except on dims `skip1`, `skip2` (or -1). */
-static void check_same_dims(const rt_device *dev, const rt_coll_desc *d, int32_t skip1,
-                            int32_t skip2)
+/* Fatal unless dim k of out equals that of in. */
+static void check_same_dim(const rt_device *dev, const rt_coll_desc *d, int32_t k)
 {
-    for (int32_t k = 0; k < d->rank; k++) {
-        if (k == skip1 || k == skip2)
-            continue;
-        if (d->in_shape[k] != d->out_shape[k])
-            rt_fatal(dev, "%s (op %d): dim %d is %lld in the input but %lld in the output",
-                     kind_name(d->kind), d->op_id, k, (long long)d->in_shape[k],
-                     (long long)d->out_shape[k]);
-    }
+    if (d->in_shape[k] != d->out_shape[k])
+        rt_fatal(dev, "%s (op %d): dim %d is %lld in the input but %lld in the output",
+                 kind_name(d->kind), d->op_id, k, (long long)d->in_shape[k],
+                 (long long)d->out_shape[k]);
 }
 
 /* Fatal unless big == G * small on dim k. */
@@ -69,6 +69,59 @@ static void check_dim(const rt_device *dev, const rt_coll_desc *d, const char *n
     if (k < 0 || k >= d->rank)
         rt_fatal(dev, "%s (op %d): %s %d out of range for rank %d", kind_name(d->kind),
                  d->op_id, name, k, d->rank);
+}
+
+void rt_coll_resolve(const rt_coll_desc *d, rt_coll_desc *r)
+{
+    memset(r, 0, sizeof *r);
+    memcpy(r, d, offsetof(rt_coll_desc, axis_dim));
+    for (int32_t k = 0; k < RT_MAX_AXES; k++) {
+        /* Entry 0 also for a group of no axes, whose dims are still checked. */
+        int in_use = k < d->naxes || k == 0;
+        if (d->dim == RT_DIM_PER_AXIS) {
+            r->axis_dim[k] = in_use ? d->axis_dim[k] : -1;
+            r->axis_dim2[k] = in_use ? d->axis_dim2[k] : -1;
+        } else {
+            r->axis_dim[k] = in_use ? d->dim : -1;
+            r->axis_dim2[k] = in_use ? d->dim2 : -1;
+        }
+    }
+}
+
+/* Product of the sizes of the group's axes that work along dim k (along
+ * axis_dim, or axis_dim2 when `split`): G_k of einrt.h. */
+static int64_t dim_factor(const rt_coll_desc *d, const rt_group_view *g, int32_t k, int split)
+{
+    int64_t f = 1;
+    for (int32_t a = 0; a < g->naxes; a++)
+        if ((split ? d->axis_dim2[a] : d->axis_dim[a]) == k)
+            f *= g->sizes[a];
+    return f;
+}
+
+void rt_coll_block(const rt_coll_desc *d, const rt_group_view *g, int64_t r, int split,
+                   const int64_t *block, int64_t *off)
+{
+    int64_t coord[RT_MAX_AXES];
+    for (int32_t a = g->naxes - 1; a >= 0; a--) {
+        coord[a] = r % g->sizes[a];
+        r /= g->sizes[a];
+    }
+    for (int32_t k = 0; k < d->rank; k++) {
+        int64_t b = 0;
+        for (int32_t a = 0; a < g->naxes; a++)
+            if ((split ? d->axis_dim2[a] : d->axis_dim[a]) == k)
+                b = b * g->sizes[a] + coord[a];
+        off[k] = b * block[k];
+    }
+}
+
+void rt_alltoall_box(const rt_coll_desc *d, int64_t *ext)
+{
+    memcpy(ext, d->in_shape, sizeof d->in_shape);
+    for (int32_t a = 0; a < RT_MAX_AXES; a++)
+        if (d->axis_dim2[a] >= 0 && d->axis_dim2[a] < d->rank)
+            ext[d->axis_dim2[a]] = d->out_shape[d->axis_dim2[a]];
 }
 
 void rt_check_coll(const rt_device *dev, const rt_coll_desc *d, const rt_group_view *g)
@@ -91,31 +144,35 @@ void rt_check_coll(const rt_device *dev, const rt_coll_desc *d, const rt_group_v
         rt_fatal(dev, "%s (op %d): reduce_op is %d (%s), but only AllReduce and ReduceScatter "
                  "reduce; it must be 0", kind_name(d->kind), d->op_id, d->reduce_op,
                  rt_reduce_op_name(d->reduce_op));
-    int64_t G = g->size;
-    switch (d->kind) {
-    case RT_ALLGATHER:
-        check_dim(dev, d, "dim", d->dim);
-        check_same_dims(dev, d, d->dim, -1);
-        check_grows(dev, d, "output", d->dim, d->out_shape[d->dim], d->in_shape[d->dim], G);
-        break;
-    case RT_REDUCESCATTER:
-    case RT_SLICE:
-        check_dim(dev, d, "dim", d->dim);
-        check_same_dims(dev, d, d->dim, -1);
-        check_grows(dev, d, "input", d->dim, d->in_shape[d->dim], d->out_shape[d->dim], G);
-        break;
-    case RT_ALLREDUCE:
-        check_same_dims(dev, d, -1, -1);
-        break;
-    case RT_ALLTOALL:
-        check_dim(dev, d, "dim", d->dim);
-        check_dim(dev, d, "dim2", d->dim2);
-        if (d->dim == d->dim2)
-            rt_fatal(dev, "AllToAll (op %d): dim and dim2 are both %d", d->op_id, d->dim);
-        check_same_dims(dev, d, d->dim, d->dim2);
-        check_grows(dev, d, "output", d->dim, d->out_shape[d->dim], d->in_shape[d->dim], G);
-        check_grows(dev, d, "input", d->dim2, d->in_shape[d->dim2], d->out_shape[d->dim2], G);
-        break;
+    int a2a = d->kind == RT_ALLTOALL, grows = d->kind == RT_ALLGATHER || a2a;
+    if (d->kind != RT_ALLREDUCE) {
+        /* A group of no axes still names its dims (entry 0, rt_coll_resolve). */
+        int32_t n = g->naxes ? g->naxes : 1;
+        for (int32_t a = 0; a < n; a++) {
+            check_dim(dev, d, "dim", d->axis_dim[a]);
+            if (!a2a)
+                continue;
+            check_dim(dev, d, "dim2", d->axis_dim2[a]);
+            for (int32_t b = 0; b < n; b++)
+                if (d->axis_dim[b] == d->axis_dim2[a])
+                    rt_fatal(dev, "AllToAll (op %d): dim and dim2 are both %d", d->op_id,
+                             d->axis_dim2[a]);
+        }
+    }
+    /* Each dim grows (AllGather, an AllToAll's `dim`s) or shrinks
+     * (ReduceScatter, Slice, an AllToAll's `dim2`s) by the product of its
+     * axes' sizes; the others keep their size. */
+    for (int32_t k = 0; k < d->rank; k++) {
+        int64_t f = d->kind == RT_ALLREDUCE ? 1 : dim_factor(d, g, k, 0);
+        int64_t f2 = a2a ? dim_factor(d, g, k, 1) : 1;
+        if (f2 > 1)
+            check_grows(dev, d, "input", k, d->in_shape[k], d->out_shape[k], f2);
+        else if (f > 1 && grows)
+            check_grows(dev, d, "output", k, d->out_shape[k], d->in_shape[k], f);
+        else if (f > 1)
+            check_grows(dev, d, "input", k, d->in_shape[k], d->out_shape[k], f);
+        else
+            check_same_dim(dev, d, k);
     }
 }
 
@@ -124,7 +181,7 @@ void rt_coll_local(const rt_coll_desc *d, const rt_group_view *g, const void *in
     size_t es = rt_dtype_size(d->dtype);
     if (d->kind == RT_SLICE) {
         int64_t zero[RT_MAX_RANK] = {0}, soff[RT_MAX_RANK] = {0};
-        soff[d->dim] = g->rank * d->out_shape[d->dim];
+        rt_coll_block(d, g, g->rank, 0, d->out_shape, soff);
         rt_copy_box(out, d->out_shape, zero, in, d->in_shape, soff, d->out_shape, d->rank, es);
         return;
     }
@@ -133,10 +190,12 @@ void rt_coll_local(const rt_coll_desc *d, const rt_group_view *g, const void *in
     memcpy(out, in, (size_t)rt_numel(d->rank, d->in_shape) * es);
 }
 
-void rt_collective(rt_device *dev, const rt_coll_desc *d, const void *in, void *out)
+void rt_collective(rt_device *dev, const rt_coll_desc *desc, const void *in, void *out)
 {
-    if (!d)
+    if (!desc)
         rt_fatal(dev, "rt_collective: NULL descriptor");
+    rt_coll_desc r, *d = &r;
+    rt_coll_resolve(desc, d);
     rt_group_view g;
     rt_group_of(dev, d->naxes, d->axes, &g);
     rt_check_coll(dev, d, &g);

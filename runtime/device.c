@@ -94,6 +94,7 @@ void rt_group_of(const rt_device *dev, int32_t naxes, const int32_t *axes, rt_gr
             rt_fatal(dev, "collective names mesh axis %c twice", dev->prog->axis_names[a]);
         g->mask |= 1u << a;
         g->axes[k] = a;
+        g->sizes[k] = dev->prog->axis_sizes[a];
         g->size *= dev->prog->axis_sizes[a];
         g->rank = g->rank * dev->prog->axis_sizes[a] + dev->coord[a];
     }

@@ -41,7 +41,10 @@ enum rt_dtype {
     RT_I32 = 3,  /* int32: only the indices of a gather (.npy '<i4') */
 };
 
-/* Collective and resharding kinds, same meaning as the IR ops. */
+/* Collective and resharding kinds, same meaning as the IR ops.  With
+ * `dim` = RT_DIM_PER_AXIS each axis works along its own dim (rt_coll_desc):
+ * "along `dim`" below then means along every dim, by the block numbering
+ * given there. */
 enum rt_coll_kind {
     RT_ALLGATHER = 0,     /* out dim `dim` = concat over the group, in group-rank order */
     RT_REDUCESCATTER = 1, /* out = block `group rank` along `dim` of the reduction
@@ -51,6 +54,11 @@ enum rt_coll_kind {
                              received blocks concatenated along `dim` in group-rank order */
     RT_SLICE = 4,         /* out = block `group rank` along `dim`; no communication */
 };
+
+/* rt_coll_desc.dim of a collective whose axes work along different dims
+ * (seed 001's AllGather_XY of [B_X, D_Y]): axes[k] works along
+ * axis_dim[k] (and an AllToAll's along axis_dim2[k]). */
+#define RT_DIM_PER_AXIS (-2)
 
 /* The element-wise reduction of AllReduce and ReduceScatter (rt_coll_desc
  * `reduce_op`).  MAX and MIN follow numpy.maximum / numpy.minimum: a NaN in
@@ -98,7 +106,24 @@ typedef struct rt_tensor_desc {
  * coordinate except those of `axes`.  The group rank of a device is the
  * mixed-radix number of its coordinates on axes[0..naxes-1] (axes[0] major).
  * G = product of those axes' sizes.  AllReduce and ReduceScatter combine
- * the members' elements with `reduce_op`; any other kind requires 0. */
+ * the members' elements with `reduce_op`; any other kind requires 0.
+ *
+ * Per-axis dims (`dim` = RT_DIM_PER_AXIS): the block of a group member
+ * along dim d is the mixed-radix number of its coordinates on the axes k
+ * with axis_dim[k] == d, in the order of `axes` (the first major), and G_d
+ * is the product of their sizes; with one dim for every axis that is the
+ * group rank and G.  Then, per device (shapes per device):
+ *   AllGather      out[d] = G_d * in[d]; member r's input is its block of out
+ *   ReduceScatter  in[d] = G_d * out[d]; out = this device's block of the
+ *                  reduction over the group
+ *   Slice          in[d] = G_d * out[d]; out = this device's block of in
+ *   AllToAll       out[d] = G_d * in[d] on the axis_dim dims, which grow, and
+ *                  in[e] = G2_e * out[e] on the axis_dim2 dims, which are
+ *                  split (blocks numbered as above over the axes with
+ *                  axis_dim2[k] == e); member r sends this device its block
+ *                  along the split dims numbered by this device's
+ *                  coordinates, which lands at member r's block along the
+ *                  grown dims.  No dim both grows and is split. */
 typedef struct rt_coll_desc {
     int32_t kind;                  /* enum rt_coll_kind */
     int32_t dtype;                 /* enum rt_dtype */
@@ -107,13 +132,26 @@ typedef struct rt_coll_desc {
     int32_t rank;
     int64_t in_shape[RT_MAX_RANK]; /* per-device input shape */
     int64_t out_shape[RT_MAX_RANK];/* per-device output shape */
-    int32_t dim;                   /* AG/RS/Slice: the dim; AllToAll: the dim that grows */
+    int32_t dim;                   /* AG/RS/Slice: the dim; AllToAll: the dim that grows;
+                                      RT_DIM_PER_AXIS: see axis_dim */
     int32_t dim2;                  /* AllToAll: the dim that is split; else -1 */
     int32_t op_id;                 /* index of the op in the program (tracing) */
     /* Added after ABI version 1 without a bump: it fills what was the
      * struct's tail padding, so the size and every offset above stay, and
      * a descriptor emitted before it (zero padding) reads as SUM. */
     int32_t reduce_op;             /* AllReduce, ReduceScatter: enum rt_reduce_op; else 0 */
+    /* Added after ABI version 1 without a bump, appended: the struct grew
+     * from 176 to 208 bytes, and every offset above stays.  The runtime
+     * reads these only when `dim` is RT_DIM_PER_AXIS, which no descriptor
+     * emitted before them holds, so an older object's shorter descriptor
+     * is never read past its end; an older runtime rejects RT_DIM_PER_AXIS
+     * as a dim out of range rather than misreading it.  Codegen emits
+     * descriptors one global each, never in arrays, so the size is free to
+     * grow. */
+    int32_t axis_dim[RT_MAX_AXES];  /* RT_DIM_PER_AXIS: the dim axes[k] works along (AllToAll:
+                                       the dim it leaves, which grows) */
+    int32_t axis_dim2[RT_MAX_AXES]; /* RT_DIM_PER_AXIS, AllToAll: the dim axes[k] joins
+                                       (which is split); else -1 */
 } rt_coll_desc;
 
 /* A local contraction c = alpha * einsum(a[, b]) on per-device blocks.

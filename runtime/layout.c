@@ -18,9 +18,9 @@ int64_t rt_numel(int32_t rank, const int64_t *shape)
     return n;
 }
 
-void rt_copy_box(void *dst, const int64_t *dshape, const int64_t *doff,
-                 const void *src, const int64_t *sshape, const int64_t *soff,
-                 const int64_t *ext, int32_t rank, size_t esize)
+void rt_box_runs(const int64_t *dshape, const int64_t *doff, const int64_t *sshape,
+                 const int64_t *soff, const int64_t *ext, int32_t rank,
+                 void (*fn)(void *arg, int64_t dst, int64_t src, int64_t n), void *arg)
 {
     if (rt_numel(rank, ext) == 0)
         return;
@@ -50,9 +50,6 @@ void rt_copy_box(void *dst, const int64_t *dshape, const int64_t *doff,
         base_s += soff[d] * sstride[d];
         base_d += doff[d] * dstride[d];
     }
-    const char *s = src;
-    char *t = dst;
-    size_t run_bytes = (size_t)run * esize;
     int64_t idx[RT_MAX_RANK] = {0};
     for (;;) {
         int64_t os = base_s, od = base_d;
@@ -60,13 +57,34 @@ void rt_copy_box(void *dst, const int64_t *dshape, const int64_t *doff,
             os += idx[d] * sstride[d];
             od += idx[d] * dstride[d];
         }
-        memcpy(t + od * (int64_t)esize, s + os * (int64_t)esize, run_bytes);
+        fn(arg, od, os, run);
         int32_t d = inner - 1;
         while (d >= 0 && ++idx[d] == ext[d])
             idx[d--] = 0;
         if (d < 0)
             break;
     }
+}
+
+/* rt_copy_box's arrays for rt_box_runs. */
+typedef struct copy_arg {
+    char *dst;
+    const char *src;
+    size_t esize;
+} copy_arg;
+
+static void copy_run(void *arg, int64_t dst, int64_t src, int64_t n)
+{
+    const copy_arg *c = arg;
+    memcpy(c->dst + (size_t)dst * c->esize, c->src + (size_t)src * c->esize, (size_t)n * c->esize);
+}
+
+void rt_copy_box(void *dst, const int64_t *dshape, const int64_t *doff,
+                 const void *src, const int64_t *sshape, const int64_t *soff,
+                 const int64_t *ext, int32_t rank, size_t esize)
+{
+    copy_arg c = {dst, src, esize};
+    rt_box_runs(dshape, doff, sshape, soff, ext, rank, copy_run, &c);
 }
 
 void rt_block_start(const rt_tensor_desc *t, const int64_t *axis_sizes,

@@ -57,6 +57,16 @@ double rt_element(int32_t dtype, const void *x, int64_t i);
 /* Product of shape[0..rank-1] (1 for rank 0). */
 int64_t rt_numel(int32_t rank, const int64_t *shape);
 /*
+ * Calls fn(arg, dst, src, n) for each contiguous run of the box of extent
+ * `ext` at index `doff` of a row-major array of shape `dshape` and at `soff`
+ * of one of shape `sshape`: n elements starting at element dst of the
+ * first and src of the second.  Innermost dims that are whole in both
+ * arrays are merged, so the runs are as long as the layouts allow.
+ */
+void rt_box_runs(const int64_t *dshape, const int64_t *doff, const int64_t *sshape,
+                 const int64_t *soff, const int64_t *ext, int32_t rank,
+                 void (*fn)(void *arg, int64_t dst, int64_t src, int64_t n), void *arg);
+/*
  * Copies the box of extent `ext` from `src` (shape `sshape`, starting at
  * index `soff`) to `dst` (shape `dshape`, starting at `doff`); all arrays
  * row-major with `esize`-byte elements.  Innermost dims that are whole in
@@ -146,6 +156,7 @@ struct rt_device {
 typedef struct rt_group_view {
     int32_t naxes;               /* axes spanned by the group */
     int32_t axes[RT_MAX_AXES];   /* the axes, major first */
+    int64_t sizes[RT_MAX_AXES];  /* their sizes */
     int64_t size;                /* G = product of those axes' sizes */
     int64_t rank;                /* this device's group rank */
     uint32_t mask;               /* bit a set for each axis a of the group */
@@ -205,8 +216,25 @@ void *rt_xmalloc(const rt_device *dev, size_t bytes);
 
 /* ---- collectives (collective.c, coll_threads.c) ---- */
 
-/* Checks `d` against the group; fatal with a message when inconsistent. */
+/* Copies descriptor `d` into `r` with axis_dim and axis_dim2 filled for
+ * every axis (from dim and dim2 unless dim is RT_DIM_PER_AXIS; -1 past
+ * naxes), so the code below reads one encoding.  Reads d's appended
+ * members only when d->dim is RT_DIM_PER_AXIS (einrt.h: an older object's
+ * descriptor ends before them).  Every collective entry point resolves its
+ * descriptor first; the functions below take resolved ones. */
+void rt_coll_resolve(const rt_coll_desc *d, rt_coll_desc *r);
+/* Checks resolved `d` against the group; fatal with a message when
+ * inconsistent. */
 void rt_check_coll(const rt_device *dev, const rt_coll_desc *d, const rt_group_view *g);
+/* The offset, per dim, of group rank r's block in an array of blocks of
+ * shape `block` along the dims of resolved `d` (einrt.h's per-axis block
+ * numbering): along axis_dim, or along axis_dim2 when `split` (an
+ * AllToAll's split dims); 0 along dims no axis names. */
+void rt_coll_block(const rt_coll_desc *d, const rt_group_view *g, int64_t r, int split,
+                   const int64_t *block, int64_t *off);
+/* The extent of the box one member of resolved AllToAll `d` sends another:
+ * its input's shape with the split dims (axis_dim2) at their output size. */
+void rt_alltoall_box(const rt_coll_desc *d, int64_t *ext);
 /* Local semantics of the collective for a group of one device (copy), and
  * Slice for any group.  Used by every backend. */
 void rt_coll_local(const rt_coll_desc *d, const rt_group_view *g, const void *in, void *out);
@@ -219,11 +247,11 @@ typedef struct rt_shared_bufs {
     const void *const *peer_in;  /* input buffer of each group rank */
     void *const *peer_out;       /* output buffer of each group rank */
 } rt_shared_bufs;
-/* AllGather: copies every peer's input into its place along d->dim of out. */
+/* AllGather: copies every peer's input into its block of out. */
 void rt_threads_allgather(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
                           void *out);
-/* ReduceScatter: reduces (d->reduce_op) block `g->rank` along d->dim of every
- * peer's input into out. */
+/* ReduceScatter: reduces (d->reduce_op) this device's block of every peer's
+ * input into out. */
 void rt_threads_reducescatter(const rt_coll_desc *d, const rt_group_view *g,
                               const rt_shared_bufs *b, void *out);
 /* AllReduce phase 1: this device reduces (d->reduce_op) its 1/G slice of the
@@ -233,7 +261,8 @@ void rt_threads_allreduce_reduce(const rt_coll_desc *d, const rt_group_view *g,
 /* AllReduce phase 2 (after a barrier): copies the other slices from peers' outs. */
 void rt_threads_allreduce_copy(const rt_coll_desc *d, const rt_group_view *g,
                                const rt_shared_bufs *b, void *out);
-/* AllToAll: out block j along d->dim = peer j's block `g->rank` along d->dim2. */
+/* AllToAll: out's block of peer j along the grown dims = peer j's block of
+ * this device along the split dims. */
 void rt_threads_alltoall(const rt_coll_desc *d, const rt_group_view *g, const rt_shared_bufs *b,
                          void *out);
 /*

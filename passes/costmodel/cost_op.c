@@ -217,23 +217,30 @@ double cost_coll_runs(const ir_module *m, const ir_op *op, double p)
 {
     const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
     const ir_type *t = NULL;
-    int cut = -1;
     switch (op->kind) {
-    case IR_OP_ALLGATHER: t = in ? &in->type : NULL; cut = op->u.coll.dim; break;
-    case IR_OP_REDUCESCATTER: t = op->result ? &op->result->type : NULL; cut = op->u.coll.dim; break;
-    case IR_OP_ALLTOALL:
-        t = in ? &in->type : NULL;
-        cut = op->u.coll.dim > op->u.coll.dim2 ? op->u.coll.dim : op->u.coll.dim2;
-        break;
+    case IR_OP_ALLGATHER:
+    case IR_OP_ALLTOALL: t = in ? &in->type : NULL; break;
+    case IR_OP_REDUCESCATTER: t = op->result ? &op->result->type : NULL; break;
     default: return p; /* AllReduce: flat slices */
+    }
+    /* The cut is the deepest dim any axis works along (per-axis ops touch
+     * several), an AllToAll's destinations included. */
+    int cut = -1;
+    for (int k = 0; k < op->u.coll.naxes; k++) {
+        int d = ir_coll_dim(&op->u.coll, k), e = op->kind == IR_OP_ALLTOALL ? ir_coll_dim2(&op->u.coll, k) : -1;
+        cut = d > cut ? d : cut;
+        cut = e > cut ? e : cut;
     }
     if (!t || cut < 0 || cut > t->rank)
         return p;
     double rows = 1;
     for (int d = 0; d < cut; d++) {
-        /* An AllToAll's box has the result's (split) extent on dim2. */
-        const ir_type *src = op->kind == IR_OP_ALLTOALL && d == op->u.coll.dim2 && op->result
-                                 ? &op->result->type : t;
+        /* An AllToAll's box has the result's (split) extent on its
+         * destination dims. */
+        bool dest = false;
+        for (int k = 0; op->kind == IR_OP_ALLTOALL && k < op->u.coll.naxes; k++)
+            dest |= ir_coll_dim2(&op->u.coll, k) == d;
+        const ir_type *src = dest && op->result ? &op->result->type : t;
         rows *= (double)ir_local_size(m, src, d);
     }
     return p * rows;

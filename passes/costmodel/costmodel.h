@@ -297,8 +297,9 @@ bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
  * row above the cut dim, p x prod(local dims before it).  The cut dim is
  * the gathered dim of an AllGather (operand), the scattered dim of a
  * ReduceScatter (result), and the deeper of the two dims of an AllToAll;
- * an AllReduce's slices are flat (p).  A collective over the leading dim
- * gives p.  Used with cost_measured_coll_time.
+ * for a collective whose axes work along different dims, the deepest of
+ * them.  An AllReduce's slices are flat (p).  A collective over the
+ * leading dim gives p.  Used with cost_measured_coll_time.
  */
 double cost_coll_runs(const ir_module *m, const ir_op *op, double p);
 

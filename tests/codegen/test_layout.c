@@ -67,7 +67,7 @@ static void test_coll_desc(void)
     LLVMTypeRef ty = e.t.coll_desc;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_coll_desc));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_coll_desc));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 11);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 13);
     CHECK_OFF(&e, ty, rt_coll_desc, 0, kind);
     CHECK_OFF(&e, ty, rt_coll_desc, 1, dtype);
     CHECK_OFF(&e, ty, rt_coll_desc, 2, naxes);
@@ -79,6 +79,12 @@ static void test_coll_desc(void)
     CHECK_OFF(&e, ty, rt_coll_desc, 8, dim2);
     CHECK_OFF(&e, ty, rt_coll_desc, 9, op_id);
     CHECK_OFF(&e, ty, rt_coll_desc, 10, reduce_op);
+    CHECK_OFF(&e, ty, rt_coll_desc, 11, axis_dim);
+    CHECK_OFF(&e, ty, rt_coll_desc, 12, axis_dim2);
+    /* reduce_op filled the old tail padding; the per-axis dims were
+     * appended, so every older member keeps its offset (einrt.h). */
+    CU_ASSERT_EQUAL(offsetof(rt_coll_desc, axis_dim), 176);
+    CU_ASSERT_EQUAL(sizeof(rt_coll_desc), 208);
     env_close(&e);
 }
 

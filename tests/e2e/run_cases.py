@@ -14,13 +14,21 @@ atol = rtol * max|ref|: rounding of a sum is relative to the size of its
 terms, not of the (possibly cancelled) result, and the largest output is
 a fair proxy for that scale.
 
+--hw NAME compiles for that hardware profile (einc's default otherwise);
+--per-axis keeps only the cases whose plan has a collective whose mesh
+axes work along different dims (seed 001's AllGather_XY of [B_X, D_Y]:
+JSON ops with "dims"), so both runtimes' per-axis collectives are checked
+against NumPy on whole programs.
+
 The last line printed is `N passed, N failed`; the exit status is 1 if any
 case failed (its source and the error are printed above).
 
 Usage: run_cases.py --einc PATH [--runtime threads|mpi] [--shard I/N]
                     [--mesh-sizes 2,4] [--every K] [--only NAME] [--keep DIR]
+                    [--hw NAME] [--per-axis]
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -130,6 +138,27 @@ def run(cmd, cwd, timeout=TIMEOUT):
         return -1, out + "\n(timed out after %d s)" % timeout
 
 
+def einc_flags(case, args):
+    """The flags every einc run of `case` takes (sizes, the case's own, --hw)."""
+    flags = []
+    for d in case["defines"]:
+        flags += ["-D", d]
+    flags += case["flags"]
+    if args.hw:
+        flags += ["--hw", args.hw]
+    return flags
+
+
+def has_per_axis(case, args, work):
+    """Whether einc's plan for `case` has a collective whose axes work along
+    different dims (the JSON dump lists their "dims")."""
+    with open(os.path.join(work, "case.ein"), "w") as f:
+        f.write(case["source"])
+    cmd = [args.einc, "case.ein", "--dump-ir=json"] + einc_flags(case, args)
+    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=TIMEOUT)
+    return r.returncode == 0 and any("dims" in op for op in json.loads(r.stdout)["ops"])
+
+
 def run_case(case, args, work):
     """Compiles and runs one case in directory `work`; None on success, else the error."""
     src = os.path.join(work, "case.ein")
@@ -138,9 +167,7 @@ def run_case(case, args, work):
     cmd = [args.einc, "case.ein", "-o", "case"]
     if args.runtime == "mpi":
         cmd.append("--runtime=mpi")
-    for d in case["defines"]:
-        cmd += ["-D", d]
-    cmd += case["flags"]
+    cmd += einc_flags(case, args)
     rc, out = run(cmd, work)
     if rc != 0:
         return "einc failed (exit %d): %s\n%s" % (rc, " ".join(cmd), out)
@@ -211,16 +238,23 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="then keep every K-th case")
     ap.add_argument("--only", help="comma-separated case names")
     ap.add_argument("--keep", help="work in this directory and keep it")
+    ap.add_argument("--hw", help="hardware profile einc plans for (einc --hw)")
+    ap.add_argument("--per-axis", action="store_true",
+                    help="only cases whose plan has a collective with per-axis dims")
     args = ap.parse_args()
     args.einc = os.path.abspath(args.einc)
 
     cases = select(gen_cases.generate(args.seed), args)
+    top = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="einc-e2e-")
+    os.makedirs(top, exist_ok=True)
+    if args.per_axis:
+        cases = [c for c in cases if has_per_axis(c, args, top)]
     if not cases:
+        if not args.keep:
+            shutil.rmtree(top, ignore_errors=True)
         print("no case selected")
         print("0 passed, 1 failed")
         return 1
-    top = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="einc-e2e-")
-    os.makedirs(top, exist_ok=True)
     passed = failed = 0
     t0 = time.time()
     for case in cases:
@@ -237,7 +271,8 @@ def main():
                 case["name"], case["category"], case["dtype"],
                 " ".join("%s=%d" % m for m in case["mesh"]),
                 "".join(", einc -D " + d for d in case["defines"]) +
-                "".join(", einc " + f for f in case["flags"])))
+                "".join(", einc " + f for f in case["flags"]) +
+                (", einc --hw " + args.hw if args.hw else "")))
             for line in case["source"].splitlines():
                 print("    " + line)
             print("  NumPy reference:")

@@ -213,6 +213,105 @@ static void test_verify_collectives(void)
     teardown(&f);
 }
 
+/* Collective `k` over the axes named in `axes` ("XY") from `a` to a new
+ * value of `a`'s tensor with type `rt`, appended; dims[i] (and dims2[i],
+ * or NULL) is the dim of axis i, set as ir_coll_set_dims writes it. */
+static ir_op *coll_op(fixture *f, ir_op_kind k, ir_value *a, ir_type rt, const char *axes,
+                      const int8_t *dims, const int8_t *dims2)
+{
+    ir_value *r = ir_value_new(f->m, a->tensor, IR_VAL_OP, &rt, 0);
+    ir_op *op = ir_op_new(f->m, k, 1, &a, r, 0);
+    op->u.coll.naxes = (int)strlen(axes);
+    for (int i = 0; axes[i]; i++)
+        op->u.coll.axes[i] = (int8_t)ir_mesh_find_axis(&f->m->mesh, axes[i]);
+    ir_coll_set_dims(&op->u.coll, dims, dims2);
+    ir_op_append(f->m, op);
+    return op;
+}
+
+/* What `print` (ir_print or ir_print_json) writes for `m` (malloc'd: the
+ * caller frees it). */
+static char *dump(ir_module *m, void (*print)(FILE *, ir_module *))
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    print(out, m);
+    fclose(out);
+    return text;
+}
+
+/* The --dump-ir=json of `m`, parsed (the caller frees it with cJSON_Delete). */
+static cJSON *dump_json(ir_module *m)
+{
+    char *text = dump(m, ir_print_json);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    return root;
+}
+
+/* Asserts that the module of `f` has exactly one verifier error, saying
+ * `why`, then tears `f` down. */
+static void fails_once(fixture *f, const char *why)
+{
+    CU_ASSERT_EQUAL(verify(f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f->errs, why));
+    teardown(f);
+}
+
+/* A collective whose axes work along different dims (seed 001's
+ * AllGather_XY of [B_X, D_Y] -> [B, D]): one op over the group X x Y,
+ * checked dim by dim; printed AllGather_XY, with the dims per axis in
+ * JSON.  Per-axis dims that are all one dim, an AllToAll into a dim it
+ * also takes axes from, and a gather of axes not at the end of their dim
+ * are errors. */
+static void test_verify_per_axis(void)
+{
+    const int8_t dims[2] = {0, 1}, swapped[2] = {1, 0};
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "X", f.J, "Y"), whole = type2(&f, f.I, "", f.J, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_op *ag = coll_op(&f, IR_OP_ALLGATHER, a, whole, "XY", dims, NULL);
+    CU_ASSERT_EQUAL(ag->u.coll.dim, IR_COLL_PER_AXIS);
+    CU_ASSERT_EQUAL(ir_coll_dim(&ag->u.coll, 1), 1);
+    ir_op_set_reason(f.m, ag, NULL, -1, "for A: output A[I, J]");
+    ir_output_add(f.m, "A", ag->result, 0);
+    CU_ASSERT_EQUAL(verify(&f), 0);
+
+    char *text = dump(f.m, ir_print);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "A.1[I, J] = AllGather_XY A[I_X, J_Y]"));
+    free(text);
+    cJSON *root = dump_json(f.m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    cJSON *op0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "ops"), 0);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(op0, "dim"));
+    cJSON *pd = cJSON_GetObjectItem(op0, "dims");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(pd), 2);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(pd, 0)->valuestring, "I");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(pd, 1)->valuestring, "J");
+    cJSON_Delete(root);
+
+    /* Both axes along I: one dim, written per axis. */
+    ag->u.coll.dims[1] = 0;
+    fails_once(&f, "all the same dim");
+
+    /* [I_X, J_Y] -> [I_Y, J_X] by an AllToAll_XY taking X from I to J and
+     * Y from J to I: each device's data goes to one other device (a
+     * permutation, no AllToAll), and the op moves axes into dims it takes
+     * axes from. */
+    setup(&f);
+    ir_type tb = type2(&f, f.I, "X", f.J, "Y"), ts = type2(&f, f.I, "Y", f.J, "X");
+    coll_op(&f, IR_OP_ALLTOALL, ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0), ts, "XY", dims, swapped);
+    fails_once(&f, "moves axes into a dim it also takes axes from");
+
+    /* [I_XY, J]: X is not the minor-most axis of I (and J has no Y). */
+    setup(&f);
+    ir_type tc = type2(&f, f.I, "XY", f.J, ""), none = type2(&f, f.I, "", f.J, "");
+    coll_op(&f, IR_OP_ALLGATHER, ir_value_new(f.m, "C", IR_VAL_INPUT, &tc, 0), none, "XY", dims, NULL);
+    fails_once(&f, "minor-most");
+}
+
 static void test_verify_constraint(void)
 {
     fixture f;
@@ -335,21 +434,14 @@ static void test_print(void)
     ir_output_add(f.m, "C", r, 0);
     CU_ASSERT_EQUAL(verify(&f), 0);
 
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    ir_print(out, f.m);
-    fclose(out);
+    char *text = dump(f.m, ir_print);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "param B[J_X, K] : f32"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "C[I, K]{U_X} = einsum(ij,jk->ik) A[I, J_X], B[J_X, K]"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "C.1[I_X, K] = ReduceScatter_X C[I, K]{U_X}   # for C: output wants I_X; 0.00 MiB/device"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "output C[I_X, K] = C.1"));
     free(text);
 
-    out = open_memstream(&text, &len);
-    ir_print_json(out, f.m);
-    fclose(out);
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = dump_json(f.m);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     cJSON *ops = cJSON_GetObjectItem(root, "ops");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(ops), 2);
@@ -364,7 +456,6 @@ static void test_print(void)
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(op1, "reason")->valuestring, "for C: output wants I_X");
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(cJSON_GetObjectItem(op1, "for"), "op")->valueint, 0);
     cJSON_Delete(root);
-    free(text);
     teardown(&f);
 }
 
@@ -395,6 +486,7 @@ void einc_register_tests(void)
         {"verify_free_dims_same_axis", test_verify_free_dims_same_axis},
         {"verify_bad_values", test_verify_bad_values},
         {"verify_collectives", test_verify_collectives},
+        {"verify_per_axis", test_verify_per_axis},
         {"verify_constraint", test_verify_constraint},
         {"verify_loops", test_verify_loops},
         {"print", test_print},

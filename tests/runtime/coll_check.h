@@ -11,6 +11,9 @@
  *   AllToAll       block transpose: out block j along `dim` = peer j's block
  *                  `my rank` along `dim2` (AllToAll_{X,J} A[I_X, J] -> A[I, J_X])
  *   Slice          block `group rank` along `dim` of the own input
+ * and, for groups of two or more axes, every kind but AllReduce with the
+ * axes along different dims (RT_DIM_PER_AXIS, seed 001's AllGather_XY of
+ * [B_X, D_Y]): blocks along each dim numbered by the axes along it.
  * Inputs are small integers in [-8, 8], exact in bf16 and in any summation
  * order, so results must match exactly; each device also holds a NaN at a
  * few elements (different ones per device) and the last device a -inf,
@@ -35,7 +38,8 @@ typedef struct coll_config {
     int64_t *checked;            /* per device: elements compared */
 } coll_config;
 
-/* The device function: runs and checks every kind and dim on the group of
+/* The device function: runs and checks every kind and dim (and per-axis
+ * dims) on the group of
  * `arg` (a coll_config; only the reducing kinds for a max or min), the
  * reducing kinds both through rt_collective and through rt_async_start /
  * rt_async_wait, counting mismatches in errors[dev->id]. */

@@ -9,6 +9,8 @@
  * built with MPI_Comm_split since its rank order is not the Cartesian one);
  * X=1, Y=2, Z=2 (groups Z, YZ, ZY, XZ with an axis of size 1).  8 ranks:
  * X=2, Y=4 (groups X, Y, XY, YX) and X=2, Y=2, Z=2 (groups Y, XZ, ZY).
+ * Groups of two axes also run every kind but AllReduce with each axis along
+ * its own dim (RT_DIM_PER_AXIS: the boxes packed around MPI's calls).
  * Each for f32, f64 and bf16, and with every reduce_op (sum, max, min) for
  * AllReduce and ReduceScatter: max and min go through the backend's own
  * MPI operators and exchange, and must propagate the checker's NaN.  Exit

@@ -2,8 +2,9 @@
  * test_collectives.c - every collective of the threads backend against a
  * straightforward implementation of the seeds' semantics (coll_check.h)
  * on 1D/2D/3D meshes of 1, 2, 4 and 8 devices, groups over one and two axes
- * (both orders), dims leading/middle/last, f32/f64/bf16, AllReduce and
- * ReduceScatter with each reduce_op (sum, max, min).  Each launch runs
+ * (both orders), dims leading/middle/last, groups of several axes also
+ * with each axis along its own dim (RT_DIM_PER_AXIS), f32/f64/bf16,
+ * AllReduce and ReduceScatter with each reduce_op (sum, max, min).  Each launch runs
  * all kinds and dims back to back on the same groups, which also exercises
  * barrier reuse.  The combine itself (rt_reduce_arrays) is tested directly,
  * and bad reduce_ops must end the job with a message (in a child process:
