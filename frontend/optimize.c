@@ -229,10 +229,7 @@ static fe_ew *leaf(opt_ctx *x, ir_value *v)
 /* "W.suffix", in the arena. */
 static const char *state_name(opt_ctx *x, const char *suffix)
 {
-    size_t n = strlen(x->w->tensor) + strlen(suffix) + 2;
-    char *s = ir_alloc(x->e.arena, n);
-    snprintf(s, n, "%s.%s", x->w->tensor, suffix);
-    return s;
+    return ir_sprintf(x->e.arena, "%s.%s", x->w->tensor, suffix);
 }
 
 /* A zero-initialised state value like the param (dims, dtype, sharding). */

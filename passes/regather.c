@@ -28,24 +28,14 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* The first op after `op` in the backward pass that reads `v`, or NULL. */
-static ir_op *first_backward_reader(ir_op *op, const ir_value *v)
+/* The first op after `op` in phase `phase` that reads `v`, or NULL. */
+static ir_op *first_reader(ir_op *op, const ir_value *v, ir_phase phase)
 {
     for (ir_op *o = op->next; o; o = o->next)
-        for (int k = 0; o->phase == IR_PHASE_BACKWARD && k < o->noperands; k++)
+        for (int k = 0; o->phase == phase && k < o->noperands; k++)
             if (o->operands[k] == v)
                 return o;
     return NULL;
-}
-
-/* Whether a forward op after `op` reads `v`. */
-static bool forward_reader(const ir_op *op, const ir_value *v)
-{
-    for (const ir_op *o = op->next; o; o = o->next)
-        for (int k = 0; o->phase == IR_PHASE_FORWARD && k < o->noperands; k++)
-            if (o->operands[k] == v)
-                return true;
-    return false;
 }
 
 /* A gathered weight read by both passes. */
@@ -106,9 +96,9 @@ int pass_regather(pass_ctx *ctx, ir_module *m)
     for (ir_op *op = m->first; op; op = op->next, index++) {
         if (!ir_op_is_reshard(op->kind) || op->noperands != 1 || op->loop ||
             op->phase != IR_PHASE_FORWARD || op->operands[0]->kind != IR_VAL_PARAM ||
-            !forward_reader(op, op->result))
+            !first_reader(op, op->result, IR_PHASE_FORWARD))
             continue;
-        ir_op *reader = first_backward_reader(op, op->result);
+        ir_op *reader = first_reader(op, op->result, IR_PHASE_BACKWARD);
         if (!reader)
             continue;
         ir_cost c;
