@@ -171,6 +171,21 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
  * into `dst`. */
 void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef dst);
 
+/* ---- update.c ---- */
+
+/* Whether ops of kind k name a buffer they do not own: a LayerSlice (a
+ * view of one layer of an input, param or state) and an UpdateSlice (its
+ * storage operand's buffer, written in place). */
+static inline bool cg_is_view(ir_op_kind k)
+{
+    return k == IR_OP_LAYERSLICE || k == IR_OP_UPDATESLICE;
+}
+
+/* Emits UpdateSlice `op` (op index `id`) as a call of rt_update_slice
+ * that writes its slice into its storage operand's buffer in place (the
+ * result names that buffer). */
+void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id);
+
 /* ---- meshslice.c ---- */
 
 /* Emits the MeshSlice op `op` (op index `id`) as a call of rt_meshslice
@@ -183,6 +198,12 @@ void cg_emit_meshslice(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRe
 LLVMValueRef cg_const_global(cg_ctx *c, LLVMValueRef init, const char *prefix);
 /* A private NUL-terminated string constant; NULL `s` gives a null pointer. */
 LLVMValueRef cg_const_string(cg_ctx *c, const char *s);
+/* Calls runtime function `fname(dev, desc, ...)`, all pointer arguments
+ * (nargs <= 8), declaring it on first use: `args[1]` is set to a private
+ * constant of the struct of `fields` (the descriptor, whose C struct has
+ * 8-byte members, so no padding); the caller fills the others. */
+void cg_call_with_desc(cg_ctx *c, const char *fname, LLVMValueRef *fields, unsigned nfields,
+                       LLVMValueRef *args, unsigned nargs);
 /* Emits the rt_program of `m` with run function `run` as global `name`;
  * `reference` is the reference program's global or NULL.  `exported`:
  * external linkage (einc_program) or private (the reference). */

@@ -291,6 +291,10 @@ LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype
                           LLVMValueRef off)
 {
     LLVMBuilderRef b = c->b;
+    if (dtype == IR_I32) { /* an integer in a mask's comparison: its value as a number */
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(b, c->t.i32, base, &off, 1, "");
+        return LLVMBuildSIToFP(b, LLVMBuildLoad2(b, c->t.i32, p, ""), ct, "");
+    }
     LLVMTypeRef st = dtype == IR_F64 ? c->t.f64 : dtype == IR_BF16 ? c->t.i16 : c->t.f32;
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, st, base, &off, 1, "");
     LLVMValueRef v = LLVMBuildLoad2(b, st, p, "");

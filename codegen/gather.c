@@ -70,14 +70,7 @@ void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef d
         cg_const_string(c, table->tensor),
         cg_i64(c, id),
     };
-    LLVMValueRef desc = cg_const_global(
-        c, LLVMConstStructInContext(c->llctx, df, sizeof df / sizeof df[0], 0), "gather_desc");
-    LLVMTypeRef params[] = {c->t.ptr, c->t.ptr, c->t.ptr, c->t.ptr, c->t.ptr};
-    LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, 5, 0);
-    const char *name = scatter ? "rt_scatter_add" : "rt_gather";
-    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
-    if (!fn)
-        fn = LLVMAddFunction(c->mod, name, fty);
-    LLVMValueRef args[] = {f->dev, desc, f->buf[ids->id], f->buf[op->operands[1]->id], dst};
-    LLVMBuildCall2(c->b, fty, fn, args, 5, "");
+    LLVMValueRef args[] = {f->dev, NULL, f->buf[ids->id], f->buf[op->operands[1]->id], dst};
+    cg_call_with_desc(c, scatter ? "rt_scatter_add" : "rt_gather", df, sizeof df / sizeof df[0],
+                      args, 5);
 }

@@ -35,6 +35,11 @@
  * is freed by the body nor written in place.  Nothing fuses across a body's
  * boundary.
  *
+ * State writes.  An UpdateSlice's result is its storage operand's buffer
+ * (a state's, a view of one layer of it, or an earlier write's result), so
+ * it owns no buffer and is never freed; an elementwise op never writes
+ * into it in place.
+ *
  * In-place elementwise.  An emitted elementwise op whose result is scratch
  * writes into the buffer of an operand that dies at this op, when that
  * operand is scratch too, has the result's dtype and per-device size, and
@@ -120,7 +125,7 @@ static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
         int def = p->def_index[v->id];
         /* Not the carried buffer (the next iteration reads it) nor a view
          * of a param. */
-        if (def < 0 || p->ops[def]->kind == IR_OP_LOOPBEGIN || p->ops[def]->kind == IR_OP_LAYERSLICE ||
+        if (def < 0 || p->ops[def]->kind == IR_OP_LOOPBEGIN || cg_is_view(p->ops[def]->kind) ||
             p->fused_into[def] >= 0 || kept(p, v->id) ||
             p->last_use[v->id] != i || v->type.dtype != res->type.dtype ||
             ir_local_bytes(m, &v->type) != ir_local_bytes(m, &res->type) ||
@@ -187,7 +192,10 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
                 ir_dtype want = (op->u.einsum.gather || op->u.einsum.scatter) && k == 0
                                     ? IR_I32
                                     : op->result->type.dtype;
-                if (op->operands[k]->type.dtype != want) {
+                bool argmax = op->u.einsum.reduce == IR_RED_ARGMAX && op->noperands == 1 &&
+                              op->result->type.dtype == IR_I32 &&
+                              op->operands[0]->type.dtype != IR_I32;
+                if (op->operands[k]->type.dtype != want && !argmax) {
                     diag_error(d, op->loc, "codegen: Einsum operand %d is %s but the result is %s",
                                k, ir_dtype_name(op->operands[k]->type.dtype),
                                ir_dtype_name(op->result->type.dtype));
@@ -229,6 +237,20 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             }
             break;
         }
+        case IR_OP_UPDATESLICE: {
+            const ir_value *a = op->noperands == 3 ? op->operands[0] : NULL;
+            bool ok = a && ir_update_target(op) && op->u.update.dim >= 0 &&
+                      op->u.update.dim < a->type.rank &&
+                      op->operands[1]->type.dtype == a->type.dtype &&
+                      op->operands[1]->type.rank == a->type.rank - 1 &&
+                      op->operands[2]->type.dtype == IR_I32 && op->operands[2]->type.rank == 0 &&
+                      op->result->type.dtype == a->type.dtype;
+            if (!ok) {
+                diag_error(d, op->loc, "codegen: malformed UpdateSlice op");
+                errors++;
+            }
+            break;
+        }
         case IR_OP_ALLGATHER:
         case IR_OP_REDUCESCATTER:
         case IR_OP_ALLREDUCE:
@@ -257,7 +279,9 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
         const ir_output *out = &m->outputs[o];
         int v = out->value->id;
         if (!out->update) {
-            p->out_index[v] = p->rt_output[o];
+            /* A state's storage is copied out at the end, as an input is. */
+            if (!out->value->def || out->value->def->kind != IR_OP_UPDATESLICE)
+                p->out_index[v] = p->rt_output[o];
         } else if (p->update_slot[v] >= 0 || p->input_index[out->update->id] < 0 ||
                    p->input_index[v] >= 0) {
             /* Two targets from one buffer would need a copy each; the

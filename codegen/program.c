@@ -23,6 +23,21 @@ LLVMValueRef cg_const_global(cg_ctx *c, LLVMValueRef init, const char *prefix)
     return g;
 }
 
+void cg_call_with_desc(cg_ctx *c, const char *fname, LLVMValueRef *fields, unsigned nfields,
+                       LLVMValueRef *args, unsigned nargs)
+{
+    LLVMValueRef init = LLVMConstStructInContext(c->llctx, fields, nfields, 0);
+    args[1] = cg_const_global(c, init, fname);
+    LLVMTypeRef params[8];
+    for (unsigned i = 0; i < nargs && i < 8; i++)
+        params[i] = c->t.ptr;
+    LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, nargs, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, fname);
+    if (!fn)
+        fn = LLVMAddFunction(c->mod, fname, fty);
+    LLVMBuildCall2(c->b, fty, fn, args, nargs, "");
+}
+
 LLVMValueRef cg_const_string(cg_ctx *c, const char *s)
 {
     if (!s)

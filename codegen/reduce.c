@@ -15,6 +15,12 @@
  * entry-block alloca that O3's mem2reg turns into a register.  bf16 is read
  * into f32 (exact) and the result rounded once.  Two-operand einsums are
  * GEMMs (rt_einsum).
+ *
+ * An argmax (one contracted dim, not sharded, so the local index is the
+ * global one) keeps the best value and its index: an element replaces
+ * them if it is greater, or if it is NaN and the best is not, so the result
+ * is numpy.argmax's (the first maximum; the first NaN if there is one; 0
+ * for a row of -inf).
  */
 #include <math.h>
 #include <string.h>
@@ -63,12 +69,30 @@ static LLVMValueRef offset(cg_ctx *c, const int64_t *shape, LLVMValueRef *idx, i
     return off;
 }
 
+/* An alloca of type `t` in the entry block of f, where mem2reg promotes it
+ * to a register. */
+static LLVMValueRef entry_alloca(cg_ctx *c, cg_fn *f, LLVMTypeRef t, const char *name)
+{
+    LLVMBuilderRef eb = LLVMCreateBuilderInContext(c->llctx);
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(f->fn);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry);
+    if (first)
+        LLVMPositionBuilderBefore(eb, first);
+    else
+        LLVMPositionBuilderAtEnd(eb, entry);
+    LLVMValueRef v = LLVMBuildAlloca(eb, t, name);
+    LLVMDisposeBuilder(eb);
+    return v;
+}
+
 void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
 {
     const ir_value *a = op->operands[0], *r = op->result;
-    LLVMTypeRef ct = r->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
     ir_reduce red = op->u.einsum.reduce;
-    bool is_max = red == IR_RED_MAX;
+    bool argmax = red == IR_RED_ARGMAX;
+    /* An argmax compares in its operand's type and stores i32 positions. */
+    LLVMTypeRef ct = (argmax ? a : r)->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    bool is_max = red == IR_RED_MAX || argmax;
     int64_t ashape[IR_MAX_RANK], rshape[IR_MAX_RANK];
     cg_local_shape(f->m, &a->type, ashape);
     cg_local_shape(f->m, &r->type, rshape);
@@ -82,16 +106,8 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
         if (res_pos[j] < 0)
             contr[ncontr++] = j;
     }
-    /* In the entry block, where mem2reg promotes it to a register. */
-    LLVMBuilderRef eb = LLVMCreateBuilderInContext(c->llctx);
-    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(f->fn);
-    LLVMValueRef first = LLVMGetFirstInstruction(entry);
-    if (first)
-        LLVMPositionBuilderBefore(eb, first);
-    else
-        LLVMPositionBuilderAtEnd(eb, entry);
-    LLVMValueRef acc = LLVMBuildAlloca(eb, ct, "red.acc");
-    LLVMDisposeBuilder(eb);
+    LLVMValueRef acc = entry_alloca(c, f, ct, "red.acc");
+    LLVMValueRef best = argmax ? entry_alloca(c, f, c->t.i64, "red.best") : NULL;
     loop rl[IR_MAX_RANK], cl[IR_MAX_RANK];
     LLVMValueRef ridx[IR_MAX_RANK], aidx[IR_MAX_RANK];
     for (int q = 0; q < r->type.rank; q++) {
@@ -100,6 +116,8 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     }
     LLVMBuildStore(c->b, LLVMConstReal(ct, red == IR_RED_SUM ? 0.0 : is_max ? -INFINITY : INFINITY),
                    acc);
+    if (argmax)
+        LLVMBuildStore(c->b, cg_i64(c, 0), best);
     for (int k = 0; k < ncontr; k++) {
         cl[k] = loop_begin(c, f, ashape[contr[k]]);
         aidx[contr[k]] = cl[k].phi;
@@ -110,7 +128,16 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     LLVMValueRef x = cg_load_elem(c, ct, f->buf[a->id], a->type.dtype,
                                   offset(c, ashape, aidx, a->type.rank));
     LLVMValueRef prev = LLVMBuildLoad2(c->b, ct, acc, ""), next;
-    if (red == IR_RED_SUM) {
+    if (argmax) {
+        /* x > best, or x is NaN and best is not (UNO: either is NaN). */
+        LLVMValueRef gt = LLVMBuildFCmp(c->b, LLVMRealOGT, x, prev, "");
+        LLVMValueRef xnan = LLVMBuildFCmp(c->b, LLVMRealUNO, x, x, "");
+        LLVMValueRef pnum = LLVMBuildFCmp(c->b, LLVMRealORD, prev, prev, "");
+        LLVMValueRef take = LLVMBuildOr(c->b, gt, LLVMBuildAnd(c->b, xnan, pnum, ""), "");
+        next = LLVMBuildSelect(c->b, take, x, prev, "");
+        LLVMValueRef bi = LLVMBuildLoad2(c->b, c->t.i64, best, "");
+        LLVMBuildStore(c->b, LLVMBuildSelect(c->b, take, cl[0].phi, bi, ""), best);
+    } else if (red == IR_RED_SUM) {
         /* Reassociation lets the vectoriser keep partial sums per lane (the
          * order of a sum is not specified; BLAS reorders it too). */
         next = LLVMBuildFAdd(c->b, prev, x, "");
@@ -126,6 +153,15 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     LLVMBuildStore(c->b, next, acc);
     for (int k = ncontr - 1; k >= 0; k--)
         loop_end(c, f, &cl[k]);
+    if (argmax) {
+        LLVMValueRef pos = LLVMBuildTrunc(c->b, LLVMBuildLoad2(c->b, c->t.i64, best, ""), c->t.i32, "");
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->t.i32, dst,
+                                               (LLVMValueRef[]){offset(c, rshape, ridx, r->type.rank)}, 1, "");
+        LLVMBuildStore(c->b, pos, p);
+        for (int q = r->type.rank - 1; q >= 0; q--)
+            loop_end(c, f, &rl[q]);
+        return;
+    }
     LLVMValueRef v = LLVMBuildLoad2(c->b, ct, acc, "");
     if (op->u.einsum.scale != 1.0)
         v = LLVMBuildFMul(c->b, v, LLVMConstReal(ct, op->u.einsum.scale), "");

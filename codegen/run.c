@@ -111,6 +111,7 @@ static int coll_reduce_op(const ir_op *op)
     case IR_RED_SUM: return RT_REDUCE_SUM;
     case IR_RED_MAX: return RT_REDUCE_MAX;
     case IR_RED_MIN: return RT_REDUCE_MIN;
+    case IR_RED_ARGMAX: break; /* never a partial result (verify.c) */
     }
     return RT_REDUCE_SUM;
 }
@@ -204,7 +205,7 @@ static bool owns_buffer(const cg_fn *f, int v)
     if (!f->buf[v] || p->input_index[v] >= 0 || p->out_index[v] >= 0)
         return false;
     int def = p->def_index[v];
-    return def < 0 || (p->ops[def]->kind != IR_OP_LAYERSLICE && p->ops[def]->kind != IR_OP_LOOPBEGIN);
+    return def < 0 || (!cg_is_view(p->ops[def]->kind) && p->ops[def]->kind != IR_OP_LOOPBEGIN);
 }
 
 /* Frees the scratch buffers whose last read was op i (and a result nobody
@@ -336,6 +337,14 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         }
         if (op->kind == IR_OP_LAYERSLICE) {
             emit_layer_slice(c, &f, op, &lp);
+            continue;
+        }
+        if (op->kind == IR_OP_UPDATESLICE) {
+            f.buf[res->id] = f.buf[op->operands[0]->id]; /* written in place */
+            call_mark(c, &f, c->rt.op_begin, i);
+            cg_emit_update_slice(c, &f, op, i);
+            call_mark(c, &f, c->rt.op_end, i);
+            free_dead(c, &f, i, -1, p->nops);
             continue;
         }
         int64_t bytes = ir_local_bytes(m, &res->type);

@@ -96,6 +96,7 @@ typedef enum ast_callee {
     AST_CALL_MEAN,    /* `mean(x)`, `mean(x, S)` */
     AST_CALL_SOFTMAX, /* `softmax(x, S)` */
     AST_CALL_GRAD,    /* `grad(L, W)`: the whole right side (grad.c) */
+    AST_CALL_ARGMAX,  /* `argmax(x, S)`: the whole right side, an i32 result */
 } ast_callee;
 
 /* True for the reductions sum, max, min and mean. */
@@ -125,6 +126,7 @@ typedef struct ast_factor {
                                        second argument (checker), -1 if none: a
                                        reduction then reduces every index of its
                                        argument that the left side lacks */
+            ir_dtype arg_dtype;     /* argmax: its argument's dtype (checker) */
         } call;                  /* AST_F_CALL */
         struct {
             ast_name name;          /* the dim as written */
@@ -180,6 +182,7 @@ typedef enum ast_stmt_kind {
     AST_S_DIM,    /* u.sizes: dims */
     AST_S_INPUT,  /* u.decl */
     AST_S_PARAM,  /* u.decl */
+    AST_S_STATE,  /* u.decl: `state KC[B, S, K, H] : f32` */
     AST_S_ASSIGN, /* u.assign */
     AST_S_OUTPUT, /* u.output */
     AST_S_REPEAT, /* u.repeat: `repeat L {`, the first line of a repeated block */
@@ -201,7 +204,7 @@ typedef struct ast_stmt {
         struct {
             ast_tref tref;      /* the declared tensor with its sharding */
             ast_name dtype;     /* dtype name as written */
-        } decl;                 /* AST_S_INPUT, AST_S_PARAM */
+        } decl;                 /* AST_S_INPUT, AST_S_PARAM, AST_S_STATE */
         struct {
             ast_tref lhs;       /* left side */
             ast_expr *rhs;      /* right side (arena) */
@@ -210,6 +213,13 @@ typedef struct ast_stmt {
             bool update;        /* it is such an update */
             bool constrained;   /* the left side is written with a sharding */
             ir_sharding sh;     /* that sharding (if constrained) */
+            /* A write into a state at a run-time position (`KC[B, pos, K,
+             * H] = Kn[B, K, H]`, checker): */
+            bool write;         /* it is such a write */
+            int write_pos;      /* the position of the index tensor among the left side's */
+            bool write_layer;   /* in a repeated block, into the current layer of a state
+                                   stacked on its dim (the left side omits that dim) */
+            struct fe_tensor *pos; /* the index tensor: a scalar i32 */
         } assign;               /* AST_S_ASSIGN */
         struct {
             ast_name dim;       /* the dim counting the iterations, as written */

@@ -313,13 +313,20 @@ static bool dtype_parse(const char *s, ir_dtype *out)
 void fe_check_decl(fe_checker *c, ast_stmt *s)
 {
     ast_tref *r = &s->u.decl.tref;
-    const char *what = s->kind == AST_S_INPUT ? "input" : "param";
-    fe_tensor *t = fe_define_tensor(c, r->name, s->kind == AST_S_INPUT ? IR_VAL_INPUT : IR_VAL_PARAM);
+    ir_value_kind kind = s->kind == AST_S_INPUT   ? IR_VAL_INPUT
+                         : s->kind == AST_S_PARAM ? IR_VAL_PARAM
+                                                  : IR_VAL_STATE;
+    const char *what = ir_value_kind_name(kind);
+    fe_tensor *t = fe_define_tensor(c, r->name, kind);
     bool ok = true;
     ir_dtype dt = IR_F32;
     if (!dtype_parse(s->u.decl.dtype.s, &dt)) {
         diag_error(c->diag, s->u.decl.dtype.loc, "unknown dtype '%s' (expected f32, f64, bf16 or i32)",
                    s->u.decl.dtype.s);
+        ok = false;
+    } else if (dt == IR_I32 && kind == IR_VAL_STATE) {
+        diag_error(c->diag, s->u.decl.dtype.loc, "state '%s' is i32: a state is f32, f64 or bf16",
+                   r->name.s);
         ok = false;
     }
     /* A square weight W[D, D] is fine: uses relabel one of the positions. */
@@ -377,9 +384,12 @@ void fe_check_outputs(fe_checker *c, const ast_program *prog)
         } else if (!fe_check_ref(c, r, true, NULL)) {
             continue;
         }
-        if (r->sym && !r->sym->bad && r->sym->dtype == IR_I32) {
-            diag_error(c->diag, r->name.loc, "output '%s' is i32: outputs are f32, f64 or bf16",
-                       r->name.s);
+        /* An i32 output is a computed one (argmax's positions): ids given
+         * as inputs are the caller's already. */
+        if (r->sym && !r->sym->bad && r->sym->dtype == IR_I32 && r->sym->kind != IR_VAL_OP) {
+            diag_error(c->diag, r->name.loc, "output '%s' is an i32 %s: an i32 output is computed, "
+                       "like 'Next[B] = argmax(Logits[B, V], V)'", r->name.s,
+                       ir_value_kind_name(r->sym->kind));
             continue;
         }
         if (r->nidx < 0 || !r->sym || r->sym->bad)

@@ -121,7 +121,7 @@ bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_d
     else if (old->dtype != dt)
         diag_error(c->diag, l->name.loc, "'%s' is %s, but its update in the 'repeat' block is %s",
                    l->name.s, ir_dtype_name(old->dtype), ir_dtype_name(dt));
-    else if (r->u.repeat.dim_id >= 0 && (old->kind == IR_VAL_INPUT || old->kind == IR_VAL_PARAM) &&
+    else if (r->u.repeat.dim_id >= 0 && ir_value_kind_is_argument(old->kind) &&
              old->rank >= 1 && old->dims[0] == r->u.repeat.dim_id)
         diag_error(c->diag, l->name.loc, "'%s' is stacked on '%s', the dim the block repeats over: "
                    "it cannot also be carried", l->name.s, r->u.repeat.dim.s);
@@ -131,7 +131,7 @@ bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_d
 bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s)
 {
     t->layer = false;
-    if (!c->repeat || s->bad || (s->kind != IR_VAL_INPUT && s->kind != IR_VAL_PARAM) || s->rank < 1)
+    if (!c->repeat || s->bad || !ir_value_kind_is_argument(s->kind) || s->rank < 1)
         return true;
     const ast_stmt *r = c->repeat;
     int L = r->u.repeat.dim_id;

@@ -151,6 +151,8 @@ typedef struct rhs_state {
     int ntensors;            /* tensor references seen */
     const fe_tensor *first;  /* first good tensor, its dtype is the statement's */
     uint32_t first_loc;      /* where it was referenced */
+    bool in_cond;            /* checking a side of a where condition (i32 tensors allowed) */
+    const ast_factor *whole; /* the call that is the whole right side, if any */
 } rhs_state;
 
 static void check_expr(fe_checker *c, ast_expr *e, rhs_state *st);
@@ -170,6 +172,7 @@ static const struct {
     {"mean", AST_CALL_MEAN, 1, 2},
     {"softmax", AST_CALL_SOFTMAX, 2, 2},
     {"grad", AST_CALL_GRAD, 2, 2},
+    {"argmax", AST_CALL_ARGMAX, 2, 2},
 };
 
 static bool expr_has_index(const ast_expr *e, int dim);
@@ -314,6 +317,12 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
         st->ok = false;
         return;
     }
+    if (f->u.call.callee == AST_CALL_ARGMAX && st->whole != f) {
+        diag_error(c->diag, n->loc, "'argmax(x, S)' gives i32 positions and must be the whole "
+                   "right side of a statement, like 'Next[B] = argmax(Logits[B, V], V)'");
+        st->ok = false;
+        return;
+    }
     for (int i = 0; i < f->u.call.nargs; i++) {
         ast_expr *a = f->u.call.args[i];
         const ast_factor *cmp = as_comparison(a);
@@ -324,14 +333,18 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
                            "(one of < <= > >= == !=)");
                 st->ok = false;
             }
+            bool was = st->in_cond;
+            st->in_cond = cmp != NULL;
             check_expr(c, cmp ? cmp->u.cmp.sides[0] : a, st);
             if (cmp)
                 check_expr(c, cmp->u.cmp.sides[1], st);
+            st->in_cond = was;
             continue;
         }
         check_expr(c, a, st); /* reports a comparison found here */
     }
-    if (st->ok && (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX))
+    if (st->ok && (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX ||
+                   f->u.call.callee == AST_CALL_ARGMAX))
         check_reduce_dim(c, f, st);
     if (st->ok)
         warn_product_in_call(c, f, st);
@@ -349,9 +362,14 @@ static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
         }
         if (t->sym->bad)
             return;
+        /* An integer compared in a mask (`where(S <= Pos, ...)`) is read
+         * as a number of the statement's dtype; it sets no dtype. */
+        if (t->sym->dtype == IR_I32 && st->in_cond)
+            return;
         if (t->sym->dtype == IR_I32) {
             diag_error(c->diag, t->name.loc, "'%s' is i32: an integer tensor can only be the index "
-                       "of a gather, like 'Emb[%s[...], D]'", t->name.s, t->name.s);
+                       "of a gather, like 'Emb[%s[...], D]', or compared in the condition of "
+                       "'where'", t->name.s, t->name.s);
             st->ok = false;
             return;
         }
@@ -455,13 +473,13 @@ static int count_factors(const ast_expr *e, int limit)
     return n;
 }
 
-/* The call `grad(...)` if it is the whole right side `e`, else NULL. */
-static ast_factor *as_grad(ast_expr *e)
+/* The call `name(...)` if it is the whole right side `e`, else NULL. */
+static ast_factor *as_whole_call(ast_expr *e, const char *name)
 {
     if (e->nterms != 1 || e->terms[0]->sign < 0 || e->terms[0]->nfactors != 1)
         return NULL;
     ast_factor *f = e->terms[0]->factors[0];
-    return f->kind == AST_F_CALL && !f->divide && strcmp(f->u.call.fname.s, "grad") == 0 ? f : NULL;
+    return f->kind == AST_F_CALL && !f->divide && strcmp(f->u.call.fname.s, name) == 0 ? f : NULL;
 }
 
 /* `G[...] = grad(L, W)`: L a scalar float tensor and W a float tensor, both
@@ -505,8 +523,9 @@ static void check_grad(fe_checker *c, ast_factor *f, const ast_tref *l, rhs_stat
             st->ok = false;
             t[i] = NULL;
         } else if (i == 0 && t[i]->kind != IR_VAL_OP) {
-            diag_error(c->diag, ix->loc, "'%s' is an %s, not a value the program computes",
-                       t[i]->name, t[i]->kind == IR_VAL_INPUT ? "input" : "param");
+            diag_error(c->diag, ix->loc, "'%s' is %s %s, not a value the program computes",
+                       t[i]->name, t[i]->kind == IR_VAL_INPUT ? "an" : "a",
+                       ir_value_kind_name(t[i]->kind));
             st->ok = false;
             t[i] = NULL;
         }
@@ -534,7 +553,14 @@ static void check_grad(fe_checker *c, ast_factor *f, const ast_tref *l, rhs_stat
 
 void fe_check_assign(fe_checker *c, ast_stmt *s)
 {
-    ast_tref *l = &s->u.assign.lhs;
+    ast_tref rows;
+    bool write_ok = true;
+    bool write = fe_check_write(c, s, &rows, &write_ok);
+    if (write && !write_ok)
+        return;
+    /* A write's right side computes the slice: the left side without the
+     * position. */
+    ast_tref *l = write ? &rows : &s->u.assign.lhs;
     rhs_state st = {.lhs = l->name.s, .ok = true};
     bool ok = fe_resolve_indices(c, l, false, false);
     int dims[IR_MAX_RANK + 1];
@@ -549,7 +575,8 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
     if (ok && l->nidx <= IR_MAX_RANK && constrained && !fe_check_sharding(c, l, &sh))
         ok = false;
 
-    ast_factor *grad = as_grad(s->u.assign.rhs);
+    ast_factor *grad = as_whole_call(s->u.assign.rhs, "grad");
+    st.whole = as_whole_call(s->u.assign.rhs, "argmax");
     int nfactors = count_factors(s->u.assign.rhs, FE_MAX_FACTORS);
     if (grad) {
         if (ok)
@@ -576,6 +603,17 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
                        "index '%s' of '%s' appears in no term of the right side",
                        l->idx[i].name, l->name.s);
     ir_dtype dt = st.first ? st.first->dtype : IR_F32;
+    if (st.whole && st.ok) { /* argmax: positions of the first maxima */
+        ((ast_factor *)st.whole)->u.call.arg_dtype = dt;
+        dt = IR_I32;
+    }
+    if (write) {
+        const fe_tensor *t = s->u.assign.lhs.sym;
+        if (ok && st.ok && st.first && dt != t->dtype)
+            diag_error(c->diag, st.first_loc, "state '%s' is %s, but the slice written into it is %s",
+                       t->name, ir_dtype_name(t->dtype), ir_dtype_name(dt));
+        return;
+    }
     if (!fe_check_shape(c, l->name.s, l->name.loc, dt, l->nidx, dims))
         ok = false;
 

@@ -114,6 +114,12 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog);
 void fe_check_decl(fe_checker *c, ast_stmt *s);
 /* Checks a statement and defines its left side (check_stmt.c). */
 void fe_check_assign(fe_checker *c, ast_stmt *s);
+/* If assignment `s` writes into a state at a run-time position (its left
+ * side names a state or has a position index; check_write.c), checks its
+ * left side, sets s->u.assign's write fields, stores in *rows the left side
+ * without the position (the slice the right side computes) and *ok = no
+ * error, and returns true; false if `s` is no write. */
+bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok);
 /* The grad(L, W) call that is the whole right side of assignment `s`, or
  * NULL (grad.c; the checker has resolved the callee). */
 const ast_factor *fe_grad_call(const ast_stmt *s);

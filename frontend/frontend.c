@@ -45,10 +45,11 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
     fe_check_sizes(&c, &prog);
     for (int i = 0; i < prog.nstmts; i++) {
         ast_stmt *s = prog.stmts[i];
-        if ((s->kind == AST_S_INPUT || s->kind == AST_S_PARAM) && c.repeat)
-            diag_error(d, s->loc, "inputs and params are declared outside 'repeat' blocks: move "
-                       "'%s' before the block", s->u.decl.tref.name.s);
-        if (s->kind == AST_S_INPUT || s->kind == AST_S_PARAM)
+        bool decl = s->kind == AST_S_INPUT || s->kind == AST_S_PARAM || s->kind == AST_S_STATE;
+        if (decl && c.repeat)
+            diag_error(d, s->loc, "inputs, params and states are declared outside 'repeat' "
+                       "blocks: move '%s' before the block", s->u.decl.tref.name.s);
+        if (decl)
             fe_check_decl(&c, s);
         else if (s->kind == AST_S_REPEAT)
             fe_check_repeat(&c, s);

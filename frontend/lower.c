@@ -205,7 +205,8 @@ static fe_ew *factor_tree(stmt_ctx *x, const ast_factor *f)
         }
         case AST_CALL_FN:
         case AST_CALL_UNKNOWN: /* the checker rejected unknown names */
-        case AST_CALL_GRAD:    /* the checker allows it only as a whole right side */
+        case AST_CALL_GRAD:    /* the checker allows these two only as a whole right side */
+        case AST_CALL_ARGMAX:
             break;
         }
         return fe_ew_call(a, (ir_func)f->u.call.fn, expr_tree(x, args[0]));
@@ -434,6 +435,25 @@ static bool lower_reduction(stmt_ctx *x, const ast_factor *f, operand *out)
     return true;
 }
 
+/* `N[B] = argmax(x[B, V], V)`, a whole right side: the argument in its own
+ * dtype, then a unary einsum reducing V with IR_RED_ARGMAX into the
+ * statement's i32 value. */
+static ir_value *lower_argmax(stmt_ctx *x, const ast_factor *f)
+{
+    operand arg;
+    x->e.dtype = f->u.call.arg_dtype;
+    bool ok = call_argument(x, f, &arg);
+    x->e.dtype = IR_I32;
+    if (!ok) {
+        x->ok = false;
+        return NULL;
+    }
+    bool keep[IR_MAX_RANK];
+    for (int i = 0; i < arg.n; i++)
+        keep[i] = arg.labels[i] != f->u.call.reduce_dim;
+    return reduce_einsum(x, &arg, keep, IR_RED_ARGMAX, 1.0, f->loc).v;
+}
+
 /* softmax(x, S) = exp(x - max_S x) / sum_S exp(x - max_S x): the stable
  * form, as four ops (max, exp of the difference, sum, division), so each
  * reduction is sharded by the einsum rules (a sharded S gives partial
@@ -611,6 +631,13 @@ static ir_value *lower_assign(stmt_ctx *x, const ast_stmt *s)
 {
     const ast_expr *rhs = s->u.assign.rhs;
     uint32_t vloc = s->u.assign.lhs.name.loc;
+    const ast_factor *f0 = rhs->nterms == 1 && rhs->terms[0]->nfactors == 1 ? rhs->terms[0]->factors[0] : NULL;
+    if (f0 && f0->kind == AST_F_CALL && f0->u.call.callee == AST_CALL_ARGMAX) {
+        ir_value *v = lower_argmax(x, f0);
+        if (v)
+            v->loc = vloc;
+        return v;
+    }
     /* Exactly one summed term without constant calls: the einsum is the value. */
     if (rhs->nterms == 1 && summed(x, rhs->terms[0]) &&
         !product_tree(x, rhs->terms[0], is_constant_factor)) {
@@ -648,6 +675,66 @@ static ir_value *lower_assign(stmt_ctx *x, const ast_stmt *s)
         return acc->v;
     }
     return fe_ew_emit(&x->e, acc, x->lhs, x->nlhs, vloc);
+}
+
+static ir_sharding without_unit_axes(const ir_module *m, ir_sharding sh, int rank);
+
+/* A write into a state at a run-time position (check_write.c): the slice
+ * is computed as a statement over the state's other dims, constrained to
+ * the state's sharding of them (propagate brings it there), then written
+ * by an UpdateSlice into the state's storage, or in a repeated block into
+ * the current layer's.  Later reads of the state see the write: the
+ * UpdateSlice's result becomes its current value (or layer). */
+static bool lower_write(fe_checker *c, const ast_stmt *s)
+{
+    const ast_tref *l = &s->u.assign.lhs;
+    fe_tensor *t = l->sym;
+    int at = s->u.assign.write_pos;
+    ir_value *store = ref_value(c, l);
+    stmt_ctx x = {.c = c, .ok = true};
+    x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
+                    .loc = s->loc};
+    for (int d = 0; d < store->type.rank; d++)
+        if (d != at)
+            x.lhs[x.nlhs++] = store->type.dims[d];
+    /* A slice that is a value the program computed, as it is, is written
+     * from that value (constrained to the state's sharding) without a copy. */
+    const ast_expr *rhs = s->u.assign.rhs;
+    const ast_factor *f = rhs->nterms == 1 && rhs->terms[0]->sign > 0 && rhs->terms[0]->nfactors == 1
+                              ? rhs->terms[0]->factors[0] : NULL;
+    ir_value *rows = NULL;
+    if (f && f->kind == AST_F_TENSOR && !f->divide && !f->u.tref.layer && f->u.tref.nidx == x.nlhs &&
+        f->u.tref.sym->value->kind == IR_VAL_OP && !f->u.tref.sym->value->has_constraint &&
+        (!f->u.tref.nidx || !f->u.tref.idx[0].tensor)) {
+        rows = f->u.tref.sym->value;
+        for (int k = 0; rows && k < x.nlhs; k++)
+            if (f->u.tref.idx[k].dim != x.lhs[k])
+                rows = NULL;
+    }
+    if (!rows)
+        rows = lower_assign(&x, s);
+    if (!rows)
+        return false;
+    ir_sharding sh = ir_sharding_replicated();
+    for (int d = 0, j = 0; d < store->type.rank; d++) {
+        if (d == at)
+            continue;
+        for (int k = 0; k < store->type.sh.naxes[d]; k++)
+            ir_sharding_push(&sh, j, store->type.sh.axes[d][k]);
+        j++;
+    }
+    rows->has_constraint = true;
+    rows->constraint = without_unit_axes(c->m, sh, rows->type.rank);
+    ir_value *opnds[3] = {store, rows, s->u.assign.pos->value};
+    ir_value *r = ir_value_new(c->m, t->name, IR_VAL_OP, &store->type, l->name.loc);
+    ir_op *op = ir_op_new(c->m, IR_OP_UPDATESLICE, 3, opnds, r, s->loc);
+    op->u.update.dim = at;
+    ir_op_append(c->m, op);
+    if (s->u.assign.write_layer)
+        t->slice = r; /* ref_value made the layer's slice in this block */
+    else
+        t->value = r;
+    return true;
 }
 
 /* `sh` without the mesh axes of size 1: an axis of one device splits
@@ -703,12 +790,14 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
     c->repeat = NULL;
     for (int i = 0; i < prog->nstmts && ok; i++) {
         const ast_stmt *s = prog->stmts[i];
-        if (s->kind == AST_S_INPUT || s->kind == AST_S_PARAM) {
+        if (s->kind == AST_S_INPUT || s->kind == AST_S_PARAM || s->kind == AST_S_STATE) {
             lower_decl(c, s);
         } else if (s->kind == AST_S_REPEAT) {
             lower_repeat(c, s);
         } else if (s->kind == AST_S_END) {
             lower_end(c, s->loc);
+        } else if (s->kind == AST_S_ASSIGN && s->u.assign.write) {
+            ok = lower_write(c, s);
         } else if (s->kind == AST_S_ASSIGN) {
             const ast_tref *l = &s->u.assign.lhs;
             fe_tensor *t = fe_symtab_get(&c->tensors, l->name.s);

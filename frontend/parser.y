@@ -87,6 +87,7 @@ static ast_stmt *train_stmt(fe_parser *p, ast_name kw, fe_list *names, ast_name 
 %token DIM "'dim'"
 %token INPUT "'input'"
 %token PARAM "'param'"
+%token STATE "'state'"
 %token OUTPUT "'output'"
 %token REPEAT "'repeat'"
 %token INF "'inf'"
@@ -125,7 +126,7 @@ line
     ;
 
 /* stmt -> 'mesh' sizedefs | 'dim' sizedefs
- *       | 'input' tref ':' NAME | 'param' tref ':' NAME
+ *       | 'input' tref ':' NAME | 'param' tref ':' NAME | 'state' tref ':' NAME
  *       | tref '=' arg
  *       | 'output' NAME | 'output' tref
  *       | 'repeat' NAME '{' | '}'   (a repeated block's first and last line)
@@ -157,6 +158,12 @@ stmt
     | PARAM tref ':' IDENT
         {
             $$ = stmt_new(p, AST_S_PARAM, @1.begin);
+            $$->u.decl.tref = *$2;
+            $$->u.decl.dtype = $4;
+        }
+    | STATE tref ':' IDENT
+        {
+            $$ = stmt_new(p, AST_S_STATE, @1.begin);
             $$->u.decl.tref = *$2;
             $$->u.decl.dtype = $4;
         }
@@ -195,6 +202,7 @@ stmt
         }
     | INPUT IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }
     | PARAM IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }
+    | STATE IDENT error        { $$ = bad_stmt(p, $2, false, @1.begin); }
     | tref '=' error           { $$ = bad_stmt(p, $1->name, false, @1.begin); }
     | OUTPUT error             { $$ = bad_stmt(p, (ast_name){0}, true, @1.begin); }
     ;

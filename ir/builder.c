@@ -36,6 +36,16 @@ bool ir_op_is_loop(ir_op_kind k)
     return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE;
 }
 
+const ir_value *ir_update_target(const ir_op *op)
+{
+    const ir_value *v = op->noperands > 0 ? op->operands[0] : NULL;
+    while (v && v->def && v->def->kind == IR_OP_UPDATESLICE && v->def->noperands > 0)
+        v = v->def->operands[0];
+    if (v && v->def && v->def->kind == IR_OP_LAYERSLICE && v->def->noperands == 1)
+        v = v->def->operands[0];
+    return v && v->kind == IR_VAL_STATE ? v : NULL;
+}
+
 void ir_coll_set_dims(ir_coll *c, const int8_t *dims, const int8_t *dims2)
 {
     /* naxes <= IR_MAX_AXES (the clamp also tells the compiler). */

@@ -11,6 +11,7 @@ const char *ir_reduce_name(ir_reduce r)
     case IR_RED_SUM: return "sum";
     case IR_RED_MAX: return "max";
     case IR_RED_MIN: return "min";
+    case IR_RED_ARGMAX: return "argmax";
     }
     return "?";
 }

@@ -78,9 +78,12 @@ typedef enum ir_reduce {
     IR_RED_SUM, /* + : partial sums, the seeds' {U_X}; an ordinary einsum */
     IR_RED_MAX, /* max: partial maxima (a max reduction over a sharded dim) */
     IR_RED_MIN, /* min */
+    IR_RED_ARGMAX, /* an einsum only: the i32 position of the first maximum along its one
+                      contracted dim, which is not sharded (numpy.argmax: NaN counts as
+                      the maximum); never a sharding's partial results */
 } ir_reduce;
 
-/* "sum", "max", "min". */
+/* "sum", "max", "min", "argmax". */
 const char *ir_reduce_name(ir_reduce r);
 
 /* How one value is split over the mesh. */
@@ -105,9 +108,11 @@ typedef enum ir_value_kind {
     IR_VAL_INPUT, /* `input` declaration: read from the user at run time */
     IR_VAL_PARAM, /* `param` declaration: a weight (matters for autodiff) */
     IR_VAL_OP,    /* result of ir_value.def */
-    IR_VAL_STATE, /* program state kept across runs (an optimizer's momentum, m, v and
-                     step count): zero at the start, sharded like the param it belongs
-                     to, overwritten at the end of each run by an update (ir_output) */
+    IR_VAL_STATE, /* program state kept across runs: an optimizer's momentum, m, v and
+                     step count (zero at the start, sharded like the param it belongs
+                     to, overwritten at the end of each run by an update, ir_output),
+                     or a `state` declaration (a KV cache: zero or loaded from .npy,
+                     written in place by UpdateSlice) */
 } ir_value_kind;
 
 /* True for the values the runtime holds before the program runs: inputs,
@@ -251,7 +256,8 @@ ir_ew_class ir_ew_classify(const ir_ew_node *nodes, int nnodes, int n);
     X(MESHSLICE, "MeshSlice", ms)                   \
     X(LOOPBEGIN, "LoopBegin", loop)                 \
     X(LOOPEND, "LoopEnd", loop)                     \
-    X(LAYERSLICE, "LayerSlice", loop)
+    X(LAYERSLICE, "LayerSlice", loop)               \
+    X(UPDATESLICE, "UpdateSlice", update)
 
 typedef enum ir_op_kind {
 #define X(e, s, arm) IR_OP_##e,
@@ -265,6 +271,9 @@ const char *ir_op_name(ir_op_kind k);
 /* True for AllGather, ReduceScatter, AllReduce, AllToAll and Slice: the
  * ops that change a sharding rather than compute. */
 bool ir_op_is_reshard(ir_op_kind k);
+/* The storage an UpdateSlice writes, through earlier UpdateSlices and a
+ * LayerSlice: the state value, or NULL if operand 0 of `op` leads to none. */
+const struct ir_value *ir_update_target(const struct ir_op *op);
 /* True for LoopBegin, LoopEnd and LayerSlice: the ops that structure a
  * repeated block rather than compute (docs/ir.md, "Repeated blocks"). */
 bool ir_op_is_loop(ir_op_kind k);
@@ -467,6 +476,22 @@ typedef struct ir_op {
             struct ir_op *begin; /* the loop's LoopBegin (itself for a LoopBegin) */
             struct ir_op *end;   /* the loop's LoopEnd (itself for a LoopEnd) */
         } loop;
+        /* IR_OP_UPDATESLICE: a write into program state at a position known
+         * only at run time (a KV cache's new token; XLA's
+         * DynamicUpdateSlice, done in place).  Operand 0 is the storage
+         * written: a state value, a LayerSlice of one, or the result of an
+         * earlier UpdateSlice of it; operand 1 the new slice, operand 0's
+         * type without position `dim` (same sharding on the other dims,
+         * nothing unreduced); operand 2 the position, a replicated i32
+         * scalar.  result[..., p, ...] = operand 1 where p = operand 2, the
+         * other elements operand 0's.  The result is operand 0's storage,
+         * written in place: so after the op nothing reads operand 0, and
+         * the state holds the write when the run ends (no update output).
+         * On a sharded `dim` only the device whose block holds p writes.  A
+         * position outside [0, |dim|) ends the run with an error. */
+        struct {
+            int dim; /* position in operand 0's dims that operand 2 indexes */
+        } update;
     } u;
 } ir_op;
 

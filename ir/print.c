@@ -321,6 +321,15 @@ void ir_print(FILE *out, ir_module *m)
                 fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
             break;
         }
+        case IR_OP_UPDATESLICE: {
+            const ir_value *a = op->noperands > 0 ? op->operands[0] : NULL;
+            int dd = op->u.update.dim;
+            fprintf(out, "UpdateSlice(%s)", a && dd >= 0 && dd < a->type.rank
+                                                ? m->dims[a->type.dims[dd]].name : "?");
+            for (int i = 0; i < op->noperands; i++)
+                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
+            break;
+        }
         default:
             fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
             break;
@@ -334,6 +343,9 @@ void ir_print(FILE *out, ir_module *m)
             fprintf(out, " the carried value after the loop;");
         if (op->kind == IR_OP_LAYERSLICE)
             fprintf(out, " a view of one layer, no copy");
+        else if (op->kind == IR_OP_UPDATESLICE && op->noperands > 1)
+            fprintf(out, " written in place: %.2f MiB/device",
+                    (double)ir_local_bytes(m, &op->operands[1]->type) / (1 << 20));
         else
             fprintf(out, " %.2f MiB/device", (double)ir_local_bytes(m, &r->type) / (1 << 20));
         print_cost(out, &op->cost);

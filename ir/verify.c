@@ -129,6 +129,12 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
         WHY("a %s reduction is a unary einsum", ir_reduce_name(reduce));
         goto done;
     }
+    if (reduce == IR_RED_ARGMAX &&
+        (!op->result || op->result->type.dtype != IR_I32 || op->operands[0]->type.dtype == IR_I32 ||
+         op->operands[0]->type.rank != op->result->type.rank + 1)) {
+        WHY("an argmax takes a floating-point operand and gives i32 positions along one of its dims");
+        goto done;
+    }
     for (int i = 0; i < op->noperands; i++) {
         const ir_sharding *s = &op->operands[i]->type.sh;
         if (op->kind == IR_OP_EINSUM && (s->unreduced & unreduced)) {
@@ -198,6 +204,11 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                 contracted |= 1u << laxes[L][k];
         }
     free(in_result);
+    /* Partial argmaxes over devices would need their values too. */
+    if (reduce == IR_RED_ARGMAX && contracted) {
+        WHY("an argmax reduces a sharded dim (gather it first)");
+        goto done;
+    }
     out->unreduced = unreduced | contracted;
     out->red = (uint8_t)(contracted ? reduce : IR_RED_SUM);
     ok = true;
@@ -542,6 +553,8 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             ok = meshslice_result(m, op, &want, why, sizeof why);
         } else if (ir_op_is_loop(op->kind)) {
             ok = ir_verify_loop_result(m, op, &want, why, sizeof why);
+        } else if (op->kind == IR_OP_UPDATESLICE) {
+            ok = ir_verify_update_result(m, op, &want, why, sizeof why);
         } else if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
             const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
             const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
@@ -624,5 +637,6 @@ int ir_verify(const ir_module *m, diag_ctx *d)
     }
     free(defined);
     ir_verify_loops(m, d);
+    ir_verify_updates(m, d);
     return d->nerrors - before;
 }

@@ -122,9 +122,12 @@ static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
     char at[64] = "-";
     if (mem.at && mem.at->result)
         ir_value_name(mem.at->result, at, sizeof at);
-    double inputs = mem.resident - mem.params - mem.state, live = mem.peak - mem.resident;
+    double inputs = mem.resident - mem.params - mem.state - mem.cache;
+    double live = mem.peak - mem.resident;
     fprintf(out, "memory: peak %.0f bytes (%.3g GiB) per device at %s (params %.3g GiB, ",
             m->totals.peak_memory, m->totals.peak_memory / GIB, at, mem.params / GIB);
+    if (mem.cache > 0)
+        fprintf(out, "state %.3g GiB, ", mem.cache / GIB);
     /* A training step: seed 000's accounting of params, optimizer state,
      * gradients and activations. */
     if (mem.state > 0 || mem.gradients > 0)
@@ -145,6 +148,8 @@ static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
             m->totals.peak_memory / GB, devices * m->totals.peak_memory / GB, devices * mem.params / GB);
     if (mem.state > 0)
         fprintf(out, "optimizer state %.4g GB, ", devices * mem.state / GB);
+    if (mem.cache > 0)
+        fprintf(out, "state %.4g GB, ", devices * mem.cache / GB);
     fprintf(out, "inputs %.4g GB, live values %.4g GB; GB = 1e9 bytes)", devices * inputs / GB,
             devices * live / GB);
     if (hw)

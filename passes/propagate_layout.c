@@ -273,7 +273,9 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
         if (parts < 1 || p->m->dims[oi->label[l]].size % parts != 0 || (set && !oi->in_operand[l]))
             return false;
         if (oi->contracted[l]) {
-            if (op->kind == IR_OP_ELEMENTWISE && set)
+            /* An elementwise op drops no dim; an argmax needs its dim whole. */
+            if ((op->kind == IR_OP_ELEMENTWISE ||
+                 (op->kind == IR_OP_EINSUM && op->u.einsum.reduce == IR_RED_ARGMAX)) && set)
                 return false;
             contracted_axes |= set;
         }

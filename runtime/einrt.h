@@ -267,6 +267,36 @@ void rt_gather(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, cons
 void rt_scatter_add(rt_device *dev, const rt_gather_desc *d, const int32_t *ids, const void *rows,
                     void *table);
 
+/* A write into program state at a run-time position (an UpdateSlice op,
+ * ir.h: a KV cache's new token), on this device's block of the state,
+ * viewed as [outer, n, inner] around the written dim:
+ *   state[o, pos - offset, i] = rows[o, i]  if this device's block of the
+ *                                           written dim holds pos,
+ * where the written dim (`n` per device, `n_global` in all) is split over
+ * `axes` and `offset` is this device's block start along it (einrt.h's
+ * block numbering).  Every device checks pos against [0, n_global), so a
+ * position past the state ends the job with a message naming the state,
+ * the position tensor and its value.  All members are 8 bytes wide so the
+ * emitted constant needs no padding. */
+typedef struct rt_update_desc {
+    int64_t dtype;                /* enum rt_dtype of the state and rows */
+    int64_t outer;                /* per-device elements before the written dim (product) */
+    int64_t n;                    /* per-device size of the written dim */
+    int64_t n_global;             /* its global size: the valid positions */
+    int64_t inner;                /* per-device elements after it (product) */
+    int64_t naxes;                /* mesh axes splitting the written dim */
+    int64_t axes[RT_MAX_AXES];    /* major first */
+    const char *state_name;       /* messages */
+    const char *pos_name;
+    const char *dim_name;
+    int64_t op_id;
+} rt_update_desc;
+
+/* Runs write `d`: the i32 position *pos, rows [outer, inner] into the
+ * state block [outer, n, inner] (written in place). */
+void rt_update_slice(rt_device *dev, const rt_update_desc *d, const int32_t *pos, const void *rows,
+                     void *state);
+
 /* ---- asynchronous collectives and the MeshSlice loop (async.c,
  * async_meshslice.c; docs/meshslice.md) ---- */
 

@@ -30,6 +30,17 @@ static int64_t bytes_of(const rt_tensor_desc *t, const int64_t *shape)
     return rt_numel(t->rank, shape) * (int64_t)rt_dtype_size(t->dtype);
 }
 
+/* Whether --output names input k, a state of a program that does not train. */
+static bool state_output(const rt_job *job, int32_t k)
+{
+    if (job->train || job->prog->inputs[k].role != RT_ROLE_STATE)
+        return false;
+    for (int i = 0; i < job->opt->noutputs; i++)
+        if (!strcmp(job->opt->outputs[i].name, job->prog->inputs[k].name))
+            return true;
+    return false;
+}
+
 /* Runs the program job->repeat times, each between two barriers over the
  * mesh, and records device 0's time of each run. */
 static void run_repeat(rt_device *dev, rt_job *job, void *const *in, void *const *out)
@@ -79,6 +90,9 @@ void rt_job_device(rt_device *dev, rt_job *job)
         rt_train_device(dev, job, in, out);
     else
         run_repeat(dev, job, in, out);
+    for (int32_t k = 0; k < p->ninputs; k++) /* the same order on every rank */
+        if (state_output(job, k))
+            dev->ops->gather(dev, &p->inputs[k], in[k], job->state_out ? job->state_out[k] : NULL);
     for (int32_t i = 0; i < p->noutputs; i++)
         dev->ops->gather(dev, &p->outputs[i], out[i], job->global_out ? job->global_out[i] : NULL);
     for (int32_t i = 0; i < p->noutputs; i++)
@@ -121,16 +135,17 @@ static int check_output_path(const char *name, const char *path, char *err, size
 static int check_state_output(const rt_program *p, const char *name, char *err, size_t errlen)
 {
     int32_t k = rt_find_tensor(p->inputs, p->ninputs, name);
-    if (k >= 0 && p->trains && p->inputs[k].role != RT_ROLE_INPUT)
+    /* A state changes in any program: a KV cache is written in place. */
+    if (k >= 0 && (p->inputs[k].role == RT_ROLE_STATE ||
+                   (p->trains && p->inputs[k].role != RT_ROLE_INPUT)))
         return 0;
     if (k >= 0 && p->inputs[k].role == RT_ROLE_INPUT)
         return rt_errf(err, errlen, "--output %s: '%s' is an input, not an output%s", name, name,
                        p->trains ? " (a training program also writes its params and states)"
                                  : "");
     if (k >= 0)
-        return rt_errf(err, errlen, "--output %s: '%s' is a %s of a program that does not "
-                       "train, so it never changes", name, name,
-                       p->inputs[k].role == RT_ROLE_PARAM ? "param" : "state");
+        return rt_errf(err, errlen, "--output %s: '%s' is a param of a program that does not "
+                       "train, so it never changes", name, name);
     int n = snprintf(err, errlen, "--output %s: the program has no output%s named '%s'; it "
                      "has:", name, p->trains ? ", param or state" : "", name);
     for (int32_t j = 0; j < p->noutputs && n > 0 && (size_t)n < errlen; j++)
@@ -249,6 +264,14 @@ void rt_job_alloc(rt_job *job, int root, int traced)
         if (!job->global_out[i])
             rt_fatal(NULL, "out of memory for output '%s'", t->name);
     }
+    job->state_out = calloc((size_t)p->ninputs + 1, sizeof *job->state_out);
+    if (!job->state_out)
+        rt_fatal(NULL, "out of memory");
+    for (int32_t k = 0; k < p->ninputs; k++) {
+        const rt_tensor_desc *t = &p->inputs[k];
+        if (state_output(job, k) && !(job->state_out[k] = malloc((size_t)bytes_of(t, t->global_shape) + 1)))
+            rt_fatal(NULL, "out of memory for state '%s'", t->name);
+    }
     if (job->train)
         rt_train_alloc(job->train, p, job->repeat);
 }
@@ -259,6 +282,10 @@ void rt_job_release(rt_job *job)
         for (int32_t i = 0; i < job->prog->noutputs; i++)
             free(job->global_out[i]);
     free(job->global_out);
+    if (job->state_out)
+        for (int32_t k = 0; k < job->prog->ninputs; k++)
+            free(job->state_out[k]);
+    free(job->state_out);
     free(job->in_paths);
     free(job->in_headers);
     free(job->times);
@@ -287,8 +314,8 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Root, training: writes the --output files that name a param or state
- * (their values after the last step). */
+/* Root: writes the --output files that name a param or state (their
+ * values after the last step or run). */
 static int write_state_outputs(const rt_job *job)
 {
     const rt_program *p = job->prog;
@@ -299,8 +326,8 @@ static int write_state_outputs(const rt_job *job)
         if (rt_find_tensor(p->outputs, p->noutputs, o->outputs[i].name) >= 0)
             continue;
         int32_t k = rt_find_tensor(p->inputs, p->ninputs, o->outputs[i].name);
-        if (rt_npy_write(o->outputs[i].path, &p->inputs[k], job->train->final[k], err,
-                         sizeof err)) {
+        void *v = job->train ? job->train->final[k] : job->state_out[k];
+        if (rt_npy_write(o->outputs[i].path, &p->inputs[k], v, err, sizeof err)) {
             fprintf(stderr, "einrt: error: output '%s': %s\n", p->inputs[k].name, err);
             status = -1;
         }
@@ -315,11 +342,10 @@ static int finish_root(rt_job *job)
     const rt_options *o = job->opt;
     int status = 0;
     char err[1024];
-    if (job->train) {
+    if (job->train)
         rt_train_summary(stdout, job);
-        if (write_state_outputs(job))
-            status = -1;
-    }
+    if (write_state_outputs(job))
+        status = -1;
     for (int32_t i = 0; i < p->noutputs; i++) {
         const rt_tensor_desc *t = &p->outputs[i];
         const char *path = NULL;

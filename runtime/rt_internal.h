@@ -600,6 +600,9 @@ struct rt_job {
     const char **in_paths;       /* per input: file or NULL (random), owned */
     rt_npy_header *in_headers;   /* per input: checked header, owned */
     void **global_out;           /* per output: global array on the root, owned */
+    void **state_out;            /* a program that does not train: per input, the root's global
+                                    array of a state named by --output (its value after the
+                                    last run), else NULL; owned */
     double *times;               /* root: seconds of each repeat, owned */
     int64_t *peak;               /* root: peak bytes per device, owned */
     int64_t repeat;              /* runs of the program */

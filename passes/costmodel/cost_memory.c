@@ -36,9 +36,18 @@ cost_memory cost_memory_peak(const ir_module *m)
             r.resident += (double)ir_local_bytes(m, &v->type);
         if (v && v->kind == IR_VAL_PARAM)
             r.params += (double)ir_local_bytes(m, &v->type);
+    }
+    for (int k = 0; k < m->noutputs; k++) {
+        const ir_value *v = m->outputs[k].update;
         if (v && v->kind == IR_VAL_STATE)
             r.state += (double)ir_local_bytes(m, &v->type);
     }
+    for (int i = 0; i < nv; i++) {
+        const ir_value *v = m->values[i];
+        if (v && v->kind == IR_VAL_STATE)
+            r.cache += (double)ir_local_bytes(m, &v->type);
+    }
+    r.cache -= r.state;
     r.peak = r.resident;
     int nops = 0;
     for (const ir_op *op = m->first; op; op = op->next)
@@ -98,8 +107,8 @@ cost_memory cost_memory_peak(const ir_module *m)
         const ir_value *v = m->values[i];
         if (!v || v->kind != IR_VAL_OP || def[i] < 0)
             continue; /* params and inputs are resident; a value of a removed op holds nothing */
-        if (v->def && v->def->kind == IR_OP_LAYERSLICE)
-            continue; /* a view of one layer of a param, which is resident */
+        if (v->def && (v->def->kind == IR_OP_LAYERSLICE || v->def->kind == IR_OP_UPDATESLICE))
+            continue; /* a view of a resident param or state (one layer, or written in place) */
         int end = last[i] > def[i] ? last[i] : def[i]; /* an unread result lives during its op */
         double bytes = (double)ir_local_bytes(m, &v->type);
         delta[def[i]] += bytes;
@@ -119,6 +128,7 @@ cost_memory cost_memory_peak(const ir_module *m)
     for (int i = 0; at >= 0 && i < nv; i++) {
         const ir_value *v = m->values[i];
         if (!v || v->kind != IR_VAL_OP || def[i] < 0 || !v->def || v->def->kind == IR_OP_LAYERSLICE ||
+            v->def->kind == IR_OP_UPDATESLICE ||
             v->def->phase == IR_PHASE_FORWARD)
             continue;
         int end = last[i] > def[i] ? last[i] : def[i];

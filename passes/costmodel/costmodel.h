@@ -398,8 +398,10 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
 typedef struct cost_memory {
     double resident;     /* bytes: params and inputs, held for the whole step */
     double params;       /* bytes: the params' part of `resident` */
-    double state;        /* bytes: the optimizer state's part of `resident` (the rest is
-                            inputs) */
+    double state;        /* bytes: the optimizer state's part of `resident` (states an
+                            update overwrites) */
+    double cache;        /* bytes: the part of `resident` in states the program writes in
+                            place (`state` declarations: a KV cache); the rest is inputs */
     double peak;         /* bytes: resident + the live intermediates at the peak */
     double gradients;    /* bytes: the live intermediates at the peak that the backward
                             pass or the update made (cotangents, gradients, new values);

@@ -25,3 +25,48 @@ def mpi_launch(mpirun, nranks):
     more ranks than cores are normal here (containers, CI on two cores)."""
     return [mpirun, "-np", str(nranks), "--allow-run-as-root", "--oversubscribe",
             "-x", "ASAN_OPTIONS=" + asan_options_without_leak_check()]
+
+
+def runtime_args(doc):
+    """Parses the arguments of a script that runs on both runtimes:
+    --einc PATH [--mpi --mpirun PATH]."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--mpirun", default="mpirun")
+    return ap.parse_args()
+
+
+class Tally:
+    """Counts checks and prints `ok  what` / `FAIL what` lines (the detail,
+    indented, only on failure) and the closing `N passed, N failed`."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def result(self, ok, what, detail=""):
+        extra = ("\n    " + detail.replace("\n", "\n    ")) if detail and not ok else ""
+        print("%s %s%s" % ("ok  " if ok else "FAIL", what, extra))
+        self.passed += bool(ok)
+        self.failed += not ok
+
+    def finish(self):
+        """Prints the summary; returns the exit status."""
+        print("%d passed, %d failed" % (self.passed, self.failed))
+        return 1 if self.failed else 0
+
+
+def builds(a, src, exe_prefix, nranks, tally):
+    """Compiles `src` for the threads runtime (and MPI with a.mpi); yields
+    (runtime, executable, launch prefix) for each that compiled, a failed
+    compile counted in `tally`."""
+    import subprocess
+    for rt in ["threads"] + (["mpi"] if a.mpi else []):
+        exe = exe_prefix + "_" + rt
+        p = subprocess.run([a.einc, src, "-o", exe, "--runtime=" + rt], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        if p.returncode != 0:
+            tally.result(False, "%s (%s): einc" % (os.path.basename(exe_prefix), rt), p.stdout)
+            continue
+        yield rt, exe, (mpi_launch(a.mpirun, nranks) if rt == "mpi" else [])

@@ -59,7 +59,7 @@ static void test_unknown_function(void)
     EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
                 "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
                 "silu, sigmoid, sqrt, rsqrt, neg, abs, maximum, minimum, where, sum, max, min, mean, "
-                "softmax, grad)\n"
+                "softmax, grad, argmax)\n"
                 "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }
@@ -414,7 +414,7 @@ static void test_gather_errors(void)
                 "                  ^\n");
     EXPECT_DIAG(GHDR "E[I, J] = Tok[I] * Emb[K, J]\noutput E\n",
                 "t.ein:6:11: error: 'Tok' is i32: an integer tensor can only be the index of a "
-                "gather, like 'Emb[Tok[...], D]'\n"
+                "gather, like 'Emb[Tok[...], D]', or compared in the condition of 'where'\n"
                 "    E[I, J] = Tok[I] * Emb[K, J]\n"
                 "              ^\n");
     EXPECT_DIAG(GHDR "E[K] = Emb[K, Tok[I]]\noutput E\n",
@@ -428,10 +428,79 @@ static void test_gather_errors(void)
                 "    E[Tok[I], J] = Emb[Tok[I], J]\n"
                 "      ^\n");
     EXPECT_DIAG(GHDR "output Tok\n",
-                "t.ein:6:8: error: output 'Tok' is i32: outputs are f32, f64 or bf16\n"
+                "t.ein:6:8: error: output 'Tok' is an i32 input: an i32 output is computed, like "
+                "'Next[B] = argmax(Logits[B, V], V)'\n"
                 "    output Tok\n"
                 "           ^\n");
 #undef GHDR
+}
+
+/* Writes into state at a run-time position (check_write.c). */
+static void test_state_errors(void)
+{
+#define SHDR HDR "input Pos[] : i32\ninput Pf[] : f32\ninput A[I, J] : f32\nstate C[I, K, J_Y] : f32\n"
+#define SOUT "B[I, J] = A[I, J] * 1\noutput B\n"
+    /* a write into an input */
+    EXPECT_DIAG(SHDR "A[Pos, J] = A[I, J] * 2\n" SOUT,
+                "t.ein:7:1: error: 'A' is an input: only a 'state' is written at a run-time position\n"
+                "    A[Pos, J] = A[I, J] * 2\n"
+                "    ^\n"
+                "t.ein:5:7: note: 'A' is defined here\n"
+                "    input A[I, J] : f32\n"
+                "          ^\n");
+    /* a position that is not an integer */
+    EXPECT_DIAG(SHDR "C[I, Pf, J] = A[I, J]\n" SOUT,
+                "t.ein:7:6: error: the position 'Pf' must be a scalar i32 tensor, and it is f32\n"
+                "    C[I, Pf, J] = A[I, J]\n"
+                "         ^\n"
+                "t.ein:4:7: note: 'Pf' is defined here\n"
+                "    input Pf[] : f32\n"
+                "          ^\n");
+    /* a whole state assigned */
+    EXPECT_DIAG(SHDR "C[I, K, J] = A[I, J] * 2\n" SOUT,
+                "t.ein:7:1: error: 'C' is a state: a statement writes one slice of it, at a position "
+                "given by an i32 scalar in place of one dim, like 'C[I, pos, J]'\n"
+                "    C[I, K, J] = A[I, J] * 2\n"
+                "    ^\n");
+    /* the other dims out of order, a subscript, two positions */
+    EXPECT_DIAG(SHDR "C[I, Pos, K] = A[I, J]\n" SOUT,
+                "t.ein:7:11: error: index 3 of 'C' is 'K', but the state's dim there is 'J': a write "
+                "keeps the state's dims in order\n"
+                "    C[I, Pos, K] = A[I, J]\n"
+                "              ^\n");
+    EXPECT_DIAG(SHDR "C[I, Pos, J_Y] = A[I, J]\n" SOUT,
+                "t.ein:7:13: error: state 'C' keeps the sharding it is declared with: write 'J' "
+                "without a subscript\n"
+                "    C[I, Pos, J_Y] = A[I, J]\n"
+                "                ^\n");
+    EXPECT_DIAG(SHDR "C[Pos, Pos, J] = A[I, J]\n" SOUT,
+                "t.ein:7:8: error: 'C' is written at one run-time position, and 'Pos' is a second one\n"
+                "    C[Pos, Pos, J] = A[I, J]\n"
+                "           ^\n");
+    /* a state that is not stacked, written in a repeated block */
+    EXPECT_DIAG(SHDR "X[I, J] = A[I, J] * 1\nrepeat K {\n  X[I, J] = X[I, J] * 2\n  C[I, Pos, J] = X[I, J]\n}\n" SOUT,
+                "t.ein:10:3: error: inside 'repeat K', a state is written one layer at a time: "
+                "declare 'C' stacked on 'K' (its first dim) and write it without that dim\n"
+                "      C[I, Pos, J] = X[I, J]\n"
+                "      ^\n");
+    /* an integer state, and an integer read outside a mask */
+    EXPECT_DIAG(HDR "state S[I] : i32\ninput A[I] : f32\nB[I] = A[I] * 1\noutput B\n",
+                "t.ein:3:14: error: state 'S' is i32: a state is f32, f64 or bf16\n"
+                "    state S[I] : i32\n"
+                "                 ^\n");
+    EXPECT_DIAG(SHDR "C[I, Pos, J] = A[I, J] * Pos[]\n" SOUT,
+                "t.ein:7:26: error: 'Pos' is i32: an integer tensor can only be the index of a "
+                "gather, like 'Emb[Pos[...], D]', or compared in the condition of 'where'\n"
+                "    C[I, Pos, J] = A[I, J] * Pos[]\n"
+                "                             ^\n");
+    /* argmax inside an expression */
+    EXPECT_DIAG(SHDR "N[I] = argmax(A[I, J], J) * 2\noutput N\n",
+                "t.ein:7:8: error: 'argmax(x, S)' gives i32 positions and must be the whole right "
+                "side of a statement, like 'Next[B] = argmax(Logits[B, V], V)'\n"
+                "    N[I] = argmax(A[I, J], J) * 2\n"
+                "           ^\n");
+#undef SOUT
+#undef SHDR
 }
 
 /* Past diag_ctx.max_errors the messages stop but the count goes on. */
@@ -710,7 +779,7 @@ static void test_repeat_errors(void)
                 "    ^\n");
     /* declaration inside */
     EXPECT_DIAG(RP "repeat L {\n" "  input Q[B] : f32\n" "  X[B, D] = X[B, E] * W[E, D] + Q[B]\n" "}\n" "output X\n",
-               "t.ein:6:3: error: inputs and params are declared outside 'repeat' blocks: move 'Q' before the block\n"
+               "t.ein:6:3: error: inputs, params and states are declared outside 'repeat' blocks: move 'Q' before the block\n"
                 "      input Q[B] : f32\n"
                 "      ^\n");
     /* unknown dim */
@@ -834,6 +903,7 @@ void einc_register_tests(void)
         {"argument count", test_argument_count},
         {"reduction errors", test_reduction_errors},
         {"gather errors", test_gather_errors},
+        {"state write errors", test_state_errors},
         {"mesh axis used twice", test_axis_used_twice},
         {"mesh axis not in mesh", test_axis_not_in_mesh},
         {"dim not divisible by its axes", test_not_divisible},

@@ -1,0 +1,49 @@
+/*
+ * update.c - an UpdateSlice op (ir.h: a write into state at a run-time
+ * position) as a call of the runtime's rt_update_slice with a constant
+ * rt_update_desc.  The op's result is its storage operand's buffer (a
+ * state's, or a view of one layer of it): run.c makes the result name
+ * that buffer, and the call writes the slice into it in place.
+ */
+#include "cg_internal.h"
+#include "einrt.h"
+
+/* The constant below lists rt_update_desc's members in order, all 8 bytes
+ * wide, so the C struct has no padding: six scalars, the axes, three
+ * strings and the op id. */
+_Static_assert(sizeof(rt_update_desc) == 8 * (6 + RT_MAX_AXES + 3 + 1),
+               "rt_update_desc changed: update cg_emit_update_slice");
+
+void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id)
+{
+    const ir_module *m = f->m;
+    const ir_value *store = op->operands[0], *rows = op->operands[1], *pos = op->operands[2];
+    int at = op->u.update.dim;
+    int64_t outer = 1, inner = 1, axes[RT_MAX_AXES] = {0};
+    for (int d = 0; d < store->type.rank; d++) {
+        int64_t n = ir_local_size(m, &store->type, d);
+        if (d < at)
+            outer *= n;
+        else if (d > at)
+            inner *= n;
+    }
+    for (int k = 0; k < store->type.sh.naxes[at] && k < RT_MAX_AXES; k++)
+        axes[k] = store->type.sh.axes[at][k];
+    const ir_dimdef *dim = &m->dims[store->type.dims[at]];
+    /* struct rt_update_desc (einrt.h), member by member. */
+    LLVMValueRef df[] = {
+        cg_i64(c, (int64_t)store->type.dtype),
+        cg_i64(c, outer),
+        cg_i64(c, ir_local_size(m, &store->type, at)),
+        cg_i64(c, dim->size),
+        cg_i64(c, inner),
+        cg_i64(c, store->type.sh.naxes[at]),
+        cg_const_i64s(c, axes, RT_MAX_AXES, RT_MAX_AXES, 0),
+        cg_const_string(c, store->tensor),
+        cg_const_string(c, pos->tensor),
+        cg_const_string(c, dim->name),
+        cg_i64(c, id),
+    };
+    LLVMValueRef args[] = {f->dev, NULL, f->buf[pos->id], f->buf[rows->id], f->buf[store->id]};
+    cg_call_with_desc(c, "rt_update_slice", df, sizeof df / sizeof df[0], args, 5);
+}

@@ -1,0 +1,93 @@
+/*
+ * verify_update.c - the invariants of UpdateSlice (ir.h), the in-place
+ * write into program state at a run-time position, checked by ir_verify
+ * after every pass.
+ *
+ * Types: operand 0 leads (through earlier UpdateSlices and at most one
+ * LayerSlice) to a state value; operand 1 is operand 0's type without the
+ * written position `dim`, sharding included, and holds no unreduced
+ * partial sums (each device writes the rows it holds; a partial row would
+ * be a wrong one); operand 2 is a replicated i32 scalar; the result has
+ * operand 0's type.  Aliasing: the result is operand 0's storage, so no op
+ * after the UpdateSlice reads operand 0 (it would see the new rows while
+ * the program says it holds the old ones).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "verify_internal.h"
+
+#define WHY(...) (why ? (void)snprintf(why, why_size, __VA_ARGS__) : (void)0)
+
+bool ir_verify_update_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                             size_t why_size)
+{
+    (void)m;
+    if (op->noperands != 3) {
+        WHY("UpdateSlice takes three operands (the storage, the slice, the position)");
+        return false;
+    }
+    const ir_value *a = op->operands[0], *rows = op->operands[1], *pos = op->operands[2];
+    const ir_value *r = op->result;
+    int dim = op->u.update.dim;
+    if (!ir_update_target(op)) {
+        WHY("it writes a value that is not a state (or a layer of one)");
+        return false;
+    }
+    if (dim < 0 || dim >= a->type.rank) {
+        WHY("the written position %d is not a dim of the storage", dim);
+        return false;
+    }
+    if (pos->type.dtype != IR_I32 || pos->type.rank != 0 || pos->type.sh.unreduced) {
+        WHY("the position is not a replicated i32 scalar");
+        return false;
+    }
+    bool same = rows->type.dtype == a->type.dtype && rows->type.rank == a->type.rank - 1;
+    for (int d = 0, j = 0; same && d < a->type.rank; d++) {
+        if (d == dim)
+            continue;
+        same = rows->type.dims[j] == a->type.dims[d] &&
+               rows->type.sh.naxes[j] == a->type.sh.naxes[d] &&
+               memcmp(rows->type.sh.axes[j], a->type.sh.axes[d],
+                      (size_t)a->type.sh.naxes[d] * sizeof a->type.sh.axes[d][0]) == 0;
+        j++;
+    }
+    if (!same || rows->type.sh.unreduced) {
+        WHY("the slice is not the storage's type and sharding without the written dim, "
+            "fully reduced");
+        return false;
+    }
+    if (r->type.dtype != a->type.dtype || r->type.rank != a->type.rank ||
+        memcmp(r->type.dims, a->type.dims, sizeof(int) * (size_t)a->type.rank) != 0) {
+        WHY("the result is not the storage's type");
+        return false;
+    }
+    *out = a->type.sh;
+    return true;
+}
+
+int ir_verify_updates(const ir_module *m, diag_ctx *d)
+{
+    int before = d->nerrors;
+    char b1[256];
+    /* written[id]: the UpdateSlice that wrote over value id, or NULL. */
+    const ir_op **written = calloc((size_t)m->nvalues + 1, sizeof *written);
+    if (!written) {
+        diag_error(d, DIAG_NOLOC, "out of memory in the verifier");
+        return 1;
+    }
+    for (const ir_op *op = m->first; op; op = op->next) {
+        for (int i = 0; i < op->noperands; i++) {
+            const ir_value *v = op->operands[i];
+            if (v && v->id >= 0 && v->id < m->nvalues && written[v->id])
+                diag_error(d, op->loc, "%s reads %s after an UpdateSlice wrote over it in place",
+                           ir_op_name(op->kind), ir_value_name(v, b1, sizeof b1));
+        }
+        if (op->kind == IR_OP_UPDATESLICE && op->noperands > 0 && op->operands[0] &&
+            op->operands[0]->id >= 0 && op->operands[0]->id < m->nvalues)
+            written[op->operands[0]->id] = op;
+    }
+    free(written);
+    return d->nerrors - before;
+}
