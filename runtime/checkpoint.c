@@ -3,13 +3,15 @@
  *
  * A checkpoint is a directory holding NAME.npy for every param and state of
  * the program (global arrays, as --input reads them and --output writes
- * them; names may contain dots: "W.mom.npy") and steps.txt, the number of
- * training steps done, in decimal followed by a newline.
+ * them; names may contain dots: "W.mom.npy"), data.txt, the record of the
+ * data order (data.c: the seed, the --data files' identities, the position
+ * of the next batch), and steps.txt, the number of training steps done, in
+ * decimal followed by a newline.
  *
  * Each file is replaced atomically (npy.c), but a set of files cannot be:
  * a save interrupted after some .npy files would leave values of two
  * different steps side by side.  So a save first removes steps.txt, then
- * writes the .npy files, and writes steps.txt last: a directory with a
+ * writes data.txt and the .npy files, and writes steps.txt last: a directory with a
  * steps.txt holds the values of exactly that step, and one without it is
  * refused by --resume (it is not a checkpoint, or its last save never
  * finished) rather than resumed from a mix.  The directory itself is
@@ -27,6 +29,8 @@
 
 /* The file holding the step count. */
 #define STEPS_FILE "steps.txt"
+/* The file holding the record of the data order. */
+#define ORDER_FILE "data.txt"
 
 /* "dir/file", malloc'd (NULL when out of memory). */
 static char *join(const char *dir, const char *file)
@@ -139,8 +143,34 @@ static void sync_dir(const char *dir)
     }
 }
 
-int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values, int64_t steps,
-                        char *err, size_t errlen)
+int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *err,
+                              size_t errlen)
+{
+    *text = NULL;
+    *path = join(dir, ORDER_FILE);
+    if (!*path)
+        return rt_errf(err, errlen, "out of memory");
+    FILE *f = fopen(*path, "r");
+    if (!f)
+        return rt_errf(err, errlen, "--resume %s: cannot read %s: %s; a checkpoint records "
+                       "its data order (--seed, --data files) there, so that the resumed run "
+                       "reads the batches the uninterrupted run would have", dir, *path,
+                       strerror(errno));
+    size_t cap = 0;
+    ssize_t n = getdelim(text, &cap, 0, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (n < 0 && !bad) { /* an empty file */
+        free(*text);
+        *text = calloc(1, 1);
+    }
+    if (bad || !*text)
+        return rt_errf(err, errlen, "--resume %s: cannot read %s", dir, *path);
+    return 0;
+}
+
+int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values,
+                        const char *record, int64_t steps, char *err, size_t errlen)
 {
     char *count = join(dir, STEPS_FILE);
     if (!count)
@@ -151,6 +181,15 @@ int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *value
         return rc;
     }
     sync_dir(dir);
+    char *order = join(dir, ORDER_FILE);
+    int wrote = order && !rt_write_file_atomic(order, record, strlen(record), err, errlen);
+    if (!order)
+        rt_errf(err, errlen, "out of memory");
+    free(order);
+    if (!wrote) {
+        free(count);
+        return -1;
+    }
     for (int32_t k = 0; k < p->ninputs; k++) {
         if (p->inputs[k].role == RT_ROLE_INPUT)
             continue;

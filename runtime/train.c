@@ -8,7 +8,8 @@
  * reach (the total, as max_steps in PyTorch Lightning), not a count to add,
  * so `--steps 10` equals `--steps 6 --save D` then `--resume D --steps 10`.
  * Step s reads batch s-1 of the --data order (data.c), so a resumed run
- * sees the batches the uninterrupted run would have seen.
+ * sees the batches the uninterrupted run would have seen; a checkpoint
+ * records that order (seed and data set) and --resume refuses another.
  *
  * On each device a step is: barrier over the mesh, copy the device's block
  * of each --data batch into its input buffer, `run`, barrier.  Device 0
@@ -93,6 +94,19 @@ static int resolve_resume(rt_job *job, rt_train *tr, char *err, size_t errlen)
     return 0;
 }
 
+/* --resume DIR: refuses a run whose --seed or --data would read other
+ * batches than the run that saved DIR (its data.txt). */
+static int check_order(const char *dir, const rt_train *tr, char *err, size_t errlen)
+{
+    char *text, *path, why[900];
+    int rc = rt_checkpoint_read_record(dir, &text, &path, err, errlen);
+    if (!rc && rt_data_check_record(tr->data, tr->done, text, path, why, sizeof why))
+        rc = rt_errf(err, errlen, "--resume %s: %s", dir, why);
+    free(text);
+    free(path);
+    return rc;
+}
+
 /* 1 if some --output names a param or state (rather than an output). */
 static int outputs_a_param(const rt_program *p, const rt_options *o)
 {
@@ -138,6 +152,12 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
                        "to reach, not a count to add: give --steps above %lld to train further",
                        o->resume, (long long)tr->done, (long long)tr->total, (long long)tr->done);
     job->repeat = tr->total - tr->done;
+    /* Every rank checks its own files against the record (on several
+     * hosts each reads its own copy); the root writes the records. */
+    if (o->resume || (o->save && job->rank == 0))
+        rt_data_hash(ds);
+    if (o->resume && check_order(o->resume, tr, err, errlen))
+        return -1;
     if (job->rank != 0)
         return 0;
     if (o->save && rt_checkpoint_prepare(o->save, p, err, errlen))
@@ -238,8 +258,12 @@ static void save(rt_device *dev, rt_job *job, void *const *in, int64_t s, uint32
     if (dev->id != 0)
         return;
     char err[1024];
-    if (rt_checkpoint_write(tr->save_dir, job->prog, tr->final, s, err, sizeof err))
+    char *record = rt_data_record(tr->data, s);
+    if (!record)
+        rt_fatal(dev, "out of memory");
+    if (rt_checkpoint_write(tr->save_dir, job->prog, tr->final, record, s, err, sizeof err))
         rt_fatal(dev, "--save %s: %s", tr->save_dir, err);
+    free(record);
     if (s == tr->total || s % tr->log_every == 0) {
         printf("saved %s (step %lld)\n", tr->save_dir, (long long)s);
         fflush(stdout);

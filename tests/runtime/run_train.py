@@ -15,7 +15,8 @@ uninterrupted run's curve and values bit for bit, --check passes and fails
 (the variant whose sharded gradient misses its AllReduce), a device failing
 at step 3 ends the job with a message and leaves the step-2 checkpoint
 resumable, --log-every, and every bad command line or file gives its
-message and exit status 1.  With the MPI builds, the same under
+message and exit status 1; a checkpoint records its data order (data.txt,
+its hashes recomputed here).  With the MPI builds, the same under
 `mpirun -np 4`, and a threads checkpoint resumed on MPI.
 """
 import argparse
@@ -69,6 +70,20 @@ def batch_rows(step_index, seed):
     if seed is None:
         return pos
     return [shuffle_index(seed, epoch, N, p) for p in pos]
+
+
+def data_hash(path):
+    """The hash of a --data file's data that a checkpoint records
+    (runtime/data.c): splitmix64 chained over its little-endian 64-bit
+    words, the last one zero-padded, from splitmix64(byte count)."""
+    with open(path, "rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        np.lib.format._read_array_header(fh, version)
+        data = fh.read()
+    h = splitmix64(len(data))
+    for i in range(0, len(data), 8):
+        h = splitmix64(h ^ int.from_bytes(data[i:i + 8].ljust(8, b"\0"), "little"))
+    return h
 
 
 def check_permutation():
@@ -225,8 +240,9 @@ def check_resume(launch, resume_launch, f, tag, full, exact=True):
         with open(os.path.join(ck, "steps.txt")) as fh:
             if fh.read() != "%d\n" % k:
                 fail("%s: steps.txt does not hold %d" % (tag, k))
-        if sorted(os.listdir(ck)) != ["W.mom.npy", "W.npy", "step.npy", "steps.txt"]:
+        if sorted(os.listdir(ck)) != ["W.mom.npy", "W.npy", "data.txt", "step.npy", "steps.txt"]:
             fail("%s: checkpoint holds %s" % (tag, sorted(os.listdir(ck))))
+        check_record(ck, f, tag, k, 5)
         metrics = os.path.join(f.tmp, "%s_resumed%d.jsonl" % (tag, k))
         p = run(resume_launch + f.data() + ["--seed", "5", "--resume", ck, "--steps", "7",
                                             "--metrics", metrics, "--check"]
@@ -246,6 +262,22 @@ def check_resume(launch, resume_launch, f, tag, full, exact=True):
         vals = final_values(f, "%s_r%d" % (tag, k))
         if rel_err(vals["W"], want[1]) > 1e-5 or rel_err(vals["W.mom"], want[2]) > 1e-5 or vals["step"] != 7:
             fail("%s: resumed run's final values differ from NumPy's" % tag)
+
+
+def check_record(ck, f, tag, steps, seed):
+    """ck/data.txt records the seed, N, B, the next step's place in the
+    order, and each --data file's dtype, shape, hash and path."""
+    nb = N // B
+    want = ["seed %s" % ("none" if seed is None else seed), "rows %d" % N, "batch %d" % B,
+            "next step %d epoch %d batch %d" % (steps + 1, steps // nb, steps % nb),
+            "data x dtype <f4 shape (%d, %d) hash %016x path %s" % (N, D, data_hash(f.path("x")),
+                                                                   f.path("x")),
+            "data y dtype <f4 shape (%d,) hash %016x path %s" % (N, data_hash(f.path("y")),
+                                                               f.path("y"))]
+    with open(os.path.join(ck, "data.txt")) as fh:
+        got = [ln for ln in fh.read().splitlines() if not ln.startswith("#")]
+    if got != want:
+        fail("%s: %s/data.txt holds %s, expected %s" % (tag, ck, got, want))
 
 
 def check_options(launch, f, tag):

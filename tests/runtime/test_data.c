@@ -5,7 +5,8 @@
  * rows), a device's block of a batch with its rest dims sharded (f32, and
  * bf16 rounded from the file's f32), each bad --data file refused with its
  * message, a file that shrinks during the run ending the job with a
- * message, and the checkpoint files of --save / --resume (checkpoint.c).
+ * message, the record of the data order a checkpoint keeps and --resume's
+ * check of it, and the checkpoint files of --save / --resume (checkpoint.c).
  */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
@@ -213,6 +214,97 @@ static void test_shrunk(void)
     test_remove_dir(dir);
 }
 
+/* rt_data_check_record of `ds` after `steps` steps against `rec`: -1 and
+ * `needle` in the message (or 0 when needle is NULL). */
+static void expect_record(const rt_dataset *ds, int64_t steps, const char *rec,
+                          const char *needle)
+{
+    char err[1024] = "";
+    CU_ASSERT_EQUAL(rt_data_check_record(ds, steps, rec, "ck/data.txt", err, sizeof err),
+                    needle ? -1 : 0);
+    if (needle && !strstr(err, needle)) {
+        CU_FAIL("message lacks the expected text");
+        fprintf(stderr, "\nmessage: %s\nexpected: %s\n", err, needle);
+    }
+}
+
+static void test_record(void)
+{
+    char dir[64], x[128], y[128], x2[128], err[1024];
+    test_make_dir(dir, sizeof dir);
+    save_rows(dir, "x.npy", 10, 6, x, sizeof x);
+    save_rows(dir, "y.npy", 10, 6, y, sizeof y);
+    save_rows(dir, "x2.npy", 10, 6, x2, sizeof x2);
+    /* x2: the same shape as x, one value changed. */
+    rt_tensor_desc t = input(RT_F32), u = t;
+    u.name = "y";
+    rt_dataset ds = {.shuffle = 1, .seed = 5};
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds, &u, y, err, sizeof err), 0);
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds, &t, x, err, sizeof err), 0);
+    rt_data_hash(&ds);
+    char *rec = rt_data_record(&ds, 3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rec);
+    /* Step 4 is batch 1 of epoch 1 (2 batches an epoch); files by name. */
+    CU_ASSERT_PTR_NOT_NULL(strstr(rec, "\nseed 5\nrows 10\nbatch 4\nnext step 4 epoch 1 batch 1\n"
+                                       "data x dtype <f4 shape (10, 6) hash "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(rec, "\ndata y dtype <f4 shape (10, 6) hash "));
+    CU_ASSERT(strstr(rec, "data x ") < strstr(rec, "data y "));
+    /* x and y hold the same values, so the same hash. */
+    CU_ASSERT_EQUAL(ds.files[0].hash, ds.files[1].hash);
+    expect_record(&ds, 3, rec, NULL);
+    expect_record(&ds, 4, rec, "ck/data.txt records the order of another step than steps.txt");
+    ds.seed = 6;
+    expect_record(&ds, 3, rec, "the checkpoint was trained with --seed 5 (ck/data.txt), and "
+                               "this run has --seed 6; a resumed run must see the batches the "
+                               "uninterrupted run would have: give --seed 5");
+    ds.shuffle = 0;
+    expect_record(&ds, 3, rec, "was trained with --seed 5 (ck/data.txt), and this run has no "
+                               "--seed (rows in order)");
+    ds.shuffle = 1;
+    ds.seed = 5;
+    /* A file moved elsewhere is the same data; one with other values is not. */
+    float other = 99.5f;
+    FILE *f = fopen(x2, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(fseek(f, -4, SEEK_END), 0);
+    CU_ASSERT_EQUAL(fwrite(&other, sizeof other, 1, f), 1);
+    fclose(f);
+    rt_dataset ds2 = {.shuffle = 1, .seed = 5};
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds2, &t, x2, err, sizeof err), 0);
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds2, &u, x, err, sizeof err), 0);
+    rt_data_hash(&ds2);
+    expect_record(&ds2, 3, rec, "--data x is not the data set the checkpoint was trained on: "
+                                "this run's file has dtype <f4 shape (10, 6) hash ");
+    rt_data_close(&ds2);
+    /* y from x's file: same contents, another path. */
+    rt_dataset ds3 = {.shuffle = 1, .seed = 5};
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds3, &t, y, err, sizeof err), 0);
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds3, &u, x, err, sizeof err), 0);
+    rt_data_hash(&ds3);
+    expect_record(&ds3, 3, rec, NULL);
+    rt_data_close(&ds3);
+    rt_dataset only_x = {.shuffle = 1, .seed = 5};
+    CU_ASSERT_EQUAL_FATAL(rt_data_add(&only_x, &t, x, err, sizeof err), 0);
+    rt_data_hash(&only_x);
+    expect_record(&only_x, 3, rec, "the checkpoint's run had --data y (ck/data.txt: y dtype <f4 "
+                                   "shape (10, 6) hash ");
+    char *rec_x = rt_data_record(&only_x, 3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rec_x);
+    expect_record(&ds, 3, rec_x, "this run gives --data y, and the checkpoint's run had no "
+                                 "--data y (ck/data.txt)");
+    /* Another batch size over the same files. */
+    rt_dataset b8 = only_x;
+    b8.batch = 8;
+    b8.batches = 1;
+    expect_record(&b8, 3, rec_x, "ck/data.txt has batch 4, and this run batch 8");
+    expect_record(&ds, 3, "# nothing\n", "ck/data.txt is not a record of a data order");
+    free(rec_x);
+    free(rec);
+    rt_data_close(&only_x);
+    rt_data_close(&ds);
+    test_remove_dir(dir);
+}
+
 static void test_checkpoint(void)
 {
     static const rt_tensor_desc ins[] = {
@@ -228,10 +320,16 @@ static void test_checkpoint(void)
     float w[2] = {1.5f, -2};
     double m = 0.25;
     void *values[3] = {NULL, w, &m};
-    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, 12, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, "seed none\n", 12, err, sizeof err), 0);
     int64_t steps = -1;
     CU_ASSERT_EQUAL(rt_checkpoint_read_steps(ck, &steps, err, sizeof err), 0);
     CU_ASSERT_EQUAL(steps, 12);
+    char *text = NULL, *where = NULL;
+    CU_ASSERT_EQUAL(rt_checkpoint_read_record(ck, &text, &where, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(text ? text : "", "seed none\n");
+    CU_ASSERT_PTR_NOT_NULL(where && strstr(where, "/a/b/data.txt"));
+    free(text);
+    free(where);
     rt_npy_header h;
     snprintf(path, sizeof path, "%s/W.m.npy", ck);
     CU_ASSERT_EQUAL(rt_npy_read_header(path, &h, err, sizeof err), 0);
@@ -242,11 +340,19 @@ static void test_checkpoint(void)
     snprintf(path, sizeof path, "%s/W.npy", ck);
     CU_ASSERT_EQUAL(unlink(path), 0);
     CU_ASSERT_EQUAL(mkdir(path, 0777), 0);
-    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, 13, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, "seed none\n", 13, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "is a directory"));
     CU_ASSERT_EQUAL(rt_checkpoint_read_steps(ck, &steps, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "its last save was interrupted"));
     rmdir(path);
+    /* A checkpoint without its record of the data order. */
+    snprintf(path, sizeof path, "%s/data.txt", ck);
+    CU_ASSERT_EQUAL(unlink(path), 0);
+    CU_ASSERT_EQUAL(rt_checkpoint_read_record(ck, &text, &where, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "data.txt: No such file or directory; a checkpoint "
+                                       "records its data order"));
+    free(text);
+    free(where);
     /* A bad step file, and a path that is a file. */
     snprintf(path, sizeof path, "%s/steps.txt", ck);
     FILE *f = fopen(path, "w");
@@ -274,6 +380,7 @@ void einc_register_tests(void)
         {"a device's block of a batch", test_fill_block},
         {"bad --data files", test_bad_files},
         {"a file shrinking during the run", test_shrunk},
+        {"the record of the data order", test_record},
         {"checkpoint files", test_checkpoint},
     };
     einc_add_suite("training data and checkpoints", tests, (int)(sizeof tests / sizeof tests[0]));
