@@ -388,9 +388,11 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
         char was[64], is[64];
         seed_words(was, sizeof was, rl, rlen);
         seed_words(is, sizeof is, line, len);
+        int none = !strncmp(rl, "seed none", rlen);
         rc = rt_errf(err, errlen, "the checkpoint was trained with %s (%s), and this run has "
                      "%s; a resumed run must see the batches the uninterrupted run would "
-                     "have: give %s", was, where, is, was);
+                     "have: %s %s", was, where, is, none ? "leave out" : "give",
+                     none ? "--seed" : was);
     } else {
         rc = check_data_lines(mine, rec, where, err, errlen);
     }

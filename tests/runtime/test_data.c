@@ -260,7 +260,14 @@ static void test_record(void)
     ds.shuffle = 0;
     expect_record(&ds, 3, rec, "was trained with --seed 5 (ck/data.txt), and this run has no "
                                "--seed (rows in order)");
+    char *unshuffled = rt_data_record(&ds, 3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(unshuffled);
     ds.shuffle = 1;
+    expect_record(&ds, 3, unshuffled, "the checkpoint was trained with no --seed (rows in order) "
+                                      "(ck/data.txt), and this run has --seed 6; a resumed run "
+                                      "must see the batches the uninterrupted run would have: "
+                                      "leave out --seed");
+    free(unshuffled);
     ds.seed = 5;
     /* A file moved elsewhere is the same data; one with other values is not. */
     float other = 99.5f;
