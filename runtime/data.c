@@ -191,15 +191,25 @@ int64_t rt_data_row(const rt_dataset *ds, int64_t step, int64_t i)
     return ds->shuffle ? rt_shuffle_index(ds->seed, epoch, ds->rows, pos) : pos;
 }
 
+/* -1 and a message if `df` is shorter than when it was checked: reading
+ * its map past the end of the file would be a SIGBUS. */
+static int shrunk(const rt_data_file *df, char *err, size_t errlen)
+{
+    struct stat st = {0};
+    if (fstat(df->fd, &st) == 0 && st.st_size >= (off_t)df->map_bytes)
+        return 0;
+    return rt_errf(err, errlen, "--data %s: %s has shrunk to %lld bytes since it was checked "
+                   "(%lld needed); it must stay as it is while the job runs", df->name,
+                   df->path, (long long)st.st_size, (long long)df->map_bytes);
+}
+
 void rt_data_fill(rt_device *dev, const rt_dataset *ds, int f, const rt_tensor_desc *t,
                   int64_t step, void *dst)
 {
     const rt_data_file *df = &ds->files[f];
-    struct stat st;
-    if (fstat(df->fd, &st) != 0 || st.st_size < (off_t)df->map_bytes)
-        rt_fatal(dev, "--data %s: %s has shrunk to %lld bytes since it was checked (%lld "
-                 "needed); it must stay as it is while the job runs", df->name, df->path,
-                 (long long)st.st_size, (long long)df->map_bytes);
+    char why[900];
+    if (shrunk(df, why, sizeof why))
+        rt_fatal(dev, "%s", why);
     int64_t start[RT_MAX_RANK], zero[RT_MAX_RANK] = {0};
     rt_block_start(t, dev->prog->axis_sizes, dev->coord, start);
     /* A row is the dims after the batch: the file holds whole rows, the
@@ -239,16 +249,19 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n)
     return h;
 }
 
-void rt_data_hash(rt_dataset *ds)
+int rt_data_hash(rt_dataset *ds, char *err, size_t errlen)
 {
     for (int i = 0; i < ds->nfiles; i++) {
         rt_data_file *df = &ds->files[i];
-        if (!df->hashed) {
-            size_t off = (size_t)df->header.data_offset;
-            df->hash = hash_bytes(df->map + off, df->map_bytes - off);
-            df->hashed = 1;
-        }
+        if (df->hashed)
+            continue;
+        if (shrunk(df, err, errlen))
+            return -1;
+        size_t off = (size_t)df->header.data_offset;
+        df->hash = hash_bytes(df->map + off, df->map_bytes - off);
+        df->hashed = 1;
     }
+    return 0;
 }
 
 /* Index of the file that comes `k`-th in order of input name. */

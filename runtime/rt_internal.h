@@ -476,8 +476,8 @@ void rt_data_fill(rt_device *dev, const rt_dataset *ds, int f, const rt_tensor_d
                   int64_t step, void *dst);
 /* Computes the hash of the data of every file of `ds` not hashed yet
  * (splitmix64 chained over its little-endian 64-bit words; one pass over
- * each file). */
-void rt_data_hash(rt_dataset *ds);
+ * each file); -1 and a message if a file has shrunk since it was checked. */
+int rt_data_hash(rt_dataset *ds, char *err, size_t errlen);
 /* The record of the data order after `steps` steps that a checkpoint
  * keeps (DIR/data.txt): the seed, N, B, the position of the next step and
  * per file its input, dtype, shape, hash (rt_data_hash first) and path;

@@ -202,8 +202,8 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
     job->repeat = tr->total - tr->done;
     /* Every rank checks its own files against the record (on several
      * hosts each reads its own copy); the root writes the records. */
-    if (o->resume || (o->save && job->rank == 0))
-        rt_data_hash(ds);
+    if ((o->resume || (o->save && job->rank == 0)) && rt_data_hash(ds, err, errlen))
+        return -1;
     if (o->resume && check_order(o->resume, tr, err, errlen))
         return -1;
     if (job->rank != 0)

@@ -210,6 +210,10 @@ static void test_shrunk(void)
     CU_ASSERT_EQUAL(truncate(path, 100), 0);
     CU_ASSERT_EQUAL(test_in_child(fill_shrunk, &ds, err, sizeof err), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "has shrunk to 100 bytes since it was checked"));
+    /* The hash a checkpoint records reads the whole file: refused, too. */
+    err[0] = 0;
+    CU_ASSERT_EQUAL(rt_data_hash(&ds, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "has shrunk to 100 bytes since it was checked"));
     rt_data_close(&ds);
     test_remove_dir(dir);
 }
@@ -241,7 +245,7 @@ static void test_record(void)
     rt_dataset ds = {.shuffle = 1, .seed = 5};
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds, &u, y, err, sizeof err), 0);
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds, &t, x, err, sizeof err), 0);
-    rt_data_hash(&ds);
+    CU_ASSERT_EQUAL(rt_data_hash(&ds, err, sizeof err), 0);
     char *rec = rt_data_record(&ds, 3);
     CU_ASSERT_PTR_NOT_NULL_FATAL(rec);
     /* Step 4 is batch 1 of epoch 1 (2 batches an epoch); files by name. */
@@ -279,7 +283,7 @@ static void test_record(void)
     rt_dataset ds2 = {.shuffle = 1, .seed = 5};
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds2, &t, x2, err, sizeof err), 0);
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds2, &u, x, err, sizeof err), 0);
-    rt_data_hash(&ds2);
+    CU_ASSERT_EQUAL(rt_data_hash(&ds2, err, sizeof err), 0);
     expect_record(&ds2, 3, rec, "--data x is not the data set the checkpoint was trained on: "
                                 "this run's file has dtype <f4 shape (10, 6) hash ");
     rt_data_close(&ds2);
@@ -287,12 +291,12 @@ static void test_record(void)
     rt_dataset ds3 = {.shuffle = 1, .seed = 5};
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds3, &t, y, err, sizeof err), 0);
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&ds3, &u, x, err, sizeof err), 0);
-    rt_data_hash(&ds3);
+    CU_ASSERT_EQUAL(rt_data_hash(&ds3, err, sizeof err), 0);
     expect_record(&ds3, 3, rec, NULL);
     rt_data_close(&ds3);
     rt_dataset only_x = {.shuffle = 1, .seed = 5};
     CU_ASSERT_EQUAL_FATAL(rt_data_add(&only_x, &t, x, err, sizeof err), 0);
-    rt_data_hash(&only_x);
+    CU_ASSERT_EQUAL(rt_data_hash(&only_x, err, sizeof err), 0);
     expect_record(&only_x, 3, rec, "the checkpoint's run had --data y (ck/data.txt: y dtype <f4 "
                                    "shape (10, 6) hash ");
     char *rec_x = rt_data_record(&only_x, 3);
