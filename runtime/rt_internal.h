@@ -492,27 +492,33 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
 
 /* ---- checkpoints of --save and --resume (checkpoint.c) ---- */
 
-/* DIR/NAME.npy, the file of param or state NAME in a checkpoint;
- * malloc'd (the caller frees it), NULL when out of memory. */
+/* The file --resume reads param or state NAME of checkpoint DIR from:
+ * DIR/NAME.npy, or DIR/NAME.npy.next while a save staged in DIR is being
+ * applied (checkpoint.c); malloc'd (the caller frees it), NULL when out
+ * of memory. */
 char *rt_checkpoint_file(const char *dir, const char *name);
 /* Before the run, for --save DIR: creates DIR and its missing parents, or
  * checks that the existing path is a writable directory, and that every
  * param and state name of `p` can name a file.  -1 and a message if not. */
 int rt_checkpoint_prepare(const char *dir, const rt_program *p, char *err, size_t errlen);
-/* Reads the step count of checkpoint DIR into *steps; -1 and a message
- * when DIR is not a directory or has no valid step file (never saved, or
- * its last save was interrupted). */
+/* Reads the step count of checkpoint DIR into *steps (steps.txt, or
+ * steps.txt.next while a staged save is applied); -1 and a message when
+ * DIR is not a directory or has no valid step file (never saved, or its
+ * first save was interrupted). */
 int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen);
-/* Reads DIR/data.txt, the record of the data order, into *text
- * (malloc'd) and its path into *path (malloc'd, for messages); -1 and a
- * message when it cannot be read. */
+/* Reads DIR/data.txt (or its staged data.txt.next, as for the step
+ * count), the record of the data order, into *text (malloc'd) and its
+ * path into *path (malloc'd, for messages); -1 and a message when it
+ * cannot be read. */
 int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *err,
                               size_t errlen);
-/* Writes checkpoint DIR after `steps` steps: removes the step file, writes
- * DIR/data.txt from `record` (rt_data_record), DIR/NAME.npy for every
- * param and state k of `p` from values[k] (its global array), then the
- * step file, each atomically.  -1 and a message on the first failure (the
- * directory then has no step file). */
+/* Writes checkpoint DIR after `steps` steps: stages data.txt from `record`
+ * (rt_data_record), NAME.npy for every param and state k of `p` from
+ * values[k] (its global array) and the step file as FILE.next, each
+ * atomically, then renames them into place, the step file last (first
+ * finishing a save an earlier run left half applied).  -1 and a message on
+ * the first failure; DIR then still holds one whole step, the previous or
+ * the new one. */
 int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values,
                         const char *record, int64_t steps, char *err, size_t errlen);
 

@@ -6,7 +6,8 @@
  * bf16 rounded from the file's f32), each bad --data file refused with its
  * message, a file that shrinks during the run ending the job with a
  * message, the record of the data order a checkpoint keeps and --resume's
- * check of it, and the checkpoint files of --save / --resume (checkpoint.c).
+ * check of it, and the checkpoint files of --save / --resume (checkpoint.c):
+ * a save that fails while staging or while applying leaves one whole step.
  */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
@@ -316,6 +317,48 @@ static void test_record(void)
     test_remove_dir(dir);
 }
 
+/* The first element of the .npy file `path` as f64 (its dtype `f64` or f32). */
+static double first_value(const char *path, int f64)
+{
+    char err[512];
+    rt_npy_header h;
+    CU_ASSERT_EQUAL_FATAL(rt_npy_read_header(path, &h, err, sizeof err), 0);
+    FILE *f = fopen(path, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    double d = 0;
+    float x = 0;
+    CU_ASSERT_EQUAL(fseek(f, (long)h.data_offset, SEEK_SET), 0);
+    CU_ASSERT_EQUAL(f64 ? fread(&d, sizeof d, 1, f) : fread(&x, sizeof x, 1, f), 1);
+    fclose(f);
+    return f64 ? d : x;
+}
+
+/* Checkpoint `ck` reads as step `steps`: W (f32) from file `wfile` with
+ * first value `w0`, W.m (f64) from `mfile` holding `m`, the record `rec`. */
+static void expect_step(const char *ck, int64_t steps, const char *wfile, const char *mfile,
+                        double w0, double m, const char *rec)
+{
+    char err[1024];
+    int64_t got = -1;
+    CU_ASSERT_EQUAL(rt_checkpoint_read_steps(ck, &got, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(got, steps);
+    const char *names[2] = {"W", "W.m"}, *files[2] = {wfile, mfile};
+    const double want[2] = {w0, m};
+    for (int i = 0; i < 2; i++) {
+        char *path = rt_checkpoint_file(ck, names[i]);
+        const char *slash = path ? strrchr(path, '/') : NULL;
+        CU_ASSERT_PTR_NOT_NULL_FATAL(slash);
+        CU_ASSERT_STRING_EQUAL(slash + 1, files[i]);
+        CU_ASSERT_EQUAL(first_value(path, i), want[i]);
+        free(path);
+    }
+    char *text = NULL, *where = NULL;
+    CU_ASSERT_EQUAL(rt_checkpoint_read_record(ck, &text, &where, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(text ? text : "", rec);
+    free(text);
+    free(where);
+}
+
 static void test_checkpoint(void)
 {
     static const rt_tensor_desc ins[] = {
@@ -347,15 +390,51 @@ static void test_checkpoint(void)
     CU_ASSERT_STRING_EQUAL(h.descr, "<f8");
     snprintf(path, sizeof path, "%s/x.npy", ck);
     CU_ASSERT_NOT_EQUAL(access(path, F_OK), 0); /* inputs are not state */
-    /* A save that fails midway leaves no step file: the directory cannot be resumed. */
-    snprintf(path, sizeof path, "%s/W.npy", ck);
-    CU_ASSERT_EQUAL(unlink(path), 0);
-    CU_ASSERT_EQUAL(mkdir(path, 0777), 0);
-    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, "seed none\n", 13, err, sizeof err), -1);
+    /* A save that fails while staging (W.npy.next cannot be written)
+     * leaves step 12 whole. */
+    char next[192], mpath[192];
+    snprintf(next, sizeof next, "%s/W.npy.next", ck);
+    CU_ASSERT_EQUAL(mkdir(next, 0777), 0);
+    w[0] = 7;
+    m = 0.5;
+    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, "seed 1\n", 13, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "is a directory"));
-    CU_ASSERT_EQUAL(rt_checkpoint_read_steps(ck, &steps, err, sizeof err), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "its last save was interrupted"));
-    rmdir(path);
+    expect_step(ck, 12, "W.npy", "W.m.npy", 1.5, 0.25, "seed none\n");
+    CU_ASSERT_EQUAL(rmdir(next), 0);
+    /* One that stops while applying (W.m.npy is a directory, so the
+     * rename of W.m.npy.next fails after W's): step 13 from the renamed
+     * W.npy and the staged W.m.npy.next. */
+    snprintf(mpath, sizeof mpath, "%s/W.m.npy", ck);
+    CU_ASSERT_EQUAL(unlink(mpath), 0);
+    CU_ASSERT_EQUAL(mkdir(mpath, 0777), 0);
+    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, "seed 1\n", 13, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot rename"));
+    expect_step(ck, 13, "W.npy", "W.m.npy.next", 7, 0.5, "seed 1\n");
+    CU_ASSERT_EQUAL(rmdir(mpath), 0);
+    /* The next save applies step 13 before it stages, so its own staging
+     * failing (a state "a/b" whose directory is missing) leaves step 13
+     * whole, not step 13's marker beside its staged files. */
+    static const rt_tensor_desc ins2[] = {
+        {.name = "x", .dtype = RT_F32, .rank = 1, .global_shape = {2}},
+        {.name = "W", .dtype = RT_F32, .rank = 1, .global_shape = {2}, .role = RT_ROLE_PARAM},
+        {.name = "W.m", .dtype = RT_F64, .rank = 0, .role = RT_ROLE_STATE},
+        {.name = "a/b", .dtype = RT_F64, .rank = 0, .role = RT_ROLE_STATE},
+    };
+    const rt_program p2 = {.ninputs = 4, .inputs = ins2};
+    w[0] = 9;
+    m = 0.75;
+    void *values2[4] = {NULL, w, &m, &m};
+    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p2, values2, "seed 2\n", 14, err, sizeof err), -1);
+    expect_step(ck, 13, "W.npy", "W.m.npy", 7, 0.5, "seed 1\n");
+    /* Then a whole save, leaving nothing staged. */
+    CU_ASSERT_EQUAL(rt_checkpoint_write(ck, &p, values, "seed 2\n", 14, err, sizeof err), 0);
+    expect_step(ck, 14, "W.npy", "W.m.npy", 9, 0.75, "seed 2\n");
+    static const char *const staged[] = {"W.npy.next", "W.m.npy.next", "data.txt.next",
+                                         "steps.txt.next"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", ck, staged[i]);
+        CU_ASSERT_NOT_EQUAL(access(path, F_OK), 0);
+    }
     /* A checkpoint without its record of the data order. */
     snprintf(path, sizeof path, "%s/data.txt", ck);
     CU_ASSERT_EQUAL(unlink(path), 0);
