@@ -3,18 +3,33 @@
  *
  * A checkpoint is a directory holding NAME.npy for every param and state of
  * the program (global arrays, as --input reads them and --output writes
- * them; names may contain dots: "W.mom.npy") and steps.txt, the number of
- * training steps done, in decimal followed by a newline.
+ * them; names may contain dots: "W.mom.npy"), data.txt, the record of the
+ * data order (data.c: the seed, the --data files' identities, the position
+ * of the next batch), and steps.txt, the number of training steps done, in
+ * decimal followed by a newline.
  *
  * Each file is replaced atomically (npy.c), but a set of files cannot be:
  * a save interrupted after some .npy files would leave values of two
- * different steps side by side.  So a save first removes steps.txt, then
- * writes the .npy files, and writes steps.txt last: a directory with a
- * steps.txt holds the values of exactly that step, and one without it is
- * refused by --resume (it is not a checkpoint, or its last save never
- * finished) rather than resumed from a mix.  The directory itself is
- * fsync'd after the removal and after the final rename, so the order
- * survives a crash of the machine as well.
+ * different steps side by side.  So a save is staged, then applied:
+ *
+ *   1. stage: write data.txt.next and NAME.npy.next for every param and
+ *      state (each atomically), then steps.txt.next, the marker that the
+ *      staged set is complete;
+ *   2. apply: rename each FILE.next over FILE, then steps.txt.next over
+ *      steps.txt.
+ *
+ * A reader (--resume) takes steps.txt.next when it exists, and then each
+ * FILE.next that is still there, else FILE (already renamed); without
+ * steps.txt.next it takes steps.txt and the FILEs, ignoring any FILE.next
+ * (a staging that never finished).  Whatever point a save is interrupted
+ * at (a kill, a crash, a full disk), the directory holds one whole step:
+ * the previous one until the marker exists, the new one from then on.  A
+ * save first applies a staged set an earlier run left half applied, so
+ * staging never mixes with it.  The directory is fsync'd between the
+ * stages and after the last rename, so the order survives a crash of the
+ * machine as well.  A directory without steps.txt or steps.txt.next is
+ * refused by --resume: it is not a checkpoint, or its first save never
+ * finished.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,25 +42,57 @@
 
 /* The file holding the step count. */
 #define STEPS_FILE "steps.txt"
+/* The file holding the record of the data order. */
+#define ORDER_FILE "data.txt"
+/* The suffix of a staged file. */
+#define NEXT ".next"
 
-/* "dir/file", malloc'd (NULL when out of memory). */
-static char *join(const char *dir, const char *file)
+/* "dir/file", or with `next` "dir/file.next"; malloc'd (NULL when out of memory). */
+static char *join_next(const char *dir, const char *file, int next)
 {
-    size_t n = strlen(dir) + strlen(file) + 2;
+    size_t n = strlen(dir) + strlen(file) + sizeof NEXT + 1;
     char *path = malloc(n);
     if (path)
-        snprintf(path, n, "%s/%s", dir, file);
+        snprintf(path, n, "%s/%s%s", dir, file, next ? NEXT : "");
     return path;
+}
+
+/* "NAME.npy", malloc'd. */
+static char *npy_name(const char *name)
+{
+    size_t n = strlen(name) + 5;
+    char *file = malloc(n);
+    if (file)
+        snprintf(file, n, "%s.npy", name);
+    return file;
+}
+
+/* 1 if DIR holds a complete staged save (steps.txt.next). */
+static int staged(const char *dir)
+{
+    char *marker = join_next(dir, STEPS_FILE, 1);
+    int yes = marker && access(marker, F_OK) == 0;
+    free(marker);
+    return yes;
+}
+
+/* The path a reader takes `file` of DIR from: FILE.next while a complete
+ * staged save has it, else FILE.  malloc'd, NULL when out of memory. */
+static char *current(const char *dir, const char *file)
+{
+    if (staged(dir)) {
+        char *next = join_next(dir, file, 1);
+        if (!next || access(next, F_OK) == 0)
+            return next;
+        free(next);
+    }
+    return join_next(dir, file, 0);
 }
 
 char *rt_checkpoint_file(const char *dir, const char *name)
 {
-    size_t n = strlen(name) + 5;
-    char *file = malloc(n);
-    if (!file)
-        return NULL;
-    snprintf(file, n, "%s.npy", name);
-    char *path = join(dir, file);
+    char *file = npy_name(name);
+    char *path = file ? current(dir, file) : NULL;
     free(file);
     return path;
 }
@@ -100,13 +147,13 @@ int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t 
     if (!S_ISDIR(st.st_mode))
         return rt_errf(err, errlen, "--resume %s is not a directory (a checkpoint of --save)",
                        dir);
-    char *path = join(dir, STEPS_FILE);
+    char *path = current(dir, STEPS_FILE);
     if (!path)
         return rt_errf(err, errlen, "out of memory");
     FILE *f = fopen(path, "r");
     if (!f) {
         int rc = rt_errf(err, errlen, "--resume %s: cannot read %s: %s; a directory written by "
-                         "--save has it unless its last save was interrupted", dir, path,
+                         "--save has it unless its first save was interrupted", dir, path,
                          strerror(errno));
         free(path);
         return rc;
@@ -139,34 +186,105 @@ static void sync_dir(const char *dir)
     }
 }
 
-int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values, int64_t steps,
-                        char *err, size_t errlen)
+int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *err,
+                              size_t errlen)
 {
-    char *count = join(dir, STEPS_FILE);
-    if (!count)
+    *text = NULL;
+    *path = current(dir, ORDER_FILE);
+    if (!*path)
         return rt_errf(err, errlen, "out of memory");
-    if (unlink(count) != 0 && errno != ENOENT) {
-        int rc = rt_errf(err, errlen, "cannot remove %s: %s", count, strerror(errno));
-        free(count);
-        return rc;
+    FILE *f = fopen(*path, "r");
+    if (!f)
+        return rt_errf(err, errlen, "--resume %s: cannot read %s: %s; a checkpoint records "
+                       "its data order (--seed, --data files) there, so that the resumed run "
+                       "reads the batches the uninterrupted run would have", dir, *path,
+                       strerror(errno));
+    size_t cap = 0;
+    ssize_t n = getdelim(text, &cap, 0, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (n < 0 && !bad) { /* an empty file */
+        free(*text);
+        *text = calloc(1, 1);
     }
-    sync_dir(dir);
+    if (bad || !*text)
+        return rt_errf(err, errlen, "--resume %s: cannot read %s", dir, *path);
+    return 0;
+}
+
+/* Renames DIR/file.next over DIR/file; a missing file.next is fine unless
+ * `needed` (it was renamed before an earlier apply stopped). */
+static int rename_next(const char *dir, const char *file, int needed, char *err, size_t errlen)
+{
+    char *from = join_next(dir, file, 1), *to = join_next(dir, file, 0);
+    int rc = 0;
+    if (!from || !to)
+        rc = rt_errf(err, errlen, "out of memory");
+    else if (rename(from, to) != 0 && (needed || errno != ENOENT))
+        rc = rt_errf(err, errlen, "cannot rename %s to %s: %s", from, to, strerror(errno));
+    free(from);
+    free(to);
+    return rc;
+}
+
+/* Step 2 of a save: renames every staged file of `p`'s checkpoint over its
+ * own, steps.txt.next last. */
+static int apply_staged(const char *dir, const rt_program *p, char *err, size_t errlen)
+{
+    if (rename_next(dir, ORDER_FILE, 0, err, errlen))
+        return -1;
     for (int32_t k = 0; k < p->ninputs; k++) {
         if (p->inputs[k].role == RT_ROLE_INPUT)
             continue;
-        char *path = rt_checkpoint_file(dir, p->inputs[k].name);
+        char *file = npy_name(p->inputs[k].name);
+        int rc = file ? rename_next(dir, file, 0, err, errlen)
+                      : rt_errf(err, errlen, "out of memory");
+        free(file);
+        if (rc)
+            return -1;
+    }
+    sync_dir(dir);
+    int rc = rename_next(dir, STEPS_FILE, 1, err, errlen);
+    sync_dir(dir);
+    return rc;
+}
+
+/* Writes the `n` bytes at `data` to DIR/file.next, atomically. */
+static int stage_text(const char *dir, const char *file, const char *data, size_t n, char *err,
+                      size_t errlen)
+{
+    char *path = join_next(dir, file, 1);
+    int rc = path ? rt_write_file_atomic(path, data, n, err, errlen)
+                  : rt_errf(err, errlen, "out of memory");
+    free(path);
+    return rc;
+}
+
+int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values,
+                        const char *record, int64_t steps, char *err, size_t errlen)
+{
+    /* A save that an earlier run left half applied goes first. */
+    if (staged(dir) && apply_staged(dir, p, err, errlen))
+        return -1;
+    if (stage_text(dir, ORDER_FILE, record, strlen(record), err, errlen))
+        return -1;
+    for (int32_t k = 0; k < p->ninputs; k++) {
+        if (p->inputs[k].role == RT_ROLE_INPUT)
+            continue;
+        char *file = npy_name(p->inputs[k].name);
+        char *path = file ? join_next(dir, file, 1) : NULL;
         int rc = path ? rt_npy_write(path, &p->inputs[k], values[k], err, errlen)
                       : rt_errf(err, errlen, "out of memory");
         free(path);
-        if (rc) {
-            free(count);
+        free(file);
+        if (rc)
             return -1;
-        }
     }
+    sync_dir(dir);
     char text[32];
     int n = snprintf(text, sizeof text, "%lld\n", (long long)steps);
-    int rc = rt_write_file_atomic(count, text, (size_t)n, err, errlen);
-    free(count);
+    if (stage_text(dir, STEPS_FILE, text, (size_t)n, err, errlen))
+        return -1;
     sync_dir(dir);
-    return rc;
+    return apply_staged(dir, p, err, errlen);
 }

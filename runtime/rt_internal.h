@@ -433,6 +433,8 @@ typedef struct rt_data_file {
     int fd;                      /* open for the run, to notice a file that shrinks; or -1 */
     const unsigned char *map;    /* the whole file, mapped read-only; or NULL */
     size_t map_bytes;            /* bytes mapped */
+    uint64_t hash;               /* hash of its data (after the header), once `hashed` */
+    int hashed;                  /* 1 once rt_data_hash has computed `hash` */
 } rt_data_file;
 
 /* The --data files of a job and the order their rows are used in. */
@@ -472,26 +474,53 @@ int64_t rt_data_row(const rt_dataset *ds, int64_t step, int64_t i);
  * if the file has shrunk since it was checked. */
 void rt_data_fill(rt_device *dev, const rt_dataset *ds, int f, const rt_tensor_desc *t,
                   int64_t step, void *dst);
+/* Computes the hash of the data of every file of `ds` not hashed yet
+ * (splitmix64 chained over its little-endian 64-bit words; one pass over
+ * each file); -1 and a message if a file has shrunk since it was checked. */
+int rt_data_hash(rt_dataset *ds, char *err, size_t errlen);
+/* The record of the data order after `steps` steps that a checkpoint
+ * keeps (DIR/data.txt): the seed, N, B, the position of the next step and
+ * per file its input, dtype, shape, hash (rt_data_hash first) and path;
+ * malloc'd text, NULL when out of memory. */
+char *rt_data_record(const rt_dataset *ds, int64_t steps);
+/* --resume: compares record `rec` (read from `where`) with the one of
+ * `ds` after `steps` steps; -1 and a message naming the difference (the
+ * seed, a --data file missing, added or with other contents, the batch)
+ * when the resumed run would read other batches.  Paths are not compared. */
+int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, const char *where,
+                         char *err, size_t errlen);
 
 /* ---- checkpoints of --save and --resume (checkpoint.c) ---- */
 
-/* DIR/NAME.npy, the file of param or state NAME in a checkpoint;
- * malloc'd (the caller frees it), NULL when out of memory. */
+/* The file --resume reads param or state NAME of checkpoint DIR from:
+ * DIR/NAME.npy, or DIR/NAME.npy.next while a save staged in DIR is being
+ * applied (checkpoint.c); malloc'd (the caller frees it), NULL when out
+ * of memory. */
 char *rt_checkpoint_file(const char *dir, const char *name);
 /* Before the run, for --save DIR: creates DIR and its missing parents, or
  * checks that the existing path is a writable directory, and that every
  * param and state name of `p` can name a file.  -1 and a message if not. */
 int rt_checkpoint_prepare(const char *dir, const rt_program *p, char *err, size_t errlen);
-/* Reads the step count of checkpoint DIR into *steps; -1 and a message
- * when DIR is not a directory or has no valid step file (never saved, or
- * its last save was interrupted). */
+/* Reads the step count of checkpoint DIR into *steps (steps.txt, or
+ * steps.txt.next while a staged save is applied); -1 and a message when
+ * DIR is not a directory or has no valid step file (never saved, or its
+ * first save was interrupted). */
 int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen);
-/* Writes checkpoint DIR after `steps` steps: removes the step file, writes
- * DIR/NAME.npy for every param and state k of `p` from values[k] (its
- * global array), then the step file, each atomically.  -1 and a message on
- * the first failure (the directory then has no step file). */
-int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values, int64_t steps,
-                        char *err, size_t errlen);
+/* Reads DIR/data.txt (or its staged data.txt.next, as for the step
+ * count), the record of the data order, into *text (malloc'd) and its
+ * path into *path (malloc'd, for messages); -1 and a message when it
+ * cannot be read. */
+int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *err,
+                              size_t errlen);
+/* Writes checkpoint DIR after `steps` steps: stages data.txt from `record`
+ * (rt_data_record), NAME.npy for every param and state k of `p` from
+ * values[k] (its global array) and the step file as FILE.next, each
+ * atomically, then renames them into place, the step file last (first
+ * finishing a save an earlier run left half applied).  -1 and a message on
+ * the first failure; DIR then still holds one whole step, the previous or
+ * the new one. */
+int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values,
+                        const char *record, int64_t steps, char *err, size_t errlen);
 
 /* ---- the executable (cli.c, job.c, info.c) ---- */
 

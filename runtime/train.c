@@ -8,7 +8,11 @@
  * reach (the total, as max_steps in PyTorch Lightning), not a count to add,
  * so `--steps 10` equals `--steps 6 --save D` then `--resume D --steps 10`.
  * Step s reads batch s-1 of the --data order (data.c), so a resumed run
- * sees the batches the uninterrupted run would have seen.
+ * sees the batches the uninterrupted run would have seen; a checkpoint
+ * records that order (seed and data set) and --resume refuses another.
+ * A resumed run's --metrics keeps the file's lines up to the checkpoint's
+ * step and drops those the interrupted run wrote after it, so the file
+ * ends as the uninterrupted run's.
  *
  * On each device a step is: barrier over the mesh, copy the device's block
  * of each --data batch into its input buffer, `run`, barrier.  Device 0
@@ -93,6 +97,64 @@ static int resolve_resume(rt_job *job, rt_train *tr, char *err, size_t errlen)
     return 0;
 }
 
+/* --resume DIR: refuses a run whose --seed or --data would read other
+ * batches than the run that saved DIR (its data.txt). */
+static int check_order(const char *dir, const rt_train *tr, char *err, size_t errlen)
+{
+    char *text, *path, why[900];
+    int rc = rt_checkpoint_read_record(dir, &text, &path, err, errlen);
+    if (!rc && rt_data_check_record(tr->data, tr->done, text, path, why, sizeof why))
+        rc = rt_errf(err, errlen, "--resume %s: %s", dir, why);
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* The bytes at the start of metrics stream `f` that a run resumed after
+ * step `done` keeps: its complete lines while their steps increase and are
+ * at most `done`.  What follows was written after the checkpoint by the
+ * run that saved it (steps the resumed run does again), or is a line cut
+ * short when that run was killed.  -1 on a read error. */
+static off_t kept_metrics(FILE *f, int64_t done)
+{
+    rewind(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    off_t keep = 0;
+    long long prev = 0, step;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        int end = 0;
+        if (line[n - 1] != '\n' || sscanf(line, "{\"step\": %lld,%n", &step, &end) != 1 ||
+            end == 0 || step <= prev || step > done)
+            break;
+        prev = step;
+        keep += n;
+    }
+    free(line);
+    return ferror(f) ? -1 : keep;
+}
+
+/* Root: opens --metrics, truncated; resuming after step `done`, its lines
+ * up to that step are kept and the rest cut off, so the file ends as the
+ * uninterrupted run's would.  The cut is one ftruncate, then fsync: killed
+ * at any point, the file holds a prefix of whole lines of that run. */
+static int open_metrics(rt_train *tr, int resume, char *err, size_t errlen)
+{
+    const char *path = tr->metrics_path;
+    if (!(tr->metrics = fopen(path, resume ? "a+" : "w")))
+        return rt_errf(err, errlen, "--metrics %s: cannot open it for writing: %s", path,
+                       strerror(errno));
+    if (!resume)
+        return 0;
+    off_t keep = kept_metrics(tr->metrics, tr->done);
+    if (keep < 0 || ftruncate(fileno(tr->metrics), keep) != 0 ||
+        fsync(fileno(tr->metrics)) != 0 || fseek(tr->metrics, 0, SEEK_END) != 0)
+        return rt_errf(err, errlen, "--metrics %s: cannot cut it after step %lld of --resume: "
+                       "%s", path, (long long)tr->done, strerror(errno));
+    return 0;
+}
+
 /* 1 if some --output names a param or state (rather than an output). */
 static int outputs_a_param(const rt_program *p, const rt_options *o)
 {
@@ -138,13 +200,18 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
                        "to reach, not a count to add: give --steps above %lld to train further",
                        o->resume, (long long)tr->done, (long long)tr->total, (long long)tr->done);
     job->repeat = tr->total - tr->done;
+    /* Every rank checks its own files against the record (on several
+     * hosts each reads its own copy); the root writes the records. */
+    if ((o->resume || (o->save && job->rank == 0)) && rt_data_hash(ds, err, errlen))
+        return -1;
+    if (o->resume && check_order(o->resume, tr, err, errlen))
+        return -1;
     if (job->rank != 0)
         return 0;
     if (o->save && rt_checkpoint_prepare(o->save, p, err, errlen))
         return -1;
-    if (o->metrics && !(tr->metrics = fopen(o->metrics, "w")))
-        return rt_errf(err, errlen, "--metrics %s: cannot open it for writing: %s", o->metrics,
-                       strerror(errno));
+    if (o->metrics && open_metrics(tr, o->resume != NULL, err, errlen))
+        return -1;
     return 0;
 }
 
@@ -238,8 +305,12 @@ static void save(rt_device *dev, rt_job *job, void *const *in, int64_t s, uint32
     if (dev->id != 0)
         return;
     char err[1024];
-    if (rt_checkpoint_write(tr->save_dir, job->prog, tr->final, s, err, sizeof err))
+    char *record = rt_data_record(tr->data, s);
+    if (!record)
+        rt_fatal(dev, "out of memory");
+    if (rt_checkpoint_write(tr->save_dir, job->prog, tr->final, record, s, err, sizeof err))
         rt_fatal(dev, "--save %s: %s", tr->save_dir, err);
+    free(record);
     if (s == tr->total || s % tr->log_every == 0) {
         printf("saved %s (step %lld)\n", tr->save_dir, (long long)s);
         fflush(stdout);

@@ -25,9 +25,14 @@
  *   -DBROKEN_GRAD  the sharded run forgets op 4 (each X half keeps its own
  *                  partial gradient): the reference is right, --check must fail;
  *   -DFAIL_AT=n    device (0, 0) calls op 4 with a wrong descriptor in step n
- *                  (`step` holds n - 1 then): the job must end with a message.
+ *                  (`step` holds n - 1 then): the job must end with a message;
+ *   -DPAUSE_AT=n   device (0, 0) sleeps for a minute at the start of step n,
+ *                  its peers waiting in op 1: a run that a test kills with
+ *                  SIGKILL mid-run at a known point (after the lines and
+ *                  checkpoints of the steps before n), never too early or late.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "einrt.h"
 
@@ -45,6 +50,10 @@ static void step(rt_device *dev, void *const *in, void *const *out, variant v)
     float *w = in[2], *mom = in[3], *count = in[4];
     float *loss = out[0], *pred = out[1];
 
+#ifdef PAUSE_AT
+    if (*count + 1 == PAUSE_AT && rt_coord(dev, 0) == 0 && rt_coord(dev, 1) == 0)
+        sleep(60);
+#endif
     float *pp = rt_alloc(dev, bl * (int64_t)sizeof(float));
     rt_einsum_desc e1 = {.dtype = RT_F32, .noperands = 2, .rank = {2, 1, 1},
                          .shape = {{bl, dl}, {dl}, {bl}}, .labels = {{0, 1}, {1}, {0}},

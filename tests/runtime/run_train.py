@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end test of the training loop with the hand-written program prog_train.c.
 
-usage: run_train.py --train PROG --train-broken PROG --train-fail PROG
-                    [--train-mpi PROG --train-fail-mpi PROG]
+usage: run_train.py --train PROG --train-broken PROG --train-fail PROG --train-pause PROG
+                    [--train-mpi PROG --train-fail-mpi PROG --train-pause-mpi PROG]
 
 prog_train.c is linear regression pred = x . W with a mean squared error loss
 and SGD with momentum (lr 0.05, momentum 0.9; state W.mom and a step counter
@@ -15,15 +15,24 @@ uninterrupted run's curve and values bit for bit, --check passes and fails
 (the variant whose sharded gradient misses its AllReduce), a device failing
 at step 3 ends the job with a message and leaves the step-2 checkpoint
 resumable, --log-every, and every bad command line or file gives its
-message and exit status 1.  With the MPI builds, the same under
-`mpirun -np 4`, and a threads checkpoint resumed on MPI.
+message and exit status 1.  A run killed with SIGKILL mid-run (the variant
+that pauses in step 6, after its checkpoint of step 3 and its metrics lines
+of steps 4 and 5) and resumed with the same --metrics file ends with the
+uninterrupted run's metrics and final values, bit for bit; a checkpoint
+records its data order (data.txt, its hashes recomputed here) and --resume
+refuses another --seed or data set.  With the MPI builds, the same under
+`mpirun -np 4` (the kill is of rank 0), and a threads checkpoint resumed
+on MPI.
 """
 import argparse
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -69,6 +78,20 @@ def batch_rows(step_index, seed):
     if seed is None:
         return pos
     return [shuffle_index(seed, epoch, N, p) for p in pos]
+
+
+def data_hash(path):
+    """The hash of a --data file's data that a checkpoint records
+    (runtime/data.c): splitmix64 chained over its little-endian 64-bit
+    words, the last one zero-padded, from splitmix64(byte count)."""
+    with open(path, "rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        np.lib.format._read_array_header(fh, version)
+        data = fh.read()
+    h = splitmix64(len(data))
+    for i in range(0, len(data), 8):
+        h = splitmix64(h ^ int.from_bytes(data[i:i + 8].ljust(8, b"\0"), "little"))
+    return h
 
 
 def check_permutation():
@@ -225,8 +248,9 @@ def check_resume(launch, resume_launch, f, tag, full, exact=True):
         with open(os.path.join(ck, "steps.txt")) as fh:
             if fh.read() != "%d\n" % k:
                 fail("%s: steps.txt does not hold %d" % (tag, k))
-        if sorted(os.listdir(ck)) != ["W.mom.npy", "W.npy", "step.npy", "steps.txt"]:
+        if sorted(os.listdir(ck)) != ["W.mom.npy", "W.npy", "data.txt", "step.npy", "steps.txt"]:
             fail("%s: checkpoint holds %s" % (tag, sorted(os.listdir(ck))))
+        check_record(ck, f, tag, k, 5)
         metrics = os.path.join(f.tmp, "%s_resumed%d.jsonl" % (tag, k))
         p = run(resume_launch + f.data() + ["--seed", "5", "--resume", ck, "--steps", "7",
                                             "--metrics", metrics, "--check"]
@@ -246,6 +270,160 @@ def check_resume(launch, resume_launch, f, tag, full, exact=True):
         vals = final_values(f, "%s_r%d" % (tag, k))
         if rel_err(vals["W"], want[1]) > 1e-5 or rel_err(vals["W.mom"], want[2]) > 1e-5 or vals["step"] != 7:
             fail("%s: resumed run's final values differ from NumPy's" % tag)
+
+
+def check_record(ck, f, tag, steps, seed):
+    """ck/data.txt records the seed, N, B, the next step's place in the
+    order, and each --data file's dtype, shape, hash and path."""
+    nb = N // B
+    want = ["seed %s" % ("none" if seed is None else seed), "rows %d" % N, "batch %d" % B,
+            "next step %d epoch %d batch %d" % (steps + 1, steps // nb, steps % nb),
+            "data x dtype <f4 shape (%d, %d) hash %016x path %s" % (N, D, data_hash(f.path("x")),
+                                                                   f.path("x")),
+            "data y dtype <f4 shape (%d,) hash %016x path %s" % (N, data_hash(f.path("y")),
+                                                               f.path("y"))]
+    with open(os.path.join(ck, "data.txt")) as fh:
+        got = [ln for ln in fh.read().splitlines() if not ln.startswith("#")]
+    if got != want:
+        fail("%s: %s/data.txt holds %s, expected %s" % (tag, ck, got, want))
+
+
+def metrics_curve(path):
+    """(step, loss) of each line of a --metrics file (loss as written)."""
+    with open(path) as fh:
+        return [(json.loads(ln)["step"], json.loads(ln)["loss"]) for ln in fh]
+
+
+def wait_for(cond, proc, seconds):
+    """Polls cond() every 10 ms while proc runs; True once it holds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond() and proc.poll() is None
+
+
+def read_text(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def rank0_pid(mpirun_pid):
+    """The pid of rank 0 among mpirun's children (OMPI_COMM_WORLD_RANK=0)."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % pid) as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            with open("/proc/%s/environ" % pid, "rb") as fh:
+                if b"OMPI_COMM_WORLD_RANK=0" in fh.read().split(b"\0"):
+                    return int(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def check_kill(launch, pause, f, tag, every_refusal=True):
+    """Kill mid-run and --resume: `pause` (PAUSE_AT=6) saves every 3 steps
+    and stops in step 6, after its checkpoint of step 3 and its metrics
+    lines of steps 4 and 5; it is then killed with SIGKILL (on MPI, rank 0:
+    the rank that writes both).  Resumed from step 3 to 9 with the same
+    --metrics file, the file holds the uninterrupted run's steps 1..9 and
+    losses, and W, W.mom and step equal its final values, bit for bit: the
+    same backend does the same arithmetic on the same batches.  A resume
+    with another --seed or data set is refused and leaves the files as
+    they are (each refusal once, on one backend: `every_refusal`)."""
+    full = os.path.join(f.tmp, tag + "_kill_full.jsonl")
+    run(launch + f.start() + ["--seed", "5", "--steps", "9", "--metrics", full]
+        + outputs_args(f, tag + "_kill_full"))
+    ck = os.path.join(f.tmp, tag + "_kill_ck")
+    metrics = os.path.join(f.tmp, tag + "_kill.jsonl")
+    shutil.rmtree(ck, ignore_errors=True)
+    cmd = pause + f.start() + ["--seed", "5", "--steps", "9", "--metrics", metrics,
+                               "--save", ck, "--save-every", "3"]
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0") if cmd[0] == "mpirun" else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    paused = wait_for(lambda: read_text(os.path.join(ck, "steps.txt")) == "3\n" and
+                      read_text(metrics).count("\n") == 5, proc, 30)
+    victim = rank0_pid(proc.pid) if cmd[0] == "mpirun" else proc.pid
+    if not paused or victim is None:
+        proc.kill()
+        _, err = proc.communicate()
+        return fail("%s: the run to kill did not pause in step 6 after its checkpoint of step 3 "
+                    "(exit %s):\n%s" % (tag, proc.returncode, err))
+    os.kill(victim, signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        return fail("%s: the job did not end within 30 s of the SIGKILL" % tag)
+    if proc.returncode == 0:
+        fail("%s: the killed run exited 0" % tag)
+    want = metrics_curve(full)
+    if metrics_curve(metrics) != want[:5]:
+        fail("%s: the killed run's metrics are %s, expected steps 1..5 of %s"
+             % (tag, metrics_curve(metrics), want))
+    check_record(ck, f, tag + " killed", 3, 5)
+    # As if the kill had cut a line short (the runtime writes a line with
+    # one write(2), so only a crash of the machine could): dropped too.
+    with open(metrics, "a") as fh:
+        fh.write('{"step": 6, "lo')
+
+    # Another seed, no seed, other data, a --data file missing: refused,
+    # and the metrics file is left as it was.
+    before = read_text(metrics)
+    resume = launch + ["--resume", ck, "--steps", "9", "--metrics", metrics]
+    where = os.path.join(ck, "data.txt")
+    expect_error(resume + f.data() + ["--seed", "6"],
+                 "--resume %s: the checkpoint was trained with --seed 5 (%s), and this run has "
+                 "--seed 6; a resumed run must see the batches the uninterrupted run would "
+                 "have: give --seed 5" % (ck, where))
+    if every_refusal:
+        check_refusals(resume, f, ck)
+    if read_text(metrics) != before:
+        fail("%s: a refused --resume changed the metrics file" % tag)
+
+    # The same data under another name resumes (the record identifies data, not paths).
+    moved = os.path.join(f.tmp, "x_moved.npy")
+    shutil.copyfile(f.path("x"), moved)
+    run(resume + ["--seed", "5", "--data", "x=" + moved, "--data", "y=" + f.path("y")]
+        + outputs_args(f, tag + "_kill_resumed"))
+    if metrics_curve(metrics) != want:
+        fail("%s: after kill and --resume the metrics are %s, the uninterrupted run's %s"
+             % (tag, metrics_curve(metrics), want))
+    got, ref = final_values(f, tag + "_kill_resumed"), final_values(f, tag + "_kill_full")
+    for name in ("W", "W.mom", "step"):
+        if got[name].dtype != ref[name].dtype or got[name].tobytes() != ref[name].tobytes():
+            fail("%s: after kill and --resume %s is %s, the uninterrupted run's %s"
+                 % (tag, name, got[name], ref[name]))
+
+
+def check_refusals(resume, f, ck):
+    """--resume of checkpoint ck (--seed 5) without a seed, with other
+    data, without --data y: each refused with its message."""
+    where = os.path.join(ck, "data.txt")
+    expect_error(resume + f.data(), "the checkpoint was trained with --seed 5 (%s), and this run "
+                 "has no --seed (rows in order)" % where)
+    other = os.path.join(f.tmp, "x_other.npy")
+    x = f.x.copy()
+    x[7, 2] += 1
+    np.save(other, x)
+    expect_error(resume + ["--seed", "5", "--data", "x=" + other, "--data", "y=" + f.path("y")],
+                 "--resume %s: --data x is not the data set the checkpoint was trained on: this "
+                 "run's file has dtype <f4 shape (20, 6) hash %016x path %s, the checkpoint's "
+                 "(%s) dtype <f4 shape (20, 6) hash %016x path %s"
+                 % (ck, data_hash(other), other, where, data_hash(f.path("x")), f.path("x")))
+    yb = os.path.join(f.tmp, "y_batch.npy")
+    np.save(yb, f.y[:B])
+    expect_error(resume + ["--seed", "5", "--data", "x=" + f.path("x"), "--input", "y=" + yb],
+                 "the checkpoint's run had --data y (%s: y dtype <f4 shape (20,) hash" % where)
 
 
 def check_options(launch, f, tag):
@@ -389,8 +567,10 @@ def main():
     ap.add_argument("--train", required=True)
     ap.add_argument("--train-broken")
     ap.add_argument("--train-fail", required=True)
+    ap.add_argument("--train-pause", required=True)
     ap.add_argument("--train-mpi")
     ap.add_argument("--train-fail-mpi")
+    ap.add_argument("--train-pause-mpi")
     ap.add_argument("--tp", help="a program that does not train (prog_tp.c)")
     a = ap.parse_args()
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4"]
@@ -404,6 +584,7 @@ def main():
         if in_order == full or other == full:
             fail("--seed does not change the order of the batches")
         check_resume(train, train, f, "threads", full)
+        check_kill(train, [a.train_pause], f, "threads")
         check_options(train, f, "threads")
         check_failures(train, [a.train_broken] if a.train_broken else None, [a.train_fail], f,
                        "threads", train, full)
@@ -417,6 +598,8 @@ def main():
             check_resume(train, mpi, f, "threads-to-mpi", full, exact=False)
             expect_error(mpi + f.start() + ["--data", "W=" + f.path("w0")],
                          "--data W: 'W' is a param, not an input")
+        if a.train_pause_mpi:
+            check_kill(mpi, mpirun + [a.train_pause_mpi], f, "mpi", every_refusal=False)
         if a.train_fail_mpi:
             check_failures(mpi, None, mpirun + [a.train_fail_mpi], f, "mpi", mpi, full)
     return finish("all training checks passed")
