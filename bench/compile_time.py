@@ -19,6 +19,11 @@ process's max RSS divided by the devices is printed too: it also counts what
 rt_alloc does not (the root's global outputs, OpenBLAS buffers, stacks).
 
     python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein]
+                                  [--only NAME ...] [--no-memory]
+
+--only keeps the examples whose file name contains NAME (repeatable).  The
+time of `einc --help` (loading einc and libLLVM, no compile) is printed too:
+it is in every row, and no compile can be faster.
 """
 import json
 import os
@@ -97,12 +102,19 @@ def main():
     p = bl.parser(__doc__)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--memory", default=str(bl.ROOT / "examples" / "llama2_ffw.ein"))
+    p.add_argument("--no-memory", action="store_true", help="skip the peak memory part")
+    p.add_argument("--only", action="append", default=[], metavar="NAME",
+                   help="only the examples whose file name contains NAME")
     a = p.parse_args()
     einc = bl.einc(a.build)
-    examples = sorted((bl.ROOT / "examples").glob("*.ein"))
+    examples = [ex for ex in sorted((bl.ROOT / "examples").glob("*.ein"))
+                if not a.only or any(n in ex.name for n in a.only)]
     if not examples:
-        raise bl.BenchError(f"no .ein files in {bl.ROOT / 'examples'}")
+        raise bl.BenchError(f"no matching .ein files in {bl.ROOT / 'examples'}")
     print(bl.machine())
+    start, start_cpu = timed([einc, "--help"], a.reps)
+    print(f"\neinc --help (process start, no compile): {1e3 * start:.1f} ms wall, "
+          f"{1e3 * start_cpu:.0f} ms CPU")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for ex in examples:
@@ -118,6 +130,8 @@ def main():
                  rows)
 
         mem = Path(a.memory)
+        if a.no_memory:
+            return
         if not mem.exists():
             print(f"\n(no {mem}: peak memory not measured)")
             return

@@ -4,8 +4,9 @@
  * An Elementwise op computes result[r] = expr(operands broadcast to r) over
  * the result's per-device block.  We emit one loop per result position,
  * outermost first, so the innermost loop walks the result's last (contiguous)
- * dim and O3's loop vectoriser can widen it.  Loops are bottom-tested
- * (every per-device size is >= 1) with a phi per index.
+ * dim and O3's loop vectoriser can widen it; adjacent positions that every
+ * operand has adjacent too share one loop (plan_loops).  Loops are
+ * bottom-tested (every per-device size is >= 1) with a phi per index.
  *
  * Indexing by labels: inside the nest, `bylabel[dim id]` is the current index
  * of the result position carrying that label.  Operand k's element offset is
@@ -144,7 +145,12 @@ typedef struct ew_nest {
     LLVMTypeRef ct;     /* compute type: f32 or f64 */
     LLVMValueRef dst;   /* result buffer */
     int64_t shape[IR_MAX_RANK]; /* result per-device shape */
-    LLVMValueRef idx[IR_MAX_RANK]; /* current loop indices (i64) */
+    int nloops;         /* loops of the nest: runs of result positions merged */
+    int last[IR_MAX_RANK]; /* per loop: the last (innermost) result position of its run */
+    int64_t trips[IR_MAX_RANK]; /* per loop: its trip count, the product of its run's sizes */
+    LLVMValueRef idx[IR_MAX_RANK]; /* current index per result position (i64; within a
+                                      merged run the flat index is the run's last
+                                      position's, the others are 0) */
     LLVMValueRef off[IR_MAX_RANK]; /* global offset of this device's block per result position (i64) */
 } ew_nest;
 
@@ -450,13 +456,13 @@ static LLVMValueRef block_offset(ew_nest *n, const ir_type *t, int d)
     return LLVMBuildNSWMul(c->b, blk, cg_i64(c, ir_local_size(m, t, d)), "");
 }
 
-/* Emits loops for positions level..rank-1 around the body. */
+/* Emits loops level..nloops-1 around the body. */
 static void nest(ew_nest *n, int level)
 {
     cg_ctx *c = n->c;
     const ir_op *op = n->root;
     int rank = op->result->type.rank;
-    if (level == rank) {
+    if (level == n->nloops) {
         LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
         LLVMValueRef *offbylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *offbylabel);
         for (int r = 0; r < rank; r++) {
@@ -476,10 +482,13 @@ static void nest(ew_nest *n, int level)
     LLVMBuildBr(c->b, loop);
     LLVMPositionBuilderAtEnd(c->b, loop);
     LLVMValueRef phi = LLVMBuildPhi(c->b, c->t.i64, "i");
-    n->idx[level] = phi;
+    int first = level == 0 ? 0 : n->last[level - 1] + 1;
+    for (int r = first; r < n->last[level]; r++)
+        n->idx[r] = cg_i64(c, 0);
+    n->idx[n->last[level]] = phi;
     nest(n, level + 1);
     LLVMValueRef next = LLVMBuildNUWAdd(c->b, phi, cg_i64(c, 1), "");
-    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, n->shape[level]), "");
+    LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, n->trips[level]), "");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
     LLVMBuildCondBr(c->b, more, loop, after);
     LLVMValueRef inc[] = {cg_i64(c, 0), next};
@@ -487,6 +496,84 @@ static void nest(ew_nest *n, int level)
     LLVMAddIncoming(phi, inc, from, 2);
     LLVMMoveBasicBlockAfter(after, latch);
     LLVMPositionBuilderAtEnd(c->b, after);
+}
+
+/* Clears ok[r] (result positions r and r + 1 of the root may share one
+ * loop) where `op`'s tree, or a producer fused into it, reads an operand
+ * that has only one of the two labels, or both but not adjacent and in
+ * order, or takes an index value of either.  `map[l]` is the root label of
+ * `op`'s label l; `rootpos[l]` the root result position of root label l. */
+static void merge_check(const cg_fn *f, const ir_op *op, const int *map, const int *rootpos,
+                        bool *ok)
+{
+    int ndims = f->m->ndims;
+    for (int i = 0; i < op->u.ew.nnodes; i++) {
+        const ir_ew_node *e = &op->u.ew.nodes[i];
+        if (e->kind == IR_EW_INDEX) {
+            int r = rootpos[map[e->dim]];
+            if (r > 0)
+                ok[r - 1] = false;
+            ok[r] = false;
+            continue;
+        }
+        if (e->kind != IR_EW_OPERAND)
+            continue;
+        const ir_value *v = op->operands[e->operand];
+        const int *labels = op->u.ew.labels[e->operand];
+        int def = f->plan->def_index[v->id];
+        if (def >= 0 && f->plan->fused_into[def] >= 0) {
+            const ir_op *prod = f->plan->ops[def];
+            int *pmap = cg_calloc((size_t)ndims, sizeof *pmap);
+            for (int j = 0; j < v->type.rank; j++)
+                pmap[prod->u.ew.result_labels[j]] = map[labels[j]];
+            merge_check(f, prod, pmap, rootpos, ok);
+            free(pmap);
+            continue;
+        }
+        /* pos[r]: where root position r sits among the operand's dims. */
+        int pos[IR_MAX_RANK];
+        for (int r = 0; r < IR_MAX_RANK; r++)
+            pos[r] = -1;
+        for (int j = 0; j < v->type.rank; j++)
+            pos[rootpos[map[labels[j]]]] = j;
+        for (int r = 0; r + 1 < IR_MAX_RANK; r++)
+            if ((pos[r] < 0) != (pos[r + 1] < 0) || (pos[r] >= 0 && pos[r + 1] != pos[r] + 1))
+                ok[r] = false;
+    }
+}
+
+/* Merges runs of result positions into one loop where every operand the
+ * nest reads has those positions adjacent and in the same order (or none
+ * of them), and no index value needs them apart: the run's flat index then
+ * addresses every operand as the separate indices did, so each element is
+ * computed exactly as before, in fewer, longer loops.  A LLaMA layer's
+ * [B, T, D] * [B, T] * [D] becomes two loops instead of three, and LLVM
+ * has fewer loops to unroll, vectorise and strength-reduce. */
+static void plan_loops(ew_nest *n)
+{
+    const cg_fn *f = n->f;
+    const ir_op *op = n->root;
+    int rank = op->result->type.rank, ndims = f->m->ndims;
+    bool ok[IR_MAX_RANK];
+    for (int r = 0; r < IR_MAX_RANK; r++)
+        ok[r] = r + 1 < rank;
+    int *map = cg_calloc((size_t)ndims, sizeof *map);
+    int *rootpos = cg_calloc((size_t)ndims, sizeof *rootpos);
+    for (int l = 0; l < ndims; l++)
+        map[l] = l;
+    for (int r = 0; r < rank; r++)
+        rootpos[op->u.ew.result_labels[r]] = r;
+    merge_check(f, op, map, rootpos, ok);
+    free(map);
+    free(rootpos);
+    n->nloops = 0;
+    for (int r = 0; r < rank; r++) {
+        bool starts = r == 0 || !ok[r - 1];
+        if (starts)
+            n->trips[n->nloops++] = 1;
+        n->trips[n->nloops - 1] *= n->shape[r];
+        n->last[n->nloops - 1] = r;
+    }
 }
 
 /* True if `op`'s tree, or that of a producer fused into it, has an index value. */
@@ -515,5 +602,6 @@ void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     bool idx = uses_index(f, op);
     for (int r = 0; r < op->result->type.rank; r++)
         n.off[r] = idx ? block_offset(&n, &op->result->type, r) : cg_i64(c, 0);
+    plan_loops(&n);
     nest(&n, 0);
 }

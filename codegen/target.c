@@ -10,25 +10,36 @@
 
 #include "cg_internal.h"
 
-/* Lets the loop vectoriser widen exp/log calls into glibc's libmvec
- * (_ZGVdN8v_expf, ...): without it every transcendental in an elementwise
- * loop is a scalar libm call and the loop is not vectorised.  The vector
- * library is an LLVM command-line option, i.e. process-wide state inside
- * LLVM, which may be parsed only once per process: hence pthread_once.
- * The executable links -lmvec (link.c). */
-static void set_vector_library(void)
+/* LLVM command-line options, i.e. process-wide state inside LLVM, which
+ * may be parsed only once per process: hence pthread_once.
+ *
+ * -vector-library=LIBMVEC-X86 lets the loop vectoriser widen exp/log calls
+ * into glibc's libmvec (_ZGVdN8v_expf, ...): without it every
+ * transcendental in an elementwise loop is a scalar libm call and the loop
+ * is not vectorised.  The executable links -lmvec (link.c).
+ *
+ * -unroll-allow-partial=0: the vectoriser already interleaves each
+ * elementwise loop (16 lanes x 4 on AVX-512, 64 elements per iteration);
+ * the x86 default then unrolled those vector loops 4-16 times more, which
+ * doubled the code that loop strength reduction and instruction selection
+ * go through (half of LLVM's time on llama2_13b.ein) for loops that stream
+ * memory and run no faster unrolled (docs/performance.md, section 4).
+ * Loops with small constant trip counts are still unrolled completely. */
+static void set_llvm_options(void)
 {
 #if defined(__x86_64__)
-    const char *argv[] = {"einc", "-vector-library=LIBMVEC-X86"};
-    LLVMParseCommandLineOptions(2, argv, NULL);
+    const char *argv[] = {"einc", "-unroll-allow-partial=0", "-vector-library=LIBMVEC-X86"};
+#else
+    const char *argv[] = {"einc", "-unroll-allow-partial=0"};
 #endif
+    LLVMParseCommandLineOptions((int)(sizeof argv / sizeof *argv), argv, NULL);
 }
 
 LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d)
 {
     /* Idempotent inside LLVM; the executable runs where it was compiled. */
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, set_vector_library);
+    pthread_once(&once, set_llvm_options);
     if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
         diag_error(d, DIAG_NOLOC, "LLVM has no native target for this machine");
         return NULL;
