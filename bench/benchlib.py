@@ -162,6 +162,21 @@ def median_ms(text):
     return float(m.group(1))
 
 
+def median_run_ms(exe, repeat):
+    """Runs einc executable `exe` on random inputs `repeat` times; its median ms per run."""
+    return median_ms(run([exe, "--random-inputs", "1", "--repeat", str(repeat)]))
+
+
+def sizes(defaults, overrides):
+    """The dims of `defaults` with the NAME=VALUE strings of `overrides` (-D)
+    applied, and the einc -D flags that set them all."""
+    dims = dict(defaults)
+    for d in overrides:
+        k, v = d.split("=")
+        dims[k] = int(v)
+    return dims, [x for k, v in dims.items() for x in ("-D", "%s=%d" % (k, v))]
+
+
 def human_bytes(n):
     for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size and n % size == 0:

@@ -59,14 +59,6 @@ def step_ms(exe, steps):
     return times[len(times) // 2]
 
 
-def median_run_ms(exe, repeat):
-    out = bl.run([exe, "--random-inputs", "1", "--repeat", str(repeat)])
-    m = re.search(r"median time per run: ([\d.]+) ms", out)
-    if not m:
-        raise bl.BenchError("no median time from %s:\n%s" % (exe, out))
-    return float(m.group(1))
-
-
 def cost_rows(einc, src, defines):
     """(op kind, FLOPs, HBM bytes) of every op, from --dump-cost."""
     out = bl.run([einc, str(src), "--dump-cost"] + defines)
@@ -87,7 +79,7 @@ def one_op(einc, work, name, text, repeat):
         f.write(text)
     exe = os.path.join(work, name)
     bl.run([einc, src, "-o", exe])
-    return median_run_ms(exe, repeat)
+    return bl.median_run_ms(exe, repeat)
 
 
 def main():
@@ -96,11 +88,7 @@ def main():
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--train", action="store_true", help="a training step of the layer (benchmark 9)")
     a = p.parse_args()
-    dims = dict(DEFAULTS)
-    for d in a.D:
-        k, v = d.split("=")
-        dims[k] = int(v)
-    defines = [x for k, v in dims.items() for x in ("-D", "%s=%d" % (k, v))]
+    dims, defines = bl.sizes(DEFAULTS, a.D)
     einc = str(bl.einc(a.build))
     print(bl.machine())
     with tempfile.TemporaryDirectory(prefix="einc-layer-") as work:
@@ -110,7 +98,7 @@ def main():
             with open(src, "w") as f:
                 f.write(EXAMPLE.read_text() + TRAIN)
         bl.run([einc, str(src), "-o", exe] + defines)
-        layer_ms = step_ms(exe, a.repeat) if a.train else median_run_ms(exe, a.repeat)
+        layer_ms = step_ms(exe, a.repeat) if a.train else bl.median_run_ms(exe, a.repeat)
         rows = cost_rows(einc, src, defines)
         # The BLAS rate at the layer's largest GEMM: [B*T, D] x [D, F].
         m, k, n = dims["B"] * dims["T"], dims["D"], dims["F"]

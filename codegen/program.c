@@ -48,16 +48,21 @@ LLVMValueRef cg_const_string(cg_ctx *c, const char *s)
 
 /* The range of the indices in tensor `name`: the fewest rows any gather
  * looks up with it (its values, or one resharded from them, are operand 0
- * of those gathers); 0 if it indexes nothing. */
+ * of those gathers) or positions any state write has (it is operand 2 of
+ * those UpdateSlices); 0 if it indexes nothing. */
 static int32_t index_bound(const ir_module *m, const char *name)
 {
     int64_t bound = 0;
-    for (const ir_op *op = m->first; op; op = op->next)
+    for (const ir_op *op = m->first; op; op = op->next) {
+        int64_t rows = 0;
         if (op->kind == IR_OP_EINSUM && (op->u.einsum.gather || op->u.einsum.scatter) &&
-            strcmp(op->operands[0]->tensor, name) == 0) {
-            int64_t rows = m->dims[op->u.einsum.gather_label].size;
+            strcmp(op->operands[0]->tensor, name) == 0)
+            rows = m->dims[op->u.einsum.gather_label].size;
+        else if (op->kind == IR_OP_UPDATESLICE && strcmp(op->operands[2]->tensor, name) == 0)
+            rows = m->dims[op->operands[0]->type.dims[op->u.update.dim]].size;
+        if (rows > 0)
             bound = bound == 0 || rows < bound ? rows : bound;
-        }
+    }
     return bound > INT32_MAX ? INT32_MAX : (int32_t)bound;
 }
 

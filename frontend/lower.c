@@ -707,8 +707,9 @@ static bool lower_write(fe_checker *c, const ast_stmt *s)
         f->u.tref.sym->value->kind == IR_VAL_OP && !f->u.tref.sym->value->has_constraint &&
         (!f->u.tref.nidx || !f->u.tref.idx[0].tensor)) {
         rows = f->u.tref.sym->value;
+        /* ...read with its own dims (a relabeled reference gets a copy). */
         for (int k = 0; rows && k < x.nlhs; k++)
-            if (f->u.tref.idx[k].dim != x.lhs[k])
+            if (f->u.tref.idx[k].dim != x.lhs[k] || rows->type.dims[k] != x.lhs[k])
                 rows = NULL;
     }
     if (!rows)

@@ -147,8 +147,28 @@ static int compare_training(const rt_job *job, const rt_job *rj, struct worst *w
     return status;
 }
 
+/* --generate: the tokens of the run and of the reference, which must be
+ * equal (the first difference is reported). */
+static int compare_tokens(const rt_generate *g, const rt_generate *r)
+{
+    int64_t len = g->prompt_len + g->n;
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t s = g->prompt_len; s < len; s++)
+            if (g->ids[b * len + s] != r->ids[b * len + s]) {
+                printf("check tokens: FAILED: sequence %lld, token %lld is %d, the reference's "
+                       "is %d\n", (long long)b, (long long)(s - g->prompt_len),
+                       g->ids[b * len + s], r->ids[b * len + s]);
+                fprintf(stderr, "einrt: error: --check: the generated tokens differ from the "
+                                "reference's\n");
+                return -1;
+            }
+    printf("check tokens: equal (%lld sequences x %lld tokens)\n", (long long)g->batch,
+           (long long)g->n);
+    return 0;
+}
+
 /* Runs the reference on one device in this thread; fills rj (released by the caller). */
-static int run_reference(const rt_job *job, rt_job *rj, rt_train *rtr)
+static int run_reference(const rt_job *job, rt_job *rj, rt_train *rtr, rt_generate *rgen)
 {
     const rt_program *ref = job->prog->reference;
     char err[1024];
@@ -182,6 +202,14 @@ static int run_reference(const rt_job *job, rt_job *rj, rt_train *rtr)
         }
         rj->repeat = rtr->total - rtr->done;
     }
+    if (job->gen) {
+        rj->gen = rgen; /* released by the caller, also after a failure here */
+        if (rt_generate_for_reference(rgen, job->gen, ref, job->prog, err, sizeof err)) {
+            fprintf(stderr, "einrt: error: --check: %s\n", err);
+            return -1;
+        }
+        rj->repeat = rgen->steps;
+    }
     /* --trace and --profile are about the sharded run. */
     rt_job_alloc(rj, 1, 0);
     for (int32_t k = 0; k < ref->ninputs; k++) {
@@ -210,10 +238,12 @@ int rt_run_check(const rt_job *job)
 {
     rt_job rj;
     rt_train rtr;
+    rt_generate rgen;
     memset(&rj, 0, sizeof rj);
     memset(&rtr, 0, sizeof rtr);
+    memset(&rgen, 0, sizeof rgen);
     int status = 0;
-    if (run_reference(job, &rj, &rtr) == 0) {
+    if (run_reference(job, &rj, &rtr, &rgen) == 0) {
         struct worst w = {0, NULL};
         const rt_program *ref = job->prog->reference;
         for (int32_t i = 0; i < job->prog->noutputs; i++) {
@@ -229,6 +259,8 @@ int rt_run_check(const rt_job *job)
                        rj.global_out[j], rt_numel(t->rank, t->global_shape), &w))
                 status = -1;
         }
+        if (job->gen && compare_tokens(job->gen, &rgen))
+            status = -1;
         if (job->train) {
             if (compare_training(job, &rj, &w))
                 status = -1;
@@ -241,6 +273,7 @@ int rt_run_check(const rt_job *job)
     char err[256];
     if (rj.train)
         rt_train_release(&rtr, rj.prog, err, sizeof err);
+    rt_generate_release(&rgen);
     if (rj.prog)
         rt_job_release(&rj);
     return status;

@@ -7,6 +7,9 @@
  *   and for a program that trains (train.c):
  *        [--steps N] [--data NAME=file.npy ...] [--seed S] [--log-every K]
  *        [--metrics FILE.jsonl] [--save DIR [--save-every K]] [--resume DIR]
+ *   and for a decode program (generate.c):
+ *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--seed S]
+ *        [--generated FILE.npy]
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.
@@ -70,7 +73,7 @@ static int parse_count(const char *flag, const char *val, int64_t max, int64_t *
 static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
-    "--check-tol",
+    "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
 };
 
 static int takes_value(const char *flag)
@@ -115,7 +118,8 @@ static int parse_training_flag(const char *flag, char *val, rt_options *o, char 
 
 const char *rt_training_flag(const rt_options *o)
 {
-    return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle ? "--seed"
+    /* --seed also seeds --generate's sampling. */
+    return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle && !o->generate ? "--seed"
            : o->log_every ? "--log-every" : o->metrics ? "--metrics" : o->save ? "--save"
            : o->save_every ? "--save-every" : o->resume ? "--resume" : NULL;
 }
@@ -147,6 +151,8 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             return rt_errf(err, errlen, "%s takes no value", flag);
         }
         int rc = parse_training_flag(flag, val, o, err, errlen);
+        if (rc == 1)
+            rc = rt_parse_generate_flag(flag, val, o, err, errlen);
         if (rc < 0)
             return -1;
         if (rc == 0)
@@ -262,6 +268,18 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --check                 also compares every step's loss and the final params\n"
             "                          and states with the reference's\n"
             "States not given by --input or --resume start at zero.\n"
+            "\n"
+            "Generation (a decode program: one i32 input [B] of tokens, one i32 scalar input\n"
+            "of the position, a replicated output Logits[B, V] or i32 Next[B]):\n"
+            "  --generate N            feed the prompt, then generate N tokens per sequence,\n"
+            "                          one run per position; print them, the time to first\n"
+            "                          token, the time per output token and tokens/s\n"
+            "  --prompt-ids FILE.npy   the prompt, i32 [B, T]\n"
+            "  --temperature T         sample from softmax(logits / T) (default 0: greedy)\n"
+            "  --seed S                the sampling's seed (default 0)\n"
+            "  --generated FILE.npy    write the prompt and the tokens, i32 [B, T + N]\n"
+            "  --check                 also compares the tokens and the last outputs with\n"
+            "                          the unsharded reference's\n"
             "\n"
             "Without --output, a one-line summary of each output is printed.\n"
             "Exit status: 0 on success, 1 on any error or a failed --check.\n",

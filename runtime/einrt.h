@@ -97,7 +97,8 @@ typedef struct rt_tensor_desc {
     int32_t dim_axes[RT_MAX_RANK][RT_MAX_AXES];
     int32_t role;                      /* enum rt_tensor_role; RT_ROLE_INPUT for outputs */
     /* RT_I32 inputs: the indices must lie in [0, index_bound) (the size of
-     * the dim they look up), which --random-inputs draws from; 0 otherwise.
+     * the dim they look up, or of the dim a state write puts them on),
+     * which --random-inputs draws from; 0 otherwise.
      * Added in the struct's tail padding: size and offsets unchanged. */
     int32_t index_bound;
 } rt_tensor_desc;

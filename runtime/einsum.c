@@ -176,6 +176,41 @@ static void gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, const v
     make_view(want, w, shape, g[0], gn[0], g[1], gn[1], g[2], gn[2], *tmp, v);
 }
 
+/* C = alpha op(A) op(B) when C is one row (M = 1) or one column (N = 1): a
+ * matrix-vector product, which BLAS's gemv streams at memory bandwidth
+ * (gemm's blocking for M = 1 does not; a decode step is all such products).
+ * The views are as the gemm call below takes them: A is [M x K] with
+ * leading dimension lda, or [K x M] if ta; B [K x N] or [N x K] if tb; C
+ * [M x N], or [N x M] if tc. */
+static void gemv(int32_t dtype, int64_t M, int64_t N, int64_t K, double alpha, const void *a,
+                 int lda, int ta, const void *b, int ldb, int tb, void *c, int ldc, int tc)
+{
+    /* The matrix, its shape as stored and whether to transpose it, and
+     * the vector and result strides. */
+    const void *mat, *vec;
+    int rows, cols, ld, incx, incy;
+    enum CBLAS_TRANSPOSE t;
+    if (M == 1) { /* c[n] = sum_k a[k] opB[k, n] */
+        mat = b, vec = a, ld = ldb;
+        rows = tb ? (int)N : (int)K;
+        cols = tb ? (int)K : (int)N;
+        t = tb ? CblasNoTrans : CblasTrans;
+        incx = ta ? lda : 1;
+        incy = tc ? ldc : 1;
+    } else { /* N == 1: c[m] = sum_k opA[m, k] b[k] */
+        mat = a, vec = b, ld = lda;
+        rows = ta ? (int)K : (int)M;
+        cols = ta ? (int)M : (int)K;
+        t = ta ? CblasTrans : CblasNoTrans;
+        incx = tb ? 1 : ldb;
+        incy = tc ? 1 : ldc;
+    }
+    if (dtype == RT_F64)
+        cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, mat, ld, vec, incx, 0.0, c, incy);
+    else
+        cblas_sgemv(CblasRowMajor, t, rows, cols, (float)alpha, mat, ld, vec, incx, 0.0f, c, incy);
+}
+
 /* The two-operand f32/f64 case. */
 static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b,
                      void *c)
@@ -252,7 +287,11 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
             ob += idx[k] * vb.bstride[k];
             oc += idx[k] * vc.bstride[k];
         }
-        if (d->dtype == RT_F64) {
+        if (M == 1 || N == 1) {
+            gemv(d->dtype, M, N, K, alpha, (const char *)va.base + (size_t)oa * es, lda, va.trans,
+                 (const char *)vb.base + (size_t)ob * es, ldb, vb.trans,
+                 (char *)vc.base + (size_t)oc * es, ldc, vc.trans);
+        } else if (d->dtype == RT_F64) {
             const double *pa = (const double *)va.base + oa, *pb = (const double *)vb.base + ob;
             double *pc = (double *)vc.base + oc;
             if (vc.trans)

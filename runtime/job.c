@@ -88,6 +88,8 @@ void rt_job_device(rt_device *dev, rt_job *job)
         out[i] = rt_alloc(dev, bytes_of(&p->outputs[i], p->outputs[i].local_shape));
     if (job->train)
         rt_train_device(dev, job, in, out);
+    else if (job->gen)
+        rt_generate_device(dev, job, in, out);
     else
         run_repeat(dev, job, in, out);
     for (int32_t k = 0; k < p->ninputs; k++) /* the same order on every rank */
@@ -200,7 +202,8 @@ static int check_missing(const rt_job *job, char *err, size_t errlen)
     for (int32_t k = 0; k < p->ninputs && !job->opt->random_inputs; k++) {
         const rt_tensor_desc *t = &p->inputs[k];
         if (job->in_paths[k] || t->role == RT_ROLE_STATE ||
-            (job->train && job->train->data_file[k] >= 0))
+            (job->train && job->train->data_file[k] >= 0) ||
+            (job->gen && (k == job->gen->tokens || k == job->gen->position)))
             continue;
         if (t->role == RT_ROLE_PARAM)
             return rt_errf(err, errlen, "missing --input %s=FILE.npy for param '%s' (or use "
@@ -344,6 +347,10 @@ static int finish_root(rt_job *job)
     char err[1024];
     if (job->train)
         rt_train_summary(stdout, job);
+    if (job->gen && rt_generate_finish(stdout, job, err, sizeof err)) {
+        fprintf(stderr, "einrt: error: --generated: %s\n", err);
+        status = -1;
+    }
     if (write_state_outputs(job))
         status = -1;
     for (int32_t i = 0; i < p->noutputs; i++) {
@@ -399,6 +406,12 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (p->trains && o->repeat_given)
         return rt_errf(err, errlen, "--repeat: this program trains, and each run is one "
                        "training step; use --steps N");
+    if (o->generate && (p->trains || o->repeat_given))
+        return rt_errf(err, errlen, "--generate: %s", p->trains ? "this program trains"
+                       : "each generated token is one run; --repeat does not apply");
+    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated))
+        return rt_errf(err, errlen, "%s needs --generate N",
+                       o->prompt_ids ? "--prompt-ids" : o->generated ? "--generated" : "--temperature");
     return 0;
 }
 
@@ -408,6 +421,8 @@ static int release_all(rt_job *job, rt_train *tr, rt_dataset *ds, rt_options *o,
                        size_t errlen)
 {
     int rc = job->train ? rt_train_release(tr, job->prog, err, errlen) : 0;
+    if (job->gen)
+        rt_generate_release(job->gen);
     rt_data_close(ds);
     rt_job_release(job);
     rt_free_options(o);
@@ -467,8 +482,11 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     rt_job_init(&job, prog, &opt, l);
     job.rank = rank;
     job.nranks = nranks;
+    rt_generate gen;
+    memset(&gen, 0, sizeof gen);
     int ok = resolve_names(&job, err, sizeof err) == 0 &&
              (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
+             (!opt.generate || rt_generate_prepare(&job, &gen, err, sizeof err) == 0) &&
              check_missing(&job, err, sizeof err) == 0 &&
              rt_check_input_files(&job, err, sizeof err) == 0;
     if (!ok && root)

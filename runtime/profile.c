@@ -132,17 +132,20 @@ void rt_profile_print(FILE *f, const rt_job *job)
         if (calls == 0)
             continue;
         double pred = has_pred && op < prog->nops ? prog->op_predicted[op] : -1;
-        sum_meas += med;
+        /* The sum is per run: an op of a repeated block's body runs once
+         * per layer. */
+        double per_run = job->repeat > 0 ? (double)calls / (double)job->repeat : 1;
+        sum_meas += med * per_run;
         fprintf(f, "  %4d %8lld %13.4f ", op, (long long)calls, 1e3 * med);
         if (pred >= 0 && med > 0) {
-            sum_pred += pred;
+            sum_pred += pred * per_run;
             fprintf(f, "%13.4f %+8.1f%%  %s\n", 1e3 * pred, 100 * (pred - med) / med, name);
         } else {
             all_pred = 0;
             fprintf(f, "%13s %9s  %s\n", "-", "-", name);
         }
     }
-    fprintf(f, "  %4s %8s %13.4f ", "sum", "", 1e3 * sum_meas);
+    fprintf(f, "  %4s %8s %13.4f ", "run", "", 1e3 * sum_meas);
     if (all_pred && sum_meas > 0)
         fprintf(f, "%13.4f %+8.1f%%\n", 1e3 * sum_pred, 100 * (sum_pred - sum_meas) / sum_meas);
     else

@@ -559,6 +559,11 @@ typedef struct rt_options {
     const char *save;            /* --save DIR, or NULL */
     int64_t save_every;          /* --save-every K; 0 if not given (only after the last step) */
     const char *resume;          /* --resume DIR, or NULL */
+    /* Generation (generate.c; a decode program).  Strings point into argv. */
+    int64_t generate;            /* --generate N: tokens per sequence; 0 if not given */
+    const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
+    double temperature;          /* --temperature T: 0 (greedy) unless given */
+    const char *generated;       /* --generated FILE.npy, or NULL */
 } rt_options;
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
@@ -619,6 +624,25 @@ typedef struct rt_train {
                                     last one gathered), else NULL; malloc'd, owned */
 } rt_train;
 
+/* What a job of --generate does besides running (generate.c): which
+ * inputs it feeds and which output it reads, the tokens and the time of
+ * each step.  Shared by the devices of a process; the root's arrays are
+ * written by device 0 only. */
+typedef struct rt_generate {
+    int64_t n;                   /* --generate N */
+    double temperature;          /* 0: greedy */
+    uint64_t seed;               /* --seed S of the sampling */
+    int32_t tokens, position;    /* input indices: the tokens [B] (i32) and the position (i32 scalar) */
+    int32_t next;                /* output index of the next tokens [B] (i32), -1: from the logits */
+    int32_t logits;              /* output index of the logits [B, V], -1 if none */
+    int64_t batch, vocab;        /* B, and V of the logits (0 without) */
+    int64_t prompt_len;          /* T0, tokens per sequence of --prompt-ids */
+    int64_t steps;               /* runs: T0 + N - 1 */
+    int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
+                                    run); malloc'd, owned */
+    double *times;               /* root: seconds of each step; malloc'd, owned */
+} rt_generate;
+
 /* State of one job shared by the devices of a process. */
 struct rt_job {
     const rt_program *prog;      /* program to run */
@@ -639,6 +663,7 @@ struct rt_job {
     int64_t *trace;              /* root, --trace/--profile: [trace_cap][3][ndevices] op id, begin ns,
                                     end ns (-1 op id: no span), owned */
     rt_train *train;             /* a training program's job: its steps (not owned); else NULL */
+    rt_generate *gen;            /* --generate: the generation loop (not owned); else NULL */
 };
 
 /* The per-device flow: read the shards, run (repeat times, or the training
@@ -663,6 +688,29 @@ int rt_check_input_files(rt_job *job, char *err, size_t errlen);
  * comparison line per output (and loss, param, state); 0 if all are finite
  * and within tolerance, else -1 with messages on stderr. */
 int rt_run_check(const rt_job *job);
+/* ---- generation (generate.c) ---- */
+
+/* Parses a generation flag (--generate, --prompt-ids, --temperature,
+ * --generated); 1 if `flag` is none of them, -1 and a message on a bad
+ * value. */
+int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
+                           size_t errlen);
+/* Before the run, on every process, with --generate: finds the tokens,
+ * position, next-token or logits tensors (a message if the program has
+ * none or several, or they are sharded), reads --prompt-ids into g->ids,
+ * and sets job->gen = g and job->repeat = the steps.  -1 and a message. */
+int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
+/* The same generation for --check's reference job `rj` (program `ref`):
+ * the tensors by name, the prompt from `g`.  -1 and a message. */
+int rt_generate_for_reference(rt_generate *rg, const rt_generate *g, const rt_program *ref,
+                              const rt_program *p, char *err, size_t errlen);
+/* Every device: the steps (generate.c's essay). */
+void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
+/* Root: prints the tokens and the timing line, writes --generated. */
+int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen);
+/* Frees what rt_generate_prepare allocated. */
+void rt_generate_release(rt_generate *g);
+
 /* ---- training (train.c) ---- */
 
 /* Before the run, on every process, for a program that trains: matches

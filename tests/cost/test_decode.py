@@ -11,7 +11,7 @@ the step time as (B x KV cache bytes + param bytes) / total HBM bandwidth.
 must give, for multi-head attention (K = 40) and GQA (-D K=8 -D M=5):
 
 1. the step time within 10% of the table's at B = 1, 8, 16;
-2. the KV cache row (einc's inputs on the mesh) within 1%;
+2. the KV cache row (einc's state on the mesh: the cache is a `state`) within 1%;
 3. the total memory row (einc's memory on the mesh) within 1% for K = 40.
    For GQA the seed keeps the param count of the K = 40 model (it shrinks
    only the KV cache, 5x, "magically"); einc counts the K = 8 model's smaller Wk and Wv: its total is the
@@ -42,14 +42,14 @@ KV_PROJ_SAVED_GB = 2 * L * 2 * D * H * (40 - 8) / 1e9
 
 
 def figures(out):
-    """Step (ms) and the mesh's params, inputs and total (GB) of --dump-cost."""
+    """Step (ms) and the mesh's params, state (the KV cache) and total (GB) of --dump-cost."""
     step = re.search(r"^totals: step ([0-9.e+]+) us", out, re.M)
     mesh = re.search(r"^memory on the mesh: \d+ devices x \S+ GB = (\S+) GB \(params (\S+) GB, "
-                     r"inputs (\S+) GB", out, re.M)
+                     r"state (\S+) GB", out, re.M)
     if not step or not mesh:
         return None
     return {"step": float(step.group(1)) / 1e3, "total": float(mesh.group(1)),
-            "params": float(mesh.group(2)), "inputs": float(mesh.group(3))}
+            "params": float(mesh.group(2)), "cache": float(mesh.group(3))}
 
 
 def main(argv):
@@ -74,8 +74,8 @@ def main(argv):
                 continue
             check(near(f["step"], ms, 0.10), "%s B=%d: step %.3f ms vs seed 002's %.2f ms (%+.1f%%)" %
                   (name, b, f["step"], ms, 100 * (f["step"] / ms - 1)))
-            check(near(f["inputs"], kv, 0.01), "%s B=%d: KV cache %.4g GB vs seed's %.4g GB" %
-                  (name, b, f["inputs"], kv))
+            check(near(f["cache"], kv, 0.01), "%s B=%d: KV cache %.4g GB vs seed's %.4g GB" %
+                  (name, b, f["cache"], kv))
             want_total = total if name == "MHA" else total - KV_PROJ_SAVED_GB
             check(near(f["total"], want_total, 0.01),
                   "%s B=%d: memory on the mesh %.4g GB vs %.4g GB (seed's %.4g%s)" %

@@ -2,15 +2,19 @@
 """decode.py - examples/llama2_13b_decode.ein against an independent NumPy
 decode step.
 
-The example is one generation step of LLaMA-2 13B (seed 002): B new tokens,
-each attending to the S positions of its KV cache and to itself.  Here it is
-compiled at small dims (3 layers, 8 KV heads of 2 query heads each, on its
-2x4 mesh) in f32 (the file's bf16 replaced, so that the comparison is
-tight), run on the threads runtime from .npy inputs, and compared with a
-NumPy step written the usual way: GQA heads as [K, M] groups, head vectors
-of H = 2G entries with rotate_half rotary embeddings, the new key and value
-appended to the cache, softmax over S + 1 positions, RMSNorm with eps 1e-5,
-SwiGLU.  The last line is `N passed, N failed`.
+The example is one generation step of LLaMA-2 13B (seed 002): B new tokens
+at position Pos, each writing its key and value into the KV cache (a
+`state`) and attending to positions 0..Pos.  Here it is compiled at small
+dims (3 layers, 8 KV heads of 2 query heads each, on its 2x4 mesh) in f32
+(the file's bf16 replaced, so that the comparison is tight), run on the
+threads runtime from .npy inputs (a full cache, the new token at the last
+position S-1), and compared with a NumPy step written the usual way: GQA
+heads as [K, M] groups, head vectors of H = 2G entries with rotate_half
+rotary embeddings at position Pos, the new key and value in the cache's
+last row, softmax over S positions, RMSNorm with eps 1e-5, SwiGLU.  Then
+the same executable generates from a prompt with an empty cache
+(--generate) and its tokens must equal the unsharded reference's
+(--check).  The last line is `N passed, N failed`.
 
 Usage: decode.py --einc PATH --example PATH
 """
@@ -33,8 +37,9 @@ def rmsnorm(v, g):
 def inputs(rng):
     B, S, D, K, M, G, F, V, L = (DIMS[k] for k in "BSDKMGFVL")
     inv = 10000.0 ** (-np.arange(G) * 2.0 / (2 * G))
-    ins = {"Tok": rng.integers(0, V, (B,)).astype(np.int32),
-           "Cos": np.cos(S * inv), "Sin": np.sin(S * inv),  # the new token is at position S
+    pos = np.arange(S)[:, None] * inv
+    ins = {"Tok": rng.integers(0, V, (B,)).astype(np.int32), "Pos": np.array(S - 1, np.int32),
+           "CosT": np.cos(pos), "SinT": np.sin(pos),
            "Kc": rng.standard_normal((L, B, S, K, 2, G)), "Vc": rng.standard_normal((L, B, S, K, 2, G)),
            "Emb": rng.standard_normal((V, D)), "Gf": 1 + 0.1 * rng.standard_normal(D),
            "Wlm": rng.standard_normal((D, V)) / np.sqrt(D),
@@ -50,7 +55,8 @@ def reference(ins):
     """The logits [B, V] of one decode step."""
     B, S, K, M, G, L = (DIMS[k] for k in "BSKMGL")
     H = 2 * G
-    cos, sin = np.concatenate([ins["Cos"]] * 2), np.concatenate([ins["Sin"]] * 2)
+    p = int(ins["Pos"])
+    cos, sin = np.concatenate([ins["CosT"][p]] * 2), np.concatenate([ins["SinT"][p]] * 2)
 
     def rope(v):  # rotate_half
         return v * cos + np.concatenate([-v[..., G:], v[..., :G]], -1) * sin
@@ -61,12 +67,14 @@ def reference(ins):
         q = rope(np.einsum("bd,dkmpg->bkmpg", xn, ins["Wq"][l]).reshape(B, K, M, H))
         k_new = rope(np.einsum("bd,dkpg->bkpg", xn, ins["Wk"][l]).reshape(B, K, H))
         v_new = np.einsum("bd,dkpg->bkpg", xn, ins["Wv"][l]).reshape(B, K, H)
-        keys = np.concatenate([ins["Kc"][l].reshape(B, S, K, H), k_new[:, None]], 1)
-        values = np.concatenate([ins["Vc"][l].reshape(B, S, K, H), v_new[:, None]], 1)
+        keys = ins["Kc"][l].reshape(B, S, K, H).copy()
+        values = ins["Vc"][l].reshape(B, S, K, H).copy()
+        keys[:, p], values[:, p] = k_new, v_new
         scores = np.einsum("bkmh,bskh->bkms", q, keys) * SCALE
-        p = np.exp(scores - scores.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        o = np.einsum("bkms,bskh->bkmh", p, values).reshape(B, K, M, 2, G)
+        scores[..., p + 1:] = -np.inf
+        pr = np.exp(scores - scores.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        o = np.einsum("bkms,bskh->bkmh", pr, values).reshape(B, K, M, 2, G)
         y1 = x + np.einsum("bkmpg,kmpgd->bd", o, ins["Wo"][l])
         yn = rmsnorm(y1, ins["G2"][l])
         gate = yn @ ins["Wg"][l]
@@ -100,12 +108,22 @@ def main():
                 print("FAIL %s exited %d\n%s\n0 passed, 1 failed" % (" ".join(c), p.returncode, p.stdout))
                 return 1
         got = np.load(out).astype(np.float64)
+        # Generation from an empty cache: the params and tables only.
+        prompt = os.path.join(work, "prompt.npy")
+        np.save(prompt, np.random.default_rng(4).integers(0, DIMS["V"], (DIMS["B"], 3)).astype(np.int32))
+        gen = [exe, "--prompt-ids", prompt, "--generate", "5", "--check"]
+        gen += [x for k in ins if k not in ("Tok", "Pos", "Kc", "Vc")
+                for x in ("--input", "%s=%s" % (k, os.path.join(work, k + ".npy")))]
+        p = subprocess.run(gen, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     err = np.max(np.abs(got - want)) / np.max(np.abs(want))
     ok = got.shape == want.shape and err < 1e-4
     print("%s llama2_13b_decode (f32, %s): max |error| / max |ref| = %.3g (tol 1e-4), shape %s" %
           ("ok  " if ok else "FAIL", " ".join("%s=%d" % kv for kv in DIMS.items()), err, got.shape))
-    print("%d passed, %d failed" % (int(ok), int(not ok)))
-    return 0 if ok else 1
+    gen_ok = p.returncode == 0 and "check tokens: equal (2 sequences x 5 tokens)" in p.stdout
+    print("%s llama2_13b_decode generates 5 tokens from a 3-token prompt, equal to the unsharded "
+          "run's%s" % ("ok  " if gen_ok else "FAIL", "" if gen_ok else "\n" + p.stdout))
+    print("%d passed, %d failed" % (int(ok) + int(gen_ok), int(not ok) + int(not gen_ok)))
+    return 0 if ok and gen_ok else 1
 
 
 if __name__ == "__main__":
