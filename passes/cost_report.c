@@ -469,6 +469,41 @@ static void explain_meshslice(FILE *out, const ir_module *m, const cost_hw *hw, 
         fprintf(out, "  inserted because: %s\n", op->reason);
 }
 
+/* Seed 002 ("Distributing inference over multiple accelerators": FSDP in
+ * generation "is a common mistake"): a decode step, a program that writes
+ * a KV cache, which gathers params moves every weight once per token, where
+ * Megatron sharding (over heads and F) moves only [B, D] activations. */
+static void explain_decode_gathers(FILE *out, const ir_module *m)
+{
+    bool decode = false;
+    for (const ir_op *op = m->first; op && !decode; op = op->next)
+        decode = op->kind == IR_OP_UPDATESLICE;
+    if (!decode)
+        return;
+    double bytes = 0, time = 0;
+    int n = 0;
+    const ir_op *first = NULL;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (op->kind != IR_OP_ALLGATHER || !op->cost.valid ||
+            !cost_value_is_param_derived(op->operands[0]))
+            continue;
+        double trips = (double)ir_op_trips(m, op);
+        bytes += op->cost.comm_bytes * trips;
+        time += op->cost.time * trips;
+        n++;
+        first = first ? first : op;
+    }
+    if (!n)
+        return;
+    char b1[64], b2[256];
+    fprintf(out, "  seed 002's common mistake: this is a decode step (it writes a KV cache), and %d "
+                 "AllGather%s of params move %s per device per token (%.4g us; first %s): FSDP "
+                 "moves the weights for every token, where sharding them Megatron-style (over the "
+                 "heads and F) moves only the [B, D] activations\n",
+            n, n == 1 ? "" : "s", human_bytes(bytes, b1, sizeof b1), time * 1e6,
+            ir_value_name(first->operands[0], b2, sizeof b2));
+}
+
 void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
 {
     if (!hw) {
@@ -497,4 +532,5 @@ void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
     }
     if (!shown)
         fprintf(out, "  nothing to explain (no einsum or collective with a cost; run the cost pass first)\n");
+    explain_decode_gathers(out, m);
 }

@@ -20,7 +20,12 @@ must give, for multi-head attention (K = 40) and GQA (-D K=8 -D M=5):
    and its note naming the need of the 8 devices, and exit status 0; B = 16
    warns too (the table's own 133.2 GB exceeds 128 GB), B = 8 fits;
 5. the attention scores stay on chip on the TPU (Flash Attention), not on
-   the calibrated host.
+   the calibrated host;
+6. --explain flags seed 002's "common mistake", FSDP in a decode step:
+   a program that writes a KV cache and gathers its weights (DP over the
+   batch with FSDP weights at a batch where gathering the weights is the
+   cheaper plan) gets the note with the bytes gathered per token; the
+   example (Megatron) and seed 002's batch-sharded MQA cache do not.
 
 The table's memory figures are decimal GB (6.7 = 8192*40*128*40*2*2 / 1e9,
 which is 6.25 GiB) though it labels them GiB; einc's mesh line is in GB.
@@ -28,6 +33,7 @@ which is 6.25 GiB) though it labels them GiB; einc's mesh line is in GB.
 import os
 import re
 import sys
+import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from einc_checks import Checks, run  # noqa: E402
@@ -114,6 +120,42 @@ def main(argv):
     tpu, host = hbm.values()
     check(tpu is not None and host is not None and tpu < 1e-3 * host,
           "exp(scores - max) moves %s HBM bytes on tpu-v5e, %s on the host" % (tpu, host))
+    # FSDP in decode: the weights move for every token.
+    fsdp = """mesh Y = 4
+dim B = 4096, S = 64, D = 1024, N = 8, H = 128
+input X[B_Y, D] : bf16
+input Pos[] : i32
+param Wq[D_Y, N, H] : bf16
+param Wk[D_Y, N, H] : bf16
+param Wv[D_Y, N, H] : bf16
+param Wo[N, H, D_Y] : bf16
+state KC[B_Y, S, N, H] : bf16
+state VC[B_Y, S, N, H] : bf16
+Q[B, N, H] = X[B, D] * Wq[D, N, H]
+KC[B, Pos, N, H] = X[B, D] * Wk[D, N, H]
+VC[B, Pos, N, H] = X[B, D] * Wv[D, N, H]
+Sc[B, N, S] = Q[B, N, H] * KC[B, S, N, H]
+P[B, N, S] = softmax(where(S <= Pos[], Sc[B, N, S], -inf), S)
+O[B, N, H] = P[B, N, S] * VC[B, S, N, H]
+Y[B, D] = O[B, N, H] * Wo[N, H, D]
+output Y[B_Y, D]
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".ein", delete=False) as f:
+        f.write(fsdp)
+    try:
+        rc, out, err = run(einc, "--hw", "tpu-v5e", "--explain", f.name)
+    finally:
+        os.unlink(f.name)
+    note = re.search(r"seed 002's common mistake: this is a decode step \(it writes a KV cache\), "
+                     r"and 4 AllGathers of params move 6\.29 MB per device per token", out)
+    check(rc == 0 and note is not None, "--explain flags FSDP weight gathers in a decode step: %s" %
+          (note.group(0) if note else (out + err)[-400:]))
+    golden = os.path.join(os.path.dirname(examples.rstrip("/")), "tests", "golden", "cases",
+                          "seed002_mqa_batch_sharded_cache.ein")
+    for prog in (path, golden):
+        rc, out, err = run(einc, "--hw", "tpu-v5e", "--explain", prog)
+        check(rc == 0 and "common mistake" not in out,
+              "--explain of %s (weights in place) has no such note" % os.path.basename(prog))
     # B = 8 fits (79.6 GB), silently.
     rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-cost", path, "-D", "B=8")
     check(rc == 0 and "warning" not in err and "128 GB: fits" in out, "B=8 fits, no warning")
