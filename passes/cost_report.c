@@ -163,7 +163,7 @@ bool cost_warn_memory(FILE *out, const ir_module *m, const cost_hw *hw)
     if (!hw || !m->totals.valid || m->totals.peak_memory <= hw->hbm_bytes)
         return false;
     /* Both figures are per device: each device holds its own shards. */
-    fprintf(out, "einc: warning: needs %.1f GiB per device (params, inputs and live values at "
+    fprintf(out, "einc: warning: needs %.1f GiB per device (params, state, inputs and live values at "
                  "their peak, program order), %s has %.1f GiB (%.3g bytes) of HBM per device\n",
             m->totals.peak_memory / GIB, hw->name, hw->hbm_bytes / GIB, hw->hbm_bytes);
     /* The same for the whole mesh, as seed 002 sizes a model's serving
