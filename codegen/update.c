@@ -9,9 +9,9 @@
 #include "einrt.h"
 
 /* The constant below lists rt_update_desc's members in order, all 8 bytes
- * wide, so the C struct has no padding: six scalars, the axes, three
+ * wide, so the C struct has no padding: seven scalars, the axes, three
  * strings and the op id. */
-_Static_assert(sizeof(rt_update_desc) == 8 * (6 + RT_MAX_AXES + 3 + 1),
+_Static_assert(sizeof(rt_update_desc) == 8 * (7 + RT_MAX_AXES + 3 + 1),
                "rt_update_desc changed: update cg_emit_update_slice");
 
 void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id)
@@ -37,6 +37,8 @@ void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id)
         cg_i64(c, ir_local_size(m, &store->type, at)),
         cg_i64(c, dim->size),
         cg_i64(c, inner),
+        /* A window write's rows have its dim in the written one's place. */
+        cg_i64(c, rows->type.rank == store->type.rank ? ir_local_size(m, &rows->type, at) : 1),
         cg_i64(c, store->type.sh.naxes[at]),
         cg_const_i64s(c, axes, RT_MAX_AXES, RT_MAX_AXES, 0),
         cg_const_string(c, store->tensor),

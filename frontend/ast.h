@@ -56,6 +56,8 @@ typedef struct ast_index {
     uint32_t loc;     /* offset of the name */
     uint32_t axes_loc;/* offset of the first subscript letter */
     int dim;          /* resolved dim id (checker), -1 if unresolved */
+    ast_name window;  /* `Pos:T` on a state write's left side: the dim T of the rows
+                         written at Pos, Pos+1, ... (s NULL if none) */
 } ast_index;
 
 struct fe_tensor;

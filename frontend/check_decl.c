@@ -164,6 +164,13 @@ bool fe_resolve_indices(fe_checker *c, ast_tref *t, bool repeats, bool rhs)
     bool ok = true;
     for (int i = 0; i < t->nidx; i++) {
         ast_index *x = &t->idx[i];
+        if (x->window.s) {
+            diag_error(c->diag, x->window.loc, "'%s:%s' writes rows at positions %s, %s+1, ...: "
+                       "it is only allowed on the left side of a write into a state", x->name,
+                       x->window.s, x->name, x->name);
+            ok = false;
+            continue;
+        }
         if (x->tensor) {
             if (!rhs) {
                 diag_error(c->diag, x->loc, "a tensor as an index ('%s[%s[...]]') is only allowed "

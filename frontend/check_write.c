@@ -11,7 +11,10 @@
  * written bare (`Pos`, when no dim has that name) or as `Pos[]`.  The
  * others are the state's dims in order, without subscripts (the state's
  * sharding is the one declared), and the right side computes the slice:
- * the state's dims without the written one.  Inside `repeat L { }` a state
+ * the state's dims without the written one.  `Pos:T` writes a window: the
+ * right side has dim T in place of the written one, and its row t goes to
+ * position Pos + t (a prompt's T keys and values at once).  Inside
+ * `repeat L { }` a state
  * stacked on L is written one layer at a time, its left side without L,
  * as reads of a stacked tensor are; a state that is not stacked cannot be
  * written there (every layer would write the same slice).
@@ -159,6 +162,27 @@ bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok)
         good = false;
     }
     fe_tensor *p = check_position(c, &l->idx[at]);
+    int window = -1;
+    if (l->idx[at].window.s) {
+        const ast_name *w = &l->idx[at].window;
+        const ir_dimdef *written = &c->m->dims[t->dims[at + off]];
+        window = fe_dim_lookup(c, w->s);
+        if (window < 0) {
+            diag_error(c->diag, w->loc, "dim '%s' is not defined", w->s);
+            good = false;
+        } else if (c->m->dims[window].size > written->size) {
+            diag_error(c->diag, w->loc, "the window '%s' of %lld rows is longer than the dim '%s' "
+                       "of %lld it is written into", w->s, (long long)c->m->dims[window].size,
+                       written->name, (long long)written->size);
+            good = false;
+        }
+        for (int i = 0; i < l->nidx && window >= 0; i++)
+            if (i != at && l->idx[i].dim == window) {
+                diag_error(c->diag, w->loc, "the window '%s' is also a dim of '%s'", w->s, t->name);
+                good = false;
+                break;
+            }
+    }
     if (!p || !good)
         return true;
     l->sym = t;
@@ -166,12 +190,22 @@ bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok)
     s->u.assign.write_pos = at;
     s->u.assign.write_layer = layer;
     s->u.assign.pos = p;
+    l->idx[at].dim = window; /* the window's dim for lower.c, -1 for one position */
     *rows = *l;
-    rows->nidx = l->nidx - 1;
+    /* The rows: the left side without the position, or with the window's dim there. */
+    rows->nidx = window >= 0 ? l->nidx : l->nidx - 1;
     rows->idx = ir_alloc(c->arena, (size_t)(rows->nidx + 1) * sizeof *rows->idx);
-    for (int i = 0, j = 0; i < l->nidx; i++)
-        if (i != at)
+    for (int i = 0, j = 0; i < l->nidx; i++) {
+        if (i != at) {
             rows->idx[j++] = l->idx[i];
+        } else if (window >= 0) {
+            ast_index *x = &rows->idx[j++];
+            memset(x, 0, sizeof *x);
+            x->name = l->idx[i].window.s;
+            x->loc = l->idx[i].window.loc;
+            x->dim = window;
+        }
+    }
     rows->nunred = 0;
     *ok = true;
     return true;

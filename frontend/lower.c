@@ -694,9 +694,13 @@ static bool lower_write(fe_checker *c, const ast_stmt *s)
     stmt_ctx x = {.c = c, .ok = true};
     x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
                     .loc = s->loc};
+    /* A window's rows have its dim in place of the written one. */
+    int window = l->idx[at].window.s ? l->idx[at].dim : -1;
     for (int d = 0; d < store->type.rank; d++)
         if (d != at)
             x.lhs[x.nlhs++] = store->type.dims[d];
+        else if (window >= 0)
+            x.lhs[x.nlhs++] = window;
     /* A slice that is a value the program computed, as it is, is written
      * from that value (constrained to the state's sharding) without a copy. */
     const ast_expr *rhs = s->u.assign.rhs;
@@ -718,6 +722,8 @@ static bool lower_write(fe_checker *c, const ast_stmt *s)
         return false;
     ir_sharding sh = ir_sharding_replicated();
     for (int d = 0, j = 0; d < store->type.rank; d++) {
+        if (d == at && window >= 0)
+            j++; /* the window's rows are whole on every device */
         if (d == at)
             continue;
         for (int k = 0; k < store->type.sh.naxes[d]; k++)

@@ -267,8 +267,9 @@ indices
     | indices ',' index        { $$ = fe_list_push($1, $3); }
     ;
 
-/* index -> NAME | SUBNAME | tref   (a dim, optionally with mesh axes: D_X,
- * I_XY; or an integer tensor whose values index that position: a gather) */
+/* index -> NAME | SUBNAME | tref | NAME ':' NAME   (a dim, optionally with
+ * mesh axes: D_X, I_XY; or an integer tensor whose values index that
+ * position: a gather; or a state write's window `Pos:T`) */
 index
     : IDENT
         {
@@ -276,6 +277,14 @@ index
             $$->name = $1.s;
             $$->loc = $1.loc;
             $$->dim = -1;
+        }
+    | IDENT ':' IDENT
+        {
+            $$ = ir_alloc(p->arena, sizeof *$$);
+            $$->name = $1.s;
+            $$->loc = $1.loc;
+            $$->dim = -1;
+            $$->window = $3;
         }
     | SUBIDENT                 { $$ = $1; }
     | tref

@@ -488,7 +488,10 @@ typedef struct ir_op {
          * written in place: so after the op nothing reads operand 0, and
          * the state holds the write when the run ends (no update output).
          * On a sharded `dim` only the device whose block holds p writes.  A
-         * position outside [0, |dim|) ends the run with an error. */
+         * position outside [0, |dim|) ends the run with an error.  A window
+         * write has operand 1 of operand 0's rank, with a window dim of w
+         * positions (unsharded) in place of `dim`: its row t goes to p + t,
+         * and p + w must not pass |dim|. */
         struct {
             int dim; /* position in operand 0's dims that operand 2 indexes */
         } update;

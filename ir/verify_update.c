@@ -5,7 +5,8 @@
  *
  * Types: operand 0 leads (through earlier UpdateSlices and at most one
  * LayerSlice) to a state value; operand 1 is operand 0's type without the
- * written position `dim`, sharding included, and holds no unreduced
+ * written position `dim` (or for a window write, with an unsharded dim no
+ * longer than it in its place), sharding included, and holds no unreduced
  * partial sums (each device writes the rows it holds; a partial row would
  * be a wrong one); operand 2 is a replicated i32 scalar; the result has
  * operand 0's type.  Aliasing: the result is operand 0's storage, so no op
@@ -23,7 +24,6 @@
 bool ir_verify_update_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
                              size_t why_size)
 {
-    (void)m;
     if (op->noperands != 3) {
         WHY("UpdateSlice takes three operands (the storage, the slice, the position)");
         return false;
@@ -43,10 +43,16 @@ bool ir_verify_update_result(const ir_module *m, const ir_op *op, ir_sharding *o
         WHY("the position is not a replicated i32 scalar");
         return false;
     }
-    bool same = rows->type.dtype == a->type.dtype && rows->type.rank == a->type.rank - 1;
+    bool window = rows->type.rank == a->type.rank;
+    bool same = rows->type.dtype == a->type.dtype && rows->type.rank == a->type.rank - !window;
+    if (same && window)
+        same = rows->type.sh.naxes[dim] == 0 &&
+               m->dims[rows->type.dims[dim]].size <= m->dims[a->type.dims[dim]].size;
     for (int d = 0, j = 0; same && d < a->type.rank; d++) {
-        if (d == dim)
+        if (d == dim) {
+            j += window;
             continue;
+        }
         same = rows->type.dims[j] == a->type.dims[d] &&
                rows->type.sh.naxes[j] == a->type.sh.naxes[d] &&
                memcmp(rows->type.sh.axes[j], a->type.sh.axes[d],
@@ -54,8 +60,8 @@ bool ir_verify_update_result(const ir_module *m, const ir_op *op, ir_sharding *o
         j++;
     }
     if (!same || rows->type.sh.unreduced) {
-        WHY("the slice is not the storage's type and sharding without the written dim, "
-            "fully reduced");
+        WHY("the slice is not the storage's type and sharding without the written dim (or with "
+            "an unsharded window in its place), fully reduced");
         return false;
     }
     if (r->type.dtype != a->type.dtype || r->type.rank != a->type.rank ||

@@ -269,15 +269,16 @@ void rt_scatter_add(rt_device *dev, const rt_gather_desc *d, const int32_t *ids,
                     void *table);
 
 /* A write into program state at a run-time position (an UpdateSlice op,
- * ir.h: a KV cache's new token), on this device's block of the state,
- * viewed as [outer, n, inner] around the written dim:
- *   state[o, pos - offset, i] = rows[o, i]  if this device's block of the
- *                                           written dim holds pos,
+ * ir.h: a KV cache's new token, or a window of a prompt's), on this
+ * device's block of the state, viewed as [outer, n, inner] around the
+ * written dim, from rows [outer, window, inner]:
+ *   state[o, pos + t - offset, i] = rows[o, t, i]  for each t < window
+ *                     whose position this device's block of the dim holds,
  * where the written dim (`n` per device, `n_global` in all) is split over
  * `axes` and `offset` is this device's block start along it (einrt.h's
- * block numbering).  Every device checks pos against [0, n_global), so a
- * position past the state ends the job with a message naming the state,
- * the position tensor and its value.  All members are 8 bytes wide so the
+ * block numbering).  Every device checks pos and pos + window - 1 against
+ * [0, n_global), so a position past the state ends the job with a message
+ * naming the state, the position tensor and its value.  All members are 8 bytes wide so the
  * emitted constant needs no padding. */
 typedef struct rt_update_desc {
     int64_t dtype;                /* enum rt_dtype of the state and rows */
@@ -285,6 +286,7 @@ typedef struct rt_update_desc {
     int64_t n;                    /* per-device size of the written dim */
     int64_t n_global;             /* its global size: the valid positions */
     int64_t inner;                /* per-device elements after it (product) */
+    int64_t window;               /* rows written at pos, pos + 1, ... (1: one position) */
     int64_t naxes;                /* mesh axes splitting the written dim */
     int64_t axes[RT_MAX_AXES];    /* major first */
     const char *state_name;       /* messages */
@@ -293,8 +295,8 @@ typedef struct rt_update_desc {
     int64_t op_id;
 } rt_update_desc;
 
-/* Runs write `d`: the i32 position *pos, rows [outer, inner] into the
- * state block [outer, n, inner] (written in place). */
+/* Runs write `d`: the i32 position *pos, rows [outer, window, inner] into
+ * the state block [outer, n, inner] (written in place). */
 void rt_update_slice(rt_device *dev, const rt_update_desc *d, const int32_t *pos, const void *rows,
                      void *state);
 

@@ -181,7 +181,7 @@ static void test_syntax_error(void)
                 "                        ^\n");
     /* The last line needs no newline; an unclosed bracket is reported at its end. */
     EXPECT_DIAG(ABC "output A[I, J",
-                "t.ein:5:14: error: syntax error: unexpected end of line, expecting ',' or '[' or ']'\n"
+                "t.ein:5:14: error: syntax error: unexpected end of line, expecting ':' or ',' or '[' or ']'\n"
                 "    output A[I, J\n"
                 "                 ^\n");
 }
@@ -493,6 +493,24 @@ static void test_state_errors(void)
                 "gather, like 'Emb[Pos[...], D]', or compared in the condition of 'where'\n"
                 "    C[I, Pos, J] = A[I, J] * Pos[]\n"
                 "                             ^\n");
+    /* a window write: an unknown dim, longer than the dim written, outside a write */
+    EXPECT_DIAG(SHDR "C[I, Pos:Q, J] = A[I, J]\n" SOUT,
+                "t.ein:7:10: error: dim 'Q' is not defined\n"
+                "    C[I, Pos:Q, J] = A[I, J]\n"
+                "             ^\n");
+    EXPECT_DIAG(SHDR "C[I, Pos:I, J] = A[I, J]\n" SOUT,
+                "t.ein:7:10: error: the window 'I' of 8 rows is longer than the dim 'K' of 6 it is "
+                "written into\n"
+                "    C[I, Pos:I, J] = A[I, J]\n"
+                "             ^\n"
+                "t.ein:7:10: error: the window 'I' is also a dim of 'C'\n"
+                "    C[I, Pos:I, J] = A[I, J]\n"
+                "             ^\n");
+    EXPECT_DIAG(SHDR "D[I, J] = A[Pos:I, J]\n" SOUT,
+                "t.ein:7:17: error: 'Pos:I' writes rows at positions Pos, Pos+1, ...: it is only "
+                "allowed on the left side of a write into a state\n"
+                "    D[I, J] = A[Pos:I, J]\n"
+                "                    ^\n");
     /* argmax inside an expression */
     EXPECT_DIAG(SHDR "N[I] = argmax(A[I, J], J) * 2\noutput N\n",
                 "t.ein:7:8: error: 'argmax(x, S)' gives i32 positions and must be the whole right "
