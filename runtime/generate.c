@@ -91,9 +91,10 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     g->next = find_one(p->outputs, p->noutputs, is_next);
     g->logits = find_one(p->outputs, p->noutputs, is_logits);
     if (g->tokens < 0 || g->position < 0)
-        return rt_errf(err, errlen, "--generate: the program needs %s i32 input of shape [B] (the "
-                       "tokens) and %s i32 scalar input (the position), and it has %s",
-                       "one", "one", g->tokens == -2 || g->position == -2 ? "several" : "none");
+        return rt_errf(err, errlen, "--generate: the program needs one i32 input of shape [B] (the "
+                       "tokens) and one i32 scalar input (the position); it has %s %s",
+                       (g->tokens < 0 ? g->tokens : g->position) == -2 ? "several" : "no",
+                       g->tokens < 0 ? "token inputs" : "position inputs");
     if (g->temperature > 0 || g->next < 0)
         g->next = -1; /* sampling, or greedy without an argmax: the logits decide */
     const rt_tensor_desc *tok = &p->inputs[g->tokens];

@@ -16,7 +16,8 @@ threads runtime (and with --mpi on 4 MPI ranks):
  - the report line (time to first token, time per output token, tokens/s)
    is printed, and --generated writes prompt + tokens as i32 [B, T0+N];
  - a prompt and N that need more positions than the cache has end the
-   run with the cache write's error.
+   run with the cache write's error; a missing prompt, or one of another
+   batch, is refused before the run.
 The last line is `N passed, N failed`.
 
 Usage: generate.py --einc PATH [--mpi --mpirun PATH]
@@ -137,6 +138,15 @@ def main():
                 tally.result(ok, "greedy, %s (%s): %s" % (tag, rt, got),
                              "want %s\n%s" % (want.tolist(), out))
                 if argmax:
+                    # Refusals before the run: no prompt, a prompt of another batch.
+                    rc1, out1 = run(launch + [exe, "--generate", "2"] + args)
+                    bad = os.path.join(work, "bad.npy")
+                    np.save(bad, prompt[:1])
+                    rc2, out2 = run(launch + [exe, "--generate", "2", "--prompt-ids", bad] + args)
+                    tally.result(rc1 == 1 and "--generate needs --prompt-ids FILE.npy" in out1 and
+                                 rc2 == 1 and "expected '<i4' of shape (2, T)" in out2,
+                                 "no prompt, or a prompt of another batch, is an error (%s)" % rt,
+                                 out1 + out2)
                     continue
                 # Sampling: the same on every runtime and in the reference.
                 rc, out = run(cmd + ["--temperature", "1.5", "--seed", "7", "--check"])
