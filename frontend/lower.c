@@ -701,14 +701,17 @@ static bool lower_write(fe_checker *c, const ast_stmt *s)
             x.lhs[x.nlhs++] = store->type.dims[d];
         else if (window >= 0)
             x.lhs[x.nlhs++] = window;
-    /* A slice that is a value the program computed, as it is, is written
-     * from that value (constrained to the state's sharding) without a copy. */
+    /* A slice that is the result of a computing op, as it is, is written
+     * from that value (constrained to the state's sharding) without a copy;
+     * a carried value or a view is copied (its sharding is the loop's). */
     const ast_expr *rhs = s->u.assign.rhs;
     const ast_factor *f = rhs->nterms == 1 && rhs->terms[0]->sign > 0 && rhs->terms[0]->nfactors == 1
                               ? rhs->terms[0]->factors[0] : NULL;
     ir_value *rows = NULL;
     if (f && f->kind == AST_F_TENSOR && !f->divide && !f->u.tref.layer && f->u.tref.nidx == x.nlhs &&
-        f->u.tref.sym->value->kind == IR_VAL_OP && !f->u.tref.sym->value->has_constraint &&
+        f->u.tref.sym->value->def && !f->u.tref.sym->value->has_constraint &&
+        (f->u.tref.sym->value->def->kind == IR_OP_EINSUM ||
+         f->u.tref.sym->value->def->kind == IR_OP_ELEMENTWISE) &&
         (!f->u.tref.nidx || !f->u.tref.idx[0].tensor)) {
         rows = f->u.tref.sym->value;
         /* ...read with its own dims (a relabeled reference gets a copy). */
