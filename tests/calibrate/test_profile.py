@@ -68,8 +68,9 @@ def main():
             if name == "ffw_tp.ein":
                 check({"AllGather_Y", "Einsum", "Elementwise", "ReduceScatter_Y"} <= kinds,
                       "ffw_tp: collectives and compute named with their axes: %s" % kinds)
-            check(re.search(r"^\s+sum\s+[0-9.]+\s+[0-9.]+\s+[-+0-9.]+%$", out, re.M) is not None,
-                  "%s: sum row" % name)
+            # The last row adds the ops up per run (each op's calls per run).
+            check(re.search(r"^\s+run\s+[0-9.]+\s+[0-9.]+\s+[-+0-9.]+%$", out, re.M) is not None,
+                  "%s: per-run row" % name)
             # The measured peak: at least the device's params and inputs
             # (--dump-cost's resident part), which stay allocated.
             m = re.search(r"^peak memory per device: max (\d+) bytes \(device \d+\)$", out, re.M)
