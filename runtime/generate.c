@@ -20,8 +20,8 @@
  * steps; the time to first token is the T0 prompt steps).  Sampling draws
  * from softmax(logits / T) with a uniform number from splitmix64 of the
  * seed, the step and the sequence: the same on every device and every run.
- * Device 0 records the tokens and the time of each step (between two
- * barriers over the mesh, as --repeat times a run).
+ * Device 0 records the tokens; each step is timed as --repeat times a run
+ * (rt_run_timed, into job->times).
  */
 #include <errno.h>
 #include <math.h>
@@ -138,8 +138,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     g->steps = g->prompt_len + g->n - 1;
     int64_t len = g->prompt_len + g->n;
     g->ids = calloc((size_t)(g->batch * len), sizeof *g->ids);
-    g->times = calloc((size_t)g->steps + 1, sizeof *g->times);
-    if (!g->ids || !g->times)
+    if (!g->ids)
         return rt_errf(err, errlen, "out of memory");
     /* Read whole, then spread into ids[:, 0..T0). */
     rt_tensor_desc d = ids_desc("prompt", g->batch, g->prompt_len);
@@ -158,7 +157,6 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 void rt_generate_release(rt_generate *g)
 {
     free(g->ids);
-    free(g->times);
     memset(g, 0, sizeof *g);
 }
 
@@ -204,7 +202,6 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
 {
     const rt_program *p = job->prog;
     rt_generate *g = job->gen;
-    uint32_t all = p->naxes ? (1u << p->naxes) - 1 : 0;
     int64_t len = g->prompt_len + g->n;
     /* This device's copy of the tokens (every device picks the same). */
     int32_t *ids = rt_xmalloc(dev, (size_t)(g->batch * len) * sizeof *ids);
@@ -217,14 +214,7 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
         for (int64_t i = 0; i < tok->local_shape[0]; i++)
             tin[i] = ids[(start[0] + i) * len + s];
         *(int32_t *)in[g->position] = (int32_t)s;
-        dev->ops->barrier(dev, all);
-        double t0 = rt_now();
-        if (s == 0)
-            dev->profile.origin = t0;
-        p->run(dev, in, out);
-        dev->ops->barrier(dev, all);
-        if (dev->id == 0)
-            g->times[s] = job->times[s] = rt_now() - t0;
+        rt_run_timed(dev, job, in, out, s);
         if (s + 1 < g->prompt_len)
             continue;
         for (int64_t b = 0; b < g->batch; b++)
@@ -249,7 +239,7 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
     }
     double prefill = 0, decode = 0;
     for (int64_t s = 0; s < g->steps; s++)
-        *(s < g->prompt_len ? &prefill : &decode) += g->times[s];
+        *(s < g->prompt_len ? &prefill : &decode) += job->times[s];
     fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens, %s): time to first "
                "token %.3f ms", (long long)g->n, (long long)g->batch, (long long)g->prompt_len,
             g->temperature > 0 ? "sampled" : "greedy", 1e3 * prefill);
@@ -303,7 +293,6 @@ int rt_generate_for_reference(rt_generate *rg, const rt_generate *g, const rt_pr
 {
     *rg = *g;
     rg->ids = NULL;
-    rg->times = NULL;
     rg->tokens = rt_find_tensor(ref->inputs, ref->ninputs, p->inputs[g->tokens].name);
     rg->position = rt_find_tensor(ref->inputs, ref->ninputs, p->inputs[g->position].name);
     rg->next = g->next >= 0 ? rt_find_tensor(ref->outputs, ref->noutputs, p->outputs[g->next].name) : -1;
@@ -315,8 +304,7 @@ int rt_generate_for_reference(rt_generate *rg, const rt_generate *g, const rt_pr
         return rt_errf(err, errlen, "the reference program lacks the tensors generation uses");
     int64_t len = g->prompt_len + g->n;
     rg->ids = malloc((size_t)(g->batch * len) * sizeof *rg->ids + 1);
-    rg->times = calloc((size_t)g->steps + 1, sizeof *rg->times);
-    if (!rg->ids || !rg->times)
+    if (!rg->ids)
         return rt_errf(err, errlen, "out of memory");
     /* The prompt: the generated part is what the reference makes. */
     for (int64_t b = 0; b < g->batch; b++)

@@ -41,22 +41,25 @@ static bool state_output(const rt_job *job, int32_t k)
     return false;
 }
 
-/* Runs the program job->repeat times, each between two barriers over the
- * mesh, and records device 0's time of each run. */
-static void run_repeat(rt_device *dev, rt_job *job, void *const *in, void *const *out)
+void rt_run_timed(rt_device *dev, rt_job *job, void *const *in, void *const *out, int64_t r)
 {
     const rt_program *p = job->prog;
     uint32_t all = p->naxes ? (1u << p->naxes) - 1 : 0;
-    for (int64_t r = 0; r < job->repeat; r++) {
-        dev->ops->barrier(dev, all);
-        double t0 = rt_now();
-        if (r == 0)
-            dev->profile.origin = t0;
-        p->run(dev, in, out);
-        dev->ops->barrier(dev, all);
-        if (dev->id == 0 && job->times)
-            job->times[r] = rt_now() - t0;
-    }
+    dev->ops->barrier(dev, all);
+    double t0 = rt_now();
+    if (r == 0)
+        dev->profile.origin = t0;
+    p->run(dev, in, out);
+    dev->ops->barrier(dev, all);
+    if (dev->id == 0 && job->times)
+        job->times[r] = rt_now() - t0;
+}
+
+/* Runs the program job->repeat times (rt_run_timed). */
+static void run_repeat(rt_device *dev, rt_job *job, void *const *in, void *const *out)
+{
+    for (int64_t r = 0; r < job->repeat; r++)
+        rt_run_timed(dev, job, in, out, r);
 }
 
 void rt_job_device(rt_device *dev, rt_job *job)

@@ -639,8 +639,7 @@ typedef struct rt_generate {
     int64_t prompt_len;          /* T0, tokens per sequence of --prompt-ids */
     int64_t steps;               /* runs: T0 + N - 1 */
     int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
-                                    run); malloc'd, owned */
-    double *times;               /* root: seconds of each step; malloc'd, owned */
+                                    run); malloc'd, owned.  Step s's time is job->times[s]. */
 } rt_generate;
 
 /* State of one job shared by the devices of a process. */
@@ -670,6 +669,9 @@ struct rt_job {
  * steps), gather the outputs and counters to the root.  Called by the
  * launcher on each device. */
 void rt_job_device(rt_device *dev, rt_job *job);
+/* Every device: run r of the program between two barriers over the mesh;
+ * device 0 records its seconds in job->times[r] (on the root). */
+void rt_run_timed(rt_device *dev, rt_job *job, void *const *in, void *const *out, int64_t r);
 /* Index of the tensor named `name` in ts[0..n), or -1. */
 int32_t rt_find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name);
 /* Fills a job of `p` with its per-input arrays (in_paths, in_headers);
