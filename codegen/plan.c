@@ -31,9 +31,11 @@
  * iteration, as the liveness above says; a buffer made before the loop and
  * read in the body lives to the LoopEnd.  The carried value has one buffer
  * for the whole loop (the LoopBegin's result, which the LoopEnd's result
- * then names), and a LayerSlice's result is a view into its param; neither
- * is freed by the body nor written in place.  Nothing fuses across a body's
- * boundary.
+ * then names), and a LayerSlice's result is a view into its param (or
+ * into a LayerStack); neither is freed by the body nor written in place.  A
+ * LayerStack's result is one buffer for all layers, made before its loop
+ * (run.c) and live at least to the loop's end; each iteration copies its
+ * layer in.  Nothing fuses across a body's boundary.
  *
  * State writes.  An UpdateSlice's result is its storage operand's buffer
  * (a state's, a view of one layer of it, or an earlier write's result), so
@@ -218,15 +220,21 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             break;
         case IR_OP_LOOPBEGIN:
         case IR_OP_LOOPEND:
-        case IR_OP_LAYERSLICE: {
+        case IR_OP_LAYERSLICE:
+        case IR_OP_LAYERSTACK: {
             const ir_value *a = op->noperands == 1 ? op->operands[0] : NULL;
             const ir_op *b = op->u.loop.begin, *e = b ? b->u.loop.end : NULL;
             bool ok = a && b && e && b->kind == IR_OP_LOOPBEGIN && e->kind == IR_OP_LOOPEND &&
                       op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims &&
                       a->type.dtype == op->result->type.dtype;
             if (op->kind == IR_OP_LAYERSLICE)
-                ok = ok && ir_value_kind_is_argument(a->kind) &&
+                ok = ok && (ir_value_kind_is_argument(a->kind) ||
+                            (a->def && a->def->kind == IR_OP_LAYERSTACK)) &&
                      a->type.rank == op->result->type.rank + 1 && a->type.sh.naxes[0] == 0;
+            else if (op->kind == IR_OP_LAYERSTACK)
+                ok = ok && op->loop == b && a->type.rank + 1 == op->result->type.rank &&
+                     ir_local_bytes(m, &a->type) * m->dims[op->u.loop.dim].size ==
+                         ir_local_bytes(m, &op->result->type);
             else
                 ok = ok && ir_local_bytes(m, &a->type) == ir_local_bytes(m, &op->result->type);
             if (op->kind == IR_OP_LOOPBEGIN && op->loop)
@@ -368,6 +376,10 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             if (p->def_index[v] >= 0 && p->def_index[v] < k && p->last_use[v] > k &&
                 p->last_use[v] < i)
                 p->last_use[v] = i;
+        /* A stack is filled by every iteration: never freed in the body. */
+        for (int j = k + 1; j < i; j++)
+            if (p->ops[j]->kind == IR_OP_LAYERSTACK && p->last_use[p->ops[j]->result->id] < i)
+                p->last_use[p->ops[j]->result->id] = i;
         k = -1;
     }
     /* The new values of params and states are copied after the last op. */

@@ -22,6 +22,8 @@
  * index l: the body's ops are emitted once, a LayerSlice is a pointer to
  * layer l of its param, and the carried value lives in one buffer for the
  * whole loop that the LoopEnd copies the body's new value into (plan.c).
+ * A LayerStack's buffer is made before the loop, and iteration l copies
+ * the value into its block l.  A reverse loop visits l = |L|-1 .. 0.
  *
  * Finally an output that is an input, or a value that is several outputs,
  * is copied into its out buffer with memcpy.  Descriptors are private
@@ -228,7 +230,8 @@ static void free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi)
 /* The LLVM loop of the repeated block being emitted. */
 typedef struct cg_loop {
     int begin;                /* op index of its LoopBegin, -1 outside a body */
-    LLVMValueRef layer;       /* i64 phi: the iteration (layer) index l */
+    LLVMValueRef layer;       /* i64 phi: the iteration i = 0 .. |L|-1 */
+    LLVMValueRef index;       /* i64: the layer l, i or (reverse) |L| - 1 - i */
     LLVMBasicBlockRef body;   /* the loop's first block (holds the phi) */
 } cg_loop;
 
@@ -254,6 +257,19 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
     call_mark(c, f, c->rt.op_end, i);
     f->buf[op->result->id] = carry;
     f->buf[after->id] = carry;
+    /* The body's stacks, one buffer each for all layers. */
+    for (int j = i + 1; j < p->nops && p->ops[j] != op->u.loop.end; j++) {
+        const ir_op *s = p->ops[j];
+        if (s->kind != IR_OP_LAYERSTACK)
+            continue;
+        if (p->out_index[s->result->id] >= 0) { /* filled in place */
+            f->buf[s->result->id] = load_ptr_at(c, out, p->out_index[s->result->id], s->result->tensor);
+            continue;
+        }
+        LLVMValueRef args[] = {f->dev, cg_i64(c, ir_local_bytes(f->m, &s->result->type))};
+        f->buf[s->result->id] = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2,
+                                               s->result->tensor);
+    }
     free_dead(c, f, i, -1, i - 1); /* the value entering, if this was its last read */
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
     lp->begin = i;
@@ -263,6 +279,9 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
     lp->layer = LLVMBuildPhi(c->b, c->t.i64, "l");
     LLVMValueRef zero = cg_i64(c, 0);
     LLVMAddIncoming(lp->layer, &zero, &pre, 1);
+    int64_t trips = f->m->dims[op->u.loop.dim].size;
+    lp->index = op->u.loop.reverse ? LLVMBuildSub(c->b, cg_i64(c, trips - 1), lp->layer, "layer.rev")
+                                   : lp->layer;
 }
 
 /* LoopEnd, op index i: the body's new value goes into the carried buffer,
@@ -289,7 +308,7 @@ static void emit_loop_end(cg_ctx *c, cg_fn *f, int i, cg_loop *lp)
     free_dead(c, f, i, -1, lp->begin - 1);
     free_dead(c, f, i, i, i); /* the value after the loop, if nobody reads it */
     lp->begin = -1;
-    lp->layer = NULL;
+    lp->layer = lp->index = NULL;
 }
 
 /* LayerSlice: layer l of a stacked param is the block at byte offset
@@ -298,9 +317,22 @@ static void emit_loop_end(cg_ctx *c, cg_fn *f, int i, cg_loop *lp)
 static void emit_layer_slice(cg_ctx *c, cg_fn *f, const ir_op *op, const cg_loop *lp)
 {
     int64_t bytes = ir_local_bytes(f->m, &op->result->type);
-    LLVMValueRef off = LLVMBuildMul(c->b, lp->layer, cg_i64(c, bytes), "layer.off");
+    LLVMValueRef off = LLVMBuildMul(c->b, lp->index, cg_i64(c, bytes), "layer.off");
     f->buf[op->result->id] = LLVMBuildInBoundsGEP2(c->b, c->t.i8, f->buf[op->operands[0]->id], &off, 1,
                                                    op->result->tensor);
+}
+
+/* LayerStack, op index i: the value's per-device block goes to block l of
+ * the stack's buffer (made at the LoopBegin). */
+static void emit_layer_stack(cg_ctx *c, cg_fn *f, const ir_op *op, int i, const cg_loop *lp)
+{
+    int64_t bytes = ir_local_bytes(f->m, &op->operands[0]->type);
+    LLVMValueRef off = LLVMBuildMul(c->b, lp->index, cg_i64(c, bytes), "stack.off");
+    LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, f->buf[op->result->id], &off, 1, "");
+    call_mark(c, f, c->rt.op_begin, i);
+    LLVMBuildMemCpy(c->b, dst, 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
+    call_mark(c, f, c->rt.op_end, i);
+    free_dead(c, f, i, -1, f->plan->nops);
 }
 
 LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *name)
@@ -337,6 +369,10 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         }
         if (op->kind == IR_OP_LAYERSLICE) {
             emit_layer_slice(c, &f, op, &lp);
+            continue;
+        }
+        if (op->kind == IR_OP_LAYERSTACK) {
+            emit_layer_stack(c, &f, op, i, &lp);
             continue;
         }
         if (op->kind == IR_OP_UPDATESLICE) {

@@ -33,7 +33,8 @@ bool ir_op_is_reshard(ir_op_kind k)
 
 bool ir_op_is_loop(ir_op_kind k)
 {
-    return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE;
+    return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE ||
+           k == IR_OP_LAYERSTACK;
 }
 
 const ir_value *ir_update_target(const ir_op *op)

@@ -257,6 +257,7 @@ ir_ew_class ir_ew_classify(const ir_ew_node *nodes, int nnodes, int n);
     X(LOOPBEGIN, "LoopBegin", loop)                 \
     X(LOOPEND, "LoopEnd", loop)                     \
     X(LAYERSLICE, "LayerSlice", loop)               \
+    X(LAYERSTACK, "LayerStack", loop)               \
     X(UPDATESLICE, "UpdateSlice", update)
 
 typedef enum ir_op_kind {
@@ -274,8 +275,9 @@ bool ir_op_is_reshard(ir_op_kind k);
 /* The storage an UpdateSlice writes, through earlier UpdateSlices and a
  * LayerSlice: the state value, or NULL if operand 0 of `op` leads to none. */
 const struct ir_value *ir_update_target(const struct ir_op *op);
-/* True for LoopBegin, LoopEnd and LayerSlice: the ops that structure a
- * repeated block rather than compute (docs/ir.md, "Repeated blocks"). */
+/* True for LoopBegin, LoopEnd, LayerSlice and LayerStack: the ops that
+ * structure a repeated block rather than compute (docs/ir.md, "Repeated
+ * blocks"). */
 bool ir_op_is_loop(ir_op_kind k);
 
 /* The 2D GEMM dataflows of seed 004 (Fig. 1, Table 1), named by the
@@ -468,11 +470,24 @@ typedef struct ir_op {
          *              value (the next iteration's, with begin's result's
          *              sharding); the result is the value after the loop.
          *  LayerSlice: result = operand 0 (an input or param whose first
-         *              dim is `dim`, not sharded) at index l: a view of
-         *              its l-th block, no copy; its type is the operand's
-         *              without the first dim. */
+         *              dim is `dim`, not sharded, or the result of a
+         *              LayerStack of an earlier loop over `dim`) at index
+         *              l: a view of its l-th block, no copy; its type is
+         *              the operand's without the first dim.
+         *  LayerStack: in a body; result = the values operand 0 (a body
+         *              value) takes in all iterations, stacked on a new
+         *              first dim `dim` (not sharded; the other dims keep
+         *              operand 0's sharding, which holds no partial sums).
+         *              Iteration l copies operand 0 into block l of the
+         *              result, a buffer made before the loop; the result
+         *              is read only after the loop (a scan's stacked
+         *              output: the activations a backward loop reads).
+         * With `reverse` set on the LoopBegin, iteration i of the loop is
+         * layer l = |L| - 1 - i: LayerSlice and LayerStack index layer l,
+         * so a backward loop visits the layers last to first. */
         struct {
             int dim;             /* dim id (ir_module.dims) counting the iterations */
+            bool reverse;        /* (LoopBegin) the layers run last to first */
             struct ir_op *begin; /* the loop's LoopBegin (itself for a LoopBegin) */
             struct ir_op *end;   /* the loop's LoopEnd (itself for a LoopEnd) */
         } loop;

@@ -281,10 +281,12 @@ void ir_print(FILE *out, ir_module *m)
         switch (op->kind) {
         case IR_OP_LOOPBEGIN:
         case IR_OP_LOOPEND:
-        case IR_OP_LAYERSLICE: {
+        case IR_OP_LAYERSLICE:
+        case IR_OP_LAYERSTACK: {
             const ir_dimdef *dd = op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims ? &m->dims[op->u.loop.dim] : NULL;
             if (op->kind == IR_OP_LOOPBEGIN)
-                fprintf(out, "LoopBegin(%s = %lld)", dd ? dd->name : "?", dd ? (long long)dd->size : 0LL);
+                fprintf(out, "LoopBegin(%s = %lld%s)", dd ? dd->name : "?", dd ? (long long)dd->size : 0LL,
+                        op->u.loop.reverse ? ", reverse" : "");
             else
                 fprintf(out, "%s(%s)", ir_op_name(op->kind), dd ? dd->name : "?");
             for (int i = 0; i < op->noperands; i++)
@@ -343,6 +345,9 @@ void ir_print(FILE *out, ir_module *m)
             fprintf(out, " the carried value after the loop;");
         if (op->kind == IR_OP_LAYERSLICE)
             fprintf(out, " a view of one layer, no copy");
+        else if (op->kind == IR_OP_LAYERSTACK)
+            fprintf(out, " each iteration's value, kept for after the loop: %.2f MiB/device",
+                    (double)ir_local_bytes(m, &r->type) / (1 << 20));
         else if (op->kind == IR_OP_UPDATESLICE && op->noperands > 1)
             fprintf(out, " written in place: %.2f MiB/device",
                     (double)ir_local_bytes(m, &op->operands[1]->type) / (1 << 20));

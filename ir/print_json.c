@@ -176,6 +176,8 @@ void ir_print_json(FILE *out, ir_module *m)
             cJSON_AddNumberToObject(o, "trips", (double)m->dims[op->u.loop.dim].size);
             cJSON_AddNumberToObject(o, "begin", op_index(order, nops, op->u.loop.begin));
             cJSON_AddNumberToObject(o, "end", op_index(order, nops, op->u.loop.end));
+            if (op->kind == IR_OP_LOOPBEGIN)
+                cJSON_AddBoolToObject(o, "reverse", op->u.loop.reverse);
         } else if (op->kind == IR_OP_UPDATESLICE && op->noperands > 0 && op->u.update.dim >= 0 &&
                    op->u.update.dim < op->operands[0]->type.rank) {
             cJSON_AddStringToObject(o, "update_dim",

@@ -14,8 +14,11 @@
  * result's type, sharding included (the body is planned once, so the value
  * entering iteration l+1 has the sharding iteration l started with); a
  * LayerSlice reads an input or param whose first dim is the loop's dim and
- * is not sharded (layers are not split over devices), and its result is the
- * operand without that dim, sharding included.
+ * is not sharded (layers are not split over devices), or the LayerStack of
+ * an earlier loop over that dim, and its result is the operand without that
+ * dim, sharding included.  A LayerStack is inside the loop it names, reads
+ * a value without partial sums, and its result is that value's type with
+ * the loop's dim (unsharded) in front; it is read only after its loop.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -71,9 +74,29 @@ bool ir_verify_loop_result(const ir_module *m, const ir_op *op, ir_sharding *out
         *out = top->type.sh;
         return true;
     }
+    case IR_OP_LAYERSTACK: {
+        if (a->type.sh.unreduced) {
+            WHY("it stacks unreduced partial sums");
+            return false;
+        }
+        if (r->type.dtype != a->type.dtype || r->type.rank != a->type.rank + 1 ||
+            r->type.dims[0] != op->u.loop.dim ||
+            memcmp(r->type.dims + 1, a->type.dims, sizeof(int) * (size_t)a->type.rank) != 0) {
+            WHY("the result is not the operand with the loop's dim in front");
+            return false;
+        }
+        ir_sharding s = ir_sharding_replicated();
+        for (int d = 0; d < a->type.rank; d++) {
+            s.naxes[d + 1] = a->type.sh.naxes[d];
+            memcpy(s.axes[d + 1], a->type.sh.axes[d], sizeof s.axes[d + 1]);
+        }
+        *out = s;
+        return true;
+    }
     case IR_OP_LAYERSLICE: {
-        if (!ir_value_kind_is_argument(a->kind)) {
-            WHY("it slices a value that is not an input or param");
+        bool stacked = a->def && a->def->kind == IR_OP_LAYERSTACK;
+        if (!ir_value_kind_is_argument(a->kind) && !stacked) {
+            WHY("it slices a value that is not an input, a param or a LayerStack's result");
             return false;
         }
         if (a->type.rank < 1 || a->type.dims[0] != op->u.loop.dim || a->type.sh.naxes[0] != 0) {
@@ -105,7 +128,11 @@ int ir_verify_loops(const ir_module *m, diag_ctx *d)
     char b1[256];
     /* in_body[id]: the LoopBegin whose body defines value id, or NULL. */
     const ir_op **in_body = calloc((size_t)m->nvalues + 1, sizeof *in_body);
-    if (!in_body) {
+    /* stacked_in[id]: the LoopBegin whose LayerStack value id is, or NULL. */
+    const ir_op **stacked_in = calloc((size_t)m->nvalues + 1, sizeof *stacked_in);
+    if (!in_body || !stacked_in) {
+        free(in_body);
+        free(stacked_in);
         diag_error(d, DIAG_NOLOC, "out of memory in the verifier");
         return 1;
     }
@@ -125,8 +152,9 @@ int ir_verify_loops(const ir_module *m, diag_ctx *d)
             diag_error(d, op->loc, "%s op %s a loop body but is marked otherwise", ir_op_name(op->kind),
                        open ? "is in" : "is outside");
         }
-        if (op->kind == IR_OP_LAYERSLICE && (!open || op->u.loop.begin != open))
-            diag_error(d, op->loc, "LayerSlice outside the body of the loop it names");
+        if ((op->kind == IR_OP_LAYERSLICE || op->kind == IR_OP_LAYERSTACK) &&
+            (!open || op->u.loop.begin != open))
+            diag_error(d, op->loc, "%s outside the body of the loop it names", ir_op_name(op->kind));
         for (int i = 0; i < op->noperands; i++) {
             const ir_value *v = op->operands[i];
             if (!v || v->id < 0 || v->id >= m->nvalues)
@@ -136,9 +164,17 @@ int ir_verify_loops(const ir_module *m, diag_ctx *d)
             if (scope && scope != here)
                 diag_error(d, op->loc, "%s reads %s, which is defined in the body of a loop it is not in",
                            ir_op_name(op->kind), ir_value_name(v, b1, sizeof b1));
+            if (stacked_in[v->id] && stacked_in[v->id] == here)
+                diag_error(d, op->loc, "%s reads %s, the LayerStack of the loop it is in, before "
+                           "the loop has filled it", ir_op_name(op->kind), ir_value_name(v, b1, sizeof b1));
         }
-        if (op->result && op->result->id >= 0 && op->result->id < m->nvalues)
-            in_body[op->result->id] = op->kind == IR_OP_LOOPBEGIN ? op : op->loop;
+        if (op->result && op->result->id >= 0 && op->result->id < m->nvalues) {
+            /* A LayerStack's result is the whole stack, a value of the
+             * scope around the loop once the loop is done. */
+            bool stack = op->kind == IR_OP_LAYERSTACK;
+            in_body[op->result->id] = op->kind == IR_OP_LOOPBEGIN ? op : stack ? NULL : op->loop;
+            stacked_in[op->result->id] = stack ? op->loop : NULL;
+        }
     }
     if (open)
         diag_error(d, open->loc, "LoopBegin without a LoopEnd");
@@ -148,5 +184,6 @@ int ir_verify_loops(const ir_module *m, diag_ctx *d)
             diag_error(d, m->outputs[i].loc, "output %s is a value of a loop body", m->outputs[i].name);
     }
     free(in_body);
+    free(stacked_in);
     return d->nerrors - before;
 }

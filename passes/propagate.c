@@ -452,6 +452,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
         for (int k = 0; k < p.nops; k++)
             log_layout(&p, k);
     }
+    pass_prop_loop_stacks(&p);
     errors = materialise(&p);
     if (!errors)
         errors = pass_prop_loop_finish(&p);

@@ -154,8 +154,14 @@ int pass_prop_loop_prepare(prop *p);
 /* After the sweeps: takes the carried sharding of those loops from the
  * value entering them; true if any changed (the caller sweeps again). */
 bool pass_prop_loop_settle(prop *p);
-/* After materialisation: reshards the value entering each loop and the
- * body's new value into the carried sharding.  Returns the errors. */
+/* Before materialisation: gives each LayerStack result the sharding the
+ * sweeps left its operand (without partial sums, the loop's dim in front)
+ * and each LayerSlice of one that sharding without the dim, the shardings
+ * pass_prop_current gave them during the sweeps. */
+void pass_prop_loop_stacks(prop *p);
+/* After materialisation: reshards the value entering each loop, the body's
+ * new value into the carried sharding, and a LayerStack's operand out of
+ * partial sums.  Returns the errors. */
 int pass_prop_loop_finish(prop *p);
 /* Whether an emitted reshard's value `dst` may be reused by an op placed
  * before `before` (NULL: at the end): not across a loop body's boundary. */

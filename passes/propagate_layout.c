@@ -106,6 +106,12 @@ ir_sharding pass_prop_current(const prop *p, const ir_value *v)
 {
     if (v->kind == IR_VAL_OP && v->has_constraint)
         return v->constraint;
+    /* One layer of a LayerStack (a backward loop reading the forward
+     * loop's activations) is what the stacked body value currently is. */
+    const ir_op *d = v->def;
+    if (d && d->kind == IR_OP_LAYERSLICE && d->noperands == 1 && d->operands[0]->def &&
+        d->operands[0]->def->kind == IR_OP_LAYERSTACK && d->operands[0]->def->noperands == 1)
+        return pass_prop_reduced(pass_prop_current(p, d->operands[0]->def->operands[0]));
     int k = v->id >= 0 && v->id < p->nvalues ? p->def[v->id] : -1;
     if (k >= 0 && p->ops[k].decided)
         return p->ops[k].lay.produced;

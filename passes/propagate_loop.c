@@ -28,6 +28,12 @@
  * in front of the LoopBegin (the value entering) and in front of the LoopEnd
  * (the body's new value), each with its reason.
  *
+ * A LayerStack (each iteration's value of a body value, kept for a backward
+ * loop) is stacked in the sharding the search gives that value, without
+ * partial sums; a LayerSlice of it in a later loop reads layer l in that
+ * sharding (pass_prop_current), so the backward body is planned against
+ * the forward body's choices.
+ *
  * A reshard emitted inside a body is never reused outside it, nor one
  * emitted after a loop inside it (pass_prop_loop_reusable): a body's values
  * exist only during an iteration.
@@ -46,6 +52,30 @@ static ir_sharding slice_sharding(const ir_value *a)
         memcpy(s.axes[d - 1], a->type.sh.axes[d], sizeof s.axes[d - 1]);
     }
     return s;
+}
+
+/* The sharding of a LayerStack's result: `a`'s with an unsharded dim in
+ * front. */
+static ir_sharding stack_sharding(ir_sharding a, int rank)
+{
+    ir_sharding s = ir_sharding_replicated();
+    for (int d = rank - 1; d >= 0; d--) {
+        s.naxes[d + 1] = a.naxes[d];
+        memcpy(s.axes[d + 1], a.axes[d], sizeof s.axes[d + 1]);
+    }
+    return s;
+}
+
+void pass_prop_loop_stacks(prop *p)
+{
+    for (ir_op *op = p->m->first; op; op = op->next) {
+        if (op->kind == IR_OP_LAYERSTACK && op->noperands == 1)
+            op->result->type.sh = stack_sharding(pass_prop_reduced(pass_prop_current(p, op->operands[0])),
+                                                 op->operands[0]->type.rank);
+        else if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1 && op->operands[0]->def &&
+                 op->operands[0]->def->kind == IR_OP_LAYERSTACK)
+            op->result->type.sh = slice_sharding(op->operands[0]);
+    }
 }
 
 /* Gives loop `begin`'s carried value sharding `s` (top of the body and
@@ -117,8 +147,9 @@ bool pass_prop_loop_reusable(const ir_value *dst, const ir_op *before)
     return scope == here;
 }
 
-/* Reshards operand 0 of LoopBegin or LoopEnd `op` into `to` with ops
- * inserted before it.  Returns 1 if no plan exists (reported), else 0. */
+/* Reshards operand 0 of LoopBegin, LoopEnd or LayerStack `op` into `to`
+ * with ops inserted before it.  Returns 1 if no plan exists (reported),
+ * else 0. */
 static int reshard_operand(prop *p, ir_op *op, const ir_sharding *to)
 {
     ir_value *v = op->operands[0];
@@ -142,7 +173,10 @@ static int reshard_operand(prop *p, ir_op *op, const ir_sharding *to)
     ir_type_str(p->m, v->tensor, &v->type, b1, sizeof b1);
     ir_type_str(p->m, v->tensor, &t, b2, sizeof b2);
     for (int s = 0; s < plan.nsteps; s++) {
-        if (op->kind == IR_OP_LOOPBEGIN)
+        if (op->kind == IR_OP_LAYERSTACK)
+            snprintf(whys[s], sizeof whys[s], "for repeat %s: each layer's %s is kept for the "
+                     "backward loop, reduced: %s", dim, v->tensor, b2);
+        else if (op->kind == IR_OP_LOOPBEGIN)
             snprintf(whys[s], sizeof whys[s], "for repeat %s: %s enters the loop as %s, and every "
                      "iteration starts with the loop-carried sharding %s", dim, v->tensor, b1, b2);
         else
@@ -160,6 +194,13 @@ int pass_prop_loop_finish(prop *p)
     for (ir_op *op = p->m->first; op; op = op->next) {
         if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1)
             op->result->type.sh = slice_sharding(op->operands[0]);
+        if (op->kind == IR_OP_LAYERSTACK && op->noperands == 1) {
+            const ir_value *v = op->operands[0];
+            ir_sharding s = pass_prop_reduced(v->type.sh);
+            errors += reshard_operand(p, op, &s);
+            op->result->type.sh = stack_sharding(s, v->type.rank);
+            continue;
+        }
         if ((op->kind != IR_OP_LOOPBEGIN && op->kind != IR_OP_LOOPEND) || op->noperands != 1 ||
             !op->u.loop.begin || !op->u.loop.begin->result)
             continue;

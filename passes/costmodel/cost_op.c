@@ -390,6 +390,12 @@ void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op 
     case IR_OP_LAYERSLICE:
         c.bound = IR_BOUND_MEMORY; /* a view of one layer of a stacked param: no data moves */
         break;
+    case IR_OP_LAYERSTACK: /* copies one layer's value into its block of the stack */
+        c.hbm_bytes = 2 * (double)ir_local_bytes(m, &op->operands[0]->type);
+        c.t_memory = c.hbm_bytes / hw->hbm_bw;
+        c.time = c.t_memory;
+        c.bound = IR_BOUND_MEMORY;
+        break;
     case IR_OP_UPDATESLICE: /* in place: reads the slice once and writes it into the state */
         c.hbm_bytes = 2 * (double)ir_local_bytes(m, &op->operands[1]->type);
         c.t_memory = c.hbm_bytes / hw->hbm_bw;

@@ -23,10 +23,16 @@ largest element, and L must match NumPy's loss.
        replicated, with the ids batch-sharded, and vocab-parallel.
   ops: max and min reductions (over sharded and unsharded dims), minimum,
        exp, relu, subtraction, division by a reduced tensor.
+  repeat: a residual block repeated over N = 3 layers (`repeat N`) with
+       stacked params Win[N, D, F] and Wout[N, F, D], a param G read by
+       every layer and before the block, and the input's gradient through
+       all layers: the backward loop runs over the layers in reverse;
+       replicated, DP, FSDP (the stacked params sharded on D) and TP.
 
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: grad.py --einc PATH [--mpi --mpirun PATH]
+(GRAD_ONLY=NAME in the environment runs only case NAME.)
 """
 import argparse
 import os
@@ -152,6 +158,42 @@ EMB_SHARDINGS = {"replicated": {"TOK": "B, T", "EMB": "V, D"},
                  "batch-sharded ids": {"TOK": "B_XY, T", "EMB": "V, D"},
                  "vocab-parallel": {"TOK": "B_X, T", "EMB": "V_Y, D"}}
 
+# A repeated block: the backward loop's layer gradients are stacked, G's
+# per-layer gradients are summed over the layers, and dIn goes through
+# every layer.
+REPEAT = """\
+mesh X = 2, Y = 2
+dim B = 8, D = 4, F = 6, N = 3
+input In[{IN}] : f64
+input Tgt[B, D] : f64
+param G[D] : f64
+param Win[{WIN}] : f64
+param Wout[{WOUT}] : f64
+X[B, D] = In[B, D] * G[D]
+repeat N {{
+  Z[B, F] = X[B, D] * Win[D, F]
+  H[B, F] = gelu(Z[B, F])
+  Y[B, D] = H[B, F] * Wout[F, D]
+  X[B, D] = X[B, D] + tanh(Y[B, D]) * G[D]
+}}
+L[] = mean((X[B, D] - Tgt[B, D]) * (X[B, D] - Tgt[B, D]))
+dWin[N, D, F] = grad(L, Win)
+dWout[N, F, D] = grad(L, Wout)
+dG[D] = grad(L, G)
+dIn[B, D] = grad(L, In)
+output L
+output dWin
+output dWout
+output dG
+output dIn
+"""
+REPEAT_SHARDINGS = {
+    "replicated": {"IN": "B, D", "WIN": "N, D, F", "WOUT": "N, F, D"},
+    "DP": {"IN": "B_XY, D", "WIN": "N, D, F", "WOUT": "N, F, D"},
+    "FSDP": {"IN": "B_XY, D", "WIN": "N, D_XY, F", "WOUT": "N, F, D_XY"},
+    "FSDP+TP": {"IN": "B_X, D", "WIN": "N, D_X, F_Y", "WOUT": "N, F_Y, D_X"},
+}
+
 OPS_SHARDINGS = {"replicated": {"A": "I, J"}, "J sharded": {"A": "I, J_X"},
                  "I sharded": {"A": "I_X, J"}}
 
@@ -207,6 +249,14 @@ def emb_loss(v):
     return ((h - v["Tgt"]) ** 2).sum() + 0.1 * (lg ** 2).sum()
 
 
+def repeat_loss(v):
+    x = v["In"] * v["G"]
+    for l in range(v["Win"].shape[0]):
+        h = gelu(x @ v["Win"][l])
+        x = x + np.tanh(h @ v["Wout"][l]) * v["G"]
+    return np.mean((x - v["Tgt"]) ** 2)
+
+
 def numeric_grad(loss, v, name, h=1e-6):
     g = np.zeros_like(v[name])
     for i in np.ndindex(g.shape):
@@ -229,6 +279,9 @@ CASES = [
      ["W", "U", "A"]),
     ("emb", EMB, EMB_SHARDINGS, emb_loss,
      {"Tok": (4, 3), "Tgt": (4, 3, 4), "Emb": (8, 4), "W": (4, 4)}, ["Emb", "W"]),
+    ("repeat", REPEAT, REPEAT_SHARDINGS, repeat_loss,
+     {"In": (8, 4), "Tgt": (8, 4), "G": (4,), "Win": (3, 4, 6), "Wout": (3, 6, 4)},
+     ["Win", "Wout", "G", "In"]),
 ]
 
 
@@ -242,6 +295,8 @@ def main():
     rng = np.random.default_rng(11)
     with tempfile.TemporaryDirectory(prefix="einc-grad-") as work:
         for name, src, shardings, loss, shapes, wrt in CASES:
+            if os.environ.get("GRAD_ONLY") and name != os.environ["GRAD_ONLY"]:
+                continue
             vals = {k: rng.standard_normal(s) for k, s in shapes.items()}
             if "Lab" in vals:
                 vals["Lab"] = softmax(3 * vals["Lab"], -1)  # target distributions

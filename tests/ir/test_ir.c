@@ -412,6 +412,67 @@ static void test_verify_loops(void)
     }
 }
 
+/* A loop over K stacking its carried X[I_X, J] (LayerStack), and a
+ * reverse loop reading the stack one layer at a time (LayerSlice).
+ * `inside` reads the stack in its own loop; `bad_type` gives the stack
+ * the wrong leading dim.  Returns the verifier's error count. */
+static int verify_stack_case(fixture *f, bool inside, bool bad_type)
+{
+    ir_type xt = type2(f, f->I, "X", f->J, "");
+    ir_value *x = ir_value_new(f->m, "X", IR_VAL_INPUT, &xt, 0);
+    ir_op *b = loop_op(f, IR_OP_LOOPBEGIN, x, xt, NULL);
+    ir_type st = xt;
+    memmove(st.dims + 1, st.dims, 2 * sizeof st.dims[0]);
+    memmove(st.sh.naxes + 1, st.sh.naxes, 2 * sizeof st.sh.naxes[0]);
+    memmove(st.sh.axes + 1, st.sh.axes, 2 * sizeof st.sh.axes[0]);
+    st.dims[0] = bad_type ? f->I : f->K;
+    st.sh.naxes[0] = 0;
+    st.rank = 3;
+    ir_op *s = loop_op(f, IR_OP_LAYERSTACK, b->result, st, b);
+    if (inside)
+        loop_op(f, IR_OP_LAYERSLICE, s->result, xt, b);
+    ir_op *e = loop_op(f, IR_OP_LOOPEND, b->result, xt, b);
+    for (ir_op *op = b; op; op = op->next)
+        op->u.loop.end = e;
+    ir_op *b2 = loop_op(f, IR_OP_LOOPBEGIN, e->result, xt, NULL);
+    b2->u.loop.reverse = true;
+    ir_op *ls = loop_op(f, IR_OP_LAYERSLICE, s->result, xt, b2);
+    ir_op *e2 = loop_op(f, IR_OP_LOOPEND, b2->result, xt, b2);
+    b2->u.loop.end = ls->u.loop.end = e2->u.loop.end = e2;
+    ir_output_add(f->m, "X", e2->result, 0);
+    char *text = dump(f->m, ir_print);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "LoopBegin(K = 4, reverse)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "= LayerStack(K) X.1[I_X, J]"));
+    free(text);
+    return verify(f);
+}
+
+static void test_verify_stacks(void)
+{
+    static const struct {
+        bool inside, bad_type;
+        const char *want; /* a part of the message, NULL for none */
+    } cases[] = {
+        {false, false, NULL},
+        {true, false, "the LayerStack of the loop it is in, before the loop has filled it"},
+        {false, true, "not the operand with the loop's dim in front"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture f;
+        setup(&f);
+        int n = verify_stack_case(&f, cases[i].inside, cases[i].bad_type);
+        if (cases[i].want) {
+            CU_ASSERT(n > 0);
+            CU_ASSERT_PTR_NOT_NULL(f.errs ? strstr(f.errs, cases[i].want) : NULL);
+        } else {
+            CU_ASSERT_EQUAL(n, 0);
+            if (n)
+                fprintf(stderr, "%s", f.errs);
+        }
+        teardown(&f);
+    }
+}
+
 static void test_print(void)
 {
     fixture f;
@@ -489,6 +550,7 @@ void einc_register_tests(void)
         {"verify_per_axis", test_verify_per_axis},
         {"verify_constraint", test_verify_constraint},
         {"verify_loops", test_verify_loops},
+        {"verify_stacks", test_verify_stacks},
         {"print", test_print},
         {"diag", test_diag},
     };
