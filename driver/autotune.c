@@ -608,7 +608,7 @@ static bool command_compiles(const report *r, const char *src, size_t len)
     diag_init(&d, r->o->input, src, len);
     d.out = f;
     d.max_errors = 1;
-    fe_options fo = {defs, n, false};
+    fe_options fo = {.defines = defs, .ndefines = n};
     ir_module *m = fe_compile(src, len, &fo, &d);
     fclose(f);
     bool ok = m != NULL;
@@ -745,7 +745,7 @@ int autotune_main(int argc, char **argv)
         return 1;
     diag_ctx diag;
     diag_init(&diag, o.input, src, len);
-    fe_options fo = {o.defines, o.ndefines, false};
+    fe_options fo = {.defines = o.defines, .ndefines = o.ndefines};
     ir_module *m = fe_compile(src, len, &fo, &diag);
     rc = m ? tune_and_report(&o, &hw, m, src, len) : 1;
     if (m)

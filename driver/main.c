@@ -45,6 +45,7 @@ typedef struct options {
     const char *hw;               /* --hw */
     pass_meshslice_mode meshslice;
     int meshslice_k;
+    fe_remat remat;               /* --remat= */
     int max_errors;
     bool debug_pass;
 } options;
@@ -68,6 +69,9 @@ static void usage(FILE *out)
           "  --meshslice=auto|off|K  2D GEMMs as MeshSlice loops (docs/meshslice.md): auto\n"
           "                        picks the slice count K with the cost model (default),\n"
           "                        K fixes it, off keeps propagate's whole-tensor collectives\n"
+          "  --remat=none|elementwise|layer  what the backward pass computes again rather\n"
+          "                        than keeps (docs/language.md): none (default),\n"
+          "                        elementwise results, or each repeated layer\n"
           "Dumps:\n"
           "  --dump-ir[=text|json] print the IR after the pipeline (docs/ir.md)\n"
           "  --dump-cost           print the cost table per op and the totals\n"
@@ -193,6 +197,16 @@ static int parse_args(int argc, char **argv, options *o)
                 o->meshslice_k = (int)k;
             } else
                 return drv_bad_usage("einc", "--meshslice wants auto, off or a slice count K, not '%s'", v);
+        } else if (strncmp(a, "--remat=", 8) == 0) {
+            const char *v = a + 8;
+            if (strcmp(v, "none") == 0)
+                o->remat = FE_REMAT_NONE;
+            else if (strcmp(v, "elementwise") == 0)
+                o->remat = FE_REMAT_ELEMENTWISE;
+            else if (strcmp(v, "layer") == 0)
+                o->remat = FE_REMAT_LAYER;
+            else
+                return drv_bad_usage("einc", "--remat wants none, elementwise or layer, not '%s'", v);
         } else if (strncmp(a, "--max-errors=", 13) == 0) {
             int64_t n;
             if (!parse_size(a + 13, &n) || n > 100000)
@@ -215,7 +229,8 @@ static int parse_args(int argc, char **argv, options *o)
 static ir_module *compile(const options *o, const char *src, size_t len, bool single_device,
                           pass_manager *pm, pass_ctx *ctx)
 {
-    fe_options fo = {o->defines, o->ndefines, single_device};
+    fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .single_device = single_device,
+                     .remat = o->remat};
     ir_module *m = fe_compile(src, len, &fo, ctx->diag);
     if (!m)
         return NULL;

@@ -24,6 +24,17 @@ typedef struct fe_define {
 } fe_define;
 
 /* Options of one compilation. */
+/* What the backward pass of `grad` and `optimize` keeps from the forward
+ * pass and what it computes again (`einc --remat=`; docs/language.md,
+ * "Rematerialisation"): memory traded for FLOPs, seed 003's activation
+ * checkpointing. */
+typedef enum fe_remat {
+    FE_REMAT_NONE,        /* keep every forward value the backward pass reads */
+    FE_REMAT_ELEMENTWISE, /* recompute elementwise results from their operands */
+    FE_REMAT_LAYER,       /* in a repeated block keep only each layer's input and
+                             recompute the layer in the backward loop */
+} fe_remat;
+
 typedef struct fe_options {
     const fe_define *defines; /* ndefines overrides, applied at declaration */
     int ndefines;
@@ -31,6 +42,7 @@ typedef struct fe_options {
      * is dropped (all values replicated): the unsharded reference program
      * that the executable's --check compares against. */
     bool single_device;
+    fe_remat remat;
 } fe_options;
 
 /* Compiles `src` (len bytes, need not be NUL-terminated; may contain any

@@ -43,6 +43,16 @@
  *    value from before the loop gets the sum over layers of its per-layer
  *    adjoints.
  *
+ * Rematerialisation (--remat, fe_remat): where the backward ops read a
+ * forward value, `val` gives the value itself, a LayerSlice of the layer's
+ * copy the forward loop keeps, or a copy of its op computed again on its
+ * operands as the backward ops read them (clone).  `elementwise` computes
+ * elementwise results again (their operands, an einsum's result, stay);
+ * `layer` keeps only each layer's input in a repeated block and computes
+ * the whole layer again in the backward loop (seed 003's activation
+ * checkpointing: one more forward pass of FLOPs, a layer's activations of
+ * memory instead of |L| layers').
+ *
  * Not differentiated (a located error): i32 values, a state write, a
  * target defined in a repeated block's body.
  */
@@ -74,6 +84,7 @@ typedef struct gctx {
      * id the value as the backward body reads it (val). */
     ir_op *loop, *bloop;
     ir_value **map;
+    fe_remat remat;     /* what is computed again rather than kept (clone) */
 } gctx;
 
 /* Per-loss results, kept on the checker so that later grad statements of
@@ -93,16 +104,61 @@ static bool in_body(const ir_op *fb, const ir_value *v)
     return fb && v->def && (v->def == fb || v->def->loop == fb);
 }
 
-/* `v` as the backward ops read it: itself, or in a backward loop's body
- * the forward body value of the same layer: a new LayerSlice of the
- * stacked param it is a layer of, or of a LayerStack that the forward
- * loop now keeps of it. */
+static ir_value *val(gctx *g, ir_value *v);
+
+/* Forward value `v` computed again by a copy of its op, appended, on its
+ * operands as the backward ops read them (val): rematerialisation. */
+static ir_value *clone(gctx *g, ir_value *v)
+{
+    const ir_op *op = v->def;
+    ir_value *opnds[IR_MAX_OPERANDS];
+    for (int k = 0; k < op->noperands; k++)
+        opnds[k] = val(g, op->operands[k]);
+    ir_type t = v->type;
+    t.sh = ir_sharding_replicated(); /* propagate plans the copy afresh */
+    ir_value *r = ir_value_new(g->e.m, v->tensor, IR_VAL_OP, &t, v->loc);
+    r->has_constraint = v->has_constraint;
+    r->constraint = v->constraint;
+    ir_op *c = ir_op_new(g->e.m, op->kind, op->noperands, opnds, r, op->loc);
+    memcpy(&c->u, &op->u, sizeof c->u);
+    c->remat = true;
+    if (op->kind == IR_OP_ELEMENTWISE) {
+        size_t n = (size_t)op->u.ew.nnodes * sizeof *op->u.ew.nodes;
+        ir_ew_node *nodes = ir_alloc(&g->e.m->arena, n);
+        memcpy(nodes, op->u.ew.nodes, n);
+        c->u.ew.nodes = nodes;
+    }
+    ir_op_append(g->e.m, c);
+    return r;
+}
+
+/* Whether forward value `v` (in a backward loop's body: of the forward
+ * body) is computed again rather than kept, under --remat. */
+static bool recompute(const gctx *g, const ir_value *v)
+{
+    ir_op_kind k = v->def ? v->def->kind : IR_OP_COUNT;
+    if (k != IR_OP_EINSUM && k != IR_OP_ELEMENTWISE)
+        return false; /* loop ops, state writes: kept */
+    if (!g->loop) /* outside a loop body: forward ops only */
+        return g->remat == FE_REMAT_ELEMENTWISE && k == IR_OP_ELEMENTWISE &&
+               v->id < g->nvalues && v->def->phase == IR_PHASE_FORWARD;
+    return g->remat == FE_REMAT_LAYER || (g->remat == FE_REMAT_ELEMENTWISE && k == IR_OP_ELEMENTWISE);
+}
+
+/* `v` as the backward ops read it: itself; a copy computed again under
+ * --remat; or in a backward loop's body the forward body value of the same
+ * layer: a new LayerSlice of the stacked param it is a layer of, a copy
+ * computed again, or a LayerSlice of a LayerStack that the forward loop
+ * now keeps of it. */
 static ir_value *val(gctx *g, ir_value *v)
 {
-    if (!in_body(g->loop, v))
+    bool body = in_body(g->loop, v);
+    if (!body && (g->loop || !recompute(g, v)))
         return v;
     if (g->map[v->id])
         return g->map[v->id];
+    if (!body || (v->def->kind != IR_OP_LAYERSLICE && recompute(g, v)))
+        return g->map[v->id] = clone(g, v);
     ir_module *m = g->e.m;
     ir_op *fb = g->loop;
     int dim = fb->u.loop.dim;
@@ -811,7 +867,10 @@ static bool sweep(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, i
     g.relevant = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *g.relevant);
     bool *dep = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *dep);
     bool *need = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *need);
+    g.map = ir_alloc(c->arena, (size_t)m->nvalues * sizeof *g.map);
+    g.remat = c->opts ? c->opts->remat : FE_REMAT_NONE;
     memset(g.adj, 0, (size_t)m->nvalues * sizeof *g.adj);
+    memset(g.map, 0, (size_t)m->nvalues * sizeof *g.map);
     memset(dep, 0, (size_t)m->nvalues);
     memset(need, 0, (size_t)m->nvalues);
     for (int i = 0; i < n; i++)

@@ -397,6 +397,10 @@ typedef struct ir_op {
      * op a pass inserts between two body ops is in the body too. */
     struct ir_op *loop;
     ir_phase phase;                     /* forward, backward or update */
+    /* A copy of a forward op that the backward pass computes again rather
+     * than keeping its result (--remat): its FLOPs are executed but are no
+     * model FLOPs (seed 003 counts each FLOP of a training step once). */
+    bool remat;
     union {
         /* IR_OP_EINSUM: result = scale * (reduction over labels not in the
          * result of the product of the operands) (1 to IR_MAX_OPERANDS;

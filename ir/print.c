@@ -339,6 +339,8 @@ void ir_print(FILE *out, ir_module *m)
         fprintf(out, "   #");
         if (op->reason)
             fprintf(out, " %s;", op->reason);
+        if (op->remat)
+            fprintf(out, " computed again for the backward pass (--remat);");
         if (op->kind == IR_OP_LOOPBEGIN)
             fprintf(out, " the carried value at the top of each iteration;");
         else if (op->kind == IR_OP_LOOPEND)

@@ -136,6 +136,8 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(o, "index", i);
         cJSON_AddStringToObject(o, "op", ir_op_name(op->kind));
         cJSON_AddStringToObject(o, "phase", ir_phase_name(op->phase));
+        if (op->remat)
+            cJSON_AddBoolToObject(o, "remat", true);
         cJSON *axes = cJSON_AddArrayToObject(o, "axes");
         if (ir_op_is_reshard(op->kind)) {
             for (int a = 0; a < op->u.coll.naxes; a++) {

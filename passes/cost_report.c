@@ -64,19 +64,28 @@ static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const
  * the elementwise FLOPs, which are not model FLOPs. */
 static void print_flops_line(FILE *out, const ir_module *m)
 {
-    double devices = (double)ir_mesh_devices(&m->mesh), executed = 0;
+    double devices = (double)ir_mesh_devices(&m->mesh), executed = 0, again = 0;
     if (devices < 1)
         devices = 1;
-    for (const ir_op *op = m->first; op; op = op->next)
-        if (op->cost.valid && cost_op_model_flops(m, op) > 0)
-            executed += op->cost.flops * (double)ir_op_trips(m, op); /* a loop body: every run */
+    for (const ir_op *op = m->first; op; op = op->next) {
+        bool contraction = op->kind == IR_OP_MESHSLICE ||
+                           (op->kind == IR_OP_EINSUM && !op->u.einsum.gather && !op->u.einsum.scatter);
+        if (!op->cost.valid || !contraction)
+            continue;
+        double f = op->cost.flops * (double)ir_op_trips(m, op); /* a loop body: every run */
+        executed += f;
+        if (op->remat)
+            again += f;
+    }
     double share = m->totals.model_flops / devices;
     fprintf(out, "model FLOPs: %.4g global (einsums, each FLOP of the unsharded program once; "
                  "seed 003), %.4g per device; executed %.4g per device",
             m->totals.model_flops, share, executed);
     if (share > 0)
         fprintf(out, " (%.3gx the share%s)", executed / share,
-                executed > share * (1 + 1e-9) ? ": some work is replicated" : "");
+                executed - again > share * (1 + 1e-9) ? ": some work is replicated" : "");
+    if (again > 0)
+        fprintf(out, ", of which %.4g computed again for the backward pass (--remat)", again);
     fprintf(out, "; elementwise %.4g global, not counted\n", m->totals.elementwise_flops);
 }
 

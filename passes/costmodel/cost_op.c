@@ -449,6 +449,8 @@ static double global_points(const ir_module *m, const ir_op *op,
 
 double cost_op_model_flops(const ir_module *m, const ir_op *op)
 {
+    if (op->remat)
+        return 0; /* computed again (--remat): executed, not model FLOPs */
     switch (op->kind) {
     case IR_OP_EINSUM:
         /* The same count as einsum_flops, at global instead of local

@@ -62,15 +62,16 @@ class Checker:
         return (p.returncode, p.stdout.decode("utf-8", "replace"),
                 p.stderr.decode("utf-8", "replace"))
 
-    def expect_error(self, title, args, names, launcher=None, leftovers=None):
-        """Runs and checks exit 1 and that stderr mentions every string of `names`.
+    def expect_error(self, title, args, names, launcher=None, leftovers=None, status=1):
+        """Runs and checks exit `status` (1; 2 for a bad command line) and that
+        stderr mentions every string of `names`.
         `leftovers`: (dir, allowed names) - dir must hold nothing else afterwards."""
         rc, out, err = self.run(args, launcher)
         problems = []
         if rc is None:
             problems.append("did not finish")
-        elif rc != 1:
-            problems.append("exit status %s, expected 1" % rc)
+        elif rc != status:
+            problems.append("exit status %s, expected %d" % (rc, status))
         for n in names:
             if n not in err:
                 problems.append("message does not name '%s'" % n)
@@ -140,6 +141,8 @@ def compiler_checks(c, einc, work):
     comp.expect_error("einc: missing source file", ["nothere.ein", "-o", "x"], ["nothere.ein"])
     comp.expect_error("einc: -D names nothing", ["bad.ein", "-D", "Nope=4", "-o", "x"],
                       ["Nope"])
+    comp.expect_error("einc: unknown --remat", ["bad.ein", "--remat=all", "-o", "x"],
+                      ["--remat", "none, elementwise or layer", "'all'"], status=2)
     comp.expect_error("einc: output in a missing directory", ["bad.ein", "-o", "no/dir/x"],
                       ["no/dir/x"])
     os.makedirs(os.path.join(work, "exe_is_dir"))

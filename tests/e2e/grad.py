@@ -28,6 +28,8 @@ largest element, and L must match NumPy's loss.
        every layer and before the block, and the input's gradient through
        all layers: the backward loop runs over the layers in reverse;
        replicated, DP, FSDP (the stacked params sharded on D) and TP.
+  --remat=elementwise (ffw and repeat) and --remat=layer (repeat) compute
+       forward values again in the backward pass instead of keeping them.
 
 The last line is `N passed, N failed`; exit 1 on any failure.
 
@@ -69,6 +71,8 @@ FFW_SHARDINGS = {
     "DP": {"IN": "B_XY, D", "WIN": "D, F", "WOUT": "F, D"},
     "FSDP": {"IN": "B_XY, D", "WIN": "D_XY, F", "WOUT": "F, D_XY"},
     "FSDP+TP": {"IN": "B_X, D_Y", "WIN": "D_X, F_Y", "WOUT": "F_Y, D_X"},
+    "FSDP --remat=elementwise": {"IN": "B_XY, D", "WIN": "D_XY, F", "WOUT": "F, D_XY",
+                                 "_flags": ["--remat=elementwise"]},
 }
 
 ATTN = """\
@@ -192,6 +196,10 @@ REPEAT_SHARDINGS = {
     "DP": {"IN": "B_XY, D", "WIN": "N, D, F", "WOUT": "N, F, D"},
     "FSDP": {"IN": "B_XY, D", "WIN": "N, D_XY, F", "WOUT": "N, F, D_XY"},
     "FSDP+TP": {"IN": "B_X, D", "WIN": "N, D_X, F_Y", "WOUT": "N, F_Y, D_X"},
+    "FSDP --remat=elementwise": {"IN": "B_XY, D", "WIN": "N, D_XY, F", "WOUT": "N, F, D_XY",
+                                 "_flags": ["--remat=elementwise"]},
+    "FSDP+TP --remat=layer": {"IN": "B_X, D", "WIN": "N, D_X, F_Y", "WOUT": "N, F_Y, D_X",
+                              "_flags": ["--remat=layer"]},
 }
 
 OPS_SHARDINGS = {"replicated": {"A": "I, J"}, "J sharded": {"A": "I, J_X"},
@@ -315,7 +323,7 @@ def main():
                     with open(ein, "w") as f:
                         f.write(src.format(**subs))
                     exe = os.path.join(work, name + "_" + rt)
-                    cmd = [a.einc, ein, "-o", exe, "--runtime=" + rt]
+                    cmd = [a.einc, ein, "-o", exe, "--runtime=" + rt] + subs.get("_flags", [])
                     p = subprocess.run(cmd, capture_output=True, text=True)
                     if p.returncode != 0:
                         print("FAIL %s: einc: %s" % (title, p.stderr.strip()[-2000:]))
