@@ -208,7 +208,7 @@ static int run_reference(const rt_job *job, rt_job *rj, rt_train *rtr, rt_genera
             fprintf(stderr, "einrt: error: --check: %s\n", err);
             return -1;
         }
-        rj->repeat = rgen->steps;
+        rj->repeat = rgen->steps - rgen->first;
     }
     /* --trace and --profile are about the sharded run. */
     rt_job_alloc(rj, 1, 0);

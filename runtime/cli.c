@@ -74,6 +74,7 @@ static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
+    "--prompt-cached",
 };
 
 static int takes_value(const char *flag)
@@ -278,6 +279,8 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --temperature T         sample from softmax(logits / T) (default 0: greedy)\n"
             "  --seed S                the sampling's seed (default 0)\n"
             "  --generated FILE.npy    write the prompt and the tokens, i32 [B, T + N]\n"
+            "  --prompt-cached P       the caches given with --input already hold the first P\n"
+            "                          prompt tokens (a prefill run's --output): start at P\n"
             "  --check                 also compares the tokens and the last outputs with\n"
             "                          the unsharded reference's\n"
             "\n"

@@ -17,7 +17,11 @@
  * the prompt's for s < T0, then the tokens generated so far.  Steps T0-1
  * onwards each make one new token per sequence, so N tokens take T0+N-1
  * steps, and the prompt is read one token per step (prefill as decode
- * steps; the time to first token is the T0 prompt steps).  Sampling draws
+ * steps; the time to first token is the T0 prompt steps).  With
+ * --prompt-cached P the states given by --input hold positions 0..P-1
+ * already (the same model compiled with a window of P new tokens wrote
+ * them in one run, its prefill, and --output saved them), so the steps
+ * start at s = P.  Sampling draws
  * from softmax(logits / T) with a uniform number from splitmix64 of the
  * seed, the step and the sequence: the same on every device and every run.
  * Device 0 records the tokens; each step is timed as --repeat times a run
@@ -41,9 +45,16 @@ static int32_t find_one(const rt_tensor_desc *ts, int32_t n, int (*match)(const 
     return k;
 }
 
+/* [B], or [B, 1]: one new token per sequence written with a window dim
+ * of size 1 (the decode of a model whose prefill has T new tokens). */
+static int one_per_row(const rt_tensor_desc *t)
+{
+    return t->rank == 1 || (t->rank == 2 && t->global_shape[1] == 1);
+}
+
 static int is_tokens(const rt_tensor_desc *t)
 {
-    return t->role == RT_ROLE_INPUT && t->dtype == RT_I32 && t->rank == 1;
+    return t->role == RT_ROLE_INPUT && t->dtype == RT_I32 && one_per_row(t);
 }
 static int is_position(const rt_tensor_desc *t)
 {
@@ -51,11 +62,12 @@ static int is_position(const rt_tensor_desc *t)
 }
 static int is_next(const rt_tensor_desc *t)
 {
-    return t->dtype == RT_I32 && t->rank == 1;
+    return t->dtype == RT_I32 && one_per_row(t);
 }
+/* [B, V], or [B, 1, V]. */
 static int is_logits(const rt_tensor_desc *t)
 {
-    return t->dtype != RT_I32 && t->rank == 2;
+    return t->dtype != RT_I32 && (t->rank == 2 || (t->rank == 3 && t->global_shape[1] == 1));
 }
 
 /* An unsharded i32 [rows, cols] tensor named `name` (the prompt, the ids). */
@@ -114,7 +126,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
             return rt_errf(err, errlen, "--generate: output '%s' holds the logits: it must have "
                            "shape [%lld, V] and be replicated (written without subscripts)",
                            l->name, (long long)g->batch);
-        g->vocab = l->global_shape[1];
+        g->vocab = l->global_shape[l->rank - 1];
     }
     if (job->in_paths[g->tokens] || job->in_paths[g->position])
         return rt_errf(err, errlen, "--generate feeds '%s' and '%s' itself: give the prompt with "
@@ -136,6 +148,18 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     if (g->n > INT32_MAX - g->prompt_len)
         return rt_errf(err, errlen, "--generate %lld: too many tokens", (long long)g->n);
     g->steps = g->prompt_len + g->n - 1;
+    g->first = o->prompt_cached > 0 ? o->prompt_cached : 0;
+    if (g->first >= g->prompt_len)
+        return rt_errf(err, errlen, "--prompt-cached %lld: the prompt has %lld tokens, and the "
+                       "last one must be run to make the first new token: at most %lld",
+                       (long long)g->first, (long long)g->prompt_len,
+                       (long long)g->prompt_len - 1);
+    for (int32_t i = 0; g->first > 0 && i < p->ninputs; i++)
+        if (p->inputs[i].role == RT_ROLE_STATE && !job->in_paths[i])
+            return rt_errf(err, errlen, "--prompt-cached %lld: state '%s' holds the cache of the "
+                           "first %lld positions: give it with --input %s=FILE.npy (a prefill "
+                           "run's --output)", (long long)g->first, p->inputs[i].name,
+                           (long long)g->first, p->inputs[i].name);
     int64_t len = g->prompt_len + g->n;
     g->ids = calloc((size_t)(g->batch * len), sizeof *g->ids);
     if (!g->ids)
@@ -150,7 +174,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     for (int64_t b = 0; rc == 0 && b < g->batch; b++)
         memcpy(g->ids + b * len, prompt + b * g->prompt_len, (size_t)g->prompt_len * sizeof *prompt);
     free(prompt);
-    job->repeat = g->steps;
+    job->repeat = g->steps - g->first;
     return rc;
 }
 
@@ -210,11 +234,11 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     int64_t start[RT_MAX_RANK];
     rt_block_start(tok, p->axis_sizes, dev->coord, start);
     int32_t *tin = in[g->tokens];
-    for (int64_t s = 0; s < g->steps; s++) {
+    for (int64_t s = g->first; s < g->steps; s++) {
         for (int64_t i = 0; i < tok->local_shape[0]; i++)
             tin[i] = ids[(start[0] + i) * len + s];
         *(int32_t *)in[g->position] = (int32_t)s;
-        rt_run_timed(dev, job, in, out, s);
+        rt_run_timed(dev, job, in, out, s - g->first);
         if (s + 1 < g->prompt_len)
             continue;
         for (int64_t b = 0; b < g->batch; b++)
@@ -238,11 +262,14 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
         fputc('\n', f);
     }
     double prefill = 0, decode = 0;
-    for (int64_t s = 0; s < g->steps; s++)
-        *(s < g->prompt_len ? &prefill : &decode) += job->times[s];
-    fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens, %s): time to first "
+    for (int64_t s = g->first; s < g->steps; s++)
+        *(s < g->prompt_len ? &prefill : &decode) += job->times[s - g->first];
+    char cached[64] = "";
+    if (g->first > 0)
+        snprintf(cached, sizeof cached, ", %lld of them cached", (long long)g->first);
+    fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens%s, %s): time to first "
                "token %.3f ms", (long long)g->n, (long long)g->batch, (long long)g->prompt_len,
-            g->temperature > 0 ? "sampled" : "greedy", 1e3 * prefill);
+            cached, g->temperature > 0 ? "sampled" : "greedy", 1e3 * prefill);
     if (g->n > 1)
         fprintf(f, ", time per output token %.3f ms, %.1f tokens/s", 1e3 * decode / (double)(g->n - 1),
                 (double)(g->batch * (g->n - 1)) / decode);
@@ -259,6 +286,15 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen)
 {
+    if (!strcmp(flag, "--prompt-cached")) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(val, &end, 10);
+        if (*end || !*val || errno || n < 0 || n > INT32_MAX)
+            return rt_errf(err, errlen, "--prompt-cached expects a token count >= 0, got '%s'", val);
+        o->prompt_cached = n;
+        return 0;
+    }
     if (!strcmp(flag, "--generate")) {
         char *end;
         errno = 0;

@@ -412,9 +412,10 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (o->generate && (p->trains || o->repeat_given))
         return rt_errf(err, errlen, "--generate: %s", p->trains ? "this program trains"
                        : "each generated token is one run; --repeat does not apply");
-    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated))
+    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached))
         return rt_errf(err, errlen, "%s needs --generate N",
-                       o->prompt_ids ? "--prompt-ids" : o->generated ? "--generated" : "--temperature");
+                       o->prompt_ids ? "--prompt-ids" : o->generated ? "--generated"
+                       : o->prompt_cached ? "--prompt-cached" : "--temperature");
     return 0;
 }
 

@@ -564,6 +564,8 @@ typedef struct rt_options {
     const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
     double temperature;          /* --temperature T: 0 (greedy) unless given */
     const char *generated;       /* --generated FILE.npy, or NULL */
+    int64_t prompt_cached;       /* --prompt-cached P: prompt tokens already in the states; 0 if
+                                    not given */
 } rt_options;
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
@@ -637,9 +639,11 @@ typedef struct rt_generate {
     int32_t logits;              /* output index of the logits [B, V], -1 if none */
     int64_t batch, vocab;        /* B, and V of the logits (0 without) */
     int64_t prompt_len;          /* T0, tokens per sequence of --prompt-ids */
-    int64_t steps;               /* runs: T0 + N - 1 */
+    int64_t first;               /* the first step run: --prompt-cached P, else 0 */
+    int64_t steps;               /* the last step + 1: T0 + N - 1; runs: steps - first */
     int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
-                                    run); malloc'd, owned.  Step s's time is job->times[s]. */
+                                    run); malloc'd, owned.  Step s's time is
+                                    job->times[s - first]. */
 } rt_generate;
 
 /* State of one job shared by the devices of a process. */

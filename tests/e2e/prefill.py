@@ -19,6 +19,14 @@ boundary) and over the KV heads; on the threads runtime (and with --mpi on
    gives, and both must match NumPy;
  - a window that passes the cache's end (Pos = 6, T = 4, S = 8) ends the
    run with a message naming the positions.
+Then generation through a prefill: a one-layer language model (embedding,
+the same attention, LM head, `argmax`) compiled with T = 4 and T = 1.  The
+T = 4 executable prefills the caches with the first 4 tokens of a 5-token
+prompt in one run (--output KC, VC); the T = 1 executable, given them with
+--input and `--generate 4 --prompt-cached 4`, must generate the same
+tokens as `--generate 4` from an empty cache (one run per prompt token),
+pass its own --check, and count 4 cached tokens; a cached count that
+leaves no prompt token to run, and one without the caches, are errors.
 The last line is `N passed, N failed`.
 
 Usage: prefill.py --einc PATH [--mpi --mpirun PATH]
@@ -51,6 +59,95 @@ P[B, T, K, S] = softmax(where(S <= Pos[] + T, Sc[B, T, K, S], -inf), S)
 O[B, T, K, H] = P[B, T, K, S] * VC[B, S, K, H]
 output O[B, T, K, H]
 """ % (B, S, D, K, H)
+
+
+# A one-layer language model over the same cache: token [B, T] in, the
+# greedy next token of each position out.
+LM = """mesh X = 2, Y = 2
+dim B = %d, S = %d, D = %d, K = %d, H = %d, V = 32, T = 4
+input Tok[B, T] : i32
+input Pos[] : i32
+param Emb[V, D] : f32
+param Wq[D, K_Y, H] : f32
+param Wk[D, K_Y, H] : f32
+param Wv[D, K_Y, H] : f32
+param Wo[K_Y, H, D] : f32
+param Wlm[D, V] : f32
+state KC[B, S_X, K_Y, H] : f32
+state VC[B, S_X, K_Y, H] : f32
+X0[B, T, D] = Emb[Tok[B, T], D]
+Q[B, T, K, H] = X0[B, T, D] * Wq[D, K, H]
+KC[B, Pos:T, K, H] = X0[B, T, D] * Wk[D, K, H]
+VC[B, Pos:T, K, H] = X0[B, T, D] * Wv[D, K, H]
+Sc[B, T, K, S] = Q[B, T, K, H] * KC[B, S, K, H] / 4
+P[B, T, K, S] = softmax(where(S <= Pos[] + T, Sc[B, T, K, S], -inf), S)
+O[B, T, K, H] = P[B, T, K, S] * VC[B, S, K, H]
+Y[B, T, D] = X0[B, T, D] + O[B, T, K, H] * Wo[K, H, D]
+Lg[B, T, V] = Y[B, T, D] * Wlm[D, V]
+Next[B, T] = argmax(Lg[B, T, V], V)
+output Next
+""" % (B, S, D, K, H)
+
+
+def generation_checks(a, work, rng, tally):
+    """Generation through a prefill run (the docstring's second part)."""
+    def path(name):
+        return os.path.join(work, "lm_" + name + ".npy")
+
+    shapes = {"Emb": (32, D), "Wq": (D, K, H), "Wk": (D, K, H), "Wv": (D, K, H),
+              "Wo": (K, H, D), "Wlm": (D, 32)}
+    params = []
+    for n, s in shapes.items():
+        np.save(path(n), (rng.standard_normal(s) / 2).astype(np.float32))
+        params += ["--input", "%s=%s" % (n, path(n))]
+    prompt = rng.integers(0, 32, (B, 5)).astype(np.int32)
+    np.save(path("prompt"), prompt)
+    np.save(path("head"), prompt[:, :4].copy())
+    np.save(path("zero"), np.array(0, np.int32))
+    exes = {}
+    for t in (4, 1):
+        src = os.path.join(work, "lm_t%d.ein" % t)
+        with open(src, "w") as f:
+            f.write(LM.replace("T = 4", "T = %d" % t))
+        for rt, exe, launch in builds(a, src, os.path.join(work, "lm_t%d" % t), 4, tally):
+            exes[(t, rt)] = launch + [exe]
+
+    def run(cmd):
+        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=300)
+
+    gen = ["--generate", "4", "--prompt-ids", path("prompt")]  # positions 0..7 of S = 8
+    for rt in ["threads"] + (["mpi"] if a.mpi else []):
+        if (4, rt) not in exes or (1, rt) not in exes:
+            continue
+        plain = run(exes[(1, rt)] + params + gen + ["--generated", path("plain_" + rt)])
+        pre = run(exes[(4, rt)] + params + ["--input", "Tok=" + path("head"), "--input",
+                                            "Pos=" + path("zero"), "--output",
+                                            "KC=" + path("kc_" + rt), "--output",
+                                            "VC=" + path("vc_" + rt)])
+        if plain.returncode or pre.returncode:
+            tally.result(False, "generation through a prefill (%s)" % rt, plain.stdout + pre.stdout)
+            continue
+        cached = run(exes[(1, rt)] + params + gen +
+                     ["--prompt-cached", "4", "--input", "KC=" + path("kc_" + rt), "--input",
+                      "VC=" + path("vc_" + rt), "--generated", path("cached_" + rt), "--check"])
+        same = cached.returncode == 0 and np.array_equal(np.load(path("plain_" + rt)),
+                                                         np.load(path("cached_" + rt)))
+        tally.result(same and "check tokens: equal" in cached.stdout and
+                     "prompt 5 tokens, 4 of them cached" in cached.stdout,
+                     "prefill of 4 prompt tokens, then --generate 4 --prompt-cached 4, gives "
+                     "the tokens of --generate 4 from an empty cache (%s)" % rt,
+                     "exit %d:\n%s" % (cached.returncode, cached.stdout))
+        whole = run(exes[(1, rt)] + params + gen + ["--prompt-cached", "5", "--input",
+                                                    "KC=" + path("kc_" + rt), "--input",
+                                                    "VC=" + path("vc_" + rt)])
+        needle = "--prompt-cached 5: the prompt has 5 tokens, and the last one must be run"
+        tally.result(whole.returncode == 1 and needle in whole.stdout,
+                     "--prompt-cached of the whole prompt is an error (%s)" % rt, whole.stdout)
+        bare = run(exes[(1, rt)] + params + gen + ["--prompt-cached", "4"])
+        needle = "state 'KC' holds the cache of the first 4 positions: give it with --input KC="
+        tally.result(bare.returncode == 1 and needle in bare.stdout,
+                     "--prompt-cached without the caches is an error (%s)" % rt, bare.stdout)
 
 
 def reference(x, pos, w, kc, vc):
@@ -153,6 +250,7 @@ def main():
             tally.result(p.returncode == 1 and needle in p.stdout,
                          "a window past the cache is an error (%s)" % rt,
                          "exit %d, expected %r in:\n%s" % (p.returncode, needle, p.stdout))
+        generation_checks(a, work, rng, tally)
     return tally.finish()
 
 
