@@ -14,7 +14,10 @@ rotary embeddings at position Pos, the new key and value in the cache's
 last row, softmax over S positions, RMSNorm with eps 1e-5, SwiGLU.  Then
 the same executable generates from a prompt with an empty cache
 (--generate) and its tokens must equal the unsharded reference's
-(--check).  The last line is `N passed, N failed`.
+(--check).  Last, the file compiled with -D T=2 prefills the first 2
+prompt tokens in one run (--output Kc, Vc), and the decode executable
+given those caches (--prompt-cached 2) must generate the same tokens and
+pass --check.  The last line is `N passed, N failed`.
 
 Usage: decode.py --einc PATH --example PATH
 """
@@ -38,7 +41,7 @@ def inputs(rng):
     B, S, D, K, M, G, F, V, L = (DIMS[k] for k in "BSDKMGFVL")
     inv = 10000.0 ** (-np.arange(G) * 2.0 / (2 * G))
     pos = np.arange(S)[:, None] * inv
-    ins = {"Tok": rng.integers(0, V, (B,)).astype(np.int32), "Pos": np.array(S - 1, np.int32),
+    ins = {"Tok": rng.integers(0, V, (B, 1)).astype(np.int32), "Pos": np.array(S - 1, np.int32),
            "CosT": np.cos(pos), "SinT": np.sin(pos),
            "Kc": rng.standard_normal((L, B, S, K, 2, G)), "Vc": rng.standard_normal((L, B, S, K, 2, G)),
            "Emb": rng.standard_normal((V, D)), "Gf": 1 + 0.1 * rng.standard_normal(D),
@@ -61,7 +64,7 @@ def reference(ins):
     def rope(v):  # rotate_half
         return v * cos + np.concatenate([-v[..., G:], v[..., :G]], -1) * sin
 
-    x = ins["Emb"][ins["Tok"]]
+    x = ins["Emb"][ins["Tok"][:, 0]]
     for l in range(L):
         xn = rmsnorm(x, ins["G1"][l])
         q = rope(np.einsum("bd,dkmpg->bkmpg", xn, ins["Wq"][l]).reshape(B, K, M, H))
@@ -94,9 +97,8 @@ def main():
         with open(a.example, encoding="utf-8") as f, open(src, "w", encoding="utf-8") as g:
             g.write(f.read().replace("bf16", "f32"))
         exe, out = os.path.join(work, "decode"), os.path.join(work, "out.npy")
-        cmd = [a.einc, src, "-o", exe]
-        for k, v in DIMS.items():
-            cmd += ["-D", "%s=%d" % (k, v)]
+        dims = [x for k, v in DIMS.items() for x in ("-D", "%s=%d" % (k, v))]
+        cmd = [a.einc, src, "-o", exe] + dims
         run = [exe, "--output", "Logits=" + out]
         for k, v in ins.items():
             path = os.path.join(work, k + ".npy")
@@ -107,14 +109,39 @@ def main():
             if p.returncode != 0:
                 print("FAIL %s exited %d\n%s\n0 passed, 1 failed" % (" ".join(c), p.returncode, p.stdout))
                 return 1
-        got = np.load(out).astype(np.float64)
+        got = np.load(out).astype(np.float64)[:, 0]  # [B, T = 1, V]
         # Generation from an empty cache: the params and tables only.
         prompt = os.path.join(work, "prompt.npy")
-        np.save(prompt, np.random.default_rng(4).integers(0, DIMS["V"], (DIMS["B"], 3)).astype(np.int32))
-        gen = [exe, "--prompt-ids", prompt, "--generate", "5", "--check"]
-        gen += [x for k in ins if k not in ("Tok", "Pos", "Kc", "Vc")
-                for x in ("--input", "%s=%s" % (k, os.path.join(work, k + ".npy")))]
-        p = subprocess.run(gen, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        ids = np.random.default_rng(4).integers(0, DIMS["V"], (DIMS["B"], 3)).astype(np.int32)
+        np.save(prompt, ids)
+        params = [x for k in ins if k not in ("Tok", "Pos", "Kc", "Vc")
+                  for x in ("--input", "%s=%s" % (k, os.path.join(work, k + ".npy")))]
+        gen = [exe, "--prompt-ids", prompt, "--generate", "5", "--check"] + params
+        plain = os.path.join(work, "plain.npy")
+        p = subprocess.run(gen + ["--generated", plain], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        # Prefill of the prompt's first 2 tokens in one run, then generation
+        # from its caches.
+        exe2 = os.path.join(work, "prefill")
+        np.save(os.path.join(work, "head.npy"), ids[:, :2].copy())
+        np.save(os.path.join(work, "zero.npy"), np.array(0, np.int32))
+        steps = [[a.einc, src, "-o", exe2, "-D", "T=2"] + dims,
+                 [exe2, "--input", "Tok=" + os.path.join(work, "head.npy"), "--input",
+                  "Pos=" + os.path.join(work, "zero.npy"), "--output",
+                  "Kc=" + os.path.join(work, "kc.npy"), "--output",
+                  "Vc=" + os.path.join(work, "vc.npy")] + params,
+                 gen + ["--prompt-cached", "2", "--input", "Kc=" + os.path.join(work, "kc.npy"),
+                        "--input", "Vc=" + os.path.join(work, "vc.npy"), "--generated",
+                        os.path.join(work, "cached.npy")]]
+        pre = None
+        for c in steps:
+            pre = subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 timeout=300)
+            if pre.returncode != 0:
+                break
+        pre_ok = (pre.returncode == 0 and "check tokens: equal (2 sequences x 5 tokens)" in pre.stdout
+                  and os.path.exists(plain) and
+                  np.array_equal(np.load(plain), np.load(os.path.join(work, "cached.npy"))))
     err = np.max(np.abs(got - want)) / np.max(np.abs(want))
     ok = got.shape == want.shape and err < 1e-4
     print("%s llama2_13b_decode (f32, %s): max |error| / max |ref| = %.3g (tol 1e-4), shape %s" %
@@ -122,8 +149,12 @@ def main():
     gen_ok = p.returncode == 0 and "check tokens: equal (2 sequences x 5 tokens)" in p.stdout
     print("%s llama2_13b_decode generates 5 tokens from a 3-token prompt, equal to the unsharded "
           "run's%s" % ("ok  " if gen_ok else "FAIL", "" if gen_ok else "\n" + p.stdout))
-    print("%d passed, %d failed" % (int(ok) + int(gen_ok), int(not ok) + int(not gen_ok)))
-    return 0 if ok and gen_ok else 1
+    print("%s llama2_13b_decode -D T=2 prefills 2 prompt tokens in one run, and generation "
+          "with --prompt-cached 2 makes the same 5 tokens%s" %
+          ("ok  " if pre_ok else "FAIL", "" if pre_ok else "\n" + pre.stdout))
+    results = [ok, gen_ok, pre_ok]
+    print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
+    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":
