@@ -14,12 +14,14 @@ rotary embeddings at position Pos, the new key and value in the cache's
 last row, softmax over S positions, RMSNorm with eps 1e-5, SwiGLU.  Then
 the same executable generates from a prompt with an empty cache
 (--generate) and its tokens must equal the unsharded reference's
-(--check).  Last, the file compiled with -D T=2 prefills the first 2
-prompt tokens in one run (--output Kc, Vc), and the decode executable
-given those caches (--prompt-cached 2) must generate the same tokens and
-pass --check.  The last line is `N passed, N failed`.
+(--check) and a NumPy greedy decoder's.  Last, the file compiled with
+-D T=2 prefills the first 2 prompt tokens in one run (--output Kc, Vc),
+and the decode executable given those caches (--prompt-cached 2) must
+generate the same tokens and pass --check.  With --mpi, generation and
+prefill run again on 4 MPI ranks (-D Y=2: a 2x2 mesh).  The last line is
+`N passed, N failed`.
 
-Usage: decode.py --einc PATH --example PATH
+Usage: decode.py --einc PATH --example PATH [--mpi --mpirun PATH]
 """
 import argparse
 import os
@@ -28,6 +30,9 @@ import sys
 import tempfile
 
 import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
 
 DIMS = {"B": 2, "S": 16, "D": 64, "K": 8, "M": 2, "G": 4, "F": 64, "V": 64, "L": 3}
 SCALE = 1 / 11.313708498984761  # the file's 1/sqrt(128), whatever G is
@@ -54,24 +59,24 @@ def inputs(rng):
     return ins
 
 
-def reference(ins):
-    """The logits [B, V] of one decode step."""
+def step(ins, tok, p, kc, vc):
+    """The logits [B, V] of tokens tok [B] at position p; their keys and
+    values go into the caches kc, vc [L, B, S, K, 2, G] (in place)."""
     B, S, K, M, G, L = (DIMS[k] for k in "BSKMGL")
     H = 2 * G
-    p = int(ins["Pos"])
     cos, sin = np.concatenate([ins["CosT"][p]] * 2), np.concatenate([ins["SinT"][p]] * 2)
 
     def rope(v):  # rotate_half
         return v * cos + np.concatenate([-v[..., G:], v[..., :G]], -1) * sin
 
-    x = ins["Emb"][ins["Tok"][:, 0]]
+    x = ins["Emb"][tok]
     for l in range(L):
         xn = rmsnorm(x, ins["G1"][l])
         q = rope(np.einsum("bd,dkmpg->bkmpg", xn, ins["Wq"][l]).reshape(B, K, M, H))
         k_new = rope(np.einsum("bd,dkpg->bkpg", xn, ins["Wk"][l]).reshape(B, K, H))
         v_new = np.einsum("bd,dkpg->bkpg", xn, ins["Wv"][l]).reshape(B, K, H)
-        keys = ins["Kc"][l].reshape(B, S, K, H).copy()
-        values = ins["Vc"][l].reshape(B, S, K, H).copy()
+        keys = kc[l].reshape(B, S, K, H)  # views: the writes below update the caches
+        values = vc[l].reshape(B, S, K, H)
         keys[:, p], values[:, p] = k_new, v_new
         scores = np.einsum("bkmh,bskh->bkms", q, keys) * SCALE
         scores[..., p + 1:] = -np.inf
@@ -85,74 +90,118 @@ def reference(ins):
     return rmsnorm(x, ins["Gf"]) @ ins["Wlm"]
 
 
+def reference(ins):
+    """The logits [B, V] of one decode step from the inputs' caches."""
+    return step(ins, ins["Tok"][:, 0], int(ins["Pos"]), ins["Kc"].copy(), ins["Vc"].copy())
+
+
+def numpy_generate(ins, prompt, n):
+    """Greedy generation of n tokens after prompt [B, T0] from empty caches:
+    [B, T0 + n], as --generate does (one step per position)."""
+    kc, vc = np.zeros_like(ins["Kc"]), np.zeros_like(ins["Vc"])
+    ids = np.concatenate([prompt, np.zeros((prompt.shape[0], n), np.int32)], 1)
+    for s in range(prompt.shape[1] + n - 1):
+        logits = step(ins, ids[:, s], s, kc, vc)
+        if s + 1 >= prompt.shape[1]:
+            ids[:, s + 1] = logits.argmax(-1)
+    return ids
+
+
+def sh(cmd):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300)
+
+
+def serve(a, work, src, dims, params, ids, rt):
+    """Generation on runtime `rt` (threads on the file's 2x4 mesh, or MPI
+    on 4 ranks of a 2x2 one): 5 tokens from the 3-token prompt `ids` from
+    an empty cache, then again after a -D T=2 build's prefill of its first
+    2 tokens (--prompt-cached 2).  Returns (plain tokens or None, output of
+    the plain run, whether the cached run made the same tokens and passed
+    --check, its output)."""
+    mesh = [] if rt == "threads" else ["-D", "Y=2", "--runtime=mpi"]
+    launch = [] if rt == "threads" else mpi_launch(a.mpirun, 4)
+
+    def path(name):
+        return os.path.join(work, "%s_%s.npy" % (name, rt))
+
+    exe, exe2 = os.path.join(work, "decode_" + rt), os.path.join(work, "prefill_" + rt)
+    for c in ([a.einc, src, "-o", exe] + dims + mesh, [a.einc, src, "-o", exe2, "-D", "T=2"] + dims + mesh):
+        p = sh(c)
+        if p.returncode != 0:
+            return None, p.stdout, False, ""
+    np.save(path("prompt"), ids)
+    np.save(path("head"), ids[:, :2].copy())
+    np.save(path("zero"), np.array(0, np.int32))
+    gen = launch + [exe, "--prompt-ids", path("prompt"), "--generate", "5", "--check"] + params
+    plain = sh(gen + ["--generated", path("plain")])
+    if plain.returncode != 0:
+        return None, plain.stdout, False, ""
+    pre = sh(launch + [exe2, "--input", "Tok=" + path("head"), "--input", "Pos=" + path("zero"),
+                       "--output", "Kc=" + path("kc"), "--output", "Vc=" + path("vc")] + params)
+    if pre.returncode != 0:
+        return np.load(path("plain")), plain.stdout, False, pre.stdout
+    cached = sh(gen + ["--prompt-cached", "2", "--input", "Kc=" + path("kc"), "--input",
+                       "Vc=" + path("vc"), "--generated", path("cached")])
+    same = (cached.returncode == 0 and np.array_equal(np.load(path("plain")), np.load(path("cached")))
+            and "check tokens: equal (2 sequences x 5 tokens)" in cached.stdout)
+    return np.load(path("plain")), plain.stdout, same, cached.stdout
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--einc", required=True)
     ap.add_argument("--example", required=True)
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--mpirun", default="mpirun")
     a = ap.parse_args()
     ins = inputs(np.random.default_rng(2))
     want = reference(ins)
+    results = []
+
+    def report(ok, what, detail=""):
+        print("%s %s%s" % ("ok  " if ok else "FAIL", what, "" if ok or not detail else "\n" + detail))
+        results.append(bool(ok))
+
     with tempfile.TemporaryDirectory(prefix="einc-decode-") as work:
         src = os.path.join(work, "decode_f32.ein")
         with open(a.example, encoding="utf-8") as f, open(src, "w", encoding="utf-8") as g:
             g.write(f.read().replace("bf16", "f32"))
         exe, out = os.path.join(work, "decode"), os.path.join(work, "out.npy")
         dims = [x for k, v in DIMS.items() for x in ("-D", "%s=%d" % (k, v))]
-        cmd = [a.einc, src, "-o", exe] + dims
         run = [exe, "--output", "Logits=" + out]
         for k, v in ins.items():
             path = os.path.join(work, k + ".npy")
             np.save(path, v if v.dtype == np.int32 else v.astype(np.float32))
             run += ["--input", "%s=%s" % (k, path)]
-        for c in (cmd, run):
-            p = subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        for c in ([a.einc, src, "-o", exe] + dims, run):
+            p = sh(c)
             if p.returncode != 0:
                 print("FAIL %s exited %d\n%s\n0 passed, 1 failed" % (" ".join(c), p.returncode, p.stdout))
                 return 1
         got = np.load(out).astype(np.float64)[:, 0]  # [B, T = 1, V]
-        # Generation from an empty cache: the params and tables only.
-        prompt = os.path.join(work, "prompt.npy")
+        err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+        report(got.shape == want.shape and err < 1e-4,
+               "llama2_13b_decode (f32, %s): max |error| / max |ref| = %.3g (tol 1e-4), shape %s" %
+               (" ".join("%s=%d" % kv for kv in DIMS.items()), err, got.shape))
+        # Generation: the params and tables only; the caches start empty.
         ids = np.random.default_rng(4).integers(0, DIMS["V"], (DIMS["B"], 3)).astype(np.int32)
-        np.save(prompt, ids)
         params = [x for k in ins if k not in ("Tok", "Pos", "Kc", "Vc")
                   for x in ("--input", "%s=%s" % (k, os.path.join(work, k + ".npy")))]
-        gen = [exe, "--prompt-ids", prompt, "--generate", "5", "--check"] + params
-        plain = os.path.join(work, "plain.npy")
-        p = subprocess.run(gen + ["--generated", plain], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=300)
-        # Prefill of the prompt's first 2 tokens in one run, then generation
-        # from its caches.
-        exe2 = os.path.join(work, "prefill")
-        np.save(os.path.join(work, "head.npy"), ids[:, :2].copy())
-        np.save(os.path.join(work, "zero.npy"), np.array(0, np.int32))
-        steps = [[a.einc, src, "-o", exe2, "-D", "T=2"] + dims,
-                 [exe2, "--input", "Tok=" + os.path.join(work, "head.npy"), "--input",
-                  "Pos=" + os.path.join(work, "zero.npy"), "--output",
-                  "Kc=" + os.path.join(work, "kc.npy"), "--output",
-                  "Vc=" + os.path.join(work, "vc.npy")] + params,
-                 gen + ["--prompt-cached", "2", "--input", "Kc=" + os.path.join(work, "kc.npy"),
-                        "--input", "Vc=" + os.path.join(work, "vc.npy"), "--generated",
-                        os.path.join(work, "cached.npy")]]
-        pre = None
-        for c in steps:
-            pre = subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 timeout=300)
-            if pre.returncode != 0:
-                break
-        pre_ok = (pre.returncode == 0 and "check tokens: equal (2 sequences x 5 tokens)" in pre.stdout
-                  and os.path.exists(plain) and
-                  np.array_equal(np.load(plain), np.load(os.path.join(work, "cached.npy"))))
-    err = np.max(np.abs(got - want)) / np.max(np.abs(want))
-    ok = got.shape == want.shape and err < 1e-4
-    print("%s llama2_13b_decode (f32, %s): max |error| / max |ref| = %.3g (tol 1e-4), shape %s" %
-          ("ok  " if ok else "FAIL", " ".join("%s=%d" % kv for kv in DIMS.items()), err, got.shape))
-    gen_ok = p.returncode == 0 and "check tokens: equal (2 sequences x 5 tokens)" in p.stdout
-    print("%s llama2_13b_decode generates 5 tokens from a 3-token prompt, equal to the unsharded "
-          "run's%s" % ("ok  " if gen_ok else "FAIL", "" if gen_ok else "\n" + p.stdout))
-    print("%s llama2_13b_decode -D T=2 prefills 2 prompt tokens in one run, and generation "
-          "with --prompt-cached 2 makes the same 5 tokens%s" %
-          ("ok  " if pre_ok else "FAIL", "" if pre_ok else "\n" + pre.stdout))
-    results = [ok, gen_ok, pre_ok]
+        want_ids = numpy_generate(ins, ids, 5)
+        for rt in ["threads"] + (["mpi"] if a.mpi else []):
+            where = "threads, 2x4" if rt == "threads" else "MPI, 4 ranks of a 2x2 mesh"
+            tokens, out_plain, cached_ok, out_cached = serve(a, work, src, dims, params, ids, rt)
+            report(tokens is not None and "check tokens: equal (2 sequences x 5 tokens)" in out_plain,
+                   "llama2_13b_decode generates 5 tokens from a 3-token prompt, equal to the "
+                   "unsharded run's (%s)" % where, out_plain)
+            report(tokens is not None and np.array_equal(tokens, want_ids),
+                   "... and to a NumPy greedy decoder's (%s): %s" %
+                   (where, tokens[:, 3:].tolist() if tokens is not None else None),
+                   "NumPy: %s" % want_ids[:, 3:].tolist())
+            report(cached_ok, "llama2_13b_decode -D T=2 prefills 2 prompt tokens in one run, and "
+                   "generation with --prompt-cached 2 makes the same 5 tokens (%s)" % where,
+                   out_cached)
     print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
     return 0 if all(results) else 1
 
