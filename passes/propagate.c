@@ -456,6 +456,8 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     errors = materialise(&p);
     if (!errors)
         errors = pass_prop_loop_finish(&p);
+    if (!errors)
+        errors = pass_prop_state_writes(&p);
 out:
     free(p.ops);
     free(p.def);

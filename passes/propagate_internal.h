@@ -163,6 +163,13 @@ void pass_prop_loop_stacks(prop *p);
  * new value into the carried sharding, and a LayerStack's operand out of
  * partial sums.  Returns the errors. */
 int pass_prop_loop_finish(prop *p);
+/* ---- propagate_state.c ---- */
+
+/* After materialisation: reports (located at the write) every state that
+ * an UpdateSlice writes with rows the plan had to gather because the
+ * state is not sharded like them.  Returns the errors. */
+int pass_prop_state_writes(prop *p);
+
 /* Whether an emitted reshard's value `dst` may be reused by an op placed
  * before `before` (NULL: at the end): not across a loop body's boundary. */
 bool pass_prop_loop_reusable(const ir_value *dst, const ir_op *before);
