@@ -141,12 +141,34 @@ static bool address_space_free(size_t bytes)
  * same order, so from the second run on no buffer comes from the kernel:
  * a fresh allocation above malloc's mmap threshold is new pages, and
  * faulting in and zeroing them made the first write to a collective's
- * output cost 2-4x the copy itself, on every run.  The cache holds at most
- * peak_bytes (the live high-water mark), so a device's memory stays within
- * twice its peak; blocks beyond that go back to malloc.  Only the device's
- * own thread calls these.  Under ASan the cached blocks are poisoned, so a
- * use after rt_free is still reported.
+ * output cost 2-4x the copy itself, on every run.  Live and cached blocks
+ * together stay within twice peak_bytes (the live high-water mark): a
+ * freed block beyond that goes back to malloc, and a fresh allocation that
+ * would pass it first returns cached blocks.  The bound is on the sum, not
+ * on the cache alone, because the blocks a run frees last (a training
+ * step's new params, freed after they are copied over the old ones) are
+ * freed when nothing else is live: capped at one peak, the cache dropped
+ * exactly those, and the next step faulted them in again (11 MiB took 44
+ * ms of page faults in a VM).  Only the device's own thread calls these.
+ * Under ASan the cached blocks are poisoned, so a use after rt_free is
+ * still reported.
  */
+
+/* Returns cached blocks to malloc until `need` more live bytes fit within
+ * twice the peak (the essay above). */
+static void trim_cache(rt_device *dev, int64_t need)
+{
+    int64_t peak = dev->live_bytes + need > dev->peak_bytes ? dev->live_bytes + need : dev->peak_bytes;
+    while (dev->alloc_cache && dev->live_bytes + need + dev->cached_bytes > 2 * peak) {
+        alloc_hdr *h = dev->alloc_cache;
+        dev->alloc_cache = h->next;
+        dev->cached_bytes -= h->bytes;
+        CACHE_UNPOISON((char *)h + ALLOC_HEADER, (size_t)h->bytes);
+        h->tag = ALLOC_DEAD;
+        free(h);
+    }
+}
+
 void *rt_alloc(rt_device *dev, int64_t bytes)
 {
     if (bytes < 0)
@@ -161,6 +183,7 @@ void *rt_alloc(rt_device *dev, int64_t bytes)
             break;
         }
     if (!h) {
+        trim_cache(dev, bytes);
         size_t total = ((size_t)bytes + ALLOC_HEADER + 63) / 64 * 64;
         /* Under `ulimit -v`, fail here rather than leave OpenBLAS without
          * its buffer (rt_check_address_space). */
@@ -192,7 +215,7 @@ void rt_free(rt_device *dev, void *p)
         rt_fatal(dev, "rt_free of a pointer that rt_alloc did not return%s",
                  h->tag == ALLOC_DEAD || h->tag == ALLOC_CACHED ? " (freed twice)" : "");
     dev->live_bytes -= h->bytes;
-    if (dev->cached_bytes + h->bytes <= dev->peak_bytes) {
+    if (dev->live_bytes + dev->cached_bytes + h->bytes <= 2 * dev->peak_bytes) {
         h->tag = ALLOC_CACHED;
         h->next = dev->alloc_cache;
         dev->alloc_cache = h;
