@@ -267,6 +267,13 @@ static fe_ew *copy_tree(gctx *g, const ir_op *op, int n)
     }
 }
 
+/* Whether fn_deriv writes f' with f(a) when it is given (fx). */
+static bool deriv_uses_fx(ir_func fn)
+{
+    return fn == IR_FN_EXP || fn == IR_FN_TANH || fn == IR_FN_SIGMOID || fn == IR_FN_SQRT ||
+           fn == IR_FN_RSQRT;
+}
+
 /* f'(a) for a unary function f, given the tree of a and (when the call is
  * the op's root) the op's own result `fx` as a leaf, which saves
  * recomputing f(a). */
@@ -388,9 +395,8 @@ static fe_ew *deriv(gctx *g, const ir_op *op, int n, int k, fe_ew *fx)
         fe_ew *da = deriv(g, op, x->a, k, NULL);
         if (!da)
             return NULL;
-        /* f' written with f(a) alone does not read a. */
-        bool by_fx = fx && (x->fn == IR_FN_EXP || x->fn == IR_FN_TANH || x->fn == IR_FN_SIGMOID ||
-                            x->fn == IR_FN_SQRT);
+        /* f' written with f(a) alone (all but rsqrt's) does not read a. */
+        bool by_fx = fx && deriv_uses_fx(x->fn) && x->fn != IR_FN_RSQRT;
         fe_ew *a = by_fx || x->fn == IR_FN_NEG ? NULL : copy_tree(g, op, x->a);
         return mul(g, fn_deriv(g, x->fn, a, fx), da);
     }
@@ -608,9 +614,7 @@ static void elementwise_adjoint(gctx *g, const ir_op *op, const adjoint *dc)
     int nres = op->result->type.rank;
     /* The result saves recomputing f(a) where f' is written with f. */
     const ir_ew_node *root = &op->u.ew.nodes[op->u.ew.root];
-    bool uses_fx = root->kind == IR_EW_CALL &&
-                   (root->fn == IR_FN_EXP || root->fn == IR_FN_TANH || root->fn == IR_FN_SIGMOID ||
-                    root->fn == IR_FN_SQRT || root->fn == IR_FN_RSQRT);
+    bool uses_fx = root->kind == IR_EW_CALL && deriv_uses_fx(root->fn);
     fe_ew *fx = uses_fx ? fe_ew_leaf(g->e.arena, val(g, op->result), res, nres) : NULL;
     for (int k = 0; k < op->noperands; k++) {
         ir_value *a = op->operands[k];
@@ -766,11 +770,7 @@ static void loop_adjoint(gctx *g, ir_op *fe)
             /* A layer's gradient is sharded like the layer (seed 000:
              * AllReduce for DP, ReduceScatter for FSDP, per layer). */
             dw->has_constraint = true;
-            dw->constraint = ir_sharding_replicated();
-            for (int d = 1; d < w->type.rank; d++) {
-                dw->constraint.naxes[d - 1] = w->type.sh.naxes[d];
-                memcpy(dw->constraint.axes[d - 1], w->type.sh.axes[d], sizeof dw->constraint.axes[0]);
-            }
+            dw->constraint = ir_sharding_without_first(&w->type.sh, w->type.rank);
             outs[nout++] = (loop_out){w, stack(&b, dw), false};
             continue;
         }

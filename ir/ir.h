@@ -645,6 +645,11 @@ const char *ir_value_name(const ir_value *v, char *buf, size_t size);
 
 /* The replicated sharding (no axes, nothing unreduced). */
 ir_sharding ir_sharding_replicated(void);
+/* The dim shardings of `s` (over `rank` dims) without its first dim, or
+ * with a new unsharded first dim in front: one layer of a stacked tensor
+ * (LayerSlice), and the stack of a layer (LayerStack).  Nothing unreduced. */
+ir_sharding ir_sharding_without_first(const ir_sharding *s, int rank);
+ir_sharding ir_sharding_with_first(const ir_sharding *s, int rank);
 bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank);
 /* Set of all axes used by dims of `s` (not counting unreduced). */
 ir_axes ir_sharding_used_axes(const ir_sharding *s, int rank);

@@ -14,6 +14,26 @@ ir_sharding ir_sharding_replicated(void)
     return s;
 }
 
+ir_sharding ir_sharding_without_first(const ir_sharding *s, int rank)
+{
+    ir_sharding r = ir_sharding_replicated();
+    for (int d = 1; d < rank; d++) {
+        r.naxes[d - 1] = s->naxes[d];
+        memcpy(r.axes[d - 1], s->axes[d], sizeof r.axes[d - 1]);
+    }
+    return r;
+}
+
+ir_sharding ir_sharding_with_first(const ir_sharding *s, int rank)
+{
+    ir_sharding r = ir_sharding_replicated();
+    for (int d = 0; d < rank; d++) {
+        r.naxes[d + 1] = s->naxes[d];
+        memcpy(r.axes[d + 1], s->axes[d], sizeof r.axes[d + 1]);
+    }
+    return r;
+}
+
 bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank)
 {
     if (a->unreduced != b->unreduced || (a->unreduced && a->red != b->red))

@@ -85,12 +85,7 @@ bool ir_verify_loop_result(const ir_module *m, const ir_op *op, ir_sharding *out
             WHY("the result is not the operand with the loop's dim in front");
             return false;
         }
-        ir_sharding s = ir_sharding_replicated();
-        for (int d = 0; d < a->type.rank; d++) {
-            s.naxes[d + 1] = a->type.sh.naxes[d];
-            memcpy(s.axes[d + 1], a->type.sh.axes[d], sizeof s.axes[d + 1]);
-        }
-        *out = s;
+        *out = ir_sharding_with_first(&a->type.sh, a->type.rank);
         return true;
     }
     case IR_OP_LAYERSLICE: {
@@ -108,12 +103,7 @@ bool ir_verify_loop_result(const ir_module *m, const ir_op *op, ir_sharding *out
             WHY("the result is not the operand without its first dim");
             return false;
         }
-        ir_sharding s = ir_sharding_replicated();
-        for (int d = 1; d < a->type.rank; d++) {
-            s.naxes[d - 1] = a->type.sh.naxes[d];
-            memcpy(s.axes[d - 1], a->type.sh.axes[d], sizeof s.axes[d - 1]);
-        }
-        *out = s;
+        *out = ir_sharding_without_first(&a->type.sh, a->type.rank);
         return true;
     }
     default:

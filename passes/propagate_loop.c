@@ -46,33 +46,16 @@
 /* The sharding of a LayerSlice's result: its operand's without dim 0. */
 static ir_sharding slice_sharding(const ir_value *a)
 {
-    ir_sharding s = ir_sharding_replicated();
-    for (int d = 1; d < a->type.rank; d++) {
-        s.naxes[d - 1] = a->type.sh.naxes[d];
-        memcpy(s.axes[d - 1], a->type.sh.axes[d], sizeof s.axes[d - 1]);
-    }
-    return s;
-}
-
-/* The sharding of a LayerStack's result: `a`'s with an unsharded dim in
- * front. */
-static ir_sharding stack_sharding(ir_sharding a, int rank)
-{
-    ir_sharding s = ir_sharding_replicated();
-    for (int d = rank - 1; d >= 0; d--) {
-        s.naxes[d + 1] = a.naxes[d];
-        memcpy(s.axes[d + 1], a.axes[d], sizeof s.axes[d + 1]);
-    }
-    return s;
+    return ir_sharding_without_first(&a->type.sh, a->type.rank);
 }
 
 void pass_prop_loop_stacks(prop *p)
 {
     for (ir_op *op = p->m->first; op; op = op->next) {
-        if (op->kind == IR_OP_LAYERSTACK && op->noperands == 1)
-            op->result->type.sh = stack_sharding(pass_prop_reduced(pass_prop_current(p, op->operands[0])),
-                                                 op->operands[0]->type.rank);
-        else if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1 && op->operands[0]->def &&
+        if (op->kind == IR_OP_LAYERSTACK && op->noperands == 1) {
+            ir_sharding s = pass_prop_reduced(pass_prop_current(p, op->operands[0]));
+            op->result->type.sh = ir_sharding_with_first(&s, op->operands[0]->type.rank);
+        } else if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1 && op->operands[0]->def &&
                  op->operands[0]->def->kind == IR_OP_LAYERSTACK)
             op->result->type.sh = slice_sharding(op->operands[0]);
     }
@@ -198,7 +181,7 @@ int pass_prop_loop_finish(prop *p)
             const ir_value *v = op->operands[0];
             ir_sharding s = pass_prop_reduced(v->type.sh);
             errors += reshard_operand(p, op, &s);
-            op->result->type.sh = stack_sharding(s, v->type.rank);
+            op->result->type.sh = ir_sharding_with_first(&s, v->type.rank);
             continue;
         }
         if ((op->kind != IR_OP_LOOPBEGIN && op->kind != IR_OP_LOOPEND) || op->noperands != 1 ||

@@ -283,23 +283,27 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
     return 0;
 }
 
+/* Whether `val` is a whole decimal integer in [lo, hi], stored in *n. */
+static bool parse_int(const char *val, long long lo, long long hi, long long *n)
+{
+    char *end;
+    errno = 0;
+    *n = strtoll(val, &end, 10);
+    return *val && !*end && !errno && *n >= lo && *n <= hi;
+}
+
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen)
 {
+    long long n;
     if (!strcmp(flag, "--prompt-cached")) {
-        char *end;
-        errno = 0;
-        long long n = strtoll(val, &end, 10);
-        if (*end || !*val || errno || n < 0 || n > INT32_MAX)
+        if (!parse_int(val, 0, INT32_MAX, &n))
             return rt_errf(err, errlen, "--prompt-cached expects a token count >= 0, got '%s'", val);
         o->prompt_cached = n;
         return 0;
     }
     if (!strcmp(flag, "--generate")) {
-        char *end;
-        errno = 0;
-        long long n = strtoll(val, &end, 10);
-        if (*end || errno || n < 1 || n > 1000000)
+        if (!parse_int(val, 1, 1000000, &n))
             return rt_errf(err, errlen, "--generate expects a count from 1 to 1000000, got '%s'", val);
         o->generate = n;
         return 0;
