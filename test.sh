@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of einc: installs missing packages, builds with warnings as
-# errors and runs the CTest suite, then again with AddressSanitizer and
+# errors and runs the CTest suite and a 10^6-statement compile, then the
+# suite again with AddressSanitizer and
 # UndefinedBehaviorSanitizer, then runs each libFuzzer harness for 60 s
 # (tests/fuzz/run.sh, docs/reliability.md).  Build trees: build/,
 # build-asan/ and build-libfuzzer/.
@@ -17,6 +18,10 @@ trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 cmake -S . -B build -DEINC_WERROR=ON -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+# A chain of 10^6 statements compiles at -O3 within its budget and runs
+# (docs/reliability.md, "No deep recursion on user input"); minutes, so
+# outside CTest.
+/usr/bin/python3 tests/fuzz/long_chain.py --einc build/einc --statements 1000000
 cmake -S . -B build-asan -DEINC_WERROR=ON -DEINC_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs"

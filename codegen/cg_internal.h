@@ -86,7 +86,18 @@ typedef struct cg_plan {
                            or state */
     int *reuse;         /* per op: the dead operand whose buffer the result takes over, or -1 */
     int ninputs;        /* inputs, params and states */
+    /* Every elementwise nest in a function of its own (elementwise.c): the
+     * program's expression nodes exceed CG_OUTLINE_NODES. */
+    bool outline_elementwise;
+    int *row_group;     /* per op: the first op of its row group (rowgroup.c), or -1 */
+    bool *row_local;    /* per value: its buffer holds one row of its row group */
 } cg_plan;
+
+/* Expression nodes in one run function past which elementwise nests are
+ * outlined.  The largest example (a Transformer's training step) has a few
+ * thousand, so they keep one function; a generated chain of 100,000
+ * statements has 500,000. */
+#define CG_OUTLINE_NODES 50000
 
 /* ---- target.c ---- */
 
@@ -94,6 +105,15 @@ typedef struct cg_plan {
  * (PIC, default code model) at `opt_level` 0..3.  NULL after reporting
  * through `d` on failure.  Dispose with LLVMDisposeTargetMachine. */
 LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d);
+
+/* ---- rowgroup.c ---- */
+
+/* Fills p->row_group and p->row_local (after fusion, liveness and in-place
+ * decisions): runs of a trailing-dim reduction and the elementwise ops
+ * around it that can run one row at a time. */
+void cg_plan_row_groups(cg_plan *p, const ir_module *m);
+/* The last member of the row group whose first op is `first`. */
+int cg_row_group_end(const cg_plan *p, int first);
 
 /* ---- types.c ---- */
 
@@ -107,6 +127,8 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx);
 
 /* calloc that ends the compiler on out-of-memory (like ir_alloc); n may be 0. */
 void *cg_calloc(size_t n, size_t size);
+/* realloc that ends the compiler on out-of-memory; `p` is NULL or from cg_calloc. */
+void *cg_realloc(void *p, size_t size);
 
 /* Computes fusion and liveness for `m`.  Returns 0, or reports through `d`
  * and returns -1 (an op kind codegen cannot lower).  Free with cg_plan_free. */
@@ -137,6 +159,11 @@ typedef struct cg_fn {
     LLVMValueRef fn;       /* the run function */
     LLVMValueRef dev;      /* argument 0: rt_device * */
     LLVMValueRef *buf;     /* per value id: its per-device buffer (ptr), or NULL */
+    /* Inside a row group (rowgroup.c): its row positions and their current
+     * indices (i64), the leading positions of every tensor it touches;
+     * nrow is 0 outside one. */
+    int nrow;
+    LLVMValueRef row_idx[IR_MAX_RANK];
 } cg_fn;
 
 /* ---- elementwise.c ---- */
@@ -157,6 +184,17 @@ void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LL
                    LLVMValueRef off);
 
 /* ---- reduce.c ---- */
+
+/* A counted loop 0..n-1 (n >= 1), bottom-tested: cg_for_begin emits the
+ * header at the builder's position and leaves the builder in the body;
+ * cg_for_end closes it and leaves the builder after it. */
+typedef struct cg_for {
+    LLVMBasicBlockRef pre, body; /* the block before the loop, the loop's first block */
+    LLVMValueRef phi;            /* the index (i64) */
+    int64_t n;                   /* trip count */
+} cg_for;
+cg_for cg_for_begin(cg_ctx *c, cg_fn *f, int64_t n);
+void cg_for_end(cg_ctx *c, cg_fn *f, cg_for *l);
 
 /* Emits the unary einsum `op` (a sum, max or min reduction and/or
  * transpose of one operand, times its scale) as a loop nest at the

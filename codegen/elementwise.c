@@ -154,16 +154,20 @@ typedef struct ew_nest {
     LLVMValueRef off[IR_MAX_RANK]; /* global offset of this device's block per result position (i64) */
 } ew_nest;
 
-/* Offset of the element of `t` at label indices `bylabel`, through `labels`. */
-static LLVMValueRef offset_of(ew_nest *n, const ir_type *t, const int *labels,
+/* Offset of the element of value `v` at label indices `bylabel`, through
+ * `labels`.  A row-local buffer (rowgroup.c) holds one row: its row
+ * positions, the leading ones, do not move the offset. */
+static LLVMValueRef offset_of(ew_nest *n, const ir_value *v, const int *labels,
                               LLVMValueRef *bylabel)
 {
     cg_ctx *c = n->c;
+    const ir_type *t = &v->type;
     int64_t shape[IR_MAX_RANK];
     cg_local_shape(n->f->m, t, shape);
     LLVMValueRef off = cg_i64(c, 0);
     int64_t stride = 1;
-    for (int j = t->rank - 1; j >= 0; j--) {
+    int lo = n->f->nrow > 0 && n->f->plan->row_local[v->id] ? n->f->nrow : 0;
+    for (int j = t->rank - 1; j >= lo; j--) {
         LLVMValueRef term = LLVMBuildNSWMul(c->b, bylabel[labels[j]], cg_i64(c, stride), "");
         off = LLVMBuildNSWAdd(c->b, off, term, "");
         stride *= shape[j];
@@ -197,14 +201,13 @@ static LLVMValueRef fc(ew_nest *n, double v)
     return LLVMConstReal(n->ct, v);
 }
 
-/* 1 / (1 + exp(-x)) with -x clamped to [-L, L] first (L = 80 for f32, 700
- * for f64).  Beyond L the sigmoid is already 0 or 1 to the type's
- * precision (exp(-80) = 1.8e-35, still a normal f32), but libmvec's vector
- * exp sends every lane past its overflow/underflow threshold (|x| > 87.3
- * for expf, 708 for exp) through a scalar fallback: a gelu of activations
- * whose magnitude exceeds ~10 then ran 2x slower, and its time depended on
- * the data, which the cost model cannot know.  Compare-and-select keeps a
- * NaN a NaN (minnum/maxnum would replace it by the bound). */
+/* 1 / (1 + exp(-x)).  In f64, -x is clamped to [-700, 700] first: beyond
+ * that the sigmoid is already 0 or 1 to the type's precision, but libmvec's
+ * vector exp sends every lane past its overflow/underflow threshold (|x| >
+ * 708) through a scalar fallback, so a gelu of large activations ran 2x
+ * slower and its time depended on the data, which the cost model cannot
+ * know.  Compare-and-select keeps a NaN a NaN (minnum/maxnum would replace
+ * it by the bound).  In f32 the inline exp (exp_poly_f32) has no slow path. */
 static LLVMValueRef clamp(ew_nest *n, LLVMValueRef x, double lim)
 {
     LLVMBuilderRef b = n->c->b;
@@ -213,12 +216,18 @@ static LLVMValueRef clamp(ew_nest *n, LLVMValueRef x, double lim)
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, lo, ""), lo, x, "");
 }
 
+static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x);
+
 static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
     LLVMValueRef e = LLVMBuildFNeg(b, x, "");
-    e = clamp(n, e, n->ct == n->c->t.f32 ? 80.0 : 700.0);
-    e = intrinsic(n, "llvm.exp", &e, 1);
+    if (n->ct == n->c->t.f32) {
+        e = exp_poly_f32(n, e);
+    } else {
+        e = clamp(n, e, 700.0);
+        e = intrinsic(n, "llvm.exp", &e, 1);
+    }
     return LLVMBuildFDiv(b, fc(n, 1.0), LLVMBuildFAdd(b, fc(n, 1.0), e, ""), "");
 }
 
@@ -251,11 +260,72 @@ static LLVMValueRef exp_fast(ew_nest *n, LLVMValueRef x)
                            "");
 }
 
+/* a * b + c, fused where the target has FMA. */
+static LLVMValueRef fmuladd(ew_nest *n, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
+{
+    LLVMValueRef args[] = {a, b, c};
+    return intrinsic(n, "llvm.fmuladd", args, 3);
+}
+
+/* 2^k for an i32 vector-friendly k in [-126, 127]: the exponent field. */
+static LLVMValueRef pow2i(ew_nest *n, LLVMValueRef k)
+{
+    cg_ctx *c = n->c;
+    LLVMValueRef e = LLVMBuildAdd(c->b, k, cg_i32(c, 127), "");
+    e = LLVMBuildShl(c->b, e, cg_i32(c, 23), "");
+    return LLVMBuildBitCast(c->b, e, c->t.f32, "");
+}
+
+/* expf inline, in straight-line arithmetic that the loop vectoriser widens
+ * to the full vector (16 lanes on AVX-512) with no call: Cody and Waite's
+ * range reduction x = k ln 2 + r, |r| <= ln 2 / 2, with ln 2 split in two
+ * so k ln 2 is exact, then Cephes' expf polynomial (S. L. Moshier, Cephes
+ * Math Library, expf.c: degree 5 minimax on r, relative error 1.6e-7 in
+ * its tests) and the scale by 2^k through the exponent field, done as two
+ * factors so results in the denormal range (x < -87.3) and up to FLT_MAX
+ * come out without overflow in between.  Past the IEEE limits the result is
+ * selected as +0 (x < -103.98) or +inf (x > 88.73), and NaN stays NaN.
+ * It replaced libmvec's 8-lane expf on f32 (XLA's CPU back end likewise
+ * emits its own polynomial exp): a softmax spent most of its time in the
+ * call (docs/performance.md, section 7). */
+static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x)
+{
+    cg_ctx *c = n->c;
+    LLVMBuilderRef b = c->b;
+    /* maxnum/minnum turn NaN into a bound, so k is always defined; the
+     * last select puts the NaN back. */
+    LLVMValueRef args[2] = {x, fc(n, -104.0)};
+    LLVMValueRef xc = intrinsic(n, "llvm.maxnum", args, 2);
+    args[0] = xc;
+    args[1] = fc(n, 89.0);
+    xc = intrinsic(n, "llvm.minnum", args, 2);
+    LLVMValueRef kf = fmuladd(n, xc, fc(n, 1.44269504088896341), fc(n, 0.5));
+    kf = intrinsic(n, "llvm.floor", &kf, 1);
+    LLVMValueRef r = fmuladd(n, kf, fc(n, -0.693359375), xc);
+    r = fmuladd(n, kf, fc(n, 2.12194440e-4), r);
+    LLVMValueRef p = fc(n, 1.9875691500e-4);
+    static const double coef[] = {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                                  1.6666665459e-1, 5.0000001201e-1};
+    for (size_t i = 0; i < sizeof coef / sizeof coef[0]; i++)
+        p = fmuladd(n, p, r, fc(n, coef[i]));
+    LLVMValueRef r2 = LLVMBuildFMul(b, r, r, "");
+    LLVMValueRef y = LLVMBuildFAdd(b, fmuladd(n, p, r2, r), fc(n, 1.0), "");
+    /* k in [-150, 129]: 2^k as 2^(k/2) 2^(k - k/2), both normal. */
+    LLVMValueRef k = LLVMBuildFPToSI(b, kf, c->t.i32, "");
+    LLVMValueRef k1 = LLVMBuildAShr(b, k, cg_i32(c, 1), "");
+    LLVMValueRef k2 = LLVMBuildSub(b, k, k1, "");
+    y = LLVMBuildFMul(b, LLVMBuildFMul(b, y, pow2i(n, k1), ""), pow2i(n, k2), "");
+    y = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, -103.98), ""), fc(n, 0.0), y, "");
+    y = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, 88.73), ""), fc(n, INFINITY), y,
+                        "");
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, x, x, ""), x, y, "");
+}
+
 static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
     switch (fn) {
-    case IR_FN_EXP: return exp_fast(n, x);
+    case IR_FN_EXP: return n->ct == n->c->t.f32 ? exp_poly_f32(n, x) : exp_fast(n, x);
     case IR_FN_LOG: return intrinsic(n, "llvm.log", &x, 1);
     case IR_FN_TANH: return libm_tanh(n, x);
     case IR_FN_RELU: {
@@ -376,8 +446,7 @@ static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
         free(offmap);
         return r;
     }
-    return load_elem(n, n->f->buf[v->id], v->type.dtype,
-                     offset_of(n, &v->type, labels, x->bylabel));
+    return load_elem(n, n->f->buf[v->id], v->type.dtype, offset_of(n, v, labels, x->bylabel));
 }
 
 /* Node `node` of x->op, emitted once.  Comparisons give an i1. */
@@ -470,10 +539,16 @@ static void nest(ew_nest *n, int level)
             offbylabel[op->u.ew.result_labels[r]] = n->off[r];
         }
         LLVMValueRef v = eval_tree(n, op, bylabel, offbylabel);
-        LLVMValueRef off = offset_of(n, &op->result->type, op->u.ew.result_labels, bylabel);
+        LLVMValueRef off = offset_of(n, op->result, op->u.ew.result_labels, bylabel);
         store_elem(n, v, op->result->type.dtype, n->dst, off);
         free(bylabel);
         free(offbylabel);
+        return;
+    }
+    if (n->last[level] < n->f->nrow) {
+        /* A row position of a row group: the group's loop runs it. */
+        n->idx[n->last[level]] = n->f->row_idx[n->last[level]];
+        nest(n, level + 1);
         return;
     }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
@@ -556,7 +631,7 @@ static void plan_loops(ew_nest *n)
     int rank = op->result->type.rank, ndims = f->m->ndims;
     bool ok[IR_MAX_RANK];
     for (int r = 0; r < IR_MAX_RANK; r++)
-        ok[r] = r + 1 < rank;
+        ok[r] = r + 1 < rank && r >= f->nrow; /* row positions stay apart */
     int *map = cg_calloc((size_t)ndims, sizeof *map);
     int *rootpos = cg_calloc((size_t)ndims, sizeof *rootpos);
     for (int l = 0; l < ndims; l++)
@@ -592,7 +667,7 @@ static bool uses_index(const cg_fn *f, const ir_op *op)
     return false;
 }
 
-void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
+static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
 {
     ew_nest n = {.c = c, .f = f, .root = op, .dst = dst};
     n.ct = op->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
@@ -604,4 +679,89 @@ void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
         n.off[r] = idx ? block_offset(&n, &op->result->type, r) : cg_i64(c, 0);
     plan_loops(&n);
     nest(&n, 0);
+}
+
+/* Appends to ids[0..*n) each value whose buffer `op`'s tree, or that of a
+ * producer fused into it, loads, once. */
+static void loaded_buffers(const cg_fn *f, const ir_op *op, int **ids, int *n, int *cap)
+{
+    for (int i = 0; i < op->u.ew.nnodes; i++) {
+        const ir_ew_node *e = &op->u.ew.nodes[i];
+        if (e->kind != IR_EW_OPERAND)
+            continue;
+        const ir_value *v = op->operands[e->operand];
+        int def = f->plan->def_index[v->id];
+        if (def >= 0 && f->plan->fused_into[def] >= 0) {
+            loaded_buffers(f, f->plan->ops[def], ids, n, cap);
+            continue;
+        }
+        int k = 0;
+        while (k < *n && (*ids)[k] != v->id)
+            k++;
+        if (k < *n)
+            continue;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 8;
+            *ids = cg_realloc(*ids, (size_t)*cap * sizeof **ids);
+        }
+        (*ids)[(*n)++] = v->id;
+    }
+}
+
+/* The nest as a function of its own, `void ew.I(dev, buffers..., dst)`,
+ * called here.  The optimiser and the back end then work on one loop nest
+ * at a time: on one function holding every nest of a very long program,
+ * LLVM's machine passes walk use lists that grow with the whole program
+ * (MachineRegisterInfo::clearKillFlags on constants shared by every nest),
+ * and -O3 took longer than linear time.  noinline keeps them apart. */
+static void emit_outlined(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
+{
+    int *ids = NULL, nids = 0, cap = 0;
+    loaded_buffers(f, op, &ids, &nids, &cap);
+    LLVMTypeRef *params = cg_calloc((size_t)nids + 2, sizeof *params);
+    for (int k = 0; k < nids + 2; k++)
+        params[k] = c->t.ptr;
+    LLVMTypeRef ty = LLVMFunctionType(c->t.voidt, params, (unsigned)nids + 2, 0);
+    char name[64];
+    snprintf(name, sizeof name, "ew.%d", f->plan->def_index[op->result->id]);
+    LLVMValueRef fn = LLVMAddFunction(c->mod, name, ty);
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(c->llctx, noinline, 0));
+
+    LLVMValueRef *args = cg_calloc((size_t)nids + 2, sizeof *args);
+    LLVMValueRef *saved = cg_calloc((size_t)nids + 1, sizeof *saved);
+    args[0] = f->dev;
+    for (int k = 0; k < nids; k++) {
+        args[k + 1] = f->buf[ids[k]];
+        saved[k] = f->buf[ids[k]];
+        f->buf[ids[k]] = LLVMGetParam(fn, (unsigned)k + 1);
+    }
+    args[nids + 1] = dst;
+    LLVMBasicBlockRef at = LLVMGetInsertBlock(c->b);
+    LLVMValueRef outer_fn = f->fn, outer_dev = f->dev;
+    f->fn = fn;
+    f->dev = LLVMGetParam(fn, 0);
+    LLVMPositionBuilderAtEnd(c->b, LLVMAppendBasicBlockInContext(c->llctx, fn, "entry"));
+    emit_nest(c, f, op, LLVMGetParam(fn, (unsigned)nids + 1));
+    LLVMBuildRetVoid(c->b);
+    f->fn = outer_fn;
+    f->dev = outer_dev;
+    for (int k = 0; k < nids; k++)
+        f->buf[ids[k]] = saved[k];
+    LLVMPositionBuilderAtEnd(c->b, at);
+    LLVMBuildCall2(c->b, ty, fn, args, (unsigned)nids + 2, "");
+    free(ids);
+    free(params);
+    free(args);
+    free(saved);
+}
+
+void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
+{
+    if (f->plan->outline_elementwise)
+        emit_outlined(c, f, op, dst);
+    else
+        emit_nest(c, f, op, dst);
 }

@@ -71,6 +71,16 @@ void *cg_calloc(size_t n, size_t size)
     return p;
 }
 
+void *cg_realloc(void *p, size_t size)
+{
+    void *q = realloc(p, size ? size : 1);
+    if (!q) {
+        fputs("einc: out of memory\n", stderr);
+        exit(1);
+    }
+    return q;
+}
+
 static void fill(int *a, int n, int v)
 {
     for (int i = 0; i < n; i++)
@@ -388,6 +398,12 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             p->last_use[v] = nops;
     for (i = 0; i < nops; i++)
         p->reuse[i] = inplace_operand(p, m, i);
+    int64_t ewnodes = 0;
+    for (i = 0; i < nops; i++)
+        if (p->ops[i]->kind == IR_OP_ELEMENTWISE)
+            ewnodes += p->ops[i]->u.ew.nnodes;
+    p->outline_elementwise = ewnodes > CG_OUTLINE_NODES;
+    cg_plan_row_groups(p, m);
     free(nuses);
     free(reader);
     return 0;
@@ -404,5 +420,7 @@ void cg_plan_free(cg_plan *p)
     free(p->update_slot);
     free(p->rt_output);
     free(p->reuse);
+    free(p->row_group);
+    free(p->row_local);
     memset(p, 0, sizeof *p);
 }

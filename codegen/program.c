@@ -142,13 +142,13 @@ static void op_label(const ir_module *m, const ir_op *op, char *buf, size_t size
  * for an op that absorbs fused producers includes theirs (they run inside
  * its loop and have no marker of their own). */
 static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValueRef *names,
-                      LLVMValueRef *predicted)
+                      LLVMValueRef *offsets, LLVMValueRef *predicted)
 {
     if (p->nops == 0) {
-        *names = *predicted = LLVMConstNull(c->t.ptr);
+        *names = *offsets = *predicted = LLVMConstNull(c->t.ptr);
         return;
     }
-    LLVMValueRef *nv = cg_calloc((size_t)p->nops, sizeof *nv);
+    LLVMValueRef *ov = cg_calloc((size_t)p->nops, sizeof *ov);
     LLVMValueRef *tv = cg_calloc((size_t)p->nops, sizeof *tv);
     double *t = cg_calloc((size_t)p->nops, sizeof *t);
     for (int i = 0; i < p->nops; i++)
@@ -164,26 +164,51 @@ static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValue
         if (j >= 0 && t[j] >= 0)
             t[j] += t[i];
     }
+    /* A row group is marked as its first op (run.c): the others' times
+     * are its. */
+    for (int i = 0; i < p->nops; i++) {
+        int g = p->row_group[i];
+        if (g >= 0 && g != i && t[i] >= 0 && t[g] >= 0)
+            t[g] += t[i];
+    }
+    /* The names as one string of NUL-terminated labels and their offsets
+     * (rt_program.op_names): constant data, not an array of pointers. */
+    size_t len = 0, cap = 4096;
+    char *blob = cg_calloc(cap, 1);
     for (int i = 0; i < p->nops; i++) {
         char label[256];
         op_label(m, p->ops[i], label, sizeof label);
-        nv[i] = cg_const_string(c, label);
-        tv[i] = LLVMConstReal(c->t.f64, p->fused_into[i] >= 0 ? -1 : t[i]);
+        size_t n = strlen(label) + 1;
+        if (len + n > cap) {
+            while (len + n > cap)
+                cap *= 2;
+            blob = cg_realloc(blob, cap);
+        }
+        memcpy(blob + len, label, n);
+        ov[i] = LLVMConstInt(c->t.i64, (unsigned long long)len, 0);
+        len += n;
+        bool marked = p->fused_into[i] < 0 && (p->row_group[i] < 0 || p->row_group[i] == i);
+        tv[i] = LLVMConstReal(c->t.f64, marked ? t[i] : -1);
     }
-    *names = cg_const_global(c, LLVMConstArray2(c->t.ptr, nv, (uint64_t)p->nops), "opnames");
+    /* DontNullTerminate: the last label's NUL is already in the blob. */
+    *names = cg_const_global(c, LLVMConstStringInContext2(c->llctx, blob, len, 1), "opnames");
+    *offsets = cg_const_global(c, LLVMConstArray2(c->t.i64, ov, (uint64_t)p->nops), "opnameoffs");
     *predicted = cg_const_global(c, LLVMConstArray2(c->t.f64, tv, (uint64_t)p->nops), "optimes");
-    free(nv);
+    free(blob);
+    free(ov);
     free(tv);
     free(t);
 }
 
-/* rt_op_begin/rt_op_end calls of one run: every op emitted with marks,
- * an op in a repeated block's body once per iteration (run.c). */
+/* rt_op_begin/rt_op_end calls of one run: every op emitted with marks (a
+ * row group's first op only), an op in a repeated block's body once per
+ * iteration (run.c). */
 static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
 {
     int64_t n = 0;
     for (int i = 0; i < p->nops; i++)
-        if (p->fused_into[i] < 0 && p->ops[i]->kind != IR_OP_LAYERSLICE)
+        if (p->fused_into[i] < 0 && p->ops[i]->kind != IR_OP_LAYERSLICE &&
+            (p->row_group[i] < 0 || p->row_group[i] == i))
             /* a LoopEnd's copy is the last op of each iteration */
             n += p->ops[i]->kind == IR_OP_LOOPEND ? m->dims[p->ops[i]->u.loop.dim].size
                                                    : ir_op_trips(m, p->ops[i]);
@@ -225,8 +250,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         sizes[a] = LLVMConstInt(c->t.i64, has ? (unsigned long long)m->mesh.axes[a].size : 0, 0);
     }
     const char *src = opts->source_name ? opts->source_name : m->filename;
-    LLVMValueRef op_names, op_times;
-    op_tables(c, m, p, &op_names, &op_times);
+    LLVMValueRef op_names, op_offsets, op_times;
+    op_tables(c, m, p, &op_names, &op_offsets, &op_times);
     LLVMValueRef f[] = {
         cg_i32(c, RT_ABI_VERSION),
         cg_i32(c, m->mesh.naxes),
@@ -247,6 +272,7 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         cg_i64(c, calls_per_run(m, p)),
         cg_i32(c, loss_output),
         cg_i32(c, trains),
+        op_offsets,
     };
     free(ins);
     free(outs);

@@ -27,17 +27,9 @@
 
 #include "cg_internal.h"
 
-/* A counted loop 0..n-1 (n >= 1): emits the header, returns the index phi;
- * loop_end closes it.  Bottom-tested, like elementwise.c's loops. */
-typedef struct loop {
-    LLVMBasicBlockRef pre, body; /* entry block, loop block */
-    LLVMValueRef phi;            /* the index (i64) */
-    int64_t n;                   /* trip count */
-} loop;
-
-static loop loop_begin(cg_ctx *c, cg_fn *f, int64_t n)
+cg_for cg_for_begin(cg_ctx *c, cg_fn *f, int64_t n)
 {
-    loop l = {.pre = LLVMGetInsertBlock(c->b), .n = n};
+    cg_for l = {.pre = LLVMGetInsertBlock(c->b), .n = n};
     l.body = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "red.loop");
     LLVMBuildBr(c->b, l.body);
     LLVMPositionBuilderAtEnd(c->b, l.body);
@@ -45,7 +37,7 @@ static loop loop_begin(cg_ctx *c, cg_fn *f, int64_t n)
     return l;
 }
 
-static void loop_end(cg_ctx *c, cg_fn *f, loop *l)
+void cg_for_end(cg_ctx *c, cg_fn *f, cg_for *l)
 {
     LLVMValueRef next = LLVMBuildNUWAdd(c->b, l->phi, cg_i64(c, 1), "");
     LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, l->n), "");
@@ -58,11 +50,15 @@ static void loop_end(cg_ctx *c, cg_fn *f, loop *l)
     LLVMPositionBuilderAtEnd(c->b, after);
 }
 
-/* Row-major element offset of the index values `idx` in a block of `shape`. */
-static LLVMValueRef offset(cg_ctx *c, const int64_t *shape, LLVMValueRef *idx, int rank)
+/* Row-major element offset of the index values `idx` in value `v`'s block
+ * of `shape`; a row-local buffer (rowgroup.c) holds one row, so its row
+ * positions (the leading ones) do not count. */
+static LLVMValueRef offset(cg_ctx *c, const cg_fn *f, const ir_value *v, const int64_t *shape,
+                           LLVMValueRef *idx)
 {
     LLVMValueRef off = cg_i64(c, 0);
-    for (int j = 0; j < rank; j++) {
+    int lo = f->nrow > 0 && f->plan->row_local[v->id] ? f->nrow : 0;
+    for (int j = lo; j < v->type.rank; j++) {
         off = LLVMBuildNSWMul(c->b, off, cg_i64(c, shape[j]), "");
         off = LLVMBuildNSWAdd(c->b, off, idx[j], "");
     }
@@ -108,10 +104,16 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     }
     LLVMValueRef acc = entry_alloca(c, f, ct, "red.acc");
     LLVMValueRef best = argmax ? entry_alloca(c, f, c->t.i64, "red.best") : NULL;
-    loop rl[IR_MAX_RANK], cl[IR_MAX_RANK];
+    cg_for rl[IR_MAX_RANK], cl[IR_MAX_RANK];
     LLVMValueRef ridx[IR_MAX_RANK], aidx[IR_MAX_RANK];
+    /* In a row group (rowgroup.c) the leading result positions are the
+     * group's rows: its loops run them. */
     for (int q = 0; q < r->type.rank; q++) {
-        rl[q] = loop_begin(c, f, rshape[q]);
+        if (q < f->nrow) {
+            ridx[q] = f->row_idx[q];
+            continue;
+        }
+        rl[q] = cg_for_begin(c, f, rshape[q]);
         ridx[q] = rl[q].phi;
     }
     LLVMBuildStore(c->b, LLVMConstReal(ct, red == IR_RED_SUM ? 0.0 : is_max ? -INFINITY : INFINITY),
@@ -119,14 +121,14 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     if (argmax)
         LLVMBuildStore(c->b, cg_i64(c, 0), best);
     for (int k = 0; k < ncontr; k++) {
-        cl[k] = loop_begin(c, f, ashape[contr[k]]);
+        cl[k] = cg_for_begin(c, f, ashape[contr[k]]);
         aidx[contr[k]] = cl[k].phi;
     }
     for (int j = 0; j < a->type.rank; j++)
         if (res_pos[j] >= 0)
             aidx[j] = ridx[res_pos[j]];
     LLVMValueRef x = cg_load_elem(c, ct, f->buf[a->id], a->type.dtype,
-                                  offset(c, ashape, aidx, a->type.rank));
+                                  offset(c, f, a, ashape, aidx));
     LLVMValueRef prev = LLVMBuildLoad2(c->b, ct, acc, ""), next;
     if (argmax) {
         /* x > best, or x is NaN and best is not (UNO: either is NaN). */
@@ -152,20 +154,20 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     }
     LLVMBuildStore(c->b, next, acc);
     for (int k = ncontr - 1; k >= 0; k--)
-        loop_end(c, f, &cl[k]);
+        cg_for_end(c, f, &cl[k]);
     if (argmax) {
         LLVMValueRef pos = LLVMBuildTrunc(c->b, LLVMBuildLoad2(c->b, c->t.i64, best, ""), c->t.i32, "");
         LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->t.i32, dst,
-                                               (LLVMValueRef[]){offset(c, rshape, ridx, r->type.rank)}, 1, "");
+                                               (LLVMValueRef[]){offset(c, f, r, rshape, ridx)}, 1, "");
         LLVMBuildStore(c->b, pos, p);
-        for (int q = r->type.rank - 1; q >= 0; q--)
-            loop_end(c, f, &rl[q]);
+        for (int q = r->type.rank - 1; q >= f->nrow; q--)
+            cg_for_end(c, f, &rl[q]);
         return;
     }
     LLVMValueRef v = LLVMBuildLoad2(c->b, ct, acc, "");
     if (op->u.einsum.scale != 1.0)
         v = LLVMBuildFMul(c->b, v, LLVMConstReal(ct, op->u.einsum.scale), "");
-    cg_store_elem(c, ct, v, r->type.dtype, dst, offset(c, rshape, ridx, r->type.rank));
-    for (int q = r->type.rank - 1; q >= 0; q--)
-        loop_end(c, f, &rl[q]);
+    cg_store_elem(c, ct, v, r->type.dtype, dst, offset(c, f, r, rshape, ridx));
+    for (int q = r->type.rank - 1; q >= f->nrow; q--)
+        cg_for_end(c, f, &rl[q]);
 }

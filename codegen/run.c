@@ -335,6 +335,75 @@ static void emit_layer_stack(cg_ctx *c, cg_fn *f, const ir_op *op, int i, const 
     free_dead(c, f, i, -1, f->plan->nops);
 }
 
+/* The buffer op i writes, made before it: its output's, the dead
+ * operand's it takes over (plan.c), or a new one (one row of it for a
+ * row-local value, rowgroup.c); recorded in f->buf. */
+static LLVMValueRef result_buffer(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i)
+{
+    const cg_plan *p = f->plan;
+    const ir_value *res = p->ops[i]->result;
+    LLVMValueRef dst;
+    if (p->out_index[res->id] >= 0) {
+        dst = load_ptr_at(c, out, p->out_index[res->id], res->tensor);
+    } else if (p->reuse[i] >= 0) {
+        dst = f->buf[p->reuse[i]]; /* in place: the operand dies here */
+    } else {
+        int64_t bytes = ir_local_bytes(f->m, &res->type);
+        if (p->row_local[res->id])
+            for (int q = 0; q < f->nrow; q++)
+                bytes /= ir_local_size(f->m, &res->type, q);
+        LLVMValueRef args[] = {f->dev, cg_i64(c, bytes)};
+        dst = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, res->tensor);
+    }
+    return f->buf[res->id] = dst;
+}
+
+/* The row group whose first op is `first` (rowgroup.c): every member's
+ * buffer, then loops over the rows around each member's own loops, in
+ * program order, marked as one op (the first's id); then the frees.
+ * Returns the last member's index. */
+static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
+{
+    const cg_plan *p = f->plan;
+    int last = cg_row_group_end(p, first);
+    const ir_op *lead = NULL; /* the reduction whose result dims are the rows */
+    for (int j = first; j <= last && !lead; j++)
+        if (p->row_group[j] == first && p->ops[j]->kind == IR_OP_EINSUM)
+            lead = p->ops[j];
+    int nrow = lead->result->type.rank;
+    f->nrow = nrow; /* sizes a row-local buffer */
+    for (int j = first; j <= last; j++)
+        if (p->row_group[j] == first)
+            result_buffer(c, f, out, j);
+    call_mark(c, f, c->rt.op_begin, first);
+    cg_for rows[IR_MAX_RANK];
+    for (int q = 0; q < nrow; q++) {
+        rows[q] = cg_for_begin(c, f, ir_local_size(f->m, &lead->result->type, q));
+        f->row_idx[q] = rows[q].phi;
+    }
+    for (int j = first; j <= last; j++) {
+        const ir_op *op = p->ops[j];
+        if (p->row_group[j] != first)
+            continue;
+        if (op->kind == IR_OP_ELEMENTWISE)
+            cg_emit_elementwise(c, f, op, f->buf[op->result->id]);
+        else
+            cg_emit_reduce(c, f, op, f->buf[op->result->id]);
+    }
+    for (int q = nrow - 1; q >= 0; q--)
+        cg_for_end(c, f, &rows[q]);
+    f->nrow = 0;
+    call_mark(c, f, c->rt.op_end, first);
+    for (int j = first; j <= last; j++) {
+        if (p->row_group[j] != first)
+            continue;
+        if (p->reuse[j] >= 0)
+            f->buf[p->reuse[j]] = NULL;
+        free_dead(c, f, j, -1, p->nops);
+    }
+    return last;
+}
+
 LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *name)
 {
     cg_fn f = {.m = m, .plan = p};
@@ -383,17 +452,11 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
             free_dead(c, &f, i, -1, p->nops);
             continue;
         }
-        int64_t bytes = ir_local_bytes(m, &res->type);
-        LLVMValueRef dst;
-        if (p->out_index[res->id] >= 0) {
-            dst = load_ptr_at(c, out, p->out_index[res->id], res->tensor);
-        } else if (p->reuse[i] >= 0) {
-            dst = f.buf[p->reuse[i]]; /* in place: the operand dies here */
-        } else {
-            LLVMValueRef args[] = {f.dev, cg_i64(c, bytes)};
-            dst = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, res->tensor);
+        if (p->row_group[i] == i) {
+            i = emit_row_group(c, &f, out, i);
+            continue;
         }
-        f.buf[res->id] = dst;
+        LLVMValueRef dst = result_buffer(c, &f, out, i);
         call_mark(c, &f, c->rt.op_begin, i);
         switch (op->kind) {
         case IR_OP_EINSUM: {

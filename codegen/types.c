@@ -96,6 +96,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->i64,                             /* calls_per_run */
         t->i32,                             /* loss_output */
         t->i32,                             /* trains */
+        t->ptr,                             /* op_name_offsets */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

@@ -364,11 +364,15 @@ static bool call_argument(stmt_ctx *x, const ast_factor *f, operand *out)
             out->labels[i] = g->u.tref.idx[i].dim;
         return true;
     }
-    int n = 0;
-    expr_indices(x, e, out->labels, &n, IR_MAX_RANK);
+    int n = 0, seen[IR_MAX_RANK];
+    expr_indices(x, e, seen, &n, IR_MAX_RANK);
     if (!limit_rank(x, n, e->loc, "the argument of a reduction"))
         return false;
-    out->n = n;
+    /* The left side's order first, so the reduced indices come last and
+     * the argument is laid out as the result reads it: `softmax(where(S <=
+     * T, L[T, S], -inf), S)` into Q[T, S] is computed as [T, S], not [S, T]
+     * and then transposed. */
+    out->n = restrict_labels(x, seen, n, seen, n, out->labels);
     out->v = fe_ew_emit(&x->e, expr_tree(x, e), out->labels, n, e->loc);
     return true;
 }

@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#define RT_ABI_VERSION 1
+#define RT_ABI_VERSION 2
 #define RT_MAX_RANK 8
 #define RT_MAX_AXES 4
 
@@ -188,8 +188,13 @@ typedef struct rt_program {
     /* Per op id 0..nops-1 (the ids passed to rt_op_begin/rt_op_end): what
      * --profile and --trace print.  Added after ABI version 1 without a bump:
      * every field above keeps its offset. */
-    int32_t nops;                      /* entries of op_names and op_predicted */
-    const char *const *op_names;       /* e.g. "In.1 = AllGather_Y In"; NULL entries allowed */
+    int32_t nops;                      /* entries of op_name_offsets and op_predicted */
+    /* The ops' names (e.g. "In.1 = AllGather_Y In"), each NUL-terminated,
+     * op k's at op_names + op_name_offsets[k]; NULL when nops is 0.  One
+     * string rather than an array of pointers: LLVM rehashes a constant
+     * array of pointers on every change to one element, which made -O3
+     * superlinear in the number of ops (ABI version 2). */
+    const char *op_names;
     const double *op_predicted;        /* cost pass's time per call, seconds per device; <0 unknown */
     const char *hw_name;               /* hardware profile the predictions are for ("host") */
     /* rt_op_begin/rt_op_end calls in one run: an op in a repeated block's
@@ -206,7 +211,12 @@ typedef struct rt_program {
      * ABI version 1 without a bump: appended. */
     int32_t loss_output;
     int32_t trains;
+    const int64_t *op_name_offsets;    /* nops byte offsets into op_names (ABI version 2) */
 } rt_program;
+
+/* The name of op `op` of `p` (see op_names), or `fallback` when the
+ * program has no name for it. */
+const char *rt_program_op_name(const rt_program *p, int64_t op, const char *fallback);
 
 /* ---- called by emitted code ---- */
 

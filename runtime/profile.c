@@ -125,8 +125,7 @@ void rt_profile_print(FILE *f, const rt_job *job)
                 nops = (int32_t)job->trace[i] + 1;
     }
     for (int32_t op = 0; op < nops; op++) {
-        const char *name = prog->op_names && op < prog->nops && prog->op_names[op]
-                               ? prog->op_names[op] : "?";
+        const char *name = rt_program_op_name(prog, op, "?");
         int64_t calls;
         double med = measured(job, op, &calls);
         if (calls == 0)

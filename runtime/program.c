@@ -87,6 +87,13 @@ static int check_training(const rt_program *p, char *err, size_t errlen)
     return 0;
 }
 
+const char *rt_program_op_name(const rt_program *p, int64_t op, const char *fallback)
+{
+    if (!p || !p->op_names || !p->op_name_offsets || op < 0 || op >= p->nops)
+        return fallback;
+    return p->op_names + p->op_name_offsets[op];
+}
+
 int rt_check_program(const rt_program *p, char *err, size_t errlen)
 {
     if (!p)

@@ -112,8 +112,7 @@ static void write_events(FILE *f, const rt_job *job)
             int64_t op = e[d], b = e[nd + d], en = e[2 * nd + d];
             if (op < 0)
                 continue;
-            const char *name = p->op_names && op < p->nops && p->op_names[op]
-                                   ? p->op_names[op] : "op";
+            const char *name = rt_program_op_name(p, op, "op");
             fprintf(f, ",\n{\"name\": ");
             put_string(f, name);
             fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "

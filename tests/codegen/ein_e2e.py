@@ -70,7 +70,43 @@ def sat_expected(x):
     return out
 
 
+def rows_inputs(rng):
+    return {"A": (rng.standard_normal((8, 96)) * 30).astype(np.float32),
+            "G": rng.standard_normal(96).astype(np.float32),
+            "L": (rng.standard_normal((16, 16)) * 1e4).astype(np.float32),
+            "B": (rng.standard_normal((8, 96)) * 30).astype(np.float64)}
+
+
+def rows_expected(x):
+    def softmax(v):
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    a = x["A"].astype(np.float64)
+    t, s = np.indices((16, 16))
+    return {"P": softmax(a),
+            "M": a / np.sqrt((a * a).mean(axis=-1, keepdims=True) + 1e-5) * x["G"],
+            "Q": softmax(np.where(s <= t, x["L"].astype(np.float64), -np.inf)),
+            "PB": softmax(x["B"])}
+
+
+def expf_inputs(rng):
+    edge = [88.72, 88.73, -87.33, -87.34, -103.97, -103.98, 0.0, np.nan, np.inf, -np.inf]
+    edge += [s * 2.0 ** k for k in range(-24, 7) for s in (1, -1)]
+    z = np.concatenate([edge, rng.uniform(-110, 95, 128 - len(edge))])
+    return {"Z": z.astype(np.float32)}
+
+
+def expf_expected(x):
+    # exp rounded once to f32: past 88.7228 that is inf
+    with np.errstate(over="ignore"):
+        return {"E": np.exp(x["Z"].astype(np.float64)).astype(np.float32)}
+
+
 NUMPY = {"mlp": (mlp_inputs, mlp_expected, 1e-4, 1e-3),
+         "rows": (rows_inputs, rows_expected, 1e-5, 1e-30),
+         # within 2 f32 ulps of exp (NumPy's own expf is within 2), denormal
+         # results within one denormal step (1.4e-45)
+         "expf": (expf_inputs, expf_expected, 2.4e-7, 1.5e-45),
          "act": (act_inputs, act_expected, 1e-5, 1e-6),
          "sat": (sat_inputs, sat_expected, 1e-5, 1e-30)}
 
