@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pass.h"
+#include "costmodel.h"
 #include "prop_fixture.h"
 
 static void die(const char *what, const char *text)
@@ -202,8 +203,14 @@ int fx_run(ir_module *m, int *verify_errors)
 
 int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors)
 {
+    return fx_run_hw_to(m, hw, stderr, verify_errors);
+}
+
+int fx_run_hw_to(ir_module *m, const struct cost_hw *hw, FILE *diag_out, int *verify_errors)
+{
     diag_ctx d;
     diag_init(&d, "test.ein", "", 0);
+    d.out = diag_out;
     pass_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.diag = &d;
@@ -213,6 +220,17 @@ int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors)
     int e = pass_propagate(&ctx, m);
     *verify_errors = e ? -1 : ir_verify(m, &d);
     return e;
+}
+
+double fx_serial_time(const ir_module *m, const struct cost_hw *hw)
+{
+    double t = 0;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        ir_cost c;
+        cost_op_estimate(m, hw, op, &c);
+        t += c.time;
+    }
+    return t;
 }
 
 const char *fx_collectives(const ir_module *m, char *buf, int size)

@@ -9,6 +9,7 @@
 #define EINC_PROP_FIXTURE_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "ir.h"
 
@@ -35,6 +36,11 @@ int fx_run(ir_module *m, int *verify_errors);
 /* The same with the time objective on profile `hw` (NULL: fx_run). */
 struct cost_hw;
 int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors);
+/* The same with diagnostics written to `diag_out`. */
+int fx_run_hw_to(ir_module *m, const struct cost_hw *hw, FILE *diag_out, int *verify_errors);
+/* The planner's objective for a propagated module: the sum of every op's
+ * estimated time on `hw` (cost_op_estimate), seconds. */
+double fx_serial_time(const ir_module *m, const struct cost_hw *hw);
 /* The inserted reshard ops in program order, "AllGather_X(Win) Slice_Y(B)",
  * into buf. */
 const char *fx_collectives(const ir_module *m, char *buf, int size);

@@ -22,18 +22,6 @@
 #include "pass.h"
 #include "prop_fixture.h"
 
-/* Serial sum of every op's estimated time on hw (seconds). */
-static double serial_time(const ir_module *m, const cost_hw *hw)
-{
-    double t = 0;
-    for (const ir_op *op = m->first; op; op = op->next) {
-        ir_cost c;
-        cost_op_estimate(m, hw, op, &c);
-        t += c.time;
-    }
-    return t;
-}
-
 static void load(cost_hw *hw)
 {
     char err[512];
@@ -74,7 +62,7 @@ static void test_dp_tp_time_beats_bytes(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(bytes_plan, "AllToAll_Y(Win)"));
     /* Time: seed 000's TP plan. */
     CU_ASSERT_STRING_EQUAL(time_plan, "AllGather_Y(In) ReduceScatter_Y(Out)");
-    CU_ASSERT_TRUE(serial_time(mt, &hw) < serial_time(mb, &hw));
+    CU_ASSERT_TRUE(fx_serial_time(mt, &hw) < fx_serial_time(mb, &hw));
     CU_ASSERT_TRUE(fx_bytes_moved(mt) > fx_bytes_moved(mb)); /* it pays bytes for time */
     /* The first collective says what decided and what lost. */
     const ir_op *ag = fx_find(mt, IR_OP_ALLGATHER);
@@ -160,7 +148,7 @@ static void test_fsdp_backward_seed_listing(void)
         fprintf(stderr, "bytes: %s\ntime: %s\n", bytes_plan, time_plan);
     CU_ASSERT_STRING_EQUAL(time_plan,
                            "ReduceScatter_X(dWout) AllGather_X(Wout) ReduceScatter_X(dWin) AllGather_X(Win)");
-    CU_ASSERT_TRUE(serial_time(mt, &hw) < serial_time(mb, &hw));
+    CU_ASSERT_TRUE(fx_serial_time(mt, &hw) < fx_serial_time(mb, &hw));
     ir_module_free(mb);
     ir_module_free(mt);
 }
