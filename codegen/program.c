@@ -178,6 +178,13 @@ static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValue
     for (int i = 0; i < p->nops; i++) {
         char label[256];
         op_label(m, p->ops[i], label, sizeof label);
+        if (p->row_group[i] == i) {
+            /* "P = Einsum A, row group to P.3": what the group's row times */
+            char last[64];
+            size_t l = strlen(label);
+            snprintf(label + l, sizeof label - l, ", row group to %s",
+                     ir_value_name(p->ops[cg_row_group_end(p, i)]->result, last, sizeof last));
+        }
         size_t n = strlen(label) + 1;
         if (len + n > cap) {
             while (len + n > cap)
