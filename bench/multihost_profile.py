@@ -31,6 +31,7 @@ Needs root (network namespaces) and mpirun; exits 2 with the reason
 without them.  About 4 minutes on the 2-core VM.
 """
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -107,10 +108,8 @@ def collective_names(profile_text):
 
 def fits(path):
     """kind -> {large, small} ring fits of a calibrated profile."""
-    import json
     with open(path) as f:
-        cal = json.load(f)["calibration"]["collectives"]
-    return cal
+        return json.load(f)["calibration"]["collectives"]
 
 
 def describe(fit):

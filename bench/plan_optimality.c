@@ -95,10 +95,9 @@ static int ncodes(const program *p)
     return strlen(axes_of(p)) == 2 ? 9 : 3;
 }
 
-static void decl(const program *p, const char *name, const int *dims, char sh[2][3], bool sub,
+static void decl(const char *name, const int *dims, char sh[2][3], bool sub,
                  char *buf, size_t size)
 {
-    (void)p;
     snprintf(buf, size, "%s[%s%s%s, %s%s%s]", name, dim_names[dims[0]],
              sub && sh[0][0] ? "_" : "", sub ? sh[0] : "", dim_names[dims[1]],
              sub && sh[1][0] ? "_" : "", sub ? sh[1] : "");
@@ -165,7 +164,7 @@ static ir_module *build(const program *p, long assign)
         snprintf(name, sizeof name, "In%d", i);
         char sh[2][3];
         memcpy(sh, p->in_shard[i], sizeof sh);
-        decl(p, name, p->in_dims[i], sh, true, buf, sizeof buf);
+        decl(name, p->in_dims[i], sh, true, buf, sizeof buf);
         in[i] = fx_input(m, buf);
     }
     ir_value *cur = in[0];
@@ -178,7 +177,7 @@ static ir_module *build(const program *p, long assign)
             shard_from_code(p, (int)(code % ncodes(p)), sh);
             code /= ncodes(p);
         }
-        decl(p, name, p->res_dims[k], sh, sub, buf, sizeof buf);
+        decl(name, p->res_dims[k], sh, sub, buf, sizeof buf);
         if (p->kind[k] == 0)
             cur = fx_einsum(m, buf, cur, in[p->w[k]]);
         else if (p->kind[k] == 1)
@@ -188,7 +187,7 @@ static ir_module *build(const program *p, long assign)
     }
     char sh[2][3];
     memcpy(sh, p->out_shard, sizeof sh);
-    decl(p, cur->tensor, p->res_dims[p->nops - 1], sh, p->out_constrained, buf, sizeof buf);
+    decl(cur->tensor, p->res_dims[p->nops - 1], sh, p->out_constrained, buf, sizeof buf);
     fx_output(m, p->out_constrained ? buf : cur->tensor, cur);
     return m;
 }
@@ -213,7 +212,7 @@ static void print_ein(const program *p)
         char name[16];
         snprintf(name, sizeof name, "In%d", i);
         memcpy(sh, p->in_shard[i], sizeof sh);
-        decl(p, name, p->in_dims[i], sh, true, buf, sizeof buf);
+        decl(name, p->in_dims[i], sh, true, buf, sizeof buf);
         printf("    input %s : f32\n", buf);
     }
     char prev[16] = "In0";
@@ -234,7 +233,7 @@ static void print_ein(const program *p)
         pd = d;
     }
     memcpy(sh, p->out_shard, sizeof sh);
-    decl(p, prev, p->res_dims[p->nops - 1], sh, p->out_constrained, buf, sizeof buf);
+    decl(prev, p->res_dims[p->nops - 1], sh, p->out_constrained, buf, sizeof buf);
     printf("    output %s\n", buf);
 }
 
@@ -272,7 +271,7 @@ int main(int argc, char **argv)
     if (!quiet)
         return 2;
     double ratio[NPROGRAMS];
-    int within5 = 0, worse = 0, failed = 0;
+    int within5 = 0, failed = 0;
     double worst = 0;
     long total_assignments = 0;
     for (int i = 0; i < nprograms; i++) {
@@ -312,7 +311,6 @@ int main(int argc, char **argv)
                    ratio[i]);
             if (getenv("OPTIMAL_PRINT"))
                 print_ein(&p);
-            worse++;
         }
     }
     /* The distribution of planner / optimum. */
@@ -330,7 +328,6 @@ int main(int argc, char **argv)
            nprograms, total_assignments, hist[0], hist[1], hist[2], hist[3], hist[4], hist[5],
            hist[6], within5, 100.0 * within5 / nprograms, worst);
     fclose(quiet);
-    (void)worse;
     if (failed) {
         printf("%d programs failed to plan\n", failed);
         return 2;

@@ -231,22 +231,19 @@ static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
     return LLVMBuildFDiv(b, fc(n, 1.0), LLVMBuildFAdd(b, fc(n, 1.0), e, ""), "");
 }
 
-/* exp(x) that stays on libmvec's vector path, which sends a whole vector
- * through a scalar fallback as soon as one lane is beyond |x| = BIG (87 for
- * expf, 708 for exp): a softmax's masked -inf scores, half of a causal
- * attention's, made it 10x slower per element.  Arguments beyond BIG are
- * shifted by K towards 0 and the result scaled back by exp(-+K) (one extra
- * rounding, into the denormal range where that is the exact answer's
- * neighbourhood anyway); below Z (where IEEE exp is +0: exp(-104) is under
- * f32's smallest denormal) the result is selected as 0, above O (overflow)
- * as +inf, and exp only ever sees [-BIG, BIG].  NaN fails every comparison
- * and stays NaN. */
-static LLVMValueRef exp_fast(ew_nest *n, LLVMValueRef x)
+/* exp(x) in f64 that stays on libmvec's vector path, which sends a whole
+ * vector through a scalar fallback as soon as one lane is beyond |x| = 708:
+ * a softmax's masked -inf scores, half of a causal attention's, made it
+ * 10x slower per element.  Arguments beyond 708 are shifted by 512 towards
+ * 0 and the result scaled back by exp(-+512) (one extra rounding, into the
+ * denormal range where that is the exact answer's neighbourhood anyway);
+ * below -746 (where IEEE exp is +0) the result is selected as 0, above
+ * 709.79 (overflow) as +inf, and exp only ever sees [-708, 708].  NaN fails
+ * every comparison and stays NaN.  f32 has exp_poly_f32. */
+static LLVMValueRef exp_f64(ew_nest *n, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
-    bool f32 = n->ct == n->c->t.f32;
-    double big = f32 ? 87.0 : 708.0, k = f32 ? 64.0 : 512.0;
-    double zero = f32 ? -104.0 : -746.0, over = f32 ? 88.73 : 709.79;
+    const double big = 708.0, k = 512.0, zero = -746.0, over = 709.79;
     LLVMValueRef lo = LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, -big), "");
     LLVMValueRef hi = LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, big), "");
     LLVMValueRef xs = LLVMBuildSelect(b, lo, LLVMBuildFAdd(b, x, fc(n, k), ""), x, "");
@@ -325,7 +322,7 @@ static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
     switch (fn) {
-    case IR_FN_EXP: return n->ct == n->c->t.f32 ? exp_poly_f32(n, x) : exp_fast(n, x);
+    case IR_FN_EXP: return n->ct == n->c->t.f32 ? exp_poly_f32(n, x) : exp_f64(n, x);
     case IR_FN_LOG: return intrinsic(n, "llvm.log", &x, 1);
     case IR_FN_TANH: return libm_tanh(n, x);
     case IR_FN_RELU: {

@@ -39,9 +39,9 @@
 
 #include "cg_internal.h"
 
-/* Where row label rows[q] sits among `labels` (rank positions); the
- * tensor fits the group if the row labels are its first nrow positions in
- * order, or none of its labels are rows. */
+/* Whether a tensor of type `t` read or written through `labels` fits the
+ * group: the row labels are its first nrow positions, in order and with
+ * the rows' per-device sizes, or none of its labels is a row. */
 static bool tensor_fits(const ir_module *m, const ir_type *t, const int *labels, const int *rows,
                         int nrow, const int64_t *rowsize)
 {
