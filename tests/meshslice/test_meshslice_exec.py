@@ -64,14 +64,20 @@ def program(mesh, dp, dtype="f32"):
     return "\n".join(p).replace(": f32", ": " + dtype) + "\n", size
 
 
-def run(cmd, cwd, timeout=300):
-    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=timeout)
-    return p.returncode, p.stdout.decode("utf-8", "replace")
+def run(cmd, cwd, timeout=300, merge=True):
+    """(exit code, output); stderr is left out with merge=False, for output
+    that is parsed (einc may warn on stderr, e.g. that the host profile was
+    measured on another machine)."""
+    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT if merge else subprocess.PIPE, timeout=timeout)
+    out = p.stdout.decode("utf-8", "replace")
+    if not merge and p.returncode != 0:
+        out += p.stderr.decode("utf-8", "replace")
+    return p.returncode, out
 
 
 def check_ir(einc, src, k, errors, tag):
-    rc, out = run([einc, "--meshslice=%d" % k, "--dump-ir=json", src], os.path.dirname(src))
+    rc, out = run([einc, "--meshslice=%d" % k, "--dump-ir=json", src], os.path.dirname(src), merge=False)
     if rc != 0:
         errors.append("%s: einc --dump-ir=json failed: %s" % (tag, out))
         return
