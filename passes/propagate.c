@@ -37,15 +37,27 @@
  * the sweeps run again.  docs/propagation.md gives the complexity, the
  * limits and worked examples.
  *
- * Which layouts are tried.  An axis may only go to a label on which some
- * operand, the result's constraint, a consumer's requirement or an output
- * constraint already places it (or to nothing, or to carrying).  Like GSPMD,
- * propagation spreads the shardings the user wrote and never invents new
- * ones: re-sharding a TP model's activations over the batch might move fewer
- * bytes in one step, but it is not what the user asked for, and seed 000's
- * strategies (DP, FSDP, TP, FSDP+TP) are exactly the fixed points of this
- * rule.  Within one label, several axes keep the order a source gives them,
- * else mesh order.  Layouts whose dims do not divide are never chosen.
+ * Which layouts are tried: two phases.  First, like GSPMD, an axis may
+ * only go to a label on which some operand, the result's constraint, a
+ * consumer's requirement or an output constraint already places it (or to
+ * nothing, or to carrying): propagation spreads the shardings the user
+ * wrote, and seed 000's strategies (DP, FSDP, TP, FSDP+TP) are fixed points
+ * of this rule.  Then, with a profile, every mesh axis that the program
+ * uses (some input, param, constraint or output shards a dim over it) may
+ * go to any label of an operand: a ReduceScatter into a free dim, an
+ * AllToAll that splits a matmul, a chain of ops split over an axis none of
+ * them held.  From the first phase's plan the sweeps and joint moves run
+ * again, then branch and bound over all ops (propagate_search.c), within a
+ * budget of evaluations.  The wider plan is kept only if it is estimated
+ * WIDE_MARGIN (5%) faster, so a plan the user's shardings already give is
+ * not rewritten for a margin inside the cost model's error.  An axis the
+ * program never uses is a replica axis (docs/language.md): no op is split
+ * over it.  Within one label, several axes keep the order a source gives
+ * them, else mesh order.  Layouts whose dims do not divide are never chosen.
+ *
+ * Repeated blocks count as often as they run: an op in a body, and a
+ * reshard emitted in front of one, cost |L| times, and the body's new value
+ * pays for its reshard into the carried sharding every iteration.
  *
  * Materialisation walks the ops in program order: each operand not already
  * in its required sharding gets the planner's ops inserted just before the
@@ -242,7 +254,47 @@ static bool is_compute(const ir_op *op)
     return op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE;
 }
 
-/* Fills p->ops, p->def and the use lists; false on allocation failure. */
+/* p->tclass: values of one dtype and dims share their reshard costs. */
+static bool type_classes(prop *p)
+{
+    const ir_module *m = p->m;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)m->nvalues)
+        cap *= 2;
+    int *slot = malloc(cap * sizeof *slot);
+    p->tclass = malloc(((size_t)m->nvalues + 1) * sizeof *p->tclass);
+    if (!slot || !p->tclass) {
+        free(slot);
+        return false;
+    }
+    for (size_t i = 0; i < cap; i++)
+        slot[i] = -1;
+    for (int id = 0; id < m->nvalues; id++) {
+        const ir_type *t = &m->values[id]->type;
+        uint64_t h = (uint64_t)t->dtype * 0x9e3779b97f4a7c15ull ^ (uint64_t)t->rank;
+        for (int d = 0; d < t->rank; d++)
+            h = (h ^ (uint64_t)t->dims[d]) * 0x100000001b3ull;
+        size_t i = (size_t)(h ^ (h >> 29)) & (cap - 1);
+        for (;; i = (i + 1) & (cap - 1)) {
+            if (slot[i] < 0) {
+                slot[i] = id;
+                p->tclass[id] = id;
+                break;
+            }
+            const ir_type *u = &m->values[slot[i]]->type;
+            if (u->dtype == t->dtype && u->rank == t->rank &&
+                memcmp(u->dims, t->dims, (size_t)t->rank * sizeof *t->dims) == 0) {
+                p->tclass[id] = slot[i];
+                break;
+            }
+        }
+    }
+    free(slot);
+    return true;
+}
+
+/* Fills p->ops, p->def, the use lists, the used axes, p->loop_use and
+ * p->tclass; false on allocation failure. */
 static bool setup(prop *p)
 {
     ir_module *m = p->m;
@@ -299,6 +351,26 @@ static bool setup(prop *p)
     }
     for (int i = 0; i < m->nvalues; i++)
         p->use_start[i + 1] += p->use_start[i];
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (p->def[i] < 0)
+            p->used_axes |= ir_sharding_used_axes(&v->type.sh, v->type.rank);
+        if (v->has_constraint)
+            p->used_axes |= ir_sharding_used_axes(&v->constraint, v->type.rank);
+    }
+    for (int i = 0; i < m->noutputs; i++)
+        if (m->outputs[i].has_constraint)
+            p->used_axes |= ir_sharding_used_axes(&m->outputs[i].constraint,
+                                                  m->outputs[i].value->type.rank);
+    p->loop_use = calloc((size_t)m->nvalues + 1, sizeof *p->loop_use);
+    if (!p->loop_use)
+        return false;
+    if (!type_classes(p))
+        return false;
+    for (ir_op *op = m->first; op; op = op->next)
+        if ((op->kind == IR_OP_LOOPBEGIN || op->kind == IR_OP_LOOPEND) && op->noperands == 1 &&
+            op->operands[0]->id >= 0 && op->operands[0]->id < m->nvalues)
+            p->loop_use[op->operands[0]->id] = op;
     int *fill = calloc((size_t)m->nvalues + 1, sizeof *fill);
     if (!fill)
         return false;
@@ -387,18 +459,73 @@ static void report_infeasible(const prop *p, int k)
                "axes)", stmt);
 }
 
-/* Backward and forward rounds of re-picking layouts, to a fixed point;
- * returns the number of rounds. */
+/* Whether the second phase has used its budget of evaluations. */
+static bool over_budget(const prop *p)
+{
+    return p->eval_limit && p->evals >= p->eval_limit;
+}
+
+/* Backward and forward rounds of re-picking layouts, to a fixed point (or
+ * to the budget); returns the number of rounds. */
 static int sweep(prop *p)
 {
     int round = 0;
-    for (bool changed = true; changed && round < MAX_SWEEPS; round++) {
+    for (bool changed = true; changed && round < MAX_SWEEPS && !over_budget(p); round++) {
         changed = false;
-        for (int k = p->nops - 1; k >= 0; k--)
+        for (int k = p->nops - 1; k >= 0 && !over_budget(p); k--)
             changed |= pass_prop_choose(p, k) > 0;
-        for (int k = 0; k < p->nops; k++)
+        for (int k = 0; k < p->nops && !over_budget(p); k++)
             changed |= pass_prop_choose(p, k) > 0;
     }
+    return round;
+}
+
+/* Sweeps to a fixed point, then joint moves and sweeps again while they
+ * help; returns the rounds of sweeps.  Every accepted change lowers the
+ * objective. */
+static int descend(prop *p)
+{
+    int round = 0;
+    for (int joint_rounds = 0;; joint_rounds++) {
+        round += sweep(p);
+        if (joint_rounds >= MAX_JOINT_ROUNDS || !pass_prop_improve_joint(p))
+            break;
+    }
+    return round;
+}
+
+/* The second phase: from the plan that spreads the user's shardings (the
+ * local optimum of descend), every axis the program uses may go to any
+ * dim; descend again, then branch and bound over the whole program.  The
+ * wider plan is kept only if it is estimated WIDE_MARGIN faster: a plan
+ * that departs from the shardings the user wrote must win by more than the
+ * cost model's error, not by a rounding.  Returns the rounds of sweeps. */
+static int widen(prop *p)
+{
+    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    if (!keep)
+        return 0;
+    for (int k = 0; k < p->nops; k++)
+        keep[k] = p->ops[k].lay;
+    cost narrow = pass_prop_total_cost(p);
+    p->wide = true;
+    p->eval_limit = p->evals + WIDE_BUDGET;
+    int round = descend(p);
+    if (pass_prop_branch_bound(p, BB_BUDGET) > 0)
+        round += sweep(p);
+    p->eval_limit = 0;
+    cost wide = pass_prop_total_cost(p);
+    bool better = wide.time < narrow.time * (1.0 - WIDE_MARGIN);
+    if (p->ctx->log)
+        fprintf(p->ctx->log, "propagate: with every used axis on any dim: %.4g us against %.4g us, %s\n",
+                wide.time * 1e6, narrow.time * 1e6,
+                better ? "kept" : "not kept (less than the margin faster)");
+    if (!better) {
+        p->wide = false;
+        for (int k = 0; k < p->nops; k++)
+            p->ops[k].lay = keep[k];
+    }
+    free(keep);
     return round;
 }
 
@@ -427,17 +554,12 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     }
     if (errors)
         goto out;
-    int round = 0, joint_rounds = 0;
-    for (;;) {
-        round += sweep(&p);
-        /* Then joint moves at the fixed point, and sweeps again after one
-         * that helped; every accepted move lowers the objective. */
-        if (joint_rounds++ >= MAX_JOINT_ROUNDS || !pass_prop_improve_joint(&p))
-            break;
-    }
+    int round = descend(&p);
     /* Repeated blocks whose carried sharding comes from the sweeps. */
     if (unknown_loops && pass_prop_loop_settle(&p))
         round += sweep(&p);
+    if (p.hw && p.nops <= WIDE_MAX_OPS)
+        round += widen(&p);
     cost total = pass_prop_total_cost(&p);
     for (int k = 0; k < p.nops; k++)
         pass_prop_runner_up(&p, k, &total);
@@ -463,6 +585,8 @@ out:
     free(p.def);
     free(p.use_start);
     free(p.uses);
+    free(p.loop_use);
+    free(p.tclass);
     free(p.cache);
     free(p.mades);
     return errors;

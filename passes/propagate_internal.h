@@ -23,6 +23,11 @@
 #define MAX_JOINT_ROUNDS 4 /* rounds of joint moves, each followed by sweeps */
 #define MAX_HINTS 32     /* result shardings consulted for candidate labels */
 #define MAX_OPTIONS 24   /* candidate choices for one mesh axis */
+#define BB_BUDGET 5000   /* layout evaluations of the branch and bound */
+#define WIDE_BUDGET 8000 /* evaluations the second phase's sweeps and joint moves may make */
+#define WIDE_MAX_OPS 2048 /* larger programs keep the first phase's plan */
+#define BB_MAX_OPS 64    /* larger programs skip the branch and bound (no leaf within budget) */
+#define WIDE_MARGIN 0.05 /* how much faster a plan of the second phase must be (fraction) */
 
 /* A cost in the pass's objective, compared lexicographically: estimated
  * time on the profile, then bytes moved per device, then op count.  Without
@@ -68,7 +73,7 @@ typedef struct opinfo {
 /* One memoised reshard cost. */
 typedef struct cache_ent {
     bool used;     /* slot occupied */
-    int vid;       /* value id */
+    int vid;       /* type class of the value (prop.tclass) */
     uint32_t from; /* pass_reshard_key of the source sharding */
     uint32_t to;   /* and of the target */
     cost c;        /* the planner's answer */
@@ -97,6 +102,13 @@ typedef struct prop {
     size_t cache_n;      /* occupied slots */
     made *mades;         /* reshards emitted so far */
     int nmade, made_cap; /* count and capacity */
+    ir_axes used_axes;   /* mesh axes some input, constraint or output shards a dim over */
+    bool wide;           /* candidates: every used axis on any dim (second phase) */
+    long evals;          /* layout and group evaluations so far (the search's work) */
+    long eval_limit;     /* sweeps and joint moves stop at this many evals (0: no limit) */
+    const ir_op **loop_use; /* by value id: the LoopBegin or LoopEnd reading it, or NULL */
+    int *tclass;         /* by value id: the least id of a value of the same dtype and dims
+                            (reshard costs depend on nothing else, so they are memoised by it) */
 } prop;
 
 /* `s` without unreduced axes: what a consumer that cannot carry partial
@@ -109,6 +121,20 @@ static inline ir_sharding pass_prop_reduced(ir_sharding s)
 }
 
 /* ---- propagate_layout.c ---- */
+
+/* a + b, term by term. */
+cost pass_prop_cost_add(cost a, cost b);
+/* Strictly better: less time (beyond rounding), or as much and fewer bytes,
+ * or both equal and fewer ops.  An infinite cost (infeasible) loses to any
+ * finite one. */
+bool pass_prop_cost_less(cost a, cost b);
+/* The objective's terms of value `id`: its constraint's reshard and one
+ * reshard per distinct sharding its decided consumers and its outputs need
+ * (consumers not decided price nothing). */
+cost pass_prop_value_cost(prop *p, int id);
+/* Every feasible candidate layout of op k given the current state of the
+ * other ops, at most `max`, into out; returns the count, -1 out of memory. */
+int pass_prop_candidates(prop *p, int k, layout *out, int max);
 
 /* The sharding value v has for its consumers under the current decisions
  * (its constraint, its op's chosen result, or its type's). */
@@ -125,7 +151,8 @@ cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
  * op's compute time plus every distinct reshard of every value once. */
 cost pass_prop_total_cost(prop *p);
 /* Seconds op k takes on the profile under `lay` (cost_op_estimate on its
- * per-device shapes); 0 without a profile. */
+ * per-device shapes), times the trip count of the repeated block holding
+ * it; 0 without a profile. */
 double pass_prop_compute_time(const prop *p, int k, const layout *lay);
 /* Joint moves: for every compute op k whose result other compute ops read
  * (at most 8 of them), tries each candidate layout of k with every reader
@@ -143,6 +170,15 @@ int pass_prop_improve_joint(prop *p);
 void pass_prop_runner_up(prop *p, int k, const cost *total);
 /* "Y->F", "X->replicated Y->carry{U}": layout `lay` of op k, into buf. */
 void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, size_t size);
+
+/* ---- propagate_search.c ---- */
+
+/* Branch and bound over the layouts of all ops, in program order, from the
+ * current (locally optimal) layouts as the incumbent; at most `budget`
+ * layout evaluations.  Leaves every op decided with the best plan found and
+ * returns the number of ops whose layout changed (0 for a program of more
+ * than BB_MAX_OPS ops, which it does not search). */
+int pass_prop_branch_bound(prop *p, long budget);
 
 /* ---- propagate_loop.c: repeated blocks, planned once ---- */
 

@@ -19,15 +19,13 @@
 static const cost COST_ZERO = {0.0, 0.0, 0};
 static const cost COST_INF = {INFINITY, INFINITY, 0};
 
-static cost cost_add(cost a, cost b)
+cost pass_prop_cost_add(cost a, cost b)
 {
     cost c = {a.time + b.time, a.bytes + b.bytes, a.nops + b.nops};
     return c;
 }
 
-/* Strictly better: less time (beyond rounding), or as much and fewer bytes,
- * or both equal and fewer ops. */
-static bool cost_less(cost a, cost b)
+bool pass_prop_cost_less(cost a, cost b)
 {
     if (isinf(b.bytes))
         return !isinf(a.bytes);
@@ -72,12 +70,14 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
             p->cache_cap = ncap;
         }
     }
+    /* Memoised by type class: the route depends on the dtype and dims only. */
+    int vid = v->id >= 0 && v->id < p->nvalues ? p->tclass[v->id] : v->id;
     size_t h = 0;
     if (p->cache_cap) {
-        h = ((size_t)v->id * 2654435761u ^ kf * 40503u ^ kt * 2246822519u) & (p->cache_cap - 1);
+        h = ((size_t)vid * 2654435761u ^ kf * 40503u ^ kt * 2246822519u) & (p->cache_cap - 1);
         while (p->cache[h].used) {
             const cache_ent *e = &p->cache[h];
-            if (e->vid == v->id && e->from == kf && e->to == kt)
+            if (e->vid == vid && e->from == kf && e->to == kt)
                 return e->c;
             h = (h + 1) & (p->cache_cap - 1);
         }
@@ -92,7 +92,7 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
         c.nops = plan.nsteps;
     }
     if (p->cache_cap && p->cache_n * 2 < p->cache_cap) {
-        cache_ent e = {true, v->id, kf, kt, c};
+        cache_ent e = {true, vid, kf, kt, c};
         p->cache[h] = e;
         p->cache_n++;
     }
@@ -118,17 +118,51 @@ ir_sharding pass_prop_current(const prop *p, const ir_value *v)
     return v->type.sh;
 }
 
-/* Adds cost(v: sh -> want) to *c unless `want` is among wants[0..*n-1]
- * (one reshard per distinct target is emitted and shared), and records it. */
+/* How many times `op` runs in a step: the trip count of the repeated block
+ * whose body holds it, else 1.  A reshard runs as often as the op it is
+ * emitted in front of. */
+static double op_trips(const prop *p, const ir_op *op)
+{
+    const ir_op *b = op ? op->loop : NULL;
+    if (!b || b->u.loop.dim < 0 || b->u.loop.dim >= p->m->ndims)
+        return 1.0;
+    return (double)p->m->dims[b->u.loop.dim].size;
+}
+
+/* c for `trips` runs (time and bytes; the op count is the plan's). */
+static cost cost_times(cost c, double trips)
+{
+    c.time *= trips;
+    c.bytes *= trips;
+    return c;
+}
+
+/* Adds `trips` times cost(v: sh -> want) to *c unless `want` is among
+ * wants[0..*n-1] (one reshard per distinct target is emitted and shared),
+ * and records it. */
 static void add_target(prop *p, const ir_value *v, const ir_sharding *sh, const ir_sharding *want,
-                       ir_sharding *wants, int *n, int cap, cost *c)
+                       double trips, ir_sharding *wants, int *n, int cap, cost *c)
 {
     for (int i = 0; i < *n; i++)
         if (ir_sharding_equal(&wants[i], want, v->type.rank))
             return;
     if (*n < cap)
         wants[(*n)++] = *want;
-    *c = cost_add(*c, reshard_cost(p, v, sh, want));
+    *c = pass_prop_cost_add(*c, cost_times(reshard_cost(p, v, sh, want), trips));
+}
+
+/* A value a repeated block reads (entering it, or the body's new value at
+ * its end) must be in the loop's carried sharding there: adds that reshard,
+ * once for the value entering and every iteration for the body's value. */
+static void add_carried(prop *p, const ir_value *v, const ir_sharding *sh, ir_sharding *wants, int *n,
+                        int cap, cost *c)
+{
+    const ir_op *lp = v->id >= 0 && v->id < p->nvalues ? p->loop_use[v->id] : NULL;
+    if (!lp)
+        return;
+    ir_sharding carried = lp->result->type.sh;
+    double trips = lp->kind == IR_OP_LOOPEND ? op_trips(p, v->def) : 1.0;
+    add_target(p, v, sh, &carried, trips, wants, n, cap, c);
 }
 
 /* Cost of bringing result sharding `sh` of op k to everything that uses it:
@@ -137,7 +171,7 @@ static cost result_cost(prop *p, int k, const ir_sharding *sh)
 {
     const ir_value *v = p->ops[k].op->result;
     if (v->has_constraint)
-        return reshard_cost(p, v, sh, &v->constraint);
+        return cost_times(reshard_cost(p, v, sh, &v->constraint), op_trips(p, p->ops[k].op));
     cost c = COST_ZERO;
     ir_sharding wants[MAX_HINTS];
     int n = 0;
@@ -151,14 +185,15 @@ static cost result_cost(prop *p, int k, const ir_sharding *sh)
                           c2->linear);
         ir_sharding want = c2->decided ? c2->lay.req[p->uses[u].operand]
                            : sums_pass ? *sh : pass_prop_reduced(*sh);
-        add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
+        add_target(p, v, sh, &want, op_trips(p, c2->op), wants, &n, MAX_HINTS, &c);
     }
+    add_carried(p, v, sh, wants, &n, MAX_HINTS, &c);
     for (int i = 0; i < p->m->noutputs; i++) {
         const ir_output *o = &p->m->outputs[i];
         if (o->value != v)
             continue;
         ir_sharding want = o->has_constraint ? o->constraint : pass_prop_reduced(*sh);
-        add_target(p, v, sh, &want, wants, &n, MAX_HINTS, &c);
+        add_target(p, v, sh, &want, 1.0, wants, &n, MAX_HINTS, &c);
     }
     return c;
 }
@@ -338,7 +373,7 @@ double pass_prop_compute_time(const prop *p, int k, const layout *lay)
     o.result = &vals[IR_MAX_OPERANDS];
     ir_cost c;
     cost_op_estimate(p->m, p->hw, &o, &c);
-    return c.time;
+    return c.time * op_trips(p, op);
 }
 
 /* Cost of layout `lay` (already filled) for op k: its compute time, the
@@ -347,6 +382,7 @@ double pass_prop_compute_time(const prop *p, int k, const layout *lay)
 cost pass_prop_layout_cost(prop *p, int k, const layout *lay)
 {
     const ir_op *op = p->ops[k].op;
+    p->evals++;
     cost c = COST_ZERO;
     c.time = pass_prop_compute_time(p, k, lay);
     for (int i = 0; i < op->noperands && !isinf(c.bytes); i++) {
@@ -357,10 +393,10 @@ cost pass_prop_layout_cost(prop *p, int k, const layout *lay)
         if (shared)
             continue;
         ir_sharding have = pass_prop_current(p, v);
-        c = cost_add(c, reshard_cost(p, v, &have, &lay->req[i]));
+        c = pass_prop_cost_add(c, cost_times(reshard_cost(p, v, &have, &lay->req[i]), op_trips(p, op)));
     }
     if (!isinf(c.bytes))
-        c = cost_add(c, result_cost(p, k, &lay->produced));
+        c = pass_prop_cost_add(c, result_cost(p, k, &lay->produced));
     return c;
 }
 
@@ -396,6 +432,9 @@ static int axis_options(const prop *p, int k, const ir_sharding *hints, int nhin
                 }
     if (oi->decided && oi->lay.choice[a] >= 0 && oi->lay.choice[a] < CH_CARRY)
         allowed[oi->lay.choice[a]] = true;
+    if (p->wide && (p->used_axes & (1u << a)))
+        for (int l = 0; l < oi->nlabels; l++)
+            allowed[l] = allowed[l] || oi->in_operand[l];
     for (int l = 0; l < oi->nlabels && n < MAX_OPTIONS - IR_MAX_OPERANDS; l++)
         if (allowed[l])
             opts[n++] = l;
@@ -445,9 +484,9 @@ static int64_t layout_split(const prop *p, const layout *lay)
  * split over the mesh (fewer FLOPs per device). */
 static bool layout_better(cost c1, int64_t s1, cost c2, int64_t s2)
 {
-    if (cost_less(c1, c2))
+    if (pass_prop_cost_less(c1, c2))
         return true;
-    if (cost_less(c2, c1) || isinf(c1.bytes))
+    if (pass_prop_cost_less(c2, c1) || isinf(c1.bytes))
         return false;
     return s1 > s2;
 }
@@ -515,7 +554,7 @@ int pass_prop_choose(prop *p, int k)
 
 /* The objective's terms of value `id`: its constraint's reshard and one
  * reshard per distinct sharding its consumers and outputs need. */
-static cost value_cost(prop *p, int id)
+cost pass_prop_value_cost(prop *p, int id)
 {
     cost t = COST_ZERO;
     {
@@ -523,7 +562,8 @@ static cost value_cost(prop *p, int id)
         int k = p->def[id];
         ir_sharding have = k >= 0 && p->ops[k].decided ? p->ops[k].lay.produced : v->type.sh;
         if (k >= 0 && v->has_constraint) {
-            t = cost_add(t, reshard_cost(p, v, &have, &v->constraint));
+            t = pass_prop_cost_add(t, cost_times(reshard_cost(p, v, &have, &v->constraint),
+                                                 op_trips(p, p->ops[k].op)));
             have = v->constraint;
         }
         ir_sharding wants[MAX_HINTS];
@@ -531,14 +571,16 @@ static cost value_cost(prop *p, int id)
         for (int u = p->use_start[id]; u < p->use_start[id + 1]; u++) {
             const opinfo *c = &p->ops[p->uses[u].op];
             if (c->decided)
-                add_target(p, v, &have, &c->lay.req[p->uses[u].operand], wants, &n, MAX_HINTS, &t);
+                add_target(p, v, &have, &c->lay.req[p->uses[u].operand], op_trips(p, c->op), wants, &n,
+                           MAX_HINTS, &t);
         }
+        add_carried(p, v, &have, wants, &n, MAX_HINTS, &t);
         for (int i = 0; i < p->m->noutputs; i++) {
             const ir_output *o = &p->m->outputs[i];
             if (o->value != v)
                 continue;
             ir_sharding want = o->has_constraint ? o->constraint : pass_prop_reduced(have);
-            add_target(p, v, &have, &want, wants, &n, MAX_HINTS, &t);
+            add_target(p, v, &have, &want, 1.0, wants, &n, MAX_HINTS, &t);
         }
     }
     return t;
@@ -551,7 +593,7 @@ cost pass_prop_total_cost(prop *p)
         if (p->ops[k].decided)
             t.time += pass_prop_compute_time(p, k, &p->ops[k].lay);
     for (int id = 0; id < p->nvalues; id++)
-        t = cost_add(t, value_cost(p, id));
+        t = pass_prop_cost_add(t, pass_prop_value_cost(p, id));
     return t;
 }
 
@@ -562,6 +604,7 @@ cost pass_prop_total_cost(prop *p)
  * in time independent of the program's size. */
 static cost pair_cost(prop *p, int k, int j)
 {
+    p->evals++;
     cost t = COST_ZERO;
     t.time = pass_prop_compute_time(p, k, &p->ops[k].lay) +
              (j >= 0 ? pass_prop_compute_time(p, j, &p->ops[j].lay) : 0.0);
@@ -578,7 +621,7 @@ static cost pair_cost(prop *p, int k, int j)
         }
     }
     for (int s = 0; s < n; s++)
-        t = cost_add(t, value_cost(p, ids[s]));
+        t = pass_prop_cost_add(t, pass_prop_value_cost(p, ids[s]));
     return t;
 }
 
@@ -609,6 +652,16 @@ static int collect_layouts(prop *p, int k, chooser *ch, layout *out, int max)
     return n;
 }
 
+int pass_prop_candidates(prop *p, int k, layout *out, int max)
+{
+    chooser *ch = malloc(sizeof *ch);
+    if (!ch)
+        return -1;
+    int n = collect_layouts(p, k, ch, out, max);
+    free(ch);
+    return n;
+}
+
 #define MAX_JOINT_LAYOUTS 128 /* candidates per op tried in a joint move */
 #define MAX_STAR 8            /* consumers moved with their producer, at most */
 
@@ -617,6 +670,7 @@ static int collect_layouts(prop *p, int k, chooser *ch, layout *out, int max)
  * (the generalisation of pair_cost). */
 static cost group_cost(prop *p, const int *ops, int n)
 {
+    p->evals++;
     cost t = COST_ZERO;
     int ids[(MAX_STAR + 1) * (IR_MAX_OPERANDS + 1)], nid = 0;
     for (int q = 0; q < n; q++) {
@@ -632,7 +686,7 @@ static cost group_cost(prop *p, const int *ops, int n)
         }
     }
     for (int s = 0; s < nid; s++)
-        t = cost_add(t, value_cost(p, ids[s]));
+        t = pass_prop_cost_add(t, pass_prop_value_cost(p, ids[s]));
     return t;
 }
 
@@ -646,7 +700,7 @@ static bool best_response(prop *p, int j, chooser *ch, layout *scratch)
     for (int b = 0; b < n; b++) {
         p->ops[j].lay = scratch[b];
         cost c = pair_cost(p, j, -1);
-        if (cost_less(c, best)) {
+        if (pass_prop_cost_less(c, best)) {
             best = c;
             arg = b;
         }
@@ -667,7 +721,7 @@ int pass_prop_improve_joint(prop *p)
         free(ch);
         return 0;
     }
-    for (int k = 0; k < p->nops; k++) {
+    for (int k = 0; k < p->nops && !(p->eval_limit && p->evals >= p->eval_limit); k++) {
         /* The star of op k: k and the compute ops that read its result. */
         int grp[MAX_STAR + 1], n = 1;
         grp[0] = k;
@@ -708,7 +762,7 @@ int pass_prop_improve_joint(prop *p)
             if (!feasible)
                 continue;
             cost c = group_cost(p, grp, n);
-            if (cost_less(c, best)) {
+            if (pass_prop_cost_less(c, best)) {
                 best = c;
                 for (int q = 0; q < n; q++)
                     best_lay[q] = p->ops[grp[q]].lay;

@@ -9,7 +9,10 @@ table has one row per op of --dump-ir, named as --dump-ir names it
 measured time, the prediction of --dump-cost for that op and profile, and
 error = (predicted - measured) / measured; the header names the profile;
 and a last line gives the measured peak memory of a device, at least the
-params and inputs that --dump-cost counts as resident.
+params and inputs that --dump-cost counts as resident.  On tpu-v5e ffw_tp.ein
+runs at B = 1024, F = 4096, seed 000's TP regime (at its own B = 4096,
+F = 1024 the planner shards the batch over Y there, as seed 000's
+X_opt = sqrt(B N / F) says to), so that its TP collectives are named.
 """
 import argparse
 import math
@@ -26,11 +29,12 @@ def main():
     ap.add_argument("--examples", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        for name, hw in (("ffw_tp.ein", "tpu-v5e"), ("ffw_tp.ein", None),
-                         ("matmul_case3_reducescatter.ein", None)):
+        tp_regime = ["-D", "B=1024", "-D", "F=4096"]
+        for name, hw, dims in (("ffw_tp.ein", "tpu-v5e", tp_regime), ("ffw_tp.ein", None, []),
+                               ("matmul_case3_reducescatter.ein", None, [])):
             ex = os.path.join(a.examples, name)
             exe = os.path.join(tmp, "prog")
-            run([a.einc, ex, "-o", exe, "--meshslice=off"] + (["--hw", hw] if hw else []))
+            run([a.einc, ex, "-o", exe, "--meshslice=off"] + dims + (["--hw", hw] if hw else []))
             out = run([exe, "--random-inputs", "3", "--profile", "--repeat", "3"]).stdout
             hdr = [l for l in out.splitlines() if l.startswith("profile (")]
             check(len(hdr) == 1 and "hw profile '%s'" % (hw or "host") in hdr[0],
@@ -39,7 +43,7 @@ def main():
                             re.M) is not None, "%s: column header" % name)
             rows = parse_profile(out)
             labels = [r[5] for r in rows]
-            cost = run([a.einc, ex, "--meshslice=off", "--dump-cost", "--dump-ir"] +
+            cost = run([a.einc, ex, "--meshslice=off", "--dump-cost", "--dump-ir"] + dims +
                        ["--hw", hw or "host"]).stdout
             # Every op of the IR (its result name) appears, in order.
             results = re.findall(r"^(\S+)\[[^\n]*? = ", cost, re.M)

@@ -18,6 +18,9 @@ line; `--meshslice=off` when there is none) and compares:
       the types of the program's outputs, separated by `;`.
   # expect-error: t.ein:3:1: error: ...
       einc must exit 1 and print this text (the file's own name in front).
+  # expect-meshslice: OS LS
+      the dataflows of the MeshSlice 2D GEMMs (seed 004), in program order
+      (run with a `# run:` line, since the default turns MeshSlice off).
   # run: --hw tpu-v4
       flags for einc (replacing the default --meshslice=off).
 
@@ -37,7 +40,7 @@ COMPUTE = {"Einsum", "Elementwise", "MeshSlice"}
 
 def directives(path):
     """{key: [values]} of the file's `# key: value` lines for the keys above."""
-    keys = ("expect", "expect-types", "expect-outputs", "expect-error", "run")
+    keys = ("expect", "expect-types", "expect-outputs", "expect-meshslice", "expect-error", "run")
     found = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -94,6 +97,12 @@ def check(einc, path):
         if got != want:
             errors.append("compute result types\n  got  %s\n  want %s" % ("; ".join(got),
                                                                          "; ".join(want)))
+    if "expect-meshslice" in d:
+        got = [op.get("dataflow", "?") for op in ir["ops"] if op["op"] == "MeshSlice"]
+        want = split_list(d["expect-meshslice"], " ")
+        if got != want:
+            errors.append("MeshSlice dataflows\n  got  %s\n  want %s" % (" ".join(got) or "none",
+                                                                       " ".join(want) or "none"))
     if "expect-outputs" in d:
         got = [o["type"] for o in ir["outputs"]]
         want = split_list(d["expect-outputs"], ";")
