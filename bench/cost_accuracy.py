@@ -63,6 +63,29 @@ def parse_profile(text):
     return rows
 
 
+def trains(path):
+    """Whether the .ein file is a training step (it has an `optimize` line)."""
+    with open(path) as f:
+        return any(line.split("#")[0].split()[:1] == ["optimize"] for line in f)
+
+
+def fitting(einc, hw, paths):
+    """The examples whose devices' peak memory (--dump-cost) fits in a quarter
+    of this machine's memory: the full-size LLaMA models do not run here."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    keep = []
+    for p in paths:
+        out = run([einc, p, "--hw", hw, "--dump-cost"]).stdout
+        m = re.search(r"^memory: peak (\d+) bytes", out, re.M)
+        need = int(m.group(1)) * mesh_devices(p) if m else 0
+        if need <= total / 4:
+            keep.append(p)
+        else:
+            print("skipped %s: needs %.1f GiB, more than a quarter of this machine's %.1f GiB"
+                  % (os.path.basename(p), need / 2**30, total / 2**30))
+    return keep
+
+
 def run(cmd, **kw):
     r = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if r.returncode != 0:
@@ -112,7 +135,7 @@ def main():
     if mach:
         print("machine: %s, %s cores, %s, OpenBLAS %s" % (
             mach.get("cpu_model"), mach.get("cores"), mach.get("isa"), mach.get("blas_core")))
-    examples = a.examples or sorted(glob.glob(os.path.join(ROOT, "examples", "*.ein")))
+    examples = a.examples or fitting(a.einc, hw, sorted(glob.glob(os.path.join(ROOT, "examples", "*.ein"))))
     big, allrows = [], []
     # rounds[ex] = one list of profile rows per round.  The rounds go over
     # all examples in turn, so a spell of load from outside (another tenant
@@ -128,7 +151,10 @@ def main():
             run([a.einc, ex, "--hw", hw, "--runtime=" + a.runtime, "-o", exes[ex]])
         for _ in range(a.rounds):
             for ex in examples:
-                cmd = [exes[ex], "--random-inputs", "1", "--profile", "--repeat", str(a.repeat)]
+                # A training step runs once per --steps; --repeat is for
+                # programs without state (docs/runtime.md).
+                runs = "--steps" if trains(ex) else "--repeat"
+                cmd = [exes[ex], "--random-inputs", "1", "--profile", runs, str(a.repeat)]
                 if a.runtime == "mpi":
                     cmd = shlex.split(a.mpirun) + ["-np", str(mesh_devices(ex))] + cmd
                 rounds[ex].append(parse_profile(run(cmd).stdout))
