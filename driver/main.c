@@ -324,7 +324,13 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    pass_ctx ctx = {&diag, o.meshslice, o.meshslice_k, hw, o.debug_pass ? stderr : NULL};
+    /* The planner prices 2D GEMMs as MeshSlice loops only when the
+     * meshslice pass will make them (passes/propagate_meshslice.c). */
+    bool has_meshslice = false;
+    for (int i = 0; i < pm.npipeline; i++)
+        has_meshslice |= strcmp(pm.pipeline[i]->name, "meshslice") == 0;
+    pass_ctx ctx = {&diag, has_meshslice ? o.meshslice : PASS_MESHSLICE_OFF, o.meshslice_k, hw,
+                    o.debug_pass ? stderr : NULL};
     ir_module *m = compile(&o, src, len, false, &pm, &ctx);
     rc = m ? 0 : 1;
     /* A program that does not fit the profile's memory still compiles

@@ -535,6 +535,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     memset(&p, 0, sizeof p);
     p.ctx = ctx;
     p.hw = ctx->hw;
+    p.meshslice = ctx->meshslice != PASS_MESHSLICE_OFF;
     p.m = m;
     int errors = check_input(&p);
     if (errors)

@@ -104,6 +104,8 @@ typedef struct prop {
     int nmade, made_cap; /* count and capacity */
     ir_axes used_axes;   /* mesh axes some input, constraint or output shards a dim over */
     bool wide;           /* candidates: every used axis on any dim (second phase) */
+    bool meshslice;      /* the meshslice pass runs after this one: 2D GEMMs are priced as
+                            its loops (propagate_meshslice.c) */
     long evals;          /* layout and group evaluations so far (the search's work) */
     long eval_limit;     /* sweeps and joint moves stop at this many evals (0: no limit) */
     const ir_op **loop_use; /* by value id: the LoopBegin or LoopEnd reading it, or NULL */
@@ -151,9 +153,12 @@ cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
  * op's compute time plus every distinct reshard of every value once. */
 cost pass_prop_total_cost(prop *p);
 /* Seconds op k takes on the profile under `lay` (cost_op_estimate on its
- * per-device shapes), times the trip count of the repeated block holding
- * it; 0 without a profile. */
-double pass_prop_compute_time(const prop *p, int k, const layout *lay);
+ * per-device shapes, less the MeshSlice credit of a 2D GEMM), times the
+ * trip count of the repeated block holding it; 0 without a profile. */
+double pass_prop_compute_time(prop *p, int k, const layout *lay);
+/* Seconds of the planner's reshard of v from `from` to `to` (memoised; one
+ * run, no trip count). */
+double pass_prop_reshard_time(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to);
 /* Joint moves: for every compute op k whose result other compute ops read
  * (at most 8 of them), tries each candidate layout of k with every reader
  * re-picked to its best layout given it, and keeps the combination that
@@ -170,6 +175,17 @@ int pass_prop_improve_joint(prop *p);
 void pass_prop_runner_up(prop *p, int k, const cost *total);
 /* "Y->F", "X->replicated Y->carry{U}": layout `lay` of op k, into buf. */
 void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, size_t size);
+
+/* ---- propagate_meshslice.c ---- */
+
+/* Seconds by which the MeshSlice loop the meshslice pass will make of
+ * einsum k under `lay` (seed 004: OS, LS or RS, overlapping each slice's
+ * collectives with the previous slice's GEMM) beats its parts run in
+ * sequence: the gathers of its operands, `einsum_time` (one run of op k
+ * under lay) and the ReduceScatter of its result.  0 when op k under lay
+ * is no such 2D GEMM, when the loop is not faster, or when p->meshslice is
+ * off.  Per run (no trip count). */
+double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double einsum_time);
 
 /* ---- propagate_search.c ---- */
 

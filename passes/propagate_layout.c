@@ -354,7 +354,12 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
     return true;
 }
 
-double pass_prop_compute_time(const prop *p, int k, const layout *lay)
+double pass_prop_reshard_time(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to)
+{
+    return reshard_cost(p, v, from, to).time;
+}
+
+double pass_prop_compute_time(prop *p, int k, const layout *lay)
 {
     if (!p->hw)
         return 0.0;
@@ -373,7 +378,8 @@ double pass_prop_compute_time(const prop *p, int k, const layout *lay)
     o.result = &vals[IR_MAX_OPERANDS];
     ir_cost c;
     cost_op_estimate(p->m, p->hw, &o, &c);
-    return c.time * op_trips(p, op);
+    double t = c.time - pass_prop_meshslice_credit(p, k, lay, c.time);
+    return t * op_trips(p, op);
 }
 
 /* Cost of layout `lay` (already filled) for op k: its compute time, the

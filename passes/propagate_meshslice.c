@@ -1,0 +1,202 @@
+/*
+ * propagate_meshslice.c - the planner prices a 2D GEMM as the MeshSlice
+ * loop the meshslice pass will make of it (issue 10, item 4).
+ *
+ * The meshslice pass (meshslice.c) runs after propagation and turns an
+ * Einsum whose operands arrive through one-axis AllGathers, and whose
+ * result may leave through a one-axis ReduceScatter, into one MeshSlice op
+ * (seed 004, 3.1, Table 1): OS gathers both operands on the contracting
+ * dim; LS gathers B on a free dim n and reduce-scatters C on n; RS is LS
+ * with the operands' roles swapped.  The loop overlaps each slice's
+ * collectives with the previous slice's GEMM where the profile says the
+ * devices can (seed 004 3.2.2; on a host whose devices share cores it is
+ * the sum of its parts).  The planner's objective would otherwise price
+ * such a layout as gathers, then the GEMM, then the ReduceScatter, in
+ * sequence: a 2D-sharded layout that is faster as a MeshSlice loop would
+ * lose to one that is faster only without it.
+ *
+ * So a candidate layout of an Einsum that has one of the three patterns
+ * gets a credit on its op term: the serial time of its pattern's parts
+ * (the planner's own reshard prices and the einsum's compute) minus the
+ * MeshSlice loop's estimate (cost_meshslice_op, the least over K = 1 and
+ * the powers of two up to 64 that divide the split dim's per-device
+ * size).  The credit is never negative: where the loop is slower, the
+ * meshslice pass still makes it (it does not undo propagate's layouts),
+ * and the objective keeps the serial price, as before.
+ *
+ * Conditions, as recognise() in meshslice.c checks them on the IR: each
+ * gathered operand is read by this op alone and is no output (its gather
+ * becomes part of the loop); for LS and RS the result carries partial sums
+ * over exactly one axis C, the gathered operand's axis is another, and
+ * every reader of the result (its constraint, or all decided consumers and
+ * outputs) wants them reduce-scattered over C onto the gathered label.
+ * Where a reader is not decided yet the credit is 0 for now; the sweeps
+ * price the layout again once it is.
+ */
+#include <string.h>
+
+#include "costmodel.h"
+#include "propagate_internal.h"
+
+#define CREDIT_MAX_K 64 /* the largest K tried (powers of two): the meshslice pass's
+                           auto K rarely exceeds it, and each K is one model call */
+
+/* If `req` is `have` with the minor-most axis of one dim removed (one
+ * single-axis AllGather), sets *axis and *dim and returns true. */
+static bool one_gather(const ir_sharding *have, const ir_sharding *req, int rank, int *axis, int *dim)
+{
+    if (have->unreduced || req->unreduced)
+        return false;
+    int found = -1;
+    for (int d = 0; d < rank; d++) {
+        if (have->naxes[d] == req->naxes[d]) {
+            if (memcmp(have->axes[d], req->axes[d], have->naxes[d]) != 0)
+                return false;
+            continue;
+        }
+        if (found >= 0 || have->naxes[d] != req->naxes[d] + 1 ||
+            memcmp(have->axes[d], req->axes[d], req->naxes[d]) != 0)
+            return false;
+        found = d;
+    }
+    if (found < 0)
+        return false;
+    *dim = found;
+    *axis = have->axes[found][have->naxes[found] - 1];
+    return true;
+}
+
+/* Whether value v is read by op k alone and is no program output. */
+static bool read_once(const prop *p, const ir_value *v)
+{
+    if (v->id < 0 || v->id >= p->nvalues || p->use_start[v->id + 1] - p->use_start[v->id] != 1)
+        return false;
+    for (int i = 0; i < p->m->noutputs; i++)
+        if (p->m->outputs[i].value == v)
+            return false;
+    return true;
+}
+
+/* The one sharding every reader of op k's result wants, given that it is
+ * produced as `sh`; false if they differ or one is not decided. */
+static bool result_target(const prop *p, int k, const ir_sharding *sh, ir_sharding *want)
+{
+    const ir_value *v = p->ops[k].op->result;
+    if (v->has_constraint) {
+        *want = v->constraint;
+        return true;
+    }
+    int n = 0, rank = v->type.rank;
+    for (int u = p->use_start[v->id]; u < p->use_start[v->id + 1]; u++) {
+        const opinfo *c = &p->ops[p->uses[u].op];
+        if (!c->decided)
+            return false;
+        if (n++ && !ir_sharding_equal(want, &c->lay.req[p->uses[u].operand], rank))
+            return false;
+        *want = c->lay.req[p->uses[u].operand];
+    }
+    for (int i = 0; i < p->m->noutputs; i++) {
+        const ir_output *o = &p->m->outputs[i];
+        if (o->value != v)
+            continue;
+        ir_sharding w = o->has_constraint ? o->constraint : pass_prop_reduced(*sh);
+        if (n++ && !ir_sharding_equal(want, &w, rank))
+            return false;
+        *want = w;
+    }
+    return n > 0;
+}
+
+/* Position of label L in labels[0..rank-1], or -1. */
+static int label_pos(const int *labels, int rank, int L)
+{
+    for (int j = 0; j < rank; j++)
+        if (labels[j] == L)
+            return j;
+    return -1;
+}
+
+double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double einsum_time)
+{
+    const ir_op *op = p->ops[k].op;
+    if (!p->hw || !p->meshslice || op->kind != IR_OP_EINSUM || op->noperands != 2 ||
+        op->u.einsum.gather || op->u.einsum.scatter)
+        return 0.0;
+    const ir_module *m = p->m;
+    ir_value vals[3];
+    int axis[2] = {-1, -1}, dim[2] = {-1, -1};
+    double serial = einsum_time;
+    for (int i = 0; i < 2; i++) {
+        const ir_value *v = op->operands[i];
+        vals[i] = *v;
+        vals[i].type.sh = pass_prop_current(p, v);
+        if (ir_sharding_equal(&vals[i].type.sh, &lay->req[i], v->type.rank))
+            continue;
+        if (!one_gather(&vals[i].type.sh, &lay->req[i], v->type.rank, &axis[i], &dim[i]) ||
+            !read_once(p, v) || (i == 1 && op->operands[0] == v))
+            return 0.0;
+        serial += pass_prop_reshard_time(p, v, &vals[i].type.sh, &lay->req[i]);
+    }
+    const int *la = op->u.einsum.labels[0], *lb = op->u.einsum.labels[1];
+    const int *lc = op->u.einsum.result_labels;
+    const ir_value *r = op->result;
+    int rrank = r->type.rank;
+    vals[2] = *r;
+    vals[2].type.sh = lay->produced;
+    ir_op ms;
+    memset(&ms, 0, sizeof ms);
+    ms.kind = IR_OP_MESHSLICE;
+    ms.noperands = 2;
+    memcpy(ms.u.ms.labels, op->u.einsum.labels, sizeof ms.u.ms.labels);
+    memcpy(ms.u.ms.result_labels, op->u.einsum.result_labels, sizeof ms.u.ms.result_labels);
+    int64_t g = 0;
+    if (axis[0] >= 0 && axis[1] >= 0) {
+        int L = la[dim[0]];
+        if (L != lb[dim[1]] || axis[0] == axis[1] || label_pos(lc, rrank, L) >= 0 || lay->produced.unreduced)
+            return 0.0;
+        ms.u.ms.dataflow = IR_MS_OS;
+        ms.u.ms.split_label = L;
+    } else if ((axis[0] >= 0) != (axis[1] >= 0)) {
+        int i = axis[0] >= 0 ? 0 : 1;
+        int L = (i == 0 ? la : lb)[dim[i]];
+        const ir_value *stay = op->operands[1 - i];
+        ir_axes u = lay->produced.unreduced;
+        int pos = label_pos(lc, rrank, L);
+        if (pos < 0 || label_pos(i == 0 ? lb : la, stay->type.rank, L) >= 0 || !u || (u & (u - 1)) ||
+            u == (ir_axes)(1u << axis[i]))
+            return 0.0;
+        int sc = 0;
+        while (!(u & (1u << sc)))
+            sc++;
+        ir_sharding want, scattered = pass_prop_reduced(lay->produced);
+        ir_sharding_push(&scattered, pos, sc);
+        if (!result_target(p, k, &lay->produced, &want) || !ir_sharding_equal(&want, &scattered, rrank))
+            return 0.0;
+        serial += pass_prop_reshard_time(p, r, &lay->produced, &want);
+        vals[2].type.sh = want;
+        ms.u.ms.dataflow = i == 1 ? IR_MS_LS : IR_MS_RS;
+        ms.u.ms.split_label = L;
+        ms.u.ms.moves[ms.u.ms.nmoves++] = (ir_ms_move){IR_OP_REDUCESCATTER, -1, sc, pos};
+        g = ir_local_size(m, &vals[2].type, pos);
+    } else {
+        return 0.0;
+    }
+    for (int i = 0; i < 2; i++)
+        if (axis[i] >= 0) {
+            ms.u.ms.moves[ms.u.ms.nmoves++] = (ir_ms_move){IR_OP_ALLGATHER, i, axis[i], dim[i]};
+            g = cost_ms_gcd64(g, ir_local_size(m, &vals[i].type, dim[i]));
+        }
+    ms.operands[0] = &vals[0];
+    ms.operands[1] = &vals[1];
+    ms.result = &vals[2];
+    double best = -1.0;
+    for (int64_t K = 1; K <= CREDIT_MAX_K && K <= g; K *= 2) {
+        if (g % K)
+            continue;
+        ir_cost c;
+        cost_meshslice_op(m, p->hw, &ms, (int)K, &c);
+        if (best < 0 || c.time < best)
+            best = c.time;
+    }
+    return best >= 0 && best < serial ? serial - best : 0.0;
+}
