@@ -48,9 +48,11 @@
  * AllToAll that splits a matmul, a chain of ops split over an axis none of
  * them held.  From the first phase's plan the sweeps and joint moves run
  * again, then branch and bound over all ops (propagate_search.c), within a
- * budget of evaluations.  The wider plan is kept only if it is estimated
- * WIDE_MARGIN (5%) faster, so a plan the user's shardings already give is
- * not rewritten for a margin inside the cost model's error.  An axis the
+ * budget of evaluations.  The wider plan is kept only if its step, with
+ * parameter gathers overlapped as the cost pass schedules them
+ * (propagate_step.c), is estimated WIDE_MARGIN (5%) shorter, so a plan the
+ * user's shardings already give is not rewritten for a margin inside the
+ * cost model's error.  An axis the
  * program never uses is a replica axis (docs/language.md): no op is split
  * over it.  Within one label, several axes keep the order a source gives
  * them, else mesh order.  Layouts whose dims do not divide are never chosen.
@@ -497,9 +499,10 @@ static int descend(prop *p)
 /* The second phase: from the plan that spreads the user's shardings (the
  * local optimum of descend), every axis the program uses may go to any
  * dim; descend again, then branch and bound over the whole program.  The
- * wider plan is kept only if it is estimated WIDE_MARGIN faster: a plan
- * that departs from the shardings the user wrote must win by more than the
- * cost model's error, not by a rounding.  Returns the rounds of sweeps. */
+ * wider plan is kept only if its step (pass_prop_step_time: parameter
+ * gathers overlapped) is WIDE_MARGIN shorter: a plan that departs from the
+ * shardings the user wrote must win by more than the cost model's error,
+ * not by a rounding.  Returns the rounds of sweeps. */
 static int widen(prop *p)
 {
     layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
@@ -507,19 +510,20 @@ static int widen(prop *p)
         return 0;
     for (int k = 0; k < p->nops; k++)
         keep[k] = p->ops[k].lay;
-    cost narrow = pass_prop_total_cost(p);
+    double narrow = pass_prop_step_time(p);
     p->wide = true;
     p->eval_limit = p->evals + WIDE_BUDGET;
     int round = descend(p);
     if (pass_prop_branch_bound(p, BB_BUDGET) > 0)
         round += sweep(p);
     p->eval_limit = 0;
-    cost wide = pass_prop_total_cost(p);
-    bool better = wide.time < narrow.time * (1.0 - WIDE_MARGIN);
+    double wide = pass_prop_step_time(p);
+    bool better = wide < narrow * (1.0 - WIDE_MARGIN);
     if (p->ctx->log)
-        fprintf(p->ctx->log, "propagate: with every used axis on any dim: %.4g us against %.4g us, %s\n",
-                wide.time * 1e6, narrow.time * 1e6,
-                better ? "kept" : "not kept (less than the margin faster)");
+        fprintf(p->ctx->log,
+                "propagate: with every used axis on any dim: step %.4g us against %.4g us "
+                "(parameter gathers overlapped), %s\n",
+                wide * 1e6, narrow * 1e6, better ? "kept" : "not kept (less than the margin faster)");
     if (!better) {
         p->wide = false;
         for (int k = 0; k < p->nops; k++)

@@ -187,6 +187,15 @@ void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, si
  * off.  Per run (no trip count). */
 double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double einsum_time);
 
+/* ---- propagate_step.c ---- */
+
+/* Seconds of the current plan's step as the cost pass schedules it:
+ * reshards of params on a prefetch stream from the step's start, everything
+ * else in program order on the main stream, which waits for what it reads;
+ * the later stream's end.  Needs every op decided; without a profile, the
+ * serial objective's time (0). */
+double pass_prop_step_time(prop *p);
+
 /* ---- propagate_search.c ---- */
 
 /* Branch and bound over the layouts of all ops, in program order, from the
