@@ -3,17 +3,17 @@
  * run one row at a time.
  *
  * A softmax over the last dim is four ops: a max reduction, exp of the
- * difference, a sum reduction and a divide; RMSNorm is a square, a mean, a
- * scale.  Emitted one after the other, each op streams the whole array
- * through memory, so a softmax reads or writes it six times where a copy
- * moves it twice.  In a row group the ops share their outer loops over the
- * reduction's result dims (the "rows") and each runs its own inner loops
- * over one row, in program order: the row they pass between them stays in
- * the first-level cache, and an intermediate that no op outside the group
- * reads gets a buffer of one row instead of the whole array (its row
- * positions index 0).  This is the row-at-a-time softmax of seed 003's
- * attention in the way FlashAttention-style kernels write it: max, exp-sum
- * and scale passes over a row held on chip.
+ * difference, a sum reduction and a scale by its reciprocal; RMSNorm is a
+ * square, a mean, a scale.  Emitted one after the other, each op streams
+ * the whole array through memory, so a softmax reads or writes it six times
+ * where a copy moves it twice.  In a row group the ops share their outer
+ * loops over the reduction's result dims (the "rows") and each runs its own
+ * inner loops over one row, in program order: the row they pass between
+ * them stays in the first-level cache, and an intermediate that no op
+ * outside the group reads gets a buffer of one row instead of the whole
+ * array (its row positions index 0).  This is the row-at-a-time softmax of
+ * seed 003's attention in the way FlashAttention-style kernels write it:
+ * max, exp-sum and scale passes over a row held on chip.
  *
  * Which ops form a group and which values are row-local is decided in the
  * IR layer (ir/rowgroup.c), because the cost model prices a group by the

@@ -2,7 +2,7 @@
  * cost_rowgroup.c - the estimate of a row group as codegen runs it.
  *
  * Codegen runs a trailing-dim reduction and the elementwise ops around it
- * one row at a time (a softmax's max, exp, sum and divide; an RMSNorm's
+ * one row at a time (a softmax's max, exp, sum and scale; an RMSNorm's
  * square, mean and scale): the row stays in the first-level cache between
  * the members and an intermediate only the group reads has a buffer of
  * one row (codegen/rowgroup.c).  Priced op by op, every member would
