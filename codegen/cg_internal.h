@@ -8,6 +8,8 @@
  *   run.c         the SPMD run function: buffers, rt_einsum, rt_collective
  *   elementwise.c fused elementwise loop nests
  *   reduce.c      unary einsums (sum, max, min reductions) as loop nests
+ *   rowgroup.c    row groups (ir/rowgroup.c) and their streamed results
+ *   stream.c      non-temporal stores of a streamed result's rows
  *   gather.c      gathers (embedding lookups) as calls of rt_gather
  *   meshslice.c   MeshSlice ops as calls of the runtime's pipelined loop
  *   program.c     the constant rt_program and its tensor descriptors
@@ -87,17 +89,20 @@ typedef struct cg_plan {
     int *reuse;         /* per op: the dead operand whose buffer the result takes over, or -1 */
     int ninputs;        /* inputs, params and states */
     /* Every elementwise nest in a function of its own (elementwise.c): the
-     * program's expression nodes exceed CG_OUTLINE_NODES. */
+     * program's expression nodes exceed IR_OUTLINE_EW_NODES. */
     bool outline_elementwise;
     int *row_group;     /* per op: the first op of its row group (rowgroup.c), or -1 */
     bool *row_local;    /* per value: its buffer holds one row of its row group */
+    bool *row_stream;   /* per value: a row group computes it into a one-row stage and
+                           copies each row out with non-temporal stores (rowgroup.c) */
 } cg_plan;
 
-/* Expression nodes in one run function past which elementwise nests are
- * outlined.  The largest example (a Transformer's training step) has a few
- * thousand, so they keep one function; a generated chain of 100,000
- * statements has 500,000. */
-#define CG_OUTLINE_NODES 50000
+/* Per-device bytes from which a row group's result is written with
+ * non-temporal stores (rowgroup.c): several times the private caches of a
+ * core (1-2 MiB of L2 on current x86), so its lines would leave them
+ * before any reader came; such a store moves the line once instead of
+ * reading it for ownership and writing it back. */
+#define CG_STREAM_MIN_BYTES (4 << 20)
 
 /* ---- target.c ---- */
 
@@ -108,9 +113,10 @@ LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d);
 
 /* ---- rowgroup.c ---- */
 
-/* Fills p->row_group and p->row_local (after fusion, liveness and in-place
- * decisions): runs of a trailing-dim reduction and the elementwise ops
- * around it that can run one row at a time. */
+/* Fills p->row_group and p->row_local (ir_row_groups: runs of a
+ * trailing-dim reduction and the elementwise ops around it that run one
+ * row at a time) and p->row_stream, after fusion and liveness and before
+ * the in-place decisions. */
 void cg_plan_row_groups(cg_plan *p, const ir_module *m);
 /* The last member of the row group whose first op is `first`. */
 int cg_row_group_end(const cg_plan *p, int first);
@@ -174,6 +180,14 @@ bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d);
 /* Emits the loop nest of elementwise `op` (and every op fused into it) at
  * the builder's position, writing the result into `dst`. */
 void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
+/* The same nest in the row group being emitted, also adding every element
+ * it stores (in the compute type, which is the stored value for f32 and
+ * f64 results) to the accumulator `acc` (cg_row_sum_begin), with
+ * reassociation; with `dst` NULL the elements are only summed (the sum is
+ * the result's one reader).  Not for outlined nests (no row group has
+ * them). */
+void cg_emit_elementwise_sum(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst,
+                             LLVMValueRef acc);
 /* Loads element `off` (i64) of a buffer of `dtype` as compute type `ct`
  * (f32 for f32 and bf16, f64 for f64); bf16 is widened exactly. */
 LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype dtype,
@@ -201,6 +215,41 @@ void cg_for_end(cg_ctx *c, cg_fn *f, cg_for *l);
  * builder's position, writing `dst`.  Two-operand einsums go to rt_einsum
  * (BLAS) instead. */
 void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
+
+/* ---- stream.c ---- */
+
+/* An i1: whether pointer `p` is 64-byte (cache line) aligned. */
+LLVMValueRef cg_line_aligned(cg_ctx *c, LLVMValueRef p);
+/* Copies `row_bytes` (a multiple of 64, >= 64) from the 64-byte aligned
+ * one-row `stage` to `dst`, with non-temporal 64-byte stores when
+ * `aligned` (an i1, cg_line_aligned of dst's row), else with memcpy; the
+ * builder continues after the copy. */
+void cg_emit_stream_row(cg_ctx *c, cg_fn *f, LLVMValueRef dst, LLVMValueRef stage,
+                        int64_t row_bytes, LLVMValueRef aligned);
+/* Byte offset of the current row of a tensor of type `t` whose leading
+ * positions are the rows of the group being emitted: the row index flat
+ * over the row positions times the bytes of one row. */
+LLVMValueRef cg_row_offset(cg_ctx *c, const cg_fn *f, const ir_type *t);
+/* Orders every non-temporal store before what follows (a full fence). */
+void cg_emit_stream_fence(cg_ctx *c);
+
+/* Whether value `v`'s buffer holds one row inside the row group being
+ * emitted: a row-local value, or a streamed one's stage (rowgroup.c). */
+static inline bool cg_one_row(const cg_fn *f, int v)
+{
+    return f->nrow > 0 && (f->plan->row_local[v] || f->plan->row_stream[v]);
+}
+
+/* A sum reduction of a row group whose operand the elementwise member
+ * before it computes, the two in one loop over the row (run.c):
+ * cg_row_sum_fits says whether `sum` is such a reduction of `ew`'s result
+ * (its operand exactly that result, its dims the rows, both f32 or both
+ * f64), cg_row_sum_begin makes its accumulator and sets it to 0 at the
+ * builder's position (inside the row loops), cg_row_sum_end stores scale *
+ * accumulator as the row's result into `dst`. */
+bool cg_row_sum_fits(const cg_fn *f, const ir_op *ew, const ir_op *sum);
+LLVMValueRef cg_row_sum_begin(cg_ctx *c, cg_fn *f, const ir_op *sum);
+void cg_row_sum_end(cg_ctx *c, cg_fn *f, const ir_op *sum, LLVMValueRef dst, LLVMValueRef acc);
 
 /* ---- gather.c ---- */
 

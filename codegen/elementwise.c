@@ -152,6 +152,8 @@ typedef struct ew_nest {
                                       merged run the flat index is the run's last
                                       position's, the others are 0) */
     LLVMValueRef off[IR_MAX_RANK]; /* global offset of this device's block per result position (i64) */
+    LLVMValueRef acc;   /* NULL, or an accumulator (entry alloca) each stored element is
+                           added to, with reassociation (cg_emit_elementwise_sum) */
 } ew_nest;
 
 /* Offset of the element of value `v` at label indices `bylabel`, through
@@ -166,7 +168,7 @@ static LLVMValueRef offset_of(ew_nest *n, const ir_value *v, const int *labels,
     cg_local_shape(n->f->m, t, shape);
     LLVMValueRef off = cg_i64(c, 0);
     int64_t stride = 1;
-    int lo = n->f->nrow > 0 && n->f->plan->row_local[v->id] ? n->f->nrow : 0;
+    int lo = cg_one_row(n->f, v->id) ? n->f->nrow : 0;
     for (int j = t->rank - 1; j >= lo; j--) {
         LLVMValueRef term = LLVMBuildNSWMul(c->b, bylabel[labels[j]], cg_i64(c, stride), "");
         off = LLVMBuildNSWAdd(c->b, off, term, "");
@@ -273,6 +275,15 @@ static LLVMValueRef pow2i(ew_nest *n, LLVMValueRef k)
     return LLVMBuildBitCast(c->b, e, c->t.f32, "");
 }
 
+/* select(a OP b, a, b): x86 emits it as one MAXPS / MINPS, which returns
+ * b when either is NaN, where llvm.maxnum / minnum take three
+ * instructions to return the number. */
+static LLVMValueRef pick(ew_nest *n, LLVMRealPredicate op, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMBuilderRef bld = n->c->b;
+    return LLVMBuildSelect(bld, LLVMBuildFCmp(bld, op, a, b, ""), a, b, "");
+}
+
 /* expf inline, in straight-line arithmetic that the loop vectoriser widens
  * to the full vector (16 lanes on AVX-512) with no call: Cody and Waite's
  * range reduction x = k ln 2 + r, |r| <= ln 2 / 2, with ln 2 split in two
@@ -280,8 +291,12 @@ static LLVMValueRef pow2i(ew_nest *n, LLVMValueRef k)
  * Math Library, expf.c: degree 5 minimax on r, relative error 1.6e-7 in
  * its tests) and the scale by 2^k through the exponent field, done as two
  * factors so results in the denormal range (x < -87.3) and up to FLT_MAX
- * come out without overflow in between.  Past the IEEE limits the result is
- * selected as +0 (x < -103.98) or +inf (x > 88.73), and NaN stays NaN.
+ * come out without overflow in between, each rounded once.  x is first
+ * clamped to [-104, 89], which also gives the IEEE limits with no test of
+ * its own: from -104 the result is 0.97 * 2^-150, which rounds to +0 as
+ * every exp below -103.97 does, and from x >= 128 ln 2 = 88.72 the scaled
+ * y >= 1 times 2^128 rounds to +inf, as exp does from there.  A NaN is
+ * clamped to -104 (k stays defined) and put back at the end.
  * It replaced libmvec's 8-lane expf on f32 (XLA's CPU back end likewise
  * emits its own polynomial exp): a softmax spent most of its time in the
  * call (docs/performance.md, section 7). */
@@ -289,13 +304,8 @@ static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x)
 {
     cg_ctx *c = n->c;
     LLVMBuilderRef b = c->b;
-    /* maxnum/minnum turn NaN into a bound, so k is always defined; the
-     * last select puts the NaN back. */
-    LLVMValueRef args[2] = {x, fc(n, -104.0)};
-    LLVMValueRef xc = intrinsic(n, "llvm.maxnum", args, 2);
-    args[0] = xc;
-    args[1] = fc(n, 89.0);
-    xc = intrinsic(n, "llvm.minnum", args, 2);
+    LLVMValueRef xc = pick(n, LLVMRealOGT, x, fc(n, -104.0));
+    xc = pick(n, LLVMRealOLT, xc, fc(n, 89.0));
     LLVMValueRef kf = fmuladd(n, xc, fc(n, 1.44269504088896341), fc(n, 0.5));
     kf = intrinsic(n, "llvm.floor", &kf, 1);
     LLVMValueRef r = fmuladd(n, kf, fc(n, -0.693359375), xc);
@@ -312,9 +322,6 @@ static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x)
     LLVMValueRef k1 = LLVMBuildAShr(b, k, cg_i32(c, 1), "");
     LLVMValueRef k2 = LLVMBuildSub(b, k, k1, "");
     y = LLVMBuildFMul(b, LLVMBuildFMul(b, y, pow2i(n, k1), ""), pow2i(n, k2), "");
-    y = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, -103.98), ""), fc(n, 0.0), y, "");
-    y = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, 88.73), ""), fc(n, INFINITY), y,
-                        "");
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, x, x, ""), x, y, "");
 }
 
@@ -537,7 +544,13 @@ static void nest(ew_nest *n, int level)
         }
         LLVMValueRef v = eval_tree(n, op, bylabel, offbylabel);
         LLVMValueRef off = offset_of(n, op->result, op->u.ew.result_labels, bylabel);
-        store_elem(n, v, op->result->type.dtype, n->dst, off);
+        if (n->dst) /* NULL: only the sum reads the result (cg_emit_elementwise_sum) */
+            store_elem(n, v, op->result->type.dtype, n->dst, off);
+        if (n->acc) {
+            LLVMValueRef sum = LLVMBuildFAdd(c->b, LLVMBuildLoad2(c->b, n->ct, n->acc, ""), v, "");
+            LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
+            LLVMBuildStore(c->b, sum, n->acc);
+        }
         free(bylabel);
         free(offbylabel);
         return;
@@ -664,9 +677,9 @@ static bool uses_index(const cg_fn *f, const ir_op *op)
     return false;
 }
 
-static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
+static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LLVMValueRef acc)
 {
-    ew_nest n = {.c = c, .f = f, .root = op, .dst = dst};
+    ew_nest n = {.c = c, .f = f, .root = op, .dst = dst, .acc = acc};
     n.ct = op->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
     cg_local_shape(f->m, &op->result->type, n.shape);
     /* Block offsets are loop invariant: computed here, before the nest,
@@ -741,7 +754,7 @@ static void emit_outlined(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst
     f->fn = fn;
     f->dev = LLVMGetParam(fn, 0);
     LLVMPositionBuilderAtEnd(c->b, LLVMAppendBasicBlockInContext(c->llctx, fn, "entry"));
-    emit_nest(c, f, op, LLVMGetParam(fn, (unsigned)nids + 1));
+    emit_nest(c, f, op, LLVMGetParam(fn, (unsigned)nids + 1), NULL);
     LLVMBuildRetVoid(c->b);
     f->fn = outer_fn;
     f->dev = outer_dev;
@@ -760,5 +773,11 @@ void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     if (f->plan->outline_elementwise)
         emit_outlined(c, f, op, dst);
     else
-        emit_nest(c, f, op, dst);
+        emit_nest(c, f, op, dst, NULL);
+}
+
+void cg_emit_elementwise_sum(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst,
+                             LLVMValueRef acc)
+{
+    emit_nest(c, f, op, dst, acc);
 }

@@ -1,18 +1,10 @@
 /*
  * plan.c - fusion and buffer liveness, decided before any LLVM is built.
  *
- * Fusion.  An elementwise op P is computed inline inside the loop of its
- * consumer C (no buffer for P's result) when P's result is read exactly once
- * (one operand node in one expression tree, so nothing is recomputed),
- * by an elementwise op C, at C's full result shape (C's labels for that
- * operand are a permutation of C's result labels, so no element of P is
- * recomputed), and P's result is not a program output.  Chains fuse
- * transitively: fused_into names the op that finally emits the loop.
- * A fused group holds at most CG_MAX_FUSED_NODES expression nodes (or one
- * op, however large): codegen evaluates a group's trees recursively, one
- * level per fused producer, so a chain of 50,000 elementwise statements
- * fused into one loop overflowed the stack.  Past the bound the producer is
- * materialised in a buffer and the chain goes on in a new loop.
+ * Fusion (ir/fusion.c, shared with the cost model).  An elementwise op
+ * read once, by an elementwise op of the same loop body at its full
+ * shape, and not an output, is computed inline in its consumer's loop
+ * (fused_into), up to IR_FUSED_MAX_NODES expression nodes per loop.
  *
  * Liveness.  An op that is not fused is "emitted" at its own index; a fused
  * op's reads happen at the index of the op it is fused into.  A buffer is
@@ -55,12 +47,6 @@
 
 #include "cg_internal.h"
 
-/* Most expression nodes in one fused loop (see the essay above).  Real
- * fusions (GELU, RMSNorm, rotary embeddings, a softmax's exp and divide)
- * have tens of nodes; this keeps codegen's recursion a few thousand frames
- * deep at most. */
-#define CG_MAX_FUSED_NODES 1024
-
 void *cg_calloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);
@@ -85,23 +71,6 @@ static void fill(int *a, int n, int v)
 {
     for (int i = 0; i < n; i++)
         a[i] = v;
-}
-
-/* Whether C's operand `k` covers C's result dims one to one (no broadcast). */
-static bool full_shape_use(const ir_op *c, int k)
-{
-    const ir_value *v = c->operands[k];
-    int rank = c->result->type.rank;
-    if (v->type.rank != rank)
-        return false;
-    for (int j = 0; j < rank; j++) {
-        int found = 0;
-        for (int r = 0; r < rank; r++)
-            found += c->u.ew.labels[k][j] == c->u.ew.result_labels[r];
-        if (found != 1)
-            return false;
-    }
-    return true;
 }
 
 /* Whether op `j` (fused into `i`) reads value `v`. */
@@ -130,7 +99,10 @@ static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
 {
     const ir_op *op = p->ops[i];
     const ir_value *res = op->result;
-    if (op->kind != IR_OP_ELEMENTWISE || p->fused_into[i] >= 0 || kept(p, res->id))
+    /* A row-local result has a buffer of one row, and a row-local operand
+     * one too small for the result (rowgroup.c). */
+    if (op->kind != IR_OP_ELEMENTWISE || p->fused_into[i] >= 0 || kept(p, res->id) ||
+        p->row_local[res->id] || p->row_stream[res->id])
         return -1;
     for (int k = 0; k < op->noperands; k++) {
         const ir_value *v = op->operands[k];
@@ -138,7 +110,7 @@ static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
         /* Not the carried buffer (the next iteration reads it) nor a view
          * of a param. */
         if (def < 0 || p->ops[def]->kind == IR_OP_LOOPBEGIN || cg_is_view(p->ops[def]->kind) ||
-            p->fused_into[def] >= 0 || kept(p, v->id) ||
+            p->fused_into[def] >= 0 || kept(p, v->id) || p->row_local[v->id] ||
             p->last_use[v->id] != i || v->type.dtype != res->type.dtype ||
             ir_local_bytes(m, &v->type) != ir_local_bytes(m, &res->type) ||
             fused_reads(p, i, v->id))
@@ -314,57 +286,9 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     if (errors)
         return -1;
 
-    /* Uses: how many times each value is read (per operand node of an
-     * elementwise tree, so `U * U` counts twice and U is not recomputed by
-     * fusing it), and the last reader. */
-    int *nuses = cg_calloc((size_t)m->nvalues, sizeof(int));
-    int *reader = cg_calloc((size_t)m->nvalues, sizeof(int));
-    fill(reader, m->nvalues, -1);
-    for (i = 0; i < nops; i++) {
-        const ir_op *op = p->ops[i];
-        for (k = 0; k < op->noperands; k++) {
-            int v = op->operands[k]->id;
-            if (op->kind != IR_OP_ELEMENTWISE)
-                nuses[v]++;
-            reader[v] = i;
-        }
-        if (op->kind == IR_OP_ELEMENTWISE)
-            for (int n = 0; n < op->u.ew.nnodes; n++)
-                if (op->u.ew.nodes[n].kind == IR_EW_OPERAND)
-                    nuses[op->operands[op->u.ew.nodes[n].operand]->id]++;
-    }
-    /* Direct fusion decisions, then resolved to the emitting op.  Consumers
-     * come after producers, so walking backwards resolves chains.  nodes[i]
-     * counts the expression nodes of op i and of every producer fused into
-     * it so far; producers come first, so it is complete when op i is
-     * decided, and a fusion that would take its consumer's group past
-     * CG_MAX_FUSED_NODES is not made. */
-    int *nodes = cg_calloc((size_t)nops, sizeof(int));
-    for (i = 0; i < nops; i++)
-        if (p->ops[i]->kind == IR_OP_ELEMENTWISE)
-            nodes[i] = p->ops[i]->u.ew.nnodes;
-    for (i = 0; i < nops; i++) {
-        ir_op *op = p->ops[i];
-        int v = op->result->id;
-        if (op->kind != IR_OP_ELEMENTWISE || nuses[v] != 1 || kept(p, v))
-            continue;
-        ir_op *c = p->ops[reader[v]];
-        /* Not into another loop body (or out of one): the producer would
-         * run once per iteration, or the body's value after it. */
-        if (c->kind != IR_OP_ELEMENTWISE || nodes[reader[v]] + nodes[i] > CG_MAX_FUSED_NODES ||
-            c->loop != op->loop)
-            continue;
-        for (k = 0; k < c->noperands; k++)
-            if (c->operands[k]->id == v && full_shape_use(c, k))
-                p->fused_into[i] = reader[v];
-        if (p->fused_into[i] >= 0)
-            nodes[reader[v]] += nodes[i];
-    }
-    free(nodes);
-    for (i = nops - 1; i >= 0; i--) {
-        int c = p->fused_into[i];
-        if (c >= 0 && p->fused_into[c] >= 0)
-            p->fused_into[i] = p->fused_into[c];
+    if (ir_fuse_elementwise(m, p->ops, nops, p->fused_into) < 0) {
+        fputs("einc: out of memory\n", stderr);
+        exit(1);
     }
     /* Last reads, at the emitting op's index. */
     for (i = 0; i < nops; i++) {
@@ -396,16 +320,16 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     for (int v = 0; v < m->nvalues; v++)
         if (p->update_slot[v] >= 0)
             p->last_use[v] = nops;
-    for (i = 0; i < nops; i++)
-        p->reuse[i] = inplace_operand(p, m, i);
     int64_t ewnodes = 0;
     for (i = 0; i < nops; i++)
         if (p->ops[i]->kind == IR_OP_ELEMENTWISE)
             ewnodes += p->ops[i]->u.ew.nnodes;
-    p->outline_elementwise = ewnodes > CG_OUTLINE_NODES;
+    p->outline_elementwise = ewnodes > IR_OUTLINE_EW_NODES;
+    /* Row groups before in-place decisions: a row-local value's one-row
+     * buffer is never taken over, nor takes over another's. */
     cg_plan_row_groups(p, m);
-    free(nuses);
-    free(reader);
+    for (i = 0; i < nops; i++)
+        p->reuse[i] = inplace_operand(p, m, i);
     return 0;
 }
 
@@ -422,5 +346,6 @@ void cg_plan_free(cg_plan *p)
     free(p->reuse);
     free(p->row_group);
     free(p->row_local);
+    free(p->row_stream);
     memset(p, 0, sizeof *p);
 }

@@ -57,7 +57,7 @@ static LLVMValueRef offset(cg_ctx *c, const cg_fn *f, const ir_value *v, const i
                            LLVMValueRef *idx)
 {
     LLVMValueRef off = cg_i64(c, 0);
-    int lo = f->nrow > 0 && f->plan->row_local[v->id] ? f->nrow : 0;
+    int lo = cg_one_row(f, v->id) ? f->nrow : 0;
     for (int j = lo; j < v->type.rank; j++) {
         off = LLVMBuildNSWMul(c->b, off, cg_i64(c, shape[j]), "");
         off = LLVMBuildNSWAdd(c->b, off, idx[j], "");
@@ -170,4 +170,38 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
     cg_store_elem(c, ct, v, r->type.dtype, dst, offset(c, f, r, rshape, ridx));
     for (int q = r->type.rank - 1; q >= f->nrow; q--)
         cg_for_end(c, f, &rl[q]);
+}
+
+bool cg_row_sum_fits(const cg_fn *f, const ir_op *ew, const ir_op *sum)
+{
+    const ir_value *e = ew->result, *r = sum->result;
+    if (ew->kind != IR_OP_ELEMENTWISE || sum->kind != IR_OP_EINSUM || sum->noperands != 1 ||
+        sum->u.einsum.reduce != IR_RED_SUM || sum->operands[0] != e ||
+        r->type.rank != f->nrow || r->type.dtype != e->type.dtype ||
+        (e->type.dtype != IR_F32 && e->type.dtype != IR_F64))
+        return false;
+    for (int j = 0; j < e->type.rank; j++)
+        if (sum->u.einsum.labels[0][j] != ew->u.ew.result_labels[j])
+            return false;
+    return true;
+}
+
+LLVMValueRef cg_row_sum_begin(cg_ctx *c, cg_fn *f, const ir_op *sum)
+{
+    LLVMTypeRef ct = sum->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    LLVMValueRef acc = entry_alloca(c, f, ct, "row.sum");
+    LLVMBuildStore(c->b, LLVMConstReal(ct, 0.0), acc);
+    return acc;
+}
+
+void cg_row_sum_end(cg_ctx *c, cg_fn *f, const ir_op *sum, LLVMValueRef dst, LLVMValueRef acc)
+{
+    const ir_value *r = sum->result;
+    LLVMTypeRef ct = r->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    int64_t rshape[IR_MAX_RANK];
+    cg_local_shape(f->m, &r->type, rshape);
+    LLVMValueRef v = LLVMBuildLoad2(c->b, ct, acc, "");
+    if (sum->u.einsum.scale != 1.0)
+        v = LLVMBuildFMul(c->b, v, LLVMConstReal(ct, sum->u.einsum.scale), "");
+    cg_store_elem(c, ct, v, r->type.dtype, dst, offset(c, f, r, rshape, f->row_idx));
 }

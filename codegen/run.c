@@ -358,6 +358,34 @@ static LLVMValueRef result_buffer(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i)
     return f->buf[res->id] = dst;
 }
 
+/* Member `j` of the row group being emitted, inside its row loops; a
+ * streamed result (rowgroup.c) is computed into `stage` and its row then
+ * copied out (stream.c); `aligned` says whether its buffer allows that
+ * with non-temporal stores. */
+static void emit_member(cg_ctx *c, cg_fn *f, int j, LLVMValueRef stage, LLVMValueRef aligned)
+{
+    const ir_op *op = f->plan->ops[j];
+    const ir_value *res = op->result;
+    LLVMValueRef dst = f->buf[res->id];
+    if (op->kind != IR_OP_ELEMENTWISE) {
+        cg_emit_reduce(c, f, op, dst);
+        return;
+    }
+    if (!stage) {
+        cg_emit_elementwise(c, f, op, dst);
+        return;
+    }
+    f->buf[res->id] = stage; /* the member's loads of res: none (rowgroup.c) */
+    cg_emit_elementwise(c, f, op, stage);
+    f->buf[res->id] = dst;
+    int64_t row_bytes = ir_local_bytes(f->m, &res->type);
+    for (int q = 0; q < f->nrow; q++)
+        row_bytes /= ir_local_size(f->m, &res->type, q);
+    LLVMValueRef off = cg_row_offset(c, f, &res->type);
+    LLVMValueRef row = LLVMBuildInBoundsGEP2(c->b, c->t.i8, dst, &off, 1, "row");
+    cg_emit_stream_row(c, f, row, stage, row_bytes, aligned);
+}
+
 /* The row group whose first op is `first` (rowgroup.c): every member's
  * buffer, then loops over the rows around each member's own loops, in
  * program order, marked as one op (the first's id); then the frees.
@@ -372,9 +400,25 @@ static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
             lead = p->ops[j];
     int nrow = lead->result->type.rank;
     f->nrow = nrow; /* sizes a row-local buffer */
-    for (int j = first; j <= last; j++)
-        if (p->row_group[j] == first)
-            result_buffer(c, f, out, j);
+    int n = last - first + 1;
+    LLVMValueRef *stage = cg_calloc((size_t)n, sizeof *stage);
+    LLVMValueRef *aligned = cg_calloc((size_t)n, sizeof *aligned);
+    bool streams = false;
+    for (int j = first; j <= last; j++) {
+        if (p->row_group[j] != first)
+            continue;
+        LLVMValueRef dst = result_buffer(c, f, out, j);
+        const ir_value *res = p->ops[j]->result;
+        if (!p->row_stream[res->id])
+            continue;
+        int64_t row_bytes = ir_local_bytes(f->m, &res->type);
+        for (int q = 0; q < nrow; q++)
+            row_bytes /= ir_local_size(f->m, &res->type, q);
+        LLVMValueRef args[] = {f->dev, cg_i64(c, row_bytes)};
+        stage[j - first] = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, "stage");
+        aligned[j - first] = cg_line_aligned(c, dst);
+        streams = true;
+    }
     call_mark(c, f, c->rt.op_begin, first);
     cg_for rows[IR_MAX_RANK];
     for (int q = 0; q < nrow; q++) {
@@ -382,18 +426,41 @@ static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
         f->row_idx[q] = rows[q].phi;
     }
     for (int j = first; j <= last; j++) {
-        const ir_op *op = p->ops[j];
         if (p->row_group[j] != first)
             continue;
-        if (op->kind == IR_OP_ELEMENTWISE)
-            cg_emit_elementwise(c, f, op, f->buf[op->result->id]);
-        else
-            cg_emit_reduce(c, f, op, f->buf[op->result->id]);
+        int k = j + 1; /* the next member */
+        while (k <= last && p->row_group[k] != first)
+            k++;
+        if (k <= last && !stage[j - first] && cg_row_sum_fits(f, p->ops[j], p->ops[k])) {
+            /* exp(x - max) and its sum in one pass over the row; a
+             * row-local result that only the sum reads is not stored. */
+            const ir_value *e = p->ops[j]->result;
+            int readers = 0;
+            for (int i = 0; i < p->nops; i++)
+                for (int q = 0; q < p->ops[i]->noperands; q++)
+                    readers += p->ops[i]->operands[q] == e;
+            bool store = !p->row_local[e->id] || readers > 1;
+            LLVMValueRef acc = cg_row_sum_begin(c, f, p->ops[k]);
+            cg_emit_elementwise_sum(c, f, p->ops[j], store ? f->buf[e->id] : NULL, acc);
+            cg_row_sum_end(c, f, p->ops[k], f->buf[p->ops[k]->result->id], acc);
+            j = k;
+            continue;
+        }
+        emit_member(c, f, j, stage[j - first], aligned[j - first]);
     }
     for (int q = nrow - 1; q >= 0; q--)
         cg_for_end(c, f, &rows[q]);
     f->nrow = 0;
+    if (streams)
+        cg_emit_stream_fence(c);
     call_mark(c, f, c->rt.op_end, first);
+    for (int j = 0; j < n; j++)
+        if (stage[j]) {
+            LLVMValueRef args[] = {f->dev, stage[j]};
+            LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, args, 2, "");
+        }
+    free(stage);
+    free(aligned);
     for (int j = first; j <= last; j++) {
         if (p->row_group[j] != first)
             continue;

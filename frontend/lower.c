@@ -458,10 +458,14 @@ static ir_value *lower_argmax(stmt_ctx *x, const ast_factor *f)
     return reduce_einsum(x, &arg, keep, IR_RED_ARGMAX, 1.0, f->loc).v;
 }
 
-/* softmax(x, S) = exp(x - max_S x) / sum_S exp(x - max_S x): the stable
- * form, as four ops (max, exp of the difference, sum, division), so each
- * reduction is sharded by the einsum rules (a sharded S gives partial
- * maxima and sums, reduced by AllReduce). */
+/* softmax(x, S) = exp(x - max_S x) * (1 / sum_S exp(x - max_S x)): the
+ * stable form, as four ops (max, exp of the difference, sum, scale), so
+ * each reduction is sharded by the einsum rules (a sharded S gives partial
+ * maxima and sums, reduced by AllReduce).  The scale multiplies by the
+ * reciprocal of the sum, which the loop over S computes once (LICM), where
+ * a division per element took a tenth of a softmax row's time
+ * (docs/performance.md, section 7); it rounds twice, so the result is
+ * within 1.5 ulp of the exact quotient instead of 0.5. */
 static bool lower_softmax(stmt_ctx *x, const ast_factor *f, operand *out)
 {
     operand arg;
@@ -480,8 +484,8 @@ static bool lower_softmax(stmt_ctx *x, const ast_factor *f, operand *out)
     e.v = fe_ew_emit(&x->e, fe_ew_call(a, IR_FN_EXP, d), arg.labels, arg.n, f->loc);
     operand z = reduce_einsum(x, &e, keep, IR_RED_SUM, 1.0, f->loc);
     *out = arg;
-    out->v = fe_ew_emit(&x->e, fe_ew_bin(a, IR_EW_DIV, fe_ew_leaf(a, e.v, e.labels, e.n),
-                                         fe_ew_leaf(a, z.v, z.labels, z.n)),
+    fe_ew *inv = fe_ew_bin(a, IR_EW_DIV, fe_ew_const(a, 1.0), fe_ew_leaf(a, z.v, z.labels, z.n));
+    out->v = fe_ew_emit(&x->e, fe_ew_bin(a, IR_EW_MUL, fe_ew_leaf(a, e.v, e.labels, e.n), inv),
                         arg.labels, arg.n, f->loc);
     return true;
 }

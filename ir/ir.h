@@ -673,6 +673,45 @@ const char *ir_type_str(const ir_module *m, const char *name, const ir_type *t,
 const char *ir_axes_str(const ir_mesh *mesh, const int8_t *axes, int naxes,
                         char *buf, size_t size);
 
+/* ---- how ops run together: fusion (fusion.c), row groups (rowgroup.c) ---- */
+
+/* Most expression nodes in one fused elementwise loop (fusion.c).  Real
+ * fusions (GELU, RMSNorm, rotary embeddings, a softmax's exp and divide)
+ * have tens of nodes; this keeps codegen's recursion over a fused group a
+ * few thousand frames deep at most. */
+#define IR_FUSED_MAX_NODES 1024
+/* Elementwise expression nodes in one program past which codegen puts
+ * every elementwise nest in a function of its own and forms no row group.
+ * The largest example (a Transformer's training step) has a few thousand;
+ * a generated chain of 100,000 statements has 500,000. */
+#define IR_OUTLINE_EW_NODES 50000
+
+/* Whether `v` is one of m's outputs (an update's new value included). */
+bool ir_value_is_output(const ir_module *m, const ir_value *v);
+
+/* Which elementwise ops run inside the loop of a consumer (fusion.c): for
+ * the `nops` ops `ops` in program order, fused_into[i] is the index of the
+ * op whose loop computes op i (chains resolved to the op that emits the
+ * loop), or -1.  Returns 0, or -1 when out of memory (then nothing fuses).
+ * Used by codegen (plan.c) and the cost model. */
+int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fused_into);
+
+/* A unary sum, max or min einsum over trailing dims of its operand: its
+ * result labels are the operand's first labels, in order (rowgroup.c). */
+bool ir_is_row_reduction(const ir_op *op);
+
+/* Row groups (rowgroup.c): for the `nops` ops `ops` in program order with
+ * fusion `fused_into` (ir_fuse_elementwise), row_group[i] is the index of
+ * the first op of op i's row group, or -1 (fused ops are never members);
+ * row_local[value id] (m->nvalues entries) says that a member's result
+ * never needs more than the current row (a one-row buffer in codegen, no
+ * memory traffic in the cost model).  Returns 0, or -1 when out of memory
+ * (then no group).  Pure: both codegen and the cost model call it. */
+int ir_row_groups(const ir_module *m, ir_op *const *ops, int nops, const int *fused_into,
+                  int *row_group, bool *row_local);
+/* The last member of the row group whose first op is `first`. */
+int ir_row_group_end(const int *row_group, const int *fused_into, int nops, int first);
+
 /* ---- verifier (verify.c) ---- */
 
 /* Checks every structural and sharding invariant; reports each violation

@@ -4,7 +4,9 @@
  * Each op gets its per-device estimate from the cost model library
  * (cost_op_estimate_onchip, passes/costmodel/): FLOPs, bytes and seconds,
  * with the formulas of docs/cost-model.md, the attention scores kept on
- * chip (cost_onchip_values).  This file only walks the module.
+ * chip (cost_onchip_values) and each row group priced as the one pass
+ * over its rows that codegen runs (cost_row_groups).  This file only walks
+ * the module.
  *
  * Totals (m->totals) come from a two-stream schedule.  Resharding ops whose
  * operands are params or derived only from params (FSDP weight gathers) go
@@ -41,8 +43,27 @@ void cost_annotate_ops(ir_module *m, const cost_hw *hw)
 {
     /* Attention scores stay on chip (a Flash Attention kernel, seed 002). */
     bool *onchip = cost_onchip_values(m, hw);
-    for (ir_op *op = m->first; op; op = op->next)
+    int nops = 0;
+    for (ir_op *op = m->first; op; op = op->next) {
         cost_op_estimate_onchip(m, hw, op, onchip, &op->cost);
+        nops++;
+    }
+    /* Row groups as codegen runs them: one read of their inputs, one
+     * write of their outputs (cost_row_groups). */
+    ir_op **ops = malloc((size_t)(nops > 0 ? nops : 1) * sizeof *ops);
+    ir_cost *costs = malloc((size_t)(nops > 0 ? nops : 1) * sizeof *costs);
+    if (ops && costs) {
+        int i = 0;
+        for (ir_op *op = m->first; op; op = op->next, i++) {
+            ops[i] = op;
+            costs[i] = op->cost;
+        }
+        if (cost_row_groups(m, hw, ops, nops, onchip, costs) == 0)
+            for (i = 0; i < nops; i++)
+                ops[i]->cost = costs[i];
+    }
+    free(ops);
+    free(costs);
     free(onchip);
 }
 

@@ -10,14 +10,14 @@
  * its KV cache over the HBM bandwidth and nothing for the scores (seed 002,
  * "Theoretical estimates of LLM latency and throughput", equation (1)).
  * einc writes attention as separate ops (the QK einsum, the softmax's max,
- * exp, sum and division, the AV einsum), and the per-op roofline alone
+ * exp, sum and scale, the AV einsum), and the per-op roofline alone
  * would charge each of them a trip of the scores through HBM: about six,
  * over [B, heads, S] per layer, a tenth of the step of seed 002's GQA
  * LLaMA-2 13B at B = 16.
  *
  * The rule.  The result R of an (arithmetic, non-gather) Einsum roots a
  * family: R, and the result of every Elementwise op that reads a member
- * and has exactly R's dims (the causal mask, exp(x - max), the division by
+ * and has exactly R's dims (the causal mask, exp(x - max), the scaling by
  * the row sums).  The family is attention scores when a member is read by
  * a max reduction (a unary max Einsum that reduces one of its dims): the
  * softmax's running maximum, which is how einc lowers `softmax` and how

@@ -323,6 +323,23 @@ void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op 
                              const bool *onchip, ir_cost *c);
 
 /*
+ * Prices the row groups of `m` as codegen runs them (cost_rowgroup.c):
+ * the groups ir_row_groups picks over the fusion of ir_fuse_elementwise,
+ * the rule codegen applies.  `ops` are m's `nops` ops in program order and
+ * costs[i] op i's estimate (cost_op_estimate_onchip, with `onchip` or
+ * NULL); for each group, costs[first member] becomes the group's: bytes =
+ * one read of each value the group (members and producers fused into
+ * them) reads but does not compute, plus one write of each value it
+ * computes that an output is or an op outside it reads; t_compute = the
+ * sum of theirs; time = max(t_compute, bytes / W_hbm), or on a calibrated
+ * profile bytes at the measured elementwise bandwidth plus t_compute.  The
+ * other members and their fused producers get a valid zero estimate.
+ * Returns 0, or -1 (out of memory or malformed IR: costs unchanged).
+ */
+int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, int nops,
+                    const bool *onchip, ir_cost *costs);
+
+/*
  * Which values of `m` a chip keeps on chip instead of in HBM
  * (cost_fusion.c): the scores of a softmax attention, which a Flash
  * Attention kernel never writes to HBM (seed 002, "What about

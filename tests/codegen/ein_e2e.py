@@ -89,6 +89,16 @@ def rows_expected(x):
             "PB": softmax(x["B"])}
 
 
+def rows_stream_inputs(rng):
+    return {"A": (rng.standard_normal((512, 4096)) * 30).astype(np.float32),
+            "G": rng.standard_normal(4096).astype(np.float32)}
+
+
+def rows_stream_expected(x):
+    e = rows_expected({"A": x["A"], "G": x["G"], "L": np.zeros((16, 16)), "B": np.zeros((8, 96))})
+    return {"P": e["P"], "M": e["M"]}
+
+
 def expf_inputs(rng):
     edge = [88.72, 88.73, -87.33, -87.34, -103.97, -103.98, 0.0, np.nan, np.inf, -np.inf]
     edge += [s * 2.0 ** k for k in range(-24, 7) for s in (1, -1)]
@@ -104,6 +114,7 @@ def expf_expected(x):
 
 NUMPY = {"mlp": (mlp_inputs, mlp_expected, 1e-4, 1e-3),
          "rows": (rows_inputs, rows_expected, 1e-5, 1e-30),
+         "rows_stream": (rows_stream_inputs, rows_stream_expected, 1e-5, 1e-30),
          # within 2 f32 ulps of exp (NumPy's own expf is within 2), denormal
          # results within one denormal step (1.4e-45)
          "expf": (expf_inputs, expf_expected, 2.4e-7, 1.5e-45),

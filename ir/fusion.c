@@ -1,0 +1,128 @@
+/*
+ * fusion.c - which elementwise ops run inside the loop of their consumer.
+ *
+ * Codegen emits the loops this decides (codegen/plan.c) and the cost model
+ * prices a row group by it (passes/costmodel/cost_rowgroup.c), so the rule
+ * lives here, in the layer both depend on, as a pure function of the IR.
+ *
+ * An elementwise op P is computed inline inside the loop of its consumer C
+ * (no buffer for P's result) when P's result is read exactly once (one
+ * operand node in one expression tree, so nothing is recomputed), by an
+ * elementwise op C of the same loop body, at C's full result shape (C's
+ * labels for that operand are a permutation of C's result labels, so no
+ * element of P is recomputed), and P's result is not a program output.
+ * Chains fuse transitively: fused_into names the op that finally emits the
+ * loop.  A fused group holds at most IR_FUSED_MAX_NODES expression nodes (or
+ * one op, however large): codegen evaluates a group's trees recursively,
+ * one level per fused producer, so a chain of 50,000 elementwise statements
+ * fused into one loop overflowed the stack.  Past the bound the producer
+ * is materialised in a buffer and the chain goes on in a new loop.
+ */
+#include <stdlib.h>
+
+#include "ir.h"
+
+static bool valid_value(const ir_module *m, const ir_value *v)
+{
+    return v && v->id >= 0 && v->id < m->nvalues;
+}
+
+bool ir_value_is_output(const ir_module *m, const ir_value *v)
+{
+    for (int o = 0; o < m->noutputs; o++)
+        if (m->outputs[o].value == v)
+            return true;
+    return false;
+}
+
+/* Whether C's operand `k` covers C's result dims one to one (no broadcast). */
+static bool full_shape_use(const ir_op *c, int k)
+{
+    const ir_value *v = c->operands[k];
+    int rank = c->result->type.rank;
+    if (v->type.rank != rank)
+        return false;
+    for (int j = 0; j < rank; j++) {
+        int found = 0;
+        for (int r = 0; r < rank; r++)
+            found += c->u.ew.labels[k][j] == c->u.ew.result_labels[r];
+        if (found != 1)
+            return false;
+    }
+    return true;
+}
+
+int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fused_into)
+{
+    for (int i = 0; i < nops; i++)
+        fused_into[i] = -1;
+    int nv = m->nvalues > 0 ? m->nvalues : 1;
+    /* Uses: how many times each value is read (per operand node of an
+     * elementwise tree, so `U * U` counts twice and U is not recomputed by
+     * fusing it), and the last reader. */
+    int *nuses = calloc((size_t)nv, sizeof *nuses);
+    int *reader = malloc((size_t)nv * sizeof *reader);
+    int *nodes = calloc((size_t)(nops > 0 ? nops : 1), sizeof *nodes);
+    if (!nuses || !reader || !nodes) {
+        free(nuses);
+        free(reader);
+        free(nodes);
+        return -1;
+    }
+    for (int v = 0; v < nv; v++)
+        reader[v] = -1;
+    for (int i = 0; i < nops; i++) {
+        const ir_op *op = ops[i];
+        for (int k = 0; k < op->noperands; k++) {
+            if (!valid_value(m, op->operands[k]))
+                continue;
+            int v = op->operands[k]->id;
+            if (op->kind != IR_OP_ELEMENTWISE)
+                nuses[v]++;
+            reader[v] = i;
+        }
+        if (op->kind != IR_OP_ELEMENTWISE)
+            continue;
+        nodes[i] = op->u.ew.nnodes;
+        for (int n = 0; n < op->u.ew.nnodes; n++) {
+            const ir_ew_node *e = &op->u.ew.nodes[n];
+            if (e->kind == IR_EW_OPERAND && e->operand >= 0 && e->operand < op->noperands &&
+                valid_value(m, op->operands[e->operand]))
+                nuses[op->operands[e->operand]->id]++;
+        }
+    }
+    /* Direct fusion decisions, then resolved to the emitting op.  Consumers
+     * come after producers, so walking backwards resolves chains.  nodes[i]
+     * counts the expression nodes of op i and of every producer fused into
+     * it so far; producers come first, so it is complete when op i is
+     * decided, and a fusion that would take its consumer's group past
+     * IR_FUSED_MAX_NODES is not made. */
+    for (int i = 0; i < nops; i++) {
+        const ir_op *op = ops[i];
+        if (op->kind != IR_OP_ELEMENTWISE || !valid_value(m, op->result))
+            continue;
+        int v = op->result->id;
+        if (nuses[v] != 1 || reader[v] < 0 || ir_value_is_output(m, op->result))
+            continue;
+        const ir_op *c = ops[reader[v]];
+        /* Not into another loop body (or out of one): the producer would
+         * run once per iteration, or the body's value after it. */
+        if (c->kind != IR_OP_ELEMENTWISE || nodes[reader[v]] + nodes[i] > IR_FUSED_MAX_NODES ||
+            c->loop != op->loop)
+            continue;
+        for (int k = 0; k < c->noperands; k++)
+            if (c->operands[k] == op->result && full_shape_use(c, k))
+                fused_into[i] = reader[v];
+        if (fused_into[i] >= 0)
+            nodes[reader[v]] += nodes[i];
+    }
+    for (int i = nops - 1; i >= 0; i--) {
+        int c = fused_into[i];
+        if (c >= 0 && fused_into[c] >= 0)
+            fused_into[i] = fused_into[c];
+    }
+    free(nuses);
+    free(reader);
+    free(nodes);
+    return 0;
+}

@@ -1,0 +1,169 @@
+/*
+ * test_cost_rowgroup.c - a row group priced as codegen runs it
+ * (passes/costmodel/cost_rowgroup.c): a softmax over the last dim, the
+ * four ops codegen runs one row at a time (ir/rowgroup.c), costs one read
+ * of its input and one write of its output, not the six trips through
+ * memory of its members priced one by one.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+enum { ROWS = 1024, COLS = 4096 };
+
+static ir_value *val(ir_module *m, const char *name, ir_value_kind kind, int rank, const int *dims)
+{
+    ir_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = IR_F32;
+    t.rank = rank;
+    t.sh = ir_sharding_replicated();
+    memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+    return ir_value_new(m, name, kind, &t, 0);
+}
+
+/* out[R] = reduce_C a[R, C]. */
+static void reduce(ir_module *m, ir_reduce red, ir_value *a, ir_value *out)
+{
+    ir_op *op = ir_op_new(m, IR_OP_EINSUM, 1, &a, out, 0);
+    op->u.einsum.labels[0][0] = a->type.dims[0];
+    op->u.einsum.labels[0][1] = a->type.dims[1];
+    op->u.einsum.result_labels[0] = out->type.dims[0];
+    op->u.einsum.scale = 1.0;
+    op->u.einsum.reduce = red;
+    ir_op_append(m, op);
+}
+
+/* out[R, C] = fn(a[R, C] kind b[R]) (fn: IR_FN_COUNT for none). */
+static void rowwise(ir_module *m, ir_ew_kind kind, ir_func fn, ir_value *a, ir_value *b,
+                    ir_value *out)
+{
+    ir_value *ops[2] = {a, b};
+    ir_op *op = ir_op_new(m, IR_OP_ELEMENTWISE, 2, ops, out, 0);
+    ir_ew_node *n = ir_alloc(&m->arena, 4 * sizeof *n);
+    n[0] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    n[1] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 1};
+    n[2] = (ir_ew_node){.kind = kind, .a = 0, .b = 1};
+    n[3] = (ir_ew_node){.kind = IR_EW_CALL, .a = 2, .fn = fn};
+    op->u.ew.nodes = n;
+    op->u.ew.nnodes = fn == IR_FN_COUNT ? 3 : 4;
+    op->u.ew.root = op->u.ew.nnodes - 1;
+    for (int j = 0; j < 2; j++)
+        op->u.ew.labels[0][j] = op->u.ew.result_labels[j] = out->type.dims[j];
+    op->u.ew.labels[1][0] = out->type.dims[0];
+    ir_op_append(m, op);
+}
+
+/* Y[R, C] = softmax(X[R, C], C) as the frontend lowers it: max, exp of the
+ * difference, sum, divide. */
+static ir_module *softmax_module(ir_op **ops)
+{
+    ir_module *m = ir_module_new("t.ein");
+    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
+    ir_value *x = val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C});
+    ir_value *mx = val(m, "M", IR_VAL_OP, 1, (int[]){R});
+    ir_value *e = val(m, "E", IR_VAL_OP, 2, (int[]){R, C});
+    ir_value *s = val(m, "S", IR_VAL_OP, 1, (int[]){R});
+    ir_value *y = val(m, "Y", IR_VAL_OP, 2, (int[]){R, C});
+    reduce(m, IR_RED_MAX, x, mx);
+    rowwise(m, IR_EW_SUB, IR_FN_EXP, x, mx, e);
+    reduce(m, IR_RED_SUM, e, s);
+    rowwise(m, IR_EW_DIV, IR_FN_COUNT, e, s, y);
+    ir_output_add(m, "Y", y, 0);
+    int i = 0;
+    for (ir_op *op = m->first; op; op = op->next)
+        ops[i++] = op;
+    return m;
+}
+
+/* On profile `name`: the group's time (on its first op, the others 0) is
+ * below the sum of the members' own estimates and within `tol` of the
+ * bytes-over-bandwidth figure of one read of X and one write of Y plus
+ * the members' arithmetic. */
+static void check_softmax(const char *name, double tol)
+{
+    cost_hw hw = test_load_hw(name);
+    ir_op *ops[4];
+    ir_module *m = softmax_module(ops);
+    ir_cost costs[4];
+    double separate = 0, arith = 0;
+    for (int i = 0; i < 4; i++) {
+        cost_op_estimate(m, &hw, ops[i], &costs[i]);
+        separate += costs[i].time;
+        arith += costs[i].t_compute;
+    }
+    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 4, NULL, costs), 0);
+    double group = 0;
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT(costs[i].valid);
+        group += costs[i].time;
+    }
+    for (int i = 1; i < 4; i++)
+        CU_ASSERT_EQUAL(costs[i].time, 0);
+    double bytes = 2.0 * ROWS * COLS * 4; /* X read once, Y written once */
+    CU_ASSERT_EQUAL(costs[0].hbm_bytes, bytes);
+    double bw = hw.measured ? cost_measured_ew_bw(&hw, bytes) : hw.hbm_bw;
+    double want = hw.measured ? bytes / bw + arith : fmax(bytes / bw, arith);
+    CU_ASSERT(group < separate);
+    CU_ASSERT(fabs(group - want) <= tol * want);
+    /* the members priced apart move X three times, E four, Y once */
+    CU_ASSERT(separate > 2 * bytes / bw);
+    ir_module_free(m);
+}
+
+static void test_softmax_roofline(void)
+{
+    check_softmax("tpu-v5e", 1e-9);
+}
+
+static void test_softmax_measured(void)
+{
+    check_softmax("host", 1e-9);
+}
+
+/* A member's result that an op outside the group reads (here the
+ * transpose W[C, R] = E[R, C], which does not start with the rows) is
+ * written once; it is no longer row-local. */
+static void test_read_after_group(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5e");
+    ir_op *ops[5];
+    ir_module *m = softmax_module(ops);
+    ir_value *e = ops[1]->result;
+    int R = e->type.dims[0], C = e->type.dims[1];
+    ir_value *w = val(m, "W", IR_VAL_OP, 2, (int[]){C, R});
+    ir_op *t = ir_op_new(m, IR_OP_ELEMENTWISE, 1, &e, w, 0);
+    ir_ew_node *n = ir_alloc(&m->arena, sizeof *n);
+    n[0] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    t->u.ew.nodes = n;
+    t->u.ew.nnodes = 1;
+    t->u.ew.root = 0;
+    t->u.ew.labels[0][0] = R;
+    t->u.ew.labels[0][1] = C;
+    t->u.ew.result_labels[0] = C;
+    t->u.ew.result_labels[1] = R;
+    ir_op_append(m, t);
+    ops[4] = t;
+    ir_output_add(m, "W", w, 0);
+    ir_cost costs[5];
+    for (int i = 0; i < 5; i++)
+        cost_op_estimate(m, &hw, ops[i], &costs[i]);
+    double alone = costs[4].time;
+    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 5, NULL, costs), 0);
+    double array = (double)ROWS * COLS * 4;
+    CU_ASSERT_EQUAL(costs[0].hbm_bytes, 3 * array); /* X read; Y and E written */
+    CU_ASSERT_EQUAL(costs[4].time, alone);          /* not a member */
+    ir_module_free(m);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"softmax row group on a roofline profile", test_softmax_roofline},
+        {"softmax row group on a calibrated profile", test_softmax_measured},
+        {"a member read after its group is written once", test_read_after_group},
+    };
+    einc_add_suite("row groups in the cost model", tests, (int)(sizeof tests / sizeof tests[0]));
+}
