@@ -13,8 +13,9 @@
  *   gather.c      gathers (embedding lookups) as calls of rt_gather
  *   meshslice.c   MeshSlice ops as calls of the runtime's pipelined loop
  *   program.c     the constant rt_program and its tensor descriptors
- *   link.c        linking the object with the runtime by fork/exec of cc
- *   emit.c        cg_emit: the pipeline in c3c's order
+ *   link.c        linking the objects with the runtime by posix_spawn of cc
+ *   emit.c        cg_emit: the pipeline in c3c's order, the reference
+ *                 program's module on a second thread
  */
 #ifndef EINC_CG_INTERNAL_H
 #define EINC_CG_INTERNAL_H
@@ -103,6 +104,21 @@ typedef struct cg_plan {
  * before any reader came; such a store moves the line once instead of
  * reading it for ownership and writing it back. */
 #define CG_STREAM_MIN_BYTES (4 << 20)
+
+/* ---- emit.c ---- */
+
+/* The highest -O levels of the passes and of the back end of the
+ * reference program that --check runs, in an executable (the sharded
+ * program gets the level asked for).  Passes at -O2 vectorise its loops
+ * as the sharded program's are, so that both call the same vector exp and
+ * log (at -O1 the scalar libm calls made fortunes' two training steps
+ * differ by 1.4e-4, past --check's 1e-4; 3.7e-5 at -O2).  The back end at
+ * level 0 (FastISel, the fast register allocator): `einc -o` of
+ * llama2_13b.ein took 75 ms less CPU than with the reference at -O3, and
+ * a --check of llama2_layer.ein ran as fast, its time being in BLAS
+ * (docs/performance.md, section 4). */
+#define CG_REFERENCE_OPT 2
+#define CG_REFERENCE_CODEGEN_OPT 0
 
 /* ---- target.c ---- */
 
@@ -300,9 +316,9 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
 
 /* ---- link.c ---- */
 
-/* Links object `obj` with the runtime library into executable opts->output
- * by running cc (or mpicc).  The linker's output is passed through `d`.
- * Returns 0 on success. */
-int cg_link(const char *obj, const cg_options *opts, diag_ctx *d);
+/* Links the `nobjs` objects `objs` with the runtime library into
+ * executable opts->output by running cc (or mpicc).  The linker's output
+ * is passed through `d`.  Returns 0 on success. */
+int cg_link(const char *const *objs, int nobjs, const cg_options *opts, diag_ctx *d);
 
 #endif

@@ -1,8 +1,10 @@
 /*
  * link.c - links the emitted object with the runtime (c3c's linker.c step).
  *
- *   threads: cc  [-fuse-ld=gold] obj <runtime_dir>/libeinrt.a     -lopenblas -lmvec -lm -lpthread -o out
- *   MPI:     mpicc [-fuse-ld=gold] obj <runtime_dir>/libeinrt_mpi.a -lopenblas -lmvec -lm -lpthread -o out
+ *   threads: cc  [-fuse-ld=gold] objs <runtime_dir>/libeinrt.a     -lopenblas -lmvec -lm -lpthread -o out
+ *   MPI:     mpicc [-fuse-ld=gold] objs <runtime_dir>/libeinrt_mpi.a -lopenblas -lmvec -lm -lpthread -o out
+ *
+ * objs: the sharded program's object and the reference program's (emit.c).
  *
  * gold, where the compiler driver has it (checked when einc is configured),
  * because GNU ld spends ~110 ms more on the same link: the link was the
@@ -54,7 +56,7 @@ static char *slurp(int fd)
     return s;
 }
 
-int cg_link(const char *obj, const cg_options *opts, diag_ctx *d)
+int cg_link(const char *const *objs, int nobjs, const cg_options *opts, diag_ctx *d)
 {
     bool mpi = opts->runtime == CG_RUNTIME_MPI;
     const char *dir = opts->runtime_dir ? opts->runtime_dir : EINC_RUNTIME_DIR;
@@ -67,13 +69,18 @@ int cg_link(const char *obj, const cg_options *opts, diag_ctx *d)
                    mpi ? "einrt_mpi" : "einrt");
         return -1;
     }
-    const char *argv[16];
+    if (nobjs < 1 || nobjs > 4) {
+        diag_error(d, DIAG_NOLOC, "internal error: %d objects to link (1 to 4)", nobjs);
+        return -1;
+    }
+    const char *argv[20];
     int argc = 0;
     argv[argc++] = mpi ? "mpicc" : "cc";
 #ifdef EINC_LINK_GOLD
     argv[argc++] = "-fuse-ld=gold";
 #endif
-    argv[argc++] = obj;
+    for (int i = 0; i < nobjs; i++)
+        argv[argc++] = objs[i];
     argv[argc++] = lib;
     argv[argc++] = "-lopenblas";
 #if defined(__x86_64__)

@@ -20,8 +20,15 @@
  * the library every einc executable links (openblas_get_corename: the
  * kernel set its DYNAMIC_ARCH dispatch picked for this CPU, which is what
  * runs, e.g. "Haswell" kernels on a CPU newer than the library).
+ *
+ * einc runs no BLAS itself, so it loads OpenBLAS only to ask (dlopen, in
+ * blas_identity): linked into einc, the library's constructor started its
+ * thread pool at every compile, and the idle thread spun in sched_yield for
+ * the first ~0.1 s, a tenth of the CPU time of compiling llama2_13b.ein and
+ * the second core that codegen's reference thread runs on
+ * (docs/performance.md, section 4).
  */
-#include <cblas.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +108,37 @@ static const char *detect_isa(void)
 #endif
 }
 
+/* The soname every einc executable's -lopenblas resolves to. */
+#define OPENBLAS_SONAME "libopenblas.so.0"
+
+/* Fills m->blas_core (openblas_get_corename) and m->blas_config
+ * (openblas_get_config) from OpenBLAS, loaded for the question with
+ * OPENBLAS_NUM_THREADS=1 so that it starts no threads; the variable is
+ * restored at once, since the programs `einc calibrate` runs inherit the
+ * environment.  Both stay empty if the library cannot be loaded. */
+static void blas_identity(cost_machine *m)
+{
+    const char *old = getenv("OPENBLAS_NUM_THREADS");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    void *lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (saved)
+        setenv("OPENBLAS_NUM_THREADS", saved, 1);
+    else
+        unsetenv("OPENBLAS_NUM_THREADS");
+    free(saved);
+    if (!lib)
+        return;
+    typedef char *(*text_fn)(void);
+    text_fn corename = (text_fn)dlsym(lib, "openblas_get_corename");
+    text_fn config = (text_fn)dlsym(lib, "openblas_get_config");
+    const char *core_s = corename ? corename() : NULL;
+    const char *config_s = config ? config() : NULL;
+    snprintf(m->blas_core, sizeof m->blas_core, "%s", core_s ? core_s : "");
+    snprintf(m->blas_config, sizeof m->blas_config, "%s", config_s ? config_s : "");
+    dlclose(lib);
+}
+
 void calibrate_machine_detect(cost_machine *m)
 {
     memset(m, 0, sizeof *m);
@@ -108,10 +146,7 @@ void calibrate_machine_detect(cost_machine *m)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     m->cores = cores > 0 ? (int)cores : 0;
     snprintf(m->isa, sizeof m->isa, "%s", detect_isa());
-    const char *core = openblas_get_corename();
-    const char *config = openblas_get_config();
-    snprintf(m->blas_core, sizeof m->blas_core, "%s", core ? core : "");
-    snprintf(m->blas_config, sizeof m->blas_config, "%s", config ? config : "");
+    blas_identity(m);
 }
 
 int calibrate_cache_dir(char *buf, size_t n)

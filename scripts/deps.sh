@@ -2,10 +2,12 @@
 # Installs the Debian 12 packages einc builds and tests with, if any is missing.
 # Needs root (or sudo) only when something has to be installed.
 set -euo pipefail
+# libzstd-dev: linking LLVM's static libraries (cmake/llvm_link.cmake) needs
+# libzstd.so, which llvm-19-dev does not pull in.
 # clang and libclang-rt-14-dev (libFuzzer, ASan, UBSan) build tests/fuzz/;
 # python3-sklearn has the digits data of examples/digits/, python3-matplotlib
 # plots its loss curves, fortunes has the text of examples/fortunes/.
-pkgs=(build-essential cmake pkg-config llvm-19-dev flex bison libcunit1-dev
+pkgs=(build-essential cmake pkg-config llvm-19-dev libzstd-dev flex bison libcunit1-dev
       libopenblas-dev libopenmpi-dev openmpi-bin python3-numpy libcjson-dev
       clang libclang-rt-14-dev python3-sklearn python3-matplotlib
       fortunes)
