@@ -49,12 +49,8 @@
  * an AllToAll, or by Slice_X, ReduceScatter_Y, AllGather_X: margins inside
  * the model's error that would rewrite seed 000's listings.  A widening
  * route that moves strictly fewer bytes is still taken (resolving {U_Y} on
- * a replicated value by Slice_X, ReduceScatter_Y, AllGather_XY).  With a
- * profile the search then runs again with time before bytes (widening
- * still first: better_by_time), and that route replaces the first when it
- * is ROUTE_MARGIN faster, a margin the model resolves; so bytes decide
- * only within it.  Without a profile every time is 0 and bytes, then ops
- * decide.  Dijkstra's
+ * a replicated value by Slice_X, ReduceScatter_Y, AllGather_XY).  Without
+ * a profile every time is 0 and bytes, then ops decide.  Dijkstra's
  * algorithm finds the cheapest path (the costs are vectors compared
  * lexicographically, which add like numbers).
  *
@@ -86,13 +82,7 @@
  * 1..rank = dim position + 1, PLACE_U = unreduced. */
 #define PLACE_U 15u
 
-/* How much faster (fraction) the route by time must be than the route by
- * bytes to replace it: more than the cost model's error, so that a margin
- * inside it does not rewrite the seeds' collectives (the essay above). */
-#define ROUTE_MARGIN 0.05
-
-/* What a path costs: better_by_bytes compares the fields in this order,
- * better_by_time puts time before bytes. */
+/* What a path costs, compared in the order of the fields (better()). */
 typedef struct route {
     double bytes;         /* bytes moved per device (seed 001's table) */
     int widened;          /* Slices onto axes neither end of the reshard uses */
@@ -116,7 +106,6 @@ typedef struct search {
     const cost_hw *hw;    /* profile timing the edges, or NULL (bytes decide) */
     const ir_type *t;     /* the value's type (dims, dtype) */
     bool per_axis;        /* collectives may work along a different dim per axis */
-    bool by_time;         /* compare routes by time before bytes (better_by_time) */
     ir_axes span;         /* the axes the source or the target uses */
     ir_sharding cur;      /* the sharding of the state being expanded (a copy: relax may move
                              the states) */
@@ -172,7 +161,7 @@ static bool differ(double a, double b, double floor)
  * bytes up to rounding and fewer Slices onto axes the reshard's ends do not
  * use; or those and less time; or the same time and fewer ops (without a
  * profile every time is 0). */
-static bool better_by_bytes(const route *a, const route *b)
+static bool better(const route *a, const route *b)
 {
     if (differ(a->bytes, b->bytes, 1))
         return a->bytes < b->bytes;
@@ -181,29 +170,11 @@ static bool better_by_bytes(const route *a, const route *b)
     if (differ(a->time, b->time, 0))
         return a->time < b->time;
     return a->nops < b->nops;
-}
-
-/* The same with time before bytes (the search's by_time mode): fewer
- * widening Slices, then less time, then fewer bytes, then fewer ops. */
-static bool better_by_time(const route *a, const route *b)
-{
-    if (a->widened != b->widened)
-        return a->widened < b->widened;
-    if (differ(a->time, b->time, 0))
-        return a->time < b->time;
-    if (differ(a->bytes, b->bytes, 1))
-        return a->bytes < b->bytes;
-    return a->nops < b->nops;
-}
-
-static bool better(const search *s, const route *a, const route *b)
-{
-    return s->by_time ? better_by_time(a, b) : better_by_bytes(a, b);
 }
 
 static bool heap_less(const search *s, int i, int j)
 {
-    return better(s, &s->st[s->heap[i]].c, &s->st[s->heap[j]].c);
+    return better(&s->st[s->heap[i]].c, &s->st[s->heap[j]].c);
 }
 
 static void heap_swap(search *s, int i, int j)
@@ -362,12 +333,12 @@ static void relax(search *s, int from, pass_reshard_step *step)
     state *x = idx >= 0 ? &s->st[idx] : NULL;
     route fast = c;
     fast.time = -INFINITY;
-    if (x && (x->done || !better(s, &fast, &x->c)))
+    if (x && (x->done || !better(&fast, &x->c)))
         return;
     step->time = s->hw ? estimate(s->m, s->hw, &s->op, &s->in, &s->out, s->t, &f->sh, step) : 0.0;
     c.time = f->c.time + step->time;
     if (x) {
-        if (!better(s, &c, &x->c))
+        if (!better(&c, &x->c))
             return;
         /* Decrease-key by re-pushing; stale heap entries are skipped
          * because the state is `done` when popped the second time. */
@@ -601,7 +572,7 @@ static ir_sharding canonical(const ir_sharding *in, int rank)
 }
 
 /* The search behind the pass_reshard_find* entry points. */
-static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, bool by_time, const ir_type *t,
+static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_type *t,
                  const ir_sharding *to, pass_reshard_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
@@ -613,7 +584,6 @@ static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, bool by_t
     s.hw = hw;
     s.t = t;
     s.per_axis = per_axis;
-    s.by_time = by_time && hw;
     s.span = ir_sharding_used_axes(&t->sh, t->rank) | t->sh.unreduced | ir_sharding_used_axes(to, t->rank);
     stack_op(&s.op, &s.in, &s.out);
     uint32_t goal = pass_reshard_key(to, t->rank, m->mesh.naxes);
@@ -673,35 +643,19 @@ out:
 
 bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to, pass_reshard_plan *plan)
 {
-    return find(m, NULL, true, false, t, to, plan);
-}
-
-/* The route by bytes, unless the route by time is ROUTE_MARGIN faster. */
-static bool find_both(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_type *t,
-                      const ir_sharding *to, pass_reshard_plan *plan)
-{
-    bool ok = find(m, hw, per_axis, false, t, to, plan);
-    if (!ok || !hw)
-        return ok;
-    pass_reshard_plan fast;
-    if (find(m, hw, per_axis, true, t, to, &fast) && fast.time < plan->time * (1.0 - ROUTE_MARGIN))
-        *plan = fast;
-    return true;
+    return find(m, NULL, true, t, to, plan);
 }
 
 bool pass_reshard_find_timed(const ir_module *m, const cost_hw *hw, const ir_type *t, const ir_sharding *to,
                              pass_reshard_plan *plan)
 {
-    return find_both(m, hw, true, t, to, plan);
+    return find(m, hw, true, t, to, plan);
 }
 
 bool pass_reshard_find_one_dim(const ir_module *m, const cost_hw *hw, const ir_type *t,
                                const ir_sharding *to, pass_reshard_plan *plan)
 {
-    /* By bytes: the comparison the reasons draw is with the one-axis
-     * collectives that do the same (seed 001 question 2's two gathers),
-     * not with another route. */
-    return find(m, hw, false, false, t, to, plan);
+    return find(m, hw, false, t, to, plan);
 }
 
 ir_value *pass_reshard_emit(ir_module *m, ir_value *v, const pass_reshard_plan *plan, ir_op *before,

@@ -76,18 +76,16 @@ bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *
  * least), the fastest wins; times equal within 1e-9 relative go to fewer
  * ops.  So a one-step collective over several axes and the one-axis
  * collectives it replaces, which move the same bytes, are compared by
- * time.  Then the search runs again with time before bytes (widening
- * still first), and that route replaces the first when it is at least 5%
- * faster (reshard.c says why not by time alone).  steps[].time and
+ * time (reshard.c says why bytes come first).  steps[].time and
  * plan->time hold the times.  `hw` NULL is pass_reshard_find (every time
  * 0); plan->time is +inf when unreachable. */
 bool pass_reshard_find_timed(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
                              const ir_sharding *to, pass_reshard_plan *plan);
 
-/* The plan pass_reshard_find_timed's first search (bytes first) would
- * give if every collective worked along a single dim (no per-axis step;
- * multi-axis collectives along one dim stay): what a plan with a per-axis
- * step is compared with in the reasons propagate writes. */
+/* The plan pass_reshard_find_timed would give if every collective worked
+ * along a single dim (no per-axis step; multi-axis collectives along one
+ * dim stay): what a plan with a per-axis step is compared with in the
+ * reasons propagate writes. */
 bool pass_reshard_find_one_dim(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
                                const ir_sharding *to, pass_reshard_plan *plan);
 
