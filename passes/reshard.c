@@ -406,7 +406,16 @@ static pass_reshard_step make_step(const search *s, ir_op_kind kind, const ir_sh
     else
         ir_coll_set_dims(&st.coll, dims, dims2);
     st.to = *to;
-    st.bytes = pass_reshard_bytes(kind, s->local, local_bytes(s, to), group_size(s, axes, n));
+    /* The result's bytes per device follow from the state's: the group
+     * divides every dim it touches (callers check), so a gather multiplies
+     * them by its size, a ReduceScatter or Slice divides them, and an
+     * AllReduce or AllToAll keeps them.  Cheaper than recomputing them from
+     * `to`, and the search makes this step for every edge it looks at. */
+    int64_t g = group_size(s, axes, n);
+    double out = kind == IR_OP_ALLGATHER                                  ? s->local * (double)g
+                 : kind == IR_OP_REDUCESCATTER || kind == IR_OP_SLICE ? s->local / (double)g
+                                                                          : s->local;
+    st.bytes = pass_reshard_bytes(kind, s->local, out, g);
     return st;
 }
 
