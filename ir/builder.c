@@ -8,34 +8,11 @@
 #include "checked.h"
 #include "ir.h"
 
-static const char *const op_names[] = {
-#define X(e, s, arm) s,
-    IR_OPS(X)
-#undef X
-};
-
 static const char *const func_names[] = {
 #define X(e, s) s,
     IR_FUNCS(X)
 #undef X
 };
-
-const char *ir_op_name(ir_op_kind k)
-{
-    return (unsigned)k < IR_OP_COUNT ? op_names[k] : "?";
-}
-
-bool ir_op_is_reshard(ir_op_kind k)
-{
-    return k == IR_OP_ALLGATHER || k == IR_OP_REDUCESCATTER || k == IR_OP_ALLREDUCE ||
-           k == IR_OP_ALLTOALL || k == IR_OP_SLICE;
-}
-
-bool ir_op_is_loop(ir_op_kind k)
-{
-    return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE ||
-           k == IR_OP_LAYERSTACK;
-}
 
 const ir_value *ir_update_target(const ir_op *op)
 {

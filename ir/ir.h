@@ -240,28 +240,46 @@ typedef enum ir_ew_class {
 } ir_ew_class;
 ir_ew_class ir_ew_classify(const ir_ew_node *nodes, int nnodes, int n);
 
+/* Trait bits of an op kind (ir_op_traits.traits). */
+typedef enum ir_op_trait {
+    IR_TRAIT_COMPUTE = 1u << 0, /* computes new data from its operands (FLOPs): Einsum,
+                                   Elementwise, MeshSlice */
+    IR_TRAIT_RESHARD = 1u << 1, /* changes a sharding rather than compute: the collectives
+                                   and Slice */
+    IR_TRAIT_LOOP = 1u << 2,    /* structures a repeated block (docs/ir.md, "Repeated blocks") */
+    IR_TRAIT_INPLACE = 1u << 3, /* its result is operand 0's storage, written in place */
+} ir_op_trait;
+
 /*
- * The op list.  X(ENUM, "Name", arm):
- *   ENUM  -> IR_OP_ENUM, "Name" is the op's name in --dump-ir and JSON,
- *   arm   -> the member of ir_op's union that holds its attributes.
+ * The op list.  X(ENUM, "Name", arm, min, max, traits):
+ *   ENUM     -> IR_OP_ENUM, "Name" is the op's name in --dump-ir and JSON,
+ *   arm      -> the member of ir_op's union that holds its attributes, and
+ *               the suffix of the op's hook in every layer's table (ir:
+ *               ir_verify_<arm>, ir_print_<arm>, ir_json_<arm>; cost model:
+ *               cost_op_<arm>; codegen: cg_check_<arm>, cg_run_<arm>), so an
+ *               op with a new arm and a missing hook does not compile or link,
+ *   min, max -> the number of operands it takes (checked by the verifier),
+ *   traits   -> its ir_op_trait bits.
+ * Adding an op: a row here, its arm in ir_op's union, and one function per
+ * hook in each layer (docs/ir.md, "Adding an op").
  */
-#define IR_OPS(X)                                   \
-    X(EINSUM, "Einsum", einsum)                     \
-    X(ELEMENTWISE, "Elementwise", ew)               \
-    X(ALLGATHER, "AllGather", coll)                 \
-    X(REDUCESCATTER, "ReduceScatter", coll)         \
-    X(ALLREDUCE, "AllReduce", coll)                 \
-    X(ALLTOALL, "AllToAll", coll)                   \
-    X(SLICE, "Slice", coll)                         \
-    X(MESHSLICE, "MeshSlice", ms)                   \
-    X(LOOPBEGIN, "LoopBegin", loop)                 \
-    X(LOOPEND, "LoopEnd", loop)                     \
-    X(LAYERSLICE, "LayerSlice", loop)               \
-    X(LAYERSTACK, "LayerStack", loop)               \
-    X(UPDATESLICE, "UpdateSlice", update)
+#define IR_OPS(X)                                                                     \
+    X(EINSUM, "Einsum", einsum, 1, IR_MAX_OPERANDS, IR_TRAIT_COMPUTE)                 \
+    X(ELEMENTWISE, "Elementwise", ew, 0, IR_MAX_OPERANDS, IR_TRAIT_COMPUTE)           \
+    X(ALLGATHER, "AllGather", coll, 1, 1, IR_TRAIT_RESHARD)                           \
+    X(REDUCESCATTER, "ReduceScatter", coll, 1, 1, IR_TRAIT_RESHARD)                   \
+    X(ALLREDUCE, "AllReduce", coll, 1, 1, IR_TRAIT_RESHARD)                           \
+    X(ALLTOALL, "AllToAll", coll, 1, 1, IR_TRAIT_RESHARD)                             \
+    X(SLICE, "Slice", coll, 1, 1, IR_TRAIT_RESHARD)                                   \
+    X(MESHSLICE, "MeshSlice", ms, 2, 2, IR_TRAIT_COMPUTE)                             \
+    X(LOOPBEGIN, "LoopBegin", loop, 1, 1, IR_TRAIT_LOOP)                              \
+    X(LOOPEND, "LoopEnd", loop, 1, 1, IR_TRAIT_LOOP)                                  \
+    X(LAYERSLICE, "LayerSlice", loop, 1, 1, IR_TRAIT_LOOP)                            \
+    X(LAYERSTACK, "LayerStack", loop, 1, 1, IR_TRAIT_LOOP)                            \
+    X(UPDATESLICE, "UpdateSlice", update, 3, 3, IR_TRAIT_INPLACE)
 
 typedef enum ir_op_kind {
-#define X(e, s, arm) IR_OP_##e,
+#define X(e, s, arm, lo, hi, tr) IR_OP_##e,
     IR_OPS(X)
 #undef X
     IR_OP_COUNT
@@ -693,5 +711,38 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
 void ir_print(FILE *out, ir_module *m);
 /* --dump-ir=json (docs/ir.md). */
 void ir_print_json(FILE *out, ir_module *m);
+
+/* ---- op traits (op_traits.c) ---- */
+
+struct cJSON;
+
+/* What the ir layer knows of one op kind: a row of IR_OPS and its hooks.
+ * Layers above ir (cost model, codegen) keep their own tables indexed by
+ * ir_op_kind, generated from IR_OPS the same way. */
+typedef struct ir_op_traits {
+    const char *name;  /* "Einsum", ...: --dump-ir and JSON */
+    int min_operands;  /* the verifier reports an op with fewer ... */
+    int max_operands;  /* ... or more operands */
+    unsigned traits;   /* ir_op_trait bits */
+    /* The result sharding the op must have given its operands' (the
+     * verifier compares it with the result's), into *out; false with a
+     * reason in `why` when the op is malformed or not locally computable.
+     * Called with operands already checked (defined, valid values). */
+    bool (*verify)(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                   size_t why_size);
+    /* Writes the op's right-hand side in --dump-ir text (after "R = ",
+     * before the trailing comment), operands included. */
+    void (*print)(FILE *out, const ir_module *m, const ir_op *op);
+    /* Adds the op's attributes to its --dump-ir=json object `o` (and its
+     * mesh axes to `axes`); `order` holds the module's nops ops in program
+     * order, for attributes that name other ops by index. */
+    void (*json)(const ir_module *m, const ir_op *op, struct cJSON *o, struct cJSON *axes,
+                 const ir_op *const *order, int nops);
+} ir_op_traits;
+
+/* The traits of kind `k`, or NULL for a value outside ir_op_kind. */
+const ir_op_traits *ir_op_traits_of(ir_op_kind k);
+/* True if kind `k` has every bit of `trait` (false for unknown kinds). */
+bool ir_op_has_trait(ir_op_kind k, unsigned trait);
 
 #endif

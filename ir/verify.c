@@ -314,10 +314,16 @@ static bool coll_dims_ok(const ir_op *op, int rank, char *why, size_t why_size)
     return true;
 }
 
-/* The sharding a reshard op must produce from its operand's, or false. */
-static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+/* The sharding a reshard op must produce from its operand's, or false:
+ * the verifier hook of the coll arm. */
+bool ir_verify_coll(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
     const ir_value *v = op->operands[0];
+    if (v->type.rank != op->result->type.rank ||
+        memcmp(v->type.dims, op->result->type.dims, sizeof(int) * (size_t)op->result->type.rank) != 0) {
+        WHY("operand and result dims differ");
+        return false;
+    }
     const ir_sharding *in = &v->type.sh;
     int rank = v->type.rank;
     int n = op->u.coll.naxes;
@@ -385,13 +391,12 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
     }
 }
 
-/* The result sharding of MeshSlice `op`: its AllGather moves applied to the
+/* The result sharding of MeshSlice `op` (its verifier hook): its AllGather moves applied to the
  * operands, the einsum rule of ir_op_local_sharding, then its ReduceScatter
  * move.  Also checks the dataflow's shape (which matrices move, over which
  * axes) and that K * block divides every per-device size of the split dim,
  * which blocked slicing needs (seed 004 Algorithm 2). */
-static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
-                             size_t why_size)
+bool ir_verify_ms(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
     int row = op->u.ms.row_axis, col = op->u.ms.col_axis;
     if (op->noperands != 2 || op->u.ms.nmoves != 2) {
@@ -505,6 +510,42 @@ static bool update_matches(const ir_output *o)
     return true;
 }
 
+/* The verifier hooks of Einsum and Elementwise: the einsum rule. */
+bool ir_verify_einsum(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+{
+    return ir_op_local_sharding(m, op, out, why, why_size);
+}
+
+bool ir_verify_ew(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+{
+    return ir_op_local_sharding(m, op, out, why, why_size);
+}
+
+/* Whether the labels of Einsum or Elementwise `op` name dims of its values'
+ * sizes (other kinds have none); reports the first that does not. */
+static bool labels_ok(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    if (op->kind != IR_OP_EINSUM && op->kind != IR_OP_ELEMENTWISE)
+        return true;
+    const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
+    const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
+    for (int i = 0; i < op->noperands; i++)
+        for (int j = 0; j < op->operands[i]->type.rank; j++) {
+            int L = labels[i][j];
+            if (L < 0 || L >= m->ndims || m->dims[L].size != m->dims[op->operands[i]->type.dims[j]].size) {
+                diag_error(d, op->loc, "%s: label %d of operand %d does not match its dim size",
+                           ir_op_name(op->kind), j, i);
+                return false;
+            }
+        }
+    for (int r = 0; r < op->result->type.rank; r++)
+        if (rl[r] < 0 || rl[r] >= m->ndims || m->dims[rl[r]].size != m->dims[op->result->type.dims[r]].size) {
+            diag_error(d, op->loc, "%s: result label %d does not match its dim size", ir_op_name(op->kind), r);
+            return false;
+        }
+    return true;
+}
+
 int ir_verify(const ir_module *m, diag_ctx *d)
 {
     int before = d->nerrors;
@@ -530,7 +571,15 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             diag_error(d, op->loc, "%s op has no result or a stale result link", ir_op_name(op->kind));
             continue;
         }
-        bool operands_ok = op->noperands >= 1 && op->noperands <= IR_MAX_OPERANDS;
+        const ir_op_traits *tr = ir_op_traits_of(op->kind);
+        if (!tr) {
+            diag_error(d, op->loc, "op of unknown kind %d", (int)op->kind);
+            continue;
+        }
+        bool operands_ok = op->noperands >= tr->min_operands && op->noperands <= tr->max_operands;
+        if (!operands_ok)
+            diag_error(d, op->loc, "%s op has %d operands, not %d to %d", tr->name, op->noperands,
+                       tr->min_operands, tr->max_operands);
         for (int i = 0; operands_ok && i < op->noperands; i++) {
             const ir_value *v = op->operands[i];
             if (!v || v->id < 0 || v->id >= m->nvalues || m->values[v->id] != v) {
@@ -547,48 +596,10 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             continue;
         }
         defined[op->result->id] = true;
+        if (!labels_ok(m, op, d))
+            continue;
         ir_sharding want;
-        bool ok;
-        if (op->kind == IR_OP_MESHSLICE) {
-            ok = meshslice_result(m, op, &want, why, sizeof why);
-        } else if (ir_op_is_loop(op->kind)) {
-            ok = ir_verify_loop_result(m, op, &want, why, sizeof why);
-        } else if (op->kind == IR_OP_UPDATESLICE) {
-            ok = ir_verify_update_result(m, op, &want, why, sizeof why);
-        } else if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
-            const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
-            const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
-            bool labels_ok = true;
-            for (int i = 0; i < op->noperands && labels_ok; i++)
-                for (int j = 0; j < op->operands[i]->type.rank; j++) {
-                    int L = labels[i][j];
-                    if (L < 0 || L >= m->ndims ||
-                        m->dims[L].size != m->dims[op->operands[i]->type.dims[j]].size) {
-                        diag_error(d, op->loc, "%s: label %d of operand %d does not match its dim size",
-                                   ir_op_name(op->kind), j, i);
-                        labels_ok = false;
-                        break;
-                    }
-                }
-            for (int r = 0; r < op->result->type.rank && labels_ok; r++)
-                if (rl[r] < 0 || rl[r] >= m->ndims ||
-                    m->dims[rl[r]].size != m->dims[op->result->type.dims[r]].size) {
-                    diag_error(d, op->loc, "%s: result label %d does not match its dim size",
-                               ir_op_name(op->kind), r);
-                    labels_ok = false;
-                }
-            if (!labels_ok)
-                continue;
-            ok = ir_op_local_sharding(m, op, &want, why, sizeof why);
-        } else {
-            ok = op->noperands == 1 && op->operands[0]->type.rank == op->result->type.rank &&
-                 memcmp(op->operands[0]->type.dims, op->result->type.dims,
-                        sizeof(int) * (size_t)op->result->type.rank) == 0;
-            if (!ok)
-                snprintf(why, sizeof why, "operand and result dims differ");
-            else
-                ok = reshard_result(m, op, &want, why, sizeof why);
-        }
+        bool ok = tr->verify(m, op, &want, why, sizeof why);
         if (!ok) {
             diag_error(d, op->loc, "%s producing %s is not locally computable: %s", ir_op_name(op->kind),
                        ir_type_str(m, op->result->tensor, &op->result->type, b1, sizeof b1), why);

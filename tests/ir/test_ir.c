@@ -536,6 +536,28 @@ static void test_diag(void)
     free(text);
 }
 
+/* Every op kind has a name, operand counts and the ir layer's hooks, and
+ * the trait bits agree with the kind predicates. */
+static void test_op_traits(void)
+{
+    for (int k = 0; k < IR_OP_COUNT; k++) {
+        const ir_op_traits *t = ir_op_traits_of((ir_op_kind)k);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t->name);
+        CU_ASSERT(t->name[0] != 0 && strcmp(t->name, ir_op_name((ir_op_kind)k)) == 0);
+        CU_ASSERT(t->min_operands >= 0 && t->min_operands <= t->max_operands &&
+                  t->max_operands <= IR_MAX_OPERANDS);
+        CU_ASSERT(t->verify && t->print && t->json);
+        CU_ASSERT_EQUAL(ir_op_is_reshard((ir_op_kind)k), (t->traits & IR_TRAIT_RESHARD) != 0);
+        CU_ASSERT_EQUAL(ir_op_is_loop((ir_op_kind)k), (t->traits & IR_TRAIT_LOOP) != 0);
+        for (int j = 0; j < k; j++)
+            CU_ASSERT(strcmp(t->name, ir_op_name((ir_op_kind)j)) != 0);
+    }
+    CU_ASSERT_PTR_NULL(ir_op_traits_of(IR_OP_COUNT));
+    CU_ASSERT_STRING_EQUAL(ir_op_name(IR_OP_COUNT), "?");
+    CU_ASSERT_FALSE(ir_op_has_trait(IR_OP_COUNT, 0));
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -553,6 +575,7 @@ void einc_register_tests(void)
         {"verify_stacks", test_verify_stacks},
         {"print", test_print},
         {"diag", test_diag},
+        {"op_traits", test_op_traits},
     };
     einc_add_suite("ir", tests, (int)(sizeof tests / sizeof tests[0]));
 }
