@@ -704,6 +704,23 @@ int ir_verify(const ir_module *m, diag_ctx *d);
 bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                           char *why, size_t why_size);
 
+/* Seed 001's einsum sharding rule ("Matmul with sharded operands"), the
+ * one definition the verifier and the planner (propagate) use.  The op's
+ * distinct labels are numbered 0..nlabels-1; label l is sharded over the
+ * lnaxes[l] mesh axes laxes[l] (major to minor) in every operand that has
+ * it (in_operand[l]); result position r has label rlabel[r] (outside
+ * 0..nlabels-1: a dim computed whole on every device); `unreduced` is the
+ * union of the operands' unreduced axes.  Writes the result's sharding to
+ * *out: each result dim keeps its label's axes; the axes of a label that
+ * is in an operand but not in the result (contracted) become unreduced,
+ * holding partial results of `reduce`; operands' unreduced axes stay
+ * unreduced.  Returns the contracted axes.  It does not check that the
+ * layout is computable (an axis sharding two labels, partial maxima, an
+ * argmax over a sharded dim): callers do (ir_op_local_sharding). */
+ir_axes ir_einsum_sharding(int nlabels, const int *lnaxes, const int8_t (*laxes)[IR_MAX_AXES],
+                           const bool *in_operand, int rank, const int *rlabel, ir_axes unreduced,
+                           ir_reduce reduce, ir_sharding *out);
+
 /* ---- printers (print.c, print_json.c) ---- */
 
 /* --dump-ir text format (docs/ir.md): one op per line in the seeds' notation,

@@ -40,12 +40,13 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
     int8_t(*laxes)[IR_MAX_AXES] = calloc((size_t)nlabels + 1, sizeof *laxes);
     int *lnaxes = calloc((size_t)nlabels + 1, sizeof *lnaxes);
     int *lseen = calloc((size_t)nlabels + 1, sizeof *lseen); /* 1 + operand index that set it */
+    bool *lin = calloc((size_t)nlabels + 1, sizeof *lin);    /* lseen[L] != 0 */
     int owner[IR_MAX_AXES];
     for (int a = 0; a < IR_MAX_AXES; a++)
         owner[a] = -1;
     bool ok = false;
     ir_axes unreduced = 0, used = 0;
-    if (!laxes || !lnaxes || !lseen) {
+    if (!laxes || !lnaxes || !lseen || !lin) {
         WHY("out of memory");
         goto done;
     }
@@ -73,6 +74,7 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                 continue;
             }
             lseen[L] = i + 1;
+            lin[L] = true;
             lnaxes[L] = s->naxes[j];
             memcpy(laxes[L], s->axes[j], (size_t)s->naxes[j]);
             for (int k = 0; k < s->naxes[j]; k++) {
@@ -166,13 +168,7 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
             goto done;
         }
     }
-    memset(out, 0, sizeof *out);
     int rank = op->result ? op->result->type.rank : 0;
-    bool *in_result = calloc((size_t)nlabels + 1, sizeof *in_result);
-    if (!in_result) {
-        WHY("out of memory");
-        goto done;
-    }
     for (int r = 0; r < rank; r++) {
         int L = rlabels[r];
         /* An elementwise result dim no operand has (one that only an index
@@ -183,39 +179,32 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                       L == op->u.einsum.gather_label);
         if (L < 0 || L >= nlabels || (!lseen[L] && !whole)) {
             WHY("result dim %d is not a dim of any operand", r);
-            free(in_result);
             goto done;
         }
-        in_result[L] = true;
-        out->naxes[r] = (uint8_t)lnaxes[L];
-        memcpy(out->axes[r], laxes[L], (size_t)lnaxes[L]);
     }
-    /* Axes of contracted dims become unreduced (seed 001 case 3), holding
-     * partial results of the einsum's reduction. */
-    ir_axes contracted = 0;
-    for (int L = 0; L < nlabels; L++)
-        if (lseen[L] && !in_result[L]) {
-            if (op->kind == IR_OP_ELEMENTWISE) {
+    ir_axes contracted = ir_einsum_sharding(nlabels, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes,
+                                            lin, rank, rlabels, unreduced, reduce, out);
+    if (op->kind == IR_OP_ELEMENTWISE)
+        for (int L = 0; L < nlabels; L++) {
+            bool kept = !lseen[L];
+            for (int r = 0; r < rank && !kept; r++)
+                kept = rlabels[r] == L;
+            if (!kept) {
                 WHY("elementwise op drops dim %s", m->dims[L].name);
-                free(in_result);
                 goto done;
             }
-            for (int k = 0; k < lnaxes[L]; k++)
-                contracted |= 1u << laxes[L][k];
         }
-    free(in_result);
     /* Partial argmaxes over devices would need their values too. */
     if (reduce == IR_RED_ARGMAX && contracted) {
         WHY("an argmax reduces a sharded dim (gather it first)");
         goto done;
     }
-    out->unreduced = unreduced | contracted;
-    out->red = (uint8_t)(contracted ? reduce : IR_RED_SUM);
     ok = true;
 done:
     free(laxes);
     free(lnaxes);
     free(lseen);
+    free(lin);
     return ok;
 }
 

@@ -558,6 +558,40 @@ static void test_op_traits(void)
     CU_ASSERT_FALSE(ir_op_has_trait(IR_OP_COUNT, 0));
 }
 
+/* The einsum rule of seed 001: free dims keep their axes, a contracted
+ * dim's axes become unreduced with the einsum's reduction, and the
+ * operands' partial sums stay; the verifier gives the same answer. */
+static void test_einsum_rule(void)
+{
+    fixture f;
+    setup(&f);
+    /* Labels 0 = I (X), 1 = J (Y, contracted), 2 = K (whole). */
+    int lnaxes[3] = {1, 1, 0};
+    int8_t laxes[3][IR_MAX_AXES] = {{0}, {1}, {0}};
+    bool in_op[3] = {true, true, true};
+    int rl[2] = {0, 2};
+    ir_sharding s;
+    ir_axes c = ir_einsum_sharding(3, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes, in_op, 2, rl, 0,
+                                   IR_RED_MAX, &s);
+    CU_ASSERT_EQUAL(c, 1u << 1);
+    CU_ASSERT(s.naxes[0] == 1 && s.axes[0][0] == 0 && s.naxes[1] == 0);
+    CU_ASSERT(s.unreduced == (1u << 1) && s.red == IR_RED_MAX);
+    /* Nothing contracted: operands' sums stay sums. */
+    int rl3[3] = {0, 1, 2};
+    c = ir_einsum_sharding(3, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes, in_op, 3, rl3, 0, IR_RED_MAX, &s);
+    CU_ASSERT(c == 0 && s.red == IR_RED_SUM && s.naxes[1] == 1 && s.axes[1][0] == 1);
+    /* The verifier's rule on A[I_X, J_Y] . B[J_Y, K] is the same. */
+    ir_type ta = type2(&f, f.I, "X", f.J, "Y"), tb = type2(&f, f.J, "Y", f.K, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0);
+    ir_op *mm = matmul(&f, a, b, type2(&f, f.I, "X", f.K, ""));
+    ir_sharding v;
+    CU_ASSERT_TRUE(ir_op_local_sharding(f.m, mm, &v, NULL, 0));
+    CU_ASSERT(v.naxes[0] == 1 && v.axes[0][0] == 0 && v.naxes[1] == 0 && v.unreduced == (1u << 1) &&
+              v.red == IR_RED_SUM);
+    teardown(&f);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -576,6 +610,7 @@ void einc_register_tests(void)
         {"print", test_print},
         {"diag", test_diag},
         {"op_traits", test_op_traits},
+        {"einsum_rule", test_einsum_rule},
     };
     einc_add_suite("ir", tests, (int)(sizeof tests / sizeof tests[0]));
 }
