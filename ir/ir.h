@@ -126,6 +126,12 @@ const char *ir_value_kind_name(ir_value_kind k);
 
 struct ir_op;
 
+/* One use of a value: operand `operand` of op `op`. */
+typedef struct ir_use {
+    struct ir_op *op;
+    int operand;
+} ir_use;
+
 /* An SSA value.  Its printed name is `tensor` for version 0 and
  * `tensor.N` for version N (ir_value_name). */
 typedef struct ir_value {
@@ -138,6 +144,14 @@ typedef struct ir_value {
     uint32_t loc;        /* byte offset of the source construct that made it */
     bool has_constraint; /* true: `constraint` is a full sharding constraint from the source */
     ir_sharding constraint; /* the sharding the user wrote on the left side */
+    /* Its use-list: one entry per operand slot that holds it in an op of the
+     * module's op list, in no particular order (program outputs are not
+     * uses: see ir_module.outputs).  Arena-owned; kept by ir_op_append,
+     * ir_op_insert_*, ir_op_remove, ir_op_set_operand and ir_replace_uses,
+     * and checked by ir_verify (docs/ir.md, "Use-lists"). */
+    ir_use *uses;
+    int nuses;
+    int uses_cap;
 } ir_value;
 
 /* Unary functions usable in elementwise expressions: enum suffix, name.
@@ -400,6 +414,9 @@ typedef struct ir_op {
     struct ir_op *prev, *next;          /* program order */
     int noperands;
     ir_value *operands[IR_MAX_OPERANDS];
+    /* While the op is linked: where its use of operand i sits in
+     * operands[i]->uses, so that dropping the use takes O(1). */
+    int use_index[IR_MAX_OPERANDS];
     ir_value *result;
     uint32_t loc;                       /* byte offset of the source statement */
     /* Provenance of ops inserted by passes: the op and operand index they were
@@ -626,15 +643,22 @@ int ir_dim_find(const ir_module *m, const char *name, size_t len);
 ir_value *ir_value_new(ir_module *m, const char *tensor, ir_value_kind kind,
                        const ir_type *type, uint32_t loc);
 
-/* A new op, not yet in the list; operands copied from `operands`. */
+/* A new op, not yet in the list; operands copied from `operands`.  Until
+ * the op is linked its operands may be written directly (they are no uses
+ * yet); after, only through ir_op_set_operand. */
 ir_op *ir_op_new(ir_module *m, ir_op_kind kind, int noperands,
                  ir_value *const *operands, ir_value *result, uint32_t loc);
-/* Links `op` at the end / before `before` / after `after`; sets result->def. */
+/* Links `op` at the end / before `before` / after `after`; sets result->def
+ * and adds its operands' uses.  `op` must not be in the list. */
 void ir_op_append(ir_module *m, ir_op *op);
 void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op);
 void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op);
-/* Unlinks `op` (its memory stays in the arena). */
+/* Unlinks `op` and drops its operands' uses (its memory stays in the
+ * arena; it may be linked again). */
 void ir_op_remove(ir_module *m, ir_op *op);
+/* Sets operand `i` (< op->noperands) of `op` to `v`, moving the use when
+ * `op` is in the list. */
+void ir_op_set_operand(ir_module *m, ir_op *op, int i, ir_value *v);
 /* Replaces every use of `from` after op `after` (NULL: everywhere) by `to`,
  * including program outputs. */
 void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after);

@@ -472,15 +472,18 @@ bool ir_verify_ms(const ir_module *m, const ir_op *op, ir_sharding *out, char *w
     return true;
 }
 
-/* Whether v, or a value reached from v through reshard ops, has sharding `c`. */
-static bool reaches(const ir_module *m, const ir_value *v, const ir_sharding *c)
+/* Whether v, or a value reached from v through reshard ops (its readers,
+ * from its use-list), has sharding `c`. */
+static bool reaches(const ir_value *v, const ir_sharding *c)
 {
     if (ir_sharding_equal(&v->type.sh, c, v->type.rank))
         return true;
-    for (ir_op *op = v->def ? v->def->next : m->first; op; op = op->next)
-        if (ir_op_is_reshard(op->kind) && op->noperands == 1 && op->operands[0] == v &&
-            op->result && reaches(m, op->result, c))
+    for (int k = 0; k < v->nuses; k++) {
+        const ir_op *op = v->uses[k].op;
+        if (ir_op_is_reshard(op->kind) && op->noperands == 1 && op->operands[0] == v && op->result &&
+            reaches(op->result, c))
             return true;
+    }
     return false;
 }
 
@@ -606,7 +609,7 @@ int ir_verify(const ir_module *m, diag_ctx *d)
         const ir_value *v = m->values[i];
         if (!v->has_constraint || (v->kind == IR_VAL_OP && (!v->def || !defined[i])))
             continue;
-        if (!reaches(m, v, &v->constraint)) {
+        if (!reaches(v, &v->constraint)) {
             ir_type t = v->type;
             t.sh = v->constraint;
             diag_error(d, v->loc, "%s does not meet its constraint %s", ir_type_str(m, v->tensor, &v->type, b1, sizeof b1),
@@ -638,5 +641,6 @@ int ir_verify(const ir_module *m, diag_ctx *d)
     free(defined);
     ir_verify_loops(m, d);
     ir_verify_updates(m, d);
+    ir_verify_uses(m, d);
     return d->nerrors - before;
 }

@@ -30,4 +30,9 @@ int ir_verify_loops(const ir_module *m, diag_ctx *d);
  * violation through `d` and returns how many there were. */
 int ir_verify_updates(const ir_module *m, diag_ctx *d);
 
+/* Checks every value's use-list against the operands of the ops in the
+ * list (verify_uses.c); reports each stale list through `d` and returns
+ * how many errors there were. */
+int ir_verify_uses(const ir_module *m, diag_ctx *d);
+
 #endif

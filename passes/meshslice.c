@@ -58,16 +58,13 @@ typedef struct gemm2d {
     int64_t g;              /* gcd of the split dim's per-device sizes */
 } gemm2d;
 
-/* How many ops read `v`, and whether it is a program output. */
+/* How many operand slots read `v` (its use-list), plus 2 for each program
+ * output it is; *user is a reader when there is one. */
 static int uses(const ir_module *m, const ir_value *v, ir_op **user)
 {
-    int n = 0;
-    for (ir_op *op = m->first; op; op = op->next)
-        for (int i = 0; i < op->noperands; i++)
-            if (op->operands[i] == v) {
-                n++;
-                *user = op;
-            }
+    int n = v->nuses;
+    if (n > 0)
+        *user = v->uses[n - 1].op;
     for (int o = 0; o < m->noutputs; o++)
         if (m->outputs[o].value == v)
             n += 2;

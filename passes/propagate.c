@@ -201,7 +201,7 @@ static int materialise(prop *p)
                 errors++;
                 continue;
             }
-            op->operands[i] = nv;
+            ir_op_set_operand(m, op, i, nv);
         }
         ir_value *r = op->result;
         if (r->has_constraint && !ir_sharding_equal(&oi->lay.produced, &r->constraint, r->type.rank)) {
