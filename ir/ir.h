@@ -15,8 +15,10 @@
  * arrays) is allocated in the module's arena and freed at once by
  * ir_module_free(); nothing in the IR is freed individually.
  *
- * Ops come from one X-macro list (IR_OPS) that generates the op enum, the op
- * names used by the printers and JSON, and the verifier's dispatch.
+ * Ops come from one X-macro list (IR_OPS) that generates the op enum and
+ * each layer's table of op traits and hooks (ir_op_traits here; the cost
+ * model's and codegen's own).  Every value keeps a use-list of the operand
+ * slots that read it (ir_value.uses), kept by the builder functions below.
  */
 #ifndef EINC_IR_H
 #define EINC_IR_H
