@@ -20,6 +20,15 @@ rt_alloc does not (the root's global outputs, OpenBLAS buffers, stacks).
 
     python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein]
                                   [--only NAME ...] [--no-memory]
+    python3 bench/compile_time.py --build BUILD --baseline OTHER_EINC [--reps 5]
+                                  [--only NAME ...] [--extra FILE.ein ...]
+
+--baseline compares the front half with another einc binary (e.g. one built
+from the commit before a change) instead: for each example, `--dump-ir` and
+`--dump-ir=json` of both must be byte-identical, and the ratio is this
+einc's median CPU time of `--dump-ir` over the baseline's, the two timed in
+alternation in the same run (ratio > 1: this einc is slower).  --extra adds
+a program outside examples/ (e.g. tests/fuzz/long_chain.py's chain).
 
 --only keeps the examples whose file name contains NAME (repeatable).  The
 time of `einc --help` (loading einc and libLLVM, no compile) is printed too:
@@ -98,6 +107,26 @@ def live_bound(ir):
     return best, base
 
 
+def against_baseline(einc, base, examples, reps):
+    """The --baseline table: identical dumps and CPU ratios of --dump-ir."""
+    rows, ratios = [], []
+    for ex in examples:
+        for fmt in ("--dump-ir", "--dump-ir=json"):
+            mine, theirs = bl.run([einc, ex, fmt]), bl.run([base, ex, fmt])
+            if mine != theirs:
+                raise bl.BenchError(f"{ex.name}: {fmt} differs from the baseline's")
+        cpu_new, cpu_base = [], []
+        for _ in range(reps):  # alternate, so both see the same load
+            cpu_base.append(timed([base, ex, "--dump-ir"], 1)[1])
+            cpu_new.append(timed([einc, ex, "--dump-ir"], 1)[1])
+        b, n = statistics.median(cpu_base), statistics.median(cpu_new)
+        ratios.append(n / b if b > 0 else 1.0)
+        rows.append([ex.name, "identical", f"{1e3 * b:.0f}", f"{1e3 * n:.0f}", f"{ratios[-1]:.2f}"])
+    print(f"\n## --dump-ir against the baseline {base}, median CPU ms of {reps} alternating runs\n")
+    bl.table(["example", "dumps (text, json)", "baseline CPU", "this CPU", "ratio"], rows)
+    print(f"\ngeometric mean ratio: {statistics.geometric_mean(ratios):.3f}")
+
+
 def main():
     p = bl.parser(__doc__)
     p.add_argument("--reps", type=int, default=5)
@@ -105,13 +134,20 @@ def main():
     p.add_argument("--no-memory", action="store_true", help="skip the peak memory part")
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="only the examples whose file name contains NAME")
+    p.add_argument("--extra", action="append", default=[], metavar="FILE",
+                   help="also this .ein file (repeatable)")
+    p.add_argument("--baseline", metavar="EINC",
+                   help="compare --dump-ir output and CPU time with this einc binary instead")
     a = p.parse_args()
     einc = bl.einc(a.build)
     examples = [ex for ex in sorted((bl.ROOT / "examples").glob("*.ein"))
-                if not a.only or any(n in ex.name for n in a.only)]
+                if not a.only or any(n in ex.name for n in a.only)] + [Path(x) for x in a.extra]
     if not examples:
         raise bl.BenchError(f"no matching .ein files in {bl.ROOT / 'examples'}")
     print(bl.machine())
+    if a.baseline:
+        against_baseline(einc, Path(a.baseline), examples, a.reps)
+        return
     start, start_cpu = timed([einc, "--help"], a.reps)
     print(f"\neinc --help (process start, no compile): {1e3 * start:.1f} ms wall, "
           f"{1e3 * start_cpu:.0f} ms CPU")

@@ -129,6 +129,112 @@ static int inplace_operand(const cg_plan *p, const ir_module *m, int i)
     return -1;
 }
 
+/* The codegen checks, one per union arm of IR_OPS: whether codegen can
+ * emit `op` (arity and dtypes it relies on beyond the verifier's checks);
+ * each reports what it cannot through `d` and returns the number of errors. */
+typedef int (*cg_check_fn)(const ir_module *m, const ir_op *op, diag_ctx *d);
+#define X(e, s, arm, lo, hi, tr) static int cg_check_##arm(const ir_module *m, const ir_op *op, diag_ctx *d);
+IR_OPS(X)
+#undef X
+
+static const cg_check_fn op_check[IR_OP_COUNT] = {
+#define X(e, s, arm, lo, hi, tr) [IR_OP_##e] = cg_check_##arm,
+    IR_OPS(X)
+#undef X
+};
+
+static int cg_check_einsum(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    (void)m;
+    int errors = 0;
+    if (op->noperands < 1 || op->noperands > 2) {
+        diag_error(d, op->loc,
+                   "codegen: Einsum with %d operands (the propagate pass makes every "
+                   "einsum unary or binary)", op->noperands);
+        errors++;
+    }
+    for (int k = 0; k < op->noperands; k++) {
+        ir_dtype want = (op->u.einsum.gather || op->u.einsum.scatter) && k == 0 ? IR_I32
+                                                                                : op->result->type.dtype;
+        bool argmax = op->u.einsum.reduce == IR_RED_ARGMAX && op->noperands == 1 &&
+                      op->result->type.dtype == IR_I32 && op->operands[0]->type.dtype != IR_I32;
+        if (op->operands[k]->type.dtype != want && !argmax) {
+            diag_error(d, op->loc, "codegen: Einsum operand %d is %s but the result is %s", k,
+                       ir_dtype_name(op->operands[k]->type.dtype), ir_dtype_name(op->result->type.dtype));
+            errors++;
+        }
+    }
+    return errors;
+}
+
+static int cg_check_ew(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    return cg_ew_check(m, op, d) ? 0 : 1;
+}
+
+static int cg_check_ms(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    (void)m;
+    if (op->noperands != 2 || op->u.ms.nmoves != 2 || op->operands[0]->type.dtype != op->result->type.dtype ||
+        op->operands[1]->type.dtype != op->result->type.dtype) {
+        diag_error(d, op->loc, "codegen: MeshSlice needs two operands of the result's dtype "
+                   "and two partial collectives");
+        return 1;
+    }
+    return 0;
+}
+
+static int cg_check_loop(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    const ir_value *a = op->noperands == 1 ? op->operands[0] : NULL;
+    const ir_op *b = op->u.loop.begin, *e = b ? b->u.loop.end : NULL;
+    bool ok = a && b && e && b->kind == IR_OP_LOOPBEGIN && e->kind == IR_OP_LOOPEND &&
+              op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims && a->type.dtype == op->result->type.dtype;
+    if (op->kind == IR_OP_LAYERSLICE)
+        ok = ok && (ir_value_kind_is_argument(a->kind) || (a->def && a->def->kind == IR_OP_LAYERSTACK)) &&
+             a->type.rank == op->result->type.rank + 1 && a->type.sh.naxes[0] == 0;
+    else if (op->kind == IR_OP_LAYERSTACK)
+        ok = ok && op->loop == b && a->type.rank + 1 == op->result->type.rank &&
+             ir_local_bytes(m, &a->type) * m->dims[op->u.loop.dim].size == ir_local_bytes(m, &op->result->type);
+    else
+        ok = ok && ir_local_bytes(m, &a->type) == ir_local_bytes(m, &op->result->type);
+    if (op->kind == IR_OP_LOOPBEGIN && op->loop)
+        ok = false; /* loops do not nest */
+    if (!ok) {
+        diag_error(d, op->loc, "codegen: malformed %s op", ir_op_name(op->kind));
+        return 1;
+    }
+    return 0;
+}
+
+static int cg_check_update(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    (void)m;
+    const ir_value *a = op->noperands == 3 ? op->operands[0] : NULL;
+    bool ok = a && ir_update_target(op) && op->u.update.dim >= 0 && op->u.update.dim < a->type.rank &&
+              op->operands[1]->type.dtype == a->type.dtype &&
+              (op->operands[1]->type.rank == a->type.rank - 1 || op->operands[1]->type.rank == a->type.rank) &&
+              op->operands[2]->type.dtype == IR_I32 && op->operands[2]->type.rank == 0 &&
+              op->result->type.dtype == a->type.dtype;
+    if (!ok) {
+        diag_error(d, op->loc, "codegen: malformed UpdateSlice op");
+        return 1;
+    }
+    return 0;
+}
+
+static int cg_check_coll(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    (void)m;
+    if (op->noperands != 1 || op->operands[0]->type.dtype != op->result->type.dtype ||
+        op->operands[0]->type.rank != op->result->type.rank) {
+        diag_error(d, op->loc, "codegen: %s needs one operand of the result's dtype and rank",
+                   ir_op_name(op->kind));
+        return 1;
+    }
+    return 0;
+}
+
 int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
 {
     memset(p, 0, sizeof *p);
@@ -164,97 +270,9 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
             continue;
         }
         p->def_index[op->result->id] = i;
-        switch (op->kind) {
-        case IR_OP_EINSUM:
-            if (op->noperands < 1 || op->noperands > 2) {
-                diag_error(d, op->loc,
-                           "codegen: Einsum with %d operands (the propagate pass makes every "
-                           "einsum unary or binary)", op->noperands);
-                errors++;
-            }
-            for (int k = 0; k < op->noperands; k++) {
-                ir_dtype want = (op->u.einsum.gather || op->u.einsum.scatter) && k == 0
-                                    ? IR_I32
-                                    : op->result->type.dtype;
-                bool argmax = op->u.einsum.reduce == IR_RED_ARGMAX && op->noperands == 1 &&
-                              op->result->type.dtype == IR_I32 &&
-                              op->operands[0]->type.dtype != IR_I32;
-                if (op->operands[k]->type.dtype != want && !argmax) {
-                    diag_error(d, op->loc, "codegen: Einsum operand %d is %s but the result is %s",
-                               k, ir_dtype_name(op->operands[k]->type.dtype),
-                               ir_dtype_name(op->result->type.dtype));
-                    errors++;
-                }
-            }
-            break;
-        case IR_OP_ELEMENTWISE:
-            if (!cg_ew_check(m, op, d))
-                errors++;
-            break;
-        case IR_OP_MESHSLICE:
-            if (op->noperands != 2 || op->u.ms.nmoves != 2 ||
-                op->operands[0]->type.dtype != op->result->type.dtype ||
-                op->operands[1]->type.dtype != op->result->type.dtype) {
-                diag_error(d, op->loc, "codegen: MeshSlice needs two operands of the result's dtype "
-                           "and two partial collectives");
-                errors++;
-            }
-            break;
-        case IR_OP_LOOPBEGIN:
-        case IR_OP_LOOPEND:
-        case IR_OP_LAYERSLICE:
-        case IR_OP_LAYERSTACK: {
-            const ir_value *a = op->noperands == 1 ? op->operands[0] : NULL;
-            const ir_op *b = op->u.loop.begin, *e = b ? b->u.loop.end : NULL;
-            bool ok = a && b && e && b->kind == IR_OP_LOOPBEGIN && e->kind == IR_OP_LOOPEND &&
-                      op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims &&
-                      a->type.dtype == op->result->type.dtype;
-            if (op->kind == IR_OP_LAYERSLICE)
-                ok = ok && (ir_value_kind_is_argument(a->kind) ||
-                            (a->def && a->def->kind == IR_OP_LAYERSTACK)) &&
-                     a->type.rank == op->result->type.rank + 1 && a->type.sh.naxes[0] == 0;
-            else if (op->kind == IR_OP_LAYERSTACK)
-                ok = ok && op->loop == b && a->type.rank + 1 == op->result->type.rank &&
-                     ir_local_bytes(m, &a->type) * m->dims[op->u.loop.dim].size ==
-                         ir_local_bytes(m, &op->result->type);
-            else
-                ok = ok && ir_local_bytes(m, &a->type) == ir_local_bytes(m, &op->result->type);
-            if (op->kind == IR_OP_LOOPBEGIN && op->loop)
-                ok = false; /* loops do not nest */
-            if (!ok) {
-                diag_error(d, op->loc, "codegen: malformed %s op", ir_op_name(op->kind));
-                errors++;
-            }
-            break;
-        }
-        case IR_OP_UPDATESLICE: {
-            const ir_value *a = op->noperands == 3 ? op->operands[0] : NULL;
-            bool ok = a && ir_update_target(op) && op->u.update.dim >= 0 &&
-                      op->u.update.dim < a->type.rank &&
-                      op->operands[1]->type.dtype == a->type.dtype &&
-                      (op->operands[1]->type.rank == a->type.rank - 1 ||
-                       op->operands[1]->type.rank == a->type.rank) &&
-                      op->operands[2]->type.dtype == IR_I32 && op->operands[2]->type.rank == 0 &&
-                      op->result->type.dtype == a->type.dtype;
-            if (!ok) {
-                diag_error(d, op->loc, "codegen: malformed UpdateSlice op");
-                errors++;
-            }
-            break;
-        }
-        case IR_OP_ALLGATHER:
-        case IR_OP_REDUCESCATTER:
-        case IR_OP_ALLREDUCE:
-        case IR_OP_ALLTOALL:
-        case IR_OP_SLICE:
-            if (op->noperands != 1 || op->operands[0]->type.dtype != op->result->type.dtype ||
-                op->operands[0]->type.rank != op->result->type.rank) {
-                diag_error(d, op->loc, "codegen: %s needs one operand of the result's dtype and rank",
-                           ir_op_name(op->kind));
-                errors++;
-            }
-            break;
-        default:
+        if ((unsigned)op->kind < IR_OP_COUNT) {
+            errors += op_check[op->kind](m, op, d);
+        } else {
             diag_error(d, op->loc, "codegen: unknown op kind %d", (int)op->kind);
             errors++;
         }

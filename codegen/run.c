@@ -471,6 +471,133 @@ static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
     return last;
 }
 
+/* Where the run function's op hooks emit: its output array and the
+ * repeated block being emitted. */
+typedef struct run_at {
+    LLVMValueRef out; /* the run function's `out` argument */
+    cg_loop *lp;      /* the loop being emitted (lp->begin < 0 outside one) */
+} run_at;
+
+/* The codegen hooks, one per union arm of IR_OPS: emit op i of the plan
+ * (not fused into another) into the run function; return the index of the
+ * last op emitted (a row group emits several). */
+typedef int (*cg_run_fn)(cg_ctx *c, cg_fn *f, const run_at *at, int i);
+#define X(e, s, arm, lo, hi, tr) static int cg_run_##arm(cg_ctx *c, cg_fn *f, const run_at *at, int i);
+IR_OPS(X)
+#undef X
+
+static const cg_run_fn op_run[IR_OP_COUNT] = {
+#define X(e, s, arm, lo, hi, tr) [IR_OP_##e] = cg_run_##arm,
+    IR_OPS(X)
+#undef X
+};
+
+/* The body of a computing or resharding op: writes op i's result to dst. */
+typedef void (*op_body_fn)(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRef dst);
+
+/* Emits op i with its result buffer and run-time marks around `body`, or
+ * its row group if it heads one; frees what died at it.  Returns the last
+ * op emitted. */
+static int run_framed(cg_ctx *c, cg_fn *f, const run_at *at, int i, op_body_fn body)
+{
+    const cg_plan *p = f->plan;
+    if (p->row_group[i] == i)
+        return emit_row_group(c, f, at->out, i);
+    LLVMValueRef dst = result_buffer(c, f, at->out, i);
+    call_mark(c, f, c->rt.op_begin, i);
+    body(c, f, p->ops[i], i, dst);
+    call_mark(c, f, c->rt.op_end, i);
+    if (p->reuse[i] >= 0)
+        f->buf[p->reuse[i]] = NULL; /* its buffer now belongs to the result */
+    /* Free the scratch buffers whose last read was this op, and a result
+     * nobody reads. */
+    free_dead(c, f, i, -1, p->nops);
+    return i;
+}
+
+static void einsum_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRef dst)
+{
+    if (op->noperands == 1) {
+        cg_emit_reduce(c, f, op, dst); /* a reduction: no GEMM */
+        return;
+    }
+    if (op->u.einsum.gather || op->u.einsum.scatter) {
+        cg_emit_gather(c, f, op, i, dst); /* a lookup, not a GEMM */
+        return;
+    }
+    LLVMValueRef desc = einsum_desc(c, f->m, op, i);
+    LLVMValueRef bptr = op->noperands > 1 ? f->buf[op->operands[1]->id] : LLVMConstNull(c->t.ptr);
+    LLVMValueRef args[] = {f->dev, desc, f->buf[op->operands[0]->id], bptr, dst};
+    LLVMBuildCall2(c->b, c->rt.einsum_ty, c->rt.einsum, args, 5, "");
+}
+
+static void ew_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRef dst)
+{
+    (void)i;
+    cg_emit_elementwise(c, f, op, dst);
+}
+
+static void ms_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRef dst)
+{
+    cg_emit_meshslice(c, f, op, i, dst);
+}
+
+static void coll_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRef dst)
+{
+    int reduce_op = op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER ? coll_reduce_op(op)
+                                                                                  : RT_REDUCE_SUM;
+    LLVMValueRef desc = coll_desc(c, f->m, op, i, reduce_op);
+    LLVMValueRef args[] = {f->dev, desc, f->buf[op->operands[0]->id], dst};
+    LLVMBuildCall2(c->b, c->rt.coll_ty, c->rt.coll, args, 4, "");
+}
+
+static int cg_run_einsum(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    return run_framed(c, f, at, i, einsum_body);
+}
+
+static int cg_run_ew(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    return run_framed(c, f, at, i, ew_body);
+}
+
+static int cg_run_ms(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    return run_framed(c, f, at, i, ms_body);
+}
+
+static int cg_run_coll(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    return run_framed(c, f, at, i, coll_body);
+}
+
+/* Loop ops structure the LLVM loop and mark no run-time span. */
+static int cg_run_loop(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    const ir_op *op = f->plan->ops[i];
+    if (op->kind == IR_OP_LOOPBEGIN)
+        emit_loop_begin(c, f, at->out, i, at->lp);
+    else if (op->kind == IR_OP_LOOPEND)
+        emit_loop_end(c, f, i, at->lp);
+    else if (op->kind == IR_OP_LAYERSLICE)
+        emit_layer_slice(c, f, op, at->lp);
+    else
+        emit_layer_stack(c, f, op, i, at->lp);
+    return i;
+}
+
+static int cg_run_update(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    (void)at;
+    const ir_op *op = f->plan->ops[i];
+    f->buf[op->result->id] = f->buf[op->operands[0]->id]; /* written in place */
+    call_mark(c, f, c->rt.op_begin, i);
+    cg_emit_update_slice(c, f, op, i);
+    call_mark(c, f, c->rt.op_end, i);
+    free_dead(c, f, i, -1, f->plan->nops);
+    return i;
+}
+
 LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *name)
 {
     cg_fn f = {.m = m, .plan = p};
@@ -493,77 +620,10 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
     for (int i = 0; i < p->nops; i++) {
         if (p->fused_into[i] >= 0)
             continue;
-        ir_op *op = p->ops[i];
-        ir_value *res = op->result;
-        if (op->kind == IR_OP_LOOPBEGIN) {
-            emit_loop_begin(c, &f, out, i, &lp);
-            continue;
-        }
-        if (op->kind == IR_OP_LOOPEND) {
-            emit_loop_end(c, &f, i, &lp);
-            continue;
-        }
-        if (op->kind == IR_OP_LAYERSLICE) {
-            emit_layer_slice(c, &f, op, &lp);
-            continue;
-        }
-        if (op->kind == IR_OP_LAYERSTACK) {
-            emit_layer_stack(c, &f, op, i, &lp);
-            continue;
-        }
-        if (op->kind == IR_OP_UPDATESLICE) {
-            f.buf[res->id] = f.buf[op->operands[0]->id]; /* written in place */
-            call_mark(c, &f, c->rt.op_begin, i);
-            cg_emit_update_slice(c, &f, op, i);
-            call_mark(c, &f, c->rt.op_end, i);
-            free_dead(c, &f, i, -1, p->nops);
-            continue;
-        }
-        if (p->row_group[i] == i) {
-            i = emit_row_group(c, &f, out, i);
-            continue;
-        }
-        LLVMValueRef dst = result_buffer(c, &f, out, i);
-        call_mark(c, &f, c->rt.op_begin, i);
-        switch (op->kind) {
-        case IR_OP_EINSUM: {
-            if (op->noperands == 1) {
-                cg_emit_reduce(c, &f, op, dst); /* a reduction: no GEMM */
-                break;
-            }
-            if (op->u.einsum.gather || op->u.einsum.scatter) {
-                cg_emit_gather(c, &f, op, i, dst); /* a lookup, not a GEMM */
-                break;
-            }
-            LLVMValueRef desc = einsum_desc(c, m, op, i);
-            LLVMValueRef bptr = op->noperands > 1 ? f.buf[op->operands[1]->id]
-                                                  : LLVMConstNull(c->t.ptr);
-            LLVMValueRef args[] = {f.dev, desc, f.buf[op->operands[0]->id], bptr, dst};
-            LLVMBuildCall2(c->b, c->rt.einsum_ty, c->rt.einsum, args, 5, "");
-            break;
-        }
-        case IR_OP_ELEMENTWISE:
-            cg_emit_elementwise(c, &f, op, dst);
-            break;
-        case IR_OP_MESHSLICE:
-            cg_emit_meshslice(c, &f, op, i, dst);
-            break;
-        default: {
-            int reduce_op = op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER
-                                ? coll_reduce_op(op)
-                                : RT_REDUCE_SUM;
-            LLVMValueRef desc = coll_desc(c, m, op, i, reduce_op);
-            LLVMValueRef args[] = {f.dev, desc, f.buf[op->operands[0]->id], dst};
-            LLVMBuildCall2(c->b, c->rt.coll_ty, c->rt.coll, args, 4, "");
-            break;
-        }
-        }
-        call_mark(c, &f, c->rt.op_end, i);
-        if (p->reuse[i] >= 0)
-            f.buf[p->reuse[i]] = NULL; /* its buffer now belongs to the result */
-        /* Free the scratch buffers whose last read was this op, and a result
-         * nobody reads. */
-        free_dead(c, &f, i, -1, p->nops);
+        const ir_op *op = p->ops[i];
+        run_at at = {out, &lp};
+        /* The planner rejected unknown kinds. */
+        i = op_run[op->kind](c, &f, &at, i);
     }
     /* Outputs not computed in place: inputs, and values that are several
      * outputs at once. */

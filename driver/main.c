@@ -43,8 +43,10 @@ typedef struct options {
     bool dump_cost;
     bool explain;
     const char *hw;               /* --hw */
-    pass_meshslice_mode meshslice;
-    int meshslice_k;
+    /* --NAME=VALUE arguments the driver does not know: options of passes
+     * (pass_options_add), resolved once the registry holds the plugins. */
+    int npass_args;
+    const char *pass_args[PASS_MAX_OPTIONS];
     fe_remat remat;               /* --remat= */
     int max_errors;
     bool debug_pass;
@@ -117,7 +119,6 @@ static int parse_args(int argc, char **argv, options *o)
     memset(o, 0, sizeof *o);
     o->emit = CG_EMIT_EXE;
     o->opt_level = 3;
-    o->meshslice = PASS_MESHSLICE_AUTO;
     o->max_errors = 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -185,18 +186,6 @@ static int parse_args(int argc, char **argv, options *o)
             o->hw = argv[i];
         } else if (strncmp(a, "--hw=", 5) == 0) {
             o->hw = a + 5;
-        } else if (strncmp(a, "--meshslice=", 12) == 0) {
-            const char *v = a + 12;
-            int64_t k;
-            if (strcmp(v, "auto") == 0)
-                o->meshslice = PASS_MESHSLICE_AUTO;
-            else if (strcmp(v, "off") == 0)
-                o->meshslice = PASS_MESHSLICE_OFF;
-            else if (parse_size(v, &k) && k <= 4096) {
-                o->meshslice = PASS_MESHSLICE_K;
-                o->meshslice_k = (int)k;
-            } else
-                return drv_bad_usage("einc", "--meshslice wants auto, off or a slice count K, not '%s'", v);
         } else if (strncmp(a, "--remat=", 8) == 0) {
             const char *v = a + 8;
             if (strcmp(v, "none") == 0)
@@ -214,6 +203,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->max_errors = (int)n;
         } else if (strcmp(a, "--debug-pass") == 0) {
             o->debug_pass = true;
+        } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=') && o->npass_args < PASS_MAX_OPTIONS) {
+            o->pass_args[o->npass_args++] = a; /* a pass's option, or unknown: main() tells */
         } else if (a[0] == '-' && a[1]) {
             return drv_bad_usage("einc", "unknown option '%s'", a);
         } else if (o->input) {
@@ -272,6 +263,16 @@ int main(int argc, char **argv)
             pass_registry_free(&reg);
             return 1;
         }
+    pass_options popts = {0};
+    for (int i = 0; i < o.npass_args; i++) {
+        char why[256];
+        int r = pass_options_add(&popts, &reg, o.pass_args[i] + 2, why, sizeof why);
+        if (r != 0) {
+            pass_registry_free(&reg);
+            return r > 0 ? drv_bad_usage("einc", "unknown option '%s'", o.pass_args[i])
+                         : drv_bad_usage("einc", "%s", why);
+        }
+    }
     if (o.list_passes) {
         printf("passes (default pipeline: %s):\n", PASS_DEFAULT_PIPELINE);
         pass_registry_list(&reg, stdout);
@@ -324,13 +325,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* The planner prices 2D GEMMs as MeshSlice loops only when the
-     * meshslice pass will make them (passes/propagate_meshslice.c). */
-    bool has_meshslice = false;
-    for (int i = 0; i < pm.npipeline; i++)
-        has_meshslice |= strcmp(pm.pipeline[i]->name, "meshslice") == 0;
-    pass_ctx ctx = {&diag, has_meshslice ? o.meshslice : PASS_MESHSLICE_OFF, o.meshslice_k, hw,
-                    o.debug_pass ? stderr : NULL};
+    pass_ctx ctx = {.diag = &diag, .hw = hw, .log = o.debug_pass ? stderr : NULL, .options = &popts};
     ir_module *m = compile(&o, src, len, false, &pm, &ctx);
     rc = m ? 0 : 1;
     /* A program that does not fit the profile's memory still compiles

@@ -8,34 +8,11 @@
 #include "checked.h"
 #include "ir.h"
 
-static const char *const op_names[] = {
-#define X(e, s, arm) s,
-    IR_OPS(X)
-#undef X
-};
-
 static const char *const func_names[] = {
 #define X(e, s) s,
     IR_FUNCS(X)
 #undef X
 };
-
-const char *ir_op_name(ir_op_kind k)
-{
-    return (unsigned)k < IR_OP_COUNT ? op_names[k] : "?";
-}
-
-bool ir_op_is_reshard(ir_op_kind k)
-{
-    return k == IR_OP_ALLGATHER || k == IR_OP_REDUCESCATTER || k == IR_OP_ALLREDUCE ||
-           k == IR_OP_ALLTOALL || k == IR_OP_SLICE;
-}
-
-bool ir_op_is_loop(ir_op_kind k)
-{
-    return k == IR_OP_LOOPBEGIN || k == IR_OP_LOOPEND || k == IR_OP_LAYERSLICE ||
-           k == IR_OP_LAYERSTACK;
-}
 
 const ir_value *ir_update_target(const ir_op *op)
 {
@@ -241,12 +218,66 @@ int64_t ir_op_trips(const ir_module *m, const ir_op *op)
     return m->dims[op->loop->u.loop.dim].size;
 }
 
-static void set_def(ir_op *op)
+/* Adds the use (op, i) to v's use-list. */
+static void add_use(ir_module *m, ir_value *v, ir_op *op, int i)
+{
+    if (!v)
+        return;
+    if (v->nuses == v->uses_cap) {
+        int cap = v->uses_cap ? 2 * v->uses_cap : 4;
+        v->uses = ir_grow(&m->arena, v->uses, (size_t)v->nuses, (size_t)cap, sizeof *v->uses);
+        v->uses_cap = cap;
+    }
+    op->use_index[i] = v->nuses;
+    v->uses[v->nuses++] = (ir_use){op, i};
+}
+
+/* Drops the use (op, i) from v's use-list: the last entry takes its place
+ * (order is not kept), so it costs O(1) with op->use_index. */
+static void drop_use(ir_value *v, const ir_op *op, int i)
+{
+    if (!v)
+        return;
+    int k = op->use_index[i];
+    if (k < 0 || k >= v->nuses || v->uses[k].op != op || v->uses[k].operand != i)
+        for (k = v->nuses - 1; k >= 0; k--) /* not where it was put: find it */
+            if (v->uses[k].op == op && v->uses[k].operand == i)
+                break;
+    if (k < 0)
+        return;
+    ir_use last = v->uses[--v->nuses];
+    v->uses[k] = last;
+    if (k < v->nuses)
+        last.op->use_index[last.operand] = k;
+}
+
+/* Whether `op` is in m's op list (ir_op_remove clears the links of an
+ * op it unlinks; ir_op_new starts with none). */
+static bool linked(const ir_module *m, const ir_op *op)
+{
+    return op->prev || op->next || m->first == op;
+}
+
+/* Links the op's result to it and adds its operands' uses. */
+static void set_def(ir_module *m, ir_op *op)
 {
     if (op->result) {
         op->result->def = op;
         op->result->kind = IR_VAL_OP;
     }
+    for (int i = 0; i < op->noperands && i < IR_MAX_OPERANDS; i++)
+        add_use(m, op->operands[i], op, i);
+}
+
+void ir_op_set_operand(ir_module *m, ir_op *op, int i, ir_value *v)
+{
+    if (i < 0 || i >= op->noperands || i >= IR_MAX_OPERANDS || op->operands[i] == v)
+        return;
+    if (linked(m, op)) {
+        drop_use(op->operands[i], op, i);
+        add_use(m, v, op, i);
+    }
+    op->operands[i] = v;
 }
 
 void ir_op_append(ir_module *m, ir_op *op)
@@ -259,7 +290,7 @@ void ir_op_append(ir_module *m, ir_op *op)
     else
         m->first = op;
     m->last = op;
-    set_def(op);
+    set_def(m, op);
 }
 
 void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op)
@@ -277,7 +308,7 @@ void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op)
     else
         m->first = op;
     before->prev = op;
-    set_def(op);
+    set_def(m, op);
 }
 
 void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
@@ -292,7 +323,7 @@ void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
         else
             m->last = op;
         m->first = op;
-        set_def(op);
+        set_def(m, op);
         return;
     }
     op->loop = loop_after(op, after);
@@ -304,11 +335,15 @@ void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op)
     else
         m->last = op;
     after->next = op;
-    set_def(op);
+    set_def(m, op);
 }
 
 void ir_op_remove(ir_module *m, ir_op *op)
 {
+    if (!linked(m, op))
+        return;
+    for (int i = 0; i < op->noperands && i < IR_MAX_OPERANDS; i++)
+        drop_use(op->operands[i], op, i);
     if (op->prev)
         op->prev->next = op->next;
     else
@@ -326,7 +361,7 @@ void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after)
     for (; op; op = op->next)
         for (int i = 0; i < op->noperands; i++)
             if (op->operands[i] == from)
-                op->operands[i] = to;
+                ir_op_set_operand(m, op, i, to);
     for (int i = 0; i < m->noutputs; i++)
         if (m->outputs[i].value == from)
             m->outputs[i].value = to;

@@ -15,8 +15,10 @@
  * arrays) is allocated in the module's arena and freed at once by
  * ir_module_free(); nothing in the IR is freed individually.
  *
- * Ops come from one X-macro list (IR_OPS) that generates the op enum, the op
- * names used by the printers and JSON, and the verifier's dispatch.
+ * Ops come from one X-macro list (IR_OPS) that generates the op enum and
+ * each layer's table of op traits and hooks (ir_op_traits here; the cost
+ * model's and codegen's own).  Every value keeps a use-list of the operand
+ * slots that read it (ir_value.uses), kept by the builder functions below.
  */
 #ifndef EINC_IR_H
 #define EINC_IR_H
@@ -126,6 +128,12 @@ const char *ir_value_kind_name(ir_value_kind k);
 
 struct ir_op;
 
+/* One use of a value: operand `operand` of op `op`. */
+typedef struct ir_use {
+    struct ir_op *op;
+    int operand;
+} ir_use;
+
 /* An SSA value.  Its printed name is `tensor` for version 0 and
  * `tensor.N` for version N (ir_value_name). */
 typedef struct ir_value {
@@ -138,6 +146,14 @@ typedef struct ir_value {
     uint32_t loc;        /* byte offset of the source construct that made it */
     bool has_constraint; /* true: `constraint` is a full sharding constraint from the source */
     ir_sharding constraint; /* the sharding the user wrote on the left side */
+    /* Its use-list: one entry per operand slot that holds it in an op of the
+     * module's op list, in no particular order (program outputs are not
+     * uses: see ir_module.outputs).  Arena-owned; kept by ir_op_append,
+     * ir_op_insert_*, ir_op_remove, ir_op_set_operand and ir_replace_uses,
+     * and checked by ir_verify (docs/ir.md, "Use-lists"). */
+    ir_use *uses;
+    int nuses;
+    int uses_cap;
 } ir_value;
 
 /* Unary functions usable in elementwise expressions: enum suffix, name.
@@ -240,28 +256,46 @@ typedef enum ir_ew_class {
 } ir_ew_class;
 ir_ew_class ir_ew_classify(const ir_ew_node *nodes, int nnodes, int n);
 
+/* Trait bits of an op kind (ir_op_traits.traits). */
+typedef enum ir_op_trait {
+    IR_TRAIT_COMPUTE = 1u << 0, /* computes new data from its operands (FLOPs): Einsum,
+                                   Elementwise, MeshSlice */
+    IR_TRAIT_RESHARD = 1u << 1, /* changes a sharding rather than compute: the collectives
+                                   and Slice */
+    IR_TRAIT_LOOP = 1u << 2,    /* structures a repeated block (docs/ir.md, "Repeated blocks") */
+    IR_TRAIT_INPLACE = 1u << 3, /* its result is operand 0's storage, written in place */
+} ir_op_trait;
+
 /*
- * The op list.  X(ENUM, "Name", arm):
- *   ENUM  -> IR_OP_ENUM, "Name" is the op's name in --dump-ir and JSON,
- *   arm   -> the member of ir_op's union that holds its attributes.
+ * The op list.  X(ENUM, "Name", arm, min, max, traits):
+ *   ENUM     -> IR_OP_ENUM, "Name" is the op's name in --dump-ir and JSON,
+ *   arm      -> the member of ir_op's union that holds its attributes, and
+ *               the suffix of the op's hook in every layer's table (ir:
+ *               ir_verify_<arm>, ir_print_<arm>, ir_json_<arm>; cost model:
+ *               cost_op_<arm>; codegen: cg_check_<arm>, cg_run_<arm>), so an
+ *               op with a new arm and a missing hook does not compile or link,
+ *   min, max -> the number of operands it takes (checked by the verifier),
+ *   traits   -> its ir_op_trait bits.
+ * Adding an op: a row here, its arm in ir_op's union, and one function per
+ * hook in each layer (docs/ir.md, "Adding an op").
  */
-#define IR_OPS(X)                                   \
-    X(EINSUM, "Einsum", einsum)                     \
-    X(ELEMENTWISE, "Elementwise", ew)               \
-    X(ALLGATHER, "AllGather", coll)                 \
-    X(REDUCESCATTER, "ReduceScatter", coll)         \
-    X(ALLREDUCE, "AllReduce", coll)                 \
-    X(ALLTOALL, "AllToAll", coll)                   \
-    X(SLICE, "Slice", coll)                         \
-    X(MESHSLICE, "MeshSlice", ms)                   \
-    X(LOOPBEGIN, "LoopBegin", loop)                 \
-    X(LOOPEND, "LoopEnd", loop)                     \
-    X(LAYERSLICE, "LayerSlice", loop)               \
-    X(LAYERSTACK, "LayerStack", loop)               \
-    X(UPDATESLICE, "UpdateSlice", update)
+#define IR_OPS(X)                                                                     \
+    X(EINSUM, "Einsum", einsum, 1, IR_MAX_OPERANDS, IR_TRAIT_COMPUTE)                 \
+    X(ELEMENTWISE, "Elementwise", ew, 0, IR_MAX_OPERANDS, IR_TRAIT_COMPUTE)           \
+    X(ALLGATHER, "AllGather", coll, 1, 1, IR_TRAIT_RESHARD)                           \
+    X(REDUCESCATTER, "ReduceScatter", coll, 1, 1, IR_TRAIT_RESHARD)                   \
+    X(ALLREDUCE, "AllReduce", coll, 1, 1, IR_TRAIT_RESHARD)                           \
+    X(ALLTOALL, "AllToAll", coll, 1, 1, IR_TRAIT_RESHARD)                             \
+    X(SLICE, "Slice", coll, 1, 1, IR_TRAIT_RESHARD)                                   \
+    X(MESHSLICE, "MeshSlice", ms, 2, 2, IR_TRAIT_COMPUTE)                             \
+    X(LOOPBEGIN, "LoopBegin", loop, 1, 1, IR_TRAIT_LOOP)                              \
+    X(LOOPEND, "LoopEnd", loop, 1, 1, IR_TRAIT_LOOP)                                  \
+    X(LAYERSLICE, "LayerSlice", loop, 1, 1, IR_TRAIT_LOOP)                            \
+    X(LAYERSTACK, "LayerStack", loop, 1, 1, IR_TRAIT_LOOP)                            \
+    X(UPDATESLICE, "UpdateSlice", update, 3, 3, IR_TRAIT_INPLACE)
 
 typedef enum ir_op_kind {
-#define X(e, s, arm) IR_OP_##e,
+#define X(e, s, arm, lo, hi, tr) IR_OP_##e,
     IR_OPS(X)
 #undef X
     IR_OP_COUNT
@@ -382,6 +416,9 @@ typedef struct ir_op {
     struct ir_op *prev, *next;          /* program order */
     int noperands;
     ir_value *operands[IR_MAX_OPERANDS];
+    /* While the op is linked: where its use of operand i sits in
+     * operands[i]->uses, so that dropping the use takes O(1). */
+    int use_index[IR_MAX_OPERANDS];
     ir_value *result;
     uint32_t loc;                       /* byte offset of the source statement */
     /* Provenance of ops inserted by passes: the op and operand index they were
@@ -608,15 +645,22 @@ int ir_dim_find(const ir_module *m, const char *name, size_t len);
 ir_value *ir_value_new(ir_module *m, const char *tensor, ir_value_kind kind,
                        const ir_type *type, uint32_t loc);
 
-/* A new op, not yet in the list; operands copied from `operands`. */
+/* A new op, not yet in the list; operands copied from `operands`.  Until
+ * the op is linked its operands may be written directly (they are no uses
+ * yet); after, only through ir_op_set_operand. */
 ir_op *ir_op_new(ir_module *m, ir_op_kind kind, int noperands,
                  ir_value *const *operands, ir_value *result, uint32_t loc);
-/* Links `op` at the end / before `before` / after `after`; sets result->def. */
+/* Links `op` at the end / before `before` / after `after`; sets result->def
+ * and adds its operands' uses.  `op` must not be in the list. */
 void ir_op_append(ir_module *m, ir_op *op);
 void ir_op_insert_before(ir_module *m, ir_op *before, ir_op *op);
 void ir_op_insert_after(ir_module *m, ir_op *after, ir_op *op);
-/* Unlinks `op` (its memory stays in the arena). */
+/* Unlinks `op` and drops its operands' uses (its memory stays in the
+ * arena; it may be linked again). */
 void ir_op_remove(ir_module *m, ir_op *op);
+/* Sets operand `i` (< op->noperands) of `op` to `v`, moving the use when
+ * `op` is in the list. */
+void ir_op_set_operand(ir_module *m, ir_op *op, int i, ir_value *v);
 /* Replaces every use of `from` after op `after` (NULL: everywhere) by `to`,
  * including program outputs. */
 void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after);
@@ -725,6 +769,23 @@ int ir_verify(const ir_module *m, diag_ctx *d);
 bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                           char *why, size_t why_size);
 
+/* Seed 001's einsum sharding rule ("Matmul with sharded operands"), the
+ * one definition the verifier and the planner (propagate) use.  The op's
+ * distinct labels are numbered 0..nlabels-1; label l is sharded over the
+ * lnaxes[l] mesh axes laxes[l] (major to minor) in every operand that has
+ * it (in_operand[l]); result position r has label rlabel[r] (outside
+ * 0..nlabels-1: a dim computed whole on every device); `unreduced` is the
+ * union of the operands' unreduced axes.  Writes the result's sharding to
+ * *out: each result dim keeps its label's axes; the axes of a label that
+ * is in an operand but not in the result (contracted) become unreduced,
+ * holding partial results of `reduce`; operands' unreduced axes stay
+ * unreduced.  Returns the contracted axes.  It does not check that the
+ * layout is computable (an axis sharding two labels, partial maxima, an
+ * argmax over a sharded dim): callers do (ir_op_local_sharding). */
+ir_axes ir_einsum_sharding(int nlabels, const int *lnaxes, const int8_t (*laxes)[IR_MAX_AXES],
+                           const bool *in_operand, int rank, const int *rlabel, ir_axes unreduced,
+                           ir_reduce reduce, ir_sharding *out);
+
 /* ---- printers (print.c, print_json.c) ---- */
 
 /* --dump-ir text format (docs/ir.md): one op per line in the seeds' notation,
@@ -732,5 +793,38 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
 void ir_print(FILE *out, ir_module *m);
 /* --dump-ir=json (docs/ir.md). */
 void ir_print_json(FILE *out, ir_module *m);
+
+/* ---- op traits (op_traits.c) ---- */
+
+struct cJSON;
+
+/* What the ir layer knows of one op kind: a row of IR_OPS and its hooks.
+ * Layers above ir (cost model, codegen) keep their own tables indexed by
+ * ir_op_kind, generated from IR_OPS the same way. */
+typedef struct ir_op_traits {
+    const char *name;  /* "Einsum", ...: --dump-ir and JSON */
+    int min_operands;  /* the verifier reports an op with fewer ... */
+    int max_operands;  /* ... or more operands */
+    unsigned traits;   /* ir_op_trait bits */
+    /* The result sharding the op must have given its operands' (the
+     * verifier compares it with the result's), into *out; false with a
+     * reason in `why` when the op is malformed or not locally computable.
+     * Called with operands already checked (defined, valid values). */
+    bool (*verify)(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                   size_t why_size);
+    /* Writes the op's right-hand side in --dump-ir text (after "R = ",
+     * before the trailing comment), operands included. */
+    void (*print)(FILE *out, const ir_module *m, const ir_op *op);
+    /* Adds the op's attributes to its --dump-ir=json object `o` (and its
+     * mesh axes to `axes`); `order` holds the module's nops ops in program
+     * order, for attributes that name other ops by index. */
+    void (*json)(const ir_module *m, const ir_op *op, struct cJSON *o, struct cJSON *axes,
+                 const ir_op *const *order, int nops);
+} ir_op_traits;
+
+/* The traits of kind `k`, or NULL for a value outside ir_op_kind. */
+const ir_op_traits *ir_op_traits_of(ir_op_kind k);
+/* True if kind `k` has every bit of `trait` (false for unknown kinds). */
+bool ir_op_has_trait(ir_op_kind k, unsigned trait);
 
 #endif

@@ -243,9 +243,79 @@ static void print_cost(FILE *out, const ir_cost *c)
     fprintf(out, "; %.3g us %s-bound", c->time * 1e6, ir_bound_name(c->bound));
 }
 
+/* Writes " A, B" for the operands of `op`. */
+static void print_operands(FILE *out, const ir_module *m, const ir_op *op)
+{
+    char b[4096];
+    for (int i = 0; i < op->noperands; i++)
+        fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b, sizeof b));
+}
+
+/* The printer hooks of ir_op_traits: each op's right-hand side. */
+
+void ir_print_loop(FILE *out, const ir_module *m, const ir_op *op)
+{
+    const ir_dimdef *dd = op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims ? &m->dims[op->u.loop.dim] : NULL;
+    if (op->kind == IR_OP_LOOPBEGIN)
+        fprintf(out, "LoopBegin(%s = %lld%s)", dd ? dd->name : "?", dd ? (long long)dd->size : 0LL,
+                op->u.loop.reverse ? ", reverse" : "");
+    else
+        fprintf(out, "%s(%s)", ir_op_name(op->kind), dd ? dd->name : "?");
+    print_operands(out, m, op);
+}
+
+void ir_print_einsum(FILE *out, const ir_module *m, const ir_op *op)
+{
+    char b2[512];
+    if (op->u.einsum.reduce != IR_RED_SUM)
+        fprintf(out, "%s ", ir_reduce_name(op->u.einsum.reduce));
+    /* A gather: rows of operand 1 looked up by the indices in operand 0. */
+    fprintf(out, "%s(%s)", op->u.einsum.gather    ? "gather"
+                           : op->u.einsum.scatter ? "scatter_add"
+                                                  : "einsum",
+            ir_einsum_spec(m, op, b2, sizeof b2));
+    if (op->u.einsum.scale != 1.0)
+        fprintf(out, " * %.17g", op->u.einsum.scale);
+    print_operands(out, m, op);
+}
+
+void ir_print_ew(FILE *out, const ir_module *m, const ir_op *op)
+{
+    char b3[4096];
+    fprintf(out, "%s", ir_ew_str(m, op, b3, sizeof b3));
+}
+
+void ir_print_ms(FILE *out, const ir_module *m, const ir_op *op)
+{
+    char ax[2][4], b2[512];
+    int8_t ra = (int8_t)op->u.ms.row_axis, ca = (int8_t)op->u.ms.col_axis;
+    fprintf(out, "MeshSlice(%s, K=%d, rows %s, cols %s, split %s) einsum(%s)",
+            ir_ms_dataflow_name(op->u.ms.dataflow), op->u.ms.k,
+            ir_axes_str(&m->mesh, &ra, 1, ax[0], sizeof ax[0]),
+            ir_axes_str(&m->mesh, &ca, 1, ax[1], sizeof ax[1]),
+            m->dims[op->u.ms.split_label].name, ir_einsum_spec(m, op, b2, sizeof b2));
+    if (op->u.ms.scale != 1.0)
+        fprintf(out, " * %.17g", op->u.ms.scale);
+    print_operands(out, m, op);
+}
+
+void ir_print_update(FILE *out, const ir_module *m, const ir_op *op)
+{
+    const ir_value *a = op->noperands > 0 ? op->operands[0] : NULL;
+    int dd = op->u.update.dim;
+    fprintf(out, "UpdateSlice(%s)", a && dd >= 0 && dd < a->type.rank ? m->dims[a->type.dims[dd]].name : "?");
+    print_operands(out, m, op);
+}
+
+void ir_print_coll(FILE *out, const ir_module *m, const ir_op *op)
+{
+    char b2[512], b3[4096];
+    fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
+}
+
 void ir_print(FILE *out, ir_module *m)
 {
-    char b1[512], b2[512], b3[4096];
+    char b1[512], b3[4096];
     ir_module_renumber(m);
     fprintf(out, "# einc IR: %s\n", m->filename);
     if (m->mesh.naxes) {
@@ -278,64 +348,7 @@ void ir_print(FILE *out, ir_module *m)
         phase = op->phase;
         /* A repeated block's body is indented under its LoopBegin. */
         fprintf(out, "%s%s = ", op->loop ? "  " : "", vstr(m, r, b1, sizeof b1));
-        switch (op->kind) {
-        case IR_OP_LOOPBEGIN:
-        case IR_OP_LOOPEND:
-        case IR_OP_LAYERSLICE:
-        case IR_OP_LAYERSTACK: {
-            const ir_dimdef *dd = op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims ? &m->dims[op->u.loop.dim] : NULL;
-            if (op->kind == IR_OP_LOOPBEGIN)
-                fprintf(out, "LoopBegin(%s = %lld%s)", dd ? dd->name : "?", dd ? (long long)dd->size : 0LL,
-                        op->u.loop.reverse ? ", reverse" : "");
-            else
-                fprintf(out, "%s(%s)", ir_op_name(op->kind), dd ? dd->name : "?");
-            for (int i = 0; i < op->noperands; i++)
-                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
-            break;
-        }
-        case IR_OP_EINSUM:
-            if (op->u.einsum.reduce != IR_RED_SUM)
-                fprintf(out, "%s ", ir_reduce_name(op->u.einsum.reduce));
-            /* A gather: rows of operand 1 looked up by the indices in operand 0. */
-            fprintf(out, "%s(%s)", op->u.einsum.gather    ? "gather"
-                                   : op->u.einsum.scatter ? "scatter_add"
-                                                          : "einsum",
-                    ir_einsum_spec(m, op, b2, sizeof b2));
-            if (op->u.einsum.scale != 1.0)
-                fprintf(out, " * %.17g", op->u.einsum.scale);
-            for (int i = 0; i < op->noperands; i++)
-                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
-            break;
-        case IR_OP_ELEMENTWISE:
-            fprintf(out, "%s", ir_ew_str(m, op, b3, sizeof b3));
-            break;
-        case IR_OP_MESHSLICE: {
-            char ax[2][4];
-            int8_t ra = (int8_t)op->u.ms.row_axis, ca = (int8_t)op->u.ms.col_axis;
-            fprintf(out, "MeshSlice(%s, K=%d, rows %s, cols %s, split %s) einsum(%s)",
-                    ir_ms_dataflow_name(op->u.ms.dataflow), op->u.ms.k,
-                    ir_axes_str(&m->mesh, &ra, 1, ax[0], sizeof ax[0]),
-                    ir_axes_str(&m->mesh, &ca, 1, ax[1], sizeof ax[1]),
-                    m->dims[op->u.ms.split_label].name, ir_einsum_spec(m, op, b2, sizeof b2));
-            if (op->u.ms.scale != 1.0)
-                fprintf(out, " * %.17g", op->u.ms.scale);
-            for (int i = 0; i < op->noperands; i++)
-                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
-            break;
-        }
-        case IR_OP_UPDATESLICE: {
-            const ir_value *a = op->noperands > 0 ? op->operands[0] : NULL;
-            int dd = op->u.update.dim;
-            fprintf(out, "UpdateSlice(%s)", a && dd >= 0 && dd < a->type.rank
-                                                ? m->dims[a->type.dims[dd]].name : "?");
-            for (int i = 0; i < op->noperands; i++)
-                fprintf(out, "%s %s", i ? "," : "", vstr(m, op->operands[i], b3, sizeof b3));
-            break;
-        }
-        default:
-            fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
-            break;
-        }
+        ir_op_traits_of(op->kind)->print(out, m, op);
         fprintf(out, "   #");
         if (op->reason)
             fprintf(out, " %s;", op->reason);

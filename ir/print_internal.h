@@ -2,7 +2,18 @@
 #ifndef EINC_PRINT_INTERNAL_H
 #define EINC_PRINT_INTERNAL_H
 
+#include <cJSON.h>
+
 #include "ir.h"
+
+/* The printer and JSON hooks of ir_op_traits, one per union arm of IR_OPS
+ * (print.c, print_json.c; their contracts are ir_op_traits.print and .json). */
+#define X(e, s, arm, lo, hi, tr)                                                   \
+    void ir_print_##arm(FILE *out, const ir_module *m, const ir_op *op);           \
+    void ir_json_##arm(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, \
+                       const ir_op *const *order, int nops);
+IR_OPS(X)
+#undef X
 
 /* "bd,df->bf": one letter per label, the lowercased dim name's first letter
  * when that is unique within the op, else the next free letter. */

@@ -91,9 +91,96 @@ static int op_index(const ir_op *const *order, int nops, const ir_op *op)
     return -1;
 }
 
-void ir_print_json(FILE *out, ir_module *m)
+/* The JSON hooks of ir_op_traits: each op's attributes. */
+
+void ir_json_coll(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                  int nops)
+{
+    (void)order;
+    (void)nops;
+    for (int a = 0; a < op->u.coll.naxes; a++) {
+        char n[2] = {m->mesh.axes[op->u.coll.axes[a]].name, 0};
+        cJSON_AddItemToArray(axes, cJSON_CreateString(n));
+    }
+    const int *dims = op->operands[0]->type.dims;
+    if (op->u.coll.dim >= 0)
+        cJSON_AddStringToObject(o, "dim", m->dims[dims[op->u.coll.dim]].name);
+    if (op->kind == IR_OP_ALLTOALL && op->u.coll.dim2 >= 0)
+        cJSON_AddStringToObject(o, "dim2", m->dims[dims[op->u.coll.dim2]].name);
+    if (op->u.coll.dim == IR_COLL_PER_AXIS) {
+        /* One dim per axis, in the order of "axes". */
+        cJSON *per = cJSON_AddArrayToObject(o, "dims");
+        cJSON *per2 = op->kind == IR_OP_ALLTOALL ? cJSON_AddArrayToObject(o, "dims2") : NULL;
+        for (int a = 0; a < op->u.coll.naxes; a++) {
+            cJSON_AddItemToArray(per, cJSON_CreateString(m->dims[dims[ir_coll_dim(&op->u.coll, a)]].name));
+            if (per2)
+                cJSON_AddItemToArray(per2, cJSON_CreateString(m->dims[dims[ir_coll_dim2(&op->u.coll, a)]].name));
+        }
+    }
+    if (op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER)
+        cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.coll.reduce));
+}
+
+void ir_json_einsum(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                    int nops)
 {
     char buf[4096];
+    (void)axes;
+    (void)order;
+    (void)nops;
+    cJSON_AddStringToObject(o, "einsum", ir_einsum_spec(m, op, buf, sizeof buf));
+    cJSON_AddNumberToObject(o, "scale", op->u.einsum.scale);
+    cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.einsum.reduce));
+    if (op->u.einsum.gather)
+        cJSON_AddStringToObject(o, "gather", m->dims[op->u.einsum.gather_label].name);
+    if (op->u.einsum.scatter)
+        cJSON_AddStringToObject(o, "scatter_add", m->dims[op->u.einsum.gather_label].name);
+}
+
+void ir_json_ew(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                int nops)
+{
+    char buf[4096];
+    (void)axes;
+    (void)order;
+    (void)nops;
+    cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
+}
+
+void ir_json_ms(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                int nops)
+{
+    (void)order;
+    (void)nops;
+    ms_json(m, op, o, axes);
+}
+
+void ir_json_loop(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                  int nops)
+{
+    (void)axes;
+    if (op->u.loop.dim < 0 || op->u.loop.dim >= m->ndims)
+        return;
+    cJSON_AddStringToObject(o, "loop_dim", m->dims[op->u.loop.dim].name);
+    cJSON_AddNumberToObject(o, "trips", (double)m->dims[op->u.loop.dim].size);
+    cJSON_AddNumberToObject(o, "begin", op_index(order, nops, op->u.loop.begin));
+    cJSON_AddNumberToObject(o, "end", op_index(order, nops, op->u.loop.end));
+    if (op->kind == IR_OP_LOOPBEGIN)
+        cJSON_AddBoolToObject(o, "reverse", op->u.loop.reverse);
+}
+
+void ir_json_update(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                    int nops)
+{
+    (void)axes;
+    (void)order;
+    (void)nops;
+    if (op->noperands > 0 && op->u.update.dim >= 0 && op->u.update.dim < op->operands[0]->type.rank)
+        cJSON_AddStringToObject(o, "update_dim", m->dims[op->operands[0]->type.dims[op->u.update.dim]].name);
+}
+
+void ir_print_json(FILE *out, ir_module *m)
+{
     ir_module_renumber(m);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "file", m->filename);
@@ -139,52 +226,7 @@ void ir_print_json(FILE *out, ir_module *m)
         if (op->remat)
             cJSON_AddBoolToObject(o, "remat", true);
         cJSON *axes = cJSON_AddArrayToObject(o, "axes");
-        if (ir_op_is_reshard(op->kind)) {
-            for (int a = 0; a < op->u.coll.naxes; a++) {
-                char n[2] = {m->mesh.axes[op->u.coll.axes[a]].name, 0};
-                cJSON_AddItemToArray(axes, cJSON_CreateString(n));
-            }
-            const int *dims = op->operands[0]->type.dims;
-            if (op->u.coll.dim >= 0)
-                cJSON_AddStringToObject(o, "dim", m->dims[dims[op->u.coll.dim]].name);
-            if (op->kind == IR_OP_ALLTOALL && op->u.coll.dim2 >= 0)
-                cJSON_AddStringToObject(o, "dim2", m->dims[dims[op->u.coll.dim2]].name);
-            if (op->u.coll.dim == IR_COLL_PER_AXIS) {
-                /* One dim per axis, in the order of "axes". */
-                cJSON *per = cJSON_AddArrayToObject(o, "dims");
-                cJSON *per2 = op->kind == IR_OP_ALLTOALL ? cJSON_AddArrayToObject(o, "dims2") : NULL;
-                for (int a = 0; a < op->u.coll.naxes; a++) {
-                    cJSON_AddItemToArray(per, cJSON_CreateString(m->dims[dims[ir_coll_dim(&op->u.coll, a)]].name));
-                    if (per2)
-                        cJSON_AddItemToArray(per2, cJSON_CreateString(m->dims[dims[ir_coll_dim2(&op->u.coll, a)]].name));
-                }
-            }
-            if (op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER)
-                cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.coll.reduce));
-        } else if (op->kind == IR_OP_EINSUM) {
-            cJSON_AddStringToObject(o, "einsum", ir_einsum_spec(m, op, buf, sizeof buf));
-            cJSON_AddNumberToObject(o, "scale", op->u.einsum.scale);
-            cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.einsum.reduce));
-            if (op->u.einsum.gather)
-                cJSON_AddStringToObject(o, "gather", m->dims[op->u.einsum.gather_label].name);
-            if (op->u.einsum.scatter)
-                cJSON_AddStringToObject(o, "scatter_add", m->dims[op->u.einsum.gather_label].name);
-        } else if (op->kind == IR_OP_ELEMENTWISE) {
-            cJSON_AddStringToObject(o, "expr", ir_ew_str(m, op, buf, sizeof buf));
-        } else if (op->kind == IR_OP_MESHSLICE) {
-            ms_json(m, op, o, axes);
-        } else if (ir_op_is_loop(op->kind) && op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims) {
-            cJSON_AddStringToObject(o, "loop_dim", m->dims[op->u.loop.dim].name);
-            cJSON_AddNumberToObject(o, "trips", (double)m->dims[op->u.loop.dim].size);
-            cJSON_AddNumberToObject(o, "begin", op_index(order, nops, op->u.loop.begin));
-            cJSON_AddNumberToObject(o, "end", op_index(order, nops, op->u.loop.end));
-            if (op->kind == IR_OP_LOOPBEGIN)
-                cJSON_AddBoolToObject(o, "reverse", op->u.loop.reverse);
-        } else if (op->kind == IR_OP_UPDATESLICE && op->noperands > 0 && op->u.update.dim >= 0 &&
-                   op->u.update.dim < op->operands[0]->type.rank) {
-            cJSON_AddStringToObject(o, "update_dim",
-                                    m->dims[op->operands[0]->type.dims[op->u.update.dim]].name);
-        }
+        ir_op_traits_of(op->kind)->json(m, op, o, axes, order, nops);
         if (op->loop)
             cJSON_AddNumberToObject(o, "in_loop", op_index(order, nops, op->loop));
         cJSON *operands = cJSON_AddArrayToObject(o, "operands");

@@ -40,12 +40,13 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
     int8_t(*laxes)[IR_MAX_AXES] = calloc((size_t)nlabels + 1, sizeof *laxes);
     int *lnaxes = calloc((size_t)nlabels + 1, sizeof *lnaxes);
     int *lseen = calloc((size_t)nlabels + 1, sizeof *lseen); /* 1 + operand index that set it */
+    bool *lin = calloc((size_t)nlabels + 1, sizeof *lin);    /* lseen[L] != 0 */
     int owner[IR_MAX_AXES];
     for (int a = 0; a < IR_MAX_AXES; a++)
         owner[a] = -1;
     bool ok = false;
     ir_axes unreduced = 0, used = 0;
-    if (!laxes || !lnaxes || !lseen) {
+    if (!laxes || !lnaxes || !lseen || !lin) {
         WHY("out of memory");
         goto done;
     }
@@ -73,6 +74,7 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                 continue;
             }
             lseen[L] = i + 1;
+            lin[L] = true;
             lnaxes[L] = s->naxes[j];
             memcpy(laxes[L], s->axes[j], (size_t)s->naxes[j]);
             for (int k = 0; k < s->naxes[j]; k++) {
@@ -166,13 +168,7 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
             goto done;
         }
     }
-    memset(out, 0, sizeof *out);
     int rank = op->result ? op->result->type.rank : 0;
-    bool *in_result = calloc((size_t)nlabels + 1, sizeof *in_result);
-    if (!in_result) {
-        WHY("out of memory");
-        goto done;
-    }
     for (int r = 0; r < rank; r++) {
         int L = rlabels[r];
         /* An elementwise result dim no operand has (one that only an index
@@ -183,39 +179,32 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                       L == op->u.einsum.gather_label);
         if (L < 0 || L >= nlabels || (!lseen[L] && !whole)) {
             WHY("result dim %d is not a dim of any operand", r);
-            free(in_result);
             goto done;
         }
-        in_result[L] = true;
-        out->naxes[r] = (uint8_t)lnaxes[L];
-        memcpy(out->axes[r], laxes[L], (size_t)lnaxes[L]);
     }
-    /* Axes of contracted dims become unreduced (seed 001 case 3), holding
-     * partial results of the einsum's reduction. */
-    ir_axes contracted = 0;
-    for (int L = 0; L < nlabels; L++)
-        if (lseen[L] && !in_result[L]) {
-            if (op->kind == IR_OP_ELEMENTWISE) {
+    ir_axes contracted = ir_einsum_sharding(nlabels, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes,
+                                            lin, rank, rlabels, unreduced, reduce, out);
+    if (op->kind == IR_OP_ELEMENTWISE)
+        for (int L = 0; L < nlabels; L++) {
+            bool kept = !lseen[L];
+            for (int r = 0; r < rank && !kept; r++)
+                kept = rlabels[r] == L;
+            if (!kept) {
                 WHY("elementwise op drops dim %s", m->dims[L].name);
-                free(in_result);
                 goto done;
             }
-            for (int k = 0; k < lnaxes[L]; k++)
-                contracted |= 1u << laxes[L][k];
         }
-    free(in_result);
     /* Partial argmaxes over devices would need their values too. */
     if (reduce == IR_RED_ARGMAX && contracted) {
         WHY("an argmax reduces a sharded dim (gather it first)");
         goto done;
     }
-    out->unreduced = unreduced | contracted;
-    out->red = (uint8_t)(contracted ? reduce : IR_RED_SUM);
     ok = true;
 done:
     free(laxes);
     free(lnaxes);
     free(lseen);
+    free(lin);
     return ok;
 }
 
@@ -314,10 +303,16 @@ static bool coll_dims_ok(const ir_op *op, int rank, char *why, size_t why_size)
     return true;
 }
 
-/* The sharding a reshard op must produce from its operand's, or false. */
-static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+/* The sharding a reshard op must produce from its operand's, or false:
+ * the verifier hook of the coll arm. */
+bool ir_verify_coll(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
     const ir_value *v = op->operands[0];
+    if (v->type.rank != op->result->type.rank ||
+        memcmp(v->type.dims, op->result->type.dims, sizeof(int) * (size_t)op->result->type.rank) != 0) {
+        WHY("operand and result dims differ");
+        return false;
+    }
     const ir_sharding *in = &v->type.sh;
     int rank = v->type.rank;
     int n = op->u.coll.naxes;
@@ -385,13 +380,12 @@ static bool reshard_result(const ir_module *m, const ir_op *op, ir_sharding *out
     }
 }
 
-/* The result sharding of MeshSlice `op`: its AllGather moves applied to the
+/* The result sharding of MeshSlice `op` (its verifier hook): its AllGather moves applied to the
  * operands, the einsum rule of ir_op_local_sharding, then its ReduceScatter
  * move.  Also checks the dataflow's shape (which matrices move, over which
  * axes) and that K * block divides every per-device size of the split dim,
  * which blocked slicing needs (seed 004 Algorithm 2). */
-static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
-                             size_t why_size)
+bool ir_verify_ms(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
     int row = op->u.ms.row_axis, col = op->u.ms.col_axis;
     if (op->noperands != 2 || op->u.ms.nmoves != 2) {
@@ -478,15 +472,18 @@ static bool meshslice_result(const ir_module *m, const ir_op *op, ir_sharding *o
     return true;
 }
 
-/* Whether v, or a value reached from v through reshard ops, has sharding `c`. */
-static bool reaches(const ir_module *m, const ir_value *v, const ir_sharding *c)
+/* Whether v, or a value reached from v through reshard ops (its readers,
+ * from its use-list), has sharding `c`. */
+static bool reaches(const ir_value *v, const ir_sharding *c)
 {
     if (ir_sharding_equal(&v->type.sh, c, v->type.rank))
         return true;
-    for (ir_op *op = v->def ? v->def->next : m->first; op; op = op->next)
-        if (ir_op_is_reshard(op->kind) && op->noperands == 1 && op->operands[0] == v &&
-            op->result && reaches(m, op->result, c))
+    for (int k = 0; k < v->nuses; k++) {
+        const ir_op *op = v->uses[k].op;
+        if (ir_op_is_reshard(op->kind) && op->noperands == 1 && op->operands[0] == v && op->result &&
+            reaches(op->result, c))
             return true;
+    }
     return false;
 }
 
@@ -502,6 +499,42 @@ static bool update_matches(const ir_output *o)
     for (int d = 0; d < a->rank; d++)
         if (a->dims[d] != b->dims[d])
             return false;
+    return true;
+}
+
+/* The verifier hooks of Einsum and Elementwise: the einsum rule. */
+bool ir_verify_einsum(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+{
+    return ir_op_local_sharding(m, op, out, why, why_size);
+}
+
+bool ir_verify_ew(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
+{
+    return ir_op_local_sharding(m, op, out, why, why_size);
+}
+
+/* Whether the labels of Einsum or Elementwise `op` name dims of its values'
+ * sizes (other kinds have none); reports the first that does not. */
+static bool labels_ok(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    if (op->kind != IR_OP_EINSUM && op->kind != IR_OP_ELEMENTWISE)
+        return true;
+    const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
+    const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
+    for (int i = 0; i < op->noperands; i++)
+        for (int j = 0; j < op->operands[i]->type.rank; j++) {
+            int L = labels[i][j];
+            if (L < 0 || L >= m->ndims || m->dims[L].size != m->dims[op->operands[i]->type.dims[j]].size) {
+                diag_error(d, op->loc, "%s: label %d of operand %d does not match its dim size",
+                           ir_op_name(op->kind), j, i);
+                return false;
+            }
+        }
+    for (int r = 0; r < op->result->type.rank; r++)
+        if (rl[r] < 0 || rl[r] >= m->ndims || m->dims[rl[r]].size != m->dims[op->result->type.dims[r]].size) {
+            diag_error(d, op->loc, "%s: result label %d does not match its dim size", ir_op_name(op->kind), r);
+            return false;
+        }
     return true;
 }
 
@@ -530,7 +563,15 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             diag_error(d, op->loc, "%s op has no result or a stale result link", ir_op_name(op->kind));
             continue;
         }
-        bool operands_ok = op->noperands >= 1 && op->noperands <= IR_MAX_OPERANDS;
+        const ir_op_traits *tr = ir_op_traits_of(op->kind);
+        if (!tr) {
+            diag_error(d, op->loc, "op of unknown kind %d", (int)op->kind);
+            continue;
+        }
+        bool operands_ok = op->noperands >= tr->min_operands && op->noperands <= tr->max_operands;
+        if (!operands_ok)
+            diag_error(d, op->loc, "%s op has %d operands, not %d to %d", tr->name, op->noperands,
+                       tr->min_operands, tr->max_operands);
         for (int i = 0; operands_ok && i < op->noperands; i++) {
             const ir_value *v = op->operands[i];
             if (!v || v->id < 0 || v->id >= m->nvalues || m->values[v->id] != v) {
@@ -547,48 +588,10 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             continue;
         }
         defined[op->result->id] = true;
+        if (!labels_ok(m, op, d))
+            continue;
         ir_sharding want;
-        bool ok;
-        if (op->kind == IR_OP_MESHSLICE) {
-            ok = meshslice_result(m, op, &want, why, sizeof why);
-        } else if (ir_op_is_loop(op->kind)) {
-            ok = ir_verify_loop_result(m, op, &want, why, sizeof why);
-        } else if (op->kind == IR_OP_UPDATESLICE) {
-            ok = ir_verify_update_result(m, op, &want, why, sizeof why);
-        } else if (op->kind == IR_OP_EINSUM || op->kind == IR_OP_ELEMENTWISE) {
-            const int (*labels)[IR_MAX_RANK] = op->kind == IR_OP_EINSUM ? op->u.einsum.labels : op->u.ew.labels;
-            const int *rl = op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
-            bool labels_ok = true;
-            for (int i = 0; i < op->noperands && labels_ok; i++)
-                for (int j = 0; j < op->operands[i]->type.rank; j++) {
-                    int L = labels[i][j];
-                    if (L < 0 || L >= m->ndims ||
-                        m->dims[L].size != m->dims[op->operands[i]->type.dims[j]].size) {
-                        diag_error(d, op->loc, "%s: label %d of operand %d does not match its dim size",
-                                   ir_op_name(op->kind), j, i);
-                        labels_ok = false;
-                        break;
-                    }
-                }
-            for (int r = 0; r < op->result->type.rank && labels_ok; r++)
-                if (rl[r] < 0 || rl[r] >= m->ndims ||
-                    m->dims[rl[r]].size != m->dims[op->result->type.dims[r]].size) {
-                    diag_error(d, op->loc, "%s: result label %d does not match its dim size",
-                               ir_op_name(op->kind), r);
-                    labels_ok = false;
-                }
-            if (!labels_ok)
-                continue;
-            ok = ir_op_local_sharding(m, op, &want, why, sizeof why);
-        } else {
-            ok = op->noperands == 1 && op->operands[0]->type.rank == op->result->type.rank &&
-                 memcmp(op->operands[0]->type.dims, op->result->type.dims,
-                        sizeof(int) * (size_t)op->result->type.rank) == 0;
-            if (!ok)
-                snprintf(why, sizeof why, "operand and result dims differ");
-            else
-                ok = reshard_result(m, op, &want, why, sizeof why);
-        }
+        bool ok = tr->verify(m, op, &want, why, sizeof why);
         if (!ok) {
             diag_error(d, op->loc, "%s producing %s is not locally computable: %s", ir_op_name(op->kind),
                        ir_type_str(m, op->result->tensor, &op->result->type, b1, sizeof b1), why);
@@ -606,7 +609,7 @@ int ir_verify(const ir_module *m, diag_ctx *d)
         const ir_value *v = m->values[i];
         if (!v->has_constraint || (v->kind == IR_VAL_OP && (!v->def || !defined[i])))
             continue;
-        if (!reaches(m, v, &v->constraint)) {
+        if (!reaches(v, &v->constraint)) {
             ir_type t = v->type;
             t.sh = v->constraint;
             diag_error(d, v->loc, "%s does not meet its constraint %s", ir_type_str(m, v->tensor, &v->type, b1, sizeof b1),
@@ -638,5 +641,6 @@ int ir_verify(const ir_module *m, diag_ctx *d)
     free(defined);
     ir_verify_loops(m, d);
     ir_verify_updates(m, d);
+    ir_verify_uses(m, d);
     return d->nerrors - before;
 }

@@ -35,8 +35,8 @@ static bool same_shape(const ir_type *a, const ir_type *b)
            memcmp(a->dims, b->dims, sizeof(int) * (size_t)a->rank) == 0;
 }
 
-bool ir_verify_loop_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
-                           size_t why_size)
+bool ir_verify_loop(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                    size_t why_size)
 {
     if (op->noperands != 1) {
         WHY("%s takes one operand", ir_op_name(op->kind));

@@ -21,8 +21,8 @@
 
 #define WHY(...) (why ? (void)snprintf(why, why_size, __VA_ARGS__) : (void)0)
 
-bool ir_verify_update_result(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
-                             size_t why_size)
+bool ir_verify_update(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                      size_t why_size)
 {
     if (op->noperands != 3) {
         WHY("UpdateSlice takes three operands (the storage, the slice, the position)");

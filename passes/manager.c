@@ -56,12 +56,26 @@ static bool in_list(const char *list, const char *name)
     return false;
 }
 
+bool pass_runs_later(const pass_ctx *ctx, const char *name)
+{
+    if (!ctx || !ctx->pm)
+        return false;
+    for (int i = ctx->pass_index + 1; i < ctx->pm->npipeline; i++)
+        if (strcmp(ctx->pm->pipeline[i]->name, name) == 0)
+            return true;
+    return false;
+}
+
 int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m)
 {
     for (int i = 0; i < pm->npipeline; i++) {
         const pass_info *p = pm->pipeline[i];
         int before = ctx->diag->nerrors;
+        ctx->pm = pm;
+        ctx->pass_index = i;
         int rc = p->run(ctx, m);
+        ctx->pm = NULL;
+        ctx->pass_index = 0;
         if (rc != 0 || ctx->diag->nerrors > before) {
             if (ctx->diag->nerrors == before)
                 diag_error(ctx->diag, DIAG_NOLOC, "pass '%s' failed", p->name);

@@ -46,6 +46,55 @@
 /* auto K: the smallest K whose estimate is within this fraction of the
  * least (the model is not that precise; see choose_k). */
 #define K_TOLERANCE 0.01
+/* The largest K --meshslice=K takes. */
+#define K_OPTION_MAX 4096
+
+/* How the pass treats 2D GEMMs (--meshslice=auto|off|K). */
+typedef enum ms_mode {
+    MS_AUTO, /* pick dataflow and K with the cost model (the default) */
+    MS_OFF,  /* keep whole-tensor collectives */
+    MS_K,    /* a fixed K */
+} ms_mode;
+
+/* Parses the option's value into *mode and (MS_K) *k; false if it is not
+ * auto, off or a decimal K in [1, K_OPTION_MAX]. */
+static bool parse_mode(const char *v, ms_mode *mode, int *k)
+{
+    *k = 0;
+    if (strcmp(v, "auto") == 0) {
+        *mode = MS_AUTO;
+        return true;
+    }
+    if (strcmp(v, "off") == 0) {
+        *mode = MS_OFF;
+        return true;
+    }
+    int64_t n = 0;
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9' || n > K_OPTION_MAX)
+            return false;
+        n = n * 10 + (*p - '0');
+    }
+    if (!*v || n < 1 || n > K_OPTION_MAX)
+        return false;
+    *mode = MS_K;
+    *k = (int)n;
+    return true;
+}
+
+static bool check_mode(const char *value, char *why, size_t why_size)
+{
+    ms_mode mode;
+    int k;
+    if (parse_mode(value, &mode, &k))
+        return true;
+    snprintf(why, why_size, "--meshslice wants auto, off or a slice count K, not '%s'", value);
+    return false;
+}
+
+const pass_option pass_meshslice_options[1] = {
+    {"meshslice", "auto|off|K: MeshSlice's K by the cost model, no MeshSlice, or a fixed K", check_mode},
+};
 
 /* A recognised 2D GEMM, before rewriting. */
 typedef struct gemm2d {
@@ -58,16 +107,13 @@ typedef struct gemm2d {
     int64_t g;              /* gcd of the split dim's per-device sizes */
 } gemm2d;
 
-/* How many ops read `v`, and whether it is a program output. */
+/* How many operand slots read `v` (its use-list), plus 2 for each program
+ * output it is; *user is a reader when there is one. */
 static int uses(const ir_module *m, const ir_value *v, ir_op **user)
 {
-    int n = 0;
-    for (ir_op *op = m->first; op; op = op->next)
-        for (int i = 0; i < op->noperands; i++)
-            if (op->operands[i] == v) {
-                n++;
-                *user = op;
-            }
+    int n = v->nuses;
+    if (n > 0)
+        *user = v->uses[n - 1].op;
     for (int o = 0; o < m->noutputs; o++)
         if (m->outputs[o].value == v)
             n += 2;
@@ -222,12 +268,12 @@ void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op,
 }
 
 /* The K to use for `ms` (see the essay); writes how it was chosen. */
-static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const ir_op *ms,
+static int choose_k(pass_ctx *ctx, int fixed_k, const ir_module *m, const cost_hw *hw, const ir_op *ms,
                     int64_t g, char *how, size_t how_size)
 {
     int64_t limit = g < COST_MS_MAX_SLICES ? g : COST_MS_MAX_SLICES;
-    if (ctx->meshslice == PASS_MESHSLICE_K) {
-        int64_t want = ctx->meshslice_k > 0 ? ctx->meshslice_k : 1, k = 1;
+    if (fixed_k > 0) {
+        int64_t want = fixed_k, k = 1;
         for (int64_t c = 1; c <= limit && c <= want; c++)
             if (g % c == 0)
                 k = c;
@@ -271,7 +317,15 @@ static int choose_k(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const 
 
 int pass_meshslice(pass_ctx *ctx, ir_module *m)
 {
-    if (ctx->meshslice == PASS_MESHSLICE_OFF)
+    const char *opt = pass_option_value(ctx, "meshslice");
+    ms_mode mode = MS_AUTO;
+    int fixed_k = 0;
+    if (opt && !parse_mode(opt, &mode, &fixed_k)) {
+        diag_error(ctx->diag, DIAG_NOLOC, "meshslice: --meshslice wants auto, off or a slice count K, not '%s'",
+                   opt);
+        return 1;
+    }
+    if (mode == MS_OFF)
         return 0;
     cost_hw local;
     const cost_hw *hw = ctx->hw;
@@ -292,7 +346,7 @@ int pass_meshslice(pass_ctx *ctx, ir_module *m)
             continue;
         ir_op *ms = build(m, &g);
         char how[256];
-        int k = choose_k(ctx, m, hw, ms, g.g, how, sizeof how);
+        int k = choose_k(ctx, fixed_k, m, hw, ms, g.g, how, sizeof how);
         ms->u.ms.k = k;
         ms->u.ms.block = (int)(g.g / k);
         cost_ms_gemm s = global_gemm(m, e);

@@ -22,20 +22,39 @@
 
 struct cost_hw;
 
-/* How the meshslice pass treats 2D GEMMs (--meshslice=auto|off|K). */
-typedef enum pass_meshslice_mode {
-    PASS_MESHSLICE_AUTO, /* pick dataflow and K with the cost model */
-    PASS_MESHSLICE_OFF,  /* keep whole-tensor collectives */
-    PASS_MESHSLICE_K,    /* fixed K (pass_ctx.meshslice_k) */
-} pass_meshslice_mode;
+/* One option a pass declares (MLIR's pass options): written --NAME=VALUE
+ * on the einc command line and handed to the pass through
+ * pass_ctx.options (pass_option_value).  Names are unique among the
+ * registry's passes. */
+typedef struct pass_option {
+    const char *name; /* NAME, without the dashes */
+    const char *help; /* the values it takes, one line */
+    /* Whether VALUE is one the pass takes; if not, writes the command
+     * line's error message ("--NAME wants ..., not 'VALUE'") into `why`.
+     * NULL: any value. */
+    bool (*check)(const char *value, char *why, size_t why_size);
+} pass_option;
 
-/* Options and services every pass sees.  Owned by the driver. */
+#define PASS_MAX_OPTIONS 16
+
+/* The pass options given on the command line, in order (a later value of
+ * the same option wins).  Strings are not owned (argv). */
+typedef struct pass_options {
+    int n;
+    const char *name[PASS_MAX_OPTIONS];
+    const char *value[PASS_MAX_OPTIONS];
+} pass_options;
+
+/* What every pass sees.  Owned by the driver. */
 typedef struct pass_ctx {
     diag_ctx *diag;                   /* where passes report errors */
-    pass_meshslice_mode meshslice;
-    int meshslice_k;                  /* with PASS_MESHSLICE_K */
     const struct cost_hw *hw;         /* hardware profile for cost decisions; may be NULL */
     FILE *log;                        /* pass remarks (--debug-pass); NULL = quiet */
+    const pass_options *options;      /* the passes' options as given; NULL: all at their defaults */
+    /* Set by pass_manager_run for the pass it runs: its pipeline and its
+     * place in it (pass_runs_later).  NULL and 0 outside a pipeline. */
+    const struct pass_manager *pm;
+    int pass_index;
 } pass_ctx;
 
 /* One registered pass.  `run` returns 0 on success; nonzero means it
@@ -44,7 +63,18 @@ typedef struct pass_info {
     const char *name;     /* used in --passes= and --print-after= */
     const char *summary;  /* one line, for --list-passes */
     int (*run)(pass_ctx *ctx, ir_module *m);
+    const pass_option *options; /* the options it declares (noptions entries), or NULL */
+    int noptions;
 } pass_info;
+
+/* The value given for option `name` (the last one), or NULL if none was:
+ * the pass then uses its default. */
+const char *pass_option_value(const pass_ctx *ctx, const char *name);
+
+/* Whether a pass named `name` runs after the current one in the pipeline
+ * (ctx->pm): e.g. propagate prices 2D GEMMs as MeshSlice loops only when
+ * the meshslice pass will make them.  False outside a pipeline. */
+bool pass_runs_later(const pass_ctx *ctx, const char *name);
 
 /* The plugin entry point's type (see above). */
 typedef const pass_info *(*pass_plugin_fn)(int *count);
@@ -68,6 +98,11 @@ void pass_registry_free(pass_registry *r);
  * on failure writes a message to `err` and returns -1.  `path` must outlive
  * the registry. */
 int pass_registry_load(pass_registry *r, const char *path, FILE *err);
+/* Adds `arg` ("NAME=VALUE", from --NAME=VALUE) to `opts` if a pass of `r`
+ * declares option NAME: returns 0, or -1 with the message in `why` when the
+ * pass does not take VALUE or `opts` is full; 1 when no pass declares NAME. */
+int pass_options_add(pass_options *opts, const pass_registry *r, const char *arg, char *why,
+                     size_t why_size);
 /* The pass named `name`, or NULL. */
 const pass_info *pass_registry_find(const pass_registry *r, const char *name);
 /* Prints "name  summary" lines (--list-passes). */
@@ -102,5 +137,7 @@ int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
 int pass_prefetch_params(pass_ctx *ctx, ir_module *m); /* prefetch_params.c */
 int pass_regather(pass_ctx *ctx, ir_module *m);   /* regather.c */
 int pass_meshslice(pass_ctx *ctx, ir_module *m);  /* meshslice.c */
+/* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
+extern const pass_option pass_meshslice_options[1];
 
 #endif

@@ -57,7 +57,7 @@ int pass_prefetch_params(pass_ctx *ctx, ir_module *m)
  * built-in cannot interpose) and exports only the entry point. */
 static const pass_info plugin_passes[] = {
     {"prefetch-params", "move resharding ops of params to the front, to overlap them (loaded from a plugin)",
-     prefetch_params},
+     prefetch_params, NULL, 0},
 };
 
 __attribute__((visibility("default"))) const pass_info *einc_pass_plugin(int *count);

@@ -203,7 +203,7 @@ static int materialise(prop *p)
                 errors++;
                 continue;
             }
-            op->operands[i] = nv;
+            ir_op_set_operand(m, op, i, nv);
         }
         ir_value *r = op->result;
         if (r->has_constraint && !ir_sharding_equal(&oi->lay.produced, &r->constraint, r->type.rank)) {
@@ -539,7 +539,8 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     memset(&p, 0, sizeof p);
     p.ctx = ctx;
     p.hw = ctx->hw;
-    p.meshslice = ctx->meshslice != PASS_MESHSLICE_OFF;
+    const char *ms = pass_option_value(ctx, "meshslice");
+    p.meshslice = pass_runs_later(ctx, "meshslice") && !(ms && strcmp(ms, "off") == 0);
     p.m = m;
     int errors = check_input(&p);
     if (errors)

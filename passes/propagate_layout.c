@@ -303,7 +303,7 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
     const ir_mesh *mesh = &p->m->mesh;
     int8_t laxes[MAX_LABELS][IR_MAX_AXES];
     int lnaxes[MAX_LABELS];
-    ir_axes carry = 0, contracted_axes = 0;
+    ir_axes carry = 0;
     for (int l = 0; l < oi->nlabels; l++) {
         ir_axes set = 0;
         for (int a = 0; a < mesh->naxes; a++)
@@ -318,7 +318,6 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
             if ((op->kind == IR_OP_ELEMENTWISE ||
                  (op->kind == IR_OP_EINSUM && op->u.einsum.reduce == IR_RED_ARGMAX)) && set)
                 return false;
-            contracted_axes |= set;
         }
     }
     for (int a = 0; a < mesh->naxes; a++)
@@ -339,18 +338,16 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
                 if (lay->choice[a] == CH_CARRY + i)
                     r->unreduced |= 1u << a;
     }
-    ir_sharding *s = &lay->produced;
-    memset(s, 0, sizeof *s);
-    for (int j = 0; j < op->result->type.rank; j++) {
-        int l = pass_prop_label_index(oi, oi->rlabels[j]);
-        if (l < 0)
+    /* The result by seed 001's rule, as the verifier computes it
+     * (ir_einsum_sharding); carried partials are sums (max and min are
+     * never carried). */
+    int rl[IR_MAX_RANK];
+    for (int j = 0; j < op->result->type.rank; j++)
+        if ((rl[j] = pass_prop_label_index(oi, oi->rlabels[j])) < 0)
             return false;
-        s->naxes[j] = (uint8_t)lnaxes[l];
-        memcpy(s->axes[j], laxes[l], (size_t)lnaxes[l]);
-    }
-    s->unreduced = carry | contracted_axes;
-    /* Carried partials are sums (max and min are never carried). */
-    s->red = (uint8_t)(contracted_axes && op->kind == IR_OP_EINSUM ? op->u.einsum.reduce : IR_RED_SUM);
+    ir_einsum_sharding(oi->nlabels, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes, oi->in_operand,
+                       op->result->type.rank, rl, carry,
+                       op->kind == IR_OP_EINSUM ? op->u.einsum.reduce : IR_RED_SUM, &lay->produced);
     return true;
 }
 

@@ -169,7 +169,7 @@ static int reshard_operand(prop *p, ir_op *op, const ir_sharding *to)
                      "iteration starts with the loop-carried sharding %s", dim, v->tensor, b1, b2);
         wp[s] = whys[s];
     }
-    op->operands[0] = pass_reshard_emit(p->m, v, &plan, op, NULL, op, 0, wp);
+    ir_op_set_operand(p->m, op, 0, pass_reshard_emit(p->m, v, &plan, op, NULL, op, 0, wp));
     return 0;
 }
 

@@ -28,9 +28,21 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* The first op after `op` in phase `phase` that reads `v`, or NULL. */
+/* The first op after `op` in phase `phase` that reads `v` (defined by op
+ * or earlier), or NULL.  The use-list says whether there is one, and which
+ * when only one op reads v in that phase; otherwise the op list, walked
+ * from op, says which comes first. */
 static ir_op *first_reader(ir_op *op, const ir_value *v, ir_phase phase)
 {
+    ir_op *only = NULL;
+    int n = 0;
+    for (int k = 0; k < v->nuses; k++)
+        if (v->uses[k].op->phase == phase && v->uses[k].op != only) {
+            only = v->uses[k].op;
+            n++;
+        }
+    if (n <= 1)
+        return only;
     for (ir_op *o = op->next; o; o = o->next)
         for (int k = 0; o->phase == phase && k < o->noperands; k++)
             if (o->operands[k] == v)

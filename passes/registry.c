@@ -13,11 +13,11 @@
 #include "pass.h"
 
 static const pass_info builtin[] = {
-    {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001)", pass_propagate},
-    {"regather", "keep a gathered weight for the backward pass, or gather it again when memory does not fit (seed 000)", pass_regather},
-    {"meshslice", "lower 2D GEMMs to MeshSlice loops of partial AllGather/ReduceScatter (seed 004); --meshslice=auto|off|K", pass_meshslice},
-    {"prefetch-params", "move resharding ops of params to the front, to overlap them (example pass, docs/passes.md)", pass_prefetch_params},
-    {"cost", "annotate every op with FLOPs, bytes and time on the --hw profile (seeds 001, 000)", pass_cost},
+    {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001)", pass_propagate, NULL, 0},
+    {"regather", "keep a gathered weight for the backward pass, or gather it again when memory does not fit (seed 000)", pass_regather, NULL, 0},
+    {"meshslice", "lower 2D GEMMs to MeshSlice loops of partial AllGather/ReduceScatter (seed 004); --meshslice=auto|off|K", pass_meshslice, pass_meshslice_options, 1},
+    {"prefetch-params", "move resharding ops of params to the front, to overlap them (example pass, docs/passes.md)", pass_prefetch_params, NULL, 0},
+    {"cost", "annotate every op with FLOPs, bytes and time on the --hw profile (seeds 001, 000)", pass_cost, NULL, 0},
 };
 
 void pass_registry_init(pass_registry *r)
@@ -66,8 +66,9 @@ int pass_registry_load(pass_registry *r, const char *path, FILE *err)
     }
     for (int i = 0; i < count; i++) {
         const pass_info *p = &passes[i];
-        if (!p->name || !p->run) {
-            fprintf(err, "einc: error: pass plugin '%s': pass %d has no name or run function\n", path, i);
+        if (!p->name || !p->run || p->noptions < 0 || (p->noptions > 0 && !p->options)) {
+            fprintf(err, "einc: error: pass plugin '%s': pass %d has no name or run function, "
+                    "or bad options\n", path, i);
             dlclose(h);
             return -1;
         }

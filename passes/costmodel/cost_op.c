@@ -333,85 +333,121 @@ void cost_op_estimate(const ir_module *m, const cost_hw *hw, const ir_op *op, ir
     cost_op_estimate_onchip(m, hw, op, NULL, result);
 }
 
+/* What every op's estimate starts from: its operands' and result's HBM
+ * bytes (0 for values kept on chip) and the result's dtype. */
+typedef struct op_io {
+    double in, out;
+    ir_dtype t;
+} op_io;
+
+/* The cost hooks, one per union arm of IR_OPS: op's estimate into *c
+ * (zeroed but for `valid`). */
+typedef void (*cost_op_fn)(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io,
+                           ir_cost *c);
+#define X(e, s, arm, lo, hi, tr) \
+    static void cost_op_##arm(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c);
+IR_OPS(X)
+#undef X
+
+static const cost_op_fn op_cost[IR_OP_COUNT] = {
+#define X(e, s, arm, lo, hi, tr) [IR_OP_##e] = cost_op_##arm,
+    IR_OPS(X)
+#undef X
+};
+
+/* A time of HBM traffic alone: `bytes` over W_hbm. */
+static void memory_only(const cost_hw *hw, double bytes, ir_cost *c)
+{
+    c->hbm_bytes = bytes;
+    c->t_memory = c->hbm_bytes / hw->hbm_bw;
+    c->time = c->t_memory;
+    c->bound = IR_BOUND_MEMORY;
+}
+
+static void cost_op_einsum(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    c->flops = einsum_flops(m, op);
+    /* A gather reads the indices and one table row per result row. */
+    c->hbm_bytes = op->u.einsum.gather ? io->in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * io->out
+                                       : io->in + io->out;
+    roofline(hw, io->t, c);
+    if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
+        c->t_compute = c->flops / cost_measured_gemm_rate(hw, io->t, c->flops);
+        c->time = fmax(c->t_compute, c->t_memory);
+        c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
+        double k = cost_measured_contention(hw, mesh_devices(m));
+        c->t_compute *= k;
+        c->t_memory *= k;
+        c->time *= k;
+    }
+}
+
+static void cost_op_ew(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    c->flops = elementwise_flops(m, op);
+    c->hbm_bytes = io->in + io->out;
+    if (hw->measured)
+        measured_elementwise(m, hw, op, c);
+    else
+        roofline(hw, io->t, c);
+}
+
+static void cost_op_coll(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    cost_coll_time ct;
+    double v;
+    if (!cost_op_coll_time(m, hw, op, &ct, &v)) {
+        memory_only(hw, 2 * io->out, c); /* Slice: a local copy of the kept block */
+        return;
+    }
+    double p = group_size(m, op);
+    double share = p > 1 ? (p - 1) / p : 0; /* what leaves this device */
+    c->comm_bytes = (op->kind == IR_OP_ALLREDUCE ? 2 : 1) * v * share;
+    c->hbm_bytes = io->in + io->out;
+    c->t_memory = c->hbm_bytes / hw->hbm_bw;
+    c->t_comm = ct.time;
+    c->time = ct.time;
+    c->bound = ct.bound;
+}
+
+static void cost_op_ms(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    (void)io;
+    cost_meshslice_op(m, hw, op, op->u.ms.k, c);
+}
+
+static void cost_op_loop(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    if (op->kind == IR_OP_LAYERSLICE)
+        c->bound = IR_BOUND_MEMORY; /* a view of one layer of a stacked param: no data moves */
+    else if (op->kind == IR_OP_LAYERSTACK) /* copies one layer's value into its block of the stack */
+        memory_only(hw, 2 * (double)ir_local_bytes(m, &op->operands[0]->type), c);
+    else { /* LoopBegin, LoopEnd: the carried value's copy */
+        c->hbm_bytes = io->in + io->out;
+        roofline(hw, io->t, c);
+    }
+}
+
+static void cost_op_update(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    (void)io; /* in place: reads the slice once and writes it into the state */
+    memory_only(hw, 2 * (double)ir_local_bytes(m, &op->operands[1]->type), c);
+}
+
 void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op *op,
                              const bool *onchip, ir_cost *result)
 {
     ir_cost c;
     memset(&c, 0, sizeof c);
     c.valid = true;
-    double in = 0;
+    op_io io = {0, hbm_bytes_of(m, op->result, onchip), op->result ? op->result->type.dtype : IR_F32};
     for (int i = 0; i < op->noperands; i++)
-        in += hbm_bytes_of(m, op->operands[i], onchip);
-    double out = hbm_bytes_of(m, op->result, onchip);
-    ir_dtype t = op->result ? op->result->type.dtype : IR_F32;
-
-    cost_coll_time ct;
-    double v;
-    if (cost_op_coll_time(m, hw, op, &ct, &v)) {
-        double p = group_size(m, op);
-        double share = p > 1 ? (p - 1) / p : 0; /* what leaves this device */
-        c.comm_bytes = (op->kind == IR_OP_ALLREDUCE ? 2 : 1) * v * share;
-        c.hbm_bytes = in + out;
-        c.t_memory = c.hbm_bytes / hw->hbm_bw;
-        c.t_comm = ct.time;
-        c.time = ct.time;
-        c.bound = ct.bound;
-        *result = c;
-        return;
-    }
-    switch (op->kind) {
-    case IR_OP_EINSUM:
-        c.flops = einsum_flops(m, op);
-        /* A gather reads the indices and one table row per result row. */
-        c.hbm_bytes = op->u.einsum.gather ? in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * out
-                                          : in + out;
-        roofline(hw, t, &c);
-        if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
-            c.t_compute = c.flops / cost_measured_gemm_rate(hw, t, c.flops);
-            c.time = fmax(c.t_compute, c.t_memory);
-            c.bound = c.t_compute > c.t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-            double k = cost_measured_contention(hw, mesh_devices(m));
-            c.t_compute *= k;
-            c.t_memory *= k;
-            c.time *= k;
-        }
-        break;
-    case IR_OP_ELEMENTWISE:
-        c.flops = elementwise_flops(m, op);
-        c.hbm_bytes = in + out;
-        if (hw->measured)
-            measured_elementwise(m, hw, op, &c);
-        else
-            roofline(hw, t, &c);
-        break;
-    case IR_OP_MESHSLICE:
-        cost_meshslice_op(m, hw, op, op->u.ms.k, &c);
-        break;
-    case IR_OP_LAYERSLICE:
-        c.bound = IR_BOUND_MEMORY; /* a view of one layer of a stacked param: no data moves */
-        break;
-    case IR_OP_LAYERSTACK: /* copies one layer's value into its block of the stack */
-        c.hbm_bytes = 2 * (double)ir_local_bytes(m, &op->operands[0]->type);
-        c.t_memory = c.hbm_bytes / hw->hbm_bw;
-        c.time = c.t_memory;
-        c.bound = IR_BOUND_MEMORY;
-        break;
-    case IR_OP_UPDATESLICE: /* in place: reads the slice once and writes it into the state */
-        c.hbm_bytes = 2 * (double)ir_local_bytes(m, &op->operands[1]->type);
-        c.t_memory = c.hbm_bytes / hw->hbm_bw;
-        c.time = c.t_memory;
-        c.bound = IR_BOUND_MEMORY;
-        break;
-    case IR_OP_SLICE:
-        c.hbm_bytes = 2 * out;
-        c.t_memory = c.hbm_bytes / hw->hbm_bw;
-        c.time = c.t_memory;
-        c.bound = IR_BOUND_MEMORY;
-        break;
-    default:
-        c.hbm_bytes = in + out;
-        roofline(hw, t, &c);
-        break;
+        io.in += hbm_bytes_of(m, op->operands[i], onchip);
+    if ((unsigned)op->kind < IR_OP_COUNT)
+        op_cost[op->kind](m, hw, op, &io, &c);
+    else {
+        c.hbm_bytes = io.in + io.out;
+        roofline(hw, io.t, &c);
     }
     *result = c;
 }

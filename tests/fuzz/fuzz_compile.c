@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(pass_manager_parse(&pm, PASS_DEFAULT_PIPELINE, fd.d.out) == 0,
                    "the default pipeline does not parse");
         /* hw NULL: the cost passes use their default profile. */
-        pass_ctx ctx = {.diag = &fd.d, .meshslice = PASS_MESHSLICE_AUTO};
+        pass_ctx ctx = {.diag = &fd.d};
         int before = fd.d.nerrors;
         int rc = pass_manager_run(&pm, &ctx, m);
         bool verified = rc == 0 && ir_verify(m, &fd.d) == 0;

@@ -536,6 +536,161 @@ static void test_diag(void)
     free(text);
 }
 
+/* Every op kind has a name, operand counts and the ir layer's hooks, and
+ * the trait bits agree with the kind predicates. */
+static void test_op_traits(void)
+{
+    for (int k = 0; k < IR_OP_COUNT; k++) {
+        const ir_op_traits *t = ir_op_traits_of((ir_op_kind)k);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t->name);
+        CU_ASSERT(t->name[0] != 0 && strcmp(t->name, ir_op_name((ir_op_kind)k)) == 0);
+        CU_ASSERT(t->min_operands >= 0 && t->min_operands <= t->max_operands &&
+                  t->max_operands <= IR_MAX_OPERANDS);
+        CU_ASSERT(t->verify && t->print && t->json);
+        CU_ASSERT_EQUAL(ir_op_is_reshard((ir_op_kind)k), (t->traits & IR_TRAIT_RESHARD) != 0);
+        CU_ASSERT_EQUAL(ir_op_is_loop((ir_op_kind)k), (t->traits & IR_TRAIT_LOOP) != 0);
+        for (int j = 0; j < k; j++)
+            CU_ASSERT(strcmp(t->name, ir_op_name((ir_op_kind)j)) != 0);
+    }
+    CU_ASSERT_PTR_NULL(ir_op_traits_of(IR_OP_COUNT));
+    CU_ASSERT_STRING_EQUAL(ir_op_name(IR_OP_COUNT), "?");
+    CU_ASSERT_FALSE(ir_op_has_trait(IR_OP_COUNT, 0));
+}
+
+/* Whether v's use-list holds (op, i) exactly `n` times. */
+static bool has_use(const ir_value *v, const ir_op *op, int i, int n)
+{
+    int c = 0;
+    for (int k = 0; k < v->nuses; k++)
+        c += v->uses[k].op == op && v->uses[k].operand == i;
+    return c == n;
+}
+
+/* An AllGather_X of `a` ([I_X, J] -> [I, J]) for the use-list tests. */
+static ir_op *gather_x(fixture *f, ir_value *a)
+{
+    ir_type t = type2(f, f->I, "", f->J, "");
+    ir_value *g = ir_value_new(f->m, "G", IR_VAL_OP, &t, 0);
+    ir_op *op = ir_op_new(f->m, IR_OP_ALLGATHER, 1, &a, g, 0);
+    op->u.coll.naxes = 1;
+    op->u.coll.axes[0] = 0;
+    op->u.coll.dim = 0;
+    return op;
+}
+
+/* A fixture with inputs A[I_X, J] and B[J, K], for the use-list tests. */
+static void use_inputs(fixture *f, ir_value **a, ir_value **b)
+{
+    setup(f);
+    ir_type ta = type2(f, f->I, "X", f->J, ""), tb = type2(f, f->J, "", f->K, "");
+    *a = ir_value_new(f->m, "A", IR_VAL_INPUT, &ta, 0);
+    *b = ir_value_new(f->m, "B", IR_VAL_INPUT, &tb, 0);
+}
+
+/* Use-lists follow append, insert, operand rewrites, replace and remove,
+ * and the verifier accepts them at every step. */
+static void test_use_lists(void)
+{
+    fixture f;
+    ir_value *a, *b;
+    use_inputs(&f, &a, &b);
+    ir_op *g1 = gather_x(&f, a);
+    CU_ASSERT_EQUAL(a->nuses, 0); /* not linked yet: no use */
+    ir_op_append(f.m, g1);
+    ir_op *mm = matmul(&f, g1->result, b, type2(&f, f.I, "", f.K, ""));
+    ir_output_add(f.m, "C", mm->result, 0);
+    CU_ASSERT(a->nuses == 1 && has_use(a, g1, 0, 1));
+    CU_ASSERT(g1->result->nuses == 1 && has_use(g1->result, mm, 0, 1));
+    CU_ASSERT(b->nuses == 1 && has_use(b, mm, 1, 1));
+    CU_ASSERT_EQUAL(mm->result->nuses, 0); /* an output is no use */
+    CU_ASSERT_EQUAL(verify(&f), 0);
+
+    /* A second gather inserted before the einsum takes over its reads. */
+    ir_op *g2 = gather_x(&f, a);
+    ir_op_insert_before(f.m, mm, g2);
+    ir_replace_uses(f.m, g1->result, g2->result, g2);
+    CU_ASSERT(a->nuses == 2 && has_use(a, g1, 0, 1) && has_use(a, g2, 0, 1));
+    CU_ASSERT_EQUAL(g1->result->nuses, 0);
+    CU_ASSERT(g2->result->nuses == 1 && has_use(g2->result, mm, 0, 1));
+    CU_ASSERT_EQUAL(verify(&f), 0);
+
+    /* The unread first gather goes; moving the second keeps its uses. */
+    ir_op_remove(f.m, g1);
+    CU_ASSERT(a->nuses == 1 && has_use(a, g2, 0, 1));
+    ir_op_remove(f.m, g2);
+    CU_ASSERT_EQUAL(a->nuses, 0);
+    ir_op_insert_after(f.m, NULL, g2);
+    CU_ASSERT(a->nuses == 1 && has_use(a, g2, 0, 1));
+    CU_ASSERT_EQUAL(verify(&f), 0);
+
+    /* ir_op_set_operand moves the use from the old value to the new. */
+    ir_op *g3 = gather_x(&f, a);
+    ir_op_insert_after(f.m, g2, g3);
+    ir_op_set_operand(f.m, mm, 0, g3->result);
+    CU_ASSERT_EQUAL(g2->result->nuses, 0);
+    CU_ASSERT(g3->result->nuses == 1 && has_use(g3->result, mm, 0, 1));
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    teardown(&f);
+}
+
+/* The verifier reports a use-list that an operand write bypassed, and one
+ * that names a use twice. */
+static void test_verify_stale_uses(void)
+{
+    fixture f;
+    ir_value *a, *b;
+    use_inputs(&f, &a, &b);
+    ir_op *g1 = gather_x(&f, a), *g2 = gather_x(&f, a);
+    ir_op_append(f.m, g1);
+    ir_op_append(f.m, g2);
+    ir_op *mm = matmul(&f, g1->result, b, type2(&f, f.I, "", f.K, ""));
+    ir_output_add(f.m, "C", mm->result, 0);
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    mm->operands[0] = g2->result; /* behind the use-lists' back */
+    CU_ASSERT(verify(&f) > 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "use-list"));
+    mm->operands[0] = g1->result;
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    b->uses[b->nuses++] = b->uses[0]; /* b's only use, twice (cap >= 4) */
+    CU_ASSERT(verify(&f) > 0);
+    teardown(&f);
+}
+
+/* The einsum rule of seed 001: free dims keep their axes, a contracted
+ * dim's axes become unreduced with the einsum's reduction, and the
+ * operands' partial sums stay; the verifier gives the same answer. */
+static void test_einsum_rule(void)
+{
+    fixture f;
+    setup(&f);
+    /* Labels 0 = I (X), 1 = J (Y, contracted), 2 = K (whole). */
+    int lnaxes[3] = {1, 1, 0};
+    int8_t laxes[3][IR_MAX_AXES] = {{0}, {1}, {0}};
+    bool in_op[3] = {true, true, true};
+    int rl[2] = {0, 2};
+    ir_sharding s;
+    ir_axes c = ir_einsum_sharding(3, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes, in_op, 2, rl, 0,
+                                   IR_RED_MAX, &s);
+    CU_ASSERT_EQUAL(c, 1u << 1);
+    CU_ASSERT(s.naxes[0] == 1 && s.axes[0][0] == 0 && s.naxes[1] == 0);
+    CU_ASSERT(s.unreduced == (1u << 1) && s.red == IR_RED_MAX);
+    /* Nothing contracted: operands' sums stay sums. */
+    int rl3[3] = {0, 1, 2};
+    c = ir_einsum_sharding(3, lnaxes, (const int8_t(*)[IR_MAX_AXES])laxes, in_op, 3, rl3, 0, IR_RED_MAX, &s);
+    CU_ASSERT(c == 0 && s.red == IR_RED_SUM && s.naxes[1] == 1 && s.axes[1][0] == 1);
+    /* The verifier's rule on A[I_X, J_Y] . B[J_Y, K] is the same. */
+    ir_type ta = type2(&f, f.I, "X", f.J, "Y"), tb = type2(&f, f.J, "Y", f.K, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *b = ir_value_new(f.m, "B", IR_VAL_INPUT, &tb, 0);
+    ir_op *mm = matmul(&f, a, b, type2(&f, f.I, "X", f.K, ""));
+    ir_sharding v;
+    CU_ASSERT_TRUE(ir_op_local_sharding(f.m, mm, &v, NULL, 0));
+    CU_ASSERT(v.naxes[0] == 1 && v.axes[0][0] == 0 && v.naxes[1] == 0 && v.unreduced == (1u << 1) &&
+              v.red == IR_RED_SUM);
+    teardown(&f);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -553,6 +708,10 @@ void einc_register_tests(void)
         {"verify_stacks", test_verify_stacks},
         {"print", test_print},
         {"diag", test_diag},
+        {"op_traits", test_op_traits},
+        {"use_lists", test_use_lists},
+        {"verify_stale_uses", test_verify_stale_uses},
+        {"einsum_rule", test_einsum_rule},
     };
     einc_add_suite("ir", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -33,16 +33,17 @@ static const char *SRC3 =
     "C3[M, N] = A3[M, D] * B3[D, N]\n"
     "output C3[M_X, N_Y]\n";
 
-/* Compiles `src` and runs propagate, then meshslice in `mode` (K for
- * PASS_MESHSLICE_K); NULL on any error. */
-static ir_module *lower(const char *src, pass_meshslice_mode mode, int k, diag_ctx *d)
+/* Compiles `src` and runs propagate, then meshslice with --meshslice=`mode`
+ * ("auto", "off" or K); NULL on any error. */
+static ir_module *lower(const char *src, const char *mode, diag_ctx *d)
 {
     diag_init(d, "t.ein", src, strlen(src));
     fe_options o = {0};
     ir_module *m = fe_compile(src, strlen(src), &o, d);
     if (!m)
         return NULL;
-    pass_ctx ctx = {d, mode, k, NULL, NULL};
+    pass_options opts = {1, {"meshslice"}, {mode}};
+    pass_ctx ctx = {.diag = d, .options = &opts};
     if (pass_propagate(&ctx, m) || pass_meshslice(&ctx, m) || ir_verify(m, d)) {
         ir_module_free(m);
         return NULL;
@@ -69,7 +70,7 @@ static ir_op *meshslice_for(const ir_module *m, const char *tensor)
 static void test_three_dataflows(void)
 {
     diag_ctx d;
-    ir_module *m = lower(SRC3, PASS_MESHSLICE_K, 4, &d);
+    ir_module *m = lower(SRC3, "4", &d);
     CU_ASSERT_FATAL(m != NULL);
     CU_ASSERT_EQUAL(count_kind(m, IR_OP_MESHSLICE), 3);
     CU_ASSERT_EQUAL(count_kind(m, IR_OP_ALLGATHER) + count_kind(m, IR_OP_REDUCESCATTER), 0);
@@ -100,14 +101,14 @@ static void test_three_dataflows(void)
 static void test_off_and_fallback(void)
 {
     diag_ctx d;
-    ir_module *m = lower(SRC3, PASS_MESHSLICE_OFF, 0, &d);
+    ir_module *m = lower(SRC3, "off", &d);
     CU_ASSERT_FATAL(m != NULL);
     CU_ASSERT_EQUAL(count_kind(m, IR_OP_MESHSLICE), 0);
     CU_ASSERT_EQUAL(count_kind(m, IR_OP_EINSUM), 3);
     ir_module_free(m);
     /* K = 5 divides no per-device split dim (gcd 24): the largest valid K
      * below it, 4, and a note. */
-    m = lower(SRC3, PASS_MESHSLICE_K, 5, &d);
+    m = lower(SRC3, "5", &d);
     CU_ASSERT_FATAL(m != NULL);
     for (ir_op *op = m->first; op; op = op->next)
         if (op->kind == IR_OP_MESHSLICE)
@@ -125,7 +126,7 @@ static void test_not_2d(void)
                       "Tmp[B, F] = In[B, D] * Win[D, F]\n"
                       "output Tmp[B, F_Y]\n";
     diag_ctx d;
-    ir_module *m = lower(src, PASS_MESHSLICE_AUTO, 0, &d);
+    ir_module *m = lower(src, "auto", &d);
     CU_ASSERT_FATAL(m != NULL);
     CU_ASSERT_EQUAL(count_kind(m, IR_OP_MESHSLICE), 0);
     CU_ASSERT_EQUAL(count_kind(m, IR_OP_ALLGATHER), 1);
@@ -141,7 +142,7 @@ static void test_third_axis_data_parallel(void)
                       "C[M, N] = A[M, D] * B[D, N]\n"
                       "output C[M_ZX, N_Y]\n";
     diag_ctx d;
-    ir_module *m = lower(src, PASS_MESHSLICE_K, 2, &d);
+    ir_module *m = lower(src, "2", &d);
     CU_ASSERT_FATAL(m != NULL);
     ir_op *op = meshslice_for(m, "C");
     CU_ASSERT_FATAL(op != NULL);
@@ -168,7 +169,7 @@ static int verify_quiet(const ir_module *m)
 static void test_verifier(void)
 {
     diag_ctx d;
-    ir_module *m = lower(SRC3, PASS_MESHSLICE_K, 2, &d);
+    ir_module *m = lower(SRC3, "2", &d);
     CU_ASSERT_FATAL(m != NULL);
     CU_ASSERT_EQUAL(verify_quiet(m), 0);
     ir_op *os = meshslice_for(m, "C1"), *ls = meshslice_for(m, "C2");
@@ -211,7 +212,7 @@ static void test_cost(void)
     char err[256];
     CU_ASSERT_FATAL(cost_hw_load("tpu-v5e", &hw, err, sizeof err) == 0);
     diag_ctx d;
-    ir_module *m = lower(SRC3, PASS_MESHSLICE_K, 1, &d);
+    ir_module *m = lower(SRC3, "1", &d);
     CU_ASSERT_FATAL(m != NULL);
     for (ir_op *op = m->first; op; op = op->next) {
         if (op->kind != IR_OP_MESHSLICE)
@@ -243,7 +244,7 @@ static void test_cost_host_serial(void)
     CU_ASSERT_FATAL(cost_hw_load("tpu-v5e", &tpu, err, sizeof err) == 0);
     CU_ASSERT_FATAL(host.measured && host.cal_cores > 0 && host.cal_cores < 16);
     diag_ctx d;
-    ir_module *m = lower(SRC3, PASS_MESHSLICE_K, 1, &d);
+    ir_module *m = lower(SRC3, "1", &d);
     CU_ASSERT_FATAL(m != NULL);
     int loops = 0;
     for (ir_op *op = m->first; op; op = op->next) {

@@ -43,7 +43,7 @@ static void test_prefetch(void)
     ir_module *m = two_gathers(&ga, &gw);
     diag_ctx d;
     diag_init(&d, "t.ein", "", 0);
-    pass_ctx ctx = {&d, PASS_MESHSLICE_OFF, 0, NULL, NULL};
+    pass_ctx ctx = {.diag = &d};
     CU_ASSERT_EQUAL(pass_prefetch_params(&ctx, m), 0);
     CU_ASSERT_PTR_EQUAL(m->first, gw);
     CU_ASSERT_PTR_EQUAL(m->first->next, ga);
@@ -75,8 +75,8 @@ static int count_runs(pass_ctx *ctx, ir_module *m)
 }
 
 static const pass_info test_passes[] = {
-    {"break", "breaks the IR", break_ir},
-    {"count", "counts its runs", count_runs},
+    {"break", "breaks the IR", break_ir, NULL, 0},
+    {"count", "counts its runs", count_runs, NULL, 0},
 };
 
 static pass_registry test_registry(void)
@@ -107,6 +107,27 @@ static void test_parse(void)
     pass_registry_free(&r);
 }
 
+/* --NAME=VALUE reaches the pass that declares NAME, checked by it; the last
+ * value given wins, and an option no pass declares is left to the caller. */
+static void test_pass_options(void)
+{
+    pass_registry r = test_registry();
+    pass_options opts = {0};
+    char why[256] = "";
+    CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=4", why, sizeof why), 0);
+    CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=off", why, sizeof why), 0);
+    CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=0", why, sizeof why), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "--meshslice wants auto, off or a slice count K, not '0'"));
+    CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "nosuch=1", why, sizeof why), 1);
+    CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice", why, sizeof why), 1);
+    pass_ctx ctx = {.options = &opts};
+    CU_ASSERT_STRING_EQUAL(pass_option_value(&ctx, "meshslice"), "off");
+    CU_ASSERT_PTR_NULL(pass_option_value(&ctx, "nosuch"));
+    ctx.options = NULL;
+    CU_ASSERT_PTR_NULL(pass_option_value(&ctx, "meshslice"));
+    pass_registry_free(&r);
+}
+
 /* The manager verifies after each pass and stops at the first failure. */
 static void test_verify_stops(void)
 {
@@ -123,7 +144,7 @@ static void test_verify_stops(void)
     diag_init(&d, "t.ein", "", 0);
     d.out = open_memstream(&errs, &len);
     runs = 0;
-    pass_ctx ctx = {&d, PASS_MESHSLICE_OFF, 0, NULL, NULL};
+    pass_ctx ctx = {.diag = &d};
     CU_ASSERT_NOT_EQUAL(pass_manager_run(&pm, &ctx, m), 0);
     fclose(d.out);
     CU_ASSERT_EQUAL(runs, 1);
@@ -149,7 +170,7 @@ static void test_print_after(void)
     CU_ASSERT_EQUAL(pass_manager_parse(&pm, "prefetch-params", stderr), 0);
     diag_ctx d;
     diag_init(&d, "t.ein", "", 0);
-    pass_ctx ctx = {&d, PASS_MESHSLICE_OFF, 0, NULL, NULL};
+    pass_ctx ctx = {.diag = &d};
     CU_ASSERT_EQUAL(pass_manager_run(&pm, &ctx, m), 0);
     fclose(pm.dump);
     CU_ASSERT_PTR_NOT_NULL(strstr(dump, "*** IR Dump After prefetch-params ***\n"));
@@ -168,6 +189,7 @@ void einc_register_tests(void)
     static const einc_test tests[] = {
         {"prefetch_params", test_prefetch},
         {"parse", test_parse},
+        {"pass_options", test_pass_options},
         {"verify_stops", test_verify_stops},
         {"print_after", test_print_after},
     };

@@ -215,7 +215,6 @@ int fx_run_hw_to(ir_module *m, const struct cost_hw *hw, FILE *diag_out, int *ve
     memset(&ctx, 0, sizeof ctx);
     ctx.diag = &d;
     ctx.hw = hw;
-    ctx.meshslice = PASS_MESHSLICE_OFF;
     ctx.log = getenv("PROP_LOG") ? stderr : NULL;
     int e = pass_propagate(&ctx, m);
     *verify_errors = e ? -1 : ir_verify(m, &d);

@@ -217,7 +217,7 @@ static ir_module *emit_and_verify(const char *from, const char *to_text, pass_re
     const char *whys[PASS_RESHARD_MAX_STEPS] = {0};
     ir_value *r = pass_reshard_emit(m, a, p, n->def, NULL, n->def, 0, whys);
     CU_ASSERT_TRUE(ir_sharding_equal(&r->type.sh, &to.sh, 2));
-    n->def->operands[0] = r;
+    ir_op_set_operand(m, n->def, 0, r);
     n->type.sh = to.sh;
     ir_output_add(m, "N", n, 0);
     diag_ctx d;
