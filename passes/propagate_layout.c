@@ -123,10 +123,7 @@ ir_sharding pass_prop_current(const prop *p, const ir_value *v)
  * emitted in front of. */
 static double op_trips(const prop *p, const ir_op *op)
 {
-    const ir_op *b = op ? op->loop : NULL;
-    if (!b || b->u.loop.dim < 0 || b->u.loop.dim >= p->m->ndims)
-        return 1.0;
-    return (double)p->m->dims[b->u.loop.dim].size;
+    return op ? (double)ir_op_trips(p->m, op) : 1.0;
 }
 
 /* c for `trips` runs (time and bytes; the op count is the plan's). */

@@ -38,15 +38,6 @@ typedef struct done {
     double ready;
 } done;
 
-/* How many times op runs in a step (its repeated block's trip count). */
-static double trips_of(const prop *p, const ir_op *op)
-{
-    const ir_op *b = op->loop;
-    if (!b || b->u.loop.dim < 0 || b->u.loop.dim >= p->m->ndims)
-        return 1.0;
-    return (double)p->m->dims[b->u.loop.dim].size;
-}
-
 double pass_prop_step_time(prop *p)
 {
     if (!p->hw)
@@ -63,7 +54,7 @@ double pass_prop_step_time(prop *p)
     for (int k = 0; k < p->nops; k++) {
         const opinfo *oi = &p->ops[k];
         const ir_op *op = oi->op;
-        double trips = trips_of(p, op), dep = 0;
+        double trips = (double)ir_op_trips(p->m, op), dep = 0;
         for (int i = 0; i < op->noperands; i++) {
             const ir_value *v = op->operands[i];
             bool known = v->id >= 0 && v->id < p->nvalues;
