@@ -139,6 +139,34 @@ static bool one_axis(const ir_op *op)
     return op && op->u.coll.naxes == 1 && op->noperands == 1;
 }
 
+bool pass_meshslice_pattern(const ir_op *e, const pass_ms_coll gather[2], pass_ms_coll scatter,
+                            ir_axes unreduced, pass_ms_pattern *out)
+{
+    const int *lab[2] = {e->u.einsum.labels[0], e->u.einsum.labels[1]}, *lc = e->u.einsum.result_labels;
+    int rank[2] = {e->operands[0]->type.rank, e->operands[1]->type.rank}, rc = e->result->type.rank;
+    int ga = gather[0].axis, gb = gather[1].axis, sc = scatter.axis;
+    if (ga >= 0 && gb >= 0 && sc < 0) {
+        int L = lab[0][gather[0].dim];
+        if (L != lab[1][gather[1].dim] || find_label(lc, rc, L) != -1 || ga == gb || unreduced)
+            return false;
+        *out = (pass_ms_pattern){IR_MS_OS, gb, ga, L};
+    } else if ((ga >= 0) != (gb >= 0) && sc >= 0) {
+        int i = ga >= 0 ? 0 : 1, axis = gather[i].axis;
+        int L = lab[i][gather[i].dim];
+        if (lc[scatter.dim] != L || find_label(lab[1 - i], rank[1 - i], L) != -1 || axis == sc ||
+            unreduced != (1u << sc))
+            return false;
+        *out = (pass_ms_pattern){i == 1 ? IR_MS_LS : IR_MS_RS, i == 1 ? axis : sc, i == 1 ? sc : axis, L};
+    } else {
+        return false;
+    }
+    /* The split dim once in every tensor that moves. */
+    for (int i = 0; i < 2; i++)
+        if (gather[i].axis >= 0 && find_label(lab[i], rank[i], out->split_label) != gather[i].dim)
+            return false;
+    return sc < 0 || find_label(lc, rc, out->split_label) == scatter.dim;
+}
+
 /* Recognises the 2D GEMM around Einsum `e` (see the essay); false if none. */
 static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
 {
@@ -147,61 +175,32 @@ static bool recognise(const ir_module *m, ir_op *e, gemm2d *g)
         return false;
     g->einsum = e;
     ir_op *user = NULL;
+    pass_ms_coll gather[2] = {{-1, -1}, {-1, -1}}, scatter = {-1, -1};
     for (int i = 0; i < 2; i++) {
         ir_op *d = e->operands[i]->def;
-        if (d && d->kind == IR_OP_ALLGATHER && one_axis(d) && uses(m, d->result, &user) == 1)
+        if (d && d->kind == IR_OP_ALLGATHER && one_axis(d) && uses(m, d->result, &user) == 1) {
             g->gather[i] = d;
+            gather[i] = (pass_ms_coll){d->u.coll.axes[0], d->u.coll.dim};
+        }
     }
-    if (uses(m, e->result, &user) == 1 && user->kind == IR_OP_REDUCESCATTER && one_axis(user))
+    if (uses(m, e->result, &user) == 1 && user->kind == IR_OP_REDUCESCATTER && one_axis(user)) {
         g->scatter = user;
-    const ir_type *ta = &e->operands[0]->type, *tb = &e->operands[1]->type, *tc = &e->result->type;
-    const int *la = e->u.einsum.labels[0], *lb = e->u.einsum.labels[1], *lc = e->u.einsum.result_labels;
-    int ga = g->gather[0] ? g->gather[0]->u.coll.axes[0] : -1;
-    int gb = g->gather[1] ? g->gather[1]->u.coll.axes[0] : -1;
-    int sc = g->scatter ? g->scatter->u.coll.axes[0] : -1;
-    if (g->gather[0] && g->gather[1] && !g->scatter) {
-        int L = la[g->gather[0]->u.coll.dim];
-        if (L != lb[g->gather[1]->u.coll.dim] || find_label(lc, tc->rank, L) != -1 || ga == gb ||
-            tc->sh.unreduced)
-            return false;
-        g->df = IR_MS_OS;
-        g->row_axis = gb;
-        g->col_axis = ga;
-        g->split_label = L;
-    } else if (!!g->gather[0] != !!g->gather[1] && g->scatter) {
-        int i = g->gather[0] ? 0 : 1;
-        const int *lmove = i == 0 ? la : lb, *lstay = i == 0 ? lb : la;
-        const ir_type *tstay = i == 0 ? tb : ta;
-        int L = lmove[g->gather[i]->u.coll.dim];
-        int axis = i == 0 ? ga : gb;
-        if (lc[g->scatter->u.coll.dim] != L || find_label(lstay, tstay->rank, L) != -1 || axis == sc ||
-            tc->sh.unreduced != (1u << sc))
-            return false;
-        g->df = i == 1 ? IR_MS_LS : IR_MS_RS;
-        g->row_axis = i == 1 ? axis : sc;
-        g->col_axis = i == 1 ? sc : axis;
-        g->split_label = L;
-    } else {
+        scatter = (pass_ms_coll){user->u.coll.axes[0], user->u.coll.dim};
+    }
+    pass_ms_pattern pat;
+    if (!pass_meshslice_pattern(e, gather, scatter, e->result->type.sh.unreduced, &pat))
         return false;
-    }
-    /* The split dim once in every tensor that has it; the per-device sizes
-     * that blocked slicing must divide. */
+    g->df = pat.df;
+    g->row_axis = pat.row_axis;
+    g->col_axis = pat.col_axis;
+    g->split_label = pat.split_label;
+    /* The per-device sizes that blocked slicing must divide. */
     int64_t gg = 0;
-    for (int i = 0; i < 2; i++) {
-        if (!g->gather[i])
-            continue;
-        const ir_type *t = &e->operands[i]->type;
-        int pos = g->gather[i]->u.coll.dim;
-        if (find_label(e->u.einsum.labels[i], t->rank, g->split_label) != pos)
-            return false;
-        gg = cost_ms_gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, pos));
-    }
-    if (g->scatter) {
-        int pos = g->scatter->u.coll.dim;
-        if (find_label(lc, tc->rank, g->split_label) != pos)
-            return false;
-        gg = cost_ms_gcd64(gg, ir_local_size(m, &g->scatter->result->type, pos));
-    }
+    for (int i = 0; i < 2; i++)
+        if (g->gather[i])
+            gg = cost_ms_gcd64(gg, ir_local_size(m, &g->gather[i]->operands[0]->type, gather[i].dim));
+    if (g->scatter)
+        gg = cost_ms_gcd64(gg, ir_local_size(m, &g->scatter->result->type, scatter.dim));
     g->g = gg;
     return gg >= 1;
 }

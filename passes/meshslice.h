@@ -29,4 +29,34 @@
  */
 void pass_meshslice_cost(const ir_module *m, const cost_hw *hw, const ir_op *op, int k, ir_cost *c);
 
+/* A one-axis collective next to a 2D GEMM: its mesh axis (-1: none) and the
+ * position of the dim it works along in the tensor it moves. */
+typedef struct pass_ms_coll {
+    int axis;
+    int dim;
+} pass_ms_coll;
+
+/* What pass_meshslice_pattern recognised. */
+typedef struct pass_ms_pattern {
+    ir_ms_dataflow df;      /* seed 004's dataflow (Table 1) */
+    int row_axis, col_axis; /* mesh axes of the rows and columns */
+    int split_label;        /* dim id sliced */
+} pass_ms_pattern;
+
+/*
+ * The seed 004 pattern of two-operand Einsum `e` (its labels and ranks
+ * only) when operand i arrives through AllGather gather[i] and the result
+ * leaves through ReduceScatter `scatter` (axis -1: no such collective), the
+ * einsum's result being unreduced over `unreduced`: OS gathers both
+ * operands over different axes on the contracting dim; LS (RS) gathers B
+ * (A) on a free dim and reduce-scatters the result onto it over the other
+ * axis, the only one it is unreduced over.  The split label must occur
+ * once in every tensor that moves, at the collective's position.  Fills
+ * *out and returns true, else false.  The meshslice pass checks the IR
+ * with it, and the planner its candidate layouts (propagate_meshslice.c),
+ * so both see the same loops.
+ */
+bool pass_meshslice_pattern(const ir_op *e, const pass_ms_coll gather[2], pass_ms_coll scatter,
+                            ir_axes unreduced, pass_ms_pattern *out);
+
 #endif

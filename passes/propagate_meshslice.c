@@ -24,18 +24,19 @@
  * meshslice pass still makes it (it does not undo propagate's layouts),
  * and the objective keeps the serial price, as before.
  *
- * Conditions, as recognise() in meshslice.c checks them on the IR: each
- * gathered operand is read by this op alone and is no output (its gather
- * becomes part of the loop); for LS and RS the result carries partial sums
- * over exactly one axis C, the gathered operand's axis is another, and
- * every reader of the result (its constraint, or all decided consumers and
- * outputs) wants them reduce-scattered over C onto the gathered label.
+ * The pattern is pass_meshslice_pattern's, the rule the meshslice pass
+ * checks on the IR, applied to the layout's reshards: each gathered operand
+ * is read by this op alone and is no output (its gather becomes part of
+ * the loop); for LS and RS every reader of the result (its constraint, or
+ * all decided consumers and outputs) wants its partial sums over one axis
+ * reduce-scattered onto the gathered label.
  * Where a reader is not decided yet the credit is 0 for now; the sweeps
  * price the layout again once it is.
  */
 #include <string.h>
 
 #include "costmodel.h"
+#include "meshslice.h"
 #include "propagate_internal.h"
 
 #define CREDIT_MAX_K 64 /* the largest K tried (powers of two): the meshslice pass's
@@ -137,55 +138,50 @@ double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double eins
             return 0.0;
         serial += pass_prop_reshard_time(p, v, &vals[i].type.sh, &lay->req[i]);
     }
-    const int *la = op->u.einsum.labels[0], *lb = op->u.einsum.labels[1];
-    const int *lc = op->u.einsum.result_labels;
+    /* The result leaves through a ReduceScatter when it carries partial
+     * sums over one axis and its readers want them scattered onto the
+     * gathered label. */
     const ir_value *r = op->result;
-    int rrank = r->type.rank;
     vals[2] = *r;
     vals[2].type.sh = lay->produced;
+    pass_ms_coll gather[2] = {{axis[0], dim[0]}, {axis[1], dim[1]}}, scatter = {-1, -1};
+    ir_axes u = lay->produced.unreduced;
+    if (u && !(u & (u - 1)) && (axis[0] >= 0) != (axis[1] >= 0)) {
+        int i = axis[0] >= 0 ? 0 : 1, L = op->u.einsum.labels[i][dim[i]];
+        scatter.dim = label_pos(op->u.einsum.result_labels, r->type.rank, L);
+        scatter.axis = 0;
+        while (!(u & (1u << scatter.axis)))
+            scatter.axis++;
+        if (scatter.dim < 0)
+            return 0.0;
+        ir_sharding want, scattered = pass_prop_reduced(lay->produced);
+        ir_sharding_push(&scattered, scatter.dim, scatter.axis);
+        if (!result_target(p, k, &lay->produced, &want) || !ir_sharding_equal(&want, &scattered, r->type.rank))
+            return 0.0;
+        vals[2].type.sh = want;
+    }
+    pass_ms_pattern pat;
+    if (!pass_meshslice_pattern(op, gather, scatter, u, &pat))
+        return 0.0;
     ir_op ms;
     memset(&ms, 0, sizeof ms);
     ms.kind = IR_OP_MESHSLICE;
     ms.noperands = 2;
     memcpy(ms.u.ms.labels, op->u.einsum.labels, sizeof ms.u.ms.labels);
     memcpy(ms.u.ms.result_labels, op->u.einsum.result_labels, sizeof ms.u.ms.result_labels);
+    ms.u.ms.dataflow = pat.df;
+    ms.u.ms.split_label = pat.split_label;
     int64_t g = 0;
-    if (axis[0] >= 0 && axis[1] >= 0) {
-        int L = la[dim[0]];
-        if (L != lb[dim[1]] || axis[0] == axis[1] || label_pos(lc, rrank, L) >= 0 || lay->produced.unreduced)
-            return 0.0;
-        ms.u.ms.dataflow = IR_MS_OS;
-        ms.u.ms.split_label = L;
-    } else if ((axis[0] >= 0) != (axis[1] >= 0)) {
-        int i = axis[0] >= 0 ? 0 : 1;
-        int L = (i == 0 ? la : lb)[dim[i]];
-        const ir_value *stay = op->operands[1 - i];
-        ir_axes u = lay->produced.unreduced;
-        int pos = label_pos(lc, rrank, L);
-        if (pos < 0 || label_pos(i == 0 ? lb : la, stay->type.rank, L) >= 0 || !u || (u & (u - 1)) ||
-            u == (ir_axes)(1u << axis[i]))
-            return 0.0;
-        int sc = 0;
-        while (!(u & (1u << sc)))
-            sc++;
-        ir_sharding want, scattered = pass_prop_reduced(lay->produced);
-        ir_sharding_push(&scattered, pos, sc);
-        if (!result_target(p, k, &lay->produced, &want) || !ir_sharding_equal(&want, &scattered, rrank))
-            return 0.0;
-        serial += pass_prop_reshard_time(p, r, &lay->produced, &want);
-        vals[2].type.sh = want;
-        ms.u.ms.dataflow = i == 1 ? IR_MS_LS : IR_MS_RS;
-        ms.u.ms.split_label = L;
-        ms.u.ms.moves[ms.u.ms.nmoves++] = (ir_ms_move){IR_OP_REDUCESCATTER, -1, sc, pos};
-        g = ir_local_size(m, &vals[2].type, pos);
-    } else {
-        return 0.0;
-    }
     for (int i = 0; i < 2; i++)
         if (axis[i] >= 0) {
             ms.u.ms.moves[ms.u.ms.nmoves++] = (ir_ms_move){IR_OP_ALLGATHER, i, axis[i], dim[i]};
             g = cost_ms_gcd64(g, ir_local_size(m, &vals[i].type, dim[i]));
         }
+    if (scatter.axis >= 0) {
+        serial += pass_prop_reshard_time(p, r, &lay->produced, &vals[2].type.sh);
+        ms.u.ms.moves[ms.u.ms.nmoves++] = (ir_ms_move){IR_OP_REDUCESCATTER, -1, scatter.axis, scatter.dim};
+        g = cost_ms_gcd64(g, ir_local_size(m, &vals[2].type, scatter.dim));
+    }
     ms.operands[0] = &vals[0];
     ms.operands[1] = &vals[1];
     ms.result = &vals[2];
