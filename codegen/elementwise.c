@@ -450,21 +450,9 @@ static LLVMValueRef eval_einsum(ew_nest *n, const ir_op *op, LLVMValueRef *bylab
 {
     cg_ctx *c = n->c;
     const ir_module *m = n->f->m;
-    int contr[2 * IR_MAX_RANK], ncontr = 0;
-    int64_t size[2 * IR_MAX_RANK];
-    for (int k = 0; k < op->noperands; k++)
-        for (int j = 0; j < op->operands[k]->type.rank; j++) {
-            int l = op->u.einsum.labels[k][j], q = 0;
-            bool known = false;
-            for (int r = 0; r < op->result->type.rank; r++)
-                known |= op->u.einsum.result_labels[r] == l;
-            while (q < ncontr && contr[q] != l)
-                q++;
-            if (known || q < ncontr)
-                continue;
-            contr[ncontr] = l;
-            size[ncontr++] = ir_local_size(m, &op->operands[k]->type, j);
-        }
+    int contr[IR_MAX_OPERANDS * IR_MAX_RANK];
+    int64_t size[IR_MAX_OPERANDS * IR_MAX_RANK];
+    int ncontr = ir_einsum_contracted(m, op, contr, size); /* >= 0: the einsum is unrolled */
     LLVMValueRef *at = cg_calloc((size_t)m->ndims, sizeof *at);
     memcpy(at, bylabel, (size_t)m->ndims * sizeof *at);
     int terms = ir_einsum_unrolled_terms(m, op);

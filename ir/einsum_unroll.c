@@ -18,44 +18,51 @@
  */
 #include "ir.h"
 
-int ir_einsum_unrolled_terms(const ir_module *m, const ir_op *op)
+int ir_einsum_contracted(const ir_module *m, const ir_op *op, int *labels, int64_t *sizes)
 {
-    if (op->kind != IR_OP_EINSUM || op->noperands != 2 || m->einsum_unroll_max < 1 || op->u.einsum.gather ||
-        op->u.einsum.scatter || op->u.einsum.reduce != IR_RED_SUM || !op->result ||
-        op->result->type.dtype == IR_I32)
-        return 0;
-    int64_t terms = 1;
-    int seen[2 * IR_MAX_RANK], nseen = 0;
-    for (int k = 0; k < 2; k++) {
+    int n = 0;
+    for (int k = 0; k < op->noperands; k++) {
         const ir_value *v = op->operands[k];
-        if (!v || v->type.dtype != op->result->type.dtype)
-            return 0;
-        for (int j = 0; j < v->type.rank; j++) {
+        for (int j = 0; v && j < v->type.rank; j++) {
             int l = op->u.einsum.labels[k][j];
             bool kept = false;
-            for (int r = 0; r < op->result->type.rank && !kept; r++)
+            for (int r = 0; op->result && r < op->result->type.rank && !kept; r++)
                 kept = op->u.einsum.result_labels[r] == l;
             if (kept)
                 continue;
             int64_t size = ir_local_size(m, &v->type, j);
             int s = 0;
-            while (s < nseen && seen[s] != l)
+            while (s < n && labels[s] != l)
                 s++;
-            if (s < nseen) {
-                /* Seen in the other operand (or twice in this one): the
-                 * blocks must agree for an index to address both. */
-                for (int k2 = 0; k2 <= k; k2++)
-                    for (int j2 = 0; j2 < op->operands[k2]->type.rank; j2++)
-                        if (op->u.einsum.labels[k2][j2] == l &&
-                            ir_local_size(m, &op->operands[k2]->type, j2) != size)
-                            return 0;
-                continue;
+            if (s == n) {
+                labels[n] = l;
+                sizes[n++] = size;
+            } else if (sizes[s] != size) {
+                return -1; /* blocks that one index cannot address both */
             }
-            seen[nseen++] = l;
-            terms *= size;
-            if (terms > m->einsum_unroll_max || terms < 1)
-                return 0;
         }
+    }
+    return n;
+}
+
+int ir_einsum_unrolled_terms(const ir_module *m, const ir_op *op)
+{
+    if (op->kind != IR_OP_EINSUM || op->noperands != 2 || m->einsum_unroll_max < 1 ||
+        op->u.einsum.gather || op->u.einsum.scatter || op->u.einsum.reduce != IR_RED_SUM ||
+        !op->result || op->result->type.dtype == IR_I32)
+        return 0;
+    for (int k = 0; k < 2; k++)
+        if (!op->operands[k] || op->operands[k]->type.dtype != op->result->type.dtype)
+            return 0;
+    int labels[IR_MAX_OPERANDS * IR_MAX_RANK];
+    int64_t sizes[IR_MAX_OPERANDS * IR_MAX_RANK], terms = 1;
+    int n = ir_einsum_contracted(m, op, labels, sizes);
+    if (n < 0)
+        return 0;
+    for (int q = 0; q < n; q++) {
+        terms *= sizes[q];
+        if (terms > m->einsum_unroll_max || terms < 1)
+            return 0;
     }
     return (int)terms;
 }

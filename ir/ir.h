@@ -759,6 +759,13 @@ int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fu
  * 1 when nothing is summed), or 0 when the einsum is a GEMM.  Pure; used
  * by codegen, fusion (ir_fuse_elementwise) and the cost model. */
 int ir_einsum_unrolled_terms(const ir_module *m, const ir_op *op);
+/* The contracted labels of einsum `op` (in an operand, not in the result),
+ * each once, in the order the operands read them: their dim ids into
+ * labels[] and their per-device sizes into sizes[] (room for
+ * IR_MAX_OPERANDS * IR_MAX_RANK each).  Returns how many, or -1 when a
+ * contracted label has different per-device sizes where it appears.
+ * Pure (einsum_unroll.c). */
+int ir_einsum_contracted(const ir_module *m, const ir_op *op, int *labels, int64_t *sizes);
 
 /* A unary sum, max or min einsum over trailing dims of its operand: its
  * result labels are the operand's first labels, in order (rowgroup.c). */
