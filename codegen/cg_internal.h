@@ -193,8 +193,9 @@ typedef struct cg_fn {
 /* Checks that elementwise `op` can be lowered (labels and per-device sizes
  * agree); reports through `d` and returns false if not. */
 bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d);
-/* Emits the loop nest of elementwise `op` (and every op fused into it) at
- * the builder's position, writing the result into `dst`. */
+/* Emits the loop nest of elementwise `op` or of an unrolled einsum
+ * (ir_einsum_unrolled_terms), and of every op fused into it, at the
+ * builder's position, writing the result into `dst`. */
 void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst);
 /* The same nest in the row group being emitted, also adding every element
  * it stores (in the compute type, which is the stored value for f32 and

@@ -18,6 +18,14 @@
  * one is not loaded; its expression tree is evaluated in place with a label
  * map translated through the producer's result labels.
  *
+ * Unrolled einsums (ir_einsum_unrolled_terms): a binary einsum that sums a
+ * few products per element is the same nest with the einsum as its tree:
+ * each element is sum over the contracted index combinations c of
+ * a[r, c] * b[r, c], the combinations unrolled (constant indices along
+ * the contracted labels, in the operands' label order), times the
+ * einsum's scale.  It runs as its own nest (run.c) or inside the loop of
+ * the elementwise op it is fused into, like any producer.
+ *
  * Arithmetic is done in f32 for f32 and bf16 results and in f64 for f64
  * results.  bf16 is stored as the upper half of an f32: loads shift the i16
  * into the top of an i32; stores round to nearest even (NaN kept quiet).
@@ -155,6 +163,13 @@ typedef struct ew_nest {
     LLVMValueRef acc;   /* NULL, or an accumulator (entry alloca) each stored element is
                            added to, with reassociation (cg_emit_elementwise_sum) */
 } ew_nest;
+
+/* The labels of `op`'s result: an elementwise op's, or an unrolled
+ * einsum's. */
+static const int *res_labels(const ir_op *op)
+{
+    return op->kind == IR_OP_EINSUM ? op->u.einsum.result_labels : op->u.ew.result_labels;
+}
 
 /* Offset of the element of value `v` at label indices `bylabel`, through
  * `labels`.  A row-local buffer (rowgroup.c) holds one row: its row
@@ -426,6 +441,51 @@ typedef struct ew_eval {
 static LLVMValueRef eval_tree(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel,
                               LLVMValueRef *offbylabel);
 
+/* Unrolled einsum `op` at the element with label indices `bylabel`: the
+ * sum over the contracted index combinations (the first label read varies
+ * slowest) of the operands' product, times the scale.  The combinations
+ * are constants, so each term is two loads at fixed offsets from the
+ * element's and the sum vectorises with the nest's innermost loop. */
+static LLVMValueRef eval_einsum(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel)
+{
+    cg_ctx *c = n->c;
+    const ir_module *m = n->f->m;
+    int contr[IR_MAX_OPERANDS * IR_MAX_RANK];
+    int64_t size[IR_MAX_OPERANDS * IR_MAX_RANK];
+    int ncontr = ir_einsum_contracted(m, op, contr, size); /* >= 0: the einsum is unrolled */
+    LLVMValueRef *at = cg_calloc((size_t)m->ndims, sizeof *at);
+    memcpy(at, bylabel, (size_t)m->ndims * sizeof *at);
+    int terms = ir_einsum_unrolled_terms(m, op);
+    LLVMValueRef sum = NULL;
+    for (int t = 0; t < terms; t++) {
+        for (int q = ncontr - 1, rest = t; q >= 0; q--) {
+            at[contr[q]] = cg_i64(c, rest % size[q]);
+            rest /= (int)size[q];
+        }
+        LLVMValueRef prod = NULL;
+        for (int k = 0; k < op->noperands; k++) {
+            const ir_value *v = op->operands[k];
+            LLVMValueRef x = load_elem(n, n->f->buf[v->id], v->type.dtype,
+                                       offset_of(n, v, op->u.einsum.labels[k], at));
+            prod = prod ? LLVMBuildFMul(c->b, prod, x, "") : x;
+        }
+        sum = sum ? LLVMBuildFAdd(c->b, sum, prod, "") : prod;
+    }
+    free(at);
+    if (op->u.einsum.scale != 1.0)
+        sum = LLVMBuildFMul(c->b, sum, fc(n, op->u.einsum.scale), "");
+    return sum;
+}
+
+/* The value of `op` (elementwise, or an unrolled einsum) at `bylabel`. */
+static LLVMValueRef eval_op(ew_nest *n, const ir_op *op, LLVMValueRef *bylabel,
+                            LLVMValueRef *offbylabel)
+{
+    if (op->kind == IR_OP_EINSUM)
+        return eval_einsum(n, op, bylabel);
+    return eval_tree(n, op, bylabel, offbylabel);
+}
+
 /* Operand `k` of x->op at this element: a load, or a fused producer's tree. */
 static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
 {
@@ -440,12 +500,12 @@ static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
         LLVMValueRef *map = cg_calloc((size_t)n->f->m->ndims, sizeof *map);
         LLVMValueRef *offmap = cg_calloc((size_t)n->f->m->ndims, sizeof *offmap);
         for (int j = 0; j < v->type.rank; j++) {
-            map[prod->u.ew.result_labels[j]] = x->bylabel[labels[j]];
+            map[res_labels(prod)[j]] = x->bylabel[labels[j]];
             /* The operand has the dim's sharding (local computability), so
              * its block offset is ours. */
-            offmap[prod->u.ew.result_labels[j]] = x->offbylabel[labels[j]];
+            offmap[res_labels(prod)[j]] = x->offbylabel[labels[j]];
         }
-        LLVMValueRef r = eval_tree(n, prod, map, offmap);
+        LLVMValueRef r = eval_op(n, prod, map, offmap);
         free(map);
         free(offmap);
         return r;
@@ -539,11 +599,11 @@ static void nest(ew_nest *n, int level)
         LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
         LLVMValueRef *offbylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *offbylabel);
         for (int r = 0; r < rank; r++) {
-            bylabel[op->u.ew.result_labels[r]] = n->idx[r];
-            offbylabel[op->u.ew.result_labels[r]] = n->off[r];
+            bylabel[res_labels(op)[r]] = n->idx[r];
+            offbylabel[res_labels(op)[r]] = n->off[r];
         }
-        LLVMValueRef v = eval_tree(n, op, bylabel, offbylabel);
-        LLVMValueRef off = offset_of(n, op->result, op->u.ew.result_labels, bylabel);
+        LLVMValueRef v = eval_op(n, op, bylabel, offbylabel);
+        LLVMValueRef off = offset_of(n, op->result, res_labels(op), bylabel);
         if (n->dst) /* NULL: only the sum reads the result (cg_emit_elementwise_sum) */
             store_elem(n, v, op->result->type.dtype, n->dst, off);
         if (n->acc) {
@@ -589,9 +649,41 @@ static void nest(ew_nest *n, int level)
  * order, or takes an index value of either.  `map[l]` is the root label of
  * `op`'s label l; `rootpos[l]` the root result position of root label l. */
 static void merge_check(const cg_fn *f, const ir_op *op, const int *map, const int *rootpos,
+                        bool *ok);
+
+/* Clears ok[r] where operand `v` of `op`, read through `labels`, does not
+ * have root positions r and r + 1 both adjacent and in order, or neither
+ * (see merge_check).  An unrolled einsum's contracted labels are no root
+ * position: they sit between the others in the operand, so the positions
+ * around them are not adjacent. */
+static void operand_merge_check(const ir_op *op, const ir_value *v, const int *labels,
+                                const int *map, const int *rootpos, bool *ok)
+{
+    /* pos[r]: where root position r sits among the operand's dims. */
+    int pos[IR_MAX_RANK];
+    for (int r = 0; r < IR_MAX_RANK; r++)
+        pos[r] = -1;
+    for (int j = 0; j < v->type.rank; j++) {
+        bool kept = false;
+        for (int r = 0; r < op->result->type.rank; r++)
+            kept |= res_labels(op)[r] == labels[j];
+        if (kept)
+            pos[rootpos[map[labels[j]]]] = j;
+    }
+    for (int r = 0; r + 1 < IR_MAX_RANK; r++)
+        if ((pos[r] < 0) != (pos[r + 1] < 0) || (pos[r] >= 0 && pos[r + 1] != pos[r] + 1))
+            ok[r] = false;
+}
+
+static void merge_check(const cg_fn *f, const ir_op *op, const int *map, const int *rootpos,
                         bool *ok)
 {
     int ndims = f->m->ndims;
+    if (op->kind == IR_OP_EINSUM) { /* unrolled: its operands are buffers */
+        for (int k = 0; k < op->noperands; k++)
+            operand_merge_check(op, op->operands[k], op->u.einsum.labels[k], map, rootpos, ok);
+        return;
+    }
     for (int i = 0; i < op->u.ew.nnodes; i++) {
         const ir_ew_node *e = &op->u.ew.nodes[i];
         if (e->kind == IR_EW_INDEX) {
@@ -610,20 +702,12 @@ static void merge_check(const cg_fn *f, const ir_op *op, const int *map, const i
             const ir_op *prod = f->plan->ops[def];
             int *pmap = cg_calloc((size_t)ndims, sizeof *pmap);
             for (int j = 0; j < v->type.rank; j++)
-                pmap[prod->u.ew.result_labels[j]] = map[labels[j]];
+                pmap[res_labels(prod)[j]] = map[labels[j]];
             merge_check(f, prod, pmap, rootpos, ok);
             free(pmap);
             continue;
         }
-        /* pos[r]: where root position r sits among the operand's dims. */
-        int pos[IR_MAX_RANK];
-        for (int r = 0; r < IR_MAX_RANK; r++)
-            pos[r] = -1;
-        for (int j = 0; j < v->type.rank; j++)
-            pos[rootpos[map[labels[j]]]] = j;
-        for (int r = 0; r + 1 < IR_MAX_RANK; r++)
-            if ((pos[r] < 0) != (pos[r + 1] < 0) || (pos[r] >= 0 && pos[r + 1] != pos[r] + 1))
-                ok[r] = false;
+        operand_merge_check(op, v, labels, map, rootpos, ok);
     }
 }
 
@@ -647,7 +731,7 @@ static void plan_loops(ew_nest *n)
     for (int l = 0; l < ndims; l++)
         map[l] = l;
     for (int r = 0; r < rank; r++)
-        rootpos[op->u.ew.result_labels[r]] = r;
+        rootpos[res_labels(op)[r]] = r;
     merge_check(f, op, map, rootpos, ok);
     free(map);
     free(rootpos);
@@ -664,6 +748,8 @@ static void plan_loops(ew_nest *n)
 /* True if `op`'s tree, or that of a producer fused into it, has an index value. */
 static bool uses_index(const cg_fn *f, const ir_op *op)
 {
+    if (op->kind == IR_OP_EINSUM)
+        return false; /* unrolled: products of loads */
     for (int i = 0; i < op->u.ew.nnodes; i++) {
         const ir_ew_node *e = &op->u.ew.nodes[i];
         if (e->kind == IR_EW_INDEX)
@@ -695,11 +781,13 @@ static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LL
  * producer fused into it, loads, once. */
 static void loaded_buffers(const cg_fn *f, const ir_op *op, int **ids, int *n, int *cap)
 {
-    for (int i = 0; i < op->u.ew.nnodes; i++) {
-        const ir_ew_node *e = &op->u.ew.nodes[i];
-        if (e->kind != IR_EW_OPERAND)
+    bool einsum = op->kind == IR_OP_EINSUM; /* unrolled: loads every operand */
+    int count = einsum ? op->noperands : op->u.ew.nnodes;
+    for (int i = 0; i < count; i++) {
+        const ir_ew_node *e = einsum ? NULL : &op->u.ew.nodes[i];
+        if (e && e->kind != IR_EW_OPERAND)
             continue;
-        const ir_value *v = op->operands[e->operand];
+        const ir_value *v = op->operands[e ? e->operand : i];
         int def = f->plan->def_index[v->id];
         if (def >= 0 && f->plan->fused_into[def] >= 0) {
             loaded_buffers(f, f->plan->ops[def], ids, n, cap);

@@ -11,7 +11,8 @@
  *           that dies here (in-place elementwise, plan.c), else
  *           rt_alloc(dev, bytes)
  *     rt_op_begin(dev, i)
- *     Einsum        -> rt_einsum(dev, &const_desc, a, b|NULL, dst)
+ *     Einsum        -> rt_einsum(dev, &const_desc, a, b|NULL, dst), or a loop
+ *                      nest if unrolled (ir_einsum_unrolled_terms, elementwise.c)
  *     AllGather ... -> rt_collective(dev, &const_desc, src, dst)
  *     Elementwise   -> an inline loop nest (elementwise.c)
  *     MeshSlice     -> rt_meshslice(dev, &const_desc, a, b, dst) (meshslice.c)
@@ -523,6 +524,12 @@ static void einsum_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRe
     }
     if (op->u.einsum.gather || op->u.einsum.scatter) {
         cg_emit_gather(c, f, op, i, dst); /* a lookup, not a GEMM */
+        return;
+    }
+    if (ir_einsum_unrolled_terms(f->m, op) > 0) {
+        /* A few products per element: a memory-bound loop nest, not a
+         * GEMM around permute copies (elementwise.c). */
+        cg_emit_elementwise(c, f, op, dst);
         return;
     }
     LLVMValueRef desc = einsum_desc(c, f->m, op, i);

@@ -48,6 +48,7 @@ typedef struct options {
     int npass_args;
     const char *pass_args[PASS_MAX_OPTIONS];
     fe_remat remat;               /* --remat= */
+    int einsum_unroll;            /* --einsum-unroll=N, or -1: IR_EINSUM_UNROLL_MAX */
     int max_errors;
     bool debug_pass;
 } options;
@@ -74,6 +75,9 @@ static void usage(FILE *out)
           "  --remat=none|elementwise|layer  what the backward pass computes again rather\n"
           "                        than keeps (docs/language.md): none (default),\n"
           "                        elementwise results, or each repeated layer\n"
+          "  --einsum-unroll=N     run a binary einsum that sums at most N products per\n"
+          "                        element as a loop nest, not a GEMM (default 8; 0: never;\n"
+          "                        docs/codegen.md, \"Small contractions\")\n"
           "Dumps:\n"
           "  --dump-ir[=text|json] print the IR after the pipeline (docs/ir.md)\n"
           "  --dump-cost           print the cost table per op and the totals\n"
@@ -120,6 +124,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->emit = CG_EMIT_EXE;
     o->opt_level = 3;
     o->max_errors = 20;
+    o->einsum_unroll = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -196,6 +201,11 @@ static int parse_args(int argc, char **argv, options *o)
                 o->remat = FE_REMAT_LAYER;
             else
                 return drv_bad_usage("einc", "--remat wants none, elementwise or layer, not '%s'", v);
+        } else if (strncmp(a, "--einsum-unroll=", 16) == 0) {
+            int64_t n = 0;
+            if (strcmp(a + 16, "0") != 0 && (!parse_size(a + 16, &n) || n > 4096))
+                return drv_bad_usage("einc", "--einsum-unroll wants a count 0..4096, not '%s'", a + 16);
+            o->einsum_unroll = (int)n;
         } else if (strncmp(a, "--max-errors=", 13) == 0) {
             int64_t n;
             if (!parse_size(a + 13, &n) || n > 100000)
@@ -225,6 +235,8 @@ static ir_module *compile(const options *o, const char *src, size_t len, bool si
     ir_module *m = fe_compile(src, len, &fo, ctx->diag);
     if (!m)
         return NULL;
+    if (o->einsum_unroll >= 0)
+        m->einsum_unroll_max = o->einsum_unroll;
     if (pass_manager_run(pm, ctx, m) != 0) {
         ir_module_free(m);
         return NULL;

@@ -87,6 +87,7 @@ ir_module *ir_module_new(const char *filename)
     ir_module *m = ir_alloc(&a, sizeof *m);
     m->arena = a;
     m->filename = ir_strdup(&m->arena, filename ? filename : "<input>");
+    m->einsum_unroll_max = IR_EINSUM_UNROLL_MAX;
     return m;
 }
 

@@ -17,6 +17,13 @@
  * one level per fused producer, so a chain of 50,000 elementwise statements
  * fused into one loop overflowed the stack.  Past the bound the producer
  * is materialised in a buffer and the chain goes on in a new loop.
+ *
+ * An einsum that codegen unrolls (ir_einsum_unrolled_terms: a few products
+ * summed per element, einsum_unroll.c) is a producer too, by the same
+ * rule: its consumer's loop computes each element as that sum, reading
+ * the einsum's operands in place, so the rotary embedding's contraction,
+ * its product with Sin and the sum with Q * Cos are one pass over Q.
+ * It counts as three nodes per term (two loads and a multiply-add).
  */
 #include <stdlib.h>
 
@@ -99,7 +106,10 @@ int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fu
      * IR_FUSED_MAX_NODES is not made. */
     for (int i = 0; i < nops; i++) {
         const ir_op *op = ops[i];
-        if (op->kind != IR_OP_ELEMENTWISE || !valid_value(m, op->result))
+        int terms = ir_einsum_unrolled_terms(m, op);
+        if (terms > 0)
+            nodes[i] = 3 * terms;
+        if ((op->kind != IR_OP_ELEMENTWISE && terms == 0) || !valid_value(m, op->result))
             continue;
         int v = op->result->id;
         if (nuses[v] != 1 || reader[v] < 0 || ir_value_is_output(m, op->result))

@@ -618,6 +618,10 @@ typedef struct ir_module {
     int outputs_cap;
     const char *loss;         /* training: the output named by `loss`, NULL if none */
     ir_totals totals;
+    /* ir_einsum_unrolled_terms's bound on the products summed per element:
+     * IR_EINSUM_UNROLL_MAX, or einc's --einsum-unroll=N (0: every binary
+     * einsum is a GEMM, the baseline bench/small_contraction.py measures). */
+    int einsum_unroll_max;
 } ir_module;
 
 /* ---- module, dims, values, ops (builder.c) ---- */
@@ -733,12 +737,35 @@ const char *ir_axes_str(const ir_mesh *mesh, const int8_t *axes, int naxes,
 /* Whether `v` is one of m's outputs (an update's new value included). */
 bool ir_value_is_output(const ir_module *m, const ir_value *v);
 
-/* Which elementwise ops run inside the loop of a consumer (fusion.c): for
+/* Which elementwise ops (and unrolled einsums, ir_einsum_unrolled_terms)
+ * run inside the loop of an elementwise consumer (fusion.c): for
  * the `nops` ops `ops` in program order, fused_into[i] is the index of the
  * op whose loop computes op i (chains resolved to the op that emits the
  * loop), or -1.  Returns 0, or -1 when out of memory (then nothing fuses).
  * Used by codegen (plan.c) and the cost model. */
 int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fused_into);
+
+/* Largest number of products an unrolled einsum sums per result element
+ * (ir_einsum_unrolled_terms); chosen by measurement, docs/codegen.md,
+ * "Small contractions". */
+#define IR_EINSUM_UNROLL_MAX 8
+/* Whether codegen runs einsum `op` as a loop nest over its result, each
+ * element the unrolled sum over the contracted labels of the operands'
+ * product, instead of a GEMM (einsum_unroll.c): a binary sum einsum (no
+ * gather, scatter, max or min; operands of the result's float dtype) whose
+ * contracted labels have at most m->einsum_unroll_max (by default
+ * IR_EINSUM_UNROLL_MAX) index combinations per device (a label in both operands with the same per-device size).
+ * Returns that number of combinations (the terms of each element's sum,
+ * 1 when nothing is summed), or 0 when the einsum is a GEMM.  Pure; used
+ * by codegen, fusion (ir_fuse_elementwise) and the cost model. */
+int ir_einsum_unrolled_terms(const ir_module *m, const ir_op *op);
+/* The contracted labels of einsum `op` (in an operand, not in the result),
+ * each once, in the order the operands read them: their dim ids into
+ * labels[] and their per-device sizes into sizes[] (room for
+ * IR_MAX_OPERANDS * IR_MAX_RANK each).  Returns how many, or -1 when a
+ * contracted label has different per-device sizes where it appears.
+ * Pure (einsum_unroll.c). */
+int ir_einsum_contracted(const ir_module *m, const ir_op *op, int *labels, int64_t *sizes);
 
 /* A unary sum, max or min einsum over trailing dims of its operand: its
  * result labels are the operand's first labels, in order (rowgroup.c). */

@@ -79,6 +79,10 @@ static bool tree_fits(const rg_ctx *g, const ir_op *op, const int *map)
         int def = g->def_index[v->id];
         if (def >= 0 && g->fused_into[def] >= 0) {
             const ir_op *prod = g->ops[def];
+            /* An unrolled einsum reads its operands off the row's labels
+             * (its contracted ones): its consumer stays out of groups. */
+            if (prod->kind != IR_OP_ELEMENTWISE)
+                return false;
             int *pmap = malloc((size_t)m->ndims * sizeof *pmap);
             if (!pmap)
                 return false; /* out of memory: no group, which is always correct */

@@ -27,6 +27,17 @@
  * marks for the whole group (`--profile` shows "row group to ..."); the
  * other members and their fused producers get a valid estimate of zero
  * seconds, so sums over ops count the group once.
+ *
+ * An unrolled einsum (ir_einsum_unrolled_terms: a few products summed per
+ * element, which codegen runs as a loop nest instead of a GEMM) is priced
+ * the same way, as the one pass of the loop that computes it: its own
+ * nest, or the loop of the elementwise op it is fused into (ir/fusion.c),
+ * with everything else fused there.  The rotary embedding's contraction,
+ * its product with Sin and the sum with Q * Cos are one read of Q, Cos
+ * and Sin and one write of the result, priced on the loop's op.  Its
+ * arithmetic is elementwise arithmetic, at the peak on a profile of the
+ * seeds and free beside the memory traffic on a calibrated one (as an
+ * elementwise op's is), not the GEMM rate the per-op estimate used.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -62,7 +73,8 @@ static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops
     for (int i = 0; i < nops; i++) {
         const ir_op *op = ops[i];
         if (in_set[i]) {
-            t_compute += costs[i].t_compute;
+            bool unrolled = ir_einsum_unrolled_terms(m, op) > 0;
+            t_compute += unrolled && hw->measured ? 0 : costs[i].t_compute;
             flops += costs[i].flops;
             for (int k = 0; k < op->noperands; k++) {
                 const ir_value *v = op->operands[k];
@@ -141,6 +153,18 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
             in_set[i] = group[e] == first;
         }
         price_group(m, hw, ops, nops, in_set, def, onchip, costs, first, counted);
+    }
+    /* The loops that compute an unrolled einsum, priced on their op. */
+    for (int e = 0; e < nops; e++) {
+        if (fused[e] >= 0 || group[e] >= 0)
+            continue;
+        bool unrolled = false;
+        for (int i = 0; i < nops; i++) {
+            in_set[i] = i == e || fused[i] == e;
+            unrolled |= in_set[i] && ir_einsum_unrolled_terms(m, ops[i]) > 0;
+        }
+        if (unrolled)
+            price_group(m, hw, ops, nops, in_set, def, onchip, costs, e, counted);
     }
     rc = 0;
 done:

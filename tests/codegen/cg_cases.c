@@ -221,9 +221,11 @@ static void case_collectives(cb *b)
     /* AllGather: A[I_X, J_Y] -> A1[I_X, J] over Y. */
     ir_value *A = in(b, "A", IR_F32, "I_X J_Y", false);
     out(b, "AG", coll(b, IR_OP_ALLGATHER, "A1", "I_X J", A, "Y", 1, -1));
-    /* P[I, J]{U_X} = X[I, K_X] W[K_X, J]; AllReduce and ReduceScatter it. */
-    ir_value *X = in(b, "X", IR_F32, "I K_X", false);
-    ir_value *W = in(b, "W", IR_F32, "K_X J", true);
+    /* P[I, J]{U_X} = X[I, M_X] W[M_X, J]; AllReduce and ReduceScatter it.
+     * M is long enough for a GEMM (rt_einsum); the other cases' einsums
+     * over K = 4 are unrolled loop nests (ir_einsum_unrolled_terms). */
+    ir_value *X = in(b, "X", IR_F32, "I M_X", false);
+    ir_value *W = in(b, "W", IR_F32, "M_X J", true);
     ir_value *P = einsum(b, "P", "I J {X}", X, W, 1.0);
     out(b, "AR", coll(b, IR_OP_ALLREDUCE, "P1", "I J", P, "X", -1, -1));
     ir_value *R = coll(b, IR_OP_REDUCESCATTER, "P2", "I_X J", P, "X", 0, -1);

@@ -82,7 +82,7 @@ def exp_einsum(x):
 
 
 def case_collectives(rng):
-    return {"A": r(rng, I, J), "X": r(rng, I, K), "W": r(rng, K, J)}
+    return {"A": r(rng, I, J), "X": r(rng, I, M), "W": r(rng, M, J)}
 
 
 def exp_collectives(x):

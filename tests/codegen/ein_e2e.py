@@ -112,7 +112,43 @@ def expf_expected(x):
         return {"E": np.exp(x["Z"].astype(np.float64)).astype(np.float32)}
 
 
+def bf16(v):
+    """f32 values rounded to bf16 (nearest even), as f32: exact in a bf16 input."""
+    b = np.asarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.astype(np.uint32).view(np.float32)
+
+
+def contract_inputs(rng):
+    f32 = np.float32
+    return {"Q": rng.standard_normal((4, 6, 4, 2, 16), dtype=f32),
+            "Cos": rng.standard_normal((6, 16), dtype=f32),
+            "Sin": rng.standard_normal((6, 16), dtype=f32),
+            "A": rng.standard_normal((4, 2, 6, 3, 8)),
+            "W": rng.standard_normal((3, 2, 16)),
+            "Xb": bf16(rng.standard_normal((4, 6, 2, 16))),
+            "Rb": bf16(rng.standard_normal((2, 2))),
+            "E": rng.standard_normal((4, 6, 4), dtype=f32),
+            "V": rng.standard_normal(4, dtype=f32)}
+
+
+def contract_expected(x):
+    q = x["Q"].astype(np.float64)
+    rot = np.subtract.outer(np.arange(2), np.arange(2)).astype(np.float64)  # P2 - P
+    qr = (q * x["Cos"][None, :, None, None, :]
+          + np.einsum("btnpg,ap->btnag", q, rot) * x["Sin"][None, :, None, None, :])
+    xb = x["Xb"].astype(np.float64)
+    yb = xb + np.einsum("btpg,ap->btag", xb, x["Rb"].astype(np.float64))
+    return {"Qr": qr,
+            "C": np.einsum("bktjh,jkg->bthg", x["A"], x["W"]),
+            "Yb": yb,
+            "Z": np.einsum("btd,d->bt", x["E"].astype(np.float64), x["V"])}
+
+
 NUMPY = {"mlp": (mlp_inputs, mlp_expected, 1e-4, 1e-3),
+         # Yb's bf16 products and sums are exact in f32, rounded once to
+         # bf16 when stored: within 2^-9 relative
+         "contract": (contract_inputs, contract_expected, 4e-3, 1e-6),
          "rows": (rows_inputs, rows_expected, 1e-5, 1e-30),
          "rows_stream": (rows_stream_inputs, rows_stream_expected, 1e-5, 1e-30),
          # within 2 f32 ulps of exp (NumPy's own expf is within 2), denormal

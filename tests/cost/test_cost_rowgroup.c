@@ -3,7 +3,8 @@
  * (passes/costmodel/cost_rowgroup.c): a softmax over the last dim, the
  * four ops codegen runs one row at a time (ir/rowgroup.c), costs one read
  * of its input and one write of its output, not the six trips through
- * memory of its members priced one by one.
+ * memory of its members priced one by one.  Likewise the loop of an
+ * unrolled einsum (ir/einsum_unroll.c) fused into its consumer.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -158,12 +159,133 @@ static void test_read_after_group(void)
     ir_module_free(m);
 }
 
+/* E[R, A, G] = sum_P Q[R, P, G] * W[A, P], then Y[R, A, G] = E * S[G]:
+ * the rotary embedding's contraction over P = `p` and the product after
+ * it.  ops[0] is the einsum, ops[1] the product. */
+static ir_module *rotary_module(int p, ir_op **ops)
+{
+    ir_module *m = ir_module_new("t.ein");
+    int R = ir_dim_add(m, "R", ROWS, 0), P = ir_dim_add(m, "P", p, 0);
+    int A = ir_dim_add(m, "A", p, 0), G = ir_dim_add(m, "G", 64, 0);
+    ir_value *q = val(m, "Q", IR_VAL_INPUT, 3, (int[]){R, P, G});
+    ir_value *w = val(m, "W", IR_VAL_INPUT, 2, (int[]){A, P});
+    ir_value *sv = val(m, "S", IR_VAL_INPUT, 1, (int[]){G});
+    ir_value *e = val(m, "E", IR_VAL_OP, 3, (int[]){R, A, G});
+    ir_value *y = val(m, "Y", IR_VAL_OP, 3, (int[]){R, A, G});
+    ir_value *qw[2] = {q, w};
+    ir_op *ein = ir_op_new(m, IR_OP_EINSUM, 2, qw, e, 0);
+    memcpy(ein->u.einsum.labels[0], (int[]){R, P, G}, 3 * sizeof(int));
+    memcpy(ein->u.einsum.labels[1], (int[]){A, P}, 2 * sizeof(int));
+    memcpy(ein->u.einsum.result_labels, (int[]){R, A, G}, 3 * sizeof(int));
+    ein->u.einsum.scale = 1.0;
+    ein->u.einsum.reduce = IR_RED_SUM;
+    ir_op_append(m, ein);
+    ir_value *es[2] = {e, sv};
+    ir_op *mul = ir_op_new(m, IR_OP_ELEMENTWISE, 2, es, y, 0);
+    ir_ew_node *n = ir_alloc(&m->arena, 3 * sizeof *n);
+    n[0] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    n[1] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 1};
+    n[2] = (ir_ew_node){.kind = IR_EW_MUL, .a = 0, .b = 1};
+    mul->u.ew.nodes = n;
+    mul->u.ew.nnodes = 3;
+    mul->u.ew.root = 2;
+    memcpy(mul->u.ew.labels[0], (int[]){R, A, G}, 3 * sizeof(int));
+    mul->u.ew.labels[1][0] = G;
+    memcpy(mul->u.ew.result_labels, (int[]){R, A, G}, 3 * sizeof(int));
+    ir_op_append(m, mul);
+    ir_output_add(m, "Y", y, 0);
+    ops[0] = ein;
+    ops[1] = mul;
+    return m;
+}
+
+/* Which einsums are unrolled (ir/einsum_unroll.c): a binary sum of at
+ * most m->einsum_unroll_max products per element, counted per device. */
+static void test_unrolled_rule(void)
+{
+    ir_op *ops[2];
+    ir_module *m = rotary_module(2, ops);
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[0]), 2);
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[1]), 0); /* not an einsum */
+    m->einsum_unroll_max = 1;
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[0]), 0);
+    m->einsum_unroll_max = 0; /* einc --einsum-unroll=0: every einsum a GEMM */
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[0]), 0);
+    ir_module_free(m);
+    m = rotary_module(IR_EINSUM_UNROLL_MAX + 1, ops);
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[0]), 0);
+    /* P (position 1 of Q[R, P, G] and of W[A, P]) sharded over an axis
+     * of 3 on both operands: a third of the terms per device */
+    int x = ir_mesh_add_axis(m, 'X', 3, 0);
+    for (int k = 0; k < 2; k++) {
+        ir_type *t = &ops[0]->operands[k]->type;
+        t->sh.naxes[1] = 1;
+        t->sh.axes[1][0] = (int8_t)x;
+    }
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[0]), (IR_EINSUM_UNROLL_MAX + 1) / 3);
+    /* ... and on one operand only: the blocks disagree, a GEMM */
+    ops[0]->operands[1]->type.sh.naxes[1] = 0;
+    CU_ASSERT_EQUAL(ir_einsum_unrolled_terms(m, ops[0]), 0);
+    ir_module_free(m);
+}
+
+/* The unrolled einsum runs in its consumer's loop (ir/fusion.c), and the
+ * loop is priced as one pass on the consumer: Q, W and S read once, Y
+ * written once, E never in memory, and the einsum's arithmetic at the
+ * elementwise rate.  Without unrolling each op keeps its own estimate. */
+static void check_unrolled(const char *name)
+{
+    cost_hw hw = test_load_hw(name);
+    ir_op *ops[2];
+    ir_module *m = rotary_module(2, ops);
+    int fused[2];
+    CU_ASSERT_EQUAL_FATAL(ir_fuse_elementwise(m, ops, 2, fused), 0);
+    CU_ASSERT_EQUAL(fused[0], 1);
+    CU_ASSERT_EQUAL(fused[1], -1);
+    ir_cost costs[2], alone[2];
+    for (int i = 0; i < 2; i++)
+        cost_op_estimate(m, &hw, ops[i], &alone[i]);
+    memcpy(costs, alone, sizeof costs);
+    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 2, NULL, costs), 0);
+    CU_ASSERT(costs[0].valid);
+    CU_ASSERT_EQUAL(costs[0].time, 0);
+    double elems = (double)ROWS * 2 * 64;
+    double bytes = 4 * (elems + 2 * 2 + 64 + elems); /* Q, W, S, Y */
+    CU_ASSERT_EQUAL(costs[1].hbm_bytes, bytes);
+    double arith = alone[1].t_compute + (hw.measured ? 0 : alone[0].t_compute);
+    double bw = hw.measured ? cost_measured_ew_bw(&hw, bytes) : hw.hbm_bw;
+    double want = hw.measured ? bytes / bw + arith : fmax(bytes / bw, arith);
+    CU_ASSERT(fabs(costs[1].time - want) <= 1e-9 * want);
+    CU_ASSERT(costs[1].time < alone[0].time + alone[1].time);
+    m->einsum_unroll_max = 0;
+    CU_ASSERT_EQUAL_FATAL(ir_fuse_elementwise(m, ops, 2, fused), 0);
+    CU_ASSERT_EQUAL(fused[0], -1);
+    memcpy(costs, alone, sizeof costs);
+    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 2, NULL, costs), 0);
+    CU_ASSERT_EQUAL(costs[0].time, alone[0].time);
+    CU_ASSERT_EQUAL(costs[1].time, alone[1].time);
+    ir_module_free(m);
+}
+
+static void test_unrolled_roofline(void)
+{
+    check_unrolled("tpu-v5e");
+}
+
+static void test_unrolled_measured(void)
+{
+    check_unrolled("host");
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"softmax row group on a roofline profile", test_softmax_roofline},
         {"softmax row group on a calibrated profile", test_softmax_measured},
         {"a member read after its group is written once", test_read_after_group},
+        {"which einsums are unrolled", test_unrolled_rule},
+        {"an unrolled einsum's loop on a roofline profile", test_unrolled_roofline},
+        {"an unrolled einsum's loop on a calibrated profile", test_unrolled_measured},
     };
     einc_add_suite("row groups in the cost model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
