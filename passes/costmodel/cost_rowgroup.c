@@ -28,11 +28,12 @@
  * other members and their fused producers get a valid estimate of zero
  * seconds, so sums over ops count the group once.
  *
- * An unrolled einsum (ir_einsum_unrolled_terms: a few products summed per
- * element, which codegen runs as a loop nest instead of a GEMM) is priced
- * the same way, as the one pass of the loop that computes it: its own
- * nest, or the loop of the elementwise op it is fused into (ir/fusion.c),
- * with everything else fused there.  The rotary embedding's contraction,
+ * Every other loop that computes more than its own op is priced the same
+ * way, as one pass: an elementwise op with the producers fused into it
+ * (ir/fusion.c), whose intermediates never go to memory, and an unrolled
+ * einsum (ir_einsum_unrolled_terms: a few products summed per element,
+ * which codegen runs as a loop nest instead of a GEMM) in its own nest or
+ * in the loop of the elementwise op it is fused into.  The rotary embedding's contraction,
  * its product with Sin and the sum with Q * Cos are one read of Q, Cos
  * and Sin and one write of the result, priced on the loop's op.  Its
  * arithmetic is elementwise arithmetic, at the peak on a profile of the
@@ -62,42 +63,51 @@ static double bytes_of(const ir_module *m, const ir_value *v, const bool *onchip
     return (double)ir_local_bytes(m, &v->type);
 }
 
-/* Prices the group whose first op is `first`; in_set[i] says op i belongs
- * to it (a member or fused into one).  def[v]: index of v's defining op. */
-static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops, int nops,
-                        const bool *in_set, const int *def, const bool *onchip, ir_cost *costs,
-                        int first, bool *counted)
+/* Index in `ops` of `op`, through its result's defining index, or -1. */
+static int index_of(const ir_op *op, ir_op *const *ops, const int *def)
+{
+    int i = op && op->result ? def[op->result->id] : -1;
+    return i >= 0 && ops[i] == op ? i : -1;
+}
+
+/* Prices the group whose estimate goes on op `first`: the ops mem[0..n)
+ * (its members and the producers fused into them), in_set[i] true for
+ * each.  def[v]: index of v's defining op in `ops`, or -1.  counted[]
+ * is all false on entry and on return.  Linear in the group's ops and
+ * their operands and uses, so pricing every group of a program is linear
+ * in the program (a chain of 10^6 fused statements has 10^4 loops). */
+static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops, const int *mem,
+                        int n, const bool *in_set, const int *def, const bool *onchip,
+                        ir_cost *costs, int first, bool *counted)
 {
     double read = 0, write = 0, t_compute = 0, flops = 0;
-    memset(counted, 0, (size_t)m->nvalues * sizeof *counted);
-    for (int i = 0; i < nops; i++) {
+    for (int q = 0; q < n; q++) {
+        int i = mem[q];
         const ir_op *op = ops[i];
-        if (in_set[i]) {
-            bool unrolled = ir_einsum_unrolled_terms(m, op) > 0;
-            t_compute += unrolled && hw->measured ? 0 : costs[i].t_compute;
-            flops += costs[i].flops;
-            for (int k = 0; k < op->noperands; k++) {
-                const ir_value *v = op->operands[k];
-                if ((def[v->id] < 0 || !in_set[def[v->id]]) && !counted[v->id]) {
-                    counted[v->id] = true; /* an input of the group: read once */
-                    read += bytes_of(m, v, onchip);
-                }
-            }
-            continue;
-        }
+        bool unrolled = ir_einsum_unrolled_terms(m, op) > 0;
+        t_compute += unrolled && hw->measured ? 0 : costs[i].t_compute;
+        flops += costs[i].flops;
         for (int k = 0; k < op->noperands; k++) {
             const ir_value *v = op->operands[k];
-            if (def[v->id] >= 0 && in_set[def[v->id]] && !counted[v->id]) {
-                counted[v->id] = true; /* read after the group: written once */
-                write += bytes_of(m, v, onchip);
+            if ((def[v->id] < 0 || !in_set[def[v->id]]) && !counted[v->id]) {
+                counted[v->id] = true; /* an input of the group: read once */
+                read += bytes_of(m, v, onchip);
             }
         }
-    }
-    for (int i = 0; i < nops; i++)
-        if (in_set[i] && !counted[ops[i]->result->id] && ir_value_is_output(m, ops[i]->result)) {
-            counted[ops[i]->result->id] = true;
-            write += bytes_of(m, ops[i]->result, onchip);
+        /* Its result goes to memory once if an op outside the group reads
+         * it or it is an output. */
+        const ir_value *r = op->result;
+        bool out = ir_value_is_output(m, r);
+        for (int u = 0; u < r->nuses && !out; u++) {
+            int j = index_of(r->uses[u].op, ops, def);
+            out = j < 0 || !in_set[j];
         }
+        if (out)
+            write += bytes_of(m, r, onchip);
+    }
+    for (int q = 0; q < n; q++)
+        for (int k = 0; k < ops[mem[q]]->noperands; k++)
+            counted[ops[mem[q]]->operands[k]->id] = false;
     ir_cost c;
     memset(&c, 0, sizeof c);
     c.valid = true;
@@ -113,12 +123,10 @@ static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops
         c.time = fmax(c.t_compute, c.t_memory);
     }
     c.bound = c.t_compute > c.t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-    for (int i = 0; i < nops; i++) {
-        if (!in_set[i])
-            continue;
-        memset(&costs[i], 0, sizeof costs[i]);
-        costs[i].valid = true;
-        costs[i].bound = c.bound;
+    for (int q = 0; q < n; q++) {
+        memset(&costs[mem[q]], 0, sizeof costs[mem[q]]);
+        costs[mem[q]].valid = true;
+        costs[mem[q]].bound = c.bound;
     }
     costs[first] = c;
 }
@@ -129,10 +137,12 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
     int n = nops > 0 ? nops : 1, nv = m->nvalues > 0 ? m->nvalues : 1;
     int *fused = malloc((size_t)n * sizeof *fused), *group = malloc((size_t)n * sizeof *group);
     int *def = malloc((size_t)nv * sizeof *def);
+    int *head = malloc((size_t)n * sizeof *head), *next = malloc((size_t)n * sizeof *next);
+    int *mem = malloc((size_t)n * sizeof *mem);
     bool *local = calloc((size_t)nv, sizeof *local), *in_set = calloc((size_t)n, sizeof *in_set);
     bool *counted = calloc((size_t)nv, sizeof *counted);
     int rc = -1;
-    if (!fused || !group || !def || !local || !in_set || !counted)
+    if (!fused || !group || !def || !head || !next || !mem || !local || !in_set || !counted)
         goto done;
     for (int i = 0; i < nops; i++)
         if (!ops[i]->result || ops[i]->result->id < 0 || ops[i]->result->id >= m->nvalues)
@@ -144,33 +154,41 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
         def[v] = -1;
     for (int i = 0; i < nops; i++)
         def[ops[i]->result->id] = i;
-    for (int first = 0; first < nops; first++) {
-        if (group[first] != first)
-            continue;
-        /* The members, and the producers fused into them. */
-        for (int i = 0; i < nops; i++) {
-            int e = fused[i] >= 0 ? fused[i] : i;
-            in_set[i] = group[e] == first;
-        }
-        price_group(m, hw, ops, nops, in_set, def, onchip, costs, first, counted);
+    /* The ops of each loop, listed on the op that owns it: a row group's
+     * first op (its members and the producers fused into them), or the op
+     * that emits a fused loop (itself and its producers). */
+    for (int i = 0; i < nops; i++)
+        head[i] = -1;
+    for (int i = nops - 1; i >= 0; i--) {
+        int e = fused[i] >= 0 ? fused[i] : i;
+        int owner = group[e] >= 0 ? group[e] : e;
+        next[i] = head[owner];
+        head[owner] = i;
     }
-    /* The loops that compute an unrolled einsum, priced on their op. */
-    for (int e = 0; e < nops; e++) {
-        if (fused[e] >= 0 || group[e] >= 0)
+    for (int o = 0; o < nops; o++) {
+        int cnt = 0;
+        for (int i = head[o]; i >= 0; i = next[i])
+            mem[cnt++] = i;
+        /* A row group; else a loop that computes more than its own op
+         * (producers fused into it) or an unrolled einsum. */
+        if (group[o] != o && cnt < 2 && !(cnt == 1 && ir_einsum_unrolled_terms(m, ops[o]) > 0))
             continue;
-        bool unrolled = false;
-        for (int i = 0; i < nops; i++) {
-            in_set[i] = i == e || fused[i] == e;
-            unrolled |= in_set[i] && ir_einsum_unrolled_terms(m, ops[i]) > 0;
-        }
-        if (unrolled)
-            price_group(m, hw, ops, nops, in_set, def, onchip, costs, e, counted);
+        if (cnt == 0)
+            continue;
+        for (int q = 0; q < cnt; q++)
+            in_set[mem[q]] = true;
+        price_group(m, hw, ops, mem, cnt, in_set, def, onchip, costs, o, counted);
+        for (int q = 0; q < cnt; q++)
+            in_set[mem[q]] = false;
     }
     rc = 0;
 done:
     free(fused);
     free(group);
     free(def);
+    free(head);
+    free(next);
+    free(mem);
     free(local);
     free(in_set);
     free(counted);

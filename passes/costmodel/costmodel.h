@@ -334,10 +334,13 @@ void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op 
  * sum of theirs; time = max(t_compute, bytes / W_hbm), or on a calibrated
  * profile bytes at the measured elementwise bandwidth plus t_compute.  The
  * other members and their fused producers get a valid zero estimate.
- * The loop that computes an unrolled einsum (ir_einsum_unrolled_terms) is
- * priced the same way on the op that emits it (the einsum, or the
- * elementwise op it is fused into), with the einsum's arithmetic at the
- * elementwise rate (free on a calibrated profile) rather than a GEMM's.
+ * Every other loop that computes more than its own op (an elementwise op
+ * with the producers fused into it, ir_fuse_elementwise) or an unrolled
+ * einsum (ir_einsum_unrolled_terms) is priced the same way on the op that
+ * emits it (the einsum, or the elementwise op it is fused into), with an
+ * unrolled einsum's arithmetic at the elementwise rate (free on a
+ * calibrated profile) rather than a GEMM's.  Linear in the ops, their
+ * operands and their results' uses.
  * Returns 0, or -1 (out of memory or malformed IR: costs unchanged).
  */
 int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, int nops,

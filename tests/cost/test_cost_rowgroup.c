@@ -4,7 +4,8 @@
  * four ops codegen runs one row at a time (ir/rowgroup.c), costs one read
  * of its input and one write of its output, not the six trips through
  * memory of its members priced one by one.  Likewise the loop of an
- * unrolled einsum (ir/einsum_unroll.c) fused into its consumer.
+ * unrolled einsum (ir/einsum_unroll.c) fused into its consumer, and any
+ * elementwise op with the producers fused into it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -199,6 +200,20 @@ static ir_module *rotary_module(int p, ir_op **ops)
     return m;
 }
 
+/* ops[0] computed in ops[1]'s loop: alone[] gets each op's own estimate,
+ * costs[] the loop's (cost_row_groups), whose estimate is on ops[1] and
+ * ops[0]'s a valid 0. */
+static void price_pair(ir_module *m, const cost_hw *hw, ir_op **ops, ir_cost *alone,
+                       ir_cost *costs)
+{
+    for (int i = 0; i < 2; i++)
+        cost_op_estimate(m, hw, ops[i], &alone[i]);
+    memcpy(costs, alone, 2 * sizeof *costs);
+    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, hw, ops, 2, NULL, costs), 0);
+    CU_ASSERT(costs[0].valid);
+    CU_ASSERT_EQUAL(costs[0].time, 0);
+}
+
 /* Which einsums are unrolled (ir/einsum_unroll.c): a binary sum of at
  * most m->einsum_unroll_max products per element, counted per device. */
 static void test_unrolled_rule(void)
@@ -243,12 +258,7 @@ static void check_unrolled(const char *name)
     CU_ASSERT_EQUAL(fused[0], 1);
     CU_ASSERT_EQUAL(fused[1], -1);
     ir_cost costs[2], alone[2];
-    for (int i = 0; i < 2; i++)
-        cost_op_estimate(m, &hw, ops[i], &alone[i]);
-    memcpy(costs, alone, sizeof costs);
-    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 2, NULL, costs), 0);
-    CU_ASSERT(costs[0].valid);
-    CU_ASSERT_EQUAL(costs[0].time, 0);
+    price_pair(m, &hw, ops, alone, costs);
     double elems = (double)ROWS * 2 * 64;
     double bytes = 4 * (elems + 2 * 2 + 64 + elems); /* Q, W, S, Y */
     CU_ASSERT_EQUAL(costs[1].hbm_bytes, bytes);
@@ -277,6 +287,50 @@ static void test_unrolled_measured(void)
     check_unrolled("host");
 }
 
+/* T[R, C] = exp(X[R, C] - B[R]), then Y[R, C] = T * B: T's one reader
+ * computes it in its own loop (ir/fusion.c), so the pair is one pass,
+ * priced on Y's op: X and B read once, Y written once, T never in memory,
+ * plus the exp's arithmetic, as for one op (cost_op.c,
+ * measured_elementwise) on a calibrated profile and under the roofline on
+ * a seed's. */
+static void check_fused_chain(const char *name)
+{
+    cost_hw hw = test_load_hw(name);
+    ir_module *m = ir_module_new("t.ein");
+    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
+    ir_value *x = val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C});
+    ir_value *b = val(m, "B", IR_VAL_INPUT, 1, (int[]){R});
+    ir_value *t = val(m, "T", IR_VAL_OP, 2, (int[]){R, C});
+    ir_value *y = val(m, "Y", IR_VAL_OP, 2, (int[]){R, C});
+    rowwise(m, IR_EW_SUB, IR_FN_EXP, x, b, t);
+    rowwise(m, IR_EW_MUL, IR_FN_COUNT, t, b, y);
+    ir_output_add(m, "Y", y, 0);
+    ir_op *ops[2] = {m->first, m->first->next};
+    ir_cost costs[2], alone[2];
+    price_pair(m, &hw, ops, alone, costs);
+    double bytes = 4.0 * (2.0 * ROWS * COLS + ROWS); /* X, B, Y */
+    CU_ASSERT_EQUAL(costs[1].hbm_bytes, bytes);
+    double mem = hw.measured ? cost_measured_contention(&hw, 1) * bytes / cost_measured_ew_bw(&hw, bytes)
+                             : bytes / hw.hbm_bw;
+    double arith = alone[0].t_compute + alone[1].t_compute;
+    double want = hw.measured ? mem + arith : fmax(mem, arith);
+    CU_ASSERT(fabs(costs[1].t_memory - mem) <= 1e-9 * mem);
+    CU_ASSERT(fabs(costs[1].time - want) <= 1e-9 * want);
+    /* apart, T goes out to memory and back */
+    CU_ASSERT(costs[1].time < alone[0].time + alone[1].time);
+    ir_module_free(m);
+}
+
+static void test_fused_chain_roofline(void)
+{
+    check_fused_chain("tpu-v5e");
+}
+
+static void test_fused_chain_measured(void)
+{
+    check_fused_chain("host");
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -286,6 +340,8 @@ void einc_register_tests(void)
         {"which einsums are unrolled", test_unrolled_rule},
         {"an unrolled einsum's loop on a roofline profile", test_unrolled_roofline},
         {"an unrolled einsum's loop on a calibrated profile", test_unrolled_measured},
+        {"a fused elementwise chain on a roofline profile", test_fused_chain_roofline},
+        {"a fused elementwise chain on a calibrated profile", test_fused_chain_measured},
     };
     einc_add_suite("row groups in the cost model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
