@@ -19,7 +19,15 @@ CPU time a process uses does not, stalls on memory included, so the ratio
 is steadier there (it is not a wall time: it is what the kernel costs a
 core).
 
+With --floor-rows N each kernel also runs on an [N, C] array small enough
+to stay in cache (N = 32, C = 2048: 256 KiB in, 256 KiB out), many times;
+its time per element times R x C is the kernel's arithmetic floor at the
+full size: what it would take if every byte came from cache.  copy time /
+floor is then the best ratio the kernel can reach on this CPU however well
+its memory traffic overlaps its arithmetic.
+
     python3 bench/rows.py --build BUILD [--rows 4096] [--cols 4096] [--repeat 10] [--cpu]
+                          [--floor-rows 32]
 """
 import os
 import re
@@ -73,6 +81,8 @@ def main():
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--cpu", action="store_true",
                    help="CPU time per run instead of the profile's wall time (see above)")
+    p.add_argument("--floor-rows", type=int, default=0,
+                   help="also time each kernel on this many rows, in cache (see above)")
     a = p.parse_args()
     if a.cpu and a.repeat < 2:
         p.error("--cpu needs --repeat 2 or more")
@@ -87,6 +97,18 @@ def main():
             for k in PROGRAMS]
     bl.table(["kernel", "f32 array", "CPU ms" if a.cpu else "ms", "GB/s (2 x array)",
               "ratio to copy", ">=0.7x"], rows)
+    if a.floor_rows <= 0:
+        return
+    scale = a.rows / a.floor_rows
+    with tempfile.TemporaryDirectory(prefix="einc-rows-") as work:
+        f = {k: op_time_ms(a.einc, work, k, v, a.floor_rows, a.cols,
+                           min(int(a.repeat * scale), 5000), a.cpu) * scale
+             for k, v in PROGRAMS.items()}
+    print("\narithmetic floor: each kernel on %d x %d (in cache), scaled to %d x %d"
+          % (a.floor_rows, a.cols, a.rows, a.cols))
+    bl.table(["kernel", "floor ms", "share of its time", "best ratio to copy (copy / floor)"],
+             [[k, "%.3f" % f[k], "%.2f" % (f[k] / t[k]), "%.3f" % (t["copy"] / f[k])]
+              for k in PROGRAMS if k != "copy"])
 
 
 if __name__ == "__main__":
