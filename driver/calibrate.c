@@ -91,7 +91,7 @@ typedef struct cal_state {
     int new_;               /* sizes measured */
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
     int64_t curve_last;     /* profile_json: elements of the last curve point written */
-    double fn_seconds[2][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
+    double fn_seconds[NFN][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
     cost_machine machine;   /* the machine measured (the profile's "machine") */
     double load[1];         /* 1-minute load average before measuring (-1: unknown) */
 } cal_state;
@@ -598,10 +598,18 @@ static const int64_t GEMM_SHAPES[NGEMM][3] = {
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
 /* Elements per device the functions are timed on (hot: every function
- * reads the same two arrays, which the one before just read).  Two sizes:
- * the slope between them is the time per element without the fixed cost
- * of starting an op on every device. */
-static const int64_t FN_ELEMS[2] = {(int64_t)1 << 18, (int64_t)1 << 20};
+ * reads the same two arrays, which the one before just read), in pairs:
+ * the slope between a pair's sizes is the time per element without the
+ * fixed cost of starting an op on every device.  The first pair streams
+ * from memory, as an elementwise op over a model's tensors does, so what
+ * a function costs beyond neg there is what its loop does not hide under
+ * its memory traffic (an inline exp: nothing).  The second pair stays in
+ * the second-level cache (3 x 128 KiB per device at the larger size, two
+ * devices to a core): beyond neg it is the function's arithmetic, which a
+ * row group pays on a row in cache, between the passes that touch memory
+ * (passes/costmodel/cost_rowgroup.c). */
+static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 18, (int64_t)1 << 20, (int64_t)1 << 13,
+                                      (int64_t)1 << 15};
 static const char *const DT_NAME[3] = {"f32", "f64", "bf16"};
 
 static int write_compute_program(cal_state *c, const char *file)
@@ -622,7 +630,7 @@ static int write_compute_program(cal_state *c, const char *file)
                 (long long)GEMM_SHAPES[g][2]);
     for (int e = 0; e < ne; e++)
         fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * nd));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NFN; i++)
         fprintf(f, "dim EF%d = %lld\ninput FA%d[EF%d_X] : f32\ninput FB%d[EF%d_X] : f32\n", i,
                 (long long)(FN_ELEMS[i] * nd), i, i, i, i);
     for (int t = 0; t < 3; t++)
@@ -651,7 +659,7 @@ static int write_compute_program(cal_state *c, const char *file)
      * contraction's output over a few hundred terms, not [-1, 1), so a
      * function whose cost depends on |x| (libm's scalar tanh) is timed on
      * the magnitudes it meets. */
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NFN; i++)
         for (int fn = 0; fn < IR_FN_COUNT; fn++)
             fprintf(f, "FN%dS%d[EF%d_X] = %s(6 * (FA%d[EF%d] + FB%d[EF%d]))\noutput FN%dS%d\n", fn,
                     i, i, ir_func_name((ir_func)fn), i, i, i, i, fn, i);
@@ -685,7 +693,7 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
     } else if (!strncmp(name, "FN", 2)) {
         int fn, i;
         if (sscanf(name + 2, "%dS%d", &fn, &i) == 2 && fn >= 0 && fn < IR_FN_COUNT && i >= 0 &&
-            i < 2)
+            i < NFN)
             c->fn_seconds[i][fn] = t;
     }
 }
@@ -737,6 +745,29 @@ static int run_benchmarks(cal_state *c)
 }
 
 /* ---- the profile ---- */
+
+/* Adds object `key` to `cal`: per function, seconds per element beyond neg
+ * on the same arrays (0 when the loop hides it), from its median times on
+ * `lo` and `hi` elements per device: the slope between the two sizes, or,
+ * when a noisy run leaves a slope that is not positive, the difference at
+ * the larger size alone. */
+static void add_fn_costs(cJSON *cal, const char *key, const double *at_lo, const double *at_hi,
+                         int64_t lo, int64_t hi)
+{
+    double slope[IR_FN_COUNT] = {0};
+    for (int fn = 0; fn < IR_FN_COUNT; fn++)
+        if (at_lo[fn] > 0 && at_hi[fn] > 0)
+            slope[fn] = (at_hi[fn] - at_lo[fn]) / (double)(hi - lo);
+    cJSON *fns = cJSON_AddObjectToObject(cal, key);
+    for (int fn = 0; fn < IR_FN_COUNT; fn++) {
+        if (!(at_hi[fn] > 0 && at_hi[IR_FN_NEG] > 0))
+            continue;
+        double extra = slope[fn] > 0 && slope[IR_FN_NEG] > 0
+                           ? slope[fn] - slope[IR_FN_NEG]
+                           : (at_hi[fn] - at_hi[IR_FN_NEG]) / (double)hi;
+        cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn), fmax(0, extra));
+    }
+}
 
 /* A figure the loader requires to be > 0: a fitted 0 becomes 1 ns. */
 static double positive(double v)
@@ -883,25 +914,10 @@ static cJSON *profile_json(cal_state *c)
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cJSON_AddNumberToObject(cal, "cores", cores > 0 ? (double)cores : (double)o->ranks);
-    /* Per function, seconds per element beyond neg on the same arrays (0
-     * when memory hides it): the slope between the two sizes, or, when a
-     * noisy run leaves a slope that is not positive, the difference at the
-     * larger size alone. */
-    double slope[IR_FN_COUNT] = {0};
-    for (int fn = 0; fn < IR_FN_COUNT; fn++)
-        if (c->fn_seconds[0][fn] > 0 && c->fn_seconds[1][fn] > 0)
-            slope[fn] = (c->fn_seconds[1][fn] - c->fn_seconds[0][fn]) /
-                        (double)(FN_ELEMS[1] - FN_ELEMS[0]);
-    cJSON *fns = cJSON_AddObjectToObject(cal, "function_seconds_per_element");
-    const double *big = c->fn_seconds[1];
-    for (int fn = 0; fn < IR_FN_COUNT; fn++) {
-        if (!(big[fn] > 0 && big[IR_FN_NEG] > 0))
-            continue;
-        double extra = slope[fn] > 0 && slope[IR_FN_NEG] > 0
-                           ? slope[fn] - slope[IR_FN_NEG]
-                           : (big[fn] - big[IR_FN_NEG]) / (double)FN_ELEMS[1];
-        cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn), fmax(0, extra));
-    }
+    add_fn_costs(cal, "function_seconds_per_element", c->fn_seconds[0], c->fn_seconds[1],
+                 FN_ELEMS[0], FN_ELEMS[1]);
+    add_fn_costs(cal, "function_seconds_per_element_in_cache", c->fn_seconds[2],
+                 c->fn_seconds[3], FN_ELEMS[2], FN_ELEMS[3]);
     return root;
 }
 

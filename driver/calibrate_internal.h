@@ -15,6 +15,7 @@
 #define NKINDS 4
 #define NGEMM 4
 #define NEW 4
+#define NFN 4 /* sizes the functions are timed on (calibrate.c, FN_ELEMS) */
 /* Buffers below this many bytes per device are fitted separately (they
  * stay in the caches; docs/cost-model.md). */
 #define SPLIT_BYTES (1 << 20)

@@ -260,6 +260,21 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
             get_nonneg(fns, ir_func_name((ir_func)f), "calibration.function_seconds_per_element.",
                        origin, &hw->fn_time[f], err, errsize) < 0)
             return -1;
+    /* Optional: the same in cache (profiles before it have the above only). */
+    const cJSON *fnc = cJSON_GetObjectItemCaseSensitive(cal, "function_seconds_per_element_in_cache");
+    if (fnc && !cJSON_IsObject(fnc)) {
+        set_err(err, errsize,
+                "%s: \"calibration.function_seconds_per_element_in_cache\" must be an object", origin);
+        return -1;
+    }
+    for (int f = 0; f < IR_FN_COUNT; f++) {
+        hw->fn_time_cache[f] = hw->fn_time[f];
+        if (fnc && cJSON_GetObjectItemCaseSensitive(fnc, ir_func_name((ir_func)f)) &&
+            get_nonneg(fnc, ir_func_name((ir_func)f),
+                       "calibration.function_seconds_per_element_in_cache.", origin,
+                       &hw->fn_time_cache[f], err, errsize) < 0)
+            return -1;
+    }
     hw->measured = true;
     return 0;
 }

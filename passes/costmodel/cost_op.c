@@ -185,13 +185,29 @@ static double mesh_devices(const ir_module *m)
  * same arrays.  They add: the function cost was measured as the extra time
  * on top of the memory traffic, so whatever overlap the loop achieves is
  * already in it. */
-static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
+/* Seconds per element of the function calls of elementwise `op`, by the
+ * per-function costs `fn` (hw->fn_time or hw->fn_time_cache). */
+static double fn_seconds_per_elem(const ir_op *op, const double *fn)
 {
     double per_elem = 0;
     for (int i = 0; i < op->u.ew.nnodes; i++)
         if (op->u.ew.nodes[i].kind == IR_EW_CALL && (int)op->u.ew.nodes[i].fn >= 0 &&
             op->u.ew.nodes[i].fn < IR_FN_COUNT)
-            per_elem += hw->fn_time[op->u.ew.nodes[i].fn];
+            per_elem += fn[op->u.ew.nodes[i].fn];
+    return per_elem;
+}
+
+double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir_op *op)
+{
+    if (!hw->measured || op->kind != IR_OP_ELEMENTWISE || !op->result)
+        return 0;
+    return cost_measured_contention(hw, mesh_devices(m)) *
+           (double)ir_local_elems(m, &op->result->type) * fn_seconds_per_elem(op, hw->fn_time_cache);
+}
+
+static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
+{
+    double per_elem = fn_seconds_per_elem(op, hw->fn_time);
     double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
     double k = cost_measured_contention(hw, mesh_devices(m));
     c->t_memory = k * c->hbm_bytes / cost_measured_ew_bw(hw, c->hbm_bytes);

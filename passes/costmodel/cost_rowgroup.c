@@ -18,7 +18,11 @@
  * read by an op outside the set (its outputs); row-local values and fused
  * values never go to memory.  Its arithmetic is the sum of the members'
  * (their t_compute: FLOPs at the peak, or on a calibrated profile the
- * measured cost of their functions per element).  Then, as for one op:
+ * measured cost of their functions per element on arrays in cache: a
+ * member's pass over a row in the first-level cache shows its arithmetic,
+ * which a loop streaming from memory hides under the memory traffic, so
+ * an exp that costs 0 beyond neg on arrays in memory does not in a
+ * softmax's row group).  Then, as for one op:
  * roofline max(t_compute, bytes / W_hbm) on a profile of the seeds, and
  * bytes at the measured elementwise bandwidth plus the arithmetic on a
  * calibrated one (cost_op.c, measured_elementwise).
@@ -72,20 +76,24 @@ static int index_of(const ir_op *op, ir_op *const *ops, const int *def)
 
 /* Prices the group whose estimate goes on op `first`: the ops mem[0..n)
  * (its members and the producers fused into them), in_set[i] true for
- * each.  def[v]: index of v's defining op in `ops`, or -1.  counted[]
+ * each; `rows` when it is a row group, whose elementwise members do their
+ * arithmetic on a row in cache (cost_op_ew_arith_in_cache).  def[v]: index of v's defining op in `ops`, or -1.  counted[]
  * is all false on entry and on return.  Linear in the group's ops and
  * their operands and uses, so pricing every group of a program is linear
  * in the program (a chain of 10^6 fused statements has 10^4 loops). */
 static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops, const int *mem,
                         int n, const bool *in_set, const int *def, const bool *onchip,
-                        ir_cost *costs, int first, bool *counted)
+                        ir_cost *costs, int first, bool *counted, bool rows)
 {
     double read = 0, write = 0, t_compute = 0, flops = 0;
     for (int q = 0; q < n; q++) {
         int i = mem[q];
         const ir_op *op = ops[i];
         bool unrolled = ir_einsum_unrolled_terms(m, op) > 0;
-        t_compute += unrolled && hw->measured ? 0 : costs[i].t_compute;
+        if (rows && hw->measured && op->kind == IR_OP_ELEMENTWISE)
+            t_compute += cost_op_ew_arith_in_cache(m, hw, op);
+        else
+            t_compute += unrolled && hw->measured ? 0 : costs[i].t_compute;
         flops += costs[i].flops;
         for (int k = 0; k < op->noperands; k++) {
             const ir_value *v = op->operands[k];
@@ -177,7 +185,7 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
             continue;
         for (int q = 0; q < cnt; q++)
             in_set[mem[q]] = true;
-        price_group(m, hw, ops, mem, cnt, in_set, def, onchip, costs, o, counted);
+        price_group(m, hw, ops, mem, cnt, in_set, def, onchip, costs, o, counted, group[o] == o);
         for (int q = 0; q < cnt; q++)
             in_set[mem[q]] = false;
     }

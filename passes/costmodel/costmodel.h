@@ -118,6 +118,9 @@ typedef struct cost_hw {
     double elementwise_bw;                /* measured elementwise bytes/s per device, when measured */
     double fn_time[IR_FN_COUNT];          /* measured seconds per element of each unary function
                                              beyond the memory time, when measured (else 0) */
+    double fn_time_cache[IR_FN_COUNT];    /* the same on arrays in cache: its arithmetic, which a
+                                             row group pays on a row in cache (fn_time where the
+                                             profile has no "..._in_cache" figures) */
     int ew_npoints;                       /* points of the elementwise curve (0: none) */
     double ew_bytes[COST_EW_POINTS];      /* bytes moved per device, ascending */
     double ew_bw[COST_EW_POINTS];         /* bytes/s measured at that size */
@@ -378,6 +381,12 @@ double cost_op_model_flops(const ir_module *m, const ir_op *op);
  * a copy; 0 for any other op.  Reported beside the model FLOPs, not in
  * them. */
 double cost_op_elementwise_flops(const ir_module *m, const ir_op *op);
+/* Seconds the function calls of elementwise `op` take on arrays in cache,
+ * per device, on a calibrated profile: its elements times the sum of
+ * hw->fn_time_cache over its calls, times the core-sharing factor
+ * (cost_measured_contention).  0 for any other op or profile.  A row
+ * group's members pay it on a row in cache (cost_rowgroup.c). */
+double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir_op *op);
 
 /* Per-device size of label `dim` in einsum `op` (its smallest over the
  * operands and result), or -1 if `dim` is not one of op's labels. */

@@ -60,8 +60,16 @@ static void test_parses(void)
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_GELU], 5e-9, 1e-18);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_EXP], 2e-9, 1e-18);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_TANH], 0, 0); /* not measured: memory only */
-    /* Without the section the profile is not measured. */
+    /* No in-cache figures: a row group uses the streaming ones. */
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_EXP], 2e-9, 1e-18);
     char buf[2048];
+    variant("\"gelu\": 5e-9}", "\"gelu\": 5e-9},\n  \"function_seconds_per_element_in_cache\": "
+            "{\"exp\": 7e-10}", buf, sizeof buf);
+    CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_EXP], 7e-10, 1e-19);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_GELU], 5e-9, 1e-18); /* not measured in cache */
+    CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_EXP], 2e-9, 1e-18);
+    /* Without the section the profile is not measured. */
     const char *cut = strstr(BASE, ",\n \"calibration\"");
     snprintf(buf, sizeof buf, "%.*s}\n", (int)(cut - BASE), BASE);
     CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
@@ -123,6 +131,9 @@ static void test_bad_sections(void)
                          sizeof buf), "calibration.elementwise_bandwidth");
     expect_error(variant("\"gelu\": 5e-9", "\"gelu\": -5e-9", buf, sizeof buf),
                  "function_seconds_per_element.gelu");
+    expect_error(variant("\"gelu\": 5e-9}", "\"gelu\": 5e-9},\n  \"function_seconds_per_element_in_cache\": "
+                         "{\"exp\": -1}", buf, sizeof buf),
+                 "function_seconds_per_element_in_cache.exp");
     expect_error(variant("\"bandwidth\": 8e9", "\"bandwidth\": 0", buf, sizeof buf),
                  "calibration.collectives.allgather.small_messages.bandwidth");
     expect_error(variant("\"bytes\": 1e8", "\"bytes\": 1e5", buf, sizeof buf), "ascending");

@@ -61,6 +61,11 @@ def check_profile(path, ranks, runtime):
     fns = cal.get("function_seconds_per_element", {})
     check("gelu" in fns and "exp" in fns, "functions gelu and exp measured")
     check(all(v >= 0 for v in fns.values()), "function costs >= 0")
+    fnc = cal.get("function_seconds_per_element_in_cache", {})
+    check("exp" in fnc and all(v >= 0 for v in fnc.values()), "function costs in cache >= 0")
+    # in cache a function's arithmetic shows: libm's scalar tanh costs tens
+    # of times the inline vector exp on x86-64
+    check(fnc.get("tanh", 0) > fnc["exp"], "tanh above exp in cache: %s" % fnc)
     for kind in KINDS:
         fit = cal["collectives"][kind]
         check(fit["t_launch"] >= 0 and fit["l_sync"] >= 0 and fit["bandwidth"] > 0,

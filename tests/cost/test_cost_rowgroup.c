@@ -125,6 +125,32 @@ static void test_softmax_measured(void)
     check_softmax("host", 1e-9);
 }
 
+/* On a calibrated profile a row group's members pay their functions'
+ * arithmetic measured in cache (fn_time_cache), not the part a streaming
+ * loop leaves over its memory time (fn_time): an exp that streams for
+ * free still costs on a row in cache.  A lone elementwise op keeps
+ * fn_time. */
+static void test_softmax_in_cache(void)
+{
+    cost_hw hw = test_load_hw("host");
+    CU_ASSERT_FATAL(hw.measured);
+    hw.fn_time[IR_FN_EXP] = 0;
+    hw.fn_time_cache[IR_FN_EXP] = 1e-9;
+    ir_op *ops[4];
+    ir_module *m = softmax_module(ops);
+    ir_cost costs[4];
+    for (int i = 0; i < 4; i++)
+        cost_op_estimate(m, &hw, ops[i], &costs[i]);
+    CU_ASSERT_EQUAL(costs[1].t_compute, 0); /* the exp alone, streaming */
+    CU_ASSERT_EQUAL(costs[3].t_compute, 0); /* the scale: no function */
+    double reductions = costs[0].t_compute + costs[2].t_compute;
+    CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 4, NULL, costs), 0);
+    double want = reductions + cost_measured_contention(&hw, 1) * ROWS * COLS * 1e-9;
+    CU_ASSERT(fabs(costs[0].t_compute - want) <= 1e-9 * want);
+    CU_ASSERT(fabs(costs[0].time - (costs[0].t_memory + want)) <= 1e-9 * costs[0].time);
+    ir_module_free(m);
+}
+
 /* A member's result that an op outside the group reads (here the
  * transpose W[C, R] = E[R, C], which does not start with the rows) is
  * written once; it is no longer row-local. */
@@ -336,6 +362,7 @@ void einc_register_tests(void)
     static const einc_test tests[] = {
         {"softmax row group on a roofline profile", test_softmax_roofline},
         {"softmax row group on a calibrated profile", test_softmax_measured},
+        {"a row group's functions cost their arithmetic in cache", test_softmax_in_cache},
         {"a member read after its group is written once", test_read_after_group},
         {"which einsums are unrolled", test_unrolled_rule},
         {"an unrolled einsum's loop on a roofline profile", test_unrolled_roofline},
