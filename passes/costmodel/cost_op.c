@@ -178,13 +178,6 @@ static double mesh_devices(const ir_module *m)
     return n;
 }
 
-/* Elementwise time under a calibrated profile: the op's bytes at the
- * elementwise bandwidth measured for that many bytes (operands hot, as the
- * result of the op before), plus, per element, the measured cost of each
- * function call in the expression beyond that of a plain loop over the
- * same arrays.  They add: the function cost was measured as the extra time
- * on top of the memory traffic, so whatever overlap the loop achieves is
- * already in it. */
 /* Seconds per element of the function calls of elementwise `op`, by the
  * per-function costs `fn` (hw->fn_time or hw->fn_time_cache). */
 static double fn_seconds_per_elem(const ir_op *op, const double *fn)
@@ -205,6 +198,13 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
            (double)ir_local_elems(m, &op->result->type) * fn_seconds_per_elem(op, hw->fn_time_cache);
 }
 
+/* Elementwise time under a calibrated profile: the op's bytes at the
+ * elementwise bandwidth measured for that many bytes (operands hot, as the
+ * result of the op before), plus, per element, the measured cost of each
+ * function call in the expression beyond that of a plain loop over the
+ * same arrays streaming from memory (hw->fn_time).  They add: the function
+ * cost was measured as the extra time on top of the memory traffic, so
+ * whatever overlap the loop achieves is already in it. */
 static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
 {
     double per_elem = fn_seconds_per_elem(op, hw->fn_time);
