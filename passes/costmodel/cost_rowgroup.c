@@ -37,9 +37,10 @@
  * (ir/fusion.c), whose intermediates never go to memory, and an unrolled
  * einsum (ir_einsum_unrolled_terms: a few products summed per element,
  * which codegen runs as a loop nest instead of a GEMM) in its own nest or
- * in the loop of the elementwise op it is fused into.  The rotary embedding's contraction,
- * its product with Sin and the sum with Q * Cos are one read of Q, Cos
- * and Sin and one write of the result, priced on the loop's op.  Its
+ * in the loop of the elementwise op it is fused into.  The rotary
+ * embedding's contraction, its product with Sin and the sum with Q * Cos
+ * are one read of Q, Cos and Sin and one write of the result, priced on
+ * the loop's op.  Its
  * arithmetic is elementwise arithmetic, at the peak on a profile of the
  * seeds and free beside the memory traffic on a calibrated one (as an
  * elementwise op's is), not the GEMM rate the per-op estimate used.
