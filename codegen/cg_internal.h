@@ -136,6 +136,10 @@ LLVMTargetMachineRef cg_target_machine_new(int opt_level, diag_ctx *d);
 void cg_plan_row_groups(cg_plan *p, const ir_module *m);
 /* The last member of the row group whose first op is `first`. */
 int cg_row_group_end(const cg_plan *p, int first);
+/* Bytes per device of one row of a value of type `t` in a row group whose
+ * rows are its first `nrow` positions: its local bytes over their local
+ * sizes. */
+int64_t cg_row_bytes(const ir_module *m, const ir_type *t, int nrow);
 
 /* ---- types.c ---- */
 

@@ -18,15 +18,6 @@
 #include "cg_internal.h"
 #include "einrt.h"
 
-/* Position of label L among `labels` (rank `rank`), or -1. */
-static int label_pos(const int *labels, int rank, int L)
-{
-    for (int j = 0; j < rank; j++)
-        if (labels[j] == L)
-            return j;
-    return -1;
-}
-
 /* A constant rt_coll_desc for a single-axis collective.  Its reduce_op is
  * always SUM: MeshSlice's ReduceScatter adds partial GEMM products. */
 static LLVMValueRef coll_const(cg_ctx *c, int kind, ir_dtype t, int axis, int rank,
@@ -76,7 +67,7 @@ void cg_emit_meshslice(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRe
         const int *l = t < 2 ? op->u.ms.labels[t] : op->u.ms.result_labels;
         for (int j = 0; j < rank[t]; j++)
             lab[t][j] = l[j];
-        pos[t] = label_pos(l, (int)rank[t], L);
+        pos[t] = ir_label_pos(l, (int)rank[t], L);
     }
     /* Partial collectives: on sub-shards (split dim / K); the partial
      * einsum sees the gathered (or not yet scattered) size, times P. */

@@ -64,12 +64,20 @@ void cg_plan_row_groups(cg_plan *p, const ir_module *m)
         for (int j = g; j <= cg_row_group_end(p, g) && !lead; j++)
             if (p->row_group[j] == g && p->ops[j]->kind == IR_OP_EINSUM)
                 lead = p->ops[j];
-        int64_t bytes = ir_local_bytes(m, &op->result->type), row = bytes;
-        for (int q = 0; lead && q < lead->result->type.rank; q++)
-            row /= ir_local_size(m, &op->result->type, q);
-        p->row_stream[op->result->id] = lead && bytes >= CG_STREAM_MIN_BYTES && row % 64 == 0;
+        int64_t bytes = ir_local_bytes(m, &op->result->type);
+        p->row_stream[op->result->id] =
+            lead && bytes >= CG_STREAM_MIN_BYTES &&
+            cg_row_bytes(m, &op->result->type, lead->result->type.rank) % 64 == 0;
     }
     free(in_group);
+}
+
+int64_t cg_row_bytes(const ir_module *m, const ir_type *t, int nrow)
+{
+    int64_t row = ir_local_bytes(m, t);
+    for (int q = 0; q < nrow; q++)
+        row /= ir_local_size(m, t, q);
+    return row;
 }
 
 int cg_row_group_end(const cg_plan *p, int first)

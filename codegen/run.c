@@ -379,9 +379,7 @@ static void emit_member(cg_ctx *c, cg_fn *f, int j, LLVMValueRef stage, LLVMValu
     f->buf[res->id] = stage; /* the member's loads of res: none (rowgroup.c) */
     cg_emit_elementwise(c, f, op, stage);
     f->buf[res->id] = dst;
-    int64_t row_bytes = ir_local_bytes(f->m, &res->type);
-    for (int q = 0; q < f->nrow; q++)
-        row_bytes /= ir_local_size(f->m, &res->type, q);
+    int64_t row_bytes = cg_row_bytes(f->m, &res->type, f->nrow);
     LLVMValueRef off = cg_row_offset(c, f, &res->type);
     LLVMValueRef row = LLVMBuildInBoundsGEP2(c->b, c->t.i8, dst, &off, 1, "row");
     cg_emit_stream_row(c, f, row, stage, row_bytes, aligned);
@@ -412,10 +410,7 @@ static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
         const ir_value *res = p->ops[j]->result;
         if (!p->row_stream[res->id])
             continue;
-        int64_t row_bytes = ir_local_bytes(f->m, &res->type);
-        for (int q = 0; q < nrow; q++)
-            row_bytes /= ir_local_size(f->m, &res->type, q);
-        LLVMValueRef args[] = {f->dev, cg_i64(c, row_bytes)};
+        LLVMValueRef args[] = {f->dev, cg_i64(c, cg_row_bytes(f->m, &res->type, nrow))};
         stage[j - first] = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, "stage");
         aligned[j - first] = cg_line_aligned(c, dst);
         streams = true;
@@ -436,11 +431,7 @@ static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
             /* exp(x - max) and its sum in one pass over the row; a
              * row-local result that only the sum reads is not stored. */
             const ir_value *e = p->ops[j]->result;
-            int readers = 0;
-            for (int i = 0; i < p->nops; i++)
-                for (int q = 0; q < p->ops[i]->noperands; q++)
-                    readers += p->ops[i]->operands[q] == e;
-            bool store = !p->row_local[e->id] || readers > 1;
+            bool store = !p->row_local[e->id] || e->nuses > 1;
             LLVMValueRef acc = cg_row_sum_begin(c, f, p->ops[k]);
             cg_emit_elementwise_sum(c, f, p->ops[j], store ? f->buf[e->id] : NULL, acc);
             cg_row_sum_end(c, f, p->ops[k], f->buf[p->ops[k]->result->id], acc);

@@ -8,6 +8,9 @@
  * what they reject before the rule, which stays with each caller: the
  * verifier computes an Elementwise result dim that no operand has whole,
  * the planner never shards such a dim.
+ *
+ * Also the position of a label among an op's labels, which the einsum
+ * rules of the planner and codegen's MeshSlice lowering look up.
  */
 #include <string.h>
 
@@ -42,4 +45,12 @@ ir_axes ir_einsum_sharding(int nlabels, const int *lnaxes, const int8_t (*laxes)
     out->unreduced = unreduced | contracted;
     out->red = (uint8_t)(contracted ? reduce : IR_RED_SUM);
     return contracted;
+}
+
+int ir_label_pos(const int *labels, int rank, int label)
+{
+    for (int j = 0; j < rank; j++)
+        if (labels[j] == label)
+            return j;
+    return -1;
 }

@@ -796,6 +796,9 @@ int ir_verify(const ir_module *m, diag_ctx *d);
 bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                           char *why, size_t why_size);
 
+/* Position of dim id `label` among labels[0..rank-1] (an operand's or a
+ * result's labels), the first if it repeats, or -1 (einsum_rule.c). */
+int ir_label_pos(const int *labels, int rank, int label);
 /* Seed 001's einsum sharding rule ("Matmul with sharded operands"), the
  * one definition the verifier and the planner (propagate) use.  The op's
  * distinct labels are numbered 0..nlabels-1; label l is sharded over the

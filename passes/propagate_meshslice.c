@@ -70,12 +70,8 @@ static bool one_gather(const ir_sharding *have, const ir_sharding *req, int rank
 /* Whether value v is read by op k alone and is no program output. */
 static bool read_once(const prop *p, const ir_value *v)
 {
-    if (v->id < 0 || v->id >= p->nvalues || p->use_start[v->id + 1] - p->use_start[v->id] != 1)
-        return false;
-    for (int i = 0; i < p->m->noutputs; i++)
-        if (p->m->outputs[i].value == v)
-            return false;
-    return true;
+    return v->id >= 0 && v->id < p->nvalues && p->use_start[v->id + 1] - p->use_start[v->id] == 1 &&
+           !ir_value_is_output(p->m, v);
 }
 
 /* The one sharding every reader of op k's result wants, given that it is
@@ -106,15 +102,6 @@ static bool result_target(const prop *p, int k, const ir_sharding *sh, ir_shardi
         *want = w;
     }
     return n > 0;
-}
-
-/* Position of label L in labels[0..rank-1], or -1. */
-static int label_pos(const int *labels, int rank, int L)
-{
-    for (int j = 0; j < rank; j++)
-        if (labels[j] == L)
-            return j;
-    return -1;
 }
 
 double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double einsum_time)
@@ -148,7 +135,7 @@ double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double eins
     ir_axes u = lay->produced.unreduced;
     if (u && !(u & (u - 1)) && (axis[0] >= 0) != (axis[1] >= 0)) {
         int i = axis[0] >= 0 ? 0 : 1, L = op->u.einsum.labels[i][dim[i]];
-        scatter.dim = label_pos(op->u.einsum.result_labels, r->type.rank, L);
+        scatter.dim = ir_label_pos(op->u.einsum.result_labels, r->type.rank, L);
         scatter.axis = 0;
         while (!(u & (1u << scatter.axis)))
             scatter.axis++;
