@@ -98,12 +98,10 @@ typedef struct cg_plan {
                            copies each row out with non-temporal stores (rowgroup.c) */
 } cg_plan;
 
-/* Per-device bytes from which a row group's result is written with
- * non-temporal stores (rowgroup.c): several times the private caches of a
- * core (1-2 MiB of L2 on current x86), so its lines would leave them
- * before any reader came; such a store moves the line once instead of
- * reading it for ownership and writing it back. */
-#define CG_STREAM_MIN_BYTES (4 << 20)
+/* Bytes of the stage a streamed loop nest computes each chunk of its result
+ * into before copying it out (elementwise.c, stream_chunk): four cache
+ * lines, four vectors of AVX-512. */
+#define CG_STREAM_CHUNK_BYTES 256
 
 /* ---- emit.c ---- */
 
@@ -190,6 +188,8 @@ typedef struct cg_fn {
      * nrow is 0 outside one. */
     int nrow;
     LLVMValueRef row_idx[IR_MAX_RANK];
+    LLVMValueRef stream_stage; /* NULL, or fn's stage of CG_STREAM_CHUNK_BYTES (an entry
+                                  alloca) that every streamed loop nest of fn shares */
 } cg_fn;
 
 /* ---- elementwise.c ---- */
@@ -230,6 +230,10 @@ typedef struct cg_for {
 } cg_for;
 cg_for cg_for_begin(cg_ctx *c, cg_fn *f, int64_t n);
 void cg_for_end(cg_ctx *c, cg_fn *f, cg_for *l);
+/* An alloca of type `t` in the entry block of f->fn (where mem2reg
+ * promotes a scalar one to a register): stack storage for the whole
+ * function, however often the code that uses it runs. */
+LLVMValueRef cg_entry_alloca(cg_ctx *c, cg_fn *f, LLVMTypeRef t, const char *name);
 
 /* Emits the unary einsum `op` (a sum, max or min reduction and/or
  * transpose of one operand, times its scale) as a loop nest at the

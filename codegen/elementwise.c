@@ -26,6 +26,11 @@
  * einsum's scale.  It runs as its own nest (run.c) or inside the loop of
  * the elementwise op it is fused into, like any producer.
  *
+ * Streamed results (stream_chunk, stream_loop): a large result is
+ * computed four cache lines at a time into a stage in the first-level
+ * cache and copied out with non-temporal stores, so its lines are not
+ * read before they are written.
+ *
  * Arithmetic is done in f32 for f32 and bf16 results and in f64 for f64
  * results.  bf16 is stored as the upper half of an f32: loads shift the i16
  * into the top of an i32; stores round to nearest even (NaN kept quiet).
@@ -162,6 +167,9 @@ typedef struct ew_nest {
     LLVMValueRef off[IR_MAX_RANK]; /* global offset of this device's block per result position (i64) */
     LLVMValueRef acc;   /* NULL, or an accumulator (entry alloca) each stored element is
                            added to, with reassociation (cg_emit_elementwise_sum) */
+    int64_t chunk;      /* 0, or the elements of a streamed chunk (see stream_loop) */
+    LLVMValueRef stage; /* streamed: the stage a chunk is computed into (f->stream_stage) */
+    LLVMValueRef stage_at; /* inside a chunk: the element's index in the stage (i64) */
 } ew_nest;
 
 /* The labels of `op`'s result: an elementwise op's, or an unrolled
@@ -589,30 +597,84 @@ static LLVMValueRef block_offset(ew_nest *n, const ir_type *t, int d)
     return LLVMBuildNSWMul(c->b, blk, cg_i64(c, ir_local_size(m, t, d)), "");
 }
 
-/* Emits loops level..nloops-1 around the body. */
-static void nest(ew_nest *n, int level)
+/* The body of the nest: one element, at the current indices. */
+static void leaf(ew_nest *n)
 {
     cg_ctx *c = n->c;
     const ir_op *op = n->root;
     int rank = op->result->type.rank;
+    LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
+    LLVMValueRef *offbylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *offbylabel);
+    for (int r = 0; r < rank; r++) {
+        bylabel[res_labels(op)[r]] = n->idx[r];
+        offbylabel[res_labels(op)[r]] = n->off[r];
+    }
+    LLVMValueRef v = eval_op(n, op, bylabel, offbylabel);
+    if (n->stage_at)
+        store_elem(n, v, op->result->type.dtype, n->stage, n->stage_at);
+    else if (n->dst) /* NULL: only the sum reads the result (cg_emit_elementwise_sum) */
+        store_elem(n, v, op->result->type.dtype, n->dst,
+                   offset_of(n, op->result, res_labels(op), bylabel));
+    if (n->acc) {
+        LLVMValueRef sum = LLVMBuildFAdd(c->b, LLVMBuildLoad2(c->b, n->ct, n->acc, ""), v, "");
+        LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
+        LLVMBuildStore(c->b, sum, n->acc);
+    }
+    free(bylabel);
+    free(offbylabel);
+}
+
+/* Address of the result element at the current indices. */
+static LLVMValueRef result_ptr(ew_nest *n)
+{
+    cg_ctx *c = n->c;
+    const ir_op *op = n->root;
+    LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
+    for (int r = 0; r < op->result->type.rank; r++)
+        bylabel[res_labels(op)[r]] = n->idx[r];
+    LLVMValueRef off = offset_of(n, op->result, res_labels(op), bylabel);
+    free(bylabel);
+    off = LLVMBuildNSWMul(c->b, off, cg_i64(c, (int64_t)ir_dtype_size(op->result->type.dtype)), "");
+    return LLVMBuildInBoundsGEP2(c->b, c->t.i8, n->dst, &off, 1, "");
+}
+
+/* The innermost loop of a streamed nest (see stream_chunk): chunks
+ * of n->chunk elements, each computed into the stage, which stays in the
+ * first-level cache, and copied out with non-temporal stores
+ * (cg_emit_stream_row); then the elements past the last whole chunk, with
+ * ordinary stores.  Each element is computed exactly as in the plain loop. */
+static void stream_loop(ew_nest *n, int level)
+{
+    cg_ctx *c = n->c;
+    int inner = n->last[level];
+    int64_t trips = n->trips[level], nchunks = trips / n->chunk, done = nchunks * n->chunk;
+    int64_t esize = (int64_t)ir_dtype_size(n->root->result->type.dtype);
+    cg_for k = cg_for_begin(c, n->f, nchunks);
+    LLVMValueRef base = LLVMBuildNUWMul(c->b, k.phi, cg_i64(c, n->chunk), "");
+    n->idx[inner] = base;
+    LLVMValueRef to = result_ptr(n);
+    cg_for j = cg_for_begin(c, n->f, n->chunk);
+    n->idx[inner] = LLVMBuildNUWAdd(c->b, base, j.phi, "");
+    n->stage_at = j.phi;
+    leaf(n);
+    n->stage_at = NULL;
+    cg_for_end(c, n->f, &j);
+    cg_emit_stream_row(c, n->f, to, n->stage, n->chunk * esize, cg_line_aligned(c, to));
+    cg_for_end(c, n->f, &k);
+    if (done < trips) {
+        cg_for t = cg_for_begin(c, n->f, trips - done);
+        n->idx[inner] = LLVMBuildNUWAdd(c->b, t.phi, cg_i64(c, done), "");
+        leaf(n);
+        cg_for_end(c, n->f, &t);
+    }
+}
+
+/* Emits loops level..nloops-1 around the body. */
+static void nest(ew_nest *n, int level)
+{
+    cg_ctx *c = n->c;
     if (level == n->nloops) {
-        LLVMValueRef *bylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *bylabel);
-        LLVMValueRef *offbylabel = cg_calloc((size_t)n->f->m->ndims, sizeof *offbylabel);
-        for (int r = 0; r < rank; r++) {
-            bylabel[res_labels(op)[r]] = n->idx[r];
-            offbylabel[res_labels(op)[r]] = n->off[r];
-        }
-        LLVMValueRef v = eval_op(n, op, bylabel, offbylabel);
-        LLVMValueRef off = offset_of(n, op->result, res_labels(op), bylabel);
-        if (n->dst) /* NULL: only the sum reads the result (cg_emit_elementwise_sum) */
-            store_elem(n, v, op->result->type.dtype, n->dst, off);
-        if (n->acc) {
-            LLVMValueRef sum = LLVMBuildFAdd(c->b, LLVMBuildLoad2(c->b, n->ct, n->acc, ""), v, "");
-            LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
-            LLVMBuildStore(c->b, sum, n->acc);
-        }
-        free(bylabel);
-        free(offbylabel);
+        leaf(n);
         return;
     }
     if (n->last[level] < n->f->nrow) {
@@ -621,15 +683,19 @@ static void nest(ew_nest *n, int level)
         nest(n, level + 1);
         return;
     }
+    int first = level == 0 ? 0 : n->last[level - 1] + 1;
+    for (int r = first; r < n->last[level]; r++)
+        n->idx[r] = cg_i64(c, 0);
+    if (n->chunk && level == n->nloops - 1) {
+        stream_loop(n, level);
+        return;
+    }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
     LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(c->llctx, n->f->fn, "ew.loop");
     LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(c->llctx, n->f->fn, "ew.after");
     LLVMBuildBr(c->b, loop);
     LLVMPositionBuilderAtEnd(c->b, loop);
     LLVMValueRef phi = LLVMBuildPhi(c->b, c->t.i64, "i");
-    int first = level == 0 ? 0 : n->last[level - 1] + 1;
-    for (int r = first; r < n->last[level]; r++)
-        n->idx[r] = cg_i64(c, 0);
     n->idx[n->last[level]] = phi;
     nest(n, level + 1);
     LLVMValueRef next = LLVMBuildNUWAdd(c->b, phi, cg_i64(c, 1), "");
@@ -763,6 +829,32 @@ static bool uses_index(const cg_fn *f, const ir_op *op)
     return false;
 }
 
+/* Elements per chunk of a streamed nest's innermost loop, or 0 if the
+ * nest writes its result with ordinary stores.  An ordinary store to a
+ * line that is not in cache first reads the line (read-for-ownership), so
+ * a loop that writes a result larger than the caches moves those bytes
+ * twice; a non-temporal store writes the whole line without reading it
+ * (stream.c).  Streamed: what ir_ew_streams says (a result of
+ * m->stream_min_bytes per device or more), written by a loop nest of its
+ * own (not a row group's member, nor one whose elements a sum also
+ * reads), with an innermost loop of at least one chunk.  A chunk is
+ * CG_STREAM_CHUNK_BYTES, four lines: with a page-long stage the loop ran
+ * up to 2x slower or faster from one program to the next, since the loads
+ * of an operand meet the stage's recent stores at the same address modulo
+ * 4 KiB whenever the two buffers sit at nearby offsets in their pages
+ * (the CPU then takes the load to depend on the store); a stage of four
+ * lines is that close to a load's address only 1 time in 16.  Measured in
+ * docs/performance.md, section 13. */
+static int64_t stream_chunk(const ew_nest *n)
+{
+    const ir_type *t = &n->root->result->type;
+    if (!n->dst || n->acc || n->f->nrow > 0 ||
+        !ir_ew_streams(n->f->m, ir_local_bytes(n->f->m, t)))
+        return 0;
+    int64_t esize = (int64_t)ir_dtype_size(t->dtype), inner = n->trips[n->nloops - 1] * esize;
+    return inner >= CG_STREAM_CHUNK_BYTES ? CG_STREAM_CHUNK_BYTES / esize : 0;
+}
+
 static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LLVMValueRef acc)
 {
     ew_nest n = {.c = c, .f = f, .root = op, .dst = dst, .acc = acc};
@@ -774,7 +866,18 @@ static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LL
     for (int r = 0; r < op->result->type.rank; r++)
         n.off[r] = idx ? block_offset(&n, &op->result->type, r) : cg_i64(c, 0);
     plan_loops(&n);
+    n.chunk = stream_chunk(&n);
+    if (n.chunk && !f->stream_stage) {
+        /* One per function: a run function with a thousand streamed nests
+         * keeps a frame of one page, not a thousand. */
+        f->stream_stage = cg_entry_alloca(c, f, LLVMArrayType2(c->t.i8, CG_STREAM_CHUNK_BYTES),
+                                          "ew.stage");
+        LLVMSetAlignment(f->stream_stage, 64);
+    }
+    n.stage = f->stream_stage;
     nest(&n, 0);
+    if (n.chunk)
+        cg_emit_stream_fence(c);
 }
 
 /* Appends to ids[0..*n) each value whose buffer `op`'s tree, or that of a
@@ -838,14 +941,16 @@ static void emit_outlined(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst
     }
     args[nids + 1] = dst;
     LLVMBasicBlockRef at = LLVMGetInsertBlock(c->b);
-    LLVMValueRef outer_fn = f->fn, outer_dev = f->dev;
+    LLVMValueRef outer_fn = f->fn, outer_dev = f->dev, outer_stage = f->stream_stage;
     f->fn = fn;
     f->dev = LLVMGetParam(fn, 0);
+    f->stream_stage = NULL;
     LLVMPositionBuilderAtEnd(c->b, LLVMAppendBasicBlockInContext(c->llctx, fn, "entry"));
     emit_nest(c, f, op, LLVMGetParam(fn, (unsigned)nids + 1), NULL);
     LLVMBuildRetVoid(c->b);
     f->fn = outer_fn;
     f->dev = outer_dev;
+    f->stream_stage = outer_stage;
     for (int k = 0; k < nids; k++)
         f->buf[ids[k]] = saved[k];
     LLVMPositionBuilderAtEnd(c->b, at);

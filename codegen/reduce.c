@@ -65,9 +65,7 @@ static LLVMValueRef offset(cg_ctx *c, const cg_fn *f, const ir_value *v, const i
     return off;
 }
 
-/* An alloca of type `t` in the entry block of f, where mem2reg promotes it
- * to a register. */
-static LLVMValueRef entry_alloca(cg_ctx *c, cg_fn *f, LLVMTypeRef t, const char *name)
+LLVMValueRef cg_entry_alloca(cg_ctx *c, cg_fn *f, LLVMTypeRef t, const char *name)
 {
     LLVMBuilderRef eb = LLVMCreateBuilderInContext(c->llctx);
     LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(f->fn);
@@ -102,8 +100,8 @@ void cg_emit_reduce(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
         if (res_pos[j] < 0)
             contr[ncontr++] = j;
     }
-    LLVMValueRef acc = entry_alloca(c, f, ct, "red.acc");
-    LLVMValueRef best = argmax ? entry_alloca(c, f, c->t.i64, "red.best") : NULL;
+    LLVMValueRef acc = cg_entry_alloca(c, f, ct, "red.acc");
+    LLVMValueRef best = argmax ? cg_entry_alloca(c, f, c->t.i64, "red.best") : NULL;
     cg_for rl[IR_MAX_RANK], cl[IR_MAX_RANK];
     LLVMValueRef ridx[IR_MAX_RANK], aidx[IR_MAX_RANK];
     /* In a row group (rowgroup.c) the leading result positions are the
@@ -189,7 +187,7 @@ bool cg_row_sum_fits(const cg_fn *f, const ir_op *ew, const ir_op *sum)
 LLVMValueRef cg_row_sum_begin(cg_ctx *c, cg_fn *f, const ir_op *sum)
 {
     LLVMTypeRef ct = sum->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
-    LLVMValueRef acc = entry_alloca(c, f, ct, "row.sum");
+    LLVMValueRef acc = cg_entry_alloca(c, f, ct, "row.sum");
     LLVMBuildStore(c->b, LLVMConstReal(ct, 0.0), acc);
     return acc;
 }

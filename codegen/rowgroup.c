@@ -20,7 +20,8 @@
  * same rule.  What is codegen's own is how a group writes memory.
  *
  * Streamed results.  A member's result that the group does not read again
- * and that is large (CG_STREAM_MIN_BYTES per device or more) would be
+ * and that is large (m->stream_min_bytes per device or more,
+ * IR_STREAM_MIN_BYTES unless einc --stream-min says otherwise) would be
  * written with ordinary stores, each of which first reads its line into
  * the cache (read-for-ownership): three bytes move for every two a copy
  * needs.  Such a result is computed into a one-row stage instead (it stays
@@ -66,7 +67,7 @@ void cg_plan_row_groups(cg_plan *p, const ir_module *m)
                 lead = p->ops[j];
         int64_t bytes = ir_local_bytes(m, &op->result->type);
         p->row_stream[op->result->id] =
-            lead && bytes >= CG_STREAM_MIN_BYTES &&
+            lead && bytes >= m->stream_min_bytes &&
             cg_row_bytes(m, &op->result->type, lead->result->type.rank) % 64 == 0;
     }
     free(in_group);

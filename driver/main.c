@@ -49,6 +49,7 @@ typedef struct options {
     const char *pass_args[PASS_MAX_OPTIONS];
     fe_remat remat;               /* --remat= */
     int einsum_unroll;            /* --einsum-unroll=N, or -1: IR_EINSUM_UNROLL_MAX */
+    int64_t stream_min;           /* --stream-min=BYTES (INT64_MAX: off), or 0: IR_STREAM_MIN_BYTES */
     int max_errors;
     bool debug_pass;
 } options;
@@ -78,6 +79,9 @@ static void usage(FILE *out)
           "  --einsum-unroll=N     run a binary einsum that sums at most N products per\n"
           "                        element as a loop nest, not a GEMM (default 8; 0: never;\n"
           "                        docs/codegen.md, \"Small contractions\")\n"
+          "  --stream-min=BYTES|off  write a result of BYTES per device or more with\n"
+          "                        non-temporal stores (default 4194304; off: never;\n"
+          "                        docs/codegen.md, \"Streamed results\")\n"
           "Dumps:\n"
           "  --dump-ir[=text|json] print the IR after the pipeline (docs/ir.md)\n"
           "  --dump-cost           print the cost table per op and the totals\n"
@@ -206,6 +210,11 @@ static int parse_args(int argc, char **argv, options *o)
             if (strcmp(a + 16, "0") != 0 && (!parse_size(a + 16, &n) || n > 4096))
                 return drv_bad_usage("einc", "--einsum-unroll wants a count 0..4096, not '%s'", a + 16);
             o->einsum_unroll = (int)n;
+        } else if (strncmp(a, "--stream-min=", 13) == 0) {
+            if (strcmp(a + 13, "off") == 0)
+                o->stream_min = INT64_MAX;
+            else if (!parse_size(a + 13, &o->stream_min))
+                return drv_bad_usage("einc", "--stream-min wants a byte count or off, not '%s'", a + 13);
         } else if (strncmp(a, "--max-errors=", 13) == 0) {
             int64_t n;
             if (!parse_size(a + 13, &n) || n > 100000)
@@ -237,6 +246,8 @@ static ir_module *compile(const options *o, const char *src, size_t len, bool si
         return NULL;
     if (o->einsum_unroll >= 0)
         m->einsum_unroll_max = o->einsum_unroll;
+    if (o->stream_min > 0)
+        m->stream_min_bytes = o->stream_min;
     if (pass_manager_run(pm, ctx, m) != 0) {
         ir_module_free(m);
         return NULL;

@@ -88,6 +88,7 @@ ir_module *ir_module_new(const char *filename)
     m->arena = a;
     m->filename = ir_strdup(&m->arena, filename ? filename : "<input>");
     m->einsum_unroll_max = IR_EINSUM_UNROLL_MAX;
+    m->stream_min_bytes = IR_STREAM_MIN_BYTES;
     return m;
 }
 

@@ -622,6 +622,10 @@ typedef struct ir_module {
      * IR_EINSUM_UNROLL_MAX, or einc's --einsum-unroll=N (0: every binary
      * einsum is a GEMM, the baseline bench/small_contraction.py measures). */
     int einsum_unroll_max;
+    /* Per-device bytes of a result from which codegen writes it with
+     * non-temporal stores, and the cost model prices it so:
+     * IR_STREAM_MIN_BYTES, or einc's --stream-min (INT64_MAX: never). */
+    int64_t stream_min_bytes;
 } ir_module;
 
 /* ---- module, dims, values, ops (builder.c) ---- */
@@ -733,6 +737,22 @@ const char *ir_axes_str(const ir_mesh *mesh, const int8_t *axes, int naxes,
  * The largest example (a Transformer's training step) has a few thousand;
  * a generated chain of 100,000 statements has 500,000. */
 #define IR_OUTLINE_EW_NODES 50000
+/* Per-device bytes from which a result is written with non-temporal
+ * stores (codegen: a row group's, rowgroup.c; a loop nest's,
+ * elementwise.c; docs/codegen.md, "Streamed results"): several times the
+ * private caches of a core (1-2 MiB of L2 on current x86), so its lines
+ * would leave them before any reader came; such a store moves the line
+ * once instead of reading it for ownership and writing it back. */
+#define IR_STREAM_MIN_BYTES (4 << 20)
+/* Whether an elementwise loop nest that is not a row group's member writes
+ * its result of `result_bytes` per device with non-temporal stores
+ * (codegen, elementwise.c, which also wants an innermost loop of at least
+ * four cache lines) and the cost model prices it so: a result of
+ * m->stream_min_bytes or more. */
+static inline bool ir_ew_streams(const ir_module *m, int64_t result_bytes)
+{
+    return result_bytes >= m->stream_min_bytes;
+}
 
 /* Whether `v` is one of m's outputs (an update's new value included). */
 bool ir_value_is_output(const ir_module *m, const ir_value *v);

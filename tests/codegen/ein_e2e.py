@@ -99,6 +99,26 @@ def rows_stream_expected(x):
     return {"P": e["P"], "M": e["M"]}
 
 
+def ew_stream_inputs(rng):
+    return {"A": rng.standard_normal(2097298, dtype=np.float32),
+            "B": rng.standard_normal(2097298, dtype=np.float32),
+            "X": rng.standard_normal((16400, 128), dtype=np.float32),
+            "G": rng.standard_normal(128, dtype=np.float32),
+            "Xb": bf16(rng.standard_normal((32768, 128))),
+            "Gb": bf16(rng.standard_normal(128)),
+            "P": rng.standard_normal(1048614),
+            "Q": rng.standard_normal(1048614)}
+
+
+def ew_stream_expected(x):
+    s = x["A"].astype(np.float64) * 2 + x["B"]
+    return {"U": s * s + 1,
+            "Y": x["X"].astype(np.float64) * x["G"] * 0.5,
+            "Yb": bf16(x["Xb"].astype(np.float64) * x["Gb"]),
+            "D": x["P"] * x["Q"] + 0.5,
+            "Z": np.exp(x["A"].astype(np.float64)) * x["B"]}
+
+
 def expf_inputs(rng):
     edge = [88.72, 88.73, -87.33, -87.34, -103.97, -103.98, 0.0, np.nan, np.inf, -np.inf]
     edge += [s * 2.0 ** k for k in range(-24, 7) for s in (1, -1)]
@@ -151,6 +171,7 @@ NUMPY = {"mlp": (mlp_inputs, mlp_expected, 1e-4, 1e-3),
          "contract": (contract_inputs, contract_expected, 4e-3, 1e-6),
          "rows": (rows_inputs, rows_expected, 1e-5, 1e-30),
          "rows_stream": (rows_stream_inputs, rows_stream_expected, 1e-5, 1e-30),
+         "ew_stream": (ew_stream_inputs, ew_stream_expected, 1e-5, 1e-30),
          # within 2 f32 ulps of exp (NumPy's own expf is within 2), denormal
          # results within one denormal step (1.4e-45)
          "expf": (expf_inputs, expf_expected, 2.4e-7, 1.5e-45),
