@@ -90,7 +90,7 @@ typedef struct cal_state {
     double ew[NEW];         /* elementwise bytes/s per size */
     int new_;               /* sizes measured */
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
-    int64_t curve_last;     /* profile_json: elements of the last curve point written */
+    double scale_s[NEW];    /* seconds of the scale A * 2 per size index, 0 if not measured */
     double fn_seconds[NFN][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
     cost_machine machine;   /* the machine measured (the profile's "machine") */
     double load[1];         /* 1-minute load average before measuring (-1: unknown) */
@@ -603,12 +603,14 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * fixed cost of starting an op on every device.  The first pair streams
  * from memory, as an elementwise op over a model's tensors does, so what
  * a function costs beyond neg there is what its loop does not hide under
- * its memory traffic (an inline exp: nothing).  The second pair stays in
+ * its memory traffic; both sizes have results of IR_STREAM_MIN_BYTES or
+ * more, which codegen streams (ir_ew_streams), as it does a model's, so
+ * the slope is that of one kind of loop.  The second pair stays in
  * the second-level cache (3 x 128 KiB per device at the larger size, two
  * devices to a core): beyond neg it is the function's arithmetic, which a
  * row group pays on a row in cache, between the passes that touch memory
  * (passes/costmodel/cost_rowgroup.c). */
-static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 18, (int64_t)1 << 20, (int64_t)1 << 13,
+static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, (int64_t)1 << 22, (int64_t)1 << 13,
                                       (int64_t)1 << 15};
 static const char *const DT_NAME[3] = {"f32", "f64", "bf16"};
 
@@ -652,6 +654,9 @@ static int write_compute_program(cal_state *c, const char *file)
         fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
         fprintf(f, "EW%d[E%d_X] = EA%d[E%d] - EB%d[E%d]\noutput EW%d\n", e, e, e, e, e, e, e);
         fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
+        /* One operand read for each result byte written, where the add
+         * reads two: what a byte of a streamed result costs (write_weight). */
+        fprintf(f, "ES%d[E%d_X] = EA%d[E%d] * 2\noutput ES%d\n", e, e, e, e, e);
     }
     /* Each unary function: its time beyond that of neg, the cheapest, on
      * the same arrays (the same memory traffic).  The argument 6 * (A + B) has a
@@ -690,6 +695,10 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
         int e = atoi(name + 2);
         if (e >= 0 && e < NEW && c->new_ < NEW)
             c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / t;
+    } else if (!strncmp(name, "ES", 2)) {
+        int e = atoi(name + 2);
+        if (e >= 0 && e < NEW)
+            c->scale_s[e] = t;
     } else if (!strncmp(name, "FN", 2)) {
         int fn, i;
         if (sscanf(name + 2, "%dS%d", &fn, &i) == 2 && fn >= 0 && fn < IR_FN_COUNT && i >= 0 &&
@@ -767,6 +776,46 @@ static void add_fn_costs(cJSON *cal, const char *key, const double *at_lo, const
                            : (at_hi[fn] - at_hi[IR_FN_NEG]) / (double)hi;
         cJSON_AddNumberToObject(fns, ir_func_name((ir_func)fn), fmax(0, extra));
     }
+}
+
+/* Adds `key`: the bandwidths at[e] > 0 by bytes moved per device (3 f32
+ * arrays of EW_ELEMS[e]), in ascending bytes. */
+static void add_curve(cJSON *cal, const char *key, const double *at)
+{
+    cJSON *curve = cJSON_AddArrayToObject(cal, key);
+    int64_t last = 0;
+    for (;;) {
+        int best = -1;
+        for (int e = 0; e < NEW; e++)
+            if (at[e] > 0 && EW_ELEMS[e] > last && (best < 0 || EW_ELEMS[e] < EW_ELEMS[best]))
+                best = e;
+        if (best < 0)
+            return;
+        last = EW_ELEMS[best];
+        cJSON *pt = cJSON_CreateObject();
+        cJSON_AddNumberToObject(pt, "bytes", 12.0 * (double)EW_ELEMS[best]);
+        cJSON_AddNumberToObject(pt, "bandwidth", at[best]);
+        cJSON_AddItemToArray(curve, pt);
+    }
+}
+
+/* What a byte of a streamed result costs as a share of a byte read
+ * (cost_measured_ew_seconds), from the add (2 bytes read per byte written)
+ * and the scale (1 per 1) at each size that codegen streams: with the
+ * weight w, time ratio r = scale / add = (1 + w) / (2 + w), so w = (2r -
+ * 1) / (1 - r), kept in [0, 2] (2: a write reads its line first, then
+ * writes it).  The median over those sizes, or -1 when none was measured. */
+static double write_weight(const cal_state *c)
+{
+    double w[NEW];
+    int n = 0;
+    for (int e = 0; e < NEW; e++) {
+        if (c->ew_at[e] <= 0 || c->scale_s[e] <= 0 || 4 * EW_ELEMS[e] < IR_STREAM_MIN_BYTES)
+            continue;
+        double r = c->scale_s[e] / (12.0 * (double)EW_ELEMS[e] / c->ew_at[e]);
+        w[n++] = r >= 0.75 ? 2 : fmax(0, (2 * r - 1) / (1 - r));
+    }
+    return n ? cal_median(w, n) : -1;
 }
 
 /* A figure the loader requires to be > 0: a fitted 0 becomes 1 ns. */
@@ -895,23 +944,12 @@ static cJSON *profile_json(cal_state *c)
         }
     }
     cJSON_AddNumberToObject(cal, "elementwise_bandwidth", positive(ew));
+    double w = write_weight(c);
+    if (w >= 0)
+        cJSON_AddNumberToObject(cal, "elementwise_write_weight", w);
     /* The bandwidth by bytes moved per device: small arrays stay in the
      * caches and go several times faster. */
-    cJSON *curve = cJSON_AddArrayToObject(cal, "elementwise_curve");
-    for (int pass = 0; pass < NEW; pass++) { /* ascending bytes */
-        int best = -1;
-        for (int e = 0; e < NEW; e++)
-            if (c->ew_at[e] > 0 && (best < 0 || EW_ELEMS[e] < EW_ELEMS[best]) &&
-                (pass == 0 || EW_ELEMS[e] > c->curve_last))
-                best = e;
-        if (best < 0)
-            break;
-        c->curve_last = EW_ELEMS[best];
-        cJSON *pt = cJSON_CreateObject();
-        cJSON_AddNumberToObject(pt, "bytes", 12.0 * (double)EW_ELEMS[best]);
-        cJSON_AddNumberToObject(pt, "bandwidth", c->ew_at[best]);
-        cJSON_AddItemToArray(curve, pt);
-    }
+    add_curve(cal, "elementwise_curve", c->ew_at);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cJSON_AddNumberToObject(cal, "cores", cores > 0 ? (double)cores : (double)o->ranks);
     add_fn_costs(cal, "function_seconds_per_element", c->fn_seconds[0], c->fn_seconds[1],

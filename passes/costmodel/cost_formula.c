@@ -173,6 +173,15 @@ double cost_measured_ew_bw(const cost_hw *hw, double bytes)
     return interp_log(hw->ew_bytes, hw->ew_bw, hw->ew_npoints, bytes);
 }
 
+double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, bool streamed)
+{
+    double bytes = read + written;
+    if (bytes <= 0)
+        return 0;
+    double w = streamed ? hw->ew_write_weight : 1;
+    return (read + w * written) * 3 / (2 + w) / cost_measured_ew_bw(hw, bytes);
+}
+
 double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops)
 {
     int d = (int)t >= 0 && (int)t < 3 ? (int)t : IR_F32;

@@ -120,6 +120,38 @@ static int get_nonneg(const cJSON *obj, const char *key, const char *where, cons
     return 0;
 }
 
+/* The optional curve `key` of `cal`: 1 to COST_EW_POINTS points of
+ * {"bytes", "bandwidth"}, ascending in bytes, into bytes[], bw[] and *n
+ * (left 0 when absent).  Returns 0, or -1 with `err` set. */
+static int get_curve(const cJSON *cal, const char *key, const char *origin, double *bytes,
+                     double *bw, int *n, char *err, size_t errsize)
+{
+    const cJSON *curve = cJSON_GetObjectItemCaseSensitive(cal, key);
+    if (!curve)
+        return 0;
+    int np = cJSON_IsArray(curve) ? cJSON_GetArraySize(curve) : -1;
+    if (np < 1 || np > COST_EW_POINTS) {
+        set_err(err, errsize, "%s: \"calibration.%s\" must be an array of 1 to %d points", origin,
+                key, COST_EW_POINTS);
+        return -1;
+    }
+    char where[96];
+    snprintf(where, sizeof where, "calibration.%s[].", key);
+    for (int i = 0; i < np; i++) {
+        const cJSON *pt = cJSON_GetArrayItem(curve, i);
+        if (get_positive(pt, "bytes", where, origin, &bytes[i], err, errsize) < 0 ||
+            get_positive(pt, "bandwidth", where, origin, &bw[i], err, errsize) < 0)
+            return -1;
+        if (i > 0 && bytes[i] <= bytes[i - 1]) {
+            set_err(err, errsize, "%s: \"calibration.%s\" must be in ascending \"bytes\"", origin,
+                    key);
+            return -1;
+        }
+    }
+    *n = np;
+    return 0;
+}
+
 /* The optional "calibration" section of `einc calibrate`: per collective
  * kind t_launch, l_sync (seconds, >= 0) and bandwidth (bytes/s, > 0), and
  * the elementwise bandwidth.  Absent: hw->measured stays false. */
@@ -187,30 +219,16 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
     if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,
                      err, errsize) < 0)
         return -1;
-    /* Optional: the bandwidth by size, and the machine the fits are for. */
-    const cJSON *curve = cJSON_GetObjectItemCaseSensitive(cal, "elementwise_curve");
-    if (curve) {
-        int n = cJSON_IsArray(curve) ? cJSON_GetArraySize(curve) : -1;
-        if (n < 1 || n > COST_EW_POINTS) {
-            set_err(err, errsize, "%s: \"calibration.elementwise_curve\" must be an array of 1 "
-                    "to %d points", origin, COST_EW_POINTS);
-            return -1;
-        }
-        for (int i = 0; i < n; i++) {
-            const cJSON *pt = cJSON_GetArrayItem(curve, i);
-            if (get_positive(pt, "bytes", "calibration.elementwise_curve[].", origin,
-                             &hw->ew_bytes[i], err, errsize) < 0 ||
-                get_positive(pt, "bandwidth", "calibration.elementwise_curve[].", origin,
-                             &hw->ew_bw[i], err, errsize) < 0)
-                return -1;
-            if (i > 0 && hw->ew_bytes[i] <= hw->ew_bytes[i - 1]) {
-                set_err(err, errsize, "%s: \"calibration.elementwise_curve\" must be in "
-                        "ascending \"bytes\"", origin);
-                return -1;
-            }
-        }
-        hw->ew_npoints = n;
-    }
+    /* Optional (profiles before it: a written byte costs what a read one does). */
+    hw->ew_write_weight = 1;
+    if (cJSON_GetObjectItemCaseSensitive(cal, "elementwise_write_weight") &&
+        get_nonneg(cal, "elementwise_write_weight", "calibration.", origin, &hw->ew_write_weight,
+                   err, errsize) < 0)
+        return -1;
+    /* Optional: the bandwidth by size. */
+    if (get_curve(cal, "elementwise_curve", origin, hw->ew_bytes, hw->ew_bw, &hw->ew_npoints, err,
+                  errsize) < 0)
+        return -1;
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(cal, "gemm_curve");
     if (gc && !cJSON_IsObject(gc)) {
         set_err(err, errsize, "%s: \"calibration.gemm_curve\" must be an object", origin);

@@ -199,8 +199,10 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
 }
 
 /* Elementwise time under a calibrated profile: the op's bytes at the
- * elementwise bandwidth measured for that many bytes (operands hot, as the
- * result of the op before), plus, per element, the measured cost of each
+ * elementwise bandwidth measured for that many bytes, with ordinary or
+ * streamed stores as codegen writes the result (cost_measured_ew_seconds;
+ * operands hot, as the result of the op before), plus, per element, the
+ * measured cost of each
  * function call in the expression beyond that of a plain loop over the
  * same arrays streaming from memory (hw->fn_time).  They add: the function
  * cost was measured as the extra time on top of the memory traffic, so
@@ -210,7 +212,10 @@ static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir
     double per_elem = fn_seconds_per_elem(op, hw->fn_time);
     double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
     double k = cost_measured_contention(hw, mesh_devices(m));
-    c->t_memory = k * c->hbm_bytes / cost_measured_ew_bw(hw, c->hbm_bytes);
+    double written = op->result ? (double)ir_local_bytes(m, &op->result->type) : 0;
+    written = written < c->hbm_bytes ? written : c->hbm_bytes;
+    c->t_memory = k * cost_measured_ew_seconds(hw, c->hbm_bytes - written, written,
+                                               ir_ew_streams(m, (int64_t)written));
     c->t_compute = k * elems * per_elem;
     c->time = c->t_memory + c->t_compute;
     c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;

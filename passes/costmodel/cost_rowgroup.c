@@ -125,7 +125,12 @@ static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops
     c.t_compute = t_compute;
     if (hw->measured) {
         double k = cost_measured_contention(hw, devices(m));
-        c.t_memory = c.hbm_bytes > 0 ? k * c.hbm_bytes / cost_measured_ew_bw(hw, c.hbm_bytes) : 0;
+        /* A fused loop's result is streamed as codegen streams it; a row
+         * group's members have their own rule (codegen/rowgroup.c) and
+         * are priced with ordinary stores. */
+        const ir_value *res = ops[first]->result;
+        bool streamed = !rows && ir_ew_streams(m, ir_local_bytes(m, &res->type));
+        c.t_memory = k * cost_measured_ew_seconds(hw, read, write, streamed);
         c.time = c.t_memory + c.t_compute;
     } else {
         c.t_memory = c.hbm_bytes / hw->hbm_bw;

@@ -121,6 +121,9 @@ typedef struct cost_hw {
     double fn_time_cache[IR_FN_COUNT];    /* the same on arrays in cache: its arithmetic, which a
                                              row group pays on a row in cache (fn_time where the
                                              profile has no "..._in_cache" figures) */
+    double ew_write_weight;               /* what a byte of a streamed result costs (non-temporal
+                                             stores, IR_STREAM_MIN_BYTES) as a share of a byte read
+                                             ("elementwise_write_weight"; 1 when absent) */
     int ew_npoints;                       /* points of the elementwise curve (0: none) */
     double ew_bytes[COST_EW_POINTS];      /* bytes moved per device, ascending */
     double ew_bw[COST_EW_POINTS];         /* bytes/s measured at that size */
@@ -253,6 +256,20 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
  * per device: the measured curve interpolated linearly in log(bytes) and
  * clamped at its ends; hw->elementwise_bw without a curve. */
 double cost_measured_ew_bw(const cost_hw *hw, double bytes);
+
+/* Seconds per device (before the core-sharing factor) of the memory
+ * traffic of an elementwise loop under a calibrated profile: `read` bytes
+ * of operands and `written` bytes of result per device, at
+ * cost_measured_ew_bw for their sum, the curve of the add `A + B` of
+ * `einc calibrate`, which reads 2 bytes for each it writes.  A result
+ * written with non-temporal stores (`streamed`: ir_ew_streams, as the
+ * add's is from 4 MiB) costs hw->ew_write_weight w of a read byte per
+ * byte, since the stores drain while the loads wait on memory; the add
+ * pays 2 + w for its 3 bytes an element, so the time is (read + w
+ * written) * 3 / (2 + w) / that bandwidth.  With w = 1 (profiles without
+ * the figure, and results with ordinary stores) it is the bytes over the
+ * bandwidth. */
+double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, bool streamed);
 
 /* GEMM FLOP/s of a calibrated profile for an einsum of `flops` per device
  * in dtype `t`: the measured curve, interpolated like cost_measured_ew_bw

@@ -55,6 +55,8 @@ def check_profile(path, ranks, runtime):
     check(len(curve) >= 2 and all(p["bandwidth"] > 0 for p in curve) and
           [p["bytes"] for p in curve] == sorted(p["bytes"] for p in curve),
           "elementwise_curve: ascending sizes, positive bandwidths")
+    w = cal.get("elementwise_write_weight", -1)
+    check(0 <= w <= 2, "elementwise_write_weight in [0, 2]")
     check(cal["cores"] == os.cpu_count(), "cores recorded")
     for k in ("bf16", "f32", "f64"):
         check(cal["gemm_flops"][k] > 0, "gemm_flops.%s > 0" % k)

@@ -313,6 +313,23 @@ static void test_unrolled_measured(void)
     check_unrolled("host");
 }
 
+/* T[R, C] = exp(X[R, C] - B[R]); Y[R, C] = T * B, the output, in a module
+ * that streams results of `stream_min` bytes or more. */
+static ir_module *fused_chain_module(int64_t stream_min)
+{
+    ir_module *m = ir_module_new("t.ein");
+    m->stream_min_bytes = stream_min;
+    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
+    ir_value *x = val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C});
+    ir_value *b = val(m, "B", IR_VAL_INPUT, 1, (int[]){R});
+    ir_value *t = val(m, "T", IR_VAL_OP, 2, (int[]){R, C});
+    ir_value *y = val(m, "Y", IR_VAL_OP, 2, (int[]){R, C});
+    rowwise(m, IR_EW_SUB, IR_FN_EXP, x, b, t);
+    rowwise(m, IR_EW_MUL, IR_FN_COUNT, t, b, y);
+    ir_output_add(m, "Y", y, 0);
+    return m;
+}
+
 /* T[R, C] = exp(X[R, C] - B[R]), then Y[R, C] = T * B: T's one reader
  * computes it in its own loop (ir/fusion.c), so the pair is one pass,
  * priced on Y's op: X and B read once, Y written once, T never in memory,
@@ -322,15 +339,7 @@ static void test_unrolled_measured(void)
 static void check_fused_chain(const char *name)
 {
     cost_hw hw = test_load_hw(name);
-    ir_module *m = ir_module_new("t.ein");
-    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
-    ir_value *x = val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C});
-    ir_value *b = val(m, "B", IR_VAL_INPUT, 1, (int[]){R});
-    ir_value *t = val(m, "T", IR_VAL_OP, 2, (int[]){R, C});
-    ir_value *y = val(m, "Y", IR_VAL_OP, 2, (int[]){R, C});
-    rowwise(m, IR_EW_SUB, IR_FN_EXP, x, b, t);
-    rowwise(m, IR_EW_MUL, IR_FN_COUNT, t, b, y);
-    ir_output_add(m, "Y", y, 0);
+    ir_module *m = fused_chain_module(IR_STREAM_MIN_BYTES);
     ir_op *ops[2] = {m->first, m->first->next};
     ir_cost costs[2], alone[2];
     price_pair(m, &hw, ops, alone, costs);
@@ -357,6 +366,29 @@ static void test_fused_chain_measured(void)
     check_fused_chain("host");
 }
 
+/* The fused chain above writes Y, 16 MiB: codegen streams it
+ * (ir_ew_streams), and with a write weight w a byte of it costs w of a
+ * byte read (cost_measured_ew_seconds): (read + w written) * 3 / (2 + w)
+ * at the curve's bandwidth for the bytes moved.  With --stream-min=off it
+ * is every byte at that bandwidth. */
+static void test_streamed_result(void)
+{
+    cost_hw hw = test_load_hw("host");
+    hw.ew_write_weight = 0.5;
+    for (int off = 0; off < 2; off++) {
+        ir_module *m = fused_chain_module(off ? INT64_MAX : IR_STREAM_MIN_BYTES);
+        ir_op *ops[2] = {m->first, m->first->next};
+        ir_cost costs[2], alone[2];
+        price_pair(m, &hw, ops, alone, costs);
+        double read = 4.0 * (ROWS * COLS + ROWS), written = 4.0 * ROWS * COLS;
+        double paid = off ? read + written : (read + 0.5 * written) * 3 / 2.5;
+        double want = cost_measured_contention(&hw, 1) * paid /
+                      cost_measured_ew_bw(&hw, read + written);
+        CU_ASSERT(fabs(costs[1].t_memory - want) <= 1e-9 * want);
+        ir_module_free(m);
+    }
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -369,6 +401,7 @@ void einc_register_tests(void)
         {"an unrolled einsum's loop on a calibrated profile", test_unrolled_measured},
         {"a fused elementwise chain on a roofline profile", test_fused_chain_roofline},
         {"a fused elementwise chain on a calibrated profile", test_fused_chain_measured},
+        {"a streamed result's bytes at the write weight", test_streamed_result},
     };
     einc_add_suite("row groups in the cost model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
