@@ -869,7 +869,7 @@ static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LL
     n.chunk = stream_chunk(&n);
     if (n.chunk && !f->stream_stage) {
         /* One per function: a run function with a thousand streamed nests
-         * keeps a frame of one page, not a thousand. */
+         * keeps one stage in its frame, not a thousand. */
         f->stream_stage = cg_entry_alloca(c, f, LLVMArrayType2(c->t.i8, CG_STREAM_CHUNK_BYTES),
                                           "ew.stage");
         LLVMSetAlignment(f->stream_stage, 64);

@@ -18,7 +18,8 @@
  *                output constraints and {U_X} partial sums.
  *   compute.ein  a mesh {X: N} of local GEMMs (rt_einsum, f32/f64/bf16,
  *                several shapes), elementwise adds (memory bandwidth) and
- *                each unary function of the language (its cost per element).
+ *                scales (what a streamed byte written costs), and each
+ *                unary function of the language (its cost per element).
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
  *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW)
@@ -40,7 +41,8 @@
  * vs fitted, relative) are written with the fit.  GEMM FLOP/s is the
  * sum over shapes of 2MNK over the sum of their times (the large shapes,
  * which take the milliseconds, weigh most); elementwise bandwidth the median
- * over sizes of (2 inputs + 1 output) bytes / time; a function's cost the
+ * over sizes of (2 inputs + 1 output) bytes / time; the write weight from
+ * the scale's time against the add's (write_weight); a function's cost the
  * time of fn(6 (A + B)) per element beyond that of neg(6 (A + B)).
  *
  * The profile keeps the seed-style figures too (peak_flops from the GEMMs,
