@@ -168,8 +168,7 @@ typedef struct ew_nest {
     LLVMValueRef acc;   /* NULL, or an accumulator (entry alloca) each stored element is
                            added to, with reassociation (cg_emit_elementwise_sum) */
     int64_t chunk;      /* 0, or the elements of a streamed chunk (see stream_loop) */
-    LLVMValueRef stage; /* streamed: the stage a chunk is computed into (f->stream_stage) */
-    LLVMValueRef stage_at; /* inside a chunk: the element's index in the stage (i64) */
+    LLVMValueRef stage_at; /* inside a chunk: the element's index in f->stream_stage (i64) */
 } ew_nest;
 
 /* The labels of `op`'s result: an elementwise op's, or an unrolled
@@ -611,7 +610,7 @@ static void leaf(ew_nest *n)
     }
     LLVMValueRef v = eval_op(n, op, bylabel, offbylabel);
     if (n->stage_at)
-        store_elem(n, v, op->result->type.dtype, n->stage, n->stage_at);
+        store_elem(n, v, op->result->type.dtype, n->f->stream_stage, n->stage_at);
     else if (n->dst) /* NULL: only the sum reads the result (cg_emit_elementwise_sum) */
         store_elem(n, v, op->result->type.dtype, n->dst,
                    offset_of(n, op->result, res_labels(op), bylabel));
@@ -659,7 +658,7 @@ static void stream_loop(ew_nest *n, int level)
     leaf(n);
     n->stage_at = NULL;
     cg_for_end(c, n->f, &j);
-    cg_emit_stream_row(c, n->f, to, n->stage, n->chunk * esize, cg_line_aligned(c, to));
+    cg_emit_stream_row(c, n->f, to, n->f->stream_stage, n->chunk * esize, cg_line_aligned(c, to));
     cg_for_end(c, n->f, &k);
     if (done < trips) {
         cg_for t = cg_for_begin(c, n->f, trips - done);
@@ -874,7 +873,6 @@ static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LL
                                           "ew.stage");
         LLVMSetAlignment(f->stream_stage, 64);
     }
-    n.stage = f->stream_stage;
     nest(&n, 0);
     if (n.chunk)
         cg_emit_stream_fence(c);

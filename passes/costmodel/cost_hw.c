@@ -219,8 +219,7 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
     if (get_positive(cal, "elementwise_bandwidth", "calibration.", origin, &hw->elementwise_bw,
                      err, errsize) < 0)
         return -1;
-    /* Optional (profiles before it: a written byte costs what a read one does). */
-    hw->ew_write_weight = 1;
+    /* Optional (absent: a written byte costs what a read one does). */
     if (cJSON_GetObjectItemCaseSensitive(cal, "elementwise_write_weight") &&
         get_nonneg(cal, "elementwise_write_weight", "calibration.", origin, &hw->ew_write_weight,
                    err, errsize) < 0)
@@ -439,6 +438,7 @@ cJSON *cost_machine_to_json(const cost_machine *m)
 int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, size_t errsize)
 {
     memset(hw, 0, sizeof *hw);
+    hw->ew_write_weight = 1; /* a streamed byte written costs a read one's unless calibrated */
     if (!origin)
         origin = "<profile>";
     snprintf(hw->path, sizeof hw->path, "%s", origin);
