@@ -419,6 +419,55 @@ int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);
  */
 double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const ir_op *op, int dim);
 
+/* ---- a lower bound on a step (cost_bound.c) ---- */
+
+/*
+ * A lower bound on the time of one step of module m on profile hw, that
+ * no sharding plan on m's mesh beats under the cost model (the certificate
+ * of a plan; docs/cost-model.md, "Lower bound of a step").  Read from
+ * GLOBAL shapes and dtypes, the mesh's device count P, ir_op_trips and
+ * the declared shardings of params, inputs and state only (no plan's
+ * choice), so it is the same before and after propagation.  Seconds are
+ * per step, on every device at once (SPMD in lock step); bytes are per
+ * device.
+ */
+typedef struct cost_bound {
+    double flops;      /* model FLOPs of the step, GLOBAL: cost_op_model_flops of every op
+                          (each einsum FLOP of the unsharded program once) times its trips */
+    double compute_s;  /* seconds: flops / (P x peak FLOP/s of each einsum's result dtype);
+                          on a calibrated profile its fastest measured GEMM rate, with
+                          cost_measured_contention, as cost_op_estimate times einsums,
+                          less the einsums a plan could unroll (priced at no arithmetic) */
+    double comm_bytes; /* bytes some device must send or receive, summed over the step's
+                          binary contractions: W = max(0, touched - held) words for
+                          F = b m n k multiply-adds, touched = 3 (F/P)^(2/3) when square
+                          (Ballard et al., SPAA 2012), held = b (mk + kn + mn)/P for
+                          operands held once; times the smallest element size and trips */
+    double comm_s;     /* seconds: comm_bytes / the most a device sends plus receives per
+                          second, 2 x n_axes x W_ici (seed 001's AllGather rate each way;
+                          calibrated: 2 x the largest fitted bw per axis, with the
+                          contention) */
+    double total_s;    /* compute_s + comm_s: a bound on a step whose compute and
+                          communication run in sequence */
+    double overlap_s;  /* max(compute_s, comm_s): a bound even when communication overlaps
+                          compute */
+} cost_bound;
+
+/*
+ * Fills *out with the lower bound of one step of `m` on `hw` (above).
+ * The communication part credits each device with the declared share of
+ * the params, inputs and state a contraction reads (the program's
+ * shardings, which no plan chooses) and holds for plans that keep every
+ * other operand and result of a contraction in one copy spread over the
+ * devices (Ballard et al.'s setting; Irony, Toledo, Tiskin, JPDC 2004 for
+ * the Loomis-Whitney step): a plan that computes an intermediate
+ * redundantly to contract it in place can move less.
+ * Unary einsums, gathers, elementwise ops and collectives add no
+ * communication; latency and memory time are left out.  Returns 0, or -1
+ * when m, hw or out is NULL or the mesh has no devices (*out unchanged).
+ */
+int cost_lower_bound(const ir_module *m, const struct cost_hw *hw, cost_bound *out);
+
 /* ---- the MeshSlice loop of one IR op (meshslice_cost.c) ---- */
 
 /*
