@@ -70,6 +70,8 @@ static void usage(FILE *out)
           "  --runtime=threads|mpi runtime the executable links (default threads)\n"
           "Program:\n"
           "  -D NAME=VALUE         override the size of a dim or mesh axis\n"
+          "  --ilp=on|off|SECONDS  plan the whole program as one ILP (GLPK; docs/propagation.md):\n"
+          "                        on (default; SECONDS, default 20, is a safety limit), off\n"
           "  --meshslice=auto|off|K  2D GEMMs as MeshSlice loops (docs/meshslice.md): auto\n"
           "                        picks the slice count K with the cost model (default),\n"
           "                        K fixes it, off keeps propagate's whole-tensor collectives\n"

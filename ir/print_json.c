@@ -3,7 +3,8 @@
  *
  * {"file", "mesh": [{"name","size"}], "dims": [{"name","size"}],
  *  "inputs": [value...], "ops": [op...], "outputs": [{"name","value"}],
- *  "totals": {...} (after the cost pass)}
+ *  "totals": {...} (after the cost pass),
+ *  "plan": {objective, proof, best, candidates, merged, why, text} (after propagate with a profile)}
  * value = {"name", "tensor", "type", "dtype", "bytes_per_device"}
  * op    = {"index", "op", "axes", "operands", "result", "reason",
  *          "for": {"op", "operand"} (inserted ops), "einsum" | "expr" | "dim",
@@ -269,6 +270,23 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(t, "model_flops", m->totals.model_flops);
         cJSON_AddNumberToObject(t, "elementwise_flops", m->totals.elementwise_flops);
         cJSON_AddNumberToObject(t, "peak_memory", m->totals.peak_memory);
+        if (m->totals.bound_serial > 0)
+            cJSON_AddNumberToObject(t, "lower_bound", m->totals.bound_serial);
+    }
+    if (m->plan.valid) {
+        static const char *proof[] = {"unproven", "optimal", "bounded"};
+        cJSON *pl = cJSON_AddObjectToObject(root, "plan");
+        cJSON_AddNumberToObject(pl, "objective", m->plan.objective);
+        cJSON_AddStringToObject(pl, "proof", proof[m->plan.proof]);
+        if (m->plan.proof != IR_PLAN_UNPROVEN)
+            cJSON_AddNumberToObject(pl, "best", m->plan.best);
+        cJSON_AddNumberToObject(pl, "candidates", (double)m->plan.candidates);
+        cJSON_AddBoolToObject(pl, "merged", m->plan.merged);
+        if (m->plan.why)
+            cJSON_AddStringToObject(pl, "why", m->plan.why);
+        char cert[512];
+        ir_plan_cert_str(m, cert, sizeof cert);
+        cJSON_AddStringToObject(pl, "text", cert);
     }
     char *text = cJSON_Print(root);
     if (text) {

@@ -143,6 +143,10 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
     m->totals.model_flops = model;
     m->totals.elementwise_flops = ew;
     m->totals.peak_memory = cost_memory_peak(m).peak;
+    /* The plan's certificate compares the planner's serial objective with
+     * the bound on a serial step. */
+    cost_bound b;
+    m->totals.bound_serial = cost_lower_bound(m, hw, &b) == 0 ? b.total_s : 0.0;
 }
 
 int pass_cost(pass_ctx *ctx, ir_module *m)

@@ -57,6 +57,16 @@ static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define GB 1e9
 
+/* "plan 45.2 ms ..., proven optimal among ...; lower bound ...": how far
+ * the plan can be from the best (ir_plan_cert_str), if the planner said. */
+static void print_plan_line(FILE *out, const ir_module *m, const char *indent)
+{
+    char cert[512];
+    ir_plan_cert_str(m, cert, sizeof cert);
+    if (cert[0])
+        fprintf(out, "%s%s\n", indent, cert);
+}
+
 /* The whole program's FLOPs: model FLOPs (global, and each device's share
  * of them, which MFU divides), the FLOPs a device executes for them (more
  * than its share when the plan computes some dims redundantly; seed 003,
@@ -224,6 +234,7 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
                 "(per device; param gathers overlapped with earlier compute)\n",
                 m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6,
                 m->totals.mfu * 100);
+        print_plan_line(out, m, "");
         print_flops_line(out, m);
         print_phase_line(out, m);
         print_memory_line(out, m, hw);
@@ -524,6 +535,7 @@ void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
                  "(%.4g one-way), T_min = %.4g us; ICI intensity C/W_ici = %.4g\n",
             hw->peak_flops[IR_BF16], hw->hbm_bw, hw->ici_bidi_bw, hw->ici_oneway_bw,
             hw->ici_latency * 1e6, hw->peak_flops[IR_BF16] / hw->ici_bidi_bw);
+    print_plan_line(out, m, "  ");
     int shown = 0;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (!op->cost.valid)

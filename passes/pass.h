@@ -137,6 +137,8 @@ int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
 int pass_prefetch_params(pass_ctx *ctx, ir_module *m); /* prefetch_params.c */
 int pass_regather(pass_ctx *ctx, ir_module *m);   /* regather.c */
 int pass_meshslice(pass_ctx *ctx, ir_module *m);  /* meshslice.c */
+/* The propagate pass's option: --ilp=on|off|SECONDS (propagate.c). */
+extern const pass_option pass_propagate_options[1];
 /* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
 extern const pass_option pass_meshslice_options[1];
 

@@ -517,6 +517,15 @@ static int widen(prop *p)
     if (pass_prop_branch_bound(p, BB_BUDGET) > 0)
         round += sweep(p);
     p->eval_limit = 0;
+    /* The whole program at once: what no move of a few ops reaches.  Then
+     * once more with parameter gathers priced as the cost pass overlaps
+     * them; no sweep after that one, since the sweeps' serial objective
+     * would take the overlap back. */
+    if (p->ilp_time > 0 && pass_prop_ilp(p, p->ilp_time, false, &p->ilp) > 0)
+        round += sweep(p);
+    if (p->ilp_time > 0 && p->ilp.status == PASS_ILP_OPTIMAL &&
+        pass_prop_ilp(p, p->ilp_time, true, &p->ilp_hidden) > 0)
+        p->plan_why = "its step is shorter with parameter gathers overlapped (a second ILP priced them so)";
     double wide = pass_prop_step_time(p);
     bool better = wide < narrow * (1.0 - WIDE_MARGIN);
     if (p->ctx->log)
@@ -525,6 +534,8 @@ static int widen(prop *p)
                 "(parameter gathers overlapped), %s\n",
                 wide * 1e6, narrow * 1e6, better ? "kept" : "not kept (less than the margin faster)");
     if (!better) {
+        p->plan_why = "the plan from the shardings as written is kept, since the best plan found is less than "
+                      "5% faster with parameter gathers overlapped";
         p->wide = false;
         for (int k = 0; k < p->nops; k++)
             p->ops[k].lay = keep[k];
@@ -532,6 +543,76 @@ static int widen(prop *p)
     free(keep);
     return round;
 }
+
+/* m->plan: what the search proved about the plan whose objective is
+ * `objective` seconds. */
+static void certify(prop *p, double objective)
+{
+    ir_plan_cert *c = &p->m->plan;
+    memset(c, 0, sizeof *c);
+    if (!p->hw)
+        return;
+    const pass_prop_ilp_report *r = &p->ilp;
+    c->valid = true;
+    c->objective = objective;
+    c->candidates = r->candidates;
+    c->merged = r->merged;
+    c->why = p->plan_why;
+    switch (r->status) {
+    case PASS_ILP_OPTIMAL:
+        c->proof = IR_PLAN_OPTIMAL;
+        c->best = r->bound;
+        break;
+    case PASS_ILP_TIME_LIMIT:
+        c->proof = r->bound > 0 ? IR_PLAN_BOUNDED : IR_PLAN_UNPROVEN;
+        c->best = r->bound;
+        if (c->proof == IR_PLAN_UNPROVEN)
+            c->why = "the ILP's relaxation was not solved within its iteration or time limit";
+        break;
+    case PASS_ILP_TOO_LARGE:
+        c->why = "the ILP is too large";
+        break;
+    case PASS_ILP_SKIPPED:
+        c->why = "out of memory building the ILP";
+        break;
+    case PASS_ILP_NONE:
+        c->why = p->ilp_time <= 0 ? "--ilp=off" : p->nops > WIDE_MAX_OPS ? "more ops than the search takes"
+                                                                          : "no whole-program ILP";
+        break;
+    }
+}
+
+/* --ilp=on|off|SECONDS: the ILP's time limit in seconds (0: off). */
+static bool parse_ilp(const char *value, double *seconds)
+{
+    *seconds = ILP_DEFAULT_SECONDS;
+    if (!value || strcmp(value, "on") == 0)
+        return true;
+    if (strcmp(value, "off") == 0) {
+        *seconds = 0.0;
+        return true;
+    }
+    char *end;
+    double s = strtod(value, &end);
+    if (end == value || *end || !(s > 0.0) || s > 3600.0)
+        return false;
+    *seconds = s;
+    return true;
+}
+
+static bool check_ilp(const char *value, char *why, size_t why_size)
+{
+    double s;
+    if (parse_ilp(value, &s))
+        return true;
+    snprintf(why, why_size, "--ilp wants on, off or a time limit in seconds (0 < S <= 3600), not '%s'", value);
+    return false;
+}
+
+const pass_option pass_propagate_options[1] = {
+    {"ilp", "on|off|SECONDS: plan the whole program as one ILP (GLPK) within a time limit (default on, "
+            "20 s: ILP_DEFAULT_SECONDS)", check_ilp},
+};
 
 int pass_propagate(pass_ctx *ctx, ir_module *m)
 {
@@ -542,6 +623,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     const char *ms = pass_option_value(ctx, "meshslice");
     p.meshslice = pass_runs_later(ctx, "meshslice") && !(ms && strcmp(ms, "off") == 0);
     p.m = m;
+    parse_ilp(pass_option_value(ctx, "ilp"), &p.ilp_time);
     int errors = check_input(&p);
     if (errors)
         return errors;
@@ -567,6 +649,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     if (p.hw && p.nops <= WIDE_MAX_OPS)
         round += widen(&p);
     cost total = pass_prop_total_cost(&p);
+    certify(&p, total.time);
     for (int k = 0; k < p.nops; k++)
         pass_prop_runner_up(&p, k, &total);
     for (int k = 0; k < p.nops; k++)

@@ -27,6 +27,8 @@
 #define WIDE_BUDGET 8000 /* evaluations the second phase's sweeps and joint moves may make */
 #define WIDE_MAX_OPS 2048 /* larger programs keep the first phase's plan */
 #define BB_MAX_OPS 64    /* larger programs skip the branch and bound (no leaf within budget) */
+#define ILP_DEFAULT_SECONDS 20.0 /* the whole-program ILP's time limit, unless --ilp= says; a safety:
+                                   iteration and node limits (propagate_ilp.c) decide first */
 #define WIDE_MARGIN 0.05 /* how much faster a plan of the second phase must be (fraction) */
 
 /* A cost in the pass's objective, compared lexicographically: estimated
@@ -86,6 +88,33 @@ typedef struct made {
     ir_value *dst;  /* the value holding it */
 } made;
 
+/* What the whole-program ILP (propagate_ilp.c) did and proved. */
+typedef enum pass_ilp_status {
+    PASS_ILP_NONE,       /* not run (no profile, no ops, --ilp=off) */
+    PASS_ILP_OPTIMAL,    /* solved: its plan is optimal among the candidates */
+    PASS_ILP_TIME_LIMIT, /* stopped at a limit (iterations, nodes, time): `bound` is the best
+                            bound proven */
+    PASS_ILP_TOO_LARGE,  /* more than ILP_MAX_COLS columns: not solved */
+    PASS_ILP_SKIPPED,    /* out of memory while building it */
+} pass_ilp_status;
+
+typedef struct pass_prop_ilp_report {
+    pass_ilp_status status;
+    long candidates;       /* candidate layouts over all ops */
+    int cols, rows;        /* size of the program given to the solver */
+    int iterations;        /* simplex iterations of its relaxation */
+    long nodes;            /* branch-and-bound nodes past the relaxation */
+    double objective;      /* seconds: the solver's best plan, by the ILP's objective */
+    double bound;          /* seconds: no plan among the candidates is below this */
+    double lp_bound;       /* seconds: the LP relaxation's optimum */
+    double warm_objective; /* seconds: the local search's plan, by the ILP's objective */
+    double exact_before;   /* seconds: pass_prop_total_cost before the solve */
+    double exact_after;    /* seconds: and of the solver's plan */
+    bool adopted;          /* the solver's plan replaced the local search's */
+    bool merged;           /* simple ops merged into an operand (Alpa), to keep it small */
+    double seconds;        /* wall time of building and solving */
+} pass_prop_ilp_report;
+
 /* The pass's context (no global state). */
 typedef struct prop {
     pass_ctx *ctx;       /* options and diagnostics */
@@ -109,6 +138,10 @@ typedef struct prop {
     long evals;          /* layout and group evaluations so far (the search's work) */
     long eval_limit;     /* sweeps and joint moves stop at this many evals (0: no limit) */
     const ir_op **loop_use; /* by value id: the LoopBegin or LoopEnd reading it, or NULL */
+    double ilp_time;     /* seconds the ILP may take; 0: not run (--ilp=off) */
+    pass_prop_ilp_report ilp; /* what it did */
+    pass_prop_ilp_report ilp_hidden; /* and the second solve, with parameter gathers hidden */
+    const char *plan_why; /* why the plan is not the best the search found (static), or NULL */
     int *tclass;         /* by value id: the least id of a value of the same dtype and dims
                             (reshard costs depend on nothing else, so they are memoised by it) */
 } prop;
@@ -134,6 +167,10 @@ bool pass_prop_cost_less(cost a, cost b);
  * reshard per distinct sharding its decided consumers and its outputs need
  * (consumers not decided price nothing). */
 cost pass_prop_value_cost(prop *p, int id);
+/* Fills lay->req and lay->produced from lay->choice (axes on one label in
+ * the order an operand gives them, else mesh order); false if a dim would
+ * not divide or the layout is not computable. */
+bool pass_prop_layout_fill(const prop *p, int k, layout *lay);
 /* Every feasible candidate layout of op k given the current state of the
  * other ops, at most `max`, into out; returns the count, -1 out of memory. */
 int pass_prop_candidates(prop *p, int k, layout *out, int max);
@@ -204,6 +241,19 @@ double pass_prop_step_time(prop *p);
  * returns the number of ops whose layout changed (0 for a program of more
  * than BB_MAX_OPS ops, which it does not search). */
 int pass_prop_branch_bound(prop *p, long budget);
+
+/* ---- propagate_ilp.c ---- */
+
+/* Solves the whole program's layouts as one integer linear program (Alpa's
+ * intra-operator formulation, Zheng et al. OSDI'22; see the file's essay)
+ * with GLPK, within `time_limit` seconds, from the current layouts as the
+ * first incumbent.  Adopts the solver's plan when the exact objective
+ * (pass_prop_total_cost) rates it strictly better; with `hide_params`, the
+ * reshards of params cost a tenth (the cost pass runs them on a prefetch
+ * stream, overlapped with compute) and the plan is adopted when its step
+ * (pass_prop_step_time) is shorter.  Fills *rep.  Returns the number of
+ * ops whose layout changed. */
+int pass_prop_ilp(prop *p, double time_limit, bool hide_params, pass_prop_ilp_report *rep);
 
 /* ---- propagate_loop.c: repeated blocks, planned once ---- */
 

@@ -348,6 +348,11 @@ static bool layout_fill(const prop *p, int k, const ir_sharding *hints, int nhin
     return true;
 }
 
+bool pass_prop_layout_fill(const prop *p, int k, layout *lay)
+{
+    return layout_fill(p, k, NULL, 0, lay);
+}
+
 double pass_prop_reshard_time(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to)
 {
     return reshard_cost(p, v, from, to).time;
@@ -560,7 +565,10 @@ cost pass_prop_value_cost(prop *p, int id)
     {
         const ir_value *v = p->m->values[id];
         int k = p->def[id];
-        ir_sharding have = k >= 0 && p->ops[k].decided ? p->ops[k].lay.produced : v->type.sh;
+        /* A value no compute op makes is what its consumers see now (a
+         * layer of a LayerStack follows the stacked body value). */
+        ir_sharding have = k < 0 ? pass_prop_current(p, v) : p->ops[k].decided ? p->ops[k].lay.produced
+                                                                                 : v->type.sh;
         if (k >= 0 && v->has_constraint) {
             t = pass_prop_cost_add(t, cost_times(reshard_cost(p, v, &have, &v->constraint),
                                                  op_trips(p, p->ops[k].op)));
