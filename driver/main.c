@@ -20,6 +20,7 @@
 #include "driver.h"
 #include "frontend.h"
 #include "pass.h"
+#include "plan.h"
 
 #define MAX_DEFINES 64
 #define MAX_PLUGINS 16
@@ -52,11 +53,16 @@ typedef struct options {
     int64_t stream_min;           /* --stream-min=BYTES (INT64_MAX: off), or 0: IR_STREAM_MIN_BYTES */
     int max_errors;
     bool debug_pass;
+    bool plan_only;               /* `einc plan`: print the auto-sharding table, compile nothing */
+    int64_t chips;                /* --chips N: auto-sharding over N chips; 0: the program's mesh */
+    bool json;                    /* --json: the plan table as JSON */
 } options;
 
 static void usage(FILE *out)
 {
     fputs("usage: einc [options] FILE.ein\n"
+          "       einc plan --chips N [--json] [options] FILE.ein   auto-sharding: seed 000's\n"
+          "                        strategies on every mesh of N chips, priced (docs/propagation.md)\n"
           "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
           "       einc calibrate -o PROFILE.json [options]      (see einc calibrate --help)\n"
           "\n"
@@ -70,6 +76,8 @@ static void usage(FILE *out)
           "  --runtime=threads|mpi runtime the executable links (default threads)\n"
           "Program:\n"
           "  -D NAME=VALUE         override the size of a dim or mesh axis\n"
+          "  --chips N             for a program with no mesh: compile the plan `einc plan`\n"
+          "                        chooses for N chips (auto-sharding)\n"
           "  --ilp=on|off|SECONDS  plan the whole program as one ILP (GLPK; docs/propagation.md):\n"
           "                        on (default; SECONDS, default 20, is a safety limit), off\n"
           "  --meshslice=auto|off|K  2D GEMMs as MeshSlice loops (docs/meshslice.md): auto\n"
@@ -224,6 +232,13 @@ static int parse_args(int argc, char **argv, options *o)
             o->max_errors = (int)n;
         } else if (strcmp(a, "--debug-pass") == 0) {
             o->debug_pass = true;
+        } else if (strcmp(a, "--chips") == 0 || strncmp(a, "--chips=", 8) == 0) {
+            const char *v = a[7] == '=' ? a + 8 : (++i < argc ? argv[i] : "");
+            /* An executable runs at most 4096 devices (docs/language.md, `mesh`). */
+            if (!parse_size(v, &o->chips) || o->chips > 4096)
+                return drv_bad_usage("einc", "--chips wants a chip count 1..4096, not '%s'", v);
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = true;
         } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=') && o->npass_args < PASS_MAX_OPTIONS) {
             o->pass_args[o->npass_args++] = a; /* a pass's option, or unknown: main() tells */
         } else if (a[0] == '-' && a[1]) {
@@ -239,10 +254,10 @@ static int parse_args(int argc, char **argv, options *o)
 
 /* Compiles the source with the pipeline; NULL after reporting errors. */
 static ir_module *compile(const options *o, const char *src, size_t len, bool single_device,
-                          pass_manager *pm, pass_ctx *ctx)
+                          const fe_autoshard *autoshard, pass_manager *pm, pass_ctx *ctx)
 {
     fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .single_device = single_device,
-                     .remat = o->remat};
+                     .remat = o->remat, .autoshard = autoshard};
     ir_module *m = fe_compile(src, len, &fo, ctx->diag);
     if (!m)
         return NULL;
@@ -255,6 +270,65 @@ static ir_module *compile(const options *o, const char *src, size_t len, bool si
         return NULL;
     }
     return m;
+}
+
+/* What plan_run's candidates are compiled with. */
+typedef struct plan_env {
+    const options *o;
+    const char *src;
+    size_t len;
+    pass_manager *pm;
+    const pass_ctx *ctx;
+} plan_env;
+
+static ir_module *plan_compile(void *env, const fe_autoshard *a, diag_ctx *d)
+{
+    const plan_env *e = env;
+    pass_manager pm = *e->pm;
+    pm.print_after = NULL;
+    pm.print_after_all = false;
+    pass_ctx ctx = *e->ctx;
+    ctx.diag = d;
+    ctx.log = NULL;
+    d->src = e->src;
+    d->len = e->len;
+    d->filename = e->o->input;
+    return compile(e->o, e->src, e->len, false, a, &pm, &ctx);
+}
+
+/* Auto-sharding: the table of candidates for o->chips chips (printed when
+ * `print`), and the chosen one in *chosen (t must outlive it).  Returns 0,
+ * or 1 after reporting why nothing can be chosen. */
+static int auto_shard(const options *o, const char *src, size_t len, pass_manager *pm, const pass_ctx *ctx,
+                      plan_table *t, fe_autoshard *chosen, bool print)
+{
+    fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .remat = o->remat};
+    ir_module *proto = fe_compile(src, len, &fo, ctx->diag);
+    if (!proto)
+        return 1;
+    if (proto->mesh.naxes > 0) {
+        diag_error(ctx->diag, proto->mesh.axes[0].loc, "auto-sharding (--chips) plans the mesh itself: remove "
+                   "the 'mesh' line, or compile without --chips");
+        ir_module_free(proto);
+        return 1;
+    }
+    plan_env env = {o, src, len, pm, ctx};
+    int rc = plan_run(t, proto, ctx->hw, o->chips, plan_compile, &env);
+    ir_module_free(proto);
+    if (rc != 0) {
+        fprintf(stderr, "einc: error: auto-sharding: the program has too many dims to plan\n");
+        return 1;
+    }
+    if (print)
+        plan_print(stdout, t, o->json);
+    if (t->chosen < 0) {
+        if (!print)
+            plan_print(stderr, t, false);
+        fprintf(stderr, "einc: error: auto-sharding: no candidate compiles on %lld chips\n", (long long)o->chips);
+        return 1;
+    }
+    plan_autoshard(t, t->chosen, chosen);
+    return 0;
 }
 
 /* Renders the text dump into a malloc'd string (embedded for --info). */
@@ -276,10 +350,16 @@ int main(int argc, char **argv)
         return autotune_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "calibrate") == 0)
         return calibrate_main(argc - 1, argv + 1);
+    bool plan_cmd = argc > 1 && strcmp(argv[1], "plan") == 0;
     options o;
-    int rc = parse_args(argc, argv, &o);
+    int rc = parse_args(argc - plan_cmd, argv + plan_cmd, &o);
     if (rc)
         return rc;
+    o.plan_only = plan_cmd;
+    if (plan_cmd && o.chips == 0)
+        return drv_bad_usage("einc plan", "%s", "needs --chips N");
+    if (o.json && !plan_cmd)
+        return drv_bad_usage("einc", "%s is for `einc plan`", "--json");
 
     pass_registry reg;
     pass_registry_init(&reg);
@@ -351,7 +431,21 @@ int main(int argc, char **argv)
     }
 
     pass_ctx ctx = {.diag = &diag, .hw = hw, .log = o.debug_pass ? stderr : NULL, .options = &popts};
-    ir_module *m = compile(&o, src, len, false, &pm, &ctx);
+    plan_table *table = NULL;
+    fe_autoshard autoshard, *as = NULL;
+    if (o.chips > 0) {
+        table = malloc(sizeof *table);
+        rc = table ? auto_shard(&o, src, len, &pm, &ctx, table, &autoshard, o.plan_only) : 1;
+        as = rc == 0 ? &autoshard : NULL;
+        if (rc != 0 || o.plan_only) {
+            diag_finish(&diag);
+            free(table);
+            free(src);
+            pass_registry_free(&reg);
+            return rc;
+        }
+    }
+    ir_module *m = compile(&o, src, len, false, as, &pm, &ctx);
     rc = m ? 0 : 1;
     /* A program that does not fit the profile's memory still compiles
      * (another profile, or a larger mesh, may fit it): a warning. */
@@ -372,7 +466,7 @@ int main(int argc, char **argv)
         pass_manager ref_pm = pm;
         ref_pm.print_after = NULL;
         ref_pm.print_after_all = false;
-        ir_module *ref = compile(&o, src, len, true, &ref_pm, &ctx);
+        ir_module *ref = compile(&o, src, len, true, as, &ref_pm, &ctx);
         char *info = dump_text(m);
         cg_options co = {
             .output = o.output,
@@ -392,6 +486,7 @@ int main(int argc, char **argv)
     /* Errors past --max-errors were only counted; say how many. */
     diag_finish(&diag);
     ir_module_free(m);
+    free(table);
     free(src);
     pass_registry_free(&reg);
     return rc;

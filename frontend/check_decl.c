@@ -156,6 +156,13 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog)
         if (!c->define_used[i])
             diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 " names no dim or mesh axis of this program",
                        c->opts->defines[i].name, c->opts->defines[i].value);
+    const fe_autoshard *a = c->opts->autoshard;
+    if (a && c->m->mesh.naxes > 0)
+        diag_error(c->diag, c->m->mesh.axes[0].loc, "auto-sharding (--chips) plans the mesh itself: remove "
+                   "the 'mesh' line, or compile without --chips");
+    else if (a)
+        for (int k = 0; k < a->naxes && k < IR_MAX_AXES; k++)
+            ir_mesh_add_axis(c->m, a->names[k], a->sizes[k], DIAG_NOLOC);
     check_mesh_size(c);
 }
 
@@ -354,6 +361,12 @@ void fe_check_decl(fe_checker *c, ast_stmt *s)
     ir_sharding sh = ir_sharding_replicated();
     if (ok && !fe_check_sharding(c, r, &sh))
         ok = false;
+    bool written = false;
+    for (int i = 0; i < r->nidx; i++)
+        written |= r->idx[i].axes != NULL;
+    const fe_autoshard *a = c->opts->autoshard;
+    if (ok && a && !written && rank <= IR_MAX_RANK)
+        a->assign(a->ctx, c->m, kind, r->name.s, rank, dims, &sh);
     if (!t)
         return;
     r->sym = t;

@@ -35,6 +35,20 @@ typedef enum fe_remat {
                              recompute the layer in the backward loop */
 } fe_remat;
 
+/* Auto-sharding (`einc plan`, `einc --chips N`): the mesh of a program
+ * that declares none, and the sharding of each input, param and state
+ * declared without subscripts, as if the program had written them. */
+typedef struct fe_autoshard {
+    int naxes;                  /* 1..IR_MAX_AXES */
+    char names[IR_MAX_AXES];    /* single-letter axis names */
+    int64_t sizes[IR_MAX_AXES]; /* devices along each */
+    /* Fills *sh (replicated on entry) for the declared tensor `name` of
+     * `kind` with `rank` dims (ids into m->dims); the mesh is in m. */
+    void (*assign)(void *ctx, const ir_module *m, ir_value_kind kind, const char *name, int rank,
+                   const int *dims, ir_sharding *sh);
+    void *ctx;
+} fe_autoshard;
+
 typedef struct fe_options {
     const fe_define *defines; /* ndefines overrides, applied at declaration */
     int ndefines;
@@ -43,6 +57,8 @@ typedef struct fe_options {
      * that the executable's --check compares against. */
     bool single_device;
     fe_remat remat;
+    /* Not NULL: auto-sharding; a program that declares a mesh is an error. */
+    const fe_autoshard *autoshard;
 } fe_options;
 
 /* Compiles `src` (len bytes, need not be NUL-terminated; may contain any

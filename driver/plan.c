@@ -1,0 +1,342 @@
+/*
+ * plan.c - auto-sharding: seed 000's strategy families on every mesh of N
+ * chips, each compiled and priced by the whole pipeline, the fastest that
+ * fits chosen (plan.h).
+ *
+ * The strategies write the storage of inputs and params as seed 000 does
+ * ("How to Scale Your Model", part 5, training parallelism): data
+ * parallelism shards the batch of every input over X and keeps the params
+ * whole; FSDP (ZeRO-3) also shards each param's model dim over X, gathered
+ * for use; Megatron tensor parallelism shards each param's other dim (the
+ * hidden dim F, the heads N, the vocabulary V) over its axis; FSDP+TP does
+ * both over X and Y.  Everything else (activations, gradients, the
+ * optimizer state, the collectives) is the whole-program planner's choice
+ * (passes/propagate_ilp.c), so a family is a starting storage, not a
+ * fixed plan, and the cost pass's step decides between them.
+ */
+#include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_TIE 1e-3 /* steps this close (relative) are a tie: less memory decides */
+
+static const char *family_name[PLAN_NFAMILIES] = {"DP", "FSDP", "TP", "FSDP+TP", "DP+TP"};
+
+/* ---- roles ---- */
+
+/* The batch, layer and model dims of `m` (compiled without a mesh). */
+static int roles_of(const ir_module *m, plan_roles *r)
+{
+    memset(r, 0, sizeof *r);
+    r->model = -1;
+    if (m->ndims > (int)(sizeof r->batch / sizeof r->batch[0]))
+        return -1;
+    r->ndims = m->ndims;
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1 && op->operands[0]->type.rank > 0)
+            r->layer[op->operands[0]->type.dims[0]] = true;
+    int count[64] = {0};
+    bool in_param[64] = {false};
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind != IR_VAL_PARAM)
+            continue;
+        for (int d = 0; d < v->type.rank; d++)
+            if (!r->layer[v->type.dims[d]]) {
+                count[v->type.dims[d]]++;
+                in_param[v->type.dims[d]] = true;
+            }
+    }
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind != IR_VAL_INPUT && v->kind != IR_VAL_STATE)
+            continue;
+        for (int d = 0; d < v->type.rank; d++)
+            if (!in_param[v->type.dims[d]] && !r->layer[v->type.dims[d]]) {
+                r->batch[v->type.dims[d]] = true;
+                break;
+            }
+    }
+    for (int d = 0; d < m->ndims; d++)
+        if (count[d] > 0 && !r->batch[d] &&
+            (r->model < 0 || count[d] > count[r->model] ||
+             (count[d] == count[r->model] && m->dims[d].size > m->dims[r->model].size)))
+            r->model = d;
+    return 0;
+}
+
+/* ---- the shardings of one family ---- */
+
+/* Position in dims[0..rank-1] that `want` accepts and whose size divides
+ * by `parts`, not `avoid`; -1 if none. */
+static int pick(const ir_module *m, const plan_roles *r, int rank, const int *dims, int64_t parts, int avoid,
+                int kind)
+{
+    for (int i = 0; i < rank; i++) {
+        int d = dims[i];
+        if (i == avoid || r->layer[d] || m->dims[d].size % parts != 0)
+            continue;
+        if ((kind == 0 && r->batch[d]) || (kind == 1 && d == r->model) ||
+            (kind == 2 && d != r->model && !r->batch[d]))
+            return i;
+    }
+    return -1;
+}
+
+/* fe_autoshard.assign for row `ctx`. */
+static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char *name, int rank,
+                   const int *dims, ir_sharding *sh)
+{
+    (void)name;
+    const plan_row *row = ctx;
+    const plan_roles *r = row->roles;
+    plan_family f = row->family;
+    int64_t x = m->mesh.axes[0].size, y = m->mesh.naxes > 1 ? m->mesh.axes[1].size : 1;
+    if (kind != IR_VAL_PARAM) {
+        int b = f == PLAN_TP ? -1 : pick(m, r, rank, dims, x, -1, 0);
+        if (b >= 0)
+            ir_sharding_push(sh, b, 0);
+        return;
+    }
+    int model = -1;
+    if (f == PLAN_FSDP || f == PLAN_FSDP_TP) {
+        model = pick(m, r, rank, dims, x, -1, 1);
+        if (model >= 0)
+            ir_sharding_push(sh, model, 0);
+    }
+    if (f == PLAN_TP || f == PLAN_FSDP_TP || f == PLAN_DP_TP) {
+        int axis = f == PLAN_TP ? 0 : 1;
+        int h = pick(m, r, rank, dims, f == PLAN_TP ? x : y, model, 2);
+        if (h >= 0)
+            ir_sharding_push(sh, h, axis);
+    }
+}
+
+/* ---- running the candidates ---- */
+
+/* Seconds of the collectives and of the compute ops of m, each op once
+ * per run of its block. */
+static void comm_compute(const ir_module *m, double *comm, double *compute)
+{
+    *comm = *compute = 0.0;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (!op->cost.valid)
+            continue;
+        double trips = (double)ir_op_trips(m, op);
+        if (ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE) {
+            *comm += op->cost.time * trips;
+        } else if (op->kind == IR_OP_MESHSLICE) {
+            /* The loop's time beyond its GEMMs is its communication. */
+            *comm += fmax(0.0, op->cost.time - op->cost.t_compute) * trips;
+            *compute += op->cost.t_compute * trips;
+        } else {
+            *compute += op->cost.time * trips;
+        }
+    }
+}
+
+void plan_autoshard(const plan_table *t, int i, fe_autoshard *a)
+{
+    const plan_row *row = &t->rows[i];
+    memset(a, 0, sizeof *a);
+    a->naxes = row->naxes;
+    for (int k = 0; k < row->naxes; k++) {
+        a->names[k] = (char)("XY"[k]);
+        a->sizes[k] = row->sizes[k];
+    }
+    a->assign = assign;
+    a->ctx = (void *)row;
+}
+
+/* Compiles row i and fills its figures. */
+static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
+{
+    plan_row *row = &t->rows[i];
+    fe_autoshard a;
+    plan_autoshard(t, i, &a);
+    char *text = NULL;
+    size_t size = 0;
+    FILE *errs = open_memstream(&text, &size);
+    diag_ctx d;
+    diag_init(&d, NULL, NULL, 0);
+    d.out = errs ? errs : stderr;
+    ir_module *m = compile(ctx, &a, &d);
+    if (errs)
+        fclose(errs);
+    row->ok = m && m->totals.valid;
+    if (!row->ok) {
+        /* The first line of the first error says why. */
+        const char *w = text && *text ? text : "the program does not compile on this mesh";
+        size_t n = strcspn(w, "\n");
+        snprintf(row->why, sizeof row->why, "%.*s", (int)(n < sizeof row->why ? n : sizeof row->why - 1), w);
+    } else {
+        row->step = m->totals.step_time;
+        row->mfu = m->totals.mfu;
+        row->memory = m->totals.peak_memory;
+        row->exposed = m->totals.exposed_comm_time;
+        comm_compute(m, &row->comm, &row->compute);
+        row->fits = row->memory <= t->hw->hbm_bytes;
+    }
+    free(text);
+    ir_module_free(m);
+}
+
+static void add_row(plan_table *t, plan_family f, int naxes, int64_t x, int64_t y)
+{
+    if (t->n >= PLAN_MAX_ROWS)
+        return;
+    plan_row *row = &t->rows[t->n++];
+    memset(row, 0, sizeof *row);
+    row->family = f;
+    row->naxes = naxes;
+    row->sizes[0] = x;
+    row->sizes[1] = y;
+    row->roles = &t->roles;
+}
+
+int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, plan_compile_fn compile,
+             void *ctx)
+{
+    memset(t, 0, sizeof *t);
+    t->chosen = -1;
+    t->chips = chips;
+    t->hw = hw;
+    if (chips < 1 || roles_of(proto, &t->roles) != 0)
+        return -1;
+    /* One axis of all the chips, then every split into two. */
+    for (int f = PLAN_DP; f <= PLAN_TP; f++)
+        add_row(t, (plan_family)f, 1, chips, 1);
+    for (int64_t y = 2; y <= chips / 2; y++)
+        if (chips % y == 0)
+            for (int f = PLAN_FSDP_TP; f <= PLAN_DP_TP; f++)
+                add_row(t, (plan_family)f, 2, chips / y, y);
+    for (int i = 0; i < t->n; i++)
+        run_row(t, i, compile, ctx);
+    /* The fastest that fits (steps within PLAN_TIE of each other tie, and
+     * the smaller memory wins); if none fits, the smallest. */
+    for (int i = 0; i < t->n; i++) {
+        const plan_row *r = &t->rows[i], *c = t->chosen >= 0 ? &t->rows[t->chosen] : NULL;
+        if (!r->ok)
+            continue;
+        bool tie = c && fabs(r->step - c->step) <= PLAN_TIE * fmax(r->step, c->step);
+        if (!c || (r->fits && !c->fits) ||
+            (r->fits == c->fits && r->fits && !tie && r->step < c->step) ||
+            (r->fits == c->fits && (!r->fits || tie) && r->memory < c->memory))
+            t->chosen = i;
+    }
+    return 0;
+}
+
+/* ---- the report ---- */
+
+static void mesh_str(const plan_row *r, char *buf, size_t n)
+{
+    if (r->naxes == 1)
+        snprintf(buf, n, "X=%lld", (long long)r->sizes[0]);
+    else
+        snprintf(buf, n, "X=%lld,Y=%lld", (long long)r->sizes[0], (long long)r->sizes[1]);
+}
+
+static const char *bound_name(const plan_row *r)
+{
+    return r->comm > r->compute ? "communication" : "compute";
+}
+
+/* The runner-up to the chosen row: the next fastest that fits. */
+static int runner_up(const plan_table *t)
+{
+    int best = -1;
+    for (int i = 0; i < t->n; i++) {
+        const plan_row *r = &t->rows[i];
+        if (i == t->chosen || !r->ok || !r->fits)
+            continue;
+        if (best < 0 || r->step < t->rows[best].step)
+            best = i;
+    }
+    return best;
+}
+
+static void print_json(FILE *out, const plan_table *t)
+{
+    fputs("{\"chosen\": ", out);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            fputs(", \"candidates\": [", out);
+        for (int i = 0; i < t->n; i++) {
+            const plan_row *r = &t->rows[i];
+            if (pass == 0 && i != t->chosen)
+                continue;
+            if (pass == 1 && i > 0)
+                fputs(", ", out);
+            fprintf(out, "{\"family\": \"%s\", \"mesh\": {\"X\": %lld", family_name[r->family],
+                    (long long)r->sizes[0]);
+            if (r->naxes == 2)
+                fprintf(out, ", \"Y\": %lld", (long long)r->sizes[1]);
+            fputs("}", out);
+            if (r->ok)
+                fprintf(out, ", \"step_time\": %.9g, \"mfu\": %.6f, \"memory_per_device\": %.17g, \"fits\": %s, "
+                        "\"exposed_comm_time\": %.9g, \"comm_time\": %.9g, \"bound\": \"%s\"}",
+                        r->step, r->mfu, r->memory, r->fits ? "true" : "false", r->exposed, r->comm,
+                        bound_name(r));
+            else {
+                fputs(", \"error\": \"", out);
+                for (const char *c = r->why; *c; c++)
+                    fprintf(out, *c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 32 ? " " : "%c", *c);
+                fputs("\"}", out);
+            }
+        }
+        if (pass == 0 && t->chosen < 0)
+            fputs("null", out);
+    }
+    fputs("]}\n", out);
+}
+
+void plan_print(FILE *out, const plan_table *t, bool json)
+{
+    if (json) {
+        print_json(out, t);
+        return;
+    }
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    fprintf(out, "auto-sharding: %lld chips of %s (%.3g GiB of HBM each), %d candidates (seed 000's families "
+            "on every mesh; activations planned by the whole-program ILP)\n",
+            (long long)t->chips, t->hw->name, t->hw->hbm_bytes / gib, t->n);
+    fprintf(out, "  %-8s %-14s %12s %7s %14s %5s %13s %13s  %s\n", "family", "mesh", "step", "MFU",
+            "memory/device", "fits", "comm exposed", "comm total", "bound");
+    for (int i = 0; i < t->n; i++) {
+        const plan_row *r = &t->rows[i];
+        char mesh[40];
+        mesh_str(r, mesh, sizeof mesh);
+        if (!r->ok) {
+            fprintf(out, "  %-8s %-14s does not compile: %s\n", family_name[r->family], mesh, r->why);
+            continue;
+        }
+        fprintf(out, "%c %-8s %-14s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s\n",
+                i == t->chosen ? '*' : ' ', family_name[r->family], mesh, r->step * 1e3, r->mfu * 100,
+                r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r));
+    }
+    if (t->chosen < 0) {
+        fprintf(out, "chosen: none (no candidate compiles)\n");
+        return;
+    }
+    const plan_row *c = &t->rows[t->chosen];
+    char mesh[40];
+    mesh_str(c, mesh, sizeof mesh);
+    if (!c->fits) {
+        fprintf(out, "chosen: none fits %s's HBM; the smallest is %s on %s at %.4g GiB per device: more chips, a "
+                "smaller batch or --remat=layer would shrink it\n", t->hw->name, family_name[c->family], mesh,
+                c->memory / gib);
+        return;
+    }
+    int ru = runner_up(t);
+    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound)", family_name[c->family],
+            mesh, c->step * 1e3, bound_name(c));
+    if (ru >= 0) {
+        char m2[40];
+        mesh_str(&t->rows[ru], m2, sizeof m2);
+        fprintf(out, "; next %s on %s at %.4g ms", family_name[t->rows[ru].family], m2, t->rows[ru].step * 1e3);
+    }
+    fputs("\n", out);
+}

@@ -1,0 +1,86 @@
+/*
+ * plan.h - auto-sharding: `einc plan model.ein --chips N --hw H` and
+ * `einc model.ein --chips N -o exe` (plan.c).
+ *
+ * The program declares no mesh and no sharding.  For every mesh of N chips
+ * (one axis, or two whose sizes multiply to N) and every strategy of seed
+ * 000's family that the mesh admits (DP, FSDP, TP on one axis; FSDP+TP and
+ * DP+TP on two), plan.c writes the shardings of the inputs and params as
+ * the seed does, compiles the program through the whole pipeline (the
+ * whole-program ILP plans the activations) and reads the cost pass's step,
+ * MFU, memory and communication.  The fastest candidate that fits the
+ * profile's HBM is chosen.
+ */
+#ifndef EINC_DRIVER_PLAN_H
+#define EINC_DRIVER_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "costmodel.h"
+#include "frontend.h"
+
+#define PLAN_MAX_ROWS 96
+
+/* What a program's dims are to seed 000's strategies, read off the
+ * program compiled without a mesh (plan_roles). */
+typedef struct plan_roles {
+    int ndims;
+    bool batch[64];  /* by dim id: an input's leading dim no param has (the batch) */
+    bool layer[64];  /* by dim id: a repeated block's layer dim (never sharded) */
+    int model;       /* the dim most params have (FSDP shards it), or -1 */
+} plan_roles;
+
+typedef enum plan_family {
+    PLAN_DP,      /* batch over X, params whole */
+    PLAN_FSDP,    /* batch and the params' model dim over X (ZeRO-3) */
+    PLAN_TP,      /* the params' other dim over X (Megatron), batch whole */
+    PLAN_FSDP_TP, /* batch and model dim over X, the other dim over Y */
+    PLAN_DP_TP,   /* batch over X, the params' other dim over Y */
+    PLAN_NFAMILIES
+} plan_family;
+
+/* One candidate: a family on a mesh, and what the cost pass said of it. */
+typedef struct plan_row {
+    plan_family family;
+    int naxes;            /* 1 or 2 */
+    int64_t sizes[2];     /* X, then Y */
+    const plan_roles *roles;
+    bool ok;              /* compiled */
+    char why[200];        /* when not: the first error */
+    double step;          /* seconds per step (cost pass, overlap as the runtime does it) */
+    double mfu;           /* 0..1 */
+    double memory;        /* bytes per device at the peak */
+    double exposed;       /* seconds of communication on the critical path */
+    double comm;          /* seconds of collectives in all (overlapped or not) */
+    double compute;       /* seconds of compute ops */
+    bool fits;            /* memory <= the profile's HBM per device */
+} plan_row;
+
+typedef struct plan_table {
+    int n;
+    plan_row rows[PLAN_MAX_ROWS];
+    int chosen;           /* index into rows, or -1 when nothing compiled */
+    plan_roles roles;
+    int64_t chips;
+    const cost_hw *hw;
+} plan_table;
+
+/* Compiles the program with auto-sharding `a` through the pipeline
+ * (errors to `d`); NULL on failure.  The caller owns the module. */
+typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, diag_ctx *d);
+
+/* Fills t: every candidate for `chips` chips on `hw`, compiled by
+ * `compile`, and the chosen one.  `proto` is the program compiled with no
+ * mesh (its dims give the roles).  Returns 0, or -1 if `chips` < 1 or the
+ * program's dims are too many to plan. */
+int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, plan_compile_fn compile,
+             void *ctx);
+/* The table a reader of seed 000 recognises (or JSON: {"chosen": {...},
+ * "candidates": [...]}), with the chosen row marked and why. */
+void plan_print(FILE *out, const plan_table *t, bool json);
+/* The auto-sharding of row `i` (points into t: keep t alive). */
+void plan_autoshard(const plan_table *t, int i, fe_autoshard *a);
+
+#endif
