@@ -570,6 +570,12 @@ typedef struct rt_options {
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen);
+/* Parses the value `val` of `flag` as a count in [lo, hi]: decimal digits
+ * only, no sign, no space, nothing after them ("010" is ten), no overflow.
+ * 0 with *v set, or -1 and "FLAG expects a count from LO to HI (decimal),
+ * got 'VAL'".  Every number of the command line is read by it (cli.c). */
+int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, uint64_t *v,
+                   char *err, size_t errlen);
 /* The first flag given in `o` that only a training program takes
  * ("--steps", "--data", ...), or NULL if none. */
 const char *rt_training_flag(const rt_options *o);

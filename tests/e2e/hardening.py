@@ -3,6 +3,10 @@
 
 Each class is one CTest test (`--class NAME`, docs/reliability.md):
 
+  counts   every count on the command line of einc (and its subcommands)
+           and of an executable is decimal only ("010" is ten), without a
+           sign, space or anything after the digits, and within its limit;
+           a refusal names the flag and its limits.
   passes   every pipeline is verified, the empty one (--passes=) included,
            and every option that names passes (--passes=, --print-after=)
            checks the names against the registry.
@@ -10,9 +14,10 @@ Each class is one CTest test (`--class NAME`, docs/reliability.md):
 Every command runs with a timeout, so a regression that hangs fails.
 The last line is `N passed, N failed`; exit 1 on any failure.
 
-Usage: hardening.py --einc PATH --class passes
+Usage: hardening.py --einc PATH --class counts|passes
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -75,7 +80,100 @@ def check_passes(t, einc, work):
                                                         "--dump-ir"], work, 0)
 
 
-CLASSES = {"passes": check_passes}
+# A 2-device training step: --steps, --log-every, --metrics.
+TRAIN = """\
+mesh X = 2
+dim B = 4, D = 2, E = 2
+input In[B_X, D] : f32
+input Tgt[B_X, E] : f32
+param W[D, E] : f32
+Out[B, E] = In[B, D] * W[D, E]
+L[] = mean((Out[B, E] - Tgt[B, E]) * (Out[B, E] - Tgt[B, E]))
+loss L
+optimize W with sgd(lr=0.05)
+"""
+
+# Values no count flag takes: another base, a sign, spaces, junk after the
+# digits, nothing, a real, more than 64 bits.
+NOT_COUNTS = ["0x10", "+5", "-5", " 5", "5 ", "5x", "", "1e3", "99999999999999999999999"]
+
+
+def build(t, einc, work, name, text, title):
+    """Compiles `text` into work/name (-O0: the flags, not the code, are
+    tested); the executable's path, or None after a failure."""
+    src = os.path.join(work, name + ".ein")
+    with open(src, "w") as f:
+        f.write(text)
+    rc, out, err = run([einc, src, "-O0", "-o", name], work, 300)
+    if rc != 0:
+        t.result(False, "compile " + title, err)
+        return None
+    return os.path.join(work, name)
+
+
+def check_counts(t, einc, work):
+    src = os.path.join(work, "mm.ein")
+    # einc: "010" is ten, "08" is eight, as written.
+    for v, dim in (("010", "dim I = 10,"), ("08", "dim I = 8,")):
+        rc, out, _ = expect(t, "einc -D I=%s is decimal" % v, [einc, src, "-D", "I=" + v,
+                                                               "--dump-ir"], work, 0)
+        t.result(dim in out, "einc -D I=%s gives %s" % (v, dim))
+    # Past 64 bits or the limit: the message names the real limit.
+    compiler = [
+        ([einc, src, "-D"], "I=%s", "-D I wants a count from 1 to 9223372036854775807", ["0", "9223372036854775808"]),
+        ([einc, src], "--max-errors=%s", "--max-errors wants a count from 1 to 100000", ["0", "100001"]),
+        ([einc, src], "--einsum-unroll=%s", "--einsum-unroll wants a count from 0 to 4096", ["4097"]),
+        ([einc, src], "--stream-min=%s", "--stream-min wants a count from 1 to 9223372036854775807", ["0"]),
+        ([einc, src], "--meshslice=%s", "--meshslice wants auto, off or a slice count K from 1 to 4096", ["0", "4097"]),
+        ([einc, "autotune", src], "--chips=%s", "--chips wants a count from 1 to 1048576", ["0", "1048577"]),
+        ([einc, "autotune", "--chips=4", src], "--block=%s", "--block wants a count from 1 to 1048576", ["0"]),
+        ([einc, "autotune", "--chips=4", src], "--slices=%s", "--slices wants a count from 1 to 1048576", ["0"]),
+        ([einc, "autotune", src], "--mesh=%s", "--mesh wants ROWSxCOLS, two decimal counts from 1 to 1048576", ["0x4", "2x+2"]),
+        ([einc, "calibrate", "-o", "p.json"], "--ranks=%s", "--ranks wants a count from 2 to 16", ["1", "17"]),
+        ([einc, "calibrate", "-o", "p.json"], "--max-bytes=%s", "--max-bytes wants a count from 65536 to 536870912", ["536870913"]),
+        ([einc, "calibrate", "-o", "p.json"], "--repeat=%s", "--repeat wants a count from 3 to 1000", ["2"]),
+        ([einc, "calibrate", "-o", "p.json"], "--rounds=%s", "--rounds wants a count from 1 to 15", ["16"]),
+    ]
+    for cmd, form, says, over in compiler:
+        for v in NOT_COUNTS + over:
+            arg = form % v
+            expect(t, "%s %r refused" % (" ".join(os.path.basename(c) for c in cmd[:2]), arg),
+                   cmd + [arg], work, 2, [says])
+    t.result(not os.path.exists(os.path.join(work, "p.json")), "einc calibrate ran nothing")
+
+    # The executable: a decimal count is taken as written, a seed up to 2^64 - 1.
+    mm = build(t, einc, work, "mm", PROGRAM, "the matmul")
+    train = build(t, einc, work, "train", TRAIN, "the training step")
+    if mm:
+        expect(t, "--repeat 08 --random-inputs 08", [mm, "--repeat", "08", "--random-inputs", "08"],
+               work, 0)
+        expect(t, "--random-inputs 18446744073709551615",
+               [mm, "--random-inputs", "18446744073709551615"], work, 0)
+        executable = [
+            ("--random-inputs", "0 to 18446744073709551615", ["18446744073709551616"]),
+            ("--repeat", "1 to 1000000", ["0", "1000001"]),
+            ("--steps", "1 to 1000000000000", ["0", "1000000000001"]),
+            ("--log-every", "1 to 1000000000000", ["0"]),
+            ("--save-every", "1 to 1000000000000", ["0"]),
+            ("--seed", "0 to 18446744073709551615", ["18446744073709551616"]),
+            ("--generate", "1 to 1000000", ["0", "1000001"]),
+            ("--prompt-cached", "0 to 2147483647", ["2147483648"]),
+        ]
+        for flag, limits, over in executable:
+            for v in NOT_COUNTS + over:
+                expect(t, "executable %s %r refused" % (flag, v), [mm, flag + "=" + v], work, 1,
+                       ["%s expects a count from %s (decimal), got '%s'" % (flag, limits, v)])
+    if train:
+        rc, out, err = expect(t, "--steps 010 --log-every 05",
+                              [train, "--random-inputs", "1", "--steps", "010", "--log-every", "05",
+                               "--metrics", "m.jsonl"], work, 0)
+        with open(os.path.join(work, "m.jsonl")) as f:
+            steps = [json.loads(line)["step"] for line in f]
+        t.result(steps == list(range(1, 11)), "--steps 010 trains ten steps",
+                 "steps in m.jsonl: %s" % steps)
+
+
+CLASSES = {"counts": check_counts, "passes": check_passes}
 
 
 def main():

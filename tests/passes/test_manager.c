@@ -129,7 +129,7 @@ static void test_pass_options(void)
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=4", why, sizeof why), 0);
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=off", why, sizeof why), 0);
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=0", why, sizeof why), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "--meshslice wants auto, off or a slice count K, not '0'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "--meshslice wants auto, off or a slice count K from 1 to 4096 (decimal), not '0'"));
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "nosuch=1", why, sizeof why), 1);
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice", why, sizeof why), 1);
     pass_ctx ctx = {.options = &opts};
