@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "einrt.h"
 
@@ -393,13 +394,24 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
 int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_desc *t,
                       const int64_t *start, const int64_t *local_shape, void *dst,
                       char *err, size_t errlen);
+/* ---- paths a user gives (paths.c) ---- */
+
+struct stat;
+/* Opens the input file `path` for reading without blocking on a FIFO, and
+ * only if it is a regular file: the descriptor (blocking, close-on-exec),
+ * with its stat in *st unless st is NULL; or -1 and "cannot open PATH: ..."
+ * or "PATH is a FIFO (named pipe), not a regular file; ...".  Every file
+ * the executable reads from its command line is opened by it. */
+int rt_open_input(const char *path, struct stat *st, char *err, size_t errlen);
+/* "a character device", "a FIFO (named pipe)", ... for a file that is not
+ * a regular file, for messages. */
+const char *rt_file_kind(mode_t mode);
 /* Where an output file (a .npy, a --trace) written to `path` goes: `path`,
  * or the file a symbolic link at `path` points to (so the link is kept).
  * *target is malloc'd (the caller frees it); *st is the file's stat and
  * *exists whether there is one.  Refuses (-1 and a message) a path that
  * exists and is not a regular file (a device, FIFO, socket or directory,
  * which a rename would replace) and a dangling link. */
-struct stat;
 int rt_output_target(const char *path, char **target, struct stat *st, bool *exists,
                      char *err, size_t errlen);
 /* Writes the global array `data` of `t` atomically to `path` (temp file in

@@ -7,6 +7,11 @@ Each class is one CTest test (`--class NAME`, docs/reliability.md):
            and of an executable is decimal only ("010" is ten), without a
            sign, space or anything after the digits, and within its limit;
            a refusal names the flag and its limits.
+  fifo     a FIFO (named pipe) named as an input is refused at once, with
+           a message, never waited on in open(): an executable's --input,
+           --data and the files of a --resume checkpoint; einc's source
+           (a pipe with a writer, as `einc <(gen)`, is still read), --hw
+           and --load-pass.
   passes   every pipeline is verified, the empty one (--passes=) included,
            and every option that names passes (--passes=, --print-after=)
            checks the names against the registry.
@@ -14,7 +19,7 @@ Each class is one CTest test (`--class NAME`, docs/reliability.md):
 Every command runs with a timeout, so a regression that hangs fails.
 The last line is `N passed, N failed`; exit 1 on any failure.
 
-Usage: hardening.py --einc PATH --class counts|passes
+Usage: hardening.py --einc PATH --class counts|fifo|passes
 """
 import argparse
 import json
@@ -173,7 +178,66 @@ def check_counts(t, einc, work):
                  "steps in m.jsonl: %s" % steps)
 
 
-CLASSES = {"counts": check_counts, "passes": check_passes}
+# A FIFO open() would wait on forever: a regression times out here.
+FIFO_TIMEOUT = 20
+
+
+def check_fifo(t, einc, work):
+    fifo = os.path.join(work, "p.fifo")
+    os.mkfifo(fifo)
+    src = os.path.join(work, "mm.ein")
+    says = "p.fifo is a FIFO (named pipe), not a regular file"
+
+    def refused(title, cmd, words, status=1):
+        expect(t, title, cmd, work, status, words, FIFO_TIMEOUT)
+
+    refused("einc FIFO.ein", [einc, fifo, "--dump-ir"], ["'%s' is a FIFO (named pipe)" % fifo])
+    os.symlink(fifo, os.path.join(work, "fifo.json"))
+    refused("einc --hw FIFO.json", [einc, src, "--hw", "fifo.json"],
+            ["hardware profile 'fifo.json' is not a regular file"])
+    refused("einc --load-pass=FIFO", [einc, src, "--load-pass=" + fifo],
+            ["cannot load pass plugin '%s': not a regular file" % fifo])
+    # A pipe with a writer is a source as before (einc <(gen)).
+    r, w = os.pipe()
+    os.write(w, PROGRAM.encode())
+    os.close(w)
+    try:
+        p = subprocess.run([einc, "/dev/fd/%d" % r, "--dump-ir"], cwd=work, pass_fds=(r,),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=FIFO_TIMEOUT)
+        t.result(p.returncode == 0 and b"dim I = 4" in p.stdout, "einc reads a pipe with a writer",
+                 p.stderr.decode())
+    finally:
+        os.close(r)
+
+    mm = build(t, einc, work, "mm", PROGRAM, "the matmul")
+    train = build(t, einc, work, "train", TRAIN, "the training step")
+    if mm:
+        refused("--input A=FIFO", [mm, "--input", "A=p.fifo", "--random-inputs", "1"],
+                ["tensor 'A'", says])
+    if not train:
+        return
+    refused("--data In=FIFO", [train, "--data", "In=p.fifo", "--random-inputs", "1"],
+            ["--data In", says])
+    rc, _, _ = expect(t, "a checkpoint to resume from",
+                      [train, "--random-inputs", "1", "--save", "ck"], work, 0)
+    if rc != 0:
+        return
+    # Each file of the checkpoint in turn replaced by a FIFO.
+    for name, words in (("steps.txt", ["--resume ck", "steps.txt is a FIFO"]),
+                        ("data.txt", ["--resume ck", "data.txt is a FIFO"]),
+                        ("W.npy", ["tensor 'W'", "W.npy is a FIFO"])):
+        path = os.path.join(work, "ck", name)
+        os.rename(path, path + ".saved")
+        os.mkfifo(path)
+        refused("--resume with %s a FIFO" % name,
+                [train, "--random-inputs", "1", "--resume", "ck", "--steps", "2"], words)
+        os.unlink(path)
+        os.rename(path + ".saved", path)
+    expect(t, "--resume from the checkpoint restored",
+           [train, "--random-inputs", "1", "--resume", "ck", "--steps", "2"], work, 0)
+
+
+CLASSES = {"counts": check_counts, "fifo": check_fifo, "passes": check_passes}
 
 
 def main():
