@@ -1092,7 +1092,10 @@ int calibrate_main(int argc, char **argv)
         o.output = cached;
     }
     /* Minutes of measuring must not end in an unwritable file: check the
-     * output's directory first (write_atomic creates a file beside it). */
+     * output's directory first (write_atomic creates a file beside it),
+     * and that the rename would replace at most a regular file. */
+    if (drv_check_output("einc calibrate", o.output, NULL, 0))
+        return 1;
     char outdir[COST_HW_PATH_MAX];
     snprintf(outdir, sizeof outdir, "%s", o.output);
     char *slash = strrchr(outdir, '/');

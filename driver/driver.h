@@ -22,6 +22,13 @@
  * NULL.  The caller frees the buffer. */
 char *drv_read_source(const char *path, const char *who, size_t *len);
 
+/* Checks the output path `output` of -o before anything is written: one
+ * that exists must be a regular file (not /dev/null, /dev/full, a FIFO, a
+ * directory), and it must not be any of the input files inputs[0..ninputs)
+ * (the same device and inode when it exists, else the same path).
+ * Returns 0, or 1 after printing "WHO: error: ..." (source.c). */
+int drv_check_output(const char *who, const char *output, const char *const *inputs, int ninputs);
+
 /* Reports a bad command line of `cmd` ("einc", "einc autotune", ...):
  * "CMD: error: " + fmt (one %s, filled by arg) + "(see CMD --help)" on
  * stderr.  Returns 2, the exit status for a bad command line (cli.c). */

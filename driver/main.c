@@ -280,6 +280,19 @@ int main(int argc, char **argv)
         return drv_bad_usage("einc", "%s", "no input file");
     }
 
+    /* -o must not replace an input (the source, a --hw file, a plugin) nor
+     * anything but a regular file. */
+    const char *inputs[2 + MAX_PLUGINS] = {o.input};
+    int ninputs = 1;
+    if (o.hw)
+        inputs[ninputs++] = o.hw;
+    for (int i = 0; i < o.nplugins; i++)
+        inputs[ninputs++] = o.plugins[i];
+    if (o.output && drv_check_output("einc", o.output, inputs, ninputs)) {
+        pass_registry_free(&reg);
+        return 1;
+    }
+
     pass_manager pm;
     memset(&pm, 0, sizeof pm);
     pm.registry = &reg;

@@ -4,7 +4,9 @@
  * The source is opened by open_input: without blocking, so that a FIFO
  * (named pipe) no process writes to cannot hang einc in open(); a pipe
  * with a writer (`einc <(gen.sh)`) is read to its end as before, and
- * devices, sockets and directories are refused.
+ * devices, sockets and directories are refused.  The -o path is checked
+ * against the inputs here too (drv_check_output), before anything is
+ * compiled: `einc m.ein -o m.ein` replaced the source.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,10 +18,11 @@
 
 #include "driver.h"
 
-/* What a file that is neither a regular file nor a pipe is, for messages. */
+/* What a file that is not a regular file is, for messages. */
 static const char *kind_of(mode_t mode)
 {
     return S_ISCHR(mode)    ? "a character device"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
            : S_ISBLK(mode)  ? "a block device"
            : S_ISSOCK(mode) ? "a socket"
            : S_ISDIR(mode)  ? "a directory"
@@ -96,4 +99,26 @@ char *drv_read_source(const char *path, const char *who, size_t *len)
     }
     *len = n;
     return buf;
+}
+
+int drv_check_output(const char *who, const char *output, const char *const *inputs, int ninputs)
+{
+    struct stat out, in;
+    bool exists = stat(output, &out) == 0;
+    if (exists && !S_ISREG(out.st_mode)) {
+        fprintf(stderr, "%s: error: -o %s is %s, not a regular file; einc only writes or "
+                "replaces a regular file\n", who, output, kind_of(out.st_mode));
+        return 1;
+    }
+    for (int i = 0; i < ninputs; i++) {
+        bool same = exists ? stat(inputs[i], &in) == 0 && in.st_dev == out.st_dev &&
+                                 in.st_ino == out.st_ino
+                           : strcmp(inputs[i], output) == 0;
+        if (same) {
+            fprintf(stderr, "%s: error: -o %s is the input file '%s'; writing it would replace "
+                    "the input\n", who, output, inputs[i]);
+            return 1;
+        }
+    }
+    return 0;
 }

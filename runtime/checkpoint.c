@@ -97,6 +97,27 @@ char *rt_checkpoint_file(const char *dir, const char *name)
     return path;
 }
 
+int rt_checkpoint_files(const char *dir, const rt_program *p, char ***files, int *n)
+{
+    *n = 0;
+    *files = calloc((size_t)p->ninputs + 2, sizeof **files);
+    if (!*files)
+        return -1;
+    char **f = *files;
+    f[(*n)++] = join_next(dir, STEPS_FILE, 0);
+    f[(*n)++] = join_next(dir, ORDER_FILE, 0);
+    for (int32_t k = 0; k < p->ninputs; k++)
+        if (p->inputs[k].role != RT_ROLE_INPUT) {
+            char *file = npy_name(p->inputs[k].name);
+            f[(*n)++] = file ? join_next(dir, file, 0) : NULL;
+            free(file);
+        }
+    for (int i = 0; i < *n; i++)
+        if (!f[i])
+            return -1;
+    return 0;
+}
+
 /* mkdir -p: creates `dir` and its missing parents (mode 0777 less the umask). */
 static int make_dirs(const char *dir, char *err, size_t errlen)
 {

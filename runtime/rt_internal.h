@@ -509,6 +509,12 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
  * applied (checkpoint.c); malloc'd (the caller frees it), NULL when out
  * of memory. */
 char *rt_checkpoint_file(const char *dir, const char *name);
+/* The files of a checkpoint of `p` in DIR, as --save writes them and
+ * --resume reads them: DIR/steps.txt, DIR/data.txt, DIR/NAME.npy for every
+ * param and state (the staged FILE.next aside).  *files is a malloc'd
+ * array of *n malloc'd paths, freed by the caller (also on failure);
+ * -1 when out of memory. */
+int rt_checkpoint_files(const char *dir, const rt_program *p, char ***files, int *n);
 /* Before the run, for --save DIR: creates DIR and its missing parents, or
  * checks that the existing path is a writable directory, and that every
  * param and state name of `p` can name a file.  -1 and a message if not. */
@@ -588,6 +594,16 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
  * got 'VAL'".  Every number of the command line is read by it (cli.c). */
 int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, uint64_t *v,
                    char *err, size_t errlen);
+/* Before the run: every file the command line names to be written
+ * (--output, --trace, --metrics, --generated, the files of the --save
+ * checkpoint) against every other one and against every file it names to
+ * be read (--input, --data, --prompt-ids, the files of the --resume
+ * checkpoint): two outputs naming one file, or an output naming an input,
+ * are refused (-1 and a message naming both flags).  --save may name the
+ * --resume checkpoint: that is how a resumed run goes on saving; and
+ * --output NAME the file of --input NAME: a state updated in place
+ * (paths.c). */
+int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t errlen);
 /* The first flag given in `o` that only a training program takes
  * ("--steps", "--data", ...), or NULL if none. */
 const char *rt_training_flag(const rt_options *o);

@@ -7,6 +7,12 @@ Each class is one CTest test (`--class NAME`, docs/reliability.md):
            and of an executable is decimal only ("010" is ten), without a
            sign, space or anything after the digits, and within its limit;
            a refusal names the flag and its limits.
+  outputs  no output replaces an input or another output of the same run,
+           nor anything but a regular file: einc's -o against its source,
+           --hw file and plugins (`einc m.ein -o m.ein`), and /dev/null,
+           /dev/full, a FIFO, a directory; an executable's --output,
+           --trace, --metrics and --save files against each other and
+           against its --input, --data and --resume files.
   fifo     a FIFO (named pipe) named as an input is refused at once, with
            a message, never waited on in open(): an executable's --input,
            --data and the files of a --resume checkpoint; einc's source
@@ -19,7 +25,7 @@ Each class is one CTest test (`--class NAME`, docs/reliability.md):
 Every command runs with a timeout, so a regression that hangs fails.
 The last line is `N passed, N failed`; exit 1 on any failure.
 
-Usage: hardening.py --einc PATH --class counts|fifo|passes
+Usage: hardening.py --einc PATH --class counts|fifo|outputs|passes
 """
 import argparse
 import json
@@ -28,6 +34,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from bad_inputs import PROGRAM  # noqa: E402  (a 2-device matmul: its frontend IR does not verify)
@@ -178,6 +186,89 @@ def check_counts(t, einc, work):
                  "steps in m.jsonl: %s" % steps)
 
 
+def unchanged(t, title, path, before):
+    with open(path, "rb") as f:
+        t.result(f.read() == before, title + ": the file is unchanged")
+
+
+def check_outputs(t, einc, work):
+    src = os.path.join(work, "mm.ein")
+    with open(src, "rb") as f:
+        text = f.read()
+    os.symlink("mm.ein", os.path.join(work, "link.ein"))
+    os.link(src, os.path.join(work, "hard.ein"))
+    os.mkfifo(os.path.join(work, "p.fifo"))
+    hw = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "hw", "tpu-v4.json")
+    shutil.copy(hw, os.path.join(work, "prof.json"))
+    for out, extra in (("mm.ein", []), ("./mm.ein", []), (src, ["-c"]), ("link.ein", []),
+                       ("hard.ein", ["--emit-llvm"])):
+        expect(t, "einc mm.ein %s-o %s" % ("".join(e + " " for e in extra), out),
+               [einc, "mm.ein", "-O0", "-o", out] + extra, work, 1, ["is the input file"])
+    expect(t, "einc --hw prof.json -o prof.json",
+           [einc, "mm.ein", "--hw", "prof.json", "-o", "prof.json"], work, 1,
+           ["-o prof.json is the input file 'prof.json'"])
+    unchanged(t, "einc -o onto its source", src, text)
+    for out, kind in (("/dev/null", "a character device"), ("/dev/full", "a character device"),
+                      ("p.fifo", "a FIFO (named pipe)"), (".", "a directory")):
+        expect(t, "einc -o %s" % out, [einc, "mm.ein", "-O0", "-o", out], work, 1,
+               ["-o %s is %s, not a regular file" % (out, kind)])
+    expect(t, "einc calibrate -o /dev/full", [einc, "calibrate", "--quick", "-o", "/dev/full"],
+           work, 1, ["-o /dev/full is a character device"])
+
+    mm = build(t, einc, work, "mm", PROGRAM, "the matmul")
+    train = build(t, einc, work, "train", TRAIN, "the training step")
+    rng = np.random.default_rng(3)
+    for name, shape in (("a", (4, 6)), ("w", (6, 3)), ("in", (4, 2)), ("tgt", (4, 2)),
+                        ("tw", (2, 2))):
+        np.save(os.path.join(work, name + ".npy"), rng.standard_normal(shape).astype(np.float32))
+    os.link(os.path.join(work, "a.npy"), os.path.join(work, "a_hard.npy"))
+    os.symlink("w.npy", os.path.join(work, "w_link.npy"))
+    with open(os.path.join(work, "a.npy"), "rb") as f:
+        a_bytes = f.read()
+    if mm:
+        ins = [mm, "--input", "A=a.npy", "--input", "W=w.npy"]
+        for title, args, says in (
+                ("--output and --trace one new file", ["--output", "C=c.npy", "--trace", "./c.npy"],
+                 ["--output C=c.npy and --trace ./c.npy name one file"]),
+                ("--output onto --input", ["--output", "C=a.npy"],
+                 ["--output C=a.npy and --input A=a.npy name one file", "would replace an input"]),
+                ("--output onto a hard link to an --input", ["--output", "C=a_hard.npy"],
+                 ["--output C=a_hard.npy and --input A=a.npy name one file"]),
+                ("--output onto a symbolic link to an --input", ["--output", "C=w_link.npy"],
+                 ["--output C=w_link.npy and --input W=w.npy name one file"]),
+                ("--trace onto --input", ["--trace", "a.npy"],
+                 ["--trace a.npy and --input A=a.npy name one file"])):
+            expect(t, title, ins + args, work, 1, says)
+        t.result(not os.path.exists(os.path.join(work, "c.npy")), "a refused run writes nothing")
+        unchanged(t, "--output onto --input", os.path.join(work, "a.npy"), a_bytes)
+        expect(t, "--output and --trace, two files",
+               ins + ["--output", "C=c.npy", "--trace", "t.json"], work, 0)
+    if not train:
+        return
+    ins = [train, "--input", "W=tw.npy", "--data", "In=in.npy", "--data", "Tgt=tgt.npy"]
+    expect(t, "a checkpoint to resume from", ins + ["--save", "ck"], work, 0)
+    for title, args, says in (
+            ("--metrics and --trace one file", ["--metrics", "m.jsonl", "--trace", "m.jsonl"],
+             ["--trace m.jsonl and --metrics m.jsonl name one file"]),
+            ("--output into the --save checkpoint", ["--save", "ck2", "--output", "W=ck2/W.npy"],
+             ["--output W=ck2/W.npy and --save ck2 (ck2/W.npy) name one file"]),
+            ("--metrics onto the --save checkpoint's steps", ["--save", "ck", "--metrics",
+                                                              "ck/steps.txt"],
+             ["--metrics ck/steps.txt and --save ck (ck/steps.txt) name one file"]),
+            ("--output onto --data", ["--output", "W=in.npy"],
+             ["--output W=in.npy and --data In=in.npy name one file"]),
+            ("--metrics onto the --resume checkpoint", ["--resume", "ck", "--steps", "2",
+                                                        "--metrics", "ck/W.npy"],
+             ["--metrics ck/W.npy and --resume ck (ck/W.npy) name one file"])):
+        expect(t, title, ins[:1] + ins[3:] + args if "--resume" in args else ins + args, work, 1,
+               says)
+    # What stays allowed: --save onto the --resume checkpoint, a param
+    # written back over the file it was read from.
+    expect(t, "--resume ck --save ck", ins[:1] + ins[3:] + ["--resume", "ck", "--save", "ck",
+                                                           "--steps", "2"], work, 0)
+    expect(t, "--input W=tw.npy --output W=tw.npy", ins + ["--output", "W=tw.npy"], work, 0)
+
+
 # A FIFO open() would wait on forever: a regression times out here.
 FIFO_TIMEOUT = 20
 
@@ -237,7 +328,8 @@ def check_fifo(t, einc, work):
            [train, "--random-inputs", "1", "--resume", "ck", "--steps", "2"], work, 0)
 
 
-CLASSES = {"counts": check_counts, "fifo": check_fifo, "passes": check_passes}
+CLASSES = {"counts": check_counts, "fifo": check_fifo, "outputs": check_outputs,
+           "passes": check_passes}
 
 
 def main():
