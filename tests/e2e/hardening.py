@@ -15,7 +15,8 @@ Each class is one CTest test (`--class NAME`, docs/reliability.md):
            against its --input, --data and --resume files.
   fifo     a FIFO (named pipe) named as an input is refused at once, with
            a message, never waited on in open(): an executable's --input,
-           --data and the files of a --resume checkpoint; einc's source
+           --data and the files of a --resume checkpoint, and --metrics
+           (written in place) when no process reads it; einc's source
            (a pipe with a writer, as `einc <(gen)`, is still read), --hw
            and --load-pass.
   passes   every pipeline is verified, the empty one (--passes=) included,
@@ -324,6 +325,14 @@ def check_fifo(t, einc, work):
                 [train, "--random-inputs", "1", "--resume", "ck", "--steps", "2"], words)
         os.unlink(path)
         os.rename(path + ".saved", path)
+    # --metrics is written in place, not renamed over: a FIFO that no
+    # process reads would block open(), and --resume reads it.
+    refused("--metrics FIFO without a reader", [train, "--random-inputs", "1", "--metrics", fifo],
+            ["--metrics %s: cannot open it for writing: a FIFO (named pipe) that no process reads"
+             % fifo])
+    refused("--resume --metrics FIFO",
+            [train, "--random-inputs", "1", "--resume", "ck", "--steps", "2", "--metrics", fifo],
+            ["--metrics %s is a FIFO (named pipe); with --resume it is read" % fifo])
     expect(t, "--resume from the checkpoint restored",
            [train, "--random-inputs", "1", "--resume", "ck", "--steps", "2"], work, 0)
 
