@@ -42,7 +42,9 @@ static FILE *open_input(const char *path, const char *who, bool *pipe)
     struct stat st;
     int flags;
     FILE *f = NULL;
-    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    if (fstat(fd, &st) != 0)
+        fprintf(stderr, "%s: error: cannot open '%s': %s\n", who, path, strerror(errno));
+    else if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
         fprintf(stderr, "%s: error: '%s' is %s, not a regular file\n", who, path,
                 kind_of(st.st_mode));
     else if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||

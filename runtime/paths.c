@@ -37,6 +37,7 @@ int rt_open_input(const char *path, struct stat *st, char *err, size_t errlen)
     struct stat own;
     if (!st)
         st = &own;
+    memset(st, 0, sizeof *st);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return rt_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
