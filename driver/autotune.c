@@ -34,7 +34,6 @@
  * default when --hw is not given. */
 #define AUTOTUNE_DEFAULT_HW "tpu-v4"
 
-#define MAX_DEFINES 64
 #define MAX_LAYERS 256
 #define MAX_CHIPS (INT64_C(1) << 20)
 
@@ -43,7 +42,7 @@ typedef struct at_options {
     const char *input;              /* the .ein path */
     int64_t chips;                  /* --chips */
     const char *hw;                 /* --hw */
-    fe_define defines[MAX_DEFINES]; /* -D NAME=VALUE, names cut in argv */
+    fe_define defines[DRV_MAX_DEFINES]; /* -D NAME=VALUE, names cut in argv */
     int ndefines;                   /* entries used in defines */
     int algo;                       /* --algorithm (default MeshSlice) */
     int df;                         /* --dataflow, -1 = the paper's heuristic */
@@ -91,23 +90,6 @@ static void usage(FILE *out)
           out);
 }
 
-/* Parses a decimal integer in [1, max]; false if not one. */
-static bool parse_count(const char *s, int64_t max, int64_t *out)
-{
-    if (!*s)
-        return false;
-    int64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9' || v > max / 10)
-            return false;
-        v = v * 10 + (*p - '0');
-    }
-    if (v < 1 || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Parses a finite number in [lo, hi]. */
 static bool parse_real(const char *s, double lo, double hi, double *out)
 {
@@ -146,8 +128,8 @@ static int parse_args(int argc, char **argv, at_options *o)
             usage(stdout);
             return -1;
         } else if ((v = opt_value(argc, argv, &i, "--chips"))) {
-            if (!parse_count(v, MAX_CHIPS, &o->chips))
-                return drv_bad_usage("einc autotune", "--chips wants a chip count from 1 to 1048576, not '%s'", v);
+            if (drv_count("einc autotune", "--chips", v, 1, MAX_CHIPS, &o->chips))
+                return 2;
         } else if ((v = opt_value(argc, argv, &i, "--hw"))) {
             if (!*v)
                 return drv_bad_usage("einc autotune", "%s needs a profile name or path", "--hw");
@@ -170,20 +152,21 @@ static int parse_args(int argc, char **argv, at_options *o)
             if (!parse_real(v, 1e-6, 1, &o->gemm_eff))
                 return drv_bad_usage("einc autotune", "--gemm-eff wants a fraction in (0, 1], not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--block"))) {
-            if (!parse_count(v, 1 << 20, &o->block))
-                return drv_bad_usage("einc autotune", "--block wants a positive element count, not '%s'", v);
+            if (drv_count("einc autotune", "--block", v, 1, 1 << 20, &o->block))
+                return 2;
         } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
             char buf[64];
             snprintf(buf, sizeof buf, "%s", v);
             char *x = strchr(buf, 'x');
-            if (!x || strlen(v) >= sizeof buf)
-                return drv_bad_usage("einc autotune", "--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
-            *x = 0;
-            if (!parse_count(buf, MAX_CHIPS, &o->rows) || !parse_count(x + 1, MAX_CHIPS, &o->cols))
-                return drv_bad_usage("einc autotune", "--mesh wants ROWSxCOLS (e.g. 16x16), not '%s'", v);
+            if (x)
+                *x = 0;
+            if (!x || strlen(v) >= sizeof buf || !drv_parse_count(buf, 1, MAX_CHIPS, &o->rows) ||
+                !drv_parse_count(x + 1, 1, MAX_CHIPS, &o->cols))
+                return drv_bad_usage("einc autotune", "--mesh wants ROWSxCOLS, two decimal counts "
+                                     "from 1 to 1048576 (e.g. 16x16), not '%s'", v);
         } else if ((v = opt_value(argc, argv, &i, "--slices"))) {
-            if (!parse_count(v, 1 << 20, &o->slices))
-                return drv_bad_usage("einc autotune", "--slices wants a positive slice count K, not '%s'", v);
+            if (drv_count("einc autotune", "--slices", v, 1, 1 << 20, &o->slices))
+                return 2;
         } else if (strcmp(a, "--compare") == 0) {
             o->compare = true;
         } else if (strcmp(a, "--train") == 0) {
@@ -194,16 +177,8 @@ static int parse_args(int argc, char **argv, at_options *o)
             const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
             if (!def)
                 return drv_bad_usage("einc autotune", "%s needs NAME=VALUE", a);
-            char *eq = strchr(def, '=');
-            int64_t val;
-            if (!eq || eq == def || !parse_count(eq + 1, INT64_C(1) << 62, &val))
-                return drv_bad_usage("einc autotune", "-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
-            if (o->ndefines >= MAX_DEFINES)
-                return drv_bad_usage("einc autotune", "too many -D options (at most %s)", "64");
-            *eq = 0; /* argv outlives the run: cut the name in place */
-            o->defines[o->ndefines].name = def;
-            o->defines[o->ndefines].value = val;
-            o->ndefines++;
+            if (drv_define("einc autotune", (char *)def, o->defines, &o->ndefines))
+                return 2;
         } else if (a[0] == '-' && a[1]) {
             return drv_bad_usage("einc autotune", "unknown option '%s'", a);
         } else if (o->input) {
@@ -592,7 +567,7 @@ static int print_json(const report *r)
  */
 static bool command_compiles(const report *r, const char *src, size_t len)
 {
-    fe_define defs[MAX_DEFINES + 2];
+    fe_define defs[DRV_MAX_DEFINES + 2];
     int n = 0;
     for (int i = 0; i < r->o->ndefines; i++)
         defs[n++] = r->o->defines[i];

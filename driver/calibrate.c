@@ -135,18 +135,6 @@ static void usage(FILE *f)
           f);
 }
 
-/* Parses a decimal integer in [lo, hi]; false otherwise. */
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 static int parse_args(int argc, char **argv, cal_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -185,28 +173,26 @@ static int parse_args(int argc, char **argv, cal_options *o)
         } else if (!strncmp(a, "--runtime=", 10)) {
             return drv_bad_usage("einc calibrate", "unknown runtime '%s' (threads or mpi)", a + 10);
         } else if (VALUE("--ranks")) {
-            if (!parse_int(val, 2, MAX_RANKS, &v))
-                return drv_bad_usage("einc calibrate", "--ranks wants a device count from 2 to 16, not '%s'", val);
+            if (drv_count("einc calibrate", "--ranks", val, 2, MAX_RANKS, &v))
+                return 2;
             o->ranks = (int)v;
         } else if (VALUE("--name")) {
             if (!*val || strlen(val) >= COST_HW_NAME_MAX)
                 return drv_bad_usage("einc calibrate", "--name wants a non-empty name of at most 63 bytes, not '%s'", val);
             o->name = val;
         } else if (VALUE("--max-bytes")) {
-            if (!parse_int(val, 64 << 10, INT64_C(512) << 20, &v))
-                return drv_bad_usage("einc calibrate", "--max-bytes wants a byte count from 65536 to 536870912, not '%s'",
-                           val);
+            if (drv_count("einc calibrate", "--max-bytes", val, 64 << 10, INT64_C(512) << 20, &v))
+                return 2;
             o->max_bytes = v;
             max_given = true;
         } else if (VALUE("--repeat")) {
-            if (!parse_int(val, 3, 1000, &v))
-                return drv_bad_usage("einc calibrate", "--repeat wants a run count from 3 to 1000, not '%s'", val);
+            if (drv_count("einc calibrate", "--repeat", val, 3, 1000, &v))
+                return 2;
             o->repeat = (int)v;
             repeat_given = true;
         } else if (VALUE("--rounds")) {
-            if (!parse_int(val, 1, MAX_ROUNDS, &v))
-                return drv_bad_usage("einc calibrate", "--rounds wants a count from 1 to 15, not '%s'",
-                                     val);
+            if (drv_count("einc calibrate", "--rounds", val, 1, MAX_ROUNDS, &v))
+                return 2;
             o->rounds = (int)v;
             rounds_given = true;
         } else if (VALUE("--mpirun")) {
@@ -1106,7 +1092,10 @@ int calibrate_main(int argc, char **argv)
         o.output = cached;
     }
     /* Minutes of measuring must not end in an unwritable file: check the
-     * output's directory first (write_atomic creates a file beside it). */
+     * output's directory first (write_atomic creates a file beside it),
+     * and that the rename would replace at most a regular file. */
+    if (drv_check_output("einc calibrate", o.output, NULL, 0))
+        return 1;
     char outdir[COST_HW_PATH_MAX];
     snprintf(outdir, sizeof outdir, "%s", o.output);
     char *slash = strrchr(outdir, '/');

@@ -22,7 +22,6 @@
 #include "pass.h"
 #include "plan.h"
 
-#define MAX_DEFINES 64
 #define MAX_PLUGINS 16
 
 /* Everything the command line says. */
@@ -32,7 +31,7 @@ typedef struct options {
     cg_output_kind emit;          /* -c / --emit-llvm / executable */
     int opt_level;                /* -O0..-O3 */
     cg_runtime runtime;           /* --runtime= */
-    fe_define defines[MAX_DEFINES];
+    fe_define defines[DRV_MAX_DEFINES];
     int ndefines;
     const char *plugins[MAX_PLUGINS];
     int nplugins;
@@ -114,23 +113,6 @@ static void usage(FILE *out)
           out);
 }
 
-/* Parses a positive decimal int64 in [1, 2^62]; false if not one. */
-static bool parse_size(const char *s, int64_t *out)
-{
-    if (!*s)
-        return false;
-    int64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9' || v > (INT64_C(1) << 62) / 10)
-            return false;
-        v = v * 10 + (*p - '0');
-    }
-    if (v < 1)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Returns 0, or the exit status for a bad command line. */
 static int parse_args(int argc, char **argv, options *o)
 {
@@ -168,17 +150,8 @@ static int parse_args(int argc, char **argv, options *o)
             const char *def = a[2] ? a + 2 : (++i < argc ? argv[i] : NULL);
             if (!def)
                 return drv_bad_usage("einc", "%s needs NAME=VALUE", a);
-            const char *eq = strchr(def, '=');
-            int64_t v;
-            if (!eq || eq == def || !parse_size(eq + 1, &v))
-                return drv_bad_usage("einc", "-D wants NAME=VALUE with a positive integer VALUE, not '%s'", def);
-            if (o->ndefines >= MAX_DEFINES)
-                return drv_bad_usage("einc", "too many -D options (at most %s)", "64");
-            /* argv outlives the compilation: cut the name in place. */
-            ((char *)eq)[0] = 0;
-            o->defines[o->ndefines].name = def;
-            o->defines[o->ndefines].value = v;
-            o->ndefines++;
+            if (drv_define("einc", (char *)def, o->defines, &o->ndefines))
+                return 2;
         } else if (strncmp(a, "--load-pass=", 12) == 0) {
             if (o->nplugins >= MAX_PLUGINS)
                 return drv_bad_usage("einc", "too many --load-pass options (at most %s)", "16");
@@ -216,19 +189,19 @@ static int parse_args(int argc, char **argv, options *o)
             else
                 return drv_bad_usage("einc", "--remat wants none, elementwise or layer, not '%s'", v);
         } else if (strncmp(a, "--einsum-unroll=", 16) == 0) {
-            int64_t n = 0;
-            if (strcmp(a + 16, "0") != 0 && (!parse_size(a + 16, &n) || n > 4096))
-                return drv_bad_usage("einc", "--einsum-unroll wants a count 0..4096, not '%s'", a + 16);
+            int64_t n;
+            if (drv_count("einc", "--einsum-unroll", a + 16, 0, 4096, &n))
+                return 2;
             o->einsum_unroll = (int)n;
         } else if (strncmp(a, "--stream-min=", 13) == 0) {
             if (strcmp(a + 13, "off") == 0)
                 o->stream_min = INT64_MAX;
-            else if (!parse_size(a + 13, &o->stream_min))
-                return drv_bad_usage("einc", "--stream-min wants a byte count or off, not '%s'", a + 13);
+            else if (drv_count("einc", "--stream-min", a + 13, 1, INT64_MAX, &o->stream_min))
+                return 2;
         } else if (strncmp(a, "--max-errors=", 13) == 0) {
             int64_t n;
-            if (!parse_size(a + 13, &n) || n > 100000)
-                return drv_bad_usage("einc", "--max-errors wants a positive count, not '%s'", a + 13);
+            if (drv_count("einc", "--max-errors", a + 13, 1, 100000, &n))
+                return 2;
             o->max_errors = (int)n;
         } else if (strcmp(a, "--debug-pass") == 0) {
             o->debug_pass = true;
@@ -387,6 +360,19 @@ int main(int argc, char **argv)
     if (!o.input) {
         pass_registry_free(&reg);
         return drv_bad_usage("einc", "%s", "no input file");
+    }
+
+    /* -o must not replace an input (the source, a --hw file, a plugin) nor
+     * anything but a regular file. */
+    const char *inputs[2 + MAX_PLUGINS] = {o.input};
+    int ninputs = 1;
+    if (o.hw)
+        inputs[ninputs++] = o.hw;
+    for (int i = 0; i < o.nplugins; i++)
+        inputs[ninputs++] = o.plugins[i];
+    if (o.output && drv_check_output("einc", o.output, inputs, ninputs)) {
+        pass_registry_free(&reg);
+        return 1;
     }
 
     pass_manager pm;

@@ -4,41 +4,61 @@
  * As in MLIR's PassManager, passes do not print or verify: the manager runs
  * the verifier after every pass and stops at the first failure, and prints
  * "*** IR Dump After NAME ***" followed by the IR for --print-after=NAME and
- * --print-after-all.
+ * --print-after-all.  Every pipeline is verified, the empty one included
+ * (the IR it hands on is the frontend's), and every option that names
+ * passes is checked against the registry (parse_names).
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "pass.h"
 
-int pass_manager_parse(pass_manager *pm, const char *pipeline, FILE *err)
+/* Checks the comma-separated pass names of `list`, given to `option`
+ * ("--passes", "--print-after"), against the registry: every option that
+ * names passes goes through here, so none ignores a name it does not know.
+ * Stores the passes in out[0..*n) when `out` is not NULL.  An empty list is
+ * no pass; an empty name inside one ("a,,b", "a,") is an error.  Returns 0,
+ * or -1 after reporting every bad name to `err`. */
+static int parse_names(const pass_registry *r, const char *option, const char *list,
+                       const pass_info **out, int max, int *n, FILE *err)
 {
-    pm->npipeline = 0;
-    const char *p = pipeline;
-    int rc = 0;
-    while (*p) {
+    int rc = 0, count = 0;
+    for (const char *p = list; *p;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         char name[128];
-        if (len == 0 || len >= sizeof name) {
-            fprintf(err, "einc: error: empty or overlong pass name in pipeline '%s'\n", pipeline);
+        if (len == 0 || len >= sizeof name || (end && !end[1])) {
+            fprintf(err, "einc: error: empty or overlong pass name in %s=%s\n", option, list);
             return -1;
         }
         memcpy(name, p, len);
         name[len] = 0;
-        const pass_info *info = pass_registry_find(pm->registry, name);
+        const pass_info *info = pass_registry_find(r, name);
         if (!info) {
-            fprintf(err, "einc: error: unknown pass '%s' (see --list-passes)\n", name);
+            fprintf(err, "einc: error: %s: unknown pass '%s' (see --list-passes)\n", option, name);
             rc = -1;
-        } else if (pm->npipeline >= (int)(sizeof pm->pipeline / sizeof pm->pipeline[0])) {
-            fprintf(err, "einc: error: pipeline too long\n");
+        } else if (count >= max) {
+            fprintf(err, "einc: error: %s: more than %d passes\n", option, max);
             return -1;
-        } else {
-            pm->pipeline[pm->npipeline++] = info;
+        } else if (out) {
+            out[count++] = info;
         }
         p += len;
         if (*p == ',')
             p++;
     }
+    if (n)
+        *n = count;
+    return rc;
+}
+
+int pass_manager_parse(pass_manager *pm, const char *pipeline, FILE *err)
+{
+    int max = (int)(sizeof pm->pipeline / sizeof pm->pipeline[0]);
+    int rc = parse_names(pm->registry, "--passes", pipeline, pm->pipeline, max, &pm->npipeline, err);
+    if (pm->print_after &&
+        parse_names(pm->registry, "--print-after", pm->print_after, NULL, INT32_MAX, NULL, err))
+        rc = -1;
     return rc;
 }
 
@@ -66,8 +86,25 @@ bool pass_runs_later(const pass_ctx *ctx, const char *name)
     return false;
 }
 
+/* Verifies what `pass` (NULL: the empty pipeline) left; 0 or 1 after
+ * reporting. */
+static int verify_after(const pass_info *pass, pass_ctx *ctx, const ir_module *m)
+{
+    if (ir_verify(m, ctx->diag) == 0)
+        return 0;
+    if (pass)
+        diag_error(ctx->diag, DIAG_NOLOC, "IR verification failed after pass '%s'", pass->name);
+    else
+        diag_error(ctx->diag, DIAG_NOLOC, "IR verification failed after the empty pipeline "
+                   "(--passes=): the frontend's IR needs at least propagate");
+    return 1;
+}
+
 int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m)
 {
+    /* No pass to verify after: the IR handed on is still verified. */
+    if (pm->npipeline == 0)
+        return verify_after(NULL, ctx, m);
     for (int i = 0; i < pm->npipeline; i++) {
         const pass_info *p = pm->pipeline[i];
         int before = ctx->diag->nerrors;
@@ -81,10 +118,8 @@ int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m)
                 diag_error(ctx->diag, DIAG_NOLOC, "pass '%s' failed", p->name);
             return 1;
         }
-        if (ir_verify(m, ctx->diag) != 0) {
-            diag_error(ctx->diag, DIAG_NOLOC, "IR verification failed after pass '%s'", p->name);
+        if (verify_after(p, ctx, m))
             return 1;
-        }
         if (pm->print_after_all || (pm->print_after && in_list(pm->print_after, p->name))) {
             FILE *out = pm->dump ? pm->dump : stdout;
             fprintf(out, "*** IR Dump After %s ***\n", p->name);

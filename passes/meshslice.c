@@ -88,7 +88,8 @@ static bool check_mode(const char *value, char *why, size_t why_size)
     int k;
     if (parse_mode(value, &mode, &k))
         return true;
-    snprintf(why, why_size, "--meshslice wants auto, off or a slice count K, not '%s'", value);
+    snprintf(why, why_size, "--meshslice wants auto, off or a slice count K from 1 to %d (decimal), "
+             "not '%s'", K_OPTION_MAX, value);
     return false;
 }
 

@@ -123,11 +123,12 @@ typedef struct pass_manager {
     FILE *dump;               /* where dumps go (stdout) */
 } pass_manager;
 
-/* Parses "a,b,c" into pm->pipeline; unknown names are reported to `err`
- * and make it return -1. */
+/* Parses "a,b,c" into pm->pipeline ("" is the empty pipeline) and checks
+ * the names of pm->print_after (set it first); unknown names are reported
+ * to `err` and make it return -1. */
 int pass_manager_parse(pass_manager *pm, const char *pipeline, FILE *err);
 /* Runs the pipeline: each pass, then the verifier, then the requested dump
- * ("*** IR Dump After NAME ***").  Returns 0, or nonzero after the first
+ * ("*** IR Dump After NAME ***"); the empty pipeline verifies the IR once.  Returns 0, or nonzero after the first
  * pass or verification failure. */
 int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m);
 

@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pass.h"
 
@@ -42,6 +43,12 @@ int pass_registry_load(pass_registry *r, const char *path, FILE *err)
 {
     if (r->nplugins >= (int)(sizeof r->plugins / sizeof r->plugins[0])) {
         fprintf(err, "einc: error: too many pass plugins (at most %zu)\n", sizeof r->plugins / sizeof r->plugins[0]);
+        return -1;
+    }
+    /* dlopen would block in open() on a FIFO no process writes to. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(err, "einc: error: cannot load pass plugin '%s': not a regular file\n", path);
         return -1;
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);

@@ -97,6 +97,27 @@ char *rt_checkpoint_file(const char *dir, const char *name)
     return path;
 }
 
+int rt_checkpoint_files(const char *dir, const rt_program *p, char ***files, int *n)
+{
+    *n = 0;
+    *files = calloc((size_t)p->ninputs + 2, sizeof **files);
+    if (!*files)
+        return -1;
+    char **f = *files;
+    f[(*n)++] = join_next(dir, STEPS_FILE, 0);
+    f[(*n)++] = join_next(dir, ORDER_FILE, 0);
+    for (int32_t k = 0; k < p->ninputs; k++)
+        if (p->inputs[k].role != RT_ROLE_INPUT) {
+            char *file = npy_name(p->inputs[k].name);
+            f[(*n)++] = file ? join_next(dir, file, 0) : NULL;
+            free(file);
+        }
+    for (int i = 0; i < *n; i++)
+        if (!f[i])
+            return -1;
+    return 0;
+}
+
 /* mkdir -p: creates `dir` and its missing parents (mode 0777 less the umask). */
 static int make_dirs(const char *dir, char *err, size_t errlen)
 {
@@ -139,6 +160,19 @@ int rt_checkpoint_prepare(const char *dir, const rt_program *p, char *err, size_
     return 0;
 }
 
+/* A checkpoint's text file `path` opened for reading (rt_open_input: a
+ * FIFO put there does not block), or NULL and why not in `why`. */
+static FILE *open_record(const char *path, char *why, size_t whylen)
+{
+    int fd = rt_open_input(path, NULL, why, whylen);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (fd >= 0 && !f) {
+        rt_errf(why, whylen, "cannot read %s: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen)
 {
     struct stat st;
@@ -150,11 +184,11 @@ int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t 
     char *path = current(dir, STEPS_FILE);
     if (!path)
         return rt_errf(err, errlen, "out of memory");
-    FILE *f = fopen(path, "r");
+    char why[512];
+    FILE *f = open_record(path, why, sizeof why);
     if (!f) {
-        int rc = rt_errf(err, errlen, "--resume %s: cannot read %s: %s; a directory written by "
-                         "--save has it unless its first save was interrupted", dir, path,
-                         strerror(errno));
+        int rc = rt_errf(err, errlen, "--resume %s: %s; a directory written by --save has it "
+                         "unless its first save was interrupted", dir, why);
         free(path);
         return rc;
     }
@@ -193,12 +227,12 @@ int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *e
     *path = current(dir, ORDER_FILE);
     if (!*path)
         return rt_errf(err, errlen, "out of memory");
-    FILE *f = fopen(*path, "r");
+    char why[512];
+    FILE *f = open_record(*path, why, sizeof why);
     if (!f)
-        return rt_errf(err, errlen, "--resume %s: cannot read %s: %s; a checkpoint records "
-                       "its data order (--seed, --data files) there, so that the resumed run "
-                       "reads the batches the uninterrupted run would have", dir, *path,
-                       strerror(errno));
+        return rt_errf(err, errlen, "--resume %s: %s; a checkpoint records its data order "
+                       "(--seed, --data files) there, so that the resumed run reads the "
+                       "batches the uninterrupted run would have", dir, why);
     size_t cap = 0;
     ssize_t n = getdelim(text, &cap, 0, f);
     int bad = ferror(f);

@@ -12,10 +12,13 @@
  *        [--generated FILE.npy]
  *
  * Flags may also be written --flag=value.  Names are checked against the
- * program later (job.c), here only the syntax.
+ * program later (job.c), here only the syntax.  Every number is read by
+ * rt_parse_count, decimal only: strtoull's base 0 read "--steps 010" as
+ * eight steps and refused "08".
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,28 +42,30 @@ static int add_pair(rt_named_path **list, int *n, char *arg, const char *flag, c
     return 0;
 }
 
-/* Parses a non-negative integer into *v; -1 unless the whole string is one. */
-static int parse_u64(const char *s, uint64_t *v)
+int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, uint64_t *v,
+                   char *err, size_t errlen)
 {
-    char *end;
-    errno = 0;
-    if (!*s || *s == '-')
-        return -1;
-    unsigned long long x = strtoull(s, &end, 0);
-    if (*end || errno)
-        return -1;
-    *v = x;
+    bool ok = *val != 0;
+    uint64_t n = 0;
+    for (const char *p = val; ok && *p; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        ok = *p >= '0' && *p <= '9' && d <= hi && n <= (hi - d) / 10;
+        n = n * 10 + d;
+    }
+    if (!ok || n < lo)
+        return rt_errf(err, errlen, "%s expects a count from %llu to %llu (decimal), got '%.80s'",
+                       flag, (unsigned long long)lo, (unsigned long long)hi, val);
+    *v = n;
     return 0;
 }
 
-/* Parses a count from 1 to `max` for `flag` into *v; -1 and a message otherwise. */
+/* rt_parse_count from 1 to `max` into an int64_t field. */
 static int parse_count(const char *flag, const char *val, int64_t max, int64_t *v, char *err,
                        size_t errlen)
 {
     uint64_t n;
-    if (parse_u64(val, &n) || n < 1 || n > (uint64_t)max)
-        return rt_errf(err, errlen, "%s expects a count from 1 to %lld, got '%s'", flag,
-                       (long long)max, val);
+    if (rt_parse_count(flag, val, 1, (uint64_t)max, &n, err, errlen))
+        return -1;
     *v = (int64_t)n;
     return 0;
 }
@@ -99,8 +104,8 @@ static int parse_training_flag(const char *flag, char *val, rt_options *o, char 
     if (!strcmp(flag, "--save-every"))
         return parse_count(flag, val, MAX_STEPS, &o->save_every, err, errlen);
     if (!strcmp(flag, "--seed")) {
-        if (parse_u64(val, &o->shuffle_seed))
-            return rt_errf(err, errlen, "--seed expects a non-negative integer, got '%s'", val);
+        if (rt_parse_count(flag, val, 0, UINT64_MAX, &o->shuffle_seed, err, errlen))
+            return -1;
         o->shuffle = 1;
         return 0;
     }
@@ -165,9 +170,8 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             if (add_pair(&o->outputs, &o->noutputs, val, flag, err, errlen))
                 return -1;
         } else if (!strcmp(flag, "--random-inputs")) {
-            if (parse_u64(val, &o->seed))
-                return rt_errf(err, errlen, "--random-inputs expects a non-negative integer seed, "
-                            "got '%s'", val);
+            if (rt_parse_count(flag, val, 0, UINT64_MAX, &o->seed, err, errlen))
+                return -1;
             o->random_inputs = 1;
         } else if (!strcmp(flag, "--repeat")) {
             if (parse_count(flag, val, 1000000, &o->repeat, err, errlen))

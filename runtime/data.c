@@ -92,10 +92,10 @@ static int check_rows(const rt_npy_header *h, const char *path, const rt_tensor_
 /* Opens and maps the first `bytes` of `df->path` into df; -1 and a message on failure. */
 static int map_file(rt_data_file *df, size_t bytes, char *err, size_t errlen)
 {
-    df->fd = open(df->path, O_RDONLY | O_CLOEXEC);
+    char why[512];
+    df->fd = rt_open_input(df->path, NULL, why, sizeof why);
     if (df->fd < 0)
-        return rt_errf(err, errlen, "--data %s: cannot open %s: %s", df->name, df->path,
-                       strerror(errno));
+        return rt_errf(err, errlen, "--data %s: %s", df->name, why);
     void *m = mmap(NULL, bytes, PROT_READ, MAP_SHARED, df->fd, 0);
     if (m == MAP_FAILED)
         return rt_errf(err, errlen, "--data %s: cannot map %s: %s", df->name, df->path,

@@ -283,29 +283,20 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
     return 0;
 }
 
-/* Whether `val` is a whole decimal integer in [lo, hi], stored in *n. */
-static bool parse_int(const char *val, long long lo, long long hi, long long *n)
-{
-    char *end;
-    errno = 0;
-    *n = strtoll(val, &end, 10);
-    return *val && !*end && !errno && *n >= lo && *n <= hi;
-}
-
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen)
 {
-    long long n;
+    uint64_t n;
     if (!strcmp(flag, "--prompt-cached")) {
-        if (!parse_int(val, 0, INT32_MAX, &n))
-            return rt_errf(err, errlen, "--prompt-cached expects a token count >= 0, got '%s'", val);
-        o->prompt_cached = n;
+        if (rt_parse_count(flag, val, 0, INT32_MAX, &n, err, errlen))
+            return -1;
+        o->prompt_cached = (int64_t)n;
         return 0;
     }
     if (!strcmp(flag, "--generate")) {
-        if (!parse_int(val, 1, 1000000, &n))
-            return rt_errf(err, errlen, "--generate expects a count from 1 to 1000000, got '%s'", val);
-        o->generate = n;
+        if (rt_parse_count(flag, val, 1, 1000000, &n, err, errlen))
+            return -1;
+        o->generate = (int64_t)n;
         return 0;
     }
     if (!strcmp(flag, "--temperature")) {

@@ -489,6 +489,7 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     rt_generate gen;
     memset(&gen, 0, sizeof gen);
     int ok = resolve_names(&job, err, sizeof err) == 0 &&
+             rt_check_paths(&opt, prog, err, sizeof err) == 0 &&
              (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
              (!opt.generate || rt_generate_prepare(&job, &gen, err, sizeof err) == 0) &&
              check_missing(&job, err, sizeof err) == 0 &&

@@ -152,14 +152,10 @@ static int parse_dict(const char *hdr, const char *path, rt_npy_header *h, char 
 int rt_npy_read_header(const char *path, rt_npy_header *h, char *err, size_t errlen)
 {
     memset(h, 0, sizeof *h);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return rt_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return rt_errf(err, errlen, "%s is not a regular file", path);
-    }
+    int fd = rt_open_input(path, &st, err, errlen);
+    if (fd < 0)
+        return -1;
     h->file_bytes = st.st_size;
     unsigned char pre[12];
     ssize_t got = pread_full(fd, pre, sizeof pre, 0);
@@ -268,10 +264,10 @@ int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_
     int64_t n = rt_numel(rank, local_shape);
     if (n == 0)
         return 0;
-    int fd = open(path, O_RDONLY);
+    char why[512];
+    int fd = rt_open_input(path, NULL, why, sizeof why);
     if (fd < 0)
-        return rt_errf(err, errlen, "tensor '%s': cannot open %s: %s", t->name, path,
-                    strerror(errno));
+        return rt_errf(err, errlen, "tensor '%s': %s", t->name, why);
     /* Contiguous run: innermost dims covered entirely, times the next one. */
     int32_t inner = rank;
     int64_t run = 1;
@@ -327,43 +323,6 @@ static int write_full(int fd, const void *buf, size_t n)
             return -1;
         done += (size_t)w;
     }
-    return 0;
-}
-
-/* What a path that is not a regular file is, for messages. */
-static const char *kind_of(mode_t mode)
-{
-    return S_ISCHR(mode)    ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISDIR(mode)  ? "a directory"
-                            : "a file of an unknown kind";
-}
-
-int rt_output_target(const char *path, char **target, struct stat *st, bool *exists,
-                     char *err, size_t errlen)
-{
-    struct stat lst;
-    *target = NULL;
-    *exists = false;
-    bool link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
-    if (stat(path, st) != 0) {
-        if (link)
-            return rt_errf(err, errlen, "%s is a symbolic link to a file that does not exist; "
-                           "an output is only written to a regular file", path);
-        /* A new file; if its directory is missing, creating the temp file says so. */
-        *target = strdup(path);
-        return *target ? 0 : rt_errf(err, errlen, "out of memory writing %s", path);
-    }
-    if (!S_ISREG(st->st_mode))
-        return rt_errf(err, errlen, "%s is %s%s, not a regular file; an output only ever replaces "
-                       "a regular file", path, link ? "a symbolic link to " : "",
-                       kind_of(st->st_mode));
-    *exists = true;
-    *target = link ? realpath(path, NULL) : strdup(path);
-    if (!*target)
-        return rt_errf(err, errlen, "cannot resolve %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -444,7 +403,7 @@ static int write_atomic(const char *path, fill_fn fill, const void *ctx, char *e
     if (ok && lstat(target, &now) == 0 && !S_ISREG(now.st_mode)) {
         unlink(tmp);
         rt_errf(err, errlen, "%s is %s, not a regular file; an output only ever replaces a "
-                "regular file", path, kind_of(now.st_mode));
+                "regular file", path, rt_file_kind(now.st_mode));
         free(tmp);
         free(target);
         return -1;

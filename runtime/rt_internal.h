@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "einrt.h"
 
@@ -393,13 +394,24 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
 int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_desc *t,
                       const int64_t *start, const int64_t *local_shape, void *dst,
                       char *err, size_t errlen);
+/* ---- paths a user gives (paths.c) ---- */
+
+struct stat;
+/* Opens the input file `path` for reading without blocking on a FIFO, and
+ * only if it is a regular file: the descriptor (blocking, close-on-exec),
+ * with its stat in *st unless st is NULL; or -1 and "cannot open PATH: ..."
+ * or "PATH is a FIFO (named pipe), not a regular file; ...".  Every file
+ * the executable reads from its command line is opened by it. */
+int rt_open_input(const char *path, struct stat *st, char *err, size_t errlen);
+/* "a character device", "a FIFO (named pipe)", ... for a file that is not
+ * a regular file, for messages. */
+const char *rt_file_kind(mode_t mode);
 /* Where an output file (a .npy, a --trace) written to `path` goes: `path`,
  * or the file a symbolic link at `path` points to (so the link is kept).
  * *target is malloc'd (the caller frees it); *st is the file's stat and
  * *exists whether there is one.  Refuses (-1 and a message) a path that
  * exists and is not a regular file (a device, FIFO, socket or directory,
  * which a rename would replace) and a dangling link. */
-struct stat;
 int rt_output_target(const char *path, char **target, struct stat *st, bool *exists,
                      char *err, size_t errlen);
 /* Writes the global array `data` of `t` atomically to `path` (temp file in
@@ -497,6 +509,12 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
  * applied (checkpoint.c); malloc'd (the caller frees it), NULL when out
  * of memory. */
 char *rt_checkpoint_file(const char *dir, const char *name);
+/* The files of a checkpoint of `p` in DIR, as --save writes them and
+ * --resume reads them: DIR/steps.txt, DIR/data.txt, DIR/NAME.npy for every
+ * param and state (the staged FILE.next aside).  *files is a malloc'd
+ * array of *n malloc'd paths, freed by the caller (also on failure);
+ * -1 when out of memory. */
+int rt_checkpoint_files(const char *dir, const rt_program *p, char ***files, int *n);
 /* Before the run, for --save DIR: creates DIR and its missing parents, or
  * checks that the existing path is a writable directory, and that every
  * param and state name of `p` can name a file.  -1 and a message if not. */
@@ -570,6 +588,22 @@ typedef struct rt_options {
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen);
+/* Parses the value `val` of `flag` as a count in [lo, hi]: decimal digits
+ * only, no sign, no space, nothing after them ("010" is ten), no overflow.
+ * 0 with *v set, or -1 and "FLAG expects a count from LO to HI (decimal),
+ * got 'VAL'".  Every number of the command line is read by it (cli.c). */
+int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, uint64_t *v,
+                   char *err, size_t errlen);
+/* Before the run: every file the command line names to be written
+ * (--output, --trace, --metrics, --generated, the files of the --save
+ * checkpoint) against every other one and against every file it names to
+ * be read (--input, --data, --prompt-ids, the files of the --resume
+ * checkpoint): two outputs naming one file, or an output naming an input,
+ * are refused (-1 and a message naming both flags).  --save may name the
+ * --resume checkpoint: that is how a resumed run goes on saving; and
+ * --output NAME the file of --input NAME: a state updated in place
+ * (paths.c). */
+int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t errlen);
 /* The first flag given in `o` that only a training program takes
  * ("--steps", "--data", ...), or NULL if none. */
 const char *rt_training_flag(const rt_options *o);

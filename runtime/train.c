@@ -27,9 +27,11 @@
  * message (rt_fatal), never a hang.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rt_internal.h"
@@ -142,9 +144,30 @@ static off_t kept_metrics(FILE *f, int64_t done)
 static int open_metrics(rt_train *tr, int resume, char *err, size_t errlen)
 {
     const char *path = tr->metrics_path;
-    if (!(tr->metrics = fopen(path, resume ? "a+" : "w")))
+    /* fopen "w" or "a+", but with O_NONBLOCK until it is open: a FIFO no
+     * process reads is refused at once (ENXIO) instead of blocking open(),
+     * and one that --resume would read (and cut) is refused. */
+    int fd = open(path, (resume ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC) | O_CREAT | O_NONBLOCK |
+                  O_CLOEXEC, 0666);
+    if (fd < 0)
         return rt_errf(err, errlen, "--metrics %s: cannot open it for writing: %s", path,
-                       strerror(errno));
+                       errno == ENXIO ? "a FIFO (named pipe) that no process reads"
+                                      : strerror(errno));
+    struct stat st;
+    int flags;
+    if (fstat(fd, &st) == 0 && resume && !S_ISREG(st.st_mode)) {
+        close(fd);
+        return rt_errf(err, errlen, "--metrics %s is %s; with --resume it is read and cut after "
+                       "the checkpoint's step, which needs a regular file", path,
+                       rt_file_kind(st.st_mode));
+    }
+    if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        !(tr->metrics = fdopen(fd, resume ? "a+" : "w"))) {
+        int e = errno;
+        close(fd);
+        return rt_errf(err, errlen, "--metrics %s: cannot open it for writing: %s", path,
+                       strerror(e));
+    }
     if (!resume)
         return 0;
     off_t keep = kept_metrics(tr->metrics, tr->done);

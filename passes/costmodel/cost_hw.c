@@ -10,11 +10,14 @@
  */
 #include <cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "costmodel.h"
 
@@ -499,14 +502,35 @@ out:
     return rc;
 }
 
-/* Reads a whole file into a malloc'd NUL-terminated buffer. */
-static char *read_file(const char *path, char *err, size_t errsize)
+/* Opens the profile `path` for reading: without blocking on a FIFO
+ * (O_NONBLOCK, cleared once open), and only a regular file.  NULL and why
+ * in err otherwise.  Every profile a user names is opened by it. */
+static FILE *open_profile(const char *path, char *err, size_t errsize)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         set_err(err, errsize, "cannot open hardware profile '%s': %s", path, strerror(errno));
         return NULL;
     }
+    struct stat st;
+    int flags;
+    FILE *f = NULL;
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode))
+        set_err(err, errsize, "hardware profile '%s' is not a regular file", path);
+    else if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+             !(f = fdopen(fd, "rb")))
+        set_err(err, errsize, "cannot open hardware profile '%s': %s", path, strerror(errno));
+    if (!f)
+        close(fd);
+    return f;
+}
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer. */
+static char *read_file(const char *path, char *err, size_t errsize)
+{
+    FILE *f = open_profile(path, err, errsize);
+    if (!f)
+        return NULL;
     char *buf = malloc(MAX_PROFILE_BYTES + 1);
     if (!buf) {
         fclose(f);
@@ -562,15 +586,14 @@ int cost_hw_load(const char *name_or_path, cost_hw *hw, char *err, size_t errsiz
             set_err(err, errsize, "hardware profile path too long: %s/%s.json", dir, name_or_path);
             return -1;
         }
-        FILE *probe = fopen(path, "rb");
-        if (!probe) {
+        struct stat st;
+        if (stat(path, &st) != 0) {
             set_err(err, errsize,
                     "unknown hardware profile '%s': no file %s (profiles live in %s; "
                     "set EINC_HW_DIR or pass a path to a .json file)",
                     name_or_path, path, dir);
             return -1;
         }
-        fclose(probe);
     }
     char *text = read_file(path, err, errsize);
     if (!text)

@@ -285,7 +285,7 @@ def compiler_limit_checks(c, einc, work):
     comp.report("einc and the runtime agree on 4096 devices", problems, [], rc, out, err)
     # -D I=0: a usage error with the message docs/language.md shows.
     rc, out, err = comp.run(["small.ein", "-D", "I=0", "--dump-ir"])
-    want = "einc: error: -D wants NAME=VALUE with a positive integer VALUE, not 'I=0'"
+    want = "einc: error: -D I wants a count from 1 to 9223372036854775807 (decimal), not '0'"
     comp.report("einc: -D I=0", [] if rc == 2 and want in err else
                 ["exit %s, expected 2 and '%s'" % (rc, want)], [], rc, out, err)
     rc, out, err = comp.run(["errors.ein", "--dump-ir"])

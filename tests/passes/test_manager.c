@@ -101,8 +101,20 @@ static void test_parse(void)
     CU_ASSERT_EQUAL(pm.npipeline, 3);
     CU_ASSERT_STRING_EQUAL(pm.pipeline[1]->name, "prefetch-params");
     CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count,nosuch", err), -1);
+    /* Every option that names passes checks them against the registry:
+     * --print-after as --passes does, and neither takes an empty name. */
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count,", err), -1);
+    pm.print_after = "count,nosuch";
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count", err), -1);
+    pm.print_after = "count,";
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count", err), -1);
+    pm.print_after = "count";
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count", err), 0);
     fclose(err);
-    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "unknown pass 'nosuch'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "--passes: unknown pass 'nosuch'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "--print-after: unknown pass 'nosuch'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "empty or overlong pass name in --print-after=count,"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "empty or overlong pass name in --passes=count,"));
     free(errs);
     pass_registry_free(&r);
 }
@@ -117,7 +129,7 @@ static void test_pass_options(void)
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=4", why, sizeof why), 0);
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=off", why, sizeof why), 0);
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice=0", why, sizeof why), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "--meshslice wants auto, off or a slice count K, not '0'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "--meshslice wants auto, off or a slice count K from 1 to 4096 (decimal), not '0'"));
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "nosuch=1", why, sizeof why), 1);
     CU_ASSERT_EQUAL(pass_options_add(&opts, &r, "meshslice", why, sizeof why), 1);
     pass_ctx ctx = {.options = &opts};
@@ -128,30 +140,54 @@ static void test_pass_options(void)
     pass_registry_free(&r);
 }
 
+/* Runs `pipeline` of the test registry on `m`; returns the manager's
+ * status, and its messages in *errs (malloc'd). */
+static int run_captured(const char *pipeline, ir_module *m, char **errs)
+{
+    pass_registry r = test_registry();
+    pass_manager pm;
+    memset(&pm, 0, sizeof pm);
+    pm.registry = &r;
+    CU_ASSERT_EQUAL(pass_manager_parse(&pm, pipeline, stderr), 0);
+    size_t len = 0;
+    diag_ctx d;
+    diag_init(&d, "t.ein", "", 0);
+    d.out = open_memstream(errs, &len);
+    pass_ctx ctx = {.diag = &d};
+    int rc = pass_manager_run(&pm, &ctx, m);
+    fclose(d.out);
+    pass_registry_free(&r);
+    return rc;
+}
+
 /* The manager verifies after each pass and stops at the first failure. */
 static void test_verify_stops(void)
 {
     ir_op *g1, *g2;
     ir_module *m = two_gathers(&g1, &g2);
-    pass_registry r = test_registry();
-    pass_manager pm;
-    memset(&pm, 0, sizeof pm);
-    pm.registry = &r;
-    CU_ASSERT_EQUAL(pass_manager_parse(&pm, "count,break,count", stderr), 0);
     char *errs = NULL;
-    size_t len = 0;
-    diag_ctx d;
-    diag_init(&d, "t.ein", "", 0);
-    d.out = open_memstream(&errs, &len);
     runs = 0;
-    pass_ctx ctx = {.diag = &d};
-    CU_ASSERT_NOT_EQUAL(pass_manager_run(&pm, &ctx, m), 0);
-    fclose(d.out);
+    CU_ASSERT_NOT_EQUAL(run_captured("count,break,count", m, &errs), 0);
     CU_ASSERT_EQUAL(runs, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(errs, "IR verification failed after pass 'break'"));
     free(errs);
     ir_module_free(m);
-    pass_registry_free(&r);
+}
+
+/* The empty pipeline (--passes=) still verifies the IR it hands on: a
+ * module that verifies passes it, one that does not fails it. */
+static void test_empty_pipeline(void)
+{
+    ir_op *g1, *g2;
+    ir_module *m = two_gathers(&g1, &g2);
+    char *errs = NULL;
+    CU_ASSERT_EQUAL(run_captured("", m, &errs), 0);
+    free(errs);
+    break_ir(NULL, m);
+    CU_ASSERT_NOT_EQUAL(run_captured("", m, &errs), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "IR verification failed after the empty pipeline"));
+    free(errs);
+    ir_module_free(m);
 }
 
 /* --print-after=NAME prints "*** IR Dump After NAME ***" and the IR. */
@@ -192,6 +228,7 @@ void einc_register_tests(void)
         {"pass_options", test_pass_options},
         {"verify_stops", test_verify_stops},
         {"print_after", test_print_after},
+        {"empty_pipeline", test_empty_pipeline},
     };
     einc_add_suite("pass_manager", tests, (int)(sizeof tests / sizeof tests[0]));
 }

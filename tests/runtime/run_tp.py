@@ -129,7 +129,7 @@ def check_errors(prog, tmp):
                  "input 'x' is given twice")
     expect_error([prog, "--random-inputs", "1", "--output", "nope=" + xp], "no output named 'nope'")
     expect_error([prog, "--bogus"], "unknown option")
-    expect_error([prog, "--random-inputs", "abc"], "--random-inputs expects a non-negative integer")
+    expect_error([prog, "--random-inputs", "abc"], "--random-inputs expects a count from 0 to 18446744073709551615 (decimal), got 'abc'")
     expect_error([prog, "--input", "x"], "--input expects NAME=file.npy, got 'x'")
     expect_error([prog, "--check=1"], "--check takes no value")
     # --flag=value spelling works like --flag value.

@@ -548,7 +548,7 @@ def check_errors(prog, tp, f, tag):
                  "--resume %s: the checkpoint has no file for state 'W.mom'" % ck)
     os.remove(os.path.join(ck, "steps.txt"))
     expect_error(prog + f.data() + ["--resume", ck, "--steps", "6"],
-                 "--resume %s: cannot read %s" % (ck, os.path.join(ck, "steps.txt")))
+                 "--resume %s: cannot open %s" % (ck, os.path.join(ck, "steps.txt")))
     expect_error(prog + f.data() + ["--resume", os.path.join(t, "nowhere"), "--steps", "6"],
                  "No such file or directory")
     p = run(prog + ["--help"])
