@@ -208,8 +208,8 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--chips") == 0 || strncmp(a, "--chips=", 8) == 0) {
             const char *v = a[7] == '=' ? a + 8 : (++i < argc ? argv[i] : "");
             /* An executable runs at most 4096 devices (docs/language.md, `mesh`). */
-            if (!parse_size(v, &o->chips) || o->chips > 4096)
-                return drv_bad_usage("einc", "--chips wants a chip count 1..4096, not '%s'", v);
+            if (drv_count("einc", "--chips", v, 1, 4096, &o->chips))
+                return 2;
         } else if (strcmp(a, "--json") == 0) {
             o->json = true;
         } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=') && o->npass_args < PASS_MAX_OPTIONS) {
