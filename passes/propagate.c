@@ -517,15 +517,9 @@ static int widen(prop *p)
     if (pass_prop_branch_bound(p, BB_BUDGET) > 0)
         round += sweep(p);
     p->eval_limit = 0;
-    /* The whole program at once: what no move of a few ops reaches.  Then
-     * once more with parameter gathers priced as the cost pass overlaps
-     * them; no sweep after that one, since the sweeps' serial objective
-     * would take the overlap back. */
-    if (p->ilp_time > 0 && pass_prop_ilp(p, p->ilp_time, false, &p->ilp) > 0)
+    /* The whole program at once: what no move of a few ops reaches. */
+    if (p->ilp_time > 0 && pass_prop_ilp(p, p->ilp_time, &p->ilp) > 0)
         round += sweep(p);
-    if (p->ilp_time > 0 && p->ilp.status == PASS_ILP_OPTIMAL &&
-        pass_prop_ilp(p, p->ilp_time, true, &p->ilp_hidden) > 0)
-        p->plan_why = "its step is shorter with parameter gathers overlapped (a second ILP priced them so)";
     double wide = pass_prop_step_time(p);
     bool better = wide < narrow * (1.0 - WIDE_MARGIN);
     if (p->ctx->log)

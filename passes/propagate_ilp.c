@@ -441,8 +441,7 @@ static void value_fixed(ilp *s, int id, const ir_sharding *have)
                     s->oom = true;
                     break;
                 }
-                double weight = s->hide_params && v->kind == IR_VAL_PARAM ? ILP_HIDDEN_WEIGHT : 1.0;
-                ws[ti] = col_new(s, t * T.trips[ti] * weight * 1e6, false, 0.0, 0.0);
+                ws[ti] = col_new(s, t * T.trips[ti] * 1e6, false, 0.0, 0.0);
             }
             int r = ge_new(s, ws[ti]);
             nz_group(s, r, us->op, &B, b);
@@ -529,7 +528,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int pass_prop_ilp(prop *p, double time_limit, bool hide_params, pass_prop_ilp_report *rep)
+int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
 {
     double t0 = now();
     memset(rep, 0, sizeof *rep);
@@ -538,7 +537,6 @@ int pass_prop_ilp(prop *p, double time_limit, bool hide_params, pass_prop_ilp_re
     ilp s;
     memset(&s, 0, sizeof s);
     s.p = p;
-    s.hide_params = hide_params;
     s.lp = glp_create_prob();
     s.cand = calloc((size_t)p->nops, sizeof *s.cand);
     s.nc = calloc((size_t)p->nops, sizeof *s.nc);
@@ -650,11 +648,8 @@ int pass_prop_ilp(prop *p, double time_limit, bool hide_params, pass_prop_ilp_re
     rep->objective = obj * 1e-6;
     rep->bound = (rep->status == PASS_ILP_OPTIMAL ? obj : fmin(obj, s.bound)) * 1e-6;
     rep->warm_objective = warm_obj * 1e-6;
-    /* Adopt the solver's plan if the exact objective agrees it is better:
-     * the serial one, or with parameter gathers hidden the step as the
-     * cost pass schedules it. */
+    /* Adopt the solver's plan if the exact objective agrees it is better. */
     cost before = pass_prop_total_cost(p);
-    double step_before = hide_params ? pass_prop_step_time(p) : 0.0;
     layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
     if (!keep)
         goto out;
@@ -665,9 +660,7 @@ int pass_prop_ilp(prop *p, double time_limit, bool hide_params, pass_prop_ilp_re
                 p->ops[k].lay = s.cand[k][c];
     }
     cost after = pass_prop_total_cost(p);
-    bool better = hide_params ? pass_prop_step_time(p) < step_before * (1.0 - 1e-9)
-                              : pass_prop_cost_less(after, before);
-    if (better) {
+    if (pass_prop_cost_less(after, before)) {
         for (int k = 0; k < p->nops; k++)
             changed += memcmp(keep[k].choice, p->ops[k].lay.choice, sizeof keep[k].choice) != 0;
         rep->adopted = true;
@@ -682,10 +675,9 @@ out:
     rep->seconds = now() - t0;
     if (p->ctx->log && rep->status != PASS_ILP_NONE)
         fprintf(p->ctx->log,
-                "propagate: ILP%s: %ld candidate layouts%s, %d columns, %d rows, %d simplex iterations, %.3g s, %s; objective %.4g us "
+                "propagate: ILP: %ld candidate layouts%s, %d columns, %d rows, %d simplex iterations, %.3g s, %s; objective %.4g us "
                 "(bound %.4g us, LP %.4g us, local search %.4g us); exact %.4g us against %.4g us, %s\n",
-                hide_params ? " (parameter gathers hidden)" : "", rep->candidates,
-                rep->merged ? " (simple ops merged)" : "", rep->cols, rep->rows, rep->iterations,
+                rep->candidates, rep->merged ? " (simple ops merged)" : "", rep->cols, rep->rows, rep->iterations,
                 rep->seconds,
                 rep->status == PASS_ILP_OPTIMAL ? "optimal" : rep->status == PASS_ILP_TIME_LIMIT ? "time limit"
                 : rep->status == PASS_ILP_TOO_LARGE ? "too large" : "skipped",

@@ -15,7 +15,6 @@
 #define ILP_FULL_PAIRS 20000.0 /* edge pairs past which simple ops are merged */
 #define ILP_ITERS_PER_ROW 4    /* simplex iterations allowed per row of the ILP */
 #define ILP_MAX_NODES 2000     /* branch-and-bound nodes, past the relaxation */
-#define ILP_HIDDEN_WEIGHT 0.1  /* a parameter's reshard, priced as overlapped with compute */
 
 /* One group: the distinct shardings among an op's candidates (produced,
  * or required of one operand), and each candidate's group. */
@@ -52,7 +51,6 @@ typedef struct ilp {
     bool merge;         /* simple ops merged into an operand (leader_operand) */
     bool *sharded_dim;  /* by dim id: some input, param, constraint or output shards it */
     double constant;    /* us the objective pays whatever the plan */
-    bool hide_params;   /* reshards of params at ILP_HIDDEN_WEIGHT (the cost pass overlaps them) */
     bool oom;           /* an allocation failed */
 } ilp;
 

@@ -140,7 +140,6 @@ typedef struct prop {
     const ir_op **loop_use; /* by value id: the LoopBegin or LoopEnd reading it, or NULL */
     double ilp_time;     /* seconds the ILP may take; 0: not run (--ilp=off) */
     pass_prop_ilp_report ilp; /* what it did */
-    pass_prop_ilp_report ilp_hidden; /* and the second solve, with parameter gathers hidden */
     const char *plan_why; /* why the plan is not the best the search found (static), or NULL */
     int *tclass;         /* by value id: the least id of a value of the same dtype and dims
                             (reshard costs depend on nothing else, so they are memoised by it) */
@@ -248,12 +247,9 @@ int pass_prop_branch_bound(prop *p, long budget);
  * intra-operator formulation, Zheng et al. OSDI'22; see the file's essay)
  * with GLPK, within `time_limit` seconds, from the current layouts as the
  * first incumbent.  Adopts the solver's plan when the exact objective
- * (pass_prop_total_cost) rates it strictly better; with `hide_params`, the
- * reshards of params cost a tenth (the cost pass runs them on a prefetch
- * stream, overlapped with compute) and the plan is adopted when its step
- * (pass_prop_step_time) is shorter.  Fills *rep.  Returns the number of
- * ops whose layout changed. */
-int pass_prop_ilp(prop *p, double time_limit, bool hide_params, pass_prop_ilp_report *rep);
+ * (pass_prop_total_cost) rates it strictly better.  Fills *rep.  Returns
+ * the number of ops whose layout changed. */
+int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep);
 
 /* ---- propagate_loop.c: repeated blocks, planned once ---- */
 
