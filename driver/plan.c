@@ -16,6 +16,7 @@
  */
 #include "plan.h"
 
+#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,39 +259,41 @@ static int runner_up(const plan_table *t)
     return best;
 }
 
+/* One candidate as the JSON interface fixes it (docs/propagation.md). */
+static cJSON *row_json(const plan_row *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "family", family_name[r->family]);
+    cJSON *mesh = cJSON_AddObjectToObject(o, "mesh");
+    cJSON_AddNumberToObject(mesh, "X", (double)r->sizes[0]);
+    if (r->naxes == 2)
+        cJSON_AddNumberToObject(mesh, "Y", (double)r->sizes[1]);
+    if (!r->ok) {
+        cJSON_AddStringToObject(o, "error", r->why);
+        return o;
+    }
+    cJSON_AddNumberToObject(o, "step_time", r->step);
+    cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "memory_per_device", r->memory);
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    cJSON_AddNumberToObject(o, "exposed_comm_time", r->exposed);
+    cJSON_AddNumberToObject(o, "comm_time", r->comm);
+    cJSON_AddStringToObject(o, "bound", bound_name(r));
+    return o;
+}
+
 static void print_json(FILE *out, const plan_table *t)
 {
-    fputs("{\"chosen\": ", out);
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1)
-            fputs(", \"candidates\": [", out);
-        for (int i = 0; i < t->n; i++) {
-            const plan_row *r = &t->rows[i];
-            if (pass == 0 && i != t->chosen)
-                continue;
-            if (pass == 1 && i > 0)
-                fputs(", ", out);
-            fprintf(out, "{\"family\": \"%s\", \"mesh\": {\"X\": %lld", family_name[r->family],
-                    (long long)r->sizes[0]);
-            if (r->naxes == 2)
-                fprintf(out, ", \"Y\": %lld", (long long)r->sizes[1]);
-            fputs("}", out);
-            if (r->ok)
-                fprintf(out, ", \"step_time\": %.9g, \"mfu\": %.6f, \"memory_per_device\": %.17g, \"fits\": %s, "
-                        "\"exposed_comm_time\": %.9g, \"comm_time\": %.9g, \"bound\": \"%s\"}",
-                        r->step, r->mfu, r->memory, r->fits ? "true" : "false", r->exposed, r->comm,
-                        bound_name(r));
-            else {
-                fputs(", \"error\": \"", out);
-                for (const char *c = r->why; *c; c++)
-                    fprintf(out, *c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 32 ? " " : "%c", *c);
-                fputs("\"}", out);
-            }
-        }
-        if (pass == 0 && t->chosen < 0)
-            fputs("null", out);
-    }
-    fputs("]}\n", out);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddItemToObject(root, "chosen", t->chosen >= 0 ? row_json(&t->rows[t->chosen]) : cJSON_CreateNull());
+    cJSON *cands = cJSON_AddArrayToObject(root, "candidates");
+    for (int i = 0; i < t->n; i++)
+        cJSON_AddItemToArray(cands, row_json(&t->rows[i]));
+    char *text = cJSON_PrintUnformatted(root);
+    if (text)
+        fprintf(out, "%s\n", text);
+    free(text);
+    cJSON_Delete(root);
 }
 
 void plan_print(FILE *out, const plan_table *t, bool json)

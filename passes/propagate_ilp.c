@@ -213,16 +213,25 @@ static int target_of(ilp *s, targets *t, const ir_sharding *sh, int rank, double
     return t->n++;
 }
 
-/* A loop's carried sharding that v must reach, if a LoopBegin or LoopEnd
- * reads it, with the times it runs; false if none. */
-static bool carried_target(const prop *p, const ir_value *v, ir_sharding *sh, double *trips)
+/* The targets of v that no consumer chooses, into fixed[0..1] with the
+ * times each runs: the carried sharding of a loop reading v (LoopBegin
+ * once, LoopEnd every iteration), then an output's constraint, or for a
+ * bare output `have` with its partial sums reduced.  Returns their count. */
+static int fixed_targets(const prop *p, const ir_value *v, const ir_sharding *have, ir_sharding fixed[2],
+                         double trips[2])
 {
+    int n = 0;
     const ir_op *lp = v->id >= 0 && v->id < p->nvalues ? p->loop_use[v->id] : NULL;
-    if (!lp)
-        return false;
-    *sh = lp->result->type.sh;
-    *trips = lp->kind == IR_OP_LOOPEND && v->def ? (double)ir_op_trips(p->m, v->def) : 1.0;
-    return true;
+    if (lp) {
+        fixed[n] = lp->result->type.sh;
+        trips[n++] = lp->kind == IR_OP_LOOPEND && v->def ? (double)ir_op_trips(p->m, v->def) : 1.0;
+    }
+    for (int i = 0; i < p->m->noutputs && n < 2; i++)
+        if (p->m->outputs[i].value == v) {
+            fixed[n] = p->m->outputs[i].has_constraint ? p->m->outputs[i].constraint : pass_prop_reduced(*have);
+            trips[n++] = 1.0;
+        }
+    return n;
 }
 
 /* Column of y[a,t] (the reshard of sharding a to target t, paid once),
@@ -269,23 +278,11 @@ static void value_variable(ilp *s, int id, int k)
         for (int b = 0; b < B[u].n; b++)
             target_of(s, &T, &B[u].sh[b], rank, trips);
     }
-    ir_sharding carried;
-    double ctrips;
-    bool has_carried = carried_target(p, v, &carried, &ctrips);
-    if (has_carried)
-        target_of(s, &T, &carried, rank, ctrips);
-    for (int i = 0; i < p->m->noutputs; i++) {
-        const ir_output *o = &p->m->outputs[i];
-        if (o->value != v)
-            continue;
-        if (o->has_constraint)
-            target_of(s, &T, &o->constraint, rank, 1.0);
-        else
-            for (int a = 0; a < A.n; a++) {
-                ir_sharding r = pass_prop_reduced(A.sh[a]);
-                target_of(s, &T, &r, rank, 1.0);
-            }
-    }
+    ir_sharding fixed[2];
+    double ftrips[2];
+    for (int a = 0; a < A.n; a++)
+        for (int f = 0, nf = fixed_targets(p, v, &A.sh[a], fixed, ftrips); f < nf; f++)
+            target_of(s, &T, &fixed[f], rank, ftrips[f]);
     if (s->oom || T.n == 0)
         goto out;
     int nt = T.n; /* every target is known: ys is A.n x nt */
@@ -350,14 +347,7 @@ static void value_variable(ilp *s, int id, int k)
     }
     /* Targets fixed whatever the consumers do: y[a,t] >= p[a]. */
     for (int a = 0; a < A.n && !s->oom; a++) {
-        ir_sharding fixed[2];
-        int nf = 0;
-        if (has_carried)
-            fixed[nf++] = carried;
-        for (int i = 0; i < p->m->noutputs; i++)
-            if (p->m->outputs[i].value == v && nf < 2)
-                fixed[nf++] = p->m->outputs[i].has_constraint ? p->m->outputs[i].constraint
-                                                                : pass_prop_reduced(A.sh[a]);
+        int nf = fixed_targets(p, v, &A.sh[a], fixed, ftrips);
         for (int f = 0; f < nf; f++) {
             if (ir_sharding_equal(&A.sh[a], &fixed[f], rank))
                 continue;
@@ -397,13 +387,8 @@ static void value_fixed(ilp *s, int id, const ir_sharding *have)
     /* Targets no consumer chooses are paid whatever the plan (a constant
      * left out of the objective); a consumer needing one shares it. */
     ir_sharding fixed[2];
-    double ftrips[2] = {1.0, 1.0};
-    int nf = 0;
-    if (carried_target(p, v, &fixed[nf], &ftrips[nf]))
-        nf++;
-    for (int i = 0; i < p->m->noutputs && nf < 2; i++)
-        if (p->m->outputs[i].value == v)
-            fixed[nf++] = p->m->outputs[i].has_constraint ? p->m->outputs[i].constraint : pass_prop_reduced(*have);
+    double ftrips[2];
+    int nf = fixed_targets(p, v, have, fixed, ftrips);
     for (int f = 0; f < nf; f++) {
         bool dup = ir_sharding_equal(&fixed[f], have, rank);
         for (int g = 0; g < f && !dup; g++)
