@@ -482,6 +482,38 @@ static int sweep(prop *p)
     return round;
 }
 
+/* Sweeps from a settled carry can only reach a carried sharding that the
+ * body's first op uses as it comes (propagate_loop.c): from a replicated
+ * first guess, a DP cotangent stays replicated and is gathered every layer.
+ * So the carries of the loops the sweeps settled are tried once more as
+ * the primal's (pass_prop_loop_primal), and kept if the plan is cheaper.
+ * Returns the rounds of sweeps. */
+static int try_primal_carries(prop *p)
+{
+    int nloops = 0;
+    for (const ir_op *op = p->m->first; op; op = op->next)
+        nloops += op->kind == IR_OP_LOOPBEGIN;
+    ir_sharding *saved = malloc((size_t)(nloops > 0 ? nloops : 1) * sizeof *saved);
+    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    int round = 0;
+    if (saved && keep) {
+        for (int k = 0; k < p->nops; k++)
+            keep[k] = p->ops[k].lay;
+        double before = pass_prop_total_cost(p).time;
+        if (pass_prop_loop_primal(p, saved, nloops)) {
+            round = sweep(p);
+            if (!(pass_prop_total_cost(p).time < before)) {
+                pass_prop_loop_restore(p, saved, nloops);
+                for (int k = 0; k < p->nops; k++)
+                    p->ops[k].lay = keep[k];
+            }
+        }
+    }
+    free(saved);
+    free(keep);
+    return round;
+}
+
 /* Sweeps to a fixed point, then joint moves and sweeps again while they
  * help; returns the rounds of sweeps.  Every accepted change lowers the
  * objective. */
@@ -640,6 +672,8 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     /* Repeated blocks whose carried sharding comes from the sweeps. */
     if (unknown_loops && pass_prop_loop_settle(&p))
         round += sweep(&p);
+    if (unknown_loops)
+        round += try_primal_carries(&p);
     if (p.hw && p.nops <= WIDE_MAX_OPS)
         round += widen(&p);
     cost total = pass_prop_total_cost(&p);

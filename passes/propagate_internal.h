@@ -261,6 +261,14 @@ int pass_prop_loop_prepare(prop *p);
 /* After the sweeps: takes the carried sharding of those loops from the
  * value entering them; true if any changed (the caller sweeps again). */
 bool pass_prop_loop_settle(prop *p);
+/* After settling: gives each of those loops the carried sharding of an
+ * earlier loop over the same dims (a backward loop's cotangent laid out
+ * like the forward loop's value), saving every loop's carried sharding, in
+ * program order, in saved[0..nsaved-1] first; true if any changed.  The
+ * caller sweeps and keeps the result only if it is cheaper, else calls
+ * pass_prop_loop_restore with the same array. */
+bool pass_prop_loop_primal(prop *p, ir_sharding *saved, int nsaved);
+void pass_prop_loop_restore(prop *p, const ir_sharding *saved, int nsaved);
 /* Before materialisation: gives each LayerStack result the sharding the
  * sweeps left its operand (without partial sums, the loop's dim in front)
  * and each LayerSlice of one that sharding without the dim, the shardings

@@ -21,7 +21,9 @@
  *   - that of an input or param, or of a value with a written constraint,
  *     is known before the search (pass_prop_loop_prepare);
  *   - else the body's update, if its left side is written with a sharding;
- *   - else the search runs once with the carried value replicated, S is
+ *   - else the search runs once with a first guess (the carried sharding
+ *     of an earlier loop over the same dims, as a backward loop's cotangent
+ *     is laid out like the forward loop's value; else replicated), S is
  *     read from the value entering the loop as the search left it, and the
  *     search runs again (pass_prop_loop_settle).
  * After materialisation, pass_prop_loop_finish inserts the reshards into S
@@ -70,6 +72,30 @@ static void set_carried(ir_op *begin, const ir_sharding *s)
         begin->u.loop.end->result->type.sh = *s;
 }
 
+/* The first guess at the carried sharding of loop `begin` when nothing
+ * fixes it: that of an earlier loop carrying a value over the same dims,
+ * else replicated.  A backward loop carries the cotangent of the forward
+ * loop's residual stream, and a cotangent is best laid out like its primal
+ * (JAX gives it the primal's sharding): from replicated, the sweeps only
+ * reach a carry that the body's first op can use without communication, so
+ * a DP cotangent would stay replicated and be gathered every layer.  False
+ * (and *s replicated) when no earlier loop carries those dims. */
+static bool primal_guess(const ir_module *m, const ir_op *begin, ir_sharding *s)
+{
+    const ir_type *t = &begin->result->type;
+    for (const ir_op *op = m->first; op && op != begin; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN || !op->result)
+            continue;
+        const ir_type *u = &op->result->type;
+        if (u->rank == t->rank && memcmp(u->dims, t->dims, (size_t)t->rank * sizeof *t->dims) == 0) {
+            *s = u->sh;
+            return true;
+        }
+    }
+    *s = ir_sharding_replicated();
+    return false;
+}
+
 int pass_prop_loop_prepare(prop *p)
 {
     int unknown = 0;
@@ -90,7 +116,7 @@ int pass_prop_loop_prepare(prop *p)
         } else if (next->has_constraint) {
             s = next->constraint;
         } else {
-            s = ir_sharding_replicated();
+            primal_guess(p->m, op, &s);
             unknown++;
         }
         s = pass_prop_reduced(s);
@@ -116,6 +142,41 @@ bool pass_prop_loop_settle(prop *p)
         changed = true;
     }
     return changed;
+}
+
+bool pass_prop_loop_primal(prop *p, ir_sharding *saved, int nsaved)
+{
+    bool changed = false;
+    int i = 0;
+    for (ir_op *op = p->m->first; op; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN || op->noperands != 1 || !op->u.loop.end ||
+            op->u.loop.end->noperands != 1)
+            continue;
+        if (saved && i < nsaved)
+            saved[i] = op->result->type.sh;
+        i++;
+        const ir_value *init = op->operands[0], *next = op->u.loop.end->operands[0];
+        if (init->kind != IR_VAL_OP || init->has_constraint || next->has_constraint)
+            continue;
+        ir_sharding s;
+        if (!primal_guess(p->m, op, &s))
+            continue;
+        s = pass_prop_reduced(s);
+        if (ir_sharding_equal(&s, &op->result->type.sh, op->result->type.rank))
+            continue;
+        set_carried(op, &s);
+        changed = true;
+    }
+    return changed;
+}
+
+void pass_prop_loop_restore(prop *p, const ir_sharding *saved, int nsaved)
+{
+    int i = 0;
+    for (ir_op *op = p->m->first; op && i < nsaved; op = op->next)
+        if (op->kind == IR_OP_LOOPBEGIN && op->noperands == 1 && op->u.loop.end &&
+            op->u.loop.end->noperands == 1)
+            set_carried(op, &saved[i++]);
 }
 
 bool pass_prop_loop_reusable(const ir_value *dst, const ir_op *before)
