@@ -131,8 +131,8 @@ def main(argv):
     m = re.search(r"einc: warning: needs ([0-9.]+) GiB per device .*tpu-v5e has ([0-9.]+) GiB", err)
     check(m is not None, "dp_memory.ein warns: %s" % err.strip())
     if m and t["peak"]:
-        check(abs(float(m.group(1)) - t["peak"] / GIB) <= 0.05 + 1e-9 and float(m.group(2)) == 14.9,
-              "the warning names the peak (%.1f GiB) and the chip's 14.9 GiB" % (t["peak"] / GIB))
+        check(abs(float(m.group(1)) - t["peak"] / GIB) <= 0.05 + 1e-9 and float(m.group(2)) == 16.0,
+              "the warning names the peak (%.1f GiB) and the chip's 16 GiB" % (t["peak"] / GIB))
     check("does not fit" in out, "--dump-cost says it does not fit")
     rc, out, err = run(einc, "--hw", "tpu-v5e", "--dump-cost", "-D", "B=65536", mem)
     check(rc == 0 and "warning" not in err and ": fits" in out, "dp_memory.ein -D B=65536 fits, no warning")
