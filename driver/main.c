@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analyze.h"
 #include "autotune.h"
 #include "calibrate.h"
 #include "codegen.h"
@@ -54,7 +55,8 @@ typedef struct options {
     bool debug_pass;
     bool plan_only;               /* `einc plan`: print the auto-sharding table, compile nothing */
     int64_t chips;                /* --chips N: auto-sharding over N chips; 0: the program's mesh */
-    bool json;                    /* --json: the plan table as JSON */
+    bool analyze;                 /* `einc analyze`: the whole-step limits, compile nothing */
+    bool json;                    /* --json: the plan or analyze table as JSON */
 } options;
 
 static void usage(FILE *out)
@@ -62,6 +64,10 @@ static void usage(FILE *out)
     fputs("usage: einc [options] FILE.ein\n"
           "       einc plan --chips N [--json] [options] FILE.ein   auto-sharding: seed 000's\n"
           "                        strategies on every mesh of N chips, priced (docs/propagation.md)\n"
+          "       einc analyze [--json] [options] FILE.ein   whole-step limits: compute,\n"
+          "                        communication per axis, critical batch and what fits, for\n"
+          "                        the program's plan and seed 000's strategies on its mesh\n"
+          "                        (docs/cost-model.md, \"Whole-step limits\")\n"
           "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
           "       einc calibrate -o PROFILE.json [options]      (see einc calibrate --help)\n"
           "\n"
@@ -304,6 +310,36 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
     return 0;
 }
 
+/* What analyze_run's strategies are compiled with. */
+static ir_module *analyze_compile(void *env, const fe_autoshard *a, fe_remat remat, diag_ctx *d)
+{
+    plan_env e = *(const plan_env *)env;
+    options o = *e.o;
+    o.remat = remat;
+    e.o = &o;
+    return plan_compile(&e, a, d);
+}
+
+/* `einc analyze`: the table (or JSON) on stdout; 0, or 1 after an error. */
+static int analyze(const options *o, const char *src, size_t len, pass_manager *pm, const pass_ctx *ctx)
+{
+    fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .remat = o->remat};
+    ir_module *proto = fe_compile(src, len, &fo, ctx->diag);
+    if (!proto)
+        return 1;
+    analyze_table *t = malloc(sizeof *t);
+    plan_env env = {o, src, len, pm, ctx};
+    char err[256];
+    int rc = t ? analyze_run(t, proto, ctx->hw, analyze_compile, &env, err, sizeof err) : -1;
+    ir_module_free(proto);
+    if (rc != 0)
+        fprintf(stderr, "einc: error: analyze: %s\n", t ? err : "out of memory");
+    else
+        analyze_print(stdout, t, o->json);
+    free(t);
+    return rc != 0;
+}
+
 /* Renders the text dump into a malloc'd string (embedded for --info). */
 static char *dump_text(ir_module *m)
 {
@@ -324,15 +360,20 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "calibrate") == 0)
         return calibrate_main(argc - 1, argv + 1);
     bool plan_cmd = argc > 1 && strcmp(argv[1], "plan") == 0;
+    bool analyze_cmd = argc > 1 && strcmp(argv[1], "analyze") == 0;
+    int shift = plan_cmd || analyze_cmd;
     options o;
-    int rc = parse_args(argc - plan_cmd, argv + plan_cmd, &o);
+    int rc = parse_args(argc - shift, argv + shift, &o);
     if (rc)
         return rc;
     o.plan_only = plan_cmd;
+    o.analyze = analyze_cmd;
     if (plan_cmd && o.chips == 0)
         return drv_bad_usage("einc plan", "%s", "needs --chips N");
-    if (o.json && !plan_cmd)
-        return drv_bad_usage("einc", "%s is for `einc plan`", "--json");
+    if (analyze_cmd && (o.chips > 0 || o.output))
+        return drv_bad_usage("einc analyze", "%s", "prices the program's own mesh: no --chips, no -o");
+    if (o.json && !plan_cmd && !analyze_cmd)
+        return drv_bad_usage("einc", "%s is for `einc plan` and `einc analyze`", "--json");
 
     pass_registry reg;
     pass_registry_init(&reg);
@@ -417,6 +458,13 @@ int main(int argc, char **argv)
     }
 
     pass_ctx ctx = {.diag = &diag, .hw = hw, .log = o.debug_pass ? stderr : NULL, .options = &popts};
+    if (o.analyze) {
+        rc = analyze(&o, src, len, &pm, &ctx);
+        diag_finish(&diag);
+        free(src);
+        pass_registry_free(&reg);
+        return rc;
+    }
     plan_table *table = NULL;
     fe_autoshard autoshard, *as = NULL;
     if (o.chips > 0) {

@@ -27,8 +27,7 @@ static const char *family_name[PLAN_NFAMILIES] = {"DP", "FSDP", "TP", "FSDP+TP",
 
 /* ---- roles ---- */
 
-/* The batch, layer and model dims of `m` (compiled without a mesh). */
-static int roles_of(const ir_module *m, plan_roles *r)
+int plan_roles_of(const ir_module *m, plan_roles *r)
 {
     memset(r, 0, sizeof *r);
     r->model = -1;
@@ -86,6 +85,35 @@ static int pick(const ir_module *m, const plan_roles *r, int rank, const int *di
     return -1;
 }
 
+/* The mesh axes family f shards a role over (ids into m's mesh) and how
+ * many devices they make: a one-axis family uses every axis of the mesh
+ * (on `einc analyze`'s meshes, e.g. DP over X and Y at once); a two-axis
+ * family puts the tensor-parallel dims on the last axis and the batch and
+ * FSDP dims on the others.  `tp` picks the tensor-parallel group. */
+static int64_t axis_group(const ir_module *m, plan_family f, bool tp, int *axes, int *n)
+{
+    bool two = f == PLAN_FSDP_TP || f == PLAN_DP_TP;
+    int lo = 0, hi = m->mesh.naxes;
+    if (two && tp)
+        lo = hi - 1;
+    else if (two)
+        hi--;
+    int64_t parts = 1;
+    *n = 0;
+    for (int k = lo; k < hi; k++) {
+        axes[(*n)++] = k;
+        parts *= m->mesh.axes[k].size;
+    }
+    return parts;
+}
+
+/* Shards position p of a value over the group's axes, in order. */
+static void push_group(ir_sharding *sh, int p, const int *axes, int n)
+{
+    for (int k = 0; k < n && p >= 0; k++)
+        ir_sharding_push(sh, p, axes[k]);
+}
+
 /* fe_autoshard.assign for row `ctx`. */
 static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char *name, int rank,
                    const int *dims, ir_sharding *sh)
@@ -94,25 +122,22 @@ static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char
     const plan_row *row = ctx;
     const plan_roles *r = row->roles;
     plan_family f = row->family;
-    int64_t x = m->mesh.axes[0].size, y = m->mesh.naxes > 1 ? m->mesh.axes[1].size : 1;
+    int xa[IR_MAX_AXES], ya[IR_MAX_AXES], nx, ny;
+    int64_t x = axis_group(m, f, false, xa, &nx), y = axis_group(m, f, true, ya, &ny);
+    if (nx == 0 || ny == 0)
+        return;
     if (kind != IR_VAL_PARAM) {
-        int b = f == PLAN_TP ? -1 : pick(m, r, rank, dims, x, -1, 0);
-        if (b >= 0)
-            ir_sharding_push(sh, b, 0);
+        if (f != PLAN_TP)
+            push_group(sh, pick(m, r, rank, dims, x, -1, 0), xa, nx);
         return;
     }
     int model = -1;
     if (f == PLAN_FSDP || f == PLAN_FSDP_TP) {
         model = pick(m, r, rank, dims, x, -1, 1);
-        if (model >= 0)
-            ir_sharding_push(sh, model, 0);
+        push_group(sh, model, xa, nx);
     }
-    if (f == PLAN_TP || f == PLAN_FSDP_TP || f == PLAN_DP_TP) {
-        int axis = f == PLAN_TP ? 0 : 1;
-        int h = pick(m, r, rank, dims, f == PLAN_TP ? x : y, model, 2);
-        if (h >= 0)
-            ir_sharding_push(sh, h, axis);
-    }
+    if (f == PLAN_TP || f == PLAN_FSDP_TP || f == PLAN_DP_TP)
+        push_group(sh, pick(m, r, rank, dims, y, model, 2), ya, ny);
 }
 
 /* ---- running the candidates ---- */
@@ -138,6 +163,19 @@ static void comm_compute(const ir_module *m, double *comm, double *compute)
     }
 }
 
+const char *plan_family_name(plan_family f)
+{
+    return f >= 0 && f < PLAN_NFAMILIES ? family_name[f] : "?";
+}
+
+void plan_row_autoshard(const plan_row *row, fe_autoshard *a)
+{
+    memset(a, 0, sizeof *a);
+    a->keep_mesh = true;
+    a->assign = assign;
+    a->ctx = (void *)row;
+}
+
 void plan_autoshard(const plan_table *t, int i, fe_autoshard *a)
 {
     const plan_row *row = &t->rows[i];
@@ -151,28 +189,52 @@ void plan_autoshard(const plan_table *t, int i, fe_autoshard *a)
     a->ctx = (void *)row;
 }
 
-/* Compiles row i and fills its figures. */
-static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
+ir_module *plan_compile_quiet(ir_module *(*compile)(void *ctx, diag_ctx *d), void *ctx, char *why, size_t n)
 {
-    plan_row *row = &t->rows[i];
-    fe_autoshard a;
-    plan_autoshard(t, i, &a);
     char *text = NULL;
     size_t size = 0;
     FILE *errs = open_memstream(&text, &size);
     diag_ctx d;
     diag_init(&d, NULL, NULL, 0);
     d.out = errs ? errs : stderr;
-    ir_module *m = compile(ctx, &a, &d);
+    ir_module *m = compile(ctx, &d);
     if (errs)
         fclose(errs);
-    row->ok = m && m->totals.valid;
-    if (!row->ok) {
+    if (!m || !m->totals.valid) {
         /* The first line of the first error says why. */
         const char *w = text && *text ? text : "the program does not compile on this mesh";
-        size_t n = strcspn(w, "\n");
-        snprintf(row->why, sizeof row->why, "%.*s", (int)(n < sizeof row->why ? n : sizeof row->why - 1), w);
-    } else {
+        size_t len = strcspn(w, "\n");
+        snprintf(why, n, "%.*s", (int)(len < n ? len : n - 1), w);
+        ir_module_free(m);
+        m = NULL;
+    }
+    free(text);
+    return m;
+}
+
+/* plan_compile_quiet's closure for one row. */
+typedef struct row_call {
+    plan_compile_fn compile;
+    void *ctx;
+    const fe_autoshard *a;
+} row_call;
+
+static ir_module *call_row(void *ctx, diag_ctx *d)
+{
+    const row_call *c = ctx;
+    return c->compile(c->ctx, c->a, d);
+}
+
+/* Compiles row i and fills its figures. */
+static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
+{
+    plan_row *row = &t->rows[i];
+    fe_autoshard a;
+    plan_autoshard(t, i, &a);
+    row_call c = {compile, ctx, &a};
+    ir_module *m = plan_compile_quiet(call_row, &c, row->why, sizeof row->why);
+    row->ok = m != NULL;
+    if (row->ok) {
         row->step = m->totals.step_time;
         row->mfu = m->totals.mfu;
         row->memory = m->totals.peak_memory;
@@ -180,7 +242,6 @@ static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
         comm_compute(m, &row->comm, &row->compute);
         row->fits = row->memory <= t->hw->hbm_bytes;
     }
-    free(text);
     ir_module_free(m);
 }
 
@@ -204,7 +265,7 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
     t->chosen = -1;
     t->chips = chips;
     t->hw = hw;
-    if (chips < 1 || roles_of(proto, &t->roles) != 0)
+    if (chips < 1 || plan_roles_of(proto, &t->roles) != 0)
         return -1;
     /* One axis of all the chips, then every split into two. */
     for (int f = PLAN_DP; f <= PLAN_TP; f++)

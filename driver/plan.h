@@ -83,4 +83,21 @@ void plan_print(FILE *out, const plan_table *t, bool json);
 /* The auto-sharding of row `i` (points into t: keep t alive). */
 void plan_autoshard(const plan_table *t, int i, fe_autoshard *a);
 
+/* The batch, layer and model dims of `m` (any mesh: only its inputs,
+ * params and repeated blocks are read).  Returns 0, or -1 if m has more
+ * dims than plan_roles holds. */
+int plan_roles_of(const ir_module *m, plan_roles *r);
+/* Runs compile(ctx, d) with its diagnostics captured: the module when it
+ * compiled and was priced, else NULL with the first line of the first
+ * error in why[0..n-1] (n >= 1).  The caller owns the module. */
+ir_module *plan_compile_quiet(ir_module *(*compile)(void *ctx, diag_ctx *d), void *ctx, char *why, size_t n);
+/* "DP", "FSDP", "TP", "FSDP+TP", "DP+TP". */
+const char *plan_family_name(plan_family f);
+/* The auto-sharding that writes row->family's shardings on the mesh the
+ * program declares (fe_autoshard.keep_mesh; `einc analyze`): one-axis
+ * families over every axis of that mesh, two-axis families with the
+ * tensor-parallel dims on its last axis.  Only row->family and row->roles
+ * are read; a points into row (keep it alive). */
+void plan_row_autoshard(const plan_row *row, fe_autoshard *a);
+
 #endif

@@ -157,7 +157,9 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog)
             diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 " names no dim or mesh axis of this program",
                        c->opts->defines[i].name, c->opts->defines[i].value);
     const fe_autoshard *a = c->opts->autoshard;
-    if (a && c->m->mesh.naxes > 0)
+    if (a && a->keep_mesh)
+        ; /* the declared mesh stays (einc analyze) */
+    else if (a && c->m->mesh.naxes > 0)
         diag_error(c->diag, c->m->mesh.axes[0].loc, "auto-sharding (--chips) plans the mesh itself: remove "
                    "the 'mesh' line, or compile without --chips");
     else if (a)
@@ -365,8 +367,10 @@ void fe_check_decl(fe_checker *c, ast_stmt *s)
     for (int i = 0; i < r->nidx; i++)
         written |= r->idx[i].axes != NULL;
     const fe_autoshard *a = c->opts->autoshard;
-    if (ok && a && !written && rank <= IR_MAX_RANK)
+    if (ok && a && (!written || a->keep_mesh) && rank <= IR_MAX_RANK) {
+        sh = ir_sharding_replicated();
         a->assign(a->ctx, c->m, kind, r->name.s, rank, dims, &sh);
+    }
     if (!t)
         return;
     r->sym = t;

@@ -47,6 +47,11 @@ typedef struct fe_autoshard {
     void (*assign)(void *ctx, const ir_module *m, ir_value_kind kind, const char *name, int rank,
                    const int *dims, ir_sharding *sh);
     void *ctx;
+    /* True (`einc analyze`): the program keeps the mesh it declares (naxes
+     * is then 0) and every sharding it writes - of declarations, statement
+     * results and outputs - is replaced by assign's, so a seed 000 strategy
+     * is priced on the program's own mesh. */
+    bool keep_mesh;
 } fe_autoshard;
 
 typedef struct fe_options {
@@ -57,7 +62,8 @@ typedef struct fe_options {
      * that the executable's --check compares against. */
     bool single_device;
     fe_remat remat;
-    /* Not NULL: auto-sharding; a program that declares a mesh is an error. */
+    /* Not NULL: auto-sharding; a program that declares a mesh is an error
+     * unless autoshard->keep_mesh. */
     const fe_autoshard *autoshard;
 } fe_options;
 

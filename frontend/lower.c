@@ -786,12 +786,20 @@ static void lower_decl(fe_checker *c, const ast_stmt *s)
     t->value = ir_value_new(c->m, t->name, t->kind, &ty, t->loc);
 }
 
+/* True when the shardings the program writes on statements and outputs
+ * are dropped: the one-device reference, and einc analyze's strategies
+ * (fe_autoshard.keep_mesh), which the planner lays out afresh. */
+static bool drops_written_shardings(const fe_checker *c)
+{
+    return c->opts->single_device || (c->opts->autoshard && c->opts->autoshard->keep_mesh);
+}
+
 static void lower_output(fe_checker *c, const ast_stmt *s)
 {
     const ast_tref *r = &s->u.output.tref;
     const fe_tensor *t = r->sym;
     ir_output *o = ir_output_add(c->m, t->name, t->value, r->name.loc);
-    if (r->nidx < 0 || c->opts->single_device)
+    if (r->nidx < 0 || drops_written_shardings(c))
         return;
     o->has_constraint = true;
     ir_sharding sh = ir_sharding_replicated();
@@ -838,7 +846,7 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
                 memcpy(t->value->type.dims, t->dims, (size_t)t->rank * sizeof(int));
             /* An update of a carried tensor has its own left side. */
             bool constrained = s->u.assign.update ? s->u.assign.constrained : t->has_constraint;
-            if (constrained && !c->opts->single_device) {
+            if (constrained && !drops_written_shardings(c)) {
                 t->value->has_constraint = true;
                 t->value->constraint = without_unit_axes(
                     c->m, s->u.assign.update ? s->u.assign.sh : t->sh, t->rank);
