@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""train_schedule.py - learning-rate schedules and gradient clipping against NumPy.
+
+The program is train.py's FFW block (einsum, gelu, einsum, mean squared
+error) in f64, unsharded, FSDP and FSDP+TP on a 2x2 mesh (under FSDP every
+gradient is sharded, so the global norm needs the sum of the devices'
+partial sums).  Each optimizer line below trains 20 steps; NumPy runs the
+same steps with an independent implementation of the schedule (optax's
+warmup_cosine_decay_schedule with init 0; linear warmup to a constant) and
+of torch.nn.utils.clip_grad_norm_ (the gradients of both params scaled by
+min(1, C / (||g||_2 + 1e-6))), and the loss of step 20 and the params after
+it must agree to 1e-9 relative.
+
+A clip threshold that binds must change the result: the test also checks
+that the reference without clipping differs from the clipped one by far
+more than the tolerance, and that the clip bound at some step.
+
+The last line is `N passed, N failed`; exit 1 on any failure.
+
+Usage: train_schedule.py --einc PATH
+"""
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from train import FFW, dgelu, gelu  # noqa: E402  train.py's program and NumPy forward pass
+
+SHARDINGS = {
+    "replicated": {"IN": "B, D", "WIN": "D, F", "WOUT": "F, D"},
+    "FSDP": {"IN": "B_XY, D", "WIN": "D_XY, F", "WOUT": "F, D_XY"},
+    "FSDP+TP": {"IN": "B_X, D", "WIN": "D_X, F_Y", "WOUT": "F_Y, D_X"},
+}
+STEPS = 20
+ADAMW = dict(opt="adamw", lr=0.02, b1=0.9, b2=0.99, eps=1e-8, wd=0.1)
+SGD = dict(opt="sgd", lr=0.05, mom=0.9, wd=0.01)
+# (spelling, reference settings); clip=None: no clipping.
+CASES = [
+    ("adamw(lr=0.02, beta1=0.9, beta2=0.99, weight_decay=0.1, warmup_steps=5, decay=cosine, "
+     "decay_steps=15, min_lr=0.002)", dict(ADAMW, warmup=5, cosine=True, n=15, min_lr=0.002)),
+    ("adamw(lr=0.02, beta1=0.9, beta2=0.99, weight_decay=0.1, warmup_steps=5, decay=cosine, "
+     "decay_steps=15, min_lr=0.002, clip_norm=0.05)",
+     dict(ADAMW, warmup=5, cosine=True, n=15, min_lr=0.002, clip=0.05)),
+    ("sgd(lr=0.05, momentum=0.9, weight_decay=0.01, warmup_steps=4, clip_norm=0.1)",
+     dict(SGD, warmup=4, clip=0.1)),
+    ("sgd(lr=0.05, momentum=0.9, decay=cosine, decay_steps=12)",
+     dict(SGD, wd=0.0, cosine=True, n=12)),
+]
+def lr_at(s, c):
+    """The lr of the update after `s` earlier ones (optax's count)."""
+    warm = min(1.0, s / c["warmup"]) if c.get("warmup") else 1.0
+    peak = c["lr"]
+    if not c.get("cosine"):
+        return warm * peak
+    w, n, floor = c.get("warmup", 0), c["n"], c.get("min_lr", 0.0)
+    p = min(1.0, max(0.0, (s - w) / (n - w)))
+    return warm * (floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def reference(vals, c, steps):
+    """Loss of the last step, the params after it, and whether the clip bound."""
+    w = {"Win": vals["Win"].copy(), "Wout": vals["Wout"].copy()}
+    state = {n: [np.zeros_like(w[n]), np.zeros_like(w[n])] for n in w}
+    loss, bound = None, False
+    for t in range(1, steps + 1):
+        x, tgt = vals["In"], vals["Tgt"]
+        tmp = x @ w["Win"]
+        act = gelu(tmp)
+        out = act @ w["Wout"]
+        loss = np.mean((out - tgt) ** 2)
+        d_out = 2 * (out - tgt) / out.size
+        grads = {"Wout": act.T @ d_out, "Win": x.T @ ((d_out @ w["Wout"].T) * dgelu(tmp))}
+        if c.get("clip"):
+            norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+            f = min(1.0, c["clip"] / (norm + 1e-6))
+            bound |= f < 1
+            grads = {n: g * f for n, g in grads.items()}
+        lr = lr_at(t - 1, c)
+        for n in w:
+            g, p = grads[n], w[n]
+            if c["opt"] == "sgd":
+                g = g + c["wd"] * p
+                mom = state[n][0]
+                mom[:] = c["mom"] * mom + g
+                w[n] = p - lr * mom
+            else:
+                m, v = state[n]
+                m[:] = c["b1"] * m + (1 - c["b1"]) * g
+                v[:] = c["b2"] * v + (1 - c["b2"]) * g * g
+                mhat, vhat = m / (1 - c["b1"]**t), v / (1 - c["b2"]**t)
+                w[n] = p - lr * c["wd"] * p - lr * mhat / (np.sqrt(vhat) + c["eps"])
+    return loss, w, bound
+
+
+def rel_err(got, want):
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--einc", required=True)
+    a = ap.parse_args()
+    passed = failed = 0
+    rng = np.random.default_rng(7)
+    vals = {"In": rng.standard_normal((8, 4)), "Tgt": rng.standard_normal((8, 4)),
+            "Win": 0.5 * rng.standard_normal((4, 8)), "Wout": 0.5 * rng.standard_normal((8, 4))}
+
+    def fail(title, why):
+        nonlocal failed
+        print("FAIL %s: %s" % (title, why))
+        failed += 1
+
+    with tempfile.TemporaryDirectory(prefix="einc-sched-") as work:
+        def path(name):
+            return os.path.join(work, name + ".npy")
+        for k, v in vals.items():
+            np.save(path(k), v)
+        for spelling, c in CASES:
+            want_l, want_w, bound = reference(vals, c, STEPS)
+            if c.get("clip"):
+                # The test can only fail on clipping if the clip changes the result.
+                free_l, free_w, _ = reference(vals, dict(c, clip=None), STEPS)
+                diff = max(rel_err(free_w[n], want_w[n]) for n in want_w)
+                if not bound or diff < 1e-4:
+                    fail(spelling, "clip_norm does not bind (bound %s, change %.3g)" %
+                         (bound, diff))
+                    continue
+            for sname, subs in SHARDINGS.items():
+                title = "%s %s" % (spelling, sname)
+                ein = os.path.join(work, "train.ein")
+                with open(ein, "w") as f:
+                    f.write(FFW.format(OPT=spelling, **subs))
+                exe = os.path.join(work, "train")
+                p = subprocess.run([a.einc, ein, "-o", exe], capture_output=True, text=True)
+                if p.returncode != 0:
+                    fail(title, "einc: " + p.stderr.strip()[-2000:])
+                    continue
+                run = [exe, "--steps", str(STEPS)]
+                for k in vals:
+                    run += ["--input", "%s=%s" % (k, path(k))]
+                for o in ("L", "Win", "Wout"):
+                    run += ["--output", "%s=%s" % (o, path("out_" + o))]
+                p = subprocess.run(run, capture_output=True, text=True, timeout=300)
+                if p.returncode != 0:
+                    fail(title, "run: " + p.stderr.strip()[-2000:])
+                    continue
+                problems = []
+                got_l = float(np.load(path("out_L")))
+                if not abs(got_l - want_l) <= 1e-9 * abs(want_l):
+                    problems.append("L = %.15g, NumPy %.15g" % (got_l, want_l))
+                for n, want in want_w.items():
+                    err = rel_err(np.load(path("out_" + n)), want)
+                    if not err <= 1e-9:
+                        problems.append("%s: relative error %.3g" % (n, err))
+                if problems:
+                    fail(title, "; ".join(problems))
+                else:
+                    print("ok   %s: loss %.6f after %d steps as NumPy" % (title, want_l, STEPS))
+                    passed += 1
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
