@@ -41,6 +41,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "schedule.h"
@@ -488,6 +489,42 @@ static bool line_scalars(opt_ctx *x, const ast_stmt *s, ir_value *const *grads, 
     return true;
 }
 
+/* `v` as the shortest of %.15g and %.17g that reads back as `v`, so a
+ * record compares equal exactly when the values are. */
+static void format_value(char *buf, size_t size, double v)
+{
+    snprintf(buf, size, "%.15g", v);
+    if (strtod(buf, NULL) != v)
+        snprintf(buf, size, "%.17g", v);
+}
+
+/* c->m->hparams: per optimized param, in source order, a line "W OPT
+ * name=value ..." with every hyperparameter of its line (a choice by its
+ * name), for checkpoints to record and --resume to compare. */
+static void record_hparams(fe_checker *c, const ast_program *prog)
+{
+    const char *rec = "";
+    for (int i = 0; i < prog->nstmts; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind != AST_S_OPTIMIZE)
+            continue;
+        const struct optimizer_def *o = &optimizers[s->u.train.opt];
+        const char *hp = "";
+        for (int k = 0; k < o->n + FE_NSCHED; k++) {
+            const hparam_def *d = hparam_at(o, k);
+            char val[40];
+            if (d->kind == HP_CHOICE)
+                snprintf(val, sizeof val, "%s", d->choices[(int)s->u.train.hpv[k]]);
+            else
+                format_value(val, sizeof val, s->u.train.hpv[k]);
+            hp = ir_sprintf(c->arena, "%s %s=%s", hp, d->name, val);
+        }
+        for (int q = 0; q < s->u.train.n; q++)
+            rec = ir_sprintf(c->arena, "%s%s %s%s\n", rec, s->u.train.names[q].s, o->name, hp);
+    }
+    c->m->hparams = ir_strdup(&c->m->arena, rec);
+}
+
 bool fe_lower_train(fe_checker *c, const ast_program *prog)
 {
     if (!c->loss)
@@ -556,5 +593,6 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
             return false;
     }
     ir_set_phase_after(c->m, backward_end, IR_PHASE_UPDATE);
+    record_hparams(c, prog);
     return true;
 }

@@ -112,6 +112,32 @@ static int check_order(const char *dir, const rt_train *tr, char *err, size_t er
     return rc;
 }
 
+/* --resume DIR: refuses a checkpoint saved with other optimizers or
+ * hyperparameters than the program's (a schedule resumed with another
+ * peak lr, say, is silently another run), unless --resume-mismatch=ok,
+ * which resumes with the program's and says what differs.  The root
+ * alone speaks: every rank reads the same record. */
+static int check_hparams(const rt_job *job, char *err, size_t errlen)
+{
+    const char *dir = job->opt->resume;
+    char why[900];
+    int rc = rt_checkpoint_check_hparams(dir, job->prog, why, sizeof why);
+    if (rc < 0)
+        return rt_errf(err, errlen, "--resume %s: %s", dir, why);
+    if (rc == 2 && job->rank == 0)
+        fprintf(stderr, "warning: --resume %s records no hyperparameters (saved by an older "
+                "einc executable); resuming with the program's\n", dir);
+    if (rc != 1)
+        return 0;
+    if (!job->opt->resume_mismatch_ok)
+        return rt_errf(err, errlen, "--resume %s: %s; resume with another optimizer setting "
+                       "only on purpose: --resume-mismatch=ok", dir, why);
+    if (job->rank == 0)
+        fprintf(stderr, "warning: --resume %s: %s; resuming with the program's "
+                "(--resume-mismatch=ok)\n", dir, why);
+    return 0;
+}
+
 /* The bytes at the start of metrics stream `f` that a run resumed after
  * step `done` keeps: its complete lines while their steps increase and are
  * at most `done`.  What follows was written after the checkpoint by the
@@ -228,6 +254,10 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
     if ((o->resume || (o->save && job->rank == 0)) && rt_data_hash(ds, err, errlen))
         return -1;
     if (o->resume && check_order(o->resume, tr, err, errlen))
+        return -1;
+    if (o->resume_mismatch_ok && !o->resume)
+        return rt_errf(err, errlen, "--resume-mismatch=ok goes with --resume DIR");
+    if (o->resume && check_hparams(job, err, errlen))
         return -1;
     if (job->rank != 0)
         return 0;

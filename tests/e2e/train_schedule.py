@@ -15,6 +15,12 @@ A clip threshold that binds must change the result: the test also checks
 that the reference without clipping differs from the clipped one by far
 more than the tolerance, and that the clip bound at some step.
 
+Checkpoints: 8 steps saved and resumed to step 20 must give the
+uninterrupted run's params (the schedule's position is the saved step
+count); a program whose lr or clip_norm differs must be refused by
+--resume with a message naming that hyperparameter, and accepted with a
+warning under --resume-mismatch=ok.
+
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: train_schedule.py --einc PATH
@@ -101,6 +107,53 @@ def rel_err(got, want):
     return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
 
 
+def check_resume(einc, work, data, params, want_w):
+    """The checkpoint tests on CASES[1] (unsharded), given the --input flags
+    of the data and of the params; returns a list of problems."""
+    problems = []
+    spelling = CASES[1][0]
+
+    def build(text, name):
+        ein = os.path.join(work, name + ".ein")
+        with open(ein, "w") as f:
+            f.write(FFW.format(OPT=text, **SHARDINGS["replicated"]))
+        exe = os.path.join(work, name)
+        p = subprocess.run([einc, ein, "-o", exe], capture_output=True, text=True)
+        if p.returncode != 0:
+            problems.append("einc %s: %s" % (name, p.stderr.strip()[-2000:]))
+        return exe
+
+    def run(exe, *args):
+        # A resumed run takes the params from the checkpoint, only the data from files.
+        ins = data if "--resume" in args else data + params
+        return subprocess.run([exe] + ins + list(args), capture_output=True, text=True,
+                              timeout=300)
+
+    same = build(spelling, "same")
+    ck = os.path.join(work, "ck")
+    p = run(same, "--steps", "8", "--save", ck)
+    q = run(same, "--steps", str(STEPS), "--resume", ck, "--output",
+            "Win=" + os.path.join(work, "res_Win.npy"))
+    if p.returncode or q.returncode:
+        return problems + ["save and resume: " + (p.stderr + q.stderr).strip()[-2000:]]
+    err = rel_err(np.load(os.path.join(work, "res_Win.npy")), want_w["Win"])
+    if not err <= 1e-9:
+        problems.append("8 steps saved, resumed to %d: Win relative error %.3g" % (STEPS, err))
+    for name, changed in (("lr", spelling.replace("lr=0.02", "lr=0.03")),
+                          ("clip_norm", spelling.replace("clip_norm=0.05", "clip_norm=0.5"))):
+        other = build(changed, "other_" + name)
+        p = run(other, "--steps", str(STEPS), "--resume", ck)
+        if p.returncode == 0 or "hyperparameter %s of 'Win'" % name not in p.stderr or \
+                "--resume-mismatch=ok" not in p.stderr:
+            problems.append("other %s: --resume not refused as it should be (exit %d): %s" %
+                            (name, p.returncode, p.stderr.strip()[-500:]))
+        p = run(other, "--steps", str(STEPS), "--resume", ck, "--resume-mismatch=ok")
+        if p.returncode != 0 or "warning:" not in p.stderr or name not in p.stderr:
+            problems.append("other %s with --resume-mismatch=ok: exit %d: %s" %
+                            (name, p.returncode, p.stderr.strip()[-500:]))
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--einc", required=True)
@@ -140,9 +193,9 @@ def main():
                 if p.returncode != 0:
                     fail(title, "einc: " + p.stderr.strip()[-2000:])
                     continue
-                run = [exe, "--steps", str(STEPS)]
-                for k in vals:
-                    run += ["--input", "%s=%s" % (k, path(k))]
+                data, params = ([x for k in names for x in ("--input", "%s=%s" % (k, path(k)))]
+                                for names in (("In", "Tgt"), ("Win", "Wout")))
+                run = [exe, "--steps", str(STEPS)] + data + params
                 for o in ("L", "Win", "Wout"):
                     run += ["--output", "%s=%s" % (o, path("out_" + o))]
                 p = subprocess.run(run, capture_output=True, text=True, timeout=300)
@@ -157,6 +210,8 @@ def main():
                     err = rel_err(np.load(path("out_" + n)), want)
                     if not err <= 1e-9:
                         problems.append("%s: relative error %.3g" % (n, err))
+                if spelling == CASES[1][0] and sname == "replicated":
+                    problems += check_resume(a.einc, work, data, params, want_w)
                 if problems:
                     fail(title, "; ".join(problems))
                 else:
