@@ -196,7 +196,9 @@ void fe_check_train(fe_checker *c, const ast_program *prog);
 /* The hyperparameters every optimizer takes after its own: their indices
  * counted from the optimizer's last own one in ast_stmt.u.train.hpv
  * (optimize.c's tables), and the values of `decay`. */
-enum { FE_HP_WARMUP, FE_HP_DECAY, FE_HP_DECAY_STEPS, FE_HP_MIN_LR, FE_HP_CLIP, FE_NSCHED };
+enum {
+    FE_HP_WARMUP, FE_HP_DECAY, FE_HP_DECAY_STEPS, FE_HP_MIN_LR, FE_HP_CLIP, FE_HP_SKIP, FE_NSCHED
+};
 enum { FE_DECAY_CONSTANT, FE_DECAY_COSINE };
 
 /* Lowers them (after the outputs): the loss becomes an output, and every

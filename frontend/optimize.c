@@ -82,18 +82,20 @@ static const struct optimizer_def {
 #define NOPTIMIZERS ((int)(sizeof optimizers / sizeof optimizers[0]))
 
 static const char *const decay_names[] = {"constant", "cosine", NULL};
+static const char *const bool_names[] = {"false", "true", NULL};
 
 /* The hyperparameters every optimizer takes after its own (schedule.c
  * uses them; their values follow the optimizer's own in hpv[], in the
- * order of FE_HP_WARMUP..FE_HP_CLIP).  A step count is at most 2^24, the
+ * order of FE_HP_WARMUP..FE_HP_SKIP).  A step count is at most 2^24, the
  * largest f32 `opt.step` counts exactly.  Defaults: no warmup, constant
- * lr, no clipping (0: off). */
+ * lr, no clipping (0: off), every step applied. */
 static const hparam_def schedule_hp[FE_NSCHED] = {
     [FE_HP_WARMUP] = {"warmup_steps", 0, 0, 16777216, false, false, HP_COUNT, NULL},
     [FE_HP_DECAY] = {"decay", 0, 0, 0, false, false, HP_CHOICE, decay_names},
     [FE_HP_DECAY_STEPS] = {"decay_steps", 0, 0, 16777216, true, false, HP_COUNT, NULL},
     [FE_HP_MIN_LR] = {"min_lr", 0, 0, INFINITY, false, true, HP_REAL, NULL},
     [FE_HP_CLIP] = {"clip_norm", 0, 0, INFINITY, true, true, HP_REAL, NULL},
+    [FE_HP_SKIP] = {"skip_nonfinite", 0, 0, 0, false, false, HP_CHOICE, bool_names},
 };
 
 /* Indices of the hyperparameters in hpv[] (the table's order). */
@@ -318,6 +320,7 @@ typedef struct opt_ctx {
     const ir_value *w;/* the param */
     ir_value *lr;     /* the scheduled lr, a scalar; NULL: the constant lr hyperparameter */
     ir_value *clip;   /* the gradient's clipping factor, a scalar; NULL: not clipped */
+    ir_value *skip;   /* `opt.skipped`, a scalar, 1 when this step is skipped; NULL: never */
 } opt_ctx;
 
 static fe_ew *k(opt_ctx *x, double v)
@@ -365,6 +368,11 @@ static ir_value *state_new(opt_ctx *x, const char *name)
  * value of `target` at the end of the step. */
 static ir_value *emit_update(opt_ctx *x, const char *name, fe_ew *t, ir_value *target)
 {
+    /* A skipped step keeps the old value: a select, so that the NaN the
+     * new value then holds goes nowhere. */
+    if (x->skip)
+        t = fe_ew_select(x->e.arena, op2(x, IR_EW_EQ, leaf(x, x->skip), k(x, 0.0)), t,
+                         leaf(x, target));
     x->e.tensor = name;
     x->e.dtype = target->type.dtype;
     ir_value *v = fe_ew_emit(&x->e, t, target->type.dims, target->type.rank, x->e.loc);
@@ -425,8 +433,9 @@ static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, 
     return emit_update(x, w->tensor, op2(x, IR_EW_SUB, pt, delta), w) != NULL;
 }
 
-/* AdamW's step count: state `opt.step` and its new value t + 1, made once. */
-static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc)
+/* The step count: state `opt.step` and its new value t + 1 (t when the
+ * step is skipped: it counts applied updates), made once. */
+static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc, ir_value *skip)
 {
     if (*made)
         return *made;
@@ -435,9 +444,56 @@ static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc)
     ty.dtype = IR_F32; /* exact up to 2^24 steps */
     ty.sh = ir_sharding_replicated();
     ir_value *t = ir_value_new(c->m, "opt.step", IR_VAL_STATE, &ty, loc);
-    opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = loc}, .w = t};
+    opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = loc}, .w = t, .skip = skip};
     *made = emit_update(&x, "opt.step", op2(&x, IR_EW_ADD, leaf(&x, t), k(&x, 1.0)), t);
     return *made;
+}
+
+/* The squared norm of all `n` gradients, `opt.grad_sqnorm`, f32 unless a
+ * gradient is f64. */
+static ir_value *grad_sqnorm(fe_checker *c, uint32_t loc, ir_value *const *grads, int n)
+{
+    fe_emit e = {.m = c->m, .arena = c->arena, .loc = loc, .tensor = "opt.grad_sqnorm",
+                 .dtype = IR_F32};
+    for (int i = 0; i < n; i++)
+        if (grads[i]->type.dtype == IR_F64)
+            e.dtype = IR_F64;
+    return fe_emit_sqnorm(&e, grads, n);
+}
+
+/* With skip_nonfinite=true on some line: `opt.skipped`, 1 when a gradient
+ * holds a NaN or an Inf (its squared norm is then NaN or Inf, as it is
+ * when the norm overflows), else 0, made an output for the runtime to
+ * report and count.  *sqnorm is made here if no clipping made it.  NULL
+ * with `*ok` when no line asks, NULL without when an IR limit was hit. */
+static ir_value *skip_flag(fe_checker *c, const ast_program *prog, ir_value *const *grads,
+                           int n, ir_value **sqnorm, bool *ok)
+{
+    *ok = true;
+    const ast_stmt *asks = NULL;
+    for (int i = 0; i < prog->nstmts && !asks; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind == AST_S_OPTIMIZE &&
+            s->u.train.hpv[optimizers[s->u.train.opt].n + FE_HP_SKIP] > 0)
+            asks = s;
+    }
+    if (!asks)
+        return NULL;
+    *ok = false;
+    if (!(*sqnorm = grad_sqnorm(c, asks->loc, grads, n)))
+        return NULL;
+    fe_emit e = {.m = c->m, .arena = c->arena, .loc = asks->loc, .tensor = "opt.skipped",
+                 .dtype = IR_F32};
+    fe_ew *finite = fe_ew_bin(c->arena, IR_EW_LT, fe_ew_leaf(c->arena, *sqnorm, (*sqnorm)->type.dims, 0),
+                              fe_ew_const(c->arena, INFINITY));
+    ir_value *v = fe_ew_emit(&e, fe_ew_select(c->arena, finite, fe_ew_const(c->arena, 0.0),
+                                              fe_ew_const(c->arena, 1.0)),
+                             (*sqnorm)->type.dims, 0, asks->loc);
+    if (!v)
+        return NULL;
+    ir_output_add(c->m, "opt.skipped", v, asks->loc);
+    *ok = true;
+    return v;
 }
 
 /* The dtype of the scalars a line computes for its params: f64 if one of
@@ -469,19 +525,15 @@ static bool line_scalars(opt_ctx *x, const ast_stmt *s, ir_value *const *grads, 
                       .cosine = sched[FE_HP_DECAY] == FE_DECAY_COSINE};
     fe_emit e = {.m = c->m, .arena = c->arena, .loc = s->loc, .dtype = line_dtype(c, s)};
     if (fe_schedule_varies(&sc)) {
-        if (!step_count(c, t1, s->loc))
+        if (!step_count(c, t1, s->loc, x->skip))
             return false;
         e.tensor = ir_sprintf(c->arena, "%s.lr", first);
         if (!(x->lr = fe_emit_lr(&e, &sc, *t1)))
             return false;
     }
     if (sched[FE_HP_CLIP] > 0) {
-        if (!*sqnorm) {
-            fe_emit ne = e;
-            ne.tensor = "opt.grad_sqnorm";
-            if (!(*sqnorm = fe_emit_sqnorm(&ne, grads, n)))
-                return false;
-        }
+        if (!*sqnorm && !(*sqnorm = grad_sqnorm(c, s->loc, grads, n)))
+            return false;
         e.tensor = ir_sprintf(c->arena, "%s.clip", first);
         if (!(x->clip = fe_emit_clip_factor(&e, *sqnorm, sched[FE_HP_CLIP])))
             return false;
@@ -561,7 +613,10 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
         return false;
     ir_value *t1 = NULL, *sqnorm = NULL;
     ir_op *backward_end = c->m->last;
-    opt_ctx x = {.c = c};
+    bool ok;
+    opt_ctx x = {.c = c, .skip = skip_flag(c, prog, grads, n, &sqnorm, &ok)};
+    if (!ok)
+        return false;
     for (j = 0; j < n; j++) {
         ir_value *w = wrt[j], *g = grads[j];
         if (zero[j] && !c->opts->single_device)
@@ -583,11 +638,10 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
         }
         x.e = (fe_emit){.m = c->m, .arena = c->arena, .loc = s->loc};
         x.w = w;
-        bool ok;
         if (s->u.train.opt == OPT_SGD) {
             ok = lower_sgd(&x, hp, w, g);
         } else {
-            ok = step_count(c, &t1, s->loc) && lower_adamw(&x, hp, w, g, t1);
+            ok = step_count(c, &t1, s->loc, x.skip) && lower_adamw(&x, hp, w, g, t1);
         }
         if (!ok)
             return false;

@@ -668,6 +668,9 @@ typedef struct rt_train {
                                     output); malloc'd, owned */
     void **final;                /* root: per input, the global array of a param or state (the
                                     last one gathered), else NULL; malloc'd, owned */
+    int32_t skip_output;         /* index of the output `opt.skipped` (1 when a step's
+                                    gradients held NaN or Inf and it was not applied), or -1 */
+    int64_t skipped;             /* root: steps of this run skipped so far */
 } rt_train;
 
 /* What a job of --generate does besides running (generate.c): which

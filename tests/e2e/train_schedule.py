@@ -68,21 +68,29 @@ def lr_at(s, c):
     return warm * (floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def reference(vals, c, steps):
-    """Loss of the last step, the params after it, and whether the clip bound."""
+def reference(vals, c, steps, batch=None):
+    """Loss of the last step, the params after it, whether the clip bound,
+    and the steps skipped.  Step s (1-based) trains on batch(s), an (In,
+    Tgt) pair, by default vals'.  With c["skip"] a step whose gradients
+    hold NaN or Inf changes nothing, not even the step count t that bias
+    correction and the schedule read (optax's apply_if_finite)."""
     w = {"Win": vals["Win"].copy(), "Wout": vals["Wout"].copy()}
     state = {n: [np.zeros_like(w[n]), np.zeros_like(w[n])] for n in w}
-    loss, bound = None, False
-    for t in range(1, steps + 1):
-        x, tgt = vals["In"], vals["Tgt"]
+    loss, bound, skipped, t = None, False, [], 0
+    for step in range(1, steps + 1):
+        x, tgt = batch(step) if batch else (vals["In"], vals["Tgt"])
         tmp = x @ w["Win"]
         act = gelu(tmp)
         out = act @ w["Wout"]
         loss = np.mean((out - tgt) ** 2)
         d_out = 2 * (out - tgt) / out.size
         grads = {"Wout": act.T @ d_out, "Win": x.T @ ((d_out @ w["Wout"].T) * dgelu(tmp))}
+        norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+        if c.get("skip") and not math.isfinite(norm):
+            skipped.append(step)
+            continue
+        t += 1
         if c.get("clip"):
-            norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
             f = min(1.0, c["clip"] / (norm + 1e-6))
             bound |= f < 1
             grads = {n: g * f for n, g in grads.items()}
@@ -100,7 +108,18 @@ def reference(vals, c, steps):
                 v[:] = c["b2"] * v + (1 - c["b2"]) * g * g
                 mhat, vhat = m / (1 - c["b1"]**t), v / (1 - c["b2"]**t)
                 w[n] = p - lr * c["wd"] * p - lr * mhat / (np.sqrt(vhat) + c["eps"])
-    return loss, w, bound
+    return loss, w, bound, skipped
+
+
+def build(einc, work, opt, sharding, name):
+    """Compiles the FFW program with optimizer `opt` under SHARDINGS[sharding]
+    into work/name; returns (executable, einc's error or None)."""
+    ein = os.path.join(work, name + ".ein")
+    with open(ein, "w") as f:
+        f.write(FFW.format(OPT=opt, **SHARDINGS[sharding]))
+    exe = os.path.join(work, name)
+    p = subprocess.run([einc, ein, "-o", exe], capture_output=True, text=True)
+    return exe, ("einc: " + p.stderr.strip()[-2000:] if p.returncode else None)
 
 
 def rel_err(got, want):
@@ -113,14 +132,10 @@ def check_resume(einc, work, data, params, want_w):
     problems = []
     spelling = CASES[1][0]
 
-    def build(text, name):
-        ein = os.path.join(work, name + ".ein")
-        with open(ein, "w") as f:
-            f.write(FFW.format(OPT=text, **SHARDINGS["replicated"]))
-        exe = os.path.join(work, name)
-        p = subprocess.run([einc, ein, "-o", exe], capture_output=True, text=True)
-        if p.returncode != 0:
-            problems.append("einc %s: %s" % (name, p.stderr.strip()[-2000:]))
+    def build_one(text, name):
+        exe, err = build(einc, work, text, "replicated", name)
+        if err:
+            problems.append("%s: %s" % (name, err))
         return exe
 
     def run(exe, *args):
@@ -129,7 +144,7 @@ def check_resume(einc, work, data, params, want_w):
         return subprocess.run([exe] + ins + list(args), capture_output=True, text=True,
                               timeout=300)
 
-    same = build(spelling, "same")
+    same = build_one(spelling, "same")
     ck = os.path.join(work, "ck")
     p = run(same, "--steps", "8", "--save", ck)
     q = run(same, "--steps", str(STEPS), "--resume", ck, "--output",
@@ -141,7 +156,7 @@ def check_resume(einc, work, data, params, want_w):
         problems.append("8 steps saved, resumed to %d: Win relative error %.3g" % (STEPS, err))
     for name, changed in (("lr", spelling.replace("lr=0.02", "lr=0.03")),
                           ("clip_norm", spelling.replace("clip_norm=0.05", "clip_norm=0.5"))):
-        other = build(changed, "other_" + name)
+        other = build_one(changed, "other_" + name)
         p = run(other, "--steps", str(STEPS), "--resume", ck)
         if p.returncode == 0 or "hyperparameter %s of 'Win'" % name not in p.stderr or \
                 "--resume-mismatch=ok" not in p.stderr:
@@ -174,24 +189,20 @@ def main():
         for k, v in vals.items():
             np.save(path(k), v)
         for spelling, c in CASES:
-            want_l, want_w, bound = reference(vals, c, STEPS)
+            want_l, want_w, bound, _ = reference(vals, c, STEPS)
             if c.get("clip"):
                 # The test can only fail on clipping if the clip changes the result.
-                free_l, free_w, _ = reference(vals, dict(c, clip=None), STEPS)
+                free_l, free_w, _, _ = reference(vals, dict(c, clip=None), STEPS)
                 diff = max(rel_err(free_w[n], want_w[n]) for n in want_w)
                 if not bound or diff < 1e-4:
                     fail(spelling, "clip_norm does not bind (bound %s, change %.3g)" %
                          (bound, diff))
                     continue
-            for sname, subs in SHARDINGS.items():
+            for sname in SHARDINGS:
                 title = "%s %s" % (spelling, sname)
-                ein = os.path.join(work, "train.ein")
-                with open(ein, "w") as f:
-                    f.write(FFW.format(OPT=spelling, **subs))
-                exe = os.path.join(work, "train")
-                p = subprocess.run([a.einc, ein, "-o", exe], capture_output=True, text=True)
-                if p.returncode != 0:
-                    fail(title, "einc: " + p.stderr.strip()[-2000:])
+                exe, err = build(a.einc, work, spelling, sname, "train")
+                if err:
+                    fail(title, err)
                     continue
                 data, params = ([x for k in names for x in ("--input", "%s=%s" % (k, path(k)))]
                                 for names in (("In", "Tgt"), ("Win", "Wout")))
