@@ -23,7 +23,9 @@ warning under --resume-mismatch=ok.
 
 The last line is `N passed, N failed`; exit 1 on any failure.
 
-Usage: train_schedule.py --einc PATH
+With --mpi the clipping cases also run under FSDP+TP on 4 MPI ranks.
+
+Usage: train_schedule.py --einc PATH [--mpi --mpirun PATH]
 """
 import argparse
 import math
@@ -35,6 +37,7 @@ import tempfile
 import numpy as np
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import mpi_launch  # noqa: E402
 from train import FFW, dgelu, gelu  # noqa: E402  train.py's program and NumPy forward pass
 
 SHARDINGS = {
@@ -111,14 +114,15 @@ def reference(vals, c, steps, batch=None):
     return loss, w, bound, skipped
 
 
-def build(einc, work, opt, sharding, name):
+def build(einc, work, opt, sharding, name, runtime="threads"):
     """Compiles the FFW program with optimizer `opt` under SHARDINGS[sharding]
-    into work/name; returns (executable, einc's error or None)."""
+    for `runtime` into work/name; returns (executable, einc's error or None)."""
     ein = os.path.join(work, name + ".ein")
     with open(ein, "w") as f:
         f.write(FFW.format(OPT=opt, **SHARDINGS[sharding]))
     exe = os.path.join(work, name)
-    p = subprocess.run([einc, ein, "-o", exe], capture_output=True, text=True)
+    p = subprocess.run([einc, ein, "-o", exe, "--runtime=" + runtime], capture_output=True,
+                       text=True)
     return exe, ("einc: " + p.stderr.strip()[-2000:] if p.returncode else None)
 
 
@@ -172,6 +176,8 @@ def check_resume(einc, work, data, params, want_w):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--einc", required=True)
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--mpirun", default="mpirun")
     a = ap.parse_args()
     passed = failed = 0
     rng = np.random.default_rng(7)
@@ -198,15 +204,19 @@ def main():
                     fail(spelling, "clip_norm does not bind (bound %s, change %.3g)" %
                          (bound, diff))
                     continue
-            for sname in SHARDINGS:
-                title = "%s %s" % (spelling, sname)
-                exe, err = build(a.einc, work, spelling, sname, "train")
+            # Under MPI the clipping cases' sum of squares crosses ranks.
+            runs = [(s, "threads") for s in SHARDINGS] + \
+                [("FSDP+TP", "mpi")] * bool(a.mpi and c.get("clip"))
+            for sname, rt in runs:
+                title = "%s %s (%s)" % (spelling, sname, rt)
+                exe, err = build(a.einc, work, spelling, sname, "train_" + rt, rt)
                 if err:
                     fail(title, err)
                     continue
                 data, params = ([x for k in names for x in ("--input", "%s=%s" % (k, path(k)))]
                                 for names in (("In", "Tgt"), ("Win", "Wout")))
-                run = [exe, "--steps", str(STEPS)] + data + params
+                run = (mpi_launch(a.mpirun, 4) if rt == "mpi" else []) + \
+                    [exe, "--steps", str(STEPS)] + data + params
                 for o in ("L", "Win", "Wout"):
                     run += ["--output", "%s=%s" % (o, path("out_" + o))]
                 p = subprocess.run(run, capture_output=True, text=True, timeout=300)
@@ -221,7 +231,7 @@ def main():
                     err = rel_err(np.load(path("out_" + n)), want)
                     if not err <= 1e-9:
                         problems.append("%s: relative error %.3g" % (n, err))
-                if spelling == CASES[1][0] and sname == "replicated":
+                if spelling == CASES[1][0] and sname == "replicated" and rt == "threads":
                     problems += check_resume(a.einc, work, data, params, want_w)
                 if problems:
                     fail(title, "; ".join(problems))
