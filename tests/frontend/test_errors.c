@@ -909,6 +909,15 @@ static void test_schedule_errors(void)
                 "                          ^\n");
 }
 
+/* skip_nonfinite takes false or true, located at the value. */
+static void test_skip_errors(void)
+{
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(skip_nonfinite=yes)\n",
+                "t.ein:6:38: error: skip_nonfinite=yes: skip_nonfinite is false or true\n"
+                "    optimize W with adamw(skip_nonfinite=yes)\n"
+                "                                         ^\n");
+}
+
 /* A param the loss does not reach compiles, with a warning at its name. */
 static void test_train_warning(void)
 {
@@ -989,6 +998,7 @@ void einc_register_tests(void)
         {"repeated blocks", test_repeat_errors},
         {"loss and optimize misuses", test_train_errors},
         {"lr schedule and clipping errors", test_schedule_errors},
+        {"skip_nonfinite errors", test_skip_errors},
         {"a param the loss does not reach", test_train_warning},
         {"a nonlinear function of a product", test_product_in_call_warning},
     };
