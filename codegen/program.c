@@ -280,6 +280,7 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         cg_i32(c, loss_output),
         cg_i32(c, trains),
         op_offsets,
+        cg_const_string(c, m->hparams ? m->hparams : ""),
     };
     free(ins);
     free(outs);

@@ -97,6 +97,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->i32,                             /* loss_output */
         t->i32,                             /* trains */
         t->ptr,                             /* op_name_offsets */
+        t->ptr,                             /* hparams */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

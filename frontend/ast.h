@@ -170,12 +170,14 @@ typedef struct ast_sizedef {
 } ast_sizedef;
 
 /* Most hyperparameters an optimizer has. */
-#define AST_MAX_HPARAMS 8
+#define AST_MAX_HPARAMS 16
 
-/* A `name=value` argument of an optimizer: `lr=0.01`. */
+/* A `name=value` argument of an optimizer: `lr=0.01`, or `decay=cosine`
+ * (a choice by name). */
 typedef struct ast_hparam {
     ast_name name;    /* the hyperparameter */
-    ast_number value; /* its value */
+    ast_number value; /* its value; for a name, only loc and text (the name) */
+    ast_name word;    /* the value when it is a name, else s NULL */
 } ast_hparam;
 
 /* Kinds of statement. */

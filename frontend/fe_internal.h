@@ -10,6 +10,7 @@
  *   check_decl.c  mesh, dims, -D overrides, inputs/params, shardings, outputs
  *   check_stmt.c  statements: names, indices, dtypes, Einstein convention
  *   optimize.c    `loss` and `optimize` lines: checks, then the training step
+ *   schedule.c    its learning-rate schedules and gradient clipping
  *   lower.c       checked AST -> ir_module ops; ewtree.c builds elementwise ops
  */
 #ifndef EINC_FE_INTERNAL_H
@@ -192,6 +193,14 @@ bool fe_check_scope(fe_checker *c, const fe_tensor *s, uint32_t loc);
  * optimized params are params, each optimized once, by a known optimizer
  * with known hyperparameters in range (optimize.c). */
 void fe_check_train(fe_checker *c, const ast_program *prog);
+/* The hyperparameters every optimizer takes after its own: their indices
+ * counted from the optimizer's last own one in ast_stmt.u.train.hpv
+ * (optimize.c's tables), and the values of `decay`. */
+enum {
+    FE_HP_WARMUP, FE_HP_DECAY, FE_HP_DECAY_STEPS, FE_HP_MIN_LR, FE_HP_CLIP, FE_HP_SKIP, FE_NSCHED
+};
+enum { FE_DECAY_CONSTANT, FE_DECAY_COSINE };
+
 /* Lowers them (after the outputs): the loss becomes an output, and every
  * optimized param gets its gradient, its optimizer's update ops and state,
  * and an update (ir_update_add) of itself and its state.  False if an IR

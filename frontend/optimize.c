@@ -32,20 +32,34 @@
  *          P' = P - lr wd P - lr (m' / (1 - b1^t')) / (sqrt(v' / (1 - b2^t')) + eps)
  *
  * with b^t' computed as exp(t' ln b), which is 0 for b = 0.
+ *
+ * Every optimizer also takes a learning-rate schedule (warmup_steps, decay,
+ * decay_steps, min_lr) and global-norm clipping (clip_norm); schedule.c
+ * lowers them into scalars that replace lr and scale the gradient.  A line
+ * without them lowers exactly as before, and an sgd line with a schedule
+ * gets the `opt.step` count the schedule reads.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "ewtree.h"
+#include "schedule.h"
+
+/* What a hyperparameter's value is: a real number in a range, a whole
+ * number of steps (also in a range), or one of a few names. */
+typedef enum hp_kind { HP_REAL, HP_COUNT, HP_CHOICE } hp_kind;
 
 /* One hyperparameter: its name, default (NAN: required) and range
- * [lo, hi] or with open ends. */
+ * [lo, hi] or with open ends; a choice's value is the index of its name
+ * in `choices` (NULL-terminated). */
 typedef struct hparam_def {
     const char *name;
     double def;
     double lo, hi;
     bool lo_open, hi_open;
+    hp_kind kind;
+    const char *const *choices;
 } hparam_def;
 
 enum { OPT_SGD, OPT_ADAMW };
@@ -55,33 +69,131 @@ static const struct optimizer_def {
     int n;
     hparam_def hp[AST_MAX_HPARAMS];
 } optimizers[] = {
-    [OPT_SGD] = {"sgd", 3, {{"lr", NAN, 0, INFINITY, true, true},
-                            {"momentum", 0.0, 0, 1, false, true},
-                            {"weight_decay", 0.0, 0, INFINITY, false, true}}},
-    [OPT_ADAMW] = {"adamw", 5, {{"lr", 1e-3, 0, INFINITY, true, true},
-                                {"beta1", 0.9, 0, 1, false, true},
-                                {"beta2", 0.999, 0, 1, false, true},
-                                {"eps", 1e-8, 0, INFINITY, true, true},
-                                {"weight_decay", 0.01, 0, INFINITY, false, true}}},
+    [OPT_SGD] = {"sgd", 3, {{"lr", NAN, 0, INFINITY, true, true, HP_REAL, NULL},
+                            {"momentum", 0.0, 0, 1, false, true, HP_REAL, NULL},
+                            {"weight_decay", 0.0, 0, INFINITY, false, true, HP_REAL, NULL}}},
+    [OPT_ADAMW] = {"adamw", 5, {{"lr", 1e-3, 0, INFINITY, true, true, HP_REAL, NULL},
+                                {"beta1", 0.9, 0, 1, false, true, HP_REAL, NULL},
+                                {"beta2", 0.999, 0, 1, false, true, HP_REAL, NULL},
+                                {"eps", 1e-8, 0, INFINITY, true, true, HP_REAL, NULL},
+                                {"weight_decay", 0.01, 0, INFINITY, false, true, HP_REAL,
+                                 NULL}}},
 };
 #define NOPTIMIZERS ((int)(sizeof optimizers / sizeof optimizers[0]))
+
+static const char *const decay_names[] = {"constant", "cosine", NULL};
+static const char *const bool_names[] = {"false", "true", NULL};
+
+/* The hyperparameters every optimizer takes after its own (schedule.c
+ * uses them; their values follow the optimizer's own in hpv[], in the
+ * order of FE_HP_WARMUP..FE_HP_SKIP).  A step count is at most 2^24, the
+ * largest f32 `opt.step` counts exactly.  Defaults: no warmup, constant
+ * lr, no clipping (0: off), every step applied. */
+static const hparam_def schedule_hp[FE_NSCHED] = {
+    [FE_HP_WARMUP] = {"warmup_steps", 0, 0, 16777216, false, false, HP_COUNT, NULL},
+    [FE_HP_DECAY] = {"decay", 0, 0, 0, false, false, HP_CHOICE, decay_names},
+    [FE_HP_DECAY_STEPS] = {"decay_steps", 0, 0, 16777216, true, false, HP_COUNT, NULL},
+    [FE_HP_MIN_LR] = {"min_lr", 0, 0, INFINITY, false, true, HP_REAL, NULL},
+    [FE_HP_CLIP] = {"clip_norm", 0, 0, INFINITY, true, true, HP_REAL, NULL},
+    [FE_HP_SKIP] = {"skip_nonfinite", 0, 0, 0, false, false, HP_CHOICE, bool_names},
+};
 
 /* Indices of the hyperparameters in hpv[] (the table's order). */
 enum { SGD_LR, SGD_MOMENTUM, SGD_WD };
 enum { ADAMW_LR, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WD };
 
-/* "lr, momentum, weight_decay" into buf. */
+/* Hyperparameter i of optimizer o: its own, then the schedule's. */
+static const hparam_def *hparam_at(const struct optimizer_def *o, int i)
+{
+    return i < o->n ? &o->hp[i] : &schedule_hp[i - o->n];
+}
+
+/* "lr, momentum, weight_decay, warmup_steps, ..." into buf. */
 static const char *hparam_list(const struct optimizer_def *o, char *buf, size_t size)
 {
     size_t n = 0;
     buf[0] = 0;
-    for (int i = 0; i < o->n && n < size; i++) {
-        int k = snprintf(buf + n, size - n, "%s%s", i ? ", " : "", o->hp[i].name);
+    for (int i = 0; i < o->n + FE_NSCHED && n < size; i++) {
+        int k = snprintf(buf + n, size - n, "%s%s", i ? ", " : "", hparam_at(o, i)->name);
         if (k < 0)
             break;
         n += (size_t)k;
     }
     return buf;
+}
+
+/* The value of argument `h` for hyperparameter `d`, or NAN after reporting
+ * why it is not one `d` takes. */
+static double hparam_value(fe_checker *c, const hparam_def *d, const ast_hparam *h)
+{
+    if (d->kind == HP_CHOICE) {
+        for (int i = 0; h->word.s && d->choices[i]; i++)
+            if (!strcmp(h->word.s, d->choices[i]))
+                return i;
+        diag_error(c->diag, h->value.loc, "%s=%s: %s is %s or %s", h->name.s, h->value.text,
+                   d->name, d->choices[0], d->choices[1]);
+        return NAN;
+    }
+    if (h->word.s) {
+        diag_error(c->diag, h->value.loc, "%s=%s: %s takes a number", h->name.s, h->word.s,
+                   d->name);
+        return NAN;
+    }
+    double v = h->value.value;
+    bool ok = isfinite(v) && (d->lo_open ? v > d->lo : v >= d->lo) &&
+              (d->hi_open ? v < d->hi : v <= d->hi);
+    if (!ok) {
+        char lo[32], hi[32];
+        snprintf(lo, sizeof lo, "%g", d->lo);
+        snprintf(hi, sizeof hi, "%g", d->hi);
+        diag_error(c->diag, h->value.loc, "%s=%s is out of range: %s takes a value in %c%s, %s%c",
+                   h->name.s, h->value.text, d->name, d->lo_open ? '(' : '[', lo,
+                   isinf(d->hi) ? "inf" : hi, d->hi_open ? ')' : ']');
+        return NAN;
+    }
+    if (d->kind == HP_COUNT && !h->value.is_int) {
+        diag_error(c->diag, h->value.loc, "%s=%s: %s is a whole number of steps", h->name.s,
+                   h->value.text, d->name);
+        return NAN;
+    }
+    return v;
+}
+
+/* The schedule's hyperparameters together (after each was checked alone):
+ * a cosine needs its length, which must leave room after the warmup, and
+ * a floor no higher than lr; its length and floor mean nothing without it. */
+static void check_schedule(fe_checker *c, const ast_stmt *s, const struct optimizer_def *o,
+                           const bool *given)
+{
+    const double *sched = s->u.train.hpv + o->n;
+    const ast_hparam *arg[FE_NSCHED] = {NULL};
+    for (int j = 0; j < s->u.train.nhp; j++)
+        for (int i = 0; i < FE_NSCHED; i++)
+            if (!strcmp(s->u.train.hp[j].name.s, schedule_hp[i].name))
+                arg[i] = &s->u.train.hp[j];
+    bool cosine = sched[FE_HP_DECAY] == FE_DECAY_COSINE;
+    if (!cosine) {
+        for (int i = FE_HP_DECAY_STEPS; i <= FE_HP_MIN_LR; i++)
+            if (given[o->n + i] && arg[i])
+                diag_error(c->diag, arg[i]->name.loc, "%s is a parameter of the cosine decay: "
+                           "give decay=cosine too, or leave it out", schedule_hp[i].name);
+        return;
+    }
+    if (!given[o->n + FE_HP_DECAY_STEPS]) {
+        diag_error(c->diag, arg[FE_HP_DECAY] ? arg[FE_HP_DECAY]->name.loc : s->loc,
+                   "decay=cosine needs decay_steps=N, the step where the lr reaches min_lr "
+                   "(warmup included)");
+        return;
+    }
+    if (arg[FE_HP_DECAY_STEPS] && sched[FE_HP_DECAY_STEPS] <= sched[FE_HP_WARMUP])
+        diag_error(c->diag, arg[FE_HP_DECAY_STEPS]->value.loc, "decay_steps=%s must exceed "
+                   "warmup_steps=%g: the cosine runs from the end of the warmup to step "
+                   "decay_steps", arg[FE_HP_DECAY_STEPS]->value.text, sched[FE_HP_WARMUP]);
+    /* lr comes first in every optimizer's table. */
+    if (arg[FE_HP_MIN_LR] && sched[FE_HP_MIN_LR] > s->u.train.hpv[0])
+        diag_error(c->diag, arg[FE_HP_MIN_LR]->value.loc, "min_lr=%s exceeds lr=%g: the cosine "
+                   "decays from lr down to min_lr", arg[FE_HP_MIN_LR]->value.text,
+                   s->u.train.hpv[0]);
 }
 
 /* Resolves the optimizer and its arguments of `optimize` line `s` into
@@ -98,46 +210,43 @@ static void check_optimizer(fe_checker *c, ast_stmt *s)
         return;
     }
     const struct optimizer_def *o = &optimizers[s->u.train.opt];
+    int nhp = o->n + FE_NSCHED;
     bool given[AST_MAX_HPARAMS] = {false};
-    char list[256];
+    char list[512];
+    bool bad = false;
     for (int j = 0; j < s->u.train.nhp; j++) {
         const ast_hparam *h = &s->u.train.hp[j];
         int k = -1;
-        for (int i = 0; i < o->n; i++)
-            if (!strcmp(h->name.s, o->hp[i].name))
+        for (int i = 0; i < nhp; i++)
+            if (!strcmp(h->name.s, hparam_at(o, i)->name))
                 k = i;
         if (k < 0) {
             diag_error(c->diag, h->name.loc, "%s has no hyperparameter '%s' (it has %s)", o->name,
                        h->name.s, hparam_list(o, list, sizeof list));
+            bad = true;
             continue;
         }
         if (given[k]) {
             diag_error(c->diag, h->name.loc, "'%s' is given twice", h->name.s);
+            bad = true;
             continue;
         }
         given[k] = true;
-        const hparam_def *d = &o->hp[k];
-        double v = h->value.value;
-        bool ok = isfinite(v) && (d->lo_open ? v > d->lo : v >= d->lo) &&
-                  (d->hi_open ? v < d->hi : v <= d->hi);
-        if (!ok) {
-            char lo[32], hi[32];
-            snprintf(lo, sizeof lo, "%g", d->lo);
-            snprintf(hi, sizeof hi, "%g", d->hi);
-            diag_error(c->diag, h->value.loc, "%s=%s is out of range: %s takes a value in %c%s, %s%c",
-                       h->name.s, h->value.text, d->name, d->lo_open ? '(' : '[', lo,
-                       isinf(d->hi) ? "inf" : hi, d->hi_open ? ')' : ']');
-            continue;
-        }
-        s->u.train.hpv[k] = v;
+        double v = hparam_value(c, hparam_at(o, k), h);
+        if (isnan(v))
+            bad = true;
+        else
+            s->u.train.hpv[k] = v;
     }
-    for (int i = 0; i < o->n; i++) {
+    for (int i = 0; i < nhp; i++) {
         if (given[i])
             continue;
-        if (isnan(o->hp[i].def))
-            diag_error(c->diag, on.loc, "%s needs %s=VALUE", o->name, o->hp[i].name);
-        s->u.train.hpv[i] = o->hp[i].def;
+        if (isnan(hparam_at(o, i)->def))
+            diag_error(c->diag, on.loc, "%s needs %s=VALUE", o->name, hparam_at(o, i)->name);
+        s->u.train.hpv[i] = hparam_at(o, i)->def;
     }
+    if (!bad)
+        check_schedule(c, s, o, given);
 }
 
 /* The float scalar named by `loss` line `s`. */
@@ -209,6 +318,9 @@ typedef struct opt_ctx {
     fe_checker *c;
     fe_emit e;        /* tensor and dtype change per emitted value */
     const ir_value *w;/* the param */
+    ir_value *lr;     /* the scheduled lr, a scalar; NULL: the constant lr hyperparameter */
+    ir_value *clip;   /* the gradient's clipping factor, a scalar; NULL: not clipped */
+    ir_value *skip;   /* `opt.skipped`, a scalar, 1 when this step is skipped; NULL: never */
 } opt_ctx;
 
 static fe_ew *k(opt_ctx *x, double v)
@@ -224,6 +336,19 @@ static fe_ew *op2(opt_ctx *x, ir_ew_kind kind, fe_ew *a, fe_ew *b)
 static fe_ew *leaf(opt_ctx *x, ir_value *v)
 {
     return fe_ew_leaf(x->e.arena, v, v->type.dims, v->type.rank);
+}
+
+/* lr times `c`: one constant when the lr is (the IR of a run without a
+ * schedule is what it was before schedules). */
+static fe_ew *lr_times(opt_ctx *x, double lr, double c)
+{
+    return x->lr ? op2(x, IR_EW_MUL, leaf(x, x->lr), k(x, c)) : k(x, lr * c);
+}
+
+/* The gradient `g` as the update reads it: clipped when asked. */
+static fe_ew *grad_leaf(opt_ctx *x, ir_value *g)
+{
+    return x->clip ? op2(x, IR_EW_MUL, leaf(x, g), leaf(x, x->clip)) : leaf(x, g);
 }
 
 /* "W.suffix", in the arena. */
@@ -243,6 +368,11 @@ static ir_value *state_new(opt_ctx *x, const char *name)
  * value of `target` at the end of the step. */
 static ir_value *emit_update(opt_ctx *x, const char *name, fe_ew *t, ir_value *target)
 {
+    /* A skipped step keeps the old value: a select, so that the NaN the
+     * new value then holds goes nowhere. */
+    if (x->skip)
+        t = fe_ew_select(x->e.arena, op2(x, IR_EW_EQ, leaf(x, x->skip), k(x, 0.0)), t,
+                         leaf(x, target));
     x->e.tensor = name;
     x->e.dtype = target->type.dtype;
     ir_value *v = fe_ew_emit(&x->e, t, target->type.dims, target->type.rank, x->e.loc);
@@ -260,7 +390,7 @@ static fe_ew *bias_correction(opt_ctx *x, fe_ew *t, double b)
 
 static bool lower_sgd(opt_ctx *x, const double *hp, ir_value *w, ir_value *g)
 {
-    fe_ew *grad = leaf(x, g);
+    fe_ew *grad = grad_leaf(x, g);
     if (hp[SGD_WD] > 0)
         grad = op2(x, IR_EW_ADD, grad, op2(x, IR_EW_MUL, k(x, hp[SGD_WD]), leaf(x, w)));
     fe_ew *step = grad;
@@ -273,7 +403,7 @@ static bool lower_sgd(opt_ctx *x, const double *hp, ir_value *w, ir_value *g)
             return false;
         step = leaf(x, mom1);
     }
-    fe_ew *t = op2(x, IR_EW_SUB, leaf(x, w), op2(x, IR_EW_MUL, k(x, hp[SGD_LR]), step));
+    fe_ew *t = op2(x, IR_EW_SUB, leaf(x, w), op2(x, IR_EW_MUL, lr_times(x, hp[SGD_LR], 1.0), step));
     return emit_update(x, w->tensor, t, w) != NULL;
 }
 
@@ -283,10 +413,11 @@ static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, 
     const char *mn = state_name(x, "m"), *vn = state_name(x, "v");
     ir_value *m = state_new(x, mn), *v = state_new(x, vn);
     fe_ew *mt = op2(x, IR_EW_ADD, op2(x, IR_EW_MUL, k(x, b1), leaf(x, m)),
-                    op2(x, IR_EW_MUL, k(x, 1.0 - b1), leaf(x, g)));
+                    op2(x, IR_EW_MUL, k(x, 1.0 - b1), grad_leaf(x, g)));
     ir_value *m1 = emit_update(x, mn, mt, m);
     fe_ew *vt = op2(x, IR_EW_ADD, op2(x, IR_EW_MUL, k(x, b2), leaf(x, v)),
-                    op2(x, IR_EW_MUL, k(x, 1.0 - b2), op2(x, IR_EW_MUL, leaf(x, g), leaf(x, g))));
+                    op2(x, IR_EW_MUL, k(x, 1.0 - b2),
+                                                   op2(x, IR_EW_MUL, grad_leaf(x, g), grad_leaf(x, g))));
     ir_value *v1 = emit_update(x, vn, vt, v);
     if (!m1 || !v1)
         return false;
@@ -294,15 +425,17 @@ static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, 
     fe_ew *mhat = op2(x, IR_EW_DIV, leaf(x, m1), bias_correction(x, tl, b1));
     fe_ew *vhat = op2(x, IR_EW_DIV, leaf(x, v1), bias_correction(x, tl, b2));
     fe_ew *denom = op2(x, IR_EW_ADD, fe_ew_call(x->e.arena, IR_FN_SQRT, vhat), k(x, hp[ADAMW_EPS]));
-    fe_ew *delta = op2(x, IR_EW_MUL, k(x, lr), op2(x, IR_EW_DIV, mhat, denom));
+    fe_ew *delta = op2(x, IR_EW_MUL, lr_times(x, lr, 1.0), op2(x, IR_EW_DIV, mhat, denom));
     fe_ew *pt = leaf(x, w);
+    /* The decay is scaled by the scheduled lr, as in PyTorch and optax. */
     if (hp[ADAMW_WD] > 0)
-        pt = op2(x, IR_EW_SUB, pt, op2(x, IR_EW_MUL, k(x, lr * hp[ADAMW_WD]), leaf(x, w)));
+        pt = op2(x, IR_EW_SUB, pt, op2(x, IR_EW_MUL, lr_times(x, lr, hp[ADAMW_WD]), leaf(x, w)));
     return emit_update(x, w->tensor, op2(x, IR_EW_SUB, pt, delta), w) != NULL;
 }
 
-/* AdamW's step count: state `opt.step` and its new value t + 1, made once. */
-static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc)
+/* The step count: state `opt.step` and its new value t + 1 (t when the
+ * step is skipped: it counts applied updates), made once. */
+static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc, ir_value *skip)
 {
     if (*made)
         return *made;
@@ -311,9 +444,137 @@ static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc)
     ty.dtype = IR_F32; /* exact up to 2^24 steps */
     ty.sh = ir_sharding_replicated();
     ir_value *t = ir_value_new(c->m, "opt.step", IR_VAL_STATE, &ty, loc);
-    opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = loc}, .w = t};
+    opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = loc}, .w = t, .skip = skip};
     *made = emit_update(&x, "opt.step", op2(&x, IR_EW_ADD, leaf(&x, t), k(&x, 1.0)), t);
     return *made;
+}
+
+/* The squared norm of all `n` gradients, `opt.grad_sqnorm`, f32 unless a
+ * gradient is f64. */
+static ir_value *grad_sqnorm(fe_checker *c, uint32_t loc, ir_value *const *grads, int n)
+{
+    fe_emit e = {.m = c->m, .arena = c->arena, .loc = loc, .tensor = "opt.grad_sqnorm",
+                 .dtype = IR_F32};
+    for (int i = 0; i < n; i++)
+        if (grads[i]->type.dtype == IR_F64)
+            e.dtype = IR_F64;
+    return fe_emit_sqnorm(&e, grads, n);
+}
+
+/* With skip_nonfinite=true on some line: `opt.skipped`, 1 when a gradient
+ * holds a NaN or an Inf (its squared norm is then NaN or Inf, as it is
+ * when the norm overflows), else 0, made an output for the runtime to
+ * report and count.  *sqnorm is made here if no clipping made it.  NULL
+ * with `*ok` when no line asks, NULL without when an IR limit was hit. */
+static ir_value *skip_flag(fe_checker *c, const ast_program *prog, ir_value *const *grads,
+                           int n, ir_value **sqnorm, bool *ok)
+{
+    *ok = true;
+    const ast_stmt *asks = NULL;
+    for (int i = 0; i < prog->nstmts && !asks; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind == AST_S_OPTIMIZE &&
+            s->u.train.hpv[optimizers[s->u.train.opt].n + FE_HP_SKIP] > 0)
+            asks = s;
+    }
+    if (!asks)
+        return NULL;
+    *ok = false;
+    if (!(*sqnorm = grad_sqnorm(c, asks->loc, grads, n)))
+        return NULL;
+    fe_emit e = {.m = c->m, .arena = c->arena, .loc = asks->loc, .tensor = "opt.skipped",
+                 .dtype = IR_F32};
+    fe_ew *finite = fe_ew_bin(c->arena, IR_EW_LT, fe_ew_leaf(c->arena, *sqnorm, (*sqnorm)->type.dims, 0),
+                              fe_ew_const(c->arena, INFINITY));
+    ir_value *v = fe_ew_emit(&e, fe_ew_select(c->arena, finite, fe_ew_const(c->arena, 0.0),
+                                              fe_ew_const(c->arena, 1.0)),
+                             (*sqnorm)->type.dims, 0, asks->loc);
+    if (!v)
+        return NULL;
+    ir_output_add(c->m, "opt.skipped", v, asks->loc);
+    *ok = true;
+    return v;
+}
+
+/* The dtype of the scalars a line computes for its params: f64 if one of
+ * them is, else f32 (also for bf16 params: a scalar costs nothing). */
+static ir_dtype line_dtype(fe_checker *c, const ast_stmt *s)
+{
+    for (int q = 0; q < s->u.train.n; q++) {
+        const fe_tensor *t = fe_symtab_get(&c->tensors, s->u.train.names[q].s);
+        if (t->dtype == IR_F64)
+            return IR_F64;
+    }
+    return IR_F32;
+}
+
+/* Optimize line `s`'s scheduled lr (x->lr, `W.lr` after its first param
+ * W) and clipping factor (x->clip, `W.clip`), each when it has one; the
+ * step count *t1 and the squared norm of all `n` gradients *sqnorm are
+ * made on first need and shared by every line.  False if an IR limit was
+ * hit. */
+static bool line_scalars(opt_ctx *x, const ast_stmt *s, ir_value *const *grads, int n,
+                         ir_value **t1, ir_value **sqnorm)
+{
+    fe_checker *c = x->c;
+    const struct optimizer_def *o = &optimizers[s->u.train.opt];
+    const double *hp = s->u.train.hpv, *sched = hp + o->n;
+    const char *first = s->u.train.names[0].s;
+    fe_schedule sc = {.lr = hp[0], .warmup = sched[FE_HP_WARMUP],
+                      .decay_steps = sched[FE_HP_DECAY_STEPS], .min_lr = sched[FE_HP_MIN_LR],
+                      .cosine = sched[FE_HP_DECAY] == FE_DECAY_COSINE};
+    fe_emit e = {.m = c->m, .arena = c->arena, .loc = s->loc, .dtype = line_dtype(c, s)};
+    if (fe_schedule_varies(&sc)) {
+        if (!step_count(c, t1, s->loc, x->skip))
+            return false;
+        e.tensor = ir_sprintf(c->arena, "%s.lr", first);
+        if (!(x->lr = fe_emit_lr(&e, &sc, *t1)))
+            return false;
+    }
+    if (sched[FE_HP_CLIP] > 0) {
+        if (!*sqnorm && !(*sqnorm = grad_sqnorm(c, s->loc, grads, n)))
+            return false;
+        e.tensor = ir_sprintf(c->arena, "%s.clip", first);
+        if (!(x->clip = fe_emit_clip_factor(&e, *sqnorm, sched[FE_HP_CLIP])))
+            return false;
+    }
+    return true;
+}
+
+/* `v` as the shortest of %.15g and %.17g that reads back as `v`, so a
+ * record compares equal exactly when the values are. */
+static void format_value(char *buf, size_t size, double v)
+{
+    snprintf(buf, size, "%.15g", v);
+    if (strtod(buf, NULL) != v)
+        snprintf(buf, size, "%.17g", v);
+}
+
+/* c->m->hparams: per optimized param, in source order, a line "W OPT
+ * name=value ..." with every hyperparameter of its line (a choice by its
+ * name), for checkpoints to record and --resume to compare. */
+static void record_hparams(fe_checker *c, const ast_program *prog)
+{
+    const char *rec = "";
+    for (int i = 0; i < prog->nstmts; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind != AST_S_OPTIMIZE)
+            continue;
+        const struct optimizer_def *o = &optimizers[s->u.train.opt];
+        const char *hp = "";
+        for (int k = 0; k < o->n + FE_NSCHED; k++) {
+            const hparam_def *d = hparam_at(o, k);
+            char val[40];
+            if (d->kind == HP_CHOICE)
+                snprintf(val, sizeof val, "%s", d->choices[(int)s->u.train.hpv[k]]);
+            else
+                format_value(val, sizeof val, s->u.train.hpv[k]);
+            hp = ir_sprintf(c->arena, "%s %s=%s", hp, d->name, val);
+        }
+        for (int q = 0; q < s->u.train.n; q++)
+            rec = ir_sprintf(c->arena, "%s%s %s%s\n", rec, s->u.train.names[q].s, o->name, hp);
+    }
+    c->m->hparams = ir_strdup(&c->m->arena, rec);
 }
 
 bool fe_lower_train(fe_checker *c, const ast_program *prog)
@@ -350,8 +611,12 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
     }
     if (!fe_grad_values(c, line[0]->loc, lt->value, wrt, n, grads, zero, fresh))
         return false;
-    ir_value *t1 = NULL;
+    ir_value *t1 = NULL, *sqnorm = NULL;
     ir_op *backward_end = c->m->last;
+    bool ok;
+    opt_ctx x = {.c = c, .skip = skip_flag(c, prog, grads, n, &sqnorm, &ok)};
+    if (!ok)
+        return false;
     for (j = 0; j < n; j++) {
         ir_value *w = wrt[j], *g = grads[j];
         if (zero[j] && !c->opts->single_device)
@@ -363,17 +628,25 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
             g->has_constraint = true;
             g->constraint = w->type.sh;
         }
-        opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = line[j]->loc}, .w = w};
-        const double *hp = line[j]->u.train.hpv;
-        bool ok;
-        if (line[j]->u.train.opt == OPT_SGD) {
+        const ast_stmt *s = line[j];
+        const double *hp = s->u.train.hpv;
+        if (j == 0 || s != line[j - 1]) {
+            /* A new line: its lr and clipping factor, shared by its params. */
+            x.lr = x.clip = NULL;
+            if (!line_scalars(&x, s, grads, n, &t1, &sqnorm))
+                return false;
+        }
+        x.e = (fe_emit){.m = c->m, .arena = c->arena, .loc = s->loc};
+        x.w = w;
+        if (s->u.train.opt == OPT_SGD) {
             ok = lower_sgd(&x, hp, w, g);
         } else {
-            ok = step_count(c, &t1, line[j]->loc) && lower_adamw(&x, hp, w, g, t1);
+            ok = step_count(c, &t1, s->loc, x.skip) && lower_adamw(&x, hp, w, g, t1);
         }
         if (!ok)
             return false;
     }
     ir_set_phase_after(c->m, backward_end, IR_PHASE_UPDATE);
+    record_hparams(c, prog);
     return true;
 }

@@ -100,6 +100,7 @@ static ast_stmt *train_stmt(fe_parser *p, ast_name kw, fe_list *names, ast_name 
 %type <list> sizedefs indices indices_opt unred_opt unred_list sum product args names
 %type <list> hparams hparams_opt
 %type <hparam> hparam
+%type <name> hname
 %type <expr> arg
 %type <ival> cmp
 %type <tref> tref
@@ -221,20 +222,30 @@ hparams
     : hparam                   { $$ = fe_list_new($1); }
     | hparams ',' hparam       { $$ = fe_list_push($1, $3); }
     ;
-/* hparam -> NAME '=' NUMBER   (`weight_decay` scans as a subscripted name) */
+/* hparam -> hname '=' ( NUMBER | NAME )   (`decay=cosine`: a choice by name) */
 hparam
-    : IDENT '=' NUMBER
+    : hname '=' NUMBER
         {
             $$ = ir_alloc(p->arena, sizeof *$$);
             $$->name = $1;
             $$->value = $3;
         }
-    | SUBIDENT '=' NUMBER
+    | hname '=' IDENT
         {
             $$ = ir_alloc(p->arena, sizeof *$$);
-            $$->name.s = ir_sprintf(p->arena, "%s_%s", $1->name, $1->axes);
-            $$->name.loc = $1->loc;
-            $$->value = $3;
+            $$->name = $1;
+            $$->word = $3;
+            $$->value.loc = $3.loc;
+            $$->value.text = $3.s;
+        }
+    ;
+/* hname -> NAME   (`weight_decay` scans as a subscripted name) */
+hname
+    : IDENT                    { $$ = $1; }
+    | SUBIDENT
+        {
+            $$.s = ir_sprintf(p->arena, "%s_%s", $1->name, $1->axes);
+            $$.loc = $1->loc;
         }
     ;
 /* sizedefs -> sizedef { ',' sizedef } */

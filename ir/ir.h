@@ -637,6 +637,10 @@ typedef struct ir_module {
     ir_output *outputs;       /* in declaration order */
     int outputs_cap;
     const char *loss;         /* training: the output named by `loss`, NULL if none */
+    /* training: every optimized param's optimizer and hyperparameters, one
+     * line each ("W adamw lr=0.001 beta1=0.9 ...\n", optimize.c), which
+     * checkpoints record; NULL if none */
+    const char *hparams;
     ir_totals totals;
     ir_plan_cert plan;
     /* ir_einsum_unrolled_terms's bound on the products summed per element:

@@ -5,14 +5,16 @@
  * the program (global arrays, as --input reads them and --output writes
  * them; names may contain dots: "W.mom.npy"), data.txt, the record of the
  * data order (data.c: the seed, the --data files' identities, the position
- * of the next batch), and steps.txt, the number of training steps done, in
+ * of the next batch), hparams.txt, the optimizer and hyperparameters of
+ * every optimized param (rt_program.hparams; --resume compares them with
+ * the program's), and steps.txt, the number of training steps done, in
  * decimal followed by a newline.
  *
  * Each file is replaced atomically (npy.c), but a set of files cannot be:
  * a save interrupted after some .npy files would leave values of two
  * different steps side by side.  So a save is staged, then applied:
  *
- *   1. stage: write data.txt.next and NAME.npy.next for every param and
+ *   1. stage: write data.txt.next, hparams.txt.next and NAME.npy.next for every param and
  *      state (each atomically), then steps.txt.next, the marker that the
  *      staged set is complete;
  *   2. apply: rename each FILE.next over FILE, then steps.txt.next over
@@ -44,6 +46,8 @@
 #define STEPS_FILE "steps.txt"
 /* The file holding the record of the data order. */
 #define ORDER_FILE "data.txt"
+/* The file holding the optimizers' hyperparameters. */
+#define HPARAMS_FILE "hparams.txt"
 /* The suffix of a staged file. */
 #define NEXT ".next"
 
@@ -100,12 +104,13 @@ char *rt_checkpoint_file(const char *dir, const char *name)
 int rt_checkpoint_files(const char *dir, const rt_program *p, char ***files, int *n)
 {
     *n = 0;
-    *files = calloc((size_t)p->ninputs + 2, sizeof **files);
+    *files = calloc((size_t)p->ninputs + 3, sizeof **files);
     if (!*files)
         return -1;
     char **f = *files;
     f[(*n)++] = join_next(dir, STEPS_FILE, 0);
     f[(*n)++] = join_next(dir, ORDER_FILE, 0);
+    f[(*n)++] = join_next(dir, HPARAMS_FILE, 0);
     for (int32_t k = 0; k < p->ninputs; k++)
         if (p->inputs[k].role != RT_ROLE_INPUT) {
             char *file = npy_name(p->inputs[k].name);
@@ -220,6 +225,21 @@ static void sync_dir(const char *dir)
     }
 }
 
+/* The whole of text stream `f` (closed here) into *text, malloc'd; -1 on
+ * a read error or when out of memory. */
+static int read_all(FILE *f, char **text)
+{
+    size_t cap = 0;
+    ssize_t n = getdelim(text, &cap, 0, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (n < 0 && !bad) { /* an empty file */
+        free(*text);
+        *text = calloc(1, 1);
+    }
+    return bad || !*text ? -1 : 0;
+}
+
 int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *err,
                               size_t errlen)
 {
@@ -233,17 +253,98 @@ int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *e
         return rt_errf(err, errlen, "--resume %s: %s; a checkpoint records its data order "
                        "(--seed, --data files) there, so that the resumed run reads the "
                        "batches the uninterrupted run would have", dir, why);
-    size_t cap = 0;
-    ssize_t n = getdelim(text, &cap, 0, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (n < 0 && !bad) { /* an empty file */
-        free(*text);
-        *text = calloc(1, 1);
-    }
-    if (bad || !*text)
+    if (read_all(f, text))
         return rt_errf(err, errlen, "--resume %s: cannot read %s", dir, *path);
     return 0;
+}
+
+/* The line of record `rec` whose first word is `name` (ending at its
+ * newline or the end), or NULL. */
+static const char *find_line(const char *rec, const char *name, size_t len)
+{
+    for (const char *l = rec; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, name, len) && l[len] == ' ')
+            return l;
+    return NULL;
+}
+
+/* The word at `w` (up to a space or the line's end) into buf. */
+static const char *word(const char *w, char *buf, size_t size)
+{
+    size_t n = strcspn(w, " \n");
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, w, n);
+    buf[n] = 0;
+    return buf;
+}
+
+/* The word after the one at `w` on its line, or NULL at the line's end. */
+static const char *next_word(const char *w)
+{
+    w += strcspn(w, " \n");
+    return *w == ' ' ? w + 1 : NULL;
+}
+
+/* Compares line `want` of the program's record ("W OPT name=value ...")
+ * with the checkpoint's record `have`: 1 and the first difference in
+ * `why`, else 0. */
+static int compare_line(const char *want, const char *have, char *why, size_t whylen)
+{
+    char param[256], opt[64], got[64], w[128], h[128];
+    word(want, param, sizeof param);
+    const char *hl = find_line(have, param, strlen(param));
+    const char *wp = next_word(want);
+    word(wp ? wp : "", opt, sizeof opt);
+    if (!hl) {
+        rt_errf(why, whylen, "the checkpoint does not record '%s' as optimized, the program "
+                "optimizes it with %s", param, opt);
+        return 1;
+    }
+    const char *hp = next_word(hl);
+    if (strcmp(word(hp ? hp : "", got, sizeof got), opt)) {
+        rt_errf(why, whylen, "'%s' was trained with %s, the program optimizes it with %s", param,
+                got, opt);
+        return 1;
+    }
+    /* Each name=value of the program's line against the checkpoint's. */
+    for (wp = wp ? next_word(wp) : NULL; wp; wp = next_word(wp)) {
+        word(wp, w, sizeof w);
+        size_t nlen = strcspn(w, "=");
+        const char *had = NULL;
+        for (const char *q = hp ? next_word(hp) : NULL; q && !had; q = next_word(q))
+            if (!strncmp(q, w, nlen + 1))
+                had = word(q, h, sizeof h);
+        if (!had || strcmp(had, w)) {
+            rt_errf(why, whylen, "hyperparameter %.*s of '%s' (%s) differs: the checkpoint has "
+                    "%s, the program %s", (int)nlen, w, param, opt, had ? had : "none", w);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int rt_checkpoint_check_hparams(const char *dir, const rt_program *p, char *why, size_t whylen)
+{
+    const char *want = p->hparams ? p->hparams : "";
+    char *path = current(dir, HPARAMS_FILE);
+    if (!path)
+        return rt_errf(why, whylen, "out of memory");
+    if (access(path, F_OK) != 0) {
+        free(path);
+        return 2;
+    }
+    char *have = NULL;
+    FILE *f = open_record(path, why, whylen);
+    int rc = !f ? -1 : read_all(f, &have) ? rt_errf(why, whylen, "cannot read %s", path) : 0;
+    for (const char *l = want; !rc && *l; l = strchr(l, '\n') + 1) {
+        rc = compare_line(l, have, why, whylen);
+        if (!strchr(l, '\n'))
+            break;
+    }
+    free(have);
+    free(path);
+    return rc;
 }
 
 /* Renames DIR/file.next over DIR/file; a missing file.next is fine unless
@@ -265,7 +366,8 @@ static int rename_next(const char *dir, const char *file, int needed, char *err,
  * own, steps.txt.next last. */
 static int apply_staged(const char *dir, const rt_program *p, char *err, size_t errlen)
 {
-    if (rename_next(dir, ORDER_FILE, 0, err, errlen))
+    if (rename_next(dir, ORDER_FILE, 0, err, errlen) ||
+        rename_next(dir, HPARAMS_FILE, 0, err, errlen))
         return -1;
     for (int32_t k = 0; k < p->ninputs; k++) {
         if (p->inputs[k].role == RT_ROLE_INPUT)
@@ -300,7 +402,9 @@ int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *value
     /* A save that an earlier run left half applied goes first. */
     if (staged(dir) && apply_staged(dir, p, err, errlen))
         return -1;
-    if (stage_text(dir, ORDER_FILE, record, strlen(record), err, errlen))
+    const char *hp = p->hparams ? p->hparams : "";
+    if (stage_text(dir, ORDER_FILE, record, strlen(record), err, errlen) ||
+        stage_text(dir, HPARAMS_FILE, hp, strlen(hp), err, errlen))
         return -1;
     for (int32_t k = 0; k < p->ninputs; k++) {
         if (p->inputs[k].role == RT_ROLE_INPUT)

@@ -6,7 +6,8 @@
  *        [--profile] [--trace FILE.json] [--bind-to core|none] [--help]
  *   and for a program that trains (train.c):
  *        [--steps N] [--data NAME=file.npy ...] [--seed S] [--log-every K]
- *        [--metrics FILE.jsonl] [--save DIR [--save-every K]] [--resume DIR]
+ *        [--metrics FILE.jsonl] [--save DIR [--save-every K]]
+ *        [--resume DIR [--resume-mismatch=ok]]
  *   and for a decode program (generate.c):
  *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--seed S]
  *        [--generated FILE.npy]
@@ -78,6 +79,7 @@ static int parse_count(const char *flag, const char *val, int64_t max, int64_t *
 static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
+    "--resume-mismatch",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
     "--prompt-cached",
 };
@@ -103,6 +105,14 @@ static int parse_training_flag(const char *flag, char *val, rt_options *o, char 
         return parse_count(flag, val, MAX_STEPS, &o->log_every, err, errlen);
     if (!strcmp(flag, "--save-every"))
         return parse_count(flag, val, MAX_STEPS, &o->save_every, err, errlen);
+    if (!strcmp(flag, "--resume-mismatch")) {
+        if (strcmp(val, "ok") && strcmp(val, "refuse"))
+            return rt_errf(err, errlen, "--resume-mismatch takes ok (resume from a checkpoint "
+                           "saved with other hyperparameters, with a warning) or refuse (the "
+                           "default), not '%s'", val);
+        o->resume_mismatch_ok = !strcmp(val, "ok");
+        return 0;
+    }
     if (!strcmp(flag, "--seed")) {
         if (rt_parse_count(flag, val, 0, UINT64_MAX, &o->shuffle_seed, err, errlen))
             return -1;
@@ -127,7 +137,8 @@ const char *rt_training_flag(const rt_options *o)
     /* --seed also seeds --generate's sampling. */
     return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle && !o->generate ? "--seed"
            : o->log_every ? "--log-every" : o->metrics ? "--metrics" : o->save ? "--save"
-           : o->save_every ? "--save-every" : o->resume ? "--resume" : NULL;
+           : o->save_every ? "--save-every" : o->resume ? "--resume"
+           : o->resume_mismatch_ok ? "--resume-mismatch" : NULL;
 }
 
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen)
@@ -268,7 +279,10 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          DIR/steps.txt (the step count)\n"
             "  --save-every K          also save after every step that is a multiple of K\n"
             "  --resume DIR            start from the params, states and step count in DIR;\n"
-            "                          needs the --seed and --data set DIR was trained with\n"
+            "                          needs the --seed and --data set DIR was trained with,\n"
+            "                          and the same optimizers and hyperparameters\n"
+            "  --resume-mismatch=ok    resume also when DIR's hyperparameters differ from the\n"
+            "                          program's (a warning names the first); default: refuse\n"
             "  --output NAME=file.npy  may also name a param or state: its final value\n"
             "  --check                 also compares every step's loss and the final params\n"
             "                          and states with the reference's\n"

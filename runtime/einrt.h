@@ -212,6 +212,11 @@ typedef struct rt_program {
     int32_t loss_output;
     int32_t trains;
     const int64_t *op_name_offsets;    /* nops byte offsets into op_names (ABI version 2) */
+    /* Training: one line per optimized param, "W adamw lr=0.001 beta1=0.9
+     * ...\n" (every hyperparameter, given or the default), which --save
+     * records and --resume compares (checkpoint.c); NULL or "" when the
+     * program records none.  Appended after ABI version 2 without a bump. */
+    const char *hparams;
 } rt_program;
 
 /* The name of op `op` of `p` (see op_names), or `fallback` when the

@@ -510,8 +510,8 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
  * of memory. */
 char *rt_checkpoint_file(const char *dir, const char *name);
 /* The files of a checkpoint of `p` in DIR, as --save writes them and
- * --resume reads them: DIR/steps.txt, DIR/data.txt, DIR/NAME.npy for every
- * param and state (the staged FILE.next aside).  *files is a malloc'd
+ * --resume reads them: DIR/steps.txt, DIR/data.txt, DIR/hparams.txt,
+ * DIR/NAME.npy for every param and state (the staged FILE.next aside).  *files is a malloc'd
  * array of *n malloc'd paths, freed by the caller (also on failure);
  * -1 when out of memory. */
 int rt_checkpoint_files(const char *dir, const rt_program *p, char ***files, int *n);
@@ -530,8 +530,16 @@ int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t 
  * cannot be read. */
 int rt_checkpoint_read_record(const char *dir, char **text, char **path, char *err,
                               size_t errlen);
+/* --resume: compares the hyperparameters recorded in checkpoint DIR
+ * (hparams.txt, or its staged .next) with p->hparams, every optimized
+ * param of the program against the checkpoint's line for it.  0 when they
+ * agree; 1 and the first difference in `why` (naming the param, the
+ * hyperparameter and both values); 2 when DIR has no record (saved by an
+ * einc from before hyperparameters were recorded); -1 and a message when
+ * it cannot be read. */
+int rt_checkpoint_check_hparams(const char *dir, const rt_program *p, char *why, size_t whylen);
 /* Writes checkpoint DIR after `steps` steps: stages data.txt from `record`
- * (rt_data_record), NAME.npy for every param and state k of `p` from
+ * (rt_data_record), hparams.txt from p->hparams, NAME.npy for every param and state k of `p` from
  * values[k] (its global array) and the step file as FILE.next, each
  * atomically, then renames them into place, the step file last (first
  * finishing a save an earlier run left half applied).  -1 and a message on
@@ -577,6 +585,8 @@ typedef struct rt_options {
     const char *save;            /* --save DIR, or NULL */
     int64_t save_every;          /* --save-every K; 0 if not given (only after the last step) */
     const char *resume;          /* --resume DIR, or NULL */
+    int resume_mismatch_ok;      /* --resume-mismatch=ok: resume from a checkpoint whose
+                                    hyperparameters differ (a warning), not refuse */
     /* Generation (generate.c; a decode program).  Strings point into argv. */
     int64_t generate;            /* --generate N: tokens per sequence; 0 if not given */
     const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
@@ -658,6 +668,9 @@ typedef struct rt_train {
                                     output); malloc'd, owned */
     void **final;                /* root: per input, the global array of a param or state (the
                                     last one gathered), else NULL; malloc'd, owned */
+    int32_t skip_output;         /* index of the output `opt.skipped` (1 when a step's
+                                    gradients held NaN or Inf and it was not applied), or -1 */
+    int64_t skipped;             /* root: steps of this run skipped so far */
 } rt_train;
 
 /* What a job of --generate does besides running (generate.c): which

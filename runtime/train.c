@@ -25,6 +25,11 @@
  * place their blocks straight into the root's arrays) and device 0 writes
  * it; a failure there, as anywhere in a device, ends the whole job with a
  * message (rt_fatal), never a hang.
+ *
+ * A program compiled with skip_nonfinite=true has the scalar output
+ * `opt.skipped`, 1 after a step whose gradients held NaN or Inf: the step
+ * kept its params and state (the compiled update selects the old values),
+ * and device 0 warns, marks the metrics line and counts it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -110,6 +115,32 @@ static int check_order(const char *dir, const rt_train *tr, char *err, size_t er
     free(text);
     free(path);
     return rc;
+}
+
+/* --resume DIR: refuses a checkpoint saved with other optimizers or
+ * hyperparameters than the program's (a schedule resumed with another
+ * peak lr, say, is silently another run), unless --resume-mismatch=ok,
+ * which resumes with the program's and says what differs.  The root
+ * alone speaks: every rank reads the same record. */
+static int check_hparams(const rt_job *job, char *err, size_t errlen)
+{
+    const char *dir = job->opt->resume;
+    char why[900];
+    int rc = rt_checkpoint_check_hparams(dir, job->prog, why, sizeof why);
+    if (rc < 0)
+        return rt_errf(err, errlen, "--resume %s: %s", dir, why);
+    if (rc == 2 && job->rank == 0)
+        fprintf(stderr, "warning: --resume %s records no hyperparameters (saved by an older "
+                "einc executable); resuming with the program's\n", dir);
+    if (rc != 1)
+        return 0;
+    if (!job->opt->resume_mismatch_ok)
+        return rt_errf(err, errlen, "--resume %s: %s; resume with another optimizer setting "
+                       "only on purpose: --resume-mismatch=ok", dir, why);
+    if (job->rank == 0)
+        fprintf(stderr, "warning: --resume %s: %s; resuming with the program's "
+                "(--resume-mismatch=ok)\n", dir, why);
+    return 0;
 }
 
 /* The bytes at the start of metrics stream `f` that a run resumed after
@@ -206,6 +237,7 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
     tr->save_every = o->save_every;
     tr->metrics_path = o->metrics;
     tr->keep_final = o->check || outputs_a_param(p, o);
+    tr->skip_output = rt_find_tensor(p->outputs, p->noutputs, "opt.skipped");
     ds->shuffle = o->shuffle;
     ds->seed = o->shuffle_seed;
     if (o->save_every && !o->save)
@@ -229,6 +261,10 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
         return -1;
     if (o->resume && check_order(o->resume, tr, err, errlen))
         return -1;
+    if (o->resume_mismatch_ok && !o->resume)
+        return rt_errf(err, errlen, "--resume-mismatch=ok goes with --resume DIR");
+    if (o->resume && check_hparams(job, err, errlen))
+        return -1;
     if (job->rank != 0)
         return 0;
     if (o->save && rt_checkpoint_prepare(o->save, p, err, errlen))
@@ -248,6 +284,7 @@ int rt_train_for_reference(rt_train *rtr, const rt_train *tr, const rt_program *
     rtr->reference = 1;
     rtr->log_every = 1;
     rtr->keep_final = 1;
+    rtr->skip_output = rt_find_tensor(ref->outputs, ref->noutputs, "opt.skipped");
     rtr->data_file = malloc((size_t)(ref->ninputs + 1) * sizeof *rtr->data_file);
     if (!rtr->data_file)
         return rt_errf(err, errlen, "out of memory");
@@ -351,7 +388,8 @@ static void json_number(FILE *f, const char *fmt, double v)
 
 /* Device 0 after step `s`: the step line (every log_every-th step and the
  * last) and the metrics line. */
-static void report_step(rt_device *dev, const rt_job *job, int64_t s, double secs, double loss)
+static void report_step(rt_device *dev, const rt_job *job, int64_t s, double secs, double loss,
+                        int skipped)
 {
     const rt_program *p = job->prog;
     const rt_train *tr = job->train;
@@ -372,6 +410,8 @@ static void report_step(rt_device *dev, const rt_job *job, int64_t s, double sec
     json_number(tr->metrics, loss_fmt, has_loss ? loss : NAN);
     fprintf(tr->metrics, ", \"seconds\": %.9g, \"samples_per_s\": ", secs);
     json_number(tr->metrics, "%.9g", tr->data->nfiles ? (double)tr->data->batch / secs : NAN);
+    if (tr->skip_output >= 0)
+        fprintf(tr->metrics, ", \"skipped\": %s", skipped ? "true" : "false");
     fputs("}\n", tr->metrics);
     if (fflush(tr->metrics) != 0 || ferror(tr->metrics))
         rt_fatal(dev, "--metrics %s: cannot write it: %s", tr->metrics_path, strerror(errno));
@@ -400,8 +440,15 @@ void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *
                               : NAN;
             job->times[r] = secs;
             tr->losses[r] = loss;
+            int skipped = tr->skip_output >= 0 &&
+                          rt_element(p->outputs[tr->skip_output].dtype, out[tr->skip_output], 0) != 0;
+            if (skipped && !tr->reference) {
+                tr->skipped++;
+                fprintf(stderr, "warning: step %lld: the gradients hold NaN or Inf; the step is "
+                        "skipped (params and optimizer state unchanged)\n", (long long)s);
+            }
             if (!tr->reference)
-                report_step(dev, job, s, secs, loss);
+                report_step(dev, job, s, secs, loss, skipped);
         }
         if (tr->save_dir && (s == tr->total || (tr->save_every && s % tr->save_every == 0)))
             save(dev, job, in, s, all);
@@ -426,6 +473,9 @@ void rt_train_summary(FILE *f, const rt_job *job)
                 (long long)tr->data->batch);
     else
         fputs(" (", f);
-    fprintf(f, "%s backend, %lld devices)\n", job->launcher->name,
+    fprintf(f, "%s backend, %lld devices)", job->launcher->name,
             (long long)rt_mesh_size(job->prog));
+    if (tr->skip_output >= 0)
+        fprintf(f, "; %lld skipped (NaN or Inf gradients)", (long long)tr->skipped);
+    fputs("\n", f);
 }

@@ -819,7 +819,8 @@ static void test_train_errors(void)
                 "                    ^\n");
     /* an unknown hyperparameter */
     EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, beta=0.9)\n",
-                "t.ein:6:29: error: sgd has no hyperparameter 'beta' (it has lr, momentum, weight_decay)\n"
+                "t.ein:6:29: error: sgd has no hyperparameter 'beta' (it has lr, momentum, weight_decay, "
+                "warmup_steps, decay, decay_steps, min_lr, clip_norm, skip_nonfinite)\n"
                 "    optimize W with sgd(lr=0.1, beta=0.9)\n"
                 "                                ^\n");
     /* a missing learning rate */
@@ -861,6 +862,60 @@ static void test_train_errors(void)
                 "t.ein:7:1: error: 'loss' lines are written outside 'repeat' blocks\n"
                 "    loss S\n"
                 "    ^\n");
+}
+
+/* Learning-rate schedules and clipping: each bad value located at itself. */
+static void test_schedule_errors(void)
+{
+    /* a fractional step count */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(lr=0.1, warmup_steps=2.5)\n",
+                "t.ein:6:44: error: warmup_steps=2.5: warmup_steps is a whole number of steps\n"
+                "    optimize W with adamw(lr=0.1, warmup_steps=2.5)\n"
+                "                                               ^\n");
+    /* an unknown decay */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(lr=0.1, decay=linear)\n",
+                "t.ein:6:37: error: decay=linear: decay is constant or cosine\n"
+                "    optimize W with adamw(lr=0.1, decay=linear)\n"
+                "                                        ^\n");
+    /* a cosine without its length */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(lr=0.1, decay=cosine)\n",
+                "t.ein:6:31: error: decay=cosine needs decay_steps=N, the step where the lr reaches min_lr (warmup included)\n"
+                "    optimize W with adamw(lr=0.1, decay=cosine)\n"
+                "                                  ^\n");
+    /* a cosine no longer than the warmup */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, warmup_steps=5, decay=cosine, decay_steps=5)\n",
+                "t.ein:6:71: error: decay_steps=5 must exceed warmup_steps=5: the cosine runs from the end of the warmup to step decay_steps\n"
+                "    optimize W with sgd(lr=0.1, warmup_steps=5, decay=cosine, decay_steps=5)\n"
+                "                                                                          ^\n");
+    /* a floor above the peak */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(lr=0.1, decay=cosine, decay_steps=10, min_lr=0.5)\n",
+                "t.ein:6:68: error: min_lr=0.5 exceeds lr=0.1: the cosine decays from lr down to min_lr\n"
+                "    optimize W with adamw(lr=0.1, decay=cosine, decay_steps=10, min_lr=0.5)\n"
+                "                                                                       ^\n");
+    /* a clip of zero */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, clip_norm=0)\n",
+                "t.ein:6:39: error: clip_norm=0 is out of range: clip_norm takes a value in (0, inf)\n"
+                "    optimize W with sgd(lr=0.1, clip_norm=0)\n"
+                "                                          ^\n");
+    /* a name for a number */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=cosine)\n",
+                "t.ein:6:24: error: lr=cosine: lr takes a number\n"
+                "    optimize W with sgd(lr=cosine)\n"
+                "                           ^\n");
+    /* a cosine's length without the cosine */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(decay_steps=100)\n",
+                "t.ein:6:23: error: decay_steps is a parameter of the cosine decay: give decay=cosine too, or leave it out\n"
+                "    optimize W with adamw(decay_steps=100)\n"
+                "                          ^\n");
+}
+
+/* skip_nonfinite takes false or true, located at the value. */
+static void test_skip_errors(void)
+{
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(skip_nonfinite=yes)\n",
+                "t.ein:6:38: error: skip_nonfinite=yes: skip_nonfinite is false or true\n"
+                "    optimize W with adamw(skip_nonfinite=yes)\n"
+                "                                         ^\n");
 }
 
 /* A param the loss does not reach compiles, with a warning at its name. */
@@ -942,6 +997,8 @@ void einc_register_tests(void)
         {"grad misuses", test_grad_errors},
         {"repeated blocks", test_repeat_errors},
         {"loss and optimize misuses", test_train_errors},
+        {"lr schedule and clipping errors", test_schedule_errors},
+        {"skip_nonfinite errors", test_skip_errors},
         {"a param the loss does not reach", test_train_warning},
         {"a nonlinear function of a product", test_product_in_call_warning},
     };

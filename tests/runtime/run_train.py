@@ -248,7 +248,8 @@ def check_resume(launch, resume_launch, f, tag, full, exact=True):
         with open(os.path.join(ck, "steps.txt")) as fh:
             if fh.read() != "%d\n" % k:
                 fail("%s: steps.txt does not hold %d" % (tag, k))
-        if sorted(os.listdir(ck)) != ["W.mom.npy", "W.npy", "data.txt", "step.npy", "steps.txt"]:
+        if sorted(os.listdir(ck)) != ["W.mom.npy", "W.npy", "data.txt", "hparams.txt", "step.npy",
+                                   "steps.txt"]:
             fail("%s: checkpoint holds %s" % (tag, sorted(os.listdir(ck))))
         check_record(ck, f, tag, k, 5)
         metrics = os.path.join(f.tmp, "%s_resumed%d.jsonl" % (tag, k))
