@@ -21,8 +21,12 @@
  *
  *   AllToAll (seed 001): T = V * max|X_i| / (4 N W_ici) where V is the bytes
  *   the N devices of the group hold together; per device that is
- *   local_bytes * max|X_i| / (4 W_ici).  On a line the bisection is one link
- *   instead of two, so an axis without wraparound counts as 2|X|.
+ *   local_bytes * max|X_i| / (4 W_ici).  On a line, timed as the one-way
+ *   ring like the AllGather, the shard for the k-th device away travels k
+ *   hops, so each link carries (|X| - 1) local / 2 bytes: half of the
+ *   one-way AllGather, (|X| - 1) local / (2 W_1way) (seed 001 question 10:
+ *   "on a unidirectional ring AllToAll costs half an AllGather").  The
+ *   axis then counts as 2 (|X| - 1) W_ici / W_1way in max|X_i|.
  *
  * Axes of size 1 move nothing and are skipped; a collective over no real
  * axis costs 0 and is reported as latency-bound with crossover 0.
@@ -115,7 +119,10 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
         if (h == 0)
             continue;
         hops += h;
-        double eff = (wraps ? 1 : 2) * (double)sizes[i];
+        /* A line: half of its one-way AllGather (seed 001 question 10),
+         * (|X| - 1) local / (2 W_1way), written as local * eff / (4 W). */
+        double x = (double)sizes[i];
+        double eff = wraps ? x : 2 * (x - 1) * hw->ici_bidi_bw / hw->ici_oneway_bw;
         maxeff = fmax(maxeff, eff);
     }
     /* T_bw = local * maxeff / (4 W): an effective bandwidth 4 W / maxeff. */
