@@ -8,8 +8,8 @@
  *        [--steps N] [--data NAME=file.npy ...] [--seed S] [--log-every K]
  *        [--metrics FILE.jsonl] [--save DIR [--save-every K]] [--resume DIR]
  *   and for a decode program (generate.c):
- *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--seed S]
- *        [--generated FILE.npy]
+ *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--top-k K]
+ *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.  Every number is read by
@@ -79,7 +79,7 @@ static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
-    "--prompt-cached",
+    "--prompt-cached", "--top-k", "--top-p", "--stop-token",
 };
 
 static int takes_value(const char *flag)
@@ -217,6 +217,7 @@ void rt_free_options(rt_options *o)
     free(o->inputs);
     free(o->outputs);
     free(o->data);
+    free(o->stop);
     memset(o, 0, sizeof *o);
 }
 
@@ -275,13 +276,19 @@ void rt_print_help(FILE *f, const char *argv0)
             "States not given by --input or --resume start at zero.\n"
             "\n"
             "Generation (a decode program: one i32 input [B] of tokens, one i32 scalar input\n"
-            "of the position, a replicated output Logits[B, V] or i32 Next[B]):\n"
+            "of the position, a replicated output Logits[B, V] or [B, 1, V], or i32 Next[B];\n"
+            "docs/generation.md):\n"
             "  --generate N            feed the prompt, then generate N tokens per sequence,\n"
             "                          one run per position; print them, the time to first\n"
             "                          token, the time per output token and tokens/s\n"
             "  --prompt-ids FILE.npy   the prompt, i32 [B, T]\n"
             "  --temperature T         sample from softmax(logits / T) (default 0: greedy)\n"
-            "  --seed S                the sampling's seed (default 0)\n"
+            "  --top-k K               sample among the K most likely tokens (1 <= K <= V)\n"
+            "  --top-p P               sample among the fewest most likely tokens whose\n"
+            "                          probability is at least P (0 < P <= 1)\n"
+            "  --seed S                the sampling's seed (default 0): same seed, same tokens\n"
+            "  --stop-token ID[,ID]    a sequence ends at any of these ids (repeatable); later\n"
+            "                          places are -1, and the loop ends when all have ended\n"
             "  --generated FILE.npy    write the prompt and the tokens, i32 [B, T + N]\n"
             "  --prompt-cached P       the caches given with --input already hold the first P\n"
             "                          prompt tokens (a prefill run's --output): start at P\n"

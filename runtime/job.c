@@ -412,10 +412,12 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (o->generate && (p->trains || o->repeat_given))
         return rt_errf(err, errlen, "--generate: %s", p->trains ? "this program trains"
                        : "each generated token is one run; --repeat does not apply");
-    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached))
+    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached ||
+                         o->top_k || o->top_p_given || o->nstop))
         return rt_errf(err, errlen, "%s needs --generate N",
                        o->prompt_ids ? "--prompt-ids" : o->generated ? "--generated"
-                       : o->prompt_cached ? "--prompt-cached" : "--temperature");
+                       : o->prompt_cached ? "--prompt-cached" : o->top_k ? "--top-k"
+                       : o->top_p_given ? "--top-p" : o->nstop ? "--stop-token" : "--temperature");
     return 0;
 }
 

@@ -581,6 +581,13 @@ typedef struct rt_options {
     int64_t generate;            /* --generate N: tokens per sequence; 0 if not given */
     const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
     double temperature;          /* --temperature T: 0 (greedy) unless given */
+    int64_t top_k;               /* --top-k K: sample among the K most likely tokens; 0 if not
+                                    given (all) */
+    double top_p;                /* --top-p P in (0, 1]: sample from the nucleus of mass P; 1
+                                    unless given */
+    int top_p_given;             /* 1 if --top-p was given (1 is a valid value) */
+    int32_t *stop;               /* --stop-token ids, malloc'd; NULL if none */
+    int nstop;                   /* entries in stop */
     const char *generated;       /* --generated FILE.npy, or NULL */
     int64_t prompt_cached;       /* --prompt-cached P: prompt tokens already in the states; 0 if
                                     not given */
@@ -660,14 +667,31 @@ typedef struct rt_train {
                                     last one gathered), else NULL; malloc'd, owned */
 } rt_train;
 
+/* How --generate chooses each token from a row of logits (sample.c's
+ * essay gives the rule). */
+typedef struct rt_sampling {
+    double temperature;          /* T > 0 samples from softmax(logits / T); 0: greedy */
+    int64_t top_k;               /* sample among the top_k most likely tokens; 0: all */
+    double top_p;                /* then among the fewest most likely of mass >= top_p, in (0, 1] */
+    uint64_t seed;               /* --seed S: the uniform draws' seed */
+} rt_sampling;
+
+/* One token of a row being sampled: its logit (then its running weight)
+ * and its index in the vocabulary. */
+typedef struct rt_sample_entry {
+    double value;                /* the logit, then the running sum c_i of the weights */
+    int64_t index;               /* the token */
+} rt_sample_entry;
+
 /* What a job of --generate does besides running (generate.c): which
  * inputs it feeds and which output it reads, the tokens and the time of
  * each step.  Shared by the devices of a process; the root's arrays are
  * written by device 0 only. */
 typedef struct rt_generate {
     int64_t n;                   /* --generate N */
-    double temperature;          /* 0: greedy */
-    uint64_t seed;               /* --seed S of the sampling */
+    rt_sampling sampling;        /* how each token is chosen from the logits (sample.c) */
+    const int32_t *stop;         /* --stop-token ids (the options' array, not owned) */
+    int nstop;                   /* entries in stop */
     int32_t tokens, position;    /* input indices: the tokens [B] (i32) and the position (i32 scalar) */
     int32_t next;                /* output index of the next tokens [B] (i32), -1: from the logits */
     int32_t logits;              /* output index of the logits [B, V], -1 if none */
@@ -675,6 +699,8 @@ typedef struct rt_generate {
     int64_t prompt_len;          /* T0, tokens per sequence of --prompt-ids */
     int64_t first;               /* the first step run: --prompt-cached P, else 0 */
     int64_t steps;               /* the last step + 1: T0 + N - 1; runs: steps - first */
+    int64_t ran;                 /* root, after the run: the steps run (steps - first unless
+                                    every sequence reached a stop token earlier) */
     int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
                                     run); malloc'd, owned.  Step s's time is
                                     job->times[s - first]. */
@@ -728,17 +754,33 @@ int rt_check_input_files(rt_job *job, char *err, size_t errlen);
  * comparison line per output (and loss, param, state); 0 if all are finite
  * and within tolerance, else -1 with messages on stderr. */
 int rt_run_check(const rt_job *job);
-/* ---- generation (generate.c) ---- */
+/* ---- generation (generate.c, sample.c) ---- */
+
+/* The uniform number in [0, 1) that sequence `seq` draws at step `step`
+ * (a multiple of 2^-53): splitmix64 of the seed and a counter, so every
+ * device, backend and the reference draw the same number. */
+double rt_sample_uniform(uint64_t seed, int64_t step, int64_t seq);
+/* The token chosen from `row` (vocab elements of dtype `dtype`, any
+ * floating dtype) by sampling settings `s` and the uniform number u in
+ * [0, 1): sample.c's rule (greedy when s->temperature is 0).  `work` is
+ * caller-owned scratch of vocab entries, overwritten.  vocab >= 1,
+ * 0 <= s->top_k, 0 < s->top_p <= 1; no errors. */
+int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int64_t vocab,
+                      double u, rt_sample_entry *work);
 
 /* Parses a generation flag (--generate, --prompt-ids, --temperature,
- * --generated); 1 if `flag` is none of them, -1 and a message on a bad
- * value. */
+ * --top-k, --top-p, --stop-token, --generated, --prompt-cached) into `o`
+ * (--stop-token's ids into the malloc'd o->stop, freed by
+ * rt_free_options); 1 if `flag` is none of them, -1 and a message on a
+ * bad value (the checks that need the program are rt_generate_prepare's). */
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen);
 /* Before the run, on every process, with --generate: finds the tokens,
  * position, next-token or logits tensors (a message if the program has
- * none or several, or they are sharded), reads --prompt-ids into g->ids,
- * and sets job->gen = g and job->repeat = the steps.  -1 and a message. */
+ * none or several, or they are sharded), checks --top-k and --stop-token
+ * against the vocabulary and the prompt and N against the cache length,
+ * reads --prompt-ids into g->ids, and sets job->gen = g and job->repeat =
+ * the steps.  -1 and a message. */
 int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
 /* The same generation for --check's reference job `rj` (program `ref`):
  * the tensors by name, the prompt from `g`.  -1 and a message. */
