@@ -1,7 +1,7 @@
 /*
  * cli.c - the command line of an einc executable.
  *
- *   prog --input NAME=file.npy ... --output NAME=file.npy ...
+ *   prog --input NAME=file.npy ... --output NAME=file.npy ... [--params DIR]
  *        [--random-inputs SEED] [--check] [--repeat N] [--info] [--stats]
  *        [--profile] [--trace FILE.json] [--bind-to core|none] [--help]
  *   and for a program that trains (train.c):
@@ -79,7 +79,7 @@ static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
-    "--prompt-cached", "--top-k", "--top-p", "--stop-token",
+    "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
 };
 
 static int takes_value(const char *flag)
@@ -194,6 +194,10 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             if (!*val)
                 return rt_errf(err, errlen, "--trace needs a file name");
             o->trace = val;
+        } else if (!strcmp(flag, "--params")) {
+            if (!*val)
+                return rt_errf(err, errlen, "--params needs a directory name");
+            o->params = val;
         } else if (!strcmp(flag, "--profile")) {
             o->profile = 1;
         } else if (!strcmp(flag, "--bind-to")) {
@@ -230,6 +234,8 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --input NAME=file.npy   value of input or param NAME (global shape, C order;\n"
             "                          '<f4' for f32 and bf16, '<f8' for f64)\n"
             "  --output NAME=file.npy  write output NAME (written atomically)\n"
+            "  --params DIR            every param from DIR/NAME.npy, a checkpoint that --save\n"
+            "                          wrote (names, dtypes and shapes are checked)\n"
             "  --random-inputs SEED    inputs and params without a file are uniform in [-1, 1),\n"
             "                          reproducible from SEED, the name and the element index\n"
             "  --check                 also run the unsharded reference program and compare\n"

@@ -210,7 +210,7 @@ static int check_missing(const rt_job *job, char *err, size_t errlen)
             continue;
         if (t->role == RT_ROLE_PARAM)
             return rt_errf(err, errlen, "missing --input %s=FILE.npy for param '%s' (or use "
-                           "--random-inputs SEED%s)", t->name, t->name,
+                           "--random-inputs SEED, --params DIR%s)", t->name, t->name,
                            p->trains ? ", or --resume DIR" : "");
         return rt_errf(err, errlen, "missing --input %s=FILE.npy for input '%s' (or use %s"
                        "--random-inputs SEED)", t->name, t->name,
@@ -292,6 +292,9 @@ void rt_job_release(rt_job *job)
         for (int32_t k = 0; k < job->prog->ninputs; k++)
             free(job->state_out[k]);
     free(job->state_out);
+    for (int32_t k = 0; job->param_paths && k < job->prog->ninputs; k++)
+        free(job->param_paths[k]);
+    free(job->param_paths);
     free(job->in_paths);
     free(job->in_headers);
     free(job->times);
@@ -491,6 +494,7 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     rt_generate gen;
     memset(&gen, 0, sizeof gen);
     int ok = resolve_names(&job, err, sizeof err) == 0 &&
+             rt_params_resolve(&job, err, sizeof err) == 0 &&
              rt_check_paths(&opt, prog, err, sizeof err) == 0 &&
              (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
              (!opt.generate || rt_generate_prepare(&job, &gen, err, sizeof err) == 0) &&

@@ -504,6 +504,14 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
 
 /* ---- checkpoints of --save and --resume (checkpoint.c) ---- */
 
+/* Before the run, with --params DIR (params.c): points job->in_paths of
+ * every param at its file in checkpoint DIR (job->param_paths owns them).
+ * -1 and a message if DIR is not a checkpoint, lacks a param's file (the
+ * message lists what it holds), a param is also given by --input, the
+ * program has no params, or --resume is given too.  Dtypes and shapes are
+ * checked later with every input file's (rt_check_input_files). */
+int rt_params_resolve(rt_job *job, char *err, size_t errlen);
+
 /* The file --resume reads param or state NAME of checkpoint DIR from:
  * DIR/NAME.npy, or DIR/NAME.npy.next while a save staged in DIR is being
  * applied (checkpoint.c); malloc'd (the caller frees it), NULL when out
@@ -524,6 +532,10 @@ int rt_checkpoint_prepare(const char *dir, const rt_program *p, char *err, size_
  * DIR is not a directory or has no valid step file (never saved, or its
  * first save was interrupted). */
 int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen);
+/* The same for the flag `flag` ("--params"), which starts its messages
+ * (rt_checkpoint_read_steps's is "--resume"). */
+int rt_checkpoint_steps(const char *flag, const char *dir, int64_t *steps, char *err,
+                        size_t errlen);
 /* Reads DIR/data.txt (or its staged data.txt.next, as for the step
  * count), the record of the data order, into *text (malloc'd) and its
  * path into *path (malloc'd, for messages); -1 and a message when it
@@ -566,6 +578,8 @@ typedef struct rt_options {
     int profile;                 /* --profile */
     int bind;                    /* --bind-to: an rt_bind (RT_BIND_CORE by default) */
     const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
+    const char *params;          /* --params DIR: every param from this checkpoint, or NULL
+                                    (points into argv) */
     /* Training (train.c; only for a program that trains).  Strings point into argv. */
     rt_named_path *data;         /* --data pairs, malloc'd */
     int ndata;                   /* entries in data */
@@ -714,6 +728,8 @@ struct rt_job {
     int rank;                    /* this process (0 = root) */
     int nranks;                  /* processes */
     const char **in_paths;       /* per input: file or NULL (random), owned */
+    char **param_paths;          /* --params: per input, the malloc'd path of a param's file in
+                                    the checkpoint (also in in_paths), else NULL; owned */
     rt_npy_header *in_headers;   /* per input: checked header, owned */
     void **global_out;           /* per output: global array on the root, owned */
     void **state_out;            /* a program that does not train: per input, the root's global
