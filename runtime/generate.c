@@ -134,8 +134,8 @@ static int check_stop_tokens(const rt_program *p, const rt_generate *g, char *er
     int64_t bound = g->vocab > 0 ? g->vocab : p->inputs[g->tokens].index_bound;
     for (int i = 0; i < g->nstop; i++)
         if (bound > 0 && g->stop[i] >= bound)
-            return rt_errf(err, errlen, "--stop-token %d: the vocabulary has %lld tokens (%s '%s'): "
-                           "ids are from 0 to %lld", g->stop[i], (long long)bound,
+            return rt_errf(err, errlen, "--stop-token %d: the vocabulary has %lld tokens (%s "
+                           "'%s'): ids are from 0 to %lld", g->stop[i], (long long)bound,
                            g->vocab > 0 ? "logits" : "token input",
                            g->vocab > 0 ? p->outputs[g->logits].name : p->inputs[g->tokens].name,
                            (long long)bound - 1);
@@ -297,10 +297,9 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
             } else {
                 const rt_tensor_desc *l = &p->outputs[g->logits];
                 const char *logits = out[g->logits];
-                row[s + 1] = rt_sample_row(&g->sampling, l->dtype,
-                                           logits + (size_t)(b * g->vocab) * rt_dtype_size(l->dtype),
-                                           g->vocab, rt_sample_uniform(g->sampling.seed, s, b),
-                                           work);
+                size_t at = (size_t)(b * g->vocab) * rt_dtype_size(l->dtype);
+                row[s + 1] = rt_sample_row(&g->sampling, l->dtype, logits + at, g->vocab,
+                                           rt_sample_uniform(g->sampling.seed, s, b), work);
             }
             live += !is_stop(g, row[s + 1]);
         }
@@ -345,8 +344,8 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
         snprintf(cached, sizeof cached, ", %lld of them cached", (long long)g->first);
     if (g->nstop > 0)
         snprintf(stops, sizeof stops, ", %lld ended at a stop token", (long long)ended);
-    fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens%s, %s%s): time to "
-               "first token %.3f ms", (long long)made, (long long)g->batch,
+    fprintf(f, "generated %lld token%s for %lld sequences (prompt %lld tokens%s, %s%s): time to "
+               "first token %.3f ms", (long long)made, made == 1 ? "" : "s", (long long)g->batch,
             (long long)g->prompt_len, cached, g->sampling.temperature > 0 ? "sampled" : "greedy",
             stops, 1e3 * prefill);
     if (made > 1)
