@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 /* Appends NAME=path from `arg` to list; -1 on bad syntax. */

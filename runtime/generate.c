@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 /* The index of the one tensor of ts[0..n) that `match` accepts, -1 if there

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 static int64_t bytes_of(const rt_tensor_desc *t, const int64_t *shape)

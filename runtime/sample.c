@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 double rt_sample_uniform(uint64_t seed, int64_t step, int64_t seq)

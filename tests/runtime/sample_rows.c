@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 int main(int argc, char **argv)

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "cunit_main.h"
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 /* rt_sample_row on an f64 row of V <= 8 with settings (t, k, p). */
