@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 /* Relative-error tolerance of --check: --check-tol, else per dtype. */

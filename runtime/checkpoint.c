@@ -178,13 +178,14 @@ static FILE *open_record(const char *path, char *why, size_t whylen)
     return f;
 }
 
-int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen)
+int rt_checkpoint_steps(const char *flag, const char *dir, int64_t *steps, char *err,
+                        size_t errlen)
 {
     struct stat st;
     if (stat(dir, &st) != 0)
-        return rt_errf(err, errlen, "--resume %s: %s", dir, strerror(errno));
+        return rt_errf(err, errlen, "%s %s: %s", flag, dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return rt_errf(err, errlen, "--resume %s is not a directory (a checkpoint of --save)",
+        return rt_errf(err, errlen, "%s %s is not a directory (a checkpoint of --save)", flag,
                        dir);
     char *path = current(dir, STEPS_FILE);
     if (!path)
@@ -192,8 +193,8 @@ int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t 
     char why[512];
     FILE *f = open_record(path, why, sizeof why);
     if (!f) {
-        int rc = rt_errf(err, errlen, "--resume %s: %s; a directory written by --save has it "
-                         "unless its first save was interrupted", dir, why);
+        int rc = rt_errf(err, errlen, "%s %s: %s; a directory written by --save has it "
+                         "unless its first save was interrupted", flag, dir, why);
         free(path);
         return rc;
     }
@@ -206,12 +207,17 @@ int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t 
     long long v = strtoll(buf, &end, 10);
     int bad = end == buf || errno || v < 0 || buf[0] == '-' || buf[0] == '+' ||
               (*end && strcmp(end, "\n"));
-    int rc = bad ? rt_errf(err, errlen, "--resume %s: %s does not hold a step count", dir, path)
+    int rc = bad ? rt_errf(err, errlen, "%s %s: %s does not hold a step count", flag, dir, path)
                  : 0;
     free(path);
     if (!bad)
         *steps = v;
     return rc;
+}
+
+int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen)
+{
+    return rt_checkpoint_steps("--resume", dir, steps, err, errlen);
 }
 
 /* fsync of a directory, so the renames and removals in it are on disk in

@@ -1,7 +1,7 @@
 /*
  * cli.c - the command line of an einc executable.
  *
- *   prog --input NAME=file.npy ... --output NAME=file.npy ...
+ *   prog --input NAME=file.npy ... --output NAME=file.npy ... [--params DIR]
  *        [--random-inputs SEED] [--check] [--repeat N] [--info] [--stats]
  *        [--profile] [--trace FILE.json] [--bind-to core|none] [--help]
  *   and for a program that trains (train.c):
@@ -9,8 +9,8 @@
  *        [--metrics FILE.jsonl] [--save DIR [--save-every K]]
  *        [--resume DIR [--resume-mismatch=ok]]
  *   and for a decode program (generate.c):
- *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--seed S]
- *        [--generated FILE.npy]
+ *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--top-k K]
+ *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.  Every number is read by
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 /* Appends NAME=path from `arg` to list; -1 on bad syntax. */
@@ -81,7 +82,7 @@ static const char *const valued[] = {
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
     "--resume-mismatch",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
-    "--prompt-cached",
+    "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
 };
 
 static int takes_value(const char *flag)
@@ -205,6 +206,10 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             if (!*val)
                 return rt_errf(err, errlen, "--trace needs a file name");
             o->trace = val;
+        } else if (!strcmp(flag, "--params")) {
+            if (!*val)
+                return rt_errf(err, errlen, "--params needs a directory name");
+            o->params = val;
         } else if (!strcmp(flag, "--profile")) {
             o->profile = 1;
         } else if (!strcmp(flag, "--bind-to")) {
@@ -228,6 +233,7 @@ void rt_free_options(rt_options *o)
     free(o->inputs);
     free(o->outputs);
     free(o->data);
+    free(o->stop);
     memset(o, 0, sizeof *o);
 }
 
@@ -240,6 +246,8 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --input NAME=file.npy   value of input or param NAME (global shape, C order;\n"
             "                          '<f4' for f32 and bf16, '<f8' for f64)\n"
             "  --output NAME=file.npy  write output NAME (written atomically)\n"
+            "  --params DIR            every param from DIR/NAME.npy, a checkpoint that --save\n"
+            "                          wrote (names, dtypes and shapes are checked)\n"
             "  --random-inputs SEED    inputs and params without a file are uniform in [-1, 1),\n"
             "                          reproducible from SEED, the name and the element index\n"
             "  --check                 also run the unsharded reference program and compare\n"
@@ -289,13 +297,19 @@ void rt_print_help(FILE *f, const char *argv0)
             "States not given by --input or --resume start at zero.\n"
             "\n"
             "Generation (a decode program: one i32 input [B] of tokens, one i32 scalar input\n"
-            "of the position, a replicated output Logits[B, V] or i32 Next[B]):\n"
+            "of the position, a replicated output Logits[B, V] or [B, 1, V], or i32 Next[B];\n"
+            "docs/generation.md):\n"
             "  --generate N            feed the prompt, then generate N tokens per sequence,\n"
             "                          one run per position; print them, the time to first\n"
             "                          token, the time per output token and tokens/s\n"
             "  --prompt-ids FILE.npy   the prompt, i32 [B, T]\n"
             "  --temperature T         sample from softmax(logits / T) (default 0: greedy)\n"
-            "  --seed S                the sampling's seed (default 0)\n"
+            "  --top-k K               sample among the K most likely tokens (1 <= K <= V)\n"
+            "  --top-p P               sample among the fewest most likely tokens whose\n"
+            "                          probability is at least P (0 < P <= 1)\n"
+            "  --seed S                the sampling's seed (default 0): same seed, same tokens\n"
+            "  --stop-token ID[,ID]    a sequence ends at any of these ids (repeatable); later\n"
+            "                          places are -1, and the loop ends when all have ended\n"
             "  --generated FILE.npy    write the prompt and the tokens, i32 [B, T + N]\n"
             "  --prompt-cached P       the caches given with --input already hold the first P\n"
             "                          prompt tokens (a prefill run's --output): start at P\n"

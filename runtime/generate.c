@@ -9,9 +9,10 @@
  *  - the next token: greedy decoding reads its one i32 output of shape [B]
  *    (an argmax in the program) if it has one, else the argmax of the
  *    logits; sampling (--temperature T > 0) reads the logits, its one
- *    floating-point output of shape [B, V].  Either must be replicated (the
- *    output written without subscripts), so every device holds the whole
- *    array and picks the same tokens with no communication.
+ *    floating-point output of shape [B, V] or [B, 1, V].  Either must be
+ *    replicated (its output statement lists every dim, none with a mesh
+ *    axis), so every device holds the whole array and picks the same tokens
+ *    with no communication.
  *
  * Step s (0-based) runs the program with position s on tokens ids[:, s]:
  * the prompt's for s < T0, then the tokens generated so far.  Steps T0-1
@@ -21,17 +22,25 @@
  * --prompt-cached P the states given by --input hold positions 0..P-1
  * already (the same model compiled with a window of P new tokens wrote
  * them in one run, its prefill, and --output saved them), so the steps
- * start at s = P.  Sampling draws
- * from softmax(logits / T) with a uniform number from splitmix64 of the
+ * start at s = P.  The steps must fit the cache: step s writes position
+ * s, which the position input's index_bound (the cache length) bounds, so
+ * a prompt and N that need more are refused before anything runs rather
+ * than by the cache write mid-run.
+ *
+ * Sampling (sample.c) draws with a uniform number from splitmix64 of the
  * seed, the step and the sequence: the same on every device and every run.
- * Device 0 records the tokens; each step is timed as --repeat times a run
- * (rt_run_timed, into job->times).
+ * A sequence that makes a --stop-token ends there: its later tokens are
+ * -1 (fed to the program as 0, and their outputs unused), and the loop
+ * ends early once every sequence has ended.  Device 0 records the tokens;
+ * each step is timed as --repeat times a run (rt_run_timed, into
+ * job->times).
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 /* The index of the one tensor of ts[0..n) that `match` accepts, -1 if there
@@ -89,6 +98,51 @@ static int replicated(const rt_tensor_desc *t)
     return !memcmp(t->local_shape, t->global_shape, sizeof t->local_shape[0] * (size_t)t->rank);
 }
 
+/* Sets g->vocab from the logits output g->logits, or says why it cannot
+ * be read: none or several, another batch, or sharded (each device would
+ * hold only its block of the rows it samples from). */
+static int check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen)
+{
+    if (g->logits < 0)
+        return rt_errf(err, errlen, "--generate: the program needs %s floating-point output "
+                       "of shape [B, V] or [B, 1, V] (the logits)%s",
+                       g->logits == -2 ? "exactly one" : "one",
+                       g->sampling.temperature > 0 ? " to sample from" : " or one i32 output [B]");
+    const rt_tensor_desc *l = &p->outputs[g->logits];
+    char shape[64], sharding[256];
+    rt_format_shape(shape, sizeof shape, l->rank, l->global_shape);
+    if (l->global_shape[0] != g->batch)
+        return rt_errf(err, errlen, "--generate: output '%s' %s holds the logits: its first dim "
+                       "must be the batch of the tokens, %lld", l->name, shape,
+                       (long long)g->batch);
+    if (!replicated(l)) {
+        rt_format_sharding(sharding, sizeof sharding, p, l);
+        return rt_errf(err, errlen, "--generate: output '%s' %s holds the logits, and each device "
+                       "holds only its block of them (%s): %s reads whole rows on every "
+                       "device, so write its output statement with every dim and no mesh-axis "
+                       "subscript (`output %s[B, %sV]`), which replicates it", l->name, shape,
+                       sharding, g->sampling.temperature > 0 ? "sampling" : "the argmax",
+                       l->name, l->rank == 3 ? "T, " : "");
+    }
+    g->vocab = l->global_shape[l->rank - 1];
+    return 0;
+}
+
+/* Checks every --stop-token against the vocabulary: the logits' last dim,
+ * or without logits the rows the tokens look up (their index_bound). */
+static int check_stop_tokens(const rt_program *p, const rt_generate *g, char *err, size_t errlen)
+{
+    int64_t bound = g->vocab > 0 ? g->vocab : p->inputs[g->tokens].index_bound;
+    for (int i = 0; i < g->nstop; i++)
+        if (bound > 0 && g->stop[i] >= bound)
+            return rt_errf(err, errlen, "--stop-token %d: the vocabulary has %lld tokens (%s "
+                           "'%s'): ids are from 0 to %lld", g->stop[i], (long long)bound,
+                           g->vocab > 0 ? "logits" : "token input",
+                           g->vocab > 0 ? p->outputs[g->logits].name : p->inputs[g->tokens].name,
+                           (long long)bound - 1);
+    return 0;
+}
+
 int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 {
     const rt_program *p = job->prog;
@@ -96,8 +150,12 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     memset(g, 0, sizeof *g);
     job->gen = g; /* released with the job, also after a failure here */
     g->n = o->generate;
-    g->temperature = o->temperature;
-    g->seed = o->shuffle_seed;
+    g->sampling.temperature = o->temperature;
+    g->sampling.top_k = o->top_k;
+    g->sampling.top_p = o->top_p_given ? o->top_p : 1;
+    g->sampling.seed = o->shuffle_seed;
+    g->stop = o->stop;
+    g->nstop = o->nstop;
     g->tokens = find_one(p->inputs, p->ninputs, is_tokens);
     g->position = find_one(p->inputs, p->ninputs, is_position);
     g->next = find_one(p->outputs, p->noutputs, is_next);
@@ -107,7 +165,10 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
                        "tokens) and one i32 scalar input (the position); it has %s %s",
                        (g->tokens < 0 ? g->tokens : g->position) == -2 ? "several" : "no",
                        g->tokens < 0 ? "token inputs" : "position inputs");
-    if (g->temperature > 0 || g->next < 0)
+    if ((o->top_k || o->top_p_given) && !(o->temperature > 0))
+        return rt_errf(err, errlen, "%s samples: give --temperature T > 0 as well (T = 1 samples "
+                       "from the model's own distribution)", o->top_k ? "--top-k" : "--top-p");
+    if (g->sampling.temperature > 0 || g->next < 0)
         g->next = -1; /* sampling, or greedy without an argmax: the logits decide */
     const rt_tensor_desc *tok = &p->inputs[g->tokens];
     g->batch = tok->global_shape[0];
@@ -116,18 +177,14 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
         return rt_errf(err, errlen, "--generate: output '%s' is the next token of each sequence: "
                        "it must have shape [%lld] and be replicated (written without subscripts)",
                        p->outputs[g->next].name, (long long)g->batch);
-    if (g->next < 0) {
-        if (g->logits < 0)
-            return rt_errf(err, errlen, "--generate: the program needs %s floating-point output "
-                           "of shape [B, V] (the logits)%s", g->logits == -2 ? "exactly one" : "one",
-                           g->temperature > 0 ? " to sample from" : " or one i32 output [B]");
-        const rt_tensor_desc *l = &p->outputs[g->logits];
-        if (l->global_shape[0] != g->batch || !replicated(l))
-            return rt_errf(err, errlen, "--generate: output '%s' holds the logits: it must have "
-                           "shape [%lld, V] and be replicated (written without subscripts)",
-                           l->name, (long long)g->batch);
-        g->vocab = l->global_shape[l->rank - 1];
-    }
+    if (g->next < 0 && check_logits(p, g, err, errlen))
+        return -1;
+    if (g->sampling.top_k > g->vocab && g->next < 0)
+        return rt_errf(err, errlen, "--top-k %lld: the logits '%s' have %lld tokens: K must be "
+                       "from 1 to %lld", (long long)g->sampling.top_k,
+                       p->outputs[g->logits].name, (long long)g->vocab, (long long)g->vocab);
+    if (check_stop_tokens(p, g, err, errlen))
+        return -1;
     if (job->in_paths[g->tokens] || job->in_paths[g->position])
         return rt_errf(err, errlen, "--generate feeds '%s' and '%s' itself: give the prompt with "
                        "--prompt-ids", tok->name, p->inputs[g->position].name);
@@ -149,6 +206,21 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
         return rt_errf(err, errlen, "--generate %lld: too many tokens", (long long)g->n);
     g->steps = g->prompt_len + g->n - 1;
     g->first = o->prompt_cached > 0 ? o->prompt_cached : 0;
+    int64_t cache = p->inputs[g->position].index_bound;
+    /* The last new token is not fed back, so N tokens need T0 + N - 1 positions. */
+    if (cache > 0 && g->steps > cache) {
+        char advice[96];
+        if (g->prompt_len <= cache)
+            snprintf(advice, sizeof advice, "at most %lld new tokens fit after this prompt",
+                     (long long)(cache - g->prompt_len + 1));
+        else
+            snprintf(advice, sizeof advice, "the prompt alone is longer than the cache");
+        return rt_errf(err, errlen, "--generate %lld: the prompt's %lld tokens and %lld new ones "
+                       "need positions 0 to %lld, and the cache holds %lld (position input '%s' "
+                       "is below %lld): %s; nothing was run", (long long)g->n,
+                       (long long)g->prompt_len, (long long)g->n, (long long)g->steps - 1,
+                       (long long)cache, p->inputs[g->position].name, (long long)cache, advice);
+    }
     if (g->first >= g->prompt_len)
         return rt_errf(err, errlen, "--prompt-cached %lld: the prompt has %lld tokens, and the "
                        "last one must be run to make the first new token: at most %lld",
@@ -184,42 +256,13 @@ void rt_generate_release(rt_generate *g)
     memset(g, 0, sizeof *g);
 }
 
-/* A uniform number in [0, 1) from splitmix64 of (seed, step, sequence). */
-static double uniform(uint64_t seed, int64_t step, int64_t b)
+/* Whether `token` is one of the --stop-token ids. */
+static int is_stop(const rt_generate *g, int32_t token)
 {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(step * 1000003 + b + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
-
-/* The next token of sequence b from its row of logits: the first maximum
- * (NaN counts as the largest, as numpy.argmax), or a draw from
- * softmax(row / T). */
-static int32_t pick(const rt_generate *g, int32_t dtype, const void *logits, int64_t b, int64_t s)
-{
-    int64_t V = g->vocab, best = 0;
-    double m = -INFINITY;
-    for (int64_t v = 0; v < V; v++) {
-        double x = rt_element(dtype, logits, b * V + v);
-        if (x > m || (isnan(x) && !isnan(m))) {
-            m = x;
-            best = v;
-        }
-    }
-    if (!(g->temperature > 0) || isnan(m) || isinf(m))
-        return (int32_t)best;
-    double z = 0;
-    for (int64_t v = 0; v < V; v++)
-        z += exp((rt_element(dtype, logits, b * V + v) - m) / g->temperature);
-    double u = uniform(g->seed, s, b) * z, c = 0;
-    for (int64_t v = 0; v < V; v++) {
-        c += exp((rt_element(dtype, logits, b * V + v) - m) / g->temperature);
-        if (u < c)
-            return (int32_t)v;
-    }
-    return (int32_t)best; /* rounding left u past the last bucket */
+    for (int i = 0; i < g->nstop; i++)
+        if (token == g->stop[i])
+            return 1;
+    return 0;
 }
 
 void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out)
@@ -233,46 +276,82 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     const rt_tensor_desc *tok = &p->inputs[g->tokens];
     int64_t start[RT_MAX_RANK];
     rt_block_start(tok, p->axis_sizes, dev->coord, start);
+    rt_sample_entry *work = g->next < 0 ? rt_xmalloc(dev, (size_t)g->vocab * sizeof *work) : NULL;
     int32_t *tin = in[g->tokens];
-    for (int64_t s = g->first; s < g->steps; s++) {
-        for (int64_t i = 0; i < tok->local_shape[0]; i++)
-            tin[i] = ids[(start[0] + i) * len + s];
+    int64_t s = g->first;
+    for (int64_t live = g->batch; s < g->steps && live > 0; s++) {
+        for (int64_t i = 0; i < tok->local_shape[0]; i++) /* an ended sequence's -1 as 0 */
+            tin[i] = ids[(start[0] + i) * len + s] < 0 ? 0 : ids[(start[0] + i) * len + s];
         *(int32_t *)in[g->position] = (int32_t)s;
         rt_run_timed(dev, job, in, out, s - g->first);
         if (s + 1 < g->prompt_len)
             continue;
-        for (int64_t b = 0; b < g->batch; b++)
-            ids[b * len + s + 1] = g->next >= 0 ? ((const int32_t *)out[g->next])[b]
-                                                : pick(g, p->outputs[g->logits].dtype,
-                                                       out[g->logits], b, s);
+        live = 0;
+        for (int64_t b = 0; b < g->batch; b++) {
+            int32_t *row = ids + b * len;
+            if (s >= g->prompt_len && (row[s] < 0 || is_stop(g, row[s]))) {
+                row[s + 1] = -1; /* ended at its stop token */
+                continue;
+            }
+            if (g->next >= 0) {
+                row[s + 1] = ((const int32_t *)out[g->next])[b];
+            } else {
+                const rt_tensor_desc *l = &p->outputs[g->logits];
+                const char *logits = out[g->logits];
+                size_t at = (size_t)(b * g->vocab) * rt_dtype_size(l->dtype);
+                row[s + 1] = rt_sample_row(&g->sampling, l->dtype, logits + at, g->vocab,
+                                           rt_sample_uniform(g->sampling.seed, s, b), work);
+            }
+            live += !is_stop(g, row[s + 1]);
+        }
     }
-    if (dev->id == 0)
+    /* Positions never reached (every sequence ended) stay -1 too. */
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t t = s + 1; t < len; t++)
+            ids[b * len + t] = -1;
+    if (dev->id == 0) {
         memcpy(g->ids, ids, (size_t)(g->batch * len) * sizeof *ids);
+        g->ran = s - g->first;
+    }
+    free(work);
     free(ids);
 }
 
 int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
 {
     const rt_generate *g = job->gen;
-    int64_t len = g->prompt_len + g->n;
-    for (int64_t b = 0; b < g->batch && b < 16; b++) {
-        fprintf(f, "tokens %lld:", (long long)b);
-        for (int64_t s = g->prompt_len; s < len; s++)
-            fprintf(f, " %d", g->ids[b * len + s]);
-        fputc('\n', f);
+    int64_t len = g->prompt_len + g->n, ended = 0;
+    for (int64_t b = 0; b < g->batch; b++) {
+        const int32_t *row = g->ids + b * len;
+        if (b < 16)
+            fprintf(f, "tokens %lld:", (long long)b);
+        for (int64_t s = g->prompt_len; s < len && row[s] >= 0; s++) {
+            if (b < 16)
+                fprintf(f, " %d", row[s]);
+            ended += is_stop(g, row[s]);
+        }
+        if (b < 16)
+            fputc('\n', f);
     }
+    /* Steps first .. first+ran-1 ran; those at s >= T0 made the 2nd, 3rd, ... tokens. */
     double prefill = 0, decode = 0;
-    for (int64_t s = g->first; s < g->steps; s++)
+    int64_t made = 1;
+    for (int64_t s = g->first; s < g->first + g->ran; s++) {
         *(s < g->prompt_len ? &prefill : &decode) += job->times[s - g->first];
-    char cached[64] = "";
+        made += s >= g->prompt_len;
+    }
+    char cached[64] = "", stops[64] = "";
     if (g->first > 0)
         snprintf(cached, sizeof cached, ", %lld of them cached", (long long)g->first);
-    fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens%s, %s): time to first "
-               "token %.3f ms", (long long)g->n, (long long)g->batch, (long long)g->prompt_len,
-            cached, g->temperature > 0 ? "sampled" : "greedy", 1e3 * prefill);
-    if (g->n > 1)
-        fprintf(f, ", time per output token %.3f ms, %.1f tokens/s", 1e3 * decode / (double)(g->n - 1),
-                (double)(g->batch * (g->n - 1)) / decode);
+    if (g->nstop > 0)
+        snprintf(stops, sizeof stops, ", %lld ended at a stop token", (long long)ended);
+    fprintf(f, "generated %lld token%s for %lld sequences (prompt %lld tokens%s, %s%s): time to "
+               "first token %.3f ms", (long long)made, made == 1 ? "" : "s", (long long)g->batch,
+            (long long)g->prompt_len, cached, g->sampling.temperature > 0 ? "sampled" : "greedy",
+            stops, 1e3 * prefill);
+    if (made > 1)
+        fprintf(f, ", time per output token %.3f ms, %.1f tokens/s",
+                1e3 * decode / (double)(made - 1), (double)(g->batch * (made - 1)) / decode);
     fprintf(f, " (%s backend, %lld devices)\n", job->launcher->name,
             (long long)rt_mesh_size(job->prog));
     if (!job->opt->generated)
@@ -283,29 +362,71 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
     return 0;
 }
 
+/* Appends the ids of --stop-token's value, one or a comma list, to o->stop. */
+static int parse_stop_tokens(const char *val, rt_options *o, char *err, size_t errlen)
+{
+    for (const char *p = val;; p++) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char id[16] = "";
+        uint64_t v;
+        if (n < sizeof id)
+            memcpy(id, p, n);
+        if (n >= sizeof id ||
+            rt_parse_count("--stop-token", id, 0, INT32_MAX, &v, err, errlen)) /* "" fails */
+            return rt_errf(err, errlen, "--stop-token expects token ids from 0 to %d, one or a "
+                           "comma list (1,2), got '%.80s'", INT32_MAX, val);
+        int32_t *l = realloc(o->stop, (size_t)(o->nstop + 1) * sizeof *l);
+        if (!l)
+            return rt_errf(err, errlen, "out of memory");
+        l[o->nstop++] = (int32_t)v;
+        o->stop = l;
+        if (!comma)
+            return 0;
+        p = comma;
+    }
+}
+
+/* Whether `val` is one whole finite number (strtod's syntax), into *v. */
+static int parse_number(const char *val, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(val, &end);
+    return end != val && !*end && !errno && isfinite(*v);
+}
+
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen)
 {
-    uint64_t n;
-    if (!strcmp(flag, "--prompt-cached")) {
-        if (rt_parse_count(flag, val, 0, INT32_MAX, &n, err, errlen))
+    const struct {
+        const char *flag;
+        uint64_t lo, hi;
+        int64_t *dst;
+    } counts[] = {{"--prompt-cached", 0, INT32_MAX, &o->prompt_cached},
+                  {"--generate", 1, 1000000, &o->generate},
+                  {"--top-k", 1, INT32_MAX, &o->top_k}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        uint64_t n;
+        if (strcmp(flag, counts[i].flag))
+            continue;
+        if (rt_parse_count(flag, val, counts[i].lo, counts[i].hi, &n, err, errlen))
             return -1;
-        o->prompt_cached = (int64_t)n;
+        *counts[i].dst = (int64_t)n;
         return 0;
     }
-    if (!strcmp(flag, "--generate")) {
-        if (rt_parse_count(flag, val, 1, 1000000, &n, err, errlen))
-            return -1;
-        o->generate = (int64_t)n;
+    if (!strcmp(flag, "--top-p")) {
+        if (!parse_number(val, &o->top_p) || !(o->top_p > 0 && o->top_p <= 1))
+            return rt_errf(err, errlen, "--top-p expects a number in (0, 1] (the probability "
+                           "mass kept), got '%.80s'", val);
+        o->top_p_given = 1;
         return 0;
     }
+    if (!strcmp(flag, "--stop-token"))
+        return parse_stop_tokens(val, o, err, errlen);
     if (!strcmp(flag, "--temperature")) {
-        char *end;
-        errno = 0;
-        double t = strtod(val, &end);
-        if (*end || errno || !(t >= 0) || !isfinite(t))
+        if (!parse_number(val, &o->temperature) || !(o->temperature >= 0))
             return rt_errf(err, errlen, "--temperature expects a number >= 0, got '%s'", val);
-        o->temperature = t;
         return 0;
     }
     const char **dst = !strcmp(flag, "--prompt-ids") ? &o->prompt_ids

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "rt_generate.h"
 #include "rt_internal.h"
 
 static int64_t bytes_of(const rt_tensor_desc *t, const int64_t *shape)
@@ -210,7 +211,7 @@ static int check_missing(const rt_job *job, char *err, size_t errlen)
             continue;
         if (t->role == RT_ROLE_PARAM)
             return rt_errf(err, errlen, "missing --input %s=FILE.npy for param '%s' (or use "
-                           "--random-inputs SEED%s)", t->name, t->name,
+                           "--random-inputs SEED, --params DIR%s)", t->name, t->name,
                            p->trains ? ", or --resume DIR" : "");
         return rt_errf(err, errlen, "missing --input %s=FILE.npy for input '%s' (or use %s"
                        "--random-inputs SEED)", t->name, t->name,
@@ -292,6 +293,9 @@ void rt_job_release(rt_job *job)
         for (int32_t k = 0; k < job->prog->ninputs; k++)
             free(job->state_out[k]);
     free(job->state_out);
+    for (int32_t k = 0; job->param_paths && k < job->prog->ninputs; k++)
+        free(job->param_paths[k]);
+    free(job->param_paths);
     free(job->in_paths);
     free(job->in_headers);
     free(job->times);
@@ -412,10 +416,12 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (o->generate && (p->trains || o->repeat_given))
         return rt_errf(err, errlen, "--generate: %s", p->trains ? "this program trains"
                        : "each generated token is one run; --repeat does not apply");
-    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached))
+    if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached ||
+                         o->top_k || o->top_p_given || o->nstop))
         return rt_errf(err, errlen, "%s needs --generate N",
                        o->prompt_ids ? "--prompt-ids" : o->generated ? "--generated"
-                       : o->prompt_cached ? "--prompt-cached" : "--temperature");
+                       : o->prompt_cached ? "--prompt-cached" : o->top_k ? "--top-k"
+                       : o->top_p_given ? "--top-p" : o->nstop ? "--stop-token" : "--temperature");
     return 0;
 }
 
@@ -489,6 +495,7 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     rt_generate gen;
     memset(&gen, 0, sizeof gen);
     int ok = resolve_names(&job, err, sizeof err) == 0 &&
+             rt_params_resolve(&job, err, sizeof err) == 0 &&
              rt_check_paths(&opt, prog, err, sizeof err) == 0 &&
              (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
              (!opt.generate || rt_generate_prepare(&job, &gen, err, sizeof err) == 0) &&

@@ -188,7 +188,7 @@ static bool clash(const path_use *a, const path_use *b)
 
 int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t errlen)
 {
-    int cap = o->noutputs + o->ninputs + o->ndata + 3 + 2 * (p->ninputs + 2) + 1;
+    int cap = o->noutputs + o->ninputs + o->ndata + 3 + 3 * (p->ninputs + 2) + 1;
     path_use *uses = calloc((size_t)cap, sizeof *uses);
     if (!uses)
         return rt_errf(err, errlen, "out of memory");
@@ -218,6 +218,8 @@ int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t e
         ok = add_use(uses, &n, USE_INPUT, o->prompt_ids, "%s %s", "--prompt-ids", o->prompt_ids);
     if (ok && o->resume)
         ok = add_checkpoint(uses, &n, USE_RESUME, "--resume %s (%s)", o->resume, p);
+    if (ok && o->params)
+        ok = add_checkpoint(uses, &n, USE_INPUT, "--params %s (%s)", o->params, p);
     int rc = ok ? 0 : rt_errf(err, errlen, "out of memory");
     for (int i = 0; !rc && i < n; i++)
         for (int j = 0; !rc && j < i; j++)

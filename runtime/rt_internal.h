@@ -504,6 +504,14 @@ int rt_data_check_record(const rt_dataset *ds, int64_t steps, const char *rec, c
 
 /* ---- checkpoints of --save and --resume (checkpoint.c) ---- */
 
+/* Before the run, with --params DIR (params.c): points job->in_paths of
+ * every param at its file in checkpoint DIR (job->param_paths owns them).
+ * -1 and a message if DIR is not a checkpoint, lacks a param's file (the
+ * message lists what it holds), a param is also given by --input, the
+ * program has no params, or --resume is given too.  Dtypes and shapes are
+ * checked later with every input file's (rt_check_input_files). */
+int rt_params_resolve(rt_job *job, char *err, size_t errlen);
+
 /* The file --resume reads param or state NAME of checkpoint DIR from:
  * DIR/NAME.npy, or DIR/NAME.npy.next while a save staged in DIR is being
  * applied (checkpoint.c); malloc'd (the caller frees it), NULL when out
@@ -524,6 +532,10 @@ int rt_checkpoint_prepare(const char *dir, const rt_program *p, char *err, size_
  * DIR is not a directory or has no valid step file (never saved, or its
  * first save was interrupted). */
 int rt_checkpoint_read_steps(const char *dir, int64_t *steps, char *err, size_t errlen);
+/* The same for the flag `flag` ("--params"), which starts its messages
+ * (rt_checkpoint_read_steps's is "--resume"). */
+int rt_checkpoint_steps(const char *flag, const char *dir, int64_t *steps, char *err,
+                        size_t errlen);
 /* Reads DIR/data.txt (or its staged data.txt.next, as for the step
  * count), the record of the data order, into *text (malloc'd) and its
  * path into *path (malloc'd, for messages); -1 and a message when it
@@ -574,6 +586,8 @@ typedef struct rt_options {
     int profile;                 /* --profile */
     int bind;                    /* --bind-to: an rt_bind (RT_BIND_CORE by default) */
     const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
+    const char *params;          /* --params DIR: every param from this checkpoint, or NULL
+                                    (points into argv) */
     /* Training (train.c; only for a program that trains).  Strings point into argv. */
     rt_named_path *data;         /* --data pairs, malloc'd */
     int ndata;                   /* entries in data */
@@ -591,6 +605,13 @@ typedef struct rt_options {
     int64_t generate;            /* --generate N: tokens per sequence; 0 if not given */
     const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
     double temperature;          /* --temperature T: 0 (greedy) unless given */
+    int64_t top_k;               /* --top-k K: sample among the K most likely tokens; 0 if not
+                                    given (all) */
+    double top_p;                /* --top-p P in (0, 1]: sample from the nucleus of mass P; 1
+                                    unless given */
+    int top_p_given;             /* 1 if --top-p was given (1 is a valid value) */
+    int32_t *stop;               /* --stop-token ids, malloc'd; NULL if none */
+    int nstop;                   /* entries in stop */
     const char *generated;       /* --generated FILE.npy, or NULL */
     int64_t prompt_cached;       /* --prompt-cached P: prompt tokens already in the states; 0 if
                                     not given */
@@ -673,26 +694,6 @@ typedef struct rt_train {
     int64_t skipped;             /* root: steps of this run skipped so far */
 } rt_train;
 
-/* What a job of --generate does besides running (generate.c): which
- * inputs it feeds and which output it reads, the tokens and the time of
- * each step.  Shared by the devices of a process; the root's arrays are
- * written by device 0 only. */
-typedef struct rt_generate {
-    int64_t n;                   /* --generate N */
-    double temperature;          /* 0: greedy */
-    uint64_t seed;               /* --seed S of the sampling */
-    int32_t tokens, position;    /* input indices: the tokens [B] (i32) and the position (i32 scalar) */
-    int32_t next;                /* output index of the next tokens [B] (i32), -1: from the logits */
-    int32_t logits;              /* output index of the logits [B, V], -1 if none */
-    int64_t batch, vocab;        /* B, and V of the logits (0 without) */
-    int64_t prompt_len;          /* T0, tokens per sequence of --prompt-ids */
-    int64_t first;               /* the first step run: --prompt-cached P, else 0 */
-    int64_t steps;               /* the last step + 1: T0 + N - 1; runs: steps - first */
-    int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
-                                    run); malloc'd, owned.  Step s's time is
-                                    job->times[s - first]. */
-} rt_generate;
-
 /* State of one job shared by the devices of a process. */
 struct rt_job {
     const rt_program *prog;      /* program to run */
@@ -701,6 +702,8 @@ struct rt_job {
     int rank;                    /* this process (0 = root) */
     int nranks;                  /* processes */
     const char **in_paths;       /* per input: file or NULL (random), owned */
+    char **param_paths;          /* --params: per input, the malloc'd path of a param's file in
+                                    the checkpoint (also in in_paths), else NULL; owned */
     rt_npy_header *in_headers;   /* per input: checked header, owned */
     void **global_out;           /* per output: global array on the root, owned */
     void **state_out;            /* a program that does not train: per input, the root's global
@@ -713,7 +716,8 @@ struct rt_job {
     int64_t *trace;              /* root, --trace/--profile: [trace_cap][3][ndevices] op id, begin ns,
                                     end ns (-1 op id: no span), owned */
     rt_train *train;             /* a training program's job: its steps (not owned); else NULL */
-    rt_generate *gen;            /* --generate: the generation loop (not owned); else NULL */
+    struct rt_generate *gen;     /* --generate: the generation loop (rt_generate.h; not
+                                    owned); else NULL */
 };
 
 /* The per-device flow: read the shards, run (repeat times, or the training
@@ -741,29 +745,6 @@ int rt_check_input_files(rt_job *job, char *err, size_t errlen);
  * comparison line per output (and loss, param, state); 0 if all are finite
  * and within tolerance, else -1 with messages on stderr. */
 int rt_run_check(const rt_job *job);
-/* ---- generation (generate.c) ---- */
-
-/* Parses a generation flag (--generate, --prompt-ids, --temperature,
- * --generated); 1 if `flag` is none of them, -1 and a message on a bad
- * value. */
-int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
-                           size_t errlen);
-/* Before the run, on every process, with --generate: finds the tokens,
- * position, next-token or logits tensors (a message if the program has
- * none or several, or they are sharded), reads --prompt-ids into g->ids,
- * and sets job->gen = g and job->repeat = the steps.  -1 and a message. */
-int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
-/* The same generation for --check's reference job `rj` (program `ref`):
- * the tensors by name, the prompt from `g`.  -1 and a message. */
-int rt_generate_for_reference(rt_generate *rg, const rt_generate *g, const rt_program *ref,
-                              const rt_program *p, char *err, size_t errlen);
-/* Every device: the steps (generate.c's essay). */
-void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
-/* Root: prints the tokens and the timing line, writes --generated. */
-int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen);
-/* Frees what rt_generate_prepare allocated. */
-void rt_generate_release(rt_generate *g);
-
 /* ---- training (train.c) ---- */
 
 /* Before the run, on every process, for a program that trains: matches

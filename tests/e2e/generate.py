@@ -15,9 +15,9 @@ threads runtime (and with --mpi on 4 MPI ranks):
    another seed;
  - the report line (time to first token, time per output token, tokens/s)
    is printed, and --generated writes prompt + tokens as i32 [B, T0+N];
- - a prompt and N that need more positions than the cache has end the
-   run with the cache write's error; a missing prompt, or one of another
-   batch, is refused before the run.
+ - a prompt and N that need more positions than the cache has are
+   refused before the run (sampling.py checks the message); a missing
+   prompt, or one of another batch, is refused before the run.
 The last line is `N passed, N failed`.
 
 Usage: generate.py --einc PATH [--mpi --mpirun PATH]
@@ -63,8 +63,9 @@ def source(argmax):
     return "\n".join(lines) + "\n"
 
 
-def greedy(w, prompt, n):
-    """NumPy's decoder: the tokens after the prompt, one step per position."""
+def decode(w, prompt, n, pick=None):
+    """NumPy's decoder: the tokens after the prompt, one step per position;
+    pick(logits row, step, sequence) chooses each (greedy without it)."""
     B, T0 = prompt.shape
     S, L = DIMS["S"], DIMS["L"]
     kc = np.zeros((L, B, S, DIMS["K"], DIMS["H"]))
@@ -83,10 +84,24 @@ def greedy(w, prompt, n):
             y1 = x + np.einsum("bks,bskh,khd->bd", p, vc[l], w["Wo"][l])
             x = y1 + np.maximum(y1 @ w["W1"][l], 0) @ w["W2"][l]
         if s + 1 >= T0:
-            nxt = np.argmax(x @ w["Wlm"], axis=1)
+            logits = x @ w["Wlm"]
             for b in range(B):
-                ids[b].append(int(nxt[b]))
+                ids[b].append(pick(logits[b], s, b) if pick else int(np.argmax(logits[b])))
     return np.array([r[T0:] for r in ids])
+
+
+def weights(rng, work):
+    """Random f32 weights saved in `work`: (them in f64, their --input flags)."""
+    w, args = {}, []
+    for n, shape in WEIGHTS.items():
+        dims = [DIMS[d.strip()] for d in shape.split(",")]
+        w[n] = rng.standard_normal(dims) / np.sqrt(dims[-2] if len(dims) > 1 else 1)
+        # Small residual branches keep the logits from one token's dominance.
+        w[n] = (w[n] * (0.3 if n in ("Wo", "W2") else 1)).astype(np.float32)
+        path = os.path.join(work, n + ".npy")
+        np.save(path, w[n])
+        args += ["--input", "%s=%s" % (n, path)]
+    return {n: v.astype(np.float64) for n, v in w.items()}, args
 
 
 def run(cmd):
@@ -105,20 +120,11 @@ def main():
     tally = Tally()
     B, V, N, T0 = DIMS["B"], DIMS["V"], 6, 4
     with tempfile.TemporaryDirectory(prefix="einc-gen-") as work:
-        w, args = {}, []
-        for n, shape in WEIGHTS.items():
-            dims = [DIMS[d.strip()] for d in shape.split(",")]
-            w[n] = rng.standard_normal(dims) / np.sqrt(dims[-2] if len(dims) > 1 else 1)
-            # Small residual branches keep the logits from one token's dominance.
-            w[n] = (w[n] * (0.3 if n in ("Wo", "W2") else 1)).astype(np.float32)
-            path = os.path.join(work, n + ".npy")
-            np.save(path, w[n])
-            args += ["--input", "%s=%s" % (n, path)]
-        w64 = {n: v.astype(np.float64) for n, v in w.items()}
+        w64, args = weights(rng, work)
         prompt = rng.integers(0, V, size=(B, T0), dtype=np.int32)
         ppath = os.path.join(work, "prompt.npy")
         np.save(ppath, prompt)
-        want = greedy(w64, prompt, N)
+        want = decode(w64, prompt, N)
         sampled = {}
         for argmax in (True, False):
             tag = "argmax" if argmax else "logits"
@@ -160,7 +166,8 @@ def main():
                 # More positions than the cache holds.
                 rc, out = run(launch + [exe, "--prompt-ids", ppath, "--generate",
                                         str(DIMS["S"] - T0 + 2)] + args)
-                needle = "write into 'KC': position Pos = %d is outside its dim 'S'" % DIMS["S"]
+                needle = "and the cache holds %d (position input 'Pos' is below %d)" % (DIMS["S"],
+                                                                                        DIMS["S"])
                 tally.result(rc == 1 and needle in out, "past the cache is an error (%s)" % rt,
                              "exit %s, expected %r in:\n%s" % (rc, needle, out))
         if len(sampled) == 2:

@@ -172,6 +172,7 @@ def check_counts(t, einc, work):
             ("--seed", "0 to 18446744073709551615", ["18446744073709551616"]),
             ("--generate", "1 to 1000000", ["0", "1000001"]),
             ("--prompt-cached", "0 to 2147483647", ["2147483648"]),
+            ("--top-k", "1 to 2147483647", ["0", "2147483648"]),
         ]
         for flag, limits, over in executable:
             for v in NOT_COUNTS + over:

@@ -1,0 +1,88 @@
+/*
+ * rt_generate.h - the generation loop of a decode program (generate.c) and
+ * its choice of each token (sample.c): what the runtime's core (job.c,
+ * check.c, cli.c) and the tests of sampling use.  Kept out of
+ * rt_internal.h, which every runtime file includes.
+ */
+#ifndef EINC_RT_GENERATE_H
+#define EINC_RT_GENERATE_H
+
+#include "rt_internal.h"
+
+/* How --generate chooses each token from a row of logits (sample.c's
+ * essay gives the rule). */
+typedef struct rt_sampling {
+    double temperature;          /* T > 0 samples from softmax(logits / T); 0: greedy */
+    int64_t top_k;               /* sample among the top_k most likely tokens; 0: all */
+    double top_p;                /* then among the fewest most likely of mass >= top_p, in (0, 1] */
+    uint64_t seed;               /* --seed S: the uniform draws' seed */
+} rt_sampling;
+
+/* One token of a row being sampled: its logit (then its running weight)
+ * and its index in the vocabulary. */
+typedef struct rt_sample_entry {
+    double value;                /* the logit, then the running sum c_i of the weights */
+    int64_t index;               /* the token */
+} rt_sample_entry;
+
+/* What a job of --generate does besides running (generate.c): which
+ * inputs it feeds and which output it reads, the tokens and the time of
+ * each step.  Shared by the devices of a process; the root's arrays are
+ * written by device 0 only. */
+typedef struct rt_generate {
+    int64_t n;                   /* --generate N */
+    rt_sampling sampling;        /* how each token is chosen from the logits (sample.c) */
+    const int32_t *stop;         /* --stop-token ids (the options' array, not owned) */
+    int nstop;                   /* entries in stop */
+    int32_t tokens, position;    /* input indices: the tokens [B] (i32) and the position (i32 scalar) */
+    int32_t next;                /* output index of the next tokens [B] (i32), -1: from the logits */
+    int32_t logits;              /* output index of the logits [B, V], -1 if none */
+    int64_t batch, vocab;        /* B, and V of the logits (0 without) */
+    int64_t prompt_len;          /* T0, tokens per sequence of --prompt-ids */
+    int64_t first;               /* the first step run: --prompt-cached P, else 0 */
+    int64_t steps;               /* the last step + 1: T0 + N - 1; runs: steps - first */
+    int64_t ran;                 /* root, after the run: the steps run (steps - first unless
+                                    every sequence reached a stop token earlier) */
+    int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
+                                    run); malloc'd, owned.  Step s's time is
+                                    job->times[s - first]. */
+} rt_generate;
+
+/* The uniform number in [0, 1) that sequence `seq` draws at step `step`
+ * (a multiple of 2^-53): splitmix64 of the seed and a counter, so every
+ * device, backend and the reference draw the same number. */
+double rt_sample_uniform(uint64_t seed, int64_t step, int64_t seq);
+/* The token chosen from `row` (vocab elements of dtype `dtype`, any
+ * floating dtype) by sampling settings `s` and the uniform number u in
+ * [0, 1): sample.c's rule (greedy when s->temperature is 0).  `work` is
+ * caller-owned scratch of vocab entries, overwritten.  vocab >= 1,
+ * 0 <= s->top_k, 0 < s->top_p <= 1; no errors. */
+int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int64_t vocab,
+                      double u, rt_sample_entry *work);
+
+/* Parses a generation flag (--generate, --prompt-ids, --temperature,
+ * --top-k, --top-p, --stop-token, --generated, --prompt-cached) into `o`
+ * (--stop-token's ids into the malloc'd o->stop, freed by
+ * rt_free_options); 1 if `flag` is none of them, -1 and a message on a
+ * bad value (the checks that need the program are rt_generate_prepare's). */
+int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
+                           size_t errlen);
+/* Before the run, on every process, with --generate: finds the tokens,
+ * position, next-token or logits tensors (a message if the program has
+ * none or several, or they are sharded), checks --top-k and --stop-token
+ * against the vocabulary and the prompt and N against the cache length,
+ * reads --prompt-ids into g->ids, and sets job->gen = g and job->repeat =
+ * the steps.  -1 and a message. */
+int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
+/* The same generation for --check's reference job `rj` (program `ref`):
+ * the tensors by name, the prompt from `g`.  -1 and a message. */
+int rt_generate_for_reference(rt_generate *rg, const rt_generate *g, const rt_program *ref,
+                              const rt_program *p, char *err, size_t errlen);
+/* Every device: the steps (generate.c's essay). */
+void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
+/* Root: prints the tokens and the timing line, writes --generated. */
+int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen);
+/* Frees what rt_generate_prepare allocated. */
+void rt_generate_release(rt_generate *g);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * test_sample.c - rt_sample_row (runtime/sample.c) on small rows whose
+ * answers follow from the rule by hand, independently of run_sample.py's
+ * NumPy: with logits (0, ln 3) and T = 1 the probabilities are 1/4 and
+ * 3/4, so the draws u below 3/4 take token 1 and the others token 0;
+ * top-k and top-p cut where their definitions say; ties go to the lower
+ * index; greedy is numpy.argmax; and rt_sample_uniform is a fixed
+ * function of (seed, step, sequence) in [0, 1).
+ */
+#include <CUnit/CUnit.h>
+#include <math.h>
+
+#include "cunit_main.h"
+#include "rt_generate.h"
+#include "rt_internal.h"
+
+/* rt_sample_row on an f64 row of V <= 8 with settings (t, k, p). */
+static int32_t pick(const double *row, int64_t vocab, double t, int64_t k, double p, double u)
+{
+    rt_sampling s = {.temperature = t, .top_k = k, .top_p = p, .seed = 0};
+    rt_sample_entry work[8];
+    return rt_sample_row(&s, RT_F64, row, vocab, u, work);
+}
+
+static void test_two_tokens(void)
+{
+    const double row[2] = {0, log(3.0)};
+    /* Sorted: token 1 (weight 1), token 0 (weight 1/3); c = 1, 4/3. */
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 0, 1, 0.0), 1);
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 0, 1, 0.74), 1);
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 0, 1, 0.76), 0);
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 0, 1, 0.999999), 0);
+    /* T = 0.5 squares the odds: 1/10 and 9/10. */
+    CU_ASSERT_EQUAL(pick(row, 2, 0.5, 0, 1, 0.89), 1);
+    CU_ASSERT_EQUAL(pick(row, 2, 0.5, 0, 1, 0.91), 0);
+    /* top-k 1 keeps token 1 whatever u is. */
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 1, 1, 0.99), 1);
+    /* top-p: token 1 alone has mass 3/4, so p <= 3/4 keeps it alone. */
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 0, 0.75, 0.99), 1);
+    CU_ASSERT_EQUAL(pick(row, 2, 1, 0, 0.76, 0.99), 0);
+}
+
+static void test_top_k_top_p(void)
+{
+    /* Probabilities proportional to 8, 4, 2, 1, 1 (tokens 3, 0, 4, 1, 2). */
+    const double row[5] = {log(4.0), 0, 0, log(8.0), log(2.0)};
+    /* top-k 2: tokens 3 and 0, masses 2/3 and 1/3. */
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 2, 1, 0.66), 3);
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 2, 1, 0.67), 0);
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 2, 1, 0.9999), 0);
+    /* top-p 0.8 over all 5 (total 16): 8, 12, 14 >= 12.8 keeps 3 tokens. */
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 0, 0.8, 0.9999), 4);
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 0, 0.8, 12.5 / 14), 4);
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 0, 0.8, 11.5 / 14), 0);
+    /* top-k 4 (total 15) then top-p 0.5: 8 >= 7.5 keeps token 3 alone. */
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 4, 0.5, 0.9999), 3);
+    /* The tail: u near 1 over all tokens reaches the last, ties to the higher index. */
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 0, 1, 0.9999), 2);
+    CU_ASSERT_EQUAL(pick(row, 5, 1, 0, 1, 14.5 / 16), 1); /* c = 8, 12, 14, 15, 16 */
+}
+
+static void test_ties_and_greedy(void)
+{
+    const double tie[4] = {1, 2, 2, 0};
+    CU_ASSERT_EQUAL(pick(tie, 4, 0, 0, 1, 0.5), 1); /* the first maximum */
+    CU_ASSERT_EQUAL(pick(tie, 4, 1, 1, 1, 0.99), 1); /* top-k 1 of a tie: the lower index */
+    const double nan_row[3] = {5, NAN, 7};
+    CU_ASSERT_EQUAL(pick(nan_row, 3, 1, 0, 1, 0.99), 1); /* NaN: greedy, as numpy.argmax */
+    const double inf_row[3] = {5, 1, INFINITY};
+    CU_ASSERT_EQUAL(pick(inf_row, 3, 1, 0, 1, 0.01), 2);
+    const double masked[3] = {-INFINITY, 0, -INFINITY};
+    CU_ASSERT_EQUAL(pick(masked, 3, 1, 0, 1, 0.99), 1); /* masked tokens are never drawn */
+    const double none[2] = {-INFINITY, -INFINITY};
+    CU_ASSERT_EQUAL(pick(none, 2, 1, 0, 1, 0.5), 0);
+    const float f32[3] = {0.5f, 3.0f, 1.0f};
+    rt_sampling s = {.temperature = 0, .top_p = 1};
+    rt_sample_entry work[3];
+    CU_ASSERT_EQUAL(rt_sample_row(&s, RT_F32, f32, 3, 0.3, work), 1);
+}
+
+static void test_uniform(void)
+{
+    double a = rt_sample_uniform(7, 3, 1);
+    CU_ASSERT(a >= 0 && a < 1);
+    CU_ASSERT_EQUAL(a, rt_sample_uniform(7, 3, 1)); /* a function of its arguments */
+    CU_ASSERT_NOT_EQUAL(a, rt_sample_uniform(8, 3, 1));
+    CU_ASSERT_NOT_EQUAL(a, rt_sample_uniform(7, 4, 1));
+    CU_ASSERT_NOT_EQUAL(a, rt_sample_uniform(7, 3, 0));
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"two tokens: temperature, top-k, top-p", test_two_tokens},
+        {"top-k and top-p cuts", test_top_k_top_p},
+        {"ties, greedy, NaN, Inf, masked", test_ties_and_greedy},
+        {"uniform draws", test_uniform},
+    };
+    einc_add_suite("rt_sample_row", tests, (int)(sizeof tests / sizeof tests[0]));
+}
