@@ -133,7 +133,9 @@ int cal_read_profile(cal_state *c, const char *out,
                      void *arg)
 {
     enum { MAX_OPS = 512 };
-    static char names[MAX_OPS][64], kinds[MAX_OPS][32];
+    /* On the stack (about 110 KB in all), not static: no state outlives a
+     * call, so two calibrations in one process could not mix their tables. */
+    char names[MAX_OPS][64], kinds[MAX_OPS][32];
     double ms[MAX_OPS][MAX_ROUNDS];
     int nseen[MAX_OPS] = {0};
     char path[512];
