@@ -311,7 +311,8 @@ int cal_read_results(cal_state *c)
     for (int i = 0; i < c->nbench; i++) {
         const cal_bench *b = &c->bench[i];
         coll_run cr = {c, b->p, &b->size, 1};
-        if (b->p ? cal_read_profile(c, b->out, on_coll, &cr) : cal_read_profile(c, b->out, on_compute, c))
+        if (b->p ? cal_read_profile(c, b->out, on_coll, &cr)
+                 : cal_read_profile(c, b->out, on_compute, c))
             return -1;
     }
     for (int d = 0; d < 3; d++)

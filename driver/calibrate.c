@@ -185,8 +185,9 @@ int calibrate_main(int argc, char **argv)
         o.output = cached;
     }
     /* Minutes of measuring must not end in an unwritable file: check the
-     * output's directory first (write_atomic creates a file beside it),
-     * and that the rename would replace at most a regular file. */
+     * output's directory first (the profile is written to a file beside
+     * it, then renamed), and that the rename would replace at most a
+     * regular file. */
     if (drv_check_output("einc calibrate", o.output, NULL, 0))
         return 1;
     char outdir[COST_HW_PATH_MAX];
