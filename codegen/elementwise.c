@@ -43,133 +43,15 @@
  * are ordered fcmp (false on NaN) except != (unordered, true on NaN), as
  * in C and numpy; where is a select.
  *
- * Functions: exp, log, sqrt, fabs and maxnum (relu) are LLVM intrinsics, and exp
- * and log vectorise through glibc's libmvec (target.c); tanh is libm's
- * tanhf/tanh (LLVM 19 has no tanh intrinsic, so loops with tanh stay
- * scalar); gelu is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
- * 0.044715 x^3))) used by GPT-2 and BERT, evaluated as the identical
- * x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)); silu is x * sigmoid(x);
- * sigmoid is 1 / (1 + exp(-x)); rsqrt is 1 / sqrt(x) (exact division, not an
- * estimate).
+ * Functions (exp, tanh, gelu, ...) and the arithmetic under them are
+ * elementwise_fn.c's; the check of an op's tree is elementwise_check.c's.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cg_internal.h"
-
-/* Checks the tree under node `n`: indices, operands, functions and dims
- * valid, comparisons exactly where a truth value is wanted (the condition
- * of a where, and nowhere else), and no cycle.  `state` per node: 0 unseen,
- * 1 on the current path, 2 checked; each node is checked once, so a DAG
- * with shared nodes costs O(nodes). */
-static bool node_ok(const ir_op *op, int n, unsigned char *state)
-{
-    if (n < 0 || n >= op->u.ew.nnodes || state[n] == 1)
-        return false;
-    if (state[n] == 2)
-        return true;
-    const ir_ew_node *e = &op->u.ew.nodes[n];
-    bool ok = (unsigned)e->kind < IR_EW_KIND_COUNT;
-    state[n] = 1;
-    const int kids[3] = {e->a, e->b, e->c};
-    int arity = ir_ew_arity(e->kind);
-    for (int k = 0; ok && k < arity; k++) {
-        ok = node_ok(op, kids[k], state);
-        bool want_bool = e->kind == IR_EW_SELECT && k == 0;
-        ok = ok && ir_ew_is_compare(op->u.ew.nodes[kids[k]].kind) == want_bool;
-    }
-    switch (e->kind) {
-    case IR_EW_OPERAND:
-        ok = e->operand >= 0 && e->operand < op->noperands;
-        break;
-    case IR_EW_INDEX: {
-        int r = 0, rank = op->result->type.rank;
-        while (r < rank && op->u.ew.result_labels[r] != e->dim)
-            r++;
-        ok = r < rank;
-        break;
-    }
-    case IR_EW_CALL:
-        ok = ok && (int)e->fn >= 0 && e->fn < IR_FN_COUNT;
-        break;
-    default:
-        break;
-    }
-    state[n] = 2;
-    return ok;
-}
-
-bool cg_ew_check(const ir_module *m, const ir_op *op, diag_ctx *d)
-{
-    const ir_value *res = op->result;
-    bool tree_ok = op->u.ew.nodes && op->u.ew.nnodes >= 1 && res &&
-                   !ir_ew_is_compare(op->u.ew.nodes[op->u.ew.root].kind);
-    if (tree_ok) {
-        unsigned char *state = cg_calloc((size_t)op->u.ew.nnodes, 1);
-        tree_ok = node_ok(op, op->u.ew.root, state);
-        free(state);
-    }
-    if (!tree_ok) {
-        diag_error(d, op->loc, "codegen: malformed elementwise expression (bad node index, "
-                               "kind, operand, function or index dim, a comparison outside "
-                               "a where condition, or a cycle)");
-        return false;
-    }
-    for (int r = 0; r < res->type.rank; r++) {
-        int l = op->u.ew.result_labels[r];
-        bool dup = false;
-        for (int s = 0; s < r; s++)
-            dup |= op->u.ew.result_labels[s] == l;
-        if (l < 0 || l >= m->ndims || dup) {
-            diag_error(d, op->loc, "codegen: elementwise result label %d at position %d is %s",
-                       l, r, dup ? "repeated" : "not a dim");
-            return false;
-        }
-    }
-    for (int k = 0; k < op->noperands; k++) {
-        const ir_value *v = op->operands[k];
-        for (int j = 0; j < v->type.rank; j++) {
-            int l = op->u.ew.labels[k][j], r = 0;
-            while (r < res->type.rank && op->u.ew.result_labels[r] != l)
-                r++;
-            if (r == res->type.rank) {
-                diag_error(d, op->loc, "codegen: elementwise operand %d dim %d (label %d) is not "
-                                       "a dim of the result", k, j, l);
-                return false;
-            }
-            int64_t a = ir_local_size(m, &v->type, j), b = ir_local_size(m, &res->type, r);
-            if (a != b) {
-                diag_error(d, op->loc, "codegen: elementwise operand %d dim '%s' has %lld elements "
-                                       "per device but the result has %lld (shardings differ)",
-                           k, m->dims[l].name, (long long)a, (long long)b);
-                return false;
-            }
-        }
-    }
-    return true;
-}
-
-/* State of one loop nest. */
-typedef struct ew_nest {
-    cg_ctx *c;          /* codegen context */
-    cg_fn *f;           /* the run function */
-    const ir_op *root;  /* the op that owns the loop */
-    LLVMTypeRef ct;     /* compute type: f32 or f64 */
-    LLVMValueRef dst;   /* result buffer */
-    int64_t shape[IR_MAX_RANK]; /* result per-device shape */
-    int nloops;         /* loops of the nest: runs of result positions merged */
-    int last[IR_MAX_RANK]; /* per loop: the last (innermost) result position of its run */
-    int64_t trips[IR_MAX_RANK]; /* per loop: its trip count, the product of its run's sizes */
-    LLVMValueRef idx[IR_MAX_RANK]; /* current index per result position (i64; within a
-                                      merged run the flat index is the run's last
-                                      position's, the others are 0) */
-    LLVMValueRef off[IR_MAX_RANK]; /* global offset of this device's block per result position (i64) */
-    LLVMValueRef acc;   /* NULL, or an accumulator (entry alloca) each stored element is
-                           added to, with reassociation (cg_emit_elementwise_sum) */
-    int64_t chunk;      /* 0, or the elements of a streamed chunk (see stream_loop) */
-    LLVMValueRef stage_at; /* inside a chunk: the element's index in f->stream_stage (i64) */
-} ew_nest;
+#include "elementwise_internal.h"
 
 /* The labels of `op`'s result: an elementwise op's, or an unrolled
  * einsum's. */
@@ -197,185 +79,6 @@ static LLVMValueRef offset_of(ew_nest *n, const ir_value *v, const int *labels,
         stride *= shape[j];
     }
     return off;
-}
-
-static LLVMValueRef intrinsic(ew_nest *n, const char *name, LLVMValueRef *args, unsigned nargs)
-{
-    cg_ctx *c = n->c;
-    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-    LLVMTypeRef ty = n->ct;
-    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(c->mod, id, &ty, 1);
-    LLVMTypeRef fty = LLVMIntrinsicGetType(c->llctx, id, &ty, 1);
-    return LLVMBuildCall2(c->b, fty, fn, args, nargs, "");
-}
-
-static LLVMValueRef libm_tanh(ew_nest *n, LLVMValueRef x)
-{
-    cg_ctx *c = n->c;
-    const char *name = n->ct == c->t.f32 ? "tanhf" : "tanh";
-    LLVMTypeRef fty = LLVMFunctionType(n->ct, &n->ct, 1, 0);
-    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
-    if (!fn)
-        fn = LLVMAddFunction(c->mod, name, fty);
-    return LLVMBuildCall2(c->b, fty, fn, &x, 1, "");
-}
-
-static LLVMValueRef fc(ew_nest *n, double v)
-{
-    return LLVMConstReal(n->ct, v);
-}
-
-/* 1 / (1 + exp(-x)).  In f64, -x is clamped to [-700, 700] first: beyond
- * that the sigmoid is already 0 or 1 to the type's precision, but libmvec's
- * vector exp sends every lane past its overflow/underflow threshold (|x| >
- * 708) through a scalar fallback, so a gelu of large activations ran 2x
- * slower and its time depended on the data, which the cost model cannot
- * know.  Compare-and-select keeps a NaN a NaN (minnum/maxnum would replace
- * it by the bound).  In f32 the inline exp (exp_poly_f32) has no slow path. */
-static LLVMValueRef clamp(ew_nest *n, LLVMValueRef x, double lim)
-{
-    LLVMBuilderRef b = n->c->b;
-    LLVMValueRef hi = fc(n, lim), lo = fc(n, -lim);
-    x = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, hi, ""), hi, x, "");
-    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, lo, ""), lo, x, "");
-}
-
-static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x);
-
-static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
-{
-    LLVMBuilderRef b = n->c->b;
-    LLVMValueRef e = LLVMBuildFNeg(b, x, "");
-    if (n->ct == n->c->t.f32) {
-        e = exp_poly_f32(n, e);
-    } else {
-        e = clamp(n, e, 700.0);
-        e = intrinsic(n, "llvm.exp", &e, 1);
-    }
-    return LLVMBuildFDiv(b, fc(n, 1.0), LLVMBuildFAdd(b, fc(n, 1.0), e, ""), "");
-}
-
-/* exp(x) in f64 that stays on libmvec's vector path, which sends a whole
- * vector through a scalar fallback as soon as one lane is beyond |x| = 708:
- * a softmax's masked -inf scores, half of a causal attention's, made it
- * 10x slower per element.  Arguments beyond 708 are shifted by 512 towards
- * 0 and the result scaled back by exp(-+512) (one extra rounding, into the
- * denormal range where that is the exact answer's neighbourhood anyway);
- * below -746 (where IEEE exp is +0) the result is selected as 0, above
- * 709.79 (overflow) as +inf, and exp only ever sees [-708, 708].  NaN fails
- * every comparison and stays NaN.  f32 has exp_poly_f32. */
-static LLVMValueRef exp_f64(ew_nest *n, LLVMValueRef x)
-{
-    LLVMBuilderRef b = n->c->b;
-    const double big = 708.0, k = 512.0, zero = -746.0, over = 709.79;
-    LLVMValueRef lo = LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, -big), "");
-    LLVMValueRef hi = LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, big), "");
-    LLVMValueRef xs = LLVMBuildSelect(b, lo, LLVMBuildFAdd(b, x, fc(n, k), ""), x, "");
-    xs = LLVMBuildSelect(b, hi, LLVMBuildFSub(b, x, fc(n, k), ""), xs, "");
-    xs = clamp(n, xs, big);
-    LLVMValueRef e = intrinsic(n, "llvm.exp", &xs, 1);
-    e = LLVMBuildSelect(b, lo, LLVMBuildFMul(b, e, fc(n, exp(-k)), ""), e, "");
-    e = LLVMBuildSelect(b, hi, LLVMBuildFMul(b, e, fc(n, exp(k)), ""), e, "");
-    e = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fc(n, zero), ""), fc(n, 0.0), e, "");
-    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, fc(n, over), ""), fc(n, INFINITY), e,
-                           "");
-}
-
-/* a * b + c, fused where the target has FMA. */
-static LLVMValueRef fmuladd(ew_nest *n, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
-{
-    LLVMValueRef args[] = {a, b, c};
-    return intrinsic(n, "llvm.fmuladd", args, 3);
-}
-
-/* 2^k for an i32 vector-friendly k in [-126, 127]: the exponent field. */
-static LLVMValueRef pow2i(ew_nest *n, LLVMValueRef k)
-{
-    cg_ctx *c = n->c;
-    LLVMValueRef e = LLVMBuildAdd(c->b, k, cg_i32(c, 127), "");
-    e = LLVMBuildShl(c->b, e, cg_i32(c, 23), "");
-    return LLVMBuildBitCast(c->b, e, c->t.f32, "");
-}
-
-/* select(a OP b, a, b): x86 emits it as one MAXPS / MINPS, which returns
- * b when either is NaN, where llvm.maxnum / minnum take three
- * instructions to return the number. */
-static LLVMValueRef pick(ew_nest *n, LLVMRealPredicate op, LLVMValueRef a, LLVMValueRef b)
-{
-    LLVMBuilderRef bld = n->c->b;
-    return LLVMBuildSelect(bld, LLVMBuildFCmp(bld, op, a, b, ""), a, b, "");
-}
-
-/* expf inline, in straight-line arithmetic that the loop vectoriser widens
- * to the full vector (16 lanes on AVX-512) with no call: Cody and Waite's
- * range reduction x = k ln 2 + r, |r| <= ln 2 / 2, with ln 2 split in two
- * so k ln 2 is exact, then Cephes' expf polynomial (S. L. Moshier, Cephes
- * Math Library, expf.c: degree 5 minimax on r, relative error 1.6e-7 in
- * its tests) and the scale by 2^k through the exponent field, done as two
- * factors so results in the denormal range (x < -87.3) and up to FLT_MAX
- * come out without overflow in between, each rounded once.  x is first
- * clamped to [-104, 89], which also gives the IEEE limits with no test of
- * its own: from -104 the result is 0.97 * 2^-150, which rounds to +0 as
- * every exp below -103.97 does, and from x >= 128 ln 2 = 88.72 the scaled
- * y >= 1 times 2^128 rounds to +inf, as exp does from there.  A NaN is
- * clamped to -104 (k stays defined) and put back at the end.
- * It replaced libmvec's 8-lane expf on f32 (XLA's CPU back end likewise
- * emits its own polynomial exp): a softmax spent most of its time in the
- * call (docs/performance.md, section 7). */
-static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x)
-{
-    cg_ctx *c = n->c;
-    LLVMBuilderRef b = c->b;
-    LLVMValueRef xc = pick(n, LLVMRealOGT, x, fc(n, -104.0));
-    xc = pick(n, LLVMRealOLT, xc, fc(n, 89.0));
-    LLVMValueRef kf = fmuladd(n, xc, fc(n, 1.44269504088896341), fc(n, 0.5));
-    kf = intrinsic(n, "llvm.floor", &kf, 1);
-    LLVMValueRef r = fmuladd(n, kf, fc(n, -0.693359375), xc);
-    r = fmuladd(n, kf, fc(n, 2.12194440e-4), r);
-    LLVMValueRef p = fc(n, 1.9875691500e-4);
-    static const double coef[] = {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                                  1.6666665459e-1, 5.0000001201e-1};
-    for (size_t i = 0; i < sizeof coef / sizeof coef[0]; i++)
-        p = fmuladd(n, p, r, fc(n, coef[i]));
-    LLVMValueRef r2 = LLVMBuildFMul(b, r, r, "");
-    LLVMValueRef y = LLVMBuildFAdd(b, fmuladd(n, p, r2, r), fc(n, 1.0), "");
-    /* k in [-150, 129]: 2^k as 2^(k/2) 2^(k - k/2), both normal. */
-    LLVMValueRef k = LLVMBuildFPToSI(b, kf, c->t.i32, "");
-    LLVMValueRef k1 = LLVMBuildAShr(b, k, cg_i32(c, 1), "");
-    LLVMValueRef k2 = LLVMBuildSub(b, k, k1, "");
-    y = LLVMBuildFMul(b, LLVMBuildFMul(b, y, pow2i(n, k1), ""), pow2i(n, k2), "");
-    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, x, x, ""), x, y, "");
-}
-
-static LLVMValueRef call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
-{
-    LLVMBuilderRef b = n->c->b;
-    switch (fn) {
-    case IR_FN_EXP: return n->ct == n->c->t.f32 ? exp_poly_f32(n, x) : exp_f64(n, x);
-    case IR_FN_LOG: return intrinsic(n, "llvm.log", &x, 1);
-    case IR_FN_TANH: return libm_tanh(n, x);
-    case IR_FN_RELU: {
-        LLVMValueRef args[] = {x, fc(n, 0.0)};
-        return intrinsic(n, "llvm.maxnum", args, 2);
-    }
-    case IR_FN_GELU: {
-        /* 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed
-         * as the identical x * sigmoid(2u): one exp, which vectorises
-         * (libmvec), where tanh would stay a scalar libm call. */
-        LLVMValueRef x3 = LLVMBuildFMul(b, LLVMBuildFMul(b, x, x, ""), x, "");
-        LLVMValueRef in = LLVMBuildFAdd(b, x, LLVMBuildFMul(b, fc(n, 0.044715), x3, ""), "");
-        in = LLVMBuildFMul(b, fc(n, 2.0 * sqrt(2.0 / M_PI)), in, "");
-        return LLVMBuildFMul(b, x, sigmoid(n, in), "");
-    }
-    case IR_FN_SILU: return LLVMBuildFMul(b, x, sigmoid(n, x), "");
-    case IR_FN_SIGMOID: return sigmoid(n, x);
-    case IR_FN_SQRT: return intrinsic(n, "llvm.sqrt", &x, 1);
-    case IR_FN_RSQRT: return LLVMBuildFDiv(b, fc(n, 1.0), intrinsic(n, "llvm.sqrt", &x, 1), "");
-    case IR_FN_NEG: return LLVMBuildFNeg(b, x, "");
-    case IR_FN_ABS: return intrinsic(n, "llvm.fabs", &x, 1);
-    case IR_FN_COUNT: break;
-    }
-    return x; /* unreachable: cg_ew_check rejects unknown functions */
 }
 
 static LLVMValueRef load_elem(ew_nest *n, LLVMValueRef base, ir_dtype dtype, LLVMValueRef off)
@@ -480,7 +183,7 @@ static LLVMValueRef eval_einsum(ew_nest *n, const ir_op *op, LLVMValueRef *bylab
     }
     free(at);
     if (op->u.einsum.scale != 1.0)
-        sum = LLVMBuildFMul(c->b, sum, fc(n, op->u.einsum.scale), "");
+        sum = LLVMBuildFMul(c->b, sum, cg_ew_const(n, op->u.einsum.scale), "");
     return sum;
 }
 
@@ -530,7 +233,7 @@ static LLVMValueRef eval(ew_nest *n, ew_eval *x, int node)
     const ir_ew_node *e = &x->op->u.ew.nodes[node];
     LLVMValueRef r = NULL, args[2];
     switch (e->kind) {
-    case IR_EW_CONST: r = fc(n, e->value); break;
+    case IR_EW_CONST: r = cg_ew_const(n, e->value); break;
     case IR_EW_INDEX: {
         LLVMValueRef g = LLVMBuildNSWAdd(b, x->bylabel[e->dim], x->offbylabel[e->dim], "");
         /* Through i32 when the dim fits: AVX2 converts packed i32 to
@@ -549,7 +252,7 @@ static LLVMValueRef eval(ew_nest *n, ew_eval *x, int node)
     case IR_EW_MIN:
         args[0] = eval(n, x, e->a);
         args[1] = eval(n, x, e->b);
-        r = intrinsic(n, e->kind == IR_EW_MAX ? "llvm.maximum" : "llvm.minimum", args, 2);
+        r = cg_ew_intrinsic(n, e->kind == IR_EW_MAX ? "llvm.maximum" : "llvm.minimum", args, 2);
         break;
     case IR_EW_LT: r = LLVMBuildFCmp(b, LLVMRealOLT, eval(n, x, e->a), eval(n, x, e->b), ""); break;
     case IR_EW_LE: r = LLVMBuildFCmp(b, LLVMRealOLE, eval(n, x, e->a), eval(n, x, e->b), ""); break;
@@ -560,9 +263,9 @@ static LLVMValueRef eval(ew_nest *n, ew_eval *x, int node)
     case IR_EW_SELECT:
         r = LLVMBuildSelect(b, eval(n, x, e->a), eval(n, x, e->b), eval(n, x, e->c), "");
         break;
-    case IR_EW_CALL: r = call_fn(n, e->fn, eval(n, x, e->a)); break;
+    case IR_EW_CALL: r = cg_ew_call_fn(n, e->fn, eval(n, x, e->a)); break;
     case IR_EW_OPERAND: r = eval_operand(n, x, e->operand); break;
-    case IR_EW_KIND_COUNT: r = fc(n, 0.0); break; /* rejected by cg_ew_check */
+    case IR_EW_KIND_COUNT: r = cg_ew_const(n, 0.0); break; /* rejected by cg_ew_check */
     }
     return x->memo[node] = r;
 }

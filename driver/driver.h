@@ -10,6 +10,12 @@
 
 #include "frontend.h"
 
+/* Entry point of `einc calibrate ARGS`; argv[0] is "calibrate".  Parses
+ * the flags and calls the calibrate/ library (calibrate.h).  Returns the
+ * exit status: 0 on success, 1 when a benchmark or the output fails, 2 on a
+ * bad command line (calibrate.c). */
+int calibrate_main(int argc, char **argv);
+
 /* The hardware profile einc uses without --hw: this machine (its cached
  * calibration, else hw/host.json; calibrate_load_host). */
 #define DRV_DEFAULT_HW "host"

@@ -74,9 +74,10 @@
  * reshards the values entering and leaving the body into it.
  *
  * Files: this one runs the pass (setup, sweeps, materialisation);
- * propagate_layout.c prices and chooses layouts; propagate_loop.c handles
- * repeated blocks; propagate_reason.c writes the reasons; reshard.c is the
- * planner; propagate_internal.h is what they share.
+ * propagate_cost.c prices layouts and propagate_layout.c chooses them;
+ * propagate_loop.c handles repeated blocks; propagate_reason.c writes the
+ * reasons; reshard.c is the planner; propagate_internal.h is what they
+ * share.
  */
 #include <math.h>
 #include <stdio.h>

@@ -30,7 +30,7 @@
  * cannot be created) get no variable, so the transport rows forbid them.
  * Unlike Alpa's edge costs, einc emits one reshard of v per distinct
  * target sharding, shared by every consumer that needs it
- * (propagate_layout.c), so costs sit on y[v,a,b] >= e[u,a,b] for every use
+ * (propagate_cost.c), so costs sit on y[v,a,b] >= e[u,a,b] for every use
  * u: the reshard a -> b is paid once, however many uses need b.  A value
  * whose sharding is fixed (an input, a param, a constrained result, a
  * loop's carried value) has w[v,b] >= q[u,b] instead.  Targets that do not
@@ -39,7 +39,7 @@
  * A repeated block's ops and reshards are weighed by their trip count, so
  * the body is planned once for all its layers.
  *
- * The objective is then exactly the serial objective of propagate_layout.c
+ * The objective is then exactly the serial objective of propagate_cost.c
  * (pass_prop_total_cost) at every integral point, up to two things decided
  * from the plan the local search left: a MeshSlice credit that depends on
  * the op's readers, and a reshard's trip count when consumers of one value

@@ -2,13 +2,15 @@
  * propagate_internal.h - what the files of the propagate pass share.
  *
  * propagate.c runs the pass (setup, sweeps, materialisation); the layout
- * search and its costs live in propagate_layout.c and the text of the
- * reasons attached to inserted ops in propagate_reason.c.  The algorithm is
+ * search lives in propagate_layout.c, the costs it ranks layouts by in
+ * propagate_cost.c and the text of the reasons attached to inserted ops in
+ * propagate_reason.c.  The algorithm is
  * described at the top of propagate.c and in docs/propagation.md.
  */
 #ifndef EINC_PROPAGATE_INTERNAL_H
 #define EINC_PROPAGATE_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -154,7 +156,11 @@ static inline ir_sharding pass_prop_reduced(ir_sharding s)
     return s;
 }
 
-/* ---- propagate_layout.c ---- */
+/* ---- propagate_cost.c ---- */
+
+/* No cost, and the cost of an infeasible layout (loses to any finite one). */
+static const cost COST_ZERO = {0.0, 0.0, 0};
+static const cost COST_INF = {INFINITY, INFINITY, 0};
 
 /* a + b, term by term. */
 cost pass_prop_cost_add(cost a, cost b);
@@ -166,22 +172,9 @@ bool pass_prop_cost_less(cost a, cost b);
  * reshard per distinct sharding its decided consumers and its outputs need
  * (consumers not decided price nothing). */
 cost pass_prop_value_cost(prop *p, int id);
-/* Fills lay->req and lay->produced from lay->choice (axes on one label in
- * the order an operand gives them, else mesh order); false if a dim would
- * not divide or the layout is not computable. */
-bool pass_prop_layout_fill(const prop *p, int k, layout *lay);
-/* Every feasible candidate layout of op k given the current state of the
- * other ops, at most `max`, into out; returns the count, -1 out of memory. */
-int pass_prop_candidates(prop *p, int k, layout *out, int max);
-
 /* The sharding value v has for its consumers under the current decisions
  * (its constraint, its op's chosen result, or its type's). */
 ir_sharding pass_prop_current(const prop *p, const ir_value *v);
-/* Index of dim id `dim` among op info oi's labels, or -1. */
-int pass_prop_label_index(const opinfo *oi, int dim);
-/* Re-picks op k's layout: 1 if it changed, 0 if not, -1 if no layout is
- * feasible (or out of memory). */
-int pass_prop_choose(prop *p, int k);
 /* Op k's terms of the objective under `lay`: its compute time and the
  * reshards of its operands and result (time, bytes, ops). */
 cost pass_prop_layout_cost(prop *p, int k, const layout *lay);
@@ -195,6 +188,21 @@ double pass_prop_compute_time(prop *p, int k, const layout *lay);
 /* Seconds of the planner's reshard of v from `from` to `to` (memoised; one
  * run, no trip count). */
 double pass_prop_reshard_time(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to);
+
+/* ---- propagate_layout.c ---- */
+
+/* Fills lay->req and lay->produced from lay->choice (axes on one label in
+ * the order an operand gives them, else mesh order); false if a dim would
+ * not divide or the layout is not computable. */
+bool pass_prop_layout_fill(const prop *p, int k, layout *lay);
+/* Every feasible candidate layout of op k given the current state of the
+ * other ops, at most `max`, into out; returns the count, -1 out of memory. */
+int pass_prop_candidates(prop *p, int k, layout *out, int max);
+/* Index of dim id `dim` among op info oi's labels, or -1. */
+int pass_prop_label_index(const opinfo *oi, int dim);
+/* Re-picks op k's layout: 1 if it changed, 0 if not, -1 if no layout is
+ * feasible (or out of memory). */
+int pass_prop_choose(prop *p, int k);
 /* Joint moves: for every compute op k whose result other compute ops read
  * (at most 8 of them), tries each candidate layout of k with every reader
  * re-picked to its best layout given it, and keeps the combination that

@@ -204,7 +204,7 @@ static int reshard_operand(prop *p, ir_op *op, const ir_sharding *to)
     t.sh = *to;
     pass_reshard_plan plan;
     /* Timed on the profile, as every other reshard the planner emits and
-     * as add_carried (propagate_layout.c) priced this one. */
+     * as add_carried (propagate_cost.c) priced this one. */
     if (!pass_reshard_find_timed(p->m, p->hw, &v->type, to, &plan)) {
         diag_error(p->ctx->diag, op->loc, "cannot reshard %s into the loop-carried sharding %s",
                    ir_type_str(p->m, v->tensor, &v->type, b1, sizeof b1),

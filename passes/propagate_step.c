@@ -2,7 +2,7 @@
  * propagate_step.c - the step time of the planner's current plan with
  * parameter gathers overlapped, as the cost pass schedules it.
  *
- * The search's objective (propagate_layout.c) is the serial sum of the
+ * The search's objective (propagate_cost.c) is the serial sum of the
  * ops' compute and the reshards' times: it decomposes into op and value
  * terms, which is what the sweeps, the joint moves and branch and bound
  * need.  The cost pass (cost.c) instead schedules on two streams: a

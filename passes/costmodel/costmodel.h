@@ -241,7 +241,7 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
  * T = t_launch + (P - 1) * (l_sync + (buffer_bytes / P) / bw) +
  * (buffer_bytes / P) / bw_local + (runs - P) * t_run (the own shard's copy
  * and the extra runs of a strided layout, when the fit has them;
- * driver/calibrate_fit.c) for a group of `p` devices that copies `runs`
+ * calibrate/fit.c) for a group of `p` devices that copies `runs`
  * contiguous runs per device (p for a flat buffer; cost_coll_runs), buffer_bytes counted as nccl-tests does (AllGather's
  * per-device result, the per-device operand of ReduceScatter, AllReduce and
  * AllToAll).  A buffer below fit->small_below uses the small-message fit

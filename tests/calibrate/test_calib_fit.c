@@ -1,6 +1,6 @@
 /*
- * test_calib_fit.c - the regression of `einc calibrate` (driver/
- * calibrate_fit.c): timings made from known coefficients of
+ * test_calib_fit.c - the regression of `einc calibrate` (calibrate/
+ * fit.c): timings made from known coefficients of
  * T = T_launch + (P-1)(L_sync + shard/BW) + shard/BW_local + (runs-P) t_run
  * (seed 004's model plus the own shard's copy and the strided runs) give
  * those coefficients back; a

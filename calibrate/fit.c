@@ -1,5 +1,5 @@
 /*
- * calibrate_fit.c - fitting MeshSlice's measured collective model (seed
+ * fit.c - fitting MeshSlice's measured collective model (seed
  * 004) to the timings of `einc calibrate`: weighted linear least squares in
  * (T_launch, L_sync, 1/BW, 1/BW_local), non-negative by refitting over
  * subsets, two regimes split at SPLIT_BYTES.  See the essay at the top of
@@ -16,7 +16,7 @@
  * The fifth is the layout.  A collective over a tensor's inner dim moves
  * each peer block as many short runs (one per row above the cut dim), not
  * one: (runs - P) t_run, with runs = P for a flat buffer, prices the
- * extra runs.  The strided samples of calibrate.c (512-byte runs) are
+ * extra runs.  The strided samples of programs.c (512-byte runs) are
  * what determines it.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
- * calibrate_machine.c - which machine einc runs on, where its calibrated
- * profile is cached, and which file `--hw host` means.
+ * machine.c - which machine einc runs on, where its calibrated profile is
+ * cached, and which file `--hw host` means.
  *
  * A calibrated profile holds one machine's figures: another CPU, another
  * core count or another BLAS kernel set makes them wrong by tens of percent
@@ -28,6 +28,7 @@
  * the second core that codegen's reference thread runs on
  * (docs/performance.md, section 4).
  */
+#include <cJSON.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -211,5 +212,40 @@ int calibrate_load_host(cost_hw *hw, FILE *warn, char *err, size_t errsize)
         fprintf(warn, "einc: warning: %s was measured on %s, but this machine is %s: its "
                       "estimates may be off; %s\n", hw->path, theirs, desc, fix);
     }
+    return 0;
+}
+
+int calibrate_print_machine(void)
+{
+    cost_machine m;
+    calibrate_machine_detect(&m);
+    char key[128], path[COST_HW_PATH_MAX], desc[3 * COST_MACHINE_STR];
+    cost_machine_key(&m, key, sizeof key);
+    cost_machine_describe(&m, desc, sizeof desc);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *mj = cost_machine_to_json(&m);
+    if (!root || !mj) {
+        cJSON_Delete(root);
+        cJSON_Delete(mj);
+        fprintf(stderr, "einc calibrate: error: out of memory\n");
+        return 1;
+    }
+    cJSON_AddItemToObject(root, "machine", mj);
+    cJSON_AddStringToObject(root, "description", desc);
+    cJSON_AddStringToObject(root, "key", key);
+    if (calibrate_cache_path(&m, path, sizeof path) == 0) {
+        cJSON_AddStringToObject(root, "cache", path);
+        cJSON_AddBoolToObject(root, "cached", access(path, F_OK) == 0);
+    } else {
+        cJSON_AddNullToObject(root, "cache");
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) {
+        fprintf(stderr, "einc calibrate: error: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    free(text);
     return 0;
 }

@@ -1,0 +1,181 @@
+/*
+ * calibrate_internal.h - what the files of calibrate/ share: the limits of
+ * one calibration, the measurements of one collective kind and their fit
+ * (seed 004's measured model), the benchmark programs' shapes and sizes
+ * (which the programs, the parser of their profiles and the profile writer
+ * must agree on), and the state of one run.
+ */
+#ifndef EINC_CALIBRATE_INTERNAL_H
+#define EINC_CALIBRATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "calibrate.h"
+#include "costmodel.h"
+
+#define MAX_RANKS CALIBRATE_MAX_RANKS
+#define MAX_SIZES 24
+#define MAX_SAMPLES (MAX_RANKS * MAX_SIZES)
+#define MAX_ROUNDS CALIBRATE_MAX_ROUNDS
+#define NKINDS 4
+#define NGEMM 4
+#define NEW 4
+#define NFN 4 /* sizes the functions are timed on (FN_ELEMS) */
+/* Buffers below this many bytes per device are fitted separately (they
+ * stay in the caches; docs/cost-model.md). */
+#define SPLIT_BYTES (1 << 20)
+
+/* One timed collective. */
+typedef struct sample {
+    int p;                  /* group size */
+    double bytes;           /* buffer bytes per device (nccl-tests' size) */
+    double runs;            /* contiguous runs a device copies: P if flat, P x rows if strided */
+    double t;               /* median seconds per call */
+    double fit;             /* fitted seconds */
+    bool outlier;           /* left out of the final fit */
+} sample;
+
+/* The measured model of one collective kind. */
+typedef struct coll_fit {
+    sample s[MAX_SAMPLES];  /* the measurements */
+    int n;                  /* samples in s */
+    double t_launch;        /* seconds */
+    double l_sync;          /* seconds per step */
+    double bw;              /* bytes/s of one step's shard */
+    double bw_local;        /* bytes/s of the copy of the device's own shard; 0: free */
+    double t_run;           /* seconds per contiguous run beyond one per peer block */
+    double rms;             /* rms relative residual */
+    double max;             /* largest relative residual of the samples used */
+    int used;               /* samples in the final fit */
+    bool has_small;         /* buffers below SPLIT_BYTES have their own fit */
+    double small_t_launch;  /* that fit: seconds */
+    double small_l_sync;    /* seconds per step */
+    double small_bw;        /* bytes/s */
+    double small_bw_local;  /* bytes/s; 0: free */
+    double small_t_run;     /* seconds per extra run */
+} coll_fit;
+
+/* Fits T(P, S, runs) = T_launch + (P - 1) (L_sync + shard / BW) +
+ * shard / BW_local + (runs - P) t_run to f's samples
+ * (relative least squares, coefficients kept non-negative; buffers below
+ * SPLIT_BYTES fitted separately when there are enough of them), fills each
+ * sample's fitted time and the residual statistics.  `kind` names the
+ * collective in messages.  Returns 0, or -1 after a message on stderr when
+ * no fit exists (fit.c). */
+int cal_fit_kind(coll_fit *f, const char *kind);
+
+/* Median of v[0..n) (sorts v in place); n >= 1 (fit.c). */
+double cal_median(double *v, int n);
+
+/* Which collective each index of the per-kind arrays is: its key in the
+ * profile, its op kind in the executables' --profile tables, and the name
+ * tag of its flat buffers in the benchmark programs. */
+static const char *const KIND_KEY[NKINDS] = {"allgather", "reducescatter", "allreduce", "alltoall"};
+static const char *const KIND_OP[NKINDS] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll"};
+static const char *const KIND_TAG[NKINDS] = {"AG", "RS", "AR", "AA"};
+
+/* Columns of the strided variants: shard rows of STRIDE_RUN f32 (512 B),
+ * as a collective over the inner dim of an activation copies them. */
+#define STRIDE_RUN 128
+
+/* Local GEMM shapes per device (M, K, N): from cache-sized to large. */
+static const int64_t GEMM_SHAPES[NGEMM][3] = {
+    {256, 256, 256}, {512, 512, 512}, {1024, 512, 1024}, {1024, 1024, 1024}};
+/* Elementwise array elements per device. */
+static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
+/* Elements per device the functions are timed on (hot: every function
+ * reads the same two arrays, which the one before just read), in pairs:
+ * the slope between a pair's sizes is the time per element without the
+ * fixed cost of starting an op on every device.  The first pair streams
+ * from memory, as an elementwise op over a model's tensors does, so what
+ * a function costs beyond neg there is what its loop does not hide under
+ * its memory traffic; both sizes have results of IR_STREAM_MIN_BYTES or
+ * more, which codegen streams (ir_ew_streams), as it does a model's, so
+ * the slope is that of one kind of loop.  The second pair stays in
+ * the second-level cache (3 x 128 KiB per device at the larger size, two
+ * devices to a core): beyond neg it is the function's arithmetic, which a
+ * row group pays on a row in cache, between the passes that touch memory
+ * (passes/costmodel/cost_rowgroup.c). */
+static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, (int64_t)1 << 22, (int64_t)1 << 13,
+                                      (int64_t)1 << 15};
+static const char *const DT_NAME[3] = {"f32", "f64", "bf16"};
+
+/* One compiled benchmark program of the work directory. */
+typedef struct cal_bench {
+    char exe[64];           /* executable */
+    char out[72];           /* its profile output (exe.txt), round r in out.r */
+    int ndev;               /* devices it runs on */
+    int p;                  /* collectives: group size; 0 for the compute program */
+    int64_t size;           /* collectives: the buffer size it times */
+} cal_bench;
+
+/* Everything one calibration learns. */
+typedef struct cal_state {
+    const cal_options *o;   /* command line */
+    char dir[256];          /* work directory */
+    char self[1024];        /* this einc */
+    cal_bench bench[MAX_RANKS * MAX_SIZES + 1]; /* the programs, in the order they run */
+    int nbench;             /* entries in bench */
+    coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
+    double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
+    double gemm_flop[3];    /* FLOPs summed over the shapes timed, per dtype */
+    double gemm_at[3][NGEMM]; /* FLOP/s per dtype and index of GEMM_SHAPES, 0 if not timed */
+    double gemm_time[3];    /* their seconds summed, per dtype */
+    int ngemm[3];           /* shapes measured per dtype */
+    double ew[NEW];         /* elementwise bytes/s per size */
+    int new_;               /* sizes measured */
+    double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
+    double scale_s[NEW];    /* seconds of the scale A * 2 per size index, 0 if not measured */
+    double fn_seconds[NFN][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
+    cost_machine machine;   /* the machine measured (the profile's "machine") */
+    double load[1];         /* 1-minute load average before measuring (-1: unknown) */
+} cal_state;
+
+/* ---- the benchmark programs (programs.c) ---- */
+
+/* Writes and compiles one program per group size and buffer size, each
+ * timing every collective kind, flat and strided; adds them to c->bench.
+ * Returns 0, or -1 after a message on stderr. */
+int cal_prepare_collectives(cal_state *c);
+
+/* Writes and compiles the program of local GEMMs, elementwise ops and
+ * functions; adds it to c->bench.  Returns 0, or -1 after a message. */
+int cal_prepare_compute(cal_state *c);
+
+/* Reads every program's profile tables into c (samples per collective
+ * kind, GEMM rates, elementwise bandwidths, function times).  Returns 0,
+ * or -1 after a message when a table is missing or a figure is absent. */
+int cal_read_results(cal_state *c);
+
+/* ---- running them (runner.c) ---- */
+
+/* Compiles `ein` (in the work directory) into executable `exe` with this
+ * einc.  Returns 0, or -1 after a message. */
+int cal_compile(cal_state *c, const char *ein, const char *exe);
+
+/* Adds a compiled program to the list that cal_run_benchmarks runs. */
+cal_bench *cal_add_bench(cal_state *c, const char *exe, int ndev);
+
+/* Runs every program of c->bench once per round, the rounds one after the
+ * other.  Returns 0, or -1 after a message when one fails. */
+int cal_run_benchmarks(cal_state *c);
+
+/* Calls fn(name, kind, seconds, arg) for each op of the --profile tables
+ * of program output `out`, with its fastest time over the rounds.
+ * Returns 0, or -1 after a message when no table is found. */
+int cal_read_profile(cal_state *c, const char *out,
+                     void (*fn)(const char *name, const char *kind, double t, void *arg),
+                     void *arg);
+
+/* Removes the work directory and every file the programs left in it. */
+void cal_remove_dir(const cal_state *c);
+
+/* ---- the profile (profile.c) ---- */
+
+/* Writes the calibrated profile of c to c->o->output (atomically), after
+ * checking that it loads; the loaded profile in *hw.  Returns 0, or -1
+ * after a message. */
+int cal_write_profile(cal_state *c, cost_hw *hw);
+
+#endif

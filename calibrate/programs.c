@@ -1,0 +1,328 @@
+/*
+ * programs.c - the benchmark programs of `einc calibrate` and what their
+ * profiles say.  Each program is .ein text written into the work directory
+ * (see the essay in calibrate.c for what coll_P_I.ein and compute.ein
+ * time); every tensor has a unique name, and its name is how a row of the
+ * executable's --profile table is traced back to the size, kind and
+ * layout it timed (on_coll, on_compute).
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "costmodel.h"
+
+#include "calibrate_internal.h"
+
+/* ---- the collective benchmarks ---- */
+
+/* Buffer sizes (bytes per device), 8 KiB up by 4x to max_bytes. */
+static int buffer_sizes(const cal_options *o, int64_t *sizes)
+{
+    int n = 0;
+    for (int64_t s = 8 << 10; s <= o->max_bytes && n < MAX_SIZES; s *= 4)
+        sizes[n++] = s;
+    return n;
+}
+
+/* Elements of dim I for a buffer of about `bytes` f32 over a group of p:
+ * a multiple of p. */
+static int64_t elems_for(int64_t bytes, int p)
+{
+    int64_t e = bytes / 4 / p * p;
+    return e > p ? e : p;
+}
+
+/* Rows of a strided variant of about `bytes` per device over a group of p. */
+static int64_t rows_for(int64_t bytes, int p)
+{
+    int64_t r = bytes / 4 / ((int64_t)STRIDE_RUN * p);
+    return r > 1 ? r : 1;
+}
+
+/* What the profile parser fills for one coll_P program. */
+typedef struct coll_run {
+    cal_state *c;           /* where samples go */
+    int p;                  /* group size */
+    const int64_t *sizes;   /* buffer sizes */
+    int nsizes;             /* entries in sizes */
+} coll_run;
+
+/* Tags of the strided variants per kind (NULL: AllReduce, whose slices are
+ * flat whatever the layout). */
+static const char *const STRIDED_TAG[NKINDS] = {"GS", "RZ", NULL, "AZ"};
+
+/* The size index after `tag` at the start of `name`, or -1. */
+static int tagged(const char *name, const char *tag)
+{
+    size_t n = tag ? strlen(tag) : 0;
+    if (!tag || strncmp(name, tag, n) != 0 || name[n] < '0' || name[n] > '9')
+        return -1;
+    return atoi(name + n);
+}
+
+/* One row of a coll_P_I program's profile: a sample of the collective
+ * kind it times, flat or strided by its name's tag. */
+static void on_coll(const char *name, const char *kind, double t, void *arg)
+{
+    coll_run *r = arg;
+    for (int k = 0; k < NKINDS; k++) {
+        if (strcmp(kind, KIND_OP[k]) != 0)
+            continue;
+        int i = tagged(name, KIND_TAG[k]), strided = 0;
+        if (i < 0 && (i = tagged(name, STRIDED_TAG[k])) >= 0)
+            strided = 1;
+        if (i < 0 || i >= r->nsizes)
+            continue;
+        coll_fit *f = &r->c->coll[k];
+        if (f->n >= MAX_SAMPLES || t <= 0)
+            return;
+        /* Contiguous: one run per peer block.  Strided: a run per shard row
+         * per peer block (tensor dims before the cut dim). */
+        double rows = strided ? (double)rows_for(r->sizes[i], r->p) : 1;
+        double bytes = strided ? 4.0 * rows * STRIDE_RUN * r->p
+                               : 4.0 * (double)elems_for(r->sizes[i], r->p);
+        f->s[f->n++] = (sample){.p = r->p, .bytes = bytes, .runs = r->p * rows, .t = t};
+        return;
+    }
+}
+
+/* Writes coll_P.ein: one collective of each kind per size, each made by an
+ * output constraint (AllGather, AllToAll) or {U_X} partial sums resolved
+ * into a sharded (ReduceScatter) or replicated (AllReduce) output. */
+static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, int n,
+                              const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "# einc calibrate: collectives over a group of %d\n", p);
+    if (z > 1)
+        fprintf(f, "mesh X = %d, Z = %d\n", p, z);
+    else
+        fprintf(f, "mesh X = %d\n", p);
+    fprintf(f, "dim K = %d\n", p);
+    fprintf(f, "dim C = %d\n", STRIDE_RUN * p);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "dim I%d = %lld, R%d = %lld\n", i, (long long)elems_for(sizes[i], p), i,
+                (long long)rows_for(sizes[i], p));
+    /* A small AllGather first: device 0 waits in it for the devices still
+     * in the partial sums, so the measured collectives start in step. */
+    fprintf(f, "input Warm[K_X] : f32\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "input AG%d[I%d_X] : f32\n", i, i);
+        fprintf(f, "input RSin%d[K_X, I%d] : f32\n", i, i);
+        fprintf(f, "input ARin%d[K_X, I%d] : f32\n", i, i);
+        fprintf(f, "input AA%d[K_X, I%d] : f32\n", i, i);
+        /* The strided variants: the cut dim C is the inner one, so each
+         * peer block is R rows of STRIDE_RUN elements. */
+        fprintf(f, "input GS%d[R%d, C_X] : f32\n", i, i);
+        fprintf(f, "input RZin%d[K_X, R%d, C] : f32\n", i, i);
+        fprintf(f, "input AZ%d[K_X, R%d, C] : f32\n", i, i);
+    }
+    /* Partial sums first (local compute), then the collectives back to
+     * back, so each starts with the group already in step. */
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "RS%d[I%d]{U_X} = RSin%d[K, I%d]\n", i, i, i, i);
+        fprintf(f, "AR%d[I%d]{U_X} = ARin%d[K, I%d]\n", i, i, i, i);
+        fprintf(f, "RZ%d[R%d, C]{U_X} = RZin%d[K, R%d, C]\n", i, i, i, i);
+    }
+    fprintf(f, "output Warm[K]\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "output AG%d[I%d]\n", i, i);
+        fprintf(f, "output RS%d[I%d_X]\n", i, i);
+        fprintf(f, "output AR%d[I%d]\n", i, i);
+        fprintf(f, "output AA%d[K, I%d_X]\n", i, i);
+        fprintf(f, "output GS%d[R%d, C]\n", i, i);
+        fprintf(f, "output RZ%d[R%d, C_X]\n", i, i);
+        fprintf(f, "output AZ%d[K, R%d, C_X]\n", i, i);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Largest buffer the machine's free memory allows for `ndev` devices: each
+ * program holds about 20 buffers of its size per device (inputs, partial
+ * sums, outputs of all kinds, flat and strided) plus the root's copies of
+ * the outputs; keep it under half the free memory. */
+static int64_t memory_cap(int ndev)
+{
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return INT64_C(64) << 20;
+    double avail = (double)pages * (double)page;
+    return (int64_t)(avail / 2 / (20.0 * ndev + 10));
+}
+
+/* Writes and compiles the collective programs. */
+int cal_prepare_collectives(cal_state *c)
+{
+    cal_options o = *c->o;
+    int64_t cap = memory_cap(o.ranks);
+    if (o.max_bytes > cap) {
+        fprintf(stderr, "einc calibrate: note: largest buffer capped at %lld bytes by free memory\n",
+                (long long)cap);
+        o.max_bytes = cap;
+    }
+    int64_t sizes[MAX_SIZES];
+    int n = buffer_sizes(&o, sizes);
+    for (int p = 2; p <= o.ranks; p++) {
+        if (o.quick && p != 2 && p != o.ranks)
+            continue;
+        int z = o.ranks % p == 0 ? o.ranks / p : 1;
+        fprintf(stderr, "einc calibrate: collectives over %d of %d devices, %d sizes up to %lld bytes\n",
+                p, p * z, n, (long long)sizes[n - 1]);
+        /* One program per size: its buffers are all the memory it touches,
+         * so from the second run on a collective finds its operand in the
+         * last-level cache when it fits there, as it finds the result of
+         * the op before it in a model.  In one program of all sizes the
+         * larger buffers evicted the smaller ones, which then came from
+         * DRAM at half the speed (docs/cost-model.md, Calibration). */
+        for (int i = 0; i < n; i++) {
+            char ein[64], exe[64];
+            snprintf(ein, sizeof ein, "coll_%d_%d.ein", p, i);
+            snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
+            if (write_coll_program(c, p, z, &sizes[i], 1, ein) || cal_compile(c, ein, exe))
+                return -1;
+            cal_bench *b = cal_add_bench(c, exe, p * z);
+            b->p = p;
+            b->size = sizes[i];
+        }
+    }
+    return 0;
+}
+
+/* ---- GEMM and elementwise ---- */
+
+/* Writes compute.ein: on a mesh {X: N}, the local GEMMs of every shape
+ * and dtype, the elementwise subtract, add and scale of every size, and
+ * every unary function on each of the FN_ELEMS sizes. */
+static int write_compute_program(cal_state *c, const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    /* Every shape and size even under --quick: one program, a few seconds,
+     * and a GEMM or elementwise curve without its large end would time the
+     * ops that take milliseconds at the rate of the ones that stay in cache. */
+    int nd = c->o->ranks, ng = NGEMM, ne = NEW;
+    fprintf(f, "# einc calibrate: local GEMMs and elementwise adds on every device\nmesh X = %d\n", nd);
+    for (int g = 0; g < ng; g++)
+        fprintf(f, "dim M%d = %lld, K%d = %lld, N%d = %lld\n", g,
+                (long long)(GEMM_SHAPES[g][0] * nd), g, (long long)GEMM_SHAPES[g][1], g,
+                (long long)GEMM_SHAPES[g][2]);
+    for (int e = 0; e < ne; e++)
+        fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * nd));
+    for (int i = 0; i < NFN; i++)
+        fprintf(f, "dim EF%d = %lld\ninput FA%d[EF%d_X] : f32\ninput FB%d[EF%d_X] : f32\n", i,
+                (long long)(FN_ELEMS[i] * nd), i, i, i, i);
+    for (int t = 0; t < 3; t++)
+        for (int g = 0; g < ng; g++) {
+            /* --quick: the mid-size shape's rate lies between its
+             * neighbours' on the curve; the largest, which the ops over
+             * 1 ms run at, stays. */
+            if (c->o->quick && g == 2)
+                continue;
+            fprintf(f, "input GA%s%d[M%d_X, K%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
+            fprintf(f, "input GB%s%d[K%d, N%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
+            fprintf(f, "GC%s%d[M%d_X, N%d] = GA%s%d[M%d, K%d] * GB%s%d[K%d, N%d]\n", DT_NAME[t], g,
+                    g, g, DT_NAME[t], g, g, g, DT_NAME[t], g, g, g);
+            fprintf(f, "output GC%s%d\n", DT_NAME[t], g);
+        }
+    /* EW reads the inputs first, so EC meets them hot, as an elementwise op
+     * in a model meets the result of the op before it. */
+    for (int e = 0; e < ne; e++) {
+        fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
+        fprintf(f, "EW%d[E%d_X] = EA%d[E%d] - EB%d[E%d]\noutput EW%d\n", e, e, e, e, e, e, e);
+        fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
+        /* One operand read for each result byte written, where the add
+         * reads two: what a byte of a streamed result costs (write_weight). */
+        fprintf(f, "ES%d[E%d_X] = EA%d[E%d] * 2\noutput ES%d\n", e, e, e, e, e);
+    }
+    /* Each unary function: its time beyond that of neg, the cheapest, on
+     * the same arrays (the same memory traffic).  The argument 6 * (A + B) has a
+     * triangular distribution of standard deviation 4.9, like a
+     * contraction's output over a few hundred terms, not [-1, 1), so a
+     * function whose cost depends on |x| (libm's scalar tanh) is timed on
+     * the magnitudes it meets. */
+    for (int i = 0; i < NFN; i++)
+        for (int fn = 0; fn < IR_FN_COUNT; fn++)
+            fprintf(f, "FN%dS%d[EF%d_X] = %s(6 * (FA%d[EF%d] + FB%d[EF%d]))\noutput FN%dS%d\n", fn,
+                    i, i, ir_func_name((ir_func)fn), i, i, i, i, fn, i);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* What one row of compute's profile says, by its result's name: a GEMM's
+ * FLOP/s (GC), an add's bandwidth (EC), a scale's time (ES) or a
+ * function's time (FN). */
+static void on_compute(const char *name, const char *kind, double t, void *arg)
+{
+    cal_state *c = arg;
+    if (t <= 0 || (strcmp(kind, "Einsum") != 0 && strcmp(kind, "Elementwise") != 0))
+        return;
+    if (!strncmp(name, "GC", 2)) {
+        for (int d = 0; d < 3; d++) {
+            size_t n = strlen(DT_NAME[d]);
+            if (strncmp(name + 2, DT_NAME[d], n) != 0)
+                continue;
+            int g = atoi(name + 2 + n);
+            if (g < 0 || g >= NGEMM || c->ngemm[d] >= NGEMM)
+                return;
+            const int64_t *s = GEMM_SHAPES[g];
+            double flop = 2.0 * (double)s[0] * (double)s[1] * (double)s[2];
+            c->gemm[d][c->ngemm[d]++] = c->gemm_at[d][g] = flop / t;
+            c->gemm_flop[d] += flop;
+            c->gemm_time[d] += t;
+            return;
+        }
+    } else if (!strncmp(name, "EC", 2)) {
+        int e = atoi(name + 2);
+        if (e >= 0 && e < NEW && c->new_ < NEW)
+            c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / t;
+    } else if (!strncmp(name, "ES", 2)) {
+        int e = atoi(name + 2);
+        if (e >= 0 && e < NEW)
+            c->scale_s[e] = t;
+    } else if (!strncmp(name, "FN", 2)) {
+        int fn, i;
+        if (sscanf(name + 2, "%dS%d", &fn, &i) == 2 && fn >= 0 && fn < IR_FN_COUNT && i >= 0 &&
+            i < NFN)
+            c->fn_seconds[i][fn] = t;
+    }
+}
+
+/* Writes and compiles the GEMM and elementwise program. */
+int cal_prepare_compute(cal_state *c)
+{
+    fprintf(stderr, "einc calibrate: GEMM and elementwise on %d devices\n", c->o->ranks);
+    if (write_compute_program(c, "compute.ein") || cal_compile(c, "compute.ein", "compute"))
+        return -1;
+    cal_add_bench(c, "compute", c->o->ranks);
+    return 0;
+}
+
+int cal_read_results(cal_state *c)
+{
+    for (int i = 0; i < c->nbench; i++) {
+        const cal_bench *b = &c->bench[i];
+        coll_run cr = {c, b->p, &b->size, 1};
+        if (b->p ? cal_read_profile(c, b->out, on_coll, &cr)
+                 : cal_read_profile(c, b->out, on_compute, c))
+            return -1;
+    }
+    for (int d = 0; d < 3; d++)
+        if (c->ngemm[d] == 0) {
+            fprintf(stderr, "einc calibrate: error: no %s GEMM timing in the profile\n", DT_NAME[d]);
+            return -1;
+        }
+    if (c->new_ == 0) {
+        fprintf(stderr, "einc calibrate: error: no elementwise timing in the profile\n");
+        return -1;
+    }
+    return 0;
+}

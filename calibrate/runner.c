@@ -1,0 +1,228 @@
+/*
+ * runner.c - running the benchmark programs of `einc calibrate`: compiling
+ * each with this einc, running it `--profile --repeat R` on the threads
+ * backend or under mpirun, once per round, and reading back the per-op
+ * times the executables' profiler prints (runtime/profile.c).  The work
+ * directory's files are named here, and removed here.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "calibrate_internal.h"
+
+/* Runs argv (argv[0] looked up in PATH) with stdout to `out_path` (NULL:
+ * inherited); returns its exit status, or -1 if it could not be started or
+ * was killed. */
+static int run(char *const *argv, const char *out_path)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (out_path && !freopen(out_path, "w", stdout))
+            _exit(127);
+        execvp(argv[0], argv);
+        fprintf(stderr, "einc calibrate: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Compiles `ein` (in the work directory) into executable `exe` with this einc. */
+int cal_compile(cal_state *c, const char *ein, const char *exe)
+{
+    char src[512], dst[512];
+    snprintf(src, sizeof src, "%s/%s", c->dir, ein);
+    snprintf(dst, sizeof dst, "%s/%s", c->dir, exe);
+    char *argv[] = {c->self, src, "-o", dst, (char *)(c->o->mpi ? "--runtime=mpi" : "--runtime=threads"),
+                    "--hw", "tpu-v5e", NULL};
+    if (run(argv, NULL) != 0) {
+        fprintf(stderr, "einc calibrate: error: compiling the benchmark %s failed\n", src);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs benchmark `exe` on `ndev` devices once, its output to `out`.round
+ * in the work directory. */
+static int run_bench(cal_state *c, const char *exe, int ndev, const char *out, int round)
+{
+    char path[512], outp[512], rep[32], np[32];
+    snprintf(path, sizeof path, "%s/%s", c->dir, exe);
+    snprintf(rep, sizeof rep, "%d", c->o->repeat);
+    snprintf(np, sizeof np, "%d", ndev);
+    char *argv[64];
+    int n = 0;
+    char *mpirun = NULL;
+    if (c->o->mpi) {
+        mpirun = strdup(c->o->mpirun);
+        if (!mpirun)
+            return -1;
+        for (char *t = strtok(mpirun, " \t"); t && n < 48; t = strtok(NULL, " \t"))
+            argv[n++] = t;
+        argv[n++] = "-np";
+        argv[n++] = np;
+    }
+    argv[n++] = path;
+    argv[n++] = "--random-inputs";
+    argv[n++] = "1";
+    argv[n++] = "--profile";
+    argv[n++] = "--repeat";
+    argv[n++] = rep;
+    argv[n] = NULL;
+    snprintf(outp, sizeof outp, "%s/%s.%d", c->dir, out, round);
+    int rc = run(argv, outp);
+    free(mpirun);
+    if (rc != 0) {
+        fprintf(stderr, "einc calibrate: error: the benchmark %s failed (exit %d)\n", path, rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* One row of a --profile table: op id, result name without its version,
+ * kind, milliseconds.  False for other lines. */
+static bool parse_row(const char *line, int *op, char *name, size_t namelen, char *kind,
+                      double *ms)
+{
+    long long calls;
+    if (sscanf(line, " %d %lld %lf", op, &calls, ms) != 3)
+        return false;
+    const char *eq = strstr(line, " = ");
+    if (!eq)
+        return false;
+    const char *start = eq;
+    while (start > line && start[-1] != ' ')
+        start--;
+    size_t len = (size_t)(eq - start);
+    if (len == 0 || len >= namelen)
+        return false;
+    memcpy(name, start, len);
+    name[len] = 0;
+    char *dot = strchr(name, '.');
+    if (dot)
+        *dot = 0;
+    return sscanf(eq + 3, "%31[A-Za-z]", kind) == 1;
+}
+
+/*
+ * Reads the --profile tables in `out`.0 .. `out`.(rounds-1) and calls
+ * fn(name, kind, seconds, arg) for each op: `name` is the op's result
+ * tensor without its version (the benchmark programs give every tensor a
+ * unique name), `kind` the op's kind ("AllGather", "Einsum", ...), seconds
+ * the least over the rounds of the median time per call.  Load from
+ * outside only ever slows a run, so the fastest round is the best estimate
+ * of the machine's own speed (Chen and Revels, "Robust benchmarking in
+ * noisy environments", 2016); the median within a round already drops a
+ * single descheduled run.
+ */
+int cal_read_profile(cal_state *c, const char *out,
+                     void (*fn)(const char *name, const char *kind, double t, void *arg),
+                     void *arg)
+{
+    enum { MAX_OPS = 512 };
+    /* On the stack (about 110 KB in all), not static: no state outlives a
+     * call, so two calibrations in one process could not mix their tables. */
+    char names[MAX_OPS][64], kinds[MAX_OPS][32];
+    double ms[MAX_OPS][MAX_ROUNDS];
+    int nseen[MAX_OPS] = {0};
+    char path[512];
+    int seen = 0;
+    for (int r = 0; r < c->o->rounds; r++) {
+        snprintf(path, sizeof path, "%s/%s.%d", c->dir, out, r);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            fprintf(stderr, "einc calibrate: error: cannot read %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        char line[1024], name[64], kind[32];
+        int op;
+        double t;
+        while (fgets(line, sizeof line, f))
+            if (parse_row(line, &op, name, sizeof name, kind, &t) && op >= 0 && op < MAX_OPS &&
+                nseen[op] < MAX_ROUNDS) {
+                if (nseen[op] == 0) {
+                    memcpy(names[op], name, sizeof name);
+                    memcpy(kinds[op], kind, sizeof kind);
+                }
+                ms[op][nseen[op]++] = t;
+            }
+        fclose(f);
+    }
+    for (int op = 0; op < MAX_OPS; op++)
+        if (nseen[op] > 0) {
+            double best = ms[op][0];
+            for (int r = 1; r < nseen[op]; r++)
+                best = fmin(best, ms[op][r]);
+            fn(names[op], kinds[op], best * 1e-3, arg);
+            seen++;
+        }
+    if (!seen) {
+        fprintf(stderr, "einc calibrate: error: no profile table in %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds a compiled program to the list that cal_run_benchmarks runs. */
+cal_bench *cal_add_bench(cal_state *c, const char *exe, int ndev)
+{
+    cal_bench *b = &c->bench[c->nbench++];
+    snprintf(b->exe, sizeof b->exe, "%s", exe);
+    snprintf(b->out, sizeof b->out, "%s.txt", exe);
+    b->ndev = ndev;
+    return b;
+}
+
+/*
+ * Runs every program once per round, the rounds one after the other
+ * (cal_read_results then reads each program's best over the rounds).  A round takes tens of
+ * seconds, so the rounds of one program are that far apart: a spell of
+ * load from outside (another tenant of the host) slows one of them, and
+ * the median drops it; back to back, a spell of a minute slowed all three
+ * and the whole profile with them.
+ */
+int cal_run_benchmarks(cal_state *c)
+{
+    for (int r = 0; r < c->o->rounds; r++) {
+        if (c->o->rounds > 1)
+            fprintf(stderr, "einc calibrate: round %d of %d (%d programs)\n", r + 1, c->o->rounds,
+                    c->nbench);
+        for (int i = 0; i < c->nbench; i++)
+            if (run_bench(c, c->bench[i].exe, c->bench[i].ndev, c->bench[i].out, r))
+                return -1;
+    }
+    return 0;
+}
+
+/* Removes the work directory: every program's source, executable and
+ * per-round profile output (the names cal_add_bench and run_bench gave them). */
+void cal_remove_dir(const cal_state *c)
+{
+    char path[600];
+    for (int i = 0; i < c->nbench; i++) {
+        const cal_bench *b = &c->bench[i];
+        snprintf(path, sizeof path, "%s/%s", c->dir, b->exe);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%s.ein", c->dir, b->exe);
+        unlink(path);
+        for (int r = 0; r < c->o->rounds; r++) {
+            snprintf(path, sizeof path, "%s/%s.%d", c->dir, b->out, r);
+            unlink(path);
+        }
+    }
+    if (rmdir(c->dir) != 0)
+        fprintf(stderr, "einc calibrate: note: could not remove %s: %s\n", c->dir, strerror(errno));
+}
