@@ -3,9 +3,9 @@
  * `einc model.ein --chips N -o exe` (plan.c).
  *
  * The program declares no mesh and no sharding.  For every mesh of N chips
- * (one axis, or two whose sizes multiply to N) and every strategy of seed
- * 000's family that the mesh admits (DP, FSDP, TP on one axis; FSDP+TP and
- * DP+TP on two), plan.c writes the shardings of the inputs and params as
+ * (one, two or three axes whose sizes multiply to N) and every strategy of
+ * seed 000's family that the mesh admits (DP, FSDP, TP over every axis;
+ * FSDP+TP and DP+TP with TP on the last axis), plan.c writes the shardings of the inputs and params as
  * the seed does, compiles the program through the whole pipeline (the
  * whole-program ILP plans the activations) and reads the cost pass's step,
  * MFU, memory and communication.  The fastest candidate that fits the
@@ -21,7 +21,7 @@
 #include "costmodel.h"
 #include "frontend.h"
 
-#define PLAN_MAX_ROWS 96
+#define PLAN_MAX_ROWS 160 /* 139 for 4096 chips, the most an executable runs */
 
 /* What a program's dims are to seed 000's strategies, read off the
  * program compiled without a mesh (plan_roles). */
@@ -44,8 +44,8 @@ typedef enum plan_family {
 /* One candidate: a family on a mesh, and what the cost pass said of it. */
 typedef struct plan_row {
     plan_family family;
-    int naxes;            /* 1 or 2 */
-    int64_t sizes[2];     /* X, then Y */
+    int naxes;            /* 1, 2 or 3 */
+    int64_t sizes[3];     /* X, Y, Z */
     const plan_roles *roles;
     bool ok;              /* compiled */
     char why[200];        /* when not: the first error */
@@ -60,6 +60,7 @@ typedef struct plan_row {
 
 typedef struct plan_table {
     int n;
+    int dropped;          /* candidates past PLAN_MAX_ROWS, not priced */
     plan_row rows[PLAN_MAX_ROWS];
     int chosen;           /* index into rows, or -1 when nothing compiled */
     plan_roles roles;
