@@ -113,7 +113,7 @@ static void test_program(void)
     LLVMTypeRef ty = e.t.program;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_program));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_program));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 20);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 21);
     CHECK_OFF(&e, ty, rt_program, 0, abi_version);
     CHECK_OFF(&e, ty, rt_program, 1, naxes);
     CHECK_OFF(&e, ty, rt_program, 2, axis_names);
@@ -134,6 +134,7 @@ static void test_program(void)
     CHECK_OFF(&e, ty, rt_program, 17, loss_output);
     CHECK_OFF(&e, ty, rt_program, 18, trains);
     CHECK_OFF(&e, ty, rt_program, 19, op_name_offsets);
+    CHECK_OFF(&e, ty, rt_program, 20, hparams);
     env_close(&e);
 }
 
