@@ -193,6 +193,8 @@ LLVMValueRef cg_ew_call_fn(ew_nest *n, ir_func fn, LLVMValueRef x)
     case IR_FN_RSQRT: return LLVMBuildFDiv(b, cg_ew_const(n, 1.0), cg_ew_intrinsic(n, "llvm.sqrt", &x, 1), "");
     case IR_FN_NEG: return LLVMBuildFNeg(b, x, "");
     case IR_FN_ABS: return cg_ew_intrinsic(n, "llvm.fabs", &x, 1);
+    case IR_FN_SIN: return cg_ew_intrinsic(n, "llvm.sin", &x, 1);
+    case IR_FN_COS: return cg_ew_intrinsic(n, "llvm.cos", &x, 1);
     case IR_FN_COUNT: break;
     }
     return x; /* unreachable: cg_ew_check rejects unknown functions */

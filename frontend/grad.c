@@ -326,6 +326,8 @@ static fe_ew *fn_deriv(gctx *g, ir_func fn, fe_ew *a, fe_ew *fx)
         return fe_ew_select(g->e.arena, bin(g, IR_EW_GT, a, cnst(g, 0.0)), cnst(g, 1.0),
                             fe_ew_select(g->e.arena, bin(g, IR_EW_LT, a, cnst(g, 0.0)),
                                          cnst(g, -1.0), cnst(g, 0.0)));
+    case IR_FN_SIN: return call(g, IR_FN_COS, a);
+    case IR_FN_COS: return bin(g, IR_EW_MUL, cnst(g, -1.0), call(g, IR_FN_SIN, a));
     case IR_FN_COUNT: break;
     }
     return NULL;

@@ -20,12 +20,7 @@
  *   lr(s)   = warm(s) dec(s)
  *
  * which is L s / W during the warmup (p = 0 there, so dec = L), the cosine
- * after it and m from step N on.  The IR has no cos, and the elementwise
- * function table is codegen's (adding one touches every backend), so
- * cos(pi p) is computed as -sin(y), y = pi (p - 1/2) in [-pi/2, pi/2], by
- * sin's Taylor series to y^15: the first omitted term bounds the error by
- * (pi/2)^17 / 17! < 7e-12, below f32's spacing and far below any lr's
- * precision that matters.
+ * after it and m from step N on.
  *
  * Clipping is torch.nn.utils.clip_grad_norm_ (norm_type 2): the global
  * norm is sqrt of the sum over every optimized param's gradient of its
@@ -38,8 +33,6 @@
 
 #include "schedule.h"
 
-/* Degree of the sine polynomial: the terms y^1, y^3, ..., y^SIN_DEGREE. */
-#define SIN_DEGREE 15
 /* pi (M_PI is POSIX, not C17). */
 #define PI 3.14159265358979323846
 
@@ -86,19 +79,7 @@ static ir_value *emit_cosine(const fe_emit *e, const fe_schedule *s, ir_value *t
     fe_ew *p = op2(e, IR_EW_DIV, op2(e, IR_EW_SUB, updates_done(e, t1), k(e, s->warmup)),
                    k(e, len));
     p = op2(e, IR_EW_MIN, k(e, 1.0), op2(e, IR_EW_MAX, k(e, 0.0), p));
-    ir_value *y = emit_scalar(e, op2(e, IR_EW_MUL, k(e, PI), op2(e, IR_EW_SUB, p, k(e, 0.5))));
-    ir_value *y2 = y ? emit_scalar(e, op2(e, IR_EW_MUL, scalar(e, y), scalar(e, y))) : NULL;
-    if (!y2)
-        return NULL;
-    /* sin y = y (1 - y^2/3! (1 - y^2/(4 5) (1 - ...))), Horner from the
-     * highest term: c_j = 1 - y^2 c_{j+1} / ((2j)(2j+1)). */
-    fe_ew *poly = k(e, 1.0);
-    for (int j = SIN_DEGREE / 2; j >= 1; j--) {
-        double div = (double)(2 * j) * (double)(2 * j + 1);
-        poly = op2(e, IR_EW_SUB, k(e, 1.0),
-                   op2(e, IR_EW_MUL, op2(e, IR_EW_MUL, scalar(e, y2), k(e, 1.0 / div)), poly));
-    }
-    fe_ew *cos_pi_p = op2(e, IR_EW_MUL, k(e, -1.0), op2(e, IR_EW_MUL, scalar(e, y), poly));
+    fe_ew *cos_pi_p = fe_ew_call(e->arena, IR_FN_COS, op2(e, IR_EW_MUL, k(e, PI), p));
     fe_ew *half = op2(e, IR_EW_MUL, k(e, 0.5 * (s->lr - s->min_lr)),
                       op2(e, IR_EW_ADD, k(e, 1.0), cos_pi_p));
     return emit_scalar(e, op2(e, IR_EW_ADD, k(e, s->min_lr), half));

@@ -170,7 +170,9 @@ typedef struct ir_value {
     X(SQRT, "sqrt")       \
     X(RSQRT, "rsqrt")     \
     X(NEG, "neg")         \
-    X(ABS, "abs")
+    X(ABS, "abs")         \
+    X(SIN, "sin")         \
+    X(COS, "cos")
 
 typedef enum ir_func {
 #define X(e, s) IR_FN_##e,

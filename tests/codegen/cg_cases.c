@@ -174,6 +174,7 @@ static void case_ew_funcs(cb *b)
         {IR_FN_GELU, "gelu", false}, {IR_FN_SILU, "silu", false},
         {IR_FN_SIGMOID, "sigmoid", false}, {IR_FN_SQRT, "sqrt", true},
         {IR_FN_RSQRT, "rsqrt", true}, {IR_FN_NEG, "neg", false},
+        {IR_FN_SIN, "sin", false},   {IR_FN_COS, "cos", false},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         out(b, fns[i].name, ew_fn(b, fns[i].name, "I_X J", fns[i].pos ? P : A, fns[i].f));

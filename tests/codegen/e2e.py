@@ -60,7 +60,8 @@ def exp_ew_funcs(x):
     p = a * a + 1
     return {"P": p, "exp": np.exp(a), "log": np.log(p), "tanh": np.tanh(a),
             "relu": np.maximum(a, 0), "gelu": gelu(a), "silu": a * sigmoid(a),
-            "sigmoid": sigmoid(a), "sqrt": np.sqrt(p), "rsqrt": 1 / np.sqrt(p), "neg": -a}
+            "sigmoid": sigmoid(a), "sqrt": np.sqrt(p), "rsqrt": 1 / np.sqrt(p), "neg": -a,
+            "sin": np.sin(a), "cos": np.cos(a)}
 
 
 def case_ew_fused(rng):

@@ -22,7 +22,7 @@ largest element, and L must match NumPy's loss.
        projection: the table's gradient is a scatter-add plus an einsum;
        replicated, with the ids batch-sharded, and vocab-parallel.
   ops: max and min reductions (over sharded and unsharded dims), minimum,
-       exp, relu, subtraction, division by a reduced tensor.
+       exp, relu, sin, cos, subtraction, division by a reduced tensor.
   repeat: a residual block repeated over N = 3 layers (`repeat N`) with
        stacked params Win[N, D, F] and Wout[N, F, D], a param G read by
        every layer and before the block, and the input's gradient through
@@ -126,7 +126,7 @@ param W[I, J] : f64
 param U[J] : f64
 M[I] = max(A[I, J] * W[I, J], J)
 N[J] = min(A[I, J] - W[I, J], I)
-P[I, J] = exp(minimum(A[I, J], 0.3) * U[J]) - relu(W[I, J] * U[J])
+P[I, J] = exp(minimum(A[I, J], 0.3) * U[J]) - relu(W[I, J] * U[J]) + sin(W[I, J]) * cos(A[I, J])
 Q[I] = sum(P[I, J] * P[I, J], J)
 L[] = sum(M[I] * M[I]) - sum(N[J] * U[J]) + sum(P[I, J] / (1 + Q[I]))
 dW[I, J] = grad(L, W)
@@ -246,7 +246,7 @@ def ops_loss(v):
     a, w, u = v["A"], v["W"], v["U"]
     m = (a * w).max(axis=1)
     n = (a - w).min(axis=0)
-    p = np.exp(np.minimum(a, 0.3) * u) - np.maximum(w * u, 0)
+    p = np.exp(np.minimum(a, 0.3) * u) - np.maximum(w * u, 0) + np.sin(w) * np.cos(a)
     q = (p * p).sum(axis=1)
     return (m * m).sum() - (n * u).sum() + (p / (1 + q[:, None])).sum()
 

@@ -58,8 +58,8 @@ static void test_unknown_function(void)
 {
     EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
                 "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
-                "silu, sigmoid, sqrt, rsqrt, neg, abs, maximum, minimum, where, sum, max, min, mean, "
-                "softmax, grad, argmax)\n"
+                "silu, sigmoid, sqrt, rsqrt, neg, abs, sin, cos, maximum, minimum, where, sum, max, "
+                "min, mean, softmax, grad, argmax)\n"
                 "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }

@@ -63,6 +63,8 @@ static double apply(ir_func f, double x)
     case IR_FN_RSQRT: return 1 / sqrt(x);
     case IR_FN_NEG: return -x;
     case IR_FN_ABS: return fabs(x);
+    case IR_FN_SIN: return sin(x);
+    case IR_FN_COS: return cos(x);
     default: return NAN; /* gelu: its exact form is codegen's business */
     }
 }
