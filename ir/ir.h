@@ -59,7 +59,15 @@ typedef struct ir_axis {
     char name;    /* single letter, as in the seeds (X, Y, Z) */
     int64_t size; /* number of devices along the axis, >= 1 */
     uint32_t loc; /* byte offset of its definition in the source */
+    int phys;     /* physical torus axes it is folded over, 1..IR_MAX_PHYS (`over 2`);
+                     1 for an ordinary axis.  Seed 001, "multiple axes": a collective
+                     over it runs on every one of them, so its bandwidth grows with it */
+    bool dcn;     /* the axis crosses the data-center network (`over dcn`): its
+                     devices are in different pods (seed 000, "scaling across pods") */
 } ir_axis;
+
+/* Most physical axes one mesh axis may be folded over: a TPU torus has 3. */
+#define IR_MAX_PHYS 3
 
 /* The device mesh: a grid of prod(sizes) devices. */
 typedef struct ir_mesh {
