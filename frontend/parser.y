@@ -275,6 +275,12 @@ sizedef
             $$->over = $4;
             $$->where = $5;
         }
+    | IDENT '=' NUMBER IDENT error
+        {   /* `X = 4 Y = 2` (a missing comma) or `X = 4 over` at the end:
+             * reported as a syntax error; the axis is still defined, so
+             * its uses raise nothing more. */
+            $$ = sizedef_new(p, $1, $3, false);
+        }
     ;
 
 /* tref -> NAME '[' [ index { ',' index } ] ']' [ '{' SUBNAME { ',' SUBNAME } '}' ] */

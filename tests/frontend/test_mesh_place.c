@@ -66,6 +66,11 @@ static void test_place_errors(void)
                 "t.ein:1:13: error: expected 'over' or ',' after the size of mesh axis 'X', not 'on'\n"
                 "    mesh X = 16 on 2\n"
                 "                ^\n");
+    /* `over` with nothing after it: a syntax error, and X is still defined. */
+    EXPECT_DIAG("mesh X = 16 over\ndim I = 16\ninput A[I_X] : f32\noutput A\n",
+                "t.ein:1:17: error: syntax error: unexpected end of line, expecting name or number\n"
+                "    mesh X = 16 over\n"
+                "                    ^\n");
     EXPECT_DIAG("mesh X = 2\ndim I = 16 over 2\ninput A[I_X] : f32\noutput A\n",
                 "t.ein:2:12: error: a dim has no placement: 'over' is only for mesh axes (expected "
                 "',' or the end of the line after the size of 'I')\n"
