@@ -207,25 +207,26 @@ cost_coll_time cost_coll_links_time(const cost_hw *hw, ir_op_kind kind, const in
         }
     }
     cost_coll_time r;
-    double dcn_s = 0;
+    double dcn_bytes; /* what each chip moves across the pods */
     switch (kind) {
     case IR_OP_ALLGATHER:
     case IR_OP_REDUCESCATTER:
         r = cost_allgather_time(hw, ici, nici, NULL, v);
-        dcn_s = v / n_ici / hw->dcn_bw;
+        dcn_bytes = v / n_ici;
         break;
     case IR_OP_ALLREDUCE:
         r = cost_allreduce_time(hw, ici, nici, NULL, v);
-        dcn_s = 2 * v / n_ici / hw->dcn_bw;
+        dcn_bytes = 2 * v / n_ici;
         break;
     case IR_OP_ALLTOALL:
         r = cost_alltoall_time(hw, ici, nici, NULL, v);
-        dcn_s = (pods - 1) / pods * v / hw->dcn_bw;
+        dcn_bytes = (pods - 1) / pods * v;
         break;
     default:
         return finish(0, 0, 0);
     }
-    return pods > 1 ? add_dcn_step(r, dcn_s) : r;
+    /* pods > 1 only with a DCN figure (above), so the division is safe. */
+    return pods > 1 ? add_dcn_step(r, dcn_bytes / hw->dcn_bw) : r;
 }
 
 cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes,

@@ -235,13 +235,12 @@ static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes, 
             continue;
         const ir_axis *ax = &m->mesh.axes[a];
         /* A folded axis is its physical sub-axes (seed 001, "multiple
-         * axes"); a DCN axis stays one ring over the pods. */
-        int k = ax->dcn ? 1 : cost_axis_split(ax->size, ax->phys, sizes + n);
-        if (ax->dcn)
-            sizes[n] = ax->size;
-        for (int j = 0; j < k; j++)
-            if (dcn)
-                dcn[n + j] = ax->dcn;
+         * axes"); a DCN axis stays one ring over the pods.  The clamp
+         * keeps an unverified module inside `sizes`. */
+        int phys = ax->dcn ? 1 : ax->phys > IR_MAX_PHYS ? IR_MAX_PHYS : ax->phys;
+        int k = cost_axis_split(ax->size, phys, sizes + n);
+        for (int j = 0; dcn && j < k; j++)
+            dcn[n + j] = ax->dcn;
         n += k;
     }
     return n;
