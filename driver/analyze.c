@@ -445,9 +445,17 @@ void analyze_print(FILE *out, const analyze_table *t, bool json)
     }
     char mesh[128] = "";
     size_t len = 0;
-    for (int a = 0; a < t->mesh.naxes && len < sizeof mesh; a++)
-        len += (size_t)snprintf(mesh + len, sizeof mesh - len, "%s%c: %lld", a ? ", " : "", t->mesh.axes[a].name,
-                                (long long)t->mesh.axes[a].size);
+    for (int a = 0; a < t->mesh.naxes && len < sizeof mesh; a++) {
+        const ir_axis *ax = &t->mesh.axes[a];
+        /* The placement decides the collectives' links: say it, as the source does. */
+        char place[24] = "";
+        if (ax->dcn)
+            snprintf(place, sizeof place, " over dcn");
+        else if (ax->phys > 1)
+            snprintf(place, sizeof place, " over %d", ax->phys);
+        len += (size_t)snprintf(mesh + len, sizeof mesh - len, "%s%c: %lld%s", a ? ", " : "", ax->name,
+                                (long long)ax->size, place);
+    }
     fprintf(out, "whole-step limits on %s, mesh {%s}, %.4g GiB of HBM per chip\n", t->hw->name, mesh,
             t->hw->hbm_bytes / (1024.0 * 1024.0 * 1024.0));
     if (t->batch >= 0)

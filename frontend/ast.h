@@ -167,6 +167,10 @@ typedef struct ast_sizedef {
     ast_name name;   /* axis or dim name */
     ast_number size; /* its size as written */
     bool negative;   /* written with a leading '-' */
+    ast_name over;   /* the word after the size (`over`), NULL s when none; the
+                        checker requires it to be `over` and only on a mesh line */
+    ast_number phys; /* `over 2`: physical axes (is_int false and text NULL when absent) */
+    ast_name where;  /* `over dcn`: the word after `over` (NULL s when absent) */
 } ast_sizedef;
 
 /* Most hyperparameters an optimizer has. */

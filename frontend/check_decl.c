@@ -56,6 +56,40 @@ static int64_t size_of(fe_checker *c, const ast_sizedef *d, const char *what)
     return size;
 }
 
+/* Checks the placement `over K` / `over dcn` of mesh axis `ax` (declared
+ * size `size`, < 1 when that was already reported) and records it.  A
+ * folded axis needs at least one device per physical axis (K <= size) and
+ * a torus has at most IR_MAX_PHYS axes; how the size splits over them is
+ * the cost model's business (as evenly as its divisors allow). */
+static void set_placement(fe_checker *c, const ast_sizedef *d, ir_axis *ax, int64_t size)
+{
+    if (strcmp(d->over.s, "over") != 0) {
+        diag_error(c->diag, d->over.loc, "expected 'over' or ',' after the size of mesh axis '%c', "
+                   "not '%s'", ax->name, d->over.s);
+        return;
+    }
+    if (d->where.s) {
+        if (strcmp(d->where.s, "dcn") != 0)
+            diag_error(c->diag, d->where.loc, "mesh axis '%c' can be 'over' a number of physical "
+                       "axes (1 to %d) or 'over dcn', not 'over %s'", ax->name, IR_MAX_PHYS, d->where.s);
+        else
+            ax->dcn = true;
+        return;
+    }
+    const ast_number *n = &d->phys;
+    if (!n->is_int || n->is_inf || n->overflow || n->ival < 1 || n->ival > IR_MAX_PHYS) {
+        diag_error(c->diag, n->loc, "mesh axis '%c' can be folded over 1 to %d physical axes, not %s",
+                   ax->name, IR_MAX_PHYS, n->text);
+        return;
+    }
+    if (size >= 1 && n->ival > size) {
+        diag_error(c->diag, n->loc, "mesh axis '%c' of %" PRId64 " devices cannot span %s physical "
+                   "axes: each needs at least one device", ax->name, size, n->text);
+        return;
+    }
+    ax->phys = (int)n->ival;
+}
+
 static void add_axis(fe_checker *c, const ast_sizedef *d)
 {
     int64_t size = size_of(c, d, "mesh axis");
@@ -74,14 +108,22 @@ static void add_axis(fe_checker *c, const ast_sizedef *d)
     /* A bad size still defines the axis (as 1), so that shardings over it
      * are not reported as undefined as well, and no later check computes
      * with the rejected size. */
-    if (ir_mesh_add_axis(c->m, ch, size < 1 ? 1 : size, d->name.loc) < 0)
+    int id = ir_mesh_add_axis(c->m, ch, size < 1 ? 1 : size, d->name.loc);
+    if (id < 0) {
         diag_error(c->diag, d->name.loc, "mesh axis '%c' is one too many: a mesh has at most %d axes",
                    ch, IR_MAX_AXES);
+        return;
+    }
+    if (d->over.s)
+        set_placement(c, d, &c->m->mesh.axes[id], size);
 }
 
 static void add_dim(fe_checker *c, const ast_sizedef *d)
 {
     int64_t size = size_of(c, d, "dim");
+    if (d->over.s)
+        diag_error(c->diag, d->over.loc, "a dim has no placement: 'over' is only for mesh axes "
+                   "(expected ',' or the end of the line after the size of '%s')", d->name.s);
     int old = fe_dim_lookup(c, d->name.s);
     if (old >= 0) {
         diag_error(c->diag, d->name.loc, "dim '%s' is already defined", d->name.s);

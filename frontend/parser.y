@@ -126,7 +126,7 @@ line
     | error NL         { yyerrok; }
     ;
 
-/* stmt -> 'mesh' sizedefs | 'dim' sizedefs
+/* stmt -> 'mesh' sizedefs | 'dim' sizedefs   (a placement only on mesh lines)
  *       | 'input' tref ':' NAME | 'param' tref ':' NAME | 'state' tref ':' NAME
  *       | tref '=' arg
  *       | 'output' NAME | 'output' tref
@@ -254,10 +254,33 @@ sizedefs
     | sizedefs ',' sizedef     { $$ = fe_list_push($1, $3); }
     ;
 
-/* sizedef -> NAME '=' NUMBER | NAME '=' '-' NUMBER   (the sign for a clear error) */
+/* sizedef -> NAME '=' NUMBER [ placement ] | NAME '=' '-' NUMBER   (the sign for a clear error)
+ * placement -> 'over' NUMBER | 'over' NAME   (a mesh axis folded over several
+ * physical torus axes, or across the data-center network: `X = 16 over 2`,
+ * `P = 4 over dcn`).  `over` is not reserved: the checker checks the word,
+ * as it does `loss` and `with`, so the grammar stays LALR(1) and a dim or
+ * tensor may still be called `over`. */
 sizedef
     : IDENT '=' NUMBER         { $$ = sizedef_new(p, $1, $3, false); }
     | IDENT '=' '-' NUMBER     { $$ = sizedef_new(p, $1, $4, true); }
+    | IDENT '=' NUMBER IDENT NUMBER
+        {
+            $$ = sizedef_new(p, $1, $3, false);
+            $$->over = $4;
+            $$->phys = $5;
+        }
+    | IDENT '=' NUMBER IDENT IDENT
+        {
+            $$ = sizedef_new(p, $1, $3, false);
+            $$->over = $4;
+            $$->where = $5;
+        }
+    | IDENT '=' NUMBER IDENT error
+        {   /* `X = 4 Y = 2` (a missing comma) or `X = 4 over` at the end:
+             * reported as a syntax error; the axis is still defined, so
+             * its uses raise nothing more. */
+            $$ = sizedef_new(p, $1, $3, false);
+        }
     ;
 
 /* tref -> NAME '[' [ index { ',' index } ] ']' [ '{' SUBNAME { ',' SUBNAME } '}' ] */
@@ -480,6 +503,9 @@ static ast_sizedef *sizedef_new(fe_parser *p, ast_name name, ast_number size, bo
     d->name = name;
     d->size = size;
     d->negative = negative;
+    d->over = (ast_name){0};
+    d->phys = (ast_number){0};
+    d->where = (ast_name){0};
     return d;
 }
 

@@ -109,6 +109,8 @@ int ir_mesh_add_axis(ir_module *m, char name, int64_t size, uint32_t loc)
     ax->name = name;
     ax->size = size;
     ax->loc = loc;
+    ax->phys = 1;
+    ax->dcn = false;
     return m->mesh.naxes++;
 }
 

@@ -33,6 +33,7 @@
 
 #define IR_MAX_RANK 8      /* dims of one value */
 #define IR_MAX_AXES 4      /* axes of the mesh */
+#define IR_MAX_PHYS 3      /* physical (torus) axes one mesh axis may span */
 #define IR_MAX_OPERANDS 8  /* operands of one op */
 /* ir_op.u.coll.dim of a collective whose axes work along different dims
  * (their dims in u.coll.dims, u.coll.dims2). */
@@ -59,6 +60,8 @@ typedef struct ir_axis {
     char name;    /* single letter, as in the seeds (X, Y, Z) */
     int64_t size; /* number of devices along the axis, >= 1 */
     uint32_t loc; /* byte offset of its definition in the source */
+    int phys;     /* physical torus axes it spans (`over 2`), 1..IR_MAX_PHYS (seed 001) */
+    bool dcn;     /* between pods, on the data-center network (`over dcn`, seed 000) */
 } ir_axis;
 
 /* The device mesh: a grid of prod(sizes) devices. */

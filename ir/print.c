@@ -320,8 +320,15 @@ void ir_print(FILE *out, ir_module *m)
     fprintf(out, "# einc IR: %s\n", m->filename);
     if (m->mesh.naxes) {
         fprintf(out, "mesh");
-        for (int a = 0; a < m->mesh.naxes; a++)
-            fprintf(out, "%s %c = %lld", a ? "," : "", m->mesh.axes[a].name, (long long)m->mesh.axes[a].size);
+        for (int a = 0; a < m->mesh.naxes; a++) {
+            const ir_axis *ax = &m->mesh.axes[a];
+            fprintf(out, "%s %c = %lld", a ? "," : "", ax->name, (long long)ax->size);
+            /* The placement prints as written, so the dump reads back as source. */
+            if (ax->dcn)
+                fprintf(out, " over dcn");
+            else if (ax->phys > 1)
+                fprintf(out, " over %d", ax->phys);
+        }
         fputc('\n', out);
     }
     if (m->ndims) {

@@ -1,7 +1,7 @@
 /*
  * print_json.c - the --dump-ir=json format (docs/ir.md), built with cJSON.
  *
- * {"file", "mesh": [{"name","size"}], "dims": [{"name","size"}],
+ * {"file", "mesh": [{"name","size"[,"over": 2 | "dcn"]}], "dims": [{"name","size"}],
  *  "inputs": [value...], "ops": [op...], "outputs": [{"name","value"}],
  *  "totals": {...} (after the cost pass),
  *  "plan": {objective, proof, best, candidates, merged, why, text} (after propagate with a profile)}
@@ -191,6 +191,12 @@ void ir_print_json(FILE *out, ir_module *m)
         char n[2] = {m->mesh.axes[a].name, 0};
         cJSON_AddStringToObject(ax, "name", n);
         cJSON_AddNumberToObject(ax, "size", (double)m->mesh.axes[a].size);
+        /* Only a placement other than one ICI axis is written, as `over`
+         * is in the source: "over": 2 or "over": "dcn". */
+        if (m->mesh.axes[a].dcn)
+            cJSON_AddStringToObject(ax, "over", "dcn");
+        else if (m->mesh.axes[a].phys > 1)
+            cJSON_AddNumberToObject(ax, "over", m->mesh.axes[a].phys);
         cJSON_AddItemToArray(mesh, ax);
     }
     cJSON *dims = cJSON_AddArrayToObject(root, "dims");

@@ -546,6 +546,14 @@ int ir_verify(const ir_module *m, diag_ctx *d)
         for (int b = a + 1; b < m->mesh.naxes; b++)
             if (m->mesh.axes[a].name == m->mesh.axes[b].name)
                 diag_error(d, m->mesh.axes[b].loc, "mesh axis %c defined twice", m->mesh.axes[b].name);
+    /* The cost model splits an axis over `phys` physical axes and reads
+     * that many sizes (cost_axis_split): a pass must keep it in range. */
+    for (int a = 0; a < m->mesh.naxes; a++) {
+        const ir_axis *ax = &m->mesh.axes[a];
+        if (ax->phys < 1 || ax->phys > IR_MAX_PHYS || (ax->dcn && ax->phys != 1))
+            diag_error(d, ax->loc, "mesh axis %c spans %d physical axes%s (1 to %d, 1 over DCN)", ax->name,
+                       ax->phys, ax->dcn ? " over DCN" : "", IR_MAX_PHYS);
+    }
     bool *defined = calloc((size_t)m->nvalues + 1, sizeof *defined);
     if (!defined) {
         diag_error(d, DIAG_NOLOC, "out of memory in the verifier");

@@ -427,15 +427,28 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
     double v;
     if (!cost_op_coll_time(m, hw, op, &ct, &v))
         return;
-    int rings = 0, lines = 0;
+    /* Physical axes, as the formulas count them: a folded mesh axis is
+     * its sub-axes, a DCN axis a ring over pods. */
+    int rings = 0, lines = 0, pods = 0;
     for (int i = 0; i < op->u.coll.naxes; i++) {
         int a = op->u.coll.axes[i];
         if (a < 0 || a >= m->mesh.naxes || m->mesh.axes[a].size <= 1)
             continue;
-        if (cost_hw_axis_wraps(hw, m->mesh.axes[a].size))
-            rings++;
-        else
-            lines++;
+        const ir_axis *ax = &m->mesh.axes[a];
+        if (ax->dcn && hw->dcn_bw > 0) {
+            pods++;
+            continue;
+        }
+        int64_t sub[IR_MAX_PHYS];
+        int k = cost_axis_split(ax->size, ax->phys, sub);
+        for (int j = 0; j < k; j++) {
+            if (sub[j] <= 1)
+                continue;
+            if (cost_hw_axis_wraps(hw, sub[j]))
+                rings++;
+            else
+                lines++;
+        }
     }
     char vb[32], xb[32];
     fprintf(out, "  %s-bound: %.4g us (latency term %.4g us, bandwidth term %.4g us), V = %s",
@@ -446,6 +459,9 @@ static void explain_collective(FILE *out, const ir_module *m, const cost_hw *hw,
     if (lines)
         fprintf(out, "%s %d %s without wraparound (one-way ring, seed 001 pop quiz 2)",
                 rings ? " and" : ",", lines, lines > 1 ? "axes" : "axis");
+    if (pods)
+        fprintf(out, "%s %d %s across pods (DCN ring, seed 000)", rings || lines ? " and" : ",", pods,
+                pods > 1 ? "axes" : "axis");
     fputc('\n', out);
     if (op->u.coll.dim == IR_COLL_PER_AXIS) {
         /* One group over all the axes, each along its own dim, timed as a

@@ -28,6 +28,13 @@
  *   "on a unidirectional ring AllToAll costs half an AllGather").  The
  *   axis then counts as 2 (|X| - 1) W_ici / W_1way in max|X_i|.
  *
+ * A mesh axis folded over k physical axes (`over k`) is k such axes, its
+ * size split as evenly as it divides (cost_axis_split): seed 001's
+ * "multiple axes" rule then gives it k times the bandwidth of one axis and
+ * the hops of its sub-rings.  An axis `over dcn` is a ring over pods at
+ * the DCN bandwidth per chip (seed 000, "scaling across pods";
+ * cost_coll_links_time).
+ *
  * Axes of size 1 move nothing and are skipped; a collective over no real
  * axis costs 0 and is reported as latency-bound with crossover 0.
  */
@@ -128,6 +135,98 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
     /* T_bw = local * maxeff / (4 W): an effective bandwidth 4 W / maxeff. */
     double bw = maxeff > 0 ? 4 * hw->ici_bidi_bw / maxeff : 0;
     return finish(hw->ici_latency * hops, bw, local_bytes);
+}
+
+/* The divisor d of `size` closest to size^(1/k) in log terms, ties to the
+ * smaller: the first sub-axis of an even split of `size` over k axes. */
+static int64_t even_divisor(int64_t size, int k)
+{
+    double want = log((double)size) / k, best_err = INFINITY;
+    int64_t best = 1;
+    for (int64_t d = 1; d <= size / d; d++) {
+        if (size % d != 0)
+            continue;
+        int64_t pair[2] = {d, size / d};
+        for (int j = 0; j < 2; j++) {
+            double err = fabs(log((double)pair[j]) - want);
+            if (err < best_err || (err == best_err && pair[j] < best)) {
+                best_err = err;
+                best = pair[j];
+            }
+        }
+    }
+    return best;
+}
+
+int cost_axis_split(int64_t size, int phys, int64_t *out)
+{
+    if (phys < 1)
+        phys = 1;
+    int64_t left = size > 1 ? size : 1;
+    /* Greedy: each sub-axis takes the divisor nearest the k-th root of
+     * what is left, so a perfect power splits exactly (64 over 3 -> 4^3). */
+    for (int k = phys; k > 1; k--) {
+        out[phys - k] = even_divisor(left, k);
+        left /= out[phys - k];
+    }
+    out[phys - 1] = left;
+    for (int i = 1; i < phys; i++) /* ascending: a stable, printable order */
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int64_t t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return phys;
+}
+
+/* `ici` followed by a DCN step of `dcn_s` seconds: the steps run one after
+ * the other, so their times add; the DCN step has no latency figure and
+ * counts as bandwidth. */
+static cost_coll_time add_dcn_step(cost_coll_time ici, double dcn_s)
+{
+    cost_coll_time r = ici;
+    r.t_bandwidth += dcn_s;
+    r.time += dcn_s;
+    r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
+    return r;
+}
+
+cost_coll_time cost_coll_links_time(const cost_hw *hw, ir_op_kind kind, const int64_t *sizes,
+                                    const bool *dcn, int n, double v)
+{
+    int64_t ici[COST_MAX_LINKS];
+    int nici = 0;
+    double pods = 1, n_ici = 1;
+    for (int i = 0; i < n && i < COST_MAX_LINKS; i++) {
+        /* A profile without a DCN figure times every link on ICI. */
+        if (dcn && dcn[i] && hw->dcn_bw > 0) {
+            pods *= (double)(sizes[i] > 1 ? sizes[i] : 1);
+        } else {
+            ici[nici++] = sizes[i];
+            n_ici *= (double)(sizes[i] > 1 ? sizes[i] : 1);
+        }
+    }
+    cost_coll_time r;
+    double dcn_bytes; /* what each chip moves across the pods */
+    switch (kind) {
+    case IR_OP_ALLGATHER:
+    case IR_OP_REDUCESCATTER:
+        r = cost_allgather_time(hw, ici, nici, NULL, v);
+        dcn_bytes = v / n_ici;
+        break;
+    case IR_OP_ALLREDUCE:
+        r = cost_allreduce_time(hw, ici, nici, NULL, v);
+        dcn_bytes = 2 * v / n_ici;
+        break;
+    case IR_OP_ALLTOALL:
+        r = cost_alltoall_time(hw, ici, nici, NULL, v);
+        dcn_bytes = (pods - 1) / pods * v;
+        break;
+    default:
+        return finish(0, 0, 0);
+    }
+    /* pods > 1 only with a DCN figure (above), so the division is safe. */
+    return pods > 1 ? add_dcn_step(r, dcn_bytes / hw->dcn_bw) : r;
 }
 
 cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes,

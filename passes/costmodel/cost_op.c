@@ -221,15 +221,27 @@ static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir
     c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
 }
 
-/* Sizes of the mesh axes a resharding op works over (skips bad ids, which
- * the verifier reports). */
-static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes)
+/* Sizes of the links a resharding op works over (skips bad axis ids, which
+ * the verifier reports): each mesh axis as its physical sub-axes
+ * (cost_axis_split), `sizes` holding COST_MAX_LINKS; dcn[i] (when `dcn`
+ * is not NULL) says link i crosses the data-center network.  The product
+ * of the sizes is the group's device count either way. */
+static int coll_axis_sizes(const ir_module *m, const ir_op *op, int64_t *sizes, bool *dcn)
 {
     int n = 0;
     for (int i = 0; i < op->u.coll.naxes && i < IR_MAX_AXES; i++) {
         int a = op->u.coll.axes[i];
-        if (a >= 0 && a < m->mesh.naxes)
-            sizes[n++] = m->mesh.axes[a].size;
+        if (a < 0 || a >= m->mesh.naxes)
+            continue;
+        const ir_axis *ax = &m->mesh.axes[a];
+        /* A folded axis is its physical sub-axes (seed 001, "multiple
+         * axes"); a DCN axis stays one ring over the pods.  The clamp
+         * keeps an unverified module inside `sizes`. */
+        int phys = ax->dcn ? 1 : ax->phys > IR_MAX_PHYS ? IR_MAX_PHYS : ax->phys;
+        int k = cost_axis_split(ax->size, phys, sizes + n);
+        for (int j = 0; dcn && j < k; j++)
+            dcn[n + j] = ax->dcn;
+        n += k;
     }
     return n;
 }
@@ -280,8 +292,8 @@ static bool measured_coll_time(const ir_module *m, const cost_hw *hw, const ir_o
     case IR_OP_ALLTOALL: k = COST_FIT_ALLTOALL; break;
     default: return false;
     }
-    int64_t sizes[IR_MAX_AXES];
-    int n = coll_axis_sizes(m, op, sizes);
+    int64_t sizes[COST_MAX_LINKS];
+    int n = coll_axis_sizes(m, op, sizes, NULL);
     double p = 1;
     for (int i = 0; i < n; i++)
         p *= (double)sizes[i];
@@ -301,40 +313,26 @@ bool cost_op_coll_time(const ir_module *m, const cost_hw *hw, const ir_op *op,
 {
     if (hw->measured)
         return measured_coll_time(m, hw, op, out, v);
-    int64_t sizes[IR_MAX_AXES];
-    int n;
+    int64_t sizes[COST_MAX_LINKS];
+    bool dcn[COST_MAX_LINKS];
     const ir_value *in = op->noperands > 0 ? op->operands[0] : NULL;
     switch (op->kind) {
-    case IR_OP_ALLGATHER:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, op->result);
-        *out = cost_allgather_time(hw, sizes, n, NULL, *v);
-        return true;
+    case IR_OP_ALLGATHER: *v = local_bytes(m, op->result); break;
     case IR_OP_REDUCESCATTER:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, in);
-        *out = cost_allgather_time(hw, sizes, n, NULL, *v);
-        return true;
     case IR_OP_ALLREDUCE:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, in);
-        *out = cost_allreduce_time(hw, sizes, n, NULL, *v);
-        return true;
-    case IR_OP_ALLTOALL:
-        n = coll_axis_sizes(m, op, sizes);
-        *v = local_bytes(m, in);
-        *out = cost_alltoall_time(hw, sizes, n, NULL, *v);
-        return true;
-    default:
-        return false;
+    case IR_OP_ALLTOALL: *v = local_bytes(m, in); break;
+    default: return false;
     }
+    int n = coll_axis_sizes(m, op, sizes, dcn);
+    *out = cost_coll_links_time(hw, op->kind, sizes, dcn, n, *v);
+    return true;
 }
 
 /* Number of devices in the group of a resharding op. */
 static double group_size(const ir_module *m, const ir_op *op)
 {
-    int64_t sizes[IR_MAX_AXES];
-    int n = coll_axis_sizes(m, op, sizes);
+    int64_t sizes[COST_MAX_LINKS];
+    int n = coll_axis_sizes(m, op, sizes, NULL);
     double p = 1;
     for (int i = 0; i < n; i++)
         p *= (double)sizes[i];

@@ -109,7 +109,7 @@ typedef struct cost_hw {
     double ici_latency;             /* T_min: seconds per hop */
     cost_wrap_rule wrap;            /* which axis sizes have wraparound */
     int64_t wrap_size;              /* the size in COST_WRAP_SIZE_* rules, else 0 */
-    double dcn_bw;                  /* data-center network per chip, bytes/s (reported; axes are assumed on ICI) */
+    double dcn_bw;                  /* data-center network per chip, bytes/s (W_dcn: mesh axes `over dcn`) */
     /* The "calibration" section written by `einc calibrate`; when present
      * the cost pass times collectives with these fits (cost_measured_coll_time)
      * and compute with the measured peak_flops / hbm_bw above. */
@@ -235,6 +235,49 @@ cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int 
  */
 cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                   const bool *wrap_override, double local_bytes);
+
+/* Most physical links one collective's group spans: every mesh axis
+ * folded over up to IR_MAX_PHYS torus axes. */
+#define COST_MAX_LINKS (IR_MAX_AXES * IR_MAX_PHYS)
+
+/*
+ * The sizes of the `phys` physical torus axes that a mesh axis of `size`
+ * devices is folded over (`mesh X = 16 over 2`), written to out[0..phys-1]
+ * in ascending order with product `size`: as even as the divisors of
+ * `size` allow (16 over 2 -> 4 x 4, 64 over 3 -> 4 x 4 x 4, 8 over 2 ->
+ * 2 x 4; a prime size keeps one axis of `size` and the rest 1, which then
+ * takes no part).  Each sub-axis is a ring or a line by the profile's
+ * wraparound rule on its own size.  phys < 1 counts as 1.  Returns phys.
+ */
+int cost_axis_split(int64_t size, int phys, int64_t *out);
+
+/*
+ * One collective of kind `kind` (IR_OP_ALLGATHER, IR_OP_REDUCESCATTER,
+ * IR_OP_ALLREDUCE or IR_OP_ALLTOALL; any other kind costs 0) over a group
+ * of `n` links: link i has sizes[i] devices and crosses the data-center
+ * network when dcn[i] (dcn NULL: none does).  `v` is the V of the
+ * formulas above (gathered bytes; an AllToAll's per-device bytes).
+ *
+ * Links on ICI are the physical axes: a mesh axis folded over several
+ * counts as its sub-axes (cost_axis_split), so seed 001's multi-axis rule
+ * ("the bandwidth grows with the number of axes", W_ici * n_axes; hops
+ * sum|X_i| / 2; AllToAll's max|X_i|) applies to them as to separate axes.
+ *
+ * Links on DCN (seed 000, "scaling across pods") form a ring over the
+ * pods at hw->dcn_bw per chip, as the seed times the gradients' AllReduce
+ * across pods: an AllGather of V gathered bytes takes V / W_dcn (the
+ * seed's T_comms = 2 * 2 * 2 D F / (M W_dcn) is the AllReduce, twice
+ * that, of the 4 D F / M bytes each chip holds after its pod's
+ * ReduceScatter); an AllToAll sends all but its own 1/P of its bytes out
+ * of the chip, (P - 1) / P * v / W_dcn.  The profiles hold no DCN
+ * latency, so the DCN term has none.  A group with links on both runs
+ * hierarchically, the DCN step on the smallest message: AllGather gathers
+ * across pods first (V / N_ici bytes, N_ici the devices of the ICI
+ * links), then within the pod; AllReduce is the pod's ReduceScatter, the
+ * pods' AllReduce of V / N_ici, the pod's AllGather.  The steps add.
+ */
+cost_coll_time cost_coll_links_time(const cost_hw *hw, ir_op_kind kind, const int64_t *sizes,
+                                    const bool *dcn, int n, double v);
 
 /*
  * The measured model of a calibrated profile (seed 004, MeshSlice):

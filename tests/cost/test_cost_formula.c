@@ -1,7 +1,9 @@
 /*
  * test_cost_formula.c - the collective formulas against the seeds' worked
  * numbers (seed 001 pop quiz 2, questions 2 and 3; the AllToAll and
- * AllReduce rules).  Each expected number is the seed's, checked within 2%.
+ * AllReduce rules; an axis over several physical axes, seed 001 "multiple
+ * axes"; a DCN axis, seed 000 "scaling across pods").  Each expected
+ * number is the seed's, checked within 2%.
  */
 #include <math.h>
 #include <stdio.h>
@@ -165,6 +167,94 @@ static void test_multi_axis(void)
     CU_ASSERT_EQUAL(z.time, 0);
 }
 
+/* A mesh axis folded over k physical axes splits as evenly as it divides
+ * (`mesh X = 64 over 3` is seed 001's 4x4x4 cube). */
+static void test_axis_split(void)
+{
+    int64_t s[3];
+    CU_ASSERT_EQUAL(cost_axis_split(16, 2, s), 2);
+    CU_ASSERT(s[0] == 4 && s[1] == 4);
+    CU_ASSERT_EQUAL(cost_axis_split(64, 3, s), 3);
+    CU_ASSERT(s[0] == 4 && s[1] == 4 && s[2] == 4);
+    cost_axis_split(8, 2, s);
+    CU_ASSERT(s[0] == 2 && s[1] == 4);
+    cost_axis_split(12, 2, s);
+    CU_ASSERT(s[0] == 3 && s[1] == 4);
+    cost_axis_split(7, 2, s); /* a prime keeps one axis */
+    CU_ASSERT(s[0] == 1 && s[1] == 7);
+    CU_ASSERT_EQUAL(cost_axis_split(5, 0, s), 1);
+    CU_ASSERT_EQUAL(s[0], 5);
+}
+
+/* Seed 001, "multiple axes": an AllGather over an axis spanning k physical
+ * axes has k times the bandwidth, V / (k W_ici), and the hops of its
+ * sub-rings, T_min * sum |x_j| / 2.  v5p, X = 16 over 2 = 4 x 4 (both
+ * rings): V / (2 W) and 2 + 2 hops, where one axis of 16 takes V / W and
+ * 8 hops.  The same rule for ReduceScatter, AllReduce (twice) and AllToAll
+ * (the largest sub-axis, 4, sets max|X_i|). */
+static void test_folded_axis(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    int64_t one[] = {16}, sub[2];
+    int k = cost_axis_split(16, 2, sub);
+    double v = 1e9;
+    cost_coll_time flat = cost_coll_links_time(&hw, IR_OP_ALLGATHER, one, NULL, 1, v);
+    cost_coll_time ag = cost_coll_links_time(&hw, IR_OP_ALLGATHER, sub, NULL, k, v);
+    ASSERT_NEAR2(flat.t_bandwidth, v / 1.8e11);
+    ASSERT_NEAR2(ag.t_bandwidth, v / (2 * 1.8e11));
+    ASSERT_NEAR2(ag.t_latency, 1e-6 * (4 + 4) / 2);
+    ASSERT_NEAR2(flat.t_latency, 1e-6 * 16 / 2);
+    cost_coll_time rs = cost_coll_links_time(&hw, IR_OP_REDUCESCATTER, sub, NULL, k, v);
+    ASSERT_NEAR2(rs.time, ag.time);
+    cost_coll_time ar = cost_coll_links_time(&hw, IR_OP_ALLREDUCE, sub, NULL, k, v);
+    ASSERT_NEAR2(ar.time, 2 * v / (2 * 1.8e11));
+    double local = 1e8;
+    cost_coll_time a2a = cost_coll_links_time(&hw, IR_OP_ALLTOALL, sub, NULL, k, local);
+    ASSERT_NEAR2(a2a.t_bandwidth, local * 4 / (4 * 1.8e11));
+    /* Seed 000, "Data Parallelism": all three axes of a 4x4x4 v5p cube
+     * give 3 W_ici, so C / W drops from 2550 to 850. */
+    int64_t cube[3];
+    k = cost_axis_split(64, 3, cube);
+    cost_coll_time c3 = cost_coll_links_time(&hw, IR_OP_ALLGATHER, cube, NULL, k, v);
+    ASSERT_NEAR2(hw.peak_flops[IR_BF16] * c3.t_bandwidth / v, 850);
+    /* Each sub-axis wraps by the profile's rule: v5p 8 over 2 = 2 x 4, a
+     * line of 2 (one hop, W_1way * 2 / 1) and a ring of 4 (2 hops, W). */
+    k = cost_axis_split(8, 2, sub);
+    cost_coll_time mixed = cost_coll_links_time(&hw, IR_OP_ALLGATHER, sub, NULL, k, v);
+    ASSERT_NEAR2(mixed.t_bandwidth, v / (9e10 * 2 + 1.8e11));
+    ASSERT_NEAR2(mixed.t_latency, 1e-6 * (1 + 2));
+}
+
+/* Seed 000, "scaling across pods": a DCN axis is a ring over the pods at
+ * W_dcn per chip.  The gradients' AllReduce over P pods of the V bytes a
+ * chip holds: 2 V / W_dcn (T_comms = 2 * 2 * 2 D F / (M W_dcn) with
+ * V = 4 D F / M), so compute-bound when the pod's batch exceeds
+ * C / W_dcn (71,360 with the seed's C = 4.46e14; 73,440 with the v5p
+ * profile's 4.59e14, the seed's figure in "Data Parallelism"). */
+static void test_dcn_axis(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    double v = 1e9;
+    int64_t pods[] = {4};
+    bool dcn[] = {true, false};
+    cost_coll_time ar = cost_coll_links_time(&hw, IR_OP_ALLREDUCE, pods, dcn, 1, v);
+    ASSERT_NEAR2(ar.time, 2 * v / 6.25e9);
+    CU_ASSERT_EQUAL(ar.bound, IR_BOUND_BANDWIDTH);
+    CU_ASSERT_EQUAL(ar.t_latency, 0);
+    ASSERT_NEAR2(hw.peak_flops[IR_BF16] / hw.dcn_bw, 73440);
+    cost_coll_time ag = cost_coll_links_time(&hw, IR_OP_ALLGATHER, pods, dcn, 1, v);
+    ASSERT_NEAR2(ag.time, v / 6.25e9);
+    cost_coll_time a2a = cost_coll_links_time(&hw, IR_OP_ALLTOALL, pods, dcn, 1, v);
+    ASSERT_NEAR2(a2a.time, 0.75 * v / 6.25e9);
+    /* Pods and an ICI axis of 8 (a ring on v5p): the pod's ReduceScatter
+     * and AllGather, and across pods the AllReduce of 1/8 of the bytes. */
+    int64_t both[] = {2, 8};
+    cost_coll_time h = cost_coll_links_time(&hw, IR_OP_ALLREDUCE, both, dcn, 2, v);
+    int64_t ici[] = {8};
+    cost_coll_time in_pod = cost_allreduce_time(&hw, ici, 1, NULL, v);
+    ASSERT_NEAR2(h.time, in_pod.time + 2 * (v / 8) / 6.25e9);
+}
+
 /* The crossover: the two terms meet at V*; 4.5e10 * 1 us = 45 kB per hop
  * on v5e (seed 001, "buffers under 45kB are latency-bound"). */
 static void test_crossover(void)
@@ -198,6 +288,9 @@ void einc_register_tests(void)
         {"AllToAll formula", test_alltoall},
         {"several axes", test_multi_axis},
         {"latency/bandwidth crossover", test_crossover},
+        {"axis split over physical axes", test_axis_split},
+        {"axis folded over physical axes (seed 001)", test_folded_axis},
+        {"DCN axis (seed 000 pods)", test_dcn_axis},
     };
     einc_add_suite("cost formulas", tests, (int)(sizeof tests / sizeof tests[0]));
 }

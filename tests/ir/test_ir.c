@@ -117,6 +117,26 @@ static void test_verify_local_matmul(void)
     teardown(&f);
 }
 
+/* A mesh axis's placement stays in range: 1..IR_MAX_PHYS physical axes,
+ * and one over DCN. */
+static void test_verify_axis_placement(void)
+{
+    fixture f;
+    setup(&f);
+    f.m->mesh.axes[0].phys = 2;
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    f.m->mesh.axes[0].phys = IR_MAX_PHYS + 1;
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "mesh axis X spans 4 physical axes"));
+    teardown(&f);
+    setup(&f);
+    f.m->mesh.axes[1].dcn = true;
+    f.m->mesh.axes[1].phys = 2;
+    CU_ASSERT_EQUAL(verify(&f), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "over DCN"));
+    teardown(&f);
+}
+
 /* A[I, J_X] . B[J_X, K] -> C[I, K]{U_X} (seed 001 case 3); a bare output of it is an error. */
 static void test_verify_unreduced(void)
 {
@@ -694,6 +714,7 @@ static void test_einsum_rule(void)
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
+        {"verify: mesh axis placement", test_verify_axis_placement},
         {"type_str", test_type_str},
         {"local_sizes", test_local_sizes},
         {"verify_local_matmul", test_verify_local_matmul},
