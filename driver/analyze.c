@@ -150,8 +150,9 @@ static int64_t batch_parts(const ir_module *m, int batch)
     return 1;
 }
 
-/* The cost model on m with the batch dim at `size` (then restored): fills
- * *s. */
+/* The cost model on m with the batch dim at `size`: fills *s.  The dim
+ * size is restored; the ops' annotations are left at `size` (only the
+ * memory peak, which reads sizes alone, is asked of m afterwards). */
 static void price_at(ir_module *m, const analyze_table *t, analyze_row *r, int64_t size, sums *s)
 {
     int64_t keep = m->dims[t->batch].size;
@@ -159,7 +160,6 @@ static void price_at(ir_module *m, const analyze_table *t, analyze_row *r, int64
     cost_annotate_ops(m, t->hw);
     sum_ops(m, r, s);
     m->dims[t->batch].size = keep;
-    cost_annotate_ops(m, t->hw);
 }
 
 /* Peak memory per device of m's plan with the batch dim at `size`. */
@@ -285,11 +285,7 @@ static void find_batch(analyze_table *t, const ir_module *m)
 {
     t->batch = -1;
     t->tokens_per_batch = 1;
-    bool in_param[64] = {false};
-    for (int i = 0; i < m->nvalues; i++)
-        if (m->values[i]->kind == IR_VAL_PARAM)
-            for (int d = 0; d < m->values[i]->type.rank; d++)
-                in_param[m->values[i]->type.dims[d]] = true;
+    const bool *in_param = t->roles.in_param;
     for (int i = 0; i < m->nvalues && t->batch < 0; i++) {
         const ir_value *v = m->values[i];
         if (v->kind != IR_VAL_INPUT)

@@ -38,7 +38,7 @@ int plan_roles_of(const ir_module *m, plan_roles *r)
         if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1 && op->operands[0]->type.rank > 0)
             r->layer[op->operands[0]->type.dims[0]] = true;
     int count[64] = {0};
-    bool in_param[64] = {false};
+    bool *in_param = r->in_param;
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
         if (v->kind != IR_VAL_PARAM)

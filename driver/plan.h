@@ -29,6 +29,7 @@ typedef struct plan_roles {
     int ndims;
     bool batch[64];  /* by dim id: an input's leading dim no param has (the batch) */
     bool layer[64];  /* by dim id: a repeated block's layer dim (never sharded) */
+    bool in_param[64]; /* by dim id: a dim of some param, its layer dim aside */
     int model;       /* the dim most params have (FSDP shards it), or -1 */
 } plan_roles;
 
