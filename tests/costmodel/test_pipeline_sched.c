@@ -178,7 +178,8 @@ static void test_gpipe_1f1b_closed_forms(void)
 }
 
 /* Interleaved, v = 2 and 4: the bubble is (Z - 1) / (v M + Z - 1)
- * (Narayanan et al. SC'21, section 2.2.2), below 1F1B's. */
+ * (Narayanan et al. SC'21, section 2.2.2), below 1F1B's; the activations
+ * held per stage, in (microbatch, chunk) pairs. */
 static void test_interleaved_bubble(void)
 {
     const double ratios[] = {1.0, 2.0}; /* t_b / t_f */
@@ -198,6 +199,12 @@ static void test_interleaved_bubble(void)
                         fprintf(stderr, "interleaved Z=%d M=%d v=%d tb/tf=%g: bubble %.15g want %.15g\n",
                                 Z, M, v, ratios[r], plan.bubble, want);
                     CU_ASSERT_DOUBLE_EQUAL(plan.bubble, want, 1e-12);
+                    /* Megatron's warm-up 2 (Z - s - 1) + (v - 1) Z plus the
+                     * first steady forward; all v M when M = Z. */
+                    for (int s = 0; s < Z; s++) {
+                        int held = M == Z ? v * M : 2 * (Z - s - 1) + (v - 1) * Z + 1;
+                        CU_ASSERT_EQUAL(plan.stage[s].peak_held, held);
+                    }
                     pp_plan_free(&plan);
                 }
             }
