@@ -186,7 +186,7 @@ static pp_stage_plan *unit_timeline(const pp_plan *plan)
     bool ok = true;
     for (int s = 0; s < Z && ok; s++) {
         copy[s].n_items = plan->stage[s].n_items;
-        copy[s].items = malloc((size_t)copy[s].n_items * sizeof *copy[s].items + 1);
+        copy[s].items = malloc((size_t)copy[s].n_items * sizeof *copy[s].items);
         ok = copy[s].items != NULL;
         if (ok)
             memcpy(copy[s].items, plan->stage[s].items, (size_t)copy[s].n_items * sizeof *copy[s].items);
@@ -250,5 +250,5 @@ void pp_print_table(FILE *f, const pp_plan *plan)
             100.0 * plan->bubble, plan->peak_held);
     if (plan->schedule == PP_ZERO_BUBBLE)
         fprintf(f, " (awaiting W: %d)", plan->peak_held_w);
-    fprintf(f, " microbatches%s\n", plan->chunks > 1 ? " x chunks" : "");
+    fprintf(f, "%s\n", plan->chunks > 1 ? " (microbatch, chunk) pairs" : " microbatches");
 }
