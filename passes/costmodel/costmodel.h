@@ -4,8 +4,9 @@
  * the estimate of one IR op, whole-program model FLOPs and memory, the
  * MeshSlice loop and the analytical 2D GEMM model with its autotuner.
  *
- * This is the one public header of passes/costmodel/ (library
- * einc_costmodel).  Its callers are the cost pass and its reports
+ * This is the main public header of passes/costmodel/ (library
+ * einc_costmodel); pipeline.h, the pipeline schedules and their cost
+ * (docs/pipeline.md), is the other one and needs no IR.  Its callers are the cost pass and its reports
  * (passes/cost.c, cost_report.c), the meshslice pass (passes/meshslice.c),
  * `einc autotune` and `einc calibrate` (driver/); the library itself calls
  * no pass and depends only on the IR (ir.h) and cJSON.  DESIGN.md: "the

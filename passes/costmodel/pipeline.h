@@ -1,0 +1,145 @@
+/*
+ * pipeline.h - pipeline-parallel schedules and their cost: which work item
+ * each stage runs in which order (GPipe, 1F1B, interleaved 1F1B,
+ * zero-bubble ZB-H1), the simulated timeline of one training step, its
+ * bubble fraction and the activation memory each stage holds.
+ *
+ * Pipelining (issue 25; seed 000, section "流水线并行" / pipeline
+ * parallelism, `W_in[L_Z, D_X, F_Y]`) splits the layers of a `repeat L`
+ * over the Z devices of a mesh axis and the batch into M microbatches;
+ * stage s runs the layers it holds for every microbatch and passes the
+ * activation (forward) or its gradient (backward) one hop to its
+ * neighbour.  This module knows nothing of the IR: its input is the
+ * per-stage time of one microbatch's forward and backward and the time of
+ * one hop, as the cost model estimates them; its output is the schedule
+ * and its step time.  docs/pipeline.md explains the schedules, their
+ * formulas and how to read the table.
+ *
+ * Every time is in seconds and per microbatch; indices are 0-based
+ * (stage s in [0, Z), microbatch m in [0, M), chunk c in [0, v)).  Nothing
+ * here keeps state between calls.
+ */
+#ifndef EINC_PIPELINE_H
+#define EINC_PIPELINE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* A pipeline schedule: the order in which each stage runs its work. */
+typedef enum pp_schedule {
+    /* Huang et al., "GPipe", NeurIPS 2019: every forward, then every
+     * backward; each stage holds the activations of all M microbatches. */
+    PP_GPIPE,
+    /* PipeDream-Flush, Narayanan et al., "Memory-Efficient Pipeline-Parallel
+     * DNN Training", ICML 2021: min(Z - s - 1, M) warm-up forwards, then
+     * one forward one backward, then the remaining backwards; stage s holds
+     * at most Z - s microbatches. */
+    PP_1F1B,
+    /* Narayanan et al., "Efficient Large-Scale Language Model Training on
+     * GPU Clusters Using Megatron-LM", SC'21: 1F1B over v model chunks per
+     * device (device s holds chunks s, s + Z, s + 2Z, ...); the bubble
+     * shrinks to (Z - 1) / (v M + Z - 1) of the step. */
+    PP_INTERLEAVED,
+    /* Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, schedule
+     * ZB-H1 (also seed 000's DeepSeek-v3 figure): the backward is split into
+     * B (dL/dx, on the critical path) and W (dL/dW, local), and W passes are
+     * deferred to fill the bubbles, with at most Z microbatches whose
+     * activations are held (F done, W not done) on any stage. */
+    PP_ZERO_BUBBLE,
+} pp_schedule;
+
+/* Number of pp_schedule values (for loops over all schedules). */
+#define PP_SCHEDULE_COUNT 4
+
+/* A kind of work item on one stage for one microbatch. */
+typedef enum pp_kind {
+    PP_F, /* forward of one microbatch through one chunk */
+    PP_B, /* backward: dL/dx; outside zero-bubble the whole backward (dL/dx and dL/dW) */
+    PP_W, /* weight gradient dL/dW, only in zero-bubble */
+} pp_kind;
+
+/* The shape of the pipeline and its per-microbatch times.  Not owned: the
+ * arrays are read during pp_build only. */
+typedef struct pp_params {
+    int stages;        /* Z >= 1: devices along the pipeline axis */
+    int microbatches;  /* M >= 1: microbatches per step */
+    int chunks;        /* v: model chunks (virtual stages) per device; >= 2 for
+                          interleaved, 1 otherwise (0 is read as 1) */
+    const double *t_f; /* [Z] seconds of one microbatch's forward on stage s
+                          (all its chunks together; interleaved splits it
+                          evenly among the v chunks) */
+    const double *t_b; /* [Z] seconds of one microbatch's backward on stage s:
+                          dL/dx only for zero-bubble, the whole backward
+                          otherwise */
+    const double *t_w; /* [Z] seconds of dL/dW for zero-bubble; ignored (may be
+                          NULL) for the other schedules */
+    double t_p2p;      /* seconds to move one microbatch's activation or its
+                          gradient one hop to the neighbouring device (seed
+                          001's latency + bytes / bandwidth); 0 within a device */
+} pp_params;
+
+/* One work item of a stage and when the simulation runs it. */
+typedef struct pp_item {
+    pp_kind kind;   /* F, B or W */
+    int microbatch; /* m in [0, M) */
+    int chunk;      /* local chunk c in [0, v) of this device: model chunk c * Z + s */
+    double start;   /* seconds from the start of the step */
+    double end;     /* start + the item's time */
+} pp_item;
+
+/* One stage (device) of a plan. */
+typedef struct pp_stage_plan {
+    pp_item *items;   /* [n_items], owned by the plan, in execution order */
+    int n_items;      /* 2 M v, or 3 M v for zero-bubble */
+    double busy;      /* seconds of work: sum of the items' times */
+    int peak_held;    /* most (microbatch, chunk) pairs with F done and B not
+                         done at once: activations kept for the backward */
+    int peak_held_w;  /* most pairs with F done and W not done (zero-bubble
+                         keeps the layer inputs for W); = peak_held otherwise */
+} pp_stage_plan;
+
+/* A schedule with its simulated timeline.  Fill with pp_build, release with
+ * pp_plan_free. */
+typedef struct pp_plan {
+    pp_schedule schedule;  /* which schedule */
+    int stages;            /* Z */
+    int microbatches;      /* M */
+    int chunks;            /* v (1 except interleaved) */
+    pp_stage_plan *stage;  /* [Z], owned */
+    double step;           /* seconds: the makespan, last item's end */
+    double ideal;          /* seconds: the busiest stage's busy time (no bubble) */
+    double bubble;         /* 1 - mean over stages of busy / step, in [0, 1) */
+    int peak_held;         /* max over stages of peak_held */
+    int peak_held_w;       /* max over stages of peak_held_w */
+} pp_plan;
+
+/* "gpipe", "1f1b", "interleaved", "zero-bubble"; "?" for a value out of range. */
+const char *pp_schedule_name(pp_schedule s);
+
+/* The schedule called `name` (as pp_schedule_name spells it), or -1. */
+int pp_schedule_lookup(const char *name);
+
+/* Builds the per-stage orders of `schedule` for `p` and simulates them
+ * (event-driven: an item starts when its stage is free and its
+ * dependencies are done; F of model chunk k after F of chunk k - 1 plus
+ * t_p2p when that chunk is on another device; B of chunk k after B of
+ * chunk k + 1 (plus t_p2p), the last chunk's B after its own F; W after its
+ * own B).  On success fills `*out` (the caller frees it with pp_plan_free)
+ * and returns 0.  On invalid parameters (Z < 1, M < 1, interleaved with
+ * v < 2 or M not a multiple of Z, v != 1 elsewhere, a missing, negative or
+ * non-finite time, too many items) writes a message to err (errlen bytes,
+ * may be NULL/0), leaves `*out` empty and returns -1. */
+int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, size_t errlen);
+
+/* Frees the arrays of `plan` and empties it; safe on an empty or zeroed plan. */
+void pp_plan_free(pp_plan *plan);
+
+/* Prints the schedule as papers draw it: one row per stage, one column per
+ * time slot, cells "F3", "B2", "W1" (microbatch, 0-based; ".c" = local
+ * chunk for interleaved, e.g. "F3.1"), "." for idle.  The slots come from
+ * re-simulating the plan's orders with every item taking one slot and free
+ * transfers, so the table shows the schedule's shape whatever the real
+ * times.  Then one line with the real step, ideal, bubble and peaks. */
+void pp_print_table(FILE *f, const pp_plan *plan);
+
+#endif
