@@ -198,8 +198,12 @@ typedef struct zb_stage {
 } zb_stage;
 
 /* The item stage s would run next and when; false if it must wait for an
- * item of another stage that has not run yet. */
-static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, pp_item *it, double *start)
+ * item of another stage that has not run yet.  A pending W fills a wait
+ * for the next F or B only when the wait is at least min_gap: a W much
+ * longer than the wait (a short transfer) would delay that F or B by the
+ * difference. */
+static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, double min_gap, pp_item *it,
+                         double *start)
 {
     double free_at = sim->free_at[s];
     bool w_pending = z->b_done > z->w_done;
@@ -212,7 +216,7 @@ static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, pp_item *i
     const pp_item *next = &z->fb.items[z->next_fb];
     bool memory_full = next->kind == PP_F && z->f_done - z->w_done >= sim->stages;
     double ready = pp_sim_ready(sim, s, next);
-    if (w_pending && (memory_full || ready > free_at)) {
+    if (w_pending && (memory_full || (ready > free_at && ready - free_at >= min_gap))) {
         *it = w;
         *start = free_at;
         return true;
@@ -225,9 +229,11 @@ static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, pp_item *i
 /* Zero-bubble ZB-H1 (Qi et al., ICLR'24, section 3.1 and figure 3; seed
  * 000's DeepSeek-v3 figure): runs the simulation, choosing at each step the
  * earliest item any stage can start (F and B before W on ties, so a W never
- * takes a slot an input has arrived for), and records the orders and times
- * in plan.  Returns -1 on deadlock or out of memory. */
-static int build_zero_bubble(const pp_params *p, pp_plan *plan, char *err, size_t errlen)
+ * takes a slot an input has arrived for), W filling waits of at least
+ * gap_frac of its own time (zb_candidate), and records the orders and times
+ * in plan (whose stages' item counts start at 0).  Returns -1 on deadlock
+ * or out of memory. */
+static int build_zero_bubble(const pp_params *p, double gap_frac, pp_plan *plan, char *err, size_t errlen)
 {
     int Z = p->stages, M = p->microbatches;
     zb_stage *z = calloc((size_t)Z, sizeof *z);
@@ -251,7 +257,7 @@ static int build_zero_bubble(const pp_params *p, pp_plan *plan, char *err, size_
         pp_item best_it = {0}, it;
         double start;
         for (int s = 0; s < Z; s++) {
-            if (!zb_candidate(&sim, &z[s], s, &it, &start))
+            if (!zb_candidate(&sim, &z[s], s, gap_frac * p->t_w[s], &it, &start))
                 continue;
             bool earlier = start < best_start ||
                            (start == best_start && best_it.kind == PP_W && it.kind != PP_W);
@@ -331,7 +337,27 @@ int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, 
     q.chunks = v;
     int rc = 0;
     if (schedule == PP_ZERO_BUBBLE) {
-        rc = build_zero_bubble(&q, out, err, errlen);
+        /* Which waits a W should fill depends on the times: with free
+         * transfers every wait (gap 0) is right, with costly ones only those
+         * a W fits in.  Each rule is simulated; the shortest step is kept
+         * (Qi et al. section 3.2 also pick among heuristic schedules by
+         * simulation). */
+        static const double fracs[] = {0.0, 0.5, 1.0};
+        int nf = (int)(sizeof fracs / sizeof fracs[0]), best = 0;
+        double best_step = INFINITY;
+        for (int f = 0; f <= nf && rc == 0; f++) {
+            int pick = f < nf ? f : best;
+            for (int s = 0; s < Z; s++)
+                out->stage[s].n_items = 0;
+            rc = build_zero_bubble(&q, fracs[pick], out, err, errlen);
+            if (rc == 0 && f < nf) {
+                pp_plan_summarize(out);
+                if (out->step < best_step) {
+                    best_step = out->step;
+                    best = f;
+                }
+            }
+        }
     } else {
         for (int s = 0; s < Z; s++) {
             if (schedule == PP_GPIPE)
