@@ -132,8 +132,7 @@ static double threshold(double a0, double a1, double c0, double c1)
     return a0 >= c0 - 1e-9 * fmax(fabs(a0), fabs(c0)) && fabs(a1 - c1) <= tol ? 0.0 : -1.0;
 }
 
-/* Devices the batch dim of m is split over (its first input holding it). */
-static int64_t batch_parts(const ir_module *m, int batch)
+int64_t analyze_batch_parts(const ir_module *m, int batch)
 {
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
@@ -267,7 +266,7 @@ static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile
     double devices = (double)ir_mesh_devices(&m->mesh);
     r->critical_tokens = crit < 0 ? -1.0 : crit * t->tokens_per_batch;
     r->critical = crit < 0 ? -1.0 : r->critical_tokens / (devices > 0 ? devices : 1);
-    int64_t parts = batch_parts(m, t->batch);
+    int64_t parts = analyze_batch_parts(m, t->batch);
     r->max_fits = largest_fit(m, t->batch, t->hw->hbm_bytes, parts);
     ir_module_free(m);
 
@@ -275,7 +274,7 @@ static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile
     ir_module *mr = compile_row(&scratch, as, FE_REMAT_LAYER, compile, ctx);
     r->remat_ok = mr != NULL;
     if (mr)
-        r->max_fits_remat = largest_fit(mr, t->batch, t->hw->hbm_bytes, batch_parts(mr, t->batch));
+        r->max_fits_remat = largest_fit(mr, t->batch, t->hw->hbm_bytes, analyze_batch_parts(mr, t->batch));
     ir_module_free(mr);
 }
 
@@ -360,7 +359,7 @@ static void add_count(cJSON *o, const char *key, double v)
         cJSON_AddNumberToObject(o, key, v);
 }
 
-static void print_json(FILE *out, const analyze_table *t)
+static void print_json(FILE *out, const analyze_table *t, cJSON *pipeline)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "hw", t->hw->name);
@@ -404,6 +403,8 @@ static void print_json(FILE *out, const analyze_table *t)
         add_count(o, "max_batch_fits", r->max_fits);
         add_count(o, "max_batch_fits_remat", r->remat_ok ? r->max_fits_remat : -1);
     }
+    if (pipeline)
+        cJSON_AddItemToObject(root, "pipeline", pipeline);
     char *text = cJSON_PrintUnformatted(root);
     if (text)
         fprintf(out, "%s\n", text);
@@ -433,12 +434,13 @@ static void fit_str(double v, char *buf, size_t n)
         snprintf(buf, n, "%.0f", v);
 }
 
-void analyze_print(FILE *out, const analyze_table *t, bool json)
+void analyze_print(FILE *out, const analyze_table *t, bool json, struct cJSON *pipeline)
 {
     if (json) {
-        print_json(out, t);
+        print_json(out, t, pipeline);
         return;
     }
+    cJSON_Delete(pipeline);
     char mesh[128] = "";
     size_t len = 0;
     for (int a = 0; a < t->mesh.naxes && len < sizeof mesh; a++) {

@@ -77,11 +77,17 @@ typedef ir_module *(*analyze_compile_fn)(void *ctx, const fe_autoshard *a, fe_re
 int analyze_run(analyze_table *t, const ir_module *proto, const cost_hw *hw, analyze_compile_fn compile,
                 void *ctx, char *err, size_t errlen);
 
+/* Devices the batch dim of m is split over: the product of the mesh axes
+ * sharding it in the first input or state that holds it (1 if none). */
+int64_t analyze_batch_parts(const ir_module *m, int batch);
+
 /* The table, or with `json` the interface of docs/cost-model.md ("Whole-step
  * limits"): {"hw", "batch_dim", "strategies": [{"family", "mesh",
  * "compute_time", "comm_time": {group: s}, "exposed_comm_time",
  * "critical_batch_per_chip", "max_batch_fits", "max_batch_fits_remat",
- * ...}]} with null for "never" / "any". */
-void analyze_print(FILE *out, const analyze_table *t, bool json);
+ * ...}]} with null for "never" / "any", and `pipeline` (NULL, or an object
+ * this takes ownership of: analyze_pipe_json) as its "pipeline" member. */
+struct cJSON;
+void analyze_print(FILE *out, const analyze_table *t, bool json, struct cJSON *pipeline);
 
 #endif

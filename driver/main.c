@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "analyze.h"
+#include "analyze_pipe.h"
 #include "autotune.h"
 #include "calibrate.h"
 #include "codegen.h"
@@ -57,6 +58,7 @@ typedef struct options {
     int64_t chips;                /* --chips N: auto-sharding over N chips; 0: the program's mesh */
     bool analyze;                 /* `einc analyze`: the whole-step limits, compile nothing */
     bool json;                    /* --json: the plan or analyze table as JSON */
+    analyze_pipe_opts pipe;       /* analyze --stages Z [--microbatches M] [--schedule S] [--stage-link] */
 } options;
 
 static void usage(FILE *out)
@@ -67,7 +69,9 @@ static void usage(FILE *out)
           "       einc analyze [--json] [options] FILE.ein   whole-step limits: compute,\n"
           "                        communication per axis, critical batch and what fits, for\n"
           "                        the program's plan and seed 000's strategies on its mesh\n"
-          "                        (docs/cost-model.md, \"Whole-step limits\")\n"
+          "                        (docs/cost-model.md, \"Whole-step limits\"); with\n"
+          "                        --stages=Z [--microbatches=M] [--schedule=S] [--stage-link=dcn]\n"
+          "                        also its repeat block pipelined over Z stages (docs/pipeline.md)\n"
           "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
           "       einc calibrate -o PROFILE.json [options]      (see einc calibrate --help)\n"
           "\n"
@@ -127,6 +131,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->opt_level = 3;
     o->max_errors = 20;
     o->einsum_unroll = -1;
+    o->pipe.schedule = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -218,6 +223,21 @@ static int parse_args(int argc, char **argv, options *o)
                 return 2;
         } else if (strcmp(a, "--json") == 0) {
             o->json = true;
+        } else if (strncmp(a, "--stages=", 9) == 0 || strncmp(a, "--microbatches=", 15) == 0) {
+            bool st = a[3] == 't';
+            int64_t n;
+            if (drv_count("einc", st ? "--stages" : "--microbatches", strchr(a, '=') + 1, st ? 2 : 1, 4096, &n))
+                return 2;
+            *(st ? &o->pipe.stages : &o->pipe.microbatches) = (int)n;
+        } else if (strncmp(a, "--schedule=", 11) == 0) {
+            o->pipe.schedule = pp_schedule_lookup(a + 11);
+            if (o->pipe.schedule < 0)
+                return drv_bad_usage("einc", "--schedule wants gpipe, 1f1b, interleaved or zero-bubble, not '%s'",
+                                     a + 11);
+        } else if (strncmp(a, "--stage-link=", 13) == 0) {
+            if (strcmp(a + 13, "ici") != 0 && strcmp(a + 13, "dcn") != 0)
+                return drv_bad_usage("einc", "--stage-link wants ici or dcn, not '%s'", a + 13);
+            o->pipe.dcn = strcmp(a + 13, "dcn") == 0;
         } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=') && o->npass_args < PASS_MAX_OPTIONS) {
             o->pass_args[o->npass_args++] = a; /* a pass's option, or unknown: main() tells */
         } else if (a[0] == '-' && a[1]) {
@@ -332,10 +352,19 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
     char err[256];
     int rc = t ? analyze_run(t, proto, ctx->hw, analyze_compile, &env, err, sizeof err) : -1;
     ir_module_free(proto);
-    if (rc != 0)
-        fprintf(stderr, "einc: error: analyze: %s\n", t ? err : "out of memory");
-    else
-        analyze_print(stdout, t, o->json);
+    analyze_pipe *p = rc == 0 && o->pipe.stages > 0 ? malloc(sizeof *p) : NULL;
+    if (rc == 0 && o->pipe.stages > 0)
+        rc = p ? analyze_pipe_run(p, t, &o->pipe, analyze_compile, &env, err, sizeof err) : -1;
+    if (rc != 0) {
+        fprintf(stderr, "einc: error: analyze: %s\n", t && (p || o->pipe.stages == 0) ? err : "out of memory");
+    } else {
+        analyze_print(stdout, t, o->json, p && o->json ? analyze_pipe_json(p) : NULL);
+        if (p && !o->json)
+            analyze_pipe_print(stdout, p, t);
+    }
+    if (p)
+        analyze_pipe_free(p);
+    free(p);
     free(t);
     return rc != 0;
 }
@@ -372,6 +401,11 @@ int main(int argc, char **argv)
         return drv_bad_usage("einc plan", "%s", "needs --chips N");
     if (analyze_cmd && (o.chips > 0 || o.output))
         return drv_bad_usage("einc analyze", "%s", "prices the program's own mesh: no --chips, no -o");
+    if (!analyze_cmd && (o.pipe.stages || o.pipe.microbatches || o.pipe.schedule >= 0 || o.pipe.dcn))
+        return drv_bad_usage("einc", "%s are for `einc analyze`",
+                             "--stages, --microbatches, --schedule and --stage-link");
+    if (analyze_cmd && !o.pipe.stages && (o.pipe.microbatches || o.pipe.schedule >= 0 || o.pipe.dcn))
+        return drv_bad_usage("einc analyze", "%s", "--microbatches, --schedule and --stage-link need --stages=Z");
     if (o.json && !plan_cmd && !analyze_cmd)
         return drv_bad_usage("einc", "%s is for `einc plan` and `einc analyze`", "--json");
 

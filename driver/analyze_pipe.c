@@ -1,0 +1,301 @@
+/*
+ * analyze_pipe.c - `einc analyze --stages Z`: what pipelining the
+ * program's repeat block over Z stages would give (analyze_pipe.h).
+ *
+ * One stage is the program's plan on its mesh holding |L| / Z of the
+ * layers; the first stage also runs what comes before the block (the
+ * embedding), the last what comes after (head and loss).  For each
+ * microbatch count M the program is priced at batch B / M, its ops split
+ * into per-layer F, B and W (pipe_work.c), and the stage times go through
+ * the schedules' simulation (passes/costmodel/pipeline.h), which gives
+ * the pipeline's makespan, its bubble and the microbatches each stage
+ * holds.  After the last microbatch each stage reduces its accumulated
+ * weight gradients and updates its params: that is added, not overlapped
+ * (Megatron-LM's default).  Memory per stage: its share of the params, the
+ * accumulated gradients and the optimizer state, plus the activations of
+ * the microbatches it holds (seed 000: 1F1B keeps at most Z, GPipe M).
+ *
+ * The bubble seed 000 and Narayanan et al. (SC'21) derive for uniform
+ * stages, (Z - 1) / (v M + Z - 1) of the step, is printed beside the
+ * simulated one: they differ when the first and last stages carry the
+ * embedding and the head, or when the transfers are not free.
+ */
+#include "analyze_pipe.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "pipe_work.h"
+
+/* plan_compile_quiet's closure: the program as written. */
+typedef struct as_written {
+    analyze_compile_fn compile;
+    void *ctx;
+} as_written;
+
+static ir_module *call_as_written(void *ctx, diag_ctx *d)
+{
+    const as_written *c = ctx;
+    return c->compile(c->ctx, NULL, FE_REMAT_NONE, d);
+}
+
+/* The module's work with the batch dim at `size` (restored after). */
+static int work_at(ir_module *m, const analyze_table *t, int64_t size, pipe_work *w, char *err, size_t errlen)
+{
+    int64_t keep = m->dims[t->batch].size;
+    m->dims[t->batch].size = size;
+    cost_annotate_ops(m, t->hw);
+    int rc = pipe_work_of(m, w, err, errlen);
+    m->dims[t->batch].size = keep;
+    return rc;
+}
+
+/* Per-stage times of w on Z stages of k layers each into p (arrays of Z
+ * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
+ * zero-bubble) the backward is B and W together. */
+static void stage_times(pp_params *p, double *arr, const pipe_work *w, int z, int64_t k, bool split_w)
+{
+    double *tf = arr, *tb = arr + z, *tw = arr + 2 * z;
+    for (int s = 0; s < z; s++) {
+        double kd = (double)k;
+        tf[s] = kd * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);
+        tb[s] = kd * w->layer_b + (s == 0 ? w->pre_b : 0) + (s == z - 1 ? w->post_b : 0);
+        tw[s] = kd * w->layer_w + (s == 0 ? w->pre_w : 0) + (s == z - 1 ? w->post_w : 0);
+        if (!split_w) {
+            tb[s] += tw[s];
+            tw[s] = 0;
+        }
+    }
+    p->t_f = tf;
+    p->t_b = tb;
+    p->t_w = tw;
+}
+
+/* After the pipeline drains: each stage reduces its weight gradients and
+ * updates its params; the slowest stage ends the step.  The non-stacked
+ * params' update is counted on both the first and the last stage, since
+ * which of them holds each is not known here (an upper bound). */
+static double sync_time(const pipe_work *w, int z, int64_t k)
+{
+    double worst = 0;
+    for (int s = 0; s < z; s++) {
+        double t = (double)k * w->sync_layer + w->update_stacked / (double)z;
+        if (s == 0)
+            t += w->sync_pre;
+        if (s == z - 1)
+            t += w->sync_post;
+        if (s == 0 || s == z - 1)
+            t += w->update_other;
+        worst = fmax(worst, t);
+    }
+    return worst;
+}
+
+/* Peak bytes of the fullest stage: its share of the stacked params, their
+ * accumulated gradients and optimizer state, the others on the first and
+ * last stage (an upper bound, as in sync_time), the activations of the
+ * microbatches it holds, and the carried activation sent and received. */
+static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64_t k)
+{
+    double worst = 0;
+    for (int s = 0; s < z; s++) {
+        double b = (w->state_stacked + w->param_stacked) / (double)z;
+        if (s == 0 || s == z - 1)
+            b += w->state_other + w->param_other;
+        /* Interleaved counts (microbatch, chunk) pairs, each 1/v of the stage's layers. */
+        b += (double)plan->stage[s].peak_held_w * (double)k / (double)plan->chunks * w->act_layer +
+             2 * w->carry_bytes;
+        worst = fmax(worst, b);
+    }
+    return worst;
+}
+
+/* Prices one (schedule, M) into row; 1 when the pair does not apply
+ * (interleaved needs an even share of layers and M a multiple of Z). */
+static int price(analyze_pipe *p, analyze_pipe_row *row, const pipe_work *w, pp_schedule sched, int mb,
+                 const cost_hw *hw, double *arr, char *err, size_t errlen)
+{
+    int z = p->opts.stages;
+    int64_t k = p->layers / z;
+    int v = sched == PP_INTERLEAVED ? 2 : 1;
+    if (sched == PP_INTERLEAVED && (k % v != 0 || mb % z != 0))
+        return 1;
+    pp_params pp = {.stages = z, .microbatches = mb, .chunks = v,
+                    .t_p2p = pipe_work_hop(hw, w->carry_bytes, p->opts.dcn)};
+    stage_times(&pp, arr, w, z, k, sched == PP_ZERO_BUBBLE);
+    pp_plan plan;
+    if (pp_build(&pp, sched, &plan, err, errlen) != 0)
+        return -1;
+    row->schedule = sched;
+    row->microbatches = mb;
+    row->pipeline = plan.step;
+    row->sync = sync_time(w, z, k);
+    row->step = row->pipeline + row->sync;
+    row->bubble = plan.bubble;
+    /* Zero-bubble's idle time depends on the W passes' share: no closed form here. */
+    row->bubble_formula = sched == PP_ZERO_BUBBLE ? -1 : (double)(z - 1) / ((double)v * mb + z - 1);
+    row->held = (double)plan.peak_held_w / (double)v;
+    row->memory = stage_memory(w, &plan, z, k);
+    pp_plan_free(&plan);
+    return 0;
+}
+
+int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe_opts *opts,
+                     analyze_compile_fn compile, void *ctx, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->opts = *opts;
+    p->best = -1;
+    int z = opts->stages;
+    if (t->batch < 0) {
+        snprintf(err, errlen, "--stages needs a batch dim to split into microbatches; the program's inputs have none");
+        return -1;
+    }
+    as_written aw = {compile, ctx};
+    char why[200];
+    ir_module *m = plan_compile_quiet(call_as_written, &aw, why, sizeof why);
+    if (!m) {
+        snprintf(err, errlen, "the program does not compile: %s", why);
+        return -1;
+    }
+    pipe_work full;
+    int rc = pipe_work_of(m, &full, err, errlen);
+    p->layers = full.layers;
+    p->unpipelined = m->totals.step_time;
+    p->update = full.update_stacked + full.update_other;
+    p->grad_sync = (double)full.layers * full.sync_layer + full.sync_pre + full.sync_post;
+    if (rc == 0 && full.layers % z != 0) {
+        snprintf(err, errlen, "%lld layers do not split into %d stages of equal size",
+                 (long long)full.layers, z);
+        rc = -1;
+    }
+    p->hop = pipe_work_hop(t->hw, full.carry_bytes, opts->dcn);
+    int64_t parts = analyze_batch_parts(m, t->batch);
+    if (rc == 0 && opts->microbatches > 0 && t->batch_size % ((int64_t)opts->microbatches * parts) != 0) {
+        snprintf(err, errlen, "%d microbatches do not divide batch %s = %lld into multiples of its %lld shards",
+                 opts->microbatches, t->batch_name, (long long)t->batch_size, (long long)parts);
+        rc = -1;
+    }
+    p->arrays = rc == 0 ? malloc(3 * (size_t)z * sizeof *p->arrays) : NULL;
+    double *scratch = rc == 0 ? malloc(3 * (size_t)z * sizeof *scratch) : NULL;
+    if (rc == 0 && (!p->arrays || !scratch)) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    for (int mb = 1; rc == 0 && mb <= 64 && p->n < ANALYZE_PIPE_MAX; mb *= 2) {
+        if (opts->microbatches > 0 ? mb != opts->microbatches : t->batch_size % ((int64_t)mb * parts) != 0)
+            continue;
+        pipe_work w;
+        rc = work_at(m, t, t->batch_size / mb, &w, err, errlen);
+        for (int s = 0; rc == 0 && s < PP_SCHEDULE_COUNT && p->n < ANALYZE_PIPE_MAX; s++) {
+            if (opts->schedule >= 0 && s != opts->schedule)
+                continue;
+            analyze_pipe_row *row = &p->rows[p->n];
+            int r = price(p, row, &w, (pp_schedule)s, mb, t->hw, scratch, err, errlen);
+            if (r < 0)
+                rc = -1;
+            if (r != 0)
+                continue;
+            if (p->best < 0 || row->step < p->rows[p->best].step) {
+                p->best = p->n;
+                memcpy(p->arrays, scratch, 3 * (size_t)z * sizeof *scratch);
+                p->best_params = (pp_params){.stages = z, .microbatches = mb,
+                                             .chunks = row->schedule == PP_INTERLEAVED ? 2 : 1,
+                                             .t_f = p->arrays, .t_b = p->arrays + z, .t_w = p->arrays + 2 * z,
+                                             .t_p2p = pipe_work_hop(t->hw, w.carry_bytes, opts->dcn)};
+            }
+            p->n++;
+        }
+    }
+    if (rc == 0 && p->n == 0) {
+        snprintf(err, errlen, "no schedule applies (interleaved needs an even number of layers per stage and "
+                 "a multiple of %d microbatches)", z);
+        rc = -1;
+    }
+    free(scratch);
+    ir_module_free(m);
+    return rc;
+}
+
+void analyze_pipe_free(analyze_pipe *p)
+{
+    free(p->arrays);
+    p->arrays = NULL;
+}
+
+void analyze_pipe_print(FILE *out, const analyze_pipe *p, const analyze_table *t)
+{
+    int z = p->opts.stages;
+    int64_t chips = ir_mesh_devices(&t->mesh) * z;
+    fprintf(out, "\npipelined over %d stages of %lld layers (%s between stages), one stage = the plan "
+            "above: %lld chips in all\n", z, (long long)(p->layers / z), p->opts.dcn ? "DCN" : "ICI",
+            (long long)chips);
+    fprintf(out, "one stage-to-stage transfer at the full batch %.4g us; the step on one stage, unpipelined, "
+            "%.4g us\n", p->hop * 1e6, p->unpipelined * 1e6);
+    fprintf(out, "  %-12s %4s %12s %12s %12s %8s %9s %5s %12s\n", "schedule", "M", "step", "pipeline",
+            "sync+update", "bubble", "(Z-1)/..", "held", "memory/stage");
+    for (int i = 0; i < p->n; i++) {
+        const analyze_pipe_row *r = &p->rows[i];
+        char formula[16] = "-";
+        if (r->bubble_formula >= 0)
+            snprintf(formula, sizeof formula, "%.1f%%", 100 * r->bubble_formula);
+        fprintf(out, "  %-12s %4d %9.4g us %9.4g us %9.4g us %7.1f%% %9s %5.3g %8.2f GiB%s\n",
+                pp_schedule_name(r->schedule), r->microbatches, r->step * 1e6, r->pipeline * 1e6, r->sync * 1e6,
+                100 * r->bubble, formula, r->held, r->memory / 1073741824.0,
+                r->memory > t->hw->hbm_bytes ? " (does not fit)" : "");
+    }
+    if (p->best < 0)
+        return;
+    const analyze_pipe_row *b = &p->rows[p->best];
+    fprintf(out, "fastest: %s with %d microbatch%s", pp_schedule_name(b->schedule), b->microbatches,
+            b->microbatches == 1 ? "" : "es");
+    /* A chart wider than a screen shows nothing; its shape is the same at 2 Z. */
+    if (b->microbatches > 2 * z) {
+        fprintf(out, " (add --microbatches=%d --schedule=%s for its chart)\n", 2 * z, pp_schedule_name(b->schedule));
+        return;
+    }
+    fprintf(out, "; its schedule (time slots of equal work):\n");
+    pp_plan plan;
+    char err[200];
+    if (pp_build(&p->best_params, b->schedule, &plan, err, sizeof err) == 0) {
+        pp_print_table(out, &plan);
+        pp_plan_free(&plan);
+    }
+}
+
+cJSON *analyze_pipe_json(const analyze_pipe *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "stages", p->opts.stages);
+    cJSON_AddNumberToObject(o, "layers", (double)p->layers);
+    cJSON_AddStringToObject(o, "link", p->opts.dcn ? "dcn" : "ici");
+    cJSON_AddNumberToObject(o, "transfer_time", p->hop);
+    cJSON_AddNumberToObject(o, "unpipelined_step_time", p->unpipelined);
+    cJSON_AddNumberToObject(o, "update_time", p->update);
+    cJSON_AddNumberToObject(o, "grad_sync_time", p->grad_sync);
+    cJSON *rows = cJSON_AddArrayToObject(o, "schedules");
+    for (int i = 0; i < p->n; i++) {
+        const analyze_pipe_row *r = &p->rows[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "schedule", pp_schedule_name(r->schedule));
+        cJSON_AddNumberToObject(j, "microbatches", r->microbatches);
+        cJSON_AddNumberToObject(j, "step_time", r->step);
+        cJSON_AddNumberToObject(j, "pipeline_time", r->pipeline);
+        cJSON_AddNumberToObject(j, "sync_time", r->sync);
+        cJSON_AddNumberToObject(j, "bubble", r->bubble);
+        if (r->bubble_formula >= 0)
+            cJSON_AddNumberToObject(j, "bubble_formula", r->bubble_formula);
+        else
+            cJSON_AddNullToObject(j, "bubble_formula");
+        cJSON_AddNumberToObject(j, "held_microbatches", r->held);
+        cJSON_AddNumberToObject(j, "memory", r->memory);
+        cJSON_AddItemToArray(rows, j);
+    }
+    if (p->best >= 0)
+        cJSON_AddStringToObject(o, "fastest", pp_schedule_name(p->rows[p->best].schedule));
+    cJSON_AddNumberToObject(o, "fastest_microbatches", p->best >= 0 ? p->rows[p->best].microbatches : 0);
+    return o;
+}

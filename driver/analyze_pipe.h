@@ -1,0 +1,69 @@
+/*
+ * analyze_pipe.h - `einc analyze --stages Z`: the program, with its plan
+ * on its mesh as one stage, pipelined over Z stages (Z times the chips),
+ * priced for every schedule and microbatch count (analyze_pipe.c).
+ */
+#ifndef EINC_DRIVER_ANALYZE_PIPE_H
+#define EINC_DRIVER_ANALYZE_PIPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "analyze.h"
+#include "pipeline.h"
+
+#define ANALYZE_PIPE_MAX 64 /* priced (schedule, M) pairs */
+
+/* What to price: Z stages, and optionally one M and one schedule. */
+typedef struct analyze_pipe_opts {
+    int stages;        /* Z >= 2: 0 prices nothing */
+    int microbatches;  /* M, or 0: every M that divides the batch, up to 64 */
+    int schedule;      /* a pp_schedule, or -1: all four */
+    bool dcn;          /* the stages are pods: transfers over the data-center network */
+} analyze_pipe_opts;
+
+/* One priced (schedule, M).  Seconds per step, bytes per device. */
+typedef struct analyze_pipe_row {
+    pp_schedule schedule;
+    int microbatches;
+    double pipeline;   /* the schedule's makespan over the microbatches */
+    double sync;       /* gradient reductions and the update after it (the slowest stage) */
+    double step;       /* pipeline + sync */
+    double bubble;     /* idle share of the pipeline, as simulated */
+    double bubble_formula; /* (Z - 1) / (v M + Z - 1) for uniform stages (Narayanan et al.);
+                              -1 for zero-bubble, whose idle time depends on W's share */
+    double held;       /* most microbatches whose activations a stage holds (interleaved:
+                          (microbatch, chunk) pairs / v, so each counts its share) */
+    double memory;     /* peak bytes of the fullest stage: params, state and activations held */
+} analyze_pipe_row;
+
+/* The priced table and the inputs it came from. */
+typedef struct analyze_pipe {
+    analyze_pipe_opts opts;
+    int64_t layers;    /* |L| */
+    double hop;        /* seconds per stage-to-stage transfer of a full-batch activation */
+    double unpipelined; /* the program's step on one stage's mesh (all layers) */
+    double update;     /* the optimizer's update of every param, unpipelined */
+    double grad_sync;  /* the weight-gradient reductions of every layer, unpipelined */
+    int n;
+    analyze_pipe_row rows[ANALYZE_PIPE_MAX];
+    int best;          /* the row with the shortest step */
+    pp_params best_params; /* its stage times, for the table; arrays owned here */
+    double *arrays;    /* 3 Z doubles behind best_params */
+} analyze_pipe;
+
+/* Prices t's program (compiled with `compile` as written) pipelined over
+ * opts->stages stages.  Returns 0, or -1 with a message in err (no batch
+ * dim, L not a multiple of Z, no training step, M not dividing the batch,
+ * out of memory).  Free with analyze_pipe_free. */
+int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe_opts *opts,
+                     analyze_compile_fn compile, void *ctx, char *err, size_t errlen);
+void analyze_pipe_free(analyze_pipe *p);
+
+/* The table and the best schedule's stage x time-slot chart (text), or
+ * the "pipeline" object of analyze's JSON. */
+void analyze_pipe_print(FILE *out, const analyze_pipe *p, const analyze_table *t);
+struct cJSON *analyze_pipe_json(const analyze_pipe *p);
+
+#endif

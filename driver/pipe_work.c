@@ -1,0 +1,187 @@
+/*
+ * pipe_work.c - what one pipeline stage does per microbatch, read off a
+ * compiled and costed training program (pipe_work.h).
+ *
+ * Pipelining cuts the program's repeat block into stages of |L| / Z
+ * consecutive layers (seed 000, pipeline parallelism; issue 25's notation
+ * W[L_Z, ...]).  The schedules (passes/costmodel/pipeline.h) need, per
+ * stage and microbatch, the forward time F, the input-gradient time B and
+ * the weight-gradient time W, and the size of the activation handed to the
+ * next stage.  The derived backward pass does not say which of its ops are
+ * B and which W, but its data flow does: B is what the gradient flowing to
+ * the previous layer depends on (the backward loop's carried value), W the
+ * rest (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §2: the
+ * backward split into dL/dx and dL/dW).  A collective among the W ops
+ * reduces a weight gradient (seed 000: DP's AllReduce, FSDP's
+ * ReduceScatter): a pipeline accumulates gradients over the microbatches
+ * and reduces once per step, so those are counted once per step, not per
+ * microbatch.
+ */
+#include "pipe_work.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The program's forward repeat block and the reverse one that is its
+ * backward pass: exactly one of each over the same dim. */
+static int find_loops(const ir_module *m, const ir_op **fwd, const ir_op **bwd, char *err, size_t errlen)
+{
+    int nf = 0, nb = 0;
+    *fwd = *bwd = NULL;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN)
+            continue;
+        if (op->u.loop.reverse && op->phase == IR_PHASE_BACKWARD) {
+            *bwd = op;
+            nb++;
+        } else if (!op->u.loop.reverse && op->phase == IR_PHASE_FORWARD) {
+            *fwd = op;
+            nf++;
+        }
+    }
+    if (nf != 1) {
+        snprintf(err, errlen, "pipelining cuts one repeat block into stages; the program has %d", nf);
+        return -1;
+    }
+    if (nb != 1 || (*bwd)->u.loop.dim != (*fwd)->u.loop.dim) {
+        snprintf(err, errlen, "pipelining prices a training step: the program needs a loss and an "
+                 "optimizer, whose backward pass reverses its repeat block");
+        return -1;
+    }
+    return 0;
+}
+
+/* Marks in `mark` (by result value id) every op that `root` depends on
+ * through ops satisfying `in` (the same loop body, or outside every loop in
+ * the backward phase).  An explicit stack: no recursion on user input. */
+static int mark_deps(const ir_module *m, const ir_value *root, const ir_op *loop, bool *mark)
+{
+    const ir_value **stack = malloc((size_t)m->nvalues * sizeof *stack);
+    if (!stack)
+        return -1;
+    int n = 0;
+    stack[n++] = root;
+    while (n > 0) {
+        const ir_value *v = stack[--n];
+        const ir_op *d = v->def;
+        if (!d || mark[v->id] || d->loop != loop || d->kind == IR_OP_LOOPBEGIN || d->kind == IR_OP_LOOPEND)
+            continue;
+        if (!loop && d->phase != IR_PHASE_BACKWARD)
+            continue;
+        mark[v->id] = true;
+        for (int i = 0; i < d->noperands; i++)
+            if (!mark[d->operands[i]->id])
+                stack[n++] = d->operands[i];
+    }
+    free(stack);
+    return 0;
+}
+
+/* Whether a value of type t holds the loop dim (a stacked param, its
+ * optimizer state or its update). */
+static bool has_dim(const ir_type *t, int dim)
+{
+    for (int d = 0; d < t->rank; d++)
+        if (t->dims[d] == dim)
+            return true;
+    return false;
+}
+
+/* Adds one op's time to its place in w. */
+static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op *bwd, bool before_bwd,
+                   bool after_fwd, const bool *in_b, int ldim)
+{
+    double t = op->cost.time;
+    bool coll = ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE;
+    if (op->phase == IR_PHASE_UPDATE) {
+        if (has_dim(&op->result->type, ldim))
+            w->update_stacked += t;
+        else
+            w->update_other += t;
+        return;
+    }
+    if (op->loop == fwd) {
+        w->layer_f += t;
+        return;
+    }
+    if (op->loop == bwd) {
+        if (in_b[op->result->id])
+            w->layer_b += t;
+        else if (coll)
+            w->sync_layer += t;
+        else
+            w->layer_w += t;
+        return;
+    }
+    if (op->phase == IR_PHASE_FORWARD) {
+        if (after_fwd)
+            w->post_f += t;
+        else
+            w->pre_f += t;
+        return;
+    }
+    /* Outside the loops, backward: before the backward loop the loss's and
+     * the head's gradients (last stage), after it the embedding's (first). */
+    double *b = before_bwd ? &w->post_b : &w->pre_b;
+    double *wt = before_bwd ? &w->post_w : &w->pre_w;
+    double *sync = before_bwd ? &w->sync_post : &w->sync_pre;
+    if (in_b[op->result->id])
+        *b += t;
+    else if (coll)
+        *sync += t;
+    else
+        *wt += t;
+}
+
+int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    const ir_op *fwd, *bwd;
+    if (find_loops(m, &fwd, &bwd, err, errlen) != 0)
+        return -1;
+    int ldim = fwd->u.loop.dim;
+    w->layers = m->dims[ldim].size;
+    bool *in_b = calloc((size_t)m->nvalues, sizeof *in_b);
+    if (!in_b || mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
+        mark_deps(m, bwd->operands[0], NULL, in_b) != 0) {
+        free(in_b);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* The blocks' LoopBegin and LoopEnd copy the carried value in and out:
+     * the forward block's on the first and last stage, the backward's on
+     * the last and first, on the input gradient's path. */
+    in_b[bwd->result->id] = in_b[bwd->u.loop.end->result->id] = true;
+    bool before_bwd = true, after_fwd = false;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (op == fwd->u.loop.end)
+            after_fwd = true;
+        if (op->kind == IR_OP_LAYERSTACK && op->loop == fwd)
+            w->act_layer += (double)ir_local_bytes(m, &op->operands[0]->type);
+        if (op->cost.valid)
+            add_op(w, op, fwd, bwd, before_bwd, after_fwd, in_b, ldim);
+        if (op == bwd)
+            before_bwd = false;
+    }
+    free(in_b);
+    w->carry_bytes = (double)ir_local_bytes(m, &fwd->result->type);
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind != IR_VAL_PARAM && v->kind != IR_VAL_STATE)
+            continue;
+        double bytes = (double)ir_local_bytes(m, &v->type);
+        bool stacked = has_dim(&v->type, ldim);
+        *(stacked ? &w->state_stacked : &w->state_other) += bytes;
+        if (v->kind == IR_VAL_PARAM)
+            *(stacked ? &w->param_stacked : &w->param_other) += bytes;
+    }
+    return 0;
+}
+
+double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn)
+{
+    if (dcn)
+        return bytes / hw->dcn_bw;
+    return hw->ici_latency + bytes / hw->ici_oneway_bw;
+}

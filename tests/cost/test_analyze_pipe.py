@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""test_analyze_pipe.py - `einc analyze --stages=Z`: the program's repeat
+block pipelined over Z stages, priced per schedule and microbatch count
+(driver/analyze_pipe.c, docs/pipeline.md).
+
+On seed 000's DP stack of layers (tests/cost/pipeline/dp_layers_v5p.ein):
+  - accounting: with one microbatch every schedule runs the stages one
+    after the other, so the pipeline plus the gradient reduction and update
+    is the program's compute and communication (the plan row) plus the
+    2 (Z - 1) stage-to-stage transfers;
+  - the schedules' memory: GPipe holds M microbatches, 1F1B and
+    zero-bubble at most Z, and 1F1B's stage needs less memory than GPipe's
+    once M > Z;
+  - the bubble: GPipe's and 1F1B's follow (Z - 1) / (M + Z - 1) within the
+    first and last stages' extra work, zero-bubble's is below 1F1B's at
+    M = 2 Z, interleaved's below 1F1B's at the same M;
+  - pipelining on Z times the chips beats the unpipelined step;
+  - bad use is a clear error.
+"""
+import json
+import os
+import sys
+
+from einc_checks import Checks, run
+
+check = Checks()
+
+
+def main():
+    einc, src = sys.argv[1], sys.argv[2]
+    prog = os.path.join(src, "tests", "cost", "pipeline", "dp_layers_v5p.ein")
+    z = 4
+    rc, out, err = run(einc, "analyze", "--json", "--hw", "tpu-v5p", f"--stages={z}", prog)
+    check(rc == 0, f"analyze --stages={z} runs ({err.strip()[:200]})")
+    if rc != 0:
+        return
+    j = json.loads(out)
+    pipe = j["pipeline"]
+    plan = next(s for s in j["strategies"] if s["family"] == "plan")
+    rows = {(r["schedule"], r["microbatches"]): r for r in pipe["schedules"]}
+    check(pipe["stages"] == z and pipe["layers"] == 8, "4 stages of 2 layers")
+    ms = sorted({m for (_, m) in rows})
+    check(ms == [1, 2, 4, 8, 16, 32, 64], f"every M that divides the batch into X shards, up to 64: {ms}")
+
+    # Accounting at M = 1: the stages run one after the other, so the
+    # pipeline is every forward and backward op once plus 2 (Z - 1)
+    # transfers; then each stage reduces and updates its quarter of the
+    # layers (DP: every collective reduces a weight gradient, and every
+    # param is stacked).  Zero-bubble overlaps a stage's W with the B of
+    # the stage before it.
+    hop = pipe["transfer_time"]
+    upd, sync = pipe["update_time"], pipe["grad_sync_time"]
+    comm = sum(plan["comm_time"].values())
+    # DP: every collective but the loss's scalar AllReduce reduces a weight gradient.
+    check(0 <= comm - sync <= 1e-3 * comm, f"DP: the weight gradients' reductions {sync:.6g} s of {comm:.6g} s")
+    serial = (plan["compute_time"] - upd) + (comm - sync) + 2 * (z - 1) * hop + (sync + upd) / z
+    check(rows[("zero-bubble", 1)]["step_time"] < serial, "zero-bubble M=1: W overlaps the next B")
+    for s in ("gpipe", "1f1b"):
+        r = rows[(s, 1)]
+        check(abs(r["step_time"] - serial) <= 1e-6 * serial,
+              f"{s} M=1: step {r['step_time']:.6g} s = the plan's work in sequence + 2(Z-1) transfers "
+              f"+ a stage's share of the reductions and update {serial:.6g} s")
+
+    for (s, m), r in sorted(rows.items()):
+        if s == "gpipe":
+            check(r["held_microbatches"] == m, f"gpipe M={m} holds {r['held_microbatches']} = M microbatches")
+        elif s in ("1f1b", "zero-bubble"):
+            check(r["held_microbatches"] == min(m, z),
+                  f"{s} M={m} holds {r['held_microbatches']} = min(M, Z) microbatches")
+        if s in ("gpipe", "1f1b") and m >= 4:
+            f = (z - 1) / (m + z - 1)
+            check(abs(r["bubble_formula"] - f) < 1e-12 and abs(r["bubble"] - f) < 0.05,
+                  f"{s} M={m}: bubble {r['bubble']:.3f} near (Z-1)/(M+Z-1) = {f:.3f}")
+    for m in (16, 32, 64):
+        check(rows[("1f1b", m)]["memory"] < rows[("gpipe", m)]["memory"],
+              f"M={m}: a 1F1B stage needs less memory than a GPipe one")
+    zb, ob = rows[("zero-bubble", 2 * z)], rows[("1f1b", 2 * z)]
+    check(zb["bubble"] <= 0.5 * ob["bubble"],
+          f"M=2Z: zero-bubble's bubble {zb['bubble']:.3f} <= half of 1F1B's {ob['bubble']:.3f}")
+    check(zb["pipeline_time"] < ob["pipeline_time"], "M=2Z: zero-bubble's pipeline is shorter than 1F1B's")
+    for m in (4, 8, 16):
+        check(rows[("interleaved", m)]["bubble"] < rows[("1f1b", m)]["bubble"],
+              f"M={m}: interleaved's bubble below 1F1B's")
+    best = min(pipe["schedules"], key=lambda r: r["step_time"])
+    check(best["schedule"] == pipe["fastest"] and best["microbatches"] == pipe["fastest_microbatches"],
+          f"the fastest is {pipe['fastest']} with M={pipe['fastest_microbatches']}")
+    check(best["step_time"] < pipe["unpipelined_step_time"] / 2,
+          f"on 4x the chips the pipelined step {best['step_time']:.4g} s beats half the unpipelined "
+          f"{pipe['unpipelined_step_time']:.4g} s")
+
+    rc, dcn, _ = run(einc, "analyze", "--json", "--hw", "tpu-v5p", f"--stages={z}", "--stage-link=dcn",
+                     "--microbatches=8", "--schedule=1f1b", prog)
+    d = json.loads(dcn)["pipeline"] if rc == 0 else None
+    check(d is not None and len(d["schedules"]) == 1 and d["transfer_time"] > hop,
+          "--stage-link=dcn: one row, slower transfers than ICI")
+
+    rc, text, _ = run(einc, "analyze", "--hw", "tpu-v5p", f"--stages={z}", "--microbatches=8",
+                      "--schedule=1f1b", prog)
+    lines = text.splitlines()
+    chart = [l for l in lines if l.lstrip().startswith("stage")]
+    check(rc == 0 and "fastest: 1f1b with 8 microbatches" in text and len(chart) >= z,
+          "the text report ends with the schedule's stage x time-slot chart")
+
+    bad = [
+        (["--stages=3"], "do not split into 3 stages"),
+        (["--stages=4", "--microbatches=3"], "do not divide batch"),
+        (["--microbatches=2"], "need --stages"),
+        (["--stages=4", "--schedule=pipedream"], "--schedule wants"),
+        (["--stages=1"], "--stages"),
+    ]
+    for args, want in bad:
+        rc, _, err = run(einc, "analyze", "--hw", "tpu-v5p", *args, prog)
+        check(rc != 0 and want in err, f"{' '.join(args)}: error mentions '{want}' ({err.strip()[:120]})")
+    fwd = os.path.join(src, "examples", "llama2_ffw.ein")
+    rc, _, err = run(einc, "analyze", "--hw", "tpu-v5p", "--stages=2", fwd)
+    check(rc != 0 and "error" in err, f"a program without a repeat block or training step: {err.strip()[:120]}")
+    rc, _, err = run(einc, "--hw", "tpu-v5p", "--stages=2", prog)
+    check(rc != 0 and "einc analyze" in err, "--stages outside analyze is refused")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(check.exit_status())
