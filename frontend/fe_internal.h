@@ -15,6 +15,9 @@
  *                 lower_expr.c, lower_call.c, lower_repeat.c lower expressions,
  *                 reductions and gathers, and repeated blocks
  *                 (lower_internal.h); ewtree.c builds elementwise ops
+ *   grad.c        `grad` and the training step's gradients: the backward
+ *                 sweep; grad_*.c its rules per op and its backward loops
+ *                 (grad_internal.h)
  */
 #ifndef EINC_FE_INTERNAL_H
 #define EINC_FE_INTERNAL_H
