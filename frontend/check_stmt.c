@@ -5,7 +5,7 @@
  * An index on the right names a dim; the i-th index of a reference must name
  * a dim of the same size as the tensor's i-th declared dim (so `X[J, I]`
  * relabels a transposed use when sizes agree).  Each top-level term is summed
- * over the indices it has and the left side lacks (lower.c does that), so
+ * over the indices it has and the left side lacks (lower_expr.c does that), so
  * here it is enough to check that every left index occurs in some term.
  * Subscripts belong to declarations, left sides and outputs only.
  */

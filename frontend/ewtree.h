@@ -1,8 +1,8 @@
 /*
  * ewtree.h - elementwise expression trees under construction (lowering).
  *
- * lower.c builds one tree per elementwise op from the AST, with a leaf per
- * tensor operand; fe_ew_emit turns it into an IR_OP_ELEMENTWISE.  An IR op
+ * lower_expr.c builds one tree per elementwise op from the AST, with a leaf
+ * per tensor operand; fe_ew_emit turns it into an IR_OP_ELEMENTWISE.  An IR op
  * has at most IR_MAX_OPERANDS operands, so a tree with more leaves is split:
  * subtrees become their own elementwise ops (over the union of their leaves'
  * indices), which is exact because nothing is summed inside an elementwise

@@ -11,7 +11,13 @@
  *   check_stmt.c  statements: names, indices, dtypes, Einstein convention
  *   optimize.c    `loss` and `optimize` lines: checks, then the training step
  *   schedule.c    its learning-rate schedules and gradient clipping
- *   lower.c       checked AST -> ir_module ops; ewtree.c builds elementwise ops
+ *   lower.c       checked AST -> ir_module ops, statement by statement;
+ *                 lower_expr.c, lower_call.c, lower_repeat.c lower expressions,
+ *                 reductions and gathers, and repeated blocks
+ *                 (lower_internal.h); ewtree.c builds elementwise ops
+ *   grad.c        `grad` and the training step's gradients: the backward
+ *                 sweep; grad_*.c its rules per op and its backward loops
+ *                 (grad_internal.h)
  */
 #ifndef EINC_FE_INTERNAL_H
 #define EINC_FE_INTERNAL_H
@@ -70,7 +76,7 @@ typedef struct fe_tensor {
                                tensor, its value at the current point of the program */
     int block;              /* the repeated block it is local to (1, 2, ... in source
                                order), 0 if defined outside every block */
-    ir_value *slice;        /* lower.c: its LayerSlice in block `slice_block`, if made */
+    ir_value *slice;        /* lower_repeat.c: its LayerSlice in block `slice_block`, if made */
     int slice_block;        /* the block `slice` belongs to, 0 if none */
 } fe_tensor;
 
@@ -104,7 +110,7 @@ typedef struct fe_checker {
     int block;             /* its number (1, 2, ... in source order), 0 outside */
     int nblocks;           /* blocks opened so far */
     int skip_ends;         /* `}` lines that close a rejected nested block */
-    ir_op *loop_begin;     /* lower.c: the LoopBegin of the open block */
+    ir_op *loop_begin;     /* lower_repeat.c: the LoopBegin of the open block */
     const ast_stmt *loss;  /* the `loss` line (optimize.c), NULL if none */
 } fe_checker;
 

@@ -1,0 +1,75 @@
+/*
+ * ir_annot.h - what the cost pass and the planner write on the IR: per-op
+ * costs, the program's totals, and the planner's certificate.
+ *
+ * The IR carries these annotations (ir_op.cost, ir_module.totals,
+ * ir_module.plan) but the ir layer never computes them: passes/costmodel
+ * and propagate do, and the printers show them.  Apart from ir.h so that
+ * the structure of a program and the numbers about it are read
+ * separately (included by ir.h; it may also be included alone).
+ */
+#ifndef EINC_IR_ANNOT_H
+#define EINC_IR_ANNOT_H
+
+#include <stdbool.h>
+
+/* Why the cost pass says an op takes the time it does. */
+typedef enum ir_bound {
+    IR_BOUND_NONE,      /* not annotated */
+    IR_BOUND_COMPUTE,   /* FLOPs / peak FLOP/s dominates */
+    IR_BOUND_MEMORY,    /* HBM bytes / HBM bandwidth dominates */
+    IR_BOUND_BANDWIDTH, /* collective, V / W term dominates */
+    IR_BOUND_LATENCY,   /* collective, per-hop latency term dominates */
+} ir_bound;
+
+/* "compute", "memory", "bandwidth", "latency", or "" for IR_BOUND_NONE
+ * (print.c). */
+const char *ir_bound_name(ir_bound b);
+
+/* Cost annotation written by the cost pass (all per device). */
+typedef struct ir_cost {
+    bool valid;        /* false until a cost pass ran */
+    double flops;      /* floating-point operations */
+    double hbm_bytes;  /* bytes read + written in device memory */
+    double comm_bytes; /* bytes sent by this device */
+    double t_compute;  /* seconds */
+    double t_memory;   /* seconds */
+    double t_comm;     /* seconds */
+    double time;       /* seconds: the op's estimate */
+    ir_bound bound;
+} ir_cost;
+
+/* What the planner proved about its plan (the propagate pass fills it;
+ * --dump-ir and --explain print it with ir_plan_cert_str). */
+typedef enum ir_plan_proof {
+    IR_PLAN_UNPROVEN,   /* no whole-program ILP was solved */
+    IR_PLAN_OPTIMAL,    /* the ILP proved its optimum among the candidates */
+    IR_PLAN_BOUNDED,    /* the solver stopped at its time limit with a bound */
+} ir_plan_proof;
+
+typedef struct ir_plan_cert {
+    bool valid;          /* propagate ran with a profile */
+    ir_plan_proof proof;
+    double objective;    /* seconds: the plan's compute and reshards in sequence (the planner's objective) */
+    double best;         /* seconds: no plan among the candidates is faster by that objective */
+    long candidates;     /* candidate layouts the ILP chose among */
+    bool merged;         /* simple ops followed an operand (Alpa's merging) to keep the ILP small */
+    const char *why;     /* when the plan is above `best`: why it was kept (static string), or NULL */
+} ir_plan_cert;
+
+/* Totals of the cost pass over the whole program (per device). */
+typedef struct ir_totals {
+    bool valid;
+    double step_time;          /* seconds, with off-critical-path collectives overlapped */
+    double exposed_comm_time;  /* seconds of communication on the critical path */
+    double mfu;                /* model FLOPs per device / (step_time * peak FLOP/s), 0..1 */
+    double model_flops;        /* GLOBAL FLOPs of the unsharded program's einsums and MeshSlice
+                                  loops, each counted once (seed 003: 2 * params * tokens) */
+    double elementwise_flops;  /* GLOBAL FLOPs of elementwise ops, not in model_flops or mfu */
+    double peak_memory;        /* bytes per device at the program-order peak: params, inputs
+                                  and the live intermediates */
+    double bound_serial;       /* seconds: cost_lower_bound's total_s (no plan's serial step is
+                                  faster); 0 if not computed */
+} ir_totals;
+
+#endif
