@@ -21,11 +21,12 @@ runtime with random params; the server is started with --port 0 and its
  - more concurrent requests than the queue holds (--max-queue 1) get 503,
    and the others their text;
  - /metrics parses as Prometheus text and counts the answers and tokens;
- - SIGTERM ends the server with status 0.
+ - SIGTERM ends the server with status 0;
+ - with --mpi, --serve on MPI ranks stops with a clear message (not built).
 Every request has a timeout, and the servers are killed in `finally`.
 The last line is `N passed, N failed`.
 
-Usage: serve.py --einc PATH
+Usage: serve.py --einc PATH [--mpi --mpirun PATH]
 """
 import http.client
 import json
@@ -41,7 +42,7 @@ import threading
 import numpy as np
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from e2e_common import Tally, runtime_args  # noqa: E402
+from e2e_common import Tally, mpi_launch, runtime_args  # noqa: E402
 
 DIMS = dict(B=2, S=40, D=32, K=4, H=8, V=128, L=2, F=64)
 SEED = 11  # --random-inputs: the params
@@ -326,6 +327,19 @@ def check_queue(t, exe):
         s.kill()
 
 
+def check_mpi(t, a, src, work):
+    """--serve under MPI: refused before anything listens."""
+    exe = os.path.join(work, "serve_mpi")
+    p = subprocess.run([a.einc, src, "-o", exe, "--runtime=mpi"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode == 0:
+        p = subprocess.run(mpi_launch(a.mpirun, 4) + [exe, "--serve", "--random-inputs", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+    t.result(p.returncode != 0 and "threads backend only" in p.stdout and
+             "listening" not in p.stdout, "--serve on 4 MPI ranks is refused", p.stdout)
+
+
 def main():
     a = runtime_args(__doc__)
     t = Tally()
@@ -363,6 +377,8 @@ def main():
                                timeout=TIMEOUT)
             t.result(p.returncode == 1 and msg in p.stdout, "--serve %s is refused" % " ".join(args),
                      p.stdout)
+        if a.mpi:
+            check_mpi(t, a, src, work)
     return t.finish()
 
 
