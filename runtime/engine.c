@@ -191,8 +191,8 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
                        rt_sample_entry *work)
 {
     const rt_generate *g = e->gen;
-    int32_t dtype = p->outputs[g->logits].dtype;
-    size_t row_bytes = (size_t)g->vocab * rt_dtype_size(dtype);
+    int32_t dtype = e->greedy_only ? RT_I32 : p->outputs[g->logits].dtype;
+    size_t row_bytes = e->greedy_only ? 0 : (size_t)g->vocab * rt_dtype_size(dtype);
     pthread_mutex_lock(&e->mu);
     double now = rt_now();
     int live = 0;
@@ -210,8 +210,11 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
             live = 1;
             continue;
         }
-        int32_t t = rt_sample_row(&r->sampling, dtype, (const char *)logits + (size_t)b * row_bytes,
-                                  g->vocab, rt_sample_uniform(r->sampling.seed, pos, 0), work);
+        int32_t t = e->greedy_only /* `logits` is then the program's argmax [B] */
+                        ? ((const int32_t *)logits)[b]
+                        : rt_sample_row(&r->sampling, dtype,
+                                        (const char *)logits + (size_t)b * row_bytes, g->vocab,
+                                        rt_sample_uniform(r->sampling.seed, pos, 0), work);
         emit(e, r, t, now);
         if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
             r->finish = "length";
@@ -267,7 +270,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
             *(int32_t *)in[g->position] = (int32_t)pos;
             rt_run_timed(dev, job, in, out, 0);
             if (dev->id == 0)
-                after_step(e, p, out[g->logits], pos, work);
+                after_step(e, p, out[e->greedy_only ? g->next : g->logits], pos, work);
             dev->ops->barrier(dev, all); /* e->feed and e->live written */
             if (!e->live)
                 break;

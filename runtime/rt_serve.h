@@ -145,6 +145,8 @@ typedef struct rt_engine {
     /* Fixed after rt_serve_prepare. */
     rt_generate *gen;            /* the program's interface: tokens, position, logits; B, V */
     int64_t cache;               /* positions the cache holds: the position's index bound */
+    int greedy_only;             /* 1: no replicated logits; the program's argmax output
+                                    (gen->next) decides, and sampling requests get 400 */
     rt_tokenizer tok;
     rt_sampling defaults;        /* the command line's sampling flags */
     const int32_t *stop_ids;     /* --stop-token ids: a row ends there (not in its text) */
@@ -190,7 +192,8 @@ int rt_parse_serve_flag(const char *flag, const char *val, rt_options *o, char *
  * --generated, --prompt-cached or --check.  -1 and a message. */
 int rt_serve_check_mode(const rt_program *p, const rt_options *o, char *err, size_t errlen);
 /* Before the run, with --serve: finds the decode interface (tokens,
- * position, replicated logits), the cache length and the tokenizer,
+ * position, replicated logits, or else a replicated i32 next-token output
+ * for greedy decoding only), the cache length and the tokenizer,
  * refuses MPI (one rank would need to own the HTTP server), creates the
  * engine into g->engine and sets job->gen = g.  -1 and a message. */
 int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);

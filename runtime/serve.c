@@ -133,6 +133,20 @@ static int check_program(const rt_job *job, const rt_generate *g, int64_t *cache
     return 0;
 }
 
+/* Whether the program's i32 next-token output (an argmax in it) can serve
+ * greedy decoding: one, of the batch, replicated.  Sets g->vocab from the
+ * rows the tokens look up.  Models whose logits stay vocab-sharded
+ * (examples/llama2_13b_decode.ein) are served greedily this way. */
+static int greedy_next(const rt_program *p, rt_generate *g)
+{
+    if (g->next < 0)
+        return 0;
+    const rt_tensor_desc *n = &p->outputs[g->next];
+    g->vocab = p->inputs[g->tokens].index_bound;
+    return n->global_shape[0] == g->batch && g->vocab > 0 &&
+           !memcmp(n->local_shape, n->global_shape, sizeof n->local_shape[0] * (size_t)n->rank);
+}
+
 int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 {
     const rt_program *p = job->prog;
@@ -144,8 +158,20 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
                        "rank would own the HTTP server and broadcast each batch, which is not "
                        "built yet; link the program without --mpi");
     g->sampling.temperature = 1; /* the logits must be there to sample from */
-    if (rt_generate_find(p, g, err, errlen) || rt_generate_check_logits(p, g, err, errlen))
+    if (rt_generate_find(p, g, err, errlen))
         return -1;
+    int greedy_only = 0;
+    if (rt_generate_check_logits(p, g, err, errlen)) {
+        if (!greedy_next(p, g))
+            return -1; /* neither: check_logits's message */
+        greedy_only = 1;
+        g->logits = -1;
+        if (o->temperature > 0)
+            return rt_errf(err, errlen, "--temperature: this program serves greedy decoding only "
+                           "(its next-token output '%s'; %s)", p->outputs[g->next].name, err);
+    }
+    if (!greedy_only)
+        g->next = -1; /* the logits decide, greedy or sampled */
     int64_t cache;
     if (check_program(job, g, &cache, err, errlen))
         return -1;
@@ -155,6 +181,7 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     g->engine = e;
     e->gen = g;
     e->cache = cache;
+    e->greedy_only = greedy_only;
     e->max_queue = o->max_queue ? o->max_queue : RT_DEFAULT_QUEUE;
     e->defaults.temperature = o->temperature;
     e->defaults.top_k = o->top_k;

@@ -189,6 +189,12 @@ static enum MHD_Result completions(rt_engine *e, struct MHD_Connection *c, const
     if (rt_request_parse(u->body ? u->body : "", u->len, &e->tok, e->cache, &e->defaults, number,
                          &r, param, sizeof param, err, sizeof err))
         return respond_error(e, c, MHD_HTTP_BAD_REQUEST, err, param[0] ? param : NULL);
+    if (e->greedy_only && r->sampling.temperature > 0) {
+        rt_request_free(r);
+        return respond_error(e, c, MHD_HTTP_BAD_REQUEST, "this model serves greedy decoding "
+                             "only (its logits are not replicated): temperature must be 0",
+                             "temperature");
+    }
     if (rt_engine_submit(e, r)) {
         rt_request_free(r);
         return respond_error(e, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the queue is full (--max-queue)"

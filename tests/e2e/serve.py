@@ -22,6 +22,8 @@ runtime with random params; the server is started with --port 0 and its
    and the others their text;
  - /metrics parses as Prometheus text and counts the answers and tokens;
  - SIGTERM ends the server with status 0;
+ - a program whose logits stay vocab-sharded serves greedily from its
+   argmax output (= --generate), and refuses sampling requests;
  - with --mpi, --serve on MPI ranks stops with a clear message (not built).
 Every request has a timeout, and the servers are killed in `finally`.
 The last line is `N passed, N failed`.
@@ -49,7 +51,9 @@ SEED = 11  # --random-inputs: the params
 TIMEOUT = 60
 
 
-def source():
+def source(sharded=False):
+    """The decoder; `sharded`: its logits stay vocab-sharded and an argmax
+    output gives the next token (servable greedily only)."""
     return "\n".join([
         "mesh X = 2, Y = 2",
         "dim " + ", ".join("%s = %d" % kv for kv in DIMS.items()),
@@ -69,8 +73,9 @@ def source():
         "  U[B, F] = Y1[B, D] * W1[D, F]",
         "  X[B, D] = Y1[B, D] + relu(U[B, F]) * W2[F, D]",
         "}",
-        "Logits[B, V] = 4 * X[B, D] * Wlm[D, V]",
-        "output Logits[B, V]"]) + "\n"
+        "Logits[B, V] = 4 * X[B, D] * Wlm[D, V]"] +
+        (["output Logits[B, V_X]", "Next[B] = argmax(Logits[B, V], V)", "output Next[B]"]
+         if sharded else ["output Logits[B, V]"])) + "\n"
 
 
 class Server:
@@ -327,6 +332,33 @@ def check_queue(t, exe):
         s.kill()
 
 
+def check_greedy_only(t, a, work):
+    """Vocab-sharded logits and an argmax output: greedy completions are
+    --generate's; a sampling request is refused naming temperature."""
+    src = os.path.join(work, "serve_next.ein")
+    with open(src, "w") as f:
+        f.write(source(sharded=True))
+    exe = os.path.join(work, "serve_next")
+    p = subprocess.run([a.einc, src, "-o", exe], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        t.result(False, "einc serve_next.ein", p.stdout)
+        return
+    want = generate(exe, work, "Hello", 12)
+    s = Server(exe)
+    try:
+        status, ans = s.complete(prompt="Hello", max_tokens=12)
+        t.result(status == 200 and text_of(ans) == want,
+                 "argmax output, sharded logits: greedy = --generate's", "%d %r want %r"
+                 % (status, ans, want))
+        status, data = s.request("POST", "/v1/completions",
+                                 dict(prompt="Hello", temperature=1.0))
+        t.result(status == 400 and json.loads(data)["error"]["param"] == "temperature",
+                 "and a sampling request gets 400 naming temperature", repr(data))
+    finally:
+        s.kill()
+
+
 def check_mpi(t, a, src, work):
     """--serve under MPI: refused before anything listens."""
     exe = os.path.join(work, "serve_mpi")
@@ -368,6 +400,7 @@ def main():
         finally:
             s.kill()
         check_queue(t, exe)
+        check_greedy_only(t, a, work)
         # Refusals before the server starts.
         for args, msg in [(["--port", "70000"], "--port expects a count"),
                           (["--host", "localhost"], "not an IPv4 address"),
