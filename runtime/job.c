@@ -367,9 +367,9 @@ static int finish_root(rt_job *job)
         for (int k = 0; k < o->noutputs; k++)
             if (!strcmp(o->outputs[k].name, t->name))
                 path = o->outputs[k].path;
-        if (!path) {
+        if (!path && !o->serve) { /* --serve's last step's outputs mean nothing */
             print_summary(t, job->global_out[i]);
-        } else if (rt_npy_write(path, t, job->global_out[i], err, sizeof err)) {
+        } else if (path && rt_npy_write(path, t, job->global_out[i], err, sizeof err)) {
             fprintf(stderr, "einrt: error: output '%s': %s\n", t->name, err);
             status = -1;
         }

@@ -25,6 +25,11 @@
 
 #include "rt_serve.h"
 
+/* Seconds a connection may stay silent (an idle keep-alive, a client that
+ * never sends its body) before it is closed and its thread freed; a
+ * connection waiting for its tokens is not silent on the client's part. */
+#define RT_IDLE_TIMEOUT 600u
+
 /* The largest request body read: far more than a prompt the cache holds. */
 #define RT_MAX_BODY (1 << 20)
 
@@ -305,7 +310,8 @@ struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, 
     sv->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
                                   (uint16_t)port, NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR,
                                   (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed,
-                                  sv, MHD_OPTION_END);
+                                  sv, MHD_OPTION_CONNECTION_TIMEOUT, RT_IDLE_TIMEOUT,
+                                  MHD_OPTION_END);
     const union MHD_DaemonInfo *info =
         sv->daemon ? MHD_get_daemon_info(sv->daemon, MHD_DAEMON_INFO_BIND_PORT) : NULL;
     if (!info) {
