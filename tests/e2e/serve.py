@@ -9,6 +9,8 @@ runtime with random params; the server is started with --port 0 and its
  - a greedy completion's text is the tokens `--generate` makes for the
    same prompt (as characters), and its usage counts the tokens;
  - streaming (server-sent events) gives the same text, chunk by chunk;
+ - max_tokens' default (16, or what the cache leaves) and the ASCII
+   tokenizer's '?' for bytes >= 128;
  - several concurrent requests (threads), with other prompts and lengths
    in one static batch, each get exactly the text they get alone;
  - sampling: the same seed gives the same text, and it is row 0 of
@@ -163,6 +165,24 @@ def check_greedy(t, s, exe, work):
                  all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1]),
                  "streamed %r = the same text, then [DONE]" % prompt,
                  "status %d, chunks %r, want %r" % (status, chunks, want))
+
+
+def check_defaults(t, s, exe, work):
+    """max_tokens by default 16, or what the cache leaves; the ASCII
+    tokenizer: a byte >= 128 is '?' (examples/fortunes/prepare.py)."""
+    status, a = s.complete(prompt="Hello")
+    t.result(status == 200 and a["usage"]["completion_tokens"] == 16 and
+             text_of(a) == generate(exe, work, "Hello", 16),
+             "max_tokens defaults to 16", repr(a))
+    full = "z" * DIMS["S"]
+    status, a = s.complete(prompt=full)
+    t.result(status == 200 and a["usage"]["completion_tokens"] == 1 and
+             a["usage"]["prompt_tokens"] == DIMS["S"], "a prompt filling the cache: one token",
+             repr(a))
+    status, a = s.complete(prompt="H\u00e9!", max_tokens=6)
+    t.result(status == 200 and a["usage"]["prompt_tokens"] == 4 and
+             text_of(a) == generate(exe, work, "H??!", 6),
+             "'H\u00e9!' is the 4 tokens of 'H??!' (UTF-8 bytes >= 128 as '?')", repr(a))
 
 
 def concurrently(s, requests):
@@ -389,6 +409,7 @@ def main():
         try:
             _, before = metrics(s)
             check_greedy(t, s, exe, work)
+            check_defaults(t, s, exe, work)
             check_concurrent(t, s)
             check_sampling(t, s, exe, work)
             check_bad(t, s)
