@@ -1,8 +1,8 @@
 /*
  * link.c - links the emitted object with the runtime (c3c's linker.c step).
  *
- *   threads: cc  [-fuse-ld=gold] objs <runtime_dir>/libeinrt.a     -lopenblas -lmvec -lm -lpthread -o out
- *   MPI:     mpicc [-fuse-ld=gold] objs <runtime_dir>/libeinrt_mpi.a -lopenblas -lmvec -lm -lpthread -o out
+ *   threads: cc  [-fuse-ld=gold] objs <runtime_dir>/libeinrt.a     -lopenblas -lmicrohttpd -lcjson -lmvec -lm -lpthread -o out
+ *   MPI:     mpicc [-fuse-ld=gold] objs <runtime_dir>/libeinrt_mpi.a -lopenblas -lmicrohttpd -lcjson -lmvec -lm -lpthread -o out
  *
  * objs: the sharded program's object and the reference program's (emit.c).
  *
@@ -83,6 +83,8 @@ int cg_link(const char *const *objs, int nobjs, const cg_options *opts, diag_ctx
         argv[argc++] = objs[i];
     argv[argc++] = lib;
     argv[argc++] = "-lopenblas";
+    argv[argc++] = "-lmicrohttpd"; /* --serve's HTTP server (runtime/server.c) */
+    argv[argc++] = "-lcjson";      /* its JSON bodies (runtime/request.c) */
 #if defined(__x86_64__)
     argv[argc++] = "-lmvec"; /* vectorised exp/log (target.c) */
 #endif

@@ -11,6 +11,8 @@
  *   and for a decode program (generate.c):
  *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--top-k K]
  *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
+ *   or, serving it over HTTP (rt_serve.h):
+ *        --serve [--port P] [--host ADDR] [--max-queue N] and the sampling flags
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.  Every number is read by
@@ -25,6 +27,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_serve.h"
 
 /* Appends NAME=path from `arg` to list; -1 on bad syntax. */
 static int add_pair(rt_named_path **list, int *n, char *arg, const char *flag, char *err,
@@ -83,6 +86,7 @@ static const char *const valued[] = {
     "--resume-mismatch",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
     "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
+    "--port", "--host", "--max-queue",
 };
 
 static int takes_value(const char *flag)
@@ -136,7 +140,7 @@ static int parse_training_flag(const char *flag, char *val, rt_options *o, char 
 const char *rt_training_flag(const rt_options *o)
 {
     /* --seed also seeds --generate's sampling. */
-    return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle && !o->generate ? "--seed"
+    return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle && !o->generate && !o->serve ? "--seed"
            : o->log_every ? "--log-every" : o->metrics ? "--metrics" : o->save ? "--save"
            : o->save_every ? "--save-every" : o->resume ? "--resume"
            : o->resume_mismatch_ok ? "--resume-mismatch" : NULL;
@@ -171,6 +175,8 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
         int rc = parse_training_flag(flag, val, o, err, errlen);
         if (rc == 1)
             rc = rt_parse_generate_flag(flag, val, o, err, errlen);
+        if (rc == 1)
+            rc = rt_parse_serve_flag(flag, val, o, err, errlen);
         if (rc < 0)
             return -1;
         if (rc == 0)
@@ -315,6 +321,15 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          prompt tokens (a prefill run's --output): start at P\n"
             "  --check                 also compares the tokens and the last outputs with\n"
             "                          the unsharded reference's\n"
+            "\n"
+            "Serving (a decode program with a Logits output; docs/generation.md, Serving):\n"
+            "  --serve                 answer POST /v1/completions, GET /health and\n"
+            "                          GET /metrics over HTTP, in static batches of B\n"
+            "  --port P                the TCP port (default 8080; 0: a free one, printed)\n"
+            "  --host ADDR             the IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --max-queue N           requests that may wait for a batch (default 64); more\n"
+            "                          get HTTP 503\n"
+            "  --temperature, --top-k, --top-p, --seed, --stop-token: the requests' defaults\n"
             "\n"
             "Without --output, a one-line summary of each output is printed.\n"
             "Exit status: 0 on success, 1 on any error or a failed --check.\n",

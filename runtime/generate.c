@@ -42,6 +42,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_serve.h"
 
 /* The index of the one tensor of ts[0..n) that `match` accepts, -1 if there
  * is none, -2 if there are several. */
@@ -101,7 +102,7 @@ static int replicated(const rt_tensor_desc *t)
 /* Sets g->vocab from the logits output g->logits, or says why it cannot
  * be read: none or several, another batch, or sharded (each device would
  * hold only its block of the rows it samples from). */
-static int check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen)
+int rt_generate_check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen)
 {
     if (g->logits < 0)
         return rt_errf(err, errlen, "--generate: the program needs %s floating-point output "
@@ -143,6 +144,21 @@ static int check_stop_tokens(const rt_program *p, const rt_generate *g, char *er
     return 0;
 }
 
+int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errlen)
+{
+    g->tokens = find_one(p->inputs, p->ninputs, is_tokens);
+    g->position = find_one(p->inputs, p->ninputs, is_position);
+    g->next = find_one(p->outputs, p->noutputs, is_next);
+    g->logits = find_one(p->outputs, p->noutputs, is_logits);
+    if (g->tokens < 0 || g->position < 0)
+        return rt_errf(err, errlen, "--generate: the program needs one i32 input of shape [B] (the "
+                       "tokens) and one i32 scalar input (the position); it has %s %s",
+                       (g->tokens < 0 ? g->tokens : g->position) == -2 ? "several" : "no",
+                       g->tokens < 0 ? "token inputs" : "position inputs");
+    g->batch = p->inputs[g->tokens].global_shape[0];
+    return 0;
+}
+
 int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 {
     const rt_program *p = job->prog;
@@ -156,15 +172,8 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     g->sampling.seed = o->shuffle_seed;
     g->stop = o->stop;
     g->nstop = o->nstop;
-    g->tokens = find_one(p->inputs, p->ninputs, is_tokens);
-    g->position = find_one(p->inputs, p->ninputs, is_position);
-    g->next = find_one(p->outputs, p->noutputs, is_next);
-    g->logits = find_one(p->outputs, p->noutputs, is_logits);
-    if (g->tokens < 0 || g->position < 0)
-        return rt_errf(err, errlen, "--generate: the program needs one i32 input of shape [B] (the "
-                       "tokens) and one i32 scalar input (the position); it has %s %s",
-                       (g->tokens < 0 ? g->tokens : g->position) == -2 ? "several" : "no",
-                       g->tokens < 0 ? "token inputs" : "position inputs");
+    if (rt_generate_find(p, g, err, errlen))
+        return -1;
     if ((o->top_k || o->top_p_given) && !(o->temperature > 0))
         return rt_errf(err, errlen, "%s samples: give --temperature T > 0 as well (T = 1 samples "
                        "from the model's own distribution)", o->top_k ? "--top-k" : "--top-p");
@@ -177,7 +186,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
         return rt_errf(err, errlen, "--generate: output '%s' is the next token of each sequence: "
                        "it must have shape [%lld] and be replicated (written without subscripts)",
                        p->outputs[g->next].name, (long long)g->batch);
-    if (g->next < 0 && check_logits(p, g, err, errlen))
+    if (g->next < 0 && rt_generate_check_logits(p, g, err, errlen))
         return -1;
     if (g->sampling.top_k > g->vocab && g->next < 0)
         return rt_errf(err, errlen, "--top-k %lld: the logits '%s' have %lld tokens: K must be "
@@ -252,6 +261,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 
 void rt_generate_release(rt_generate *g)
 {
+    rt_engine_free(g->engine);
     free(g->ids);
     memset(g, 0, sizeof *g);
 }
@@ -269,6 +279,10 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
 {
     const rt_program *p = job->prog;
     rt_generate *g = job->gen;
+    if (g->engine) { /* --serve: the engine's batches instead of one prompt */
+        rt_engine_device(dev, job, in, out);
+        return;
+    }
     int64_t len = g->prompt_len + g->n;
     /* This device's copy of the tokens (every device picks the same). */
     int32_t *ids = rt_xmalloc(dev, (size_t)(g->batch * len) * sizeof *ids);
@@ -320,6 +334,8 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
 int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
 {
     const rt_generate *g = job->gen;
+    if (g->engine) /* --serve reported as it went */
+        return 0;
     int64_t len = g->prompt_len + g->n, ended = 0;
     for (int64_t b = 0; b < g->batch; b++) {
         const int32_t *row = g->ids + b * len;

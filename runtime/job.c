@@ -25,6 +25,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_serve.h"
 
 static int64_t bytes_of(const rt_tensor_desc *t, const int64_t *shape)
 {
@@ -366,9 +367,9 @@ static int finish_root(rt_job *job)
         for (int k = 0; k < o->noutputs; k++)
             if (!strcmp(o->outputs[k].name, t->name))
                 path = o->outputs[k].path;
-        if (!path) {
+        if (!path && !o->serve) { /* --serve's last step's outputs mean nothing */
             print_summary(t, job->global_out[i]);
-        } else if (rt_npy_write(path, t, job->global_out[i], err, sizeof err)) {
+        } else if (path && rt_npy_write(path, t, job->global_out[i], err, sizeof err)) {
             fprintf(stderr, "einrt: error: output '%s': %s\n", t->name, err);
             status = -1;
         }
@@ -416,6 +417,8 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (o->generate && (p->trains || o->repeat_given))
         return rt_errf(err, errlen, "--generate: %s", p->trains ? "this program trains"
                        : "each generated token is one run; --repeat does not apply");
+    if (o->serve)
+        return rt_serve_check_mode(p, o, err, errlen);
     if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached ||
                          o->top_k || o->top_p_given || o->nstop))
         return rt_errf(err, errlen, "%s needs --generate N",
@@ -499,6 +502,7 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
              rt_check_paths(&opt, prog, err, sizeof err) == 0 &&
              (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
              (!opt.generate || rt_generate_prepare(&job, &gen, err, sizeof err) == 0) &&
+             (!opt.serve || rt_serve_prepare(&job, &gen, err, sizeof err) == 0) &&
              check_missing(&job, err, sizeof err) == 0 &&
              rt_check_input_files(&job, err, sizeof err) == 0;
     if (!ok && root)

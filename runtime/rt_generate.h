@@ -46,6 +46,8 @@ typedef struct rt_generate {
     int32_t *ids;                /* [B, T0 + N]: the prompt, then the tokens made (root, after the
                                     run); malloc'd, owned.  Step s's time is
                                     job->times[s - first]. */
+    struct rt_engine *engine;    /* --serve: the server's engine (engine.c), which runs the
+                                    steps instead; owned.  NULL for --generate. */
 } rt_generate;
 
 /* The uniform number in [0, 1) that sequence `seq` draws at step `step`
@@ -67,6 +69,15 @@ int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int6
  * bad value (the checks that need the program are rt_generate_prepare's). */
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen);
+/* Finds the program's decode interface by shape into g: g->tokens,
+ * g->position (a message if either is missing or doubled), g->next and
+ * g->logits (-1 none, -2 several; not checked here) and g->batch, B.
+ * Shared by --generate and --serve.  -1 and a message. */
+int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errlen);
+/* Checks g->logits (one replicated floating output [B, V] or [B, 1, V])
+ * and sets g->vocab, V; the message names sampling when
+ * g->sampling.temperature > 0.  -1 and a message. */
+int rt_generate_check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen);
 /* Before the run, on every process, with --generate: finds the tokens,
  * position, next-token or logits tensors (a message if the program has
  * none or several, or they are sharded), checks --top-k and --stop-token

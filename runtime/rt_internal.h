@@ -615,6 +615,12 @@ typedef struct rt_options {
     const char *generated;       /* --generated FILE.npy, or NULL */
     int64_t prompt_cached;       /* --prompt-cached P: prompt tokens already in the states; 0 if
                                     not given */
+    /* Serving (rt_serve.h; a decode program): --serve, --port, --host, --max-queue. */
+    int serve;                   /* --serve: answer HTTP requests instead of one run */
+    int64_t port;                /* --port P (8080 unless given; 0: any free port) */
+    int port_given;              /* 1 if --port was given (0 is a valid value) */
+    const char *host;            /* --host ADDR (IPv4), or NULL: 127.0.0.1 (points into argv) */
+    int64_t max_queue;           /* --max-queue N: requests waiting for a batch; 0: the default */
 } rt_options;
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */

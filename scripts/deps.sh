@@ -8,10 +8,11 @@ set -euo pipefail
 # python3-sklearn has the digits data of examples/digits/, python3-matplotlib
 # plots its loss curves, fortunes has the text of examples/fortunes/.
 # libglpk-dev: the planner's whole-program ILP (passes/propagate_ilp.c).
+# libmicrohttpd-dev: the HTTP server of an executable's --serve (runtime/server.c).
 pkgs=(build-essential cmake pkg-config llvm-19-dev libzstd-dev flex bison libcunit1-dev
       libopenblas-dev libopenmpi-dev openmpi-bin python3-numpy libcjson-dev
       clang libclang-rt-14-dev python3-sklearn python3-matplotlib
-      fortunes libglpk-dev)
+      fortunes libglpk-dev libmicrohttpd-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,305 @@
+/*
+ * engine.c - the queue of completion requests and static batching: the
+ * baseline that continuous batching (seed 002, "Batching"; Orca, OSDI'22)
+ * improves on.
+ *
+ * The decode program takes one token per row, tokens [B], and ONE
+ * position for all rows, so the B rows (slots) of a batch advance
+ * together.  When the engine is idle, device 0 takes up to B queued
+ * requests as a batch (unused rows are padding, fed token 0), the states
+ * (the KV cache) are zeroed, and the steps run at positions 0, 1, 2, ...:
+ * at position s a row feeds its prompt's token s while s is inside its
+ * prompt, then its own generated tokens, so a row with a shorter prompt
+ * starts generating earlier (its prompt is read one token per step, as
+ * --generate does).  The output at position s >= prompt_len - 1 is the
+ * row's next token, sampled with the request's own settings and a uniform
+ * number drawn from its seed and s (sample.c), so a request's text does
+ * not depend on its row or on the other rows.  A row stops at a
+ * --stop-token id or a stop string (neither is part of its text), at its
+ * max_tokens, or when its client went away; the batch ends when every row
+ * has stopped, and only then is the next batch taken: requests arriving
+ * meanwhile wait in the queue (bounded by --max-queue; beyond it 503).
+ *
+ * Devices: device 0 takes the batch and samples under e->mu (the logits
+ * are replicated, generate.c); the others wait for e->batches to move,
+ * then every step reads e->feed and e->live after a barrier that orders
+ * device 0's writes before their reads.  e->live is written only by a
+ * step (not by taking a batch), so a device late to read the last step's
+ * 0 cannot see the next batch's value: that needs the next step's
+ * barriers, which it has not reached.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_serve.h"
+
+int rt_engine_submit(rt_engine *e, rt_request *r)
+{
+    pthread_mutex_lock(&e->mu);
+    int ok = !e->shutdown && e->queued < e->max_queue;
+    if (ok) {
+        r->refs++;
+        r->arrived = rt_now();
+        e->queue[(e->head + e->queued) % e->max_queue] = r;
+        e->queued++;
+        pthread_cond_broadcast(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok ? 0 : -1;
+}
+
+/* Drops a reference with e->mu held. */
+static void release_locked(rt_request *r)
+{
+    if (--r->refs == 0)
+        rt_request_free(r);
+}
+
+void rt_engine_release(rt_engine *e, rt_request *r)
+{
+    pthread_mutex_lock(&e->mu);
+    release_locked(r);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void rt_engine_stop(rt_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->shutdown = 1;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Device 0: waits for a request (or shutdown) and takes up to B queued
+ * requests into e->batch, their first tokens into e->feed.  Returns the
+ * rows taken, 0 at shutdown (the queued requests are answered 503). */
+static int64_t take_batch(rt_engine *e)
+{
+    int64_t B = e->gen->batch, n = 0;
+    pthread_mutex_lock(&e->mu);
+    while (!e->queued && !e->shutdown)
+        pthread_cond_wait(&e->work, &e->mu);
+    if (e->shutdown) {
+        for (; e->queued > 0; e->queued--, e->head = (e->head + 1) % e->max_queue) {
+            e->queue[e->head]->aborted = 1;
+            release_locked(e->queue[e->head]);
+        }
+        pthread_cond_broadcast(&e->progress);
+    }
+    for (int64_t b = 0; b < B; b++) {
+        rt_request *r = NULL;
+        if (e->queued > 0) {
+            r = e->queue[e->head];
+            e->head = (e->head + 1) % e->max_queue;
+            e->queued--;
+            n++;
+        }
+        e->batch[b] = r;
+        e->feed[b] = r ? r->prompt[0] : 0;
+    }
+    e->rows = n;
+    e->batches++;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+/* The other devices: wait until device 0 has taken batch number `seen` + 1;
+ * its rows (0: shutdown). */
+static int64_t follow_batch(rt_engine *e, uint64_t seen)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->batches == seen)
+        pthread_cond_wait(&e->work, &e->mu);
+    int64_t rows = e->rows;
+    pthread_mutex_unlock(&e->mu);
+    return rows;
+}
+
+/* Whether token t is a --stop-token id. */
+static int is_stop_id(const rt_engine *e, int32_t t)
+{
+    for (int i = 0; i < e->nstop_ids; i++)
+        if (e->stop_ids[i] == t)
+            return 1;
+    return 0;
+}
+
+/* The bytes at the end of r->text that may begin one of its stop
+ * strings: held back from the client until the next token decides. */
+static size_t held_back(const rt_request *r)
+{
+    size_t most = 0;
+    for (int i = 0; i < r->nstop; i++) {
+        size_t n = strlen(r->stop[i]);
+        for (size_t k = n - 1; k > most; k--) /* the longest proper prefix that ends text */
+            if (k <= r->len && !memcmp(r->text + r->len - k, r->stop[i], k)) {
+                most = k;
+                break;
+            }
+    }
+    return most;
+}
+
+/* Appends token t to request r at time `now` (e->mu held): the metrics,
+ * the text, and whether r stops (a stop id or string, max_tokens). */
+static void emit(rt_engine *e, rt_request *r, int32_t t, double now)
+{
+    r->tokens++;
+    e->metrics.tokens++;
+    rt_histogram_observe(r->tokens == 1 ? &e->metrics.ttft : &e->metrics.itl,
+                         now - (r->tokens == 1 ? r->arrived : r->last));
+    r->last = now;
+    if (is_stop_id(e, t)) {
+        r->finish = "stop";
+        r->ready = r->len;
+        return;
+    }
+    if (r->len + 4 > r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        char *text = realloc(r->text, cap);
+        if (!text) { /* out of memory: end the row with what it has */
+            r->finish = "length";
+            r->ready = r->len;
+            return;
+        }
+        r->text = text;
+        r->cap = cap;
+    }
+    r->len += (size_t)rt_tokenizer_decode(&e->tok, t, r->text + r->len);
+    for (int i = 0; i < r->nstop; i++) {
+        size_t n = strlen(r->stop[i]);
+        if (n <= r->len && !memcmp(r->text + r->len - n, r->stop[i], n)) {
+            r->len -= n;
+            r->finish = "stop";
+            r->ready = r->len;
+            return;
+        }
+    }
+    if (r->tokens >= r->max_tokens)
+        r->finish = "length";
+    r->ready = r->finish ? r->len : r->len - held_back(r);
+}
+
+/* Device 0, after the step at position `pos`: each row's next token from
+ * the logits (or its next prompt token), into e->feed; e->live; at the
+ * batch's end its requests are released.  `work`: V entries of scratch. */
+static void after_step(rt_engine *e, const rt_program *p, const void *logits, int64_t pos,
+                       rt_sample_entry *work)
+{
+    const rt_generate *g = e->gen;
+    int32_t dtype = e->greedy_only ? RT_I32 : p->outputs[g->logits].dtype;
+    size_t row_bytes = e->greedy_only ? 0 : (size_t)g->vocab * rt_dtype_size(dtype);
+    pthread_mutex_lock(&e->mu);
+    double now = rt_now();
+    int live = 0;
+    for (int64_t b = 0; b < g->batch; b++) {
+        rt_request *r = e->batch[b];
+        e->feed[b] = 0;
+        if (!r || r->finish)
+            continue;
+        if (r->cancelled) { /* the client went away: free the row */
+            r->finish = "stop";
+            continue;
+        }
+        if (pos + 1 < r->prompt_len) {
+            e->feed[b] = r->prompt[pos + 1];
+            live = 1;
+            continue;
+        }
+        int32_t t = e->greedy_only /* `logits` is then the program's argmax [B] */
+                        ? ((const int32_t *)logits)[b]
+                        : rt_sample_row(&r->sampling, dtype,
+                                        (const char *)logits + (size_t)b * row_bytes, g->vocab,
+                                        rt_sample_uniform(r->sampling.seed, pos, 0), work);
+        emit(e, r, t, now);
+        if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
+            r->finish = "length";
+        e->feed[b] = t;
+        live |= !r->finish;
+    }
+    e->live = live;
+    for (int64_t b = 0; !live && b < g->batch; b++)
+        if (e->batch[b]) {
+            release_locked(e->batch[b]);
+            e->batch[b] = NULL;
+        }
+    pthread_cond_broadcast(&e->progress);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Every device: zeroes its blocks of the states (a batch starts with an
+ * empty cache, as --generate does). */
+static void zero_states(const rt_program *p, void *const *in)
+{
+    for (int32_t i = 0; i < p->ninputs; i++)
+        if (p->inputs[i].role == RT_ROLE_STATE)
+            memset(in[i], 0, (size_t)rt_numel(p->inputs[i].rank, p->inputs[i].local_shape) *
+                                 rt_dtype_size(p->inputs[i].dtype));
+}
+
+void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const *out)
+{
+    const rt_program *p = job->prog;
+    rt_engine *e = job->gen->engine;
+    const rt_generate *g = e->gen;
+    uint32_t all = p->naxes ? (1u << p->naxes) - 1 : 0;
+    const rt_tensor_desc *tok = &p->inputs[g->tokens];
+    int64_t start[RT_MAX_RANK];
+    rt_block_start(tok, p->axis_sizes, dev->coord, start);
+    rt_sample_entry *work = NULL;
+    if (dev->id == 0) {
+        char err[512];
+        work = rt_xmalloc(dev, (size_t)g->vocab * sizeof *work);
+        e->server = rt_server_start(e, job->opt->host ? job->opt->host : "127.0.0.1",
+                                    job->opt->port_given ? job->opt->port : 8080, err, sizeof err);
+        if (!e->server)
+            rt_fatal(NULL, "--serve: %s", err);
+    }
+    int32_t *tin = in[g->tokens];
+    for (uint64_t seen = 0;; seen++) {
+        if ((dev->id == 0 ? take_batch(e) : follow_batch(e, seen)) == 0)
+            break;
+        zero_states(p, in);
+        for (int64_t pos = 0;; pos++) {
+            for (int64_t i = 0; i < tok->local_shape[0]; i++)
+                tin[i] = e->feed[start[0] + i];
+            *(int32_t *)in[g->position] = (int32_t)pos;
+            rt_run_timed(dev, job, in, out, 0);
+            if (dev->id == 0)
+                after_step(e, p, out[e->greedy_only ? g->next : g->logits], pos, work);
+            dev->ops->barrier(dev, all); /* e->feed and e->live written */
+            if (!e->live)
+                break;
+        }
+    }
+    free(work);
+}
+
+void rt_engine_free(rt_engine *e)
+{
+    if (!e)
+        return;
+    rt_server_stop(e->server); /* every request has finished or been refused */
+    if (e->signals_started) {
+        char c = 0;
+        if (write(e->wake[1], &c, 1) == 1) /* wakes wait_signals if no signal did */
+            pthread_join(e->signals, NULL);
+    }
+    if (e->wake[0] > 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        close(e->wake[0]);
+        close(e->wake[1]);
+    }
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->progress);
+    free(e->queue);
+    free(e->batch);
+    free(e->feed);
+    free(e);
+}

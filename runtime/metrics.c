@@ -1,0 +1,81 @@
+/*
+ * metrics.c - the counters of --serve and their Prometheus text (GET
+ * /metrics): answers by HTTP status, completion tokens, the queue's
+ * length, and histograms of the time to first token (a request's arrival
+ * to its first token: queueing plus its prompt's steps) and of the
+ * inter-token latency (between two tokens of one request: one decode
+ * step of the whole batch).  The format is Prometheus' text exposition
+ * 0.0.4: cumulative `_bucket{le="..."}` lines, then `_sum` and `_count`.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "rt_serve.h"
+
+/* Upper bounds of the buckets, seconds: a step of a small model on a CPU
+ * is well under a millisecond, a big one's tens of milliseconds. */
+static const double bounds[RT_NBUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                           0.05,   0.1,   0.25,   0.5,   1,    2.5};
+static const int statuses[6] = {200, 400, 404, 405, 413, 503};
+
+void rt_metrics_status(rt_metrics *m, int status)
+{
+    for (int i = 0; i < 6; i++)
+        if (statuses[i] == status) {
+            m->by_status[i]++;
+            return;
+        }
+    m->other_status++;
+}
+
+void rt_histogram_observe(rt_histogram *h, double seconds)
+{
+    int i = 0;
+    while (i < RT_NBUCKETS && seconds > bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += seconds;
+    h->count++;
+}
+
+/* Appends one histogram's lines to f. */
+static void print_histogram(FILE *f, const char *name, const char *help, const rt_histogram *h)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t below = 0;
+    for (int i = 0; i < RT_NBUCKETS; i++) {
+        below += h->counts[i];
+        fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)below);
+    }
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    fprintf(f, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+char *rt_metrics_text(const rt_metrics *m, int64_t queued)
+{
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    if (!f)
+        return NULL;
+    fprintf(f, "# HELP einc_requests_total HTTP answers, by status code.\n"
+               "# TYPE einc_requests_total counter\n");
+    for (int i = 0; i < 6; i++)
+        fprintf(f, "einc_requests_total{code=\"%d\"} %llu\n", statuses[i],
+                (unsigned long long)m->by_status[i]);
+    fprintf(f, "einc_requests_total{code=\"other\"} %llu\n", (unsigned long long)m->other_status);
+    fprintf(f, "# HELP einc_generation_tokens_total Completion tokens generated.\n"
+               "# TYPE einc_generation_tokens_total counter\n"
+               "einc_generation_tokens_total %llu\n", (unsigned long long)m->tokens);
+    fprintf(f, "# HELP einc_queue_length Requests waiting for a batch.\n"
+               "# TYPE einc_queue_length gauge\neinc_queue_length %lld\n", (long long)queued);
+    print_histogram(f, "einc_time_to_first_token_seconds",
+                    "From a request's arrival to its first token.", &m->ttft);
+    print_histogram(f, "einc_inter_token_latency_seconds",
+                    "Between two consecutive tokens of a request.", &m->itl);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

@@ -1,0 +1,201 @@
+/*
+ * rt_serve.h - serving a decode program over HTTP (--serve): the tokenizer
+ * (tokenizer.c), a completion request and its JSON (request.c), the queue
+ * and static batching engine (engine.c), its Prometheus metrics
+ * (metrics.c), the HTTP server (server.c) and the flags and set-up
+ * (serve.c).  docs/generation.md, "Serving", describes the API.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; device 0's thread
+ * (the engine) takes batches from the queue and runs the steps on every
+ * device; they meet under rt_engine.mu, and connections sleep on
+ * rt_engine.progress (no busy waiting).
+ */
+#ifndef EINC_RT_SERVE_H
+#define EINC_RT_SERVE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_generate.h"
+#include "rt_internal.h"
+
+/* ---- tokenizer.c ---- */
+
+/* How text becomes token ids and back.  Byte-level when the vocabulary has
+ * >= 256 tokens (each byte of the UTF-8 text is one id); ASCII when it has
+ * 128..255 (examples/fortunes/prepare.py's table: a character's id is its
+ * code, and a byte >= 128 becomes '?').  A real tokenizer would add a kind. */
+typedef struct rt_tokenizer {
+    int kind;                    /* RT_TOKENIZER_BYTES or RT_TOKENIZER_ASCII */
+    int64_t vocab;               /* V, the model's vocabulary */
+} rt_tokenizer;
+
+enum { RT_TOKENIZER_BYTES = 1, RT_TOKENIZER_ASCII = 2 };
+
+/* Chooses the tokenizer for a vocabulary of `vocab` tokens; -1 and a
+ * message if it is below 128 (no text tokenizer fits). */
+int rt_tokenizer_init(rt_tokenizer *t, int64_t vocab, char *err, size_t errlen);
+/* Encodes text[0..len) into ids (caller-owned, room for len ids: one per
+ * byte); returns the count.  No errors. */
+int64_t rt_tokenizer_encode(const rt_tokenizer *t, const char *text, size_t len, int32_t *ids);
+/* Writes the bytes of token `id` into out (room for 4) and returns their
+ * count: 1 for a byte or character, 0 for an id with no text (>= 256). */
+int rt_tokenizer_decode(const rt_tokenizer *t, int32_t id, char *out);
+
+/* ---- request.c ---- */
+
+/* Most stop strings a request may give (OpenAI's limit). */
+#define RT_MAX_STOP 4
+
+/* One completion request: what request.c parsed (read-only afterwards),
+ * then what the engine wrote (under rt_engine.mu).  Shared by the
+ * connection and the engine, freed when both released it (refs). */
+typedef struct rt_request {
+    int32_t *prompt;             /* the prompt's token ids, malloc'd */
+    int64_t prompt_len;          /* >= 1, <= the cache length */
+    int64_t max_tokens;          /* >= 1; prompt_len + max_tokens - 1 <= the cache length */
+    rt_sampling sampling;        /* temperature, top_k, top_p, seed */
+    char *stop[RT_MAX_STOP];     /* stop strings, malloc'd; not part of the text */
+    int nstop;                   /* entries in stop */
+    int stream;                  /* 1: server-sent events */
+    uint64_t number;             /* the request's number, its id cmpl-N */
+    double arrived;              /* rt_now() when queued, seconds */
+    /* Written by the engine, read by the connection, under rt_engine.mu. */
+    char *text;                  /* the completion's bytes so far, malloc'd */
+    size_t len, cap;             /* bytes in text, and its room */
+    size_t ready;                /* text[0..ready) can be sent: no stop string may begin there */
+    int64_t tokens;              /* completion tokens made */
+    double last;                 /* rt_now() of the last token, seconds */
+    const char *finish;          /* "stop" or "length" when done, else NULL */
+    int aborted;                 /* 1: the server shut down before it ran */
+    int cancelled;               /* 1: the client went away: the engine ends the row */
+    int refs;                    /* holders: the connection, and the engine once queued */
+} rt_request;
+
+/* Parses a POST /v1/completions body (body[0..len), JSON) into a new
+ * request *out (malloc'd, refs 1), checking every field against the
+ * model: unknown fields, wrong types, a missing or empty prompt, a prompt
+ * longer than `cache` positions, max_tokens < 1 or beyond the cache.
+ * Fields not given take `defaults` (the command line's sampling flags);
+ * the seed, when not given, is defaults->seed + number.  Returns 0, or
+ * -1 with a message in err and the offending field's name in param (size
+ * paramlen; "" if none): the caller answers HTTP 400. */
+int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int64_t cache,
+                     const rt_sampling *defaults, uint64_t number, rt_request **out,
+                     char *param, size_t paramlen, char *err, size_t errlen);
+/* Frees a request and what it owns; NULL is fine. */
+void rt_request_free(rt_request *r);
+/* The JSON of a whole completion (non-streaming answer), malloc'd, or
+ * NULL when out of memory.  Called under rt_engine.mu once r->finish is set. */
+char *rt_request_json(const rt_request *r, const char *text, size_t len, const char *finish);
+/* The JSON of an error answer: {"error": {"message", "type", "param",
+ * "code"}}, malloc'd, or NULL when out of memory. */
+char *rt_error_json(const char *message, const char *param, int status);
+
+/* ---- metrics.c ---- */
+
+/* Bucket bounds (seconds) of the latency histograms. */
+#define RT_NBUCKETS 12
+
+/* A Prometheus histogram: counts per upper bound, their sum and count. */
+typedef struct rt_histogram {
+    uint64_t counts[RT_NBUCKETS + 1]; /* observations <= bound i (not cumulative); last: +Inf */
+    double sum;                  /* seconds */
+    uint64_t count;
+} rt_histogram;
+
+/* The server's counters, under rt_engine.mu. */
+typedef struct rt_metrics {
+    uint64_t by_status[6];       /* answers with status 200, 400, 404, 405, 413, 503 */
+    uint64_t other_status;       /* any other status */
+    uint64_t tokens;             /* completion tokens made */
+    rt_histogram ttft;           /* time to first token: arrival to first token, seconds */
+    rt_histogram itl;            /* inter-token latency: between a request's tokens, seconds */
+} rt_metrics;
+
+/* Counts one answer with HTTP status `status`. */
+void rt_metrics_status(rt_metrics *m, int status);
+/* Adds one observation of `seconds` to h. */
+void rt_histogram_observe(rt_histogram *h, double seconds);
+/* The Prometheus text exposition (version 0.0.4) of m and the queue's
+ * length, malloc'd, or NULL when out of memory. */
+char *rt_metrics_text(const rt_metrics *m, int64_t queued);
+
+/* ---- engine.c ---- */
+
+/* The queue, the batch being run and the interface of the program.
+ * Created by rt_serve_prepare, shared by the connections (which queue
+ * requests and wait for their tokens) and every device (device 0 takes a
+ * batch and samples; the others follow it). */
+typedef struct rt_engine {
+    pthread_mutex_t mu;          /* guards everything below that changes */
+    pthread_cond_t work;         /* signalled: a request queued, a batch taken, shutdown */
+    pthread_cond_t progress;     /* broadcast: tokens made or a request finished */
+    rt_request **queue;          /* a ring of max_queue requests waiting for a batch */
+    int64_t max_queue, head, queued;
+    rt_request **batch;          /* [B] the rows of the running batch; NULL: a padding row */
+    int32_t *feed;               /* [B] each row's token for the next step */
+    uint64_t batches;            /* batches taken so far (the other devices follow it) */
+    int64_t rows;                /* requests in the batch taken last; 0: shutdown */
+    int live;                    /* after a step: 1 if some row of the batch runs on */
+    int shutdown;                /* 1: finish the running batch, refuse the queued, stop */
+    uint64_t numbered;           /* requests numbered so far (ids, default seeds) */
+    rt_metrics metrics;
+    /* Fixed after rt_serve_prepare. */
+    rt_generate *gen;            /* the program's interface: tokens, position, logits; B, V */
+    int64_t cache;               /* positions the cache holds: the position's index bound */
+    int greedy_only;             /* 1: no replicated logits; the program's argmax output
+                                    (gen->next) decides, and sampling requests get 400 */
+    rt_tokenizer tok;
+    rt_sampling defaults;        /* the command line's sampling flags */
+    const int32_t *stop_ids;     /* --stop-token ids: a row ends there (not in its text) */
+    int nstop_ids;
+    struct rt_server *server;    /* the HTTP server (server.c), started by device 0 */
+    pthread_t signals;           /* the thread that waits for SIGINT and SIGTERM (serve.c) */
+    int signals_started;
+    int wake[2];                 /* its pipe: a byte there stops the engine; 0 0 if none */
+} rt_engine;
+
+/* Queues r for a batch (taking a reference); 0, or -1 if the queue is full
+ * or the server is shutting down (the caller answers 503). */
+int rt_engine_submit(rt_engine *e, rt_request *r);
+/* Drops one reference to r, under e->mu; frees it at zero. */
+void rt_engine_release(rt_engine *e, rt_request *r);
+/* Every device, for the whole job: take a batch, run it to its end, again,
+ * until shutdown (engine.c's essay). */
+void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
+/* Asks the engine to stop: the running batch ends, queued requests get
+ * 503, the devices return.  Safe from any thread. */
+void rt_engine_stop(rt_engine *e);
+/* Stops the HTTP server and the signal thread, frees the engine; NULL is fine. */
+void rt_engine_free(rt_engine *e);
+
+/* ---- server.c ---- */
+
+/* Starts the HTTP server on host:port (port 0: any free one) for engine e
+ * and prints "listening on http://HOST:PORT" on stdout, flushed.  Returns
+ * the server, or NULL and a message. */
+struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, char *err,
+                                  size_t errlen);
+/* Stops the server (waits for its connections) and frees it; NULL is fine. */
+void rt_server_stop(struct rt_server *s);
+
+/* ---- serve.c ---- */
+
+/* Parses --serve, --port, --host and --max-queue into o; 1 if `flag` is
+ * none of them, -1 and a message on a bad value. */
+int rt_parse_serve_flag(const char *flag, const char *val, rt_options *o, char *err,
+                        size_t errlen);
+/* The checks of --serve against the program that need no file: not a
+ * training program, not with --generate, --repeat, --prompt-ids,
+ * --generated, --prompt-cached or --check.  -1 and a message. */
+int rt_serve_check_mode(const rt_program *p, const rt_options *o, char *err, size_t errlen);
+/* Before the run, with --serve: finds the decode interface (tokens,
+ * position, replicated logits, or else a replicated i32 next-token output
+ * for greedy decoding only), the cache length and the tokenizer,
+ * refuses MPI (one rank would need to own the HTTP server), creates the
+ * engine into g->engine and sets job->gen = g.  -1 and a message. */
+int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
+
+#endif

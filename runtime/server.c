@@ -1,0 +1,335 @@
+/*
+ * server.c - the HTTP side of --serve, on libmicrohttpd (Debian's
+ * libmicrohttpd-dev) in thread-per-connection mode: each connection's
+ * handler may sleep on the engine's condition variable until its tokens
+ * come, without holding up the others.
+ *
+ *   POST /v1/completions  a completion (request.c); with "stream": true,
+ *                         server-sent events: `data: {chunk}\n\n` as the
+ *                         tokens come, then `data: [DONE]\n\n`
+ *   GET  /health          200 {"status": "ok"}
+ *   GET  /metrics         Prometheus text (metrics.c)
+ * Errors answer with OpenAI's {"error": {...}} body: 400 for a bad request
+ * (naming the field), 404 for an unknown path, 405 for another method,
+ * 413 for a body over RT_MAX_BODY, 503 when the queue is full.  A client
+ * that goes away mid-stream cancels its row (the engine frees it at the
+ * next step); one that goes away while waiting for a whole answer lets
+ * its row run to the end, and the answer is dropped.
+ */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_serve.h"
+
+/* Seconds a connection may stay silent (an idle keep-alive, a client that
+ * never sends its body) before it is closed and its thread freed; a
+ * connection waiting for its tokens is not silent on the client's part. */
+#define RT_IDLE_TIMEOUT 600u
+
+/* The largest request body read: far more than a prompt the cache holds. */
+#define RT_MAX_BODY (1 << 20)
+
+typedef struct rt_server rt_server;
+
+/* The HTTP daemon of one engine. */
+struct rt_server {
+    rt_engine *e;
+    struct MHD_Daemon *daemon;
+};
+
+/* One connection's request body, read in pieces. */
+typedef struct upload {
+    char *body;
+    size_t len;
+    int too_large;               /* 1: over RT_MAX_BODY; the rest is read and dropped */
+} upload;
+
+/* A streaming answer: the SSE bytes made but not yet handed to MHD. */
+typedef struct stream {
+    rt_engine *e;
+    rt_request *r;               /* one reference, dropped by stream_free */
+    size_t sent;                 /* bytes of r->text put into events so far */
+    char *pending;               /* SSE bytes, malloc'd */
+    size_t plen, poff;           /* their length, and how many MHD has taken */
+    int done;                    /* 1: the last event and [DONE] are in pending */
+} stream;
+
+/* Queues an answer with a body copied from `body` (NULL: out of memory,
+ * 500), and counts its status. */
+static enum MHD_Result respond(rt_engine *e, struct MHD_Connection *c, int status,
+                               const char *type, const char *body)
+{
+    if (!body) {
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        body = "{\"error\": {\"message\": \"out of memory\"}}";
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    pthread_mutex_lock(&e->mu);
+    rt_metrics_status(&e->metrics, status);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* An error answer in OpenAI's shape. */
+static enum MHD_Result respond_error(rt_engine *e, struct MHD_Connection *c, int status,
+                                     const char *message, const char *param)
+{
+    char *body = rt_error_json(message, param, status);
+    enum MHD_Result rc = respond(e, c, status, "application/json", body);
+    free(body);
+    return rc;
+}
+
+/* Appends `data: json\n\n` to s->pending (json malloc'd, freed here). */
+static void add_event(stream *s, char *json)
+{
+    const char *text = json ? json : "{\"error\": {\"message\": \"out of memory\"}}";
+    size_t n = strlen(text) + 8;
+    char *p = realloc(s->pending, s->plen + n + 1);
+    if (p) {
+        s->pending = p;
+        s->plen += (size_t)snprintf(p + s->plen, n + 1, "data: %s\n\n", text);
+    }
+    free(json);
+}
+
+/* MHD's reader of a streaming answer: waits (on e->progress) for text
+ * that can be sent, or the end, and hands over up to `max` SSE bytes. */
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream *s = cls;
+    rt_request *r = s->r;
+    if (s->poff == s->plen) {
+        if (s->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        s->plen = s->poff = 0;
+        pthread_mutex_lock(&s->e->mu);
+        while (r->ready == s->sent && !r->finish && !r->aborted)
+            pthread_cond_wait(&s->e->progress, &s->e->mu);
+        if (r->aborted) {
+            add_event(s, rt_error_json("the server is shutting down", NULL, 503));
+        } else {
+            const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
+            add_event(s, rt_request_json(r, r->text + s->sent, r->ready - s->sent, finish));
+            s->sent = r->ready;
+        }
+        if (r->aborted || (r->finish && s->sent == r->len)) {
+            add_event(s, strdup("[DONE]"));
+            s->done = 1;
+        }
+        pthread_mutex_unlock(&s->e->mu);
+        if (s->poff == s->plen) /* out of memory */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = s->plen - s->poff < max ? s->plen - s->poff : max;
+    memcpy(buf, s->pending + s->poff, n);
+    s->poff += n;
+    return (ssize_t)n;
+}
+
+/* MHD's end of a streaming answer, also when the client went away. */
+static void stream_free(void *cls)
+{
+    stream *s = cls;
+    pthread_mutex_lock(&s->e->mu);
+    if (!s->r->finish)
+        s->r->cancelled = 1; /* nobody reads it: free the row */
+    pthread_mutex_unlock(&s->e->mu);
+    rt_engine_release(s->e, s->r);
+    free(s->pending);
+    free(s);
+}
+
+/* Answers a queued request r as server-sent events (takes r's reference). */
+static enum MHD_Result answer_stream(rt_engine *e, struct MHD_Connection *c, rt_request *r)
+{
+    stream *s = calloc(1, sizeof *s);
+    struct MHD_Response *resp =
+        s ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read_stream, s, stream_free)
+          : NULL;
+    if (!resp) {
+        free(s);
+        pthread_mutex_lock(&e->mu);
+        r->cancelled = 1;
+        pthread_mutex_unlock(&e->mu);
+        rt_engine_release(e, r);
+        return respond(e, c, 500, "application/json", NULL);
+    }
+    s->e = e;
+    s->r = r;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    pthread_mutex_lock(&e->mu);
+    rt_metrics_status(&e->metrics, MHD_HTTP_OK);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* POST /v1/completions with body u. */
+static enum MHD_Result completions(rt_engine *e, struct MHD_Connection *c, const upload *u)
+{
+    if (u->too_large)
+        return respond_error(e, c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is over 1 MiB",
+                             NULL);
+    pthread_mutex_lock(&e->mu);
+    uint64_t number = ++e->numbered;
+    pthread_mutex_unlock(&e->mu);
+    char err[512], param[64];
+    rt_request *r;
+    if (rt_request_parse(u->body ? u->body : "", u->len, &e->tok, e->cache, &e->defaults, number,
+                         &r, param, sizeof param, err, sizeof err))
+        return respond_error(e, c, MHD_HTTP_BAD_REQUEST, err, param[0] ? param : NULL);
+    if (e->greedy_only && r->sampling.temperature > 0) {
+        rt_request_free(r);
+        return respond_error(e, c, MHD_HTTP_BAD_REQUEST, "this model serves greedy decoding "
+                             "only (its logits are not replicated): temperature must be 0",
+                             "temperature");
+    }
+    if (rt_engine_submit(e, r)) {
+        rt_request_free(r);
+        return respond_error(e, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the queue is full (--max-queue)"
+                             " or the server is shutting down: retry later", NULL);
+    }
+    if (r->stream)
+        return answer_stream(e, c, r);
+    pthread_mutex_lock(&e->mu);
+    while (!r->finish && !r->aborted)
+        pthread_cond_wait(&e->progress, &e->mu);
+    char *body = r->aborted ? NULL : rt_request_json(r, r->text, r->len, r->finish);
+    int aborted = r->aborted;
+    pthread_mutex_unlock(&e->mu);
+    rt_engine_release(e, r);
+    if (aborted)
+        return respond_error(e, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is shutting down",
+                             NULL);
+    enum MHD_Result rc = respond(e, c, MHD_HTTP_OK, "application/json", body);
+    free(body);
+    return rc;
+}
+
+/* The answer to a whole request: by path, then method. */
+static enum MHD_Result route(rt_engine *e, struct MHD_Connection *c, const char *url,
+                             const char *method, const upload *u)
+{
+    int get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    int known = !strcmp(url, "/health") || !strcmp(url, "/metrics") ||
+                !strcmp(url, "/v1/completions");
+    if (!known)
+        return respond_error(e, c, MHD_HTTP_NOT_FOUND, "unknown path: this server answers POST "
+                             "/v1/completions, GET /health and GET /metrics", NULL);
+    if (!strcmp(url, "/v1/completions"))
+        return post ? completions(e, c, u)
+                    : respond_error(e, c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                    "/v1/completions takes POST", NULL);
+    if (!get)
+        return respond_error(e, c, MHD_HTTP_METHOD_NOT_ALLOWED, "this path takes GET", NULL);
+    if (!strcmp(url, "/health"))
+        return respond(e, c, MHD_HTTP_OK, "application/json", "{\"status\": \"ok\"}");
+    pthread_mutex_lock(&e->mu);
+    char *text = rt_metrics_text(&e->metrics, e->queued);
+    pthread_mutex_unlock(&e->mu);
+    enum MHD_Result rc = respond(e, c, MHD_HTTP_OK, "text/plain; version=0.0.4", text);
+    free(text);
+    return rc;
+}
+
+/* MHD's handler: called first with no body, then with each piece of it,
+ * then once more with none when it is all read. */
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *data,
+                              size_t *size, void **con_cls)
+{
+    (void)version;
+    rt_server *sv = cls;
+    upload *u = *con_cls;
+    if (!u) {
+        u = calloc(1, sizeof *u);
+        *con_cls = u;
+        return u ? MHD_YES : MHD_NO;
+    }
+    if (*size) {
+        char *body = u->too_large || u->len + *size > RT_MAX_BODY ? NULL
+                                                                  : realloc(u->body, u->len + *size);
+        if (body) {
+            memcpy(body + u->len, data, *size);
+            u->body = body;
+            u->len += *size;
+        } else {
+            u->too_large = 1;
+        }
+        *size = 0;
+        return MHD_YES;
+    }
+    return route(sv->e, c, url, method, u);
+}
+
+/* MHD's end of a request: frees its body. */
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode why)
+{
+    (void)cls, (void)c, (void)why;
+    upload *u = *con_cls;
+    if (u)
+        free(u->body);
+    free(u);
+    *con_cls = NULL;
+}
+
+struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, char *err,
+                                  size_t errlen)
+{
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        rt_errf(err, errlen, "--host '%s' is not an IPv4 address (like 127.0.0.1)", host);
+        return NULL;
+    }
+    rt_server *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        rt_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    sv->e = e;
+    sv->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
+                                  (uint16_t)port, NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR,
+                                  (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed,
+                                  sv, MHD_OPTION_CONNECTION_TIMEOUT, RT_IDLE_TIMEOUT,
+                                  MHD_OPTION_END);
+    const union MHD_DaemonInfo *info =
+        sv->daemon ? MHD_get_daemon_info(sv->daemon, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+    if (!info) {
+        rt_errf(err, errlen, "cannot listen on %s:%lld (the port is in use, or the address is "
+                "not one of this host's)", host, (long long)port);
+        rt_server_stop(sv);
+        return NULL;
+    }
+    printf("listening on http://%s:%u\n", host, (unsigned)info->port);
+    fflush(stdout);
+    return sv;
+}
+
+void rt_server_stop(struct rt_server *s)
+{
+    if (!s)
+        return;
+    if (s->daemon)
+        MHD_stop_daemon(s->daemon);
+    free(s);
+}

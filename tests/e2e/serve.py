@@ -1,0 +1,440 @@
+#!/usr/bin/python3
+"""serve.py - the HTTP server of a decode program (--serve), driven by
+Python's http.client on 127.0.0.1.
+
+A two-layer decoder over a KV cache (as generate.py's, with a vocabulary of
+128 ASCII characters) is compiled for a 2x2 mesh and served on the threads
+runtime with random params; the server is started with --port 0 and its
+`listening on` line read from stdout.  Checks:
+ - a greedy completion's text is the tokens `--generate` makes for the
+   same prompt (as characters), and its usage counts the tokens;
+ - streaming (server-sent events) gives the same text, chunk by chunk;
+ - max_tokens' default (16, or what the cache leaves) and the ASCII
+   tokenizer's '?' for bytes >= 128;
+ - several concurrent requests (threads), with other prompts and lengths
+   in one static batch, each get exactly the text they get alone;
+ - sampling: the same seed gives the same text, and it is row 0 of
+   `--generate --temperature T --seed S` (the engine draws from the
+   request's seed and the position only); a stop string ends the text
+   before it;
+ - every bad request gets its status (400 naming the field, 404, 405,
+   413), a client that disconnects mid-stream does not hurt the server,
+   and /health still answers afterwards;
+ - more concurrent requests than the queue holds (--max-queue 1) get 503,
+   and the others their text;
+ - /metrics parses as Prometheus text and counts the answers and tokens;
+ - SIGTERM ends the server with status 0;
+ - a program whose logits stay vocab-sharded serves greedily from its
+   argmax output (= --generate), and refuses sampling requests;
+ - with --mpi, --serve on MPI ranks stops with a clear message (not built).
+Every request has a timeout, and the servers are killed in `finally`.
+The last line is `N passed, N failed`.
+
+Usage: serve.py --einc PATH [--mpi --mpirun PATH]
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import Tally, mpi_launch, runtime_args  # noqa: E402
+
+DIMS = dict(B=2, S=40, D=32, K=4, H=8, V=128, L=2, F=64)
+SEED = 11  # --random-inputs: the params
+TIMEOUT = 60
+
+
+def source(sharded=False):
+    """The decoder; `sharded`: its logits stay vocab-sharded and an argmax
+    output gives the next token (servable greedily only)."""
+    return "\n".join([
+        "mesh X = 2, Y = 2",
+        "dim " + ", ".join("%s = %d" % kv for kv in DIMS.items()),
+        "input Tok[B] : i32", "input Pos[] : i32",
+        "param Emb[V, D] : f32", "param Wq[L, D, K_Y, H] : f32", "param Wk[L, D, K_Y, H] : f32",
+        "param Wv[L, D, K_Y, H] : f32", "param Wo[L, K_Y, H, D] : f32",
+        "param W1[L, D, F_X] : f32", "param W2[L, F_X, D] : f32", "param Wlm[D, V_X] : f32",
+        "state KC[L, B, S, K_Y, H] : f32", "state VC[L, B, S, K_Y, H] : f32",
+        "X[B, D] = Emb[Tok[B], D]",
+        "repeat L {",
+        "  Q[B, K, H] = X[B, D] * Wq[D, K, H]",
+        "  KC[B, Pos, K, H] = X[B, D] * Wk[D, K, H]",
+        "  VC[B, Pos, K, H] = X[B, D] * Wv[D, K, H]",
+        "  Sc[B, K, S] = Q[B, K, H] * KC[B, S, K, H] / 2.8284271247461903",
+        "  P[B, K, S] = softmax(where(S <= Pos[], Sc[B, K, S], -inf), S)",
+        "  Y1[B, D] = X[B, D] + P[B, K, S] * VC[B, S, K, H] * Wo[K, H, D]",
+        "  U[B, F] = Y1[B, D] * W1[D, F]",
+        "  X[B, D] = Y1[B, D] + relu(U[B, F]) * W2[F, D]",
+        "}",
+        "Logits[B, V] = 4 * X[B, D] * Wlm[D, V]"] +
+        (["output Logits[B, V_X]", "Next[B] = argmax(Logits[B, V], V)", "output Next[B]"]
+         if sharded else ["output Logits[B, V]"])) + "\n"
+
+
+class Server:
+    """An executable started with --serve --port 0; kill() always ends it."""
+
+    def __init__(self, exe, extra=()):
+        self.p = subprocess.Popen([exe, "--serve", "--port", "0", "--random-inputs", str(SEED)]
+                                  + list(extra), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+        if not m:
+            self.kill()
+            raise RuntimeError("no `listening on` line: %r %s" % (line, self.p.stderr.read()))
+        self.port = int(m.group(1))
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, body bytes); body: a dict (sent as JSON), bytes, or None."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        try:
+            data = json.dumps(body).encode() if isinstance(body, dict) else body
+            c.request(method, path, body=data, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def complete(self, **fields):
+        """A non-streaming completion: (status, the answer as JSON or None)."""
+        status, data = self.request("POST", "/v1/completions", fields)
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            return status, None
+
+    def stream(self, **fields):
+        """A streaming completion: (status, [chunk JSONs], saw [DONE])."""
+        status, data = self.request("POST", "/v1/completions", dict(fields, stream=True))
+        events = [e[len("data: "):] for e in data.decode().split("\n\n") if e]
+        done = bool(events) and events[-1] == "[DONE]"
+        return status, [json.loads(e) for e in events if e != "[DONE]"], done
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(timeout=TIMEOUT)
+        for f in (self.p.stdout, self.p.stderr):
+            f.close()
+
+
+def generate(exe, work, prompt, n, args=()):
+    """Row 0's tokens of `--generate n` for `prompt` (a str) in both rows."""
+    ids = np.array([[ord(c) for c in prompt]] * DIMS["B"], dtype=np.int32)
+    path = os.path.join(work, "prompt.npy")
+    np.save(path, ids)
+    p = subprocess.run([exe, "--random-inputs", str(SEED), "--prompt-ids", path, "--generate",
+                        str(n)] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=TIMEOUT)
+    m = re.search(r"^tokens 0:(.*)$", p.stdout, re.M)
+    if p.returncode != 0 or not m:
+        raise RuntimeError("--generate failed: " + p.stdout)
+    return "".join(chr(int(t)) for t in m.group(1).split())
+
+
+def text_of(answer):
+    return answer["choices"][0]["text"] if answer else None
+
+
+def check_greedy(t, s, exe, work):
+    """Greedy completions against --generate, streaming against not."""
+    for prompt, n in [("Hello", 12), ("a", 1), ("The quick brown fox", 21)]:
+        want = generate(exe, work, prompt, n)
+        status, a = s.complete(prompt=prompt, max_tokens=n)
+        usage = a and a.get("usage")
+        t.result(status == 200 and text_of(a) == want and a["object"] == "text_completion" and
+                 a["choices"][0]["finish_reason"] == "length" and
+                 usage == dict(prompt_tokens=len(prompt), completion_tokens=n,
+                               total_tokens=len(prompt) + n),
+                 "greedy %r, %d tokens = --generate's" % (prompt, n),
+                 "status %d, got %r, want %r" % (status, a, want))
+        status, chunks, done = s.stream(prompt=prompt, max_tokens=n)
+        got = "".join(c["choices"][0]["text"] for c in chunks)
+        t.result(status == 200 and done and got == want and
+                 chunks[-1]["choices"][0]["finish_reason"] == "length" and
+                 all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1]),
+                 "streamed %r = the same text, then [DONE]" % prompt,
+                 "status %d, chunks %r, want %r" % (status, chunks, want))
+
+
+def check_defaults(t, s, exe, work):
+    """max_tokens by default 16, or what the cache leaves; the ASCII
+    tokenizer: a byte >= 128 is '?' (examples/fortunes/prepare.py)."""
+    status, a = s.complete(prompt="Hello")
+    t.result(status == 200 and a["usage"]["completion_tokens"] == 16 and
+             text_of(a) == generate(exe, work, "Hello", 16),
+             "max_tokens defaults to 16", repr(a))
+    full = "z" * DIMS["S"]
+    status, a = s.complete(prompt=full)
+    t.result(status == 200 and a["usage"]["completion_tokens"] == 1 and
+             a["usage"]["prompt_tokens"] == DIMS["S"], "a prompt filling the cache: one token",
+             repr(a))
+    status, a = s.complete(prompt="H\u00e9!", max_tokens=6)
+    t.result(status == 200 and a["usage"]["prompt_tokens"] == 4 and
+             text_of(a) == generate(exe, work, "H??!", 6),
+             "'H\u00e9!' is the 4 tokens of 'H??!' (UTF-8 bytes >= 128 as '?')", repr(a))
+
+
+def concurrently(s, requests):
+    """Sends every request (a dict of fields) at once from threads; their
+    (status, answer) in order."""
+    out = [None] * len(requests)
+    go = threading.Barrier(len(requests))
+
+    def one(i):
+        go.wait(timeout=TIMEOUT)
+        out[i] = s.complete(**requests[i])
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=2 * TIMEOUT)
+    return out
+
+
+def check_concurrent(t, s):
+    """Each of several concurrent requests gets what it gets alone."""
+    reqs = [dict(prompt="x" * (1 + 3 * i), max_tokens=5 + 4 * i) for i in range(5)]
+    reqs.append(dict(prompt="sampled", max_tokens=9, temperature=1.2, top_k=20, seed=3))
+    alone = [s.complete(**r) for r in reqs]
+    together = concurrently(s, reqs)
+    t.result(all(a[0] == 200 for a in alone) and
+             [text_of(a[1]) for a in together] == [text_of(a[1]) for a in alone],
+             "%d concurrent requests each get their text alone" % len(reqs),
+             "alone %r\ntogether %r" % (alone, together))
+
+
+def check_sampling(t, s, exe, work):
+    """Same seed, same text; = row 0 of --generate with that seed; stop."""
+    req = dict(prompt="Once upon", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
+    a, b = s.complete(**req), s.complete(**req)
+    want = generate(exe, work, "Once upon", 20, ["--temperature", "1.5", "--top-p", "0.9",
+                                                  "--seed", "7"])
+    t.result(a[0] == b[0] == 200 and text_of(a[1]) == text_of(b[1]) == want,
+             "sampling with seed 7: the same text twice, = --generate --seed 7's row 0",
+             "%r %r want %r" % (a, b, want))
+    # A stop string: the text ends before its first occurrence.
+    full = text_of(s.complete(prompt="Hello", max_tokens=30)[1]) or ""
+    stop = full[5:7]
+    status, a = s.complete(prompt="Hello", max_tokens=30, stop=[stop, "\x7f\x7f\x7f"])
+    t.result(len(stop) == 2 and status == 200 and text_of(a) == full[:full.find(stop)] and
+             a["choices"][0]["finish_reason"] == "stop",
+             "a stop string %r ends the text before it" % stop, "%r (full %r)" % (a, full))
+    status, chunks, done = s.stream(prompt="Hello", max_tokens=30, stop=stop)
+    t.result(status == 200 and done and
+             "".join(c["choices"][0]["text"] for c in chunks) == full[:full.find(stop)],
+             "streamed, the stop string is held back and dropped", repr(chunks))
+
+
+BAD = [  # (what, method, path, body, status, field named)
+    ("malformed JSON", "POST", "/v1/completions", b'{"prompt": "a",', 400, None),
+    ("not an object", "POST", "/v1/completions", b'["a"]', 400, None),
+    ("an unknown field", "POST", "/v1/completions", dict(prompt="a", n=2), 400, "n"),
+    ("no prompt", "POST", "/v1/completions", dict(max_tokens=3), 400, "prompt"),
+    ("an empty prompt", "POST", "/v1/completions", dict(prompt=""), 400, "prompt"),
+    ("a prompt of ids", "POST", "/v1/completions", dict(prompt=[1, 2]), 400, "prompt"),
+    ("a prompt longer than the cache", "POST", "/v1/completions",
+     dict(prompt="y" * (DIMS["S"] + 1)), 400, "prompt"),
+    ("max_tokens 0", "POST", "/v1/completions", dict(prompt="a", max_tokens=0), 400, "max_tokens"),
+    ("max_tokens -3", "POST", "/v1/completions", dict(prompt="a", max_tokens=-3), 400,
+     "max_tokens"),
+    ("max_tokens beyond the cache", "POST", "/v1/completions",
+     dict(prompt="abc", max_tokens=DIMS["S"] - 1), 400, "max_tokens"),
+    ("max_tokens 2.5", "POST", "/v1/completions", dict(prompt="a", max_tokens=2.5), 400,
+     "max_tokens"),
+    ("max_tokens as a string", "POST", "/v1/completions", dict(prompt="a", max_tokens="4"), 400,
+     "max_tokens"),
+    ("temperature -1", "POST", "/v1/completions", dict(prompt="a", temperature=-1), 400,
+     "temperature"),
+    ("top_p 0", "POST", "/v1/completions", dict(prompt="a", top_p=0), 400, "top_p"),
+    ("top_k beyond the vocabulary", "POST", "/v1/completions", dict(prompt="a", top_k=129), 400,
+     "top_k"),
+    ("stream as a string", "POST", "/v1/completions", dict(prompt="a", stream="yes"), 400,
+     "stream"),
+    ("five stop strings", "POST", "/v1/completions", dict(prompt="a", stop=list("abcde")), 400,
+     "stop"),
+    ("a seed of -1", "POST", "/v1/completions", dict(prompt="a", seed=-1), 400, "seed"),
+    ("a body over 1 MiB", "POST", "/v1/completions", b"{" + b" " * (1 << 21) + b"}", 413, None),
+    ("an unknown path", "GET", "/v1/chat", None, 404, None),
+    ("GET /v1/completions", "GET", "/v1/completions", None, 405, None),
+    ("POST /health", "POST", "/health", b"{}", 405, None),
+]
+
+
+def check_bad(t, s):
+    """Each bad request's status (and named field); the server lives on."""
+    for what, method, path, body, status, field in BAD:
+        got, data = s.request(method, path, body)
+        try:
+            err = json.loads(data)["error"]
+        except (ValueError, KeyError, TypeError):
+            err = None
+        t.result(got == status and err is not None and err.get("param") == field,
+                 "%s: %d%s" % (what, status, " naming '%s'" % field if field else ""),
+                 "got %d %r" % (got, data[:300]))
+    # A client that goes away mid-stream, and one that never reads.
+    for read in (True, False):
+        body = json.dumps(dict(prompt="bye", max_tokens=30, stream=True)).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=TIMEOUT)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        if read:
+            sock.recv(64)
+        sock.close()
+    status, data = s.request("GET", "/health")
+    ok = s.complete(prompt="Hello", max_tokens=12)
+    t.result(status == 200 and json.loads(data) == {"status": "ok"} and ok[0] == 200,
+             "after them, /health answers ok and completions still work",
+             "%d %r %r" % (status, data, ok))
+
+
+def metrics(s):
+    """/metrics as {name{labels}: value}, checking every line's syntax."""
+    status, data = s.request("GET", "/metrics")
+    out = {}
+    for line in data.decode().splitlines():
+        if line.startswith("#"):
+            if not re.match(r"# (HELP|TYPE) \w+ .+$", line):
+                raise ValueError("bad comment line %r" % line)
+            continue
+        m = re.match(r'([a-zA-Z_:][\w:]*(\{\w+="[^"]*"\})?) (\S+)$', line)
+        if not m:
+            raise ValueError("bad sample line %r" % line)
+        out[m.group(1)] = float(m.group(3))
+    return status, out
+
+
+def check_metrics(t, s, before):
+    """The counters moved by what this script sent."""
+    try:
+        status, m = metrics(s)
+    except ValueError as e:
+        t.result(False, "/metrics parses as Prometheus text", str(e))
+        return
+    bad400 = sum(1 for b in BAD if b[4] == 400)
+    c = lambda code, d: d.get('einc_requests_total{code="%d"}' % code, 0)  # noqa: E731
+    hist = m.get("einc_time_to_first_token_seconds_count", 0)
+    t.result(status == 200 and c(400, m) - c(400, before) == bad400 and
+             c(404, m) - c(404, before) == 1 and c(413, m) - c(413, before) == 1 and
+             c(200, m) > c(200, before) and m.get("einc_queue_length") == 0 and
+             m.get("einc_generation_tokens_total", 0) > before.get(
+                 "einc_generation_tokens_total", 0) and hist > 0 and
+             m.get('einc_inter_token_latency_seconds_bucket{le="+Inf"}') ==
+             m.get("einc_inter_token_latency_seconds_count"),
+             "/metrics parses and counts the answers, tokens and latencies", repr(m))
+
+
+def check_queue(t, exe):
+    """--max-queue 1: a burst of long requests gets some 503s; the others
+    their text."""
+    s = Server(exe, ["--max-queue", "1"])
+    try:
+        want = text_of(s.complete(prompt="q", max_tokens=DIMS["S"])[1])
+        got = concurrently(s, [dict(prompt="q", max_tokens=DIMS["S"])] * 12)
+        codes = [g[0] for g in got]
+        t.result(503 in codes and 200 in codes and set(codes) <= {200, 503} and
+                 all(text_of(g[1]) == want for g in got if g[0] == 200),
+                 "beyond --max-queue 1: 503 (%d of 12), the others their text"
+                 % codes.count(503), repr(got))
+        status, _ = s.request("GET", "/health")
+        t.result(status == 200, "and /health answers after it")
+    finally:
+        s.kill()
+
+
+def check_greedy_only(t, a, work):
+    """Vocab-sharded logits and an argmax output: greedy completions are
+    --generate's; a sampling request is refused naming temperature."""
+    src = os.path.join(work, "serve_next.ein")
+    with open(src, "w") as f:
+        f.write(source(sharded=True))
+    exe = os.path.join(work, "serve_next")
+    p = subprocess.run([a.einc, src, "-o", exe], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        t.result(False, "einc serve_next.ein", p.stdout)
+        return
+    want = generate(exe, work, "Hello", 12)
+    s = Server(exe)
+    try:
+        status, ans = s.complete(prompt="Hello", max_tokens=12)
+        t.result(status == 200 and text_of(ans) == want,
+                 "argmax output, sharded logits: greedy = --generate's", "%d %r want %r"
+                 % (status, ans, want))
+        status, data = s.request("POST", "/v1/completions",
+                                 dict(prompt="Hello", temperature=1.0))
+        t.result(status == 400 and json.loads(data)["error"]["param"] == "temperature",
+                 "and a sampling request gets 400 naming temperature", repr(data))
+    finally:
+        s.kill()
+
+
+def check_mpi(t, a, src, work):
+    """--serve under MPI: refused before anything listens."""
+    exe = os.path.join(work, "serve_mpi")
+    p = subprocess.run([a.einc, src, "-o", exe, "--runtime=mpi"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode == 0:
+        p = subprocess.run(mpi_launch(a.mpirun, 4) + [exe, "--serve", "--random-inputs", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+    t.result(p.returncode != 0 and "threads backend only" in p.stdout and
+             "listening" not in p.stdout, "--serve on 4 MPI ranks is refused", p.stdout)
+
+
+def main():
+    a = runtime_args(__doc__)
+    t = Tally()
+    with tempfile.TemporaryDirectory() as work:
+        src = os.path.join(work, "serve.ein")
+        with open(src, "w") as f:
+            f.write(source())
+        exe = os.path.join(work, "serve")
+        p = subprocess.run([a.einc, src, "-o", exe], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        if p.returncode != 0:
+            t.result(False, "einc serve.ein", p.stdout)
+            return t.finish()
+        s = Server(exe)
+        try:
+            _, before = metrics(s)
+            check_greedy(t, s, exe, work)
+            check_defaults(t, s, exe, work)
+            check_concurrent(t, s)
+            check_sampling(t, s, exe, work)
+            check_bad(t, s)
+            check_metrics(t, s, before)
+            s.p.send_signal(signal.SIGTERM)
+            rc = s.p.wait(timeout=TIMEOUT)
+            t.result(rc == 0, "SIGTERM ends the server with status 0",
+                     "status %s: %s" % (rc, s.p.stderr.read()))
+        finally:
+            s.kill()
+        check_queue(t, exe)
+        check_greedy_only(t, a, work)
+        # Refusals before the server starts.
+        for args, msg in [(["--port", "70000"], "--port expects a count"),
+                          (["--host", "localhost"], "not an IPv4 address"),
+                          (["--generate", "3"], "--serve: not with --generate")]:
+            p = subprocess.run([exe, "--serve", "--random-inputs", "1"] + args,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=TIMEOUT)
+            t.result(p.returncode == 1 and msg in p.stdout, "--serve %s is refused" % " ".join(args),
+                     p.stdout)
+        if a.mpi:
+            check_mpi(t, a, src, work)
+    return t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
