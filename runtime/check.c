@@ -26,6 +26,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* Relative-error tolerance of --check: --check-tol, else per dtype. */
 static double check_tol(const rt_job *job, int32_t dtype)

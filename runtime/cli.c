@@ -25,6 +25,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* Appends NAME=path from `arg` to list; -1 on bad syntax. */
 static int add_pair(rt_named_path **list, int *n, char *arg, const char *flag, char *err,

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 int rt_open_input(const char *path, struct stat *st, char *err, size_t errlen)
 {

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* "input", "param" or "state": what a tensor's role is called in messages. */
 static const char *role_name(int32_t role)
