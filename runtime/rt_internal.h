@@ -439,6 +439,7 @@ void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t 
  * shape [B, rest...], mapped once per process and read by all its devices. */
 typedef struct rt_data_file {
     const char *name;            /* the input it feeds (the program's string) */
+    const char *flag;            /* the flag that named it, for messages (its dataset's) */
     const char *path;            /* the file (points into argv) */
     int32_t dtype;               /* the input's enum rt_dtype */
     rt_npy_header header;        /* its checked header */
@@ -458,11 +459,12 @@ typedef struct rt_dataset {
     int64_t batches;             /* N div B: steps per epoch (the remainder rows are unused) */
     int shuffle;                 /* 1: rows in a permutation per epoch (--seed) */
     uint64_t seed;               /* the permutation's seed */
+    const char *flag;            /* "--eval-data" for the held-out set; NULL: "--data" */
 } rt_dataset;
 
 /* Opens, checks and maps --data file `path` for input `t` (global shape
- * [B, rest...]) and appends it to ds->files.  Checks,
- * with a message naming the input and the file: the dtype, C order, the
+ * [B, rest...]) and appends it to ds->files.  Checks, with a message
+ * naming ds->flag (--data by default), the input and the file: the dtype, C order, the
  * rank and rest dims, N >= B, N equal to the other files', the size.
  * The first file sets ds->rows and ds->batch.  -1 on error. */
 int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char *err,

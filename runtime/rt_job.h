@@ -51,6 +51,10 @@ typedef struct rt_options {
     const char *resume;          /* --resume DIR, or NULL */
     int resume_mismatch_ok;      /* --resume-mismatch=ok: resume from a checkpoint whose
                                     hyperparameters differ (a warning), not refuse */
+    rt_named_path *eval_data;    /* --eval-data pairs (the held-out set), malloc'd */
+    int neval_data;              /* entries in eval_data */
+    int64_t eval_every;          /* --eval-every K; 0 if not given (evaluate after the last
+                                    step only) */
     /* Generation (generate.c; a decode program).  Strings point into argv. */
     int64_t generate;            /* --generate N: tokens per sequence; 0 if not given */
     const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
@@ -78,7 +82,7 @@ int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, 
 /* Before the run: every file the command line names to be written
  * (--output, --trace, --metrics, --generated, the files of the --save
  * checkpoint) against every other one and against every file it names to
- * be read (--input, --data, --prompt-ids, the files of the --resume
+ * be read (--input, --data, --eval-data, --prompt-ids, the files of the --resume
  * checkpoint): two outputs naming one file, or an output naming an input,
  * are refused (-1 and a message naming both flags).  --save may name the
  * --resume checkpoint: that is how a resumed run goes on saving; and
@@ -139,6 +143,11 @@ typedef struct rt_train {
     int32_t skip_output;         /* index of the output `opt.skipped` (1 when a step's
                                     gradients held NaN or Inf and it was not applied), or -1 */
     int64_t skipped;             /* root: steps of this run skipped so far */
+    rt_dataset eval;             /* the --eval-data files (eval.c), owned; no files without */
+    int32_t *eval_file;          /* per input: its index in eval.files, or -1; malloc'd, owned;
+                                    NULL without --eval-data */
+    int64_t eval_every;          /* --eval-every K: evaluate after every K-th step too; 0: after
+                                    the last step only */
 } rt_train;
 
 /* State of one job shared by the devices of a process. */
@@ -220,6 +229,24 @@ int rt_train_release(rt_train *tr, const rt_program *p, char *err, size_t errlen
 void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
 /* Root: the line after the steps: count, mean time per step, samples/s. */
 void rt_train_summary(FILE *f, const rt_job *job);
+
+/* ---- held-out evaluation (eval.c) ---- */
+
+/* From rt_train_prepare, after --data: --eval-every needs --eval-data; the
+ * program needs a loss; each --eval-data pair names an input --data feeds,
+ * once, and every such input gets one; opens and checks the files into
+ * tr->eval (as --data's: dtype, rows shaped like the input's, at least one
+ * batch, the same N in every file).  -1 and a message naming the flag. */
+int rt_eval_prepare(rt_job *job, rt_train *tr, char *err, size_t errlen);
+/* 1 if an evaluation follows step `s` (1-based): --eval-data given, not in
+ * --check's reference, and `s` is the last step or a multiple of
+ * --eval-every. */
+int rt_eval_due(const rt_train *tr, int64_t s);
+/* Every device, between steps: runs the step on copies of its params and
+ * states over every whole batch of the held-out set, in order, and drops
+ * the copies, so `in` (the training buffers) is left as it was.  Returns
+ * on device 0 the mean of the batches' losses (NaN on other devices). */
+double rt_eval_device(rt_device *dev, rt_job *job, void *const *in);
 
 /* Entry point used by main(): everything the executable does. */
 int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *launcher);
