@@ -319,7 +319,7 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --output NAME=file.npy  may also name a param or state: its final value\n"
             "  --check                 also compares every step's loss and the final params\n"
             "                          and states with the reference's, in a tolerance that\n"
-            "                          grows with the steps (x sqrt(steps); docs/runtime.md)\n"
+            "                          grows with the steps (x steps; docs/runtime.md)\n"
             "States not given by --input or --resume start at zero.\n"
             "\n"
             "Generation (a decode program: one i32 input [B] of tokens, one i32 scalar input\n"
