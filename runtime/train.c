@@ -26,6 +26,12 @@
  * it; a failure there, as anywhere in a device, ends the whole job with a
  * message (rt_fatal), never a hang.
  *
+ * With --eval-data, every device evaluates the held-out set after the
+ * steps rt_eval_due names, between the step's closing barrier and device
+ * 0's report, on copies of its params and states (eval.c), so the step
+ * line and metrics line of that step carry eval_loss and training goes on
+ * from the buffers the step left.
+ *
  * A program compiled with skip_nonfinite=true has the scalar output
  * `opt.skipped`, 1 after a step whose gradients held NaN or Inf: the step
  * kept its params and state (the compiled update selects the old values),
