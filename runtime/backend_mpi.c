@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* Codes of ordered axis sequences: sum of (axis+1) * 5^k. */
 #define NCODES 625

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* Masks of subsets of RT_MAX_AXES axes. */
 #define NMASKS (1u << RT_MAX_AXES)

@@ -7,7 +7,7 @@
  *   and for a program that trains (train.c):
  *        [--steps N] [--data NAME=file.npy ...] [--seed S] [--log-every K]
  *        [--metrics FILE.jsonl] [--save DIR [--save-every K]]
- *        [--resume DIR [--resume-mismatch=ok]]
+ *        [--resume DIR [--resume-mismatch=ok]] [--eval-data NAME=F.npy,... [--eval-every K]]
  *   and for a decode program (generate.c):
  *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--top-k K]
  *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
@@ -27,6 +27,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_job.h"
 #include "rt_serve.h"
 
 /* Appends NAME=path from `arg` to list; -1 on bad syntax. */
@@ -45,6 +46,18 @@ static int add_pair(rt_named_path **list, int *n, char *arg, const char *flag, c
     *list = l;
     (*n)++;
     return 0;
+}
+
+/* add_pair for each of the comma-separated NAME=path pairs of `arg`. */
+static int add_pairs(rt_named_path **list, int *n, char *arg, const char *flag, char *err,
+                     size_t errlen)
+{
+    for (char *next; (next = strchr(arg, ',')); arg = next + 1) {
+        *next = 0;
+        if (add_pair(list, n, arg, flag, err, errlen))
+            return -1;
+    }
+    return add_pair(list, n, arg, flag, err, errlen);
 }
 
 int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, uint64_t *v,
@@ -83,7 +96,7 @@ static int parse_count(const char *flag, const char *val, int64_t max, int64_t *
 static const char *const valued[] = {
     "--input", "--output", "--random-inputs", "--repeat", "--trace", "--bind-to", "--data",
     "--steps", "--seed", "--log-every", "--metrics", "--save", "--save-every", "--resume",
-    "--resume-mismatch",
+    "--resume-mismatch", "--eval-data", "--eval-every",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
     "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
     "--port", "--host", "--max-queue",
@@ -110,6 +123,10 @@ static int parse_training_flag(const char *flag, char *val, rt_options *o, char 
         return parse_count(flag, val, MAX_STEPS, &o->log_every, err, errlen);
     if (!strcmp(flag, "--save-every"))
         return parse_count(flag, val, MAX_STEPS, &o->save_every, err, errlen);
+    if (!strcmp(flag, "--eval-every"))
+        return parse_count(flag, val, MAX_STEPS, &o->eval_every, err, errlen);
+    if (!strcmp(flag, "--eval-data"))
+        return add_pairs(&o->eval_data, &o->neval_data, val, flag, err, errlen);
     if (!strcmp(flag, "--resume-mismatch")) {
         if (strcmp(val, "ok") && strcmp(val, "refuse"))
             return rt_errf(err, errlen, "--resume-mismatch takes ok (resume from a checkpoint "
@@ -143,7 +160,8 @@ const char *rt_training_flag(const rt_options *o)
     return o->ndata ? "--data" : o->steps ? "--steps" : o->shuffle && !o->generate && !o->serve ? "--seed"
            : o->log_every ? "--log-every" : o->metrics ? "--metrics" : o->save ? "--save"
            : o->save_every ? "--save-every" : o->resume ? "--resume"
-           : o->resume_mismatch_ok ? "--resume-mismatch" : NULL;
+           : o->resume_mismatch_ok ? "--resume-mismatch" : o->neval_data ? "--eval-data"
+           : o->eval_every ? "--eval-every" : NULL;
 }
 
 int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen)
@@ -239,6 +257,7 @@ void rt_free_options(rt_options *o)
     free(o->inputs);
     free(o->outputs);
     free(o->data);
+    free(o->eval_data);
     free(o->stop);
     memset(o, 0, sizeof *o);
 }
@@ -286,8 +305,9 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          from S and the epoch (the same for every file)\n"
             "  --log-every K           print every K-th step's line (and the last)\n"
             "  --metrics FILE.jsonl    one JSON object per step: step, loss, seconds,\n"
-            "                          samples_per_s (with --resume: keeps the lines up to\n"
-            "                          the checkpoint's step, drops the rest, appends)\n"
+            "                          samples_per_s, and eval_loss after an evaluation\n"
+            "                          (with --resume: keeps the lines up to the\n"
+            "                          checkpoint's step, drops the rest, appends)\n"
             "  --save DIR              after the last step, write DIR/data.txt (the data\n"
             "                          order), DIR/NAME.npy for every param and state, then\n"
             "                          DIR/steps.txt (the step count)\n"
@@ -297,9 +317,15 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          and the same optimizers and hyperparameters\n"
             "  --resume-mismatch=ok    resume also when DIR's hyperparameters differ from the\n"
             "                          program's (a warning names the first); default: refuse\n"
+            "  --eval-data NAME=file.npy[,NAME=file.npy...]  held-out rows for every input\n"
+            "                          --data feeds: after the last step (and every\n"
+            "                          --eval-every K steps) the mean loss over its whole\n"
+            "                          batches, params and optimizer state left unchanged\n"
+            "  --eval-every K          also evaluate after every K-th step\n"
             "  --output NAME=file.npy  may also name a param or state: its final value\n"
             "  --check                 also compares every step's loss and the final params\n"
-            "                          and states with the reference's\n"
+            "                          and states with the reference's, in a tolerance that\n"
+            "                          grows with the steps (x steps; docs/runtime.md)\n"
             "States not given by --input or --resume start at zero.\n"
             "\n"
             "Generation (a decode program: one i32 input [B] of tokens, one i32 scalar input\n"

@@ -58,9 +58,9 @@ static size_t file_elem_size(int32_t dtype)
 
 /* Checks header `h` of `path` against input `t`: rank, rest dims, at
  * least one batch of rows, then dtype, order and size through
- * rt_npy_check on `t` with N rows. */
-static int check_rows(const rt_npy_header *h, const char *path, const rt_tensor_desc *t,
-                      char *err, size_t errlen)
+ * rt_npy_check on `t` with N rows; messages start with `flag` and the input. */
+static int check_rows(const char *flag, const rt_npy_header *h, const char *path,
+                      const rt_tensor_desc *t, char *err, size_t errlen)
 {
     int same = h->rank == t->rank;
     for (int32_t d = 1; same && d < t->rank; d++)
@@ -76,14 +76,14 @@ static int check_rows(const rt_npy_header *h, const char *path, const rt_tensor_
                           (long long)t->global_shape[d]);
         if (n > 0 && (size_t)n < sizeof want)
             snprintf(want + n, sizeof want - (size_t)n, t->rank == 1 ? ",)" : ")");
-        return rt_errf(err, errlen, "--data %s: %s has shape %s, expected %s: N >= %lld rows, "
-                       "each shaped like a row %s of '%s'", t->name, path, found, want,
+        return rt_errf(err, errlen, "%s %s: %s has shape %s, expected %s: N >= %lld rows, "
+                       "each shaped like a row %s of '%s'", flag, t->name, path, found, want,
                        (long long)t->global_shape[0], row, t->name);
     }
     if (h->shape[0] < t->global_shape[0])
-        return rt_errf(err, errlen, "--data %s: %s has %lld rows, fewer than the batch of %lld "
-                       "rows a step takes (dim 0 of '%s')", t->name, path, (long long)h->shape[0],
-                       (long long)t->global_shape[0], t->name);
+        return rt_errf(err, errlen, "%s %s: %s has %lld rows, fewer than the batch of %lld "
+                       "rows a step takes (dim 0 of '%s')", flag, t->name, path,
+                       (long long)h->shape[0], (long long)t->global_shape[0], t->name);
     rt_tensor_desc all = *t;
     all.global_shape[0] = h->shape[0];
     return rt_npy_check(h, path, &all, err, errlen);
@@ -95,10 +95,10 @@ static int map_file(rt_data_file *df, size_t bytes, char *err, size_t errlen)
     char why[512];
     df->fd = rt_open_input(df->path, NULL, why, sizeof why);
     if (df->fd < 0)
-        return rt_errf(err, errlen, "--data %s: %s", df->name, why);
+        return rt_errf(err, errlen, "%s %s: %s", df->flag, df->name, why);
     void *m = mmap(NULL, bytes, PROT_READ, MAP_SHARED, df->fd, 0);
     if (m == MAP_FAILED)
-        return rt_errf(err, errlen, "--data %s: cannot map %s: %s", df->name, df->path,
+        return rt_errf(err, errlen, "%s %s: cannot map %s: %s", df->flag, df->name, df->path,
                        strerror(errno));
     df->map = m;
     df->map_bytes = bytes;
@@ -108,11 +108,12 @@ static int map_file(rt_data_file *df, size_t bytes, char *err, size_t errlen)
 int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char *err,
                 size_t errlen)
 {
+    const char *flag = ds->flag ? ds->flag : "--data";
     if (t->rank == 0)
-        return rt_errf(err, errlen, "--data %s: '%s' is a scalar; a dataset feeds the rows of "
-                       "an input's dim 0 (its batch)", t->name, t->name);
+        return rt_errf(err, errlen, "%s %s: '%s' is a scalar; a dataset feeds the rows of "
+                       "an input's dim 0 (its batch)", flag, t->name, t->name);
     if (t->global_shape[0] == 0)
-        return rt_errf(err, errlen, "--data %s: '%s' has a batch (dim 0) of 0 rows", t->name,
+        return rt_errf(err, errlen, "%s %s: '%s' has a batch (dim 0) of 0 rows", flag, t->name,
                        t->name);
     rt_data_file *files = realloc(ds->files, (size_t)(ds->nfiles + 1) * sizeof *files);
     if (!files)
@@ -121,13 +122,14 @@ int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char 
     rt_data_file *df = &files[ds->nfiles++];
     memset(df, 0, sizeof *df);
     df->name = t->name;
+    df->flag = flag;
     df->path = path;
     df->dtype = t->dtype;
     df->fd = -1;
     char why[900];
     if (rt_npy_read_header(path, &df->header, why, sizeof why))
-        return rt_errf(err, errlen, "--data %s: %s", t->name, why);
-    if (check_rows(&df->header, path, t, err, errlen))
+        return rt_errf(err, errlen, "%s %s: %s", flag, t->name, why);
+    if (check_rows(flag, &df->header, path, t, err, errlen))
         return -1;
     int64_t n = df->header.shape[0];
     if (ds->nfiles == 1) {
@@ -135,13 +137,15 @@ int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char 
         ds->batch = t->global_shape[0];
         ds->batches = n / ds->batch;
     } else if (n != ds->rows) {
-        return rt_errf(err, errlen, "--data %s: %s has %lld rows but %s has %lld; row i of every "
-                       "--data file is one sample, so the files need the same number of rows",
-                       t->name, path, (long long)n, ds->files[0].path, (long long)ds->rows);
+        return rt_errf(err, errlen, "%s %s: %s has %lld rows but %s has %lld; row i of every "
+                       "%s file is one sample, so the files need the same number of rows",
+                       flag, t->name, path, (long long)n, ds->files[0].path, (long long)ds->rows,
+                       flag);
     } else if (t->global_shape[0] != ds->batch) {
-        return rt_errf(err, errlen, "--data %s: '%s' takes batches of %lld rows but '%s' of %lld; "
-                       "inputs fed from --data must have the same dim 0", t->name, t->name,
-                       (long long)t->global_shape[0], ds->files[0].name, (long long)ds->batch);
+        return rt_errf(err, errlen, "%s %s: '%s' takes batches of %lld rows but '%s' of %lld; "
+                       "inputs fed from %s must have the same dim 0", flag, t->name, t->name,
+                       (long long)t->global_shape[0], ds->files[0].name, (long long)ds->batch,
+                       flag);
     }
     /* Checked by rt_npy_check not to overflow. */
     int64_t bytes = df->header.data_offset +
@@ -198,8 +202,8 @@ static int shrunk(const rt_data_file *df, char *err, size_t errlen)
     struct stat st = {0};
     if (fstat(df->fd, &st) == 0 && st.st_size >= (off_t)df->map_bytes)
         return 0;
-    return rt_errf(err, errlen, "--data %s: %s has shrunk to %lld bytes since it was checked "
-                   "(%lld needed); it must stay as it is while the job runs", df->name,
+    return rt_errf(err, errlen, "%s %s: %s has shrunk to %lld bytes since it was checked "
+                   "(%lld needed); it must stay as it is while the job runs", df->flag, df->name,
                    df->path, (long long)st.st_size, (long long)df->map_bytes);
 }
 

@@ -42,6 +42,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_job.h"
 #include "rt_serve.h"
 
 /* The index of the one tensor of ts[0..n) that `match` accepts, -1 if there

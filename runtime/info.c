@@ -7,6 +7,7 @@
  * then Y (X major).
  */
 #include "rt_internal.h"
+#include "rt_job.h"
 
 void rt_format_sharding(char *buf, size_t len, const rt_program *prog, const rt_tensor_desc *t)
 {

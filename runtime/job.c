@@ -25,6 +25,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_job.h"
 #include "rt_serve.h"
 
 static int64_t bytes_of(const rt_tensor_desc *t, const int64_t *shape)

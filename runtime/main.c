@@ -4,6 +4,7 @@
  * (which defines `einc_program`) needs a main.
  */
 #include "rt_internal.h"
+#include "rt_job.h"
 
 extern const rt_program einc_program;
 

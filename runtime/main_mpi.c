@@ -3,6 +3,7 @@
  * (libeinrt_mpi); one MPI rank per device.
  */
 #include "rt_internal.h"
+#include "rt_job.h"
 
 extern const rt_program einc_program;
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* Appends to err (already holding n characters) the NAME of every
  * DIR/NAME.npy, the tensors the checkpoint holds. */

@@ -1,8 +1,8 @@
 /*
  * paths.c - the files a user names on an executable's command line.
  *
- * Inputs (--input, --data, --prompt-ids, a --resume checkpoint's files and
- * records) are opened by rt_open_input alone.  It opens with O_NONBLOCK,
+ * Inputs (--input, --data, --eval-data, --prompt-ids, a --resume
+ * checkpoint's files and records) are opened by rt_open_input alone.  It opens with O_NONBLOCK,
  * so that a FIFO (named pipe) returns at once instead of blocking open()
  * until some process writes to it, which may be never; it then checks the
  * descriptor it opened (fstat: no race with a rename) and refuses anything
@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 int rt_open_input(const char *path, struct stat *st, char *err, size_t errlen)
 {
@@ -95,7 +96,7 @@ int rt_output_target(const char *path, char **target, struct stat *st, bool *exi
 typedef enum use_kind {
     USE_OUTPUT, /* written: --output, --trace, --metrics, --generated */
     USE_SAVE,   /* written: a file of the --save checkpoint */
-    USE_INPUT,  /* read: --input, --data, --prompt-ids */
+    USE_INPUT,  /* read: --input, --data, --eval-data, --prompt-ids */
     USE_RESUME, /* read: a file of the --resume checkpoint */
 } use_kind;
 
@@ -188,7 +189,7 @@ static bool clash(const path_use *a, const path_use *b)
 
 int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t errlen)
 {
-    int cap = o->noutputs + o->ninputs + o->ndata + 3 + 3 * (p->ninputs + 2) + 1;
+    int cap = o->noutputs + o->ninputs + o->ndata + o->neval_data + 3 + 3 * (p->ninputs + 2) + 1;
     path_use *uses = calloc((size_t)cap, sizeof *uses);
     if (!uses)
         return rt_errf(err, errlen, "out of memory");
@@ -214,6 +215,9 @@ int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t e
     for (int i = 0; ok && i < o->ndata; i++)
         ok = add_use(uses, &n, USE_INPUT, o->data[i].path, "--data %s=%s", o->data[i].name,
                      o->data[i].path);
+    for (int i = 0; ok && i < o->neval_data; i++)
+        ok = add_use(uses, &n, USE_INPUT, o->eval_data[i].path, "--eval-data %s=%s",
+                     o->eval_data[i].name, o->eval_data[i].path);
     if (ok && o->prompt_ids)
         ok = add_use(uses, &n, USE_INPUT, o->prompt_ids, "%s %s", "--prompt-ids", o->prompt_ids);
     if (ok && o->resume)

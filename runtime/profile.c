@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 void rt_profile_add_span(rt_device *dev, int32_t op_id, double begin, double end)
 {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 static int check_tensor(const rt_program *p, const rt_tensor_desc *t, const char *what,
                         char *err, size_t errlen)

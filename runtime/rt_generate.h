@@ -7,7 +7,7 @@
 #ifndef EINC_RT_GENERATE_H
 #define EINC_RT_GENERATE_H
 
-#include "rt_internal.h"
+#include "rt_job.h"
 
 /* How --generate chooses each token from a row of logits (sample.c's
  * essay gives the rule). */

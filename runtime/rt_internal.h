@@ -439,6 +439,7 @@ void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t 
  * shape [B, rest...], mapped once per process and read by all its devices. */
 typedef struct rt_data_file {
     const char *name;            /* the input it feeds (the program's string) */
+    const char *flag;            /* the flag that named it, for messages (its dataset's) */
     const char *path;            /* the file (points into argv) */
     int32_t dtype;               /* the input's enum rt_dtype */
     rt_npy_header header;        /* its checked header */
@@ -458,11 +459,12 @@ typedef struct rt_dataset {
     int64_t batches;             /* N div B: steps per epoch (the remainder rows are unused) */
     int shuffle;                 /* 1: rows in a permutation per epoch (--seed) */
     uint64_t seed;               /* the permutation's seed */
+    const char *flag;            /* "--eval-data" for the held-out set; NULL: "--data" */
 } rt_dataset;
 
 /* Opens, checks and maps --data file `path` for input `t` (global shape
- * [B, rest...]) and appends it to ds->files.  Checks,
- * with a message naming the input and the file: the dtype, C order, the
+ * [B, rest...]) and appends it to ds->files.  Checks, with a message
+ * naming ds->flag (--data by default), the input and the file: the dtype, C order, the
  * rank and rest dims, N >= B, N equal to the other files', the size.
  * The first file sets ds->rows and ds->batch.  -1 on error. */
 int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char *err,
@@ -560,225 +562,11 @@ int rt_checkpoint_check_hparams(const char *dir, const rt_program *p, char *why,
 int rt_checkpoint_write(const char *dir, const rt_program *p, void *const *values,
                         const char *record, int64_t steps, char *err, size_t errlen);
 
-/* ---- the executable (cli.c, job.c, info.c) ---- */
-
-/* A NAME=path pair of --input or --output. */
-typedef struct rt_named_path {
-    const char *name;            /* tensor name (points into argv) */
-    const char *path;            /* file path (points into argv) */
-} rt_named_path;
-
-/* Parsed command line. */
-typedef struct rt_options {
-    rt_named_path *inputs;       /* --input pairs, malloc'd */
-    int ninputs;                 /* entries in inputs */
-    rt_named_path *outputs;      /* --output pairs, malloc'd */
-    int noutputs;                /* entries in outputs */
-    int random_inputs;           /* 1 if --random-inputs was given */
-    uint64_t seed;               /* its seed */
-    int check;                   /* --check */
-    double check_tol;            /* --check-tol: tolerance for every dtype, 0 for the defaults */
-    int64_t repeat;              /* --repeat N (1 by default) */
-    int repeat_given;            /* 1 if --repeat was given (print the median) */
-    int info;                    /* --info */
-    int help;                    /* --help */
-    int stats;                   /* --stats */
-    int profile;                 /* --profile */
-    int bind;                    /* --bind-to: an rt_bind (RT_BIND_CORE by default) */
-    const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
-    const char *params;          /* --params DIR: every param from this checkpoint, or NULL
-                                    (points into argv) */
-    /* Training (train.c; only for a program that trains).  Strings point into argv. */
-    rt_named_path *data;         /* --data pairs, malloc'd */
-    int ndata;                   /* entries in data */
-    int64_t steps;               /* --steps N: the step count to reach; 0 if not given */
-    int shuffle;                 /* 1 if --seed was given: --data rows in a shuffled order */
-    uint64_t shuffle_seed;       /* its seed */
-    int64_t log_every;           /* --log-every K; 0 if not given (every step) */
-    const char *metrics;         /* --metrics FILE.jsonl, or NULL */
-    const char *save;            /* --save DIR, or NULL */
-    int64_t save_every;          /* --save-every K; 0 if not given (only after the last step) */
-    const char *resume;          /* --resume DIR, or NULL */
-    int resume_mismatch_ok;      /* --resume-mismatch=ok: resume from a checkpoint whose
-                                    hyperparameters differ (a warning), not refuse */
-    /* Generation (generate.c; a decode program).  Strings point into argv. */
-    int64_t generate;            /* --generate N: tokens per sequence; 0 if not given */
-    const char *prompt_ids;      /* --prompt-ids FILE.npy, or NULL */
-    double temperature;          /* --temperature T: 0 (greedy) unless given */
-    int64_t top_k;               /* --top-k K: sample among the K most likely tokens; 0 if not
-                                    given (all) */
-    double top_p;                /* --top-p P in (0, 1]: sample from the nucleus of mass P; 1
-                                    unless given */
-    int top_p_given;             /* 1 if --top-p was given (1 is a valid value) */
-    int32_t *stop;               /* --stop-token ids, malloc'd; NULL if none */
-    int nstop;                   /* entries in stop */
-    const char *generated;       /* --generated FILE.npy, or NULL */
-    int64_t prompt_cached;       /* --prompt-cached P: prompt tokens already in the states; 0 if
-                                    not given */
-    /* Serving (rt_serve.h; a decode program): --serve, --port, --host, --max-queue. */
-    int serve;                   /* --serve: answer HTTP requests instead of one run */
-    int64_t port;                /* --port P (8080 unless given; 0: any free port) */
-    int port_given;              /* 1 if --port was given (0 is a valid value) */
-    const char *host;            /* --host ADDR (IPv4), or NULL: 127.0.0.1 (points into argv) */
-    int64_t max_queue;           /* --max-queue N: requests waiting for a batch; 0: the default */
-} rt_options;
-
-/* Parses argv into `o`; on error writes a message into err and returns -1. */
-int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t errlen);
-/* Parses the value `val` of `flag` as a count in [lo, hi]: decimal digits
- * only, no sign, no space, nothing after them ("010" is ten), no overflow.
- * 0 with *v set, or -1 and "FLAG expects a count from LO to HI (decimal),
- * got 'VAL'".  Every number of the command line is read by it (cli.c). */
-int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, uint64_t *v,
-                   char *err, size_t errlen);
-/* Before the run: every file the command line names to be written
- * (--output, --trace, --metrics, --generated, the files of the --save
- * checkpoint) against every other one and against every file it names to
- * be read (--input, --data, --prompt-ids, the files of the --resume
- * checkpoint): two outputs naming one file, or an output naming an input,
- * are refused (-1 and a message naming both flags).  --save may name the
- * --resume checkpoint: that is how a resumed run goes on saving; and
- * --output NAME the file of --input NAME: a state updated in place
- * (paths.c). */
-int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t errlen);
-/* The first flag given in `o` that only a training program takes
- * ("--steps", "--data", ...), or NULL if none. */
-const char *rt_training_flag(const rt_options *o);
-/* Frees the lists of `o` (the strings belong to argv). */
-void rt_free_options(rt_options *o);
-/* Writes the usage text of --help. */
-void rt_print_help(FILE *f, const char *argv0);
-/* Writes --info: source, mesh, tensors with shardings, the IR dump. */
-void rt_print_info(FILE *f, const rt_program *prog);
-/* Formats t's sharding in book notation, e.g. "x[256_X, 512]" or with sizes. */
-void rt_format_sharding(char *buf, size_t len, const rt_program *prog, const rt_tensor_desc *t);
+/* ---- program descriptors (program.c) ---- */
 
 /* Checks the program's descriptors (ABI version, mesh, shapes); message and -1 if bad. */
 int rt_check_program(const rt_program *prog, char *err, size_t errlen);
 
-/* Process-level facts from the launcher. */
-typedef struct rt_launcher {
-    const char *name;            /* "threads" or "mpi" */
-    /* Starts the processes (MPI_Init); sets *rank, *nranks. */
-    void (*init)(int *argc, char ***argv, int *rank, int *nranks);
-    /* Runs rt_job_device on every device of this process. */
-    void (*run)(rt_job *job);
-    /* 1 if every process agrees that ok != 0 (MPI_Allreduce). */
-    int (*all_ok)(int ok);
-    /* Ends the processes with `status` (MPI_Finalize; never returns). */
-    void (*finish)(int status) RT_NORETURN_PTR;
-    /* Ends every process at once with status 1 (MPI_Abort). */
-    void (*abort)(void) RT_NORETURN_PTR;
-    /* 1 if each process is one device, so the process count must equal the mesh size. */
-    int ranks_are_devices;
-} rt_launcher;
-
-/* What a job of a training program does besides running (train.c): which
- * inputs come from --data, where params and states start, the steps, the
- * per-step report and the checkpoints.  Shared by the devices of a process;
- * the root's arrays are written by device 0 only. */
-typedef struct rt_train {
-    const rt_dataset *data;      /* the --data files (owned by rt_main, shared with --check's reference) */
-    int32_t *data_file;          /* per input: its index in data->files, or -1; malloc'd, owned */
-    char **resume_paths;         /* per input: DIR/NAME.npy of --resume, or NULL; malloc'd, owned */
-    int64_t done;                /* steps done before this run (--resume), else 0 */
-    int64_t total;               /* steps done after it: --steps, else done + 1 */
-    int reference;               /* 1 in --check's reference run: no step lines, metrics or saves */
-    int64_t log_every;           /* a step line for every K-th step and the last */
-    FILE *metrics;               /* root: the --metrics stream, or NULL; owned */
-    const char *metrics_path;    /* its name (argv), for messages */
-    const char *save_dir;        /* --save DIR (argv), or NULL */
-    int64_t save_every;          /* --save-every K, or 0: save only after the last step */
-    int keep_final;              /* 1: params and states are gathered to `final` after the last
-                                    step (--output of one, --check); --save gathers them anyway */
-    double *losses;              /* root: the loss of each step of this run (NaN without a loss
-                                    output); malloc'd, owned */
-    void **final;                /* root: per input, the global array of a param or state (the
-                                    last one gathered), else NULL; malloc'd, owned */
-    int32_t skip_output;         /* index of the output `opt.skipped` (1 when a step's
-                                    gradients held NaN or Inf and it was not applied), or -1 */
-    int64_t skipped;             /* root: steps of this run skipped so far */
-} rt_train;
-
-/* State of one job shared by the devices of a process. */
-struct rt_job {
-    const rt_program *prog;      /* program to run */
-    const rt_options *opt;       /* command line */
-    const rt_launcher *launcher; /* backend */
-    int rank;                    /* this process (0 = root) */
-    int nranks;                  /* processes */
-    const char **in_paths;       /* per input: file or NULL (random), owned */
-    char **param_paths;          /* --params: per input, the malloc'd path of a param's file in
-                                    the checkpoint (also in in_paths), else NULL; owned */
-    rt_npy_header *in_headers;   /* per input: checked header, owned */
-    void **global_out;           /* per output: global array on the root, owned */
-    void **state_out;            /* a program that does not train: per input, the root's global
-                                    array of a state named by --output (its value after the
-                                    last run), else NULL; owned */
-    double *times;               /* root: seconds of each repeat, owned */
-    int64_t *peak;               /* root: peak bytes per device, owned */
-    int64_t repeat;              /* runs of the program */
-    int64_t trace_cap;           /* --trace/--profile: spans kept per device (same on every device) */
-    int64_t *trace;              /* root, --trace/--profile: [trace_cap][3][ndevices] op id, begin ns,
-                                    end ns (-1 op id: no span), owned */
-    rt_train *train;             /* a training program's job: its steps (not owned); else NULL */
-    struct rt_generate *gen;     /* --generate: the generation loop (rt_generate.h; not
-                                    owned); else NULL */
-};
-
-/* The per-device flow: read the shards, run (repeat times, or the training
- * steps), gather the outputs and counters to the root.  Called by the
- * launcher on each device. */
-void rt_job_device(rt_device *dev, rt_job *job);
-/* Every device: run r of the program between two barriers over the mesh;
- * device 0 records its seconds in job->times[r] (on the root). */
-void rt_run_timed(rt_device *dev, rt_job *job, void *const *in, void *const *out, int64_t r);
-/* Index of the tensor named `name` in ts[0..n), or -1. */
-int32_t rt_find_tensor(const rt_tensor_desc *ts, int32_t n, const char *name);
-/* Fills a job of `p` with its per-input arrays (in_paths, in_headers);
- * repeat = o->repeat.  Ends the process when out of memory. */
-void rt_job_init(rt_job *job, const rt_program *p, const rt_options *o, const rt_launcher *l);
-/* Once job->repeat is final: `traced` jobs size the --trace/--profile
- * spans; the root (`root`) also gets its output, time, memory, trace and
- * training arrays. */
-void rt_job_alloc(rt_job *job, int root, int traced);
-/* Frees what rt_job_init and rt_job_alloc allocated (not job->train). */
-void rt_job_release(rt_job *job);
-/* Reads and checks the header of every file in job->in_paths; -1 and a message. */
-int rt_check_input_files(rt_job *job, char *err, size_t errlen);
-/* Root, --check (check.c): runs prog->reference on one device on the same
- * inputs (for a training program the same steps and batches) and prints a
- * comparison line per output (and loss, param, state); 0 if all are finite
- * and within tolerance, else -1 with messages on stderr. */
-int rt_run_check(const rt_job *job);
-/* ---- training (train.c) ---- */
-
-/* Before the run, on every process, for a program that trains: matches
- * --data names to role-INPUT tensors and opens their files into `ds`,
- * reads --resume's step count and points job->in_paths of every param and
- * state at its file, sets the steps (job->repeat = the steps of this run)
- * and, on the root, creates the --save directory and opens --metrics.
- * Sets job->train = tr.  -1 and a message on the first problem; `tr` and
- * `ds` are then still released with rt_train_release and rt_data_close. */
-int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_t errlen);
-/* Sets up `rtr` for --check's reference program `ref` from the sharded
- * job's `tr` (of `prog`): the same data, steps and start, no reports;
- * -1 and a message if a --data input differs between the programs. */
-int rt_train_for_reference(rt_train *rtr, const rt_train *tr, const rt_program *ref,
-                           const rt_program *prog, char *err, size_t errlen);
-/* Root: allocates the losses of `runs` steps and the arrays of the final
- * params and states of `p` (when kept or saved). */
-void rt_train_alloc(rt_train *tr, const rt_program *p, int64_t runs);
-/* Frees what `tr` owns and closes --metrics; 0, or -1 with a message if
- * the metrics could not be written out. */
-int rt_train_release(rt_train *tr, const rt_program *p, char *err, size_t errlen);
-/* A device's training steps: per step, its block of each --data batch,
- * `run` between two barriers over the mesh, and on device 0 the step's
- * time and loss (and the step line and metrics); --save's checkpoints;
- * at the end the final params and states gathered to the root. */
-void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
-/* Root: the line after the steps: count, mean time per step, samples/s. */
-void rt_train_summary(FILE *f, const rt_job *job);
 /* ---- measured vs predicted, traces (profile.c, trace.c) ---- */
 
 /* Appends a span to dev's profile (drops it past RT_MAX_SPANS). */
@@ -804,12 +592,6 @@ void rt_trace_collect(rt_device *dev, rt_job *job);
  * atomically (temp file in the same directory, fsync, rename).  -1 and a
  * message in err on failure. */
 int rt_trace_write(const rt_job *job, const char *path, char *err, size_t errlen);
-
-/* Entry point used by main(): everything the executable does. */
-int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *launcher);
-
-extern const rt_launcher rt_threads_launcher;
-extern const rt_launcher rt_mpi_launcher;
 
 /* Seconds from a monotonic clock. */
 double rt_now(void);

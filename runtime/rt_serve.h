@@ -19,6 +19,7 @@
 
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* ---- tokenizer.c ---- */
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* Most spans per device a trace file holds (the first ones). */
 #define RT_MAX_TRACE_SPANS (1 << 16)

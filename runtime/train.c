@@ -26,6 +26,12 @@
  * it; a failure there, as anywhere in a device, ends the whole job with a
  * message (rt_fatal), never a hang.
  *
+ * With --eval-data, every device evaluates the held-out set after the
+ * steps rt_eval_due names, between the step's closing barrier and device
+ * 0's report, on copies of its params and states (eval.c), so the step
+ * line and metrics line of that step carry eval_loss and training goes on
+ * from the buffers the step left.
+ *
  * A program compiled with skip_nonfinite=true has the scalar output
  * `opt.skipped`, 1 after a step whose gradients held NaN or Inf: the step
  * kept its params and state (the compiled update selects the old values),
@@ -40,6 +46,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_job.h"
 
 /* "input", "param" or "state": what a tensor's role is called in messages. */
 static const char *role_name(int32_t role)
@@ -245,7 +252,7 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
     if (o->shuffle && !o->ndata)
         return rt_errf(err, errlen, "--seed shuffles the rows of --data files, and no --data is "
                        "given (--random-inputs SEED draws random values)");
-    if (resolve_data(job, tr, ds, err, errlen))
+    if (resolve_data(job, tr, ds, err, errlen) || rt_eval_prepare(job, tr, err, errlen))
         return -1;
     if (o->resume && resolve_resume(job, tr, err, errlen))
         return -1;
@@ -338,6 +345,8 @@ int rt_train_release(rt_train *tr, const rt_program *p, char *err, size_t errlen
     free(tr->resume_paths);
     free(tr->final);
     free(tr->data_file);
+    free(tr->eval_file);
+    rt_data_close(&tr->eval);
     free(tr->losses);
     memset(tr, 0, sizeof *tr);
     return rc;
@@ -386,19 +395,25 @@ static void json_number(FILE *f, const char *fmt, double v)
         fputs("null", f);
 }
 
-/* Device 0 after step `s`: the step line (every log_every-th step and the
- * last) and the metrics line. */
+/* Device 0 after step `s`: the step line (every log_every-th step, the
+ * last and one followed by an evaluation) and the metrics line;
+ * `eval_loss` is the held-out loss after the step, NaN when none was
+ * evaluated. */
 static void report_step(rt_device *dev, const rt_job *job, int64_t s, double secs, double loss,
-                        int skipped)
+                        int skipped, double eval_loss)
 {
     const rt_program *p = job->prog;
     const rt_train *tr = job->train;
     int has_loss = p->loss_output >= 0;
-    if (s == tr->total || s % tr->log_every == 0) {
+    int evaluated = rt_eval_due(tr, s);
+    if (s == tr->total || s % tr->log_every == 0 || evaluated) {
         printf("step %lld/%lld", (long long)s, (long long)tr->total);
         if (has_loss)
             printf("  loss %.6g", loss);
-        printf("  %.3f ms\n", 1e3 * secs);
+        printf("  %.3f ms", 1e3 * secs);
+        if (evaluated)
+            printf("  eval_loss=%.6g", eval_loss);
+        putchar('\n');
         /* Live progress, also when stdout is a pipe or a file. */
         fflush(stdout);
     }
@@ -412,6 +427,10 @@ static void report_step(rt_device *dev, const rt_job *job, int64_t s, double sec
     json_number(tr->metrics, "%.9g", tr->data->nfiles ? (double)tr->data->batch / secs : NAN);
     if (tr->skip_output >= 0)
         fprintf(tr->metrics, ", \"skipped\": %s", skipped ? "true" : "false");
+    if (evaluated) {
+        fputs(", \"eval_loss\": ", tr->metrics);
+        json_number(tr->metrics, loss_fmt, eval_loss);
+    }
     fputs("}\n", tr->metrics);
     if (fflush(tr->metrics) != 0 || ferror(tr->metrics))
         rt_fatal(dev, "--metrics %s: cannot write it: %s", tr->metrics_path, strerror(errno));
@@ -433,8 +452,9 @@ void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *
                 rt_data_fill(dev, tr->data, tr->data_file[k], &p->inputs[k], s - 1, in[k]);
         p->run(dev, in, out);
         dev->ops->barrier(dev, all);
+        double secs = rt_now() - t0; /* the step's alone: the evaluation is not timed */
+        double eval_loss = rt_eval_due(tr, s) ? rt_eval_device(dev, job, in) : NAN;
         if (dev->id == 0) {
-            double secs = rt_now() - t0;
             double loss = p->loss_output >= 0
                               ? rt_element(p->outputs[p->loss_output].dtype, out[p->loss_output], 0)
                               : NAN;
@@ -448,7 +468,7 @@ void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *
                         "skipped (params and optimizer state unchanged)\n", (long long)s);
             }
             if (!tr->reference)
-                report_step(dev, job, s, secs, loss, skipped);
+                report_step(dev, job, s, secs, loss, skipped, eval_loss);
         }
         if (tr->save_dir && (s == tr->total || (tr->save_every && s % tr->save_every == 0)))
             save(dev, job, in, s, all);
