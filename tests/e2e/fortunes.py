@@ -8,15 +8,21 @@
    against the unsharded reference, loss curve, params and AdamW state.
 3. 40 steps lower the loss by more than 0.5 nats per character, and the
    checkpoint they save gives sample.py a held-out loss and a sample.
+4. examples/fortunes_serve.ein, the decode program, reads that checkpoint
+   (--params) and continues a prompt greedily as NumPy's forward pass does,
+   with --generate and over HTTP (--serve, a POST /v1/completions).
 
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: fortunes.py --einc PATH --examples DIR
 """
 import argparse
+import http.client
 import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,9 +104,74 @@ def main():
         p = run(["/usr/bin/python3", os.path.join(scripts, "sample.py"), ck, work, "--chars", "40"])
         check(p.returncode == 0 and "held-out loss" in p.stdout,
               "sample.py: %s" % (p.stdout + p.stderr).strip().replace("\n", " | ")[:300])
+        serve_checks(a, work, ck, sample, run, check)
     failed = results.count(False)
     print("%d passed, %d failed" % (len(results) - failed, failed))
     return 1 if failed else 0
+
+
+def serve_checks(a, work, ck, sample, run, check):
+    """Step 4: the checkpoint served by the decode program, greedy, against
+    NumPy's continuation of the same prompt (sample.py's forward pass)."""
+    exe = os.path.join(work, "fortunes_serve")
+    p = run([a.einc, os.path.join(a.examples, "fortunes_serve.ein"), "-o", exe])
+    check(p.returncode == 0, "compile fortunes_serve.ein: %s" % p.stderr.strip()[-500:])
+    if p.returncode != 0:
+        return
+    # 40 steps of training give a model that continues with spaces: the
+    # checkpoint's params are redrawn (weights N(0, 0.2), gains 1, seeded)
+    # so that the greedy text varies and a wrong logit shows.
+    rng = np.random.default_rng(5)
+    rand = os.path.join(work, "ck_random")
+    shutil.copytree(ck, rand)
+    params = {}
+    for f in sorted(os.listdir(ck)):
+        if f.endswith(".npy") and "." not in f[:-4]:
+            w = np.load(os.path.join(ck, f))
+            w = np.ones_like(w) if w.ndim == 1 else rng.normal(0, 0.2, w.shape).astype(w.dtype)
+            np.save(os.path.join(rand, f), w)
+            params[f[:-4]] = w.astype(np.float64)
+    ck = rand
+    prompt, n = "The ", 40
+    text = [ord(c) for c in prompt]
+    for _ in range(n):
+        text.append(int(np.argmax(sample.logits(params, np.array([text]))[0, -1])))
+    want = "".join(chr(c) for c in text[len(prompt):])
+
+    ids = os.path.join(work, "prompt.npy")
+    np.save(ids, np.array([[ord(c) for c in prompt]] * 4, dtype=np.int32))
+    p = run([exe, "--params", ck, "--prompt-ids", ids, "--generate", str(n)])
+    m = re.search(r"^tokens 0:(.*)$", p.stdout, re.M)
+    got = "".join(chr(int(t)) for t in m.group(1).split()) if m else None
+    check(len(set(want)) > 5, "NumPy's greedy text varies: %r" % want)
+    check(p.returncode == 0 and got == want, "--generate %d from the checkpoint: %r, NumPy %r"
+          % (n, got, want))
+
+    srv = subprocess.Popen([exe, "--serve", "--port", "0", "--params", ck], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stdout.readline().strip()
+        port = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line)
+        check(port, "--serve: %r" % line)
+        if not port:
+            return
+        c = http.client.HTTPConnection("127.0.0.1", int(port.group(1)), timeout=120)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": n}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        got = body["choices"][0]["text"] if r.status == 200 else body
+        check(r.status == 200 and got == want, "POST /v1/completions: %r" % (got,))
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+        srv.stdout.close()
+        srv.stderr.close()
 
 
 if __name__ == "__main__":
