@@ -67,85 +67,130 @@ static ssize_t pread_full(int fd, void *buf, size_t n, off_t off)
     return (ssize_t)got;
 }
 
-/* Finds 'key' in the header dict and returns a pointer just after its ':'. */
-static const char *dict_value(const char *hdr, const char *key)
+/* A cursor over the header dict's text. */
+typedef struct dict_scan {
+    const char *p;
+} dict_scan;
+
+static void skip_space(dict_scan *d)
 {
-    char pat[32];
-    for (int q = 0; q < 2; q++) {
-        snprintf(pat, sizeof pat, q ? "\"%s\"" : "'%s'", key);
-        const char *p = strstr(hdr, pat);
-        if (p) {
-            p += strlen(pat);
-            while (*p == ' ')
-                p++;
-            if (*p != ':')
-                return NULL;
-            p++;
-            while (*p == ' ')
-                p++;
-            return p;
-        }
-    }
-    return NULL;
+    while (*d->p == ' ' || *d->p == '\t')
+        d->p++;
 }
 
-/* Parses the header dict text into h; -1 with a message if malformed. */
-static int parse_dict(const char *hdr, const char *path, rt_npy_header *h, char *err,
-                      size_t errlen)
+/* Whether the next character (after spaces) is c; consumes it if so. */
+static int take(dict_scan *d, char c)
 {
-    const char *v = dict_value(hdr, "descr");
-    if (!v || (*v != '\'' && *v != '"'))
-        return rt_errf(err, errlen, "%s: .npy header has no 'descr'", path);
-    char quote = *v++;
-    size_t n = 0;
-    while (v[n] && v[n] != quote && n + 1 < sizeof h->descr)
-        n++;
-    if (v[n] != quote)
-        return rt_errf(err, errlen, "%s: .npy header has a malformed 'descr'", path);
-    memcpy(h->descr, v, n);
-    h->descr[n] = 0;
+    skip_space(d);
+    if (*d->p != c)
+        return 0;
+    d->p++;
+    return 1;
+}
 
-    v = dict_value(hdr, "fortran_order");
-    if (!v)
-        return rt_errf(err, errlen, "%s: .npy header has no 'fortran_order'", path);
-    if (strncmp(v, "True", 4) == 0)
-        h->fortran_order = 1;
-    else if (strncmp(v, "False", 5) == 0)
-        h->fortran_order = 0;
-    else
-        return rt_errf(err, errlen, "%s: .npy header has a malformed 'fortran_order'", path);
+/* A quoted string ('...' or "...", no escapes: NumPy writes none) into
+ * buf[0..n-1]; 0, or -1 if malformed or too long. */
+static int take_string(dict_scan *d, char *buf, size_t n)
+{
+    skip_space(d);
+    char quote = *d->p;
+    if (quote != '\'' && quote != '"')
+        return -1;
+    const char *s = ++d->p;
+    while (*d->p && *d->p != quote && *d->p != '\\')
+        d->p++;
+    size_t len = (size_t)(d->p - s);
+    if (*d->p != quote || len + 1 > n)
+        return -1;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    d->p++;
+    return 0;
+}
 
-    v = dict_value(hdr, "shape");
-    if (!v || *v != '(')
+/* The 'shape' tuple: (), (n,), (n, m), ... with an optional trailing
+ * comma; -1 with a message if malformed. */
+static int take_shape(dict_scan *d, const char *path, rt_npy_header *h, char *err, size_t errlen)
+{
+    if (!take(d, '('))
         return rt_errf(err, errlen, "%s: .npy header has no 'shape' tuple", path);
-    v++;
     h->rank = 0;
-    for (;;) {
-        while (*v == ' ')
-            v++;
-        if (*v == ')')
-            break;
+    while (!take(d, ')')) {
+        skip_space(d);
         char *end;
         errno = 0;
-        long long x = strtoll(v, &end, 10);
-        if (end == v || errno || x < 0)
+        long long x = *d->p >= '0' && *d->p <= '9' ? strtoll(d->p, &end, 10) : -1;
+        if (x < 0 || errno)
             return rt_errf(err, errlen, "%s: .npy header has a malformed 'shape'", path);
         if (h->rank == RT_MAX_RANK)
             return rt_errf(err, errlen, "%s: .npy array has more than %d dims", path, RT_MAX_RANK);
         h->shape[h->rank++] = x;
         int64_t elems = 1;
-        for (int32_t d = 0; d < h->rank; d++)
-            if (!size_mul(elems, h->shape[d], &elems))
+        for (int32_t k = 0; k < h->rank; k++)
+            if (!size_mul(elems, h->shape[k], &elems))
                 return rt_errf(err, errlen, "%s: .npy header has a 'shape' whose number of "
                                "elements does not fit in 64 bits", path);
-        v = end;
-        while (*v == ' ')
-            v++;
-        if (*v == ',')
-            v++;
-        else if (*v != ')')
+        d->p = end;
+        /* One element without a comma, (n), is an int in Python, not a tuple. */
+        if (!take(d, ',') && (h->rank == 1 || !take(d, ')')))
             return rt_errf(err, errlen, "%s: .npy header has a malformed 'shape'", path);
+        if (d->p[-1] == ')')
+            break;
     }
+    return 0;
+}
+
+/*
+ * Parses the header dict text into h; -1 with a message if malformed.
+ * The dict is a Python literal that NumPy reads with ast.literal_eval and
+ * then requires to hold exactly the keys descr, fortran_order and shape
+ * (numpy.lib.format): '{', key: value pairs separated by commas with an
+ * optional trailing one, '}', spaces to the end.  A key given twice is
+ * refused: Python would keep its last value, and a reader that stops at
+ * the first would read another array than NumPy does.
+ */
+static int parse_dict(const char *hdr, const char *path, rt_npy_header *h, char *err,
+                      size_t errlen)
+{
+    static const char *const keys[] = {"descr", "fortran_order", "shape"};
+    int seen[3] = {0, 0, 0};
+    dict_scan d = {hdr};
+    if (!take(&d, '{'))
+        return rt_errf(err, errlen, "%s: .npy header is not a dict", path);
+    while (!take(&d, '}')) {
+        char key[32];
+        if (take_string(&d, key, sizeof key) != 0 || !take(&d, ':'))
+            return rt_errf(err, errlen, "%s: .npy header dict is malformed", path);
+        int k = 0;
+        while (k < 3 && strcmp(key, keys[k]) != 0)
+            k++;
+        if (k == 3)
+            return rt_errf(err, errlen, "%s: .npy header has the key '%s'; NumPy allows only 'descr', "
+                           "'fortran_order' and 'shape'", path, key);
+        if (seen[k]++)
+            return rt_errf(err, errlen, "%s: .npy header gives '%s' twice", path, key);
+        if (k == 0 && take_string(&d, h->descr, sizeof h->descr) != 0)
+            return rt_errf(err, errlen, "%s: .npy header has a malformed 'descr'", path);
+        if (k == 1) {
+            skip_space(&d);
+            if (strncmp(d.p, "True", 4) == 0 || strncmp(d.p, "False", 5) == 0) {
+                h->fortran_order = d.p[0] == 'T';
+                d.p += h->fortran_order ? 4 : 5;
+            } else {
+                return rt_errf(err, errlen, "%s: .npy header has a malformed 'fortran_order'", path);
+            }
+        }
+        if (k == 2 && take_shape(&d, path, h, err, errlen) != 0)
+            return -1;
+        if (!take(&d, ',') && !(skip_space(&d), *d.p == '}'))
+            return rt_errf(err, errlen, "%s: .npy header dict is malformed", path);
+    }
+    skip_space(&d);
+    if (*d.p && *d.p != '\n')
+        return rt_errf(err, errlen, "%s: .npy header has text after its dict", path);
+    for (int k = 0; k < 3; k++)
+        if (!seen[k])
+            return rt_errf(err, errlen, "%s: .npy header has no '%s'", path, keys[k]);
     return 0;
 }
 

@@ -197,6 +197,22 @@ static void test_bad_files(void)
     write_raw(path, 1, "\x93NUMPY", "{'descr': '<f4', 'fortran_order': False, 'shape': (6, x), }",
               240 * 4);
     expect_bad(path, "malformed 'shape'");
+    /* As numpy.lib.format reads the dict (ast.literal_eval, then exactly
+     * three keys): a key given twice (Python keeps the last: NumPy would
+     * read (2, 120) where a first-match reader reads (6, 4, 10)), an extra
+     * key, a shape that is an int, not a tuple. */
+    write_raw(path, 1, "\x93NUMPY",
+              "{'descr': '<f4', 'fortran_order': False, 'shape': (6, 4, 10), 'shape': (2, 120), }", 240 * 4);
+    expect_bad(path, "gives 'shape' twice");
+    write_raw(path, 1, "\x93NUMPY",
+              "{'descr': '<f4', 'fortran_order': False, 'shape': (6, 4, 10), 'order': 'C', }", 240 * 4);
+    expect_bad(path, "has the key 'order'");
+    write_raw(path, 1, "\x93NUMPY", "{'descr': '<f4', 'fortran_order': False, 'shape': (240), }", 240 * 4);
+    expect_bad(path, "malformed 'shape'");
+    write_raw(path, 1, "\x93NUMPY", "{'descr': '<f4', 'shape': (6, 4, 10), }", 240 * 4);
+    expect_bad(path, "has no 'fortran_order'");
+    write_raw(path, 1, "\x93NUMPY", "{'descr': '<f4', 'fortran_order': False, 'shape': (6, 4, 10) } x", 240 * 4);
+    expect_bad(path, "text after its dict");
     /* A header cut short. */
     FILE *f = fopen(path, "wb");
     fwrite("\x93NUMPY\x01\x00\x76\x00{'descr'", 1, 18, f);
