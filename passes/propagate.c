@@ -266,7 +266,8 @@ static bool type_classes(prop *p)
         cap *= 2;
     int *slot = malloc(cap * sizeof *slot);
     p->tclass = malloc(((size_t)m->nvalues + 1) * sizeof *p->tclass);
-    if (!slot || !p->tclass) {
+    p->over_budget = calloc((size_t)m->nvalues + 1, sizeof *p->over_budget);
+    if (!slot || !p->tclass || !p->over_budget) {
         free(slot);
         return false;
     }
@@ -692,6 +693,12 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
         for (int k = 0; k < p.nops; k++)
             log_layout(&p, k);
     }
+    if (p.bounded)
+        diag_warning(ctx->diag, DIAG_NOLOC,
+                     "propagate: %d resharding cost(s) came from a direct route (AllReduce, AllGather, "
+                     "Slice) because the search over a value's shardings exceeded its budget of %d "
+                     "edges; the plan may not be the cheapest (docs/propagation.md, \"Planner time\")",
+                     p.bounded, PASS_RESHARD_EDGE_BUDGET);
     pass_prop_loop_stacks(&p);
     errors = materialise(&p);
     if (!errors)
@@ -705,6 +712,7 @@ out:
     free(p.uses);
     free(p.loop_use);
     free(p.tclass);
+    free(p.over_budget);
     free(p.cache);
     free(p.mades);
     return errors;

@@ -81,10 +81,20 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
     t.sh = *from;
     pass_reshard_plan plan;
     cost c = COST_INF;
-    if (pass_reshard_find_timed(p->m, p->hw, &t, to, &plan)) {
+    /* A class whose state space one search could not cover will not be
+     * covered by the next: the planner's time stays bounded (reshard.h). */
+    bool *over = p->over_budget && vid >= 0 && vid <= p->nvalues ? &p->over_budget[vid] : NULL;
+    bool found = over && *over ? pass_reshard_find_direct(p->m, p->hw, &t, to, &plan)
+                               : pass_reshard_find_timed(p->m, p->hw, &t, to, &plan);
+    if (found) {
         c.time = plan.time;
         c.bytes = plan.bytes;
         c.nops = plan.nsteps;
+        if (plan.bounded) {
+            p->bounded++;
+            if (over)
+                *over = true;
+        }
     }
     if (p->cache_cap && p->cache_n * 2 < p->cache_cap) {
         cache_ent e = {true, vid, kf, kt, c};

@@ -128,6 +128,10 @@ typedef struct prop {
     int *def;            /* by value id: index of defining op info, or -1 */
     int *use_start;      /* by value id: first entry in `uses` (CSR) */
     use *uses;           /* uses grouped by value */
+    bool *over_budget;   /* by type class: a reshard search of the class ran over
+                            PASS_RESHARD_EDGE_BUDGET, so its others take the direct route */
+    int bounded;         /* reshard costs taken from the direct route (docs/propagation.md,
+                            "Planner time") */
     cache_ent *cache;    /* reshard cost memo (open addressing) */
     size_t cache_cap;    /* power of two */
     size_t cache_n;      /* occupied slots */

@@ -119,6 +119,7 @@ typedef struct search {
     int *heap;            /* state indices ordered by better(); may hold stale repeats */
     int nheap, hcap;      /* entries in heap and its capacity */
     bool oom;             /* an allocation failed */
+    long edges;           /* edges relaxed so far */
 } search;
 
 double pass_reshard_bytes(ir_op_kind kind, double in_bytes, double out_bytes, int64_t group)
@@ -317,6 +318,8 @@ double pass_reshard_step_time(const ir_module *m, const cost_hw *hw, const ir_ty
 /* Relaxes the edge `step` (bytes set, time not yet) from state `from`. */
 static void relax(search *s, int from, pass_reshard_step *step)
 {
+    if (++s->edges > PASS_RESHARD_EDGE_BUDGET)
+        return; /* the search is over its budget: find() takes the direct route */
     const state *f = &s->st[from];
     uint32_t key = pass_reshard_key(&step->to, s->t->rank, s->m->mesh.naxes);
     route c = f->c;
@@ -430,6 +433,8 @@ static pass_reshard_step make_step(const search *s, ir_op_kind kind, const ir_sh
 static void each_append(search *s, int from, ir_op_kind kind, ir_axes set, const ir_sharding *to,
                         int8_t *axes, int8_t *dims, int n)
 {
+    if (s->edges > PASS_RESHARD_EDGE_BUDGET)
+        return;
     if (n > 0) {
         bool ok = true;
         for (int k = 0; k < n; k++) /* each dim once: dims[] is sorted */
@@ -485,6 +490,8 @@ static int take_tails(const ir_sharding *cur, int rank, const int *take, ir_shar
  */
 static void each_take(search *s, int from, int d, int *take, int *dest, int ndims, int mode)
 {
+    if (s->edges > PASS_RESHARD_EDGE_BUDGET)
+        return; /* over budget: the enumeration stops too */
     const int rank = s->t->rank;
     const ir_sharding *cur = &s->cur;
     if (d >= rank || d >= IR_MAX_RANK) { /* rank <= IR_MAX_RANK; the bound tells the compiler */
@@ -580,25 +587,76 @@ static ir_sharding canonical(const ir_sharding *in, int rank)
     return s;
 }
 
-/* The search behind the pass_reshard_find* entry points. */
-static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_type *t,
-                 const ir_sharding *to, pass_reshard_plan *plan)
+/* Appends to plan the step of `kind` over axes[0..n) from the search's
+ * current sharding s->cur to `to`, and makes `to` current. */
+static void direct_step(search *s, pass_reshard_plan *plan, ir_op_kind kind, const ir_sharding *to,
+                        const int8_t *axes, const int8_t *dims, int n)
 {
-    memset(plan, 0, sizeof *plan);
-    plan->bytes = INFINITY;
-    plan->time = INFINITY;
-    search s;
-    memset(&s, 0, sizeof s);
-    s.m = m;
-    s.hw = hw;
-    s.t = t;
-    s.per_axis = per_axis;
-    s.span = ir_sharding_used_axes(&t->sh, t->rank) | t->sh.unreduced | ir_sharding_used_axes(to, t->rank);
-    stack_op(&s.op, &s.in, &s.out);
-    uint32_t goal = pass_reshard_key(to, t->rank, m->mesh.naxes);
-    bool found = false;
-    /* Unreachable without a search: no edge creates partial sums, no state
-     * has a dim that does not divide or an axis used twice. */
+    s->local = local_bytes(s, &s->cur);
+    pass_reshard_step st = make_step(s, kind, to, axes, dims, NULL, n);
+    st.time = s->hw ? estimate(s->m, s->hw, &s->op, &s->in, &s->out, s->t, &s->cur, &st) : 0.0;
+    plan->steps[plan->nsteps++] = st;
+    plan->bytes += st.bytes;
+    plan->time += st.time;
+    s->cur = st.to;
+}
+
+/* A route that needs no search, for values whose state space is too large
+ * to explore: AllReduce the partial sums the target does not keep, gather
+ * every dim whose axes differ from the target's (one AllGather per dim),
+ * then slice each such dim to the target's axes.  It is valid whenever the
+ * target is (find checked that), at most 1 + 2 * IR_MAX_AXES steps, and
+ * moves at most an AllReduce and a whole gather of the value. */
+static void direct_route(search *s, const ir_sharding *goal, pass_reshard_plan *plan)
+{
+    const int rank = s->t->rank;
+    int8_t axes[IR_MAX_AXES], dims[IR_MAX_AXES];
+    s->cur = canonical(&s->t->sh, rank);
+    ir_axes drop = s->cur.unreduced & ~goal->unreduced;
+    if (drop) {
+        int n = 0;
+        for (int a = 0; a < s->m->mesh.naxes; a++)
+            if (drop & (1u << a))
+                axes[n++] = (int8_t)a;
+        ir_sharding to = s->cur;
+        to.unreduced &= ~drop;
+        if (!to.unreduced)
+            to.red = IR_RED_SUM;
+        direct_step(s, plan, IR_OP_ALLREDUCE, &to, axes, NULL, n);
+    }
+    bool differs[IR_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        differs[d] = s->cur.naxes[d] != goal->naxes[d] ||
+                     memcmp(s->cur.axes[d], goal->axes[d], goal->naxes[d]) != 0;
+        if (!differs[d] || s->cur.naxes[d] == 0)
+            continue;
+        int n = s->cur.naxes[d];
+        for (int k = 0; k < n; k++) {
+            axes[k] = s->cur.axes[d][k];
+            dims[k] = (int8_t)d;
+        }
+        ir_sharding to = s->cur;
+        to.naxes[d] = 0;
+        direct_step(s, plan, IR_OP_ALLGATHER, &to, axes, dims, n);
+    }
+    for (int d = 0; d < rank; d++) {
+        if (!differs[d] || goal->naxes[d] == 0)
+            continue;
+        ir_sharding to = s->cur;
+        for (int k = 0; k < goal->naxes[d]; k++) {
+            axes[k] = goal->axes[d][k];
+            dims[k] = (int8_t)d;
+            ir_sharding_push(&to, d, goal->axes[d][k]);
+        }
+        direct_step(s, plan, IR_OP_SLICE, &to, axes, dims, goal->naxes[d]);
+    }
+}
+
+/* Whether `to` is reachable from t's sharding at all, which needs no
+ * search: no edge creates partial sums, and no state has a dim that does
+ * not divide or an axis used twice. */
+static bool reachable(const ir_module *m, const ir_type *t, const ir_sharding *to)
+{
     if (to->unreduced & ~t->sh.unreduced)
         return false;
     ir_axes seen = to->unreduced;
@@ -613,6 +671,30 @@ static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_
         if (parts < 1 || m->dims[t->dims[d]].size % parts != 0)
             return false;
     }
+    return true;
+}
+
+/* The search behind the pass_reshard_find* entry points: Dijkstra over the
+ * states, stopped after PASS_RESHARD_EDGE_BUDGET edges (then *over is set
+ * and nothing is found). */
+static bool search_route(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_type *t,
+                         const ir_sharding *to, pass_reshard_plan *plan, bool *over)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->bytes = INFINITY;
+    plan->time = INFINITY;
+    search s;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.hw = hw;
+    s.t = t;
+    s.per_axis = per_axis;
+    s.span = ir_sharding_used_axes(&t->sh, t->rank) | t->sh.unreduced | ir_sharding_used_axes(to, t->rank);
+    stack_op(&s.op, &s.in, &s.out);
+    uint32_t goal = pass_reshard_key(to, t->rank, m->mesh.naxes);
+    bool found = false;
+    if (!reachable(m, t, to))
+        return false;
     if (!grow(&s))
         goto out;
     memset(&s.st[0], 0, sizeof s.st[0]);
@@ -623,6 +705,10 @@ static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_
     s.table[hash32(s.st[0].key) & s.tmask] = 1;
     heap_push(&s, 0);
     while (s.nheap > 0 && !s.oom) {
+        if (s.edges > PASS_RESHARD_EDGE_BUDGET) {
+            *over = true;
+            break;
+        }
         int cur = heap_pop(&s);
         if (s.st[cur].done)
             continue;
@@ -648,6 +734,36 @@ out:
     free(s.table);
     free(s.heap);
     return found;
+}
+
+/* search_route, and when it runs over its budget direct_route:
+ * plan->bounded says the route may not be the cheapest. */
+static bool find(const ir_module *m, const cost_hw *hw, bool per_axis, const ir_type *t,
+                 const ir_sharding *to, pass_reshard_plan *plan)
+{
+    bool over = false;
+    bool found = search_route(m, hw, per_axis, t, to, plan, &over);
+    if (!over)
+        return found; /* found, or unreachable by any route */
+    /* The target is valid: search_route checked it before searching. */
+    return pass_reshard_find_direct(m, hw, t, to, plan);
+}
+
+bool pass_reshard_find_direct(const ir_module *m, const cost_hw *hw, const ir_type *t, const ir_sharding *to,
+                              pass_reshard_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    if (!reachable(m, t, to))
+        return false;
+    search s;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.hw = hw;
+    s.t = t;
+    stack_op(&s.op, &s.in, &s.out);
+    direct_route(&s, to, plan);
+    plan->bounded = true;
+    return true;
 }
 
 bool pass_reshard_find(const ir_module *m, const ir_type *t, const ir_sharding *to, pass_reshard_plan *plan)

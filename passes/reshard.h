@@ -26,6 +26,14 @@ struct cost_hw;
 /* Longest plan the planner returns (a plan never needs more than a few
  * steps per mesh axis). */
 #define PASS_RESHARD_MAX_STEPS 16
+/* Edges one resharding search may relax before it gives up for a route
+ * that needs no search (reshard.c, find).  The states of a value grow with
+ * its rank and the mesh's axes, the edges per state exponentially with the
+ * rank (every dim may give up axes in one step): a rank-8 value on 4 axes
+ * has about 3,400 states and 590,000 edges, and the planner searches
+ * thousands of pairs.  Every program under examples/ and tests/ stays
+ * below 1,000 edges per search; the budget is 4 times that. */
+#define PASS_RESHARD_EDGE_BUDGET 4000
 
 /* One op of a plan. */
 typedef struct pass_reshard_step {
@@ -42,6 +50,8 @@ typedef struct pass_reshard_plan {
     pass_reshard_step steps[PASS_RESHARD_MAX_STEPS]; /* steps[0] runs first */
     double bytes;                                 /* sum of steps[].bytes, per device */
     double time;                                  /* sum of steps[].time, seconds (0 without a profile) */
+    bool bounded;                                 /* the search ran over PASS_RESHARD_EDGE_BUDGET: a
+                                                     cheaper search's route, maybe not the cheapest */
 } pass_reshard_plan;
 
 /* Per-device bytes moved by one collective over a group of G devices, from
@@ -88,6 +98,14 @@ bool pass_reshard_find_timed(const ir_module *m, const struct cost_hw *hw, const
  * reasons propagate writes. */
 bool pass_reshard_find_one_dim(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
                                const ir_sharding *to, pass_reshard_plan *plan);
+
+/* The route the searches above fall back to when they run over
+ * PASS_RESHARD_EDGE_BUDGET, found without searching: AllReduce the partial
+ * sums `to` does not keep, AllGather every dim whose axes differ from
+ * `to`'s, Slice those dims to `to`'s axes.  plan->bounded is set.  False
+ * when `to` is unreachable (as pass_reshard_find). */
+bool pass_reshard_find_direct(const ir_module *m, const struct cost_hw *hw, const ir_type *t,
+                              const ir_sharding *to, pass_reshard_plan *plan);
 
 /* Seconds one collective step `st` of a value of type `t` (global dims)
  * held as `from` takes on `hw`: cost_op_estimate of the op it would emit

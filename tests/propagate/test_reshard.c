@@ -205,7 +205,7 @@ static void test_formulas(void)
  * emits it before N = neg(A) (as its operand's reshard, N sharded as `to`),
  * and checks that the module verifies, the chain ends in `to` and each
  * inserted op says what it was inserted for.  Returns the module. */
-static ir_module *emit_and_verify(const char *from, const char *to_text, pass_reshard_plan *p)
+static ir_module *emit_plan_and_verify(const char *from, const char *to_text, pass_reshard_plan *p, bool direct)
 {
     ir_module *m = fx_module("X=2,Y=4", "I=64,J=32");
     ir_value *a = fx_input(m, from);
@@ -213,7 +213,8 @@ static ir_module *emit_and_verify(const char *from, const char *to_text, pass_re
     char name[32];
     bool sub;
     ir_type to = fx_type(m, to_text, name, sizeof name, &sub);
-    CU_ASSERT_TRUE_FATAL(pass_reshard_find(m, &a->type, &to.sh, p));
+    CU_ASSERT_TRUE_FATAL(direct ? pass_reshard_find_direct(m, NULL, &a->type, &to.sh, p)
+                                : pass_reshard_find(m, &a->type, &to.sh, p));
     const char *whys[PASS_RESHARD_MAX_STEPS] = {0};
     ir_value *r = pass_reshard_emit(m, a, p, n->def, NULL, n->def, 0, whys);
     CU_ASSERT_TRUE(ir_sharding_equal(&r->type.sh, &to.sh, 2));
@@ -228,6 +229,40 @@ static ir_module *emit_and_verify(const char *from, const char *to_text, pass_re
         count += ir_op_is_reshard(op->kind) && op->for_op == n->def && op->for_operand == 0 && op->reason;
     CU_ASSERT_EQUAL(count, p->nsteps);
     return m;
+}
+
+static ir_module *emit_and_verify(const char *from, const char *to_text, pass_reshard_plan *p)
+{
+    return emit_plan_and_verify(from, to_text, p, false);
+}
+
+/* The route without a search (the fallback past PASS_RESHARD_EDGE_BUDGET):
+ * AllReduce, AllGather per dim, Slice per dim; it verifies, ends in `to`,
+ * is marked bounded, and never moves fewer bytes than the search's route
+ * (the search is optimal); an unreachable target is refused. */
+static void test_direct_route(void)
+{
+    static const char *const pairs[][2] = {
+        {"A[I_X, J]{U_Y}", "A[I_Y, J_X]"}, {"A[I_XY, J]", "A[I, J_YX]"}, {"A[I_X, J_Y]", "A[I_Y, J_X]"},
+        {"A[I, J]{U_XY}", "A[I_X, J]"},    {"A[I_X, J]", "A[I_X, J]"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        pass_reshard_plan d, best;
+        ir_module_free(emit_plan_and_verify(pairs[i][0], pairs[i][1], &d, true));
+        ir_module_free(emit_and_verify(pairs[i][0], pairs[i][1], &best));
+        CU_ASSERT_TRUE(d.bounded);
+        CU_ASSERT_FALSE(best.bounded);
+        CU_ASSERT_TRUE(d.bytes >= best.bytes - 1e-9);
+    }
+    /* No route makes partial sums. */
+    pass_reshard_plan d;
+    ir_module *m = fx_module("X=2,Y=4", "I=64,J=32");
+    char name[32];
+    bool sub;
+    ir_type a = fx_type(m, "A[I, J]", name, sizeof name, &sub);
+    ir_type u = fx_type(m, "A[I, J]{U_X}", name, sizeof name, &sub);
+    CU_ASSERT_FALSE(pass_reshard_find_direct(m, NULL, &a, &u.sh, &d));
+    ir_module_free(m);
 }
 
 /* Emitting a plan inserts verifiable ops whose chain ends in `to`. */
@@ -371,6 +406,7 @@ void einc_register_tests(void)
         {"{U_XY} -> [I_X, J_Y] is one ReduceScatter_XY", test_reduce_scatter_into_two_dims},
         {"[I_X, J_Y, L] -> [I, J, L_XY] is one AllToAll_XY", test_alltoall_from_two_dims},
         {"emitted per-axis plan verifies", test_emit_per_axis_verifies},
+        {"the direct route: valid, bounded, never below the search", test_direct_route},
     };
     einc_add_suite("reshard", tests, (int)(sizeof tests / sizeof tests[0]));
 }
