@@ -1,6 +1,6 @@
 /*
- * lower_call.c - the calls that become einsums: reductions, softmax,
- * argmax and gathers.
+ * lower_call.c - the calls that become values of their own: reductions,
+ * softmax, argmax and gathers (einsums), and casts (elementwise ops).
  *
  * sum/max/min/mean are unary einsums with the reduction's operator, softmax
  * their stable composition, argmax an einsum reducing with IR_RED_ARGMAX,
@@ -146,6 +146,32 @@ ir_value *fe_lower_argmax(fe_stmt_ctx *x, const ast_factor *f)
     for (int i = 0; i < arg.n; i++)
         keep[i] = arg.labels[i] != f->u.call.reduce_dim;
     return reduce_einsum(x, &arg, keep, IR_RED_ARGMAX, 1.0, f->loc).v;
+}
+
+/* `f32(x)`, `bf16(x)`, `f64(x)`: x (its ops in its own dtype, the
+ * argument's, over all its indices: nothing is summed inside a call) and
+ * then one elementwise op that reads it and stores it in the cast's dtype
+ * (codegen rounds to nearest even for bf16, as every bf16 store does).  A
+ * cast to the argument's own dtype is the argument. */
+bool fe_lower_cast(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
+{
+    fe_operand arg;
+    ir_dtype stmt = x->e.dtype;
+    x->e.dtype = f->u.call.arg_dtype;
+    bool ok = call_argument(x, f, &arg);
+    x->e.dtype = stmt;
+    if (!ok) {
+        x->ok = false;
+        return false;
+    }
+    *out = arg;
+    if (f->u.call.arg_dtype == f->u.call.cast_dtype)
+        return true;
+    x->e.dtype = f->u.call.cast_dtype;
+    out->v = fe_ew_emit(&x->e, fe_ew_leaf(x->e.arena, arg.v, arg.labels, arg.n), arg.labels, arg.n,
+                        f->loc);
+    x->e.dtype = stmt;
+    return true;
 }
 
 /* softmax(x, S) = exp(x - max_S x) * (1 / sum_S exp(x - max_S x)): the
