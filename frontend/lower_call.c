@@ -41,13 +41,14 @@ bool fe_lower_limit_rank(fe_stmt_ctx *x, int n, uint32_t loc, const char *what)
 }
 
 /* The first argument of call `f` as an einsum operand: a plain tensor
- * reference as it is, anything else as its own elementwise value. */
+ * reference as it is, anything else (a gather included: its value has the
+ * indices' labels, not the table's) as its own elementwise value. */
 static bool call_argument(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
 {
     const ast_expr *e = f->u.call.args[0];
     const ast_factor *g = e->nterms == 1 && e->terms[0]->sign > 0 && e->terms[0]->nfactors == 1
                               ? e->terms[0]->factors[0] : NULL;
-    if (g && g->kind == AST_F_TENSOR && !g->divide) {
+    if (g && g->kind == AST_F_TENSOR && !g->divide && !gather_ids(&g->u.tref)) {
         out->v = fe_lower_ref_value(x->c, &g->u.tref);
         out->n = g->u.tref.nidx;
         for (int i = 0; i < out->n; i++)
@@ -63,7 +64,15 @@ static bool call_argument(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
      * T, L[T, S], -inf), S)` into Q[T, S] is computed as [T, S], not [S, T]
      * and then transposed. */
     out->n = fe_lower_restrict_labels(x, seen, n, seen, n, out->labels);
-    out->v = fe_ew_emit(&x->e, fe_lower_expr_tree(x, e), out->labels, n, e->loc);
+    fe_ew *tree = fe_lower_expr_tree(x, e);
+    /* An argument that is already one value laid out as wanted (a gather,
+     * a cast, a reduction) is the operand: no copy. */
+    if (tree->kind == IR_EW_OPERAND && tree->nlabels == out->n && tree->v->type.dtype == x->e.dtype &&
+        memcmp(tree->labels, out->labels, (size_t)out->n * sizeof(int)) == 0) {
+        out->v = tree->v;
+        return true;
+    }
+    out->v = fe_ew_emit(&x->e, tree, out->labels, n, e->loc);
     return true;
 }
 

@@ -98,7 +98,24 @@ def grad_case(exe, work, what):
     return ok
 
 
-CASES = {"cast_matmul": matmul_case, "cast_grad": grad_case}
+def gather_case(exe, work, what):
+    rng = np.random.default_rng(28)
+    x = {"Tok": rng.integers(0, 10, 8).astype(np.int32),
+         "Emb": bf16(rng.standard_normal((10, 16), dtype=np.float32))}
+    got = run_outputs([], exe, work, x, ["G", "S", "Sb"], what)
+    if got is None:
+        return False
+    rows = x["Emb"][x["Tok"]]
+    # the f32 sum of 16 bf16 values (8 significant bits each) is within
+    # f32 rounding of the exact one; Sb is that sum rounded to bf16 (one
+    # bf16 rounding either side of a boundary: 2^-8 relative)
+    s = rows.astype(np.float64).sum(axis=1)
+    return (compare(what, "G", got["G"], rows, 0, 0)
+            & compare(what, "S", got["S"], s, 1e-6, 1e-6)
+            & compare(what, "Sb", got["Sb"], s, 2.0 ** -8, 1e-6))
+
+
+CASES = {"cast_matmul": matmul_case, "cast_grad": grad_case, "cast_gather": gather_case}
 
 
 def main():
