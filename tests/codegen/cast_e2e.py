@@ -77,18 +77,26 @@ def matmul_case(exe, work, what):
     return ok
 
 
-def grad_case(exe, work, what):
-    rng = np.random.default_rng(27)
+def least_squares(exe, work, what, seed, outputs):
+    """Runs exe on random inputs of Loss = sum((Xin Wb - T)^2) with a bf16
+    Wb; returns (inputs, outputs, loss, dLoss/dWb) in f64, or None."""
+    rng = np.random.default_rng(seed)
     x = {"Xin": rng.standard_normal((8, 16), dtype=np.float32),
          "Wb": bf16(rng.standard_normal((16, 4), dtype=np.float32)),
          "T": rng.standard_normal((8, 4), dtype=np.float32)}
-    got = run_outputs([], exe, work, x, ["L", "dW"], what)
+    got = run_outputs([], exe, work, x, outputs, what)
     if got is None:
-        return False
+        return None
     xi, w, t = (x[k].astype(np.float64) for k in ("Xin", "Wb", "T"))
     e = xi @ w - t
-    loss = np.sum(e * e)
-    dw = 2 * xi.T @ e  # the f32 cotangent of f32(Wb), cast back to bf16
+    return x, got, np.sum(e * e), 2 * xi.T @ e
+
+
+def grad_case(exe, work, what):
+    r = least_squares(exe, work, what, 27, ["L", "dW"])
+    if r is None:
+        return False
+    x, got, loss, dw = r  # dw: the f32 cotangent of f32(Wb), cast back to bf16
     ok = compare(what, "L", got["L"], np.array(loss), 1e-5, 1e-6)
     # within one bf16 rounding of the exact gradient (the f32 sums may
     # round either side of a bf16 boundary): 2^-8 relative
@@ -115,7 +123,31 @@ def gather_case(exe, work, what):
             & compare(what, "Sb", got["Sb"], s, 2.0 ** -8, 1e-6))
 
 
-CASES = {"cast_matmul": matmul_case, "cast_grad": grad_case, "cast_gather": gather_case}
+def sgd_case(exe, work, what):
+    r = least_squares(exe, work, what, 29, ["Loss", "Wb"])
+    if r is None:
+        return False
+    x, got, loss, dw = r
+    g = bf16(dw)  # the bf16 gradient, within one bf16 rounding
+    w1 = x["Wb"].astype(np.float64) - 0.01 * g
+    # within the gradient's bf16 rounding (times lr) plus the update's own
+    # rounding to bf16 (half a step, 2^-9 relative; 2^-8 allowed)
+    step = 0.01 * 2.0 ** -8 * np.abs(g) + 2.0 ** -8 * np.abs(w1) + 1e-30
+    ok = compare(what, "Loss", got["Loss"], np.array(loss), 1e-5, 1e-6)
+    if np.any(np.abs(got["Wb"] - w1) > step):
+        print(f"FAIL {what}: Wb after one step differs from NumPy by more than a bf16 step")
+        ok = False
+    # the update moved the params (lr * g is larger than their spacing
+    # for most), and they are bf16 values
+    moved = np.mean(got["Wb"] != x["Wb"])
+    if moved < 0.5:
+        print(f"FAIL {what}: only {moved:.0%} of Wb moved in one step")
+        ok = False
+    return ok & compare(what, "Wb (bf16 bits)", got["Wb"], bf16(got["Wb"]), 0, 0)
+
+
+CASES = {"cast_matmul": matmul_case, "cast_grad": grad_case, "cast_gather": gather_case,
+         "cast_sgd": sgd_case}
 
 
 def main():
