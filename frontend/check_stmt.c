@@ -723,8 +723,9 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
     if (write) {
         const fe_tensor *t = s->u.assign.lhs.sym;
         if (ok && st.ok && st.typed && dt != t->dtype)
-            diag_error(c->diag, st.first_loc, "state '%s' is %s, but the slice written into it is %s",
-                       t->name, ir_dtype_name(t->dtype), ir_dtype_name(dt));
+            diag_error(c->diag, st.first_loc, "state '%s' is %s, but the slice written into it is %s: "
+                       "cast it, like '%s(...)'", t->name, ir_dtype_name(t->dtype), ir_dtype_name(dt),
+                       ir_dtype_name(t->dtype));
         return;
     }
     if (!fe_check_shape(c, l->name.s, l->name.loc, dt, l->nidx, dims))
