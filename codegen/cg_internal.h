@@ -213,6 +213,10 @@ void cg_emit_elementwise_sum(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef 
  * (f32 for f32 and bf16, f64 for f64); bf16 is widened exactly. */
 LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype dtype,
                           LLVMValueRef off);
+/* `v` (of compute type `ct`) rounded to `dtype` and widened back to `ct`:
+ * the value a store in `dtype` and a load would give, without memory (a
+ * fused cast, ir_ew_converts); bf16 rounds to nearest even. */
+LLVMValueRef cg_round_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype);
 /* Converts `v` (of type `ct`) to `dtype` and stores it at element `off`;
  * bf16 rounds to nearest even and keeps NaN quiet. */
 void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,

@@ -113,6 +113,35 @@ LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype
     return v;
 }
 
+/* The bf16 bits (in the low half of an i32) of f32 `v`: rounded to
+ * nearest even by adding 0x7fff plus the lowest kept bit and keeping the
+ * top half; a NaN becomes a quiet NaN with the same sign. */
+static LLVMValueRef bf16_bits(cg_ctx *c, LLVMValueRef v)
+{
+    LLVMBuilderRef b = c->b;
+    LLVMValueRef bits = LLVMBuildBitCast(b, v, c->t.i32, "");
+    LLVMValueRef hi = LLVMBuildLShr(b, bits, LLVMConstInt(c->t.i32, 16, 0), "");
+    LLVMValueRef lsb = LLVMBuildAnd(b, hi, LLVMConstInt(c->t.i32, 1, 0), "");
+    LLVMValueRef r = LLVMBuildAdd(b, bits, LLVMConstInt(c->t.i32, 0x7fff, 0), "");
+    r = LLVMBuildLShr(b, LLVMBuildAdd(b, r, lsb, ""), LLVMConstInt(c->t.i32, 16, 0), "");
+    LLVMValueRef qnan = LLVMBuildOr(b, hi, LLVMConstInt(c->t.i32, 0x40, 0), "");
+    LLVMValueRef isnan = LLVMBuildFCmp(b, LLVMRealUNO, v, v, "");
+    return LLVMBuildSelect(b, isnan, qnan, r, "");
+}
+
+LLVMValueRef cg_round_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype)
+{
+    LLVMBuilderRef b = c->b;
+    if (dtype == IR_F64 || dtype == IR_I32 || (dtype == IR_F32 && ct == c->t.f32))
+        return v; /* nothing narrower than the compute type */
+    LLVMValueRef f = ct == c->t.f32 ? v : LLVMBuildFPTrunc(b, v, c->t.f32, "");
+    if (dtype == IR_BF16) {
+        LLVMValueRef hi = LLVMBuildShl(b, bf16_bits(c, f), LLVMConstInt(c->t.i32, 16, 0), "");
+        f = LLVMBuildBitCast(b, hi, c->t.f32, "");
+    }
+    return ct == c->t.f32 ? f : LLVMBuildFPExt(b, f, ct, "");
+}
+
 void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
                    LLVMValueRef off)
 {
@@ -122,16 +151,7 @@ void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LL
         v = want == c->t.f32 ? LLVMBuildFPTrunc(b, v, want, "") : LLVMBuildFPExt(b, v, want, "");
     LLVMTypeRef st = want;
     if (dtype == IR_BF16) {
-        /* Round to nearest even: add 0x7fff plus the lowest kept bit, keep
-         * the top half.  A NaN becomes a quiet NaN with the same sign. */
-        LLVMValueRef bits = LLVMBuildBitCast(b, v, c->t.i32, "");
-        LLVMValueRef hi = LLVMBuildLShr(b, bits, LLVMConstInt(c->t.i32, 16, 0), "");
-        LLVMValueRef lsb = LLVMBuildAnd(b, hi, LLVMConstInt(c->t.i32, 1, 0), "");
-        LLVMValueRef r = LLVMBuildAdd(b, bits, LLVMConstInt(c->t.i32, 0x7fff, 0), "");
-        r = LLVMBuildLShr(b, LLVMBuildAdd(b, r, lsb, ""), LLVMConstInt(c->t.i32, 16, 0), "");
-        LLVMValueRef qnan = LLVMBuildOr(b, hi, LLVMConstInt(c->t.i32, 0x40, 0), "");
-        LLVMValueRef isnan = LLVMBuildFCmp(b, LLVMRealUNO, v, v, "");
-        v = LLVMBuildTrunc(b, LLVMBuildSelect(b, isnan, qnan, r, ""), c->t.i16, "");
+        v = LLVMBuildTrunc(b, bf16_bits(c, v), c->t.i16, "");
         st = c->t.i16;
     }
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, st, base, &off, 1, "");
@@ -218,7 +238,9 @@ static LLVMValueRef eval_operand(ew_nest *n, const ew_eval *x, int k)
         LLVMValueRef r = eval_op(n, prod, map, offmap);
         free(map);
         free(offmap);
-        return r;
+        /* A cast keeps its meaning when fused: its value is rounded to its
+         * dtype here as its store would have rounded it. */
+        return ir_ew_converts(prod) ? cg_round_elem(n->c, n->ct, r, v->type.dtype) : r;
     }
     return load_elem(n, n->f->buf[v->id], v->type.dtype, offset_of(n, v, labels, x->bylabel));
 }

@@ -99,6 +99,7 @@ typedef enum ast_callee {
     AST_CALL_SOFTMAX, /* `softmax(x, S)` */
     AST_CALL_GRAD,    /* `grad(L, W)`: the whole right side (grad.c) */
     AST_CALL_ARGMAX,  /* `argmax(x, S)`: the whole right side, an i32 result */
+    AST_CALL_CAST,    /* `f32(x)`, `bf16(x)`, `f64(x)`: x converted to cast_dtype */
 } ast_callee;
 
 /* True for the reductions sum, max, min and mean. */
@@ -128,7 +129,8 @@ typedef struct ast_factor {
                                        second argument (checker), -1 if none: a
                                        reduction then reduces every index of its
                                        argument that the left side lacks */
-            ir_dtype arg_dtype;     /* argmax: its argument's dtype (checker) */
+            ir_dtype arg_dtype;     /* argmax and casts: the argument's dtype (checker) */
+            ir_dtype cast_dtype;    /* AST_CALL_CAST: the dtype converted to (checker) */
         } call;                  /* AST_F_CALL */
         struct {
             ast_name name;          /* the dim as written */

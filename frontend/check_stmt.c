@@ -149,9 +149,13 @@ typedef struct rhs_state {
     const int *lhs_dims;     /* its dim ids */
     bool ok;                 /* no error yet */
     int ntensors;            /* tensor references seen */
-    const fe_tensor *first;  /* first good tensor, its dtype is the statement's */
-    uint32_t first_loc;      /* where it was referenced */
+    bool typed;              /* a tensor or a cast has set the statement's dtype */
+    ir_dtype dtype;          /* that dtype, the result's (when typed) */
+    const char *first;       /* what set it: a tensor's name, or a cast's function name */
+    bool first_cast;         /* ... which is a cast `f32(...)` */
+    uint32_t first_loc;      /* where it was written */
     bool in_cond;            /* checking a side of a where condition (i32 tensors allowed) */
+    const char *cast;        /* checking a cast's argument: the cast's name, else NULL */
     const ast_factor *whole; /* the call that is the whole right side, if any */
 } rhs_state;
 
@@ -276,10 +280,118 @@ static void warn_product_in_call(fe_checker *c, const ast_factor *f, const rhs_s
     }
 }
 
+/* How a source of the statement's dtype is named in messages. */
+static void describe(char *buf, size_t n, const char *name, bool cast)
+{
+    snprintf(buf, n, cast ? "the cast '%s(...)'" : "tensor '%s'", name);
+}
+
+/* Whether dtype `a` holds every value of dtype `b` (bf16 < f32 < f64). */
+static bool wider(ir_dtype a, ir_dtype b)
+{
+    int ra = a == IR_F64 ? 2 : a == IR_F32 ? 1 : 0, rb = b == IR_F64 ? 2 : b == IR_F32 ? 1 : 0;
+    return ra > rb;
+}
+
+/* A tensor (`name`) or a cast (`name(...)`, cast true) at `loc` gives the
+ * statement values of dtype `dt`: the first one sets the statement's dtype,
+ * and every other must agree, since there is no implicit conversion
+ * (docs/language.md, "Dtypes and casts").  The error's hint casts the
+ * narrower side to the wider dtype. */
+static void note_dtype(fe_checker *c, rhs_state *st, ir_dtype dt, const char *name, bool cast,
+                       uint32_t loc)
+{
+    if (!st->typed) {
+        st->typed = true;
+        st->dtype = dt;
+        st->first = name;
+        st->first_cast = cast;
+        st->first_loc = loc;
+        return;
+    }
+    if (st->dtype == dt)
+        return;
+    char here[160], there[160], hint[200];
+    describe(here, sizeof here, name, cast);
+    describe(there, sizeof there, st->first, st->first_cast);
+    bool narrow_here = wider(st->dtype, dt);
+    const char *nname = narrow_here ? name : st->first;
+    bool ncast = narrow_here ? cast : st->first_cast;
+    const char *to = ir_dtype_name(narrow_here ? st->dtype : dt);
+    if (ncast)
+        snprintf(hint, sizeof hint, "write %s(...) in place of %s(...)", to, nname);
+    else
+        snprintf(hint, sizeof hint, "%s(%s[...])", to, nname);
+    diag_error(c->diag, loc, "%s is %s but %s in the same statement is %s: dtypes cannot be mixed; "
+               "cast one side: %s", here, ir_dtype_name(dt), there, ir_dtype_name(st->dtype), hint);
+    st->ok = false;
+}
+
+/* The dtype a call named `name` casts to, if `name` is a dtype. */
+static bool cast_target(const char *name, ir_dtype *out)
+{
+    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16, IR_I32};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (strcmp(ir_dtype_name(all[i]), name) == 0) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
+
+/* `f32(x)`, `bf16(x)`, `f64(x)`: x converted element by element.  The
+ * argument is a right side of its own (its tensors share one dtype, which
+ * may differ from the statement's); the cast gives the statement values of
+ * its target dtype.  i32 is neither a target nor a source. */
+static void check_cast(fe_checker *c, ast_factor *f, ir_dtype to, rhs_state *st)
+{
+    const ast_name *n = &f->u.call.fname;
+    f->u.call.callee = AST_CALL_CAST;
+    f->u.call.cast_dtype = to;
+    if (to == IR_I32) {
+        diag_error(c->diag, n->loc, "a cast converts to f32, f64 or bf16: casts to i32 are not "
+                   "supported");
+        st->ok = false;
+        return;
+    }
+    if (f->u.call.nargs != 1) {
+        diag_error(c->diag, n->loc, "function '%s' takes 1 argument, not %d", n->s,
+                   f->u.call.nargs);
+        st->ok = false;
+        return;
+    }
+    rhs_state in = *st;
+    in.typed = false;
+    in.first = NULL;
+    in.in_cond = false;
+    in.cast = n->s;
+    in.whole = NULL;
+    in.ntensors = 0;
+    check_expr(c, f->u.call.args[0], &in);
+    st->ntensors += in.ntensors;
+    if (!in.ok) {
+        st->ok = false;
+        return;
+    }
+    if (!in.typed) {
+        diag_error(c->diag, n->loc, "the argument of '%s' uses no tensor: a cast converts a "
+                   "tensor's values, like '%s(X[...])'", n->s, n->s);
+        st->ok = false;
+        return;
+    }
+    f->u.call.arg_dtype = in.dtype;
+    note_dtype(c, st, to, n->s, true, n->loc);
+}
+
 static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
 {
     const ast_name *n = &f->u.call.fname;
     int want = 1, want_max = 1;
+    ir_dtype to;
+    if (cast_target(n->s, &to)) {
+        check_cast(c, f, to, st);
+        return;
+    }
     f->u.call.fn = ir_func_lookup(n->s, strlen(n->s));
     if (f->u.call.fn >= 0)
         f->u.call.callee = AST_CALL_FN;
@@ -299,6 +411,8 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
             size_t l = strlen(known);
             snprintf(known + l, sizeof known - l, ", %s", builtins[i].name);
         }
+        size_t l = strlen(known);
+        snprintf(known + l, sizeof known - l, ", and the casts f32, f64, bf16");
         diag_error(c->diag, n->loc, "unknown function '%s' (known: %s)", n->s, known);
         st->ok = false;
     } else if (f->u.call.nargs < want || f->u.call.nargs > want_max) {
@@ -366,6 +480,12 @@ static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
          * as a number of the statement's dtype; it sets no dtype. */
         if (t->sym->dtype == IR_I32 && st->in_cond)
             return;
+        if (t->sym->dtype == IR_I32 && st->cast) {
+            diag_error(c->diag, t->name.loc, "'%s' is i32: a cast converts f32, f64 or bf16 values "
+                       "(casts of integers are not supported)", t->name.s);
+            st->ok = false;
+            return;
+        }
         if (t->sym->dtype == IR_I32) {
             diag_error(c->diag, t->name.loc, "'%s' is i32: an integer tensor can only be the index "
                        "of a gather, like 'Emb[%s[...], D]', or compared in the condition of "
@@ -373,16 +493,7 @@ static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
             st->ok = false;
             return;
         }
-        if (!st->first) {
-            st->first = t->sym;
-            st->first_loc = t->name.loc;
-        } else if (st->first->dtype != t->sym->dtype) {
-            diag_error(c->diag, t->name.loc,
-                       "tensor '%s' is %s but '%s' in the same statement is %s: dtypes cannot be mixed",
-                       t->name.s, ir_dtype_name(t->sym->dtype), st->first->name,
-                       ir_dtype_name(st->first->dtype));
-            st->ok = false;
-        }
+        note_dtype(c, st, t->sym->dtype, t->name.s, false, t->name.loc);
         return;
     }
     case AST_F_NUMBER:
@@ -483,8 +594,8 @@ static ast_factor *as_whole_call(ast_expr *e, const char *name)
 }
 
 /* `G[...] = grad(L, W)`: L a scalar float tensor and W a float tensor, both
- * defined before, named bare; the left side has W's dims.  Sets st->first
- * to W (the statement's dtype). */
+ * defined before, named bare; the left side has W's dims.  Sets the
+ * statement's dtype to W's. */
 static void check_grad(fe_checker *c, ast_factor *f, const ast_tref *l, rhs_state *st)
 {
     f->u.call.callee = AST_CALL_GRAD;
@@ -533,7 +644,9 @@ static void check_grad(fe_checker *c, ast_factor *f, const ast_tref *l, rhs_stat
     if (!t[1])
         return;
     st->ntensors = 1;
-    st->first = t[1];
+    st->typed = true;
+    st->dtype = t[1]->dtype;
+    st->first = t[1]->name;
     st->first_loc = f->loc;
     bool same = l->nidx == t[1]->rank;
     for (int i = 0; same && i < l->nidx; i++)
@@ -602,23 +715,24 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
             diag_error(c->diag, l->idx[i].loc,
                        "index '%s' of '%s' appears in no term of the right side",
                        l->idx[i].name, l->name.s);
-    ir_dtype dt = st.first ? st.first->dtype : IR_F32;
+    ir_dtype dt = st.typed ? st.dtype : IR_F32;
     if (st.whole && st.ok) { /* argmax: positions of the first maxima */
         ((ast_factor *)st.whole)->u.call.arg_dtype = dt;
         dt = IR_I32;
     }
     if (write) {
         const fe_tensor *t = s->u.assign.lhs.sym;
-        if (ok && st.ok && st.first && dt != t->dtype)
-            diag_error(c->diag, st.first_loc, "state '%s' is %s, but the slice written into it is %s",
-                       t->name, ir_dtype_name(t->dtype), ir_dtype_name(dt));
+        if (ok && st.ok && st.typed && dt != t->dtype)
+            diag_error(c->diag, st.first_loc, "state '%s' is %s, but the slice written into it is %s: "
+                       "cast it, like '%s(...)'", t->name, ir_dtype_name(t->dtype), ir_dtype_name(dt),
+                       ir_dtype_name(t->dtype));
         return;
     }
     if (!fe_check_shape(c, l->name.s, l->name.loc, dt, l->nidx, dims))
         ok = false;
 
     if (fe_check_update(c, s, dims, l->nidx <= IR_MAX_RANK ? l->nidx : IR_MAX_RANK, dt, constrained,
-                        &sh, ok && st.ok && st.first))
+                        &sh, ok && st.ok && st.typed))
         return;
     fe_tensor *t = fe_define_tensor(c, l->name, IR_VAL_OP);
     if (!t)
@@ -629,5 +743,5 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
     memcpy(t->dims, dims, (size_t)t->rank * sizeof *dims);
     t->sh = sh;
     t->has_constraint = constrained;
-    t->bad = !ok || !st.ok || !st.first;
+    t->bad = !ok || !st.ok || !st.typed;
 }

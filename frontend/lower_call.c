@@ -1,6 +1,6 @@
 /*
- * lower_call.c - the calls that become einsums: reductions, softmax,
- * argmax and gathers.
+ * lower_call.c - the calls that become values of their own: reductions,
+ * softmax, argmax and gathers (einsums), and casts (elementwise ops).
  *
  * sum/max/min/mean are unary einsums with the reduction's operator, softmax
  * their stable composition, argmax an einsum reducing with IR_RED_ARGMAX,
@@ -41,13 +41,14 @@ bool fe_lower_limit_rank(fe_stmt_ctx *x, int n, uint32_t loc, const char *what)
 }
 
 /* The first argument of call `f` as an einsum operand: a plain tensor
- * reference as it is, anything else as its own elementwise value. */
+ * reference as it is, anything else (a gather included: its value has the
+ * indices' labels, not the table's) as its own elementwise value. */
 static bool call_argument(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
 {
     const ast_expr *e = f->u.call.args[0];
     const ast_factor *g = e->nterms == 1 && e->terms[0]->sign > 0 && e->terms[0]->nfactors == 1
                               ? e->terms[0]->factors[0] : NULL;
-    if (g && g->kind == AST_F_TENSOR && !g->divide) {
+    if (g && g->kind == AST_F_TENSOR && !g->divide && !gather_ids(&g->u.tref)) {
         out->v = fe_lower_ref_value(x->c, &g->u.tref);
         out->n = g->u.tref.nidx;
         for (int i = 0; i < out->n; i++)
@@ -63,7 +64,15 @@ static bool call_argument(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
      * T, L[T, S], -inf), S)` into Q[T, S] is computed as [T, S], not [S, T]
      * and then transposed. */
     out->n = fe_lower_restrict_labels(x, seen, n, seen, n, out->labels);
-    out->v = fe_ew_emit(&x->e, fe_lower_expr_tree(x, e), out->labels, n, e->loc);
+    fe_ew *tree = fe_lower_expr_tree(x, e);
+    /* An argument that is already one value laid out as wanted (a gather,
+     * a cast, a reduction) is the operand: no copy. */
+    if (tree->kind == IR_EW_OPERAND && tree->nlabels == out->n && tree->v->type.dtype == x->e.dtype &&
+        memcmp(tree->labels, out->labels, (size_t)out->n * sizeof(int)) == 0) {
+        out->v = tree->v;
+        return true;
+    }
+    out->v = fe_ew_emit(&x->e, tree, out->labels, n, e->loc);
     return true;
 }
 
@@ -146,6 +155,32 @@ ir_value *fe_lower_argmax(fe_stmt_ctx *x, const ast_factor *f)
     for (int i = 0; i < arg.n; i++)
         keep[i] = arg.labels[i] != f->u.call.reduce_dim;
     return reduce_einsum(x, &arg, keep, IR_RED_ARGMAX, 1.0, f->loc).v;
+}
+
+/* `f32(x)`, `bf16(x)`, `f64(x)`: x (its ops in its own dtype, the
+ * argument's, over all its indices: nothing is summed inside a call) and
+ * then one elementwise op that reads it and stores it in the cast's dtype
+ * (codegen rounds to nearest even for bf16, as every bf16 store does).  A
+ * cast to the argument's own dtype is the argument. */
+bool fe_lower_cast(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
+{
+    fe_operand arg;
+    ir_dtype stmt = x->e.dtype;
+    x->e.dtype = f->u.call.arg_dtype;
+    bool ok = call_argument(x, f, &arg);
+    x->e.dtype = stmt;
+    if (!ok) {
+        x->ok = false;
+        return false;
+    }
+    *out = arg;
+    if (f->u.call.arg_dtype == f->u.call.cast_dtype)
+        return true;
+    x->e.dtype = f->u.call.cast_dtype;
+    out->v = fe_ew_emit(&x->e, fe_ew_leaf(x->e.arena, arg.v, arg.labels, arg.n), arg.labels, arg.n,
+                        f->loc);
+    x->e.dtype = stmt;
+    return true;
 }
 
 /* softmax(x, S) = exp(x - max_S x) * (1 / sum_S exp(x - max_S x)): the

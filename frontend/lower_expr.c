@@ -43,6 +43,17 @@ static bool expr_varies(const ast_expr *e)
     return false;
 }
 
+/* Call `f` that makes a value of its own (a reduction, softmax or cast)
+ * into *out; false after an error. */
+static bool own_value(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
+{
+    switch (f->u.call.callee) {
+    case AST_CALL_SOFTMAX: return fe_lower_softmax(x, f, out);
+    case AST_CALL_CAST: return fe_lower_cast(x, f, out);
+    default: return fe_lower_reduction(x, f, out);
+    }
+}
+
 /* Elementwise tree of one factor (tensor references become leaves), not
  * counting its `divide` flag. */
 static fe_ew *factor_tree(fe_stmt_ctx *x, const ast_factor *f)
@@ -82,10 +93,10 @@ static fe_ew *factor_tree(fe_stmt_ctx *x, const ast_factor *f)
         case AST_CALL_MAX:
         case AST_CALL_MIN:
         case AST_CALL_MEAN:
-        case AST_CALL_SOFTMAX: {
+        case AST_CALL_SOFTMAX:
+        case AST_CALL_CAST: {
             fe_operand r;
-            bool ok = f->u.call.callee == AST_CALL_SOFTMAX ? fe_lower_softmax(x, f, &r)
-                                                           : fe_lower_reduction(x, f, &r);
+            bool ok = own_value(x, f, &r);
             /* After an error a constant keeps the tree whole; x->ok is false. */
             return ok ? fe_ew_leaf(a, r.v, r.labels, r.n) : fe_ew_const(a, 0.0);
         }
@@ -234,11 +245,11 @@ static ir_value *lower_summed(fe_stmt_ctx *x, const ast_term *t, double scale, i
             continue;
         }
         if (f->kind == AST_F_CALL && !f->divide &&
-            (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX)) {
-            /* The reduction's own value is the operand. */
-            bool ok = f->u.call.callee == AST_CALL_SOFTMAX ? fe_lower_softmax(x, f, o)
-                                                           : fe_lower_reduction(x, f, o);
-            if (!ok)
+            (ast_callee_reduces(f->u.call.callee) || f->u.call.callee == AST_CALL_SOFTMAX ||
+             f->u.call.callee == AST_CALL_CAST)) {
+            /* The call's own value is the operand: an einsum of a cast
+             * reads the converted copy (the GEMMs take one dtype). */
+            if (!own_value(x, f, o))
                 return NULL;
             continue;
         }

@@ -9,7 +9,7 @@
  *   lower_expr.c    expressions: elementwise trees, index sets, summed
  *                   terms and their einsum chains (fe_lower_assign)
  *   lower_call.c    reductions, softmax, argmax and gathers: the calls that
- *                   become einsums of their own
+ *                   become einsums of their own; and casts
  *   lower_repeat.c  repeated blocks: LoopBegin, LoopEnd, and the layer a
  *                   reference reads (LayerSlice)
  * Values and ops go into the checker's module (fe_checker.m), trees into
@@ -95,6 +95,10 @@ bool fe_lower_reduction(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out);
 /* `argmax(x, V)`, a whole right side: the i32 value, or NULL after an
  * error (x->ok false). */
 ir_value *fe_lower_argmax(fe_stmt_ctx *x, const ast_factor *f);
+/* Cast `f` (`f32(x)`, `bf16(x)`, `f64(x)`) into *out: a value of the
+ * cast's dtype over the argument's indices; false after an error (x->ok
+ * false). */
+bool fe_lower_cast(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out);
 /* `softmax(x, S)` in its stable form into *out; false after an error
  * (x->ok false). */
 bool fe_lower_softmax(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out);

@@ -10,7 +10,13 @@
  * operand node in one expression tree, so nothing is recomputed), by an
  * elementwise op C of the same loop body, at C's full result shape (C's
  * labels for that operand are a permutation of C's result labels, so no
- * element of P is recomputed), and P's result is not a program output.
+ * element of P is recomputed), P's result is not a program output, and P
+ * and C have one result dtype.  The last is for casts: a fused group is
+ * computed in the arithmetic of its emitting op's dtype (f64 for f64, else
+ * f32), so an f64 producer read by a cast to f32 keeps its buffer and is
+ * computed in f64; a producer that converts (an operand's dtype is not its
+ * result's) is rounded to its result dtype where it is read (codegen), so
+ * a cast means the same fused or not.
  * Chains fuse transitively: fused_into names the op that finally emits the
  * loop.  A fused group holds at most IR_FUSED_MAX_NODES expression nodes (or
  * one op, however large): codegen evaluates a group's trees recursively,
@@ -118,7 +124,8 @@ int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fu
         /* Not into another loop body (or out of one): the producer would
          * run once per iteration, or the body's value after it. */
         if (c->kind != IR_OP_ELEMENTWISE || nodes[reader[v]] + nodes[i] > IR_FUSED_MAX_NODES ||
-            c->loop != op->loop)
+            c->loop != op->loop || !valid_value(m, c->result) ||
+            c->result->type.dtype != op->result->type.dtype)
             continue;
         for (int k = 0; k < c->noperands; k++)
             if (c->operands[k] == op->result && full_shape_use(c, k))

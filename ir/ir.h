@@ -589,6 +589,20 @@ void ir_print_json(FILE *out, ir_module *m);
  * the planner left none (plan_cert.c). */
 void ir_plan_cert_str(const ir_module *m, char *buf, size_t size);
 
+/* ---- dtype conversions in elementwise ops (ew_dtype.c) ---- */
+
+/* Whether `op` converts: an elementwise op with a floating-point operand
+ * of another dtype than its result (a cast, docs/ir.md).  Its value is
+ * rounded to its result dtype even where it is fused (fusion.c). */
+bool ir_ew_converts(const ir_op *op);
+/* Whether elementwise `op` may take unreduced partial sums {U_X}: its
+ * expression is linear (ir_ew_classify) and it narrows no operand (reads
+ * none of a wider dtype than its result).  A narrowing cast rounds, so
+ * casting each partial sum and then summing is not the cast of the sum:
+ * the sum is finished in the wider dtype first.  Used by the verifier and
+ * propagate. */
+bool ir_ew_takes_partial_sums(const ir_op *op);
+
 /* ---- op traits (op_traits.c) ---- */
 
 struct cJSON;

@@ -93,7 +93,17 @@ static void ew_put(const ir_module *m, const ir_op *op, int n, char *buf, size_t
     case IR_EW_OPERAND: {
         char name[96], type[512];
         const ir_value *v = op->operands[e->operand];
+        /* An operand of another float dtype is converted as it is read:
+         * printed as the cast the source would write. */
+        ir_dtype to = op->result ? op->result->type.dtype : v->type.dtype;
+        bool cast = v->type.dtype != to && v->type.dtype != IR_I32;
+        if (cast) {
+            PUT(ir_dtype_name(to));
+            PUT("(");
+        }
         PUT(ir_type_str(m, ir_value_name(v, name, sizeof name), &v->type, type, sizeof type));
+        if (cast)
+            PUT(")");
         break;
     }
     case IR_EW_CONST:

@@ -163,8 +163,8 @@ bool ir_op_local_sharding(const ir_module *m, const ir_op *op, ir_sharding *out,
                 WHY("elementwise operands must all be unreduced over the same axes");
                 goto done;
             }
-        if (ir_ew_classify(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root) != IR_EW_CLASS_LINEAR) {
-            WHY("a nonlinear elementwise op cannot take unreduced partial sums");
+        if (!ir_ew_takes_partial_sums(op)) {
+            WHY("a nonlinear or narrowing elementwise op cannot take unreduced partial sums");
             goto done;
         }
     }
@@ -502,15 +502,42 @@ static bool update_matches(const ir_output *o)
     return true;
 }
 
-/* The verifier hooks of Einsum and Elementwise: the einsum rule. */
+/* The dtype rule of Einsum and Elementwise (docs/ir.md): an einsum's
+ * floating-point operands have its result's dtype (a GEMM takes one dtype;
+ * i32 operands are a gather's or scatter's indices, checked above); an
+ * elementwise op gives a floating-point result and may read operands of
+ * any dtype (each converted as it is loaded, i32 only in comparisons):
+ * that is how a cast is written. */
+static bool dtypes_ok(const ir_op *op, char *why, size_t why_size)
+{
+    if (!op->result)
+        return true; /* reported by the structural checks */
+    ir_dtype r = op->result->type.dtype;
+    if (op->kind == IR_OP_ELEMENTWISE && r == IR_I32) {
+        WHY("an elementwise op gives a floating-point result, not i32");
+        return false;
+    }
+    for (int i = 0; op->kind == IR_OP_EINSUM && r != IR_I32 && i < op->noperands; i++) {
+        ir_dtype t = op->operands[i] ? op->operands[i]->type.dtype : r;
+        if (t != IR_I32 && t != r) {
+            WHY("einsum operand %d is %s but its result is %s: an einsum takes one dtype (cast "
+                "the operand first, an elementwise op)", i, ir_dtype_name(t), ir_dtype_name(r));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The verifier hooks of Einsum and Elementwise: the dtype rule, then the
+ * einsum rule. */
 bool ir_verify_einsum(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
-    return ir_op_local_sharding(m, op, out, why, why_size);
+    return dtypes_ok(op, why, why_size) && ir_op_local_sharding(m, op, out, why, why_size);
 }
 
 bool ir_verify_ew(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
-    return ir_op_local_sharding(m, op, out, why, why_size);
+    return dtypes_ok(op, why, why_size) && ir_op_local_sharding(m, op, out, why, why_size);
 }
 
 /* Whether the labels of Einsum or Elementwise `op` name dims of its values'

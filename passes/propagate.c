@@ -325,8 +325,7 @@ static bool setup(prop *p)
         } else {
             oi->labels = (const int(*)[IR_MAX_RANK])op->u.ew.labels;
             oi->rlabels = op->u.ew.result_labels;
-            oi->linear = ir_ew_classify(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root) ==
-                         IR_EW_CLASS_LINEAR;
+            oi->linear = ir_ew_takes_partial_sums(op);
         }
         for (int i = 0; i <= op->noperands; i++) {
             int rank = i < op->noperands ? op->operands[i]->type.rank : op->result->type.rank;

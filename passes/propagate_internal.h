@@ -64,7 +64,7 @@ typedef struct opinfo {
     int label[MAX_LABELS];                /* their dim ids */
     bool contracted[MAX_LABELS];          /* label not in the result (summed) */
     bool in_operand[MAX_LABELS];          /* label indexes some operand (else nothing can shard it) */
-    bool linear;                          /* elementwise and linear in its operands */
+    bool linear;                          /* elementwise, linear, narrowing no operand (takes {U_X}) */
     bool decided;                         /* `lay` is valid */
     layout lay;                           /* the chosen layout */
     bool has_alt;                         /* `alt` is valid (set after the search) */

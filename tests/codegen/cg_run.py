@@ -25,20 +25,29 @@ def run_check(launch, exe, what):
     return out is not None
 
 
-def run_numpy(launch, exe, work, inputs, want, rtol, atol, what):
-    """Writes `inputs` as .npy, runs exe on them, compares outputs with `want`."""
+def run_outputs(launch, exe, work, inputs, names, what):
+    """Writes `inputs` (name -> array) as .npy, runs exe on them; returns
+    the outputs in `names` as arrays, or None (after printing why)."""
     cmd = launch + [exe]
     for k, v in inputs.items():
         path = os.path.join(work, f"in_{k}.npy")
         np.save(path, v)
         cmd += ["--input", f"{k}={path}"]
-    for k in want:
+    for k in names:
         cmd += ["--output", f"{k}={os.path.join(work, f'out_{k}.npy')}"]
     if run(cmd, f"{what}: npy run") is None:
+        return None
+    return {k: np.load(os.path.join(work, f"out_{k}.npy")) for k in names}
+
+
+def run_numpy(launch, exe, work, inputs, want, rtol, atol, what):
+    """Writes `inputs` as .npy, runs exe on them, compares outputs with `want`."""
+    outs = run_outputs(launch, exe, work, inputs, list(want), what)
+    if outs is None:
         return False
     ok = True
     for k, w in want.items():
-        got = np.load(os.path.join(work, f"out_{k}.npy"))
+        got = outs[k]
         if got.shape != w.shape:
             print(f"FAIL {what}: output {k} has shape {got.shape}, expected {w.shape}")
             ok = False

@@ -44,3 +44,14 @@ void fe_expect_diag(const char *src, const char *want, const char *file, int lin
     CU_assertImplementation(ok, (unsigned)line, "diagnostics as expected", file, "", CU_FALSE);
     fe_run_free(&r);
 }
+
+char *fe_test_print_ir(ir_module *m)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    ir_print(f, m);
+    fclose(f);
+    return text;
+}

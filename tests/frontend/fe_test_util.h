@@ -23,5 +23,7 @@ void fe_run_free(fe_run *r);
 /* Asserts (CUnit) that compiling `src` fails with diagnostics exactly `want`. */
 #define EXPECT_DIAG(src, want) fe_expect_diag((src), (want), __FILE__, __LINE__)
 void fe_expect_diag(const char *src, const char *want, const char *file, int line);
+/* The --dump-ir text of `m` (the caller frees it). */
+char *fe_test_print_ir(ir_module *m);
 
 #endif

@@ -59,7 +59,7 @@ static void test_unknown_function(void)
     EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
                 "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
                 "silu, sigmoid, sqrt, rsqrt, neg, abs, sin, cos, maximum, minimum, where, sum, max, "
-                "min, mean, softmax, grad, argmax)\n"
+                "min, mean, softmax, grad, argmax, and the casts f32, f64, bf16)\n"
                 "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }
@@ -129,8 +129,8 @@ static void test_bad_dtype(void)
 static void test_mixed_dtypes(void)
 {
     EXPECT_DIAG(HDR "input A[I] : f32\ninput B[I] : bf16\nC[I] = A[I] + B[I]\noutput C\n",
-                "t.ein:5:15: error: tensor 'B' is bf16 but 'A' in the same statement is f32: dtypes "
-                "cannot be mixed\n"
+                "t.ein:5:15: error: tensor 'B' is bf16 but tensor 'A' in the same statement is f32: "
+                "dtypes cannot be mixed; cast one side: f32(B[...])\n"
                 "    C[I] = A[I] + B[I]\n"
                 "                  ^\n");
 }

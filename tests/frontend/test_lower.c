@@ -181,6 +181,32 @@ static void test_copy(void)
     ir_module_free(m);
 }
 
+/* `f32(Xb[I, J]) * B[J, K]`: the cast is an elementwise op from bf16 to f32
+ * over all of Xb's indices, then the f32 einsum reads it; `bf16(C[I, K])`
+ * converts back; a cast to the argument's own dtype adds no op. */
+static void test_cast(void)
+{
+    ir_module *m = ok_compile(HDR "input Xb[I_X, J] : bf16\nparam B[J, K] : f32\n"
+                              "C[I, K] = f32(Xb[I, J]) * B[J, K]\n"
+                              "Cb[I, K] = bf16(C[I, K])\n"
+                              "D[I, K] = f32(C[I, K]) + 1\n"
+                              "output Cb\noutput D\n", NULL);
+    CU_ASSERT_EQUAL_FATAL(count_ops(m), 4);
+    ir_op *cast = nth_op(m, 0), *mm = nth_op(m, 1), *back = nth_op(m, 2), *d = nth_op(m, 3);
+    CU_ASSERT_EQUAL(cast->kind, IR_OP_ELEMENTWISE);
+    CU_ASSERT_EQUAL(cast->operands[0]->type.dtype, IR_BF16);
+    CU_ASSERT_EQUAL(cast->result->type.dtype, IR_F32);
+    CU_ASSERT(labels_are(m, cast->u.ew.result_labels, 2, "IJ"));
+    CU_ASSERT_EQUAL(mm->kind, IR_OP_EINSUM);
+    CU_ASSERT_PTR_EQUAL(mm->operands[0], cast->result);
+    CU_ASSERT_EQUAL(mm->result->type.dtype, IR_F32);
+    CU_ASSERT_EQUAL(back->result->type.dtype, IR_BF16);
+    CU_ASSERT_PTR_EQUAL(back->operands[0], mm->result);
+    CU_ASSERT_EQUAL(d->noperands, 1);
+    CU_ASSERT_PTR_EQUAL(d->operands[0], mm->result); /* f32(C) of f32 C is C */
+    ir_module_free(m);
+}
+
 /* Three factors: a chain of binary einsums, left to right. */
 static void test_einsum_chain(void)
 {
@@ -423,11 +449,7 @@ static void test_reference_program(void)
     for (ir_op *op = m->first; op; op = op->next)
         for (int k = 0; k < op->noperands; k++)
             CU_ASSERT(op->operands[k]->kind != IR_VAL_OP || op->operands[k]->id < op->result->id);
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    ir_print(f, m);
-    fclose(f);
+    char *text = fe_test_print_ir(m);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "Act"));
     free(text);
     ir_module_free(m);
@@ -475,6 +497,7 @@ void einc_register_tests(void)
         {"matmul", test_matmul},
         {"unconstrained left side", test_unconstrained},
         {"function call", test_function_call},
+        {"cast", test_cast},
         {"copy", test_copy},
         {"einsum chain", test_einsum_chain},
         {"einsum plus elementwise", test_einsum_plus_elementwise},
