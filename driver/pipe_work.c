@@ -52,27 +52,39 @@ static int find_loops(const ir_module *m, const ir_op **fwd, const ir_op **bwd, 
     return 0;
 }
 
-/* Marks in `mark` (by result value id) every op that `root` depends on
- * through ops satisfying `in` (the same loop body, or outside every loop in
- * the backward phase).  An explicit stack: no recursion on user input. */
+/* Whether v's op is one mark_deps walks: in the body of `loop`, or with
+ * loop NULL outside every loop in the backward phase; not the loop's own
+ * LoopBegin or LoopEnd. */
+static bool in_scope(const ir_value *v, const ir_op *loop)
+{
+    const ir_op *d = v->def;
+    return d && d->loop == loop && d->kind != IR_OP_LOOPBEGIN && d->kind != IR_OP_LOOPEND &&
+           (loop || d->phase == IR_PHASE_BACKWARD);
+}
+
+/* Marks in `mark` (by value id) every value `root` depends on through ops
+ * in scope (in_scope), root included.  Each value is pushed once, when it
+ * is marked, so the explicit stack (no recursion on user input) never
+ * holds more than nvalues entries. */
 static int mark_deps(const ir_module *m, const ir_value *root, const ir_op *loop, bool *mark)
 {
+    if (!in_scope(root, loop) || mark[root->id])
+        return 0;
     const ir_value **stack = malloc((size_t)m->nvalues * sizeof *stack);
     if (!stack)
         return -1;
     int n = 0;
+    mark[root->id] = true;
     stack[n++] = root;
     while (n > 0) {
-        const ir_value *v = stack[--n];
-        const ir_op *d = v->def;
-        if (!d || mark[v->id] || d->loop != loop || d->kind == IR_OP_LOOPBEGIN || d->kind == IR_OP_LOOPEND)
-            continue;
-        if (!loop && d->phase != IR_PHASE_BACKWARD)
-            continue;
-        mark[v->id] = true;
-        for (int i = 0; i < d->noperands; i++)
-            if (!mark[d->operands[i]->id])
-                stack[n++] = d->operands[i];
+        const ir_op *d = stack[--n]->def;
+        for (int i = 0; i < d->noperands; i++) {
+            const ir_value *o = d->operands[i];
+            if (!mark[o->id] && in_scope(o, loop)) {
+                mark[o->id] = true;
+                stack[n++] = o;
+            }
+        }
     }
     free(stack);
     return 0;
