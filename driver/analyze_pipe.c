@@ -113,10 +113,11 @@ static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64
     return worst;
 }
 
-/* Prices one (schedule, M) into row; 1 when the pair does not apply
- * (interleaved needs an even share of layers and M a multiple of Z). */
+/* Prices one (schedule, M) into row, with the schedule's inputs in *used
+ * (its times in arr); 1 when the pair does not apply (interleaved needs an
+ * even share of layers and M a multiple of Z). */
 static int price(analyze_pipe *p, analyze_pipe_row *row, const pipe_work *w, pp_schedule sched, int mb,
-                 const cost_hw *hw, double *arr, char *err, size_t errlen)
+                 const cost_hw *hw, double *arr, pp_params *used, char *err, size_t errlen)
 {
     int z = p->opts.stages;
     int64_t k = p->layers / z;
@@ -126,6 +127,7 @@ static int price(analyze_pipe *p, analyze_pipe_row *row, const pipe_work *w, pp_
     pp_params pp = {.stages = z, .microbatches = mb, .chunks = v,
                     .t_p2p = pipe_work_hop(hw, w->carry_bytes, p->opts.dcn)};
     stage_times(&pp, arr, w, z, k, sched == PP_ZERO_BUBBLE);
+    *used = pp;
     pp_plan plan;
     if (pp_build(&pp, sched, &plan, err, errlen) != 0)
         return -1;
@@ -194,7 +196,8 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
             if (opts->schedule >= 0 && s != opts->schedule)
                 continue;
             analyze_pipe_row *row = &p->rows[p->n];
-            int r = price(p, row, &w, (pp_schedule)s, mb, t->hw, scratch, err, errlen);
+            pp_params used;
+            int r = price(p, row, &w, (pp_schedule)s, mb, t->hw, scratch, &used, err, errlen);
             if (r < 0)
                 rc = -1;
             if (r != 0)
@@ -202,10 +205,10 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
             if (p->best < 0 || row->step < p->rows[p->best].step) {
                 p->best = p->n;
                 memcpy(p->arrays, scratch, 3 * (size_t)z * sizeof *scratch);
-                p->best_params = (pp_params){.stages = z, .microbatches = mb,
-                                             .chunks = row->schedule == PP_INTERLEAVED ? 2 : 1,
-                                             .t_f = p->arrays, .t_b = p->arrays + z, .t_w = p->arrays + 2 * z,
-                                             .t_p2p = pipe_work_hop(t->hw, w.carry_bytes, opts->dcn)};
+                p->best_params = used;
+                p->best_params.t_f = p->arrays;
+                p->best_params.t_b = p->arrays + z;
+                p->best_params.t_w = p->arrays + 2 * z;
             }
             p->n++;
         }

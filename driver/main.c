@@ -348,15 +348,16 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
     if (!proto)
         return 1;
     analyze_table *t = malloc(sizeof *t);
+    analyze_pipe *p = o->pipe.stages > 0 ? calloc(1, sizeof *p) : NULL; /* zeroed: free-able before a run */
     plan_env env = {o, src, len, pm, ctx};
-    char err[256];
-    int rc = t ? analyze_run(t, proto, ctx->hw, analyze_compile, &env, err, sizeof err) : -1;
+    char err[256] = "out of memory";
+    bool allocated = t && (p || o->pipe.stages == 0);
+    int rc = allocated ? analyze_run(t, proto, ctx->hw, analyze_compile, &env, err, sizeof err) : -1;
     ir_module_free(proto);
-    analyze_pipe *p = rc == 0 && o->pipe.stages > 0 ? malloc(sizeof *p) : NULL;
-    if (rc == 0 && o->pipe.stages > 0)
-        rc = p ? analyze_pipe_run(p, t, &o->pipe, analyze_compile, &env, err, sizeof err) : -1;
+    if (rc == 0 && p)
+        rc = analyze_pipe_run(p, t, &o->pipe, analyze_compile, &env, err, sizeof err);
     if (rc != 0) {
-        fprintf(stderr, "einc: error: analyze: %s\n", t && (p || o->pipe.stages == 0) ? err : "out of memory");
+        fprintf(stderr, "einc: error: analyze: %s\n", err);
     } else {
         analyze_print(stdout, t, o->json, p && o->json ? analyze_pipe_json(p) : NULL);
         if (p && !o->json)

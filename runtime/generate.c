@@ -160,6 +160,12 @@ int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errl
     return 0;
 }
 
+rt_sampling rt_sampling_of_options(const rt_options *o)
+{
+    return (rt_sampling){.temperature = o->temperature, .top_k = o->top_k,
+                         .top_p = o->top_p_given ? o->top_p : 1, .seed = o->shuffle_seed};
+}
+
 int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 {
     const rt_program *p = job->prog;
@@ -167,10 +173,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     memset(g, 0, sizeof *g);
     job->gen = g; /* released with the job, also after a failure here */
     g->n = o->generate;
-    g->sampling.temperature = o->temperature;
-    g->sampling.top_k = o->top_k;
-    g->sampling.top_p = o->top_p_given ? o->top_p : 1;
-    g->sampling.seed = o->shuffle_seed;
+    g->sampling = rt_sampling_of_options(o);
     g->stop = o->stop;
     g->nstop = o->nstop;
     if (rt_generate_find(p, g, err, errlen))

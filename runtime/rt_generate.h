@@ -69,6 +69,11 @@ int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int6
  * bad value (the checks that need the program are rt_generate_prepare's). */
 int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, char *err,
                            size_t errlen);
+/* The sampling the command line asks for: --temperature, --top-k, --top-p
+ * (1 unless given) and --seed.  What --generate samples with and what
+ * --serve's requests default to. */
+rt_sampling rt_sampling_of_options(const rt_options *o);
+
 /* Finds the program's decode interface by shape into g: g->tokens,
  * g->position (a message if either is missing or doubled), g->next and
  * g->logits (-1 none, -2 several; not checked here) and g->batch, B.

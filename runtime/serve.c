@@ -183,10 +183,7 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     e->cache = cache;
     e->greedy_only = greedy_only;
     e->max_queue = o->max_queue ? o->max_queue : RT_DEFAULT_QUEUE;
-    e->defaults.temperature = o->temperature;
-    e->defaults.top_k = o->top_k;
-    e->defaults.top_p = o->top_p_given ? o->top_p : 1;
-    e->defaults.seed = o->shuffle_seed;
+    e->defaults = rt_sampling_of_options(o);
     e->stop_ids = o->stop;
     e->nstop_ids = o->nstop;
     for (int i = 0; i < o->nstop; i++)
