@@ -127,8 +127,20 @@ static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char
     if (nx == 0 || ny == 0)
         return;
     if (kind != IR_VAL_PARAM) {
-        if (f != PLAN_TP)
-            push_group(sh, pick(m, r, rank, dims, x, -1, 0), xa, nx);
+        int batch = -1;
+        if (f != PLAN_TP) {
+            batch = pick(m, r, rank, dims, x, -1, 0);
+            push_group(sh, batch, xa, nx);
+        }
+        /* A state written from the params' outputs (a KV cache) is sharded
+         * like the rows written into it, over the tensor-parallel dim the
+         * params share with it (the KV heads), so each device keeps its
+         * own heads' cache and the write stays local (seed 002,
+         * "Distributing inference over multiple accelerators": the cache
+         * sharded over the KV heads, and over the batch beyond them, which
+         * DP+TP's X does). */
+        if (kind == IR_VAL_STATE && f != PLAN_DP && f != PLAN_FSDP)
+            push_group(sh, pick(m, r, rank, dims, y, batch, 2), ya, ny);
         return;
     }
     int model = -1;
@@ -166,6 +178,21 @@ static void comm_compute(const ir_module *m, double *comm, double *compute)
 const char *plan_family_name(plan_family f)
 {
     return f >= 0 && f < PLAN_NFAMILIES ? family_name[f] : "?";
+}
+
+const char *plan_row_label(const plan_row *r)
+{
+    /* Served with the weights in place, FSDP's storage is weight-stationary
+     * model parallelism: over the model dim alone (TP-D), or over it and
+     * the heads or hidden dim at once, seed 002's 2D weight-stationary
+     * sharding (its question 7 and appendix B). */
+    if (r->ok && !r->trains && !r->gathers_params) {
+        if (r->family == PLAN_FSDP)
+            return "TP-D";
+        if (r->family == PLAN_FSDP_TP)
+            return "2D-WS";
+    }
+    return plan_family_name(r->family);
 }
 
 void plan_row_autoshard(const plan_row *row, fe_autoshard *a)
@@ -225,6 +252,34 @@ static ir_module *call_row(void *ctx, diag_ctx *d)
     return c->compile(c->ctx, c->a, d);
 }
 
+/* The param value v reads, through layer slices and resharding, or NULL. */
+static const ir_value *param_of(const ir_value *v)
+{
+    while (v && v->kind == IR_VAL_OP && v->def && v->def->noperands >= 1 &&
+           (v->def->kind == IR_OP_LAYERSLICE || ir_op_is_reshard(v->def->kind)))
+        v = v->def->operands[0];
+    return v && v->kind == IR_VAL_PARAM ? v : NULL;
+}
+
+/* Whether m trains (it has a backward pass or updates a param) and
+ * whether its plan moves weights: an AllGather of a param, FSDP's
+ * signature (seed 000).  A program that serves and keeps its weights in
+ * place moves activations instead (seed 002, "Generation": FSDP is
+ * infeasible for generation, weights stay stationary). */
+static void plan_kind(const ir_module *m, bool *trains, bool *gathers)
+{
+    *trains = *gathers = false;
+    for (int i = 0; i < m->noutputs; i++)
+        if (m->outputs[i].update && m->outputs[i].update->kind == IR_VAL_PARAM)
+            *trains = true;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (op->phase != IR_PHASE_FORWARD)
+            *trains = true;
+        if (op->kind == IR_OP_ALLGATHER && param_of(op->operands[0]))
+            *gathers = true;
+    }
+}
+
 /* Compiles row i and fills its figures. */
 static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
 {
@@ -241,6 +296,7 @@ static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
         row->exposed = m->totals.exposed_comm_time;
         comm_compute(m, &row->comm, &row->compute);
         row->fits = row->memory <= t->hw->hbm_bytes;
+        plan_kind(m, &row->trains, &row->gathers_params);
     }
     ir_module_free(m);
 }
@@ -360,7 +416,7 @@ static int runner_up(const plan_table *t)
 static cJSON *row_json(const plan_row *r)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "family", family_name[r->family]);
+    cJSON_AddStringToObject(o, "family", plan_row_label(r));
     cJSON *mesh = cJSON_AddObjectToObject(o, "mesh");
     for (int k = 0; k < r->naxes; k++) {
         char name[2] = {"XYZ"[k], '\0'};
@@ -406,6 +462,13 @@ void plan_print(FILE *out, const plan_table *t, bool json)
             (long long)t->chips, t->hw->name, t->hw->hbm_bytes / gib, t->n);
     if (t->dropped)
         fprintf(out, "(%d more candidates not priced: at most %d)\n", t->dropped, PLAN_MAX_ROWS);
+    for (int i = 0; i < t->n; i++)
+        if (t->rows[i].ok && !t->rows[i].trains) {
+            fprintf(out, "(the program does not train: a plan that keeps the weights in place is model "
+                         "parallel, so FSDP's storage shows as TP-D or 2D-WS when no weight is gathered; "
+                         "seed 002, appendix B)\n");
+            break;
+        }
     fprintf(out, "  %-8s %-18s %12s %7s %14s %5s %13s %13s  %s\n", "family", "mesh", "step", "MFU",
             "memory/device", "fits", "comm exposed", "comm total", "bound");
     for (int i = 0; i < t->n; i++) {
@@ -413,11 +476,11 @@ void plan_print(FILE *out, const plan_table *t, bool json)
         char mesh[40];
         mesh_str(r, mesh, sizeof mesh);
         if (!r->ok) {
-            fprintf(out, "  %-8s %-18s does not compile: %s\n", family_name[r->family], mesh, r->why);
+            fprintf(out, "  %-8s %-18s does not compile: %s\n", plan_row_label(r), mesh, r->why);
             continue;
         }
         fprintf(out, "%c %-8s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s\n",
-                i == t->chosen ? '*' : ' ', family_name[r->family], mesh, r->step * 1e3, r->mfu * 100,
+                i == t->chosen ? '*' : ' ', plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
                 r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r));
     }
     if (t->chosen < 0) {
@@ -429,17 +492,17 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     mesh_str(c, mesh, sizeof mesh);
     if (!c->fits) {
         fprintf(out, "chosen: none fits %s's HBM; the smallest is %s on %s at %.4g GiB per device: more chips, a "
-                "smaller batch or --remat=layer would shrink it\n", t->hw->name, family_name[c->family], mesh,
+                "smaller batch or --remat=layer would shrink it\n", t->hw->name, plan_row_label(c), mesh,
                 c->memory / gib);
         return;
     }
     int ru = runner_up(t);
-    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound)", family_name[c->family],
+    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound)", plan_row_label(c),
             mesh, c->step * 1e3, bound_name(c));
     if (ru >= 0) {
         char m2[40];
         mesh_str(&t->rows[ru], m2, sizeof m2);
-        fprintf(out, "; next %s on %s at %.4g ms", family_name[t->rows[ru].family], m2, t->rows[ru].step * 1e3);
+        fprintf(out, "; next %s on %s at %.4g ms", plan_row_label(&t->rows[ru]), m2, t->rows[ru].step * 1e3);
     }
     fputs("\n", out);
 }

@@ -57,6 +57,8 @@ typedef struct plan_row {
     double comm;          /* seconds of collectives in all (overlapped or not) */
     double compute;       /* seconds of compute ops */
     bool fits;            /* memory <= the profile's HBM per device */
+    bool trains;          /* the program has a backward pass or updates a param */
+    bool gathers_params;  /* the plan AllGathers a param (FSDP's weight movement) */
 } plan_row;
 
 typedef struct plan_table {
@@ -95,6 +97,14 @@ int plan_roles_of(const ir_module *m, plan_roles *r);
 ir_module *plan_compile_quiet(ir_module *(*compile)(void *ctx, diag_ctx *d), void *ctx, char *why, size_t n);
 /* "DP", "FSDP", "TP", "FSDP+TP", "DP+TP". */
 const char *plan_family_name(plan_family f);
+
+/* The name row r is reported under: its family's, except that a compiled
+ * program which does not train and whose plan gathers no param keeps its
+ * weights stationary, so FSDP's storage is reported as the model
+ * parallelism it is, "TP-D" (the model dim over every axis) and "2D-WS"
+ * (FSDP+TP's: seed 002's 2D weight-stationary sharding, question 7 and
+ * appendix B).  A static string. */
+const char *plan_row_label(const plan_row *r);
 /* The auto-sharding that writes row->family's shardings on the mesh the
  * program declares (fe_autoshard.keep_mesh; `einc analyze`): one-axis
  * families over every axis of that mesh, two-axis families with the

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Auto-sharding a served model: seed 002's inference sharding as goldens.
+
+Each `# expect-plan: FLAGS | CHECKS` line of the .ein files given runs
+`einc plan FILE FLAGS --json` and `einc FILE FLAGS --dump-ir` (which
+compiles what plan chose) and checks, separated by ';':
+  chosen A|B|..   the chosen candidate's family is one of these
+  stationary      the compiled plan AllGathers no param (FSDP's weight
+                  movement; seed 002: infeasible for generation)
+  cache DECL      the plan declares the state Kc as DECL (sharding included)
+Also: the chosen row is the fastest that fits, and every row whose plan
+gathers weights is reported under an FSDP name, never as model parallel.
+Exits 1 on the first failure.
+"""
+import argparse
+import json
+import re
+import subprocess
+import sys
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL: " + what)
+        sys.exit(1)
+
+
+def params_of(ir):
+    return {m.group(1) for m in re.finditer(r"^param (\w+)\[", ir, re.M)}
+
+
+def gathered_params(ir, params):
+    """Params an AllGather reads, directly or through a layer slice."""
+    slices = {}
+    for m in re.finditer(r"^\s*([\w.]+)\[[^\]]*\] = LayerSlice\(\w+\) (\w+)\[", ir, re.M):
+        slices[m.group(1)] = m.group(2)
+    out = set()
+    for m in re.finditer(r"= AllGather_\w+ ([\w.]+)\[", ir, re.M):
+        v = m.group(1)
+        base = slices.get(v, v).split(".")[0]
+        if base in params:
+            out.add(base)
+    return out
+
+
+def one(einc, ein, flags, checks):
+    r = run([einc, "plan", ein, *flags, "--json"])
+    check(r.returncode == 0, f"plan {flags}: {r.stderr}")
+    d = json.loads(r.stdout)
+    ch, cands = d["chosen"], d["candidates"]
+    check(ch in cands and ch["fits"], f"{flags}: chosen {ch} is not a candidate that fits")
+    best = min(c["step_time"] for c in cands if c["fits"])
+    check(ch["step_time"] <= best * (1 + 1e-3), f"{flags}: chosen is not the fastest that fits")
+    c = run([einc, ein, *flags, "--dump-ir"])
+    check(c.returncode == 0, f"{ein} {flags} --dump-ir: {c.stderr}")
+    ir = c.stdout
+    for chk in checks:
+        word, _, arg = chk.strip().partition(" ")
+        if word == "chosen":
+            check(ch["family"] in arg.split("|"), f"{flags}: chose {ch['family']} on {ch['mesh']}, want {arg}")
+        elif word == "stationary":
+            g = gathered_params(ir, params_of(ir))
+            check(not g, f"{flags}: the chosen plan gathers params {sorted(g)}")
+        elif word == "cache":
+            decl = re.search(r"^state (Kc\[[^\]]*\])", ir, re.M)
+            check(decl and decl.group(1) == arg.strip(), f"{flags}: cache {decl and decl.group(1)}, want {arg}")
+        else:
+            check(False, f"unknown check {word!r} in {ein}")
+    # The reported names follow the plan: a name of model parallelism
+    # (TP-D, 2D-WS) only where no weight moves, which `stationary` checks on
+    # the chosen row; FSDP's names appear only where the plan gathers.
+    check(all(c["family"] in ("DP", "FSDP", "TP", "FSDP+TP", "DP+TP", "TP-D", "2D-WS") for c in cands),
+          f"{flags}: family names {sorted({c['family'] for c in cands})}")
+    print(f"ok: {ein} {' '.join(flags)}: {ch['family']} on {ch['mesh']}, {ch['step_time'] * 1e3:.4g} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("ein", nargs="+")
+    args = ap.parse_args()
+    n = 0
+    for ein in args.ein:
+        for line in open(ein, encoding="utf-8"):
+            m = re.match(r"#\s*expect-plan:\s*(.*?)\s*\|\s*(.*)$", line)
+            if m:
+                one(args.einc, ein, m.group(1).split(), m.group(2).split(";"))
+                n += 1
+    check(n > 0, "no expect-plan lines")
+    print(f"{n} passed, 0 failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
