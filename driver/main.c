@@ -260,6 +260,12 @@ static ir_module *compile(const options *o, const char *src, size_t len, bool si
     ir_module *m = fe_compile(src, len, &fo, ctx->diag);
     if (!m)
         return NULL;
+    if (m->mesh.is_auto && !autoshard) {
+        diag_error(ctx->diag, m->mesh.auto_loc, "'mesh auto' leaves the mesh and the shardings to einc: compile "
+                   "with --chips N (einc plan %s --chips N prints the candidates)", o->input ? o->input : "FILE");
+        ir_module_free(m);
+        return NULL;
+    }
     if (o->einsum_unroll >= 0)
         m->einsum_unroll_max = o->einsum_unroll;
     if (o->stream_min > 0)

@@ -210,6 +210,7 @@ typedef struct ast_stmt {
         struct {
             int n;              /* entries */
             ast_sizedef **defs; /* n entries (arena) */
+            ast_name word;      /* `mesh auto`: the word after 'mesh' (n == 0), else {NULL} */
         } sizes;                /* AST_S_MESH, AST_S_DIM */
         struct {
             ast_tref tref;      /* the declared tensor with its sharding */

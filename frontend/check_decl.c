@@ -90,6 +90,25 @@ static void set_placement(fe_checker *c, const ast_sizedef *d, ir_axis *ax, int6
     ax->phys = (int)n->ival;
 }
 
+/* `mesh auto`: the mesh and the shardings are auto-sharding's to choose
+ * (driver/plan.c); compiling such a program needs --chips, which the
+ * driver checks.  Any other word after 'mesh' is a typo of it or of an
+ * axis definition. */
+static void mesh_auto(fe_checker *c, const ast_name *w)
+{
+    if (strcmp(w->s, "auto") != 0) {
+        diag_error(c->diag, w->loc, "expected 'mesh auto' or mesh axes like 'mesh X = 2, Y = 4', not 'mesh %s'",
+                   w->s);
+        return;
+    }
+    if (c->m->mesh.is_auto) {
+        diag_error(c->diag, w->loc, "'mesh auto' is written twice");
+        return;
+    }
+    c->m->mesh.is_auto = true;
+    c->m->mesh.auto_loc = w->loc;
+}
+
 static void add_axis(fe_checker *c, const ast_sizedef *d)
 {
     int64_t size = size_of(c, d, "mesh axis");
@@ -187,6 +206,8 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog)
         const ast_stmt *s = prog->stmts[i];
         if (s->kind != AST_S_MESH && s->kind != AST_S_DIM)
             continue;
+        if (s->kind == AST_S_MESH && s->u.sizes.n == 0)
+            mesh_auto(c, &s->u.sizes.word);
         for (int k = 0; k < s->u.sizes.n; k++) {
             if (s->kind == AST_S_MESH)
                 add_axis(c, s->u.sizes.defs[k]);
@@ -198,6 +219,9 @@ void fe_check_sizes(fe_checker *c, const ast_program *prog)
         if (!c->define_used[i])
             diag_error(c->diag, DIAG_NOLOC, "-D %s=%" PRId64 " names no dim or mesh axis of this program",
                        c->opts->defines[i].name, c->opts->defines[i].value);
+    if (c->m->mesh.is_auto && c->m->mesh.naxes > 0)
+        diag_error(c->diag, c->m->mesh.auto_loc, "'mesh auto' leaves the mesh to einc, and this program also "
+                   "declares mesh axes: keep one of the two");
     const fe_autoshard *a = c->opts->autoshard;
     if (a && a->keep_mesh)
         ; /* the declared mesh stays (einc analyze) */

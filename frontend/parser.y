@@ -126,7 +126,9 @@ line
     | error NL         { yyerrok; }
     ;
 
-/* stmt -> 'mesh' sizedefs | 'dim' sizedefs   (a placement only on mesh lines)
+/* stmt -> 'mesh' sizedefs | 'mesh' NAME | 'dim' sizedefs   (a placement only on
+ *         mesh lines; the NAME is `auto`, which the checker checks, as `auto`
+ *         is not reserved)
  *       | 'input' tref ':' NAME | 'param' tref ':' NAME | 'state' tref ':' NAME
  *       | tref '=' arg
  *       | 'output' NAME | 'output' tref
@@ -144,6 +146,11 @@ stmt
         {
             $$ = stmt_new(p, AST_S_MESH, @1.begin);
             $$->u.sizes.defs = (ast_sizedef **)fe_list_take(p->arena, $2, &$$->u.sizes.n);
+        }
+    | MESH IDENT
+        {
+            $$ = stmt_new(p, AST_S_MESH, @1.begin);
+            $$->u.sizes.word = $2;
         }
     | DIM sizedefs
         {

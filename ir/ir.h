@@ -78,6 +78,11 @@ typedef struct ir_axis {
 typedef struct ir_mesh {
     int naxes;                     /* 0..IR_MAX_AXES */
     ir_axis axes[IR_MAX_AXES];     /* in declaration order */
+    /* `mesh auto`: the program leaves the mesh and every sharding to
+     * auto-sharding (`--chips N`), which adds the axes; auto_loc is the
+     * byte offset of the word `auto`. */
+    bool is_auto;
+    uint32_t auto_loc;
 } ir_mesh;
 
 /* A named dim and its global size. */

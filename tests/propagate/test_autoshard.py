@@ -108,6 +108,19 @@ def main():
         r = run([exe, "--random-inputs", "1", "--check", "--check-tol", "1e-3"], cwd=work)
         check(r.returncode == 0, f"the chosen plan's executable fails --check:\n{r.stdout}{r.stderr}")
         n += 1
+    # `mesh auto` says in the file what no mesh line implies: the same
+    # table, and -o with --chips builds (without --chips it is refused,
+    # tests/golden/cases/error_mesh_auto_chips.ein).
+    with tempfile.TemporaryDirectory() as work:
+        auto = os.path.join(work, "auto.ein")
+        with open(ein, encoding="utf-8") as f, open(auto, "w", encoding="utf-8") as g:
+            g.write("mesh auto\n" + f.read())
+        a = run([args.einc, "plan", auto, "--chips", "4", "--json"])
+        b = run([args.einc, "plan", ein, "--chips", "4", "--json"])
+        check(a.returncode == 0 and a.stdout == b.stdout, f"mesh auto plans otherwise: {a.stderr}")
+        r = run([args.einc, auto, "--chips", "4", "-o", os.path.join(work, "exe")])
+        check(r.returncode == 0, f"mesh auto --chips 4 -o: {r.stderr}")
+        n += 1
     meshed = os.path.join(args.examples, "ffw_tp.ein")
     r = run([args.einc, "plan", meshed, "--chips", "4"])
     check(r.returncode == 1 and "plans the mesh itself" in r.stderr and "ffw_tp.ein:" in r.stderr,
