@@ -50,6 +50,7 @@ typedef struct options {
     int npass_args;
     const char *pass_args[PASS_MAX_OPTIONS];
     fe_remat remat;               /* --remat= */
+    bool remat_set;               /* --remat= was given: auto-sharding does not choose it */
     int einsum_unroll;            /* --einsum-unroll=N, or -1: IR_EINSUM_UNROLL_MAX */
     int64_t stream_min;           /* --stream-min=BYTES (INT64_MAX: off), or 0: IR_STREAM_MIN_BYTES */
     int max_errors;
@@ -191,6 +192,7 @@ static int parse_args(int argc, char **argv, options *o)
             o->hw = a + 5;
         } else if (strncmp(a, "--remat=", 8) == 0) {
             const char *v = a + 8;
+            o->remat_set = true;
             if (strcmp(v, "none") == 0)
                 o->remat = FE_REMAT_NONE;
             else if (strcmp(v, "elementwise") == 0)
@@ -286,9 +288,11 @@ typedef struct plan_env {
     const pass_ctx *ctx;
 } plan_env;
 
-static ir_module *plan_compile(void *env, const fe_autoshard *a, diag_ctx *d)
+static ir_module *plan_compile(void *env, const fe_autoshard *a, fe_remat remat, diag_ctx *d)
 {
     const plan_env *e = env;
+    options o = *e->o;
+    o.remat = remat;
     pass_manager pm = *e->pm;
     pm.print_after = NULL;
     pm.print_after_all = false;
@@ -298,11 +302,12 @@ static ir_module *plan_compile(void *env, const fe_autoshard *a, diag_ctx *d)
     d->src = e->src;
     d->len = e->len;
     d->filename = e->o->input;
-    return compile(e->o, e->src, e->len, false, a, &pm, &ctx);
+    return compile(&o, e->src, e->len, false, a, &pm, &ctx);
 }
 
 /* Auto-sharding: the table of candidates for o->chips chips (printed when
- * `print`), and the chosen one in *chosen (t must outlive it).  Returns 0,
+ * `print`), and the chosen one in *chosen (t must outlive it; its
+ * rematerialisation is t->rows[t->chosen].remat).  Returns 0,
  * or 1 after reporting why nothing can be chosen. */
 static int auto_shard(const options *o, const char *src, size_t len, pass_manager *pm, const pass_ctx *ctx,
                       plan_table *t, fe_autoshard *chosen, bool print)
@@ -318,7 +323,7 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
         return 1;
     }
     plan_env env = {o, src, len, pm, ctx};
-    int rc = plan_run(t, proto, ctx->hw, o->chips, plan_compile, &env);
+    int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, plan_compile, &env);
     ir_module_free(proto);
     if (rc != 0) {
         fprintf(stderr, "einc: error: auto-sharding: the program has too many dims to plan\n");
@@ -336,15 +341,6 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
     return 0;
 }
 
-/* What analyze_run's strategies are compiled with. */
-static ir_module *analyze_compile(void *env, const fe_autoshard *a, fe_remat remat, diag_ctx *d)
-{
-    plan_env e = *(const plan_env *)env;
-    options o = *e.o;
-    o.remat = remat;
-    e.o = &o;
-    return plan_compile(&e, a, d);
-}
 
 /* `einc analyze`: the table (or JSON) on stdout; 0, or 1 after an error. */
 static int analyze(const options *o, const char *src, size_t len, pass_manager *pm, const pass_ctx *ctx)
@@ -358,10 +354,10 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
     plan_env env = {o, src, len, pm, ctx};
     char err[256] = "out of memory";
     bool allocated = t && (p || o->pipe.stages == 0);
-    int rc = allocated ? analyze_run(t, proto, ctx->hw, analyze_compile, &env, err, sizeof err) : -1;
+    int rc = allocated ? analyze_run(t, proto, ctx->hw, plan_compile, &env, err, sizeof err) : -1;
     ir_module_free(proto);
     if (rc == 0 && p)
-        rc = analyze_pipe_run(p, t, &o->pipe, analyze_compile, &env, err, sizeof err);
+        rc = analyze_pipe_run(p, t, &o->pipe, plan_compile, &env, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "einc: error: analyze: %s\n", err);
     } else {
@@ -512,6 +508,8 @@ int main(int argc, char **argv)
         table = malloc(sizeof *table);
         rc = table ? auto_shard(&o, src, len, &pm, &ctx, table, &autoshard, o.plan_only) : 1;
         as = rc == 0 ? &autoshard : NULL;
+        if (as) /* the chosen plan fits only with it, if the search chose it */
+            o.remat = table->rows[table->chosen].remat;
         if (rc != 0 || o.plan_only) {
             diag_finish(&diag);
             free(table);

@@ -244,12 +244,13 @@ typedef struct row_call {
     plan_compile_fn compile;
     void *ctx;
     const fe_autoshard *a;
+    fe_remat remat;
 } row_call;
 
 static ir_module *call_row(void *ctx, diag_ctx *d)
 {
     const row_call *c = ctx;
-    return c->compile(c->ctx, c->a, d);
+    return c->compile(c->ctx, c->a, c->remat, d);
 }
 
 /* The param value v reads, through layer slices and resharding, or NULL. */
@@ -280,24 +281,41 @@ static void plan_kind(const ir_module *m, bool *trains, bool *gathers)
     }
 }
 
-/* Compiles row i and fills its figures. */
+/* Row figures from compiled module m. */
+static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, fe_remat remat)
+{
+    row->step = m->totals.step_time;
+    row->mfu = m->totals.mfu;
+    row->memory = m->totals.peak_memory;
+    row->exposed = m->totals.exposed_comm_time;
+    comm_compute(m, &row->comm, &row->compute);
+    row->fits = row->memory <= t->hw->hbm_bytes;
+    plan_kind(m, &row->trains, &row->gathers_params);
+    row->remat = remat;
+}
+
+/* Compiles row i and fills its figures; a training row that does not fit
+ * tries --remat=layer (plan_run) and keeps it if it takes less memory. */
 static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
 {
     plan_row *row = &t->rows[i];
     fe_autoshard a;
     plan_autoshard(t, i, &a);
-    row_call c = {compile, ctx, &a};
+    row_call c = {compile, ctx, &a, t->remat};
     ir_module *m = plan_compile_quiet(call_row, &c, row->why, sizeof row->why);
     row->ok = m != NULL;
-    if (row->ok) {
-        row->step = m->totals.step_time;
-        row->mfu = m->totals.mfu;
-        row->memory = m->totals.peak_memory;
-        row->exposed = m->totals.exposed_comm_time;
-        comm_compute(m, &row->comm, &row->compute);
-        row->fits = row->memory <= t->hw->hbm_bytes;
-        plan_kind(m, &row->trains, &row->gathers_params);
-    }
+    if (row->ok)
+        fill_row(t, row, m, t->remat);
+    ir_module_free(m);
+    if (!row->ok || row->fits || !row->trains || !t->choose_remat)
+        return;
+    char why[sizeof row->why];
+    c.remat = FE_REMAT_LAYER;
+    m = plan_compile_quiet(call_row, &c, why, sizeof why);
+    /* Kept when it fits, or, when nothing fits, as the smaller figure the
+     * report names. */
+    if (m && m->totals.peak_memory < row->memory)
+        fill_row(t, row, m, FE_REMAT_LAYER);
     ir_module_free(m);
 }
 
@@ -348,13 +366,15 @@ static void add_meshes(plan_table *t, int64_t chips, int naxes)
         }
 }
 
-int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, plan_compile_fn compile,
-             void *ctx)
+int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, fe_remat remat,
+             bool choose_remat, plan_compile_fn compile, void *ctx)
 {
     memset(t, 0, sizeof *t);
     t->chosen = -1;
     t->chips = chips;
     t->hw = hw;
+    t->remat = remat;
+    t->choose_remat = choose_remat && remat == FE_REMAT_NONE;
     if (chips < 1 || plan_roles_of(proto, &t->roles) != 0)
         return -1;
     /* One axis of all the chips, then every split into two and three: a
@@ -433,6 +453,8 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddNumberToObject(o, "exposed_comm_time", r->exposed);
     cJSON_AddNumberToObject(o, "comm_time", r->comm);
     cJSON_AddStringToObject(o, "bound", bound_name(r));
+    cJSON_AddStringToObject(o, "remat", r->remat == FE_REMAT_LAYER ? "layer"
+                                        : r->remat == FE_REMAT_ELEMENTWISE ? "elementwise" : "none");
     return o;
 }
 
@@ -479,9 +501,12 @@ void plan_print(FILE *out, const plan_table *t, bool json)
             fprintf(out, "  %-8s %-18s does not compile: %s\n", plan_row_label(r), mesh, r->why);
             continue;
         }
-        fprintf(out, "%c %-8s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s\n",
+        /* A row the search rematerialised to fit says so. */
+        bool chose_remat = r->remat == FE_REMAT_LAYER && t->choose_remat;
+        fprintf(out, "%c %-8s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s\n",
                 i == t->chosen ? '*' : ' ', plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
-                r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r));
+                r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r),
+                chose_remat ? ", remat=layer" : "");
     }
     if (t->chosen < 0) {
         fprintf(out, "chosen: none (no candidate compiles)\n");
@@ -491,14 +516,19 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     char mesh[40];
     mesh_str(c, mesh, sizeof mesh);
     if (!c->fits) {
-        fprintf(out, "chosen: none fits %s's HBM; the smallest is %s on %s at %.4g GiB per device: more chips, a "
-                "smaller batch or --remat=layer would shrink it\n", t->hw->name, plan_row_label(c), mesh,
-                c->memory / gib);
+        /* Remat is named only where it was not already tried. */
+        bool tried = t->choose_remat || t->remat == FE_REMAT_LAYER;
+        fprintf(out, "chosen: none fits %s's HBM%s; the smallest is %s on %s at %.4g GiB per device: more chips%s "
+                "or a smaller batch would shrink it\n", t->hw->name,
+                tried && c->trains ? ", not even with --remat=layer" : "", plan_row_label(c), mesh,
+                c->memory / gib, !tried && c->trains ? ", --remat=layer" : "");
         return;
     }
     int ru = runner_up(t);
-    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound)", plan_row_label(c),
-            mesh, c->step * 1e3, bound_name(c));
+    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound%s)", plan_row_label(c),
+            mesh, c->step * 1e3, bound_name(c),
+            c->remat == FE_REMAT_LAYER && t->choose_remat
+                ? "; it fits only with --remat=layer, which -o compiles with" : "");
     if (ru >= 0) {
         char m2[40];
         mesh_str(&t->rows[ru], m2, sizeof m2);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Auto-sharding a served model: seed 002's inference sharding as goldens.
+"""Auto-sharding goldens: seed 002's inference sharding, memory as a constraint.
 
 Each `# expect-plan: FLAGS | CHECKS` line of the .ein files given runs
 `einc plan FILE FLAGS --json` and `einc FILE FLAGS --dump-ir` (which
@@ -8,6 +8,11 @@ compiles what plan chose) and checks, separated by ';':
   stationary      the compiled plan AllGathers no param (FSDP's weight
                   movement; seed 002: infeasible for generation)
   cache DECL      the plan declares the state Kc as DECL (sharding included)
+  remat R         the chosen row was compiled with --remat=R ("none" or
+                  "layer"); a "layer" the search chose is marked in the
+                  text table, and the compiled choice fits
+  forced-none     with --remat=none given, the chosen family and mesh
+                  do not fit (so the search's remat was needed)
 Also: the chosen row is the fastest that fits, and every row whose plan
 gathers weights is reported under an FSDP name, never as model parallel.
 Exits 1 on the first failure.
@@ -68,6 +73,22 @@ def one(einc, ein, flags, checks):
         elif word == "cache":
             decl = re.search(r"^state (Kc\[[^\]]*\])", ir, re.M)
             check(decl and decl.group(1) == arg.strip(), f"{flags}: cache {decl and decl.group(1)}, want {arg}")
+        elif word == "remat":
+            check(ch.get("remat") == arg.strip(), f"{flags}: chosen remat {ch.get('remat')}, want {arg}")
+            if arg.strip() != "none":
+                t = run([einc, "plan", ein, *flags])
+                star = [l for l in t.stdout.splitlines() if l.startswith("*")]
+                check(star and star[0].endswith(", remat=layer") and "fits only with --remat=layer" in t.stdout,
+                      f"{flags}: the text table does not say the search chose remat:\n{t.stdout}")
+                check(re.search(r"^memory: .*: fits$", c.stdout + run([einc, ein, *flags, "--dump-cost"]).stdout,
+                                re.M), f"{flags}: the compiled choice does not fit")
+        elif word == "forced-none":
+            f = run([einc, "plan", ein, *flags, "--remat=none", "--json"])
+            check(f.returncode == 0, f"{flags} --remat=none: {f.stderr}")
+            same = [c for c in json.loads(f.stdout)["candidates"]
+                    if c["family"] == ch["family"] and c["mesh"] == ch["mesh"]]
+            check(len(same) == 1 and not same[0]["fits"] and same[0]["remat"] == "none",
+                  f"{flags}: with --remat=none the chosen candidate is {same}")
         else:
             check(False, f"unknown check {word!r} in {ein}")
     # The reported names follow the plan: a name of model parallelism
