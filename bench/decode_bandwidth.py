@@ -68,6 +68,10 @@ def main():
     ratio = limit_ms / step_ms
     print("decode step: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s"
           % (step_ms, limit_ms, ratio, bl.verdict(ratio, 0.7)))
+    res = bl.Results("decode_bandwidth", "A decode step vs its memory-bandwidth limit")
+    res.add("decode step (f32, one device), %s" % " ".join("%s=%d" % kv for kv in dims.items()),
+            step_ms, "ms", ">= 0.7x bandwidth limit", ratio, bl.verdict(ratio, 0.7))
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ def main():
     einc = a.einc or str(bl.einc(a.build))
     print(bl.machine())
     rows = []
+    res = bl.Results("small_contraction", "Small contractions: unrolled loop nests vs GEMM")
     with tempfile.TemporaryDirectory(prefix="einc-contract-") as work:
         for layout in ("middle", "last"):
             for k in (int(x) for x in a.ks.split(",")):
@@ -75,7 +76,9 @@ def main():
                         t[name].append(einsum_ms(exe[name], a.repeat))
                 g, l = statistics.median(t["gemm"]), statistics.median(t["loop"])
                 rows.append([layout, k, "%.3f" % g, "%.3f" % l, "%.2f" % (g / l)])
+                res.add("loop nest, %s layout, K=%d" % (layout, k), l, "ms", "", g / l)
     bl.table(["layout", "K", "GEMM ms", "loop ms", "ratio GEMM / loop"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":

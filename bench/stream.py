@@ -69,6 +69,7 @@ def main():
     print("# %d devices, %s of f32 result per device" % (a.devices, bl.human_bytes(4 * a.elems)))
     e = a.elems * a.devices
     rows = []
+    res = bl.Results("stream", "Streamed results: elementwise loops with non-temporal stores")
     with tempfile.TemporaryDirectory(prefix="einc-stream-") as work:
         for case in a.cases.split(","):
             if case not in CASES:
@@ -87,7 +88,10 @@ def main():
                     t[name].append(op_ms(exe[name], a.repeat))
             pl, st = statistics.median(t["plain"]), statistics.median(t["stream"])
             rows.append([case, "%.3f" % pl, "%.3f" % st, "%.2f" % (pl / st)])
+            res.add("%s streamed, %d devices x %s" % (case, a.devices, bl.human_bytes(4 * a.elems)),
+                    st, "ms", "", pl / st)
     bl.table(["case", "ordinary stores ms", "streamed ms", "ratio ordinary / streamed"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":
