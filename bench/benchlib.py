@@ -31,13 +31,16 @@ class BenchError(Exception):
     """A benchmark could not be built or run; the message says why."""
 
 
-def parser(description):
-    """An argument parser with the options every script takes."""
+def parser(description, json_results=True):
+    """An argument parser with the options every script takes: --build, and
+    --json unless json_results is False (a script that writes no results file
+    must not accept the option and ignore it)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--build", default=os.environ.get("EINC_BUILD", str(ROOT / "build")),
                    help="einc build tree holding runtime/libeinrt.a and driver/einc "
                         "(default $EINC_BUILD or ./build)")
-    add_json_option(p)
+    if json_results:
+        add_json_option(p)
     return p
 
 
