@@ -8,6 +8,7 @@ dimension N*H (attention_gemm.c); ratio = baseline time / rt_einsum time;
 target >= 0.9.
 
     python3 bench/attention_gemm.py --build BUILD [--shape B N T S H] [--reps 3] [--threads T]
+        [--json FILE]
 """
 import os
 

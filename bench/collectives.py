@@ -13,6 +13,7 @@ Each program runs --rounds times (alternating) and the best time of each
 measurement is kept, which filters out other load on a shared machine.
 
     python3 bench/collectives.py --build BUILD [--ranks 2 4] [--min 1024] [--max 268435456] [--rounds 2]
+        [--json FILE]
 """
 import benchlib as bl
 

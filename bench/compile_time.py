@@ -18,7 +18,7 @@ it to its last use.  Ratio = peak / that bound; target <= 1.3.  The
 process's max RSS divided by the devices is printed too: it also counts what
 rt_alloc does not (the root's global outputs, OpenBLAS buffers, stacks).
 
-    python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein]
+    python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein] [--json FILE]
                                   [--only NAME ...] [--no-memory]
     python3 bench/compile_time.py --build BUILD --baseline OTHER_EINC [--reps 5]
                                   [--only NAME ...] [--extra FILE.ein ...]

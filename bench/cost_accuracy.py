@@ -11,6 +11,7 @@ absolute relative error over the ops that take over --min-ms (1 ms) -- the
 accuracy target of docs/cost-model.md ("Measured on this machine").
 
     bench/cost_accuracy.py --einc build/einc --calibrate            # threads
+    bench/cost_accuracy.py ... --json bench/results/cost_accuracy.json   # figures for docs/performance.md
     bench/cost_accuracy.py --einc build/einc --calibrate --runtime mpi
 
     bench/cost_accuracy.py --einc build/einc --calibrate --quick    # the cached quick profile

@@ -14,7 +14,7 @@ and written per second by the one-op program `Y[R, C] = X[R, C]` of
 
 ratio = (bytes / W) / measured time; the target is >= 0.7 (issue 13).
 
-    python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9]
+    python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9] [--json FILE]
 """
 import os
 import tempfile

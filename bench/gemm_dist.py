@@ -18,7 +18,7 @@ Before timing, each configuration runs once at N=256 with --check (the
 executable compares with its unsharded reference), so a wrong answer stops
 the benchmark.
 
-    python3 bench/gemm_dist.py --build BUILD [--n 4096] [--repeat 3] [--meshes 1x2 2x2]
+    python3 bench/gemm_dist.py --build BUILD [--n 4096] [--repeat 3] [--meshes 1x2 2x2] [--json FILE]
 """
 import os
 import re

@@ -28,7 +28,7 @@ the time is the mean per step of `--steps`.  The target is >= 0.75
 two devices here); the rates are still one device's, so the roofline is
 the per-device work at one device's rates.
 
-    python3 bench/layer_roofline.py --build BUILD [-D T=512 ...] [--repeat 5] [--train]
+    python3 bench/layer_roofline.py --build BUILD [-D T=512 ...] [--repeat 5] [--train] [--json FILE]
 """
 import os
 import re

@@ -13,6 +13,7 @@ kept, as calibration keeps its fastest round).  The ratio columns are
 before / after: above 1 means the plan got faster.
 
 usage: plan_steps.py --before BEFORE_EINC [--build BUILD] [--hw host] [--repeat 5] [--rounds 3]
+       [--json FILE]
 """
 
 import os

@@ -13,7 +13,7 @@ estimated step (`--dump-cost` totals) and the measured step on the threads
 runtime (`EXE --random-inputs 1 --steps N --metrics`, the median of the
 steps after the first), with and without the ILP: after / before.
 
-    python3 bench/plan_whole.py --einc build/einc [--reps 3] [--steps 6]
+    python3 bench/plan_whole.py --einc build/einc [--reps 3] [--steps 6] [--json FILE]
 
 Prints the CPU model first: quote the ratios with it.
 """

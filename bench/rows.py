@@ -26,7 +26,7 @@ full size: what it would take if every byte came from cache.  copy time /
 floor is then the best ratio the kernel can reach on this CPU however well
 its memory traffic overlaps its arithmetic.
 
-    python3 bench/rows.py --build BUILD [--rows 4096] [--cols 4096] [--repeat 10] [--cpu]
+    python3 bench/rows.py --build BUILD [--rows 4096] [--cols 4096] [--repeat 10] [--cpu] [--json FILE]
                           [--floor-rows 32]
 """
 import os

@@ -19,6 +19,7 @@ X has 2^23 / K rows in the middle layout and Y 2^23 elements in the last,
 so that the loop's memory traffic is about the same for every K.
 
     python3 bench/small_contraction.py --build BUILD [--ks 2,4,8,16,32] [--repeat 5] [--rounds 3]
+        [--json FILE]
 """
 import os
 import re

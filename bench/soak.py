@@ -14,7 +14,7 @@ freed).  The table gives the median RSS over 10-20% of the wall time
 late / early: a leak of one block per run grows it with N, a flat program
 stays at 1.00.  docs/reliability.md has the figures.
 
-Usage: bench/soak.py [--build DIR] [--runs N] [--mpi] [--example FILE -D ...]
+Usage: bench/soak.py [--build DIR] [--runs N] [--mpi] [--example FILE -D ...] [--json FILE]
 """
 import os
 import re

@@ -22,6 +22,7 @@ time of one is the median over its rounds of the op's per-call time in
   silu     Y[E] = silu(A[E]) * B[E]                    LLaMA's gated unit
 
     python3 bench/stream.py --build BUILD [--elems 8388608] [--devices 4] [--repeat 5] [--rounds 3]
+        [--json FILE]
 """
 import os
 import re
