@@ -162,6 +162,15 @@ def section(doc):
              f"Machine: {where}; date: {doc['date']}.", ""]
     if doc.get("source"):
         lines += [f"Not run here: {doc['source']}.", ""]
+    # A run that shared the cores with other jobs measures the machine's
+    # load as much as einc: its verdicts are not a judgement, and the table
+    # says so rather than passing it off as the current figure.
+    if doc.get("load") is not None and doc["load"] > doc["cores"]:
+        ref = f"section {n} of " if n else ""
+        lines += [f"**Loaded run**: the load average ({doc['load']}) exceeded the {doc['cores']} cores, so "
+                  f"other jobs shared them; timings and their verdicts are not a judgement of einc.  The "
+                  f"last run on an idle machine is in {ref}[performance-history.md](performance-history.md).",
+                  ""]
     lines += ["| figure | value | unit | target | ratio to baseline | verdict |",
               "|---|---:|---|---|---:|---|"]
     for r in doc["rows"]:
