@@ -8,6 +8,7 @@ dimension N*H (attention_gemm.c); ratio = baseline time / rt_einsum time;
 target >= 0.9.
 
     python3 bench/attention_gemm.py --build BUILD [--shape B N T S H] [--reps 3] [--threads T]
+        [--json FILE]
 """
 import os
 
@@ -27,11 +28,15 @@ def main():
         if line.startswith("#"):
             print(line)
     rows = []
+    res = bl.Results("attention_gemm", "Attention contraction: rt_einsum vs batched cblas_sgemm")
     for r in bl.results(out):
         rows.append([r["case"], r["einsum_ms"], r["blas_ms"], r["einsum_gflops"], r["blas_gflops"],
                      f"{r['ratio']:.3f}", bl.verdict(r["ratio"], 0.9), f"{r['max_rel_err']:.1e}"])
+        res.add(f"rt_einsum {r['case']} shape {'x'.join(map(str, a.shape))}", r["einsum_gflops"],
+                "GFLOP/s", ">= 0.9x batched cblas", r["ratio"], bl.verdict(r["ratio"], 0.9))
     bl.table(["case", "rt_einsum ms", "cblas ms", "rt_einsum GFLOP/s", "cblas GFLOP/s", "ratio",
               ">=0.9x", "max rel err"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":

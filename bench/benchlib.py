@@ -4,10 +4,15 @@ Benchmarks are run by hand, never by CTest.  Each script builds its C
 programs with `cc`/`mpicc` into BUILD/bench-bin (BUILD is an einc build tree,
 `--build`, default $EINC_BUILD or ./build), runs them, reads their
 `RESULT key=value ...` lines and prints a table of ratios against a baseline
-measured in the same run.
+measured in the same run.  With `--json FILE` a script also writes its
+headline figures as JSON (`Results`, below): bench/perfdoc.py turns the
+files of bench/results/ into docs/performance.md.
 """
 
 import argparse
+import datetime
+import json
+import shlex
 import os
 import platform
 import re
@@ -26,13 +31,108 @@ class BenchError(Exception):
     """A benchmark could not be built or run; the message says why."""
 
 
-def parser(description):
-    """An argument parser with the options every script takes."""
+def parser(description, json_results=True):
+    """An argument parser with the options every script takes: --build, and
+    --json unless json_results is False (a script that writes no results file
+    must not accept the option and ignore it)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--build", default=os.environ.get("EINC_BUILD", str(ROOT / "build")),
                    help="einc build tree holding runtime/libeinrt.a and driver/einc "
                         "(default $EINC_BUILD or ./build)")
+    if json_results:
+        add_json_option(p)
     return p
+
+
+def add_json_option(p):
+    """Adds --json FILE to argparse parser p (for the scripts with their own parser)."""
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the headline figures to FILE as JSON "
+                        "(bench/results/<bench>.json feeds docs/performance.md)")
+
+
+def cpu_model():
+    """The 'model name' of /proc/cpuinfo's first CPU, or '?' where there is none."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+# Options whose values are paths on the machine that ran: shown as these words.
+_LOCAL_PATHS = {"--build": "BUILD", "--einc": "BUILD/einc", "--json": None}
+
+
+def command_line(script, argv):
+    """The command that ran bench/SCRIPT.py with argv, for a results file: the
+    values of --build and --einc become BUILD and BUILD/einc, --json is left
+    out (both name local paths that mean nothing on another machine), and
+    OPENBLAS_CORETYPE, when set, is shown in front as it was."""
+    out, pending = ["python3", f"bench/{script}.py"], None
+    if "OPENBLAS_CORETYPE" in os.environ:  # GEMM speed depends on it (performance-history.md)
+        out.insert(0, "OPENBLAS_CORETYPE=" + shlex.quote(os.environ["OPENBLAS_CORETYPE"]))
+    for arg in argv:
+        if pending is not None:
+            if _LOCAL_PATHS[pending] is not None:
+                out += [pending, _LOCAL_PATHS[pending]]
+            pending = None
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _LOCAL_PATHS:
+            if "=" in arg:
+                if _LOCAL_PATHS[name] is not None:
+                    out += [name, _LOCAL_PATHS[name]]
+            else:
+                pending = name
+            continue
+        out.append(shlex.quote(arg))
+    return " ".join(out)
+
+
+class Results:
+    """The machine-readable result of one benchmark run, written by --json.
+
+    The file holds: `bench` (the script's name without .py), `title`, the
+    `command` as run (`command_line`), `cpu` (/proc/cpuinfo's model name),
+    `cores` (os.cpu_count()), `date` (UTC, ISO 8601 to the minute), `load`
+    (the 1-minute load average when the run ended; the machine may be
+    shared) and `rows`: one dict per headline figure with `figure` (what was
+    measured), `value` (a number), `unit`, `target` (text such as ">= 0.9x",
+    "" when the figure has none), `ratio` (to the baseline measured in the
+    same run; None when the figure is not a ratio to one) and `verdict`
+    ("ok", "MISS" or "-" when there is no target).  bench/perfdoc.py --check
+    refuses a file that lacks one of these fields.
+    """
+
+    def __init__(self, bench, title, script=None):
+        """bench names the results file; script is bench/SCRIPT.py (default: bench)."""
+        self.bench = bench
+        self.title = title
+        self.script = script or bench
+        self.rows = []
+
+    def add(self, figure, value, unit, target="", ratio=None, verdict="-"):
+        """Records one figure; value and ratio are numbers (ratio may be None)."""
+        self.rows.append({"figure": figure, "value": value, "unit": unit, "target": target,
+                          "ratio": ratio, "verdict": verdict})
+
+    def write(self, path, argv=None):
+        """Writes the JSON to path (nothing when path is None)."""
+        if path is None:
+            return
+        argv = list(sys.argv[1:] if argv is None else argv)
+        doc = {"bench": self.bench, "title": self.title,
+               "command": command_line(self.script, argv),
+               "cpu": cpu_model(), "cores": os.cpu_count(),
+               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+               "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+               "rows": self.rows}
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
 
 
 def main_guard(fn):
@@ -46,14 +146,7 @@ def main_guard(fn):
 
 def machine():
     """One line about the machine, printed above every table."""
-    model = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     core = os.environ.get("OPENBLAS_CORETYPE", "(unset)")
     return (f"# machine: {model}, {os.cpu_count()} cores, {platform.system()} "
@@ -96,7 +189,9 @@ def compile_c(build, name, sources, mpi=False, libs=(), runtime=False):
     if runtime:
         lib = einrt_lib(build)
         deps += [lib, ROOT / "runtime" / "rt_internal.h"]
-        args += ["-I", str(ROOT / "runtime"), str(lib)]
+        # The libraries the runtime needs, as codegen/link.c links an executable
+        # (the HTTP server's libmicrohttpd and cJSON, glibc's vector math).
+        args += ["-I", str(ROOT / "runtime"), str(lib), "-lmicrohttpd", "-lcjson", "-lmvec"]
     out = bin_dir(build) / name
     cc = "mpicc" if mpi else os.environ.get("CC", "cc")
     if shutil.which(cc) is None:

@@ -18,7 +18,7 @@ it to its last use.  Ratio = peak / that bound; target <= 1.3.  The
 process's max RSS divided by the devices is printed too: it also counts what
 rt_alloc does not (the root's global outputs, OpenBLAS buffers, stacks).
 
-    python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein]
+    python3 bench/compile_time.py --build BUILD [--reps 5] [--memory FILE.ein] [--json FILE]
                                   [--only NAME ...] [--no-memory]
     python3 bench/compile_time.py --build BUILD --baseline OTHER_EINC [--reps 5]
                                   [--only NAME ...] [--extra FILE.ein ...]
@@ -152,6 +152,7 @@ def main():
     print(f"\neinc --help (process start, no compile): {1e3 * start:.1f} ms wall, "
           f"{1e3 * start_cpu:.0f} ms CPU")
     rows = []
+    res = bl.Results("compile_time", "Compile time and peak memory")
     with tempfile.TemporaryDirectory() as tmp:
         for ex in examples:
             exe = Path(tmp) / ex.stem
@@ -161,15 +162,19 @@ def main():
             rows.append([ex.name, f"{1e3 * full:.1f}", bl.verdict(full, 0.2, False),
                          f"{1e3 * full_cpu:.0f}", f"{1e3 * obj:.1f}", f"{1e3 * obj_cpu:.0f}",
                          f"{1e3 * front:.1f}", f"{1e3 * front_cpu:.0f}"])
+            res.add(f"einc -o {ex.name}", round(1e3 * full, 1), "ms wall", "< 200 ms",
+                    None, bl.verdict(full, 0.2, False))
         print(f"\n## compile time, median of {a.reps} runs (wall ms; CPU ms = user + system)\n")
         bl.table(["example", "einc -o", "<200ms", "CPU", "einc -c", "CPU", "--dump-ir", "CPU"],
                  rows)
 
         mem = Path(a.memory)
         if a.no_memory:
+            res.write(a.json)
             return
         if not mem.exists():
             print(f"\n(no {mem}: peak memory not measured)")
+            res.write(a.json)
             return
         ir = json.loads(bl.run([einc, mem, "--dump-ir=json"]))
         bound, base = live_bound(ir)
@@ -186,9 +191,14 @@ def main():
                   "ratio", "<=1.3x"],
                  [[d, mib(pk), mib(bound), mib(base), f"{pk / bound:.2f}",
                    bl.verdict(pk / bound, 1.3, False)] for d, pk in enumerate(peaks)])
+        worst = max(peaks)
+        res.add(f"peak memory of the largest device, {mem.name} (mesh {mesh})",
+                round(worst / 2**20, 1), "MiB", "<= 1.3x live shards", worst / bound,
+                bl.verdict(worst / bound, 1.3, False))
         print(f"\nwhole process (threads backend, {len(peaks)} devices, plus the global "
               f"outputs, BLAS buffers and thread stacks): max RSS {mib(rss)} MiB = "
               f"{mib(rss / len(peaks))} MiB per device, {rss / len(peaks) / bound:.2f}x the bound")
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ absolute relative error over the ops that take over --min-ms (1 ms) -- the
 accuracy target of docs/cost-model.md ("Measured on this machine").
 
     bench/cost_accuracy.py --einc build/einc --calibrate            # threads
+    bench/cost_accuracy.py ... --json bench/results/cost_accuracy.json   # figures for docs/performance.md
     bench/cost_accuracy.py --einc build/einc --calibrate --runtime mpi
 
     bench/cost_accuracy.py --einc build/einc --calibrate --quick    # the cached quick profile
@@ -33,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import benchlib as bl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+|-)\s+([-+0-9.]+%|-)\s+(.*)$")
@@ -113,6 +116,7 @@ def main():
                     help="MPI launcher (default: ranks bound round-robin to cores, as einc "
                     "calibrate runs them and as the threads backend binds devices)")
     ap.add_argument("--examples", nargs="*", help="default: examples/*.ein")
+    bl.add_json_option(ap)
     a = ap.parse_args()
     hw = a.hw or "/tmp/einc-host-%s.json" % a.runtime
     target = a.target if a.target is not None else (10.0 if a.runtime == "threads" else 15.0)
@@ -195,6 +199,11 @@ def main():
     print("worst: " + "; ".join("%s %s %+.0f%%" % (os.path.basename(ex), n, 100 * e)
                                 for ex, n, _, _, e in worst))
     print("target %s" % ("met" if mean <= target else "MISSED by %.1f points" % (mean - target)))
+    res = bl.Results("cost_accuracy" + ("_mpi" if a.runtime == "mpi" else ""),
+                     "Cost model accuracy, %s runtime" % a.runtime, script="cost_accuracy")
+    res.add("mean |error| of the ops over %.3g ms (%d ops)" % (a.min_ms, len(big)), round(mean, 1),
+            "%", "<= %.0f%%" % target, None, "ok" if mean <= target else "MISS")
+    res.write(a.json)
     return 0 if mean <= target else 1
 
 

@@ -14,7 +14,7 @@ and written per second by the one-op program `Y[R, C] = X[R, C]` of
 
 ratio = (bytes / W) / measured time; the target is >= 0.7 (issue 13).
 
-    python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9]
+    python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9] [--json FILE]
 """
 import os
 import tempfile
@@ -68,6 +68,10 @@ def main():
     ratio = limit_ms / step_ms
     print("decode step: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s"
           % (step_ms, limit_ms, ratio, bl.verdict(ratio, 0.7)))
+    res = bl.Results("decode_bandwidth", "A decode step vs its memory-bandwidth limit")
+    res.add("decode step (f32, one device), %s" % " ".join("%s=%d" % kv for kv in dims.items()),
+            step_ms, "ms", ">= 0.7x bandwidth limit", ratio, bl.verdict(ratio, 0.7))
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Before timing, each configuration runs once at N=256 with --check (the
 executable compares with its unsharded reference), so a wrong answer stops
 the benchmark.
 
-    python3 bench/gemm_dist.py --build BUILD [--n 4096] [--repeat 3] [--meshes 1x2 2x2]
+    python3 bench/gemm_dist.py --build BUILD [--n 4096] [--repeat 3] [--meshes 1x2 2x2] [--json FILE]
 """
 import os
 import re
@@ -104,6 +104,7 @@ def main():
         print(f"# pdgemm {mesh[0]}x{mesh[1]}: {r['median_ms']} ms, {r['gflops']} GFLOP/s "
               f"(nb {a.nb}, spot-check rel err {r['max_rel_err']})")
     rows = []
+    res = bl.Results("gemm_dist", "Distributed GEMM compiled by einc vs OpenBLAS and pdgemm")
     for c in configs:
         mesh, rt, v = c
         ms = einc_ms[c]
@@ -113,10 +114,16 @@ def main():
                      flop / ms * 1e-6,
                      pd[mesh]["gflops"], f"{vs_blas:.2f}", bl.verdict(vs_blas, 0.85),
                      f"{vs_pd:.2f}", bl.verdict(vs_pd, 1.5)])
+        name = f"einc f64 GEMM N={a.n}, {mesh[0]}x{mesh[1]} {rt}, {v}"
+        res.add(name + " vs OpenBLAS", flop / ms * 1e-6, "GFLOP/s", ">= 0.85x OpenBLAS",
+                vs_blas, bl.verdict(vs_blas, 0.85))
+        res.add(name + " vs pdgemm", flop / ms * 1e-6, "GFLOP/s", ">= 1.5x pdgemm",
+                vs_pd, bl.verdict(vs_pd, 1.5))
     print(f"\n## f64 GEMM N={a.n}: einc vs {a.threads}-thread OpenBLAS "
           f"({base['gflops']} GFLOP/s) and ScaLAPACK pdgemm\n")
     bl.table(["mesh", "runtime", "einc flags: lowering", "einc ms", "einc GFLOP/s", "pdgemm GFLOP/s", "vs BLAS",
           ">=0.85x", "vs pdgemm", ">=1.5x"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ the time is the mean per step of `--steps`.  The target is >= 0.75
 two devices here); the rates are still one device's, so the roofline is
 the per-device work at one device's rates.
 
-    python3 bench/layer_roofline.py --build BUILD [-D T=512 ...] [--repeat 5] [--train]
+    python3 bench/layer_roofline.py --build BUILD [-D T=512 ...] [--repeat 5] [--train] [--json FILE]
 """
 import os
 import re
@@ -127,9 +127,17 @@ def main():
     if others:
         print("also in the program, not in the roofline: %s" % ", ".join(others))
     ratio = roof_ms / layer_ms
+    target = 0.75 if a.train else 0.8
     print("decoder layer%s: %.2f ms measured, %.2f ms roofline: ratio %.3f %s"
           % (" training step" if a.train else "", layer_ms, roof_ms, ratio,
-             bl.verdict(ratio, 0.75 if a.train else 0.8)))
+             bl.verdict(ratio, target)))
+    res = (bl.Results("layer_roofline_train", "A training step of the decoder layer vs its roofline",
+                      script="layer_roofline") if a.train else
+           bl.Results("layer_roofline", "The decoder layer vs its roofline"))
+    res.add("decoder layer%s, %s" % (" training step" if a.train else "",
+                                     " ".join("%s=%d" % kv for kv in dims.items())),
+            layer_ms, "ms", ">= %gx roofline" % target, ratio, bl.verdict(ratio, target))
+    res.write(a.json)
 
 
 if __name__ == "__main__":

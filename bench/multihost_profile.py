@@ -119,7 +119,8 @@ def describe(fit):
 
 
 def main():
-    ap = benchlib.parser(__doc__.split("\n")[0])
+    # Two hosts' profiles, not figures against a target: no --json results file.
+    ap = benchlib.parser(__doc__.split("\n")[0], json_results=False)
     ap.add_argument("--examples", nargs="*",
                     default=["ffw_tp.ein", "ffw_fsdp_tp.ein", "llama2_ffw.ein"],
                     help="programs of examples/ on 4 devices (default: %(default)s)")

@@ -13,6 +13,7 @@ kept, as calibration keeps its fastest round).  The ratio columns are
 before / after: above 1 means the plan got faster.
 
 usage: plan_steps.py --before BEFORE_EINC [--build BUILD] [--hw host] [--repeat 5] [--rounds 3]
+       [--json FILE]
 """
 
 import os
@@ -61,6 +62,7 @@ def main():
     print("# before: %s; after: %s; --hw %s; median of --repeat %d, best of %d alternating rounds"
           % (builds[0][1], builds[1][1], a.hw, a.repeat, a.rounds))
     rows = []
+    res = benchlib.Results("plan_steps", "The planner's plans before and after the step-time search")
     with tempfile.TemporaryDirectory() as tmp:
         for name, rel, flags in CASES:
             path = str(ROOT / rel)
@@ -80,7 +82,10 @@ def main():
                 rows.append([name, tag, g["plan"], g["est"] / 1e3, min(g["ms"])])
             b, f = got["before"], got["after"]
             rows.append([name, "before / after", "", b["est"] / f["est"], min(b["ms"]) / min(f["ms"])])
+            res.add("%s, measured step after" % name, min(f["ms"]), "ms", "",
+                    min(b["ms"]) / min(f["ms"]))
     benchlib.table(["program", "einc", "collectives", "estimated ms (ratio)", "measured ms (ratio)"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ estimated step (`--dump-cost` totals) and the measured step on the threads
 runtime (`EXE --random-inputs 1 --steps N --metrics`, the median of the
 steps after the first), with and without the ILP: after / before.
 
-    python3 bench/plan_whole.py --einc build/einc [--reps 3] [--steps 6]
+    python3 bench/plan_whole.py --einc build/einc [--reps 3] [--steps 6] [--json FILE]
 
 Prints the CPU model first: quote the ratios with it.
 """
@@ -28,8 +28,13 @@ import sys
 import tempfile
 import time
 
+import benchlib as bl
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# Issue 24's targets for the whole-program ILP's planning time (seconds).
+PLAN_TARGETS_S = {"llama2_13b.ein": 1.0, "llama2_13b_train.ein": 5.0}
+
 TRAIN = [("examples/fortunes_transformer.ein", []),
          ("examples/llama2_13b_train.ein",
           ["-D", "B=4", "-D", "T=64", "-D", "S=64", "-D", "D=256", "-D", "N=4", "-D", "F=512", "-D", "V=128",
@@ -92,7 +97,9 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--extra", action="append", default=[])
     ap.add_argument("--no-steps", action="store_true")
+    bl.add_json_option(ap)
     args = ap.parse_args()
+    res = bl.Results("plan_whole", "Whole-model planning: the ILP's time and the steps it buys")
     einc = os.path.abspath(args.einc)
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     print(f"{'program':32} {'ILP s':>8} {'off s':>8} {'ratio':>6}  ILP")
@@ -101,7 +108,12 @@ def main():
         on = wall([einc, path, "--passes=propagate"], args.reps)
         off = wall([einc, path, "--passes=propagate", "--ilp=off"], args.reps)
         print(f"{os.path.basename(path):32} {on:8.3f} {off:8.3f} {on / off:6.2f}  {ilp_line(einc, path)}")
+        limit = PLAN_TARGETS_S.get(os.path.basename(path))
+        res.add(f"planning time, {os.path.basename(path)}", on, "s",
+                f"< {limit:g} s" if limit else "", on / off,
+                ("ok" if on < limit else "MISS") if limit else "-")
     if args.no_steps:
+        res.write(args.json)
         return 0
     print(f"\n{'program':32} {'est off':>10} {'est ILP':>10} {'after/before':>12} {'meas off':>10} "
           f"{'meas ILP':>10} {'after/before':>12}")
@@ -114,6 +126,9 @@ def main():
             m_on = measured(einc, path, extra, args.steps, work, "on")
             print(f"{os.path.basename(path):32} {e_off*1e3:8.2f}ms {e_on*1e3:8.2f}ms {e_on/e_off:12.3f} "
                   f"{m_off*1e3:8.2f}ms {m_on*1e3:8.2f}ms {m_on/m_off:12.3f}")
+            res.add(f"measured step with the ILP, {os.path.basename(path)}", m_on * 1e3, "ms", "",
+                    m_on / m_off)
+    res.write(args.json)
     return 0
 
 

@@ -26,7 +26,7 @@ full size: what it would take if every byte came from cache.  copy time /
 floor is then the best ratio the kernel can reach on this CPU however well
 its memory traffic overlaps its arithmetic.
 
-    python3 bench/rows.py --build BUILD [--rows 4096] [--cols 4096] [--repeat 10] [--cpu]
+    python3 bench/rows.py --build BUILD [--rows 4096] [--cols 4096] [--repeat 10] [--cpu] [--json FILE]
                           [--floor-rows 32]
 """
 import os
@@ -97,6 +97,12 @@ def main():
             for k in PROGRAMS]
     bl.table(["kernel", "f32 array", "CPU ms" if a.cpu else "ms", "GB/s (2 x array)",
               "ratio to copy", ">=0.7x"], rows)
+    res = bl.Results("rows", "Softmax and RMSNorm kernels vs a copy of the same bytes")
+    for k in PROGRAMS:
+        if k != "copy":
+            res.add(f"{k} {a.rows} x {a.cols} f32", gb / t[k] * 1e3, "GB/s", ">= 0.7x copy",
+                    t["copy"] / t[k], bl.verdict(t["copy"] / t[k], 0.7))
+    res.write(a.json)
     if a.floor_rows <= 0:
         return
     scale = a.rows / a.floor_rows

@@ -19,6 +19,7 @@ X has 2^23 / K rows in the middle layout and Y 2^23 elements in the last,
 so that the loop's memory traffic is about the same for every K.
 
     python3 bench/small_contraction.py --build BUILD [--ks 2,4,8,16,32] [--repeat 5] [--rounds 3]
+        [--json FILE]
 """
 import os
 import re
@@ -59,6 +60,7 @@ def main():
     einc = a.einc or str(bl.einc(a.build))
     print(bl.machine())
     rows = []
+    res = bl.Results("small_contraction", "Small contractions: unrolled loop nests vs GEMM")
     with tempfile.TemporaryDirectory(prefix="einc-contract-") as work:
         for layout in ("middle", "last"):
             for k in (int(x) for x in a.ks.split(",")):
@@ -75,7 +77,9 @@ def main():
                         t[name].append(einsum_ms(exe[name], a.repeat))
                 g, l = statistics.median(t["gemm"]), statistics.median(t["loop"])
                 rows.append([layout, k, "%.3f" % g, "%.3f" % l, "%.2f" % (g / l)])
+                res.add("loop nest, %s layout, K=%d" % (layout, k), l, "ms", "", g / l)
     bl.table(["layout", "K", "GEMM ms", "loop ms", "ratio GEMM / loop"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ freed).  The table gives the median RSS over 10-20% of the wall time
 late / early: a leak of one block per run grows it with N, a flat program
 stays at 1.00.  docs/reliability.md has the figures.
 
-Usage: bench/soak.py [--build DIR] [--runs N] [--mpi] [--example FILE -D ...]
+Usage: bench/soak.py [--build DIR] [--runs N] [--mpi] [--example FILE -D ...] [--json FILE]
 """
 import os
 import re
@@ -87,6 +87,7 @@ def report(title, samples, seconds, runs):
     print("%-8s %8d runs %7.1f s   early %7.1f MiB   late %7.1f MiB   max %7.1f MiB"
           "   late/early %.3f" % (title, runs, seconds, e / 1024, l / 1024, max(after) / 1024,
                                   l / e))
+    return e, l
 
 
 def main():
@@ -112,6 +113,7 @@ def main():
         ndev *= int(size)
     print("soak: %s %s, %d devices" % (os.path.basename(a.example), " ".join(defines), ndev))
     print(benchlib.machine())
+    res = benchlib.Results("soak", "Resident memory over many runs of one executable")
     with tempfile.TemporaryDirectory(prefix="einc-soak-") as work:
         runtimes = ["threads"] + (["mpi"] if a.mpi else [])
         for rt in runtimes:
@@ -123,7 +125,11 @@ def main():
                 samples, secs, _ = soak(argv, children)
             else:
                 samples, secs, _ = soak(argv, lambda pid: [pid])
-            report(rt, samples, secs, a.runs)
+            early, late = report(rt, samples, secs, a.runs)
+            # A flat program stays at late / early = 1.00 (docs/reliability.md, "Soak").
+            res.add("resident memory late in %d runs, %s" % (a.runs, rt), round(late / 1024, 1),
+                    "MiB", "", late / early)
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ time of one is the median over its rounds of the op's per-call time in
   silu     Y[E] = silu(A[E]) * B[E]                    LLaMA's gated unit
 
     python3 bench/stream.py --build BUILD [--elems 8388608] [--devices 4] [--repeat 5] [--rounds 3]
+        [--json FILE]
 """
 import os
 import re
@@ -69,6 +70,7 @@ def main():
     print("# %d devices, %s of f32 result per device" % (a.devices, bl.human_bytes(4 * a.elems)))
     e = a.elems * a.devices
     rows = []
+    res = bl.Results("stream", "Streamed results: elementwise loops with non-temporal stores")
     with tempfile.TemporaryDirectory(prefix="einc-stream-") as work:
         for case in a.cases.split(","):
             if case not in CASES:
@@ -87,7 +89,10 @@ def main():
                     t[name].append(op_ms(exe[name], a.repeat))
             pl, st = statistics.median(t["plain"]), statistics.median(t["stream"])
             rows.append([case, "%.3f" % pl, "%.3f" % st, "%.2f" % (pl / st)])
+            res.add("%s streamed, %d devices x %s" % (case, a.devices, bl.human_bytes(4 * a.elems)),
+                    st, "ms", "", pl / st)
     bl.table(["case", "ordinary stores ms", "streamed ms", "ratio ordinary / streamed"], rows)
+    res.write(a.json)
 
 
 if __name__ == "__main__":
