@@ -143,6 +143,12 @@ def numbers():
           [cost("tpu-v4", "tests/cost/allreduce.ein")], [(0, op_col("A.1", 5))]))
     a(Num("001", "Question 3", "AllGather_X([B_X]), B = 128 bf16: latency-bound, 2 hops", 2, "us",
           [cost("tpu-v4", SN + "q3_latency.ein")], [(0, op_col("A.1", 5))]))
+    a(Num("001", "Question 4", "strategy 1 (AllGather_X(Y[D_X, F])): comms-bound while B < C / W_ici", 2550, "tokens",
+          [["--hw", "tpu-v5p", "--explain", "tests/cost/fsdp.ein"]],
+          [(0, r"free dim B \(per device \d+\): compute-bound when per-device B > " + NUM)]))
+    a(Num("001", "Question 4", "strategy 2 (AllReduce_X(Z{U_X})): compute-bound when D / X > 2 C / W_ici", 5100, "D per chip",
+          [["--hw", "tpu-v5p", "--explain", SN + "q4_strategy2.ein"]],
+          [(0, r"contracting dim D \(per device \d+\): compute-bound when per-device D > " + NUM)]))
     a(Num("001", "Question 7", "one weight of In[B, D] Win[D, F] Wout[F, D], D = 8192, F = 32768 bf16", 536, "MB",
           [cost("tpu-v5e", SN + "q7_ffw_2x2.ein")], [(0, MESH_PARAMS)], lambda v: v[0] * 1e3 / 2))
     a(Num("001", "Question 10 (3)", "AllToAll / AllGather on a one-way ring (v5e axis of 8)", 0.5, "x",
@@ -195,6 +201,12 @@ def numbers():
                          "no int8 rates in the profiles"))
     n.append(NotComputed("000", "FSDP (LLaMA-3 70B)", "16M tokens / (2550 / 3) chips", 18823, "chips",
                          "no GQA training program for LLaMA-3 70B (the examples have K = N)"))
+    n.append(NotComputed("000", "FSDP (LLaMA-3 70B)", "training FLOPs, 15e12 tokens: 6 x 70e9 x 15e12", 6.3e24, "FLOPs",
+                         "no GQA training program for LLaMA-3 70B (the examples have K = N)"))
+    n.append(NotComputed("000", "FSDP (LLaMA-3 70B)", "training time on those chips at 50% MFU", 17, "days",
+                         "no GQA training program for LLaMA-3 70B (the examples have K = N)"))
+    n.append(NotComputed("000", "Question 3 (3)", "optimal FSDP degree sqrt((F / B) (M_X / M_Y) N)", 1333, "",
+                         "einc analyze prices a given mesh and does not search X"))
     # ---- seed 002: inference -----------------------------------------------
     a(limit("002", "the critical batch", "B_crit = C / W_hbm on TPU v5e, bf16", 240, "tokens",
             "tpu-v5e", "tests/cost/analyze/ffw_decode.ein", "plan", "critical_batch"))
@@ -231,8 +243,10 @@ def numbers():
         n.append(NotComputed("002", sec, what, val, unit, NO_INT8))
     n.append(NotComputed("002", "LLaMA-2 13B table, GQA", "largest batch that fits (64 fits, 240 does not)", 64, "sequences",
                          "64 is the largest column of the seed's table that fits, not a maximum (einc: 85, the seed's own totals give 83)"))
-    n.append(NotComputed("002", "Question 5", "MoE E = 16, k = 2: total / activated params, B_crit", 212e9, "params",
-                         "no mixture-of-experts routing in the language"))
+    for what, val, unit in (("MoE E = 16, k = 2: total params", 212e9, "params"),
+                            ("the same: activated params", 31.2e9, "params"),
+                            ("the same: B_crit on v5e, 240 E / k", 1920, "tokens")):
+        n.append(NotComputed("002", "Question 5", what, val, unit, "no mixture-of-experts routing in the language"))
     # ---- seed 003: Transformer math -----------------------------------------
     a(Num("003", "Question 2", "A[B_X, D_Y] *D W[D_Y, F] on {X: 4, Y: 8, Z: 4}: FLOPs per chip 2BDF / (XY)",
           2 * 1024 * 4096 * 8192 / 32, "FLOPs", [cost("tpu-v5p", SN + "flops_q2.ein")], [(0, op_col("C", 0))]))
@@ -248,6 +262,11 @@ def numbers():
           [cost("tpu-v5p", SN + "attn_vs_matmul.ein")],
           [(0, op_col(x, 0)) for x in ("Q", "K", "V", "Y1", "G", "U", "Y", "Sc", "O")],
           lambda v: 65536 * sum(v[:7]) / sum(v[7:])))
+    a(Num("003", "Transformer FLOPs", "the same for Gemma-27B, D = 4608: \"around 32k\"", 32768, "tokens",
+          [cost("tpu-v5p", SN + "attn_vs_matmul.ein", "-D", "D=4608", "-D", "F=18432", "-D", "N=36",
+                "-D", "T=36864", "-D", "S=36864")],
+          [(0, op_col(x, 0)) for x in ("Q", "K", "V", "Y1", "G", "U", "Y", "Sc", "O")],
+          lambda v: 36864 * sum(v[:7]) / sum(v[7:])))
     a(Num("003", "Transformer FLOPs", "LLaMA-2 13B training FLOPs per token: 6 x params (13e9)", 7.8e10, "FLOPs",
           [cost("tpu-v5p", "examples/llama2_13b_train.ein", "-D", "B=23438", "-D", "T=128", "-D", "S=128")],
           [(0, MODEL_FLOPS)], lambda v: v[0] / (23438 * 128)))
