@@ -101,6 +101,10 @@ typedef struct rt_tensor_desc {
      * which --random-inputs draws from; 0 otherwise.
      * Added in the struct's tail padding: size and offsets unchanged. */
     int32_t index_bound;
+    /* 1: an RT_I32 input that gives a state write one position per row
+     * (`KC[B, At[B], K, H]`), which --generate and --serve feed per slot;
+     * 0 otherwise.  Appended: earlier members keep their offsets. */
+    int32_t row_positions;
 } rt_tensor_desc;
 
 /* A collective or Slice over the group of devices that share every mesh
