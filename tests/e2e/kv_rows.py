@@ -18,7 +18,9 @@ the layers of a `repeat L` block, on threads (and with --mpi on MPI ranks).
 Then one row's position past the cache
 and a negative one must end the run with exit 1 and a message naming the
 row (its global index, on whichever device holds it).
-The last line is `N passed, N failed`.
+A position computed by a statement (an argmax, over B replicated) must be
+resharded to the rows' B_X by the plan, each row landing where its argmax
+says.  The last line is `N passed, N failed`.
 
 Usage: kv_rows.py --einc PATH [--mpi --mpirun PATH]
 """
@@ -151,6 +153,41 @@ def check_case(case, exe, launch, work, rng, result):
                "exit %s, expected %r in:\n%s" % (rc, needle, msg))
 
 
+COMPUTED = """mesh X = 2, Y = 2
+dim B = 4, S = 8, D = 16, K = 4, H = 8
+input X0[B, D] : f32
+input Fs[B, S] : f32
+param Wk[D, K_Y, H] : f32
+state KC[B_X, S, K_Y, H] : f32
+Ap[B] = argmax(Fs[B, S], S)
+KC[B, Ap[B], K, H] = X0[B, D] * Wk[D, K, H]
+Sc[B, K, S] = KC[B, S, K, H] * 1
+output Sc
+"""
+
+
+def check_computed(exe, launch, work, rng, result):
+    """A position computed by a statement (an argmax, replicated by the
+    plan's choice) is brought to the rows' sharding B_X: row b lands at the
+    argmax of Fs[b], the rest of the cache stays zero."""
+    B, S, D, K, H = 4, 8, 16, 4, 8
+    where = rng.permutation(S)[:B]
+    fs = np.zeros((B, S), dtype=np.float32)
+    fs[np.arange(B), where] = 1
+    x0 = rng.standard_normal((B, D)).astype(np.float32)
+    wk = rng.standard_normal((D, K, H)).astype(np.float32)
+    files = {n: os.path.join(work, "computed_%s.npy" % n) for n in ("Fs", "X0", "Wk", "KC")}
+    for n, v in (("Fs", fs), ("X0", x0), ("Wk", wk)):
+        np.save(files[n], v)
+    rc, msg = run(launch + [exe] + sum((["--input", "%s=%s" % (n, files[n])] for n in ("Fs", "X0", "Wk")),
+                                       []) + ["--output", "KC=" + files["KC"]])
+    want = np.zeros((B, S, K, H))
+    want[np.arange(B), where] = np.einsum("bd,dkh->bkh", x0.astype(np.float64), wk)
+    e = rel_err(np.load(files["KC"]).astype(np.float64), want) if rc == 0 else float("inf")
+    result(e < 1e-5, "a computed per-row position (argmax), resharded to the rows: rows at %s"
+           % list(where), "exit %d, max rel error %.2g\n%s" % (rc, e, msg))
+
+
 def main():
     a = runtime_args(__doc__)
     rng = np.random.default_rng(27)
@@ -164,6 +201,12 @@ def main():
             for rt, exe, launch in builds(a, src, os.path.join(work, case[0]), ranks, tally):
                 check_case(case, exe, launch, work, rng, lambda ok, what, why="": tally.result(
                     ok, "%s (%s)" % (what, rt), why))
+        src = os.path.join(work, "computed.ein")
+        with open(src, "w") as f:
+            f.write(COMPUTED)
+        for rt, exe, launch in builds(a, src, os.path.join(work, "computed"), 4, tally):
+            check_computed(exe, launch, work, rng, lambda ok, what, why="": tally.result(
+                ok, "%s (%s)" % (what, rt), why))
     return tally.finish()
 
 
