@@ -130,12 +130,13 @@ class Server:
             f.close()
 
 
-def generate(exe, work, prompt, n, args=()):
-    """Row 0's tokens of `--generate n` for `prompt` (a str) in both rows."""
+def generate(exe, work, prompt, n, args=(), launch=()):
+    """Row 0's tokens of `--generate n` for `prompt` (a str) in every row;
+    `launch`: a prefix such as mpirun's."""
     ids = np.array([[ord(c) for c in prompt]] * DIMS["B"], dtype=np.int32)
     path = os.path.join(work, "prompt.npy")
     np.save(path, ids)
-    p = subprocess.run([exe, "--random-inputs", str(SEED), "--prompt-ids", path, "--generate",
+    p = subprocess.run([*launch, exe, "--random-inputs", str(SEED), "--prompt-ids", path, "--generate",
                         str(n)] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=TIMEOUT)
     m = re.search(r"^tokens 0:(.*)$", p.stdout, re.M)

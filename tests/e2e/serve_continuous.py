@@ -6,7 +6,8 @@ iteration-level scheduling, driven by Python's http.client on 127.0.0.1.
 serve.py's two-layer decoder, with At[B] in place of Pos[] and 3 slots, is
 compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
  - --generate of the At[B] program (every row at the same position) makes
-   the tokens of the Pos[] program, greedy;
+   the tokens of the Pos[] program, greedy (and with --mpi, on 4 MPI ranks
+   the tokens it makes on threads);
  - 7 concurrent greedy requests of different prompt and output lengths,
    more than the slots (so requests join as others finish), each get
    exactly the text --generate makes for them alone;
@@ -33,22 +34,22 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import serve  # noqa: E402
-from e2e_common import Tally, runtime_args  # noqa: E402
+from e2e_common import Tally, mpi_launch, runtime_args  # noqa: E402
 from serve import Server, concurrently, generate, text_of  # noqa: E402
 
 serve.DIMS.update(B=3, S=192)  # 3 slots, a cache long enough for a long request
 S = serve.DIMS["S"]
 
 
-def compile_variant(a, work, per_row, t):
+def compile_variant(a, work, per_row, t, runtime="threads"):
     """The decoder with At[B] (per_row) or Pos[]; its executable or None."""
-    name = "cont" if per_row else "static"
+    name = ("cont" if per_row else "static") + "_" + runtime
     src = os.path.join(work, name + ".ein")
     with open(src, "w") as f:
         f.write(serve.source(per_row=per_row))
     exe = os.path.join(work, name)
-    p = subprocess.run([a.einc, src, "-o", exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=300)
+    p = subprocess.run([a.einc, src, "-o", exe, "--runtime=" + runtime], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
     if p.returncode != 0:
         t.result(False, "einc %s.ein" % name, p.stdout)
         return None
@@ -56,10 +57,10 @@ def compile_variant(a, work, per_row, t):
 
 
 def stream_timed(s, fields, first, out):
-    """Streams a completion; out gets (text, time of its last chunk);
+    """Streams a completion; out gets (text, time its last token arrived);
     `first` is set when the first chunk arrives."""
     c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=serve.TIMEOUT)
-    text = ""
+    text, last = "", 0.0
     try:
         c.request("POST", "/v1/completions", body=json.dumps(dict(fields, stream=True)))
         r = c.getresponse()
@@ -68,8 +69,9 @@ def stream_timed(s, fields, first, out):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             text += json.loads(line[len("data: "):])["choices"][0]["text"]
+            last = time.monotonic()
             first.set()
-        out.append((text, time.monotonic()))
+        out.append((text, last))
     finally:
         first.set()
         c.close()
@@ -79,9 +81,11 @@ def joins_running(s, exe, work):
     """Sends a short request while a long one streams: (both texts are
     what --generate makes for them, seconds from the short one's end to
     the long one's, a detail for failures)."""
-    long_req, short_req = dict(prompt="L", max_tokens=S - 1), dict(prompt="short", max_tokens=3)
+    # The short one takes 38 steps, the long one 190: a margin either way.
+    short = "a shorter one, "
+    long_req, short_req = dict(prompt="L", max_tokens=S - 1), dict(prompt=short, max_tokens=24)
     want_long = generate(exe, work, "L", S - 1)
-    want_short = generate(exe, work, "short", 3)
+    want_short = generate(exe, work, short, 24)
     first, out = threading.Event(), []
     th = threading.Thread(target=stream_timed, args=(s, long_req, first, out))
     th.start()
@@ -113,6 +117,12 @@ def main():
         for prompt, n in [("Hello", 12), ("The quick brown fox", 30)]:
             got, want = generate(cont, work, prompt, n), generate(static, work, prompt, n)
             t.result(got == want, "--generate with At[B] = with Pos[] (%r, %d tokens)" % (prompt, n),
+                     "%r vs %r" % (got, want))
+        mpi = compile_variant(a, work, True, t, "mpi") if a.mpi else None
+        if mpi:
+            got = generate(mpi, work, "Hello", 12, launch=mpi_launch(a.mpirun, 4))
+            want = generate(cont, work, "Hello", 12)
+            t.result(got == want, "--generate with At[B] on 4 MPI ranks = on threads",
                      "%r vs %r" % (got, want))
         reqs = [dict(prompt="p" * (1 + 5 * i) + "q", max_tokens=4 + 7 * (i % 4)) for i in range(7)]
         alone = [generate(cont, work, r["prompt"], r["max_tokens"]) for r in reqs]
