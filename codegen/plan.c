@@ -214,7 +214,8 @@ static int cg_check_update(const ir_module *m, const ir_op *op, diag_ctx *d)
     bool ok = a && ir_update_target(op) && op->u.update.dim >= 0 && op->u.update.dim < a->type.rank &&
               op->operands[1]->type.dtype == a->type.dtype &&
               (op->operands[1]->type.rank == a->type.rank - 1 || op->operands[1]->type.rank == a->type.rank) &&
-              op->operands[2]->type.dtype == IR_I32 && op->operands[2]->type.rank == 0 &&
+              op->operands[2]->type.dtype == IR_I32 &&
+              op->operands[2]->type.rank == (op->u.update.row >= 0) &&
               op->result->type.dtype == a->type.dtype;
     if (!ok) {
         diag_error(d, op->loc, "codegen: malformed UpdateSlice op");

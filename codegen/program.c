@@ -66,6 +66,17 @@ static int32_t index_bound(const ir_module *m, const char *name)
     return bound > INT32_MAX ? INT32_MAX : (int32_t)bound;
 }
 
+/* Whether tensor `name` gives some state write one position per row
+ * (operand 2 of a per-row UpdateSlice): rt_tensor_desc.row_positions. */
+static int32_t row_positions(const ir_module *m, const char *name)
+{
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_UPDATESLICE && op->u.update.row >= 0 &&
+            strcmp(op->operands[2]->tensor, name) == 0)
+            return 1;
+    return 0;
+}
+
 /* The rt_tensor_desc of a value of type `t` named `name`. */
 static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
                                 const ir_type *t, int role)
@@ -95,6 +106,7 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
         LLVMConstArray2(LLVMArrayType2(c->t.i32, RT_MAX_AXES), axes, RT_MAX_RANK),
         cg_i32(c, role),
         cg_i32(c, t->dtype == IR_I32 ? index_bound(m, name) : 0),
+        cg_i32(c, t->dtype == IR_I32 ? row_positions(m, name) : 0),
     };
     return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
 }

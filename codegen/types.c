@@ -39,6 +39,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         LLVMArrayType2(i32_axes, RT_MAX_RANK), /* dim_axes */
         t->i32,                              /* role */
         t->i32,                              /* index_bound */
+        t->i32,                              /* row_positions */
     };
     LLVMStructSetBody(t->tensor_desc, td, sizeof td / sizeof td[0], 0);
 

@@ -10,8 +10,8 @@
 
 /* The constant below lists rt_update_desc's members in order, all 8 bytes
  * wide, so the C struct has no padding: seven scalars, the axes, three
- * strings and the op id. */
-_Static_assert(sizeof(rt_update_desc) == 8 * (7 + RT_MAX_AXES + 3 + 1),
+ * strings, the op id, four per-row scalars and the rows' axes. */
+_Static_assert(sizeof(rt_update_desc) == 8 * (7 + RT_MAX_AXES + 3 + 1 + 4 + RT_MAX_AXES),
                "rt_update_desc changed: update cg_emit_update_slice");
 
 void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id)
@@ -19,16 +19,23 @@ void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id)
     const ir_module *m = f->m;
     const ir_value *store = op->operands[0], *rows = op->operands[1], *pos = op->operands[2];
     int at = op->u.update.dim;
-    int64_t outer = 1, inner = 1, axes[RT_MAX_AXES] = {0};
+    int row = op->u.update.row; /* per-row write: the rows' dim, < at */
+    int64_t outer = 1, inner = 1, axes[RT_MAX_AXES] = {0}, row_axes[RT_MAX_AXES] = {0};
+    int64_t row_stride = 1;
     for (int d = 0; d < store->type.rank; d++) {
         int64_t n = ir_local_size(m, &store->type, d);
         if (d < at)
             outer *= n;
         else if (d > at)
             inner *= n;
+        if (row >= 0 && d > row && d < at)
+            row_stride *= n;
     }
     for (int k = 0; k < store->type.sh.naxes[at] && k < RT_MAX_AXES; k++)
         axes[k] = store->type.sh.axes[at][k];
+    int row_naxes = row >= 0 ? store->type.sh.naxes[row] : 0;
+    for (int k = 0; k < row_naxes && k < RT_MAX_AXES; k++)
+        row_axes[k] = store->type.sh.axes[row][k];
     const ir_dimdef *dim = &m->dims[store->type.dims[at]];
     /* struct rt_update_desc (einrt.h), member by member. */
     LLVMValueRef df[] = {
@@ -45,6 +52,11 @@ void cg_emit_update_slice(cg_ctx *c, cg_fn *f, const ir_op *op, int id)
         cg_const_string(c, pos->tensor),
         cg_const_string(c, dim->name),
         cg_i64(c, id),
+        cg_i64(c, row >= 0 ? ir_local_size(m, &store->type, row) : 0),
+        cg_i64(c, row_stride),
+        cg_i64(c, row >= 0 && pos->type.sh.naxes[0] > 0), /* pos split like the rows */
+        cg_i64(c, row_naxes),
+        cg_const_i64s(c, row_axes, RT_MAX_AXES, RT_MAX_AXES, 0),
     };
     LLVMValueRef args[] = {f->dev, NULL, f->buf[pos->id], f->buf[rows->id], f->buf[store->id]};
     cg_call_with_desc(c, "rt_update_slice", df, sizeof df / sizeof df[0], args, 5);

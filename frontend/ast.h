@@ -230,7 +230,11 @@ typedef struct ast_stmt {
             int write_pos;      /* the position of the index tensor among the left side's */
             bool write_layer;   /* in a repeated block, into the current layer of a state
                                    stacked on its dim (the left side omits that dim) */
-            struct fe_tensor *pos; /* the index tensor: a scalar i32 */
+            struct fe_tensor *pos; /* the index tensor: a scalar i32, or a per-row i32 over
+                                      one dim of the state (`KC[B, At[B], K, H]`) */
+            int write_row;      /* per-row position: the left side's index of the dim
+                                   `pos` is over (each row written at its own
+                                   position), -1 for a scalar position */
         } assign;               /* AST_S_ASSIGN */
         struct {
             ast_name dim;       /* the dim counting the iterations, as written */

@@ -9,6 +9,9 @@
  * tensor rather than a dim, is a write (lowered to UpdateSlice, ir.h).
  * Exactly one index of its left side is the position: a scalar i32 tensor,
  * written bare (`Pos`, when no dim has that name) or as `Pos[]`.  The
+ * position may also be given per row, `KC[B, At[B], K, H]`: an i32 tensor
+ * over a dim of the state before the written one, row b written at
+ * At[b] (continuous batching: every slot at its own position).  The
  * others are the state's dims in order, without subscripts (the state's
  * sharding is the one declared), and the right side computes the slice:
  * the state's dims without the written one.  `Pos:T` writes a window: the
@@ -25,8 +28,8 @@
 
 /* Whether index `x` of a left side is a run-time position rather than a
  * dim: a tensor written `Pos[]`, or a name that is a tensor and no dim; in
- * a state's left side any tensor index (check_position says what is wrong
- * with `Pos[B]`). */
+ * a state's left side any tensor index (check_position checks it: a
+ * scalar, or `At[B]` with one position per row). */
 static bool is_position(const fe_checker *c, const ast_index *x, bool state)
 {
     if (x->tensor)
@@ -46,9 +49,105 @@ static const char *example(const fe_checker *c, const fe_tensor *t, int from, ch
     return buf;
 }
 
-/* Checks the position index `x`: a defined scalar i32 tensor.  Returns it or NULL. */
-static fe_tensor *check_position(fe_checker *c, const ast_index *x)
+/* Checks a per-row position `At[B]` (index `x` of left side `l`, the
+ * state `t`'s dims from `off`, the position tensor `p` at index `at`):
+ * rank 1, over a dim of the state that is not the written one and comes
+ * before it (so each row's slice of the state is one block of the
+ * runtime's [outer, n, inner] view).  Sets *row to the left side's index
+ * of that dim; returns false after reporting. */
+static bool check_row_position(fe_checker *c, const ast_tref *l, int at, int off, const fe_tensor *t,
+                               const fe_tensor *p, int *row)
 {
+    const ast_index *x = &l->idx[at];
+    const ast_index *b = &x->tensor->idx[0];
+    const char *written = c->m->dims[t->dims[at + off]].name;
+    if (x->tensor->nidx != 1 || b->tensor) {
+        diag_error(c->diag, x->loc, "the position '%s' is a scalar or has one index, a dim of '%s' "
+                   "(one position per row): write '%s', '%s[]' or like '%s[B]'", x->name, t->name,
+                   x->name, x->name, x->name);
+        return false;
+    }
+    if (p->rank == 0) {
+        diag_error(c->diag, x->loc, "the position '%s' is a scalar: write '%s' or '%s[]'", x->name,
+                   x->name, x->name);
+        diag_note(c->diag, p->loc, "'%s' is defined here", p->name);
+        return false;
+    }
+    int d = fe_dim_lookup(c, b->name);
+    if (d < 0) {
+        diag_error(c->diag, b->loc, "dim '%s' is not defined", b->name);
+        return false;
+    }
+    if (p->rank != 1 || p->dims[0] != d) {
+        diag_error(c->diag, b->loc, "a per-row position is an i32 tensor over one dim, and '%s' is "
+                   "not one over '%s'", p->name, b->name);
+        diag_note(c->diag, p->loc, "'%s' is defined here", p->name);
+        return false;
+    }
+    if (b->axes) {
+        diag_error(c->diag, b->axes_loc, "the position '%s[%s]' keeps the sharding it has: write "
+                   "'%s' without a subscript", p->name, b->name, b->name);
+        return false;
+    }
+    *row = -1;
+    for (int i = 0; i < l->nidx; i++)
+        if (i != at && !l->idx[i].tensor && fe_dim_lookup(c, l->idx[i].name) == d)
+            *row = i;
+    if (d == t->dims[at + off]) {
+        diag_error(c->diag, b->loc, "'%s[%s]' is over '%s', the dim it writes: a per-row position "
+                   "is over another dim of '%s' (its rows, like the batch)", p->name, b->name,
+                   written, t->name);
+        return false;
+    }
+    if (*row < 0) {
+        diag_error(c->diag, b->loc, "'%s[%s]' gives a position per row of '%s', which is not a dim "
+                   "of '%s'", p->name, b->name, b->name, t->name);
+        return false;
+    }
+    if (*row > at) {
+        diag_error(c->diag, b->loc, "a per-row position's rows come before the dim it writes, and "
+                   "'%s' is after '%s' in '%s': declare it like %s[%s, %s, ...]", b->name, written,
+                   t->name, t->name, b->name, written);
+        return false;
+    }
+    return true; /* the grammar has no window after `At[B]` */
+}
+
+/* Whether the per-row position `p` is sharded so that each device holds
+ * the positions of its own rows of state `t` (dim `d`): replicated (each
+ * device reads its block of it), or split like the state's dim.  A
+ * declared sharding that is neither is reported: moving the positions
+ * would cost a collective per step for a few bytes the program can
+ * declare in place. */
+static bool same_rows_sharding(fe_checker *c, const fe_tensor *p, const fe_tensor *t, int d,
+                               uint32_t loc)
+{
+    bool declared = p->kind != IR_VAL_OP || p->has_constraint;
+    if (!declared || p->sh.naxes[0] == 0 ||
+        (p->sh.naxes[0] == t->sh.naxes[d] &&
+         memcmp(p->sh.axes[0], t->sh.axes[d], (size_t)p->sh.naxes[0] * sizeof p->sh.axes[0][0]) == 0))
+        return true;
+    char want[64];
+    int n = snprintf(want, sizeof want, "%s", c->m->dims[t->dims[d]].name);
+    for (int k = 0; k < t->sh.naxes[d] && n > 0 && (size_t)n < sizeof want; k++)
+        n += snprintf(want + n, sizeof want - (size_t)n, "%s%c", k ? "" : "_",
+                      c->m->mesh.axes[t->sh.axes[d][k]].name);
+    diag_error(c->diag, loc, "the per-row position '%s' is split over other axes than the rows "
+               "'%s' of '%s' it positions: declare it %s[%s], like the state, or replicated",
+               p->name, c->m->dims[t->dims[d]].name, t->name, p->name, want);
+    diag_note(c->diag, p->loc, "'%s' is defined here", p->name);
+    return false;
+}
+
+/* Checks the position index `x` (index `at` of left side `l` of a write
+ * into `t`, whose dims start at `off`): a defined i32 tensor, a scalar or
+ * per row (check_row_position).  Sets *row (-1 for a scalar); returns
+ * the tensor or NULL. */
+static fe_tensor *check_position(fe_checker *c, const ast_tref *l, int at, int off,
+                                 const fe_tensor *t, int *row)
+{
+    const ast_index *x = &l->idx[at];
+    *row = -1;
     fe_tensor *p = fe_symtab_get(&c->tensors, x->name);
     if (!p) {
         diag_error(c->diag, x->loc, "'%s' is neither a dim nor a tensor", x->name);
@@ -56,14 +155,23 @@ static fe_tensor *check_position(fe_checker *c, const ast_index *x)
     }
     if (p->bad || !fe_check_scope(c, p, x->loc))
         return NULL;
-    if (x->tensor && x->tensor->nidx != 0) {
-        diag_error(c->diag, x->loc, "the position '%s' is a scalar: write '%s' or '%s[]'",
-                   x->name, x->name, x->name);
+    bool per_row = x->tensor && x->tensor->nidx != 0;
+    if (p->dtype != IR_I32) {
+        diag_error(c->diag, x->loc, "the position '%s' must be a%s i32 tensor, and it is %s",
+                   x->name, per_row ? " per-row" : " scalar", ir_dtype_name(p->dtype));
+        diag_note(c->diag, p->loc, "'%s' is defined here", p->name);
         return NULL;
     }
-    if (p->rank != 0 || p->dtype != IR_I32) {
-        diag_error(c->diag, x->loc, "the position '%s' must be a scalar i32 tensor, and it is %s%s",
-                   x->name, p->rank ? "not a scalar, " : "", ir_dtype_name(p->dtype));
+    if (per_row)
+        return check_row_position(c, l, at, off, t, p, row) ? p : NULL;
+    if (p->rank != 0) {
+        if (p->rank == 1)
+            diag_error(c->diag, x->loc, "the position '%s' has one dim: write it with its dim, "
+                       "'%s[%s]' (one position per row), or give a scalar", x->name, x->name,
+                       c->m->dims[p->dims[0]].name);
+        else
+            diag_error(c->diag, x->loc, "the position '%s' has %d dims: a position is a scalar or "
+                       "one per row, over one dim", x->name, p->rank);
         diag_note(c->diag, p->loc, "'%s' is defined here", p->name);
         return NULL;
     }
@@ -161,7 +269,8 @@ bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok)
         diag_error(c->diag, l->unred_loc, "a state holds no unreduced partial sums");
         good = false;
     }
-    fe_tensor *p = check_position(c, &l->idx[at]);
+    int row = -1;
+    fe_tensor *p = check_position(c, l, at, off, t, &row);
     int window = -1;
     if (l->idx[at].window.s) {
         const ast_name *w = &l->idx[at].window;
@@ -183,6 +292,8 @@ bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok)
                 break;
             }
     }
+    if (p && row >= 0 && !same_rows_sharding(c, p, t, row + off, l->idx[at].loc))
+        good = false;
     if (!p || !good)
         return true;
     l->sym = t;
@@ -190,6 +301,7 @@ bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok)
     s->u.assign.write_pos = at;
     s->u.assign.write_layer = layer;
     s->u.assign.pos = p;
+    s->u.assign.write_row = row;
     l->idx[at].dim = window; /* the window's dim for lower.c, -1 for one position */
     *rows = *l;
     /* The rows: the left side without the position, or with the window's dim there. */

@@ -89,10 +89,22 @@ static bool lower_write(fe_checker *c, const ast_stmt *s)
     }
     rows->has_constraint = true;
     rows->constraint = without_unit_axes(c->m, sh, rows->type.rank);
-    ir_value *opnds[3] = {store, rows, s->u.assign.pos->value};
+    ir_value *pos = s->u.assign.pos->value;
+    int row = s->u.assign.write_row;
+    if (row >= 0 && pos->def && !pos->has_constraint) {
+        /* A computed per-row position: the plan brings it to the rows'
+         * sharding (a declared one is checked in check_write.c). */
+        ir_sharding ps = ir_sharding_replicated();
+        for (int k = 0; k < store->type.sh.naxes[row]; k++)
+            ir_sharding_push(&ps, 0, store->type.sh.axes[row][k]);
+        pos->has_constraint = true;
+        pos->constraint = without_unit_axes(c->m, ps, 1);
+    }
+    ir_value *opnds[3] = {store, rows, pos};
     ir_value *r = ir_value_new(c->m, t->name, IR_VAL_OP, &store->type, l->name.loc);
     ir_op *op = ir_op_new(c->m, IR_OP_UPDATESLICE, 3, opnds, r, s->loc);
     op->u.update.dim = at;
+    op->u.update.row = row;
     ir_op_append(c->m, op);
     if (s->u.assign.write_layer)
         t->slice = r; /* fe_lower_ref_value made the layer's slice in this block */

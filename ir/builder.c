@@ -195,6 +195,8 @@ ir_op *ir_op_new(ir_module *m, ir_op_kind kind, int noperands,
         op->u.coll.dim = op->u.coll.dim2 = -1;
     if (ir_op_is_loop(kind))
         op->u.loop.dim = -1;
+    if (kind == IR_OP_UPDATESLICE)
+        op->u.update.row = -1; /* a scalar position unless the builder says otherwise */
     return op;
 }
 

@@ -441,9 +441,15 @@ typedef struct ir_op {
          * position outside [0, |dim|) ends the run with an error.  A window
          * write has operand 1 of operand 0's rank, with a window dim of w
          * positions (unsharded) in place of `dim`: its row t goes to p + t,
-         * and p + w must not pass |dim|. */
+         * and p + w must not pass |dim|.  A per-row write (`row` >= 0,
+         * continuous batching: each slot of a batch at its own position)
+         * has operand 2 an i32 vector over operand 0's dim `row` (< `dim`),
+         * replicated or split like that dim: row b of the slice goes to
+         * position operand2[b]; no window. */
         struct {
             int dim; /* position in operand 0's dims that operand 2 indexes */
+            int row; /* per-row write: position in operand 0's dims of operand 2's
+                        only dim; -1 when operand 2 is a scalar */
         } update;
     } u;
 } ir_op;

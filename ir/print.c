@@ -313,7 +313,11 @@ void ir_print_update(FILE *out, const ir_module *m, const ir_op *op)
 {
     const ir_value *a = op->noperands > 0 ? op->operands[0] : NULL;
     int dd = op->u.update.dim;
-    fprintf(out, "UpdateSlice(%s)", a && dd >= 0 && dd < a->type.rank ? m->dims[a->type.dims[dd]].name : "?");
+    int rr = op->u.update.row;
+    fprintf(out, "UpdateSlice(%s", a && dd >= 0 && dd < a->type.rank ? m->dims[a->type.dims[dd]].name : "?");
+    if (a && rr >= 0 && rr < a->type.rank) /* per row: each row of this dim at its own position */
+        fprintf(out, " per %s", m->dims[a->type.dims[rr]].name);
+    fputc(')', out);
     print_operands(out, m, op);
 }
 

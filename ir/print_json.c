@@ -178,6 +178,8 @@ void ir_json_update(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, 
     (void)nops;
     if (op->noperands > 0 && op->u.update.dim >= 0 && op->u.update.dim < op->operands[0]->type.rank)
         cJSON_AddStringToObject(o, "update_dim", m->dims[op->operands[0]->type.dims[op->u.update.dim]].name);
+    if (op->noperands > 0 && op->u.update.row >= 0 && op->u.update.row < op->operands[0]->type.rank)
+        cJSON_AddStringToObject(o, "update_row", m->dims[op->operands[0]->type.dims[op->u.update.row]].name);
 }
 
 void ir_print_json(FILE *out, ir_module *m)

@@ -8,7 +8,9 @@
  * written position `dim` (or for a window write, with an unsharded dim no
  * longer than it in its place), sharding included, and holds no unreduced
  * partial sums (each device writes the rows it holds; a partial row would
- * be a wrong one); operand 2 is a replicated i32 scalar; the result has
+ * be a wrong one); operand 2 is a replicated i32 scalar, or for a
+ * per-row write an i32 vector over the rows' dim, replicated or split like
+ * it (each device then finds its rows' positions); the result has
  * operand 0's type.  Aliasing: the result is operand 0's storage, so no op
  * after the UpdateSlice reads operand 0 (it would see the new rows while
  * the program says it holds the old ones).
@@ -20,6 +22,34 @@
 #include "verify_internal.h"
 
 #define WHY(...) (why ? (void)snprintf(why, why_size, __VA_ARGS__) : (void)0)
+
+/* A per-row position `pos` of storage `a`: an i32 vector over a's dim
+ * `row` (before the written `dim`), replicated or split like that dim,
+ * with no unreduced sums; no window. */
+static bool row_position_ok(const ir_value *a, const ir_value *pos, int row, int dim, bool window,
+                            char *why, size_t why_size)
+{
+    if (row >= dim) {
+        WHY("the per-row position's dim %d is not one before the written dim %d", row, dim);
+        return false;
+    }
+    if (pos->type.dtype != IR_I32 || pos->type.rank != 1 || pos->type.dims[0] != a->type.dims[row] ||
+        pos->type.sh.unreduced) {
+        WHY("the per-row position is not a reduced i32 vector over the storage's dim %d", row);
+        return false;
+    }
+    int n = pos->type.sh.naxes[0];
+    if (n && (n != a->type.sh.naxes[row] ||
+              memcmp(pos->type.sh.axes[0], a->type.sh.axes[row], (size_t)n * sizeof pos->type.sh.axes[0][0]))) {
+        WHY("the per-row position is split neither like the storage's rows nor not at all");
+        return false;
+    }
+    if (window) {
+        WHY("a per-row write writes one position per row, not a window");
+        return false;
+    }
+    return true;
+}
 
 bool ir_verify_update(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
                       size_t why_size)
@@ -39,10 +69,13 @@ bool ir_verify_update(const ir_module *m, const ir_op *op, ir_sharding *out, cha
         WHY("the written position %d is not a dim of the storage", dim);
         return false;
     }
-    if (pos->type.dtype != IR_I32 || pos->type.rank != 0 || pos->type.sh.unreduced) {
+    int row = op->u.update.row;
+    if (row < 0 && (pos->type.dtype != IR_I32 || pos->type.rank != 0 || pos->type.sh.unreduced)) {
         WHY("the position is not a replicated i32 scalar");
         return false;
     }
+    if (row >= 0 && !row_position_ok(a, pos, row, dim, rows->type.rank == a->type.rank, why, why_size))
+        return false;
     bool window = rows->type.rank == a->type.rank;
     bool same = rows->type.dtype == a->type.dtype && rows->type.rank == a->type.rank - !window;
     if (same && window)

@@ -101,6 +101,10 @@ typedef struct rt_tensor_desc {
      * which --random-inputs draws from; 0 otherwise.
      * Added in the struct's tail padding: size and offsets unchanged. */
     int32_t index_bound;
+    /* 1: an RT_I32 input that gives a state write one position per row
+     * (`KC[B, At[B], K, H]`), which --generate and --serve feed per slot;
+     * 0 otherwise.  Appended: earlier members keep their offsets. */
+    int32_t row_positions;
 } rt_tensor_desc;
 
 /* A collective or Slice over the group of devices that share every mesh
@@ -308,10 +312,21 @@ typedef struct rt_update_desc {
     const char *pos_name;
     const char *dim_name;
     int64_t op_id;
+    /* A per-row write (continuous batching: each slot at its own position):
+     * pos holds one position per row of a dim before the written one, and
+     * row b of the rows goes to pos[b].  row_n == 0 for a scalar pos. */
+    int64_t row_n;                /* per-device size of the rows' dim (0: scalar position) */
+    int64_t row_stride;           /* per-device elements of `outer` per row index step */
+    int64_t row_local;            /* 1: pos holds this device's rows; 0: all rows (replicated) */
+    int64_t row_naxes;            /* mesh axes splitting the rows' dim */
+    int64_t row_axes[RT_MAX_AXES];/* major first */
 } rt_update_desc;
 
-/* Runs write `d`: the i32 position *pos, rows [outer, window, inner] into
- * the state block [outer, n, inner] (written in place). */
+/* Runs write `d`: the i32 position *pos (or per row, pos[b] for each row b
+ * of the rows' dim: this device's block of pos, or all of it when
+ * replicated), rows [outer, window, inner] into the state block [outer,
+ * n, inner] (written in place).  A per-row position out of range ends the
+ * job with a message naming the row (its global index). */
 void rt_update_slice(rt_device *dev, const rt_update_desc *d, const int32_t *pos, const void *rows,
                      void *state);
 

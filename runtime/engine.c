@@ -1,8 +1,21 @@
 /*
- * engine.c - the queue of completion requests and static batching: the
- * baseline that continuous batching (seed 002, "Batching"; Orca, OSDI'22)
- * improves on.
+ * engine.c - the queue of completion requests, static batching, and
+ * continuous batching (seed 002, "Batching"; Orca, OSDI'22).
  *
+ * Continuous batching, when the program's position is one per row
+ * (g->per_row: `KC[B, At[B], K, H]`): before each step device 0 fills the
+ * free slots with queued requests at position 0 (schedule_step); the step
+ * runs each row at its own position e->at[b]; after it each running row
+ * moves one position on and a row that stopped frees its slot at once
+ * (after_iteration).  The cache is not cleared: a row writes its position
+ * p before the program reads, and the program's mask `S <= At[B]` reads
+ * only positions its own request wrote, so the stale entries past p that
+ * the slot's earlier requests left are never read.  A free slot runs at
+ * position 0 with token 0, where its next request writes first.  The
+ * other devices follow e->batches as below, and a barrier after every
+ * device copied e->feed and e->at keeps device 0 from moving them early.
+ *
+ * Static batching, with a scalar position:
  * The decode program takes one token per row, tokens [B], and ONE
  * position for all rows, so the B rows (slots) of a batch advance
  * together.  When the engine is idle, device 0 takes up to B queued
@@ -73,6 +86,28 @@ void rt_engine_stop(rt_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Answers every queued request 503 (e->mu held): the server is stopping. */
+static void refuse_queued(rt_engine *e)
+{
+    for (; e->queued > 0; e->queued--, e->head = (e->head + 1) % e->max_queue) {
+        e->queue[e->head]->aborted = 1;
+        release_locked(e->queue[e->head]);
+    }
+    pthread_cond_broadcast(&e->progress);
+}
+
+/* Device 0, e->mu held: announces a batch (or step) of n rows to the
+ * other devices (follow_batch), unlocks e->mu and returns n. */
+static int64_t publish(rt_engine *e, int64_t n)
+{
+    e->rows = n;
+    e->metrics.running = n;
+    e->batches++;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
 /* Device 0: waits for a request (or shutdown) and takes up to B queued
  * requests into e->batch, their first tokens into e->feed.  Returns the
  * rows taken, 0 at shutdown (the queued requests are answered 503). */
@@ -82,13 +117,8 @@ static int64_t take_batch(rt_engine *e)
     pthread_mutex_lock(&e->mu);
     while (!e->queued && !e->shutdown)
         pthread_cond_wait(&e->work, &e->mu);
-    if (e->shutdown) {
-        for (; e->queued > 0; e->queued--, e->head = (e->head + 1) % e->max_queue) {
-            e->queue[e->head]->aborted = 1;
-            release_locked(e->queue[e->head]);
-        }
-        pthread_cond_broadcast(&e->progress);
-    }
+    if (e->shutdown)
+        refuse_queued(e);
     for (int64_t b = 0; b < B; b++) {
         rt_request *r = NULL;
         if (e->queued > 0) {
@@ -100,11 +130,7 @@ static int64_t take_batch(rt_engine *e)
         e->batch[b] = r;
         e->feed[b] = r ? r->prompt[0] : 0;
     }
-    e->rows = n;
-    e->batches++;
-    pthread_cond_broadcast(&e->work);
-    pthread_mutex_unlock(&e->mu);
-    return n;
+    return publish(e, n);
 }
 
 /* The other devices: wait until device 0 has taken batch number `seen` + 1;
@@ -184,6 +210,22 @@ static void emit(rt_engine *e, rt_request *r, int32_t t, double now)
     r->ready = r->finish ? r->len : r->len - held_back(r);
 }
 
+/* Row b's next token after the step that ran it at position `pos`: the
+ * program's argmax, or sampled from its logits with request r's settings
+ * and the uniform number of its seed and `pos` (so the token depends on
+ * neither the row nor the other rows).  `work`: V entries of scratch. */
+static int32_t next_token(const rt_engine *e, const rt_program *p, const void *logits, int64_t b,
+                          const rt_request *r, int64_t pos, rt_sample_entry *work)
+{
+    const rt_generate *g = e->gen;
+    if (e->greedy_only) /* `logits` is then the program's argmax [B] */
+        return ((const int32_t *)logits)[b];
+    int32_t dtype = p->outputs[g->logits].dtype;
+    size_t row_bytes = (size_t)g->vocab * rt_dtype_size(dtype);
+    return rt_sample_row(&r->sampling, dtype, (const char *)logits + (size_t)b * row_bytes,
+                         g->vocab, rt_sample_uniform(r->sampling.seed, pos, 0), work);
+}
+
 /* Device 0, after the step at position `pos`: each row's next token from
  * the logits (or its next prompt token), into e->feed; e->live; at the
  * batch's end its requests are released.  `work`: V entries of scratch. */
@@ -191,9 +233,8 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
                        rt_sample_entry *work)
 {
     const rt_generate *g = e->gen;
-    int32_t dtype = e->greedy_only ? RT_I32 : p->outputs[g->logits].dtype;
-    size_t row_bytes = e->greedy_only ? 0 : (size_t)g->vocab * rt_dtype_size(dtype);
     pthread_mutex_lock(&e->mu);
+    e->metrics.iterations++;
     double now = rt_now();
     int live = 0;
     for (int64_t b = 0; b < g->batch; b++) {
@@ -210,11 +251,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
             live = 1;
             continue;
         }
-        int32_t t = e->greedy_only /* `logits` is then the program's argmax [B] */
-                        ? ((const int32_t *)logits)[b]
-                        : rt_sample_row(&r->sampling, dtype,
-                                        (const char *)logits + (size_t)b * row_bytes, g->vocab,
-                                        rt_sample_uniform(r->sampling.seed, pos, 0), work);
+        int32_t t = next_token(e, p, logits, b, r, pos, work);
         emit(e, r, t, now);
         if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
             r->finish = "length";
@@ -222,11 +259,86 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
         live |= !r->finish;
     }
     e->live = live;
+    if (!live)
+        e->metrics.running = 0;
     for (int64_t b = 0; !live && b < g->batch; b++)
         if (e->batch[b]) {
             release_locked(e->batch[b]);
             e->batch[b] = NULL;
         }
+    pthread_cond_broadcast(&e->progress);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Continuous batching, device 0, before each step: fills the free slots
+ * with queued requests (each at position 0, fed its prompt's first token)
+ * and returns the rows that run in the step, waiting while there are
+ * none; 0 at shutdown once the running rows have finished. */
+static int64_t schedule_step(rt_engine *e)
+{
+    int64_t B = e->gen->batch, n;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        if (e->shutdown)
+            refuse_queued(e);
+        n = 0;
+        for (int64_t b = 0; b < B; b++) {
+            if (!e->batch[b] && e->queued > 0) {
+                rt_request *r = e->queue[e->head];
+                e->head = (e->head + 1) % e->max_queue;
+                e->queued--;
+                e->batch[b] = r;
+                e->at[b] = 0;
+                e->feed[b] = r->prompt[0];
+            }
+            n += e->batch[b] != NULL;
+        }
+        if (n > 0 || e->shutdown)
+            break;
+        pthread_cond_wait(&e->work, &e->mu);
+    }
+    return publish(e, n);
+}
+
+/* Continuous batching, device 0, after a step: each running row moves
+ * one position on, fed its next prompt token or the token it made; a row
+ * that stopped (or whose client went away) frees its slot at once, for
+ * the next step's schedule_step.  `work`: V entries of scratch. */
+static void after_iteration(rt_engine *e, const rt_program *p, const void *logits,
+                            rt_sample_entry *work)
+{
+    pthread_mutex_lock(&e->mu);
+    e->metrics.iterations++;
+    double now = rt_now();
+    for (int64_t b = 0; b < e->gen->batch; b++) {
+        rt_request *r = e->batch[b];
+        if (!r)
+            continue;
+        int64_t pos = e->at[b];
+        if (r->cancelled) {
+            r->finish = "stop";
+        } else if (pos + 1 < r->prompt_len) {
+            e->feed[b] = r->prompt[pos + 1];
+            e->at[b] = (int32_t)(pos + 1);
+            continue;
+        } else {
+            int32_t t = next_token(e, p, logits, b, r, pos, work);
+            emit(e, r, t, now);
+            if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
+                r->finish = "length";
+            e->feed[b] = t;
+            e->at[b] = (int32_t)(pos + 1);
+        }
+        if (r->finish) { /* free the slot: a free row writes at 0, which its next request rewrites */
+            release_locked(r);
+            e->batch[b] = NULL;
+            e->feed[b] = 0;
+            e->at[b] = 0;
+        }
+    }
+    e->metrics.running = 0;
+    for (int64_t b = 0; b < e->gen->batch; b++)
+        e->metrics.running += e->batch[b] != NULL;
     pthread_cond_broadcast(&e->progress);
     pthread_mutex_unlock(&e->mu);
 }
@@ -260,14 +372,25 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
             rt_fatal(NULL, "--serve: %s", err);
     }
     int32_t *tin = in[g->tokens];
-    for (uint64_t seen = 0;; seen++) {
+    for (uint64_t seen = 0; g->per_row; seen++) { /* continuous batching */
+        if ((dev->id == 0 ? schedule_step(e) : follow_batch(e, seen)) == 0)
+            break;
+        for (int64_t i = 0; i < tok->local_shape[0]; i++)
+            tin[i] = e->feed[start[0] + i];
+        rt_generate_set_positions(dev, p, g, in, e->at, 0);
+        dev->ops->barrier(dev, all); /* all read e->feed and e->at before device 0 moves them */
+        rt_run_timed(dev, job, in, out, 0);
+        if (dev->id == 0)
+            after_iteration(e, p, out[e->greedy_only ? g->next : g->logits], work);
+    }
+    for (uint64_t seen = 0; !g->per_row; seen++) { /* static batching */
         if ((dev->id == 0 ? take_batch(e) : follow_batch(e, seen)) == 0)
             break;
         zero_states(p, in);
         for (int64_t pos = 0;; pos++) {
             for (int64_t i = 0; i < tok->local_shape[0]; i++)
                 tin[i] = e->feed[start[0] + i];
-            *(int32_t *)in[g->position] = (int32_t)pos;
+            rt_generate_set_positions(dev, p, g, in, NULL, (int32_t)pos);
             rt_run_timed(dev, job, in, out, 0);
             if (dev->id == 0)
                 after_step(e, p, out[e->greedy_only ? g->next : g->logits], pos, work);
@@ -301,5 +424,6 @@ void rt_engine_free(rt_engine *e)
     free(e->queue);
     free(e->batch);
     free(e->feed);
+    free(e->at);
     free(e);
 }

@@ -5,7 +5,11 @@
  *
  * The program's interface, found by shape (and checked before the run):
  *  - the tokens: its one i32 input of rank 1, [B] (sharded or not);
- *  - the position: its one i32 scalar input, the cache slot written;
+ *  - the position: its one i32 scalar input, the cache slot written; or
+ *    one position per row, an i32 [B] input that a state write uses as
+ *    `KC[B, At[B], ...]` (the descriptor's row_positions), for continuous
+ *    batching: --generate then gives every row the same position (the
+ *    rows of one prompt array advance together), --serve one per slot;
  *  - the next token: greedy decoding reads its one i32 output of shape [B]
  *    (an argmax in the program) if it has one, else the argmax of the
  *    logits; sampling (--temperature T > 0) reads the logits, its one
@@ -65,11 +69,13 @@ static int one_per_row(const rt_tensor_desc *t)
 
 static int is_tokens(const rt_tensor_desc *t)
 {
-    return t->role == RT_ROLE_INPUT && t->dtype == RT_I32 && one_per_row(t);
+    return t->role == RT_ROLE_INPUT && t->dtype == RT_I32 && one_per_row(t) && !t->row_positions;
 }
+/* A scalar, or one position per row (`At[B]`, marked by the compiler). */
 static int is_position(const rt_tensor_desc *t)
 {
-    return t->role == RT_ROLE_INPUT && t->dtype == RT_I32 && t->rank == 0;
+    return t->role == RT_ROLE_INPUT && t->dtype == RT_I32 &&
+           (t->rank == 0 || (t->rank == 1 && t->row_positions));
 }
 static int is_next(const rt_tensor_desc *t)
 {
@@ -153,11 +159,33 @@ int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errl
     g->logits = find_one(p->outputs, p->noutputs, is_logits);
     if (g->tokens < 0 || g->position < 0)
         return rt_errf(err, errlen, "--generate: the program needs one i32 input of shape [B] (the "
-                       "tokens) and one i32 scalar input (the position); it has %s %s",
+                       "tokens) and one i32 scalar input (the position) or one per row "
+                       "(`At[B]` in a state write); it has %s %s",
                        (g->tokens < 0 ? g->tokens : g->position) == -2 ? "several" : "no",
                        g->tokens < 0 ? "token inputs" : "position inputs");
     g->batch = p->inputs[g->tokens].global_shape[0];
+    const rt_tensor_desc *at = &p->inputs[g->position];
+    g->per_row = at->rank == 1;
+    if (g->per_row && at->global_shape[0] != g->batch)
+        return rt_errf(err, errlen, "--generate: the positions '%s' are one per row of %lld rows, "
+                       "and the tokens '%s' have %lld", at->name, (long long)at->global_shape[0],
+                       p->inputs[g->tokens].name, (long long)g->batch);
     return 0;
+}
+
+void rt_generate_set_positions(rt_device *dev, const rt_program *p, const rt_generate *g,
+                               void *const *in, const int32_t *rows, int32_t pos)
+{
+    const rt_tensor_desc *at = &p->inputs[g->position];
+    int32_t *mine = in[g->position];
+    if (!g->per_row) {
+        *mine = pos;
+        return;
+    }
+    int64_t start[RT_MAX_RANK];
+    rt_block_start(at, p->axis_sizes, dev->coord, start);
+    for (int64_t i = 0; i < at->local_shape[0]; i++)
+        mine[i] = rows ? rows[start[0] + i] : pos;
 }
 
 rt_sampling rt_sampling_of_options(const rt_options *o)
@@ -300,7 +328,7 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     for (int64_t live = g->batch; s < g->steps && live > 0; s++) {
         for (int64_t i = 0; i < tok->local_shape[0]; i++) /* an ended sequence's -1 as 0 */
             tin[i] = ids[(start[0] + i) * len + s] < 0 ? 0 : ids[(start[0] + i) * len + s];
-        *(int32_t *)in[g->position] = (int32_t)s;
+        rt_generate_set_positions(dev, p, g, in, NULL, (int32_t)s);
         rt_run_timed(dev, job, in, out, s - g->first);
         if (s + 1 < g->prompt_len)
             continue;

@@ -1,7 +1,7 @@
 /*
  * metrics.c - the counters of --serve and their Prometheus text (GET
  * /metrics): answers by HTTP status, completion tokens, the queue's
- * length, and histograms of the time to first token (a request's arrival
+ * length, the rows running and the decode steps run, and histograms of the time to first token (a request's arrival
  * to its first token: queueing plus its prompt's steps) and of the
  * inter-token latency (between two tokens of one request: one decode
  * step of the whole batch).  The format is Prometheus' text exposition
@@ -69,6 +69,11 @@ char *rt_metrics_text(const rt_metrics *m, int64_t queued)
                "einc_generation_tokens_total %llu\n", (unsigned long long)m->tokens);
     fprintf(f, "# HELP einc_queue_length Requests waiting for a batch.\n"
                "# TYPE einc_queue_length gauge\neinc_queue_length %lld\n", (long long)queued);
+    fprintf(f, "# HELP einc_running_rows Slots of the batch running a request.\n"
+               "# TYPE einc_running_rows gauge\neinc_running_rows %lld\n", (long long)m->running);
+    fprintf(f, "# HELP einc_iterations_total Decode steps run (one per iteration of the batch).\n"
+               "# TYPE einc_iterations_total counter\neinc_iterations_total %llu\n",
+            (unsigned long long)m->iterations);
     print_histogram(f, "einc_time_to_first_token_seconds",
                     "From a request's arrival to its first token.", &m->ttft);
     print_histogram(f, "einc_inter_token_latency_seconds",

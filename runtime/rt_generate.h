@@ -34,7 +34,9 @@ typedef struct rt_generate {
     rt_sampling sampling;        /* how each token is chosen from the logits (sample.c) */
     const int32_t *stop;         /* --stop-token ids (the options' array, not owned) */
     int nstop;                   /* entries in stop */
-    int32_t tokens, position;    /* input indices: the tokens [B] (i32) and the position (i32 scalar) */
+    int32_t tokens, position;    /* input indices: the tokens [B] (i32) and the position (i32
+                                    scalar, or [B] with per_row) */
+    int per_row;                 /* 1: the position input holds one position per row, [B] */
     int32_t next;                /* output index of the next tokens [B] (i32), -1: from the logits */
     int32_t logits;              /* output index of the logits [B, V], -1 if none */
     int64_t batch, vocab;        /* B, and V of the logits (0 without) */
@@ -79,6 +81,11 @@ rt_sampling rt_sampling_of_options(const rt_options *o);
  * g->logits (-1 none, -2 several; not checked here) and g->batch, B.
  * Shared by --generate and --serve.  -1 and a message. */
 int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errlen);
+/* Writes this device's block of the position input in[g->position]: the
+ * scalar `pos`; or with g->per_row, row b's position rows[b] (rows: the
+ * global [B] array), or `pos` for every row when rows is NULL. */
+void rt_generate_set_positions(rt_device *dev, const rt_program *p, const rt_generate *g,
+                               void *const *in, const int32_t *rows, int32_t pos);
 /* Checks g->logits (one replicated floating output [B, V] or [B, 1, V])
  * and sets g->vocab, V; the message names sampling when
  * g->sampling.temperature > 0.  -1 and a message. */

@@ -1,7 +1,7 @@
 /*
  * rt_serve.h - serving a decode program over HTTP (--serve): the tokenizer
  * (tokenizer.c), a completion request and its JSON (request.c), the queue
- * and static batching engine (engine.c), its Prometheus metrics
+ * and the engine, static or continuous batching (engine.c), its Prometheus metrics
  * (metrics.c), the HTTP server (server.c) and the flags and set-up
  * (serve.c).  docs/generation.md, "Serving", describes the API.
  *
@@ -113,6 +113,8 @@ typedef struct rt_metrics {
     uint64_t tokens;             /* completion tokens made */
     rt_histogram ttft;           /* time to first token: arrival to first token, seconds */
     rt_histogram itl;            /* inter-token latency: between a request's tokens, seconds */
+    int64_t running;             /* gauge: slots running a request in the current step */
+    uint64_t iterations;         /* decode steps run (iterations of the batch) */
 } rt_metrics;
 
 /* Counts one answer with HTTP status `status`. */
@@ -137,8 +139,12 @@ typedef struct rt_engine {
     int64_t max_queue, head, queued;
     rt_request **batch;          /* [B] the rows of the running batch; NULL: a padding row */
     int32_t *feed;               /* [B] each row's token for the next step */
-    uint64_t batches;            /* batches taken so far (the other devices follow it) */
-    int64_t rows;                /* requests in the batch taken last; 0: shutdown */
+    int32_t *at;                 /* [B] continuous batching: each row's position for the next
+                                    step (0 for a free slot) */
+    uint64_t batches;            /* batches taken so far (continuous batching: steps
+                                    scheduled); the other devices follow it */
+    int64_t rows;                /* requests in the batch taken last (continuous: rows running
+                                    in the step scheduled last); 0: shutdown */
     int live;                    /* after a step: 1 if some row of the batch runs on */
     int shutdown;                /* 1: finish the running batch, refuse the queued, stop */
     uint64_t numbered;           /* requests numbered so far (ids, default seeds) */
@@ -164,7 +170,8 @@ int rt_engine_submit(rt_engine *e, rt_request *r);
 /* Drops one reference to r, under e->mu; frees it at zero. */
 void rt_engine_release(rt_engine *e, rt_request *r);
 /* Every device, for the whole job: take a batch, run it to its end, again,
- * until shutdown (engine.c's essay). */
+ * until shutdown; with one position per row (gen->per_row), schedule
+ * every step instead: free slots take queued requests (engine.c's essay). */
 void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
 /* Asks the engine to stop: the running batch ends, queued requests get
  * 503, the devices return.  Safe from any thread. */

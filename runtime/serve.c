@@ -198,7 +198,8 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     e->queue = calloc((size_t)e->max_queue, sizeof *e->queue);
     e->batch = calloc((size_t)g->batch, sizeof *e->batch);
     e->feed = calloc((size_t)g->batch, sizeof *e->feed);
-    if (!e->queue || !e->batch || !e->feed)
+    e->at = calloc((size_t)g->batch, sizeof *e->at);
+    if (!e->queue || !e->batch || !e->feed || !e->at)
         return rt_errf(err, errlen, "out of memory");
     job->repeat = 1; /* each step is timed into job->times[0] */
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer must not end the process */

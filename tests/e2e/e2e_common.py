@@ -70,3 +70,16 @@ def builds(a, src, exe_prefix, nranks, tally):
             tally.result(False, "%s (%s): einc" % (os.path.basename(exe_prefix), rt), p.stdout)
             continue
         yield rt, exe, (mpi_launch(a.mpirun, nranks) if rt == "mpi" else [])
+
+
+def run_merged(cmd, timeout=300):
+    """Runs `cmd`; returns (exit code, stdout and stderr merged)."""
+    import subprocess
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def rel_err(got, want):
+    """Max absolute error of `got` over the largest magnitude of `want`."""
+    import numpy as np
+    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)

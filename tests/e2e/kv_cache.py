@@ -20,14 +20,14 @@ The last line is `N passed, N failed`.
 Usage: kv_cache.py --einc PATH [--mpi --mpirun PATH]
 """
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from e2e_common import Tally, builds, runtime_args  # noqa: E402
+from e2e_common import Tally, builds, rel_err, runtime_args  # noqa: E402
+from e2e_common import run_merged as run  # noqa: E402
 
 DIMS = dict(B=2, S=8, D=16, K=4, H=8, L=2)
 
@@ -87,15 +87,6 @@ def reference(x0, pos, w, kc, vc, layers):
         o = np.einsum("bks,bskh->bkh", p, vc[l])
         x = x + np.einsum("bkh,khd->bd", o, w["Wo"][l])
     return x
-
-
-def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    return p.returncode, p.stdout
-
-
-def rel_err(got, want):
-    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
 
 
 def main():

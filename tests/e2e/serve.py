@@ -53,13 +53,15 @@ SEED = 11  # --random-inputs: the params
 TIMEOUT = 60
 
 
-def source(sharded=False):
+def source(sharded=False, per_row=False):
     """The decoder; `sharded`: its logits stay vocab-sharded and an argmax
-    output gives the next token (servable greedily only)."""
+    output gives the next token (servable greedily only); `per_row`: one
+    position per row, At[B], for continuous batching (serve_continuous.py)."""
+    pos = "At[B]" if per_row else "Pos[]"
     return "\n".join([
         "mesh X = 2, Y = 2",
         "dim " + ", ".join("%s = %d" % kv for kv in DIMS.items()),
-        "input Tok[B] : i32", "input Pos[] : i32",
+        "input Tok[B] : i32", "input %s : i32" % pos,
         "param Emb[V, D] : f32", "param Wq[L, D, K_Y, H] : f32", "param Wk[L, D, K_Y, H] : f32",
         "param Wv[L, D, K_Y, H] : f32", "param Wo[L, K_Y, H, D] : f32",
         "param W1[L, D, F_X] : f32", "param W2[L, F_X, D] : f32", "param Wlm[D, V_X] : f32",
@@ -67,10 +69,10 @@ def source(sharded=False):
         "X[B, D] = Emb[Tok[B], D]",
         "repeat L {",
         "  Q[B, K, H] = X[B, D] * Wq[D, K, H]",
-        "  KC[B, Pos, K, H] = X[B, D] * Wk[D, K, H]",
-        "  VC[B, Pos, K, H] = X[B, D] * Wv[D, K, H]",
+        "  KC[B, %s, K, H] = X[B, D] * Wk[D, K, H]" % pos,
+        "  VC[B, %s, K, H] = X[B, D] * Wv[D, K, H]" % pos,
         "  Sc[B, K, S] = Q[B, K, H] * KC[B, S, K, H] / 2.8284271247461903",
-        "  P[B, K, S] = softmax(where(S <= Pos[], Sc[B, K, S], -inf), S)",
+        "  P[B, K, S] = softmax(where(S <= %s, Sc[B, K, S], -inf), S)" % pos,
         "  Y1[B, D] = X[B, D] + P[B, K, S] * VC[B, S, K, H] * Wo[K, H, D]",
         "  U[B, F] = Y1[B, D] * W1[D, F]",
         "  X[B, D] = Y1[B, D] + relu(U[B, F]) * W2[F, D]",
@@ -128,12 +130,13 @@ class Server:
             f.close()
 
 
-def generate(exe, work, prompt, n, args=()):
-    """Row 0's tokens of `--generate n` for `prompt` (a str) in both rows."""
+def generate(exe, work, prompt, n, args=(), launch=()):
+    """Row 0's tokens of `--generate n` for `prompt` (a str) in every row;
+    `launch`: a prefix such as mpirun's."""
     ids = np.array([[ord(c) for c in prompt]] * DIMS["B"], dtype=np.int32)
     path = os.path.join(work, "prompt.npy")
     np.save(path, ids)
-    p = subprocess.run([exe, "--random-inputs", str(SEED), "--prompt-ids", path, "--generate",
+    p = subprocess.run([*launch, exe, "--random-inputs", str(SEED), "--prompt-ids", path, "--generate",
                         str(n)] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=TIMEOUT)
     m = re.search(r"^tokens 0:(.*)$", p.stdout, re.M)

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""serve_continuous.py - continuous batching in --serve: a decode program
+whose position is one per row (`KC[B, At[B], K, H]`) is served with
+iteration-level scheduling, driven by Python's http.client on 127.0.0.1.
+
+serve.py's two-layer decoder, with At[B] in place of Pos[] and 3 slots, is
+compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
+ - --generate of the At[B] program (every row at the same position) makes
+   the tokens of the Pos[] program, greedy (and with --mpi, on 4 MPI ranks
+   the tokens it makes on threads);
+ - 7 concurrent greedy requests of different prompt and output lengths,
+   more than the slots (so requests join as others finish), each get
+   exactly the text --generate makes for them alone;
+ - a request sent while a long one streams gets all its tokens before the
+   long one completes; with Pos[] (static batching: a batch runs until all
+   its rows end) it completes after, which the check must tell apart;
+ - a sampled request, seeded, gets the same text alone and among others;
+ - more concurrent requests than --max-queue 1 holds get 503, the others
+   their text;
+ - /metrics has einc_running_rows and einc_iterations_total, which counts
+   the steps run.
+The last line is `N passed, N failed`.
+
+Usage: serve_continuous.py --einc PATH [--mpi --mpirun PATH]
+"""
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import serve  # noqa: E402
+from e2e_common import Tally, mpi_launch, runtime_args  # noqa: E402
+from serve import Server, concurrently, generate, text_of  # noqa: E402
+
+serve.DIMS.update(B=3, S=192)  # 3 slots, a cache long enough for a long request
+S = serve.DIMS["S"]
+
+
+def compile_variant(a, work, per_row, t, runtime="threads"):
+    """The decoder with At[B] (per_row) or Pos[]; its executable or None."""
+    name = ("cont" if per_row else "static") + "_" + runtime
+    src = os.path.join(work, name + ".ein")
+    with open(src, "w") as f:
+        f.write(serve.source(per_row=per_row))
+    exe = os.path.join(work, name)
+    p = subprocess.run([a.einc, src, "-o", exe, "--runtime=" + runtime], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        t.result(False, "einc %s.ein" % name, p.stdout)
+        return None
+    return exe
+
+
+def stream_timed(s, fields, first, out):
+    """Streams a completion; out gets (text, time its last token arrived);
+    `first` is set when the first chunk arrives."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=serve.TIMEOUT)
+    text, last = "", 0.0
+    try:
+        c.request("POST", "/v1/completions", body=json.dumps(dict(fields, stream=True)))
+        r = c.getresponse()
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            text += json.loads(line[len("data: "):])["choices"][0]["text"]
+            last = time.monotonic()
+            first.set()
+        out.append((text, last))
+    finally:
+        first.set()
+        c.close()
+
+
+def joins_running(s, exe, work):
+    """Sends a short request while a long one streams: (both texts are
+    what --generate makes for them, seconds from the short one's end to
+    the long one's, a detail for failures)."""
+    # The short one takes 38 steps, the long one 190: a margin either way.
+    short = "a shorter one, "
+    long_req, short_req = dict(prompt="L", max_tokens=S - 1), dict(prompt=short, max_tokens=24)
+    want_long = generate(exe, work, "L", S - 1)
+    want_short = generate(exe, work, short, 24)
+    first, out = threading.Event(), []
+    th = threading.Thread(target=stream_timed, args=(s, long_req, first, out))
+    th.start()
+    first.wait(timeout=serve.TIMEOUT)
+    status, a = s.complete(**short_req)
+    short_done = time.monotonic()
+    th.join(timeout=2 * serve.TIMEOUT)
+    long_text, long_done = out[0] if out else (None, 0)
+    return (status == 200 and text_of(a) == want_short and long_text == want_long,
+            long_done - short_done, "short %d %r want %r, long %r want %r"
+            % (status, a, want_short, long_text, want_long))
+
+
+def metric(s, name):
+    _, data = s.request("GET", "/metrics")
+    for line in data.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def main():
+    a = runtime_args(__doc__)
+    t = Tally()
+    with tempfile.TemporaryDirectory() as work:
+        cont, static = (compile_variant(a, work, per_row, t) for per_row in (True, False))
+        if not cont or not static:
+            return t.finish()
+        for prompt, n in [("Hello", 12), ("The quick brown fox", 30)]:
+            got, want = generate(cont, work, prompt, n), generate(static, work, prompt, n)
+            t.result(got == want, "--generate with At[B] = with Pos[] (%r, %d tokens)" % (prompt, n),
+                     "%r vs %r" % (got, want))
+        mpi = compile_variant(a, work, True, t, "mpi") if a.mpi else None
+        if mpi:
+            got = generate(mpi, work, "Hello", 12, launch=mpi_launch(a.mpirun, 4))
+            want = generate(cont, work, "Hello", 12)
+            t.result(got == want, "--generate with At[B] on 4 MPI ranks = on threads",
+                     "%r vs %r" % (got, want))
+        reqs = [dict(prompt="p" * (1 + 5 * i) + "q", max_tokens=4 + 7 * (i % 4)) for i in range(7)]
+        alone = [generate(cont, work, r["prompt"], r["max_tokens"]) for r in reqs]
+        s = Server(cont)
+        try:
+            iters0 = metric(s, "einc_iterations_total")
+            got = concurrently(s, reqs)
+            t.result(all(g[0] == 200 for g in got) and [text_of(g[1]) for g in got] == alone,
+                     "%d concurrent greedy requests on 3 slots each get their text alone" % len(reqs),
+                     "got %r\nwant %r" % (got, alone))
+            steps = metric(s, "einc_iterations_total")
+            running = metric(s, "einc_running_rows")
+            # Every token and prompt token past the first of each request is
+            # one step of its row; rows share steps, so fewer steps than that.
+            most = sum(len(r["prompt"]) + r["max_tokens"] - 1 for r in reqs)
+            t.result(iters0 == 0 and running == 0 and steps is not None and
+                     max(len(r["prompt"]) + r["max_tokens"] - 1 for r in reqs) <= steps < most,
+                     "/metrics: %s steps for %d row-steps, 0 rows running after" % (steps, most),
+                     "iterations %r -> %r, running %r" % (iters0, steps, running))
+            texts, ahead, detail = joins_running(s, cont, work)
+            t.result(texts and ahead > 0, "a request sent while a long one streams ends first "
+                     "(%.3f s before it)" % ahead, detail)
+            sampled = dict(prompt="Once upon", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
+            one = s.complete(**sampled)
+            mixed = concurrently(s, [sampled] + reqs[:4])
+            t.result(one[0] == 200 and mixed[0][0] == 200 and text_of(one[1]) == text_of(mixed[0][1]),
+                     "a seeded sampled request: the same text alone and among others",
+                     "%r vs %r" % (one, mixed[0]))
+        finally:
+            s.kill()
+        s = Server(static)
+        try:  # the forced alternative: static batching makes it wait
+            texts, ahead, detail = joins_running(s, static, work)
+            t.result(texts and ahead < 0, "with Pos[] (static batching) it ends after the long one "
+                     "(%.3f s)" % -ahead, detail)
+        finally:
+            s.kill()
+        s = Server(cont, ["--max-queue", "1"])
+        try:
+            want = generate(cont, work, "q", S)
+            got = concurrently(s, [dict(prompt="q", max_tokens=S)] * 12)
+            codes = [g[0] for g in got]
+            t.result(503 in codes and 200 in codes and set(codes) <= {200, 503} and
+                     all(text_of(g[1]) == want for g in got if g[0] == 200),
+                     "beyond --max-queue 1: 503 (%d of 12), the others their text"
+                     % codes.count(503), repr(codes))
+        finally:
+            s.kill()
+    return t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
