@@ -618,7 +618,8 @@ static void format_value(char *buf, size_t size, double v)
 
 /* c->m->hparams: per optimized param, in source order, a line "W OPT
  * name=value ..." with every hyperparameter of its line (a choice by its
- * name), for checkpoints to record and --resume to compare. */
+ * name; master only when f32), for checkpoints to record and --resume to
+ * compare. */
 static void record_hparams(fe_checker *c, const ast_program *prog)
 {
     const char *rec = "";
@@ -631,6 +632,11 @@ static void record_hparams(fe_checker *c, const ast_program *prog)
         for (int k = 0; k < o->n + FE_NSCHED; k++) {
             const hparam_def *d = hparam_at(o, k);
             char val[40];
+            /* master=none is left out, so that checkpoints written before
+             * the option existed resume; master=f32 against such a
+             * checkpoint differs from its "none", as it should. */
+            if (d->choices == master_names && s->u.train.hpv[k] == MASTER_NONE)
+                continue;
             if (d->kind == HP_CHOICE)
                 snprintf(val, sizeof val, "%s", d->choices[(int)s->u.train.hpv[k]]);
             else

@@ -22,8 +22,10 @@ Checks:
     in bf16 every step) and einc without master keep every gain at 1.0;
     both fractions are printed;
   - checkpoints: 10 steps saved and resumed to 20 give the uninterrupted
-    run bit for bit (W.master is saved and restored); --params (params
-    only) starts the master copy from the loaded params, not from zero;
+    run bit for bit (W.master is saved and restored); a checkpoint without
+    master copies is refused by --resume under master=f32; --params
+    (params only) starts the master copy from the loaded params, not from
+    zero;
   - a param whose dims repeat (`param V[L, F, F]`) trains: one SGD step
     against NumPy, unsharded and sharded (a regression: codegen refused
     the update's repeated labels).
@@ -265,6 +267,16 @@ def checkpoints(t, vals):
         t.check(same, "10 steps saved and resumed to 20 equal 20 steps bit for bit")
     if not half:
         return
+    # A checkpoint without master copies is no start for master=f32.
+    plain = t.build("mp_plain", PROGRAM.format(X=2, F=8, LR=0.01, MASTER=""))
+    ck_plain = os.path.join(t.work, "ck_plain10")
+    if plain and t.train(plain, vals, 10, ck_plain):
+        p = run([exe] + t.inputs(vals, ["Xin", "T"]) + ["--steps", "20", "--resume", ck_plain])
+        # (by its missing W.master file, or by its hyperparameters)
+        t.check(p.returncode != 0 and ("W.master" in p.stderr or
+                                       "hyperparameter master of 'W'" in p.stderr),
+                "--resume of a checkpoint without master copies refused under master=f32",
+                "exit %d: %s" % (p.returncode, p.stderr.strip()[-500:]))
     # --params loads W and Gn only: the master copy must start from them.
     one = t.train(exe, vals, 1, os.path.join(t.work, "ck_params"), "--params", ck, params=False)
     if one:
