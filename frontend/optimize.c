@@ -11,8 +11,12 @@
  * next run is the next step.
  *
  * Optimizer state (SGD's momentum buffer, AdamW's m and v) are IR_VAL_STATE
- * values named `W.mom`, `W.m`, `W.v`, with the param's dims, dtype and
- * sharding: state sharded like its param is what makes ZeRO stages follow
+ * values named `W.mom`, `W.m`, `W.v`, with the param's dims and sharding
+ * and its dtype, except f32 for a bf16 param (seed 000's bf16 params with
+ * f32 Adam state, "2 + 8 = 10 bytes per parameter"); with master=f32 the
+ * update applies to `W.master`, an f32 copy of a bf16 param sharded the
+ * same way, and W becomes its bf16 rounding (14 bytes per param under
+ * AdamW).  State sharded like its param is what makes ZeRO stages follow
  * from the param's sharding (seed 000, "fully sharded data parallelism":
  * FSDP shards the optimizer state along the weights' mesh axis, and
  * ZeRO-1/2/3 shard the optimizer state, gradients and weights).  The
