@@ -27,6 +27,8 @@ Checks:
     master copies is refused by --resume under master=f32; --params
     (params only) starts the master copy from the loaded params, not from
     zero;
+  - --check on 5 bf16 AdamW steps under FSDP passes, with state errors
+    beyond f32's tolerance (the f32 state is compared at bf16's);
   - a param whose dims repeat (`param V[L, F, F]`) trains: one SGD step
     against NumPy, unsharded and sharded (a regression: codegen refused
     the update's repeated labels).
@@ -43,6 +45,8 @@ import sys
 import tempfile
 
 import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROGRAM = """\
 mesh X = {X}
@@ -309,6 +313,27 @@ def checkpoints(t, vals):
                 "max distance %.3g after one step of lr 0.01" % err)
 
 
+def check_option(t):
+    """--check on a sharded bf16 training step: its f32 moments and master
+    copies come from bf16 gradients whose roundings differ from the
+    reference's where the f32 sums differ in order, so they are compared
+    at bf16's tolerance (docs/runtime.md, "--check on training")."""
+    src = os.path.join(HERE, "..", "cost", "memory", "seed000_ffw_fsdp_master.ein")
+    exe = os.path.join(t.work, "ffw_check")
+    p = run([t.einc, src, "-D", "B=64", "-D", "D=32", "-D", "F=64", "-o", exe])
+    if not t.check(p.returncode == 0, "einc ffw_check", p.stderr.strip()[-1000:]):
+        return
+    p = run([exe, "--random-inputs", "1", "--steps", "5", "--check"])
+    errs = {m.group(1): float(m.group(2)) for m in
+            re.finditer(r"^check (\S+): max_rel_err=(\S+) \(tol", p.stdout, re.M)}
+    t.check(p.returncode == 0 and "Win.m" in errs and "Win.master" in errs,
+            "--check passes on 5 bf16 steps under FSDP", p.stdout[-1500:] + p.stderr[-500:])
+    # The case does exercise the state's tolerance: f32's 1e-4 per step
+    # would fail it.
+    worst = max((v for k, v in errs.items() if "." in k and k != "opt.step"), default=0)
+    t.check(worst > 5e-4, "--check: the state's error (%.3g) exceeds f32's tolerance" % worst)
+
+
 def repeated_dims(t):
     rng = np.random.default_rng(6)
     x = rng.standard_normal((4, 8))
@@ -339,6 +364,7 @@ def main():
         vals = twenty_steps(t, rng)
         gain_case(t, rng)
         checkpoints(t, vals)
+        check_option(t)
         repeated_dims(t)
     print("%d passed, %d failed" % (t.passed, t.failed))
     return 1 if t.failed else 0
