@@ -2,6 +2,7 @@
  * ewtree.c - building and emitting elementwise expression trees (see
  * ewtree.h for why trees are split).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "ewtree.h"
@@ -207,12 +208,63 @@ static void limit_leaves(const fe_emit *e, fe_ew *t, uint32_t vloc)
     }
 }
 
+/* Gives every leaf of `t` indexed by `from` (by position) the labels `to`
+ * instead; other leaves keep theirs. */
+static void relabel(fe_ew *t, const int *from, const int *to, int n)
+{
+    if (!t)
+        return;
+    if (t->kind == IR_EW_OPERAND && t->nlabels == n &&
+        memcmp(t->labels, from, (size_t)n * sizeof *from) == 0)
+        memcpy(t->labels, to, (size_t)n * sizeof *to);
+    for (int k = 0; k < 3; k++)
+        relabel(t->kid[k], from, to, n);
+}
+
+/* A value whose dims repeat (`param Vs[L, F, F]`) indexed by its own dims
+ * names one loop index twice, which would make the op a diagonal; the
+ * positions must be distinct labels (docs/ir.md: a label may be any dim of
+ * the position's size).  labels[] with its second and later uses of a dim
+ * D replaced by D', D'', ... (a dim of D's size added to the module once,
+ * named so no source dim can be) goes to out[]; the leaves of `t` indexed
+ * by labels[] by position are relabeled the same way.  False if no dim
+ * repeats. */
+static bool distinct_labels(const fe_emit *e, fe_ew *t, const int *labels, int n, int *out)
+{
+    bool repeats = false;
+    for (int r = 0; r < n; r++) {
+        int seen = 0;
+        for (int q = 0; q < r; q++)
+            seen += labels[q] == labels[r];
+        out[r] = labels[r];
+        if (!seen)
+            continue;
+        repeats = true;
+        const ir_dimdef *d = &e->m->dims[labels[r]];
+        char name[64];
+        int len = snprintf(name, sizeof name, "%s", d->name);
+        for (int k = 0; k < seen && len + 1 < (int)sizeof name; k++)
+            name[len++] = '\'';
+        name[len] = 0;
+        out[r] = ir_dim_find(e->m, name, (size_t)len);
+        if (out[r] < 0)
+            out[r] = ir_dim_add(e->m, name, d->size, d->loc);
+    }
+    if (repeats)
+        relabel(t, labels, out, n);
+    return repeats;
+}
+
 ir_value *fe_ew_emit(const fe_emit *e, fe_ew *t, const int *labels, int n, uint32_t vloc)
 {
+    int own[IR_MAX_RANK];
+    /* Distinct labels before any split: a subtree split off is made over
+     * the union of its leaves' labels, which a repeat would shrink. */
+    const int *rl = distinct_labels(e, t, labels, n, own) ? own : labels;
     limit_leaves(e, t, vloc);
     ir_value *res = fe_value_new(e, labels, n, vloc);
     ir_op *op = ir_op_new(e->m, IR_OP_ELEMENTWISE, 0, NULL, res, e->loc);
-    memcpy(op->u.ew.result_labels, labels, (size_t)n * sizeof *labels);
+    memcpy(op->u.ew.result_labels, rl, (size_t)n * sizeof *labels);
     emit_state st = {.op = op};
     st.nodes = ir_alloc(&e->m->arena, (size_t)count_nodes(t) * sizeof *st.nodes);
     op->u.ew.root = emit_nodes(&st, t);

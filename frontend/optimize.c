@@ -11,8 +11,12 @@
  * next run is the next step.
  *
  * Optimizer state (SGD's momentum buffer, AdamW's m and v) are IR_VAL_STATE
- * values named `W.mom`, `W.m`, `W.v`, with the param's dims, dtype and
- * sharding: state sharded like its param is what makes ZeRO stages follow
+ * values named `W.mom`, `W.m`, `W.v`, with the param's dims and sharding
+ * and its dtype, except f32 for a bf16 param (seed 000's bf16 params with
+ * f32 Adam state, "2 + 8 = 10 bytes per parameter"); with master=f32 the
+ * update applies to `W.master`, an f32 copy of a bf16 param sharded the
+ * same way, and W becomes its bf16 rounding (14 bytes per param under
+ * AdamW).  State sharded like its param is what makes ZeRO stages follow
  * from the param's sharding (seed 000, "fully sharded data parallelism":
  * FSDP shards the optimizer state along the weights' mesh axis, and
  * ZeRO-1/2/3 shard the optimizer state, gradients and weights).  The
@@ -64,20 +68,28 @@ typedef struct hparam_def {
 
 enum { OPT_SGD, OPT_ADAMW };
 
+/* master=: `none`, the update applies to the param itself; `f32`, to an
+ * f32 master copy of a narrower (bf16) param, which the param is rounded
+ * from after every step (the value is the index). */
+static const char *const master_names[] = {"none", "f32", NULL};
+enum { MASTER_NONE, MASTER_F32 };
+
 static const struct optimizer_def {
     const char *name;
     int n;
     hparam_def hp[AST_MAX_HPARAMS];
 } optimizers[] = {
-    [OPT_SGD] = {"sgd", 3, {{"lr", NAN, 0, INFINITY, true, true, HP_REAL, NULL},
+    [OPT_SGD] = {"sgd", 4, {{"lr", NAN, 0, INFINITY, true, true, HP_REAL, NULL},
                             {"momentum", 0.0, 0, 1, false, true, HP_REAL, NULL},
-                            {"weight_decay", 0.0, 0, INFINITY, false, true, HP_REAL, NULL}}},
-    [OPT_ADAMW] = {"adamw", 5, {{"lr", 1e-3, 0, INFINITY, true, true, HP_REAL, NULL},
+                            {"weight_decay", 0.0, 0, INFINITY, false, true, HP_REAL, NULL},
+                            {"master", 0, 0, 0, false, false, HP_CHOICE, master_names}}},
+    [OPT_ADAMW] = {"adamw", 6, {{"lr", 1e-3, 0, INFINITY, true, true, HP_REAL, NULL},
                                 {"beta1", 0.9, 0, 1, false, true, HP_REAL, NULL},
                                 {"beta2", 0.999, 0, 1, false, true, HP_REAL, NULL},
                                 {"eps", 1e-8, 0, INFINITY, true, true, HP_REAL, NULL},
                                 {"weight_decay", 0.01, 0, INFINITY, false, true, HP_REAL,
-                                 NULL}}},
+                                 NULL},
+                                {"master", 0, 0, 0, false, false, HP_CHOICE, master_names}}},
 };
 #define NOPTIMIZERS ((int)(sizeof optimizers / sizeof optimizers[0]))
 
@@ -99,8 +111,15 @@ static const hparam_def schedule_hp[FE_NSCHED] = {
 };
 
 /* Indices of the hyperparameters in hpv[] (the table's order). */
-enum { SGD_LR, SGD_MOMENTUM, SGD_WD };
-enum { ADAMW_LR, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WD };
+enum { SGD_LR, SGD_MOMENTUM, SGD_WD, SGD_MASTER };
+enum { ADAMW_LR, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WD, ADAMW_MASTER };
+
+/* Whether optimize line `s` (checked) keeps f32 master copies. */
+static bool line_master(const ast_stmt *s)
+{
+    int i = s->u.train.opt == OPT_SGD ? SGD_MASTER : ADAMW_MASTER;
+    return s->u.train.hpv[i] == MASTER_F32;
+}
 
 /* Hyperparameter i of optimizer o: its own, then the schedule's. */
 static const hparam_def *hparam_at(const struct optimizer_def *o, int i)
@@ -304,6 +323,12 @@ void fe_check_train(fe_checker *c, const ast_program *prog)
             } else if (prev) {
                 diag_error(c->diag, n->loc, "param '%s' is optimized twice", n->s);
                 diag_note(c->diag, prev->loc, "it is first optimized here");
+            } else if (s->u.train.opt >= 0 && line_master(s) && t->dtype != IR_BF16) {
+                /* An error, not a silent no-op: the user expects 4 more
+                 * bytes per param and a different update. */
+                diag_error(c->diag, n->loc, "master=f32 keeps an f32 copy of a bf16 param, but "
+                           "param '%s' is %s: it is its own master copy; leave master out",
+                           n->s, ir_dtype_name(t->dtype));
             } else {
                 fe_symtab_put(c->arena, &seen, n->s, (void *)n);
             }
@@ -313,6 +338,11 @@ void fe_check_train(fe_checker *c, const ast_program *prog)
 
 /* ---- lowering ---- */
 
+/* The step count: `opt.step` before this step (state) and after it. */
+typedef struct opt_step {
+    ir_value *old, *now;
+} opt_step;
+
 /* Builds the update ops of one param. */
 typedef struct opt_ctx {
     fe_checker *c;
@@ -321,6 +351,8 @@ typedef struct opt_ctx {
     ir_value *lr;     /* the scheduled lr, a scalar; NULL: the constant lr hyperparameter */
     ir_value *clip;   /* the gradient's clipping factor, a scalar; NULL: not clipped */
     ir_value *skip;   /* `opt.skipped`, a scalar, 1 when this step is skipped; NULL: never */
+    ir_value *master; /* `W.master`, the param's f32 master copy (state); NULL: none */
+    const opt_step *step; /* the step count when a line reads it, else NULL */
 } opt_ctx;
 
 static fe_ew *k(opt_ctx *x, double v)
@@ -357,10 +389,16 @@ static const char *state_name(opt_ctx *x, const char *suffix)
     return ir_sprintf(x->e.arena, "%s.%s", x->w->tensor, suffix);
 }
 
-/* A zero-initialised state value like the param (dims, dtype, sharding). */
+/* A zero-initialised state value like the param (dims, sharding: ZeRO
+ * follows from the param's sharding), f32 for a bf16 param: moments and
+ * master copies narrower than f32 lose the small updates bf16 cannot
+ * represent (seed 000 counts bf16 params with f32 Adam state, "2 + 8 =
+ * 10 bytes per parameter"); f32 and f64 params keep their dtype. */
 static ir_value *state_new(opt_ctx *x, const char *name)
 {
     ir_type ty = x->w->type;
+    if (ty.dtype == IR_BF16)
+        ty.dtype = IR_F32;
     return ir_value_new(x->c->m, name, IR_VAL_STATE, &ty, x->e.loc);
 }
 
@@ -381,6 +419,32 @@ static ir_value *emit_update(opt_ctx *x, const char *name, fe_ew *t, ir_value *t
     return v;
 }
 
+/* The param as the update reads it: W, or with master=f32 its master copy,
+ * which at step 0 is f32(W).  The master copy is initialised in the IR
+ * rather than by the runtime: state starts at zero (a fresh run, or
+ * --params, which loads params only), and `opt.step` is 0 exactly then,
+ * while --resume restores W.master and the step count together, so a
+ * checkpoint needs no link from a state to its param. */
+static fe_ew *param_in(opt_ctx *x, ir_value *w)
+{
+    if (!x->master)
+        return leaf(x, w);
+    fe_ew *t = fe_ew_leaf(x->e.arena, x->step->old, x->step->old->type.dims, 0);
+    return fe_ew_select(x->e.arena, op2(x, IR_EW_EQ, t, k(x, 0.0)), leaf(x, w),
+                        leaf(x, x->master));
+}
+
+/* Stores `t`, the param's new value computed in f32: into W (rounded to
+ * its dtype when stored), or with master=f32 into W.master and W becomes
+ * bf16(W.master).  False if an IR limit was hit. */
+static bool store_param(opt_ctx *x, ir_value *w, fe_ew *t)
+{
+    if (!x->master)
+        return emit_update(x, w->tensor, t, w) != NULL;
+    ir_value *m1 = emit_update(x, x->master->tensor, t, x->master);
+    return m1 && emit_update(x, w->tensor, leaf(x, m1), w) != NULL;
+}
+
 /* 1 - b^t for the scalar leaf t: exp(t ln b), so b = 0 gives 1. */
 static fe_ew *bias_correction(opt_ctx *x, fe_ew *t, double b)
 {
@@ -392,7 +456,7 @@ static bool lower_sgd(opt_ctx *x, const double *hp, ir_value *w, ir_value *g)
 {
     fe_ew *grad = grad_leaf(x, g);
     if (hp[SGD_WD] > 0)
-        grad = op2(x, IR_EW_ADD, grad, op2(x, IR_EW_MUL, k(x, hp[SGD_WD]), leaf(x, w)));
+        grad = op2(x, IR_EW_ADD, grad, op2(x, IR_EW_MUL, k(x, hp[SGD_WD]), param_in(x, w)));
     fe_ew *step = grad;
     if (hp[SGD_MOMENTUM] > 0) {
         const char *name = state_name(x, "mom");
@@ -403,12 +467,14 @@ static bool lower_sgd(opt_ctx *x, const double *hp, ir_value *w, ir_value *g)
             return false;
         step = leaf(x, mom1);
     }
-    fe_ew *t = op2(x, IR_EW_SUB, leaf(x, w), op2(x, IR_EW_MUL, lr_times(x, hp[SGD_LR], 1.0), step));
-    return emit_update(x, w->tensor, t, w) != NULL;
+    fe_ew *t = op2(x, IR_EW_SUB, param_in(x, w),
+                   op2(x, IR_EW_MUL, lr_times(x, hp[SGD_LR], 1.0), step));
+    return store_param(x, w, t);
 }
 
-static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, ir_value *t1)
+static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g)
 {
+    ir_value *t1 = x->step->now;
     double b1 = hp[ADAMW_BETA1], b2 = hp[ADAMW_BETA2], lr = hp[ADAMW_LR];
     const char *mn = state_name(x, "m"), *vn = state_name(x, "v");
     ir_value *m = state_new(x, mn), *v = state_new(x, vn);
@@ -426,27 +492,29 @@ static bool lower_adamw(opt_ctx *x, const double *hp, ir_value *w, ir_value *g, 
     fe_ew *vhat = op2(x, IR_EW_DIV, leaf(x, v1), bias_correction(x, tl, b2));
     fe_ew *denom = op2(x, IR_EW_ADD, fe_ew_call(x->e.arena, IR_FN_SQRT, vhat), k(x, hp[ADAMW_EPS]));
     fe_ew *delta = op2(x, IR_EW_MUL, lr_times(x, lr, 1.0), op2(x, IR_EW_DIV, mhat, denom));
-    fe_ew *pt = leaf(x, w);
+    fe_ew *pt = param_in(x, w);
     /* The decay is scaled by the scheduled lr, as in PyTorch and optax. */
     if (hp[ADAMW_WD] > 0)
-        pt = op2(x, IR_EW_SUB, pt, op2(x, IR_EW_MUL, lr_times(x, lr, hp[ADAMW_WD]), leaf(x, w)));
-    return emit_update(x, w->tensor, op2(x, IR_EW_SUB, pt, delta), w) != NULL;
+        pt = op2(x, IR_EW_SUB, pt,
+                 op2(x, IR_EW_MUL, lr_times(x, lr, hp[ADAMW_WD]), param_in(x, w)));
+    return store_param(x, w, op2(x, IR_EW_SUB, pt, delta));
 }
 
 /* The step count: state `opt.step` and its new value t + 1 (t when the
  * step is skipped: it counts applied updates), made once. */
-static ir_value *step_count(fe_checker *c, ir_value **made, uint32_t loc, ir_value *skip)
+static ir_value *step_count(fe_checker *c, opt_step *made, uint32_t loc, ir_value *skip)
 {
-    if (*made)
-        return *made;
+    if (made->now)
+        return made->now;
     ir_type ty;
     memset(&ty, 0, sizeof ty);
     ty.dtype = IR_F32; /* exact up to 2^24 steps */
     ty.sh = ir_sharding_replicated();
     ir_value *t = ir_value_new(c->m, "opt.step", IR_VAL_STATE, &ty, loc);
     opt_ctx x = {.c = c, .e = {.m = c->m, .arena = c->arena, .loc = loc}, .w = t, .skip = skip};
-    *made = emit_update(&x, "opt.step", op2(&x, IR_EW_ADD, leaf(&x, t), k(&x, 1.0)), t);
-    return *made;
+    made->old = t;
+    made->now = emit_update(&x, "opt.step", op2(&x, IR_EW_ADD, leaf(&x, t), k(&x, 1.0)), t);
+    return made->now;
 }
 
 /* The squared norm of all `n` gradients, `opt.grad_sqnorm`, f32 unless a
@@ -510,11 +578,12 @@ static ir_dtype line_dtype(fe_checker *c, const ast_stmt *s)
 
 /* Optimize line `s`'s scheduled lr (x->lr, `W.lr` after its first param
  * W) and clipping factor (x->clip, `W.clip`), each when it has one; the
- * step count *t1 and the squared norm of all `n` gradients *sqnorm are
+ * step count *t1 (also when the line keeps master copies, which read
+ * it) and the squared norm of all `n` gradients *sqnorm are
  * made on first need and shared by every line.  False if an IR limit was
  * hit. */
 static bool line_scalars(opt_ctx *x, const ast_stmt *s, ir_value *const *grads, int n,
-                         ir_value **t1, ir_value **sqnorm)
+                         opt_step *t1, ir_value **sqnorm)
 {
     fe_checker *c = x->c;
     const struct optimizer_def *o = &optimizers[s->u.train.opt];
@@ -528,7 +597,7 @@ static bool line_scalars(opt_ctx *x, const ast_stmt *s, ir_value *const *grads, 
         if (!step_count(c, t1, s->loc, x->skip))
             return false;
         e.tensor = ir_sprintf(c->arena, "%s.lr", first);
-        if (!(x->lr = fe_emit_lr(&e, &sc, *t1)))
+        if (!(x->lr = fe_emit_lr(&e, &sc, t1->now)))
             return false;
     }
     if (sched[FE_HP_CLIP] > 0) {
@@ -538,7 +607,8 @@ static bool line_scalars(opt_ctx *x, const ast_stmt *s, ir_value *const *grads, 
         if (!(x->clip = fe_emit_clip_factor(&e, *sqnorm, sched[FE_HP_CLIP])))
             return false;
     }
-    return true;
+    /* AdamW's bias correction and the master copies' first step read it. */
+    return !(line_master(s) || s->u.train.opt == OPT_ADAMW) || step_count(c, t1, s->loc, x->skip);
 }
 
 /* `v` as the shortest of %.15g and %.17g that reads back as `v`, so a
@@ -552,7 +622,8 @@ static void format_value(char *buf, size_t size, double v)
 
 /* c->m->hparams: per optimized param, in source order, a line "W OPT
  * name=value ..." with every hyperparameter of its line (a choice by its
- * name), for checkpoints to record and --resume to compare. */
+ * name; master only when f32), for checkpoints to record and --resume to
+ * compare. */
 static void record_hparams(fe_checker *c, const ast_program *prog)
 {
     const char *rec = "";
@@ -565,6 +636,11 @@ static void record_hparams(fe_checker *c, const ast_program *prog)
         for (int k = 0; k < o->n + FE_NSCHED; k++) {
             const hparam_def *d = hparam_at(o, k);
             char val[40];
+            /* master=none is left out, so that checkpoints written before
+             * the option existed resume; master=f32 against such a
+             * checkpoint differs from its "none", as it should. */
+            if (d->choices == master_names && s->u.train.hpv[k] == MASTER_NONE)
+                continue;
             if (d->kind == HP_CHOICE)
                 snprintf(val, sizeof val, "%s", d->choices[(int)s->u.train.hpv[k]]);
             else
@@ -611,7 +687,8 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
     }
     if (!fe_grad_values(c, line[0]->loc, lt->value, wrt, n, grads, zero, fresh))
         return false;
-    ir_value *t1 = NULL, *sqnorm = NULL;
+    opt_step t1 = {NULL, NULL};
+    ir_value *sqnorm = NULL;
     ir_op *backward_end = c->m->last;
     bool ok;
     opt_ctx x = {.c = c, .skip = skip_flag(c, prog, grads, n, &sqnorm, &ok)};
@@ -638,11 +715,13 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
         }
         x.e = (fe_emit){.m = c->m, .arena = c->arena, .loc = s->loc};
         x.w = w;
-        if (s->u.train.opt == OPT_SGD) {
-            ok = lower_sgd(&x, hp, w, g);
-        } else {
-            ok = step_count(c, &t1, s->loc, x.skip) && lower_adamw(&x, hp, w, g, t1);
+        x.step = t1.now ? &t1 : NULL;
+        x.master = NULL;
+        if (line_master(s)) {
+            x.master = state_new(&x, state_name(&x, "master"));
+            x.master->master = true;
         }
+        ok = s->u.train.opt == OPT_SGD ? lower_sgd(&x, hp, w, g) : lower_adamw(&x, hp, w, g);
         if (!ok)
             return false;
     }

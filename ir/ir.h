@@ -164,6 +164,9 @@ typedef struct ir_value {
     uint32_t loc;        /* byte offset of the source construct that made it */
     bool has_constraint; /* true: `constraint` is a full sharding constraint from the source */
     ir_sharding constraint; /* the sharding the user wrote on the left side */
+    bool master;         /* an IR_VAL_STATE that is an optimizer's f32 master copy of a
+                            param (`optimize ... master=f32`, frontend/optimize.c): the
+                            cost model counts it as master weights, not moments */
     /* Its use-list: one entry per operand slot that holds it in an op of the
      * module's op list, in no particular order (program outputs are not
      * uses: see ir_module.outputs).  Arena-owned; kept by ir_op_append,

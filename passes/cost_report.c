@@ -135,9 +135,10 @@ static void print_phase_line(FILE *out, const ir_module *m)
  * figures are the per-device ones times the devices: every device holds
  * its own shards (equal on every device) and its own copy of what is
  * replicated. */
-static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
+static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw,
+                              const cost_memory *memp)
 {
-    cost_memory mem = cost_memory_peak(m);
+    cost_memory mem = *memp;
     char at[64] = "-";
     if (mem.at && mem.at->result)
         ir_value_name(mem.at->result, at, sizeof at);
@@ -174,6 +175,47 @@ static void print_memory_line(FILE *out, const ir_module *m, const cost_hw *hw)
     if (hw)
         fprintf(out, "; %.0f %s have %.4g GB: %s", devices, hw->name, devices * hw->hbm_bytes / GB,
                 m->totals.peak_memory > hw->hbm_bytes ? "does not fit" : "fits");
+    fputc('\n', out);
+}
+
+/* "N bytes (G GiB)", with `sep` in front, for the breakdown line. */
+static void print_bytes(FILE *out, const char *sep, const char *what, double bytes)
+{
+    fprintf(out, "%s%s %.0f bytes (%.3g GiB)", sep, what, bytes, bytes / GIB);
+}
+
+/* A program with state: its memory per device by class; for a training
+ * step also the bytes per param and what they make, as seed 000 counts
+ * them: params plus optimizer state (plus master weights), gradients and
+ * activations apart ("Adam stores the params and the first and second
+ * moments; bf16 params and f32 optimizer state make 2 + 8 = 10 bytes per
+ * parameter", so a 96 GB TPU v5p holds about 9e9 params under pure data
+ * parallelism; question 2: (2 + 4 + 4) x 13e9 ~ 130 GB for LLaMA-2 13B).
+ * The fit against the HBM here is that criterion; the memory: line's peak
+ * adds the gradients and activations. */
+static void print_memory_breakdown(FILE *out, const cost_memory *memp, const cost_hw *hw)
+{
+    cost_memory mem = *memp;
+    if (mem.state <= 0 && mem.cache <= 0)
+        return;
+    print_bytes(out, "", "memory breakdown per device: params", mem.params);
+    print_bytes(out, ", ", "gradients", mem.grads);
+    print_bytes(out, ", ", "optimizer state (moments)", mem.moments);
+    print_bytes(out, ", ", "master weights", mem.master);
+    print_bytes(out, ", ", "activations kept for the backward pass", mem.kept);
+    print_bytes(out, ", ", "KV cache and state", mem.cache);
+    fputc('\n', out);
+    if (mem.state <= 0 || mem.param_count <= 0)
+        return;
+    double held = mem.params + mem.state;
+    fprintf(out, "bytes per param %.4g = params %.4g + optimizer state %.4g + master weights %.4g; "
+                 "params + optimizer state + master weights %.4g GB per device (seed 000's count: "
+                 "gradients and activations not included; GB = 1e9 bytes)",
+            held / mem.param_count, mem.params / mem.param_count, mem.moments / mem.param_count,
+            mem.master / mem.param_count, held / GB);
+    if (hw)
+        fprintf(out, "; %s has %.4g GB per device: %s", hw->name, hw->hbm_bytes / GB,
+                held > hw->hbm_bytes ? "does not fit" : "fits");
     fputc('\n', out);
 }
 
@@ -237,7 +279,9 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
         print_plan_line(out, m, "");
         print_flops_line(out, m);
         print_phase_line(out, m);
-        print_memory_line(out, m, hw);
+        cost_memory mem = cost_memory_peak(m);
+        print_memory_line(out, m, hw, &mem);
+        print_memory_breakdown(out, &mem, hw);
     } else {
         fprintf(out, "totals: - (the cost pass has not run)\n");
     }

@@ -26,6 +26,44 @@
 
 #include "costmodel.h"
 
+/* Whether a forward value `v` is read by an op of the backward pass: the
+ * activations a training step keeps from its forward to its backward
+ * pass (seed 000, question 2, counts them apart from params and state). */
+static bool kept_for_backward(const ir_value *v)
+{
+    if (v->kind != IR_VAL_OP || !v->def || v->def->phase != IR_PHASE_FORWARD ||
+        v->def->kind == IR_OP_LAYERSLICE || v->def->kind == IR_OP_UPDATESLICE)
+        return false;
+    for (int u = 0; u < v->nuses; u++)
+        if (v->uses[u].op && v->uses[u].op->phase == IR_PHASE_BACKWARD)
+            return true;
+    return false;
+}
+
+/* Fills the training step's classes of `r` (cost_memory's fields from
+ * `master` on), after its `state`: seed 000's accounting of params,
+ * gradients, optimizer state and master weights. */
+static void memory_classes(const ir_module *m, cost_memory *r)
+{
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (!v)
+            continue;
+        if (v->kind == IR_VAL_PARAM)
+            r->param_count += (double)ir_local_elems(m, &v->type);
+        if (v->kind == IR_VAL_STATE && v->master)
+            r->master += (double)ir_local_bytes(m, &v->type);
+        if (kept_for_backward(v))
+            r->kept += (double)ir_local_bytes(m, &v->type);
+    }
+    for (int k = 0; k < m->noutputs; k++) {
+        const ir_value *p = m->outputs[k].update;
+        if (p && p->kind == IR_VAL_PARAM)
+            r->grads += (double)ir_local_bytes(m, &p->type);
+    }
+    r->moments = r->state - r->master;
+}
+
 cost_memory cost_memory_peak(const ir_module *m)
 {
     cost_memory r = {0};
@@ -48,6 +86,7 @@ cost_memory cost_memory_peak(const ir_module *m)
             r.cache += (double)ir_local_bytes(m, &v->type);
     }
     r.cache -= r.state;
+    memory_classes(m, &r);
     r.peak = r.resident;
     int nops = 0;
     for (const ir_op *op = m->first; op; op = op->next)

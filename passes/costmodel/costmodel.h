@@ -550,6 +550,17 @@ typedef struct cost_memory {
                             pass or the update made (cotangents, gradients, new values);
                             the rest of peak - resident are activations */
     const ir_op *at;     /* the op at which the peak is reached (NULL: no op adds to resident) */
+    /* The training step's classes (seed 000's accounting), bytes per device: */
+    double master;       /* the f32 master copies of params (`master=f32`; ir_value.master),
+                            part of `state` */
+    double moments;      /* the rest of `state`: moments (AdamW's m and v, SGD's momentum)
+                            and the step count */
+    double grads;        /* one gradient per optimized param, in its dtype and sharding
+                            (what the update reads; the live part at the peak is in
+                            `gradients`) */
+    double kept;         /* activations kept for the backward pass: forward values an op of
+                            the backward pass reads (a repeated block's stacked layers whole) */
+    double param_count;  /* elements per device of all params: the divisor of bytes per param */
 } cost_memory;
 
 /*

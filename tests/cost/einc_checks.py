@@ -1,5 +1,8 @@
 """einc_checks.py - what the end-to-end cost scripts of this folder share:
 running the einc driver and reporting a list of checks."""
+import glob
+import os
+import re
 import subprocess
 
 
@@ -27,3 +30,14 @@ class Checks:
             print("%d check(s) failed" % len(self.failures))
             return 1
         return 0
+
+
+def expect_lines(directory, tag):
+    """(path, einc args, rest of the line) for every `# TAG: ARGS | REST`
+    line of the .ein files in `directory`, in file order."""
+    for path in sorted(glob.glob(os.path.join(directory, "*.ein"))):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                m = re.match(r"#\s*%s:\s*(.*?)\s*\|\s*(.+?)\s*$" % re.escape(tag), line)
+                if m:
+                    yield path, m.group(1).split(), m.group(2)

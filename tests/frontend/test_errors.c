@@ -820,9 +820,20 @@ static void test_train_errors(void)
     /* an unknown hyperparameter */
     EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, beta=0.9)\n",
                 "t.ein:6:29: error: sgd has no hyperparameter 'beta' (it has lr, momentum, weight_decay, "
-                "warmup_steps, decay, decay_steps, min_lr, clip_norm, skip_nonfinite)\n"
+                "master, warmup_steps, decay, decay_steps, min_lr, clip_norm, skip_nonfinite)\n"
                 "    optimize W with sgd(lr=0.1, beta=0.9)\n"
                 "                                ^\n");
+    /* master=f32 on a param that is f32 already: an error, not a silent no-op */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with adamw(master=f32)\n",
+                "t.ein:6:10: error: master=f32 keeps an f32 copy of a bf16 param, but param 'W' is "
+                "f32: it is its own master copy; leave master out\n"
+                "    optimize W with adamw(master=f32)\n"
+                "             ^\n");
+    /* master takes none or f32 */
+    EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : bf16\nL[] = sum(A[I] * f32(W[I]))\nloss L\noptimize W with sgd(lr=0.1, master=f64)\n",
+                "t.ein:6:36: error: master=f64: master is none or f32\n"
+                "    optimize W with sgd(lr=0.1, master=f64)\n"
+                "                                       ^\n");
     /* a missing learning rate */
     EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(momentum=0.9)\n",
                 "t.ein:6:17: error: sgd needs lr=VALUE\n"
