@@ -311,12 +311,15 @@ static bool same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-/* Adds the path(s) of one flag's value to `files`. */
+/* Adds the path(s) of one flag's value to `files`: NAME=path when
+ * `pairs`, and several of them, comma-separated, for --eval-data alone
+ * (cli.c's add_pairs; a comma in --output's path is part of the path). */
 static int add_files(named_file *files, int n, const char *flag, char *val, bool written,
                      bool pairs)
 {
+    bool list = !strcmp(flag, "--eval-data");
     for (char *p = val; p && n < 2 * MAX_WORDS;) {
-        char *comma = pairs ? strchr(p, ',') : NULL;
+        char *comma = list ? strchr(p, ',') : NULL;
         if (comma)
             *comma = 0;
         char *eq = pairs ? strchr(p, '=') : NULL;
