@@ -55,7 +55,7 @@ static int pick(cursor *c, int k)
 
 /* A tensor of the program: its name and dims (indices into the dims). */
 typedef struct tensor {
-    char name[8];
+    char name[16]; /* "T7", "P0": room for any int, which -Wformat-truncation asks */
     int rank;
     int dims[MAX_RANK];
 } tensor;
