@@ -25,7 +25,9 @@
  * Invariants checked on every input (a failure aborts, so libFuzzer
  * records it): a refusal has a message; an accepted command line has every
  * count flag's value parsed as decimal (the options hold the value of the
- * digits); an accepted one names no file twice among the files it writes
+ * digits; of the last value, for a flag given twice: the last one wins,
+ * as in most command lines); an accepted one names no file twice among
+ * the files it writes
  * (--output, --trace, --metrics, --generated) and no file it reads
  * (--input, --data, --eval-data, --prompt-ids) among them, except --output
  * NAME onto --input NAME's file (a state updated in place).
@@ -339,24 +341,23 @@ static void check_accepted(const cli_input *in, const rt_options *o)
     char *w[MAX_WORDS];
     for (int i = 0; i < in->nwords; i++)
         w[i] = strdup(in->words[i]);
-    named_file files[2 * MAX_WORDS];
-    int n = 0;
+    named_file files[2 * MAX_WORDS], counts[MAX_WORDS];
+    int n = 0, ncounts = 0;
     for (int i = 0; i < in->nwords; i++) {
         char *eq = strncmp(w[i], "--", 2) == 0 ? strchr(w[i], '=') : NULL;
         char *val = eq ? eq + 1 : i + 1 < in->nwords ? w[i + 1] : NULL;
         if (eq)
             *eq = 0;
         const char *flag = w[i];
-        int64_t count = parsed_count(o, flag);
-        if (count >= 0 && val) {
-            uint64_t digits = 0;
-            bool decimal = *val != 0;
-            for (const char *c = val; *c; c++) {
-                decimal = decimal && *c >= '0' && *c <= '9';
-                digits = digits * 10 + (uint64_t)(*c - '0');
-            }
-            FUZZ_CHECK(decimal && digits == (uint64_t)count,
-                       "%s accepted '%s' and read it as %lld", flag, val, (long long)count);
+        /* A flag given again overrides its earlier value (a count, or the
+         * one file of --trace, --metrics, --generated, --prompt-ids): only
+         * its last value is checked. */
+        if (parsed_count(o, flag) >= 0 && val) {
+            int k = 0;
+            while (k < ncounts && strcmp(counts[k].flag, flag))
+                k++;
+            counts[k] = (named_file){.flag = flag, .path = val};
+            ncounts += k == ncounts;
         }
         bool w_pair = !strcmp(flag, "--output");
         bool r_pair = !strcmp(flag, "--input") || !strcmp(flag, "--data") ||
@@ -364,10 +365,25 @@ static void check_accepted(const cli_input *in, const rt_options *o)
         bool w_one = !strcmp(flag, "--trace") || !strcmp(flag, "--metrics") ||
                      !strcmp(flag, "--generated");
         bool r_one = !strcmp(flag, "--prompt-ids");
+        for (int k = 0; (w_one || r_one) && k < n; k++)
+            if (!strcmp(files[k].flag, flag))
+                files[k--] = files[--n]; /* overridden: not written or read */
         if (val && (w_pair || r_pair || w_one || r_one))
             n = add_files(files, n, flag, val, w_pair || w_one, w_pair || r_pair);
         if (val && !eq && rt_flag_takes_value(flag))
             i++; /* the value was the next word */
+    }
+    for (int k = 0; k < ncounts; k++) {
+        const char *val = counts[k].path;
+        int64_t count = parsed_count(o, counts[k].flag);
+        uint64_t digits = 0;
+        bool decimal = *val != 0;
+        for (const char *c = val; *c; c++) {
+            decimal = decimal && *c >= '0' && *c <= '9';
+            digits = digits * 10 + (uint64_t)(*c - '0');
+        }
+        FUZZ_CHECK(decimal && digits == (uint64_t)count, "%s accepted '%s' and read it as %lld",
+                   counts[k].flag, val, (long long)count);
     }
     for (int a = 0; a < n; a++)
         for (int b = 0; b < a; b++) {
