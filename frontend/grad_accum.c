@@ -65,8 +65,12 @@ void fe_grad_contribute(fe_gctx *g, ir_value *v, fe_ew *t, const int *labels)
         sum = add(g, cnst(g, a->c), sum);
     /* A lone value over v's dims (an einsum's result) is the adjoint as it
      * is, if it has v's dtype: the adjoint of a cast's operand is the
-     * cotangent cast back to the operand's dtype, an op of its own. */
-    bool value = sum->kind == IR_EW_OPERAND && memcmp(sum->labels, dims, (size_t)n * sizeof(int)) == 0 &&
+     * cotangent cast back to the operand's dtype, an op of its own.  A
+     * value of lower rank (a scalar broadcast over v, when v's dims are
+     * all summed away downstream) is written out over v's dims: taken as
+     * it is, its missing dims read as whatever followed in the arrays. */
+    bool value = sum->kind == IR_EW_OPERAND && sum->nlabels == n && sum->v->type.rank == n &&
+                 memcmp(sum->labels, dims, (size_t)n * sizeof(int)) == 0 &&
                  memcmp(sum->v->type.dims, dims, (size_t)n * sizeof(int)) == 0 &&
                  sum->v->type.dtype == v->type.dtype;
     a->v = value ? sum->v : fe_ew_emit(&g->e, sum, dims, n, g->loc);

@@ -653,6 +653,32 @@ static void record_hparams(fe_checker *c, const ast_program *prog)
     c->m->hparams = ir_strdup(&c->m->arena, rec);
 }
 
+/* Warns, once per param, when AdamW's update of param `w` rounds to
+ * nothing in its dtype.  At the first step AdamW's update is lr times
+ * m'/sqrt(v') = G/|G|, so +-lr per element (eps aside), and later about lr
+ * (the update rules above; Kingma and Ba, "Adam", ICLR 2015, section 2.1:
+ * the step is bounded by about lr).  An element w with 1 < |w| has a
+ * spacing of at least eps(dtype) = 2^-(significand bits - 1) around it, so
+ * an update below eps/2 rounds back to w: with lr < eps/2 (2^-8 for bf16,
+ * whose eps is 2^-7) every such element stays where it is, and training
+ * silently does nothing to it.  A schedule only lowers the lr below its
+ * peak, lr itself, so the peak is what is compared.  SGD's update lr * G
+ * depends on the gradient's size, unknown here: no warning for it. */
+static void warn_update_rounding(fe_checker *c, const ast_name *name, const ir_value *w,
+                                 double lr)
+{
+    /* Spacing at 1 per float dtype: bf16 keeps 8 significand bits, f32 24, f64 53. */
+    double eps = w->type.dtype == IR_BF16 ? 0x1p-7 : w->type.dtype == IR_F32 ? 0x1p-23
+                 : w->type.dtype == IR_F64 ? 0x1p-52 : 0;
+    if (c->opts->single_device || !(lr < eps / 2))
+        return;
+    diag_warning(c->diag, name->loc, "adamw(lr=%g) on %s param '%s': its update, about lr per "
+                 "element, is below half the spacing of %s at 1 (%g), so it rounds to nothing "
+                 "for every element of magnitude above 1; use lr >= %g, or keep '%s' in f32 "
+                 "(f32 master weights)", lr, ir_dtype_name(w->type.dtype), w->tensor,
+                 ir_dtype_name(w->type.dtype), eps / 2, eps / 2, w->tensor);
+}
+
 bool fe_lower_train(fe_checker *c, const ast_program *prog)
 {
     if (!c->loss)
@@ -721,6 +747,9 @@ bool fe_lower_train(fe_checker *c, const ast_program *prog)
             x.master = state_new(&x, state_name(&x, "master"));
             x.master->master = true;
         }
+        /* A master copy keeps what the param's dtype would round away. */
+        if (s->u.train.opt == OPT_ADAMW && !x.master)
+            warn_update_rounding(c, name[j], w, hp[ADAMW_LR]);
         ok = s->u.train.opt == OPT_SGD ? lower_sgd(&x, hp, w, g) : lower_adamw(&x, hp, w, g);
         if (!ok)
             return false;

@@ -102,7 +102,7 @@ static const char *const valued[] = {
     "--port", "--host", "--max-queue",
 };
 
-static int takes_value(const char *flag)
+int rt_flag_takes_value(const char *flag)
 {
     for (size_t i = 0; i < sizeof valued / sizeof valued[0]; i++)
         if (!strcmp(flag, valued[i]))
@@ -182,7 +182,7 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
         flag[flen] = 0;
         if (eq)
             val = eq + 1;
-        int takes = takes_value(flag);
+        int takes = rt_flag_takes_value(flag);
         if (takes && !val) {
             if (i + 1 >= argc)
                 return rt_errf(err, errlen, "%s needs a value (see --help)", flag);

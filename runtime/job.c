@@ -429,17 +429,57 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     return 0;
 }
 
-/* Frees the job, its training state and datasets, and the options; -1 and
- * a message if the --metrics file could not be written out. */
-static int release_all(rt_job *job, rt_train *tr, rt_dataset *ds, rt_options *o, char *err,
-                       size_t errlen)
+int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
+               const rt_launcher *l, int rank, int nranks, char *err, size_t errlen)
 {
-    int rc = job->train ? rt_train_release(tr, job->prog, err, errlen) : 0;
-    if (job->gen)
-        rt_generate_release(job->gen);
-    rt_data_close(ds);
-    rt_job_release(job);
-    rt_free_options(o);
+    memset(pr, 0, sizeof *pr);
+    rt_options *o = &pr->opt;
+    if (rt_parse_options(argc, argv, o, err, errlen))
+        return RT_PREP_ERROR;
+    if (o->help)
+        return RT_PREP_HELP;
+    if (rt_check_program(prog, err, errlen)) {
+        char why[900];
+        snprintf(why, sizeof why, "%s", err);
+        return rt_errf(err, errlen, "bad program: %s", why);
+    }
+    if (o->info)
+        return RT_PREP_INFO;
+    if (l->ranks_are_devices && nranks != rt_mesh_size(prog))
+        return rt_errf(err, errlen, "the program's mesh has %lld devices but the job has %d "
+                       "ranks; run it with mpirun -np %lld", (long long)rt_mesh_size(prog),
+                       nranks, (long long)rt_mesh_size(prog));
+    if (check_mode(prog, o, err, errlen))
+        return RT_PREP_ERROR;
+    rt_job *job = &pr->job;
+    rt_job_init(job, prog, o, l);
+    pr->job_ready = 1;
+    job->rank = rank;
+    job->nranks = nranks;
+    int ok = resolve_names(job, err, errlen) == 0 &&
+             rt_params_resolve(job, err, errlen) == 0 &&
+             rt_check_paths(o, prog, err, errlen) == 0 &&
+             (!prog->trains || rt_train_prepare(job, &pr->train, &pr->data, err, errlen) == 0) &&
+             (!o->generate || rt_generate_prepare(job, &pr->gen, err, errlen) == 0) &&
+             (!o->serve || rt_serve_prepare(job, &pr->gen, err, errlen) == 0) &&
+             check_missing(job, err, errlen) == 0 &&
+             rt_check_input_files(job, err, errlen) == 0;
+    return ok ? RT_PREP_RUN : RT_PREP_FILES;
+}
+
+int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen)
+{
+    rt_job *job = &pr->job;
+    int rc = 0;
+    if (pr->job_ready) {
+        rc = job->train ? rt_train_release(&pr->train, job->prog, err, errlen) : 0;
+        if (job->gen)
+            rt_generate_release(job->gen);
+        rt_data_close(&pr->data);
+        rt_job_release(job);
+    }
+    rt_free_options(&pr->opt);
+    memset(pr, 0, sizeof *pr);
     return rc;
 }
 
@@ -449,63 +489,24 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     l->init(&argc, &argv, &rank, &nranks);
     int root = rank == 0;
     char err[1024];
-    rt_options opt;
-    if (rt_parse_options(argc, argv, &opt, err, sizeof err)) {
-        if (root)
-            fprintf(stderr, "einrt: error: %s\n", err);
-        rt_free_options(&opt);
-        l->finish(1);
-    }
-    if (opt.help) {
-        if (root)
+    rt_prepared prep;
+    rt_prepared *pr = &prep;
+    int what = rt_prepare(pr, argc, argv, prog, l, rank, nranks, err, sizeof err);
+    if (what == RT_PREP_HELP || what == RT_PREP_INFO) {
+        if (root && what == RT_PREP_HELP)
             rt_print_help(stdout, argv[0]);
-        rt_free_options(&opt);
-        l->finish(0);
-    }
-    if (rt_check_program(prog, err, sizeof err)) {
-        if (root)
-            fprintf(stderr, "einrt: error: bad program: %s\n", err);
-        rt_free_options(&opt);
-        l->finish(1);
-    }
-    if (opt.info) {
-        if (root)
+        else if (root)
             rt_print_info(stdout, prog);
-        rt_free_options(&opt);
+        rt_prepared_release(pr, err, sizeof err);
         l->finish(0);
     }
-    if (l->ranks_are_devices && nranks != rt_mesh_size(prog)) {
-        if (root)
-            fprintf(stderr, "einrt: error: the program's mesh has %lld devices but the job has "
-                            "%d ranks; run it with mpirun -np %lld\n",
-                    (long long)rt_mesh_size(prog), nranks, (long long)rt_mesh_size(prog));
-        rt_free_options(&opt);
-        l->finish(1);
-    }
-    if (check_mode(prog, &opt, err, sizeof err)) {
+    if (what == RT_PREP_ERROR) {
         if (root)
             fprintf(stderr, "einrt: error: %s\n", err);
-        rt_free_options(&opt);
+        rt_prepared_release(pr, err, sizeof err);
         l->finish(1);
     }
-    rt_job job;
-    rt_train tr;
-    rt_dataset ds;
-    memset(&tr, 0, sizeof tr);
-    memset(&ds, 0, sizeof ds);
-    rt_job_init(&job, prog, &opt, l);
-    job.rank = rank;
-    job.nranks = nranks;
-    rt_generate gen;
-    memset(&gen, 0, sizeof gen);
-    int ok = resolve_names(&job, err, sizeof err) == 0 &&
-             rt_params_resolve(&job, err, sizeof err) == 0 &&
-             rt_check_paths(&opt, prog, err, sizeof err) == 0 &&
-             (!prog->trains || rt_train_prepare(&job, &tr, &ds, err, sizeof err) == 0) &&
-             (!opt.generate || rt_generate_prepare(&job, &gen, err, sizeof err) == 0) &&
-             (!opt.serve || rt_serve_prepare(&job, &gen, err, sizeof err) == 0) &&
-             check_missing(&job, err, sizeof err) == 0 &&
-             rt_check_input_files(&job, err, sizeof err) == 0;
+    int ok = what == RT_PREP_RUN;
     if (!ok && root)
         fprintf(stderr, "einrt: error: %s\n", err);
     if (!l->all_ok(ok)) {
@@ -515,13 +516,14 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
         int root_ok = l->all_ok(root ? ok : 1);
         if (!ok && !root && root_ok)
             fprintf(stderr, "einrt: error: rank %d: %s\n", rank, err);
-        release_all(&job, &tr, &ds, &opt, err, sizeof err);
+        rt_prepared_release(pr, err, sizeof err);
         l->finish(1);
     }
-    rt_job_alloc(&job, root, 1);
-    l->run(&job);
-    int status = root ? finish_root(&job) : 0;
-    if (release_all(&job, &tr, &ds, &opt, err, sizeof err)) {
+    rt_job *job = &pr->job;
+    rt_job_alloc(job, root, 1);
+    l->run(job);
+    int status = root ? finish_root(job) : 0;
+    if (rt_prepared_release(pr, err, sizeof err)) {
         fprintf(stderr, "einrt: error: %s\n", err);
         status = -1;
     }

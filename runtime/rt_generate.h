@@ -108,4 +108,43 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen);
 /* Frees what rt_generate_prepare allocated. */
 void rt_generate_release(rt_generate *g);
 
+/* ---- the checks before the run (job.c), with the generation's state ---- */
+
+/* What rt_prepare decided. */
+enum rt_prep_result {
+    RT_PREP_RUN = 0,    /* every check passed: run the job */
+    RT_PREP_ERROR = -1, /* the command line is wrong for any rank (err says why) */
+    RT_PREP_FILES = -2, /* a check of names, paths or files failed on this rank (err) */
+    RT_PREP_HELP = 1,   /* --help: print the usage, exit 0 */
+    RT_PREP_INFO = 2,   /* --info: print the program, exit 0 */
+};
+
+/* Everything rt_main sets up before the devices run: the options, the
+ * job, and the training and generation state the job points into.  Held
+ * in one place so the checks can run without starting a job
+ * (tests/fuzz/fuzz_cli.c) and be released on every path. */
+typedef struct rt_prepared {
+    rt_options opt;              /* parsed argv; strings point into argv */
+    rt_job job;                  /* valid when job_ready */
+    int job_ready;               /* 1 once rt_job_init ran */
+    rt_train train;              /* job.train points here for a training program */
+    rt_dataset data;             /* the --data files */
+    rt_generate gen;             /* job.gen points here with --generate or --serve */
+} rt_prepared;
+
+/* Parses argv and runs every check of it against `prog` that comes before
+ * the run, on rank `rank` of `nranks` (the launcher's): the syntax, the
+ * program's ABI, the mode (training, generation, serving flags), the
+ * names, the paths against each other, the --data, --resume, --params,
+ * --prompt-ids and --input files.  Creates the --save directory and opens
+ * --metrics on rank 0 (rt_train_prepare); never runs a step, never starts
+ * a server, never exits.  Returns an rt_prep_result, with a message in
+ * err for RT_PREP_ERROR and RT_PREP_FILES.  Release *pr with
+ * rt_prepared_release whatever it returned. */
+int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
+               const rt_launcher *l, int rank, int nranks, char *err, size_t errlen);
+/* Frees what rt_prepare and the run allocated and closes --metrics; 0, or
+ * -1 and a message if the metrics could not be written out. */
+int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen);
+
 #endif

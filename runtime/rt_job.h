@@ -95,6 +95,8 @@ int rt_parse_count(const char *flag, const char *val, uint64_t lo, uint64_t hi, 
  * --output NAME the file of --input NAME: a state updated in place
  * (paths.c). */
 int rt_check_paths(const rt_options *o, const rt_program *p, char *err, size_t errlen);
+/* 1 if `flag` ("--steps") takes a value ("--steps 3" or "--steps=3"), else 0. */
+int rt_flag_takes_value(const char *flag);
 /* The first flag given in `o` that only a training program takes
  * ("--steps", "--data", ...), or NULL if none. */
 const char *rt_training_flag(const rt_options *o);

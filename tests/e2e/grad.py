@@ -28,6 +28,12 @@ largest element, and L must match NumPy's loss.
        every layer and before the block, and the input's gradient through
        all layers: the backward loop runs over the layers in reverse;
        replicated, DP, FSDP (the stacked params sharded on D) and TP.
+  summed: a value whose dims are all summed away downstream (T1[I] enters
+       T2[K] = T1[I] * C[K], a sum over I alone): its adjoint is a scalar
+       broadcast over I, which was once taken as the adjoint itself, a
+       rank-0 value standing for a rank-1 one (found by fuzz_plan); I is
+       the first dim declared, as in the finding; replicated and sharded
+       with A's and P's J on different axes.
   --remat=elementwise (ffw and repeat) and --remat=layer (repeat) compute
        forward values again in the backward pass instead of keeping them.
 
@@ -202,6 +208,27 @@ REPEAT_SHARDINGS = {
                               "_flags": ["--remat=layer"]},
 }
 
+# fuzz_plan's finding (tests/fuzz/corpus/plan/grad_summed_scalar_adjoint).
+SUMMED = """\
+mesh X = 2, Y = 2
+dim I = 4, J = 6, K = 5
+input A[{A}] : f64
+param P[{P}] : f64
+input C[K] : f64
+T1[I] = A[J, I] * P[J]
+T2[K] = T1[I] * C[K]
+L[] = mean(T2[K] * T2[K])
+dA[J, I] = grad(L, A)
+dP[J] = grad(L, P)
+dC[K] = grad(L, C)
+output L
+output dA
+output dP
+output dC
+"""
+SUMMED_SHARDINGS = {"replicated": {"A": "J, I", "P": "J"},
+                    "J on X and Y": {"A": "J_X, I", "P": "J_Y"}}
+
 OPS_SHARDINGS = {"replicated": {"A": "I, J"}, "J sharded": {"A": "I, J_X"},
                  "I sharded": {"A": "I_X, J"}}
 
@@ -265,6 +292,11 @@ def repeat_loss(v):
     return np.mean((x - v["Tgt"]) ** 2)
 
 
+def summed_loss(v):
+    t2 = (v["P"] @ v["A"]).sum() * v["C"]
+    return np.mean(t2 ** 2)
+
+
 def numeric_grad(loss, v, name, h=1e-6):
     g = np.zeros_like(v[name])
     for i in np.ndindex(g.shape):
@@ -290,6 +322,8 @@ CASES = [
     ("repeat", REPEAT, REPEAT_SHARDINGS, repeat_loss,
      {"In": (8, 4), "Tgt": (8, 4), "G": (4,), "Win": (3, 4, 6), "Wout": (3, 6, 4)},
      ["Win", "Wout", "G", "In"]),
+    ("summed", SUMMED, SUMMED_SHARDINGS, summed_loss, {"A": (6, 4), "P": (6,), "C": (5,)},
+     ["A", "P", "C"]),
 ]
 
 

@@ -12,8 +12,7 @@
  */
 #include <stdbool.h>
 
-#include "fuzz_ein.h"
-#include "pass.h"
+#include "fuzz_pipeline.h"
 
 /* The largest mesh (devices) and dim run through the passes. */
 #define MAX_PASS_DEVICES 64
@@ -37,31 +36,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_diag fd;
     fuzz_diag_open(&fd, data, size);
     ir_module *m = fe_compile((const char *)data, size, &o.fe, &fd.d);
-    if (m && small_enough(m)) {
-        pass_registry reg;
-        pass_registry_init(&reg);
-        pass_manager pm;
-        memset(&pm, 0, sizeof pm);
-        pm.registry = &reg;
-        pm.dump = fd.d.out;
-        FUZZ_CHECK(pass_manager_parse(&pm, PASS_DEFAULT_PIPELINE, fd.d.out) == 0,
-                   "the default pipeline does not parse");
-        /* hw NULL: the cost passes use their default profile. */
-        pass_ctx ctx = {.diag = &fd.d};
-        int before = fd.d.nerrors;
-        int rc = pass_manager_run(&pm, &ctx, m);
-        bool verified = rc == 0 && ir_verify(m, &fd.d) == 0;
-        if (verified)
-            ir_print(fd.d.out, m);
-        pass_registry_free(&reg);
+    if (m && small_enough(m))
+        fuzz_run_pipeline(m, &fd, NULL);
+    else
         fuzz_diag_close(&fd);
-        FUZZ_CHECK(rc != 0 || verified, "the pipeline left IR that does not verify:\n%s",
-                   fd.text);
-        FUZZ_CHECK(rc == 0 || fd.d.nerrors > before, "the pipeline failed without an error:\n%s",
-                   fd.text);
-    } else {
-        fuzz_diag_close(&fd);
-    }
     fuzz_diag_free(&fd);
     ir_module_free(m);
     return 0;

@@ -3,7 +3,7 @@
 # of their own and runs each for SECONDS on one core; exits 1 if any found a
 # crash.  docs/reliability.md says what is fuzzed and what runs found.
 #
-#   tests/fuzz/run.sh SECONDS [HARNESS...]     (default: all three)
+#   tests/fuzz/run.sh SECONDS [HARNESS...]     (default: all five)
 #
 # Environment: EINC_FUZZ_BUILD, the build tree (default build-libfuzzer/ at
 # the top of the source tree); EINC_FUZZ_WORK, where the growing corpora,
@@ -12,17 +12,17 @@
 #
 # A crash leaves $EINC_FUZZ_WORK/crash-HARNESS-<sha1>; reproduce it with
 #   $EINC_FUZZ_BUILD/tests/fuzz/HARNESS FILE
-# and, once fixed, copy it to tests/fuzz/corpus/ein/ (or npy/) under a name
+# and, once fixed, copy it to tests/fuzz/corpus/ein/ (or npy/, cli/, plan/) under a name
 # that says what it was: CTest replays that folder in every build.
 set -euo pipefail
 if [ $# -lt 1 ] || ! [[ $1 =~ ^[0-9]+$ ]]; then
-  echo "usage: $0 SECONDS [fuzz_frontend|fuzz_compile|fuzz_npy ...]" >&2
+  echo "usage: $0 SECONDS [fuzz_frontend|fuzz_compile|fuzz_npy|fuzz_cli|fuzz_plan ...]" >&2
   exit 2
 fi
 secs=$1
 shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_frontend fuzz_compile fuzz_npy)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_frontend fuzz_compile fuzz_npy fuzz_cli fuzz_plan)
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${EINC_FUZZ_BUILD:-$root/build-libfuzzer}
@@ -53,6 +53,8 @@ summary=()
 for h in "${harnesses[@]}"; do
   case $h in
     fuzz_npy) seeds=$root/tests/fuzz/corpus/npy; dict=() ;;
+    fuzz_cli) seeds=$root/tests/fuzz/corpus/cli; dict=(-dict="$root/tests/fuzz/cli.dict") ;;
+    fuzz_plan) seeds=$root/tests/fuzz/corpus/plan; dict=() ;;
     *) seeds=$work/seeds-ein; dict=(-dict="$root/tests/fuzz/ein.dict") ;;
   esac
   mkdir -p "$work/corpus-$h"
