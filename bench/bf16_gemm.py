@@ -9,7 +9,10 @@ both deliver the same bf16 result) and cblas_sgemm on f32 copies.  Ratios
 are rates, einc / baseline (= baseline time / einc time); target >= 0.9x
 sbgemm (einc issue 26).  Prints the CPU model, whether it has avx512_bf16
 (OpenBLAS's bf16 GEMM kernels need it; without it sbgemm is a generic C
-loop) and OPENBLAS_CORETYPE (which also picks the kernels).
+loop) and OPENBLAS_CORETYPE (which also picks the kernels).  cblas_sbgemm
+is looked up at run time: an OpenBLAS built without BUILD_BFLOAT16 (Debian's)
+lacks it, and the run then records einc against sgemm only, with the
+sbgemm target left unjudged ("-"); LD_PRELOAD an OpenBLAS built with it.
 
     python3 bench/bf16_gemm.py --build BUILD [--sizes 512x512x512,8x2048x2048] [--reps 5]
                                [--threads T] [--json FILE]
