@@ -26,6 +26,7 @@ import argparse
 import difflib
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -44,8 +45,10 @@ VERDICTS = ("ok", "MISS", "-")
 SECTIONS = {"einsum_gemm": 1, "collectives": 2, "gemm_dist": 3, "compile_time": 4,
             "cost_accuracy": 5, "cost_accuracy_mpi": 5, "attention_gemm": 6, "rows": 7,
             "layer_roofline": 8, "layer_roofline_train": 9, "decode_bandwidth": 10,
-            "plan_optimality": 11, "plan_steps": 12, "stream": 13, "plan_whole": 14}
-# Benchmarks without a section there (small_contraction, soak) follow, unnumbered.
+            "plan_optimality": 11, "plan_steps": 12, "stream": 13, "plan_whole": 14,
+            "bf16_gemm": 15}
+# Benchmarks without a section there (small_contraction, soak) follow, unnumbered;
+# bf16_gemm (15) is numbered ahead of its first idle-machine entry there.
 
 HEADER = """\
 # Performance: the current figures
@@ -151,8 +154,20 @@ def cell(text):
     return str(text).replace("|", "\\|")
 
 
-def section(doc):
-    """The Markdown of one benchmark's table."""
+def history_sections(path=ROOT / "docs" / "performance-history.md"):
+    """The section numbers of performance-history.md (its `## N.` headings),
+    plus None for the unnumbered benchmarks, whose runs it holds under
+    other headings; only None when the file is missing."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return {None}
+    return {None} | {int(m) for m in re.findall(r"^## (\d+)\.", text, re.M)}
+
+
+def section(doc, history):
+    """The Markdown of one benchmark's table; history is history_sections()
+    (a loaded run points to the idle one there only if it has that section)."""
     n = SECTIONS.get(doc["bench"])
     head = f"## {n}. {doc['title']}" if n else f"## {doc['title']}"
     where = f"{doc['cpu']}, {doc['cores']} cores"
@@ -167,10 +182,12 @@ def section(doc):
     # says so rather than passing it off as the current figure.
     if doc.get("load") is not None and doc["load"] > doc["cores"]:
         ref = f"section {n} of " if n else ""
+        idle = (f"The last run on an idle machine is in {ref}"
+                f"[performance-history.md](performance-history.md)." if n in history
+                else "No run on an idle machine has been recorded yet.")
         lines += [f"**Loaded run**: the load average ({doc['load']}) exceeded the {doc['cores']} cores, so "
-                  f"other jobs shared them; timings and their verdicts are not a judgement of einc.  The "
-                  f"last run on an idle machine is in {ref}[performance-history.md](performance-history.md).",
-                  ""]
+                  f"other jobs shared them; timings and their verdicts are not a judgement of einc.  "
+                  f"{idle}", ""]
     lines += ["| figure | value | unit | target | ratio to baseline | verdict |",
               "|---|---:|---|---|---:|---|"]
     for r in doc["rows"]:
@@ -181,7 +198,8 @@ def section(doc):
 
 def render(docs):
     """The whole of docs/performance.md for the results documents docs."""
-    return HEADER + "".join("\n" + section(d) for d in docs)
+    history = history_sections()
+    return HEADER + "".join("\n" + section(d, history) for d in docs)
 
 
 def main():

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Benchmark 15: bf16 matmuls through rt_einsum vs cblas_sbgemm and cblas_sgemm.
+
+One device, C[i,k] = A[i,j] B[j,k] in bf16 (bf16_gemm.c), at each size of
+--sizes (MxNxK; default square 512, 1024, 2048 and a decode-like M = 8).
+Three calls are timed alternately in the same run: einc's bf16 einsum
+(rt_einsum), cblas_sbgemm followed by rounding its f32 product to bf16 (so
+both deliver the same bf16 result) and cblas_sgemm on f32 copies.  Ratios
+are rates, einc / baseline (= baseline time / einc time); target >= 0.9x
+sbgemm (einc issue 26).  Prints the CPU model, whether it has avx512_bf16
+(OpenBLAS's bf16 GEMM kernels need it; without it sbgemm is a generic C
+loop) and OPENBLAS_CORETYPE (which also picks the kernels).  cblas_sbgemm
+is looked up at run time: an OpenBLAS built without BUILD_BFLOAT16 (Debian's)
+lacks it, and the run then records einc against sgemm only, with the
+sbgemm target left unjudged ("-"); LD_PRELOAD an OpenBLAS built with it.
+
+    python3 bench/bf16_gemm.py --build BUILD [--sizes 512x512x512,8x2048x2048] [--reps 5]
+                               [--threads T] [--json FILE]
+"""
+import os
+
+import benchlib as bl
+
+DEFAULT_SIZES = "512x512x512,1024x1024x1024,2048x2048x2048,8x2048x2048"
+
+
+def cpu_flag(flag):
+    """Whether /proc/cpuinfo's first CPU lists `flag` ('?' where unreadable)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return "yes" if flag in line.split(":", 1)[1].split() else "no"
+    except OSError:
+        pass
+    return "?"
+
+
+def parse_sizes(text):
+    """'MxNxK,...' as a list of (M, N, K); BenchError when malformed."""
+    out = []
+    for item in text.split(","):
+        try:
+            m, n, k = (int(x) for x in item.lower().split("x"))
+        except ValueError:
+            raise bl.BenchError(f"--sizes: '{item}' is not MxNxK")
+        if min(m, n, k) < 1:
+            raise bl.BenchError(f"--sizes: '{item}' has a dim < 1")
+        out.append((m, n, k))
+    return out
+
+
+def main():
+    p = bl.parser(__doc__)
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help="MxNxK,... (default %(default)s)")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    a = p.parse_args()
+    sizes = parse_sizes(a.sizes)
+    exe = bl.compile_c(a.build, "bf16_gemm", ["bf16_gemm.c"], runtime=True)
+    print(bl.machine())
+    print(f"# avx512_bf16: {cpu_flag('avx512_bf16')}")
+    res = bl.Results("bf16_gemm", "bf16 matmul: rt_einsum vs cblas_sbgemm and cblas_sgemm")
+    rows, missing = [], False
+    for m, n, k in sizes:
+        out = bl.run([exe, m, n, k, a.reps, a.threads])
+        for line in out.splitlines():
+            if line.startswith("#"):
+                print(line)
+        for r in bl.results(out):
+            shape = f"{r['m']}x{r['n']}x{r['k']}"
+            sb = r["sbgemm"] == 1
+            rows.append([shape, r["einc_ms"], r["sbgemm_ms"] if sb else "-", r["sgemm_ms"],
+                         r["einc_gflops"], r["sbgemm_gflops"] if sb else "-", r["sgemm_gflops"],
+                         f"{r['ratio_sbgemm']:.3f}" if sb else "-",
+                         bl.verdict(r["ratio_sbgemm"], 0.9) if sb else "-",
+                         f"{r['ratio_sgemm']:.3f}", f"{r['err_einc']:.1e}"])
+            if sb:
+                res.add(f"rt_einsum bf16 MxNxK={shape}", r["einc_gflops"], "GFLOP/s",
+                        ">= 0.9x cblas_sbgemm", r["ratio_sbgemm"],
+                        bl.verdict(r["ratio_sbgemm"], 0.9))
+                res.add(f"cblas_sbgemm (+ rounding to bf16) MxNxK={shape}", r["sbgemm_gflops"],
+                        "GFLOP/s")
+            else:  # no baseline: the target cannot be judged, the figure is still recorded
+                res.add(f"rt_einsum bf16 MxNxK={shape} (cblas_sbgemm absent from the linked "
+                        f"OpenBLAS)", r["einc_gflops"], "GFLOP/s", ">= 0.9x cblas_sbgemm")
+            res.add(f"cblas_sgemm f32 MxNxK={shape}", r["sgemm_gflops"], "GFLOP/s")
+            res.add(f"rt_einsum bf16 / cblas_sgemm f32 MxNxK={shape}", r["ratio_sgemm"], "x", "",
+                    r["ratio_sgemm"])
+            missing = missing or not sb
+    bl.table(["MxNxK", "einc ms", "sbgemm ms", "sgemm ms", "einc GFLOP/s", "sbgemm GFLOP/s",
+              "sgemm GFLOP/s", "einc/sbgemm", ">=0.9x", "einc/sgemm", "max rel err"], rows)
+    if missing:
+        print("# cblas_sbgemm is absent: the linked OpenBLAS was built without BUILD_BFLOAT16 "
+              "(LD_PRELOAD one built with it); max rel err is then against sgemm's product "
+              "rounded to bf16")
+    res.write(a.json)
+
+
+if __name__ == "__main__":
+    bl.main_guard(main)
