@@ -115,6 +115,17 @@ int64_t rt_group_peer(const rt_device *dev, const rt_group_view *g, int64_t r)
     return id;
 }
 
+int64_t rt_block_index(rt_device *dev, const int64_t *axes, int64_t naxes)
+{
+    int64_t blk = 0;
+    for (int64_t k = 0; k < naxes; k++) {
+        int32_t a = (int32_t)axes[k];
+        int64_t c = rt_coord(dev, a); /* checks the axis before it indexes the sizes */
+        blk = blk * dev->prog->axis_sizes[a] + c;
+    }
+    return blk;
+}
+
 int64_t rt_coord(rt_device *dev, int32_t axis)
 {
     if (axis < 0 || axis >= dev->prog->naxes)

@@ -20,12 +20,7 @@
  * over `axes` (major first; einrt.h's block numbering). */
 static int64_t block_offset(rt_device *dev, const int64_t *axes, int64_t naxes, int64_t size)
 {
-    int64_t blk = 0;
-    for (int64_t k = 0; k < naxes; k++) {
-        int32_t a = (int32_t)axes[k];
-        blk = blk * dev->prog->axis_sizes[a] + rt_coord(dev, a);
-    }
-    return blk * size;
+    return rt_block_index(dev, axes, naxes) * size;
 }
 
 static void check_desc(rt_device *dev, const rt_gather_desc *d)

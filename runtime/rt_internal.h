@@ -202,6 +202,11 @@ int64_t rt_mesh_size(const rt_program *prog);
 void rt_group_of(const rt_device *dev, int32_t naxes, const int32_t *axes, rt_group_view *g);
 /* Linear id of the device of `dev`'s group whose group rank is `r`. */
 int64_t rt_group_peer(const rt_device *dev, const rt_group_view *g, int64_t r);
+/* This device's block index along a dim split over mesh axes `axes`
+ * (naxes of them, major first; einrt.h's block numbering): the dim's
+ * local block starts at this index times its per-device size.  Exits
+ * through rt_fatal on an axis out of range. */
+int64_t rt_block_index(rt_device *dev, const int64_t *axes, int64_t naxes);
 
 /* ---- errors (fatal.c) ---- */
 

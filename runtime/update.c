@@ -18,17 +18,6 @@
 
 #include "rt_internal.h"
 
-/* This device's block index along `axes` (einrt.h's block numbering). */
-static int64_t block_of(rt_device *dev, const int64_t *axes, int64_t naxes)
-{
-    int64_t blk = 0;
-    for (int64_t k = 0; k < naxes; k++) {
-        int32_t a = (int32_t)axes[k];
-        blk = blk * dev->prog->axis_sizes[a] + rt_coord(dev, a);
-    }
-    return blk;
-}
-
 /* A per-row write: row b (its index in `outer` / row_stride, modulo
  * row_n) goes to its own position.  All of this device's rows are checked
  * before any is written, so a bad position writes nothing. */
@@ -38,14 +27,14 @@ static void update_rows(rt_device *dev, const rt_update_desc *d, const int32_t *
     if (d->row_n < 1 || d->row_stride < 1 || d->row_naxes < 0 || d->row_naxes > RT_MAX_AXES ||
         d->window != 1 || d->outer % (d->row_n * d->row_stride) != 0)
         rt_fatal(dev, "UpdateSlice (op %" PRId64 "): bad per-row descriptor", d->op_id);
-    int64_t first = block_of(dev, d->row_axes, d->row_naxes) * d->row_n; /* global row of b = 0 */
+    int64_t first = rt_block_index(dev, d->row_axes, d->row_naxes) * d->row_n; /* global row of b = 0 */
     const int32_t *mine = d->row_local ? pos : pos + first;
     for (int64_t b = 0; b < d->row_n; b++)
         if (mine[b] < 0 || mine[b] >= d->n_global)
             rt_fatal(dev, "write into '%s': position %s[%" PRId64 "] = %" PRId32 " is outside its dim "
                      "'%s' of %" PRId64 " (valid positions 0..%" PRId64 ")", d->state_name, d->pos_name,
                      first + b, mine[b], d->dim_name, d->n_global, d->n_global - 1);
-    int64_t blk = block_of(dev, d->axes, d->naxes);
+    int64_t blk = rt_block_index(dev, d->axes, d->naxes);
     size_t row = (size_t)d->inner * esize;
     for (int64_t o = 0; o < d->outer; o++) {
         int64_t local = mine[(o / d->row_stride) % d->row_n] - blk * d->n;
@@ -77,7 +66,7 @@ void rt_update_slice(rt_device *dev, const rt_update_desc *d, const int32_t *pos
                  ") are outside its dim '%s' of %" PRId64 " (valid starts 0..%" PRId64 ")",
                  d->state_name, d->pos_name, p, p + d->window - 1, d->window, d->dim_name,
                  d->n_global, d->n_global - d->window);
-    int64_t blk = block_of(dev, d->axes, d->naxes);
+    int64_t blk = rt_block_index(dev, d->axes, d->naxes);
     size_t row = (size_t)d->inner * esize;
     for (int64_t t = 0; t < d->window; t++) {
         int64_t local = p + t - blk * d->n;
