@@ -61,13 +61,7 @@ int main(int argc, char **argv)
     int64_t total_errors = 0, total_checked = 0;
     for (size_t k = 0; k < ncases; k++) {
         const mpi_case *mc = &cases[k];
-        rt_program p;
-        memset(&p, 0, sizeof p);
-        p.abi_version = RT_ABI_VERSION;
-        p.naxes = mc->naxes_mesh;
-        memcpy(p.axis_names, "XYZW", RT_MAX_AXES);
-        memcpy(p.axis_sizes, mc->sizes, sizeof p.axis_sizes);
-        p.run = test_noop_run;
+        rt_program p = test_mesh_program(mc->naxes_mesh, mc->sizes);
         for (int32_t op = RT_REDUCE_SUM; op <= RT_REDUCE_MIN; op++) {
             for (int32_t dtype = RT_F32; dtype <= RT_BF16; dtype++) {
                 int64_t errors[8] = {0}, checked[8] = {0};

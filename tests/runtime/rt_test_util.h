@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +39,20 @@ static inline void test_noop_run(rt_device *dev, void *const *in, void *const *o
     (void)dev;
     (void)in;
     (void)out;
+}
+
+/* A program that tests use for its mesh only: `naxes` axes named X, Y,
+ * Z, W with the given sizes, a no-op run. */
+static inline rt_program test_mesh_program(int32_t naxes, const int64_t *sizes)
+{
+    rt_program p;
+    memset(&p, 0, sizeof p);
+    p.abi_version = RT_ABI_VERSION;
+    p.naxes = naxes;
+    memcpy(p.axis_names, "XYZW", RT_MAX_AXES);
+    memcpy(p.axis_sizes, sizes, (size_t)naxes * sizeof *sizes);
+    p.run = test_noop_run;
+    return p;
 }
 
 /* Runs fn(arg) in a child process; returns its exit status (-1 if it did

@@ -27,13 +27,7 @@
 static void run_case(int32_t naxes_mesh, const int64_t *sizes, int32_t naxes,
                      const int32_t *axes)
 {
-    rt_program p;
-    memset(&p, 0, sizeof p);
-    p.abi_version = RT_ABI_VERSION;
-    p.naxes = naxes_mesh;
-    memcpy(p.axis_names, "XYZW", RT_MAX_AXES);
-    memcpy(p.axis_sizes, sizes, (size_t)naxes_mesh * sizeof *sizes);
-    p.run = test_noop_run;
+    rt_program p = test_mesh_program(naxes_mesh, sizes);
     int64_t n = rt_mesh_size(&p);
     for (int32_t op = RT_REDUCE_SUM; op <= RT_REDUCE_MIN; op++) {
         for (int32_t dtype = RT_F32; dtype <= RT_BF16; dtype++) {
