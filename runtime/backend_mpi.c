@@ -33,6 +33,11 @@
  * one of its axes in their order, as for any group, and only the packing
  * and unpacking around MPI's call differ.
  * bf16 travels as f32 (converted before, rounded after), so sums are in f32.
+ *
+ * Point-to-point messages (rt_send / rt_recv) travel on a communicator of
+ * their own (a duplicate of the Cartesian one, so no tag of theirs can
+ * match the ReduceScatter exchange's), addressed by world rank = device id
+ * and the caller's tag.  mpi_p2p.c has the details.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -43,6 +48,7 @@
 
 #include "rt_internal.h"
 #include "rt_job.h"
+#include "rt_mpi.h"
 
 /* Codes of ordered axis sequences: sum of (axis+1) * 5^k. */
 #define NCODES 625
@@ -53,6 +59,7 @@ typedef struct mworld {
     MPI_Comm cart;               /* all devices, Cartesian */
     MPI_Comm comm[NCODES];       /* per ordered axis sequence, or MPI_COMM_NULL */
     MPI_Op reduce[3];            /* AllReduce operator per enum rt_reduce_op */
+    rt_mpi_p2p p2p;              /* rt_send / rt_recv state (mpi_p2p.c) */
 } mworld;
 
 RT_NORETURN static void mpi_abort(void)
@@ -413,6 +420,16 @@ static void mpi_coll_wait(rt_device *dev, void *req)
     free(r);
 }
 
+static void mpi_send(rt_device *dev, int64_t peer, int32_t tag, const void *buf, int64_t bytes)
+{
+    rt_mpi_p2p_send(dev, &((mworld *)dev->backend)->p2p, peer, tag, buf, bytes);
+}
+
+static void mpi_recv(rt_device *dev, int64_t peer, int32_t tag, void *buf, int64_t bytes)
+{
+    rt_mpi_p2p_recv(dev, &((mworld *)dev->backend)->p2p, peer, tag, buf, bytes);
+}
+
 static void mpi_collect_i64(rt_device *dev, int64_t v, int64_t *all)
 {
     mworld *w = dev->backend;
@@ -448,6 +465,8 @@ static const rt_device_ops mpi_ops = {
     .abort = mpi_abort,
     .coll_start = mpi_coll_start,
     .coll_wait = mpi_coll_wait,
+    .send = mpi_send,
+    .recv = mpi_recv,
 };
 
 /* ---- the MPI launcher ---- */
@@ -513,7 +532,9 @@ void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev
     dev.as_reserve = rt_check_address_space(&dev, 1);
     int32_t axes[RT_MAX_AXES];
     make_comms(w, dev.coord, 0, axes);
+    rt_mpi_p2p_init(&dev, &w->p2p, w->cart);
     fn(&dev, arg);
+    rt_mpi_p2p_finish(&dev, &w->p2p, w->cart);
     rt_device_release(&dev);
     for (int i = 0; i < NCODES; i++)
         if (w->comm[i] != MPI_COMM_NULL)

@@ -9,6 +9,10 @@
  * members and per-rank slots where each member publishes its buffers for
  * the algorithms of coll_threads.c.  Slots are indexed by the group rank of
  * the collective's axis order, which all members share.
+ *
+ * Point-to-point messages (rt_send / rt_recv) go through one mailbox per
+ * device (p2p_threads.c), held by the world; a message still in a mailbox
+ * when the devices have finished was never received, and ends the job.
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include <cblas.h>
@@ -42,6 +46,7 @@ typedef struct tworld {
     pthread_mutex_t mu;          /* guards `groups` */
     tgroup *groups;              /* every group created so far */
     rt_waitstate ws;             /* blocked/finished threads, for deadlock detection */
+    rt_mailbox *boxes;           /* per device id: messages sent to it (owned) */
 } tworld;
 
 /* What one device thread owns. */
@@ -182,6 +187,19 @@ static void threads_gather(rt_device *dev, const rt_tensor_desc *t, const void *
     rt_place_block(dev->prog, t, dev->coord, local, global);
 }
 
+static void threads_send(rt_device *dev, int64_t peer, int32_t tag, const void *buf,
+                         int64_t bytes)
+{
+    tworld *w = dev->backend;
+    rt_mailbox_put(dev, &w->boxes[peer], dev->id, tag, buf, bytes);
+}
+
+static void threads_recv(rt_device *dev, int64_t peer, int32_t tag, void *buf, int64_t bytes)
+{
+    tworld *w = dev->backend;
+    rt_mailbox_take(dev, &w->boxes[dev->id], peer, tag, buf, bytes);
+}
+
 static const rt_device_ops threads_ops = {
     .name = "threads",
     .barrier = threads_barrier,
@@ -189,6 +207,8 @@ static const rt_device_ops threads_ops = {
     .collect_i64 = threads_collect_i64,
     .gather = threads_gather,
     .abort = threads_abort,
+    .send = threads_send,
+    .recv = threads_recv,
 };
 
 static void *thread_main(void *p)
@@ -198,7 +218,7 @@ static void *thread_main(void *p)
     tworld *w = loc->dev.backend;
     if (rt_waitstate_finish(&w->ws))
         rt_fatal(&loc->dev, "deadlock: this device finished while its peers wait in a "
-                 "collective it never called");
+                 "collective it never called or for a message it never sent");
     return NULL;
 }
 
@@ -231,6 +251,30 @@ static void bind_threads(const tlocal *locs, int64_t n)
     }
 }
 
+/* After the devices have finished: frees the mailboxes, and ends the job
+ * when one still holds a message (a send without its receive: a schedule
+ * bug the program would otherwise hide). */
+static void check_mailboxes(tworld *w, const tlocal *locs, int64_t n)
+{
+    int64_t bad = -1, left = 0;
+    rt_msg first = {0};
+    for (int64_t i = 0; i < n; i++) {
+        rt_msg m;
+        int64_t k = rt_mailbox_destroy(&w->boxes[i], &m);
+        if (k && bad < 0) {
+            bad = i;
+            left = k;
+            first = m;
+        }
+    }
+    free(w->boxes);
+    w->boxes = NULL;
+    if (bad >= 0)
+        rt_fatal(&locs[bad].dev, "%lld message(s) sent to this device were never received "
+                 "(the first from device %lld with tag %d, %lld bytes)", (long long)left,
+                 (long long)first.src, first.tag, (long long)first.bytes);
+}
+
 void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
                        void (*fn)(rt_device *dev, void *arg), void *arg)
 {
@@ -248,8 +292,11 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
     w.ws.nthreads = n;
     pthread_mutex_init(&w.mu, NULL);
     tlocal *locs = calloc((size_t)n, sizeof *locs);
-    if (!locs)
+    w.boxes = calloc((size_t)n, sizeof *w.boxes);
+    if (!locs || !w.boxes)
         rt_fatal(NULL, "out of memory starting %lld device threads", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        rt_mailbox_init(&w.boxes[i], &w.ws);
     for (int64_t i = 0; i < n; i++) {
         rt_device_init(&locs[i].dev, prog, &threads_ops, &w, i);
         locs[i].dev.backend_local = &locs[i];
@@ -269,6 +316,7 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
         bind_threads(locs, n);
     for (int64_t i = 0; i < n; i++)
         pthread_join(locs[i].thread, NULL);
+    check_mailboxes(&w, locs, n);
     for (int64_t i = 0; i < n; i++)
         rt_device_release(&locs[i].dev);
     while (w.groups) {

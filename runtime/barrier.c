@@ -52,6 +52,17 @@ int rt_waitstate_finish(rt_waitstate *ws)
     return stuck(ws, w) ? -1 : 0;
 }
 
+int rt_waitstate_block(rt_waitstate *ws)
+{
+    return stuck(ws, atomic_fetch_add(&ws->word, 1) + 1) ? -1 : 0;
+}
+
+void rt_waitstate_wake(rt_waitstate *ws, int64_t n)
+{
+    if (n > 0)
+        atomic_fetch_sub(&ws->word, (uint64_t)n);
+}
+
 void rt_barrier_init(rt_barrier *b, int64_t count, rt_waitstate *ws)
 {
     b->ws = ws;
@@ -73,8 +84,8 @@ int rt_barrier_wait(rt_barrier *b)
     uint64_t gen = atomic_load_explicit(&b->generation, memory_order_relaxed);
     if (++b->waiting == b->count) {
         b->waiting = 0;
-        if (b->ws && b->sleepers)
-            atomic_fetch_sub(&b->ws->word, (uint64_t)b->sleepers);
+        if (b->ws)
+            rt_waitstate_wake(b->ws, b->sleepers);
         b->sleepers = 0;
         /* Release: the peers' writes before the barrier are visible to a
          * waiter that sees the new generation without taking the mutex. */
@@ -97,7 +108,7 @@ int rt_barrier_wait(rt_barrier *b)
     pthread_mutex_lock(&b->mu);
     if (atomic_load_explicit(&b->generation, memory_order_relaxed) == gen) {
         b->sleepers++;
-        if (b->ws && stuck(b->ws, atomic_fetch_add(&b->ws->word, 1) + 1)) {
+        if (b->ws && rt_waitstate_block(b->ws)) {
             pthread_mutex_unlock(&b->mu);
             return -1;
         }

@@ -240,6 +240,22 @@ void rt_free(rt_device *dev, void *p);
 /* Runs collective `d` from `in` into `out` (distinct buffers, shapes per `d`).
  * Every device of the group must call it with the same descriptor. */
 void rt_collective(rt_device *dev, const rt_coll_desc *d, const void *in, void *out);
+/* Point-to-point transfers along mesh axis `axis`: the two halves of a
+ * collective permute, as a pipeline's stage-to-stage hop uses them (an
+ * activation to the next stage, its gradient to the previous one).  The
+ * peer is the device whose coordinate along `axis` is this device's plus
+ * `delta` (its other coordinates equal this device's).
+ * rt_send copies `bytes` from `buf` into a message for the peer and returns
+ * without waiting for the peer (the message is buffered), so `buf` may be
+ * reused at once and two stages sending to each other cannot deadlock.
+ * rt_recv blocks until the peer's message with tag `tag` has arrived and
+ * copies its `bytes` into `buf`.  Messages of one sender with one tag
+ * arrive in the order sent.  A peer outside the axis, a message whose size
+ * differs from the receive's, or a failed job end the job with a message
+ * (never a hang). */
+void rt_send(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, const void *buf,
+             int64_t bytes);
+void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf, int64_t bytes);
 /* Local contraction per `d` through BLAS GEMM; `c` is overwritten. */
 void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c);
 /* Marks the begin / end of op `op_id` for --profile and --trace (cheap when off). */

@@ -4,12 +4,15 @@
  * The runtime is split into a backend-neutral core and two backends:
  *
  *   core     device.c (rt_coord, rt_alloc, ...), collective.c (descriptor
- *            checks, the one-device path, Slice), einsum*.c (BLAS GEMM),
+ *            checks, the one-device path, Slice), p2p.c (rt_send / rt_recv
+ *            checks), einsum*.c (BLAS GEMM),
  *            npy.c, random.c, cli.c, job.c (the per-device flow and what
  *            the root process does afterwards), info.c, layout.c, dtype.c.
- *   threads  backend_threads.c + coll_threads.c + barrier.c: one pthread per
- *            device in one process, shared-memory collectives.
- *   mpi      backend_mpi.c: one MPI rank per device, MPI collectives.
+ *   threads  backend_threads.c + coll_threads.c + barrier.c + p2p_threads.c:
+ *            one pthread per device in one process, shared-memory
+ *            collectives, a mailbox per device for point-to-point messages.
+ *   mpi      backend_mpi.c + mpi_p2p.c (rt_mpi.h): one MPI rank per device,
+ *            MPI collectives, buffered MPI_Isend for point-to-point.
  *
  * A device reaches its backend through `rt_device.ops`, a small table of
  * functions, so the reference run of --check (one device, no peers) can use
@@ -184,6 +187,14 @@ struct rt_device_ops {
     void *(*coll_start)(rt_device *dev, const rt_coll_desc *d, const rt_group_view *g,
                         const void *in, void *out);
     void (*coll_wait)(rt_device *dev, void *req);
+    /* Point-to-point (p2p.c has checked the arguments; `peer` is the linear
+     * id of another device, `bytes` >= 0): send queues a copy of buf[0..bytes)
+     * for `peer` under `tag` and returns without waiting for it; recv blocks
+     * until the first message from `peer` with `tag` not yet received has
+     * arrived and copies it into buf, ending the job through
+     * rt_p2p_size_mismatch when its size is not `bytes`. */
+    void (*send)(rt_device *dev, int64_t peer, int32_t tag, const void *buf, int64_t bytes);
+    void (*recv)(rt_device *dev, int64_t peer, int32_t tag, void *buf, int64_t bytes);
 };
 
 /* The table for a device without peers (the --check reference, unit tests). */
@@ -207,6 +218,14 @@ int64_t rt_group_peer(const rt_device *dev, const rt_group_view *g, int64_t r);
  * local block starts at this index times its per-device size.  Exits
  * through rt_fatal on an axis out of range. */
 int64_t rt_block_index(rt_device *dev, const int64_t *axes, int64_t naxes);
+
+/* ---- point-to-point transfers (p2p.c) ---- */
+
+/* A receive found a message of `sent` bytes from device `peer` with `tag`
+ * where it expected `expected`: ends the job with a message naming both
+ * sizes (every backend reports it the same way). */
+RT_NORETURN void rt_p2p_size_mismatch(const rt_device *dev, int64_t peer, int32_t tag,
+                                      int64_t sent, int64_t expected);
 
 /* ---- errors (fatal.c) ---- */
 
@@ -327,6 +346,13 @@ void rt_barrier_destroy(rt_barrier *b);
 /* Records that a device thread has finished; -1 if that leaves the threads
  * still blocked in barriers with no one to release them. */
 int rt_waitstate_finish(rt_waitstate *ws);
+/* Records that a device thread is about to sleep until another thread
+ * wakes it (a barrier, a receive); -1 (and still counted) if every device
+ * thread is now blocked or finished, so nothing could wake it. */
+int rt_waitstate_block(rt_waitstate *ws);
+/* Records that the thread which wakes `n` sleepers counted by
+ * rt_waitstate_block has made them runnable again (before waking them). */
+void rt_waitstate_wake(rt_waitstate *ws, int64_t n);
 
 /* ---- threads backend (backend_threads.c) ---- */
 
@@ -335,6 +361,44 @@ typedef enum rt_bind {
     RT_BIND_NONE = 0, /* wherever the kernel schedules them */
     RT_BIND_CORE = 1, /* device d on the (d mod n)-th of the n CPUs the process may use */
 } rt_bind;
+
+/* One message of rt_send waiting in its receiver's mailbox (p2p_threads.c). */
+typedef struct rt_msg {
+    int64_t src;                 /* linear id of the sending device */
+    int32_t tag;                 /* the sender's tag */
+    int64_t bytes;               /* size of data */
+    struct rt_msg *next;         /* next message of the mailbox, in arrival order */
+    unsigned char data[];        /* the sender's bytes, copied */
+} rt_msg;
+
+/* The messages sent to one device and not yet received, in arrival order. */
+typedef struct rt_mailbox {
+    pthread_mutex_t mu;          /* guards the fields below */
+    pthread_cond_t cv;           /* broadcast when a message arrives */
+    rt_msg *head;                /* oldest message, or NULL (owned, malloc'd) */
+    rt_msg **tail;               /* where the next message is linked */
+    int64_t arrivals;            /* messages put so far (a sleeper's wake-up test) */
+    int64_t sleepers;            /* receivers asleep on cv, counted in ws */
+    rt_waitstate *ws;            /* the process's deadlock detection */
+} rt_mailbox;
+
+/* Initialises an empty mailbox whose sleepers count in `ws`. */
+void rt_mailbox_init(rt_mailbox *mb, rt_waitstate *ws);
+/* Appends a copy of buf[0..bytes) from device `src` with `tag` and wakes
+ * the receivers waiting on `mb`; never blocks on them (`dev`: the sender,
+ * for an out-of-memory error). */
+void rt_mailbox_put(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, const void *buf,
+                    int64_t bytes);
+/* Receiver `dev`: waits for the oldest message of `mb` from `src` with
+ * `tag`, copies it into buf and frees it.  Ends the job with a message
+ * when its size is not `bytes`, or when waiting would never end (every
+ * device thread blocked or finished). */
+void rt_mailbox_take(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, void *buf,
+                     int64_t bytes);
+/* Frees what is left in `mb` and its mutex and condition variable; the
+ * number of messages that were never received, the oldest of them
+ * described in *first (its data pointer not usable) when there was one. */
+int64_t rt_mailbox_destroy(rt_mailbox *mb, rt_msg *first);
 
 /* Runs fn(dev, arg) on one thread per device of `prog`'s mesh and joins
  * them; every device uses the threads ops.  `profiling` is an
