@@ -192,6 +192,46 @@ typedef struct cg_fn {
                                   alloca) that every streamed loop nest of fn shares */
 } cg_fn;
 
+/* The LLVM loop of the repeated block being emitted. */
+typedef struct cg_loop {
+    int begin;                /* op index of its LoopBegin, -1 outside a body */
+    LLVMValueRef layer;       /* i64 phi: the iteration i = 0 .. |L|-1 */
+    LLVMValueRef index;       /* i64: the layer l, i or (reverse) |L| - 1 - i */
+    LLVMBasicBlockRef body;   /* the loop's first block (holds the phi) */
+} cg_loop;
+
+/* ---- run.c: what the pipelined run function (pipeline.c) shares ---- */
+
+/* Emits op i of f's plan (not fused into another) through its hook, with
+ * `out` the run function's output array and `lp` the repeated block being
+ * emitted (lp->begin < 0 outside one); returns the index of the last op
+ * emitted (a row group emits several). */
+int cg_run_op(cg_ctx *c, cg_fn *f, LLVMValueRef out, cg_loop *lp, int i);
+/* Frees the scratch buffers whose last read (f->plan->last_use) was op i,
+ * and a result nobody reads, among the values defined by ops lo..hi; sets
+ * their f->buf to NULL. */
+void cg_free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi);
+/* Loads element `k` of the pointer array `arr`. */
+LLVMValueRef cg_load_ptr_at(cg_ctx *c, LLVMValueRef arr, int k, const char *name);
+/* The end of a run function: the outputs not computed in place (inputs,
+ * values that are several outputs) copied out, the updates written over
+ * their params and states, the last scratch buffers freed.  No return. */
+void cg_emit_run_tail(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out);
+
+/* ---- pipeline.c ---- */
+
+/* Emits the body of the run function of a pipelined program (m->pipe,
+ * docs/pipeline.md) into f, its tail included: each stage runs its
+ * schedule of microbatch forwards and backwards, then the optimizer's
+ * update.  cg_pipeline_check must have passed. */
+void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out);
+/* Checks that codegen can run pipelined module `m` with plan `p` (the
+ * pipeline pass ran, the batch dim leads every input holding it, the
+ * forward loop, its backward and the update in that order, the outputs
+ * the loss and the updates); reports through `d` and returns false if
+ * not. */
+bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d);
+
 /* ---- elementwise.c ---- */
 
 /* Checks that elementwise `op` can be lowered (labels and per-device sizes

@@ -192,10 +192,10 @@ static int cg_check_loop(const ir_module *m, const ir_op *op, diag_ctx *d)
               op->u.loop.dim >= 0 && op->u.loop.dim < m->ndims && a->type.dtype == op->result->type.dtype;
     if (op->kind == IR_OP_LAYERSLICE)
         ok = ok && (ir_value_kind_is_argument(a->kind) || (a->def && a->def->kind == IR_OP_LAYERSTACK)) &&
-             a->type.rank == op->result->type.rank + 1 && a->type.sh.naxes[0] == 0;
+             a->type.rank == op->result->type.rank + 1 && ir_stack_split_ok(m, &a->type, op->u.loop.dim);
     else if (op->kind == IR_OP_LAYERSTACK)
         ok = ok && op->loop == b && a->type.rank + 1 == op->result->type.rank &&
-             ir_local_bytes(m, &a->type) * m->dims[op->u.loop.dim].size == ir_local_bytes(m, &op->result->type);
+             ir_local_bytes(m, &a->type) * ir_loop_trips(m, b) == ir_local_bytes(m, &op->result->type);
     else
         ok = ok && ir_local_bytes(m, &a->type) == ir_local_bytes(m, &op->result->type);
     if (op->kind == IR_OP_LOOPBEGIN && op->loop)
@@ -309,6 +309,16 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
         fputs("einc: out of memory\n", stderr);
         exit(1);
     }
+    /* A pipelined program sums its gradients over the microbatches before
+     * the update reads them (pipeline.c): no op of the forward or backward
+     * is computed inside an update's loop. */
+    for (i = 0; m->pipe.axis >= 0 && i < nops; i++) {
+        int j = p->fused_into[i];
+        for (int guard = 0; j >= 0 && p->fused_into[j] >= 0 && guard < nops; guard++)
+            j = p->fused_into[j];
+        if (j >= 0 && p->ops[i]->phase != IR_PHASE_UPDATE && p->ops[j]->phase == IR_PHASE_UPDATE)
+            p->fused_into[i] = -1;
+    }
     /* Last reads, at the emitting op's index. */
     for (i = 0; i < nops; i++) {
         int e = p->fused_into[i] >= 0 ? p->fused_into[i] : i;
@@ -349,6 +359,8 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
     cg_plan_row_groups(p, m);
     for (i = 0; i < nops; i++)
         p->reuse[i] = inplace_operand(p, m, i);
+    if (m->pipe.axis >= 0 && !cg_pipeline_check(m, p, d))
+        return -1;
     return 0;
 }
 

@@ -90,6 +90,12 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
         if (d < t->rank) {
             global[d] = m->dims[t->dims[d]].size;
             local[d] = ir_local_size(m, t, d);
+            if (t->dims[d] == m->pipe.batch_dim) {
+                /* A pipelined program's ops see one microbatch; its
+                 * inputs hold the whole batch (codegen/pipeline.c). */
+                global[d] *= m->pipe.microbatches;
+                local[d] *= m->pipe.microbatches;
+            }
             n = naxes[d] = t->sh.naxes[d];
             for (int k = 0; k < n && k < RT_MAX_AXES; k++)
                 a[k] = t->sh.axes[d][k];
@@ -229,7 +235,7 @@ static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
         if (p->fused_into[i] < 0 && p->ops[i]->kind != IR_OP_LAYERSLICE &&
             (p->row_group[i] < 0 || p->row_group[i] == i))
             /* a LoopEnd's copy is the last op of each iteration */
-            n += p->ops[i]->kind == IR_OP_LOOPEND ? m->dims[p->ops[i]->u.loop.dim].size
+            n += p->ops[i]->kind == IR_OP_LOOPEND ? ir_loop_trips(m, p->ops[i]->u.loop.begin)
                                                    : ir_op_trips(m, p->ops[i]);
     return n;
 }
@@ -293,6 +299,7 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         cg_i32(c, trains),
         op_offsets,
         cg_const_string(c, m->hparams ? m->hparams : ""),
+        cg_i32(c, m->pipe.axis >= 0 ? 1 << m->pipe.axis : 0),
     };
     free(ins);
     free(outs);

@@ -185,8 +185,7 @@ static LLVMValueRef coll_desc(cg_ctx *c, const ir_module *m, const ir_op *op, in
     return cg_coll_desc_const(c, &d, "coll_desc");
 }
 
-/* Loads element `k` of the pointer array `arr`. */
-static LLVMValueRef load_ptr_at(cg_ctx *c, LLVMValueRef arr, int k, const char *name)
+LLVMValueRef cg_load_ptr_at(cg_ctx *c, LLVMValueRef arr, int k, const char *name)
 {
     LLVMValueRef idx = cg_i64(c, k);
     LLVMValueRef slot = LLVMBuildInBoundsGEP2(c->b, c->t.ptr, arr, &idx, 1, "");
@@ -211,9 +210,7 @@ static bool owns_buffer(const cg_fn *f, int v)
     return def < 0 || (!cg_is_view(p->ops[def]->kind) && p->ops[def]->kind != IR_OP_LOOPBEGIN);
 }
 
-/* Frees the scratch buffers whose last read was op i (and a result nobody
- * reads), among the values defined by ops lo..hi. */
-static void free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi)
+void cg_free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi)
 {
     const cg_plan *p = f->plan;
     for (int v = 0; v < f->m->nvalues; v++) {
@@ -225,16 +222,9 @@ static void free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi)
             continue;
         LLVMValueRef args[] = {f->dev, f->buf[v]};
         LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, args, 2, "");
+        f->buf[v] = NULL; /* freed: nothing reads or frees it again */
     }
 }
-
-/* The LLVM loop of the repeated block being emitted. */
-typedef struct cg_loop {
-    int begin;                /* op index of its LoopBegin, -1 outside a body */
-    LLVMValueRef layer;       /* i64 phi: the iteration i = 0 .. |L|-1 */
-    LLVMValueRef index;       /* i64: the layer l, i or (reverse) |L| - 1 - i */
-    LLVMBasicBlockRef body;   /* the loop's first block (holds the phi) */
-} cg_loop;
 
 /* LoopBegin, op index i: the carried value gets one buffer for the whole
  * loop (the output's, if the value after the loop is one), filled with the
@@ -248,7 +238,7 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
     int64_t bytes = ir_local_bytes(f->m, &op->result->type);
     LLVMValueRef carry;
     if (p->out_index[after->id] >= 0) {
-        carry = load_ptr_at(c, out, p->out_index[after->id], after->tensor);
+        carry = cg_load_ptr_at(c, out, p->out_index[after->id], after->tensor);
     } else {
         LLVMValueRef args[] = {f->dev, cg_i64(c, bytes)};
         carry = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, "carry");
@@ -264,14 +254,14 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
         if (s->kind != IR_OP_LAYERSTACK)
             continue;
         if (p->out_index[s->result->id] >= 0) { /* filled in place */
-            f->buf[s->result->id] = load_ptr_at(c, out, p->out_index[s->result->id], s->result->tensor);
+            f->buf[s->result->id] = cg_load_ptr_at(c, out, p->out_index[s->result->id], s->result->tensor);
             continue;
         }
         LLVMValueRef args[] = {f->dev, cg_i64(c, ir_local_bytes(f->m, &s->result->type))};
         f->buf[s->result->id] = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2,
                                                s->result->tensor);
     }
-    free_dead(c, f, i, -1, i - 1); /* the value entering, if this was its last read */
+    cg_free_dead(c, f, i, -1, i - 1); /* the value entering, if this was its last read */
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
     lp->begin = i;
     lp->body = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "layer");
@@ -280,7 +270,7 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
     lp->layer = LLVMBuildPhi(c->b, c->t.i64, "l");
     LLVMValueRef zero = cg_i64(c, 0);
     LLVMAddIncoming(lp->layer, &zero, &pre, 1);
-    int64_t trips = f->m->dims[op->u.loop.dim].size;
+    int64_t trips = ir_loop_trips(f->m, op->u.loop.begin);
     lp->index = op->u.loop.reverse ? LLVMBuildSub(c->b, cg_i64(c, trips - 1), lp->layer, "layer.rev")
                                    : lp->layer;
 }
@@ -297,17 +287,17 @@ static void emit_loop_end(cg_ctx *c, cg_fn *f, int i, cg_loop *lp)
     call_mark(c, f, c->rt.op_begin, i);
     LLVMBuildMemCpy(c->b, f->buf[top->id], 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
     call_mark(c, f, c->rt.op_end, i);
-    free_dead(c, f, i, lp->begin + 1, i - 1);
+    cg_free_dead(c, f, i, lp->begin + 1, i - 1);
     LLVMValueRef next = LLVMBuildAdd(c->b, lp->layer, cg_i64(c, 1), "l.next");
-    int64_t trips = f->m->dims[op->u.loop.dim].size;
+    int64_t trips = ir_loop_trips(f->m, op->u.loop.begin);
     LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, trips), "more");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "layers.done");
     LLVMBuildCondBr(c->b, more, lp->body, exit);
     LLVMAddIncoming(lp->layer, &next, &latch, 1);
     LLVMPositionBuilderAtEnd(c->b, exit);
-    free_dead(c, f, i, -1, lp->begin - 1);
-    free_dead(c, f, i, i, i); /* the value after the loop, if nobody reads it */
+    cg_free_dead(c, f, i, -1, lp->begin - 1);
+    cg_free_dead(c, f, i, i, i); /* the value after the loop, if nobody reads it */
     lp->begin = -1;
     lp->layer = lp->index = NULL;
 }
@@ -333,7 +323,7 @@ static void emit_layer_stack(cg_ctx *c, cg_fn *f, const ir_op *op, int i, const 
     call_mark(c, f, c->rt.op_begin, i);
     LLVMBuildMemCpy(c->b, dst, 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
     call_mark(c, f, c->rt.op_end, i);
-    free_dead(c, f, i, -1, f->plan->nops);
+    cg_free_dead(c, f, i, -1, f->plan->nops);
 }
 
 /* The buffer op i writes, made before it: its output's, the dead
@@ -345,7 +335,7 @@ static LLVMValueRef result_buffer(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i)
     const ir_value *res = p->ops[i]->result;
     LLVMValueRef dst;
     if (p->out_index[res->id] >= 0) {
-        dst = load_ptr_at(c, out, p->out_index[res->id], res->tensor);
+        dst = cg_load_ptr_at(c, out, p->out_index[res->id], res->tensor);
     } else if (p->reuse[i] >= 0) {
         dst = f->buf[p->reuse[i]]; /* in place: the operand dies here */
     } else {
@@ -458,7 +448,7 @@ static int emit_row_group(cg_ctx *c, cg_fn *f, LLVMValueRef out, int first)
             continue;
         if (p->reuse[j] >= 0)
             f->buf[p->reuse[j]] = NULL;
-        free_dead(c, f, j, -1, p->nops);
+        cg_free_dead(c, f, j, -1, p->nops);
     }
     return last;
 }
@@ -503,7 +493,7 @@ static int run_framed(cg_ctx *c, cg_fn *f, const run_at *at, int i, op_body_fn b
         f->buf[p->reuse[i]] = NULL; /* its buffer now belongs to the result */
     /* Free the scratch buffers whose last read was this op, and a result
      * nobody reads. */
-    free_dead(c, f, i, -1, p->nops);
+    cg_free_dead(c, f, i, -1, p->nops);
     return i;
 }
 
@@ -549,6 +539,13 @@ static void coll_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRef 
     LLVMBuildCall2(c->b, c->rt.coll_ty, c->rt.coll, args, 4, "");
 }
 
+int cg_run_op(cg_ctx *c, cg_fn *f, LLVMValueRef out, cg_loop *lp, int i)
+{
+    run_at at = {out, lp};
+    /* The planner rejected unknown kinds. */
+    return op_run[f->plan->ops[i]->kind](c, f, &at, i);
+}
+
 static int cg_run_einsum(cg_ctx *c, cg_fn *f, const run_at *at, int i)
 {
     return run_framed(c, f, at, i, einsum_body);
@@ -592,7 +589,7 @@ static int cg_run_update(cg_ctx *c, cg_fn *f, const run_at *at, int i)
     call_mark(c, f, c->rt.op_begin, i);
     cg_emit_update_slice(c, f, op, i);
     call_mark(c, f, c->rt.op_end, i);
-    free_dead(c, f, i, -1, f->plan->nops);
+    cg_free_dead(c, f, i, -1, f->plan->nops);
     return i;
 }
 
@@ -612,17 +609,26 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
     f.buf = cg_calloc((size_t)m->nvalues, sizeof *f.buf);
     for (int v = 0; v < m->nvalues; v++)
         if (p->input_index[v] >= 0)
-            f.buf[v] = load_ptr_at(c, in, p->input_index[v], m->values[v]->tensor);
+            f.buf[v] = cg_load_ptr_at(c, in, p->input_index[v], m->values[v]->tensor);
 
-    cg_loop lp = {.begin = -1};
-    for (int i = 0; i < p->nops; i++) {
-        if (p->fused_into[i] >= 0)
-            continue;
-        const ir_op *op = p->ops[i];
-        run_at at = {out, &lp};
-        /* The planner rejected unknown kinds. */
-        i = op_run[op->kind](c, &f, &at, i);
+    if (m->pipe.axis >= 0) {
+        cg_emit_pipelined_body(c, &f, in, out); /* its tail included */
+    } else {
+        cg_loop lp = {.begin = -1};
+        for (int i = 0; i < p->nops; i++)
+            if (p->fused_into[i] < 0)
+                i = cg_run_op(c, &f, out, &lp, i);
+        cg_emit_run_tail(c, &f, in, out);
     }
+    LLVMBuildRetVoid(c->b);
+    free(f.buf);
+    return f.fn;
+}
+
+void cg_emit_run_tail(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out)
+{
+    const ir_module *m = f->m;
+    const cg_plan *p = f->plan;
     /* Outputs not computed in place: inputs, and values that are several
      * outputs at once. */
     for (int j = 0; j < m->noutputs; j++) {
@@ -630,19 +636,16 @@ LLVMValueRef cg_emit_run(cg_ctx *c, ir_module *m, const cg_plan *p, const char *
         int k = p->rt_output[j];
         if (k < 0 || (p->input_index[v->id] < 0 && p->out_index[v->id] == k))
             continue;
-        LLVMValueRef dst = load_ptr_at(c, out, k, m->outputs[j].name);
-        LLVMBuildMemCpy(c->b, dst, 1, f.buf[v->id], 1, cg_i64(c, ir_local_bytes(m, &v->type)));
+        LLVMValueRef dst = cg_load_ptr_at(c, out, k, m->outputs[j].name);
+        LLVMBuildMemCpy(c->b, dst, 1, f->buf[v->id], 1, cg_i64(c, ir_local_bytes(m, &v->type)));
     }
     /* Updates, after every read of the old values (plan.c, "Updates"). */
     for (int v = 0; v < m->nvalues; v++) {
         if (p->update_slot[v] < 0)
             continue;
-        LLVMValueRef dst = load_ptr_at(c, in, p->update_slot[v], m->values[v]->tensor);
-        LLVMBuildMemCpy(c->b, dst, 1, f.buf[v], 1,
+        LLVMValueRef dst = cg_load_ptr_at(c, in, p->update_slot[v], m->values[v]->tensor);
+        LLVMBuildMemCpy(c->b, dst, 1, f->buf[v], 1,
                         cg_i64(c, ir_local_bytes(m, &m->values[v]->type)));
     }
-    free_dead(c, &f, p->nops, -1, p->nops);
-    LLVMBuildRetVoid(c->b);
-    free(f.buf);
-    return f.fn;
+    cg_free_dead(c, f, p->nops, -1, p->nops);
 }

@@ -99,6 +99,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->i32,                             /* trains */
         t->ptr,                             /* op_name_offsets */
         t->ptr,                             /* hparams */
+        t->i32,                             /* pipeline_axes */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

@@ -60,6 +60,9 @@ typedef struct options {
     bool analyze;                 /* `einc analyze`: the whole-step limits, compile nothing */
     bool json;                    /* --json: the plan or analyze table as JSON */
     analyze_pipe_opts pipe;       /* analyze --stages Z [--microbatches M] [--schedule S] [--stage-link] */
+    /* The last --microbatches=M and --schedule=S as given: when compiling,
+     * the pipeline pass's options (passes/pipeline.c). */
+    const char *pipe_args[2];
 } options;
 
 static void usage(FILE *out)
@@ -231,7 +234,10 @@ static int parse_args(int argc, char **argv, options *o)
             if (drv_count("einc", st ? "--stages" : "--microbatches", strchr(a, '=') + 1, st ? 2 : 1, 4096, &n))
                 return 2;
             *(st ? &o->pipe.stages : &o->pipe.microbatches) = (int)n;
+            if (!st)
+                o->pipe_args[0] = a;
         } else if (strncmp(a, "--schedule=", 11) == 0) {
+            o->pipe_args[1] = a;
             o->pipe.schedule = pp_schedule_lookup(a + 11);
             if (o->pipe.schedule < 0)
                 return drv_bad_usage("einc", "--schedule wants gpipe, 1f1b, interleaved or zero-bubble, not '%s'",
@@ -404,9 +410,8 @@ int main(int argc, char **argv)
         return drv_bad_usage("einc plan", "%s", "needs --chips N");
     if (analyze_cmd && (o.chips > 0 || o.output))
         return drv_bad_usage("einc analyze", "%s", "prices the program's own mesh: no --chips, no -o");
-    if (!analyze_cmd && (o.pipe.stages || o.pipe.microbatches || o.pipe.schedule >= 0 || o.pipe.dcn))
-        return drv_bad_usage("einc", "%s are for `einc analyze`",
-                             "--stages, --microbatches, --schedule and --stage-link");
+    if (!analyze_cmd && (o.pipe.stages || o.pipe.dcn))
+        return drv_bad_usage("einc", "%s are for `einc analyze`", "--stages and --stage-link");
     if (analyze_cmd && !o.pipe.stages && (o.pipe.microbatches || o.pipe.schedule >= 0 || o.pipe.dcn))
         return drv_bad_usage("einc analyze", "%s", "--microbatches, --schedule and --stage-link need --stages=Z");
     if (o.json && !plan_cmd && !analyze_cmd)
@@ -420,6 +425,11 @@ int main(int argc, char **argv)
             return 1;
         }
     pass_options popts = {0};
+    /* Compiling a pipelined program, --microbatches and --schedule are the
+     * pipeline pass's; einc analyze prices every M and schedule itself. */
+    for (int i = 0; i < 2 && !analyze_cmd; i++)
+        if (o.pipe_args[i] && o.npass_args < PASS_MAX_OPTIONS)
+            o.pass_args[o.npass_args++] = o.pipe_args[i];
     for (int i = 0; i < o.npass_args; i++) {
         char why[256];
         int r = pass_options_add(&popts, &reg, o.pass_args[i] + 2, why, sizeof why);

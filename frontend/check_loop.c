@@ -5,9 +5,11 @@
  *
  *  - a tensor declared with L as its first dim (`param Wq[L, D, N_Y, H]`)
  *    is written without that dim (`Wq[D, N, H]`) and stands for layer l;
- *    written with all its dims it is an error, and so is a stacked tensor
- *    whose L is sharded (layers are not split over devices: that would be
- *    pipeline parallelism);
+ *    written with all its dims it is an error.  A stacked tensor whose L is
+ *    sharded over a mesh axis Z (`param W[L_Z, D_X, F_Y]`, seed 000's
+ *    notation) makes the block a pipeline over Z: each stage of Z holds and
+ *    runs its |L|/Z layers (docs/pipeline.md; fe_check_pipeline checks the
+ *    whole program once the block is read);
  *  - an assignment to a tensor defined before the block updates it: that
  *    tensor is carried from one iteration to the next (the residual stream).
  *    A block carries exactly one tensor, updates it once, and keeps its shape
@@ -128,9 +130,47 @@ bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_d
     return true;
 }
 
+/* A layer of stacked tensor `s` whose layer dim L is sharded: the block is
+ * pipelined over that one axis, which every such tensor must agree on. */
+static bool pipeline_ref(fe_checker *c, const ast_tref *t, const fe_tensor *s, int L)
+{
+    ir_pipeline *pp = &c->m->pipe;
+    const char *ln = c->m->dims[L].name;
+    if (s->sh.naxes[0] > 1) {
+        diag_error(c->diag, t->name.loc, "'%s' splits its layers '%s' over %d mesh axes: a pipeline "
+                   "runs its stages along one axis", t->name.s, ln, s->sh.naxes[0]);
+        diag_note(c->diag, s->loc, "'%s' is declared here", t->name.s);
+        return false;
+    }
+    int a = s->sh.axes[0][0];
+    if (pp->axis < 0) {
+        pp->axis = a;
+        pp->dim = L;
+        pp->loc = s->loc;
+        pp->stacked = s->name;
+        return true;
+    }
+    if (pp->axis != a || pp->dim != L) {
+        diag_error(c->diag, t->name.loc, "'%s' pipelines '%s' over mesh axis %c, but '%s' already "
+                   "pipelines '%s' over %c: a program has one pipeline", t->name.s, ln,
+                   c->m->mesh.axes[a].name, pp->stacked, c->m->dims[pp->dim].name,
+                   c->m->mesh.axes[pp->axis].name);
+        diag_note(c->diag, pp->loc, "'%s' is declared here", pp->stacked);
+        return false;
+    }
+    return true;
+}
+
 bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s)
 {
     t->layer = false;
+    if (!c->repeat && !s->bad && ir_value_kind_is_argument(s->kind) && s->rank >= 1 &&
+        s->sh.naxes[0] > 0 && !c->whole_stacked) {
+        /* Read whole outside every block: an error if the block over its
+         * first dim turns out to be a pipeline (fe_check_pipeline). */
+        c->whole_stacked = s;
+        c->whole_stacked_loc = t->name.loc;
+    }
     if (!c->repeat || s->bad || !ir_value_kind_is_argument(s->kind) || s->rank < 1)
         return true;
     const ast_stmt *r = c->repeat;
@@ -149,18 +189,8 @@ bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s)
                        t->name.s, s->rank, t->nidx, ln, ln, t->name.s, c->m->dims[s->dims[0]].name);
             return false;
         }
-        if (s->sh.naxes[0] > 0) {
-            char ax[IR_MAX_AXES + 1] = {0};
-            for (int k = 0; k < s->sh.naxes[0]; k++)
-                ax[k] = c->m->mesh.axes[s->sh.axes[0][k]].name;
-            diag_error(c->diag, t->name.loc,
-                       "'%s' is stacked on '%s', the dim this block repeats over, and '%s' is sharded "
-                       "over mesh axis %s: layers cannot be split over devices (pipeline parallelism "
-                       "is not supported); declare its '%s' without a subscript",
-                       t->name.s, ln, ln, ax, ln);
-            diag_note(c->diag, s->loc, "'%s' is declared here", t->name.s);
+        if (s->sh.naxes[0] > 0 && !pipeline_ref(c, t, s, L))
             return false;
-        }
         t->layer = true;
         return true;
     }
@@ -182,4 +212,80 @@ bool fe_check_scope(fe_checker *c, const fe_tensor *s, uint32_t loc)
                s->name);
     diag_note(c->diag, s->loc, "'%s' is defined here", s->name);
     return false;
+}
+
+/* Error at `loc` if `t` uses the pipeline's axis for anything but its
+ * stacked layer dim. */
+static void pipeline_axis_use(fe_checker *c, const fe_tensor *t, bool stacked)
+{
+    const ir_pipeline *pp = &c->m->pipe;
+    char zn = c->m->mesh.axes[pp->axis].name;
+    for (int d = stacked ? 1 : 0; d < t->rank; d++)
+        for (int k = 0; k < t->sh.naxes[d]; k++)
+            if (t->sh.axes[d][k] == pp->axis) {
+                diag_error(c->diag, t->loc, "mesh axis %c runs the stages of the pipeline over '%s' "
+                           "(the layers of '%s'): it cannot also shard '%s' of '%s'", zn,
+                           c->m->dims[pp->dim].name, pp->stacked, c->m->dims[t->dims[d]].name, t->name);
+                diag_note(c->diag, pp->loc, "'%s' pipelines its layers over %c here", pp->stacked, zn);
+                return;
+            }
+    if (t->sh.unreduced & (1u << pp->axis))
+        diag_error(c->diag, t->loc, "mesh axis %c runs the stages of the pipeline: '%s' cannot hold "
+                   "partial sums over it", zn, t->name);
+}
+
+void fe_check_pipeline(fe_checker *c, const ast_program *prog)
+{
+    const ir_pipeline *pp = &c->m->pipe;
+    if (pp->axis < 0)
+        return;
+    const ir_axis *z = &c->m->mesh.axes[pp->axis];
+    const ir_dimdef *L = &c->m->dims[pp->dim];
+    if (L->size % z->size != 0) {
+        diag_error(c->diag, pp->loc, "'%s' pipelines the %lld layers of '%s' over the %lld stages of mesh "
+                   "axis %c: the layers must divide evenly over the stages", pp->stacked,
+                   (long long)L->size, L->name, (long long)z->size, z->name);
+    }
+    const ast_stmt *first = NULL;
+    bool trains = false;
+    for (int i = 0; i < prog->nstmts; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        trains |= s->kind == AST_S_OPTIMIZE;
+        if (s->kind != AST_S_REPEAT)
+            continue;
+        if (first) {
+            diag_error(c->diag, s->loc, "a pipelined program has one 'repeat' block, whose layers the "
+                       "stages share: this is a second one");
+            diag_note(c->diag, first->loc, "the pipelined block is here");
+        }
+        first = s;
+    }
+    if (!trains)
+        diag_error(c->diag, pp->loc, "'%s' pipelines the layers of '%s' over mesh axis %c, but the "
+                   "program does not train: only a training step can be pipelined so far (an "
+                   "'optimize' line)", pp->stacked, L->name, z->name);
+    for (int i = 0; i < c->tensors.cap; i++) {
+        const fe_tensor *t = c->tensors.keys[i] ? c->tensors.vals[i] : NULL;
+        if (!t || t->bad)
+            continue;
+        bool stacked = ir_value_kind_is_argument(t->kind) && t->rank >= 1 && t->dims[0] == pp->dim;
+        if (t->kind == IR_VAL_STATE) {
+            diag_error(c->diag, t->loc, "'%s' is a state, and a pipelined program keeps none so far",
+                       t->name);
+            continue;
+        }
+        if (stacked && (t->sh.naxes[0] != 1 || t->sh.axes[0][0] != pp->axis)) {
+            diag_error(c->diag, t->loc, "'%s' is stacked on '%s', whose layers '%s' pipelines over %c: "
+                       "write its '%s' as '%s_%c' so that each stage holds its own layers", t->name,
+                       L->name, pp->stacked, z->name, L->name, L->name, z->name);
+            diag_note(c->diag, pp->loc, "'%s' is declared here", pp->stacked);
+            continue;
+        }
+        pipeline_axis_use(c, t, stacked);
+    }
+    const fe_tensor *w = c->whole_stacked;
+    if (w && w->dims[0] == pp->dim && w->sh.axes[0][0] == pp->axis)
+        diag_error(c->diag, c->whole_stacked_loc, "'%s' holds the layers of '%s', pipelined over mesh "
+                   "axis %c: only the 'repeat %s' block reads it, one layer per iteration, each "
+                   "stage its own", w->name, L->name, z->name, L->name);
 }

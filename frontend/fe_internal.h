@@ -112,6 +112,10 @@ typedef struct fe_checker {
     int skip_ends;         /* `}` lines that close a rejected nested block */
     ir_op *loop_begin;     /* lower_repeat.c: the LoopBegin of the open block */
     const ast_stmt *loss;  /* the `loss` line (optimize.c), NULL if none */
+    /* The first tensor with a sharded first dim read whole outside every
+     * block, and where: an error if that dim is pipelined (check_loop.c). */
+    const fe_tensor *whole_stacked;
+    uint32_t whole_stacked_loc;
 } fe_checker;
 
 /* Declares the mesh axes and dims of every mesh/dim line, applying -D
@@ -185,6 +189,13 @@ void fe_check_blocks_closed(fe_checker *c);
  * if `s` is such an update (then the caller defines nothing). */
 bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_dtype dt,
                      bool constrained, const ir_sharding *sh, bool ok);
+/* Pipeline parallelism (a stacked tensor's layer dim sharded over a mesh
+ * axis), once the whole program is read: the layers divide over the
+ * stages, there is one repeat block, the program trains and keeps no
+ * state, every tensor stacked on the layer dim is split over the same axis,
+ * that axis shards nothing else, and nothing reads the stacked tensors
+ * whole outside the block (check_loop.c). */
+void fe_check_pipeline(fe_checker *c, const ast_program *prog);
 /* A reference `t` to tensor `s` inside the open block: whether it is one
  * layer of a tensor stacked on the block's dim (written without that dim),
  * setting t->layer; reports a wrong use of a stacked tensor.  Returns false

@@ -71,6 +71,7 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
             fe_define_tensor(&c, s->u.bad.name, IR_VAL_OP)->bad = true;
     }
     fe_check_blocks_closed(&c);
+    fe_check_pipeline(&c, &prog);
     c.repeat = NULL;
     c.block = 0;
     fe_check_train(&c, &prog);

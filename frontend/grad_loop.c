@@ -35,7 +35,8 @@ static ir_value *stack(fe_gctx *g, ir_value *v)
     memmove(t.dims + 1, t.dims, (size_t)t.rank * sizeof t.dims[0]);
     t.dims[0] = g->bloop->u.loop.dim;
     t.rank++;
-    t.sh = ir_sharding_replicated();
+    ir_sharding none = ir_sharding_replicated();
+    t.sh = ir_stack_sharding(g->e.m, &none, v->type.rank, t.dims[0]);
     ir_value *s = ir_value_new(g->e.m, v->tensor, IR_VAL_OP, &t, g->loc);
     ir_op *op = ir_op_new(g->e.m, IR_OP_LAYERSTACK, 1, &v, s, g->loc);
     op->u.loop.dim = g->bloop->u.loop.dim;

@@ -91,7 +91,8 @@ ir_value *fe_grad_val(fe_gctx *g, ir_value *v)
         memmove(t.dims + 1, t.dims, (size_t)t.rank * sizeof t.dims[0]);
         t.dims[0] = dim;
         t.rank++;
-        t.sh = ir_sharding_replicated();
+        ir_sharding none = ir_sharding_replicated();
+        t.sh = ir_stack_sharding(m, &none, v->type.rank, dim);
         src = ir_value_new(m, v->tensor, IR_VAL_OP, &t, g->loc);
         ir_op *st = ir_op_new(m, IR_OP_LAYERSTACK, 1, &v, src, g->loc);
         st->u.loop.dim = dim;

@@ -170,6 +170,11 @@ static void lower_output(fe_checker *c, const ast_stmt *s)
 bool fe_lower(fe_checker *c, const ast_program *prog)
 {
     bool ok = true;
+    /* The one-device reference, and a pipeline over an axis of one device,
+     * run the layers unpipelined. */
+    ir_pipeline *pp = &c->m->pipe;
+    if (pp->axis >= 0 && (c->opts->single_device || c->m->mesh.axes[pp->axis].size == 1))
+        pp->axis = pp->dim = -1;
     c->block = 0; /* fe_lower_repeat numbers the blocks again, as the checker did */
     c->repeat = NULL;
     for (int i = 0; i < prog->nstmts && ok; i++) {

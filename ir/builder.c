@@ -89,6 +89,9 @@ ir_module *ir_module_new(const char *filename)
     m->filename = ir_strdup(&m->arena, filename ? filename : "<input>");
     m->einsum_unroll_max = IR_EINSUM_UNROLL_MAX;
     m->stream_min_bytes = IR_STREAM_MIN_BYTES;
+    m->pipe.axis = -1;
+    m->pipe.dim = -1;
+    m->pipe.batch_dim = -1;
     return m;
 }
 
@@ -221,7 +224,7 @@ int64_t ir_op_trips(const ir_module *m, const ir_op *op)
 {
     if (!op->loop || op->loop->u.loop.dim < 0 || op->loop->u.loop.dim >= m->ndims)
         return 1;
-    return m->dims[op->loop->u.loop.dim].size;
+    return ir_loop_trips(m, op->loop);
 }
 
 /* Adds the use (op, i) to v's use-list. */
@@ -482,4 +485,20 @@ const char *ir_value_name(const ir_value *v, char *buf, size_t size)
     else
         snprintf(buf, size, "%s.%d", v->tensor, v->version);
     return buf;
+}
+
+int64_t ir_loop_trips(const ir_module *m, const ir_op *begin)
+{
+    int64_t n = m->dims[begin->u.loop.dim].size;
+    if (m->pipe.axis >= 0 && begin->u.loop.dim == m->pipe.dim)
+        n /= m->mesh.axes[m->pipe.axis].size;
+    return n;
+}
+
+bool ir_stack_split_ok(const ir_module *m, const ir_type *t, int dim)
+{
+    if (t->rank < 1 || t->sh.naxes[0] == 0)
+        return true;
+    return m->pipe.axis >= 0 && dim == m->pipe.dim && t->sh.naxes[0] == 1 &&
+           t->sh.axes[0][0] == m->pipe.axis;
 }

@@ -492,6 +492,37 @@ typedef struct ir_output {
 } ir_output;
 
 
+/* Pipeline parallelism (docs/pipeline.md; seed 000, "流水线并行"): the
+ * stacked params of the `repeat` over dim `dim` shard it over mesh axis
+ * `axis` (`W[L_Z, D_X, F_Y]`), so device group z of the axis (a stage)
+ * holds layers [z |L|/Z, (z+1) |L|/Z) and runs them, the activations going
+ * from stage to stage one hop at a time.  The batch dim `batch_dim` is
+ * split into `microbatches` M: after the pipeline pass dims[batch_dim].size
+ * is one microbatch's, |B| / M, and `batch_size` the whole batch's, which
+ * the program's inputs and the runtime still see.  `schedule` is the order
+ * of each stage's forwards and backwards (a pp_schedule of
+ * passes/costmodel/pipeline.h).  axis = -1: not pipelined. */
+/* One work item of a pipeline stage's schedule: the forward ('F') or the
+ * backward ('B': dL/dx and dL/dW) of one microbatch on the stage's layers. */
+typedef struct ir_pipe_item {
+    char kind;      /* 'F' or 'B' */
+    int microbatch; /* in [0, M) */
+} ir_pipe_item;
+
+typedef struct ir_pipeline {
+    int axis;           /* mesh axis of the stages, -1 if none */
+    int dim;            /* the repeat's layer dim, sharded over `axis` */
+    uint32_t loc;       /* the first declaration that shards it so */
+    const char *stacked;/* that declaration's tensor (messages; arena-owned) */
+    int microbatches;   /* M >= 1; 0 until the pipeline pass sets it */
+    int batch_dim;      /* dim id split into microbatches, -1 until then */
+    int64_t batch_size; /* the whole batch: |batch_dim| * M */
+    int schedule;       /* a pp_schedule */
+    int nitems;         /* work items per stage: 2 M */
+    ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
+                           them, from z * nitems (arena-owned) */
+} ir_pipeline;
+
 /* A whole program. */
 typedef struct ir_module {
     ir_arena arena;           /* owns everything below */
@@ -522,7 +553,18 @@ typedef struct ir_module {
      * non-temporal stores, and the cost model prices it so:
      * IR_STREAM_MIN_BYTES, or einc's --stream-min (INT64_MAX: never). */
     int64_t stream_min_bytes;
+    ir_pipeline pipe;         /* pipeline parallelism, pipe.axis = -1 if none */
 } ir_module;
+
+/* The local trip count of loop `begin` (a LoopBegin): |L| / Z on a
+ * pipelined layer dim (each stage runs its own layers), else |L|. */
+int64_t ir_loop_trips(const ir_module *m, const ir_op *begin);
+/* Whether a stacked value's first dim, the layer dim `dim` of a repeat
+ * (a LayerSlice's operand, a LayerStack's result), is split as it may be:
+ * not at all, or over the pipeline's axis alone when `dim` is the
+ * pipelined layer dim (each stage holds its own layers). */
+bool ir_stack_split_ok(const ir_module *m, const ir_type *t, int dim);
+
 
 /* ---- module, dims, values, ops (builder.c) ---- */
 

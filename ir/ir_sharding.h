@@ -20,6 +20,11 @@ ir_sharding ir_sharding_replicated(void);
  * (LayerSlice), and the stack of a layer (LayerStack).  Nothing unreduced. */
 ir_sharding ir_sharding_without_first(const ir_sharding *s, int rank);
 ir_sharding ir_sharding_with_first(const ir_sharding *s, int rank);
+/* The sharding of a LayerStack of a value sharded `layer` (`rank` dims)
+ * in a loop over `dim`: ir_sharding_with_first, whose new first dim is
+ * split over the pipeline's axis when `dim` is the pipelined layer dim
+ * (ir_module.pipe: each stage keeps its own layers). */
+ir_sharding ir_stack_sharding(const ir_module *m, const ir_sharding *layer, int rank, int dim);
 bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank);
 /* Set of all axes used by dims of `s` (not counting unreduced). */
 ir_axes ir_sharding_used_axes(const ir_sharding *s, int rank);

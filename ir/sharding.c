@@ -34,6 +34,16 @@ ir_sharding ir_sharding_with_first(const ir_sharding *s, int rank)
     return r;
 }
 
+ir_sharding ir_stack_sharding(const ir_module *m, const ir_sharding *layer, int rank, int dim)
+{
+    ir_sharding r = ir_sharding_with_first(layer, rank);
+    if (m->pipe.axis >= 0 && dim == m->pipe.dim) {
+        r.naxes[0] = 1;
+        r.axes[0][0] = (int8_t)m->pipe.axis;
+    }
+    return r;
+}
+
 bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank)
 {
     if (a->unreduced != b->unreduced || (a->unreduced && a->red != b->red))

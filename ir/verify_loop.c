@@ -85,7 +85,7 @@ bool ir_verify_loop(const ir_module *m, const ir_op *op, ir_sharding *out, char 
             WHY("the result is not the operand with the loop's dim in front");
             return false;
         }
-        *out = ir_sharding_with_first(&a->type.sh, a->type.rank);
+        *out = ir_stack_sharding(m, &a->type.sh, a->type.rank, op->u.loop.dim);
         return true;
     }
     case IR_OP_LAYERSLICE: {
@@ -94,7 +94,8 @@ bool ir_verify_loop(const ir_module *m, const ir_op *op, ir_sharding *out, char 
             WHY("it slices a value that is not an input, a param or a LayerStack's result");
             return false;
         }
-        if (a->type.rank < 1 || a->type.dims[0] != op->u.loop.dim || a->type.sh.naxes[0] != 0) {
+        if (a->type.rank < 1 || a->type.dims[0] != op->u.loop.dim ||
+            !ir_stack_split_ok(m, &a->type, op->u.loop.dim)) {
             WHY("the operand's first dim is not the loop's dim, or is sharded");
             return false;
         }

@@ -109,7 +109,7 @@ const pass_info *pass_registry_find(const pass_registry *r, const char *name);
 void pass_registry_list(const pass_registry *r, FILE *out);
 
 /* The default pipeline, as --passes text. */
-#define PASS_DEFAULT_PIPELINE "propagate,regather,meshslice,cost"
+#define PASS_DEFAULT_PIPELINE "propagate,pipeline,regather,meshslice,cost"
 
 /* ---- pass manager (manager.c) ---- */
 
@@ -138,9 +138,12 @@ int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
 int pass_prefetch_params(pass_ctx *ctx, ir_module *m); /* prefetch_params.c */
 int pass_regather(pass_ctx *ctx, ir_module *m);   /* regather.c */
 int pass_meshslice(pass_ctx *ctx, ir_module *m);  /* meshslice.c */
+int pass_pipeline(pass_ctx *ctx, ir_module *m);   /* pipeline.c */
 /* The propagate pass's option: --ilp=on|off|SECONDS (propagate.c). */
 extern const pass_option pass_propagate_options[1];
 /* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
 extern const pass_option pass_meshslice_options[1];
+/* The pipeline pass's options: --microbatches=M, --schedule=S (pipeline.c). */
+extern const pass_option pass_pipeline_options[2];
 
 #endif

@@ -365,6 +365,11 @@ static bool setup(prop *p)
         if (m->outputs[i].has_constraint)
             p->used_axes |= ir_sharding_used_axes(&m->outputs[i].constraint,
                                                   m->outputs[i].value->type.rank);
+    /* A pipeline's axis runs its stages: each stage computes whole ops of
+     * its own layers, so no op is split over it (the stacked params' layer
+     * dim is its only use, docs/pipeline.md). */
+    if (m->pipe.axis >= 0)
+        p->used_axes &= ~(1u << m->pipe.axis);
     p->loop_use = calloc((size_t)m->nvalues + 1, sizeof *p->loop_use);
     if (!p->loop_use)
         return false;

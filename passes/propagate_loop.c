@@ -56,7 +56,7 @@ void pass_prop_loop_stacks(prop *p)
     for (ir_op *op = p->m->first; op; op = op->next) {
         if (op->kind == IR_OP_LAYERSTACK && op->noperands == 1) {
             ir_sharding s = pass_prop_reduced(pass_prop_current(p, op->operands[0]));
-            op->result->type.sh = ir_sharding_with_first(&s, op->operands[0]->type.rank);
+            op->result->type.sh = ir_stack_sharding(p->m, &s, op->operands[0]->type.rank, op->u.loop.dim);
         } else if (op->kind == IR_OP_LAYERSLICE && op->noperands == 1 && op->operands[0]->def &&
                  op->operands[0]->def->kind == IR_OP_LAYERSTACK)
             op->result->type.sh = slice_sharding(op->operands[0]);
@@ -244,7 +244,7 @@ int pass_prop_loop_finish(prop *p)
             const ir_value *v = op->operands[0];
             ir_sharding s = pass_prop_reduced(v->type.sh);
             errors += reshard_operand(p, op, &s);
-            op->result->type.sh = ir_sharding_with_first(&s, v->type.rank);
+            op->result->type.sh = ir_stack_sharding(p->m, &s, v->type.rank, op->u.loop.dim);
             continue;
         }
         if ((op->kind != IR_OP_LOOPBEGIN && op->kind != IR_OP_LOOPEND) || op->noperands != 1 ||

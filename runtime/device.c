@@ -280,7 +280,8 @@ void rt_op_begin(rt_device *dev, int32_t op_id)
         return;
     profile_reserve(dev, op_id);
     if (dev->profiling == RT_PROFILE_IN_STEP)
-        dev->ops->barrier(dev, dev->prog->naxes ? (1u << dev->prog->naxes) - 1 : 0);
+        dev->ops->barrier(dev, (dev->prog->naxes ? (1u << dev->prog->naxes) - 1 : 0) &
+                                   ~(uint32_t)dev->prog->pipeline_axes);
     dev->profile.open_at[op_id] = rt_now();
 }
 

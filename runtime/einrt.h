@@ -221,6 +221,12 @@ typedef struct rt_program {
      * records and --resume compares (checkpoint.c); NULL or "" when the
      * program records none.  Appended after ABI version 2 without a bump. */
     const char *hparams;
+    /* Bit a set: mesh axis a runs the stages of a pipeline (docs/pipeline.md),
+     * whose devices run different ops at once, so --profile's in-step
+     * barrier before each op spans the other axes only.  0: no pipeline
+     * (a descriptor written before the member existed reads so).  Appended
+     * without a bump. */
+    int32_t pipeline_axes;
 } rt_program;
 
 /* The name of op `op` of `p` (see op_names), or `fallback` when the

@@ -114,7 +114,7 @@ static void test_program(void)
     LLVMTypeRef ty = e.t.program;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_program));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_program));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 21);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 22);
     CHECK_OFF(&e, ty, rt_program, 0, abi_version);
     CHECK_OFF(&e, ty, rt_program, 1, naxes);
     CHECK_OFF(&e, ty, rt_program, 2, axis_names);
@@ -136,6 +136,7 @@ static void test_program(void)
     CHECK_OFF(&e, ty, rt_program, 18, trains);
     CHECK_OFF(&e, ty, rt_program, 19, op_name_offsets);
     CHECK_OFF(&e, ty, rt_program, 20, hparams);
+    CHECK_OFF(&e, ty, rt_program, 21, pipeline_axes);
     env_close(&e);
 }
 

@@ -1,0 +1,194 @@
+/*
+ * pipeline.c - the pipeline pass: microbatches and the schedule of a
+ * pipelined program (docs/pipeline.md).
+ *
+ * The frontend marks a program pipelined when the stacked params of its
+ * repeat block shard the layer dim over a mesh axis Z (`W[L_Z, D_X, F_Y]`,
+ * seed 000's notation; ir_module.pipe).  Each stage of Z then holds and
+ * runs |L|/Z layers, and to keep the stages busy the batch is split into M
+ * microbatches that follow one another through the stages (GPipe, Huang et
+ * al. 2019).  This pass runs after propagate (which plans the whole
+ * batch: the stage axis shards nothing it plans, propagate.c), so that
+ * regather, meshslice and cost see one microbatch:
+ *
+ *  - finds the batch dim: the first dim of the value the repeat block
+ *    carries (the residual stream X[B, T, D]), which every input holding
+ *    it is split along;
+ *  - takes M from --microbatches (default Z when it divides |B|, else 1)
+ *    and shrinks that dim to one microbatch, |B| / M (which must split
+ *    over the devices that split |B|).  Scale factors the
+ *    frontend folded from the whole batch (a mean's 1/|B|) stay, so a
+ *    microbatch's loss and gradients are its share of the step's, and
+ *    their sum over the microbatches is the step's (gradient
+ *    accumulation);
+ *  - builds each stage's order of forwards and backwards for --schedule
+ *    (gpipe or 1f1b, passes/costmodel/pipeline_sched.c) into pipe.order,
+ *    which codegen runs and --dump-ir prints.
+ *
+ * What runs where (the first stage embeds, the last computes the loss,
+ * every stage its layers) and the gradient accumulation are codegen's
+ * (codegen/pipeline.c).  A program that is not pipelined passes through
+ * unchanged.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass.h"
+#include "pipeline.h"
+
+/* A count as the command line takes it: decimal digits, no sign, no
+ * leading zero, at most 4096. */
+static bool parse_count(const char *v, int *out)
+{
+    if (!v || !*v || *v == '0' || strlen(v) > 4)
+        return false;
+    int n = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return false;
+        n = n * 10 + (*c - '0');
+    }
+    if (n > 4096)
+        return false;
+    *out = n;
+    return true;
+}
+
+static bool check_microbatches(const char *v, char *why, size_t n)
+{
+    int m;
+    if (parse_count(v, &m))
+        return true;
+    snprintf(why, n, "--microbatches wants a count from 1 to 4096 in decimal, not '%s'", v);
+    return false;
+}
+
+static bool check_schedule(const char *v, char *why, size_t n)
+{
+    if (pp_schedule_lookup(v) >= 0)
+        return true;
+    snprintf(why, n, "--schedule wants gpipe, 1f1b, interleaved or zero-bubble, not '%s'", v);
+    return false;
+}
+
+const pass_option pass_pipeline_options[2] = {
+    {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
+                     "number of stages, when it divides the batch)", check_microbatches},
+    {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
+                 "backwards (default 1f1b; the executor runs gpipe and 1f1b)", check_schedule},
+};
+
+/* The forward LoopBegin over the pipelined layer dim, or NULL. */
+static ir_op *forward_loop(const ir_module *m)
+{
+    for (ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_LOOPBEGIN && !op->u.loop.reverse && op->u.loop.dim == m->pipe.dim)
+            return op;
+    return NULL;
+}
+
+/* Copies the per-stage orders of `plan` into the module's arena. */
+static void keep_order(ir_module *m, const pp_plan *plan)
+{
+    ir_pipeline *pp = &m->pipe;
+    pp->nitems = plan->stage[0].n_items;
+    pp->order = ir_alloc(&m->arena, (size_t)plan->stages * (size_t)pp->nitems * sizeof *pp->order);
+    for (int z = 0; z < plan->stages; z++)
+        for (int k = 0; k < pp->nitems; k++) {
+            const pp_item *it = &plan->stage[z].items[k];
+            ir_pipe_item *o = &pp->order[z * pp->nitems + k];
+            o->kind = it->kind == PP_F ? 'F' : 'B';
+            o->microbatch = it->microbatch;
+        }
+}
+
+int pass_pipeline(pass_ctx *ctx, ir_module *m)
+{
+    ir_pipeline *pp = &m->pipe;
+    const char *mv = pass_option_value(ctx, "microbatches");
+    const char *sv = pass_option_value(ctx, "schedule");
+    if (pp->axis < 0) {
+        /* The one-device reference of --check runs unpipelined, whatever
+         * was asked; a program with devices to pipeline over was asked
+         * for something it cannot do. */
+        if ((mv || sv) && ir_mesh_devices(&m->mesh) > 1) {
+            diag_error(ctx->diag, DIAG_NOLOC, "--%s applies to a pipelined program (a 'repeat' block "
+                       "whose stacked params split their layer dim over a mesh axis, like "
+                       "'W[L_Z, D]'), and this one is not", mv ? "microbatches" : "schedule");
+            return 1;
+        }
+        return 0;
+    }
+    if (pp->microbatches > 0)
+        return 0; /* set up already (the pass given twice) */
+    const ir_axis *z = &m->mesh.axes[pp->axis];
+    int Z = (int)z->size;
+    const ir_op *loop = forward_loop(m);
+    if (!loop || loop->operands[0]->type.rank < 1) {
+        diag_error(ctx->diag, pp->loc, "'%s' is pipelined, but no 'repeat' block carries a tensor "
+                   "through its layers", pp->stacked);
+        return 1;
+    }
+    const ir_value *carried = loop->operands[0];
+    int B = carried->type.dims[0];
+    int64_t batch = m->dims[B].size;
+    int M = batch % Z == 0 ? Z : 1;
+    if (mv && !parse_count(mv, &M))
+        return 1; /* refused by check_microbatches already */
+    if (batch % M != 0) {
+        diag_error(ctx->diag, pp->loc, "%d microbatches do not divide the batch: '%s', the first dim of "
+                   "'%s' that the 'repeat' block carries, has %lld", M, m->dims[B].name,
+                   carried->tensor, (long long)batch);
+        return 1;
+    }
+    /* Every value split along B must split a microbatch as it split the
+     * batch. */
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_type *t = &m->values[i]->type;
+        for (int d = 0; d < t->rank; d++) {
+            int64_t parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
+            if (t->dims[d] == B && (batch / M) % parts != 0) {
+                char b[256];
+                diag_error(ctx->diag, pp->loc, "a microbatch of %lld of the %lld '%s' does not split over "
+                           "the %lld devices that split it in %s: use fewer microbatches",
+                           (long long)(batch / M), (long long)batch, m->dims[B].name, (long long)parts,
+                           ir_type_str(m, m->values[i]->tensor, t, b, sizeof b));
+                return 1;
+            }
+        }
+    }
+    int schedule = sv ? pp_schedule_lookup(sv) : PP_1F1B;
+    if (schedule != PP_GPIPE && schedule != PP_1F1B) {
+        diag_error(ctx->diag, DIAG_NOLOC, "--schedule=%s is priced (einc analyze --stages=Z) but not run "
+                   "yet: a pipelined program runs gpipe or 1f1b", sv);
+        return 1;
+    }
+    /* The order only depends on the schedule, Z and M; unit times. */
+    double *t = malloc((size_t)Z * 2 * sizeof *t);
+    if (!t) {
+        diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
+        return 1;
+    }
+    for (int s = 0; s < Z; s++) {
+        t[s] = 1;
+        t[Z + s] = 2;
+    }
+    pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z};
+    pp_plan plan;
+    char err[256];
+    int rc = pp_build(&par, (pp_schedule)schedule, &plan, err, sizeof err);
+    free(t);
+    if (rc != 0) {
+        diag_error(ctx->diag, pp->loc, "%s", err);
+        return 1;
+    }
+    keep_order(m, &plan);
+    pp_plan_free(&plan);
+    pp->microbatches = M;
+    pp->schedule = schedule;
+    pp->batch_dim = B;
+    pp->batch_size = batch;
+    m->dims[B].size = batch / M;
+    return 0;
+}
