@@ -327,6 +327,27 @@ void ir_print_coll(FILE *out, const ir_module *m, const ir_op *op)
     fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
 }
 
+/* A pipelined program's stages and schedule, as comment lines. */
+static void print_pipeline(FILE *out, const ir_module *m)
+{
+    const ir_pipeline *pp = &m->pipe;
+    if (pp->axis < 0 || pp->microbatches < 1)
+        return;
+    const ir_axis *z = &m->mesh.axes[pp->axis];
+    const ir_dimdef *L = &m->dims[pp->dim], *B = &m->dims[pp->batch_dim];
+    fprintf(out, "# pipeline over %c: %lld stages of %lld layers each (%s = %lld); %s split into %d "
+            "microbatches of %lld (the batch is %lld); schedule %s, one slot per item (F m: forward "
+            "of microbatch m, B m: its backward):\n", z->name, (long long)z->size,
+            (long long)(L->size / z->size), L->name, (long long)L->size, B->name, pp->microbatches,
+            (long long)B->size, (long long)pp->batch_size, pp->schedule_name ? pp->schedule_name : "?");
+    for (const char *t = pp->table; t && *t;) {
+        const char *nl = strchr(t, '\n');
+        int n = nl ? (int)(nl - t) : (int)strlen(t);
+        fprintf(out, "#   %.*s\n", n, t);
+        t += n + (nl ? 1 : 0);
+    }
+}
+
 void ir_print(FILE *out, ir_module *m)
 {
     char b1[512], b3[4096];
@@ -351,6 +372,7 @@ void ir_print(FILE *out, ir_module *m)
             fprintf(out, "%s %s = %lld", d ? "," : "", m->dims[d].name, (long long)m->dims[d].size);
         fputc('\n', out);
     }
+    print_pipeline(out, m);
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
         if (v->kind == IR_VAL_OP)

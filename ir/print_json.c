@@ -2,6 +2,8 @@
  * print_json.c - the --dump-ir=json format (docs/ir.md), built with cJSON.
  *
  * {"file", "mesh": [{"name","size"[,"over": 2 | "dcn"]}], "dims": [{"name","size"}],
+ *  "pipeline": {axis, stages, layer_dim, batch_dim, batch, microbatches, schedule, table}
+ *  (a pipelined program, after the pipeline pass),
  *  "inputs": [value...], "ops": [op...], "outputs": [{"name","value"}],
  *  "totals": {...} (after the cost pass),
  *  "plan": {objective, proof, best, candidates, merged, why, text} (after propagate with a profile)}
@@ -12,6 +14,7 @@
  */
 #include <cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "print_internal.h"
 
@@ -207,6 +210,31 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddStringToObject(o, "name", m->dims[d].name);
         cJSON_AddNumberToObject(o, "size", (double)m->dims[d].size);
         cJSON_AddItemToArray(dims, o);
+    }
+    const ir_pipeline *pp = &m->pipe;
+    if (pp->axis >= 0 && pp->microbatches > 0) {
+        cJSON *o = cJSON_AddObjectToObject(root, "pipeline");
+        char n[2] = {m->mesh.axes[pp->axis].name, 0};
+        cJSON_AddStringToObject(o, "axis", n);
+        cJSON_AddNumberToObject(o, "stages", (double)m->mesh.axes[pp->axis].size);
+        cJSON_AddStringToObject(o, "layer_dim", m->dims[pp->dim].name);
+        cJSON_AddStringToObject(o, "batch_dim", m->dims[pp->batch_dim].name);
+        cJSON_AddNumberToObject(o, "batch", (double)pp->batch_size);
+        cJSON_AddNumberToObject(o, "microbatches", pp->microbatches);
+        cJSON_AddStringToObject(o, "schedule", pp->schedule_name ? pp->schedule_name : "?");
+        cJSON *rows = cJSON_AddArrayToObject(o, "table");
+        for (const char *t = pp->table; t && *t;) {
+            const char *nl = strchr(t, '\n');
+            size_t len = nl ? (size_t)(nl - t) : strlen(t);
+            char *row = malloc(len + 1);
+            if (row) {
+                memcpy(row, t, len);
+                row[len] = 0;
+                cJSON_AddItemToArray(rows, cJSON_CreateString(row));
+                free(row);
+            }
+            t += len + (nl ? 1 : 0);
+        }
     }
     cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
     for (int i = 0; i < m->nvalues; i++) {

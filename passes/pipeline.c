@@ -103,6 +103,35 @@ static void keep_order(ir_module *m, const pp_plan *plan)
         }
 }
 
+/* The table of `plan` (pp_print_table) without its title line, into the
+ * module's arena, for --dump-ir. */
+static void keep_table(ir_module *m, const pp_plan *plan)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return;
+    pp_print_table(f, plan);
+    fclose(f);
+    const char *rows = buf ? strchr(buf, '\n') : NULL;
+    if (rows) {
+        /* The stage rows only: the last line (step and bubble of unit
+         * times) says nothing about this program. */
+        const char *end = rows + 1;
+        for (int z = 0; z < plan->stages && end && *end; z++) {
+            const char *nl = strchr(end, '\n');
+            end = nl ? nl + 1 : end + strlen(end);
+        }
+        size_t n = (size_t)(end - rows - 1);
+        char *t = ir_alloc(&m->arena, n + 1);
+        memcpy(t, rows + 1, n);
+        t[n] = 0;
+        m->pipe.table = t;
+    }
+    free(buf);
+}
+
 int pass_pipeline(pass_ctx *ctx, ir_module *m)
 {
     ir_pipeline *pp = &m->pipe;
@@ -184,7 +213,9 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
         return 1;
     }
     keep_order(m, &plan);
+    keep_table(m, &plan);
     pp_plan_free(&plan);
+    pp->schedule_name = pp_schedule_name((pp_schedule)schedule);
     pp->microbatches = M;
     pp->schedule = schedule;
     pp->batch_dim = B;
