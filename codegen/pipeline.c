@@ -64,7 +64,7 @@ typedef struct pp_ctx {
     bool *acc;           /* per value: accumulated over the microbatches */
     int *slot;           /* per value: its place in a frame, or -1 */
     int nslots;
-    int first_end;       /* index of the first update op (p->nops if none) */
+    int first_end;       /* index of the first op of item 'E' (p->nops if none) */
 } pp_ctx;
 
 /* The op `i`'s emission point: the op it is fused into (followed to the
@@ -101,23 +101,51 @@ static bool classify(pp_ctx *x, diag_ctx *d)
     }
     if (x->fb < 0 || x->fe < x->fb || x->bb < x->fe || x->be < x->bb)
         return fail(d, "it needs a forward loop over the layers and, after it, their backward loop");
-    x->first_end = n;
     for (int i = 0; i < n; i++) {
         const ir_op *op = p->ops[i];
         if (op->phase == IR_PHASE_UPDATE) {
             if (i < x->be)
                 return fail(d, "an update op comes before the backward loop ends");
             x->item[i] = 'E';
-            if (x->first_end == n)
-                x->first_end = i;
         } else if (i > x->fe && i < x->bb) {
             x->item[i] = op->phase == IR_PHASE_FORWARD ? 'F' : 'B';
         } else {
             x->item[i] = i <= x->fe ? 'F' : 'B';
         }
-        if (x->first_end < n && op->phase != IR_PHASE_UPDATE)
-            return fail(d, "a forward or backward op comes after the update began");
     }
+    /* A linear collective after the backward loop that only the update
+     * reads (a gradient's DP AllReduce or FSDP ReduceScatter, seed 000)
+     * commutes with the sum over the microbatches: it runs once, on the
+     * sum, rather than once per microbatch. */
+    for (int i = n - 1; i > x->be; i--) {
+        const ir_op *op = p->ops[i];
+        const ir_value *v = op->result;
+        bool linear = op->kind == IR_OP_ALLGATHER || op->kind == IR_OP_SLICE || op->kind == IR_OP_ALLTOALL ||
+                      ((op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER) &&
+                       op->u.coll.reduce == IR_RED_SUM);
+        bool update_only = x->item[i] == 'B' && v->nuses > 0;
+        for (int u = 0; u < v->nuses && update_only; u++) {
+            int ui = -1;
+            for (int j = i + 1; j < n && ui < 0; j++)
+                if (p->ops[j] == v->uses[u].op)
+                    ui = j;
+            update_only = ui >= 0 && x->item[ui] == 'E';
+        }
+        for (int j = 0; j < m->noutputs && update_only; j++)
+            update_only = m->outputs[j].value != v;
+        if (linear && update_only)
+            x->item[i] = 'E';
+    }
+    x->first_end = n;
+    for (int i = 0; i < n && x->first_end == n; i++)
+        if (x->item[i] == 'E')
+            x->first_end = i;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < p->ops[i]->noperands && x->item[i] != 'E'; k++) {
+            int def = p->def_index[p->ops[i]->operands[k]->id];
+            if (def >= 0 && x->item[def] == 'E')
+                return fail(d, "a forward or backward op reads a value of the update");
+        }
     for (int i = 0; i < n; i++)
         x->at[i] = emit_at(p, i);
     /* Availability, in program order. */
@@ -139,7 +167,7 @@ static bool classify(pp_ctx *x, diag_ctx *d)
     }
     /* Accumulated values: read by the update, or a returned output. */
     for (int i = x->first_end; i < n; i++)
-        for (int k = 0; k < p->ops[i]->noperands; k++) {
+        for (int k = 0; k < p->ops[i]->noperands && x->item[i] == 'E'; k++) {
             const ir_value *v = p->ops[i]->operands[k];
             if (p->def_index[v->id] >= 0 && x->item[p->def_index[v->id]] != 'E')
                 x->acc[v->id] = true;
@@ -175,11 +203,14 @@ static bool classify(pp_ctx *x, diag_ctx *d)
                            "read in the layers?)");
         x->run[i] = need & x->avail[v->id];
     }
-    /* A row group or a fusion chain runs as its emission point does. */
-    for (int i = 0; i < n; i++)
-        if (x->at[i] != i && (x->item[x->at[i]] != x->item[i] || x->run[x->at[i]] != x->run[i]) &&
-            !(x->item[i] != 'E' && x->item[x->at[i]] != 'E' && x->run[i] == 0))
-            return fail(d, "ops computed together run on different stages");
+    /* A row group runs as its first op does: its members' results must be
+     * wanted where it runs (a fused producer has no result of its own). */
+    for (int i = 0; i < n; i++) {
+        int g = p->row_group[i];
+        if (g >= 0 && g != i && p->fused_into[i] < 0 &&
+            (x->item[g] != x->item[i] || (x->run[i] & ~x->run[g])))
+            return fail(d, "the ops of a row group run on different stages");
+    }
     return true;
 }
 
@@ -511,15 +542,15 @@ static void make_plans(pp_emit *e)
         if (!x->acc[v])
             continue;
         int last = -1;
-        for (int i = 0; i < x->first_end; i++)
-            for (int k = 0; k < p->ops[i]->noperands; k++)
+        for (int i = 0; i < p->nops; i++)
+            for (int k = 0; k < p->ops[i]->noperands && x->item[i] != 'E'; k++)
                 if (p->ops[i]->operands[k]->id == v) {
                     const ir_op *lp = p->ops[i]->loop;
                     int at = lp ? p->def_index[lp->u.loop.end->result->id] : x->at[i];
                     last = at > last ? at : last;
                 }
         e->fb.last_use[v] = last >= 0 ? last : p->nops + 1;
-        if (p->last_use[v] < x->first_end)
+        if (p->last_use[v] < 0 || p->last_use[v] >= p->nops || x->item[p->last_use[v]] != 'E')
             e->end.last_use[v] = p->nops;
     }
 }
@@ -653,7 +684,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
     emit_range(&e, out, x.bb, x.be, 'B');
     hop(&e, p->ops[x.be]->result, true, -1, ST_MID | ST_LAST, 1);
-    emit_range(&e, out, x.be + 1, x.first_end - 1, 'B');
+    emit_range(&e, out, x.be + 1, n - 1, 'B');
     release_frame(&e);
     LLVMBuildBr(c->b, join);
     LLVMPositionBuilderAtEnd(c->b, join);
@@ -675,7 +706,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     f->plan = &e.end;
     cg_loop lp = {.begin = -1};
     for (int i = x.first_end; i < n; i++)
-        if (x.at[i] == i)
+        if (x.at[i] == i && x.item[i] == 'E')
             i = cg_run_op(c, f, out, &lp, i);
     cg_emit_run_tail(c, f, in, out);
     f->plan = p;
