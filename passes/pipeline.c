@@ -172,9 +172,18 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
         return 1;
     }
     /* Every value split along B must split a microbatch as it split the
-     * batch. */
+     * batch; the stage axis splits stacked layer dims only (propagate
+     * keeps it so: a stage runs whole ops of its own layers). */
     for (int i = 0; i < m->nvalues; i++) {
         const ir_type *t = &m->values[i]->type;
+        for (int d = 0; d < t->rank; d++)
+            for (int k = 0; k < t->sh.naxes[d]; k++)
+                if (t->sh.axes[d][k] == pp->axis && !(d == 0 && t->dims[0] == pp->dim)) {
+                    char b[256];
+                    diag_error(ctx->diag, pp->loc, "internal error: %s is split over the pipeline's axis %c",
+                               ir_type_str(m, m->values[i]->tensor, t, b, sizeof b), z->name);
+                    return 1;
+                }
         for (int d = 0; d < t->rank; d++) {
             int64_t parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
             if (t->dims[d] == B && (batch / M) % parts != 0) {

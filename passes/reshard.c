@@ -548,6 +548,12 @@ static void expand(search *s, int from)
     int8_t axes[IR_MAX_AXES], dims[IR_MAX_AXES];
     ir_axes all = s->m->mesh.naxes ? (ir_axes)((1u << s->m->mesh.naxes) - 1) : 0;
     ir_axes free_axes = all & ~(ir_sharding_used_axes(&cur, rank) | cur.unreduced);
+    /* A pipeline's axis runs its stages (docs/pipeline.md): a route never
+     * splits a value over it on the way, only where the source or the
+     * target already is (a stacked layer dim). */
+    int pa = s->m->pipe.axis;
+    if (pa >= 0 && !(s->span & (1u << pa)))
+        free_axes &= ~(1u << pa);
     int take[IR_MAX_RANK], dest[IR_MAX_RANK];
 
     s->cur = cur;
