@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""pipeline.py - pipelined training (a `repeat` block whose stacked params
+shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
+
+1. A residual GELU-MLP stack (4 layers) in f64, trained 3 steps with SGD
+   (momentum, weight decay) and with AdamW, compiled with
+   `--microbatches=M --schedule=gpipe|1f1b`.  NumPy runs the same steps on
+   the *whole* batch (no microbatches): accumulating the microbatches'
+   gradients must give the plain full-batch step.  The loss of every step
+   (`--metrics`, full precision) and every param after step 3 must agree to
+   1e-9 relative.  Meshes: Z=2 x X=2 with TP over X inside each stage
+   (F_X), Z=4 (one axis, one layer per stage), and Z=2 x X=2 with the
+   batch on X (DP inside each stage); M in {1, 2, 4, 8}.
+2. A small LLaMA-style decoder (examples/llama2_13b_train.ein with its
+   stacked params' layer dim on Z and its heads and MLP on Y, mesh Z=2,
+   Y=2, small dims by -D): embedding lookup on the first stage, RMSNorm,
+   causal attention with rotary embeddings, SwiGLU, final norm, LM head and
+   softmax cross-entropy on the last, under `--check` against the
+   unsharded, unpipelined reference built into the executable, with the
+   tolerance of the example's `# check-run:` line; gpipe and 1f1b,
+   M = 2 and 4, on threads.
+3. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
+   on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
+   first stage) must be lower under 1f1b.
+
+With --mpi, two of the MLP's configurations and one of the decoder's also
+run on 4 MPI ranks (stage-to-stage transfers as MPI messages); --mpi-only
+runs only those.  `--quick` (the sanitizer build) runs six of the MLP's
+configurations and one of the decoder's on threads.  The last line is `N passed, N failed`; exit 1 on any
+failure.
+
+Usage: pipeline.py --einc PATH --example llama2_13b_train.ein [--quick]
+                   [--mpi [--mpi-only] --mpirun PATH]
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import Tally, mpi_launch, run_merged  # noqa: E402
+from train import dgelu, gelu  # noqa: E402  (einc's tanh GELU and its derivative)
+
+MLP = """\
+mesh {MESH}
+dim B = 16, E = 8, D = 8, F = 16, L = 4
+input In[{IN}] : f64
+input Tgt[{IN}] : f64
+param Win[L_Z, D, F{FX}] : f64
+param Wout[L_Z, F{FX}, D] : f64
+param Wf[D, E] : f64
+H[B, E] = In[B, D] * Wf[D, E]
+repeat L {{
+  T[B, F] = H[B, D] * Win[D, F]
+  A[B, F] = gelu(T[B, F])
+  H[B, D] = H[B, D] + A[B, F] * Wout[F, D] * 0.5
+}}
+Er[B, D] = H[B, D] - Tgt[B, D]
+Lo[] = mean(Er[B, D] * Er[B, D])
+loss Lo
+optimize Win, Wout, Wf with {OPT}
+"""
+# name: (mesh line, In's and Tgt's sharding, F's axis in the stacked params)
+MESHES = {
+    "Z=2 x X=2, TP on X": ("Z = 2, X = 2", "B, D", "_X"),
+    "Z=4": ("Z = 4", "B, D", ""),
+    "Z=2 x X=2, batch on X": ("Z = 2, X = 2", "B_X, D", ""),
+}
+NDEV = 4  # every mesh above
+OPTIMIZERS = {
+    "sgd": "sgd(lr=0.05, momentum=0.9, weight_decay=0.01)",
+    "adamw": "adamw(lr=0.01, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1)",
+}
+STEPS = 3
+B, D, F, L = 16, 8, 16, 4
+
+
+def mlp_loss_grads(w, x, tgt):
+    """Loss and gradients of the MLP stack on the whole batch, in NumPy:
+    a plain loop over the layers and back (no microbatches)."""
+    h = x @ w["Wf"]
+    saved = []
+    for l in range(L):
+        t = h @ w["Win"][l]
+        a = gelu(t)
+        saved.append((h, t, a))
+        h = h + 0.5 * (a @ w["Wout"][l])
+    er = h - tgt
+    loss = np.mean(er * er)
+    dh = 2 * er / er.size
+    g = {"Win": np.zeros_like(w["Win"]), "Wout": np.zeros_like(w["Wout"])}
+    for l in reversed(range(L)):
+        hin, t, a = saved[l]
+        g["Wout"][l] = 0.5 * a.T @ dh
+        dt = 0.5 * (dh @ w["Wout"][l].T) * dgelu(t)
+        g["Win"][l] = hin.T @ dt
+        dh = dh + dt @ w["Win"][l].T
+    g["Wf"] = x.T @ dh
+    return loss, g
+
+
+def mlp_reference(vals, opt):
+    """The losses of steps 1..STEPS and the params after the last, with
+    torch.optim.SGD's (momentum, coupled weight decay) and
+    torch.optim.AdamW's (bias-corrected, decoupled weight decay) updates,
+    the rules tests/e2e/train.py checks einc's optimizers against."""
+    w = {n: vals[n].copy() for n in ("Win", "Wout", "Wf")}
+    s1 = {n: np.zeros_like(v) for n, v in w.items()}
+    s2 = {n: np.zeros_like(v) for n, v in w.items()}
+    losses = []
+    for t in range(1, STEPS + 1):
+        loss, grads = mlp_loss_grads(w, vals["In"], vals["Tgt"])
+        losses.append(loss)
+        for n, g in grads.items():
+            if opt == "sgd":
+                s1[n] = 0.9 * s1[n] + g + 0.01 * w[n]
+                w[n] = w[n] - 0.05 * s1[n]
+            else:
+                s1[n] = 0.8 * s1[n] + 0.2 * g
+                s2[n] = 0.99 * s2[n] + 0.01 * g * g
+                mhat, vhat = s1[n] / (1 - 0.8**t), s2[n] / (1 - 0.99**t)
+                w[n] = w[n] * (1 - 0.01 * 0.1) - 0.01 * mhat / (np.sqrt(vhat) + 1e-6)
+    return losses, w
+
+
+def compile_prog(a, src, exe, flags, runtime="threads"):
+    """einc's exit code and output for `src` compiled to `exe`."""
+    return run_merged([a.einc, src, "-o", exe, "--runtime=" + runtime] + flags)
+
+
+def mlp_configs(quick):
+    """(mesh, optimizer, schedule, M) to run: every M and schedule for every
+    mesh, the optimizers alternating so each mesh and schedule sees both;
+    --quick a handful."""
+    out = []
+    for mesh in MESHES:
+        for sched in ("gpipe", "1f1b"):
+            for i, m in enumerate((1, 2, 4, 8)):
+                opt = ("sgd", "adamw")[(i + (sched == "1f1b")) % 2]
+                out.append((mesh, opt, sched, m))
+    if quick:
+        out = [c for c in out if (c[0], c[3]) in (("Z=2 x X=2, TP on X", 4), ("Z=4", 2),
+                                                   ("Z=2 x X=2, batch on X", 8))]
+    return out
+
+
+def selected(a, threads, mpi):
+    """The (runtime, configuration) pairs to run: `threads` unless
+    --mpi-only, and `mpi` with --mpi."""
+    return ([("threads", c) for c in threads] if not a.mpi_only else []) + \
+        ([("mpi", c) for c in mpi] if a.mpi else [])
+
+
+def run_mlp(a, work, tally):
+    rng = np.random.default_rng(25)
+    vals = {"In": rng.standard_normal((B, D)), "Tgt": rng.standard_normal((B, D)),
+            "Win": rng.standard_normal((L, D, F)) / np.sqrt(D),
+            "Wout": rng.standard_normal((L, F, D)) / np.sqrt(F),
+            "Wf": rng.standard_normal((D, D)) / np.sqrt(D)}
+    for k, v in vals.items():
+        np.save(os.path.join(work, k + ".npy"), v)
+    refs = {opt: mlp_reference(vals, opt) for opt in OPTIMIZERS}
+    mpi = [("Z=2 x X=2, TP on X", "adamw", "1f1b", 4), ("Z=4", "sgd", "gpipe", 2)]
+    for rt, (mesh, opt, sched, m) in selected(a, mlp_configs(a.quick), mpi):
+        title = "mlp %s, %s, %s, M=%d (%s)" % (mesh, opt, sched, m, rt)
+        mesh_line, ins, fx = MESHES[mesh]
+        src = os.path.join(work, "mlp.ein")
+        with open(src, "w") as f:
+            f.write(MLP.format(MESH=mesh_line, IN=ins, FX=fx, OPT=OPTIMIZERS[opt]))
+        exe = os.path.join(work, "mlp_" + rt)
+        rc, out = compile_prog(a, src, exe, ["--microbatches=%d" % m, "--schedule=" + sched], rt)
+        if rc != 0:
+            tally.result(False, title + ": einc", out)
+            continue
+        metrics = os.path.join(work, "metrics.jsonl")
+        run = (mpi_launch(a.mpirun, NDEV) if rt == "mpi" else []) + [
+            exe, "--steps", str(STEPS), "--log-every", "1", "--metrics", metrics]
+        for k in vals:
+            run += ["--input", "%s=%s" % (k, os.path.join(work, k + ".npy"))]
+        for n in ("Win", "Wout", "Wf"):
+            run += ["--output", "%s=%s" % (n, os.path.join(work, "out_" + n + ".npy"))]
+        rc, out = run_merged(run)
+        if rc != 0:
+            tally.result(False, title + ": run", out)
+            continue
+        want_losses, want_w = refs[opt]
+        with open(metrics) as f:
+            got_losses = [json.loads(line)["loss"] for line in f if line.strip()]
+        problems = []
+        if len(got_losses) != STEPS:
+            problems.append("%d losses in --metrics, not %d" % (len(got_losses), STEPS))
+        for i, (g, w) in enumerate(zip(got_losses, want_losses)):
+            if g is None or not abs(g - w) <= 1e-9 * abs(w):
+                problems.append("step %d: loss %r, NumPy %.17g" % (i + 1, g, w))
+        for n, want in want_w.items():
+            got = np.load(os.path.join(work, "out_" + n + ".npy"))
+            err = (np.max(np.abs(got - want)) / np.max(np.abs(want))
+                   if got.shape == want.shape else float("inf"))
+            if not err <= 1e-9:
+                problems.append("%s after %d steps: relative error %.3g" % (n, STEPS, err))
+        tally.result(not problems, "%s: %d steps, loss %.6f -> %.6f as NumPy" %
+                     (title, STEPS, want_losses[0], want_losses[-1]), "\n".join(problems))
+
+
+def llama_source(a, work):
+    """The training example with its layers pipelined over Z and its heads
+    and MLP on Y, and the -D flags and run flags of its check lines."""
+    with open(a.example) as f:
+        text = f.read()
+    dims = re.search(r"^# check-with:(.*)$", text, re.M).group(1).split()
+    check_run = re.search(r"^# check-run:(.*)$", text, re.M).group(1).split()
+    # The batch of 4 splits into 2 and 4 microbatches, and 2 layers over
+    # the 2 stages.
+    dims = [{"B=2": "B=4", "L=3": "L=2"}.get(d, d) for d in dims]
+    text = text.replace("mesh X = 2, Y = 2", "mesh Z = 2, Y = 2").replace("B_X", "B")
+    text = text.replace("[L, ", "[L_Z, ")
+    src = os.path.join(work, "llama_pp.ein")
+    with open(src, "w") as f:
+        f.write(text)
+    return src, dims, check_run
+
+
+def run_llama(a, work, tally):
+    src, dims, check_run = llama_source(a, work)
+    threads = [("1f1b", 4)] if a.quick else [(s, m) for s in ("gpipe", "1f1b") for m in (2, 4)]
+    for rt, (sched, m) in selected(a, threads, [("1f1b", 2)]):
+        title = "llama %s, M=%d (%s)" % (sched, m, rt)
+        exe = os.path.join(work, "llama_" + rt)
+        rc, out = compile_prog(a, src, exe, dims + ["--microbatches=%d" % m,
+                                                    "--schedule=" + sched], rt)
+        if rc != 0:
+            tally.result(False, title + ": einc", out)
+            continue
+        launch = mpi_launch(a.mpirun, 4) if rt == "mpi" else []
+        rc, out = run_merged(launch + [exe, "--random-inputs", "1", "--check"] + check_run)
+        # The run exits 1 on a mismatch; its summary line names the worst output.
+        worst = re.search(r"check: largest max_rel_err=.*", out)
+        ok = rc == 0 and worst is not None
+        tally.result(ok, "%s: %s" % (title, worst.group(0) if worst else "no check line"),
+                     out[-3000:])
+
+
+def peak_bytes(out, dev):
+    """Device `dev`'s peak bytes in `--stats` output, or None."""
+    m = re.search(r"device %d: peak (\d+) bytes" % dev, out)
+    return int(m.group(1)) if m else None
+
+
+def run_stats(a, work, tally):
+    src = os.path.join(work, "mlp_stats.ein")
+    with open(src, "w") as f:
+        f.write(MLP.format(MESH="Z = 2", IN="B, D", FX="", OPT=OPTIMIZERS["sgd"]))
+    peaks = {}
+    for sched in ("gpipe", "1f1b"):
+        exe = os.path.join(work, "stats_" + sched)
+        rc, out = compile_prog(a, src, exe, ["--microbatches=8", "--schedule=" + sched])
+        if rc == 0:
+            rc, out = run_merged([exe, "--random-inputs", "1", "--stats"])
+        peaks[sched] = peak_bytes(out, 0) if rc == 0 else None
+        if peaks[sched] is None:
+            tally.result(False, "--stats %s, M=8: no peak of device 0" % sched, out)
+            return
+    tally.result(peaks["1f1b"] < peaks["gpipe"],
+                 "--stats M=8, stage 0's peak: 1f1b %d bytes < gpipe %d bytes" %
+                 (peaks["1f1b"], peaks["gpipe"]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--example", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--mpi-only", action="store_true",
+                    help="with --mpi: only the MPI configurations")
+    a = ap.parse_args()
+    tally = Tally()
+    with tempfile.TemporaryDirectory(prefix="einc-pipeline-") as work:
+        run_mlp(a, work, tally)
+        run_llama(a, work, tally)
+        if not a.mpi_only:
+            run_stats(a, work, tally)
+    return tally.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
