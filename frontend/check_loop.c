@@ -165,11 +165,12 @@ bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s)
 {
     t->layer = false;
     if (!c->repeat && !s->bad && ir_value_kind_is_argument(s->kind) && s->rank >= 1 &&
-        s->sh.naxes[0] > 0 && !c->whole_stacked) {
+        s->sh.naxes[0] > 0) {
         /* Read whole outside every block: an error if the block over its
          * first dim turns out to be a pipeline (fe_check_pipeline). */
-        c->whole_stacked = s;
-        c->whole_stacked_loc = t->name.loc;
+        fe_tensor *w = fe_symtab_get(&c->tensors, s->name);
+        if (w && !w->whole_read)
+            w->whole_read = t->name.loc + 1;
     }
     if (!c->repeat || s->bad || !ir_value_kind_is_argument(s->kind) || s->rank < 1)
         return true;
@@ -239,13 +240,10 @@ void fe_check_pipeline(fe_checker *c, const ast_program *prog)
     const ir_pipeline *pp = &c->m->pipe;
     if (pp->axis < 0)
         return;
+    /* That the layers divide over the stages is the declaration's check
+     * of every sharded dim (check_decl.c). */
     const ir_axis *z = &c->m->mesh.axes[pp->axis];
     const ir_dimdef *L = &c->m->dims[pp->dim];
-    if (L->size % z->size != 0) {
-        diag_error(c->diag, pp->loc, "'%s' pipelines the %lld layers of '%s' over the %lld stages of mesh "
-                   "axis %c: the layers must divide evenly over the stages", pp->stacked,
-                   (long long)L->size, L->name, (long long)z->size, z->name);
-    }
     const ast_stmt *first = NULL;
     bool trains = false;
     for (int i = 0; i < prog->nstmts; i++) {
@@ -274,7 +272,7 @@ void fe_check_pipeline(fe_checker *c, const ast_program *prog)
                        t->name);
             continue;
         }
-        if (stacked && (t->sh.naxes[0] != 1 || t->sh.axes[0][0] != pp->axis)) {
+        if (stacked && t->sh.naxes[0] == 0) { /* split otherwise: pipeline_ref said so */
             diag_error(c->diag, t->loc, "'%s' is stacked on '%s', whose layers '%s' pipelines over %c: "
                        "write its '%s' as '%s_%c' so that each stage holds its own layers", t->name,
                        L->name, pp->stacked, z->name, L->name, L->name, z->name);
@@ -282,10 +280,9 @@ void fe_check_pipeline(fe_checker *c, const ast_program *prog)
             continue;
         }
         pipeline_axis_use(c, t, stacked);
+        if (stacked && t->whole_read && t->sh.naxes[0] == 1 && t->sh.axes[0][0] == pp->axis)
+            diag_error(c->diag, t->whole_read - 1, "'%s' holds the layers of '%s', pipelined over mesh "
+                       "axis %c: only the 'repeat %s' block reads it, one layer per iteration, each "
+                       "stage its own", t->name, L->name, z->name, L->name);
     }
-    const fe_tensor *w = c->whole_stacked;
-    if (w && w->dims[0] == pp->dim && w->sh.axes[0][0] == pp->axis)
-        diag_error(c->diag, c->whole_stacked_loc, "'%s' holds the layers of '%s', pipelined over mesh "
-                   "axis %c: only the 'repeat %s' block reads it, one layer per iteration, each "
-                   "stage its own", w->name, L->name, z->name, L->name);
 }

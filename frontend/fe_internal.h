@@ -78,6 +78,10 @@ typedef struct fe_tensor {
                                order), 0 if defined outside every block */
     ir_value *slice;        /* lower_repeat.c: its LayerSlice in block `slice_block`, if made */
     int slice_block;        /* the block `slice` belongs to, 0 if none */
+    /* An argument with a sharded first dim: 1 + the offset of its first
+     * read whole outside every block, 0 if none (an error if that dim is
+     * pipelined: fe_check_pipeline). */
+    uint32_t whole_read;
 } fe_tensor;
 
 /* A string-keyed hash table (open addressing) from names to pointers. */
@@ -112,10 +116,6 @@ typedef struct fe_checker {
     int skip_ends;         /* `}` lines that close a rejected nested block */
     ir_op *loop_begin;     /* lower_repeat.c: the LoopBegin of the open block */
     const ast_stmt *loss;  /* the `loss` line (optimize.c), NULL if none */
-    /* The first tensor with a sharded first dim read whole outside every
-     * block, and where: an error if that dim is pipelined (check_loop.c). */
-    const fe_tensor *whole_stacked;
-    uint32_t whole_stacked_loc;
 } fe_checker;
 
 /* Declares the mesh axes and dims of every mesh/dim line, applying -D
@@ -190,8 +190,7 @@ void fe_check_blocks_closed(fe_checker *c);
 bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_dtype dt,
                      bool constrained, const ir_sharding *sh, bool ok);
 /* Pipeline parallelism (a stacked tensor's layer dim sharded over a mesh
- * axis), once the whole program is read: the layers divide over the
- * stages, there is one repeat block, the program trains and keeps no
+ * axis), once the whole program is read: there is one repeat block, the program trains and keeps no
  * state, every tensor stacked on the layer dim is split over the same axis,
  * that axis shards nothing else, and nothing reads the stacked tensors
  * whole outside the block (check_loop.c). */

@@ -166,8 +166,8 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
     if (batch % M != 0) {
-        diag_error(ctx->diag, pp->loc, "%d microbatches do not divide the batch: '%s', the first dim of "
-                   "'%s' that the 'repeat' block carries, has %lld", M, m->dims[B].name,
+        diag_error(ctx->diag, loop->loc, "%d microbatches do not divide the batch: '%s', the first dim of "
+                   "'%s' that this 'repeat' block carries, has %lld", M, m->dims[B].name,
                    carried->tensor, (long long)batch);
         return 1;
     }
@@ -188,10 +188,10 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             int64_t parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
             if (t->dims[d] == B && (batch / M) % parts != 0) {
                 char b[256];
-                diag_error(ctx->diag, pp->loc, "a microbatch of %lld of the %lld '%s' does not split over "
-                           "the %lld devices that split it in %s: use fewer microbatches",
+                diag_error(ctx->diag, loop->loc, "a microbatch of %lld of the %lld '%s' cannot be split "
+                           "over the %lld devices that split '%s' in %s: use fewer microbatches",
                            (long long)(batch / M), (long long)batch, m->dims[B].name, (long long)parts,
-                           ir_type_str(m, m->values[i]->tensor, t, b, sizeof b));
+                           m->dims[B].name, ir_type_str(m, m->values[i]->tensor, t, b, sizeof b));
                 return 1;
             }
         }
