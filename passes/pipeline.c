@@ -132,6 +132,101 @@ static void keep_table(ir_module *m, const pp_plan *plan)
     free(buf);
 }
 
+static bool has_dim(const ir_value *v, int d)
+{
+    for (int k = 0; k < v->type.rank; k++)
+        if (v->type.dims[k] == d)
+            return true;
+    return false;
+}
+
+/* Whether the loss splits over the microbatches as a sum, which is what
+ * summing the microbatches' losses and gradients computes: the loss must
+ * be a sum over the batch of per-example terms.  From the loss back to the
+ * values that still have the batch dim B, every op must be linear in its
+ * batch-dependent operands (a sum, a scale, an addition of such terms, a
+ * linear collective), and no other op may reduce B away (that would mix a
+ * microbatch's examples, as a batch norm does).  A term that does not
+ * depend on the batch (a weight penalty added to the loss) would count
+ * once per microbatch.  Reports and returns false otherwise. */
+static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M)
+{
+    const ir_value *loss = NULL;
+    for (int j = 0; j < m->noutputs; j++)
+        if (m->loss && !m->outputs[j].update && strcmp(m->outputs[j].name, m->loss) == 0)
+            loss = m->outputs[j].value;
+    bool *dep = calloc((size_t)m->nvalues + 1, sizeof *dep);   /* depends on the batch */
+    bool *sum = calloc((size_t)m->nvalues + 1, sizeof *sum);   /* on the loss's sum */
+    if (!dep || !sum) {
+        free(dep);
+        free(sum);
+        diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
+        return false;
+    }
+    for (int i = 0; i < m->nvalues; i++)
+        dep[i] = m->values[i]->kind == IR_VAL_INPUT && has_dim(m->values[i], B);
+    for (const ir_op *op = m->first; op; op = op->next)
+        for (int k = 0; k < op->noperands; k++)
+            dep[op->result->id] |= dep[op->operands[k]->id];
+    bool ok = true;
+    const ir_op *bad = NULL;
+    const char *why = NULL;
+    if (loss && !has_dim(loss, B))
+        sum[loss->id] = true;
+    for (const ir_op *op = m->last; op && ok; op = op->prev) {
+        const ir_value *v = op->result;
+        if (op->phase != IR_PHASE_FORWARD || !sum[v->id])
+            continue;
+        int ndep = 0;
+        for (int k = 0; k < op->noperands; k++)
+            ndep += dep[op->operands[k]->id];
+        bool linear;
+        if (op->kind == IR_OP_EINSUM)
+            linear = op->u.einsum.reduce == IR_RED_SUM && !op->u.einsum.gather && ndep == 1;
+        else if (op->kind == IR_OP_ELEMENTWISE)
+            linear = ndep == op->noperands &&
+                     ir_ew_classify(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root) == IR_EW_CLASS_LINEAR;
+        else
+            linear = op->kind == IR_OP_ALLGATHER || op->kind == IR_OP_SLICE || op->kind == IR_OP_ALLTOALL ||
+                     ((op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER) &&
+                      op->u.coll.reduce == IR_RED_SUM);
+        if (!linear) {
+            ok = false;
+            bad = op;
+            why = op->kind == IR_OP_ELEMENTWISE
+                      ? "is not a sum of sums over the batch: a term that does not depend on the batch "
+                        "would count once per microbatch, and a function of a sum over the batch is "
+                        "not the sum of its values on the microbatches"
+                      : "is not a sum over the batch's examples: the microbatches' losses would not "
+                        "add up to it";
+            break;
+        }
+        for (int k = 0; k < op->noperands; k++) {
+            const ir_value *a = op->operands[k];
+            if (dep[a->id] && !has_dim(a, B))
+                sum[a->id] = true;
+        }
+    }
+    for (const ir_op *op = m->first; op && ok; op = op->next) {
+        if (op->phase != IR_PHASE_FORWARD || has_dim(op->result, B) || sum[op->result->id])
+            continue;
+        for (int k = 0; k < op->noperands; k++)
+            if (has_dim(op->operands[k], B)) {
+                ok = false;
+                bad = op;
+                why = "reduces the batch dim away outside the loss's sum, mixing the examples that "
+                      "microbatches keep apart";
+                break;
+            }
+    }
+    if (!ok)
+        diag_error(ctx->diag, bad->loc, "'%s' %s (%d microbatches of '%s'; docs/pipeline.md)",
+                   bad->result->tensor ? bad->result->tensor : "?", why, M, m->dims[B].name);
+    free(dep);
+    free(sum);
+    return ok;
+}
+
 int pass_pipeline(pass_ctx *ctx, ir_module *m)
 {
     ir_pipeline *pp = &m->pipe;
@@ -196,6 +291,8 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             }
         }
     }
+    if (M > 1 && !check_batch_sum(ctx, m, B, M))
+        return 1;
     int schedule = sv ? pp_schedule_lookup(sv) : PP_1F1B;
     if (schedule != PP_GPIPE && schedule != PP_1F1B) {
         diag_error(ctx->diag, DIAG_NOLOC, "--schedule=%s is priced (einc analyze --stages=Z) but not run "
