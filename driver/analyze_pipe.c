@@ -6,8 +6,10 @@
  * layers; the first stage also runs what comes before the block (the
  * embedding), the last what comes after (head and loss).  For each
  * microbatch count M the program is priced at batch B / M, its ops split
- * into per-layer F, B and W (pipe_work.c), and the stage times go through
- * the schedules' simulation (passes/costmodel/pipeline.h), which gives
+ * into per-layer F, B and W (passes/costmodel/pipe_work.c), and
+ * pipe_price (passes/costmodel/pipe_price.c, shared with the cost pass of
+ * a compiled pipelined program) puts the stage times through the
+ * schedules' simulation (passes/costmodel/pipeline.h), which gives
  * the pipeline's makespan, its bubble and the microbatches each stage
  * holds.  After the last microbatch each stage reduces its accumulated
  * weight gradients and updates its params: that is added, not overlapped
@@ -23,7 +25,6 @@
 #include "analyze_pipe.h"
 
 #include <cJSON.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,98 +52,6 @@ static int work_at(ir_module *m, const analyze_table *t, int64_t size, pipe_work
     int rc = pipe_work_of(m, w, err, errlen);
     m->dims[t->batch].size = keep;
     return rc;
-}
-
-/* Per-stage times of w on Z stages of k layers each into p (arrays of Z
- * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
- * zero-bubble) the backward is B and W together. */
-static void stage_times(pp_params *p, double *arr, const pipe_work *w, int z, int64_t k, bool split_w)
-{
-    double *tf = arr, *tb = arr + z, *tw = arr + 2 * z;
-    for (int s = 0; s < z; s++) {
-        double kd = (double)k;
-        tf[s] = kd * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);
-        tb[s] = kd * w->layer_b + (s == 0 ? w->pre_b : 0) + (s == z - 1 ? w->post_b : 0);
-        tw[s] = kd * w->layer_w + (s == 0 ? w->pre_w : 0) + (s == z - 1 ? w->post_w : 0);
-        if (!split_w) {
-            tb[s] += tw[s];
-            tw[s] = 0;
-        }
-    }
-    p->t_f = tf;
-    p->t_b = tb;
-    p->t_w = tw;
-}
-
-/* After the pipeline drains: each stage reduces its weight gradients and
- * updates its params; the slowest stage ends the step.  The non-stacked
- * params' update is counted on both the first and the last stage, since
- * which of them holds each is not known here (an upper bound). */
-static double sync_time(const pipe_work *w, int z, int64_t k)
-{
-    double worst = 0;
-    for (int s = 0; s < z; s++) {
-        double t = (double)k * w->sync_layer + w->update_stacked / (double)z;
-        if (s == 0)
-            t += w->sync_pre;
-        if (s == z - 1)
-            t += w->sync_post;
-        if (s == 0 || s == z - 1)
-            t += w->update_other;
-        worst = fmax(worst, t);
-    }
-    return worst;
-}
-
-/* Peak bytes of the fullest stage: its share of the stacked params, their
- * accumulated gradients and optimizer state, the others on the first and
- * last stage (an upper bound, as in sync_time), the activations of the
- * microbatches it holds, and the carried activation sent and received. */
-static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64_t k)
-{
-    double worst = 0;
-    for (int s = 0; s < z; s++) {
-        double b = (w->state_stacked + w->param_stacked) / (double)z;
-        if (s == 0 || s == z - 1)
-            b += w->state_other + w->param_other;
-        /* Interleaved counts (microbatch, chunk) pairs, each 1/v of the stage's layers. */
-        b += (double)plan->stage[s].peak_held_w * (double)k / (double)plan->chunks * w->act_layer +
-             2 * w->carry_bytes;
-        worst = fmax(worst, b);
-    }
-    return worst;
-}
-
-/* Prices one (schedule, M) into row, with the schedule's inputs in *used
- * (its times in arr); 1 when the pair does not apply (interleaved needs an
- * even share of layers and M a multiple of Z). */
-static int price(analyze_pipe *p, analyze_pipe_row *row, const pipe_work *w, pp_schedule sched, int mb,
-                 const cost_hw *hw, double *arr, pp_params *used, char *err, size_t errlen)
-{
-    int z = p->opts.stages;
-    int64_t k = p->layers / z;
-    int v = sched == PP_INTERLEAVED ? 2 : 1;
-    if (sched == PP_INTERLEAVED && (k % v != 0 || mb % z != 0))
-        return 1;
-    pp_params pp = {.stages = z, .microbatches = mb, .chunks = v,
-                    .t_p2p = pipe_work_hop(hw, w->carry_bytes, p->opts.dcn)};
-    stage_times(&pp, arr, w, z, k, sched == PP_ZERO_BUBBLE);
-    *used = pp;
-    pp_plan plan;
-    if (pp_build(&pp, sched, &plan, err, errlen) != 0)
-        return -1;
-    row->schedule = sched;
-    row->microbatches = mb;
-    row->pipeline = plan.step;
-    row->sync = sync_time(w, z, k);
-    row->step = row->pipeline + row->sync;
-    row->bubble = plan.bubble;
-    /* Zero-bubble's idle time depends on the W passes' share: no closed form here. */
-    row->bubble_formula = sched == PP_ZERO_BUBBLE ? -1 : (double)(z - 1) / ((double)v * mb + z - 1);
-    row->held = (double)plan.peak_held_w / (double)v;
-    row->memory = stage_memory(w, &plan, z, k);
-    pp_plan_free(&plan);
-    return 0;
 }
 
 int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe_opts *opts,
@@ -197,7 +106,8 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
                 continue;
             analyze_pipe_row *row = &p->rows[p->n];
             pp_params used;
-            int r = price(p, row, &w, (pp_schedule)s, mb, t->hw, scratch, &used, err, errlen);
+            int r = pipe_price(&w, t->hw, z, p->layers / z, mb, (pp_schedule)s, opts->dcn, scratch, &used, row,
+                               err, errlen);
             if (r < 0)
                 rc = -1;
             if (r != 0)

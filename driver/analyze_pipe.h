@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "analyze.h"
+#include "pipe_work.h"
 #include "pipeline.h"
 
 #define ANALYZE_PIPE_MAX 64 /* priced (schedule, M) pairs */
@@ -23,20 +24,8 @@ typedef struct analyze_pipe_opts {
     bool dcn;          /* the stages are pods: transfers over the data-center network */
 } analyze_pipe_opts;
 
-/* One priced (schedule, M).  Seconds per step, bytes per device. */
-typedef struct analyze_pipe_row {
-    pp_schedule schedule;
-    int microbatches;
-    double pipeline;   /* the schedule's makespan over the microbatches */
-    double sync;       /* gradient reductions and the update after it (the slowest stage) */
-    double step;       /* pipeline + sync */
-    double bubble;     /* idle share of the pipeline, as simulated */
-    double bubble_formula; /* (Z - 1) / (v M + Z - 1) for uniform stages (Narayanan et al.);
-                              -1 for zero-bubble, whose idle time depends on W's share */
-    double held;       /* most microbatches whose activations a stage holds (interleaved:
-                          (microbatch, chunk) pairs / v, so each counts its share) */
-    double memory;     /* peak bytes of the fullest stage: params, state and activations held */
-} analyze_pipe_row;
+/* One priced (schedule, M) (pipe_priced, passes/costmodel/pipe_work.h). */
+typedef pipe_priced analyze_pipe_row;
 
 /* The priced table and the inputs it came from. */
 typedef struct analyze_pipe {

@@ -57,7 +57,38 @@ typedef struct ir_plan_cert {
     const char *why;     /* when the plan is above `best`: why it was kept (static string), or NULL */
 } ir_plan_cert;
 
-/* Totals of the cost pass over the whole program (per device). */
+/* The step of a pipelined program (ir_module.pipe) as its schedule runs
+ * it: Z stages, M microbatches, the stage-to-stage hops, then the weight
+ * gradients' reductions and the update once (passes/cost_pipe.c,
+ * docs/pipeline.md "The cost of a compiled pipelined program").  Seconds
+ * per training step and bytes per device; valid is false for a program not
+ * pipelined. */
+typedef struct ir_pipe_totals {
+    bool valid;
+    int stages;            /* Z, the pipeline axis's size */
+    int microbatches;      /* M */
+    int schedule;          /* a pp_schedule, ir_module.pipe.schedule */
+    double step;           /* the predicted step: pipeline + sync_update */
+    double pipeline;       /* makespan of the M forwards and backwards on the Z stages (simulated) */
+    double sync_update;    /* after the pipeline drains: gradient reductions and the update, slowest stage */
+    double bubble;         /* idle share of `pipeline`, simulated (pp_plan.bubble); what an
+                              executable may carry as its predicted bubble */
+    double bubble_formula; /* (Z - 1) / (M + Z - 1), uniform stages and free hops (seed 000) */
+    double held;           /* most microbatches whose activations one stage holds at once */
+    double stage_memory;   /* peak bytes of the fullest stage: params, gradients, optimizer
+                              state, held activations, send and receive buffers */
+    double hop;            /* one transfer of one microbatch's activation between stages */
+    double stage_f, stage_b; /* one microbatch's forward, backward (with dL/dW) on a stage's
+                                |L|/Z layers, the part every stage does */
+    double first_extra, last_extra; /* per microbatch, forward + backward: what only the first
+                                       stage (embedding) and the last (head, loss) add */
+} ir_pipe_totals;
+
+/* Totals of the cost pass over the whole program (per device).  For a
+ * pipelined program (ir_module.pipe) the module is one microbatch and each
+ * stage's loops run |L|/Z layers: step_time, exposed_comm_time, mfu and
+ * peak_memory are one microbatch's forward and backward on one stage plus
+ * the update, and `pipe` holds the step as the schedule runs it. */
 typedef struct ir_totals {
     bool valid;
     double step_time;          /* seconds, with off-critical-path collectives overlapped */
@@ -70,6 +101,7 @@ typedef struct ir_totals {
                                   and the live intermediates */
     double bound_serial;       /* seconds: cost_lower_bound's total_s (no plan's serial step is
                                   faster); 0 if not computed */
+    ir_pipe_totals pipe;       /* the pipelined step; pipe.valid false if not pipelined */
 } ir_totals;
 
 #endif

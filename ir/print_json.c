@@ -5,7 +5,11 @@
  *  "pipeline": {axis, stages, layer_dim, batch_dim, batch, microbatches, schedule, table}
  *  (a pipelined program, after the pipeline pass),
  *  "inputs": [value...], "ops": [op...], "outputs": [{"name","value"}],
- *  "totals": {...} (after the cost pass),
+ *  "totals": {...} (after the cost pass; of a pipelined program also
+ *    "pipeline": {stages, microbatches, schedule, step_time, pipeline_time,
+ *    sync_time, bubble, bubble_formula, held_microbatches, stage_memory,
+ *    hop_time, stage_forward_time, stage_backward_time, first_stage_extra,
+ *    last_stage_extra}),
  *  "plan": {objective, proof, best, candidates, merged, why, text} (after propagate with a profile)}
  * value = {"name", "tensor", "type", "dtype", "bytes_per_device"}
  * op    = {"index", "op", "axes", "operands", "result", "reason",
@@ -29,6 +33,29 @@ static cJSON *value_json(const ir_module *m, const ir_value *v)
     cJSON_AddStringToObject(o, "dtype", ir_dtype_name(v->type.dtype));
     cJSON_AddNumberToObject(o, "bytes_per_device", (double)ir_local_bytes(m, &v->type));
     return o;
+}
+
+/* totals.pipeline: the pipelined step (ir_pipe_totals), seconds and bytes
+ * per device, named as `einc analyze --stages`'s JSON names them. */
+static void add_pipe_totals(cJSON *totals, const ir_module *m)
+{
+    const ir_pipe_totals *p = &m->totals.pipe;
+    cJSON *o = cJSON_AddObjectToObject(totals, "pipeline");
+    cJSON_AddNumberToObject(o, "stages", p->stages);
+    cJSON_AddNumberToObject(o, "microbatches", p->microbatches);
+    cJSON_AddStringToObject(o, "schedule", m->pipe.schedule_name ? m->pipe.schedule_name : "?");
+    cJSON_AddNumberToObject(o, "step_time", p->step);
+    cJSON_AddNumberToObject(o, "pipeline_time", p->pipeline);
+    cJSON_AddNumberToObject(o, "sync_time", p->sync_update);
+    cJSON_AddNumberToObject(o, "bubble", p->bubble);
+    cJSON_AddNumberToObject(o, "bubble_formula", p->bubble_formula);
+    cJSON_AddNumberToObject(o, "held_microbatches", p->held);
+    cJSON_AddNumberToObject(o, "stage_memory", p->stage_memory);
+    cJSON_AddNumberToObject(o, "hop_time", p->hop);
+    cJSON_AddNumberToObject(o, "stage_forward_time", p->stage_f);
+    cJSON_AddNumberToObject(o, "stage_backward_time", p->stage_b);
+    cJSON_AddNumberToObject(o, "first_stage_extra", p->first_extra);
+    cJSON_AddNumberToObject(o, "last_stage_extra", p->last_extra);
 }
 
 static cJSON *cost_json(const ir_cost *c)
@@ -308,6 +335,8 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(t, "peak_memory", m->totals.peak_memory);
         if (m->totals.bound_serial > 0)
             cJSON_AddNumberToObject(t, "lower_bound", m->totals.bound_serial);
+        if (m->totals.pipe.valid)
+            add_pipe_totals(t, m);
     }
     if (m->plan.valid) {
         static const char *proof[] = {"unproven", "optimal", "bounded"};

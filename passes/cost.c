@@ -31,6 +31,10 @@
  * each op's annotation is one run, and the totals count it |L| times
  * (ir_op_trips).  A param-derived reshard in a body (an FSDP gather of one
  * layer's weights) is |L| transfers on the prefetch stream.
+ *
+ * A pipelined program (after the pipeline pass) is one microbatch on one
+ * stage; its step as the schedule runs it goes to m->totals.pipe
+ * (cost_pipe.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -166,11 +170,24 @@ int pass_cost(pass_ctx *ctx, ir_module *m)
     }
     cost_annotate_ops(m, hw);
     cost_compute_totals(m, hw);
+    /* A pipelined program's step is its schedule's (cost_pipe.c); one that
+     * cannot be priced so keeps its per-microbatch totals, with a warning. */
+    char why[256];
+    if (cost_pipe_totals(m, hw, why, sizeof why) != 0) {
+        if (ctx && ctx->diag)
+            diag_warning(ctx->diag, m->pipe.loc, "cost: the pipelined step is not priced: %s", why);
+        else
+            fprintf(stderr, "einc: warning: cost: the pipelined step is not priced: %s\n", why);
+    }
     /* Reports name values as tensor.N; keep the numbering current. */
     ir_module_renumber(m);
     if (ctx && ctx->log)
         fprintf(ctx->log, "cost: %s: step %.3f us, exposed communication %.3f us, MFU %.1f%%\n",
                 hw->name, m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6,
                 m->totals.mfu * 100);
+    if (ctx && ctx->log && m->totals.pipe.valid)
+        fprintf(ctx->log, "cost: pipelined step %.3f us over %d stages and %d microbatches, bubble %.1f%%\n",
+                m->totals.pipe.step * 1e6, m->totals.pipe.stages, m->totals.pipe.microbatches,
+                m->totals.pipe.bubble * 100);
     return 0;
 }

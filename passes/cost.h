@@ -26,6 +26,24 @@
  * attention scores under a Flash Attention kernel (seed 002). */
 void cost_annotate_ops(ir_module *m, const cost_hw *hw);
 
+/* ---- a pipelined program's step (cost_pipe.c) ---- */
+
+/* Fills m->totals.pipe for a pipelined module (m->pipe.axis >= 0 and
+ * m->pipe.microbatches > 0, after the pipeline pass; its ops annotated by
+ * cost_annotate_ops): the step as m->pipe.schedule runs its M microbatches
+ * over the Z stages (pipe_work_of and pipe_price, passes/costmodel/
+ * pipe_work.h; ICI hops, or DCN when the pipeline axis is `over dcn`), the
+ * simulated and closed-form bubble, the microbatches held and the memory
+ * of the fullest stage.  Clears it for any other module and returns 0.
+ * Returns -1 with a message in err when the module is pipelined but its
+ * step cannot be priced (no training step, |L| not a multiple of Z, a
+ * schedule the simulation rejects); m->totals.pipe.valid is then false. */
+int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen);
+
+/* --dump-cost's "pipeline" section of m->totals.pipe (nothing when it is
+ * not valid). */
+void cost_pipe_print(FILE *out, const ir_module *m);
+
 /*
  * Fills m->totals from the ops' costs (annotate every op first): step time
  * and exposed communication from the two-stream schedule of

@@ -282,6 +282,7 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
         cost_memory mem = cost_memory_peak(m);
         print_memory_line(out, m, hw, &mem);
         print_memory_breakdown(out, &mem, hw);
+        cost_pipe_print(out, m);
     } else {
         fprintf(out, "totals: - (the cost pass has not run)\n");
     }

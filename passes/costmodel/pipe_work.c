@@ -177,6 +177,11 @@ int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
             before_bwd = false;
     }
     free(in_b);
+    /* A pipelined module's stacked values hold one stage's layers (their
+     * layer dim split over the pipeline axis): scale them to the whole
+     * stack, as pipe_work holds them (pipe_work.h). */
+    double zs = m->pipe.axis >= 0 && m->pipe.dim == ldim ? (double)m->mesh.axes[m->pipe.axis].size : 1;
+    w->update_stacked *= zs;
     w->carry_bytes = (double)ir_local_bytes(m, &fwd->result->type);
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
@@ -184,9 +189,9 @@ int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
             continue;
         double bytes = (double)ir_local_bytes(m, &v->type);
         bool stacked = has_dim(&v->type, ldim);
-        *(stacked ? &w->state_stacked : &w->state_other) += bytes;
+        *(stacked ? &w->state_stacked : &w->state_other) += stacked ? zs * bytes : bytes;
         if (v->kind == IR_VAL_PARAM)
-            *(stacked ? &w->param_stacked : &w->param_other) += bytes;
+            *(stacked ? &w->param_stacked : &w->param_other) += stacked ? zs * bytes : bytes;
     }
     return 0;
 }

@@ -1,0 +1,88 @@
+/*
+ * cost_pipe.c - the step of a compiled pipelined program as its schedule
+ * runs it (cost.h, cost_pipe_totals; docs/pipeline.md, "The cost of a
+ * compiled pipelined program").
+ *
+ * After the pipeline pass the module is one microbatch (|B| / M) and each
+ * stage's loops run |L| / Z layers, so the cost pass's serial totals are
+ * one microbatch's forward and backward on one stage plus the update, not
+ * a step.  The step is the schedule's: the per-layer F and B read off the
+ * costed ops (pipe_work_of; the module is already one microbatch, so no
+ * re-pricing), k = |L| / Z layers per stage, the embedding on the first
+ * stage and the head and loss on the last, one hop per stage boundary and
+ * direction, simulated by pp_build with the module's schedule and M, then
+ * the weight gradients' reductions and the update once (pipe_price, shared
+ * with `einc analyze --stages`).  The reductions are priced once per step,
+ * after the schedule: an executor that runs them inside each microbatch's
+ * backward pays them M times (docs/pipeline.md says which does).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cost.h"
+#include "pipe_work.h"
+
+int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
+{
+    ir_pipe_totals *t = &m->totals.pipe;
+    memset(t, 0, sizeof *t);
+    if (m->pipe.axis < 0 || m->pipe.axis >= m->mesh.naxes || m->pipe.microbatches <= 0)
+        return 0;
+    pipe_work w;
+    if (pipe_work_of(m, &w, err, errlen) != 0)
+        return -1;
+    int z = (int)m->mesh.axes[m->pipe.axis].size;
+    if (z < 1 || w.layers % z != 0) {
+        snprintf(err, errlen, "%lld layers do not split into %d stages of equal size", (long long)w.layers, z);
+        return -1;
+    }
+    int64_t k = w.layers / z;
+    pipe_priced p;
+    int rc = pipe_price(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule,
+                        m->mesh.axes[m->pipe.axis].dcn, NULL, NULL, &p, err, errlen);
+    if (rc == 1)
+        snprintf(err, errlen, "schedule %s does not apply to %lld layers per stage and %d microbatches",
+                 pp_schedule_name((pp_schedule)m->pipe.schedule), (long long)k, m->pipe.microbatches);
+    if (rc != 0)
+        return -1;
+    double kd = (double)k;
+    *t = (ir_pipe_totals){
+        .valid = true,
+        .stages = z,
+        .microbatches = m->pipe.microbatches,
+        .schedule = m->pipe.schedule,
+        .step = p.step,
+        .pipeline = p.pipeline,
+        .sync_update = p.sync,
+        .bubble = p.bubble,
+        .bubble_formula = p.bubble_formula,
+        .held = p.held,
+        .stage_memory = p.memory,
+        .hop = p.hop,
+        .stage_f = kd * w.layer_f,
+        .stage_b = kd * (w.layer_b + w.layer_w),
+        .first_extra = w.pre_f + w.pre_b + w.pre_w,
+        .last_extra = w.post_f + w.post_b + w.post_w,
+    };
+    return 0;
+}
+
+void cost_pipe_print(FILE *out, const ir_module *m)
+{
+    const ir_pipe_totals *t = &m->totals.pipe;
+    if (!t->valid)
+        return;
+    fprintf(out, "pipeline: %d stages x %lld layers, %d microbatch%s, schedule %s: step %.4g us "
+            "(pipeline %.4g us + gradient sync and update %.4g us, once per step)\n",
+            t->stages, m->pipe.dim >= 0 ? (long long)(m->dims[m->pipe.dim].size / t->stages) : 0LL,
+            t->microbatches, t->microbatches == 1 ? "" : "es",
+            pp_schedule_name((pp_schedule)t->schedule), t->step * 1e6, t->pipeline * 1e6,
+            t->sync_update * 1e6);
+    fprintf(out, "  per microbatch: stage forward %.4g us, backward %.4g us; first stage +%.4g us, "
+            "last +%.4g us; one hop %.4g us\n", t->stage_f * 1e6, t->stage_b * 1e6, t->first_extra * 1e6,
+            t->last_extra * 1e6, t->hop * 1e6);
+    fprintf(out, "  bubble %.1f%% simulated, %.1f%% by (Z-1)/(M+Z-1); held %.3g microbatches, "
+            "memory of the fullest stage %.4g GiB\n", 100 * t->bubble, 100 * t->bubble_formula, t->held,
+            t->stage_memory / 1073741824.0);
+    fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");
+}

@@ -1,0 +1,119 @@
+/*
+ * pipe_price.c - the price of one pipelined step: a stage's work per
+ * microbatch (pipe_work.c) through a schedule's simulation
+ * (pipeline_sim.c), plus what runs once per step after it (pipe_work.h,
+ * pipe_price).
+ *
+ * Both users share it so that they agree: `einc analyze --stages=Z`
+ * (driver/analyze_pipe.c) prices a program not yet pipelined at every M,
+ * the cost pass (passes/cost_pipe.c) the compiled pipelined program at its
+ * own M and schedule.  The model is docs/pipeline.md's "The model of a
+ * step"; the closed-form bubble beside the simulated one is seed 000's
+ * and Narayanan et al.'s (SC'21) (Z - 1) / (v M + Z - 1) for uniform
+ * stages, which the simulation departs from when the first and last stages
+ * carry the embedding and the head, or when the transfers are not free.
+ */
+#include "pipe_work.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Per-stage times of w on Z stages of k layers each into p (arrays of Z
+ * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
+ * zero-bubble) the backward is B and W together. */
+static void stage_times(pp_params *p, double *arr, const pipe_work *w, int z, int64_t k, bool split_w)
+{
+    double *tf = arr, *tb = arr + z, *tw = arr + 2 * z;
+    for (int s = 0; s < z; s++) {
+        double kd = (double)k;
+        tf[s] = kd * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);
+        tb[s] = kd * w->layer_b + (s == 0 ? w->pre_b : 0) + (s == z - 1 ? w->post_b : 0);
+        tw[s] = kd * w->layer_w + (s == 0 ? w->pre_w : 0) + (s == z - 1 ? w->post_w : 0);
+        if (!split_w) {
+            tb[s] += tw[s];
+            tw[s] = 0;
+        }
+    }
+    p->t_f = tf;
+    p->t_b = tb;
+    p->t_w = tw;
+}
+
+/* After the pipeline drains: each stage reduces its weight gradients and
+ * updates its params; the slowest stage ends the step.  The non-stacked
+ * params' update is counted on both the first and the last stage, since
+ * which of them holds each is not known here (an upper bound). */
+static double sync_time(const pipe_work *w, int z, int64_t k)
+{
+    double worst = 0;
+    for (int s = 0; s < z; s++) {
+        double t = (double)k * w->sync_layer + w->update_stacked / (double)z;
+        if (s == 0)
+            t += w->sync_pre;
+        if (s == z - 1)
+            t += w->sync_post;
+        if (s == 0 || s == z - 1)
+            t += w->update_other;
+        worst = fmax(worst, t);
+    }
+    return worst;
+}
+
+/* Peak bytes of the fullest stage: its share of the stacked params, their
+ * accumulated gradients and optimizer state, the others on the first and
+ * last stage (an upper bound, as in sync_time), the activations of the
+ * microbatches it holds, and the carried activation sent and received. */
+static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64_t k)
+{
+    double worst = 0;
+    for (int s = 0; s < z; s++) {
+        double b = (w->state_stacked + w->param_stacked) / (double)z;
+        if (s == 0 || s == z - 1)
+            b += w->state_other + w->param_other;
+        /* Interleaved counts (microbatch, chunk) pairs, each 1/v of the stage's layers. */
+        b += (double)plan->stage[s].peak_held_w * (double)k / (double)plan->chunks * w->act_layer +
+             2 * w->carry_bytes;
+        worst = fmax(worst, b);
+    }
+    return worst;
+}
+
+int pipe_price(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, bool dcn,
+               double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen)
+{
+    if (z < 1 || k < 1 || mb < 1) {
+        snprintf(err, errlen, "a pipeline needs at least one stage, layer and microbatch (Z = %d, %lld layers "
+                 "per stage, M = %d)", z, (long long)k, mb);
+        return -1;
+    }
+    int v = s == PP_INTERLEAVED ? 2 : 1;
+    if (s == PP_INTERLEAVED && (k % v != 0 || mb % z != 0))
+        return 1;
+    double *own = arr ? NULL : malloc(3 * (size_t)z * sizeof *own);
+    if (!arr && !own) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pp_params pp = {.stages = z, .microbatches = mb, .chunks = v, .t_p2p = pipe_work_hop(hw, w->carry_bytes, dcn)};
+    stage_times(&pp, arr ? arr : own, w, z, k, s == PP_ZERO_BUBBLE);
+    if (used)
+        *used = pp;
+    pp_plan plan;
+    int rc = pp_build(&pp, s, &plan, err, errlen);
+    free(own);
+    if (rc != 0)
+        return -1;
+    out->schedule = s;
+    out->microbatches = mb;
+    out->hop = pp.t_p2p;
+    out->pipeline = plan.step;
+    out->sync = sync_time(w, z, k);
+    out->step = out->pipeline + out->sync;
+    out->bubble = plan.bubble;
+    out->bubble_formula = s == PP_ZERO_BUBBLE ? -1 : (double)(z - 1) / ((double)v * mb + z - 1);
+    out->held = (double)plan.peak_held_w / (double)v;
+    out->memory = stage_memory(w, &plan, z, k);
+    pp_plan_free(&plan);
+    return 0;
+}

@@ -1,0 +1,106 @@
+/*
+ * pipe_work.h - the work of a pipeline stage, per microbatch, read off a
+ * compiled training program whose ops the cost pass annotated
+ * (pipe_work.c says how the backward pass splits into B and W), and the
+ * price of a step that runs it under a schedule (pipe_price.c).  Used by
+ * the cost pass for a compiled pipelined program and by `einc analyze
+ * --stages=Z` for a program not yet pipelined (docs/pipeline.md).
+ */
+#ifndef EINC_COSTMODEL_PIPE_WORK_H
+#define EINC_COSTMODEL_PIPE_WORK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "costmodel.h"
+#include "ir.h"
+#include "pipeline.h"
+
+/* Seconds and bytes per device, for the batch the module was priced at
+ * (one microbatch).  "layer" figures are per layer of the repeat block: a
+ * stage of k layers does k of each.  The first stage also runs the ops
+ * before the block (pre: the embedding, and after the backward block its
+ * gradient), the last stage the ops after it (post: the head, the loss and
+ * their gradients). */
+typedef struct pipe_work {
+    int64_t layers;                  /* |L|, the repeat block's trip count */
+    double layer_f, layer_b, layer_w; /* forward; input gradient dL/dx; weight gradient dL/dW */
+    double pre_f, pre_b, pre_w;      /* first stage only */
+    double post_f, post_b, post_w;   /* last stage only */
+    /* Collectives that reduce weight gradients (seed 000's DP AllReduce,
+     * FSDP ReduceScatter): once per step after the last microbatch, per
+     * layer / on the first / on the last stage. */
+    double sync_layer, sync_pre, sync_post;
+    /* The optimizer's update, once per step: of the stacked params (a
+     * stage updates its share) and of the others. */
+    double update_stacked, update_other;
+    double carry_bytes;              /* the activation one stage hands the next */
+    double act_layer;                /* activations the forward block keeps per layer */
+    /* Bytes of the params and optimizer state, and of the params alone
+     * (what their accumulated gradients take).  The stacked figures and
+     * update_stacked are for the whole stack of |L| layers even when the
+     * module is already pipelined (m->pipe, its stacked params' layer dim
+     * split over Z): a stage holds and updates 1/Z of them. */
+    double state_stacked, state_other;
+    double param_stacked, param_other;
+} pipe_work;
+
+/* Fills w from m, compiled with a loss and an optimizer and annotated by
+ * the cost pass: one forward repeat block and its reverse backward block.
+ * Ops are counted once per layer whatever their loop's trip count, so a
+ * pipelined module (trips |L|/Z) and an unpipelined one give the same
+ * per-layer figures.
+ * Returns 0, or -1 with a message in err (no or several repeat blocks, no
+ * backward pass, out of memory).  m is not modified. */
+int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen);
+
+/* Seconds to move `bytes` one hop between neighbouring stages: one ICI
+ * link one way plus a hop's latency (seed 001, "one hop"), or the chip's
+ * share of the data-center network when the stages are pods (`dcn`, seed
+ * 000). */
+double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn);
+
+/* One (schedule, M) priced: seconds per step, bytes per device. */
+typedef struct pipe_priced {
+    pp_schedule schedule;
+    int microbatches;  /* M */
+    double hop;        /* one stage-to-stage transfer of one microbatch's activation */
+    double pipeline;   /* the schedule's makespan over the microbatches (simulated) */
+    double sync;       /* gradient reductions and the update after it (the slowest stage) */
+    double step;       /* pipeline + sync */
+    double bubble;     /* idle share of the pipeline, as simulated (pp_plan.bubble) */
+    double bubble_formula; /* (Z - 1) / (v M + Z - 1) for uniform stages (Narayanan et al.,
+                              SC'21; seed 000); -1 for zero-bubble, whose idle time depends
+                              on W's share */
+    double held;       /* most microbatches whose activations a stage holds (interleaved:
+                          (microbatch, chunk) pairs / v, so each counts its share) */
+    double memory;     /* peak bytes of the fullest stage: params, state and activations held */
+} pipe_priced;
+
+/* Prices a step of Z stages of k layers each (k Z = w->layers), each
+ * stage doing w's work per microbatch (the module priced at one
+ * microbatch), M microbatches under schedule s, stage-to-stage transfers
+ * one ICI hop or over DCN (pipe_work_hop):
+ *
+ *  - per-stage F, B (and W for zero-bubble, else B includes W) are k
+ *    layers' worth plus pre on stage 0 and post on stage Z - 1;
+ *  - pp_build simulates the schedule (passes/costmodel/pipeline.h);
+ *  - after the pipeline drains each stage reduces its weight gradients and
+ *    updates its params once (not overlapped: Megatron-LM's default); the
+ *    slowest stage ends the step.  The non-stacked params' update and
+ *    state are counted on both the first and last stage (an upper bound);
+ *  - memory of the fullest stage: 1/Z of the stacked params, their
+ *    gradients and state, the others on the first and last stage, the
+ *    activations of the microbatches it holds (seed 000: GPipe M, 1F1B at
+ *    most Z) and the send and receive buffers.
+ *
+ * Interleaved uses v = 2 chunks per device.  `arr` (3 Z doubles: t_f, t_b,
+ * t_w) and `used` (the pp_params simulated, pointing into arr) may both be
+ * NULL; then the times live only during the call.  Returns 0; 1 when the
+ * pair does not apply (interleaved needs an even k and M a multiple of Z);
+ * -1 with a message in err (Z < 1, k < 1, M < 1, pp_build's errors, out of
+ * memory). */
+int pipe_price(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, bool dcn,
+               double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""test_pipe_cost.py - the cost pass's step of a compiled pipelined program
+(passes/cost_pipe.c, docs/pipeline.md "The cost of a compiled pipelined
+program"), read from `--dump-ir=json` totals.pipeline.
+
+On a residual MLP stack pipelined over Z = 2 stages of 4 layers whose
+stages do the same work (tests/cost/pipeline/pp_uniform_mlp.ein), for
+gpipe and 1f1b and M = 1, 2, 4, 8:
+  - accounting at M = 1: the stages run one after the other, so the
+    pipeline is Z stage-times, the first and last stages' extras and
+    2 (Z - 1) hops, exactly;
+  - the bubble is (Z - 1) / (M + Z - 1) within 1% (the stages are uniform
+    within 1%, checked first), and the pipeline lies between the uniform
+    closed form (M + Z - 1)(F + B) and that plus every extra and hop;
+  - the per-microbatch work shrinks as 1/M (the module is one microbatch)
+    and the step decreases with M;
+  - GPipe holds M microbatches, 1F1B min(Z, M), and 1F1B's fullest stage
+    needs less memory than GPipe's when M > Z; at M <= Z they agree;
+  - the hop is one ICI link's (latency + bytes / one-way bandwidth), or
+    the chip's DCN share when the pipeline axis is `over dcn` (TPU v5p);
+  - an unpipelined program has no totals.pipeline, and --dump-cost prints
+    the pipeline section.
+"""
+import json
+import os
+import sys
+import tempfile
+
+from einc_checks import Checks, run
+
+check = Checks()
+Z = 2
+
+
+def pipe_totals(einc, prog, hw, *extra):
+    """totals.pipeline of `prog` compiled with `extra`, or None."""
+    rc, out, err = run(einc, prog, "--hw", hw, "--dump-ir=json", *extra)
+    check(rc == 0, f"{os.path.basename(prog)} {' '.join(extra)} compiles ({err.strip()[:200]})")
+    if rc != 0:
+        return None
+    return json.loads(out)["totals"].get("pipeline")
+
+
+def close(a, b, rel):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+
+
+def main():
+    einc, src = sys.argv[1], sys.argv[2]
+    prog = os.path.join(src, "tests", "cost", "pipeline", "pp_uniform_mlp.ein")
+    rows = {}
+    for s in ("gpipe", "1f1b"):
+        for m in (1, 2, 4, 8):
+            p = pipe_totals(einc, prog, "host", f"--microbatches={m}", f"--schedule={s}")
+            check(p is not None, f"{s} M={m}: totals.pipeline present")
+            if p is None:
+                return
+            rows[(s, m)] = p
+            check(p["stages"] == Z and p["microbatches"] == m and p["schedule"] == s,
+                  f"{s} M={m}: stages, microbatches and schedule recorded")
+            f, b = p["stage_forward_time"], p["stage_backward_time"]
+            extra = p["first_stage_extra"] + p["last_stage_extra"]
+            check(extra <= 0.01 * (f + b), f"{s} M={m}: stages uniform within 1% ({extra:.3g} s of {f + b:.3g} s)")
+            check(abs(p["bubble_formula"] - (Z - 1) / (m + Z - 1)) < 1e-12, f"{s} M={m}: formula (Z-1)/(M+Z-1)")
+            check(abs(p["bubble"] - p["bubble_formula"]) <= 0.01,
+                  f"{s} M={m}: bubble {p['bubble']:.4f} simulated vs {p['bubble_formula']:.4f}")
+            lo = (m + Z - 1) * (f + b)
+            hi = lo + m * extra + 2 * m * Z * p["hop_time"]
+            check(lo <= p["pipeline_time"] <= hi,
+                  f"{s} M={m}: pipeline {p['pipeline_time']:.6g} s within [{lo:.6g}, {hi:.6g}]")
+            check(close(p["step_time"], p["pipeline_time"] + p["sync_time"], 1e-12),
+                  f"{s} M={m}: step = pipeline + sync and update")
+            check(p["held_microbatches"] == (m if s == "gpipe" else min(Z, m)),
+                  f"{s} M={m}: holds {p['held_microbatches']} microbatches")
+
+    for s in ("gpipe", "1f1b"):
+        p = rows[(s, 1)]
+        serial = Z * (p["stage_forward_time"] + p["stage_backward_time"]) + p["first_stage_extra"] + \
+            p["last_stage_extra"] + 2 * (Z - 1) * p["hop_time"]
+        check(close(p["pipeline_time"], serial, 1e-9),
+              f"{s} M=1: pipeline {p['pipeline_time']:.9g} s = the stages in turn {serial:.9g} s")
+        steps = [rows[(s, m)]["step_time"] for m in (1, 2, 4, 8)]
+        check(all(a > b for a, b in zip(steps, steps[1:])), f"{s}: the step decreases with M: {steps}")
+        for m in (2, 4, 8):
+            r = rows[(s, m)]["stage_forward_time"] / rows[(s, 1)]["stage_forward_time"]
+            check(0.8 / m <= r <= 1.25 / m, f"{s} M={m}: a microbatch's forward is about 1/M of the batch's ({r:.3f})")
+        sync = {rows[(s, m)]["sync_time"] for m in (1, 2, 4, 8)}
+        check(max(sync) - min(sync) <= 1e-9 * max(sync), f"{s}: gradient sync and update once per step, whatever M")
+    for m in (1, 2, 4, 8):
+        g, o = rows[("gpipe", m)]["stage_memory"], rows[("1f1b", m)]["stage_memory"]
+        if m > Z:
+            check(o < g, f"M={m} > Z: 1f1b's stage needs less memory ({o:.0f} B) than gpipe's ({g:.0f} B)")
+        else:
+            check(o == g, f"M={m} <= Z: 1f1b and gpipe hold the same ({o:.0f} B)")
+        check(close(rows[("gpipe", m)]["pipeline_time"], rows[("1f1b", m)]["pipeline_time"], 0.01),
+              f"M={m}: gpipe and 1f1b take the same time on uniform stages")
+
+    # The hop: one microbatch's carried activation, rows |B| / M / X of D f32.
+    hw = json.load(open(os.path.join(src, "hw", "tpu-v5p.json")))
+    m = 2
+    carry = 512 // m // 2 * 256 * 4
+    ici = pipe_totals(einc, prog, "tpu-v5p", f"--microbatches={m}")
+    with open(prog) as f:
+        text = f.read()
+    with tempfile.TemporaryDirectory() as d:
+        dcn_prog = os.path.join(d, "pp_dcn.ein")
+        with open(dcn_prog, "w") as f:
+            f.write(text.replace("mesh Z = 2, X = 2", "mesh Z = 2 over dcn, X = 2"))
+        dcn = pipe_totals(einc, dcn_prog, "tpu-v5p", f"--microbatches={m}")
+    if ici and dcn:
+        want = hw["ici_latency"] + carry / hw["ici_oneway_bandwidth"]
+        check(close(ici["hop_time"], want, 1e-9), f"ICI hop {ici['hop_time']:.6g} s = latency + bytes / link {want:.6g} s")
+        want = carry / hw["dcn_bandwidth"]
+        check(close(dcn["hop_time"], want, 1e-9), f"DCN hop {dcn['hop_time']:.6g} s = bytes / W_dcn {want:.6g} s")
+        check(dcn["pipeline_time"] > ici["pipeline_time"], "slower hops lengthen the pipeline")
+
+    # Not pipelined: no pipeline member.  --dump-cost prints the section.
+    flat = os.path.join(src, "tests", "cost", "pipeline", "dp_layers_v5p.ein")
+    rc, out, err = run(einc, flat, "--hw", "tpu-v5p", "--dump-ir=json")
+    check(rc == 0 and "pipeline" not in json.loads(out)["totals"], "an unpipelined program has no totals.pipeline")
+    rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=gpipe")
+    check(rc == 0 and "pipeline: 2 stages x 4 layers, 4 microbatches, schedule gpipe: step" in out and
+          "by (Z-1)/(M+Z-1)" in out, "--dump-cost prints the pipeline section")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(check.exit_status())
