@@ -65,6 +65,9 @@ typedef struct pp_ctx {
     int *slot;           /* per value: its place in a frame, or -1 */
     int nslots;
     int first_end;       /* index of the first op of item 'E' (p->nops if none) */
+    bool trains;         /* a training step; else forwards only (bb = be = nops) */
+    bool *rows;          /* per value: an output with the batch dim first, whose
+                            microbatches are placed rather than summed */
 } pp_ctx;
 
 /* The op `i`'s emission point: the op it is fused into (followed to the
@@ -99,6 +102,11 @@ static bool classify(pp_ctx *x, diag_ctx *d)
             return fail(d, "more than one forward or backward loop over the layers");
         *slot = i;
     }
+    /* Inference runs forwards only: no backward loop, which the
+     * conditions below see as one past the last op. */
+    x->trains = x->bb >= 0;
+    if (!x->trains && x->be < 0)
+        x->bb = x->be = n;
     if (x->fb < 0 || x->fe < x->fb || x->bb < x->fe || x->be < x->bb)
         return fail(d, "it needs a forward loop over the layers and, after it, their backward loop");
     for (int i = 0; i < n; i++) {
@@ -175,10 +183,15 @@ static bool classify(pp_ctx *x, diag_ctx *d)
     for (int j = 0; j < m->noutputs; j++) {
         const ir_value *v = m->outputs[j].value;
         int def = p->def_index[v->id];
-        if (m->outputs[j].update ? def >= 0 && x->item[def] != 'E' : def < 0 || v->type.rank > 0)
-            return fail(d, "its outputs are its loss (a scalar) and its updates");
-        if (!m->outputs[j].update)
+        bool batched = v->type.rank > 0 && v->type.dims[0] == m->pipe.batch_dim;
+        if (m->outputs[j].update ? def >= 0 && x->item[def] != 'E'
+                                 : def < 0 || (x->trains ? v->type.rank > 0 : !batched))
+            return fail(d, x->trains ? "its outputs are its loss (a scalar) and its updates"
+                                     : "every output of a pipelined forward has the batch dim first");
+        if (!m->outputs[j].update) {
             x->acc[v->id] = true;
+            x->rows[v->id] = batched;
+        }
     }
     /* The stages each op runs on, from its readers (reverse order). */
     for (int i = n - 1; i >= 0; i--) {
@@ -248,7 +261,7 @@ static void segment(pp_ctx *x)
     }
     /* What crosses between stages: the loops' carried values. */
     const int ends[4] = {x->fb, x->fe, x->bb, x->be};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < (x->trains ? 4 : 2); k++) {
         const ir_op *op = p->ops[ends[k]];
         int v = (k % 2 == 0 ? op->operands[0] : op->result)->id;
         if (x->slot[v] < 0)
@@ -320,13 +333,22 @@ static void guard_close(pp_emit *e, LLVMBasicBlockRef after)
     LLVMPositionBuilderAtEnd(e->c->b, after);
 }
 
-/* acc[v] += buf, elementwise over v's per-device block. */
+/* acc[v] += buf, elementwise over v's per-device block; for an output
+ * with the batch dim first, the microbatch's rows go to their place in
+ * the whole batch's block instead. */
 static void accumulate(pp_emit *e, const ir_value *v)
 {
     cg_ctx *c = e->c;
     int64_t n = ir_local_elems(e->x->m, &v->type);
     if (n <= 0)
         return;
+    if (e->x->rows[v->id]) {
+        int64_t bytes = ir_local_bytes(e->x->m, &v->type);
+        LLVMValueRef off = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e->mb, c->t.i64, ""), cg_i64(c, bytes), "");
+        LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->accbuf[v->id], &off, 1, "");
+        LLVMBuildMemCpy(c->b, dst, 1, e->f->buf[v->id], 1, cg_i64(c, bytes));
+        return;
+    }
     LLVMTypeRef ct = v->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
     cg_for l = cg_for_begin(c, e->f, n);
     LLVMValueRef a = cg_load_elem(c, ct, e->accbuf[v->id], v->type.dtype, l.phi);
@@ -507,12 +529,18 @@ static void reduce_over_stages(pp_emit *e, const ir_value *v)
     d.rank = v->type.rank;
     cg_local_shape(m, &v->type, d.in_shape);
     cg_local_shape(m, &v->type, d.out_shape);
+    int64_t bytes = ir_local_bytes(m, &v->type);
+    if (e->x->rows[v->id]) { /* the whole batch's rows */
+        d.in_shape[0] *= m->pipe.microbatches;
+        d.out_shape[0] *= m->pipe.microbatches;
+        bytes *= m->pipe.microbatches;
+    }
     d.dim = d.dim2 = -1;
     d.op_id = e->x->p->def_index[v->id];
     d.reduce_op = RT_REDUCE_SUM;
     for (int a = 0; a < RT_MAX_AXES; a++)
         d.axis_dim[a] = d.axis_dim2[a] = -1;
-    LLVMValueRef args[] = {e->f->dev, cg_i64(c, ir_local_bytes(m, &v->type))};
+    LLVMValueRef args[] = {e->f->dev, cg_i64(c, bytes)};
     LLVMValueRef sum = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, v->tensor);
     LLVMValueRef cargs[] = {e->f->dev, cg_coll_desc_const(c, &d, "stage_sum"), e->accbuf[v->id], sum};
     LLVMBuildCall2(c->b, c->rt.coll_ty, c->rt.coll, cargs, 4, "");
@@ -568,6 +596,7 @@ static void ctx_init(pp_ctx *x, const ir_module *m, const cg_plan *p)
     x->avail = cg_calloc(nv, 1);
     x->acc = cg_calloc(nv, sizeof(bool));
     x->slot = cg_calloc(nv, sizeof(int));
+    x->rows = cg_calloc(nv, sizeof(bool));
 }
 
 static void ctx_free(pp_ctx *x)
@@ -579,6 +608,7 @@ static void ctx_free(pp_ctx *x)
     free(x->avail);
     free(x->acc);
     free(x->slot);
+    free(x->rows);
 }
 
 bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d)
@@ -635,7 +665,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     for (int v = 0; v < nv; v++) {
         if (!x.acc[v])
             continue;
-        int64_t bytes = ir_local_bytes(m, &m->values[v]->type);
+        int64_t bytes = ir_local_bytes(m, &m->values[v]->type) * (x.rows[v] ? pp->microbatches : 1);
         LLVMValueRef args[] = {f->dev, cg_i64(c, bytes)};
         e.accbuf[v] = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, "acc");
         LLVMBuildMemSet(c->b, e.accbuf[v], LLVMConstInt(c->t.i8, 0, 0), cg_i64(c, bytes), 8);
@@ -676,15 +706,19 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     emit_range(&e, out, x.fb, x.fe, 'F');
     hop(&e, p->ops[x.fe]->result, true, +1, ST_FIRST | ST_MID, 0);
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'F');
+    if (!x.trains) /* what a stage never freed itself */
+        release_frame(&e);
     LLVMBuildBr(c->b, join);
 
     LLVMPositionBuilderAtEnd(c->b, bblk);
     memcpy(f->buf, views, (size_t)nv * sizeof *views);
+    if (x.trains) {
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
     hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
     emit_range(&e, out, x.bb, x.be, 'B');
     hop(&e, p->ops[x.be]->result, true, -1, ST_MID | ST_LAST, 1);
     emit_range(&e, out, x.be + 1, n - 1, 'B');
+    }
     release_frame(&e);
     LLVMBuildBr(c->b, join);
     LLVMPositionBuilderAtEnd(c->b, join);
@@ -708,6 +742,21 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     for (int i = x.first_end; i < n; i++)
         if (x.at[i] == i && x.item[i] == 'E')
             i = cg_run_op(c, f, out, &lp, i);
+    /* A forward's outputs hold the whole batch: copied out here, at
+     * M times a microbatch's bytes (the tail copies one value's). */
+    for (int j = 0; j < m->noutputs; j++) {
+        const ir_value *v = m->outputs[j].value;
+        int k = p->rt_output[j];
+        if (k < 0 || !x.rows[v->id] || e.end.out_index[v->id] >= 0)
+            continue;
+        LLVMValueRef dst = cg_load_ptr_at(c, out, k, m->outputs[j].name);
+        LLVMBuildMemCpy(c->b, dst, 1, f->buf[v->id], 1,
+                        cg_i64(c, ir_local_bytes(m, &v->type) * pp->microbatches));
+        LLVMValueRef args[] = {f->dev, f->buf[v->id]};
+        LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, args, 2, "");
+        f->buf[v->id] = dst;
+        e.end.out_index[v->id] = k;
+    }
     cg_emit_run_tail(c, f, in, out);
     f->plan = p;
     free(e.fb.last_use);

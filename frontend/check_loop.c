@@ -245,10 +245,8 @@ void fe_check_pipeline(fe_checker *c, const ast_program *prog)
     const ir_axis *z = &c->m->mesh.axes[pp->axis];
     const ir_dimdef *L = &c->m->dims[pp->dim];
     const ast_stmt *first = NULL;
-    bool trains = false;
     for (int i = 0; i < prog->nstmts; i++) {
         const ast_stmt *s = prog->stmts[i];
-        trains |= s->kind == AST_S_OPTIMIZE;
         if (s->kind != AST_S_REPEAT)
             continue;
         if (first) {
@@ -258,10 +256,6 @@ void fe_check_pipeline(fe_checker *c, const ast_program *prog)
         }
         first = s;
     }
-    if (!trains)
-        diag_error(c->diag, pp->loc, "'%s' pipelines the layers of '%s' over mesh axis %c, but the "
-                   "program does not train: only a training step can be pipelined so far (an "
-                   "'optimize' line)", pp->stacked, L->name, z->name);
     for (int i = 0; i < c->tensors.cap; i++) {
         const fe_tensor *t = c->tensors.keys[i] ? c->tensors.vals[i] : NULL;
         if (!t || t->bad)

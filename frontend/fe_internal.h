@@ -190,10 +190,10 @@ void fe_check_blocks_closed(fe_checker *c);
 bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_dtype dt,
                      bool constrained, const ir_sharding *sh, bool ok);
 /* Pipeline parallelism (a stacked tensor's layer dim sharded over a mesh
- * axis), once the whole program is read: there is one repeat block, the program trains and keeps no
- * state, every tensor stacked on the layer dim is split over the same axis,
- * that axis shards nothing else, and nothing reads the stacked tensors
- * whole outside the block (check_loop.c). */
+ * axis), once the whole program is read: there is one repeat block, the
+ * program keeps no state, every tensor stacked on the layer dim is split
+ * over the same axis, that axis shards nothing else, and nothing reads the
+ * stacked tensors whole outside the block (check_loop.c). */
 void fe_check_pipeline(fe_checker *c, const ast_program *prog);
 /* A reference `t` to tensor `s` inside the open block: whether it is one
  * layer of a tensor stacked on the block's dim (written without that dim),

@@ -28,6 +28,13 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     memset(t, 0, sizeof *t);
     if (m->pipe.axis < 0 || m->pipe.axis >= m->mesh.naxes || m->pipe.microbatches <= 0)
         return 0;
+    /* A pipelined forward (inference) is not priced by schedule yet: its
+     * totals stay one microbatch's forward on one stage. */
+    bool backward = false;
+    for (const ir_op *op = m->first; op && !backward; op = op->next)
+        backward = op->kind == IR_OP_LOOPBEGIN && op->u.loop.reverse;
+    if (!backward)
+        return 0;
     pipe_work w;
     if (pipe_work_of(m, &w, err, errlen) != 0)
         return -1;

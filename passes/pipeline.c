@@ -227,6 +227,42 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M)
     return ok;
 }
 
+/* Whether the program trains: a backward loop over the layers. */
+static bool trains(const ir_module *m)
+{
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_LOOPBEGIN && op->u.loop.reverse && op->u.loop.dim == m->pipe.dim)
+            return true;
+    return false;
+}
+
+/* A forward's order: stage z runs F0 .. F(M-1), and its table (stage z
+ * starts z slots late, as the first activation reaches it). */
+static void keep_forward_order(ir_module *m, int Z, int M)
+{
+    ir_pipeline *pp = &m->pipe;
+    pp->nitems = M;
+    pp->order = ir_alloc(&m->arena, (size_t)Z * (size_t)M * sizeof *pp->order);
+    int width = M > 10 ? 3 : 2;
+    size_t cap = (size_t)Z * ((size_t)(Z + M) * (size_t)(width + 1) + 16) + 1, n = 0;
+    char *t = ir_alloc(&m->arena, cap);
+    for (int z = 0; z < Z; z++) {
+        n += (size_t)snprintf(t + n, cap - n, "stage %d |", z);
+        for (int s = 0; s < Z - 1 + M; s++) {
+            char cell[16];
+            int mb = s - z;
+            snprintf(cell, sizeof cell, mb >= 0 && mb < M ? "F%d" : ".", mb);
+            n += (size_t)snprintf(t + n, cap - n, " %-*s", s + 1 < Z - 1 + M ? width : 0, cell);
+        }
+        n += (size_t)snprintf(t + n, cap - n, "\n");
+        for (int k = 0; k < M; k++)
+            pp->order[z * M + k] = (ir_pipe_item){'F', k};
+    }
+    pp->table = t;
+}
+
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule);
+
 int pass_pipeline(pass_ctx *ctx, ir_module *m)
 {
     ir_pipeline *pp = &m->pipe;
@@ -299,7 +335,27 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
                    "yet: a pipelined program runs gpipe or 1f1b", sv);
         return 1;
     }
-    /* The order only depends on the schedule, Z and M; unit times. */
+    if (!trains(m)) {
+        /* Forwards only: every schedule is GPipe's forward half, each
+         * stage running F0 .. F(M-1) as the activations arrive. */
+        keep_forward_order(m, Z, M);
+        pp->schedule_name = "forward";
+    } else if (keep_schedule(ctx, m, Z, M, schedule) != 0) {
+        return 1;
+    }
+    pp->microbatches = M;
+    pp->schedule = schedule;
+    pp->batch_dim = B;
+    pp->batch_size = batch;
+    m->dims[B].size = batch / M;
+    return 0;
+}
+
+/* Stage z's items of `schedule` for Z stages and M microbatches (pp_build
+ * with unit times: the order depends on nothing else), and its table. */
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule)
+{
+    ir_pipeline *pp = &m->pipe;
     double *t = malloc((size_t)Z * 2 * sizeof *t);
     if (!t) {
         diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
@@ -322,10 +378,5 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     keep_table(m, &plan);
     pp_plan_free(&plan);
     pp->schedule_name = pp_schedule_name((pp_schedule)schedule);
-    pp->microbatches = M;
-    pp->schedule = schedule;
-    pp->batch_dim = B;
-    pp->batch_size = batch;
-    m->dims[B].size = batch / M;
     return 0;
 }

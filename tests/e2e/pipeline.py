@@ -19,7 +19,9 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    unsharded, unpipelined reference built into the executable, with the
    tolerance of the example's `# check-run:` line; gpipe and 1f1b,
    M = 2 and 4, on threads.
-3. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
+3. Pipelined inference: examples/llama2_13b.ein's forward with its layers
+   on Z (mesh Z=2, Y=2), M = 1, 2, 4, its logits under `--check`.
+4. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b.
 
@@ -206,19 +208,21 @@ def run_mlp(a, work, tally):
                      (title, STEPS, want_losses[0], want_losses[-1]), "\n".join(problems))
 
 
-def llama_source(a, work):
-    """The training example with its layers pipelined over Z and its heads
-    and MLP on Y, and the -D flags and run flags of its check lines."""
-    with open(a.example) as f:
+def llama_source(a, work, example=None):
+    """The training example (or `example`) with its layers pipelined over Z
+    and its heads and MLP on Y, and the -D flags and run flags of its check
+    lines."""
+    with open(example or a.example) as f:
         text = f.read()
     dims = re.search(r"^# check-with:(.*)$", text, re.M).group(1).split()
-    check_run = re.search(r"^# check-run:(.*)$", text, re.M).group(1).split()
+    run = re.search(r"^# check-run:(.*)$", text, re.M)
+    check_run = run.group(1).split() if run else []
     # The batch of 4 splits into 2 and 4 microbatches, and 2 layers over
     # the 2 stages.
     dims = [{"B=2": "B=4", "L=3": "L=2"}.get(d, d) for d in dims]
     text = text.replace("mesh X = 2, Y = 2", "mesh Z = 2, Y = 2").replace("B_X", "B")
     text = text.replace("[L, ", "[L_Z, ")
-    src = os.path.join(work, "llama_pp.ein")
+    src = os.path.join(work, os.path.basename(example or a.example))
     with open(src, "w") as f:
         f.write(text)
     return src, dims, check_run
@@ -242,6 +246,28 @@ def run_llama(a, work, tally):
         ok = rc == 0 and worst is not None
         tally.result(ok, "%s: %s" % (title, worst.group(0) if worst else "no check line"),
                      out[-3000:])
+
+
+def run_forward(a, work, tally):
+    """Pipelined inference: examples/llama2_13b.ein's forward (the logits
+    of every position) with its layers on Z, under --check: each stage
+    runs F0 .. F(M-1), the last stage's logits land at their microbatch's
+    rows and reach every stage."""
+    src, dims, check_run = llama_source(a, work, os.path.join(os.path.dirname(a.example),
+                                                              "llama2_13b.ein"))
+    threads = [4] if a.quick else [1, 2, 4]
+    for rt, m in selected(a, threads, [2]):
+        title = "llama forward, M=%d (%s)" % (m, rt)
+        exe = os.path.join(work, "fwd_" + rt)
+        rc, out = compile_prog(a, src, exe, dims + ["--microbatches=%d" % m], rt)
+        if rc != 0:
+            tally.result(False, title + ": einc", out)
+            continue
+        launch = mpi_launch(a.mpirun, 4) if rt == "mpi" else []
+        rc, out = run_merged(launch + [exe, "--random-inputs", "1", "--check"] + check_run)
+        worst = re.search(r"check Logits: max_rel_err=\S+", out)
+        tally.result(rc == 0 and worst is not None,
+                     "%s: %s" % (title, worst.group(0) if worst else "no check line"), out[-3000:])
 
 
 def peak_bytes(out, dev):
@@ -283,6 +309,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="einc-pipeline-") as work:
         run_mlp(a, work, tally)
         run_llama(a, work, tally)
+        run_forward(a, work, tally)
         if not a.mpi_only:
             run_stats(a, work, tally)
     return tally.finish()
