@@ -228,24 +228,29 @@ def llama_source(a, work, example=None):
     return src, dims, check_run
 
 
+def checked(a, tally, title, src, exe, flags, rt, check_run, pattern):
+    """Compiles `src` with `flags` for runtime `rt`, runs it under --check
+    (4 MPI ranks for mpi) and records whether it passed; `pattern` finds
+    the check line the title quotes.  The run exits 1 on a mismatch."""
+    rc, out = compile_prog(a, src, exe, flags, rt)
+    if rc != 0:
+        tally.result(False, title + ": einc", out)
+        return
+    launch = mpi_launch(a.mpirun, 4) if rt == "mpi" else []
+    rc, out = run_merged(launch + [exe, "--random-inputs", "1", "--check"] + check_run)
+    worst = re.search(pattern, out)
+    tally.result(rc == 0 and worst is not None,
+                 "%s: %s" % (title, worst.group(0) if worst else "no check line"), out[-3000:])
+
+
 def run_llama(a, work, tally):
     src, dims, check_run = llama_source(a, work)
     threads = [("1f1b", 4)] if a.quick else [(s, m) for s in ("gpipe", "1f1b") for m in (2, 4)]
     for rt, (sched, m) in selected(a, threads, [("1f1b", 2)]):
-        title = "llama %s, M=%d (%s)" % (sched, m, rt)
-        exe = os.path.join(work, "llama_" + rt)
-        rc, out = compile_prog(a, src, exe, dims + ["--microbatches=%d" % m,
-                                                    "--schedule=" + sched], rt)
-        if rc != 0:
-            tally.result(False, title + ": einc", out)
-            continue
-        launch = mpi_launch(a.mpirun, 4) if rt == "mpi" else []
-        rc, out = run_merged(launch + [exe, "--random-inputs", "1", "--check"] + check_run)
-        # The run exits 1 on a mismatch; its summary line names the worst output.
-        worst = re.search(r"check: largest max_rel_err=.*", out)
-        ok = rc == 0 and worst is not None
-        tally.result(ok, "%s: %s" % (title, worst.group(0) if worst else "no check line"),
-                     out[-3000:])
+        # The summary line names the worst output.
+        checked(a, tally, "llama %s, M=%d (%s)" % (sched, m, rt), src, os.path.join(work, "llama_" + rt),
+                dims + ["--microbatches=%d" % m, "--schedule=" + sched], rt, check_run,
+                r"check: largest max_rel_err=.*")
 
 
 def run_forward(a, work, tally):
@@ -257,17 +262,8 @@ def run_forward(a, work, tally):
                                                               "llama2_13b.ein"))
     threads = [4] if a.quick else [1, 2, 4]
     for rt, m in selected(a, threads, [2]):
-        title = "llama forward, M=%d (%s)" % (m, rt)
-        exe = os.path.join(work, "fwd_" + rt)
-        rc, out = compile_prog(a, src, exe, dims + ["--microbatches=%d" % m], rt)
-        if rc != 0:
-            tally.result(False, title + ": einc", out)
-            continue
-        launch = mpi_launch(a.mpirun, 4) if rt == "mpi" else []
-        rc, out = run_merged(launch + [exe, "--random-inputs", "1", "--check"] + check_run)
-        worst = re.search(r"check Logits: max_rel_err=\S+", out)
-        tally.result(rc == 0 and worst is not None,
-                     "%s: %s" % (title, worst.group(0) if worst else "no check line"), out[-3000:])
+        checked(a, tally, "llama forward, M=%d (%s)" % (m, rt), src, os.path.join(work, "fwd_" + rt),
+                dims + ["--microbatches=%d" % m], rt, check_run, r"check Logits: max_rel_err=\S+")
 
 
 def peak_bytes(out, dev):
