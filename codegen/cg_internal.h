@@ -190,6 +190,10 @@ typedef struct cg_fn {
     LLVMValueRef row_idx[IR_MAX_RANK];
     LLVMValueRef stream_stage; /* NULL, or fn's stage of CG_STREAM_CHUNK_BYTES (an entry
                                   alloca) that every streamed loop nest of fn shares */
+    /* A pipelined run (pipeline.c): per value id, the buffer a LayerStack
+     * adds each layer's block into rather than copying it (a gradient
+     * summed over the microbatches), or NULL; NULL array otherwise. */
+    LLVMValueRef *stack_sum;
 } cg_fn;
 
 /* The LLVM loop of the repeated block being emitted. */
@@ -219,6 +223,10 @@ LLVMValueRef cg_load_ptr_at(cg_ctx *c, LLVMValueRef arr, int k, const char *name
 void cg_emit_run_tail(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out);
 
 /* ---- pipeline.c ---- */
+
+/* dst[i] += src[i] for the n elements of `dtype` (f32, f64; bf16 in f32,
+ * rounded back) at dst and src: a sum over a pipeline's microbatches. */
+void cg_emit_add_into(cg_ctx *c, cg_fn *f, LLVMValueRef dst, LLVMValueRef src, int64_t n, ir_dtype dtype);
 
 /* Emits the body of the run function of a pipelined program (m->pipe,
  * docs/pipeline.md) into f, its tail included: each stage runs its

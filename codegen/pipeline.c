@@ -333,6 +333,18 @@ static void guard_close(pp_emit *e, LLVMBasicBlockRef after)
     LLVMPositionBuilderAtEnd(e->c->b, after);
 }
 
+void cg_emit_add_into(cg_ctx *c, cg_fn *f, LLVMValueRef dst, LLVMValueRef src, int64_t n, ir_dtype dtype)
+{
+    if (n <= 0)
+        return;
+    LLVMTypeRef ct = dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    cg_for l = cg_for_begin(c, f, n);
+    LLVMValueRef a = cg_load_elem(c, ct, dst, dtype, l.phi);
+    LLVMValueRef b = cg_load_elem(c, ct, src, dtype, l.phi);
+    cg_store_elem(c, ct, LLVMBuildFAdd(c->b, a, b, ""), dtype, dst, l.phi);
+    cg_for_end(c, f, &l);
+}
+
 /* acc[v] += buf, elementwise over v's per-device block; for an output
  * with the batch dim first, the microbatch's rows go to their place in
  * the whole batch's block instead. */
@@ -349,12 +361,7 @@ static void accumulate(pp_emit *e, const ir_value *v)
         LLVMBuildMemCpy(c->b, dst, 1, e->f->buf[v->id], 1, cg_i64(c, bytes));
         return;
     }
-    LLVMTypeRef ct = v->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
-    cg_for l = cg_for_begin(c, e->f, n);
-    LLVMValueRef a = cg_load_elem(c, ct, e->accbuf[v->id], v->type.dtype, l.phi);
-    LLVMValueRef b = cg_load_elem(c, ct, e->f->buf[v->id], v->type.dtype, l.phi);
-    cg_store_elem(c, ct, LLVMBuildFAdd(c->b, a, b, ""), v->type.dtype, e->accbuf[v->id], l.phi);
-    cg_for_end(c, e->f, &l);
+    cg_emit_add_into(c, e->f, e->accbuf[v->id], e->f->buf[v->id], n, v->type.dtype);
 }
 
 /* After emitting ops lo..hi (outside a loop body, or a loop's stacks
@@ -415,7 +422,7 @@ static void emit_segment(pp_emit *e, LLVMValueRef out, int lo, int hi)
             for (int k = p->def_index[p->ops[i]->u.loop.begin->result->id] + 1; k < i; k++)
                 if (p->ops[k]->kind == IR_OP_LAYERSTACK) {
                     touched[p->ops[k]->result->id] = true;
-                    if (x->acc[p->ops[k]->result->id])
+                    if (x->acc[p->ops[k]->result->id] && !e->f->stack_sum[p->ops[k]->result->id])
                         accumulate_defs(e, k, k, true);
                 }
         i = j;
@@ -670,6 +677,16 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
         e.accbuf[v] = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, "acc");
         LLVMBuildMemSet(c->b, e.accbuf[v], LLVMConstInt(c->t.i8, 0, 0), cg_i64(c, bytes), 8);
     }
+    /* A gradient stacked by the backward loop and read only by the update
+     * is summed there, layer by layer, straight into its accumulator: one
+     * pass over it per microbatch rather than a stack and then a sum. */
+    f->stack_sum = cg_calloc((size_t)nv, sizeof *f->stack_sum);
+    for (int i = 0; i < n; i++) {
+        int v = p->ops[i]->result->id;
+        if (p->ops[i]->kind == IR_OP_LAYERSTACK && x.acc[v] && !x.rows[v] && x.slot[v] < 0 &&
+            e.fb.last_use[v] > n)
+            f->stack_sum[v] = e.accbuf[v];
+    }
     /* The schedule: stage z's items from z * nitems, mb * 2 + (B). */
     int32_t *codes = cg_calloc((size_t)Z * (size_t)pp->nitems, sizeof *codes);
     for (int k = 0; k < Z * pp->nitems; k++)
@@ -759,6 +776,8 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     }
     cg_emit_run_tail(c, f, in, out);
     f->plan = p;
+    free(f->stack_sum);
+    f->stack_sum = NULL;
     free(e.fb.last_use);
     free(e.fb.out_index);
     free(e.end.last_use);

@@ -253,6 +253,10 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
         const ir_op *s = p->ops[j];
         if (s->kind != IR_OP_LAYERSTACK)
             continue;
+        if (f->stack_sum && f->stack_sum[s->result->id]) { /* summed into (pipeline.c) */
+            f->buf[s->result->id] = f->stack_sum[s->result->id];
+            continue;
+        }
         if (p->out_index[s->result->id] >= 0) { /* filled in place */
             f->buf[s->result->id] = cg_load_ptr_at(c, out, p->out_index[s->result->id], s->result->tensor);
             continue;
@@ -321,7 +325,11 @@ static void emit_layer_stack(cg_ctx *c, cg_fn *f, const ir_op *op, int i, const 
     LLVMValueRef off = LLVMBuildMul(c->b, lp->index, cg_i64(c, bytes), "stack.off");
     LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, f->buf[op->result->id], &off, 1, "");
     call_mark(c, f, c->rt.op_begin, i);
-    LLVMBuildMemCpy(c->b, dst, 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
+    if (f->stack_sum && f->stack_sum[op->result->id])
+        cg_emit_add_into(c, f, dst, f->buf[op->operands[0]->id], ir_local_elems(f->m, &op->operands[0]->type),
+                         op->operands[0]->type.dtype);
+    else
+        LLVMBuildMemCpy(c->b, dst, 1, f->buf[op->operands[0]->id], 1, cg_i64(c, bytes));
     call_mark(c, f, c->rt.op_end, i);
     cg_free_dead(c, f, i, -1, f->plan->nops);
 }

@@ -721,13 +721,10 @@ static void test_repeat_errors(void)
                "t.ein:7:23: error: tensor 'U' has 3 dims but 2 are given; inside 'repeat L' that would be one layer of a tensor stacked on 'L', but the first dim of 'U' is 'K'\n"
                 "      X[B, D] = X[B, E] * U[E, D]\n"
                 "                          ^\n");
-    /* L sharded: a pipeline (docs/pipeline.md), which trains, and splits
-     * every tensor stacked on L */
+    /* L sharded: a pipeline (docs/pipeline.md), which splits every tensor
+     * stacked on L */
     EXPECT_DIAG(RP "param V[L_X, E, D] : f32\n" "repeat L {\n" "  X[B, D] = X[B, E] * V[E, D]\n" "}\n" "output X\n",
-               "t.ein:5:7: error: 'V' pipelines the layers of 'L' over mesh axis X, but the program does not train: only a training step can be pipelined so far (an 'optimize' line)\n"
-                "    param V[L_X, E, D] : f32\n"
-                "          ^\n"
-                "t.ein:4:7: error: 'W' is stacked on 'L', whose layers 'V' pipelines over X: write its 'L' as 'L_X' so that each stage holds its own layers\n"
+               "t.ein:4:7: error: 'W' is stacked on 'L', whose layers 'V' pipelines over X: write its 'L' as 'L_X' so that each stage holds its own layers\n"
                 "    param W[L, E, D] : f32\n"
                 "          ^\n"
                 "t.ein:5:7: note: 'V' is declared here\n"
