@@ -288,6 +288,21 @@ static void p2p(pp_emit *e, bool send, int delta, LLVMValueRef tag, LLVMValueRef
     LLVMBuildCall2(c->b, fty, fn, args, 6, "");
 }
 
+/* A call of rt_pipe_item_begin (kind 'F' or 'B') or, kind 0,
+ * rt_pipe_item_end (einrt.h). */
+static void item_mark(pp_emit *e, char kind)
+{
+    cg_ctx *c = e->c;
+    const char *name = kind ? "rt_pipe_item_begin" : "rt_pipe_item_end";
+    LLVMTypeRef params[] = {c->t.ptr, c->t.i32, c->t.i32};
+    LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, kind ? 3 : 1, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
+    if (!fn)
+        fn = LLVMAddFunction(c->mod, name, fty);
+    LLVMValueRef args[] = {e->f->dev, cg_i32(c, kind), e->mb};
+    LLVMBuildCall2(c->b, fty, fn, args, kind ? 3 : 1, "");
+}
+
 /* Opens a block run by the stages in `run` (none: always); returns the
  * block after it, or NULL. */
 static LLVMBasicBlockRef guard_open(pp_emit *e, uint8_t run)
@@ -671,21 +686,25 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     memcpy(views, f->buf, (size_t)nv * sizeof *views);
 
     LLVMPositionBuilderAtEnd(c->b, fblk);
+    item_mark(&e, 'F');
     emit_range(&e, out, 0, x.fb - 1, 'F');
     hop(&e, p->ops[x.fb]->operands[0], false, -1, ST_MID | ST_LAST, 0);
     emit_range(&e, out, x.fb, x.fe, 'F');
     hop(&e, p->ops[x.fe]->result, true, +1, ST_FIRST | ST_MID, 0);
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'F');
+    item_mark(&e, 0);
     LLVMBuildBr(c->b, join);
 
     LLVMPositionBuilderAtEnd(c->b, bblk);
     memcpy(f->buf, views, (size_t)nv * sizeof *views);
+    item_mark(&e, 'B');
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
     hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
     emit_range(&e, out, x.bb, x.be, 'B');
     hop(&e, p->ops[x.be]->result, true, -1, ST_MID | ST_LAST, 1);
     emit_range(&e, out, x.be + 1, n - 1, 'B');
     release_frame(&e);
+    item_mark(&e, 0);
     LLVMBuildBr(c->b, join);
     LLVMPositionBuilderAtEnd(c->b, join);
     cg_for_end(c, f, &items);

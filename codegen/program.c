@@ -300,6 +300,7 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         op_offsets,
         cg_const_string(c, m->hparams ? m->hparams : ""),
         cg_i32(c, m->pipe.axis >= 0 ? 1 << m->pipe.axis : 0),
+        LLVMConstReal(c->t.f64, -1), /* the cost model's bubble: not priced yet */
     };
     free(ins);
     free(outs);
