@@ -227,7 +227,10 @@ static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValue
 
 /* rt_op_begin/rt_op_end calls of one run: every op emitted with marks (a
  * row group's first op only), an op in a repeated block's body once per
- * iteration (run.c). */
+ * iteration (run.c).  A pipelined program's device runs each op at most
+ * once per microbatch (the update once per step: a bound, not exact) and
+ * also records its 2M items and at most one receive's wait per item
+ * (runtime/pipe_items.c), spans of the same buffer. */
 static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
 {
     int64_t n = 0;
@@ -237,6 +240,8 @@ static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
             /* a LoopEnd's copy is the last op of each iteration */
             n += p->ops[i]->kind == IR_OP_LOOPEND ? ir_loop_trips(m, p->ops[i]->u.loop.begin)
                                                    : ir_op_trips(m, p->ops[i]);
+    if (m->pipe.axis >= 0 && m->pipe.microbatches > 0)
+        n = n * m->pipe.microbatches + 4 * (int64_t)m->pipe.microbatches;
     return n;
 }
 

@@ -111,6 +111,18 @@ static void write_events(FILE *f, const rt_job *job)
         for (int64_t d = 0; d < nd; d++) {
             const int64_t *e = job->trace + k * 3 * nd;
             int64_t op = e[d], b = e[nd + d], en = e[2 * nd + d];
+            char item[32], kind;
+            int64_t mb;
+            if (rt_span_item(op, &kind, &mb) || op == RT_SPAN_RECV_WAIT) {
+                if (op == RT_SPAN_RECV_WAIT)
+                    snprintf(item, sizeof item, "recv wait");
+                else
+                    snprintf(item, sizeof item, "%c%lld", kind, (long long)mb);
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"pipeline\", \"ph\": \"X\", "
+                           "\"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, \"tid\": %lld}",
+                        item, 1e-3 * (double)b, 1e-3 * (double)(en - b), (long long)d);
+                continue;
+            }
             if (op < 0)
                 continue;
             const char *name = rt_program_op_name(p, op, "op");
