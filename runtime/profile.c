@@ -23,6 +23,11 @@
  * error = (predicted - measured) / measured, negative when the model is
  * optimistic.  An op fused into a later elementwise loop has no marker of
  * its own; its prediction is added to the op that computes it.
+ *
+ * A pipelined program's stages run different ops at different times and
+ * are in step only within a stage (the barrier leaves out the pipeline
+ * axes), so there a call's makespan is taken over the devices of its own
+ * stage (measured, below); pipe_bubble.c then prints the bubble.
  */
 #include <math.h>
 #include <stdlib.h>

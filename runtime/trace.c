@@ -9,7 +9,8 @@
  * different hosts.  After the runs every device sends its first trace_cap
  * spans to the root with collect_i64 (three integers a span: op id, begin
  * and end in nanoseconds), the same number of calls on every device because
- * they all run the same ops (SPMD), so the MPI gathers match; on threads the
+ * trace_cap comes from the program alone, so the MPI gathers match even
+ * where the stages of a pipeline run different ops; on threads the
  * calls write straight into the root's array.  A device that kept fewer
  * spans sends op id -1.
  *
@@ -18,6 +19,8 @@
  * event ("ph": "X", ts/dur in microseconds) per span, pid 0, tid = device,
  * name = the op as --dump-ir names it, cat "collective" for AllGather,
  * ReduceScatter, AllReduce and AllToAll and "compute" for everything else.
+ * A pipelined program's items (pipe_items.c) are events of cat "pipeline"
+ * named "F3", "B2", and the waits of their receives "recv wait".
  * Written by hand (the runtime does not link a JSON library), with every
  * string escaped.
  */
