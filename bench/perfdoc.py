@@ -156,13 +156,14 @@ def cell(text):
 
 def history_sections(path=ROOT / "docs" / "performance-history.md"):
     """The section numbers of performance-history.md (its `## N.` headings),
-    plus None for the unnumbered benchmarks, whose runs it holds under
-    other headings; only None when the file is missing."""
+    plus the names of the unnumbered benchmarks it mentions (`bench/NAME.py`),
+    whose runs it holds under other headings; empty when the file is missing."""
     try:
         text = Path(path).read_text()
     except OSError:
-        return {None}
-    return {None} | {int(m) for m in re.findall(r"^## (\d+)\.", text, re.M)}
+        return set()
+    return ({int(m) for m in re.findall(r"^## (\d+)\.", text, re.M)}
+            | set(re.findall(r"bench/(\w+)\.py", text)))
 
 
 def section(doc, history):
@@ -183,7 +184,8 @@ def section(doc, history):
     if doc.get("load") is not None and doc["load"] > doc["cores"]:
         ref = f"section {n} of " if n else ""
         idle = (f"The last run on an idle machine is in {ref}"
-                f"[performance-history.md](performance-history.md)." if n in history
+                f"[performance-history.md](performance-history.md)."
+                if (n if n else doc["bench"]) in history
                 else "No run on an idle machine has been recorded yet.")
         lines += [f"**Loaded run**: the load average ({doc['load']}) exceeded the {doc['cores']} cores, so "
                   f"other jobs shared them; timings and their verdicts are not a judgement of einc.  "

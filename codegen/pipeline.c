@@ -301,6 +301,21 @@ static void p2p(pp_emit *e, bool send, int delta, LLVMValueRef tag, LLVMValueRef
     LLVMBuildCall2(c->b, fty, fn, args, 6, "");
 }
 
+/* A call of rt_pipe_item_begin (kind 'F' or 'B') or, kind 0,
+ * rt_pipe_item_end (einrt.h). */
+static void item_mark(pp_emit *e, char kind)
+{
+    cg_ctx *c = e->c;
+    const char *name = kind ? "rt_pipe_item_begin" : "rt_pipe_item_end";
+    LLVMTypeRef params[] = {c->t.ptr, c->t.i32, c->t.i32};
+    LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, kind ? 3 : 1, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
+    if (!fn)
+        fn = LLVMAddFunction(c->mod, name, fty);
+    LLVMValueRef args[] = {e->f->dev, cg_i32(c, kind), e->mb};
+    LLVMBuildCall2(c->b, fty, fn, args, kind ? 3 : 1, "");
+}
+
 /* Opens a block run by the stages in `run` (none: always); returns the
  * block after it, or NULL. */
 static LLVMBasicBlockRef guard_open(pp_emit *e, uint8_t run)
@@ -571,8 +586,18 @@ static void make_plans(pp_emit *e)
     e->fb.out_index = cg_calloc((size_t)nv, sizeof(int));
     e->end.last_use = cg_calloc((size_t)nv, sizeof(int));
     e->end.out_index = cg_calloc((size_t)nv, sizeof(int));
+    /* The loops' carried values go to the neighbouring stage after the
+     * loop even when nothing on this stage reads them (a backward whose
+     * gradient no op before the block needs): the send frees them, and on
+     * the stage that sends nothing the end of the microbatch does. */
+    bool *sent = cg_calloc((size_t)nv, sizeof *sent);
+    sent[p->ops[x->fe]->result->id] = true;
+    if (x->trains)
+        sent[p->ops[x->be]->result->id] = true;
     for (int v = 0; v < nv; v++) {
         e->fb.last_use[v] = e->end.last_use[v] = p->last_use[v];
+        if (sent[v] && p->last_use[v] < 0)
+            e->fb.last_use[v] = p->nops + 1;
         e->fb.out_index[v] = e->end.out_index[v] = x->acc[v] ? -1 : p->out_index[v];
         if (!x->acc[v])
             continue;
@@ -588,6 +613,7 @@ static void make_plans(pp_emit *e)
         if (p->last_use[v] < 0 || p->last_use[v] >= p->nops || x->item[p->last_use[v]] != 'E')
             e->end.last_use[v] = p->nops;
     }
+    free(sent);
 }
 
 static void ctx_init(pp_ctx *x, const ir_module *m, const cg_plan *p)
@@ -718,6 +744,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     memcpy(views, f->buf, (size_t)nv * sizeof *views);
 
     LLVMPositionBuilderAtEnd(c->b, fblk);
+    item_mark(&e, 'F');
     emit_range(&e, out, 0, x.fb - 1, 'F');
     hop(&e, p->ops[x.fb]->operands[0], false, -1, ST_MID | ST_LAST, 0);
     emit_range(&e, out, x.fb, x.fe, 'F');
@@ -725,10 +752,12 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'F');
     if (!x.trains) /* what a stage never freed itself */
         release_frame(&e);
+    item_mark(&e, 0);
     LLVMBuildBr(c->b, join);
 
     LLVMPositionBuilderAtEnd(c->b, bblk);
     memcpy(f->buf, views, (size_t)nv * sizeof *views);
+    item_mark(&e, 'B');
     if (x.trains) {
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
     hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
@@ -737,6 +766,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     emit_range(&e, out, x.be + 1, n - 1, 'B');
     }
     release_frame(&e);
+    item_mark(&e, 0);
     LLVMBuildBr(c->b, join);
     LLVMPositionBuilderAtEnd(c->b, join);
     cg_for_end(c, f, &items);

@@ -227,7 +227,10 @@ static void op_tables(cg_ctx *c, const ir_module *m, const cg_plan *p, LLVMValue
 
 /* rt_op_begin/rt_op_end calls of one run: every op emitted with marks (a
  * row group's first op only), an op in a repeated block's body once per
- * iteration (run.c). */
+ * iteration (run.c).  A pipelined program's device runs each op at most
+ * once per microbatch (the update once per step: a bound, not exact) and
+ * also records its 2M items and at most one receive's wait per item
+ * (runtime/pipe_items.c), spans of the same buffer. */
 static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
 {
     int64_t n = 0;
@@ -237,6 +240,8 @@ static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
             /* a LoopEnd's copy is the last op of each iteration */
             n += p->ops[i]->kind == IR_OP_LOOPEND ? ir_loop_trips(m, p->ops[i]->u.loop.begin)
                                                    : ir_op_trips(m, p->ops[i]);
+    if (m->pipe.axis >= 0 && m->pipe.microbatches > 0)
+        n = n * m->pipe.microbatches + 4 * (int64_t)m->pipe.microbatches;
     return n;
 }
 
@@ -300,6 +305,9 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         op_offsets,
         cg_const_string(c, m->hparams ? m->hparams : ""),
         cg_i32(c, m->pipe.axis >= 0 ? 1 << m->pipe.axis : 0),
+        /* --profile prints the cost pass's simulated bubble beside the
+         * measured one (-1: not priced, e.g. a forward). */
+        LLVMConstReal(c->t.f64, m->totals.pipe.valid ? m->totals.pipe.bubble : -1),
     };
     free(ins);
     free(outs);

@@ -100,6 +100,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->ptr,                             /* op_name_offsets */
         t->ptr,                             /* hparams */
         t->i32,                             /* pipeline_axes */
+        t->f64,                             /* pipeline_bubble */
     };
     LLVMStructSetBody(t->program, pd, sizeof pd / sizeof pd[0], 0);
 

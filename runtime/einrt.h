@@ -227,6 +227,11 @@ typedef struct rt_program {
      * (a descriptor written before the member existed reads so).  Appended
      * without a bump. */
     int32_t pipeline_axes;
+    /* The cost model's bubble fraction of a pipelined program's schedule,
+     * in [0, 1), for --profile to print beside the measured one; < 0 when
+     * unknown or not pipelined.  Appended without a bump (a descriptor
+     * without it is never pipelined: pipeline_axes reads 0). */
+    double pipeline_bubble;
 } rt_program;
 
 /* The name of op `op` of `p` (see op_names), or `fallback` when the
@@ -262,6 +267,18 @@ void rt_collective(rt_device *dev, const rt_coll_desc *d, const void *in, void *
 void rt_send(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, const void *buf,
              int64_t bytes);
 void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf, int64_t bytes);
+/* A pipelined program's work items (codegen/pipeline.c): each stage runs
+ * its schedule's items between rt_pipe_item_begin and rt_pipe_item_end,
+ * `kind` 'F' (the forward of microbatch `microbatch` through the stage's
+ * layers) or 'B' (its backward), the item's own receive (rt_recv) at its
+ * start and send at its end.  --trace draws each item as a span ("F3",
+ * "B2") on the device's track, so the bubble shows; --profile measures
+ * it: the share of the schedule's span that the devices spend outside
+ * their items' work (waiting for a neighbour, before the first item and
+ * after the last), beside the cost model's prediction
+ * (rt_program.pipeline_bubble). */
+void rt_pipe_item_begin(rt_device *dev, int32_t kind, int32_t microbatch);
+void rt_pipe_item_end(rt_device *dev);
 /* Local contraction per `d` through BLAS GEMM; `c` is overwritten. */
 void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c);
 /* Marks the begin / end of op `op_id` for --profile and --trace (cheap when off). */

@@ -375,8 +375,10 @@ static int finish_root(rt_job *job)
             status = -1;
         }
     }
-    if (o->profile && job->trace)
+    if (o->profile && job->trace) {
         rt_profile_print(stdout, job);
+        rt_pipe_bubble_print(stdout, job);
+    }
     if (o->trace && job->trace && rt_trace_write(job, o->trace, err, sizeof err)) {
         fprintf(stderr, "einrt: error: %s\n", err);
         status = -1;

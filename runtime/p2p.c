@@ -64,7 +64,9 @@ void rt_send(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, const voi
 void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf, int64_t bytes)
 {
     int64_t peer = p2p_peer(dev, "rt_recv", axis, delta, tag, buf, bytes);
+    double wait = rt_pipe_recv_begin(dev); /* blocked inside an item: bubble (pipe_items.c) */
     dev->ops->recv(dev, peer, tag, buf, bytes);
+    rt_pipe_recv_end(dev, wait);
 }
 
 void rt_p2p_size_mismatch(const rt_device *dev, int64_t peer, int32_t tag, int64_t sent,

@@ -23,6 +23,11 @@
  * error = (predicted - measured) / measured, negative when the model is
  * optimistic.  An op fused into a later elementwise loop has no marker of
  * its own; its prediction is added to the op that computes it.
+ *
+ * A pipelined program's stages run different ops at different times and
+ * are in step only within a stage (the barrier leaves out the pipeline
+ * axes), so there a call's makespan is taken over the devices of its own
+ * stage (measured, below); pipe_bubble.c then prints the bubble.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -66,8 +71,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of v[0..n) (sorts v); -1 if n == 0. */
-static double median(double *v, int64_t n)
+double rt_median(double *v, int64_t n)
 {
     if (n <= 0)
         return -1;
@@ -75,35 +79,90 @@ static double median(double *v, int64_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Scratch arrays of measured(), sized once for all ops. */
+typedef struct call_scratch {
+    int64_t ngroups;   /* stage groups: devices with the same pipeline coordinates */
+    int64_t *group;    /* [ndevices] the device's stage group (0 without a pipeline) */
+    int64_t *seen;     /* [ndevices] calls of the op seen so far on the device */
+    int64_t *ncalls;   /* [ngroups] calls of the op in the group */
+    int64_t *first;    /* [ngroups][trace_cap] earliest begin of call j of the group, ns */
+    int64_t *last;     /* [ngroups][trace_cap] latest end of call j, ns */
+    double *per_call;  /* [ngroups * trace_cap] makespans, seconds */
+} call_scratch;
+
+static void scratch_init(call_scratch *s, const rt_job *job)
+{
+    const rt_program *p = job->prog;
+    int64_t nd = rt_mesh_size(p);
+    s->ngroups = 1;
+    for (int32_t a = 0; a < p->naxes; a++)
+        if (p->pipeline_axes & (1 << a))
+            s->ngroups *= p->axis_sizes[a];
+    size_t cells = (size_t)(s->ngroups * job->trace_cap + 1);
+    s->group = malloc((size_t)nd * sizeof *s->group);
+    s->seen = malloc((size_t)nd * sizeof *s->seen);
+    s->ncalls = malloc((size_t)s->ngroups * sizeof *s->ncalls);
+    s->first = malloc(cells * sizeof *s->first);
+    s->last = malloc(cells * sizeof *s->last);
+    s->per_call = malloc(cells * sizeof *s->per_call);
+    if (!s->group || !s->seen || !s->ncalls || !s->first || !s->last || !s->per_call)
+        rt_fatal(NULL, "out of memory in the profiler");
+    for (int64_t d = 0; d < nd; d++) {
+        int64_t coord[RT_MAX_AXES], g = 0;
+        rt_mesh_coord(p, d, coord);
+        for (int32_t a = 0; a < p->naxes; a++)
+            if (p->pipeline_axes & (1 << a))
+                g = g * p->axis_sizes[a] + coord[a];
+        s->group[d] = g;
+    }
+}
+
+static void scratch_free(call_scratch *s)
+{
+    free(s->group);
+    free(s->seen);
+    free(s->ncalls);
+    free(s->first);
+    free(s->last);
+    free(s->per_call);
+}
+
 /*
  * Measured seconds per call of op `op` from the collected spans (see the
- * top of the file); `runs` gets the number of calls seen per device.
- * Spans k of every device are the same call (SPMD), so a call is a row.
+ * top of the file); `calls` gets the number of calls seen.  Call j of an
+ * op is its j-th span on each device that runs it: without a pipeline
+ * every device runs every op (SPMD), so that is row j of the op.  In a
+ * pipelined program the stages run different ops at different times, and
+ * only the devices of one stage (the same coordinates on the pipeline
+ * axes) run an op in step; so a call is (stage, j), its makespan taken
+ * over that stage's devices, and `calls` counts every stage's calls.
  */
-static double measured(const rt_job *job, int32_t op, int64_t *calls)
+static double measured(const rt_job *job, int32_t op, call_scratch *s, int64_t *calls)
 {
-    int64_t nd = rt_mesh_size(job->prog);
-    double *per_call = malloc((size_t)(job->trace_cap + 1) * sizeof *per_call);
-    if (!per_call)
-        rt_fatal(NULL, "out of memory in the profiler");
-    int64_t n = 0;
-    for (int64_t k = 0; k < job->trace_cap; k++) {
+    int64_t nd = rt_mesh_size(job->prog), cap = job->trace_cap;
+    memset(s->seen, 0, (size_t)nd * sizeof *s->seen);
+    memset(s->ncalls, 0, (size_t)s->ngroups * sizeof *s->ncalls);
+    for (int64_t k = 0; k < cap; k++) {
         const int64_t *e = job->trace + k * 3 * nd;
-        int64_t m = 0, first = INT64_MAX, last = INT64_MIN;
-        for (int64_t d = 0; d < nd; d++)
-            if (e[d] == op) {
-                m++;
-                first = e[nd + d] < first ? e[nd + d] : first;
-                last = e[2 * nd + d] > last ? e[2 * nd + d] : last;
+        for (int64_t d = 0; d < nd; d++) {
+            if (e[d] != op)
+                continue;
+            int64_t g = s->group[d], j = s->seen[d]++, c = g * cap + j;
+            if (j >= s->ncalls[g]) { /* the group's first device to make call j */
+                s->ncalls[g] = j + 1;
+                s->first[c] = e[nd + d];
+                s->last[c] = e[2 * nd + d];
             }
-        if (m == 0)
-            continue;
-        per_call[n++] = 1e-9 * (double)(last - first);
+            s->first[c] = e[nd + d] < s->first[c] ? e[nd + d] : s->first[c];
+            s->last[c] = e[2 * nd + d] > s->last[c] ? e[2 * nd + d] : s->last[c];
+        }
     }
-    double r = median(per_call, n);
+    int64_t n = 0;
+    for (int64_t g = 0; g < s->ngroups; g++)
+        for (int64_t j = 0; j < s->ncalls[g]; j++)
+            s->per_call[n++] = 1e-9 * (double)(s->last[g * cap + j] - s->first[g * cap + j]);
     *calls = n;
-    free(per_call);
-    return r;
+    return rt_median(s->per_call, n);
 }
 
 void rt_profile_print(FILE *f, const rt_job *job)
@@ -115,6 +174,11 @@ void rt_profile_print(FILE *f, const rt_job *job)
             "call from the first device's begin to the last one's end; predicted by the cost "
             "model for hw profile '%s'\n",
             (long long)job->repeat, job->launcher->name, (long long)rt_mesh_size(prog), hw);
+    if (prog->pipeline_axes)
+        fprintf(f, "  pipelined: the stages run different ops, in step only within a stage; an "
+                "op's calls are counted on every stage that runs it, a call's time taken over "
+                "the devices of its stage, and the 'run' row sums the work of all stages (a run "
+                "takes about that / stages, plus the bubble)\n");
     fprintf(f, "  %4s %8s %13s %13s %9s  %s\n", "op", "calls", "measured_ms", "predicted_ms",
             "error", "name");
     double sum_meas = 0, sum_pred = 0;
@@ -125,10 +189,12 @@ void rt_profile_print(FILE *f, const rt_job *job)
             if (job->trace[i] >= nops)
                 nops = (int32_t)job->trace[i] + 1;
     }
+    call_scratch scratch;
+    scratch_init(&scratch, job);
     for (int32_t op = 0; op < nops; op++) {
         const char *name = rt_program_op_name(prog, op, "?");
         int64_t calls;
-        double med = measured(job, op, &calls);
+        double med = measured(job, op, &scratch, &calls);
         if (calls == 0)
             continue;
         double pred = has_pred && op < prog->nops ? prog->op_predicted[op] : -1;
@@ -145,6 +211,7 @@ void rt_profile_print(FILE *f, const rt_job *job)
             fprintf(f, "%13s %9s  %s\n", "-", "-", name);
         }
     }
+    scratch_free(&scratch);
     fprintf(f, "  %4s %8s %13.4f ", "run", "", 1e3 * sum_meas);
     if (all_pred && sum_meas > 0)
         fprintf(f, "%13.4f %+8.1f%%\n", 1e3 * sum_pred, 100 * (sum_pred - sum_meas) / sum_meas);

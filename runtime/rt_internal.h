@@ -136,7 +136,40 @@ typedef struct rt_profile {
     int64_t nspans;    /* spans recorded */
     int64_t cap;       /* spans allocated */
     double origin;     /* rt_now() when the first run started (trace time 0) */
+    double item_open;  /* rt_now() at the open pipeline item's rt_pipe_item_begin */
+    int32_t item_id;   /* span id of the open item (rt_span_item_id); 0: none open */
 } rt_profile;
+
+/*
+ * Span ids below 0 (rt_span.op_id) that are not ops: -1 no span (a padded
+ * trace row), RT_SPAN_RECV_WAIT the time a device spent in rt_recv inside
+ * a pipeline item (waiting for its neighbour, pipe_items.c), and from
+ * RT_SPAN_ITEM_BASE down the pipeline items themselves: F m is
+ * RT_SPAN_ITEM_BASE - 2m, B m is RT_SPAN_ITEM_BASE - 2m - 1.  Kept in the
+ * ops' span list so --trace's collection carries them unchanged.
+ */
+#define RT_SPAN_NONE (-1)
+#define RT_SPAN_RECV_WAIT (-2)
+#define RT_SPAN_ITEM_BASE (-16)
+
+/* The span id of pipeline item `kind` ('F' or 'B') of microbatch `mb`
+ * (>= 0, below 2^30). */
+static inline int32_t rt_span_item_id(int32_t kind, int32_t mb)
+{
+    return RT_SPAN_ITEM_BASE - 2 * mb - (kind == 'B');
+}
+
+/* 1 and the item's kind ('F' or 'B') and microbatch if span id `id` is a
+ * pipeline item (rt_span_item_id), else 0. */
+static inline int rt_span_item(int64_t id, char *kind, int64_t *mb)
+{
+    if (id > RT_SPAN_ITEM_BASE)
+        return 0;
+    int64_t k = RT_SPAN_ITEM_BASE - id;
+    *kind = k % 2 ? 'B' : 'F';
+    *mb = k / 2;
+    return 1;
+}
 
 struct rt_device {
     const rt_program *prog;      /* the program this device runs */
@@ -638,6 +671,8 @@ int rt_check_program(const rt_program *prog, char *err, size_t errlen);
 
 /* ---- measured vs predicted, traces (profile.c, trace.c) ---- */
 
+/* Median of v[0..n) (sorts v in place); -1 if n == 0. */
+double rt_median(double *v, int64_t n);
 /* Appends a span to dev's profile (drops it past RT_MAX_SPANS). */
 void rt_profile_add_span(rt_device *dev, int32_t op_id, double begin, double end);
 /*
@@ -651,6 +686,20 @@ void rt_profile_print(FILE *f, const rt_job *job);
 /* 1 if op label `name` ("V = AllGather_X U", codegen/program.c) names an
  * AllGather, ReduceScatter, AllReduce or AllToAll. */
 int rt_op_label_is_collective(const char *name);
+/* rt_recv's measure of its wait inside a pipeline item (pipe_items.c):
+ * begin returns rt_now() when --trace/--profile is on and an item is open,
+ * else -1; end, given that value, records the RT_SPAN_RECV_WAIT span from
+ * it to now (nothing for -1). */
+double rt_pipe_recv_begin(const rt_device *dev);
+void rt_pipe_recv_end(rt_device *dev, double begin);
+/*
+ * Root, --profile of a pipelined program (prog->pipeline_axes != 0, after
+ * rt_profile_print): the line "pipeline: Z stages, M microbatches,
+ * <schedule>: measured bubble X% (median over runs), predicted Y%" from the
+ * item spans in job->trace (pipe_bubble.c says how); nothing for a program
+ * that is not pipelined.
+ */
+void rt_pipe_bubble_print(FILE *f, const rt_job *job);
 /* Spans per device that --trace keeps for `runs` runs of `prog`. */
 int64_t rt_trace_capacity(const rt_program *prog, int64_t runs);
 /* Every device calls this after its runs: sends its first job->trace_cap

@@ -9,7 +9,8 @@
  * different hosts.  After the runs every device sends its first trace_cap
  * spans to the root with collect_i64 (three integers a span: op id, begin
  * and end in nanoseconds), the same number of calls on every device because
- * they all run the same ops (SPMD), so the MPI gathers match; on threads the
+ * trace_cap comes from the program alone, so the MPI gathers match even
+ * where the stages of a pipeline run different ops; on threads the
  * calls write straight into the root's array.  A device that kept fewer
  * spans sends op id -1.
  *
@@ -18,6 +19,8 @@
  * event ("ph": "X", ts/dur in microseconds) per span, pid 0, tid = device,
  * name = the op as --dump-ir names it, cat "collective" for AllGather,
  * ReduceScatter, AllReduce and AllToAll and "compute" for everything else.
+ * A pipelined program's items (pipe_items.c) are events of cat "pipeline"
+ * named "F3", "B2", and the waits of their receives "recv wait".
  * Written by hand (the runtime does not link a JSON library), with every
  * string escaped.
  */
@@ -111,6 +114,18 @@ static void write_events(FILE *f, const rt_job *job)
         for (int64_t d = 0; d < nd; d++) {
             const int64_t *e = job->trace + k * 3 * nd;
             int64_t op = e[d], b = e[nd + d], en = e[2 * nd + d];
+            char item[32], kind;
+            int64_t mb;
+            if (rt_span_item(op, &kind, &mb) || op == RT_SPAN_RECV_WAIT) {
+                if (op == RT_SPAN_RECV_WAIT)
+                    snprintf(item, sizeof item, "recv wait");
+                else
+                    snprintf(item, sizeof item, "%c%lld", kind, (long long)mb);
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"pipeline\", \"ph\": \"X\", "
+                           "\"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, \"tid\": %lld}",
+                        item, 1e-3 * (double)b, 1e-3 * (double)(en - b), (long long)d);
+                continue;
+            }
             if (op < 0)
                 continue;
             const char *name = rt_program_op_name(p, op, "op");

@@ -114,7 +114,7 @@ static void test_program(void)
     LLVMTypeRef ty = e.t.program;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_program));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_program));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 22);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 23);
     CHECK_OFF(&e, ty, rt_program, 0, abi_version);
     CHECK_OFF(&e, ty, rt_program, 1, naxes);
     CHECK_OFF(&e, ty, rt_program, 2, axis_names);
@@ -137,6 +137,7 @@ static void test_program(void)
     CHECK_OFF(&e, ty, rt_program, 19, op_name_offsets);
     CHECK_OFF(&e, ty, rt_program, 20, hparams);
     CHECK_OFF(&e, ty, rt_program, 21, pipeline_axes);
+    CHECK_OFF(&e, ty, rt_program, 22, pipeline_bubble);
     env_close(&e);
 }
 

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""pipeline.py - pipelined training steps against the ideal, and the measured bubble against (Z-1)/(M+Z-1).
+
+The program is a stack of L = 4 MLP layers (D = 512, F = 1024, batch 256,
+f32, SGD) whose stacked params shard the layer dim over the mesh axis Z
+(`Win[L_Z, D, F]`, docs/pipeline.md), on a mesh `Z = n` of n threads.  For
+Z = 2 and 4 stages, M = 1, 2, 4, 8, 16 microbatches and the schedules
+gpipe and 1f1b (zero-bubble and interleaved are not compiled yet, so they
+are not run) it measures:
+
+  step   the median time of a training step (steps 2.. of --steps S; the
+         first touches every buffer), without --profile;
+  ideal  the baseline: the same program compiled with its layers
+         unpipelined on one device (`mesh Z = 1`, `Win[L, D, F]`), its
+         median step time divided by Z.  That is what Z stages would take
+         if the work split evenly, nothing waited and nothing was sent: the
+         step of a perfect pipeline.  It runs the whole batch through each
+         GEMM, so the smaller GEMMs of microbatches (less efficient) show
+         up as a cost of pipelining, as they should;
+  ratio  step / ideal, beside the closed form of gpipe and 1f1b with equal
+         stages and free transfers, (M+Z-1)/M (docs/pipeline.md);
+  bubble the bubble --profile measures (runtime/pipe_bubble.c: 1 - mean
+         over stages of busy time / the schedule's span, median over the
+         steps), beside the closed form (Z-1)/(M+Z-1).
+
+A stage's work dominates its transfers here (one [256/M, 512] activation a
+hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
+The threads of the Z devices share the machine's cores: with fewer cores
+than stages (`nproc` is printed) stages that could run at once take turns,
+so steps are longer and the measured bubble counts a stage that waits for
+a core as busy while its neighbours wait for it -- the figures of Z = 4 on
+a 2-core machine say more about the machine than about the schedule, and
+the output says so rather than hiding it.  Takes a minute or two.
+
+Usage: bench/pipeline.py [--build DIR] [--steps S] [--stages 2,4]
+                         [--microbatches 1,2,4,8,16] [--json FILE]
+"""
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+import benchlib  # noqa: E402
+
+SCHEDULES = ["gpipe", "1f1b"]
+
+
+def program(Z, layers_sharded):
+    """The benchmark program on mesh `Z = Z`, layers over Z or not."""
+    L = "L_Z" if layers_sharded else "L"
+    return f"""mesh Z = {Z}
+dim B = 256, E = 512, D = 512, F = 1024, L = 4
+input In[B, D] : f32
+input Tgt[B, D] : f32
+param Win[{L}, D, F] : f32
+param Wout[{L}, F, D] : f32
+param Wf[D, E] : f32
+H[B, E] = In[B, D] * Wf[D, E]
+repeat L {{
+  T[B, F] = H[B, D] * Win[D, F]
+  A[B, F] = gelu(T[B, F])
+  H[B, D] = H[B, D] + A[B, F] * Wout[F, D] * 0.01
+}}
+Er[B, D] = H[B, D] - Tgt[B, D]
+Lo[] = mean(Er[B, D] * Er[B, D])
+loss Lo
+optimize Win, Wout, Wf with sgd(lr=0.01)
+"""
+
+
+def build(einc, work, name, src, flags=()):
+    path = os.path.join(work, name + ".ein")
+    with open(path, "w") as f:
+        f.write(src)
+    exe = os.path.join(work, name)
+    benchlib.run([str(einc), path, "-o", exe, *flags], timeout=600)
+    return exe
+
+
+def step_seconds(exe, steps):
+    """Median seconds of steps 2..steps ("step k/N  loss ...  X ms" lines)."""
+    out = benchlib.run([exe, "--random-inputs", "1", "--steps", str(steps)], timeout=600)
+    ms = [float(x) for x in re.findall(r"^step (?:\d+)/\d+ .* ([0-9.]+) ms$", out, re.M)]
+    if len(ms) != steps:
+        raise benchlib.BenchError(f"{exe}: expected {steps} step lines, got:\n{out[-1000:]}")
+    return statistics.median(ms[1:]) / 1e3
+
+
+def measured_bubble(exe, steps):
+    """The --profile line's measured bubble, as a fraction."""
+    out = benchlib.run([exe, "--random-inputs", "1", "--steps", str(steps), "--profile"],
+                       timeout=600)
+    m = re.search(r"^pipeline: .*measured bubble ([0-9.]+)%", out, re.M)
+    if not m:
+        raise benchlib.BenchError(f"{exe} --profile printed no pipeline line:\n{out[-1000:]}")
+    return float(m.group(1)) / 100
+
+
+def main():
+    p = benchlib.parser(__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=5, help="training steps per run (>= 2)")
+    p.add_argument("--stages", default="2,4", help="values of Z")
+    p.add_argument("--microbatches", default="1,2,4,8,16", help="values of M")
+    a = p.parse_args()
+    if a.steps < 2:
+        raise benchlib.BenchError("--steps must be at least 2 (the first step is left out)")
+    stages = [int(z) for z in a.stages.split(",")]
+    mbs = [int(m) for m in a.microbatches.split(",")]
+    einc = benchlib.einc(a.build)
+    cores = os.cpu_count() or 1
+    print(benchlib.machine())
+    res = benchlib.Results("pipeline", "Pipelined training steps and their bubble (threads)")
+    with tempfile.TemporaryDirectory(prefix="einc-pipeline") as work:
+        one = step_seconds(build(einc, work, "one", program(1, False)), a.steps)
+        print(f"# baseline: layers unpipelined on one device, {1e3 * one:.1f} ms per step; "
+              f"ideal step on Z stages = that / Z")
+        print("# zero-bubble and interleaved schedules are not compiled yet: not run")
+        res.add("one device, layers unpipelined: step", 1e3 * one, "ms")
+        print(f"{'Z':>2} {'schedule':>8} {'M':>3} {'step_ms':>9} {'ideal_ms':>9} "
+              f"{'step/ideal':>10} {'closed':>7} {'bubble':>7} {'closed':>7}")
+        for Z in stages:
+            if Z > cores:
+                print(f"# Z = {Z} stages on {cores} cores: the stages' threads take turns on the "
+                      f"cores, which lengthens steps and inflates the measured bubble")
+            for sched in SCHEDULES:
+                for M in mbs:
+                    exe = build(einc, work, f"z{Z}_{sched}_m{M}", program(Z, True),
+                                [f"--microbatches={M}", f"--schedule={sched}"])
+                    t = step_seconds(exe, a.steps)
+                    bub = measured_bubble(exe, a.steps)
+                    ideal = one / Z
+                    closed_step = (M + Z - 1) / M
+                    closed_bub = (Z - 1) / (M + Z - 1)
+                    print(f"{Z:>2} {sched:>8} {M:>3} {1e3 * t:>9.1f} {1e3 * ideal:>9.1f} "
+                          f"{t / ideal:>10.2f} {closed_step:>7.2f} {100 * bub:>6.1f}% "
+                          f"{100 * closed_bub:>6.1f}%")
+                    note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
+                    res.add(f"Z={Z} {sched} M={M}: step / ideal{note}", t / ideal, "x",
+                            f"closed form (M+Z-1)/M = {closed_step:.2f}", ratio=t / ideal)
+                    res.add(f"Z={Z} {sched} M={M}: measured bubble{note}", 100 * bub, "%",
+                            f"closed form (Z-1)/(M+Z-1) = {100 * closed_bub:.1f}%")
+    res.write(a.json)
+
+
+if __name__ == "__main__":
+    benchlib.main_guard(main)

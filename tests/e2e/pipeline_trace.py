@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""pipeline_trace.py - a pipelined program's work items in --trace and its bubble in --profile.
+
+Two training programs pipeline a `repeat L` over mesh axis Z (the layer dim
+of the stacked params sharded over Z, docs/pipeline.md): one on a mesh
+`Z = 2, X = 2` (two devices per stage, tensor-parallel inside it), one on
+`Z = 4` alone.  For each, schedules gpipe and 1f1b, M = 1 and 4
+microbatches, one training step:
+
+  --trace: every device has exactly 2M spans of cat "pipeline" named
+  F0..F{M-1} and B0..B{M-1}, in the order of its stage's schedule written
+  here from the schedules' definitions (gpipe: all forwards, then the
+  backwards in the same order; 1f1b: Z-1-z warm-up forwards, then one
+  forward and one backward in turn, then the remaining backwards;
+  docs/pipeline.md "The four schedules"), not read from the compiler; on
+  the last stage B m starts after F m ends (its loss needs the forward);
+  every "recv wait" span lies inside one item of its device;
+
+  --profile: the line "pipeline: Z stages, M microbatches, <schedule>:
+  measured bubble X% (median over N runs), predicted Y%" (Y the cost
+  pass's simulated bubble, which codegen embeds), with 0 <= X, Y < 100; a per-op row counts the
+  calls of every stage: a layer's einsum runs once per layer and
+  microbatch, |L| M calls in all, whatever the number of stages.
+
+A program that is not pipelined prints no pipeline line.  No timing is
+asserted.  With --mpi the Z = 4 program's trace and profile also run on
+4 MPI ranks (the spans reach the root through the ranks' collection).
+
+The last line is `N passed, N failed`; exit 1 on any failure.
+
+Usage: pipeline_trace.py --einc PATH [--mpi --mpirun PATH]
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from e2e_common import Tally, mpi_launch, run_merged, runtime_args  # noqa: E402
+
+L = 4
+PROGRAMS = {
+    "Z2X2": ("mesh Z = 2, X = 2", 2, "B_X", "F_X"),
+    "Z4": ("mesh Z = 4", 4, "B", "F"),
+}
+
+
+def source(mesh, bshard, fshard):
+    """A small MLP block trained with SGD; layers over Z."""
+    return f"""{mesh}
+dim B = 16, E = 8, D = 8, F = 16, L = {L}
+input In[{bshard}, D] : f32
+input Tgt[{bshard}, D] : f32
+param Win[L_Z, D, {fshard}] : f32
+param Wout[L_Z, {fshard}, D] : f32
+param Wf[D, E] : f32
+H[B, E] = In[B, D] * Wf[D, E]
+repeat L {{
+  T[B, F] = H[B, D] * Win[D, F]
+  A[B, F] = gelu(T[B, F])
+  H[B, D] = H[B, D] + A[B, F] * Wout[F, D] * 0.5
+}}
+Er[B, D] = H[B, D] - Tgt[B, D]
+Lo[] = mean(Er[B, D] * Er[B, D])
+loss Lo
+optimize Win, Wout, Wf with sgd(lr=0.05)
+"""
+
+
+def expected_order(schedule, Z, z, M):
+    """Stage z's items by the schedule's definition."""
+    if schedule == "gpipe":
+        return ["F%d" % m for m in range(M)] + ["B%d" % m for m in range(M)]
+    warm = min(Z - 1 - z, M)
+    order = ["F%d" % m for m in range(warm)]
+    for i in range(M - warm):
+        order += ["F%d" % (warm + i), "B%d" % i]
+    return order + ["B%d" % m for m in range(M - warm, M)]
+
+
+def check_trace(t, path, Z, ndev, devs_per_stage, schedule, M, what):
+    """The --trace checks of the module docstring."""
+    try:
+        events = json.load(open(path))["traceEvents"]
+    except (OSError, ValueError, KeyError) as e:
+        t.result(False, what + ": trace is JSON", str(e))
+        return
+    spans = [e for e in events if e.get("ph") == "X" and e.get("cat") == "pipeline"]
+    for d in range(ndev):
+        z = d // devs_per_stage  # Z is the first (major) mesh axis
+        mine = [e for e in spans if e["tid"] == d]
+        items = [e for e in mine if e["name"] != "recv wait"]
+        names = [e["name"] for e in items]
+        want = expected_order(schedule, Z, z, M)
+        t.result(names == want, "%s: device %d (stage %d) runs %s" % (what, d, z, " ".join(want)),
+                 "got " + " ".join(names))
+        waits = [e for e in mine if e["name"] == "recv wait"]
+        inside = all(any(i["ts"] <= w["ts"] and w["ts"] + w["dur"] <= i["ts"] + i["dur"] + 1e-3
+                         for i in items) for w in waits)
+        t.result(inside, "%s: device %d's %d receive waits lie inside its items"
+                 % (what, d, len(waits)))
+        if z == Z - 1 and names == want:
+            at = {e["name"]: e for e in items}
+            ok = all(at["B%d" % m]["ts"] >= at["F%d" % m]["ts"] + at["F%d" % m]["dur"] - 1e-3
+                     for m in range(M))
+            t.result(ok, "%s: last stage, device %d: B m starts after F m ends" % (what, d))
+
+
+def check_profile(t, out, Z, schedule, M, steps, what):
+    """The --profile checks of the module docstring."""
+    m = re.search(r"^pipeline: (\d+) stages, (\d+) microbatches, (\S+): measured bubble "
+                  r"([0-9.]+)% \(median over (\d+) runs?\), predicted ([0-9.]+)%$", out, re.M)
+    t.result(m is not None, what + ": --profile prints the pipeline line", out[-3000:])
+    if not m:
+        return
+    t.result((int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(5)))
+             == (Z, M, schedule, steps), what + ": stages, microbatches, schedule, runs",
+             m.group(0))
+    bubble, predicted = float(m.group(4)), float(m.group(6))
+    t.result(0 <= bubble < 100 and 0 <= predicted < 100,
+             what + ": bubble %.1f%%, predicted %.1f%%, in [0, 100)" % (bubble, predicted))
+    row = re.search(r"^\s+\d+\s+(\d+)\s+\S+\s+\S+\s+\S+\s+T = Einsum", out, re.M)
+    calls = int(row.group(1)) if row else -1
+    t.result(calls == L * M * steps, what + ": the layer einsum's calls are |L| M steps = %d"
+             % (L * M * steps), "got %d" % calls)
+
+
+def main():
+    a = runtime_args(__doc__)
+    t = Tally()
+    work = tempfile.mkdtemp(prefix="pptrace")
+    for key, (mesh, Z, bshard, fshard) in PROGRAMS.items():
+        src = os.path.join(work, key + ".ein")
+        with open(src, "w") as f:
+            f.write(source(mesh, bshard, fshard))
+        ndev = 4
+        for schedule in ["gpipe", "1f1b"]:
+            for M in [1, 4]:
+                what = "%s %s M=%d" % (key, schedule, M)
+                runtimes = ["threads"] + (["mpi"] if a.mpi and key == "Z4" else [])
+                for rt in runtimes:
+                    exe = os.path.join(work, "%s_%s_%d_%s" % (key, schedule, M, rt))
+                    code, out = run_merged([a.einc, src, "-o", exe, "--runtime=" + rt,
+                                            "--microbatches=%d" % M, "--schedule=" + schedule])
+                    if code != 0:
+                        t.result(False, what + ": einc", out)
+                        continue
+                    pre = mpi_launch(a.mpirun, ndev) if rt == "mpi" else []
+                    label = what + " (" + rt + ")"
+                    tr = exe + ".json"
+                    code, out = run_merged(pre + [exe, "--random-inputs", "1", "--trace", tr])
+                    t.result(code == 0, label + ": runs with --trace", out)
+                    if code == 0:
+                        check_trace(t, tr, Z, ndev, ndev // Z, schedule, M, label)
+                    steps = 3
+                    code, out = run_merged(pre + [exe, "--random-inputs", "1", "--profile",
+                                                  "--steps", str(steps)])
+                    t.result(code == 0, label + ": runs with --profile", out)
+                    if code == 0:
+                        check_profile(t, out, Z, schedule, M, steps, label)
+    # Not pipelined: the layers replicated, no pipeline line.
+    src = os.path.join(work, "plain.ein")
+    with open(src, "w") as f:
+        f.write(source("mesh X = 2", "B_X", "F").replace("L_Z", "L"))
+    exe = os.path.join(work, "plain")
+    code, out = run_merged([a.einc, src, "-o", exe])
+    if code == 0:
+        code, out = run_merged([exe, "--random-inputs", "1", "--profile", "--steps", "2"])
+    t.result(code == 0 and "measured_ms" in out and "pipeline:" not in out,
+             "not pipelined: --profile prints no pipeline line", out[-2000:])
+    return t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

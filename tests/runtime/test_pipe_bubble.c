@@ -1,0 +1,223 @@
+/*
+ * test_pipe_bubble.c - --profile's measured bubble (runtime/pipe_bubble.c)
+ * and its per-op rows of a pipelined program (runtime/profile.c) on spans
+ * written by hand, against values worked out here; and the item markers
+ * (runtime/pipe_items.c) on one device: what they record, that they record
+ * nothing when profiling is off, and their misuse ending the process.
+ */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cunit_main.h"
+#include "rt_internal.h"
+#include "rt_job.h"
+#include "rt_test_util.h"
+
+static const rt_launcher threads_launcher = {.name = "threads"};
+
+/* A program on mesh Z = 2, pipelined over Z when `pipelined`. */
+static rt_program two_stages(int pipelined, double predicted)
+{
+    rt_program p = {.abi_version = RT_ABI_VERSION, .naxes = 1, .axis_names = {'Z'},
+                    .axis_sizes = {2}, .run = test_noop_run,
+                    .info = "# pipeline over Z: 2 stages; schedule gpipe, one slot per item\n",
+                    .pipeline_axes = pipelined, .pipeline_bubble = predicted};
+    return p;
+}
+
+/* Sets span k of device d in a [cap][3][2] trace (times in ns). */
+static void put(int64_t *trace, int64_t k, int64_t d, int64_t id, int64_t b, int64_t e)
+{
+    trace[k * 6 + d] = id;
+    trace[k * 6 + 2 + d] = b;
+    trace[k * 6 + 4 + d] = e;
+}
+
+/* What `print` writes for `job`, malloc'd. */
+static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    print(f, job);
+    fclose(f);
+    return buf;
+}
+
+/*
+ * Z = 2, M = 1 (gpipe and 1f1b agree), three runs, times in units of 1 us.
+ * Run 1: stage 0 runs F0 [0, 10], then B0 [20, 40] whose receive waits
+ * [20, 30]; stage 1 runs F0 [10, 20] whose receive waits [10, 12], then
+ * B0 [20, 30].  Span 40; busy 10 + 10 = 20 and 8 + 10 = 18; bubble
+ * 1 - 19/40 = 52.5%.  Run 2, from 100: the same items without waits: busy
+ * 30 and 20, bubble 1 - 25/40 = 37.5%.  Run 3 has stage 0's items only
+ * (the buffer dropped stage 1's): left out.  Median of two: 45.0%.
+ */
+static void fill_runs(int64_t *trace)
+{
+    const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W = RT_SPAN_RECV_WAIT;
+    const int64_t us = 1000;
+    /* device 0 */
+    put(trace, 0, 0, F0, 0, 10 * us);
+    put(trace, 1, 0, W, 20 * us, 30 * us);
+    put(trace, 2, 0, B0, 20 * us, 40 * us);
+    put(trace, 3, 0, F0, 100 * us, 110 * us);
+    put(trace, 4, 0, B0, 120 * us, 140 * us);
+    put(trace, 5, 0, F0, 200 * us, 210 * us);
+    put(trace, 6, 0, B0, 220 * us, 240 * us);
+    /* device 1 */
+    put(trace, 0, 1, W, 10 * us, 12 * us);
+    put(trace, 1, 1, F0, 10 * us, 20 * us);
+    put(trace, 2, 1, B0, 20 * us, 30 * us);
+    put(trace, 3, 1, F0, 110 * us, 120 * us);
+    put(trace, 4, 1, B0, 120 * us, 130 * us);
+}
+
+static void test_bubble(void)
+{
+    enum { CAP = 8 };
+    int64_t trace[CAP * 6];
+    for (int i = 0; i < CAP * 6; i++)
+        trace[i] = RT_SPAN_NONE;
+    fill_runs(trace);
+    rt_program p = two_stages(1, 0.5);
+    rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 3, .trace_cap = CAP,
+                  .trace = trace};
+    char *out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_STRING_EQUAL(out, "pipeline: 2 stages, 1 microbatches, gpipe: measured bubble "
+                                "45.0% (median over 2 runs), predicted 50.0%\n");
+    free(out);
+
+    p.pipeline_bubble = -1; /* codegen has no prediction yet */
+    p.info = NULL;          /* no --dump-ir text: no schedule name */
+    out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "1 microbatches, unknown schedule: measured bubble"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, ", predicted: unknown\n"));
+    free(out);
+
+    /* Without items on a device, no run is complete. */
+    for (int k = 0; k < CAP; k++)
+        trace[k * 6 + 1] = RT_SPAN_NONE;
+    out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "measured bubble unknown"));
+    free(out);
+
+    /* Not pipelined: nothing. */
+    rt_program q = two_stages(0, -1);
+    job.prog = &q;
+    out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_STRING_EQUAL(out, "");
+    free(out);
+}
+
+/* Per-op rows: op 0 runs on stage 0 for 2 ms and on stage 1, later, for 1
+ * ms, both in span row 0.  Each stage's call is its own: 2 calls, median
+ * 1.5 ms (taken over both devices as one call it would be 11 ms).  Without
+ * a pipeline the same row is one call of 11 ms. */
+static void test_op_rows_per_stage(void)
+{
+    int64_t trace[6];
+    put(trace, 0, 0, 0, 0, 2000000);
+    put(trace, 0, 1, 0, 10000000, 11000000);
+    rt_program p = two_stages(1, -1);
+    rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 1, .trace_cap = 1,
+                  .trace = trace};
+    char *out = printed(rt_profile_print, &job);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "pipelined: the stages run different ops"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\n     0        2        1.5000 "));
+    free(out);
+    rt_program q = two_stages(0, -1);
+    job.prog = &q;
+    out = printed(rt_profile_print, &job);
+    CU_ASSERT_PTR_NULL(strstr(out, "pipelined:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\n     0        1       11.0000 "));
+    free(out);
+}
+
+/* The markers on one device: an item span per begin/end pair, none when
+ * profiling is off. */
+static void test_markers(void)
+{
+    rt_program p = two_stages(1, -1);
+    rt_device dev;
+    rt_device_init(&dev, &p, &rt_solo_ops, NULL, 0);
+    rt_pipe_item_begin(&dev, 'F', 3);
+    rt_pipe_item_end(&dev);
+    CU_ASSERT_EQUAL(dev.profile.nspans, 0);
+    dev.profiling = RT_PROFILE_SPANS;
+    rt_pipe_item_begin(&dev, 'B', 2);
+    double w = rt_pipe_recv_begin(&dev);
+    CU_ASSERT(w >= 0);
+    rt_pipe_recv_end(&dev, w);
+    rt_pipe_item_end(&dev);
+    CU_ASSERT_EQUAL(rt_pipe_recv_begin(&dev), -1); /* outside an item: not a wait */
+    CU_ASSERT_EQUAL_FATAL(dev.profile.nspans, 2);
+    CU_ASSERT_EQUAL(dev.profile.spans[0].op_id, RT_SPAN_RECV_WAIT);
+    char kind = 0;
+    int64_t mb = -1;
+    CU_ASSERT(rt_span_item(dev.profile.spans[1].op_id, &kind, &mb));
+    CU_ASSERT_EQUAL(kind, 'B');
+    CU_ASSERT_EQUAL(mb, 2);
+    CU_ASSERT(dev.profile.spans[1].begin <= dev.profile.spans[0].begin);
+    CU_ASSERT(dev.profile.spans[0].end <= dev.profile.spans[1].end);
+    CU_ASSERT_FALSE(rt_span_item(RT_SPAN_RECV_WAIT, &kind, &mb));
+    CU_ASSERT_FALSE(rt_span_item(0, &kind, &mb));
+    rt_device_release(&dev);
+}
+
+/* Runs `misuse` in a child with profiling on; its stderr must hold `want`. */
+static void expect_fatal(int misuse, const char *want)
+{
+    char path[] = "/tmp/pipe_bubble_errXXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        rt_program p = two_stages(1, -1);
+        rt_device dev;
+        rt_device_init(&dev, &p, &rt_solo_ops, NULL, 0);
+        dev.profiling = RT_PROFILE_SPANS;
+        if (misuse == 0)
+            rt_pipe_item_end(&dev);
+        else if (misuse == 1)
+            rt_pipe_item_begin(&dev, 'X', 0);
+        else {
+            rt_pipe_item_begin(&dev, 'F', 0);
+            rt_pipe_item_begin(&dev, 'F', 1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    char msg[1024] = {0};
+    ssize_t n = pread(fd, msg, sizeof msg - 1, 0);
+    CU_ASSERT(n > 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+    close(fd);
+    unlink(path);
+}
+
+static void test_misuse(void)
+{
+    expect_fatal(0, "rt_pipe_item_end without an open item");
+    expect_fatal(1, "rt_pipe_item_begin: kind 88 is neither 'F' nor 'B'");
+    expect_fatal(2, "rt_pipe_item_begin of F1 inside another item");
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"measured bubble against a hand-worked timeline", test_bubble},
+        {"per-op rows of a pipelined program per stage", test_op_rows_per_stage},
+        {"item markers record spans only when profiling", test_markers},
+        {"item markers' misuse ends the process", test_misuse},
+    };
+    einc_add_suite("pipe_bubble", tests, (int)(sizeof tests / sizeof tests[0]));
+}
