@@ -21,7 +21,10 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    M = 2 and 4, on threads.
 3. Pipelined inference: examples/llama2_13b.ein's forward with its layers
    on Z (mesh Z=2, Y=2), M = 1, 2, 4, its logits under `--check`.
-4. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
+4. A program with no param before the block (the backward's gradient has
+   no reader on the first stage, which the others still send it), under
+   `--check`.
+5. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b.
 
@@ -266,6 +269,37 @@ def run_forward(a, work, tally):
                 dims + ["--microbatches=%d" % m], rt, check_run, r"check Logits: max_rel_err=\S+")
 
 
+# No param before the block: the backward loop's gradient has no reader on
+# the first stage, and the other stages still send it.
+NO_PRE = """mesh Z = 2, X = 2
+dim B = 16, D = 8, F = 16, L = 4
+input In[B_X, D] : f32
+input Tgt[B_X, D] : f32
+param Win[L_Z, D, F_X] : f32
+param Wout[L_Z, F_X, D] : f32
+H[B, D] = In[B, D] * 1
+repeat L {
+  T[B, F] = H[B, D] * Win[D, F]
+  A[B, F] = gelu(T[B, F])
+  H[B, D] = H[B, D] + A[B, F] * Wout[F, D] * 0.5
+}
+Er[B, D] = H[B, D] - Tgt[B, D]
+Lo[] = mean(Er[B, D] * Er[B, D])
+loss Lo
+optimize Win, Wout with sgd(lr=0.05)
+"""
+
+
+def run_no_pre(a, work, tally):
+    src = os.path.join(work, "no_pre.ein")
+    with open(src, "w") as f:
+        f.write(NO_PRE)
+    for rt, m in selected(a, [4], []):
+        checked(a, tally, "no param before the block, M=%d (%s)" % (m, rt), src,
+                os.path.join(work, "no_pre_" + rt), ["--microbatches=%d" % m], rt, ["--steps", "2"],
+                r"check: largest max_rel_err=.*")
+
+
 def peak_bytes(out, dev):
     """Device `dev`'s peak bytes in `--stats` output, or None."""
     m = re.search(r"device %d: peak (\d+) bytes" % dev, out)
@@ -306,6 +340,7 @@ def main():
         run_mlp(a, work, tally)
         run_llama(a, work, tally)
         run_forward(a, work, tally)
+        run_no_pre(a, work, tally)
         if not a.mpi_only:
             run_stats(a, work, tally)
     return tally.finish()
