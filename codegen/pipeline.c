@@ -45,229 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cg_internal.h"
 #include "einrt.h"
-
-/* Stage sets: bit 0 the first stage, bit 1 a middle one, bit 2 the last. */
-enum { ST_FIRST = 1, ST_MID = 2, ST_LAST = 4, ST_ALL = 7 };
-
-/* What the emission needs, computed from the plan (classify). */
-typedef struct pp_ctx {
-    const ir_module *m;
-    const cg_plan *p;
-    int fb, fe, bb, be;  /* op indices: forward LoopBegin, LoopEnd, backward LoopBegin, LoopEnd */
-    char *item;          /* per op: 'F', 'B' or 'E' (the update, once per step) */
-    uint8_t *avail;      /* per value: the stages that can compute it */
-    uint8_t *run;        /* per op: the stages that run it */
-    int *at;             /* per op: the op whose emission runs it (fusion, row groups) */
-    int *seg;            /* per op: its segment (of `at`) */
-    bool *acc;           /* per value: accumulated over the microbatches */
-    int *slot;           /* per value: its place in a frame, or -1 */
-    int nslots;
-    int first_end;       /* index of the first op of item 'E' (p->nops if none) */
-    bool trains;         /* a training step; else forwards only (bb = be = nops) */
-    bool *rows;          /* per value: an output with the batch dim first, whose
-                            microbatches are placed rather than summed */
-} pp_ctx;
-
-/* The op `i`'s emission point: the op it is fused into (followed to the
- * end), or its row group's first op. */
-static int emit_at(const cg_plan *p, int i)
-{
-    for (int guard = 0; p->fused_into[i] >= 0 && guard < p->nops; guard++)
-        i = p->fused_into[i];
-    return p->row_group[i] >= 0 ? p->row_group[i] : i;
-}
-
-static bool fail(diag_ctx *d, const char *what)
-{
-    diag_error(d, DIAG_NOLOC, "codegen: pipelined program: %s", what);
-    return false;
-}
-
-/* The loops, the items and the stages of every op and value. */
-static bool classify(pp_ctx *x, diag_ctx *d)
-{
-    const ir_module *m = x->m;
-    const cg_plan *p = x->p;
-    int n = p->nops;
-    x->fb = x->fe = x->bb = x->be = -1;
-    for (int i = 0; i < n; i++) {
-        const ir_op *op = p->ops[i];
-        if ((op->kind != IR_OP_LOOPBEGIN && op->kind != IR_OP_LOOPEND) || op->u.loop.dim != m->pipe.dim)
-            continue;
-        bool rev = op->u.loop.begin->u.loop.reverse;
-        int *slot = op->kind == IR_OP_LOOPBEGIN ? (rev ? &x->bb : &x->fb) : (rev ? &x->be : &x->fe);
-        if (*slot >= 0)
-            return fail(d, "more than one forward or backward loop over the layers");
-        *slot = i;
-    }
-    /* Inference runs forwards only: no backward loop, which the
-     * conditions below see as one past the last op. */
-    x->trains = x->bb >= 0;
-    if (!x->trains && x->be < 0)
-        x->bb = x->be = n;
-    if (x->fb < 0 || x->fe < x->fb || x->bb < x->fe || x->be < x->bb)
-        return fail(d, "it needs a forward loop over the layers and, after it, their backward loop");
-    for (int i = 0; i < n; i++) {
-        const ir_op *op = p->ops[i];
-        if (op->phase == IR_PHASE_UPDATE) {
-            if (i < x->be)
-                return fail(d, "an update op comes before the backward loop ends");
-            x->item[i] = 'E';
-        } else if (i > x->fe && i < x->bb) {
-            x->item[i] = op->phase == IR_PHASE_FORWARD ? 'F' : 'B';
-        } else {
-            x->item[i] = i <= x->fe ? 'F' : 'B';
-        }
-    }
-    /* A linear collective after the backward loop that only the update
-     * reads (a gradient's DP AllReduce or FSDP ReduceScatter, seed 000)
-     * commutes with the sum over the microbatches: it runs once, on the
-     * sum, rather than once per microbatch. */
-    for (int i = n - 1; i > x->be; i--) {
-        const ir_op *op = p->ops[i];
-        const ir_value *v = op->result;
-        bool linear = op->kind == IR_OP_ALLGATHER || op->kind == IR_OP_SLICE || op->kind == IR_OP_ALLTOALL ||
-                      ((op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER) &&
-                       op->u.coll.reduce == IR_RED_SUM);
-        bool update_only = x->item[i] == 'B' && v->nuses > 0;
-        for (int u = 0; u < v->nuses && update_only; u++) {
-            int ui = -1;
-            for (int j = i + 1; j < n && ui < 0; j++)
-                if (p->ops[j] == v->uses[u].op)
-                    ui = j;
-            update_only = ui >= 0 && x->item[ui] == 'E';
-        }
-        for (int j = 0; j < m->noutputs && update_only; j++)
-            update_only = m->outputs[j].value != v;
-        if (linear && update_only)
-            x->item[i] = 'E';
-    }
-    x->first_end = n;
-    for (int i = 0; i < n && x->first_end == n; i++)
-        if (x->item[i] == 'E')
-            x->first_end = i;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < p->ops[i]->noperands && x->item[i] != 'E'; k++) {
-            int def = p->def_index[p->ops[i]->operands[k]->id];
-            if (def >= 0 && x->item[def] == 'E')
-                return fail(d, "a forward or backward op reads a value of the update");
-        }
-    for (int i = 0; i < n; i++)
-        x->at[i] = emit_at(p, i);
-    /* Availability, in program order. */
-    for (int v = 0; v < m->nvalues; v++)
-        x->avail[v] = ST_ALL;
-    for (int i = 0; i < n; i++) {
-        const ir_op *op = p->ops[i];
-        uint8_t a = ST_ALL;
-        if (i == x->fe)
-            a = ST_LAST;
-        else if (i == x->be)
-            a = ST_FIRST;
-        else if (!op->loop && op->kind != IR_OP_LOOPBEGIN && x->item[i] != 'E')
-            for (int k = 0; k < op->noperands; k++)
-                a &= x->avail[op->operands[k]->id];
-        if (!a)
-            return fail(d, "an op reads values of both the first and the last stage");
-        x->avail[op->result->id] = a;
-    }
-    /* Accumulated values: read by the update, or a returned output. */
-    for (int i = x->first_end; i < n; i++)
-        for (int k = 0; k < p->ops[i]->noperands && x->item[i] == 'E'; k++) {
-            const ir_value *v = p->ops[i]->operands[k];
-            if (p->def_index[v->id] >= 0 && x->item[p->def_index[v->id]] != 'E')
-                x->acc[v->id] = true;
-        }
-    for (int j = 0; j < m->noutputs; j++) {
-        const ir_value *v = m->outputs[j].value;
-        int def = p->def_index[v->id];
-        bool batched = v->type.rank > 0 && v->type.dims[0] == m->pipe.batch_dim;
-        if (m->outputs[j].update ? def >= 0 && x->item[def] != 'E'
-                                 : def < 0 || (x->trains ? v->type.rank > 0 : !batched))
-            return fail(d, x->trains ? "its outputs are its loss (a scalar) and its updates"
-                                     : "every output of a pipelined forward has the batch dim first");
-        if (!m->outputs[j].update) {
-            x->acc[v->id] = true;
-            x->rows[v->id] = batched;
-        }
-    }
-    /* The stages each op runs on, from its readers (reverse order). */
-    for (int i = n - 1; i >= 0; i--) {
-        const ir_op *op = p->ops[i];
-        if (x->item[i] == 'E' || op->loop || (i >= x->fb && i <= x->fe) || (i >= x->bb && i <= x->be)) {
-            x->run[i] = ST_ALL;
-            continue;
-        }
-        const ir_value *v = op->result;
-        uint8_t need = x->acc[v->id] ? x->avail[v->id] : 0;
-        for (int u = 0; u < v->nuses; u++) {
-            int ui = -1;
-            for (int j = i + 1; j < n && ui < 0; j++)
-                if (p->ops[j] == v->uses[u].op)
-                    ui = j;
-            if (ui < 0 || x->item[ui] == 'E')
-                continue;
-            need |= ui == x->fb ? ST_FIRST : ui == x->bb ? ST_LAST : x->run[ui];
-        }
-        if (need & ~x->avail[v->id])
-            return fail(d, "a value is needed on a stage that cannot compute it (a value of the loss "
-                           "read in the layers?)");
-        x->run[i] = need & x->avail[v->id];
-    }
-    /* A row group runs as its first op does: its members' results must be
-     * wanted where it runs (a fused producer has no result of its own). */
-    for (int i = 0; i < n; i++) {
-        int g = p->row_group[i];
-        if (g >= 0 && g != i && p->fused_into[i] < 0 &&
-            (x->item[g] != x->item[i] || (x->run[i] & ~x->run[g])))
-            return fail(d, "the ops of a row group run on different stages");
-    }
-    return true;
-}
-
-/* Segments (consecutive emission points of one item with the same stages;
- * each loop one segment) and the frame slots of the values that cross
- * them. */
-static void segment(pp_ctx *x)
-{
-    const cg_plan *p = x->p;
-    int n = p->nops, s = -1;
-    char item = 0;
-    uint8_t run = 0;
-    for (int i = 0; i < n; i++) {
-        if (x->at[i] != i)
-            continue;
-        bool in_loop = (i > x->fb && i <= x->fe) || (i > x->bb && i <= x->be);
-        if (!in_loop && (x->item[i] != item || x->run[i] != run || i == x->fb || i == x->bb ||
-                         i == x->fe + 1 || i == x->be + 1))
-            s++;
-        item = x->item[i];
-        run = x->run[i];
-        x->seg[i] = s;
-    }
-    for (int i = 0; i < n; i++)
-        x->seg[i] = x->seg[x->at[i]];
-    for (int v = 0; v < x->m->nvalues; v++)
-        x->slot[v] = -1;
-    for (int i = 0; i < n; i++) {
-        const ir_op *op = p->ops[i];
-        for (int k = 0; k < op->noperands; k++) {
-            int v = op->operands[k]->id, def = p->def_index[v];
-            if (def >= 0 && x->item[i] != 'E' && x->seg[def] != x->seg[i] && x->slot[v] < 0)
-                x->slot[v] = x->nslots++;
-        }
-    }
-    /* What crosses between stages: the loops' carried values. */
-    const int ends[4] = {x->fb, x->fe, x->bb, x->be};
-    for (int k = 0; k < (x->trains ? 4 : 2); k++) {
-        const ir_op *op = p->ops[ends[k]];
-        int v = (k % 2 == 0 ? op->operands[0] : op->result)->id;
-        if (x->slot[v] < 0)
-            x->slot[v] = x->nslots++;
-    }
-}
+#include "pipeline_internal.h"
 
 /* The emitter's state. */
 typedef struct pp_emit {
@@ -616,58 +395,6 @@ static void make_plans(pp_emit *e)
     free(sent);
 }
 
-static void ctx_init(pp_ctx *x, const ir_module *m, const cg_plan *p)
-{
-    memset(x, 0, sizeof *x);
-    x->m = m;
-    x->p = p;
-    size_t n = (size_t)p->nops + 1, nv = (size_t)m->nvalues + 1;
-    x->item = cg_calloc(n, 1);
-    x->run = cg_calloc(n, 1);
-    x->at = cg_calloc(n, sizeof(int));
-    x->seg = cg_calloc(n, sizeof(int));
-    x->avail = cg_calloc(nv, 1);
-    x->acc = cg_calloc(nv, sizeof(bool));
-    x->slot = cg_calloc(nv, sizeof(int));
-    x->rows = cg_calloc(nv, sizeof(bool));
-}
-
-static void ctx_free(pp_ctx *x)
-{
-    free(x->item);
-    free(x->run);
-    free(x->at);
-    free(x->seg);
-    free(x->avail);
-    free(x->acc);
-    free(x->slot);
-    free(x->rows);
-}
-
-bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d)
-{
-    if (m->pipe.microbatches < 1)
-        return fail(d, "the pipeline pass did not run (--passes= must include it after propagate)");
-    for (int v = 0; v < m->nvalues; v++) {
-        const ir_value *val = m->values[v];
-        if (p->input_index[v] < 0 || val->type.rank < 1)
-            continue;
-        for (int k = 1; k < val->type.rank; k++)
-            if (val->type.dims[k] == m->pipe.batch_dim) {
-                char b[256];
-                snprintf(b, sizeof b, "input '%s' holds the batch dim '%s' at position %d: put it "
-                         "first, so that a microbatch is a block of its rows", val->tensor,
-                         m->dims[m->pipe.batch_dim].name, k + 1);
-                return fail(d, b);
-            }
-    }
-    pp_ctx x;
-    ctx_init(&x, m, p);
-    bool ok = classify(&x, d);
-    ctx_free(&x);
-    return ok;
-}
-
 void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out)
 {
     const ir_module *m = f->m;
@@ -676,9 +403,9 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     const ir_pipeline *pp = &m->pipe;
     int Z = (int)m->mesh.axes[pp->axis].size;
     pp_ctx x;
-    ctx_init(&x, m, p);
-    (void)classify(&x, c->d); /* cg_pipeline_check passed */
-    segment(&x);
+    cg_pp_init(&x, m, p);
+    (void)cg_pp_classify(&x, c->d); /* cg_pipeline_check passed */
+    cg_pp_segment(&x);
     pp_emit e = {.c = c, .f = f, .x = &x};
     make_plans(&e);
     e.accbuf = cg_calloc((size_t)nv, sizeof *e.accbuf);
@@ -814,5 +541,5 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     free(e.end.out_index);
     free(e.accbuf);
     free(e.inbuf);
-    ctx_free(&x);
+    cg_pp_free(&x);
 }
