@@ -14,13 +14,16 @@
  *  - finds the batch dim: the first dim of the value the repeat block
  *    carries (the residual stream X[B, T, D]), which every input holding
  *    it is split along;
- *  - takes M from --microbatches (default Z when it divides |B|, else 1)
- *    and shrinks that dim to one microbatch, |B| / M (which must split
- *    over the devices that split |B|).  Scale factors the
- *    frontend folded from the whole batch (a mean's 1/|B|) stay, so a
- *    microbatch's loss and gradients are its share of the step's, and
- *    their sum over the microbatches is the step's (gradient
- *    accumulation);
+ *  - takes M from --microbatches, else for a training step the M the cost
+ *    model rates fastest (cheapest_microbatches), else Z when it divides
+ *    |B|, and shrinks that dim to one microbatch, |B| / M (which must
+ *    split over the devices that split |B|).  Scale factors the frontend
+ *    folded from the whole batch (a mean's 1/|B|) stay, so a microbatch's
+ *    loss and gradients are its share of the step's, and their sum over
+ *    the microbatches is the step's (gradient accumulation), which holds
+ *    when the loss is a sum over the batch's examples (check_batch_sum:
+ *    an error for a given M, one microbatch and a warning for a chosen
+ *    one);
  *  - builds each stage's order of forwards and backwards for --schedule
  *    (gpipe or 1f1b, passes/costmodel/pipeline_sched.c) into pipe.order,
  *    which codegen runs and --dump-ir prints.
@@ -34,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "pass.h"
 #include "pipeline.h"
 
@@ -74,7 +78,7 @@ static bool check_schedule(const char *v, char *why, size_t n)
 
 const pass_option pass_pipeline_options[2] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
-                     "number of stages, when it divides the batch)", check_microbatches},
+                     "M the cost model rates fastest for a training step)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
                  "backwards (default 1f1b; the executor runs gpipe and 1f1b)", check_schedule},
 };
@@ -149,7 +153,7 @@ static bool has_dim(const ir_value *v, int d)
  * microbatch's examples, as a batch norm does).  A term that does not
  * depend on the batch (a weight penalty added to the loss) would count
  * once per microbatch.  Reports and returns false otherwise. */
-static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M)
+static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M, bool report)
 {
     const ir_value *loss = NULL;
     for (int j = 0; j < m->noutputs; j++)
@@ -219,9 +223,13 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M)
                 break;
             }
     }
-    if (!ok)
+    if (!ok && report)
         diag_error(ctx->diag, bad->loc, "'%s' %s (%d microbatches of '%s'; docs/pipeline.md)",
                    bad->result->tensor ? bad->result->tensor : "?", why, M, m->dims[B].name);
+    else if (!ok)
+        diag_warning(ctx->diag, bad->loc, "'%s' %s: the batch runs as one microbatch, so the pipeline's "
+                     "stages take turns (docs/pipeline.md)", bad->result->tensor ? bad->result->tensor : "?",
+                     why);
     free(dep);
     free(sum);
     return ok;
@@ -263,6 +271,56 @@ static void keep_forward_order(ir_module *m, int Z, int M)
 
 static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule);
 
+/* Whether a microbatch of |B| / M splits over the devices that split B in
+ * every value (propagate planned the whole batch). */
+static bool splits(const ir_module *m, int B, int64_t batch, int M)
+{
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_type *t = &m->values[i]->type;
+        for (int d = 0; d < t->rank; d++)
+            if (t->dims[d] == B && (batch / M) % ir_sharding_dim_parts(&t->sh, &m->mesh, d) != 0)
+                return false;
+    }
+    return true;
+}
+
+/* The cost model's choice of M for a training step: every M up to 64 that
+ * divides |B| and splits as B does, each priced as the schedule runs it
+ * (the cost pass's per-op times at that microbatch, cost_pipe.c), the
+ * fastest kept (the fewest microbatches on a tie: less to hold and to
+ * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
+ * (Z-1)/(M+Z-1) until a microbatch's ops turn memory- or latency-bound.
+ * Leaves the dims and m->pipe as it found them; 0 if nothing priced. */
+static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule)
+{
+    cost_hw local;
+    const cost_hw *hw = ctx->hw;
+    char err[512];
+    if (!hw && cost_hw_load(COST_DEFAULT_HW, &local, err, sizeof err) < 0)
+        return 0;
+    hw = hw ? hw : &local;
+    ir_pipeline saved = m->pipe;
+    int best = 0;
+    double best_step = 0;
+    for (int M = 1; M <= 64 && M <= batch; M++) {
+        if (batch % M != 0 || !splits(m, B, batch, M))
+            continue;
+        m->dims[B].size = batch / M;
+        m->pipe.microbatches = M;
+        m->pipe.schedule = schedule;
+        cost_annotate_ops(m, hw);
+        if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
+            (!best || m->totals.pipe.step < best_step)) {
+            best = M;
+            best_step = m->totals.pipe.step;
+        }
+    }
+    m->dims[B].size = batch;
+    m->pipe = saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    return best;
+}
+
 int pass_pipeline(pass_ctx *ctx, ir_module *m)
 {
     ir_pipeline *pp = &m->pipe;
@@ -293,9 +351,14 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     const ir_value *carried = loop->operands[0];
     int B = carried->type.dims[0];
     int64_t batch = m->dims[B].size;
-    int M = batch % Z == 0 ? Z : 1;
+    int schedule = sv ? pp_schedule_lookup(sv) : PP_1F1B;
+    int M = 0;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
+    if (!mv && trains(m) && (schedule == PP_GPIPE || schedule == PP_1F1B))
+        M = cheapest_microbatches(ctx, m, B, batch, schedule);
+    if (!M) /* a forward, or nothing priced: as many as there are stages */
+        M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
     if (batch % M != 0) {
         diag_error(ctx->diag, loop->loc, "%d microbatches do not divide the batch: '%s', the first dim of "
                    "'%s' that this 'repeat' block carries, has %lld", M, m->dims[B].name,
@@ -327,9 +390,12 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             }
         }
     }
-    if (M > 1 && !check_batch_sum(ctx, m, B, M))
-        return 1;
-    int schedule = sv ? pp_schedule_lookup(sv) : PP_1F1B;
+    /* Given, M must be right; chosen, one microbatch is the safe fallback. */
+    if (M > 1 && !check_batch_sum(ctx, m, B, M, mv != NULL)) {
+        if (mv)
+            return 1;
+        M = 1;
+    }
     if (schedule != PP_GPIPE && schedule != PP_1F1B) {
         diag_error(ctx->diag, DIAG_NOLOC, "--schedule=%s is priced (einc analyze --stages=Z) but not run "
                    "yet: a pipelined program runs gpipe or 1f1b", sv);

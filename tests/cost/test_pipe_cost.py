@@ -122,6 +122,20 @@ def main():
     check(rc == 0 and "pipeline: 2 stages x 4 layers, 4 microbatches, schedule gpipe: step" in out and
           "by (Z-1)/(M+Z-1)" in out, "--dump-cost prints the pipeline section")
 
+    # Without --microbatches the pipeline pass takes the M the cost model
+    # rates fastest: the argmin of the steps priced with each M forced.
+    for hwname in ("host", "tpu-v5p"):
+        steps = {}
+        for m in (1, 2, 4, 8, 16, 32, 64):
+            p = pipe_totals(einc, prog, hwname, f"--microbatches={m}")
+            if p:
+                steps[m] = p["step_time"]
+        chosen = pipe_totals(einc, prog, hwname)
+        best = min(steps, key=lambda m: (steps[m], m))
+        check(chosen is not None and chosen["microbatches"] == best,
+              f"{hwname}: the default M is the fastest of the forced ones ({best}, "
+              f"step {steps[best]:.4g} s; chosen {chosen and chosen['microbatches']})")
+
 
 if __name__ == "__main__":
     main()
