@@ -3,7 +3,7 @@
 # errors and runs the CTest suite and a 10^6-statement compile, then the
 # suite again with AddressSanitizer and
 # UndefinedBehaviorSanitizer, then runs each of the five libFuzzer harnesses
-# for 25 s (tests/fuzz/run.sh, docs/reliability.md; the whole stays under
+# for 20 s (tests/fuzz/run.sh, docs/reliability.md; the whole stays under
 # 45 minutes on 2 cores).  Build trees: build/,
 # build-asan/ and build-libfuzzer/.
 set -euo pipefail
@@ -26,4 +26,4 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 cmake -S . -B build-asan -DEINC_WERROR=ON -DEINC_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs"
-tests/fuzz/run.sh 25
+tests/fuzz/run.sh 20
