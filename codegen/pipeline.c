@@ -37,7 +37,13 @@
  * kept the whole batch's scale factors).  A sum that only some stages
  * compute (the embedding's gradient on the first, the loss on the last;
  * the others hold zeros) is then AllReduced over Z; the stacked layers'
- * gradients stay where they are, each stage updating its own layers.
+ * gradients stay where they are, each stage updating its own layers.  A
+ * stacked gradient that only the update reads is summed in place: its
+ * LayerStack adds each layer's block into the sum (cg_fn.stack_sum).
+ *
+ * A forward (inference: no backward loop) has F items only; its outputs,
+ * batch dim first, get each microbatch's rows at their place on the last
+ * stage and are AllReduced over Z like the sums above.
  *
  * Inputs with the batch dim (first, checked) are read one microbatch at a
  * time: rows [m |B|/M, (m+1) |B|/M) of the device's block, a view.
