@@ -17,6 +17,13 @@ static int emit_at(const cg_plan *p, int i)
     return p->row_group[i] >= 0 ? p->row_group[i] : i;
 }
 
+/* The plan index of the op making use `u`: every op has a result, whose
+ * defining op it is. */
+static int use_index(const cg_plan *p, const ir_use *u)
+{
+    return p->def_index[u->op->result->id];
+}
+
 static bool fail(diag_ctx *d, const char *what)
 {
     diag_error(d, DIAG_NOLOC, "codegen: pipelined program: %s", what);
@@ -66,17 +73,10 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
     for (int i = n - 1; i > x->be; i--) {
         const ir_op *op = p->ops[i];
         const ir_value *v = op->result;
-        bool linear = op->kind == IR_OP_ALLGATHER || op->kind == IR_OP_SLICE || op->kind == IR_OP_ALLTOALL ||
-                      ((op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER) &&
-                       op->u.coll.reduce == IR_RED_SUM);
+        bool linear = ir_op_is_linear_reshard(op);
         bool update_only = x->item[i] == 'B' && v->nuses > 0;
-        for (int u = 0; u < v->nuses && update_only; u++) {
-            int ui = -1;
-            for (int j = i + 1; j < n && ui < 0; j++)
-                if (p->ops[j] == v->uses[u].op)
-                    ui = j;
-            update_only = ui >= 0 && x->item[ui] == 'E';
-        }
+        for (int u = 0; u < v->nuses && update_only; u++)
+            update_only = x->item[use_index(p, &v->uses[u])] == 'E';
         for (int j = 0; j < m->noutputs && update_only; j++)
             update_only = m->outputs[j].value != v;
         if (linear && update_only)
@@ -141,11 +141,8 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
         const ir_value *v = op->result;
         uint8_t need = x->acc[v->id] ? x->avail[v->id] : 0;
         for (int u = 0; u < v->nuses; u++) {
-            int ui = -1;
-            for (int j = i + 1; j < n && ui < 0; j++)
-                if (p->ops[j] == v->uses[u].op)
-                    ui = j;
-            if (ui < 0 || x->item[ui] == 'E')
+            int ui = use_index(p, &v->uses[u]);
+            if (x->item[ui] == 'E')
                 continue;
             need |= ui == x->fb ? ST_FIRST : ui == x->bb ? ST_LAST : x->run[ui];
         }

@@ -228,6 +228,10 @@ const char *ir_op_name(ir_op_kind k);
 /* True for AllGather, ReduceScatter, AllReduce, AllToAll and Slice: the
  * ops that change a sharding rather than compute. */
 bool ir_op_is_reshard(ir_op_kind k);
+/* True for a resharding op that is linear in its operand: AllGather,
+ * Slice, AllToAll, and AllReduce / ReduceScatter that sum (not a max or
+ * min), so it commutes with a sum over microbatches. */
+bool ir_op_is_linear_reshard(const struct ir_op *op);
 /* The storage an UpdateSlice writes, through earlier UpdateSlices and a
  * LayerSlice: the state value, or NULL if operand 0 of `op` leads to none. */
 const struct ir_value *ir_update_target(const struct ir_op *op);

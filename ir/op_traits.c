@@ -39,6 +39,14 @@ bool ir_op_is_reshard(ir_op_kind k)
     return ir_op_has_trait(k, IR_TRAIT_RESHARD);
 }
 
+bool ir_op_is_linear_reshard(const ir_op *op)
+{
+    if (!ir_op_is_reshard(op->kind))
+        return false;
+    return (op->kind != IR_OP_ALLREDUCE && op->kind != IR_OP_REDUCESCATTER) ||
+           op->u.coll.reduce == IR_RED_SUM;
+}
+
 bool ir_op_is_loop(ir_op_kind k)
 {
     return ir_op_has_trait(k, IR_TRAIT_LOOP);

@@ -191,9 +191,7 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M, bool repo
             linear = ndep == op->noperands &&
                      ir_ew_classify(op->u.ew.nodes, op->u.ew.nnodes, op->u.ew.root) == IR_EW_CLASS_LINEAR;
         else
-            linear = op->kind == IR_OP_ALLGATHER || op->kind == IR_OP_SLICE || op->kind == IR_OP_ALLTOALL ||
-                     ((op->kind == IR_OP_ALLREDUCE || op->kind == IR_OP_REDUCESCATTER) &&
-                      op->u.coll.reduce == IR_RED_SUM);
+            linear = ir_op_is_linear_reshard(op);
         if (!linear) {
             ok = false;
             bad = op;
@@ -271,17 +269,26 @@ static void keep_forward_order(ir_module *m, int Z, int M)
 
 static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule);
 
-/* Whether a microbatch of |B| / M splits over the devices that split B in
- * every value (propagate planned the whole batch). */
-static bool splits(const ir_module *m, int B, int64_t batch, int M)
+/* A value in which a microbatch of |B| / M does not split over the devices
+ * that split B (propagate planned the whole batch), and in *parts their
+ * count; NULL if every value splits. */
+static const ir_value *unsplit(const ir_module *m, int B, int64_t batch, int M, int64_t *parts)
 {
     for (int i = 0; i < m->nvalues; i++) {
         const ir_type *t = &m->values[i]->type;
-        for (int d = 0; d < t->rank; d++)
-            if (t->dims[d] == B && (batch / M) % ir_sharding_dim_parts(&t->sh, &m->mesh, d) != 0)
-                return false;
+        for (int d = 0; d < t->rank; d++) {
+            *parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
+            if (t->dims[d] == B && (batch / M) % *parts != 0)
+                return m->values[i];
+        }
     }
-    return true;
+    return NULL;
+}
+
+static bool splits(const ir_module *m, int B, int64_t batch, int M)
+{
+    int64_t parts;
+    return !unsplit(m, B, batch, M, &parts);
 }
 
 /* The cost model's choice of M for a training step: every M up to 64 that
@@ -378,17 +385,16 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
                                ir_type_str(m, m->values[i]->tensor, t, b, sizeof b), z->name);
                     return 1;
                 }
-        for (int d = 0; d < t->rank; d++) {
-            int64_t parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
-            if (t->dims[d] == B && (batch / M) % parts != 0) {
-                char b[256];
-                diag_error(ctx->diag, loop->loc, "a microbatch of %lld of the %lld '%s' cannot be split "
-                           "over the %lld devices that split '%s' in %s: use fewer microbatches",
-                           (long long)(batch / M), (long long)batch, m->dims[B].name, (long long)parts,
-                           m->dims[B].name, ir_type_str(m, m->values[i]->tensor, t, b, sizeof b));
-                return 1;
-            }
-        }
+    }
+    int64_t parts;
+    const ir_value *bad = unsplit(m, B, batch, M, &parts);
+    if (bad) {
+        char b[256];
+        diag_error(ctx->diag, loop->loc, "a microbatch of %lld of the %lld '%s' cannot be split "
+                   "over the %lld devices that split '%s' in %s: use fewer microbatches",
+                   (long long)(batch / M), (long long)batch, m->dims[B].name, (long long)parts,
+                   m->dims[B].name, ir_type_str(m, bad->tensor, &bad->type, b, sizeof b));
+        return 1;
     }
     /* Given, M must be right; chosen, one microbatch is the safe fallback. */
     if (M > 1 && !check_batch_sum(ctx, m, B, M, mv != NULL)) {

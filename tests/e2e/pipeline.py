@@ -271,23 +271,9 @@ def run_forward(a, work, tally):
 
 # No param before the block: the backward loop's gradient has no reader on
 # the first stage, and the other stages still send it.
-NO_PRE = """mesh Z = 2, X = 2
-dim B = 16, D = 8, F = 16, L = 4
-input In[B_X, D] : f32
-input Tgt[B_X, D] : f32
-param Win[L_Z, D, F_X] : f32
-param Wout[L_Z, F_X, D] : f32
-H[B, D] = In[B, D] * 1
-repeat L {
-  T[B, F] = H[B, D] * Win[D, F]
-  A[B, F] = gelu(T[B, F])
-  H[B, D] = H[B, D] + A[B, F] * Wout[F, D] * 0.5
-}
-Er[B, D] = H[B, D] - Tgt[B, D]
-Lo[] = mean(Er[B, D] * Er[B, D])
-loss Lo
-optimize Win, Wout with sgd(lr=0.05)
-"""
+NO_PRE = MLP.format(MESH="Z = 2, X = 2", IN="B_X, D", FX="_X", OPT="sgd(lr=0.05)").replace(
+    "param Wf[D, E] : f64\n", "").replace("H[B, E] = In[B, D] * Wf[D, E]", "H[B, D] = In[B, D] * 1").replace(
+    "optimize Win, Wout, Wf", "optimize Win, Wout")
 
 
 def run_no_pre(a, work, tally):

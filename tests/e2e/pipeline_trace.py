@@ -38,6 +38,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from e2e_common import Tally, mpi_launch, run_merged, runtime_args  # noqa: E402
+from pipeline import MLP  # noqa: E402  (its four-layer MLP block, L = 4)
 
 L = 4
 PROGRAMS = {
@@ -47,25 +48,8 @@ PROGRAMS = {
 
 
 def source(mesh, bshard, fshard):
-    """A small MLP block trained with SGD; layers over Z."""
-    return f"""{mesh}
-dim B = 16, E = 8, D = 8, F = 16, L = {L}
-input In[{bshard}, D] : f32
-input Tgt[{bshard}, D] : f32
-param Win[L_Z, D, {fshard}] : f32
-param Wout[L_Z, {fshard}, D] : f32
-param Wf[D, E] : f32
-H[B, E] = In[B, D] * Wf[D, E]
-repeat L {{
-  T[B, F] = H[B, D] * Win[D, F]
-  A[B, F] = gelu(T[B, F])
-  H[B, D] = H[B, D] + A[B, F] * Wout[F, D] * 0.5
-}}
-Er[B, D] = H[B, D] - Tgt[B, D]
-Lo[] = mean(Er[B, D] * Er[B, D])
-loss Lo
-optimize Win, Wout, Wf with sgd(lr=0.05)
-"""
+    """pipeline.py's MLP block trained with SGD; layers over Z."""
+    return MLP.format(MESH=mesh[len("mesh "):], IN=bshard + ", D", FX=fshard[1:], OPT="sgd(lr=0.05)")
 
 
 def expected_order(schedule, Z, z, M):
