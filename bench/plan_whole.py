@@ -2,7 +2,7 @@
 """Whole-model planning: planning time, and the step before and after the ILP.
 
 Planning time: for each examples/*.ein (and --extra files), the median wall
-time of --reps runs of `einc FILE --passes=propagate` with the
+time of --reps runs of `einc FILE --passes=optimize,autodiff,propagate` with the
 whole-program ILP (the default) and with `--ilp=off` (the baseline: the
 local search alone), their ratio, and the ILP's size and solve time from
 `--debug-pass` (candidates, columns, rows, simplex iterations, seconds).
@@ -64,7 +64,7 @@ def wall(cmd, reps):
 
 
 def ilp_line(einc, path):
-    r = subprocess.run([einc, path, "--passes=propagate", "--debug-pass"], capture_output=True, text=True)
+    r = subprocess.run([einc, path, "--passes=optimize,autodiff,propagate", "--debug-pass"], capture_output=True, text=True)
     m = re.search(r"ILP: (\d+) candidate layouts( \(simple ops merged\))?, (\d+) columns, (\d+) rows, "
                   r"(\d+) simplex iterations, ([0-9.e+-]+) s, ([a-z ]+);", r.stderr)
     if not m:
@@ -105,8 +105,8 @@ def main():
     print(f"{'program':32} {'ILP s':>8} {'off s':>8} {'ratio':>6}  ILP")
     files = sorted(glob.glob(os.path.join(ROOT, "examples", "*.ein"))) + args.extra
     for path in files:
-        on = wall([einc, path, "--passes=propagate"], args.reps)
-        off = wall([einc, path, "--passes=propagate", "--ilp=off"], args.reps)
+        on = wall([einc, path, "--passes=optimize,autodiff,propagate"], args.reps)
+        off = wall([einc, path, "--passes=optimize,autodiff,propagate", "--ilp=off"], args.reps)
         print(f"{os.path.basename(path):32} {on:8.3f} {off:8.3f} {on / off:6.2f}  {ilp_line(einc, path)}")
         limit = PLAN_TARGETS_S.get(os.path.basename(path))
         res.add(f"planning time, {os.path.basename(path)}", on, "s",

@@ -207,6 +207,14 @@ static int cg_check_loop(const ir_module *m, const ir_op *op, diag_ctx *d)
     return 0;
 }
 
+static int cg_check_grad(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    (void)m;
+    diag_error(d, op->loc, "codegen: a Grad op is left in the IR: the autodiff pass derives the "
+               "backward ops (--passes= must start with it)");
+    return 1;
+}
+
 static int cg_check_update(const ir_module *m, const ir_op *op, diag_ctx *d)
 {
     (void)m;

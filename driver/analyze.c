@@ -204,7 +204,7 @@ typedef struct row_call {
     analyze_compile_fn compile;
     void *ctx;
     const fe_autoshard *a;
-    fe_remat remat;
+    ir_remat remat;
 } row_call;
 
 static ir_module *call_row(void *ctx, diag_ctx *d)
@@ -214,7 +214,7 @@ static ir_module *call_row(void *ctx, diag_ctx *d)
 }
 
 /* Compiles one strategy; the first line of the first error in r->why. */
-static ir_module *compile_row(analyze_row *r, const fe_autoshard *a, fe_remat remat,
+static ir_module *compile_row(analyze_row *r, const fe_autoshard *a, ir_remat remat,
                               analyze_compile_fn compile, void *ctx)
 {
     row_call c = {compile, ctx, a, remat};
@@ -229,7 +229,7 @@ static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile
         plan_row_autoshard(&r->fam, &a);
         as = &a;
     }
-    ir_module *m = compile_row(r, as, FE_REMAT_NONE, compile, ctx);
+    ir_module *m = compile_row(r, as, IR_REMAT_NONE, compile, ctx);
     r->ok = m != NULL;
     if (!m)
         return;
@@ -271,7 +271,7 @@ static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile
     ir_module_free(m);
 
     analyze_row scratch = *r;
-    ir_module *mr = compile_row(&scratch, as, FE_REMAT_LAYER, compile, ctx);
+    ir_module *mr = compile_row(&scratch, as, IR_REMAT_LAYER, compile, ctx);
     r->remat_ok = mr != NULL;
     if (mr)
         r->max_fits_remat = largest_fit(mr, t->batch, t->hw->hbm_bytes, analyze_batch_parts(mr, t->batch));

@@ -69,7 +69,7 @@ typedef struct analyze_table {
 /* Compiles the program through the pipeline with auto-sharding `a` (NULL:
  * the shardings it writes) and `remat`, errors to `d`; NULL on failure.
  * The caller owns the module. */
-typedef ir_module *(*analyze_compile_fn)(void *ctx, const fe_autoshard *a, fe_remat remat, diag_ctx *d);
+typedef ir_module *(*analyze_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat remat, diag_ctx *d);
 
 /* Fills t for `proto` (the program compiled as written, with its mesh) on
  * `hw`, compiling each strategy with `compile`.  Returns 0, or -1 with a

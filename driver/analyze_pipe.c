@@ -40,7 +40,7 @@ typedef struct as_written {
 static ir_module *call_as_written(void *ctx, diag_ctx *d)
 {
     const as_written *c = ctx;
-    return c->compile(c->ctx, NULL, FE_REMAT_NONE, d);
+    return c->compile(c->ctx, NULL, IR_REMAT_NONE, d);
 }
 
 /* The module's work with the batch dim at `size` (restored after). */

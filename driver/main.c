@@ -49,7 +49,7 @@ typedef struct options {
      * (pass_options_add), resolved once the registry holds the plugins. */
     int npass_args;
     const char *pass_args[PASS_MAX_OPTIONS];
-    fe_remat remat;               /* --remat= */
+    ir_remat remat;               /* --remat= */
     bool remat_set;               /* --remat= was given: auto-sharding does not choose it */
     int einsum_unroll;            /* --einsum-unroll=N, or -1: IR_EINSUM_UNROLL_MAX */
     int64_t stream_min;           /* --stream-min=BYTES (INT64_MAX: off), or 0: IR_STREAM_MIN_BYTES */
@@ -197,11 +197,11 @@ static int parse_args(int argc, char **argv, options *o)
             const char *v = a + 8;
             o->remat_set = true;
             if (strcmp(v, "none") == 0)
-                o->remat = FE_REMAT_NONE;
+                o->remat = IR_REMAT_NONE;
             else if (strcmp(v, "elementwise") == 0)
-                o->remat = FE_REMAT_ELEMENTWISE;
+                o->remat = IR_REMAT_ELEMENTWISE;
             else if (strcmp(v, "layer") == 0)
-                o->remat = FE_REMAT_LAYER;
+                o->remat = IR_REMAT_LAYER;
             else
                 return drv_bad_usage("einc", "--remat wants none, elementwise or layer, not '%s'", v);
         } else if (strncmp(a, "--einsum-unroll=", 16) == 0) {
@@ -294,7 +294,7 @@ typedef struct plan_env {
     const pass_ctx *ctx;
 } plan_env;
 
-static ir_module *plan_compile(void *env, const fe_autoshard *a, fe_remat remat, diag_ctx *d)
+static ir_module *plan_compile(void *env, const fe_autoshard *a, ir_remat remat, diag_ctx *d)
 {
     const plan_env *e = env;
     options o = *e->o;

@@ -244,7 +244,7 @@ typedef struct row_call {
     plan_compile_fn compile;
     void *ctx;
     const fe_autoshard *a;
-    fe_remat remat;
+    ir_remat remat;
 } row_call;
 
 static ir_module *call_row(void *ctx, diag_ctx *d)
@@ -282,7 +282,7 @@ static void plan_kind(const ir_module *m, bool *trains, bool *gathers)
 }
 
 /* Row figures from compiled module m. */
-static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, fe_remat remat)
+static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_remat remat)
 {
     row->step = m->totals.step_time;
     row->mfu = m->totals.mfu;
@@ -310,12 +310,12 @@ static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
     if (!row->ok || row->fits || !row->trains || !t->choose_remat)
         return;
     char why[sizeof row->why];
-    c.remat = FE_REMAT_LAYER;
+    c.remat = IR_REMAT_LAYER;
     m = plan_compile_quiet(call_row, &c, why, sizeof why);
     /* Kept when it fits, or, when nothing fits, as the smaller figure the
      * report names. */
     if (m && m->totals.peak_memory < row->memory)
-        fill_row(t, row, m, FE_REMAT_LAYER);
+        fill_row(t, row, m, IR_REMAT_LAYER);
     ir_module_free(m);
 }
 
@@ -366,7 +366,7 @@ static void add_meshes(plan_table *t, int64_t chips, int naxes)
         }
 }
 
-int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, fe_remat remat,
+int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
              bool choose_remat, plan_compile_fn compile, void *ctx)
 {
     memset(t, 0, sizeof *t);
@@ -374,7 +374,7 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
     t->chips = chips;
     t->hw = hw;
     t->remat = remat;
-    t->choose_remat = choose_remat && remat == FE_REMAT_NONE;
+    t->choose_remat = choose_remat && remat == IR_REMAT_NONE;
     if (chips < 1 || plan_roles_of(proto, &t->roles) != 0)
         return -1;
     /* One axis of all the chips, then every split into two and three: a
@@ -453,8 +453,8 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddNumberToObject(o, "exposed_comm_time", r->exposed);
     cJSON_AddNumberToObject(o, "comm_time", r->comm);
     cJSON_AddStringToObject(o, "bound", bound_name(r));
-    cJSON_AddStringToObject(o, "remat", r->remat == FE_REMAT_LAYER ? "layer"
-                                        : r->remat == FE_REMAT_ELEMENTWISE ? "elementwise" : "none");
+    cJSON_AddStringToObject(o, "remat", r->remat == IR_REMAT_LAYER ? "layer"
+                                        : r->remat == IR_REMAT_ELEMENTWISE ? "elementwise" : "none");
     return o;
 }
 
@@ -502,7 +502,7 @@ void plan_print(FILE *out, const plan_table *t, bool json)
             continue;
         }
         /* A row the search rematerialised to fit says so. */
-        bool chose_remat = r->remat == FE_REMAT_LAYER && t->choose_remat;
+        bool chose_remat = r->remat == IR_REMAT_LAYER && t->choose_remat;
         fprintf(out, "%c %-8s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s\n",
                 i == t->chosen ? '*' : ' ', plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
                 r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r),
@@ -517,7 +517,7 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     mesh_str(c, mesh, sizeof mesh);
     if (!c->fits) {
         /* Remat is named only where it was not already tried. */
-        bool tried = t->choose_remat || t->remat == FE_REMAT_LAYER;
+        bool tried = t->choose_remat || t->remat == IR_REMAT_LAYER;
         fprintf(out, "chosen: none fits %s's HBM%s; the smallest is %s on %s at %.4g GiB per device: more chips%s "
                 "or a smaller batch would shrink it\n", t->hw->name,
                 tried && c->trains ? ", not even with --remat=layer" : "", plan_row_label(c), mesh,
@@ -527,7 +527,7 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     int ru = runner_up(t);
     fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound%s)", plan_row_label(c),
             mesh, c->step * 1e3, bound_name(c),
-            c->remat == FE_REMAT_LAYER && t->choose_remat
+            c->remat == IR_REMAT_LAYER && t->choose_remat
                 ? "; it fits only with --remat=layer, which -o compiles with" : "");
     if (ru >= 0) {
         char m2[40];

@@ -59,7 +59,7 @@ typedef struct plan_row {
     bool fits;            /* memory <= the profile's HBM per device */
     bool trains;          /* the program has a backward pass or updates a param */
     bool gathers_params;  /* the plan AllGathers a param (FSDP's weight movement) */
-    fe_remat remat;       /* what the figures were compiled with */
+    ir_remat remat;       /* what the figures were compiled with */
 } plan_row;
 
 typedef struct plan_table {
@@ -70,24 +70,24 @@ typedef struct plan_table {
     plan_roles roles;
     int64_t chips;
     const cost_hw *hw;
-    fe_remat remat;       /* the user's --remat, every row's first compile */
-    bool choose_remat;    /* a row that does not fit may take FE_REMAT_LAYER */
+    ir_remat remat;       /* the user's --remat, every row's first compile */
+    bool choose_remat;    /* a row that does not fit may take IR_REMAT_LAYER */
 } plan_table;
 
 /* Compiles the program with auto-sharding `a` and rematerialisation
  * `remat` through the pipeline (errors to `d`); NULL on failure.  The
  * caller owns the module.  (analyze_compile_fn has the same shape.) */
-typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, fe_remat remat, diag_ctx *d);
+typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat remat, diag_ctx *d);
 
 /* Fills t: every candidate for `chips` chips on `hw`, compiled by
  * `compile` with `remat`, and the chosen one.  With `choose_remat` (the
- * user gave no --remat) and remat FE_REMAT_NONE, a training candidate that does not fit the
- * HBM is compiled again with FE_REMAT_LAYER, and takes those figures when
+ * user gave no --remat) and remat IR_REMAT_NONE, a training candidate that does not fit the
+ * HBM is compiled again with IR_REMAT_LAYER, and takes those figures when
  * they fit (row.remat says so): seed 003's activation checkpointing,
  * chosen by the search rather than by a flag.  `proto` is the program
  * compiled with no mesh (its dims give the roles).  Returns 0, or -1 if
  * `chips` < 1 or the program's dims are too many to plan. */
-int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, fe_remat remat,
+int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
              bool choose_remat, plan_compile_fn compile, void *ctx);
 /* The table a reader of seed 000 recognises (or JSON: {"chosen": {...},
  * "candidates": [...]}), with the chosen row marked and why. */

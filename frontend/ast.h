@@ -97,7 +97,7 @@ typedef enum ast_callee {
     AST_CALL_MIN,     /* `min(x)`, `min(x, S)` */
     AST_CALL_MEAN,    /* `mean(x)`, `mean(x, S)` */
     AST_CALL_SOFTMAX, /* `softmax(x, S)` */
-    AST_CALL_GRAD,    /* `grad(L, W)`: the whole right side (grad.c) */
+    AST_CALL_GRAD,    /* `grad(L, W)`: the whole right side (a Grad op) */
     AST_CALL_ARGMAX,  /* `argmax(x, S)`: the whole right side, an i32 result */
     AST_CALL_CAST,    /* `f32(x)`, `bf16(x)`, `f64(x)`: x converted to cast_dtype */
 } ast_callee;

@@ -9,15 +9,16 @@
  *   symtab.c      hashed name tables used by the checks
  *   check_decl.c  mesh, dims, -D overrides, inputs/params, shardings, outputs
  *   check_stmt.c  statements: names, indices, dtypes, Einstein convention
- *   optimize.c    `loss` and `optimize` lines: checks, then the training step
- *   schedule.c    its learning-rate schedules and gradient clipping
+ *   optimize.c    `loss` and `optimize` lines: checks, and their record in
+ *                 the IR (ir_module.opt_lines) for the optimize pass
  *   lower.c       checked AST -> ir_module ops, statement by statement;
  *                 lower_expr.c, lower_call.c, lower_repeat.c lower expressions,
- *                 reductions and gathers, and repeated blocks
- *                 (lower_internal.h); ewtree.c builds elementwise ops
- *   grad.c        `grad` and the training step's gradients: the backward
- *                 sweep; grad_*.c its rules per op and its backward loops
- *                 (grad_internal.h)
+ *                 reductions, gathers, grad and repeated blocks
+ *                 (lower_internal.h); ir/ewtree.c builds elementwise ops
+ * The frontend only parses, checks and lowers: `grad(L, W)` is a Grad op,
+ * and an `optimize` line a record that the optimize pass turns into Grad
+ * and update ops (passes/optimize.c); the autodiff pass (passes/autodiff.c)
+ * replaces every Grad by the backward ops.
  */
 #ifndef EINC_FE_INTERNAL_H
 #define EINC_FE_INTERNAL_H
@@ -108,7 +109,6 @@ typedef struct fe_checker {
     fe_symtab outputs;     /* tensor name -> ast_stmt * of its output line */
     int noutputs;          /* output lines seen */
     bool *define_used;     /* per -D override: matched a declaration */
-    struct fe_grads *grads;/* lowering: backward sweeps done, per loss (grad.c) */
     /* Repeated blocks (check_loop.c), while checking and again while lowering: */
     ast_stmt *repeat;      /* the open `repeat L {` line, NULL outside a block */
     int block;             /* its number (1, 2, ... in source order), 0 outside */
@@ -132,22 +132,17 @@ void fe_check_assign(fe_checker *c, ast_stmt *s);
  * error, and returns true; false if `s` is no write. */
 bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok);
 /* The grad(L, W) call that is the whole right side of assignment `s`, or
- * NULL (grad.c; the checker has resolved the callee). */
+ * NULL (lower_call.c; the checker has resolved the callee). */
 const ast_factor *fe_grad_call(const ast_stmt *s);
-/* Lowers `G[...] = grad(L, W)` (checked): appends the backward ops of the
- * program so far (one sweep per loss for every target its grad statements
- * name) and returns dL/dW, a value with W's dims; NULL after reporting an
- * error (something on the path that is not differentiable yet). */
-ir_value *fe_grad_lower(fe_checker *c, const ast_program *prog, const ast_stmt *s);
-/* The gradients of scalar `loss` with respect to wrt[0..n-1] (the values
- * of params), appending backward ops where no grad statement of `loss`
- * made them already (then fresh[i]); zero[i] says that the loss does not
- * depend on wrt[i] (a fresh gradient of zeros).  False after reporting an
- * error at `loc` (grad.c). */
-bool fe_grad_values(fe_checker *c, uint32_t loc, ir_value *loss, ir_value **wrt, int n,
-                    ir_value **grads, bool *zero, bool *fresh);
 /* The tensor W of grad statement `s` (checked). */
 const fe_tensor *fe_grad_target(fe_checker *c, const ast_stmt *s);
+/* Lowers `G[...] = grad(L, W)` (checked) to a Grad op (ir.h), whose result
+ * the autodiff pass replaces by dL/dW (lower_call.c). */
+ir_value *fe_lower_grad(fe_checker *c, const ast_stmt *s);
+/* Appends a Grad op of `loss` with respect to `w`, at `loc`; its result,
+ * named `tensor`, has w's dims and dtype and is replicated (lower_call.c). */
+ir_value *fe_lower_grad_op(fe_checker *c, const char *tensor, ir_value *loss, ir_value *w,
+                           uint32_t loc);
 /* Checks the output lines, and that there is one (check_decl.c). */
 void fe_check_outputs(fe_checker *c, const ast_program *prog);
 
@@ -209,18 +204,10 @@ bool fe_check_scope(fe_checker *c, const fe_tensor *s, uint32_t loc);
  * optimized params are params, each optimized once, by a known optimizer
  * with known hyperparameters in range (optimize.c). */
 void fe_check_train(fe_checker *c, const ast_program *prog);
-/* The hyperparameters every optimizer takes after its own: their indices
- * counted from the optimizer's last own one in ast_stmt.u.train.hpv
- * (optimize.c's tables), and the values of `decay`. */
-enum {
-    FE_HP_WARMUP, FE_HP_DECAY, FE_HP_DECAY_STEPS, FE_HP_MIN_LR, FE_HP_CLIP, FE_HP_SKIP, FE_NSCHED
-};
-enum { FE_DECAY_CONSTANT, FE_DECAY_COSINE };
-
 /* Lowers them (after the outputs): the loss becomes an output, and every
- * optimized param gets its gradient, its optimizer's update ops and state,
- * and an update (ir_update_add) of itself and its state.  False if an IR
- * limit was hit or the gradient could not be made (reported). */
+ * optimize line is recorded in c->m->opt_lines (hyperparameters in the
+ * slots of ir.h, IR_SGD_* / IR_ADAMW_* then IR_HP_*) for the optimize pass
+ * (optimize.c).  Returns true (the lines were checked). */
 bool fe_lower_train(fe_checker *c, const ast_program *prog);
 
 /* Lowers a checked program into c->m (lower.c); returns false if an IR

@@ -40,6 +40,8 @@ ir_module *fe_compile(const char *src, size_t len, const fe_options *opts, diag_
     }
 
     ir_module *m = ir_module_new(d->filename ? d->filename : "<input>");
+    m->remat = opts->remat;
+    m->reference = opts->single_device;
     fe_checker c = {.m = m, .arena = &arena, .diag = d, .opts = opts};
     c.define_used = ir_alloc(&arena, (size_t)(opts->ndefines + 1) * sizeof *c.define_used);
     fe_check_sizes(&c, &prog);

@@ -23,18 +23,6 @@ typedef struct fe_define {
     int64_t value;     /* new size, >= 1 */
 } fe_define;
 
-/* Options of one compilation. */
-/* What the backward pass of `grad` and `optimize` keeps from the forward
- * pass and what it computes again (`einc --remat=`; docs/language.md,
- * "Rematerialisation"): memory traded for FLOPs, seed 003's activation
- * checkpointing. */
-typedef enum fe_remat {
-    FE_REMAT_NONE,        /* keep every forward value the backward pass reads */
-    FE_REMAT_ELEMENTWISE, /* recompute elementwise results from their operands */
-    FE_REMAT_LAYER,       /* in a repeated block keep only each layer's input and
-                             recompute the layer in the backward loop */
-} fe_remat;
-
 /* Auto-sharding (`einc plan`, `einc --chips N`): the mesh of a program
  * that declares none, and the sharding of each input, param and state
  * declared without subscripts, as if the program had written them. */
@@ -54,6 +42,7 @@ typedef struct fe_autoshard {
     bool keep_mesh;
 } fe_autoshard;
 
+/* Options of one compilation. */
 typedef struct fe_options {
     const fe_define *defines; /* ndefines overrides, applied at declaration */
     int ndefines;
@@ -61,7 +50,7 @@ typedef struct fe_options {
      * is dropped (all values replicated): the unsharded reference program
      * that the executable's --check compares against. */
     bool single_device;
-    fe_remat remat;
+    ir_remat remat;           /* recorded in ir_module.remat for the autodiff pass */
     /* Not NULL: auto-sharding; a program that declares a mesh is an error
      * unless autoshard->keep_mesh. */
     const fe_autoshard *autoshard;

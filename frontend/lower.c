@@ -46,8 +46,8 @@ static bool lower_write(fe_checker *c, const ast_stmt *s)
     int at = s->u.assign.write_pos;
     ir_value *store = fe_lower_ref_value(c, l);
     fe_stmt_ctx x = {.c = c, .ok = true};
-    x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
-                    .loc = s->loc};
+    x.e = (ir_ewt_out){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
+                       .loc = s->loc};
     /* A window's rows have its dim in place of the written one. */
     int window = l->idx[at].window.s ? l->idx[at].dim : -1;
     for (int d = 0; d < store->type.rank; d++)
@@ -191,8 +191,8 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             const ast_tref *l = &s->u.assign.lhs;
             fe_tensor *t = fe_symtab_get(&c->tensors, l->name.s);
             fe_stmt_ctx x = {.c = c, .nlhs = t->rank, .ok = true};
-            x.e = (fe_emit){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
-                            .loc = s->loc};
+            x.e = (ir_ewt_out){.m = c->m, .arena = c->arena, .tensor = t->name, .dtype = t->dtype,
+                               .loc = s->loc};
             memcpy(x.lhs, t->dims, (size_t)t->rank * sizeof(int));
             /* An update of a carried tensor is computed over the labels its
              * left side writes, which may relabel the tensor's dims; its
@@ -200,7 +200,7 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
             if (s->u.assign.update)
                 for (int k = 0; k < t->rank; k++)
                     x.lhs[k] = l->idx[k].dim;
-            t->value = fe_grad_call(s) ? fe_grad_lower(c, prog, s) : fe_lower_assign(&x, s);
+            t->value = fe_grad_call(s) ? fe_lower_grad(c, s) : fe_lower_assign(&x, s);
             if (!t->value) {
                 ok = false;
                 break;
@@ -217,11 +217,8 @@ bool fe_lower(fe_checker *c, const ast_program *prog)
                 /* The gradient of an input or param is sharded like it,
                  * unless the left side says otherwise: FSDP's gradients
                  * come out by ReduceScatter, as seed 000 lists them. */
-                const fe_tensor *w = fe_grad_target(c, s);
-                if (w->kind != IR_VAL_OP && !t->value->has_constraint) {
-                    t->value->has_constraint = true;
-                    t->value->constraint = without_unit_axes(c->m, w->sh, w->rank);
-                }
+                if (fe_grad_target(c, s)->kind != IR_VAL_OP)
+                    t->value->def->u.grad.shard_like_w = true;
             }
         }
     }

@@ -1,6 +1,7 @@
 /*
  * lower_call.c - the calls that become values of their own: reductions,
- * softmax, argmax and gathers (einsums), and casts (elementwise ops).
+ * softmax, argmax and gathers (einsums), casts (elementwise ops), and
+ * grad (a Grad op, which the autodiff pass replaces by the backward ops).
  *
  * sum/max/min/mean are unary einsums with the reduction's operator, softmax
  * their stable composition, argmax an einsum reducing with IR_RED_ARGMAX,
@@ -17,7 +18,7 @@ fe_operand fe_lower_einsum(fe_stmt_ctx *x, const fe_operand *ops, int nops, cons
 {
     fe_operand out = {.n = nres};
     memcpy(out.labels, res, (size_t)nres * sizeof *res);
-    out.v = fe_value_new(&x->e, res, nres, vloc);
+    out.v = ir_ewt_value(&x->e, res, nres, vloc);
     ir_value *vals[2];
     for (int i = 0; i < nops; i++)
         vals[i] = ops[i].v;
@@ -64,7 +65,7 @@ static bool call_argument(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
      * T, L[T, S], -inf), S)` into Q[T, S] is computed as [T, S], not [S, T]
      * and then transposed. */
     out->n = fe_lower_restrict_labels(x, seen, n, seen, n, out->labels);
-    fe_ew *tree = fe_lower_expr_tree(x, e);
+    ir_ewt *tree = fe_lower_expr_tree(x, e);
     /* An argument that is already one value laid out as wanted (a gather,
      * a cast, a reduction) is the operand: no copy. */
     if (tree->kind == IR_EW_OPERAND && tree->nlabels == out->n && tree->v->type.dtype == x->e.dtype &&
@@ -72,7 +73,7 @@ static bool call_argument(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
         out->v = tree->v;
         return true;
     }
-    out->v = fe_ew_emit(&x->e, tree, out->labels, n, e->loc);
+    out->v = ir_ewt_emit(&x->e, tree, out->labels, n, e->loc);
     return true;
 }
 
@@ -177,8 +178,8 @@ bool fe_lower_cast(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
     if (f->u.call.arg_dtype == f->u.call.cast_dtype)
         return true;
     x->e.dtype = f->u.call.cast_dtype;
-    out->v = fe_ew_emit(&x->e, fe_ew_leaf(x->e.arena, arg.v, arg.labels, arg.n), arg.labels, arg.n,
-                        f->loc);
+    out->v = ir_ewt_emit(&x->e, ir_ewt_leaf(x->e.arena, arg.v, arg.labels, arg.n), arg.labels, arg.n,
+                         f->loc);
     x->e.dtype = stmt;
     return true;
 }
@@ -203,14 +204,53 @@ bool fe_lower_softmax(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
     for (int i = 0; i < arg.n; i++)
         keep[i] = arg.labels[i] != f->u.call.reduce_dim;
     fe_operand m = reduce_einsum(x, &arg, keep, IR_RED_MAX, 1.0, f->loc);
-    fe_ew *d = fe_ew_bin(a, IR_EW_SUB, fe_ew_leaf(a, arg.v, arg.labels, arg.n),
-                         fe_ew_leaf(a, m.v, m.labels, m.n));
+    ir_ewt *d = ir_ewt_bin(a, IR_EW_SUB, ir_ewt_leaf(a, arg.v, arg.labels, arg.n),
+                           ir_ewt_leaf(a, m.v, m.labels, m.n));
     fe_operand e = arg;
-    e.v = fe_ew_emit(&x->e, fe_ew_call(a, IR_FN_EXP, d), arg.labels, arg.n, f->loc);
+    e.v = ir_ewt_emit(&x->e, ir_ewt_call(a, IR_FN_EXP, d), arg.labels, arg.n, f->loc);
     fe_operand z = reduce_einsum(x, &e, keep, IR_RED_SUM, 1.0, f->loc);
     *out = arg;
-    fe_ew *inv = fe_ew_bin(a, IR_EW_DIV, fe_ew_const(a, 1.0), fe_ew_leaf(a, z.v, z.labels, z.n));
-    out->v = fe_ew_emit(&x->e, fe_ew_bin(a, IR_EW_MUL, fe_ew_leaf(a, e.v, e.labels, e.n), inv),
-                        arg.labels, arg.n, f->loc);
+    ir_ewt *inv = ir_ewt_bin(a, IR_EW_DIV, ir_ewt_const(a, 1.0), ir_ewt_leaf(a, z.v, z.labels, z.n));
+    out->v = ir_ewt_emit(&x->e, ir_ewt_bin(a, IR_EW_MUL, ir_ewt_leaf(a, e.v, e.labels, e.n), inv),
+                         arg.labels, arg.n, f->loc);
     return true;
+}
+
+ir_value *fe_lower_grad_op(fe_checker *c, const char *tensor, ir_value *loss, ir_value *w,
+                           uint32_t loc)
+{
+    ir_type t = w->type;
+    t.sh = ir_sharding_replicated();
+    ir_value *r = ir_value_new(c->m, tensor, IR_VAL_OP, &t, loc);
+    ir_value *ops[2] = {loss, w};
+    ir_op_append(c->m, ir_op_new(c->m, IR_OP_GRAD, 2, ops, r, loc));
+    return r;
+}
+
+/* The names of grad(L, W)'s arguments (the checker made sure they are bare names). */
+static const char *arg_name(const ast_factor *f, int i)
+{
+    return f->u.call.args[i]->terms[0]->factors[0]->u.index.name.s;
+}
+
+const ast_factor *fe_grad_call(const ast_stmt *s)
+{
+    const ast_expr *e = s->u.assign.rhs;
+    if (e->nterms != 1 || e->terms[0]->sign < 0 || e->terms[0]->nfactors != 1)
+        return NULL;
+    const ast_factor *f = e->terms[0]->factors[0];
+    return f->kind == AST_F_CALL && f->u.call.callee == AST_CALL_GRAD ? f : NULL;
+}
+
+const fe_tensor *fe_grad_target(fe_checker *c, const ast_stmt *s)
+{
+    return fe_symtab_get(&c->tensors, arg_name(fe_grad_call(s), 1));
+}
+
+ir_value *fe_lower_grad(fe_checker *c, const ast_stmt *s)
+{
+    const ast_factor *f = fe_grad_call(s);
+    const fe_tensor *lt = fe_symtab_get(&c->tensors, arg_name(f, 0));
+    const fe_tensor *wt = fe_symtab_get(&c->tensors, arg_name(f, 1));
+    return fe_lower_grad_op(c, s->u.assign.lhs.name.s, lt->value, wt->value, s->loc);
 }

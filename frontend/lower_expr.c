@@ -56,39 +56,39 @@ static bool own_value(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
 
 /* Elementwise tree of one factor (tensor references become leaves), not
  * counting its `divide` flag. */
-static fe_ew *factor_tree(fe_stmt_ctx *x, const ast_factor *f)
+static ir_ewt *factor_tree(fe_stmt_ctx *x, const ast_factor *f)
 {
     ir_arena *a = x->e.arena;
     switch (f->kind) {
     case AST_F_TENSOR: {
         if (gather_ids(&f->u.tref)) {
             fe_operand g = fe_lower_gather(x, &f->u.tref);
-            return fe_ew_leaf(a, g.v, g.labels, g.n);
+            return ir_ewt_leaf(a, g.v, g.labels, g.n);
         }
         int labels[IR_MAX_RANK];
         for (int i = 0; i < f->u.tref.nidx; i++)
             labels[i] = f->u.tref.idx[i].dim;
-        return fe_ew_leaf(a, fe_lower_ref_value(x->c, &f->u.tref), labels, f->u.tref.nidx);
+        return ir_ewt_leaf(a, fe_lower_ref_value(x->c, &f->u.tref), labels, f->u.tref.nidx);
     }
     case AST_F_NUMBER:
-        return fe_ew_const(a, f->u.num.value);
+        return ir_ewt_const(a, f->u.num.value);
     case AST_F_INDEX:
-        return fe_ew_index(a, f->u.index.dim);
+        return ir_ewt_index(a, f->u.index.dim);
     case AST_F_PAREN:
         return fe_lower_expr_tree(x, f->u.paren);
     case AST_F_CMP:
-        return fe_ew_bin(a, (ir_ew_kind)f->u.cmp.op, fe_lower_expr_tree(x, f->u.cmp.sides[0]),
-                         fe_lower_expr_tree(x, f->u.cmp.sides[1]));
+        return ir_ewt_bin(a, (ir_ew_kind)f->u.cmp.op, fe_lower_expr_tree(x, f->u.cmp.sides[0]),
+                          fe_lower_expr_tree(x, f->u.cmp.sides[1]));
     case AST_F_CALL: {
         ast_expr *const *args = f->u.call.args;
         switch (f->u.call.callee) {
         case AST_CALL_MAXIMUM:
         case AST_CALL_MINIMUM:
-            return fe_ew_bin(a, f->u.call.callee == AST_CALL_MAXIMUM ? IR_EW_MAX : IR_EW_MIN,
-                             fe_lower_expr_tree(x, args[0]), fe_lower_expr_tree(x, args[1]));
+            return ir_ewt_bin(a, f->u.call.callee == AST_CALL_MAXIMUM ? IR_EW_MAX : IR_EW_MIN,
+                              fe_lower_expr_tree(x, args[0]), fe_lower_expr_tree(x, args[1]));
         case AST_CALL_WHERE:
-            return fe_ew_select(a, fe_lower_expr_tree(x, args[0]), fe_lower_expr_tree(x, args[1]),
-                                fe_lower_expr_tree(x, args[2]));
+            return ir_ewt_select(a, fe_lower_expr_tree(x, args[0]), fe_lower_expr_tree(x, args[1]),
+                                 fe_lower_expr_tree(x, args[2]));
         case AST_CALL_SUM:
         case AST_CALL_MAX:
         case AST_CALL_MIN:
@@ -98,7 +98,7 @@ static fe_ew *factor_tree(fe_stmt_ctx *x, const ast_factor *f)
             fe_operand r;
             bool ok = own_value(x, f, &r);
             /* After an error a constant keeps the tree whole; x->ok is false. */
-            return ok ? fe_ew_leaf(a, r.v, r.labels, r.n) : fe_ew_const(a, 0.0);
+            return ok ? ir_ewt_leaf(a, r.v, r.labels, r.n) : ir_ewt_const(a, 0.0);
         }
         case AST_CALL_FN:
         case AST_CALL_UNKNOWN: /* the checker rejected unknown names */
@@ -106,44 +106,44 @@ static fe_ew *factor_tree(fe_stmt_ctx *x, const ast_factor *f)
         case AST_CALL_ARGMAX:
             break;
         }
-        return fe_ew_call(a, (ir_func)f->u.call.fn, fe_lower_expr_tree(x, args[0]));
+        return ir_ewt_call(a, (ir_func)f->u.call.fn, fe_lower_expr_tree(x, args[0]));
     }
     }
     return NULL;
 }
 
 /* Product of the factors of `t` for which `pick` holds (NULL if none). */
-static fe_ew *product_tree(fe_stmt_ctx *x, const ast_term *t, bool (*pick)(const ast_factor *))
+static ir_ewt *product_tree(fe_stmt_ctx *x, const ast_term *t, bool (*pick)(const ast_factor *))
 {
-    fe_ew *r = NULL;
+    ir_ewt *r = NULL;
     for (int k = 0; k < t->nfactors; k++) {
         if (pick && !pick(t->factors[k]))
             continue;
-        fe_ew *f = factor_tree(x, t->factors[k]);
+        ir_ewt *f = factor_tree(x, t->factors[k]);
         if (t->factors[k]->divide)
-            r = fe_ew_bin(x->e.arena, IR_EW_DIV, r ? r : fe_ew_const(x->e.arena, 1.0), f);
+            r = ir_ewt_bin(x->e.arena, IR_EW_DIV, r ? r : ir_ewt_const(x->e.arena, 1.0), f);
         else
-            r = r ? fe_ew_bin(x->e.arena, IR_EW_MUL, r, f) : f;
+            r = r ? ir_ewt_bin(x->e.arena, IR_EW_MUL, r, f) : f;
     }
     return r;
 }
 
 /* Adds `term` with its sign to the running sum `acc` (NULL = empty). */
-static fe_ew *add_signed(fe_stmt_ctx *x, fe_ew *acc, int sign, fe_ew *term)
+static ir_ewt *add_signed(fe_stmt_ctx *x, ir_ewt *acc, int sign, ir_ewt *term)
 {
     if (acc)
-        return fe_ew_bin(x->e.arena, sign < 0 ? IR_EW_SUB : IR_EW_ADD, acc, term);
+        return ir_ewt_bin(x->e.arena, sign < 0 ? IR_EW_SUB : IR_EW_ADD, acc, term);
     if (sign < 0 && term->kind == IR_EW_CONST) {
         term->value = -term->value; /* `-inf`, `-1`: a constant, not neg() of one */
         return term;
     }
-    return sign < 0 ? fe_ew_call(x->e.arena, IR_FN_NEG, term) : term;
+    return sign < 0 ? ir_ewt_call(x->e.arena, IR_FN_NEG, term) : term;
 }
 
 /* Elementwise tree of a whole expression: no summation anywhere inside. */
-fe_ew *fe_lower_expr_tree(fe_stmt_ctx *x, const ast_expr *e)
+ir_ewt *fe_lower_expr_tree(fe_stmt_ctx *x, const ast_expr *e)
 {
-    fe_ew *acc = NULL;
+    ir_ewt *acc = NULL;
     for (int i = 0; i < e->nterms; i++)
         acc = add_signed(x, acc, e->terms[i]->sign, product_tree(x, e->terms[i], NULL));
     return acc;
@@ -259,10 +259,10 @@ static ir_value *lower_summed(fe_stmt_ctx *x, const ast_term *t, double scale, i
             return NULL;
         o->n = n;
         /* An einsum only multiplies: a divisor becomes its reciprocal. */
-        fe_ew *tree = factor_tree(x, f);
+        ir_ewt *tree = factor_tree(x, f);
         if (f->divide)
-            tree = fe_ew_bin(x->e.arena, IR_EW_DIV, fe_ew_const(x->e.arena, 1.0), tree);
-        o->v = fe_ew_emit(&x->e, tree, o->labels, n, f->loc);
+            tree = ir_ewt_bin(x->e.arena, IR_EW_DIV, ir_ewt_const(x->e.arena, 1.0), tree);
+        o->v = ir_ewt_emit(&x->e, tree, o->labels, n, f->loc);
     }
     /* The chain: acc = ops[0]; acc = einsum(acc, ops[k]) for k = 1.. keeping
      * the left side's indices and those of ops[k+1..]; one factor alone is
@@ -292,11 +292,11 @@ static ir_value *lower_summed(fe_stmt_ctx *x, const ast_term *t, double scale, i
              * the rotary tables' `* Sin[T, G]`): an elementwise op, which
              * fuses with its neighbours, not a GEMM of one-element dims. */
             ir_arena *a = x->e.arena;
-            fe_ew *prod = fe_ew_bin(a, IR_EW_MUL, fe_ew_leaf(a, pair[0].v, pair[0].labels, pair[0].n),
-                                    fe_ew_leaf(a, pair[1].v, pair[1].labels, pair[1].n));
+            ir_ewt *prod = ir_ewt_bin(a, IR_EW_MUL, ir_ewt_leaf(a, pair[0].v, pair[0].labels, pair[0].n),
+                                      ir_ewt_leaf(a, pair[1].v, pair[1].labels, pair[1].n));
             if (sc != 1.0)
-                prod = fe_ew_bin(a, IR_EW_MUL, fe_ew_const(a, sc), prod);
-            acc.v = fe_ew_emit(&x->e, prod, out, nout, t->loc);
+                prod = ir_ewt_bin(a, IR_EW_MUL, ir_ewt_const(a, sc), prod);
+            acc.v = ir_ewt_emit(&x->e, prod, out, nout, t->loc);
             acc.n = nout;
             memcpy(acc.labels, out, (size_t)nout * sizeof(int));
             continue;
@@ -383,19 +383,19 @@ ir_value *fe_lower_assign(fe_stmt_ctx *x, const ast_stmt *s)
             v->loc = vloc;
         return v;
     }
-    fe_ew *acc = NULL;
+    ir_ewt *acc = NULL;
     for (int i = 0; i < rhs->nterms; i++) {
         const ast_term *t = rhs->terms[i];
-        fe_ew *tree;
+        ir_ewt *tree;
         if (summed(x, t)) {
             int res[IR_MAX_RANK], nres;
             ir_value *v = lower_summed(x, t, 1.0, res, &nres);
             if (!v)
                 return NULL;
-            tree = fe_ew_leaf(x->e.arena, v, res, nres);
-            fe_ew *consts = product_tree(x, t, is_constant_factor);
+            tree = ir_ewt_leaf(x->e.arena, v, res, nres);
+            ir_ewt *consts = product_tree(x, t, is_constant_factor);
             if (consts)
-                tree = fe_ew_bin(x->e.arena, IR_EW_MUL, consts, tree);
+                tree = ir_ewt_bin(x->e.arena, IR_EW_MUL, consts, tree);
         } else {
             tree = product_tree(x, t, NULL);
         }
@@ -410,5 +410,5 @@ ir_value *fe_lower_assign(fe_stmt_ctx *x, const ast_stmt *s)
         acc->v->loc = vloc;
         return acc->v;
     }
-    return fe_ew_emit(&x->e, acc, x->lhs, x->nlhs, vloc);
+    return ir_ewt_emit(&x->e, acc, x->lhs, x->nlhs, vloc);
 }

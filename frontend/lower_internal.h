@@ -18,12 +18,13 @@
 #ifndef EINC_FE_LOWER_INTERNAL_H
 #define EINC_FE_LOWER_INTERNAL_H
 
-#include "ewtree.h"
+#include "fe_internal.h"
+#include "ir_ewtree.h"
 
 /* Lowering state of one statement. */
 typedef struct fe_stmt_ctx {
     fe_checker *c;          /* checker (module, diagnostics, options) */
-    fe_emit e;              /* where ops go, what results are called */
+    ir_ewt_out e;              /* where ops go, what results are called */
     int nlhs;               /* rank of the left side */
     int lhs[IR_MAX_RANK];   /* its dim ids */
     bool ok;                /* no IR limit was hit */
@@ -60,7 +61,7 @@ void fe_lower_end(fe_checker *c, uint32_t loc);
 
 /* Elementwise tree of a whole expression (tensor references become
  * leaves; calls that reduce are lowered to their values first). */
-fe_ew *fe_lower_expr_tree(fe_stmt_ctx *x, const ast_expr *e);
+ir_ewt *fe_lower_expr_tree(fe_stmt_ctx *x, const ast_expr *e);
 /* Adds the indices of `e` to labels[0..*n), each once, counting all in *n
  * but storing at most `cap`. */
 void fe_lower_expr_indices(const fe_stmt_ctx *x, const ast_expr *e, int *labels, int *n, int cap);

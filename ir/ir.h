@@ -165,7 +165,7 @@ typedef struct ir_value {
     bool has_constraint; /* true: `constraint` is a full sharding constraint from the source */
     ir_sharding constraint; /* the sharding the user wrote on the left side */
     bool master;         /* an IR_VAL_STATE that is an optimizer's f32 master copy of a
-                            param (`optimize ... master=f32`, frontend/optimize.c): the
+                            param (`optimize ... master=f32`, passes/optimize.c): the
                             cost model counts it as master weights, not moments */
     /* Its use-list: one entry per operand slot that holds it in an op of the
      * module's op list, in no particular order (program outputs are not
@@ -214,7 +214,8 @@ typedef enum ir_op_trait {
     X(LOOPEND, "LoopEnd", loop, 1, 1, IR_TRAIT_LOOP)                                  \
     X(LAYERSLICE, "LayerSlice", loop, 1, 1, IR_TRAIT_LOOP)                            \
     X(LAYERSTACK, "LayerStack", loop, 1, 1, IR_TRAIT_LOOP)                            \
-    X(UPDATESLICE, "UpdateSlice", update, 3, 3, IR_TRAIT_INPLACE)
+    X(UPDATESLICE, "UpdateSlice", update, 3, 3, IR_TRAIT_INPLACE)                     \
+    X(GRAD, "Grad", grad, 2, 2, 0)
 
 typedef enum ir_op_kind {
 #define X(e, s, arm, lo, hi, tr) IR_OP_##e,
@@ -458,6 +459,28 @@ typedef struct ir_op {
             int row; /* per-row write: position in operand 0's dims of operand 2's
                         only dim; -1 when operand 2 is a scalar */
         } update;
+        /* IR_OP_GRAD: result = dL/dW, the gradient of operand 0 (the loss L,
+         * a float scalar) with respect to operand 1 (W, a float tensor of
+         * the result's dims and dtype), through the ops before this one.
+         * The frontend writes one for each `grad(L, W)` statement and each
+         * param an `optimize` line names; the autodiff pass replaces them
+         * all by the backward ops (passes/autodiff.c), so no other pass and
+         * no codegen ever sees one.  A constraint on the result is the
+         * gradient's sharding. */
+        struct {
+            /* Unless a constraint of a Grad of the same W says otherwise,
+             * the gradient is sharded like W (seed 000: FSDP's gradients
+             * come out by ReduceScatter): set by the frontend for a grad
+             * statement without a written sharding and for an optimized
+             * param, in the sharded program (not its single-device
+             * reference). */
+            bool shard_like_w;
+            /* Made for an `optimize` line (sharded program): a zero
+             * gradient (the loss does not depend on W) is warned about at
+             * `name_loc`, the param's name on that line. */
+            bool optimize;
+            uint32_t name_loc;
+        } grad;
     } u;
 } ir_op;
 
@@ -532,6 +555,17 @@ typedef struct ir_pipeline {
     const char *table;
 } ir_pipeline;
 
+/* What the backward pass keeps from the forward pass and what it computes
+ * again (`einc --remat=`; docs/language.md, "Rematerialisation"): memory
+ * traded for FLOPs, seed 003's activation checkpointing.  The autodiff
+ * pass reads it (ir_module.remat). */
+typedef enum ir_remat {
+    IR_REMAT_NONE,        /* keep every forward value the backward pass reads */
+    IR_REMAT_ELEMENTWISE, /* recompute elementwise results from their operands */
+    IR_REMAT_LAYER,       /* in a repeated block keep only each layer's input and
+                             recompute the layer in the backward loop */
+} ir_remat;
+
 /* A whole program. */
 typedef struct ir_module {
     ir_arena arena;           /* owns everything below */
@@ -549,9 +583,18 @@ typedef struct ir_module {
     int outputs_cap;
     const char *loss;         /* training: the output named by `loss`, NULL if none */
     /* training: every optimized param's optimizer and hyperparameters, one
-     * line each ("W adamw lr=0.001 beta1=0.9 ...\n", optimize.c), which
+     * line each ("W adamw lr=0.001 beta1=0.9 ...\n", frontend/optimize.c), which
      * checkpoints record; NULL if none */
     const char *hparams;
+    /* training: the `optimize` lines, in source order, until the optimize
+     * pass lowers them (it then sets nopt_lines to 0) */
+    struct ir_opt_line *opt_lines; /* (ir_train.h) */
+    int nopt_lines;
+    /* The single-device reference of the executable's --check: gradients
+     * get no shardings and training gives no warnings (the program the
+     * user wrote already gave them). */
+    bool reference;
+    ir_remat remat;           /* what the autodiff pass computes again */
     ir_totals totals;
     ir_plan_cert plan;
     /* ir_einsum_unrolled_terms's bound on the products summed per element:
@@ -705,5 +748,6 @@ bool ir_op_has_trait(ir_op_kind k, unsigned trait);
 #include "ir_sharding.h"
 #include "ir_fusion.h"
 #include "ir_verify.h"
+#include "ir_train.h"
 
 #endif

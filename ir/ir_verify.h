@@ -18,6 +18,12 @@
  * through `d` (at the op's location) and returns the number found.  An op
  * whose operands' shardings do not make it locally computable is an error. */
 int ir_verify(const ir_module *m, diag_ctx *d);
+/* The same checks but those of shardings (ops locally computable, results
+ * as their operands give them, constraints met, outputs replicated or as
+ * constrained): the invariants of IR that is not planned yet, the
+ * frontend's and the autodiff pass's, which propagate then plans.  Returns
+ * the number of violations reported. */
+int ir_verify_unplanned(const ir_module *m, diag_ctx *d);
 
 /* Whether einsum/elementwise `op` can be computed locally with its operands'
  * current shardings, and if so the result sharding it produces.  On failure

@@ -321,6 +321,12 @@ void ir_print_update(FILE *out, const ir_module *m, const ir_op *op)
     print_operands(out, m, op);
 }
 
+void ir_print_grad(FILE *out, const ir_module *m, const ir_op *op)
+{
+    fputs("Grad", out);
+    print_operands(out, m, op);
+}
+
 void ir_print_coll(FILE *out, const ir_module *m, const ir_op *op)
 {
     char b2[512], b3[4096];

@@ -212,6 +212,17 @@ void ir_json_update(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, 
         cJSON_AddStringToObject(o, "update_row", m->dims[op->operands[0]->type.dims[op->u.update.row]].name);
 }
 
+void ir_json_grad(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                  int nops)
+{
+    (void)m;
+    (void)axes;
+    (void)order;
+    (void)nops;
+    if (op->u.grad.optimize)
+        cJSON_AddBoolToObject(o, "optimize", true);
+}
+
 void ir_print_json(FILE *out, ir_module *m)
 {
     ir_module_renumber(m);

@@ -565,7 +565,8 @@ static bool labels_ok(const ir_module *m, const ir_op *op, diag_ctx *d)
     return true;
 }
 
-int ir_verify(const ir_module *m, diag_ctx *d)
+/* Both verifiers: with `planned`, the shardings too. */
+static int verify(const ir_module *m, diag_ctx *d, bool planned)
 {
     int before = d->nerrors;
     char why[256], b1[256], b2[256];
@@ -623,7 +624,7 @@ int ir_verify(const ir_module *m, diag_ctx *d)
             continue;
         }
         defined[op->result->id] = true;
-        if (!labels_ok(m, op, d))
+        if (!labels_ok(m, op, d) || !planned)
             continue;
         ir_sharding want;
         bool ok = tr->verify(m, op, &want, why, sizeof why);
@@ -640,7 +641,7 @@ int ir_verify(const ir_module *m, diag_ctx *d)
                        ir_type_str(m, op->result->tensor, &t, b2, sizeof b2));
         }
     }
-    for (int i = 0; i < m->nvalues; i++) {
+    for (int i = 0; planned && i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
         if (!v->has_constraint || (v->kind == IR_VAL_OP && (!v->def || !defined[i])))
             continue;
@@ -663,6 +664,8 @@ int ir_verify(const ir_module *m, diag_ctx *d)
                        "and dtype", o->name, ir_type_str(m, o->name, t, b1, sizeof b1));
             continue;
         }
+        if (!planned)
+            continue;
         if (o->has_constraint && !ir_sharding_equal(&t->sh, &o->constraint, t->rank)) {
             ir_type c = *t;
             c.sh = o->constraint;
@@ -678,4 +681,14 @@ int ir_verify(const ir_module *m, diag_ctx *d)
     ir_verify_updates(m, d);
     ir_verify_uses(m, d);
     return d->nerrors - before;
+}
+
+int ir_verify(const ir_module *m, diag_ctx *d)
+{
+    return verify(m, d, true);
+}
+
+int ir_verify_unplanned(const ir_module *m, diag_ctx *d)
+{
+    return verify(m, d, false);
 }

@@ -1,7 +1,8 @@
 /*
  * verify_update.c - the invariants of UpdateSlice (ir.h), the in-place
  * write into program state at a run-time position, checked by ir_verify
- * after every pass.
+ * after every pass; and those of Grad, the gradient the autodiff pass
+ * derives (at the end of this file).
  *
  * Types: operand 0 leads (through earlier UpdateSlices and at most one
  * LayerSlice) to a state value; operand 1 is operand 0's type without the
@@ -129,4 +130,27 @@ int ir_verify_updates(const ir_module *m, diag_ctx *d)
     }
     free(written);
     return d->nerrors - before;
+}
+
+/* Grad (ir.h, IR_OP_GRAD): a float scalar loss, a float W of the result's
+ * dims and dtype.  The frontend's IR is replicated and the autodiff pass
+ * replaces every Grad before any pass shards, so its result is replicated. */
+bool ir_verify_grad(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
+                    size_t why_size)
+{
+    (void)m;
+    const ir_value *l = op->operands[0], *w = op->operands[1], *r = op->result;
+    if (l->type.rank != 0 || l->type.dtype == IR_I32) {
+        WHY("Grad differentiates a float scalar, and its loss has %d dims", l->type.rank);
+        return false;
+    }
+    bool same = w->type.rank == r->type.rank && w->type.dtype == r->type.dtype && w->type.dtype != IR_I32;
+    for (int i = 0; same && i < w->type.rank; i++)
+        same = w->type.dims[i] == r->type.dims[i];
+    if (!same) {
+        WHY("a Grad's result has the dims and float dtype of the value it differentiates by");
+        return false;
+    }
+    *out = ir_sharding_replicated();
+    return true;
 }

@@ -86,11 +86,12 @@ bool pass_runs_later(const pass_ctx *ctx, const char *name)
     return false;
 }
 
-/* Verifies what `pass` (NULL: the empty pipeline) left; 0 or 1 after
+/* Verifies what `pass` (NULL: the empty pipeline) left, its shardings
+ * too when `planned` (ir_verify, else ir_verify_unplanned); 0 or 1 after
  * reporting. */
-static int verify_after(const pass_info *pass, pass_ctx *ctx, const ir_module *m)
+static int verify_after(const pass_info *pass, pass_ctx *ctx, const ir_module *m, bool planned)
 {
-    if (ir_verify(m, ctx->diag) == 0)
+    if ((planned ? ir_verify(m, ctx->diag) : ir_verify_unplanned(m, ctx->diag)) == 0)
         return 0;
     if (pass)
         diag_error(ctx->diag, DIAG_NOLOC, "IR verification failed after pass '%s'", pass->name);
@@ -100,13 +101,47 @@ static int verify_after(const pass_info *pass, pass_ctx *ctx, const ir_module *m
     return 1;
 }
 
+/* Whether `m` holds a Grad op: only the autodiff pass takes one. */
+static bool has_grad(const ir_module *m)
+{
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_GRAD)
+            return true;
+    return false;
+}
+
 int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m)
 {
     /* No pass to verify after: the IR handed on is still verified. */
-    if (pm->npipeline == 0)
-        return verify_after(NULL, ctx, m);
+    if (pm->npipeline == 0) {
+        if (has_grad(m) || m->nopt_lines > 0) {
+            diag_error(ctx->diag, DIAG_NOLOC, "the empty pipeline (--passes=) leaves the program's "
+                       "training step unbuilt: it needs at least optimize,autodiff,propagate");
+            return 1;
+        }
+        return verify_after(NULL, ctx, m, true);
+    }
+    /* Before propagate has run the IR is not planned (autodiff runs on
+     * the frontend's shardings): its shardings are checked from then on,
+     * and in what the pipeline hands on whatever it ran. */
+    bool planned = false;
     for (int i = 0; i < pm->npipeline; i++) {
         const pass_info *p = pm->pipeline[i];
+        /* The training step is built (optimize), then differentiated
+         * (autodiff): no other pass, nor codegen, knows a Grad op or an
+         * optimize line. */
+        bool optimize = strcmp(p->name, "optimize") == 0, autodiff = strcmp(p->name, "autodiff") == 0;
+        if (!optimize && m->nopt_lines > 0) {
+            diag_error(ctx->diag, DIAG_NOLOC, "pass '%s' needs the training step built: put 'optimize' "
+                       "first in --passes= (the default pipeline is " PASS_DEFAULT_PIPELINE ")", p->name);
+            return 1;
+        }
+        if (!optimize && !autodiff && has_grad(m)) {
+            diag_error(ctx->diag, DIAG_NOLOC, "pass '%s' needs the backward pass derived: put "
+                       "'autodiff' before it in --passes= (the default pipeline is " PASS_DEFAULT_PIPELINE ")",
+                       p->name);
+            return 1;
+        }
         int before = ctx->diag->nerrors;
         ctx->pm = pm;
         ctx->pass_index = i;
@@ -118,7 +153,8 @@ int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m)
                 diag_error(ctx->diag, DIAG_NOLOC, "pass '%s' failed", p->name);
             return 1;
         }
-        if (verify_after(p, ctx, m))
+        planned |= strcmp(p->name, "propagate") == 0;
+        if (verify_after(p, ctx, m, planned || i == pm->npipeline - 1))
             return 1;
         if (pm->print_after_all || (pm->print_after && in_list(pm->print_after, p->name))) {
             FILE *out = pm->dump ? pm->dump : stdout;

@@ -453,6 +453,14 @@ static void cost_op_update(const ir_module *m, const cost_hw *hw, const ir_op *o
     memory_only(hw, 2 * (double)ir_local_bytes(m, &op->operands[1]->type), c);
 }
 
+static void cost_op_grad(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    /* Never priced: the autodiff pass replaces every Grad by the backward
+     * ops before the cost pass runs (the pass manager sees to it). */
+    (void)m, (void)hw, (void)op, (void)io;
+    c->valid = false;
+}
+
 void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op *op,
                              const bool *onchip, ir_cost *result)
 {

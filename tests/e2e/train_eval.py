@@ -123,7 +123,7 @@ def main():
             t.result(p.returncode == 0, "compile (%s)" % rt, p.stderr[-800:])
         wrong = path("mlp_wrong")
         p = run([a.einc, path("mlp.ein"), "-o", wrong, "--load-pass=" + a.plugin,
-                 "--passes=propagate,regather,meshslice,negate-grad,cost"])
+                 "--passes=optimize,autodiff,propagate,regather,meshslice,negate-grad,cost"])
         t.result(p.returncode == 0, "compile with the negate-grad plugin", p.stderr[-800:])
 
         def launch(rt):

@@ -930,21 +930,6 @@ static void test_skip_errors(void)
                 "                                         ^\n");
 }
 
-/* A param the loss does not reach compiles, with a warning at its name. */
-static void test_train_warning(void)
-{
-    fe_run r = fe_test_compile_str("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nparam V[I] : f32\n"
-                                   "L[] = sum(A[I] * W[I])\nloss L\noptimize W, V with sgd(lr=0.1)\n",
-                                   NULL);
-    CU_ASSERT_PTR_NOT_NULL(r.m);
-    CU_ASSERT_EQUAL(r.nerrors, 0);
-    CU_ASSERT_STRING_EQUAL(r.diag, "t.ein:7:13: warning: the loss 'L' does not depend on 'V': its "
-                                   "gradient is zero, and only weight decay changes it\n"
-                                   "    optimize W, V with sgd(lr=0.1)\n"
-                                   "                ^\n");
-    fe_run_free(&r);
-}
-
 /* A nonlinear function of a product summed only outside it compiles, with
  * a warning at the function; a sum of exp, and a product inside a
  * parenthesis, get none. */
@@ -1011,7 +996,6 @@ void einc_register_tests(void)
         {"loss and optimize misuses", test_train_errors},
         {"lr schedule and clipping errors", test_schedule_errors},
         {"skip_nonfinite errors", test_skip_errors},
-        {"a param the loss does not reach", test_train_warning},
         {"a nonlinear function of a product", test_product_in_call_warning},
     };
     einc_add_suite("frontend errors", tests, (int)(sizeof tests / sizeof tests[0]));

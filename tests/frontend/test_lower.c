@@ -455,40 +455,6 @@ static void test_reference_program(void)
     ir_module_free(m);
 }
 
-/* grad through a repeated block: a backward loop over the layers in
- * reverse; the forward loop stacks the carried value its backward reads,
- * and the backward loop stacks the layers' gradients of W, which are G. */
-static void test_grad_repeat(void)
-{
-    ir_module *m = ok_compile("dim L = 3, B = 2, D = 4, E = 4\ninput X[B, D] : f32\n"
-                              "param W[L, E, D] : f32\nrepeat L {\n"
-                              "X[B, D] = X[B, D] + X[B, E] * W[E, D]\n}\n"
-                              "S[] = sum(X[B, D] * X[B, D])\nG[L, E, D] = grad(S, W)\noutput G\n",
-                              NULL);
-    ir_op *loops[2] = {NULL, NULL};
-    int nloops = 0, stacks[2] = {0, 0};
-    for (ir_op *op = m->first; op; op = op->next) {
-        if (op->kind == IR_OP_LOOPBEGIN && nloops < 2)
-            loops[nloops++] = op;
-        if (op->kind == IR_OP_LAYERSTACK) {
-            CU_ASSERT_PTR_NOT_NULL_FATAL(op->loop);
-            stacks[op->loop == loops[0] ? 0 : 1]++;
-            CU_ASSERT_EQUAL(op->result->type.dims[0], dim(m, "L"));
-        }
-    }
-    CU_ASSERT_EQUAL_FATAL(nloops, 2);
-    CU_ASSERT_FALSE(loops[0]->u.loop.reverse);
-    CU_ASSERT_TRUE(loops[1]->u.loop.reverse);
-    CU_ASSERT_EQUAL(stacks[0], 1); /* X at the top of each layer */
-    CU_ASSERT_EQUAL(stacks[1], 1); /* dW of each layer */
-    ir_output *g = output(m, "G");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g->value->def);
-    CU_ASSERT_EQUAL(g->value->def->kind, IR_OP_LAYERSTACK);
-    CU_ASSERT_PTR_EQUAL(g->value->def->loop, loops[1]);
-    ir_module_free(m);
-}
-
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -512,7 +478,6 @@ void einc_register_tests(void)
         {"-D overrides", test_defines},
         {"single device", test_single_device},
         {"reference program", test_reference_program},
-        {"grad through a repeated block", test_grad_repeat},
     };
     einc_add_suite("frontend lowering", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,6 +1,6 @@
 /*
  * fuzz_compile.c - the whole compile to IR: the frontend, then the default
- * pass pipeline (propagate, pipeline, regather, meshslice, cost), as `einc --dump-ir` runs it.
+ * pass pipeline (autodiff, propagate, pipeline, regather, meshslice, cost), as `einc --dump-ir` runs it.
  *
  * Programs whose mesh has more than 64 devices or a dim larger than 2^16
  * stop after the frontend: the passes' work grows with those sizes (the

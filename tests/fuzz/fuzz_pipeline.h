@@ -20,7 +20,7 @@ static inline double fuzz_cpu_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Runs PASS_DEFAULT_PIPELINE (propagate, pipeline, regather, meshslice, cost) on `m`
+/* Runs PASS_DEFAULT_PIPELINE (autodiff, propagate, pipeline, regather, meshslice, cost) on `m`
  * with diagnostics into fd (opened by fuzz_diag_open; closed here, so
  * fd->text holds every message).  Aborts if the pipeline fails without an
  * error or leaves IR that does not verify.  Returns 0 if it succeeded, -1

@@ -160,14 +160,23 @@ static int run_captured(const char *pipeline, ir_module *m, char **errs)
     return rc;
 }
 
-/* The manager verifies after each pass and stops at the first failure. */
+/* The manager verifies after each pass and stops at the first failure:
+ * shardings (the gather's axes among them) from propagate on, and in the
+ * IR the last pass hands on. */
 static void test_verify_stops(void)
 {
     ir_op *g1, *g2;
     ir_module *m = two_gathers(&g1, &g2);
     char *errs = NULL;
     runs = 0;
-    CU_ASSERT_NOT_EQUAL(run_captured("count,break,count", m, &errs), 0);
+    CU_ASSERT_NOT_EQUAL(run_captured("count,propagate,break,count", m, &errs), 0);
+    CU_ASSERT_EQUAL(runs, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(errs, "IR verification failed after pass 'break'"));
+    free(errs);
+    ir_module_free(m);
+    m = two_gathers(&g1, &g2);
+    runs = 0;
+    CU_ASSERT_NOT_EQUAL(run_captured("count,break", m, &errs), 0);
     CU_ASSERT_EQUAL(runs, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(errs, "IR verification failed after pass 'break'"));
     free(errs);

@@ -44,7 +44,7 @@ def main():
             check(r.returncode == 0 and "check Out" in r.stdout,
                   "runs on 16 threads equal to the reference: %s" % (r.stdout + r.stderr).strip()[-200:])
     for f in ("llama2_13b_train.ein", "fortunes_transformer.ein", "llama2_13b_decode.ein"):
-        p = subprocess.run([a.einc, "--hw", "tpu-v5p", "--passes=propagate", os.path.join(a.examples, f)],
+        p = subprocess.run([a.einc, "--hw", "tpu-v5p", "--passes=optimize,autodiff,propagate", os.path.join(a.examples, f)],
                            capture_output=True, text=True, timeout=600)
         check(p.returncode == 0 and "direct route" not in p.stderr, "%s: every route searched" % f)
 

@@ -15,8 +15,8 @@ constraining the residual stream (the statements that write [B, T, D]):
   TP        [B, T, D]       the residual stream replicated
 
 The step the cost model rates (`totals.step_time` of --dump-ir=json after
-`--passes=propagate,cost`: parameter gathers overlapped with compute, as
-the runtime runs them) of the free program must be within --tolerance
+`--passes=optimize,autodiff,propagate,cost`: parameter gathers overlapped
+with compute, as the runtime runs them) of the free program must be within --tolerance
 (2%) of the best forced one: the planner must find the layer-level
 strategy itself, which is what users otherwise write constraints for.  The
 target is every program; what holds today is pinned so that it cannot
@@ -96,7 +96,7 @@ def plan(einc, text, hw, workdir, name, extra=()):
     path = os.path.join(workdir, name + ".ein")
     with open(path, "w") as fh:
         fh.write(text)
-    r = subprocess.run([einc, path, "--hw", hw, "--passes=propagate,cost", "--dump-ir=json", *extra],
+    r = subprocess.run([einc, path, "--hw", hw, "--passes=optimize,autodiff,propagate,cost", "--dump-ir=json", *extra],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"{name}: einc failed:\n{r.stderr}")

@@ -16,25 +16,25 @@
  * scatter-add einsum (ir.h), which contracts the indices' dims, so a batch
  * sharded on X gives the table's gradient as partial sums {U_X}, as the
  * weights' gradients of DP. */
-static void gather_adjoint(fe_gctx *g, const ir_op *op, const fe_adjoint *dc)
+static void gather_adjoint(ad_ctx *g, const ir_op *op, const ad_adjoint *dc)
 {
-    ir_value *ids = fe_grad_val(g, op->operands[0]), *table = op->operands[1];
+    ir_value *ids = ad_val(g, op->operands[0]), *table = op->operands[1];
     if (!g->relevant[table->id])
         return;
     const int *res = op->u.einsum.result_labels;
     int nres = op->result->type.rank;
     ir_value *rows = dc->v;
     if (!rows) { /* a constant adjoint, written out over the result */
-        fe_ew *r = fe_ew_leaf(g->e.arena, fe_grad_val(g, op->result), res, nres);
-        fe_grad_name_for(g, op->result);
-        rows = fe_ew_emit(&g->e,
-                          fe_ew_select(g->e.arena, bin(g, IR_EW_EQ, r, r), cnst(g, dc->c),
-                                       cnst(g, dc->c)),
-                          res, nres, g->loc);
+        ir_ewt *r = ir_ewt_leaf(g->e.arena, ad_val(g, op->result), res, nres);
+        ad_name_for(g, op->result);
+        rows = ir_ewt_emit(&g->e,
+                           ir_ewt_select(g->e.arena, bin(g, IR_EW_EQ, r, r), cnst(g, dc->c),
+                                        cnst(g, dc->c)),
+                           res, nres, g->loc);
     }
-    fe_grad_name_for(g, table);
+    ad_name_for(g, table);
     const int *lt = op->u.einsum.labels[1];
-    ir_value *out = fe_value_new(&g->e, lt, table->type.rank, g->loc);
+    ir_value *out = ir_ewt_value(&g->e, lt, table->type.rank, g->loc);
     ir_value *opnds[2] = {ids, rows};
     ir_op *s = ir_op_new(g->e.m, IR_OP_EINSUM, 2, opnds, out, g->loc);
     memcpy(s->u.einsum.labels[0], op->u.einsum.labels[0], (size_t)ids->type.rank * sizeof(int));
@@ -45,11 +45,11 @@ static void gather_adjoint(fe_gctx *g, const ir_op *op, const fe_adjoint *dc)
     s->u.einsum.scatter = true;
     s->u.einsum.gather_label = op->u.einsum.gather_label;
     ir_op_append(g->e.m, s);
-    fe_grad_contribute(g, table, fe_ew_leaf(g->e.arena, out, lt, table->type.rank), lt);
+    ad_contribute(g, table, ir_ewt_leaf(g->e.arena, out, lt, table->type.rank), lt);
 }
 
 /* The einsum rules (grad.c's comment). */
-void fe_grad_einsum_adjoint(fe_gctx *g, const ir_op *op, const fe_adjoint *dc)
+void ad_rule_einsum(ad_ctx *g, ir_op *op, const ad_adjoint *dc)
 {
     const int *res = op->u.einsum.result_labels;
     int nres = op->result->type.rank;
@@ -64,32 +64,32 @@ void fe_grad_einsum_adjoint(fe_gctx *g, const ir_op *op, const fe_adjoint *dc)
             return;
         const int *la = op->u.einsum.labels[0];
         int na = a->type.rank;
-        fe_ew *dct = fe_grad_adj_tree(g, dc, res, nres);
+        ir_ewt *dct = ad_adj_tree(g, dc, res, nres);
         if (op->u.einsum.reduce == IR_RED_SUM) {
-            fe_grad_contribute(g, a, mul(g, cnst(g, s), dct), la);
+            ad_contribute(g, a, mul(g, cnst(g, s), dct), la);
             return;
         }
         /* max / min: to the arguments of the extreme, ties share it. */
-        fe_ew *av = fe_ew_leaf(g->e.arena, fe_grad_val(g, a), la, na);
-        fe_ew *cv = fe_ew_leaf(g->e.arena, fe_grad_val(g, op->result), res, nres);
-        fe_grad_name_for(g, a);
-        fe_ew *hit = fe_ew_select(g->e.arena, bin(g, IR_EW_EQ, av, cv), cnst(g, 1.0), cnst(g, 0.0));
-        ir_value *mask = fe_ew_emit(&g->e, hit, la, na, g->loc);
+        ir_ewt *av = ir_ewt_leaf(g->e.arena, ad_val(g, a), la, na);
+        ir_ewt *cv = ir_ewt_leaf(g->e.arena, ad_val(g, op->result), res, nres);
+        ad_name_for(g, a);
+        ir_ewt *hit = ir_ewt_select(g->e.arena, bin(g, IR_EW_EQ, av, cv), cnst(g, 1.0), cnst(g, 0.0));
+        ir_value *mask = ir_ewt_emit(&g->e, hit, la, na, g->loc);
         int nl[1] = {na};
         int lab[1][IR_MAX_RANK];
         memcpy(lab[0], la, (size_t)na * sizeof(int));
-        ir_value *count = fe_grad_emit_einsum(g, &mask, (const int(*)[IR_MAX_RANK])lab, nl, 1, res,
-                                              nres, 1.0, IR_RED_SUM);
-        fe_ew *share = bin(g, IR_EW_DIV, mul(g, cnst(g, s), fe_grad_adj_tree(g, dc, res, nres)),
-                           fe_ew_leaf(g->e.arena, count, res, nres));
-        fe_grad_contribute(g, a, mul(g, fe_ew_leaf(g->e.arena, mask, la, na), share), la);
+        ir_value *count = ad_emit_einsum(g, &mask, (const int(*)[IR_MAX_RANK])lab, nl, 1, res,
+                                         nres, 1.0, IR_RED_SUM);
+        ir_ewt *share = bin(g, IR_EW_DIV, mul(g, cnst(g, s), ad_adj_tree(g, dc, res, nres)),
+                            ir_ewt_leaf(g->e.arena, count, res, nres));
+        ad_contribute(g, a, mul(g, ir_ewt_leaf(g->e.arena, mask, la, na), share), la);
         return;
     }
     for (int k = 0; k < 2; k++) {
         ir_value *a = op->operands[k], *b = op->operands[1 - k];
         if (!g->relevant[a->id])
             continue;
-        b = fe_grad_val(g, b);
+        b = ad_val(g, b);
         const int *la = op->u.einsum.labels[k], *lb = op->u.einsum.labels[1 - k];
         int na = a->type.rank, nb = b->type.rank;
         /* A's labels that dC or B index: the einsum's result; the others
@@ -98,7 +98,7 @@ void fe_grad_einsum_adjoint(fe_gctx *g, const ir_op *op, const fe_adjoint *dc)
         for (int i = 0; i < na; i++)
             if (has(res, nres, la[i]) || has(lb, nb, la[i]))
                 kept[nk++] = la[i];
-        fe_ew *part;
+        ir_ewt *part;
         if (dc->is_const) {
             /* s c * (sum of B over its labels A lacks), broadcast. */
             int lab[1][IR_MAX_RANK], nl[1] = {nb};
@@ -107,21 +107,21 @@ void fe_grad_einsum_adjoint(fe_gctx *g, const ir_op *op, const fe_adjoint *dc)
             for (int i = 0; i < nb; i++)
                 if (has(la, na, lb[i]))
                     keepb[nkb++] = lb[i];
-            fe_grad_name_for(g, a);
+            ad_name_for(g, a);
             ir_value *r = nkb == nb ? b
-                                    : fe_grad_emit_einsum(g, &b, (const int(*)[IR_MAX_RANK])lab, nl,
-                                                          1, keepb, nkb, 1.0, IR_RED_SUM);
-            part = mul(g, cnst(g, s * dc->c), fe_ew_leaf(g->e.arena, r, keepb, nkb));
+                                    : ad_emit_einsum(g, &b, (const int(*)[IR_MAX_RANK])lab, nl,
+                                                     1, keepb, nkb, 1.0, IR_RED_SUM);
+            part = mul(g, cnst(g, s * dc->c), ir_ewt_leaf(g->e.arena, r, keepb, nkb));
         } else {
             ir_value *vals[2] = {dc->v, b};
             int lab[2][IR_MAX_RANK], nl[2] = {nres, nb};
             memcpy(lab[0], res, (size_t)nres * sizeof(int));
             memcpy(lab[1], lb, (size_t)nb * sizeof(int));
-            fe_grad_name_for(g, a);
-            ir_value *r = fe_grad_emit_einsum(g, vals, (const int(*)[IR_MAX_RANK])lab, nl, 2, kept,
-                                              nk, s, IR_RED_SUM);
-            part = fe_ew_leaf(g->e.arena, r, kept, nk);
+            ad_name_for(g, a);
+            ir_value *r = ad_emit_einsum(g, vals, (const int(*)[IR_MAX_RANK])lab, nl, 2, kept,
+                                         nk, s, IR_RED_SUM);
+            part = ir_ewt_leaf(g->e.arena, r, kept, nk);
         }
-        fe_grad_contribute(g, a, part, la);
+        ad_contribute(g, a, part, la);
     }
 }

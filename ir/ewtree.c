@@ -1,15 +1,15 @@
 /*
  * ewtree.c - building and emitting elementwise expression trees (see
- * ewtree.h for why trees are split).
+ * ir_ewtree.h for why trees are split).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "ewtree.h"
+#include "ir_ewtree.h"
 
-fe_ew *fe_ew_leaf(ir_arena *a, ir_value *v, const int *labels, int n)
+ir_ewt *ir_ewt_leaf(ir_arena *a, ir_value *v, const int *labels, int n)
 {
-    fe_ew *t = ir_alloc(a, sizeof *t);
+    ir_ewt *t = ir_alloc(a, sizeof *t);
     t->kind = IR_EW_OPERAND;
     t->v = v;
     t->nlabels = n;
@@ -19,17 +19,17 @@ fe_ew *fe_ew_leaf(ir_arena *a, ir_value *v, const int *labels, int n)
     return t;
 }
 
-fe_ew *fe_ew_const(ir_arena *a, double value)
+ir_ewt *ir_ewt_const(ir_arena *a, double value)
 {
-    fe_ew *t = ir_alloc(a, sizeof *t);
+    ir_ewt *t = ir_alloc(a, sizeof *t);
     t->kind = IR_EW_CONST;
     t->value = value;
     return t;
 }
 
-fe_ew *fe_ew_bin(ir_arena *a, ir_ew_kind kind, fe_ew *x, fe_ew *y)
+ir_ewt *ir_ewt_bin(ir_arena *a, ir_ew_kind kind, ir_ewt *x, ir_ewt *y)
 {
-    fe_ew *t = ir_alloc(a, sizeof *t);
+    ir_ewt *t = ir_alloc(a, sizeof *t);
     t->kind = kind;
     t->kid[0] = x;
     t->kid[1] = y;
@@ -37,9 +37,9 @@ fe_ew *fe_ew_bin(ir_arena *a, ir_ew_kind kind, fe_ew *x, fe_ew *y)
     return t;
 }
 
-fe_ew *fe_ew_call(ir_arena *a, ir_func fn, fe_ew *x)
+ir_ewt *ir_ewt_call(ir_arena *a, ir_func fn, ir_ewt *x)
 {
-    fe_ew *t = ir_alloc(a, sizeof *t);
+    ir_ewt *t = ir_alloc(a, sizeof *t);
     t->kind = IR_EW_CALL;
     t->fn = fn;
     t->kid[0] = x;
@@ -47,9 +47,9 @@ fe_ew *fe_ew_call(ir_arena *a, ir_func fn, fe_ew *x)
     return t;
 }
 
-fe_ew *fe_ew_select(ir_arena *a, fe_ew *cond, fe_ew *x, fe_ew *y)
+ir_ewt *ir_ewt_select(ir_arena *a, ir_ewt *cond, ir_ewt *x, ir_ewt *y)
 {
-    fe_ew *t = ir_alloc(a, sizeof *t);
+    ir_ewt *t = ir_alloc(a, sizeof *t);
     t->kind = IR_EW_SELECT;
     t->kid[0] = cond;
     t->kid[1] = x;
@@ -58,9 +58,9 @@ fe_ew *fe_ew_select(ir_arena *a, fe_ew *cond, fe_ew *x, fe_ew *y)
     return t;
 }
 
-fe_ew *fe_ew_index(ir_arena *a, int dim)
+ir_ewt *ir_ewt_index(ir_arena *a, int dim)
 {
-    fe_ew *t = ir_alloc(a, sizeof *t);
+    ir_ewt *t = ir_alloc(a, sizeof *t);
     t->kind = IR_EW_INDEX;
     t->nlabels = 1;
     t->labels[0] = dim;
@@ -68,7 +68,7 @@ fe_ew *fe_ew_index(ir_arena *a, int dim)
 }
 
 /* Adds the labels under `t` to out[0..*n) (IR_MAX_RANK slots stored). */
-static void collect_labels(const fe_ew *t, int *out, int *n)
+static void collect_labels(const ir_ewt *t, int *out, int *n)
 {
     if (!t)
         return;
@@ -89,14 +89,14 @@ static void collect_labels(const fe_ew *t, int *out, int *n)
         collect_labels(t->kid[k], out, n);
 }
 
-int fe_ew_labels(const fe_ew *t, int *out)
+int ir_ewt_labels(const ir_ewt *t, int *out)
 {
     int n = 0;
     collect_labels(t, out, &n);
     return n;
 }
 
-ir_value *fe_value_new(const fe_emit *e, const int *labels, int n, uint32_t vloc)
+ir_value *ir_ewt_value(const ir_ewt_out *e, const int *labels, int n, uint32_t vloc)
 {
     ir_type ty;
     memset(&ty, 0, sizeof ty);
@@ -115,7 +115,7 @@ typedef struct emit_state {
 } emit_state;
 
 /* Writes `t`'s nodes in post-order; returns the index of its root node. */
-static int emit_nodes(emit_state *st, const fe_ew *t)
+static int emit_nodes(emit_state *st, const ir_ewt *t)
 {
     ir_ew_node nd;
     memset(&nd, 0, sizeof nd);
@@ -155,21 +155,21 @@ static int emit_nodes(emit_state *st, const fe_ew *t)
     return st->nnodes++;
 }
 
-static int count_nodes(const fe_ew *t)
+static int count_nodes(const ir_ewt *t)
 {
     return t ? 1 + count_nodes(t->kid[0]) + count_nodes(t->kid[1]) + count_nodes(t->kid[2]) : 0;
 }
 
 /* Turns child *slot into a leaf holding its own elementwise op's result. */
-static void materialize(const fe_emit *e, fe_ew **slot, uint32_t vloc)
+static void materialize(const ir_ewt_out *e, ir_ewt **slot, uint32_t vloc)
 {
     int labels[IR_MAX_RANK];
-    int n = fe_ew_labels(*slot, labels);
-    ir_value *v = fe_ew_emit(e, *slot, labels, n, vloc);
-    *slot = fe_ew_leaf(e->arena, v, labels, n);
+    int n = ir_ewt_labels(*slot, labels);
+    ir_value *v = ir_ewt_emit(e, *slot, labels, n, vloc);
+    *slot = ir_ewt_leaf(e->arena, v, labels, n);
 }
 
-static int sum_leaves(const fe_ew *t)
+static int sum_leaves(const ir_ewt *t)
 {
     int n = 0;
     for (int k = 0; k < 3; k++)
@@ -180,7 +180,7 @@ static int sum_leaves(const fe_ew *t)
 /* Splits subtrees off until every node has at most IR_MAX_OPERANDS leaves.
  * A comparison yields a truth value, which no op can hold, so it is never
  * split off itself: its sides are. */
-static void limit_leaves(const fe_emit *e, fe_ew *t, uint32_t vloc)
+static void limit_leaves(const ir_ewt_out *e, ir_ewt *t, uint32_t vloc)
 {
     if (!t || t->nleaves <= IR_MAX_OPERANDS)
         return;
@@ -192,12 +192,12 @@ static void limit_leaves(const fe_emit *e, fe_ew *t, uint32_t vloc)
      * until it fits: three children of one leaf each, or a comparison of
      * two, are at most 4. */
     while (t->nleaves > IR_MAX_OPERANDS) {
-        fe_ew **big = NULL;
+        ir_ewt **big = NULL;
         for (int k = 0; k < 3; k++)
             if (t->kid[k] && t->kid[k]->nleaves > 1 && (!big || t->kid[k]->nleaves > (*big)->nleaves))
                 big = &t->kid[k];
         if (ir_ew_is_compare((*big)->kind)) {
-            fe_ew *cmp = *big;
+            ir_ewt *cmp = *big;
             materialize(e, cmp->kid[0]->nleaves >= cmp->kid[1]->nleaves ? &cmp->kid[0] : &cmp->kid[1],
                         vloc);
             cmp->nleaves = sum_leaves(cmp);
@@ -210,7 +210,7 @@ static void limit_leaves(const fe_emit *e, fe_ew *t, uint32_t vloc)
 
 /* Gives every leaf of `t` indexed by `from` (by position) the labels `to`
  * instead; other leaves keep theirs. */
-static void relabel(fe_ew *t, const int *from, const int *to, int n)
+static void relabel(ir_ewt *t, const int *from, const int *to, int n)
 {
     if (!t)
         return;
@@ -229,7 +229,7 @@ static void relabel(fe_ew *t, const int *from, const int *to, int n)
  * named so no source dim can be) goes to out[]; the leaves of `t` indexed
  * by labels[] by position are relabeled the same way.  False if no dim
  * repeats. */
-static bool distinct_labels(const fe_emit *e, fe_ew *t, const int *labels, int n, int *out)
+static bool distinct_labels(const ir_ewt_out *e, ir_ewt *t, const int *labels, int n, int *out)
 {
     bool repeats = false;
     for (int r = 0; r < n; r++) {
@@ -255,14 +255,14 @@ static bool distinct_labels(const fe_emit *e, fe_ew *t, const int *labels, int n
     return repeats;
 }
 
-ir_value *fe_ew_emit(const fe_emit *e, fe_ew *t, const int *labels, int n, uint32_t vloc)
+ir_value *ir_ewt_emit(const ir_ewt_out *e, ir_ewt *t, const int *labels, int n, uint32_t vloc)
 {
     int own[IR_MAX_RANK];
     /* Distinct labels before any split: a subtree split off is made over
      * the union of its leaves' labels, which a repeat would shrink. */
     const int *rl = distinct_labels(e, t, labels, n, own) ? own : labels;
     limit_leaves(e, t, vloc);
-    ir_value *res = fe_value_new(e, labels, n, vloc);
+    ir_value *res = ir_ewt_value(e, labels, n, vloc);
     ir_op *op = ir_op_new(e->m, IR_OP_ELEMENTWISE, 0, NULL, res, e->loc);
     memcpy(op->u.ew.result_labels, rl, (size_t)n * sizeof *labels);
     emit_state st = {.op = op};

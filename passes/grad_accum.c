@@ -4,7 +4,7 @@
  * Every adjoint rule ends by adding a contribution to an operand's adjoint;
  * contributions to one value are added (a value read twice gets the sum).
  * An adjoint that is a known constant stays a number until an op needs a
- * tensor (fe_grad_materialise), so the constants that a loss or a sum pass
+ * tensor (ad_materialise), so the constants that a loss or a sum pass
  * back cost no ops.  The rules in grad_einsum.c, grad_ew.c and
  * grad_loop.c share this one accumulator.
  */
@@ -14,19 +14,19 @@
 
 /* The tree of an adjoint as a leaf over `labels` (the adjoint's value's
  * positions are indexed by them), or its constant. */
-fe_ew *fe_grad_adj_tree(fe_gctx *g, const fe_adjoint *a, const int *labels, int n)
+ir_ewt *ad_adj_tree(ad_ctx *g, const ad_adjoint *a, const int *labels, int n)
 {
     if (a->is_const)
         return cnst(g, a->c);
-    return fe_ew_leaf(g->e.arena, a->v, labels, n);
+    return ir_ewt_leaf(g->e.arena, a->v, labels, n);
 }
 
 /* An einsum of `nops` operands (labels per operand) into `res`. */
-ir_value *fe_grad_emit_einsum(fe_gctx *g, ir_value *const *vals,
-                              const int (*labels)[IR_MAX_RANK], const int *nlab, int nops,
-                              const int *res, int nres, double scale, ir_reduce red)
+ir_value *ad_emit_einsum(ad_ctx *g, ir_value *const *vals,
+                         const int (*labels)[IR_MAX_RANK], const int *nlab, int nops,
+                         const int *res, int nres, double scale, ir_reduce red)
 {
-    ir_value *out = fe_value_new(&g->e, res, nres, g->loc);
+    ir_value *out = ir_ewt_value(&g->e, res, nres, g->loc);
     ir_value *ops[2] = {vals[0], nops > 1 ? vals[1] : NULL};
     ir_op *op = ir_op_new(g->e.m, IR_OP_EINSUM, nops, ops, out, g->loc);
     for (int i = 0; i < nops; i++)
@@ -41,11 +41,11 @@ ir_value *fe_grad_emit_einsum(fe_gctx *g, ir_value *const *vals,
 /* Adds a contribution to the adjoint of `v`: a tree over `labels` (the
  * positions of v, as the use indexed them), or a constant.  The adjoint's
  * value always has v's own dims. */
-void fe_grad_contribute(fe_gctx *g, ir_value *v, fe_ew *t, const int *labels)
+void ad_contribute(ad_ctx *g, ir_value *v, ir_ewt *t, const int *labels)
 {
     if (!t)
         return;
-    fe_adjoint *a = &g->adj[v->id];
+    ad_adjoint *a = &g->adj[v->id];
     int n = v->type.rank;
     const int *dims = v->type.dims;
     if (t->kind == IR_EW_CONST && !a->v) {
@@ -53,14 +53,14 @@ void fe_grad_contribute(fe_gctx *g, ir_value *v, fe_ew *t, const int *labels)
         a->is_const = true;
         return;
     }
-    fe_grad_name_for(g, v);
-    fe_ew *sum = t;
+    ad_name_for(g, v);
+    ir_ewt *sum = t;
     if (t->kind != IR_EW_CONST && memcmp(labels, dims, (size_t)n * sizeof(int)) != 0)
         /* A use that relabels v's dims (K[B, S, D] of K[B, T, D]): the
          * contribution over the use's labels, read by position as v's. */
-        sum = fe_ew_leaf(g->e.arena, fe_ew_emit(&g->e, t, labels, n, g->loc), dims, n);
+        sum = ir_ewt_leaf(g->e.arena, ir_ewt_emit(&g->e, t, labels, n, g->loc), dims, n);
     if (a->v)
-        sum = add(g, fe_ew_leaf(g->e.arena, a->v, dims, n), sum);
+        sum = add(g, ir_ewt_leaf(g->e.arena, a->v, dims, n), sum);
     else if (a->is_const)
         sum = add(g, cnst(g, a->c), sum);
     /* A lone value over v's dims (an einsum's result) is the adjoint as it
@@ -73,14 +73,14 @@ void fe_grad_contribute(fe_gctx *g, ir_value *v, fe_ew *t, const int *labels)
                  memcmp(sum->labels, dims, (size_t)n * sizeof(int)) == 0 &&
                  memcmp(sum->v->type.dims, dims, (size_t)n * sizeof(int)) == 0 &&
                  sum->v->type.dtype == v->type.dtype;
-    a->v = value ? sum->v : fe_ew_emit(&g->e, sum, dims, n, g->loc);
+    a->v = value ? sum->v : ir_ewt_emit(&g->e, sum, dims, n, g->loc);
     a->is_const = false;
 }
 
 /* Sums tree `t` over `from` down to `to` (a subset), as a contribution to
  * operand value `v` indexed by `to` at its use. */
-void fe_grad_contribute_reduced(fe_gctx *g, ir_value *v, fe_ew *t, const int *from, int nfrom,
-                                const int *to, int nto)
+void ad_contribute_reduced(ad_ctx *g, ir_value *v, ir_ewt *t, const int *from, int nfrom,
+                           const int *to, int nto)
 {
     if (!t)
         return;
@@ -96,35 +96,35 @@ void fe_grad_contribute_reduced(fe_gctx *g, ir_value *v, fe_ew *t, const int *fr
                     count *= (double)g->e.m->dims[from[i]].size;
             t = cnst(g, t->value * count);
         }
-        fe_grad_contribute(g, v, t, to);
+        ad_contribute(g, v, t, to);
         return;
     }
-    fe_grad_name_for(g, v);
-    ir_value *full = fe_ew_emit(&g->e, t, from, nfrom, g->loc);
+    ad_name_for(g, v);
+    ir_value *full = ir_ewt_emit(&g->e, t, from, nfrom, g->loc);
     int nl[1] = {nfrom};
     int lab[1][IR_MAX_RANK];
     memcpy(lab[0], from, (size_t)nfrom * sizeof(int));
-    ir_value *r = fe_grad_emit_einsum(g, &full, (const int(*)[IR_MAX_RANK])lab, nl, 1, to, nto,
-                                      1.0, IR_RED_SUM);
-    fe_grad_contribute(g, v, fe_ew_leaf(g->e.arena, r, to, nto), to);
+    ir_value *r = ad_emit_einsum(g, &full, (const int(*)[IR_MAX_RANK])lab, nl, 1, to, nto,
+                                 1.0, IR_RED_SUM);
+    ad_contribute(g, v, ir_ewt_leaf(g->e.arena, r, to, nto), to);
 }
 
 /* The adjoint of `v` as a value of v's shape (a constant is written out as
  * `where(v == v, c, c)`, which needs no other operand and is c even where
  * v is NaN). */
-ir_value *fe_grad_materialise(fe_gctx *g, ir_value *v)
+ir_value *ad_materialise(ad_ctx *g, ir_value *v)
 {
-    fe_adjoint *a = &g->adj[v->id];
+    ad_adjoint *a = &g->adj[v->id];
     if (a->v)
         return a->v;
-    fe_grad_name_for(g, v);
+    ad_name_for(g, v);
     double c = a->is_const ? a->c : 0.0;
     int n = v->type.rank;
-    ir_value *w = fe_grad_val(g, v);
-    fe_ew *x = fe_ew_leaf(g->e.arena, w, v->type.dims, n);
-    fe_ew *t = fe_ew_select(g->e.arena, bin(g, IR_EW_EQ, x, fe_ew_leaf(g->e.arena, w, v->type.dims, n)),
-                            cnst(g, c), cnst(g, c));
-    a->v = fe_ew_emit(&g->e, t, v->type.dims, n, g->loc);
+    ir_value *w = ad_val(g, v);
+    ir_ewt *x = ir_ewt_leaf(g->e.arena, w, v->type.dims, n);
+    ir_ewt *t = ir_ewt_select(g->e.arena, bin(g, IR_EW_EQ, x, ir_ewt_leaf(g->e.arena, w, v->type.dims, n)),
+                              cnst(g, c), cnst(g, c));
+    a->v = ir_ewt_emit(&g->e, t, v->type.dims, n, g->loc);
     a->is_const = false;
     return a->v;
 }

@@ -1,6 +1,7 @@
 /*
- * schedule.c - learning-rate schedules and global-norm gradient clipping,
- * as IR ops of the training step (optimize.c calls these).
+ * optimize_schedule.c - learning-rate schedules and global-norm gradient
+ * clipping, as IR ops of the training step (the optimize pass,
+ * optimize.c, calls these).
  *
  * Both are scalar arithmetic on values the step already has: the schedule
  * reads the step count `opt.step`, clipping the gradients.  They are built
@@ -31,7 +32,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "optimize_internal.h"
 
 /* pi (M_PI is POSIX, not C17). */
 #define PI 3.14159265358979323846
@@ -39,55 +40,55 @@
 /* The labels of a scalar: none (a non-NULL array for memcpy's sake). */
 static const int no_labels[1] = {0};
 
-bool fe_schedule_varies(const fe_schedule *s)
+bool opt_schedule_varies(const opt_schedule *s)
 {
     return s->warmup > 0 || s->cosine;
 }
 
-static fe_ew *k(const fe_emit *e, double v)
+static ir_ewt *k(const ir_ewt_out *e, double v)
 {
-    return fe_ew_const(e->arena, v);
+    return ir_ewt_const(e->arena, v);
 }
 
-static fe_ew *op2(const fe_emit *e, ir_ew_kind kind, fe_ew *a, fe_ew *b)
+static ir_ewt *op2(const ir_ewt_out *e, ir_ew_kind kind, ir_ewt *a, ir_ewt *b)
 {
-    return fe_ew_bin(e->arena, kind, a, b);
+    return ir_ewt_bin(e->arena, kind, a, b);
 }
 
 /* A leaf of scalar `v`. */
-static fe_ew *scalar(const fe_emit *e, ir_value *v)
+static ir_ewt *scalar(const ir_ewt_out *e, ir_value *v)
 {
-    return fe_ew_leaf(e->arena, v, v->type.dims, 0);
+    return ir_ewt_leaf(e->arena, v, v->type.dims, 0);
 }
 
 /* The scalar value of tree `t`. */
-static ir_value *emit_scalar(const fe_emit *e, fe_ew *t)
+static ir_value *emit_scalar(const ir_ewt_out *e, ir_ewt *t)
 {
-    return fe_ew_emit(e, t, no_labels, 0, e->loc);
+    return ir_ewt_emit(e, t, no_labels, 0, e->loc);
 }
 
 /* s = t1 - 1, the updates before this step. */
-static fe_ew *updates_done(const fe_emit *e, ir_value *t1)
+static ir_ewt *updates_done(const ir_ewt_out *e, ir_value *t1)
 {
     return op2(e, IR_EW_SUB, scalar(e, t1), k(e, 1.0));
 }
 
 /* dec(s) of the cosine, from the step count t1 (the file comment). */
-static ir_value *emit_cosine(const fe_emit *e, const fe_schedule *s, ir_value *t1)
+static ir_value *emit_cosine(const ir_ewt_out *e, const opt_schedule *s, ir_value *t1)
 {
     double len = s->decay_steps - s->warmup; /* > 0: the checker saw to it */
-    fe_ew *p = op2(e, IR_EW_DIV, op2(e, IR_EW_SUB, updates_done(e, t1), k(e, s->warmup)),
-                   k(e, len));
+    ir_ewt *p = op2(e, IR_EW_DIV, op2(e, IR_EW_SUB, updates_done(e, t1), k(e, s->warmup)),
+                    k(e, len));
     p = op2(e, IR_EW_MIN, k(e, 1.0), op2(e, IR_EW_MAX, k(e, 0.0), p));
-    fe_ew *cos_pi_p = fe_ew_call(e->arena, IR_FN_COS, op2(e, IR_EW_MUL, k(e, PI), p));
-    fe_ew *half = op2(e, IR_EW_MUL, k(e, 0.5 * (s->lr - s->min_lr)),
-                      op2(e, IR_EW_ADD, k(e, 1.0), cos_pi_p));
+    ir_ewt *cos_pi_p = ir_ewt_call(e->arena, IR_FN_COS, op2(e, IR_EW_MUL, k(e, PI), p));
+    ir_ewt *half = op2(e, IR_EW_MUL, k(e, 0.5 * (s->lr - s->min_lr)),
+                       op2(e, IR_EW_ADD, k(e, 1.0), cos_pi_p));
     return emit_scalar(e, op2(e, IR_EW_ADD, k(e, s->min_lr), half));
 }
 
-ir_value *fe_emit_lr(const fe_emit *e, const fe_schedule *s, ir_value *t1)
+ir_value *opt_emit_lr(const ir_ewt_out *e, const opt_schedule *s, ir_value *t1)
 {
-    fe_ew *dec = k(e, s->lr);
+    ir_ewt *dec = k(e, s->lr);
     if (s->cosine) {
         ir_value *d = emit_cosine(e, s, t1);
         if (!d)
@@ -95,22 +96,22 @@ ir_value *fe_emit_lr(const fe_emit *e, const fe_schedule *s, ir_value *t1)
         dec = scalar(e, d);
     }
     if (s->warmup > 0) {
-        fe_ew *warm = op2(e, IR_EW_DIV, updates_done(e, t1), k(e, s->warmup));
+        ir_ewt *warm = op2(e, IR_EW_DIV, updates_done(e, t1), k(e, s->warmup));
         dec = op2(e, IR_EW_MUL, op2(e, IR_EW_MIN, k(e, 1.0), warm), dec);
     }
     return emit_scalar(e, dec);
 }
 
-ir_value *fe_emit_sqnorm(const fe_emit *e, ir_value *const *grads, int n)
+ir_value *opt_emit_sqnorm(const ir_ewt_out *e, ir_value *const *grads, int n)
 {
-    fe_ew *sum = NULL;
+    ir_ewt *sum = NULL;
     for (int i = 0; i < n; i++) {
         ir_value *g = grads[i];
         /* sum(G * G) over all of G's dims, in G's dtype (an einsum's
          * operands and result share one). */
-        fe_emit ge = *e;
+        ir_ewt_out ge = *e;
         ge.dtype = g->type.dtype;
-        ir_value *out = fe_value_new(&ge, no_labels, 0, e->loc);
+        ir_value *out = ir_ewt_value(&ge, no_labels, 0, e->loc);
         ir_value *ops[2] = {g, g};
         ir_op *op = ir_op_new(e->m, IR_OP_EINSUM, 2, ops, out, e->loc);
         for (int j = 0; j < 2; j++)
@@ -118,15 +119,15 @@ ir_value *fe_emit_sqnorm(const fe_emit *e, ir_value *const *grads, int n)
         op->u.einsum.scale = 1.0;
         op->u.einsum.reduce = IR_RED_SUM;
         ir_op_append(e->m, op);
-        fe_ew *t = scalar(e, out);
+        ir_ewt *t = scalar(e, out);
         sum = sum ? op2(e, IR_EW_ADD, sum, t) : t;
     }
     return emit_scalar(e, sum);
 }
 
-ir_value *fe_emit_clip_factor(const fe_emit *e, ir_value *sqnorm, double clip)
+ir_value *opt_emit_clip_factor(const ir_ewt_out *e, ir_value *sqnorm, double clip)
 {
-    fe_ew *norm = fe_ew_call(e->arena, IR_FN_SQRT, scalar(e, sqnorm));
-    fe_ew *f = op2(e, IR_EW_DIV, k(e, clip), op2(e, IR_EW_ADD, norm, k(e, 1e-6)));
+    ir_ewt *norm = ir_ewt_call(e->arena, IR_FN_SQRT, scalar(e, sqnorm));
+    ir_ewt *f = op2(e, IR_EW_DIV, k(e, clip), op2(e, IR_EW_ADD, norm, k(e, 1e-6)));
     return emit_scalar(e, op2(e, IR_EW_MIN, k(e, 1.0), f));
 }

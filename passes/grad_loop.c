@@ -3,7 +3,7 @@
  *
  * A forward loop is differentiated as a whole, as JAX transposes a scan: a
  * loop that runs over the layers in reverse, whose body is the backward
- * sweep of the forward body (fe_grad_backprop on the body alone), carrying
+ * sweep of the forward body (ad_backprop on the body alone), carrying
  * the adjoint of the carried value.  Per-layer gradients of stacked params
  * are stacked by the backward loop; values from before the loop get the
  * sum over layers.  Apart from grad.c because only loops need it, and it is
@@ -16,20 +16,20 @@
 /* `v`, or a copy of it when a constraint on it would bind other values:
  * an adjoint shared with another value than `key`, or a value that is not
  * the backward body's own. */
-static ir_value *own(fe_gctx *g, ir_value *v, const ir_value *key)
+static ir_value *own(ad_ctx *g, ir_value *v, const ir_value *key)
 {
     bool shared = v->has_constraint || !v->def || v->def->loop != g->bloop;
     for (int i = 0; i < g->nvalues && !shared; i++)
         shared = i != key->id && g->adj[i].v == v;
     if (!shared)
         return v;
-    fe_grad_name_for(g, key);
-    return fe_ew_emit(&g->e, fe_ew_leaf(g->e.arena, v, v->type.dims, v->type.rank), v->type.dims,
-                      v->type.rank, g->loc);
+    ad_name_for(g, key);
+    return ir_ewt_emit(&g->e, ir_ewt_leaf(g->e.arena, v, v->type.dims, v->type.rank), v->type.dims,
+                       v->type.rank, g->loc);
 }
 
 /* A LayerStack of backward body value `v` (one block per layer). */
-static ir_value *stack(fe_gctx *g, ir_value *v)
+static ir_value *stack(ad_ctx *g, ir_value *v)
 {
     ir_type t = v->type;
     memmove(t.dims + 1, t.dims, (size_t)t.rank * sizeof t.dims[0]);
@@ -45,7 +45,7 @@ static ir_value *stack(fe_gctx *g, ir_value *v)
     return s;
 }
 
-/* What a backward loop hands to the sweep around it: the stacked fe_adjoint
+/* What a backward loop hands to the sweep around it: the stacked ad_adjoint
  * of `target`, summed over the layers first if `sum`. */
 typedef struct loop_out {
     ir_value *target, *stack;
@@ -54,7 +54,7 @@ typedef struct loop_out {
 
 /* The backward loop of the forward loop that LoopEnd `fe` ends (the file
  * comment), given the adjoint of the value after it. */
-void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
+void ad_loop_adjoint(ad_ctx *g, ir_op *fe)
 {
     ir_module *m = g->e.m;
     ir_op *fb = fe->u.loop.begin;
@@ -62,8 +62,8 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
     ir_value *carry = fb->result, *next = fe->operands[0];
     int rank = carry->type.rank;
     const int *dims = carry->type.dims;
-    ir_value *dafter = fe_grad_materialise(g, fe->result);
-    fe_grad_name_for(g, carry);
+    ir_value *dafter = ad_materialise(g, fe->result);
+    ad_name_for(g, carry);
     ir_type t = carry->type;
     t.sh = ir_sharding_replicated();
     ir_value *dtop = ir_value_new(m, g->e.tensor, IR_VAL_OP, &t, g->loc);
@@ -75,15 +75,15 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
 
     /* The body's sweep: relevance within one iteration, given what the
      * sweep around the loop found relevant. */
-    fe_gctx b = *g;
+    ad_ctx b = *g;
     b.loop = fb;
     b.bloop = bb;
     int nv = b.nvalues = m->nvalues;
-    b.adj = ir_alloc(g->c->arena, (size_t)nv * sizeof *b.adj);
-    b.relevant = ir_alloc(g->c->arena, (size_t)nv * sizeof *b.relevant);
-    b.map = ir_alloc(g->c->arena, (size_t)nv * sizeof *b.map);
-    bool *dep = ir_alloc(g->c->arena, (size_t)nv * sizeof *dep);
-    bool *need = ir_alloc(g->c->arena, (size_t)nv * sizeof *need);
+    b.adj = ir_alloc(g->e.arena, (size_t)nv * sizeof *b.adj);
+    b.relevant = ir_alloc(g->e.arena, (size_t)nv * sizeof *b.relevant);
+    b.map = ir_alloc(g->e.arena, (size_t)nv * sizeof *b.map);
+    bool *dep = ir_alloc(g->e.arena, (size_t)nv * sizeof *dep);
+    bool *need = ir_alloc(g->e.arena, (size_t)nv * sizeof *need);
     memset(b.adj, 0, (size_t)nv * sizeof *b.adj);
     memset(b.relevant, 0, (size_t)nv * sizeof *b.relevant);
     memset(b.map, 0, (size_t)nv * sizeof *b.map);
@@ -97,7 +97,7 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
         }
         for (int k = 0; k < op->noperands; k++) {
             ir_value *v = op->operands[k];
-            if (!fe_grad_in_body(fb, v) && v->id < g->nvalues && g->relevant[v->id])
+            if (!ad_in_body(fb, v) && v->id < g->nvalues && g->relevant[v->id])
                 dep[v->id] = true;
             if (dep[v->id] && v->type.dtype != IR_I32)
                 dep[op->result->id] = true;
@@ -110,8 +110,8 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
                 need[op->operands[k]->id] = true;
     for (int i = 0; i < g->nvalues; i++)
         b.relevant[i] = dep[i] && need[i];
-    b.adj[next->id] = (fe_adjoint){.v = dtop};
-    fe_grad_backprop(&b, fe->prev, fb);
+    b.adj[next->id] = (ad_adjoint){.v = dtop};
+    ad_backprop(&b, fe->prev, fb);
     if (!b.ok) {
         g->ok = false;
         return;
@@ -121,18 +121,18 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
      * value (to the next iteration, the layer before), and stacked, each
      * layer's gradient of a stacked param (in the param's sharding) and
      * each layer's contribution to a value from before the loop. */
-    ir_value *dnext = fe_grad_materialise(&b, carry);
-    loop_out *outs = ir_alloc(g->c->arena, (size_t)(nv + 1) * sizeof *outs);
+    ir_value *dnext = ad_materialise(&b, carry);
+    loop_out *outs = ir_alloc(g->e.arena, (size_t)(nv + 1) * sizeof *outs);
     bool *seen = need; /* reused: outer values collected */
     memset(seen, 0, (size_t)nv);
     int nout = 0;
     for (ir_op *op = fb->next; op != fe && b.ok; op = op->next) {
         if (op->kind == IR_OP_LAYERSLICE) {
             ir_value *w = op->operands[0];
-            const fe_adjoint *a = &b.adj[op->result->id];
+            const ad_adjoint *a = &b.adj[op->result->id];
             if (!g->relevant[w->id] || (!a->v && !a->is_const))
                 continue;
-            ir_value *dw = own(&b, fe_grad_materialise(&b, op->result), op->result);
+            ir_value *dw = own(&b, ad_materialise(&b, op->result), op->result);
             /* A layer's gradient is sharded like the layer (seed 000:
              * AllReduce for DP, ReduceScatter for FSDP, per layer). */
             dw->has_constraint = true;
@@ -142,27 +142,27 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
         }
         for (int k = 0; k < op->noperands; k++) {
             ir_value *v = op->operands[k];
-            const fe_adjoint *a = &b.adj[v->id];
-            if (fe_grad_in_body(fb, v) || seen[v->id] || !g->relevant[v->id] ||
+            const ad_adjoint *a = &b.adj[v->id];
+            if (ad_in_body(fb, v) || seen[v->id] || !g->relevant[v->id] ||
                 (!a->v && !a->is_const))
                 continue;
             seen[v->id] = true;
             if (has(v->type.dims, v->type.rank, dim) || v->type.rank >= IR_MAX_RANK) {
-                diag_error(g->c->diag, g->loc, "grad through 'repeat %s': '%s' is read by every "
+                diag_error(g->diag, g->loc, "grad through 'repeat %s': '%s' is read by every "
                            "layer, and its gradient would be summed over the layers along a "
                            "dim it has or past the dims a tensor may have", m->dims[dim].name,
                            v->tensor);
                 b.ok = false;
                 break;
             }
-            outs[nout++] = (loop_out){v, stack(&b, fe_grad_materialise(&b, v)), true};
+            outs[nout++] = (loop_out){v, stack(&b, ad_materialise(&b, v)), true};
         }
     }
     if (!b.ok) {
         g->ok = false;
         return;
     }
-    fe_grad_name_for(g, carry);
+    ad_name_for(g, carry);
     ir_value *dbefore = ir_value_new(m, g->e.tensor, IR_VAL_OP, &t, g->loc);
     ir_op *be = ir_op_new(m, IR_OP_LOOPEND, 1, &dnext, dbefore, g->loc);
     be->u.loop.dim = dim;
@@ -174,21 +174,30 @@ void fe_grad_loop_adjoint(fe_gctx *g, ir_op *fe)
         if (ir_op_is_loop(op->kind))
             op->u.loop.end = be;
 
-    fe_grad_contribute(g, fb->operands[0], fe_ew_leaf(g->e.arena, dbefore, dims, rank), dims);
+    ad_contribute(g, fb->operands[0], ir_ewt_leaf(g->e.arena, dbefore, dims, rank), dims);
     for (int i = 0; i < nout; i++) {
         ir_value *v = outs[i].target, *s = outs[i].stack;
         const int *vd = v->type.dims;
         int vr = v->type.rank;
         if (!outs[i].sum) { /* a stacked param: the stack is its gradient */
-            fe_grad_contribute(g, v, fe_ew_leaf(g->e.arena, s, vd, vr), vd);
+            ad_contribute(g, v, ir_ewt_leaf(g->e.arena, s, vd, vr), vd);
             continue;
         }
         int lab[1][IR_MAX_RANK], nl[1] = {vr + 1};
         lab[0][0] = dim;
         memcpy(lab[0] + 1, vd, (size_t)vr * sizeof(int));
-        fe_grad_name_for(g, v);
-        ir_value *r = fe_grad_emit_einsum(g, &s, (const int(*)[IR_MAX_RANK])lab, nl, 1, vd, vr, 1.0,
-                                          IR_RED_SUM);
-        fe_grad_contribute(g, v, fe_ew_leaf(g->e.arena, r, vd, vr), vd);
+        ad_name_for(g, v);
+        ir_value *r = ad_emit_einsum(g, &s, (const int(*)[IR_MAX_RANK])lab, nl, 1, vd, vr, 1.0,
+                                     IR_RED_SUM);
+        ad_contribute(g, v, ir_ewt_leaf(g->e.arena, r, vd, vr), vd);
     }
+}
+
+void ad_rule_loop(ad_ctx *g, ir_op *op, const ad_adjoint *dc)
+{
+    (void)dc; /* ad_loop_adjoint reads it from g->adj */
+    /* ad_backprop calls this at a LoopEnd only: it skips a LayerSlice (the
+     * backward loop collects each layer's adjoint) and jumps over a body. */
+    if (op->kind == IR_OP_LOOPEND)
+        ad_loop_adjoint(g, op);
 }

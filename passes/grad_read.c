@@ -2,7 +2,7 @@
  * grad_read.c - forward values as the backward ops read them.
  *
  * A backward op that needs a forward value (an operand of the op it
- * differentiates, an activation) reads it through fe_grad_val, which is the
+ * differentiates, an activation) reads it through ad_val, which is the
  * one place that decides between keeping the value, reading one layer of it
  * in a backward loop (the forward loop stacks it: LayerStack / LayerSlice)
  * and computing it again (--remat).  Kept apart from the adjoint rules so
@@ -15,19 +15,19 @@
 
 /* Whether `v` is a value of the body of loop `fb` (its carried value at
  * the top included). */
-bool fe_grad_in_body(const ir_op *fb, const ir_value *v)
+bool ad_in_body(const ir_op *fb, const ir_value *v)
 {
     return fb && v->def && (v->def == fb || v->def->loop == fb);
 }
 
 /* Forward value `v` computed again by a copy of its op, appended, on its
- * operands as the backward ops read them (fe_grad_val): rematerialisation. */
-static ir_value *clone(fe_gctx *g, ir_value *v)
+ * operands as the backward ops read them (ad_val): rematerialisation. */
+static ir_value *clone(ad_ctx *g, ir_value *v)
 {
     const ir_op *op = v->def;
     ir_value *opnds[IR_MAX_OPERANDS];
     for (int k = 0; k < op->noperands; k++)
-        opnds[k] = fe_grad_val(g, op->operands[k]);
+        opnds[k] = ad_val(g, op->operands[k]);
     ir_type t = v->type;
     t.sh = ir_sharding_replicated(); /* propagate plans the copy afresh */
     ir_value *r = ir_value_new(g->e.m, v->tensor, IR_VAL_OP, &t, v->loc);
@@ -48,15 +48,15 @@ static ir_value *clone(fe_gctx *g, ir_value *v)
 
 /* Whether forward value `v` (in a backward loop's body: of the forward
  * body) is computed again rather than kept, under --remat. */
-static bool recompute(const fe_gctx *g, const ir_value *v)
+static bool recompute(const ad_ctx *g, const ir_value *v)
 {
     ir_op_kind k = v->def ? v->def->kind : IR_OP_COUNT;
     if (k != IR_OP_EINSUM && k != IR_OP_ELEMENTWISE)
         return false; /* loop ops, state writes: kept */
     if (!g->loop) /* outside a loop body: forward ops only */
-        return g->remat == FE_REMAT_ELEMENTWISE && k == IR_OP_ELEMENTWISE &&
+        return g->remat == IR_REMAT_ELEMENTWISE && k == IR_OP_ELEMENTWISE &&
                v->id < g->nvalues && v->def->phase == IR_PHASE_FORWARD;
-    return g->remat == FE_REMAT_LAYER || (g->remat == FE_REMAT_ELEMENTWISE && k == IR_OP_ELEMENTWISE);
+    return g->remat == IR_REMAT_LAYER || (g->remat == IR_REMAT_ELEMENTWISE && k == IR_OP_ELEMENTWISE);
 }
 
 /* `v` as the backward ops read it: itself; a copy computed again under
@@ -64,9 +64,9 @@ static bool recompute(const fe_gctx *g, const ir_value *v)
  * layer: a new LayerSlice of the stacked param it is a layer of, a copy
  * computed again, or a LayerSlice of a LayerStack that the forward loop
  * now keeps of it. */
-ir_value *fe_grad_val(fe_gctx *g, ir_value *v)
+ir_value *ad_val(ad_ctx *g, ir_value *v)
 {
-    bool body = fe_grad_in_body(g->loop, v);
+    bool body = ad_in_body(g->loop, v);
     if (!body && (g->loop || !recompute(g, v)))
         return v;
     if (g->map[v->id])
@@ -82,7 +82,7 @@ ir_value *fe_grad_val(fe_gctx *g, ir_value *v)
     } else {
         ir_type t = v->type;
         if (t.rank >= IR_MAX_RANK) {
-            diag_error(g->c->diag, g->loc, "grad through 'repeat %s': '%s' has %d dims, and "
+            diag_error(g->diag, g->loc, "grad through 'repeat %s': '%s' has %d dims, and "
                        "keeping it for every layer needs one more than the %d a tensor may have",
                        m->dims[dim].name, v->tensor, t.rank, IR_MAX_RANK);
             g->ok = false;
@@ -112,7 +112,7 @@ ir_value *fe_grad_val(fe_gctx *g, ir_value *v)
 }
 
 /* Names the ops of the adjoint of `v`: "d" + the tensor's name. */
-void fe_grad_name_for(fe_gctx *g, const ir_value *v)
+void ad_name_for(ad_ctx *g, const ir_value *v)
 {
     size_t n = strlen(v->tensor) + 2;
     char *s = ir_alloc(g->e.arena, n);
