@@ -103,6 +103,9 @@ MESH_TOTAL = r"^memory on the mesh: \d+ devices x \S+ GB = " + NUM + " GB"
 MESH_PARAMS = r"^memory on the mesh: .*?\(params " + NUM + " GB"
 MESH_INPUTS = r"^memory on the mesh: .*?inputs " + NUM + " GB"
 MODEL_FLOPS = r"^model FLOPs: " + NUM + " global"
+BYTES_PER_PARAM = r"^bytes per param " + NUM + " = "
+PARAM_STATE_PER_DEVICE = r"^bytes per param .*?master weights " + NUM + " GB per device"
+HBM_PER_DEVICE = r"^bytes per param .*?has " + NUM + " GB per device"
 
 
 def numbers():
@@ -189,10 +192,13 @@ def numbers():
           [(0, MODEL_FLOPS)], lambda v: v[0] * 3e6 / (23438 * 128) / (4096 * V5P_C * 0.4) * 1e3))
     n.append(NotComputed("000", "Data Parallelism", "pure DP over a full v5p pod: 850 tokens per chip x 8960 chips", 7.6e6, "tokens",
                          "an einc mesh has at most 4096 devices"))
-    n.append(NotComputed("000", "Data Parallelism", "largest model pure DP with Adam fits on a 96 GB v5p: HBM / 10 bytes", 9e9, "params",
-                         "AdamW's m and v take the param's dtype (frontend/optimize.c): 6 bytes per bf16 param, 12 per f32, not 2 + 4 + 4"))
-    n.append(NotComputed("000", "Question 2", "LLaMA-2 13B params and Adam state, bf16 + fp32: (2 + 4 + 4) x 13e9", 130, "GB",
-                         "same: no fp32 optimizer state for bf16 params"))
+    a(Num("000", "Data Parallelism", "bytes per param, bf16 params with fp32 Adam state: 2 + 8", 10, "bytes",
+          [cost("tpu-v5p", SN + "dp_adamw_bf16_v5p.ein")], [(0, BYTES_PER_PARAM)]))
+    a(Num("000", "Data Parallelism", "largest model pure DP with Adam fits on a 96 GB v5p: HBM / 10 bytes", 9e9, "params",
+          [cost("tpu-v5p", SN + "dp_adamw_bf16_v5p.ein")], [(0, HBM_PER_DEVICE), (0, BYTES_PER_PARAM)],
+          lambda v: v[0] * 1e9 / v[1]))
+    a(Num("000", "Question 2", "LLaMA-2 13B params and Adam state, bf16 + fp32: (2 + 4 + 4) x 13e9", 130, "GB",
+          [cost("tpu-v5p", SN + "llama2_13b_train_bf16.ein", "-D", "X=1", "-D", "Y=1")], [(0, PARAM_STATE_PER_DEVICE)]))
     n.append(NotComputed("000", "Question 2", "activations checkpointed 3 times per layer at 16M tokens", 42, "TB",
                          "einc's memory counts the values its remat policy keeps, not the seed's three per layer"))
     n.append(NotComputed("000", "Question 3 (3)", "FSDP + TP threshold 2550^2 / 2F, F = 13824", 235, "tokens",
