@@ -63,6 +63,7 @@ typedef struct pp_emit {
     LLVMValueRef stage, is_first, is_last, frame, mb;
     LLVMValueRef *accbuf;   /* per value: its accumulator */
     LLVMValueRef *inbuf;    /* per value: the whole input's pointer (entry block) */
+    bool *sent;             /* per value: a loop's carried value that goes to the next stage */
 } pp_emit;
 
 static LLVMValueRef slot_ptr(pp_emit *e, int v)
@@ -147,21 +148,28 @@ void cg_emit_add_into(cg_ctx *c, cg_fn *f, LLVMValueRef dst, LLVMValueRef src, i
 
 /* acc[v] += buf, elementwise over v's per-device block; for an output
  * with the batch dim first, the microbatch's rows go to their place in
- * the whole batch's block instead. */
+ * the whole batch's block instead.  Only on the stages where v is whole
+ * (avail): the forward block's carried value is computed on every stage
+ * but is the block's result only on the last, and reduce_over_stages
+ * hands the sum to the others. */
 static void accumulate(pp_emit *e, const ir_value *v)
 {
     cg_ctx *c = e->c;
     int64_t n = ir_local_elems(e->x->m, &v->type);
     if (n <= 0)
         return;
+    int def = e->x->p->def_index[v->id];
+    uint8_t whole = e->x->avail[v->id];
+    LLVMBasicBlockRef after = def >= 0 && (e->x->run[def] & ~whole) ? guard_open(e, whole) : NULL;
     if (e->x->rows[v->id]) {
         int64_t bytes = ir_local_bytes(e->x->m, &v->type);
         LLVMValueRef off = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e->mb, c->t.i64, ""), cg_i64(c, bytes), "");
         LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->accbuf[v->id], &off, 1, "");
         LLVMBuildMemCpy(c->b, dst, 1, e->f->buf[v->id], 1, cg_i64(c, bytes));
-        return;
+    } else {
+        cg_emit_add_into(c, e->f, e->accbuf[v->id], e->f->buf[v->id], n, v->type.dtype);
     }
-    cg_emit_add_into(c, e->f, e->accbuf[v->id], e->f->buf[v->id], n, v->type.dtype);
+    guard_close(e, after);
 }
 
 /* After emitting ops lo..hi (outside a loop body, or a loop's stacks
@@ -175,7 +183,10 @@ static void accumulate_defs(pp_emit *e, int lo, int hi, bool stacks)
         if (!e->x->acc[v->id] || (p->ops[i]->loop && !stacks))
             continue;
         accumulate(e, v);
-        if (e->fb.last_use[v->id] > p->nops) {
+        /* A carried value that is also an output (a forward's last hidden
+         * state) still goes to the next stage: the send frees it, and on
+         * the last stage the end of the item. */
+        if (e->fb.last_use[v->id] > p->nops && !e->sent[v->id]) {
             LLVMValueRef args[] = {e->f->dev, e->f->buf[v->id]};
             LLVMBuildCall2(e->c->b, e->c->rt.free_ty, e->c->rt.free, args, 2, "");
             e->f->buf[v->id] = NULL;
@@ -375,7 +386,7 @@ static void make_plans(pp_emit *e)
      * loop even when nothing on this stage reads them (a backward whose
      * gradient no op before the block needs): the send frees them, and on
      * the stage that sends nothing the end of the microbatch does. */
-    bool *sent = cg_calloc((size_t)nv, sizeof *sent);
+    bool *sent = e->sent = cg_calloc((size_t)nv, sizeof *sent);
     sent[p->ops[x->fe]->result->id] = true;
     if (x->trains)
         sent[p->ops[x->be]->result->id] = true;
@@ -398,7 +409,6 @@ static void make_plans(pp_emit *e)
         if (p->last_use[v] < 0 || p->last_use[v] >= p->nops || x->item[p->last_use[v]] != 'E')
             e->end.last_use[v] = p->nops;
     }
-    free(sent);
 }
 
 void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out)
@@ -541,6 +551,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     f->plan = p;
     free(f->stack_sum);
     f->stack_sum = NULL;
+    free(e.sent);
     free(e.fb.last_use);
     free(e.fb.out_index);
     free(e.end.last_use);

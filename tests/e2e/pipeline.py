@@ -23,7 +23,9 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    on Z (mesh Z=2, Y=2), M = 1, 2, 4, its logits under `--check`.
 4. A program with no param before the block (the backward's gradient has
    no reader on the first stage, which the others still send it), under
-   `--check`.
+   `--check`; and a forward whose output is the block's carried value
+   itself (the last hidden state: an output the first stage still sends
+   on), under `--check`.
 5. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b.
@@ -286,6 +288,32 @@ def run_no_pre(a, work, tally):
                 r"check: largest max_rel_err=.*")
 
 
+# A forward whose output is the repeat block's carried value: every stage
+# but the last sends it on, and the last stage's rows are the output.
+CARRIED_OUT = """mesh Z = 2, X = 2
+dim B = 32, D = 16, F = 32, L = 4
+input In[B_X, D] : f64
+param Win[L_Z, D, F] : f64
+param Wout[L_Z, F, D] : f64
+H[B, D] = In[B, D] * 1.0
+repeat L {
+  T[B, F] = H[B, D] * Win[D, F]
+  H[B, D] = H[B, D] + gelu(T[B, F]) * Wout[F, D] * 0.25
+}
+output H
+"""
+
+
+def run_carried_out(a, work, tally):
+    src = os.path.join(work, "carried_out.ein")
+    with open(src, "w") as f:
+        f.write(CARRIED_OUT)
+    for rt, m in selected(a, [2, 4], [2]):
+        checked(a, tally, "forward whose output is the carried value, M=%d (%s)" % (m, rt), src,
+                os.path.join(work, "carried_out_" + rt), ["--microbatches=%d" % m], rt, [],
+                r"check H: max_rel_err=\S+")
+
+
 def peak_bytes(out, dev):
     """Device `dev`'s peak bytes in `--stats` output, or None."""
     m = re.search(r"device %d: peak (\d+) bytes" % dev, out)
@@ -327,6 +355,7 @@ def main():
         run_llama(a, work, tally)
         run_forward(a, work, tally)
         run_no_pre(a, work, tally)
+        run_carried_out(a, work, tally)
         if not a.mpi_only:
             run_stats(a, work, tally)
     return tally.finish()
