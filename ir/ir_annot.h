@@ -65,6 +65,7 @@ typedef struct ir_plan_cert {
  * pipelined. */
 typedef struct ir_pipe_totals {
     bool valid;
+    bool forward;          /* a forward (inference): M forwards per stage, no backward, sync or update */
     int stages;            /* Z, the pipeline axis's size */
     int microbatches;      /* M */
     int schedule;          /* a pp_schedule, ir_module.pipe.schedule */

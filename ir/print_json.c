@@ -42,6 +42,7 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
     const ir_pipe_totals *p = &m->totals.pipe;
     cJSON *o = cJSON_AddObjectToObject(totals, "pipeline");
     cJSON_AddNumberToObject(o, "stages", p->stages);
+    cJSON_AddBoolToObject(o, "forward", p->forward);
     cJSON_AddNumberToObject(o, "microbatches", p->microbatches);
     cJSON_AddStringToObject(o, "schedule", m->pipe.schedule_name ? m->pipe.schedule_name : "?");
     cJSON_AddNumberToObject(o, "step_time", p->step);

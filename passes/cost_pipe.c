@@ -1,7 +1,9 @@
 /*
  * cost_pipe.c - the step of a compiled pipelined program as its schedule
  * runs it (cost.h, cost_pipe_totals; docs/pipeline.md, "The cost of a
- * compiled pipelined program").
+ * compiled pipelined program").  A pipelined forward (inference) is priced
+ * by pipe_price_forward's recurrence over its M forwards; the rest of this
+ * comment is about a training step.
  *
  * After the pipeline pass the module is one microbatch (|B| / M) and each
  * stage's loops run |L| / Z layers, so the cost pass's serial totals are
@@ -28,15 +30,11 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     memset(t, 0, sizeof *t);
     if (m->pipe.axis < 0 || m->pipe.axis >= m->mesh.naxes || m->pipe.microbatches <= 0)
         return 0;
-    /* A pipelined forward (inference) is not priced by schedule yet: its
-     * totals stay one microbatch's forward on one stage. */
     bool backward = false;
     for (const ir_op *op = m->first; op && !backward; op = op->next)
         backward = op->kind == IR_OP_LOOPBEGIN && op->u.loop.reverse;
-    if (!backward)
-        return 0;
     pipe_work w;
-    if (pipe_work_of(m, &w, err, errlen) != 0)
+    if ((backward ? pipe_work_of(m, &w, err, errlen) : pipe_work_forward_of(m, &w, err, errlen)) != 0)
         return -1;
     int z = (int)m->mesh.axes[m->pipe.axis].size;
     if (z < 1 || w.layers % z != 0) {
@@ -45,8 +43,10 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     }
     int64_t k = w.layers / z;
     pipe_priced p;
-    int rc = pipe_price(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule,
-                        m->mesh.axes[m->pipe.axis].dcn, NULL, NULL, &p, err, errlen);
+    bool dcn = m->mesh.axes[m->pipe.axis].dcn;
+    int rc = backward ? pipe_price(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule, dcn,
+                                   NULL, NULL, &p, err, errlen)
+                      : pipe_price_forward(&w, hw, z, k, m->pipe.microbatches, dcn, &p, err, errlen);
     if (rc == 1)
         snprintf(err, errlen, "schedule %s does not apply to %lld layers per stage and %d microbatches",
                  pp_schedule_name((pp_schedule)m->pipe.schedule), (long long)k, m->pipe.microbatches);
@@ -55,6 +55,7 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     double kd = (double)k;
     *t = (ir_pipe_totals){
         .valid = true,
+        .forward = !backward,
         .stages = z,
         .microbatches = m->pipe.microbatches,
         .schedule = m->pipe.schedule,
@@ -79,10 +80,21 @@ void cost_pipe_print(FILE *out, const ir_module *m)
     const ir_pipe_totals *t = &m->totals.pipe;
     if (!t->valid)
         return;
+    long long layers = m->pipe.dim >= 0 ? (long long)(m->dims[m->pipe.dim].size / t->stages) : 0LL;
+    if (t->forward) {
+        fprintf(out, "pipeline (forward): %d stages x %lld layers, %d microbatch%s: step %.4g us\n",
+                t->stages, layers, t->microbatches, t->microbatches == 1 ? "" : "es", t->step * 1e6);
+        fprintf(out, "  per microbatch: stage forward %.4g us; first stage +%.4g us, last +%.4g us; "
+                "one hop %.4g us\n", t->stage_f * 1e6, t->first_extra * 1e6, t->last_extra * 1e6, t->hop * 1e6);
+        fprintf(out, "  bubble %.1f%% by the recurrence, %.1f%% by (Z-1)/(M+Z-1); params of the fullest "
+                "stage and its buffers %.4g GiB\n", 100 * t->bubble, 100 * t->bubble_formula,
+                t->stage_memory / 1073741824.0);
+        fprintf(out, "  (the totals above are one microbatch's forward on one stage)\n");
+        return;
+    }
     fprintf(out, "pipeline: %d stages x %lld layers, %d microbatch%s, schedule %s: step %.4g us "
             "(pipeline %.4g us + gradient sync and update %.4g us, once per step)\n",
-            t->stages, m->pipe.dim >= 0 ? (long long)(m->dims[m->pipe.dim].size / t->stages) : 0LL,
-            t->microbatches, t->microbatches == 1 ? "" : "es",
+            t->stages, layers, t->microbatches, t->microbatches == 1 ? "" : "es",
             pp_schedule_name((pp_schedule)t->schedule), t->step * 1e6, t->pipeline * 1e6,
             t->sync_update * 1e6);
     fprintf(out, "  per microbatch: stage forward %.4g us, backward %.4g us; first stage +%.4g us, "

@@ -117,3 +117,48 @@ int pipe_price(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, 
     pp_plan_free(&plan);
     return 0;
 }
+
+int pipe_price_forward(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, bool dcn,
+                       pipe_priced *out, char *err, size_t errlen)
+{
+    if (z < 1 || k < 1 || mb < 1) {
+        snprintf(err, errlen, "a pipeline needs at least one stage, layer and microbatch (Z = %d, %lld layers "
+                 "per stage, M = %d)", z, (long long)k, mb);
+        return -1;
+    }
+    double *done = calloc((size_t)z, sizeof *done); /* T(s, m) of the last microbatch m seen */
+    if (!done) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    double hop = pipe_work_hop(hw, w->carry_bytes, dcn), busy = 0;
+    for (int m = 0; m < mb; m++)
+        for (int s = 0; s < z; s++) {
+            double tf = (double)k * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);
+            double ready = s == 0 ? 0 : done[s - 1] + hop; /* done[s - 1] is T(s - 1, m) by now */
+            done[s] = fmax(ready, done[s]) + tf;
+            busy += tf;
+        }
+    double span = done[z - 1];
+    free(done);
+    double memory = 0;
+    for (int s = 0; s < z; s++) {
+        double b = w->param_stacked / (double)z + 2 * w->carry_bytes;
+        if (s == 0 || s == z - 1)
+            b += w->param_other;
+        memory = fmax(memory, b);
+    }
+    *out = (pipe_priced){
+        .schedule = PP_GPIPE,
+        .microbatches = mb,
+        .hop = hop,
+        .pipeline = span,
+        .sync = 0,
+        .step = span,
+        .bubble = span > 0 ? 1 - busy / ((double)z * span) : 0,
+        .bubble_formula = (double)(z - 1) / ((double)mb + z - 1),
+        .held = 1,
+        .memory = memory,
+    };
+    return 0;
+}

@@ -24,8 +24,10 @@
 #include <string.h>
 
 /* The program's forward repeat block and the reverse one that is its
- * backward pass: exactly one of each over the same dim. */
-static int find_loops(const ir_module *m, const ir_op **fwd, const ir_op **bwd, char *err, size_t errlen)
+ * backward pass: exactly one of each over the same dim, or with `forward`
+ * one forward block and no backward one (*bwd NULL). */
+static int find_loops(const ir_module *m, bool forward, const ir_op **fwd, const ir_op **bwd, char *err,
+                      size_t errlen)
 {
     int nf = 0, nb = 0;
     *fwd = *bwd = NULL;
@@ -44,7 +46,11 @@ static int find_loops(const ir_module *m, const ir_op **fwd, const ir_op **bwd, 
         snprintf(err, errlen, "pipelining cuts one repeat block into stages; the program has %d", nf);
         return -1;
     }
-    if (nb != 1 || (*bwd)->u.loop.dim != (*fwd)->u.loop.dim) {
+    if (forward && nb != 0) {
+        snprintf(err, errlen, "a pipelined forward has no backward pass; the program has %d", nb);
+        return -1;
+    }
+    if (!forward && (nb != 1 || (*bwd)->u.loop.dim != (*fwd)->u.loop.dim)) {
         snprintf(err, errlen, "pipelining prices a training step: the program needs a loss and an "
                  "optimizer, whose backward pass reverses its repeat block");
         return -1;
@@ -117,7 +123,7 @@ static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op 
         w->layer_f += t;
         return;
     }
-    if (op->loop == bwd) {
+    if (bwd && op->loop == bwd) {
         if (in_b[op->result->id])
             w->layer_b += t;
         else if (coll)
@@ -146,17 +152,18 @@ static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op 
         *wt += t;
 }
 
-int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
+/* pipe_work_of and pipe_work_forward_of. */
+static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
     const ir_op *fwd, *bwd;
-    if (find_loops(m, &fwd, &bwd, err, errlen) != 0)
+    if (find_loops(m, forward, &fwd, &bwd, err, errlen) != 0)
         return -1;
     int ldim = fwd->u.loop.dim;
     w->layers = m->dims[ldim].size;
-    bool *in_b = calloc((size_t)m->nvalues, sizeof *in_b);
-    if (!in_b || mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
-        mark_deps(m, bwd->operands[0], NULL, in_b) != 0) {
+    bool *in_b = calloc((size_t)m->nvalues + 1, sizeof *in_b);
+    if (!in_b || (bwd && (mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
+                          mark_deps(m, bwd->operands[0], NULL, in_b) != 0))) {
         free(in_b);
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -164,7 +171,8 @@ int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
     /* The blocks' LoopBegin and LoopEnd copy the carried value in and out:
      * the forward block's on the first and last stage, the backward's on
      * the last and first, on the input gradient's path. */
-    in_b[bwd->result->id] = in_b[bwd->u.loop.end->result->id] = true;
+    if (bwd)
+        in_b[bwd->result->id] = in_b[bwd->u.loop.end->result->id] = true;
     bool before_bwd = true, after_fwd = false;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (op == fwd->u.loop.end)
@@ -194,6 +202,16 @@ int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
             *(stacked ? &w->param_stacked : &w->param_other) += stacked ? zs * bytes : bytes;
     }
     return 0;
+}
+
+int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
+{
+    return work_of(m, false, w, err, errlen);
+}
+
+int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
+{
+    return work_of(m, true, w, err, errlen);
 }
 
 double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn)

@@ -53,6 +53,11 @@ typedef struct pipe_work {
  * Returns 0, or -1 with a message in err (no or several repeat blocks, no
  * backward pass, out of memory).  m is not modified. */
 int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen);
+/* The same for a forward (inference) program: one forward repeat block and
+ * no backward pass; only the forward times, the carried activation and the
+ * params' bytes are filled (the rest is 0).  Returns 0, or -1 with a
+ * message in err. */
+int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t errlen);
 
 /* Seconds to move `bytes` one hop between neighbouring stages: one ICI
  * link one way plus a hop's latency (seed 001, "one hop"), or the chip's
@@ -102,5 +107,25 @@ typedef struct pipe_priced {
  * memory). */
 int pipe_price(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, bool dcn,
                double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen);
+
+/* Prices a pipelined forward (inference: every stage runs F0 .. F(M-1),
+ * docs/pipeline.md) of Z stages of k layers each under w's forward work
+ * per microbatch, one hop per stage boundary (pipe_work_hop).  Microbatch
+ * m ends on stage s at
+ *
+ *   T(s, m) = max(T(s - 1, m) + hop, T(s, m - 1)) + t_f(s)
+ *
+ * (T(-1, m) = -hop, T(s, -1) = 0; t_f(s) is k layers plus the first
+ * stage's pre and the last's post), the recurrence of a GPipe forward
+ * (Huang et al., NeurIPS'19); the pipeline is T(Z - 1, M - 1), with no
+ * sync or update, and the bubble is the stages' mean idle share of it,
+ * 1 - sum_s M t_f(s) / (Z T(Z-1, M-1)), which is seed 000's
+ * (Z - 1) / (M + Z - 1) for uniform stages and free hops (bubble_formula).
+ * held is 1 (a forward keeps no activations for a backward), memory the
+ * fullest stage's params (1/Z of the stacked ones, the others on the first
+ * and last stage) and its send and receive buffers.  Returns 0, or -1 with
+ * a message in err (Z, k or M below 1, out of memory). */
+int pipe_price_forward(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, bool dcn,
+                       pipe_priced *out, char *err, size_t errlen);
 
 #endif

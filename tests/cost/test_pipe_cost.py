@@ -20,6 +20,10 @@ gpipe and 1f1b and M = 1, 2, 4, 8:
     the chip's DCN share when the pipeline axis is `over dcn` (TPU v5p);
   - an unpipelined program has no totals.pipeline, and --dump-cost prints
     the pipeline section.
+The same stack as a forward (pp_uniform_mlp_forward.ein, inference) is
+priced by its M forwards: at M = 1, 2, 4, 8 the pipeline is one hop plus
+the slower stage's M forwards and the other's one, exactly, the bubble (Z - 1) / (M + Z - 1) within 1%, no backward, sync or
+update; the default M is Z.
 """
 import json
 import os
@@ -121,6 +125,30 @@ def main():
     rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=gpipe")
     check(rc == 0 and "pipeline: 2 stages x 4 layers, 4 microbatches, schedule gpipe: step" in out and
           "by (Z-1)/(M+Z-1)" in out, "--dump-cost prints the pipeline section")
+
+    # A pipelined forward: M forwards through the recurrence.
+    fwd = os.path.join(src, "tests", "cost", "pipeline", "pp_uniform_mlp_forward.ein")
+    for m in (1, 2, 4, 8):
+        p = pipe_totals(einc, fwd, "host", f"--microbatches={m}")
+        check(p is not None and p["forward"] and p["microbatches"] == m, f"forward M={m}: priced as a forward")
+        if not p:
+            continue
+        f, extra = p["stage_forward_time"], p["first_stage_extra"] + p["last_stage_extra"]
+        check(p["stage_backward_time"] == 0 and p["sync_time"] == 0, f"forward M={m}: no backward, sync or update")
+        check(extra <= 0.01 * f, f"forward M={m}: stages uniform within 1% ({extra:.3g} s of {f:.3g} s)")
+        # Two stages, t0 = F + the first's extra, t1 = F + the last's: the
+        # slower one runs back to back, the other fills or drains once.
+        t0, t1 = f + p["first_stage_extra"], f + p["last_stage_extra"]
+        want = p["hop_time"] + max(t0 + m * t1, m * t0 + t1)
+        check(close(p["pipeline_time"], want, 1e-9) and close(p["step_time"], want, 1e-9),
+              f"forward M={m}: pipeline {p['pipeline_time']:.9g} s = hop + max(t0 + M t1, M t0 + t1) {want:.9g} s")
+        check(abs(p["bubble"] - (Z - 1) / (m + Z - 1)) <= 0.01,
+              f"forward M={m}: bubble {p['bubble']:.4f} vs (Z-1)/(M+Z-1) {(Z - 1) / (m + Z - 1):.4f}")
+    p = pipe_totals(einc, fwd, "host")
+    check(p is not None and p["microbatches"] == Z, f"forward: the default M is Z ({p and p['microbatches']})")
+    rc, out, err = run(einc, fwd, "--hw", "host", "--dump-cost", "--microbatches=4")
+    check(rc == 0 and "pipeline (forward): 2 stages x 4 layers, 4 microbatches: step" in out,
+          "--dump-cost prints the forward pipeline section")
 
     # Without --microbatches the pipeline pass takes the M the cost model
     # rates fastest: the argmin of the steps priced with each M forced.
