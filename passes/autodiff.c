@@ -3,7 +3,8 @@
  * op (ir.h) the frontend wrote, for a `grad(L, W)` statement or a param of
  * an `optimize` line, is replaced by the backward ops that compute it
  * (reverse mode, grad.c), as JAX's grad transforms a traced program.  It
- * runs first: every other pass and codegen see only ordinary ops
+ * runs after the optimize pass, which writes the optimized params' Grads,
+ * and before every other: they and codegen see only ordinary ops
  * (pass_manager_run refuses a pipeline that would hand them a Grad).
  *
  * Grouping.  The Grad ops of one loss share one backward sweep, placed at
