@@ -23,6 +23,9 @@
 
 #include "fe_internal.h"
 
+/* ir_opt_line.hp takes ast_stmt.u.train.hpv as it is. */
+_Static_assert(IR_MAX_HPARAMS == AST_MAX_HPARAMS, "hyperparameter arrays of one size");
+
 /* What a hyperparameter's value is: a real number in a range, a whole
  * number of steps (also in a range), or one of a few names. */
 typedef enum hp_kind { HP_REAL, HP_COUNT, HP_CHOICE } hp_kind;
@@ -50,16 +53,16 @@ static const struct optimizer_def {
     hparam_def hp[AST_MAX_HPARAMS];
 } optimizers[] = {
     [IR_OPT_SGD] = {"sgd", IR_SGD_NHP, {{"lr", NAN, 0, INFINITY, true, true, HP_REAL, NULL},
-                            {"momentum", 0.0, 0, 1, false, true, HP_REAL, NULL},
-                            {"weight_decay", 0.0, 0, INFINITY, false, true, HP_REAL, NULL},
-                            {"master", 0, 0, 0, false, false, HP_CHOICE, master_names}}},
+                                        {"momentum", 0.0, 0, 1, false, true, HP_REAL, NULL},
+                                        {"weight_decay", 0.0, 0, INFINITY, false, true, HP_REAL, NULL},
+                                        {"master", 0, 0, 0, false, false, HP_CHOICE, master_names}}},
     [IR_OPT_ADAMW] = {"adamw", IR_ADAMW_NHP, {{"lr", 1e-3, 0, INFINITY, true, true, HP_REAL, NULL},
-                                {"beta1", 0.9, 0, 1, false, true, HP_REAL, NULL},
-                                {"beta2", 0.999, 0, 1, false, true, HP_REAL, NULL},
-                                {"eps", 1e-8, 0, INFINITY, true, true, HP_REAL, NULL},
-                                {"weight_decay", 0.01, 0, INFINITY, false, true, HP_REAL,
-                                 NULL},
-                                {"master", 0, 0, 0, false, false, HP_CHOICE, master_names}}},
+                                              {"beta1", 0.9, 0, 1, false, true, HP_REAL, NULL},
+                                              {"beta2", 0.999, 0, 1, false, true, HP_REAL, NULL},
+                                              {"eps", 1e-8, 0, INFINITY, true, true, HP_REAL, NULL},
+                                              {"weight_decay", 0.01, 0, INFINITY, false, true, HP_REAL,
+                                               NULL},
+                                              {"master", 0, 0, 0, false, false, HP_CHOICE, master_names}}},
 };
 #define NOPTIMIZERS ((int)(sizeof optimizers / sizeof optimizers[0]))
 
@@ -68,8 +71,8 @@ static const char *const bool_names[] = {"false", "true", NULL};
 
 /* The hyperparameters every optimizer takes after its own (the optimize
  * pass's optimize_schedule.c uses them; their values follow the
- * optimizer's own in hpv[], in the order of IR_HP_WARMUP..IR_HP_SKIP).  A step count is at most 2^24, the
- * largest f32 `opt.step` counts exactly.  Defaults: no warmup, constant
+ * optimizer's own in hpv[], in the order of IR_HP_WARMUP..IR_HP_SKIP).  A
+ * step count is at most 2^24, the largest f32 `opt.step` counts exactly.  Defaults: no warmup, constant
  * lr, no clipping (0: off), every step applied. */
 static const hparam_def schedule_hp[IR_NSCHED] = {
     [IR_HP_WARMUP] = {"warmup_steps", 0, 0, 16777216, false, false, HP_COUNT, NULL},

@@ -387,7 +387,8 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
                 x.master = state_new(&x, state_name(&x, "master"));
                 x.master->master = true;
             }
-            ok = l->opt == IR_OPT_SGD ? lower_sgd(&x, l->hp, w, grads[j]) : lower_adamw(&x, l->hp, w, grads[j]);
+            ok = l->opt == IR_OPT_SGD ? lower_sgd(&x, l->hp, w, grads[j])
+                                      : lower_adamw(&x, l->hp, w, grads[j]);
         }
     }
     ir_arena_free(&a);
