@@ -139,10 +139,6 @@ const fe_tensor *fe_grad_target(fe_checker *c, const ast_stmt *s);
 /* Lowers `G[...] = grad(L, W)` (checked) to a Grad op (ir.h), whose result
  * the autodiff pass replaces by dL/dW (lower_call.c). */
 ir_value *fe_lower_grad(fe_checker *c, const ast_stmt *s);
-/* Appends a Grad op of `loss` with respect to `w`, at `loc`; its result,
- * named `tensor`, has w's dims and dtype and is replicated (lower_call.c). */
-ir_value *fe_lower_grad_op(fe_checker *c, const char *tensor, ir_value *loss, ir_value *w,
-                           uint32_t loc);
 /* Checks the output lines, and that there is one (check_decl.c). */
 void fe_check_outputs(fe_checker *c, const ast_program *prog);
 

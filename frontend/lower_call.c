@@ -216,17 +216,6 @@ bool fe_lower_softmax(fe_stmt_ctx *x, const ast_factor *f, fe_operand *out)
     return true;
 }
 
-ir_value *fe_lower_grad_op(fe_checker *c, const char *tensor, ir_value *loss, ir_value *w,
-                           uint32_t loc)
-{
-    ir_type t = w->type;
-    t.sh = ir_sharding_replicated();
-    ir_value *r = ir_value_new(c->m, tensor, IR_VAL_OP, &t, loc);
-    ir_value *ops[2] = {loss, w};
-    ir_op_append(c->m, ir_op_new(c->m, IR_OP_GRAD, 2, ops, r, loc));
-    return r;
-}
-
 /* The names of grad(L, W)'s arguments (the checker made sure they are bare names). */
 static const char *arg_name(const ast_factor *f, int i)
 {
@@ -252,5 +241,5 @@ ir_value *fe_lower_grad(fe_checker *c, const ast_stmt *s)
     const ast_factor *f = fe_grad_call(s);
     const fe_tensor *lt = fe_symtab_get(&c->tensors, arg_name(f, 0));
     const fe_tensor *wt = fe_symtab_get(&c->tensors, arg_name(f, 1));
-    return fe_lower_grad_op(c, s->u.assign.lhs.name.s, lt->value, wt->value, s->loc);
+    return ir_grad_append(c->m, s->u.assign.lhs.name.s, lt->value, wt->value, s->loc)->result;
 }

@@ -364,6 +364,16 @@ void ir_op_remove(ir_module *m, ir_op *op)
     op->prev = op->next = NULL;
 }
 
+ir_op *ir_grad_append(ir_module *m, const char *tensor, ir_value *loss, ir_value *w, uint32_t loc)
+{
+    ir_type t = w->type;
+    t.sh = ir_sharding_replicated();
+    ir_value *ops[2] = {loss, w};
+    ir_op *g = ir_op_new(m, IR_OP_GRAD, 2, ops, ir_value_new(m, tensor, IR_VAL_OP, &t, loc), loc);
+    ir_op_append(m, g);
+    return g;
+}
+
 void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after)
 {
     ir_op *op = after ? after->next : m->first;

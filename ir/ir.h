@@ -659,6 +659,10 @@ void ir_op_remove(ir_module *m, ir_op *op);
 /* Sets operand `i` (< op->noperands) of `op` to `v`, moving the use when
  * `op` is in the list. */
 void ir_op_set_operand(ir_module *m, ir_op *op, int i, ir_value *v);
+/* Appends a Grad op (dL/dW of scalar `loss` with respect to `w`, ir.h)
+ * at `loc`; its result, named `tensor` (copied), has w's dims and dtype
+ * and is replicated.  Returns the op (its grad attributes zero). */
+ir_op *ir_grad_append(ir_module *m, const char *tensor, ir_value *loss, ir_value *w, uint32_t loc);
 /* Replaces every use of `from` after op `after` (NULL: everywhere) by `to`,
  * including program outputs. */
 void ir_replace_uses(ir_module *m, ir_value *from, ir_value *to, ir_op *after);

@@ -70,6 +70,7 @@ static bool derive_group(pass_ctx *ctx, ir_module *m, ir_arena *scratch, ir_op *
     for (const ir_op *op = g0; op; op = op->next)
         cap += op->kind == IR_OP_GRAD;
     ir_op **group = ir_alloc(scratch, (size_t)cap * sizeof *group);
+    int *target = ir_alloc(scratch, (size_t)cap * sizeof *target); /* group[k]'s W is wrt[target[k]] */
     ir_value **wrt = ir_alloc(scratch, (size_t)cap * sizeof *wrt);
     ir_value **grads = ir_alloc(scratch, (size_t)cap * sizeof *grads);
     bool *zero = ir_alloc(scratch, (size_t)cap * sizeof *zero);
@@ -78,12 +79,13 @@ static bool derive_group(pass_ctx *ctx, ir_module *m, ir_arena *scratch, ir_op *
         if (op->kind != IR_OP_GRAD || op->operands[0] != loss ||
             (op != g0 && !defined_before(m, op->operands[1], g0)))
             continue;
-        group[ng++] = op;
-        bool dup = false;
-        for (int i = 0; i < n; i++)
-            dup |= wrt[i] == op->operands[1];
-        if (!dup)
+        int i = 0;
+        while (i < n && wrt[i] != op->operands[1])
+            i++;
+        if (i == n)
             wrt[n++] = op->operands[1];
+        target[ng] = i;
+        group[ng++] = op;
     }
 
     /* Unlink g0 and what follows, sweep, link them back after its ops. */
@@ -112,9 +114,7 @@ static bool derive_group(pass_ctx *ctx, ir_module *m, ir_arena *scratch, ir_op *
     /* Written shardings in program order, then W's where none was written. */
     for (int k = 0; k < ng; k++) {
         const ir_op *g = group[k];
-        int i = 0;
-        while (wrt[i] != g->operands[1])
-            i++;
+        int i = target[k];
         if (g->result->has_constraint) {
             grads[i]->has_constraint = true;
             grads[i]->constraint = g->result->constraint;
@@ -126,9 +126,7 @@ static bool derive_group(pass_ctx *ctx, ir_module *m, ir_arena *scratch, ir_op *
     }
     for (int k = 0; k < ng; k++) {
         ir_op *g = group[k];
-        int i = 0;
-        while (wrt[i] != g->operands[1])
-            i++;
+        int i = target[k];
         if (g->u.grad.shard_like_w && !grads[i]->has_constraint) {
             grads[i]->has_constraint = true;
             grads[i]->constraint = wrt[i]->type.sh;

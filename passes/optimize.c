@@ -328,16 +328,11 @@ static bool line_scalars(opt_ctx *x, ir_arena *a, const ir_opt_line *l, ir_value
 static ir_value *grad_op(ir_module *m, ir_arena *a, ir_value *loss, ir_value *w, uint32_t loc,
                          uint32_t name_loc)
 {
-    ir_type t = w->type;
-    t.sh = ir_sharding_replicated();
-    ir_value *r = ir_value_new(m, ir_sprintf(a, "d%s", w->tensor), IR_VAL_OP, &t, loc);
-    ir_value *ops[2] = {loss, w};
-    ir_op *g = ir_op_new(m, IR_OP_GRAD, 2, ops, r, loc);
+    ir_op *g = ir_grad_append(m, ir_sprintf(a, "d%s", w->tensor), loss, w, loc);
     g->u.grad.optimize = !m->reference;
     g->u.grad.shard_like_w = !m->reference && w->type.sh.unreduced == 0;
     g->u.grad.name_loc = name_loc;
-    ir_op_append(m, g);
-    return r;
+    return g->result;
 }
 
 /* The value of the loss output (the frontend made one). */
