@@ -79,7 +79,7 @@ static int32_t row_positions(const ir_module *m, const char *name)
 
 /* The rt_tensor_desc of a value of type `t` named `name`. */
 static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
-                                const ir_type *t, int role)
+                                const ir_type *t, int role, int32_t update_check)
 {
     int64_t global[RT_MAX_RANK] = {0}, local[RT_MAX_RANK] = {0};
     int32_t naxes[RT_MAX_RANK] = {0};
@@ -113,6 +113,7 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
         cg_i32(c, role),
         cg_i32(c, t->dtype == IR_I32 ? index_bound(m, name) : 0),
         cg_i32(c, t->dtype == IR_I32 ? row_positions(m, name) : 0),
+        cg_i32(c, update_check),
     };
     return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
 }
@@ -258,7 +259,8 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
             ins[k] = tensor_desc(c, m, m->values[v]->tensor, &m->values[v]->type,
                                  kind == IR_VAL_PARAM   ? RT_ROLE_PARAM
                                  : kind == IR_VAL_STATE ? RT_ROLE_STATE
-                                                        : RT_ROLE_INPUT);
+                                                        : RT_ROLE_INPUT,
+                                 m->values[v]->update_check);
     }
     /* A training step: its updates overwrite params and states in place,
      * and the runtime prints the loss output after each step. */
@@ -268,7 +270,7 @@ LLVMValueRef cg_emit_program(cg_ctx *c, ir_module *m, const cg_plan *p, LLVMValu
         trains |= k < 0;
         if (k < 0)
             continue;
-        outs[k] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, RT_ROLE_INPUT);
+        outs[k] = tensor_desc(c, m, m->outputs[j].name, &m->outputs[j].value->type, RT_ROLE_INPUT, 0);
         if (m->loss && !strcmp(m->loss, m->outputs[j].name))
             loss_output = k;
     }

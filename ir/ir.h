@@ -167,6 +167,12 @@ typedef struct ir_value {
     bool master;         /* an IR_VAL_STATE that is an optimizer's f32 master copy of a
                             param (`optimize ... master=f32`, passes/optimize.c): the
                             cost model counts it as master weights, not moments */
+    int32_t update_check; /* an IR_VAL_PARAM in bf16 that SGD updates with no f32 master
+                            copy: the 1-based step at which the executable counts the
+                            elements its update left unchanged (the first at the peak
+                            learning rate, after the warmup; runtime/update_check.c),
+                            since lr times the gradient can round to nothing and only the
+                            run knows the gradient.  0: not checked */
     /* Its use-list: one entry per operand slot that holds it in an op of the
      * module's op list, in no particular order (program outputs are not
      * uses: see ir_module.outputs).  Arena-owned; kept by ir_op_append,

@@ -58,6 +58,31 @@ static bool line_master(const ir_opt_line *l)
     return l->hp[l->opt == IR_OPT_SGD ? IR_SGD_MASTER : IR_ADAMW_MASTER] == IR_MASTER_F32;
 }
 
+/* Whether `w` is a table that a gather reads rows of (an embedding): most
+ * of its rows get no gradient in a step, so its unchanged elements say
+ * nothing about rounding. */
+static bool gathered(const ir_value *w)
+{
+    for (int i = 0; i < w->nuses; i++)
+        if (w->uses[i].op->kind == IR_OP_EINSUM && w->uses[i].op->u.einsum.gather &&
+            w->uses[i].operand == 0)
+            return true;
+    return false;
+}
+
+/* Marks param `w` of line `l` for the run-time check of updates that
+ * round to nothing (ir_value.update_check): an SGD update lr g of a bf16
+ * param depends on the gradient, so unlike AdamW's (about lr, warned
+ * about by the frontend) it can only be judged by the run.  It is judged
+ * at the first step at the peak lr: step 1, or the one after the warmup. */
+static void mark_update_check(const ir_opt_line *l, ir_value *w)
+{
+    if (l->opt != IR_OPT_SGD || line_master(l) || w->type.dtype != IR_BF16 || gathered(w))
+        return;
+    double warmup = l->hp[l->nown + IR_HP_WARMUP];
+    w->update_check = warmup < INT32_MAX - 1 ? (int32_t)warmup + 1 : 0;
+}
+
 /* The step count: `opt.step` before this step (state) and after it. */
 typedef struct opt_step {
     ir_value *old, *now;
@@ -382,6 +407,7 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
                 x.master = state_new(&x, state_name(&x, "master"));
                 x.master->master = true;
             }
+            mark_update_check(l, w);
             ok = l->opt == IR_OPT_SGD ? lower_sgd(&x, l->hp, w, grads[j])
                                       : lower_adamw(&x, l->hp, w, grads[j]);
         }

@@ -105,6 +105,11 @@ typedef struct rt_tensor_desc {
      * (`KC[B, At[B], K, H]`), which --generate and --serve feed per slot;
      * 0 otherwise.  Appended: earlier members keep their offsets. */
     int32_t row_positions;
+    /* A param: the 1-based step at which a training run counts the
+     * elements of its block that the step left unchanged, and warns when
+     * they are most of them (an SGD update of a bf16 param that rounds to
+     * nothing; runtime/update_check.c); 0: not checked.  Appended. */
+    int32_t update_check;
 } rt_tensor_desc;
 
 /* A collective or Slice over the group of devices that share every mesh

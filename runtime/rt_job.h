@@ -156,7 +156,26 @@ typedef struct rt_train {
                                     NULL without --eval-data */
     int64_t eval_every;          /* --eval-every K: evaluate after every K-th step too; 0: after
                                     the last step only */
+    int64_t *update_check;       /* root: per input, the step at which a param's update is
+                                    checked (update_check.c), or 0; malloc'd, owned; NULL in
+                                    --check's reference run */
+    void **update_snap;          /* root: per input, its block before that step, or NULL;
+                                    malloc'd, owned */
 } rt_train;
+
+/* The check of updates that round to nothing (update_check.c), all on
+ * device 0 of the root.  _prepare allocates tr's two arrays from the
+ * params' rt_tensor_desc.update_check (-1: out of memory); _before copies
+ * the device's block of each param checked at step s, before its run;
+ * _after compares them with the step's result and prints one warning per
+ * param whose elements mostly stayed, or moves the check to step s + 1
+ * when the step was skipped; _free releases the arrays.  Every function
+ * does nothing when _prepare was not called. */
+int rt_update_check_prepare(const rt_program *p, rt_train *tr);
+void rt_update_check_before(const rt_program *p, rt_train *tr, int64_t s, void *const *in);
+void rt_update_check_after(const rt_program *p, rt_train *tr, int64_t s, void *const *in,
+                           int skipped);
+void rt_update_check_free(const rt_program *p, rt_train *tr);
 
 /* State of one job shared by the devices of a process. */
 struct rt_job {

@@ -235,7 +235,7 @@ int rt_train_prepare(rt_job *job, rt_train *tr, rt_dataset *ds, char *err, size_
     tr->data = ds;
     tr->data_file = malloc((size_t)(p->ninputs + 1) * sizeof *tr->data_file);
     tr->resume_paths = calloc((size_t)p->ninputs + 1, sizeof *tr->resume_paths);
-    if (!tr->data_file || !tr->resume_paths)
+    if (!tr->data_file || !tr->resume_paths || rt_update_check_prepare(p, tr))
         return rt_errf(err, errlen, "out of memory");
     for (int32_t k = 0; k < p->ninputs; k++)
         tr->data_file[k] = -1;
@@ -346,6 +346,7 @@ int rt_train_release(rt_train *tr, const rt_program *p, char *err, size_t errlen
     free(tr->final);
     free(tr->data_file);
     free(tr->eval_file);
+    rt_update_check_free(p, tr);
     rt_data_close(&tr->eval);
     free(tr->losses);
     memset(tr, 0, sizeof *tr);
@@ -450,6 +451,8 @@ void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *
         for (int32_t k = 0; k < p->ninputs; k++)
             if (tr->data_file[k] >= 0)
                 rt_data_fill(dev, tr->data, tr->data_file[k], &p->inputs[k], s - 1, in[k]);
+        if (dev->id == 0)
+            rt_update_check_before(p, tr, s, in);
         p->run(dev, in, out);
         dev->ops->barrier(dev, all);
         double secs = rt_now() - t0; /* the step's alone: the evaluation is not timed */
@@ -467,6 +470,7 @@ void rt_train_device(rt_device *dev, rt_job *job, void *const *in, void *const *
                 fprintf(stderr, "warning: step %lld: the gradients hold NaN or Inf; the step is "
                         "skipped (params and optimizer state unchanged)\n", (long long)s);
             }
+            rt_update_check_after(p, tr, s, in, skipped);
             if (!tr->reference)
                 report_step(dev, job, s, secs, loss, skipped, eval_loss);
         }

@@ -11,6 +11,15 @@ is checked against behaviour: one step of the warned program leaves W
 the lr=0.01 program changes every element by about lr (NumPy's closed
 form: the update rounded to bf16's nearest).
 
+SGD's update lr * g depends on the gradient, so it is judged by the run:
+the executable compares a bf16 param before and after the first step at
+the peak lr and warns once when most of its elements did not move.  Here
+g is about 1.7 everywhere, so sgd(lr=0.001) moves each 1.5 by 0.0017,
+below half of bf16's spacing 2^-7 there: one run-time warning, at step 1,
+or at step 3 with warmup_steps=2 (steps 1 and 2 have lr 0 and lr/2 and
+warn nothing); sgd(lr=0.01) moves every element and master=f32 keeps the
+update in an f32 copy: neither warns.
+
 The last line is `N passed, N failed`; exit 1 on any failure.
 
 Usage: update_rounding.py --einc PATH
@@ -34,6 +43,7 @@ loss L
 optimize W with adamw(lr={LR}, weight_decay=0)
 """
 WARNING = "rounds to nothing"
+SGD_PROGRAM = PROGRAM.replace("adamw(lr={LR}, weight_decay=0)", "sgd(lr={LR}{MORE})")
 
 
 def bf16_round(x):
@@ -92,6 +102,30 @@ def main():
                 expect = bf16_round(w - np.float32(lr))
                 check(np.array_equal(got, expect), title + ": one step moves W by lr",
                       "got %s, want %s" % (got.ravel()[:4], expect.ravel()[:4]))
+        # SGD: warned by the run, once, at the first step at the peak lr.
+        for lr, more, steps, want in (("0.001", "", 2, "step 1 "), ("0.001", ", warmup_steps=2", 4,
+                                                                    "step 3 "),
+                                      ("0.01", "", 2, None), ("0.001", ", master=f32", 2, None)):
+            title = "bf16 param, sgd(lr=%s%s), %d steps" % (lr, more, steps)
+            name = "sgd_%d_%s" % (steps, (lr + more).replace(".", "_").replace(", ", "_")
+                                  .replace("=", "_"))
+            src, exe = os.path.join(work, name + ".ein"), os.path.join(work, name)
+            with open(src, "w") as f:
+                f.write(SGD_PROGRAM.format(DT="bf16", LR=lr, MORE=more))
+            p = subprocess.run([a.einc, src, "-o", exe], capture_output=True, text=True)
+            if p.returncode or WARNING in p.stderr:
+                check(False, title, "einc failed or warned at compile time: " + p.stderr[-2000:])
+                continue
+            r = subprocess.run([exe, "--input", "In=" + os.path.join(work, "In.npy"),
+                                "--input", "W=" + os.path.join(work, "W.npy"),
+                                "--steps", str(steps)], capture_output=True, text=True, timeout=300)
+            n = r.stderr.count(WARNING)
+            ok = r.returncode == 0 and n == (1 if want else 0)
+            if want:
+                ok = ok and ("warning: " + want) in r.stderr and "'W'" in r.stderr \
+                    and "16 of 16 elements" in r.stderr
+            check(ok, title + ": %s" % ("one warning at " + want.strip() if want else "no warning"),
+                  "exit %d, %d warning(s):\n%s" % (r.returncode, n, r.stderr[-2000:]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
