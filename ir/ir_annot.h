@@ -102,6 +102,10 @@ typedef struct ir_totals {
                                   and the live intermediates */
     double bound_serial;       /* seconds: cost_lower_bound's total_s (no plan's serial step is
                                   faster); 0 if not computed */
+    double bound_compute;      /* seconds: its parts, cost_bound's compute_s, memory_s and */
+    double bound_memory;       /*   comm_s, and hbm_bytes (per device): */
+    double bound_comm;         /*   bound_serial = max(compute, memory) + comm */
+    double bound_hbm_bytes;
     ir_pipe_totals pipe;       /* the pipelined step; pipe.valid false if not pipelined */
 } ir_totals;
 

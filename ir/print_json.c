@@ -345,8 +345,14 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(t, "model_flops", m->totals.model_flops);
         cJSON_AddNumberToObject(t, "elementwise_flops", m->totals.elementwise_flops);
         cJSON_AddNumberToObject(t, "peak_memory", m->totals.peak_memory);
-        if (m->totals.bound_serial > 0)
+        if (m->totals.bound_serial > 0) {
             cJSON_AddNumberToObject(t, "lower_bound", m->totals.bound_serial);
+            cJSON *b = cJSON_AddObjectToObject(t, "lower_bound_parts");
+            cJSON_AddNumberToObject(b, "compute", m->totals.bound_compute);
+            cJSON_AddNumberToObject(b, "memory", m->totals.bound_memory);
+            cJSON_AddNumberToObject(b, "communication", m->totals.bound_comm);
+            cJSON_AddNumberToObject(b, "hbm_bytes", m->totals.bound_hbm_bytes);
+        }
         if (m->totals.pipe.valid)
             add_pipe_totals(t, m);
     }

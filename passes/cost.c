@@ -150,7 +150,13 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
     /* The plan's certificate compares the planner's serial objective with
      * the bound on a serial step. */
     cost_bound b;
-    m->totals.bound_serial = cost_lower_bound(m, hw, &b) == 0 ? b.total_s : 0.0;
+    if (cost_lower_bound(m, hw, &b) != 0)
+        b = (cost_bound){0};
+    m->totals.bound_serial = b.total_s;
+    m->totals.bound_compute = b.compute_s;
+    m->totals.bound_memory = b.memory_s;
+    m->totals.bound_comm = b.comm_s;
+    m->totals.bound_hbm_bytes = b.hbm_bytes;
 }
 
 int pass_cost(pass_ctx *ctx, ir_module *m)

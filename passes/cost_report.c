@@ -67,6 +67,20 @@ static void print_plan_line(FILE *out, const ir_module *m, const char *indent)
         fprintf(out, "%s%s\n", indent, cert);
 }
 
+/* "lower bound ... = max(compute, HBM) + communication": the parts of the
+ * bound (cost_lower_bound), which no plan on this mesh beats. */
+static void print_bound_line(FILE *out, const ir_module *m)
+{
+    const ir_totals *t = &m->totals;
+    if (t->bound_serial <= 0)
+        return;
+    fprintf(out, "lower bound: %.4g us = max(compute %.4g us, HBM %.4g us) + communication %.4g us "
+                 "(any plan on this mesh; HBM: %.4g bytes per device, the params, inputs and state "
+                 "the step reads, each once)\n",
+            t->bound_serial * 1e6, t->bound_compute * 1e6, t->bound_memory * 1e6, t->bound_comm * 1e6,
+            t->bound_hbm_bytes);
+}
+
 /* The whole program's FLOPs: model FLOPs (global, and each device's share
  * of them, which MFU divides), the FLOPs a device executes for them (more
  * than its share when the plan computes some dims redundantly; seed 003,
@@ -277,6 +291,7 @@ void cost_print_table(FILE *out, const ir_module *m, const struct cost_hw *hw)
                 m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6,
                 m->totals.mfu * 100);
         print_plan_line(out, m, "");
+        print_bound_line(out, m);
         print_flops_line(out, m);
         print_phase_line(out, m);
         cost_memory mem = cost_memory_peak(m);

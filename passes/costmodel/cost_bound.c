@@ -65,6 +65,7 @@
  * are left out: each only adds time.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "costmodel.h"
 
@@ -133,12 +134,35 @@ static bool classify(const ir_module *m, const ir_op *op, contraction *c)
  * (param, input, state) through reshards, layer slices and one-operand
  * elementwise ops, the argument's declared share of them; any other
  * value one copy spread over the `p` devices. */
-static double held_elems(const ir_module *m, const ir_value *v, double elems, double p)
+/* The value `v` comes from through reshards, layer slices and
+ * one-operand elementwise ops: an argument (param, input, state) when it
+ * only moves or maps one. */
+static const ir_value *source_of(const ir_value *v)
 {
     while (v->kind == IR_VAL_OP && v->def && v->def->noperands == 1 && v->def->operands[0] &&
            (ir_op_is_reshard(v->def->kind) || v->def->kind == IR_OP_ELEMENTWISE ||
             v->def->kind == IR_OP_LAYERSLICE))
         v = v->def->operands[0];
+    return v;
+}
+
+/* source_of, also through ops that write into operand 0's storage (a KV
+ * cache's UpdateSlice): what a reader of `v` reads from HBM is that
+ * storage, of the argument's size. */
+static const ir_value *storage_of(const ir_value *v)
+{
+    for (;;) {
+        v = source_of(v);
+        if (v->kind != IR_VAL_OP || !v->def || v->def->noperands < 1 || !v->def->operands[0] ||
+            !(ir_op_traits_of(v->def->kind)->traits & IR_TRAIT_INPLACE))
+            return v;
+        v = v->def->operands[0];
+    }
+}
+
+static double held_elems(const ir_module *m, const ir_value *v, double elems, double p)
+{
+    v = source_of(v);
     if (!ir_value_kind_is_argument(v->kind))
         return elems / p;
     double global = 1;
@@ -200,6 +224,35 @@ static double best_flops(const cost_hw *hw, ir_dtype t)
     return r;
 }
 
+/* GLOBAL bytes of the arguments the compute ops of `m` read (cost_bound
+ * .hbm_bytes), each counted once.  A gather's table is left out: it reads
+ * the rows its indices name, not the table. */
+static double argument_bytes(const ir_module *m)
+{
+    bool *seen = calloc((size_t)m->nvalues + 1, sizeof *seen);
+    if (!seen)
+        return 0; /* no memory for the set: no memory term, still a bound */
+    double bytes = 0;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (!(ir_op_traits_of(op->kind)->traits & IR_TRAIT_COMPUTE))
+            continue;
+        for (int i = 0; i < op->noperands; i++) {
+            if (!op->operands[i] || (i == 1 && op->kind == IR_OP_EINSUM && op->u.einsum.gather))
+                continue;
+            const ir_value *v = storage_of(op->operands[i]);
+            if (!ir_value_kind_is_argument(v->kind) || seen[v->id])
+                continue;
+            seen[v->id] = true;
+            double elems = 1;
+            for (int d = 0; d < v->type.rank; d++)
+                elems *= global_size(m, v->type.dims[d]);
+            bytes += elems * (double)ir_dtype_size(v->type.dtype);
+        }
+    }
+    free(seen);
+    return bytes;
+}
+
 /* Bytes/s one device sends plus receives at most on `m`'s mesh under `hw`
  * (the essay above); 0 for a mesh of one device. */
 static double link_rate(const ir_module *m, const cost_hw *hw)
@@ -245,7 +298,9 @@ int cost_lower_bound(const ir_module *m, const cost_hw *hw, cost_bound *out)
     }
     double link = link_rate(m, hw);
     out->comm_s = out->comm_bytes > 0 && link > 0 ? out->comm_bytes * contention / link : 0;
-    out->total_s = out->compute_s + out->comm_s;
-    out->overlap_s = fmax(out->compute_s, out->comm_s);
+    out->hbm_bytes = argument_bytes(m) / p;
+    out->memory_s = !hw->measured && hw->hbm_bw > 0 ? out->hbm_bytes / hw->hbm_bw : 0;
+    out->total_s = fmax(out->compute_s, out->memory_s) + out->comm_s;
+    out->overlap_s = fmax(fmax(out->compute_s, out->memory_s), out->comm_s);
     return 0;
 }

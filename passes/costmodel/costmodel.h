@@ -491,10 +491,19 @@ typedef struct cost_bound {
                           second, 2 x n_axes x W_ici (seed 001's AllGather rate each way;
                           calibrated: 2 x the largest fitted bw per axis, with the
                           contention) */
-    double total_s;    /* compute_s + comm_s: a bound on a step whose compute and
-                          communication run in sequence */
-    double overlap_s;  /* max(compute_s, comm_s): a bound even when communication overlaps
-                          compute */
+    double hbm_bytes;  /* bytes some device must read from HBM: the GLOBAL bytes of every
+                          param, input and state a compute op reads (through reshards,
+                          layer slices and one-operand elementwise ops; a gather's table
+                          not counted), each once, over P: every element is read by some
+                          device, so some device reads 1/P of the sum (seed 002's
+                          "theoretical step time" reads params and KV cache once) */
+    double memory_s;   /* seconds: hbm_bytes / W_hbm; 0 on a calibrated profile, whose op
+                          times are fits that need not reach the datasheet's HBM rate */
+    double total_s;    /* max(compute_s, memory_s) + comm_s: a bound on a step whose compute
+                          and communication run in sequence (an op's roofline time is the
+                          larger of its FLOP and HBM times, so their sums bound both) */
+    double overlap_s;  /* max(compute_s, memory_s, comm_s): a bound even when communication
+                          overlaps compute */
 } cost_bound;
 
 /*
@@ -507,7 +516,7 @@ typedef struct cost_bound {
  * the Loomis-Whitney step): a plan that computes an intermediate
  * redundantly to contract it in place can move less.
  * Unary einsums, gathers, elementwise ops and collectives add no
- * communication; latency and memory time are left out.  Returns 0, or -1
+ * communication; latency is left out.  Returns 0, or -1
  * when m, hw or out is NULL or the mesh has no devices (*out unchanged).
  */
 int cost_lower_bound(const ir_module *m, const struct cost_hw *hw, cost_bound *out);

@@ -39,7 +39,7 @@ def main():
     args = ap.parse_args()
     n = 0
     for path in sorted(glob.glob(os.path.join(args.examples, "*.ein"))):
-        for hw in ("host", "tpu-v5p"):
+        for hw in ("host", "tpu-v5p", "tpu-v5e"):
             r = run([args.einc, path, "--hw", hw, "--dump-ir=json"])
             check(r.returncode == 0, f"{path} on {hw}: {r.stderr}")
             d = json.loads(r.stdout)
