@@ -135,7 +135,8 @@ void rt_generate_set_positions(rt_device *dev, const rt_program *p, const rt_gen
 int rt_generate_check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen);
 /* Before the run, on every process, with --generate: finds the tokens,
  * position, next-token or logits tensors (a message if the program has
- * none or several, or they are sharded), checks --top-k and --stop-token
+ * none or several, or only a sharded next-token output; a sharded one
+ * beside the logits leaves the choice to them), checks --top-k and --stop-token
  * against the vocabulary and the prompt and N against the cache length,
  * reads --prompt-ids into g->ids, and sets job->gen = g and job->repeat =
  * the steps.  -1 and a message. */

@@ -22,7 +22,9 @@ and vocab-sharded (`output Lg`) it samples the same tokens and passes --check.
 Sampling on sharded logits (runtime/sample_shard.c): the decoder with its
 logits written `Logits[B, V_X]`, `Logits[B_Y, V_X]` and `Logits[B, V_XY]`
 decodes greedily and samples (top-k, top-p, and without top-k) exactly the
-tokens of `Logits[B, V]` and of NumPy, with --check, threads and MPI.
+tokens of `Logits[B, V]` and of NumPy, with --check, threads and MPI; an
+argmax output `Next[B_Y]` beside them leaves the choice to the logits,
+and alone is refused with a message (threads).
 The last line is `N passed, N failed`.
 
 Usage: sampling.py --einc PATH [--mpi --mpirun PATH]
@@ -198,6 +200,27 @@ def sharded_checks(a, work, tally):
                 tally.result(rc == 0 and got == want.tolist() and "check tokens: equal" in out,
                              "output %s, T=%g top-k %d top-p %g (%s): %s as replicated and NumPy"
                              % (constraint, t, k, p, rt, got), "want %s\n%s" % (want.tolist(), out))
+    # A sharded argmax output: beside the logits they decide; alone, refused.
+    want = decode(w64, prompt, N)
+    for logits, tag in (("output Logits[B, V_X]", "next_logits"), ("", "next_only")):
+        src = os.path.join(work, tag + ".ein")
+        with open(src, "w") as f:
+            f.write(source(True).replace("output Logits[B, V]", logits)
+                    .replace("output Next[B]", "output Next[B_Y]"))
+        a1 = type(a)(**dict(vars(a), mpi=False))
+        for rt, exe, launch in builds(a1, src, os.path.join(work, tag), 4, tally):
+            rc, out = run([exe, "--prompt-ids", ppath, "--generate", str(N), "--check"] + args)
+            if logits:
+                tally.result(rc == 0 and printed_tokens(out, B) == want.tolist(),
+                             "output Next[B_Y] beside Logits[B, V_X]: greedy from the logits",
+                             "want %s\n%s" % (want.tolist(), out))
+            else:
+                needle = ("--generate: output 'Next' is the next token of each sequence: it must "
+                          "have shape [2] and be replicated (written without subscripts), or the "
+                          "program must output its logits [B, V] as well")
+                tally.result(rc == 1 and needle in out and "tokens 0:" not in out,
+                             "output Next[B_Y] alone: refused, naming the ways out",
+                             "exit %s, expected %r in:\n%s" % (rc, needle, out))
 
 
 def main():
