@@ -21,6 +21,15 @@
  * The weights are unnormalised so that no division rounds them; NumPy's
  * cumsum gives the same sums in the same order (tests/runtime/
  * run_sample.py checks the rule against it).
+ *
+ * The rule runs in two halves so that a row split over devices (a
+ * vocab-parallel LM head, sample_shard.c) needs only a few entries of each
+ * part: rt_sample_top summarises a block of the row (its first maximum,
+ * or its k first entries in the order above, with global indices), and
+ * rt_sample_pick finishes from the summaries of every block.  The order
+ * is total, so a row's first k entries are among its blocks' first k, and
+ * its first maximum is the first of theirs.  rt_sample_row is the two on
+ * one block, so the replicated and the sharded paths share every step.
  */
 #include <math.h>
 #include <stdlib.h>
