@@ -33,8 +33,9 @@
  * has stopped, and only then is the next batch taken: requests arriving
  * meanwhile wait in the queue (bounded by --max-queue; beyond it 503).
  *
- * Devices: device 0 takes the batch and samples under e->mu (the logits
- * are replicated, generate.c); the others wait for e->batches to move,
+ * Devices: device 0 takes the batch and samples under e->mu (from the
+ * logits, gathered whole on every device first when they are sharded);
+ * the others wait for e->batches to move,
  * then every step reads e->feed and e->live after a barrier that orders
  * device 0's writes before their reads.  e->live is written only by a
  * step (not by taking a batch), so a device late to read the last step's
@@ -363,6 +364,21 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     int64_t start[RT_MAX_RANK];
     rt_block_start(tok, p->axis_sizes, dev->coord, start);
     rt_sample_entry *work = NULL;
+    /* Sharded logits (a vocab-parallel LM head): every device gathers them
+     * whole after each step, and device 0 samples from that copy.  The
+     * requests' settings differ per row and only device 0 reads them, so
+     * the pair gather of --generate (sample_shard.c) is not used here. */
+    const void *sampled = NULL;
+    void *whole = NULL;
+    if (!e->greedy_only) {
+        const rt_tensor_desc *l = &p->outputs[g->logits];
+        if (rt_numel(l->rank, l->local_shape) != rt_numel(l->rank, l->global_shape))
+            whole = rt_xmalloc(dev, (size_t)rt_numel(l->rank, l->global_shape) *
+                                        rt_dtype_size(l->dtype));
+        sampled = whole ? whole : out[g->logits];
+    } else {
+        sampled = out[g->next];
+    }
     if (dev->id == 0) {
         char err[512];
         work = rt_xmalloc(dev, (size_t)g->vocab * sizeof *work);
@@ -380,8 +396,10 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
         rt_generate_set_positions(dev, p, g, in, e->at, 0);
         dev->ops->barrier(dev, all); /* all read e->feed and e->at before device 0 moves them */
         rt_run_timed(dev, job, in, out, 0);
+        if (whole)
+            rt_sample_gather_whole(dev, &p->outputs[g->logits], out[g->logits], whole);
         if (dev->id == 0)
-            after_iteration(e, p, out[e->greedy_only ? g->next : g->logits], work);
+            after_iteration(e, p, sampled, work);
     }
     for (uint64_t seen = 0; !g->per_row; seen++) { /* static batching */
         if ((dev->id == 0 ? take_batch(e) : follow_batch(e, seen)) == 0)
@@ -392,13 +410,16 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
                 tin[i] = e->feed[start[0] + i];
             rt_generate_set_positions(dev, p, g, in, NULL, (int32_t)pos);
             rt_run_timed(dev, job, in, out, 0);
+            if (whole)
+                rt_sample_gather_whole(dev, &p->outputs[g->logits], out[g->logits], whole);
             if (dev->id == 0)
-                after_step(e, p, out[e->greedy_only ? g->next : g->logits], pos, work);
+                after_step(e, p, sampled, pos, work);
             dev->ops->barrier(dev, all); /* e->feed and e->live written */
             if (!e->live)
                 break;
         }
     }
+    free(whole);
     free(work);
 }
 

@@ -11,12 +11,13 @@
  *    batching: --generate then gives every row the same position (the
  *    rows of one prompt array advance together), --serve one per slot;
  *  - the next token: greedy decoding reads its one i32 output of shape [B]
- *    (an argmax in the program) if it has one, else the argmax of the
- *    logits; sampling (--temperature T > 0) reads the logits, its one
- *    floating-point output of shape [B, V] or [B, 1, V].  Either must be
- *    replicated (its output statement lists every dim, none with a mesh
- *    axis), so every device holds the whole array and picks the same tokens
- *    with no communication.
+ *    (an argmax in the program) if it has one, which must be replicated;
+ *    else the argmax of the logits; sampling (--temperature T > 0) reads
+ *    the logits, its one floating-point output of shape [B, V] or
+ *    [B, 1, V].  The logits may be replicated or sharded along B and V (a
+ *    vocab-parallel LM head, seed 002): every device takes part in
+ *    sample_shard.c's gather of (value, index) pairs after each step and
+ *    picks the same tokens.
  *
  * Step s (0-based) runs the program with position s on tokens ids[:, s]:
  * the prompt's for s < T0, then the tokens generated so far.  Steps T0-1
@@ -107,8 +108,8 @@ static int replicated(const rt_tensor_desc *t)
 }
 
 /* Sets g->vocab from the logits output g->logits, or says why it cannot
- * be read: none or several, another batch, or sharded (each device would
- * hold only its block of the rows it samples from). */
+ * be read: none or several, or another batch.  Any sharding is read
+ * (rt_sample_sharded; the program's checks keep its blocks even). */
 int rt_generate_check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen)
 {
     if (g->logits < 0)
@@ -117,21 +118,12 @@ int rt_generate_check_logits(const rt_program *p, rt_generate *g, char *err, siz
                        g->logits == -2 ? "exactly one" : "one",
                        g->sampling.temperature > 0 ? " to sample from" : " or one i32 output [B]");
     const rt_tensor_desc *l = &p->outputs[g->logits];
-    char shape[64], sharding[256];
+    char shape[64];
     rt_format_shape(shape, sizeof shape, l->rank, l->global_shape);
     if (l->global_shape[0] != g->batch)
         return rt_errf(err, errlen, "--generate: output '%s' %s holds the logits: its first dim "
                        "must be the batch of the tokens, %lld", l->name, shape,
                        (long long)g->batch);
-    if (!replicated(l)) {
-        rt_format_sharding(sharding, sizeof sharding, p, l);
-        return rt_errf(err, errlen, "--generate: output '%s' %s holds the logits, and each device "
-                       "holds only its block of them (%s): %s reads whole rows on every "
-                       "device, so write its output statement with every dim and no mesh-axis "
-                       "subscript (`output %s[B, %sV]`), which replicates it", l->name, shape,
-                       sharding, g->sampling.temperature > 0 ? "sampling" : "the argmax",
-                       l->name, l->rank == 3 ? "T, " : "");
-    }
     g->vocab = l->global_shape[l->rank - 1];
     return 0;
 }
@@ -211,12 +203,15 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
                        "from the model's own distribution)", o->top_k ? "--top-k" : "--top-p");
     if (g->sampling.temperature > 0 || g->next < 0)
         g->next = -1; /* sampling, or greedy without an argmax: the logits decide */
+    if (g->next >= 0 && !replicated(&p->outputs[g->next]) && g->logits >= 0)
+        g->next = -1; /* a sharded argmax: the logits decide (sample_shard.c) */
     const rt_tensor_desc *tok = &p->inputs[g->tokens];
     g->batch = tok->global_shape[0];
     if (g->next >= 0 && (p->outputs[g->next].global_shape[0] != g->batch ||
                          !replicated(&p->outputs[g->next])))
         return rt_errf(err, errlen, "--generate: output '%s' is the next token of each sequence: "
-                       "it must have shape [%lld] and be replicated (written without subscripts)",
+                       "it must have shape [%lld] and be replicated (written without subscripts), "
+                       "or the program must output its logits [B, V] as well",
                        p->outputs[g->next].name, (long long)g->batch);
     if (g->next < 0 && rt_generate_check_logits(p, g, err, errlen))
         return -1;
@@ -322,7 +317,7 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     const rt_tensor_desc *tok = &p->inputs[g->tokens];
     int64_t start[RT_MAX_RANK];
     rt_block_start(tok, p->axis_sizes, dev->coord, start);
-    rt_sample_entry *work = g->next < 0 ? rt_xmalloc(dev, (size_t)g->vocab * sizeof *work) : NULL;
+    int32_t *next = rt_xmalloc(dev, (size_t)g->batch * sizeof *next);
     int32_t *tin = in[g->tokens];
     int64_t s = g->first;
     for (int64_t live = g->batch; s < g->steps && live > 0; s++) {
@@ -332,6 +327,10 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
         rt_run_timed(dev, job, in, out, s - g->first);
         if (s + 1 < g->prompt_len)
             continue;
+        if (g->next >= 0) /* the program's argmax, replicated */
+            memcpy(next, out[g->next], (size_t)g->batch * sizeof *next);
+        else /* every device takes part: the logits may be sharded */
+            rt_sample_sharded(dev, p, g, out[g->logits], s, next);
         live = 0;
         for (int64_t b = 0; b < g->batch; b++) {
             int32_t *row = ids + b * len;
@@ -339,15 +338,7 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
                 row[s + 1] = -1; /* ended at its stop token */
                 continue;
             }
-            if (g->next >= 0) {
-                row[s + 1] = ((const int32_t *)out[g->next])[b];
-            } else {
-                const rt_tensor_desc *l = &p->outputs[g->logits];
-                const char *logits = out[g->logits];
-                size_t at = (size_t)(b * g->vocab) * rt_dtype_size(l->dtype);
-                row[s + 1] = rt_sample_row(&g->sampling, l->dtype, logits + at, g->vocab,
-                                           rt_sample_uniform(g->sampling.seed, s, b), work);
-            }
+            row[s + 1] = next[b];
             live += !is_stop(g, row[s + 1]);
         }
     }
@@ -359,7 +350,7 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
         memcpy(g->ids, ids, (size_t)(g->batch * len) * sizeof *ids);
         g->ran = s - g->first;
     }
-    free(work);
+    free(next);
     free(ids);
 }
 

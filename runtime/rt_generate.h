@@ -63,6 +63,48 @@ double rt_sample_uniform(uint64_t seed, int64_t step, int64_t seq);
  * 0 <= s->top_k, 0 < s->top_p <= 1; no errors. */
 int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int64_t vocab,
                       double u, rt_sample_entry *work);
+/* The entries per shard that decide a row of `vocab` tokens under `s`
+ * (the size of rt_sample_top's summary): 1 for greedy, else --top-k K
+ * when 0 < K < vocab, else vocab (every token may be drawn). */
+int64_t rt_sample_slots(const rt_sampling *s, int64_t vocab);
+/* The summary of one shard of a row (sample_shard.c's vocab-parallel
+ * sampling, seed 002): `row` holds n elements of dtype `dtype`, the
+ * row's tokens offset .. offset + n - 1.  Writes `slots` entries
+ * (rt_sample_slots of the whole row) to `top`, with global indices: the
+ * shard's first maximum (NaN largest) alone when that decides greedily
+ * (greedy, one slot, or a maximum of NaN or +Inf), else its first
+ * min(slots, n) entries in the rule's order (decreasing logit, ties by
+ * increasing index); the rest is padding (index -1).  `work` is
+ * caller-owned scratch of n entries and `top` may be `work`.  No errors. */
+void rt_sample_top(const rt_sampling *s, int32_t dtype, const void *row, int64_t n,
+                   int64_t offset, int64_t slots, rt_sample_entry *work, rt_sample_entry *top);
+/* The token sample.c's rule chooses from the concatenated summaries of a
+ * row's shards (`pairs`, n entries, padding skipped; `sorted`: one shard,
+ * already in order): the first maximum decides greedily, else the
+ * summaries' entries, ordered, are the row's top-k, and the weights, the
+ * top-p cut and u follow.  Gives rt_sample_row's token for the whole row
+ * however it was split.  Overwrites `pairs`; no errors. */
+int32_t rt_sample_pick(const rt_sampling *s, rt_sample_entry *pairs, int64_t n, int sorted,
+                       double u);
+
+/* Every device, after a step of --generate (sample_shard.c): the next
+ * token of each of the g->batch rows into tokens[0..B), the same on every
+ * device, from this device's block `local` of the logits output
+ * p->outputs[g->logits] (any sharding rt_generate_check_logits accepts:
+ * the batch and the vocabulary dims over any mesh axes), sampled by
+ * g->sampling with the draws of step `step`.  Bit for bit the tokens
+ * rt_sample_row gives on the whole rows.  Greedy and --top-k gather
+ * (value, index) pairs over the vocabulary's axes, sampling without
+ * --top-k the whole logits.  A collective: every device calls it at the
+ * same point.  Errors end the job (rt_fatal: out of memory). */
+void rt_sample_sharded(rt_device *dev, const rt_program *p, const rt_generate *g,
+                       const void *local, int64_t step, int32_t *tokens);
+/* Every device: gathers tensor `t` from this device's block `local`
+ * (t->local_shape) into the whole global array `whole` (t->global_shape,
+ * caller-owned) on every device: one AllGather over every mesh axis that
+ * shards t (a copy when none does).  A collective, as above. */
+void rt_sample_gather_whole(rt_device *dev, const rt_tensor_desc *t, const void *local,
+                            void *whole);
 
 /* Parses a generation flag (--generate, --prompt-ids, --temperature,
  * --top-k, --top-p, --stop-token, --generated, --prompt-cached) into `o`
@@ -86,13 +128,15 @@ int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errl
  * global [B] array), or `pos` for every row when rows is NULL. */
 void rt_generate_set_positions(rt_device *dev, const rt_program *p, const rt_generate *g,
                                void *const *in, const int32_t *rows, int32_t pos);
-/* Checks g->logits (one replicated floating output [B, V] or [B, 1, V])
- * and sets g->vocab, V; the message names sampling when
- * g->sampling.temperature > 0.  -1 and a message. */
+/* Checks g->logits (one floating output [B, V] or [B, 1, V], replicated
+ * or in even blocks along B and V; rt_sample_sharded reads it) and sets
+ * g->vocab, V; the message names sampling when g->sampling.temperature >
+ * 0.  -1 and a message. */
 int rt_generate_check_logits(const rt_program *p, rt_generate *g, char *err, size_t errlen);
 /* Before the run, on every process, with --generate: finds the tokens,
  * position, next-token or logits tensors (a message if the program has
- * none or several, or they are sharded), checks --top-k and --stop-token
+ * none or several, or only a sharded next-token output; a sharded one
+ * beside the logits leaves the choice to them), checks --top-k and --stop-token
  * against the vocabulary and the prompt and N against the cache length,
  * reads --prompt-ids into g->ids, and sets job->gen = g and job->repeat =
  * the steps.  -1 and a message. */

@@ -21,9 +21,19 @@
  * The weights are unnormalised so that no division rounds them; NumPy's
  * cumsum gives the same sums in the same order (tests/runtime/
  * run_sample.py checks the rule against it).
+ *
+ * The rule runs in two halves so that a row split over devices (a
+ * vocab-parallel LM head, sample_shard.c) needs only a few entries of each
+ * part: rt_sample_top summarises a block of the row (its first maximum,
+ * or its k first entries in the order above, with global indices), and
+ * rt_sample_pick finishes from the summaries of every block.  The order
+ * is total, so a row's first k entries are among its blocks' first k, and
+ * its first maximum is the first of theirs.  rt_sample_row is the two on
+ * one block, so the replicated and the sharded paths share every step.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rt_generate.h"
 #include "rt_internal.h"
@@ -39,8 +49,10 @@ double rt_sample_uniform(uint64_t seed, int64_t step, int64_t seq)
     return (double)(z >> 11) * 0x1.0p-53;
 }
 
-/* Larger logit first, then smaller index: a total order, so qsort (not
- * stable) still gives the stable order the rule names. */
+/* Larger logit first, then smaller index: a total order on entries
+ * without NaN, so qsort (not stable) still gives the stable order the rule
+ * names.  Never called on a NaN: a row (or shard) whose maximum is NaN is
+ * decided greedily before anything is sorted. */
 static int by_logit(const void *a, const void *b)
 {
     const rt_sample_entry *x = a, *y = b;
@@ -49,36 +61,107 @@ static int by_logit(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
-int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int64_t vocab,
-                      double u, rt_sample_entry *work)
+int64_t rt_sample_slots(const rt_sampling *s, int64_t vocab)
 {
+    if (!(s->temperature > 0))
+        return 1;
+    return s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
+}
+
+/* Fills top[from..slots) with padding (index -1), which rt_sample_pick
+ * skips. */
+static void pad(rt_sample_entry *top, int64_t from, int64_t slots)
+{
+    for (int64_t i = from; i < slots; i++)
+        top[i] = (rt_sample_entry){.value = -INFINITY, .index = -1};
+}
+
+void rt_sample_top(const rt_sampling *s, int32_t dtype, const void *row, int64_t n,
+                   int64_t offset, int64_t slots, rt_sample_entry *work, rt_sample_entry *top)
+{
+    if (n < 1) { /* an empty shard says nothing */
+        pad(top, 0, slots);
+        return;
+    }
     int64_t best = 0;
     double m = -INFINITY;
-    for (int64_t v = 0; v < vocab; v++) {
+    for (int64_t v = 0; v < n; v++) {
         double x = rt_element(dtype, row, v);
         if (x > m || (isnan(x) && !isnan(m))) {
             m = x;
             best = v;
         }
         work[v].value = x;
-        work[v].index = v;
+        work[v].index = offset + v;
+    }
+    /* Greedy, or a maximum that makes the whole row's greedy (a NaN or
+     * +Inf here is at least as large as any other shard's maximum): the
+     * first maximum alone decides. */
+    if (slots == 1 || !(s->temperature > 0) || isnan(m) || m == INFINITY) {
+        top[0] = (rt_sample_entry){.value = m, .index = offset + best};
+        pad(top, 1, slots);
+        return;
+    }
+    qsort(work, (size_t)n, sizeof *work, by_logit);
+    int64_t kept = n < slots ? n : slots;
+    if (top != work)
+        memmove(top, work, (size_t)kept * sizeof *top);
+    pad(top, kept, slots);
+}
+
+/* Whether entry (x, i) comes before the maximum so far (m, j) under the
+ * greedy rule over a whole row: NaN largest, then the larger value, then
+ * (equal values, or both NaN) the smaller index -- numpy.argmax's first
+ * maximum, whatever order the shards' entries arrive in. */
+static int before(double x, int64_t i, double m, int64_t j)
+{
+    if (isnan(x) != isnan(m))
+        return isnan(x);
+    if (isnan(x) || x == m)
+        return i < j;
+    return x > m;
+}
+
+int32_t rt_sample_pick(const rt_sampling *s, rt_sample_entry *pairs, int64_t n, int sorted,
+                       double u)
+{
+    int64_t best = -1, kept = 0;
+    double m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (pairs[i].index < 0)
+            continue;
+        if (best < 0 || before(pairs[i].value, pairs[i].index, m, best)) {
+            m = pairs[i].value;
+            best = pairs[i].index;
+        }
+        pairs[kept++] = pairs[i]; /* the padding squeezed out */
     }
     if (!(s->temperature > 0) || isnan(m) || isinf(m))
         return (int32_t)best;
-    qsort(work, (size_t)vocab, sizeof *work, by_logit);
-    int64_t k = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
+    if (!sorted)
+        qsort(pairs, (size_t)kept, sizeof *pairs, by_logit);
+    int64_t k = s->top_k > 0 && s->top_k < kept ? s->top_k : kept;
     double c = 0;
     for (int64_t i = 0; i < k; i++) { /* value becomes the running sum c_i */
-        c += exp((work[i].value - m) / s->temperature);
-        work[i].value = c;
+        c += exp((pairs[i].value - m) / s->temperature);
+        pairs[i].value = c;
     }
-    int64_t n = k;
+    int64_t nk = k;
     if (s->top_p < 1)
-        for (n = 1; n < k && work[n - 1].value < s->top_p * work[k - 1].value; n++)
+        for (nk = 1; nk < k && pairs[nk - 1].value < s->top_p * pairs[k - 1].value; nk++)
             ;
-    double target = u * work[n - 1].value;
-    for (int64_t i = 0; i < n; i++)
-        if (target < work[i].value)
-            return (int32_t)work[i].index;
-    return (int32_t)work[n - 1].index;
+    double target = u * pairs[nk - 1].value;
+    for (int64_t i = 0; i < nk; i++)
+        if (target < pairs[i].value)
+            return (int32_t)pairs[i].index;
+    return (int32_t)pairs[nk - 1].index;
+}
+
+int32_t rt_sample_row(const rt_sampling *s, int32_t dtype, const void *row, int64_t vocab,
+                      double u, rt_sample_entry *work)
+{
+    /* The whole row is one shard: its summary is already in order. */
+    int64_t slots = rt_sample_slots(s, vocab);
+    rt_sample_top(s, dtype, row, vocab, 0, slots, work, work);
+    return rt_sample_pick(s, work, slots, 1, u);
 }

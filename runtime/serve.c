@@ -135,8 +135,8 @@ static int check_program(const rt_job *job, const rt_generate *g, int64_t *cache
 
 /* Whether the program's i32 next-token output (an argmax in it) can serve
  * greedy decoding: one, of the batch, replicated.  Sets g->vocab from the
- * rows the tokens look up.  Models whose logits stay vocab-sharded
- * (examples/llama2_13b_decode.ein) are served greedily this way. */
+ * rows the tokens look up.  Used only by a program without one logits
+ * output: sharded logits are served too (the engine gathers them). */
 static int greedy_next(const rt_program *p, rt_generate *g)
 {
     if (g->next < 0)

@@ -17,9 +17,14 @@ a 2x2 mesh, threads and with --mpi 4 MPI ranks):
  - every bad value of --top-k, --top-p, --stop-token, and the sampling
    flags without --temperature or --generate, exit 1 with a message.
 prefill.py's one-layer model with its window dim T = 1 (tokens [B, 1],
-logits [B, 1, V], threads): with its logits replicated (`output Lg[B, T, V]`) it
-samples and passes --check; with them vocab-sharded (`output Lg`) it is
-refused with a message saying how to replicate them.
+logits [B, 1, V], threads): with its logits replicated (`output Lg[B, T, V]`)
+and vocab-sharded (`output Lg`) it samples the same tokens and passes --check.
+Sampling on sharded logits (runtime/sample_shard.c): the decoder with its
+logits written `Logits[B, V_X]`, `Logits[B_Y, V_X]` and `Logits[B, V_XY]`
+decodes greedily and samples (top-k, top-p, and without top-k) exactly the
+tokens of `Logits[B, V]` and of NumPy, with --check, threads and MPI; an
+argmax output `Next[B_Y]` beside them leaves the choice to the logits,
+and alone is refused with a message (threads).
 The last line is `N passed, N failed`.
 
 Usage: sampling.py --einc PATH [--mpi --mpirun PATH]
@@ -145,28 +150,76 @@ def decoder_checks(a, work, tally):
 
 
 def window_checks(a, work, tally):
-    """Logits [B, 1, V]: replicated they sample, vocab-sharded they are refused."""
+    """Logits [B, 1, V]: replicated and vocab-sharded, the same sampled tokens."""
     prompt = os.path.join(work, "prompt1.npy")
     np.save(prompt, np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32))
-    for out_stmt, ok in (("output Lg[B, T, V]", True), ("output Lg", False)):
-        src = os.path.join(work, "window_%d.ein" % ok)
+    got = {}
+    for out_stmt, tag in (("output Lg[B, T, V]", "replicated"), ("output Lg", "vocab-sharded")):
+        src = os.path.join(work, "window_%s.ein" % tag)
         with open(src, "w") as f:
             f.write(window_lm() + out_stmt + "\n")
         a1 = type(a)(**dict(vars(a), mpi=False))
-        for rt, exe, launch in builds(a1, src, os.path.join(work, "window_%d" % ok), 4, tally):
+        for rt, exe, launch in builds(a1, src, os.path.join(work, "window_" + tag), 4, tally):
             rc, out = run(launch + [exe, "--random-inputs", "1", "--prompt-ids", prompt,
                                     "--generate", "4"] + flags(1.0, 8, 0.9, 3) + ["--check"])
-            if ok:
-                tally.result(rc == 0 and "check tokens: equal" in out and
-                             len(printed_tokens(out, 2)[1]) == 4,
-                             "logits [B, 1, V] replicated: sampled, --check passes", out)
+            got[tag] = printed_tokens(out, 2) if rc == 0 else None
+            tally.result(rc == 0 and "check tokens: equal" in out and
+                         len(got[tag][1]) == 4,
+                         "logits [B, 1, V] %s: sampled, --check passes" % tag, out)
+    tally.result(got.get("replicated") is not None and
+                 got.get("replicated") == got.get("vocab-sharded"),
+                 "logits [B, 1, V]: vocab-sharded samples the replicated tokens", str(got))
+
+
+# Shardings of the decoder's logits: the vocabulary over X, the batch too
+# (over Y), and the vocabulary over both axes (4 shards).
+SHARDED_LOGITS = ["Logits[B, V_X]", "Logits[B_Y, V_X]", "Logits[B, V_XY]"]
+
+
+def sharded_checks(a, work, tally):
+    """Sharded logits: greedy and seeded sampling give exactly the tokens of
+    the same program with replicated logits (and NumPy's), on every runtime."""
+    rng = np.random.default_rng(23)
+    B, V, N, T0 = DIMS["B"], DIMS["V"], 6, 4
+    w64, args = weights(rng, work)
+    prompt = rng.integers(0, V, size=(B, T0), dtype=np.int32)
+    ppath = os.path.join(work, "prompt_sh.npy")
+    np.save(ppath, prompt)
+    settings = [(0, 0, 1.0)] + SETTINGS  # greedy first; SETTINGS[1] has no --top-k
+    for constraint in ["Logits[B, V]"] + SHARDED_LOGITS:
+        tag = constraint.replace("[", "_").replace(", ", "_").replace("]", "")
+        src = os.path.join(work, tag + ".ein")
+        with open(src, "w") as f:
+            f.write(source(False).replace("output Logits[B, V]", "output " + constraint))
+        for rt, exe, launch in builds(a, src, os.path.join(work, tag), 4, tally):
+            gen = launch + [exe, "--prompt-ids", ppath, "--generate", str(N)] + args
+            for t, k, p in settings:
+                want = (decode(w64, prompt, N) if t == 0 else sampled(w64, prompt, N, t, k, p, 5))
+                rc, out = run(gen + (flags(t, k, p, 5) if t else []) + ["--check"])
+                got = printed_tokens(out, B) if rc == 0 else None
+                tally.result(rc == 0 and got == want.tolist() and "check tokens: equal" in out,
+                             "output %s, T=%g top-k %d top-p %g (%s): %s as replicated and NumPy"
+                             % (constraint, t, k, p, rt, got), "want %s\n%s" % (want.tolist(), out))
+    # A sharded argmax output: beside the logits they decide; alone, refused.
+    want = decode(w64, prompt, N)
+    for logits, tag in (("output Logits[B, V_X]", "next_logits"), ("", "next_only")):
+        src = os.path.join(work, tag + ".ein")
+        with open(src, "w") as f:
+            f.write(source(True).replace("output Logits[B, V]", logits)
+                    .replace("output Next[B]", "output Next[B_Y]"))
+        a1 = type(a)(**dict(vars(a), mpi=False))
+        for rt, exe, launch in builds(a1, src, os.path.join(work, tag), 4, tally):
+            rc, out = run([exe, "--prompt-ids", ppath, "--generate", str(N), "--check"] + args)
+            if logits:
+                tally.result(rc == 0 and printed_tokens(out, B) == want.tolist(),
+                             "output Next[B_Y] beside Logits[B, V_X]: greedy from the logits",
+                             "want %s\n%s" % (want.tolist(), out))
             else:
-                needle = ("output 'Lg' (2, 1, 32) holds the logits, and each device holds only "
-                          "its block of them (Lg[2, 1, 32_X]): sampling reads whole rows on "
-                          "every device, so write its output statement with every dim and no "
-                          "mesh-axis subscript")
-                tally.result(rc == 1 and needle in out,
-                             "logits [B, 1, V] vocab-sharded: refused, saying how to replicate",
+                needle = ("--generate: output 'Next' is the next token of each sequence: it must "
+                          "have shape [2] and be replicated (written without subscripts), or the "
+                          "program must output its logits [B, V] as well")
+                tally.result(rc == 1 and needle in out and "tokens 0:" not in out,
+                             "output Next[B_Y] alone: refused, naming the ways out",
                              "exit %s, expected %r in:\n%s" % (rc, needle, out))
 
 
@@ -176,6 +229,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="einc-sampling-") as work:
         decoder_checks(a, work, tally)
         window_checks(a, work, tally)
+        sharded_checks(a, work, tally)
     return tally.finish()
 
 

@@ -24,8 +24,9 @@ runtime with random params; the server is started with --port 0 and its
    and the others their text;
  - /metrics parses as Prometheus text and counts the answers and tokens;
  - SIGTERM ends the server with status 0;
- - a program whose logits stay vocab-sharded serves greedily from its
-   argmax output (= --generate), and refuses sampling requests;
+ - a program whose logits stay vocab-sharded serves greedy and sampled
+   requests with the texts of the replicated program (the engine gathers
+   the logits each step);
  - with --mpi, --serve on MPI ranks stops with a clear message (not built).
 Every request has a timeout, and the servers are killed in `finally`.
 The last line is `N passed, N failed`.
@@ -54,8 +55,8 @@ TIMEOUT = 60
 
 
 def source(sharded=False, per_row=False):
-    """The decoder; `sharded`: its logits stay vocab-sharded and an argmax
-    output gives the next token (servable greedily only); `per_row`: one
+    """The decoder; `sharded`: its logits stay vocab-sharded, with an argmax
+    output as well; `per_row`: one
     position per row, At[B], for continuous batching (serve_continuous.py)."""
     pos = "At[B]" if per_row else "Pos[]"
     return "\n".join([
@@ -355,29 +356,33 @@ def check_queue(t, exe):
         s.kill()
 
 
-def check_greedy_only(t, a, work):
-    """Vocab-sharded logits and an argmax output: greedy completions are
-    --generate's; a sampling request is refused naming temperature."""
+def check_sharded_logits(t, a, exe, work):
+    """Vocab-sharded logits (and an argmax output): the engine gathers the
+    logits each step, so greedy and sampled completions are the texts of the
+    replicated program `exe` (--generate's row 0)."""
     src = os.path.join(work, "serve_next.ein")
     with open(src, "w") as f:
         f.write(source(sharded=True))
-    exe = os.path.join(work, "serve_next")
-    p = subprocess.run([a.einc, src, "-o", exe], stdout=subprocess.PIPE,
+    sharded = os.path.join(work, "serve_next")
+    p = subprocess.run([a.einc, src, "-o", sharded], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     if p.returncode != 0:
         t.result(False, "einc serve_next.ein", p.stdout)
         return
     want = generate(exe, work, "Hello", 12)
-    s = Server(exe)
+    s = Server(sharded)
     try:
         status, ans = s.complete(prompt="Hello", max_tokens=12)
+        t.result(status == 200 and text_of(ans) == want == generate(sharded, work, "Hello", 12),
+                 "sharded logits: greedy = the replicated program's and --generate's",
+                 "%d %r want %r" % (status, ans, want))
+        flags = ["--temperature", "1.5", "--top-k", "20", "--top-p", "0.9", "--seed", "7"]
+        want = generate(exe, work, "Once upon", 16, flags)
+        status, ans = s.complete(prompt="Once upon", max_tokens=16, temperature=1.5, top_k=20,
+                                 top_p=0.9, seed=7)
         t.result(status == 200 and text_of(ans) == want,
-                 "argmax output, sharded logits: greedy = --generate's", "%d %r want %r"
-                 % (status, ans, want))
-        status, data = s.request("POST", "/v1/completions",
-                                 dict(prompt="Hello", temperature=1.0))
-        t.result(status == 400 and json.loads(data)["error"]["param"] == "temperature",
-                 "and a sampling request gets 400 naming temperature", repr(data))
+                 "sharded logits: sampling with seed 7 = the replicated program's text",
+                 "%d %r want %r" % (status, ans, want))
     finally:
         s.kill()
 
@@ -424,7 +429,7 @@ def main():
         finally:
             s.kill()
         check_queue(t, exe)
-        check_greedy_only(t, a, work)
+        check_sharded_logits(t, a, exe, work)
         # Refusals before the server starts.
         for args, msg in [(["--port", "70000"], "--port expects a count"),
                           (["--host", "localhost"], "not an IPv4 address"),

@@ -15,6 +15,9 @@ compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
    long one completes; with Pos[] (static batching: a batch runs until all
    its rows end) it completes after, which the check must tell apart;
  - a sampled request, seeded, gets the same text alone and among others;
+ - with the logits vocab-sharded (`output Logits[B, V_X]`, gathered by the
+   engine each step), the sampled request and 4 greedy ones, concurrent,
+   get the same texts;
  - more concurrent requests than --max-queue 1 holds get 503, the others
    their text;
  - /metrics has einc_running_rows and einc_iterations_total, which counts
@@ -41,12 +44,13 @@ serve.DIMS.update(B=3, S=192)  # 3 slots, a cache long enough for a long request
 S = serve.DIMS["S"]
 
 
-def compile_variant(a, work, per_row, t, runtime="threads"):
-    """The decoder with At[B] (per_row) or Pos[]; its executable or None."""
-    name = ("cont" if per_row else "static") + "_" + runtime
+def compile_variant(a, work, per_row, t, runtime="threads", sharded=False):
+    """The decoder with At[B] (per_row) or Pos[], its logits vocab-sharded
+    when `sharded`; its executable or None."""
+    name = ("cont" if per_row else "static") + ("_sharded" if sharded else "") + "_" + runtime
     src = os.path.join(work, name + ".ein")
     with open(src, "w") as f:
-        f.write(serve.source(per_row=per_row))
+        f.write(serve.source(per_row=per_row, sharded=sharded))
     exe = os.path.join(work, name)
     p = subprocess.run([a.einc, src, "-o", exe, "--runtime=" + runtime], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
@@ -153,6 +157,17 @@ def main():
                      "%r vs %r" % (one, mixed[0]))
         finally:
             s.kill()
+        sharded = compile_variant(a, work, True, t, sharded=True)
+        s = Server(sharded) if sharded else None
+        try:  # vocab-sharded logits, gathered each step: the same texts
+            got = concurrently(s, [sampled] + reqs[:4]) if s else None
+            t.result(got and [g[0] for g in got] == [200] * 5 and
+                     [text_of(g[1]) for g in got] == [text_of(one[1])] + alone[:4],
+                     "vocab-sharded logits: the same texts, sampled and greedy, among others",
+                     "%r vs %r" % (got, [one] + alone[:4]))
+        finally:
+            if s:
+                s.kill()
         s = Server(static)
         try:  # the forced alternative: static batching makes it wait
             texts, ahead, detail = joins_running(s, static, work)
