@@ -25,8 +25,10 @@
  *    an error for a given M, one microbatch and a warning for a chosen
  *    one);
  *  - builds each stage's order of forwards and backwards for --schedule
- *    (gpipe or 1f1b, passes/costmodel/pipeline_sched.c) into pipe.order,
- *    which codegen runs and --dump-ir prints.
+ *    (gpipe, 1f1b or zero-bubble, passes/costmodel/pipeline_sched.c) into
+ *    pipe.order, which codegen runs and --dump-ir prints; for zero-bubble
+ *    it first splits the backward loop into a dL/dx loop and a dL/dW loop
+ *    (pipeline_split.c), run as the items B m and W m.
  *
  * What runs where (the first stage embeds, the last computes the loss,
  * every stage its layers) and the gradient accumulation are codegen's
@@ -40,6 +42,7 @@
 #include "cost.h"
 #include "pass.h"
 #include "pipeline.h"
+#include "pipeline_split.h"
 
 /* A count as the command line takes it: decimal digits, no sign, no
  * leading zero, at most 4096. */
@@ -80,7 +83,8 @@ const pass_option pass_pipeline_options[2] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default 1f1b; the executor runs gpipe and 1f1b)", check_schedule},
+                 "backwards (default 1f1b; the executor runs gpipe, 1f1b and zero-bubble, whose "
+                 "backward is split into dL/dx and dL/dW items)", check_schedule},
 };
 
 /* The forward LoopBegin over the pipelined layer dim, or NULL. */
@@ -102,7 +106,7 @@ static void keep_order(ir_module *m, const pp_plan *plan)
         for (int k = 0; k < pp->nitems; k++) {
             const pp_item *it = &plan->stage[z].items[k];
             ir_pipe_item *o = &pp->order[z * pp->nitems + k];
-            o->kind = it->kind == PP_F ? 'F' : 'B';
+            o->kind = it->kind == PP_F ? 'F' : it->kind == PP_B ? 'B' : 'W';
             o->microbatch = it->microbatch;
         }
 }
@@ -362,7 +366,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     int M = 0;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
-    if (!mv && trains(m) && (schedule == PP_GPIPE || schedule == PP_1F1B))
+    if (!mv && trains(m) && schedule != PP_INTERLEAVED)
         M = cheapest_microbatches(ctx, m, B, batch, schedule);
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
@@ -402,11 +406,16 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             return 1;
         M = 1;
     }
-    if (schedule != PP_GPIPE && schedule != PP_1F1B) {
+    if (schedule == PP_INTERLEAVED) {
         diag_error(ctx->diag, DIAG_NOLOC, "--schedule=%s is priced (einc analyze --stages=Z) but not run "
-                   "yet: a pipelined program runs gpipe or 1f1b", sv);
+                   "yet: a pipelined program runs gpipe, 1f1b or zero-bubble", sv);
         return 1;
     }
+    /* Zero-bubble runs a training step's dL/dW apart from its dL/dx: the
+     * backward loop becomes two (pipeline_split.c).  A forward has no
+     * backward to split and runs as every schedule's forward half. */
+    if (schedule == PP_ZERO_BUBBLE && trains(m) && pass_pipeline_split_backward(ctx, m) != 0)
+        return 1;
     if (!trains(m)) {
         /* Forwards only: every schedule is GPipe's forward half, each
          * stage running F0 .. F(M-1) as the activations arrive. */
@@ -428,16 +437,20 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
 static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule)
 {
     ir_pipeline *pp = &m->pipe;
-    double *t = malloc((size_t)Z * 2 * sizeof *t);
+    double *t = malloc((size_t)Z * 3 * sizeof *t);
     if (!t) {
         diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
         return 1;
     }
+    /* Zero-bubble's B is the backward's dL/dx half, its W the other. */
+    bool zb = schedule == PP_ZERO_BUBBLE;
     for (int s = 0; s < Z; s++) {
         t[s] = 1;
-        t[Z + s] = 2;
+        t[Z + s] = zb ? 1 : 2;
+        t[2 * Z + s] = 1;
     }
-    pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z};
+    pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z,
+                     .t_w = zb ? t + 2 * Z : NULL};
     pp_plan plan;
     char err[256];
     int rc = pp_build(&par, (pp_schedule)schedule, &plan, err, sizeof err);

@@ -115,6 +115,46 @@ static void test_bubble(void)
     free(out);
 }
 
+/*
+ * Zero-bubble, Z = 2, M = 1: each run has three items per device, F0, B0
+ * (dL/dx) and W0 (dL/dW), all counted as the run's work.  Run 1: stage 0
+ * F0 [0, 10], B0 [20, 30] whose receive waits [20, 24], W0 [30, 40];
+ * stage 1 F0 [10, 20], B0 [20, 25], W0 [25, 35].  Span 40, busy 26 and 25,
+ * bubble 1 - 25.5/40 = 36.25%.  Run 2, from 100, no waits, stage 1's W0
+ * [125, 136]: busy 30 and 26, bubble 30%.  Median 33.125%.  Counted as two
+ * items a run, the W items would make three runs of other items.
+ */
+static void test_bubble_zero_bubble(void)
+{
+    enum { CAP = 8 };
+    int64_t trace[CAP * 6];
+    for (int i = 0; i < CAP * 6; i++)
+        trace[i] = RT_SPAN_NONE;
+    const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W0 = rt_span_item_id('W', 0);
+    const int64_t us = 1000;
+    put(trace, 0, 0, F0, 0, 10 * us);
+    put(trace, 1, 0, RT_SPAN_RECV_WAIT, 20 * us, 24 * us);
+    put(trace, 2, 0, B0, 20 * us, 30 * us);
+    put(trace, 3, 0, W0, 30 * us, 40 * us);
+    put(trace, 4, 0, F0, 100 * us, 110 * us);
+    put(trace, 5, 0, B0, 120 * us, 130 * us);
+    put(trace, 6, 0, W0, 130 * us, 140 * us);
+    put(trace, 0, 1, F0, 10 * us, 20 * us);
+    put(trace, 1, 1, B0, 20 * us, 25 * us);
+    put(trace, 2, 1, W0, 25 * us, 35 * us);
+    put(trace, 3, 1, F0, 110 * us, 120 * us);
+    put(trace, 4, 1, B0, 120 * us, 125 * us);
+    put(trace, 5, 1, W0, 125 * us, 136 * us);
+    rt_program p = two_stages(1, 0.25);
+    p.info = "# pipeline over Z: 2 stages; schedule zero-bubble, one slot per item\n";
+    rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 2, .trace_cap = CAP,
+                  .trace = trace};
+    char *out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_STRING_EQUAL(out, "pipeline: 2 stages, 1 microbatches, zero-bubble: measured bubble "
+                                "33.1% (median over 2 runs), predicted 25.0%\n");
+    free(out);
+}
+
 /* Per-op rows: op 0 runs on stage 0 for 2 ms and on stage 1, later, for 1
  * ms, both in span row 0.  Each stage's call is its own: 2 calls, median
  * 1.5 ms (taken over both devices as one call it would be 11 ms).  Without
@@ -165,6 +205,12 @@ static void test_markers(void)
     CU_ASSERT_EQUAL(mb, 2);
     CU_ASSERT(dev.profile.spans[1].begin <= dev.profile.spans[0].begin);
     CU_ASSERT(dev.profile.spans[0].end <= dev.profile.spans[1].end);
+    /* Every kind and microbatch comes back from its span id. */
+    for (int64_t m = 0; m < 5; m++)
+        for (const char *k = "FBW"; *k; k++) {
+            CU_ASSERT(rt_span_item(rt_span_item_id(*k, (int32_t)m), &kind, &mb));
+            CU_ASSERT(kind == *k && mb == m);
+        }
     CU_ASSERT_FALSE(rt_span_item(RT_SPAN_RECV_WAIT, &kind, &mb));
     CU_ASSERT_FALSE(rt_span_item(0, &kind, &mb));
     rt_device_release(&dev);
@@ -207,7 +253,7 @@ static void expect_fatal(int misuse, const char *want)
 static void test_misuse(void)
 {
     expect_fatal(0, "rt_pipe_item_end without an open item");
-    expect_fatal(1, "rt_pipe_item_begin: kind 88 is neither 'F' nor 'B'");
+    expect_fatal(1, "rt_pipe_item_begin: kind 88 is not 'F', 'B' or 'W'");
     expect_fatal(2, "rt_pipe_item_begin of F1 inside another item");
 }
 
@@ -215,6 +261,7 @@ void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"measured bubble against a hand-worked timeline", test_bubble},
+        {"zero-bubble's W items counted in the measured bubble", test_bubble_zero_bubble},
         {"per-op rows of a pipelined program per stage", test_op_rows_per_stage},
         {"item markers record spans only when profiling", test_markers},
         {"item markers' misuse ends the process", test_misuse},
