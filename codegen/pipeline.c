@@ -4,8 +4,9 @@
  * The pipeline pass (passes/pipeline.c) left one microbatch's program, the
  * stage axis Z and each stage's schedule (ir_module.pipe).  Every device
  * runs the same function; its stage z = rt_coord(dev, Z) picks its row of
- * the schedule, a constant table of items "F m" (forward of microbatch m)
- * and "B m" (its backward), which one loop runs in order:
+ * the schedule, a constant table of items "F m" (forward of microbatch m),
+ * "B m" (its backward) and with zero-bubble "W m" (the backward's dL/dW
+ * half), which one loop runs in order:
  *
  *   F m:  the ops before the forward loop (first stage: the embedding),
  *         or on the other stages the activation received from stage z-1;
@@ -15,7 +16,12 @@
  *   B m:  the loss's backward on the last stage, or the gradient received
  *         from stage z+1; the backward loop over the stage's layers; the
  *         gradient sent to stage z-1, or on the first stage the ops after
- *         the loop (the embedding's gradient).
+ *         the loop (the embedding's gradient);
+ *   W m:  zero-bubble only (the pipeline pass split the backward loop,
+ *         passes/pipeline_split.c): the dL/dW loop over the stage's
+ *         layers, which reads the per-layer stacks B m left in the frame,
+ *         and the ops after it that read its stacks (pipeline_plan.c); no
+ *         transfers.
  *
  * Which stages run an op outside the loops follows from the data:
  * a value is available on every stage (inputs, params, loop values), on
@@ -28,7 +34,8 @@
  * microbatch: stored at the end of the segment that has them, loaded at the
  * start of one that reads them; what a stage never frees (a value whose
  * last reader runs on another stage) is freed when the microbatch's
- * backward ends.
+ * last item ends: B m, or with zero-bubble W m (what B m stacked for W m
+ * is held in the frame until then).
  *
  * The optimizer's update (phase update) runs once, after the schedule, on
  * every stage.  What it reads from the forward and backward (the

@@ -37,6 +37,18 @@ static void put(int64_t *trace, int64_t k, int64_t d, int64_t id, int64_t b, int
     trace[k * 6 + 4 + d] = e;
 }
 
+/* One span of a hand-written trace: span k of device d. */
+typedef struct span_row {
+    int64_t k, d, id, b_us, e_us;
+} span_row;
+
+/* Sets the n spans of `rows` (times in us) in a [cap][3][2] trace. */
+static void put_rows(int64_t *trace, const span_row *rows, int n)
+{
+    for (int i = 0; i < n; i++)
+        put(trace, rows[i].k, rows[i].d, rows[i].id, rows[i].b_us * 1000, rows[i].e_us * 1000);
+}
+
 /* What `print` writes for `job`, malloc'd. */
 static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
 {
@@ -61,21 +73,15 @@ static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
 static void fill_runs(int64_t *trace)
 {
     const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W = RT_SPAN_RECV_WAIT;
-    const int64_t us = 1000;
-    /* device 0 */
-    put(trace, 0, 0, F0, 0, 10 * us);
-    put(trace, 1, 0, W, 20 * us, 30 * us);
-    put(trace, 2, 0, B0, 20 * us, 40 * us);
-    put(trace, 3, 0, F0, 100 * us, 110 * us);
-    put(trace, 4, 0, B0, 120 * us, 140 * us);
-    put(trace, 5, 0, F0, 200 * us, 210 * us);
-    put(trace, 6, 0, B0, 220 * us, 240 * us);
-    /* device 1 */
-    put(trace, 0, 1, W, 10 * us, 12 * us);
-    put(trace, 1, 1, F0, 10 * us, 20 * us);
-    put(trace, 2, 1, B0, 20 * us, 30 * us);
-    put(trace, 3, 1, F0, 110 * us, 120 * us);
-    put(trace, 4, 1, B0, 120 * us, 130 * us);
+    const span_row rows[] = {
+        /* device 0 */
+        {0, 0, F0, 0, 10},   {1, 0, W, 20, 30},     {2, 0, B0, 20, 40},    {3, 0, F0, 100, 110},
+        {4, 0, B0, 120, 140}, {5, 0, F0, 200, 210}, {6, 0, B0, 220, 240},
+        /* device 1 */
+        {0, 1, W, 10, 12},   {1, 1, F0, 10, 20},    {2, 1, B0, 20, 30},    {3, 1, F0, 110, 120},
+        {4, 1, B0, 120, 130},
+    };
+    put_rows(trace, rows, (int)(sizeof rows / sizeof rows[0]));
 }
 
 static void test_bubble(void)
@@ -131,20 +137,13 @@ static void test_bubble_zero_bubble(void)
     for (int i = 0; i < CAP * 6; i++)
         trace[i] = RT_SPAN_NONE;
     const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W0 = rt_span_item_id('W', 0);
-    const int64_t us = 1000;
-    put(trace, 0, 0, F0, 0, 10 * us);
-    put(trace, 1, 0, RT_SPAN_RECV_WAIT, 20 * us, 24 * us);
-    put(trace, 2, 0, B0, 20 * us, 30 * us);
-    put(trace, 3, 0, W0, 30 * us, 40 * us);
-    put(trace, 4, 0, F0, 100 * us, 110 * us);
-    put(trace, 5, 0, B0, 120 * us, 130 * us);
-    put(trace, 6, 0, W0, 130 * us, 140 * us);
-    put(trace, 0, 1, F0, 10 * us, 20 * us);
-    put(trace, 1, 1, B0, 20 * us, 25 * us);
-    put(trace, 2, 1, W0, 25 * us, 35 * us);
-    put(trace, 3, 1, F0, 110 * us, 120 * us);
-    put(trace, 4, 1, B0, 120 * us, 125 * us);
-    put(trace, 5, 1, W0, 125 * us, 136 * us);
+    const span_row rows[] = {
+        {0, 0, F0, 0, 10},   {1, 0, RT_SPAN_RECV_WAIT, 20, 24}, {2, 0, B0, 20, 30},
+        {3, 0, W0, 30, 40},  {4, 0, F0, 100, 110},  {5, 0, B0, 120, 130},  {6, 0, W0, 130, 140},
+        {0, 1, F0, 10, 20},  {1, 1, B0, 20, 25},    {2, 1, W0, 25, 35},
+        {3, 1, F0, 110, 120}, {4, 1, B0, 120, 125}, {5, 1, W0, 125, 136},
+    };
+    put_rows(trace, rows, (int)(sizeof rows / sizeof rows[0]));
     rt_program p = two_stages(1, 0.25);
     p.info = "# pipeline over Z: 2 stages; schedule zero-bubble, one slot per item\n";
     rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 2, .trace_cap = CAP,
