@@ -136,11 +136,12 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
     bool *inb = calloc((size_t)nv + 1, sizeof *inb);
     bool *wdep = calloc((size_t)nv + 1, sizeof *wdep);
     ir_op **wops = calloc((size_t)nbody + 1, sizeof *wops);
+    ir_op **tail = calloc((size_t)nv + 1, sizeof *tail);
     split s = {.m = m, .bb = bb, .be = be, .dim = bb->u.loop.dim};
     s.cross = calloc((size_t)nv + 1, sizeof *s.cross);
     s.slices = calloc((size_t)2 * (size_t)nbody + 1, sizeof *s.slices);
     int rc = 1;
-    if (!inb || !wdep || !wops || !s.cross || !s.slices) {
+    if (!inb || !wdep || !wops || !tail || !s.cross || !s.slices) {
         diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
         goto done;
     }
@@ -156,10 +157,10 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
         }
     if (!weights) {
         const ir_op *fwd = layer_loop(m, false);
-        diag_error(ctx->diag, fwd ? fwd->loc : bb->loc, "--schedule=zero-bubble runs each layer's weight gradients "
-                   "(dL/dW) apart from its input gradient (dL/dx), and the backward of this 'repeat "
-                   "%s' block computes no weight gradient (it reads no stacked param that trains): "
-                   "use --schedule=1f1b", m->dims[s.dim].name);
+        diag_error(ctx->diag, fwd ? fwd->loc : bb->loc, "--schedule=zero-bubble runs each layer's "
+                   "weight gradients (dL/dW) apart from its input gradient (dL/dx), and the backward "
+                   "of this 'repeat %s' block computes no weight gradient (it reads no stacked param "
+                   "that trains): use --schedule=1f1b", m->dims[s.dim].name);
         goto done;
     }
     /* Loop W goes after every other backward op, before the update; the
@@ -168,11 +169,6 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
     while (at && at->phase == IR_PHASE_BACKWARD)
         at = at->next;
     int ntail = 0;
-    ir_op **tail = calloc((size_t)nv + 1, sizeof *tail);
-    if (!tail) {
-        diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
-        goto done;
-    }
     for (ir_op *op = be->next; op != at; op = op->next) {
         bool dep = false;
         for (int k = 0; k < op->noperands; k++)
@@ -190,10 +186,8 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
             if (v->id >= nv || !inb[v->id] || v->def->kind == IR_OP_LAYERSTACK)
                 continue;
             ir_value *r = crossing(ctx, &s, v);
-            if (!r) {
-                free(tail);
+            if (!r)
                 goto done;
-            }
             ir_op_set_operand(m, op, k, r);
         }
     }
@@ -242,9 +236,9 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
             op->u.loop.end = we;
         }
     }
-    free(tail);
     rc = 0;
 done:
+    free(tail);
     free(inb);
     free(wdep);
     free(wops);
