@@ -41,6 +41,7 @@
 
 #include "cost.h"
 #include "pass.h"
+#include "pipe_work.h"
 #include "pipeline.h"
 #include "pipeline_split.h"
 
@@ -271,7 +272,8 @@ static void keep_forward_order(ir_module *m, int Z, int M)
     pp->table = t;
 }
 
-static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule);
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule, const double *costed);
+static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t);
 
 /* A value in which a microbatch of |B| / M does not split over the devices
  * that split B (propagate planned the whole batch), and in *parts their
@@ -302,14 +304,23 @@ static bool splits(const ir_module *m, int B, int64_t batch, int M)
  * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
  * (Z-1)/(M+Z-1) until a microbatch's ops turn memory- or latency-bound.
  * Leaves the dims and m->pipe as it found them; 0 if nothing priced. */
+/* The hardware profile the cost model prices with: --hw's, else the
+ * default one loaded into *local; NULL if that does not load. */
+static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
+{
+    char err[512];
+    if (ctx->hw)
+        return ctx->hw;
+    return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
+}
+
 static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule)
 {
     cost_hw local;
-    const cost_hw *hw = ctx->hw;
+    const cost_hw *hw = pricing_hw(ctx, &local);
     char err[512];
-    if (!hw && cost_hw_load(COST_DEFAULT_HW, &local, err, sizeof err) < 0)
+    if (!hw)
         return 0;
-    hw = hw ? hw : &local;
     ir_pipeline saved = m->pipe;
     int best = 0;
     double best_step = 0;
@@ -421,8 +432,15 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
          * stage running F0 .. F(M-1) as the activations arrive. */
         keep_forward_order(m, Z, M);
         pp->schedule_name = "forward";
-    } else if (keep_schedule(ctx, m, Z, M, schedule) != 0) {
-        return 1;
+    } else {
+        /* Zero-bubble's order depends on the stages' F, B and W times:
+         * the costed ones when the cost model prices this module. */
+        double *t = calloc((size_t)Z * 3, sizeof *t);
+        bool costed = t && schedule == PP_ZERO_BUBBLE && costed_times(ctx, m, B, batch, M, t);
+        int rc = keep_schedule(ctx, m, Z, M, schedule, costed ? t : NULL);
+        free(t);
+        if (rc != 0)
+            return 1;
     }
     pp->microbatches = M;
     pp->schedule = schedule;
@@ -432,9 +450,41 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     return 0;
 }
 
-/* Stage z's items of `schedule` for Z stages and M microbatches (pp_build
- * with unit times: the order depends on nothing else), and its table. */
-static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule)
+/* Zero-bubble's per-stage times of the (split) module at M microbatches
+ * into t ([3][Z]: t_f, t_b, t_w, seconds), as the cost pass prices them
+ * (cost_annotate_ops, pipe_work_of, pipe_price's stage times); false, t
+ * untouched, when they cannot be priced.  Leaves the dims as it found
+ * them. */
+static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t)
+{
+    cost_hw local;
+    const cost_hw *hw = pricing_hw(ctx, &local);
+    int Z = (int)m->mesh.axes[m->pipe.axis].size;
+    double *arr = malloc((size_t)Z * 3 * sizeof *arr);
+    char err[512];
+    pipe_work w;
+    pipe_priced priced;
+    pp_params used;
+    bool ok = false;
+    if (hw && arr) {
+        m->dims[B].size = batch / M;
+        cost_annotate_ops(m, hw);
+        ok = pipe_work_of(m, &w, err, sizeof err) == 0 && w.layers % Z == 0 &&
+             pipe_price(&w, hw, Z, w.layers / Z, M, PP_ZERO_BUBBLE, m->mesh.axes[m->pipe.axis].dcn, arr,
+                        &used, &priced, err, sizeof err) == 0;
+        m->dims[B].size = batch;
+    }
+    if (ok)
+        memcpy(t, arr, (size_t)Z * 3 * sizeof *t);
+    free(arr);
+    return ok;
+}
+
+/* Stage z's items of `schedule` for Z stages and M microbatches, and its
+ * table: pp_build with unit times (gpipe's and 1f1b's orders depend on
+ * nothing else), or for zero-bubble with the `costed` times ([3][Z]) when
+ * given. */
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule, const double *costed)
 {
     ir_pipeline *pp = &m->pipe;
     double *t = malloc((size_t)Z * 3 * sizeof *t);
@@ -449,6 +499,8 @@ static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule
         t[Z + s] = zb ? 1 : 2;
         t[2 * Z + s] = 1;
     }
+    if (zb && costed)
+        memcpy(t, costed, (size_t)Z * 3 * sizeof *t);
     pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z,
                      .t_w = zb ? t + 2 * Z : NULL};
     pp_plan plan;
