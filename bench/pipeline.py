@@ -5,8 +5,9 @@ The program is a stack of L = 4 MLP layers (D = 512, F = 1024, batch 256,
 f32, SGD) whose stacked params shard the layer dim over the mesh axis Z
 (`Win[L_Z, D, F]`, docs/pipeline.md), on a mesh `Z = n` of n threads.  For
 Z = 2 and 4 stages, M = 1, 2, 4, 8, 16 microbatches and the schedules
-gpipe and 1f1b (zero-bubble and interleaved are not compiled yet, so they
-are not run) it measures:
+gpipe, 1f1b and zero-bubble (its backward split into dL/dx and dL/dW
+items, docs/pipeline.md; interleaved is not compiled yet, so it is not
+run) it measures:
 
   step   the median time of a training step (steps 2.. of --steps S; the
          first touches every buffer), without --profile;
@@ -21,7 +22,10 @@ are not run) it measures:
          stages and free transfers, (M+Z-1)/M (docs/pipeline.md);
   bubble the bubble --profile measures (runtime/pipe_bubble.c: 1 - mean
          over stages of busy time / the schedule's span, median over the
-         steps), beside the closed form (Z-1)/(M+Z-1).
+         steps), beside the one the cost pass predicts for this program
+         (--profile's "predicted", the schedule simulated with the costed
+         ops' times) and, for gpipe and 1f1b, the closed form
+         (Z-1)/(M+Z-1); zero-bubble has no closed form here ("-").
 
 A stage's work dominates its transfers here (one [256/M, 512] activation a
 hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
@@ -44,7 +48,7 @@ import tempfile
 sys.dont_write_bytecode = True
 import benchlib  # noqa: E402
 
-SCHEDULES = ["gpipe", "1f1b"]
+SCHEDULES = ["gpipe", "1f1b", "zero-bubble"]
 
 
 def program(Z, layers_sharded):
@@ -89,13 +93,14 @@ def step_seconds(exe, steps):
 
 
 def measured_bubble(exe, steps):
-    """The --profile line's measured bubble, as a fraction."""
+    """The --profile line's measured and predicted bubbles, as fractions
+    (the predicted one None when the executable has none)."""
     out = benchlib.run([exe, "--random-inputs", "1", "--steps", str(steps), "--profile"],
                        timeout=600)
-    m = re.search(r"^pipeline: .*measured bubble ([0-9.]+)%", out, re.M)
+    m = re.search(r"^pipeline: .*measured bubble ([0-9.]+)%.*predicted(?: ([0-9.]+)%)?", out, re.M)
     if not m:
         raise benchlib.BenchError(f"{exe} --profile printed no pipeline line:\n{out[-1000:]}")
-    return float(m.group(1)) / 100
+    return float(m.group(1)) / 100, float(m.group(2)) / 100 if m.group(2) else None
 
 
 def main():
@@ -116,10 +121,10 @@ def main():
         one = step_seconds(build(einc, work, "one", program(1, False)), a.steps)
         print(f"# baseline: layers unpipelined on one device, {1e3 * one:.1f} ms per step; "
               f"ideal step on Z stages = that / Z")
-        print("# zero-bubble and interleaved schedules are not compiled yet: not run")
+        print("# the interleaved schedule is not compiled yet: not run")
         res.add("one device, layers unpipelined: step", 1e3 * one, "ms")
-        print(f"{'Z':>2} {'schedule':>8} {'M':>3} {'step_ms':>9} {'ideal_ms':>9} "
-              f"{'step/ideal':>10} {'closed':>7} {'bubble':>7} {'closed':>7}")
+        print(f"{'Z':>2} {'schedule':>11} {'M':>3} {'step_ms':>9} {'ideal_ms':>9} "
+              f"{'step/ideal':>10} {'closed':>7} {'bubble':>7} {'predicted':>9} {'closed':>7}")
         for Z in stages:
             if Z > cores:
                 print(f"# Z = {Z} stages on {cores} cores: the stages' threads take turns on the "
@@ -129,18 +134,24 @@ def main():
                     exe = build(einc, work, f"z{Z}_{sched}_m{M}", program(Z, True),
                                 [f"--microbatches={M}", f"--schedule={sched}"])
                     t = step_seconds(exe, a.steps)
-                    bub = measured_bubble(exe, a.steps)
+                    bub, pred = measured_bubble(exe, a.steps)
                     ideal = one / Z
+                    closed = sched != "zero-bubble"  # (M+Z-1)/M and (Z-1)/(M+Z-1)
                     closed_step = (M + Z - 1) / M
                     closed_bub = (Z - 1) / (M + Z - 1)
-                    print(f"{Z:>2} {sched:>8} {M:>3} {1e3 * t:>9.1f} {1e3 * ideal:>9.1f} "
-                          f"{t / ideal:>10.2f} {closed_step:>7.2f} {100 * bub:>6.1f}% "
-                          f"{100 * closed_bub:>6.1f}%")
+                    cs = f"{closed_step:>7.2f}" if closed else f"{'-':>7}"
+                    cb = f"{100 * closed_bub:>6.1f}%" if closed else f"{'-':>7}"
+                    ps = f"{100 * pred:>8.1f}%" if pred is not None else f"{'-':>9}"
+                    print(f"{Z:>2} {sched:>11} {M:>3} {1e3 * t:>9.1f} {1e3 * ideal:>9.1f} "
+                          f"{t / ideal:>10.2f} {cs} {100 * bub:>6.1f}% {ps} {cb}")
                     note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
+                    pnote = f"predicted {100 * pred:.1f}%" if pred is not None else "no prediction"
                     res.add(f"Z={Z} {sched} M={M}: step / ideal{note}", t / ideal, "x",
-                            f"closed form (M+Z-1)/M = {closed_step:.2f}", ratio=t / ideal)
+                            f"closed form (M+Z-1)/M = {closed_step:.2f}" if closed else pnote,
+                            ratio=t / ideal)
                     res.add(f"Z={Z} {sched} M={M}: measured bubble{note}", 100 * bub, "%",
-                            f"closed form (Z-1)/(M+Z-1) = {100 * closed_bub:.1f}%")
+                            f"{pnote}, closed form (Z-1)/(M+Z-1) = {100 * closed_bub:.1f}%"
+                            if closed else pnote)
     res.write(a.json)
 
 

@@ -4,8 +4,9 @@
  * The pipeline pass (passes/pipeline.c) left one microbatch's program, the
  * stage axis Z and each stage's schedule (ir_module.pipe).  Every device
  * runs the same function; its stage z = rt_coord(dev, Z) picks its row of
- * the schedule, a constant table of items "F m" (forward of microbatch m)
- * and "B m" (its backward), which one loop runs in order:
+ * the schedule, a constant table of items "F m" (forward of microbatch m),
+ * "B m" (its backward) and with zero-bubble "W m" (the backward's dL/dW
+ * half), which one loop runs in order:
  *
  *   F m:  the ops before the forward loop (first stage: the embedding),
  *         or on the other stages the activation received from stage z-1;
@@ -15,7 +16,12 @@
  *   B m:  the loss's backward on the last stage, or the gradient received
  *         from stage z+1; the backward loop over the stage's layers; the
  *         gradient sent to stage z-1, or on the first stage the ops after
- *         the loop (the embedding's gradient).
+ *         the loop (the embedding's gradient);
+ *   W m:  zero-bubble only (the pipeline pass split the backward loop,
+ *         passes/pipeline_split.c): the dL/dW loop over the stage's
+ *         layers, which reads the per-layer stacks B m left in the frame,
+ *         and the ops after it that read its stacks (pipeline_plan.c); no
+ *         transfers.
  *
  * Which stages run an op outside the loops follows from the data:
  * a value is available on every stage (inputs, params, loop values), on
@@ -28,7 +34,8 @@
  * microbatch: stored at the end of the segment that has them, loaded at the
  * start of one that reads them; what a stage never frees (a value whose
  * last reader runs on another stage) is freed when the microbatch's
- * backward ends.
+ * last item ends: B m, or with zero-bubble W m (what B m stacked for W m
+ * is held in the frame until then).
  *
  * The optimizer's update (phase update) runs once, after the schedule, on
  * every stage.  What it reads from the forward and backward (the
@@ -87,7 +94,7 @@ static void p2p(pp_emit *e, bool send, int delta, LLVMValueRef tag, LLVMValueRef
     LLVMBuildCall2(c->b, fty, fn, args, 6, "");
 }
 
-/* A call of rt_pipe_item_begin (kind 'F' or 'B') or, kind 0,
+/* A call of rt_pipe_item_begin (kind 'F', 'B' or 'W') or, kind 0,
  * rt_pipe_item_end (einrt.h). */
 static void item_mark(pp_emit *e, char kind)
 {
@@ -456,10 +463,11 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
             e.fb.last_use[v] > n)
             f->stack_sum[v] = e.accbuf[v];
     }
-    /* The schedule: stage z's items from z * nitems, mb * 2 + (B). */
+    /* The schedule: stage z's items from z * nitems, mb * 4 + kind (0 F,
+     * 1 B, 2 W). */
     int32_t *codes = cg_calloc((size_t)Z * (size_t)pp->nitems, sizeof *codes);
     for (int k = 0; k < Z * pp->nitems; k++)
-        codes[k] = pp->order[k].microbatch * 2 + (pp->order[k].kind == 'B');
+        codes[k] = pp->order[k].microbatch * 4 + (pp->order[k].kind == 'B') + 2 * (pp->order[k].kind == 'W');
     LLVMValueRef *cv = cg_calloc((size_t)Z * (size_t)pp->nitems, sizeof *cv);
     for (int k = 0; k < Z * pp->nitems; k++)
         cv[k] = cg_i32(c, codes[k]);
@@ -474,15 +482,18 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
                                                        cg_i64(c, pp->nitems), ""), items.phi, "");
     LLVMValueRef code = LLVMBuildLoad2(c->b, c->t.i32, LLVMBuildInBoundsGEP2(c->b, c->t.i32, table, &idx, 1, ""),
                                        "item");
-    e.mb = LLVMBuildLShr(c->b, code, cg_i32(c, 1), "mb");
-    LLVMValueRef is_b = LLVMBuildTrunc(c->b, LLVMBuildAnd(c->b, code, cg_i32(c, 1), ""), c->t.i1, "backward");
+    e.mb = LLVMBuildLShr(c->b, code, cg_i32(c, 2), "mb");
+    LLVMValueRef kind = LLVMBuildAnd(c->b, code, cg_i32(c, 3), "kind");
     LLVMValueRef foff = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e.mb, c->t.i64, ""), cg_i64(c, frame_bytes), "");
     e.frame = LLVMBuildInBoundsGEP2(c->b, c->t.i8, frames, &foff, 1, "frame");
     input_views(&e);
     LLVMBasicBlockRef fblk = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "forward");
     LLVMBasicBlockRef bblk = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "backward");
+    LLVMBasicBlockRef wblk = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "weight_grad");
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "item.done");
-    LLVMBuildCondBr(c->b, is_b, bblk, fblk);
+    LLVMValueRef sw = LLVMBuildSwitch(c->b, kind, fblk, 2);
+    LLVMAddCase(sw, cg_i32(c, 1), bblk);
+    LLVMAddCase(sw, cg_i32(c, 2), wblk);
     LLVMValueRef *views = cg_calloc((size_t)nv, sizeof *views);
     memcpy(views, f->buf, (size_t)nv * sizeof *views);
 
@@ -502,14 +513,29 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     memcpy(f->buf, views, (size_t)nv * sizeof *views);
     item_mark(&e, 'B');
     if (x.trains) {
-    emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
-    hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
-    emit_range(&e, out, x.bb, x.be, 'B');
-    hop(&e, p->ops[x.be]->result, true, -1, ST_MID | ST_LAST, 1);
-    emit_range(&e, out, x.be + 1, n - 1, 'B');
+        emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
+        hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
+        emit_range(&e, out, x.bb, x.be, 'B');
+        hop(&e, p->ops[x.be]->result, true, -1, ST_MID | ST_LAST, 1);
+        emit_range(&e, out, x.be + 1, n - 1, 'B');
     }
-    release_frame(&e);
+    /* With a W item to come, the frame holds what it reads until then. */
+    if (x.wb < 0)
+        release_frame(&e);
     item_mark(&e, 0);
+    LLVMBuildBr(c->b, join);
+
+    /* Zero-bubble's W m: the dL/dW loop and what reads its stacks, on the
+     * values B m left in the frame; no transfers.  Its microbatch's frame
+     * is released here, after its last item. */
+    LLVMPositionBuilderAtEnd(c->b, wblk);
+    memcpy(f->buf, views, (size_t)nv * sizeof *views);
+    if (x.wb >= 0) {
+        item_mark(&e, 'W');
+        emit_range(&e, out, x.be + 1, n - 1, 'W');
+        release_frame(&e);
+        item_mark(&e, 0);
+    }
     LLVMBuildBr(c->b, join);
     LLVMPositionBuilderAtEnd(c->b, join);
     cg_for_end(c, f, &items);

@@ -17,7 +17,10 @@ typedef struct pp_ctx {
     const ir_module *m;
     const cg_plan *p;
     int fb, fe, bb, be;  /* op indices: forward LoopBegin, LoopEnd, backward LoopBegin, LoopEnd */
-    char *item;          /* per op: 'F', 'B' or 'E' (the update, once per step) */
+    int wb, we;          /* zero-bubble's dL/dW loop (passes/pipeline_split.c): its LoopBegin,
+                            LoopEnd; -1 if the backward is one loop */
+    char *item;          /* per op: 'F', 'B', 'W' (zero-bubble's dL/dW item: the dL/dW loop and
+                            what only it needs or what reads it) or 'E' (the update, once per step) */
     uint8_t *avail;      /* per value: the stages that can compute it */
     uint8_t *run;        /* per op: the stages that run it */
     int *at;             /* per op: the op whose emission runs it (fusion, row groups) */

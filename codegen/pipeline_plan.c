@@ -36,17 +36,27 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
     const ir_module *m = x->m;
     const cg_plan *p = x->p;
     int n = p->nops;
-    x->fb = x->fe = x->bb = x->be = -1;
+    x->fb = x->fe = x->bb = x->be = x->wb = x->we = -1;
     for (int i = 0; i < n; i++) {
         const ir_op *op = p->ops[i];
         if ((op->kind != IR_OP_LOOPBEGIN && op->kind != IR_OP_LOOPEND) || op->u.loop.dim != m->pipe.dim)
             continue;
         bool rev = op->u.loop.begin->u.loop.reverse;
-        int *slot = op->kind == IR_OP_LOOPBEGIN ? (rev ? &x->bb : &x->fb) : (rev ? &x->be : &x->fe);
+        /* A second reverse loop is zero-bubble's dL/dW half. */
+        bool w = rev && (op->kind == IR_OP_LOOPBEGIN ? x->be >= 0 : x->wb >= 0);
+        int *slot = op->kind == IR_OP_LOOPBEGIN ? (w ? &x->wb : rev ? &x->bb : &x->fb)
+                                                : (w ? &x->we : rev ? &x->be : &x->fe);
         if (*slot >= 0)
-            return fail(d, "more than one forward or backward loop over the layers");
+            return fail(d, "more than one forward loop, or more than two backward loops, over the layers");
         *slot = i;
     }
+    bool w_items = false;
+    int Z = m->pipe.axis >= 0 ? (int)m->mesh.axes[m->pipe.axis].size : 0;
+    for (int k = 0; m->pipe.order && k < Z * m->pipe.nitems; k++)
+        w_items |= m->pipe.order[k].kind == 'W';
+    if ((x->wb >= 0) != w_items)
+        return fail(d, "the schedule has dL/dW items (W) exactly when the backward is split into a "
+                       "dL/dx loop and a dL/dW loop (zero-bubble, passes/pipeline_split.c)");
     /* Inference runs forwards only: no backward loop, which the
      * conditions below see as one past the last op. */
     x->trains = x->bb >= 0;
@@ -63,8 +73,18 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
         } else if (i > x->fe && i < x->bb) {
             x->item[i] = op->phase == IR_PHASE_FORWARD ? 'F' : 'B';
         } else {
-            x->item[i] = i <= x->fe ? 'F' : 'B';
+            x->item[i] = i <= x->fe ? 'F' : x->wb >= 0 && i >= x->wb ? 'W' : 'B';
         }
+    }
+    /* Between the two backward loops, what only the dL/dW item reads (the
+     * scalar its loop carries) is its own. */
+    for (int i = x->wb - 1; i > x->be && x->wb >= 0; i--) {
+        const ir_value *v = p->ops[i]->result;
+        bool w = x->item[i] == 'B' && v->nuses > 0;
+        for (int u = 0; u < v->nuses && w; u++)
+            w = x->item[use_index(p, &v->uses[u])] == 'W';
+        if (w)
+            x->item[i] = 'W';
     }
     /* A linear collective after the backward loop that only the update
      * reads (a gradient's DP AllReduce or FSDP ReduceScatter, seed 000)
@@ -74,7 +94,7 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
         const ir_op *op = p->ops[i];
         const ir_value *v = op->result;
         bool linear = ir_op_is_linear_reshard(op);
-        bool update_only = x->item[i] == 'B' && v->nuses > 0;
+        bool update_only = (x->item[i] == 'B' || x->item[i] == 'W') && v->nuses > 0;
         for (int u = 0; u < v->nuses && update_only; u++)
             update_only = x->item[use_index(p, &v->uses[u])] == 'E';
         for (int j = 0; j < m->noutputs && update_only; j++)
@@ -134,7 +154,8 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
     /* The stages each op runs on, from its readers (reverse order). */
     for (int i = n - 1; i >= 0; i--) {
         const ir_op *op = p->ops[i];
-        if (x->item[i] == 'E' || op->loop || (i >= x->fb && i <= x->fe) || (i >= x->bb && i <= x->be)) {
+        if (x->item[i] == 'E' || op->loop || (i >= x->fb && i <= x->fe) || (i >= x->bb && i <= x->be) ||
+            (x->wb >= 0 && i >= x->wb && i <= x->we)) {
             x->run[i] = ST_ALL;
             continue;
         }
@@ -174,9 +195,10 @@ void cg_pp_segment(pp_ctx *x)
     for (int i = 0; i < n; i++) {
         if (x->at[i] != i)
             continue;
-        bool in_loop = (i > x->fb && i <= x->fe) || (i > x->bb && i <= x->be);
+        bool in_loop = (i > x->fb && i <= x->fe) || (i > x->bb && i <= x->be) ||
+                       (x->wb >= 0 && i > x->wb && i <= x->we);
         if (!in_loop && (x->item[i] != item || x->run[i] != run || i == x->fb || i == x->bb ||
-                         i == x->fe + 1 || i == x->be + 1))
+                         i == x->fe + 1 || i == x->be + 1 || (x->wb >= 0 && (i == x->wb || i == x->we + 1))))
             s++;
         item = x->item[i];
         run = x->run[i];

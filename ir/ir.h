@@ -536,9 +536,11 @@ typedef struct ir_output {
  * of each stage's forwards and backwards (a pp_schedule of
  * passes/costmodel/pipeline.h).  axis = -1: not pipelined. */
 /* One work item of a pipeline stage's schedule: the forward ('F') or the
- * backward ('B': dL/dx and dL/dW) of one microbatch on the stage's layers. */
+ * backward ('B': dL/dx and dL/dW, or with zero-bubble dL/dx only) of one
+ * microbatch on the stage's layers, or zero-bubble's 'W' (its dL/dW, the
+ * second backward loop, passes/pipeline_split.c). */
 typedef struct ir_pipe_item {
-    char kind;      /* 'F' or 'B' */
+    char kind;      /* 'F', 'B' or 'W' */
     int microbatch; /* in [0, M) */
 } ir_pipe_item;
 
@@ -551,10 +553,10 @@ typedef struct ir_pipeline {
     int batch_dim;      /* dim id split into microbatches, -1 until then */
     int64_t batch_size; /* the whole batch: |batch_dim| * M */
     int schedule;       /* a pp_schedule */
-    int nitems;         /* work items per stage: 2 M */
+    int nitems;         /* work items per stage: 2 M (3 M for zero-bubble, M for a forward) */
     ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
                            them, from z * nitems (arena-owned) */
-    const char *schedule_name; /* "gpipe", "1f1b" (static storage) */
+    const char *schedule_name; /* "gpipe", "1f1b", "zero-bubble", "forward" (static storage) */
     /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0
      * ..."), every item one time slot (docs/pipeline.md, "Reading the
      * table"); arena-owned, NULL before the pipeline pass. */

@@ -341,12 +341,16 @@ static void print_pipeline(FILE *out, const ir_module *m)
         return;
     const ir_axis *z = &m->mesh.axes[pp->axis];
     const ir_dimdef *L = &m->dims[pp->dim], *B = &m->dims[pp->batch_dim];
+    bool split = false; /* zero-bubble's backward: B m (dL/dx) and W m (dL/dW) */
+    for (int k = 0; pp->order && k < (int)z->size * pp->nitems; k++)
+        split |= pp->order[k].kind == 'W';
     fprintf(out, "# pipeline over %c: %lld stages of %lld layers each (%s = %lld); %s split into %d "
             "microbatch%s of %lld (the batch is %lld); schedule %s, one slot per item (F m: forward "
-            "of microbatch m, B m: its backward):\n", z->name, (long long)z->size,
+            "of microbatch m, B m: its backward%s):\n", z->name, (long long)z->size,
             (long long)(L->size / z->size), L->name, (long long)L->size, B->name, pp->microbatches,
             pp->microbatches == 1 ? "" : "es",
-            (long long)B->size, (long long)pp->batch_size, pp->schedule_name ? pp->schedule_name : "?");
+            (long long)B->size, (long long)pp->batch_size, pp->schedule_name ? pp->schedule_name : "?",
+            split ? "'s dL/dx, W m: its dL/dW" : "");
     for (const char *t = pp->table; t && *t;) {
         const char *nl = strchr(t, '\n');
         int n = nl ? (int)(nl - t) : (int)strlen(t);

@@ -101,8 +101,11 @@ void cost_pipe_print(FILE *out, const ir_module *m)
     fprintf(out, "  per microbatch: stage forward %.4g us, backward %.4g us; first stage +%.4g us, "
             "last +%.4g us; one hop %.4g us\n", t->stage_f * 1e6, t->stage_b * 1e6, t->first_extra * 1e6,
             t->last_extra * 1e6, t->hop * 1e6);
-    fprintf(out, "  bubble %.1f%% simulated, %.1f%% by (Z-1)/(M+Z-1); held %.3g microbatches, "
-            "memory of the fullest stage %.4g GiB\n", 100 * t->bubble, 100 * t->bubble_formula, t->held,
-            t->stage_memory / 1073741824.0);
+    /* Zero-bubble has no closed form here (bubble_formula < 0). */
+    char formula[64] = "no closed form";
+    if (t->bubble_formula >= 0)
+        snprintf(formula, sizeof formula, "%.1f%% by (Z-1)/(M+Z-1)", 100 * t->bubble_formula);
+    fprintf(out, "  bubble %.1f%% simulated, %s; held %.3g microbatches, memory of the fullest stage "
+            "%.4g GiB\n", 100 * t->bubble, formula, t->held, t->stage_memory / 1073741824.0);
     fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");
 }

@@ -25,8 +25,10 @@
  *    an error for a given M, one microbatch and a warning for a chosen
  *    one);
  *  - builds each stage's order of forwards and backwards for --schedule
- *    (gpipe or 1f1b, passes/costmodel/pipeline_sched.c) into pipe.order,
- *    which codegen runs and --dump-ir prints.
+ *    (gpipe, 1f1b or zero-bubble, passes/costmodel/pipeline_sched.c) into
+ *    pipe.order, which codegen runs and --dump-ir prints; for zero-bubble
+ *    it first splits the backward loop into a dL/dx loop and a dL/dW loop
+ *    (pipeline_split.c), run as the items B m and W m.
  *
  * What runs where (the first stage embeds, the last computes the loss,
  * every stage its layers) and the gradient accumulation are codegen's
@@ -39,7 +41,9 @@
 
 #include "cost.h"
 #include "pass.h"
+#include "pipe_work.h"
 #include "pipeline.h"
+#include "pipeline_split.h"
 
 /* A count as the command line takes it: decimal digits, no sign, no
  * leading zero, at most 4096. */
@@ -80,7 +84,8 @@ const pass_option pass_pipeline_options[2] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default 1f1b; the executor runs gpipe and 1f1b)", check_schedule},
+                 "backwards (default 1f1b; the executor runs gpipe, 1f1b and zero-bubble, whose "
+                 "backward is split into dL/dx and dL/dW items)", check_schedule},
 };
 
 /* The forward LoopBegin over the pipelined layer dim, or NULL. */
@@ -102,7 +107,7 @@ static void keep_order(ir_module *m, const pp_plan *plan)
         for (int k = 0; k < pp->nitems; k++) {
             const pp_item *it = &plan->stage[z].items[k];
             ir_pipe_item *o = &pp->order[z * pp->nitems + k];
-            o->kind = it->kind == PP_F ? 'F' : 'B';
+            o->kind = it->kind == PP_F ? 'F' : it->kind == PP_B ? 'B' : 'W';
             o->microbatch = it->microbatch;
         }
 }
@@ -267,7 +272,8 @@ static void keep_forward_order(ir_module *m, int Z, int M)
     pp->table = t;
 }
 
-static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule);
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule, const double *costed);
+static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t);
 
 /* A value in which a microbatch of |B| / M does not split over the devices
  * that split B (propagate planned the whole batch), and in *parts their
@@ -298,14 +304,23 @@ static bool splits(const ir_module *m, int B, int64_t batch, int M)
  * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
  * (Z-1)/(M+Z-1) until a microbatch's ops turn memory- or latency-bound.
  * Leaves the dims and m->pipe as it found them; 0 if nothing priced. */
+/* The hardware profile the cost model prices with: --hw's, else the
+ * default one loaded into *local; NULL if that does not load. */
+static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
+{
+    char err[512];
+    if (ctx->hw)
+        return ctx->hw;
+    return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
+}
+
 static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule)
 {
     cost_hw local;
-    const cost_hw *hw = ctx->hw;
+    const cost_hw *hw = pricing_hw(ctx, &local);
     char err[512];
-    if (!hw && cost_hw_load(COST_DEFAULT_HW, &local, err, sizeof err) < 0)
+    if (!hw)
         return 0;
-    hw = hw ? hw : &local;
     ir_pipeline saved = m->pipe;
     int best = 0;
     double best_step = 0;
@@ -362,7 +377,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     int M = 0;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
-    if (!mv && trains(m) && (schedule == PP_GPIPE || schedule == PP_1F1B))
+    if (!mv && trains(m) && schedule != PP_INTERLEAVED)
         M = cheapest_microbatches(ctx, m, B, batch, schedule);
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
@@ -402,18 +417,30 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             return 1;
         M = 1;
     }
-    if (schedule != PP_GPIPE && schedule != PP_1F1B) {
+    if (schedule == PP_INTERLEAVED) {
         diag_error(ctx->diag, DIAG_NOLOC, "--schedule=%s is priced (einc analyze --stages=Z) but not run "
-                   "yet: a pipelined program runs gpipe or 1f1b", sv);
+                   "yet: a pipelined program runs gpipe, 1f1b or zero-bubble", sv);
         return 1;
     }
+    /* Zero-bubble runs a training step's dL/dW apart from its dL/dx: the
+     * backward loop becomes two (pipeline_split.c).  A forward has no
+     * backward to split and runs as every schedule's forward half. */
+    if (schedule == PP_ZERO_BUBBLE && trains(m) && pass_pipeline_split_backward(ctx, m) != 0)
+        return 1;
     if (!trains(m)) {
         /* Forwards only: every schedule is GPipe's forward half, each
          * stage running F0 .. F(M-1) as the activations arrive. */
         keep_forward_order(m, Z, M);
         pp->schedule_name = "forward";
-    } else if (keep_schedule(ctx, m, Z, M, schedule) != 0) {
-        return 1;
+    } else {
+        /* Zero-bubble's order depends on the stages' F, B and W times:
+         * the costed ones when the cost model prices this module. */
+        double *t = calloc((size_t)Z * 3, sizeof *t);
+        bool costed = t && schedule == PP_ZERO_BUBBLE && costed_times(ctx, m, B, batch, M, t);
+        int rc = keep_schedule(ctx, m, Z, M, schedule, costed ? t : NULL);
+        free(t);
+        if (rc != 0)
+            return 1;
     }
     pp->microbatches = M;
     pp->schedule = schedule;
@@ -423,21 +450,59 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     return 0;
 }
 
-/* Stage z's items of `schedule` for Z stages and M microbatches (pp_build
- * with unit times: the order depends on nothing else), and its table. */
-static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule)
+/* Zero-bubble's per-stage times of the (split) module at M microbatches
+ * into t ([3][Z]: t_f, t_b, t_w, seconds), as the cost pass prices them
+ * (cost_annotate_ops, pipe_work_of, pipe_price's stage times); false, t
+ * untouched, when they cannot be priced.  Leaves the dims as it found
+ * them. */
+static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t)
+{
+    cost_hw local;
+    const cost_hw *hw = pricing_hw(ctx, &local);
+    int Z = (int)m->mesh.axes[m->pipe.axis].size;
+    double *arr = malloc((size_t)Z * 3 * sizeof *arr);
+    char err[512];
+    pipe_work w;
+    pipe_priced priced;
+    pp_params used;
+    bool ok = false;
+    if (hw && arr) {
+        m->dims[B].size = batch / M;
+        cost_annotate_ops(m, hw);
+        ok = pipe_work_of(m, &w, err, sizeof err) == 0 && w.layers % Z == 0 &&
+             pipe_price(&w, hw, Z, w.layers / Z, M, PP_ZERO_BUBBLE, m->mesh.axes[m->pipe.axis].dcn, arr,
+                        &used, &priced, err, sizeof err) == 0;
+        m->dims[B].size = batch;
+    }
+    if (ok)
+        memcpy(t, arr, (size_t)Z * 3 * sizeof *t);
+    free(arr);
+    return ok;
+}
+
+/* Stage z's items of `schedule` for Z stages and M microbatches, and its
+ * table: pp_build with unit times (gpipe's and 1f1b's orders depend on
+ * nothing else), or for zero-bubble with the `costed` times ([3][Z]) when
+ * given. */
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule, const double *costed)
 {
     ir_pipeline *pp = &m->pipe;
-    double *t = malloc((size_t)Z * 2 * sizeof *t);
+    double *t = malloc((size_t)Z * 3 * sizeof *t);
     if (!t) {
         diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
         return 1;
     }
+    /* Zero-bubble's B is the backward's dL/dx half, its W the other. */
+    bool zb = schedule == PP_ZERO_BUBBLE;
     for (int s = 0; s < Z; s++) {
         t[s] = 1;
-        t[Z + s] = 2;
+        t[Z + s] = zb ? 1 : 2;
+        t[2 * Z + s] = 1;
     }
-    pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z};
+    if (zb && costed)
+        memcpy(t, costed, (size_t)Z * 3 * sizeof *t);
+    pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z,
+                     .t_w = zb ? t + 2 * Z : NULL};
     pp_plan plan;
     char err[256];
     int rc = pp_build(&par, (pp_schedule)schedule, &plan, err, sizeof err);

@@ -275,7 +275,8 @@ void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf
 /* A pipelined program's work items (codegen/pipeline.c): each stage runs
  * its schedule's items between rt_pipe_item_begin and rt_pipe_item_end,
  * `kind` 'F' (the forward of microbatch `microbatch` through the stage's
- * layers) or 'B' (its backward), the item's own receive (rt_recv) at its
+ * layers), 'B' (its backward; with zero-bubble its dL/dx half only) or 'W'
+ * (zero-bubble's dL/dW half, no transfers), the item's own receive (rt_recv) at its
  * start and send at its end.  --trace draws each item as a span ("F3",
  * "B2") on the device's track, so the bubble shows; --profile measures
  * it: the share of the schedule's span that the devices spend outside

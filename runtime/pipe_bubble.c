@@ -3,9 +3,10 @@
  * beside the cost model's prediction (docs/pipeline.md "Seeing the bubble").
  *
  * The root has every device's spans (trace.c's collection): its ops, its
- * pipeline items F m / B m in the order it ran them, and the waits inside
- * rt_recv during an item (pipe_items.c).  Every stage runs all items of
- * its schedule in each run: 2M for a training step (F m and B m), M for a
+ * pipeline items F m / B m / W m in the order it ran them, and the waits
+ * inside rt_recv during an item (pipe_items.c).  Every stage runs all items
+ * of its schedule in each run: 2M for a training step (F m and B m), 3M
+ * for zero-bubble's (W m too, the dL/dW half of the backward), M for a
  * forward (F m only, no B item seen), with M microbatches (the largest
  * microbatch seen + 1), so a device's items [n r, n (r+1)) are run r's.  For one
  * run, with the same definition as the cost model's simulator
@@ -57,8 +58,9 @@ static const char *schedule_name(const rt_program *p, char *buf, size_t n)
 
 /* Device d's items from job->trace into items (trace_cap entries); returns
  * how many, the largest microbatch seen in *max_mb, and sets *saw_b when
- * one is a backward. */
-static int64_t device_items(const rt_job *job, int64_t d, item_time *items, int64_t *max_mb, bool *saw_b)
+ * one is a backward, *saw_w when one is a dL/dW item. */
+static int64_t device_items(const rt_job *job, int64_t d, item_time *items, int64_t *max_mb, bool *saw_b,
+                            bool *saw_w)
 {
     int64_t nd = rt_mesh_size(job->prog), n = 0, waited = 0, wait_from = INT64_MAX;
     for (int64_t k = 0; k < job->trace_cap; k++) {
@@ -76,6 +78,7 @@ static int64_t device_items(const rt_job *job, int64_t d, item_time *items, int6
             items[n++] = (item_time){b, en, en - b - w};
             *max_mb = mb > *max_mb ? mb : *max_mb;
             *saw_b |= kind == 'B';
+            *saw_w |= kind == 'W';
             waited = 0;
             wait_from = INT64_MAX;
         }
@@ -98,10 +101,10 @@ void rt_pipe_bubble_print(FILE *f, const rt_job *job)
     if (!items || !nitems || !bubble)
         rt_fatal(NULL, "out of memory in the profiler");
     int64_t max_mb = -1, runs = INT64_MAX;
-    bool saw_b = false;
+    bool saw_b = false, saw_w = false;
     for (int64_t d = 0; d < nd; d++)
-        nitems[d] = device_items(job, d, items + d * job->trace_cap, &max_mb, &saw_b);
-    int64_t M = max_mb + 1, per_run = (saw_b ? 2 : 1) * M;
+        nitems[d] = device_items(job, d, items + d * job->trace_cap, &max_mb, &saw_b, &saw_w);
+    int64_t M = max_mb + 1, per_run = (1 + saw_b + saw_w) * M;
     for (int64_t d = 0; d < nd; d++)
         runs = per_run > 0 && nitems[d] / per_run < runs ? nitems[d] / per_run : runs;
     int64_t nb = 0;

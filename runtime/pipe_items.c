@@ -1,6 +1,6 @@
 /*
  * pipe_items.c - rt_pipe_item_begin / rt_pipe_item_end (einrt.h): the work
- * items ("F m", "B m") of a pipelined program, for --trace and --profile.
+ * items ("F m", "B m", and zero-bubble's "W m") of a pipelined program, for --trace and --profile.
  *
  * Each item becomes a span in the device's profile list (the ops' list,
  * under a negative id, rt_span_item_id), so trace.c's collection brings
@@ -19,8 +19,8 @@ void rt_pipe_item_begin(rt_device *dev, int32_t kind, int32_t microbatch)
 {
     if (!dev->profiling)
         return;
-    if (kind != 'F' && kind != 'B')
-        rt_fatal(dev, "rt_pipe_item_begin: kind %d is neither 'F' nor 'B'", kind);
+    if (kind != 'F' && kind != 'B' && kind != 'W')
+        rt_fatal(dev, "rt_pipe_item_begin: kind %d is not 'F', 'B' or 'W'", kind);
     if (microbatch < 0 || microbatch >= (1 << 29))
         rt_fatal(dev, "rt_pipe_item_begin: microbatch %d out of range", microbatch);
     if (dev->profile.item_id != 0)

@@ -152,22 +152,22 @@ typedef struct rt_profile {
 #define RT_SPAN_RECV_WAIT (-2)
 #define RT_SPAN_ITEM_BASE (-16)
 
-/* The span id of pipeline item `kind` ('F' or 'B') of microbatch `mb`
- * (>= 0, below 2^30). */
+/* The span id of pipeline item `kind` ('F', 'B' or zero-bubble's 'W') of
+ * microbatch `mb` (>= 0, below 2^29). */
 static inline int32_t rt_span_item_id(int32_t kind, int32_t mb)
 {
-    return RT_SPAN_ITEM_BASE - 2 * mb - (kind == 'B');
+    return RT_SPAN_ITEM_BASE - 3 * mb - (kind == 'B') - 2 * (kind == 'W');
 }
 
-/* 1 and the item's kind ('F' or 'B') and microbatch if span id `id` is a
- * pipeline item (rt_span_item_id), else 0. */
+/* 1 and the item's kind ('F', 'B' or 'W') and microbatch if span id `id`
+ * is a pipeline item (rt_span_item_id), else 0. */
 static inline int rt_span_item(int64_t id, char *kind, int64_t *mb)
 {
     if (id > RT_SPAN_ITEM_BASE)
         return 0;
     int64_t k = RT_SPAN_ITEM_BASE - id;
-    *kind = k % 2 ? 'B' : 'F';
-    *mb = k / 2;
+    *kind = "FBW"[k % 3];
+    *mb = k / 3;
     return 1;
 }
 

@@ -25,16 +25,22 @@
 
 /* The program's forward repeat block and the reverse one that is its
  * backward pass: exactly one of each over the same dim, or with `forward`
- * one forward block and no backward one (*bwd NULL). */
-static int find_loops(const ir_module *m, bool forward, const ir_op **fwd, const ir_op **bwd, char *err,
-                      size_t errlen)
+ * one forward block and no backward one (*bwd NULL).  A backward split for
+ * zero-bubble (passes/pipeline_split.c) has a second reverse block over the
+ * same dim, its dL/dW half, in *wloop (else NULL). */
+static int find_loops(const ir_module *m, bool forward, const ir_op **fwd, const ir_op **bwd,
+                      const ir_op **wloop, char *err, size_t errlen)
 {
     int nf = 0, nb = 0;
-    *fwd = *bwd = NULL;
+    *fwd = *bwd = *wloop = NULL;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (op->kind != IR_OP_LOOPBEGIN)
             continue;
         if (op->u.loop.reverse && op->phase == IR_PHASE_BACKWARD) {
+            if (*bwd && !*wloop && op->u.loop.dim == (*bwd)->u.loop.dim) {
+                *wloop = op;
+                continue;
+            }
             *bwd = op;
             nb++;
         } else if (!op->u.loop.reverse && op->phase == IR_PHASE_FORWARD) {
@@ -107,8 +113,8 @@ static bool has_dim(const ir_type *t, int dim)
 }
 
 /* Adds one op's time to its place in w. */
-static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op *bwd, bool before_bwd,
-                   bool after_fwd, const bool *in_b, int ldim)
+static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op *bwd, const ir_op *wloop,
+                   bool before_bwd, bool after_fwd, const bool *in_b, int ldim)
 {
     double t = op->cost.time;
     bool coll = ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE;
@@ -121,6 +127,10 @@ static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op 
     }
     if (op->loop == fwd) {
         w->layer_f += t;
+        return;
+    }
+    if (wloop && op->loop == wloop) { /* the split's dL/dW loop */
+        *(coll ? &w->sync_layer : &w->layer_w) += t;
         return;
     }
     if (bwd && op->loop == bwd) {
@@ -156,8 +166,8 @@ static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op 
 static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
-    const ir_op *fwd, *bwd;
-    if (find_loops(m, forward, &fwd, &bwd, err, errlen) != 0)
+    const ir_op *fwd, *bwd, *wloop;
+    if (find_loops(m, forward, &fwd, &bwd, &wloop, err, errlen) != 0)
         return -1;
     int ldim = fwd->u.loop.dim;
     w->layers = m->dims[ldim].size;
@@ -180,7 +190,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
         if (op->kind == IR_OP_LAYERSTACK && op->loop == fwd)
             w->act_layer += (double)ir_local_bytes(m, &op->operands[0]->type);
         if (op->cost.valid)
-            add_op(w, op, fwd, bwd, before_bwd, after_fwd, in_b, ldim);
+            add_op(w, op, fwd, bwd, wloop, before_bwd, after_fwd, in_b, ldim);
         if (op == bwd)
             before_bwd = false;
     }

@@ -20,6 +20,13 @@ gpipe and 1f1b and M = 1, 2, 4, 8:
     the chip's DCN share when the pipeline axis is `over dcn` (TPU v5p);
   - an unpipelined program has no totals.pipeline, and --dump-cost prints
     the pipeline section.
+Zero-bubble at M = 4, 8 prices the module whose backward loop the pipeline
+pass split into dL/dx and dL/dW loops (passes/pipeline_split.c): the same
+stage forward as 1f1b's, a stage backward (B + W) no shorter and at most
+15% longer (the per-layer stacks that carry values from B to W, and
+their slices), the same sync and update, at most Z microbatches held, no
+closed form for its bubble (bubble_formula -1, "no closed form" in
+--dump-cost) and a simulated bubble below 1f1b's, at M = 2Z at most half.
 The same stack as a forward (pp_uniform_mlp_forward.ein, inference) is
 priced by its M forwards: at M = 1, 2, 4, 8 the pipeline is one hop plus
 the slower stage's M forwards and the other's one, exactly, the bubble (Z - 1) / (M + Z - 1) within 1%, no backward, sync or
@@ -98,6 +105,25 @@ def main():
             check(o == g, f"M={m} <= Z: 1f1b and gpipe hold the same ({o:.0f} B)")
         check(close(rows[("gpipe", m)]["pipeline_time"], rows[("1f1b", m)]["pipeline_time"], 0.01),
               f"M={m}: gpipe and 1f1b take the same time on uniform stages")
+
+    for m in (4, 8):
+        p, o = pipe_totals(einc, prog, "host", f"--microbatches={m}", "--schedule=zero-bubble"), rows[("1f1b", m)]
+        check(p is not None and p["schedule"] == "zero-bubble", f"zero-bubble M={m}: priced")
+        if not p:
+            continue
+        check(close(p["stage_forward_time"], o["stage_forward_time"], 1e-9),
+              f"zero-bubble M={m}: the stage forward is 1f1b's")
+        r = p["stage_backward_time"] / o["stage_backward_time"]
+        check(1 - 1e-9 <= r <= 1.15, f"zero-bubble M={m}: stage backward B + W {r:.3f} of 1f1b's")
+        check(close(p["sync_time"], o["sync_time"], 1e-9), f"zero-bubble M={m}: the same sync and update")
+        check(p["held_microbatches"] <= Z, f"zero-bubble M={m}: holds {p['held_microbatches']} <= Z")
+        check(p["bubble_formula"] < 0, f"zero-bubble M={m}: no closed form for the bubble")
+        limit = 0.5 * o["bubble"] if m == 2 * Z else o["bubble"]
+        check(p["bubble"] < limit, f"zero-bubble M={m}: bubble {p['bubble']:.4f} < {limit:.4f} (1f1b's "
+              f"{o['bubble']:.4f}{', halved' if m == 2 * Z else ''})")
+    rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=zero-bubble")
+    check(rc == 0 and "schedule zero-bubble: step" in out and "no closed form" in out,
+          "--dump-cost prints zero-bubble's section, with no closed form for its bubble")
 
     # The hop: one microbatch's carried activation, rows |B| / M / X of D f32.
     hw = json.load(open(os.path.join(src, "hw", "tpu-v5p.json")))

@@ -4,29 +4,37 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
 
 1. A residual GELU-MLP stack (4 layers) in f64, trained 3 steps with SGD
    (momentum, weight decay) and with AdamW, compiled with
-   `--microbatches=M --schedule=gpipe|1f1b`.  NumPy runs the same steps on
+   `--microbatches=M --schedule=gpipe|1f1b|zero-bubble`.  NumPy runs the same steps on
    the *whole* batch (no microbatches): accumulating the microbatches'
    gradients must give the plain full-batch step.  The loss of every step
    (`--metrics`, full precision) and every param after step 3 must agree to
    1e-9 relative.  Meshes: Z=2 x X=2 with TP over X inside each stage
    (F_X), Z=4 (one axis, one layer per stage), and Z=2 x X=2 with the
-   batch on X (DP inside each stage); M in {1, 2, 4, 8}.
+   batch on X (DP inside each stage); M in {1, 2, 4, 8}.  Zero-bubble
+   (its backward split into a dL/dx loop and a dL/dW loop, run as items B
+   and W) must also give 1f1b's losses and params with the same optimizer
+   to 1e-12 relative: the same ops on the same values, in another order.
 2. A small LLaMA-style decoder (examples/llama2_13b_train.ein with its
    stacked params' layer dim on Z and its heads and MLP on Y, mesh Z=2,
    Y=2, small dims by -D): embedding lookup on the first stage, RMSNorm,
    causal attention with rotary embeddings, SwiGLU, final norm, LM head and
    softmax cross-entropy on the last, under `--check` against the
    unsharded, unpipelined reference built into the executable, with the
-   tolerance of the example's `# check-run:` line; gpipe and 1f1b,
-   M = 2 and 4, on threads.
+   tolerance of the example's `# check-run:` line; gpipe, 1f1b and
+   zero-bubble, M = 2 and 4, on threads.
 3. Pipelined inference: examples/llama2_13b.ein's forward with its layers
    on Z (mesh Z=2, Y=2), M = 1, 2, 4, its logits under `--check`.
 4. A program with no param before the block (the backward's gradient has
    no reader on the first stage, which the others still send it), under
-   `--check`; and a forward whose output is the block's carried value
-   itself (the last hidden state: an output the first stage still sends
-   on), under `--check`.
-5. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
+   `--check`, with 1f1b and zero-bubble; and a forward whose output is
+   the block's carried value itself (the last hidden state: an output the
+   first stage still sends on), under `--check`.
+5. The split backward in `--print-after=pipeline` for zero-bubble: two
+   reverse loops over L, the first computing no weight gradient and the
+   second every one (dWin, dWout stacked per layer), the values crossing
+   from the first to the second stacked per layer, and W items in the
+   schedule table; gpipe keeps one backward loop.
+6. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b.
 
@@ -145,9 +153,10 @@ def mlp_configs(quick):
     --quick a handful."""
     out = []
     for mesh in MESHES:
-        for sched in ("gpipe", "1f1b"):
+        for sched in ("gpipe", "1f1b", "zero-bubble"):
             for i, m in enumerate((1, 2, 4, 8)):
-                opt = ("sgd", "adamw")[(i + (sched == "1f1b")) % 2]
+                # zero-bubble with 1f1b's optimizer, to compare the two
+                opt = ("sgd", "adamw")[(i + (sched != "gpipe")) % 2]
                 out.append((mesh, opt, sched, m))
     if quick:
         out = [c for c in out if (c[0], c[3]) in (("Z=2 x X=2, TP on X", 4), ("Z=4", 2),
@@ -171,7 +180,9 @@ def run_mlp(a, work, tally):
     for k, v in vals.items():
         np.save(os.path.join(work, k + ".npy"), v)
     refs = {opt: mlp_reference(vals, opt) for opt in OPTIMIZERS}
-    mpi = [("Z=2 x X=2, TP on X", "adamw", "1f1b", 4), ("Z=4", "sgd", "gpipe", 2)]
+    mpi = [("Z=2 x X=2, TP on X", "adamw", "1f1b", 4), ("Z=4", "sgd", "gpipe", 2),
+           ("Z=2 x X=2, TP on X", "adamw", "zero-bubble", 4), ("Z=4", "adamw", "zero-bubble", 8)]
+    one_f_one_b = {}  # (runtime, mesh, optimizer, M): 1f1b's losses and params
     for rt, (mesh, opt, sched, m) in selected(a, mlp_configs(a.quick), mpi):
         title = "mlp %s, %s, %s, M=%d (%s)" % (mesh, opt, sched, m, rt)
         mesh_line, ins, fx = MESHES[mesh]
@@ -209,8 +220,31 @@ def run_mlp(a, work, tally):
                    if got.shape == want.shape else float("inf"))
             if not err <= 1e-9:
                 problems.append("%s after %d steps: relative error %.3g" % (n, STEPS, err))
-        tally.result(not problems, "%s: %d steps, loss %.6f -> %.6f as NumPy" %
-                     (title, STEPS, want_losses[0], want_losses[-1]), "\n".join(problems))
+        got_w = {n: np.load(os.path.join(work, "out_" + n + ".npy")) for n in want_w}
+        key, also = (rt, mesh, opt, m), ""
+        if sched == "1f1b":
+            one_f_one_b[key] = (got_losses, got_w)
+        elif sched == "zero-bubble" and key in one_f_one_b:
+            problems += against_1f1b(one_f_one_b[key], got_losses, got_w)
+            also = " and as 1f1b"
+        tally.result(not problems, "%s: %d steps, loss %.6f -> %.6f as NumPy%s" %
+                     (title, STEPS, want_losses[0], want_losses[-1], also), "\n".join(problems))
+
+
+def against_1f1b(ref, got_losses, got_w):
+    """What differs (beyond 1e-12 relative) between zero-bubble's losses and
+    params and 1f1b's, `ref`."""
+    problems = []
+    for i, (g, w) in enumerate(zip(got_losses, ref[0])):
+        if g is None or w is None or not abs(g - w) <= 1e-12 * abs(w):
+            problems.append("step %d: loss %r, 1f1b %r" % (i + 1, g, w))
+    for n, want in ref[1].items():
+        got = got_w[n]
+        err = (np.max(np.abs(got - want)) / np.max(np.abs(want))
+               if got.shape == want.shape else float("inf"))
+        if not err <= 1e-12:
+            problems.append("%s: relative difference %.3g from 1f1b" % (n, err))
+    return problems
 
 
 def llama_source(a, work, example=None):
@@ -250,8 +284,9 @@ def checked(a, tally, title, src, exe, flags, rt, check_run, pattern):
 
 def run_llama(a, work, tally):
     src, dims, check_run = llama_source(a, work)
-    threads = [("1f1b", 4)] if a.quick else [(s, m) for s in ("gpipe", "1f1b") for m in (2, 4)]
-    for rt, (sched, m) in selected(a, threads, [("1f1b", 2)]):
+    threads = [("1f1b", 4), ("zero-bubble", 2)] if a.quick else [
+        (s, m) for s in ("gpipe", "1f1b", "zero-bubble") for m in (2, 4)]
+    for rt, (sched, m) in selected(a, threads, [("1f1b", 2), ("zero-bubble", 4)]):
         # The summary line names the worst output.
         checked(a, tally, "llama %s, M=%d (%s)" % (sched, m, rt), src, os.path.join(work, "llama_" + rt),
                 dims + ["--microbatches=%d" % m, "--schedule=" + sched], rt, check_run,
@@ -282,10 +317,10 @@ def run_no_pre(a, work, tally):
     src = os.path.join(work, "no_pre.ein")
     with open(src, "w") as f:
         f.write(NO_PRE)
-    for rt, m in selected(a, [4], []):
-        checked(a, tally, "no param before the block, M=%d (%s)" % (m, rt), src,
-                os.path.join(work, "no_pre_" + rt), ["--microbatches=%d" % m], rt, ["--steps", "2"],
-                r"check: largest max_rel_err=.*")
+    for rt, (sched, m) in selected(a, [("1f1b", 4), ("zero-bubble", 4)], []):
+        checked(a, tally, "no param before the block, %s, M=%d (%s)" % (sched, m, rt), src,
+                os.path.join(work, "no_pre_" + rt), ["--microbatches=%d" % m, "--schedule=" + sched], rt,
+                ["--steps", "2"], r"check: largest max_rel_err=.*")
 
 
 # A forward whose output is the repeat block's carried value: every stage
@@ -312,6 +347,56 @@ def run_carried_out(a, work, tally):
         checked(a, tally, "forward whose output is the carried value, M=%d (%s)" % (m, rt), src,
                 os.path.join(work, "carried_out_" + rt), ["--microbatches=%d" % m], rt, [],
                 r"check H: max_rel_err=\S+")
+
+
+def loop_bodies(ir):
+    """The reverse loops over L in --print-after text: for each, its body's
+    ops as (name defined, right-hand side) from each indented line."""
+    loops, body = [], None
+    for line in ir.splitlines():
+        if re.search(r"= LoopBegin\(L = \d+, reverse\)", line):
+            body = []
+        elif body is not None and "= LoopEnd(L)" in line:
+            loops.append(body)
+            body = None
+        elif body is not None and line.startswith("  "):
+            lhs, _, rhs = line.partition(" = ")
+            body.append((lhs.strip().split("[")[0], rhs))
+    return loops
+
+
+def run_split_ir(a, work, tally):
+    src = os.path.join(work, "mlp_split.ein")
+    with open(src, "w") as f:
+        f.write(MLP.format(MESH="Z = 2, X = 2", IN="B, D", FX="_X", OPT=OPTIMIZERS["sgd"]))
+    exe = os.path.join(work, "split")
+    for sched in ("gpipe", "zero-bubble"):
+        rc, out = compile_prog(a, src, exe, ["--microbatches=4", "--schedule=" + sched,
+                                             "--print-after=pipeline"])
+        loops = loop_bodies(out) if rc == 0 else []
+        if sched == "gpipe":
+            tally.result(rc == 0 and len(loops) == 1, "gpipe: one backward loop over the layers",
+                         out[-3000:])
+            continue
+        grads = ("dWin", "dWout")
+        problems = []
+        if len(loops) != 2:
+            problems.append("%d reverse loops over L, not 2" % len(loops))
+        else:
+            b, w = loops
+            problems += ["%s is computed in the dL/dx loop" % g for g in grads if g in dict(b)]
+            problems += ["%s is not computed in the dL/dW loop" % g for g in grads if g not in dict(w)]
+            # stacked per layer in the dL/dx loop, sliced in the dL/dW loop
+            stacked = [n for n, rhs in b if rhs.startswith("LayerStack(L)")]
+            sliced = [n for n in stacked if any(rhs.startswith("LayerSlice(L) " + n + "[")
+                                                for _, rhs in w)]
+            if not sliced:
+                problems.append("no value of the dL/dx loop reaches the dL/dW loop per layer")
+        rows = [r for r in out.splitlines() if re.match(r"#\s+stage \d \|", r)]
+        if len(rows) != 2 or any(" W%d" % k not in r for r in rows for k in range(4)):
+            problems.append("the table has not W0 .. W3 on each stage: %r" % rows)
+        tally.result(rc == 0 and not problems, "zero-bubble: the backward split into a dL/dx loop and "
+                     "a dL/dW loop (dWin, dWout), W items in the table", "\n".join(problems) + out[-3000:])
 
 
 def peak_bytes(out, dev):
@@ -357,6 +442,7 @@ def main():
         run_no_pre(a, work, tally)
         run_carried_out(a, work, tally)
         if not a.mpi_only:
+            run_split_ir(a, work, tally)
             run_stats(a, work, tally)
     return tally.finish()
 

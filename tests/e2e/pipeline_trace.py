@@ -4,8 +4,8 @@
 Two training programs pipeline a `repeat L` over mesh axis Z (the layer dim
 of the stacked params sharded over Z, docs/pipeline.md): one on a mesh
 `Z = 2, X = 2` (two devices per stage, tensor-parallel inside it), one on
-`Z = 4` alone.  For each, schedules gpipe and 1f1b, M = 1 and 4
-microbatches, one training step:
+`Z = 4` alone.  For each, schedules gpipe, 1f1b and zero-bubble, M = 1
+and 4 microbatches, one training step:
 
   --trace: every device has exactly 2M spans of cat "pipeline" named
   F0..F{M-1} and B0..B{M-1}, in the order of its stage's schedule written
@@ -14,7 +14,13 @@ microbatches, one training step:
   forward and one backward in turn, then the remaining backwards;
   docs/pipeline.md "The four schedules"), not read from the compiler; on
   the last stage B m starts after F m ends (its loss needs the forward);
-  every "recv wait" span lies inside one item of its device;
+  every "recv wait" span lies inside one item of its device;  zero-bubble
+  (whose order the greedy ZB-H1 picks from the stage times) instead has 3M
+  spans, F m, B m and W m (the backward's dL/dW half) once each for every
+  m, in that order on the device, W m starting after B m ends, the
+  microbatches' forwards in order and at most Z microbatches begun and not
+  yet through W at any point (ZB-H1 holds what 1F1B holds, Qi et al.
+  ICLR'24 section 3);
 
   --profile: the line "pipeline: Z stages, M microbatches, <schedule>:
   measured bubble X% (median over N runs), predicted Y%" (Y the cost
@@ -63,6 +69,34 @@ def expected_order(schedule, Z, z, M):
     return order + ["B%d" % m for m in range(M - warm, M)]
 
 
+def zero_bubble_problems(items, Z, M):
+    """What breaks zero-bubble's rules (module docstring) in one device's
+    items (trace spans in the order it ran them)."""
+    names = [e["name"] for e in items]
+    want = sorted("%s%d" % (k, m) for k in "FBW" for m in range(M))
+    if sorted(names) != want:
+        return ["items %s, not F, B and W of each of %d microbatches" % (" ".join(names), M)]
+    problems = []
+    at = {e["name"]: e for e in items}
+    pos = {n: i for i, n in enumerate(names)}
+    for m in range(M):
+        if not pos["F%d" % m] < pos["B%d" % m] < pos["W%d" % m]:
+            problems.append("F%d, B%d, W%d out of order" % (m, m, m))
+        b, w = at["B%d" % m], at["W%d" % m]
+        if w["ts"] < b["ts"] + b["dur"] - 1e-3:
+            problems.append("W%d starts before B%d ends" % (m, m))
+    forwards = [n for n in names if n[0] == "F"]
+    if forwards != ["F%d" % m for m in range(M)]:
+        problems.append("forwards out of order: " + " ".join(forwards))
+    held = 0
+    for n in names:
+        held += 1 if n[0] == "F" else -1 if n[0] == "W" else 0
+        if held > Z:
+            problems.append("%d microbatches held at %s" % (held, n))
+            break
+    return problems
+
+
 def check_trace(t, path, Z, ndev, devs_per_stage, schedule, M, what):
     """The --trace checks of the module docstring."""
     try:
@@ -76,9 +110,17 @@ def check_trace(t, path, Z, ndev, devs_per_stage, schedule, M, what):
         mine = [e for e in spans if e["tid"] == d]
         items = [e for e in mine if e["name"] != "recv wait"]
         names = [e["name"] for e in items]
-        want = expected_order(schedule, Z, z, M)
-        t.result(names == want, "%s: device %d (stage %d) runs %s" % (what, d, z, " ".join(want)),
-                 "got " + " ".join(names))
+        if schedule == "zero-bubble":
+            problems = zero_bubble_problems(items, Z, M)
+            t.result(not problems, "%s: device %d (stage %d) runs F, B and W of every microbatch in "
+                     "their order, at most %d held: %s" % (what, d, z, Z, " ".join(names)),
+                     "\n".join(problems))
+            want = names
+        else:
+            want = expected_order(schedule, Z, z, M)
+        if schedule != "zero-bubble":
+            t.result(names == want, "%s: device %d (stage %d) runs %s" % (what, d, z, " ".join(want)),
+                     "got " + " ".join(names))
         waits = [e for e in mine if e["name"] == "recv wait"]
         inside = all(any(i["ts"] <= w["ts"] and w["ts"] + w["dur"] <= i["ts"] + i["dur"] + 1e-3
                          for i in items) for w in waits)
@@ -119,7 +161,7 @@ def main():
         with open(src, "w") as f:
             f.write(source(mesh, bshard, fshard))
         ndev = 4
-        for schedule in ["gpipe", "1f1b"]:
+        for schedule in ["gpipe", "1f1b", "zero-bubble"]:
             for M in [1, 4]:
                 what = "%s %s M=%d" % (key, schedule, M)
                 runtimes = ["threads"] + (["mpi"] if a.mpi and key == "Z4" else [])

@@ -37,6 +37,18 @@ static void put(int64_t *trace, int64_t k, int64_t d, int64_t id, int64_t b, int
     trace[k * 6 + 4 + d] = e;
 }
 
+/* One span of a hand-written trace: span k of device d. */
+typedef struct span_row {
+    int64_t k, d, id, b_us, e_us;
+} span_row;
+
+/* Sets the n spans of `rows` (times in us) in a [cap][3][2] trace. */
+static void put_rows(int64_t *trace, const span_row *rows, int n)
+{
+    for (int i = 0; i < n; i++)
+        put(trace, rows[i].k, rows[i].d, rows[i].id, rows[i].b_us * 1000, rows[i].e_us * 1000);
+}
+
 /* What `print` writes for `job`, malloc'd. */
 static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
 {
@@ -61,21 +73,15 @@ static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
 static void fill_runs(int64_t *trace)
 {
     const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W = RT_SPAN_RECV_WAIT;
-    const int64_t us = 1000;
-    /* device 0 */
-    put(trace, 0, 0, F0, 0, 10 * us);
-    put(trace, 1, 0, W, 20 * us, 30 * us);
-    put(trace, 2, 0, B0, 20 * us, 40 * us);
-    put(trace, 3, 0, F0, 100 * us, 110 * us);
-    put(trace, 4, 0, B0, 120 * us, 140 * us);
-    put(trace, 5, 0, F0, 200 * us, 210 * us);
-    put(trace, 6, 0, B0, 220 * us, 240 * us);
-    /* device 1 */
-    put(trace, 0, 1, W, 10 * us, 12 * us);
-    put(trace, 1, 1, F0, 10 * us, 20 * us);
-    put(trace, 2, 1, B0, 20 * us, 30 * us);
-    put(trace, 3, 1, F0, 110 * us, 120 * us);
-    put(trace, 4, 1, B0, 120 * us, 130 * us);
+    const span_row rows[] = {
+        /* device 0 */
+        {0, 0, F0, 0, 10},   {1, 0, W, 20, 30},     {2, 0, B0, 20, 40},    {3, 0, F0, 100, 110},
+        {4, 0, B0, 120, 140}, {5, 0, F0, 200, 210}, {6, 0, B0, 220, 240},
+        /* device 1 */
+        {0, 1, W, 10, 12},   {1, 1, F0, 10, 20},    {2, 1, B0, 20, 30},    {3, 1, F0, 110, 120},
+        {4, 1, B0, 120, 130},
+    };
+    put_rows(trace, rows, (int)(sizeof rows / sizeof rows[0]));
 }
 
 static void test_bubble(void)
@@ -112,6 +118,39 @@ static void test_bubble(void)
     job.prog = &q;
     out = printed(rt_pipe_bubble_print, &job);
     CU_ASSERT_STRING_EQUAL(out, "");
+    free(out);
+}
+
+/*
+ * Zero-bubble, Z = 2, M = 1: each run has three items per device, F0, B0
+ * (dL/dx) and W0 (dL/dW), all counted as the run's work.  Run 1: stage 0
+ * F0 [0, 10], B0 [20, 30] whose receive waits [20, 24], W0 [30, 40];
+ * stage 1 F0 [10, 20], B0 [20, 25], W0 [25, 35].  Span 40, busy 26 and 25,
+ * bubble 1 - 25.5/40 = 36.25%.  Run 2, from 100, no waits, stage 1's W0
+ * [125, 136]: busy 30 and 26, bubble 30%.  Median 33.125%.  Counted as two
+ * items a run, the W items would make three runs of other items.
+ */
+static void test_bubble_zero_bubble(void)
+{
+    enum { CAP = 8 };
+    int64_t trace[CAP * 6];
+    for (int i = 0; i < CAP * 6; i++)
+        trace[i] = RT_SPAN_NONE;
+    const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W0 = rt_span_item_id('W', 0);
+    const span_row rows[] = {
+        {0, 0, F0, 0, 10},   {1, 0, RT_SPAN_RECV_WAIT, 20, 24}, {2, 0, B0, 20, 30},
+        {3, 0, W0, 30, 40},  {4, 0, F0, 100, 110},  {5, 0, B0, 120, 130},  {6, 0, W0, 130, 140},
+        {0, 1, F0, 10, 20},  {1, 1, B0, 20, 25},    {2, 1, W0, 25, 35},
+        {3, 1, F0, 110, 120}, {4, 1, B0, 120, 125}, {5, 1, W0, 125, 136},
+    };
+    put_rows(trace, rows, (int)(sizeof rows / sizeof rows[0]));
+    rt_program p = two_stages(1, 0.25);
+    p.info = "# pipeline over Z: 2 stages; schedule zero-bubble, one slot per item\n";
+    rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 2, .trace_cap = CAP,
+                  .trace = trace};
+    char *out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_STRING_EQUAL(out, "pipeline: 2 stages, 1 microbatches, zero-bubble: measured bubble "
+                                "33.1% (median over 2 runs), predicted 25.0%\n");
     free(out);
 }
 
@@ -165,6 +204,12 @@ static void test_markers(void)
     CU_ASSERT_EQUAL(mb, 2);
     CU_ASSERT(dev.profile.spans[1].begin <= dev.profile.spans[0].begin);
     CU_ASSERT(dev.profile.spans[0].end <= dev.profile.spans[1].end);
+    /* Every kind and microbatch comes back from its span id. */
+    for (int64_t m = 0; m < 5; m++)
+        for (const char *k = "FBW"; *k; k++) {
+            CU_ASSERT(rt_span_item(rt_span_item_id(*k, (int32_t)m), &kind, &mb));
+            CU_ASSERT(kind == *k && mb == m);
+        }
     CU_ASSERT_FALSE(rt_span_item(RT_SPAN_RECV_WAIT, &kind, &mb));
     CU_ASSERT_FALSE(rt_span_item(0, &kind, &mb));
     rt_device_release(&dev);
@@ -207,7 +252,7 @@ static void expect_fatal(int misuse, const char *want)
 static void test_misuse(void)
 {
     expect_fatal(0, "rt_pipe_item_end without an open item");
-    expect_fatal(1, "rt_pipe_item_begin: kind 88 is neither 'F' nor 'B'");
+    expect_fatal(1, "rt_pipe_item_begin: kind 88 is not 'F', 'B' or 'W'");
     expect_fatal(2, "rt_pipe_item_begin of F1 inside another item");
 }
 
@@ -215,6 +260,7 @@ void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"measured bubble against a hand-worked timeline", test_bubble},
+        {"zero-bubble's W items counted in the measured bubble", test_bubble_zero_bubble},
         {"per-op rows of a pipelined program per stage", test_op_rows_per_stage},
         {"item markers record spans only when profiling", test_markers},
         {"item markers' misuse ends the process", test_misuse},
