@@ -31,7 +31,7 @@ runtime with random params; the server is started with --port 0 and its
    follow its broadcasts): greedy completions alone, streamed and
    concurrent (with a seeded sampled one) get the threads --generate's
    texts, a bad request its 400, and SIGTERM to rank 0 ends every rank
-   (mpirun's status 0).
+   (mpirun's status 0); a port in use ends every rank with rank 0's message.
 Every request has a timeout, and the servers are killed in `finally`.
 The last line is `N passed, N failed`.
 
@@ -468,6 +468,18 @@ def check_mpi(t, a, src, exe, work):
                  "status %s: %s" % (rc, s.p.stderr.read()))
     finally:
         s.kill()
+    # Rank 0 cannot listen: its message, and the other ranks (waiting for
+    # its first broadcast) end with it.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        p = subprocess.run(mpi_launch(a.mpirun, 4) + [mpi, "--serve", "--port",
+                                                      str(taken.getsockname()[1]),
+                                                      "--random-inputs", str(SEED)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+    t.result(p.returncode != 0 and "cannot listen on" in p.stdout and "listening" not in p.stdout,
+             "4 MPI ranks: a port in use ends every rank with rank 0's message", p.stdout)
 
 
 def main():
