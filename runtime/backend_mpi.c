@@ -34,6 +34,10 @@
  * and unpacking around MPI's call differ.
  * bf16 travels as f32 (converted before, rounded after), so sums are in f32.
  *
+ * A broadcast from rank 0 (mpi_broadcast, only --serve's engine uses it)
+ * is MPI_Ibcast on the Cartesian communicator, waited for or, when the
+ * wait may be long, polled with sleeps in between.
+ *
  * Point-to-point messages (rt_send / rt_recv) travel on a communicator of
  * their own (a duplicate of the Cartesian one, so no tag of theirs can
  * match the ReduceScatter exchange's), addressed by world rank = device id
