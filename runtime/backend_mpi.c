@@ -34,6 +34,10 @@
  * and unpacking around MPI's call differ.
  * bf16 travels as f32 (converted before, rounded after), so sums are in f32.
  *
+ * A broadcast from rank 0 (mpi_broadcast, only --serve's engine uses it)
+ * is MPI_Ibcast on the Cartesian communicator, waited for or, when the
+ * wait may be long, polled with sleeps in between.
+ *
  * Point-to-point messages (rt_send / rt_recv) travel on a communicator of
  * their own (a duplicate of the Cartesian one, so no tag of theirs can
  * match the ReduceScatter exchange's), addressed by world rank = device id
@@ -43,8 +47,10 @@
 #include <limits.h>
 #include <malloc.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt_internal.h"
 #include "rt_job.h"
@@ -436,6 +442,40 @@ static void mpi_collect_i64(rt_device *dev, int64_t v, int64_t *all)
     MPI_Gather(&v, 1, MPI_INT64_T, all, 1, MPI_INT64_T, 0, w->cart);
 }
 
+/* How long a waiting rank polls an idle broadcast before it sleeps
+ * between polls (seconds), and how long each sleep lasts (ns): a step's
+ * broadcast arrives within the poll, a server with no requests costs
+ * about 1000 wake-ups a second. */
+#define IDLE_POLL_SECONDS 0.01
+#define IDLE_SLEEP_NS 1000000L
+
+/* MPI_Ibcast from rank 0 on the Cartesian communicator (rank = device id),
+ * then MPI_Wait, or, when `idle`, MPI_Test with sched_yield for
+ * IDLE_POLL_SECONDS and with sleeps after: a blocking MPI_Bcast would spin
+ * a core in Open MPI's progress loop for as long as the server waits. */
+static void mpi_broadcast(rt_device *dev, void *buf, int64_t bytes, int idle)
+{
+    mworld *w = dev->backend;
+    MPI_Request req;
+    MPI_Ibcast(buf, as_int(dev, bytes), MPI_BYTE, 0, w->cart, &req);
+    if (!idle || dev->id == 0) {
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        return;
+    }
+    double start = rt_now();
+    for (int done = 0;;) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (done)
+            return;
+        if (rt_now() - start < IDLE_POLL_SECONDS) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, IDLE_SLEEP_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 static void mpi_gather(rt_device *dev, const rt_tensor_desc *t, const void *local, void *global)
 {
     mworld *w = dev->backend;
@@ -467,6 +507,7 @@ static const rt_device_ops mpi_ops = {
     .coll_wait = mpi_coll_wait,
     .send = mpi_send,
     .recv = mpi_recv,
+    .broadcast = mpi_broadcast,
 };
 
 /* ---- the MPI launcher ---- */

@@ -41,6 +41,19 @@
  * step (not by taking a batch), so a device late to read the last step's
  * 0 cannot see the next batch's value: that needs the next step's
  * barriers, which it has not reached.
+ *
+ * Under MPI (the backend has a broadcast: each device is a process, and
+ * only rank 0 has the HTTP server, the queue and the requests) the other
+ * ranks cannot read e->feed, e->at, e->rows or e->live: after device 0
+ * has taken a batch or scheduled a step, and after each static step,
+ * every device calls share(), which broadcasts them from device 0 into
+ * the other ranks' engines (at shutdown, rows 0 ends every rank's loop).
+ * Device 0 enters it only with a batch or at shutdown, so while the
+ * server waits for requests the other ranks wait in that one broadcast,
+ * sleeping between polls (dev->ops->broadcast's `idle`).  The threads
+ * backend keeps the shared memory above: its devices wait for a batch on
+ * a condition variable, which costs no CPU, and a step costs one barrier
+ * rather than a broadcast's copy and barriers.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -344,6 +357,44 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Under MPI, every device: broadcasts `head` (rows, or live) and e->feed
+ * [B], with e->at [B] too when `with_at`, from device 0's engine into
+ * every device's: 4 (1 + B) or 4 (1 + 2B) bytes.  `msg`: 1 + 2B entries
+ * of scratch.  Returns device 0's head.  `idle`: as dev->ops->broadcast. */
+static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, int with_at,
+                     int idle)
+{
+    int64_t B = e->gen->batch, n = 1 + (with_at ? 2 : 1) * B;
+    size_t row = (size_t)B * sizeof *msg;
+    if (dev->id == 0) {
+        msg[0] = (int32_t)head;
+        memcpy(msg + 1, e->feed, row);
+        if (with_at)
+            memcpy(msg + 1 + B, e->at, row);
+    }
+    dev->ops->broadcast(dev, msg, n * (int64_t)sizeof *msg, idle);
+    if (dev->id != 0) {
+        memcpy(e->feed, msg + 1, row);
+        if (with_at)
+            memcpy(e->at, msg + 1 + B, row);
+    }
+    return msg[0];
+}
+
+/* Device 0 takes a batch (or schedules a step, `continuous`); the others
+ * follow it: through shared memory (follow_batch), or through share()
+ * when the backend broadcasts.  Its rows; 0: shutdown. */
+static int64_t next_batch(rt_device *dev, rt_engine *e, int32_t *msg, int continuous,
+                          uint64_t seen)
+{
+    int64_t rows = 0;
+    if (dev->id == 0)
+        rows = continuous ? schedule_step(e) : take_batch(e);
+    else if (!msg)
+        rows = follow_batch(e, seen);
+    return msg ? share(dev, e, msg, rows, continuous, 1) : rows;
+}
+
 /* Every device: zeroes its blocks of the states (a batch starts with an
  * empty cache, as --generate does). */
 static void zero_states(const rt_program *p, void *const *in)
@@ -388,13 +439,17 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
             rt_fatal(NULL, "--serve: %s", err);
     }
     int32_t *tin = in[g->tokens];
+    /* Under MPI: the scratch of share(); NULL: shared memory (threads). */
+    int32_t *msg = dev->ops->broadcast
+                       ? rt_xmalloc(dev, (size_t)(1 + 2 * g->batch) * sizeof *msg) : NULL;
     for (uint64_t seen = 0; g->per_row; seen++) { /* continuous batching */
-        if ((dev->id == 0 ? schedule_step(e) : follow_batch(e, seen)) == 0)
+        if (next_batch(dev, e, msg, 1, seen) == 0)
             break;
         for (int64_t i = 0; i < tok->local_shape[0]; i++)
             tin[i] = e->feed[start[0] + i];
         rt_generate_set_positions(dev, p, g, in, e->at, 0);
-        dev->ops->barrier(dev, all); /* all read e->feed and e->at before device 0 moves them */
+        if (!msg) /* all read e->feed and e->at before device 0 moves them */
+            dev->ops->barrier(dev, all);
         rt_run_timed(dev, job, in, out, 0);
         if (whole)
             rt_sample_gather_whole(dev, &p->outputs[g->logits], out[g->logits], whole);
@@ -402,7 +457,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
             after_iteration(e, p, sampled, work);
     }
     for (uint64_t seen = 0; !g->per_row; seen++) { /* static batching */
-        if ((dev->id == 0 ? take_batch(e) : follow_batch(e, seen)) == 0)
+        if (next_batch(dev, e, msg, 0, seen) == 0)
             break;
         zero_states(p, in);
         for (int64_t pos = 0;; pos++) {
@@ -414,11 +469,15 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
                 rt_sample_gather_whole(dev, &p->outputs[g->logits], out[g->logits], whole);
             if (dev->id == 0)
                 after_step(e, p, sampled, pos, work);
-            dev->ops->barrier(dev, all); /* e->feed and e->live written */
+            if (msg) /* e->feed and e->live, from device 0 */
+                e->live = (int)share(dev, e, msg, e->live, 0, 0);
+            else /* e->feed and e->live written */
+                dev->ops->barrier(dev, all);
             if (!e->live)
                 break;
         }
     }
+    free(msg);
     free(whole);
     free(work);
 }

@@ -228,6 +228,14 @@ struct rt_device_ops {
      * rt_p2p_size_mismatch when its size is not `bytes`. */
     void (*send)(rt_device *dev, int64_t peer, int32_t tag, const void *buf, int64_t bytes);
     void (*recv)(rt_device *dev, int64_t peer, int32_t tag, void *buf, int64_t bytes);
+    /* Optional: NULL where the devices share memory (threads, solo), and
+     * the caller reads device 0's data there instead.  Every device calls
+     * it, in the same order with the same `bytes` (>= 0); device 0's
+     * buf[0..bytes) is copied into every other device's buf.  `idle` 1:
+     * the call may wait long (a server waiting for a request), so a device
+     * that waits polls briefly, then sleeps between polls instead of
+     * taking a core; 0: wait as the collectives do. */
+    void (*broadcast)(rt_device *dev, void *buf, int64_t bytes, int idle);
 };
 
 /* The table for a device without peers (the --check reference, unit tests). */

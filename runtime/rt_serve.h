@@ -8,7 +8,9 @@
  * Threads: libmicrohttpd runs one thread per connection; device 0's thread
  * (the engine) takes batches from the queue and runs the steps on every
  * device; they meet under rt_engine.mu, and connections sleep on
- * rt_engine.progress (no busy waiting).
+ * rt_engine.progress (no busy waiting).  Under MPI every rank has an
+ * engine, but only rank 0's has the server and the requests; the others
+ * receive its batches and tokens by broadcast (engine.c).
  */
 #ifndef EINC_RT_SERVE_H
 #define EINC_RT_SERVE_H
@@ -202,8 +204,9 @@ int rt_serve_check_mode(const rt_program *p, const rt_options *o, char *err, siz
 /* Before the run, with --serve: finds the decode interface (tokens,
  * position, replicated logits, or else a replicated i32 next-token output
  * for greedy decoding only), the cache length and the tokenizer,
- * refuses MPI (one rank would need to own the HTTP server), creates the
- * engine into g->engine and sets job->gen = g.  -1 and a message. */
+ * creates the engine into g->engine and sets job->gen = g, and catches
+ * SIGINT and SIGTERM (under MPI on rank 0 only, the rank that serves).
+ * -1 and a message. */
 int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
 
 #endif

@@ -4,9 +4,13 @@
  *
  * The server runs until SIGINT or SIGTERM: their handler wakes a thread
  * through a pipe, which asks the engine to stop, and the job ends normally (status 0) once the
- * running batch has finished.  Threads and the solo backend only: under
- * MPI, rank 0 would own the HTTP server and broadcast each batch and
- * each step's tokens to the other ranks, which is not built yet.
+ * running batch has finished.  Under MPI, rank 0 owns the HTTP server and
+ * catches the signals; its engine broadcasts the batches and each step's
+ * tokens to the other ranks (engine.c), which end when it stops.  They
+ * keep the default action of SIGINT and SIGTERM: a signal there ends the
+ * rank, and mpirun the job, as for any failed rank.  (mpirun itself turns
+ * a SIGINT or SIGTERM it gets into an abort of every rank, status 1: to
+ * stop the server cleanly, signal rank 0's process.)
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -153,10 +157,6 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     const rt_options *o = job->opt;
     memset(g, 0, sizeof *g);
     job->gen = g; /* released with the job, also after a failure here */
-    if (job->launcher->ranks_are_devices)
-        return rt_errf(err, errlen, "--serve runs on the threads backend only: under MPI one "
-                       "rank would own the HTTP server and broadcast each batch, which is not "
-                       "built yet; link the program without --mpi");
     g->sampling.temperature = 1; /* the logits must be there to sample from */
     if (rt_generate_find(p, g, err, errlen))
         return -1;
@@ -203,5 +203,7 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
         return rt_errf(err, errlen, "out of memory");
     job->repeat = 1; /* each step is timed into job->times[0] */
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer must not end the process */
-    return catch_signals(e, err, errlen);
+    /* Under MPI only rank 0 serves, so only its signals stop the engine. */
+    return job->launcher->ranks_are_devices && job->rank != 0 ? 0
+                                                              : catch_signals(e, err, errlen);
 }

@@ -27,7 +27,11 @@ runtime with random params; the server is started with --port 0 and its
  - a program whose logits stay vocab-sharded serves greedy and sampled
    requests with the texts of the replicated program (the engine gathers
    the logits each step);
- - with --mpi, --serve on MPI ranks stops with a clear message (not built).
+ - with --mpi, the same program on 4 MPI ranks (rank 0 serves, the others
+   follow its broadcasts): greedy completions alone, streamed and
+   concurrent (with a seeded sampled one) get the threads --generate's
+   texts, a bad request its 400, and SIGTERM to rank 0 ends every rank
+   (mpirun's status 0); a port in use ends every rank with rank 0's message.
 Every request has a timeout, and the servers are killed in `finally`.
 The last line is `N passed, N failed`.
 
@@ -83,12 +87,32 @@ def source(sharded=False, per_row=False):
          if sharded else ["output Logits[B, V]"])) + "\n"
 
 
-class Server:
-    """An executable started with --serve --port 0; kill() always ends it."""
+def rank0_pid(mpirun_pid):
+    """The process of rank 0 among mpirun's children (Open MPI starts the
+    ranks of its node itself and tells each its rank in its environment),
+    or None."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if b"OMPI_COMM_WORLD_RANK=0" in f.read().split(b"\0"):
+                    return int(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
-    def __init__(self, exe, extra=()):
-        self.p = subprocess.Popen([exe, "--serve", "--port", "0", "--random-inputs", str(SEED)]
-                                  + list(extra), stdout=subprocess.PIPE,
+
+class Server:
+    """An executable started with --serve --port 0, under `launch` (a prefix
+    such as mpirun's) if given; kill() always ends it."""
+
+    def __init__(self, exe, extra=(), launch=()):
+        self.launch = list(launch)
+        self.p = subprocess.Popen(self.launch + [exe, "--serve", "--port", "0", "--random-inputs",
+                                                 str(SEED)] + list(extra), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()
         m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
@@ -123,7 +147,22 @@ class Server:
         done = bool(events) and events[-1] == "[DONE]"
         return status, [json.loads(e) for e in events if e != "[DONE]"], done
 
+    def stop(self):
+        """SIGTERM to the process that serves (under mpirun, rank 0's: a
+        signal to mpirun aborts every rank); the exit status of the job."""
+        pid = rank0_pid(self.p.pid) if self.launch else self.p.pid
+        if pid is None:
+            return "no rank 0 process among mpirun's children"
+        os.kill(pid, signal.SIGTERM)
+        return self.p.wait(timeout=TIMEOUT)
+
     def kill(self):
+        if self.p.poll() is None and self.launch:
+            self.p.terminate()  # mpirun ends its ranks before it exits
+            try:
+                self.p.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pass
         if self.p.poll() is None:
             self.p.kill()
         self.p.wait(timeout=TIMEOUT)
@@ -387,17 +426,60 @@ def check_sharded_logits(t, a, exe, work):
         s.kill()
 
 
-def check_mpi(t, a, src, work):
-    """--serve under MPI: refused before anything listens."""
-    exe = os.path.join(work, "serve_mpi")
-    p = subprocess.run([a.einc, src, "-o", exe, "--runtime=mpi"], stdout=subprocess.PIPE,
+def check_mpi(t, a, src, exe, work):
+    """--serve on 4 MPI ranks: rank 0 owns the server, the other ranks run
+    the steps with the batches and tokens it broadcasts.  The texts are
+    the threads program `exe`'s --generate's, alone, streamed and among
+    others; a bad request gets its 400; SIGTERM to rank 0 ends the job."""
+    mpi = os.path.join(work, "serve_mpi")
+    p = subprocess.run([a.einc, src, "-o", mpi, "--runtime=mpi"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
-    if p.returncode == 0:
-        p = subprocess.run(mpi_launch(a.mpirun, 4) + [exe, "--serve", "--random-inputs", "1"],
+    if p.returncode != 0:
+        t.result(False, "einc serve.ein --runtime=mpi", p.stdout)
+        return
+    greedy = [("Hello", 12), ("a", 1), ("The quick brown fox", 21)]
+    reqs = [dict(prompt=q, max_tokens=n) for q, n in greedy]
+    want = [generate(exe, work, q, n) for q, n in greedy]
+    sampled = dict(prompt="Once upon", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
+    want.append(generate(exe, work, "Once upon", 20, ["--temperature", "1.5", "--top-p", "0.9",
+                                                      "--seed", "7"]))
+    s = Server(mpi, launch=mpi_launch(a.mpirun, 4))
+    try:
+        alone = [s.complete(**r) for r in reqs + [sampled]]
+        t.result([g[0] for g in alone] == [200] * 4 and [text_of(g[1]) for g in alone] == want,
+                 "4 MPI ranks: greedy and seeded completions = --generate's on threads",
+                 "got %r\nwant %r" % (alone, want))
+        status, chunks, done = s.stream(**reqs[0])
+        got = "".join(c["choices"][0]["text"] for c in chunks)
+        t.result(status == 200 and done and got == want[0],
+                 "4 MPI ranks: streamed, the same text, then [DONE]",
+                 "status %d, chunks %r, want %r" % (status, chunks, want[0]))
+        together = concurrently(s, reqs + [sampled])
+        t.result([text_of(g[1]) for g in together] == want,
+                 "4 MPI ranks: %d concurrent requests each get their text alone" % len(want),
+                 "got %r\nwant %r" % (together, want))
+        status, data = s.request("POST", "/v1/completions", dict(prompt="a", max_tokens=0))
+        t.result(status == 400 and json.loads(data)["error"]["param"] == "max_tokens" and
+                 s.complete(**reqs[1])[0] == 200,
+                 "4 MPI ranks: max_tokens 0 gets 400, and the server serves on",
+                 "%d %r" % (status, data))
+        rc = s.stop()
+        t.result(rc == 0, "4 MPI ranks: SIGTERM to rank 0 ends every rank, status 0",
+                 "status %s: %s" % (rc, s.p.stderr.read()))
+    finally:
+        s.kill()
+    # Rank 0 cannot listen: its message, and the other ranks (waiting for
+    # its first broadcast) end with it.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        p = subprocess.run(mpi_launch(a.mpirun, 4) + [mpi, "--serve", "--port",
+                                                      str(taken.getsockname()[1]),
+                                                      "--random-inputs", str(SEED)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=120)
-    t.result(p.returncode != 0 and "threads backend only" in p.stdout and
-             "listening" not in p.stdout, "--serve on 4 MPI ranks is refused", p.stdout)
+    t.result(p.returncode != 0 and "cannot listen on" in p.stdout and "listening" not in p.stdout,
+             "4 MPI ranks: a port in use ends every rank with rank 0's message", p.stdout)
 
 
 def main():
@@ -422,8 +504,7 @@ def main():
             check_sampling(t, s, exe, work)
             check_bad(t, s)
             check_metrics(t, s, before)
-            s.p.send_signal(signal.SIGTERM)
-            rc = s.p.wait(timeout=TIMEOUT)
+            rc = s.stop()
             t.result(rc == 0, "SIGTERM ends the server with status 0",
                      "status %s: %s" % (rc, s.p.stderr.read()))
         finally:
@@ -440,7 +521,7 @@ def main():
             t.result(p.returncode == 1 and msg in p.stdout, "--serve %s is refused" % " ".join(args),
                      p.stdout)
         if a.mpi:
-            check_mpi(t, a, src, work)
+            check_mpi(t, a, src, exe, work)
     return t.finish()
 
 

@@ -18,6 +18,10 @@ compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
  - with the logits vocab-sharded (`output Logits[B, V_X]`, gathered by the
    engine each step), the sampled request and 4 greedy ones, concurrent,
    get the same texts;
+ - with --mpi, on 4 MPI ranks (rank 0 serves and broadcasts each step's
+   tokens and positions), the sampled request and 4 greedy ones,
+   concurrent, get the same texts, with replicated and with vocab-sharded
+   logits, and SIGTERM to rank 0 ends every rank (mpirun's status 0);
  - more concurrent requests than --max-queue 1 holds get 503, the others
    their text;
  - /metrics has einc_running_rows and einc_iterations_total, which counts
@@ -111,6 +115,24 @@ def metric(s, name):
     return None
 
 
+def check_mpi(t, exe, launch, reqs, want, what):
+    """The server of `exe` under `launch` (mpirun's prefix): `reqs`,
+    concurrent, get the texts `want`; /metrics shows no row running after
+    them; SIGTERM to rank 0 ends the job with status 0."""
+    s = Server(exe, launch=launch)
+    try:
+        got = concurrently(s, reqs)
+        t.result([g[0] for g in got] == [200] * len(reqs) and [text_of(g[1]) for g in got] == want
+                 and metric(s, "einc_running_rows") == 0,
+                 "4 MPI ranks, %s: %d concurrent requests on 3 slots get their texts alone"
+                 % (what, len(reqs)), "got %r\nwant %r" % (got, want))
+        rc = s.stop()
+        t.result(rc == 0, "4 MPI ranks, %s: SIGTERM to rank 0 ends every rank, status 0" % what,
+                 "status %s: %s" % (rc, s.p.stderr.read()))
+    finally:
+        s.kill()
+
+
 def main():
     a = runtime_args(__doc__)
     t = Tally()
@@ -168,6 +190,13 @@ def main():
         finally:
             if s:
                 s.kill()
+        if mpi:  # rank 0 serves; the other ranks follow its broadcasts
+            launch = mpi_launch(a.mpirun, 4)
+            mixed, want = [sampled] + reqs[:4], [text_of(one[1])] + alone[:4]
+            check_mpi(t, mpi, launch, mixed, want, "replicated logits")
+            sharded_mpi = compile_variant(a, work, True, t, "mpi", sharded=True)
+            if sharded_mpi:
+                check_mpi(t, sharded_mpi, launch, mixed, want, "vocab-sharded logits")
         s = Server(static)
         try:  # the forced alternative: static batching makes it wait
             texts, ahead, detail = joins_running(s, static, work)

@@ -13,12 +13,17 @@
  * its own dim (RT_DIM_PER_AXIS: the boxes packed around MPI's calls).
  * Each for f32, f64 and bf16, and with every reduce_op (sum, max, min) for
  * AllReduce and ReduceScatter: max and min go through the backend's own
- * MPI operators and exchange, and must propagate the checker's NaN.  Exit
+ * MPI operators and exchange, and must propagate the checker's NaN.  Then
+ * the backend's broadcast (--serve's, engine.c): rank 0's bytes land on
+ * every rank, for 0 to 64 KiB, waiting (idle) or not; in the idle case
+ * rank 0 arrives 50 ms late, so the others poll and then sleep.  Exit
  * status 0 if every element of every case matched.
  */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll_check.h"
 #include "rt_test_util.h"
@@ -42,6 +47,42 @@ static const mpi_case cases8[] = {
     {2, {2, 4}, 2, {1, 0}}, {3, {2, 2, 2}, 1, {1}}, {3, {2, 2, 2}, 2, {0, 2}},
     {3, {2, 2, 2}, 2, {2, 1}},
 };
+
+/* What the broadcast check counts: its wrong bytes and the bytes checked
+ * on this rank. */
+typedef struct bcast_count {
+    int64_t errors, checked;
+} bcast_count;
+
+/* The byte rank 0 sends at offset i of a broadcast of n bytes. */
+static unsigned char bcast_byte(int64_t i, int64_t n)
+{
+    return (unsigned char)((i * 7 + n) % 251);
+}
+
+/* Every rank: broadcasts of several sizes, idle and not; the other ranks
+ * start with 0xEE everywhere and must end with rank 0's bytes. */
+static void bcast_device(rt_device *dev, void *arg)
+{
+    bcast_count *c = arg;
+    static const int64_t sizes[] = {0, 1, 37, 1 << 16};
+    for (int idle = 0; idle <= 1; idle++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            int64_t n = sizes[k];
+            unsigned char *buf = malloc((size_t)n + 1);
+            for (int64_t i = 0; i < n; i++)
+                buf[i] = dev->id == 0 ? bcast_byte(i, n) : 0xEE;
+            if (idle && dev->id == 0) { /* the others wait past their polling */
+                struct timespec ts = {0, 50000000L};
+                nanosleep(&ts, NULL);
+            }
+            dev->ops->broadcast(dev, buf, n, idle);
+            for (int64_t i = 0; i < n; i++)
+                c->errors += buf[i] != bcast_byte(i, n);
+            c->checked += n;
+            free(buf);
+        }
+}
 
 int main(int argc, char **argv)
 {
@@ -81,6 +122,16 @@ int main(int argc, char **argv)
             }
         }
     }
+    bcast_count bc = {0, 0};
+    rt_program p = test_mesh_program(cases[0].naxes_mesh, cases[0].sizes);
+    rt_mpi_launch(&p, 0, bcast_device, &bc);
+    int64_t mine[2] = {bc.errors, bc.checked}, sum[2];
+    MPI_Allreduce(mine, sum, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0 && (sum[0] || !sum[1]))
+        printf("FAIL: broadcast: %lld of %lld bytes wrong\n", (long long)sum[0],
+               (long long)sum[1]);
+    total_errors += sum[0] + !sum[1];
+    total_checked += sum[1];
     if (rank == 0)
         printf("%d ranks: %lld of %lld elements checked wrong\n", nranks,
                (long long)total_errors, (long long)total_checked);
