@@ -611,6 +611,17 @@ void cost_explain(FILE *out, const ir_module *m, const struct cost_hw *hw)
                  "(%.4g one-way), T_min = %.4g us; ICI intensity C/W_ici = %.4g\n",
             hw->peak_flops[IR_BF16], hw->hbm_bw, hw->ici_bidi_bw, hw->ici_oneway_bw,
             hw->ici_latency * 1e6, hw->peak_flops[IR_BF16] / hw->ici_bidi_bw);
+    /* The narrow rates, where the profile has them: seed 000 and 002 reason
+     * with their intensities (C_int8 / W_ici = 5100 on v5p; int8 weights
+     * halve the bytes a decode step reads). */
+    if (hw->peak_int8 > 0)
+        fprintf(out, "  C(int8) = %.4g OP/s: ICI intensity C_int8/W_ici = %.4g, HBM intensity "
+                     "C_int8/W_hbm = %.4g\n",
+                hw->peak_int8, hw->peak_int8 / hw->ici_bidi_bw, hw->peak_int8 / hw->hbm_bw);
+    if (hw->peak_fp8 > 0)
+        fprintf(out, "  C(fp8) = %.4g FLOP/s: ICI intensity C_fp8/W_ici = %.4g, HBM intensity "
+                     "C_fp8/W_hbm = %.4g\n",
+                hw->peak_fp8, hw->peak_fp8 / hw->ici_bidi_bw, hw->peak_fp8 / hw->hbm_bw);
     print_plan_line(out, m, "  ");
     int shown = 0;
     for (const ir_op *op = m->first; op; op = op->next) {

@@ -478,6 +478,12 @@ int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, 
         if (get_positive(peak, dts[i].key, "peak_flops.", origin, &hw->peak_flops[dts[i].t],
                          err, errsize) < 0)
             goto out;
+    /* Optional: the narrow rates a chip may have (absent: none). */
+    if ((cJSON_GetObjectItemCaseSensitive(peak, "int8") &&
+         get_positive(peak, "int8", "peak_flops.", origin, &hw->peak_int8, err, errsize) < 0) ||
+        (cJSON_GetObjectItemCaseSensitive(peak, "fp8") &&
+         get_positive(peak, "fp8", "peak_flops.", origin, &hw->peak_fp8, err, errsize) < 0))
+        goto out;
 
     struct { const char *key; double *dst; } figs[] = {
         {"hbm_bytes", &hw->hbm_bytes},

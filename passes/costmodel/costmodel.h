@@ -103,6 +103,11 @@ typedef struct cost_hw {
     char path[COST_HW_PATH_MAX];    /* file it was read from, for messages */
     bool calibrated;                /* false when "status" is "uncalibrated" */
     double peak_flops[3];           /* FLOP/s per ir_dtype (IR_F32, IR_F64, IR_BF16) */
+    double peak_int8;               /* OP/s of int8 matmuls (32-bit accumulation); 0: the profile
+                                       gives none.  No dtype of the language runs at it yet:
+                                       --explain prints the int8 intensities the seeds reason
+                                       with (seed 000: C_int8 / W_ici = 5100 on v5p) */
+    double peak_fp8;                /* FLOP/s of fp8 matmuls (f32 accumulation); 0: none */
     double hbm_bytes;               /* device memory capacity, bytes */
     double hbm_bw;                  /* device memory bandwidth, bytes/s */
     double ici_oneway_bw;           /* one link, one direction, bytes/s */

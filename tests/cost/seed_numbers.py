@@ -208,8 +208,9 @@ def numbers():
                          "einc's memory counts the values its remat policy keeps, not the seed's three per layer"))
     n.append(NotComputed("000", "Question 3 (3)", "FSDP + TP threshold 2550^2 / 2F, F = 13824", 235, "tokens",
                          "no program of question 3's LLaMA-2 13B FSDP + TP mesh; the value is at the seed's optimal X, which einc does not search (see the 99 row)"))
-    n.append(NotComputed("000", "Tensor Parallelism", "int8: C_int8 / W_ici", 5100, "",
-                         "no int8 rates in the profiles"))
+    a(Num("000", "Tensor Parallelism", "int8: C_int8 / W_ici", 5100, "",
+          [["--hw", "tpu-v5p", "--explain", SN + "fsdp_4096_v5p.ein"]],
+          [(0, r"C_int8/W_ici = " + NUM)]))
     n.append(NotComputed("000", "FSDP (LLaMA-3 70B)", "16M tokens / (2550 / 3) chips", 18823, "chips",
                          "no GQA training program for LLaMA-3 70B (the examples have K = N)"))
     n.append(NotComputed("000", "FSDP (LLaMA-3 70B)", "training FLOPs, 15e12 tokens: 6 x 70e9 x 15e12", 6.3e24, "FLOPs",

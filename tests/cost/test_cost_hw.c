@@ -97,6 +97,14 @@ static void test_shipped_profiles(void)
     cost_hw v5p;
     CU_ASSERT_EQUAL_FATAL(cost_hw_load("tpu-v5p", &v5p, NULL, 0), 0);
     CU_ASSERT_DOUBLE_EQUAL(v5p.peak_flops[IR_BF16] / v5p.ici_bidi_bw, 2550, 1);
+    /* seed 000: C_int8 / W_ici = 5100 on v5p; int8 is twice bf16 on the
+     * TPUs that have it (HARDWARE.md), fp8 only on H100, none on host */
+    CU_ASSERT_DOUBLE_EQUAL(v5p.peak_int8 / v5p.ici_bidi_bw, 5100, 1);
+    CU_ASSERT_EQUAL(v5p.peak_fp8, 0);
+    cost_hw h100;
+    CU_ASSERT_EQUAL_FATAL(cost_hw_load("h100", &h100, NULL, 0), 0);
+    CU_ASSERT_DOUBLE_EQUAL(h100.peak_fp8, 1.979e15, 1e6);
+    CU_ASSERT_EQUAL(host.peak_int8, 0);
 }
 
 static void test_load_by_path_and_env(void)
@@ -156,6 +164,10 @@ static void test_bad_profiles(void)
     expect_error(V("\"dcn_bandwidth\": 3e9", "\"dcn_bandwidth\": -3e9"), "\"dcn_bandwidth\" must be > 0");
     expect_error(V("\"hbm_bytes\": 1.6e10", "\"hbm_bytes\": \"16GB\""), "\"hbm_bytes\" must be a number");
     expect_error(V(", \"f64\": 1e13", ""), "\"peak_flops.f64\"");
+    expect_error(V(", \"f64\": 1e13", ", \"f64\": 1e13, \"int8\": -4e14"),
+                 "\"peak_flops.int8\" must be > 0");
+    expect_error(V(", \"f64\": 1e13", ", \"f64\": 1e13, \"fp8\": \"fast\""),
+                 "\"peak_flops.fp8\" must be a number");
     expect_error(V("\"peak_flops\"", "\"peak\""), "\"peak_flops\"");
     expect_error(V("\"size_equals\"", "\"sometimes\""), "unknown \"wraparound.rule\" \"sometimes\"");
     expect_error(V(", \"size\": 16", ""), "\"wraparound.size\"");
