@@ -19,7 +19,10 @@
  * x[k,c].  A repeated block's activations are kept through a LayerStack,
  * whose result holds every layer (trip count) in the operand's sharding
  * without partial sums (propagate_loop.c); its bytes go on the candidates
- * of the op making the operand.  Values with a constraint keep it.
+ * of the op making the operand.  Values with a constraint keep it.  A
+ * reshard's copy that a forward consumer makes and a backward consumer
+ * reads is kept as well (pass_ilp_mem_copies), except a param's: the
+ * regather pass gathers a weight again when the peak does not fit.
  *
  * The cost pass's peak (memory: line) is another figure: program-order
  * liveness, where the kept activations, the gradients and the transient
@@ -141,6 +144,15 @@ static double copies_now(const prop *p, int id)
     return b;
 }
 
+/* Whether a copy of value id may be kept (copies_now, copies_of): not of
+ * a param, whose gathered copy the regather pass gathers again before the
+ * backward pass when the peak does not fit (ZeRO-3; passes/regather.c). */
+static bool copy_counts(const prop *p, int id)
+{
+    const ir_value *v = p->m->values[id];
+    return v && v->kind != IR_VAL_PARAM;
+}
+
 double pass_prop_memory(const prop *p)
 {
     double b = fixed_bytes(p);
@@ -150,7 +162,7 @@ double pass_prop_memory(const prop *p)
             ir_sharding sh = pass_prop_current(p, source_of(v));
             b += kept_bytes(p, v, &sh);
         }
-        if (p->m->values[i])
+        if (copy_counts(p, i))
             b += copies_now(p, i);
     }
     return b;
@@ -182,6 +194,8 @@ bool pass_ilp_mem_row(ilp *s, double *fixed, double *coef)
     }
     /* A value read in both passes may be kept as a copy (copies_now). */
     for (int i = 0; i < p->nvalues && !varies; i++) {
+        if (!copy_counts(p, i))
+            continue;
         bool fwd = false, bwd = false;
         for (int u = p->use_start[i]; u < p->use_start[i + 1]; u++) {
             fwd = fwd || use_in(p, u, IR_PHASE_FORWARD);
@@ -366,7 +380,7 @@ bool pass_ilp_mem_copies(ilp *s, double **coef)
     bool ok = r.acc && r.cols && r.val;
     /* r's buffers cover the x columns; each row's z is appended last. */
     for (int id = 0; ok && id < s->p->nvalues; id++)
-        if (s->p->m->values[id])
+        if (copy_counts(s->p, id))
             ok = copies_of(s, id, &r, &zb, &zcap);
     double *nc = ok ? realloc(*coef, ((size_t)s->ncols + 1) * sizeof *nc) : NULL;
     if (nc) {
