@@ -46,6 +46,12 @@
  * run a different number of times.  So the plan is re-priced exactly after
  * the solve and kept only if it is strictly better.
  *
+ * The HBM is a row of the program (Alpa's memory budget, same section):
+ * the bytes each candidate's kept activations take, under the profile's
+ * hbm_bytes less what no layout changes (propagate_ilp_mem.c).  It is
+ * added only when the fastest plan does not fit, and the program solved
+ * again, so a plan that fits is the one found without it.
+ *
  * The solver gets the local search's plan as its first incumbent (GLPK's
  * heuristic callback), the LP relaxation first with its presolver, then
  * branch and cut within a time limit.  What it proves is recorded in
