@@ -119,6 +119,9 @@ def case(einc, hw_dir, path, tmp):
         rc, explain, _ = run(einc, path, "--explain", "--hw", hw)
         if kind == "none":
             check("no plan among the candidates fits the HBM" in text, "%s: nothing fits, said: %s" % (what, text))
+            pl = d["plan"]
+            check(pl.get("memory") == "none fits" and pl["memory_plan"] >= pl["memory_least"] > float(hbm),
+                  "%s: the JSON plan's memory figures: %s" % (what, {k: v for k, v in pl.items() if k != "text"}))
             check(colls == free_colls, "%s: the fastest plan kept (%s)" % (what, " ".join(colls)))
             continue
         check(free["totals"]["peak_memory"] > float(hbm),
@@ -126,6 +129,10 @@ def case(einc, hw_dir, path, tmp):
         check(peak <= float(hbm), "%s: the plan fits (peak %d)" % (what, peak))
         check("memory-bound: the fastest plan needs" in text, "%s: certificate says memory-bound: %s" % (what, text))
         check(rc == 0 and "memory-bound" in explain, "%s: --explain says memory-bound" % what)
+        pl = d["plan"]
+        check(pl.get("memory") == "bound" and pl["hbm"] == float(hbm) and pl["memory_plan"] <= float(hbm)
+              < pl["memory_fastest"] and pl["fastest"] < pl["objective"],
+              "%s: the JSON plan's memory figures: %s" % (what, {k: v for k, v in pl.items() if k != "text"}))
         # The row's figure against the cost pass's accounting of the same plan.
         b = breakdown(einc, path, hw)
         cost = inputs + sum(b[k] for k in ("params", "gradients", "optimizer state (moments)", "master weights",
