@@ -705,9 +705,11 @@ void ir_print(FILE *out, ir_module *m);
 void ir_print_json(FILE *out, ir_module *m);
 /* "plan 45.2 ms, proven optimal among 1,769 candidate layouts; lower bound
  * 19.1 ms (plan/bound 2.37)": the planner's certificate (m->plan) and the
- * cost pass's lower bound (m->totals.bound_serial), into buf; empty when
- * the planner left none (plan_cert.c). */
+ * cost pass's lower bound (m->totals.bound_serial), then what the HBM
+ * decided ("; memory-bound: ..."), into buf; empty when the planner left
+ * none (plan_cert.c).  IR_PLAN_CERT_MAX bytes hold the longest. */
 void ir_plan_cert_str(const ir_module *m, char *buf, size_t size);
+#define IR_PLAN_CERT_MAX 1024
 
 /* ---- dtype conversions in elementwise ops (ew_dtype.c) ---- */
 

@@ -47,6 +47,13 @@ typedef enum ir_plan_proof {
     IR_PLAN_BOUNDED,    /* the solver stopped at its time limit with a bound */
 } ir_plan_proof;
 
+/* Whether the HBM decided the plan (the planner's memory row). */
+typedef enum ir_plan_memory {
+    IR_PLAN_MEM_FREE,      /* the fastest plan fits, or the row was not stated: nothing to say */
+    IR_PLAN_MEM_BOUND,     /* the fastest plan does not fit; a slower one that does was chosen */
+    IR_PLAN_MEM_NONE_FITS, /* no plan among the candidates fits; the fastest was kept */
+} ir_plan_memory;
+
 typedef struct ir_plan_cert {
     bool valid;          /* propagate ran with a profile */
     ir_plan_proof proof;
@@ -55,6 +62,14 @@ typedef struct ir_plan_cert {
     long candidates;     /* candidate layouts the ILP chose among */
     bool merged;         /* simple ops followed an operand (Alpa's merging) to keep the ILP small */
     const char *why;     /* when the plan is above `best`: why it was kept (static string), or NULL */
+    /* The planner's memory row (passes/propagate_ilp_mem.c): bytes per device of params,
+     * optimizer state, inputs, gradients and activations kept for the backward pass. */
+    ir_plan_memory memory;
+    double mem_hbm;      /* bytes: the profile's HBM per device */
+    double mem_fastest;  /* bytes: what the fastest plan keeps (IR_PLAN_MEM_BOUND) */
+    double mem_plan;     /* bytes: what the chosen plan keeps */
+    double mem_least;    /* bytes: no plan among the candidates keeps less (IR_PLAN_MEM_NONE_FITS) */
+    double fastest;      /* seconds: the fastest plan's objective (IR_PLAN_MEM_BOUND) */
 } ir_plan_cert;
 
 /* The step of a pipelined program (ir_module.pipe) as its schedule runs

@@ -32,6 +32,20 @@ static void count_str(long n, char *buf, size_t size)
     buf[o < size ? o : size - 1] = 0;
 }
 
+/* "; memory-bound: ...": what the planner's memory row decided, or nothing. */
+static void memory_str(const ir_plan_cert *c, char *buf, size_t size)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (c->memory == IR_PLAN_MEM_BOUND)
+        snprintf(buf, size, "; memory-bound: the fastest plan needs %.3g GiB per device, HBM is %.3g GiB; "
+                 "chose a plan of %.3g GiB, %.1f%% slower", c->mem_fastest / gib, c->mem_hbm / gib,
+                 c->mem_plan / gib, c->fastest > 0 ? 100.0 * (c->objective - c->fastest) / c->fastest : 0.0);
+    else if (c->memory == IR_PLAN_MEM_NONE_FITS)
+        snprintf(buf, size, "; no plan among the candidates fits the HBM (%.3g GiB per device): the smallest "
+                 "needs %.3g GiB (params, optimizer state, inputs, gradients, kept activations); the fastest is "
+                 "kept", c->mem_hbm / gib, c->mem_least / gib);
+}
+
 void ir_plan_cert_str(const ir_module *m, char *buf, size_t size)
 {
     const ir_plan_cert *c = &m->plan;
@@ -65,9 +79,15 @@ void ir_plan_cert_str(const ir_module *m, char *buf, size_t size)
                      c->proof == IR_PLAN_OPTIMAL ? "best" : "bound at the time limit", b, c->why ? ": " : "",
                      c->why ? c->why : "");
     }
-    if (w < 0 || (size_t)w >= size || m->totals.bound_serial <= 0.0)
+    if (w < 0 || (size_t)w >= size)
         return;
-    seconds_str(m->totals.bound_serial, b, sizeof b);
-    snprintf(buf + w, size - (size_t)w, "; lower bound %s (plan/bound %.2f)", b,
-             c->objective / m->totals.bound_serial);
+    if (m->totals.bound_serial > 0.0) {
+        seconds_str(m->totals.bound_serial, b, sizeof b);
+        int n2 = snprintf(buf + w, size - (size_t)w, "; lower bound %s (plan/bound %.2f)", b,
+                          c->objective / m->totals.bound_serial);
+        if (n2 < 0 || (size_t)(w + n2) >= size)
+            return;
+        w += n2;
+    }
+    memory_str(c, buf + w, size - (size_t)w);
 }

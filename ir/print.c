@@ -441,7 +441,7 @@ void ir_print(FILE *out, ir_module *m)
                 "model FLOPs %.4g (global), peak memory %.4g GiB per device\n",
                 m->totals.step_time * 1e6, m->totals.exposed_comm_time * 1e6, m->totals.mfu * 100,
                 m->totals.model_flops, m->totals.peak_memory / (1024.0 * 1024.0 * 1024.0));
-    char cert[512];
+    char cert[IR_PLAN_CERT_MAX];
     ir_plan_cert_str(m, cert, sizeof cert);
     if (cert[0])
         fprintf(out, "# %s\n", cert);

@@ -367,7 +367,19 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddBoolToObject(pl, "merged", m->plan.merged);
         if (m->plan.why)
             cJSON_AddStringToObject(pl, "why", m->plan.why);
-        char cert[512];
+        if (m->plan.memory != IR_PLAN_MEM_FREE) {
+            /* What the HBM decided (the planner's memory row, bytes per device). */
+            cJSON_AddStringToObject(pl, "memory", m->plan.memory == IR_PLAN_MEM_BOUND ? "bound" : "none fits");
+            cJSON_AddNumberToObject(pl, "hbm", m->plan.mem_hbm);
+            cJSON_AddNumberToObject(pl, "memory_plan", m->plan.mem_plan);
+            if (m->plan.memory == IR_PLAN_MEM_BOUND) {
+                cJSON_AddNumberToObject(pl, "memory_fastest", m->plan.mem_fastest);
+                cJSON_AddNumberToObject(pl, "fastest", m->plan.fastest);
+            } else {
+                cJSON_AddNumberToObject(pl, "memory_least", m->plan.mem_least);
+            }
+        }
+        char cert[IR_PLAN_CERT_MAX];
         ir_plan_cert_str(m, cert, sizeof cert);
         cJSON_AddStringToObject(pl, "text", cert);
     }

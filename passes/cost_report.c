@@ -61,7 +61,7 @@ static void print_header(FILE *out, const ir_module *m, const cost_hw *hw, const
  * the plan can be from the best (ir_plan_cert_str), if the planner said. */
 static void print_plan_line(FILE *out, const ir_module *m, const char *indent)
 {
-    char cert[512];
+    char cert[IR_PLAN_CERT_MAX];
     ir_plan_cert_str(m, cert, sizeof cert);
     if (cert[0])
         fprintf(out, "%s%s\n", indent, cert);

@@ -534,6 +534,34 @@ static int descend(prop *p)
     return round;
 }
 
+/* A copy of every op's layout (the caller frees it), NULL when out of
+ * memory. */
+static layout *layouts_save(const prop *p)
+{
+    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    for (int k = 0; keep && k < p->nops; k++)
+        keep[k] = p->ops[k].lay;
+    return keep;
+}
+
+/* Sweeps after the ILP adopted a plan; when the ILP's memory row chose
+ * it, the sweeps (which see only time) are undone if their plan no longer
+ * fits the HBM.  Returns the rounds of sweeps. */
+static int sweep_fitting(prop *p)
+{
+    if (p->ilp.mem != PASS_ILP_MEM_BOUND)
+        return sweep(p);
+    layout *keep = layouts_save(p);
+    if (!keep)
+        return 0;
+    int round = sweep(p);
+    if (pass_prop_memory(p) > p->ilp.mem_hbm)
+        for (int k = 0; k < p->nops; k++)
+            p->ops[k].lay = keep[k];
+    free(keep);
+    return round;
+}
+
 /* The second phase: from the plan that spreads the user's shardings (the
  * local optimum of descend), every axis the program uses may go to any
  * dim; descend again, then branch and bound over the whole program.  The
@@ -543,12 +571,11 @@ static int descend(prop *p)
  * not by a rounding.  Returns the rounds of sweeps. */
 static int widen(prop *p)
 {
-    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    layout *keep = layouts_save(p);
     if (!keep)
         return 0;
-    for (int k = 0; k < p->nops; k++)
-        keep[k] = p->ops[k].lay;
     double narrow = pass_prop_step_time(p);
+    bool fit_narrow = p->hw && pass_prop_memory(p) <= p->hw->hbm_bytes;
     p->wide = true;
     p->eval_limit = p->evals + WIDE_BUDGET;
     int round = descend(p);
@@ -557,9 +584,16 @@ static int widen(prop *p)
     p->eval_limit = 0;
     /* The whole program at once: what no move of a few ops reaches. */
     if (p->ilp_time > 0 && pass_prop_ilp(p, p->ilp_time, &p->ilp) > 0)
-        round += sweep(p);
+        round += sweep_fitting(p);
     double wide = pass_prop_step_time(p);
     bool better = wide < narrow * (1.0 - WIDE_MARGIN);
+    /* A plan that fits the HBM beats one that does not (the ILP's memory
+     * row), whatever their steps. */
+    if (p->ilp.mem_hbm > 0) {
+        bool fit_wide = pass_prop_memory(p) <= p->ilp.mem_hbm;
+        if (fit_wide != fit_narrow)
+            better = fit_wide;
+    }
     if (p->ctx->log)
         fprintf(p->ctx->log,
                 "propagate: with every used axis on any dim: step %.4g us against %.4g us "
@@ -590,6 +624,14 @@ static void certify(prop *p, double objective)
     c->candidates = r->candidates;
     c->merged = r->merged;
     c->why = p->plan_why;
+    if (r->mem != PASS_ILP_MEM_FREE) {
+        c->memory = r->mem == PASS_ILP_MEM_BOUND ? IR_PLAN_MEM_BOUND : IR_PLAN_MEM_NONE_FITS;
+        c->mem_hbm = r->mem_hbm;
+        c->mem_fastest = r->mem_fastest;
+        c->mem_plan = pass_prop_memory(p);
+        c->mem_least = r->mem_least;
+        c->fastest = r->fastest;
+    }
     switch (r->status) {
     case PASS_ILP_OPTIMAL:
         c->proof = IR_PLAN_OPTIMAL;
@@ -694,6 +736,10 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
             fprintf(ctx->log, "%.4g us on %s (compute and reshards, in sequence), ", total.time * 1e6,
                     p.hw->name);
         fprintf(ctx->log, "%.0f bytes moved per device by %d reshard ops\n", total.bytes, total.nops);
+        if (p.hw)
+            fprintf(ctx->log, "propagate: memory row of the plan: %.0f bytes per device (params, optimizer "
+                    "state, inputs, gradients, kept activations), HBM %.0f\n", pass_prop_memory(&p),
+                    p.hw->hbm_bytes);
         for (int k = 0; k < p.nops; k++)
             log_layout(&p, k);
     }

@@ -46,6 +46,12 @@
  * run a different number of times.  So the plan is re-priced exactly after
  * the solve and kept only if it is strictly better.
  *
+ * The HBM is a row of the program (Alpa's memory budget, same section):
+ * the bytes each candidate's kept activations take, under the profile's
+ * hbm_bytes less what no layout changes (propagate_ilp_mem.c).  It is
+ * added only when the fastest plan does not fit, and the program solved
+ * again, so a plan that fits is the one found without it.
+ *
  * The solver gets the local search's plan as its first incumbent (GLPK's
  * heuristic callback), the LP relaxation first with its presolver, then
  * branch and cut within a time limit.  What it proves is recorded in
@@ -58,6 +64,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "costmodel.h"
 #include "propagate_ilp.h"
 
 /* ---- building ---- */
@@ -80,9 +87,7 @@ static bool grow(void **a, int *cap, int need, size_t elt)
     return true;
 }
 
-/* A new column: continuous in [lb, 1] or binary, with objective `obj` (us)
- * and warm-start value `warm`. */
-static int col_new(ilp *s, double obj, bool binary, double lb, double warm)
+int pass_ilp_col_new(ilp *s, double obj, bool binary, double lb, double warm)
 {
     int j = glp_add_cols(s->lp, 1);
     s->ncols = j;
@@ -156,9 +161,7 @@ static void forbid(ilp *s, int k, const group *gr, int g)
             glp_set_col_bnds(s->lp, s->col0[k] + c, GLP_FX, 0.0, 0.0);
 }
 
-/* Groups op k's candidates by their produced sharding (operand < 0) or by
- * what they require of operand `operand`. */
-static bool group_make(ilp *s, int k, int operand, group *gr)
+bool pass_ilp_group_make(ilp *s, int k, int operand, group *gr)
 {
     const ir_op *op = s->p->ops[k].op;
     int rank = operand < 0 ? op->result->type.rank : op->operands[operand]->type.rank;
@@ -180,7 +183,7 @@ static bool group_make(ilp *s, int k, int operand, group *gr)
     return true;
 }
 
-static void group_free(group *gr)
+void pass_ilp_group_free(group *gr)
 {
     free(gr->sh);
     free(gr->of);
@@ -242,7 +245,7 @@ static int ycol(ilp *s, const ir_value *v, int *ys, int nt, int a, const ir_shar
     int *slot = &ys[a * nt + ti];
     if (*slot == 0) {
         double us = pass_prop_reshard_time(s->p, v, from, &t->sh[ti]) * t->trips[ti] * 1e6;
-        *slot = col_new(s, us, false, 0.0, 0.0);
+        *slot = pass_ilp_col_new(s, us, false, 0.0, 0.0);
     }
     return *slot;
 }
@@ -254,9 +257,9 @@ static void value_variable(ilp *s, int id, int k)
     const ir_value *v = p->m->values[id];
     int rank = v->type.rank;
     group A;
-    if (!group_make(s, k, -1, &A)) {
+    if (!pass_ilp_group_make(s, k, -1, &A)) {
         s->oom = true;
-        group_free(&A);
+        pass_ilp_group_free(&A);
         return;
     }
     int nuse = p->use_start[id + 1] - p->use_start[id];
@@ -264,13 +267,13 @@ static void value_variable(ilp *s, int id, int k)
     targets T = {0};
     if (!B) {
         s->oom = true;
-        group_free(&A);
+        pass_ilp_group_free(&A);
         return;
     }
     /* Targets in pass_prop_value_cost's order. */
     for (int u = 0; u < nuse; u++) {
         const use *us = &p->uses[p->use_start[id] + u];
-        if (!group_make(s, us->op, us->operand, &B[u])) {
+        if (!pass_ilp_group_make(s, us->op, us->operand, &B[u])) {
             s->oom = true;
             goto out;
         }
@@ -335,7 +338,7 @@ static void value_variable(ilp *s, int id, int k)
                 bool same = ir_sharding_equal(&A.sh[a], &B[u].sh[b], rank);
                 bool cur = a == A.cur && b == B[u].cur;
                 double us_cost = alone && !same ? t * T.trips[ti] * 1e6 : 0.0;
-                int e = col_new(s, us_cost, false, 0.0, cur ? 1.0 : 0.0);
+                int e = pass_ilp_col_new(s, us_cost, false, 0.0, cur ? 1.0 : 0.0);
                 nz_add(s, erow_a[a], e, 1.0);
                 nz_add(s, rb, e, 1.0);
                 if (same || alone)
@@ -367,11 +370,11 @@ static void value_variable(ilp *s, int id, int k)
     free(erow_a);
 out:
     for (int u = 0; u < nuse; u++)
-        group_free(&B[u]);
+        pass_ilp_group_free(&B[u]);
     free(B);
     free(T.sh);
     free(T.trips);
-    group_free(&A);
+    pass_ilp_group_free(&A);
 }
 
 /* The terms of a value whose sharding is fixed (`have`): one w[b] per
@@ -400,9 +403,9 @@ static void value_fixed(ilp *s, int id, const ir_sharding *have)
     for (int u = 0; u < nuse && !s->oom; u++) {
         const use *us = &p->uses[p->use_start[id] + u];
         group B;
-        if (!group_make(s, us->op, us->operand, &B)) {
+        if (!pass_ilp_group_make(s, us->op, us->operand, &B)) {
             s->oom = true;
-            group_free(&B);
+            pass_ilp_group_free(&B);
             break;
         }
         double trips = (double)ir_op_trips(p->m, p->ops[us->op].op);
@@ -426,12 +429,12 @@ static void value_fixed(ilp *s, int id, const ir_sharding *have)
                     s->oom = true;
                     break;
                 }
-                ws[ti] = col_new(s, t * T.trips[ti] * 1e6, false, 0.0, 0.0);
+                ws[ti] = pass_ilp_col_new(s, t * T.trips[ti] * 1e6, false, 0.0, 0.0);
             }
             int r = ge_new(s, ws[ti]);
             nz_group(s, r, us->op, &B, b);
         }
-        group_free(&B);
+        pass_ilp_group_free(&B);
     }
     free(ws);
     free(T.sh);
@@ -513,6 +516,107 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Solves s->lp: the relaxation (dual simplex after GLPK's presolver),
+ * then branch and cut from the warm start, within ms milliseconds from t0
+ * in all.  Fills rep's status, iterations, nodes, objective and bounds;
+ * false when no integral plan was found (the relaxation infeasible, or a
+ * limit reached first). */
+static bool solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
+{
+    glp_smcp sm;
+    glp_init_smcp(&sm);
+    sm.msg_lev = GLP_MSG_OFF;
+    sm.presolve = GLP_ON;
+    sm.meth = GLP_DUALP;
+    sm.tm_lim = ms;
+    /* The iteration limit, not the clock, decides on a loaded machine, so
+     * that a program gets the same plan every time. */
+    sm.it_lim = ILP_ITERS_PER_ROW * s->nrows + 10000;
+    int ret = glp_simplex(s->lp, &sm);
+    rep->iterations = glp_get_it_cnt(s->lp);
+    if (ret != 0 || glp_get_status(s->lp) != GLP_OPT) {
+        rep->status = PASS_ILP_TIME_LIMIT;
+        return false;
+    }
+    rep->lp_bound = glp_get_obj_val(s->lp) * 1e-6;
+    s->bound = glp_get_obj_val(s->lp);
+    glp_iocp io;
+    glp_init_iocp(&io);
+    io.msg_lev = GLP_MSG_OFF;
+    io.presolve = GLP_OFF; /* the heuristic callback needs the original columns */
+    io.cb_func = callback;
+    io.cb_info = s;
+    io.mip_gap = 1e-6;
+    int left = ms - (int)((now() - t0) * 1e3);
+    io.tm_lim = left > 1 ? left : 1;
+    ret = glp_intopt(s->lp, &io);
+    int st = glp_mip_status(s->lp);
+    if (st != GLP_OPT && st != GLP_FEAS) {
+        rep->status = PASS_ILP_TIME_LIMIT;
+        return false;
+    }
+    double obj = glp_mip_obj_val(s->lp);
+    rep->status = st == GLP_OPT && ret == 0 ? PASS_ILP_OPTIMAL : PASS_ILP_TIME_LIMIT;
+    rep->nodes = s->nodes;
+    rep->objective = obj * 1e-6;
+    rep->bound = (rep->status == PASS_ILP_OPTIMAL ? obj : fmin(obj, s->bound)) * 1e-6;
+    return true;
+}
+
+/* Sets every op's layout to the candidate that plan x selects. */
+static void apply(ilp *s, const double *x)
+{
+    for (int k = 0; k < s->p->nops; k++)
+        for (int c = 0; c < s->nc[k]; c++)
+            if (x[s->col0[k] + c] > 0.5)
+                s->p->ops[k].lay = s->cand[k][c];
+}
+
+/* The memory row (propagate_ilp_mem.c), added only when it binds, so that
+ * a plan that fits is the one the solve without it found: when plan x
+ * keeps more than the profile's HBM per device, solves again with the row
+ * and replaces x by that plan; when no plan among the candidates fits,
+ * keeps x.  Says which in rep (mem and the mem_ figures). */
+static void memory_row(ilp *s, int ms, double t0, double *x, pass_prop_ilp_report *rep)
+{
+    prop *p = s->p;
+    double fixed, hbm = p->hw->hbm_bytes;
+    double *coef = malloc(((size_t)s->ncols + 1) * sizeof *coef);
+    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    if (!coef || !keep || !pass_ilp_mem_row(s, &fixed, coef))
+        goto out;
+    rep->mem_hbm = hbm;
+    for (int k = 0; k < p->nops; k++)
+        keep[k] = p->ops[k].lay;
+    apply(s, x);
+    rep->mem_fastest = pass_prop_memory(p);
+    rep->fastest = pass_prop_total_cost(p).time;
+    for (int k = 0; k < p->nops; k++)
+        p->ops[k].lay = keep[k];
+    if (rep->mem_fastest <= hbm)
+        goto out;
+    rep->mem = PASS_ILP_MEM_NONE_FITS;
+    rep->mem_least = fixed + pass_ilp_mem_min(s, coef);
+    int ncols_x = s->ncols; /* x holds the columns before the row's z */
+    if (rep->mem_least > hbm || !pass_ilp_mem_copies(s, &coef) || !pass_ilp_mem_add(s, coef, hbm - fixed))
+        goto out;
+    pass_prop_ilp_report free_rep = *rep;
+    /* GLPK takes a heuristic solution without checking its rows: the
+     * local search's plan is the first incumbent only if it fits. */
+    s->warm_given = fixed + pass_ilp_mem_value(s, coef, s->warm) > hbm;
+    s->nodes = 0;
+    if (solve(s, ms, t0, rep)) {
+        for (int j = 1; j <= ncols_x; j++)
+            x[j] = glp_mip_col_val(s->lp, j);
+        rep->mem = PASS_ILP_MEM_BOUND;
+    } else {
+        *rep = free_rep;
+    }
+out:
+    free(coef);
+    free(keep);
+}
+
 int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
 {
     double t0 = now();
@@ -531,6 +635,8 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     s.sharded_dim = calloc((size_t)p->m->ndims + 1, sizeof *s.sharded_dim);
     int changed = 0;
     bool small;
+    double *x = NULL; /* by column: the plan the solver chose */
+    layout *keep = NULL;
     if (!s.lp || !s.cand || !s.nc || !s.col0 || !s.own || !s.own_n || !s.sharded_dim)
         goto out;
     if (!pass_ilp_own_all(&s, &small))
@@ -548,7 +654,7 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
             int r = row_new(&s, GLP_FX);
             glp_set_row_bnds(s.lp, r, GLP_FX, 1.0, 1.0);
             for (int c = 0; c < s.nc[k]; c++) {
-                int j = col_new(&s, 0.0, true, 0.0, c == 0);
+                int j = pass_ilp_col_new(&s, 0.0, true, 0.0, c == 0);
                 if (c == 0)
                     s.col0[k] = j;
                 nz_add(&s, r, j, 1.0);
@@ -594,58 +700,27 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     double warm_obj = s.constant;
     for (int j = 1; j <= s.ncols; j++)
         warm_obj += glp_get_obj_coef(s.lp, j) * s.warm[j];
-    glp_smcp sm;
-    glp_init_smcp(&sm);
-    sm.msg_lev = GLP_MSG_OFF;
-    sm.presolve = GLP_ON;
-    sm.meth = GLP_DUALP;
-    int ms = (int)fmax(1.0, fmin(time_limit * 1e3, 1e9));
-    sm.tm_lim = ms;
-    /* The iteration limit, not the clock, decides on a loaded machine, so
-     * that a program gets the same plan every time. */
-    sm.it_lim = ILP_ITERS_PER_ROW * s.nrows + 10000;
-    int ret = glp_simplex(s.lp, &sm);
-    rep->iterations = glp_get_it_cnt(s.lp);
-    if (ret != 0 || glp_get_status(s.lp) != GLP_OPT) {
-        rep->status = PASS_ILP_TIME_LIMIT;
-        goto out;
-    }
-    rep->lp_bound = glp_get_obj_val(s.lp) * 1e-6;
-    s.bound = glp_get_obj_val(s.lp);
-    glp_iocp io;
-    glp_init_iocp(&io);
-    io.msg_lev = GLP_MSG_OFF;
-    io.presolve = GLP_OFF; /* the heuristic callback needs the original columns */
-    io.cb_func = callback;
-    io.cb_info = &s;
-    io.mip_gap = 1e-6;
-    int left = ms - (int)((now() - t0) * 1e3);
-    io.tm_lim = left > 1 ? left : 1;
-    ret = glp_intopt(s.lp, &io);
-    int st = glp_mip_status(s.lp);
-    if (st != GLP_OPT && st != GLP_FEAS) {
-        rep->status = PASS_ILP_TIME_LIMIT;
-        goto out;
-    }
-    double obj = glp_mip_obj_val(s.lp);
-    rep->status = st == GLP_OPT && ret == 0 ? PASS_ILP_OPTIMAL : PASS_ILP_TIME_LIMIT;
-    rep->nodes = s.nodes;
-    rep->objective = obj * 1e-6;
-    rep->bound = (rep->status == PASS_ILP_OPTIMAL ? obj : fmin(obj, s.bound)) * 1e-6;
     rep->warm_objective = warm_obj * 1e-6;
-    /* Adopt the solver's plan if the exact objective agrees it is better. */
+    int ms = (int)fmax(1.0, fmin(time_limit * 1e3, 1e9));
+    x = malloc(((size_t)s.ncols + 1) * sizeof *x);
+    if (!x || !solve(&s, ms, t0, rep))
+        goto out;
+    for (int j = 1; j <= s.ncols; j++)
+        x[j] = glp_mip_col_val(s.lp, j);
+    memory_row(&s, ms, t0, x, rep);
+    /* Adopt the solver's plan if the exact objective agrees it is better
+     * (or if it fits the HBM and the local search's does not). */
     cost before = pass_prop_total_cost(p);
-    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    bool fit_before = !rep->mem_hbm || pass_prop_memory(p) <= rep->mem_hbm;
+    keep = malloc((size_t)p->nops * sizeof *keep + 1);
     if (!keep)
         goto out;
-    for (int k = 0; k < p->nops; k++) {
+    for (int k = 0; k < p->nops; k++)
         keep[k] = p->ops[k].lay;
-        for (int c = 0; c < s.nc[k]; c++)
-            if (glp_mip_col_val(s.lp, s.col0[k] + c) > 0.5)
-                p->ops[k].lay = s.cand[k][c];
-    }
+    apply(&s, x);
     cost after = pass_prop_total_cost(p);
-    if (pass_prop_cost_less(after, before)) {
+    bool fit_after = !rep->mem_hbm || pass_prop_memory(p) <= rep->mem_hbm;
+    if (fit_after != fit_before ? fit_after : pass_prop_cost_less(after, before)) {
         for (int k = 0; k < p->nops; k++)
             changed += memcmp(keep[k].choice, p->ops[k].lay.choice, sizeof keep[k].choice) != 0;
         rep->adopted = true;
@@ -655,8 +730,9 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     }
     rep->exact_before = before.time;
     rep->exact_after = after.time;
-    free(keep);
 out:
+    free(keep);
+    free(x);
     rep->seconds = now() - t0;
     if (p->ctx->log && rep->status != PASS_ILP_NONE)
         fprintf(p->ctx->log,
@@ -668,6 +744,12 @@ out:
                 : rep->status == PASS_ILP_TOO_LARGE ? "too large" : "skipped",
                 rep->objective * 1e6, rep->bound * 1e6, rep->lp_bound * 1e6, rep->warm_objective * 1e6,
                 rep->exact_after * 1e6, rep->exact_before * 1e6, rep->adopted ? "adopted" : "kept the local plan");
+    if (p->ctx->log && rep->mem_hbm > 0)
+        fprintf(p->ctx->log,
+                "propagate: ILP memory row: the fastest plan keeps %.0f bytes per device, HBM %.0f: %s\n",
+                rep->mem_fastest, rep->mem_hbm,
+                rep->mem == PASS_ILP_MEM_BOUND ? "solved again with the row"
+                : rep->mem == PASS_ILP_MEM_NONE_FITS ? "no plan among the candidates fits" : "fits");
     ilp_free(&s);
     return changed;
 }

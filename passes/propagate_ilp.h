@@ -54,6 +54,20 @@ typedef struct ilp {
     bool oom;           /* an allocation failed */
 } ilp;
 
+/* ---- propagate_ilp.c ---- */
+
+/* A new column of s: continuous in [lb, 1] or binary, with objective `obj`
+ * (us) and warm-start value `warm`; returns its index (s->oom set when
+ * the warm start could not grow). */
+int pass_ilp_col_new(ilp *s, double obj, bool binary, double lb, double warm);
+/* Groups op k's candidates by their produced sharding (operand < 0) or by
+ * what they require of operand `operand`, into *gr (freed by
+ * pass_ilp_group_free even when this fails); false when out of memory. */
+bool pass_ilp_group_make(ilp *s, int k, int operand, group *gr);
+void pass_ilp_group_free(group *gr);
+
+/* ---- propagate_ilp_cands.c ---- */
+
 /* Marks in s->sharded_dim the dims some input, param, state, constraint
  * or output shards, and fills s->own with every op's own candidates;
  * *small says whether the whole program's edge pairs stay within
@@ -64,5 +78,34 @@ bool pass_ilp_own_all(ilp *s, bool *small);
  * for an op of its own, whose columns the caller makes).  Ops are taken in
  * program order.  False when out of memory. */
 bool pass_ilp_candidates(ilp *s, int k);
+
+/* ---- propagate_ilp_mem.c: the memory row ---- */
+
+/* The memory row of s (built, s->ncols columns): its constant, bytes per
+ * device of what the planner does not choose (params, optimizer state,
+ * state, inputs, one gradient per optimized param, kept activations of
+ * fixed sharding), into *fixed; the bytes of the kept activations each
+ * column's layout makes, into coef[1..s->ncols] (coef[0] unused, every
+ * entry written).  True when the plan can change the memory: some op's
+ * candidates differ in those bytes, or a value is read in both passes (a
+ * copy of it may be kept, pass_ilp_mem_copies). */
+bool pass_ilp_mem_row(ilp *s, double *fixed, double *coef);
+/* The least sum of coef over a plan: each op's smallest coefficient among
+ * its columns not fixed at 0 (the row is separable over ops), bytes. */
+double pass_ilp_mem_min(ilp *s, const double *coef);
+/* sum_j coef[j] x[j] over columns 1..s->ncols, bytes. */
+double pass_ilp_mem_value(const ilp *s, const double *coef, const double *x);
+/* The copies a reshard makes for a forward consumer and a backward
+ * consumer reads (kept from the forward to the backward pass, like the
+ * activation itself): for each value, each pair of a forward and a
+ * backward use and each sharding t both may require, a column z[v,t] in
+ * [0, 1] with z >= q[fwd,t] + q[bwd,t] - p[v,t] - 1 (p: the producer
+ * makes t itself, so no copy; 0 or 1 for a value of fixed sharding).
+ * *coef grows to the new s->ncols, with the copy's bytes on z.  False
+ * when out of memory. */
+bool pass_ilp_mem_copies(ilp *s, double **coef);
+/* Adds the row sum_j coef[j] x[j] <= budget (bytes) to s->lp; returns its
+ * index, 0 when out of memory. */
+int pass_ilp_mem_add(ilp *s, const double *coef, double budget);
 
 #endif

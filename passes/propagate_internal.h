@@ -100,6 +100,13 @@ typedef enum pass_ilp_status {
     PASS_ILP_SKIPPED,    /* out of memory while building it */
 } pass_ilp_status;
 
+/* What the ILP's memory row (propagate_ilp_mem.c) did. */
+typedef enum pass_ilp_mem {
+    PASS_ILP_MEM_FREE,      /* the fastest plan fits (or no layout changes the memory): no row */
+    PASS_ILP_MEM_BOUND,     /* the fastest plan does not fit; the row chose one that does */
+    PASS_ILP_MEM_NONE_FITS, /* no plan among the candidates fits: the fastest is kept */
+} pass_ilp_mem;
+
 typedef struct pass_prop_ilp_report {
     pass_ilp_status status;
     long candidates;       /* candidate layouts over all ops */
@@ -115,6 +122,13 @@ typedef struct pass_prop_ilp_report {
     bool adopted;          /* the solver's plan replaced the local search's */
     bool merged;           /* simple ops merged into an operand (Alpa), to keep it small */
     double seconds;        /* wall time of building and solving */
+    pass_ilp_mem mem;      /* what the memory row did */
+    double mem_hbm;        /* bytes per device the row allows (the profile's hbm_bytes); 0 when
+                              no layout changes the memory */
+    double mem_fastest;    /* bytes per device the fastest plan keeps (params, optimizer state,
+                              inputs, gradients, kept activations: the row's figure) */
+    double mem_least;      /* bytes: no plan among the candidates keeps less */
+    double fastest;        /* seconds: the exact objective of the fastest plan (before the row) */
 } pass_prop_ilp_report;
 
 /* The pass's context (no global state). */
@@ -262,6 +276,15 @@ int pass_prop_branch_bound(prop *p, long budget);
  * (pass_prop_total_cost) rates it strictly better.  Fills *rep.  Returns
  * the number of ops whose layout changed. */
 int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep);
+
+/* ---- propagate_ilp_mem.c ---- */
+
+/* Bytes per device the current plan keeps by the ILP's memory row: the
+ * resident params, optimizer state, state and inputs, one gradient per
+ * optimized param and every activation kept for the backward pass, in the
+ * shardings the current layouts give them (seed 000's accounting; the
+ * file's essay says how it differs from the cost pass's peak). */
+double pass_prop_memory(const prop *p);
 
 /* ---- propagate_loop.c: repeated blocks, planned once ---- */
 

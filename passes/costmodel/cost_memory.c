@@ -26,10 +26,7 @@
 
 #include "costmodel.h"
 
-/* Whether a forward value `v` is read by an op of the backward pass: the
- * activations a training step keeps from its forward to its backward
- * pass (seed 000, question 2, counts them apart from params and state). */
-static bool kept_for_backward(const ir_value *v)
+bool cost_kept_for_backward(const ir_value *v)
 {
     if (v->kind != IR_VAL_OP || !v->def || v->def->phase != IR_PHASE_FORWARD ||
         v->def->kind == IR_OP_LAYERSLICE || v->def->kind == IR_OP_UPDATESLICE)
@@ -53,7 +50,7 @@ static void memory_classes(const ir_module *m, cost_memory *r)
             r->param_count += (double)ir_local_elems(m, &v->type);
         if (v->kind == IR_VAL_STATE && v->master)
             r->master += (double)ir_local_bytes(m, &v->type);
-        if (kept_for_backward(v))
+        if (cost_kept_for_backward(v))
             r->kept += (double)ir_local_bytes(m, &v->type);
     }
     for (int k = 0; k < m->noutputs; k++) {

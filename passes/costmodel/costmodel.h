@@ -592,6 +592,13 @@ typedef struct cost_memory {
  */
 cost_memory cost_memory_peak(const ir_module *m);
 
+/* Whether value v is an activation kept for the backward pass: a forward
+ * value (not a view of a param or state: LayerSlice, UpdateSlice) that an
+ * op of the backward pass reads (seed 000, question 2, counts them apart
+ * from params and state).  cost_memory.kept sums their bytes; the
+ * planner's memory row (passes/propagate_ilp_mem.c) counts the same set. */
+bool cost_kept_for_backward(const ir_value *v);
+
 /* ---- the 2D GEMM model and the MeshSlice autotuner (meshslice_model.c) ---- */
 
 /*
