@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "autotune.h"
-#include "costmodel.h"
+#include "meshslice_model.h"
 #include "driver.h"
 #include "frontend.h"
 

@@ -39,7 +39,7 @@
  */
 #include <string.h>
 
-#include "costmodel.h"
+#include "meshslice_model.h"
 #include "meshslice.h"
 #include "pass.h"
 

@@ -35,7 +35,7 @@
  */
 #include <string.h>
 
-#include "costmodel.h"
+#include "meshslice_model.h"
 #include "meshslice.h"
 #include "propagate_internal.h"
 

@@ -20,7 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "costmodel.h"
+#include "meshslice_model.h"
 
 /* On a calibrated (CPU) profile, the split-dim length below which a
  * slice's GEMM loses efficiency, in place of the TPU's 128-wide systolic

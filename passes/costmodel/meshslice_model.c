@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "costmodel.h"
+#include "meshslice_model.h"
 
 /* Figures no profile holds; docs/meshslice.md says where each comes from. */
 #define DEFAULT_T_LAUNCH 5e-6     /* ASSUMED: one XLA collective launch on TPU */

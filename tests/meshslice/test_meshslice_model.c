@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "costmodel.h"
+#include "meshslice_model.h"
 #include "cunit_main.h"
 
 #define ASSERT_CLOSE(got, want) \

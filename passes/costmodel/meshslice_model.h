@@ -1,0 +1,241 @@
+/*
+ * meshslice_model.h - the analytical model of 2D distributed GEMMs and the
+ * MeshSlice autotuner (seed 004), prefix cost_ms_: the cost model's second
+ * public header beside costmodel.h, for the MeshSlice pass, the autotuner
+ * command and meshslice_cost.c, which prices one IR op with it.
+ */
+#ifndef EINC_MESHSLICE_MODEL_H
+#define EINC_MESHSLICE_MODEL_H
+
+#include "costmodel.h"
+
+/* ---- the 2D GEMM model and the MeshSlice autotuner (meshslice_model.c) ---- */
+
+/*
+ * The analytical time model of 2D distributed GEMMs and the MeshSlice
+ * autotuner (seed 004: MeshSlice, ISCA 2025), prefix cost_ms_.
+ *
+ * A 2D GEMM C[M,N] = A[M,K] * B[K,N] runs on a mesh of `rows` x `cols`
+ * chips.  All three matrices are 2D-sharded: a matrix's rows over the mesh
+ * rows, its columns over the mesh columns (seed 004, 3.2.1).  One matrix
+ * stays on its chips (the dataflow); the other two move, one along the mesh
+ * rows (between the chips of a row, "horizontal") and one along the mesh
+ * columns ("vertical"), each by an AllGather (before the local GEMM) or a
+ * ReduceScatter (after it).  Five algorithms move them differently (Cannon,
+ * SUMMA, Collective, Wang et al., MeshSlice); cost_ms_time() estimates each.
+ *
+ * Shapes: cost_ms_gemm holds GLOBAL sizes; every time is in seconds for one
+ * GEMM on every chip at once (per-device time, all chips in lock step);
+ * bytes are bytes, rates FLOP/s and bytes/s.  Nothing here allocates.
+ * docs/meshslice.md derives every formula and lists the assumed figures.
+ */
+
+/* The 2D GEMM dataflows of seed 004 Fig. 1 / Table 1, named by the matrix
+ * that stays on its chips. */
+typedef enum cost_ms_dataflow {
+    COST_MS_DF_C_STN, /* output-stationary (OS): AllGather A along rows, B along columns */
+    COST_MS_DF_A_STN, /* left-stationary (LS): AllGather B along columns, ReduceScatter C along rows */
+    COST_MS_DF_B_STN, /* right-stationary (RS): AllGather A along rows, ReduceScatter C along columns */
+    COST_MS_DF_COUNT
+} cost_ms_dataflow;
+
+/* The 2D GEMM algorithms compared in seed 004 (2.3, Fig. 4). */
+typedef enum cost_ms_algo {
+    COST_MS_ALGO_CANNON,     /* square meshes: skew, then q shift-and-multiply steps */
+    COST_MS_ALGO_SUMMA,      /* lcm(rows, cols) iterations of pipelined broadcast/reduce */
+    COST_MS_ALGO_COLLECTIVE, /* one AllGather/ReduceScatter per direction, no overlap */
+    COST_MS_ALGO_WANG,       /* one direction as SendRecv steps overlapped with the GEMM */
+    COST_MS_ALGO_MESHSLICE,  /* K partial AllGather/ReduceScatter overlapped both ways */
+    COST_MS_ALGO_COUNT
+} cost_ms_algo;
+
+/* The figures the model needs; cost_ms_params_from_hw fills them from a profile. */
+typedef struct cost_ms_params {
+    double t_launch;      /* seconds: fixed cost of launching one collective or SendRecv */
+    double l_sync;        /* seconds: synchronization latency of one ring step */
+    double bw_ring;       /* bytes/s a mesh axis with wraparound moves in a ring AllGather (both directions) */
+    double bw_line;       /* bytes/s of an axis without wraparound (one direction per link) */
+    double bw_link;       /* bytes/s of one link in one direction (Cannon's shifts) */
+    cost_wrap_rule wrap;  /* which axis sizes have wraparound (from the profile) */
+    int64_t wrap_size;    /* the size in the COST_WRAP_SIZE_* rules */
+    double peak_flops;    /* FLOP/s of one chip for the GEMM's dtype */
+    double gemm_eff;      /* fraction of peak a large, tile-aligned GEMM reaches (0..1] */
+    double t_gemm_launch; /* seconds: fixed cost of one local GEMM call */
+    int64_t mxu_tile;     /* GEMM dims are padded up to multiples of this (TPU: 128) */
+    int64_t block;        /* MeshSlice's slicing block B (TPU: 8, seed 004 3.1.2) */
+    double elem_bytes;    /* bytes per matrix element */
+} cost_ms_params;
+
+/* A 2D GEMM C[m,n] = A[m,k] * B[k,n], global sizes. */
+typedef struct cost_ms_gemm {
+    int64_t m; /* rows of A and C */
+    int64_t n; /* columns of B and C */
+    int64_t k; /* the contracting dim: columns of A, rows of B */
+} cost_ms_gemm;
+
+/* A 2D mesh shape. */
+typedef struct cost_ms_mesh {
+    int64_t rows; /* chips along a column (the first mesh axis, X) */
+    int64_t cols; /* chips along a row (the second mesh axis, Y) */
+} cost_ms_mesh;
+
+/* One estimate (per-device seconds). */
+typedef struct cost_ms_estimate {
+    bool valid;          /* false: the configuration cannot run (see why) */
+    const char *why;     /* static text saying why not, when !valid */
+    double time;         /* seconds, the whole 2D GEMM */
+    double t_compute;    /* seconds of local GEMM work (sum of the partial GEMMs) */
+    double t_comm;       /* seconds of communication if nothing overlapped */
+    double t_exposed;    /* time - t_compute: communication not hidden */
+    double utilization;  /* useful FLOPs / (time * chips * peak), 0..1 */
+    int64_t slices;      /* iterations: MeshSlice's K, SUMMA's panels, Cannon's q, Wang's steps; 1 for Collective */
+} cost_ms_estimate;
+
+/* "C-stn (OS)", ... and "Cannon", "SUMMA", "Collective", "Wang", "MeshSlice". */
+const char *cost_ms_dataflow_name(cost_ms_dataflow df);
+const char *cost_ms_algo_name(cost_ms_algo a);
+/* Short lowercase names for command lines and JSON: "os", "ls", "rs";
+ * "cannon", "summa", "collective", "wang", "meshslice".  The lookups return
+ * -1 for an unknown name. */
+const char *cost_ms_dataflow_key(cost_ms_dataflow df);
+const char *cost_ms_algo_key(cost_ms_algo a);
+int cost_ms_dataflow_lookup(const char *key);
+int cost_ms_algo_lookup(const char *key);
+
+/*
+ * Fills `p` from profile `hw` for GEMMs in dtype `t`: peak from
+ * hw->peak_flops, bandwidths from the ICI figures, L_sync = the per-hop
+ * latency T_min, and the figures the profile does not hold (T_launch,
+ * GEMM efficiency, tile and block sizes) from the defaults documented in
+ * docs/meshslice.md (TPU v4 values of seed 004 where it gives them).
+ */
+void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p);
+
+/* Bandwidth (bytes/s) of a ring AllGather along a mesh axis of `size`
+ * chips: bw_ring with wraparound, bw_line without (seed 001). */
+double cost_ms_axis_bw(const cost_ms_params *p, int64_t size);
+
+/*
+ * Time of one AllGather or ReduceScatter over a ring of `ring` chips whose
+ * per-chip piece is `shard_bytes` (seed 004, 3.2.2, Eq. 5):
+ *     T_launch + (P - 1) * (L_sync + shard_bytes / BW).
+ * Returns 0 for ring <= 1 (no communication).
+ */
+double cost_ms_collective_time(const cost_ms_params *p, int64_t ring, double shard_bytes);
+
+/* Time of one local GEMM of (m x k) * (k x n) per-device elements:
+ * t_gemm_launch + 2 m n k (dims padded up to mxu_tile) / (peak * gemm_eff). */
+double cost_ms_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k);
+
+/* The paper's dataflow heuristic (seed 004, 3.2.1): keep the largest of A
+ * (m*k), B (k*n) and C (m*n) stationary; ties prefer C, then A. */
+cost_ms_dataflow cost_ms_choose_dataflow(const cost_ms_gemm *g);
+
+/* Whether `g`'s matrices split evenly over `mesh` (every sharded dim a
+ * multiple of the mesh axis that shards it) for dataflow `df`. */
+bool cost_ms_mesh_valid(const cost_ms_gemm *g, cost_ms_mesh mesh, cost_ms_dataflow df);
+
+/* The global dim MeshSlice slices for dataflow `df` (C-stn: k, A-stn: n,
+ * B-stn: m; seed 004 Fig. 5) and whether slice count `slices` is valid:
+ * the dim's per-device size on both mesh axes must be a multiple of
+ * slices * block (blocked slicing, seed 004 Algorithm 2). */
+int64_t cost_ms_sliced_dim(const cost_ms_gemm *g, cost_ms_dataflow df);
+bool cost_ms_slices_valid(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                          cost_ms_dataflow df, int64_t slices);
+
+/*
+ * Estimated time of GEMM `g` on `mesh` with dataflow `df` and algorithm
+ * `algo`.  `slices` is MeshSlice's K (>= 1, must pass cost_ms_slices_valid);
+ * the other algorithms ignore it (SUMMA uses lcm(rows, cols) panels, Cannon
+ * the mesh side, Wang the decomposed axis).  An invalid configuration
+ * (shape does not divide, Cannon on a non-square mesh, bad K) returns
+ * valid = false and a reason, never a number.
+ */
+cost_ms_estimate cost_ms_time(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                              cost_ms_dataflow df, cost_ms_algo algo, int64_t slices);
+
+/* Largest K the searches try: every slice pays at least T_launch, so more
+ * slices never pay off, and the bound keeps the search fast on any input
+ * (einc's --meshslice=K accepts up to the same value). */
+#define COST_MS_MAX_SLICES 4096
+
+/* MeshSlice with the best valid K (exhaustive search over the valid K in
+ * 1..COST_MS_MAX_SLICES; ties keep the smaller K); for other algorithms the same
+ * as cost_ms_time. */
+cost_ms_estimate cost_ms_best_slices(const cost_ms_params *p, const cost_ms_gemm *g,
+                                     cost_ms_mesh mesh, cost_ms_dataflow df, cost_ms_algo algo);
+
+/* ---- the autotuner over a model's layers (seed 004, 3.2.2) ---- */
+
+/* One 2D GEMM layer of a model. */
+typedef struct cost_ms_layer {
+    const char *name;    /* for reports; not owned */
+    cost_ms_gemm gemm;   /* global shape */
+    double repeat;       /* how many times the layer runs per step (>= 1) */
+    bool fixed_df;       /* true: use `df` instead of the heuristic (training's backward GEMMs) */
+    cost_ms_dataflow df; /* the dataflow when fixed_df */
+} cost_ms_layer;
+
+/*
+ * The three GEMMs that train a layer whose forward GEMM is `fwd` with
+ * dataflow `df` (seed 004, 3.2.1 and Table 1): out[0] the forward
+ * C = A B, out[1] backward data A' = C' B^T, out[2] backward weight
+ * B' = A^T C', each with the dataflow that keeps the same matrix (or its
+ * gradient) stationary and moves every other matrix along the same mesh
+ * direction as in the forward GEMM; where that needs it, a backward GEMM is
+ * written transposed (X^T = Z^T Y^T), as the paper's "transposed dataflow".
+ * The moved bytes of all three equal the forward's.  `out[i].df` is set and
+ * fixed; names and repeat are copied from `fwd`.
+ */
+void cost_ms_training_gemms(const cost_ms_layer *fwd, cost_ms_dataflow df, cost_ms_layer out[3]);
+
+/* What the autotuner picked for one layer. */
+typedef struct cost_ms_layer_choice {
+    cost_ms_dataflow df;  /* dataflow */
+    cost_ms_estimate est; /* estimate with the chosen K in est.slices */
+} cost_ms_layer_choice;
+
+/* The result of a mesh-shape search. */
+typedef struct cost_ms_tune_result {
+    bool found;         /* false: no factor pair of `chips` fits every layer */
+    cost_ms_mesh mesh;  /* best mesh shape */
+    double time;        /* seconds: sum over layers of repeat * time */
+    double utilization; /* useful FLOPs / (time * chips * peak) */
+} cost_ms_tune_result;
+
+/*
+ * Times `n` layers on one mesh shape with algorithm `algo`: every layer gets
+ * its dataflow (`df` when >= 0, else the layer's fixed one, else the
+ * heuristic) and, for MeshSlice, its
+ * best K (seed 004, 3.2.2: the layers' K are independent).  When
+ * `common_k` > 0 every MeshSlice layer uses that K instead.  found = false
+ * when some layer cannot run on `mesh` (does not divide, K invalid, Cannon
+ * off a square).  `choices` (n entries, may be NULL) receives the picks.
+ */
+cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                                      cost_ms_mesh mesh, cost_ms_algo algo, int df, int64_t common_k,
+                                      cost_ms_layer_choice *choices);
+
+/*
+ * Autotunes `n` layers on `chips` chips: cost_ms_tune_mesh on every factor pair
+ * rows x cols = chips (rows ascending); the smallest total time wins and
+ * ties keep fewer rows.  `choices` as above, for the winning mesh.
+ * Runs in O(divisors(chips) * n * sliced dim) cheap steps.
+ */
+cost_ms_tune_result cost_ms_tune(const cost_ms_params *p, const cost_ms_layer *layers, int n, int64_t chips,
+                                 cost_ms_algo algo, int df, int64_t common_k, cost_ms_layer_choice *choices);
+
+/* The best K shared by all layers on `mesh` (for a single --meshslice=K)
+ * with dataflow `df` (< 0: each layer's own, as in cost_ms_tune_mesh): the valid K with the smallest
+ * total MeshSlice time, 0 if none. */
+int64_t cost_ms_best_common_k(const cost_ms_params *p, const cost_ms_layer *layers, int n,
+                              cost_ms_mesh mesh, int df);
+
+/* Useful FLOPs of a GEMM: 2 m n k. */
+double cost_ms_gemm_flops(const cost_ms_gemm *g);
+
+/* Greatest common divisor of a and b (>= 0); used for slice counts that
+ * divide every device's share of a dim. */
+int64_t cost_ms_gcd64(int64_t a, int64_t b);
+
+#endif
