@@ -146,20 +146,6 @@ static const ir_value *source_of(const ir_value *v)
     return v;
 }
 
-/* source_of, also through ops that write into operand 0's storage (a KV
- * cache's UpdateSlice): what a reader of `v` reads from HBM is that
- * storage, of the argument's size. */
-static const ir_value *storage_of(const ir_value *v)
-{
-    for (;;) {
-        v = source_of(v);
-        if (v->kind != IR_VAL_OP || !v->def || v->def->noperands < 1 || !v->def->operands[0] ||
-            !(ir_op_traits_of(v->def->kind)->traits & IR_TRAIT_INPLACE))
-            return v;
-        v = v->def->operands[0];
-    }
-}
-
 static double held_elems(const ir_module *m, const ir_value *v, double elems, double p)
 {
     v = source_of(v);
@@ -224,22 +210,48 @@ static double best_flops(const cost_hw *hw, ir_dtype t)
     return r;
 }
 
+/* Whether `op`'s result is operand 0's data moved, mapped or written into
+ * in place: a reshard, a layer slice or a one-operand elementwise op (as
+ * source_of follows), or an op that writes into operand 0's storage (a KV
+ * cache's UpdateSlice), whose readers read that storage from HBM. */
+static bool passes_on(const ir_op *op)
+{
+    if (!op->result || op->noperands < 1 || !op->operands[0])
+        return false;
+    if (ir_op_traits_of(op->kind)->traits & IR_TRAIT_INPLACE)
+        return true;
+    return op->noperands == 1 && (ir_op_is_reshard(op->kind) || op->kind == IR_OP_ELEMENTWISE ||
+                                  op->kind == IR_OP_LAYERSLICE);
+}
+
 /* GLOBAL bytes of the arguments the compute ops of `m` read (cost_bound
  * .hbm_bytes), each counted once.  A gather's table is left out: it reads
- * the rows its indices name, not the table. */
+ * the rows its indices name, not the table.  Each value's source is found
+ * once, in op order (a definition precedes its uses), so a chain of n
+ * elementwise ops costs O(n), not a walk back per op. */
 static double argument_bytes(const ir_module *m)
 {
-    bool *seen = calloc((size_t)m->nvalues + 1, sizeof *seen);
-    if (!seen)
-        return 0; /* no memory for the set: no memory term, still a bound */
+    size_t n = (size_t)m->nvalues + 1;
+    int *src = malloc(n * sizeof *src);
+    bool *seen = calloc(n, sizeof *seen);
     double bytes = 0;
+    if (!src || !seen) { /* no memory for the sets: no memory term, still a bound */
+        free(src);
+        free(seen);
+        return 0;
+    }
+    for (int v = 0; v < m->nvalues; v++)
+        src[v] = v;
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (passes_on(op))
+            src[op->result->id] = src[op->operands[0]->id];
     for (const ir_op *op = m->first; op; op = op->next) {
         if (!(ir_op_traits_of(op->kind)->traits & IR_TRAIT_COMPUTE))
             continue;
         for (int i = 0; i < op->noperands; i++) {
             if (!op->operands[i] || (i == 1 && op->kind == IR_OP_EINSUM && op->u.einsum.gather))
                 continue;
-            const ir_value *v = storage_of(op->operands[i]);
+            const ir_value *v = m->values[src[op->operands[i]->id]];
             if (!ir_value_kind_is_argument(v->kind) || seen[v->id])
                 continue;
             seen[v->id] = true;
@@ -249,6 +261,7 @@ static double argument_bytes(const ir_module *m)
             bytes += elems * (double)ir_dtype_size(v->type.dtype);
         }
     }
+    free(src);
     free(seen);
     return bytes;
 }
