@@ -423,7 +423,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     void *whole = NULL;
     if (!e->greedy_only) {
         const rt_tensor_desc *l = &p->outputs[g->logits];
-        if (rt_numel(l->rank, l->local_shape) != rt_numel(l->rank, l->global_shape))
+        if (!rt_replicated(l))
             whole = rt_xmalloc(dev, (size_t)rt_numel(l->rank, l->global_shape) *
                                         rt_dtype_size(l->dtype));
         sampled = whole ? whole : out[g->logits];

@@ -101,11 +101,6 @@ static rt_tensor_desc ids_desc(const char *name, int64_t rows, int64_t cols)
     return d;
 }
 
-/* Whether every device holds the whole of t. */
-static int replicated(const rt_tensor_desc *t)
-{
-    return !memcmp(t->local_shape, t->global_shape, sizeof t->local_shape[0] * (size_t)t->rank);
-}
 
 /* Sets g->vocab from the logits output g->logits, or says why it cannot
  * be read: none or several, or another batch.  Any sharding is read
@@ -203,12 +198,12 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
                        "from the model's own distribution)", o->top_k ? "--top-k" : "--top-p");
     if (g->sampling.temperature > 0 || g->next < 0)
         g->next = -1; /* sampling, or greedy without an argmax: the logits decide */
-    if (g->next >= 0 && !replicated(&p->outputs[g->next]) && g->logits >= 0)
+    if (g->next >= 0 && !rt_replicated(&p->outputs[g->next]) && g->logits >= 0)
         g->next = -1; /* a sharded argmax: the logits decide (sample_shard.c) */
     const rt_tensor_desc *tok = &p->inputs[g->tokens];
     g->batch = tok->global_shape[0];
     if (g->next >= 0 && (p->outputs[g->next].global_shape[0] != g->batch ||
-                         !replicated(&p->outputs[g->next])))
+                         !rt_replicated(&p->outputs[g->next])))
         return rt_errf(err, errlen, "--generate: output '%s' is the next token of each sequence: "
                        "it must have shape [%lld] and be replicated (written without subscripts), "
                        "or the program must output its logits [B, V] as well",

@@ -18,6 +18,11 @@ int64_t rt_numel(int32_t rank, const int64_t *shape)
     return n;
 }
 
+int rt_replicated(const rt_tensor_desc *t)
+{
+    return !memcmp(t->local_shape, t->global_shape, sizeof t->local_shape[0] * (size_t)t->rank);
+}
+
 void rt_box_runs(const int64_t *dshape, const int64_t *doff, const int64_t *sshape,
                  const int64_t *soff, const int64_t *ext, int32_t rank,
                  void (*fn)(void *arg, int64_t dst, int64_t src, int64_t n), void *arg)

@@ -60,6 +60,9 @@ double rt_element(int32_t dtype, const void *x, int64_t i);
 
 /* Product of shape[0..rank-1] (1 for rank 0). */
 int64_t rt_numel(int32_t rank, const int64_t *shape);
+/* Whether every device holds the whole of t (its local shape is its global
+ * one). */
+int rt_replicated(const rt_tensor_desc *t);
 /*
  * Calls fn(arg, dst, src, n) for each contiguous run of the box of extent
  * `ext` at index `doff` of a row-major array of shape `dshape` and at `soff`

@@ -147,8 +147,7 @@ static int greedy_next(const rt_program *p, rt_generate *g)
         return 0;
     const rt_tensor_desc *n = &p->outputs[g->next];
     g->vocab = p->inputs[g->tokens].index_bound;
-    return n->global_shape[0] == g->batch && g->vocab > 0 &&
-           !memcmp(n->local_shape, n->global_shape, sizeof n->local_shape[0] * (size_t)n->rank);
+    return n->global_shape[0] == g->batch && g->vocab > 0 && rt_replicated(n);
 }
 
 int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)

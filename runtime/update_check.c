@@ -22,15 +22,6 @@
 #include "rt_internal.h"
 #include "rt_job.h"
 
-/* Elements of the device's block of t. */
-static int64_t local_count(const rt_tensor_desc *t)
-{
-    int64_t n = 1;
-    for (int32_t d = 0; d < t->rank; d++)
-        n *= t->local_shape[d];
-    return n;
-}
-
 int rt_update_check_prepare(const rt_program *p, rt_train *tr)
 {
     tr->update_check = calloc((size_t)p->ninputs + 1, sizeof *tr->update_check);
@@ -50,7 +41,7 @@ void rt_update_check_before(const rt_program *p, rt_train *tr, int64_t s, void *
     for (int32_t k = 0; k < p->ninputs; k++) {
         if (tr->update_check[k] != s)
             continue;
-        size_t bytes = (size_t)local_count(&p->inputs[k]) * rt_dtype_size(p->inputs[k].dtype);
+        size_t bytes = (size_t)rt_numel(p->inputs[k].rank, p->inputs[k].local_shape) * rt_dtype_size(p->inputs[k].dtype);
         tr->update_snap[k] = malloc(bytes ? bytes : 1);
         if (tr->update_snap[k])
             memcpy(tr->update_snap[k], in[k], bytes);
@@ -68,7 +59,7 @@ void rt_update_check_after(const rt_program *p, rt_train *tr, int64_t s, void *c
         if (!tr->update_snap[k])
             continue;
         const rt_tensor_desc *t = &p->inputs[k];
-        int64_t n = local_count(t), same = 0;
+        int64_t n = rt_numel(t->rank, t->local_shape), same = 0;
         size_t w = rt_dtype_size(t->dtype);
         for (int64_t i = 0; i < n; i++)
             same += !memcmp((const char *)tr->update_snap[k] + (size_t)i * w,

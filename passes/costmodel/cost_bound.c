@@ -137,11 +137,18 @@ static bool classify(const ir_module *m, const ir_op *op, contraction *c)
 /* The value `v` comes from through reshards, layer slices and
  * one-operand elementwise ops: an argument (param, input, state) when it
  * only moves or maps one. */
+/* Whether `op`'s result only moves or maps its one operand: a reshard, a
+ * layer slice or a one-operand elementwise op. */
+static bool moves_one(const ir_op *op)
+{
+    return op->noperands == 1 && op->operands[0] &&
+           (ir_op_is_reshard(op->kind) || op->kind == IR_OP_ELEMENTWISE ||
+            op->kind == IR_OP_LAYERSLICE);
+}
+
 static const ir_value *source_of(const ir_value *v)
 {
-    while (v->kind == IR_VAL_OP && v->def && v->def->noperands == 1 && v->def->operands[0] &&
-           (ir_op_is_reshard(v->def->kind) || v->def->kind == IR_OP_ELEMENTWISE ||
-            v->def->kind == IR_OP_LAYERSLICE))
+    while (v->kind == IR_VAL_OP && v->def && moves_one(v->def))
         v = v->def->operands[0];
     return v;
 }
@@ -210,18 +217,14 @@ static double best_flops(const cost_hw *hw, ir_dtype t)
     return r;
 }
 
-/* Whether `op`'s result is operand 0's data moved, mapped or written into
- * in place: a reshard, a layer slice or a one-operand elementwise op (as
- * source_of follows), or an op that writes into operand 0's storage (a KV
- * cache's UpdateSlice), whose readers read that storage from HBM. */
+/* Whether `op`'s result is operand 0's data moved, mapped (moves_one, as
+ * source_of follows) or written into in place (a KV cache's UpdateSlice),
+ * whose readers read that storage from HBM. */
 static bool passes_on(const ir_op *op)
 {
     if (!op->result || op->noperands < 1 || !op->operands[0])
         return false;
-    if (ir_op_traits_of(op->kind)->traits & IR_TRAIT_INPLACE)
-        return true;
-    return op->noperands == 1 && (ir_op_is_reshard(op->kind) || op->kind == IR_OP_ELEMENTWISE ||
-                                  op->kind == IR_OP_LAYERSLICE);
+    return moves_one(op) || (ir_op_traits_of(op->kind)->traits & IR_TRAIT_INPLACE);
 }
 
 /* GLOBAL bytes of the arguments the compute ops of `m` read (cost_bound
