@@ -292,13 +292,26 @@ typedef struct plan_env {
     size_t len;
     pass_manager *pm;
     const pass_ctx *ctx;
+    fe_define extra;    /* one more -D override (plan_find_fit's batch), if extra.name */
 } plan_env;
+
+/* plan_define_fn: the batch plan_find_fit tries next. */
+static void plan_define(void *env, const fe_define *def)
+{
+    plan_env *e = env;
+    e->extra = def ? *def : (fe_define){0};
+}
 
 static ir_module *plan_compile(void *env, const fe_autoshard *a, ir_remat remat, diag_ctx *d)
 {
     const plan_env *e = env;
     options o = *e->o;
     o.remat = remat;
+    /* The extra override goes last, so it wins over the user's -D (the
+     * frontend applies them in order).  With no room left it is not
+     * tried: the candidate compiles as the user wrote it. */
+    if (e->extra.name && o.ndefines < DRV_MAX_DEFINES)
+        o.defines[o.ndefines++] = e->extra;
     pass_manager pm = *e->pm;
     pm.print_after = NULL;
     pm.print_after_all = false;
@@ -328,8 +341,12 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
         ir_module_free(proto);
         return 1;
     }
-    plan_env env = {o, src, len, pm, ctx};
+    plan_env env = {o, src, len, pm, ctx, {0}};
     int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, plan_compile, &env);
+    /* `einc plan` says what would fit when nothing does (compiling -o
+     * keeps the smallest and warns, as any program over the HBM). */
+    if (rc == 0 && print)
+        plan_find_fit(t, proto, plan_compile, plan_define, &env);
     ir_module_free(proto);
     if (rc != 0) {
         fprintf(stderr, "einc: error: auto-sharding: the program has too many dims to plan\n");
@@ -357,7 +374,7 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
         return 1;
     analyze_table *t = malloc(sizeof *t);
     analyze_pipe *p = o->pipe.stages > 0 ? calloc(1, sizeof *p) : NULL; /* zeroed: free-able before a run */
-    plan_env env = {o, src, len, pm, ctx};
+    plan_env env = {o, src, len, pm, ctx, {0}};
     char err[256] = "out of memory";
     bool allocated = t && (p || o->pipe.stages == 0);
     int rc = allocated ? analyze_run(t, proto, ctx->hw, plan_compile, &env, err, sizeof err) : -1;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const double gib = 1024.0 * 1024.0 * 1024.0; /* bytes, for the report */
 #define PLAN_TIE 1e-3 /* steps this close (relative) are a tie: less memory decides */
 
 static const char *family_name[PLAN_NFAMILIES] = {"DP", "FSDP", "TP", "FSDP+TP", "DP+TP"};
@@ -203,9 +204,8 @@ void plan_row_autoshard(const plan_row *row, fe_autoshard *a)
     a->ctx = (void *)row;
 }
 
-void plan_autoshard(const plan_table *t, int i, fe_autoshard *a)
+void plan_row_mesh_autoshard(const plan_row *row, fe_autoshard *a)
 {
-    const plan_row *row = &t->rows[i];
     memset(a, 0, sizeof *a);
     a->naxes = row->naxes;
     for (int k = 0; k < row->naxes; k++) {
@@ -214,6 +214,11 @@ void plan_autoshard(const plan_table *t, int i, fe_autoshard *a)
     }
     a->assign = assign;
     a->ctx = (void *)row;
+}
+
+void plan_autoshard(const plan_table *t, int i, fe_autoshard *a)
+{
+    plan_row_mesh_autoshard(&t->rows[i], a);
 }
 
 ir_module *plan_compile_quiet(ir_module *(*compile)(void *ctx, diag_ctx *d), void *ctx, char *why, size_t n)
@@ -294,13 +299,10 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->remat = remat;
 }
 
-/* Compiles row i and fills its figures; a training row that does not fit
- * tries --remat=layer (plan_run) and keeps it if it takes less memory. */
-static void run_row(plan_table *t, int i, plan_compile_fn compile, void *ctx)
+void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile, void *ctx)
 {
-    plan_row *row = &t->rows[i];
     fe_autoshard a;
-    plan_autoshard(t, i, &a);
+    plan_row_mesh_autoshard(row, &a);
     row_call c = {compile, ctx, &a, t->remat};
     ir_module *m = plan_compile_quiet(call_row, &c, row->why, sizeof row->why);
     row->ok = m != NULL;
@@ -387,7 +389,7 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
     add_meshes(t, chips, 2);
     add_meshes(t, chips, 3);
     for (int i = 0; i < t->n; i++)
-        run_row(t, i, compile, ctx);
+        plan_price_row(t, &t->rows[i], compile, ctx);
     /* The fastest that fits (steps within PLAN_TIE of each other tie, and
      * the smaller memory wins); if none fits, the smallest. */
     for (int i = 0; i < t->n; i++) {
@@ -462,6 +464,25 @@ static void print_json(FILE *out, const plan_table *t)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddItemToObject(root, "chosen", t->chosen >= 0 ? row_json(&t->rows[t->chosen]) : cJSON_CreateNull());
+    if (t->fit.tried) {
+        /* What would fit (plan_find_fit): null where nothing did. */
+        cJSON *fit = cJSON_AddObjectToObject(root, "fit");
+        if (t->fit.chips > 0) {
+            cJSON *c = row_json(&t->fit.at_chips);
+            cJSON_AddNumberToObject(c, "chips", (double)t->fit.chips);
+            cJSON_AddItemToObject(fit, "more_chips", c);
+        } else {
+            cJSON_AddNullToObject(fit, "more_chips");
+        }
+        if (t->fit.batch > 0) {
+            cJSON *b = row_json(&t->fit.at_batch);
+            cJSON_AddStringToObject(b, "dim", t->fit.batch_name);
+            cJSON_AddNumberToObject(b, "size", (double)t->fit.batch);
+            cJSON_AddItemToObject(fit, "smaller_batch", b);
+        } else {
+            cJSON_AddNullToObject(fit, "smaller_batch");
+        }
+    }
     cJSON *cands = cJSON_AddArrayToObject(root, "candidates");
     for (int i = 0; i < t->n; i++)
         cJSON_AddItemToArray(cands, row_json(&t->rows[i]));
@@ -472,13 +493,36 @@ static void print_json(FILE *out, const plan_table *t)
     cJSON_Delete(root);
 }
 
+/* The changes plan_find_fit found, ending the "none fits" line. */
+static void print_fit(FILE *out, const plan_table *t, bool remat)
+{
+    const plan_fit *f = &t->fit;
+    if (!f->tried) {
+        fprintf(out, ": more chips%s or a smaller batch would shrink it\n", remat ? ", --remat=layer" : "");
+        return;
+    }
+    char mesh[40];
+    if (f->chips > 0) {
+        mesh_str(&f->at_chips, mesh, sizeof mesh);
+        fprintf(out, "; it fits on %lld chips (%s on %s, %.4g GiB)", (long long)f->chips,
+                plan_row_label(&f->at_chips), mesh, f->at_chips.memory / gib);
+    } else {
+        fprintf(out, "; not on up to %d chips", PLAN_FIT_MAX_CHIPS);
+    }
+    if (f->batch > 0)
+        fprintf(out, ", or at %s = %lld (-D %s=%lld, %.4g GiB)", f->batch_name, (long long)f->batch,
+                f->batch_name, (long long)f->batch, f->at_batch.memory / gib);
+    else if (f->batch_dim >= 0)
+        fprintf(out, ", nor at a smaller %s", f->batch_name);
+    fprintf(out, "%s\n", remat ? ", or with --remat=layer" : "");
+}
+
 void plan_print(FILE *out, const plan_table *t, bool json)
 {
     if (json) {
         print_json(out, t);
         return;
     }
-    const double gib = 1024.0 * 1024.0 * 1024.0;
     fprintf(out, "auto-sharding: %lld chips of %s (%.3g GiB of HBM each), %d candidates (seed 000's families "
             "on every mesh; activations planned by the whole-program ILP)\n",
             (long long)t->chips, t->hw->name, t->hw->hbm_bytes / gib, t->n);
@@ -518,10 +562,10 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     if (!c->fits) {
         /* Remat is named only where it was not already tried. */
         bool tried = t->choose_remat || t->remat == IR_REMAT_LAYER;
-        fprintf(out, "chosen: none fits %s's HBM%s; the smallest is %s on %s at %.4g GiB per device: more chips%s "
-                "or a smaller batch would shrink it\n", t->hw->name,
+        fprintf(out, "chosen: none fits %s's HBM%s; the smallest is %s on %s at %.4g GiB per device", t->hw->name,
                 tried && c->trains ? ", not even with --remat=layer" : "", plan_row_label(c), mesh,
-                c->memory / gib, !tried && c->trains ? ", --remat=layer" : "");
+                c->memory / gib);
+        print_fit(out, t, !tried && c->trains);
         return;
     }
     int ru = runner_up(t);

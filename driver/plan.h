@@ -62,6 +62,23 @@ typedef struct plan_row {
     ir_remat remat;       /* what the figures were compiled with */
 } plan_row;
 
+/* When no candidate fits (plan_find_fit): the smallest changes that make
+ * the smallest candidate's family fit the HBM, each one checked by
+ * compiling and pricing it, not extrapolated. */
+typedef struct plan_fit {
+    bool tried;       /* plan_find_fit ran (nothing fitted) */
+    int64_t chips;    /* the fewest chips, the table's times a power of two up to
+                       * PLAN_FIT_MAX_CHIPS, at which it fits; 0 if none */
+    plan_row at_chips; /* that candidate (its mesh: the first axis scaled) */
+    int batch_dim;    /* the batch dim (a dim id of the program), or -1 */
+    char batch_name[64]; /* its name, for -D */
+    int64_t batch;    /* the largest size of it, the program's halved, that fits on
+                       * the table's chips; 0 if none */
+    plan_row at_batch; /* that candidate */
+} plan_fit;
+
+#define PLAN_FIT_MAX_CHIPS 8192 /* seed 000's largest slice (a 16x20x28 v5p pod is 8960) */
+
 typedef struct plan_table {
     int n;
     int dropped;          /* candidates past PLAN_MAX_ROWS, not priced */
@@ -72,6 +89,7 @@ typedef struct plan_table {
     const cost_hw *hw;
     ir_remat remat;       /* the user's --remat, every row's first compile */
     bool choose_remat;    /* a row that does not fit may take IR_REMAT_LAYER */
+    plan_fit fit;         /* what would fit, when nothing does (plan_find_fit) */
 } plan_table;
 
 /* Compiles the program with auto-sharding `a` and rematerialisation
@@ -89,11 +107,34 @@ typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat
  * `chips` < 1 or the program's dims are too many to plan. */
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
              bool choose_remat, plan_compile_fn compile, void *ctx);
+/* Compiles `row` (its family, roles and mesh) for t's profile and
+ * rematerialisation, as plan_run does every candidate, and fills its
+ * figures (row->ok false and row->why when it does not compile). */
+void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile, void *ctx);
+
+/* Installs an extra -D override (a dim name and its size) for the
+ * compiles that follow, or removes it (def NULL). */
+typedef void (*plan_define_fn)(void *ctx, const fe_define *def);
+
+/* When t's chosen row does not fit t->hw's HBM, searches for the smallest
+ * change that makes its family fit (t->fit): the chips doubled, with the
+ * first mesh axis scaled, up to PLAN_FIT_MAX_CHIPS; and the batch dim
+ * (plan_roles.batch, the first input's) halved, through `define`, while
+ * it divides.  Every try is compiled by `compile` and priced, so the
+ * figures are the cost pass's.  Does nothing when the chosen row fits or
+ * nothing compiled.  Issue 24, item 3: "the error names the smallest
+ * change that would (more chips, a smaller batch, remat)"; remat is
+ * already a choice of every row (plan_run). */
+void plan_find_fit(plan_table *t, const ir_module *proto, plan_compile_fn compile, plan_define_fn define, void *ctx);
+
 /* The table a reader of seed 000 recognises (or JSON: {"chosen": {...},
  * "candidates": [...]}), with the chosen row marked and why. */
 void plan_print(FILE *out, const plan_table *t, bool json);
 /* The auto-sharding of row `i` (points into t: keep t alive). */
 void plan_autoshard(const plan_table *t, int i, fe_autoshard *a);
+/* The auto-sharding of `row` on its own mesh (row->naxes, row->sizes);
+ * a points into row (keep it alive). */
+void plan_row_mesh_autoshard(const plan_row *row, fe_autoshard *a);
 
 /* The batch, layer and model dims of `m` (any mesh: only its inputs,
  * params and repeated blocks are read).  Returns 0, or -1 if m has more

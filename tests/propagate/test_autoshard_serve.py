@@ -13,6 +13,11 @@ compiles what plan chose) and checks, separated by ';':
                   text table, and the compiled choice fits
   forced-none     with --remat=none given, the chosen family and mesh
                   do not fit (so the search's remat was needed)
+  nofit chips N batch S
+                  nothing fits; the smallest change plan names is N chips
+                  (the smallest candidate's first mesh axis scaled) or the
+                  batch dim at S, each checked against plan's own table at
+                  that size, with the next smaller change not fitting
 Also: the chosen row is the fastest that fits, and every row whose plan
 gathers weights is reported under an FSDP name, never as model parallel.
 Exits 1 on the first failure.
@@ -52,11 +57,70 @@ def gathered_params(ir, params):
     return out
 
 
+def with_flag(flags, name, value):
+    """flags with `name VALUE` set, replacing a --chips or a -D of the same dim."""
+    key = value.split("=")[0] + "=" if name == "-D" else None
+    out, i = [], 0
+    while i < len(flags):
+        if flags[i] == name and i + 1 < len(flags) and (key is None or flags[i + 1].startswith(key)):
+            i += 2
+            continue
+        out.append(flags[i])
+        i += 1
+    return out + [name, value]
+
+
+def same_row(einc, ein, flags, family, mesh):
+    """The candidate of `einc plan FLAGS --json` with this family and mesh."""
+    r = run([einc, "plan", ein, *flags, "--json"])
+    check(r.returncode == 0, f"plan {flags}: {r.stderr}")
+    rows = [c for c in json.loads(r.stdout)["candidates"] if c["family"] == family and c["mesh"] == mesh]
+    check(len(rows) == 1, f"plan {flags}: {len(rows)} candidates {family} on {mesh}")
+    return rows[0]
+
+
+def nofit(einc, ein, flags, d, arg):
+    """Nothing fits; plan's 'fit' names N chips and batch S, and both are
+    the smallest such changes by plan's own table at those sizes."""
+    w = arg.split()
+    want_chips, want_batch = int(w[2]), int(w[4])
+    ch, fit = d["chosen"], d.get("fit")
+    check(not any(c["fits"] for c in d["candidates"]) and fit, f"{flags}: something fits, or no 'fit': {fit}")
+    smallest = min(c["memory_per_device"] for c in d["candidates"] if "memory_per_device" in c)
+    check(ch["memory_per_device"] == smallest, f"{flags}: the chosen row is not the smallest")
+    chips = int(flags[flags.index("--chips") + 1])
+    mc, sb = fit["more_chips"], fit["smaller_batch"]
+    check(mc and mc["chips"] == want_chips and mc["fits"], f"{flags}: more chips {mc}, want {want_chips}")
+    # The same family with its first axis scaled, in plan's own table at
+    # that chip count: it fits there, with the figures fit reported, and
+    # not at half the chips (when that is still more than asked).
+    for k, fits in ((want_chips, True), (want_chips // 2, False)):
+        if k <= chips:
+            continue
+        mesh = dict(ch["mesh"])
+        mesh["X"] = mesh["X"] * k // chips
+        row = same_row(einc, ein, with_flag(flags, "--chips", str(k)), ch["family"], mesh)
+        check(row["fits"] == fits, f"{flags}: at {k} chips {ch['family']} on {mesh} fits={row['fits']}")
+        if fits:
+            check(row["memory_per_device"] == mc["memory_per_device"], f"{flags}: {row} against {mc}")
+    check(sb and sb["size"] == want_batch and sb["fits"], f"{flags}: smaller batch {sb}, want {want_batch}")
+    dim = sb["dim"]
+    for size, fits in ((want_batch, True), (want_batch * 2, False)):
+        row = same_row(einc, ein, with_flag(flags, "-D", f"{dim}={size}"), ch["family"], ch["mesh"])
+        check(row["fits"] == fits, f"{flags}: at {dim}={size} {ch['family']} fits={row['fits']}")
+    t = run([einc, "plan", ein, *flags])
+    check(f"it fits on {want_chips} chips" in t.stdout and f"-D {dim}={want_batch}" in t.stdout,
+          f"{flags}: the 'chosen:' line does not name the changes:\n{t.stdout[-400:]}")
+    print(f"ok: {ein} {' '.join(flags)}: none fits; {want_chips} chips or {dim} = {want_batch}")
+
+
 def one(einc, ein, flags, checks):
     r = run([einc, "plan", ein, *flags, "--json"])
     check(r.returncode == 0, f"plan {flags}: {r.stderr}")
     d = json.loads(r.stdout)
     ch, cands = d["chosen"], d["candidates"]
+    if checks[0].strip().startswith("nofit"):
+        return nofit(einc, ein, flags, d, checks[0].strip())
     check(ch in cands and ch["fits"], f"{flags}: chosen {ch} is not a candidate that fits")
     best = min(c["step_time"] for c in cands if c["fits"])
     check(ch["step_time"] <= best * (1 + 1e-3), f"{flags}: chosen is not the fastest that fits")
