@@ -12,7 +12,11 @@
  * both over X and Y.  Everything else (activations, gradients, the
  * optimizer state, the collectives) is the whole-program planner's choice
  * (passes/propagate_ilp.c), so a family is a starting storage, not a
- * fixed plan, and the cost pass's step decides between them.
+ * fixed plan, and the cost pass's step decides between them.  Pipeline
+ * parallelism (seed 000's fourth strategy) shards a `repeat` block's
+ * layer dim over the first axis and any family over the others; the
+ * pipeline pass then picks the microbatches and the cost pass prices the
+ * schedule's step (add_pp_rows, fill_row).
  */
 #include "plan.h"
 
@@ -20,6 +24,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pipeline.h"
 
 static const double gib = 1024.0 * 1024.0 * 1024.0; /* bytes, for the report */
 #define PLAN_TIE 1e-3 /* steps this close (relative) are a tie: less memory decides */
@@ -90,11 +96,12 @@ static int pick(const ir_module *m, const plan_roles *r, int rank, const int *di
  * many devices they make: a one-axis family uses every axis of the mesh
  * (on `einc analyze`'s meshes, e.g. DP over X and Y at once); a two-axis
  * family puts the tensor-parallel dims on the last axis and the batch and
- * FSDP dims on the others.  `tp` picks the tensor-parallel group. */
-static int64_t axis_group(const ir_module *m, plan_family f, bool tp, int *axes, int *n)
+ * FSDP dims on the others.  `tp` picks the tensor-parallel group.  A
+ * pipelined row (`pp`) keeps the first axis for its stages. */
+static int64_t axis_group(const ir_module *m, plan_family f, bool pp, bool tp, int *axes, int *n)
 {
     bool two = f == PLAN_FSDP_TP || f == PLAN_DP_TP;
-    int lo = 0, hi = m->mesh.naxes;
+    int lo = pp ? 1 : 0, hi = m->mesh.naxes;
     if (two && tp)
         lo = hi - 1;
     else if (two)
@@ -123,8 +130,17 @@ static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char
     const plan_row *row = ctx;
     const plan_roles *r = row->roles;
     plan_family f = row->family;
+    /* Pipeline parallelism (seed 000, "流水线并行"; docs/pipeline.md): the
+     * layer dim of every stacked param and state over the first axis, so
+     * the pipeline pass gives each stage its own layers. */
+    if (row->pp)
+        for (int i = 0; i < rank; i++)
+            if (r->layer[dims[i]] && m->dims[dims[i]].size % row->sizes[0] == 0) {
+                ir_sharding_push(sh, i, 0);
+                break;
+            }
     int xa[IR_MAX_AXES], ya[IR_MAX_AXES], nx, ny;
-    int64_t x = axis_group(m, f, false, xa, &nx), y = axis_group(m, f, true, ya, &ny);
+    int64_t x = axis_group(m, f, row->pp, false, xa, &nx), y = axis_group(m, f, row->pp, true, ya, &ny);
     if (nx == 0 || ny == 0)
         return;
     if (kind != IR_VAL_PARAM) {
@@ -181,8 +197,27 @@ const char *plan_family_name(plan_family f)
     return f >= 0 && f < PLAN_NFAMILIES ? family_name[f] : "?";
 }
 
+/* plan_row_label of a row whose layers are pipelined over its first axis. */
+static const char *pp_label(const char *base)
+{
+    static const char *const names[][2] = {
+        {"DP", "PP+DP"}, {"FSDP", "PP+FSDP"}, {"TP", "PP+TP"}, {"FSDP+TP", "PP+FSDP+TP"},
+        {"DP+TP", "PP+DP+TP"}, {"TP-D", "PP+TP-D"}, {"2D-WS", "PP+2D-WS"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(names[i][0], base) == 0)
+            return names[i][1];
+    return "PP";
+}
+
 const char *plan_row_label(const plan_row *r)
 {
+    if (r->pp) {
+        if (r->naxes == 1)
+            return "PP";
+        plan_row inner = *r;
+        inner.pp = false;
+        return pp_label(plan_row_label(&inner));
+    }
     /* Served with the weights in place, FSDP's storage is weight-stationary
      * model parallelism: over the model dim alone (TP-D), or over it and
      * the heads or hidden dim at once, seed 002's 2D weight-stationary
@@ -294,6 +329,28 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->memory = m->totals.peak_memory;
     row->exposed = m->totals.exposed_comm_time;
     comm_compute(m, &row->comm, &row->compute);
+    const ir_pipe_totals *p = &m->totals.pipe;
+    if (p->valid && p->step > 0) {
+        /* A pipelined module is one microbatch on one stage, so its serial
+         * totals are not a step (passes/cost_pipe.c): the schedule's step
+         * and the fullest stage's memory are.  The memory is the larger of
+         * that and the module's own peak (one microbatch, in program
+         * order, with its transients: what `-o` warns against).  MFU
+         * scales by the work of the step, M microbatches through Z
+         * stages' layers, over its time; the op times of M microbatches
+         * stand for its compute and communication (the hops are in the
+         * step, not in these). */
+        double mb = (double)p->microbatches;
+        row->mfu = m->totals.mfu * mb * p->stages * m->totals.step_time / p->step;
+        row->step = p->step;
+        row->memory = fmax(p->stage_memory, m->totals.peak_memory);
+        row->exposed *= mb;
+        row->comm *= mb;
+        row->compute *= mb;
+        row->microbatches = p->microbatches;
+        row->schedule = p->forward ? "forward" : pp_schedule_name((pp_schedule)p->schedule);
+        row->bubble = p->bubble;
+    }
     row->fits = row->memory <= t->hw->hbm_bytes;
     plan_kind(m, &row->trains, &row->gathers_params);
     row->remat = remat;
@@ -368,6 +425,51 @@ static void add_meshes(plan_table *t, int64_t chips, int naxes)
         }
 }
 
+/* Pipelined rows (plan_row.pp): p stages over the first axis for every p
+ * >= 2 that divides the layer count |L|, alone (p = chips) or with every
+ * family on a mesh of the other chips/p, as add_meshes orders them. */
+static void add_pp_rows(plan_table *t, int64_t chips, int64_t layers)
+{
+    int first = t->n;
+    for (int64_t p = 2; p <= chips && p <= layers; p++) {
+        if (chips % p != 0 || layers % p != 0)
+            continue;
+        int64_t rest = chips / p;
+        if (rest == 1) {
+            add_row(t, PLAN_DP, 1, p, 1, 1);
+            continue;
+        }
+        for (int f = PLAN_DP; f <= PLAN_TP; f++)
+            add_row(t, (plan_family)f, 2, p, rest, 1);
+        for (int64_t y = 2; y <= rest / 2; y++) {
+            if (rest % y != 0)
+                continue;
+            if (y <= rest / y)
+                for (int f = PLAN_DP; f <= PLAN_TP; f++)
+                    add_row(t, (plan_family)f, 3, p, y, rest / y);
+            for (int f = PLAN_FSDP_TP; f <= PLAN_DP_TP; f++)
+                add_row(t, (plan_family)f, 3, p, y, rest / y);
+        }
+    }
+    for (int i = first; i < t->n; i++)
+        t->rows[i].pp = true;
+}
+
+/* |L| of the program's repeated block (the largest, if several), or 0
+ * when nothing can be pipelined: no block, or a state (a KV cache), which
+ * the pipeline pass does not split into stages yet (docs/pipeline.md). */
+static int64_t layer_count(const ir_module *proto, const plan_roles *r)
+{
+    for (int i = 0; i < proto->nvalues; i++)
+        if (proto->values[i]->kind == IR_VAL_STATE)
+            return 0;
+    int64_t l = 0;
+    for (int d = 0; d < proto->ndims; d++)
+        if (r->layer[d] && proto->dims[d].size > l)
+            l = proto->dims[d].size;
+    return l;
+}
+
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
              bool choose_remat, plan_compile_fn compile, void *ctx)
 {
@@ -388,6 +490,7 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
         add_row(t, (plan_family)f, 1, chips, 1, 1);
     add_meshes(t, chips, 2);
     add_meshes(t, chips, 3);
+    add_pp_rows(t, chips, layer_count(proto, &t->roles));
     for (int i = 0; i < t->n; i++)
         plan_price_row(t, &t->rows[i], compile, ctx);
     /* The fastest that fits (steps within PLAN_TIE of each other tie, and
@@ -457,6 +560,13 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddStringToObject(o, "bound", bound_name(r));
     cJSON_AddStringToObject(o, "remat", r->remat == IR_REMAT_LAYER ? "layer"
                                         : r->remat == IR_REMAT_ELEMENTWISE ? "elementwise" : "none");
+    if (r->pp) {
+        cJSON *p = cJSON_AddObjectToObject(o, "pipeline");
+        cJSON_AddNumberToObject(p, "stages", (double)r->sizes[0]);
+        cJSON_AddNumberToObject(p, "microbatches", r->microbatches);
+        cJSON_AddStringToObject(p, "schedule", r->schedule ? r->schedule : "");
+        cJSON_AddNumberToObject(p, "bubble", r->bubble);
+    }
     return o;
 }
 
@@ -535,21 +645,35 @@ void plan_print(FILE *out, const plan_table *t, bool json)
                          "seed 002, appendix B)\n");
             break;
         }
-    fprintf(out, "  %-8s %-18s %12s %7s %14s %5s %13s %13s  %s\n", "family", "mesh", "step", "MFU",
+    int w = 8; /* the family column: wider only for the pipelined names */
+    bool any_pp = false;
+    for (int i = 0; i < t->n; i++) {
+        int len = (int)strlen(plan_row_label(&t->rows[i]));
+        w = len > w ? len : w;
+        any_pp |= t->rows[i].pp;
+    }
+    if (any_pp)
+        fprintf(out, "(PP: the repeated block's layers pipelined in |X| stages over X, the mesh's first axis; "
+                     "the step is the schedule's, the memory the fullest stage's; docs/pipeline.md)\n");
+    fprintf(out, "  %-*s %-18s %12s %7s %14s %5s %13s %13s  %s\n", w, "family", "mesh", "step", "MFU",
             "memory/device", "fits", "comm exposed", "comm total", "bound");
     for (int i = 0; i < t->n; i++) {
         const plan_row *r = &t->rows[i];
         char mesh[40];
         mesh_str(r, mesh, sizeof mesh);
         if (!r->ok) {
-            fprintf(out, "  %-8s %-18s does not compile: %s\n", plan_row_label(r), mesh, r->why);
+            fprintf(out, "  %-*s %-18s does not compile: %s\n", w, plan_row_label(r), mesh, r->why);
             continue;
         }
+        char pipe[80] = "";
+        if (r->pp)
+            snprintf(pipe, sizeof pipe, ", %s M=%d bubble %.1f%%", r->schedule ? r->schedule : "?",
+                     r->microbatches, 100 * r->bubble);
         /* A row the search rematerialised to fit says so. */
         bool chose_remat = r->remat == IR_REMAT_LAYER && t->choose_remat;
-        fprintf(out, "%c %-8s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s\n",
-                i == t->chosen ? '*' : ' ', plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
-                r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r),
+        fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s\n",
+                i == t->chosen ? '*' : ' ', w, plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
+                r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r), pipe,
                 chose_remat ? ", remat=layer" : "");
     }
     if (t->chosen < 0) {

@@ -5,7 +5,9 @@
  * The program declares no mesh and no sharding.  For every mesh of N chips
  * (one, two or three axes whose sizes multiply to N) and every strategy of
  * seed 000's family that the mesh admits (DP, FSDP, TP over every axis;
- * FSDP+TP and DP+TP with TP on the last axis), plan.c writes the shardings of the inputs and params as
+ * FSDP+TP and DP+TP with TP on the last axis; for a program with a
+ * `repeat` block, pipeline parallelism over the first axis, alone or with
+ * any of the others over the rest), plan.c writes the shardings of the inputs and params as
  * the seed does, compiles the program through the whole pipeline (the
  * whole-program ILP plans the activations) and reads the cost pass's step,
  * MFU, memory and communication.  The fastest candidate that fits the
@@ -21,7 +23,7 @@
 #include "costmodel.h"
 #include "frontend.h"
 
-#define PLAN_MAX_ROWS 160 /* 139 for 4096 chips, the most an executable runs */
+#define PLAN_MAX_ROWS 320 /* 139 for 4096 chips, the most an executable runs, and as many pipelined */
 
 /* What a program's dims are to seed 000's strategies, read off the
  * program compiled without a mesh (plan_roles). */
@@ -45,6 +47,8 @@ typedef enum plan_family {
 /* One candidate: a family on a mesh, and what the cost pass said of it. */
 typedef struct plan_row {
     plan_family family;
+    bool pp;              /* pipelined: the layer dim over the first axis (its stages), the
+                           * family over the other axes (alone when naxes is 1) */
     int naxes;            /* 1, 2 or 3 */
     int64_t sizes[3];     /* X, Y, Z */
     const plan_roles *roles;
@@ -60,6 +64,9 @@ typedef struct plan_row {
     bool trains;          /* the program has a backward pass or updates a param */
     bool gathers_params;  /* the plan AllGathers a param (FSDP's weight movement) */
     ir_remat remat;       /* what the figures were compiled with */
+    int microbatches;     /* pp: M, as the pipeline pass chose it */
+    const char *schedule; /* pp: the schedule's name (static storage) */
+    double bubble;        /* pp: the simulated bubble, a share of the pipeline's makespan */
 } plan_row;
 
 /* When no candidate fits (plan_find_fit): the smallest changes that make

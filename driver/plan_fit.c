@@ -37,12 +37,15 @@ static int batch_dim(const ir_module *proto, const plan_roles *r)
 }
 
 /* The fewest chips at which `smallest` fits: its first mesh axis (the
- * batch and FSDP axis of every two-axis family) doubled until it does. */
+ * batch and FSDP axis of every two-axis family) doubled until it does; of
+ * a pipelined row, the axis after its stages' (more stages need more
+ * layers), or the stages when it has no other. */
 static void more_chips(plan_table *t, const plan_row *smallest, plan_compile_fn compile, void *ctx)
 {
+    int axis = smallest->pp && smallest->naxes > 1 ? 1 : 0;
     for (int64_t k = 2; t->chips * k <= PLAN_FIT_MAX_CHIPS; k *= 2) {
         plan_row row = *smallest;
-        row.sizes[0] *= k;
+        row.sizes[axis] *= k;
         plan_price_row(t, &row, compile, ctx);
         if (row.ok && row.fits) {
             t->fit.chips = t->chips * k;

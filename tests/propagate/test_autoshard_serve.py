@@ -158,8 +158,13 @@ def one(einc, ein, flags, checks):
     # The reported names follow the plan: a name of model parallelism
     # (TP-D, 2D-WS) only where no weight moves, which `stationary` checks on
     # the chosen row; FSDP's names appear only where the plan gathers.
-    check(all(c["family"] in ("DP", "FSDP", "TP", "FSDP+TP", "DP+TP", "TP-D", "2D-WS") for c in cands),
-          f"{flags}: family names {sorted({c['family'] for c in cands})}")
+    # A pipelined row is "PP" or "PP+" one of those, and carries its
+    # pipeline; no other row does.
+    names = ("DP", "FSDP", "TP", "FSDP+TP", "DP+TP", "TP-D", "2D-WS")
+    for c in cands:
+        pp = c["family"] == "PP" or c["family"].startswith("PP+")
+        base = c["family"].removeprefix("PP+") if c["family"] != "PP" else "DP"
+        check(base in names and ("pipeline" in c) == pp, f"{flags}: family {c['family']} ({c.get('pipeline')})")
     print(f"ok: {ein} {' '.join(flags)}: {ch['family']} on {ch['mesh']}, {ch['step_time'] * 1e3:.4g} ms")
 
 

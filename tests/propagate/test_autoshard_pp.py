@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Pipeline parallelism as a candidate of auto-sharding (issue 25, item 3).
+
+On tests/propagate/autoshard/mlp_layers_pp.ein (8 MLP layers in a
+`repeat`, no mesh, no sharding), `einc plan --chips 4 --json`:
+  - prices the layers pipelined over the first axis for every stage count
+    that divides both the chips and the layers (PP on X=4; PP+DP, PP+FSDP,
+    PP+TP on X=2, Y=2), each row carrying its stages, microbatches and
+    schedule;
+  - a PP row's step equals the pipeline step `--dump-cost` prints for the
+    same plan written by hand (the forced alternative), for PP on X=4 and
+    PP+DP on X=2, Y=2;
+  - with the HBM of a copy of `host` set between the least memory of the
+    pipelined rows and of the others, only pipelined rows fit without
+    recomputation (--remat=none); left free, the search also fits the
+    others by remat, and the chosen row is the fastest that fits, a
+    pipelined one; `einc --chips 4 -o` compiles it into an
+    executable that runs pipelined and passes --check against the
+    single-device reference.
+Exits 1 on the first failure.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+from test_autoshard import check, run
+
+
+def plan(einc, ein, hw):
+    r = run([einc, "plan", ein, "--chips", "4", "--hw", hw, "--json"])
+    check(r.returncode == 0, f"plan --hw {hw}: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+def forced_step(einc, src, mesh, shard, hw, work):
+    """The pipeline step (seconds) and microbatches of src compiled with
+    `mesh` declared and the declarations rewritten by `shard` (the totals
+    of --dump-ir=json)."""
+    text = "mesh " + mesh + "\n" + src
+    for old, new in shard:
+        check(old in text, f"{old!r} not in the program")
+        text = text.replace(old, new)
+    path = os.path.join(work, "forced.ein")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    r = run([einc, path, "--hw", hw, "--dump-ir=json"])
+    check(r.returncode == 0, f"forced {mesh}: {r.stderr}")
+    p = json.loads(r.stdout)["totals"].get("pipeline")
+    check(p, f"forced {mesh}: not pipelined")
+    return p["step_time"], p["microbatches"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--hw-dir", required=True)
+    ap.add_argument("ein")
+    args = ap.parse_args()
+    einc, ein = args.einc, os.path.abspath(args.ein)
+    src = open(ein, encoding="utf-8").read()
+    n = 0
+    d = plan(einc, ein, "host")
+    cands = d["candidates"]
+    check(all("step_time" in c for c in cands), "a candidate did not compile")
+    pp = {(c["family"], tuple(sorted(c["mesh"].items()))): c for c in cands if "pipeline" in c}
+    want = {("PP", (("X", 4),)), ("PP+DP", (("X", 2), ("Y", 2))), ("PP+FSDP", (("X", 2), ("Y", 2))),
+            ("PP+TP", (("X", 2), ("Y", 2)))}
+    check(set(pp) == want, f"pipelined rows {sorted(pp)}, want {sorted(want)}")
+    for c in pp.values():
+        p = c["pipeline"]
+        check(p["stages"] == c["mesh"]["X"] and p["microbatches"] >= 1 and 256 % p["microbatches"] == 0
+              and p["schedule"] == "1f1b" and 0 <= p["bubble"] < 1, f"pipeline fields {c}")
+    n += 1
+    with tempfile.TemporaryDirectory() as work:
+        layers = [("param Win[L, D, F]", "param Win[L_X, D, F]"), ("param Wout[L, F, D]", "param Wout[L_X, F, D]")]
+        for key, mesh, shard in ((("PP", (("X", 4),)), "X = 4", layers),
+                                 (("PP+DP", (("X", 2), ("Y", 2))), "X = 2, Y = 2",
+                                  layers + [("input In[B, D]", "input In[B_Y, D]")])):
+            row = pp[key]
+            # The microbatches the plan chose are the pass's choice on the
+            # forced program too (the same module, the same cost model).
+            step, mb = forced_step(einc, src, mesh, shard, "host", work)
+            check(abs(step - row["step_time"]) <= 1e-9 * step and mb == row["pipeline"]["microbatches"],
+                  f"{key}: plan's step {row['step_time']} (M={row['pipeline']['microbatches']}) against "
+                  f"the forced program's {step} (M={mb})")
+            n += 1
+        # Memory between the pipelined rows' least and the others' least.
+        least_pp = min(c["memory_per_device"] for c in pp.values())
+        least = min(c["memory_per_device"] for c in cands if "pipeline" not in c)
+        check(least_pp < least, f"no pipelined row takes less memory ({least_pp} against {least})")
+        prof = json.load(open(os.path.join(args.hw_dir, "host.json"), encoding="utf-8"))
+        prof.update(name="host-small", hbm_bytes=float((least_pp + least) // 2))
+        hw = os.path.join(work, "host-small.json")
+        with open(hw, "w", encoding="utf-8") as f:
+            json.dump(prof, f)
+        # Without recomputation only pipelined rows fit ...
+        r = run([einc, "plan", ein, "--chips", "4", "--hw", hw, "--remat=none", "--json"])
+        check(r.returncode == 0, f"plan --remat=none: {r.stderr}")
+        fit = [c for c in json.loads(r.stdout)["candidates"] if c["fits"]]
+        check(fit and all("pipeline" in c for c in fit), f"unpipelined rows fit: {[c['family'] for c in fit]}")
+        # ... and with the search free to rematerialise the others, the
+        # chosen row is the fastest that fits, a pipelined one.
+        d = plan(einc, ein, hw)
+        ch, cands = d["chosen"], d["candidates"]
+        fit = [c for c in cands if c["fits"]]
+        check(any("pipeline" not in c and c["remat"] == "layer" for c in fit), "no row fits by remat")
+        check("pipeline" in ch and ch["fits"] and ch["step_time"] == min(c["step_time"] for c in fit),
+              f"chosen {ch} is not the fastest row that fits, or not pipelined")
+        n += 1
+        exe = os.path.join(work, "mlp")
+        r = run([einc, ein, "--chips", "4", "--hw", hw, "-o", exe])
+        check(r.returncode == 0, f"-o: {r.stderr}")
+        ir = run([einc, ein, "--chips", "4", "--hw", hw, "--dump-ir"]).stdout
+        check(re.search(r"^# pipeline over X: %d stages" % ch["pipeline"]["stages"], ir, re.M),
+              f"the compiled plan is not pipelined over X:\n{ir[:600]}")
+        r = run([exe, "--random-inputs", "1", "--check"], cwd=work)
+        check(r.returncode == 0, f"the pipelined executable fails --check:\n{r.stdout}{r.stderr}")
+        n += 1
+    print(f"{n} passed, 0 failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
