@@ -124,7 +124,8 @@ rt_sample_plan rt_sample_plan_generate(const rt_program *p, const rt_generate *g
  * only on slots (1: the first maximum; more: the shard's first slots
  * entries in the rule's order), never on a row's settings, so one K
  * serves rows sampled differently as long as K >= each row's
- * rt_sample_slots.  `work`: n entries of scratch.  No errors. */
+ * rt_sample_slots.  `work`: max(n, slots) entries of scratch (the
+ * summary is built there, padded to slots).  No errors. */
 void rt_sample_summarise(int32_t dtype, const void *row, int64_t n, int64_t offset,
                          int64_t slots, rt_sample_entry *work, double *pairs);
 /* The token of a row from its shards' summaries in wire form (`pairs`:
