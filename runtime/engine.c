@@ -33,9 +33,20 @@
  * has stopped, and only then is the next batch taken: requests arriving
  * meanwhile wait in the queue (bounded by --max-queue; beyond it 503).
  *
- * Devices: device 0 takes the batch and samples under e->mu (from the
- * logits, gathered whole on every device first when they are sharded);
- * the others wait for e->batches to move,
+ * Sharded logits (a vocab-parallel LM head): once device 0 knows a
+ * step's rows (a batch taken, a step scheduled, or the static step
+ * before), it plans what the step gathers to sample from (plan_step): K,
+ * the largest rt_sample_slots of the rows that sample after it (1 for
+ * greedy, k for top-k, V for a temperature or top-p without top-k), and
+ * then (value, index) pairs or whole rows, whichever are fewer bytes
+ * (rt_sample_choose).  Every device gathers that after the step
+ * (rt_sample_gather_step) and device 0 picks each row with its request's
+ * settings (sample_shard.c's essay): the token the whole row gives.  A
+ * step where no row samples (every row in its prompt) gathers nothing.
+ * The plan travels with the step's tokens (e->plan; share()).
+ *
+ * Devices: device 0 takes the batch and samples under e->mu; the others
+ * wait for e->batches to move,
  * then every step reads e->feed and e->live after a barrier that orders
  * device 0's writes before their reads.  e->live is written only by a
  * step (not by taking a batch), so a device late to read the last step's
@@ -110,6 +121,27 @@ static void refuse_queued(rt_engine *e)
     pthread_cond_broadcast(&e->progress);
 }
 
+/* Device 0, e->mu held, once the next step's rows are known: plans what
+ * it gathers from sharded logits (engine.c's essay).  A row samples after
+ * the step when it runs at its prompt's last position or later: row b at
+ * at[b], or with at NULL (static batching) every row at `pos`. */
+static void plan_step(rt_engine *e, const int32_t *at, int64_t pos)
+{
+    const rt_generate *g = e->gen;
+    int64_t slots = 0;
+    for (int64_t b = 0; e->sharded && b < g->batch; b++) {
+        const rt_request *r = e->batch[b];
+        if (r && !r->finish && (at ? at[b] : pos) + 1 >= r->prompt_len) {
+            int64_t k = rt_sample_slots(&r->sampling, g->vocab);
+            slots = k > slots ? k : slots;
+        }
+    }
+    /* Every row's pairs go to every device (device 0 picks them all), so
+     * B rows of pairs and no tokens after. */
+    e->plan = rt_sample_choose(slots, g->batch, e->vocab_shards, 0, g->batch, g->vocab,
+                               e->logit_bytes);
+}
+
 /* Device 0, e->mu held: announces a batch (or step) of n rows to the
  * other devices (follow_batch), unlocks e->mu and returns n. */
 static int64_t publish(rt_engine *e, int64_t n)
@@ -144,6 +176,7 @@ static int64_t take_batch(rt_engine *e)
         e->batch[b] = r;
         e->feed[b] = r ? r->prompt[0] : 0;
     }
+    plan_step(e, NULL, 0);
     return publish(e, n);
 }
 
@@ -225,30 +258,51 @@ static void emit(rt_engine *e, rt_request *r, int32_t t, double now)
 }
 
 /* Row b's next token after the step that ran it at position `pos`: the
- * program's argmax, or sampled from its logits with request r's settings
- * and the uniform number of its seed and `pos` (so the token depends on
- * neither the row nor the other rows).  `work`: V entries of scratch. */
-static int32_t next_token(const rt_engine *e, const rt_program *p, const void *logits, int64_t b,
-                          const rt_request *r, int64_t pos, rt_sample_entry *work)
+ * program's argmax, or sampled with request r's settings and the uniform
+ * number of its seed and `pos` (so the token depends on neither the row
+ * nor the other rows) from the whole logits, or from the rows' pairs
+ * when the step's `plan` gathered those.  `work`: V entries of scratch
+ * (more than the G * K pairs of a row: rt_sample_choose takes pairs only
+ * when 16 G K < V * dtype bytes <= 8 V). */
+static int32_t next_token(const rt_engine *e, const rt_program *p, const void *logits,
+                          const rt_sample_plan *plan, int64_t b, const rt_request *r, int64_t pos,
+                          rt_sample_entry *work)
 {
     const rt_generate *g = e->gen;
     if (e->greedy_only) /* `logits` is then the program's argmax [B] */
         return ((const int32_t *)logits)[b];
+    double u = rt_sample_uniform(r->sampling.seed, pos, 0);
+    if (plan->slots > 0) { /* f64 [B, G * K * 2]: row b's shards' summaries */
+        int64_t n = e->vocab_shards * plan->slots;
+        return rt_sample_pick_pairs(&r->sampling, (const double *)logits + b * 2 * n, n,
+                                    e->vocab_shards == 1, u, work);
+    }
     int32_t dtype = p->outputs[g->logits].dtype;
     size_t row_bytes = (size_t)g->vocab * rt_dtype_size(dtype);
     return rt_sample_row(&r->sampling, dtype, (const char *)logits + (size_t)b * row_bytes,
-                         g->vocab, rt_sample_uniform(r->sampling.seed, pos, 0), work);
+                         g->vocab, u, work);
 }
 
-/* Device 0, after the step at position `pos`: each row's next token from
- * the logits (or its next prompt token), into e->feed; e->live; at the
- * batch's end its requests are released.  `work`: V entries of scratch. */
-static void after_step(rt_engine *e, const rt_program *p, const void *logits, int64_t pos,
-                       rt_sample_entry *work)
+/* Counts a step's gather in the metrics (e->mu held). */
+static void count_gather(rt_engine *e, const rt_sample_plan *plan)
+{
+    if (plan->bytes > 0) {
+        e->metrics.gather_steps[plan->whole]++;
+        e->metrics.gather_bytes[plan->whole] += (uint64_t)plan->bytes;
+    }
+}
+
+/* Device 0, after the step at position `pos`, which gathered by `plan`:
+ * each row's next token from the logits (or its next prompt token), into
+ * e->feed; e->live and the next step's plan; at the batch's end its
+ * requests are released.  `work`: V entries of scratch. */
+static void after_step(rt_engine *e, const rt_program *p, const void *logits,
+                       const rt_sample_plan *plan, int64_t pos, rt_sample_entry *work)
 {
     const rt_generate *g = e->gen;
     pthread_mutex_lock(&e->mu);
     e->metrics.iterations++;
+    count_gather(e, plan);
     double now = rt_now();
     int live = 0;
     for (int64_t b = 0; b < g->batch; b++) {
@@ -265,7 +319,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
             live = 1;
             continue;
         }
-        int32_t t = next_token(e, p, logits, b, r, pos, work);
+        int32_t t = next_token(e, p, logits, plan, b, r, pos, work);
         emit(e, r, t, now);
         if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
             r->finish = "length";
@@ -273,6 +327,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits, in
         live |= !r->finish;
     }
     e->live = live;
+    plan_step(e, NULL, pos + 1);
     if (!live)
         e->metrics.running = 0;
     for (int64_t b = 0; !live && b < g->batch; b++)
@@ -311,18 +366,21 @@ static int64_t schedule_step(rt_engine *e)
             break;
         pthread_cond_wait(&e->work, &e->mu);
     }
+    plan_step(e, e->at, 0);
     return publish(e, n);
 }
 
-/* Continuous batching, device 0, after a step: each running row moves
- * one position on, fed its next prompt token or the token it made; a row
- * that stopped (or whose client went away) frees its slot at once, for
- * the next step's schedule_step.  `work`: V entries of scratch. */
+/* Continuous batching, device 0, after a step that gathered by `plan`:
+ * each running row moves one position on, fed its next prompt token or
+ * the token it made; a row that stopped (or whose client went away) frees
+ * its slot at once, for the next step's schedule_step.  `work`: V entries
+ * of scratch. */
 static void after_iteration(rt_engine *e, const rt_program *p, const void *logits,
-                            rt_sample_entry *work)
+                            const rt_sample_plan *plan, rt_sample_entry *work)
 {
     pthread_mutex_lock(&e->mu);
     e->metrics.iterations++;
+    count_gather(e, plan);
     double now = rt_now();
     for (int64_t b = 0; b < e->gen->batch; b++) {
         rt_request *r = e->batch[b];
@@ -336,7 +394,7 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
             e->at[b] = (int32_t)(pos + 1);
             continue;
         } else {
-            int32_t t = next_token(e, p, logits, b, r, pos, work);
+            int32_t t = next_token(e, p, logits, plan, b, r, pos, work);
             emit(e, r, t, now);
             if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
                 r->finish = "length";
@@ -357,26 +415,30 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Under MPI, every device: broadcasts `head` (rows, or live) and e->feed
+/* Under MPI, every device: broadcasts `head` (rows, or live), the next
+ * step's gather (e->plan: K pairs, -1 whole rows, 0 nothing) and e->feed
  * [B], with e->at [B] too when `with_at`, from device 0's engine into
- * every device's: 4 (1 + B) or 4 (1 + 2B) bytes.  `msg`: 1 + 2B entries
+ * every device's: 4 (2 + B) or 4 (2 + 2B) bytes.  `msg`: 2 + 2B entries
  * of scratch.  Returns device 0's head.  `idle`: as dev->ops->broadcast. */
 static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, int with_at,
                      int idle)
 {
-    int64_t B = e->gen->batch, n = 1 + (with_at ? 2 : 1) * B;
+    int64_t B = e->gen->batch, n = 2 + (with_at ? 2 : 1) * B;
     size_t row = (size_t)B * sizeof *msg;
     if (dev->id == 0) {
         msg[0] = (int32_t)head;
-        memcpy(msg + 1, e->feed, row);
+        msg[1] = e->plan.whole ? -1 : (int32_t)e->plan.slots; /* K < V < 2^31 */
+        memcpy(msg + 2, e->feed, row);
         if (with_at)
-            memcpy(msg + 1 + B, e->at, row);
+            memcpy(msg + 2 + B, e->at, row);
     }
     dev->ops->broadcast(dev, msg, n * (int64_t)sizeof *msg, idle);
-    if (dev->id != 0) {
-        memcpy(e->feed, msg + 1, row);
+    if (dev->id != 0) { /* the other devices need only what to gather */
+        e->plan.whole = msg[1] < 0;
+        e->plan.slots = msg[1] > 0 ? msg[1] : 0;
+        memcpy(e->feed, msg + 2, row);
         if (with_at)
-            memcpy(e->at, msg + 1 + B, row);
+            memcpy(e->at, msg + 2 + B, row);
     }
     return msg[0];
 }
@@ -415,18 +477,18 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     int64_t start[RT_MAX_RANK];
     rt_block_start(tok, p->axis_sizes, dev->coord, start);
     rt_sample_entry *work = NULL;
-    /* Sharded logits (a vocab-parallel LM head): every device gathers them
-     * whole after each step, and device 0 samples from that copy.  The
-     * requests' settings differ per row and only device 0 reads them, so
-     * the pair gather of --generate (sample_shard.c) is not used here. */
+    /* Sharded logits (a vocab-parallel LM head): every device gathers the
+     * pairs or the whole rows of each step as planned (e->plan) into
+     * `gathered`, whose size, the whole logits', bounds both, and device 0
+     * samples from it. */
     const void *sampled = NULL;
-    void *whole = NULL;
-    if (!e->greedy_only) {
-        const rt_tensor_desc *l = &p->outputs[g->logits];
-        if (!rt_replicated(l))
-            whole = rt_xmalloc(dev, (size_t)rt_numel(l->rank, l->global_shape) *
-                                        rt_dtype_size(l->dtype));
-        sampled = whole ? whole : out[g->logits];
+    void *gathered = NULL;
+    const rt_tensor_desc *l = e->greedy_only ? NULL : &p->outputs[g->logits];
+    if (l) {
+        if (e->sharded)
+            gathered = rt_xmalloc(dev, (size_t)rt_numel(l->rank, l->global_shape) *
+                                           rt_dtype_size(l->dtype));
+        sampled = gathered ? gathered : out[g->logits];
     } else {
         sampled = out[g->next];
     }
@@ -441,20 +503,21 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     int32_t *tin = in[g->tokens];
     /* Under MPI: the scratch of share(); NULL: shared memory (threads). */
     int32_t *msg = dev->ops->broadcast
-                       ? rt_xmalloc(dev, (size_t)(1 + 2 * g->batch) * sizeof *msg) : NULL;
+                       ? rt_xmalloc(dev, (size_t)(2 + 2 * g->batch) * sizeof *msg) : NULL;
     for (uint64_t seen = 0; g->per_row; seen++) { /* continuous batching */
         if (next_batch(dev, e, msg, 1, seen) == 0)
             break;
         for (int64_t i = 0; i < tok->local_shape[0]; i++)
             tin[i] = e->feed[start[0] + i];
         rt_generate_set_positions(dev, p, g, in, e->at, 0);
-        if (!msg) /* all read e->feed and e->at before device 0 moves them */
+        rt_sample_plan plan = e->plan;
+        if (!msg) /* all read e->feed, e->at and e->plan before device 0 moves them */
             dev->ops->barrier(dev, all);
         rt_run_timed(dev, job, in, out, 0);
-        if (whole)
-            rt_sample_gather_whole(dev, &p->outputs[g->logits], out[g->logits], whole);
+        if (gathered)
+            rt_sample_gather_step(dev, p, l, &plan, out[g->logits], gathered);
         if (dev->id == 0)
-            after_iteration(e, p, sampled, work);
+            after_iteration(e, p, sampled, &plan, work);
     }
     for (uint64_t seen = 0; !g->per_row; seen++) { /* static batching */
         if (next_batch(dev, e, msg, 0, seen) == 0)
@@ -464,12 +527,13 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
             for (int64_t i = 0; i < tok->local_shape[0]; i++)
                 tin[i] = e->feed[start[0] + i];
             rt_generate_set_positions(dev, p, g, in, NULL, (int32_t)pos);
+            rt_sample_plan plan = e->plan; /* read before the run's barrier, as e->feed */
             rt_run_timed(dev, job, in, out, 0);
-            if (whole)
-                rt_sample_gather_whole(dev, &p->outputs[g->logits], out[g->logits], whole);
+            if (gathered)
+                rt_sample_gather_step(dev, p, l, &plan, out[g->logits], gathered);
             if (dev->id == 0)
-                after_step(e, p, sampled, pos, work);
-            if (msg) /* e->feed and e->live, from device 0 */
+                after_step(e, p, sampled, &plan, pos, work);
+            if (msg) /* e->feed, e->live and e->plan, from device 0 */
                 e->live = (int)share(dev, e, msg, e->live, 0, 0);
             else /* e->feed and e->live written */
                 dev->ops->barrier(dev, all);
@@ -478,7 +542,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
         }
     }
     free(msg);
-    free(whole);
+    free(gathered);
     free(work);
 }
 

@@ -349,6 +349,23 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     free(ids);
 }
 
+/* --stats: what each sampling step gathered from the logits (the plan is
+ * the same every step: rt_sample_plan_generate), and the other way's
+ * bytes, which it beat. */
+static void print_gather(FILE *f, const rt_program *p, const rt_generate *g)
+{
+    rt_sample_plan c = rt_sample_plan_generate(p, g);
+    if (rt_replicated(&p->outputs[g->logits]))
+        fprintf(f, "sampling gather per step: none (the logits are replicated)\n");
+    else if (c.whole)
+        fprintf(f, "sampling gather per step: whole rows, %lld bytes per device (pairs: %lld)\n",
+                (long long)c.bytes, (long long)c.pair_bytes);
+    else
+        fprintf(f, "sampling gather per step: pairs, K = %lld per shard, %lld bytes per device "
+                   "(whole rows: %lld)\n", (long long)c.slots, (long long)c.bytes,
+                (long long)c.whole_bytes);
+}
+
 int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
 {
     const rt_generate *g = job->gen;
@@ -388,6 +405,8 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
                 1e3 * decode / (double)(made - 1), (double)(g->batch * (made - 1)) / decode);
     fprintf(f, " (%s backend, %lld devices)\n", job->launcher->name,
             (long long)rt_mesh_size(job->prog));
+    if (job->opt->stats && g->next < 0)
+        print_gather(f, job->prog, g);
     if (!job->opt->generated)
         return 0;
     rt_tensor_desc d = ids_desc("generated", g->batch, len);

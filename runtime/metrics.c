@@ -1,10 +1,11 @@
 /*
  * metrics.c - the counters of --serve and their Prometheus text (GET
  * /metrics): answers by HTTP status, completion tokens, the queue's
- * length, the rows running and the decode steps run, and histograms of the time to first token (a request's arrival
- * to its first token: queueing plus its prompt's steps) and of the
- * inter-token latency (between two tokens of one request: one decode
- * step of the whole batch).  The format is Prometheus' text exposition
+ * length, the rows running, the decode steps run and what they gathered
+ * from sharded logits to sample from, and histograms of the time to
+ * first token (a request's arrival to its first token: queueing plus its
+ * prompt's steps) and of the inter-token latency (between two tokens of
+ * one request: one decode step of the whole batch).  The format is Prometheus' text exposition
  * 0.0.4: cumulative `_bucket{le="..."}` lines, then `_sum` and `_count`.
  */
 #include <stdio.h>
@@ -74,6 +75,20 @@ char *rt_metrics_text(const rt_metrics *m, int64_t queued)
     fprintf(f, "# HELP einc_iterations_total Decode steps run (one per iteration of the batch).\n"
                "# TYPE einc_iterations_total counter\neinc_iterations_total %llu\n",
             (unsigned long long)m->iterations);
+    /* Sharded logits: what each step gathered to sample from (0 with
+     * replicated logits).  Bytes over steps is the bytes per step. */
+    static const char *const paths[2] = {"pairs", "whole"};
+    fprintf(f, "# HELP einc_sample_gather_steps_total Steps that gathered sharded logits to sample "
+               "from, as (value, index) pairs or whole rows.\n"
+               "# TYPE einc_sample_gather_steps_total counter\n");
+    for (int i = 0; i < 2; i++)
+        fprintf(f, "einc_sample_gather_steps_total{path=\"%s\"} %llu\n", paths[i],
+                (unsigned long long)m->gather_steps[i]);
+    fprintf(f, "# HELP einc_sample_gather_bytes_total Bytes those gathers left on each device.\n"
+               "# TYPE einc_sample_gather_bytes_total counter\n");
+    for (int i = 0; i < 2; i++)
+        fprintf(f, "einc_sample_gather_bytes_total{path=\"%s\"} %llu\n", paths[i],
+                (unsigned long long)m->gather_bytes[i]);
     print_histogram(f, "einc_time_to_first_token_seconds",
                     "From a request's arrival to its first token.", &m->ttft);
     print_histogram(f, "einc_inter_token_latency_seconds",

@@ -87,15 +87,79 @@ void rt_sample_top(const rt_sampling *s, int32_t dtype, const void *row, int64_t
 int32_t rt_sample_pick(const rt_sampling *s, rt_sample_entry *pairs, int64_t n, int sorted,
                        double u);
 
+/* How one step brings sharded logits together to sample from them: the
+ * shards' (value, index) pairs or the whole rows, whichever leaves fewer
+ * bytes on each device (rt_sample_choose; docs/generation.md, "Sampling
+ * on sharded logits").  Bytes are those of the gathers' results on one
+ * device (its own block included): the size of the gathered arrays,
+ * which an AllGather's time grows with (seed 001). */
+typedef struct rt_sample_plan {
+    int64_t slots;               /* K > 0: each shard gives K pairs per row; 0: no pairs */
+    int whole;                   /* 1: the logits are gathered whole */
+    int64_t bytes;               /* what the chosen gathers leave per device; 0: none */
+    int64_t pair_bytes;          /* what the pairs would leave (0 when nothing is sampled) */
+    int64_t whole_bytes;         /* what the whole logits would leave */
+} rt_sample_plan;
+
+/* The choice for one step: `slots` K pairs per shard and row (the
+ * largest rt_sample_slots of the rows sampled; 0: no row samples, nothing
+ * is gathered), `pair_rows` rows of pairs gathered onto each device, over
+ * `shards` G blocks of the vocabulary each, plus `token_bytes` for the
+ * tokens gathered afterwards (--generate with B sharded: B * 8); or the
+ * whole logits, `batch` * `vocab` elements of `dtype_bytes`.  Pairs cost
+ * pair_rows * G * K * 16 + token_bytes (two f64 each); they are chosen
+ * when strictly fewer bytes, else whole rows (the tie to the simpler
+ * path).  Both give the same tokens.  All counts >= 0; no errors. */
+rt_sample_plan rt_sample_choose(int64_t slots, int64_t pair_rows, int64_t shards,
+                                int64_t token_bytes, int64_t batch, int64_t vocab,
+                                int64_t dtype_bytes);
+/* --generate's plan for every sampling step of program p (g->sampling,
+ * the logits' sharding): pairs over V's axes for this device's B_l rows,
+ * then the B tokens (8 bytes each), or the whole logits.  With
+ * replicated logits nothing is gathered (bytes 0). */
+rt_sample_plan rt_sample_plan_generate(const rt_program *p, const rt_generate *g);
+/* A shard's summary in wire form: rt_sample_top of `row` (n elements of
+ * `dtype`, tokens offset .. offset + n - 1) with `slots` entries, as
+ * 2 * slots f64 (value, global index) into `pairs`.  The summary depends
+ * only on slots (1: the first maximum; more: the shard's first slots
+ * entries in the rule's order), never on a row's settings, so one K
+ * serves rows sampled differently as long as K >= each row's
+ * rt_sample_slots.  `work`: max(n, slots) entries of scratch (the
+ * summary is built there, padded to slots).  No errors. */
+void rt_sample_summarise(int32_t dtype, const void *row, int64_t n, int64_t offset,
+                         int64_t slots, rt_sample_entry *work, double *pairs);
+/* The token of a row from its shards' summaries in wire form (`pairs`:
+ * n entries, 2 * n f64, as rt_sample_summarise writes them, in any shard
+ * order; `sorted`: one shard, in order), chosen by `s` with draw u:
+ * rt_sample_pick on them, so rt_sample_row's token for the whole row
+ * whenever each shard gave at least rt_sample_slots(s, V) entries.
+ * `work`: n entries of scratch.  No errors. */
+int32_t rt_sample_pick_pairs(const rt_sampling *s, const double *pairs, int64_t n, int sorted,
+                             double u, rt_sample_entry *work);
+/* Every device, after a step of --serve on sharded logits `l` (this
+ * device's block `local`), as device 0 planned it (only plan->whole and
+ * plan->slots are read): pairs (slots K > 0) gathers every row's
+ * rt_sample_summarise of each block with K entries over every axis that
+ * shards the logits, into `into` as f64 [B, G * K * 2] (row b's G
+ * shards' summaries, G the vocabulary's shards), on every device; whole
+ * gathers the logits into `into` ([B, V] elements of l's dtype,
+ * rt_sample_gather_whole); neither does nothing.  `into` is
+ * caller-owned, of the whole logits' bytes (which bound the pairs'
+ * whenever rt_sample_choose picks them).  A collective: every device
+ * calls it with the same plan.  Errors end the job (rt_fatal: out of
+ * memory). */
+void rt_sample_gather_step(rt_device *dev, const rt_program *p, const rt_tensor_desc *l,
+                           const rt_sample_plan *plan, const void *local, void *into);
+
 /* Every device, after a step of --generate (sample_shard.c): the next
  * token of each of the g->batch rows into tokens[0..B), the same on every
  * device, from this device's block `local` of the logits output
  * p->outputs[g->logits] (any sharding rt_generate_check_logits accepts:
  * the batch and the vocabulary dims over any mesh axes), sampled by
  * g->sampling with the draws of step `step`.  Bit for bit the tokens
- * rt_sample_row gives on the whole rows.  Greedy and --top-k gather
- * (value, index) pairs over the vocabulary's axes, sampling without
- * --top-k the whole logits.  A collective: every device calls it at the
+ * rt_sample_row gives on the whole rows.  Gathers (value, index) pairs
+ * over the vocabulary's axes or the whole logits, as
+ * rt_sample_plan_generate chooses by their bytes.  A collective: every device calls it at the
  * same point.  Errors end the job (rt_fatal: out of memory). */
 void rt_sample_sharded(rt_device *dev, const rt_program *p, const rt_generate *g,
                        const void *local, int64_t step, int32_t *tokens);

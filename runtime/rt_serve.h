@@ -117,6 +117,12 @@ typedef struct rt_metrics {
     rt_histogram itl;            /* inter-token latency: between a request's tokens, seconds */
     int64_t running;             /* gauge: slots running a request in the current step */
     uint64_t iterations;         /* decode steps run (iterations of the batch) */
+    /* Sharded logits: the steps that gathered (value, index) pairs [0] or
+     * whole rows [1] to sample from, and the bytes those gathers left on
+     * each device (rt_sample_plan.bytes); a step that samples no row
+     * gathers nothing and counts in neither. */
+    uint64_t gather_steps[2];
+    uint64_t gather_bytes[2];
 } rt_metrics;
 
 /* Counts one answer with HTTP status `status`. */
@@ -148,6 +154,9 @@ typedef struct rt_engine {
     int64_t rows;                /* requests in the batch taken last (continuous: rows running
                                     in the step scheduled last); 0: shutdown */
     int live;                    /* after a step: 1 if some row of the batch runs on */
+    rt_sample_plan plan;         /* sharded logits: what the next step gathers to sample from
+                                    (device 0 plans it with the step's rows; the other devices
+                                    read slots and whole, under MPI from share()) */
     int shutdown;                /* 1: finish the running batch, refuse the queued, stop */
     uint64_t numbered;           /* requests numbered so far (ids, default seeds) */
     rt_metrics metrics;
@@ -156,6 +165,9 @@ typedef struct rt_engine {
     int64_t cache;               /* positions the cache holds: the position's index bound */
     int greedy_only;             /* 1: no replicated logits; the program's argmax output
                                     (gen->next) decides, and sampling requests get 400 */
+    int sharded;                 /* 1: the logits are sharded: each step gathers pairs or rows */
+    int64_t vocab_shards;        /* G: the blocks the logits' V dim is split into */
+    int64_t logit_bytes;         /* bytes of one element of the logits */
     rt_tokenizer tok;
     rt_sampling defaults;        /* the command line's sampling flags */
     const int32_t *stop_ids;     /* --stop-token ids: a row ends there (not in its text) */

@@ -20,10 +20,23 @@
  * gathered over the batch's axes, so every device ends with every row's
  * token, as --generate needs.
  *
- * Sampling with a temperature and no --top-k may draw any token, so the
- * summary would be the whole block: the logits are gathered instead (one
- * AllGather over every axis that shards them, the cost of a replicated
- * output) and each device samples every row itself.
+ * Pairs are not always fewer bytes: sampling with a temperature and no
+ * --top-k may draw any token, so the summary would be the whole block
+ * (K = V), and a large K on a small vocabulary costs more than the row.
+ * rt_sample_choose compares the bytes each way leaves on a device --
+ * pairs B_l * G * K * 16 (+ the tokens), whole rows B * V * dtype bytes
+ * -- and takes the fewer; whole rows are one AllGather over every axis
+ * that shards the logits (the cost of a replicated output), after which
+ * each device samples every row itself.
+ *
+ * --serve (engine.c) plans each step on device 0, where the requests'
+ * settings are: K is the largest rt_sample_slots of the rows that sample
+ * in the step, which the other devices learn with the step's record.  A
+ * summary depends only on K (rt_sample_summarise), so every device
+ * summarises its block with that K whatever each row asks; the pairs go
+ * to every device over all the logits' axes (rt_sample_gather_step) and
+ * device 0 picks each row with its own settings (rt_sample_pick_pairs):
+ * a row's first k entries lie among its shards' first K >= k.
  *
  * The collectives are the generated code's (rt_collective), so both
  * backends run them; every device calls the same ones in the same order
@@ -95,8 +108,98 @@ void rt_sample_gather_whole(rt_device *dev, const rt_tensor_desc *t, const void 
     rt_collective(dev, &d, local, whole);
 }
 
-/* Every device, sampling without --top-k: the whole logits on every
- * device, then sample.c on every row. */
+rt_sample_plan rt_sample_choose(int64_t slots, int64_t pair_rows, int64_t shards,
+                                int64_t token_bytes, int64_t batch, int64_t vocab,
+                                int64_t dtype_bytes)
+{
+    rt_sample_plan c = {0};
+    c.whole_bytes = batch * vocab * dtype_bytes;
+    if (slots <= 0) /* no row samples: nothing to gather */
+        return c;
+    c.pair_bytes = pair_rows * shards * slots * 2 * (int64_t)sizeof(double) + token_bytes;
+    if (c.pair_bytes < c.whole_bytes) {
+        c.slots = slots;
+        c.bytes = c.pair_bytes;
+    } else {
+        c.whole = 1;
+        c.bytes = c.whole_bytes;
+    }
+    return c;
+}
+
+rt_sample_plan rt_sample_plan_generate(const rt_program *p, const rt_generate *g)
+{
+    const rt_tensor_desc *l = &p->outputs[g->logits];
+    rt_sample_plan none = {0};
+    if (rt_replicated(l))
+        return none;
+    int64_t rows = l->local_shape[0];
+    return rt_sample_choose(rt_sample_slots(&g->sampling, g->vocab), rows,
+                            shards(p, l, l->rank - 1), g->batch * (int64_t)sizeof(double),
+                            g->batch, g->vocab, (int64_t)rt_dtype_size(l->dtype));
+}
+
+void rt_sample_summarise(int32_t dtype, const void *row, int64_t n, int64_t offset,
+                         int64_t slots, rt_sample_entry *work, double *pairs)
+{
+    /* Any temperature > 0: rt_sample_top then reads only `slots` (one
+     * slot: the first maximum; more: the first entries in order), which is
+     * what it gives for a row's own settings with that many slots. */
+    const rt_sampling any = {.temperature = 1, .top_p = 1};
+    rt_sample_top(&any, dtype, row, n, offset, slots, work, work);
+    /* Indices of a vocabulary below 2^31 are exact in an f64. */
+    for (int64_t j = 0; j < slots; j++) {
+        pairs[2 * j] = work[j].value;
+        pairs[2 * j + 1] = (double)work[j].index;
+    }
+}
+
+int32_t rt_sample_pick_pairs(const rt_sampling *s, const double *pairs, int64_t n, int sorted,
+                             double u, rt_sample_entry *work)
+{
+    for (int64_t j = 0; j < n; j++)
+        work[j] = (rt_sample_entry){.value = pairs[2 * j], .index = (int64_t)pairs[2 * j + 1]};
+    return rt_sample_pick(s, work, n, sorted, u);
+}
+
+void rt_sample_gather_step(rt_device *dev, const rt_program *p, const rt_tensor_desc *l,
+                           const rt_sample_plan *plan, const void *local, void *into)
+{
+    int64_t slots = plan->slots;
+    if (plan->whole) {
+        rt_sample_gather_whole(dev, l, local, into);
+        return;
+    }
+    if (slots <= 0)
+        return;
+    int32_t vd = l->rank - 1;
+    int64_t rows = l->local_shape[0], n = l->local_shape[vd], start[RT_MAX_RANK];
+    rt_block_start(l, p->axis_sizes, dev->coord, start);
+    size_t row_bytes = (size_t)n * rt_dtype_size(l->dtype);
+    rt_sample_entry *work = rt_xmalloc(dev, (size_t)(n > slots ? n : slots) * sizeof *work);
+    double *mine = rt_xmalloc(dev, (size_t)(rows * 2 * slots) * sizeof *mine);
+    for (int64_t i = 0; i < rows; i++)
+        rt_sample_summarise(l->dtype, (const char *)local + (size_t)i * row_bytes, n, start[vd],
+                            slots, work, mine + i * 2 * slots);
+    /* The pairs as a tensor [B, G * 2K] split like the logits' B and V
+     * dims: one AllGather over all their axes puts every row's G
+     * summaries on every device, blocks where rt_block_start puts them. */
+    rt_tensor_desc d = *l;
+    d.dtype = RT_F64;
+    d.rank = 2;
+    d.local_shape[0] = rows;
+    d.global_shape[0] = l->global_shape[0];
+    d.local_shape[1] = 2 * slots;
+    d.global_shape[1] = 2 * slots * shards(p, l, vd);
+    d.dim_naxes[1] = l->dim_naxes[vd];
+    memcpy(d.dim_axes[1], l->dim_axes[vd], sizeof d.dim_axes[1]);
+    rt_sample_gather_whole(dev, &d, mine, into);
+    free(mine);
+    free(work);
+}
+
+/* Every device, when whole rows cost fewer bytes than the pairs: the
+ * whole logits on every device, then sample.c on every row. */
 static void sample_whole(rt_device *dev, const rt_program *p, const rt_generate *g,
                          const void *local, int64_t step, int32_t *tokens)
 {
@@ -117,12 +220,15 @@ void rt_sample_sharded(rt_device *dev, const rt_program *p, const rt_generate *g
 {
     const rt_tensor_desc *l = &p->outputs[g->logits];
     int32_t vd = l->rank - 1;
-    int64_t slots = rt_sample_slots(&g->sampling, g->vocab);
-    int64_t G = shards(p, l, vd);
-    if (slots == g->vocab && G > 1) {
+    rt_sample_plan plan = rt_sample_plan_generate(p, g);
+    if (plan.whole) {
         sample_whole(dev, p, g, local, step, tokens);
         return;
     }
+    /* Replicated logits gather nothing (plan.slots 0): each device
+     * summarises its whole rows, one shard each. */
+    int64_t slots = rt_replicated(l) ? rt_sample_slots(&g->sampling, g->vocab) : plan.slots;
+    int64_t G = shards(p, l, vd);
     int64_t rows = l->local_shape[0], n = l->local_shape[vd], start[RT_MAX_RANK];
     rt_block_start(l, p->axis_sizes, dev->coord, start);
     size_t row_bytes = (size_t)n * rt_dtype_size(l->dtype);
@@ -131,24 +237,14 @@ void rt_sample_sharded(rt_device *dev, const rt_program *p, const rt_generate *g
     double *all = rt_xmalloc(dev, (size_t)(rows * 2 * slots * G) * sizeof *all);
     double *picked = rt_xmalloc(dev, (size_t)rows * sizeof *picked);
     double *every = rt_xmalloc(dev, (size_t)g->batch * sizeof *every);
-    /* Each row's summary as (value, index) pairs; indices of a vocabulary
-     * below 2^31 are exact in an f64. */
-    for (int64_t i = 0; i < rows; i++) {
-        rt_sample_top(&g->sampling, l->dtype, (const char *)local + (size_t)i * row_bytes, n,
-                      start[vd], slots, work, work);
-        for (int64_t j = 0; j < slots; j++) {
-            mine[(i * slots + j) * 2] = work[j].value;
-            mine[(i * slots + j) * 2 + 1] = (double)work[j].index;
-        }
-    }
+    for (int64_t i = 0; i < rows; i++)
+        rt_sample_summarise(l->dtype, (const char *)local + (size_t)i * row_bytes, n, start[vd],
+                            slots, work, mine + i * 2 * slots);
     gather_f64(dev, l->dim_naxes[vd], l->dim_axes[vd], G, rows, 2 * slots, mine, all);
-    for (int64_t i = 0; i < rows; i++) {
-        const double *r = all + i * 2 * slots * G;
-        for (int64_t j = 0; j < G * slots; j++)
-            work[j] = (rt_sample_entry){.value = r[2 * j], .index = (int64_t)r[2 * j + 1]};
-        picked[i] = rt_sample_pick(&g->sampling, work, G * slots, G == 1,
-                                   rt_sample_uniform(g->sampling.seed, step, start[0] + i));
-    }
+    for (int64_t i = 0; i < rows; i++)
+        picked[i] = rt_sample_pick_pairs(&g->sampling, all + i * 2 * slots * G, G * slots, G == 1,
+                                         rt_sample_uniform(g->sampling.seed, step, start[0] + i),
+                                         work);
     /* Rows held by other devices: their tokens, gathered over the batch's axes. */
     gather_f64(dev, l->dim_naxes[0], l->dim_axes[0], shards(p, l, 0), rows, 0, picked, every);
     for (int64_t b = 0; b < g->batch; b++)

@@ -181,6 +181,14 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     e->gen = g;
     e->cache = cache;
     e->greedy_only = greedy_only;
+    if (!greedy_only) {
+        const rt_tensor_desc *l = &p->outputs[g->logits];
+        e->sharded = !rt_replicated(l);
+        e->vocab_shards = 1;
+        for (int32_t k = 0; k < l->dim_naxes[l->rank - 1]; k++)
+            e->vocab_shards *= p->axis_sizes[l->dim_axes[l->rank - 1][k]];
+        e->logit_bytes = (int64_t)rt_dtype_size(l->dtype);
+    }
     e->max_queue = o->max_queue ? o->max_queue : RT_DEFAULT_QUEUE;
     e->defaults = rt_sampling_of_options(o);
     e->stop_ids = o->stop;

@@ -22,7 +22,10 @@ and vocab-sharded (`output Lg`) it samples the same tokens and passes --check.
 Sampling on sharded logits (runtime/sample_shard.c): the decoder with its
 logits written `Logits[B, V_X]`, `Logits[B_Y, V_X]` and `Logits[B, V_XY]`
 decodes greedily and samples (top-k, top-p, and without top-k) exactly the
-tokens of `Logits[B, V]` and of NumPy, with --check, threads and MPI; an
+tokens of `Logits[B, V]` and of NumPy, with --check, threads and MPI,
+and --stats prints the gather each step chose, pairs or whole rows, with
+the closed form's bytes (pairs B_l * G * K * 16 + B * 8 against whole rows
+B * V * 4: both occur among these shardings and settings); an
 argmax output `Next[B_Y]` beside them leaves the choice to the logits,
 and alone is refused with a message (threads).
 The last line is `N passed, N failed`.
@@ -176,6 +179,22 @@ def window_checks(a, work, tally):
 SHARDED_LOGITS = ["Logits[B, V_X]", "Logits[B_Y, V_X]", "Logits[B, V_XY]"]
 
 
+def gather_line(constraint, t, k):
+    """The line --stats prints for the sampling gather of `constraint`'s
+    logits sampled with temperature t and top-k k (rt_sample_choose)."""
+    B, V = DIMS["B"], DIMS["V"]
+    if "_" not in constraint:
+        return "sampling gather per step: none (the logits are replicated)"
+    G = 4 if "V_XY" in constraint else 2
+    rows = B // 2 if "B_Y" in constraint else B
+    K = 1 if t == 0 else k if 0 < k < V else V
+    pairs, whole = rows * G * K * 16 + B * 8, B * V * 4
+    if pairs < whole:
+        return ("sampling gather per step: pairs, K = %d per shard, %d bytes per device "
+                "(whole rows: %d)" % (K, pairs, whole))
+    return "sampling gather per step: whole rows, %d bytes per device (pairs: %d)" % (whole, pairs)
+
+
 def sharded_checks(a, work, tally):
     """Sharded logits: greedy and seeded sampling give exactly the tokens of
     the same program with replicated logits (and NumPy's), on every runtime."""
@@ -186,6 +205,7 @@ def sharded_checks(a, work, tally):
     ppath = os.path.join(work, "prompt_sh.npy")
     np.save(ppath, prompt)
     settings = [(0, 0, 1.0)] + SETTINGS  # greedy first; SETTINGS[1] has no --top-k
+    paths = set()
     for constraint in ["Logits[B, V]"] + SHARDED_LOGITS:
         tag = constraint.replace("[", "_").replace(", ", "_").replace("]", "")
         src = os.path.join(work, tag + ".ein")
@@ -195,11 +215,16 @@ def sharded_checks(a, work, tally):
             gen = launch + [exe, "--prompt-ids", ppath, "--generate", str(N)] + args
             for t, k, p in settings:
                 want = (decode(w64, prompt, N) if t == 0 else sampled(w64, prompt, N, t, k, p, 5))
-                rc, out = run(gen + (flags(t, k, p, 5) if t else []) + ["--check"])
+                rc, out = run(gen + (flags(t, k, p, 5) if t else []) + ["--check", "--stats"])
                 got = printed_tokens(out, B) if rc == 0 else None
-                tally.result(rc == 0 and got == want.tolist() and "check tokens: equal" in out,
-                             "output %s, T=%g top-k %d top-p %g (%s): %s as replicated and NumPy"
-                             % (constraint, t, k, p, rt, got), "want %s\n%s" % (want.tolist(), out))
+                line = gather_line(constraint, t, k)
+                paths.add(line.split(",")[0])
+                tally.result(rc == 0 and got == want.tolist() and "check tokens: equal" in out and
+                             line in out, "output %s, T=%g top-k %d top-p %g (%s): %s as "
+                             "replicated and NumPy; %s" % (constraint, t, k, p, rt, got, line),
+                             "want %s\n%s" % (want.tolist(), out))
+    tally.result(len(paths) == 3, "the shardings and settings gather pairs, whole rows and none",
+                 repr(paths))
     # A sharded argmax output: beside the logits they decide; alone, refused.
     want = decode(w64, prompt, N)
     for logits, tag in (("output Logits[B, V_X]", "next_logits"), ("", "next_only")):

@@ -25,8 +25,14 @@ runtime with random params; the server is started with --port 0 and its
  - /metrics parses as Prometheus text and counts the answers and tokens;
  - SIGTERM ends the server with status 0;
  - a program whose logits stay vocab-sharded serves greedy and sampled
-   requests with the texts of the replicated program (the engine gathers
-   the logits each step);
+   requests with the texts of the replicated program;
+ - there each step gathers (value, index) pairs or whole rows by their
+   bytes: greedy, top-k and temperature-only requests, alone and two in
+   one batch, get the replicated program's texts, and /metrics counts,
+   for a request alone, one gather per token of exactly the closed form's
+   bytes (pairs B * G * K * 16, whole rows B * V * 4); on threads (also
+   with the batch sharded, `Logits[B_Y, V_X]`) and, with --mpi, on 4 MPI
+   ranks;
  - with --mpi, the same program on 4 MPI ranks (rank 0 serves, the others
    follow its broadcasts): greedy completions alone, streamed and
    concurrent (with a seeded sampled one) get the threads --generate's
@@ -168,6 +174,16 @@ class Server:
         self.p.wait(timeout=TIMEOUT)
         for f in (self.p.stdout, self.p.stderr):
             f.close()
+
+
+def compile_exe(t, a, src, exe, runtime="threads"):
+    """Compiles `src` into `exe` for `runtime`; False (and a failed check
+    with einc's output) if einc fails."""
+    p = subprocess.run([a.einc, src, "-o", exe, "--runtime=" + runtime], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        t.result(False, "einc %s --runtime=%s" % (os.path.basename(src), runtime), p.stdout)
+    return p.returncode == 0
 
 
 def generate(exe, work, prompt, n, args=(), launch=()):
@@ -403,10 +419,7 @@ def check_sharded_logits(t, a, exe, work):
     with open(src, "w") as f:
         f.write(source(sharded=True))
     sharded = os.path.join(work, "serve_next")
-    p = subprocess.run([a.einc, src, "-o", sharded], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=300)
-    if p.returncode != 0:
-        t.result(False, "einc serve_next.ein", p.stdout)
+    if not compile_exe(t, a, src, sharded):
         return
     want = generate(exe, work, "Hello", 12)
     s = Server(sharded)
@@ -422,8 +435,74 @@ def check_sharded_logits(t, a, exe, work):
         t.result(status == 200 and text_of(ans) == want,
                  "sharded logits: sampling with seed 7 = the replicated program's text",
                  "%d %r want %r" % (status, ans, want))
+        check_pairs(t, s, exe, work, "sharded logits")
     finally:
         s.kill()
+    # The batch sharded too: the pairs' gather runs over B's and V's axes.
+    src_by = os.path.join(work, "serve_next_by.ein")
+    with open(src_by, "w") as f:
+        f.write(source(sharded=True).replace("output Logits[B, V_X]", "output Logits[B_Y, V_X]"))
+    by = os.path.join(work, "serve_next_by")
+    if compile_exe(t, a, src_by, by):
+        s = Server(by)
+        try:
+            check_pairs(t, s, exe, work, "logits [B_Y, V_X]")
+        finally:
+            s.kill()
+    if not a.mpi:
+        return
+    mpi = os.path.join(work, "serve_next_mpi")
+    if not compile_exe(t, a, src, mpi, "mpi"):
+        return
+    s = Server(mpi, launch=mpi_launch(a.mpirun, 4))
+    try:  # static batching's plan travels with each step's broadcast
+        check_pairs(t, s, exe, work, "4 MPI ranks, sharded logits")
+    finally:
+        s.kill()
+
+
+def gathers(s):
+    """/metrics' sampling gathers: (pairs steps, whole steps, pairs bytes,
+    whole bytes)."""
+    _, m = metrics(s)
+    return tuple(m.get('einc_sample_gather_%s_total{path="%s"}' % (what, path), 0)
+                 for what in ("steps", "bytes") for path in ("pairs", "whole"))
+
+
+def check_pairs(t, s, exe, work, what):
+    """Vocab-sharded logits (G = 2 shards of V = 128 f32, B = 2 rows): each
+    step gathers pairs, B * G * K * 16 = 64 K bytes, when below whole rows,
+    B * V * 4 = 1024 bytes: greedy (K 1) and top-k 5 use pairs, a
+    temperature alone (K = V) whole rows.  Each kind alone moves exactly
+    that per token (the prompt's other steps sample nothing), and mixed in
+    one batch of 2 each gets the replicated program `exe`'s text."""
+    B, V, G = DIMS["B"], DIMS["V"], 2
+    kinds = [  # (request, --generate flags, K, path)
+        (dict(prompt="Hello", max_tokens=12), [], 1, "pairs"),
+        (dict(prompt="Once upon", max_tokens=14, temperature=1.5, top_k=5, seed=3),
+         ["--temperature", "1.5", "--top-k", "5", "--seed", "3"], 5, "pairs"),
+        (dict(prompt="It was", max_tokens=10, temperature=0.8, seed=5),
+         ["--temperature", "0.8", "--seed", "5"], V, "whole")]
+    want = [generate(exe, work, r["prompt"], r["max_tokens"], f) for r, f, _, _ in kinds]
+    for (req, _, k, path), w in zip(kinds, want):
+        before = gathers(s)
+        status, ans = s.complete(**req)
+        after = gathers(s)
+        n = req["max_tokens"]
+        per = B * G * k * 16 if path == "pairs" else B * V * 4
+        delta = tuple(x - y for x, y in zip(after, before))
+        expect = (n, 0, n * per, 0) if path == "pairs" else (0, n, 0, n * per)
+        t.result(status == 200 and text_of(ans) == w and delta == expect,
+                 "%s: K = %d alone, %d steps of %s, %d bytes each: the replicated text"
+                 % (what, k, n, path, per), "%d %r want %r; gathers %r want %r"
+                 % (status, ans, w, delta, expect))
+    for i, j in [(0, 1), (1, 2), (0, 2)]:
+        got = concurrently(s, [kinds[i][0], kinds[j][0]])
+        t.result([g[0] for g in got] == [200, 200] and
+                 [text_of(g[1]) for g in got] == [want[i], want[j]],
+                 "%s: %s and %s requests in one batch get the replicated texts"
+                 % (what, kinds[i][3] + (" K=%d" % kinds[i][2]), kinds[j][3] +
+                    (" K=%d" % kinds[j][2])), "got %r\nwant %r" % (got, [want[i], want[j]]))
 
 
 def check_mpi(t, a, src, exe, work):
@@ -432,10 +511,7 @@ def check_mpi(t, a, src, exe, work):
     the threads program `exe`'s --generate's, alone, streamed and among
     others; a bad request gets its 400; SIGTERM to rank 0 ends the job."""
     mpi = os.path.join(work, "serve_mpi")
-    p = subprocess.run([a.einc, src, "-o", mpi, "--runtime=mpi"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=300)
-    if p.returncode != 0:
-        t.result(False, "einc serve.ein --runtime=mpi", p.stdout)
+    if not compile_exe(t, a, src, mpi, "mpi"):
         return
     greedy = [("Hello", 12), ("a", 1), ("The quick brown fox", 21)]
     reqs = [dict(prompt=q, max_tokens=n) for q, n in greedy]
@@ -490,10 +566,7 @@ def main():
         with open(src, "w") as f:
             f.write(source())
         exe = os.path.join(work, "serve")
-        p = subprocess.run([a.einc, src, "-o", exe], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=300)
-        if p.returncode != 0:
-            t.result(False, "einc serve.ein", p.stdout)
+        if not compile_exe(t, a, src, exe):
             return t.finish()
         s = Server(exe)
         try:

@@ -15,13 +15,16 @@ compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
    long one completes; with Pos[] (static batching: a batch runs until all
    its rows end) it completes after, which the check must tell apart;
  - a sampled request, seeded, gets the same text alone and among others;
- - with the logits vocab-sharded (`output Logits[B, V_X]`, gathered by the
-   engine each step), the sampled request and 4 greedy ones, concurrent,
-   get the same texts;
+ - with the logits vocab-sharded (`output Logits[B, V_X]`: each step
+   gathers (value, index) pairs or whole rows, whichever are fewer bytes),
+   the sampled request (temperature and top-p: whole rows), a top-k 4 one
+   (pairs) and 4 greedy ones (pairs), concurrent, get the replicated
+   program's texts; alone, a greedy and a top-k request each gather
+   pairs once per token, of the closed form's bytes (B * G * K * 16);
  - with --mpi, on 4 MPI ranks (rank 0 serves and broadcasts each step's
-   tokens and positions), the sampled request and 4 greedy ones,
-   concurrent, get the same texts, with replicated and with vocab-sharded
-   logits, and SIGTERM to rank 0 ends every rank (mpirun's status 0);
+   tokens, positions and gather), the same 6 requests, concurrent, get
+   the same texts, with replicated and with vocab-sharded logits, and
+   SIGTERM to rank 0 ends every rank (mpirun's status 0);
  - more concurrent requests than --max-queue 1 holds get 503, the others
    their text;
  - /metrics has einc_running_rows and einc_iterations_total, which counts
@@ -42,7 +45,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import serve  # noqa: E402
 from e2e_common import Tally, mpi_launch, runtime_args  # noqa: E402
-from serve import Server, concurrently, generate, text_of  # noqa: E402
+from serve import Server, concurrently, gathers, generate, text_of  # noqa: E402
 
 serve.DIMS.update(B=3, S=192)  # 3 slots, a cache long enough for a long request
 S = serve.DIMS["S"]
@@ -179,20 +182,34 @@ def main():
                      "%r vs %r" % (one, mixed[0]))
         finally:
             s.kill()
+        topk = dict(prompt="Twice", max_tokens=18, temperature=1.2, top_k=4, seed=9)
+        topk_text = generate(cont, work, "Twice", 18, ["--temperature", "1.2", "--top-k", "4",
+                                                       "--seed", "9"])
+        mixed, want = [sampled, topk] + reqs[:4], [text_of(one[1]), topk_text] + alone[:4]
         sharded = compile_variant(a, work, True, t, sharded=True)
         s = Server(sharded) if sharded else None
-        try:  # vocab-sharded logits, gathered each step: the same texts
-            got = concurrently(s, [sampled] + reqs[:4]) if s else None
-            t.result(got and [g[0] for g in got] == [200] * 5 and
-                     [text_of(g[1]) for g in got] == [text_of(one[1])] + alone[:4],
-                     "vocab-sharded logits: the same texts, sampled and greedy, among others",
-                     "%r vs %r" % (got, [one] + alone[:4]))
+        try:  # vocab-sharded logits, pairs or whole rows each step: the same texts
+            got = concurrently(s, mixed) if s else None
+            t.result(got and [g[0] for g in got] == [200] * 6 and
+                     [text_of(g[1]) for g in got] == want,
+                     "vocab-sharded logits: the same texts, sampled (whole rows), top-k and "
+                     "greedy (pairs), among others", "%r vs %r" % (got, want))
+            for req, text, k in [(reqs[2], alone[2], 1), (topk, topk_text, 4)] if s else []:
+                # Pairs B * G * K * 16 (B = 3 slots, G = 2) < whole rows 3 * 128 * 4.
+                before = gathers(s)
+                status, ans = s.complete(**req)
+                delta = tuple(x - y for x, y in zip(gathers(s), before))
+                n = req["max_tokens"]
+                expect = (n, 0, n * 3 * 2 * k * 16, 0)
+                t.result(status == 200 and text_of(ans) == text and delta == expect,
+                         "vocab-sharded logits, K = %d alone: %d steps gather pairs of %d bytes"
+                         % (k, n, 3 * 2 * k * 16), "%r want %r; gathers %r want %r"
+                         % (ans, text, delta, expect))
         finally:
             if s:
                 s.kill()
         if mpi:  # rank 0 serves; the other ranks follow its broadcasts
             launch = mpi_launch(a.mpirun, 4)
-            mixed, want = [sampled] + reqs[:4], [text_of(one[1])] + alone[:4]
             check_mpi(t, mpi, launch, mixed, want, "replicated logits")
             sharded_mpi = compile_variant(a, work, True, t, "mpi", sharded=True)
             if sharded_mpi:

@@ -4,6 +4,7 @@
 
 #include <CUnit/CUnit.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,24 @@ static inline double test_load(int32_t dtype, const void *p, int64_t i)
     if (dtype == RT_F32)
         return ((const float *)p)[i];
     return rt_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* A logit from a small set (7 levels), so ties within a row and across
+ * its shards are common; now and then -Inf or -0.0, and with `specials`
+ * NaN or +Inf.  Advances *state (splitmix64). */
+static inline double test_draw_logit(uint64_t *state, int specials)
+{
+    *state = rt_splitmix64(*state);
+    uint64_t r = *state % 64;
+    if (specials && r == 0)
+        return NAN;
+    if (specials && r == 1)
+        return INFINITY;
+    if (r == 2)
+        return -INFINITY;
+    if (r == 3)
+        return -0.0;
+    return (double)(r % 7) * 0.5 - 1.0;
 }
 
 /* A `run` for programs that tests only use for their mesh. */

@@ -16,6 +16,7 @@
 #include "cunit_main.h"
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_test_util.h"
 
 #define MAXV 24
 
@@ -42,23 +43,6 @@ static int32_t whole(const rt_sampling *s, const double *row, int64_t vocab, dou
     return rt_sample_row(s, RT_F64, row, vocab, u, work);
 }
 
-/* A logit from a small set, so ties are common; now and then NaN, +-Inf
- * or -0.0. */
-static double draw_logit(uint64_t *state, int specials)
-{
-    *state = rt_splitmix64(*state);
-    uint64_t r = *state % 64;
-    if (specials && r == 0)
-        return NAN;
-    if (specials && r == 1)
-        return INFINITY;
-    if (r == 2)
-        return -INFINITY;
-    if (r == 3)
-        return -0.0;
-    return (double)(r % 7) * 0.5 - 1.0;
-}
-
 static void test_random_rows(void)
 {
     const double temps[] = {0, 0.7, 1.3};
@@ -70,7 +54,7 @@ static void test_random_rows(void)
         int64_t vocab = 4 + trial % (MAXV - 3);
         double row[MAXV];
         for (int64_t v = 0; v < vocab; v++)
-            row[v] = draw_logit(&state, trial % 3 == 0);
+            row[v] = test_draw_logit(&state, trial % 3 == 0);
         for (int nshards = 1; nshards <= 4; nshards++) {
             /* Even blocks when nshards divides vocab, else uneven ones. */
             int64_t cuts[5] = {0};
