@@ -21,7 +21,10 @@
  *
  *     pre + g + post + (S - 1) * max(pre, g, post)
  *
- * which is the paper's "prologue + (K-1) * steady state + epilogue".
+ * which is the paper's "prologue + (K-1) * steady state + epilogue"; with
+ * no overlap (seed 004 Table 3's TPUs) S * (pre + g + post).  A partial
+ * GEMM costs the larger of its FLOPs and its HBM bytes (the stationary
+ * matrix is read whole by every slice).
  * MeshSlice uses it with partial collectives of shard/K bytes (Eq. 5),
  * Collective is the same with S = 1 (nothing to overlap), SUMMA with
  * lcm(rows, cols) panels moved by pipelined broadcasts/reductions, whose

@@ -110,10 +110,11 @@ int cost_ms_algo_lookup(const char *key);
 
 /*
  * Fills `p` from profile `hw` for GEMMs in dtype `t`: peak from
- * hw->peak_flops, bandwidths from the ICI figures, L_sync = the per-hop
- * latency T_min, and the figures the profile does not hold (T_launch,
- * GEMM efficiency, tile and block sizes) from the defaults documented in
- * docs/meshslice.md (TPU v4 values of seed 004 where it gives them).
+ * hw->peak_flops, bandwidths from the ICI figures, hbm_bw from the HBM
+ * bandwidth, L_sync = the per-hop latency T_min, no_overlap false, and
+ * the figures the profile does not hold (T_launch, GEMM efficiency, tile
+ * and block sizes) from the defaults documented in docs/meshslice.md
+ * (TPU v4 values of seed 004 where it gives them).
  */
 void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p);
 
