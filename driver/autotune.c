@@ -49,6 +49,7 @@ typedef struct at_options {
     bool compare;                   /* --compare: every algorithm */
     bool json;                      /* --json */
     bool train;                     /* --train: forward + backward data + backward weight */
+    bool no_overlap;                /* --no-overlap: nothing overlaps (seed 004 Table 3's TPUs) */
     double t_launch, l_sync, gemm_eff; /* overrides, < 0 = profile/defaults */
     int64_t block;                  /* --block, 0 = default */
     int64_t rows, cols;             /* --mesh RxC: fixed shape, 0 = search */
@@ -81,6 +82,8 @@ static void usage(FILE *out)
           "  --train               model training: each layer's forward, backward-data and\n"
           "                        backward-weight GEMMs (seed 004 Table 1 dataflows)\n"
           "  --compare             also tune every other algorithm and print speedups\n"
+          "  --no-overlap          communication never overlaps computation: every\n"
+          "                        algorithm runs its stages one after another\n"
           "  --json                machine-readable report\n"
           "  --t-launch SECONDS    collective launch cost T_launch (default 5e-6)\n"
           "  --l-sync SECONDS      per-step synchronization L_sync (default: profile's\n"
@@ -171,6 +174,8 @@ static int parse_args(int argc, char **argv, at_options *o)
             o->compare = true;
         } else if (strcmp(a, "--train") == 0) {
             o->train = true;
+        } else if (strcmp(a, "--no-overlap") == 0) {
+            o->no_overlap = true;
         } else if (strcmp(a, "--json") == 0) {
             o->json = true;
         } else if (strncmp(a, "-D", 2) == 0) {
@@ -402,9 +407,10 @@ static void print_text(const report *r)
            (long long)r->o->chips, r->hw->name, ir_dtype_name(r->info[0].dtype), p->peak_flops);
     printf("model: collective = T_launch + (P-1)*(L_sync + shard/BW), T_launch %.3g s, "
            "L_sync %.3g s,\n       BW %.3g B/s (ring) / %.3g B/s (no wraparound); GEMM at %.0f%% "
-           "of peak, dims padded to %lld; block %lld\n",
+           "of peak, dims padded to %lld, HBM %.3g B/s; block %lld%s\n",
            p->t_launch, p->l_sync, p->bw_ring, p->bw_line, 100 * p->gemm_eff,
-           (long long)p->mxu_tile, (long long)p->block);
+           (long long)p->mxu_tile, p->hbm_bw, (long long)p->block,
+           p->no_overlap ? "; no overlap" : "");
     printf("\nmesh shapes (%s):\n  %-11s %12s %8s\n", cost_ms_algo_name((cost_ms_algo)r->o->algo), "rows x cols",
            "time (ms)", "util");
     for (int64_t rows = 1; rows <= r->o->chips; rows++) {
@@ -447,25 +453,25 @@ static void print_text(const report *r)
     if (r->o->compare) {
         fputs(r->o->rows ? "\nalgorithms (on the given mesh):" : "\nalgorithms (each on its own best mesh shape):",
               stdout);
-        printf("\n  %-11s %-12s %12s %8s %18s\n",
-               "algorithm", "mesh", "time (ms)", "util", "MeshSlice speedup");
+        printf("\n  %-11s %-12s %12s %8s %18s %16s\n",
+               "algorithm", "mesh", "time (ms)", "util", "MeshSlice speedup", "no overlap (ms)");
         const cost_ms_tune_result *ms = &r->per_algo[COST_MS_ALGO_MESHSLICE];
         for (int a = 0; a < COST_MS_ALGO_COUNT; a++) {
             const cost_ms_tune_result *t = &r->per_algo[a];
             if (!t->found) {
-                printf("  %-11s %-12s %12s %8s %18s\n", cost_ms_algo_name((cost_ms_algo)a), "none fits", "-",
-                       "-", "-");
+                printf("  %-11s %-12s %12s %8s %18s %16s\n", cost_ms_algo_name((cost_ms_algo)a), "none fits", "-",
+                       "-", "-", "-");
                 continue;
             }
             char shape[48];
             snprintf(shape, sizeof shape, "%lld x %lld", (long long)t->mesh.rows,
                      (long long)t->mesh.cols);
             if (ms->found)
-                printf("  %-11s %-12s %12.4f %7.1f%% %17.1f%%\n", cost_ms_algo_name((cost_ms_algo)a), shape,
-                       1e3 * t->time, 100 * t->utilization, 100 * (t->time / ms->time - 1));
+                printf("  %-11s %-12s %12.4f %7.1f%% %17.1f%% %16.4f\n", cost_ms_algo_name((cost_ms_algo)a), shape,
+                       1e3 * t->time, 100 * t->utilization, 100 * (t->time / ms->time - 1), 1e3 * t->time_serial);
             else
-                printf("  %-11s %-12s %12.4f %7.1f%% %18s\n", cost_ms_algo_name((cost_ms_algo)a), shape,
-                       1e3 * t->time, 100 * t->utilization, "-");
+                printf("  %-11s %-12s %12.4f %7.1f%% %18s %16.4f\n", cost_ms_algo_name((cost_ms_algo)a), shape,
+                       1e3 * t->time, 100 * t->utilization, "-", 1e3 * t->time_serial);
         }
     }
     printf("\nrun: %s\n", r->command);
@@ -480,6 +486,8 @@ static cJSON *tune_json(const cost_ms_tune_result *t)
         cJSON_AddNumberToObject(o, "cols", (double)t->mesh.cols);
         cJSON_AddNumberToObject(o, "time", t->time);
         cJSON_AddNumberToObject(o, "utilization", t->utilization);
+        /* The same choices (mesh, dataflows, K) run without overlap. */
+        cJSON_AddNumberToObject(o, "time_no_overlap", t->time_serial);
     }
     return o;
 }
@@ -501,6 +509,8 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(par, "bw_link", p->bw_link);
     cJSON_AddNumberToObject(par, "peak_flops", p->peak_flops);
     cJSON_AddNumberToObject(par, "gemm_eff", p->gemm_eff);
+    cJSON_AddNumberToObject(par, "hbm_bw", p->hbm_bw);
+    cJSON_AddBoolToObject(par, "no_overlap", p->no_overlap);
     cJSON_AddNumberToObject(par, "block", (double)p->block);
     cJSON *meshes = cJSON_AddArrayToObject(root, "meshes");
     for (int64_t rows = 1; rows <= r->o->chips; rows++) {
@@ -534,6 +544,7 @@ static int print_json(const report *r)
         cJSON_AddNumberToObject(e, "time", c->est.time);
         cJSON_AddNumberToObject(e, "t_compute", c->est.t_compute);
         cJSON_AddNumberToObject(e, "t_comm", c->est.t_comm);
+        cJSON_AddNumberToObject(e, "time_no_overlap", c->est.t_serial);
         cJSON_AddNumberToObject(e, "utilization", c->est.utilization);
         cJSON_AddItemToArray(ls, e);
     }
@@ -660,6 +671,7 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
         p.gemm_eff = o->gemm_eff;
     if (o->block > 0)
         p.block = o->block;
+    p.no_overlap = o->no_overlap;
 
     report r;
     memset(&r, 0, sizeof r);

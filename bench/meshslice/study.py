@@ -31,9 +31,11 @@ ALGO_NAMES = {"cannon": "Cannon", "summa": "SUMMA", "collective": "Collective",
 # What seed 004 reports (section 5), keyed by model.
 PAPER = {
     "GPT-3 175B": {"over_wang": 13.8, "end_to_end": 12.0, "drop_16_256": 16.8,
-                   "dataflow_gain": 21.2, "overlap_4x4_over_collective": 38.6},
+                   "dataflow_gain": 21.2, "overlap_4x4_over_collective": 38.6,
+                   "no_overlap_4x4_slower": 4.5},
     "Megatron-NLG 530B": {"over_wang": 26.0, "end_to_end": 23.4, "drop_16_256": 5.8,
-                          "dataflow_gain": 5.1, "overlap_4x4_over_collective": 32.8},
+                          "dataflow_gain": 5.1, "overlap_4x4_over_collective": 32.8,
+                          "no_overlap_4x4_slower": 4.5},
 }
 
 
@@ -153,6 +155,12 @@ def main():
              pct(al["meshslice"]["utilization"]),
              100 * (al["collective"]["time"] / al["meshslice"]["time"] - 1),
              p["overlap_4x4_over_collective"]))
+        w("Without overlap (Table 3's real TPUs), the same configuration: MeshSlice %s, %.1f%% "
+          "slower than Collective (paper: about %.1f%% for both models, 1.3%% of it the slicing "
+          "copies).\n"
+          % (pct(al["collective"]["time"] / al["meshslice"]["time_no_overlap"] * al["collective"]["utilization"]),
+             100 * (al["meshslice"]["time_no_overlap"] / al["collective"]["time"] - 1),
+             p["no_overlap_4x4_slower"]))
 
         # How the comparison with Wang depends on the assumed launch cost.
         cells = []
@@ -163,6 +171,21 @@ def main():
                          % (tl, pct(al["meshslice"]["utilization"]), pct(al["wang"]["utilization"]),
                             100 * (al["wang"]["time"] / al["meshslice"]["time"] - 1)))
         w("Sensitivity to T_launch at 256 chips: " + "; ".join(cells) + ".\n")
+
+        # The synchronization latency per ring step sets how fast MeshSlice
+        # loses efficiency with the mesh (seed 004 Eq. 5: P - 1 of them per
+        # partial collective); the seed gives no fitted value.
+        cells = []
+        for ls in ["1e-6", "2e-6", "5e-6", "1e-5"]:
+            lo = run(cmd, ["--chips", "16", "-D", "B=8", "--compare", "--l-sync", ls, path])
+            hi = run(cmd, ["--chips", "256", "-D", "B=128", "--compare", "--l-sync", ls, path])
+            al = hi["algorithms"]
+            cells.append("L_sync %s s: drop 16 -> 256 %.1f%%, over Wang %.1f%%"
+                         % (ls, 100 * (1 - al["meshslice"]["utilization"]
+                                       / lo["algorithms"]["meshslice"]["utilization"]),
+                            100 * (al["wang"]["time"] / al["meshslice"]["time"] - 1)))
+        w("Sensitivity to L_sync (paper: drop %.1f%%, over Wang %.1f%%): %s.\n"
+          % (p["drop_16_256"], p["over_wang"], "; ".join(cells)))
 
     params = raw[MODELS[0][0]]["weak_scaling"][16]["params"]
     w("Model parameters (%s): %s" % (a.hw, ", ".join("%s = %g" % kv for kv in params.items())))

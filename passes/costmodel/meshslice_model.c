@@ -21,7 +21,10 @@
  *
  *     pre + g + post + (S - 1) * max(pre, g, post)
  *
- * which is the paper's "prologue + (K-1) * steady state + epilogue".
+ * which is the paper's "prologue + (K-1) * steady state + epilogue"; with
+ * no overlap (seed 004 Table 3's TPUs) S * (pre + g + post).  A partial
+ * GEMM costs the larger of its FLOPs and its HBM bytes (the stationary
+ * matrix is read whole by every slice).
  * MeshSlice uses it with partial collectives of shard/K bytes (Eq. 5),
  * Collective is the same with S = 1 (nothing to overlap), SUMMA with
  * lcm(rows, cols) panels moved by pipelined broadcasts/reductions, whose
@@ -132,6 +135,7 @@ void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p)
     p->peak_flops = hw->peak_flops[t];
     p->gemm_eff = DEFAULT_GEMM_EFF;
     p->t_gemm_launch = DEFAULT_T_GEMM_LAUNCH;
+    p->hbm_bw = hw->hbm_bw;
     p->mxu_tile = DEFAULT_MXU_TILE;
     p->block = DEFAULT_BLOCK;
     p->elem_bytes = (double)ir_dtype_size(t);
@@ -174,6 +178,18 @@ double cost_ms_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t 
         return 0;
     double flops = 2.0 * pad(p, m) * pad(p, n) * pad(p, k);
     return p->t_gemm_launch + flops / (p->peak_flops * p->gemm_eff);
+}
+
+double cost_ms_partial_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k, bool accumulate)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return 0;
+    double compute = cost_ms_gemm_time(p, m, n, k) - p->t_gemm_launch;
+    if (p->hbm_bw <= 0)
+        return p->t_gemm_launch + compute;
+    double dm = (double)m, dn = (double)n, dk = (double)k;
+    double bytes = p->elem_bytes * (dm * dk + dk * dn + dm * dn * (accumulate ? 2.0 : 1.0));
+    return p->t_gemm_launch + fmax(compute, bytes / p->hbm_bw);
 }
 
 double cost_ms_gemm_flops(const cost_ms_gemm *g)
@@ -271,17 +287,21 @@ static plan make_plan(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_me
 }
 
 /* Local GEMM time when the cut dim is split into `pieces` (rounded up: an
- * uneven split pays for its largest piece). */
+ * uneven split pays for its largest piece).  Split pieces of C-stn's
+ * contraction accumulate into C, which each piece reads and writes. */
 static double local_gemm(const cost_ms_params *p, const plan *pl, int64_t pieces)
 {
     int64_t d[3] = {pl->lm, pl->ln, pl->lk};
     d[pl->cut] = (d[pl->cut] + pieces - 1) / pieces;
-    return cost_ms_gemm_time(p, d[0], d[1], d[2]);
+    return cost_ms_partial_gemm_time(p, d[0], d[1], d[2], pl->cut == 2 && pieces > 1);
 }
 
-/* Three-stage software pipeline of `iters` iterations (module comment). */
-static double pipeline(double pre, double g, double post, int64_t iters)
+/* Three-stage software pipeline of `iters` iterations (module comment);
+ * without overlap (p->no_overlap) every stage waits for the previous one. */
+static double pipeline(const cost_ms_params *p, double pre, double g, double post, int64_t iters)
 {
+    if (p->no_overlap)
+        return (double)iters * (pre + g + post);
     double steady = fmax(pre, fmax(g, post));
     return pre + g + post + (double)(iters - 1) * steady;
 }
@@ -316,7 +336,7 @@ static double time_meshslice(const cost_ms_params *p, const plan *pl, int64_t k,
     stages(p, pl, 1.0 / (double)k, &pre, &post);
     double g = local_gemm(p, pl, k);
     *t_comp = g * (double)k;
-    return pipeline(pre, g, post, k);
+    return pipeline(p, pre, g, post, k);
 }
 
 /* Broadcast (or reduce) of `bytes` over a ring of P chips as D packets in
@@ -365,7 +385,7 @@ static double time_summa(const cost_ms_params *p, const plan *pl, int64_t panels
     }
     double g = local_gemm(p, pl, panels);
     *t_comp = g * (double)panels;
-    return pipeline(pre, g, post, panels);
+    return pipeline(p, pre, g, post, panels);
 }
 
 /* Wang et al. (seed 004 2.3.4): decompose move `d` into P SendRecv steps
@@ -379,6 +399,8 @@ static double time_wang_one(const cost_ms_params *p, const plan *pl, const move 
     double t_step = p->t_launch + p->l_sync + d->shard / d->bw;
     double t_other = cost_ms_collective_time(p, o->ring, o->shard);
     *t_comp = g * (double)steps;
+    if (p->no_overlap)
+        return t_other + (double)steps * g + (double)(steps - 1) * t_step;
     return t_other + g + (double)(steps - 1) * fmax(g, t_step);
 }
 
@@ -425,6 +447,8 @@ static double time_cannon(const cost_ms_params *p, const plan *pl, int64_t q, do
     }
     double g = local_gemm(p, pl, q);
     *t_comp = g * (double)q;
+    if (p->no_overlap)
+        return skew_in + (double)q * g + (double)(q - 1) * shift + skew_out;
     return skew_in + g + (double)(q - 1) * fmax(g, shift) + skew_out;
 }
 
@@ -436,55 +460,73 @@ static cost_ms_estimate invalid(const char *why)
     return e;
 }
 
+/* The time of `algo` on plan `pl` into e->time, e->t_compute and e->slices;
+ * returns NULL, or why the configuration cannot run. */
+static const char *algo_time(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
+                             cost_ms_dataflow df, const plan *pl, cost_ms_algo algo, int64_t slices,
+                             cost_ms_estimate *e)
+{
+    e->slices = 1;
+    switch (algo) {
+    case COST_MS_ALGO_COLLECTIVE:
+        e->time = time_meshslice(p, pl, 1, &e->t_compute);
+        return NULL;
+    case COST_MS_ALGO_MESHSLICE:
+        if (!cost_ms_slices_valid(p, g, mesh, df, slices))
+            return "K must divide the sliced dim's per-device size into blocks of B";
+        e->slices = slices;
+        e->time = time_meshslice(p, pl, slices, &e->t_compute);
+        return NULL;
+    case COST_MS_ALGO_SUMMA: {
+        int64_t panels = mesh.rows / cost_ms_gcd64(mesh.rows, mesh.cols) * mesh.cols;
+        if (cost_ms_sliced_dim(g, df) % panels != 0)
+            return "SUMMA's lcm(rows, cols) panels do not divide the sliced dim";
+        e->slices = panels;
+        e->time = time_summa(p, pl, panels, &e->t_compute);
+        return NULL;
+    }
+    case COST_MS_ALGO_WANG:
+        e->time = time_wang(p, pl, &e->slices, &e->t_compute);
+        return NULL;
+    case COST_MS_ALGO_CANNON:
+        if (mesh.rows != mesh.cols)
+            return "Cannon needs a square mesh";
+        if (mesh.rows > 1 && !axis_wraps(p, mesh.rows))
+            return "Cannon's cyclic shifts need wraparound on both mesh axes";
+        if (cost_ms_sliced_dim(g, df) % mesh.rows != 0)
+            return "the sliced dim does not divide into q Cannon steps";
+        e->slices = mesh.rows;
+        e->time = time_cannon(p, pl, mesh.rows, &e->t_compute);
+        return NULL;
+    default:
+        return "unknown algorithm";
+    }
+}
+
 cost_ms_estimate cost_ms_time(const cost_ms_params *p, const cost_ms_gemm *g, cost_ms_mesh mesh,
                               cost_ms_dataflow df, cost_ms_algo algo, int64_t slices)
 {
     if ((unsigned)df >= COST_MS_DF_COUNT || (unsigned)algo >= COST_MS_ALGO_COUNT)
         return invalid("unknown dataflow or algorithm");
     if (p->peak_flops <= 0 || p->gemm_eff <= 0 || p->bw_ring <= 0 || p->bw_line <= 0 ||
-        p->bw_link <= 0 || p->elem_bytes <= 0 || p->l_sync < 0 || p->t_launch < 0)
+        p->bw_link <= 0 || p->elem_bytes <= 0 || p->l_sync < 0 || p->t_launch < 0 || p->hbm_bw < 0)
         return invalid("model parameters must be positive");
     if (!cost_ms_mesh_valid(g, mesh, df))
         return invalid("the matrices do not divide evenly over the mesh");
     plan pl = make_plan(p, g, mesh, df);
     cost_ms_estimate e;
     memset(&e, 0, sizeof e);
+    const char *why = algo_time(p, g, mesh, df, &pl, algo, slices, &e);
+    if (why)
+        return invalid(why);
+    /* The same configuration with every stage serialized (Wang keeps its
+     * steps; the other algorithms their slices or panels). */
+    cost_ms_params serial = *p;
+    serial.no_overlap = true;
+    cost_ms_estimate s = e;
+    algo_time(&serial, g, mesh, df, &pl, algo, e.slices, &s);
     e.valid = true;
-    e.slices = 1;
-    switch (algo) {
-    case COST_MS_ALGO_COLLECTIVE:
-        e.time = time_meshslice(p, &pl, 1, &e.t_compute);
-        break;
-    case COST_MS_ALGO_MESHSLICE:
-        if (!cost_ms_slices_valid(p, g, mesh, df, slices))
-            return invalid("K must divide the sliced dim's per-device size into blocks of B");
-        e.slices = slices;
-        e.time = time_meshslice(p, &pl, slices, &e.t_compute);
-        break;
-    case COST_MS_ALGO_SUMMA: {
-        int64_t panels = mesh.rows / cost_ms_gcd64(mesh.rows, mesh.cols) * mesh.cols;
-        if (cost_ms_sliced_dim(g, df) % panels != 0)
-            return invalid("SUMMA's lcm(rows, cols) panels do not divide the sliced dim");
-        e.slices = panels;
-        e.time = time_summa(p, &pl, panels, &e.t_compute);
-        break;
-    }
-    case COST_MS_ALGO_WANG:
-        e.time = time_wang(p, &pl, &e.slices, &e.t_compute);
-        break;
-    case COST_MS_ALGO_CANNON:
-        if (mesh.rows != mesh.cols)
-            return invalid("Cannon needs a square mesh");
-        if (mesh.rows > 1 && !axis_wraps(p, mesh.rows))
-            return invalid("Cannon's cyclic shifts need wraparound on both mesh axes");
-        if (cost_ms_sliced_dim(g, df) % mesh.rows != 0)
-            return invalid("the sliced dim does not divide into q Cannon steps");
-        e.slices = mesh.rows;
-        e.time = time_cannon(p, &pl, mesh.rows, &e.t_compute);
-        break;
-    default:
-        return invalid("unknown algorithm");
-    }
+    e.t_serial = s.time;
     e.t_comm = comm_total(p, &pl);
     e.t_exposed = fmax(0.0, e.time - e.t_compute);
     e.utilization = cost_ms_gemm_flops(g) / (e.time * (double)(mesh.rows * mesh.cols) * p->peak_flops);
@@ -579,6 +621,7 @@ cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_lay
             choices[i].est = e;
         }
         res.time += layers[i].repeat * e.time;
+        res.time_serial += layers[i].repeat * e.t_serial;
     }
     res.found = true;
     res.utilization = layers_flops(layers, n) / (res.time * (double)(mesh.rows * mesh.cols) * p->peak_flops);

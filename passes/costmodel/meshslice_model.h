@@ -61,6 +61,10 @@ typedef struct cost_ms_params {
     double peak_flops;    /* FLOP/s of one chip for the GEMM's dtype */
     double gemm_eff;      /* fraction of peak a large, tile-aligned GEMM reaches (0..1] */
     double t_gemm_launch; /* seconds: fixed cost of one local GEMM call */
+    double hbm_bw;        /* bytes/s of the chip's HBM; a local GEMM takes at least its
+                           * bytes / hbm_bw (0: no memory term) */
+    bool no_overlap;      /* true: every algorithm runs its stages one after another
+                           * (seed 004 Table 3: TPU v4 cannot overlap AG/RdS today) */
     int64_t mxu_tile;     /* GEMM dims are padded up to multiples of this (TPU: 128) */
     int64_t block;        /* MeshSlice's slicing block B (TPU: 8, seed 004 3.1.2) */
     double elem_bytes;    /* bytes per matrix element */
@@ -87,6 +91,8 @@ typedef struct cost_ms_estimate {
     double t_compute;    /* seconds of local GEMM work (sum of the partial GEMMs) */
     double t_comm;       /* seconds of communication if nothing overlapped */
     double t_exposed;    /* time - t_compute: communication not hidden */
+    double t_serial;     /* seconds: the same configuration (K, panels, steps) with
+                          * nothing overlapped, every stage after the previous one */
     double utilization;  /* useful FLOPs / (time * chips * peak), 0..1 */
     int64_t slices;      /* iterations: MeshSlice's K, SUMMA's panels, Cannon's q, Wang's steps; 1 for Collective */
 } cost_ms_estimate;
@@ -104,10 +110,11 @@ int cost_ms_algo_lookup(const char *key);
 
 /*
  * Fills `p` from profile `hw` for GEMMs in dtype `t`: peak from
- * hw->peak_flops, bandwidths from the ICI figures, L_sync = the per-hop
- * latency T_min, and the figures the profile does not hold (T_launch,
- * GEMM efficiency, tile and block sizes) from the defaults documented in
- * docs/meshslice.md (TPU v4 values of seed 004 where it gives them).
+ * hw->peak_flops, bandwidths from the ICI figures, hbm_bw from the HBM
+ * bandwidth, L_sync = the per-hop latency T_min, no_overlap false, and
+ * the figures the profile does not hold (T_launch, GEMM efficiency, tile
+ * and block sizes) from the defaults documented in docs/meshslice.md
+ * (TPU v4 values of seed 004 where it gives them).
  */
 void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p);
 
@@ -126,6 +133,19 @@ double cost_ms_collective_time(const cost_ms_params *p, int64_t ring, double sha
 /* Time of one local GEMM of (m x k) * (k x n) per-device elements:
  * t_gemm_launch + 2 m n k (dims padded up to mxu_tile) / (peak * gemm_eff). */
 double cost_ms_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k);
+
+/*
+ * Time of one partial GEMM of a 2D GEMM algorithm, (m x k) * (k x n)
+ * per-device elements, on the roofline of the chip: t_gemm_launch + the
+ * larger of the compute time (cost_ms_gemm_time without its launch) and the
+ * HBM time (m k + k n + m n) * elem_bytes / hbm_bw, plus m n more when
+ * `accumulate` (the partial product is added into an output that lives in
+ * HBM between calls: C-stn's split contraction).  The stationary matrix is
+ * read whole by every partial GEMM, which is what makes thin slices
+ * memory-bound (TPU v4: 2.75e14 FLOP/s against 1.2e12 B/s, HARDWARE.md).
+ * hbm_bw = 0 leaves the compute time alone.
+ */
+double cost_ms_partial_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k, bool accumulate);
 
 /* The paper's dataflow heuristic (seed 004, 3.2.1): keep the largest of A
  * (m*k), B (k*n) and C (m*n) stationary; ties prefer C, then A. */
@@ -201,6 +221,7 @@ typedef struct cost_ms_tune_result {
     cost_ms_mesh mesh;  /* best mesh shape */
     double time;        /* seconds: sum over layers of repeat * time */
     double utilization; /* useful FLOPs / (time * chips * peak) */
+    double time_serial; /* seconds: the same choices with nothing overlapped (t_serial) */
 } cost_ms_tune_result;
 
 /*

@@ -64,8 +64,12 @@ def pad(x, t):
     return -(-x // t) * t
 
 
-def gemm_time(p, m, n, k):
-    return 1e-6 + 2.0 * pad(m, 128) * pad(n, 128) * pad(k, 128) / (p["peak_flops"] * p["gemm_eff"])
+def gemm_time(p, m, n, k, accumulate=False):
+    """A partial GEMM on the chip's roofline: padded FLOPs at gemm_eff of
+    peak against its bf16 bytes (A, B, C; C twice when accumulated) over HBM."""
+    compute = 2.0 * pad(m, 128) * pad(n, 128) * pad(k, 128) / (p["peak_flops"] * p["gemm_eff"])
+    memory = 2.0 * (m * k + k * n + m * n * (2 if accumulate else 1)) / p["hbm_bw"]
+    return 1e-6 + max(compute, memory)
 
 
 def coll_time(p, ring, shard):
@@ -141,9 +145,22 @@ def test_collective_formula():
         return
     l = json.loads(out)["best"]["layers"][0]
     ag = max(coll_time(p, 4, shard_a / 4), coll_time(p, 4, shard_b / 4))
-    g = gemm_time(p, m // 4, n // 4, k // 4)
+    g = gemm_time(p, m // 4, n // 4, k // 4, accumulate=True)
     want = ag + g + 3 * max(ag, g)
     check(l["slices"] == 4 and close(l["time"], want), "MeshSlice K=4 time %g == %g" % (l["time"], want))
+    # The same K without overlap (seed 004 Table 3): four gathers and four
+    # partial GEMMs one after another, never faster than the pipeline.
+    want_serial = 4 * (ag + g)
+    check(close(l["time_no_overlap"], want_serial),
+          "MeshSlice K=4 without overlap %g == %g" % (l["time_no_overlap"], want_serial))
+    rc, out, err = run(["--chips", "16", "--mesh", "4x4", "--slices", "4", "--no-overlap", "--json"], src)
+    check(rc == 0, "--no-overlap run (%s)" % err)
+    if rc:
+        return
+    r = json.loads(out)
+    l = r["best"]["layers"][0]
+    check(r["params"]["no_overlap"] is True and close(l["time"], want_serial),
+          "--no-overlap prices the serial loop: %g == %g" % (l["time"], want_serial))
 
 
 def test_training():

@@ -150,7 +150,8 @@ static void test_collective_by_hand(void)
     ASSERT_CLOSE(e.utilization, 2.0 * g.m * g.n * g.k / (e.time * 16 * p.peak_flops));
 }
 
-/* MeshSlice by hand: prologue + (K-1) * max(AG_row, AG_col, GEMM) + epilogue. */
+/* MeshSlice by hand: prologue + (K-1) * max(AG_row, AG_col, GEMM) + epilogue,
+ * each partial GEMM accumulating into C. */
 static void test_meshslice_by_hand(void)
 {
     cost_ms_params p = tpu_v4_bf16();
@@ -159,12 +160,71 @@ static void test_meshslice_by_hand(void)
     int64_t k = 8;
     double shard_a = 2.0 * g.m * g.k / 16 / k, shard_b = 2.0 * g.k * g.n / 16 / k;
     double ag_row = cost_ms_collective_time(&p, 4, shard_a), ag_col = cost_ms_collective_time(&p, 4, shard_b);
-    double gemm = cost_ms_gemm_time(&p, g.m / 4, g.n / 4, g.k / k);
+    double gemm = cost_ms_partial_gemm_time(&p, g.m / 4, g.n / 4, g.k / k, true);
     double want = fmax(ag_row, ag_col) + (k - 1) * fmax(fmax(ag_row, ag_col), gemm) + gemm;
     cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, k);
     CU_ASSERT_FATAL(e.valid);
     ASSERT_CLOSE(e.time, want);
     CU_ASSERT_EQUAL(e.slices, k);
+    /* Without overlap (seed 004 Table 3): K gathers and K GEMMs in series. */
+    ASSERT_CLOSE(e.t_serial, (double)k * (fmax(ag_row, ag_col) + gemm));
+}
+
+/* A partial GEMM is priced on the chip's roofline (HARDWARE.md: TPU v4
+ * 2.75e14 FLOP/s, 1.2e12 B/s of HBM): a thin slice of C-stn's contraction
+ * reads and writes the whole stationary C, so it is memory-bound; the same
+ * GEMM with the whole contraction is compute-bound. */
+static void test_partial_gemm_roofline(void)
+{
+    cost_ms_params p = tpu_v4_bf16();
+    ASSERT_CLOSE(p.hbm_bw, 1.2e12);
+    int64_t m = 4096, n = 9216;
+    /* k = 128: 2 * 4096 * 9216 * 128 FLOPs take 35 us at 0.9 of peak, while
+     * C (bf16, read and written) alone is 151 MB, 126 us. */
+    double bytes = 2.0 * (4096.0 * 128 + 128.0 * 9216 + 2.0 * 4096 * 9216);
+    ASSERT_CLOSE(cost_ms_partial_gemm_time(&p, m, n, 128, true), p.t_gemm_launch + bytes / 1.2e12);
+    CU_ASSERT(cost_ms_partial_gemm_time(&p, m, n, 128, true) > 3 * cost_ms_gemm_time(&p, m, n, 128));
+    /* Not accumulated (an LS or RS piece writes its output once). */
+    double once = 2.0 * (4096.0 * 128 + 128.0 * 9216 + 4096.0 * 9216);
+    ASSERT_CLOSE(cost_ms_partial_gemm_time(&p, m, n, 128, false), p.t_gemm_launch + once / 1.2e12);
+    /* The whole contraction, k = 12288: compute-bound, the compute time. */
+    ASSERT_CLOSE(cost_ms_partial_gemm_time(&p, m, n, 12288, false), cost_ms_gemm_time(&p, m, n, 12288));
+    /* No memory term when the bandwidth is unknown. */
+    p.hbm_bw = 0;
+    ASSERT_CLOSE(cost_ms_partial_gemm_time(&p, m, n, 128, true), cost_ms_gemm_time(&p, m, n, 128));
+}
+
+/* Seed 004 Table 3: on TPUs that cannot overlap AG/RdS with computation,
+ * MeshSlice runs its K partial collectives and K partial GEMMs one after
+ * another (by hand in test_meshslice_by_hand).  K = 1 is Collective either
+ * way; t_serial is never below the overlapped time; --no-overlap's
+ * parameter makes the time itself the serial one. */
+static void test_no_overlap(void)
+{
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    cost_ms_mesh mesh = {4, 4};
+    cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 8);
+    CU_ASSERT_FATAL(e.valid);
+    cost_ms_estimate co = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_COLLECTIVE, 1);
+    ASSERT_CLOSE(co.t_serial, co.time);
+    /* Slicing without overlap only adds launches, synchronizations and
+     * thinner GEMMs: slower than Collective, faster than the overlap saves. */
+    CU_ASSERT(e.t_serial > co.time);
+    CU_ASSERT(e.time < co.time);
+    for (int a = 0; a < COST_MS_ALGO_COUNT; a++) {
+        cost_ms_estimate x = cost_ms_best_slices(&p, &g, mesh, COST_MS_DF_C_STN, (cost_ms_algo)a);
+        CU_ASSERT_FATAL(x.valid);
+        CU_ASSERT(x.t_serial >= x.time * (1 - 1e-12));
+        cost_ms_params q = p;
+        q.no_overlap = true;
+        cost_ms_estimate y = cost_ms_time(&q, &g, mesh, COST_MS_DF_C_STN, (cost_ms_algo)a, x.slices);
+        CU_ASSERT_FATAL(y.valid);
+        ASSERT_CLOSE(y.time, x.t_serial);
+    }
+    /* Without overlap the K search keeps K = 1: slicing only costs. */
+    p.no_overlap = true;
+    CU_ASSERT_EQUAL(cost_ms_best_slices(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE).slices, 1);
 }
 
 /* Fine slicing pays T_launch + (P-1) L_sync per slice: for large K the time
@@ -307,6 +367,7 @@ static void test_summa_sync_growth(void)
     cost_ms_params p = tpu_v4_bf16();
     p.bw_ring = p.bw_line = p.bw_link = 1e30;
     p.peak_flops = 1e30;
+    p.hbm_bw = 0; /* no memory term either */
     p.t_gemm_launch = 0;
     double prev_ratio = 0;
     for (int64_t q = 4; q <= 32; q *= 2) {
@@ -456,6 +517,8 @@ void einc_register_tests(void)
         {"invalid configurations are refused", test_invalid_configurations},
         {"one K for all layers", test_common_k},
         {"training GEMMs keep directions", test_training_gemms},
+        {"partial GEMM on the HBM roofline", test_partial_gemm_roofline},
+        {"no overlap: the stages in series", test_no_overlap},
     };
     einc_add_suite("meshslice_model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
