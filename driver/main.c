@@ -293,7 +293,14 @@ typedef struct plan_env {
     pass_manager *pm;
     const pass_ctx *ctx;
     fe_define extra;    /* one more -D override (plan_find_fit's batch), if extra.name */
+    const char *schedule; /* --schedule for the pipeline pass (plan_run's choice), or NULL */
 } plan_env;
+
+/* plan_schedule_fn: the schedule plan_run tries next. */
+static void plan_schedule(void *env, const char *schedule)
+{
+    ((plan_env *)env)->schedule = schedule;
+}
 
 /* plan_define_fn: the batch plan_find_fit tries next. */
 static void plan_define(void *env, const fe_define *def)
@@ -316,6 +323,12 @@ static ir_module *plan_compile(void *env, const fe_autoshard *a, ir_remat remat,
     pm.print_after = NULL;
     pm.print_after_all = false;
     pass_ctx ctx = *e->ctx;
+    pass_options po = ctx.options ? *ctx.options : (pass_options){0};
+    if (e->schedule && po.n < PASS_MAX_OPTIONS) { /* a later value wins */
+        po.name[po.n] = "schedule";
+        po.value[po.n++] = e->schedule;
+    }
+    ctx.options = &po;
     ctx.diag = d;
     ctx.log = NULL;
     d->src = e->src;
@@ -341,8 +354,10 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
         ir_module_free(proto);
         return 1;
     }
-    plan_env env = {o, src, len, pm, ctx, {0}};
-    int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, plan_compile, &env);
+    plan_env env = {o, src, len, pm, ctx, {0}, NULL};
+    bool choose_schedule = !pass_option_value(ctx, "schedule");
+    int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, plan_compile,
+                      choose_schedule ? plan_schedule : NULL, &env);
     /* `einc plan` says what would fit when nothing does (compiling -o
      * keeps the smallest and warns, as any program over the HBM). */
     if (rc == 0 && print)
@@ -374,7 +389,7 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
         return 1;
     analyze_table *t = malloc(sizeof *t);
     analyze_pipe *p = o->pipe.stages > 0 ? calloc(1, sizeof *p) : NULL; /* zeroed: free-able before a run */
-    plan_env env = {o, src, len, pm, ctx, {0}};
+    plan_env env = {o, src, len, pm, ctx, {0}, NULL};
     char err[256] = "out of memory";
     bool allocated = t && (p || o->pipe.stages == 0);
     int rc = allocated ? analyze_run(t, proto, ctx->hw, plan_compile, &env, err, sizeof err) : -1;

@@ -356,26 +356,47 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->remat = remat;
 }
 
+/* `row` compiled with `remat` and, when `schedule`, --schedule=schedule
+ * (through t->schedule, reset after). */
+static plan_row price(const plan_table *t, const plan_row *row, ir_remat remat, const char *schedule,
+                      plan_compile_fn compile, void *ctx)
+{
+    plan_row r = *row;
+    fe_autoshard a;
+    plan_row_mesh_autoshard(&r, &a);
+    row_call c = {compile, ctx, &a, remat};
+    if (schedule)
+        t->schedule(ctx, schedule);
+    ir_module *m = plan_compile_quiet(call_row, &c, r.why, sizeof r.why);
+    if (schedule)
+        t->schedule(ctx, NULL);
+    r.ok = m != NULL;
+    if (r.ok)
+        fill_row(t, &r, m, remat);
+    ir_module_free(m);
+    return r;
+}
+
 void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile, void *ctx)
 {
-    fe_autoshard a;
-    plan_row_mesh_autoshard(row, &a);
-    row_call c = {compile, ctx, &a, t->remat};
-    ir_module *m = plan_compile_quiet(call_row, &c, row->why, sizeof row->why);
-    row->ok = m != NULL;
-    if (row->ok)
-        fill_row(t, row, m, t->remat);
-    ir_module_free(m);
-    if (!row->ok || row->fits || !row->trains || !t->choose_remat)
-        return;
-    char why[sizeof row->why];
-    c.remat = IR_REMAT_LAYER;
-    m = plan_compile_quiet(call_row, &c, why, sizeof why);
-    /* Kept when it fits, or, when nothing fits, as the smaller figure the
-     * report names. */
-    if (m && m->totals.peak_memory < row->memory)
-        fill_row(t, row, m, IR_REMAT_LAYER);
-    ir_module_free(m);
+    plan_row best = price(t, row, t->remat, NULL, compile, ctx);
+    if (best.ok && !best.fits && best.trains && t->choose_remat) {
+        /* Kept when it fits, or, when nothing fits, as the smaller figure
+         * the report names. */
+        plan_row r = price(t, row, IR_REMAT_LAYER, NULL, compile, ctx);
+        if (r.ok && r.memory < best.memory)
+            best = r;
+    }
+    if (best.ok && best.pp && best.trains && t->schedule) {
+        /* The schedule is a choice too: zero-bubble fills 1F1B's bubble
+         * with the weight gradients (docs/pipeline.md) at the cost of
+         * holding their inputs longer; kept when it fits where 1F1B does
+         * not, or is faster and fits as well. */
+        plan_row r = price(t, row, best.remat, "zero-bubble", compile, ctx);
+        if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
+            best = r;
+    }
+    *row = best;
 }
 
 static void add_row(plan_table *t, plan_family f, int naxes, int64_t x, int64_t y, int64_t z)
@@ -471,9 +492,10 @@ static int64_t layer_count(const ir_module *proto, const plan_roles *r)
 }
 
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
-             bool choose_remat, plan_compile_fn compile, void *ctx)
+             bool choose_remat, plan_compile_fn compile, plan_schedule_fn schedule, void *ctx)
 {
     memset(t, 0, sizeof *t);
+    t->schedule = schedule;
     t->chosen = -1;
     t->chips = chips;
     t->hw = hw;

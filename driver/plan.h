@@ -86,6 +86,10 @@ typedef struct plan_fit {
 
 #define PLAN_FIT_MAX_CHIPS 8192 /* seed 000's largest slice (a 16x20x28 v5p pod is 8960) */
 
+/* Installs --schedule=`schedule` for the pipeline pass of the compiles
+ * that follow, or removes it (NULL: the user's options again). */
+typedef void (*plan_schedule_fn)(void *ctx, const char *schedule);
+
 typedef struct plan_table {
     int n;
     int dropped;          /* candidates past PLAN_MAX_ROWS, not priced */
@@ -96,6 +100,7 @@ typedef struct plan_table {
     const cost_hw *hw;
     ir_remat remat;       /* the user's --remat, every row's first compile */
     bool choose_remat;    /* a row that does not fit may take IR_REMAT_LAYER */
+    plan_schedule_fn schedule; /* non-NULL: a pipelined training row also tries zero-bubble */
     plan_fit fit;         /* what would fit, when nothing does (plan_find_fit) */
 } plan_table;
 
@@ -109,11 +114,14 @@ typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat
  * user gave no --remat) and remat IR_REMAT_NONE, a training candidate that does not fit the
  * HBM is compiled again with IR_REMAT_LAYER, and takes those figures when
  * they fit (row.remat says so): seed 003's activation checkpointing,
- * chosen by the search rather than by a flag.  `proto` is the program
+ * chosen by the search rather than by a flag.  With `schedule` (the user
+ * gave no --schedule), a pipelined training candidate is also compiled
+ * with the zero-bubble schedule and takes it when it is faster or fits
+ * where 1F1B does not (row.schedule says which).  `proto` is the program
  * compiled with no mesh (its dims give the roles).  Returns 0, or -1 if
  * `chips` < 1 or the program's dims are too many to plan. */
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
-             bool choose_remat, plan_compile_fn compile, void *ctx);
+             bool choose_remat, plan_compile_fn compile, plan_schedule_fn schedule, void *ctx);
 /* Compiles `row` (its family, roles and mesh) for t's profile and
  * rematerialisation, as plan_run does every candidate, and fills its
  * figures (row->ok false and row->why when it does not compile). */
