@@ -71,7 +71,7 @@ static const char *const bool_names[] = {"false", "true", NULL};
 
 /* The hyperparameters every optimizer takes after its own (the optimize
  * pass's optimize_schedule.c uses them; their values follow the
- * optimizer's own in hpv[], in the order of IR_HP_WARMUP..IR_HP_SKIP).  A
+ * optimizer's own in hpv[], in the order of IR_HP_WARMUP..IR_HP_ZERO).  A
  * step count is at most 2^24, the largest f32 `opt.step` counts exactly.  Defaults: no warmup, constant
  * lr, no clipping (0: off), every step applied. */
 static const hparam_def schedule_hp[IR_NSCHED] = {
@@ -81,6 +81,7 @@ static const hparam_def schedule_hp[IR_NSCHED] = {
     [IR_HP_MIN_LR] = {"min_lr", 0, 0, INFINITY, false, true, HP_REAL, NULL},
     [IR_HP_CLIP] = {"clip_norm", 0, 0, INFINITY, true, true, HP_REAL, NULL},
     [IR_HP_SKIP] = {"skip_nonfinite", 0, 0, 0, false, false, HP_CHOICE, bool_names},
+    [IR_HP_ZERO] = {"zero", 0, 0, 2, false, false, HP_COUNT, NULL},
 };
 
 /* Whether optimize line `s` (checked) keeps f32 master copies. */
@@ -130,6 +131,12 @@ static double hparam_value(fe_checker *c, const hparam_def *d, const ast_hparam 
     double v = h->value.value;
     bool ok = isfinite(v) && (d->lo_open ? v > d->lo : v >= d->lo) &&
               (d->hi_open ? v < d->hi : v <= d->hi);
+    if (!ok && d == &schedule_hp[IR_HP_ZERO] && v == 3) {
+        /* ZeRO-3 shards the params themselves, which a sharding says. */
+        diag_error(c->diag, h->value.loc, "zero=3 is FSDP: shard the params themselves over the data "
+                   "axis (e.g. 'param W[D_X, F]'), and their state follows; zero takes 0, 1 or 2");
+        return NAN;
+    }
     if (!ok) {
         char lo[32], hi[32];
         snprintf(lo, sizeof lo, "%g", d->lo);
@@ -140,8 +147,8 @@ static double hparam_value(fe_checker *c, const hparam_def *d, const ast_hparam 
         return NAN;
     }
     if (d->kind == HP_COUNT && !h->value.is_int) {
-        diag_error(c->diag, h->value.loc, "%s=%s: %s is a whole number of steps", h->name.s,
-                   h->value.text, d->name);
+        const char *what = d == &schedule_hp[IR_HP_ZERO] ? "a ZeRO stage, 0, 1 or 2" : "a whole number of steps";
+        diag_error(c->diag, h->value.loc, "%s=%s: %s is %s", h->name.s, h->value.text, d->name, what);
         return NAN;
     }
     return v;
@@ -334,6 +341,10 @@ static void record_hparams(fe_checker *c, const ast_program *prog)
              * the option existed resume; master=f32 against such a
              * checkpoint differs from its "none", as it should. */
             if (d->choices == master_names && s->u.train.hpv[k] == IR_MASTER_NONE)
+                continue;
+            /* Where the state lives is not what it holds: a checkpoint
+             * (global arrays) resumes under any ZeRO stage. */
+            if (d == &schedule_hp[IR_HP_ZERO])
                 continue;
             if (d->kind == HP_CHOICE)
                 snprintf(val, sizeof val, "%s", d->choices[(int)s->u.train.hpv[k]]);

@@ -21,9 +21,12 @@ enum { IR_SGD_LR, IR_SGD_MOMENTUM, IR_SGD_WD, IR_SGD_MASTER, IR_SGD_NHP };
 enum { IR_ADAMW_LR, IR_ADAMW_BETA1, IR_ADAMW_BETA2, IR_ADAMW_EPS, IR_ADAMW_WD, IR_ADAMW_MASTER,
        IR_ADAMW_NHP };
 /* ... then those every optimizer takes, counted from hp + nown: the
- * learning-rate schedule, global-norm clipping (0: off) and skipping a
- * step whose gradients are not finite (0 or 1). */
-enum { IR_HP_WARMUP, IR_HP_DECAY, IR_HP_DECAY_STEPS, IR_HP_MIN_LR, IR_HP_CLIP, IR_HP_SKIP, IR_NSCHED };
+ * learning-rate schedule, global-norm clipping (0: off), skipping a
+ * step whose gradients are not finite (0 or 1) and the ZeRO stage of the
+ * optimizer state (0: sharded like the param; 1 or 2: also over the
+ * data-parallel axes, passes/optimize.c). */
+enum { IR_HP_WARMUP, IR_HP_DECAY, IR_HP_DECAY_STEPS, IR_HP_MIN_LR, IR_HP_CLIP, IR_HP_SKIP, IR_HP_ZERO,
+       IR_NSCHED };
 enum { IR_DECAY_CONSTANT, IR_DECAY_COSINE }; /* values of IR_HP_DECAY */
 enum { IR_MASTER_NONE, IR_MASTER_F32 };      /* values of IR_SGD_MASTER, IR_ADAMW_MASTER */
 #define IR_MAX_HPARAMS 16

@@ -98,6 +98,7 @@ typedef struct opt_ctx {
     ir_value *skip;   /* `opt.skipped`, a scalar, 1 when this step is skipped; NULL: never */
     ir_value *master; /* `W.master`, the param's f32 master copy (state); NULL: none */
     const opt_step *step; /* the step count when a line reads it, else NULL */
+    const ir_sharding *state_sh; /* ZeRO: the state's sharding; NULL: the param's */
 } opt_ctx;
 
 static ir_ewt *k(opt_ctx *x, double v)
@@ -142,6 +143,8 @@ static const char *state_name(opt_ctx *x, const char *suffix)
 static ir_value *state_new(opt_ctx *x, const char *name)
 {
     ir_type ty = x->w->type;
+    if (x->state_sh)
+        ty.sh = *x->state_sh;
     if (ty.dtype == IR_BF16)
         ty.dtype = IR_F32;
     return ir_value_new(x->m, name, IR_VAL_STATE, &ty, x->e.loc);
@@ -348,6 +351,50 @@ static bool line_scalars(opt_ctx *x, ir_arena *a, const ir_opt_line *l, ir_value
 }
 
 
+/* ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ * Trillion Parameter Models", SC'20; seed 000, "fully sharded data
+ * parallelism": ZeRO-1/2/3 shard the optimizer state, gradients and
+ * weights): the sharding of w's optimizer state when its line asks for
+ * zero=1 or 2: w's own, plus every data-parallel axis (one that shards an
+ * input and not w) on w's largest dim that no axis shards, that the layer
+ * loop does not slice (a stacked param's first) and that those axes
+ * divide.  False (and *sh untouched) when no axis or dim qualifies: the
+ * state stays sharded like w.  With the gradient constrained to it, the
+ * planner reduce-scatters the gradient, updates each shard and
+ * all-gathers the param, which is ZeRO-2's step (stage 1 keeps whole
+ * gradients, which this dataflow never holds, so 1 and 2 are one). */
+static bool zero_sharding(const ir_module *m, const ir_value *w, ir_sharding *sh)
+{
+    ir_axes data = 0, used = ir_sharding_used_axes(&w->type.sh, w->type.rank);
+    for (int i = 0; i < m->nvalues; i++)
+        if (m->values[i]->kind == IR_VAL_INPUT)
+            data |= ir_sharding_used_axes(&m->values[i]->type.sh, m->values[i]->type.rank);
+    data &= ~used;
+    int64_t parts = 1;
+    for (int a = 0; a < m->mesh.naxes; a++)
+        if (data & (1u << a))
+            parts *= m->mesh.axes[a].size;
+    if (parts <= 1)
+        return false;
+    bool stacked = false;
+    for (int i = 0; i < w->nuses; i++)
+        stacked |= w->uses[i].op->kind == IR_OP_LAYERSLICE;
+    int best = -1;
+    for (int d = stacked ? 1 : 0; d < w->type.rank; d++) {
+        int64_t size = m->dims[w->type.dims[d]].size;
+        if (w->type.sh.naxes[d] == 0 && size % parts == 0 &&
+            (best < 0 || size > m->dims[w->type.dims[best]].size))
+            best = d;
+    }
+    if (best < 0)
+        return false;
+    *sh = w->type.sh;
+    for (int a = 0; a < m->mesh.naxes; a++)
+        if (data & (1u << a))
+            ir_sharding_push(sh, best, a);
+    return true;
+}
+
 /* Appends a Grad op of `loss` with respect to optimized param `w`, named
  * at `name_loc` on a line at `loc`; returns its result, w's dims and dtype. */
 static ir_value *grad_op(ir_module *m, ir_arena *a, ir_value *loss, ir_value *w, uint32_t loc,
@@ -403,6 +450,22 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
             x.w = w;
             x.step = t1.now ? &t1 : NULL;
             x.master = NULL;
+            /* ZeRO: the state (and master copy) over the data axes, and
+             * the gradient constrained to match, before autodiff. */
+            ir_sharding zsh;
+            x.state_sh = NULL;
+            if (l->hp[l->nown + IR_HP_ZERO] > 0 && !m->reference) {
+                if (zero_sharding(m, w, &zsh)) {
+                    x.state_sh = &zsh;
+                    grads[j]->has_constraint = true;
+                    grads[j]->constraint = zsh;
+                } else {
+                    diag_warning(ctx->diag, l->name_locs[q], "zero=%g: no data-parallel mesh axis (one that "
+                                 "shards an input and not '%s') divides a dim of '%s' it leaves whole: its "
+                                 "optimizer state stays sharded like it", l->hp[l->nown + IR_HP_ZERO],
+                                 w->tensor, w->tensor);
+                }
+            }
             if (line_master(l)) {
                 x.master = state_new(&x, state_name(&x, "master"));
                 x.master->master = true;
