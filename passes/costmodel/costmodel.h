@@ -348,7 +348,8 @@ bool cost_measured_overlaps(const cost_hw *hw, double devices);
 
 /* ---- the estimate of one IR op (cost_op.c) ---- */
 
-/* Peak FLOP/s of `hw` for dtype `t` (f32 for an unknown dtype). */
+/* Peak FLOP/s of `hw` for dtype `t` (f32 for an unknown dtype); for IR_I8
+ * the int8 rate (peak_int8), or f32's where the profile gives none. */
 double cost_peak_flops(const cost_hw *hw, ir_dtype t);
 
 /* The collective time of resharding op `op` (AllGather, ReduceScatter,
@@ -429,6 +430,23 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
  * (hw->measured: einc's own runtime writes every value to memory).
  */
 bool *cost_onchip_values(const ir_module *m, const cost_hw *hw);
+
+/*
+ * The value an einsum reads in place of `v` when `v` is a cast fused into
+ * that read (cost_fusion.c, "Narrow operands"): `v` is the result of an
+ * Elementwise op that only converts one operand of a smaller dtype (i8 or
+ * bf16 to f32, say), its only reader is an arithmetic Einsum and it is no
+ * program output.  Returns that operand (the i8 weights), else NULL.
+ * cost_onchip_values keeps such `v` on chip on the seeds' chips, so the
+ * einsum is charged the narrow bytes and no f32 copy is written.
+ */
+const ir_value *cost_fused_cast_source(const ir_module *m, const ir_value *v);
+
+/* The dtype whose peak FLOP/s prices einsum `op`: IR_I8 when every operand
+ * is a cast of an i8 value fused into the read (int8 x int8 with wide
+ * accumulation, as the MXU runs it; cost_peak_flops then gives the
+ * profile's peak_flops.int8, or f32's where it has none), else its result's. */
+ir_dtype cost_einsum_dtype(const ir_module *m, const ir_op *op);
 
 /*
  * Model FLOPs of `op`, GLOBAL: the FLOPs of the op in the unsharded
