@@ -85,8 +85,8 @@ const ir_value *cost_fused_cast_source(const ir_module *m, const ir_value *v)
         !use || use->kind != IR_OP_EINSUM || use->u.einsum.gather || use->u.einsum.scatter ||
         use->u.einsum.reduce != IR_RED_SUM)
         return NULL;
-    for (int k = 0; k < m->noutputs; k++)
-        if (m->outputs[k].value == v)
+    for (int k = 0; k < m->noutputs; k++) /* by id: the planner prices copies of values */
+        if (m->outputs[k].value && m->outputs[k].value->id == v->id)
             return NULL; /* the caller reads the converted copy */
     return cast->operands[0];
 }

@@ -479,7 +479,10 @@ void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op 
     for (int i = 0; i < op->noperands && !fused_result; i++) {
         const ir_value *v = op->operands[i];
         const ir_value *src = hw->measured ? NULL : cost_fused_cast_source(m, v);
-        io.in += src ? local_bytes(m, src) : hbm_bytes_of(m, v, onchip);
+        /* the operand's block as the einsum reads it, at the source's width */
+        io.in += src ? local_bytes(m, v) * (double)ir_dtype_size(src->type.dtype) /
+                           (double)ir_dtype_size(v->type.dtype)
+                     : hbm_bytes_of(m, v, onchip);
     }
     if (!hw->measured && op->kind == IR_OP_EINSUM)
         io.t = cost_einsum_dtype(m, op);

@@ -438,7 +438,9 @@ bool *cost_onchip_values(const ir_module *m, const cost_hw *hw);
  * bf16 to f32, say), its only reader is an arithmetic Einsum and it is no
  * program output.  Returns that operand (the i8 weights), else NULL.
  * cost_onchip_values keeps such `v` on chip on the seeds' chips, so the
- * einsum is charged the narrow bytes and no f32 copy is written.
+ * einsum is charged `v`'s block at the narrow width and no f32 copy is
+ * written.  Outputs are matched by value id, so a copy of `v` (as the
+ * planner prices a layout) is recognised too.
  */
 const ir_value *cost_fused_cast_source(const ir_module *m, const ir_value *v);
 

@@ -10,7 +10,8 @@ usage: test_int8_cost.py EINC INT8_DIR
    no bf16 copy of Wq; the lower bound's HBM part counts Wq at 1 byte.
 2. The forced alternative, weight_only_copy.ein: the dequantized weights
    are also an output, so the cast is not fused: it reads 1 and writes 2
-   bytes per element, and the einsum reads the 2-byte copy.
+   bytes per element, and the einsum reads the 2-byte copy.  In both the
+   planner's objective is the cost pass's step time.
 3. int8_int8.ein: both operands are casts of i8 values, so the einsum is
    priced at peak_flops.int8 (3.94e14 on v5e), twice bf16's rate; on a
    profile without an int8 rate (written here), at f32's.
@@ -75,6 +76,12 @@ def main():
        "copy also an output: the einsum reads the bf16 copy")
     ok(cein and ein and cein[0]["cost"]["time"] > 1.9 * ein[0]["cost"]["time"],
        "copy also an output: the memory-bound einsum takes about twice as long")
+    # The planner prices each op on copies of its values: it must see the
+    # same fusion (and the same output) as the cost pass.
+    for name, dd in (("weight-only", w), ("copy also an output", c)):
+        ok(close(dd["plan"]["objective"], dd["totals"]["step_time"], 1e-3),
+           "%s: the planner's objective is the step's time (%g s, %g s)"
+           % (name, dd["plan"]["objective"], dd["totals"]["step_time"]))
 
     q = dump(einc, os.path.join(d8, "int8_int8.ein"))
     qe = ops_of(q, "Einsum")[0]["cost"]
