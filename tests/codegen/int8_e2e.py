@@ -8,7 +8,8 @@ i8(x) is np.clip(np.rint(x), -128, 127).astype(np.int8) with NaN to 0,
 computed on the same f32 values, so the casts are compared exactly; f32 of
 an i8 is exact.  The weight-only int8 matmul (i8 weights, per-output-
 channel f32 scales) is compared within f32 GEMM rounding, with the weights
-sharded over F and over the contracted D.  A cast to i8 passes no
+sharded over F, over the contracted D, and under FSDP (the i8 weights
+gathered as i8).  A cast to i8 passes no
 gradient: dL/dW of a loss that reads W directly and through i8(W) is the
 direct part alone.  --random-inputs fills an i8 input with integers
 uniform in [-127, 127], the same on every mesh.
@@ -16,6 +17,7 @@ uniform in [-127, 127], the same on every mesh.
 usage: int8_e2e.py --einc PATH --workdir DIR
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -119,7 +121,20 @@ def random_case(exe, work, what):
     return ok
 
 
+def fsdp_case(exe, work, what):
+    # The executable describes its plan (--info): on 2 and 4 devices the i8
+    # weights must travel as i8, an AllGather of Wq before the cast.
+    info = run([exe, "--info"], f"{what}: --info")
+    if info is None:
+        return False
+    if "X=1" not in what and not re.search(r"AllGather\S*\s.*\bWq\b", info):
+        print(f"FAIL {what}: no AllGather of Wq in the plan:\n{info}")
+        return False
+    return matmul_case(exe, work, what)
+
+
 CASES = {"int8_random": random_case, "int8_cast": cast_case, "int8_matmul_f": matmul_case, "int8_matmul_d": matmul_case,
+         "int8_matmul_fsdp": fsdp_case,
          "int8_grad": grad_case}
 
 
