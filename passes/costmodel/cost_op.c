@@ -135,12 +135,19 @@ double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const i
         bool carries = false;
         for (int j = 0; j < v->type.rank; j++)
             carries |= labels[j] == dim;
+        /* a cast fused into the read crosses HBM at its source's width
+         * (int8 weights: seed 002's B_crit = beta x alpha_hbm, beta = 1/2) */
+        const ir_value *src = i < op->noperands && !hw->measured ? cost_fused_cast_source(m, v) : NULL;
+        double bytes = local_bytes(m, v) * (src ? (double)ir_dtype_size(src->type.dtype) /
+                                                      (double)ir_dtype_size(v->type.dtype)
+                                                : 1);
         if (carries)
-            b1 += local_bytes(m, v) / (double)n;
+            b1 += bytes / (double)n;
         else
-            b0 += local_bytes(m, v);
+            b0 += bytes;
     }
-    double denom = a * hw->hbm_bw / cost_peak_flops(hw, op->result->type.dtype) - b1;
+    ir_dtype t = hw->measured ? op->result->type.dtype : cost_einsum_dtype(m, op);
+    double denom = a * hw->hbm_bw / cost_peak_flops(hw, t) - b1;
     if (denom <= 0)
         return -1;
     return b0 / denom;

@@ -483,6 +483,10 @@ int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);
  * C / W_hbm", 240 on v5e for a bf16 matmul with B << D, F): the per-device
  * size of `dim` above which FLOPs / C exceeds HBM bytes / W_hbm, from
  * FLOPs = a n and bytes = b0 + b1 n (b1: the values that carry `dim`).
+ * An operand that is a fused cast (cost_fused_cast_source) counts at its
+ * source's width and `C` is cost_einsum_dtype's rate, as cost_op_estimate
+ * prices them: int8 weights in a bf16 matmul halve the threshold (seed
+ * 002: "int8 params, bf16 FLOPs: 120"), int8 x int8 restores it.
  * Returns the size, 0 if op is compute-bound at any size of `dim`, or -1 if
  * it is memory-bound at any size or `dim` is not a label of `op`.
  */

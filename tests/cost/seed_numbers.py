@@ -264,8 +264,11 @@ def numbers():
     a(Num("002", "Pop quiz", "the same at B = 256", 21, "ms",
           [cost("tpu-v5e", DECODE8, "-D", "B=256")], [(0, r"^lower bound: " + NUM + " us")],
           lambda v: v[0] / 1e3))
-    n.append(NotComputed("002", "the critical batch", "int8 params, bf16 FLOPs: B_crit", 120, "tokens",
-                         "einc analyze's critical batch does not yet weigh the params' dtype (beta = bits per param / bits per activation)"))
+    # B_crit = beta x alpha_hbm with beta = 1/2: the FFW of the bf16 rows
+    # with int8 weights dequantized in the matmuls (--explain's HBM threshold).
+    a(Num("002", "the critical batch", "int8 params, bf16 FLOPs: B_crit", 120, "tokens",
+          [["--hw", "tpu-v5e", "--explain", "tests/cost/int8/ffw_decode_int8.ein"]],
+          [(0, r"free dim B \(per device \d+\): .*?HBM: compute-bound when B > " + NUM)]))
     for sec, what, val, unit in (("Question 1", "KV cache per token in int8", 131, "kB"),
                                  ("Question 2", "largest batch, int8, 128k context", 14, "sequences"),
                                  ("Question 2", "the same with K = 1", 112, "sequences")):
