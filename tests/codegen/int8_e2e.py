@@ -12,12 +12,14 @@ sharded over F, over the contracted D, and under FSDP (the i8 weights
 gathered as i8).  A cast to i8 passes no
 gradient: dL/dW of a loss that reads W directly and through i8(W) is the
 direct part alone.  --random-inputs fills an i8 input with integers
-uniform in [-127, 127], the same on every mesh.
+uniform in [-127, 127], the same on every mesh; a checkpoint saves an i8
+param as NumPy int8 and --resume reads it back.
 
 usage: int8_e2e.py --einc PATH --workdir DIR
 """
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -103,6 +105,16 @@ def grad_case(exe, work, what):
             & compare(what, "dW", got["dW"], (2 * x["W"]).astype(np.float32)))
 
 
+def same_as_one_device(work, stem, rel, got, what):
+    """True unless the 1-device run of `stem` left a different array at `rel`
+    (meshes run 1, 2, 4 in order, in sibling work dirs)."""
+    first = os.path.join(os.path.dirname(work), f"{stem}_x1", rel)
+    if os.path.exists(first) and not np.array_equal(np.load(first), got):
+        print(f"FAIL {what}: {rel} differs from the 1-device run's")
+        return False
+    return True
+
+
 def random_case(exe, work, what):
     out = os.path.join(work, "out_R.npy")
     if run([exe, "--random-inputs", "7", "--output", f"R={out}"], f"{what}: random") is None:
@@ -112,13 +124,9 @@ def random_case(exe, work, what):
     # 4096 draws over 255 values: every value shows up with overwhelming odds,
     # and the mean is near 0 (its standard error is about 1.2)
     ok &= len(np.unique(r)) >= 250 and abs(float(r.mean())) < 6
-    first = os.path.join(os.path.dirname(work), "int8_random_x1", "out_R.npy")
-    if ok and os.path.exists(first) and not np.array_equal(np.load(first), r):
-        print(f"FAIL {what}: the random i8 input differs from the 1-device run's")
-        return False
     if not ok:
         print(f"FAIL {what}: random i8 values not uniform integers in [-127, 127]")
-    return ok
+    return ok and same_as_one_device(work, "int8_random", "out_R.npy", r, what)
 
 
 def fsdp_case(exe, work, what):
@@ -133,9 +141,25 @@ def fsdp_case(exe, work, what):
     return matmul_case(exe, work, what)
 
 
-CASES = {"int8_random": random_case, "int8_cast": cast_case, "int8_matmul_f": matmul_case, "int8_matmul_d": matmul_case,
-         "int8_matmul_fsdp": fsdp_case,
-         "int8_grad": grad_case}
+def checkpoint_case(exe, work, what):
+    ck = os.path.join(work, "ck")
+    shutil.rmtree(ck, ignore_errors=True)
+    if run([exe, "--random-inputs", "3", "--steps", "2", "--save", ck], f"{what}: --save") is None:
+        return False
+    wq = np.load(os.path.join(ck, "Wq.npy"))
+    ok = wq.dtype == np.int8 and wq.shape == (16, 4) and wq.min() >= -127 and wq.max() <= 127
+    if ok and not same_as_one_device(work, "int8_checkpoint", os.path.join("ck", "Wq.npy"), wq, what):
+        return False
+    if not ok:
+        print(f"FAIL {what}: the saved i8 param is {wq.dtype}{wq.shape}, not int8 (16, 4) in [-127, 127]")
+        return False
+    return run([exe, "--random-inputs", "3", "--resume", ck, "--steps", "3"],
+               f"{what}: --resume") is not None
+
+
+CASES = {"int8_random": random_case, "int8_cast": cast_case, "int8_matmul_f": matmul_case,
+         "int8_matmul_d": matmul_case, "int8_matmul_fsdp": fsdp_case, "int8_grad": grad_case,
+         "int8_checkpoint": checkpoint_case}
 
 
 if __name__ == "__main__":
