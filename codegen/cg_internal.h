@@ -258,7 +258,7 @@ void cg_emit_elementwise(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst)
 void cg_emit_elementwise_sum(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst,
                              LLVMValueRef acc);
 /* Loads element `off` (i64) of a buffer of `dtype` as compute type `ct`
- * (f32 for f32 and bf16, f64 for f64); bf16 is widened exactly. */
+ * (f32 for f32, bf16 and i8, f64 for f64); bf16 and i8 are widened exactly. */
 LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype dtype,
                           LLVMValueRef off);
 /* `v` (of compute type `ct`) rounded to `dtype` and widened back to `ct`:
@@ -266,9 +266,15 @@ LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype
  * fused cast, ir_ew_converts); bf16 rounds to nearest even. */
 LLVMValueRef cg_round_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype);
 /* Converts `v` (of type `ct`) to `dtype` and stores it at element `off`;
- * bf16 rounds to nearest even and keeps NaN quiet. */
+ * bf16 rounds to nearest even and keeps NaN quiet; i8 as cg_i8_from_float. */
 void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
                    LLVMValueRef off);
+
+/* ---- elementwise_i8.c ---- */
+
+/* `v` (f32 or f64, type `ct`) as an LLVM i8: rounded to nearest even,
+ * saturated to [-128, 127], NaN to 0 (the cast i8(x), docs/language.md). */
+LLVMValueRef cg_i8_from_float(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v);
 
 /* ---- reduce.c ---- */
 

@@ -96,9 +96,10 @@ LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype
                           LLVMValueRef off)
 {
     LLVMBuilderRef b = c->b;
-    if (dtype == IR_I32) { /* an integer in a mask's comparison: its value as a number */
-        LLVMValueRef p = LLVMBuildInBoundsGEP2(b, c->t.i32, base, &off, 1, "");
-        return LLVMBuildSIToFP(b, LLVMBuildLoad2(b, c->t.i32, p, ""), ct, "");
+    if (dtype == IR_I32 || dtype == IR_I8) { /* an integer: its value as a number, exact */
+        LLVMTypeRef it = dtype == IR_I8 ? c->t.i8 : c->t.i32;
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(b, it, base, &off, 1, "");
+        return LLVMBuildSIToFP(b, LLVMBuildLoad2(b, it, p, ""), ct, "");
     }
     LLVMTypeRef st = dtype == IR_F64 ? c->t.f64 : dtype == IR_BF16 ? c->t.i16 : c->t.f32;
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, st, base, &off, 1, "");
@@ -134,6 +135,8 @@ LLVMValueRef cg_round_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype d
     LLVMBuilderRef b = c->b;
     if (dtype == IR_F64 || dtype == IR_I32 || (dtype == IR_F32 && ct == c->t.f32))
         return v; /* nothing narrower than the compute type */
+    if (dtype == IR_I8)
+        return LLVMBuildSIToFP(b, cg_i8_from_float(c, ct, v), ct, "");
     LLVMValueRef f = ct == c->t.f32 ? v : LLVMBuildFPTrunc(b, v, c->t.f32, "");
     if (dtype == IR_BF16) {
         LLVMValueRef hi = LLVMBuildShl(b, bf16_bits(c, f), LLVMConstInt(c->t.i32, 16, 0), "");
@@ -146,6 +149,11 @@ void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LL
                    LLVMValueRef off)
 {
     LLVMBuilderRef b = c->b;
+    if (dtype == IR_I8) {
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(b, c->t.i8, base, &off, 1, "");
+        LLVMBuildStore(b, cg_i8_from_float(c, ct, v), p);
+        return;
+    }
     LLVMTypeRef want = dtype == IR_F64 ? c->t.f64 : c->t.f32;
     if (want != ct)
         v = want == c->t.f32 ? LLVMBuildFPTrunc(b, v, want, "") : LLVMBuildFPExt(b, v, want, "");

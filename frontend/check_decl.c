@@ -380,10 +380,10 @@ fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind)
     return t;
 }
 
-/* f32, f64, bf16, i32 (ir_dtype_name spells them); false if `s` is none. */
+/* f32, f64, bf16, i32, i8 (ir_dtype_name spells them); false if `s` is none. */
 static bool dtype_parse(const char *s, ir_dtype *out)
 {
-    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16, IR_I32};
+    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16, IR_I32, IR_I8};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, ir_dtype_name(all[i])) == 0) {
             *out = all[i];
@@ -403,11 +403,11 @@ void fe_check_decl(fe_checker *c, ast_stmt *s)
     bool ok = true;
     ir_dtype dt = IR_F32;
     if (!dtype_parse(s->u.decl.dtype.s, &dt)) {
-        diag_error(c->diag, s->u.decl.dtype.loc, "unknown dtype '%s' (expected f32, f64, bf16 or i32)",
+        diag_error(c->diag, s->u.decl.dtype.loc, "unknown dtype '%s' (expected f32, f64, bf16, i32 or i8)",
                    s->u.decl.dtype.s);
         ok = false;
     } else if (dt == IR_I32 && kind == IR_VAL_STATE) {
-        diag_error(c->diag, s->u.decl.dtype.loc, "state '%s' is i32: a state is f32, f64 or bf16",
+        diag_error(c->diag, s->u.decl.dtype.loc, "state '%s' is i32: a state is f32, f64, bf16 or i8",
                    r->name.s);
         ok = false;
     }

@@ -47,9 +47,9 @@ static bool check_gather(fe_checker *c, ast_tref *t, const char *defining)
                        "not %s", ids->name.s, ir_dtype_name(ids->sym->dtype));
             ok = false;
         }
-        if (t->sym->dtype == IR_I32) {
-            diag_error(c->diag, t->name.loc, "'%s' is i32: a gather looks up rows of an f32, f64 "
-                       "or bf16 table", t->name.s);
+        if (ir_dtype_integer(t->sym->dtype)) {
+            diag_error(c->diag, t->name.loc, "'%s' is %s: a gather looks up rows of an f32, f64 "
+                       "or bf16 table", t->name.s, ir_dtype_name(t->sym->dtype));
             ok = false;
         }
         x->dim = t->sym->dims[i];
@@ -157,6 +157,8 @@ typedef struct rhs_state {
     bool in_cond;            /* checking a side of a where condition (i32 tensors allowed) */
     const char *cast;        /* checking a cast's argument: the cast's name, else NULL */
     const ast_factor *whole; /* the call that is the whole right side, if any */
+    const ast_factor *cast_arg; /* the tensor that is the whole argument of that cast */
+    const ast_factor *i8_whole; /* the cast `i8(...)` that is the whole right side, if any */
 } rhs_state;
 
 static void check_expr(fe_checker *c, ast_expr *e, rhs_state *st);
@@ -330,7 +332,7 @@ static void note_dtype(fe_checker *c, rhs_state *st, ir_dtype dt, const char *na
 /* The dtype a call named `name` casts to, if `name` is a dtype. */
 static bool cast_target(const char *name, ir_dtype *out)
 {
-    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16, IR_I32};
+    static const ir_dtype all[] = {IR_F32, IR_F64, IR_BF16, IR_I32, IR_I8};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (strcmp(ir_dtype_name(all[i]), name) == 0) {
             *out = all[i];
@@ -339,17 +341,18 @@ static bool cast_target(const char *name, ir_dtype *out)
     return false;
 }
 
-/* `f32(x)`, `bf16(x)`, `f64(x)`: x converted element by element.  The
- * argument is a right side of its own (its tensors share one dtype, which
- * may differ from the statement's); the cast gives the statement values of
- * its target dtype.  i32 is neither a target nor a source. */
+/* `f32(x)`, `bf16(x)`, `f64(x)`, `i8(x)`: x converted element by element.
+ * The argument is a right side of its own (its tensors share one dtype,
+ * which may differ from the statement's); the cast gives the statement
+ * values of its target dtype.  i32 is neither a target nor a source; an i8
+ * source is a lone tensor and an i8 cast the whole right side (check_i8.c). */
 static void check_cast(fe_checker *c, ast_factor *f, ir_dtype to, rhs_state *st)
 {
     const ast_name *n = &f->u.call.fname;
     f->u.call.callee = AST_CALL_CAST;
     f->u.call.cast_dtype = to;
     if (to == IR_I32) {
-        diag_error(c->diag, n->loc, "a cast converts to f32, f64 or bf16: casts to i32 are not "
+        diag_error(c->diag, n->loc, "a cast converts to f32, f64, bf16 or i8: casts to i32 are not "
                    "supported");
         st->ok = false;
         return;
@@ -367,6 +370,12 @@ static void check_cast(fe_checker *c, ast_factor *f, ir_dtype to, rhs_state *st)
     in.cast = n->s;
     in.whole = NULL;
     in.ntensors = 0;
+    in.cast_arg = fe_lone_tensor(f->u.call.args[0]);
+    if (to == IR_I8 && st->i8_whole != f) {
+        fe_error_i8_cast_inside(c, n);
+        st->ok = false;
+        return;
+    }
     check_expr(c, f->u.call.args[0], &in);
     st->ntensors += in.ntensors;
     if (!in.ok) {
@@ -412,7 +421,7 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
             snprintf(known + l, sizeof known - l, ", %s", builtins[i].name);
         }
         size_t l = strlen(known);
-        snprintf(known + l, sizeof known - l, ", and the casts f32, f64, bf16");
+        snprintf(known + l, sizeof known - l, ", and the casts f32, f64, bf16, i8");
         diag_error(c->diag, n->loc, "unknown function '%s' (known: %s)", n->s, known);
         st->ok = false;
     } else if (f->u.call.nargs < want || f->u.call.nargs > want_max) {
@@ -490,6 +499,11 @@ static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
             diag_error(c->diag, t->name.loc, "'%s' is i32: an integer tensor can only be the index "
                        "of a gather, like 'Emb[%s[...], D]', or compared in the condition of "
                        "'where'", t->name.s, t->name.s);
+            st->ok = false;
+            return;
+        }
+        if (t->sym->dtype == IR_I8 && st->cast_arg != f) {
+            fe_error_i8_read(c, t, st->cast);
             st->ok = false;
             return;
         }
@@ -622,9 +636,9 @@ static void check_grad(fe_checker *c, ast_factor *f, const ast_tref *l, rhs_stat
         } else if (t[i]->bad) {
             st->ok = false; /* reported where it was defined */
             t[i] = NULL;
-        } else if (t[i]->dtype == IR_I32) {
-            diag_error(c->diag, ix->loc, "'%s' is i32: only floating-point tensors have "
-                       "gradients", t[i]->name);
+        } else if (ir_dtype_integer(t[i]->dtype)) {
+            diag_error(c->diag, ix->loc, "'%s' is %s: only floating-point tensors have "
+                       "gradients", t[i]->name, ir_dtype_name(t[i]->dtype));
             st->ok = false;
             t[i] = NULL;
         } else if (i == 0 && t[i]->rank != 0) {
@@ -690,6 +704,7 @@ void fe_check_assign(fe_checker *c, ast_stmt *s)
 
     ast_factor *grad = as_whole_call(s->u.assign.rhs, "grad");
     st.whole = as_whole_call(s->u.assign.rhs, "argmax");
+    st.i8_whole = as_whole_call(s->u.assign.rhs, "i8");
     int nfactors = count_factors(s->u.assign.rhs, FE_MAX_FACTORS);
     if (grad) {
         if (ok)

@@ -167,6 +167,17 @@ fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind);
  * indices' dims.  Returns false on any error (reported). */
 bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defining);
 
+/* ---- check_i8.c: where i8 values may appear ---- */
+
+/* The tensor reference that is the whole of `e` (no sign, no division),
+ * or NULL: the only argument a cast of an i8 tensor may have. */
+const ast_factor *fe_lone_tensor(const ast_expr *e);
+/* Reports a read of the i8 tensor `t` other than as the whole argument of
+ * a cast; `cast` is the enclosing cast's name, NULL outside casts. */
+void fe_error_i8_read(fe_checker *c, const ast_tref *t, const char *cast);
+/* Reports a cast to i8 (named `n`) that is not its statement's whole right side. */
+void fe_error_i8_cast_inside(fe_checker *c, const ast_name *n);
+
 /* `repeat L {`: opens a repeated block (check_loop.c).  A nested block is
  * an error; so is an unknown dim. */
 void fe_check_repeat(fe_checker *c, ast_stmt *s);

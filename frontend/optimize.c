@@ -262,8 +262,9 @@ static void check_loss(fe_checker *c, const ast_stmt *s)
     } else if (t->rank != 0) {
         diag_error(c->diag, n->loc, "the loss '%s' has %d dim%s: a loss is a scalar, %s[]", n->s,
                    t->rank, t->rank == 1 ? "" : "s", n->s);
-    } else if (t->dtype == IR_I32) {
-        diag_error(c->diag, n->loc, "the loss '%s' is i32: a loss is f32, f64 or bf16", n->s);
+    } else if (ir_dtype_integer(t->dtype)) {
+        diag_error(c->diag, n->loc, "the loss '%s' is %s: a loss is f32, f64 or bf16", n->s,
+                   ir_dtype_name(t->dtype));
     }
 }
 
@@ -294,8 +295,10 @@ void fe_check_train(fe_checker *c, const ast_program *prog)
                            "are data and are not differentiated)", n->s);
             } else if (t->kind != IR_VAL_PARAM) {
                 diag_error(c->diag, n->loc, "'%s' is not a param: only params are optimized", n->s);
-            } else if (t->dtype == IR_I32) {
-                diag_error(c->diag, n->loc, "param '%s' is i32 and has no gradient", n->s);
+            } else if (ir_dtype_integer(t->dtype)) {
+                diag_error(c->diag, n->loc, "param '%s' is %s and has no gradient%s", n->s,
+                           ir_dtype_name(t->dtype), t->dtype == IR_I8 ? " (quantized weights are "
+                           "fixed: optimize an f32 or bf16 param and quantize it after training)" : "");
             } else if (prev) {
                 diag_error(c->diag, n->loc, "param '%s' is optimized twice", n->s);
                 diag_note(c->diag, prev->loc, "it is first optimized here");

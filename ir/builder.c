@@ -66,6 +66,7 @@ size_t ir_dtype_size(ir_dtype t)
     case IR_F64: return 8;
     case IR_BF16: return 2;
     case IR_I32: return 4;
+    case IR_I8: return 1;
     }
     return 0;
 }
@@ -77,8 +78,14 @@ const char *ir_dtype_name(ir_dtype t)
     case IR_F64: return "f64";
     case IR_BF16: return "bf16";
     case IR_I32: return "i32";
+    case IR_I8: return "i8";
     }
     return "?";
+}
+
+bool ir_dtype_integer(ir_dtype t)
+{
+    return t == IR_I32 || t == IR_I8;
 }
 
 ir_module *ir_module_new(const char *filename)

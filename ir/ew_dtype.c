@@ -9,7 +9,8 @@
  */
 #include "ir.h"
 
-/* Rank of a float dtype by precision: bf16 < f32 < f64 (i32: -1). */
+/* Rank of a dtype by precision: i8 < bf16 < f32 < f64 (i32 also -1: it is
+ * never a result; an i8 result rounds, so it narrows from any float). */
 static int precision(ir_dtype t)
 {
     return t == IR_F64 ? 2 : t == IR_F32 ? 1 : t == IR_BF16 ? 0 : -1;

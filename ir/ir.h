@@ -55,12 +55,17 @@ typedef enum ir_dtype {
     IR_F64,  /* IEEE binary64 */
     IR_BF16, /* bfloat16 storage (8-bit exponent, 7-bit mantissa) */
     IR_I32,  /* 32-bit two's complement integer: only the indices of a gather */
+    IR_I8,   /* 8-bit two's complement integer: quantized weights and KV caches for
+                serving (seed 002); read only through a cast, or moved */
 } ir_dtype;
 
 /* Size of one element of `t` in bytes. */
 size_t ir_dtype_size(ir_dtype t);
-/* Source spelling of `t`: "f32", "f64", "bf16", "i32". */
+/* Source spelling of `t`: "f32", "f64", "bf16", "i32", "i8". */
 const char *ir_dtype_name(ir_dtype t);
+/* True for the integer dtypes (i32, i8): they carry no gradient, take no
+ * arithmetic of their own and are never reduced. */
+bool ir_dtype_integer(ir_dtype t);
 
 /* A bit set of mesh axes: bit i is axis i of ir_mesh.axes. */
 typedef uint32_t ir_axes;

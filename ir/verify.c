@@ -505,9 +505,10 @@ static bool update_matches(const ir_output *o)
 /* The dtype rule of Einsum and Elementwise (docs/ir.md): an einsum's
  * floating-point operands have its result's dtype (a GEMM takes one dtype;
  * i32 operands are a gather's or scatter's indices, checked above); an
- * elementwise op gives a floating-point result and may read operands of
- * any dtype (each converted as it is loaded, i32 only in comparisons):
- * that is how a cast is written. */
+ * elementwise op gives a floating-point or i8 result and may read operands
+ * of any dtype (each converted as it is loaded, i32 only in comparisons):
+ * that is how a cast is written; i8 (seed 002's quantized values) is only
+ * a cast's source or target, or moved, never an einsum's result. */
 static bool dtypes_ok(const ir_op *op, char *why, size_t why_size)
 {
     if (!op->result)
@@ -515,6 +516,11 @@ static bool dtypes_ok(const ir_op *op, char *why, size_t why_size)
     ir_dtype r = op->result->type.dtype;
     if (op->kind == IR_OP_ELEMENTWISE && r == IR_I32) {
         WHY("an elementwise op gives a floating-point result, not i32");
+        return false;
+    }
+    if (op->kind == IR_OP_EINSUM && r == IR_I8 && !op->u.einsum.gather) {
+        WHY("an einsum gives no i8 result: i8 values are converted by an elementwise cast "
+            "or moved, not computed");
         return false;
     }
     for (int i = 0; op->kind == IR_OP_EINSUM && r != IR_I32 && i < op->noperands; i++) {

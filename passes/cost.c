@@ -133,7 +133,9 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
         model += mf;
         ew += cost_op_elementwise_flops(m, op) * trips;
         if (mf > 0 && op->result)
-            busy_peak += mf / devices / cost_peak_flops(hw, op->result->type.dtype);
+            busy_peak += mf / devices /
+                         cost_peak_flops(hw, hw->measured ? op->result->type.dtype
+                                                          : cost_einsum_dtype(m, op));
         if (op->result && op->result->id >= 0 && op->result->id < m->nvalues)
             ready[op->result->id] = end;
     }

@@ -440,7 +440,7 @@ static void explain_einsum(FILE *out, const ir_module *m, const cost_hw *hw, con
     if (dec)
         fprintf(out, "  planner: %s\n", dec);
     const ir_cost *c = &op->cost;
-    ir_dtype t = op->result->type.dtype;
+    ir_dtype t = hw->measured ? op->result->type.dtype : cost_einsum_dtype(m, op);
     fprintf(out, "  compute %.4g us (%.4g FLOP at %.4g FLOP/s %s), memory %.4g us: %s-bound on its own\n",
             c->t_compute * 1e6, c->flops, cost_peak_flops(hw, t), ir_dtype_name(t), c->t_memory * 1e6,
             bound_name(c->bound));

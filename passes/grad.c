@@ -139,7 +139,8 @@ bool ad_sweep(ir_module *m, ir_arena *arena, diag_ctx *diag, uint32_t loc, ir_va
     ir_op *last = m->last;
     for (ir_op *op = m->first; op; op = op->next)
         for (int k = 0; k < op->noperands; k++)
-            if (dep[op->operands[k]->id] && op->operands[k]->type.dtype != IR_I32)
+            if (dep[op->operands[k]->id] && !ir_dtype_integer(op->operands[k]->type.dtype) &&
+                !ir_dtype_integer(op->result->type.dtype)) /* i8(x): zero gradient */
                 dep[op->result->id] = true;
     need[loss->id] = true;
     for (ir_op *op = last; op; op = op->prev)

@@ -99,7 +99,8 @@ void ad_loop_adjoint(ad_ctx *g, ir_op *fe)
             ir_value *v = op->operands[k];
             if (!ad_in_body(fb, v) && v->id < g->nvalues && g->relevant[v->id])
                 dep[v->id] = true;
-            if (dep[v->id] && v->type.dtype != IR_I32)
+            if (dep[v->id] && !ir_dtype_integer(v->type.dtype) &&
+                !ir_dtype_integer(op->result->type.dtype))
                 dep[op->result->id] = true;
         }
     }

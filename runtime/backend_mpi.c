@@ -244,6 +244,13 @@ static MPI_Request *rs_exchange(rt_device *dev, MPI_Comm comm, MPI_Datatype T, s
     return reqs;
 }
 
+/* The MPI type of elements of `dtype` on the wire (bf16 travels as f32);
+ * i8 is only moved, never reduced, so its type needs no reduction op. */
+static MPI_Datatype wire_type(int32_t dtype)
+{
+    return dtype == RT_F64 ? MPI_DOUBLE : dtype == RT_I8 ? MPI_INT8_T : MPI_FLOAT;
+}
+
 /* out = the reduction (`op`, an enum rt_reduce_op) over group ranks
  * j = 0..G-1 of block r = g->rank of rank j: its own from `send`, the others
  * from `recv`. */
@@ -275,7 +282,7 @@ static void mpi_collective(rt_device *dev, const rt_coll_desc *d, const rt_group
     int bf16 = d->dtype == RT_BF16;
     int32_t edt = bf16 ? RT_F32 : d->dtype; /* element type on the wire */
     size_t es = rt_dtype_size(edt);
-    MPI_Datatype T = edt == RT_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    MPI_Datatype T = wire_type(edt);
     rt_coll_desc e = *d; /* the descriptor on wire elements */
     e.dtype = edt;
     const void *ein = in;
@@ -372,7 +379,7 @@ static void *mpi_coll_start(rt_device *dev, const rt_coll_desc *d, const rt_grou
     int bf16 = d->dtype == RT_BF16;
     int32_t edt = bf16 ? RT_F32 : d->dtype;
     size_t es = rt_dtype_size(edt);
-    MPI_Datatype T = edt == RT_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    MPI_Datatype T = wire_type(edt);
     r->e = *d;
     r->e.dtype = edt;
     const void *ein = in;

@@ -50,12 +50,6 @@
 
 #include "rt_internal.h"
 
-/* Bytes per element in a .npy file of a tensor of `dtype` (bf16 is f32 there). */
-static size_t file_elem_size(int32_t dtype)
-{
-    return dtype == RT_F64 ? 8 : 4;
-}
-
 /* Checks header `h` of `path` against input `t`: rank, rest dims, at
  * least one batch of rows, then dtype, order and size through
  * rt_npy_check on `t` with N rows; messages start with `flag` and the input. */
@@ -149,7 +143,7 @@ int rt_data_add(rt_dataset *ds, const rt_tensor_desc *t, const char *path, char 
     }
     /* Checked by rt_npy_check not to overflow. */
     int64_t bytes = df->header.data_offset +
-                    rt_numel(t->rank, df->header.shape) * (int64_t)file_elem_size(t->dtype);
+                    rt_numel(t->rank, df->header.shape) * (int64_t)rt_file_elem_size(t->dtype);
     return map_file(df, (size_t)bytes, err, errlen);
 }
 
@@ -221,7 +215,7 @@ void rt_data_fill(rt_device *dev, const rt_dataset *ds, int f, const rt_tensor_d
     int32_t rank = t->rank - 1;
     const int64_t *row_shape = t->global_shape + 1, *block = t->local_shape + 1;
     int64_t row_elems = rt_numel(rank, row_shape), block_elems = rt_numel(rank, block);
-    size_t fes = file_elem_size(t->dtype), es = rt_dtype_size(t->dtype);
+    size_t fes = rt_file_elem_size(t->dtype), es = rt_dtype_size(t->dtype);
     float *conv = t->dtype == RT_BF16 ? rt_xmalloc(dev, (size_t)block_elems * sizeof *conv) : NULL;
     const unsigned char *rows = df->map + df->header.data_offset;
     for (int64_t r = 0; r < t->local_shape[0]; r++) {

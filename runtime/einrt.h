@@ -39,6 +39,8 @@ enum rt_dtype {
     RT_F64 = 1,
     RT_BF16 = 2, /* stored as the upper 16 bits of an f32; arithmetic in f32 */
     RT_I32 = 3,  /* int32: only the indices of a gather (.npy '<i4') */
+    RT_I8 = 4,   /* int8: quantized weights and KV caches (.npy '|i1'); only moved
+                    or converted, never reduced */
 };
 
 /* Collective and resharding kinds, same meaning as the IR ops.  With

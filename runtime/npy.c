@@ -250,7 +250,7 @@ int rt_npy_read_header(const char *path, rt_npy_header *h, char *err, size_t err
 /* The .npy descr of a tensor's dtype in files. */
 static const char *file_descr(int32_t dtype)
 {
-    return dtype == RT_F64 ? "<f8" : dtype == RT_I32 ? "<i4" : "<f4";
+    return dtype == RT_F64 ? "<f8" : dtype == RT_I32 ? "<i4" : dtype == RT_I8 ? "|i1" : "<f4";
 }
 
 void rt_format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
@@ -283,7 +283,7 @@ int rt_npy_check(const rt_npy_header *h, const char *path, const rt_tensor_desc 
         return rt_errf(err, errlen, "tensor '%s': %s has shape %s, expected %s", t->name, path,
                     found, expected);
     }
-    int64_t need = t->dtype == RT_F64 ? 8 : 4;
+    int64_t need = (int64_t)rt_file_elem_size(t->dtype);
     bool fits = true;
     for (int32_t d = 0; d < t->rank && fits; d++)
         fits = size_mul(need, t->global_shape[d], &need);
@@ -305,7 +305,7 @@ int rt_npy_read_block(const char *path, const rt_npy_header *h, const rt_tensor_
                       size_t errlen)
 {
     int32_t rank = t->rank;
-    size_t fes = t->dtype == RT_F64 ? 8 : 4; /* element size in the file */
+    size_t fes = rt_file_elem_size(t->dtype); /* element size in the file */
     int64_t n = rt_numel(rank, local_shape);
     if (n == 0)
         return 0;

@@ -6,7 +6,8 @@
  *   f32/bf16: ((h >> 40) * 2^-24) * 2 - 1   (24 random bits, exact in f32;
  *                                            bf16 then rounds to nearest even)
  *   f64:      ((h >> 11) * 2^-53) * 2 - 1   (53 random bits)
- * which is uniform in [-1, 1).  A device computes only the elements of its
+ * which is uniform in [-1, 1); an i8 element is (h >> 11) % 255 - 127,
+ * uniform over the integers in [-127, 127].  A device computes only the elements of its
  * block, yet they equal the global array's, so sharded and reference runs
  * see the same data (tests/runtime/npy_random.py reproduces it in NumPy).
  */
@@ -54,6 +55,10 @@ void rt_random_fill_block(uint64_t seed, const rt_tensor_desc *t, const int64_t 
             /* Indices: uniform over the rows they look up (0 if unknown). */
             uint64_t bound = t->index_bound > 0 ? (uint64_t)t->index_bound : 1;
             ((int32_t *)dst)[e] = (int32_t)((h >> 11) % bound);
+        } else if (t->dtype == RT_I8) {
+            /* Quantized values: uniform over the symmetric range [-127, 127]
+             * a symmetric int8 quantizer produces. */
+            ((int8_t *)dst)[e] = (int8_t)((int64_t)((h >> 11) % 255) - 127);
         } else if (t->dtype == RT_F64) {
             ((double *)dst)[e] = (double)(h >> 11) * 0x1p-53 * 2.0 - 1.0;
         } else {

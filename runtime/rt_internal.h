@@ -45,7 +45,7 @@
 
 /* Bytes per element of `dtype`; 0 for an unknown dtype. */
 size_t rt_dtype_size(int32_t dtype);
-/* "f32", "f64", "bf16" or "?" */
+/* "f32", "f64", "bf16", "i32", "i8" or "?" */
 const char *rt_dtype_name(int32_t dtype);
 /* bf16 <-> f32: a bf16 is the upper half of an f32; rounding to nearest even. */
 float rt_bf16_to_f32(uint16_t h);
@@ -53,6 +53,9 @@ uint16_t rt_f32_to_bf16(float f);
 /* The same over n elements. */
 void rt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
 void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+/* Bytes per element of `dtype` in a .npy file: its own size, except bf16,
+ * which files hold as f32 (NumPy has no bf16). */
+size_t rt_file_elem_size(int32_t dtype);
 /* Element i of an array of `dtype` as a double. */
 double rt_element(int32_t dtype, const void *x, int64_t i);
 

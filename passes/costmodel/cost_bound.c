@@ -197,12 +197,16 @@ static double contraction_words(const ir_module *m, const ir_op *op, const contr
     return fmax(0, fewest_touched(f, f / c->n, f / c->m, f / c->k) - held);
 }
 
-/* Smallest element size among `op`'s operands and result, bytes. */
+/* Smallest element size among `op`'s operands and result, bytes; an
+ * operand counts at its source's size (int8 weights cast to f32 may be
+ * moved as int8 before the cast). */
 static double min_elem_bytes(const ir_op *op)
 {
     double e = (double)ir_dtype_size(op->result->type.dtype);
-    for (int i = 0; i < op->noperands; i++)
+    for (int i = 0; i < op->noperands; i++) {
         e = fmin(e, (double)ir_dtype_size(op->operands[i]->type.dtype));
+        e = fmin(e, (double)ir_dtype_size(source_of(op->operands[i])->type.dtype));
+    }
     return e;
 }
 
@@ -306,7 +310,7 @@ int cost_lower_bound(const ir_module *m, const cost_hw *hw, cost_bound *out)
         bool binary = classify(m, op, &c);
         bool may_unroll = binary && op->kind == IR_OP_EINSUM &&
                           c.k * c.summed <= (double)m->einsum_unroll_max * p;
-        double rate = best_flops(hw, op->result->type.dtype);
+        double rate = best_flops(hw, hw->measured ? op->result->type.dtype : cost_einsum_dtype(m, op));
         if (!(hw->measured && may_unroll))
             out->compute_s += trips * flops * contention / (p * rate);
         if (binary)

@@ -8,16 +8,11 @@ bit for bit.
 
 usage: cast_e2e.py --einc PATH --workdir DIR
 """
-import argparse
-import os
 import sys
 
 import numpy as np
 
-from cg_run import run, run_outputs
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-MESHES = (1, 2, 4)
+from cg_run import main_cases, run_outputs
 
 
 def bf16(v):
@@ -150,27 +145,5 @@ CASES = {"cast_matmul": matmul_case, "cast_grad": grad_case, "cast_gather": gath
          "cast_sgd": sgd_case}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--einc", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    failed = 0
-    for stem, case in CASES.items():
-        for n in MESHES:
-            what = f"{stem} X={n}"
-            work = os.path.join(args.workdir, f"{stem}_x{n}")
-            os.makedirs(work, exist_ok=True)
-            exe = os.path.join(work, stem)
-            src = os.path.join(HERE, "cast", f"{stem}.ein")
-            ok = run([args.einc, src, "-D", f"X={n}", "-o", exe], f"{what}: einc") is not None
-            ok = ok and case(exe, work, what)
-            print(f"{'ok  ' if ok else 'FAIL'} {what}")
-            failed += not ok
-    total = len(CASES) * len(MESHES)
-    print(f"{total - failed}/{total} runs passed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_cases(CASES, "cast"))

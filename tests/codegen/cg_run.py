@@ -1,5 +1,6 @@
 """Helpers shared by e2e.py and ein_e2e.py: run a command, and run an einc
 executable on .npy inputs and compare its .npy outputs with NumPy."""
+import argparse
 import os
 import subprocess
 
@@ -56,3 +57,29 @@ def run_numpy(launch, exe, work, inputs, want, rtol, atol, what):
             print(f"FAIL {what}: output {k} differs from NumPy (max abs err {err:.3g})")
             ok = False
     return ok
+
+
+def main_cases(cases, subdir, meshes=(1, 2, 4)):
+    """The main of a script that compiles each program `subdir`/STEM.ein
+    of `cases` (stem -> check(exe, work, what)) on meshes of `meshes`
+    devices (-D X=n) and checks its run; returns the exit status."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--einc", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    failed = 0
+    for stem, case in cases.items():
+        for n in meshes:
+            what = f"{stem} X={n}"
+            work = os.path.join(args.workdir, f"{stem}_x{n}")
+            os.makedirs(work, exist_ok=True)
+            exe = os.path.join(work, stem)
+            src = os.path.join(here, subdir, f"{stem}.ein")
+            ok = run([args.einc, src, "-D", f"X={n}", "-o", exe], f"{what}: einc") is not None
+            ok = ok and case(exe, work, what)
+            print(f"{'ok  ' if ok else 'FAIL'} {what}")
+            failed += not ok
+    total = len(cases) * len(meshes)
+    print(f"{total - failed}/{total} runs passed")
+    return 1 if failed else 0

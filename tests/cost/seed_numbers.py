@@ -45,7 +45,10 @@ DECODE = "examples/llama2_13b_decode.ein"
 # which F = 16552 (13824 + 2728, divisible by the 8 devices) adds back to
 # within 0.01%.
 GQA = ["-D", "K=8", "-D", "M=5", "-D", "F=16552"]
-NO_INT8 = "no int8 dtype (docs/language.md)"
+# Seed 002's questions 1 and 2 count an int8 KV cache of L K H bytes per
+# token, the keys alone; einc's cache holds keys and values, 2 L K H.
+KEYS_ONLY = "the seed's L K H bytes per token count the keys alone; an int8 cache of keys and values is 2 L K H"
+DECODE8 = SN + "decode_int8.ein"
 V5P_C = 4.59e14  # hw/tpu-v5p.json peak bf16, which seed 000's step estimate divides by
 
 
@@ -110,6 +113,7 @@ MESH_INPUTS = r"^memory on the mesh: .*?inputs " + NUM + " GB"
 MODEL_FLOPS = r"^model FLOPs: " + NUM + " global"
 BYTES_PER_PARAM = r"^bytes per param " + NUM + " = "
 PARAM_STATE_PER_DEVICE = r"^bytes per param .*?master weights " + NUM + " GB per device"
+KV_BYTES = r"^memory breakdown per device: .*KV cache and state " + NUM + " bytes"
 HBM_PER_DEVICE = r"^bytes per param .*?has " + NUM + " GB per device"
 
 
@@ -165,10 +169,12 @@ def numbers():
     a(Num("001", "Question 10 (6) / collectives table", "AllToAll / AllGather on a bidirectional ring (v5p axis of 8)",
           0.25, "x", [cost("tpu-v5p", "tests/cost/alltoall.ein"), cost("tpu-v5p", SN + "allgather_ring8.ein")],
           [(0, op_col("A.1", 5)), (1, op_col("A.1", 5))], lambda v: v[0] / v[1]))
-    n.append(NotComputed("001", "Pop Quiz (int8 sharding)", "int8[128, 2048] as A[I_XY, J] on {X: 2, Y: 8, Z: 2}: bytes per device",
-                         16384, "B", NO_INT8))
-    n.append(NotComputed("001", "Pop Quiz (int8 sharding)", "the same on all 32 chips", 512, "KiB",
-                         NO_INT8))
+    a(Num("001", "Pop Quiz (int8 sharding)", "int8[128, 2048] as A[I_XY, J] on {X: 2, Y: 8, Z: 2}: bytes per device",
+          16384, "B", [cost("tpu-v5e", SN + "popquiz_int8_sharding.ein")], [(0, MESH_INPUTS)],
+          lambda v: v[0] * 1e9 / 32))
+    a(Num("001", "Pop Quiz (int8 sharding)", "the same on all 32 chips", 512, "KiB",
+          [cost("tpu-v5e", SN + "popquiz_int8_sharding.ein")], [(0, MESH_INPUTS)],
+          lambda v: v[0] * 1e9 / 1024))
     # ---- seed 000: training parallelism -------------------------------------
     a(limit("000", "Data Parallelism", "critical batch per chip, one v5p axis: C / W_ici", 2550, "tokens",
             "tpu-v5p", "tests/cost/analyze/dp_layers_v5p.ein", "DP", "critical_batch_per_chip"))
@@ -248,14 +254,27 @@ def numbers():
     a(Num("002", "Question 1", "params of L = 64, D = 4096, F = 16384, N = 32, K = 8, H = 256, V = 32128", 18.4e9, "params",
           [cost("tpu-v5e", DECODE, "-D", "L=64", "-D", "D=4096", "-D", "F=16384", "-D", "K=8", "-D", "M=4",
                 "-D", "G=128", "-D", "V=32128")], [(0, MESH_PARAMS)], lambda v: v[0] * 1e9 / 2))
-    for sec, what, val, unit in (("the critical batch", "int8 params, bf16 FLOPs: B_crit", 120, "tokens"),
-                                 ("Pop quiz", "30B int8 params on 4x4 v5e, B = 4: step lower bound", 2.5, "ms"),
-                                 ("Pop quiz", "the same at B = 256", 21, "ms"),
-                                 ("Question 1", "KV cache per token in int8", 131, "kB"),
+    # The pop quiz's 30B model with int8 weights and KV cache (100 kB per
+    # token, 8192 positions) on a 4x4 v5e: its lower bound, (B x KV cache +
+    # params) / total HBM bandwidth at B = 4; at B = 256 the seed adds the
+    # cache's memory time and the matmuls' compute time, where einc's bound
+    # takes the larger of the two.
+    a(Num("002", "Pop quiz", "30B int8 params on 4x4 v5e, B = 4: step lower bound", 2.5, "ms",
+          [cost("tpu-v5e", DECODE8)], [(0, BOUND_HBM)], lambda v: v[0] / 1e3))
+    a(Num("002", "Pop quiz", "the same at B = 256", 21, "ms",
+          [cost("tpu-v5e", DECODE8, "-D", "B=256")], [(0, r"^lower bound: " + NUM + " us")],
+          lambda v: v[0] / 1e3))
+    # B_crit = beta x alpha_hbm with beta = 1/2: the FFW of the bf16 rows
+    # with int8 weights dequantized in the matmuls (--explain's HBM threshold).
+    a(Num("002", "the critical batch", "int8 params, bf16 FLOPs: B_crit", 120, "tokens",
+          [["--hw", "tpu-v5e", "--explain", "tests/cost/int8/ffw_decode_int8.ein"]],
+          [(0, r"free dim B \(per device \d+\): .*?HBM: compute-bound when B > " + NUM)]))
+    for sec, what, val, unit in (("Question 1", "KV cache per token in int8", 131, "kB"),
                                  ("Question 2", "largest batch, int8, 128k context", 14, "sequences"),
-                                 ("Question 2", "the same with K = 1", 112, "sequences"),
-                                 ("Question 3", "int8 params from HBM on 4x4 v5e", 1.3, "ms")):
-        n.append(NotComputed("002", sec, what, val, unit, NO_INT8))
+                                 ("Question 2", "the same with K = 1", 112, "sequences")):
+        n.append(NotComputed("002", sec, what, val, unit, KEYS_ONLY))
+    n.append(NotComputed("002", "Question 3", "int8 params from HBM on 4x4 v5e", 1.3, "ms",
+                         "the seed's own 18e9 / (8.1e11 x 16) is 1.39 ms"))
     n.append(NotComputed("002", "LLaMA-2 13B table, GQA", "largest batch that fits (64 fits, 240 does not)", 64, "sequences",
                          "64 is the largest column of the seed's table that fits, not a maximum (einc: 85, the seed's own totals give 83)"))
     for what, val, unit in (("MoE E = 16, k = 2: total params", 212e9, "params"),
@@ -285,11 +304,19 @@ def numbers():
     a(Num("003", "Transformer FLOPs", "LLaMA-2 13B training FLOPs per token: 6 x params (13e9)", 7.8e10, "FLOPs",
           [cost("tpu-v5p", "examples/llama2_13b_train.ein", "-D", "B=23438", "-D", "T=128", "-D", "S=128")],
           [(0, MODEL_FLOPS)], lambda v: v[0] / (23438 * 128)))
-    n.append(NotComputed("003", "Question 1", "KV cache per token, int8, L = 64, D = 4096", 512, "kB", NO_INT8))
-    n.append(NotComputed("003", "KV cache", "int8 KV cache, 8k context, 64 layers, KH = 8192", 8, "GiB", NO_INT8))
+    # An int8 cache of keys and values, 2 L K H bytes per position and
+    # sequence (D = K H): decode_int8.ein on one device, its state's bytes.
+    kv8 = lambda *d: cost("tpu-v5e", DECODE8, "-D", "X=1", "-D", "Y=1", "-D", "B=1", "-D", "M=1",
+                          "-D", "L=64", *d)
+    a(Num("003", "Question 1", "KV cache per token, int8, L = 64, D = 4096", 512, "kB",
+          [kv8("-D", "D=4096", "-D", "K=32", "-D", "H=128", "-D", "S=1")], [(0, KV_BYTES)],
+          lambda v: v[0] / 1024))
+    a(Num("003", "KV cache", "int8 KV cache, 8k context, 64 layers, KH = 8192", 8, "GiB",
+          [kv8("-D", "D=8192", "-D", "K=64", "-D", "H=128", "-D", "S=8192")], [(0, KV_BYTES)],
+          lambda v: v[0] / 2 ** 30))
     n.append(NotComputed("003", "Question 7", "DeepSeek v3 FLOPs utilization on H800 (fp8)", 21.7, "%", "no fp8 rates; a training run, not a step"))
     n.append(NotComputed("003", "Question 8", "MoE B_crit with int8 weights, DeepSeek E = 256, k = 8", 3840, "tokens",
-                         "no int8 dtype, no MoE"))
+                         "no MoE"))
     n.append(NotComputed("003", "Gradient checkpointing", "activations without remat, 4M tokens, L = 64, D = 8192", 84, "TB",
                          "the seed's 20 stored nodes per layer is a rule of thumb; einc counts what its program keeps"))
     # ---- seed 004: MeshSlice (bench/meshslice/study.py's runs) ---------------

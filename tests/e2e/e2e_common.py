@@ -79,6 +79,14 @@ def run_merged(cmd, timeout=300):
     return p.returncode, p.stdout
 
 
+def printed_tokens(out, B):
+    """The tokens --generate printed for each of B sequences (`tokens b: ...`
+    lines), None for a row it did not print."""
+    import re
+    rows = [re.search(r"^tokens %d:(.*)$" % b, out, re.M) for b in range(B)]
+    return [list(map(int, r.group(1).split())) if r else None for r in rows]
+
+
 def rel_err(got, want):
     """Max absolute error of `got` over the largest magnitude of `want`."""
     import numpy as np

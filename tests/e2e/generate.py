@@ -23,15 +23,14 @@ The last line is `N passed, N failed`.
 Usage: generate.py --einc PATH [--mpi --mpirun PATH]
 """
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from e2e_common import Tally, builds, runtime_args  # noqa: E402
+from e2e_common import Tally, builds, printed_tokens, runtime_args  # noqa: E402
+from e2e_common import run_merged as run  # noqa: E402
 
 DIMS = dict(B=2, S=12, D=16, K=4, H=8, V=32, L=2, F=32)
 WEIGHTS = {"Emb": "V, D", "Wq": "L, D, K, H", "Wk": "L, D, K, H", "Wv": "L, D, K, H",
@@ -102,16 +101,6 @@ def weights(rng, work):
         np.save(path, w[n])
         args += ["--input", "%s=%s" % (n, path)]
     return {n: v.astype(np.float64) for n, v in w.items()}, args
-
-
-def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    return p.returncode, p.stdout
-
-
-def printed_tokens(out, B):
-    rows = [re.search(r"^tokens %d:(.*)$" % b, out, re.M) for b in range(B)]
-    return [list(map(int, r.group(1).split())) if r else None for r in rows]
 
 
 def main():

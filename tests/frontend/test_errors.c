@@ -59,7 +59,7 @@ static void test_unknown_function(void)
     EXPECT_DIAG(ABC "C[I, J] = softplus(A[I, J])\noutput C\n",
                 "t.ein:5:11: error: unknown function 'softplus' (known: exp, log, tanh, relu, gelu, "
                 "silu, sigmoid, sqrt, rsqrt, neg, abs, sin, cos, maximum, minimum, where, sum, max, "
-                "min, mean, softmax, grad, argmax, and the casts f32, f64, bf16)\n"
+                "min, mean, softmax, grad, argmax, and the casts f32, f64, bf16, i8)\n"
                 "    C[I, J] = softplus(A[I, J])\n"
                 "              ^\n");
 }
@@ -121,7 +121,7 @@ static void test_repeated_index(void)
 static void test_bad_dtype(void)
 {
     EXPECT_DIAG(HDR "input A[I] : f16\noutput A\n",
-                "t.ein:3:14: error: unknown dtype 'f16' (expected f32, f64, bf16 or i32)\n"
+                "t.ein:3:14: error: unknown dtype 'f16' (expected f32, f64, bf16, i32 or i8)\n"
                 "    input A[I] : f16\n"
                 "                 ^\n");
 }
@@ -485,7 +485,7 @@ static void test_state_errors(void)
                 "      ^\n");
     /* an integer state, and an integer read outside a mask */
     EXPECT_DIAG(HDR "state S[I] : i32\ninput A[I] : f32\nB[I] = A[I] * 1\noutput B\n",
-                "t.ein:3:14: error: state 'S' is i32: a state is f32, f64 or bf16\n"
+                "t.ein:3:14: error: state 'S' is i32: a state is f32, f64, bf16 or i8\n"
                 "    state S[I] : i32\n"
                 "                 ^\n");
     EXPECT_DIAG(SHDR "C[I, Pos, J] = A[I, J] * Pos[]\n" SOUT,

@@ -67,6 +67,8 @@ static void round_trip(int32_t dtype)
             ((double *)g)[i] = v;
         else if (dtype == RT_F32)
             ((float *)g)[i] = (float)v;
+        else if (dtype == RT_I8) /* every value from -128 to 127 */
+            ((int8_t *)g)[i] = (int8_t)(i % 256 - 128);
         else
             ((uint16_t *)g)[i] = rt_f32_to_bf16((float)v);
     }
@@ -76,6 +78,9 @@ static void round_trip(int32_t dtype)
     CU_ASSERT_EQUAL_FATAL(rt_npy_read_header(path, &h, err, sizeof err), 0);
     CU_ASSERT_EQUAL(h.data_offset % 64, 0);
     CU_ASSERT_EQUAL(rt_npy_check(&h, path, &t, err, sizeof err), 0);
+    /* NumPy's descr: i8 one byte per element, bf16 as f32. */
+    CU_ASSERT_STRING_EQUAL(h.descr, dtype == RT_F64 ? "<f8" : dtype == RT_I8 ? "|i1" : "<f4");
+    CU_ASSERT_EQUAL(h.file_bytes, h.data_offset + n * (int64_t)rt_file_elem_size(dtype));
     rt_program p = {.abi_version = RT_ABI_VERSION, .naxes = 3, .axis_names = {'X', 'Y', 'Z'},
                     .axis_sizes = {2, 2, 5}, .run = test_noop_run};
     int64_t nl = rt_numel(3, t.local_shape);
@@ -103,6 +108,7 @@ static void round_trip(int32_t dtype)
 static void test_round_trip_f32(void) { round_trip(RT_F32); }
 static void test_round_trip_f64(void) { round_trip(RT_F64); }
 static void test_round_trip_bf16(void) { round_trip(RT_BF16); }
+static void test_round_trip_i8(void) { round_trip(RT_I8); }
 
 /* The header dict of a valid file for tensor(RT_F32). */
 #define GOOD_DICT "{'descr': '<f4', 'fortran_order': False, 'shape': (6, 4, 10), }"
@@ -130,11 +136,11 @@ static void write_raw(const char *path, int major, const char *magic, const char
 }
 
 /* Checks that `path` fails to load as tensor(f32) with a message containing `needle`. */
-static void expect_bad(const char *path, const char *needle)
+static void expect_bad_as(const char *path, int32_t dtype, const char *needle)
 {
     char err[512] = "";
     rt_npy_header h;
-    rt_tensor_desc t = tensor(RT_F32);
+    rt_tensor_desc t = tensor(dtype);
     int rc = rt_npy_read_header(path, &h, err, sizeof err);
     if (rc == 0)
         rc = rt_npy_check(&h, path, &t, err, sizeof err);
@@ -142,6 +148,11 @@ static void expect_bad(const char *path, const char *needle)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, needle));
     if (!strstr(err, needle))
         fprintf(stderr, "\n  message '%s' lacks '%s'\n", err, needle);
+}
+
+static void expect_bad(const char *path, const char *needle)
+{
+    expect_bad_as(path, RT_F32, needle);
 }
 
 static void test_versions(void)
@@ -185,6 +196,13 @@ static void test_bad_files(void)
     write_raw(path, 1, "\x93NUMPY", "{'descr': '<i4', 'fortran_order': False, 'shape': (6, 4, 10), }",
               240 * 4);
     expect_bad(path, "has dtype '<i4'");
+    /* An i8 tensor's file is '|i1', one byte per element: f32 values are
+     * not quantized silently, and a short file is truncated. */
+    write_raw(path, 1, "\x93NUMPY", GOOD_DICT, 240 * 4);
+    expect_bad_as(path, RT_I8, "has dtype '<f4', expected '|i1' (i8)");
+    write_raw(path, 1, "\x93NUMPY", "{'descr': '|i1', 'fortran_order': False, 'shape': (6, 4, 10), }",
+              239);
+    expect_bad_as(path, RT_I8, "is truncated: 367 bytes, expected 368");
     write_raw(path, 1, "\x93NUMPZ", GOOD_DICT,
               240 * 4);
     expect_bad(path, "bad magic");
@@ -291,6 +309,7 @@ void einc_register_tests(void)
         {"round trip f32 blocks", test_round_trip_f32},
         {"round trip f64 blocks", test_round_trip_f64},
         {"round trip bf16 as <f4", test_round_trip_bf16},
+        {"round trip i8 as |i1", test_round_trip_i8},
         {"version 2.0, 3.0 and 4.0 headers", test_versions},
         {"bad files give clear errors", test_bad_files},
         {"truncated data while reading a block", test_truncated_block},
