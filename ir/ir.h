@@ -564,7 +564,7 @@ typedef struct ir_pipeline {
     int nitems;         /* work items per stage: 2 M v (3 M for zero-bubble, M v for a forward) */
     ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
                            them, from z * nitems (arena-owned) */
-    const char *schedule_name; /* "gpipe", "1f1b", "zero-bubble", "forward" (static storage) */
+    const char *schedule_name; /* "gpipe", "1f1b", "interleaved", "zero-bubble", "forward", "forward-interleaved" (static storage) */
     /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0
      * ..."), every item one time slot (docs/pipeline.md, "Reading the
      * table"); arena-owned, NULL before the pipeline pass. */

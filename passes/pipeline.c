@@ -582,6 +582,6 @@ static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int s
     keep_order(m, &plan);
     keep_table(m, &plan);
     pp_plan_free(&plan);
-    pp->schedule_name = forward ? "forward (interleaved)" : pp_schedule_name((pp_schedule)schedule);
+    pp->schedule_name = forward ? "forward-interleaved" : pp_schedule_name((pp_schedule)schedule);
     return 0;
 }
