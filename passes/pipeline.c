@@ -293,13 +293,9 @@ static void keep_forward_order(ir_module *m, int Z, int M)
 static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int schedule, const double *costed);
 
 /* The chunks per stage v into *v: 1 except for the interleaved schedule,
- * whose v is --chunks (default 2).  Interleaved needs M a multiple of Z
- * (Megatron-LM's order runs the microbatches in groups of Z; pp_build) and
- * |L| a multiple of Z v (blocks of |L| / (Z v) layers dealt round-robin to
- * the stages); errors located at the block and at the stacked param.
- * Returns 0, or 1 after reporting. */
-static int check_chunks_of(pass_ctx *ctx, const ir_module *m, const ir_op *loop, int schedule, int Z, int M,
-                           int *v)
+ * whose v is --chunks (default 2); --chunks with another schedule is an
+ * error.  Returns 0, or 1 after reporting. */
+static int chunks_of(pass_ctx *ctx, int schedule, int *v)
 {
     const char *cv = pass_option_value(ctx, "chunks");
     *v = 1;
@@ -313,15 +309,25 @@ static int check_chunks_of(pass_ctx *ctx, const ir_module *m, const ir_op *loop,
     *v = 2;
     if (cv && !parse_count(cv, v))
         return 1; /* refused by check_chunks already */
+    return 0;
+}
+
+/* Interleaved (v > 1) needs M a multiple of Z (Megatron-LM's order runs
+ * the microbatches in groups of Z; pp_build) and |L| a multiple of Z v
+ * (blocks of |L| / (Z v) layers dealt round-robin to the stages); errors
+ * located at the stacked param and at the block.  Returns 0, or 1 after
+ * reporting. */
+static int check_interleaved(pass_ctx *ctx, const ir_module *m, const ir_op *loop, int Z, int M, int v)
+{
     const ir_dimdef *L = &m->dims[m->pipe.dim];
-    if (L->size % ((int64_t)Z * *v) != 0) {
+    if (v > 1 && L->size % ((int64_t)Z * v) != 0) {
         diag_error(ctx->diag, m->pipe.loc, "the %lld layers of '%s' do not split into %d stages x %d "
                    "chunks of equal size (--schedule=interleaved deals blocks of |%s| / (Z v) layers "
                    "round-robin to the stages; use a --chunks=v with %d v dividing %lld)",
-                   (long long)L->size, L->name, Z, *v, L->name, Z, (long long)L->size);
+                   (long long)L->size, L->name, Z, v, L->name, Z, (long long)L->size);
         return 1;
     }
-    if (M % Z != 0) {
+    if (v > 1 && M % Z != 0) {
         diag_error(ctx->diag, loop->loc, "--schedule=interleaved runs the microbatches in groups of the %d "
                    "stages, and %d microbatches are not a multiple of %d (give --microbatches=%d or %d)",
                    Z, M, Z, Z, 2 * Z);
@@ -329,6 +335,7 @@ static int check_chunks_of(pass_ctx *ctx, const ir_module *m, const ir_op *loop,
     }
     return 0;
 }
+
 static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t);
 
 /* A value in which a microbatch of |B| / M does not split over the devices
@@ -353,13 +360,6 @@ static bool splits(const ir_module *m, int B, int64_t batch, int M)
     return !unsplit(m, B, batch, M, &parts);
 }
 
-/* The cost model's choice of M for a training step: every M up to 64 that
- * divides |B| and splits as B does, each priced as the schedule runs it
- * (the cost pass's per-op times at that microbatch, cost_pipe.c), the
- * fastest kept (the fewest microbatches on a tie: less to hold and to
- * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
- * (Z-1)/(M+Z-1) until a microbatch's ops turn memory- or latency-bound.
- * Leaves the dims and m->pipe as it found them; 0 if nothing priced. */
 /* The hardware profile the cost model prices with: --hw's, else the
  * default one loaded into *local; NULL if that does not load. */
 static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
@@ -370,7 +370,15 @@ static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
     return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
 }
 
-static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule)
+/* The cost model's choice of M for a training step: every M up to 64 that
+ * divides |B| and splits as B does (for interleaved, with v chunks per
+ * stage, a multiple of Z), each priced as the schedule runs it (the cost
+ * pass's per-op times at that microbatch, cost_pipe.c), the fastest kept
+ * (the fewest microbatches on a tie: less to hold and to add).  Seed 000
+ * / Narayanan et al.: more microbatches shrink the bubble (Z-1)/(vM+Z-1)
+ * until a microbatch's ops turn memory- or latency-bound.  Leaves the
+ * dims and m->pipe as it found them; 0 if nothing priced. */
+static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int v)
 {
     cost_hw local;
     const cost_hw *hw = pricing_hw(ctx, &local);
@@ -381,11 +389,13 @@ static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t bat
     int best = 0;
     double best_step = 0;
     for (int M = 1; M <= 64 && M <= batch; M++) {
-        if (batch % M != 0 || !splits(m, B, batch, M))
+        int Z = (int)m->mesh.axes[m->pipe.axis].size;
+        if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
             continue;
         m->dims[B].size = batch / M;
         m->pipe.microbatches = M;
         m->pipe.schedule = schedule;
+        m->pipe.chunks = v;
         cost_annotate_ops(m, hw);
         if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
             (!best || m->totals.pipe.step < best_step)) {
@@ -430,11 +440,13 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     int B = carried->type.dims[0];
     int64_t batch = m->dims[B].size;
     int schedule = sv ? pp_schedule_lookup(sv) : PP_1F1B;
-    int M = 0;
+    int M = 0, v;
+    if (chunks_of(ctx, schedule, &v) != 0)
+        return 1;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
-    if (!mv && trains(m) && schedule != PP_INTERLEAVED)
-        M = cheapest_microbatches(ctx, m, B, batch, schedule);
+    if (!mv && trains(m))
+        M = cheapest_microbatches(ctx, m, B, batch, schedule, v);
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
     if (batch % M != 0) {
@@ -473,8 +485,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             return 1;
         M = 1;
     }
-    int v = 1;
-    if (check_chunks_of(ctx, m, loop, schedule, Z, M, &v) != 0)
+    if (check_interleaved(ctx, m, loop, Z, M, v) != 0)
         return 1;
     /* Zero-bubble runs a training step's dL/dW apart from its dL/dx: the
      * backward loop becomes two (pipeline_split.c).  A forward has no

@@ -28,7 +28,8 @@ times (the last stage hands chunk c's output to stage 0's chunk c+1).
    (layers on Z), under `--check` against the unsharded reference.
 4. `--dump-ir` shows the table with chunks (F0.0 ... B0.1) and the layer
    assignment; the schedule's items on every stage are every (microbatch,
-   chunk) forward and backward once.  `--trace` names each item's chunk:
+   chunk) forward and backward once; without --microbatches the chosen M
+   is a multiple of Z.  `--trace` names each item's chunk:
    every device runs F m.c and B m.c once, a microbatch's forwards in chunk
    order and its backwards in reverse, the last stage's B m.(v-1) after its
    F m.(v-1); `--profile` counts a run as
@@ -204,6 +205,12 @@ def run_table(a, work, tally):
         problems.append("no layer assignment line ('4 stages of 2 chunks of 1 layers each')")
     tally.result(not problems, "--dump-ir: the interleaved table has every F m.c and B m.c once per stage",
                  "\n".join(problems))
+    # Without --microbatches the cost model picks M among the multiples of Z.
+    rc, out = run_merged([a.einc, src, "--dump-ir", "--schedule=interleaved"])
+    m = re.search(r"split into (\d+) microbatch", out)
+    tally.result(rc == 0 and m is not None and int(m.group(1)) % 4 == 0,
+                 "interleaved without --microbatches: M = %s, a multiple of Z = 4" % (m.group(1) if m else "?"),
+                 out[-2000:])
 
 
 def trace_problems(path, Z, v, M, devs_per_stage):
