@@ -5,9 +5,10 @@ The program is a stack of L = 4 MLP layers (D = 512, F = 1024, batch 256,
 f32, SGD) whose stacked params shard the layer dim over the mesh axis Z
 (`Win[L_Z, D, F]`, docs/pipeline.md), on a mesh `Z = n` of n threads.  For
 Z = 2 and 4 stages, M = 1, 2, 4, 8, 16 microbatches and the schedules
-gpipe, 1f1b and zero-bubble (its backward split into dL/dx and dL/dW
-items, docs/pipeline.md; interleaved is not compiled yet, so it is not
-run) it measures:
+gpipe, 1f1b, zero-bubble (its backward split into dL/dx and dL/dW items,
+docs/pipeline.md) and interleaved with v = 2 chunks per stage (where it
+applies: M a multiple of Z and the 4 layers splitting into Z v chunks,
+so Z = 2 only) it measures:
 
   step   the median time of a training step (steps 2.. of --steps S; the
          first touches every buffer), without --profile;
@@ -19,13 +20,15 @@ run) it measures:
          GEMM, so the smaller GEMMs of microbatches (less efficient) show
          up as a cost of pipelining, as they should;
   ratio  step / ideal, beside the closed form of gpipe and 1f1b with equal
-         stages and free transfers, (M+Z-1)/M (docs/pipeline.md);
+         stages and free transfers, (M+Z-1)/M, and interleaved's,
+         (v M+Z-1)/(v M) (Narayanan et al., SC'21; docs/pipeline.md);
   bubble the bubble --profile measures (runtime/pipe_bubble.c: 1 - mean
          over stages of busy time / the schedule's span, median over the
          steps), beside the one the cost pass predicts for this program
          (--profile's "predicted", the schedule simulated with the costed
          ops' times) and, for gpipe and 1f1b, the closed form
-         (Z-1)/(M+Z-1); zero-bubble has no closed form here ("-").
+         (Z-1)/(M+Z-1), for interleaved (Z-1)/(v M+Z-1); zero-bubble has
+         no closed form here ("-").
 
 A stage's work dominates its transfers here (one [256/M, 512] activation a
 hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
@@ -48,14 +51,15 @@ import tempfile
 sys.dont_write_bytecode = True
 import benchlib  # noqa: E402
 
-SCHEDULES = ["gpipe", "1f1b", "zero-bubble"]
+SCHEDULES = ["gpipe", "1f1b", "zero-bubble", "interleaved"]
+LAYERS, CHUNKS = 4, 2  # the program's L; interleaved's v
 
 
 def program(Z, layers_sharded):
     """The benchmark program on mesh `Z = Z`, layers over Z or not."""
     L = "L_Z" if layers_sharded else "L"
     return f"""mesh Z = {Z}
-dim B = 256, E = 512, D = 512, F = 1024, L = 4
+dim B = 256, E = 512, D = 512, F = 1024, L = {LAYERS}
 input In[B, D] : f32
 input Tgt[B, D] : f32
 param Win[{L}, D, F] : f32
@@ -121,7 +125,8 @@ def main():
         one = step_seconds(build(einc, work, "one", program(1, False)), a.steps)
         print(f"# baseline: layers unpipelined on one device, {1e3 * one:.1f} ms per step; "
               f"ideal step on Z stages = that / Z")
-        print("# the interleaved schedule is not compiled yet: not run")
+        print(f"# interleaved runs v = {CHUNKS} chunks per stage where M is a multiple of Z and "
+              f"Z v divides L = {LAYERS}")
         res.add("one device, layers unpipelined: step", 1e3 * one, "ms")
         print(f"{'Z':>2} {'schedule':>11} {'M':>3} {'step_ms':>9} {'ideal_ms':>9} "
               f"{'step/ideal':>10} {'closed':>7} {'bubble':>7} {'predicted':>9} {'closed':>7}")
@@ -130,15 +135,18 @@ def main():
                 print(f"# Z = {Z} stages on {cores} cores: the stages' threads take turns on the "
                       f"cores, which lengthens steps and inflates the measured bubble")
             for sched in SCHEDULES:
+                v = CHUNKS if sched == "interleaved" else 1
                 for M in mbs:
+                    if v > 1 and (M % Z or LAYERS % (Z * v)):
+                        continue
                     exe = build(einc, work, f"z{Z}_{sched}_m{M}", program(Z, True),
                                 [f"--microbatches={M}", f"--schedule={sched}"])
                     t = step_seconds(exe, a.steps)
                     bub, pred = measured_bubble(exe, a.steps)
                     ideal = one / Z
-                    closed = sched != "zero-bubble"  # (M+Z-1)/M and (Z-1)/(M+Z-1)
-                    closed_step = (M + Z - 1) / M
-                    closed_bub = (Z - 1) / (M + Z - 1)
+                    closed = sched != "zero-bubble"  # (vM+Z-1)/(vM) and (Z-1)/(vM+Z-1)
+                    closed_step = (v * M + Z - 1) / (v * M)
+                    closed_bub = (Z - 1) / (v * M + Z - 1)
                     cs = f"{closed_step:>7.2f}" if closed else f"{'-':>7}"
                     cb = f"{100 * closed_bub:>6.1f}%" if closed else f"{'-':>7}"
                     ps = f"{100 * pred:>8.1f}%" if pred is not None else f"{'-':>9}"
@@ -147,10 +155,10 @@ def main():
                     note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
                     pnote = f"predicted {100 * pred:.1f}%" if pred is not None else "no prediction"
                     res.add(f"Z={Z} {sched} M={M}: step / ideal{note}", t / ideal, "x",
-                            f"closed form (M+Z-1)/M = {closed_step:.2f}" if closed else pnote,
+                            f"closed form (vM+Z-1)/(vM) = {closed_step:.2f}, v = {v}" if closed else pnote,
                             ratio=t / ideal)
                     res.add(f"Z={Z} {sched} M={M}: measured bubble{note}", 100 * bub, "%",
-                            f"{pnote}, closed form (Z-1)/(M+Z-1) = {100 * closed_bub:.1f}%"
+                            f"{pnote}, closed form (Z-1)/(vM+Z-1) = {100 * closed_bub:.1f}%, v = {v}"
                             if closed else pnote)
     res.write(a.json)
 

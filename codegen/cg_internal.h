@@ -194,6 +194,15 @@ typedef struct cg_fn {
      * adds each layer's block into rather than copying it (a gradient
      * summed over the microbatches), or NULL; NULL array otherwise. */
     LLVMValueRef *stack_sum;
+    /* An interleaved pipelined run (pipeline.c): a loop over the pipelined
+     * layer dim runs one chunk, the chunk_trips local layers from
+     * chunk_first (an i64 value) of the stage's stacks, and a LayerStack of
+     * it writes into stack_buf[value id] when that is not NULL (the stack
+     * the microbatch's first chunk made, kept in its frame).  chunk_trips
+     * 0: the loop runs every local layer (ir_loop_trips). */
+    int64_t chunk_trips;
+    LLVMValueRef chunk_first;
+    LLVMValueRef *stack_buf;
 } cg_fn;
 
 /* The LLVM loop of the repeated block being emitted. */

@@ -48,6 +48,16 @@
  * stacked gradient that only the update reads is summed in place: its
  * LayerStack adds each layer's block into the sum (cg_fn.stack_sum).
  *
+ * The interleaved schedule (pipe.chunks = v > 1) runs items F m.c and
+ * B m.c of the stage's local chunk c: the loops run that chunk's layers of
+ * the local stacks (cg_fn.chunk_trips, chunk_first), the ops before the
+ * forward loop run with chunk 0 and those after it with chunk v-1 (the
+ * backward's the other way round), and the stages form a ring: stage
+ * Z-1's chunk c sends to stage 0's chunk c+1 (hop).  A microbatch keeps
+ * one frame for its chunks; the loops' stacks in it are made by the first
+ * chunk to run the loop (chunk_stacks), and what a loop reads from
+ * outside it is freed by the microbatch's last item.
+ *
  * A forward (inference: no backward loop) has F items only; its outputs,
  * batch dim first, get each microbatch's rows at their place on the last
  * stage and are AllReduced over Z like the sums above.
@@ -68,6 +78,8 @@ typedef struct pp_emit {
     pp_ctx *x;
     cg_plan fb, end;        /* the plan with the accumulation's liveness (F and B; the update) */
     LLVMValueRef stage, is_first, is_last, frame, mb;
+    int v;                  /* chunks per stage (interleaved), else 1 */
+    LLVMValueRef chunk;     /* i32: the item's local chunk c (0 when v = 1) */
     LLVMValueRef *accbuf;   /* per value: its accumulator */
     LLVMValueRef *inbuf;    /* per value: the whole input's pointer (entry block) */
     bool *sent;             /* per value: a loop's carried value that goes to the next stage */
@@ -80,7 +92,7 @@ static LLVMValueRef slot_ptr(pp_emit *e, int v)
 }
 
 /* A call of rt_send or rt_recv (einrt.h). */
-static void p2p(pp_emit *e, bool send, int delta, LLVMValueRef tag, LLVMValueRef buf, int64_t bytes)
+static void p2p(pp_emit *e, bool send, LLVMValueRef delta, LLVMValueRef tag, LLVMValueRef buf, int64_t bytes)
 {
     cg_ctx *c = e->c;
     const char *name = send ? "rt_send" : "rt_recv";
@@ -89,7 +101,7 @@ static void p2p(pp_emit *e, bool send, int delta, LLVMValueRef tag, LLVMValueRef
     LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
     if (!fn)
         fn = LLVMAddFunction(c->mod, name, fty);
-    LLVMValueRef args[] = {e->f->dev, cg_i32(c, e->x->m->pipe.axis), cg_i32(c, delta), tag, buf,
+    LLVMValueRef args[] = {e->f->dev, cg_i32(c, e->x->m->pipe.axis), delta, tag, buf,
                            cg_i64(c, bytes)};
     LLVMBuildCall2(c->b, fty, fn, args, 6, "");
 }
@@ -99,14 +111,30 @@ static void p2p(pp_emit *e, bool send, int delta, LLVMValueRef tag, LLVMValueRef
 static void item_mark(pp_emit *e, char kind)
 {
     cg_ctx *c = e->c;
-    const char *name = kind ? "rt_pipe_item_begin" : "rt_pipe_item_end";
-    LLVMTypeRef params[] = {c->t.ptr, c->t.i32, c->t.i32};
-    LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, kind ? 3 : 1, 0);
+    /* Interleaved items name their chunk: rt_pipe_chunk_item_begin. */
+    int nargs = !kind ? 1 : e->v > 1 ? 4 : 3;
+    const char *name = !kind ? "rt_pipe_item_end" : e->v > 1 ? "rt_pipe_chunk_item_begin" : "rt_pipe_item_begin";
+    LLVMTypeRef params[] = {c->t.ptr, c->t.i32, c->t.i32, c->t.i32};
+    LLVMTypeRef fty = LLVMFunctionType(c->t.voidt, params, (unsigned)nargs, 0);
     LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
     if (!fn)
         fn = LLVMAddFunction(c->mod, name, fty);
-    LLVMValueRef args[] = {e->f->dev, cg_i32(c, kind), e->mb};
-    LLVMBuildCall2(c->b, fty, fn, args, kind ? 3 : 1, "");
+    LLVMValueRef args[] = {e->f->dev, cg_i32(c, kind), e->mb, e->chunk};
+    LLVMBuildCall2(c->b, fty, fn, args, (unsigned)nargs, "");
+}
+
+/* Opens a block run when `cond` (i1) holds (NULL: always); returns the
+ * block after it, or NULL. */
+static LLVMBasicBlockRef open_if(pp_emit *e, LLVMValueRef cond)
+{
+    cg_ctx *c = e->c;
+    if (!cond)
+        return NULL;
+    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(c->llctx, e->f->fn, "stage");
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(c->llctx, e->f->fn, "stage.after");
+    LLVMBuildCondBr(c->b, cond, then, after);
+    LLVMPositionBuilderAtEnd(c->b, then);
+    return after;
 }
 
 /* Opens a block run by the stages in `run` (none: always); returns the
@@ -126,11 +154,18 @@ static LLVMBasicBlockRef guard_open(pp_emit *e, uint8_t run)
         cond = LLVMBuildOr(c->b, cond, e->is_last, "");
     if (run & ST_MID)
         cond = LLVMBuildOr(c->b, cond, mid, "");
-    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(c->llctx, e->f->fn, "stage");
-    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(c->llctx, e->f->fn, "stage.after");
-    LLVMBuildCondBr(c->b, cond, then, after);
-    LLVMPositionBuilderAtEnd(c->b, then);
-    return after;
+    return open_if(e, cond);
+}
+
+/* Whether the item's chunk is `c` (i1), or NULL (always) without chunks:
+ * the ops before and after a pipelined loop run with the first chunk to
+ * need them (the embedding before chunk 0's forward, the head after chunk
+ * v-1's, the loss's backward before chunk v-1's backward). */
+static LLVMValueRef chunk_is(pp_emit *e, int c)
+{
+    if (e->v == 1)
+        return NULL;
+    return LLVMBuildICmp(e->c->b, LLVMIntEQ, e->chunk, cg_i32(e->c, c), "chunk.is");
 }
 
 static void guard_close(pp_emit *e, LLVMBasicBlockRef after)
@@ -167,6 +202,11 @@ static void accumulate(pp_emit *e, const ir_value *v)
         return;
     int def = e->x->p->def_index[v->id];
     uint8_t whole = e->x->avail[v->id];
+    /* A pipelined loop's result is the block's only after its last chunk
+     * (the forward's v-1, the backward's 0). */
+    LLVMBasicBlockRef chunk_after = NULL;
+    if (def == e->x->fe || (e->x->trains && def == e->x->be))
+        chunk_after = open_if(e, chunk_is(e, def == e->x->fe ? e->v - 1 : 0));
     LLVMBasicBlockRef after = def >= 0 && (e->x->run[def] & ~whole) ? guard_open(e, whole) : NULL;
     if (e->x->rows[v->id]) {
         int64_t bytes = ir_local_bytes(e->x->m, &v->type);
@@ -177,6 +217,7 @@ static void accumulate(pp_emit *e, const ir_value *v)
         cg_emit_add_into(c, e->f, e->accbuf[v->id], e->f->buf[v->id], n, v->type.dtype);
     }
     guard_close(e, after);
+    guard_close(e, chunk_after);
 }
 
 /* After emitting ops lo..hi (outside a loop body, or a loop's stacks
@@ -254,15 +295,35 @@ static void emit_segment(pp_emit *e, LLVMValueRef out, int lo, int hi)
     guard_close(e, after);
 }
 
-/* The hop of a loop's carried value: `v` received from stage z + delta
- * into a new buffer (recv), or sent to it and freed (send); on the stages
- * `run`, slot to slot. */
-static void hop(pp_emit *e, const ir_value *v, bool send, int delta, uint8_t run, int dir)
+/* The hop of a pipelined loop's carried value `v`: the forward's
+ * activation (`fwd`, tag parity 0) or the backward's gradient (parity 1),
+ * received into a new buffer (recv) or sent and freed (send), slot to
+ * slot.  The peer is stage z+1 for a forward send and a backward receive,
+ * else z-1; with v chunks the stages form a ring (the last stage's chunk c
+ * feeds stage 0's chunk c+1), so the edge stage's peer wraps around, and
+ * only the ends of the model skip the hop: stage 0's chunk 0 and stage
+ * Z-1's chunk v-1.  The tag names the receiving item, 2 (m v + c) + parity,
+ * so a receive takes exactly its own message (rt_recv: per sender and tag,
+ * in order). */
+static void hop(pp_emit *e, const ir_value *v, bool send, bool fwd)
 {
     cg_ctx *c = e->c;
-    LLVMBasicBlockRef after = guard_open(e, run);
+    int Z = (int)e->x->m->mesh.axes[e->x->m->pipe.axis].size;
+    bool up = fwd == send; /* the peer is z+1 */
+    LLVMValueRef edge = up ? e->is_last : e->is_first;
+    LLVMValueRef at_end = edge;
+    if (e->v > 1)
+        at_end = LLVMBuildAnd(c->b, edge, chunk_is(e, up ? e->v - 1 : 0), "");
+    LLVMBasicBlockRef after = open_if(e, LLVMBuildNot(c->b, at_end, "hop"));
+    LLVMValueRef delta = LLVMBuildSelect(c->b, edge, cg_i32(c, up ? -(Z - 1) : Z - 1), cg_i32(c, up ? 1 : -1),
+                                         "delta");
+    LLVMValueRef tc = e->chunk;
+    if (send && e->v > 1) /* across the ring's seam the receiver runs the next chunk */
+        tc = LLVMBuildSelect(c->b, edge, LLVMBuildAdd(c->b, e->chunk, cg_i32(c, up ? 1 : -1), ""), e->chunk, "");
+    LLVMValueRef item = LLVMBuildAdd(c->b, LLVMBuildMul(c->b, e->mb, cg_i32(c, e->v), ""), tc, "");
+    LLVMValueRef tag = LLVMBuildAdd(c->b, LLVMBuildMul(c->b, item, cg_i32(c, 2), ""), cg_i32(c, fwd ? 0 : 1),
+                                    "tag");
     int64_t bytes = ir_local_bytes(e->x->m, &v->type);
-    LLVMValueRef tag = LLVMBuildAdd(c->b, LLVMBuildMul(c->b, e->mb, cg_i32(c, 2), ""), cg_i32(c, dir), "tag");
     LLVMValueRef buf;
     if (send) {
         buf = LLVMBuildLoad2(c->b, c->t.ptr, slot_ptr(e, v->id), "");
@@ -277,6 +338,27 @@ static void hop(pp_emit *e, const ir_value *v, bool send, int delta, uint8_t run
         LLVMBuildStore(c->b, buf, slot_ptr(e, v->id));
     }
     guard_close(e, after);
+}
+
+/* Before an interleaved item's loop (LoopBegin lo, LoopEnd hi): each stack
+ * of the loop kept in the frame is one buffer for all the stage's layers,
+ * made by the microbatch's first chunk to run the loop (`first`) and
+ * written by every chunk at its own layers (cg_fn.stack_buf). */
+static void chunk_stacks(pp_emit *e, int lo, int hi, LLVMValueRef first)
+{
+    cg_ctx *c = e->c;
+    const cg_plan *p = e->x->p;
+    for (int k = lo + 1; k < hi && e->v > 1; k++) {
+        const ir_value *v = p->ops[k]->result;
+        if (p->ops[k]->kind != IR_OP_LAYERSTACK || e->x->slot[v->id] < 0 || e->f->stack_sum[v->id])
+            continue;
+        LLVMBasicBlockRef after = open_if(e, first);
+        LLVMValueRef args[] = {e->f->dev, cg_i64(c, ir_local_bytes(e->x->m, &v->type))};
+        LLVMValueRef buf = LLVMBuildCall2(c->b, c->rt.alloc_ty, c->rt.alloc, args, 2, v->tensor);
+        LLVMBuildStore(c->b, buf, slot_ptr(e, v->id));
+        guard_close(e, after);
+        e->f->stack_buf[v->id] = LLVMBuildLoad2(c->b, c->t.ptr, slot_ptr(e, v->id), "stack");
+    }
 }
 
 /* Ops lo..hi of one item, segment by segment. */
@@ -416,6 +498,18 @@ static void make_plans(pp_emit *e)
         if (p->last_use[v] < 0 || p->last_use[v] >= p->nops || x->item[p->last_use[v]] != 'E')
             e->end.last_use[v] = p->nops;
     }
+    /* Interleaved: a value a loop body reads from outside it (a forward
+     * stack the backward reads, a mask every layer reads) is read again by
+     * the microbatch's next chunk, so no chunk frees it: the microbatch's
+     * last item does (release_frame). */
+    const int loops[2][2] = {{x->fb, x->fe}, {x->bb, x->be}};
+    for (int l = 0; l < (x->trains ? 2 : 1) && e->v > 1; l++)
+        for (int i = loops[l][0] + 1; i < loops[l][1]; i++)
+            for (int k = 0; k < p->ops[i]->noperands; k++) {
+                int a = p->ops[i]->operands[k]->id, def = p->def_index[a];
+                if (def >= 0 && (def < loops[l][0] || def > loops[l][1]))
+                    e->fb.last_use[a] = p->nops + 1;
+            }
 }
 
 void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef out)
@@ -429,7 +523,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     cg_pp_init(&x, m, p);
     (void)cg_pp_classify(&x, c->d); /* cg_pipeline_check passed */
     cg_pp_segment(&x);
-    pp_emit e = {.c = c, .f = f, .x = &x};
+    pp_emit e = {.c = c, .f = f, .x = &x, .v = pp->chunks > 1 ? pp->chunks : 1, .chunk = cg_i32(c, 0)};
     make_plans(&e);
     e.accbuf = cg_calloc((size_t)nv, sizeof *e.accbuf);
     e.inbuf = cg_calloc((size_t)nv, sizeof *e.inbuf);
@@ -463,11 +557,12 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
             e.fb.last_use[v] > n)
             f->stack_sum[v] = e.accbuf[v];
     }
-    /* The schedule: stage z's items from z * nitems, mb * 4 + kind (0 F,
-     * 1 B, 2 W). */
+    /* The schedule: stage z's items from z * nitems, (mb v + c) * 4 + kind
+     * (0 F, 1 B, 2 W; c the item's chunk, 0 unless interleaved). */
     int32_t *codes = cg_calloc((size_t)Z * (size_t)pp->nitems, sizeof *codes);
     for (int k = 0; k < Z * pp->nitems; k++)
-        codes[k] = pp->order[k].microbatch * 4 + (pp->order[k].kind == 'B') + 2 * (pp->order[k].kind == 'W');
+        codes[k] = (pp->order[k].microbatch * e.v + pp->order[k].chunk) * 4 + (pp->order[k].kind == 'B') +
+                   2 * (pp->order[k].kind == 'W');
     LLVMValueRef *cv = cg_calloc((size_t)Z * (size_t)pp->nitems, sizeof *cv);
     for (int k = 0; k < Z * pp->nitems; k++)
         cv[k] = cg_i32(c, codes[k]);
@@ -482,7 +577,14 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
                                                        cg_i64(c, pp->nitems), ""), items.phi, "");
     LLVMValueRef code = LLVMBuildLoad2(c->b, c->t.i32, LLVMBuildInBoundsGEP2(c->b, c->t.i32, table, &idx, 1, ""),
                                        "item");
-    e.mb = LLVMBuildLShr(c->b, code, cg_i32(c, 2), "mb");
+    LLVMValueRef unit = LLVMBuildLShr(c->b, code, cg_i32(c, 2), "");
+    e.mb = LLVMBuildUDiv(c->b, unit, cg_i32(c, e.v), "mb");
+    if (e.v > 1) { /* one chunk: its layers of the stage's stacks */
+        e.chunk = LLVMBuildURem(c->b, unit, cg_i32(c, e.v), "chunk");
+        f->chunk_trips = ir_loop_trips(m, p->ops[x.fb]) / e.v;
+        f->chunk_first = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e.chunk, c->t.i64, ""),
+                                      cg_i64(c, f->chunk_trips), "chunk.first");
+    }
     LLVMValueRef kind = LLVMBuildAnd(c->b, code, cg_i32(c, 3), "kind");
     LLVMValueRef foff = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e.mb, c->t.i64, ""), cg_i64(c, frame_bytes), "");
     e.frame = LLVMBuildInBoundsGEP2(c->b, c->t.i8, frames, &foff, 1, "frame");
@@ -497,31 +599,51 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     LLVMValueRef *views = cg_calloc((size_t)nv, sizeof *views);
     memcpy(views, f->buf, (size_t)nv * sizeof *views);
 
+    /* F m (.c): the ops before the loop with chunk 0, the loop over the
+     * chunk's layers, the ops after it with chunk v-1 (without chunks:
+     * always), and the hops between. */
+    f->stack_buf = cg_calloc((size_t)nv, sizeof *f->stack_buf);
     LLVMPositionBuilderAtEnd(c->b, fblk);
     item_mark(&e, 'F');
+    LLVMBasicBlockRef once = open_if(&e, chunk_is(&e, 0));
     emit_range(&e, out, 0, x.fb - 1, 'F');
-    hop(&e, p->ops[x.fb]->operands[0], false, -1, ST_MID | ST_LAST, 0);
+    guard_close(&e, once);
+    hop(&e, p->ops[x.fb]->operands[0], false, true);
+    chunk_stacks(&e, x.fb, x.fe, chunk_is(&e, 0));
     emit_range(&e, out, x.fb, x.fe, 'F');
-    hop(&e, p->ops[x.fe]->result, true, +1, ST_FIRST | ST_MID, 0);
+    memset(f->stack_buf, 0, (size_t)nv * sizeof *f->stack_buf);
+    hop(&e, p->ops[x.fe]->result, true, true);
+    once = open_if(&e, chunk_is(&e, e.v - 1));
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'F');
     if (!x.trains) /* what a stage never freed itself */
         release_frame(&e);
+    guard_close(&e, once);
     item_mark(&e, 0);
     LLVMBuildBr(c->b, join);
 
+    /* B m (.c): the loss's backward with chunk v-1, the backward loop over
+     * the chunk's layers, the ops after it (the embedding's gradient) and
+     * the frame's release with chunk 0. */
     LLVMPositionBuilderAtEnd(c->b, bblk);
     memcpy(f->buf, views, (size_t)nv * sizeof *views);
     item_mark(&e, 'B');
+    once = NULL;
     if (x.trains) {
+        once = open_if(&e, chunk_is(&e, e.v - 1));
         emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
-        hop(&e, p->ops[x.bb]->operands[0], false, +1, ST_FIRST | ST_MID, 1);
+        guard_close(&e, once);
+        hop(&e, p->ops[x.bb]->operands[0], false, false);
+        chunk_stacks(&e, x.bb, x.be, chunk_is(&e, e.v - 1));
         emit_range(&e, out, x.bb, x.be, 'B');
-        hop(&e, p->ops[x.be]->result, true, -1, ST_MID | ST_LAST, 1);
+        memset(f->stack_buf, 0, (size_t)nv * sizeof *f->stack_buf);
+        hop(&e, p->ops[x.be]->result, true, false);
+        once = open_if(&e, chunk_is(&e, 0));
         emit_range(&e, out, x.be + 1, n - 1, 'B');
     }
     /* With a W item to come, the frame holds what it reads until then. */
     if (x.wb < 0)
         release_frame(&e);
+    guard_close(&e, once);
     item_mark(&e, 0);
     LLVMBuildBr(c->b, join);
 
@@ -539,6 +661,7 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     LLVMBuildBr(c->b, join);
     LLVMPositionBuilderAtEnd(c->b, join);
     cg_for_end(c, f, &items);
+    f->chunk_trips = 0; /* the update's ops see whole stacks */
     free(views);
 
     /* The step's sums, then the update on every stage. */
@@ -577,6 +700,10 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     f->plan = p;
     free(f->stack_sum);
     f->stack_sum = NULL;
+    free(f->stack_buf);
+    f->stack_buf = NULL;
+    f->chunk_trips = 0;
+    f->chunk_first = NULL;
     free(e.sent);
     free(e.fb.last_use);
     free(e.fb.out_index);

@@ -274,6 +274,18 @@ bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d)
     pp_ctx x;
     cg_pp_init(&x, m, p);
     bool ok = cg_pp_classify(&x, d);
+    if (ok && m->pipe.chunks > 1) {
+        /* Interleaved: a chunk's loop adds its layers' gradients into a
+         * stacked sum (cg_fn.stack_sum); a stacked sum another item also
+         * reads would be added whole after every chunk. */
+        cg_pp_segment(&x);
+        for (int i = 0; i < p->nops && ok; i++) {
+            int v = p->ops[i]->result->id;
+            if (p->ops[i]->kind == IR_OP_LAYERSTACK && x.acc[v] && x.slot[v] >= 0)
+                ok = fail(d, "with --schedule=interleaved, a gradient stacked over the layers may be read "
+                             "by the update only");
+        }
+    }
     cg_pp_free(&x);
     return ok;
 }

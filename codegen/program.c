@@ -114,6 +114,10 @@ static LLVMValueRef tensor_desc(cg_ctx *c, const ir_module *m, const char *name,
         cg_i32(c, t->dtype == IR_I32 ? index_bound(m, name) : 0),
         cg_i32(c, t->dtype == IR_I32 ? row_positions(m, name) : 0),
         cg_i32(c, update_check),
+        /* The interleaved schedule deals a stacked tensor's layers to the
+         * stages in blocks of |L| / (Z v), round-robin (docs/pipeline.md). */
+        cg_i32(c, m->pipe.chunks > 1 && t->rank > 0 && t->dims[0] == m->pipe.dim && t->sh.naxes[0] > 0
+                      ? m->pipe.chunks : 0),
     };
     return LLVMConstNamedStruct(c->t.tensor_desc, f, sizeof f / sizeof f[0]);
 }
@@ -241,8 +245,10 @@ static int64_t calls_per_run(const ir_module *m, const cg_plan *p)
             /* a LoopEnd's copy is the last op of each iteration */
             n += p->ops[i]->kind == IR_OP_LOOPEND ? ir_loop_trips(m, p->ops[i]->u.loop.begin)
                                                    : ir_op_trips(m, p->ops[i]);
+    /* Interleaved: 2 M v items, and each chunk's two loops begin again. */
+    int64_t v = m->pipe.chunks > 1 ? m->pipe.chunks : 1;
     if (m->pipe.axis >= 0 && m->pipe.microbatches > 0)
-        n = n * m->pipe.microbatches + 4 * (int64_t)m->pipe.microbatches;
+        n = (n + 2 * (v - 1)) * m->pipe.microbatches + 4 * v * (int64_t)m->pipe.microbatches;
     return n;
 }
 

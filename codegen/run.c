@@ -226,6 +226,16 @@ void cg_free_dead(cg_ctx *c, cg_fn *f, int i, int lo, int hi)
     }
 }
 
+/* The iterations loop `begin` runs in this emission: one chunk's layers
+ * in an interleaved pipelined run (cg_fn.chunk_trips), else its local trip
+ * count. */
+static int64_t loop_trips(const cg_fn *f, const ir_op *begin)
+{
+    if (f->chunk_trips > 0 && begin->u.loop.dim == f->m->pipe.dim)
+        return f->chunk_trips;
+    return ir_loop_trips(f->m, begin);
+}
+
 /* LoopBegin, op index i: the carried value gets one buffer for the whole
  * loop (the output's, if the value after the loop is one), filled with the
  * value entering the loop; then the loop's first block with the layer
@@ -257,6 +267,10 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
             f->buf[s->result->id] = f->stack_sum[s->result->id];
             continue;
         }
+        if (f->stack_buf && f->stack_buf[s->result->id]) { /* an earlier chunk's (pipeline.c) */
+            f->buf[s->result->id] = f->stack_buf[s->result->id];
+            continue;
+        }
         if (p->out_index[s->result->id] >= 0) { /* filled in place */
             f->buf[s->result->id] = cg_load_ptr_at(c, out, p->out_index[s->result->id], s->result->tensor);
             continue;
@@ -274,9 +288,11 @@ static void emit_loop_begin(cg_ctx *c, cg_fn *f, LLVMValueRef out, int i, cg_loo
     lp->layer = LLVMBuildPhi(c->b, c->t.i64, "l");
     LLVMValueRef zero = cg_i64(c, 0);
     LLVMAddIncoming(lp->layer, &zero, &pre, 1);
-    int64_t trips = ir_loop_trips(f->m, op->u.loop.begin);
+    int64_t trips = loop_trips(f, op->u.loop.begin);
     lp->index = op->u.loop.reverse ? LLVMBuildSub(c->b, cg_i64(c, trips - 1), lp->layer, "layer.rev")
                                    : lp->layer;
+    if (trips != ir_loop_trips(f->m, op->u.loop.begin)) /* one chunk: its layers of the stacks */
+        lp->index = LLVMBuildAdd(c->b, f->chunk_first, lp->index, "layer.chunk");
 }
 
 /* LoopEnd, op index i: the body's new value goes into the carried buffer,
@@ -293,7 +309,7 @@ static void emit_loop_end(cg_ctx *c, cg_fn *f, int i, cg_loop *lp)
     call_mark(c, f, c->rt.op_end, i);
     cg_free_dead(c, f, i, lp->begin + 1, i - 1);
     LLVMValueRef next = LLVMBuildAdd(c->b, lp->layer, cg_i64(c, 1), "l.next");
-    int64_t trips = ir_loop_trips(f->m, op->u.loop.begin);
+    int64_t trips = loop_trips(f, op->u.loop.begin);
     LLVMValueRef more = LLVMBuildICmp(c->b, LLVMIntSLT, next, cg_i64(c, trips), "more");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c->llctx, f->fn, "layers.done");

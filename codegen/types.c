@@ -41,6 +41,7 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         t->i32,                              /* index_bound */
         t->i32,                              /* row_positions */
         t->i32,                              /* update_check */
+        t->i32,                              /* cyclic_blocks */
     };
     LLVMStructSetBody(t->tensor_desc, td, sizeof td / sizeof td[0], 0);
 

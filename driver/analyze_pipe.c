@@ -106,8 +106,8 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
                 continue;
             analyze_pipe_row *row = &p->rows[p->n];
             pp_params used;
-            int r = pipe_price(&w, t->hw, z, p->layers / z, mb, (pp_schedule)s, opts->dcn, scratch, &used, row,
-                               err, errlen);
+            int r = pipe_price_chunks(&w, t->hw, z, p->layers / z, mb, (pp_schedule)s, opts->chunks, opts->dcn,
+                                      scratch, &used, row, err, errlen);
             if (r < 0)
                 rc = -1;
             if (r != 0)
@@ -124,8 +124,8 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
         }
     }
     if (rc == 0 && p->n == 0) {
-        snprintf(err, errlen, "no schedule applies (interleaved needs an even number of layers per stage and "
-                 "a multiple of %d microbatches)", z);
+        snprintf(err, errlen, "no schedule applies (interleaved needs a multiple of %d layers per stage and "
+                 "a multiple of %d microbatches)", opts->chunks > 1 ? opts->chunks : 2, z);
         rc = -1;
     }
     free(scratch);

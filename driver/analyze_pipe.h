@@ -22,6 +22,7 @@ typedef struct analyze_pipe_opts {
     int microbatches;  /* M, or 0: every M that divides the batch, up to 64 */
     int schedule;      /* a pp_schedule, or -1: all four */
     bool dcn;          /* the stages are pods: transfers over the data-center network */
+    int chunks;        /* --chunks=v: the interleaved schedule's chunks per stage; 0: 2 */
 } analyze_pipe_opts;
 
 /* One priced (schedule, M) (pipe_priced, passes/costmodel/pipe_work.h). */

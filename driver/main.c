@@ -60,9 +60,9 @@ typedef struct options {
     bool analyze;                 /* `einc analyze`: the whole-step limits, compile nothing */
     bool json;                    /* --json: the plan or analyze table as JSON */
     analyze_pipe_opts pipe;       /* analyze --stages Z [--microbatches M] [--schedule S] [--stage-link] */
-    /* The last --microbatches=M and --schedule=S as given: when compiling,
+    /* The last --microbatches=M, --schedule=S and --chunks=v as given: when compiling,
      * the pipeline pass's options (passes/pipeline.c). */
-    const char *pipe_args[2];
+    const char *pipe_args[3];
 } options;
 
 static void usage(FILE *out)
@@ -74,7 +74,7 @@ static void usage(FILE *out)
           "                        communication per axis, critical batch and what fits, for\n"
           "                        the program's plan and seed 000's strategies on its mesh\n"
           "                        (docs/cost-model.md, \"Whole-step limits\"); with\n"
-          "                        --stages=Z [--microbatches=M] [--schedule=S] [--stage-link=dcn]\n"
+          "                        --stages=Z [--microbatches=M] [--schedule=S] [--chunks=v] [--stage-link=dcn]\n"
           "                        also its repeat block pipelined over Z stages (docs/pipeline.md)\n"
           "       einc autotune --chips N [options] FILE.ein   (see einc autotune --help)\n"
           "       einc calibrate -o PROFILE.json [options]      (see einc calibrate --help)\n"
@@ -242,6 +242,14 @@ static int parse_args(int argc, char **argv, options *o)
             if (o->pipe.schedule < 0)
                 return drv_bad_usage("einc", "--schedule wants gpipe, 1f1b, interleaved or zero-bubble, not '%s'",
                                      a + 11);
+        } else if (strncmp(a, "--chunks=", 9) == 0) {
+            /* Interleaved's chunks per stage: the pipeline pass's option,
+             * which einc analyze prices with too (one name for both). */
+            int64_t n;
+            if (drv_count("einc", "--chunks", a + 9, 2, 64, &n))
+                return 2;
+            o->pipe.chunks = (int)n;
+            o->pipe_args[2] = a;
         } else if (strncmp(a, "--stage-link=", 13) == 0) {
             if (strcmp(a + 13, "ici") != 0 && strcmp(a + 13, "dcn") != 0)
                 return drv_bad_usage("einc", "--stage-link wants ici or dcn, not '%s'", a + 13);
@@ -444,8 +452,11 @@ int main(int argc, char **argv)
         return drv_bad_usage("einc analyze", "%s", "prices the program's own mesh: no --chips, no -o");
     if (!analyze_cmd && (o.pipe.stages || o.pipe.dcn))
         return drv_bad_usage("einc", "%s are for `einc analyze`", "--stages and --stage-link");
-    if (analyze_cmd && !o.pipe.stages && (o.pipe.microbatches || o.pipe.schedule >= 0 || o.pipe.dcn))
-        return drv_bad_usage("einc analyze", "%s", "--microbatches, --schedule and --stage-link need --stages=Z");
+    if (analyze_cmd && !o.pipe.stages && (o.pipe.microbatches || o.pipe.schedule >= 0 || o.pipe.dcn || o.pipe.chunks))
+        return drv_bad_usage("einc analyze", "%s", "--microbatches, --schedule, --chunks and --stage-link need --stages=Z");
+    if (analyze_cmd && o.pipe.chunks && o.pipe.schedule >= 0 && o.pipe.schedule != PP_INTERLEAVED)
+        return drv_bad_usage("einc analyze", "--chunks prices the interleaved schedule, and --schedule is %s",
+                             pp_schedule_name((pp_schedule)o.pipe.schedule));
     if (o.json && !plan_cmd && !analyze_cmd)
         return drv_bad_usage("einc", "%s is for `einc plan` and `einc analyze`", "--json");
 
@@ -459,7 +470,7 @@ int main(int argc, char **argv)
     pass_options popts = {0};
     /* Compiling a pipelined program, --microbatches and --schedule are the
      * pipeline pass's; einc analyze prices every M and schedule itself. */
-    for (int i = 0; i < 2 && !analyze_cmd; i++)
+    for (int i = 0; i < 3 && !analyze_cmd; i++)
         if (o.pipe_args[i] && o.npass_args < PASS_MAX_OPTIONS)
             o.pass_args[o.npass_args++] = o.pipe_args[i];
     for (int i = 0; i < o.npass_args; i++) {

@@ -543,10 +543,12 @@ typedef struct ir_output {
 /* One work item of a pipeline stage's schedule: the forward ('F') or the
  * backward ('B': dL/dx and dL/dW, or with zero-bubble dL/dx only) of one
  * microbatch on the stage's layers, or zero-bubble's 'W' (its dL/dW, the
- * second backward loop, passes/pipeline_split.c). */
+ * second backward loop, passes/pipeline_split.c).  With the interleaved
+ * schedule an item runs one of the stage's v chunks of layers. */
 typedef struct ir_pipe_item {
     char kind;      /* 'F', 'B' or 'W' */
     int microbatch; /* in [0, M) */
+    int chunk;      /* the stage's local chunk c in [0, v) (model chunk c Z + z); 0 unless interleaved */
 } ir_pipe_item;
 
 typedef struct ir_pipeline {
@@ -558,10 +560,16 @@ typedef struct ir_pipeline {
     int batch_dim;      /* dim id split into microbatches, -1 until then */
     int64_t batch_size; /* the whole batch: |batch_dim| * M */
     int schedule;       /* a pp_schedule */
-    int nitems;         /* work items per stage: 2 M (3 M for zero-bubble, M for a forward) */
+    /* v, the chunks (virtual stages) per stage: 1, or >= 2 for the
+     * interleaved schedule (Narayanan et al., SC'21), where stage z holds
+     * model chunks z, z + Z, ..., z + (v-1) Z of |L| / (Z v) layers each,
+     * so every stacked tensor's layer dim is dealt block-cyclically over
+     * the stages (rt_tensor_desc.cyclic_blocks); 0 until the pass sets it */
+    int chunks;
+    int nitems;         /* work items per stage: 2 M v (3 M for zero-bubble, M v for a forward) */
     ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
                            them, from z * nitems (arena-owned) */
-    const char *schedule_name; /* "gpipe", "1f1b", "zero-bubble", "forward" (static storage) */
+    const char *schedule_name; /* "gpipe", "1f1b", "interleaved", "zero-bubble", "forward", "forward-interleaved" (static storage) */
     /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0
      * ..."), every item one time slot (docs/pipeline.md, "Reading the
      * table"); arena-owned, NULL before the pipeline pass. */

@@ -344,13 +344,20 @@ static void print_pipeline(FILE *out, const ir_module *m)
     bool split = false; /* zero-bubble's backward: B m (dL/dx) and W m (dL/dW) */
     for (int k = 0; pp->order && k < (int)z->size * pp->nitems; k++)
         split |= pp->order[k].kind == 'W';
-    fprintf(out, "# pipeline over %c: %lld stages of %lld layers each (%s = %lld); %s split into %d "
-            "microbatch%s of %lld (the batch is %lld); schedule %s, one slot per item (F m: forward "
-            "of microbatch m, B m: its backward%s):\n", z->name, (long long)z->size,
-            (long long)(L->size / z->size), L->name, (long long)L->size, B->name, pp->microbatches,
+    int v = pp->chunks > 1 ? pp->chunks : 1;
+    if (v > 1) /* interleaved: stage z holds model chunks z, z + Z, ... */
+        fprintf(out, "# pipeline over %c: %lld stages of %d chunks of %lld layers each (%s = %lld; stage z "
+                "holds model chunks z, z+%lld, ..., its layers dealt block-cyclically)", z->name,
+                (long long)z->size, v, (long long)(L->size / z->size / v), L->name, (long long)L->size,
+                (long long)z->size);
+    else
+        fprintf(out, "# pipeline over %c: %lld stages of %lld layers each (%s = %lld)", z->name,
+                (long long)z->size, (long long)(L->size / z->size), L->name, (long long)L->size);
+    fprintf(out, "; %s split into %d microbatch%s of %lld (the batch is %lld); schedule %s, one slot per "
+            "item (F m: forward of microbatch m, B m: its backward%s%s):\n", B->name, pp->microbatches,
             pp->microbatches == 1 ? "" : "es",
             (long long)B->size, (long long)pp->batch_size, pp->schedule_name ? pp->schedule_name : "?",
-            split ? "'s dL/dx, W m: its dL/dW" : "");
+            split ? "'s dL/dx, W m: its dL/dW" : "", v > 1 ? "; F m.c: through the stage's chunk c" : "");
     for (const char *t = pp->table; t && *t;) {
         const char *nl = strchr(t, '\n');
         int n = nl ? (int)(nl - t) : (int)strlen(t);

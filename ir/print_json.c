@@ -261,6 +261,7 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(o, "batch", (double)pp->batch_size);
         cJSON_AddNumberToObject(o, "microbatches", pp->microbatches);
         cJSON_AddStringToObject(o, "schedule", pp->schedule_name ? pp->schedule_name : "?");
+        cJSON_AddNumberToObject(o, "chunks", pp->chunks > 1 ? pp->chunks : 1);
         cJSON *rows = cJSON_AddArrayToObject(o, "table");
         for (const char *t = pp->table; t && *t;) {
             const char *nl = strchr(t, '\n');

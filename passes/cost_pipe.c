@@ -44,8 +44,8 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     int64_t k = w.layers / z;
     pipe_priced p;
     bool dcn = m->mesh.axes[m->pipe.axis].dcn;
-    int rc = backward ? pipe_price(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule, dcn,
-                                   NULL, NULL, &p, err, errlen)
+    int rc = backward ? pipe_price_chunks(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule,
+                                          m->pipe.chunks, dcn, NULL, NULL, &p, err, errlen)
                       : pipe_price_forward(&w, hw, z, k, m->pipe.microbatches, dcn, &p, err, errlen);
     if (rc == 1)
         snprintf(err, errlen, "schedule %s does not apply to %lld layers per stage and %d microbatches",

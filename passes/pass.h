@@ -146,6 +146,6 @@ extern const pass_option pass_propagate_options[1];
 /* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
 extern const pass_option pass_meshslice_options[1];
 /* The pipeline pass's options: --microbatches=M, --schedule=S (pipeline.c). */
-extern const pass_option pass_pipeline_options[2];
+extern const pass_option pass_pipeline_options[3];
 
 #endif

@@ -25,10 +25,15 @@
  *    an error for a given M, one microbatch and a warning for a chosen
  *    one);
  *  - builds each stage's order of forwards and backwards for --schedule
- *    (gpipe, 1f1b or zero-bubble, passes/costmodel/pipeline_sched.c) into
- *    pipe.order, which codegen runs and --dump-ir prints; for zero-bubble
- *    it first splits the backward loop into a dL/dx loop and a dL/dW loop
- *    (pipeline_split.c), run as the items B m and W m.
+ *    (gpipe, 1f1b, interleaved or zero-bubble,
+ *    passes/costmodel/pipeline_sched.c) into pipe.order, which codegen
+ *    runs and --dump-ir prints; for zero-bubble it first splits the
+ *    backward loop into a dL/dx loop and a dL/dW loop (pipeline_split.c),
+ *    run as the items B m and W m; for interleaved (Narayanan et al.,
+ *    SC'21) each item runs one of the stage's v chunks (--chunks, default
+ *    2) of |L| / (Z v) layers, stage z holding model chunks z, z + Z, ...
+ *    (pipe.chunks; the runtime deals the stacked layers block-cyclically),
+ *    which needs |L| a multiple of Z v and M a multiple of Z.
  *
  * What runs where (the first stage embeds, the last computes the loss,
  * every stage its layers) and the gradient accumulation are codegen's
@@ -80,12 +85,24 @@ static bool check_schedule(const char *v, char *why, size_t n)
     return false;
 }
 
-const pass_option pass_pipeline_options[2] = {
+static bool check_chunks(const char *v, char *why, size_t n)
+{
+    int c;
+    if (parse_count(v, &c) && c >= 2 && c <= 64)
+        return true;
+    snprintf(why, n, "--chunks wants the chunks (virtual stages) per stage of the interleaved schedule, "
+             "from 2 to 64 in decimal, not '%s'", v);
+    return false;
+}
+
+const pass_option pass_pipeline_options[3] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default 1f1b; the executor runs gpipe, 1f1b and zero-bubble, whose "
-                 "backward is split into dL/dx and dL/dW items)", check_schedule},
+                 "backwards (default 1f1b; zero-bubble's backward is split into dL/dx and dL/dW "
+                 "items; interleaved runs v chunks of layers per stage)", check_schedule},
+    {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
+               "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
 };
 
 /* The forward LoopBegin over the pipelined layer dim, or NULL. */
@@ -109,6 +126,7 @@ static void keep_order(ir_module *m, const pp_plan *plan)
             ir_pipe_item *o = &pp->order[z * pp->nitems + k];
             o->kind = it->kind == PP_F ? 'F' : it->kind == PP_B ? 'B' : 'W';
             o->microbatch = it->microbatch;
+            o->chunk = it->chunk;
         }
 }
 
@@ -267,12 +285,57 @@ static void keep_forward_order(ir_module *m, int Z, int M)
         }
         n += (size_t)snprintf(t + n, cap - n, "\n");
         for (int k = 0; k < M; k++)
-            pp->order[z * M + k] = (ir_pipe_item){'F', k};
+            pp->order[z * M + k] = (ir_pipe_item){'F', k, 0};
     }
     pp->table = t;
 }
 
-static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule, const double *costed);
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int schedule, const double *costed);
+
+/* The chunks per stage v into *v: 1 except for the interleaved schedule,
+ * whose v is --chunks (default 2); --chunks with another schedule is an
+ * error.  Returns 0, or 1 after reporting. */
+static int chunks_of(pass_ctx *ctx, int schedule, int *v)
+{
+    const char *cv = pass_option_value(ctx, "chunks");
+    *v = 1;
+    if (schedule != PP_INTERLEAVED) {
+        if (!cv)
+            return 0;
+        diag_error(ctx->diag, DIAG_NOLOC, "--chunks=%s applies to --schedule=interleaved, and the schedule "
+                   "is %s", cv, pp_schedule_name((pp_schedule)schedule));
+        return 1;
+    }
+    *v = 2;
+    if (cv && !parse_count(cv, v))
+        return 1; /* refused by check_chunks already */
+    return 0;
+}
+
+/* Interleaved (v > 1) needs M a multiple of Z (Megatron-LM's order runs
+ * the microbatches in groups of Z; pp_build) and |L| a multiple of Z v
+ * (blocks of |L| / (Z v) layers dealt round-robin to the stages); errors
+ * located at the stacked param and at the block.  Returns 0, or 1 after
+ * reporting. */
+static int check_interleaved(pass_ctx *ctx, const ir_module *m, const ir_op *loop, int Z, int M, int v)
+{
+    const ir_dimdef *L = &m->dims[m->pipe.dim];
+    if (v > 1 && L->size % ((int64_t)Z * v) != 0) {
+        diag_error(ctx->diag, m->pipe.loc, "the %lld layers of '%s' do not split into %d stages x %d "
+                   "chunks of equal size (--schedule=interleaved deals blocks of |%s| / (Z v) layers "
+                   "round-robin to the stages; use a --chunks=v with %d v dividing %lld)",
+                   (long long)L->size, L->name, Z, v, L->name, Z, (long long)L->size);
+        return 1;
+    }
+    if (v > 1 && M % Z != 0) {
+        diag_error(ctx->diag, loop->loc, "--schedule=interleaved runs the microbatches in groups of the %d "
+                   "stages, and %d microbatches are not a multiple of %d (give --microbatches=%d or %d)",
+                   Z, M, Z, Z, 2 * Z);
+        return 1;
+    }
+    return 0;
+}
+
 static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t);
 
 /* A value in which a microbatch of |B| / M does not split over the devices
@@ -297,13 +360,6 @@ static bool splits(const ir_module *m, int B, int64_t batch, int M)
     return !unsplit(m, B, batch, M, &parts);
 }
 
-/* The cost model's choice of M for a training step: every M up to 64 that
- * divides |B| and splits as B does, each priced as the schedule runs it
- * (the cost pass's per-op times at that microbatch, cost_pipe.c), the
- * fastest kept (the fewest microbatches on a tie: less to hold and to
- * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
- * (Z-1)/(M+Z-1) until a microbatch's ops turn memory- or latency-bound.
- * Leaves the dims and m->pipe as it found them; 0 if nothing priced. */
 /* The hardware profile the cost model prices with: --hw's, else the
  * default one loaded into *local; NULL if that does not load. */
 static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
@@ -314,7 +370,15 @@ static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
     return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
 }
 
-static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule)
+/* The cost model's choice of M for a training step: every M up to 64 that
+ * divides |B| and splits as B does (for interleaved, with v chunks per
+ * stage, a multiple of Z), each priced as the schedule runs it (the cost
+ * pass's per-op times at that microbatch, cost_pipe.c), the fastest kept
+ * (the fewest microbatches on a tie: less to hold and to add).  Seed 000
+ * / Narayanan et al.: more microbatches shrink the bubble (Z-1)/(vM+Z-1)
+ * until a microbatch's ops turn memory- or latency-bound.  Leaves the
+ * dims and m->pipe as it found them; 0 if nothing priced. */
+static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int v)
 {
     cost_hw local;
     const cost_hw *hw = pricing_hw(ctx, &local);
@@ -325,11 +389,13 @@ static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t bat
     int best = 0;
     double best_step = 0;
     for (int M = 1; M <= 64 && M <= batch; M++) {
-        if (batch % M != 0 || !splits(m, B, batch, M))
+        int Z = (int)m->mesh.axes[m->pipe.axis].size;
+        if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
             continue;
         m->dims[B].size = batch / M;
         m->pipe.microbatches = M;
         m->pipe.schedule = schedule;
+        m->pipe.chunks = v;
         cost_annotate_ops(m, hw);
         if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
             (!best || m->totals.pipe.step < best_step)) {
@@ -374,11 +440,13 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     int B = carried->type.dims[0];
     int64_t batch = m->dims[B].size;
     int schedule = sv ? pp_schedule_lookup(sv) : PP_1F1B;
-    int M = 0;
+    int M = 0, v;
+    if (chunks_of(ctx, schedule, &v) != 0)
+        return 1;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
-    if (!mv && trains(m) && schedule != PP_INTERLEAVED)
-        M = cheapest_microbatches(ctx, m, B, batch, schedule);
+    if (!mv && trains(m))
+        M = cheapest_microbatches(ctx, m, B, batch, schedule, v);
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
     if (batch % M != 0) {
@@ -417,31 +485,31 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
             return 1;
         M = 1;
     }
-    if (schedule == PP_INTERLEAVED) {
-        diag_error(ctx->diag, DIAG_NOLOC, "--schedule=%s is priced (einc analyze --stages=Z) but not run "
-                   "yet: a pipelined program runs gpipe, 1f1b or zero-bubble", sv);
+    if (check_interleaved(ctx, m, loop, Z, M, v) != 0)
         return 1;
-    }
     /* Zero-bubble runs a training step's dL/dW apart from its dL/dx: the
      * backward loop becomes two (pipeline_split.c).  A forward has no
      * backward to split and runs as every schedule's forward half. */
     if (schedule == PP_ZERO_BUBBLE && trains(m) && pass_pipeline_split_backward(ctx, m) != 0)
         return 1;
-    if (!trains(m)) {
+    if (!trains(m) && v == 1) {
         /* Forwards only: every schedule is GPipe's forward half, each
          * stage running F0 .. F(M-1) as the activations arrive. */
         keep_forward_order(m, Z, M);
         pp->schedule_name = "forward";
     } else {
         /* Zero-bubble's order depends on the stages' F, B and W times:
-         * the costed ones when the cost model prices this module. */
+         * the costed ones when the cost model prices this module.  An
+         * interleaved forward runs the forwards of the interleaved order
+         * (keep_schedule drops its backwards). */
         double *t = calloc((size_t)Z * 3, sizeof *t);
         bool costed = t && schedule == PP_ZERO_BUBBLE && costed_times(ctx, m, B, batch, M, t);
-        int rc = keep_schedule(ctx, m, Z, M, schedule, costed ? t : NULL);
+        int rc = keep_schedule(ctx, m, Z, M, v, schedule, costed ? t : NULL);
         free(t);
         if (rc != 0)
             return 1;
     }
+    pp->chunks = v;
     pp->microbatches = M;
     pp->schedule = schedule;
     pp->batch_dim = B;
@@ -480,11 +548,12 @@ static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int 
     return ok;
 }
 
-/* Stage z's items of `schedule` for Z stages and M microbatches, and its
- * table: pp_build with unit times (gpipe's and 1f1b's orders depend on
- * nothing else), or for zero-bubble with the `costed` times ([3][Z]) when
- * given. */
-static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule, const double *costed)
+/* Stage z's items of `schedule` for Z stages, M microbatches and v chunks
+ * per stage (1 except interleaved), and its table: pp_build with unit
+ * times (gpipe's, 1f1b's and interleaved's orders depend on nothing else),
+ * or for zero-bubble with the `costed` times ([3][Z]) when given.  A
+ * forward (no backward loop) keeps the order's forwards only. */
+static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int schedule, const double *costed)
 {
     ir_pipeline *pp = &m->pipe;
     double *t = malloc((size_t)Z * 3 * sizeof *t);
@@ -501,7 +570,7 @@ static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule
     }
     if (zb && costed)
         memcpy(t, costed, (size_t)Z * 3 * sizeof *t);
-    pp_params par = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + Z,
+    pp_params par = {.stages = Z, .microbatches = M, .chunks = v, .t_f = t, .t_b = t + Z,
                      .t_w = zb ? t + 2 * Z : NULL};
     pp_plan plan;
     char err[256];
@@ -511,9 +580,19 @@ static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int schedule
         diag_error(ctx->diag, pp->loc, "%s", err);
         return 1;
     }
+    bool forward = !trains(m);
+    if (forward) /* the forwards of the order: they wait for forwards only */
+        for (int z = 0; z < Z; z++) {
+            pp_stage_plan *st = &plan.stage[z];
+            int n = 0;
+            for (int k = 0; k < st->n_items; k++)
+                if (st->items[k].kind == PP_F)
+                    st->items[n++] = st->items[k];
+            st->n_items = n;
+        }
     keep_order(m, &plan);
     keep_table(m, &plan);
     pp_plan_free(&plan);
-    pp->schedule_name = pp_schedule_name((pp_schedule)schedule);
+    pp->schedule_name = forward ? "forward-interleaved" : pp_schedule_name((pp_schedule)schedule);
     return 0;
 }

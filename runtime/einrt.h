@@ -112,6 +112,15 @@ typedef struct rt_tensor_desc {
      * they are most of them (an SGD update of a bf16 param that rounds to
      * nothing; runtime/update_check.c); 0: not checked.  Appended. */
     int32_t update_check;
+    /* v >= 2: dim 0 (a stacked tensor's layer dim under the interleaved
+     * pipeline schedule, docs/pipeline.md) is dealt block-cyclically over
+     * the G blocks of its axes: the global dim is G v blocks of
+     * local_shape[0] / v rows, block q on the device whose block index
+     * along dim 0 is q mod G, at its local rows (q div G) local_shape[0]/v;
+     * so device group g holds blocks g, g + G, ..., g + (v-1) G (model
+     * chunks).  0 or 1: one block per device, as for every other dim
+     * (rt_block_start).  Appended: earlier members keep their offsets. */
+    int32_t cyclic_blocks;
 } rt_tensor_desc;
 
 /* A collective or Slice over the group of devices that share every mesh
@@ -286,6 +295,10 @@ void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf
  * after the last), beside the cost model's prediction
  * (rt_program.pipeline_bubble). */
 void rt_pipe_item_begin(rt_device *dev, int32_t kind, int32_t microbatch);
+/* rt_pipe_item_begin for an item of the interleaved schedule, which runs
+ * the stage's local chunk `chunk` (in [0, 255)) of layers: --trace names it
+ * "F3.1" (microbatch 3, chunk 1) and --profile counts 2 M v items a step. */
+void rt_pipe_chunk_item_begin(rt_device *dev, int32_t kind, int32_t microbatch, int32_t chunk);
 void rt_pipe_item_end(rt_device *dev);
 /* Local contraction per `d` through BLAS GEMM; `c` is overwritten. */
 void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c);

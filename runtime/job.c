@@ -75,19 +75,23 @@ void rt_job_device(rt_device *dev, rt_job *job)
     void **out = rt_xmalloc(dev, (size_t)(p->noutputs + 1) * sizeof *out);
     for (int32_t i = 0; i < p->ninputs; i++) {
         const rt_tensor_desc *t = &p->inputs[i];
-        int64_t start[RT_MAX_RANK];
-        rt_block_start(t, p->axis_sizes, dev->coord, start);
         in[i] = rt_alloc(dev, bytes_of(t, t->local_shape));
-        if (job->in_paths[i]) {
-            if (rt_npy_read_block(job->in_paths[i], &job->in_headers[i], t, start,
-                                  t->local_shape, in[i], err, sizeof err))
-                rt_fatal(dev, "%s", err);
-        } else if (job->train && job->train->data_file[i] >= 0) {
+        if (!job->in_paths[i] && job->train && job->train->data_file[i] >= 0)
             continue; /* each step copies its batch */
-        } else if (t->role == RT_ROLE_STATE) {
+        if (!job->in_paths[i] && t->role == RT_ROLE_STATE) {
             memset(in[i], 0, (size_t)bytes_of(t, t->local_shape));
-        } else {
-            rt_random_fill_block(job->opt->seed, t, start, t->local_shape, in[i]);
+            continue;
+        }
+        /* The block's parts: one, or a block-cyclic dim's v (layout.c). */
+        for (int32_t j = 0; j < rt_block_nparts(t); j++) {
+            int64_t start[RT_MAX_RANK], ext[RT_MAX_RANK], off;
+            rt_block_part(t, p->axis_sizes, dev->coord, j, start, ext, &off);
+            char *dst = (char *)in[i] + (size_t)off * rt_dtype_size(t->dtype);
+            if (!job->in_paths[i])
+                rt_random_fill_block(job->opt->seed, t, start, ext, dst);
+            else if (rt_npy_read_block(job->in_paths[i], &job->in_headers[i], t, start, ext, dst, err,
+                                       sizeof err))
+                rt_fatal(dev, "%s", err);
         }
     }
     for (int32_t i = 0; i < p->noutputs; i++)

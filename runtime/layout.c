@@ -117,11 +117,41 @@ int rt_is_primary_holder(const rt_tensor_desc *t, int32_t naxes, const int64_t *
     return 1;
 }
 
+int32_t rt_block_nparts(const rt_tensor_desc *t)
+{
+    return t->rank > 0 && t->cyclic_blocks > 1 ? t->cyclic_blocks : 1;
+}
+
+void rt_block_part(const rt_tensor_desc *t, const int64_t *axis_sizes, const int64_t *coord, int32_t j,
+                   int64_t *start, int64_t *ext, int64_t *local_off)
+{
+    rt_block_start(t, axis_sizes, coord, start);
+    memcpy(ext, t->local_shape, sizeof ext[0] * (size_t)t->rank);
+    *local_off = 0;
+    int32_t v = rt_block_nparts(t);
+    if (v == 1)
+        return;
+    /* Dim 0's G blocks of local_shape[0] rows become G v blocks of r rows:
+     * this device's block index g = start[0] / local_shape[0] holds global
+     * blocks j G + g, its part j at local rows j r. */
+    int64_t G = 1;
+    for (int32_t k = 0; k < t->dim_naxes[0]; k++)
+        G *= axis_sizes[t->dim_axes[0][k]];
+    int64_t r = t->local_shape[0] / v, g = t->local_shape[0] ? start[0] / t->local_shape[0] : 0;
+    ext[0] = r;
+    start[0] = ((int64_t)j * G + g) * r;
+    *local_off = (int64_t)j * r * rt_numel(t->rank - 1, t->local_shape + 1);
+}
+
 void rt_place_block(const rt_program *p, const rt_tensor_desc *t, const int64_t *coord,
                     const void *local, void *global)
 {
-    int64_t start[RT_MAX_RANK], zero[RT_MAX_RANK] = {0};
-    rt_block_start(t, p->axis_sizes, coord, start);
-    rt_copy_box(global, t->global_shape, start, local, t->local_shape, zero, t->local_shape,
-                t->rank, rt_dtype_size(t->dtype));
+    int64_t start[RT_MAX_RANK], ext[RT_MAX_RANK], loff[RT_MAX_RANK] = {0}, off;
+    for (int32_t j = 0; j < rt_block_nparts(t); j++) {
+        rt_block_part(t, p->axis_sizes, coord, j, start, ext, &off);
+        (void)off;
+        loff[0] = t->rank > 0 ? (int64_t)j * ext[0] : 0; /* part j's local rows */
+        rt_copy_box(global, t->global_shape, start, local, t->local_shape, loff, ext, t->rank,
+                    rt_dtype_size(t->dtype));
+    }
 }

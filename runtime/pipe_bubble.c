@@ -59,24 +59,25 @@ static const char *schedule_name(const rt_program *p, char *buf, size_t n)
 /* Device d's items from job->trace into items (trace_cap entries); returns
  * how many, the largest microbatch seen in *max_mb, and sets *saw_b when
  * one is a backward, *saw_w when one is a dL/dW item. */
-static int64_t device_items(const rt_job *job, int64_t d, item_time *items, int64_t *max_mb, bool *saw_b,
-                            bool *saw_w)
+static int64_t device_items(const rt_job *job, int64_t d, item_time *items, int64_t *max_mb, int64_t *max_chunk,
+                            bool *saw_b, bool *saw_w)
 {
     int64_t nd = rt_mesh_size(job->prog), n = 0, waited = 0, wait_from = INT64_MAX;
     for (int64_t k = 0; k < job->trace_cap; k++) {
         const int64_t *e = job->trace + k * 3 * nd;
         int64_t id = e[d], b = e[nd + d], en = e[2 * nd + d];
         char kind;
-        int64_t mb;
+        int64_t mb, chunk;
         if (id == RT_SPAN_RECV_WAIT) {
             /* recorded before the item that holds it (an item's span is
              * added at its end) */
             waited += en - b;
             wait_from = b < wait_from ? b : wait_from;
-        } else if (rt_span_item(id, &kind, &mb)) {
+        } else if (rt_span_item(id, &kind, &mb, &chunk)) {
             int64_t w = wait_from >= b ? waited : 0; /* a wait outside the item is not its own */
             items[n++] = (item_time){b, en, en - b - w};
             *max_mb = mb > *max_mb ? mb : *max_mb;
+            *max_chunk = chunk > *max_chunk ? chunk : *max_chunk;
             *saw_b |= kind == 'B';
             *saw_w |= kind == 'W';
             waited = 0;
@@ -100,11 +101,13 @@ void rt_pipe_bubble_print(FILE *f, const rt_job *job)
     double *bubble = malloc((size_t)(job->trace_cap + 1) * sizeof *bubble);
     if (!items || !nitems || !bubble)
         rt_fatal(NULL, "out of memory in the profiler");
-    int64_t max_mb = -1, runs = INT64_MAX;
+    int64_t max_mb = -1, max_chunk = -1, runs = INT64_MAX;
     bool saw_b = false, saw_w = false;
     for (int64_t d = 0; d < nd; d++)
-        nitems[d] = device_items(job, d, items + d * job->trace_cap, &max_mb, &saw_b, &saw_w);
-    int64_t M = max_mb + 1, per_run = (1 + saw_b + saw_w) * M;
+        nitems[d] = device_items(job, d, items + d * job->trace_cap, &max_mb, &max_chunk, &saw_b, &saw_w);
+    /* A run's items: F (B, W) of every microbatch, and of every chunk
+     * with the interleaved schedule. */
+    int64_t M = max_mb + 1, per_run = (1 + saw_b + saw_w) * M * (max_chunk >= 0 ? max_chunk + 1 : 1);
     for (int64_t d = 0; d < nd; d++)
         runs = per_run > 0 && nitems[d] / per_run < runs ? nitems[d] / per_run : runs;
     int64_t nb = 0;

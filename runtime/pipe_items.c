@@ -1,6 +1,8 @@
 /*
- * pipe_items.c - rt_pipe_item_begin / rt_pipe_item_end (einrt.h): the work
- * items ("F m", "B m", and zero-bubble's "W m") of a pipelined program, for --trace and --profile.
+ * pipe_items.c - rt_pipe_item_begin / rt_pipe_chunk_item_begin /
+ * rt_pipe_item_end (einrt.h): the work items ("F m", "B m", zero-bubble's
+ * "W m", the interleaved schedule's "F m.c" of chunk c) of a pipelined
+ * program, for --trace and --profile.
  *
  * Each item becomes a span in the device's profile list (the ops' list,
  * under a negative id, rt_span_item_id), so trace.c's collection brings
@@ -15,19 +17,34 @@
  */
 #include "rt_internal.h"
 
-void rt_pipe_item_begin(rt_device *dev, int32_t kind, int32_t microbatch)
+/* Opens item `kind` of microbatch `mb`, chunk `chunk` (-1: none). */
+static void item_begin(rt_device *dev, int32_t kind, int32_t mb, int32_t chunk)
 {
     if (!dev->profiling)
         return;
     if (kind != 'F' && kind != 'B' && kind != 'W')
         rt_fatal(dev, "rt_pipe_item_begin: kind %d is not 'F', 'B' or 'W'", kind);
-    if (microbatch < 0 || microbatch >= (1 << 29))
-        rt_fatal(dev, "rt_pipe_item_begin: microbatch %d out of range", microbatch);
+    if (mb < 0 || mb >= (1 << RT_SPAN_ITEM_CHUNK_SHIFT))
+        rt_fatal(dev, "rt_pipe_item_begin: microbatch %d out of range", mb);
+    if (chunk < -1 || chunk >= 255)
+        rt_fatal(dev, "rt_pipe_chunk_item_begin: chunk %d out of range", chunk);
     if (dev->profile.item_id != 0)
         rt_fatal(dev, "rt_pipe_item_begin of %c%d inside another item (a missing "
-                 "rt_pipe_item_end)", kind, microbatch);
-    dev->profile.item_id = rt_span_item_id(kind, microbatch);
+                 "rt_pipe_item_end)", kind, mb);
+    dev->profile.item_id = rt_span_item_id(kind, mb, chunk);
     dev->profile.item_open = rt_now();
+}
+
+void rt_pipe_item_begin(rt_device *dev, int32_t kind, int32_t microbatch)
+{
+    item_begin(dev, kind, microbatch, -1);
+}
+
+void rt_pipe_chunk_item_begin(rt_device *dev, int32_t kind, int32_t microbatch, int32_t chunk)
+{
+    if (chunk < 0)
+        rt_fatal(dev, "rt_pipe_chunk_item_begin: negative chunk %d", chunk);
+    item_begin(dev, kind, microbatch, chunk);
 }
 
 void rt_pipe_item_end(rt_device *dev)

@@ -95,6 +95,15 @@ void rt_block_start(const rt_tensor_desc *t, const int64_t *axis_sizes,
                     const int64_t *coord, int64_t *start);
 /* Copies the block `local` of the device at `coord` into its place in the
  * global array of `t`. */
+/* The parts of the block of `t` that the device at `coord` holds: 1, or
+ * t->cyclic_blocks when dim 0 is dealt block-cyclically (einrt.h).  Part j
+ * is the box at global `start` with extent `ext` (local_shape, dim 0 cut to
+ * local_shape[0] / v), at element offset *local_off of the device's
+ * row-major block; rt_block_part fills them.  A part is contiguous in the
+ * block (dim 0 is the outermost). */
+int32_t rt_block_nparts(const rt_tensor_desc *t);
+void rt_block_part(const rt_tensor_desc *t, const int64_t *axis_sizes, const int64_t *coord, int32_t j,
+                   int64_t *start, int64_t *ext, int64_t *local_off);
 void rt_place_block(const rt_program *p, const rt_tensor_desc *t, const int64_t *coord,
                     const void *local, void *global);
 /* 1 if the device holds the copy of its block that outputs are taken from:
@@ -150,30 +159,37 @@ typedef struct rt_profile {
  * Span ids below 0 (rt_span.op_id) that are not ops: -1 no span (a padded
  * trace row), RT_SPAN_RECV_WAIT the time a device spent in rt_recv inside
  * a pipeline item (waiting for its neighbour, pipe_items.c), and from
- * RT_SPAN_ITEM_BASE down the pipeline items themselves: F m is
- * RT_SPAN_ITEM_BASE - 2m, B m is RT_SPAN_ITEM_BASE - 2m - 1.  Kept in the
+ * RT_SPAN_ITEM_BASE down the pipeline items themselves (rt_span_item_id:
+ * kind, microbatch and chunk).  Kept in the
  * ops' span list so --trace's collection carries them unchanged.
  */
 #define RT_SPAN_NONE (-1)
 #define RT_SPAN_RECV_WAIT (-2)
 #define RT_SPAN_ITEM_BASE (-16)
 
+/* Span ids of pipeline items: unit u = mb for an item without a chunk,
+ * mb + (c + 1) 2^20 for one of chunk c (the interleaved schedule). */
+#define RT_SPAN_ITEM_CHUNK_SHIFT 20
+
 /* The span id of pipeline item `kind` ('F', 'B' or zero-bubble's 'W') of
- * microbatch `mb` (>= 0, below 2^29). */
-static inline int32_t rt_span_item_id(int32_t kind, int32_t mb)
+ * microbatch `mb` (>= 0, below 2^20) and chunk `chunk` (-1: none; else
+ * below 2^8). */
+static inline int32_t rt_span_item_id(int32_t kind, int32_t mb, int32_t chunk)
 {
-    return RT_SPAN_ITEM_BASE - 3 * mb - (kind == 'B') - 2 * (kind == 'W');
+    int32_t u = mb + (int32_t)((uint32_t)(chunk + 1) << RT_SPAN_ITEM_CHUNK_SHIFT);
+    return RT_SPAN_ITEM_BASE - 3 * u - (kind == 'B') - 2 * (kind == 'W');
 }
 
-/* 1 and the item's kind ('F', 'B' or 'W') and microbatch if span id `id`
- * is a pipeline item (rt_span_item_id), else 0. */
-static inline int rt_span_item(int64_t id, char *kind, int64_t *mb)
+/* 1 and the item's kind ('F', 'B' or 'W'), microbatch and chunk (-1:
+ * none) if span id `id` is a pipeline item (rt_span_item_id), else 0. */
+static inline int rt_span_item(int64_t id, char *kind, int64_t *mb, int64_t *chunk)
 {
     if (id > RT_SPAN_ITEM_BASE)
         return 0;
     int64_t k = RT_SPAN_ITEM_BASE - id;
     *kind = "FBW"[k % 3];
-    *mb = k / 3;
+    *mb = (k / 3) & ((1 << RT_SPAN_ITEM_CHUNK_SHIFT) - 1);
+    *chunk = ((k / 3) >> RT_SPAN_ITEM_CHUNK_SHIFT) - 1;
     return 1;
 }
 

@@ -115,10 +115,12 @@ static void write_events(FILE *f, const rt_job *job)
             const int64_t *e = job->trace + k * 3 * nd;
             int64_t op = e[d], b = e[nd + d], en = e[2 * nd + d];
             char item[32], kind;
-            int64_t mb;
-            if (rt_span_item(op, &kind, &mb) || op == RT_SPAN_RECV_WAIT) {
+            int64_t mb, chunk;
+            if (rt_span_item(op, &kind, &mb, &chunk) || op == RT_SPAN_RECV_WAIT) {
                 if (op == RT_SPAN_RECV_WAIT)
                     snprintf(item, sizeof item, "recv wait");
+                else if (chunk >= 0) /* interleaved: F m.c */
+                    snprintf(item, sizeof item, "%c%lld.%lld", kind, (long long)mb, (long long)chunk);
                 else
                     snprintf(item, sizeof item, "%c%lld", kind, (long long)mb);
                 fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"pipeline\", \"ph\": \"X\", "

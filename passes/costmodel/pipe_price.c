@@ -82,12 +82,19 @@ static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64
 int pipe_price(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, bool dcn,
                double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen)
 {
+    return pipe_price_chunks(w, hw, z, k, mb, s, s == PP_INTERLEAVED ? 2 : 1, dcn, arr, used, out, err, errlen);
+}
+
+int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, int v,
+                      bool dcn, double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen)
+{
     if (z < 1 || k < 1 || mb < 1) {
         snprintf(err, errlen, "a pipeline needs at least one stage, layer and microbatch (Z = %d, %lld layers "
                  "per stage, M = %d)", z, (long long)k, mb);
         return -1;
     }
-    int v = s == PP_INTERLEAVED ? 2 : 1;
+    if (s != PP_INTERLEAVED || v < 2)
+        v = s == PP_INTERLEAVED ? 2 : 1;
     if (s == PP_INTERLEAVED && (k % v != 0 || mb % z != 0))
         return 1;
     double *own = arr ? NULL : malloc(3 * (size_t)z * sizeof *own);

@@ -107,6 +107,11 @@ typedef struct pipe_priced {
  * memory). */
 int pipe_price(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, bool dcn,
                double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen);
+/* pipe_price with `v` chunks per device for the interleaved schedule
+ * (a compiled program's --chunks; below 2 it is 2); v is ignored for the
+ * other schedules.  Returns 1 when k is not a multiple of v or M of Z. */
+int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, pp_schedule s, int v,
+                      bool dcn, double *arr, pp_params *used, pipe_priced *out, char *err, size_t errlen);
 
 /* Prices a pipelined forward (inference: every stage runs F0 .. F(M-1),
  * docs/pipeline.md) of Z stages of k layers each under w's forward work

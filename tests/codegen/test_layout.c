@@ -47,7 +47,7 @@ static void test_tensor_desc(void)
     LLVMTypeRef ty = e.t.tensor_desc;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_tensor_desc));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_tensor_desc));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 11);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 12);
     CHECK_OFF(&e, ty, rt_tensor_desc, 0, name);
     CHECK_OFF(&e, ty, rt_tensor_desc, 1, dtype);
     CHECK_OFF(&e, ty, rt_tensor_desc, 2, rank);
@@ -59,6 +59,7 @@ static void test_tensor_desc(void)
     CHECK_OFF(&e, ty, rt_tensor_desc, 8, index_bound);
     CHECK_OFF(&e, ty, rt_tensor_desc, 9, row_positions);
     CHECK_OFF(&e, ty, rt_tensor_desc, 10, update_check);
+    CHECK_OFF(&e, ty, rt_tensor_desc, 11, cyclic_blocks);
     env_close(&e);
 }
 

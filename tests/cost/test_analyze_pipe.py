@@ -15,6 +15,7 @@ On seed 000's DP stack of layers (tests/cost/pipeline/dp_layers_v5p.ein):
     first and last stages' extra work, zero-bubble's is below 1F1B's at
     M = 2 Z, interleaved's below 1F1B's at the same M;
   - pipelining on Z times the chips beats the unpipelined step;
+  - --chunks=v prices interleaved with v chunks per stage;
   - bad use is a clear error.
 """
 import json
@@ -101,7 +102,17 @@ def main():
     check(rc == 0 and "fastest: 1f1b with 8 microbatches" in text and len(chart) >= z,
           "the text report ends with the schedule's stage x time-slot chart")
 
+    # --chunks=v: interleaved priced with v chunks per stage (Z = 2: 4 layers a stage).
+    rc, out4, err = run(einc, "analyze", "--json", "--hw", "tpu-v5p", "--stages=2", "--chunks=4",
+                        "--schedule=interleaved", prog)
+    rows4 = json.loads(out4)["pipeline"]["schedules"] if rc == 0 else []
+    check(rows4 and all(abs(r["bubble_formula"] - 1 / (4 * r["microbatches"] + 1)) < 1e-12 for r in rows4),
+          f"--chunks=4: interleaved's closed form (Z-1)/(4M+Z-1) on every row ({err.strip()[:120]})")
+
     bad = [
+        (["--stages=4", "--chunks=4", "--schedule=interleaved"], "multiple of 4 layers per stage"),
+        (["--stages=4", "--chunks=2", "--schedule=1f1b"], "--chunks prices the interleaved schedule"),
+        (["--chunks=2"], "need --stages"),
         (["--stages=3"], "do not split into 3 stages"),
         (["--stages=4", "--microbatches=3"], "do not divide batch"),
         (["--microbatches=2"], "need --stages"),

@@ -99,7 +99,8 @@ def mlp_loss_grads(w, x, tgt):
     a plain loop over the layers and back (no microbatches)."""
     h = x @ w["Wf"]
     saved = []
-    for l in range(L):
+    layers = len(w["Win"])  # L, or another stack's depth (pipeline_interleaved.py)
+    for l in range(layers):
         t = h @ w["Win"][l]
         a = gelu(t)
         saved.append((h, t, a))
@@ -108,7 +109,7 @@ def mlp_loss_grads(w, x, tgt):
     loss = np.mean(er * er)
     dh = 2 * er / er.size
     g = {"Win": np.zeros_like(w["Win"]), "Wout": np.zeros_like(w["Wout"])}
-    for l in reversed(range(L)):
+    for l in reversed(range(layers)):
         hin, t, a = saved[l]
         g["Wout"][l] = 0.5 * a.T @ dh
         dt = 0.5 * (dh @ w["Wout"][l].T) * dgelu(t)
@@ -208,19 +209,8 @@ def run_mlp(a, work, tally):
         want_losses, want_w = refs[opt]
         with open(metrics) as f:
             got_losses = [json.loads(line)["loss"] for line in f if line.strip()]
-        problems = []
-        if len(got_losses) != STEPS:
-            problems.append("%d losses in --metrics, not %d" % (len(got_losses), STEPS))
-        for i, (g, w) in enumerate(zip(got_losses, want_losses)):
-            if g is None or not abs(g - w) <= 1e-9 * abs(w):
-                problems.append("step %d: loss %r, NumPy %.17g" % (i + 1, g, w))
-        for n, want in want_w.items():
-            got = np.load(os.path.join(work, "out_" + n + ".npy"))
-            err = (np.max(np.abs(got - want)) / np.max(np.abs(want))
-                   if got.shape == want.shape else float("inf"))
-            if not err <= 1e-9:
-                problems.append("%s after %d steps: relative error %.3g" % (n, STEPS, err))
         got_w = {n: np.load(os.path.join(work, "out_" + n + ".npy")) for n in want_w}
+        problems = against_numpy(refs[opt], got_losses, got_w)
         key, also = (rt, mesh, opt, m), ""
         if sched == "1f1b":
             one_f_one_b[key] = (got_losses, got_w)
@@ -229,6 +219,25 @@ def run_mlp(a, work, tally):
             also = " and as 1f1b"
         tally.result(not problems, "%s: %d steps, loss %.6f -> %.6f as NumPy%s" %
                      (title, STEPS, want_losses[0], want_losses[-1], also), "\n".join(problems))
+
+
+def against_numpy(ref, losses, params):
+    """What differs beyond 1e-9 relative between a run's losses and params
+    and NumPy's, `ref` (mlp_reference's)."""
+    want_losses, want_w = ref
+    problems = []
+    if len(losses) != STEPS:
+        problems.append("%d losses in --metrics, not %d" % (len(losses), STEPS))
+    for i, (g, w) in enumerate(zip(losses, want_losses)):
+        if g is None or not abs(g - w) <= 1e-9 * abs(w):
+            problems.append("step %d: loss %r, NumPy %.17g" % (i + 1, g, w))
+    for n, want in want_w.items():
+        got = params[n]
+        err = (np.max(np.abs(got - want)) / np.max(np.abs(want))
+               if got.shape == want.shape else float("inf"))
+        if not err <= 1e-9:
+            problems.append("%s after %d steps: relative error %.3g" % (n, STEPS, err))
+    return problems
 
 
 def against_1f1b(ref, got_losses, got_w):
@@ -424,8 +433,9 @@ def run_stats(a, work, tally):
                  (peaks["1f1b"], peaks["gpipe"]))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(doc):
+    """The command line of this test and pipeline_interleaved.py."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--einc", required=True)
     ap.add_argument("--example", required=True)
     ap.add_argument("--quick", action="store_true")
@@ -433,7 +443,11 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--mpi-only", action="store_true",
                     help="with --mpi: only the MPI configurations")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main():
+    a = arguments(__doc__)
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="einc-pipeline-") as work:
         run_mlp(a, work, tally)

@@ -72,7 +72,7 @@ static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
  */
 static void fill_runs(int64_t *trace)
 {
-    const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W = RT_SPAN_RECV_WAIT;
+    const int64_t F0 = rt_span_item_id('F', 0, -1), B0 = rt_span_item_id('B', 0, -1), W = RT_SPAN_RECV_WAIT;
     const span_row rows[] = {
         /* device 0 */
         {0, 0, F0, 0, 10},   {1, 0, W, 20, 30},     {2, 0, B0, 20, 40},    {3, 0, F0, 100, 110},
@@ -136,7 +136,7 @@ static void test_bubble_zero_bubble(void)
     int64_t trace[CAP * 6];
     for (int i = 0; i < CAP * 6; i++)
         trace[i] = RT_SPAN_NONE;
-    const int64_t F0 = rt_span_item_id('F', 0), B0 = rt_span_item_id('B', 0), W0 = rt_span_item_id('W', 0);
+    const int64_t F0 = rt_span_item_id('F', 0, -1), B0 = rt_span_item_id('B', 0, -1), W0 = rt_span_item_id('W', 0, -1);
     const span_row rows[] = {
         {0, 0, F0, 0, 10},   {1, 0, RT_SPAN_RECV_WAIT, 20, 24}, {2, 0, B0, 20, 30},
         {3, 0, W0, 30, 40},  {4, 0, F0, 100, 110},  {5, 0, B0, 120, 130},  {6, 0, W0, 130, 140},
@@ -178,6 +178,38 @@ static void test_op_rows_per_stage(void)
     free(out);
 }
 
+/*
+ * Interleaved, Z = 2, M = 1, v = 2: a run is 2 M v = 4 items per device,
+ * F0.0 F0.1 B0.1 B0.0, the model chunks in the order 0.0 (stage 0), 0.0
+ * (stage 1), 0.1 (stage 0), 0.1 (stage 1) and back.  Stage 0: F0.0
+ * [0, 10], F0.1 [20, 30], B0.1 [50, 60], B0.0 [70, 80]; stage 1: F0.0
+ * [10, 20], F0.1 [30, 40], B0.1 [40, 50], B0.0 [60, 70].  Span 80, busy 40
+ * on each, bubble 50%.  Counted as two items a run (chunks ignored), the
+ * four would make two runs ([0, 40) and [40, 80), 50% each): the check is
+ * that one run is counted.
+ */
+static void test_bubble_interleaved(void)
+{
+    enum { CAP = 8 };
+    int64_t trace[CAP * 6];
+    for (int i = 0; i < CAP * 6; i++)
+        trace[i] = RT_SPAN_NONE;
+    const int64_t F00 = rt_span_item_id('F', 0, 0), F01 = rt_span_item_id('F', 0, 1);
+    const int64_t B00 = rt_span_item_id('B', 0, 0), B01 = rt_span_item_id('B', 0, 1);
+    const span_row rows[] = {
+        {0, 0, F00, 0, 10},  {1, 0, F01, 20, 30}, {2, 0, B01, 50, 60}, {3, 0, B00, 70, 80},
+        {0, 1, F00, 10, 20}, {1, 1, F01, 30, 40}, {2, 1, B01, 40, 50}, {3, 1, B00, 60, 70},
+    };
+    put_rows(trace, rows, (int)(sizeof rows / sizeof rows[0]));
+    rt_program p = two_stages(1, 0.4);
+    rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 1, .trace_cap = CAP,
+                  .trace = trace};
+    char *out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "1 microbatches, gpipe: measured bubble 50.0% (median over 1 run), "
+                                       "predicted 40.0%"));
+    free(out);
+}
+
 /* The markers on one device: an item span per begin/end pair, none when
  * profiling is off. */
 static void test_markers(void)
@@ -198,8 +230,8 @@ static void test_markers(void)
     CU_ASSERT_EQUAL_FATAL(dev.profile.nspans, 2);
     CU_ASSERT_EQUAL(dev.profile.spans[0].op_id, RT_SPAN_RECV_WAIT);
     char kind = 0;
-    int64_t mb = -1;
-    CU_ASSERT(rt_span_item(dev.profile.spans[1].op_id, &kind, &mb));
+    int64_t mb = -1, chunk = 0;
+    CU_ASSERT(rt_span_item(dev.profile.spans[1].op_id, &kind, &mb, &chunk));
     CU_ASSERT_EQUAL(kind, 'B');
     CU_ASSERT_EQUAL(mb, 2);
     CU_ASSERT(dev.profile.spans[1].begin <= dev.profile.spans[0].begin);
@@ -207,11 +239,21 @@ static void test_markers(void)
     /* Every kind and microbatch comes back from its span id. */
     for (int64_t m = 0; m < 5; m++)
         for (const char *k = "FBW"; *k; k++) {
-            CU_ASSERT(rt_span_item(rt_span_item_id(*k, (int32_t)m), &kind, &mb));
-            CU_ASSERT(kind == *k && mb == m);
+            CU_ASSERT(rt_span_item(rt_span_item_id(*k, (int32_t)m, -1), &kind, &mb, &chunk));
+            CU_ASSERT(kind == *k && mb == m && chunk == -1);
+            for (int32_t c = 0; c < 4; c++) { /* and with a chunk (interleaved) */
+                CU_ASSERT(rt_span_item(rt_span_item_id(*k, (int32_t)m, c), &kind, &mb, &chunk));
+                CU_ASSERT(kind == *k && mb == m && chunk == c);
+            }
         }
-    CU_ASSERT_FALSE(rt_span_item(RT_SPAN_RECV_WAIT, &kind, &mb));
-    CU_ASSERT_FALSE(rt_span_item(0, &kind, &mb));
+    /* A chunk's item marker records its chunk. */
+    rt_pipe_chunk_item_begin(&dev, 'F', 7, 1);
+    rt_pipe_item_end(&dev);
+    CU_ASSERT_EQUAL_FATAL(dev.profile.nspans, 3);
+    CU_ASSERT(rt_span_item(dev.profile.spans[2].op_id, &kind, &mb, &chunk));
+    CU_ASSERT(kind == 'F' && mb == 7 && chunk == 1);
+    CU_ASSERT_FALSE(rt_span_item(RT_SPAN_RECV_WAIT, &kind, &mb, &chunk));
+    CU_ASSERT_FALSE(rt_span_item(0, &kind, &mb, &chunk));
     rt_device_release(&dev);
 }
 
@@ -261,6 +303,7 @@ void einc_register_tests(void)
     static const einc_test tests[] = {
         {"measured bubble against a hand-worked timeline", test_bubble},
         {"zero-bubble's W items counted in the measured bubble", test_bubble_zero_bubble},
+        {"interleaved items (chunks) counted in the measured bubble", test_bubble_interleaved},
         {"per-op rows of a pipelined program per stage", test_op_rows_per_stage},
         {"item markers record spans only when profiling", test_markers},
         {"item markers' misuse ends the process", test_misuse},
