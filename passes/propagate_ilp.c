@@ -498,6 +498,7 @@ static void ilp_free(ilp *s)
     free(s->own);
     free(s->own_n);
     free(s->sharded_dim);
+    free(s->seq);
     free(s->nc);
     free(s->col0);
     free(s->ia);
@@ -633,11 +634,12 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     s.own = calloc((size_t)p->nops, sizeof *s.own);
     s.own_n = calloc((size_t)p->nops, sizeof *s.own_n);
     s.sharded_dim = calloc((size_t)p->m->ndims + 1, sizeof *s.sharded_dim);
+    s.seq = calloc((size_t)p->m->ndims + 1, sizeof *s.seq);
     int changed = 0;
     bool small;
     double *x = NULL; /* by column: the plan the solver chose */
     layout *keep = NULL;
-    if (!s.lp || !s.cand || !s.nc || !s.col0 || !s.own || !s.own_n || !s.sharded_dim)
+    if (!s.lp || !s.cand || !s.nc || !s.col0 || !s.own || !s.own_n || !s.sharded_dim || !s.seq)
         goto out;
     if (!pass_ilp_own_all(&s, &small))
         goto out;

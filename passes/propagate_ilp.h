@@ -25,6 +25,14 @@ typedef struct group {
     int cur;            /* the group of the op's current layout */
 } group;
 
+/* What sequence parallelism's candidates know of one dim
+ * (propagate_ilp_seq.c). */
+typedef struct ilp_seqdim {
+    ir_axes tp;         /* TP axes it may take though nothing shards it (a sequence dim) */
+    ir_axes batch;      /* axes some input shards it over */
+    bool argument;      /* a dim of some input or param */
+} ilp_seqdim;
+
 /* The program under construction, GLPK's way (1-based triplets). */
 typedef struct ilp {
     prop *p;
@@ -50,6 +58,7 @@ typedef struct ilp {
     int *own_n;         /* and their count */
     bool merge;         /* simple ops merged into an operand (leader_operand) */
     bool *sharded_dim;  /* by dim id: some input, param, constraint or output shards it */
+    ilp_seqdim *seq;    /* by dim id: what sequence parallelism may do with it */
     double constant;    /* us the objective pays whatever the plan */
     bool oom;           /* an allocation failed */
 } ilp;
@@ -69,7 +78,8 @@ void pass_ilp_group_free(group *gr);
 /* ---- propagate_ilp_cands.c ---- */
 
 /* Marks in s->sharded_dim the dims some input, param, state, constraint
- * or output shards, and fills s->own with every op's own candidates;
+ * or output shards, fills s->seq (pass_ilp_seq_mark) and s->own, every
+ * op's own candidates (the current layout first, at most ILP_MAX_CANDS);
  * *small says whether the whole program's edge pairs stay within
  * ILP_FULL_PAIRS (else simple ops are merged).  False when out of memory. */
 bool pass_ilp_own_all(ilp *s, bool *small);
@@ -78,6 +88,28 @@ bool pass_ilp_own_all(ilp *s, bool *small);
  * for an op of its own, whose columns the caller makes).  Ops are taken in
  * program order.  False when out of memory. */
 bool pass_ilp_candidates(ilp *s, int k);
+
+/* ---- propagate_ilp_seq.c: sequence parallelism's candidates ---- */
+
+/* Fills s->seq (one entry per dim id and one more, zeroed by the caller) from the
+ * declared shardings of the inputs and params, after s->sharded_dim:
+ * the TP axes (a param shards a dim over them, no input does) on each
+ * sequence dim (nothing shards it; an input has it beside a sharded dim),
+ * the axes the inputs shard each dim over, and which dims the arguments
+ * have. */
+void pass_ilp_seq_mark(ilp *s);
+/* Whether mesh axis a may go to label l of op k as sequence parallelism:
+ * l's dim is a sequence dim with TP axis a, and every label of the op is
+ * a dim of some input or param (so not attention's key positions). */
+bool pass_ilp_seq_option(const ilp *s, int k, int l, int a);
+/* Whether layout `lay` of op k puts a TP axis on a sequence dim that
+ * nothing shards. */
+bool pass_ilp_seq_splits(const ilp *s, int k, const layout *lay);
+/* Whether op k's layout `lay` stays among the candidates: any layout
+ * that does not split a sequence dim, and one that does only if every
+ * other used axis of more than one device splits a sequence or batch dim
+ * (a dim the inputs shard over it). */
+bool pass_ilp_seq_keep(const ilp *s, int k, const layout *lay);
 
 /* ---- propagate_ilp_mem.c: the memory row ---- */
 

@@ -12,9 +12,10 @@
 /* Marks the dims that some input, param, state, constraint or output
  * shards over a mesh axis: the dims a strategy of seed 000 splits (the
  * batch, the model dim of FSDP, the heads or hidden dim of TP).  Adding
- * every dim of the inputs (the sequence, for sequence parallelism) doubles
- * the ILP of a 2-layer GPT and its solve time (0.9 to 8.4 s) for no better
- * plan on the examples, so it is not done. */
+ * every dim of the inputs (the sequence, for sequence parallelism) for
+ * every axis doubles the ILP of a 2-layer GPT and its solve time (0.9 to
+ * 8.4 s), so the sequence is offered only to the TP axis, on the ops
+ * propagate_ilp_seq.c picks. */
 static void sharded_dims_of(const ir_module *m, const ir_type *t, const ir_sharding *sh, bool *out)
 {
     for (int d = 0; d < t->rank; d++)
@@ -49,17 +50,19 @@ static bool may_carry(const prop *p, const ir_value *v, int a)
 }
 
 /* The options of mesh axis a for op k: nothing, any label of an operand
- * whose dim the program shards somewhere (if the program uses a), carrying
- * an operand's partial sums. */
-static int ilp_axis_options(const prop *p, const bool *sharded_dim, int k, int a, int *opts)
+ * whose dim the program shards somewhere (if the program uses a), a
+ * sequence dim if a is a TP axis (pass_ilp_seq_option), carrying an
+ * operand's partial sums. */
+static int ilp_axis_options(const ilp *s, int k, int a, int *opts)
 {
+    const prop *p = s->p;
     const opinfo *oi = &p->ops[k];
     const ir_op *op = oi->op;
     int n = 0;
     opts[n++] = CH_NONE;
     if (p->used_axes & (1u << a))
         for (int l = 0; l < oi->nlabels && n < MAX_OPTIONS - IR_MAX_OPERANDS; l++)
-            if (oi->in_operand[l] && sharded_dim[oi->label[l]])
+            if (oi->in_operand[l] && (s->sharded_dim[oi->label[l]] || pass_ilp_seq_option(s, k, l, a)))
                 opts[n++] = l;
     if (op->kind == IR_OP_EINSUM && op->u.einsum.reduce == IR_RED_SUM) {
         for (int i = 0; i < op->noperands; i++)
@@ -96,7 +99,7 @@ static layout *own_candidates(ilp *s, int k, int *count)
     int opts[IR_MAX_AXES][MAX_OPTIONS], nopts[IR_MAX_AXES], idx[IR_MAX_AXES] = {0};
     size_t total = 1;
     for (int a = 0; a < naxes; a++) {
-        nopts[a] = ilp_axis_options(p, s->sharded_dim, k, a, opts[a]);
+        nopts[a] = ilp_axis_options(s, k, a, opts[a]);
         total *= (size_t)nopts[a];
     }
     layout *c = malloc((total + 1) * sizeof *c);
@@ -114,7 +117,7 @@ static layout *own_candidates(ilp *s, int k, int *count)
     for (;;) {
         for (int a = 0; a < naxes; a++)
             cur.choice[a] = opts[a][idx[a]];
-        if (pass_prop_layout_fill(p, k, &cur)) {
+        if (pass_ilp_seq_keep(s, k, &cur) && pass_prop_layout_fill(p, k, &cur)) {
             bool dup = false;
             for (int i = 0; i < n && !dup; i++)
                 dup = same_layout(p, k, &c[i], &cur);
@@ -164,21 +167,34 @@ static int leader_operand(const prop *p, int k)
     return -1;
 }
 
+#define FOLLOW_TIE 1e-4 /* relative: layouts of a merged op this close in price tie */
+
 /* Of op k's layouts `own`, the one cheapest with operand i in sharding
  * `have`: its compute and the reshard of that operand.  The other
  * operands are left out on purpose: pricing them as the local search left
- * them would tie the merged op to that plan. */
+ * them would tie the merged op to that plan (and pricing only the
+ * operands of fixed sharding, a norm's gain, made the ILP's optimum of
+ * examples/fortunes_pipeline.ein 0.7% worse).  Layouts within FOLLOW_TIE
+ * of each other tie, and a tie goes to one that splits the sequence over
+ * a TP axis: after a TP block's partial sums, a ReduceScatter into the
+ * sequence or into the model dim costs the same, and only the first
+ * keeps the residual stream sequence-parallel (propagate_ilp_seq.c); the
+ * order of the candidates would otherwise decide. */
 static int best_follow(ilp *s, int k, const layout *own, int n, int i, const ir_sharding *have)
 {
     prop *p = s->p;
     const ir_value *v = p->ops[k].op->operands[i];
     int best = -1;
     double best_t = INFINITY;
+    bool best_seq = false;
     for (int c = 0; c < n; c++) {
         double t = pass_prop_compute_time(p, k, &own[c]) + pass_prop_reshard_time(p, v, have, &own[c].req[i]);
-        if (t < best_t) {
+        bool seq = pass_ilp_seq_splits(s, k, &own[c]);
+        bool tie = best >= 0 && fabs(t - best_t) <= FOLLOW_TIE * fabs(best_t);
+        if (tie ? (seq != best_seq ? seq : t < best_t) : t < best_t) {
             best_t = t;
             best = c;
+            best_seq = seq;
         }
     }
     return best;
@@ -230,6 +246,7 @@ bool pass_ilp_own_all(ilp *s, bool *small)
     prop *p = s->p;
     double pairs = 0.0;
     mark_sharded_dims(p, s->sharded_dim);
+    pass_ilp_seq_mark(s);
     for (int k = 0; k < p->nops; k++)
         if (!(s->own[k] = own_candidates(s, k, &s->own_n[k])))
             return false;

@@ -308,6 +308,50 @@ static void test_timed_plan(void)
     ir_module_free(m);
 }
 
+/* Megatron sequence parallelism's two reshards (seed 000, TP with
+ * sequence parallelism), timed on tpu-v5p: the residual stream
+ * [B_X, T_Y, D] -> [B_X, T, D] before a TP block is one AllGather_Y
+ * along T, and the block's unreduced result [B_X, T, D]{U_Y} ->
+ * [B_X, T_Y, D] after it is one ReduceScatter_Y into T, priced as the
+ * AllGather of the same gathered bytes (seed 001), half the AllReduce_Y
+ * + Slice_Y route it replaces. */
+static void test_sequence_parallel_reshards(void)
+{
+    cost_hw hw;
+    char err[512];
+    CU_ASSERT_EQUAL_FATAL(cost_hw_load("tpu-v5p", &hw, err, sizeof err), 0);
+    ir_module *m = fx_module("X=2,Y=4", "B=8,T=2048,D=1024"); /* bandwidth-bound on v5p */
+    char name[32];
+    bool sub;
+    ir_type sp = fx_type(m, "A[B_X, T_Y, D]", name, sizeof name, &sub);
+    ir_type tp = fx_type(m, "A[B_X, T, D]", name, sizeof name, &sub);
+    ir_type partial = fx_type(m, "A[B_X, T, D]{U_Y}", name, sizeof name, &sub);
+    double gathered = 4.0 * 2048 * 1024 * 4; /* [B_X, T, D] per device, f32 */
+    int64_t y = 4;
+    pass_reshard_plan g, rs;
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find_timed(m, &hw, &sp, &tp.sh, &g));
+    CU_ASSERT_EQUAL_FATAL(g.nsteps, 1);
+    check_step(m, &g.steps[0], IR_OP_ALLGATHER, "Y");
+    CU_ASSERT_EQUAL(g.steps[0].coll.dim, 1);
+    CU_ASSERT_DOUBLE_EQUAL(g.bytes, gathered * 3.0 / 4.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(g.time, cost_allgather_time(&hw, &y, 1, NULL, gathered).time, 1e-9 * g.time);
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find_timed(m, &hw, &partial, &sp.sh, &rs));
+    CU_ASSERT_EQUAL_FATAL(rs.nsteps, 1);
+    check_step(m, &rs.steps[0], IR_OP_REDUCESCATTER, "Y");
+    CU_ASSERT_EQUAL(rs.steps[0].coll.dim, 1);
+    CU_ASSERT_DOUBLE_EQUAL(rs.bytes, gathered * 3.0 / 4.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(rs.time, g.time, 1e-9 * g.time);
+    /* The AllReduce_Y that TP without sequence parallelism pays instead:
+     * twice the bytes and, bandwidth-bound, twice the time (seed 001). */
+    pass_reshard_plan ar;
+    CU_ASSERT_TRUE_FATAL(pass_reshard_find_timed(m, &hw, &partial, &tp.sh, &ar));
+    CU_ASSERT_EQUAL_FATAL(ar.nsteps, 1);
+    check_step(m, &ar.steps[0], IR_OP_ALLREDUCE, "Y");
+    CU_ASSERT_DOUBLE_EQUAL(ar.bytes, 2.0 * rs.bytes, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(ar.time, 2.0 * rs.time, 1e-6 * ar.time);
+    ir_module_free(m);
+}
+
 /* Seed 001 question 2, TPU v4 4x4x4 (every axis wraps), B = 1024,
  * D = 4096, bf16: AllGather_XY([B_X, D_Y]) -> [B, D] is one collective over
  * X x Y, X along B and Y along D: 2BD / (2 W_ici) = 46.6 us (the seed says
@@ -407,6 +451,8 @@ void einc_register_tests(void)
         {"[I_X, J_Y, L] -> [I, J, L_XY] is one AllToAll_XY", test_alltoall_from_two_dims},
         {"emitted per-axis plan verifies", test_emit_per_axis_verifies},
         {"the direct route: valid, bounded, never below the search", test_direct_route},
+        {"sequence parallelism: [B_X, T_Y, D] <-> TP block is AllGather_Y / ReduceScatter_Y",
+         test_sequence_parallel_reshards},
     };
     einc_add_suite("reshard", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -20,12 +20,13 @@ with compute, as the runtime runs them) of the free program must be within --tol
 (2%) of the best forced one: the planner must find the layer-level
 strategy itself, which is what users otherwise write constraints for.  The
 target is every program; what holds today is pinned so that it cannot
-regress: at least --min-within (46 of the 50) within the tolerance, and
+regress: at least --min-within (47 of the 50) within the tolerance, and
 none over --max-ratio (1.35).  The misses are plans whose parameter
 gathers the cost pass overlaps with compute where the planner's serial
-objective does not, and sequence parallelism on a dim nothing shards
-(docs/propagation.md, "Limits").  Exits 1 on a breach, printing each
-program's figures and the distribution.
+objective does not, and one where TP with sequence parallelism wins by
+the step but its merged ILP cannot tell it from the plan as written
+(docs/propagation.md, "Sequence parallelism" and "Limits").  Exits 1 on a
+breach, printing each program's figures and the distribution.
 """
 import argparse
 import json
@@ -119,7 +120,7 @@ def main():
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--tolerance", type=float, default=0.02)
     ap.add_argument("--min-within", type=int, default=None,
-                    help="programs that must be within the tolerance (default: all but 4 of --programs)")
+                    help="programs that must be within the tolerance (default: all but 3 of --programs)")
     ap.add_argument("--max-ratio", type=float, default=1.35)
     ap.add_argument("--free-flag", action="append", default=[],
                     help="an einc flag for the free programs only (e.g. --ilp=off, to see the test fail)")
@@ -152,7 +153,7 @@ def main():
             if not ok:
                 print("     " + cert + "\n     forced: " +
                       ", ".join(f"{k} {v*1e6:.4g} us" for k, v in sorted(forced.items(), key=lambda kv: kv[1])))
-    need = args.min_within if args.min_within is not None else max(0, args.programs - 4)
+    need = args.min_within if args.min_within is not None else max(0, args.programs - 3)
     worst = max(ratios) if ratios else 1.0
     within = args.programs - misses
     print(f"within {args.tolerance:.0%} of the best forced strategy: {within} of {args.programs} "
