@@ -302,12 +302,26 @@ typedef struct plan_env {
     const pass_ctx *ctx;
     fe_define extra;    /* one more -D override (plan_find_fit's batch), if extra.name */
     const char *schedule; /* --schedule for the pipeline pass (plan_run's choice), or NULL */
+    const char *zero;     /* --zero for the optimize pass (plan_run's choice), or NULL */
 } plan_env;
 
-/* plan_schedule_fn: the schedule plan_run tries next. */
-static void plan_schedule(void *env, const char *schedule)
+/* plan_option_fn: the pass option plan_run tries next. */
+static void plan_option(void *env, const char *name, const char *value)
 {
-    ((plan_env *)env)->schedule = schedule;
+    plan_env *e = env;
+    if (strcmp(name, "schedule") == 0)
+        e->schedule = value;
+    else if (strcmp(name, "zero") == 0)
+        e->zero = value;
+}
+
+/* Appends --name=value to `po` (a later value wins), if there is room. */
+static void add_option(pass_options *po, const char *name, const char *value)
+{
+    if (value && po->n < PASS_MAX_OPTIONS) {
+        po->name[po->n] = name;
+        po->value[po->n++] = value;
+    }
 }
 
 /* plan_define_fn: the batch plan_find_fit tries next. */
@@ -332,10 +346,8 @@ static ir_module *plan_compile(void *env, const fe_autoshard *a, ir_remat remat,
     pm.print_after_all = false;
     pass_ctx ctx = *e->ctx;
     pass_options po = ctx.options ? *ctx.options : (pass_options){0};
-    if (e->schedule && po.n < PASS_MAX_OPTIONS) { /* a later value wins */
-        po.name[po.n] = "schedule";
-        po.value[po.n++] = e->schedule;
-    }
+    add_option(&po, "schedule", e->schedule);
+    add_option(&po, "zero", e->zero);
     ctx.options = &po;
     ctx.diag = d;
     ctx.log = NULL;
@@ -362,10 +374,9 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
         ir_module_free(proto);
         return 1;
     }
-    plan_env env = {o, src, len, pm, ctx, {0}, NULL};
-    bool choose_schedule = !pass_option_value(ctx, "schedule");
-    int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, plan_compile,
-                      choose_schedule ? plan_schedule : NULL, &env);
+    plan_env env = {o, src, len, pm, ctx, {0}, NULL, NULL};
+    int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, !pass_option_value(ctx, "schedule"),
+                      !pass_option_value(ctx, "zero"), plan_compile, plan_option, &env);
     /* `einc plan` says what would fit when nothing does (compiling -o
      * keeps the smallest and warns, as any program over the HBM). */
     if (rc == 0 && print)
@@ -397,7 +408,7 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
         return 1;
     analyze_table *t = malloc(sizeof *t);
     analyze_pipe *p = o->pipe.stages > 0 ? calloc(1, sizeof *p) : NULL; /* zeroed: free-able before a run */
-    plan_env env = {o, src, len, pm, ctx, {0}, NULL};
+    plan_env env = {o, src, len, pm, ctx, {0}, NULL, NULL};
     char err[256] = "out of memory";
     bool allocated = t && (p || o->pipe.stages == 0);
     int rc = allocated ? analyze_run(t, proto, ctx->hw, plan_compile, &env, err, sizeof err) : -1;
@@ -561,8 +572,14 @@ int main(int argc, char **argv)
         table = malloc(sizeof *table);
         rc = table ? auto_shard(&o, src, len, &pm, &ctx, table, &autoshard, o.plan_only) : 1;
         as = rc == 0 ? &autoshard : NULL;
-        if (as) /* the chosen plan fits only with it, if the search chose it */
-            o.remat = table->rows[table->chosen].remat;
+        if (as) { /* what the chosen row was compiled with, if the search chose it */
+            const plan_row *c = &table->rows[table->chosen];
+            o.remat = c->remat;
+            if (c->pp && c->schedule && !pass_option_value(&ctx, "schedule"))
+                add_option(&popts, "schedule", c->schedule);
+            if (c->zero == 2)
+                add_option(&popts, "zero", "2");
+        }
         if (rc != 0 || o.plan_only) {
             diag_finish(&diag);
             free(table);

@@ -356,43 +356,57 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->remat = remat;
 }
 
-/* `row` compiled with `remat` and, when `schedule`, --schedule=schedule
- * (through t->schedule, reset after). */
-static plan_row price(const plan_table *t, const plan_row *row, ir_remat remat, const char *schedule,
+/* `row` compiled with `remat`, --zero=`zero` when zero > 0 and
+ * --schedule=`schedule` when given (through t->option, reset after). */
+static plan_row price(const plan_table *t, const plan_row *row, ir_remat remat, int zero, const char *schedule,
                       plan_compile_fn compile, void *ctx)
 {
+    static const char *const stage[] = {"0", "1", "2"};
     plan_row r = *row;
     fe_autoshard a;
     plan_row_mesh_autoshard(&r, &a);
     row_call c = {compile, ctx, &a, remat};
     if (schedule)
-        t->schedule(ctx, schedule);
+        t->option(ctx, "schedule", schedule);
+    if (zero > 0)
+        t->option(ctx, "zero", stage[zero]);
     ir_module *m = plan_compile_quiet(call_row, &c, r.why, sizeof r.why);
     if (schedule)
-        t->schedule(ctx, NULL);
+        t->option(ctx, "schedule", NULL);
+    if (zero > 0)
+        t->option(ctx, "zero", NULL);
     r.ok = m != NULL;
     if (r.ok)
         fill_row(t, &r, m, remat);
+    r.zero = zero;
     ir_module_free(m);
     return r;
 }
 
 void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile, void *ctx)
 {
-    plan_row best = price(t, row, t->remat, NULL, compile, ctx);
-    if (best.ok && !best.fits && best.trains && t->choose_remat) {
-        /* Kept when it fits, or, when nothing fits, as the smaller figure
-         * the report names. */
-        plan_row r = price(t, row, IR_REMAT_LAYER, NULL, compile, ctx);
+    plan_row best = price(t, row, t->remat, 0, NULL, compile, ctx);
+    if (best.ok && !best.fits && best.trains && t->choose_zero && t->option) {
+        /* ZeRO first: sharding the optimizer state over the data axes
+         * moves the same bytes (ReduceScatter + AllGather for DP's
+         * AllReduce) and recomputes nothing. */
+        plan_row r = price(t, row, t->remat, 2, NULL, compile, ctx);
         if (r.ok && r.memory < best.memory)
             best = r;
     }
-    if (best.ok && best.pp && best.trains && t->schedule) {
+    if (best.ok && !best.fits && best.trains && t->choose_remat) {
+        /* Kept when it fits, or, when nothing fits, as the smaller figure
+         * the report names. */
+        plan_row r = price(t, row, IR_REMAT_LAYER, best.zero, NULL, compile, ctx);
+        if (r.ok && r.memory < best.memory)
+            best = r;
+    }
+    if (best.ok && best.pp && best.trains && t->choose_schedule && t->option) {
         /* The schedule is a choice too: zero-bubble fills 1F1B's bubble
          * with the weight gradients (docs/pipeline.md) at the cost of
          * holding their inputs longer; kept when it fits where 1F1B does
          * not, or is faster and fits as well. */
-        plan_row r = price(t, row, best.remat, "zero-bubble", compile, ctx);
+        plan_row r = price(t, row, best.remat, best.zero, "zero-bubble", compile, ctx);
         if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
             best = r;
     }
@@ -492,10 +506,13 @@ static int64_t layer_count(const ir_module *proto, const plan_roles *r)
 }
 
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
-             bool choose_remat, plan_compile_fn compile, plan_schedule_fn schedule, void *ctx)
+             bool choose_remat, bool choose_schedule, bool choose_zero, plan_compile_fn compile,
+             plan_option_fn option, void *ctx)
 {
     memset(t, 0, sizeof *t);
-    t->schedule = schedule;
+    t->option = option;
+    t->choose_schedule = choose_schedule;
+    t->choose_zero = choose_zero;
     t->chosen = -1;
     t->chips = chips;
     t->hw = hw;
@@ -582,6 +599,7 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddStringToObject(o, "bound", bound_name(r));
     cJSON_AddStringToObject(o, "remat", r->remat == IR_REMAT_LAYER ? "layer"
                                         : r->remat == IR_REMAT_ELEMENTWISE ? "elementwise" : "none");
+    cJSON_AddNumberToObject(o, "zero", r->zero);
     if (r->pp) {
         cJSON *p = cJSON_AddObjectToObject(o, "pipeline");
         cJSON_AddNumberToObject(p, "stages", (double)r->sizes[0]);
@@ -693,10 +711,10 @@ void plan_print(FILE *out, const plan_table *t, bool json)
                      r->microbatches, 100 * r->bubble);
         /* A row the search rematerialised to fit says so. */
         bool chose_remat = r->remat == IR_REMAT_LAYER && t->choose_remat;
-        fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s\n",
+        fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s%s\n",
                 i == t->chosen ? '*' : ' ', w, plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
                 r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r), pipe,
-                chose_remat ? ", remat=layer" : "");
+                r->zero ? ", zero=2" : "", chose_remat ? ", remat=layer" : "");
     }
     if (t->chosen < 0) {
         fprintf(out, "chosen: none (no candidate compiles)\n");
@@ -717,8 +735,8 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     int ru = runner_up(t);
     fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound%s)", plan_row_label(c),
             mesh, c->step * 1e3, bound_name(c),
-            c->remat == IR_REMAT_LAYER && t->choose_remat
-                ? "; it fits only with --remat=layer, which -o compiles with" : "");
+            c->remat == IR_REMAT_LAYER && t->choose_remat ? "; it fits only with --remat=layer, which -o compiles with"
+            : c->zero ? "; it fits only with the optimizer state sharded (--zero=2), which -o compiles with" : "");
     if (ru >= 0) {
         char m2[40];
         mesh_str(&t->rows[ru], m2, sizeof m2);

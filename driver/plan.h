@@ -64,6 +64,7 @@ typedef struct plan_row {
     bool trains;          /* the program has a backward pass or updates a param */
     bool gathers_params;  /* the plan AllGathers a param (FSDP's weight movement) */
     ir_remat remat;       /* what the figures were compiled with */
+    int zero;             /* and the optimizer state's ZeRO stage the search gave (--zero) */
     int microbatches;     /* pp: M, as the pipeline pass chose it */
     const char *schedule; /* pp: the schedule's name (static storage) */
     double bubble;        /* pp: the simulated bubble, a share of the pipeline's makespan */
@@ -86,9 +87,10 @@ typedef struct plan_fit {
 
 #define PLAN_FIT_MAX_CHIPS 8192 /* seed 000's largest slice (a 16x20x28 v5p pod is 8960) */
 
-/* Installs --schedule=`schedule` for the pipeline pass of the compiles
- * that follow, or removes it (NULL: the user's options again). */
-typedef void (*plan_schedule_fn)(void *ctx, const char *schedule);
+/* Installs pass option --`name`=`value` ("schedule" for the pipeline
+ * pass, "zero" for the optimize pass) for the compiles that follow, or
+ * removes it (value NULL: the user's options again). */
+typedef void (*plan_option_fn)(void *ctx, const char *name, const char *value);
 
 typedef struct plan_table {
     int n;
@@ -100,7 +102,9 @@ typedef struct plan_table {
     const cost_hw *hw;
     ir_remat remat;       /* the user's --remat, every row's first compile */
     bool choose_remat;    /* a row that does not fit may take IR_REMAT_LAYER */
-    plan_schedule_fn schedule; /* non-NULL: a pipelined training row also tries zero-bubble */
+    plan_option_fn option; /* non-NULL: the search also tries the pass options below */
+    bool choose_schedule; /* a pipelined training row also tries --schedule=zero-bubble */
+    bool choose_zero;     /* a training row that does not fit also tries --zero=2 */
     plan_fit fit;         /* what would fit, when nothing does (plan_find_fit) */
 } plan_table;
 
@@ -114,14 +118,20 @@ typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat
  * user gave no --remat) and remat IR_REMAT_NONE, a training candidate that does not fit the
  * HBM is compiled again with IR_REMAT_LAYER, and takes those figures when
  * they fit (row.remat says so): seed 003's activation checkpointing,
- * chosen by the search rather than by a flag.  With `schedule` (the user
- * gave no --schedule), a pipelined training candidate is also compiled
- * with the zero-bubble schedule and takes it when it is faster or fits
- * where 1F1B does not (row.schedule says which).  `proto` is the program
- * compiled with no mesh (its dims give the roles).  Returns 0, or -1 if
- * `chips` < 1 or the program's dims are too many to plan. */
+ * chosen by the search rather than by a flag; before remat, such a
+ * candidate tries the optimizer state sharded over its data axes
+ * (--zero=2, ZeRO), which costs no FLOPs, and keeps it when it takes less
+ * memory (row.zero).  With `schedule` (the user gave no --schedule), a
+ * pipelined training candidate is also compiled with the zero-bubble
+ * schedule and takes it when it is faster or fits where 1F1B does not
+ * (row.schedule says which).  `option` installs those pass options (NULL:
+ * neither is tried); `choose_zero` as choose_remat, for --zero.  `proto`
+ * is the program compiled with no mesh (its dims give the roles).
+ * Returns 0, or -1 if `chips` < 1 or the program's dims are too many to
+ * plan. */
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
-             bool choose_remat, plan_compile_fn compile, plan_schedule_fn schedule, void *ctx);
+             bool choose_remat, bool choose_schedule, bool choose_zero, plan_compile_fn compile,
+             plan_option_fn option, void *ctx);
 /* Compiles `row` (its family, roles and mesh) for t's profile and
  * rematerialisation, as plan_run does every candidate, and fills its
  * figures (row->ok false and row->why when it does not compile). */

@@ -416,6 +416,19 @@ static ir_value *loss_value(const ir_module *m)
     return NULL;
 }
 
+static bool check_zero(const char *v, char *why, size_t n)
+{
+    if ((v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == '\0')
+        return true;
+    snprintf(why, n, "--zero wants a ZeRO stage, 0, 1 or 2, not '%s' (stage 3 is FSDP: shard the params)", v);
+    return false;
+}
+
+const pass_option pass_optimize_options[1] = {
+    {"zero", "0|1|2: the least ZeRO stage of every optimize line (its zero= raises it): 1 or 2 shard the "
+             "optimizer state over the data-parallel axes", check_zero},
+};
+
 int pass_optimize(pass_ctx *ctx, ir_module *m)
 {
     if (m->nopt_lines == 0)
@@ -428,6 +441,8 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
     int n = 0;
     for (int i = 0; i < m->nopt_lines; i++)
         n += m->opt_lines[i].nparams;
+    const char *zv = pass_option_value(ctx, "zero");
+    double zero_option = zv ? zv[0] - '0' : 0; /* checked: one digit, 0 to 2 */
     ir_arena a = {0};
     ir_value **grads = ir_alloc(&a, (size_t)n * sizeof *grads);
     ir_op *forward_end = m->last;
@@ -454,7 +469,10 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
              * the gradient constrained to match, before autodiff. */
             ir_sharding zsh;
             x.state_sh = NULL;
-            if (l->hp[l->nown + IR_HP_ZERO] > 0 && !m->reference) {
+            double stage = l->hp[l->nown + IR_HP_ZERO];
+            if (zero_option > stage)
+                stage = zero_option;
+            if (stage > 0 && !m->reference) {
                 if (zero_sharding(m, w, &zsh)) {
                     x.state_sh = &zsh;
                     grads[j]->has_constraint = true;
@@ -462,8 +480,7 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
                 } else {
                     diag_warning(ctx->diag, l->name_locs[q], "zero=%g: no data-parallel mesh axis (one that "
                                  "shards an input and not '%s') divides a dim of '%s' it leaves whole: its "
-                                 "optimizer state stays sharded like it", l->hp[l->nown + IR_HP_ZERO],
-                                 w->tensor, w->tensor);
+                                 "optimizer state stays sharded like it", stage, w->tensor, w->tensor);
                 }
             }
             if (line_master(l)) {

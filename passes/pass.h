@@ -143,6 +143,7 @@ int pass_meshslice(pass_ctx *ctx, ir_module *m);  /* meshslice.c */
 int pass_pipeline(pass_ctx *ctx, ir_module *m);   /* pipeline.c */
 /* The propagate pass's option: --ilp=on|off|SECONDS (propagate.c). */
 extern const pass_option pass_propagate_options[1];
+extern const pass_option pass_optimize_options[1]; /* optimize.c: --zero */
 /* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
 extern const pass_option pass_meshslice_options[1];
 /* The pipeline pass's options: --microbatches=M, --schedule=S (pipeline.c). */

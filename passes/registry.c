@@ -14,7 +14,7 @@
 #include "pass.h"
 
 static const pass_info builtin[] = {
-    {"optimize", "lower the training step's optimize lines: a Grad op per optimized param and the optimizer's update of it and its state (SGD, AdamW; schedules, clipping)", pass_optimize, NULL, 0},
+    {"optimize", "lower the training step's optimize lines: a Grad op per optimized param and the optimizer's update of it and its state (SGD, AdamW; schedules, clipping); --zero=0|1|2", pass_optimize, pass_optimize_options, 1},
     {"autodiff", "derive the backward pass: replace every Grad op (grad statements, optimize lines) by its backward ops; --remat= says what it computes again", pass_autodiff, NULL, 0},
     {"pipeline", "split a pipelined program's batch into microbatches and schedule each stage's forwards and backwards (seed 000); --microbatches=M --schedule=gpipe|1f1b|interleaved|zero-bubble --chunks=v", pass_pipeline, pass_pipeline_options, 3},
     {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001); --ilp=on|off|SECONDS", pass_propagate, pass_propagate_options, 1},

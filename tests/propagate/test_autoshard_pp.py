@@ -11,6 +11,10 @@ On tests/propagate/autoshard/mlp_layers_pp.ein (8 MLP layers in a
     step and microbatches equal those of the same plan written by hand
     (the forced alternative) with that schedule, for PP on X=4 and PP+DP
     on X=2, Y=2;
+  - under a small HBM, `tests/propagate/autoshard/adamw_zero.ein`'s DP
+    rows fit only by sharding AdamW's state (--zero=2), and carry it, with
+    the memory of the forced DP program under --zero=2; --zero=0 given
+    keeps them from fitting;
   - with the HBM of a copy of `host` set between the least memory of the
     pipelined rows and of the others, only pipelined rows fit without
     recomputation (--remat=none); left free, the search also fits the
@@ -52,6 +56,38 @@ def forced_step(einc, src, mesh, shard, hw, work, schedule):
     p = json.loads(r.stdout)["totals"].get("pipeline")
     check(p, f"forced {mesh}: not pipelined")
     return p["step_time"], p["microbatches"]
+
+
+def zero_move(einc, ein, hw_dir):
+    """ZeRO as a move: under a small HBM the DP rows fit only with
+    --zero=2, which they then carry, and their memory is the forced DP
+    program's under --zero=2; with --zero=0 given they do not fit."""
+    with tempfile.TemporaryDirectory() as work:
+        prof = json.load(open(os.path.join(hw_dir, "tpu-v5p.json"), encoding="utf-8"))
+        prof.update(name="v5p-small", hbm_bytes=5.0e8)
+        hw = os.path.join(work, "v5p-small.json")
+        with open(hw, "w", encoding="utf-8") as f:
+            json.dump(prof, f)
+        d = plan(einc, ein, hw)
+        dp = [c for c in d["candidates"] if c["family"] == "DP"]
+        check(dp and all(c["fits"] and c["zero"] == 2 for c in dp), f"DP rows under 0.47 GiB: {dp}")
+        ch = d["chosen"]
+        check(ch["step_time"] == min(c["step_time"] for c in d["candidates"] if c["fits"]), "chosen is not the fastest")
+        r = run([einc, "plan", ein, "--chips", "4", "--hw", hw, "--zero=0", "--json"])
+        check(r.returncode == 0, f"--zero=0: {r.stderr}")
+        dp0 = [c for c in json.loads(r.stdout)["candidates"] if c["family"] == "DP"]
+        check(dp0 and all(not c["fits"] and c["zero"] == 0 for c in dp0), f"DP rows with --zero=0: {dp0}")
+        src = open(ein, encoding="utf-8").read()
+        forced = os.path.join(work, "forced.ein")
+        with open(forced, "w", encoding="utf-8") as f:
+            f.write("mesh X = 4\n" + src.replace("input In[B, D]", "input In[B_X, D]")
+                    .replace("input Tgt[B, D]", "input Tgt[B_X, D]"))
+        r = run([einc, forced, "--hw", hw, "--zero=2", "--dump-ir=json"])
+        check(r.returncode == 0, f"forced DP --zero=2: {r.stderr}")
+        mem = json.loads(r.stdout)["totals"]["peak_memory"]
+        row = [c for c in dp if c["mesh"] == {"X": 4}][0]
+        check(mem == row["memory_per_device"], f"DP on X=4 with zero: plan {row['memory_per_device']}, forced {mem}")
+    return 3
 
 
 def main():
@@ -118,11 +154,13 @@ def main():
         r = run([einc, ein, "--chips", "4", "--hw", hw, "-o", exe])
         check(r.returncode == 0, f"-o: {r.stderr}")
         ir = run([einc, ein, "--chips", "4", "--hw", hw, "--dump-ir"]).stdout
-        check(re.search(r"^# pipeline over X: %d stages" % ch["pipeline"]["stages"], ir, re.M),
-              f"the compiled plan is not pipelined over X:\n{ir[:600]}")
+        check(re.search(r"^# pipeline over X: %d stages.*; schedule %s," % (ch["pipeline"]["stages"],
+                                                                          ch["pipeline"]["schedule"]), ir, re.M),
+              f"the compiled plan is not the chosen pipeline {ch['pipeline']}:\n{ir[:600]}")
         r = run([exe, "--random-inputs", "1", "--check"], cwd=work)
         check(r.returncode == 0, f"the pipelined executable fails --check:\n{r.stdout}{r.stderr}")
         n += 1
+    n += zero_move(einc, os.path.join(os.path.dirname(ein), "adamw_zero.ein"), args.hw_dir)
     print(f"{n} passed, 0 failed")
     return 0
 
