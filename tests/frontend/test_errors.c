@@ -821,7 +821,7 @@ static void test_train_errors(void)
     /* an unknown hyperparameter */
     EXPECT_DIAG("dim I = 4\ninput A[I] : f32\nparam W[I] : f32\nL[] = sum(A[I] * W[I])\nloss L\noptimize W with sgd(lr=0.1, beta=0.9)\n",
                 "t.ein:6:29: error: sgd has no hyperparameter 'beta' (it has lr, momentum, weight_decay, "
-                "master, warmup_steps, decay, decay_steps, min_lr, clip_norm, skip_nonfinite)\n"
+                "master, warmup_steps, decay, decay_steps, min_lr, clip_norm, skip_nonfinite, zero)\n"
                 "    optimize W with sgd(lr=0.1, beta=0.9)\n"
                 "                                ^\n");
     /* master=f32 on a param that is f32 already: an error, not a silent no-op */
