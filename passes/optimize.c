@@ -355,21 +355,17 @@ static bool line_scalars(opt_ctx *x, ir_arena *a, const ir_opt_line *l, ir_value
  * Trillion Parameter Models", SC'20; seed 000, "fully sharded data
  * parallelism": ZeRO-1/2/3 shard the optimizer state, gradients and
  * weights): the sharding of w's optimizer state when its line asks for
- * zero=1 or 2: w's own, plus every data-parallel axis (one that shards an
- * input and not w) on w's largest dim that no axis shards, that the layer
+ * zero=1 or 2: w's own, plus every data-parallel axis (one of
+ * `input_axes`, those that shard some input, that does not shard w) on w's largest dim that no axis shards, that the layer
  * loop does not slice (a stacked param's first) and that those axes
  * divide.  False (and *sh untouched) when no axis or dim qualifies: the
  * state stays sharded like w.  With the gradient constrained to it, the
  * planner reduce-scatters the gradient, updates each shard and
  * all-gathers the param, which is ZeRO-2's step (stage 1 keeps whole
  * gradients, which this dataflow never holds, so 1 and 2 are one). */
-static bool zero_sharding(const ir_module *m, const ir_value *w, ir_sharding *sh)
+static bool zero_sharding(const ir_module *m, ir_axes input_axes, const ir_value *w, ir_sharding *sh)
 {
-    ir_axes data = 0, used = ir_sharding_used_axes(&w->type.sh, w->type.rank);
-    for (int i = 0; i < m->nvalues; i++)
-        if (m->values[i]->kind == IR_VAL_INPUT)
-            data |= ir_sharding_used_axes(&m->values[i]->type.sh, m->values[i]->type.rank);
-    data &= ~used;
+    ir_axes data = input_axes & ~ir_sharding_used_axes(&w->type.sh, w->type.rank);
     int64_t parts = 1;
     for (int a = 0; a < m->mesh.naxes; a++)
         if (data & (1u << a))
@@ -443,6 +439,10 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
         n += m->opt_lines[i].nparams;
     const char *zv = pass_option_value(ctx, "zero");
     double zero_option = zv ? zv[0] - '0' : 0; /* checked: one digit, 0 to 2 */
+    ir_axes input_axes = 0; /* the axes ZeRO may add: those that shard an input */
+    for (int i = 0; i < m->nvalues; i++)
+        if (m->values[i]->kind == IR_VAL_INPUT)
+            input_axes |= ir_sharding_used_axes(&m->values[i]->type.sh, m->values[i]->type.rank);
     ir_arena a = {0};
     ir_value **grads = ir_alloc(&a, (size_t)n * sizeof *grads);
     ir_op *forward_end = m->last;
@@ -473,7 +473,7 @@ int pass_optimize(pass_ctx *ctx, ir_module *m)
             if (zero_option > stage)
                 stage = zero_option;
             if (stage > 0 && !m->reference) {
-                if (zero_sharding(m, w, &zsh)) {
+                if (zero_sharding(m, input_axes, w, &zsh)) {
                     x.state_sh = &zsh;
                     grads[j]->has_constraint = true;
                     grads[j]->constraint = zsh;

@@ -24,13 +24,13 @@ Usage: train_zero.py --einc PATH
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
-from e2e_common import Tally, rel_err
+from e2e_common import rel_err
+from train_master import Tester as MasterTester, run
 
 PROGRAM = """\
 mesh X = {X}
@@ -52,10 +52,6 @@ CASES = {
     "sgd": ("f32", "sgd(lr=0.05, momentum=0.9{Z})", ("W1.mom", "W2.mom")),
     "master": ("bf16", "adamw(lr=0.01, master=f32{Z})", ("W1.m", "W1.v", "W1.master", "W2.master")),
 }
-
-
-def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
 def program(case, x, zero):
@@ -85,33 +81,11 @@ def numpy_adamw(x, t, w1, w2, steps, lr=0.01, b1=0.9, b2=0.99, wd=0.1, eps=1e-8)
     return w
 
 
-class Tester(Tally):
-    def __init__(self, einc, work):
-        super().__init__()
-        self.einc, self.work = einc, work
-
-    def check(self, ok, title, why=""):
-        self.result(ok, title, why)
-        return ok
-
-    def build(self, name, text):
-        ein = os.path.join(self.work, name + ".ein")
-        with open(ein, "w") as f:
-            f.write(text)
-        exe = os.path.join(self.work, name)
-        p = run([self.einc, ein, "-o", exe])
-        if p.returncode:
-            self.check(False, "einc " + name, p.stderr.strip()[-2000:])
-            return None, ein
-        return exe, ein
+class Tester(MasterTester):
+    """train_master.py's checks and build; train() saves every tensor."""
 
     def train(self, exe, vals, steps, ck, *extra):
-        args = []
-        for k, v in vals.items():
-            path = os.path.join(self.work, "in_%s.npy" % k)
-            np.save(path, v)
-            args += ["--input", "%s=%s" % (k, path)]
-        p = run([exe] + args + ["--steps", str(steps), "--save", ck] + list(extra))
+        p = run([exe] + self.inputs(vals, list(vals)) + ["--steps", str(steps), "--save", ck] + list(extra))
         if p.returncode:
             self.check(False, "run %s" % exe, p.stderr.strip()[-2000:])
             return None
@@ -143,8 +117,9 @@ def main():
             states = CASES[case][2]
             for x in (2, 4):
                 name = "%s_x%d" % (case, x)
-                exe0, ein0 = t.build(name + "_z0", program(case, x, False))
-                exe2, ein2 = t.build(name + "_z2", program(case, x, True))
+                exe0 = t.build(name + "_z0", program(case, x, False))
+                exe2 = t.build(name + "_z2", program(case, x, True))
+                ein0, ein2 = exe0 + ".ein" if exe0 else None, exe2 + ".ein" if exe2 else None
                 if not exe0 or not exe2:
                     continue
                 ir = run([args.einc, ein2, "--dump-ir"]).stdout
@@ -182,8 +157,8 @@ def main():
                 p = run([exe2, "--random-inputs", "1", "--steps", "3", "--check"])
                 t.check(p.returncode == 0, "%s: --check" % name, (p.stdout + p.stderr)[-800:])
         # A zero=2 checkpoint resumes under zero=0 (the state is saved whole).
-        exe0, _ = t.build("resume_z0", program("adamw", 2, False))
-        exe2, _ = t.build("resume_z2", program("adamw", 2, True))
+        exe0 = t.build("resume_z0", program("adamw", 2, False))
+        exe2 = t.build("resume_z2", program("adamw", 2, True))
         if exe0 and exe2:
             whole = t.train(exe2, vals, 6, os.path.join(work, "ck_whole"))
             t.train(exe2, vals, 3, os.path.join(work, "ck_half"))
@@ -195,7 +170,8 @@ def main():
                 got = np.load(os.path.join(work, "ck_resumed", "W1.npy"))
                 ok = rel(got, whole["W1"]) <= 1e-6
             t.check(ok, "a zero=2 checkpoint resumes under zero=0", (p.stderr or "")[-800:])
-        return t.finish()
+        print("%d passed, %d failed" % (t.passed, t.failed))
+        return 1 if t.failed else 0
 
 
 if __name__ == "__main__":
