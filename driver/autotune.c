@@ -50,6 +50,8 @@ typedef struct at_options {
     bool json;                      /* --json */
     bool train;                     /* --train: forward + backward data + backward weight */
     bool no_overlap;                /* --no-overlap: nothing overlaps (seed 004 Table 3's TPUs) */
+    bool fit_seed004;               /* --fit seed004: the authors' fitted TPU v4 figures */
+    bool collective_overlap;        /* --collective-overlap: Collective hides one AllGather */
     double t_launch, l_sync, gemm_eff; /* overrides, < 0 = profile/defaults */
     int64_t block;                  /* --block, 0 = default */
     int64_t rows, cols;             /* --mesh RxC: fixed shape, 0 = search */
@@ -85,6 +87,11 @@ static void usage(FILE *out)
           "  --no-overlap          communication never overlaps computation: every\n"
           "                        algorithm runs its stages one after another\n"
           "  --json                machine-readable report\n"
+          "  --fit seed004         communication and GEMM-rate figures seed 004's authors\n"
+          "                        fitted on TPU v4 (docs/meshslice.md); --fit profile\n"
+          "                        (default) derives them from the --hw profile\n"
+          "  --collective-overlap  Collective hides one AllGather behind its GEMM, as seed\n"
+          "                        004's authors price XLA's 2D GEMM on a real TPU\n"
           "  --t-launch SECONDS    collective launch cost T_launch (default 5e-6)\n"
           "  --l-sync SECONDS      per-step synchronization L_sync (default: profile's\n"
           "                        per-hop latency)\n"
@@ -170,6 +177,12 @@ static int parse_args(int argc, char **argv, at_options *o)
         } else if ((v = opt_value(argc, argv, &i, "--slices"))) {
             if (drv_count("einc autotune", "--slices", v, 1, 1 << 20, &o->slices))
                 return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--fit"))) {
+            if (strcmp(v, "seed004") != 0 && strcmp(v, "profile") != 0)
+                return drv_bad_usage("einc autotune", "--fit wants 'seed004' or 'profile', not '%s'", v);
+            o->fit_seed004 = strcmp(v, "seed004") == 0;
+        } else if (strcmp(a, "--collective-overlap") == 0) {
+            o->collective_overlap = true;
         } else if (strcmp(a, "--compare") == 0) {
             o->compare = true;
         } else if (strcmp(a, "--train") == 0) {
@@ -349,6 +362,7 @@ static int expand_training(cost_ms_layer *layers, at_layer *info, int n, int df)
                 snprintf(t->formula, sizeof t->formula, "%s%.50s", what[j], fi.name);
             layers[3 * i + j] = out[j];
             layers[3 * i + j].name = t->name;
+            layers[3 * i + j].k_group = i + 1; /* one K per FC layer (seed 004 3.2.2) */
         }
     }
     return 3 * n;
@@ -411,6 +425,10 @@ static void print_text(const report *r)
            p->t_launch, p->l_sync, p->bw_ring, p->bw_line, 100 * p->gemm_eff,
            (long long)p->mxu_tile, p->hbm_bw, (long long)p->block,
            p->no_overlap ? "; no overlap" : "");
+    if (r->o->fit_seed004)
+        printf("       fitted figures of seed 004's authors: ReduceScatter T_launch %.3g s, BW %.3g B/s; "
+               "SendRecv T_launch %.3g s, L_sync %.3g s, %.3g B/s per link\n",
+               p->t_launch_rds, p->bw_ring_rds, p->t_launch_sr, p->l_sync_sr, p->bw_link);
     printf("\nmesh shapes (%s):\n  %-11s %12s %8s\n", cost_ms_algo_name((cost_ms_algo)r->o->algo), "rows x cols",
            "time (ms)", "util");
     for (int64_t rows = 1; rows <= r->o->chips; rows++) {
@@ -507,10 +525,18 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(par, "bw_ring", p->bw_ring);
     cJSON_AddNumberToObject(par, "bw_line", p->bw_line);
     cJSON_AddNumberToObject(par, "bw_link", p->bw_link);
+    cJSON_AddNumberToObject(par, "t_launch_rds", p->t_launch_rds);
+    cJSON_AddNumberToObject(par, "bw_ring_rds", p->bw_ring_rds);
+    cJSON_AddNumberToObject(par, "t_launch_sr", p->t_launch_sr);
+    cJSON_AddNumberToObject(par, "l_sync_sr", p->l_sync_sr);
+    cJSON_AddNumberToObject(par, "bw_sr", p->bw_sr);
+    cJSON_AddNumberToObject(par, "t_gemm_launch", p->t_gemm_launch);
+    cJSON_AddStringToObject(par, "fit", r->o->fit_seed004 ? "seed004" : "profile");
     cJSON_AddNumberToObject(par, "peak_flops", p->peak_flops);
     cJSON_AddNumberToObject(par, "gemm_eff", p->gemm_eff);
     cJSON_AddNumberToObject(par, "hbm_bw", p->hbm_bw);
     cJSON_AddBoolToObject(par, "no_overlap", p->no_overlap);
+    cJSON_AddBoolToObject(par, "collective_overlap", p->collective_overlap);
     cJSON_AddNumberToObject(par, "block", (double)p->block);
     cJSON *meshes = cJSON_AddArrayToObject(root, "meshes");
     for (int64_t rows = 1; rows <= r->o->chips; rows++) {
@@ -663,6 +689,8 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
     o = &eff;
     cost_ms_params p;
     cost_ms_params_from_hw(hw, info[0].dtype, &p);
+    if (o->fit_seed004)
+        cost_ms_params_fit_seed004(&p);
     if (o->t_launch >= 0)
         p.t_launch = o->t_launch;
     if (o->l_sync >= 0)
@@ -672,6 +700,7 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
     if (o->block > 0)
         p.block = o->block;
     p.no_overlap = o->no_overlap;
+    p.collective_overlap = o->collective_overlap;
 
     report r;
     memset(&r, 0, sizeof r);

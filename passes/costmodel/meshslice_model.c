@@ -130,6 +130,12 @@ void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p)
     p->bw_ring = hw->ici_bidi_bw;
     p->bw_line = hw->ici_oneway_bw;
     p->bw_link = hw->ici_oneway_bw;
+    p->t_launch_rds = p->t_launch;
+    p->bw_ring_rds = p->bw_ring;
+    p->bw_line_rds = p->bw_line;
+    p->t_launch_sr = p->t_launch;
+    p->l_sync_sr = p->l_sync;
+    p->bw_sr = 0;
     p->wrap = hw->wrap;
     p->wrap_size = hw->wrap_size;
     p->peak_flops = hw->peak_flops[t];
@@ -164,6 +170,21 @@ double cost_ms_collective_time(const cost_ms_params *p, int64_t ring, double sha
     if (ring <= 1)
         return 0;
     return p->t_launch + (double)(ring - 1) * (p->l_sync + shard_bytes / cost_ms_axis_bw(p, ring));
+}
+
+double cost_ms_reduce_scatter_time(const cost_ms_params *p, int64_t ring, double shard_bytes)
+{
+    if (ring <= 1)
+        return 0;
+    double bw = axis_wraps(p, ring) ? p->bw_ring_rds : p->bw_line_rds;
+    return p->t_launch_rds + (double)(ring - 1) * (p->l_sync + shard_bytes / bw);
+}
+
+/* Eq. 5 for move kind `kind` (an AllGather or a ReduceScatter). */
+static double move_time(const cost_ms_params *p, int kind_scatter, int64_t ring, double shard_bytes)
+{
+    return kind_scatter ? cost_ms_reduce_scatter_time(p, ring, shard_bytes)
+                        : cost_ms_collective_time(p, ring, shard_bytes);
 }
 
 static double pad(const cost_ms_params *p, int64_t x)
@@ -313,7 +334,7 @@ static void stages(const cost_ms_params *p, const plan *pl, double frac, double 
     const move *mv[2] = {&pl->row, &pl->col};
     *pre = *post = 0;
     for (int i = 0; i < 2; i++) {
-        double t = cost_ms_collective_time(p, mv[i]->ring, mv[i]->shard * frac);
+        double t = move_time(p, mv[i]->kind == MOVE_SCATTER, mv[i]->ring, mv[i]->shard * frac);
         if (mv[i]->kind == MOVE_GATHER)
             *pre = fmax(*pre, t);
         else if (mv[i]->kind == MOVE_SCATTER)
@@ -325,8 +346,8 @@ static void stages(const cost_ms_params *p, const plan *pl, double frac, double 
  * reported as t_comm for every algorithm (what would be exposed unoverlapped). */
 static double comm_total(const cost_ms_params *p, const plan *pl)
 {
-    return cost_ms_collective_time(p, pl->row.ring, pl->row.shard) +
-           cost_ms_collective_time(p, pl->col.ring, pl->col.shard);
+    return move_time(p, pl->row.kind == MOVE_SCATTER, pl->row.ring, pl->row.shard) +
+           move_time(p, pl->col.kind == MOVE_SCATTER, pl->col.ring, pl->col.shard);
 }
 
 /* MeshSlice with K slices; K = 1 is Collective (seed 004, 3.2.2). */
@@ -337,6 +358,24 @@ static double time_meshslice(const cost_ms_params *p, const plan *pl, int64_t k,
     double g = local_gemm(p, pl, k);
     *t_comp = g * (double)k;
     return pipeline(p, pre, g, post, k);
+}
+
+/* Collective as seed 004's authors price XLA's 2D GEMM on a real TPU
+ * (CostModel.py GSPMD_OS/LS/RS, github.com/hwnam831/meshslice): a
+ * ReduceScatter (LS, RS), or for OS the AllGather along the mesh rows, runs
+ * exposed; the other move, an AllGather, takes max(GEMM, AllGather).
+ * Without overlap it is the plain Collective. */
+static double time_collective_overlap(const cost_ms_params *p, const plan *pl, double *t_comp)
+{
+    if (p->no_overlap) /* nothing hides: the plain Collective */
+        return time_meshslice(p, pl, 1, t_comp);
+    double g = local_gemm(p, pl, 1);
+    double row = move_time(p, pl->row.kind == MOVE_SCATTER, pl->row.ring, pl->row.shard);
+    double col = move_time(p, pl->col.kind == MOVE_SCATTER, pl->col.ring, pl->col.shard);
+    *t_comp = g;
+    if (pl->col.kind == MOVE_SCATTER)
+        return col + fmax(g, row);
+    return row + fmax(g, col);
 }
 
 /* Broadcast (or reduce) of `bytes` over a ring of P chips as D packets in
@@ -390,14 +429,17 @@ static double time_summa(const cost_ms_params *p, const plan *pl, int64_t panels
 
 /* Wang et al. (seed 004 2.3.4): decompose move `d` into P SendRecv steps
  * overlapped with P partial GEMMs; the other move runs whole, before
- * (gather) or after (scatter) the loop. */
+ * (gather) or after (scatter) the loop.  A step moves one shard around the
+ * ring, half each way as the authors' Wang_OS does (TensorParallel.py,
+ * github.com/hwnam831/meshslice), at bw_sr (0: the axis's ring bandwidth,
+ * which already counts both directions). */
 static double time_wang_one(const cost_ms_params *p, const plan *pl, const move *d, const move *o,
                             double *t_comp)
 {
     int64_t steps = d->ring;
     double g = local_gemm(p, pl, steps);
-    double t_step = p->t_launch + p->l_sync + d->shard / d->bw;
-    double t_other = cost_ms_collective_time(p, o->ring, o->shard);
+    double t_step = p->t_launch_sr + p->l_sync_sr + d->shard / (p->bw_sr > 0 ? p->bw_sr : d->bw);
+    double t_other = move_time(p, o->kind == MOVE_SCATTER, o->ring, o->shard);
     *t_comp = g * (double)steps;
     if (p->no_overlap)
         return t_other + (double)steps * g + (double)(steps - 1) * t_step;
@@ -438,12 +480,12 @@ static double time_cannon(const cost_ms_params *p, const plan *pl, int64_t q, do
         if (mv[i]->kind == MOVE_NONE)
             continue;
         double hops = (double)(q / 2);
-        double skew = p->t_launch + hops * (p->l_sync + mv[i]->shard / p->bw_link);
+        double skew = p->t_launch_sr + hops * (p->l_sync_sr + mv[i]->shard / p->bw_link);
         if (mv[i]->kind == MOVE_GATHER)
             skew_in = fmax(skew_in, skew);
         else
             skew_out = fmax(skew_out, skew);
-        shift = fmax(shift, p->t_launch + p->l_sync + mv[i]->shard / p->bw_link);
+        shift = fmax(shift, p->t_launch_sr + p->l_sync_sr + mv[i]->shard / p->bw_link);
     }
     double g = local_gemm(p, pl, q);
     *t_comp = g * (double)q;
@@ -469,7 +511,8 @@ static const char *algo_time(const cost_ms_params *p, const cost_ms_gemm *g, cos
     e->slices = 1;
     switch (algo) {
     case COST_MS_ALGO_COLLECTIVE:
-        e->time = time_meshslice(p, pl, 1, &e->t_compute);
+        e->time = p->collective_overlap ? time_collective_overlap(p, pl, &e->t_compute)
+                                        : time_meshslice(p, pl, 1, &e->t_compute);
         return NULL;
     case COST_MS_ALGO_MESHSLICE:
         if (!cost_ms_slices_valid(p, g, mesh, df, slices))
@@ -509,7 +552,9 @@ cost_ms_estimate cost_ms_time(const cost_ms_params *p, const cost_ms_gemm *g, co
     if ((unsigned)df >= COST_MS_DF_COUNT || (unsigned)algo >= COST_MS_ALGO_COUNT)
         return invalid("unknown dataflow or algorithm");
     if (p->peak_flops <= 0 || p->gemm_eff <= 0 || p->bw_ring <= 0 || p->bw_line <= 0 ||
-        p->bw_link <= 0 || p->elem_bytes <= 0 || p->l_sync < 0 || p->t_launch < 0 || p->hbm_bw < 0)
+        p->bw_link <= 0 || p->elem_bytes <= 0 || p->l_sync < 0 || p->t_launch < 0 || p->hbm_bw < 0 ||
+        p->bw_ring_rds <= 0 || p->bw_line_rds <= 0 || p->t_launch_rds < 0 || p->t_launch_sr < 0 ||
+        p->l_sync_sr < 0 || p->bw_sr < 0)
         return invalid("model parameters must be positive");
     if (!cost_ms_mesh_valid(g, mesh, df))
         return invalid("the matrices do not divide evenly over the mesh");
@@ -599,6 +644,38 @@ static double layers_flops(const cost_ms_layer *layers, int n)
     return flops;
 }
 
+/* The K (1..COST_MS_MAX_SLICES, valid for every member) with the least
+ * total MeshSlice time over the layers of layer i's k_group; ties keep the
+ * smaller K. */
+static int64_t group_k(const cost_ms_params *p, const cost_ms_layer *layers, int n, int i, cost_ms_mesh mesh,
+                       int df)
+{
+    int64_t lim = COST_MS_MAX_SLICES;
+    for (int j = 0; j < n; j++)
+        if (layers[j].k_group == layers[i].k_group) {
+            int64_t d = cost_ms_sliced_dim(&layers[j].gemm, layer_df(&layers[j], df));
+            int64_t l = d / (mesh.rows > mesh.cols ? mesh.rows : mesh.cols);
+            lim = l < lim ? l : lim;
+        }
+    int64_t best_k = 1;
+    double best = INFINITY;
+    for (int64_t k = 1; k <= lim; k++) {
+        double t = 0;
+        for (int j = 0; j < n && t < INFINITY; j++) {
+            if (layers[j].k_group != layers[i].k_group)
+                continue;
+            cost_ms_estimate e = cost_ms_time(p, &layers[j].gemm, mesh, layer_df(&layers[j], df),
+                                              COST_MS_ALGO_MESHSLICE, k);
+            t = e.valid ? t + layers[j].repeat * e.time : INFINITY;
+        }
+        if (t < best) {
+            best = t;
+            best_k = k;
+        }
+    }
+    return best_k;
+}
+
 cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_layer *layers, int n,
                                       cost_ms_mesh mesh, cost_ms_algo algo, int df, int64_t common_k,
                                       cost_ms_layer_choice *choices)
@@ -608,12 +685,19 @@ cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_lay
     res.mesh = mesh;
     if (n < 1 || mesh.rows < 1 || mesh.cols < 1)
         return res;
+    int last_group = 0;
+    int64_t last_k = 0;
     for (int i = 0; i < n; i++) {
         const cost_ms_gemm *g = &layers[i].gemm;
         cost_ms_dataflow d = layer_df(&layers[i], df);
-        cost_ms_estimate e = algo == COST_MS_ALGO_MESHSLICE && common_k > 0
-                            ? cost_ms_time(p, g, mesh, d, algo, common_k)
-                            : cost_ms_best_slices(p, g, mesh, d, algo);
+        int64_t k = common_k;
+        if (algo == COST_MS_ALGO_MESHSLICE && k <= 0 && layers[i].k_group != 0) {
+            if (layers[i].k_group != last_group) /* members are usually adjacent */
+                last_k = group_k(p, layers, n, i, mesh, df), last_group = layers[i].k_group;
+            k = last_k;
+        }
+        cost_ms_estimate e = algo == COST_MS_ALGO_MESHSLICE && k > 0 ? cost_ms_time(p, g, mesh, d, algo, k)
+                                                                      : cost_ms_best_slices(p, g, mesh, d, algo);
         if (!e.valid)
             return res;
         if (choices) {

@@ -51,11 +51,18 @@ typedef enum cost_ms_algo {
 
 /* The figures the model needs; cost_ms_params_from_hw fills them from a profile. */
 typedef struct cost_ms_params {
-    double t_launch;      /* seconds: fixed cost of launching one collective or SendRecv */
-    double l_sync;        /* seconds: synchronization latency of one ring step */
+    double t_launch;      /* seconds: fixed cost of launching one AllGather (T_launch of Eq. 5) */
+    double l_sync;        /* seconds: synchronization latency of one ring step (AllGather, ReduceScatter) */
     double bw_ring;       /* bytes/s a mesh axis with wraparound moves in a ring AllGather (both directions) */
     double bw_line;       /* bytes/s of an axis without wraparound (one direction per link) */
     double bw_link;       /* bytes/s of one link in one direction (Cannon's shifts) */
+    double t_launch_rds;  /* seconds: T_launch of one ReduceScatter */
+    double bw_ring_rds;   /* bytes/s: bw_ring for a ReduceScatter */
+    double bw_line_rds;   /* bytes/s: bw_line for a ReduceScatter */
+    double t_launch_sr;   /* seconds: T_launch of one SendRecv step (Wang, Cannon) */
+    double l_sync_sr;     /* seconds: synchronization of one SendRecv step */
+    double bw_sr;         /* bytes/s one Wang SendRecv step moves, both directions of the
+                           * ring together; 0: the axis's AllGather bandwidth */
     cost_wrap_rule wrap;  /* which axis sizes have wraparound (from the profile) */
     int64_t wrap_size;    /* the size in the COST_WRAP_SIZE_* rules */
     double peak_flops;    /* FLOP/s of one chip for the GEMM's dtype */
@@ -65,6 +72,9 @@ typedef struct cost_ms_params {
                            * bytes / hbm_bw (0: no memory term) */
     bool no_overlap;      /* true: every algorithm runs its stages one after another
                            * (seed 004 Table 3: TPU v4 cannot overlap AG/RdS today) */
+    bool collective_overlap; /* true: Collective hides one AllGather behind its GEMM, as the
+                              * authors' cost model prices XLA's 2D GEMM on a real TPU
+                              * (CostModel.py GSPMD_OS/LS/RS; docs/meshslice.md) */
     int64_t mxu_tile;     /* GEMM dims are padded up to multiples of this (TPU: 128) */
     int64_t block;        /* MeshSlice's slicing block B (TPU: 8, seed 004 3.1.2) */
     double elem_bytes;    /* bytes per matrix element */
@@ -114,21 +124,39 @@ int cost_ms_algo_lookup(const char *key);
  * bandwidth, L_sync = the per-hop latency T_min, no_overlap false, and
  * the figures the profile does not hold (T_launch, GEMM efficiency, tile
  * and block sizes) from the defaults documented in docs/meshslice.md
- * (TPU v4 values of seed 004 where it gives them).
+ * (TPU v4 values of seed 004 where it gives them).  ReduceScatter and
+ * SendRecv get the same launch, synchronization and bandwidth as an
+ * AllGather (bw_sr = 0, Cannon's links bw_link).
  */
 void cost_ms_params_from_hw(const cost_hw *hw, ir_dtype t, cost_ms_params *p);
+
+/*
+ * Replaces the communication and GEMM-rate figures of `p` with the ones
+ * seed 004's authors fitted on TPU v4 and published with their autotuner
+ * (github.com/hwnam831/meshslice, Autotuner.py `latencies`, `bws`,
+ * `base_overheads` and the 242 * 1024^4 FLOP/s of its DeviceMesh; seed
+ * 004 A4 says how they were fitted: linear regression of Eq. 5 on 2- and
+ * 4-chip TPU v4 collectives of 8 KB to 512 MB).  Every other field
+ * (peak, HBM, tile, block, dtype) is kept.  The values and the choice of
+ * the within-host ring's figures for both mesh axes are listed in
+ * docs/meshslice.md ("Fitted figures").
+ */
+void cost_ms_params_fit_seed004(cost_ms_params *p);
 
 /* Bandwidth (bytes/s) of a ring AllGather along a mesh axis of `size`
  * chips: bw_ring with wraparound, bw_line without (seed 001). */
 double cost_ms_axis_bw(const cost_ms_params *p, int64_t size);
 
 /*
- * Time of one AllGather or ReduceScatter over a ring of `ring` chips whose
+ * Time of one AllGather over a ring of `ring` chips whose
  * per-chip piece is `shard_bytes` (seed 004, 3.2.2, Eq. 5):
  *     T_launch + (P - 1) * (L_sync + shard_bytes / BW).
  * Returns 0 for ring <= 1 (no communication).
  */
 double cost_ms_collective_time(const cost_ms_params *p, int64_t ring, double shard_bytes);
+
+/* The same for one ReduceScatter: t_launch_rds and the *_rds bandwidths. */
+double cost_ms_reduce_scatter_time(const cost_ms_params *p, int64_t ring, double shard_bytes);
 
 /* Time of one local GEMM of (m x k) * (k x n) per-device elements:
  * t_gemm_launch + 2 m n k (dims padded up to mxu_tile) / (peak * gemm_eff). */
@@ -194,6 +222,10 @@ typedef struct cost_ms_layer {
     double repeat;       /* how many times the layer runs per step (>= 1) */
     bool fixed_df;       /* true: use `df` instead of the heuristic (training's backward GEMMs) */
     cost_ms_dataflow df; /* the dataflow when fixed_df */
+    int k_group;         /* nonzero: MeshSlice gives every layer of this group one K,
+                          * the one with the least total time (seed 004 3.2.2 tunes one
+                          * K_l per FC layer, which its forward and backward GEMMs
+                          * share: the authors' FFLayerModel.emulate, Autotuner.py) */
 } cost_ms_layer;
 
 /*

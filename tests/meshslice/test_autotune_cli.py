@@ -184,6 +184,42 @@ def test_training():
     check(got == want, "training GEMMs %s == %s" % (got, want))
 
 
+def test_fit_and_shared_k():
+    # --fit seed004: the authors' fitted TPU v4 figures (docs/meshslice.md,
+    # "Fitted figures"); --train gives a layer's three GEMMs one K.
+    rc, out, err = run(["--chips", "16", "--hw", "tpu-v4", "--fit", "seed004", "--train", "--json"], MODEL)
+    check(rc == 0, "--fit seed004 run (%s)" % err)
+    if rc:
+        return
+    r = json.loads(out)
+    par = r["params"]
+    check(par["fit"] == "seed004", "params.fit is seed004")
+    for key, want in [("t_launch", 13e-6), ("l_sync", 5e-6), ("bw_ring", 79.751e9), ("bw_line", 79.751e9),
+                      ("t_launch_rds", 26e-6), ("bw_ring_rds", 63.167e9), ("t_launch_sr", 13e-6),
+                      ("l_sync_sr", 5e-5), ("bw_link", 35.224e9), ("bw_sr", 2 * 35.224e9),
+                      ("t_gemm_launch", 0.0)]:
+        check(close(par[key], want), "fitted %s %g == %g" % (key, par[key], want))
+    check(close(par["gemm_eff"] * par["peak_flops"], 242.0 * 1024 ** 4), "fitted GEMM rate")
+    ks = {}
+    for l in r["best"]["layers"]:
+        ks.setdefault(l["name"].split(".")[0], set()).add(l["slices"])
+    check(len(ks) == 2 and all(len(v) == 1 for v in ks.values()),
+          "one K per layer for its three training GEMMs: %s" % ks)
+    # --collective-overlap hides one AllGather of Collective behind its GEMM;
+    # without overlap it is the plain Collective.
+    base = ["--chips", "4", "--mesh", "2x2", "--compare", "--json"]
+    rc1, out1, err1 = run(base, MODEL)
+    rc2, out2, err2 = run(base + ["--collective-overlap"], MODEL)
+    check(rc1 == 0 and rc2 == 0, "--collective-overlap runs (%s %s)" % (err1, err2))
+    if rc1 == 0 and rc2 == 0:
+        plain = json.loads(out1)["algorithms"]["collective"]
+        hidden = json.loads(out2)["algorithms"]["collective"]
+        check(json.loads(out2)["params"]["collective_overlap"] is True, "params.collective_overlap")
+        check(hidden["time"] < plain["time"], "Collective with overlap %g < %g" % (hidden["time"], plain["time"]))
+        check(close(hidden["time_no_overlap"], plain["time"]),
+              "Collective without overlap unchanged: %g == %g" % (hidden["time_no_overlap"], plain["time"]))
+
+
 def test_text_report():
     rc, out, err = run(["--chips", "4", "--compare"], MODEL)
     check(rc == 0, "text run (%s)" % err)
@@ -211,6 +247,7 @@ def test_errors():
         (["--chips", "4", "--algorithm", "fft"], MODEL, 2, "unknown algorithm"),
         (["--chips", "4", "--dataflow", "xs"], MODEL, 2, "unknown dataflow"),
         (["--chips", "4", "--gemm-eff", "1.5"], MODEL, 2, "--gemm-eff"),
+        (["--chips", "4", "--fit", "tpu"], MODEL, 2, "--fit wants 'seed004' or 'profile'"),
         (["--chips", "4", "--slices", "3", "--algorithm", "wang"], MODEL, 2, "meshslice only"),
         (["--chips", "4", "--hw", "no-such-chip"], MODEL, 1, "no-such-chip"),
         (["--chips", "4"], "mesh X = 4\ndim M = 64, K = 32, N = 16\ninput A[M_X, K] : f32\n"
@@ -230,7 +267,7 @@ def test_errors():
     check(rc == 0 and "usage: einc autotune" in out, "--help")
 
 
-for t in [test_report_consistency, test_collective_formula, test_training, test_text_report,
+for t in [test_report_consistency, test_collective_formula, test_training, test_fit_and_shared_k, test_text_report,
           test_command_not_compiling_is_noted, test_errors]:
     t()
 print("%d failure(s)" % len(failures))

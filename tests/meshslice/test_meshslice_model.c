@@ -37,7 +37,7 @@ static cost_ms_params traffic_only(void)
 {
     cost_ms_params p;
     memset(&p, 0, sizeof p);
-    p.bw_ring = p.bw_line = p.bw_link = 1;
+    p.bw_ring = p.bw_line = p.bw_link = p.bw_ring_rds = p.bw_line_rds = 1;
     p.wrap = COST_WRAP_ALWAYS;
     p.peak_flops = 1e30;
     p.gemm_eff = 1;
@@ -497,6 +497,93 @@ static void test_common_k(void)
         CU_ASSERT(cost_ms_slices_valid(&p, &ls[i].gemm, per.mesh, cost_ms_choose_dataflow(&ls[i].gemm), k));
 }
 
+/* The authors' fitted TPU v4 figures (Autotuner.py of
+ * github.com/hwnam831/meshslice; meshslice_fit.c) replace the profile's
+ * communication figures and GEMM rate, and every collective kind uses its own. */
+static void test_fit_seed004(void)
+{
+    cost_ms_params p = tpu_v4_bf16();
+    double peak = p.peak_flops, hbm = p.hbm_bw;
+    cost_ms_params_fit_seed004(&p);
+    ASSERT_CLOSE(p.t_launch, 13e-6);
+    ASSERT_CLOSE(p.t_launch_rds, 26e-6);
+    ASSERT_CLOSE(p.t_launch_sr, 13e-6);
+    ASSERT_CLOSE(p.l_sync, 5e-6);
+    ASSERT_CLOSE(p.l_sync_sr, 5e-5);
+    ASSERT_CLOSE(p.bw_ring, 79.751e9);
+    ASSERT_CLOSE(p.bw_line, 79.751e9);
+    ASSERT_CLOSE(p.bw_ring_rds, 63.167e9);
+    ASSERT_CLOSE(p.bw_link, 35.224e9);
+    ASSERT_CLOSE(p.bw_sr, 2 * 35.224e9);
+    ASSERT_CLOSE(p.gemm_eff * p.peak_flops, 242.0 * 1024 * 1024 * 1024 * 1024);
+    CU_ASSERT_EQUAL(p.t_gemm_launch, 0);
+    ASSERT_CLOSE(p.peak_flops, peak);
+    ASSERT_CLOSE(p.hbm_bw, hbm);
+    /* Eq. 5 per kind; a 2-chip axis gets the fitted ring figure too. */
+    ASSERT_CLOSE(cost_ms_collective_time(&p, 2, 4e6), 13e-6 + 5e-6 + 4e6 / 79.751e9);
+    ASSERT_CLOSE(cost_ms_reduce_scatter_time(&p, 8, 1e6), 26e-6 + 7 * (5e-6 + 1e6 / 63.167e9));
+    CU_ASSERT_EQUAL(cost_ms_reduce_scatter_time(&p, 1, 1e6), 0);
+
+    /* A-stn Collective on 4 x 4: AllGather B over the rows, the GEMM, then
+     * the ReduceScatter of C over the columns at its own figures. */
+    cost_ms_gemm g = {8 * SEQ, GPT3_D, GPT3_F};
+    cost_ms_mesh mesh = {4, 4};
+    double ag = cost_ms_collective_time(&p, 4, 2.0 * g.k * g.n / 16);
+    double rds = cost_ms_reduce_scatter_time(&p, 4, 2.0 * g.m * g.n / 16);
+    double gemm = cost_ms_partial_gemm_time(&p, g.m / 4, g.n, g.k / 4, false);
+    cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_A_STN, COST_MS_ALGO_COLLECTIVE, 1);
+    CU_ASSERT_FATAL(e.valid);
+    ASSERT_CLOSE(e.time, ag + gemm + rds);
+
+    /* Wang on C-stn: one ring as 4 SendRecv steps (half the shard each way,
+     * T_launch_sr + L_sync_sr + shard / (2 * 35.224e9)) under 4 partial
+     * GEMMs, the other ring's AllGather whole before them; the better ring. */
+    cost_ms_gemm o = {8 * SEQ, GPT3_F, GPT3_D};
+    double sa = 2.0 * o.m * o.k / 16, sb = 2.0 * o.k * o.n / 16;
+    double gq = cost_ms_partial_gemm_time(&p, o.m / 4, o.n / 4, o.k / 4, true);
+    double via_row = cost_ms_collective_time(&p, 4, sb) + gq + 3 * fmax(gq, 13e-6 + 5e-5 + sa / (2 * 35.224e9));
+    double via_col = cost_ms_collective_time(&p, 4, sa) + gq + 3 * fmax(gq, 13e-6 + 5e-5 + sb / (2 * 35.224e9));
+    cost_ms_estimate w = cost_ms_time(&p, &o, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_WANG, 1);
+    CU_ASSERT_FATAL(w.valid);
+    ASSERT_CLOSE(w.time, fmin(via_row, via_col));
+}
+
+/* --collective-overlap: the authors' GSPMD_OS/LS/RS (CostModel.py) expose a
+ * ReduceScatter, or OS's AllGather along the rows, and hide the other
+ * AllGather behind the GEMM; with nothing overlapped it is Collective. */
+static void test_collective_overlap(void)
+{
+    cost_ms_params p = tpu_v4_bf16();
+    cost_ms_mesh mesh = {4, 4};
+    cost_ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    double row[3], col[3], gemm[3], want[3];
+    /* C-stn: A along rows (exposed), B along columns (hidden), both gathered. */
+    row[0] = cost_ms_collective_time(&p, 4, 2.0 * g.m * g.k / 16);
+    col[0] = cost_ms_collective_time(&p, 4, 2.0 * g.k * g.n / 16);
+    gemm[0] = cost_ms_partial_gemm_time(&p, g.m / 4, g.n / 4, g.k, false);
+    want[0] = row[0] + fmax(gemm[0], col[0]);
+    /* A-stn: C reduce-scattered along rows (exposed), B gathered along columns. */
+    row[1] = cost_ms_reduce_scatter_time(&p, 4, 2.0 * g.m * g.n / 16);
+    col[1] = cost_ms_collective_time(&p, 4, 2.0 * g.k * g.n / 16);
+    gemm[1] = cost_ms_partial_gemm_time(&p, g.m / 4, g.n, g.k / 4, false);
+    want[1] = row[1] + fmax(gemm[1], col[1]);
+    /* B-stn: A gathered along rows (hidden), C reduce-scattered along columns. */
+    row[2] = cost_ms_collective_time(&p, 4, 2.0 * g.m * g.k / 16);
+    col[2] = cost_ms_reduce_scatter_time(&p, 4, 2.0 * g.m * g.n / 16);
+    gemm[2] = cost_ms_partial_gemm_time(&p, g.m, g.n / 4, g.k / 4, false);
+    want[2] = col[2] + fmax(gemm[2], row[2]);
+    for (int df = 0; df < COST_MS_DF_COUNT; df++) {
+        cost_ms_estimate plain = cost_ms_time(&p, &g, mesh, (cost_ms_dataflow)df, COST_MS_ALGO_COLLECTIVE, 1);
+        p.collective_overlap = true;
+        cost_ms_estimate e = cost_ms_time(&p, &g, mesh, (cost_ms_dataflow)df, COST_MS_ALGO_COLLECTIVE, 1);
+        p.collective_overlap = false;
+        CU_ASSERT_FATAL(e.valid && plain.valid);
+        ASSERT_CLOSE(e.time, want[df]);
+        ASSERT_CLOSE(e.t_serial, plain.time);
+        CU_ASSERT(e.time < plain.time);
+    }
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -519,6 +606,8 @@ void einc_register_tests(void)
         {"training GEMMs keep directions", test_training_gemms},
         {"partial GEMM on the HBM roofline", test_partial_gemm_roofline},
         {"no overlap: the stages in series", test_no_overlap},
+        {"the authors' fitted TPU v4 figures", test_fit_seed004},
+        {"Collective hiding one AllGather", test_collective_overlap},
     };
     einc_add_suite("meshslice_model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
