@@ -295,20 +295,27 @@ static void emit_segment(pp_emit *e, LLVMValueRef out, int lo, int hi)
     guard_close(e, after);
 }
 
-/* The hop of a pipelined loop's carried value `v`: the forward's
- * activation (`fwd`, tag parity 0) or the backward's gradient (parity 1),
- * received into a new buffer (recv) or sent and freed (send), slot to
- * slot.  The peer is stage z+1 for a forward send and a backward receive,
- * else z-1; with v chunks the stages form a ring (the last stage's chunk c
- * feeds stage 0's chunk c+1), so the edge stage's peer wraps around, and
+/* One half of CollectivePermute `pi` (an op index, passes/pipeline_permute.c;
+ * -1: one stage, nothing to move), a stage boundary's transfer: the
+ * forward's activation (delta +1, tag parity 0) or the backward's gradient
+ * (delta -1, parity 1).  `send`: this stage's block of the permute's
+ * operand, the loop's result `v`, goes to stage z + delta and is freed;
+ * else the block stage z - delta sent arrives in a new buffer for `v`,
+ * the next loop's input (the permute's result, which no op reads: the
+ * receiver's loop takes it in place of its operand), slot to slot.  With v
+ * chunks the permute is cyclic, the stages a ring (the last stage's chunk
+ * c feeds stage 0's chunk c+1), so the edge stage's peer wraps around, and
  * only the ends of the model skip the hop: stage 0's chunk 0 and stage
- * Z-1's chunk v-1.  The tag names the receiving item, 2 (m v + c) + parity,
- * so a receive takes exactly its own message (rt_recv: per sender and tag,
- * in order). */
-static void hop(pp_emit *e, const ir_value *v, bool send, bool fwd)
+ * Z-1's chunk v-1.  The tag names the receiving item, 2 (m v + c) +
+ * parity, so a receive takes exactly its own message (rt_recv: per sender
+ * and tag, in order). */
+static void hop(pp_emit *e, int pi, const ir_value *v, bool send)
 {
+    if (pi < 0)
+        return;
     cg_ctx *c = e->c;
     int Z = (int)e->x->m->mesh.axes[e->x->m->pipe.axis].size;
+    bool fwd = e->x->p->ops[pi]->u.perm.delta > 0;
     bool up = fwd == send; /* the peer is z+1 */
     LLVMValueRef edge = up ? e->is_last : e->is_first;
     LLVMValueRef at_end = edge;
@@ -481,7 +488,11 @@ static void make_plans(pp_emit *e)
         sent[p->ops[x->be]->result->id] = true;
     for (int v = 0; v < nv; v++) {
         e->fb.last_use[v] = e->end.last_use[v] = p->last_use[v];
-        if (sent[v] && p->last_use[v] < 0)
+        /* The permute that reads a loop's result runs as the hop (its op
+         * emits nothing), so it is no use of the buffer. */
+        int lu = p->last_use[v];
+        bool perm = lu >= 0 && lu < p->nops && p->ops[lu]->kind == IR_OP_PERMUTE;
+        if (sent[v] && (p->last_use[v] < 0 || perm))
             e->fb.last_use[v] = p->nops + 1;
         e->fb.out_index[v] = e->end.out_index[v] = x->acc[v] ? -1 : p->out_index[v];
         if (!x->acc[v])
@@ -608,11 +619,11 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     LLVMBasicBlockRef once = open_if(&e, chunk_is(&e, 0));
     emit_range(&e, out, 0, x.fb - 1, 'F');
     guard_close(&e, once);
-    hop(&e, p->ops[x.fb]->operands[0], false, true);
+    hop(&e, x.fp, p->ops[x.fb]->operands[0], false);
     chunk_stacks(&e, x.fb, x.fe, chunk_is(&e, 0));
     emit_range(&e, out, x.fb, x.fe, 'F');
     memset(f->stack_buf, 0, (size_t)nv * sizeof *f->stack_buf);
-    hop(&e, p->ops[x.fe]->result, true, true);
+    hop(&e, x.fp, p->ops[x.fe]->result, true);
     once = open_if(&e, chunk_is(&e, e.v - 1));
     emit_range(&e, out, x.fe + 1, x.bb - 1, 'F');
     if (!x.trains) /* what a stage never freed itself */
@@ -632,11 +643,11 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
         once = open_if(&e, chunk_is(&e, e.v - 1));
         emit_range(&e, out, x.fe + 1, x.bb - 1, 'B');
         guard_close(&e, once);
-        hop(&e, p->ops[x.bb]->operands[0], false, false);
+        hop(&e, x.bp, p->ops[x.bb]->operands[0], false);
         chunk_stacks(&e, x.bb, x.be, chunk_is(&e, e.v - 1));
         emit_range(&e, out, x.bb, x.be, 'B');
         memset(f->stack_buf, 0, (size_t)nv * sizeof *f->stack_buf);
-        hop(&e, p->ops[x.be]->result, true, false);
+        hop(&e, x.bp, p->ops[x.be]->result, true);
         once = open_if(&e, chunk_is(&e, 0));
         emit_range(&e, out, x.be + 1, n - 1, 'B');
     }

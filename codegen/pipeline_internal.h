@@ -17,6 +17,9 @@ typedef struct pp_ctx {
     const ir_module *m;
     const cg_plan *p;
     int fb, fe, bb, be;  /* op indices: forward LoopBegin, LoopEnd, backward LoopBegin, LoopEnd */
+    int fp, bp;          /* the CollectivePermutes after the forward and the backward loop (the
+                            stage boundaries' transfers, passes/pipeline_permute.c); -1 if none
+                            (one stage; bp also in a forward) */
     int wb, we;          /* zero-bubble's dL/dW loop (passes/pipeline_split.c): its LoopBegin,
                             LoopEnd; -1 if the backward is one loop */
     char *item;          /* per op: 'F', 'B', 'W' (zero-bubble's dL/dW item: the dL/dW loop and

@@ -50,8 +50,17 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
             return fail(d, "more than one forward loop, or more than two backward loops, over the layers");
         *slot = i;
     }
+    x->fp = x->bp = -1;
+    for (int i = 0; i < n; i++)
+        if (p->ops[i]->kind == IR_OP_PERMUTE) {
+            int def = p->def_index[p->ops[i]->operands[0]->id];
+            *(def == x->fe ? &x->fp : &x->bp) = i;
+        }
     bool w_items = false;
     int Z = m->pipe.axis >= 0 ? (int)m->mesh.axes[m->pipe.axis].size : 0;
+    if (Z > 1 && (x->fp != x->fe + 1 || (x->be >= 0 && x->bp != x->be + 1)))
+        return fail(d, "each loop over the layers hands its result to the neighbouring stage through the "
+                       "CollectivePermute right after it (the pipeline pass puts them there)");
     for (int k = 0; m->pipe.order && k < Z * m->pipe.nitems; k++)
         w_items |= m->pipe.order[k].kind == 'W';
     if ((x->wb >= 0) != w_items)

@@ -215,6 +215,28 @@ static int cg_check_grad(const ir_module *m, const ir_op *op, diag_ctx *d)
     return 1;
 }
 
+/* A CollectivePermute runs only where the pipeline pass puts one: at a
+ * stage boundary of a pipelined program, where the pipelined executor
+ * lowers it to the sending stage's rt_send and the receiving stage's
+ * rt_recv (codegen/pipeline.c): one position along the pipeline's axis,
+ * forward after the forward loop and backward after the backward loop,
+ * a ring exactly with interleaving, its result read by no op. */
+static int cg_check_perm(const ir_module *m, const ir_op *op, diag_ctx *d)
+{
+    const ir_op *end = op->operands[0]->def;
+    bool ok = m->pipe.axis >= 0 && op->u.perm.axis == m->pipe.axis && end && end->kind == IR_OP_LOOPEND &&
+              end->u.loop.dim == m->pipe.dim && op->result->nuses == 0 &&
+              op->u.perm.delta == (end->u.loop.begin->u.loop.reverse ? -1 : 1) &&
+              op->u.perm.cyclic == (m->pipe.chunks > 1);
+    if (!ok) {
+        diag_error(d, op->loc, "codegen: a CollectivePermute runs only at a pipeline's stage boundary, as "
+                   "the pipeline pass puts it: after the loop over the pipelined layers, one stage along "
+                   "the pipeline's axis, its result read by no op");
+        return 1;
+    }
+    return 0;
+}
+
 static int cg_check_update(const ir_module *m, const ir_op *op, diag_ctx *d)
 {
     (void)m;

@@ -612,6 +612,16 @@ static int cg_run_grad(cg_ctx *c, cg_fn *f, const run_at *at, int i)
     return i;
 }
 
+/* Emits nothing: a CollectivePermute is a pipeline's stage-to-stage
+ * transfer (cg_check_perm allows no other), which the pipelined executor
+ * runs as its two halves, the sender's rt_send after its loop and the
+ * receiver's rt_recv before its own (codegen/pipeline.c, hop). */
+static int cg_run_perm(cg_ctx *c, cg_fn *f, const run_at *at, int i)
+{
+    (void)c, (void)f, (void)at;
+    return i;
+}
+
 static int cg_run_update(cg_ctx *c, cg_fn *f, const run_at *at, int i)
 {
     (void)at;

@@ -197,6 +197,7 @@ typedef enum ir_op_trait {
                                    and Slice */
     IR_TRAIT_LOOP = 1u << 2,    /* structures a repeated block (docs/ir.md, "Repeated blocks") */
     IR_TRAIT_INPLACE = 1u << 3, /* its result is operand 0's storage, written in place */
+    IR_TRAIT_TRANSFER = 1u << 4, /* moves blocks point to point, sharding kept: CollectivePermute */
 } ir_op_trait;
 
 /*
@@ -226,7 +227,8 @@ typedef enum ir_op_trait {
     X(LAYERSLICE, "LayerSlice", loop, 1, 1, IR_TRAIT_LOOP)                            \
     X(LAYERSTACK, "LayerStack", loop, 1, 1, IR_TRAIT_LOOP)                            \
     X(UPDATESLICE, "UpdateSlice", update, 3, 3, IR_TRAIT_INPLACE)                     \
-    X(GRAD, "Grad", grad, 2, 2, 0)
+    X(GRAD, "Grad", grad, 2, 2, 0)                                                    \
+    X(PERMUTE, "CollectivePermute", perm, 1, 1, IR_TRAIT_TRANSFER)
 
 typedef enum ir_op_kind {
 #define X(e, s, arm, lo, hi, tr) IR_OP_##e,
@@ -492,6 +494,20 @@ typedef struct ir_op {
             bool optimize;
             uint32_t name_loc;
         } grad;
+        /* IR_OP_PERMUTE: XLA's CollectivePermute along mesh axis `axis`:
+         * the device at coordinate z sends its block of operand 0 to
+         * z + delta (the other coordinates equal), where it is the
+         * result's block; the pairs are every z with z + delta on the axis
+         * (or all z, mod |axis|, when `cyclic`), and a device no pair sends
+         * to holds zeros.  Same type and sharding as the operand, which
+         * the axis neither splits nor holds partial over.  Only the
+         * pipeline pass makes one, at a stage boundary (docs/pipeline.md,
+         * "The transfers as ops"). */
+        struct {
+            int axis;    /* mesh axis id */
+            int delta;   /* the shift, 1 <= |delta| < |axis| */
+            bool cyclic; /* the pairs wrap around the axis (a ring) */
+        } perm;
     } u;
 } ir_op;
 
@@ -765,6 +781,10 @@ typedef struct ir_op_traits {
     void (*json)(const ir_module *m, const ir_op *op, struct cJSON *o, struct cJSON *axes,
                  const ir_op *const *order, int nops);
 } ir_op_traits;
+
+/* Where CollectivePermute `op` sends the block of the device at coordinate
+ * `z` of its axis: the target's coordinate, or -1 for none (permute.c). */
+int ir_perm_target(const ir_module *m, const ir_op *op, int z);
 
 /* The traits of kind `k`, or NULL for a value outside ir_op_kind. */
 const ir_op_traits *ir_op_traits_of(ir_op_kind k);

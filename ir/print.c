@@ -333,6 +333,32 @@ void ir_print_coll(FILE *out, const ir_module *m, const ir_op *op)
     fprintf(out, "%s %s", ir_coll_str(m, op, b2, sizeof b2), vstr(m, op->operands[0], b3, sizeof b3));
 }
 
+/* "CollectivePermute_Z(+1: 0->1, 1->2) H.5[B, E]": the axis, the shift
+ * ("+1 cyclic" for a ring) and its source->target pairs (the first three
+ * and the last when there are more than eight), then the operand. */
+void ir_print_perm(FILE *out, const ir_module *m, const ir_op *op)
+{
+    int a = op->u.perm.axis;
+    bool ok = a >= 0 && a < m->mesh.naxes;
+    int n = ok ? (int)m->mesh.axes[a].size : 0, npairs = 0;
+    for (int z = 0; z < n; z++)
+        npairs += ir_perm_target(m, op, z) >= 0;
+    fprintf(out, "CollectivePermute_%c(%+d%s:", ok ? m->mesh.axes[a].name : '?', op->u.perm.delta,
+            op->u.perm.cyclic ? " cyclic" : "");
+    for (int z = 0, k = 0; z < n; z++) {
+        int t = ir_perm_target(m, op, z);
+        if (t < 0)
+            continue;
+        if (npairs <= 8 || k < 3 || k == npairs - 1)
+            fprintf(out, "%s %d->%d", k ? "," : "", z, t);
+        else if (k == 3)
+            fputs(", ...", out);
+        k++;
+    }
+    fputc(')', out);
+    print_operands(out, m, op);
+}
+
 /* A pipelined program's stages and schedule, as comment lines. */
 static void print_pipeline(FILE *out, const ir_module *m)
 {

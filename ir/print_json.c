@@ -153,6 +153,29 @@ void ir_json_coll(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, co
         cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.coll.reduce));
 }
 
+/* "axes": [the axis], "delta", "cyclic" and every source->target pair. */
+void ir_json_perm(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
+                  int nops)
+{
+    (void)order;
+    (void)nops;
+    int a = op->u.perm.axis;
+    if (a < 0 || a >= m->mesh.naxes)
+        return;
+    char n[2] = {m->mesh.axes[a].name, 0};
+    cJSON_AddItemToArray(axes, cJSON_CreateString(n));
+    cJSON_AddNumberToObject(o, "delta", op->u.perm.delta);
+    cJSON_AddBoolToObject(o, "cyclic", op->u.perm.cyclic);
+    cJSON *pairs = cJSON_AddArrayToObject(o, "pairs");
+    for (int z = 0; z < (int)m->mesh.axes[a].size; z++) {
+        int t = ir_perm_target(m, op, z);
+        if (t < 0)
+            continue;
+        int pr[2] = {z, t};
+        cJSON_AddItemToArray(pairs, cJSON_CreateIntArray(pr, 2));
+    }
+}
+
 void ir_json_einsum(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, const ir_op *const *order,
                     int nops)
 {

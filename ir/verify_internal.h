@@ -16,7 +16,8 @@
  *   ir_verify_loop: LoopBegin, LoopEnd, LayerSlice, LayerStack (docs/ir.md,
  *     "Repeated blocks"; verify_loop.c);
  *   ir_verify_update: UpdateSlice, its storage's sharding (verify_update.c);
- *   ir_verify_grad: Grad, before the autodiff pass (verify_update.c). */
+ *   ir_verify_grad: Grad, before the autodiff pass (verify_update.c);
+ *   ir_verify_perm: CollectivePermute, its axis, shift and operand (permute.c). */
 #define X(e, s, arm, lo, hi, tr)                                                             \
     bool ir_verify_##arm(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, \
                          size_t why_size);

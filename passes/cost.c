@@ -122,7 +122,8 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
             }
             main_t += t;
             end = main_t;
-            if (ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE)
+            if ((ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE) ||
+                ir_op_has_trait(op->kind, IR_TRAIT_TRANSFER)) /* a pipeline's hop */
                 exposed += t;
         }
         if (op->kind == IR_OP_MESHSLICE && op->cost.valid) /* the loop's communication not hidden */

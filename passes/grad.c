@@ -84,7 +84,7 @@ static void no_rule(ad_ctx *g, const ir_op *op)
 }
 
 /* The arms without rules: collectives and MeshSlice exist only after
- * propagate, a state write has no gradient, and a Grad on the path of
+ * propagate, CollectivePermute only after the pipeline pass, a state write has no gradient, and a Grad on the path of
  * another is derived first (autodiff.c goes in program order). */
 #define NO_RULE(arm)                                                    \
     void ad_rule_##arm(ad_ctx *g, ir_op *op, const ad_adjoint *dc)      \
@@ -96,6 +96,7 @@ NO_RULE(coll)
 NO_RULE(ms)
 NO_RULE(update)
 NO_RULE(grad)
+NO_RULE(perm)
 #undef NO_RULE
 
 /* The adjoint rules of the ops from `last` back to (not including) `stop`;

@@ -143,7 +143,7 @@ ir_value *ad_materialise(ad_ctx *g, ir_value *v);
  *   ad_rule_ew: the chain rule on the expression tree, summed over the
  *     labels an operand was broadcast along (grad_ew.c);
  *   ad_rule_loop: at a LoopEnd, the backward loop (grad_loop.c);
- *   the others (collectives, MeshSlice, UpdateSlice, Grad) have none: the
+ *   the others (collectives, MeshSlice, UpdateSlice, Grad, CollectivePermute) have none: the
  *     sweep runs before propagate, and a state write or a second Grad on
  *     the path is an error, reported, g->ok cleared (grad.c). */
 #define X(e, s, arm, lo, hi, tr) void ad_rule_##arm(ad_ctx *g, ir_op *op, const ad_adjoint *dc);

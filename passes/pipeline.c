@@ -33,7 +33,11 @@
  *    SC'21) each item runs one of the stage's v chunks (--chunks, default
  *    2) of |L| / (Z v) layers, stage z holding model chunks z, z + Z, ...
  *    (pipe.chunks; the runtime deals the stacked layers block-cyclically),
- *    which needs |L| a multiple of Z v and M a multiple of Z.
+ *    which needs |L| a multiple of Z v and M a multiple of Z;
+ *  - puts a CollectivePermute at each stage boundary, after the forward
+ *    loop (the activation to stage z+1) and the backward loop (its
+ *    gradient to z-1), which the cost pass prices as one hop and codegen
+ *    runs as the stages' sends and receives (pipeline_permute.c).
  *
  * What runs where (the first stage embeds, the last computes the loss,
  * every stage its layers) and the gradient accumulation are codegen's
@@ -48,6 +52,7 @@
 #include "pass.h"
 #include "pipe_work.h"
 #include "pipeline.h"
+#include "pipeline_permute.h"
 #include "pipeline_split.h"
 
 /* A count as the command line takes it: decimal digits, no sign, no
@@ -515,7 +520,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     pp->batch_dim = B;
     pp->batch_size = batch;
     m->dims[B].size = batch / M;
-    return 0;
+    return pass_pipeline_permutes(ctx, m);
 }
 
 /* Zero-bubble's per-stage times of the (split) module at M microbatches

@@ -62,6 +62,18 @@ static cost_coll_time finish(double lat, double bw, double v)
     return r;
 }
 
+cost_coll_time cost_hop_time(const cost_hw *hw, double bytes, bool dcn)
+{
+    cost_coll_time r = {0};
+    double lat = dcn ? 0 : hw->ici_latency, bw = dcn ? hw->dcn_bw : hw->ici_oneway_bw;
+    r.t_latency = lat;
+    r.t_bandwidth = bw > 0 ? bytes / bw : 0;
+    r.time = r.t_latency + r.t_bandwidth;
+    r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
+    r.crossover = lat * bw;
+    return r;
+}
+
 /* Hops along axis i (the longest path: |X|/2 on a ring, |X|-1 on a line);
  * 0 for an axis of one device.  `*wraps` says which case applies. */
 static double axis_hops(const cost_hw *hw, const int64_t *sizes, const bool *ovr, int i, bool *wraps)

@@ -15,6 +15,9 @@
  *                ICI, seed 002 "beta ~ 8", so it hides under the transfer).
  *   Slice        a local copy of the kept block: 2 * result bytes / W_hbm.
  *   MeshSlice    the pipelined loop of meshslice_cost.c.
+ *   CollectivePermute  one hop per position shifted: cost_hop_time (the
+ *                pipeline's stage-to-stage transfer, seed 001's latency
+ *                plus the block over one link's one-way bandwidth).
  * On a calibrated profile (hw->measured) the same ops use the measured
  * curves and fits instead of the peak figures, scaled by the core
  * contention (docs/cost-model.md, "How the cost pass uses it").
@@ -431,6 +434,31 @@ static void cost_op_coll(const ir_module *m, const cost_hw *hw, const ir_op *op,
     double p = group_size(m, op);
     double share = p > 1 ? (p - 1) / p : 0; /* what leaves this device */
     c->comm_bytes = (op->kind == IR_OP_ALLREDUCE ? 2 : 1) * v * share;
+    c->hbm_bytes = io->in + io->out;
+    c->t_memory = c->hbm_bytes / hw->hbm_bw;
+    c->t_comm = ct.time;
+    c->time = ct.time;
+    c->bound = ct.bound;
+}
+
+/* CollectivePermute: each device sends its block at most one way, all
+ * pairs at once, so the op takes one transfer of the block: one hop when
+ * the shift is one position (cost_hop_time, seed 001), else |delta| hops
+ * of latency (the block is forwarded link by link).  Its bytes are read
+ * and written once. */
+static void cost_op_perm(const ir_module *m, const cost_hw *hw, const ir_op *op, const op_io *io, ir_cost *c)
+{
+    int a = op->u.perm.axis;
+    bool dcn = a >= 0 && a < m->mesh.naxes && m->mesh.axes[a].dcn;
+    double bytes = (double)ir_local_bytes(m, &op->operands[0]->type);
+    cost_coll_time ct = cost_hop_time(hw, bytes, dcn);
+    int d = op->u.perm.delta < 0 ? -op->u.perm.delta : op->u.perm.delta;
+    if (d > 1) {
+        ct.t_latency *= d;
+        ct.time = ct.t_latency + ct.t_bandwidth;
+        ct.bound = ct.t_bandwidth > ct.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
+    }
+    c->comm_bytes = bytes;
     c->hbm_bytes = io->in + io->out;
     c->t_memory = c->hbm_bytes / hw->hbm_bw;
     c->t_comm = ct.time;

@@ -242,6 +242,20 @@ cost_coll_time cost_allreduce_time(const cost_hw *hw, const int64_t *sizes, int 
 cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int naxes,
                                   const bool *wrap_override, double local_bytes);
 
+/*
+ * One point-to-point transfer of `bytes` to a neighbouring device, one hop
+ * (a CollectivePermute by one position; a pipeline's stage-to-stage
+ * transfer): over ICI one link one way plus a hop's latency, T = T_min +
+ * bytes / W_1way (seed 001: a hop's latency and one link's one-way
+ * bandwidth), or with `dcn` the chip's share of the data-center network,
+ * bytes / W_dcn (seed 000; the profiles hold no DCN latency).  The terms
+ * add (the transfer starts after the hop's latency); `bound` is the larger
+ * and `crossover` the size at which they are equal.  The one formula of a
+ * hop: the cost of a CollectivePermute (cost_op.c) and a schedule's t_p2p
+ * (pipe_work_hop) are both this.
+ */
+cost_coll_time cost_hop_time(const cost_hw *hw, double bytes, bool dcn);
+
 /* Most physical links one collective's group spans: every mesh axis
  * folded over up to IR_MAX_PHYS torus axes. */
 #define COST_MAX_LINKS (IR_MAX_AXES * IR_MAX_PHYS)

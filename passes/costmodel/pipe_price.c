@@ -19,6 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* One stage-to-stage transfer: as the cost pass priced the module's
+ * CollectivePermute when it has one (a compiled pipelined module), else
+ * the same formula on the carried activation's bytes. */
+static double hop_of(const pipe_work *w, const cost_hw *hw, bool dcn)
+{
+    return w->hop >= 0 ? w->hop : pipe_work_hop(hw, w->carry_bytes, dcn);
+}
+
 /* Per-stage times of w on Z stages of k layers each into p (arrays of Z
  * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
  * zero-bubble) the backward is B and W together. */
@@ -102,7 +110,7 @@ int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, i
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    pp_params pp = {.stages = z, .microbatches = mb, .chunks = v, .t_p2p = pipe_work_hop(hw, w->carry_bytes, dcn)};
+    pp_params pp = {.stages = z, .microbatches = mb, .chunks = v, .t_p2p = hop_of(w, hw, dcn)};
     stage_times(&pp, arr ? arr : own, w, z, k, s == PP_ZERO_BUBBLE);
     if (used)
         *used = pp;
@@ -138,7 +146,7 @@ int pipe_price_forward(const pipe_work *w, const cost_hw *hw, int z, int64_t k, 
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    double hop = pipe_work_hop(hw, w->carry_bytes, dcn), busy = 0;
+    double hop = hop_of(w, hw, dcn), busy = 0;
     for (int m = 0; m < mb; m++)
         for (int s = 0; s < z; s++) {
             double tf = (double)k * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);

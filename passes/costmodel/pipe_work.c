@@ -170,6 +170,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
     if (find_loops(m, forward, &fwd, &bwd, &wloop, err, errlen) != 0)
         return -1;
     int ldim = fwd->u.loop.dim;
+    w->hop = -1;
     w->layers = m->dims[ldim].size;
     bool *in_b = calloc((size_t)m->nvalues + 1, sizeof *in_b);
     if (!in_b || (bwd && (mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
@@ -189,6 +190,11 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
             after_fwd = true;
         if (op->kind == IR_OP_LAYERSTACK && op->loop == fwd)
             w->act_layer += (double)ir_local_bytes(m, &op->operands[0]->type);
+        if (op->kind == IR_OP_PERMUTE) { /* a stage boundary's transfer: the schedule's hop */
+            if (op->u.perm.delta > 0 && op->cost.valid)
+                w->hop = op->cost.time;
+            continue;
+        }
         if (op->cost.valid)
             add_op(w, op, fwd, bwd, wloop, before_bwd, after_fwd, in_b, ldim);
         if (op == bwd)
@@ -226,7 +232,5 @@ int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t err
 
 double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn)
 {
-    if (dcn)
-        return bytes / hw->dcn_bw;
-    return hw->ici_latency + bytes / hw->ici_oneway_bw;
+    return cost_hop_time(hw, bytes, dcn).time;
 }

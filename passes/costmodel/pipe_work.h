@@ -35,6 +35,12 @@ typedef struct pipe_work {
      * stage updates its share) and of the others. */
     double update_stacked, update_other;
     double carry_bytes;              /* the activation one stage hands the next */
+    /* Seconds of one stage-to-stage transfer as the cost pass priced the
+     * module's forward CollectivePermute (a compiled pipelined module,
+     * passes/pipeline_permute.c), which pipe_price then uses as t_p2p;
+     * -1 when the module has none (not pipelined yet: pipe_price times
+     * carry_bytes by pipe_work_hop, the same formula). */
+    double hop;
     double act_layer;                /* activations the forward block keeps per layer */
     /* Bytes of the params and optimizer state, and of the params alone
      * (what their accumulated gradients take).  The stacked figures and
@@ -62,7 +68,8 @@ int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t err
 /* Seconds to move `bytes` one hop between neighbouring stages: one ICI
  * link one way plus a hop's latency (seed 001, "one hop"), or the chip's
  * share of the data-center network when the stages are pods (`dcn`, seed
- * 000). */
+ * 000): cost_hop_time's, the cost of the CollectivePermute the pipeline
+ * pass puts at a stage boundary. */
 double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn);
 
 /* One (schedule, M) priced: seconds per step, bytes per device. */

@@ -17,7 +17,10 @@ gpipe and 1f1b and M = 1, 2, 4, 8:
   - GPipe holds M microbatches, 1F1B min(Z, M), and 1F1B's fullest stage
     needs less memory than GPipe's when M > Z; at M <= Z they agree;
   - the hop is one ICI link's (latency + bytes / one-way bandwidth), or
-    the chip's DCN share when the pipeline axis is `over dcn` (TPU v5p);
+    the chip's DCN share when the pipeline axis is `over dcn` (TPU v5p),
+    and so is the cost of each of the two CollectivePermutes at the stage
+    boundary (the activation forward, its gradient back), the same number
+    as the schedule's hop;
   - an unpipelined program has no totals.pipeline, and --dump-cost prints
     the pipeline section.
 Zero-bubble at M = 4, 8 prices the module whose backward loop the pipeline
@@ -43,13 +46,32 @@ check = Checks()
 Z = 2
 
 
-def pipe_totals(einc, prog, hw, *extra):
-    """totals.pipeline of `prog` compiled with `extra`, or None."""
+def pipe_ir(einc, prog, hw, *extra):
+    """The --dump-ir=json of `prog` compiled with `extra`, or None."""
     rc, out, err = run(einc, prog, "--hw", hw, "--dump-ir=json", *extra)
     check(rc == 0, f"{os.path.basename(prog)} {' '.join(extra)} compiles ({err.strip()[:200]})")
-    if rc != 0:
-        return None
-    return json.loads(out)["totals"].get("pipeline")
+    return json.loads(out) if rc == 0 else None
+
+
+def pipe_totals(einc, prog, hw, *extra):
+    """totals.pipeline of `prog` compiled with `extra`, or None."""
+    ir = pipe_ir(einc, prog, hw, *extra)
+    return ir["totals"].get("pipeline") if ir else None
+
+
+def check_permutes(ir, want, what):
+    """The module's stage boundaries are two CollectivePermutes along Z, the
+    activation forward (+1, pairs 0->1) and its gradient back (-1, 1->0),
+    each priced at `want` seconds (seed 001's one hop), which is also the
+    schedule's hop (totals.pipeline.hop_time): one source."""
+    perms = [op for op in ir["ops"] if op["op"] == "CollectivePermute"]
+    got = [(op["axes"], op["delta"], op["pairs"], op["operands"][0]["tensor"]) for op in perms]
+    check(got == [(["Z"], 1, [[0, 1]], "H"), (["Z"], -1, [[1, 0]], "dH")],
+          f"{what}: a CollectivePermute_Z(+1) of H after the forward loop and (-1) of dH after the backward loop: {got}")
+    for op in perms:
+        t = op["cost"]["time"]
+        check(close(t, want, 1e-9), f"{what}: CollectivePermute_Z({op['delta']:+d}) costs {t:.6g} s = one hop {want:.6g} s")
+        check(t == ir["totals"]["pipeline"]["hop_time"], f"{what}: the permute's time is the schedule's hop")
 
 
 def close(a, b, rel):
@@ -129,19 +151,22 @@ def main():
     hw = json.load(open(os.path.join(src, "hw", "tpu-v5p.json")))
     m = 2
     carry = 512 // m // 2 * 256 * 4
-    ici = pipe_totals(einc, prog, "tpu-v5p", f"--microbatches={m}")
+    ici_ir = pipe_ir(einc, prog, "tpu-v5p", f"--microbatches={m}")
     with open(prog) as f:
         text = f.read()
     with tempfile.TemporaryDirectory() as d:
         dcn_prog = os.path.join(d, "pp_dcn.ein")
         with open(dcn_prog, "w") as f:
             f.write(text.replace("mesh Z = 2, X = 2", "mesh Z = 2 over dcn, X = 2"))
-        dcn = pipe_totals(einc, dcn_prog, "tpu-v5p", f"--microbatches={m}")
-    if ici and dcn:
+        dcn_ir = pipe_ir(einc, dcn_prog, "tpu-v5p", f"--microbatches={m}")
+    if ici_ir and dcn_ir:
+        ici, dcn = ici_ir["totals"]["pipeline"], dcn_ir["totals"]["pipeline"]
         want = hw["ici_latency"] + carry / hw["ici_oneway_bandwidth"]
         check(close(ici["hop_time"], want, 1e-9), f"ICI hop {ici['hop_time']:.6g} s = latency + bytes / link {want:.6g} s")
+        check_permutes(ici_ir, want, "ICI")
         want = carry / hw["dcn_bandwidth"]
         check(close(dcn["hop_time"], want, 1e-9), f"DCN hop {dcn['hop_time']:.6g} s = bytes / W_dcn {want:.6g} s")
+        check_permutes(dcn_ir, want, "DCN")
         check(dcn["pipeline_time"] > ici["pipeline_time"], "slower hops lengthen the pipeline")
 
     # Not pipelined: no pipeline member.  --dump-cost prints the section.

@@ -11,6 +11,12 @@ line; `--meshslice=off` when there is none) and compares:
       OP_AXES:TENSOR (the tensor of the value it moves), with the combining
       operator of a non-sum reduction in parentheses (`AllReduce_X(max):A`);
       `# expect: none` for no collective.  Several `# expect:` lines add up.
+      A pipeline's stage-to-stage CollectivePermute is written with its
+      shift, `CollectivePermute_Z(+1):H`.
+  # expect-cost: CollectivePermute_Z(+1):H 1.728 us; AllGather_X:W 94.7 us
+      the cost pass's time of inserted collectives, spelled as above, in
+      microseconds to 4 significant digits, separated by `;` (each must
+      be inserted; use a fixed --hw profile in the `# run:` line).
   # expect-types: Tmp[B_X, F_Y]; Act[B_X, F_Y]; Out[B_X, D]{U_Y}
       the result types of the compute ops (einsums, elementwise ops,
       gathers, reductions), in program order, separated by `;`.
@@ -34,13 +40,14 @@ import os
 import subprocess
 import sys
 
-COLLECTIVES = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll", "Slice"}
+COLLECTIVES = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll", "Slice", "CollectivePermute"}
 COMPUTE = {"Einsum", "Elementwise", "MeshSlice"}
 
 
 def directives(path):
     """{key: [values]} of the file's `# key: value` lines for the keys above."""
-    keys = ("expect", "expect-types", "expect-outputs", "expect-meshslice", "expect-error", "run")
+    keys = ("expect", "expect-types", "expect-outputs", "expect-meshslice", "expect-error", "expect-cost",
+            "run")
     found = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -52,7 +59,10 @@ def directives(path):
 
 
 def spell(op):
-    """`AllReduce_X(max):A` for an inserted collective of the JSON dump."""
+    """`AllReduce_X(max):A` for an inserted collective of the JSON dump,
+    `CollectivePermute_Z(+1):H` for a permute."""
+    if op["op"] == "CollectivePermute":
+        return "%s_%s(%+d):%s" % (op["op"], "".join(op["axes"]), op["delta"], op["operands"][0]["tensor"])
     red = op.get("reduce", "sum")
     return "%s_%s%s:%s" % (op["op"], "".join(op["axes"]), "" if red == "sum" else "(%s)" % red,
                            op["operands"][0]["tensor"])
@@ -91,6 +101,15 @@ def check(einc, path):
     for op in colls:
         if not (op.get("reason") or "").startswith("for "):
             errors.append("%s has no reason: %r" % (spell(op), op.get("reason")))
+    if "expect-cost" in d:
+        got = {}
+        for op in colls:
+            got.setdefault(spell(op), []).append("%.4g us" % (op.get("cost", {}).get("time", float("nan")) * 1e6))
+        for want in split_list(d["expect-cost"], ";"):
+            name, _, t = want.partition(" ")
+            if t.strip() not in got.get(name, []):
+                errors.append("cost of %s\n  got  %s\n  want %s" % (name, ", ".join(got.get(name, [])) or "none",
+                                                                   t.strip()))
     if "expect-types" in d:
         got = [op["result"]["type"] for op in ir["ops"] if op["op"] in COMPUTE]
         want = split_list(d["expect-types"], ";")

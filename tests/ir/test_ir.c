@@ -711,6 +711,75 @@ static void test_einsum_rule(void)
     teardown(&f);
 }
 
+/* CollectivePermute (ir.h, the perm arm): a shift along one mesh axis of
+ * a value that axis does not split; the verifier rejects an axis the mesh
+ * lacks, a shift of 0 or of the axis' size or more, and an operand split
+ * over (or partial over) the axis; the printers list the pairs. */
+static void test_verify_permute(void)
+{
+    fixture f;
+    setup(&f);
+    ir_type ta = type2(&f, f.I, "Y", f.J, "");
+    ir_value *a = ir_value_new(f.m, "A", IR_VAL_INPUT, &ta, 0);
+    ir_value *r = ir_value_new(f.m, "A", IR_VAL_OP, &ta, 0);
+    ir_op *op = ir_op_new(f.m, IR_OP_PERMUTE, 1, &a, r, 0);
+    op->u.perm.axis = 0;
+    op->u.perm.delta = 1;
+    ir_op_append(f.m, op);
+    ir_output_add(f.m, "A", r, 0);
+    CU_ASSERT_EQUAL(verify(&f), 0);
+    CU_ASSERT_EQUAL(ir_perm_target(f.m, op, 0), 1);
+    CU_ASSERT_EQUAL(ir_perm_target(f.m, op, 1), -1);
+    char *text = dump(f.m, ir_print);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "A.1[I_Y, J] = CollectivePermute_X(+1: 0->1) A[I_Y, J]"));
+    free(text);
+    op->u.perm.cyclic = true;
+    CU_ASSERT_EQUAL(ir_perm_target(f.m, op, 1), 0);
+    cJSON *root = dump_json(f.m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    char *js = cJSON_PrintUnformatted(root);
+    CU_ASSERT_PTR_NOT_NULL(strstr(js, "\"op\":\"CollectivePermute\",\"phase\":\"forward\",\"axes\":[\"X\"],"
+                                      "\"delta\":1,\"cyclic\":true,\"pairs\":[[0,1],[1,0]]"));
+    free(js);
+    cJSON_Delete(root);
+    op->u.perm.cyclic = false;
+    static const struct {
+        int axis, delta;
+        const char *why;
+    } bad[] = {
+        {4, 1, "CollectivePermute along mesh axis 4, which the mesh (2 axes) does not have"},
+        {-1, 1, "which the mesh (2 axes) does not have"},
+        {0, 2, "CollectivePermute_X shifts by 2, but along X (2 devices) a shift is 1 to 1 positions"},
+        {0, -2, "shifts by -2"},
+        {0, 0, "shifts by 0"},
+        {1, 1, "CollectivePermute_Y moves blocks along Y, which splits its operand"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        op->u.perm.axis = bad[k].axis;
+        op->u.perm.delta = bad[k].delta;
+        fclose(f.d.out);
+        free(f.errs);
+        f.errs = NULL;
+        f.d.out = open_memstream(&f.errs, &f.errs_len);
+        CU_ASSERT_EQUAL(verify(&f), 1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, bad[k].why));
+    }
+    /* Partial sums over the axis cannot move either. */
+    ir_type tu = type2(&f, f.I, "", f.J, "");
+    tu.sh.unreduced = 1u << 0;
+    a->type = tu;
+    r->type = tu;
+    op->u.perm.axis = 0;
+    op->u.perm.delta = -1;
+    fclose(f.d.out);
+    free(f.errs);
+    f.errs = NULL;
+    f.d.out = open_memstream(&f.errs, &f.errs_len);
+    CU_ASSERT(verify(&f) >= 1); /* the output holding partial sums is a second error */
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.errs, "CollectivePermute_X moves blocks along X"));
+    teardown(&f);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -724,6 +793,7 @@ void einc_register_tests(void)
         {"verify_bad_values", test_verify_bad_values},
         {"verify_collectives", test_verify_collectives},
         {"verify_per_axis", test_verify_per_axis},
+        {"verify_permute", test_verify_permute},
         {"verify_constraint", test_verify_constraint},
         {"verify_loops", test_verify_loops},
         {"verify_stacks", test_verify_stacks},
