@@ -11,6 +11,8 @@ other params (--draft-input).  Checks, on the threads runtime (and with
    of plain decoding of the target compiled with T = 1, for 4 rows with
    different prompts advancing in lockstep, with both N and the rounds'
    lengths varied;
+ - a draft compiled without a mesh (each device runs all of it) gives
+   the same greedy tokens;
  - a draft with the target's params is always accepted: acceptance rate
    1.00 and K + 1 tokens per target run;
  - sampled (temperature 1.5, and with top-k 6): the first two tokens of
@@ -141,6 +143,20 @@ def main():
                          "greedy speculative (K = 3, 4 rows) equals greedy decoding, N = %d%s"
                          % (n, " (acceptance %s, %s tokens per run)" % m.groups() if m else ""),
                          "plain:\n%s\nspeculative:\n%s" % (want, got))
+        # A draft on one device (no mesh): every device runs all of it.
+        solo = path("lm_solo.ein")
+        with open(solo, "w") as f:
+            f.write(re.sub(r"_[XY]", "", LM.replace("mesh X = 2, Y = 2\n", "")))
+        if compile_ok(tally, "einc --draft (one device)", [a.einc, src, "--draft", solo,
+                                                           "--draft-define", "T=1", "-o",
+                                                           path("spec_solo")]):
+            rc1, want = run([plain] + tgt + gen + ["--generate", "9"])
+            rc2, got = run([path("spec_solo"), "--speculate", "3"] + tgt + drf + gen +
+                           ["--generate", "9"])
+            tally.result(rc1 == 0 and rc2 == 0 and
+                         printed_tokens(got, 4) == printed_tokens(want, 4),
+                         "a one-device draft beside a 2x2 target: greedy decoding's tokens",
+                         want + got)
         rc, out = run([spec, "--speculate", "3"] + tgt + same + gen + ["--generate", "12"])
         tally.result(rc == 0 and "acceptance rate 1.00, 4.00 tokens per target run" in out,
                      "a draft equal to the target is always accepted", out)
