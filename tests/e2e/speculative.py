@@ -24,8 +24,9 @@ other params (--draft-input).  Checks, on the threads runtime (and with
  - the same seed gives the same tokens;
  - bad flags: --speculate in an executable without a draft, K + 1 other
    than the window, K = 0, --draft-input without --speculate, a window
-   that does not fit the cache; and a draft whose vocabulary differs is a
-   compile error at its output line.
+   that does not fit the cache; a draft whose vocabulary differs is a
+   compile error at its output line, one on another mesh at its mesh line;
+   --draft with -c, and --draft-define without --draft, are bad usage.
 The last line is `N passed, N failed`.
 
 Usage: speculative.py --einc PATH [--mpi --mpirun PATH]
@@ -251,6 +252,18 @@ def main():
         tally.result(rc == 1 and "lm_v32.ein:22:" in out and "must share the target's "
                      "vocabulary" in out, "a draft with another vocabulary is a compile error",
                      out)
+        mesh4 = path("lm_mesh4.ein")
+        with open(mesh4, "w") as f:
+            f.write(LM.replace("mesh X = 2, Y = 2", "mesh X = 4, Y = 1"))
+        rc, out = run([a.einc, src, "--draft", mesh4, "--draft-define", "T=1", "-o", path("x")])
+        tally.result(rc == 1 and "lm_mesh4.ein:1:" in out and "its mesh must be the target's"
+                     in out, "a draft on another mesh is a compile error", out)
+        for args, needle in ((["--draft", src, "-c", "-o", path("x.o")],
+                              "--draft links a draft into an executable"),
+                             (["--draft-define", "T=1", "-o", path("x")],
+                              "--draft-define needs --draft FILE.ein")):
+            rc, out = run([a.einc, src] + args)
+            tally.result(rc == 2 and needle in out, "einc refuses: " + needle, out)
 
         if a.mpi:
             mspec = path("spec_mpi")
