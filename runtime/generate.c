@@ -306,8 +306,7 @@ void rt_generate_release(rt_generate *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Whether `token` is one of the --stop-token ids. */
-static int is_stop(const rt_generate *g, int32_t token)
+int rt_generate_is_stop(const rt_generate *g, int32_t token)
 {
     for (int i = 0; i < g->nstop; i++)
         if (token == g->stop[i])
@@ -351,12 +350,12 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
         live = 0;
         for (int64_t b = 0; b < g->batch; b++) {
             int32_t *row = ids + b * len;
-            if (s >= g->prompt_len && (row[s] < 0 || is_stop(g, row[s]))) {
+            if (s >= g->prompt_len && (row[s] < 0 || rt_generate_is_stop(g, row[s]))) {
                 row[s + 1] = -1; /* ended at its stop token */
                 continue;
             }
             row[s + 1] = next[b];
-            live += !is_stop(g, row[s + 1]);
+            live += !rt_generate_is_stop(g, row[s + 1]);
         }
     }
     /* Positions never reached (every sequence ended) stay -1 too. */
@@ -381,7 +380,7 @@ int64_t rt_generate_print_tokens(FILE *f, const rt_generate *g)
         for (int64_t s = g->prompt_len; s < len && row[s] >= 0; s++) {
             if (b < 16)
                 fprintf(f, " %d", row[s]);
-            ended += is_stop(g, row[s]);
+            ended += rt_generate_is_stop(g, row[s]);
         }
         if (b < 16)
             fputc('\n', f);

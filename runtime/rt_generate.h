@@ -226,6 +226,8 @@ int rt_generate_prompt_header(const rt_options *o, rt_generate *g, char *err, si
  * prompt), once g->batch, g->prompt_len and g->n are set.  -1 and a
  * message. */
 int rt_generate_read_prompt(const rt_options *o, rt_generate *g, char *err, size_t errlen);
+/* Whether `token` is one of the --stop-token ids. */
+int rt_generate_is_stop(const rt_generate *g, int32_t token);
 /* Root: prints "tokens b: ..." for the first 16 rows of g->ids (up to a
  * -1); returns how many tokens made were --stop-token ids. */
 int64_t rt_generate_print_tokens(FILE *f, const rt_generate *g);

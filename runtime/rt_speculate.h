@@ -23,6 +23,7 @@ typedef struct rt_speculate {
     rt_generate dgen;            /* the draft's interface: tokens, position, logits, B, V */
     /* Root, after the run. */
     int64_t rounds;              /* target verification runs (after the prefill) */
+    int64_t made;                /* tokens made per row: N, or fewer when every row stopped */
     int64_t draft_runs;          /* draft runs, its prefill included */
     int64_t accepted;            /* draft tokens accepted, summed over the rows */
     int64_t tested;              /* draft tokens tested (up to each row's first rejection) */

@@ -57,6 +57,11 @@
  * T0 + N - 1 + K positions (the last window starts at T0 + N - 2 at
  * most); prepare checks it.
  *
+ * Stop tokens: a row that makes a --stop-token runs on in the lockstep (its
+ * tokens are valid ids, its outputs unused); the loop ends when every row
+ * has made one, and the tokens after each row's stop are -1, as
+ * --generate leaves them.
+ *
  * Draws: u = rt_sample_uniform(seed, r, b * (2K + 2) + slot) in round r,
  * row b: slots 0..K-1 the draft's samples, K..2K-1 the acceptance tests,
  * 2K the residual or the extra token: reproducible from --seed, distinct
@@ -293,6 +298,38 @@ static int64_t verify(spec_run *r, void *const *in, void *const *out, int32_t *w
     return made;
 }
 
+/* Whether every row has made a --stop-token among ids[T0 .. n). */
+static int all_stopped(const spec_run *r, int64_t n)
+{
+    for (int64_t b = 0; b < r->g->batch; b++) {
+        int64_t t = r->g->prompt_len;
+        while (t < n && !rt_generate_is_stop(r->g, r->ids[b * r->len + t]))
+            t++;
+        if (t == n)
+            return 0;
+    }
+    return 1;
+}
+
+/* -1 after each row's first stop token and past the last token made, as
+ * --generate leaves them; returns the longest row's tokens (its stop
+ * token included). */
+static int64_t mark_ended(spec_run *r, int64_t n)
+{
+    int64_t longest = 0;
+    for (int64_t b = 0; b < r->g->batch; b++) {
+        int32_t *row = r->ids + b * r->len;
+        int64_t t = r->g->prompt_len;
+        while (t < n && !rt_generate_is_stop(r->g, row[t]))
+            t++;
+        t = t < n ? t + 1 : n;
+        longest = t - r->g->prompt_len > longest ? t - r->g->prompt_len : longest;
+        for (; t < r->len; t++)
+            row[t] = -1;
+    }
+    return longest;
+}
+
 void rt_speculate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out)
 {
     const rt_program *p = job->prog;
@@ -327,8 +364,12 @@ void rt_speculate_device(rt_device *dev, rt_job *job, void *const *in, void *con
             s->first_time = rt_now() - t0;
         n += made;
         round++;
+        if (g->nstop > 0 && all_stopped(&r, n))
+            break; /* every row has ended (an ended row runs on with its own tokens) */
     }
+    int64_t longest = mark_ended(&r, n);
     if (dev->id == 0) {
+        s->made = longest;
         memcpy(g->ids, r.ids, (size_t)(B * r.len) * sizeof *r.ids);
         s->rounds = round;
         s->total_time = rt_now() - t0;

@@ -36,7 +36,7 @@ static int is_window_logits(const rt_tensor_desc *t)
 /* The flags a speculative run does not take. */
 static int check_flags(const rt_options *o, char *err, size_t errlen)
 {
-    const char *flag = o->nstop ? "--stop-token" : o->prompt_cached ? "--prompt-cached"
+    const char *flag = o->prompt_cached ? "--prompt-cached"
                        : o->check ? "--check" : o->trace ? "--trace" : o->profile ? "--profile"
                                                                         : NULL;
     if (flag)
@@ -190,23 +190,26 @@ int rt_speculate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
 {
     const rt_generate *g = job->gen;
     const rt_speculate *s = g->spec;
-    rt_generate_print_tokens(f, g);
+    int64_t ended = rt_generate_print_tokens(f, g), made = s->made;
     double decode = s->total_time - s->prefill_time;
-    fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens, %s, speculative): "
-               "time to first token %.3f ms, time per output token %.3f ms, %.1f tokens/s (%s "
-               "backend, %lld devices)\n", (long long)g->n, (long long)g->batch,
-            (long long)g->prompt_len, g->sampling.temperature > 0 ? "sampled" : "greedy",
-            1e3 * s->first_time, 1e3 * decode / (double)g->n,
-            (double)(g->batch * g->n) / decode, job->launcher->name,
+    char stops[64] = "";
+    if (g->nstop > 0)
+        snprintf(stops, sizeof stops, ", %lld ended at a stop token", (long long)ended);
+    fprintf(f, "generated %lld tokens for %lld sequences (prompt %lld tokens, %s%s, "
+               "speculative): time to first token %.3f ms, time per output token %.3f ms, %.1f "
+               "tokens/s (%s backend, %lld devices)\n", (long long)made, (long long)g->batch,
+            (long long)g->prompt_len, g->sampling.temperature > 0 ? "sampled" : "greedy", stops,
+            1e3 * s->first_time, 1e3 * decode / (double)made,
+            (double)(g->batch * made) / decode, job->launcher->name,
             (long long)rt_mesh_size(job->prog));
     double rate = s->tested > 0 ? (double)s->accepted / (double)s->tested : 0;
-    double per_run = s->rounds > 0 ? (double)g->n / (double)s->rounds : 0;
-    double plain = s->rounds > 0 ? (double)g->n * s->target_time / (double)s->rounds : 0;
+    double per_run = s->rounds > 0 ? (double)made / (double)s->rounds : 0;
+    double plain = s->rounds > 0 ? (double)made * s->target_time / (double)s->rounds : 0;
     fprintf(f, "speculative: K=%lld, acceptance rate %.2f, %.2f tokens per target run (%lld "
                "target runs, %lld draft runs), speed-up %.2fx over plain decoding of the same "
                "program (estimated: %lld target runs of %.3f ms)\n", (long long)s->k, rate,
             per_run, (long long)s->rounds, (long long)s->draft_runs,
-            decode > 0 ? plain / decode : 0, (long long)g->n,
+            decode > 0 ? plain / decode : 0, (long long)made,
             s->rounds > 0 ? 1e3 * s->target_time / (double)s->rounds : 0);
     return rt_generate_write_ids(job, err, errlen);
 }

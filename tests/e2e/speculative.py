@@ -11,6 +11,7 @@ other params (--draft-input).  Checks, on the threads runtime (and with
    of plain decoding of the target compiled with T = 1, for 4 rows with
    different prompts advancing in lockstep, with both N and the rounds'
    lengths varied;
+ - --stop-token: the same tokens, -1s and counts as plain decoding's;
  - a draft compiled without a mesh (each device runs all of it) gives
    the same greedy tokens;
  - a draft with the target's params is always accepted: acceptance rate
@@ -144,6 +145,21 @@ def main():
                          "greedy speculative (K = 3, 4 rows) equals greedy decoding, N = %d%s"
                          % (n, " (acceptance %s, %s tokens per run)" % m.groups() if m else ""),
                          "plain:\n%s\nspeculative:\n%s" % (want, got))
+        # Stop tokens: the same -1s and early end as --generate's.
+        rc, out = run([plain] + tgt + gen + ["--generate", "12"])
+        made = [t for row in printed_tokens(out, 4) for t in row]
+        stop = str(max(set(made), key=made.count))  # the commonest token
+        outs = []
+        for exe, extra in ((plain, []), (spec, ["--speculate", "3"] + drf)):
+            rc, out = run([exe] + extra + tgt + gen + ["--generate", "12", "--stop-token", stop,
+                                                       "--generated", path("stop.npy")])
+            outs.append((rc, np.load(path("stop.npy")) if rc == 0 else None, out))
+        ok = all(o[0] == 0 for o in outs) and np.array_equal(outs[0][1], outs[1][1])
+        counts = [re.search(r"generated (\d+) tokens.*?(\d+) ended at a stop token", o[2])
+                  for o in outs]
+        tally.result(ok and all(counts) and counts[0].groups() == counts[1].groups(),
+                     "--stop-token %s: speculative --generated equals --generate's" % stop,
+                     "\n".join(o[2] for o in outs))
         # A draft on one device (no mesh): every device runs all of it.
         solo = path("lm_solo.ein")
         with open(solo, "w") as f:
