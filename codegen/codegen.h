@@ -37,6 +37,16 @@ typedef struct cg_options {
     const char *source_name;  /* the .ein path, embedded for --info */
     const char *info;         /* the --dump-ir text, embedded for --info; may be NULL */
     const char *hw_name;      /* profile the cost pass used, embedded for --profile; may be NULL */
+    /* The exported rt_program's symbol; NULL: "einc_program", the one the
+     * runtime's main() runs.  A companion program (a speculative-decoding
+     * draft, docs/codegen.md "Companion programs") is emitted with -c as
+     * "einc_program_draft", its reference and run functions named after it
+     * and kept inside its object, so it links beside the main program. */
+    const char *symbol;
+    /* Objects linked into an executable besides the program's own (a
+     * companion's, written with `symbol` set); at most 2, not owned. */
+    const char *const *extra_objs;
+    int nextra_objs;
 } cg_options;
 
 /* Emits `m` (propagated, verified) with `reference` (the same program

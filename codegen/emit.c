@@ -299,12 +299,21 @@ static int write_executable(unit *prog, unit *ref, const cg_options *opts)
         pthread_join(thread, NULL);
     int rc = report(d, err) | report(d, job.error);
     if (rc == 0) {
-        const char *objs[2] = {obj[0], obj[1]};
-        rc = cg_link(objs, nobj, opts, d);
+        const char *objs[4] = {obj[0], obj[1]};
+        int n = nobj;
+        for (int i = 0; i < opts->nextra_objs && i < 2; i++)
+            objs[n++] = opts->extra_objs[i];
+        rc = cg_link(objs, n, opts, d);
     }
     for (int i = 0; i < nobj; i++)
         unlink(obj[i]);
     return rc;
+}
+
+/* The exported rt_program's name (cg_options.symbol). */
+static const char *program_symbol(const cg_options *opts)
+{
+    return opts->symbol ? opts->symbol : "einc_program";
 }
 
 /* One object or .ll: the reference (if `ref`, sharing prog's context) is
@@ -322,7 +331,9 @@ static int write_one_file(unit *prog, unit *ref, const cg_options *opts)
         if (LLVMLinkModules2(prog->c.mod, from))
             err = errorf("internal error: cannot link the reference program's module");
         /* Only the sharded program's rt_program names it. */
-        LLVMValueRef g = LLVMGetNamedGlobal(prog->c.mod, "einc_program_reference");
+        char ref_name[128];
+        snprintf(ref_name, sizeof ref_name, "%s_reference", program_symbol(opts));
+        LLVMValueRef g = LLVMGetNamedGlobal(prog->c.mod, ref_name);
         if (!err && g) {
             LLVMSetVisibility(g, LLVMDefaultVisibility);
             LLVMSetLinkage(g, LLVMPrivateLinkage);
@@ -343,18 +354,23 @@ static int build(unit *prog, unit *ref, ir_module *m, ir_module *reference,
     diag_ctx *d = prog->c.d;
     int before = d->nerrors;
     LLVMValueRef decl = NULL;
+    const char *sym = program_symbol(opts);
+    char ref_name[128], run_name[128], ref_run[128];
+    snprintf(ref_name, sizeof ref_name, "%s_reference", sym);
+    /* The main program keeps its names (einc_run, docs/codegen.md). */
+    snprintf(run_name, sizeof run_name, "%s_run", opts->symbol ? sym : "einc");
+    snprintf(ref_run, sizeof ref_run, "%s_run_reference", opts->symbol ? sym : "einc");
     if (ref) {
-        LLVMValueRef g = build_program(&ref->c, reference, NULL, "einc_run_reference",
-                                       "einc_program_reference", false, opts);
+        LLVMValueRef g = build_program(&ref->c, reference, NULL, ref_run, ref_name, false, opts);
         if (!g)
             return -1;
         LLVMSetLinkage(g, LLVMExternalLinkage);
         LLVMSetVisibility(g, LLVMHiddenVisibility);
-        decl = LLVMAddGlobal(prog->c.mod, prog->c.t.program, "einc_program_reference");
+        decl = LLVMAddGlobal(prog->c.mod, prog->c.t.program, ref_name);
         LLVMSetGlobalConstant(decl, 1);
         LLVMSetVisibility(decl, LLVMHiddenVisibility);
     }
-    if (!build_program(&prog->c, m, decl, "einc_run", "einc_program", true, opts) ||
+    if (!build_program(&prog->c, m, decl, run_name, sym, true, opts) ||
         d->nerrors != before)
         return -1;
     if (verify(prog) != 0 || (ref && verify(ref) != 0))

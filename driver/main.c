@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "analyze.h"
 #include "analyze_pipe.h"
 #include "autotune.h"
 #include "calibrate.h"
 #include "codegen.h"
+#include "companion.h"
 #include "cost.h"
 #include "driver.h"
 #include "frontend.h"
@@ -63,6 +65,9 @@ typedef struct options {
     /* The last --microbatches=M, --schedule=S and --chunks=v as given: when compiling,
      * the pipeline pass's options (passes/pipeline.c). */
     const char *pipe_args[3];
+    const char *draft;            /* --draft FILE.ein: a speculative-decoding draft (companion.c) */
+    fe_define draft_defines[DRV_MAX_DEFINES]; /* --draft-define NAME=VALUE: the draft's -D */
+    int ndraft_defines;
 } options;
 
 static void usage(FILE *out)
@@ -102,6 +107,9 @@ static void usage(FILE *out)
           "  --einsum-unroll=N     run a binary einsum that sums at most N products per\n"
           "                        element as a loop nest, not a GEMM (default 8; 0: never;\n"
           "                        docs/codegen.md, \"Small contractions\")\n"
+          "  --draft FILE.ein      link FILE.ein's program into the executable as the draft\n"
+          "                        of speculative decoding (--speculate K; docs/generation.md)\n"
+          "  --draft-define NAME=VALUE  -D for the draft\n"
           "  --stream-min=BYTES|off  write a result of BYTES per device or more with\n"
           "                        non-temporal stores (default 4194304; off: never;\n"
           "                        docs/codegen.md, \"Streamed results\")\n"
@@ -166,6 +174,15 @@ static int parse_args(int argc, char **argv, options *o)
             if (!def)
                 return drv_bad_usage("einc", "%s needs NAME=VALUE", a);
             if (drv_define("einc", (char *)def, o->defines, &o->ndefines))
+                return 2;
+        } else if (strcmp(a, "--draft") == 0) {
+            if (++i >= argc)
+                return drv_bad_usage("einc", "%s needs a .ein file", a);
+            o->draft = argv[i];
+        } else if (strcmp(a, "--draft-define") == 0) {
+            if (++i >= argc)
+                return drv_bad_usage("einc", "%s needs NAME=VALUE", a);
+            if (drv_define("einc", argv[i], o->draft_defines, &o->ndraft_defines))
                 return 2;
         } else if (strncmp(a, "--load-pass=", 12) == 0) {
             if (o->nplugins >= MAX_PLUGINS)
@@ -429,6 +446,40 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
     return rc != 0;
 }
 
+/* --draft: compiles the draft (and its one-device reference) with its
+ * own -D, checks it against the target `m` and emits its object into
+ * obj[4096] (companion.c).  0, or 1 after reporting. */
+static int build_draft(const options *o, const ir_module *m, pass_manager *pm, const pass_ctx *ctx,
+                       const cg_options *co, char *obj)
+{
+    size_t len = 0;
+    char *src = drv_read_source(o->draft, "einc", &len);
+    if (!src)
+        return 1;
+    diag_ctx dd;
+    diag_init(&dd, o->draft, src, len);
+    dd.max_errors = o->max_errors;
+    pass_ctx dctx = *ctx;
+    dctx.diag = &dd;
+    options dopt = *o;
+    dopt.input = o->draft;
+    memcpy(dopt.defines, o->draft_defines, sizeof dopt.defines);
+    dopt.ndefines = o->ndraft_defines;
+    pass_manager dpm = *pm;
+    dpm.print_after = NULL;
+    dpm.print_after_all = false;
+    ir_module *d = compile(&dopt, src, len, false, NULL, &dpm, &dctx);
+    ir_module *ref = d ? compile(&dopt, src, len, true, NULL, &dpm, &dctx) : NULL;
+    int rc = d && ref && drv_companion_check(d, m, &dd, o->input) == 0 &&
+                     drv_companion_emit(d, ref, co, &dd, obj, 4096) == 0
+                 ? 0 : 1;
+    diag_finish(&dd);
+    ir_module_free(ref);
+    ir_module_free(d);
+    free(src);
+    return rc;
+}
+
 /* Renders the text dump into a malloc'd string (embedded for --info). */
 static char *dump_text(ir_module *m)
 {
@@ -506,8 +557,16 @@ int main(int argc, char **argv)
 
     /* -o must not replace an input (the source, a --hw file, a plugin) nor
      * anything but a regular file. */
-    const char *inputs[2 + MAX_PLUGINS] = {o.input};
+    if ((o.draft && (!o.output || o.emit != CG_EMIT_EXE)) || (o.ndraft_defines && !o.draft)) {
+        pass_registry_free(&reg);
+        return o.draft ? drv_bad_usage("einc", "%s links a draft into an executable: give -o "
+                                       "(without -c or --emit-llvm)", "--draft")
+                       : drv_bad_usage("einc", "%s needs --draft FILE.ein", "--draft-define");
+    }
+    const char *inputs[3 + MAX_PLUGINS] = {o.input};
     int ninputs = 1;
+    if (o.draft)
+        inputs[ninputs++] = o.draft;
     if (o.hw)
         inputs[ninputs++] = o.hw;
     for (int i = 0; i < o.nplugins; i++)
@@ -621,8 +680,16 @@ int main(int argc, char **argv)
             .info = info,
             .hw_name = hw->name,
         };
-        if (!ref || cg_emit(m, ref, &co, &diag) != 0)
+        char draft_obj[4096] = "";
+        const char *extra[1] = {draft_obj};
+        if (o.draft && rc == 0 && build_draft(&o, m, &pm, &ctx, &co, draft_obj) != 0)
             rc = 1;
+        co.extra_objs = extra;
+        co.nextra_objs = draft_obj[0] ? 1 : 0;
+        if (rc == 0 && (!ref || cg_emit(m, ref, &co, &diag) != 0))
+            rc = 1;
+        if (draft_obj[0])
+            unlink(draft_obj);
         free(info);
         ir_module_free(ref);
     }

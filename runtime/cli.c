@@ -11,6 +11,7 @@
  *   and for a decode program (generate.c):
  *        [--generate N --prompt-ids FILE.npy] [--temperature T] [--top-k K]
  *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
+ *        [--speculate K [--draft-input NAME=file.npy ...] [--draft-params DIR]]
  *   or, serving it over HTTP (rt_serve.h):
  *        --serve [--port P] [--host ADDR] [--max-queue N] and the sampling flags
  *
@@ -99,7 +100,7 @@ static const char *const valued[] = {
     "--resume-mismatch", "--eval-data", "--eval-every",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
     "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
-    "--port", "--host", "--max-queue",
+    "--port", "--host", "--max-queue", "--speculate", "--draft-input", "--draft-params",
 };
 
 int rt_flag_takes_value(const char *flag)
@@ -230,6 +231,16 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             if (!*val)
                 return rt_errf(err, errlen, "--trace needs a file name");
             o->trace = val;
+        } else if (!strcmp(flag, "--speculate")) {
+            if (parse_count(flag, val, 64, &o->speculate, err, errlen))
+                return -1;
+        } else if (!strcmp(flag, "--draft-input")) {
+            if (add_pair(&o->draft_inputs, &o->ndraft_inputs, val, flag, err, errlen))
+                return -1;
+        } else if (!strcmp(flag, "--draft-params")) {
+            if (!*val)
+                return rt_errf(err, errlen, "--draft-params needs a directory name");
+            o->draft_params = val;
         } else if (!strcmp(flag, "--params")) {
             if (!*val)
                 return rt_errf(err, errlen, "--params needs a directory name");
@@ -259,6 +270,7 @@ void rt_free_options(rt_options *o)
     free(o->data);
     free(o->eval_data);
     free(o->stop);
+    free(o->draft_inputs);
     memset(o, 0, sizeof *o);
 }
 
@@ -347,6 +359,15 @@ void rt_print_help(FILE *f, const char *argv0)
             "                          prompt tokens (a prefill run's --output): start at P\n"
             "  --check                 also compares the tokens and the last outputs with\n"
             "                          the unsharded reference's\n"
+            "\n"
+            "Speculative decoding (an executable built with einc --draft; docs/generation.md):\n"
+            "  --speculate K           with --generate: the draft proposes K tokens (one run\n"
+            "                          each), the target (a window of K + 1 tokens) verifies\n"
+            "                          them in one run; the tokens keep the target's\n"
+            "                          distribution (greedy: exactly its greedy tokens)\n"
+            "  --draft-input NAME=file.npy  an input or param of the draft\n"
+            "  --draft-params DIR      every param of the draft from a checkpoint\n"
+            "                          (--random-inputs SEED fills both programs' others)\n"
             "\n"
             "Serving (a decode program with a Logits output; docs/generation.md, Serving):\n"
             "  --serve                 answer POST /v1/completions, GET /health and\n"

@@ -49,10 +49,9 @@
 #include "rt_internal.h"
 #include "rt_job.h"
 #include "rt_serve.h"
+#include "rt_speculate.h"
 
-/* The index of the one tensor of ts[0..n) that `match` accepts, -1 if there
- * is none, -2 if there are several. */
-static int32_t find_one(const rt_tensor_desc *ts, int32_t n, int (*match)(const rt_tensor_desc *))
+int32_t rt_find_one(const rt_tensor_desc *ts, int32_t n, int (*match)(const rt_tensor_desc *))
 {
     int32_t k = -1;
     for (int32_t i = 0; i < n; i++)
@@ -140,10 +139,10 @@ static int check_stop_tokens(const rt_program *p, const rt_generate *g, char *er
 
 int rt_generate_find(const rt_program *p, rt_generate *g, char *err, size_t errlen)
 {
-    g->tokens = find_one(p->inputs, p->ninputs, is_tokens);
-    g->position = find_one(p->inputs, p->ninputs, is_position);
-    g->next = find_one(p->outputs, p->noutputs, is_next);
-    g->logits = find_one(p->outputs, p->noutputs, is_logits);
+    g->tokens = rt_find_one(p->inputs, p->ninputs, is_tokens);
+    g->position = rt_find_one(p->inputs, p->ninputs, is_position);
+    g->next = rt_find_one(p->outputs, p->noutputs, is_next);
+    g->logits = rt_find_one(p->outputs, p->noutputs, is_logits);
     if (g->tokens < 0 || g->position < 0)
         return rt_errf(err, errlen, "--generate: the program needs one i32 input of shape [B] (the "
                        "tokens) and one i32 scalar input (the position) or one per row "
@@ -181,6 +180,47 @@ rt_sampling rt_sampling_of_options(const rt_options *o)
                          .top_p = o->top_p_given ? o->top_p : 1, .seed = o->shuffle_seed};
 }
 
+int rt_generate_prompt_header(const rt_options *o, rt_generate *g, char *err, size_t errlen)
+{
+    /* The prompt: i32 [B, T0]. */
+    if (!o->prompt_ids)
+        return rt_errf(err, errlen, "--generate needs --prompt-ids FILE.npy (i32, [%lld, T])",
+                       (long long)g->batch);
+    rt_npy_header h;
+    if (rt_npy_read_header(o->prompt_ids, &h, err, errlen))
+        return -1;
+    if (h.rank != 2 || h.shape[0] != g->batch || h.shape[1] < 1 || strcmp(h.descr, "<i4")) {
+        char shape[64];
+        rt_format_shape(shape, sizeof shape, h.rank, h.shape);
+        return rt_errf(err, errlen, "--prompt-ids %s: expected '<i4' of shape (%lld, T) with T >= "
+                       "1, got '%s' %s", o->prompt_ids, (long long)g->batch, h.descr, shape);
+    }
+    g->prompt_len = h.shape[1];
+    return 0;
+}
+
+int rt_generate_read_prompt(const rt_options *o, rt_generate *g, char *err, size_t errlen)
+{
+    rt_npy_header h;
+    if (rt_npy_read_header(o->prompt_ids, &h, err, errlen))
+        return -1;
+    int64_t len = g->prompt_len + g->n;
+    g->ids = calloc((size_t)(g->batch * len), sizeof *g->ids);
+    if (!g->ids)
+        return rt_errf(err, errlen, "out of memory");
+    /* Read whole, then spread into ids[:, 0..T0). */
+    rt_tensor_desc d = ids_desc("prompt", g->batch, g->prompt_len);
+    int32_t *prompt = malloc((size_t)(g->batch * g->prompt_len) * sizeof *prompt + 1);
+    int64_t start[2] = {0, 0};
+    int rc = prompt ? rt_npy_read_block(o->prompt_ids, &h, &d, start, d.local_shape, prompt, err,
+                                        errlen)
+                    : rt_errf(err, errlen, "out of memory");
+    for (int64_t b = 0; rc == 0 && b < g->batch; b++)
+        memcpy(g->ids + b * len, prompt + b * g->prompt_len, (size_t)g->prompt_len * sizeof *prompt);
+    free(prompt);
+    return rc;
+}
+
 int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 {
     const rt_program *p = job->prog;
@@ -191,6 +231,8 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     g->sampling = rt_sampling_of_options(o);
     g->stop = o->stop;
     g->nstop = o->nstop;
+    if (o->speculate) /* the draft proposes, the windowed program verifies */
+        return rt_speculate_prepare(job, g, err, errlen);
     if (rt_generate_find(p, g, err, errlen))
         return -1;
     if ((o->top_k || o->top_p_given) && !(o->temperature > 0))
@@ -219,20 +261,8 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     if (job->in_paths[g->tokens] || job->in_paths[g->position])
         return rt_errf(err, errlen, "--generate feeds '%s' and '%s' itself: give the prompt with "
                        "--prompt-ids", tok->name, p->inputs[g->position].name);
-    /* The prompt: i32 [B, T0]. */
-    if (!o->prompt_ids)
-        return rt_errf(err, errlen, "--generate needs --prompt-ids FILE.npy (i32, [%lld, T])",
-                       (long long)g->batch);
-    rt_npy_header h;
-    if (rt_npy_read_header(o->prompt_ids, &h, err, errlen))
+    if (rt_generate_prompt_header(o, g, err, errlen))
         return -1;
-    if (h.rank != 2 || h.shape[0] != g->batch || h.shape[1] < 1 || strcmp(h.descr, "<i4")) {
-        char shape[64];
-        rt_format_shape(shape, sizeof shape, h.rank, h.shape);
-        return rt_errf(err, errlen, "--prompt-ids %s: expected '<i4' of shape (%lld, T) with T >= "
-                       "1, got '%s' %s", o->prompt_ids, (long long)g->batch, h.descr, shape);
-    }
-    g->prompt_len = h.shape[1];
     if (g->n > INT32_MAX - g->prompt_len)
         return rt_errf(err, errlen, "--generate %lld: too many tokens", (long long)g->n);
     g->steps = g->prompt_len + g->n - 1;
@@ -263,20 +293,7 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
                            "first %lld positions: give it with --input %s=FILE.npy (a prefill "
                            "run's --output)", (long long)g->first, p->inputs[i].name,
                            (long long)g->first, p->inputs[i].name);
-    int64_t len = g->prompt_len + g->n;
-    g->ids = calloc((size_t)(g->batch * len), sizeof *g->ids);
-    if (!g->ids)
-        return rt_errf(err, errlen, "out of memory");
-    /* Read whole, then spread into ids[:, 0..T0). */
-    rt_tensor_desc d = ids_desc("prompt", g->batch, g->prompt_len);
-    int32_t *prompt = malloc((size_t)(g->batch * g->prompt_len) * sizeof *prompt + 1);
-    int64_t start[2] = {0, 0};
-    int rc = prompt ? rt_npy_read_block(o->prompt_ids, &h, &d, start, d.local_shape, prompt, err,
-                                        errlen)
-                    : rt_errf(err, errlen, "out of memory");
-    for (int64_t b = 0; rc == 0 && b < g->batch; b++)
-        memcpy(g->ids + b * len, prompt + b * g->prompt_len, (size_t)g->prompt_len * sizeof *prompt);
-    free(prompt);
+    int rc = rt_generate_read_prompt(o, g, err, errlen);
     job->repeat = g->steps - g->first;
     return rc;
 }
@@ -284,12 +301,12 @@ int rt_generate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
 void rt_generate_release(rt_generate *g)
 {
     rt_engine_free(g->engine);
+    rt_speculate_free(g->spec);
     free(g->ids);
     memset(g, 0, sizeof *g);
 }
 
-/* Whether `token` is one of the --stop-token ids. */
-static int is_stop(const rt_generate *g, int32_t token)
+int rt_generate_is_stop(const rt_generate *g, int32_t token)
 {
     for (int i = 0; i < g->nstop; i++)
         if (token == g->stop[i])
@@ -303,6 +320,10 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     rt_generate *g = job->gen;
     if (g->engine) { /* --serve: the engine's batches instead of one prompt */
         rt_engine_device(dev, job, in, out);
+        return;
+    }
+    if (g->spec) { /* --speculate: draft and target runs */
+        rt_speculate_device(dev, job, in, out);
         return;
     }
     int64_t len = g->prompt_len + g->n;
@@ -329,12 +350,12 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
         live = 0;
         for (int64_t b = 0; b < g->batch; b++) {
             int32_t *row = ids + b * len;
-            if (s >= g->prompt_len && (row[s] < 0 || is_stop(g, row[s]))) {
+            if (s >= g->prompt_len && (row[s] < 0 || rt_generate_is_stop(g, row[s]))) {
                 row[s + 1] = -1; /* ended at its stop token */
                 continue;
             }
             row[s + 1] = next[b];
-            live += !is_stop(g, row[s + 1]);
+            live += !rt_generate_is_stop(g, row[s + 1]);
         }
     }
     /* Positions never reached (every sequence ended) stay -1 too. */
@@ -347,6 +368,33 @@ void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *cons
     }
     free(next);
     free(ids);
+}
+
+int64_t rt_generate_print_tokens(FILE *f, const rt_generate *g)
+{
+    int64_t len = g->prompt_len + g->n, ended = 0;
+    for (int64_t b = 0; b < g->batch; b++) {
+        const int32_t *row = g->ids + b * len;
+        if (b < 16)
+            fprintf(f, "tokens %lld:", (long long)b);
+        for (int64_t s = g->prompt_len; s < len && row[s] >= 0; s++) {
+            if (b < 16)
+                fprintf(f, " %d", row[s]);
+            ended += rt_generate_is_stop(g, row[s]);
+        }
+        if (b < 16)
+            fputc('\n', f);
+    }
+    return ended;
+}
+
+int rt_generate_write_ids(const rt_job *job, char *err, size_t errlen)
+{
+    const rt_generate *g = job->gen;
+    if (!job->opt->generated)
+        return 0;
+    rt_tensor_desc d = ids_desc("generated", g->batch, g->prompt_len + g->n);
+    return rt_npy_write(job->opt->generated, &d, g->ids, err, errlen) ? -1 : 0;
 }
 
 /* --stats: what each sampling step gathered from the logits (the plan is
@@ -371,19 +419,9 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
     const rt_generate *g = job->gen;
     if (g->engine) /* --serve reported as it went */
         return 0;
-    int64_t len = g->prompt_len + g->n, ended = 0;
-    for (int64_t b = 0; b < g->batch; b++) {
-        const int32_t *row = g->ids + b * len;
-        if (b < 16)
-            fprintf(f, "tokens %lld:", (long long)b);
-        for (int64_t s = g->prompt_len; s < len && row[s] >= 0; s++) {
-            if (b < 16)
-                fprintf(f, " %d", row[s]);
-            ended += is_stop(g, row[s]);
-        }
-        if (b < 16)
-            fputc('\n', f);
-    }
+    if (g->spec)
+        return rt_speculate_finish(f, job, err, errlen);
+    int64_t ended = rt_generate_print_tokens(f, g);
     /* Steps first .. first+ran-1 ran; those at s >= T0 made the 2nd, 3rd, ... tokens. */
     double prefill = 0, decode = 0;
     int64_t made = 1;
@@ -407,12 +445,7 @@ int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen)
             (long long)rt_mesh_size(job->prog));
     if (job->opt->stats && g->next < 0)
         print_gather(f, job->prog, g);
-    if (!job->opt->generated)
-        return 0;
-    rt_tensor_desc d = ids_desc("generated", g->batch, len);
-    if (rt_npy_write(job->opt->generated, &d, g->ids, err, errlen))
-        return -1;
-    return 0;
+    return rt_generate_write_ids(job, err, errlen);
 }
 
 /* Appends the ids of --stop-token's value, one or a comma list, to o->stop. */

@@ -65,14 +65,11 @@ static void run_repeat(rt_device *dev, rt_job *job, void *const *in, void *const
         rt_run_timed(dev, job, in, out, r);
 }
 
-void rt_job_device(rt_device *dev, rt_job *job)
+void **rt_job_load_inputs(rt_device *dev, const rt_job *job)
 {
     const rt_program *p = job->prog;
     char err[1024];
-    if (job->trace_cap > 0) /* the spans of --profile and --trace */
-        dev->profiling = job->opt->profile ? RT_PROFILE_IN_STEP : RT_PROFILE_SPANS;
     void **in = rt_xmalloc(dev, (size_t)(p->ninputs + 1) * sizeof *in);
-    void **out = rt_xmalloc(dev, (size_t)(p->noutputs + 1) * sizeof *out);
     for (int32_t i = 0; i < p->ninputs; i++) {
         const rt_tensor_desc *t = &p->inputs[i];
         in[i] = rt_alloc(dev, bytes_of(t, t->local_shape));
@@ -94,8 +91,34 @@ void rt_job_device(rt_device *dev, rt_job *job)
                 rt_fatal(dev, "%s", err);
         }
     }
+    return in;
+}
+
+void **rt_job_alloc_outputs(rt_device *dev, const rt_program *p)
+{
+    void **out = rt_xmalloc(dev, (size_t)(p->noutputs + 1) * sizeof *out);
     for (int32_t i = 0; i < p->noutputs; i++)
         out[i] = rt_alloc(dev, bytes_of(&p->outputs[i], p->outputs[i].local_shape));
+    return out;
+}
+
+void rt_job_free_buffers(rt_device *dev, const rt_program *p, void **in, void **out)
+{
+    for (int32_t i = 0; i < p->noutputs; i++)
+        rt_free(dev, out[i]);
+    for (int32_t i = 0; i < p->ninputs; i++)
+        rt_free(dev, in[i]);
+    free(in);
+    free(out);
+}
+
+void rt_job_device(rt_device *dev, rt_job *job)
+{
+    const rt_program *p = job->prog;
+    if (job->trace_cap > 0) /* the spans of --profile and --trace */
+        dev->profiling = job->opt->profile ? RT_PROFILE_IN_STEP : RT_PROFILE_SPANS;
+    void **in = rt_job_load_inputs(dev, job);
+    void **out = rt_job_alloc_outputs(dev, p);
     if (job->train)
         rt_train_device(dev, job, in, out);
     else if (job->gen)
@@ -107,12 +130,7 @@ void rt_job_device(rt_device *dev, rt_job *job)
             dev->ops->gather(dev, &p->inputs[k], in[k], job->state_out ? job->state_out[k] : NULL);
     for (int32_t i = 0; i < p->noutputs; i++)
         dev->ops->gather(dev, &p->outputs[i], out[i], job->global_out ? job->global_out[i] : NULL);
-    for (int32_t i = 0; i < p->noutputs; i++)
-        rt_free(dev, out[i]);
-    for (int32_t i = 0; i < p->ninputs; i++)
-        rt_free(dev, in[i]);
-    free(in);
-    free(out);
+    rt_job_free_buffers(dev, p, in, out);
     dev->ops->collect_i64(dev, dev->peak_bytes, job->peak);
     if (job->trace_cap > 0)
         rt_trace_collect(dev, job);
@@ -223,6 +241,14 @@ static int check_missing(const rt_job *job, char *err, size_t errlen)
                        "--random-inputs SEED)", t->name, t->name,
                        p->trains ? "--data NAME=FILE.npy, or " : "");
     }
+    return 0;
+}
+
+int rt_job_resolve_inputs(rt_job *job, char *err, size_t errlen)
+{
+    if (resolve_names(job, err, errlen) || rt_params_resolve(job, err, errlen) ||
+        check_missing(job, err, errlen) || rt_check_input_files(job, err, errlen))
+        return -1;
     return 0;
 }
 
@@ -424,6 +450,12 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (o->generate && (p->trains || o->repeat_given))
         return rt_errf(err, errlen, "--generate: %s", p->trains ? "this program trains"
                        : "each generated token is one run; --repeat does not apply");
+    if ((o->ndraft_inputs || o->draft_params) && !o->speculate)
+        return rt_errf(err, errlen, "%s gives the draft's values: it needs --speculate K",
+                       o->draft_params ? "--draft-params" : "--draft-input");
+    if (o->speculate && (!o->generate || o->serve))
+        return rt_errf(err, errlen, "--speculate K speculates the tokens of --generate N%s",
+                       o->serve ? "; --serve does not speculate" : ": give --generate");
     if (o->serve)
         return rt_serve_check_mode(p, o, err, errlen);
     if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached ||
@@ -436,7 +468,8 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
 }
 
 int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
-               const rt_launcher *l, int rank, int nranks, char *err, size_t errlen)
+               const rt_program *draft, const rt_launcher *l, int rank, int nranks, char *err,
+               size_t errlen)
 {
     memset(pr, 0, sizeof *pr);
     rt_options *o = &pr->opt;
@@ -459,6 +492,7 @@ int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
         return RT_PREP_ERROR;
     rt_job *job = &pr->job;
     rt_job_init(job, prog, o, l);
+    job->draft = draft;
     pr->job_ready = 1;
     job->rank = rank;
     job->nranks = nranks;
@@ -489,7 +523,8 @@ int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen)
     return rc;
 }
 
-int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
+int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *draft,
+            const rt_launcher *l)
 {
     int rank = 0, nranks = 1;
     l->init(&argc, &argv, &rank, &nranks);
@@ -497,7 +532,7 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *l)
     char err[1024];
     rt_prepared prep;
     rt_prepared *pr = &prep;
-    int what = rt_prepare(pr, argc, argv, prog, l, rank, nranks, err, sizeof err);
+    int what = rt_prepare(pr, argc, argv, prog, draft, l, rank, nranks, err, sizeof err);
     if (what == RT_PREP_HELP || what == RT_PREP_INFO) {
         if (root && what == RT_PREP_HELP)
             rt_print_help(stdout, argv[0]);

@@ -7,8 +7,11 @@
 #include "rt_job.h"
 
 extern const rt_program einc_program;
+/* The draft that `einc --draft` links beside it, if any: a weak reference,
+ * NULL in an executable without one (driver/companion.c). */
+extern const rt_program einc_program_draft __attribute__((weak));
 
 int main(int argc, char **argv)
 {
-    return rt_main(argc, argv, &einc_program, &rt_threads_launcher);
+    return rt_main(argc, argv, &einc_program, &einc_program_draft, &rt_threads_launcher);
 }

@@ -50,6 +50,8 @@ typedef struct rt_generate {
                                     job->times[s - first]. */
     struct rt_engine *engine;    /* --serve: the server's engine (engine.c), which runs the
                                     steps instead; owned.  NULL for --generate. */
+    struct rt_speculate *spec;   /* --speculate: the draft and the counts (speculate.c), which
+                                    run the loop instead; owned.  NULL otherwise. */
 } rt_generate;
 
 /* The uniform number in [0, 1) that sequence `seq` draws at step `step`
@@ -182,6 +184,10 @@ int rt_parse_generate_flag(const char *flag, const char *val, rt_options *o, cha
  * --serve's requests default to. */
 rt_sampling rt_sampling_of_options(const rt_options *o);
 
+/* The index of the one tensor of ts[0..n) that `match` accepts, -1 if
+ * there is none, -2 if there are several (the decode interface is found
+ * by shape). */
+int32_t rt_find_one(const rt_tensor_desc *ts, int32_t n, int (*match)(const rt_tensor_desc *));
 /* Finds the program's decode interface by shape into g: g->tokens,
  * g->position (a message if either is missing or doubled), g->next and
  * g->logits (-1 none, -2 several; not checked here) and g->batch, B.
@@ -213,6 +219,43 @@ int rt_generate_for_reference(rt_generate *rg, const rt_generate *g, const rt_pr
 void rt_generate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
 /* Root: prints the tokens and the timing line, writes --generated. */
 int rt_generate_finish(FILE *f, const rt_job *job, char *err, size_t errlen);
+/* Checks --prompt-ids' header against g->batch (i32 [B, T0], T0 >= 1)
+ * and sets g->prompt_len.  -1 and a message. */
+int rt_generate_prompt_header(const rt_options *o, rt_generate *g, char *err, size_t errlen);
+/* Reads --prompt-ids into a new g->ids [B, T0 + N] (zeros after the
+ * prompt), once g->batch, g->prompt_len and g->n are set.  -1 and a
+ * message. */
+int rt_generate_read_prompt(const rt_options *o, rt_generate *g, char *err, size_t errlen);
+/* Whether `token` is one of the --stop-token ids. */
+int rt_generate_is_stop(const rt_generate *g, int32_t token);
+/* Root: prints "tokens b: ..." for the first 16 rows of g->ids (up to a
+ * -1); returns how many tokens made were --stop-token ids. */
+int64_t rt_generate_print_tokens(FILE *f, const rt_generate *g);
+/* Root: writes --generated (g->ids as i32 [B, T0 + N]) if asked; -1 and a
+ * message. */
+int rt_generate_write_ids(const rt_job *job, char *err, size_t errlen);
+
+/* ---- speculative decoding (speculate.c; docs/generation.md) ---- */
+
+/* From rt_generate_prepare with --speculate K: the target `job->prog` is
+ * the windowed program (i32 tokens [B, W], a scalar i32 position, one
+ * floating logits output [B, W, V]) with W = K + 1; job->draft the
+ * companion (one token per row, logits [B, V] or [B, 1, V], the same B
+ * and V).  Checks both, the flags speculation does not take, the caches
+ * against the prompt and N (the last verification writes K positions
+ * past the last token), resolves the draft's --draft-input,
+ * --draft-params and --random-inputs, reads the prompt, and sets g->spec
+ * and job->repeat.  -1 and a message. */
+int rt_speculate_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen);
+/* Every device: the speculative loop (speculate.c's essay); device 0
+ * leaves the tokens in g->ids and the counts and times in g->spec. */
+void rt_speculate_device(rt_device *dev, rt_job *job, void *const *in, void *const *out);
+/* Root: the tokens, the timing line, the speculative line (acceptance
+ * rate, tokens per target run, speed-up), --generated.  -1 and a message. */
+int rt_speculate_finish(FILE *f, const rt_job *job, char *err, size_t errlen);
+/* Frees `s` and its draft job (NULL: nothing). */
+void rt_speculate_free(struct rt_speculate *s);
+
 /* Frees what rt_generate_prepare allocated. */
 void rt_generate_release(rt_generate *g);
 
@@ -240,7 +283,8 @@ typedef struct rt_prepared {
     rt_generate gen;             /* job.gen points here with --generate or --serve */
 } rt_prepared;
 
-/* Parses argv and runs every check of it against `prog` that comes before
+/* Parses argv and runs every check of it against `prog` (and `draft`, the
+ * companion program or NULL, for --speculate) that comes before
  * the run, on rank `rank` of `nranks` (the launcher's): the syntax, the
  * program's ABI, the mode (training, generation, serving flags), the
  * names, the paths against each other, the --data, --resume, --params,
@@ -250,7 +294,8 @@ typedef struct rt_prepared {
  * err for RT_PREP_ERROR and RT_PREP_FILES.  Release *pr with
  * rt_prepared_release whatever it returned. */
 int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
-               const rt_launcher *l, int rank, int nranks, char *err, size_t errlen);
+               const rt_program *draft, const rt_launcher *l, int rank, int nranks, char *err,
+               size_t errlen);
 /* Frees what rt_prepare and the run allocated and closes --metrics; 0, or
  * -1 and a message if the metrics could not be written out. */
 int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen);

@@ -69,6 +69,11 @@ typedef struct rt_options {
     const char *generated;       /* --generated FILE.npy, or NULL */
     int64_t prompt_cached;       /* --prompt-cached P: prompt tokens already in the states; 0 if
                                     not given */
+    /* Speculative decoding (speculate.c): --speculate K with the companion draft. */
+    int64_t speculate;           /* --speculate K: draft tokens per target run; 0 if not given */
+    rt_named_path *draft_inputs; /* --draft-input pairs (the draft's --input), malloc'd */
+    int ndraft_inputs;           /* entries in draft_inputs */
+    const char *draft_params;    /* --draft-params DIR (the draft's --params), or NULL */
     /* Serving (rt_serve.h; a decode program): --serve, --port, --host, --max-queue. */
     int serve;                   /* --serve: answer HTTP requests instead of one run */
     int64_t port;                /* --port P (8080 unless given; 0: any free port) */
@@ -201,12 +206,28 @@ struct rt_job {
     rt_train *train;             /* a training program's job: its steps (not owned); else NULL */
     struct rt_generate *gen;     /* --generate: the generation loop (rt_generate.h; not
                                     owned); else NULL */
+    const rt_program *draft;     /* the companion draft program linked beside `prog`
+                                    (`einc --draft`; --speculate runs it), or NULL */
 };
 
 /* The per-device flow: read the shards, run (repeat times, or the training
  * steps), gather the outputs and counters to the root.  Called by the
  * launcher on each device. */
 void rt_job_device(rt_device *dev, rt_job *job);
+/* Every device: allocates its block of each input of job->prog and
+ * fills it as rt_job_device does (its file, --random-inputs, zero for a
+ * state; a --data input is left for the step).  Returns the malloc'd
+ * array of rt_alloc'd blocks; errors end the job (rt_fatal). */
+void **rt_job_load_inputs(rt_device *dev, const rt_job *job);
+/* Every device: one rt_alloc'd block per output of p, in a malloc'd array. */
+void **rt_job_alloc_outputs(rt_device *dev, const rt_program *p);
+/* Frees what the two above returned. */
+void rt_job_free_buffers(rt_device *dev, const rt_program *p, void **in, void **out);
+/* A companion job (the draft's, speculate.c) before the run: matches its
+ * options' --input names and --params to its program, checks that every
+ * input has a value (job->gen's tokens and position are fed by the loop)
+ * and reads every file's header.  -1 and a message. */
+int rt_job_resolve_inputs(rt_job *job, char *err, size_t errlen);
 /* Every device: run r of the program between two barriers over the mesh;
  * device 0 records its seconds in job->times[r] (on the root). */
 void rt_run_timed(rt_device *dev, rt_job *job, void *const *in, void *const *out, int64_t r);
@@ -275,8 +296,10 @@ int rt_eval_due(const rt_train *tr, int64_t s);
  * on device 0 the mean of the batches' losses (NaN on other devices). */
 double rt_eval_device(rt_device *dev, rt_job *job, void *const *in);
 
-/* Entry point used by main(): everything the executable does. */
-int rt_main(int argc, char **argv, const rt_program *prog, const rt_launcher *launcher);
+/* Entry point used by main(): everything the executable does.  `draft`:
+ * the companion program linked beside `prog` (einc --draft), or NULL. */
+int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *draft,
+            const rt_launcher *launcher);
 
 extern const rt_launcher rt_threads_launcher;
 extern const rt_launcher rt_mpi_launcher;
