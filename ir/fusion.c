@@ -146,7 +146,7 @@ int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fu
 
 const ir_value *ir_folded_cast_source(const ir_module *m, const ir_value *v)
 {
-    if (!v || v->kind != IR_VAL_OP || !v->def || v->nuses != 1)
+    if (m->no_cast_fold || !v || v->kind != IR_VAL_OP || !v->def || v->nuses != 1)
         return NULL;
     const ir_op *cast = v->def, *use = v->uses[0].op;
     if (cast->kind != IR_OP_ELEMENTWISE || cast->noperands != 1 || !cast->operands[0] ||

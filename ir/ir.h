@@ -626,6 +626,10 @@ typedef struct ir_module {
      * non-temporal stores, and the cost model prices it so:
      * IR_STREAM_MIN_BYTES, or einc's --stream-min (INT64_MAX: never). */
     int64_t stream_min_bytes;
+    /* einc --fold-casts=off: no cast is folded into the GEMM that reads it
+     * (ir_folded_cast_source returns NULL), the baseline of
+     * bench/decode_bandwidth.py --int8. */
+    bool no_cast_fold;
     ir_pipeline pipe;         /* pipeline parallelism, pipe.axis = -1 if none */
 } ir_module;
 

@@ -57,7 +57,8 @@ int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fu
  * elementwise op that only converts its one operand (the tree's root is
  * the operand, which has the result's dims, in any order) from a narrower dtype (i8 or bf16 to f32, f32 to f64), its
  * one use is a binary sum einsum that runs as a GEMM (no gather or
- * scatter, not unrolled: ir_einsum_unrolled_terms), and it is no output.
+ * scatter, not unrolled: ir_einsum_unrolled_terms), it is no output, and
+ * m->no_cast_fold (einc --fold-casts=off) is not set.
  * Codegen then emits no cast: the einsum reads the source directly and the
  * runtime converts it block by block as its GEMM reads it (plan.c,
  * runtime/einsum_mixed.c), so no converted copy is ever in memory; the cost

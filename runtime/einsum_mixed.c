@@ -15,11 +15,12 @@
  *   b stored [N x K]: a block of N rows, c[:, n0:n1] = op(a) b[n0:n1, :]^T
  *   a stored [M x K]: a block of M rows, c[m0:m1, :] = a[m0:m1, :] op(b)
  *   a stored [K x M]: a block of K rows, c += a[k0:k1, :]^T op(b)[k0:k1, :]
- * so the narrow bytes cross memory once.  A product of one row or one
- * column (a decode step's) goes through gemv, which streams its matrix at
- * memory bandwidth; a K-block then adds into c with beta = 1, so the sum
- * over K is taken in block order (the result differs from one unblocked
- * call by rounding only).  A GEMM of more than one row and column takes
+ * so the narrow bytes cross memory once.  A K-block adds into c with
+ * beta = 1, so the sum over K is taken in block order (the result differs
+ * from one unblocked call by rounding only).  A product of one row or one
+ * column (a decode step's) whose matrix is the narrow operand skips all
+ * this: gemv_narrow.c converts it in registers, with no BLAS call; one
+ * whose narrow operand is the vector, or in f64, takes blocks to gemv.  A GEMM of more than one row and column takes
  * blocks of at least GEMM_MIN_ROWS rows, so that each call still does
  * enough work per byte of c it revisits.
  */
@@ -158,7 +159,9 @@ static int64_t block_rows(const rt_gemm *g, int64_t rows, int64_t cols)
 
 int64_t rt_gemm_scratch_elems(const rt_gemm *g)
 {
-    int64_t rows, cols;
+    int64_t rows, cols, mv = rt_gemv_narrow_scratch(g);
+    if (mv >= 0)
+        return mv;
     if (narrow_operand(g, &rows, &cols) < 0)
         return 0;
     return block_rows(g, rows, cols) * cols;
@@ -166,6 +169,8 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g)
 
 void rt_gemm_run(const rt_gemm *g, void *scratch)
 {
+    if (rt_gemv_narrow(g, scratch))
+        return; /* a narrow matrix times a vector: one pass (gemv_narrow.c) */
     int64_t rows, cols;
     int which = narrow_operand(g, &rows, &cols);
     if (which < 0) {

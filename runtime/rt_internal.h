@@ -476,7 +476,7 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
 void rt_mpi_launch(const rt_program *prog, int profiling,
                    void (*fn)(rt_device *dev, void *arg), void *arg);
 
-/* ---- einsum (einsum.c, einsum_kernels.c, einsum_mixed.c) ---- */
+/* ---- einsum (einsum.c, einsum_kernels.c, einsum_mixed.c, gemv_narrow.c) ---- */
 
 /*
  * One GEMM (or matrix-vector product) of rt_einsum, per batch index:
@@ -515,6 +515,17 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g);
  * stored rows at a time, each block one GEMM over a slice of M, N or K
  * (a K slice adds into c); sizes must fit BLAS ints (the caller checks). */
 void rt_gemm_run(const rt_gemm *g, void *scratch);
+
+/* Elements of f32 scratch rt_gemv_narrow needs for g (its matrix's
+ * columns), or -1 when g is no product of an i8 or bf16 matrix and an f32
+ * vector in f32 (gemv_narrow.c). */
+int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
+
+/* Runs g when it is such a product, converting the matrix in registers as
+ * it reads it, on the calling thread, with `scratch` of
+ * rt_gemv_narrow_scratch elements; returns 1, or 0 (nothing done) when g
+ * is not one (gemv_narrow.c). */
+int rt_gemv_narrow(const rt_gemm *g, void *scratch);
 
 /* dst[i] = src[i] converted from src_dtype (RT_F32, RT_F64, RT_BF16, RT_I8)
  * to dst_dtype (RT_F32 or RT_F64), exactly, for i < n (einsum_mixed.c). */
