@@ -18,10 +18,10 @@
  * by every iteration, so it counts once; a stacked param counts whole (all
  * its layers are resident), and one layer of it (LayerSlice) is a view.
  *
- * A cast fused into its einsum's operand read (int8 weights dequantized in
- * the GEMM, ir_folded_cast_source) holds no buffer: the chips of the
- * seeds convert tiles as they load them.  (einc's own runtime still makes
- * the converted copy; the figure is the chip's.)
+ * A cast folded into its einsum's operand read (int8 weights dequantized
+ * in the GEMM, ir_folded_cast_source) holds no buffer: the chips of the
+ * seeds convert tiles as they load them, and einc's own runtime converts
+ * blocks of a few hundred KiB (runtime/einsum_mixed.c), not counted.
  *
  * Not counted: the temporary buffers of collectives and MeshSlice loops
  * inside the runtime, alignment and fragmentation; so the figure is a
