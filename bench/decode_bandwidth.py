@@ -96,6 +96,12 @@ def read_bytes_int8(d):
     return weights + 4 * f32, 4 * cache
 
 
+def resident_bytes(d):
+    """Bytes of the int8 decode step's params (Emb whole) and caches."""
+    params, cache = read_bytes_int8(d)
+    return params - 4 * d["B"] * d["D"] + 4 * d["V"] * d["D"] + cache
+
+
 def peak_bytes(exe):
     """The largest peak rt_alloc bytes of a device in one run (--stats)."""
     out = bl.run([exe, "--random-inputs", "1", "--stats"])
@@ -119,24 +125,37 @@ def main_int8(a, dims, defines, einc):
                 times[name].append(bl.median_run_ms(exe, a.repeat))
         runs = {name: (sorted(times[name])[1], peak_bytes(exe)) for name, exe in exes.items()}
         copy_ms = copy_bandwidth_ms(work, einc, a.repeat)
-    bytes_per_s = 2.0 * 4096 * 4096 * 4 / (copy_ms * 1e-3)
-    params, cache = read_bytes_int8(dims)
-    limit_ms = (params + cache) / bytes_per_s * 1e3
-    print("int8 decode step: %s" % " ".join("%s=%d" % kv for kv in dims.items()))
-    bl.table(["reads", "bytes", "at W = %.2f GB/s (same run)" % (bytes_per_s / 1e9)],
-             [["params (i8 weights, f32 scales, norms, B rows of Emb)", bl.human_bytes(params),
-               "%.2f ms" % (params / bytes_per_s * 1e3)],
-              ["KV cache (f32)", bl.human_bytes(cache), "%.2f ms" % (cache / bytes_per_s * 1e3)]])
-    res = bl.Results("decode_bandwidth_int8", "The int8 decode step vs its memory-bandwidth limit")
+    limit_ms = print_limit("int8 decode step", dims, copy_ms, read_bytes_int8(dims),
+                           ("params (i8 weights, f32 scales, norms, B rows of Emb)", "KV cache (f32)"))
+    res = bl.Results("decode_bandwidth_int8", "The int8 decode step vs its memory-bandwidth limit",
+                     "decode_bandwidth")
     for name, (ms, peak) in runs.items():
         ratio = limit_ms / ms
         print("int8 decode step, casts %s: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s; "
-              "peak memory %s per device" % (name, ms, limit_ms, ratio, bl.verdict(ratio, 0.7),
-                                             bl.human_bytes(peak)))
+              "peak memory %.1f MiB per device" % (name, ms, limit_ms, ratio, bl.verdict(ratio, 0.7),
+                                                   peak / 2**20))
         res.add("int8 decode step (weight-only, one device), casts %s, %s"
                 % (name, " ".join("%s=%d" % kv for kv in dims.items())),
                 ms, "ms", ">= 0.7x bandwidth limit", ratio, bl.verdict(ratio, 0.7))
+    (fold_ms, fold_peak), (off_ms, off_peak) = runs["folded"], runs["--fold-casts=off"]
+    print("folded: %.2fx the speed of --fold-casts=off, %.1f MiB less peak memory (params and caches: %.1f MiB)"
+          % (off_ms / fold_ms, (off_peak - fold_peak) / 2**20, resident_bytes(dims) / 2**20))
+    res.add("int8 decode step, peak memory per device with casts folded (params and caches resident: "
+            "%.1f MiB)" % (resident_bytes(dims) / 2**20), round(fold_peak / 2**20, 1), "MiB", "",
+            fold_peak / off_peak)
+    res.add("int8 decode step, peak memory per device with --fold-casts=off", round(off_peak / 2**20, 1),
+            "MiB")
     res.write(a.json)
+
+
+def print_limit(what, dims, copy_ms, reads, names):
+    """Prints the bytes the step reads (`reads`, named `names`) and their
+    time at the copy bandwidth W of the same run; returns the limit in ms."""
+    bytes_per_s = 2.0 * 4096 * 4096 * 4 / (copy_ms * 1e-3)
+    print("%s: %s" % (what, " ".join("%s=%d" % kv for kv in dims.items())))
+    bl.table(["reads", "bytes", "at W = %.2f GB/s (same run)" % (bytes_per_s / 1e9)],
+             [[n, bl.human_bytes(b), "%.2f ms" % (b / bytes_per_s * 1e3)] for n, b in zip(names, reads)])
+    return sum(reads) / bytes_per_s * 1e3
 
 
 def copy_bandwidth_ms(work, einc, repeat):
@@ -168,13 +187,8 @@ def main():
         bl.run([einc, src, "-o", exe] + defines)
         step_ms = bl.median_run_ms(exe, a.repeat)
         copy_ms = copy_bandwidth_ms(work, einc, a.repeat)
-    bytes_per_s = 2.0 * 4096 * 4096 * 4 / (copy_ms * 1e-3)
-    params, cache = read_bytes(dims)
-    limit_ms = (params + cache) / bytes_per_s * 1e3
-    print("decode step: %s" % " ".join("%s=%d" % kv for kv in dims.items()))
-    bl.table(["reads", "bytes", "at W = %.2f GB/s (same run)" % (bytes_per_s / 1e9)],
-             [["params (B rows of Emb)", bl.human_bytes(params), "%.2f ms" % (params / bytes_per_s * 1e3)],
-              ["KV cache", bl.human_bytes(cache), "%.2f ms" % (cache / bytes_per_s * 1e3)]])
+    limit_ms = print_limit("decode step", dims, copy_ms, read_bytes(dims),
+                           ("params (B rows of Emb)", "KV cache"))
     ratio = limit_ms / step_ms
     print("decode step: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s"
           % (step_ms, limit_ms, ratio, bl.verdict(ratio, 0.7)))
