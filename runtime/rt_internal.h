@@ -516,15 +516,11 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g);
  * (a K slice adds into c); sizes must fit BLAS ints (the caller checks). */
 void rt_gemm_run(const rt_gemm *g, void *scratch);
 
-/* Elements of f32 scratch rt_gemv_narrow needs for g (its matrix's
- * columns), or -1 when g is no product of an i8 or bf16 matrix and an f32
- * vector in f32 (gemv_narrow.c). */
+/* gemv_narrow.c: when g is an i8 or bf16 matrix times an f32 vector in
+ * f32, the f32 scratch it needs (the matrix's columns), else -1; and g
+ * run in one pass on the calling thread, converting in registers (returns
+ * 1), or 0 with nothing done when g is no such product. */
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
-
-/* Runs g when it is such a product, converting the matrix in registers as
- * it reads it, on the calling thread, with `scratch` of
- * rt_gemv_narrow_scratch elements; returns 1, or 0 (nothing done) when g
- * is not one (gemv_narrow.c). */
 int rt_gemv_narrow(const rt_gemm *g, void *scratch);
 
 /* dst[i] = src[i] converted from src_dtype (RT_F32, RT_F64, RT_BF16, RT_I8)
