@@ -45,6 +45,7 @@ VERDICTS = ("ok", "MISS", "-")
 SECTIONS = {"einsum_gemm": 1, "collectives": 2, "gemm_dist": 3, "compile_time": 4,
             "cost_accuracy": 5, "cost_accuracy_mpi": 5, "attention_gemm": 6, "rows": 7,
             "layer_roofline": 8, "layer_roofline_train": 9, "decode_bandwidth": 10,
+            "decode_bandwidth_int8": 10,
             "plan_optimality": 11, "plan_steps": 12, "stream": 13, "plan_whole": 14,
             "bf16_gemm": 15}
 # Benchmarks without a section there (small_contraction, soak) follow, unnumbered;

@@ -110,6 +110,8 @@ void cg_emit_meshslice(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRe
         LLVMConstArray2(i32_rank, labels, 3),
         LLVMConstReal(c->t.f64, op->u.ms.scale),
         cg_i32(c, id),
+        cg_i32(c, 0), /* not mixed: both operands have the result's dtype (cg_check_ms) */
+        cg_const_i32s(c, NULL, 0, 2, 0),
     };
     LLVMValueRef edesc = cg_const_global(
         c, LLVMConstNamedStruct(c->t.einsum_desc, ef, sizeof ef / sizeof ef[0]), "ms_einsum_desc");

@@ -6,6 +6,12 @@
  * shape, and not an output, is computed inline in its consumer's loop
  * (fused_into), up to IR_FUSED_MAX_NODES expression nodes per loop.
  *
+ * Folded casts.  A cast that only widens the operand of a GEMM einsum
+ * (ir_folded_cast_source, the rule the cost model prices) is marked fused
+ * into that einsum: it is never emitted, its result never has a buffer,
+ * and the einsum reads the cast's source, which the runtime converts
+ * block by block (runtime/einsum_mixed.c): no wide copy in memory.
+ *
  * Liveness.  An op that is not fused is "emitted" at its own index; a fused
  * op's reads happen at the index of the op it is fused into.  A buffer is
  * allocated (rt_alloc) just before its defining op and freed (rt_free) right
@@ -349,6 +355,13 @@ int cg_plan_build(cg_plan *p, const ir_module *m, diag_ctx *d)
         if (j >= 0 && p->ops[i]->phase != IR_PHASE_UPDATE && p->ops[j]->phase == IR_PHASE_UPDATE)
             p->fused_into[i] = -1;
     }
+    /* A cast folded into its GEMM (ir_folded_cast_source) is not emitted:
+     * its einsum reads the cast's source (run.c), so the source's reads
+     * happen at the einsum, as a fused op's at its consumer, and the cast's
+     * result has no buffer. */
+    for (i = 0; i < nops; i++)
+        if (p->fused_into[i] < 0 && ir_folded_cast_source(m, p->ops[i]->result))
+            p->fused_into[i] = p->def_index[p->ops[i]->result->uses[0].op->result->id];
     /* Last reads, at the emitting op's index. */
     for (i = 0; i < nops; i++) {
         int e = p->fused_into[i] >= 0 ? p->fused_into[i] : i;

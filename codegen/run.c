@@ -69,11 +69,38 @@ LLVMValueRef cg_i64(cg_ctx *c, int64_t v)
     return LLVMConstInt(c->t.i64, (unsigned long long)v, 1);
 }
 
+/* Operand k of einsum `op` as the runtime reads it: the source of a cast
+ * folded into it (ir_folded_cast_source; plan.c emits no cast), else the
+ * operand itself. */
+static const ir_value *einsum_read(const ir_module *m, const ir_op *op, int k)
+{
+    const ir_value *src = ir_folded_cast_source(m, op->operands[k]);
+    return src ? src : op->operands[k];
+}
+
+/* The einsum labels of operand k's positions as the runtime reads it: its
+ * own, or for a folded cast's source, the label of the cast's result
+ * position that holds the same dim (a cast may transpose). */
+static void einsum_read_labels(const ir_module *m, const ir_op *op, int k, int32_t *lab)
+{
+    const ir_value *v = op->operands[k], *src = einsum_read(m, op, k);
+    if (src == v) {
+        for (int j = 0; j < v->type.rank; j++)
+            lab[j] = op->u.einsum.labels[k][j];
+        return;
+    }
+    const ir_op *cast = v->def;
+    for (int j = 0; j < src->type.rank; j++)
+        for (int r = 0; r < v->type.rank; r++)
+            if (cast->u.ew.result_labels[r] == cast->u.ew.labels[0][j])
+                lab[j] = op->u.einsum.labels[k][r];
+}
+
 /* The constant rt_einsum_desc of `op` (op index `id`). */
 static LLVMValueRef einsum_desc(cg_ctx *c, const ir_module *m, const ir_op *op, int id)
 {
-    const ir_value *vals[3] = {op->operands[0], op->noperands > 1 ? op->operands[1] : NULL,
-                               op->result};
+    const ir_value *vals[3] = {einsum_read(m, op, 0),
+                               op->noperands > 1 ? einsum_read(m, op, 1) : NULL, op->result};
     LLVMValueRef ranks[3], shapes[3], labels[3];
     for (int k = 0; k < 3; k++) {
         int64_t shape[RT_MAX_RANK] = {0};
@@ -82,23 +109,33 @@ static LLVMValueRef einsum_desc(cg_ctx *c, const ir_module *m, const ir_op *op, 
         if (vals[k]) {
             rank = vals[k]->type.rank;
             cg_local_shape(m, &vals[k]->type, shape);
-            for (int j = 0; j < rank; j++)
-                lab[j] = k == 2 ? op->u.einsum.result_labels[j] : op->u.einsum.labels[k][j];
+            if (k == 2)
+                for (int j = 0; j < rank; j++)
+                    lab[j] = op->u.einsum.result_labels[j];
+            else
+                einsum_read_labels(m, op, k, lab);
         }
         ranks[k] = cg_i32(c, rank);
         shapes[k] = cg_const_i64s(c, shape, rank, RT_MAX_RANK, 0);
         labels[k] = cg_const_i32s(c, lab, rank, RT_MAX_RANK, 0);
     }
+    /* Mixed when an operand is read at another dtype than the result's. */
+    ir_dtype rdt = op->result->type.dtype;
+    int32_t odt[2] = {(int32_t)vals[0]->type.dtype, vals[1] ? (int32_t)vals[1]->type.dtype
+                                                            : (int32_t)rdt};
+    bool mixed = odt[0] != (int32_t)rdt || odt[1] != (int32_t)rdt;
     LLVMTypeRef i64_rank = LLVMArrayType2(c->t.i64, RT_MAX_RANK);
     LLVMTypeRef i32_rank = LLVMArrayType2(c->t.i32, RT_MAX_RANK);
     LLVMValueRef f[] = {
-        cg_i32(c, (int)op->result->type.dtype),
+        cg_i32(c, (int)rdt),
         cg_i32(c, op->noperands),
         LLVMConstArray2(c->t.i32, ranks, 3),
         LLVMConstArray2(i64_rank, shapes, 3),
         LLVMConstArray2(i32_rank, labels, 3),
         LLVMConstReal(c->t.f64, op->u.einsum.scale),
         cg_i32(c, id),
+        cg_i32(c, mixed),
+        cg_const_i32s(c, odt, 2, 2, 0),
     };
     return cg_const_global(c, LLVMConstNamedStruct(c->t.einsum_desc, f, sizeof f / sizeof f[0]),
                            "einsum_desc");
@@ -538,8 +575,8 @@ static void einsum_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRe
         return;
     }
     LLVMValueRef desc = einsum_desc(c, f->m, op, i);
-    LLVMValueRef bptr = op->noperands > 1 ? f->buf[op->operands[1]->id] : LLVMConstNull(c->t.ptr);
-    LLVMValueRef args[] = {f->dev, desc, f->buf[op->operands[0]->id], bptr, dst};
+    LLVMValueRef bptr = op->noperands > 1 ? f->buf[einsum_read(f->m, op, 1)->id] : LLVMConstNull(c->t.ptr);
+    LLVMValueRef args[] = {f->dev, desc, f->buf[einsum_read(f->m, op, 0)->id], bptr, dst};
     LLVMBuildCall2(c->b, c->rt.einsum_ty, c->rt.einsum, args, 5, "");
 }
 

@@ -74,6 +74,8 @@ void cg_types_init(cg_types *t, LLVMContextRef llctx)
         LLVMArrayType2(i32_rank, 3),   /* labels */
         t->f64,                        /* alpha */
         t->i32,                        /* op_id */
+        t->i32,                        /* mixed (in what was tail padding) */
+        LLVMArrayType2(t->i32, 2),     /* operand_dtype (appended) */
     };
     LLVMStructSetBody(t->einsum_desc, ed, sizeof ed / sizeof ed[0], 0);
 

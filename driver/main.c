@@ -55,6 +55,7 @@ typedef struct options {
     bool remat_set;               /* --remat= was given: auto-sharding does not choose it */
     int einsum_unroll;            /* --einsum-unroll=N, or -1: IR_EINSUM_UNROLL_MAX */
     int64_t stream_min;           /* --stream-min=BYTES (INT64_MAX: off), or 0: IR_STREAM_MIN_BYTES */
+    bool no_cast_fold;            /* --fold-casts=off */
     int max_errors;
     bool debug_pass;
     bool plan_only;               /* `einc plan`: print the auto-sharding table, compile nothing */
@@ -113,6 +114,9 @@ static void usage(FILE *out)
           "  --stream-min=BYTES|off  write a result of BYTES per device or more with\n"
           "                        non-temporal stores (default 4194304; off: never;\n"
           "                        docs/codegen.md, \"Streamed results\")\n"
+          "  --fold-casts=on|off   a cast that only widens a GEMM's operand is converted by\n"
+          "                        the GEMM as it reads it (on, default) or materialised\n"
+          "                        (off; docs/codegen.md, \"Folded casts\")\n"
           "Dumps:\n"
           "  --dump-ir[=text|json] print the IR after the pipeline (docs/ir.md)\n"
           "  --dump-cost           print the cost table per op and the totals\n"
@@ -226,6 +230,10 @@ static int parse_args(int argc, char **argv, options *o)
             if (drv_count("einc", "--einsum-unroll", a + 16, 0, 4096, &n))
                 return 2;
             o->einsum_unroll = (int)n;
+        } else if (strncmp(a, "--fold-casts=", 13) == 0) {
+            if (strcmp(a + 13, "on") != 0 && strcmp(a + 13, "off") != 0)
+                return drv_bad_usage("einc", "--fold-casts wants on or off, not '%s'", a + 13);
+            o->no_cast_fold = strcmp(a + 13, "off") == 0;
         } else if (strncmp(a, "--stream-min=", 13) == 0) {
             if (strcmp(a + 13, "off") == 0)
                 o->stream_min = INT64_MAX;
@@ -303,6 +311,7 @@ static ir_module *compile(const options *o, const char *src, size_t len, bool si
         m->einsum_unroll_max = o->einsum_unroll;
     if (o->stream_min > 0)
         m->stream_min_bytes = o->stream_min;
+    m->no_cast_fold = o->no_cast_fold;
     if (pass_manager_run(pm, ctx, m) != 0) {
         ir_module_free(m);
         return NULL;

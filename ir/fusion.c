@@ -143,3 +143,22 @@ int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fu
     free(nodes);
     return 0;
 }
+
+const ir_value *ir_folded_cast_source(const ir_module *m, const ir_value *v)
+{
+    if (m->no_cast_fold || !v || v->kind != IR_VAL_OP || !v->def || v->nuses != 1)
+        return NULL;
+    const ir_op *cast = v->def, *use = v->uses[0].op;
+    if (cast->kind != IR_OP_ELEMENTWISE || cast->noperands != 1 || !cast->operands[0] ||
+        cast->u.ew.nnodes < 1 || cast->u.ew.nodes[cast->u.ew.root].kind != IR_EW_OPERAND ||
+        ir_dtype_size(cast->operands[0]->type.dtype) >= ir_dtype_size(v->type.dtype) ||
+        !cast->result || !full_shape_use(cast, 0) ||
+        !use || use->kind != IR_OP_EINSUM || use->noperands != 2 || use->u.einsum.gather ||
+        use->u.einsum.scatter || use->u.einsum.reduce != IR_RED_SUM ||
+        ir_einsum_unrolled_terms(m, use) > 0)
+        return NULL;
+    for (int k = 0; k < m->noutputs; k++) /* by id: the planner prices copies of values */
+        if (m->outputs[k].value && m->outputs[k].value->id == v->id)
+            return NULL; /* the caller reads the converted copy */
+    return cast->operands[0];
+}

@@ -638,10 +638,10 @@ typedef struct ir_module {
      * IR_EINSUM_UNROLL_MAX, or einc's --einsum-unroll=N (0: every binary
      * einsum is a GEMM, the baseline bench/small_contraction.py measures). */
     int einsum_unroll_max;
-    /* Per-device bytes of a result from which codegen writes it with
-     * non-temporal stores, and the cost model prices it so:
-     * IR_STREAM_MIN_BYTES, or einc's --stream-min (INT64_MAX: never). */
+    /* Per-device bytes of a result from which codegen writes it with non-temporal
+     * stores (priced so): IR_STREAM_MIN_BYTES, or --stream-min (INT64_MAX: never). */
     int64_t stream_min_bytes;
+    bool no_cast_fold; /* --fold-casts=off: ir_folded_cast_source gives NULL */
     ir_pipeline pipe;         /* pipeline parallelism, pipe.axis = -1 if none */
 } ir_module;
 

@@ -52,6 +52,20 @@ bool ir_value_is_output(const ir_module *m, const ir_value *v);
  * Used by codegen (plan.c) and the cost model. */
 int ir_fuse_elementwise(const ir_module *m, ir_op *const *ops, int nops, int *fused_into);
 
+/* The value a cast `v` converts, when the cast is folded into the GEMM
+ * that reads it, else NULL (fusion.c).  Folded: `v` is the result of an
+ * elementwise op that only converts its one operand (the tree's root is
+ * the operand, which has the result's dims, in any order) from a narrower dtype (i8 or bf16 to f32, f32 to f64), its
+ * one use is a binary sum einsum that runs as a GEMM (no gather or
+ * scatter, not unrolled: ir_einsum_unrolled_terms), it is no output, and
+ * m->no_cast_fold (einc --fold-casts=off) is not set.
+ * Codegen then emits no cast: the einsum reads the source directly and the
+ * runtime converts it block by block as its GEMM reads it (plan.c,
+ * runtime/einsum_mixed.c), so no converted copy is ever in memory; the cost
+ * model prices the einsum at the source's bytes and the cast at nothing
+ * (passes/costmodel/cost_fusion.c).  Pure. */
+const ir_value *ir_folded_cast_source(const ir_module *m, const ir_value *v);
+
 /* Largest number of products an unrolled einsum sums per result element
  * (ir_einsum_unrolled_terms); chosen by measurement, docs/codegen.md,
  * "Small contractions". */

@@ -450,6 +450,9 @@ void ir_print(FILE *out, ir_module *m)
         else if (op->kind == IR_OP_LAYERSTACK)
             fprintf(out, " each iteration's value, kept for after the loop: %.2f MiB/device",
                     (double)ir_local_bytes(m, &r->type) / (1 << 20));
+        else if (ir_folded_cast_source(m, r))
+            fprintf(out, " folded into its einsum's GEMM, which converts %s blocks as it reads "
+                    "them: no copy", ir_dtype_name(op->operands[0]->type.dtype));
         else if (op->kind == IR_OP_UPDATESLICE && op->noperands > 1)
             fprintf(out, " written in place: %.2f MiB/device",
                     (double)ir_local_bytes(m, &op->operands[1]->type) / (1 << 20));

@@ -176,15 +176,27 @@ typedef struct rt_coll_desc {
 } rt_coll_desc;
 
 /* A local contraction c = alpha * einsum(a[, b]) on per-device blocks.
- * Labels are small integers; a label in a (and b) but not c is summed. */
+ * Labels are small integers; a label in a (and b) but not c is summed.
+ * Arithmetic is in f64 when c is f64, else in f32 (bf16 and i8 operands are
+ * converted to it exactly, a bf16 result rounded once at the end). */
 typedef struct rt_einsum_desc {
-    int32_t dtype;                        /* enum rt_dtype, same for a, b, c */
+    int32_t dtype;                        /* enum rt_dtype of c; of a and b too unless mixed */
     int32_t noperands;                    /* 1 or 2 */
     int32_t rank[3];                      /* a, b, c */
     int64_t shape[3][RT_MAX_RANK];        /* per-device shapes of a, b, c */
     int32_t labels[3][RT_MAX_RANK];       /* label of each position of a, b, c */
     double alpha;
     int32_t op_id;
+    /* Per-operand dtypes, appended without an ABI bump: `mixed` fills what
+     * was the struct's tail padding, so a descriptor emitted before it
+     * (zero padding) reads as "a and b are `dtype`" and operand_dtype is
+     * never read.  With mixed != 0, a is stored as operand_dtype[0] and b
+     * as operand_dtype[1]: a cast folded into the GEMM (codegen's
+     * ir_folded_cast_source: i8 or bf16 weights under an f32 einsum, f32
+     * under f64), converted block by block as the GEMM reads it
+     * (einsum_mixed.c), never as a whole copy. */
+    int32_t mixed;
+    int32_t operand_dtype[2];
 } rt_einsum_desc;
 
 /* The whole program, emitted by codegen as the global `einc_program`. */

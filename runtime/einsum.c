@@ -19,10 +19,15 @@
  * and a result that is no such matrix is permuted from scratch into c.
  * Batch, M and N take c's label order, K takes a's.
  *
- * A unary einsum is a reduction and/or transpose (rt_reduce_permute).  bf16
- * operands are converted to f32, contracted, and rounded back.
+ * A unary einsum is a reduction and/or transpose (rt_reduce_permute).
+ * Arithmetic is in f32 (f64 for an f64 result); a bf16 result is computed
+ * in f32 and rounded back.  An operand stored narrower (bf16 or i8, or f32
+ * under f64: the desc's operand_dtype, a cast codegen folded into the
+ * einsum) is read in place when GEMM can view it and converted a block at
+ * a time as the GEMM goes (einsum_mixed.c); one that must be permuted,
+ * the operand of a unary einsum, and a when both are narrow, are converted
+ * whole into scratch first.
  */
-#include <cblas.h>
 #include <string.h>
 
 #include "rt_internal.h"
@@ -41,8 +46,19 @@ static int32_t find_label(const int32_t *labels, int32_t rank, int32_t label)
 
 static void check_desc(rt_device *dev, const rt_einsum_desc *d)
 {
-    if (!rt_dtype_size(d->dtype))
-        rt_fatal(dev, "einsum (op %d): unknown dtype %d", d->op_id, d->dtype);
+    if (d->dtype != RT_F32 && d->dtype != RT_F64 && d->dtype != RT_BF16)
+        rt_fatal(dev, "einsum (op %d): result dtype %d (f32, f64 or bf16 supported)", d->op_id,
+                 d->dtype);
+    for (int t = 0; t < 2 && d->mixed; t++) {
+        int32_t o = d->operand_dtype[t];
+        /* converted exactly: i8 and bf16 to f32 or f64, f32 to f64 */
+        if (o != RT_F32 && o != RT_F64 && o != RT_BF16 && o != RT_I8)
+            rt_fatal(dev, "einsum (op %d): operand %d has dtype %d (f32, f64, bf16 or i8 "
+                     "supported)", d->op_id, t, o);
+        if (o == RT_F64 && d->dtype != RT_F64)
+            rt_fatal(dev, "einsum (op %d): an f64 operand under a %s result would be rounded",
+                     d->op_id, rt_dtype_name(d->dtype));
+    }
     if (d->noperands != 1 && d->noperands != 2)
         rt_fatal(dev, "einsum (op %d): %d operands (1 or 2 supported)", d->op_id, d->noperands);
     const int32_t ops[2] = {0, d->noperands == 2 ? 1 : 0};
@@ -150,16 +166,46 @@ static int make_view(const int32_t *labels, int32_t rank, const int64_t *shape, 
     return 0;
 }
 
+/* The dtype operand t (0: a, 1: b) is stored in. */
+static int32_t operand_dtype(const rt_einsum_desc *d, int t)
+{
+    return d->mixed ? d->operand_dtype[t] : d->dtype;
+}
+
+/* The arithmetic's dtype: f64 for an f64 result, else f32. */
+static int32_t compute_dtype(const rt_einsum_desc *d)
+{
+    return d->dtype == RT_F64 ? RT_F64 : RT_F32;
+}
+
+/* A new scratch copy of the n elements of x (stored as dt) in cdt. */
+static void *widen(rt_device *dev, int32_t dt, const void *x, int32_t cdt, int64_t n)
+{
+    void *w = rt_alloc(dev, n * (int64_t)rt_dtype_size(cdt));
+    rt_convert_n(dt, x, cdt, w, n);
+    return w;
+}
+
 /*
  * Operand t of d as GEMM reads it, as the matrix [g[1] x g[2]] per batch
  * index of g[0]: a strided view of its own memory when there is one
  * (make_view), else a copy permuted (and its own labels summed out) into
- * scratch *tmp of `elems` elements in the order g[0], g[1], g[2].
+ * scratch *tmp of `elems` elements in the order g[0], g[1], g[2].  *dt is
+ * the operand's stored dtype: a narrow operand stays narrow in a view of
+ * its own memory (rt_gemm_run converts it block by block), unless
+ * `whole` asks for it widened at once or it must be permuted: then it is
+ * first converted whole into *wide, and *dt becomes cdt.
  */
 static void gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, const void *x,
-                         const int32_t *const *g, const int32_t *gn, int64_t elems, gview *v,
-                         void **tmp)
+                         int32_t *dt, int32_t cdt, int whole, const int32_t *const *g,
+                         const int32_t *gn, int64_t elems, gview *v, void **wide, void **tmp)
 {
+    if (*dt != cdt &&
+        (whole || !make_view(d->labels[t], d->rank[t], d->shape[t], g[0], gn[0], g[1], gn[1],
+                             g[2], gn[2], x, v))) {
+        x = *wide = widen(dev, *dt, x, cdt, rt_numel(d->rank[t], d->shape[t]));
+        *dt = cdt;
+    }
     if (make_view(d->labels[t], d->rank[t], d->shape[t], g[0], gn[0], g[1], gn[1], g[2], gn[2],
                   x, v))
         return;
@@ -170,50 +216,14 @@ static void gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, const v
             want[w] = g[i][k];
             shape[w++] = d->shape[t][find_label(d->labels[t], d->rank[t], g[i][k])];
         }
-    *tmp = rt_alloc(dev, elems * (int64_t)rt_dtype_size(d->dtype));
-    rt_reduce_permute(dev, d->dtype, x, d->rank[t], d->shape[t], d->labels[t], *tmp, w, want,
-                      1.0);
+    *tmp = rt_alloc(dev, elems * (int64_t)rt_dtype_size(cdt));
+    rt_reduce_permute(dev, cdt, x, d->rank[t], d->shape[t], d->labels[t], *tmp, w, want, 1.0);
     make_view(want, w, shape, g[0], gn[0], g[1], gn[1], g[2], gn[2], *tmp, v);
 }
 
-/* C = alpha op(A) op(B) when C is one row (M = 1) or one column (N = 1): a
- * matrix-vector product, which BLAS's gemv streams at memory bandwidth
- * (gemm's blocking for M = 1 does not; a decode step is all such products).
- * The views are as the gemm call below takes them: A is [M x K] with
- * leading dimension lda, or [K x M] if ta; B [K x N] or [N x K] if tb; C
- * [M x N], or [N x M] if tc. */
-static void gemv(int32_t dtype, int64_t M, int64_t N, int64_t K, double alpha, const void *a,
-                 int lda, int ta, const void *b, int ldb, int tb, void *c, int ldc, int tc)
-{
-    /* The matrix, its shape as stored and whether to transpose it, and
-     * the vector and result strides. */
-    const void *mat, *vec;
-    int rows, cols, ld, incx, incy;
-    enum CBLAS_TRANSPOSE t;
-    if (M == 1) { /* c[n] = sum_k a[k] opB[k, n] */
-        mat = b, vec = a, ld = ldb;
-        rows = tb ? (int)N : (int)K;
-        cols = tb ? (int)K : (int)N;
-        t = tb ? CblasNoTrans : CblasTrans;
-        incx = ta ? lda : 1;
-        incy = tc ? ldc : 1;
-    } else { /* N == 1: c[m] = sum_k opA[m, k] b[k] */
-        mat = a, vec = b, ld = lda;
-        rows = ta ? (int)K : (int)M;
-        cols = ta ? (int)M : (int)K;
-        t = ta ? CblasTrans : CblasNoTrans;
-        incx = tb ? 1 : ldb;
-        incy = tc ? 1 : ldc;
-    }
-    if (dtype == RT_F64)
-        cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, mat, ld, vec, incx, 0.0, c, incy);
-    else
-        cblas_sgemv(CblasRowMajor, t, rows, cols, (float)alpha, mat, ld, vec, incx, 0.0f, c, incy);
-}
-
-/* The two-operand f32/f64 case. */
-static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b,
-                     void *c)
+/* The two-operand case, computed in cdt into c (of dtype cdt). */
+static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const void *a,
+                     const void *b, void *c)
 {
     int32_t cls[CLS_NCLASS][RT_MAX_RANK], n[CLS_NCLASS] = {0};
     int64_t sz[CLS_NCLASS] = {1, 1, 1, 1}, bsize[RT_MAX_RANK];
@@ -235,7 +245,7 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
             sz[CLS_K] *= d->shape[0][k];
         }
     }
-    size_t es = rt_dtype_size(d->dtype);
+    size_t es = rt_dtype_size(cdt);
     int64_t B = sz[CLS_BATCH], M = sz[CLS_M], N = sz[CLS_N], K = sz[CLS_K];
     if (B * M * N == 0)
         return;
@@ -247,13 +257,16 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
     const int32_t *gb = cls[CLS_BATCH], *gm = cls[CLS_M], *gn = cls[CLS_N], *gk = cls[CLS_K];
     const int32_t nb = n[CLS_BATCH], nm = n[CLS_M], nn = n[CLS_N], nk = n[CLS_K];
 
-    /* A as [M x K] (or its transpose), B as [K x N], per batch index. */
+    /* A as [M x K] (or its transpose), B as [K x N], per batch index.  At
+     * most one narrow operand is converted block by block: b, the weights
+     * of `X * f32(Wq)`, when both are. */
     const int32_t *ga[3] = {gb, gm, gk}, *gbb[3] = {gb, gk, gn};
     const int32_t na[3] = {nb, nm, nk}, nbb[3] = {nb, nk, nn};
-    void *a_tmp = NULL, *b_tmp = NULL, *c_tmp = NULL;
+    void *a_tmp = NULL, *b_tmp = NULL, *c_tmp = NULL, *a_wide = NULL, *b_wide = NULL;
+    int32_t adt = operand_dtype(d, 0), bdt = operand_dtype(d, 1);
     gview va, vb, vc;
-    gemm_operand(dev, d, 0, a, ga, na, B * M * K, &va, &a_tmp);
-    gemm_operand(dev, d, 1, b, gbb, nbb, B * K * N, &vb, &b_tmp);
+    gemm_operand(dev, d, 0, a, &adt, cdt, bdt != cdt, ga, na, B * M * K, &va, &a_wide, &a_tmp);
+    gemm_operand(dev, d, 1, b, &bdt, cdt, 0, gbb, nbb, B * K * N, &vb, &b_wide, &b_tmp);
     /* C as [M x N] in place, or as C^T = B^T A^T when it is [N x M]; else
      * into scratch [B, M, N] and permuted after. */
     const int32_t *bmn[3] = {gb, gm, gn};
@@ -269,16 +282,18 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
             }
         make_view(want, w, shape, gb, nb, gm, nm, gn, nn, c_tmp, &vc);
     }
-    double alpha = c_tmp ? 1.0 : d->alpha;
-    enum CBLAS_TRANSPOSE ta = va.trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = vb.trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE ta_sw = va.trans ? CblasNoTrans : CblasTrans;
-    enum CBLAS_TRANSPOSE tb_sw = vb.trans ? CblasNoTrans : CblasTrans;
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || va.ld > INT32_MAX ||
         vb.ld > INT32_MAX || vc.ld > INT32_MAX)
         rt_fatal(dev, "einsum (op %d): GEMM of %lld x %lld x %lld exceeds BLAS int sizes",
                  d->op_id, (long long)M, (long long)N, (long long)K);
-    int lda = (int)va.ld, ldb = (int)vb.ld, ldc = (int)vc.ld;
+    void *cbase = c_tmp ? c_tmp : c; /* vc's memory, writable */
+    rt_gemm g0 = {.dtype = cdt, .M = M, .N = N, .K = K, .alpha = c_tmp ? 1.0 : d->alpha,
+                  .beta = 0.0, .a = va.base, .lda = va.ld, .ta = va.trans, .adt = adt,
+                  .b = vb.base, .ldb = vb.ld, .tb = vb.trans, .bdt = bdt, .c = cbase,
+                  .ldc = vc.ld, .tc = vc.trans};
+    int64_t scratch_elems = rt_gemm_scratch_elems(&g0);
+    void *scratch = scratch_elems ? rt_alloc(dev, scratch_elems * (int64_t)es) : NULL;
+    size_t aes = rt_dtype_size(adt), bes = rt_dtype_size(bdt);
     int64_t idx[RT_MAX_RANK] = {0};
     for (int64_t i = 0; i < B; i++) {
         int64_t oa = 0, ob = 0, oc = 0;
@@ -287,29 +302,11 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
             ob += idx[k] * vb.bstride[k];
             oc += idx[k] * vc.bstride[k];
         }
-        if (M == 1 || N == 1) {
-            gemv(d->dtype, M, N, K, alpha, (const char *)va.base + (size_t)oa * es, lda, va.trans,
-                 (const char *)vb.base + (size_t)ob * es, ldb, vb.trans,
-                 (char *)vc.base + (size_t)oc * es, ldc, vc.trans);
-        } else if (d->dtype == RT_F64) {
-            const double *pa = (const double *)va.base + oa, *pb = (const double *)vb.base + ob;
-            double *pc = (double *)vc.base + oc;
-            if (vc.trans)
-                cblas_dgemm(CblasRowMajor, tb_sw, ta_sw, (int)N, (int)M, (int)K, alpha, pb, ldb,
-                            pa, lda, 0.0, pc, ldc);
-            else
-                cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, pa, lda, pb, ldb,
-                            0.0, pc, ldc);
-        } else {
-            const float *pa = (const float *)va.base + oa, *pb = (const float *)vb.base + ob;
-            float *pc = (float *)vc.base + oc;
-            if (vc.trans)
-                cblas_sgemm(CblasRowMajor, tb_sw, ta_sw, (int)N, (int)M, (int)K, (float)alpha, pb,
-                            ldb, pa, lda, 0.0f, pc, ldc);
-            else
-                cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha, pa, lda,
-                            pb, ldb, 0.0f, pc, ldc);
-        }
+        rt_gemm g = g0;
+        g.a = (const char *)va.base + (size_t)oa * aes;
+        g.b = (const char *)vb.base + (size_t)ob * bes;
+        g.c = (char *)cbase + (size_t)oc * es;
+        rt_gemm_run(&g, scratch);
         for (int32_t k = nb - 1; k >= 0 && ++idx[k] == bsize[k]; k--)
             idx[k] = 0;
     }
@@ -321,31 +318,15 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, const void *a, con
                 have[w] = bmn[i][k];
                 shape[w++] = d->shape[2][find_label(d->labels[2], d->rank[2], bmn[i][k])];
             }
-        rt_reduce_permute(dev, d->dtype, c_tmp, w, shape, have, c, d->rank[2], d->labels[2],
+        rt_reduce_permute(dev, cdt, c_tmp, w, shape, have, c, d->rank[2], d->labels[2],
                           d->alpha);
     }
+    rt_free(dev, scratch);
     rt_free(dev, a_tmp);
     rt_free(dev, b_tmp);
+    rt_free(dev, a_wide);
+    rt_free(dev, b_wide);
     rt_free(dev, c_tmp);
-}
-
-/* f32 or f64: the unary or binary case. */
-static void einsum_native(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b,
-                          void *c)
-{
-    if (d->noperands == 1)
-        rt_reduce_permute(dev, d->dtype, a, d->rank[0], d->shape[0], d->labels[0], c, d->rank[2],
-                          d->labels[2], d->alpha);
-    else
-        contract(dev, d, a, b, c);
-}
-
-/* Converts a bf16 operand of n elements to a new f32 scratch buffer. */
-static float *widen(rt_device *dev, const void *x, int64_t n)
-{
-    float *f = rt_alloc(dev, n * (int64_t)sizeof(float));
-    rt_bf16_to_f32_n(x, f, n);
-    return f;
 }
 
 void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c)
@@ -353,20 +334,21 @@ void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const voi
     if (!d)
         rt_fatal(dev, "rt_einsum: NULL descriptor");
     check_desc(dev, d);
-    if (d->dtype != RT_BF16) {
-        einsum_native(dev, d, a, b, c);
-        return;
+    int32_t cdt = compute_dtype(d);
+    int64_t nc = rt_numel(d->rank[2], d->shape[2]);
+    /* A bf16 result is computed in f32 and rounded once. */
+    void *cw = d->dtype == cdt ? c : rt_alloc(dev, nc * (int64_t)rt_dtype_size(cdt));
+    if (d->noperands == 1) {
+        int32_t dt = operand_dtype(d, 0);
+        void *wa = dt == cdt ? NULL : widen(dev, dt, a, cdt, rt_numel(d->rank[0], d->shape[0]));
+        rt_reduce_permute(dev, cdt, wa ? wa : a, d->rank[0], d->shape[0], d->labels[0], cw,
+                          d->rank[2], d->labels[2], d->alpha);
+        rt_free(dev, wa);
+    } else {
+        contract(dev, d, cdt, a, b, cw);
     }
-    rt_einsum_desc f = *d;
-    f.dtype = RT_F32;
-    int64_t na = rt_numel(d->rank[0], d->shape[0]), nc = rt_numel(d->rank[2], d->shape[2]);
-    float *fa = widen(dev, a, na);
-    float *fb = d->noperands == 2 ? widen(dev, b, rt_numel(d->rank[1], d->shape[1])) : NULL;
-    float *fc = rt_alloc(dev, nc * (int64_t)sizeof(float));
-    einsum_native(dev, &f, fa, fb, fc);
-    rt_f32_to_bf16_n(fc, c, nc);
-    rt_free(dev, fa);
-    rt_free(dev, fb);
-    rt_free(dev, fc);
+    if (cw != c) {
+        rt_f32_to_bf16_n(cw, c, nc);
+        rt_free(dev, cw);
+    }
 }
-

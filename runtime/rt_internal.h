@@ -476,7 +476,56 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
 void rt_mpi_launch(const rt_program *prog, int profiling,
                    void (*fn)(rt_device *dev, void *arg), void *arg);
 
-/* ---- einsum (einsum.c, einsum_kernels.c) ---- */
+/* ---- einsum (einsum.c, einsum_kernels.c, einsum_mixed.c, gemv_narrow.c) ---- */
+
+/*
+ * One GEMM (or matrix-vector product) of rt_einsum, per batch index:
+ * c = alpha op(a) op(b) + beta c, computed in `dtype` (RT_F32 or RT_F64).
+ * a is [M x K] row-major with leading dimension lda (elements), or [K x M]
+ * when ta; b is [K x N], or [N x K] when tb; c is [M x N], or [N x M] when
+ * tc.  a and b are stored as adt and bdt: `dtype`, or a narrower dtype
+ * (RT_I8, RT_BF16; RT_F32 under RT_F64) that rt_gemm_run converts block by
+ * block.  At most one of a and b is narrow (rt_einsum widens the other).
+ */
+typedef struct rt_gemm {
+    int32_t dtype;
+    int64_t M, N, K;
+    double alpha, beta;
+    const void *a;
+    int64_t lda;
+    int ta;
+    int32_t adt;
+    const void *b;
+    int64_t ldb;
+    int tb;
+    int32_t bdt;
+    void *c;
+    int64_t ldc;
+    int tc;
+} rt_gemm;
+
+/* Elements of the f32/f64 scratch rt_gemm_run needs for g's narrow
+ * operand (rows of its stored matrix per block times its columns), or 0
+ * when neither operand is narrow.  The same for every batch index. */
+int64_t rt_gemm_scratch_elems(const rt_gemm *g);
+
+/* Runs g through cblas_[sd]gemm or cblas_[sd]gemv (one row or one column:
+ * gemv streams at memory bandwidth).  A narrow operand is converted into
+ * `scratch` (rt_gemm_scratch_elems elements of g->dtype) a block of its
+ * stored rows at a time, each block one GEMM over a slice of M, N or K
+ * (a K slice adds into c); sizes must fit BLAS ints (the caller checks). */
+void rt_gemm_run(const rt_gemm *g, void *scratch);
+
+/* gemv_narrow.c: when g is an i8 or bf16 matrix times an f32 vector in
+ * f32, the f32 scratch it needs (the matrix's columns), else -1; and g
+ * run in one pass on the calling thread, converting in registers (returns
+ * 1), or 0 with nothing done when g is no such product. */
+int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
+int rt_gemv_narrow(const rt_gemm *g, void *scratch);
+
+/* dst[i] = src[i] converted from src_dtype (RT_F32, RT_F64, RT_BF16, RT_I8)
+ * to dst_dtype (RT_F32 or RT_F64), exactly, for i < n (einsum_mixed.c). */
+void rt_convert_n(int32_t src_dtype, const void *src, int32_t dst_dtype, void *dst, int64_t n);
 
 /*
  * dst = alpha * sum over the labels of src missing in dst, with dst's dims

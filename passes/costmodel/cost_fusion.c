@@ -34,12 +34,16 @@
  * the weights cross HBM at their own width (seed 002: int8 weights halve
  * the bytes of a memory-bound decode step).  Such a cast's result is kept
  * on chip, and the einsum is charged the cast's source bytes instead
- * (cost_fused_cast_source, cost_op.c).  An einsum all of whose operands
+ * (ir_folded_cast_source, cost_op.c).  An einsum all of whose operands
  * are such casts of i8 values runs int8 x int8 (cost_einsum_dtype).
  *
- * Only for the seeds' chips: an einc executable on a calibrated host runs
- * each op on its own and does write the scores and the casts' copies
- * (runtime/), so a measured profile keeps every value in memory.
+ * einc's runtime folds such casts too (codegen/plan.c, runtime/
+ * einsum_mixed.c: the GEMM converts the source block by block), so their
+ * bytes and the missing copy hold on a calibrated host as well; the int8
+ * rate does not (the host converts to f32 and runs sgemm).  The scores'
+ * on-chip rule is only for the seeds' chips: an einc executable on a
+ * calibrated host runs each op on its own and does write the scores
+ * (runtime/), so a measured profile keeps them in memory.
  */
 #include <stdlib.h>
 
@@ -74,30 +78,13 @@ static bool valid_id(const ir_module *m, const ir_value *v)
     return v && v->id >= 0 && v->id < m->nvalues;
 }
 
-const ir_value *cost_fused_cast_source(const ir_module *m, const ir_value *v)
-{
-    if (!v || v->kind != IR_VAL_OP || !v->def || v->nuses != 1)
-        return NULL;
-    const ir_op *cast = v->def, *use = v->uses[0].op;
-    if (cast->kind != IR_OP_ELEMENTWISE || cast->noperands != 1 || !cast->operands[0] ||
-        cast->u.ew.nnodes < 1 || cast->u.ew.nodes[cast->u.ew.root].kind != IR_EW_OPERAND ||
-        ir_dtype_size(cast->operands[0]->type.dtype) >= ir_dtype_size(v->type.dtype) ||
-        !use || use->kind != IR_OP_EINSUM || use->u.einsum.gather || use->u.einsum.scatter ||
-        use->u.einsum.reduce != IR_RED_SUM)
-        return NULL;
-    for (int k = 0; k < m->noutputs; k++) /* by id: the planner prices copies of values */
-        if (m->outputs[k].value && m->outputs[k].value->id == v->id)
-            return NULL; /* the caller reads the converted copy */
-    return cast->operands[0];
-}
-
 ir_dtype cost_einsum_dtype(const ir_module *m, const ir_op *op)
 {
     ir_dtype t = op->result ? op->result->type.dtype : IR_F32;
     if (op->kind != IR_OP_EINSUM || op->noperands < 1)
         return t;
     for (int k = 0; k < op->noperands; k++) {
-        const ir_value *src = cost_fused_cast_source(m, op->operands[k]);
+        const ir_value *src = ir_folded_cast_source(m, op->operands[k]);
         if (!src || src->type.dtype != IR_I8)
             return t;
     }
@@ -110,7 +97,7 @@ bool *cost_onchip_values(const ir_module *m, const cost_hw *hw)
         return NULL;
     bool fused = false; /* some cast is fused into its einsum's operand read */
     for (int i = 0; i < m->nvalues && !fused; i++)
-        fused = cost_fused_cast_source(m, m->values[i]) != NULL;
+        fused = ir_folded_cast_source(m, m->values[i]) != NULL;
     /* root[id]: id of the family root of value id, or -1 (no family);
      * scores[id]: the family rooted at id is attention scores. */
     int *root = malloc((size_t)m->nvalues * sizeof *root);
@@ -147,7 +134,7 @@ bool *cost_onchip_values(const ir_module *m, const cost_hw *hw)
         }
     }
     for (int i = 0; i < m->nvalues && fused; i++)
-        onchip[i] = cost_fused_cast_source(m, m->values[i]) != NULL;
+        onchip[i] = ir_folded_cast_source(m, m->values[i]) != NULL;
     if (any) {
         for (int i = 0; i < m->nvalues; i++)
             onchip[i] |= root[i] >= 0 && scores[root[i]];

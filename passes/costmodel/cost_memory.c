@@ -18,10 +18,10 @@
  * by every iteration, so it counts once; a stacked param counts whole (all
  * its layers are resident), and one layer of it (LayerSlice) is a view.
  *
- * A cast fused into its einsum's operand read (int8 weights dequantized in
- * the GEMM, cost_fused_cast_source) holds no buffer: the chips of the
- * seeds convert tiles as they load them.  (einc's own runtime still makes
- * the converted copy; the figure is the chip's.)
+ * A cast folded into its einsum's operand read (int8 weights dequantized
+ * in the GEMM, ir_folded_cast_source) holds no buffer: the chips of the
+ * seeds convert tiles as they load them, and einc's own runtime converts
+ * blocks of a few hundred KiB (runtime/einsum_mixed.c), not counted.
  *
  * Not counted: the temporary buffers of collectives and MeshSlice loops
  * inside the runtime, alignment and fragmentation; so the figure is a
@@ -150,7 +150,7 @@ cost_memory cost_memory_peak(const ir_module *m)
             continue; /* params and inputs are resident; a value of a removed op holds nothing */
         if (v->def && (v->def->kind == IR_OP_LAYERSLICE || v->def->kind == IR_OP_UPDATESLICE))
             continue; /* a view of a resident param or state (one layer, or written in place) */
-        if (cost_fused_cast_source(m, v))
+        if (ir_folded_cast_source(m, v))
             continue; /* converted as its einsum reads it (cost_fusion.c): no buffer */
         int end = last[i] > def[i] ? last[i] : def[i]; /* an unread result lives during its op */
         double bytes = (double)ir_local_bytes(m, &v->type);

@@ -140,7 +140,7 @@ double cost_hbm_critical_dim_size(const ir_module *m, const cost_hw *hw, const i
             carries |= labels[j] == dim;
         /* a cast fused into the read crosses HBM at its source's width
          * (int8 weights: seed 002's B_crit = beta x alpha_hbm, beta = 1/2) */
-        const ir_value *src = i < op->noperands && !hw->measured ? cost_fused_cast_source(m, v) : NULL;
+        const ir_value *src = i < op->noperands ? ir_folded_cast_source(m, v) : NULL;
         double bytes = local_bytes(m, v) * (src ? (double)ir_dtype_size(src->type.dtype) /
                                                       (double)ir_dtype_size(v->type.dtype)
                                                 : 1);
@@ -505,15 +505,16 @@ void cost_op_estimate_onchip(const ir_module *m, const cost_hw *hw, const ir_op 
     memset(&c, 0, sizeof c);
     c.valid = true;
     op_io io = {0, hbm_bytes_of(m, op->result, onchip), op->result ? op->result->type.dtype : IR_F32};
-    /* A cast fused into an einsum's operand read (cost_fusion.c, not on a
-     * calibrated host, whose runtime makes the copy): its source's bytes
-     * cross HBM in the einsum, and the cast itself moves nothing. */
-    bool fused_result = !hw->measured && cost_fused_cast_source(m, op->result);
+    /* A cast folded into an einsum's operand read (ir_folded_cast_source;
+     * einc's runtime converts it block by block too, so on a calibrated
+     * host as well): its source's bytes cross HBM in the einsum, and the
+     * cast itself moves nothing. */
+    bool fused_result = ir_folded_cast_source(m, op->result) != NULL;
     if (fused_result)
         io.out = 0;
     for (int i = 0; i < op->noperands && !fused_result; i++) {
         const ir_value *v = op->operands[i];
-        const ir_value *src = hw->measured ? NULL : cost_fused_cast_source(m, v);
+        const ir_value *src = ir_folded_cast_source(m, v);
         /* the operand's block as the einsum reads it, at the source's width */
         io.in += src ? local_bytes(m, v) * (double)ir_dtype_size(src->type.dtype) /
                            (double)ir_dtype_size(v->type.dtype)

@@ -445,18 +445,6 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
  */
 bool *cost_onchip_values(const ir_module *m, const cost_hw *hw);
 
-/*
- * The value an einsum reads in place of `v` when `v` is a cast fused into
- * that read (cost_fusion.c, "Narrow operands"): `v` is the result of an
- * Elementwise op that only converts one operand of a smaller dtype (i8 or
- * bf16 to f32, say), its only reader is an arithmetic Einsum and it is no
- * program output.  Returns that operand (the i8 weights), else NULL.
- * cost_onchip_values keeps such `v` on chip on the seeds' chips, so the
- * einsum is charged `v`'s block at the narrow width and no f32 copy is
- * written.  Outputs are matched by value id, so a copy of `v` (as the
- * planner prices a layout) is recognised too.
- */
-const ir_value *cost_fused_cast_source(const ir_module *m, const ir_value *v);
 
 /* The dtype whose peak FLOP/s prices einsum `op`: IR_I8 when every operand
  * is a cast of an i8 value fused into the read (int8 x int8 with wide
@@ -497,7 +485,7 @@ int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);
  * C / W_hbm", 240 on v5e for a bf16 matmul with B << D, F): the per-device
  * size of `dim` above which FLOPs / C exceeds HBM bytes / W_hbm, from
  * FLOPs = a n and bytes = b0 + b1 n (b1: the values that carry `dim`).
- * An operand that is a fused cast (cost_fused_cast_source) counts at its
+ * An operand that is a fused cast (ir_folded_cast_source) counts at its
  * source's width and `C` is cost_einsum_dtype's rate, as cost_op_estimate
  * prices them: int8 weights in a bf16 matmul halve the threshold (seed
  * 002: "int8 params, bf16 FLOPs: 120"), int8 x int8 restores it.

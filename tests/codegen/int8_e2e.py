@@ -13,7 +13,8 @@ gathered as i8).  A cast to i8 passes no
 gradient: dL/dW of a loss that reads W directly and through i8(W) is the
 direct part alone.  --random-inputs fills an i8 input with integers
 uniform in [-127, 127], the same on every mesh; a checkpoint saves an i8
-param as NumPy int8 and --resume reads it back.
+param as NumPy int8 and --resume reads it back.  Casts folded into their
+GEMM (int8_fold.ein) give what the same cast materialised gives.
 
 usage: int8_e2e.py --einc PATH --workdir DIR
 """
@@ -157,9 +158,37 @@ def checkpoint_case(exe, work, what):
                f"{what}: --resume") is not None
 
 
+def fold_case(exe, work, what):
+    """Casts folded into their GEMM (Ya, Yt, Yr, Yv: the runtime converts the
+    i8 weights block by block) against the same cast materialised (Yb, its
+    f32 copy Wb an output) and NumPy."""
+    rng = np.random.default_rng(11)
+    x = {"Xin": rng.standard_normal((16, 1536)).astype(np.float32),
+         "Xv": rng.standard_normal(1536).astype(np.float32),
+         "Wq": rng.integers(-127, 128, (1536, 512)).astype(np.int8),
+         "Wtq": rng.integers(-127, 128, (512, 1536)).astype(np.int8),
+         "Sw": rng.uniform(0.001, 0.01, 512).astype(np.float32)}
+    got = run_outputs([], exe, work, x, ["Ya", "Yb", "Wb", "Yt", "Yv", "Yr"], what)
+    if got is None:
+        return False
+    xin, sw = x["Xin"].astype(np.float64), x["Sw"]
+    ya = (xin @ x["Wq"].astype(np.float64)) * sw
+    yt = xin @ x["Wtq"].astype(np.float64).T
+    yv = x["Xv"].astype(np.float64) @ x["Wq"].astype(np.float64)
+    scale = np.max(np.abs(ya))
+    # folded and unfolded differ only in the order of the sum over D (the
+    # conversion blocks): f32 rounding, far below the NumPy tolerance
+    return (compare(what, "Wb", got["Wb"], x["Wq"].astype(np.float32))
+            & compare(what, "Ya vs Yb", got["Ya"], got["Yb"], 0, 1e-6 * scale)
+            & compare(what, "Ya", got["Ya"], ya.astype(np.float32), 1e-5, 1e-5 * scale)
+            & compare(what, "Yt", got["Yt"], yt.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(yt)))
+            & compare(what, "Yr", got["Yr"], yt.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(yt)))
+            & compare(what, "Yv", got["Yv"], yv.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(yv))))
+
+
 CASES = {"int8_random": random_case, "int8_cast": cast_case, "int8_matmul_f": matmul_case,
          "int8_matmul_d": matmul_case, "int8_matmul_fsdp": fsdp_case, "int8_grad": grad_case,
-         "int8_checkpoint": checkpoint_case}
+         "int8_checkpoint": checkpoint_case, "int8_fold": fold_case}
 
 
 if __name__ == "__main__":

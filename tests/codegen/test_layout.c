@@ -98,7 +98,7 @@ static void test_einsum_desc(void)
     LLVMTypeRef ty = e.t.einsum_desc;
     CU_ASSERT_EQUAL(LLVMABISizeOfType(e.td, ty), sizeof(rt_einsum_desc));
     CU_ASSERT_EQUAL(LLVMABIAlignmentOfType(e.td, ty), _Alignof(rt_einsum_desc));
-    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 7);
+    CU_ASSERT_EQUAL(LLVMCountStructElementTypes(ty), 9);
     CHECK_OFF(&e, ty, rt_einsum_desc, 0, dtype);
     CHECK_OFF(&e, ty, rt_einsum_desc, 1, noperands);
     CHECK_OFF(&e, ty, rt_einsum_desc, 2, rank);
@@ -106,6 +106,8 @@ static void test_einsum_desc(void)
     CHECK_OFF(&e, ty, rt_einsum_desc, 4, labels);
     CHECK_OFF(&e, ty, rt_einsum_desc, 5, alpha);
     CHECK_OFF(&e, ty, rt_einsum_desc, 6, op_id);
+    CHECK_OFF(&e, ty, rt_einsum_desc, 7, mixed);
+    CHECK_OFF(&e, ty, rt_einsum_desc, 8, operand_dtype);
     env_close(&e);
 }
 

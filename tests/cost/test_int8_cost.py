@@ -16,6 +16,10 @@ usage: test_int8_cost.py EINC INT8_DIR
    priced at peak_flops.int8 (3.94e14 on v5e), twice bf16's rate; on a
    profile without an int8 rate (written here), at f32's.
 4. fsdp_gather.ein: the AllGather of int8 weights moves 1 byte per element.
+5. The fold is the runtime's too (docs/codegen.md, "Folded casts"): on the
+   calibrated host profile weight_only.ein's cast moves nothing and the
+   peak holds no copy; with --fold-casts=off (tpu-v5e) the cast is priced
+   as in 2 and the peak holds the copy.
 """
 import json
 import os
@@ -28,8 +32,8 @@ from einc_checks import Checks, run  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def dump(einc, path, hw="tpu-v5e"):
-    rc, out, err = run(einc, path, "--hw", hw, "--dump-ir=json")
+def dump(einc, path, hw="tpu-v5e", *flags):
+    rc, out, err = run(einc, path, "--hw", hw, "--dump-ir=json", *flags)
     if rc != 0:
         print(err)
         sys.exit(1)
@@ -107,6 +111,17 @@ def main():
     ok(len(ag) == 1 and ag[0]["result"]["dtype"] == "i8" and
        close(ag[0]["cost"]["comm_bytes"], 1024 * 1024 * (P - 1) / P),
        "FSDP: the AllGather of Wq moves its i8 bytes, (P-1)/P x D F x 1 byte")
+
+    h = dump(einc, os.path.join(d8, "weight_only.ein"), "host")
+    hcast = [o for o in ops_of(h, "Elementwise") if o["operands"][0]["dtype"] == "i8"]
+    ok(len(hcast) == 1 and hcast[0]["cost"]["hbm_bytes"] == 0 and
+       0 <= h["totals"]["peak_memory"] - resident < D * F // P,
+       "host profile: the folded cast moves nothing and the peak holds no copy of Wq")
+    o = dump(einc, os.path.join(d8, "weight_only.ein"), "tpu-v5e", "--fold-casts=off")
+    ocast = [x for x in ops_of(o, "Elementwise") if x["operands"][0]["dtype"] == "i8"]
+    ok(len(ocast) == 1 and ocast[0]["cost"]["hbm_bytes"] == D * F // P * 3 and
+       o["totals"]["peak_memory"] - resident >= D * F // P * 2,
+       "--fold-casts=off: the cast reads 1 and writes 2 bytes per element, and its copy is in the peak")
     return ok.exit_status()
 
 

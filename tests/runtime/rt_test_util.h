@@ -20,6 +20,8 @@ static inline void test_store(int32_t dtype, void *p, int64_t i, double v)
         ((double *)p)[i] = v;
     else if (dtype == RT_F32)
         ((float *)p)[i] = (float)v;
+    else if (dtype == RT_I8) /* rounded to the nearest int8 */
+        ((int8_t *)p)[i] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v < 0 ? v - 0.5 : v + 0.5);
     else
         ((uint16_t *)p)[i] = rt_f32_to_bf16((float)v);
 }
@@ -31,6 +33,8 @@ static inline double test_load(int32_t dtype, const void *p, int64_t i)
         return ((const double *)p)[i];
     if (dtype == RT_F32)
         return ((const float *)p)[i];
+    if (dtype == RT_I8)
+        return ((const int8_t *)p)[i];
     return rt_bf16_to_f32(((const uint16_t *)p)[i]);
 }
 

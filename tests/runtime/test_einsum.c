@@ -2,7 +2,9 @@
  * test_einsum.c - rt_einsum against a naive loop einsum (every label's index
  * space enumerated, products summed in f64) for plain, transposed, batched
  * and permuted contractions, labels summed out of one operand, unary
- * reductions and transposes, alpha, empty dims, and f32/f64/bf16.
+ * reductions and transposes, alpha, empty dims, and f32/f64/bf16; operands
+ * stored narrower than the arithmetic (i8, bf16, f32 under f64: folded
+ * casts), converted block by block, and the scratch that takes.
  */
 #include <CUnit/CUnit.h>
 #include <math.h>
@@ -23,10 +25,11 @@ static int64_t label_size(int32_t l)
     return sizes[l - 'a'];
 }
 
-/* Fills a descriptor from "ab,bc->ac" or "ab->ba" with label sizes from label_size,
- * overriding label `zero` (if not 0) with size 0 and multiplying every size by `scale`. */
+/* Fills a descriptor from "ab,bc->ac" or "ab->ba" with label sizes from
+ * `sizes` (per label 'a'..'z'; 0 or no table: label_size), overriding
+ * label `zero` (if not 0) with size 0 and multiplying every size by `scale`. */
 static rt_einsum_desc parse_spec(const char *spec, int32_t dtype, double alpha, char zero,
-                                 int64_t scale)
+                                 int64_t scale, const int64_t *sizes)
 {
     rt_einsum_desc d;
     memset(&d, 0, sizeof d);
@@ -41,8 +44,9 @@ static rt_einsum_desc parse_spec(const char *spec, int32_t dtype, double alpha, 
         if (!parts[t])
             continue;
         for (const char *p = parts[t]; p < ends[t]; p++) {
+            int64_t n = sizes && sizes[*p - 'a'] ? sizes[*p - 'a'] : label_size(*p);
             d.labels[t][d.rank[t]] = *p;
-            d.shape[t][d.rank[t]++] = *p == zero ? 0 : label_size(*p) * scale;
+            d.shape[t][d.rank[t]++] = *p == zero ? 0 : n * scale;
         }
     }
     return d;
@@ -86,38 +90,47 @@ static void naive(const rt_einsum_desc *d, const double *a, const double *b, dou
         c[i] *= d->alpha;
 }
 
-/* Runs `spec` through rt_einsum and the naive loop; returns max relative error. */
-static double run_scaled(const char *spec, int32_t dtype, double alpha, char zero, int64_t scale)
+/* Runs `spec` through rt_einsum and the naive loop, a stored as dt[0], b
+ * as dt[1] and c as dt[2] (mixed when they differ); returns the max
+ * relative error, and the device's peak scratch bytes in *peak if not
+ * NULL.  i8 operands hold integers up to 100 in magnitude. */
+static double run_typed(const char *spec, const int32_t dt[3], double alpha, char zero,
+                        int64_t scale, const int64_t *sizes, int64_t *peak)
 {
-    rt_einsum_desc d = parse_spec(spec, dtype, alpha, zero, scale);
+    rt_einsum_desc d = parse_spec(spec, dt[2], alpha, zero, scale, sizes);
+    d.mixed = dt[0] != dt[2] || dt[1] != dt[2];
+    d.operand_dtype[0] = dt[0];
+    d.operand_dtype[1] = dt[1];
     rt_device dev;
     rt_device_init(&dev, &solo_prog, &rt_solo_ops, NULL, 0);
-    size_t es = rt_dtype_size(dtype);
     int64_t n[3];
     for (int t = 0; t < 3; t++)
         n[t] = rt_numel(d.rank[t], d.shape[t]);
     double *a = malloc((size_t)(n[0] + 1) * 8), *b = malloc((size_t)(n[1] + 1) * 8);
     double *want = malloc((size_t)(n[2] + 1) * 8);
-    void *ta = malloc((size_t)(n[0] + 1) * es), *tb = malloc((size_t)(n[1] + 1) * es);
-    void *tc = malloc((size_t)(n[2] + 1) * es);
+    void *ta = malloc((size_t)(n[0] + 1) * rt_dtype_size(dt[0]));
+    void *tb = malloc((size_t)(n[1] + 1) * rt_dtype_size(dt[1]));
+    void *tc = malloc((size_t)(n[2] + 1) * rt_dtype_size(dt[2]));
     for (int64_t i = 0; i < n[0]; i++) {
-        test_store(dtype, ta, i, sin(0.7 * (double)i + 0.3));
-        a[i] = test_load(dtype, ta, i); /* the exact operand values after rounding */
+        test_store(dt[0], ta, i, sin(0.7 * (double)i + 0.3) * (dt[0] == RT_I8 ? 100 : 1));
+        a[i] = test_load(dt[0], ta, i); /* the exact operand values after rounding */
     }
     for (int64_t i = 0; i < n[1] && d.noperands == 2; i++) {
-        test_store(dtype, tb, i, cos(1.3 * (double)i) - 0.2);
-        b[i] = test_load(dtype, tb, i);
+        test_store(dt[1], tb, i, (cos(1.3 * (double)i) - 0.2) * (dt[1] == RT_I8 ? 100 : 1));
+        b[i] = test_load(dt[1], tb, i);
     }
     for (int64_t i = 0; i < n[2]; i++)
-        test_store(dtype, tc, i, 1234.5); /* must be overwritten */
+        test_store(dt[2], tc, i, 1234.5); /* must be overwritten */
     naive(&d, a, b, want);
     rt_einsum(&dev, &d, ta, d.noperands == 2 ? tb : NULL, tc);
     double maxdiff = 0, maxref = 0;
     for (int64_t i = 0; i < n[2]; i++) {
-        maxdiff = fmax(maxdiff, fabs(test_load(dtype, tc, i) - want[i]));
+        maxdiff = fmax(maxdiff, fabs(test_load(dt[2], tc, i) - want[i]));
         maxref = fmax(maxref, fabs(want[i]));
     }
     CU_ASSERT_EQUAL(dev.live_bytes, 0); /* scratch is freed */
+    if (peak)
+        *peak = dev.peak_bytes;
     free(a);
     free(b);
     free(want);
@@ -126,6 +139,14 @@ static double run_scaled(const char *spec, int32_t dtype, double alpha, char zer
     free(tc);
     rt_device_release(&dev);
     return n[2] == 0 ? 0 : maxdiff / fmax(maxref, 1e-30);
+}
+
+/* Runs `spec` in one dtype through rt_einsum and the naive loop; returns
+ * the max relative error. */
+static double run_scaled(const char *spec, int32_t dtype, double alpha, char zero, int64_t scale)
+{
+    const int32_t dt[3] = {dtype, dtype, dtype};
+    return run_typed(spec, dt, alpha, zero, scale, NULL, NULL);
 }
 
 static double run_spec(const char *spec, int32_t dtype, double alpha, char zero)
@@ -247,6 +268,89 @@ static void test_no_copy_when_layout_fits(void)
     rt_device_release(&dev);
 }
 
+/* Tolerance of a result of dtype `dt` relative to its largest element. */
+static double tolerance(int32_t dt)
+{
+    return dt == RT_F64 ? 1e-13 : dt == RT_BF16 ? 1.5e-2 : 1e-5;
+}
+
+/* Operand dtypes a, b and the result's: casts folded into the GEMM (int8
+ * and bf16 weights under f32, f32 under f64), on either side or both. */
+static const int32_t mixed_dtypes[][3] = {
+    {RT_F32, RT_I8, RT_F32},  {RT_I8, RT_F32, RT_F32},  {RT_BF16, RT_I8, RT_F32},
+    {RT_F32, RT_BF16, RT_F32}, {RT_I8, RT_I8, RT_F32},  {RT_F32, RT_I8, RT_BF16},
+    {RT_F32, RT_F32, RT_F64}, {RT_I8, RT_F64, RT_F64},
+};
+#define NMIXED ((int)(sizeof mixed_dtypes / sizeof mixed_dtypes[0]))
+
+/* Narrow operands in every layout: viewed in place (converted block by
+ * block), permuted (converted whole first), both narrow, unary. */
+static void test_mixed_dtypes(void)
+{
+    static const char *const specs[] = {
+        "ij,jk->ik", "ij,kj->ik", "ji,jk->ik", "ji,kj->ik", "ij,jk->ki", "ij,j->i", "j,jk->k",
+        "i,k->ik", "ij,ij->", "abc,cd->abd", "ab,abc->c", "bij,bjk->bik", "ibj,bjk->bki",
+        "hbij,bhjk->bhik", "ija,jk->ik", "aij,bjk->ik", "ij->ji", "ijk->k",
+    };
+    for (int i = 0; i < (int)(sizeof specs / sizeof specs[0]); i++)
+        for (int m = 0; m < NMIXED; m++) {
+            double err = run_typed(specs[i], mixed_dtypes[m], -0.375, 0, 1, NULL, NULL);
+            if (!(err <= tolerance(mixed_dtypes[m][2])))
+                fprintf(stderr, "\n  %s (%s, %s -> %s): rel err %g\n", specs[i],
+                        rt_dtype_name(mixed_dtypes[m][0]), rt_dtype_name(mixed_dtypes[m][1]),
+                        rt_dtype_name(mixed_dtypes[m][2]), err);
+            CU_ASSERT(err <= tolerance(mixed_dtypes[m][2]));
+        }
+}
+
+/* Narrow operands of several conversion blocks (einsum_mixed.c: 256 KiB
+ * converted per block), each kind of block: K rows of b (the sum adds up
+ * over blocks), N rows of b, M rows of a, K rows of a; matrix-vector and
+ * matrix products, a transposed result, a batch. */
+static void test_mixed_blocks(void)
+{
+    static const struct {
+        const char *spec;
+        int64_t b, k, m, n;
+        int narrow; /* 0: a, 1: b */
+    } cases[] = {
+        {"k,kn->n", 0, 3000, 0, 100, 1},    {"k,nk->n", 0, 3000, 0, 100, 1},
+        {"mk,kn->mn", 0, 1000, 8, 300, 1},  {"mk,nk->mn", 0, 300, 8, 600, 1},
+        {"mk,kn->nm", 0, 1000, 8, 300, 1},  {"mk,k->m", 0, 500, 600, 0, 0},
+        {"km,kn->mn", 0, 1000, 300, 8, 0},  {"bk,bkn->bn", 3, 700, 0, 100, 1},
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        int64_t sizes[26] = {0};
+        sizes['b' - 'a'] = cases[i].b;
+        sizes['k' - 'a'] = cases[i].k;
+        sizes['m' - 'a'] = cases[i].m;
+        sizes['n' - 'a'] = cases[i].n;
+        for (int32_t nd = RT_BF16; nd <= RT_I8; nd += RT_I8 - RT_BF16) {
+            int32_t dt[3] = {RT_F32, RT_F32, RT_F32};
+            dt[cases[i].narrow] = nd;
+            double err = run_typed(cases[i].spec, dt, 1.0, 0, 1, sizes, NULL);
+            if (!(err <= 1e-5))
+                fprintf(stderr, "\n  %s (%s operand %d): rel err %g\n", cases[i].spec,
+                        rt_dtype_name(nd), cases[i].narrow, err);
+            CU_ASSERT(err <= 1e-5);
+        }
+    }
+}
+
+/* The point of folding the cast: int8 weights of 3 MB under an f32
+ * matrix-vector product need one 256 KiB conversion block, not the 12 MB
+ * f32 copy. */
+static void test_mixed_no_wide_copy(void)
+{
+    int64_t sizes[26] = {0}, peak = -1;
+    sizes['k' - 'a'] = 3000;
+    sizes['n' - 'a'] = 1000;
+    const int32_t dt[3] = {RT_F32, RT_I8, RT_F32};
+    double err = run_typed("k,kn->n", dt, 1.0, 0, 1, sizes, &peak);
+    CU_ASSERT(err <= 1e-5);
+    CU_ASSERT(peak > 0 && peak <= (256 << 10));
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -258,6 +362,9 @@ void einc_register_tests(void)
         {"empty dims", test_empty_dims},
         {"large transposes and reductions", test_large_permutes},
         {"no scratch when the layout fits GEMM", test_no_copy_when_layout_fits},
+        {"mixed operand dtypes (folded casts)", test_mixed_dtypes},
+        {"narrow operands over several conversion blocks", test_mixed_blocks},
+        {"no wide copy of a narrow operand", test_mixed_no_wide_copy},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
 }
