@@ -475,7 +475,7 @@ static bool over_budget(const prop *p)
 
 /* Backward and forward rounds of re-picking layouts, to a fixed point (or
  * to the budget); returns the number of rounds. */
-static int sweep(prop *p)
+int pass_prop_sweep(prop *p)
 {
     int round = 0;
     for (bool changed = true; changed && round < MAX_SWEEPS && !over_budget(p); round++) {
@@ -507,7 +507,7 @@ static int try_primal_carries(prop *p)
             keep[k] = p->ops[k].lay;
         double before = pass_prop_total_cost(p).time;
         if (pass_prop_loop_primal(p, saved, nloops)) {
-            round = sweep(p);
+            round = pass_prop_sweep(p);
             if (!(pass_prop_total_cost(p).time < before)) {
                 pass_prop_loop_restore(p, saved, nloops);
                 for (int k = 0; k < p->nops; k++)
@@ -523,11 +523,11 @@ static int try_primal_carries(prop *p)
 /* Sweeps to a fixed point, then joint moves and sweeps again while they
  * help; returns the rounds of sweeps.  Every accepted change lowers the
  * objective. */
-static int descend(prop *p)
+int pass_prop_descend(prop *p)
 {
     int round = 0;
     for (int joint_rounds = 0;; joint_rounds++) {
-        round += sweep(p);
+        round += pass_prop_sweep(p);
         if (joint_rounds >= MAX_JOINT_ROUNDS || !pass_prop_improve_joint(p))
             break;
     }
@@ -550,11 +550,11 @@ static layout *layouts_save(const prop *p)
 static int sweep_fitting(prop *p)
 {
     if (p->ilp.mem != PASS_ILP_MEM_BOUND)
-        return sweep(p);
+        return pass_prop_sweep(p);
     layout *keep = layouts_save(p);
     if (!keep)
         return 0;
-    int round = sweep(p);
+    int round = pass_prop_sweep(p);
     if (pass_prop_memory(p) > p->ilp.mem_hbm)
         for (int k = 0; k < p->nops; k++)
             p->ops[k].lay = keep[k];
@@ -578,9 +578,9 @@ static int widen(prop *p)
     bool fit_narrow = p->hw && pass_prop_memory(p) <= p->hw->hbm_bytes;
     p->wide = true;
     p->eval_limit = p->evals + WIDE_BUDGET;
-    int round = descend(p);
+    int round = pass_prop_descend(p);
     if (pass_prop_branch_bound(p, BB_BUDGET) > 0)
-        round += sweep(p);
+        round += pass_prop_sweep(p);
     p->eval_limit = 0;
     /* The whole program at once: what no move of a few ops reaches. */
     if (p->ilp_time > 0 && pass_prop_ilp(p, p->ilp_time, &p->ilp) > 0)
@@ -607,6 +607,9 @@ static int widen(prop *p)
             p->ops[k].lay = keep[k];
     }
     free(keep);
+    /* Seed 000's strategies, scored by the step rather than the serial
+     * objective the ILP minimises. */
+    pass_prop_portfolio(p);
     return round;
 }
 
@@ -716,10 +719,10 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     }
     if (errors)
         goto out;
-    int round = descend(&p);
+    int round = pass_prop_descend(&p);
     /* Repeated blocks whose carried sharding comes from the sweeps. */
     if (unknown_loops && pass_prop_loop_settle(&p))
-        round += sweep(&p);
+        round += pass_prop_sweep(&p);
     if (unknown_loops)
         round += try_primal_carries(&p);
     if (p.hw && p.nops <= WIDE_MAX_OPS)

@@ -249,6 +249,17 @@ void pass_prop_layout_str(const prop *p, int k, const layout *lay, char *buf, si
  * off.  Per run (no trip count). */
 double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double einsum_time);
 
+/* ---- propagate.c ---- */
+
+/* Backward and forward rounds of re-picking each op's layout
+ * (pass_prop_choose), to a fixed point, MAX_SWEEPS rounds or the budget
+ * (eval_limit); returns the rounds. */
+int pass_prop_sweep(prop *p);
+/* Sweeps to a fixed point, then joint moves (pass_prop_improve_joint) and
+ * sweeps again while they help, at most MAX_JOINT_ROUNDS times; returns
+ * the rounds of sweeps.  Every accepted change lowers the objective. */
+int pass_prop_descend(prop *p);
+
 /* ---- propagate_step.c ---- */
 
 /* Seconds of the current plan's step as the cost pass schedules it:
@@ -257,6 +268,19 @@ double pass_prop_meshslice_credit(prop *p, int k, const layout *lay, double eins
  * the later stream's end.  Needs every op decided; without a profile, the
  * serial objective's time (0). */
 double pass_prop_step_time(prop *p);
+
+/* ---- propagate_portfolio.c ---- */
+
+/* Plans seed 000's strategies (FSDP, FSDP+TP, TP with sequence
+ * parallelism, TP) on the residual stream, each from a first forward
+ * sweep to a fixed point, and keeps the plan whose step
+ * (pass_prop_step_time) is the shortest among them and the current one,
+ * a strategy only when PORTFOLIO_MARGIN (1%) shorter, a plan that fits the
+ * HBM before one that does not; sets p->plan_why when a strategy is kept.
+ * Leaves every op decided.  Returns 1 when a strategy replaced the plan,
+ * 0 otherwise (also for programs with repeated blocks or without a single
+ * batch dim, which it does not try, and when out of memory). */
+int pass_prop_portfolio(prop *p);
 
 /* ---- propagate_search.c ---- */
 

@@ -1,0 +1,310 @@
+/*
+ * propagate_portfolio.c - seed 000's whole-model strategies, each planned
+ * and scored by the step the cost pass will report, against the plan the
+ * search found.
+ *
+ * The ILP (propagate_ilp.c) minimises the serial objective: every op's
+ * compute plus every reshard, in sequence.  The cost pass runs the
+ * reshards of params (FSDP's weight gathers) on a prefetch stream beside
+ * compute (seed 000: the gathers are "not on the critical path"), so a
+ * plan that gathers more weights and moves fewer activations can have
+ * the shorter step while the ILP rates it slower (docs/propagation.md,
+ * "Limits").  Following Alpa's practice of scoring whole candidate plans
+ * by the real objective (Zheng et al., OSDI'22, section 5: the inter-
+ * operator pass profiles each stage's intra-operator plans and keeps the
+ * fastest), this file plans a small portfolio of strategies and keeps
+ * the one whose step (pass_prop_step_time, gathers overlapped) is the
+ * shortest.  The strategies are seed 000's families (How to Scale Your
+ * Model, part 5, "Training"), stated on the residual stream:
+ *
+ *   FSDP     [B_XY, T, D]  the batch over every axis (ZeRO-3)
+ *   FSDP+TP  [B_X, T, D]   the batch over the data axes, TP on the others
+ *   TP+SP    [B_X, T_Y, D] Megatron sequence parallelism on the TP axes
+ *   TP       [B, T, D]     the residual stream replicated
+ *
+ * where, from the program's declared shardings: the data axes (X) are the
+ * axes some input shards; the TP axes (Y) those some param shards and no
+ * input does; B is the one dim the inputs shard over a data axis; T (the
+ * sequence) a dim an input has beside it that nothing shards; D a dim a
+ * param shards over a data axis (the model dim FSDP splits).  The
+ * residual stream is every forward op's result whose dims are exactly B,
+ * the sequence (if any) and a model dim, with no constraint written.  DP
+ * is FSDP's residual stream (the params' declared shardings decide
+ * between them, and they are not the planner's to change).
+ *
+ * Each strategy is planned as a user forcing it would get it: the
+ * residual stream constrained, every op re-picked from a first forward
+ * sweep, then the sweeps and joint moves (pass_prop_descend) to a fixed
+ * point; TP with sequence parallelism then also gets the whole-program ILP
+ * (propagate_ilp.c) and the sweeps after it, since its plan moves whole
+ * blocks at once (the MLP, forward and backward, onto the sequence) where
+ * no move of a few ops reaches, when the search's own ILP was small
+ * (PORTFOLIO_ILP_COLS).  The constraints are then removed, which
+ * leaves every reshard where it was (a value's one reshard into the
+ * constrained sharding becomes the same reshard in front of its
+ * consumers).  The plan with the shortest step among the search's and the
+ * strategies' is kept; a strategy must be PORTFOLIO_MARGIN shorter than
+ * the search's plan, and a plan that fits the HBM (the ILP's memory row)
+ * beats one that does not.  Not done: programs with repeated blocks (their
+ * carried shardings are settled before the sweeps, propagate_loop.c), and
+ * programs without a single batch dim.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "propagate_internal.h"
+
+#define PORTFOLIO_MARGIN 0.01 /* how much shorter a strategy's step must be (fraction): the
+                                 cost model's rounding, not a preference for the search's plan */
+#define PORTFOLIO_ILP_COLS 12000 /* sequence parallelism gets its own ILP only when the search's had at
+                                    most this many columns (a 1-layer GPT's training step: 8,650, about
+                                    a second; fortunes_transformer.ein's 18,753 would add 2,400
+                                    candidates and many seconds) */
+
+/* The dims and axes the strategies are stated with. */
+typedef struct roles {
+    int batch;      /* dim id of B, the one dim the inputs shard over a data axis */
+    int seq;        /* dim id of the sequence, or -1 */
+    bool *model;    /* by dim id: a param shards it over a data axis */
+    ir_axes data;   /* axes some input shards (size > 1) */
+    ir_axes tp;     /* axes some param shards and no input does (size > 1) */
+} roles;
+
+/* One strategy: the axes of B and of the sequence on the residual stream. */
+typedef struct strategy {
+    const char *why; /* plan_why when it is kept (static) */
+    ir_axes batch, seq;
+} strategy;
+
+static ir_axes declared_axes(const ir_sharding *sh, int d)
+{
+    ir_axes on = 0;
+    for (int j = 0; j < sh->naxes[d]; j++)
+        on |= 1u << sh->axes[d][j];
+    return on;
+}
+
+/* Fills r from the declared shardings of inputs and params; false when
+ * the program has no single batch dim (then there is no residual stream
+ * to state the strategies on). */
+static bool find_roles(const prop *p, roles *r)
+{
+    const ir_module *m = p->m;
+    ir_axes big = 0;
+    for (int a = 0; a < m->mesh.naxes; a++)
+        if (m->mesh.axes[a].size > 1)
+            big |= 1u << a;
+    ir_axes input = 0, param = 0;
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        for (int d = 0; p->def[i] < 0 && d < v->type.rank; d++) {
+            if (v->kind == IR_VAL_INPUT)
+                input |= declared_axes(&v->type.sh, d);
+            else if (v->kind == IR_VAL_PARAM)
+                param |= declared_axes(&v->type.sh, d);
+        }
+    }
+    r->data = input & big & p->used_axes;
+    r->tp = param & ~input & big & p->used_axes;
+    r->batch = r->seq = -1;
+    bool *sharded = calloc((size_t)m->ndims + 1, sizeof *sharded);
+    if (!sharded)
+        return false;
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (p->def[i] >= 0 || (v->kind != IR_VAL_INPUT && v->kind != IR_VAL_PARAM))
+            continue;
+        for (int d = 0; d < v->type.rank; d++) {
+            int id = v->type.dims[d];
+            ir_axes on = declared_axes(&v->type.sh, d);
+            if (id < 0 || id >= m->ndims || !on)
+                continue;
+            sharded[id] = true;
+            if (v->kind == IR_VAL_PARAM && (on & r->data))
+                r->model[id] = true;
+            if (v->kind == IR_VAL_INPUT && (on & r->data)) {
+                if (r->batch >= 0 && r->batch != id)
+                    r->batch = -2; /* two batch dims: no single residual stream */
+                else if (r->batch != -2)
+                    r->batch = id;
+            }
+        }
+    }
+    for (int i = 0; i < m->nvalues && r->batch >= 0; i++) {
+        const ir_value *v = m->values[i];
+        bool has_batch = false;
+        for (int d = 0; d < v->type.rank; d++)
+            has_batch = has_batch || v->type.dims[d] == r->batch;
+        for (int d = 0; p->def[i] < 0 && v->kind == IR_VAL_INPUT && has_batch && d < v->type.rank; d++) {
+            int id = v->type.dims[d];
+            if (id >= 0 && id < m->ndims && !sharded[id] && r->seq < 0)
+                r->seq = id;
+        }
+    }
+    free(sharded);
+    return r->batch >= 0 && r->data;
+}
+
+/* Whether v is on the residual stream: a forward op's result without a
+ * written constraint whose dims are B, the sequence (if any) and one model
+ * dim, each once. */
+static bool residual(const prop *p, const roles *r, const ir_value *v)
+{
+    if (!v->def || v->def->phase != IR_PHASE_FORWARD || v->has_constraint)
+        return false;
+    int nb = 0, ns = 0, nm = 0;
+    for (int d = 0; d < v->type.rank; d++) {
+        int id = v->type.dims[d];
+        nb += id == r->batch;
+        ns += r->seq >= 0 && id == r->seq;
+        nm += id >= 0 && id < p->m->ndims && r->model[id] && id != r->batch && id != r->seq;
+    }
+    return nb == 1 && ns == (r->seq >= 0) && nm == 1 && v->type.rank == 2 + (r->seq >= 0);
+}
+
+/* The sharding of v's dims under strategy s (axes in mesh order); false
+ * when a dim would not divide by its axes. */
+static bool strategy_sharding(const prop *p, const roles *r, const strategy *s, const ir_value *v,
+                              ir_sharding *sh)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->red = IR_RED_SUM;
+    for (int d = 0; d < v->type.rank; d++) {
+        int id = v->type.dims[d];
+        ir_axes on = id == r->batch ? s->batch : r->seq >= 0 && id == r->seq ? s->seq : 0;
+        for (int a = 0; a < p->m->mesh.naxes; a++)
+            if (on & (1u << a))
+                sh->axes[d][sh->naxes[d]++] = (int8_t)a;
+        if (on && p->m->dims[id].size % ir_mesh_axes_size(&p->m->mesh, on) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Plans strategy s on the residual values res[0..n-1] (constrained for
+ * the plan, unconstrained after): a first forward sweep, the sweeps and
+ * joint moves of the first phase, and for sequence parallelism the ILP and
+ * the sweeps after it.  False when the strategy cannot be laid out. */
+static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value **res, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strategy_sharding(p, r, s, res[i], &res[i]->constraint))
+            return false;
+    for (int i = 0; i < n; i++)
+        res[i]->has_constraint = true;
+    bool ok = true;
+    for (int k = 0; k < p->nops; k++)
+        p->ops[k].decided = false;
+    for (int k = 0; k < p->nops; k++)
+        ok = pass_prop_choose(p, k) >= 0 && ok;
+    if (ok)
+        pass_prop_descend(p);
+    if (ok && s->seq && p->ilp_time > 0 && p->ilp.cols > 0 && p->ilp.cols <= PORTFOLIO_ILP_COLS) {
+        pass_prop_ilp_report rep; /* the search's report (p->ilp) stays the certificate's */
+        memset(&rep, 0, sizeof rep);
+        p->wide = true;
+        if (pass_prop_ilp(p, p->ilp_time, &rep) > 0)
+            pass_prop_sweep(p);
+        p->wide = false;
+    }
+    for (int i = 0; i < n; i++)
+        res[i]->has_constraint = false;
+    return ok;
+}
+
+/* The strategies of roles r, without repeats: at most four. */
+static int strategies(const roles *r, strategy *out)
+{
+    strategy all[4] = {
+        {"seed 000's FSDP (the batch over every axis on the residual stream) is kept: its step, with "
+         "parameter gathers overlapped, is shorter than the search's plan", r->data | r->tp, 0},
+        {"seed 000's FSDP+TP (the batch over the data axes on the residual stream) is kept: its step, with "
+         "parameter gathers overlapped, is shorter than the search's plan", r->data, 0},
+        {"seed 000's TP with sequence parallelism (the sequence over the TP axes on the residual stream) is "
+         "kept: its step, with parameter gathers overlapped, is shorter than the search's plan", r->data,
+         r->seq >= 0 ? r->tp : 0},
+        {"seed 000's TP (the residual stream replicated) is kept: its step, with parameter gathers "
+         "overlapped, is shorter than the search's plan", 0, 0},
+    };
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+        bool seen = false;
+        for (int j = 0; j < n; j++)
+            seen = seen || (out[j].batch == all[i].batch && out[j].seq == all[i].seq);
+        if (!seen)
+            out[n++] = all[i];
+    }
+    return n;
+}
+
+/* Whether the current plan fits the HBM by the ILP's memory row (always,
+ * when the row was not needed). */
+static bool fits(const prop *p)
+{
+    return !(p->ilp.mem_hbm > 0) || pass_prop_memory(p) <= p->ilp.mem_hbm;
+}
+
+int pass_prop_portfolio(prop *p)
+{
+    ir_module *m = p->m;
+    if (!p->hw || p->nops == 0)
+        return 0;
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_LOOPBEGIN)
+            return 0;
+    roles r;
+    r.model = calloc((size_t)m->ndims + 1, sizeof *r.model);
+    ir_value **res = malloc((size_t)m->nvalues * sizeof *res + 1);
+    layout *best = malloc((size_t)p->nops * sizeof *best + 1);
+    int n = 0, adopted = 0;
+    if (!r.model || !res || !best || !find_roles(p, &r))
+        goto out;
+    for (int i = 0; i < m->nvalues; i++)
+        if (residual(p, &r, m->values[i]))
+            res[n++] = m->values[i];
+    if (n == 0)
+        goto out;
+    for (int k = 0; k < p->nops; k++)
+        best[k] = p->ops[k].lay;
+    double best_step = pass_prop_step_time(p);
+    bool best_fit = fits(p), wide = p->wide;
+    const char *why = NULL;
+    strategy st[4];
+    int ns = strategies(&r, st);
+    p->wide = false;
+    for (int i = 0; i < ns; i++) {
+        if (!plan_strategy(p, &r, &st[i], res, n))
+            continue;
+        double step = pass_prop_step_time(p);
+        bool fit = fits(p);
+        /* The first strategy kept must beat the search's plan by the margin;
+         * later ones need only beat it. */
+        bool better = fit != best_fit ? fit : step < best_step * (1.0 - (why ? 0.0 : PORTFOLIO_MARGIN));
+        if (p->ctx->log)
+            fprintf(p->ctx->log, "propagate: strategy %.*s: step %.4g us (parameter gathers overlapped)%s\n",
+                    (int)(strchr(st[i].why, '(') - st[i].why - 1), st[i].why, step * 1e6,
+                    better ? ", the best so far" : "");
+        if (!better)
+            continue;
+        for (int k = 0; k < p->nops; k++)
+            best[k] = p->ops[k].lay;
+        best_step = step;
+        best_fit = fit;
+        why = st[i].why;
+    }
+    for (int k = 0; k < p->nops; k++) {
+        p->ops[k].lay = best[k];
+        p->ops[k].decided = true;
+    }
+    p->wide = why ? false : wide;
+    if (why) {
+        p->plan_why = why;
+        adopted = 1;
+    }
+out:
+    free(r.model);
+    free(res);
+    free(best);
+    return adopted;
+}
