@@ -32,12 +32,14 @@ streamed token) and inter-token latency (between streamed tokens; a chunk
 of k characters counts as k tokens k-th of its gap apart, the tokenizer
 being one character per token) at p50 and p99; the decode steps the
 server ran (`einc_iterations_total` of GET /metrics), the span per step
-(ms/step) and the requests' slot-steps per step (rows/step: how many of the
-B slots did a request's work).  Figures are the medians of --repeat runs,
+(ms/step), the requests' slot-steps per step (rows/step: how many of the
+B slots did a request's work) and the server's CPU time (user + system,
+/proc/PID/stat) per token.  Figures are the medians of --repeat runs,
 the variants interleaved so that a change in the machine's load hits
 both.  The static/continuous ratio of steps is what scheduling alone gives
 (it does not depend on the machine); the tokens/s ratio also carries each
-step's cost.  The comparison "at equal
+step's cost, and the CPU per token is what a step costs the server
+whatever else shares the cores.  The comparison "at equal
 p99 inter-token latency": both variants get the same saturating --rate
 (the queue holds most requests, so each does all its slots allow), and
 the throughput ratio is reported with the two p99 ITLs beside it; with
@@ -93,6 +95,16 @@ class Server:
             self.stop()
             raise benchlib.BenchError("%s did not start: %r" % (exe, line))
         self.port = int(m.group(1))
+
+    def cpu_seconds(self):
+        """The server's CPU time so far (user + system, all its threads), from
+        /proc/PID/stat (Linux); None elsewhere or once it has ended."""
+        try:
+            with open("/proc/%d/stat" % self.p.pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
 
     def stop(self):
         if self.p.poll() is None:
@@ -195,6 +207,7 @@ def load(exe, work, cap, n):
         for th in threads:
             th.join(timeout=max(1.0, cap - (time.monotonic() - start)))
         steps = steps_run(s.port)
+        cpu = s.cpu_seconds()
     finally:
         s.stop()
     ok = [r for r in recs if r.get("status") == 200 and "done" in r]
@@ -210,13 +223,14 @@ def load(exe, work, cap, n):
     itl = [b - a for r in ok for a, b in zip(r["times"], r["times"][1:])]
     return dict(done=len(ok), failed=len(work) - len(ok), rps=len(ok) / span, tps=tokens / span,
                 steps=steps, step_ms=1000 * span / steps, busy=rows / steps,
+                cpu_tok=1000 * cpu / tokens if cpu is not None and tokens else float("nan"),
                 ttft50=pct(ttft, 50), ttft99=pct(ttft, 99), itl50=pct(itl, 50), itl99=pct(itl, 99))
 
 
 def describe(r):
     """A table row's figures for one run."""
     return [r["done"], r["failed"], r["rps"], r["tps"], r["steps"], r["step_ms"], r["busy"],
-            r["ttft50"], r["ttft99"], r["itl50"], r["itl99"]]
+            r["cpu_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"]]
 
 
 def main():
@@ -277,7 +291,7 @@ def main():
             runs.append((name, rate, {k: statistics.median(r[k] for r in got[(name, rate)])
                                       for k in got[(name, rate)][0]}))
     benchlib.table(["batching", "rate /s", "done", "failed", "req/s", "tokens/s", "steps",
-                    "ms/step", "rows/step", "TTFT p50 ms",
+                    "ms/step", "rows/step", "server CPU ms/token", "TTFT p50 ms",
                     "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"],
                    [[name, rate] + describe(r) for name, rate, r in runs])
     st, c = runs[0][2], runs[1][2]
@@ -289,7 +303,8 @@ def main():
                                                    c["itl50"] / st["itl50"],
                                                    c["itl99"] / st["itl99"]))
     print("# decode steps, static/continuous: %.2fx (the slot-steps static batching idles; "
-          "the machine's load does not change it)" % (st["steps"] / c["steps"]))
+          "the machine's load does not change it); server CPU per token, continuous/static: "
+          "%.2fx" % (st["steps"] / c["steps"], c["cpu_tok"] / st["cpu_tok"]))
     fits = [(r["tps"], rate, r) for name, rate, r in runs[1:] if r["itl99"] <= st["itl99"]]
     matched = None
     if fits:
@@ -310,6 +325,8 @@ def main():
                 target, round(matched, 3), "ok" if matched >= 2 else "MISS")
     res.add("decode steps, static / continuous, same load", round(st["steps"] / c["steps"], 3),
             "x", ratio=round(st["steps"] / c["steps"], 3))
+    cpu = round(c["cpu_tok"] / st["cpu_tok"], 3)
+    res.add("server CPU per token, continuous / static, same load", cpu, "x", ratio=cpu)
     for name, rate, r in runs[:2]:
         res.add("tokens/s, %s" % name, round(r["tps"], 1), "tokens/s")
         res.add("ITL p99, %s" % name, round(r["itl99"], 3), "ms")
