@@ -2,32 +2,63 @@
 """Continuous against static batching in --serve (docs/generation.md,
 "Continuous batching"), under the same load on 127.0.0.1.
 
-The fortunes decode program (examples/fortunes_serve.ein: 4 slots, a cache
-of 64 positions, 128 characters) is compiled twice with the same einc: as
+The fortunes decode program (examples/fortunes_serve.ein, 128 characters)
+is compiled with `-D B=SLOTS -D S=CACHE` (default 16 slots and a cache of
+128 positions; the file itself has 4 and 64) twice with the same einc: as
 written, with one position per row At[B] (continuous batching: a finished
 slot takes the next request at the next step), and with every `At[B]`
-turned into the scalar `At[]` (static batching: a batch of 4 runs until all
-its rows end).  Each is served with `--random-inputs 1` (untrained params,
-greedy: the texts are nonsense but their lengths are what the requests
-ask) and `--max-queue` above the request count, and gets the same load: a
-fixed number of requests, sent at Poisson arrival times (or at a fixed
-interval with --fixed), each with a prompt of 2..24 characters and
-max_tokens from 4 to the cache's room, all drawn from --seed, streamed.
-Every request has a timeout, the run a total time cap.
+turned into the scalar `At[]` (static batching: a batch of B runs until
+all its rows end).  Each is served with `--random-inputs 1` (untrained
+params, greedy: the texts are nonsense but their lengths are what the
+requests ask) and `--max-queue` above the request count, and gets the same
+load: a fixed number of streamed requests, sent at Poisson arrival times
+(or at a fixed interval with --fixed), all drawn from --seed.  Every
+request has a timeout, each run a total time cap.
 
-Per variant: requests/s and tokens/s (completions over the span from the
+Lengths (--lengths): `lognormal` (default) draws the prompt's characters
+and max_tokens from log-normal distributions, prompt median 8 (sigma 0.8,
+mean 11), output median 16 (sigma 1.0, mean 26), each clipped to what the
+cache allows (prompt 1..S/4, max_tokens 1..S - prompt + 1).  Serving
+traces have such long tails: vLLM's benchmark_serving replays ShareGPT
+conversations, whose output lengths are right-skewed with a long tail
+(most short, a few near the limit); the log-normal is a stand-in with the
+parameters above, not a fit to ShareGPT, scaled to the fortunes model's
+small cache.  `uniform` is the earlier workload (prompts 2..24, max_tokens
+4..S - prompt + 1), for comparison with the 2026-11-28 run.
+
+Per run: requests/s and tokens/s (completions over the span from the
 first send to the last answer), time to first token (send to the first
 streamed token) and inter-token latency (between streamed tokens; a chunk
 of k characters counts as k tokens k-th of its gap apart, the tokenizer
-being one character per token) at p50 and p99; then continuous/static
-ratios.  Seed 002 and Orca (OSDI'22) give the reason to expect a higher
-throughput: static batching idles a slot from its row's end to its batch's.
+being one character per token) at p50 and p99; the decode steps the
+server ran (`einc_iterations_total` of GET /metrics), the span per step
+(ms/step), the requests' slot-steps per step (rows/step: how many of the
+B slots did a request's work) and the server's CPU time (user + system,
+/proc/PID/stat) per token.  Figures are the medians of --repeat runs,
+the variants interleaved so that a change in the machine's load hits
+both.  The static/continuous ratio of steps is what scheduling alone gives
+(it does not depend on the machine); the tokens/s ratio also carries each
+step's cost, and the CPU per token is what a step costs the server
+whatever else shares the cores.  The comparison "at equal
+p99 inter-token latency": both variants get the same saturating --rate
+(the queue holds most requests, so each does all its slots allow), and
+the throughput ratio is reported with the two p99 ITLs beside it; with
+--match-rates R1,R2,..., continuous batching also runs at those lower
+rates, and the ratio is also taken from the fastest of its runs (all
+rates) whose p99 ITL is at most static batching's, to static batching's
+saturated throughput.  Seed 002 and Orca (OSDI'22) give the reason to
+expect a higher throughput: static batching idles a slot from its row's
+end to its batch's, so the gain grows with the slots and the spread of
+lengths (E[longest of B] / E[one]).
 
-    python3 bench/serve.py --build BUILD [--requests 48] [--rate 30] [--fixed]
-                           [--seed 1] [--time-cap 300]
+    python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
+                           [--slots 16] [--cache 128] [--lengths lognormal|uniform]
+                           [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
+                           [--json FILE]
 """
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -39,7 +70,9 @@ import time
 
 import benchlib
 
-S = 64  # fortunes_serve.ein's cache length (dim S)
+# The log-normal workload (docstring): (median, sigma) of prompt and output lengths.
+PROMPT_LN = (8.0, 0.8)
+OUTPUT_LN = (16.0, 1.0)
 
 
 def static_source(text):
@@ -62,6 +95,16 @@ class Server:
             self.stop()
             raise benchlib.BenchError("%s did not start: %r" % (exe, line))
         self.port = int(m.group(1))
+
+    def cpu_seconds(self):
+        """The server's CPU time so far (user + system, all its threads), from
+        /proc/PID/stat (Linux); None elsewhere or once it has ended."""
+        try:
+            with open("/proc/%d/stat" % self.p.pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
 
     def stop(self):
         if self.p.poll() is None:
@@ -98,14 +141,25 @@ def one_request(port, fields, timeout, rec):
         c.close()
 
 
-def workload(n, rate, fixed, seed):
-    """[(send offset in seconds, request fields)] for n requests."""
+def lognormal_len(rng, median, sigma, hi):
+    """A log-normal draw with that median and sigma, rounded, clipped to 1..hi."""
+    return max(1, min(hi, int(round(rng.lognormvariate(math.log(median), sigma)))))
+
+
+def workload(n, rate, fixed, seed, lengths, S):
+    """[(send offset in seconds, request fields)] for n requests on a cache of S."""
     rng = random.Random(seed)
     t, out = 0.0, []
     for _ in range(n):
-        plen = rng.randint(2, 24)
-        prompt = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(plen))
-        out.append((t, dict(prompt=prompt, max_tokens=rng.randint(4, S - plen + 1))))
+        if lengths == "uniform":
+            plen = rng.randint(2, 24)
+            prompt = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(plen))
+            tokens = rng.randint(4, S - plen + 1)
+        else:
+            plen = lognormal_len(rng, *PROMPT_LN, S // 4)
+            prompt = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(plen))
+            tokens = lognormal_len(rng, *OUTPUT_LN, S - plen + 1)
+        out.append((t, dict(prompt=prompt, max_tokens=tokens)))
         t += 1.0 / rate if fixed else rng.expovariate(rate)
     return out
 
@@ -116,6 +170,21 @@ def pct(xs, q):
         return float("nan")
     xs = sorted(xs)
     return 1000 * xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs))) - 1))]
+
+
+def steps_run(port):
+    """The server's einc_iterations_total (decode steps run so far), from GET /metrics."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        c.request("GET", "/metrics")
+        m = re.search(r"^einc_iterations_total (\d+)$", c.getresponse().read().decode(), re.M)
+    except (OSError, http.client.HTTPException) as e:
+        raise benchlib.BenchError("GET /metrics: %s" % e)
+    finally:
+        c.close()
+    if not m:
+        raise benchlib.BenchError("GET /metrics has no einc_iterations_total")
+    return int(m.group(1))
 
 
 def load(exe, work, cap, n):
@@ -137,6 +206,8 @@ def load(exe, work, cap, n):
             threads.append(th)
         for th in threads:
             th.join(timeout=max(1.0, cap - (time.monotonic() - start)))
+        steps = steps_run(s.port)
+        cpu = s.cpu_seconds()
     finally:
         s.stop()
     ok = [r for r in recs if r.get("status") == 200 and "done" in r]
@@ -144,46 +215,123 @@ def load(exe, work, cap, n):
         raise benchlib.BenchError("%s: no request completed" % exe)
     span = max(r["done"] for r in ok) - min(r["sent"] for r in recs if "sent" in r)
     tokens = sum(len(r["times"]) for r in ok)
+    # Slot-steps the requests occupied: a request runs one step per prompt
+    # character and one per token after the first (its prompt's last step makes that).
+    rows = sum(len(f["prompt"]) - 1 + len(r["times"]) for (_, f), r in zip(work, recs)
+               if r.get("status") == 200 and "done" in r)
     ttft = [r["times"][0] - r["sent"] for r in ok if r["times"]]
     itl = [b - a for r in ok for a, b in zip(r["times"], r["times"][1:])]
     return dict(done=len(ok), failed=len(work) - len(ok), rps=len(ok) / span, tps=tokens / span,
+                steps=steps, step_ms=1000 * span / steps, busy=rows / steps,
+                cpu_tok=1000 * cpu / tokens if cpu is not None and tokens else float("nan"),
                 ttft50=pct(ttft, 50), ttft99=pct(ttft, 99), itl50=pct(itl, 50), itl99=pct(itl, 99))
+
+
+def describe(r):
+    """A table row's figures for one run."""
+    return [r["done"], r["failed"], r["rps"], r["tps"], r["steps"], r["step_ms"], r["busy"],
+            r["cpu_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"]]
 
 
 def main():
     p = benchlib.parser(__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=48, help="requests per variant (default 48)")
-    p.add_argument("--rate", type=float, default=30.0, help="arrivals per second (default 30)")
+    p.add_argument("--requests", type=int, default=256, help="requests per run (default 256)")
+    p.add_argument("--rate", type=float, default=1000.0,
+                   help="arrivals per second for both variants (default 1000: saturated)")
     p.add_argument("--fixed", action="store_true", help="a fixed interval instead of Poisson")
+    p.add_argument("--slots", type=int, default=16, help="-D B: slots (default 16; even)")
+    p.add_argument("--cache", type=int, default=128, help="-D S: cache positions (default 128)")
+    p.add_argument("--lengths", choices=("lognormal", "uniform"), default="lognormal",
+                   help="prompt and output length distribution (default lognormal)")
+    p.add_argument("--match-rates", default="",
+                   help="comma-separated lower rates for continuous batching alone")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of each, interleaved; the medians are shown (default 3)")
     p.add_argument("--seed", type=int, default=1, help="the workload's seed")
-    p.add_argument("--time-cap", type=float, default=300.0, help="seconds per variant, at most")
+    p.add_argument("--time-cap", type=float, default=120.0, help="seconds per run, at most")
     a = p.parse_args()
-    if not 1 <= a.requests <= 1000 or a.rate <= 0:
-        raise benchlib.BenchError("--requests must be 1..1000 and --rate > 0")
+    try:
+        match = [float(x) for x in a.match_rates.split(",") if x.strip()]
+    except ValueError:
+        raise benchlib.BenchError("--match-rates wants numbers, not %r" % a.match_rates)
+    if not 1 <= a.repeat <= 20:
+        raise benchlib.BenchError("--repeat must be 1..20")
+    if not 1 <= a.requests <= 2000 or a.rate <= 0 or any(r <= 0 for r in match):
+        raise benchlib.BenchError("--requests must be 1..2000 and every rate > 0")
+    if a.slots < 2 or a.slots % 2 or not 32 <= a.cache <= 4096:
+        raise benchlib.BenchError("--slots must be even (B is sharded over X = 2) and "
+                                  "--cache 32..4096")
     einc = benchlib.einc(a.build)
     src = (benchlib.ROOT / "examples" / "fortunes_serve.ein").read_text()
-    work = workload(a.requests, a.rate, a.fixed, a.seed)
+    S = a.cache
+    mean_out = statistics.mean([f["max_tokens"] for _, f in
+                                workload(a.requests, a.rate, a.fixed, a.seed, a.lengths, S)])
     print(benchlib.machine())
-    print("# %d requests, %s arrivals at %g/s, prompts 2..24, max_tokens 4..%d (greedy)"
-          % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, S - 1))
-    res = {}
+    print("# %d requests, %s arrivals at %g/s, %d slots, cache %d, %s lengths "
+          "(max_tokens mean %.1f), greedy; medians of %d interleaved runs"
+          % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
+             mean_out, a.repeat))
+    runs = []  # (variant, rate, figures)
     with tempfile.TemporaryDirectory(prefix="einc-bench-serve-") as tmp:
+        exes = {}
         for name, text in (("static", static_source(src)), ("continuous", src)):
             path = os.path.join(tmp, name + ".ein")
             with open(path, "w") as f:
                 f.write(text)
-            exe = os.path.join(tmp, name)
-            benchlib.run([str(einc), path, "-o", exe])
-            res[name] = load(exe, work, a.time_cap, a.requests)
-    rows = [[name, r["done"], r["failed"], r["rps"], r["tps"], r["ttft50"], r["ttft99"],
-             r["itl50"], r["itl99"]] for name, r in res.items()]
-    benchlib.table(["batching", "done", "failed", "req/s", "tokens/s", "TTFT p50 ms",
-                    "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"], rows)
-    c, st = res["continuous"], res["static"]
-    print("# continuous/static: requests/s %.2fx, tokens/s %.2fx, TTFT p50 %.2fx, p99 %.2fx, "
-          "ITL p50 %.2fx, p99 %.2fx" % (c["rps"] / st["rps"], c["tps"] / st["tps"],
-                                        c["ttft50"] / st["ttft50"], c["ttft99"] / st["ttft99"],
-                                        c["itl50"] / st["itl50"], c["itl99"] / st["itl99"]))
+            exes[name] = os.path.join(tmp, name)
+            benchlib.run([str(einc), path, "-o", exes[name], "-D", "B=%d" % a.slots,
+                          "-D", "S=%d" % S])
+        plan = [("static", a.rate), ("continuous", a.rate)] + [("continuous", r) for r in match]
+        got = {k: [] for k in plan}
+        for _ in range(a.repeat):  # interleaved, so a change in the machine's load hits both
+            for name, rate in plan:
+                work = workload(a.requests, rate, a.fixed, a.seed, a.lengths, S)
+                got[(name, rate)].append(load(exes[name], work, a.time_cap, a.requests))
+        for name, rate in plan:
+            runs.append((name, rate, {k: statistics.median(r[k] for r in got[(name, rate)])
+                                      for k in got[(name, rate)][0]}))
+    benchlib.table(["batching", "rate /s", "done", "failed", "req/s", "tokens/s", "steps",
+                    "ms/step", "rows/step", "server CPU ms/token", "TTFT p50 ms",
+                    "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"],
+                   [[name, rate] + describe(r) for name, rate, r in runs])
+    st, c = runs[0][2], runs[1][2]
+    same = c["tps"] / st["tps"]
+    print("# same load (%g/s): continuous/static tokens/s %.2fx, requests/s %.2fx, TTFT p50 %.2fx, "
+          "p99 %.2fx, ITL p50 %.2fx, p99 %.2fx" % (a.rate, same, c["rps"] / st["rps"],
+                                                   c["ttft50"] / st["ttft50"],
+                                                   c["ttft99"] / st["ttft99"],
+                                                   c["itl50"] / st["itl50"],
+                                                   c["itl99"] / st["itl99"]))
+    print("# decode steps, static/continuous: %.2fx (the slot-steps static batching idles; "
+          "the machine's load does not change it); server CPU per token, continuous/static: "
+          "%.2fx" % (st["steps"] / c["steps"], c["cpu_tok"] / st["cpu_tok"]))
+    fits = [(r["tps"], rate, r) for name, rate, r in runs[1:] if r["itl99"] <= st["itl99"]]
+    matched = None
+    if fits:
+        tps, rate, r = max(fits, key=lambda x: x[0])
+        matched = tps / st["tps"]
+        print("# at equal p99 ITL: continuous at %g/s (p99 ITL %.3g ms <= static's %.3g ms) "
+              "makes %.2fx static's tokens/s" % (rate, r["itl99"], st["itl99"], matched))
+    else:
+        print("# at equal p99 ITL: no continuous run had a p99 ITL within static's %.3g ms"
+              % st["itl99"])
+    res = benchlib.Results("serve", "Continuous vs static batching in --serve (fortunes, "
+                           "untrained, %d slots)" % a.slots)
+    target = ">= 2x"
+    res.add("tokens/s, continuous / static, same load", round(same, 3), "x", target,
+            round(same, 3), "ok" if same >= 2 else "MISS")
+    if matched is not None:
+        res.add("tokens/s, continuous / static, at equal p99 ITL", round(matched, 3), "x",
+                target, round(matched, 3), "ok" if matched >= 2 else "MISS")
+    res.add("decode steps, static / continuous, same load", round(st["steps"] / c["steps"], 3),
+            "x", ratio=round(st["steps"] / c["steps"], 3))
+    cpu = round(c["cpu_tok"] / st["cpu_tok"], 3)
+    res.add("server CPU per token, continuous / static, same load", cpu, "x", ratio=cpu)
+    for name, rate, r in runs[:2]:
+        res.add("tokens/s, %s" % name, round(r["tps"], 1), "tokens/s")
+        res.add("ITL p99, %s" % name, round(r["itl99"], 3), "ms")
+        res.add("TTFT p50, %s" % name, round(r["ttft50"], 1), "ms")
+    res.write(a.json)
 
 
 if __name__ == "__main__":

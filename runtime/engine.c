@@ -116,9 +116,9 @@ static void refuse_queued(rt_engine *e)
 {
     for (; e->queued > 0; e->queued--, e->head = (e->head + 1) % e->max_queue) {
         e->queue[e->head]->aborted = 1;
+        pthread_cond_broadcast(&e->queue[e->head]->changed);
         release_locked(e->queue[e->head]);
     }
-    pthread_cond_broadcast(&e->progress);
 }
 
 /* Device 0, e->mu held, once the next step's rows are known: plans what
@@ -312,6 +312,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
             continue;
         if (r->cancelled) { /* the client went away: free the row */
             r->finish = "stop";
+            pthread_cond_broadcast(&r->changed);
             continue;
         }
         if (pos + 1 < r->prompt_len) {
@@ -321,6 +322,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
         }
         int32_t t = next_token(e, p, logits, plan, b, r, pos, work);
         emit(e, r, t, now);
+        pthread_cond_broadcast(&r->changed);
         if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
             r->finish = "length";
         e->feed[b] = t;
@@ -335,7 +337,6 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
             release_locked(e->batch[b]);
             e->batch[b] = NULL;
         }
-    pthread_cond_broadcast(&e->progress);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -401,6 +402,7 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
             e->feed[b] = t;
             e->at[b] = (int32_t)(pos + 1);
         }
+        pthread_cond_broadcast(&r->changed); /* before release_locked may free r */
         if (r->finish) { /* free the slot: a free row writes at 0, which its next request rewrites */
             release_locked(r);
             e->batch[b] = NULL;
@@ -411,7 +413,6 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
     e->metrics.running = 0;
     for (int64_t b = 0; b < e->gen->batch; b++)
         e->metrics.running += e->batch[b] != NULL;
-    pthread_cond_broadcast(&e->progress);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -564,7 +565,6 @@ void rt_engine_free(rt_engine *e)
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
-    pthread_cond_destroy(&e->progress);
     free(e->queue);
     free(e->batch);
     free(e->feed);

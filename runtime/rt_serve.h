@@ -7,8 +7,9 @@
  *
  * Threads: libmicrohttpd runs one thread per connection; device 0's thread
  * (the engine) takes batches from the queue and runs the steps on every
- * device; they meet under rt_engine.mu, and connections sleep on
- * rt_engine.progress (no busy waiting).  Under MPI every rank has an
+ * device; they meet under rt_engine.mu, and each connection sleeps on its
+ * own request's condition variable, rt_request.changed (no busy waiting;
+ * a step wakes only the connections whose requests it changed).  Under MPI every rank has an
  * engine, but only rank 0's has the server and the requests; the others
  * receive its batches and tokens by broadcast (engine.c).
  */
@@ -74,6 +75,11 @@ typedef struct rt_request {
     int aborted;                 /* 1: the server shut down before it ran */
     int cancelled;               /* 1: the client went away: the engine ends the row */
     int refs;                    /* holders: the connection, and the engine once queued */
+    /* Broadcast (under rt_engine.mu) when text, ready, finish or aborted
+     * change; its connection waits on it.  One per request rather than one
+     * per engine: a step then wakes its B rows' connections, not every
+     * queued one too (hundreds under load, each taking rt_engine.mu). */
+    pthread_cond_t changed;
 } rt_request;
 
 /* Parses a POST /v1/completions body (body[0..len), JSON) into a new
@@ -142,7 +148,6 @@ char *rt_metrics_text(const rt_metrics *m, int64_t queued);
 typedef struct rt_engine {
     pthread_mutex_t mu;          /* guards everything below that changes */
     pthread_cond_t work;         /* signalled: a request queued, a batch taken, shutdown */
-    pthread_cond_t progress;     /* broadcast: tokens made or a request finished */
     rt_request **queue;          /* a ring of max_queue requests waiting for a batch */
     int64_t max_queue, head, queued;
     rt_request **batch;          /* [B] the rows of the running batch; NULL: a padding row */

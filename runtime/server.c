@@ -105,7 +105,7 @@ static void add_event(stream *s, char *json)
     free(json);
 }
 
-/* MHD's reader of a streaming answer: waits (on e->progress) for text
+/* MHD's reader of a streaming answer: waits (on r->changed) for text
  * that can be sent, or the end, and hands over up to `max` SSE bytes. */
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -118,7 +118,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         s->plen = s->poff = 0;
         pthread_mutex_lock(&s->e->mu);
         while (r->ready == s->sent && !r->finish && !r->aborted)
-            pthread_cond_wait(&s->e->progress, &s->e->mu);
+            pthread_cond_wait(&r->changed, &s->e->mu);
         if (r->aborted) {
             add_event(s, rt_error_json("the server is shutting down", NULL, 503));
         } else {
@@ -209,7 +209,7 @@ static enum MHD_Result completions(rt_engine *e, struct MHD_Connection *c, const
         return answer_stream(e, c, r);
     pthread_mutex_lock(&e->mu);
     while (!r->finish && !r->aborted)
-        pthread_cond_wait(&e->progress, &e->mu);
+        pthread_cond_wait(&r->changed, &e->mu);
     char *body = r->aborted ? NULL : rt_request_json(r, r->text, r->len, r->finish);
     int aborted = r->aborted;
     pthread_mutex_unlock(&e->mu);
