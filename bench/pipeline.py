@@ -121,6 +121,7 @@ def main():
     cores = os.cpu_count() or 1
     print(benchlib.machine())
     res = benchlib.Results("pipeline", "Pipelined training steps and their bubble (threads)")
+    bubbles = {}  # (Z, schedule, M) -> measured bubble (fraction)
     with tempfile.TemporaryDirectory(prefix="einc-pipeline") as work:
         one = step_seconds(build(einc, work, "one", program(1, False)), a.steps)
         print(f"# baseline: layers unpipelined on one device, {1e3 * one:.1f} ms per step; "
@@ -160,6 +161,22 @@ def main():
                     res.add(f"Z={Z} {sched} M={M}: measured bubble{note}", 100 * bub, "%",
                             f"{pnote}, closed form (Z-1)/(vM+Z-1) = {100 * closed_bub:.1f}%, v = {v}"
                             if closed else pnote)
+                    bubbles[(Z, sched, M)] = bub
+                    if pred is not None:
+                        off = 100 * abs(bub - pred)
+                        res.add(f"Z={Z} {sched} M={M}: |measured - predicted| bubble{note}", off,
+                                "points", "<= 5 points (issue 25)",
+                                verdict="ok" if off <= 5 else "MISS")
+            # Issue 25's target for zero-bubble: at M = 2Z its measured bubble
+            # is at most half of 1F1B's (Qi et al., ICLR'24: the dL/dW items
+            # fill 1F1B's warm-up and cool-down slots).
+            zb, ob = bubbles.get((Z, "zero-bubble", 2 * Z)), bubbles.get((Z, "1f1b", 2 * Z))
+            if zb is not None and ob:
+                note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
+                print(f"# Z = {Z}, M = {2 * Z}: zero-bubble's bubble / 1f1b's = {zb / ob:.2f} "
+                      f"(target <= 0.5)")
+                res.add(f"Z={Z} M={2 * Z}: zero-bubble bubble / 1f1b bubble{note}", zb / ob, "x",
+                        "<= 0.5 (issue 25)", ratio=zb / ob, verdict="ok" if zb / ob <= 0.5 else "MISS")
     res.write(a.json)
 
 
