@@ -28,6 +28,8 @@ ir_sharding ir_stack_sharding(const ir_module *m, const ir_sharding *layer, int 
 bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank);
 /* Set of all axes used by dims of `s` (not counting unreduced). */
 ir_axes ir_sharding_used_axes(const ir_sharding *s, int rank);
+/* Set of the axes that split dim `d` of `s`. */
+ir_axes ir_sharding_dim_axes(const ir_sharding *s, int d);
 /* Appends axis `axis` as the minor-most axis of dim `d`. */
 void ir_sharding_push(ir_sharding *s, int d, int axis);
 /* Number of blocks dim `d` is split into: product of its axes' sizes. */

@@ -58,12 +58,19 @@ bool ir_sharding_equal(const ir_sharding *a, const ir_sharding *b, int rank)
     return true;
 }
 
+ir_axes ir_sharding_dim_axes(const ir_sharding *s, int d)
+{
+    ir_axes on = 0;
+    for (int k = 0; k < s->naxes[d]; k++)
+        on |= 1u << s->axes[d][k];
+    return on;
+}
+
 ir_axes ir_sharding_used_axes(const ir_sharding *s, int rank)
 {
     ir_axes used = 0;
     for (int d = 0; d < rank; d++)
-        for (int k = 0; k < s->naxes[d]; k++)
-            used |= 1u << s->axes[d][k];
+        used |= ir_sharding_dim_axes(s, d);
     return used;
 }
 

@@ -28,15 +28,6 @@
  */
 #include "propagate_ilp.h"
 
-/* Axes sharding dim d of v's declared sharding. */
-static ir_axes dim_axes(const ir_sharding *sh, int d)
-{
-    ir_axes on = 0;
-    for (int j = 0; j < sh->naxes[d]; j++)
-        on |= 1u << sh->axes[d][j];
-    return on;
-}
-
 void pass_ilp_seq_mark(ilp *s)
 {
     const prop *p = s->p;
@@ -48,7 +39,7 @@ void pass_ilp_seq_mark(ilp *s)
             continue;
         for (int d = 0; d < v->type.rank; d++) {
             int id = v->type.dims[d];
-            ir_axes on = dim_axes(&v->type.sh, d);
+            ir_axes on = ir_sharding_dim_axes(&v->type.sh, d);
             if (id >= 0 && id < m->ndims) {
                 s->seq[id].argument = true;
                 if (v->kind == IR_VAL_INPUT)

@@ -77,14 +77,6 @@ typedef struct strategy {
     ir_axes batch, seq;
 } strategy;
 
-static ir_axes declared_axes(const ir_sharding *sh, int d)
-{
-    ir_axes on = 0;
-    for (int j = 0; j < sh->naxes[d]; j++)
-        on |= 1u << sh->axes[d][j];
-    return on;
-}
-
 /* Fills r from the declared shardings of inputs and params; false when
  * the program has no single batch dim (then there is no residual stream
  * to state the strategies on). */
@@ -100,9 +92,9 @@ static bool find_roles(const prop *p, roles *r)
         const ir_value *v = m->values[i];
         for (int d = 0; p->def[i] < 0 && d < v->type.rank; d++) {
             if (v->kind == IR_VAL_INPUT)
-                input |= declared_axes(&v->type.sh, d);
+                input |= ir_sharding_dim_axes(&v->type.sh, d);
             else if (v->kind == IR_VAL_PARAM)
-                param |= declared_axes(&v->type.sh, d);
+                param |= ir_sharding_dim_axes(&v->type.sh, d);
         }
     }
     r->data = input & big & p->used_axes;
@@ -117,7 +109,7 @@ static bool find_roles(const prop *p, roles *r)
             continue;
         for (int d = 0; d < v->type.rank; d++) {
             int id = v->type.dims[d];
-            ir_axes on = declared_axes(&v->type.sh, d);
+            ir_axes on = ir_sharding_dim_axes(&v->type.sh, d);
             if (id < 0 || id >= m->ndims || !on)
                 continue;
             sharded[id] = true;
