@@ -20,12 +20,12 @@
  *               y, which stays in L1 or L2: cols floats)
  * The loops below are plain C that the compiler vectorises; an AVX2 clone
  * of them is chosen at load time where the CPU has it (target_clones).
- * They widen through 16-bit steps into one accumulator (about 6.7e9 i8
- * weights/s here from cache), so where the CPU reports AVX2 and FMA
- * (asked at run time, __builtin_cpu_supports) gemv_narrow_avx2.c's loops
- * run instead: eight elements converted per instruction, independent
- * accumulators (about 1.9x the weights/s from cache, 1.4x from memory:
- * docs/performance.md, section 10).
+ * They convert 6e9 to 8e9 i8 weights/s from cache on the 2-core EPYC,
+ * so where the CPU reports AVX2 and FMA (asked at run time,
+ * __builtin_cpu_supports) gemv_narrow_avx2.c's loops run instead: eight
+ * elements converted per instruction, independent accumulators (2.5x
+ * the weights/s from cache, 1.4x from memory: docs/performance.md,
+ * section 10).
  * The portable loops stay for other CPUs and compilers, and for tests.
  *
  * rt_einsum's batched products (attention's heads over an i8 KV cache: a

@@ -6,18 +6,19 @@
  * A decode step's weights are read once per token, so the loop must
  * convert faster than memory delivers them: an i8 weight is one byte, so
  * at 20 GB/s that is 2e10 weights/s on the one core that runs a device.
- * The compiler's own vectorisation of the portable loops (gemv_narrow.c)
- * converted about 6e9 i8 weights/s here: it widens through 16-bit steps
- * and keeps one accumulator, so each FMA waits for the last.  These loops
- * widen eight i8 to eight i32 in one instruction (vpmovsxbd, a bf16 is
+ * The compiler's own vectorisation of the portable loops (gemv_narrow.c,
+ * their AVX2 clone) converts 6e9 to 8e9 i8 weights/s from cache on the
+ * 2-core EPYC; these loops 2e10 (docs/performance.md, section 10).  They
+ * widen eight i8 to eight i32 in one instruction (vpmovsxbd; a bf16 is
  * its upper f32 half: vpmovzxwd and a shift), convert to f32 (vcvtdq2ps,
  * exact: |i8| < 2^24), and multiply-add into independent accumulators:
  *   rows form   y[r] = sum_c A[r, c] x[c]: four rows per pass, so each
  *               vector of x loaded is used four times; two accumulators
- *               per row (16 columns a step), summed across lanes at the
- *               row's end
+ *               per row (16 columns a step), the four rows' lanes summed
+ *               together at the end (three horizontal adds)
  *   cols form   acc[c] += sum_r x[r] A[r, c]: four rows per pass, each
- *               vector of acc (in L1) loaded and stored once per four rows
+ *               vector of acc (cols floats, in L1 or L2) loaded and stored
+ *               once per four rows
  * Column tails (under 8) and row tails (under 4) take scalar or one-row
  * steps.  The sums are taken in another order than the portable loops':
  * results differ by f32 rounding.
