@@ -230,6 +230,8 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     narrow_mv v;
     if (!narrow_mv_of(g, &v))
         return 0;
+    if (isa > rt_gemv_narrow_isa_best())
+        isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
     const int64_t *om = v.mat_is_b ? ob : oa, *ox = v.mat_is_b ? oa : ob;
     size_t mes = rt_dtype_size(v.mdt);
     float *tmp = scratch, alpha = (float)g->alpha, beta = (float)g->beta;

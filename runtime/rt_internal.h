@@ -528,7 +528,7 @@ int rt_gemv_narrow(const rt_gemm *g, void *scratch);
  * only, RT_GEMV_HAVE_AVX2).  rt_gemv_narrow_isa_best is the best the
  * running CPU supports (asked each call: no state kept);
  * rt_gemv_narrow_isa is rt_gemv_narrow with the set chosen by the caller
- * (tests compare both), RT_ISA_AVX2 only where the CPU has it. */
+ * (tests compare both; a set the CPU lacks falls back to the best it has). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RT_GEMV_HAVE_AVX2 1
 #else
