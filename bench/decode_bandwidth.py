@@ -14,17 +14,27 @@ and written per second by the one-op program `Y[R, C] = X[R, C]` of
 
 ratio = (bytes / W) / measured time; the target is >= 0.7 (issue 13).
 
-With --int8, the weight-only int8 variant (seed 002; issue 26's target
->= 0.7x): every matmul weight an i8 param read through a cast,
-`f32(Wq[D, ...])`, with an f32 scale per output channel applied to the
-einsum's result; caches, norms and the embedding stay f32.  Its limit
-counts the weights at 1 byte.  It is compiled twice and both run in the
-same process: with the casts folded into the GEMM (the default: the
-runtime converts blocks of the i8 weights as OpenBLAS reads them) and
-with --fold-casts=off (each cast writes an f32 copy that the einsum reads
-again, as einc did before), run alternately in five rounds of --repeat
-runs; each time is its fastest round's median (on a shared machine load
-only adds time), and each line gives its peak memory per device (--stats).
+With --int8, the int8 variants (seed 002; issue 26's target >= 0.7x):
+every matmul weight an i8 param read through a cast, `f32(Wq[D, ...])`,
+with an f32 scale per output channel applied to the einsum's result; norms
+and the embedding stay f32.  Three programs, each against the limit of
+the bytes it reads (the weights at 1 byte):
+  weights i8, f32 cache, casts folded (the default: the runtime converts
+      the i8 weights in registers as it reads them, gemv_narrow.c)
+  the same with --fold-casts=off (each cast writes an f32 copy that the
+      einsum reads again, as einc did before)
+  weights and KV cache i8, casts folded: both caches i8 states with a
+      static f32 scale per head channel (docs/generation.md, "An int8 KV
+      cache"), written as `i8(Kr[...] * IKc[...])` and read through folded
+      casts by the attention einsums, batched over the heads
+All three run alternately in five rounds of --repeat runs with the copy
+that measures W; each time is its fastest round's median (on a shared
+machine load only adds time; the fastest copy gives the highest W, the
+strictest limit), and each line gives its peak memory per device
+(--stats).  Then the i8 GEMV kernel at the step's shapes, portable C (the
+compiler's AVX2 clone of it: what ran before the AVX2 kernel) vs the AVX2
+kernel (bench/gemv_narrow.c, weights/s, the matrix read from memory, and
+once from cache).
 
     python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9] [--int8] [--json FILE]
 """
@@ -84,15 +94,59 @@ def int8_source(text):
     return "\n".join(out) + "\n"
 
 
-def read_bytes_int8(d):
+CACHES = ("Kc", "Vc")
+
+
+def int8_cache_source(text):
+    """`text` (a decode program) with both KV caches i8 (seed 002): each
+    cache a state of i8 with static f32 scales S<cache> over its dims but
+    B and S (a scale per head channel, as docs/generation.md's int8
+    cache) and their inverses I<cache>; the new keys and values written
+    as `i8(Kr[...] * IKc[...])`, the cache read as `f32(Kc[...]) * SKc[...]`."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"state (%s)\[([^\]]*)\] : f32$" % "|".join(CACHES), line)
+        if m:
+            dims = [d.strip() for d in m.group(2).split(",")]
+            keep = ", ".join(d for d in dims if d not in ("B", "S"))
+            out += ["state %s[%s] : i8" % (m.group(1), m.group(2)),
+                    "param S%s[%s] : f32" % (m.group(1), keep),
+                    "param I%s[%s] : f32" % (m.group(1), keep)]
+            continue
+        for name in CACHES:
+            w = re.match(r"(\s*%s\[[^\]]*\] = )(.*)$" % name, line)
+            if w:  # the write: rhs is the new rows [B, T, rest]
+                dims = [d.strip() for d in re.search(r"\[([^\]]*)\]", w.group(2)).group(1).split(",")]
+                line = "%si8(%s * I%s[%s])" % (w.group(1), w.group(2), name,
+                                              ", ".join(d for d in dims if d not in ("B", "T")))
+                break
+            r = re.search(r"\b%s\[([^\]]*)\]" % name, line)
+            if r and not line.lstrip().startswith(("param", "input", "state", "output", "#")):
+                dims = [d.strip() for d in r.group(1).split(",")]
+                scale = "S%s[%s]" % (name, ", ".join(d for d in dims if d not in ("B", "S")))
+                result = re.match(r"\s*\w+\[([^\]]*)\]", line).group(1).replace(" ", "").split(",")
+                # a scale over dims the product keeps multiplies its result;
+                # one over contracted dims (the head channels of Q . K)
+                # multiplies the other operand first, not the cache
+                kept = all(d in result for d in dims if d not in ("B", "S"))
+                line = line.replace(r.group(0), ("f32(%s) * %s" if kept else "%s * f32(%s)")
+                                    % ((r.group(0), scale) if kept else (scale, r.group(0))))
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def read_bytes_int8(d, int8_cache=False):
     """Bytes the int8 decode step reads: i8 weights, their f32 scales, the
-    f32 norms, B rows of the f32 Emb, the f32 caches."""
+    f32 norms, B rows of the f32 Emb; the caches, f32 or (int8_cache) i8
+    with their two f32 scale tensors per layer."""
     D, K, M, G, F, V, L, B, S = (d[k] for k in ("D", "K", "M", "G", "F", "V", "L", "B", "S"))
     H = 2 * G
     weights = L * (D * K * M * H * 2 + D * K * H * 2 + 3 * D * F) + D * V
     scales = L * (K * M * H + 2 * K * H + D + 2 * F + D) + V
     f32 = scales + L * 2 * D + D + B * D
     cache = 2 * L * B * S * K * H
+    if int8_cache:
+        return weights + 4 * f32, cache + 4 * 2 * 2 * L * K * H
     return weights + 4 * f32, 4 * cache
 
 
@@ -109,43 +163,94 @@ def peak_bytes(exe):
     return int(m.group(1)) if m else -1
 
 
+# The narrow GEMV kernel at the decode step's shapes (bench/gemv_narrow.c):
+# label -> (rows, cols, form, env).  The heads of the i8 cache are 8
+# interleaved products [S x H] with rows K*H apart (BATCH, LD).
+# "in cache": one matrix read over and over (COPIES=1), the conversion's
+# own speed; the others cycle through 256 MiB of copies, as the step reads.
+def kernel_shapes(d):
+    H, KH = 2 * d["G"], d["K"] * 2 * d["G"]
+    return {"X * Wg (i8 [D, F], cols form)": (d["D"], d["F"], "cols", {}),
+            "X * Wg (i8 [D, F], cols form), in cache": (d["D"], d["F"], "cols", {"COPIES": "1"}),
+            "Hg * Wd (i8 [F, D], cols form)": (d["F"], d["D"], "cols", {}),
+            "Q . Kc, %d heads (i8 cache, rows form)" % d["K"]:
+                (d["S"], H, "rows", {"BATCH": str(d["K"]), "LD": str(KH)}),
+            "P . Vc, %d heads (i8 cache, cols form)" % d["K"]:
+                (d["S"], H, "cols", {"BATCH": str(d["K"]), "LD": str(KH)})}
+
+
+def kernel_rates(a, dims, res):
+    """Weights/s of the i8 GEMV kernels, portable C vs AVX2, at the decode
+    step's shapes, matrices read from memory; adds one figure per shape."""
+    exe = bl.compile_c(a.build, "gemv_narrow", ["gemv_narrow.c"], runtime=True)
+    rows = []
+    for label, (r, c, form, env) in kernel_shapes(dims).items():
+        out = bl.run([exe, r, c, form, "i8", 31], env=env)
+        got = dict((m.group(1), float(m.group(2)))
+                   for m in re.finditer(r"RESULT isa=(\w+) ms=\S+ weights_per_s=(\S+)", out))
+        if "avx2" not in got:
+            rows.append([label, "%.3g" % got["portable"], "-", "-"])
+            continue
+        ratio = got["avx2"] / got["portable"]
+        rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio])
+        res.add("i8 GEMV kernel, AVX2 vs portable C, %s, %dx%d" % (label, r, c), got["avx2"] / 1e9,
+                "1e9 weights/s", "", ratio)
+    bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio"], rows)
+
+
 def main_int8(a, dims, defines, einc):
     with tempfile.TemporaryDirectory(prefix="einc-decode-int8-") as work:
-        src = os.path.join(work, "decode_int8.ein")
-        with open(src, "w") as f:
-            f.write(int8_source(EXAMPLE.read_text().replace("bf16", "f32")))
-        exes = {"folded": [], "--fold-casts=off": ["--fold-casts=off"]}
-        for name, flags in exes.items():
-            exes[name] = os.path.join(work, "decode_" + ("off" if flags else "folded"))
-            bl.run([einc, src, "-o", exes[name]] + flags + defines)
-        # alternately, five rounds: a load that comes and goes hits both, and
-        # only ever adds time, so each variant's fastest round counts
-        times = {name: [] for name in exes}
+        text = int8_source(EXAMPLE.read_text().replace("bf16", "f32"))
+        srcs = {"plain": text, "cache": int8_cache_source(text)}
+        for name, t in srcs.items():
+            srcs[name] = os.path.join(work, "decode_int8_%s.ein" % name)
+            with open(srcs[name], "w") as f:
+                f.write(t)
+        # name -> (source, flags, int8 cache)
+        variants = {"weights i8, f32 cache, casts folded": ("plain", [], False),
+                    "weights i8, f32 cache, --fold-casts=off": ("plain", ["--fold-casts=off"], False),
+                    "weights and KV cache i8, casts folded": ("cache", [], True)}
+        exes = {}
+        for i, (name, (src, flags, _)) in enumerate(variants.items()):
+            exes[name] = os.path.join(work, "decode_%d" % i)
+            bl.run([einc, srcs[src], "-o", exes[name]] + flags + defines)
+        # alternately, five rounds, the copy that measures W among them: a
+        # load that comes and goes hits all, and only ever adds time, so each
+        # one's fastest round counts (the copy's: the highest W, the
+        # strictest limit)
+        copy = copy_exe(work, einc)
+        times = {name: [] for name in list(exes) + ["copy"]}
         for _ in range(5):
-            for name, exe in exes.items():
+            for name, exe in list(exes.items()) + [("copy", copy)]:
                 times[name].append(bl.median_run_ms(exe, a.repeat))
         runs = {name: (min(times[name]), peak_bytes(exe)) for name, exe in exes.items()}
-        copy_ms = copy_bandwidth_ms(work, einc, a.repeat)
-    limit_ms = print_limit("int8 decode step", dims, copy_ms, read_bytes_int8(dims),
-                           ("params (i8 weights, f32 scales, norms, B rows of Emb)", "KV cache (f32)"))
+        copy_ms = min(times["copy"])
     res = bl.Results("decode_bandwidth_int8", "The int8 decode step vs its memory-bandwidth limit",
                      "decode_bandwidth")
+    limits = {}
+    for cache in (False, True):
+        limits[cache] = print_limit("int8 decode step, %s cache" % ("i8" if cache else "f32"), dims,
+                                    copy_ms, read_bytes_int8(dims, cache),
+                                    ("params (i8 weights, f32 scales, norms, B rows of Emb)",
+                                     "KV cache (i8 and its scales)" if cache else "KV cache (f32)"))
     for name, (ms, peak) in runs.items():
-        ratio = limit_ms / ms
-        print("int8 decode step, casts %s: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s; "
-              "peak memory %.1f MiB per device" % (name, ms, limit_ms, ratio, bl.verdict(ratio, 0.7),
-                                                   peak / 2**20))
-        res.add("int8 decode step (weight-only, one device), casts %s, %s"
+        ratio = limits[variants[name][2]] / ms
+        print("int8 decode step, %s: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s; "
+              "peak memory %.1f MiB per device" % (name, ms, limits[variants[name][2]], ratio,
+                                                   bl.verdict(ratio, 0.7), peak / 2**20))
+        res.add("int8 decode step (one device), %s, %s"
                 % (name, " ".join("%s=%d" % kv for kv in dims.items())),
                 ms, "ms", ">= 0.7x bandwidth limit", ratio, bl.verdict(ratio, 0.7))
-    (fold_ms, fold_peak), (off_ms, off_peak) = runs["folded"], runs["--fold-casts=off"]
+    fold, off = (runs["weights i8, f32 cache, casts folded"],
+                 runs["weights i8, f32 cache, --fold-casts=off"])
     print("folded: %.2fx the speed of --fold-casts=off, %.1f MiB less peak memory (params and caches: %.1f MiB)"
-          % (off_ms / fold_ms, (off_peak - fold_peak) / 2**20, resident_bytes(dims) / 2**20))
+          % (off[0] / fold[0], (off[1] - fold[1]) / 2**20, resident_bytes(dims) / 2**20))
     res.add("int8 decode step, peak memory per device with casts folded (params and caches resident: "
-            "%.1f MiB)" % (resident_bytes(dims) / 2**20), round(fold_peak / 2**20, 1), "MiB", "",
-            fold_peak / off_peak)
-    res.add("int8 decode step, peak memory per device with --fold-casts=off", round(off_peak / 2**20, 1),
+            "%.1f MiB)" % (resident_bytes(dims) / 2**20), round(fold[1] / 2**20, 1), "MiB", "",
+            fold[1] / off[1])
+    res.add("int8 decode step, peak memory per device with --fold-casts=off", round(off[1] / 2**20, 1),
             "MiB")
+    kernel_rates(a, dims, res)
     res.write(a.json)
 
 
@@ -159,14 +264,19 @@ def print_limit(what, dims, copy_ms, reads, names):
     return sum(reads) / bytes_per_s * 1e3
 
 
-def copy_bandwidth_ms(work, einc, repeat):
-    """Median ms of the one-op copy `Y[R, C] = X[R, C]` of 4096 x 4096 f32."""
+def copy_exe(work, einc):
+    """The one-op copy `Y[R, C] = X[R, C]` of 4096 x 4096 f32, compiled."""
     r, c = 4096, 4096
-    copy_src, copy_exe = os.path.join(work, "copy.ein"), os.path.join(work, "copy")
+    copy_src, exe = os.path.join(work, "copy.ein"), os.path.join(work, "copy")
     with open(copy_src, "w") as f:
         f.write("dim R = %d, C = %d\ninput X[R, C] : f32\nY[R, C] = X[R, C]\noutput Y\n" % (r, c))
-    bl.run([einc, copy_src, "-o", copy_exe])
-    return bl.median_run_ms(copy_exe, repeat)
+    bl.run([einc, copy_src, "-o", exe])
+    return exe
+
+
+def copy_bandwidth_ms(work, einc, repeat):
+    """Median ms of the copy of copy_exe."""
+    return bl.median_run_ms(copy_exe(work, einc), repeat)
 
 
 def main():

@@ -291,8 +291,13 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
                   .beta = 0.0, .a = va.base, .lda = va.ld, .ta = va.trans, .adt = adt,
                   .b = vb.base, .ldb = vb.ld, .tb = vb.trans, .bdt = bdt, .c = cbase,
                   .ldc = vc.ld, .tc = vc.trans};
-    int64_t scratch_elems = rt_gemm_scratch_elems(&g0);
+    /* A narrow matrix times a vector per batch index: every index in one
+     * sweep (gemv_narrow.c), given their offsets into a, b and c (off);
+     * else one GEMM per index. */
+    int64_t mv = B > 1 ? rt_gemv_narrow_scratch(&g0) : -1;
+    int64_t scratch_elems = mv >= 0 ? B * mv : rt_gemm_scratch_elems(&g0);
     void *scratch = scratch_elems ? rt_alloc(dev, scratch_elems * (int64_t)es) : NULL;
+    int64_t *off = mv >= 0 ? rt_alloc(dev, 3 * B * (int64_t)sizeof *off) : NULL;
     size_t aes = rt_dtype_size(adt), bes = rt_dtype_size(bdt);
     int64_t idx[RT_MAX_RANK] = {0};
     for (int64_t i = 0; i < B; i++) {
@@ -302,14 +307,22 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
             ob += idx[k] * vb.bstride[k];
             oc += idx[k] * vc.bstride[k];
         }
-        rt_gemm g = g0;
-        g.a = (const char *)va.base + (size_t)oa * aes;
-        g.b = (const char *)vb.base + (size_t)ob * bes;
-        g.c = (char *)cbase + (size_t)oc * es;
-        rt_gemm_run(&g, scratch);
+        if (off) {
+            off[i] = oa, off[B + i] = ob, off[2 * B + i] = oc;
+        } else {
+            rt_gemm g = g0;
+            g.a = (const char *)va.base + (size_t)oa * aes;
+            g.b = (const char *)vb.base + (size_t)ob * bes;
+            g.c = (char *)cbase + (size_t)oc * es;
+            rt_gemm_run(&g, scratch);
+        }
         for (int32_t k = nb - 1; k >= 0 && ++idx[k] == bsize[k]; k--)
             idx[k] = 0;
     }
+    if (off)
+        rt_gemv_narrow_batched(&g0, B, off, off + B, off + 2 * B, scratch,
+                               rt_gemv_narrow_isa_best());
+    rt_free(dev, off);
     if (c_tmp) {
         int32_t have[RT_MAX_RANK], w = 0;
         int64_t shape[RT_MAX_RANK];

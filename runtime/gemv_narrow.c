@@ -18,9 +18,26 @@
  *               vectorises the loop and needs no OpenMP runtime)
  *   cols form   y[c] = sum_r x[r] A[r, c]   (four rows at a time added into
  *               y, which stays in L1 or L2: cols floats)
- * The loops are plain C that the compiler vectorises; an AVX2 clone is
- * chosen at load time where the CPU has it (target_clones).  The sums are
- * taken in another order than BLAS's: results differ by f32 rounding.
+ * The loops below are plain C that the compiler vectorises; an AVX2 clone
+ * of them is chosen at load time where the CPU has it (target_clones).
+ * They convert 6e9 to 8e9 i8 weights/s from cache on the 2-core EPYC,
+ * so where the CPU reports AVX2 and FMA (asked at run time,
+ * __builtin_cpu_supports) gemv_narrow_avx2.c's loops run instead: eight
+ * elements converted per instruction, independent accumulators (2.5x
+ * the weights/s from cache, 1.4x from memory: docs/performance.md,
+ * section 10).
+ * The portable loops stay for other CPUs and compilers, and for tests.
+ *
+ * rt_einsum's batched products (attention's heads over an i8 KV cache: a
+ * cache [S, K, H] is K matrices [S x H] whose rows interleave, K * H
+ * elements apart) come here all at once (rt_gemv_narrow_batched): one
+ * head at a time would sweep the whole cache K times, reading 1/K of each
+ * line fetched, while a block of rows at a time across all heads reads
+ * it once in order, with the next blocks prefetched (the prefetchers do
+ * not follow K interleaved streams well; the prefetch alone took the 8
+ * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).
+ * The sums are taken in another order than BLAS's: results differ by f32
+ * rounding.
  */
 #include <string.h>
 
@@ -30,6 +47,19 @@
 #define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define VECTOR_CLONES
+#endif
+
+/* Rows of each batch's matrix per step when batches interleave: 16 rows
+ * of an attention cache's [S, K, H] are 16 * K * H elements in one
+ * sweep, a few KiB, so all heads' reads of them stay in L1. */
+#define GEMV_BATCH_ROWS 16
+/* How many blocks ahead prefetch_rows asks for, and how (a hint only:
+ * nothing where the compiler has no way to give it). */
+#define GEMV_PREFETCH_BLOCKS 2
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
 #endif
 
 /* Element i of a bf16 or i8 array as f32 (exact). */
@@ -63,12 +93,11 @@ static inline float load_bf16(const void *p, int64_t i)
         }                                                                                        \
     }
 
-/* cols form: acc[c] = sum_r x[r * incx] A[r, c], for c < cols. */
+/* cols form: acc[c] += sum_r x[r * incx] A[r, c], for c < cols. */
 #define DEFINE_COLS(NAME, LOAD, ES)                                                              \
     VECTOR_CLONES static void NAME(const char *a, int64_t ld, int64_t rows, int64_t cols,       \
                                    const float *x, int64_t incx, float *acc)                     \
     {                                                                                            \
-        memset(acc, 0, (size_t)cols * sizeof *acc);                                              \
         int64_t r = 0;                                                                           \
         for (; r + 4 <= rows; r += 4) {                                                          \
             const char *r0 = a + (size_t)(r * ld) * ES, *r1 = r0 + (size_t)ld * ES;              \
@@ -100,6 +129,7 @@ typedef struct narrow_mv {
     int32_t mdt;
     int64_t ld, rows, cols; /* the matrix as stored */
     int rows_form;          /* y over the rows (a dot per row), else over the columns */
+    int mat_is_b;           /* the matrix is g's b (the vector its a), else g's a */
     const float *x;
     int64_t incx, incy;
 } narrow_mv;
@@ -108,7 +138,9 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
 {
     if (g->dtype != RT_F32 || (g->M != 1 && g->N != 1))
         return 0;
-    int m1 = g->M == 1; /* as gemv (einsum_mixed.c): the matrix is b when M = 1 */
+    /* as gemv (einsum_mixed.c): the matrix is b when M = 1, a when N = 1;
+     * when both are 1, the narrow one */
+    int m1 = g->N != 1 || (g->M == 1 && g->bdt != RT_F32);
     int32_t mdt = m1 ? g->bdt : g->adt, xdt = m1 ? g->adt : g->bdt;
     if ((mdt != RT_I8 && mdt != RT_BF16) || xdt != RT_F32)
         return 0;
@@ -118,6 +150,7 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
     v->rows = m1 ? (g->tb ? g->N : g->K) : (g->ta ? g->K : g->M);
     v->cols = m1 ? (g->tb ? g->K : g->N) : (g->ta ? g->M : g->K);
     v->rows_form = m1 ? g->tb : !g->ta;
+    v->mat_is_b = m1;
     v->x = m1 ? g->a : g->b;
     v->incx = m1 ? (g->ta ? g->lda : 1) : (g->tb ? 1 : g->ldb);
     v->incy = m1 ? (g->tc ? g->ldc : 1) : (g->tc ? 1 : g->ldc);
@@ -132,31 +165,106 @@ int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
     return v.cols; /* rows form: x made contiguous; cols form: the sums */
 }
 
+int rt_gemv_narrow_isa_best(void)
+{
+#if RT_GEMV_HAVE_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return RT_ISA_AVX2;
+#endif
+    return RT_ISA_PORTABLE;
+}
+
 int rt_gemv_narrow(const rt_gemm *g, void *scratch)
+{
+    static const int64_t zero = 0;
+    return rt_gemv_narrow_batched(g, 1, &zero, &zero, &zero, scratch, rt_gemv_narrow_isa_best());
+}
+
+int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa)
+{
+    static const int64_t zero = 0;
+    return rt_gemv_narrow_batched(g, 1, &zero, &zero, &zero, scratch, isa);
+}
+
+/* Rows [r0, r1) of v's matrix `mat` times x: into y (rows form) or added
+ * into acc (cols form). */
+static void run_rows(const narrow_mv *v, int isa, const char *mat, int64_t r0, int64_t r1,
+                     const float *x, float alpha, float beta, float *y, float *acc)
+{
+    const char *a = mat + (size_t)(r0 * v->ld) * rt_dtype_size(v->mdt);
+    int64_t n = r1 - r0;
+    int i8 = v->mdt == RT_I8;
+    if (RT_GEMV_HAVE_AVX2 && isa == RT_ISA_AVX2) {
+        if (v->rows_form)
+            rt_gemv_narrow_rows_avx2(v->mdt, a, v->ld, n, v->cols, x, alpha, beta,
+                                     y + r0 * v->incy, v->incy);
+        else
+            rt_gemv_narrow_cols_avx2(v->mdt, a, v->ld, n, v->cols, x + r0 * v->incx, v->incx,
+                                     acc);
+    } else if (v->rows_form) {
+        (i8 ? rows_i8 : rows_bf16)(a, v->ld, n, v->cols, x, alpha, beta, y + r0 * v->incy,
+                                   v->incy);
+    } else {
+        (i8 ? cols_i8 : cols_bf16)(a, v->ld, n, v->cols, x + r0 * v->incx, v->incx, acc);
+    }
+}
+
+/* Asks the cache for rows [r0, r1) (clipped) of every batch's matrix:
+ * the hardware prefetchers follow one stream per batch poorly when the
+ * batches interleave, so a later block is fetched in order ahead of use. */
+static void prefetch_rows(const narrow_mv *v, int64_t nbatch, const int64_t *om, int64_t r0,
+                          int64_t r1)
+{
+    size_t es = rt_dtype_size(v->mdt);
+    for (int64_t r = r0; r < r1 && r < v->rows; r++)
+        for (int64_t i = 0; i < nbatch; i++) {
+            const char *p = v->mat + (size_t)(om[i] + r * v->ld) * es;
+            for (size_t b = 0; b < (size_t)v->cols * es; b += 64)
+                PREFETCH(p + b);
+        }
+}
+
+int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
+                           const int64_t *ob, const int64_t *oc, void *scratch, int isa)
 {
     narrow_mv v;
     if (!narrow_mv_of(g, &v))
         return 0;
-    float *tmp = scratch, *y = g->c;
-    float alpha = (float)g->alpha, beta = (float)g->beta;
-    if (v.rows_form) {
-        const float *x = v.x;
-        if (v.incx != 1) {
+    if (isa > rt_gemv_narrow_isa_best())
+        isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
+    const int64_t *om = v.mat_is_b ? ob : oa, *ox = v.mat_is_b ? oa : ob;
+    size_t mes = rt_dtype_size(v.mdt);
+    float *tmp = scratch, alpha = (float)g->alpha, beta = (float)g->beta;
+    /* Batch i's vector: contiguous in x (rows form), its sums zeroed (cols) */
+    for (int64_t i = 0; i < nbatch; i++) {
+        float *t = tmp + i * v.cols;
+        if (!v.rows_form)
+            memset(t, 0, (size_t)v.cols * sizeof *t);
+        else if (v.incx != 1)
             for (int64_t c = 0; c < v.cols; c++)
-                tmp[c] = v.x[c * v.incx];
-            x = tmp;
-        }
-        if (v.mdt == RT_I8)
-            rows_i8(v.mat, v.ld, v.rows, v.cols, x, alpha, beta, y, v.incy);
-        else
-            rows_bf16(v.mat, v.ld, v.rows, v.cols, x, alpha, beta, y, v.incy);
-        return 1;
+                t[c] = v.x[ox[i] + c * v.incx];
     }
-    if (v.mdt == RT_I8)
-        cols_i8(v.mat, v.ld, v.rows, v.cols, v.x, v.incx, tmp);
-    else
-        cols_bf16(v.mat, v.ld, v.rows, v.cols, v.x, v.incx, tmp);
-    for (int64_t c = 0; c < v.cols; c++)
-        y[c * v.incy] = alpha * tmp[c] + (beta != 0 ? beta * y[c * v.incy] : 0.0f);
+    /* Batches that interleave in memory (attention's heads: a cache
+     * [S, K, H] read per head K as [S x H] with rows K*H apart) are read a
+     * block of rows at a time across all of them, so memory is swept once
+     * in order, not once per batch through every line. */
+    int64_t block = nbatch > 1 ? GEMV_BATCH_ROWS : v.rows;
+    for (int64_t r0 = 0; r0 < v.rows; r0 += block) {
+        int64_t r1 = v.rows - r0 < block ? v.rows : r0 + block;
+        if (nbatch > 1)
+            prefetch_rows(&v, nbatch, om, r0 + GEMV_PREFETCH_BLOCKS * block,
+                          r1 + GEMV_PREFETCH_BLOCKS * block);
+        for (int64_t i = 0; i < nbatch; i++) {
+            const float *x = v.rows_form && v.incx != 1 ? tmp + i * v.cols : v.x + ox[i];
+            run_rows(&v, isa, v.mat + (size_t)om[i] * mes, r0, r1, x, alpha, beta,
+                     (float *)g->c + oc[i], tmp + i * v.cols);
+        }
+    }
+    if (!v.rows_form)
+        for (int64_t i = 0; i < nbatch; i++) {
+            float *y = (float *)g->c + oc[i], *t = tmp + i * v.cols;
+            for (int64_t c = 0; c < v.cols; c++)
+                y[c * v.incy] = alpha * t[c] + (beta != 0 ? beta * y[c * v.incy] : 0.0f);
+        }
     return 1;
 }

@@ -15,6 +15,8 @@ direct part alone.  --random-inputs fills an i8 input with integers
 uniform in [-127, 127], the same on every mesh; a checkpoint saves an i8
 param as NumPy int8 and --resume reads it back.  Casts folded into their
 GEMM (int8_fold.ein) give what the same cast materialised gives.
+Attention over an i8 KV cache (int8_attn.ein: batched over sequences and
+heads, the casts folded) matches NumPy and holds no f32 copy of a cache.
 
 usage: int8_e2e.py --einc PATH --workdir DIR
 """
@@ -186,9 +188,39 @@ def fold_case(exe, work, what):
             & compare(what, "Yv", got["Yv"], yv.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(yv))))
 
 
+def attn_case(exe, work, what):
+    """Attention over an i8 KV cache: the scores Q . (Ks * KC) and the
+    values P . VC * Vs, batched over sequences and heads with the casts
+    folded, against NumPy; the peak memory holds no f32 copy of a cache."""
+    rng = np.random.default_rng(12)
+    b, s, k, h = 2, 300, 4, 40
+    x = {"Q": rng.standard_normal((b, k, h)).astype(np.float32),
+         "P": rng.uniform(0, 1, (b, k, s)).astype(np.float32),
+         "KC": rng.integers(-128, 128, (b, s, k, h)).astype(np.int8),
+         "VC": rng.integers(-128, 128, (b, s, k, h)).astype(np.int8),
+         "Ks": rng.uniform(0.001, 0.02, (k, h)).astype(np.float32),
+         "Vs": rng.uniform(0.001, 0.02, (k, h)).astype(np.float32)}
+    got = run_outputs([], exe, work, x, ["Sc", "Ov"], what)
+    stats = run([exe, "--random-inputs", "1", "--stats"], f"{what}: --stats")
+    if got is None or stats is None:
+        return False
+    f = {n: v.astype(np.float64) for n, v in x.items()}
+    sc = np.einsum("bkh,kh,bskh->bks", f["Q"], f["Ks"], f["KC"])
+    ov = np.einsum("bks,bskh,kh->bkh", f["P"], f["VC"], f["Vs"])
+    # per device: the i8 cache's share times 4 is what an f32 copy would add
+    ndev = int(re.search(r"_x(\d+)$", work).group(1))
+    copy = 4 * x["KC"].nbytes // ndev
+    peak = int(re.search(r"peak memory per device: max (\d+) bytes", stats).group(1))
+    ok = peak < copy
+    if not ok:
+        print(f"FAIL {what}: peak {peak} bytes per device holds an f32 copy of a cache ({copy} bytes)")
+    return (ok & compare(what, "Sc", got["Sc"], sc.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(sc)))
+            & compare(what, "Ov", got["Ov"], ov.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(ov))))
+
+
 CASES = {"int8_random": random_case, "int8_cast": cast_case, "int8_matmul_f": matmul_case,
          "int8_matmul_d": matmul_case, "int8_matmul_fsdp": fsdp_case, "int8_grad": grad_case,
-         "int8_checkpoint": checkpoint_case, "int8_fold": fold_case}
+         "int8_checkpoint": checkpoint_case, "int8_fold": fold_case, "int8_attn": attn_case}
 
 
 if __name__ == "__main__":

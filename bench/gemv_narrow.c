@@ -1,0 +1,156 @@
+/*
+ * gemv_narrow.c - the narrow matrix-vector kernels of runtime/gemv_narrow.c
+ * (a decode step's i8 or bf16 weights times an f32 vector, converted in
+ * registers) in weights per second, portable C against the AVX2 loops,
+ * timed alternately in the same run (bench/decode_bandwidth.py --kernels).
+ *
+ *   usage: gemv_narrow ROWS COLS FORM DTYPE [REPS]
+ *     FORM  rows (y[r] = sum_c A[r, c] x[c]: attention's scores over the
+ *           cache) or cols (y[c] = sum_r x[r] A[r, c]: X * W with W stored
+ *           [D, F], every weight of the decode step)
+ *     DTYPE i8 or bf16
+ *
+ * One call of rt_gemv_narrow_isa per repetition on a ROWS x COLS matrix;
+ * the matrices cycle through enough copies (at least 256 MiB in all) that
+ * a matrix smaller than the caches is still read from memory unless it
+ * alone is asked for (COPIES=1 in the environment: the in-cache rate, the
+ * kernel's conversion speed).  Prints one line per instruction set:
+ *   RESULT isa=avx2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
+ * err is the max |y - y_f64| / max |y_f64| against an f64 loop over the
+ * same matrix; an instruction set the CPU lacks prints no line.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "rt_internal.h"
+
+static double elem(int32_t dt, const void *m, int64_t i)
+{
+    if (dt == RT_I8)
+        return ((const int8_t *)m)[i];
+    return rt_bf16_to_f32(((const uint16_t *)m)[i]);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: gemv_narrow ROWS COLS rows|cols i8|bf16 [REPS]\n");
+        return 1;
+    }
+    int64_t rows = atoll(argv[1]), cols = atoll(argv[2]);
+    int rows_form = strcmp(argv[3], "rows") == 0;
+    int32_t dt = strcmp(argv[4], "i8") == 0 ? RT_I8 : RT_BF16;
+    int reps = argc > 5 ? atoi(argv[5]) : 21;
+    if (rows < 1 || cols < 1 || reps < 1) {
+        fprintf(stderr, "gemv_narrow: sizes and REPS must be >= 1\n");
+        return 1;
+    }
+    const char *ld_env = getenv("LD");
+    int64_t ld = ld_env ? atoll(ld_env) : cols;
+    if (ld < cols)
+        ld = cols;
+    size_t es = rt_dtype_size(dt), bytes = (size_t)(rows * ld) * es;
+    const char *env = getenv("COPIES");
+    int64_t copies = env ? atoll(env) : (int64_t)((256u << 20) / bytes) + 1;
+    if (copies < 1)
+        copies = 1;
+    char *mats = malloc(bytes * (size_t)copies);
+    int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
+    float *x = malloc((size_t)xn * sizeof *x), *y = malloc((size_t)yn * sizeof *y);
+    float *scratch = malloc((size_t)cols * sizeof *scratch);
+    if (!mats || !x || !y || !scratch) {
+        fprintf(stderr, "gemv_narrow: out of memory\n");
+        return 1;
+    }
+    uint64_t seed = 88172645463325252ull;
+    for (size_t i = 0; i < bytes * (size_t)copies; i += es)
+        if (dt == RT_I8)
+            mats[i] = (char)(int8_t)(127 * bench_rand(&seed));
+        else {
+            uint16_t h = rt_f32_to_bf16((float)bench_rand(&seed));
+            memcpy(mats + i, &h, sizeof h);
+        }
+    for (int64_t i = 0; i < xn; i++)
+        x[i] = (float)bench_rand(&seed);
+    /* rows form: M = rows, K = cols, a = the matrix [M x K], b = x [K x 1];
+     * cols form: M = 1, K = rows, N = cols, a = x [1 x K], b = the matrix. */
+    rt_gemm g = {.dtype = RT_F32, .alpha = 1.0, .beta = 0.0, .c = y, .ldc = 1};
+    if (rows_form) {
+        g.M = rows, g.N = 1, g.K = cols;
+        g.a = mats, g.lda = ld, g.adt = dt;
+        g.b = x, g.ldb = 1, g.bdt = RT_F32;
+        g.ldc = 1;
+    } else {
+        g.M = 1, g.N = cols, g.K = rows;
+        g.a = x, g.lda = rows, g.adt = RT_F32;
+        g.b = mats, g.ldb = ld, g.bdt = dt;
+        g.ldc = cols;
+    }
+    double *ref = calloc((size_t)yn, sizeof *ref);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double p = elem(dt, mats, r * ld + c) * (rows_form ? x[c] : x[r]);
+            ref[rows_form ? r : c] += p;
+        }
+    double refmax = 0;
+    for (int64_t i = 0; i < yn; i++)
+        refmax = fabs(ref[i]) > refmax ? fabs(ref[i]) : refmax;
+    static const char *names[] = {"portable", "avx2"};
+    int best = rt_gemv_narrow_isa_best();
+    double *t = malloc((size_t)reps * 2 * sizeof *t);
+    /* BATCH=n: n products whose matrices interleave (heads of a cache
+     * [S, K, H] per head: LD = n * COLS, matrix i from column i * COLS;
+     * x and y shared, so only the matrix reads differ) */
+    const char *nb_env = getenv("BATCH");
+    int64_t nbatch = nb_env ? atoll(nb_env) : 1;
+    if (nbatch < 1 || nbatch * cols > ld)
+        nbatch = 1;
+    int64_t *zeros = calloc((size_t)nbatch, sizeof *zeros), *ob = malloc((size_t)nbatch * sizeof *ob);
+    float *bscratch = malloc((size_t)(nbatch * cols) * sizeof *bscratch);
+    for (int64_t i = 0; i < nbatch; i++)
+        ob[i] = i * cols;
+    double err[2] = {0, 0};
+    for (int isa = 0; isa <= best; isa++) { /* the errors, and a warm-up */
+        if (!rt_gemv_narrow_isa(&g, scratch, isa))
+            return fprintf(stderr, "gemv_narrow: not a narrow product\n"), 1;
+        for (int64_t i = 0; i < yn; i++) {
+            double e = fabs(y[i] - ref[i]) / (refmax > 0 ? refmax : 1);
+            err[isa] = e > err[isa] ? e : err[isa];
+        }
+    }
+    for (int k = 0; k < reps; k++) /* alternately: a load that comes and goes hits both */
+        for (int isa = 0; isa <= best; isa++) {
+            rt_gemm gk = g;
+            const char *m = mats + bytes * (size_t)((k * (best + 1) + isa) % copies);
+            if (rows_form)
+                gk.a = m;
+            else
+                gk.b = m;
+            double t0 = bench_now();
+            if (nbatch > 1)
+                rt_gemv_narrow_batched(&gk, nbatch, rows_form ? ob : zeros, rows_form ? zeros : ob,
+                                       zeros, bscratch, isa);
+            else
+                rt_gemv_narrow_isa(&gk, scratch, isa);
+            t[isa * reps + k] = bench_now() - t0;
+        }
+    for (int isa = 0; isa <= best; isa++) {
+        double s = bench_median(t + isa * reps, reps);
+        printf("RESULT isa=%s ms=%.4f weights_per_s=%.4g bytes_per_s=%.4g err=%.3g\n", names[isa],
+               s * 1e3, (double)(rows * cols * nbatch) / s,
+               (double)(rows * cols * nbatch) * (double)es / s, err[isa]);
+    }
+    free(t);
+    free(zeros);
+    free(ob);
+    free(bscratch);
+    free(ref);
+    free(mats);
+    free(x);
+    free(y);
+    free(scratch);
+    return 0;
+}

@@ -1,0 +1,237 @@
+/*
+ * test_gemv_narrow.c - the narrow matrix-vector kernels (runtime/
+ * gemv_narrow.c, gemv_narrow_avx2.c) against an f64 loop: an i8 or bf16
+ * matrix times an f32 vector in f32, both forms (a dot per row; a sum of
+ * rows), on every instruction set the CPU runs (portable C always, AVX2 +
+ * FMA where the CPU has them), at sizes around the loops' steps (rows
+ * 1..9 about the four-row passes, columns about the 8- and 16-element
+ * vectors), with a leading dimension wider than the row, strided x and y,
+ * alpha and beta; batches of products whose matrices interleave
+ * (attention's heads over an i8 cache) against single calls; and products
+ * that are not narrow left alone.
+ */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cunit_main.h"
+#include "rt_internal.h"
+
+/* Element i of a narrow matrix, exactly. */
+static double narrow_elem(int32_t dt, const void *m, int64_t i)
+{
+    if (dt == RT_I8)
+        return ((const int8_t *)m)[i];
+    return rt_bf16_to_f32(((const uint16_t *)m)[i]);
+}
+
+/* One case: the matrix [rows x cols] stored with leading dimension ld as
+ * dt; rows_form: y[r] = alpha sum_c A[r,c] x[c] + beta y[r] (g: M = rows,
+ * a the matrix, b = x with stride incx via tb); else y[c] = alpha sum_r
+ * x[r] A[r,c] + beta y[c] (M = 1, b the matrix).  y has stride incy.
+ * Returns the max error over y relative to sum |terms| of its element
+ * (f32 rounding of a sum of n terms is below n * 2^-24 of that), or
+ * -1 when the kernel declined the product. */
+static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, int64_t ld,
+                       int64_t incx, int64_t incy, double alpha, double beta, int isa)
+{
+    size_t es = rt_dtype_size(dt);
+    int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
+    char *mat = calloc((size_t)(rows * ld), es);
+    float *x = calloc((size_t)(xn * incx), sizeof *x), *y = calloc((size_t)(yn * incy), sizeof *y);
+    float *scratch = calloc((size_t)(rows + cols), sizeof *scratch);
+    double *ref = calloc((size_t)yn, sizeof *ref), *mag = calloc((size_t)yn, sizeof *mag);
+    for (int64_t i = 0; i < rows * ld; i++) {
+        double v = sin(0.37 * (double)i + 0.1);
+        if (dt == RT_I8)
+            ((int8_t *)mat)[i] = (int8_t)lrint(127 * v);
+        else
+            ((uint16_t *)mat)[i] = rt_f32_to_bf16((float)(3 * v));
+    }
+    for (int64_t i = 0; i < xn; i++)
+        x[i * incx] = (float)cos(1.1 * (double)i) - 0.25f;
+    for (int64_t i = 0; i < yn; i++)
+        y[i * incy] = (float)(0.5 + 0.01 * (double)i);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double p = narrow_elem(dt, mat, r * ld + c) * x[(rows_form ? c : r) * incx];
+            ref[rows_form ? r : c] += p;
+            mag[rows_form ? r : c] += fabs(p);
+        }
+    for (int64_t i = 0; i < yn; i++) {
+        ref[i] = alpha * ref[i] + beta * y[i * incy];
+        mag[i] = fabs(alpha) * mag[i] + fabs(beta * y[i * incy]) + 1e-30;
+    }
+    rt_gemm g = {.dtype = RT_F32, .alpha = alpha, .beta = beta, .c = y};
+    if (rows_form) { /* c [M x 1] = a [M x K] b [K x 1]; b's rows incx apart */
+        g.M = rows, g.N = 1, g.K = cols;
+        g.a = mat, g.lda = ld, g.adt = dt;
+        g.b = x, g.ldb = incx, g.bdt = RT_F32;
+        g.ldc = incy; /* c [M x N] with N = 1: rows incy apart */
+    } else { /* c [1 x N] = a [1 x K] b [K x N]; a's stride incx: stored [K x 1], ta */
+        g.M = 1, g.N = cols, g.K = rows;
+        g.a = x, g.lda = incx, g.ta = 1, g.adt = RT_F32;
+        g.b = mat, g.ldb = ld, g.bdt = dt;
+        g.c = y, g.ldc = incy, g.tc = 1; /* c stored [N x M]: elements incy apart */
+    }
+    double err = -1;
+    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + cols);
+    if (rt_gemv_narrow_isa(&g, scratch, isa)) {
+        err = 0;
+        for (int64_t i = 0; i < yn; i++) {
+            double e = fabs(y[i * incy] - ref[i]) / mag[i];
+            err = e > err ? e : err;
+        }
+    }
+    free(mat);
+    free(x);
+    free(y);
+    free(scratch);
+    free(ref);
+    free(mag);
+    return err;
+}
+
+static void test_kernels_vs_f64(void)
+{
+    static const int64_t rows[] = {1, 2, 3, 4, 5, 7, 8, 9, 33};
+    static const int64_t cols[] = {1, 5, 7, 8, 9, 15, 16, 17, 24, 31, 33, 130};
+    int best = rt_gemv_narrow_isa_best();
+    int checked = 0;
+    for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
+        for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16)
+            for (int form = 0; form < 2; form++)
+                for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+                    for (size_t j = 0; j < sizeof cols / sizeof cols[0]; j++) {
+                        int64_t r = rows[i], c = cols[j];
+                        int strided = (i + j) % 2; /* half the cases: ld > cols, strides */
+                        double alpha = strided ? -0.75 : 1.0, beta = j % 3 == 0 ? 0.5 : 0.0;
+                        double err = run_case(dt, form, r, c, c + 3 * strided, 1 + 2 * strided,
+                                              1 + strided, alpha, beta, isa);
+                        /* f32 sums of up to 130 terms: well under 130 * 2^-24 */
+                        if (!(err >= 0 && err < 1e-5))
+                            fprintf(stderr, "\n  isa %d %s %s %lld x %lld: err %g\n", isa,
+                                    rt_dtype_name(dt), form ? "rows" : "cols", (long long)r,
+                                    (long long)c, err);
+                        CU_ASSERT(err >= 0 && err < 1e-5);
+                        checked++;
+                    }
+    CU_ASSERT(checked == (best + 1) * 2 * 2 * 9 * 12);
+}
+
+/* The AVX2 kernel and the portable one agree on a decode-sized product
+ * (1024 x 1000 i8: many 16-column steps, a tail of 8) within rounding. */
+static void test_isas_agree(void)
+{
+    if (rt_gemv_narrow_isa_best() < RT_ISA_AVX2)
+        return; /* nothing to compare on this CPU */
+    for (int form = 0; form < 2; form++) {
+        double e0 = run_case(RT_I8, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, RT_ISA_PORTABLE);
+        double e1 = run_case(RT_I8, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, RT_ISA_AVX2);
+        CU_ASSERT(e0 >= 0 && e0 < 1e-5);
+        CU_ASSERT(e1 >= 0 && e1 < 1e-5);
+    }
+}
+
+/* nbatch products whose matrices interleave as attention's heads do (a
+ * cache [S, K, H] read per head: matrix i at column i * cols of rows
+ * nbatch * cols + 1 apart), each with its own x and y: one batched call
+ * gives exactly what nbatch single calls give (each row's sum is taken in
+ * the same order; the single calls are checked against f64 above), over
+ * several row blocks and a tail, both forms, x and y strided. */
+static void test_batched_equals_single(void)
+{
+    enum { NB = 3, ROWS = 37 };
+    int best = rt_gemv_narrow_isa_best();
+    for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
+        for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16)
+            for (int form = 0; form < 2; form++)
+                for (int64_t cols = 13; cols <= 128; cols += 115) {
+                    int64_t ld = NB * cols + 1, xn = form ? cols : ROWS, yn = form ? ROWS : cols;
+                    int64_t inc = 2; /* x and y strided */
+                    size_t es = rt_dtype_size(dt);
+                    char *mat = calloc((size_t)(ROWS * ld), es);
+                    float *x = calloc((size_t)(NB * xn * inc), sizeof *x);
+                    float *y1 = calloc((size_t)(NB * yn * inc), sizeof *y1);
+                    float *y2 = calloc((size_t)(NB * yn * inc), sizeof *y2);
+                    float *scratch = calloc((size_t)(NB * (ROWS + cols)), sizeof *scratch);
+                    for (int64_t i = 0; i < ROWS * ld; i++) {
+                        double v = sin(0.61 * (double)i);
+                        if (dt == RT_I8)
+                            ((int8_t *)mat)[i] = (int8_t)lrint(120 * v);
+                        else
+                            ((uint16_t *)mat)[i] = rt_f32_to_bf16((float)v);
+                    }
+                    for (int64_t i = 0; i < NB * xn * inc; i++)
+                        x[i] = (float)cos(0.3 * (double)i);
+                    for (int64_t i = 0; i < NB * yn * inc; i++)
+                        y1[i] = y2[i] = (float)i;
+                    rt_gemm g = {.dtype = RT_F32, .alpha = 0.5, .beta = 0.25};
+                    if (form) { /* rows: c [M x 1] = a [M x K] b [K x 1] */
+                        g.M = ROWS, g.N = 1, g.K = cols;
+                        g.a = mat, g.lda = ld, g.adt = dt;
+                        g.b = x, g.ldb = inc, g.bdt = RT_F32;
+                        g.c = y2, g.ldc = inc;
+                    } else { /* cols: c [1 x N] = a [1 x K] b [K x N] */
+                        g.M = 1, g.N = cols, g.K = ROWS;
+                        g.a = x, g.lda = inc, g.ta = 1, g.adt = RT_F32;
+                        g.b = mat, g.ldb = ld, g.bdt = dt;
+                        g.c = y2, g.ldc = inc, g.tc = 1;
+                    }
+                    int64_t om[NB], ov[NB], oc[NB];
+                    for (int i = 0; i < NB; i++)
+                        om[i] = i * cols, ov[i] = i * xn * inc, oc[i] = i * yn * inc;
+                    const int64_t *oa = form ? om : ov, *ob = form ? ov : om;
+                    CU_ASSERT(rt_gemv_narrow_batched(&g, NB, oa, ob, oc, scratch, isa) == 1);
+                    for (int i = 0; i < NB; i++) {
+                        rt_gemm h = g;
+                        h.a = (const char *)g.a + (size_t)oa[i] * (form ? es : sizeof(float));
+                        h.b = (const char *)g.b + (size_t)ob[i] * (form ? sizeof(float) : es);
+                        h.c = y1 + oc[i];
+                        CU_ASSERT(rt_gemv_narrow_isa(&h, scratch, isa) == 1);
+                    }
+                    CU_ASSERT(memcmp(y1, y2, (size_t)(NB * yn * inc) * sizeof *y1) == 0);
+                    free(mat);
+                    free(x);
+                    free(y1);
+                    free(y2);
+                    free(scratch);
+                }
+}
+
+/* Products the kernels do not take: f64 arithmetic, an f32 matrix, a
+ * narrow vector, more than one row and column. */
+static void test_declines(void)
+{
+    int8_t m[4] = {1, 2, 3, 4};
+    float x[2] = {1, 1}, y[2] = {0, 0}, s[4];
+    rt_gemm g = {.dtype = RT_F32, .M = 2, .N = 1, .K = 2, .alpha = 1, .a = m, .lda = 2,
+                 .adt = RT_I8, .b = x, .ldb = 1, .bdt = RT_F32, .c = y, .ldc = 1};
+    CU_ASSERT(rt_gemv_narrow_isa(&g, s, RT_ISA_PORTABLE) == 1);
+    CU_ASSERT(y[0] == 3 && y[1] == 7);
+    rt_gemm h = g;
+    h.dtype = RT_F64;
+    CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
+    h = g;
+    h.adt = RT_F32;
+    CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
+    h = g;
+    h.bdt = RT_I8;
+    CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
+    h = g;
+    h.N = 2, h.ldc = 2;
+    CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
+}
+
+void einc_register_tests(void)
+{
+    static const einc_test tests[] = {
+        {"i8 and bf16 kernels vs f64, every instruction set", test_kernels_vs_f64},
+        {"AVX2 and portable agree on a decode-sized product", test_isas_agree},
+        {"batched (interleaved heads) equals single calls", test_batched_equals_single},
+        {"products that are not narrow are declined", test_declines},
+    };
+    einc_add_suite("runtime narrow gemv", tests, (int)(sizeof tests / sizeof tests[0]));
+}
