@@ -14,6 +14,10 @@
  * position 0 with token 0, where its next request writes first.  The
  * other devices follow e->batches as below, and a barrier after every
  * device copied e->feed and e->at keeps device 0 from moving them early.
+ * With a prefill program (`einc --prefill`, engine_prefill.c's essay),
+ * schedule_step may choose it for the step: every row then moves by its
+ * count of real tokens (a prompt's next chunk, or one), and after_iteration
+ * samples each row from the logits at its last real token.
  *
  * Static batching, with a scalar position:
  * The decode program takes one token per row, tokens [B], and ONE

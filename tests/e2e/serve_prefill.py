@@ -19,6 +19,8 @@ program.  Checks:
  - a prompt within W - 1 positions of the cache's end (its window would
    pass it: the engine runs the decode step there) and one filling the
    cache get their texts;
+ - examples/fortunes_serve.ein with examples/fortunes_prefill.ein (slots
+   split over X) gives 5 concurrent requests the texts it gives without;
  - with --mpi, on 4 MPI ranks (rank 0 broadcasts each step's windows),
    the concurrent requests get the same texts;
  - einc refuses a prefill program whose cache differs from the decode
@@ -155,6 +157,26 @@ def check_compile_errors(t, a, work):
                  "einc --prefill with %s: a located error" % what, p.stdout)
 
 
+def check_fortunes(t, a, work):
+    """examples/fortunes_serve.ein with and without examples/fortunes_prefill.ein
+    (4 slots split over X, so each device writes its own rows' windows)."""
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    exes = [os.path.join(work, "fortunes" + k) for k in ("", "_pf")]
+    src = os.path.join(ex, "fortunes_serve.ein")
+    for exe, extra in zip(exes, ([], ["--prefill", os.path.join(ex, "fortunes_prefill.ein")])):
+        p = einc(a, [src, "-o", exe] + extra)
+        if p.returncode != 0:
+            t.result(False, "einc fortunes_serve.ein " + " ".join(extra), p.stdout)
+            return
+    reqs = [dict(prompt=p, max_tokens=n) for p, n in
+            [("The ", 12), ("A fortune: ", 9), ("x" * 20, 5), ("What is the meaning of", 7),
+             ("q", 4)]]
+    want, got = served(exes[0], reqs, True)[0], served(exes[1], reqs, True)
+    t.result(got[0] == want and None not in want and got[2] > 0,
+             "examples/fortunes_serve.ein with --prefill examples/fortunes_prefill.ein (W = 8): "
+             "5 concurrent requests get the texts without", "got %r\nwant %r" % (got, want))
+
+
 def main():
     a = runtime_args(__doc__)
     t = Tally()
@@ -189,6 +211,7 @@ def main():
         t.result(got_edge == want_edge and None not in want_edge,
                  "prompts ending within W - 1 of the cache's end, or filling it: their texts",
                  "got %r\nwant %r" % (got_edge, want_edge))
+        check_fortunes(t, a, work)
         mpi = build(t, a, work, "mpi") if a.mpi else None
         if mpi:
             got = served(mpi, mixed, True, launch=mpi_launch(a.mpirun, 4))[0]
