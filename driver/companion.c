@@ -154,6 +154,15 @@ static bool same_layout(const ir_module *ma, const ir_value *a, const ir_module 
     return true;
 }
 
+/* Whether m writes a state at one position per row (`KC[B, At[B], ...]`). */
+static bool has_row_write(const ir_module *m)
+{
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_UPDATESLICE && op->u.update.row >= 0)
+            return true;
+    return false;
+}
+
 /* The prefill's inputs: one i32 [B, W] (the window's tokens) and one i32
  * [B] (each row's position), nothing else the engine does not feed. */
 static int check_prefill_inputs(const ir_module *pf, diag_ctx *dd)
@@ -208,6 +217,12 @@ int drv_prefill_check(const ir_module *pf, const ir_module *main, diag_ctx *dd,
     }
     if (check_prefill_inputs(pf, dd))
         return -1;
+    if (!has_row_write(main)) {
+        diag_error(dd, at, "prefill: '%s' writes no state at one position per row (like "
+                   "'KC[B, At[B], K, H]'): chunked prefill serves a decode program with "
+                   "continuous batching", main_name);
+        return -1;
+    }
     for (int i = 0; i < pf->nvalues; i++) {
         const ir_value *v = pf->values[i];
         if (v->kind != IR_VAL_PARAM && v->kind != IR_VAL_STATE)

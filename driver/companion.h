@@ -27,6 +27,7 @@ int drv_companion_check(const ir_module *draft, const ir_module *target, diag_ct
 
 /* Checks the compiled prefill program `pf` against the compiled decode
  * program `main`: logits [B, W, V] with main's B and V; the same mesh;
+ * main writing a state at one position per row (continuous batching);
  * inputs only the window's tokens (i32 [B, W]) and the rows' positions
  * (i32 [B]); every param and state a param or state of main of the same
  * name, sizes, dtype and sharding (the runtime shares their blocks), and

@@ -463,7 +463,8 @@ static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, i
                      int idle)
 {
     int64_t B = e->gen->batch, n = with_at ? share_size(e) : 3 + B;
-    size_t row = (size_t)B * sizeof *msg, win = (size_t)(n - 3 - 2 * B) * sizeof *msg;
+    size_t row = (size_t)B * sizeof *msg;
+    size_t win = with_at ? (size_t)(n - 3 - 2 * B) * sizeof *msg : 0; /* the windows' bytes */
     if (dev->id == 0) {
         msg[0] = (int32_t)head;
         msg[1] = e->plan.whole ? -1 : (int32_t)e->plan.slots; /* K < V < 2^31 */
@@ -471,7 +472,7 @@ static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, i
         memcpy(msg + 3, e->feed, row);
         if (with_at)
             memcpy(msg + 3 + B, e->at, row);
-        if (with_at && win)
+        if (win)
             memcpy(msg + 3 + 2 * B, e->pf->win, win);
     }
     dev->ops->broadcast(dev, msg, n * (int64_t)sizeof *msg, idle);
@@ -481,7 +482,7 @@ static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, i
         memcpy(e->feed, msg + 3, row);
         if (with_at)
             memcpy(e->at, msg + 3 + B, row);
-        if (with_at && win) {
+        if (win) {
             e->pf->due = msg[2];
             memcpy(e->pf->win, msg + 3 + 2 * B, win);
         }

@@ -24,8 +24,8 @@ program.  Checks:
  - with --mpi, on 4 MPI ranks (rank 0 broadcasts each step's windows),
    the concurrent requests get the same texts;
  - einc refuses a prefill program whose cache differs from the decode
-   program's (its length), or that has a scalar position, with a located
-   error.
+   program's (its length), or that has a scalar position, and one beside a
+   decode program with a scalar position, with a located error.
 The last line is `N passed, N failed`.
 
 Usage: serve_prefill.py --einc PATH [--mpi --mpirun PATH]
@@ -140,18 +140,22 @@ def check_window_bounds(t, a, work):
 def check_compile_errors(t, a, work):
     """A prefill program that does not fit the decode program."""
     src = write(work, "serve.ein", serve.source(per_row=True))
-    cases = [
-        ("its cache of another length (--prefill-define S=40)", window_source(),
+    static = write(work, "static.ein", serve.source(per_row=False))
+    cases = [  # (what, the decode program, the prefill's text, einc's extra flags, want)
+        ("its cache of another length (--prefill-define S=40)", src, window_source(),
          ["--prefill-define", "S=40"],
          r"window_bad\.ein:\d+:\d+: error: prefill: state 'KC' must be a state of '.*serve\.ein' "
          r"with the same shape, dtype and sharding"),
-        ("a scalar position", window_source(pos="input Pos[] : i32", at="Pos").replace(
+        ("a scalar position", src, window_source(pos="input Pos[] : i32", at="Pos").replace(
             "S <= Pos + T", "S <= Pos[] + T"), [],
          r"window_bad\.ein:\d+:\d+: error: prefill: input 'Pos' is neither the window's tokens"),
+        ("a decode program with a scalar position (static batching)", static, window_source(), [],
+         r"window_bad\.ein:\d+:\d+: error: prefill: '.*static\.ein' writes no state at one "
+         r"position per row"),
     ]
-    for what, text, extra, want in cases:
+    for what, main, text, extra, want in cases:
         exe = os.path.join(work, "bad")
-        p = einc(a, [src, "--prefill", write(work, "window_bad.ein", text), "-o", exe] + extra)
+        p = einc(a, [main, "--prefill", write(work, "window_bad.ein", text), "-o", exe] + extra)
         t.result(p.returncode == 1 and re.search(want, p.stdout) and "^" in p.stdout and
                  not os.path.exists(exe),
                  "einc --prefill with %s: a located error" % what, p.stdout)
