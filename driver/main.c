@@ -66,10 +66,17 @@ typedef struct options {
     /* The last --microbatches=M, --schedule=S and --chunks=v as given: when compiling,
      * the pipeline pass's options (passes/pipeline.c). */
     const char *pipe_args[3];
-    const char *draft;            /* --draft FILE.ein: a speculative-decoding draft (companion.c) */
-    fe_define draft_defines[DRV_MAX_DEFINES]; /* --draft-define NAME=VALUE: the draft's -D */
-    int ndraft_defines;
+    /* The companions linked beside the program (companion.c): [0] --draft
+     * FILE.ein, a speculative-decoding draft; [1] --prefill FILE.ein, a
+     * chunked-prefill program for --serve; NULL if not given. */
+    const char *companion[2];
+    fe_define comp_defines[2][DRV_MAX_DEFINES]; /* --draft-define, --prefill-define NAME=VALUE */
+    int ncomp_defines[2];
 } options;
+
+/* The companions' flags and symbols, by options.companion's index. */
+static const char *const comp_flag[2] = {"--draft", "--prefill"};
+static const char *const comp_symbol[2] = {DRV_DRAFT_SYMBOL, DRV_PREFILL_SYMBOL};
 
 static void usage(FILE *out)
 {
@@ -111,6 +118,10 @@ static void usage(FILE *out)
           "  --draft FILE.ein      link FILE.ein's program into the executable as the draft\n"
           "                        of speculative decoding (--speculate K; docs/generation.md)\n"
           "  --draft-define NAME=VALUE  -D for the draft\n"
+          "  --prefill FILE.ein    link FILE.ein's program (the model over a window of W\n"
+          "                        tokens per row, `KC[B, At[B]:W, ...]`) for --serve's\n"
+          "                        chunked prefill (docs/generation.md)\n"
+          "  --prefill-define NAME=VALUE  -D for the prefill program\n"
           "  --stream-min=BYTES|off  write a result of BYTES per device or more with\n"
           "                        non-temporal stores (default 4194304; off: never;\n"
           "                        docs/codegen.md, \"Streamed results\")\n"
@@ -179,14 +190,15 @@ static int parse_args(int argc, char **argv, options *o)
                 return drv_bad_usage("einc", "%s needs NAME=VALUE", a);
             if (drv_define("einc", (char *)def, o->defines, &o->ndefines))
                 return 2;
-        } else if (strcmp(a, "--draft") == 0) {
+        } else if (strcmp(a, "--draft") == 0 || strcmp(a, "--prefill") == 0) {
             if (++i >= argc)
                 return drv_bad_usage("einc", "%s needs a .ein file", a);
-            o->draft = argv[i];
-        } else if (strcmp(a, "--draft-define") == 0) {
+            o->companion[a[2] == 'p'] = argv[i];
+        } else if (strcmp(a, "--draft-define") == 0 || strcmp(a, "--prefill-define") == 0) {
+            int k = a[2] == 'p';
             if (++i >= argc)
                 return drv_bad_usage("einc", "%s needs NAME=VALUE", a);
-            if (drv_define("einc", argv[i], o->draft_defines, &o->ndraft_defines))
+            if (drv_define("einc", argv[i], o->comp_defines[k], &o->ncomp_defines[k]))
                 return 2;
         } else if (strncmp(a, "--load-pass=", 12) == 0) {
             if (o->nplugins >= MAX_PLUGINS)
@@ -455,32 +467,35 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
     return rc != 0;
 }
 
-/* --draft: compiles the draft (and its one-device reference) with its
- * own -D, checks it against the target `m` and emits its object into
- * obj[4096] (companion.c).  0, or 1 after reporting. */
-static int build_draft(const options *o, const ir_module *m, pass_manager *pm, const pass_ctx *ctx,
-                       const cg_options *co, char *obj)
+/* --draft (k = 0) or --prefill (k = 1): compiles the companion (and its
+ * one-device reference) with its own -D, checks it against the main
+ * program `m` and emits its object into obj[4096] (companion.c).  0, or 1
+ * after reporting. */
+static int build_companion(const options *o, int k, const ir_module *m, pass_manager *pm,
+                           const pass_ctx *ctx, const cg_options *co, char *obj)
 {
     size_t len = 0;
-    char *src = drv_read_source(o->draft, "einc", &len);
+    char *src = drv_read_source(o->companion[k], "einc", &len);
     if (!src)
         return 1;
     diag_ctx dd;
-    diag_init(&dd, o->draft, src, len);
+    diag_init(&dd, o->companion[k], src, len);
     dd.max_errors = o->max_errors;
     pass_ctx dctx = *ctx;
     dctx.diag = &dd;
     options dopt = *o;
-    dopt.input = o->draft;
-    memcpy(dopt.defines, o->draft_defines, sizeof dopt.defines);
-    dopt.ndefines = o->ndraft_defines;
+    dopt.input = o->companion[k];
+    memcpy(dopt.defines, o->comp_defines[k], sizeof dopt.defines);
+    dopt.ndefines = o->ncomp_defines[k];
     pass_manager dpm = *pm;
     dpm.print_after = NULL;
     dpm.print_after_all = false;
     ir_module *d = compile(&dopt, src, len, false, NULL, &dpm, &dctx);
     ir_module *ref = d ? compile(&dopt, src, len, true, NULL, &dpm, &dctx) : NULL;
-    int rc = d && ref && drv_companion_check(d, m, &dd, o->input) == 0 &&
-                     drv_companion_emit(d, ref, co, &dd, obj, 4096) == 0
+    int rc = d && ref &&
+                     (k ? drv_prefill_check(d, m, &dd, o->input)
+                        : drv_companion_check(d, m, &dd, o->input)) == 0 &&
+                     drv_companion_emit(d, ref, co, comp_symbol[k], &dd, obj, 4096) == 0
                  ? 0 : 1;
     diag_finish(&dd);
     ir_module_free(ref);
@@ -566,16 +581,24 @@ int main(int argc, char **argv)
 
     /* -o must not replace an input (the source, a --hw file, a plugin) nor
      * anything but a regular file. */
-    if ((o.draft && (!o.output || o.emit != CG_EMIT_EXE)) || (o.ndraft_defines && !o.draft)) {
-        pass_registry_free(&reg);
-        return o.draft ? drv_bad_usage("einc", "%s links a draft into an executable: give -o "
-                                       "(without -c or --emit-llvm)", "--draft")
-                       : drv_bad_usage("einc", "%s needs --draft FILE.ein", "--draft-define");
-    }
-    const char *inputs[3 + MAX_PLUGINS] = {o.input};
+    for (int k = 0; k < 2; k++)
+        if ((o.companion[k] && (!o.output || o.emit != CG_EMIT_EXE)) ||
+            (o.ncomp_defines[k] && !o.companion[k])) {
+            pass_registry_free(&reg);
+            char msg[160];
+            if (o.companion[k])
+                snprintf(msg, sizeof msg, "%s links a %s into an executable: give -o (without -c "
+                         "or --emit-llvm)", comp_flag[k], k ? "prefill program" : "draft");
+            else
+                snprintf(msg, sizeof msg, "%s-define needs %s FILE.ein", comp_flag[k],
+                         comp_flag[k]);
+            return drv_bad_usage("einc", "%s", msg);
+        }
+    const char *inputs[4 + MAX_PLUGINS] = {o.input};
     int ninputs = 1;
-    if (o.draft)
-        inputs[ninputs++] = o.draft;
+    for (int k = 0; k < 2; k++)
+        if (o.companion[k])
+            inputs[ninputs++] = o.companion[k];
     if (o.hw)
         inputs[ninputs++] = o.hw;
     for (int i = 0; i < o.nplugins; i++)
@@ -689,16 +712,21 @@ int main(int argc, char **argv)
             .info = info,
             .hw_name = hw->name,
         };
-        char draft_obj[4096] = "";
-        const char *extra[1] = {draft_obj};
-        if (o.draft && rc == 0 && build_draft(&o, m, &pm, &ctx, &co, draft_obj) != 0)
-            rc = 1;
+        char comp_obj[2][4096] = {"", ""};
+        const char *extra[2];
         co.extra_objs = extra;
-        co.nextra_objs = draft_obj[0] ? 1 : 0;
+        for (int k = 0; k < 2; k++) {
+            if (o.companion[k] && rc == 0 &&
+                build_companion(&o, k, m, &pm, &ctx, &co, comp_obj[k]) != 0)
+                rc = 1;
+            if (comp_obj[k][0])
+                extra[co.nextra_objs++] = comp_obj[k];
+        }
         if (rc == 0 && (!ref || cg_emit(m, ref, &co, &diag) != 0))
             rc = 1;
-        if (draft_obj[0])
-            unlink(draft_obj);
+        for (int k = 0; k < 2; k++)
+            if (comp_obj[k][0])
+                unlink(comp_obj[k]);
         free(info);
         ir_module_free(ref);
     }

@@ -16,7 +16,9 @@
  * sharding is the one declared), and the right side computes the slice:
  * the state's dims without the written one.  `Pos:T` writes a window: the
  * right side has dim T in place of the written one, and its row t goes to
- * position Pos + t (a prompt's T keys and values at once).  Inside
+ * position Pos + t (a prompt's T keys and values at once); per row,
+ * `At[B]:T` writes row b's window at At[b] .. At[b] + T - 1 (a chunked
+ * prefill in a continuous batch).  Inside
  * `repeat L { }` a state
  * stacked on L is written one layer at a time, its left side without L,
  * as reads of a stacked tensor are; a state that is not stacked cannot be
@@ -110,7 +112,7 @@ static bool check_row_position(fe_checker *c, const ast_tref *l, int at, int off
                    t->name, t->name, b->name, written);
         return false;
     }
-    return true; /* the grammar has no window after `At[B]` */
+    return true;
 }
 
 /* Whether the per-row position `p` is sharded so that each device holds

@@ -308,9 +308,10 @@ indices
     | indices ',' index        { $$ = fe_list_push($1, $3); }
     ;
 
-/* index -> NAME | SUBNAME | tref | NAME ':' NAME   (a dim, optionally with
- * mesh axes: D_X, I_XY; or an integer tensor whose values index that
- * position: a gather; or a state write's window `Pos:T`) */
+/* index -> NAME | SUBNAME | tref | NAME ':' NAME | tref ':' NAME   (a dim,
+ * optionally with mesh axes: D_X, I_XY; or an integer tensor whose values
+ * index that position: a gather; or a state write's window `Pos:T`, or
+ * per row `At[B]:T`) */
 index
     : IDENT
         {
@@ -328,6 +329,15 @@ index
             $$->window = $3;
         }
     | SUBIDENT                 { $$ = $1; }
+    | tref ':' IDENT
+        {
+            $$ = ir_alloc(p->arena, sizeof *$$);
+            $$->tensor = $1;
+            $$->name = $1->name.s;
+            $$->loc = $1->name.loc;
+            $$->dim = -1;
+            $$->window = $3;
+        }
     | tref
         {
             $$ = ir_alloc(p->arena, sizeof *$$);

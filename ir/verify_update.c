@@ -11,7 +11,8 @@
  * partial sums (each device writes the rows it holds; a partial row would
  * be a wrong one); operand 2 is a replicated i32 scalar, or for a
  * per-row write an i32 vector over the rows' dim, replicated or split like
- * it (each device then finds its rows' positions); the result has
+ * it (each device then finds its rows' positions; a window starts at each
+ * row's position); the result has
  * operand 0's type.  Aliasing: the result is operand 0's storage, so no op
  * after the UpdateSlice reads operand 0 (it would see the new rows while
  * the program says it holds the old ones).
@@ -26,9 +27,10 @@
 
 /* A per-row position `pos` of storage `a`: an i32 vector over a's dim
  * `row` (before the written `dim`), replicated or split like that dim,
- * with no unreduced sums; no window. */
-static bool row_position_ok(const ir_value *a, const ir_value *pos, int row, int dim, bool window,
-                            char *why, size_t why_size)
+ * with no unreduced sums.  A window is fine: row b's window starts at
+ * pos[b]. */
+static bool row_position_ok(const ir_value *a, const ir_value *pos, int row, int dim, char *why,
+                            size_t why_size)
 {
     if (row >= dim) {
         WHY("the per-row position's dim %d is not one before the written dim %d", row, dim);
@@ -43,10 +45,6 @@ static bool row_position_ok(const ir_value *a, const ir_value *pos, int row, int
     if (n && (n != a->type.sh.naxes[row] ||
               memcmp(pos->type.sh.axes[0], a->type.sh.axes[row], (size_t)n * sizeof pos->type.sh.axes[0][0]))) {
         WHY("the per-row position is split neither like the storage's rows nor not at all");
-        return false;
-    }
-    if (window) {
-        WHY("a per-row write writes one position per row, not a window");
         return false;
     }
     return true;
@@ -75,7 +73,7 @@ bool ir_verify_update(const ir_module *m, const ir_op *op, ir_sharding *out, cha
         WHY("the position is not a replicated i32 scalar");
         return false;
     }
-    if (row >= 0 && !row_position_ok(a, pos, row, dim, rows->type.rank == a->type.rank, why, why_size))
+    if (row >= 0 && !row_position_ok(a, pos, row, dim, why, why_size))
         return false;
     bool window = rows->type.rank == a->type.rank;
     bool same = rows->type.dtype == a->type.dtype && rows->type.rank == a->type.rank - !window;

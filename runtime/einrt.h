@@ -386,7 +386,8 @@ typedef struct rt_update_desc {
     int64_t op_id;
     /* A per-row write (continuous batching: each slot at its own position):
      * pos holds one position per row of a dim before the written one, and
-     * row b of the rows goes to pos[b].  row_n == 0 for a scalar pos. */
+     * row b of the rows goes to pos[b] (a window: its row t to pos[b] + t).
+     * row_n == 0 for a scalar pos. */
     int64_t row_n;                /* per-device size of the rows' dim (0: scalar position) */
     int64_t row_stride;           /* per-device elements of `outer` per row index step */
     int64_t row_local;            /* 1: pos holds this device's rows; 0: all rows (replicated) */
@@ -397,8 +398,9 @@ typedef struct rt_update_desc {
 /* Runs write `d`: the i32 position *pos (or per row, pos[b] for each row b
  * of the rows' dim: this device's block of pos, or all of it when
  * replicated), rows [outer, window, inner] into the state block [outer,
- * n, inner] (written in place).  A per-row position out of range ends the
- * job with a message naming the row (its global index). */
+ * n, inner] (written in place).  A per-row position out of range (with a
+ * window: a window passing the dim's end) ends the job with a message
+ * naming the row (its global index). */
 void rt_update_slice(rt_device *dev, const rt_update_desc *d, const int32_t *pos, const void *rows,
                      void *state);
 

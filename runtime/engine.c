@@ -14,6 +14,10 @@
  * position 0 with token 0, where its next request writes first.  The
  * other devices follow e->batches as below, and a barrier after every
  * device copied e->feed and e->at keeps device 0 from moving them early.
+ * With a prefill program (`einc --prefill`, engine_prefill.c's essay),
+ * schedule_step may choose it for the step: every row then moves by its
+ * count of real tokens (a prompt's next chunk, or one), and after_iteration
+ * samples each row from the logits at its last real token.
  *
  * Static batching, with a scalar position:
  * The decode program takes one token per row, tokens [B], and ONE
@@ -367,27 +371,50 @@ static int64_t schedule_step(rt_engine *e)
             break;
         pthread_cond_wait(&e->work, &e->mu);
     }
-    plan_step(e, e->at, 0);
+    if (e->pf && n > 0 && rt_prefill_plan(e))
+        e->plan = (rt_sample_plan){0}; /* the prefill step gathers its logits whole */
+    else
+        plan_step(e, e->at, 0);
     return publish(e, n);
 }
 
+/* Row b's next token after a step of the prefill program, from the whole
+ * logits `window` [B, W, V] at its window's offset t, its position `pos`:
+ * sampled as next_token samples a whole row.  `work`: V entries. */
+static int32_t window_token(const rt_engine *e, const void *window, int64_t b, int64_t t,
+                            const rt_request *r, int64_t pos, rt_sample_entry *work)
+{
+    const rt_prefill *pf = e->pf;
+    int32_t dtype = pf->prog->outputs[pf->gen.logits].dtype;
+    size_t row_bytes = (size_t)e->gen->vocab * rt_dtype_size(dtype);
+    double u = rt_sample_uniform(r->sampling.seed, pos, 0);
+    return rt_sample_row(&r->sampling, dtype,
+                         (const char *)window + (size_t)(b * pf->window + t) * row_bytes,
+                         e->gen->vocab, u, work);
+}
+
 /* Continuous batching, device 0, after a step that gathered by `plan`:
- * each running row moves one position on, fed its next prompt token or
- * the token it made; a row that stopped (or whose client went away) frees
- * its slot at once, for the next step's schedule_step.  `work`: V entries
- * of scratch. */
+ * each running row moves on, fed its next prompt token or the token it
+ * made; a row that stopped (or whose client went away) frees its slot at
+ * once, for the next step's schedule_step.  After a decode step every row
+ * moves one position; after a step of the prefill program (`window`, its
+ * whole logits; NULL after a decode step) row b moves e->pf->count[b]
+ * positions and samples from its last real token's logits.  `work`: V
+ * entries of scratch. */
 static void after_iteration(rt_engine *e, const rt_program *p, const void *logits,
-                            const rt_sample_plan *plan, rt_sample_entry *work)
+                            const rt_sample_plan *plan, rt_sample_entry *work, const void *window)
 {
     pthread_mutex_lock(&e->mu);
     e->metrics.iterations++;
+    e->metrics.prefill_steps += window != NULL;
     count_gather(e, plan);
     double now = rt_now();
     for (int64_t b = 0; b < e->gen->batch; b++) {
         rt_request *r = e->batch[b];
         if (!r)
             continue;
-        int64_t pos = e->at[b];
+        int64_t n = window ? e->pf->count[b] : 1; /* >= 1 for a running row */
+        int64_t pos = e->at[b] + n - 1;           /* its last real token's */
         if (r->cancelled) {
             r->finish = "stop";
         } else if (pos + 1 < r->prompt_len) {
@@ -395,7 +422,8 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
             e->at[b] = (int32_t)(pos + 1);
             continue;
         } else {
-            int32_t t = next_token(e, p, logits, plan, b, r, pos, work);
+            int32_t t = window ? window_token(e, window, b, n - 1, r, pos, work)
+                               : next_token(e, p, logits, plan, b, r, pos, work);
             emit(e, r, t, now);
             if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
                 r->finish = "length";
@@ -416,30 +444,48 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The int32 entries of share()'s message: head, plan, prefill due, feed
+ * [B], at [B] and with a prefill program the windows [B, W]. */
+static int64_t share_size(const rt_engine *e)
+{
+    int64_t B = e->gen->batch;
+    return 3 + 2 * B + (e->pf ? B * e->pf->window : 0);
+}
+
 /* Under MPI, every device: broadcasts `head` (rows, or live), the next
  * step's gather (e->plan: K pairs, -1 whole rows, 0 nothing) and e->feed
- * [B], with e->at [B] too when `with_at`, from device 0's engine into
- * every device's: 4 (2 + B) or 4 (2 + 2B) bytes.  `msg`: 2 + 2B entries
- * of scratch.  Returns device 0's head.  `idle`: as dev->ops->broadcast. */
+ * [B], with `with_at` e->at [B] too and, with a prefill program, whether
+ * the step runs it and its windows e->pf->win [B, W], from device 0's
+ * engine into every device's: 4 (3 + B) or 4 (3 + 2B [+ BW]) bytes.
+ * `msg`: share_size entries of scratch.  Returns device 0's head.
+ * `idle`: as dev->ops->broadcast. */
 static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, int with_at,
                      int idle)
 {
-    int64_t B = e->gen->batch, n = 2 + (with_at ? 2 : 1) * B;
+    int64_t B = e->gen->batch, n = with_at ? share_size(e) : 3 + B;
     size_t row = (size_t)B * sizeof *msg;
+    size_t win = with_at ? (size_t)(n - 3 - 2 * B) * sizeof *msg : 0; /* the windows' bytes */
     if (dev->id == 0) {
         msg[0] = (int32_t)head;
         msg[1] = e->plan.whole ? -1 : (int32_t)e->plan.slots; /* K < V < 2^31 */
-        memcpy(msg + 2, e->feed, row);
+        msg[2] = e->pf && e->pf->due;
+        memcpy(msg + 3, e->feed, row);
         if (with_at)
-            memcpy(msg + 2 + B, e->at, row);
+            memcpy(msg + 3 + B, e->at, row);
+        if (win)
+            memcpy(msg + 3 + 2 * B, e->pf->win, win);
     }
     dev->ops->broadcast(dev, msg, n * (int64_t)sizeof *msg, idle);
     if (dev->id != 0) { /* the other devices need only what to gather */
         e->plan.whole = msg[1] < 0;
         e->plan.slots = msg[1] > 0 ? msg[1] : 0;
-        memcpy(e->feed, msg + 2, row);
+        memcpy(e->feed, msg + 3, row);
         if (with_at)
-            memcpy(e->at, msg + 2 + B, row);
+            memcpy(e->at, msg + 3 + B, row);
+        if (win) {
+            e->pf->due = msg[2];
+            memcpy(e->pf->win, msg + 3 + 2 * B, win);
+        }
     }
     return msg[0];
 }
@@ -504,22 +550,38 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     int32_t *tin = in[g->tokens];
     /* Under MPI: the scratch of share(); NULL: shared memory (threads). */
     int32_t *msg = dev->ops->broadcast
-                       ? rt_xmalloc(dev, (size_t)(2 + 2 * g->batch) * sizeof *msg) : NULL;
+                       ? rt_xmalloc(dev, (size_t)share_size(e) * sizeof *msg) : NULL;
+    rt_prefill_bufs pbuf = {0};
+    if (e->pf && g->per_row)
+        rt_prefill_open(dev, e, in, &pbuf);
     for (uint64_t seen = 0; g->per_row; seen++) { /* continuous batching */
         if (next_batch(dev, e, msg, 1, seen) == 0)
             break;
-        for (int64_t i = 0; i < tok->local_shape[0]; i++)
-            tin[i] = e->feed[start[0] + i];
-        rt_generate_set_positions(dev, p, g, in, e->at, 0);
+        int prefill = e->pf && e->pf->due; /* this step runs the prefill program */
+        if (prefill) {
+            rt_prefill_feed(dev, e, &pbuf);
+        } else {
+            for (int64_t i = 0; i < tok->local_shape[0]; i++)
+                tin[i] = e->feed[start[0] + i];
+            rt_generate_set_positions(dev, p, g, in, e->at, 0);
+        }
         rt_sample_plan plan = e->plan;
-        if (!msg) /* all read e->feed, e->at and e->plan before device 0 moves them */
+        if (!msg) /* all read e->feed, e->at, e->pf and e->plan before device 0 moves them */
             dev->ops->barrier(dev, all);
+        if (prefill) {
+            const void *window = rt_prefill_run(dev, e, &pbuf);
+            if (dev->id == 0)
+                after_iteration(e, p, NULL, &plan, work, window);
+            continue;
+        }
         rt_run_timed(dev, job, in, out, 0);
         if (gathered)
             rt_sample_gather_step(dev, p, l, &plan, out[g->logits], gathered);
         if (dev->id == 0)
-            after_iteration(e, p, sampled, &plan, work);
+            after_iteration(e, p, sampled, &plan, work, NULL);
     }
+    if (pbuf.in)
+        rt_prefill_close(dev, e, &pbuf);
     for (uint64_t seen = 0; !g->per_row; seen++) { /* static batching */
         if (next_batch(dev, e, msg, 0, seen) == 0)
             break;
@@ -569,5 +631,6 @@ void rt_engine_free(rt_engine *e)
     free(e->batch);
     free(e->feed);
     free(e->at);
+    rt_prefill_free(e->pf);
     free(e);
 }

@@ -468,8 +468,8 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
 }
 
 int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
-               const rt_program *draft, const rt_launcher *l, int rank, int nranks, char *err,
-               size_t errlen)
+               const rt_program *draft, const rt_program *prefill, const rt_launcher *l, int rank,
+               int nranks, char *err, size_t errlen)
 {
     memset(pr, 0, sizeof *pr);
     rt_options *o = &pr->opt;
@@ -493,6 +493,7 @@ int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
     rt_job *job = &pr->job;
     rt_job_init(job, prog, o, l);
     job->draft = draft;
+    job->prefill = prefill;
     pr->job_ready = 1;
     job->rank = rank;
     job->nranks = nranks;
@@ -524,7 +525,7 @@ int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen)
 }
 
 int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *draft,
-            const rt_launcher *l)
+            const rt_program *prefill, const rt_launcher *l)
 {
     int rank = 0, nranks = 1;
     l->init(&argc, &argv, &rank, &nranks);
@@ -532,7 +533,8 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *dra
     char err[1024];
     rt_prepared prep;
     rt_prepared *pr = &prep;
-    int what = rt_prepare(pr, argc, argv, prog, draft, l, rank, nranks, err, sizeof err);
+    int what = rt_prepare(pr, argc, argv, prog, draft, prefill, l, rank, nranks, err,
+                          sizeof err);
     if (what == RT_PREP_HELP || what == RT_PREP_INFO) {
         if (root && what == RT_PREP_HELP)
             rt_print_help(stdout, argv[0]);

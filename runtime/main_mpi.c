@@ -9,8 +9,11 @@ extern const rt_program einc_program;
 /* The draft that `einc --draft` links beside it, if any: a weak reference,
  * NULL in an executable without one (driver/companion.c). */
 extern const rt_program einc_program_draft __attribute__((weak));
+/* The chunked-prefill program of `einc --prefill`, likewise (--serve). */
+extern const rt_program einc_program_prefill __attribute__((weak));
 
 int main(int argc, char **argv)
 {
-    return rt_main(argc, argv, &einc_program, &einc_program_draft, &rt_mpi_launcher);
+    return rt_main(argc, argv, &einc_program, &einc_program_draft, &einc_program_prefill,
+                   &rt_mpi_launcher);
 }

@@ -72,9 +72,12 @@ char *rt_metrics_text(const rt_metrics *m, int64_t queued)
                "# TYPE einc_queue_length gauge\neinc_queue_length %lld\n", (long long)queued);
     fprintf(f, "# HELP einc_running_rows Slots of the batch running a request.\n"
                "# TYPE einc_running_rows gauge\neinc_running_rows %lld\n", (long long)m->running);
-    fprintf(f, "# HELP einc_iterations_total Decode steps run (one per iteration of the batch).\n"
+    fprintf(f, "# HELP einc_iterations_total Steps run (one per iteration of the batch).\n"
                "# TYPE einc_iterations_total counter\neinc_iterations_total %llu\n",
             (unsigned long long)m->iterations);
+    fprintf(f, "# HELP einc_prefill_steps_total Of those, steps of the prefill program (chunked "
+               "prefill).\n# TYPE einc_prefill_steps_total counter\neinc_prefill_steps_total %llu\n",
+            (unsigned long long)m->prefill_steps);
     /* Sharded logits: what each step gathered to sample from (0 with
      * replicated logits).  Bytes over steps is the bytes per step. */
     static const char *const paths[2] = {"pairs", "whole"};

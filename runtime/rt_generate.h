@@ -284,7 +284,8 @@ typedef struct rt_prepared {
 } rt_prepared;
 
 /* Parses argv and runs every check of it against `prog` (and `draft`, the
- * companion program or NULL, for --speculate) that comes before
+ * companion program or NULL, for --speculate; `prefill`, likewise, for
+ * --serve's chunked prefill) that comes before
  * the run, on rank `rank` of `nranks` (the launcher's): the syntax, the
  * program's ABI, the mode (training, generation, serving flags), the
  * names, the paths against each other, the --data, --resume, --params,
@@ -294,8 +295,8 @@ typedef struct rt_prepared {
  * err for RT_PREP_ERROR and RT_PREP_FILES.  Release *pr with
  * rt_prepared_release whatever it returned. */
 int rt_prepare(rt_prepared *pr, int argc, char **argv, const rt_program *prog,
-               const rt_program *draft, const rt_launcher *l, int rank, int nranks, char *err,
-               size_t errlen);
+               const rt_program *draft, const rt_program *prefill, const rt_launcher *l, int rank,
+               int nranks, char *err, size_t errlen);
 /* Frees what rt_prepare and the run allocated and closes --metrics; 0, or
  * -1 and a message if the metrics could not be written out. */
 int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen);

@@ -208,6 +208,8 @@ struct rt_job {
                                     owned); else NULL */
     const rt_program *draft;     /* the companion draft program linked beside `prog`
                                     (`einc --draft`; --speculate runs it), or NULL */
+    const rt_program *prefill;   /* the chunked-prefill program linked beside `prog`
+                                    (`einc --prefill`; --serve runs it), or NULL */
 };
 
 /* The per-device flow: read the shards, run (repeat times, or the training
@@ -296,10 +298,11 @@ int rt_eval_due(const rt_train *tr, int64_t s);
  * on device 0 the mean of the batches' losses (NaN on other devices). */
 double rt_eval_device(rt_device *dev, rt_job *job, void *const *in);
 
-/* Entry point used by main(): everything the executable does.  `draft`:
- * the companion program linked beside `prog` (einc --draft), or NULL. */
+/* Entry point used by main(): everything the executable does.  `draft`
+ * and `prefill`: the companion programs linked beside `prog` (einc
+ * --draft, einc --prefill), or NULL. */
 int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *draft,
-            const rt_launcher *launcher);
+            const rt_program *prefill, const rt_launcher *launcher);
 
 extern const rt_launcher rt_threads_launcher;
 extern const rt_launcher rt_mpi_launcher;

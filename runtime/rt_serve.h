@@ -1,7 +1,8 @@
 /*
  * rt_serve.h - serving a decode program over HTTP (--serve): the tokenizer
  * (tokenizer.c), a completion request and its JSON (request.c), the queue
- * and the engine, static or continuous batching (engine.c), its Prometheus metrics
+ * and the engine, static or continuous batching (engine.c), its chunked
+ * prefill (engine_prefill.c), its Prometheus metrics
  * (metrics.c), the HTTP server (server.c) and the flags and set-up
  * (serve.c).  docs/generation.md, "Serving", describes the API.
  *
@@ -122,7 +123,8 @@ typedef struct rt_metrics {
     rt_histogram ttft;           /* time to first token: arrival to first token, seconds */
     rt_histogram itl;            /* inter-token latency: between a request's tokens, seconds */
     int64_t running;             /* gauge: slots running a request in the current step */
-    uint64_t iterations;         /* decode steps run (iterations of the batch) */
+    uint64_t iterations;         /* steps run (iterations of the batch), prefill ones included */
+    uint64_t prefill_steps;      /* of those, steps of the prefill program (chunked prefill) */
     /* Sharded logits: the steps that gathered (value, index) pairs [0] or
      * whole rows [1] to sample from, and the bytes those gathers left on
      * each device (rt_sample_plan.bytes); a step that samples no row
@@ -140,6 +142,8 @@ void rt_histogram_observe(rt_histogram *h, double seconds);
 char *rt_metrics_text(const rt_metrics *m, int64_t queued);
 
 /* ---- engine.c ---- */
+
+struct rt_prefill;
 
 /* The queue, the batch being run and the interface of the program.
  * Created by rt_serve_prepare, shared by the connections (which queue
@@ -177,6 +181,8 @@ typedef struct rt_engine {
     rt_sampling defaults;        /* the command line's sampling flags */
     const int32_t *stop_ids;     /* --stop-token ids: a row ends there (not in its text) */
     int nstop_ids;
+    struct rt_prefill *pf;       /* chunked prefill: the prefill program and the next step's
+                                    windows (engine_prefill.c), owned; NULL without one */
     struct rt_server *server;    /* the HTTP server (server.c), started by device 0 */
     pthread_t signals;           /* the thread that waits for SIGINT and SIGTERM (serve.c) */
     int signals_started;
@@ -197,6 +203,62 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
 void rt_engine_stop(rt_engine *e);
 /* Stops the HTTP server and the signal thread, frees the engine; NULL is fine. */
 void rt_engine_free(rt_engine *e);
+
+/* ---- engine_prefill.c ---- */
+
+/* The prefill program of --serve (`einc --prefill`) and what the next
+ * step feeds it (engine_prefill.c's essay).  Created by
+ * rt_prefill_prepare; win, count and due are written by device 0 under
+ * rt_engine.mu when it schedules a step, read by every device (under MPI
+ * from engine.c's share()) before the step's barrier. */
+typedef struct rt_prefill {
+    const rt_program *prog;      /* P: the model over a window of W tokens per row */
+    rt_generate gen;             /* P's interface: tokens [B, W], positions [B] (per_row),
+                                    logits [B, W, V] */
+    int64_t window;              /* W */
+    int32_t *shared;             /* [P's ninputs]: the serving program's input whose blocks P
+                                    reads for each of its params and states (the same
+                                    buffers), -1 for the tokens and positions; malloc'd */
+    int32_t *win;                /* [B, W]: each row's window for the next step; malloc'd */
+    int32_t *count;              /* [B]: the real tokens of each window (device 0): the
+                                    prompt's next chunk, 1 when decoding, 0 for a free slot */
+    int due;                     /* 1: the next step runs P rather than the decode step */
+} rt_prefill;
+
+/* A device's buffers for P: its inputs (the serving program's blocks for
+ * the params and states, its own for the tokens and positions), its
+ * outputs and the whole logits [B, W, V] gathered after a step. */
+typedef struct rt_prefill_bufs {
+    void **in, **out;
+    void *logits;
+} rt_prefill_bufs;
+
+/* With --serve and a prefill program linked (job->prefill): checks P
+ * against the serving program (per-row positions, the same mesh, B and
+ * V, every param and state of P one of the serving program's with the
+ * same blocks) and creates e->pf.  -1 and a message. */
+int rt_prefill_prepare(const rt_job *job, rt_engine *e, char *err, size_t errlen);
+/* Device 0, e->mu held, once the next step's rows are in e->batch,
+ * e->at and e->feed: whether the step runs P (some row has two or more
+ * prompt tokens left, and no running row's window would pass the
+ * cache's end); if so fills e->pf->win and e->pf->count.  Sets and
+ * returns e->pf->due. */
+int rt_prefill_plan(rt_engine *e);
+/* Every device: allocates *bf, sharing `main_in`, the serving program's
+ * input blocks.  Errors end the job (out of memory). */
+void rt_prefill_open(rt_device *dev, const rt_engine *e, void *const *main_in, rt_prefill_bufs *bf);
+/* Every device: copies its blocks of e->pf->win and e->at into P's
+ * tokens and positions (before the barrier after which device 0 may move
+ * them). */
+void rt_prefill_feed(rt_device *dev, const rt_engine *e, rt_prefill_bufs *bf);
+/* Every device: runs P between two barriers and gathers its logits whole
+ * into bf->logits, which it returns ([B, W, V], on every device).  A
+ * collective. */
+const void *rt_prefill_run(rt_device *dev, const rt_engine *e, rt_prefill_bufs *bf);
+/* Every device: frees what rt_prefill_open allocated (not the shared blocks). */
+void rt_prefill_close(rt_device *dev, const rt_engine *e, rt_prefill_bufs *bf);
+/* Frees e->pf's arrays and itself; NULL is fine. */
+void rt_prefill_free(rt_prefill *pf);
 
 /* ---- server.c ---- */
 

@@ -207,6 +207,8 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     e->at = calloc((size_t)g->batch, sizeof *e->at);
     if (!e->queue || !e->batch || !e->feed || !e->at)
         return rt_errf(err, errlen, "out of memory");
+    if (job->prefill && rt_prefill_prepare(job, e, err, errlen))
+        return -1;
     job->repeat = 1; /* each step is timed into job->times[0] */
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer must not end the process */
     /* Under MPI only rank 0 serves, so only its signals stop the engine. */

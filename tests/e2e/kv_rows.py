@@ -20,7 +20,11 @@ and a negative one must end the run with exit 1 and a message naming the
 row (its global index, on whichever device holds it).
 A position computed by a statement (an argmax, over B replicated) must be
 resharded to the rows' B_X by the plan, each row landing where its argmax
-says.  The last line is `N passed, N failed`.
+says.  Per-row windows (`KC[B, At[B]:T, ...]`, chunked prefill's write)
+with the cache's length split over X (windows crossing its shards) and
+with the rows split over X: two runs, the second over the first's cache,
+against NumPy, and a window past the cache's end an error naming its
+row.  The last line is `N passed, N failed`.
 
 Usage: kv_rows.py --einc PATH [--mpi --mpirun PATH]
 """
@@ -188,6 +192,55 @@ def check_computed(exe, launch, work, rng, result):
            % list(where), "exit %d, max rel error %.2g\n%s" % (rc, e, msg))
 
 
+WINDOW = """mesh X = 2, Y = 2
+dim B = 4, S = 8, T = 3, D = 16, K = 4, H = 8
+input X0[B, T, D] : f32
+input %s : i32
+param Wk[D, K_Y, H] : f32
+state KC[%s, K_Y, H] : f32
+KC[B, At[B]:T, K, H] = X0[B, T, D] * Wk[D, K, H]
+Sc[B, K, S] = KC[B, S, K, H] * 1
+output Sc
+"""
+# (name, position declaration, cache dims): windows crossing the length's
+# shards, and rows split over X with their positions.
+WINDOW_CASES = [("window_length_sharded", "At[B]", "B, S_X"),
+                ("window_batch_sharded", "At[B_X]", "B_X, S")]
+
+
+def check_window(name, exe, launch, work, rng, result):
+    """Per-row windows (`KC[B, At[B]:T, ...]`): two runs, the second over
+    the first's cache with other starts, against NumPy; then a window past
+    the cache's end is an error naming its row."""
+    B, S, T, D, K, H = 4, 8, 3, 16, 4, 8
+    wk = rng.standard_normal((D, K, H)).astype(np.float32)
+    files = {n: os.path.join(work, "%s_%s.npy" % (name, n)) for n in ("X0", "At", "Wk", "KC")}
+    np.save(files["Wk"], wk)
+    want = np.zeros((B, S, K, H))
+    base = launch + [exe, "--input", "Wk=" + files["Wk"], "--input", "X0=" + files["X0"],
+                     "--input", "At=" + files["At"], "--output", "KC=" + files["KC"]]
+    for run_no, starts in enumerate(([0, 3, 5, 2], [3, 0, 1, 5])):
+        x0 = rng.standard_normal((B, T, D)).astype(np.float32)
+        np.save(files["X0"], x0)
+        np.save(files["At"], np.array(starts, dtype=np.int32))
+        rc, msg = run(base + (["--input", "KC=" + files["KC"]] if run_no else []))
+        rows = np.einsum("btd,dkh->btkh", x0.astype(np.float64), wk)
+        for b, p in enumerate(starts):
+            want[b, p:p + T] = rows[b]
+        e = rel_err(np.load(files["KC"]).astype(np.float64), want) if rc == 0 else float("inf")
+        if e > 1e-5:
+            result(False, "%s: run %d, starts %s" % (name, run_no, starts),
+                   "exit %d, max rel error %.2g\n%s" % (rc, e, msg))
+            return
+    result(True, "%s: each row's window of %d at its own start, twice" % (name, T))
+    np.save(files["At"], np.array([0, 1, S - T + 1, 2], dtype=np.int32))
+    rc, msg = run(base + ["--input", "KC=" + files["KC"]])
+    needle = ("write into 'KC': positions At[2] = %d to %d (a window of %d) are outside its dim "
+              "'S' of %d (valid starts 0..%d)" % (S - T + 1, S, T, S, S - T))
+    result(rc == 1 and needle in msg, "%s: a window past the cache's end is an error" % name,
+           "exit %s, expected %r in:\n%s" % (rc, needle, msg))
+
+
 def main():
     a = runtime_args(__doc__)
     rng = np.random.default_rng(27)
@@ -207,6 +260,13 @@ def main():
         for rt, exe, launch in builds(a, src, os.path.join(work, "computed"), 4, tally):
             check_computed(exe, launch, work, rng, lambda ok, what, why="": tally.result(
                 ok, "%s (%s)" % (what, rt), why))
+        for name, at, cache in WINDOW_CASES:
+            src = os.path.join(work, name + ".ein")
+            with open(src, "w") as f:
+                f.write(WINDOW % (at, cache))
+            for rt, exe, launch in builds(a, src, os.path.join(work, name), 4, tally):
+                check_window(name, exe, launch, work, rng, lambda ok, what, why="": tally.result(
+                    ok, "%s (%s)" % (what, rt), why))
     return tally.finish()
 
 

@@ -425,8 +425,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rt_prepared *pr = malloc(sizeof *pr);
     FUZZ_CHECK(pr != NULL, "out of memory");
     char err[1024] = "";
-    int what = rt_prepare(pr, in.nwords + 1, argv, &programs[in.program], NULL, &launcher, 0, 1, err,
-                          sizeof err);
+    int what = rt_prepare(pr, in.nwords + 1, argv, &programs[in.program], NULL, NULL, &launcher,
+                          0, 1, err, sizeof err);
     if (what == RT_PREP_ERROR || what == RT_PREP_FILES)
         FUZZ_CHECK(err[0] != 0, "refused without a message");
     else if (what == RT_PREP_RUN)
