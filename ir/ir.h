@@ -465,9 +465,8 @@ typedef struct ir_op {
          * and p + w must not pass |dim|.  A per-row write (`row` >= 0,
          * continuous batching: each slot of a batch at its own position)
          * has operand 2 an i32 vector over operand 0's dim `row` (< `dim`),
-         * replicated or split like that dim: row b of the slice goes to
-         * position operand2[b] (with a window, its row t to operand2[b] +
-         * t; each row's window inside the dim). */
+         * replicated or split like that dim: row b goes to operand2[b]
+         * (a window's row t to operand2[b] + t, inside the dim). */
         struct {
             int dim; /* position in operand 0's dims that operand 2 indexes */
             int row; /* per-row write: position in operand 0's dims of operand 2's
