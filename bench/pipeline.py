@@ -129,13 +129,19 @@ def trace_runs(trace):
     for e in doc["traceEvents"]:
         if e.get("ph") == "X" and e.get("cat") == "pipeline":
             spans.setdefault(e["tid"], []).append(e)
+    # Each item name occurs once per run; a trace buffer that filled up
+    # holds fewer runs than were made: keep the complete ones.
+    for evs in spans.values():
+        names = {e["name"] for e in evs if e["name"] != "recv wait"}
+        runs = min(runs, sum(e["name"] != "recv wait" for e in evs) // max(len(names), 1))
+    if runs < 1:
+        raise benchlib.BenchError(f"{trace}: no run's pipeline items were all recorded")
     out = [({}, 0.0) for _ in range(runs)]
-    per_run = None
     for stage, evs in sorted(spans.items()):
         evs.sort(key=lambda e: e["ts"])
         items = [e for e in evs if e["name"] != "recv wait"]
         waits = [e for e in evs if e["name"] == "recv wait"]
-        per_run = len(items) // runs
+        per_run = len({e["name"] for e in items})
         for r in range(runs):
             row = []
             for it in items[r * per_run:(r + 1) * per_run]:
