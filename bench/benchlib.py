@@ -23,6 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
+# The 1-minute load average when the script started (this module is imported
+# first): what other jobs were running.  Read at the end instead, it would
+# count the benchmark's own threads (a 2-device run alone gives about 2 on
+# 2 cores) and label even a quiet run loaded.
+LOAD_AT_START = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 CFLAGS = ["-O2", "-std=c17", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE",
           "-Wall", "-Wextra", "-Werror"]
 
@@ -98,8 +103,9 @@ class Results:
     The file holds: `bench` (the script's name without .py), `title`, the
     `command` as run (`command_line`), `cpu` (/proc/cpuinfo's model name),
     `cores` (os.cpu_count()), `date` (UTC, ISO 8601 to the minute), `load`
-    (the 1-minute load average when the run ended; the machine may be
-    shared) and `rows`: one dict per headline figure with `figure` (what was
+    (the 1-minute load average when the script started, LOAD_AT_START: the
+    other jobs sharing the machine, not the benchmark's own threads),
+    `load_at` ("start") and `rows`: one dict per headline figure with `figure` (what was
     measured), `value` (a number), `unit`, `target` (text such as ">= 0.9x",
     "" when the figure has none), `ratio` (to the baseline measured in the
     same run; None when the figure is not a ratio to one) and `verdict`
@@ -128,7 +134,7 @@ class Results:
                "command": command_line(self.script, argv),
                "cpu": cpu_model(), "cores": os.cpu_count(),
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-               "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+               "load": LOAD_AT_START, "load_at": "start",
                "rows": self.rows}
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)

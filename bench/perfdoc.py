@@ -175,6 +175,8 @@ def section(doc, history):
     where = f"{doc['cpu']}, {doc['cores']} cores"
     if doc.get("load") is not None:
         where += f", load average {doc['load']}"
+        if doc.get("load_at") == "start":  # benchlib.LOAD_AT_START: other jobs only
+            where += " at the start of the run"
     lines = [head, "", f"Command: `{doc['command']}`", "",
              f"Machine: {where}; date: {doc['date']}.", ""]
     if doc.get("source"):

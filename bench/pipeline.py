@@ -28,7 +28,15 @@ so Z = 2 only) it measures:
          (--profile's "predicted", the schedule simulated with the costed
          ops' times) and, for gpipe and 1f1b, the closed form
          (Z-1)/(M+Z-1), for interleaved (Z-1)/(v M+Z-1); zero-bubble has
-         no closed form here ("-").
+         no closed form here ("-");
+  replayed, fastest  where a measured bubble above the prediction comes
+         from (the same run's --trace, replayed_bubbles): the stages' orders
+         replayed with the run's measured item times and instant handoffs
+         (measured - replayed: receives that woke after their input was
+         ready), and replayed with each stage's fastest F, B and W items
+         (replayed - fastest: items other jobs' threads slowed down, the
+         jitter of a shared machine; fastest - predicted: the items'
+         costed times against their measured ones).
 
 A stage's work dominates its transfers here (one [256/M, 512] activation a
 hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
@@ -42,6 +50,7 @@ the output says so rather than hiding it.  Takes a minute or two.
 Usage: bench/pipeline.py [--build DIR] [--steps S] [--stages 2,4]
                          [--microbatches 1,2,4,8,16] [--json FILE]
 """
+import json
 import os
 import re
 import statistics
@@ -96,15 +105,120 @@ def step_seconds(exe, steps):
     return statistics.median(ms[1:]) / 1e3
 
 
-def measured_bubble(exe, steps):
+def measured_bubble(exe, steps, trace):
     """The --profile line's measured and predicted bubbles, as fractions
-    (the predicted one None when the executable has none)."""
-    out = benchlib.run([exe, "--random-inputs", "1", "--steps", str(steps), "--profile"],
-                       timeout=600)
+    (the predicted one None when the executable has none); the run also
+    writes its --trace to `trace` (replayed_bubbles reads it)."""
+    out = benchlib.run([exe, "--random-inputs", "1", "--steps", str(steps), "--profile",
+                        "--trace", trace], timeout=600)
     m = re.search(r"^pipeline: .*measured bubble ([0-9.]+)%.*predicted(?: ([0-9.]+)%)?", out, re.M)
     if not m:
         raise benchlib.BenchError(f"{exe} --profile printed no pipeline line:\n{out[-1000:]}")
     return float(m.group(1)) / 100, float(m.group(2)) / 100 if m.group(2) else None
+
+
+def trace_runs(trace):
+    """The pipeline items of each run in a --trace file: a list over runs of
+    {stage: [(name, busy_us), ...] in the order the stage ran them}, busy
+    being the item's time minus its receive waits (pipe_bubble.c's busy),
+    and each run's measured bubble (1 - mean busy / span, as --profile)."""
+    with open(trace) as f:
+        doc = json.load(f)
+    runs = doc["otherData"]["runs"]
+    spans = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "pipeline":
+            spans.setdefault(e["tid"], []).append(e)
+    # Each item name occurs once per run; a trace buffer that filled up
+    # holds fewer runs than were made: keep the complete ones.
+    for evs in spans.values():
+        names = {e["name"] for e in evs if e["name"] != "recv wait"}
+        runs = min(runs, sum(e["name"] != "recv wait" for e in evs) // max(len(names), 1))
+    if runs < 1:
+        raise benchlib.BenchError(f"{trace}: no run's pipeline items were all recorded")
+    out = [({}, 0.0) for _ in range(runs)]
+    for stage, evs in sorted(spans.items()):
+        evs.sort(key=lambda e: e["ts"])
+        items = [e for e in evs if e["name"] != "recv wait"]
+        waits = [e for e in evs if e["name"] == "recv wait"]
+        per_run = len({e["name"] for e in items})
+        for r in range(runs):
+            row = []
+            for it in items[r * per_run:(r + 1) * per_run]:
+                end = it["ts"] + it["dur"]
+                w = sum(x["dur"] for x in waits if it["ts"] <= x["ts"] < end)
+                row.append((it["name"], it["dur"] - w, it["ts"], end))
+            out[r][0][stage] = row
+    result = []
+    for stages, _ in out:
+        first = min(x[2] for row in stages.values() for x in row)
+        last = max(x[3] for row in stages.values() for x in row)
+        busy = sum(x[1] for row in stages.values() for x in row)
+        result.append(({s: [(x[0], x[1]) for x in row] for s, row in stages.items()},
+                       1 - busy / len(stages) / (last - first)))
+    return result
+
+
+def replay(stages):
+    """The bubble of the stages' orders run with the given busy times and
+    free, instant transfers: each item starts when its stage is free and
+    its input is done -- F m.c after F m.c of the previous stage (stage 0:
+    after F m.c-1 of the last stage), B m.c after B m.c of the next stage
+    (the last stage: after B m.c+1 of stage 0, or for its last chunk after
+    its own F m.c), W m after B m (docs/pipeline.md, "The model of a step")."""
+    Z = len(stages)
+    v = 1 + max(int(n.split(".")[1]) if "." in n else 0 for row in stages.values() for n, _ in row)
+    end, pos, free = {}, [0] * Z, [0.0] * Z
+
+    def dep(kind, mb, c, s):
+        if kind == "F":
+            return ("F", mb, c, s - 1) if s > 0 else ("F", mb, c - 1, Z - 1) if c > 0 else None
+        if kind == "B":
+            if s < Z - 1:
+                return ("B", mb, c, s + 1)
+            return ("B", mb, c + 1, 0) if c < v - 1 else ("F", mb, c, s)
+        return ("B", mb, c, s)
+
+    moved = True
+    while moved:
+        moved = False
+        for s in range(Z):
+            while pos[s] < len(stages[s]):
+                name, busy = stages[s][pos[s]]
+                mb, _, c = name[1:].partition(".")
+                key = (name[0], int(mb), int(c or 0), s)
+                d = dep(*key)
+                if d is not None and d not in end:
+                    break
+                free[s] = max(free[s], end[d] if d is not None else 0.0) + busy
+                end[key] = free[s]
+                pos[s] += 1
+                moved = True
+    if any(pos[s] < len(stages[s]) for s in range(Z)):
+        raise benchlib.BenchError("replay: a stage's order waits for an item no stage runs")
+    busy = sum(b for row in stages.values() for _, b in row)
+    return 1 - busy / Z / max(free)
+
+
+def replayed_bubbles(trace):
+    """Medians over the runs of a --trace file of two replays (replay):
+    the stages' orders with each run's own measured item times -- the
+    bubble if every handoff were instant, so measured minus this is the
+    time receives took beyond their inputs' readiness (the handoffs'
+    wake-ups) -- and with every item at the fastest time of its stage and
+    kind in that run (the F, B or W items of one stage do the same work),
+    which leaves out the items that other jobs' threads slowed down
+    (replayed minus this is that jitter).  What is left above the
+    prediction is the items' measured times against the costed ones."""
+    own, fastest = [], []
+    for stages, _ in trace_runs(trace):
+        own.append(replay(stages))
+        best = {}
+        for s, row in stages.items():
+            for n, b in row:
+                best[(s, n[0])] = min(b, best.get((s, n[0]), b))
+        fastest.append(replay({s: [(n, best[(s, n[0])]) for n, _ in row] for s, row in stages.items()}))
+    return statistics.median(own), statistics.median(fastest)
 
 
 def main():
@@ -130,7 +244,8 @@ def main():
               f"Z v divides L = {LAYERS}")
         res.add("one device, layers unpipelined: step", 1e3 * one, "ms")
         print(f"{'Z':>2} {'schedule':>11} {'M':>3} {'step_ms':>9} {'ideal_ms':>9} "
-              f"{'step/ideal':>10} {'closed':>7} {'bubble':>7} {'predicted':>9} {'closed':>7}")
+              f"{'step/ideal':>10} {'closed':>7} {'bubble':>7} {'predicted':>9} {'closed':>7} "
+              f"{'replayed':>8} {'fastest':>7}")
         for Z in stages:
             if Z > cores:
                 print(f"# Z = {Z} stages on {cores} cores: the stages' threads take turns on the "
@@ -143,7 +258,9 @@ def main():
                     exe = build(einc, work, f"z{Z}_{sched}_m{M}", program(Z, True),
                                 [f"--microbatches={M}", f"--schedule={sched}"])
                     t = step_seconds(exe, a.steps)
-                    bub, pred = measured_bubble(exe, a.steps)
+                    trace = os.path.join(work, f"z{Z}_{sched}_m{M}.json")
+                    bub, pred = measured_bubble(exe, a.steps, trace)
+                    own, fastest = replayed_bubbles(trace)
                     ideal = one / Z
                     closed = sched != "zero-bubble"  # (vM+Z-1)/(vM) and (Z-1)/(vM+Z-1)
                     closed_step = (v * M + Z - 1) / (v * M)
@@ -152,7 +269,8 @@ def main():
                     cb = f"{100 * closed_bub:>6.1f}%" if closed else f"{'-':>7}"
                     ps = f"{100 * pred:>8.1f}%" if pred is not None else f"{'-':>9}"
                     print(f"{Z:>2} {sched:>11} {M:>3} {1e3 * t:>9.1f} {1e3 * ideal:>9.1f} "
-                          f"{t / ideal:>10.2f} {cs} {100 * bub:>6.1f}% {ps} {cb}")
+                          f"{t / ideal:>10.2f} {cs} {100 * bub:>6.1f}% {ps} {cb} "
+                          f"{100 * own:>7.1f}% {100 * fastest:>6.1f}%")
                     note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
                     pnote = f"predicted {100 * pred:.1f}%" if pred is not None else "no prediction"
                     res.add(f"Z={Z} {sched} M={M}: step / ideal{note}", t / ideal, "x",
@@ -161,6 +279,10 @@ def main():
                     res.add(f"Z={Z} {sched} M={M}: measured bubble{note}", 100 * bub, "%",
                             f"{pnote}, closed form (Z-1)/(vM+Z-1) = {100 * closed_bub:.1f}%, v = {v}"
                             if closed else pnote)
+                    res.add(f"Z={Z} {sched} M={M}: bubble replayed with the measured items{note}",
+                            100 * own, "%", "instant handoffs; measured minus this is the receives' wake-ups")
+                    res.add(f"Z={Z} {sched} M={M}: bubble replayed with each stage's fastest items{note}",
+                            100 * fastest, "%", "without the items other jobs slowed; vs predicted: the costed times")
                     bubbles[(Z, sched, M)] = bub
                     if pred is not None:
                         off = 100 * abs(bub - pred)

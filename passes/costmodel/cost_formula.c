@@ -64,6 +64,14 @@ static cost_coll_time finish(double lat, double bw, double v)
 
 cost_coll_time cost_hop_time(const cost_hw *hw, double bytes, bool dcn)
 {
+    /* A calibrated host: the hand-off between two devices of the runtime
+     * (the sender's copy into the receiver's mailbox, the wake-up of the
+     * receiver blocked in rt_recv, its copy out) is what a 2-device
+     * AllGather of the block does, whose measured fit holds the per-call
+     * wake-up (t_launch + l_sync) that the profile's ici_latency (the
+     * large-message fit's L_sync, about 0) leaves out. */
+    if (hw->measured && !dcn)
+        return cost_measured_coll_time(&hw->fit[COST_FIT_ALLGATHER], 2, 2 * bytes, 2);
     cost_coll_time r = {0};
     double lat = dcn ? 0 : hw->ici_latency, bw = dcn ? hw->dcn_bw : hw->ici_oneway_bw;
     r.t_latency = lat;

@@ -250,9 +250,15 @@ cost_coll_time cost_alltoall_time(const cost_hw *hw, const int64_t *sizes, int n
  * bandwidth), or with `dcn` the chip's share of the data-center network,
  * bytes / W_dcn (seed 000; the profiles hold no DCN latency).  The terms
  * add (the transfer starts after the hop's latency); `bound` is the larger
- * and `crossover` the size at which they are equal.  The one formula of a
- * hop: the cost of a CollectivePermute (cost_op.c) and a schedule's t_p2p
- * (pipe_work_hop) are both this.
+ * and `crossover` the size at which they are equal.  On a calibrated
+ * profile (hw->measured) an ICI hop is instead the measured 2-device
+ * AllGather of the block (cost_measured_coll_time with P = 2 and a
+ * gathered buffer of 2 * bytes: its per-call t_launch + l_sync, the block
+ * over its bandwidth, its copy): the runtime's hand-off copies the block
+ * and wakes the receiver as that collective does (docs/pipeline.md, "The
+ * model of a step").  The one formula of a hop: the cost of a
+ * CollectivePermute (cost_op.c) and a schedule's t_p2p (pipe_work_hop) are
+ * both this.
  */
 cost_coll_time cost_hop_time(const cost_hw *hw, double bytes, bool dcn);
 

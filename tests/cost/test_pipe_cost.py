@@ -18,6 +18,8 @@ gpipe and 1f1b and M = 1, 2, 4, 8:
     needs less memory than GPipe's when M > Z; at M <= Z they agree;
   - the hop is one ICI link's (latency + bytes / one-way bandwidth), or
     the chip's DCN share when the pipeline axis is `over dcn` (TPU v5p),
+    and on the calibrated host profile the measured 2-device AllGather of
+    the block (its per-call wake-up, bandwidth and copy),
     and so is the cost of each of the two CollectivePermutes at the stage
     boundary (the activation forward, its gradient back), the same number
     as the schedule's hop;
@@ -168,6 +170,23 @@ def main():
         check(close(dcn["hop_time"], want, 1e-9), f"DCN hop {dcn['hop_time']:.6g} s = bytes / W_dcn {want:.6g} s")
         check_permutes(dcn_ir, want, "DCN")
         check(dcn["pipeline_time"] > ici["pipeline_time"], "slower hops lengthen the pipeline")
+
+    # On a calibrated host the hop is the measured 2-device AllGather of the
+    # block (costmodel.h cost_hop_time): its per-call wake-up t_launch +
+    # l_sync, then the block over its bandwidth and its local copy.
+    host_json = os.path.join(src, "hw", "host.json")
+    ag = json.load(open(host_json))["calibration"]["collectives"]["allgather"]
+    for m in (2, 8):
+        carry = 512 // m // 2 * 256 * 4
+        fit = ag["small_messages"] if 2 * carry < ag["small_messages"]["below_bytes"] else ag
+        want = fit["t_launch"] + fit["l_sync"] + carry / fit["bandwidth"] + carry / fit["local_bandwidth"]
+        ir = pipe_ir(einc, prog, host_json, f"--microbatches={m}")
+        if ir:
+            got = ir["totals"]["pipeline"]["hop_time"]
+            check(close(got, want, 1e-9), f"host M={m}: hop {got:.6g} s = the 2-device AllGather fit of "
+                  f"{carry} bytes {want:.6g} s")
+            check(got >= fit["t_launch"], f"host M={m}: the hop pays the calibrated wake-up {fit['t_launch']:.3g} s")
+            check_permutes(ir, want, f"host M={m}")
 
     # Not pipelined: no pipeline member.  --dump-cost prints the section.
     flat = os.path.join(src, "tests", "cost", "pipeline", "dp_layers_v5p.ein")
