@@ -46,6 +46,13 @@ typedef struct analyze_row {
     double critical;
     double critical_tokens;     /* the same in tokens of the whole batch (seed 002's B_crit) */
     char critical_by[IR_MAX_AXES + 1]; /* the group that sets it ("X", "XY", "HBM"), or "" */
+    /* On a 2D ICI mesh, the same at seed 000's optimal split of the chips
+     * between the two axes (real sizes with the same product; analyze.c,
+     * optimal_split): opt_ok when computed. */
+    bool opt_ok;
+    double opt_critical;        /* tokens per chip; 0 any batch, -1 never */
+    double opt_size[2];         /* the two axes' sizes at the optimum */
+    char opt_by[IR_MAX_AXES + 1];
     /* Largest batch (a multiple of the batch dim's sharding) whose peak
      * memory fits the HBM; -1: any batch fits (memory does not grow with
      * it); 0: none.  _remat: compiled with --remat=layer. */

@@ -188,7 +188,7 @@ def numbers():
           [["--hw", "tpu-v5p", "--explain", "tests/cost/tp.ein"]],
           [(0, r"free dim F \(per device \d+\): compute-bound when per-device F > " + NUM)]))
     a(limit("000", "Combining FSDP and TP", "B / N > alpha^2 / (M_X M_Y F), F = 32768", 99, "tokens",
-            "tpu-v5p", "tests/cost/analyze/fsdp_tp_3d_v5p.ein", "plan", "critical_batch_per_chip"))
+            "tpu-v5p", "tests/cost/analyze/fsdp_tp_3d_v5p.ein", "plan", "critical_batch_per_chip_opt_mesh"))
     a(Num("000", "Scaling across pods", "DCN: batch per pod > C / W_dcn", 71360, "tokens",
           [analyze("tpu-v5p", "tests/cost/analyze/dp_pods_dcn_v5p.ein")], [(0, strategy("plan", "critical_batch"))],
           lambda v: v[0] / 2))
@@ -212,8 +212,9 @@ def numbers():
           [cost("tpu-v5p", SN + "llama2_13b_train_bf16.ein", "-D", "X=1", "-D", "Y=1")], [(0, PARAM_STATE_PER_DEVICE)]))
     n.append(NotComputed("000", "Question 2", "activations checkpointed 3 times per layer at 16M tokens", 42, "TB",
                          "einc's memory counts the values its remat policy keeps, not the seed's three per layer"))
-    n.append(NotComputed("000", "Question 3 (3)", "FSDP + TP threshold 2550^2 / 2F, F = 13824", 235, "tokens",
-                         "no program of question 3's LLaMA-2 13B FSDP + TP mesh; the value is at the seed's optimal X, which einc does not search (see the 99 row)"))
+    a(Num("000", "Question 3 (3)", "FSDP + TP threshold 2550^2 / 2F, F = 13824 (at the optimal split)", 235, "tokens",
+          [analyze("tpu-v5p", "tests/cost/analyze/fsdp_tp_3d_v5p.ein", "-D", "F=13824")],
+          [(0, strategy("plan", "critical_batch_per_chip_opt_mesh"))]))
     a(Num("000", "Tensor Parallelism", "int8: C_int8 / W_ici", 5100, "",
           [["--hw", "tpu-v5p", "--explain", SN + "fsdp_4096_v5p.ein"]],
           [(0, r"C_int8/W_ici = " + NUM)]))
