@@ -417,8 +417,11 @@ static void build_command(report *r)
     if (len > 0 && (size_t)len < sizeof r->command)
         len += snprintf(r->command + len, sizeof r->command - (size_t)len, " --hw %s",
                         r->o->hw ? r->o->hw : AUTOTUNE_DEFAULT_HW);
+    /* More chips than an executable runs: the command prices the plan only. */
+    bool priced = r->best.mesh.rows * r->best.mesh.cols > FE_MAX_DEVICES_EXE;
     if (len > 0 && (size_t)len < sizeof r->command)
-        snprintf(r->command + len, sizeof r->command - (size_t)len, " %s", r->o->input);
+        snprintf(r->command + len, sizeof r->command - (size_t)len, "%s %s", priced ? " --dump-cost" : "",
+                 r->o->input);
 }
 
 static void print_text(const report *r)
@@ -633,7 +636,7 @@ static bool command_compiles(const report *r, const char *src, size_t len)
     diag_init(&d, r->o->input, src, len);
     d.out = f;
     d.max_errors = 1;
-    fe_options fo = {.defines = defs, .ndefines = n};
+    fe_options fo = {.defines = defs, .ndefines = n, .cost_only = true};
     ir_module *m = fe_compile(src, len, &fo, &d);
     fclose(f);
     bool ok = m != NULL;
@@ -786,7 +789,7 @@ int autotune_main(int argc, char **argv)
         return 1;
     diag_ctx diag;
     diag_init(&diag, o.input, src, len);
-    fe_options fo = {.defines = o.defines, .ndefines = o.ndefines};
+    fe_options fo = {.defines = o.defines, .ndefines = o.ndefines, .cost_only = true};
     ir_module *m = fe_compile(src, len, &fo, &diag);
     rc = m ? tune_and_report(&o, &hw, m, src, len) : 1;
     if (m)

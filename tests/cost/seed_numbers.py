@@ -201,8 +201,8 @@ def numbers():
     a(Num("000", "Question 3 (3)", "LLaMA-2 13B step, 3M tokens, 4096 v5p at 40% MFU: 6 x 3e6 x 13e9 / (4096 C 0.4)", 300, "ms",
           [cost("tpu-v5p", "examples/llama2_13b_train.ein", "-D", "B=23438", "-D", "T=128", "-D", "S=128")],
           [(0, MODEL_FLOPS)], lambda v: v[0] * 3e6 / (23438 * 128) / (4096 * V5P_C * 0.4) * 1e3))
-    n.append(NotComputed("000", "Data Parallelism", "pure DP over a full v5p pod: 850 tokens per chip x 8960 chips", 7.6e6, "tokens",
-                         "an einc mesh has at most 4096 devices"))
+    a(limit("000", "Data Parallelism", "pure DP over a full v5p pod: 850 tokens per chip x 8960 chips", 7.6e6, "tokens",
+            "tpu-v5p", "tests/cost/analyze/dp_pod_8960_v5p.ein", "plan", "critical_batch"))
     a(Num("000", "Data Parallelism", "bytes per param, bf16 params with fp32 Adam state: 2 + 8", 10, "bytes",
           [cost("tpu-v5p", SN + "dp_adamw_bf16_v5p.ein")], [(0, BYTES_PER_PARAM)]))
     a(Num("000", "Data Parallelism", "largest model pure DP with Adam fits on a 96 GB v5p: HBM / 10 bytes", 9e9, "params",

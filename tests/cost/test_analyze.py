@@ -177,6 +177,17 @@ def errors(einc, cases):
     check(rc == 2, "einc analyze -o: exit 2 (%d)" % rc)
     rc, out, _ = run(einc, "analyze", "--hw", "tpu-v5p", path)
     check(rc == 0 and "critical batch" in out and "2550 tok (X)" in out, "the text table names the limit")
+    # A v5p pod (8960 chips) is priced, but no executable runs it.
+    pod = os.path.join(cases, "dp_pod_8960_v5p.ein")
+    rc, out, err = run(einc, "--hw", "tpu-v5p", "--dump-cost", pod)
+    check(rc == 0 and "8960 devices" in out, "a mesh of 8960 devices is priced by --dump-cost (%d, %s)"
+          % (rc, err.strip()[:200]))
+    exe = os.path.join(os.environ.get("TMPDIR", "/tmp"), "einc_analyze_pod_exe")
+    rc, out, err = run(einc, "--hw", "tpu-v5p", "-o", exe, pod)
+    check(rc == 1 and "dp_pod_8960_v5p.ein:10:22: error:" in err and "8960 devices" in err
+          and "executable runs at most 4096" in err and "without -o einc prices it" in err
+          and not os.path.exists(exe), "-o on 8960 devices: a located error naming both limits (%d, %s)"
+          % (rc, err.strip()[:300]))
 
 
 def main():

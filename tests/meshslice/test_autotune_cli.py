@@ -291,6 +291,39 @@ def test_non_gemm():
           "the text report has the non-GEMM section")
 
 
+def test_pod_8960():
+    """8960 chips (a TPU v5p pod, seed 000): beyond an executable's 4096
+    devices the search still runs, and the printed command prices the plan
+    (--dump-cost) and compiles; with -o einc refuses that mesh."""
+    src = ("mesh X = 2, Y = 2\ndim B = 70, S = 2048, D = 71680, F = 286720, H = 560, E = 128\n"
+           "input In[B, S, D] : bf16\nparam W1[D, F] : bf16\nparam W2[F, D] : bf16\n"
+           "Hid[B, S, F] = In[B, S, D] * W1[D, F]\nOut[B, S, D] = Hid[B, S, F] * W2[F, D]\noutput Out[B, S, D]\n")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "pod.ein")
+        with open(path, "w") as f:
+            f.write(src)
+        p = subprocess.run(EXE + ["--hw", "tpu-v4", "--fit", "seed004", "--train", "--chips", "8960", "--compare",
+                                  "--non-gemm", "--json", path], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0, "autotune --chips 8960 runs: %s" % p.stderr[:300])
+        if p.returncode != 0:
+            return
+        j = json.loads(p.stdout)
+        b = j["best"]
+        check(b["found"] and b["rows"] * b["cols"] == 8960 and all(
+            a["rows"] * a["cols"] == 8960 for a in j["algorithms"].values() if a["found"]),
+            "8960 chips: every algorithm's mesh has 8960 chips (%sx%s)" % (b.get("rows"), b.get("cols")))
+        check(j["command"].endswith("--dump-cost " + path) and j["command_compiles"] and not p.stderr,
+              "the command prices the plan and compiles: %s (%s)" % (j["command"], p.stderr[:200]))
+        args = j["command"].split()[1:]
+        q = subprocess.run([sys.argv[1]] + args, capture_output=True, text=True, timeout=120)
+        check(q.returncode == 0 and "8960 devices" in q.stdout, "the printed command runs: %s" % q.stderr[:300])
+        args.remove("--dump-cost")
+        q = subprocess.run([sys.argv[1]] + args[:-1] + ["-o", os.path.join(d, "exe"), path], capture_output=True,
+                           text=True, timeout=120)
+        check(q.returncode == 1 and "executable runs at most 4096" in q.stderr and not
+              os.path.exists(os.path.join(d, "exe")), "with -o: refused (%d, %s)" % (q.returncode, q.stderr[:300]))
+
+
 def test_errors():
     cases = [
         (["--json"], MODEL, 2, "--chips N is required"),
@@ -320,7 +353,8 @@ def test_errors():
 
 
 for t in [test_report_consistency, test_collective_formula, test_training, test_fit_and_shared_k, test_text_report,
-          test_command_not_compiling_is_noted, test_non_gemm, test_errors]:
+          test_command_not_compiling_is_noted, test_non_gemm, test_pod_8960,
+          test_errors]:
     t()
 print("%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)
