@@ -29,6 +29,11 @@
  * grow with B as the compute does, so the condition does not depend on B
  * (seed 000: Y < F / 2550) and the answer is "any batch" or "never".
  *
+ * The optimal split (seed 000, "Combining FSDP and TP"): on a 2D ICI mesh
+ * the same critical batch with the chips re-split between the two axes,
+ * real sizes with the same product, each collective rescaled to the split
+ * (optimal_split, split_factor); the least over a log grid of splits.
+ *
  * What fits: the peak memory per device (the cost pass's, which keeps the
  * activations the backward pass reads) of the same plan with the batch dim
  * resized, bisected for the largest multiple of the batch dim's sharding

@@ -92,7 +92,9 @@ int64_t analyze_batch_parts(const ir_module *m, int batch);
  * limits"): {"hw", "batch_dim", "strategies": [{"family", "mesh",
  * "compute_time", "comm_time": {group: s}, "exposed_comm_time",
  * "critical_batch_per_chip", "max_batch_fits", "max_batch_fits_remat",
- * ...}]} with null for "never" / "any", and `pipeline` (NULL, or an object
+ * ...}]} with null for "never" / "any" (on a 2D ICI mesh also
+ * "critical_batch_per_chip_opt_mesh", "opt_mesh" and
+ * "critical_batch_opt_mesh_bound": seed 000's optimal split), and `pipeline` (NULL, or an object
  * this takes ownership of: analyze_pipe_json) as its "pipeline" member. */
 struct cJSON;
 void analyze_print(FILE *out, const analyze_table *t, bool json, struct cJSON *pipeline);
