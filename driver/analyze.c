@@ -288,6 +288,13 @@ static double critical_of(const analyze_row *r, const sums *s0, const sums *s1, 
 
 /* Points of the search for the optimal split, evenly spaced in log X. */
 #define SPLIT_STEPS 2048
+#define SPLIT_POINTS (SPLIT_STEPS + 2) /* the declared split, then X = N^(j / SPLIT_STEPS), j = 0..SPLIT_STEPS */
+
+/* The first axis's size at point i of the search over n chips. */
+static double split_x(const ir_mesh *mesh, double n, int i)
+{
+    return i == 0 ? (double)mesh->axes[0].size : pow(n, (double)(i - 1) / SPLIT_STEPS);
+}
 
 /* Seed 000's optimal split of the chips between the two axes of a 2D ICI
  * mesh ("Combining FSDP and TP": X_opt = sqrt(B N M_X / (F M_Y)), where the
@@ -308,7 +315,7 @@ static void optimal_split(ir_module *m, const analyze_table *t, analyze_row *r)
     if (mesh->naxes != 2 || mesh->axes[0].dcn || mesh->axes[1].dcn)
         return;
     double n = (double)mesh->axes[0].size * (double)mesh->axes[1].size;
-    sums *g = malloc(2 * (SPLIT_STEPS + 1) * sizeof *g);
+    sums *g = malloc(2 * SPLIT_POINTS * sizeof *g);
     if (!g)
         return;
     int64_t b0 = t->batch_size, keep = m->dims[t->batch].size;
@@ -317,21 +324,20 @@ static void optimal_split(ir_module *m, const analyze_table *t, analyze_row *r)
     for (int b = 1; b >= 0; b--) { /* 2 b0, then b0 (left annotated) */
         m->dims[t->batch].size = b ? 2 * b0 : b0;
         cost_annotate_ops(m, t->hw);
-        for (int i = 0; i <= SPLIT_STEPS; i++) {
-            double x = i == 0 ? (double)mesh->axes[0].size : pow(n, (double)i / SPLIT_STEPS);
-            double to[2] = {x, n / x};
-            sum_ops(m, r, to, &g[b * (SPLIT_STEPS + 1) + i]);
+        for (int i = 0; i < SPLIT_POINTS; i++) {
+            double to[2] = {split_x(mesh, n, i), n / split_x(mesh, n, i)};
+            sum_ops(m, r, to, &g[b * SPLIT_POINTS + i]);
         }
     }
     m->dims[t->batch].size = keep;
     double best = -1;
     r->opt_by[0] = '\0';
-    for (int i = 0; i <= SPLIT_STEPS; i++) {
+    for (int i = 0; i < SPLIT_POINTS; i++) {
         char by[IR_MAX_AXES + 1];
-        double c = critical_of(r, &g[i], &g[SPLIT_STEPS + 1 + i], b0, by, sizeof by);
+        double c = critical_of(r, &g[i], &g[SPLIT_POINTS + i], b0, by, sizeof by);
         if (c >= 0 && (best < 0 || c < best * (1 - 1e-9))) {
             best = c;
-            r->opt_size[0] = i == 0 ? (double)mesh->axes[0].size : pow(n, (double)i / SPLIT_STEPS);
+            r->opt_size[0] = split_x(mesh, n, i);
             r->opt_size[1] = n / r->opt_size[0];
             memcpy(r->opt_by, by, sizeof by);
         }
