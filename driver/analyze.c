@@ -29,6 +29,11 @@
  * grow with B as the compute does, so the condition does not depend on B
  * (seed 000: Y < F / 2550) and the answer is "any batch" or "never".
  *
+ * The optimal split (seed 000, "Combining FSDP and TP"): on a 2D ICI mesh
+ * the same critical batch with the chips re-split between the two axes,
+ * real sizes with the same product, each collective rescaled to the split
+ * (optimal_split, split_factor); the least over a log grid of splits.
+ *
  * What fits: the peak memory per device (the cost pass's, which keeps the
  * activations the backward pass reads) of the same plan with the batch dim
  * resized, bisected for the largest multiple of the batch dim's sharding
@@ -91,9 +96,45 @@ static void op_axes(const ir_op *op, int *axes, int *n)
     }
 }
 
+/* How op's communication time changes when the mesh axes take the sizes
+ * `to` (real: seed 000's "Combining FSDP and TP" lets X and Y be any
+ * positive numbers with X Y = N) instead of the declared ones, with the
+ * bandwidth-bound collective of seed 001 (per-device bytes times
+ * (P - 1) / P over the axes it runs on): the bytes one device holds shrink
+ * with the other axes that shard the operand (FSDP's AllGather_X of
+ * Win[D_X, F_Y] moves D F / Y; TP's AllReduce_Y of [B_X, D] moves B D / X),
+ * and the ring factor follows the collective's own axes.  MeshSlice loops
+ * (their partial collectives run over both axes) and everything else are
+ * kept as priced: 1. */
+static double split_factor(const ir_op *op, const ir_mesh *mesh, const double *to)
+{
+    if (!to || op->kind == IR_OP_MESHSLICE || !ir_op_is_reshard(op->kind) || op->kind == IR_OP_SLICE ||
+        op->noperands < 1)
+        return 1.0;
+    bool on[IR_MAX_AXES] = {false};
+    double p = 1, p_to = 1;
+    for (int k = 0; k < op->u.coll.naxes && k < IR_MAX_AXES; k++) {
+        int a = op->u.coll.axes[k];
+        on[a] = true;
+        p *= (double)mesh->axes[a].size;
+        p_to *= to[a];
+    }
+    double f = p > 1 ? ((p_to - 1) / p_to) / ((p - 1) / p) : 1.0;
+    const ir_sharding *sh = &op->operands[0]->type.sh;
+    bool shards[IR_MAX_AXES] = {false};
+    for (int d = 0; d < op->operands[0]->type.rank; d++)
+        for (int k = 0; k < sh->naxes[d]; k++)
+            shards[sh->axes[d][k]] = true;
+    for (int a = 0; a < mesh->naxes; a++)
+        if (shards[a] && !on[a])
+            f *= (double)mesh->axes[a].size / to[a];
+    return f;
+}
+
 /* Adds m's annotated op times (each op once per run of its block) into s,
- * registering the axis groups in r. */
-static void sum_ops(const ir_module *m, analyze_row *r, sums *s)
+ * registering the axis groups in r; with `to` (NULL: as declared) each
+ * op's communication as on a mesh of those axis sizes (split_factor). */
+static void sum_ops(const ir_module *m, analyze_row *r, const double *to, sums *s)
 {
     memset(s, 0, sizeof *s);
     for (const ir_op *op = m->first; op; op = op->next) {
@@ -118,7 +159,7 @@ static void sum_ops(const ir_module *m, analyze_row *r, sums *s)
         }
         int g = n > 0 ? group_of(r, &m->mesh, axes, n) : -1;
         if (g >= 0)
-            s->comm[p][g] += comm * trips;
+            s->comm[p][g] += comm * trips * split_factor(op, &m->mesh, to);
     }
 }
 
@@ -157,7 +198,7 @@ static void price_at(ir_module *m, const analyze_table *t, analyze_row *r, int64
     int64_t keep = m->dims[t->batch].size;
     m->dims[t->batch].size = size;
     cost_annotate_ops(m, t->hw);
-    sum_ops(m, r, s);
+    sum_ops(m, r, NULL, s);
     m->dims[t->batch].size = keep;
 }
 
@@ -221,6 +262,91 @@ static ir_module *compile_row(analyze_row *r, const fe_autoshard *a, ir_remat re
     return plan_compile_quiet(call_row, &c, r->why, sizeof r->why);
 }
 
+/* The critical batch, in units of the batch dim, of one plan priced at
+ * b0 (s0) and 2 b0 (s1): the largest threshold over the phases and the
+ * groups (and HBM) at which the phase's matmul time covers the group's
+ * time; 0 at any batch, -1 never.  The group that sets it goes to `by`. */
+static double critical_of(const analyze_row *r, const sums *s0, const sums *s1, int64_t b0, char *by,
+                          size_t bylen)
+{
+    double crit = 0;
+    by[0] = '\0';
+    for (int p = 0; p < 2 && crit >= 0; p++)
+        for (int g = -1; g < r->ngroups && crit >= 0; g++) { /* g = -1: HBM */
+            double v0 = g < 0 ? s0->hbm[p] : s0->comm[p][g], v1 = g < 0 ? s1->hbm[p] : s1->comm[p][g];
+            if (v0 <= 0 && v1 <= 0)
+                continue;
+            double a1 = (s1->matmul[p] - s0->matmul[p]) / (double)b0, a0 = s0->matmul[p] - a1 * (double)b0;
+            double c1 = (v1 - v0) / (double)b0, c0 = v0 - c1 * (double)b0;
+            double b = threshold(a0, a1, c0, c1);
+            if (b < 0 || b > crit)
+                snprintf(by, bylen, "%s", g < 0 ? "HBM" : r->group[g]);
+            crit = b < 0 ? -1.0 : fmax(crit, b);
+        }
+    return crit;
+}
+
+/* Points of the search for the optimal split, evenly spaced in log X. */
+#define SPLIT_STEPS 2048
+#define SPLIT_POINTS (SPLIT_STEPS + 2) /* the declared split, then X = N^(j / SPLIT_STEPS), j = 0..SPLIT_STEPS */
+
+/* The first axis's size at point i of the search over n chips. */
+static double split_x(const ir_mesh *mesh, double n, int i)
+{
+    return i == 0 ? (double)mesh->axes[0].size : pow(n, (double)(i - 1) / SPLIT_STEPS);
+}
+
+/* Seed 000's optimal split of the chips between the two axes of a 2D ICI
+ * mesh ("Combining FSDP and TP": X_opt = sqrt(B N M_X / (F M_Y)), where the
+ * FSDP axis's weight traffic, growing with X, meets the TP axis's
+ * activation traffic, falling with X; at the critical batch this is
+ * B / N = alpha^2 / (M_X M_Y F)).  The seed lets X and Y be any positive
+ * reals with X Y = N, so this searches X over [1, N] on a log grid, each
+ * collective rescaled to the split (split_factor) with compute and HBM
+ * time as priced (per device they depend on N only, up to the
+ * contractions' weight bytes), and keeps the split with the least critical
+ * batch: r->opt_critical (tokens per chip; 0 any batch, -1 never at any
+ * split), r->opt_size, r->opt_by.  Leaves m annotated at the batch size as
+ * declared.  Nothing (r->opt_ok false) for other meshes or out of memory. */
+static void optimal_split(ir_module *m, const analyze_table *t, analyze_row *r)
+{
+    const ir_mesh *mesh = &m->mesh;
+    r->opt_ok = false;
+    if (mesh->naxes != 2 || mesh->axes[0].dcn || mesh->axes[1].dcn)
+        return;
+    double n = (double)mesh->axes[0].size * (double)mesh->axes[1].size;
+    sums *g = malloc(2 * SPLIT_POINTS * sizeof *g);
+    if (!g)
+        return;
+    int64_t b0 = t->batch_size, keep = m->dims[t->batch].size;
+    /* Point 0 is the declared split, so that a tie (a strategy whose
+     * collectives all run over both axes) keeps it. */
+    for (int b = 1; b >= 0; b--) { /* 2 b0, then b0 (left annotated) */
+        m->dims[t->batch].size = b ? 2 * b0 : b0;
+        cost_annotate_ops(m, t->hw);
+        for (int i = 0; i < SPLIT_POINTS; i++) {
+            double to[2] = {split_x(mesh, n, i), n / split_x(mesh, n, i)};
+            sum_ops(m, r, to, &g[b * SPLIT_POINTS + i]);
+        }
+    }
+    m->dims[t->batch].size = keep;
+    double best = -1;
+    r->opt_by[0] = '\0';
+    for (int i = 0; i < SPLIT_POINTS; i++) {
+        char by[IR_MAX_AXES + 1];
+        double c = critical_of(r, &g[i], &g[SPLIT_POINTS + i], b0, by, sizeof by);
+        if (c >= 0 && (best < 0 || c < best * (1 - 1e-9))) {
+            best = c;
+            r->opt_size[0] = split_x(mesh, n, i);
+            r->opt_size[1] = n / r->opt_size[0];
+            memcpy(r->opt_by, by, sizeof by);
+        }
+    }
+    free(g);
+    r->opt_ok = true;
+    r->opt_critical = best < 0 ? -1.0 : best * t->tokens_per_batch / n;
+}
+
 static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile, void *ctx)
 {
     fe_autoshard a, *as = NULL;
@@ -234,7 +360,7 @@ static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile
     if (!m)
         return;
     sums s0, s1;
-    sum_ops(m, r, &s0);
+    sum_ops(m, r, NULL, &s0);
     r->step = m->totals.step_time;
     r->exposed = m->totals.exposed_comm_time;
     r->memory = m->totals.peak_memory;
@@ -249,21 +375,9 @@ static void run_row(analyze_table *t, analyze_row *r, analyze_compile_fn compile
     }
     int64_t b0 = t->batch_size, b1 = 2 * b0;
     price_at(m, t, r, b1, &s1);
-    double crit = 0;
-    r->critical_by[0] = '\0';
-    for (int p = 0; p < 2 && crit >= 0; p++)
-        for (int g = -1; g < r->ngroups && crit >= 0; g++) { /* g = -1: HBM */
-            double v0 = g < 0 ? s0.hbm[p] : s0.comm[p][g], v1 = g < 0 ? s1.hbm[p] : s1.comm[p][g];
-            if (v0 <= 0 && v1 <= 0)
-                continue;
-            double a1 = (s1.matmul[p] - s0.matmul[p]) / (double)b0, a0 = s0.matmul[p] - a1 * (double)b0;
-            double c1 = (v1 - v0) / (double)b0, c0 = v0 - c1 * (double)b0;
-            double b = threshold(a0, a1, c0, c1);
-            if (b < 0 || b > crit)
-                snprintf(r->critical_by, sizeof r->critical_by, "%s", g < 0 ? "HBM" : r->group[g]);
-            crit = b < 0 ? -1.0 : fmax(crit, b);
-        }
+    double crit = critical_of(r, &s0, &s1, b0, r->critical_by, sizeof r->critical_by);
     double devices = (double)ir_mesh_devices(&m->mesh);
+    optimal_split(m, t, r);
     r->critical_tokens = crit < 0 ? -1.0 : crit * t->tokens_per_batch;
     r->critical = crit < 0 ? -1.0 : r->critical_tokens / (devices > 0 ? devices : 1);
     int64_t parts = analyze_batch_parts(m, t->batch);
@@ -400,6 +514,17 @@ static void print_json(FILE *out, const analyze_table *t, cJSON *pipeline)
         add_count(o, "critical_batch_per_chip", r->critical);
         add_count(o, "critical_batch", r->critical_tokens);
         cJSON_AddStringToObject(o, "critical_batch_bound", r->critical_by);
+        if (r->opt_ok) {
+            /* Seed 000's optimal split: real axis sizes, same chips. */
+            add_count(o, "critical_batch_per_chip_opt_mesh", r->opt_critical);
+            cJSON *om = r->opt_critical < 0 ? cJSON_AddNullToObject(o, "opt_mesh")
+                                            : cJSON_AddObjectToObject(o, "opt_mesh");
+            for (int a = 0; a < 2 && r->opt_critical >= 0; a++) {
+                char name[2] = {t->mesh.axes[a].name, '\0'};
+                cJSON_AddNumberToObject(om, name, r->opt_size[a]);
+            }
+            cJSON_AddStringToObject(o, "critical_batch_opt_mesh_bound", r->opt_by);
+        }
         add_count(o, "max_batch_fits", r->max_fits);
         add_count(o, "max_batch_fits_remat", r->remat_ok ? r->max_fits_remat : -1);
     }
@@ -484,5 +609,23 @@ void analyze_print(FILE *out, const analyze_table *t, bool json, struct cJSON *p
         }
         fprintf(out, "  %-8s %8.4g us %8.4g us %8.4g us  %-28s %14s %10s %10s\n", r->family, r->step * 1e6,
                 r->compute * 1e6, r->exposed * 1e6, comm, crit, fit, fitr);
+    }
+    for (int i = 0; i < t->n; i++) {
+        const analyze_row *r = &t->rows[i];
+        if (!r->ok || !r->opt_ok || t->batch < 0)
+            continue;
+        if (i == 0 || !t->rows[i - 1].opt_ok)
+            fprintf(out, "critical batch at the optimal split of the %.0f chips between %c and %c (seed 000, "
+                    "\"Combining FSDP and TP\"; real axis sizes):\n",
+                    (double)t->mesh.axes[0].size * (double)t->mesh.axes[1].size, t->mesh.axes[0].name,
+                    t->mesh.axes[1].name);
+        char crit[32];
+        crit_str(r->opt_critical, r->opt_by, crit, sizeof crit);
+        if (r->opt_critical < 0) {
+            fprintf(out, "  %-8s %14s\n", r->family, "never, at every split");
+            continue;
+        }
+        fprintf(out, "  %-8s %14s at %c = %.4g, %c = %.4g\n", r->family, crit, t->mesh.axes[0].name,
+                r->opt_size[0], t->mesh.axes[1].name, r->opt_size[1]);
     }
 }

@@ -46,6 +46,13 @@ typedef struct analyze_row {
     double critical;
     double critical_tokens;     /* the same in tokens of the whole batch (seed 002's B_crit) */
     char critical_by[IR_MAX_AXES + 1]; /* the group that sets it ("X", "XY", "HBM"), or "" */
+    /* On a 2D ICI mesh, the same at seed 000's optimal split of the chips
+     * between the two axes (real sizes with the same product; analyze.c,
+     * optimal_split): opt_ok when computed. */
+    bool opt_ok;
+    double opt_critical;        /* tokens per chip; 0 any batch, -1 never */
+    double opt_size[2];         /* the two axes' sizes at the optimum */
+    char opt_by[IR_MAX_AXES + 1];
     /* Largest batch (a multiple of the batch dim's sharding) whose peak
      * memory fits the HBM; -1: any batch fits (memory does not grow with
      * it); 0: none.  _remat: compiled with --remat=layer. */
@@ -85,7 +92,9 @@ int64_t analyze_batch_parts(const ir_module *m, int batch);
  * limits"): {"hw", "batch_dim", "strategies": [{"family", "mesh",
  * "compute_time", "comm_time": {group: s}, "exposed_comm_time",
  * "critical_batch_per_chip", "max_batch_fits", "max_batch_fits_remat",
- * ...}]} with null for "never" / "any", and `pipeline` (NULL, or an object
+ * ...}]} with null for "never" / "any" (on a 2D ICI mesh also
+ * "critical_batch_per_chip_opt_mesh", "opt_mesh" and
+ * "critical_batch_opt_mesh_bound": seed 000's optimal split), and `pipeline` (NULL, or an object
  * this takes ownership of: analyze_pipe_json) as its "pipeline" member. */
 struct cJSON;
 void analyze_print(FILE *out, const analyze_table *t, bool json, struct cJSON *pipeline);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "autotune.h"
+#include "autotune_block.h"
 #include "meshslice_model.h"
 #include "driver.h"
 #include "frontend.h"
@@ -52,6 +53,7 @@ typedef struct at_options {
     bool no_overlap;                /* --no-overlap: nothing overlaps (seed 004 Table 3's TPUs) */
     bool fit_seed004;               /* --fit seed004: the authors' fitted TPU v4 figures */
     bool collective_overlap;        /* --collective-overlap: Collective hides one AllGather */
+    bool non_gemm;                  /* --non-gemm: the block's other layers too (autotune_block.h) */
     double t_launch, l_sync, gemm_eff; /* overrides, < 0 = profile/defaults */
     int64_t block;                  /* --block, 0 = default */
     int64_t rows, cols;             /* --mesh RxC: fixed shape, 0 = search */
@@ -84,6 +86,8 @@ static void usage(FILE *out)
           "  --train               model training: each layer's forward, backward-data and\n"
           "                        backward-weight GEMMs (seed 004 Table 1 dataflows)\n"
           "  --compare             also tune every other algorithm and print speedups\n"
+          "  --non-gemm            add the block's non-GEMM layers (attention products,\n"
+          "                        softmax, LayerNorm, GeLU, residual adds; dims B S H E D F)\n"
           "  --no-overlap          communication never overlaps computation: every\n"
           "                        algorithm runs its stages one after another\n"
           "  --json                machine-readable report\n"
@@ -187,6 +191,8 @@ static int parse_args(int argc, char **argv, at_options *o)
             o->compare = true;
         } else if (strcmp(a, "--train") == 0) {
             o->train = true;
+        } else if (strcmp(a, "--non-gemm") == 0) {
+            o->non_gemm = true;
         } else if (strcmp(a, "--no-overlap") == 0) {
             o->no_overlap = true;
         } else if (strcmp(a, "--json") == 0) {
@@ -384,6 +390,7 @@ typedef struct report {
     cost_ms_tune_result per_algo[COST_MS_ALGO_COUNT]; /* --compare */
     char command[256];            /* the einc options to print */
     bool command_ok;              /* the .ein compiles with those options */
+    const cost_ms_nongemm *ng;    /* --non-gemm: the block's other layers, else NULL */
 } report;
 
 static void build_command(report *r)
@@ -410,8 +417,11 @@ static void build_command(report *r)
     if (len > 0 && (size_t)len < sizeof r->command)
         len += snprintf(r->command + len, sizeof r->command - (size_t)len, " --hw %s",
                         r->o->hw ? r->o->hw : AUTOTUNE_DEFAULT_HW);
+    /* More chips than an executable runs: the command prices the plan only. */
+    bool priced = r->best.mesh.rows * r->best.mesh.cols > FE_MAX_DEVICES_EXE;
     if (len > 0 && (size_t)len < sizeof r->command)
-        snprintf(r->command + len, sizeof r->command - (size_t)len, " %s", r->o->input);
+        snprintf(r->command + len, sizeof r->command - (size_t)len, "%s %s", priced ? " --dump-cost" : "",
+                 r->o->input);
 }
 
 static void print_text(const report *r)
@@ -492,10 +502,12 @@ static void print_text(const report *r)
                        1e3 * t->time, 100 * t->utilization, "-", 1e3 * t->time_serial);
         }
     }
+    if (r->ng)
+        at_block_print(r->ng, &r->best, r->per_algo, r->o->compare ? COST_MS_ALGO_COUNT : 0, r->o->chips, p->peak_flops);
     printf("\nrun: %s\n", r->command);
 }
 
-static cJSON *tune_json(const cost_ms_tune_result *t)
+static cJSON *tune_json(const report *r, const cost_ms_tune_result *t)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "found", t->found);
@@ -506,6 +518,8 @@ static cJSON *tune_json(const cost_ms_tune_result *t)
         cJSON_AddNumberToObject(o, "utilization", t->utilization);
         /* The same choices (mesh, dataflows, K) run without overlap. */
         cJSON_AddNumberToObject(o, "time_no_overlap", t->time_serial);
+        if (r->ng)
+            at_block_json_result(o, t, r->ng, r->o->chips, r->p->peak_flops);
     }
     return o;
 }
@@ -548,14 +562,14 @@ static int print_json(const report *r)
         cost_ms_tune_result t = cost_ms_tune_mesh(p, r->layers, r->n, mesh, (cost_ms_algo)r->o->algo, r->o->df,
                                                   r->o->slices, NULL);
         t.mesh = mesh; /* also when no layer fits, so the entry names its shape */
-        cJSON *e = tune_json(&t);
+        cJSON *e = tune_json(r, &t);
         if (!t.found) {
             cJSON_AddNumberToObject(e, "rows", (double)rows);
             cJSON_AddNumberToObject(e, "cols", (double)mesh.cols);
         }
         cJSON_AddItemToArray(meshes, e);
     }
-    cJSON *best = tune_json(&r->best);
+    cJSON *best = tune_json(r, &r->best);
     cJSON_AddItemToObject(root, "best", best);
     cJSON *ls = cJSON_AddArrayToObject(best, "layers");
     for (int i = 0; i < r->n; i++) {
@@ -575,15 +589,17 @@ static int print_json(const report *r)
         cJSON_AddItemToArray(ls, e);
     }
     if (r->common_k > 0) {
-        cJSON *c = tune_json(&r->common);
+        cJSON *c = tune_json(r, &r->common);
         cJSON_AddNumberToObject(c, "k", (double)r->common_k);
         cJSON_AddItemToObject(root, "common_k", c);
     }
     if (r->o->compare) {
         cJSON *algos = cJSON_AddObjectToObject(root, "algorithms");
         for (int a = 0; a < COST_MS_ALGO_COUNT; a++)
-            cJSON_AddItemToObject(algos, cost_ms_algo_key((cost_ms_algo)a), tune_json(&r->per_algo[a]));
+            cJSON_AddItemToObject(algos, cost_ms_algo_key((cost_ms_algo)a), tune_json(r, &r->per_algo[a]));
     }
+    if (r->ng)
+        at_block_json(root, r->ng);
     cJSON_AddStringToObject(root, "command", r->command);
     cJSON_AddBoolToObject(root, "command_compiles", r->command_ok);
     char *text = cJSON_Print(root);
@@ -620,7 +636,7 @@ static bool command_compiles(const report *r, const char *src, size_t len)
     diag_init(&d, r->o->input, src, len);
     d.out = f;
     d.max_errors = 1;
-    fe_options fo = {.defines = defs, .ndefines = n};
+    fe_options fo = {.defines = defs, .ndefines = n, .cost_only = true};
     ir_module *m = fe_compile(src, len, &fo, &d);
     fclose(f);
     bool ok = m != NULL;
@@ -728,6 +744,18 @@ static int tune_and_report(const at_options *o, const cost_hw *hw, const ir_modu
     if (o->compare)
         for (int a = 0; a < COST_MS_ALGO_COUNT; a++)
             r.per_algo[a] = tune(o, &p, layers, n, (cost_ms_algo)a, a == COST_MS_ALGO_MESHSLICE ? o->slices : 0, NULL);
+    cost_ms_nongemm ng;
+    if (o->non_gemm) {
+        cost_ms_block_dims bd;
+        char missing[64];
+        if (at_block_dims(m, &bd, missing, sizeof missing) != 0) {
+            fprintf(stderr, "einc autotune: error: --non-gemm reads the block's dims B, S, H, E, D, F by "
+                            "name; %s has no %s\n", o->input, missing);
+            goto done;
+        }
+        cost_ms_nongemm_time(&p, &bd, o->chips, o->train, &ng);
+        r.ng = &ng;
+    }
     build_command(&r);
     r.command_ok = command_compiles(&r, src, len);
     if (o->json)
@@ -761,7 +789,7 @@ int autotune_main(int argc, char **argv)
         return 1;
     diag_ctx diag;
     diag_init(&diag, o.input, src, len);
-    fe_options fo = {.defines = o.defines, .ndefines = o.ndefines};
+    fe_options fo = {.defines = o.defines, .ndefines = o.ndefines, .cost_only = true};
     ir_module *m = fe_compile(src, len, &fo, &diag);
     rc = m ? tune_and_report(&o, &hw, m, src, len) : 1;
     if (m)

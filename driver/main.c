@@ -308,8 +308,9 @@ static int parse_args(int argc, char **argv, options *o)
 static ir_module *compile(const options *o, const char *src, size_t len, bool single_device,
                           const fe_autoshard *autoshard, pass_manager *pm, pass_ctx *ctx)
 {
+    /* Without -o the program is only priced: a mesh beyond an executable's devices is fine. */
     fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .single_device = single_device,
-                     .remat = o->remat, .autoshard = autoshard};
+                     .remat = o->remat, .autoshard = autoshard, .cost_only = !o->output};
     ir_module *m = fe_compile(src, len, &fo, ctx->diag);
     if (!m)
         return NULL;
@@ -440,7 +441,7 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
 /* `einc analyze`: the table (or JSON) on stdout; 0, or 1 after an error. */
 static int analyze(const options *o, const char *src, size_t len, pass_manager *pm, const pass_ctx *ctx)
 {
-    fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .remat = o->remat};
+    fe_options fo = {.defines = o->defines, .ndefines = o->ndefines, .remat = o->remat, .cost_only = true};
     ir_module *proto = fe_compile(src, len, &fo, ctx->diag);
     if (!proto)
         return 1;

@@ -23,7 +23,7 @@
  * compile into a program that could never run.  tests/e2e/bad_inputs.py
  * builds a mesh of exactly this many devices, checks that the executable
  * accepts it, and that einc refuses one device more. */
-#define MAX_DEVICES 4096
+#define MAX_DEVICES FE_MAX_DEVICES_EXE
 
 int fe_dim_lookup(const fe_checker *c, const char *name)
 {
@@ -155,18 +155,19 @@ static void add_dim(fe_checker *c, const ast_sizedef *d)
     fe_symtab_put(c->arena, &c->dims, c->m->dims[id].name, (void *)(intptr_t)(id + 1));
 }
 
-/* Reports a mesh of more than MAX_DEVICES devices at the axis that makes
- * it too large, naming every axis and the limit; the axes then get size 1,
+/* Reports a mesh of more than MAX_DEVICES devices (FE_MAX_DEVICES_COST
+ * for a cost-only compile) at the axis that makes it too large, naming
+ * every axis and the limit; the axes then get size 1,
  * so no later check divides by a size already rejected (or by a product
  * that does not fit in 64 bits). */
 static void check_mesh_size(fe_checker *c)
 {
     ir_mesh *mesh = &c->m->mesh;
-    int64_t devices = 1;
+    int64_t devices = 1, limit = c->opts->cost_only ? FE_MAX_DEVICES_COST : MAX_DEVICES;
     int over = -1;
     for (int a = 0; a < mesh->naxes && over < 0; a++) {
         devices = ir_size_mul(devices, mesh->axes[a].size, NULL);
-        if (devices > MAX_DEVICES)
+        if (devices > limit)
             over = a;
     }
     if (over < 0)
@@ -182,9 +183,15 @@ static void check_mesh_size(fe_checker *c)
         snprintf(count, sizeof count, "more than 2^63");
     else
         snprintf(count, sizeof count, "%" PRId64, devices);
-    diag_error(c->diag, mesh->axes[over].loc,
-               "the mesh %s = %s has %s devices, but an einc executable runs at most %d",
-               names, sizes, count, MAX_DEVICES);
+    if (c->opts->cost_only)
+        diag_error(c->diag, mesh->axes[over].loc,
+                   "the mesh %s = %s has %s devices, but einc prices meshes of at most %" PRId64
+                   " devices (an einc executable runs at most %d)", names, sizes, count, limit, MAX_DEVICES);
+    else
+        diag_error(c->diag, mesh->axes[over].loc,
+                   "the mesh %s = %s has %s devices, but an einc executable runs at most %d%s", names, sizes,
+                   count, MAX_DEVICES, devices <= FE_MAX_DEVICES_COST ? " (without -o einc prices it: "
+                   "--dump-cost, --explain, einc analyze)" : "");
     for (int a = 0; a < mesh->naxes; a++)
         mesh->axes[a].size = 1;
 }

@@ -54,7 +54,18 @@ typedef struct fe_options {
     /* Not NULL: auto-sharding; a program that declares a mesh is an error
      * unless autoshard->keep_mesh. */
     const fe_autoshard *autoshard;
+    /* True: the module is only priced (--dump-cost, --explain, einc
+     * analyze, einc autotune), never built into an executable, so the mesh
+     * may have up to FE_MAX_DEVICES_COST devices (a v5p pod of 8960 chips,
+     * seed 000) instead of FE_MAX_DEVICES_EXE. */
+    bool cost_only;
 } fe_options;
+
+/* The most devices a mesh may have: what every einc executable can run
+ * (RT_MAX_DEVICES, runtime/rt_internal.h), and for a program that is only
+ * priced (fe_options.cost_only). */
+#define FE_MAX_DEVICES_EXE 4096
+#define FE_MAX_DEVICES_COST (INT64_C(1) << 20)
 
 /* Compiles `src` (len bytes, need not be NUL-terminated; may contain any
  * bytes: NULs and invalid UTF-8 are reported as errors).  Every error is

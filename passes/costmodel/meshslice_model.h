@@ -291,4 +291,53 @@ double cost_ms_gemm_flops(const cost_ms_gemm *g);
  * divide every device's share of a dim. */
 int64_t cost_ms_gcd64(int64_t a, int64_t b);
 
+/* ---- the non-GEMM layers of a Transformer block (meshslice_block.c) ---- */
+
+/* One Transformer block's dims, global sizes: batch B, sequence S, heads
+ * H of E each (the attention width H E), model D, feed-forward F. */
+typedef struct cost_ms_block_dims {
+    int64_t batch, seq, heads, head_dim, model, ffn;
+} cost_ms_block_dims;
+
+#define COST_MS_NONGEMM_LAYERS 6
+
+/* One non-GEMM layer of the block, per device for the whole step (with
+ * training: forward and backward). */
+typedef struct cost_ms_nongemm_layer {
+    const char *name;   /* static: "attention scores", "softmax", ... */
+    double flops;       /* matrix-unit FLOPs (the two attention products), else 0 */
+    double bytes;       /* HBM bytes read and written */
+    double time;        /* seconds: max(flops / (peak gemm_eff), bytes / hbm_bw) */
+} cost_ms_nongemm_layer;
+
+typedef struct cost_ms_nongemm {
+    int n;
+    cost_ms_nongemm_layer layer[COST_MS_NONGEMM_LAYERS];
+    double time;        /* seconds per device, the sum of the layers */
+    double flops;       /* per device: the attention products' FLOPs (model FLOPs) */
+} cost_ms_nongemm;
+
+/*
+ * The layers of one Transformer block that are not its four FC GEMMs
+ * (seed 004 A4: "only the FC layers are simulated in detail; the other
+ * layers are benchmarked on a real TPU v4, since they produce no
+ * communication"): the attention score and context products of every
+ * head, the softmax over the scores, two LayerNorms, the GeLU and two
+ * residual adds, on `chips` chips with every element split evenly (tokens
+ * over the mesh rows, heads and features over the columns, seed 004
+ * 3.2.1: no communication, the same for every 2D GEMM algorithm).  Each is
+ * priced by the profile's rates in p: the products at p->peak_flops *
+ * p->gemm_eff or their HBM bytes, whichever is longer; the others by
+ * their HBM bytes at p->hbm_bw, p->elem_bytes per element (the S x S
+ * scores are written out: no fused attention).  Forward bytes: a
+ * product reads its two operands and writes its result; softmax, LayerNorm
+ * and GeLU read and write each element; an add reads two and writes one.
+ * With `train` the backward pass adds twice the products' FLOPs and bytes
+ * (two products per forward one) and, for the others, three elements per
+ * element (read the saved input and the gradient, write the gradient).
+ * Fills *out; returns 0, or -1 when a dim or `chips` is below 1.
+ */
+int cost_ms_nongemm_time(const cost_ms_params *p, const cost_ms_block_dims *d, int64_t chips, bool train,
+                         cost_ms_nongemm *out);
+
 #endif

@@ -188,7 +188,7 @@ def numbers():
           [["--hw", "tpu-v5p", "--explain", "tests/cost/tp.ein"]],
           [(0, r"free dim F \(per device \d+\): compute-bound when per-device F > " + NUM)]))
     a(limit("000", "Combining FSDP and TP", "B / N > alpha^2 / (M_X M_Y F), F = 32768", 99, "tokens",
-            "tpu-v5p", "tests/cost/analyze/fsdp_tp_3d_v5p.ein", "plan", "critical_batch_per_chip"))
+            "tpu-v5p", "tests/cost/analyze/fsdp_tp_3d_v5p.ein", "plan", "critical_batch_per_chip_opt_mesh"))
     a(Num("000", "Scaling across pods", "DCN: batch per pod > C / W_dcn", 71360, "tokens",
           [analyze("tpu-v5p", "tests/cost/analyze/dp_pods_dcn_v5p.ein")], [(0, strategy("plan", "critical_batch"))],
           lambda v: v[0] / 2))
@@ -201,8 +201,8 @@ def numbers():
     a(Num("000", "Question 3 (3)", "LLaMA-2 13B step, 3M tokens, 4096 v5p at 40% MFU: 6 x 3e6 x 13e9 / (4096 C 0.4)", 300, "ms",
           [cost("tpu-v5p", "examples/llama2_13b_train.ein", "-D", "B=23438", "-D", "T=128", "-D", "S=128")],
           [(0, MODEL_FLOPS)], lambda v: v[0] * 3e6 / (23438 * 128) / (4096 * V5P_C * 0.4) * 1e3))
-    n.append(NotComputed("000", "Data Parallelism", "pure DP over a full v5p pod: 850 tokens per chip x 8960 chips", 7.6e6, "tokens",
-                         "an einc mesh has at most 4096 devices"))
+    a(limit("000", "Data Parallelism", "pure DP over a full v5p pod: 850 tokens per chip x 8960 chips", 7.6e6, "tokens",
+            "tpu-v5p", "tests/cost/analyze/dp_pod_8960_v5p.ein", "plan", "critical_batch"))
     a(Num("000", "Data Parallelism", "bytes per param, bf16 params with fp32 Adam state: 2 + 8", 10, "bytes",
           [cost("tpu-v5p", SN + "dp_adamw_bf16_v5p.ein")], [(0, BYTES_PER_PARAM)]))
     a(Num("000", "Data Parallelism", "largest model pure DP with Adam fits on a 96 GB v5p: HBM / 10 bytes", 9e9, "params",
@@ -212,8 +212,9 @@ def numbers():
           [cost("tpu-v5p", SN + "llama2_13b_train_bf16.ein", "-D", "X=1", "-D", "Y=1")], [(0, PARAM_STATE_PER_DEVICE)]))
     n.append(NotComputed("000", "Question 2", "activations checkpointed 3 times per layer at 16M tokens", 42, "TB",
                          "einc's memory counts the values its remat policy keeps, not the seed's three per layer"))
-    n.append(NotComputed("000", "Question 3 (3)", "FSDP + TP threshold 2550^2 / 2F, F = 13824", 235, "tokens",
-                         "no program of question 3's LLaMA-2 13B FSDP + TP mesh; the value is at the seed's optimal X, which einc does not search (see the 99 row)"))
+    a(Num("000", "Question 3 (3)", "FSDP + TP threshold 2550^2 / 2F, F = 13824 (at the optimal split)", 235, "tokens",
+          [analyze("tpu-v5p", "tests/cost/analyze/fsdp_tp_3d_v5p.ein", "-D", "F=13824")],
+          [(0, strategy("plan", "critical_batch_per_chip_opt_mesh"))]))
     a(Num("000", "Tensor Parallelism", "int8: C_int8 / W_ici", 5100, "",
           [["--hw", "tpu-v5p", "--explain", SN + "fsdp_4096_v5p.ein"]],
           [(0, r"C_int8/W_ici = " + NUM)]))
@@ -356,11 +357,19 @@ def numbers():
           ms44, [(r, ("json", "algorithms", alg, key)) for r in (0, 1)
                  for alg, key in (("meshslice", "time_no_overlap"), ("collective", "time"))],
           lambda v: 50 * (v[0] / v[1] - 1) + 50 * (v[2] / v[3] - 1)))
-    measured = ("the seed's non-FC layer times were measured on a real TPU v4 (A4: \"other layers are "
-                "benchmarked on real TPUv4\"), and neither their times nor their share of the step are given")
+    # End to end (5.1's text): the FC layers plus the block's other layers
+    # (--non-gemm: attention products, softmax, LayerNorm, GeLU, residual
+    # adds priced by the profile's rates; the seed measured them on a real
+    # TPU v4 and gives neither their times nor their share).
+    for model, ein, e2e in (("GPT-3 175B", "bench/meshslice/gpt3_fc.ein", 12.0),
+                            ("Megatron-NLG 530B", "bench/meshslice/megatron_fc.ein", 23.4)):
+        a(Num("004", "5.1", model + ": end to end (FC + non-GEMM layers), MeshSlice over Wang at 256 chips", e2e,
+              "%", [["autotune", "--hw", "tpu-v4", "--fit", "seed004", "--train", "--chips", "256", "-D", "B=128",
+                     "--compare", "--non-gemm", ein, "--json"]],
+              [(0, ("json", "algorithms", "wang", "block_time")),
+               (0, ("json", "algorithms", "meshslice", "block_time"))],
+              lambda v: 100 * (v[0] / v[1] - 1)))
     for what, val, why in (
-            ("GPT-3 end to end over Wang (non-FC layers)", 12.0, measured),
-            ("Megatron-NLG end to end over Wang", 23.4, measured),
             ("slicing overhead itself", 1.3, "measured on the real 4x4 TPU v4 (the dynamic_slice copies of "
              "3.1.2); the model prices no slicing copy"),
             ("16 GeMM variants: average over Collective", 27.8, "the seed does not list Fig. 11's 16 (M, N, K) "

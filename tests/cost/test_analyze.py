@@ -42,11 +42,17 @@ def run(einc, *args):
     return p.returncode, p.stdout, p.stderr
 
 
+_analyzed = {}
+
+
 def analyze(einc, path, args):
-    rc, out, err = run(einc, "analyze", "--json", *args, path)
-    if rc != 0:
-        return None, err.strip()
-    return json.loads(out), None
+    """`einc analyze --json ARGS PATH`, once per file and arguments (the
+    goldens of one file share the run)."""
+    key = (path, tuple(args))
+    if key not in _analyzed:
+        rc, out, err = run(einc, "analyze", "--json", *args, path)
+        _analyzed[key] = (None, err.strip()) if rc != 0 else (json.loads(out), None)
+    return _analyzed[key]
 
 
 def matches(got, want):
@@ -123,6 +129,44 @@ def critical_is_the_crossing(einc, cases):
               % (per_chip, "communication" if bound else "compute"))
 
 
+def optimal_split(einc, cases):
+    """Seed 000, "Combining FSDP and TP": at the optimal split of the chips
+    between X and Y, X_opt = sqrt(B N M_X / (F M_Y)), the critical batch is
+    no larger than on the declared mesh nor on any other integer split of
+    the same chips (each compiled as its own program)."""
+    path = os.path.join(cases, "fsdp_tp_3d_v5p.ein")
+    j, err = analyze(einc, path, ["--hw", "tpu-v5p"])
+    check(j is not None, "fsdp_tp_3d_v5p.ein analyzes (%s)" % err)
+    if j is None:
+        return
+    n = 128
+    for r in j["strategies"]:
+        opt, crit, mesh = r.get("critical_batch_per_chip_opt_mesh"), r.get("critical_batch_per_chip"), r.get("opt_mesh")
+        ok = "critical_batch_per_chip_opt_mesh" in r and (opt is None) == (mesh is None)
+        if opt is not None:
+            ok = ok and abs(mesh["X"] * mesh["Y"] - n) < 1e-6 * n and (crit is None or opt <= crit * (1 + 1e-9))
+        check(ok, "%s: the optimal split keeps %d chips and needs no larger batch (%s at %s, declared %s)"
+              % (r["family"], n, opt, mesh, crit))
+    plan = [r for r in j["strategies"] if r["family"] == "plan"][0]
+    opt, x = plan["critical_batch_per_chip_opt_mesh"], plan["opt_mesh"]["X"]
+    # F = 32768, M_X = 2 (X over 2), M_Y = 1, B = the critical batch.
+    seed_x = (opt * n * n * 2 / (32768 * 1)) ** 0.5
+    check(abs(x - seed_x) < 0.06 * seed_x, "X_opt = %.3g, seed 000's sqrt(B N M_X / (F M_Y)) = %.3g" % (x, seed_x))
+    src = open(path, encoding="utf-8").read()
+    for xs in (4, 8, 16, 32, 64):
+        tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), "einc_analyze_split_%d.ein" % xs)
+        with open(tmp, "w") as f:
+            f.write(src.replace("mesh X = 16 over 2, Y = 8", "mesh X = %d over 2, Y = %d" % (xs, n // xs)))
+        jf, err = analyze(einc, tmp, ["--hw", "tpu-v5p"])
+        os.unlink(tmp)
+        forced = [r for r in jf["strategies"] if r["family"] == "plan"][0]["critical_batch_per_chip"] if jf else None
+        check(jf is not None and (forced is None or forced >= opt * 0.99),
+              "forced X = %d, Y = %d: critical batch %s, not below the optimal split's %.4g" % (xs, n // xs, forced, opt))
+    j, _ = analyze(einc, os.path.join(cases, "dp_layers_v5p.ein"), ["--hw", "tpu-v5p"])
+    check(j is not None and all("opt_mesh" not in r for r in j["strategies"]),
+          "a one-axis mesh has no optimal split")
+
+
 def errors(einc, cases):
     nomesh = os.path.join(os.environ.get("TMPDIR", "/tmp"), "einc_analyze_nomesh.ein")
     with open(nomesh, "w") as f:
@@ -139,6 +183,17 @@ def errors(einc, cases):
     check(rc == 2, "einc analyze -o: exit 2 (%d)" % rc)
     rc, out, _ = run(einc, "analyze", "--hw", "tpu-v5p", path)
     check(rc == 0 and "critical batch" in out and "2550 tok (X)" in out, "the text table names the limit")
+    # A v5p pod (8960 chips) is priced, but no executable runs it.
+    pod = os.path.join(cases, "dp_pod_8960_v5p.ein")
+    rc, out, err = run(einc, "--hw", "tpu-v5p", "--dump-cost", pod)
+    check(rc == 0 and "8960 devices" in out, "a mesh of 8960 devices is priced by --dump-cost (%d, %s)"
+          % (rc, err.strip()[:200]))
+    exe = os.path.join(os.environ.get("TMPDIR", "/tmp"), "einc_analyze_pod_exe")
+    rc, out, err = run(einc, "--hw", "tpu-v5p", "-o", exe, pod)
+    check(rc == 1 and "dp_pod_8960_v5p.ein:10:22: error:" in err and "8960 devices" in err
+          and "executable runs at most 4096" in err and "without -o einc prices it" in err
+          and not os.path.exists(exe), "-o on 8960 devices: a located error naming both limits (%d, %s)"
+          % (rc, err.strip()[:300]))
 
 
 def main():
@@ -147,6 +202,7 @@ def main():
     goldens(einc, dirs)
     fits_really_fit(einc, cases)
     critical_is_the_crossing(einc, cases)
+    optimal_split(einc, cases)
     errors(einc, cases)
     print("%d failure(s)" % failures)
     return 1 if failures else 0

@@ -598,12 +598,12 @@ static void test_mesh_limit(void)
 {
     EXPECT_DIAG("mesh X = 64, Y = 128\ndim I = 8192\ninput A[I_XY] : f32\noutput A\n",
                 "t.ein:1:14: error: the mesh X*Y = 64*128 has 8192 devices, but an einc executable "
-                "runs at most 4096\n"
+                "runs at most 4096 (without -o einc prices it: --dump-cost, --explain, einc analyze)\n"
                 "    mesh X = 64, Y = 128\n"
                 "                 ^\n");
     EXPECT_DIAG("mesh X = 8192\ndim I = 8192\ninput A[I_X] : f32\noutput A\n",
                 "t.ein:1:6: error: the mesh X = 8192 has 8192 devices, but an einc executable runs "
-                "at most 4096\n"
+                "at most 4096 (without -o einc prices it: --dump-cost, --explain, einc analyze)\n"
                 "    mesh X = 8192\n"
                 "         ^\n");
     EXPECT_DIAG("mesh X = 4294967296, Y = 4294967296\ndim I = 4\ninput A[I_XY] : f32\n"
@@ -625,6 +625,27 @@ static void test_mesh_limit(void)
     CU_ASSERT_PTR_NOT_NULL(r.m);
     if (r.m)
         CU_ASSERT_EQUAL(ir_mesh_devices(&r.m->mesh), 4096);
+    fe_run_free(&r);
+}
+
+/* A cost-only compile (fe_options.cost_only: --dump-cost, einc analyze)
+ * takes a mesh up to FE_MAX_DEVICES_COST, a v5p pod of 8960 chips among
+ * them, and refuses one device more with both limits. */
+static void test_mesh_limit_cost_only(void)
+{
+    fe_options o = {.cost_only = true};
+    fe_run r = fe_test_compile_str("mesh X = 8960\ndim I = 8960\ninput A[I_X] : f32\noutput A\n", &o);
+    CU_ASSERT_PTR_NOT_NULL(r.m);
+    if (r.m)
+        CU_ASSERT_EQUAL(ir_mesh_devices(&r.m->mesh), 8960);
+    fe_run_free(&r);
+    r = fe_test_compile_str("mesh X = 1024, Y = 1025\ndim I = 4\ninput A[I] : f32\noutput A\n", &o);
+    CU_ASSERT_PTR_NULL(r.m);
+    CU_ASSERT_STRING_EQUAL(r.diag, "t.ein:1:16: error: the mesh X*Y = 1024*1025 has 1049600 devices, but einc "
+                                   "prices meshes of at most 1048576 devices (an einc executable runs at most "
+                                   "4096)\n"
+                                   "    mesh X = 1024, Y = 1025\n"
+                                   "                   ^\n");
     fe_run_free(&r);
 }
 
@@ -989,6 +1010,7 @@ void einc_register_tests(void)
         {"10 MB lines", test_long_lines},
         {"mesh over the runtime's limit", test_mesh_limit},
         {"mesh over the limit through -D", test_mesh_limit_define},
+        {"mesh up to 2^20 devices for a cost-only compile", test_mesh_limit_cost_only},
         {"bad mesh axis size still defines it", test_bad_axis_size_defines_it},
         {"errors past the limit are counted", test_error_count},
         {"grad misuses", test_grad_errors},

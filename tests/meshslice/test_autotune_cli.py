@@ -239,6 +239,91 @@ def test_command_not_compiling_is_noted():
         check("do not fit" in err, "note explains the rejected command: %s" % err)
 
 
+def test_non_gemm():
+    """--non-gemm: the block's other layers by hand from MODEL's dims (B S H E
+    D F), the same time added to every algorithm, and a model without them."""
+    rc, out, err = run(["--chips", "4", "--train", "--compare", "--non-gemm", "--json"], MODEL)
+    check(rc == 0, "--non-gemm runs: %s" % err[:200])
+    if rc != 0:
+        return
+    j = json.loads(out)
+    p = j["params"]
+    eb, rate, hbm, n = 2.0, p["peak_flops"] * p["gemm_eff"], p["hbm_bw"], 4.0
+    b, sq, h, e = 4, 512, 8, 128
+    tok = b * sq / n
+    qkv, sc, model, ffn = tok * h * e, tok * sq * h, tok * D, tok * F
+    prod_flops = 3 * 2 * sc * e  # forward and two backward products
+    want = {"attention scores (Q K^T)": (prod_flops, 3 * (2 * qkv + sc) * eb),
+            "attention context (P V)": (prod_flops, 3 * (sc + 2 * qkv) * eb),
+            "softmax": (0, 5 * sc * eb), "LayerNorm x2": (0, 2 * 5 * model * eb),
+            "GeLU": (0, 5 * ffn * eb), "residual add x2": (0, 2 * 2 * 3 * model * eb)}
+    ng = j["non_gemm"]
+    got = {l["name"]: l for l in ng["layers"]}
+    check(set(got) == set(want), "non-GEMM layers: %s" % sorted(got))
+    total = 0
+    for name, (fl, by) in want.items():
+        l = got.get(name, {})
+        t = max(fl / rate, by / hbm)
+        total += t
+        check(close(l.get("flops", -1), fl) and close(l.get("bytes", -1), by) and close(l.get("time", -1), t),
+              "%s: flops %s bytes %s time %s, by hand %g %g %g" % (name, l.get("flops"), l.get("bytes"),
+                                                                  l.get("time"), fl, by, t))
+    check(close(ng["time"], total) and close(ng["flops"], 2 * prod_flops), "non-GEMM sums")
+    for key, a in j["algorithms"].items():
+        if not a["found"]:
+            continue
+        fl = a["utilization"] * a["time"] * n * p["peak_flops"] + ng["flops"] * n
+        check(close(a["block_time"], a["time"] + total) and
+              close(a["block_time_no_overlap"], a["time_no_overlap"] + total) and
+              close(a["block_utilization"], fl / (a["block_time"] * n * p["peak_flops"])),
+              "%s: block time = GEMMs + non-GEMM layers, utilization over both" % key)
+    rc, out, _ = run(["--chips", "4", "--train", "--compare", "--json"], MODEL)
+    j0 = json.loads(out) if rc == 0 else {}
+    check("non_gemm" not in j0 and all("block_time" not in a for a in j0.get("algorithms", {}).values()),
+          "without --non-gemm the report is the FC layers only")
+    check(j0.get("algorithms", {}).get("meshslice", {}).get("time") == j["algorithms"]["meshslice"]["time"],
+          "--non-gemm does not change the GEMMs' tuning")
+    rc, out, err = run(["--chips", "4", "--non-gemm"], MODEL.replace("H = 8, E = 128", "N = 8, E = 128")
+                       .replace("H, E]", "N, E]").replace("B, H, S]", "B, N, S]"))
+    check(rc == 1 and "has no H" in err, "--non-gemm without a dim H: exit 1 and the name (%d, %s)" % (rc, err.strip()))
+    rc, out, _ = run(["--chips", "4", "--train", "--non-gemm"], MODEL)
+    check(rc == 0 and "non-GEMM layers of the block" in out and "whole block on the best mesh" in out,
+          "the text report has the non-GEMM section")
+
+
+def test_pod_8960():
+    """8960 chips (a TPU v5p pod, seed 000): beyond an executable's 4096
+    devices the search still runs, and the printed command prices the plan
+    (--dump-cost) and compiles; with -o einc refuses that mesh."""
+    src = ("mesh X = 2, Y = 2\ndim B = 70, S = 2048, D = 71680, F = 286720, H = 560, E = 128\n"
+           "input In[B, S, D] : bf16\nparam W1[D, F] : bf16\nparam W2[F, D] : bf16\n"
+           "Hid[B, S, F] = In[B, S, D] * W1[D, F]\nOut[B, S, D] = Hid[B, S, F] * W2[F, D]\noutput Out[B, S, D]\n")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "pod.ein")
+        with open(path, "w") as f:
+            f.write(src)
+        p = subprocess.run(EXE + ["--hw", "tpu-v4", "--fit", "seed004", "--train", "--chips", "8960", "--compare",
+                                  "--non-gemm", "--json", path], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0, "autotune --chips 8960 runs: %s" % p.stderr[:300])
+        if p.returncode != 0:
+            return
+        j = json.loads(p.stdout)
+        b = j["best"]
+        check(b["found"] and b["rows"] * b["cols"] == 8960 and all(
+            a["rows"] * a["cols"] == 8960 for a in j["algorithms"].values() if a["found"]),
+            "8960 chips: every algorithm's mesh has 8960 chips (%sx%s)" % (b.get("rows"), b.get("cols")))
+        check(j["command"].endswith("--dump-cost " + path) and j["command_compiles"] and not p.stderr,
+              "the command prices the plan and compiles: %s (%s)" % (j["command"], p.stderr[:200]))
+        args = j["command"].split()[1:]
+        q = subprocess.run([sys.argv[1]] + args, capture_output=True, text=True, timeout=120)
+        check(q.returncode == 0 and "8960 devices" in q.stdout, "the printed command runs: %s" % q.stderr[:300])
+        args.remove("--dump-cost")
+        q = subprocess.run([sys.argv[1]] + args[:-1] + ["-o", os.path.join(d, "exe"), path], capture_output=True,
+                           text=True, timeout=120)
+        check(q.returncode == 1 and "executable runs at most 4096" in q.stderr and not
+              os.path.exists(os.path.join(d, "exe")), "with -o: refused (%d, %s)" % (q.returncode, q.stderr[:300]))
+
+
 def test_errors():
     cases = [
         (["--json"], MODEL, 2, "--chips N is required"),
@@ -268,7 +353,8 @@ def test_errors():
 
 
 for t in [test_report_consistency, test_collective_formula, test_training, test_fit_and_shared_k, test_text_report,
-          test_command_not_compiling_is_noted, test_errors]:
+          test_command_not_compiling_is_noted, test_non_gemm, test_pod_8960,
+          test_errors]:
     t()
 print("%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)

@@ -584,6 +584,46 @@ static void test_collective_overlap(void)
     }
 }
 
+/* The block's non-GEMM layers (cost_ms_nongemm_time): forward only on a
+ * machine of 1 FLOP/s and 1 B/s with one byte per element, by hand; with
+ * the backward pass the products triple and the element-wise layers take
+ * 5/2 of their forward bytes; bad dims are refused. */
+static void test_nongemm_by_hand(void)
+{
+    cost_ms_params p;
+    memset(&p, 0, sizeof p);
+    p.peak_flops = p.gemm_eff = p.hbm_bw = p.elem_bytes = 1;
+    /* B = 2, S = 8, H = 2, E = 4 (D = 8), F = 32 on 4 chips: 4 tokens per chip. */
+    cost_ms_block_dims d = {2, 8, 2, 4, 8, 32};
+    cost_ms_nongemm f, t;
+    CU_ASSERT_EQUAL(cost_ms_nongemm_time(&p, &d, 4, false, &f), 0);
+    CU_ASSERT_EQUAL(f.n, 6);
+    double scores = 4.0 * 8 * 2, qkv = 4.0 * 8, model = 4.0 * 8, ffn = 4.0 * 32;
+    double want_flops[6] = {2 * scores * 4, 2 * scores * 4, 0, 0, 0, 0};
+    double want_bytes[6] = {2 * qkv + scores, scores + 2 * qkv, 2 * scores, 2 * 2 * model, 2 * ffn, 2 * 3 * model};
+    double sum = 0;
+    for (int i = 0; i < 6; i++) {
+        CU_ASSERT_DOUBLE_EQUAL(f.layer[i].flops, want_flops[i], 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(f.layer[i].bytes, want_bytes[i], 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(f.layer[i].time, fmax(want_flops[i], want_bytes[i]), 1e-9);
+        sum += f.layer[i].time;
+    }
+    CU_ASSERT_DOUBLE_EQUAL(f.time, sum, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(f.flops, want_flops[0] + want_flops[1], 1e-9);
+    CU_ASSERT_EQUAL(cost_ms_nongemm_time(&p, &d, 4, true, &t), 0);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_DOUBLE_EQUAL(t.layer[i].flops, 3 * f.layer[i].flops, 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(t.layer[i].bytes, 3 * f.layer[i].bytes, 1e-9);
+    }
+    for (int i = 2; i < 5; i++)
+        CU_ASSERT_DOUBLE_EQUAL(t.layer[i].bytes, 2.5 * f.layer[i].bytes, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(t.layer[5].bytes, 2 * f.layer[5].bytes, 1e-9);
+    cost_ms_block_dims bad = d;
+    bad.heads = 0;
+    CU_ASSERT_EQUAL(cost_ms_nongemm_time(&p, &bad, 4, true, &t), -1);
+    CU_ASSERT_EQUAL(cost_ms_nongemm_time(&p, &d, 0, true, &t), -1);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -608,6 +648,7 @@ void einc_register_tests(void)
         {"no overlap: the stages in series", test_no_overlap},
         {"the authors' fitted TPU v4 figures", test_fit_seed004},
         {"Collective hiding one AllGather", test_collective_overlap},
+        {"the block's non-GEMM layers by hand", test_nongemm_by_hand},
     };
     einc_add_suite("meshslice_model", tests, (int)(sizeof tests / sizeof tests[0]));
 }
