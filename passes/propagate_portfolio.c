@@ -45,9 +45,23 @@
  * consumers).  The plan with the shortest step among the search's and the
  * strategies' is kept; a strategy must be PORTFOLIO_MARGIN shorter than
  * the search's plan, and a plan that fits the HBM (the ILP's memory row)
- * beats one that does not.  Not done: programs with repeated blocks (their
- * carried shardings are settled before the sweeps, propagate_loop.c), and
- * programs without a single batch dim.
+ * beats one that does not.
+ *
+ * Repeated blocks (propagate_loop.c) are planned once for all their
+ * layers, and a loop's carried value (the LoopBegin and LoopEnd results)
+ * is no op's result, so it is not constrained itself: its sharding follows
+ * the strategy through the values around it.  Before a strategy's sweeps
+ * the carries are laid out again (pass_prop_loop_prepare): a loop entered
+ * or left by a constrained residual value carries the strategy's sharding,
+ * and a backward loop's cotangent starts as its primal's; after them the
+ * carries nothing fixes are settled from the value entering, kept if the
+ * objective is lower, as the search settles them.  The carries of the plan
+ * kept are restored with its layouts.  Plans are scored by the step plus
+ * the reshards into the carried shardings (pass_prop_loop_carry_time),
+ * which the step's replay leaves out and which differ between strategies.
+ * Not done: programs without a single batch dim, and programs whose params
+ * shard no dim over a data axis (no model dim: DP+TP, as
+ * examples/llama2_13b*.ein declare it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,8 +157,9 @@ static bool find_roles(const prop *p, roles *r)
  * dim, each once. */
 static bool residual(const prop *p, const roles *r, const ir_value *v)
 {
-    if (!v->def || v->def->phase != IR_PHASE_FORWARD || v->has_constraint)
-        return false;
+    if (!v->def || v->def->phase != IR_PHASE_FORWARD || v->has_constraint || v->id < 0 ||
+        v->id >= p->nvalues || p->def[v->id] < 0)
+        return false; /* a loop's carried value follows its loop's (plan_strategy) */
     int nb = 0, ns = 0, nm = 0;
     for (int d = 0; d < v->type.rank; d++) {
         int id = v->type.dims[d];
@@ -174,17 +189,47 @@ static bool strategy_sharding(const prop *p, const roles *r, const strategy *s, 
     return true;
 }
 
+/* After a strategy's sweeps: the carries of the loops that nothing fixes
+ * (a backward loop's cotangent, first laid out like its primal) are taken
+ * from the value entering them, as the search does after its first sweeps
+ * (pass_prop_loop_settle), and the sweeps run again; kept only if the
+ * objective is lower, else the carries and layouts are put back.
+ * `saved` holds nloops shardings, `keep` p->nops layouts (scratch). */
+static void settle_carries(prop *p, ir_sharding *saved, int nloops, layout *keep)
+{
+    pass_prop_loop_carries(p, saved, nloops);
+    for (int k = 0; k < p->nops; k++)
+        keep[k] = p->ops[k].lay;
+    double before = pass_prop_total_cost(p).time;
+    if (!pass_prop_loop_settle(p))
+        return;
+    pass_prop_sweep(p);
+    if (pass_prop_total_cost(p).time < before)
+        return;
+    pass_prop_loop_restore(p, saved, nloops);
+    for (int k = 0; k < p->nops; k++)
+        p->ops[k].lay = keep[k];
+}
+
 /* Plans strategy s on the residual values res[0..n-1] (constrained for
- * the plan, unconstrained after): a first forward sweep, the sweeps and
- * joint moves of the first phase, and for sequence parallelism the ILP and
- * the sweeps after it.  False when the strategy cannot be laid out. */
-static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value **res, int n)
+ * the plan, unconstrained after): the loops' carries laid out from the
+ * constraints (pass_prop_loop_prepare: a loop entered or left by a
+ * residual value carries the strategy's sharding, a backward loop first
+ * its primal's), a first forward sweep, the sweeps and joint moves of the
+ * first phase, the carries nothing fixes settled, and for sequence
+ * parallelism the ILP and the sweeps after it.  `saved` (nloops
+ * shardings) and `keep` (p->nops layouts) are scratch.  False when the
+ * strategy cannot be laid out (the carries may then be changed: the
+ * caller restores them). */
+static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value **res, int n,
+                          ir_sharding *saved, int nloops, layout *keep)
 {
     for (int i = 0; i < n; i++)
         if (!strategy_sharding(p, r, s, res[i], &res[i]->constraint))
             return false;
     for (int i = 0; i < n; i++)
         res[i]->has_constraint = true;
+    int unknown = nloops ? pass_prop_loop_prepare(p) : 0;
     bool ok = true;
     for (int k = 0; k < p->nops; k++)
         p->ops[k].decided = false;
@@ -192,6 +237,8 @@ static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value *
         ok = pass_prop_choose(p, k) >= 0 && ok;
     if (ok)
         pass_prop_descend(p);
+    if (ok && unknown)
+        settle_carries(p, saved, nloops, keep);
     if (ok && s->seq && p->ilp_time > 0 && p->ilp.cols > 0 && p->ilp.cols <= PORTFOLIO_ILP_COLS) {
         pass_prop_ilp_report rep; /* the search's report (p->ilp) stays the certificate's */
         memset(&rep, 0, sizeof rep);
@@ -205,7 +252,7 @@ static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value *
     return ok;
 }
 
-/* The strategies of roles r, without repeats: at most four. */
+/* The strategies of roles r, each once (strategies that coincide on the mesh are one): at most four. */
 static int strategies(const roles *r, strategy *out)
 {
     strategy all[4] = {
@@ -237,20 +284,30 @@ static bool fits(const prop *p)
     return !(p->ilp.mem_hbm > 0) || pass_prop_memory(p) <= p->ilp.mem_hbm;
 }
 
+/* The step a plan is scored by: the planner's replay of the cost pass's
+ * two streams, plus the reshards into the loops' carried shardings, which
+ * the replay leaves out and which differ between strategies. */
+static double score(prop *p)
+{
+    return pass_prop_step_time(p) + pass_prop_loop_carry_time(p);
+}
+
 int pass_prop_portfolio(prop *p)
 {
     ir_module *m = p->m;
     if (!p->hw || p->nops == 0)
         return 0;
-    for (const ir_op *op = m->first; op; op = op->next)
-        if (op->kind == IR_OP_LOOPBEGIN)
-            return 0;
+    int nloops = pass_prop_loop_carries(p, NULL, 0);
     roles r;
     r.model = calloc((size_t)m->ndims + 1, sizeof *r.model);
     ir_value **res = malloc((size_t)m->nvalues * sizeof *res + 1);
     layout *best = malloc((size_t)p->nops * sizeof *best + 1);
+    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    /* The loops' carries: of the best plan so far, and scratch. */
+    ir_sharding *best_carry = malloc((size_t)nloops * sizeof *best_carry + 1);
+    ir_sharding *saved = malloc((size_t)nloops * sizeof *saved + 1);
     int n = 0, adopted = 0;
-    if (!r.model || !res || !best || !find_roles(p, &r))
+    if (!r.model || !res || !best || !keep || !best_carry || !saved || !find_roles(p, &r))
         goto out;
     for (int i = 0; i < m->nvalues; i++)
         if (residual(p, &r, m->values[i]))
@@ -259,16 +316,17 @@ int pass_prop_portfolio(prop *p)
         goto out;
     for (int k = 0; k < p->nops; k++)
         best[k] = p->ops[k].lay;
-    double best_step = pass_prop_step_time(p);
+    pass_prop_loop_carries(p, best_carry, nloops);
+    double best_step = score(p);
     bool best_fit = fits(p), wide = p->wide;
     const char *why = NULL;
     strategy st[4];
     int ns = strategies(&r, st);
     p->wide = false;
     for (int i = 0; i < ns; i++) {
-        if (!plan_strategy(p, &r, &st[i], res, n))
+        if (!plan_strategy(p, &r, &st[i], res, n, saved, nloops, keep))
             continue;
-        double step = pass_prop_step_time(p);
+        double step = score(p);
         bool fit = fits(p);
         /* The first strategy kept must beat the search's plan by the margin;
          * later ones need only beat it. */
@@ -281,6 +339,7 @@ int pass_prop_portfolio(prop *p)
             continue;
         for (int k = 0; k < p->nops; k++)
             best[k] = p->ops[k].lay;
+        pass_prop_loop_carries(p, best_carry, nloops);
         best_step = step;
         best_fit = fit;
         why = st[i].why;
@@ -289,6 +348,7 @@ int pass_prop_portfolio(prop *p)
         p->ops[k].lay = best[k];
         p->ops[k].decided = true;
     }
+    pass_prop_loop_restore(p, best_carry, nloops);
     p->wide = why ? false : wide;
     if (why) {
         p->plan_why = why;
@@ -298,5 +358,8 @@ out:
     free(r.model);
     free(res);
     free(best);
+    free(keep);
+    free(best_carry);
+    free(saved);
     return adopted;
 }
