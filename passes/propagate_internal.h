@@ -280,8 +280,9 @@ double pass_prop_step_time(prop *p);
  * Programs with repeated blocks too: each loop's carried sharding
  * follows the strategy, and is restored with the plan kept.  Leaves every
  * op decided.  Returns 1 when a strategy replaced the plan, 0 otherwise
- * (also for programs without a single batch dim or without a model dim,
- * which it does not try, and when out of memory). */
+ * (also for programs without a single batch dim, or without a model dim:
+ * a DP program without a repeated block, which it does not try, and when
+ * out of memory). */
 int pass_prop_portfolio(prop *p);
 
 /* ---- propagate_search.c ---- */

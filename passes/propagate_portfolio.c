@@ -59,9 +59,12 @@
  * kept are restored with its layouts.  Plans are scored by the step plus
  * the reshards into the carried shardings (pass_prop_loop_carry_time),
  * which the step's replay leaves out and which differ between strategies.
- * Not done: programs without a single batch dim, and programs whose params
- * shard no dim over a data axis (no model dim: DP+TP, as
- * examples/llama2_13b*.ein declare it).
+ * Where no param shards a dim over a data axis (DP, as
+ * examples/llama2_13b*.ein declare it), the model dim is the one a forward
+ * loop carries besides B and the sequence (carried_model), and the
+ * strategies are DP+TP and DP with FSDP on the TP axes.  Not done: programs
+ * without a single batch dim, and DP programs without a repeated block
+ * (nothing names their model dim).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +86,8 @@ typedef struct roles {
     bool *model;    /* by dim id: a param shards it over a data axis */
     ir_axes data;   /* axes some input shards (size > 1) */
     ir_axes tp;     /* axes some param shards and no input does (size > 1) */
+    bool dp;        /* no param shards a model dim over a data axis: the model dims are a
+                       loop's carried ones (carried_model), and the strategies DP's */
 } roles;
 
 /* One strategy: the axes of B and of the sequence on the residual stream. */
@@ -90,6 +95,31 @@ typedef struct strategy {
     const char *why; /* plan_why when it is kept (static) */
     ir_axes batch, seq;
 } strategy;
+
+/* When no param shards a dim over a data axis (data parallelism, the
+ * params whole on the data axes), the model dims are those a forward
+ * loop carries besides the batch and the sequence: the carried tensor is
+ * the residual stream (docs/language.md, "Repeated blocks").  True when
+ * some param shards a model dim over a data axis (FSDP). */
+static bool carried_model(const prop *p, roles *r)
+{
+    const ir_module *m = p->m;
+    for (int id = 0; id < m->ndims; id++)
+        if (r->model[id])
+            return true;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN || op->phase != IR_PHASE_FORWARD || !op->result)
+            continue;
+        const ir_type *t = &op->result->type;
+        bool has_batch = false;
+        for (int d = 0; d < t->rank; d++)
+            has_batch = has_batch || t->dims[d] == r->batch;
+        for (int d = 0; has_batch && d < t->rank; d++)
+            if (t->dims[d] >= 0 && t->dims[d] < m->ndims && t->dims[d] != r->batch && t->dims[d] != r->seq)
+                r->model[t->dims[d]] = true;
+    }
+    return false;
+}
 
 /* Fills r from the declared shardings of inputs and params; false when
  * the program has no single batch dim (then there is no residual stream
@@ -114,6 +144,7 @@ static bool find_roles(const prop *p, roles *r)
     r->data = input & big & p->used_axes;
     r->tp = param & ~input & big & p->used_axes;
     r->batch = r->seq = -1;
+    r->dp = false;
     bool *sharded = calloc((size_t)m->ndims + 1, sizeof *sharded);
     if (!sharded)
         return false;
@@ -149,6 +180,8 @@ static bool find_roles(const prop *p, roles *r)
         }
     }
     free(sharded);
+    if (r->batch >= 0)
+        r->dp = !carried_model(p, r);
     return r->batch >= 0 && r->data;
 }
 
@@ -255,10 +288,17 @@ static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value *
 /* The strategies of roles r, each once (strategies that coincide on the mesh are one): at most four. */
 static int strategies(const roles *r, strategy *out)
 {
+    /* With the params whole on the data axes, the batch over every axis
+     * gathers the weights over the TP axes only: FSDP there, DP on the
+     * data axes; the batch over the data axes is DP with TP. */
     strategy all[4] = {
-        {"seed 000's FSDP (the batch over every axis on the residual stream) is kept: its step, with "
+        {r->dp ? "seed 000's DP with FSDP on the TP axes (the batch over every axis on the residual stream) is "
+                 "kept: its step, with parameter gathers overlapped, is shorter than the search's plan"
+               : "seed 000's FSDP (the batch over every axis on the residual stream) is kept: its step, with "
          "parameter gathers overlapped, is shorter than the search's plan", r->data | r->tp, 0},
-        {"seed 000's FSDP+TP (the batch over the data axes on the residual stream) is kept: its step, with "
+        {r->dp ? "seed 000's DP+TP (the batch over the data axes on the residual stream) is kept: its step, "
+                 "with parameter gathers overlapped, is shorter than the search's plan"
+               : "seed 000's FSDP+TP (the batch over the data axes on the residual stream) is kept: its step, with "
          "parameter gathers overlapped, is shorter than the search's plan", r->data, 0},
         {"seed 000's TP with sequence parallelism (the sequence over the TP axes on the residual stream) is "
          "kept: its step, with parameter gathers overlapped, is shorter than the search's plan", r->data,
