@@ -277,9 +277,12 @@ double pass_prop_step_time(prop *p);
  * (pass_prop_step_time) is the shortest among them and the current one,
  * a strategy only when PORTFOLIO_MARGIN (1%) shorter, a plan that fits the
  * HBM before one that does not; sets p->plan_why when a strategy is kept.
- * Leaves every op decided.  Returns 1 when a strategy replaced the plan,
- * 0 otherwise (also for programs with repeated blocks or without a single
- * batch dim, which it does not try, and when out of memory). */
+ * Programs with repeated blocks too: each loop's carried sharding
+ * follows the strategy, and is restored with the plan kept.  Leaves every
+ * op decided.  Returns 1 when a strategy replaced the plan, 0 otherwise
+ * (also for programs without a single batch dim, or without a model dim:
+ * a DP program without a repeated block, which it does not try, and when
+ * out of memory). */
 int pass_prop_portfolio(prop *p);
 
 /* ---- propagate_search.c ---- */
@@ -328,6 +331,15 @@ bool pass_prop_loop_settle(prop *p);
  * pass_prop_loop_restore with the same array. */
 bool pass_prop_loop_primal(prop *p, ir_sharding *saved, int nsaved);
 void pass_prop_loop_restore(prop *p, const ir_sharding *saved, int nsaved);
+/* Copies every loop's carried sharding, in program order, into
+ * saved[0..nsaved-1] (NULL: none); returns the number of loops.  With
+ * pass_prop_loop_restore, a plan's carries are set aside and put back. */
+int pass_prop_loop_carries(const prop *p, ir_sharding *saved, int nsaved);
+/* Seconds of the reshards into every loop's carried sharding under the
+ * current decisions: the value entering (once) and the body's new value
+ * (every iteration), as pass_prop_loop_finish will emit them; the part of
+ * the step pass_prop_step_time does not replay.  0 without a profile. */
+double pass_prop_loop_carry_time(prop *p);
 /* Before materialisation: gives each LayerStack result the sharding the
  * sweeps left its operand (without partial sums, the loop's dim in front)
  * and each LayerSlice of one that sharding without the dim, the shardings

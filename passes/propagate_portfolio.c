@@ -45,9 +45,26 @@
  * consumers).  The plan with the shortest step among the search's and the
  * strategies' is kept; a strategy must be PORTFOLIO_MARGIN shorter than
  * the search's plan, and a plan that fits the HBM (the ILP's memory row)
- * beats one that does not.  Not done: programs with repeated blocks (their
- * carried shardings are settled before the sweeps, propagate_loop.c), and
- * programs without a single batch dim.
+ * beats one that does not.
+ *
+ * Repeated blocks (propagate_loop.c) are planned once for all their
+ * layers, and a loop's carried value (the LoopBegin and LoopEnd results)
+ * is no op's result, so it is not constrained itself: its sharding follows
+ * the strategy through the values around it.  Before a strategy's sweeps
+ * the carries are laid out again (pass_prop_loop_prepare): a loop entered
+ * or left by a constrained residual value carries the strategy's sharding,
+ * and a backward loop's cotangent starts as its primal's; after them the
+ * carries nothing fixes are settled from the value entering, kept if the
+ * objective is lower, as the search settles them.  The carries of the plan
+ * kept are restored with its layouts.  Plans are scored by the step plus
+ * the reshards into the carried shardings (pass_prop_loop_carry_time),
+ * which the step's replay leaves out and which differ between strategies.
+ * Where no param shards a dim over a data axis (DP, as
+ * examples/llama2_13b*.ein declare it), the model dim is the one a forward
+ * loop carries besides B and the sequence (carried_model), and the
+ * strategies are DP+TP and DP with FSDP on the TP axes.  Not done: programs
+ * without a single batch dim, and DP programs without a repeated block
+ * (nothing names their model dim).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +86,8 @@ typedef struct roles {
     bool *model;    /* by dim id: a param shards it over a data axis */
     ir_axes data;   /* axes some input shards (size > 1) */
     ir_axes tp;     /* axes some param shards and no input does (size > 1) */
+    bool dp;        /* no param shards a model dim over a data axis: the model dims are a
+                       loop's carried ones (carried_model), and the strategies DP's */
 } roles;
 
 /* One strategy: the axes of B and of the sequence on the residual stream. */
@@ -76,6 +95,31 @@ typedef struct strategy {
     const char *why; /* plan_why when it is kept (static) */
     ir_axes batch, seq;
 } strategy;
+
+/* When no param shards a dim over a data axis (data parallelism, the
+ * params whole on the data axes), the model dims are those a forward
+ * loop carries besides the batch and the sequence: the carried tensor is
+ * the residual stream (docs/language.md, "Repeated blocks").  True when
+ * some param shards a model dim over a data axis (FSDP). */
+static bool carried_model(const prop *p, roles *r)
+{
+    const ir_module *m = p->m;
+    for (int id = 0; id < m->ndims; id++)
+        if (r->model[id])
+            return true;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN || op->phase != IR_PHASE_FORWARD || !op->result)
+            continue;
+        const ir_type *t = &op->result->type;
+        bool has_batch = false;
+        for (int d = 0; d < t->rank; d++)
+            has_batch = has_batch || t->dims[d] == r->batch;
+        for (int d = 0; has_batch && d < t->rank; d++)
+            if (t->dims[d] >= 0 && t->dims[d] < m->ndims && t->dims[d] != r->batch && t->dims[d] != r->seq)
+                r->model[t->dims[d]] = true;
+    }
+    return false;
+}
 
 /* Fills r from the declared shardings of inputs and params; false when
  * the program has no single batch dim (then there is no residual stream
@@ -100,6 +144,7 @@ static bool find_roles(const prop *p, roles *r)
     r->data = input & big & p->used_axes;
     r->tp = param & ~input & big & p->used_axes;
     r->batch = r->seq = -1;
+    r->dp = false;
     bool *sharded = calloc((size_t)m->ndims + 1, sizeof *sharded);
     if (!sharded)
         return false;
@@ -135,6 +180,8 @@ static bool find_roles(const prop *p, roles *r)
         }
     }
     free(sharded);
+    if (r->batch >= 0)
+        r->dp = !carried_model(p, r);
     return r->batch >= 0 && r->data;
 }
 
@@ -143,8 +190,9 @@ static bool find_roles(const prop *p, roles *r)
  * dim, each once. */
 static bool residual(const prop *p, const roles *r, const ir_value *v)
 {
-    if (!v->def || v->def->phase != IR_PHASE_FORWARD || v->has_constraint)
-        return false;
+    if (!v->def || v->def->phase != IR_PHASE_FORWARD || v->has_constraint || v->id < 0 ||
+        v->id >= p->nvalues || p->def[v->id] < 0)
+        return false; /* a loop's carried value follows its loop's (plan_strategy) */
     int nb = 0, ns = 0, nm = 0;
     for (int d = 0; d < v->type.rank; d++) {
         int id = v->type.dims[d];
@@ -174,17 +222,47 @@ static bool strategy_sharding(const prop *p, const roles *r, const strategy *s, 
     return true;
 }
 
+/* After a strategy's sweeps: the carries of the loops that nothing fixes
+ * (a backward loop's cotangent, first laid out like its primal) are taken
+ * from the value entering them, as the search does after its first sweeps
+ * (pass_prop_loop_settle), and the sweeps run again; kept only if the
+ * objective is lower, else the carries and layouts are put back.
+ * `saved` holds nloops shardings, `keep` p->nops layouts (scratch). */
+static void settle_carries(prop *p, ir_sharding *saved, int nloops, layout *keep)
+{
+    pass_prop_loop_carries(p, saved, nloops);
+    for (int k = 0; k < p->nops; k++)
+        keep[k] = p->ops[k].lay;
+    double before = pass_prop_total_cost(p).time;
+    if (!pass_prop_loop_settle(p))
+        return;
+    pass_prop_sweep(p);
+    if (pass_prop_total_cost(p).time < before)
+        return;
+    pass_prop_loop_restore(p, saved, nloops);
+    for (int k = 0; k < p->nops; k++)
+        p->ops[k].lay = keep[k];
+}
+
 /* Plans strategy s on the residual values res[0..n-1] (constrained for
- * the plan, unconstrained after): a first forward sweep, the sweeps and
- * joint moves of the first phase, and for sequence parallelism the ILP and
- * the sweeps after it.  False when the strategy cannot be laid out. */
-static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value **res, int n)
+ * the plan, unconstrained after): the loops' carries laid out from the
+ * constraints (pass_prop_loop_prepare: a loop entered or left by a
+ * residual value carries the strategy's sharding, a backward loop first
+ * its primal's), a first forward sweep, the sweeps and joint moves of the
+ * first phase, the carries nothing fixes settled, and for sequence
+ * parallelism the ILP and the sweeps after it.  `saved` (nloops
+ * shardings) and `keep` (p->nops layouts) are scratch.  False when the
+ * strategy cannot be laid out (the carries may then be changed: the
+ * caller restores them). */
+static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value **res, int n,
+                          ir_sharding *saved, int nloops, layout *keep)
 {
     for (int i = 0; i < n; i++)
         if (!strategy_sharding(p, r, s, res[i], &res[i]->constraint))
             return false;
     for (int i = 0; i < n; i++)
         res[i]->has_constraint = true;
+    int unknown = nloops ? pass_prop_loop_prepare(p) : 0;
     bool ok = true;
     for (int k = 0; k < p->nops; k++)
         p->ops[k].decided = false;
@@ -192,6 +270,8 @@ static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value *
         ok = pass_prop_choose(p, k) >= 0 && ok;
     if (ok)
         pass_prop_descend(p);
+    if (ok && unknown)
+        settle_carries(p, saved, nloops, keep);
     if (ok && s->seq && p->ilp_time > 0 && p->ilp.cols > 0 && p->ilp.cols <= PORTFOLIO_ILP_COLS) {
         pass_prop_ilp_report rep; /* the search's report (p->ilp) stays the certificate's */
         memset(&rep, 0, sizeof rep);
@@ -205,13 +285,20 @@ static bool plan_strategy(prop *p, const roles *r, const strategy *s, ir_value *
     return ok;
 }
 
-/* The strategies of roles r, without repeats: at most four. */
+/* The strategies of roles r, each once (strategies that coincide on the mesh are one): at most four. */
 static int strategies(const roles *r, strategy *out)
 {
+    /* With the params whole on the data axes, the batch over every axis
+     * gathers the weights over the TP axes only: FSDP there, DP on the
+     * data axes; the batch over the data axes is DP with TP. */
     strategy all[4] = {
-        {"seed 000's FSDP (the batch over every axis on the residual stream) is kept: its step, with "
+        {r->dp ? "seed 000's DP with FSDP on the TP axes (the batch over every axis on the residual stream) is "
+                 "kept: its step, with parameter gathers overlapped, is shorter than the search's plan"
+               : "seed 000's FSDP (the batch over every axis on the residual stream) is kept: its step, with "
          "parameter gathers overlapped, is shorter than the search's plan", r->data | r->tp, 0},
-        {"seed 000's FSDP+TP (the batch over the data axes on the residual stream) is kept: its step, with "
+        {r->dp ? "seed 000's DP+TP (the batch over the data axes on the residual stream) is kept: its step, "
+                 "with parameter gathers overlapped, is shorter than the search's plan"
+               : "seed 000's FSDP+TP (the batch over the data axes on the residual stream) is kept: its step, with "
          "parameter gathers overlapped, is shorter than the search's plan", r->data, 0},
         {"seed 000's TP with sequence parallelism (the sequence over the TP axes on the residual stream) is "
          "kept: its step, with parameter gathers overlapped, is shorter than the search's plan", r->data,
@@ -237,20 +324,30 @@ static bool fits(const prop *p)
     return !(p->ilp.mem_hbm > 0) || pass_prop_memory(p) <= p->ilp.mem_hbm;
 }
 
+/* The step a plan is scored by: the planner's replay of the cost pass's
+ * two streams, plus the reshards into the loops' carried shardings, which
+ * the replay leaves out and which differ between strategies. */
+static double score(prop *p)
+{
+    return pass_prop_step_time(p) + pass_prop_loop_carry_time(p);
+}
+
 int pass_prop_portfolio(prop *p)
 {
     ir_module *m = p->m;
     if (!p->hw || p->nops == 0)
         return 0;
-    for (const ir_op *op = m->first; op; op = op->next)
-        if (op->kind == IR_OP_LOOPBEGIN)
-            return 0;
+    int nloops = pass_prop_loop_carries(p, NULL, 0);
     roles r;
     r.model = calloc((size_t)m->ndims + 1, sizeof *r.model);
     ir_value **res = malloc((size_t)m->nvalues * sizeof *res + 1);
     layout *best = malloc((size_t)p->nops * sizeof *best + 1);
+    layout *keep = malloc((size_t)p->nops * sizeof *keep + 1);
+    /* The loops' carries: of the best plan so far, and scratch. */
+    ir_sharding *best_carry = malloc((size_t)nloops * sizeof *best_carry + 1);
+    ir_sharding *saved = malloc((size_t)nloops * sizeof *saved + 1);
     int n = 0, adopted = 0;
-    if (!r.model || !res || !best || !find_roles(p, &r))
+    if (!r.model || !res || !best || !keep || !best_carry || !saved || !find_roles(p, &r))
         goto out;
     for (int i = 0; i < m->nvalues; i++)
         if (residual(p, &r, m->values[i]))
@@ -259,16 +356,17 @@ int pass_prop_portfolio(prop *p)
         goto out;
     for (int k = 0; k < p->nops; k++)
         best[k] = p->ops[k].lay;
-    double best_step = pass_prop_step_time(p);
+    pass_prop_loop_carries(p, best_carry, nloops);
+    double best_step = score(p);
     bool best_fit = fits(p), wide = p->wide;
     const char *why = NULL;
     strategy st[4];
     int ns = strategies(&r, st);
     p->wide = false;
     for (int i = 0; i < ns; i++) {
-        if (!plan_strategy(p, &r, &st[i], res, n))
+        if (!plan_strategy(p, &r, &st[i], res, n, saved, nloops, keep))
             continue;
-        double step = pass_prop_step_time(p);
+        double step = score(p);
         bool fit = fits(p);
         /* The first strategy kept must beat the search's plan by the margin;
          * later ones need only beat it. */
@@ -281,6 +379,7 @@ int pass_prop_portfolio(prop *p)
             continue;
         for (int k = 0; k < p->nops; k++)
             best[k] = p->ops[k].lay;
+        pass_prop_loop_carries(p, best_carry, nloops);
         best_step = step;
         best_fit = fit;
         why = st[i].why;
@@ -289,6 +388,7 @@ int pass_prop_portfolio(prop *p)
         p->ops[k].lay = best[k];
         p->ops[k].decided = true;
     }
+    pass_prop_loop_restore(p, best_carry, nloops);
     p->wide = why ? false : wide;
     if (why) {
         p->plan_why = why;
@@ -298,5 +398,8 @@ out:
     free(r.model);
     free(res);
     free(best);
+    free(keep);
+    free(best_carry);
+    free(saved);
     return adopted;
 }

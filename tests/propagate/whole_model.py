@@ -41,28 +41,38 @@ STRATEGIES = {
 }
 
 
-def program(rng, layers, train, residual=None):
+def program(rng, layers, train, residual=None, repeat=False):
     """The .ein text of one random model; `residual` constrains the
-    residual stream to that sharding (None: free)."""
+    residual stream to that sharding (None: free).  With `repeat`, the
+    layers are one `repeat L` block over stacked params (`Wq[L, D_X, N_Y,
+    H]`) carrying the residual stream X, as examples/llama2_13b.ein is
+    written."""
     x, y = rng["X"], rng["Y"]
     d, f, n, h, t, b, v = rng["D"], rng["F"], rng["N"], rng["H"], rng["T"], rng["B"], rng["V"]
     res = lambda name: f"{name}[{residual}]" if residual else f"{name}[B, T, D]"
     out = [f"mesh X = {x}, Y = {y}",
-           f"dim B = {b}, T = {t}, S = {t}, V = {v}, D = {d}, N = {n}, H = {h}, F = {f}",
+           f"dim B = {b}, T = {t}, S = {t}, V = {v}, D = {d}, N = {n}, H = {h}, F = {f}"
+           + (f", L = {layers}" if repeat else ""),
            "input Tok[B_X, T] : i32", "input Nxt[B_X, T] : f32",
            "param Emb[V, D_X] : f32"]
     params = ["Emb"]
-    for i in range(1, layers + 1):
-        out += [f"param G{i}[D] : f32", f"param Wq{i}[D_X, N_Y, H] : f32", f"param Wk{i}[D_X, N_Y, H] : f32",
-                f"param Wv{i}[D_X, N_Y, H] : f32", f"param Wo{i}[N_Y, H, D_X] : f32", f"param M{i}[D] : f32",
-                f"param Wu{i}[D_X, F_Y] : f32", f"param Wd{i}[F_Y, D_X] : f32"]
+    stack = "L, " if repeat else ""
+    for i in (("",) if repeat else range(1, layers + 1)):
+        out += [f"param G{i}[{stack}D] : f32", f"param Wq{i}[{stack}D_X, N_Y, H] : f32",
+                f"param Wk{i}[{stack}D_X, N_Y, H] : f32", f"param Wv{i}[{stack}D_X, N_Y, H] : f32",
+                f"param Wo{i}[{stack}N_Y, H, D_X] : f32", f"param M{i}[{stack}D] : f32",
+                f"param Wu{i}[{stack}D_X, F_Y] : f32", f"param Wd{i}[{stack}F_Y, D_X] : f32"]
         params += [f"G{i}", f"Wq{i}", f"Wk{i}", f"Wv{i}", f"Wo{i}", f"M{i}", f"Wu{i}", f"Wd{i}"]
     out += ["param Wout[D_X, V] : f32"]
     params += ["Wout"]
-    out.append(f"{res('X0')} = Emb[Tok[B, T], D]")
-    prev = "X0"
+    prev = "X" if repeat else "X0"
+    out.append(f"{res(prev)} = Emb[Tok[B, T], D]")
     scale = (1.0 / h) ** 0.5
-    for i in range(1, layers + 1):
+    loss = "Loss" if repeat else "L"  # L is the layer dim of a repeat
+    if repeat:
+        out.append("repeat L {")
+    for i in (("",) if repeat else range(1, layers + 1)):
+        new = "X" if repeat else f"X{i}"
         out += [f"R{i}[B, T] = rsqrt(mean({prev}[B, T, D] * {prev}[B, T, D]) + 0.00001)",
                 f"A{i}[B, T, D] = {prev}[B, T, D] * R{i}[B, T] * G{i}[D]",
                 f"Q{i}[B, T, N, H] = A{i}[B, T, D] * Wq{i}[D, N, H]",
@@ -75,22 +85,25 @@ def program(rng, layers, train, residual=None):
                 f"Q{i}m[B, T] = rsqrt(mean(Y{i}[B, T, D] * Y{i}[B, T, D]) + 0.00001)",
                 f"B{i}[B, T, D] = Y{i}[B, T, D] * Q{i}m[B, T] * M{i}[D]",
                 f"U{i}[B, T, F] = B{i}[B, T, D] * Wu{i}[D, F]",
-                f"{res(f'X{i}')} = Y{i}[B, T, D] + gelu(U{i}[B, T, F]) * Wd{i}[F, D]"]
-        prev = f"X{i}"
+                f"{res(new)} = Y{i}[B, T, D] + gelu(U{i}[B, T, F]) * Wd{i}[F, D]"]
+        prev = new
+    if repeat:
+        out.append("}")
     out += [f"Z[B, T, V] = {prev}[B, T, D] * Wout[D, V]",
             "Mx[B, T] = max(Z[B, T, V])",
             "Lse[B, T] = log(sum(exp(Z[B, T, V] - Mx[B, T]))) + Mx[B, T]",
             "Zt[B, T] = sum(where(V == Nxt[B, T], Z[B, T, V], 0), V)",
-            "L[] = mean(Lse[B, T] - Zt[B, T])"]
+            f"{loss}[] = mean(Lse[B, T] - Zt[B, T])"]
     if train:
-        out += ["loss L", f"optimize {', '.join(params)} with adamw(lr=0.001)"]
+        out += [f"loss {loss}", f"optimize {', '.join(params)} with adamw(lr=0.001)"]
     else:
-        out += ["output L"]
+        out += [f"output {loss}"]
     return "\n".join(out) + "\n"
 
 
-def plan(einc, text, hw, workdir, name, extra=()):
-    """The cost model's step (seconds) and the certificate text of `text`."""
+def plan_json(einc, text, hw, workdir, name, extra=()):
+    """The --dump-ir=json of `text` planned and costed on `hw` (written to
+    workdir/name.ein); RuntimeError when einc fails."""
     path = os.path.join(workdir, name + ".ein")
     with open(path, "w") as fh:
         fh.write(text)
@@ -98,7 +111,12 @@ def plan(einc, text, hw, workdir, name, extra=()):
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"{name}: einc failed:\n{r.stderr}")
-    d = json.loads(r.stdout)
+    return json.loads(r.stdout)
+
+
+def plan(einc, text, hw, workdir, name, extra=()):
+    """The cost model's step (seconds) and the certificate text of `text`."""
+    d = plan_json(einc, text, hw, workdir, name, extra)
     return d["totals"]["step_time"], d["plan"]["text"]
 
 
