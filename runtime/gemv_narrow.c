@@ -38,6 +38,13 @@
  * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).
  * The sums are taken in another order than BLAS's: results differ by f32
  * rounding.
+ *
+ * A large product may be shared with the device's helper thread
+ * (rt_gemv.h, gemv_split.c): run_part computes any range of batches, rows
+ * and columns, and run_chunk cuts the whole into ranges that start on a
+ * multiple of 16 rows or columns (or a batch entry), where the loops'
+ * 4-row, 8- and 16-column steps already fall, so each output element is
+ * computed by one thread exactly as without the split.
  */
 #include <string.h>
 
@@ -270,7 +277,13 @@ static void run_part(const gemv_part *p)
  * (k + 1) u / n) of UNIT rows, batch entries or columns. */
 enum { SPLIT_ROWS, SPLIT_BATCHES, SPLIT_COLS };
 #define SPLIT_UNIT 16 /* rows or columns: a multiple of every kernel's step */
-#define SPLIT_CHUNKS 8
+/* Chunks of rows: each a contiguous run of the matrix, so eight (a helper
+ * preempted mid-chunk holds up an eighth).  Columns and batch entries
+ * (heads): halves, each a contiguous half of every row; a quarter of a
+ * row of 1024 i8 columns is 256 bytes, read too short for the
+ * prefetchers (0.6x the single thread's weights/s, bench/gemv_narrow.c). */
+#define SPLIT_ROW_CHUNKS 8
+#define SPLIT_OTHER_CHUNKS 2
 
 typedef struct gemv_split_job {
     gemv_part whole;
@@ -317,7 +330,8 @@ static int plan_split(const rt_gemv_split *s, const gemv_part *whole, int64_t nb
     } else { /* ... or ranges of columns, every row of each */
         j->how = SPLIT_COLS, j->units = v->cols / SPLIT_UNIT;
     }
-    j->n = j->units < SPLIT_CHUNKS ? j->units : SPLIT_CHUNKS;
+    int64_t most = j->how == SPLIT_ROWS ? SPLIT_ROW_CHUNKS : SPLIT_OTHER_CHUNKS;
+    j->n = j->units < most ? j->units : most;
     return j->n >= 2;
 }
 

@@ -263,8 +263,11 @@ void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
         s->threads = 2;
         s->adaptive = 1;
         s->cpu = pin && ncpus >= 2 ? cpus[ndev + index] : -1;
-    } else if (env) { /* forced: wherever the kernel puts it */
+    } else if (env) { /* forced: on another CPU than the device's, if any */
         s->threads = 2;
+        int64_t c = (ndev + index) % (ncpus > 0 ? ncpus : 1);
+        if (pin && ncpus >= 2 && c != index % ncpus)
+            s->cpu = cpus[c];
     }
     if (env)
         s->adaptive = 0; /* forced: always split */

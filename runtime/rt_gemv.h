@@ -17,9 +17,10 @@
 #include <stdint.h>
 
 /* Matrix bytes (over all batch entries) from which a product is split:
- * below it the helper's wake-up costs about what it saves (measured with
- * bench/gemv_narrow.c, docs/performance.md). */
-#define RT_GEMV_SPLIT_BYTES ((int64_t)1 << 20)
+ * at 256 KiB the helper's wake-up cost what it saved, at 512 KiB the
+ * split read 1.6x (rows form) and 1.1x (cols form) the weights/s of one
+ * thread (bench/gemv_narrow.c, i8 [512 x 1024], 2-core AMD EPYC). */
+#define RT_GEMV_SPLIT_BYTES ((int64_t)512 << 10)
 
 typedef struct rt_gemv_worker rt_gemv_worker; /* gemv_split.c */
 
@@ -52,7 +53,9 @@ typedef struct rt_gemv_split {
  * `pin`
  * (device i is pinned to the i-th: --bind-to core).  EINC_GEMV_THREADS=1
  * in the environment turns splitting off, =2 forces it (a helper even
- * without a spare core); any other value is an error (einrt: error, exit 1).
+ * without a spare core, pinned to the (ndev + index)-th CPU mod their
+ * number when that is not the device's); any other value is an error
+ * (einrt: error, exit 1).
  * The plan is adaptive (rt_gemv_split_choose) unless forced.
  */
 void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin);
