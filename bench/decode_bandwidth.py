@@ -27,14 +27,19 @@ the bytes it reads (the weights at 1 byte):
       static f32 scale per head channel (docs/generation.md, "An int8 KV
       cache"), written as `i8(Kr[...] * IKc[...])` and read through folded
       casts by the attention einsums, batched over the heads
-All three run alternately in five rounds of --repeat runs with the copy
+and the first and last again with EINC_GEMV_THREADS=2: the large narrow
+products always shared with a helper thread on the second core (rt_gemv.h;
+by default only when the machine has a spare core and only while it is the
+faster, which on a loaded machine is never).
+All of them run alternately in five rounds of --repeat runs with the copy
 that measures W; each time is its fastest round's median (on a shared
 machine load only adds time; the fastest copy gives the highest W, the
 strictest limit), and each line gives its peak memory per device
 (--stats).  Then the i8 GEMV kernel at the step's shapes, portable C (the
 compiler's AVX2 clone of it: what ran before the AVX2 kernel) vs the AVX2
-kernel (bench/gemv_narrow.c, weights/s, the matrix read from memory, and
-once from cache).
+kernel, and the AVX2 kernel split with a helper thread vs on one
+(bench/gemv_narrow.c, weights/s, the matrix read from memory, and once
+from cache).
 
     python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9] [--int8] [--json FILE]
 """
@@ -186,16 +191,21 @@ def kernel_rates(a, dims, res):
     rows = []
     for label, (r, c, form, env) in kernel_shapes(dims).items():
         out = bl.run([exe, r, c, form, "i8", 31], env=env)
-        got = dict((m.group(1), float(m.group(2)))
-                   for m in re.finditer(r"RESULT isa=(\w+) ms=\S+ weights_per_s=(\S+)", out))
+        got = dict((m.group(1), float(m.group(2))) for m in
+                   re.finditer(r"RESULT isa=(\w+(?: threads=\d+)?) ms=\S+ weights_per_s=(\S+)", out))
         if "avx2" not in got:
             rows.append([label, "%.3g" % got["portable"], "-", "-"])
             continue
         ratio = got["avx2"] / got["portable"]
-        rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio])
+        split = got["avx2 threads=2"] / got["avx2"]
+        rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio,
+                     "%.3g" % got["avx2 threads=2"], "%.2fx" % split])
         res.add("i8 GEMV kernel, AVX2 vs portable C, %s, %dx%d" % (label, r, c), got["avx2"] / 1e9,
                 "1e9 weights/s", "", ratio)
-    bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio"], rows)
+        res.add("i8 GEMV kernel, AVX2 split over 2 threads vs 1, %s, %dx%d" % (label, r, c),
+                got["avx2 threads=2"] / 1e9, "1e9 weights/s", "", split)
+    bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio",
+              "AVX2 2 threads weights/s", "ratio to 1 thread"], rows)
 
 
 def main_int8(a, dims, defines, einc):
@@ -206,12 +216,17 @@ def main_int8(a, dims, defines, einc):
             srcs[name] = os.path.join(work, "decode_int8_%s.ein" % name)
             with open(srcs[name], "w") as f:
                 f.write(t)
-        # name -> (source, flags, int8 cache)
-        variants = {"weights i8, f32 cache, casts folded": ("plain", [], False),
-                    "weights i8, f32 cache, --fold-casts=off": ("plain", ["--fold-casts=off"], False),
-                    "weights and KV cache i8, casts folded": ("cache", [], True)}
+        # name -> (source, flags, int8 cache, environment)
+        two = {"EINC_GEMV_THREADS": "2"}
+        variants = {"weights i8, f32 cache, casts folded": ("plain", [], False, {}),
+                    "weights i8, f32 cache, --fold-casts=off": ("plain", ["--fold-casts=off"], False, {}),
+                    "weights and KV cache i8, casts folded": ("cache", [], True, {}),
+                    "weights i8, f32 cache, casts folded, EINC_GEMV_THREADS=2":
+                        ("plain", [], False, two),
+                    "weights and KV cache i8, casts folded, EINC_GEMV_THREADS=2":
+                        ("cache", [], True, two)}
         exes = {}
-        for i, (name, (src, flags, _)) in enumerate(variants.items()):
+        for i, (name, (src, flags, _, _)) in enumerate(variants.items()):
             exes[name] = os.path.join(work, "decode_%d" % i)
             bl.run([einc, srcs[src], "-o", exes[name]] + flags + defines)
         # alternately, five rounds, the copy that measures W among them: a
@@ -222,7 +237,9 @@ def main_int8(a, dims, defines, einc):
         times = {name: [] for name in list(exes) + ["copy"]}
         for _ in range(5):
             for name, exe in list(exes.items()) + [("copy", copy)]:
-                times[name].append(bl.median_run_ms(exe, a.repeat))
+                env = variants[name][3] if name in variants else {}
+                times[name].append(bl.median_ms(bl.run([exe, "--random-inputs", "1", "--repeat",
+                                                        str(a.repeat)], env=env)))
         runs = {name: (min(times[name]), peak_bytes(exe)) for name, exe in exes.items()}
         copy_ms = min(times["copy"])
     res = bl.Results("decode_bandwidth_int8", "The int8 decode step vs its memory-bandwidth limit",
@@ -243,6 +260,12 @@ def main_int8(a, dims, defines, einc):
                 ms, "ms", ">= 0.7x bandwidth limit", ratio, bl.verdict(ratio, 0.7))
     fold, off = (runs["weights i8, f32 cache, casts folded"],
                  runs["weights i8, f32 cache, --fold-casts=off"])
+    for name in ("weights i8, f32 cache, casts folded", "weights and KV cache i8, casts folded"):
+        split = runs[name + ", EINC_GEMV_THREADS=2"][0]
+        print("%s: always split with the helper thread (EINC_GEMV_THREADS=2): %.2fx the speed "
+              "of the default" % (name, runs[name][0] / split))
+        res.add("int8 decode step, %s, EINC_GEMV_THREADS=2 vs the default" % name, split, "ms",
+                "", runs[name][0] / split)
     print("folded: %.2fx the speed of --fold-casts=off, %.1f MiB less peak memory (params and caches: %.1f MiB)"
           % (off[0] / fold[0], (off[1] - fold[1]) / 2**20, resident_bytes(dims) / 2**20))
     res.add("int8 decode step, peak memory per device with casts folded (params and caches resident: "

@@ -10,22 +10,50 @@
  *           [D, F], every weight of the decode step)
  *     DTYPE i8 or bf16
  *
- * One call of rt_gemv_narrow_isa per repetition on a ROWS x COLS matrix;
+ * One call of rt_gemv_narrow_isa per repetition on a ROWS x COLS matrix,
+ * and with the best instruction set one call split with a helper thread
+ * (a device's spare core, rt_gemv.h; forced whatever the size).  As the
+ * runtime under --bind-to core, this thread runs on the first CPU the
+ * process may use and the helper on the second (unpinned, the kernel
+ * tends to wake the helper on the waker's CPU, and the two then share it);
  * the matrices cycle through enough copies (at least 256 MiB in all) that
  * a matrix smaller than the caches is still read from memory unless it
  * alone is asked for (COPIES=1 in the environment: the in-cache rate, the
- * kernel's conversion speed).  Prints one line per instruction set:
+ * kernel's conversion speed).  Prints one line per instruction set and
+ * one for the split:
  *   RESULT isa=avx2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
+ *   RESULT isa=avx2 threads=2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
  * err is the max |y - y_f64| / max |y_f64| against an f64 loop over the
  * same matrix; an instruction set the CPU lacks prints no line.
  */
+#define _GNU_SOURCE /* sched_setaffinity */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_util.h"
 #include "rt_internal.h"
+
+/* Pins the calling thread to the first CPU it may use; the second, or -1. */
+static int pin_two(void)
+{
+    cpu_set_t allowed, one;
+    int first = -1;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed)) {
+            if (first >= 0) {
+                CPU_ZERO(&one);
+                CPU_SET(first, &one);
+                return sched_setaffinity(0, sizeof one, &one) == 0 ? c : -1;
+            }
+            first = c;
+        }
+    return -1;
+}
 
 static double elem(int32_t dt, const void *m, int64_t i)
 {
@@ -100,7 +128,10 @@ int main(int argc, char **argv)
         refmax = fabs(ref[i]) > refmax ? fabs(ref[i]) : refmax;
     static const char *names[] = {"portable", "avx2"};
     int best = rt_gemv_narrow_isa_best();
-    double *t = malloc((size_t)reps * 2 * sizeof *t);
+    /* variants: isa 0..best on one thread, then the best split in two */
+    int nvar = best + 2;
+    rt_gemv_split split = {.threads = 2, .cpu = pin_two(), .min_bytes = 1};
+    double *t = malloc((size_t)reps * (size_t)nvar * sizeof *t);
     /* BATCH=n: n products whose matrices interleave (heads of a cache
      * [S, K, H] per head: LD = n * COLS, matrix i from column i * COLS;
      * x and y shared, so only the matrix reads differ) */
@@ -112,19 +143,23 @@ int main(int argc, char **argv)
     float *bscratch = malloc((size_t)(nbatch * cols) * sizeof *bscratch);
     for (int64_t i = 0; i < nbatch; i++)
         ob[i] = i * cols;
-    double err[2] = {0, 0};
-    for (int isa = 0; isa <= best; isa++) { /* the errors, and a warm-up */
-        if (!rt_gemv_narrow_isa(&g, scratch, isa))
+    double err[3] = {0, 0, 0};
+    for (int var = 0; var < nvar; var++) { /* the errors, and a warm-up */
+        rt_gemm gv = g;
+        gv.split = var > best ? &split : NULL;
+        if (!rt_gemv_narrow_isa(&gv, scratch, var > best ? best : var))
             return fprintf(stderr, "gemv_narrow: not a narrow product\n"), 1;
         for (int64_t i = 0; i < yn; i++) {
             double e = fabs(y[i] - ref[i]) / (refmax > 0 ? refmax : 1);
-            err[isa] = e > err[isa] ? e : err[isa];
+            err[var] = e > err[var] ? e : err[var];
         }
     }
-    for (int k = 0; k < reps; k++) /* alternately: a load that comes and goes hits both */
-        for (int isa = 0; isa <= best; isa++) {
+    for (int k = 0; k < reps; k++) /* alternately: a load that comes and goes hits all */
+        for (int var = 0; var < nvar; var++) {
+            int isa = var > best ? best : var;
             rt_gemm gk = g;
-            const char *m = mats + bytes * (size_t)((k * (best + 1) + isa) % copies);
+            gk.split = var > best ? &split : NULL;
+            const char *m = mats + bytes * (size_t)((k * nvar + var) % copies);
             if (rows_form)
                 gk.a = m;
             else
@@ -135,14 +170,16 @@ int main(int argc, char **argv)
                                        zeros, bscratch, isa);
             else
                 rt_gemv_narrow_isa(&gk, scratch, isa);
-            t[isa * reps + k] = bench_now() - t0;
+            t[var * reps + k] = bench_now() - t0;
         }
-    for (int isa = 0; isa <= best; isa++) {
-        double s = bench_median(t + isa * reps, reps);
-        printf("RESULT isa=%s ms=%.4f weights_per_s=%.4g bytes_per_s=%.4g err=%.3g\n", names[isa],
-               s * 1e3, (double)(rows * cols * nbatch) / s,
-               (double)(rows * cols * nbatch) * (double)es / s, err[isa]);
+    for (int var = 0; var < nvar; var++) {
+        double s = bench_median(t + var * reps, reps);
+        printf("RESULT isa=%s%s ms=%.4f weights_per_s=%.4g bytes_per_s=%.4g err=%.3g\n",
+               names[var > best ? best : var], var > best ? " threads=2" : "", s * 1e3,
+               (double)(rows * cols * nbatch) / s, (double)(rows * cols * nbatch) * (double)es / s,
+               err[var]);
     }
+    rt_gemv_split_release(&split);
     free(t);
     free(zeros);
     free(ob);

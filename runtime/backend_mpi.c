@@ -578,6 +578,17 @@ void rt_mpi_launch(const rt_program *p, int profiling, void (*fn)(rt_device *dev
     rt_device_init(&dev, p, &mpi_ops, w, rank);
     dev.profiling = profiling;
     dev.as_reserve = rt_check_address_space(&dev, 1);
+    /* The ranks of this node share its cores (a rank mpirun bound to one
+     * core gets no narrow-product helper: rt_gemv_split_plan). */
+    MPI_Comm node;
+    int local_size = 1, local_rank = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &local_size);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+    }
+    rt_gemv_split_plan(&dev.gemv, local_size, local_rank, 0);
     int32_t axes[RT_MAX_AXES];
     make_comms(w, dev.coord, 0, axes);
     rt_mpi_p2p_init(&dev, &w->p2p, w->cart);

@@ -302,6 +302,7 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
         locs[i].dev.backend_local = &locs[i];
         locs[i].dev.profiling = profiling;
         locs[i].dev.as_reserve = reserve;
+        rt_gemv_split_plan(&locs[i].dev.gemv, n, i, bind == RT_BIND_CORE);
         locs[i].fn = fn;
         locs[i].arg = arg;
     }

@@ -71,6 +71,7 @@ static void release_cache(rt_device *dev);
 void rt_device_release(rt_device *dev)
 {
     release_cache(dev);
+    rt_gemv_split_release(&dev->gemv);
     free(dev->profile.seconds);
     free(dev->profile.calls);
     free(dev->profile.open_at);

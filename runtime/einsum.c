@@ -290,7 +290,7 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
     rt_gemm g0 = {.dtype = cdt, .M = M, .N = N, .K = K, .alpha = c_tmp ? 1.0 : d->alpha,
                   .beta = 0.0, .a = va.base, .lda = va.ld, .ta = va.trans, .adt = adt,
                   .b = vb.base, .ldb = vb.ld, .tb = vb.trans, .bdt = bdt, .c = cbase,
-                  .ldc = vc.ld, .tc = vc.trans};
+                  .ldc = vc.ld, .tc = vc.trans, .split = &dev->gemv};
     /* A narrow matrix times a vector per batch index: every index in one
      * sweep (gemv_narrow.c), given their offsets into a, b and c (off);
      * else one GEMM per index. */

@@ -38,6 +38,13 @@
  * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).
  * The sums are taken in another order than BLAS's: results differ by f32
  * rounding.
+ *
+ * A large product may be shared with the device's helper thread
+ * (rt_gemv.h, gemv_split.c): run_part computes any range of batches, rows
+ * and columns, and run_chunk cuts the whole into ranges that start on a
+ * multiple of 16 rows or columns (or a batch entry), where the loops'
+ * 4-row, 8- and 16-column steps already fall, so each output element is
+ * computed by one thread exactly as without the split.
  */
 #include <string.h>
 
@@ -224,6 +231,110 @@ static void prefetch_rows(const narrow_mv *v, int64_t nbatch, const int64_t *om,
         }
 }
 
+/* One share of a batched product: batches [i0, i1), rows [r0, r1) of
+ * each matrix (rows form) and columns [c0, c1) (cols form), the block of
+ * rows swept across batches at a time `block` (the whole product's). */
+typedef struct gemv_part {
+    const narrow_mv *v;
+    const rt_gemm *g;
+    const int64_t *om, *ox, *oc;
+    float *tmp; /* per batch i: v->cols floats at tmp + i * v->cols */
+    int isa;
+    int64_t block;
+    int64_t i0, i1, r0, r1, c0, c1;
+} gemv_part;
+
+static void run_part(const gemv_part *p)
+{
+    const narrow_mv *v = p->v;
+    size_t mes = rt_dtype_size(v->mdt);
+    float alpha = (float)p->g->alpha, beta = (float)p->g->beta;
+    narrow_mv w = *v; /* the column range: a narrower matrix */
+    w.mat = v->mat + (size_t)p->c0 * mes;
+    w.cols = p->c1 - p->c0;
+    int64_t nb = p->i1 - p->i0;
+    for (int64_t r0 = p->r0; r0 < p->r1; r0 += p->block) {
+        int64_t r1 = p->r1 - r0 < p->block ? p->r1 : r0 + p->block;
+        if (nb > 1)
+            prefetch_rows(&w, nb, p->om + p->i0, r0 + GEMV_PREFETCH_BLOCKS * p->block,
+                          r1 + GEMV_PREFETCH_BLOCKS * p->block);
+        for (int64_t i = p->i0; i < p->i1; i++) {
+            float *t = p->tmp + i * v->cols;
+            const float *x = v->rows_form && v->incx != 1 ? t : v->x + p->ox[i];
+            run_rows(&w, p->isa, w.mat + (size_t)p->om[i] * mes, r0, r1, x, alpha, beta,
+                     (float *)p->g->c + p->oc[i], t + p->c0);
+        }
+    }
+    if (!v->rows_form)
+        for (int64_t i = p->i0; i < p->i1; i++) {
+            float *y = (float *)p->g->c + p->oc[i], *t = p->tmp + i * v->cols;
+            for (int64_t c = p->c0; c < p->c1; c++)
+                y[c * v->incy] = alpha * t[c] + (beta != 0 ? beta * y[c * v->incy] : 0.0f);
+        }
+}
+
+/* How a split product is cut: chunk k of n covers units [k u / n,
+ * (k + 1) u / n) of UNIT rows, batch entries or columns. */
+enum { SPLIT_ROWS, SPLIT_BATCHES, SPLIT_COLS };
+#define SPLIT_UNIT 16 /* rows or columns: a multiple of every kernel's step */
+/* Chunks of rows: each a contiguous run of the matrix, so eight (a helper
+ * preempted mid-chunk holds up an eighth).  Columns and batch entries
+ * (heads): halves, each a contiguous half of every row; a quarter of a
+ * row of 1024 i8 columns is 256 bytes, read too short for the
+ * prefetchers (0.6x the single thread's weights/s, bench/gemv_narrow.c). */
+#define SPLIT_ROW_CHUNKS 8
+#define SPLIT_OTHER_CHUNKS 2
+
+typedef struct gemv_split_job {
+    gemv_part whole;
+    int how;
+    int64_t units, n;
+    double bytes; /* the matrix bytes read */
+} gemv_split_job;
+
+static void run_chunk(void *arg, int64_t k)
+{
+    const gemv_split_job *j = arg;
+    gemv_part p = j->whole;
+    int64_t u0 = k * j->units / j->n, u1 = (k + 1) * j->units / j->n;
+    if (j->how == SPLIT_BATCHES) {
+        p.i0 = u0, p.i1 = u1;
+    } else {
+        int64_t end = j->how == SPLIT_ROWS ? p.r1 : p.c1; /* the last chunk takes the tail */
+        int64_t lo = u0 * SPLIT_UNIT, hi = k + 1 == j->n ? end : u1 * SPLIT_UNIT;
+        if (j->how == SPLIT_ROWS)
+            p.r0 = lo, p.r1 = hi;
+        else
+            p.c0 = lo, p.c1 = hi;
+    }
+    run_part(&p);
+}
+
+/* Whether to split `whole` with the helper, and how (into j). */
+static int plan_split(const rt_gemv_split *s, const gemv_part *whole, int64_t nbatch,
+                      gemv_split_job *j)
+{
+    const narrow_mv *v = whole->v;
+    if (!s || s->threads < 2)
+        return 0;
+    double bytes = (double)nbatch * (double)v->rows * (double)v->cols *
+                   (double)rt_dtype_size(v->mdt);
+    if (bytes < (double)s->min_bytes)
+        return 0;
+    j->whole = *whole;
+    j->bytes = bytes;
+    if (v->rows_form) { /* rows: each thread's dots are whole rows */
+        j->how = SPLIT_ROWS, j->units = v->rows / SPLIT_UNIT;
+    } else if (nbatch > 1) { /* sums over rows: whole batch entries */
+        j->how = SPLIT_BATCHES, j->units = nbatch;
+    } else { /* ... or ranges of columns, every row of each */
+        j->how = SPLIT_COLS, j->units = v->cols / SPLIT_UNIT;
+    }
+    int64_t most = j->how == SPLIT_ROWS ? SPLIT_ROW_CHUNKS : SPLIT_OTHER_CHUNKS;
+    j->n = j->units < most ? j->units : most;
+    return j->n >= 2;
+}
+
 int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa)
 {
@@ -232,9 +343,10 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
         return 0;
     if (isa > rt_gemv_narrow_isa_best())
         isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
-    const int64_t *om = v.mat_is_b ? ob : oa, *ox = v.mat_is_b ? oa : ob;
-    size_t mes = rt_dtype_size(v.mdt);
-    float *tmp = scratch, alpha = (float)g->alpha, beta = (float)g->beta;
+    float *tmp = scratch;
+    gemv_part whole = {.v = &v, .g = g, .om = v.mat_is_b ? ob : oa, .ox = v.mat_is_b ? oa : ob,
+                       .oc = oc, .tmp = tmp, .isa = isa, .i0 = 0, .i1 = nbatch, .r0 = 0,
+                       .r1 = v.rows, .c0 = 0, .c1 = v.cols};
     /* Batch i's vector: contiguous in x (rows form), its sums zeroed (cols) */
     for (int64_t i = 0; i < nbatch; i++) {
         float *t = tmp + i * v.cols;
@@ -242,29 +354,24 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
             memset(t, 0, (size_t)v.cols * sizeof *t);
         else if (v.incx != 1)
             for (int64_t c = 0; c < v.cols; c++)
-                t[c] = v.x[ox[i] + c * v.incx];
+                t[c] = v.x[whole.ox[i] + c * v.incx];
     }
     /* Batches that interleave in memory (attention's heads: a cache
      * [S, K, H] read per head K as [S x H] with rows K*H apart) are read a
      * block of rows at a time across all of them, so memory is swept once
      * in order, not once per batch through every line. */
-    int64_t block = nbatch > 1 ? GEMV_BATCH_ROWS : v.rows;
-    for (int64_t r0 = 0; r0 < v.rows; r0 += block) {
-        int64_t r1 = v.rows - r0 < block ? v.rows : r0 + block;
-        if (nbatch > 1)
-            prefetch_rows(&v, nbatch, om, r0 + GEMV_PREFETCH_BLOCKS * block,
-                          r1 + GEMV_PREFETCH_BLOCKS * block);
-        for (int64_t i = 0; i < nbatch; i++) {
-            const float *x = v.rows_form && v.incx != 1 ? tmp + i * v.cols : v.x + ox[i];
-            run_rows(&v, isa, v.mat + (size_t)om[i] * mes, r0, r1, x, alpha, beta,
-                     (float *)g->c + oc[i], tmp + i * v.cols);
-        }
+    whole.block = nbatch > 1 ? GEMV_BATCH_ROWS : v.rows;
+    gemv_split_job j;
+    if (!plan_split(g->split, &whole, nbatch, &j)) {
+        run_part(&whole);
+        return 1;
     }
-    if (!v.rows_form)
-        for (int64_t i = 0; i < nbatch; i++) {
-            float *y = (float *)g->c + oc[i], *t = tmp + i * v.cols;
-            for (int64_t c = 0; c < v.cols; c++)
-                y[c * v.incy] = alpha * t[c] + (beta != 0 ? beta * y[c * v.incy] : 0.0f);
-        }
+    int split = rt_gemv_split_choose(g->split);
+    double t0 = rt_now();
+    if (split)
+        rt_gemv_split_run(g->split, run_chunk, &j, j.n);
+    else
+        run_part(&whole);
+    rt_gemv_split_note(g->split, split, j.bytes, rt_now() - t0);
     return 1;
 }

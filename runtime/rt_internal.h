@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include "einrt.h"
+#include "rt_gemv.h"
 
 #define RT_NORETURN _Noreturn
 /* noreturn for function pointers (the C11 keyword applies to functions only). */
@@ -209,6 +210,8 @@ struct rt_device {
     int64_t cached_bytes;        /* bytes in alloc_cache (not counted in live_bytes) */
     int profiling;               /* rt_profile_mode: what rt_op_begin/end do */
     rt_profile profile;          /* per-op times when profiling */
+    rt_gemv_split gemv;          /* narrow products' helper thread (rt_gemv.h): set by the
+                                    backend (rt_gemv_split_plan), released with the device */
 };
 
 /* A group as seen by one device: who its peers are and its own rank. */
@@ -266,7 +269,7 @@ extern const rt_device_ops rt_solo_ops;
 /* Fills a device: id, coordinates from the mesh of `prog`, zeroed counters. */
 void rt_device_init(rt_device *dev, const rt_program *prog, const rt_device_ops *ops,
                     void *backend, int64_t id);
-/* Releases the profile arrays of `dev`. */
+/* Releases the profile arrays and the narrow-product helper of `dev`. */
 void rt_device_release(rt_device *dev);
 /* Coordinates of device `id` (row-major over the mesh axes, axis 0 major). */
 void rt_mesh_coord(const rt_program *prog, int64_t id, int64_t *coord);
@@ -502,6 +505,7 @@ typedef struct rt_gemm {
     void *c;
     int64_t ldc;
     int tc;
+    rt_gemv_split *split; /* the device's helper for a large narrow product, or NULL */
 } rt_gemm;
 
 /* Elements of the f32/f64 scratch rt_gemm_run needs for g's narrow
@@ -543,7 +547,11 @@ int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
  * g->c + oc[i] (in elements of each one's dtype), as rt_einsum's batch
  * loop (the heads of attention over an i8 cache).  scratch holds nbatch
  * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
- * when g is no narrow product; results equal nbatch single calls. */
+ * when g is no narrow product; results equal nbatch single calls.
+ * With g->split (threads 2) and at least g->split->min_bytes of matrix,
+ * the rows (dot-per-row form), the batch entries or the columns (the
+ * sum-of-rows form) are shared with the device's helper thread
+ * (rt_gemv.h); the results are bit for bit those without. */
 int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa);
 

@@ -7,14 +7,16 @@
  * 1..9 about the four-row passes, columns about the 8- and 16-element
  * vectors), with a leading dimension wider than the row, strided x and y,
  * alpha and beta; batches of products whose matrices interleave
- * (attention's heads over an i8 cache) against single calls; and products
- * that are not narrow left alone.
+ * (attention's heads over an i8 cache) against single calls; products
+ * that are not narrow left alone; and products shared with a device's
+ * helper thread (rt_gemv.h) against one thread, bit for bit.
  */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cunit_main.h"
 #include "rt_internal.h"
@@ -201,6 +203,170 @@ static void test_batched_equals_single(void)
                 }
 }
 
+/* One product, batched over nb interleaved matrices as above, run with
+ * split (may be NULL) into y; returns 1 when the kernels took it. */
+static int run_split(int32_t dt, int form, int64_t nb, int64_t rows, int64_t cols, int isa,
+                     rt_gemv_split *split, float *y)
+{
+    int64_t ld = nb * cols + 3, xn = form ? cols : rows, yn = form ? rows : cols, inc = 2;
+    size_t es = rt_dtype_size(dt);
+    char *mat = calloc((size_t)(rows * ld), es);
+    float *x = calloc((size_t)(nb * xn * inc), sizeof *x);
+    float *scratch = calloc((size_t)(nb * cols), sizeof *scratch);
+    for (int64_t i = 0; i < rows * ld; i++) {
+        double v = sin(0.43 * (double)i + 0.2);
+        if (dt == RT_I8)
+            ((int8_t *)mat)[i] = (int8_t)lrint(125 * v);
+        else
+            ((uint16_t *)mat)[i] = rt_f32_to_bf16((float)(2 * v));
+    }
+    for (int64_t i = 0; i < nb * xn * inc; i++)
+        x[i] = (float)cos(0.7 * (double)i) + 0.125f;
+    for (int64_t i = 0; i < nb * yn * inc; i++)
+        y[i] = (float)(1 + i % 7);
+    rt_gemm g = {.dtype = RT_F32, .alpha = -1.25, .beta = 0.5, .split = split};
+    if (form) {
+        g.M = rows, g.N = 1, g.K = cols;
+        g.a = mat, g.lda = ld, g.adt = dt;
+        g.b = x, g.ldb = inc, g.bdt = RT_F32;
+        g.c = y, g.ldc = inc;
+    } else {
+        g.M = 1, g.N = cols, g.K = rows;
+        g.a = x, g.lda = inc, g.ta = 1, g.adt = RT_F32;
+        g.b = mat, g.ldb = ld, g.bdt = dt;
+        g.c = y, g.ldc = inc, g.tc = 1;
+    }
+    int64_t *om = calloc((size_t)nb, sizeof *om), *ov = calloc((size_t)nb, sizeof *ov);
+    int64_t *oc = calloc((size_t)nb, sizeof *oc);
+    for (int64_t i = 0; i < nb; i++)
+        om[i] = i * cols, ov[i] = i * xn * inc, oc[i] = i * yn * inc;
+    int took = rt_gemv_narrow_batched(&g, nb, form ? om : ov, form ? ov : om, oc, scratch, isa);
+    free(om);
+    free(ov);
+    free(oc);
+    free(mat);
+    free(x);
+    free(scratch);
+    return took;
+}
+
+/* A product shared with the helper thread (forced: threshold 1 byte)
+ * equals the single-thread one bit for bit: both forms, one matrix and
+ * interleaved batches, row and column counts that are not multiples of
+ * the split's 16 (a tail in the last chunk) nor of the kernels' steps,
+ * sizes too small to split (declined, same result), every instruction set. */
+static void test_split_equals_single(void)
+{
+    static const int64_t shapes[][3] = {/* batches, rows, cols */
+                                        {1, 1003, 517}, {1, 37, 29},  {1, 16, 16},
+                                        {1, 15, 1000},  {5, 203, 13}, {8, 517, 128},
+                                        {3, 33, 47},    {1, 2, 3}};
+    rt_gemv_split split = {.threads = 2, .cpu = -1, .min_bytes = 1};
+    int best = rt_gemv_narrow_isa_best(), checked = 0;
+    for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
+        for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16)
+            for (int form = 0; form < 2; form++)
+                for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+                    int64_t nb = shapes[k][0], rows = shapes[k][1], cols = shapes[k][2];
+                    size_t n = (size_t)(nb * (form ? rows : cols) * 2);
+                    float *y1 = calloc(n, sizeof *y1), *y2 = calloc(n, sizeof *y2);
+                    CU_ASSERT(run_split(dt, form, nb, rows, cols, isa, NULL, y1) == 1);
+                    CU_ASSERT(run_split(dt, form, nb, rows, cols, isa, &split, y2) == 1);
+                    int same = memcmp(y1, y2, n * sizeof *y1) == 0;
+                    if (!same)
+                        fprintf(stderr, "\n  split differs: isa %d %s %s %lld x %lld x %lld\n",
+                                isa, rt_dtype_name(dt), form ? "rows" : "cols", (long long)nb,
+                                (long long)rows, (long long)cols);
+                    CU_ASSERT(same);
+                    checked++;
+                    free(y1);
+                    free(y2);
+                }
+    CU_ASSERT(split.worker != NULL); /* the helper was started, */
+    rt_gemv_split_release(&split);   /* and is joined */
+    CU_ASSERT(split.worker == NULL);
+    CU_ASSERT(checked == (best + 1) * 2 * 2 * 8);
+}
+
+static void count_chunk(void *arg, int64_t k)
+{
+    int *hits = arg;
+    hits[k]++; /* chunk k's own counter: one thread writes it */
+}
+
+/* Many jobs in a row, some too small for the helper to take a chunk:
+ * every chunk runs exactly once, whoever takes it, and the job is over
+ * when rt_gemv_split_run returns (the counters are read right after). */
+static void test_split_runs_each_chunk_once(void)
+{
+    enum { JOBS = 3000, MAXCH = 9 };
+    rt_gemv_split split = {.threads = 2, .cpu = -1, .min_bytes = 1};
+    int bad = 0;
+    for (int j = 0; j < JOBS; j++) {
+        int hits[MAXCH] = {0};
+        int64_t n = 1 + j % MAXCH;
+        rt_gemv_split_run(&split, count_chunk, hits, n);
+        for (int64_t k = 0; k < MAXCH; k++)
+            bad += hits[k] != (k < n);
+    }
+    CU_ASSERT(bad == 0);
+    rt_gemv_split_release(&split);
+    rt_gemv_split_release(&split); /* releasing twice is harmless */
+}
+
+/* The plan: EINC_GEMV_THREADS=1 turns the helper off, =2 forces it; by
+ * default a device gets one only when a CPU is left over for it. */
+static void test_split_plan(void)
+{
+    rt_gemv_split s;
+    setenv("EINC_GEMV_THREADS", "1", 1);
+    rt_gemv_split_plan(&s, 1, 0, 1);
+    CU_ASSERT(s.threads == 1 && s.worker == NULL);
+    setenv("EINC_GEMV_THREADS", "2", 1);
+    rt_gemv_split_plan(&s, 4096, 0, 1);
+    CU_ASSERT(s.threads == 2 && s.cpu == -1 && s.min_bytes == RT_GEMV_SPLIT_BYTES);
+    CU_ASSERT(s.adaptive == 0);
+    unsetenv("EINC_GEMV_THREADS");
+    rt_gemv_split_plan(&s, 4096, 0, 1); /* more devices than CPUs */
+    CU_ASSERT(s.threads == 1);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    rt_gemv_split_plan(&s, 1, 0, 0);
+    if (cpus == 1)
+        CU_ASSERT(s.threads == 1);
+}
+
+/* n products of 1 MB under the adaptive choice, split ones taking
+ * split_ns and the others one_ns per byte; returns how many were split. */
+static int choose_run(rt_gemv_split *s, int n, double split_ns, double one_ns)
+{
+    int split = 0;
+    for (int i = 0; i < n; i++) {
+        int c = rt_gemv_split_choose(s);
+        rt_gemv_split_note(s, c, 1e6, 1e-3 * (c ? split_ns : one_ns));
+        split += c;
+    }
+    return split;
+}
+
+/* The adaptive choice: split first, then one thread, then the faster of
+ * the two, the slower tried again less and less often while it stays
+ * slower, and taken over as soon as a try finds it faster; a forced plan
+ * (not adaptive) always splits. */
+static void test_split_choice(void)
+{
+    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1, .adaptive = 1};
+    CU_ASSERT(choose_run(&s, 2, 2.0, 1.0) == 1); /* split once, then one thread */
+    int tries = choose_run(&s, 4000, 2.0, 1.0);  /* split slower: tries only */
+    CU_ASSERT(tries >= 5 && tries <= 10);         /* after 16, 32, .. 1024 products */
+    CU_ASSERT(s.try_every == 1024);
+    /* the load goes: split faster, seen at the next try (within 1024) */
+    CU_ASSERT(choose_run(&s, 1100, 0.5, 1.0) >= 1100 - 1024 - 1);
+    CU_ASSERT(choose_run(&s, 100, 0.5, 1.0) >= 100 - 100 / 16 - 1);
+    rt_gemv_split forced = {.threads = 2, .cpu = -1, .min_bytes = 1};
+    rt_gemv_split_note(&forced, 1, 1e6, 1.0);
+    CU_ASSERT(rt_gemv_split_choose(&forced) == 1 && forced.s_per_byte[1] == 0);
+}
+
 /* Products the kernels do not take: f64 arithmetic, an f32 matrix, a
  * narrow vector, more than one row and column. */
 static void test_declines(void)
@@ -232,6 +398,10 @@ void einc_register_tests(void)
         {"AVX2 and portable agree on a decode-sized product", test_isas_agree},
         {"batched (interleaved heads) equals single calls", test_batched_equals_single},
         {"products that are not narrow are declined", test_declines},
+        {"split with the helper equals one thread, bit for bit", test_split_equals_single},
+        {"the helper's jobs run each chunk once", test_split_runs_each_chunk_once},
+        {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
+        {"the adaptive plan splits while splitting is faster", test_split_choice},
     };
     einc_add_suite("runtime narrow gemv", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,0 +1,274 @@
+/*
+ * gemv_split.c - a device's helper thread for its narrow matrix-vector
+ * products (rt_gemv.h): started at the first large product, parked
+ * between products, joined when the device is released.
+ *
+ * A job is a count of chunks taken from one shared counter by both the
+ * device thread and the helper.  The helper spins briefly after a job
+ * (a decode step's products follow one another within microseconds), then
+ * sleeps on a condition variable.  The device thread never waits for a
+ * helper that has not woken: when it runs out of chunks it withdraws a job
+ * the helper has not taken (state POSTED back to IDLE) and returns; it
+ * waits only for a helper that took the job and is finishing its chunk.
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_SET, pthread_attr_setaffinity_np */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+/* Seconds the helper polls for a next job before it sleeps, and the
+ * device thread for the helper's last chunk before it sleeps. */
+#define HELPER_SPIN_S 100e-6
+#define WAIT_SPIN_S 50e-6
+
+enum { W_IDLE, W_POSTED, W_RUNNING, W_DONE, W_STOP };
+
+typedef struct gemv_job {
+    void (*fn)(void *arg, int64_t k);
+    void *arg;
+    int64_t nchunks;
+    _Atomic int64_t next; /* the next chunk not taken */
+} gemv_job;
+
+struct rt_gemv_worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    atomic_int state; /* W_*: POSTED and STOP set under mu (the helper may sleep) */
+    gemv_job *job;    /* the posted job (the device thread's stack) */
+};
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_ia32_pause();
+#endif
+}
+
+static void take_chunks(gemv_job *j)
+{
+    for (int64_t k; (k = atomic_fetch_add(&j->next, 1)) < j->nchunks;)
+        j->fn(j->arg, k);
+}
+
+/* Polls w->state until it is one of a and b or `seconds` have passed. */
+static int spin_for(rt_gemv_worker *w, int a, int b, double seconds)
+{
+    double t0 = rt_now();
+    int s = atomic_load(&w->state);
+    for (int i = 0; s != a && s != b; s = atomic_load(&w->state), i++) {
+        if ((i & 63) == 63 && rt_now() - t0 > seconds)
+            break;
+        relax();
+    }
+    return s;
+}
+
+static void *helper_main(void *p)
+{
+    rt_gemv_worker *w = p;
+    for (;;) {
+        int s = spin_for(w, W_POSTED, W_STOP, HELPER_SPIN_S);
+        if (s != W_POSTED && s != W_STOP) {
+            pthread_mutex_lock(&w->mu);
+            while ((s = atomic_load(&w->state)) != W_POSTED && s != W_STOP)
+                pthread_cond_wait(&w->wake, &w->mu);
+            pthread_mutex_unlock(&w->mu);
+        }
+        if (s == W_STOP)
+            return NULL;
+        int expect = W_POSTED;
+        if (!atomic_compare_exchange_strong(&w->state, &expect, W_RUNNING))
+            continue; /* withdrawn before we took it */
+        take_chunks(w->job);
+        pthread_mutex_lock(&w->mu);
+        atomic_store(&w->state, W_DONE);
+        pthread_cond_signal(&w->done);
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+/* s's helper, started now if it is not yet; NULL (and s->threads 1) when
+ * it cannot be. */
+static rt_gemv_worker *helper_of(rt_gemv_split *s)
+{
+    if (s->worker)
+        return s->worker;
+    rt_gemv_worker *w = calloc(1, sizeof *w);
+    if (!w) {
+        s->threads = 1;
+        return NULL;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_cond_init(&w->done, NULL);
+    atomic_init(&w->state, W_IDLE);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)1 << 20);
+    if (s->cpu >= 0 && s->cpu < CPU_SETSIZE) {
+        /* else it inherits the device thread's CPU: the one busy one */
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(s->cpu, &one);
+        (void)pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+    }
+    int err = pthread_create(&w->thread, &attr, helper_main, w);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        pthread_cond_destroy(&w->wake);
+        pthread_cond_destroy(&w->done);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        s->threads = 1;
+        return NULL;
+    }
+    s->worker = w;
+    return w;
+}
+
+void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void *arg,
+                       int64_t nchunks)
+{
+    gemv_job j = {.fn = fn, .arg = arg, .nchunks = nchunks};
+    atomic_init(&j.next, 0);
+    rt_gemv_worker *w = s->threads >= 2 && nchunks > 1 ? helper_of(s) : NULL;
+    if (w) {
+        pthread_mutex_lock(&w->mu);
+        w->job = &j;
+        atomic_store(&w->state, W_POSTED);
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->mu);
+    }
+    take_chunks(&j);
+    if (!w)
+        return;
+    int expect = W_POSTED;
+    if (atomic_compare_exchange_strong(&w->state, &expect, W_IDLE))
+        return; /* the helper never took it: every chunk was ours */
+    if (spin_for(w, W_DONE, W_DONE, WAIT_SPIN_S) != W_DONE) {
+        pthread_mutex_lock(&w->mu);
+        while (atomic_load(&w->state) != W_DONE)
+            pthread_cond_wait(&w->done, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+    }
+    atomic_store(&w->state, W_IDLE);
+}
+
+/* Products between tries of the mode that looks slower: at first, and
+ * at most (rt_gemv_split_choose). */
+#define TRY_FIRST 16
+#define TRY_MAX 1024
+
+int rt_gemv_split_choose(rt_gemv_split *s)
+{
+    if (!s->adaptive)
+        return 1;
+    int64_t n = s->products++;
+    s->trying = 0;
+    if (s->s_per_byte[1] == 0)
+        return 1;
+    if (s->s_per_byte[0] == 0)
+        return 0;
+    if (s->try_every == 0)
+        s->try_every = TRY_FIRST, s->next_try = n + TRY_FIRST;
+    int better = s->s_per_byte[1] < s->s_per_byte[0];
+    if (n < s->next_try)
+        return better;
+    s->trying = 1;
+    return !better;
+}
+
+void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds)
+{
+    if (!s->adaptive || bytes <= 0)
+        return;
+    int before = s->s_per_byte[1] < s->s_per_byte[0];
+    double r = seconds / bytes, *m = &s->s_per_byte[split != 0];
+    /* a try replaces its mode's old figure (from an older load) */
+    *m = *m == 0 || s->trying ? r : 0.75 * *m + 0.25 * r;
+    if (!s->trying)
+        return;
+    int after = s->s_per_byte[1] < s->s_per_byte[0];
+    if (after == before && s->try_every < TRY_MAX)
+        s->try_every *= 2; /* confirmed: try less often */
+    else if (after != before)
+        s->try_every = TRY_FIRST;
+    s->next_try = s->products + s->try_every;
+}
+
+void rt_gemv_split_release(rt_gemv_split *s)
+{
+    rt_gemv_worker *w = s->worker;
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    atomic_store(&w->state, W_STOP);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->wake);
+    pthread_cond_destroy(&w->done);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    s->worker = NULL;
+}
+
+/* Threads of other processes runnable now: /proc/loadavg's running count
+ * less the calling thread (0 where there is no such file).  Not the load
+ * averages: they count this program's own previous runs too. */
+static int busy_cpus(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    int running = 0, total = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%*f %*f %*f %d/%d", &running, &total) != 2)
+        running = 1;
+    fclose(f);
+    return running > 1 ? running - 1 : 0;
+}
+
+void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
+{
+    memset(s, 0, sizeof *s);
+    s->threads = 1;
+    s->cpu = -1;
+    s->min_bytes = RT_GEMV_SPLIT_BYTES;
+    const char *env = getenv("EINC_GEMV_THREADS");
+    if (env && strcmp(env, "1") != 0 && strcmp(env, "2") != 0)
+        rt_fatal(NULL, "EINC_GEMV_THREADS must be 1 (narrow products on the device thread "
+                 "only) or 2 (split with a helper thread), not '%s'", env);
+    if (env && strcmp(env, "1") == 0)
+        return;
+    int cpus[CPU_SETSIZE], ncpus = 0;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &allowed))
+                cpus[ncpus++] = c;
+    } else {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        ncpus = n > 0 ? (int)(n < CPU_SETSIZE ? n : CPU_SETSIZE) : 1;
+        pin = 0;
+    }
+    int busy = busy_cpus();
+    if (ndev + index < ncpus - busy) {
+        s->threads = 2;
+        s->adaptive = 1;
+        s->cpu = pin && ncpus >= 2 ? cpus[ndev + index] : -1;
+    } else if (env) { /* forced: on another CPU than the device's, if any */
+        s->threads = 2;
+        int64_t c = (ndev + index) % (ncpus > 0 ? ncpus : 1);
+        if (pin && ncpus >= 2 && c != index % ncpus)
+            s->cpu = cpus[c];
+    }
+    if (env)
+        s->adaptive = 0; /* forced: always split */
+}

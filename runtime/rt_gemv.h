@@ -1,0 +1,94 @@
+/*
+ * rt_gemv.h - a device's helper thread for its narrow matrix-vector
+ * products (gemv_split.c, used by gemv_narrow.c).
+ *
+ * A decode step's products are memory-bound, and one core draws only part
+ * of the memory bandwidth (5.6-12.5 GB/s on the 2-core EPYC:
+ * docs/performance-history.md, section 10), so a device whose process has
+ * a core no device runs on splits a large product with one helper thread
+ * it owns.  The work is cut into chunks on boundaries the kernels' own
+ * steps already fall on (16 rows, 16 columns, or whole batch entries), and
+ * each output element is computed by one thread in the single-thread
+ * path's order: the results are bit for bit those of one thread.
+ */
+#ifndef EINC_RT_GEMV_H
+#define EINC_RT_GEMV_H
+
+#include <stdint.h>
+
+/* Matrix bytes (over all batch entries) from which a product is split:
+ * at 256 KiB the helper's wake-up cost what it saved, at 512 KiB the
+ * split read 1.6x (rows form) and 1.1x (cols form) the weights/s of one
+ * thread (bench/gemv_narrow.c, i8 [512 x 1024], 2-core AMD EPYC). */
+#define RT_GEMV_SPLIT_BYTES ((int64_t)512 << 10)
+
+typedef struct rt_gemv_worker rt_gemv_worker; /* gemv_split.c */
+
+/*
+ * A device's split policy and helper.  All zero: never split (what a
+ * device without a plan, the --check reference or a unit test's bare
+ * rt_gemm, gets).  Used by the device's own thread only.
+ */
+typedef struct rt_gemv_split {
+    int threads;            /* 2: products of >= min_bytes split with the helper; else 1 */
+    int cpu;                /* CPU the helper is pinned to, or -1: where the kernel puts it */
+    int64_t min_bytes;      /* matrix bytes from which a product is split */
+    int adaptive;           /* 1: split only while it is the faster (rt_gemv_split_choose) */
+    int64_t products;       /* products of >= min_bytes seen (adaptive) */
+    int64_t next_try;       /* the product at which the slower mode is tried again */
+    int64_t try_every;      /* products between those tries (16 .. 1024) */
+    int trying;             /* 1: the current product is such a try */
+    double s_per_byte[2];   /* running seconds per matrix byte: [0] one thread, [1] split;
+                               0: not measured yet */
+    rt_gemv_worker *worker; /* the helper, started at the first split; owned */
+} rt_gemv_split;
+
+/*
+ * Fills s for device `index` (0-based) of the `ndev` devices that run in
+ * this process (threads backend: the mesh; MPI: the ranks on this node),
+ * from the calling thread's CPU set (call it before device threads are
+ * pinned): the device gets a helper when ndev + index < the CPUs the
+ * process may use less the threads of other processes runnable at that
+ * moment (/proc/loadavg), pinned to the (ndev + index)-th of them when
+ * `pin`
+ * (device i is pinned to the i-th: --bind-to core).  EINC_GEMV_THREADS=1
+ * in the environment turns splitting off, =2 forces it (a helper even
+ * without a spare core, pinned to the (ndev + index)-th CPU mod their
+ * number when that is not the device's); any other value is an error
+ * (einrt: error, exit 1).
+ * The plan is adaptive (rt_gemv_split_choose) unless forced.
+ */
+void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin);
+
+/*
+ * Runs fn(arg, k) for every k < nchunks, on the calling thread and on s's
+ * helper (started here the first time; if it cannot be started, s->threads
+ * drops to 1 and the caller runs every chunk), each chunk once, and
+ * returns when all are done.  Chunks are taken in order from a shared
+ * counter, so a helper that is slow to wake takes fewer (none: the caller
+ * withdraws the job); fn must write only what chunk k owns.
+ */
+void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void *arg,
+                       int64_t nchunks);
+
+/*
+ * Whether the next product of >= s->min_bytes is split (1) or run on the
+ * device thread alone (0).  Not adaptive: always 1.  Adaptive: the mode
+ * whose running time per byte (rt_gemv_split_note) is lower, and now and
+ * then the other one, so that a change of load is seen: after 16
+ * products, then twice as many after each try that confirms the choice
+ * (up to 1024), back to 16 when a try changes it.  The helper's core may
+ * be taken by other processes, and on a loaded machine a split waits for
+ * a helper that was preempted mid-chunk (a try can cost a time slice).
+ * Both modes give the same bits, so the choice changes only the time.
+ */
+int rt_gemv_split_choose(rt_gemv_split *s);
+/* Records that a product of `bytes` matrix bytes took `seconds` in mode
+ * `split` (as rt_gemv_split_choose returned): a running mean, weight 1/4;
+ * a try of the slower mode replaces that mode's figure. */
+void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds);
+
+/* Stops and joins s's helper, if started (no job may be running). */
+void rt_gemv_split_release(rt_gemv_split *s);
+
+#endif
