@@ -520,52 +520,7 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g);
  * (a K slice adds into c); sizes must fit BLAS ints (the caller checks). */
 void rt_gemm_run(const rt_gemm *g, void *scratch);
 
-/* gemv_narrow.c: when g is an i8 or bf16 matrix times an f32 vector in
- * f32, the f32 scratch it needs (the matrix's columns), else -1; and g
- * run in one pass on the calling thread, converting in registers (returns
- * 1), or 0 with nothing done when g is no such product. */
-int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
-int rt_gemv_narrow(const rt_gemm *g, void *scratch);
-
-/* The instruction sets gemv_narrow.c's loops come in: portable C (any
- * CPU), or AVX2 + FMA (gemv_narrow_avx2.c; x86-64 under GCC or Clang
- * only, RT_GEMV_HAVE_AVX2).  rt_gemv_narrow_isa_best is the best the
- * running CPU supports (asked each call: no state kept);
- * rt_gemv_narrow_isa is rt_gemv_narrow with the set chosen by the caller
- * (tests compare both; a set the CPU lacks falls back to the best it has). */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define RT_GEMV_HAVE_AVX2 1
-#else
-#define RT_GEMV_HAVE_AVX2 0
-#endif
-enum { RT_ISA_PORTABLE = 0, RT_ISA_AVX2 = 1 };
-int rt_gemv_narrow_isa_best(void);
-int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
-
-/* rt_gemv_narrow_isa for nbatch products that differ from g only in
- * where a, b and c start: batch i's are g->a + oa[i], g->b + ob[i],
- * g->c + oc[i] (in elements of each one's dtype), as rt_einsum's batch
- * loop (the heads of attention over an i8 cache).  scratch holds nbatch
- * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
- * when g is no narrow product; results equal nbatch single calls.
- * With g->split (threads 2) and at least g->split->min_bytes of matrix,
- * the rows (dot-per-row form), the batch entries or the columns (the
- * sum-of-rows form) are shared with the device's helper thread
- * (rt_gemv.h); the results are bit for bit those without. */
-int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
-                           const int64_t *ob, const int64_t *oc, void *scratch, int isa);
-
-/* gemv_narrow_avx2.c (only with RT_GEMV_HAVE_AVX2, only on a CPU with
- * AVX2 and FMA): the matrix a (rows x cols stored as mdt, RT_I8 or
- * RT_BF16, leading dimension ld elements) times f32 x, in f32.
- *   rows: y[r * incy] = alpha * sum_c a[r, c] x[c] + beta * y[r * incy]
- *         (beta 0: y not read), x contiguous
- *   cols: acc[c] += sum_r x[r * incx] a[r, c] for c < cols (acc added to) */
-void rt_gemv_narrow_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
-                              int64_t cols, const float *x, float alpha, float beta, float *y,
-                              int64_t incy);
-void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
-                              int64_t cols, const float *x, int64_t incx, float *acc);
+/* The narrow matrix-vector products (gemv_narrow.c): rt_gemv.h. */
 
 /* dst[i] = src[i] converted from src_dtype (RT_F32, RT_F64, RT_BF16, RT_I8)
  * to dst_dtype (RT_F32 or RT_F64), exactly, for i < n (einsum_mixed.c). */
