@@ -22,11 +22,13 @@
  *   TP+SP    [B_X, T_Y, D] Megatron sequence parallelism on the TP axes
  *   TP       [B, T, D]     the residual stream replicated
  *
- * where, from the program's declared shardings: the data axes (X) are the
- * axes some input shards; the TP axes (Y) those some param shards and no
- * input does; B is the one dim the inputs shard over a data axis; T (the
- * sequence) a dim an input has beside it that nothing shards; D a dim a
- * param shards over a data axis (the model dim FSDP splits).  The
+ * where, from the program's declared shardings: B is the one dim the
+ * inputs shard, or when they shard several (seed 000's FSDP+TP listing
+ * stores its input In[B_X, D_Y]), the one of those no param has (params
+ * never carry the batch); the data axes (X) are the axes the inputs shard
+ * B over; the TP axes (Y) those some param shards and are not data axes;
+ * T (the sequence) a dim an input has beside B that nothing shards; D a
+ * dim a param shards over a data axis (the model dim FSDP splits).  The
  * residual stream is every forward op's result whose dims are exactly B,
  * the sequence (if any) and a model dim, with no constraint written.  DP
  * is FSDP's residual stream (the params' declared shardings decide
@@ -63,8 +65,9 @@
  * examples/llama2_13b*.ein declare it), the model dim is the one a forward
  * loop carries besides B and the sequence (carried_model), and the
  * strategies are DP+TP and DP with FSDP on the TP axes.  Not done: programs
- * without a single batch dim, and DP programs without a repeated block
- * (nothing names their model dim).
+ * without a single batch dim (the inputs shard two dims no param has, as
+ * Tok[B_X, T_Y]), and DP programs without a repeated block (nothing names
+ * their model dim).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,11 +84,11 @@
 
 /* The dims and axes the strategies are stated with. */
 typedef struct roles {
-    int batch;      /* dim id of B, the one dim the inputs shard over a data axis */
+    int batch;      /* dim id of B: the one dim the inputs shard, or of several, the one no param has */
     int seq;        /* dim id of the sequence, or -1 */
     bool *model;    /* by dim id: a param shards it over a data axis */
-    ir_axes data;   /* axes some input shards (size > 1) */
-    ir_axes tp;     /* axes some param shards and no input does (size > 1) */
+    ir_axes data;   /* axes the inputs shard B over (size > 1) */
+    ir_axes tp;     /* axes some param shards that are not data axes (size > 1) */
     bool dp;        /* no param shards a model dim over a data axis: the model dims are a
                        loop's carried ones (carried_model), and the strategies DP's */
 } roles;
@@ -121,9 +124,40 @@ static bool carried_model(const prop *p, roles *r)
     return false;
 }
 
+/* What the declared shardings say of one dim (find_roles). */
+typedef struct dim_use {
+    ir_axes input; /* the axes (of `data`) some input shards it over */
+    bool param;    /* some param has it, sharded or not */
+    bool sharded;  /* some input or param shards it */
+} dim_use;
+
+/* The batch dim among the dims the inputs shard over the axes `data`
+ * (use[id].input): the only one, or else the only one no param has (the
+ * params never carry the batch: In[B_X, D_Y] beside W[D_X, F_Y] shards
+ * B and D, and D is the model's).  -1 when there is none or no single
+ * one. */
+static int batch_dim(const dim_use *use, int ndims)
+{
+    int any = -1, own = -1, nany = 0, nown = 0;
+    for (int id = 0; id < ndims; id++) {
+        if (!use[id].input)
+            continue;
+        any = id;
+        nany++;
+        if (!use[id].param) {
+            own = id;
+            nown++;
+        }
+    }
+    return nany == 1 ? any : nown == 1 ? own : -1;
+}
+
 /* Fills r from the declared shardings of inputs and params; false when
  * the program has no single batch dim (then there is no residual stream
- * to state the strategies on). */
+ * to state the strategies on).  B is the one dim the inputs shard over
+ * an axis, or when they shard several, the one of those no param has;
+ * the data axes are those the inputs shard B over (with one such dim,
+ * every axis some input shards). */
 static bool find_roles(const prop *p, roles *r)
 {
     const ir_module *m = p->m;
@@ -141,12 +175,11 @@ static bool find_roles(const prop *p, roles *r)
                 param |= ir_sharding_dim_axes(&v->type.sh, d);
         }
     }
-    r->data = input & big & p->used_axes;
-    r->tp = param & ~input & big & p->used_axes;
+    input &= big & p->used_axes;
     r->batch = r->seq = -1;
     r->dp = false;
-    bool *sharded = calloc((size_t)m->ndims + 1, sizeof *sharded);
-    if (!sharded)
+    dim_use *use = calloc((size_t)m->ndims + 1, sizeof *use);
+    if (!use)
         return false;
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
@@ -154,18 +187,26 @@ static bool find_roles(const prop *p, roles *r)
             continue;
         for (int d = 0; d < v->type.rank; d++) {
             int id = v->type.dims[d];
-            ir_axes on = ir_sharding_dim_axes(&v->type.sh, d);
-            if (id < 0 || id >= m->ndims || !on)
+            if (id < 0 || id >= m->ndims)
                 continue;
-            sharded[id] = true;
-            if (v->kind == IR_VAL_PARAM && (on & r->data))
+            ir_axes on = ir_sharding_dim_axes(&v->type.sh, d);
+            use[id].sharded = use[id].sharded || on;
+            use[id].param = use[id].param || v->kind == IR_VAL_PARAM;
+            if (v->kind == IR_VAL_INPUT)
+                use[id].input |= on & input;
+        }
+    }
+    r->batch = batch_dim(use, m->ndims);
+    r->data = r->batch >= 0 ? use[r->batch].input : 0;
+    r->tp = param & ~r->data & big & p->used_axes;
+    for (int i = 0; i < m->nvalues && r->batch >= 0; i++) {
+        const ir_value *v = m->values[i];
+        if (p->def[i] >= 0 || v->kind != IR_VAL_PARAM)
+            continue;
+        for (int d = 0; d < v->type.rank; d++) {
+            int id = v->type.dims[d];
+            if (id >= 0 && id < m->ndims && (ir_sharding_dim_axes(&v->type.sh, d) & r->data))
                 r->model[id] = true;
-            if (v->kind == IR_VAL_INPUT && (on & r->data)) {
-                if (r->batch >= 0 && r->batch != id)
-                    r->batch = -2; /* two batch dims: no single residual stream */
-                else if (r->batch != -2)
-                    r->batch = id;
-            }
         }
     }
     for (int i = 0; i < m->nvalues && r->batch >= 0; i++) {
@@ -175,11 +216,11 @@ static bool find_roles(const prop *p, roles *r)
             has_batch = has_batch || v->type.dims[d] == r->batch;
         for (int d = 0; p->def[i] < 0 && v->kind == IR_VAL_INPUT && has_batch && d < v->type.rank; d++) {
             int id = v->type.dims[d];
-            if (id >= 0 && id < m->ndims && !sharded[id] && r->seq < 0)
+            if (id >= 0 && id < m->ndims && !use[id].sharded && r->seq < 0)
                 r->seq = id;
         }
     }
-    free(sharded);
+    free(use);
     if (r->batch >= 0)
         r->dp = !carried_model(p, r);
     return r->batch >= 0 && r->data;
