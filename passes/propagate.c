@@ -699,6 +699,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     p.hw = ctx->hw;
     const char *ms = pass_option_value(ctx, "meshslice");
     p.meshslice = pass_runs_later(ctx, "meshslice") && !(ms && strcmp(ms, "off") == 0);
+    p.meshslice_k = p.meshslice && ms && strcmp(ms, "auto") != 0;
     p.m = m;
     parse_ilp(pass_option_value(ctx, "ilp"), &p.ilp_time);
     int errors = check_input(&p);

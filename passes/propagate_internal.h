@@ -155,6 +155,8 @@ typedef struct prop {
     bool wide;           /* candidates: every used axis on any dim (second phase) */
     bool meshslice;      /* the meshslice pass runs after this one: 2D GEMMs are priced as
                             its loops (propagate_meshslice.c) */
+    bool meshslice_k;    /* --meshslice=K: the user asked for K-slice loops, so the
+                            2D layouts they need are not traded for a strategy */
     long evals;          /* layout and group evaluations so far (the search's work) */
     long eval_limit;     /* sweeps and joint moves stop at this many evals (0: no limit) */
     const ir_op **loop_use; /* by value id: the LoopBegin or LoopEnd reading it, or NULL */

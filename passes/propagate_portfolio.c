@@ -66,8 +66,9 @@
  * loop carries besides B and the sequence (carried_model), and the
  * strategies are DP+TP and DP with FSDP on the TP axes.  Not done: programs
  * without a single batch dim (the inputs shard two dims no param has, as
- * Tok[B_X, T_Y]), and DP programs without a repeated block (nothing names
- * their model dim).
+ * Tok[B_X, T_Y]), DP programs without a repeated block (nothing names
+ * their model dim), and compiles with --meshslice=K (the user asked for
+ * the search's 2D GEMM loops).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,7 +377,9 @@ static double score(prop *p)
 int pass_prop_portfolio(prop *p)
 {
     ir_module *m = p->m;
-    if (!p->hw || p->nops == 0)
+    /* --meshslice=K asks for the 2D GEMM loops of the search's layouts;
+     * --meshslice=auto leaves the choice to the step, as here. */
+    if (!p->hw || p->nops == 0 || p->meshslice_k)
         return 0;
     int nloops = pass_prop_loop_carries(p, NULL, 0);
     roles r;
