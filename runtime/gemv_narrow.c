@@ -183,8 +183,7 @@ int rt_gemv_narrow_isa_best(void)
 
 int rt_gemv_narrow(const rt_gemm *g, void *scratch)
 {
-    static const int64_t zero = 0;
-    return rt_gemv_narrow_batched(g, 1, &zero, &zero, &zero, scratch, rt_gemv_narrow_isa_best());
+    return rt_gemv_narrow_isa(g, scratch, rt_gemv_narrow_isa_best());
 }
 
 int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa)
