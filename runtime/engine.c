@@ -12,13 +12,13 @@
  * only positions its own request wrote, so the stale entries past p that
  * the slot's earlier requests left are never read.  A free slot runs at
  * position 0 with token 0, where its next request writes first.  The
- * other devices wait for each step at a barrier with every device, which
- * device 0 reaches once it has scheduled the step (next_batch), as a
- * static step follows the one before: no sleep on e->work per step, which
- * cost each follower a futex wake-up on the step's critical path.  The
- * step's own first barrier (rt_run_timed, rt_prefill_run) comes after
- * every device copied e->feed and e->at and keeps device 0 from moving
- * them early.
+ * other devices follow e->batches as below, asleep on e->work while
+ * device 0 samples and schedules (a barrier there, which polls with
+ * sched_yield where devices outnumber cores, hides their idle core from
+ * the kernel, which would place the HTTP thread and clients on it, and
+ * measured no better: docs/generation.md); the step's own first barrier
+ * (rt_run_timed, rt_prefill_run) comes after every device copied e->feed
+ * and e->at and keeps device 0 from moving them early.
  * With a prefill program (`einc --prefill`, engine_prefill.c's essay),
  * schedule_step may choose it for the step: every row then moves by its
  * count of real tokens (a prompt's next chunk, or one), and after_iteration
@@ -56,7 +56,7 @@
  *
  * Devices: device 0 takes the batch and samples under e->mu, noting the
  * connections to wake (touch), which it resumes once it has released the
- * mutex (wake_connections; rt_serve.h); with static batching the others
+ * mutex (wake_connections; rt_serve.h); the others
  * wait for e->batches to move,
  * then every step reads e->feed and e->live after a barrier that orders
  * device 0's writes before their reads.  e->live is written only by a
@@ -522,25 +522,17 @@ static int64_t share(rt_device *dev, rt_engine *e, int32_t *msg, int64_t head, i
 }
 
 /* Device 0 takes a batch (or schedules a step, `continuous`); the others
- * follow it: through share() when the backend broadcasts, else through
- * shared memory: a batch on e->work (follow_batch), a step at a barrier
- * over every device (`all`), as a static step follows the one before.
- * Its rows; 0: shutdown. */
+ * follow it: through shared memory (follow_batch), or through share()
+ * when the backend broadcasts.  Its rows; 0: shutdown. */
 static int64_t next_batch(rt_device *dev, rt_engine *e, int32_t *msg, int continuous,
-                          uint64_t seen, uint32_t all)
+                          uint64_t seen)
 {
     int64_t rows = 0;
     if (dev->id == 0)
         rows = continuous ? schedule_step(e) : take_batch(e);
-    else if (!msg && !continuous)
+    else if (!msg)
         rows = follow_batch(e, seen);
-    if (msg)
-        return share(dev, e, msg, rows, continuous, 1);
-    if (continuous) { /* device 0's e->rows, e->feed, e->at, e->pf and e->plan written */
-        dev->ops->barrier(dev, all);
-        rows = e->rows;
-    }
-    return rows;
+    return msg ? share(dev, e, msg, rows, continuous, 1) : rows;
 }
 
 /* Every device: zeroes its blocks of the states (a batch starts with an
@@ -594,7 +586,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     if (e->pf && g->per_row)
         rt_prefill_open(dev, e, in, &pbuf);
     for (uint64_t seen = 0; g->per_row; seen++) { /* continuous batching */
-        if (next_batch(dev, e, msg, 1, seen, all) == 0)
+        if (next_batch(dev, e, msg, 1, seen) == 0)
             break;
         int prefill = e->pf && e->pf->due; /* this step runs the prefill program */
         if (prefill) {
@@ -622,7 +614,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     if (pbuf.in)
         rt_prefill_close(dev, e, &pbuf);
     for (uint64_t seen = 0; !g->per_row; seen++) { /* static batching */
-        if (next_batch(dev, e, msg, 0, seen, all) == 0)
+        if (next_batch(dev, e, msg, 0, seen) == 0)
             break;
         zero_states(p, in);
         for (int64_t pos = 0;; pos++) {
