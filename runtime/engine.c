@@ -12,7 +12,7 @@
  * only positions its own request wrote, so the stale entries past p that
  * the slot's earlier requests left are never read.  A free slot runs at
  * position 0 with token 0, where its next request writes first.  The
- * other devices follow e->batches as below, asleep on e->work while
+ * other devices follow e->batches as below, asleep on e->stepped while
  * device 0 samples and schedules (a barrier there, which polls with
  * sched_yield where devices outnumber cores, hides their idle core from
  * the kernel, which would place the HTTP thread and clients on it, and
@@ -181,7 +181,7 @@ static int64_t publish(rt_engine *e, int64_t n)
     e->rows = n;
     e->metrics.running = n;
     e->batches++;
-    pthread_cond_broadcast(&e->work);
+    pthread_cond_broadcast(&e->stepped);
     pthread_mutex_unlock(&e->mu);
     wake_connections(e);
     return n;
@@ -219,7 +219,7 @@ static int64_t follow_batch(rt_engine *e, uint64_t seen)
 {
     pthread_mutex_lock(&e->mu);
     while (e->batches == seen)
-        pthread_cond_wait(&e->work, &e->mu);
+        pthread_cond_wait(&e->stepped, &e->mu);
     int64_t rows = e->rows;
     pthread_mutex_unlock(&e->mu);
     return rows;
@@ -658,6 +658,7 @@ void rt_engine_free(rt_engine *e)
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->stepped);
     free(e->queue);
     free(e->batch);
     free(e->feed);

@@ -154,7 +154,10 @@ struct rt_prefill;
  * batch and samples; the others follow it). */
 typedef struct rt_engine {
     pthread_mutex_t mu;          /* guards everything below that changes */
-    pthread_cond_t work;         /* signalled: a request queued, a batch taken, shutdown */
+    pthread_cond_t work;         /* device 0 waits on it: a request queued, shutdown */
+    pthread_cond_t stepped;      /* the other devices wait on it: a batch taken or a step
+                                    scheduled (e->batches moved); apart from work, so that a
+                                    request's arrival wakes device 0 alone */
     rt_request **queue;          /* a ring of max_queue requests waiting for a batch */
     int64_t max_queue, head, queued;
     rt_request **batch;          /* [B] the rows of the running batch; NULL: a padding row */

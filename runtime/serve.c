@@ -201,6 +201,7 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
         return -1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->stepped, NULL);
     e->queue = calloc((size_t)e->max_queue, sizeof *e->queue);
     e->batch = calloc((size_t)g->batch, sizeof *e->batch);
     e->feed = calloc((size_t)g->batch, sizeof *e->feed);
