@@ -99,8 +99,11 @@ int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int6
                      char *param, size_t paramlen, char *err, size_t errlen);
 /* Frees a request and what it owns; NULL is fine. */
 void rt_request_free(rt_request *r);
-/* The JSON of a whole completion (non-streaming answer), malloc'd, or
- * NULL when out of memory.  Called under rt_engine.mu once r->finish is set. */
+/* The JSON of a completion object with text[0..len) and `finish` (NULL:
+ * none yet), malloc'd, or NULL when out of memory.  A streamed chunk
+ * (r->stream) reads only r's number, fixed once parsed, so it needs no
+ * lock; a whole answer adds the usage, r->tokens: under rt_engine.mu, or
+ * once r has finished. */
 char *rt_request_json(const rt_request *r, const char *text, size_t len, const char *finish);
 /* The JSON of an error answer: {"error": {"message", "type", "param",
  * "code"}}, malloc'd, or NULL when out of memory. */

@@ -26,9 +26,11 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt_serve.h"
 
@@ -36,6 +38,9 @@
  * never sends its body) before it is closed and its thread freed; a
  * connection waiting for its tokens is not silent on the client's part. */
 #define RT_IDLE_TIMEOUT 600u
+
+/* Milliseconds rt_server_stop waits for the answers under way to be sent. */
+#define RT_DRAIN_MS 5000
 
 /* The largest request body read: far more than a prompt the cache holds. */
 #define RT_MAX_BODY (1 << 20)
@@ -46,6 +51,10 @@ typedef struct rt_server rt_server;
 struct rt_server {
     rt_engine *e;
     struct MHD_Daemon *daemon;
+    /* Requests begun and not yet completed (answer sent, or the client
+     * gone): rt_server_stop lets them finish before it closes the
+     * connections.  Written by the polling thread, read by the stopping one. */
+    atomic_long open;
 };
 
 /* One connection's request body, read in pieces, and its request while
@@ -117,7 +126,10 @@ static void add_event(stream *s, char *json)
 
 /* MHD's reader of a streaming answer: hands over up to `max` SSE bytes
  * of the text that can be sent, or the end; with neither yet, suspends
- * the connection until the engine changes the request and returns 0. */
+ * the connection until the engine changes the request and returns 0.
+ * Under the engine's mutex it only copies the new text: the JSON is made
+ * after, so that device 0, which takes the mutex after every step, does
+ * not wait for it. */
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -134,19 +146,23 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&s->e->mu);
             return 0;
         }
-        if (r->aborted) {
-            add_event(s, rt_error_json("the server is shutting down", NULL, 503));
-        } else {
-            const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
-            add_event(s, rt_request_json(r, r->text + s->sent, r->ready - s->sent, finish));
-            s->sent = r->ready;
-        }
-        if (r->aborted || (r->finish && s->sent == r->len)) {
-            add_event(s, strdup("[DONE]"));
-            s->done = 1;
-        }
+        int aborted = r->aborted;
+        const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
+        size_t n = aborted ? 0 : r->ready - s->sent;
+        char *piece = malloc(n + 1);
+        if (piece)
+            memcpy(piece, r->text + s->sent, n);
+        s->sent += n;
+        s->done = aborted || (r->finish && s->sent == r->len);
         pthread_mutex_unlock(&s->e->mu);
-        if (s->poff == s->plen) /* out of memory */
+        if (aborted)
+            add_event(s, rt_error_json("the server is shutting down", NULL, 503));
+        else if (piece) /* r's number and stream, all the JSON reads besides, are fixed */
+            add_event(s, rt_request_json(r, piece, n, finish));
+        free(piece);
+        if (s->done)
+            add_event(s, strdup("[DONE]"));
+        if (!piece || s->poff == s->plen) /* out of memory */
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = s->plen - s->poff < max ? s->plen - s->poff : max;
@@ -293,6 +309,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!u) {
         u = calloc(1, sizeof *u);
         *con_cls = u;
+        if (u)
+            atomic_fetch_add(&sv->open, 1);
         return u ? MHD_YES : MHD_NO;
     }
     if (*size) {
@@ -323,6 +341,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         if (u->r)
             rt_engine_release(sv->e, u->r);
         free(u->body);
+        atomic_fetch_sub(&sv->open, 1);
     }
     free(u);
     *con_cls = NULL;
@@ -351,6 +370,7 @@ struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, 
         return NULL;
     }
     sv->e = e;
+    atomic_init(&sv->open, 0);
     e->resume = resume;
     sv->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME,
                                   (uint16_t)port, NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR,
@@ -374,6 +394,11 @@ void rt_server_stop(struct rt_server *s)
 {
     if (!s)
         return;
+    /* The engine has ended every request, but the polling thread may not
+     * have written their last events yet: wait for them (a client that
+     * stopped reading gets RT_DRAIN_MS), then close every connection. */
+    for (int ms = 0; s->daemon && atomic_load(&s->open) > 0 && ms < RT_DRAIN_MS; ms++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     if (s->daemon)
         MHD_stop_daemon(s->daemon);
     free(s);
