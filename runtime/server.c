@@ -150,7 +150,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
         size_t n = aborted ? 0 : r->ready - s->sent;
         char *piece = malloc(n + 1);
-        if (piece)
+        if (piece && n) /* r->text is NULL until the first text */
             memcpy(piece, r->text + s->sent, n);
         s->sent += n;
         s->done = aborted || (r->finish && s->sent == r->len);
