@@ -12,8 +12,13 @@
  * only positions its own request wrote, so the stale entries past p that
  * the slot's earlier requests left are never read.  A free slot runs at
  * position 0 with token 0, where its next request writes first.  The
- * other devices follow e->batches as below, and a barrier after every
- * device copied e->feed and e->at keeps device 0 from moving them early.
+ * other devices follow e->batches as below, asleep on e->stepped while
+ * device 0 samples and schedules (a barrier there, which polls with
+ * sched_yield where devices outnumber cores, hides their idle core from
+ * the kernel, which would place the HTTP thread and clients on it, and
+ * measured no better: docs/generation.md); the step's own first barrier
+ * (rt_run_timed, rt_prefill_run) comes after every device copied e->feed
+ * and e->at and keeps device 0 from moving them early.
  * With a prefill program (`einc --prefill`, engine_prefill.c's essay),
  * schedule_step may choose it for the step: every row then moves by its
  * count of real tokens (a prompt's next chunk, or one), and after_iteration
@@ -49,7 +54,9 @@
  * step where no row samples (every row in its prompt) gathers nothing.
  * The plan travels with the step's tokens (e->plan; share()).
  *
- * Devices: device 0 takes the batch and samples under e->mu; the others
+ * Devices: device 0 takes the batch and samples under e->mu, noting the
+ * connections to wake (touch), which it resumes once it has released the
+ * mutex (wake_connections; rt_serve.h); the others
  * wait for e->batches to move,
  * then every step reads e->feed and e->live after a barrier that orders
  * device 0's writes before their reads.  e->live is written only by a
@@ -100,6 +107,26 @@ static void release_locked(rt_request *r)
         rt_request_free(r);
 }
 
+/* Device 0, e->mu held, when r's text, ready, finish or aborted changed:
+ * takes its suspended connection, if any, for wake_connections. */
+static void touch(rt_engine *e, rt_request *r)
+{
+    if (r->waiter) {
+        e->woken[e->nwoken++] = r->waiter;
+        r->waiter = NULL;
+    }
+}
+
+/* Device 0, e->mu released: resumes the connections touch took.  Outside
+ * the mutex, so that a resumed connection finds it free and the HTTP
+ * library's locks are never taken under it. */
+static void wake_connections(rt_engine *e)
+{
+    for (int64_t i = 0; i < e->nwoken; i++)
+        e->resume(e->woken[i]);
+    e->nwoken = 0;
+}
+
 void rt_engine_release(rt_engine *e, rt_request *r)
 {
     pthread_mutex_lock(&e->mu);
@@ -120,7 +147,7 @@ static void refuse_queued(rt_engine *e)
 {
     for (; e->queued > 0; e->queued--, e->head = (e->head + 1) % e->max_queue) {
         e->queue[e->head]->aborted = 1;
-        pthread_cond_broadcast(&e->queue[e->head]->changed);
+        touch(e, e->queue[e->head]);
         release_locked(e->queue[e->head]);
     }
 }
@@ -147,14 +174,16 @@ static void plan_step(rt_engine *e, const int32_t *at, int64_t pos)
 }
 
 /* Device 0, e->mu held: announces a batch (or step) of n rows to the
- * other devices (follow_batch), unlocks e->mu and returns n. */
+ * other devices (follow_batch), unlocks e->mu, wakes the connections of
+ * the requests refused meanwhile and returns n. */
 static int64_t publish(rt_engine *e, int64_t n)
 {
     e->rows = n;
     e->metrics.running = n;
     e->batches++;
-    pthread_cond_broadcast(&e->work);
+    pthread_cond_broadcast(&e->stepped);
     pthread_mutex_unlock(&e->mu);
+    wake_connections(e);
     return n;
 }
 
@@ -190,7 +219,7 @@ static int64_t follow_batch(rt_engine *e, uint64_t seen)
 {
     pthread_mutex_lock(&e->mu);
     while (e->batches == seen)
-        pthread_cond_wait(&e->work, &e->mu);
+        pthread_cond_wait(&e->stepped, &e->mu);
     int64_t rows = e->rows;
     pthread_mutex_unlock(&e->mu);
     return rows;
@@ -316,7 +345,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
             continue;
         if (r->cancelled) { /* the client went away: free the row */
             r->finish = "stop";
-            pthread_cond_broadcast(&r->changed);
+            touch(e, r);
             continue;
         }
         if (pos + 1 < r->prompt_len) {
@@ -326,9 +355,9 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
         }
         int32_t t = next_token(e, p, logits, plan, b, r, pos, work);
         emit(e, r, t, now);
-        pthread_cond_broadcast(&r->changed);
         if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
             r->finish = "length";
+        touch(e, r);
         e->feed[b] = t;
         live |= !r->finish;
     }
@@ -342,6 +371,7 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
             e->batch[b] = NULL;
         }
     pthread_mutex_unlock(&e->mu);
+    wake_connections(e);
 }
 
 /* Continuous batching, device 0, before each step: fills the free slots
@@ -430,7 +460,7 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
             e->feed[b] = t;
             e->at[b] = (int32_t)(pos + 1);
         }
-        pthread_cond_broadcast(&r->changed); /* before release_locked may free r */
+        touch(e, r); /* before release_locked may free r */
         if (r->finish) { /* free the slot: a free row writes at 0, which its next request rewrites */
             release_locked(r);
             e->batch[b] = NULL;
@@ -442,6 +472,7 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
     for (int64_t b = 0; b < e->gen->batch; b++)
         e->metrics.running += e->batch[b] != NULL;
     pthread_mutex_unlock(&e->mu);
+    wake_connections(e);
 }
 
 /* The int32 entries of share()'s message: head, plan, prefill due, feed
@@ -565,9 +596,9 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
                 tin[i] = e->feed[start[0] + i];
             rt_generate_set_positions(dev, p, g, in, e->at, 0);
         }
+        /* Every device has read e->feed, e->at, e->pf and e->plan before device 0
+         * moves them in after_iteration: the step's first barrier orders them. */
         rt_sample_plan plan = e->plan;
-        if (!msg) /* all read e->feed, e->at, e->pf and e->plan before device 0 moves them */
-            dev->ops->barrier(dev, all);
         if (prefill) {
             const void *window = rt_prefill_run(dev, e, &pbuf);
             if (dev->id == 0)
@@ -627,10 +658,12 @@ void rt_engine_free(rt_engine *e)
     }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->stepped);
     free(e->queue);
     free(e->batch);
     free(e->feed);
     free(e->at);
+    free(e->woken);
     rt_prefill_free(e->pf);
     free(e);
 }

@@ -171,7 +171,6 @@ int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int6
     r->sampling.seed = defaults->seed + number;
     r->number = number;
     r->refs = 1;
-    pthread_cond_init(&r->changed, NULL);
     const char *field = NULL; /* may point into j: copied before j is freed */
     int rc = read_fields(j, r, tok, &field, err, errlen);
     if (rc == 0)
@@ -195,7 +194,6 @@ void rt_request_free(rt_request *r)
         free(r->stop[i]);
     free(r->prompt);
     free(r->text);
-    pthread_cond_destroy(&r->changed);
     free(r);
 }
 

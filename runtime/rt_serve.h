@@ -6,11 +6,13 @@
  * (metrics.c), the HTTP server (server.c) and the flags and set-up
  * (serve.c).  docs/generation.md, "Serving", describes the API.
  *
- * Threads: libmicrohttpd runs one thread per connection; device 0's thread
- * (the engine) takes batches from the queue and runs the steps on every
- * device; they meet under rt_engine.mu, and each connection sleeps on its
- * own request's condition variable, rt_request.changed (no busy waiting;
- * a step wakes only the connections whose requests it changed).  Under MPI every rank has an
+ * Threads: libmicrohttpd runs every connection on one polling thread
+ * (server.c); device 0's thread (the engine) takes batches from the queue
+ * and runs the steps on every device; they meet under rt_engine.mu.  A
+ * connection that waits for the engine (its next tokens, or its whole
+ * answer) is suspended rather than blocked, its request's `waiter`; after
+ * each step the engine resumes the connections whose requests the step
+ * changed, once it has released the mutex (rt_engine.resume).  Under MPI every rank has an
  * engine, but only rank 0's has the server and the requests; the others
  * receive its batches and tokens by broadcast (engine.c).
  */
@@ -76,11 +78,12 @@ typedef struct rt_request {
     int aborted;                 /* 1: the server shut down before it ran */
     int cancelled;               /* 1: the client went away: the engine ends the row */
     int refs;                    /* holders: the connection, and the engine once queued */
-    /* Broadcast (under rt_engine.mu) when text, ready, finish or aborted
-     * change; its connection waits on it.  One per request rather than one
-     * per engine: a step then wakes its B rows' connections, not every
-     * queued one too (hundreds under load, each taking rt_engine.mu). */
-    pthread_cond_t changed;
+    /* The connection waiting for text, ready, finish or aborted to change,
+     * suspended (server.c), or NULL.  Set by the connection, taken by the
+     * engine when it changes them (engine.c's touch), which resumes it
+     * after the step: a step wakes its B rows' connections, not every
+     * queued one. */
+    void *waiter;
 } rt_request;
 
 /* Parses a POST /v1/completions body (body[0..len), JSON) into a new
@@ -96,8 +99,11 @@ int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int6
                      char *param, size_t paramlen, char *err, size_t errlen);
 /* Frees a request and what it owns; NULL is fine. */
 void rt_request_free(rt_request *r);
-/* The JSON of a whole completion (non-streaming answer), malloc'd, or
- * NULL when out of memory.  Called under rt_engine.mu once r->finish is set. */
+/* The JSON of a completion object with text[0..len) and `finish` (NULL:
+ * none yet), malloc'd, or NULL when out of memory.  A streamed chunk
+ * (r->stream) reads only r's number, fixed once parsed, so it needs no
+ * lock; a whole answer adds the usage, r->tokens: under rt_engine.mu, or
+ * once r has finished. */
 char *rt_request_json(const rt_request *r, const char *text, size_t len, const char *finish);
 /* The JSON of an error answer: {"error": {"message", "type", "param",
  * "code"}}, malloc'd, or NULL when out of memory. */
@@ -151,7 +157,10 @@ struct rt_prefill;
  * batch and samples; the others follow it). */
 typedef struct rt_engine {
     pthread_mutex_t mu;          /* guards everything below that changes */
-    pthread_cond_t work;         /* signalled: a request queued, a batch taken, shutdown */
+    pthread_cond_t work;         /* device 0 waits on it: a request queued, shutdown */
+    pthread_cond_t stepped;      /* the other devices wait on it: a batch taken or a step
+                                    scheduled (e->batches moved); apart from work, so that a
+                                    request's arrival wakes device 0 alone */
     rt_request **queue;          /* a ring of max_queue requests waiting for a batch */
     int64_t max_queue, head, queued;
     rt_request **batch;          /* [B] the rows of the running batch; NULL: a padding row */
@@ -187,6 +196,12 @@ typedef struct rt_engine {
     pthread_t signals;           /* the thread that waits for SIGINT and SIGTERM (serve.c) */
     int signals_started;
     int wake[2];                 /* its pipe: a byte there stops the engine; 0 0 if none */
+    /* Resumes a request's suspended connection (rt_request.waiter; server.c
+     * sets it before the first request).  Called by device 0 without e->mu. */
+    void (*resume)(void *waiter);
+    void **woken;                /* [max_queue + B] the waiters device 0 took under e->mu
+                                    and resumes once it has released it; device 0's alone */
+    int64_t nwoken;              /* entries in woken */
 } rt_engine;
 
 /* Queues r for a batch (taking a reference); 0, or -1 if the queue is full

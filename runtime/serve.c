@@ -201,11 +201,13 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
         return -1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->stepped, NULL);
     e->queue = calloc((size_t)e->max_queue, sizeof *e->queue);
     e->batch = calloc((size_t)g->batch, sizeof *e->batch);
     e->feed = calloc((size_t)g->batch, sizeof *e->feed);
     e->at = calloc((size_t)g->batch, sizeof *e->at);
-    if (!e->queue || !e->batch || !e->feed || !e->at)
+    e->woken = calloc((size_t)(e->max_queue + g->batch), sizeof *e->woken);
+    if (!e->queue || !e->batch || !e->feed || !e->at || !e->woken)
         return rt_errf(err, errlen, "out of memory");
     if (job->prefill && rt_prefill_prepare(job, e, err, errlen))
         return -1;

@@ -1,8 +1,15 @@
 /*
  * server.c - the HTTP side of --serve, on libmicrohttpd (Debian's
- * libmicrohttpd-dev) in thread-per-connection mode: each connection's
- * handler may sleep on the engine's condition variable until its tokens
- * come, without holding up the others.
+ * libmicrohttpd-dev) with one internal polling thread (epoll) for every
+ * connection.  A connection that must wait for the engine, a stream for
+ * its next tokens or a whole answer for its end, is suspended
+ * (MHD_suspend_connection) with its request's `waiter` pointing at it,
+ * and the engine resumes it after the step that changed the request
+ * (rt_engine.resume): the thread then writes the step's events to every
+ * resumed connection in one pass.  A step thus costs the HTTP side one
+ * wake-up, not one thread wake-up per row, and the 2 cores the device
+ * threads share with the connections see a few runnable threads rather
+ * than one per client.
  *
  *   POST /v1/completions  a completion (request.c); with "stream": true,
  *                         server-sent events: `data: {chunk}\n\n` as the
@@ -19,9 +26,11 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt_serve.h"
 
@@ -29,6 +38,9 @@
  * never sends its body) before it is closed and its thread freed; a
  * connection waiting for its tokens is not silent on the client's part. */
 #define RT_IDLE_TIMEOUT 600u
+
+/* Milliseconds rt_server_stop waits for the answers under way to be sent. */
+#define RT_DRAIN_MS 5000
 
 /* The largest request body read: far more than a prompt the cache holds. */
 #define RT_MAX_BODY (1 << 20)
@@ -39,19 +51,26 @@ typedef struct rt_server rt_server;
 struct rt_server {
     rt_engine *e;
     struct MHD_Daemon *daemon;
+    /* Requests begun and not yet completed (answer sent, or the client
+     * gone): rt_server_stop lets them finish before it closes the
+     * connections.  Written by the polling thread, read by the stopping one. */
+    atomic_long open;
 };
 
-/* One connection's request body, read in pieces. */
+/* One connection's request body, read in pieces, and its request while
+ * it waits for a whole (non-streaming) answer. */
 typedef struct upload {
     char *body;
     size_t len;
     int too_large;               /* 1: over RT_MAX_BODY; the rest is read and dropped */
+    rt_request *r;               /* queued, not streamed: one reference, until answered */
 } upload;
 
 /* A streaming answer: the SSE bytes made but not yet handed to MHD. */
 typedef struct stream {
     rt_engine *e;
     rt_request *r;               /* one reference, dropped by stream_free */
+    struct MHD_Connection *c;    /* the connection it answers: suspended while it waits */
     size_t sent;                 /* bytes of r->text put into events so far */
     char *pending;               /* SSE bytes, malloc'd */
     size_t plen, poff;           /* their length, and how many MHD has taken */
@@ -105,8 +124,12 @@ static void add_event(stream *s, char *json)
     free(json);
 }
 
-/* MHD's reader of a streaming answer: waits (on r->changed) for text
- * that can be sent, or the end, and hands over up to `max` SSE bytes. */
+/* MHD's reader of a streaming answer: hands over up to `max` SSE bytes
+ * of the text that can be sent, or the end; with neither yet, suspends
+ * the connection until the engine changes the request and returns 0.
+ * Under the engine's mutex it only copies the new text: the JSON is made
+ * after, so that device 0, which takes the mutex after every step, does
+ * not wait for it. */
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -117,21 +140,29 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         s->plen = s->poff = 0;
         pthread_mutex_lock(&s->e->mu);
-        while (r->ready == s->sent && !r->finish && !r->aborted)
-            pthread_cond_wait(&r->changed, &s->e->mu);
-        if (r->aborted) {
-            add_event(s, rt_error_json("the server is shutting down", NULL, 503));
-        } else {
-            const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
-            add_event(s, rt_request_json(r, r->text + s->sent, r->ready - s->sent, finish));
-            s->sent = r->ready;
+        if (r->ready == s->sent && !r->finish && !r->aborted) {
+            r->waiter = s->c;
+            MHD_suspend_connection(s->c);
+            pthread_mutex_unlock(&s->e->mu);
+            return 0;
         }
-        if (r->aborted || (r->finish && s->sent == r->len)) {
-            add_event(s, strdup("[DONE]"));
-            s->done = 1;
-        }
+        int aborted = r->aborted;
+        const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
+        size_t n = aborted ? 0 : r->ready - s->sent;
+        char *piece = malloc(n + 1);
+        if (piece && n) /* r->text is NULL until the first text */
+            memcpy(piece, r->text + s->sent, n);
+        s->sent += n;
+        s->done = aborted || (r->finish && s->sent == r->len);
         pthread_mutex_unlock(&s->e->mu);
-        if (s->poff == s->plen) /* out of memory */
+        if (aborted)
+            add_event(s, rt_error_json("the server is shutting down", NULL, 503));
+        else if (piece) /* r's number and stream, all the JSON reads besides, are fixed */
+            add_event(s, rt_request_json(r, piece, n, finish));
+        free(piece);
+        if (s->done)
+            add_event(s, strdup("[DONE]"));
+        if (!piece || s->poff == s->plen) /* out of memory */
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = s->plen - s->poff < max ? s->plen - s->poff : max;
@@ -170,6 +201,7 @@ static enum MHD_Result answer_stream(rt_engine *e, struct MHD_Connection *c, rt_
     }
     s->e = e;
     s->r = r;
+    s->c = c;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
@@ -180,9 +212,37 @@ static enum MHD_Result answer_stream(rt_engine *e, struct MHD_Connection *c, rt_
     return rc;
 }
 
-/* POST /v1/completions with body u. */
-static enum MHD_Result completions(rt_engine *e, struct MHD_Connection *c, const upload *u)
+/* The whole answer to u->r, queued without streaming: once it has ended;
+ * until then the connection is suspended (MHD calls handle again when the
+ * engine resumes it). */
+static enum MHD_Result answer_whole(rt_engine *e, struct MHD_Connection *c, upload *u)
 {
+    rt_request *r = u->r;
+    pthread_mutex_lock(&e->mu);
+    if (!r->finish && !r->aborted) {
+        r->waiter = c;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&e->mu);
+        return MHD_YES;
+    }
+    char *body = r->aborted ? NULL : rt_request_json(r, r->text, r->len, r->finish);
+    int aborted = r->aborted;
+    pthread_mutex_unlock(&e->mu);
+    u->r = NULL;
+    rt_engine_release(e, r);
+    if (aborted)
+        return respond_error(e, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is shutting down",
+                             NULL);
+    enum MHD_Result rc = respond(e, c, MHD_HTTP_OK, "application/json", body);
+    free(body);
+    return rc;
+}
+
+/* POST /v1/completions with body u (again, once resumed, while u->r waits). */
+static enum MHD_Result completions(rt_engine *e, struct MHD_Connection *c, upload *u)
+{
+    if (u->r)
+        return answer_whole(e, c, u);
     if (u->too_large)
         return respond_error(e, c, MHD_HTTP_CONTENT_TOO_LARGE, "the request body is over 1 MiB",
                              NULL);
@@ -207,24 +267,13 @@ static enum MHD_Result completions(rt_engine *e, struct MHD_Connection *c, const
     }
     if (r->stream)
         return answer_stream(e, c, r);
-    pthread_mutex_lock(&e->mu);
-    while (!r->finish && !r->aborted)
-        pthread_cond_wait(&r->changed, &e->mu);
-    char *body = r->aborted ? NULL : rt_request_json(r, r->text, r->len, r->finish);
-    int aborted = r->aborted;
-    pthread_mutex_unlock(&e->mu);
-    rt_engine_release(e, r);
-    if (aborted)
-        return respond_error(e, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is shutting down",
-                             NULL);
-    enum MHD_Result rc = respond(e, c, MHD_HTTP_OK, "application/json", body);
-    free(body);
-    return rc;
+    u->r = r;
+    return answer_whole(e, c, u);
 }
 
 /* The answer to a whole request: by path, then method. */
 static enum MHD_Result route(rt_engine *e, struct MHD_Connection *c, const char *url,
-                             const char *method, const upload *u)
+                             const char *method, upload *u)
 {
     int get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
     int known = !strcmp(url, "/health") || !strcmp(url, "/metrics") ||
@@ -260,6 +309,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!u) {
         u = calloc(1, sizeof *u);
         *con_cls = u;
+        if (u)
+            atomic_fetch_add(&sv->open, 1);
         return u ? MHD_YES : MHD_NO;
     }
     if (*size) {
@@ -278,16 +329,28 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return route(sv->e, c, url, method, u);
 }
 
-/* MHD's end of a request: frees its body. */
+/* MHD's end of a request: frees its body (and drops a request it never
+ * answered: the daemon stopped). */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode why)
 {
-    (void)cls, (void)c, (void)why;
+    (void)c, (void)why;
+    rt_server *sv = cls;
     upload *u = *con_cls;
-    if (u)
+    if (u) {
+        if (u->r)
+            rt_engine_release(sv->e, u->r);
         free(u->body);
+        atomic_fetch_sub(&sv->open, 1);
+    }
     free(u);
     *con_cls = NULL;
+}
+
+/* rt_engine.resume: the engine resumes a connection it changed the request of. */
+static void resume(void *waiter)
+{
+    MHD_resume_connection(waiter);
 }
 
 struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, char *err,
@@ -307,7 +370,9 @@ struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, 
         return NULL;
     }
     sv->e = e;
-    sv->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
+    atomic_init(&sv->open, 0);
+    e->resume = resume;
+    sv->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME,
                                   (uint16_t)port, NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR,
                                   (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed,
                                   sv, MHD_OPTION_CONNECTION_TIMEOUT, RT_IDLE_TIMEOUT,
@@ -329,6 +394,11 @@ void rt_server_stop(struct rt_server *s)
 {
     if (!s)
         return;
+    /* The engine has ended every request, but the polling thread may not
+     * have written their last events yet: wait for them (a client that
+     * stopped reading gets RT_DRAIN_MS), then close every connection. */
+    for (int ms = 0; s->daemon && atomic_load(&s->open) > 0 && ms < RT_DRAIN_MS; ms++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     if (s->daemon)
         MHD_stop_daemon(s->daemon);
     free(s);

@@ -27,6 +27,11 @@ compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
    SIGTERM to rank 0 ends every rank (mpirun's status 0);
  - more concurrent requests than --max-queue 1 holds get 503, the others
    their text;
+ - SIGTERM while 3 long streams run on the 3 slots and 3 requests wait
+   (their connections suspended until the engine changes them): the
+   running streams end with their text, the 2 waiting whole answers get
+   503 and the waiting stream an error event and [DONE], and the server
+   exits with status 0;
  - /metrics has einc_running_rows and einc_iterations_total, which counts
    the steps run.
 The last line is `N passed, N failed`.
@@ -116,6 +121,51 @@ def metric(s, name):
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+
+
+def wait_metric(s, name, value):
+    """Polls /metrics until `name` reads `value`; whether it did in time."""
+    end = time.monotonic() + serve.TIMEOUT
+    while time.monotonic() < end:
+        if metric(s, name) == value:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def check_shutdown(t, exe, work):
+    """SIGTERM with every slot running a long stream and 3 requests
+    queued: the running ones finish, the queued ones are refused (whole
+    answers 503, a stream an error event), the server exits 0."""
+    want = generate(exe, work, "q", S)
+    s = Server(exe)
+    out = [None] * 6
+
+    def one(i):
+        if i in (0, 1, 2, 5):
+            out[i] = s.stream(prompt="q", max_tokens=S)
+        else:
+            out[i] = s.complete(prompt="q", max_tokens=S)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    try:
+        for th in threads[:3]:
+            th.start()
+        running = wait_metric(s, "einc_running_rows", 3)
+        for th in threads[3:]:
+            th.start()
+        queued = running and wait_metric(s, "einc_queue_length", 3)
+        rc = s.stop() if queued else None
+        for th in threads:
+            th.join(timeout=2 * serve.TIMEOUT)
+    finally:
+        s.kill()
+    streamed = [o and o[0] == 200 and o[2] and "".join(
+        e["choices"][0]["text"] for e in o[1] if "choices" in e) == want for o in out[:3]]
+    refused = out[5] and out[5][0] == 200 and out[5][2] and out[5][1] and "error" in out[5][1][-1]
+    t.result(queued and rc == 0 and all(streamed) and [o and o[0] for o in out[3:5]] == [503] * 2
+             and refused, "SIGTERM with 3 streams running and 3 requests queued: the streams "
+             "end with their text, the queued get 503 (a stream an error event), status 0",
+             "queued %r, status %r, answers %r" % (queued, rc, out))
 
 
 def check_mpi(t, exe, launch, reqs, want, what):
@@ -232,6 +282,7 @@ def main():
                      % codes.count(503), repr(codes))
         finally:
             s.kill()
+        check_shutdown(t, cont, work)
     return t.finish()
 
 
