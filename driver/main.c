@@ -260,7 +260,16 @@ static int parse_args(int argc, char **argv, options *o)
             o->debug_pass = true;
         } else if (strcmp(a, "--chips") == 0 || strncmp(a, "--chips=", 8) == 0) {
             const char *v = a[7] == '=' ? a + 8 : (++i < argc ? argv[i] : "");
-            /* An executable runs at most 4096 devices (docs/language.md, `mesh`). */
+            /* An executable runs at most 4096 devices (docs/language.md, `mesh`).
+             * More chips than that span pods (a v5p pod has 8960, seed 000),
+             * which auto-sharding does not plan: say so, and what does. */
+            int64_t many;
+            if (drv_parse_count(v, 4097, INT64_MAX, &many))
+                return drv_bad_usage("einc", "--chips %s: auto-sharding plans at most 4096 chips, the most an "
+                                     "einc executable runs, and no axis across pods; for seed 000's data "
+                                     "parallelism across pods, declare the mesh with an axis over the "
+                                     "data-center network (`mesh P = 2 over dcn`, docs/language.md) and "
+                                     "price it with --dump-cost", v);
             if (drv_count("einc", "--chips", v, 1, 4096, &o->chips))
                 return 2;
         } else if (strcmp(a, "--json") == 0) {
@@ -682,6 +691,30 @@ int main(int argc, char **argv)
     }
     ir_module *m = compile(&o, src, len, false, as, &pm, &ctx);
     rc = m ? 0 : 1;
+    /* On a declared mesh, an executable's memory is a choice as `einc
+     * plan` makes it (plan_declared.c): --zero=2, then --remat=layer. */
+    if (m && o.output && !as) {
+        plan_env env = {&o, src, len, &pm, &ctx, {0}, NULL, NULL};
+        plan_declared fit;
+        if (plan_fit_declared(&fit, m, hw, !o.remat_set, !pass_option_value(&ctx, "zero"), plan_compile,
+                              plan_option, plan_define, &env)) {
+            o.remat = fit.remat;
+            if (fit.zero == 2)
+                add_option(&popts, "zero", "2");
+            /* The same program again: its warnings were said once. */
+            FILE *said = diag.out, *quiet = fopen("/dev/null", "w");
+            diag.out = quiet ? quiet : said;
+            ir_module_free(m);
+            m = compile(&o, src, len, false, NULL, &pm, &ctx);
+            diag.out = said;
+            if (quiet)
+                fclose(quiet);
+            rc = m ? 0 : 1;
+            if (!m)
+                fprintf(stderr, "einc: error: the program does not compile with the memory choice below\n");
+        }
+        plan_declared_print(stderr, &fit, hw->name);
+    }
     /* A program that does not fit the profile's memory still compiles
      * (another profile, or a larger mesh, may fit it): a warning. */
     if (m)

@@ -151,6 +151,46 @@ typedef void (*plan_define_fn)(void *ctx, const fe_define *def);
  * change that would (more chips, a smaller batch, remat)"; remat is
  * already a choice of every row (plan_run). */
 void plan_find_fit(plan_table *t, const ir_module *proto, plan_compile_fn compile, plan_define_fn define, void *ctx);
+/* The dim seed 000 calls the batch: the first input's dim that r marks
+ * as a batch (plan_roles), or -1. */
+int plan_batch_dim(const ir_module *proto, const plan_roles *r);
+
+/* Memory on a declared mesh (plan_declared.c): what plan_fit_declared
+ * chose for a training program that needs more HBM than the profile
+ * has, and what would fit when nothing it tried does.  Bytes are per
+ * device (the cost pass's peak, totals.peak_memory). */
+typedef struct plan_declared {
+    double hbm;           /* bytes: the profile's HBM per device */
+    double memory;        /* bytes: the program as compiled */
+    double chosen;        /* bytes: with the choice below (memory when nothing was chosen) */
+    double zero_memory;   /* bytes with --zero=2, or 0 if not tried */
+    double remat_memory;  /* bytes with --remat=layer (and the zero choice), or 0 if not tried */
+    int zero;             /* 2: --zero=2 chosen, else 0 */
+    ir_remat remat;       /* the remat chosen (the program's own when nothing was) */
+    bool fits;            /* chosen <= hbm */
+    /* When nothing fits: a mesh axis doubled until it does (axis_size 0: none up to 4096
+     * devices), and the batch halved until it does (batch 0: none), with the choice above. */
+    char axis_name[2];
+    int64_t axis_size, devices;
+    double at_axis;       /* bytes at axis_size */
+    char batch_name[64];
+    int64_t batch;
+    double at_batch;      /* bytes at batch */
+} plan_declared;
+
+/* For `m`, compiled on its declared mesh with no --chips: when it trains
+ * and its peak exceeds hw's HBM, compiles it again with --zero=2 (when
+ * `choose_zero`: the user gave no --zero) and then --remat=layer (when
+ * `choose_remat`), keeps each that lowers the peak, and, if it still
+ * does not fit, searches the smallest change (plan_declared.c).  Fills
+ * *r; true when a --zero or --remat was chosen (the caller compiles with
+ * r->zero and r->remat).  `compile` is called with no auto-sharding;
+ * `option` installs --zero, `define` an extra -D. */
+bool plan_fit_declared(plan_declared *r, const ir_module *m, const cost_hw *hw, bool choose_remat, bool choose_zero,
+                       plan_compile_fn compile, plan_option_fn option, plan_define_fn define, void *ctx);
+/* What plan_fit_declared found, as one `einc: note:` line (nothing when
+ * the program fit as compiled). */
+void plan_declared_print(FILE *out, const plan_declared *r, const char *hw_name);
 
 /* The table a reader of seed 000 recognises (or JSON: {"chosen": {...},
  * "candidates": [...]}), with the chosen row marked and why. */

@@ -21,9 +21,7 @@
 
 #define FIT_MAX_HALVINGS 20 /* a batch of 2^20 halved to 1 */
 
-/* The dim seed 000 calls the batch: the first input's batch dim (the one
- * plan_roles marks), or -1. */
-static int batch_dim(const ir_module *proto, const plan_roles *r)
+int plan_batch_dim(const ir_module *proto, const plan_roles *r)
 {
     for (int i = 0; i < proto->nvalues; i++) {
         const ir_value *v = proto->values[i];
@@ -89,7 +87,7 @@ void plan_find_fit(plan_table *t, const ir_module *proto, plan_compile_fn compil
     t->fit.tried = true;
     const plan_row smallest = t->rows[t->chosen];
     more_chips(t, &smallest, compile, ctx);
-    t->fit.batch_dim = batch_dim(proto, &t->roles);
+    t->fit.batch_dim = plan_batch_dim(proto, &t->roles);
     if (t->fit.batch_dim >= 0) {
         snprintf(t->fit.batch_name, sizeof t->fit.batch_name, "%s", proto->dims[t->fit.batch_dim].name);
         smaller_batch(t, proto, &smallest, compile, define, ctx);

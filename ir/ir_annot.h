@@ -62,6 +62,9 @@ typedef struct ir_plan_cert {
     long candidates;     /* candidate layouts the ILP chose among */
     bool merged;         /* simple ops followed an operand (Alpa's merging) to keep the ILP small */
     const char *why;     /* when the plan is above `best`: why it was kept (static string), or NULL */
+    /* The seed 000 strategy the portfolio kept over the search's plan ("FSDP+TP",
+     * passes/propagate_portfolio.c; static string), or NULL when the search's plan stands. */
+    const char *strategy;
     /* The planner's memory row (passes/propagate_ilp_mem.c): bytes per device of params,
      * optimizer state, inputs, gradients and activations kept for the backward pass. */
     ir_plan_memory memory;

@@ -1,7 +1,8 @@
 /*
  * plan_cert.c - the sentence that states how far a plan can be from the
- * best: the planner's proof (ir_plan_cert, filled by the propagate pass)
- * and the cost pass's lower bound (ir_totals.bound_serial).
+ * best: the planner's proof (ir_plan_cert, filled by the propagate pass),
+ * the seed 000 strategy kept when the strategy portfolio's plan beat the
+ * ILP's, and the cost pass's lower bound (ir_totals.bound_serial).
  */
 #include <stdio.h>
 
@@ -46,6 +47,33 @@ static void memory_str(const ir_plan_cert *c, char *buf, size_t size)
                  "kept", c->mem_hbm / gib, c->mem_least / gib);
 }
 
+/* The proof when the strategy portfolio's plan was kept over the ILP's
+ * (c->strategy): the strategy named, and the plan placed against the
+ * ILP's optimum (or its bound at the time limit), which need not be the
+ * better of the two by this objective: the portfolio scores the step
+ * with parameter gathers overlapped (passes/propagate_portfolio.c). */
+static int strategy_str(const ir_plan_cert *c, const char *t, const char *n, const char *merged, char *buf,
+                        size_t size)
+{
+    char b[32];
+    int w = snprintf(buf, size, "plan %s (compute and reshards in sequence), seed 000's %s from the strategy "
+                     "portfolio, kept for its shorter step with parameter gathers overlapped; ", t, c->strategy);
+    if (w < 0 || (size_t)w >= size)
+        return w;
+    size -= (size_t)w;
+    buf += w;
+    if (c->proof == IR_PLAN_UNPROVEN)
+        return w + snprintf(buf, size, "not proven against the candidates (%s)",
+                            c->why ? c->why : "no whole-program ILP");
+    seconds_str(c->best, b, sizeof b);
+    double gap = c->best > 0 ? 100.0 * (c->objective - c->best) / c->best : 0.0;
+    const char *ilp = c->proof == IR_PLAN_OPTIMAL ? "proven optimum" : "bound at its time limit";
+    if (gap > -1e-4 && gap < 1e-4)
+        return w + snprintf(buf, size, "equal to the ILP's %s among %s candidate layouts%s", ilp, n, merged);
+    return w + snprintf(buf, size, "%.1f%% %s the ILP's %s of %s among %s candidate layouts%s",
+                        gap < 0 ? -gap : gap, gap < 0 ? "below" : "above", ilp, b, n, merged);
+}
+
 void ir_plan_cert_str(const ir_module *m, char *buf, size_t size)
 {
     const ir_plan_cert *c = &m->plan;
@@ -61,7 +89,9 @@ void ir_plan_cert_str(const ir_module *m, char *buf, size_t size)
     const char *merged = c->merged ? ", simple ops following an operand" : "";
     /* Within a millionth of the best counts as the best (the solver's tolerance). */
     bool at_best = c->objective <= c->best * (1.0 + 1e-6);
-    if (c->proof == IR_PLAN_UNPROVEN)
+    if (c->strategy)
+        w = strategy_str(c, t, n, merged, buf, size);
+    else if (c->proof == IR_PLAN_UNPROVEN)
         w = snprintf(buf, size, "plan %s (compute and reshards in sequence), not proven (%s)", t,
                      c->why ? c->why : "no whole-program ILP");
     else if (c->proof == IR_PLAN_OPTIMAL && at_best && c->objective < c->best * (1.0 - 1e-6))

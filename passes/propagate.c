@@ -608,8 +608,10 @@ static int widen(prop *p)
     }
     free(keep);
     /* Seed 000's strategies, scored by the step rather than the serial
-     * objective the ILP minimises. */
-    pass_prop_portfolio(p);
+     * objective the ILP minimises (--portfolio=off: not tried). */
+    const char *pf = pass_option_value(p->ctx, "portfolio");
+    if (!pf || strcmp(pf, "off") != 0)
+        pass_prop_portfolio(p);
     return round;
 }
 
@@ -627,6 +629,7 @@ static void certify(prop *p, double objective)
     c->candidates = r->candidates;
     c->merged = r->merged;
     c->why = p->plan_why;
+    c->strategy = p->plan_strategy;
     if (r->mem != PASS_ILP_MEM_FREE) {
         c->memory = r->mem == PASS_ILP_MEM_BOUND ? IR_PLAN_MEM_BOUND : IR_PLAN_MEM_NONE_FITS;
         c->mem_hbm = r->mem_hbm;
@@ -686,9 +689,19 @@ static bool check_ilp(const char *value, char *why, size_t why_size)
     return false;
 }
 
-const pass_option pass_propagate_options[1] = {
+static bool check_portfolio(const char *value, char *why, size_t why_size)
+{
+    if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0)
+        return true;
+    snprintf(why, why_size, "--portfolio wants on or off, not '%s'", value);
+    return false;
+}
+
+const pass_option pass_propagate_options[2] = {
     {"ilp", "on|off|SECONDS: plan the whole program as one ILP (GLPK) within a time limit (default on, "
             "20 s: ILP_DEFAULT_SECONDS)", check_ilp},
+    {"portfolio", "on|off: also plan seed 000's strategies and keep the one with the shortest step "
+                  "(propagate_portfolio.c; default on)", check_portfolio},
 };
 
 int pass_propagate(pass_ctx *ctx, ir_module *m)

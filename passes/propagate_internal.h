@@ -163,6 +163,7 @@ typedef struct prop {
     double ilp_time;     /* seconds the ILP may take; 0: not run (--ilp=off) */
     pass_prop_ilp_report ilp; /* what it did */
     const char *plan_why; /* why the plan is not the best the search found (static), or NULL */
+    const char *plan_strategy; /* the seed 000 strategy the portfolio kept ("FSDP+TP", static), or NULL */
     int *tclass;         /* by value id: the least id of a value of the same dtype and dims
                             (reshard costs depend on nothing else, so they are memoised by it) */
 } prop;
@@ -278,7 +279,7 @@ double pass_prop_step_time(prop *p);
  * sweep to a fixed point, and keeps the plan whose step
  * (pass_prop_step_time) is the shortest among them and the current one,
  * a strategy only when PORTFOLIO_MARGIN (1%) shorter, a plan that fits the
- * HBM before one that does not; sets p->plan_why when a strategy is kept.
+ * HBM before one that does not; sets p->plan_why and p->plan_strategy when a strategy is kept.
  * Programs with repeated blocks too: each loop's carried sharding
  * follows the strategy, and is restored with the plan kept.  Leaves every
  * op decided.  Returns 1 when a strategy replaced the plan, 0 otherwise

@@ -96,7 +96,8 @@ typedef struct roles {
 
 /* One strategy: the axes of B and of the sequence on the residual stream. */
 typedef struct strategy {
-    const char *why; /* plan_why when it is kept (static) */
+    const char *name; /* seed 000's name of it, for the certificate's line (static) */
+    const char *why;  /* plan_why when it is kept (static) */
     ir_axes batch, seq;
 } strategy;
 
@@ -334,18 +335,21 @@ static int strategies(const roles *r, strategy *out)
      * gathers the weights over the TP axes only: FSDP there, DP on the
      * data axes; the batch over the data axes is DP with TP. */
     strategy all[4] = {
-        {r->dp ? "seed 000's DP with FSDP on the TP axes (the batch over every axis on the residual stream) is "
+        {r->dp ? "DP with FSDP on the TP axes" : "FSDP",
+         r->dp ? "seed 000's DP with FSDP on the TP axes (the batch over every axis on the residual stream) is "
                  "kept: its step, with parameter gathers overlapped, is shorter than the search's plan"
                : "seed 000's FSDP (the batch over every axis on the residual stream) is kept: its step, with "
          "parameter gathers overlapped, is shorter than the search's plan", r->data | r->tp, 0},
-        {r->dp ? "seed 000's DP+TP (the batch over the data axes on the residual stream) is kept: its step, "
+        {r->dp ? "DP+TP" : "FSDP+TP",
+         r->dp ? "seed 000's DP+TP (the batch over the data axes on the residual stream) is kept: its step, "
                  "with parameter gathers overlapped, is shorter than the search's plan"
                : "seed 000's FSDP+TP (the batch over the data axes on the residual stream) is kept: its step, with "
          "parameter gathers overlapped, is shorter than the search's plan", r->data, 0},
-        {"seed 000's TP with sequence parallelism (the sequence over the TP axes on the residual stream) is "
+        {"TP with sequence parallelism",
+         "seed 000's TP with sequence parallelism (the sequence over the TP axes on the residual stream) is "
          "kept: its step, with parameter gathers overlapped, is shorter than the search's plan", r->data,
          r->seq >= 0 ? r->tp : 0},
-        {"seed 000's TP (the residual stream replicated) is kept: its step, with parameter gathers "
+        {"TP", "seed 000's TP (the residual stream replicated) is kept: its step, with parameter gathers "
          "overlapped, is shorter than the search's plan", 0, 0},
     };
     int n = 0;
@@ -403,7 +407,7 @@ int pass_prop_portfolio(prop *p)
     pass_prop_loop_carries(p, best_carry, nloops);
     double best_step = score(p);
     bool best_fit = fits(p), wide = p->wide;
-    const char *why = NULL;
+    const char *why = NULL, *name = NULL;
     strategy st[4];
     int ns = strategies(&r, st);
     p->wide = false;
@@ -416,8 +420,8 @@ int pass_prop_portfolio(prop *p)
          * later ones need only beat it. */
         bool better = fit != best_fit ? fit : step < best_step * (1.0 - (why ? 0.0 : PORTFOLIO_MARGIN));
         if (p->ctx->log)
-            fprintf(p->ctx->log, "propagate: strategy %.*s: step %.4g us (parameter gathers overlapped)%s\n",
-                    (int)(strchr(st[i].why, '(') - st[i].why - 1), st[i].why, step * 1e6,
+            fprintf(p->ctx->log, "propagate: strategy seed 000's %s: step %.4g us (parameter gathers overlapped)%s\n",
+                    st[i].name, step * 1e6,
                     better ? ", the best so far" : "");
         if (!better)
             continue;
@@ -427,6 +431,7 @@ int pass_prop_portfolio(prop *p)
         best_step = step;
         best_fit = fit;
         why = st[i].why;
+        name = st[i].name;
     }
     for (int k = 0; k < p->nops; k++) {
         p->ops[k].lay = best[k];
@@ -436,6 +441,7 @@ int pass_prop_portfolio(prop *p)
     p->wide = why ? false : wide;
     if (why) {
         p->plan_why = why;
+        p->plan_strategy = name;
         adopted = 1;
     }
 out:

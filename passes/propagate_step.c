@@ -17,7 +17,9 @@
  * materialising them: ops in program order; each operand reshard (each
  * distinct target of a value once, as materialisation shares them) on the
  * prefetch stream when the value is a param or a layer of one, else on
- * the main stream; the op's compute on the main stream once its operands
+ * the main stream (a layer of a stacked param is sliced on the main
+ * stream just before its first use, so its gather starts no earlier,
+ * as in the cost pass's order); the op's compute on the main stream once its operands
  * are ready; the reshards of its result into its constraint and its
  * outputs after it.  The step is the later of the two streams' ends.  The
  * choice between the first phase's plan and the wide phase's uses it
@@ -54,11 +56,13 @@ double pass_prop_step_time(prop *p)
     for (int k = 0; k < p->nops; k++) {
         const opinfo *oi = &p->ops[k];
         const ir_op *op = oi->op;
-        double trips = (double)ir_op_trips(p->m, op), dep = 0;
+        double trips = (double)ir_op_trips(p->m, op), dep = 0, start = main_t;
         for (int i = 0; i < op->noperands; i++) {
             const ir_value *v = op->operands[i];
             bool known = v->id >= 0 && v->id < p->nvalues;
-            double at = known ? ready[v->id] : 0;
+            /* A layer of a stacked param is sliced on the main stream just
+             * before its first consumer, so its gather starts no earlier. */
+            double at = !known ? 0 : v->def && v->def->kind == IR_OP_LAYERSLICE ? start : ready[v->id];
             ir_sharding have = pass_prop_current(p, v);
             if (ir_sharding_equal(&have, &oi->lay.req[i], v->type.rank)) {
                 dep = fmax(dep, at);

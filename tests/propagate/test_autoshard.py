@@ -128,10 +128,12 @@ def main():
     check(r.returncode == 1 and "plans the mesh itself" in r.stderr and "ffw_tp.ein:" in r.stderr,
           f"a program with a mesh: {r.returncode} {r.stderr}")
     for bad, code, msg in ((["plan", ein], 2, "needs --chips"), ([ein, "--json"], 2, "--json is for"),
-                           ([ein, "--chips", "0"], 2, "--chips wants"), ([ein, "--chips", "x"], 2, "--chips wants")):
+                           ([ein, "--chips", "0"], 2, "--chips wants"), ([ein, "--chips", "x"], 2, "--chips wants"),
+                           # beyond a pod (seed 000: 8960 v5p chips): refused, naming the DCN axis to declare
+                           (["plan", ein, "--chips", "17920", "--hw", "tpu-v5p"], 2, "`mesh P = 2 over dcn`")):
         r = run([args.einc, *bad])
         check(r.returncode == code and msg in r.stderr, f"einc {' '.join(bad)}: {r.returncode} {r.stderr}")
-    print(f"{n + 5} passed, 0 failed")
+    print(f"{n + 6} passed, 0 failed")
     return 0
 
 
