@@ -88,7 +88,7 @@ int main(int argc, char **argv)
     char *mats = malloc(bytes * (size_t)copies);
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     float *x = malloc((size_t)xn * sizeof *x), *y = malloc((size_t)yn * sizeof *y);
-    float *scratch = malloc((size_t)cols * sizeof *scratch);
+    float *scratch = malloc((size_t)(2 * cols) * sizeof *scratch); /* rt_gemv_narrow_scratch's most */
     if (!mats || !x || !y || !scratch) {
         fprintf(stderr, "gemv_narrow: out of memory\n");
         return 1;
@@ -140,7 +140,7 @@ int main(int argc, char **argv)
     if (nbatch < 1 || nbatch * cols > ld)
         nbatch = 1;
     int64_t *zeros = calloc((size_t)nbatch, sizeof *zeros), *ob = malloc((size_t)nbatch * sizeof *ob);
-    float *bscratch = malloc((size_t)(nbatch * cols) * sizeof *bscratch);
+    float *bscratch = malloc((size_t)(nbatch * 2 * cols) * sizeof *bscratch);
     for (int64_t i = 0; i < nbatch; i++)
         ob[i] = i * cols;
     double err[3] = {0, 0, 0};

@@ -95,7 +95,9 @@ void rt_gemv_split_release(rt_gemv_split *s);
 typedef struct rt_gemm rt_gemm; /* rt_internal.h */
 
 /* gemv_narrow.c: when g is an i8 or bf16 matrix times an f32 vector in
- * f32, the f32 scratch it needs (the matrix's columns), else -1; and g
+ * f32, the f32 scratch it needs in floats (the matrix's columns; twice
+ * that for a sum of rows of 32 or more rows: each half's sums), else -1;
+ * and g
  * run in one pass on the calling thread, converting in registers (returns
  * 1), or 0 with nothing done when g is no such product. */
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
@@ -123,8 +125,9 @@ int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
  * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
  * when g is no narrow product; results equal nbatch single calls.
  * With g->split (threads 2) and at least g->split->min_bytes of matrix,
- * the rows (dot-per-row form), the batch entries or the columns (the
- * sum-of-rows form) are shared with the device's helper thread
+ * the rows (dot-per-row form), the two halves of the rows (the sum-of-rows
+ * form, which sums them apart on one thread too; under 32 rows, the batch
+ * entries or the columns) are shared with the device's helper thread
  * (rt_gemv.h); the results are bit for bit those without. */
 int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa);

@@ -43,7 +43,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(xn * incx), sizeof *x), *y = calloc((size_t)(yn * incy), sizeof *y);
-    float *scratch = calloc((size_t)(rows + cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(rows + 2 * cols), sizeof *scratch);
     double *ref = calloc((size_t)yn, sizeof *ref), *mag = calloc((size_t)yn, sizeof *mag);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.37 * (double)i + 0.1);
@@ -79,7 +79,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
         g.c = y, g.ldc = incy, g.tc = 1; /* c stored [N x M]: elements incy apart */
     }
     double err = -1;
-    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + cols);
+    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + 2 * cols);
     if (rt_gemv_narrow_isa(&g, scratch, isa)) {
         err = 0;
         for (int64_t i = 0; i < yn; i++) {
@@ -158,7 +158,7 @@ static void test_batched_equals_single(void)
                     float *x = calloc((size_t)(NB * xn * inc), sizeof *x);
                     float *y1 = calloc((size_t)(NB * yn * inc), sizeof *y1);
                     float *y2 = calloc((size_t)(NB * yn * inc), sizeof *y2);
-                    float *scratch = calloc((size_t)(NB * (ROWS + cols)), sizeof *scratch);
+                    float *scratch = calloc((size_t)(NB * (ROWS + 2 * cols)), sizeof *scratch);
                     for (int64_t i = 0; i < ROWS * ld; i++) {
                         double v = sin(0.61 * (double)i);
                         if (dt == RT_I8)
@@ -212,7 +212,7 @@ static int run_split(int32_t dt, int form, int64_t nb, int64_t rows, int64_t col
     size_t es = rt_dtype_size(dt);
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(nb * xn * inc), sizeof *x);
-    float *scratch = calloc((size_t)(nb * cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(nb * 2 * cols), sizeof *scratch);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.43 * (double)i + 0.2);
         if (dt == RT_I8)
