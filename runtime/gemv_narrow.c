@@ -139,7 +139,8 @@ typedef struct narrow_mv {
     int64_t ld, rows, cols; /* the matrix as stored */
     int rows_form;          /* y over the rows (a dot per row), else over the columns */
     int mat_is_b;           /* the matrix is g's b (the vector its a), else g's a */
-    const float *x;
+    const float *x;         /* NULL when the vector is i8 (x8) */
+    const int8_t *x8;       /* the i8 vector of an i8 x i8 product (gemv_i8i8.c) */
     int64_t incx, incy;
     int64_t half; /* cols form: rows [0, half) and [half, rows) are summed apart
                      (cols_half); rows form: rows */
@@ -174,7 +175,8 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
      * when both are 1, the narrow one */
     int m1 = g->N != 1 || (g->M == 1 && g->bdt != RT_F32);
     int32_t mdt = m1 ? g->bdt : g->adt, xdt = m1 ? g->adt : g->bdt;
-    if ((mdt != RT_I8 && mdt != RT_BF16) || xdt != RT_F32)
+    int i8x = mdt == RT_I8 && xdt == RT_I8; /* both i8: summed in i32 */
+    if ((mdt != RT_I8 && mdt != RT_BF16) || (xdt != RT_F32 && !i8x))
         return 0;
     v->mat = m1 ? g->b : g->a;
     v->mdt = mdt;
@@ -183,12 +185,15 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
     v->cols = m1 ? (g->tb ? g->K : g->N) : (g->ta ? g->M : g->K);
     v->rows_form = m1 ? g->tb : !g->ta;
     v->mat_is_b = m1;
-    v->x = m1 ? g->a : g->b;
+    v->x = i8x ? NULL : m1 ? g->a : g->b;
+    v->x8 = i8x ? m1 ? g->a : g->b : NULL;
     v->incx = m1 ? (g->ta ? g->lda : 1) : (g->tb ? 1 : g->ldb);
     v->incy = m1 ? (g->tc ? g->ldc : 1) : (g->tc ? 1 : g->ldc);
     v->half = v->rows_form ? v->rows : cols_half(v->rows);
     v->per = v->half < v->rows ? 2 * v->cols : v->cols;
-    return 1;
+    if (i8x) /* exact in i32 only below RT_GEMV_I8I8_MAX_K terms */
+        v->per = rt_gemv_i8i8_scratch(v->rows_form, v->cols);
+    return !i8x || (v->rows_form ? v->cols : v->rows) < RT_GEMV_I8I8_MAX_K;
 }
 
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
@@ -389,6 +394,14 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     if (isa > rt_gemv_narrow_isa_best())
         isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
     float *tmp = scratch;
+    if (v.x8) { /* i8 x i8: one batch entry at a time, on this thread */
+        for (int64_t i = 0; i < nbatch; i++)
+            rt_gemv_i8i8(isa, (const int8_t *)v.mat + (v.mat_is_b ? ob : oa)[i], v.ld, v.rows,
+                         v.cols, v.rows_form, v.x8 + (v.mat_is_b ? oa : ob)[i], v.incx,
+                         (float)g->alpha, (float)g->beta, (float *)g->c + oc[i], v.incy,
+                         tmp + i * v.per);
+        return 1;
+    }
     gemv_part whole = {.v = &v, .g = g, .om = v.mat_is_b ? ob : oa, .ox = v.mat_is_b ? oa : ob,
                        .oc = oc, .tmp = tmp, .isa = isa, .i0 = 0, .i1 = nbatch, .r0 = 0,
                        .r1 = v.rows, .c0 = 0, .c1 = v.cols};

@@ -384,7 +384,7 @@ static void test_declines(void)
     h.adt = RT_F32;
     CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
     h = g;
-    h.bdt = RT_I8;
+    h.bdt = RT_BF16; /* a bf16 vector (an i8 one: test_gemv_i8i8.c) */
     CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
     h = g;
     h.N = 2, h.ldc = 2;
