@@ -172,39 +172,93 @@ AVX2 static void cols_all_avx2(const int8_t *a, int64_t ld, int64_t rows, int64_
 
 int64_t rt_gemv_i8i8_scratch(int rows_form, int64_t cols)
 {
-    return rows_form ? (cols + 1) / 2 : cols; /* x as i16; the i32 sums */
+    return rows_form ? (cols + 1) / 2 : 2 * cols; /* x as i16; each half's i32 sums */
 }
 
-void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
-                  int rows_form, const int8_t *x, int64_t incx, float alpha, float beta,
-                  float *y, int64_t incy, void *scratch)
+/* One product, cut into chunks for a split (i8x_chunk). */
+typedef struct i8x_job {
+    int avx2, rows_form;
+    const int8_t *a, *x;
+    int64_t ld, rows, cols, incx, incy;
+    float alpha, beta;
+    float *y;
+    int16_t *x16;   /* rows form: x widened */
+    int32_t *acc;   /* cols form: [2][cols] sums of rows [0, half) and [half, rows) */
+    int64_t half;   /* cols form: where the rows are cut in two */
+    int64_t nchunk; /* chunks: of rows (rows form), the halves (cols form) */
+} i8x_job;
+
+/* Rows [k rows / n, (k + 1) rows / n) (rows form, their y) or half k
+ * (cols form, its sums). */
+static void i8x_chunk(void *arg, int64_t k)
 {
-    int avx2 = RT_GEMV_HAVE_AVX2 && isa == RT_ISA_AVX2;
-    if (rows_form) {
-        int16_t *x16 = scratch;
-        for (int64_t c = 0; c < cols; c++)
-            x16[c] = x[c * incx];
+    const i8x_job *j = arg;
+    int64_t r0 = j->rows_form ? k * j->rows / j->nchunk : k ? j->half : 0;
+    int64_t r1 = j->rows_form ? (k + 1) * j->rows / j->nchunk : k ? j->rows : j->half;
+    const int8_t *a = j->a + r0 * j->ld;
+    if (j->rows_form) {
+        float *y = j->y + r0 * j->incy;
 #if RT_GEMV_HAVE_AVX2
-        if (avx2) {
-            rows_all_avx2(a, ld, rows, cols, x16, alpha, beta, y, incy);
+        if (j->avx2) {
+            rows_all_avx2(a, j->ld, r1 - r0, j->cols, j->x16, j->alpha, j->beta, y, j->incy);
             return;
         }
 #endif
-        for (int64_t r = 0; r < rows; r++) {
-            float t = (float)row_c(a + r * ld, cols, x16);
-            y[r * incy] = alpha * t + (beta != 0 ? beta * y[r * incy] : 0.0f);
+        for (int64_t r = 0; r < r1 - r0; r++) {
+            float t = (float)row_c(a + r * j->ld, j->cols, j->x16);
+            y[r * j->incy] = j->alpha * t + (j->beta != 0 ? j->beta * y[r * j->incy] : 0.0f);
         }
         return;
     }
-    int32_t *acc = scratch;
-    for (int64_t c = 0; c < cols; c++)
-        acc[c] = 0;
+    int32_t *acc = j->acc + k * j->cols;
+    const int8_t *x = j->x + r0 * j->incx;
 #if RT_GEMV_HAVE_AVX2
-    if (avx2)
-        cols_all_avx2(a, ld, rows, cols, x, incx, acc);
+    if (j->avx2)
+        cols_all_avx2(a, j->ld, r1 - r0, j->cols, x, j->incx, acc);
     else
 #endif
-        cols_c(a, ld, rows, cols, x, incx, acc);
-    for (int64_t c = 0; c < cols; c++)
-        y[c * incy] = alpha * (float)acc[c] + (beta != 0 ? beta * y[c * incy] : 0.0f);
+        cols_c(a, j->ld, r1 - r0, j->cols, x, j->incx, acc);
+}
+
+/* Chunks of rows a split of the rows form takes (one thread's share is a
+ * contiguous run of rows, so a helper preempted mid-chunk holds up an
+ * eighth), as gemv_narrow.c's. */
+#define I8X_ROW_CHUNKS 8
+
+void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
+                  int rows_form, const int8_t *x, int64_t incx, float alpha, float beta,
+                  float *y, int64_t incy, void *scratch, rt_gemv_split *split)
+{
+    i8x_job j = {.avx2 = RT_GEMV_HAVE_AVX2 && isa == RT_ISA_AVX2, .rows_form = rows_form,
+                 .a = a, .x = x, .ld = ld, .rows = rows, .cols = cols, .incx = incx,
+                 .incy = incy, .alpha = alpha, .beta = beta, .y = y, .x16 = scratch,
+                 .acc = scratch, .half = rows / 2, .nchunk = rows_form ? I8X_ROW_CHUNKS : 2};
+    if (rows_form) {
+        for (int64_t c = 0; c < cols; c++)
+            j.x16[c] = x[c * incx];
+        if (j.nchunk > rows)
+            j.nchunk = rows;
+    } else {
+        for (int64_t c = 0; c < 2 * cols; c++)
+            j.acc[c] = 0;
+    }
+    double bytes = (double)rows * (double)cols;
+    if (split && split->threads >= 2 && bytes >= (double)split->min_bytes && j.nchunk >= 2) {
+        int two = rt_gemv_split_choose(split);
+        double t0 = rt_now();
+        if (two)
+            rt_gemv_split_run(split, i8x_chunk, &j, j.nchunk);
+        else
+            for (int64_t k = 0; k < j.nchunk; k++)
+                i8x_chunk(&j, k);
+        rt_gemv_split_note(split, two, bytes, rt_now() - t0);
+    } else {
+        for (int64_t k = 0; k < j.nchunk; k++)
+            i8x_chunk(&j, k);
+    }
+    if (rows_form)
+        return;
+    for (int64_t c = 0; c < cols; c++) /* the halves' integer sums: exact in any order */
+        y[c * incy] = alpha * (float)(j.acc[c] + j.acc[cols + c]) +
+                      (beta != 0 ? beta * y[c * incy] : 0.0f);
 }

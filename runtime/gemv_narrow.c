@@ -394,12 +394,12 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     if (isa > rt_gemv_narrow_isa_best())
         isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
     float *tmp = scratch;
-    if (v.x8) { /* i8 x i8: one batch entry at a time, on this thread */
+    if (v.x8) { /* i8 x i8: one batch entry at a time, each split alone */
         for (int64_t i = 0; i < nbatch; i++)
             rt_gemv_i8i8(isa, (const int8_t *)v.mat + (v.mat_is_b ? ob : oa)[i], v.ld, v.rows,
                          v.cols, v.rows_form, v.x8 + (v.mat_is_b ? oa : ob)[i], v.incx,
                          (float)g->alpha, (float)g->beta, (float *)g->c + oc[i], v.incy,
-                         tmp + i * v.per);
+                         tmp + i * v.per, g->split);
         return 1;
     }
     gemv_part whole = {.v = &v, .g = g, .om = v.mat_is_b ? ob : oa, .ox = v.mat_is_b ? oa : ob,

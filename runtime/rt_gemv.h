@@ -153,11 +153,15 @@ void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
  *   rows_form: y[r * incy] = alpha * sum_c a[r, c] x[c] + beta * y[r * incy]
  *   else:      y[c * incy] = alpha * sum_r x[r] a[r, c] + beta * y[c * incy]
  * (beta 0: y not read).  scratch holds rt_gemv_i8i8_scratch(rows_form,
- * cols) floats.  Every isa gives the same bits (integer sums). */
+ * cols) floats.  With split (may be NULL; threads 2) and at least
+ * split->min_bytes of matrix, ranges of rows (rows form) or the two
+ * halves of the rows (cols form) go to the device's helper thread, as
+ * rt_gemv_split_choose says.  Every isa and split gives the same bits
+ * (integer sums). */
 #define RT_GEMV_I8I8_MAX_K ((int64_t)1 << 17)
 int64_t rt_gemv_i8i8_scratch(int rows_form, int64_t cols);
 void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
                   int rows_form, const int8_t *x, int64_t incx, float alpha, float beta,
-                  float *y, int64_t incy, void *scratch);
+                  float *y, int64_t incy, void *scratch, rt_gemv_split *split);
 
 #endif

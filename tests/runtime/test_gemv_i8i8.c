@@ -30,12 +30,12 @@ static void fill_i8(int8_t *p, int64_t n, uint32_t seed, int extreme)
  * expectation into want: alpha * (float)(exact sum) + beta * y. Returns
  * rt_gemv_narrow_isa's answer. */
 static int run_case(int rows_form, int64_t rows, int64_t cols, int64_t ld, int64_t incx,
-                    int64_t incy, float alpha, float beta, int extreme, int isa, float *y,
-                    float *want)
+                    int64_t incy, float alpha, float beta, int extreme, int isa,
+                    rt_gemv_split *split, float *y, float *want)
 {
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     int8_t *mat = calloc((size_t)(rows * ld), 1), *x = calloc((size_t)(xn * incx), 1);
-    float *scratch = calloc((size_t)(cols + 1), sizeof *scratch);
+    float *scratch = calloc((size_t)(2 * cols), sizeof *scratch);
     fill_i8(mat, rows * ld, (uint32_t)(rows * 31 + cols), extreme);
     fill_i8(x, xn * incx, (uint32_t)(cols * 17 + rows + 5), extreme);
     for (int64_t i = 0; i < yn; i++) {
@@ -45,7 +45,7 @@ static int run_case(int rows_form, int64_t rows, int64_t cols, int64_t ld, int64
         y[i * incy] = (float)(0.5 + 0.25 * (double)i);
         want[i] = alpha * (float)s + (beta != 0 ? beta * y[i * incy] : 0.0f);
     }
-    rt_gemm g = {.dtype = RT_F32, .alpha = alpha, .beta = beta};
+    rt_gemm g = {.dtype = RT_F32, .alpha = alpha, .beta = beta, .split = split};
     if (rows_form) { /* c [M x 1] = a [M x K] b [K x 1] */
         g.M = rows, g.N = 1, g.K = cols;
         g.a = mat, g.lda = ld, g.adt = RT_I8;
@@ -57,7 +57,7 @@ static int run_case(int rows_form, int64_t rows, int64_t cols, int64_t ld, int64
         g.b = mat, g.ldb = ld, g.bdt = RT_I8;
         g.c = y, g.ldc = incy, g.tc = 1;
     }
-    CU_ASSERT(rt_gemv_narrow_scratch(&g) <= cols + 1);
+    CU_ASSERT(rt_gemv_narrow_scratch(&g) <= 2 * cols);
     int took = rt_gemv_narrow_isa(&g, scratch, isa);
     free(mat);
     free(x);
@@ -81,7 +81,7 @@ static void test_exact(void)
                     float alpha = strided ? -0.75f : 1.0f, beta = j % 3 == 0 ? 0.5f : 0.0f;
                     int64_t incy = 1 + strided;
                     CU_ASSERT(run_case(form, r, c, c + 5 * strided, 1 + 2 * strided, incy, alpha,
-                                       beta, extreme, isa, y, want) == 1);
+                                       beta, extreme, isa, NULL, y, want) == 1);
                     int same = 1;
                     for (int64_t k = 0; k < yn; k++)
                         same &= y[k * incy] == want[k];
@@ -101,9 +101,9 @@ static void test_long_exact(void)
     enum { K = 20000, C = 40 };
     static float y[K], want[K];
     for (int isa = RT_ISA_PORTABLE; isa <= rt_gemv_narrow_isa_best(); isa++) {
-        CU_ASSERT(run_case(0, K, C, C, 1, 1, 1.0f, 0.0f, 1, isa, y, want) == 1);
+        CU_ASSERT(run_case(0, K, C, C, 1, 1, 1.0f, 0.0f, 1, isa, NULL, y, want) == 1);
         CU_ASSERT(memcmp(y, want, C * sizeof *y) == 0);
-        CU_ASSERT(run_case(1, C, K, K, 1, 1, 1.0f, 0.0f, 1, isa, y, want) == 1);
+        CU_ASSERT(run_case(1, C, K, K, 1, 1, 1.0f, 0.0f, 1, isa, NULL, y, want) == 1);
         CU_ASSERT(memcmp(y, want, C * sizeof *y) == 0);
     }
 }
@@ -113,7 +113,7 @@ static void test_batched(void)
 {
     enum { NB = 3, R = 37, C = 21, LD = NB * C + 2 };
     int8_t mat[R * LD], x[NB * R];
-    float y1[NB * C], y2[NB * C], scratch[NB * C];
+    float y1[NB * C], y2[NB * C], scratch[NB * 2 * C];
     fill_i8(mat, R * LD, 7, 0);
     fill_i8(x, NB * R, 9, 0);
     rt_gemm g = {.dtype = RT_F32, .alpha = 0.5, .M = 1, .N = C, .K = R, .a = x, .lda = 1,
@@ -131,6 +131,29 @@ static void test_batched(void)
         }
         CU_ASSERT(memcmp(y1, y2, sizeof y1) == 0);
     }
+}
+
+/* Shared with the helper thread (forced: threshold 1 byte): the same
+ * exact sums, both forms, row counts about the chunks (fewer rows than
+ * chunks, odd halves), every instruction set. */
+static void test_split(void)
+{
+    static const int64_t shapes[][2] = {{1003, 517}, {37, 29}, {3, 40}, {2, 3}, {1, 18}};
+    rt_gemv_split split = {.threads = 2, .cpu = -1, .min_bytes = 1};
+    static float y[2 * 1003], want[1003];
+    for (int isa = RT_ISA_PORTABLE; isa <= rt_gemv_narrow_isa_best(); isa++)
+        for (int form = 0; form < 2; form++)
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+                int64_t r = shapes[k][0], c = shapes[k][1], yn = form ? r : c;
+                CU_ASSERT(run_case(form, r, c, c + 1, 2, 2, -1.5f, 0.5f, k % 2, isa, &split, y,
+                                   want) == 1);
+                int same = 1;
+                for (int64_t i = 0; i < yn; i++)
+                    same &= y[i * 2] == want[i];
+                CU_ASSERT(same);
+            }
+    CU_ASSERT(split.worker != NULL); /* the helper took part */
+    rt_gemv_split_release(&split);
 }
 
 /* A contraction of 2^17 terms could overflow i32: declined (rt_gemm_run
@@ -154,6 +177,7 @@ void einc_register_tests(void)
         {"i8 x i8: exact sums, every shape and instruction set", test_exact},
         {"i8 x i8: sums past 2^24 still exact", test_long_exact},
         {"i8 x i8: batched equals single calls", test_batched},
+        {"i8 x i8: split with the helper, the same exact sums", test_split},
         {"i8 x i8: contractions of 2^17 terms declined", test_declines_long},
     };
     einc_add_suite("runtime i8 x i8 gemv", tests, (int)(sizeof tests / sizeof tests[0]));
