@@ -124,7 +124,9 @@ static void test_kernels_vs_f64(void)
 }
 
 /* The AVX2 kernel and the portable one agree on a decode-sized product
- * (1024 x 1000 i8: many 16-column steps, a tail of 8) within rounding. */
+ * (1024 x 1000 i8: many 16-column steps, a tail of 8) within rounding;
+ * and on rows long enough for the AVX2 sum of rows' eight-row passes
+ * (19 x 2053: two passes, a tail of 3 rows and of 5 columns). */
 static void test_isas_agree(void)
 {
     if (rt_gemv_narrow_isa_best() < RT_ISA_AVX2)
@@ -134,6 +136,10 @@ static void test_isas_agree(void)
         double e1 = run_case(RT_I8, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, RT_ISA_AVX2);
         CU_ASSERT(e0 >= 0 && e0 < 1e-5);
         CU_ASSERT(e1 >= 0 && e1 < 1e-5);
+    }
+    for (int isa = RT_ISA_PORTABLE; isa <= RT_ISA_AVX2; isa++) {
+        double e = run_case(RT_I8, 0, 19, 2053, 2060, 2, 3, -0.5, 0.25, isa);
+        CU_ASSERT(e >= 0 && e < 1e-5);
     }
 }
 
@@ -260,7 +266,7 @@ static void test_split_equals_single(void)
     static const int64_t shapes[][3] = {/* batches, rows, cols */
                                         {1, 1003, 517}, {1, 37, 29},  {1, 16, 16},
                                         {1, 15, 1000},  {5, 203, 13}, {8, 517, 128},
-                                        {3, 33, 47},    {1, 2, 3}};
+                                        {3, 33, 47},    {1, 2, 3},    {1, 41, 2100}};
     rt_gemv_split split = {.threads = 2, .cpu = -1, .min_bytes = 1};
     int best = rt_gemv_narrow_isa_best(), checked = 0;
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
@@ -285,7 +291,7 @@ static void test_split_equals_single(void)
     CU_ASSERT(split.worker != NULL); /* the helper was started, */
     rt_gemv_split_release(&split);   /* and is joined */
     CU_ASSERT(split.worker == NULL);
-    CU_ASSERT(checked == (best + 1) * 2 * 2 * 8);
+    CU_ASSERT(checked == (best + 1) * 2 * 2 * 9);
 }
 
 static void count_chunk(void *arg, int64_t k)
