@@ -29,7 +29,10 @@
  *              vpmaddwd gives x[r] A[r, c] + x[r+1] A[r+1, c] per column;
  *              eight rows per pass, the i32 sums in scratch
  * The portable loops give the same integers, so every instruction set
- * gives the same bits.
+ * gives the same bits.  A large product is shared with the device's
+ * helper thread as gemv_narrow.c's are (rt_gemv.h): runs of rows, or the
+ * two halves of the rows summed into their own i32 vectors and added at
+ * the end; integer sums, so the bits are those of one thread.
  */
 #include "rt_internal.h"
 
