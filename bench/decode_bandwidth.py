@@ -30,14 +30,20 @@ the bytes it reads (the weights at 1 byte):
 and the first and last again with EINC_GEMV_THREADS=2: the large narrow
 products always shared with a helper thread on the second core (rt_gemv.h;
 by default only when the machine has a spare core and only while it is the
-faster, which on a loaded machine is never).
+faster, which on a loaded machine is never); and the first and third as
+W8A8 (w8a8_source: every activation that multiplies an i8 weight
+quantized per row by the program, dynamic scale max |x| / 127, so each
+such product is i8 x i8 summed in i32, runtime/gemv_i8i8.c), each against
+the same limit as its weight-only twin (the activations' bytes are a few
+KiB).
 All of them run alternately in five rounds of --repeat runs with the copy
 that measures W; each time is its fastest round's median (on a shared
 machine load only adds time; the fastest copy gives the highest W, the
 strictest limit), and each line gives its peak memory per device
 (--stats).  Then the i8 GEMV kernel at the step's shapes, portable C (the
 compiler's AVX2 clone of it: what ran before the AVX2 kernel) vs the AVX2
-kernel, and the AVX2 kernel split with a helper thread vs on one
+kernel, and the AVX2 kernel split with a helper thread vs on one,
+and for the weights' shapes the W8A8 kernel (i8 x i8) vs the AVX2 one
 (bench/gemv_narrow.c, weights/s, the matrix read from memory, and once
 from cache).
 
@@ -95,6 +101,35 @@ def int8_source(text):
                 dims = [d.strip() for d in m.group(1).split(",")]
                 keep = [d for d in dims if d not in contracted]
                 line = line.replace(m.group(0), "f32(%s) * S%s[%s]" % (m.group(0), name, ", ".join(keep)))
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def w8a8_source(text):
+    """`text` (a weight-only int8 program of int8_source) with the
+    activations quantized too (W8A8, docs/generation.md "int8 x int8"):
+    each activation A that multiplies an i8 weight is quantized per row
+    (the dims the weight does not contract) before its first use, with a
+    dynamic symmetric scale S8A = max |A| / 127, as Q8A = i8(A / S8A), and
+    read as `f32(Q8A[...])`, the einsum's result times S8A."""
+    out, done = [], set()
+    for line in text.splitlines():
+        lhs = re.match(r"\s*(\w+)\[", line)
+        if lhs and not line.lstrip().startswith(("param", "input", "state", "output", "#")):
+            m = re.search(r"\b(\w+)\[([^\]]*)\] \* f32\((W\w+)\[", line)
+            if m and m.group(3) in INT8_WEIGHTS:
+                act, dims = m.group(1), m.group(2)
+                rows = ", ".join(d.strip() for d in dims.split(",")
+                                 if d.strip() not in INT8_WEIGHTS[m.group(3)])
+                ind = re.match(r"\s*", line).group(0)
+                if act not in done:
+                    out += ["%sA8%s[%s] = max(abs(%s[%s]))" % (ind, act, rows, act, dims),
+                            "%sS8%s[%s] = A8%s[%s] / 127" % (ind, act, rows, act, rows),
+                            "%sQ8%s[%s] = i8(%s[%s] / S8%s[%s])" % (ind, act, dims, act, dims, act, rows)]
+                    done.add(act)
+                line = line.replace(m.group(0), "f32(Q8%s[%s]) * f32(%s[" % (act, dims, m.group(3)))
+                line += " * S8%s[%s]" % (act, rows)
+            done.discard(lhs.group(1))  # a new value of that name: quantized again
         out.append(line)
     return "\n".join(out) + "\n"
 
@@ -190,30 +225,44 @@ def kernel_rates(a, dims, res):
     exe = bl.compile_c(a.build, "gemv_narrow", ["gemv_narrow.c"], runtime=True)
     rows = []
     for label, (r, c, form, env) in kernel_shapes(dims).items():
-        out = bl.run([exe, r, c, form, "i8", 31], env=env)
-        got = dict((m.group(1), float(m.group(2))) for m in
-                   re.finditer(r"RESULT isa=(\w+(?: threads=\d+)?) ms=\S+ weights_per_s=(\S+)", out))
+        got = rates(exe, r, c, form, "i8", env)
         if "avx2" not in got:
-            rows.append([label, "%.3g" % got["portable"], "-", "-"])
+            rows.append([label, "%.3g" % got["portable"], "-", "-", "-", "-", "-", "-"])
             continue
         ratio = got["avx2"] / got["portable"]
         split = got["avx2 threads=2"] / got["avx2"]
+        # W8A8 (gemv_i8i8.c) where the step has it: the weights, not the cache
+        w8 = rates(exe, r, c, form, "i8i8", env).get("avx2") if " . " not in label else None
         rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio,
-                     "%.3g" % got["avx2 threads=2"], "%.2fx" % split])
+                     "%.3g" % got["avx2 threads=2"], "%.2fx" % split,
+                     "%.3g" % w8 if w8 else "-", "%.2fx" % (w8 / got["avx2"]) if w8 else "-"])
+        if w8:
+            res.add("i8 x i8 GEMV kernel (W8A8), AVX2 vs i8 x f32 AVX2, %s, %dx%d" % (label, r, c),
+                    w8 / 1e9, "1e9 weights/s", "", w8 / got["avx2"])
         res.add("i8 GEMV kernel, AVX2 vs portable C, %s, %dx%d" % (label, r, c), got["avx2"] / 1e9,
                 "1e9 weights/s", "", ratio)
         res.add("i8 GEMV kernel, AVX2 split over 2 threads vs 1, %s, %dx%d" % (label, r, c),
                 got["avx2 threads=2"] / 1e9, "1e9 weights/s", "", split)
     bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio",
-              "AVX2 2 threads weights/s", "ratio to 1 thread"], rows)
+              "AVX2 2 threads weights/s", "ratio to 1 thread", "W8A8 AVX2 weights/s",
+              "ratio to AVX2"], rows)
+
+
+def rates(exe, r, c, form, dtype, env):
+    """bench/gemv_narrow.c's weights/s per variant ("portable", "avx2",
+    "avx2 threads=2") for one shape and dtype (i8, or i8i8: W8A8)."""
+    out = bl.run([exe, r, c, form, dtype, 31], env=env)
+    return dict((m.group(1), float(m.group(2))) for m in
+                re.finditer(r"RESULT isa=(\w+(?: threads=\d+)?) ms=\S+ weights_per_s=(\S+)", out))
 
 
 def main_int8(a, dims, defines, einc):
     with tempfile.TemporaryDirectory(prefix="einc-decode-int8-") as work:
         text = int8_source(EXAMPLE.read_text().replace("bf16", "f32"))
-        srcs = {"plain": text, "cache": int8_cache_source(text)}
+        srcs = {"plain": text, "cache": int8_cache_source(text), "w8a8": w8a8_source(text),
+                "w8a8 cache": int8_cache_source(w8a8_source(text))}
         for name, t in srcs.items():
-            srcs[name] = os.path.join(work, "decode_int8_%s.ein" % name)
+            srcs[name] = os.path.join(work, "decode_int8_%s.ein" % name.replace(" ", "_"))
             with open(srcs[name], "w") as f:
                 f.write(t)
         # name -> (source, flags, int8 cache, environment)
@@ -224,7 +273,9 @@ def main_int8(a, dims, defines, einc):
                     "weights i8, f32 cache, casts folded, EINC_GEMV_THREADS=2":
                         ("plain", [], False, two),
                     "weights and KV cache i8, casts folded, EINC_GEMV_THREADS=2":
-                        ("cache", [], True, two)}
+                        ("cache", [], True, two),
+                    "W8A8 (weights and activations i8), f32 cache": ("w8a8", [], False, {}),
+                    "W8A8 (weights and activations i8), KV cache i8": ("w8a8 cache", [], True, {})}
         exes = {}
         for i, (name, (src, flags, _, _)) in enumerate(variants.items()):
             exes[name] = os.path.join(work, "decode_%d" % i)
@@ -258,6 +309,12 @@ def main_int8(a, dims, defines, einc):
         res.add("int8 decode step (one device), %s, %s"
                 % (name, " ".join("%s=%d" % kv for kv in dims.items())),
                 ms, "ms", ">= 0.7x bandwidth limit", ratio, bl.verdict(ratio, 0.7))
+    for name, base in (("W8A8 (weights and activations i8), f32 cache", "weights i8, f32 cache, casts folded"),
+                       ("W8A8 (weights and activations i8), KV cache i8",
+                        "weights and KV cache i8, casts folded")):
+        print("%s: %.2fx the speed of %s" % (name, runs[base][0] / runs[name][0], base))
+        res.add("int8 decode step, %s vs %s" % (name, base), runs[name][0], "ms", "",
+                runs[base][0] / runs[name][0])
     fold, off = (runs["weights i8, f32 cache, casts folded"],
                  runs["weights i8, f32 cache, --fold-casts=off"])
     for name in ("weights i8, f32 cache, casts folded", "weights and KV cache i8, casts folded"):

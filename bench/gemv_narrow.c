@@ -8,7 +8,8 @@
  *     FORM  rows (y[r] = sum_c A[r, c] x[c]: attention's scores over the
  *           cache) or cols (y[c] = sum_r x[r] A[r, c]: X * W with W stored
  *           [D, F], every weight of the decode step)
- *     DTYPE i8 or bf16
+ *     DTYPE i8 or bf16 (times an f32 vector), or i8i8 (an i8 matrix times
+ *           an i8 vector, summed in i32: gemv_i8i8.c, W8A8)
  *
  * One call of rt_gemv_narrow_isa per repetition on a ROWS x COLS matrix,
  * and with the best instruction set one call split with a helper thread
@@ -65,12 +66,14 @@ static double elem(int32_t dt, const void *m, int64_t i)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: gemv_narrow ROWS COLS rows|cols i8|bf16 [REPS]\n");
+        fprintf(stderr, "usage: gemv_narrow ROWS COLS rows|cols i8|bf16|i8i8 [REPS]\n");
         return 1;
     }
     int64_t rows = atoll(argv[1]), cols = atoll(argv[2]);
     int rows_form = strcmp(argv[3], "rows") == 0;
-    int32_t dt = strcmp(argv[4], "i8") == 0 ? RT_I8 : RT_BF16;
+    int i8x = strcmp(argv[4], "i8i8") == 0;
+    int32_t dt = strcmp(argv[4], "i8") == 0 || i8x ? RT_I8 : RT_BF16;
+    int32_t xdt = i8x ? RT_I8 : RT_F32;
     int reps = argc > 5 ? atoi(argv[5]) : 21;
     if (rows < 1 || cols < 1 || reps < 1) {
         fprintf(stderr, "gemv_narrow: sizes and REPS must be >= 1\n");
@@ -88,7 +91,7 @@ int main(int argc, char **argv)
     char *mats = malloc(bytes * (size_t)copies);
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     float *x = malloc((size_t)xn * sizeof *x), *y = malloc((size_t)yn * sizeof *y);
-    float *scratch = malloc((size_t)cols * sizeof *scratch);
+    float *scratch = malloc((size_t)(2 * cols) * sizeof *scratch); /* rt_gemv_narrow_scratch's most */
     if (!mats || !x || !y || !scratch) {
         fprintf(stderr, "gemv_narrow: out of memory\n");
         return 1;
@@ -102,18 +105,22 @@ int main(int argc, char **argv)
             memcpy(mats + i, &h, sizeof h);
         }
     for (int64_t i = 0; i < xn; i++)
-        x[i] = (float)bench_rand(&seed);
+        x[i] = i8x ? (float)(int8_t)(127 * bench_rand(&seed)) : (float)bench_rand(&seed);
+    int8_t *x8 = malloc((size_t)xn); /* x as i8 (i8i8) */
+    for (int64_t i = 0; x8 && i < xn; i++)
+        x8[i] = (int8_t)x[i];
+    const void *xv = i8x ? (const void *)x8 : (const void *)x;
     /* rows form: M = rows, K = cols, a = the matrix [M x K], b = x [K x 1];
      * cols form: M = 1, K = rows, N = cols, a = x [1 x K], b = the matrix. */
     rt_gemm g = {.dtype = RT_F32, .alpha = 1.0, .beta = 0.0, .c = y, .ldc = 1};
     if (rows_form) {
         g.M = rows, g.N = 1, g.K = cols;
         g.a = mats, g.lda = ld, g.adt = dt;
-        g.b = x, g.ldb = 1, g.bdt = RT_F32;
+        g.b = xv, g.ldb = 1, g.bdt = xdt;
         g.ldc = 1;
     } else {
         g.M = 1, g.N = cols, g.K = rows;
-        g.a = x, g.lda = rows, g.adt = RT_F32;
+        g.a = xv, g.lda = rows, g.adt = xdt;
         g.b = mats, g.ldb = ld, g.bdt = dt;
         g.ldc = cols;
     }
@@ -140,7 +147,7 @@ int main(int argc, char **argv)
     if (nbatch < 1 || nbatch * cols > ld)
         nbatch = 1;
     int64_t *zeros = calloc((size_t)nbatch, sizeof *zeros), *ob = malloc((size_t)nbatch * sizeof *ob);
-    float *bscratch = malloc((size_t)(nbatch * cols) * sizeof *bscratch);
+    float *bscratch = malloc((size_t)(nbatch * 2 * cols) * sizeof *bscratch);
     for (int64_t i = 0; i < nbatch; i++)
         ob[i] = i * cols;
     double err[3] = {0, 0, 0};
@@ -187,6 +194,7 @@ int main(int argc, char **argv)
     free(ref);
     free(mats);
     free(x);
+    free(x8);
     free(y);
     free(scratch);
     return 0;

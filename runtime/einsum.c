@@ -259,13 +259,16 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
 
     /* A as [M x K] (or its transpose), B as [K x N], per batch index.  At
      * most one narrow operand is converted block by block: b, the weights
-     * of `X * f32(Wq)`, when both are. */
+     * of `X * f32(Wq)`, when both are; except an i8 matrix times an i8
+     * vector, which stays i8 for gemv_i8i8.c's exact integer sums. */
     const int32_t *ga[3] = {gb, gm, gk}, *gbb[3] = {gb, gk, gn};
     const int32_t na[3] = {nb, nm, nk}, nbb[3] = {nb, nk, nn};
     void *a_tmp = NULL, *b_tmp = NULL, *c_tmp = NULL, *a_wide = NULL, *b_wide = NULL;
     int32_t adt = operand_dtype(d, 0), bdt = operand_dtype(d, 1);
     gview va, vb, vc;
-    gemm_operand(dev, d, 0, a, &adt, cdt, bdt != cdt, ga, na, B * M * K, &va, &a_wide, &a_tmp);
+    int i8x = adt == RT_I8 && bdt == RT_I8 && (M == 1 || N == 1);
+    gemm_operand(dev, d, 0, a, &adt, cdt, bdt != cdt && !i8x, ga, na, B * M * K, &va, &a_wide,
+                 &a_tmp);
     gemm_operand(dev, d, 1, b, &bdt, cdt, 0, gbb, nbb, B * K * N, &vb, &b_wide, &b_tmp);
     /* C as [M x N] in place, or as C^T = B^T A^T when it is [N x M]; else
      * into scratch [B, M, N] and permuted after. */

@@ -44,7 +44,9 @@
  * and columns, and run_chunk cuts the whole into ranges that start on a
  * multiple of 16 rows or columns (or a batch entry), where the loops'
  * 4-row, 8- and 16-column steps already fall, so each output element is
- * computed by one thread exactly as without the split.
+ * computed by one thread exactly as without the split.  The sum-of-rows
+ * form always sums the two halves of its rows apart (cols_half), so that
+ * it is cut there: each thread reads one contiguous half of the matrix.
  */
 #include <string.h>
 
@@ -137,9 +139,33 @@ typedef struct narrow_mv {
     int64_t ld, rows, cols; /* the matrix as stored */
     int rows_form;          /* y over the rows (a dot per row), else over the columns */
     int mat_is_b;           /* the matrix is g's b (the vector its a), else g's a */
-    const float *x;
+    const float *x;         /* NULL when the vector is i8 (x8) */
+    const int8_t *x8;       /* the i8 vector of an i8 x i8 product (gemv_i8i8.c) */
     int64_t incx, incy;
+    int64_t half; /* cols form: rows [0, half) and [half, rows) are summed apart
+                     (cols_half); rows form: rows */
+    int64_t per;  /* scratch floats per batch entry */
 } narrow_mv;
+
+/* Rows or columns a split chunk starts on: a multiple of every kernel's
+ * step (4 rows; 8 and 16 columns). */
+#define SPLIT_UNIT 16
+
+/*
+ * Where the cols form cuts its rows in two.  Each half is summed into its
+ * own f32 vector and the two are added at the end, whether one thread
+ * runs the product or two do: a product shared with the helper thread
+ * gives each thread one half, a contiguous run of the matrix (the
+ * prefetchers' best case, where halves of every row were two short
+ * streams per row: 1.08x one thread from memory), and the sums are taken
+ * in the same order as on one thread, so the bits are the same.  Half
+ * the rows rounded down to SPLIT_UNIT; one part (half = rows) below two
+ * units.
+ */
+static int64_t cols_half(int64_t rows)
+{
+    return rows < 2 * SPLIT_UNIT ? rows : rows / 2 / SPLIT_UNIT * SPLIT_UNIT;
+}
 
 static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
 {
@@ -149,7 +175,8 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
      * when both are 1, the narrow one */
     int m1 = g->N != 1 || (g->M == 1 && g->bdt != RT_F32);
     int32_t mdt = m1 ? g->bdt : g->adt, xdt = m1 ? g->adt : g->bdt;
-    if ((mdt != RT_I8 && mdt != RT_BF16) || xdt != RT_F32)
+    int i8x = mdt == RT_I8 && xdt == RT_I8; /* both i8: summed in i32 */
+    if ((mdt != RT_I8 && mdt != RT_BF16) || (xdt != RT_F32 && !i8x))
         return 0;
     v->mat = m1 ? g->b : g->a;
     v->mdt = mdt;
@@ -158,10 +185,15 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
     v->cols = m1 ? (g->tb ? g->K : g->N) : (g->ta ? g->M : g->K);
     v->rows_form = m1 ? g->tb : !g->ta;
     v->mat_is_b = m1;
-    v->x = m1 ? g->a : g->b;
+    v->x = i8x ? NULL : m1 ? g->a : g->b;
+    v->x8 = i8x ? m1 ? g->a : g->b : NULL;
     v->incx = m1 ? (g->ta ? g->lda : 1) : (g->tb ? 1 : g->ldb);
     v->incy = m1 ? (g->tc ? g->ldc : 1) : (g->tc ? 1 : g->ldc);
-    return 1;
+    v->half = v->rows_form ? v->rows : cols_half(v->rows);
+    v->per = v->half < v->rows ? 2 * v->cols : v->cols;
+    if (i8x) /* exact in i32 only below RT_GEMV_I8I8_MAX_K terms */
+        v->per = rt_gemv_i8i8_scratch(v->rows_form, v->cols);
+    return !i8x || (v->rows_form ? v->cols : v->rows) < RT_GEMV_I8I8_MAX_K;
 }
 
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
@@ -169,7 +201,7 @@ int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
     narrow_mv v;
     if (!narrow_mv_of(g, &v))
         return -1;
-    return v.cols; /* rows form: x made contiguous; cols form: the sums */
+    return v.per; /* rows form: x made contiguous; cols form: the sums of each half */
 }
 
 int rt_gemv_narrow_isa_best(void)
@@ -230,14 +262,15 @@ static void prefetch_rows(const narrow_mv *v, int64_t nbatch, const int64_t *om,
         }
 }
 
-/* One share of a batched product: batches [i0, i1), rows [r0, r1) of
- * each matrix (rows form) and columns [c0, c1) (cols form), the block of
- * rows swept across batches at a time `block` (the whole product's). */
+/* One share of a batched product: batches [i0, i1), rows [r0, r1) and
+ * columns [c0, c1) of each matrix, the block of rows swept across
+ * batches at a time `block` (the whole product's).  The cols form's sums
+ * stay in tmp (finish_cols writes y when every share is done). */
 typedef struct gemv_part {
     const narrow_mv *v;
     const rt_gemm *g;
     const int64_t *om, *ox, *oc;
-    float *tmp; /* per batch i: v->cols floats at tmp + i * v->cols */
+    float *tmp; /* per batch i: v->per floats at tmp + i * v->per */
     int isa;
     int64_t block;
     int64_t i0, i1, r0, r1, c0, c1;
@@ -252,30 +285,44 @@ static void run_part(const gemv_part *p)
     w.mat = v->mat + (size_t)p->c0 * mes;
     w.cols = p->c1 - p->c0;
     int64_t nb = p->i1 - p->i0;
-    for (int64_t r0 = p->r0; r0 < p->r1; r0 += p->block) {
-        int64_t r1 = p->r1 - r0 < p->block ? p->r1 : r0 + p->block;
-        if (nb > 1)
-            prefetch_rows(&w, nb, p->om + p->i0, r0 + GEMV_PREFETCH_BLOCKS * p->block,
-                          r1 + GEMV_PREFETCH_BLOCKS * p->block);
-        for (int64_t i = p->i0; i < p->i1; i++) {
-            float *t = p->tmp + i * v->cols;
-            const float *x = v->rows_form && v->incx != 1 ? t : v->x + p->ox[i];
-            run_rows(&w, p->isa, w.mat + (size_t)p->om[i] * mes, r0, r1, x, alpha, beta,
-                     (float *)p->g->c + p->oc[i], t + p->c0);
+    for (int part = 0; part < 2; part++) { /* the cols form's halves apart */
+        int64_t lo = part ? v->half : 0, hi = part ? v->rows : v->half;
+        lo = lo > p->r0 ? lo : p->r0;
+        hi = hi < p->r1 ? hi : p->r1;
+        for (int64_t r0 = lo; r0 < hi; r0 += p->block) {
+            int64_t r1 = hi - r0 < p->block ? hi : r0 + p->block;
+            if (nb > 1)
+                prefetch_rows(&w, nb, p->om + p->i0, r0 + GEMV_PREFETCH_BLOCKS * p->block,
+                              r1 + GEMV_PREFETCH_BLOCKS * p->block);
+            for (int64_t i = p->i0; i < p->i1; i++) {
+                float *t = p->tmp + i * v->per;
+                const float *x = v->rows_form && v->incx != 1 ? t : v->x + p->ox[i];
+                run_rows(&w, p->isa, w.mat + (size_t)p->om[i] * mes, r0, r1, x, alpha, beta,
+                         (float *)p->g->c + p->oc[i], t + part * v->cols + p->c0);
+            }
         }
     }
-    if (!v->rows_form)
-        for (int64_t i = p->i0; i < p->i1; i++) {
-            float *y = (float *)p->g->c + p->oc[i], *t = p->tmp + i * v->cols;
-            for (int64_t c = p->c0; c < p->c1; c++)
-                y[c * v->incy] = alpha * t[c] + (beta != 0 ? beta * y[c * v->incy] : 0.0f);
+}
+
+/* The cols form's results: y = alpha (the halves' sums added) + beta y. */
+static void finish_cols(const narrow_mv *v, const rt_gemm *g, int64_t nbatch,
+                        const int64_t *oc, const float *tmp)
+{
+    float alpha = (float)g->alpha, beta = (float)g->beta;
+    for (int64_t i = 0; i < nbatch; i++) {
+        float *y = (float *)g->c + oc[i];
+        const float *t = tmp + i * v->per, *t1 = t + v->cols;
+        for (int64_t c = 0; c < v->cols; c++) {
+            float s = v->half < v->rows ? t[c] + t1[c] : t[c];
+            y[c * v->incy] = alpha * s + (beta != 0 ? beta * y[c * v->incy] : 0.0f);
         }
+    }
 }
 
 /* How a split product is cut: chunk k of n covers units [k u / n,
- * (k + 1) u / n) of UNIT rows, batch entries or columns. */
-enum { SPLIT_ROWS, SPLIT_BATCHES, SPLIT_COLS };
-#define SPLIT_UNIT 16 /* rows or columns: a multiple of every kernel's step */
+ * (k + 1) u / n) of UNIT rows, batch entries or columns; or (halves) the
+ * cols form's two halves of the rows (cols_half). */
+enum { SPLIT_ROWS, SPLIT_HALVES, SPLIT_BATCHES, SPLIT_COLS };
 /* Chunks of rows: each a contiguous run of the matrix, so eight (a helper
  * preempted mid-chunk holds up an eighth).  Columns and batch entries
  * (heads): halves, each a contiguous half of every row; a quarter of a
@@ -298,6 +345,8 @@ static void run_chunk(void *arg, int64_t k)
     int64_t u0 = k * j->units / j->n, u1 = (k + 1) * j->units / j->n;
     if (j->how == SPLIT_BATCHES) {
         p.i0 = u0, p.i1 = u1;
+    } else if (j->how == SPLIT_HALVES) {
+        p.r0 = k ? p.v->half : 0, p.r1 = k ? p.v->rows : p.v->half;
     } else {
         int64_t end = j->how == SPLIT_ROWS ? p.r1 : p.c1; /* the last chunk takes the tail */
         int64_t lo = u0 * SPLIT_UNIT, hi = k + 1 == j->n ? end : u1 * SPLIT_UNIT;
@@ -324,7 +373,9 @@ static int plan_split(const rt_gemv_split *s, const gemv_part *whole, int64_t nb
     j->bytes = bytes;
     if (v->rows_form) { /* rows: each thread's dots are whole rows */
         j->how = SPLIT_ROWS, j->units = v->rows / SPLIT_UNIT;
-    } else if (nbatch > 1) { /* sums over rows: whole batch entries */
+    } else if (v->half < v->rows) { /* sums over rows: a half of the rows each */
+        j->how = SPLIT_HALVES, j->units = 2;
+    } else if (nbatch > 1) { /* ... or whole batch entries */
         j->how = SPLIT_BATCHES, j->units = nbatch;
     } else { /* ... or ranges of columns, every row of each */
         j->how = SPLIT_COLS, j->units = v->cols / SPLIT_UNIT;
@@ -343,14 +394,22 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     if (isa > rt_gemv_narrow_isa_best())
         isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
     float *tmp = scratch;
+    if (v.x8) { /* i8 x i8: one batch entry at a time, each split alone */
+        for (int64_t i = 0; i < nbatch; i++)
+            rt_gemv_i8i8(isa, (const int8_t *)v.mat + (v.mat_is_b ? ob : oa)[i], v.ld, v.rows,
+                         v.cols, v.rows_form, v.x8 + (v.mat_is_b ? oa : ob)[i], v.incx,
+                         (float)g->alpha, (float)g->beta, (float *)g->c + oc[i], v.incy,
+                         tmp + i * v.per, g->split);
+        return 1;
+    }
     gemv_part whole = {.v = &v, .g = g, .om = v.mat_is_b ? ob : oa, .ox = v.mat_is_b ? oa : ob,
                        .oc = oc, .tmp = tmp, .isa = isa, .i0 = 0, .i1 = nbatch, .r0 = 0,
                        .r1 = v.rows, .c0 = 0, .c1 = v.cols};
     /* Batch i's vector: contiguous in x (rows form), its sums zeroed (cols) */
     for (int64_t i = 0; i < nbatch; i++) {
-        float *t = tmp + i * v.cols;
+        float *t = tmp + i * v.per;
         if (!v.rows_form)
-            memset(t, 0, (size_t)v.cols * sizeof *t);
+            memset(t, 0, (size_t)v.per * sizeof *t);
         else if (v.incx != 1)
             for (int64_t c = 0; c < v.cols; c++)
                 t[c] = v.x[whole.ox[i] + c * v.incx];
@@ -363,14 +422,16 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     gemv_split_job j;
     if (!plan_split(g->split, &whole, nbatch, &j)) {
         run_part(&whole);
-        return 1;
+    } else {
+        int split = rt_gemv_split_choose(g->split);
+        double t0 = rt_now();
+        if (split)
+            rt_gemv_split_run(g->split, run_chunk, &j, j.n);
+        else
+            run_part(&whole);
+        rt_gemv_split_note(g->split, split, j.bytes, rt_now() - t0);
     }
-    int split = rt_gemv_split_choose(g->split);
-    double t0 = rt_now();
-    if (split)
-        rt_gemv_split_run(g->split, run_chunk, &j, j.n);
-    else
-        run_part(&whole);
-    rt_gemv_split_note(g->split, split, j.bytes, rt_now() - t0);
+    if (!v.rows_form)
+        finish_cols(&v, g, nbatch, oc, tmp);
     return 1;
 }

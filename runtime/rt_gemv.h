@@ -95,7 +95,11 @@ void rt_gemv_split_release(rt_gemv_split *s);
 typedef struct rt_gemm rt_gemm; /* rt_internal.h */
 
 /* gemv_narrow.c: when g is an i8 or bf16 matrix times an f32 vector in
- * f32, the f32 scratch it needs (the matrix's columns), else -1; and g
+ * f32, or an i8 matrix times an i8 vector in f32 (gemv_i8i8.c, contracted
+ * over fewer than RT_GEMV_I8I8_MAX_K terms), the f32 scratch it needs in
+ * floats (the matrix's columns; twice that for a sum of rows of 32 or
+ * more rows: each half's sums; rt_gemv_i8i8_scratch for i8 x i8), else
+ * -1; and g
  * run in one pass on the calling thread, converting in registers (returns
  * 1), or 0 with nothing done when g is no such product. */
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
@@ -123,8 +127,9 @@ int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
  * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
  * when g is no narrow product; results equal nbatch single calls.
  * With g->split (threads 2) and at least g->split->min_bytes of matrix,
- * the rows (dot-per-row form), the batch entries or the columns (the
- * sum-of-rows form) are shared with the device's helper thread
+ * the rows (dot-per-row form), the two halves of the rows (the sum-of-rows
+ * form, which sums them apart on one thread too; under 32 rows, the batch
+ * entries or the columns) are shared with the device's helper thread
  * (rt_gemv.h); the results are bit for bit those without. */
 int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa);
@@ -140,5 +145,23 @@ void rt_gemv_narrow_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
                               int64_t incy);
 void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                               int64_t cols, const float *x, int64_t incx, float *acc);
+
+/* gemv_i8i8.c: an i8 matrix a (rows x cols, leading dimension ld) times
+ * an i8 vector x (elements incx apart), summed exactly in i32 (so the
+ * contraction must be under 2^17 long: RT_GEMV_I8I8_MAX_K) and converted
+ * once to f32:
+ *   rows_form: y[r * incy] = alpha * sum_c a[r, c] x[c] + beta * y[r * incy]
+ *   else:      y[c * incy] = alpha * sum_r x[r] a[r, c] + beta * y[c * incy]
+ * (beta 0: y not read).  scratch holds rt_gemv_i8i8_scratch(rows_form,
+ * cols) floats.  With split (may be NULL; threads 2) and at least
+ * split->min_bytes of matrix, ranges of rows (rows form) or the two
+ * halves of the rows (cols form) go to the device's helper thread, as
+ * rt_gemv_split_choose says.  Every isa and split gives the same bits
+ * (integer sums). */
+#define RT_GEMV_I8I8_MAX_K ((int64_t)1 << 17)
+int64_t rt_gemv_i8i8_scratch(int rows_form, int64_t cols);
+void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
+                  int rows_form, const int8_t *x, int64_t incx, float alpha, float beta,
+                  float *y, int64_t incy, void *scratch, rt_gemv_split *split);
 
 #endif

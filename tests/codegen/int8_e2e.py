@@ -17,6 +17,8 @@ param as NumPy int8 and --resume reads it back.  Casts folded into their
 GEMM (int8_fold.ein) give what the same cast materialised gives.
 Attention over an i8 KV cache (int8_attn.ein: batched over sequences and
 heads, the casts folded) matches NumPy and holds no f32 copy of a cache.
+int8 x int8 (int8_w8a8.ein: activations quantized per row by the program,
+both casts folded) matches NumPy's exact integer sums.
 
 usage: int8_e2e.py --einc PATH --workdir DIR
 """
@@ -218,9 +220,45 @@ def attn_case(exe, work, what):
             & compare(what, "Ov", got["Ov"], ov.astype(np.float32), 1e-5, 1e-5 * np.max(np.abs(ov))))
 
 
+def w8a8_case(exe, work, what):
+    """int8 x int8: activations quantized per row by the program (scale
+    max |x| / 127), i8 weights with per-channel scales.  The quantized row
+    Q1 against NumPy's (the same f32 divisions: at most 1 apart, where a
+    quotient sits on a rounding tie); Y1 (one row: the runtime's exact
+    i32 sums) and Yb (a batch: f32 GEMM) against NumPy's exact integer
+    sums of the program's own quantized rows, scaled in the same order."""
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((72, 40)).astype(np.float32)
+    sw = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    x = {"X1": rng.standard_normal((1, 72)).astype(np.float32),
+         "Xb": rng.standard_normal((5, 72)).astype(np.float32),
+         "Wq": quantize(w / sw), "Sw": sw}
+    got = run_outputs([], exe, work, x, ["Q1", "Y1", "Yb"], what)
+    if got is None:
+        return False
+    ok = True
+    for row, out in (("X1", "Y1"), ("Xb", "Yb")):
+        s = (np.abs(x[row]).max(axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
+        q = quantize(x[row] / s)
+        if row == "X1":
+            ok &= compare(what, "Q1", got["Q1"].astype(np.int32), q.astype(np.int32), 0, 1.0)
+            q = got["Q1"]  # the program's own quantized row
+        exact = q.astype(np.int64) @ x["Wq"].astype(np.int64)  # |sums| < 2^24: exact in f32
+        y = (exact.astype(np.float32) * s).astype(np.float32) * sw
+        ok &= compare(what, out, got[out], y.astype(np.float32), 1e-6, 1e-6 * np.max(np.abs(y)))
+    # W8A8 is not the f32 product: a program that skipped the activations'
+    # quantization would match f32 inputs times the dequantized weights
+    yf = (x["X1"].astype(np.float64) @ (x["Wq"] * sw).astype(np.float64))
+    if np.allclose(got["Y1"], yf, rtol=1e-5, atol=1e-5):
+        print(f"FAIL {what}: Y1 equals the unquantized product; the test tells nothing")
+        ok = False
+    return ok
+
+
 CASES = {"int8_random": random_case, "int8_cast": cast_case, "int8_matmul_f": matmul_case,
          "int8_matmul_d": matmul_case, "int8_matmul_fsdp": fsdp_case, "int8_grad": grad_case,
-         "int8_checkpoint": checkpoint_case, "int8_fold": fold_case, "int8_attn": attn_case}
+         "int8_checkpoint": checkpoint_case, "int8_fold": fold_case, "int8_attn": attn_case,
+         "int8_w8a8": w8a8_case}
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(xn * incx), sizeof *x), *y = calloc((size_t)(yn * incy), sizeof *y);
-    float *scratch = calloc((size_t)(rows + cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(rows + 2 * cols), sizeof *scratch);
     double *ref = calloc((size_t)yn, sizeof *ref), *mag = calloc((size_t)yn, sizeof *mag);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.37 * (double)i + 0.1);
@@ -79,7 +79,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
         g.c = y, g.ldc = incy, g.tc = 1; /* c stored [N x M]: elements incy apart */
     }
     double err = -1;
-    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + cols);
+    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + 2 * cols);
     if (rt_gemv_narrow_isa(&g, scratch, isa)) {
         err = 0;
         for (int64_t i = 0; i < yn; i++) {
@@ -124,7 +124,9 @@ static void test_kernels_vs_f64(void)
 }
 
 /* The AVX2 kernel and the portable one agree on a decode-sized product
- * (1024 x 1000 i8: many 16-column steps, a tail of 8) within rounding. */
+ * (1024 x 1000 i8: many 16-column steps, a tail of 8) within rounding;
+ * and on rows long enough for the AVX2 sum of rows' eight-row passes
+ * (19 x 2053: two passes, a tail of 3 rows and of 5 columns). */
 static void test_isas_agree(void)
 {
     if (rt_gemv_narrow_isa_best() < RT_ISA_AVX2)
@@ -134,6 +136,10 @@ static void test_isas_agree(void)
         double e1 = run_case(RT_I8, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, RT_ISA_AVX2);
         CU_ASSERT(e0 >= 0 && e0 < 1e-5);
         CU_ASSERT(e1 >= 0 && e1 < 1e-5);
+    }
+    for (int isa = RT_ISA_PORTABLE; isa <= RT_ISA_AVX2; isa++) {
+        double e = run_case(RT_I8, 0, 19, 2053, 2060, 2, 3, -0.5, 0.25, isa);
+        CU_ASSERT(e >= 0 && e < 1e-5);
     }
 }
 
@@ -158,7 +164,7 @@ static void test_batched_equals_single(void)
                     float *x = calloc((size_t)(NB * xn * inc), sizeof *x);
                     float *y1 = calloc((size_t)(NB * yn * inc), sizeof *y1);
                     float *y2 = calloc((size_t)(NB * yn * inc), sizeof *y2);
-                    float *scratch = calloc((size_t)(NB * (ROWS + cols)), sizeof *scratch);
+                    float *scratch = calloc((size_t)(NB * (ROWS + 2 * cols)), sizeof *scratch);
                     for (int64_t i = 0; i < ROWS * ld; i++) {
                         double v = sin(0.61 * (double)i);
                         if (dt == RT_I8)
@@ -212,7 +218,7 @@ static int run_split(int32_t dt, int form, int64_t nb, int64_t rows, int64_t col
     size_t es = rt_dtype_size(dt);
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(nb * xn * inc), sizeof *x);
-    float *scratch = calloc((size_t)(nb * cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(nb * 2 * cols), sizeof *scratch);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.43 * (double)i + 0.2);
         if (dt == RT_I8)
@@ -260,7 +266,7 @@ static void test_split_equals_single(void)
     static const int64_t shapes[][3] = {/* batches, rows, cols */
                                         {1, 1003, 517}, {1, 37, 29},  {1, 16, 16},
                                         {1, 15, 1000},  {5, 203, 13}, {8, 517, 128},
-                                        {3, 33, 47},    {1, 2, 3}};
+                                        {3, 33, 47},    {1, 2, 3},    {1, 41, 2100}};
     rt_gemv_split split = {.threads = 2, .cpu = -1, .min_bytes = 1};
     int best = rt_gemv_narrow_isa_best(), checked = 0;
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
@@ -285,7 +291,7 @@ static void test_split_equals_single(void)
     CU_ASSERT(split.worker != NULL); /* the helper was started, */
     rt_gemv_split_release(&split);   /* and is joined */
     CU_ASSERT(split.worker == NULL);
-    CU_ASSERT(checked == (best + 1) * 2 * 2 * 8);
+    CU_ASSERT(checked == (best + 1) * 2 * 2 * 9);
 }
 
 static void count_chunk(void *arg, int64_t k)
@@ -384,7 +390,7 @@ static void test_declines(void)
     h.adt = RT_F32;
     CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
     h = g;
-    h.bdt = RT_I8;
+    h.bdt = RT_BF16; /* a bf16 vector (an i8 one: test_gemv_i8i8.c) */
     CU_ASSERT(rt_gemv_narrow_isa(&h, s, rt_gemv_narrow_isa_best()) == 0);
     h = g;
     h.N = 2, h.ldc = 2;
