@@ -209,10 +209,18 @@ static void accumulate(pp_emit *e, const ir_value *v)
         chunk_after = open_if(e, chunk_is(e, def == e->x->fe ? e->v - 1 : 0));
     LLVMBasicBlockRef after = def >= 0 && (e->x->run[def] & ~whole) ? guard_open(e, whole) : NULL;
     if (e->x->rows[v->id]) {
-        int64_t bytes = ir_local_bytes(e->x->m, &v->type);
+        /* Group g of G (the inputs' row blocks of G devices, pipeline_plan.c,
+         * row_groups) to rows [m b/M, (m+1) b/M) of part g of the block. */
+        int64_t G = e->x->groups[v->id], bytes = ir_local_bytes(e->x->m, &v->type) / G;
+        int64_t part = bytes * e->x->m->pipe.microbatches;
         LLVMValueRef off = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e->mb, c->t.i64, ""), cg_i64(c, bytes), "");
-        LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->accbuf[v->id], &off, 1, "");
-        LLVMBuildMemCpy(c->b, dst, 1, e->f->buf[v->id], 1, cg_i64(c, bytes));
+        for (int64_t g = 0; g < G; g++) {
+            LLVMValueRef at = LLVMBuildAdd(c->b, off, cg_i64(c, g * part), "");
+            LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->accbuf[v->id], &at, 1, "");
+            LLVMValueRef src = cg_i64(c, g * bytes);
+            src = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->f->buf[v->id], &src, 1, "");
+            LLVMBuildMemCpy(c->b, dst, 1, src, 1, cg_i64(c, bytes));
+        }
     } else {
         cg_emit_add_into(c, e->f, e->accbuf[v->id], e->f->buf[v->id], n, v->type.dtype);
     }
