@@ -395,7 +395,11 @@ static void emit_range(pp_emit *e, LLVMValueRef out, int lo, int hi, char item)
     }
 }
 
-/* The whole microbatch views of the inputs that hold the batch dim. */
+/* The whole microbatch views of the inputs that hold the batch dim: rows
+ * [m |B|/M, (m+1) |B|/M) of the device's block.  A state stacked on the
+ * layers, the batch dim second, is viewed from the microbatch's rows of
+ * its first layer; its LayerSlice steps M microbatches' rows per layer
+ * (cg_layer_stride). */
 static void input_views(pp_emit *e)
 {
     const ir_module *m = e->x->m;
@@ -405,10 +409,15 @@ static void input_views(pp_emit *e)
         if (e->x->p->input_index[v] < 0)
             continue;
         e->f->buf[v] = e->inbuf[v];
-        if (val->type.rank < 1 || val->type.dims[0] != m->pipe.batch_dim)
+        bool rows = val->type.rank >= 1 && val->type.dims[0] == m->pipe.batch_dim;
+        bool state = cg_layer_stride(m, val) > 1;
+        if (!rows && !state)
             continue;
+        int64_t bytes = ir_local_bytes(m, &val->type);
+        if (state) /* one layer's rows of one microbatch */
+            bytes /= ir_local_size(m, &val->type, 0);
         LLVMValueRef off = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e->mb, c->t.i64, ""),
-                                        cg_i64(c, ir_local_bytes(m, &val->type)), "");
+                                        cg_i64(c, bytes), "");
         e->f->buf[v] = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->inbuf[v], &off, 1, val->tensor);
     }
 }

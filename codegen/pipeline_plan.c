@@ -311,7 +311,11 @@ bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d)
         const ir_value *val = m->values[v];
         if (p->input_index[v] < 0 || val->type.rank < 1)
             continue;
-        for (int k = 1; k < val->type.rank; k++)
+        /* A state stacked on the layers holds each layer's rows of the
+         * whole batch, the batch dim second (the pipeline pass checked):
+         * a microbatch's rows of a layer are a block of them. */
+        bool state = val->kind == IR_VAL_STATE && val->type.dims[0] == m->pipe.dim;
+        for (int k = state ? 2 : 1; k < val->type.rank; k++)
             if (val->type.dims[k] == m->pipe.batch_dim) {
                 char b[256];
                 snprintf(b, sizeof b, "input '%s' holds the batch dim '%s' at position %d: put it "

@@ -244,8 +244,11 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M, bool repo
             if (has_dim(op->operands[k], B)) {
                 ok = false;
                 bad = op;
-                why = "reduces the batch dim away outside the loss's sum, mixing the examples that "
-                      "microbatches keep apart";
+                why = loss ? "reduces the batch dim away outside the loss's sum, mixing the examples "
+                             "that microbatches keep apart"
+                           : "reduces the batch dim away, mixing the examples that microbatches keep "
+                             "apart: a forward's microbatch sees only its own rows of the inputs and "
+                             "states";
                 break;
             }
     }
@@ -259,6 +262,78 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M, bool repo
     free(dep);
     free(sum);
     return ok;
+}
+
+/* A forward's state (a KV cache; the frontend allows one stacked on the
+ * pipelined L in a program that does not train) holds rows of every
+ * example: its dim after L must be the batch dim B, so that microbatch m
+ * writes and reads rows [m |B|/M, (m+1) |B|/M) of each layer's block (its view,
+ * codegen/pipeline.c) and sees no other microbatch's rows, as the
+ * unpipelined program's row b sees only its own.  Returns 0, or 1 after
+ * reporting. */
+static int check_states(pass_ctx *ctx, const ir_module *m, int B, const ir_value *carried)
+{
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind != IR_VAL_STATE || v->type.rank < 1 || v->type.dims[0] != m->pipe.dim)
+            continue;
+        if (v->type.rank >= 2 && v->type.dims[1] == B)
+            continue;
+        const char *ln = m->dims[m->pipe.dim].name, *bn = m->dims[B].name;
+        diag_error(ctx->diag, v->loc, "state '%s' is written by every microbatch of the pipeline: its dim "
+                   "after '%s' must be '%s', the batch that the microbatches split (the first dim of '%s', "
+                   "which the 'repeat' block carries), so that each microbatch writes and reads its own "
+                   "rows; declare it %s[%s_%c, %s, ...]", v->tensor, ln, bn, carried->tensor, v->tensor, ln,
+                   m->mesh.axes[m->pipe.axis].name, bn);
+        return 1;
+    }
+    return 0;
+}
+
+/* The position of dim `d` in `t`, or -1. */
+static int dim_at(const ir_type *t, int d)
+{
+    for (int k = 0; k < t->rank; k++)
+        if (t->dims[k] == d)
+            return k;
+    return -1;
+}
+
+/* Microbatch m is rows [m b/M, (m+1) b/M) of each device's block of b
+ * rows of every input and state (codegen/pipeline.c), which are the same
+ * examples in all of them only if they split the batch dim B over the
+ * same mesh axes: an error at the first that does not split it as the
+ * first does (`In[B_X, ...]` with `At[B]`: declare `At[B_X]`).  Returns
+ * 0, or 1 after reporting. */
+static int check_batch_split(pass_ctx *ctx, const ir_module *m, int B)
+{
+    const ir_value *first = NULL;
+    int fd = -1;
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        int d = dim_at(&v->type, B);
+        if ((v->kind != IR_VAL_INPUT && v->kind != IR_VAL_STATE) || d < 0)
+            continue;
+        if (!first) {
+            first = v;
+            fd = d;
+            continue;
+        }
+        const ir_sharding *a = &first->type.sh, *b = &v->type.sh;
+        bool same = a->naxes[fd] == b->naxes[d];
+        for (int k = 0; same && k < a->naxes[fd]; k++)
+            same = a->axes[fd][k] == b->axes[d][k];
+        if (same)
+            continue;
+        char b1[256], b2[256];
+        diag_error(ctx->diag, v->loc, "%s splits the batch '%s' otherwise than %s: a microbatch is a "
+                   "block of each device's rows of every input and state, the same examples only when "
+                   "they split '%s' over the same mesh axes; declare them alike",
+                   ir_type_str(m, v->tensor, &v->type, b2, sizeof b2), m->dims[B].name,
+                   ir_type_str(m, first->tensor, &first->type, b1, sizeof b1), m->dims[B].name);
+        return 1;
+    }
+    return 0;
 }
 
 /* Whether the program trains: a backward loop over the layers. */
@@ -474,6 +549,10 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
                     return 1;
                 }
     }
+    /* A training step's states are its optimizer's (the frontend refuses
+     * declared ones there). */
+    if ((!trains(m) && check_states(ctx, m, B, carried) != 0) || check_batch_split(ctx, m, B) != 0)
+        return 1;
     int64_t parts;
     const ir_value *bad = unsplit(m, B, batch, M, &parts);
     if (bad) {
