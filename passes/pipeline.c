@@ -14,9 +14,10 @@
  *  - finds the batch dim: the first dim of the value the repeat block
  *    carries (the residual stream X[B, T, D]), which every input holding
  *    it is split along;
- *  - takes M from --microbatches, else for a training step the M the cost
- *    model rates fastest (cheapest_microbatches), else Z when it divides
- *    |B|, and shrinks that dim to one microbatch, |B| / M (which must
+ *  - takes M from --microbatches and the schedule from --schedule; for a
+ *    training step what is not given is the cost model's fastest (M, and
+ *    gpipe, 1f1b or zero-bubble: cheapest_plan); a forward's M is Z when
+ *    it divides |B|; then it shrinks that dim to one microbatch, |B| / M (which must
  *    split over the devices that split |B|).  Scale factors the frontend
  *    folded from the whole batch (a mean's 1/|B|) stay, so a microbatch's
  *    loss and gradients are its share of the step's, and their sum over
@@ -102,9 +103,10 @@ static bool check_chunks(const char *v, char *why, size_t n)
 
 const pass_option pass_pipeline_options[3] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
-                     "M the cost model rates fastest for a training step)", check_microbatches},
+                     "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default 1f1b; zero-bubble's backward is split into dL/dx and dL/dW "
+                 "backwards (default: the fastest of gpipe, 1f1b and zero-bubble as the cost model "
+                 "rates them, 1f1b on a tie; zero-bubble's backward is split into dL/dx and dL/dW "
                  "items; interleaved runs v chunks of layers per stage)", check_schedule},
     {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
                "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
@@ -450,15 +452,22 @@ static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
     return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
 }
 
-/* The cost model's choice of M for a training step: every M up to 64 that
- * divides |B| and splits as B does (for interleaved, with v chunks per
- * stage, a multiple of Z), each priced as the schedule runs it (the cost
- * pass's per-op times at that microbatch, cost_pipe.c), the fastest kept
- * (the fewest microbatches on a tie: less to hold and to add).  Seed 000
- * / Narayanan et al.: more microbatches shrink the bubble (Z-1)/(vM+Z-1)
- * until a microbatch's ops turn memory- or latency-bound.  Leaves the
- * dims and m->pipe as it found them; 0 if nothing priced. */
-static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int v)
+/* The cost model's choice of M and the schedule for a training step:
+ * for each schedule of `scheds` (n of them; in order of preference on a
+ * tie: 1f1b holds fewer microbatches than gpipe, zero-bubble adds the
+ * stacks its W items read), every M up to 64 that divides |B| and splits
+ * as B does (for interleaved, with v chunks per stage, a multiple of Z),
+ * or only `fixed` when it is not 0, each priced as the schedule runs it
+ * (the cost pass's per-op times at that microbatch, cost_pipe.c), the
+ * fastest kept (the fewest microbatches on a tie: less to hold and to
+ * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
+ * (Z-1)/(vM+Z-1) until a microbatch's ops turn memory- or latency-bound;
+ * zero-bubble's W items fill it (Qi et al.), priced here on the backward
+ * before its split (pipe_work_of tells dL/dx from dL/dW by the data
+ * flow).  The schedule into *chosen.  Leaves the dims and m->pipe as it
+ * found them; returns 0 if nothing priced. */
+static int cheapest_plan(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
+                         int v, int *chosen)
 {
     cost_hw local;
     const cost_hw *hw = pricing_hw(ctx, &local);
@@ -466,23 +475,24 @@ static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t bat
     if (!hw)
         return 0;
     ir_pipeline saved = m->pipe;
-    int best = 0;
+    int best = 0, Z = (int)m->mesh.axes[m->pipe.axis].size;
     double best_step = 0;
-    for (int M = 1; M <= 64 && M <= batch; M++) {
-        int Z = (int)m->mesh.axes[m->pipe.axis].size;
-        if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
-            continue;
-        m->dims[B].size = batch / M;
-        m->pipe.microbatches = M;
-        m->pipe.schedule = schedule;
-        m->pipe.chunks = v;
-        cost_annotate_ops(m, hw);
-        if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
-            (!best || m->totals.pipe.step < best_step)) {
-            best = M;
-            best_step = m->totals.pipe.step;
+    for (int k = 0; k < n; k++)
+        for (int M = fixed ? fixed : 1; M <= (fixed ? fixed : 64) && M <= batch; M++) {
+            if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
+                continue;
+            m->dims[B].size = batch / M;
+            m->pipe.microbatches = M;
+            m->pipe.schedule = scheds[k];
+            m->pipe.chunks = v;
+            cost_annotate_ops(m, hw);
+            if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
+                (!best || m->totals.pipe.step < best_step)) {
+                best = M;
+                best_step = m->totals.pipe.step;
+                *chosen = scheds[k];
+            }
         }
-    }
     m->dims[B].size = batch;
     m->pipe = saved;
     memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
@@ -525,8 +535,16 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
         return 1;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
-    if (!mv && trains(m))
-        M = cheapest_microbatches(ctx, m, B, batch, schedule, v);
+    if (trains(m) && (!sv || !mv)) {
+        /* Not given: the schedule among gpipe, 1f1b and (when the backward
+         * splits) zero-bubble, and M, as the cost model rates them.
+         * Interleaved, which deals the layers otherwise, is asked for. */
+        int scheds[3] = {PP_1F1B, PP_GPIPE, PP_ZERO_BUBBLE}, n = sv ? 1 : 2 + pass_pipeline_split_applies(m);
+        if (sv)
+            scheds[0] = schedule;
+        int priced = cheapest_plan(ctx, m, B, batch, scheds, n, mv ? M : 0, v, &schedule);
+        M = mv ? M : priced;
+    }
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
     if (batch % M != 0) {
