@@ -205,6 +205,12 @@ typedef struct cg_fn {
     LLVMValueRef *stack_buf;
 } cg_fn;
 
+/* How many layer blocks of one microbatch's rows lie between two layers of
+ * stacked value `v`: M for a state of a pipelined program stacked on the
+ * pipelined layers with the batch dim second (it holds the whole batch's
+ * rows of each layer, and the ops see one microbatch), else 1 (run.c). */
+int64_t cg_layer_stride(const ir_module *m, const ir_value *v);
+
 /* The LLVM loop of the repeated block being emitted. */
 typedef struct cg_loop {
     int begin;                /* op index of its LoopBegin, -1 outside a body */

@@ -209,10 +209,18 @@ static void accumulate(pp_emit *e, const ir_value *v)
         chunk_after = open_if(e, chunk_is(e, def == e->x->fe ? e->v - 1 : 0));
     LLVMBasicBlockRef after = def >= 0 && (e->x->run[def] & ~whole) ? guard_open(e, whole) : NULL;
     if (e->x->rows[v->id]) {
-        int64_t bytes = ir_local_bytes(e->x->m, &v->type);
+        /* Group g of G (the inputs' row blocks of G devices, pipeline_plan.c,
+         * row_groups) to rows [m b/M, (m+1) b/M) of part g of the block. */
+        int64_t G = e->x->groups[v->id], bytes = ir_local_bytes(e->x->m, &v->type) / G;
+        int64_t part = bytes * e->x->m->pipe.microbatches;
         LLVMValueRef off = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e->mb, c->t.i64, ""), cg_i64(c, bytes), "");
-        LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->accbuf[v->id], &off, 1, "");
-        LLVMBuildMemCpy(c->b, dst, 1, e->f->buf[v->id], 1, cg_i64(c, bytes));
+        for (int64_t g = 0; g < G; g++) {
+            LLVMValueRef at = LLVMBuildAdd(c->b, off, cg_i64(c, g * part), "");
+            LLVMValueRef dst = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->accbuf[v->id], &at, 1, "");
+            LLVMValueRef src = cg_i64(c, g * bytes);
+            src = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->f->buf[v->id], &src, 1, "");
+            LLVMBuildMemCpy(c->b, dst, 1, src, 1, cg_i64(c, bytes));
+        }
     } else {
         cg_emit_add_into(c, e->f, e->accbuf[v->id], e->f->buf[v->id], n, v->type.dtype);
     }
@@ -387,7 +395,11 @@ static void emit_range(pp_emit *e, LLVMValueRef out, int lo, int hi, char item)
     }
 }
 
-/* The whole microbatch views of the inputs that hold the batch dim. */
+/* The whole microbatch views of the inputs that hold the batch dim: rows
+ * [m |B|/M, (m+1) |B|/M) of the device's block.  A state stacked on the
+ * layers, the batch dim second, is viewed from the microbatch's rows of
+ * its first layer; its LayerSlice steps M microbatches' rows per layer
+ * (cg_layer_stride). */
 static void input_views(pp_emit *e)
 {
     const ir_module *m = e->x->m;
@@ -397,10 +409,15 @@ static void input_views(pp_emit *e)
         if (e->x->p->input_index[v] < 0)
             continue;
         e->f->buf[v] = e->inbuf[v];
-        if (val->type.rank < 1 || val->type.dims[0] != m->pipe.batch_dim)
+        bool rows = val->type.rank >= 1 && val->type.dims[0] == m->pipe.batch_dim;
+        bool state = cg_layer_stride(m, val) > 1;
+        if (!rows && !state)
             continue;
+        int64_t bytes = ir_local_bytes(m, &val->type);
+        if (state) /* one layer's rows of one microbatch */
+            bytes /= ir_local_size(m, &val->type, 0);
         LLVMValueRef off = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e->mb, c->t.i64, ""),
-                                        cg_i64(c, ir_local_bytes(m, &val->type)), "");
+                                        cg_i64(c, bytes), "");
         e->f->buf[v] = LLVMBuildInBoundsGEP2(c->b, c->t.i8, e->inbuf[v], &off, 1, val->tensor);
     }
 }

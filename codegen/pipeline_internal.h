@@ -35,6 +35,7 @@ typedef struct pp_ctx {
     bool trains;         /* a training step; else forwards only (bb = be = nops) */
     bool *rows;          /* per value: an output with the batch dim first, whose
                             microbatches are placed rather than summed */
+    int *groups;         /* per value with rows: the inputs' row blocks in its block (row_groups) */
 } pp_ctx;
 
 

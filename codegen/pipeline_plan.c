@@ -30,6 +30,40 @@ static bool fail(diag_ctx *d, const char *what)
     return false;
 }
 
+/* How many devices' row blocks of the inputs an output `v` with the batch
+ * dim first holds in its own block: microbatch m is rows [m b/M, (m+1)
+ * b/M) of each device's b rows of the inputs (the pipeline pass checked
+ * that they all split the batch alike), so an output gathered over G of
+ * the axes that split them holds a microbatch as G blocks of such rows,
+ * in the order of those devices, each going to its own part of the
+ * whole batch's block.  1 when v splits the batch as the inputs do; 0
+ * when its axes on the batch are not the first of theirs (its block is
+ * then not made of whole device blocks of theirs). */
+static int row_groups(const ir_module *m, const cg_plan *p, const ir_value *v)
+{
+    const ir_sharding *in = NULL;
+    int d = -1;
+    for (int i = 0; i < m->nvalues && !in; i++) {
+        const ir_type *t = &m->values[i]->type;
+        for (int k = 0; k < t->rank && p->input_index[i] >= 0 && !in; k++)
+            if (t->dims[k] == m->pipe.batch_dim) {
+                in = &t->sh;
+                d = k;
+            }
+    }
+    const ir_sharding *out = &v->type.sh;
+    int64_t parts = 1;
+    for (int k = 0; in && k < in->naxes[d]; k++) {
+        if (k < out->naxes[0] ? out->axes[0][k] != in->axes[d][k] : false)
+            return 0;
+        if (k >= out->naxes[0])
+            parts *= m->mesh.axes[in->axes[d][k]].size;
+    }
+    if (out->naxes[0] > (in ? in->naxes[d] : 0))
+        return 0;
+    return (int)parts;
+}
+
 /* The loops, the items and the stages of every op and value. */
 bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
 {
@@ -158,6 +192,10 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d)
         if (!m->outputs[j].update) {
             x->acc[v->id] = true;
             x->rows[v->id] = batched;
+            x->groups[v->id] = batched ? row_groups(m, p, v) : 1;
+            if (!x->groups[v->id])
+                return fail(d, "an output of a pipelined forward splits the batch over mesh axes that "
+                               "are not the first of those that split it in the inputs");
         }
     }
     /* The stages each op runs on, from its readers (reverse order). */
@@ -249,6 +287,7 @@ void cg_pp_init(pp_ctx *x, const ir_module *m, const cg_plan *p)
     x->acc = cg_calloc(nv, sizeof(bool));
     x->slot = cg_calloc(nv, sizeof(int));
     x->rows = cg_calloc(nv, sizeof(bool));
+    x->groups = cg_calloc(nv, sizeof(int));
 }
 
 void cg_pp_free(pp_ctx *x)
@@ -261,6 +300,7 @@ void cg_pp_free(pp_ctx *x)
     free(x->acc);
     free(x->slot);
     free(x->rows);
+    free(x->groups);
 }
 
 bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d)
@@ -271,7 +311,11 @@ bool cg_pipeline_check(const ir_module *m, const cg_plan *p, diag_ctx *d)
         const ir_value *val = m->values[v];
         if (p->input_index[v] < 0 || val->type.rank < 1)
             continue;
-        for (int k = 1; k < val->type.rank; k++)
+        /* A state stacked on the layers holds each layer's rows of the
+         * whole batch, the batch dim second (the pipeline pass checked):
+         * a microbatch's rows of a layer are a block of them. */
+        bool state = val->kind == IR_VAL_STATE && val->type.dims[0] == m->pipe.dim;
+        for (int k = state ? 2 : 1; k < val->type.rank; k++)
             if (val->type.dims[k] == m->pipe.batch_dim) {
                 char b[256];
                 snprintf(b, sizeof b, "input '%s' holds the batch dim '%s' at position %d: put it "

@@ -359,12 +359,23 @@ static void emit_loop_end(cg_ctx *c, cg_fn *f, int i, cg_loop *lp)
     lp->layer = lp->index = NULL;
 }
 
+int64_t cg_layer_stride(const ir_module *m, const ir_value *v)
+{
+    const ir_pipeline *pp = &m->pipe;
+    if (v->kind != IR_VAL_STATE || pp->batch_dim < 0 || pp->microbatches < 1 || v->type.rank < 2 ||
+        v->type.dims[0] != pp->dim || v->type.dims[1] != pp->batch_dim)
+        return 1;
+    return pp->microbatches;
+}
+
 /* LayerSlice: layer l of a stacked param is the block at byte offset
- * l * (the layer's per-device bytes): the param's first dim is not
- * sharded, so each device holds all layers of its shard, layer-major. */
+ * l * (the layer's per-device bytes): each device holds all its layers of
+ * its shard, layer-major.  A pipelined program's state holds M
+ * microbatches' rows of each layer, and its operand is one microbatch's
+ * view (codegen/pipeline.c): its layers are M blocks apart. */
 static void emit_layer_slice(cg_ctx *c, cg_fn *f, const ir_op *op, const cg_loop *lp)
 {
-    int64_t bytes = ir_local_bytes(f->m, &op->result->type);
+    int64_t bytes = ir_local_bytes(f->m, &op->result->type) * cg_layer_stride(f->m, op->operands[0]);
     LLVMValueRef off = LLVMBuildMul(c->b, lp->index, cg_i64(c, bytes), "layer.off");
     f->buf[op->result->id] = LLVMBuildInBoundsGEP2(c->b, c->t.i8, f->buf[op->operands[0]->id], &off, 1,
                                                    op->result->tensor);

@@ -404,11 +404,15 @@ void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile,
     if (best.ok && best.pp && best.trains && t->choose_schedule && t->option) {
         /* The schedule is a choice too: zero-bubble fills 1F1B's bubble
          * with the weight gradients (docs/pipeline.md) at the cost of
-         * holding their inputs longer; kept when it fits where 1F1B does
-         * not, or is faster and fits as well. */
-        plan_row r = price(t, row, best.remat, best.zero, "zero-bubble", compile, ctx);
-        if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
-            best = r;
+         * holding their inputs longer; each is kept when it fits where the
+         * other does not, or is faster and fits as well.  (The pipeline
+         * pass's own default is the fastest, which may not fit.) */
+        static const char *const scheds[] = {"1f1b", "zero-bubble"};
+        for (int k = 0; k < 2; k++) {
+            plan_row r = price(t, row, best.remat, best.zero, scheds[k], compile, ctx);
+            if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
+                best = r;
+        }
     }
     *row = best;
 }

@@ -130,9 +130,7 @@ bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_d
     return true;
 }
 
-/* A layer of stacked tensor `s` whose layer dim L is sharded: the block is
- * pipelined over that one axis, which every such tensor must agree on. */
-static bool pipeline_ref(fe_checker *c, const ast_tref *t, const fe_tensor *s, int L)
+bool fe_check_pipeline_ref(fe_checker *c, const ast_tref *t, const fe_tensor *s, int L)
 {
     ir_pipeline *pp = &c->m->pipe;
     const char *ln = c->m->dims[L].name;
@@ -190,7 +188,7 @@ bool fe_check_layer_ref(fe_checker *c, ast_tref *t, const fe_tensor *s)
                        t->name.s, s->rank, t->nidx, ln, ln, t->name.s, c->m->dims[s->dims[0]].name);
             return false;
         }
-        if (s->sh.naxes[0] > 0 && !pipeline_ref(c, t, s, L))
+        if (s->sh.naxes[0] > 0 && !fe_check_pipeline_ref(c, t, s, L))
             return false;
         t->layer = true;
         return true;
@@ -235,6 +233,37 @@ static void pipeline_axis_use(fe_checker *c, const fe_tensor *t, bool stacked)
                    "partial sums over it", zn, t->name);
 }
 
+/* A state of a pipelined program is a per-layer cache that each stage
+ * keeps for its own layers (a prefill's KV cache, docs/pipeline.md
+ * "States"): stacked on the pipelined L, in a program that does not
+ * train.  Reports and returns false otherwise.  That its dim after L is
+ * the batch the microbatches split is the pipeline pass's check (it
+ * finds the batch dim). */
+static bool state_ok(fe_checker *c, const ast_program *prog, const fe_tensor *t, bool stacked)
+{
+    const ir_pipeline *pp = &c->m->pipe;
+    const char *ln = c->m->dims[pp->dim].name;
+    char zn = c->m->mesh.axes[pp->axis].name;
+    if (!stacked) {
+        diag_error(c->diag, t->loc, "'%s' is a state of a program pipelined over %c, whose stages keep "
+                   "their own layers' state: declare it stacked on '%s' (its first dim, '%s[%s_%c, ...]') "
+                   "and write it in the 'repeat %s' block", t->name, zn, ln, t->name, ln, zn, ln);
+        diag_note(c->diag, pp->loc, "'%s' pipelines its layers over %c here", pp->stacked, zn);
+        return false;
+    }
+    for (int i = 0; i < prog->nstmts; i++) {
+        const ast_stmt *s = prog->stmts[i];
+        if (s->kind == AST_S_LOSS || s->kind == AST_S_OPTIMIZE) {
+            diag_error(c->diag, t->loc, "'%s' is a state, and a pipelined program that trains keeps "
+                       "none: a state is written at a run-time position and cannot be differentiated; "
+                       "pipeline the inference program (a prefill writing its caches) instead", t->name);
+            diag_note(c->diag, s->loc, "the program trains here");
+            return false;
+        }
+    }
+    return true;
+}
+
 void fe_check_pipeline(fe_checker *c, const ast_program *prog)
 {
     const ir_pipeline *pp = &c->m->pipe;
@@ -261,12 +290,9 @@ void fe_check_pipeline(fe_checker *c, const ast_program *prog)
         if (!t || t->bad)
             continue;
         bool stacked = ir_value_kind_is_argument(t->kind) && t->rank >= 1 && t->dims[0] == pp->dim;
-        if (t->kind == IR_VAL_STATE) {
-            diag_error(c->diag, t->loc, "'%s' is a state, and a pipelined program keeps none so far",
-                       t->name);
+        if (t->kind == IR_VAL_STATE && !state_ok(c, prog, t, stacked))
             continue;
-        }
-        if (stacked && t->sh.naxes[0] == 0) { /* split otherwise: pipeline_ref said so */
+        if (stacked && t->sh.naxes[0] == 0) { /* split otherwise: fe_check_pipeline_ref said so */
             diag_error(c->diag, t->loc, "'%s' is stacked on '%s', whose layers '%s' pipelines over %c: "
                        "write its '%s' as '%s_%c' so that each stage holds its own layers", t->name,
                        L->name, pp->stacked, z->name, L->name, L->name, z->name);

@@ -221,12 +221,10 @@ bool fe_check_write(fe_checker *c, ast_stmt *s, ast_tref *rows, bool *ok)
                        "that dim", c->repeat->u.repeat.dim.s, t->name, c->repeat->u.repeat.dim.s);
             return true;
         }
-        if (t->sh.naxes[0] > 0) {
-            diag_error(c->diag, l->name.loc, "'%s' is stacked on '%s' and sharded over it: layers "
-                       "cannot be split over devices; declare its '%s' without a subscript",
-                       t->name, c->repeat->u.repeat.dim.s, c->repeat->u.repeat.dim.s);
+        /* Sharded over one axis, the block is a pipeline over it, each
+         * stage writing its own layers' state (docs/pipeline.md). */
+        if (t->sh.naxes[0] > 0 && !fe_check_pipeline_ref(c, l, t, L))
             return true;
-        }
     }
     int off = layer ? 1 : 0;
     if (npos == 0) {

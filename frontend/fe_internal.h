@@ -192,11 +192,17 @@ void fe_check_blocks_closed(fe_checker *c);
 bool fe_check_update(fe_checker *c, ast_stmt *s, const int *dims, int rank, ir_dtype dt,
                      bool constrained, const ir_sharding *sh, bool ok);
 /* Pipeline parallelism (a stacked tensor's layer dim sharded over a mesh
- * axis), once the whole program is read: there is one repeat block, the
- * program keeps no state, every tensor stacked on the layer dim is split
+ * axis), once the whole program is read: there is one repeat block, every
+ * state is stacked on the layer dim in a program that does not train,
+ * every tensor stacked on the layer dim is split
  * over the same axis, that axis shards nothing else, and nothing reads the
  * stacked tensors whole outside the block (check_loop.c). */
 void fe_check_pipeline(fe_checker *c, const ast_program *prog);
+/* A layer of stacked tensor `s` (read or, a state, written through `t`)
+ * whose layer dim L is sharded: the block is pipelined over that one
+ * axis, which every such tensor must agree on.  Returns false after
+ * reporting (check_loop.c). */
+bool fe_check_pipeline_ref(fe_checker *c, const ast_tref *t, const fe_tensor *s, int L);
 /* A reference `t` to tensor `s` inside the open block: whether it is one
  * layer of a tensor stacked on the block's dim (written without that dim),
  * setting t->layer; reports a wrong use of a stacked tensor.  Returns false

@@ -87,8 +87,8 @@ void cost_pipe_print(FILE *out, const ir_module *m)
         fprintf(out, "  per microbatch: stage forward %.4g us; first stage +%.4g us, last +%.4g us; "
                 "one hop %.4g us\n", t->stage_f * 1e6, t->first_extra * 1e6, t->last_extra * 1e6,
                 t->hop * 1e6);
-        fprintf(out, "  bubble %.1f%% by the recurrence, %.1f%% by (Z-1)/(M+Z-1); params of the fullest "
-                "stage and its buffers %.4g GiB\n", 100 * t->bubble, 100 * t->bubble_formula,
+        fprintf(out, "  bubble %.1f%% by the recurrence, %.1f%% by (Z-1)/(M+Z-1); params and state of the "
+                "fullest stage and its buffers %.4g GiB\n", 100 * t->bubble, 100 * t->bubble_formula,
                 t->stage_memory / 1073741824.0);
         fprintf(out, "  (the totals above are one microbatch's forward on one stage)\n");
         return;

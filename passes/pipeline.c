@@ -14,9 +14,10 @@
  *  - finds the batch dim: the first dim of the value the repeat block
  *    carries (the residual stream X[B, T, D]), which every input holding
  *    it is split along;
- *  - takes M from --microbatches, else for a training step the M the cost
- *    model rates fastest (cheapest_microbatches), else Z when it divides
- *    |B|, and shrinks that dim to one microbatch, |B| / M (which must
+ *  - takes M from --microbatches and the schedule from --schedule; for a
+ *    training step what is not given is the cost model's fastest (M, and
+ *    gpipe, 1f1b or zero-bubble: cheapest_plan); a forward's M is Z when
+ *    it divides |B|; then it shrinks that dim to one microbatch, |B| / M (which must
  *    split over the devices that split |B|).  Scale factors the frontend
  *    folded from the whole batch (a mean's 1/|B|) stay, so a microbatch's
  *    loss and gradients are its share of the step's, and their sum over
@@ -102,9 +103,10 @@ static bool check_chunks(const char *v, char *why, size_t n)
 
 const pass_option pass_pipeline_options[3] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
-                     "M the cost model rates fastest for a training step)", check_microbatches},
+                     "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default 1f1b; zero-bubble's backward is split into dL/dx and dL/dW "
+                 "backwards (default: the fastest of gpipe, 1f1b and zero-bubble as the cost model "
+                 "rates them, 1f1b on a tie; zero-bubble's backward is split into dL/dx and dL/dW "
                  "items; interleaved runs v chunks of layers per stage)", check_schedule},
     {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
                "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
@@ -244,8 +246,11 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M, bool repo
             if (has_dim(op->operands[k], B)) {
                 ok = false;
                 bad = op;
-                why = "reduces the batch dim away outside the loss's sum, mixing the examples that "
-                      "microbatches keep apart";
+                why = loss ? "reduces the batch dim away outside the loss's sum, mixing the examples "
+                             "that microbatches keep apart"
+                           : "reduces the batch dim away, mixing the examples that microbatches keep "
+                             "apart: a forward's microbatch sees only its own rows of the inputs and "
+                             "states";
                 break;
             }
     }
@@ -259,6 +264,78 @@ static bool check_batch_sum(pass_ctx *ctx, ir_module *m, int B, int M, bool repo
     free(dep);
     free(sum);
     return ok;
+}
+
+/* A forward's state (a KV cache; the frontend allows one stacked on the
+ * pipelined L in a program that does not train) holds rows of every
+ * example: its dim after L must be the batch dim B, so that microbatch m
+ * writes and reads rows [m |B|/M, (m+1) |B|/M) of each layer's block (its view,
+ * codegen/pipeline.c) and sees no other microbatch's rows, as the
+ * unpipelined program's row b sees only its own.  Returns 0, or 1 after
+ * reporting. */
+static int check_states(pass_ctx *ctx, const ir_module *m, int B, const ir_value *carried)
+{
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        if (v->kind != IR_VAL_STATE || v->type.rank < 1 || v->type.dims[0] != m->pipe.dim)
+            continue;
+        if (v->type.rank >= 2 && v->type.dims[1] == B)
+            continue;
+        const char *ln = m->dims[m->pipe.dim].name, *bn = m->dims[B].name;
+        diag_error(ctx->diag, v->loc, "state '%s' is written by every microbatch of the pipeline: its dim "
+                   "after '%s' must be '%s', the batch that the microbatches split (the first dim of '%s', "
+                   "which the 'repeat' block carries), so that each microbatch writes and reads its own "
+                   "rows; declare it %s[%s_%c, %s, ...]", v->tensor, ln, bn, carried->tensor, v->tensor, ln,
+                   m->mesh.axes[m->pipe.axis].name, bn);
+        return 1;
+    }
+    return 0;
+}
+
+/* The position of dim `d` in `t`, or -1. */
+static int dim_at(const ir_type *t, int d)
+{
+    for (int k = 0; k < t->rank; k++)
+        if (t->dims[k] == d)
+            return k;
+    return -1;
+}
+
+/* Microbatch m is rows [m b/M, (m+1) b/M) of each device's block of b
+ * rows of every input and state (codegen/pipeline.c), which are the same
+ * examples in all of them only if they split the batch dim B over the
+ * same mesh axes: an error at the first that does not split it as the
+ * first does (`In[B_X, ...]` with `At[B]`: declare `At[B_X]`).  Returns
+ * 0, or 1 after reporting. */
+static int check_batch_split(pass_ctx *ctx, const ir_module *m, int B)
+{
+    const ir_value *first = NULL;
+    int fd = -1;
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_value *v = m->values[i];
+        int d = dim_at(&v->type, B);
+        if ((v->kind != IR_VAL_INPUT && v->kind != IR_VAL_STATE) || d < 0)
+            continue;
+        if (!first) {
+            first = v;
+            fd = d;
+            continue;
+        }
+        const ir_sharding *a = &first->type.sh, *b = &v->type.sh;
+        bool same = a->naxes[fd] == b->naxes[d];
+        for (int k = 0; same && k < a->naxes[fd]; k++)
+            same = a->axes[fd][k] == b->axes[d][k];
+        if (same)
+            continue;
+        char b1[256], b2[256];
+        diag_error(ctx->diag, v->loc, "%s splits the batch '%s' otherwise than %s: a microbatch is a "
+                   "block of each device's rows of every input and state, the same examples only when "
+                   "they split '%s' over the same mesh axes; declare them alike",
+                   ir_type_str(m, v->tensor, &v->type, b2, sizeof b2), m->dims[B].name,
+                   ir_type_str(m, first->tensor, &first->type, b1, sizeof b1), m->dims[B].name);
+        return 1;
+    }
+    return 0;
 }
 
 /* Whether the program trains: a backward loop over the layers. */
@@ -375,15 +452,22 @@ static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
     return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
 }
 
-/* The cost model's choice of M for a training step: every M up to 64 that
- * divides |B| and splits as B does (for interleaved, with v chunks per
- * stage, a multiple of Z), each priced as the schedule runs it (the cost
- * pass's per-op times at that microbatch, cost_pipe.c), the fastest kept
- * (the fewest microbatches on a tie: less to hold and to add).  Seed 000
- * / Narayanan et al.: more microbatches shrink the bubble (Z-1)/(vM+Z-1)
- * until a microbatch's ops turn memory- or latency-bound.  Leaves the
- * dims and m->pipe as it found them; 0 if nothing priced. */
-static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int v)
+/* The cost model's choice of M and the schedule for a training step:
+ * for each schedule of `scheds` (n of them; in order of preference on a
+ * tie: 1f1b holds fewer microbatches than gpipe, zero-bubble adds the
+ * stacks its W items read), every M up to 64 that divides |B| and splits
+ * as B does (for interleaved, with v chunks per stage, a multiple of Z),
+ * or only `fixed` when it is not 0, each priced as the schedule runs it
+ * (the cost pass's per-op times at that microbatch, cost_pipe.c), the
+ * fastest kept (the fewest microbatches on a tie: less to hold and to
+ * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
+ * (Z-1)/(vM+Z-1) until a microbatch's ops turn memory- or latency-bound;
+ * zero-bubble's W items fill it (Qi et al.), priced here on the backward
+ * before its split (pipe_work_of tells dL/dx from dL/dW by the data
+ * flow).  The schedule into *chosen.  Leaves the dims and m->pipe as it
+ * found them; returns 0 if nothing priced. */
+static int cheapest_plan(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
+                         int v, int *chosen)
 {
     cost_hw local;
     const cost_hw *hw = pricing_hw(ctx, &local);
@@ -391,23 +475,24 @@ static int cheapest_microbatches(pass_ctx *ctx, ir_module *m, int B, int64_t bat
     if (!hw)
         return 0;
     ir_pipeline saved = m->pipe;
-    int best = 0;
+    int best = 0, Z = (int)m->mesh.axes[m->pipe.axis].size;
     double best_step = 0;
-    for (int M = 1; M <= 64 && M <= batch; M++) {
-        int Z = (int)m->mesh.axes[m->pipe.axis].size;
-        if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
-            continue;
-        m->dims[B].size = batch / M;
-        m->pipe.microbatches = M;
-        m->pipe.schedule = schedule;
-        m->pipe.chunks = v;
-        cost_annotate_ops(m, hw);
-        if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
-            (!best || m->totals.pipe.step < best_step)) {
-            best = M;
-            best_step = m->totals.pipe.step;
+    for (int k = 0; k < n; k++)
+        for (int M = fixed ? fixed : 1; M <= (fixed ? fixed : 64) && M <= batch; M++) {
+            if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
+                continue;
+            m->dims[B].size = batch / M;
+            m->pipe.microbatches = M;
+            m->pipe.schedule = scheds[k];
+            m->pipe.chunks = v;
+            cost_annotate_ops(m, hw);
+            if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
+                (!best || m->totals.pipe.step < best_step)) {
+                best = M;
+                best_step = m->totals.pipe.step;
+                *chosen = scheds[k];
+            }
         }
-    }
     m->dims[B].size = batch;
     m->pipe = saved;
     memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
@@ -450,8 +535,16 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
         return 1;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
-    if (!mv && trains(m))
-        M = cheapest_microbatches(ctx, m, B, batch, schedule, v);
+    if (trains(m) && (!sv || !mv)) {
+        /* Not given: the schedule among gpipe, 1f1b and (when the backward
+         * splits) zero-bubble, and M, as the cost model rates them.
+         * Interleaved, which deals the layers otherwise, is asked for. */
+        int scheds[3] = {PP_1F1B, PP_GPIPE, PP_ZERO_BUBBLE}, n = sv ? 1 : 2 + pass_pipeline_split_applies(m);
+        if (sv)
+            scheds[0] = schedule;
+        int priced = cheapest_plan(ctx, m, B, batch, scheds, n, mv ? M : 0, v, &schedule);
+        M = mv ? M : priced;
+    }
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
     if (batch % M != 0) {
@@ -474,6 +567,10 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
                     return 1;
                 }
     }
+    /* A training step's states are its optimizer's (the frontend refuses
+     * declared ones there). */
+    if ((!trains(m) && check_states(ctx, m, B, carried) != 0) || check_batch_split(ctx, m, B) != 0)
+        return 1;
     int64_t parts;
     const ir_value *bad = unsplit(m, B, batch, M, &parts);
     if (bad) {

@@ -121,6 +121,32 @@ static ir_value *crossing(pass_ctx *ctx, split *s, ir_value *v)
     return r;
 }
 
+bool pass_pipeline_split_applies(const ir_module *m)
+{
+    const ir_op *bb = layer_loop(m, true);
+    if (!bb)
+        return false;
+    const ir_op *be = bb->u.loop.end;
+    bool *inb = calloc((size_t)m->nvalues + 1, sizeof *inb);
+    if (!inb)
+        return false;
+    mark_input_gradient(bb, inb);
+    bool weights = false, ok = true;
+    for (const ir_op *op = bb->next; op != be && ok; op = op->next) {
+        if (inb[op->result->id])
+            continue;
+        weights |= op->kind == IR_OP_LAYERSTACK;
+        for (int k = 0; k < op->noperands; k++) { /* crossing's refusals */
+            const ir_value *v = op->operands[k];
+            if (v->id < m->nvalues && inb[v->id] && v->def && v->def->kind != IR_OP_LAYERSTACK &&
+                v->def->kind != IR_OP_LAYERSLICE && (v->type.sh.unreduced || v->type.rank + 1 > IR_MAX_RANK))
+                ok = false;
+        }
+    }
+    free(inb);
+    return ok && weights;
+}
+
 int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
 {
     ir_op *bb = layer_loop(m, true);

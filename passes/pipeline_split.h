@@ -30,5 +30,10 @@
  * Pipeline Parallelism", ICLR'24, section 2; seed 000's DeepSeek-v3
  * figure. */
 int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m);
+/* Whether pass_pipeline_split_backward would split m's backward loop: it
+ * has one, loop W would compute a weight gradient, and every value loop W
+ * reads from loop B can be kept per layer (none holds unreduced partial
+ * sums).  m is not modified. */
+bool pass_pipeline_split_applies(const ir_module *m);
 
 #endif

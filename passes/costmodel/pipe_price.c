@@ -158,9 +158,11 @@ int pipe_price_forward(const pipe_work *w, const cost_hw *hw, int z, int64_t k, 
     free(done);
     double memory = 0;
     for (int s = 0; s < z; s++) {
-        double b = w->param_stacked / (double)z + 2 * w->carry_bytes;
+        /* A forward's state is its caches (a prefill's KV cache, stacked
+         * on the layers: each stage keeps its own layers'). */
+        double b = w->state_stacked / (double)z + 2 * w->carry_bytes;
         if (s == 0 || s == z - 1)
-            b += w->param_other;
+            b += w->state_other;
         memory = fmax(memory, b);
     }
     *out = (pipe_priced){

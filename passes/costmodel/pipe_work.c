@@ -212,6 +212,10 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
         if (v->kind != IR_VAL_PARAM && v->kind != IR_VAL_STATE)
             continue;
         double bytes = (double)ir_local_bytes(m, &v->type);
+        /* A pipelined program's state (a KV cache) holds every
+         * microbatch's rows, and its type one microbatch's. */
+        if (v->kind == IR_VAL_STATE && m->pipe.batch_dim >= 0 && has_dim(&v->type, m->pipe.batch_dim))
+            bytes *= m->pipe.microbatches;
         bool stacked = has_dim(&v->type, ldim);
         *(stacked ? &w->state_stacked : &w->state_other) += stacked ? zs * bytes : bytes;
         if (v->kind == IR_VAL_PARAM)

@@ -42,8 +42,8 @@ typedef struct pipe_work {
      * carry_bytes by pipe_work_hop, the same formula). */
     double hop;
     double act_layer;                /* activations the forward block keeps per layer */
-    /* Bytes of the params and optimizer state, and of the params alone
-     * (what their accumulated gradients take).  The stacked figures and
+    /* Bytes of the params and state (optimizer state; a forward's caches),
+     * and of the params alone (what their accumulated gradients take).  The stacked figures and
      * update_stacked are for the whole stack of |L| layers even when the
      * module is already pipelined (m->pipe, its stacked params' layer dim
      * split over Z): a stage holds and updates 1/Z of them. */
@@ -61,7 +61,8 @@ typedef struct pipe_work {
 int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen);
 /* The same for a forward (inference) program: one forward repeat block and
  * no backward pass; only the forward times, the carried activation and the
- * params' bytes are filled (the rest is 0).  Returns 0, or -1 with a
+ * bytes of the params and states are filled (the rest is 0; a pipelined
+ * program's state, a KV cache, counted with every microbatch's rows).  Returns 0, or -1 with a
  * message in err. */
 int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t errlen);
 
@@ -134,8 +135,9 @@ int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, i
  * 1 - sum_s M t_f(s) / (Z T(Z-1, M-1)), which is seed 000's
  * (Z - 1) / (M + Z - 1) for uniform stages and free hops (bubble_formula).
  * held is 1 (a forward keeps no activations for a backward), memory the
- * fullest stage's params (1/Z of the stacked ones, the others on the first
- * and last stage) and its send and receive buffers.  Returns 0, or -1 with
+ * fullest stage's params and states (1/Z of the stacked ones, such as a
+ * prefill's KV caches, the others on the first and last stage) and its
+ * send and receive buffers.  Returns 0, or -1 with
  * a message in err (Z, k or M below 1, out of memory). */
 int pipe_price_forward(const pipe_work *w, const cost_hw *hw, int z, int64_t k, int mb, bool dcn,
                        pipe_priced *out, char *err, size_t errlen);

@@ -221,18 +221,47 @@ def main():
           "--dump-cost prints the forward pipeline section")
 
     # Without --microbatches the pipeline pass takes the M the cost model
-    # rates fastest: the argmin of the steps priced with each M forced.
+    # rates fastest: the argmin of the steps priced with each M forced
+    # (with --schedule=1f1b; without --schedule, each M forced with the
+    # schedule it then chooses).
+    for hwname in ("host", "tpu-v5p"):
+        for sched in (["--schedule=1f1b"], []):
+            steps = {}
+            for m in (1, 2, 4, 8, 16, 32, 64):
+                p = pipe_totals(einc, prog, hwname, f"--microbatches={m}", *sched)
+                if p:
+                    steps[m] = p["step_time"]
+            chosen = pipe_totals(einc, prog, hwname, *sched)
+            best = min(steps, key=lambda m: (steps[m], m))
+            check(chosen is not None and chosen["microbatches"] == best,
+                  f"{hwname} {' '.join(sched) or 'no --schedule'}: the default M is the fastest of the forced "
+                  f"ones ({best}, step {steps[best]:.4g} s; chosen {chosen and chosen['microbatches']})")
+
+    # Without --schedule and --microbatches a training step gets the
+    # (schedule, M) the cost model rates fastest among gpipe, 1f1b and
+    # zero-bubble: the argmin of the steps compiled with both forced (1f1b,
+    # then gpipe, then fewer microbatches on a tie).  On this program the
+    # bubble makes zero-bubble's split backward the fastest on both
+    # profiles; a program whose backward does not split keeps 1f1b.
+    order = ("1f1b", "gpipe", "zero-bubble")
     for hwname in ("host", "tpu-v5p"):
         steps = {}
-        for m in (1, 2, 4, 8, 16, 32, 64):
-            p = pipe_totals(einc, prog, hwname, f"--microbatches={m}")
-            if p:
-                steps[m] = p["step_time"]
+        for s in order:
+            for m in (1, 2, 4, 8, 16, 32, 64):
+                p = pipe_totals(einc, prog, hwname, f"--microbatches={m}", f"--schedule={s}")
+                if p:
+                    steps[(s, m)] = p["step_time"]
         chosen = pipe_totals(einc, prog, hwname)
-        best = min(steps, key=lambda m: (steps[m], m))
-        check(chosen is not None and chosen["microbatches"] == best,
-              f"{hwname}: the default M is the fastest of the forced ones ({best}, "
-              f"step {steps[best]:.4g} s; chosen {chosen and chosen['microbatches']})")
+        best = min(steps, key=lambda k: (steps[k], order.index(k[0]), k[1]))
+        got = chosen and (chosen["schedule"], chosen["microbatches"])
+        check(got == best and chosen["step_time"] <= min(steps.values()),
+              f"{hwname}: the default schedule and M are the fastest of the {len(steps)} forced ones "
+              f"({best[0]}, M={best[1]}, step {steps[best]:.4g} s; next "
+              f"{sorted(steps.values())[1]:.4g} s; chosen {got})")
+    no_dw = os.path.join(src, "tests", "golden", "cases", "error_pipeline_zero_bubble_no_dw.ein")
+    p = pipe_totals(einc, no_dw, "host")
+    check(p is not None and p["schedule"] in ("1f1b", "gpipe"),
+          f"a backward with no weight gradient is not given zero-bubble ({p and p['schedule']})")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    no reader on the first stage, which the others still send it), under
    `--check`, with 1f1b and zero-bubble; and a forward whose output is
    the block's carried value itself (the last hidden state: an output the
-   first stage still sends on), under `--check`.
+   first stage still sends on), under `--check`, also gathered over the
+   axis that splits the batch in the input (each microbatch's rows placed
+   per device block).
 5. The split backward in `--print-after=pipeline` for zero-bubble: two
    reverse loops over L, the first computing no weight gradient and the
    second every one (dWin, dWout stacked per layer), the values crossing
@@ -349,13 +351,19 @@ output H
 
 
 def run_carried_out(a, work, tally):
-    src = os.path.join(work, "carried_out.ein")
-    with open(src, "w") as f:
-        f.write(CARRIED_OUT)
-    for rt, m in selected(a, [2, 4], [2]):
-        checked(a, tally, "forward whose output is the carried value, M=%d (%s)" % (m, rt), src,
-                os.path.join(work, "carried_out_" + rt), ["--microbatches=%d" % m], rt, [],
-                r"check H: max_rel_err=\S+")
+    # Also gathered over X, which splits the batch in the input: a
+    # microbatch's output is then one block of rows per device of X, each
+    # going to its device's part of the whole batch.
+    for name, text, ms in (("", CARRIED_OUT, [2, 4]),
+                           (" gathered over the batch's axis", CARRIED_OUT.replace("output H\n", "output H[B, D]\n"),
+                            [4])):
+        src = os.path.join(work, "carried_out.ein")
+        with open(src, "w") as f:
+            f.write(text)
+        for rt, m in selected(a, ms, [2] if not name else []):
+            checked(a, tally, "forward whose output is the carried value%s, M=%d (%s)" % (name, m, rt), src,
+                    os.path.join(work, "carried_out_" + rt), ["--microbatches=%d" % m], rt, [],
+                    r"check H: max_rel_err=\S+")
 
 
 def loop_bodies(ir):
