@@ -171,11 +171,13 @@ static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char
 
 /* ---- running the candidates ---- */
 
-/* Seconds of the collectives and of the compute ops of m, each op once
- * per run of its block. */
-static void comm_compute(const ir_module *m, double *comm, double *compute)
+/* Seconds of the collectives, of the compute ops and of the matmuls
+ * (einsums at their roofline: FLOPs at the peak, seed 000's T_math, or
+ * HBM traffic when longer, seed 002's memory-bound decode; MeshSlice
+ * GEMMs) of m, per device, each op once per run of its block. */
+static void comm_compute(const ir_module *m, double *comm, double *compute, double *math)
 {
-    *comm = *compute = 0.0;
+    *comm = *compute = *math = 0.0;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (!op->cost.valid)
             continue;
@@ -186,8 +188,11 @@ static void comm_compute(const ir_module *m, double *comm, double *compute)
             /* The loop's time beyond its GEMMs is its communication. */
             *comm += fmax(0.0, op->cost.time - op->cost.t_compute) * trips;
             *compute += op->cost.t_compute * trips;
+            *math += op->cost.t_compute * trips;
         } else {
             *compute += op->cost.time * trips;
+            if (op->kind == IR_OP_EINSUM)
+                *math += op->cost.time * trips;
         }
     }
 }
@@ -328,7 +333,7 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->mfu = m->totals.mfu;
     row->memory = m->totals.peak_memory;
     row->exposed = m->totals.exposed_comm_time;
-    comm_compute(m, &row->comm, &row->compute);
+    comm_compute(m, &row->comm, &row->compute, &row->math);
     const ir_pipe_totals *p = &m->totals.pipe;
     if (p->valid && p->step > 0) {
         /* A pipelined module is one microbatch on one stage, so its serial
@@ -347,6 +352,7 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
         row->exposed *= mb;
         row->comm *= mb;
         row->compute *= mb;
+        row->math *= mb;
         row->microbatches = p->microbatches;
         row->schedule = p->forward ? "forward" : pp_schedule_name((pp_schedule)p->schedule);
         row->bubble = p->bubble;
@@ -561,9 +567,13 @@ static void mesh_str(const plan_row *r, char *buf, size_t n)
         len += (size_t)snprintf(buf + len, n - len, "%s%c=%lld", k ? "," : "", "XYZ"[k], (long long)r->sizes[k]);
 }
 
+/* Seed 000's test ("Data Parallelism", "Combining FSDP and TP"): a step
+ * is communication-bound when its collectives take longer than its
+ * matmuls (T_comms > T_math; a memory-bound matmul counts its HBM time);
+ * the elementwise ops and the optimizer update are not part of it. */
 static const char *bound_name(const plan_row *r)
 {
-    return r->comm > r->compute ? "communication" : "compute";
+    return r->comm > r->math ? "communication" : "compute";
 }
 
 /* The runner-up to the chosen row: the next fastest that fits. */
@@ -600,6 +610,8 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddBoolToObject(o, "fits", r->fits);
     cJSON_AddNumberToObject(o, "exposed_comm_time", r->exposed);
     cJSON_AddNumberToObject(o, "comm_time", r->comm);
+    cJSON_AddNumberToObject(o, "math_time", r->math);
+    cJSON_AddBoolToObject(o, "gathers_params", r->gathers_params);
     cJSON_AddStringToObject(o, "bound", bound_name(r));
     cJSON_AddStringToObject(o, "remat", r->remat == IR_REMAT_LAYER ? "layer"
                                         : r->remat == IR_REMAT_ELEMENTWISE ? "elementwise" : "none");

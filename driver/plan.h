@@ -60,6 +60,8 @@ typedef struct plan_row {
     double exposed;       /* seconds of communication on the critical path */
     double comm;          /* seconds of collectives in all (overlapped or not) */
     double compute;       /* seconds of compute ops */
+    double math;          /* seconds of the matmuls at their roofline, per device (seed 000's
+                           * T_math when compute-bound); "bound" compares comm with it */
     bool fits;            /* memory <= the profile's HBM per device */
     bool trains;          /* the program has a backward pass or updates a param */
     bool gathers_params;  /* the plan AllGathers a param (FSDP's weight movement) */
