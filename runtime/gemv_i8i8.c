@@ -246,19 +246,11 @@ void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t co
             j.acc[c] = 0;
     }
     double bytes = (double)rows * (double)cols;
-    if (split && split->threads >= 2 && bytes >= (double)split->min_bytes && j.nchunk >= 2) {
-        int two = rt_gemv_split_choose(split);
-        double t0 = rt_now();
-        if (two)
-            rt_gemv_split_run(split, i8x_chunk, &j, j.nchunk);
-        else
-            for (int64_t k = 0; k < j.nchunk; k++)
-                i8x_chunk(&j, k);
-        rt_gemv_split_note(split, two, bytes, rt_now() - t0);
-    } else {
+    if (split && split->threads >= 2 && bytes >= (double)split->min_bytes && j.nchunk >= 2)
+        rt_gemv_split_product(split, i8x_chunk, &j, j.nchunk, bytes, NULL);
+    else
         for (int64_t k = 0; k < j.nchunk; k++)
             i8x_chunk(&j, k);
-    }
     if (rows_form)
         return;
     for (int64_t c = 0; c < cols; c++) /* the halves' integer sums: exact in any order */

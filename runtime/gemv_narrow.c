@@ -358,6 +358,12 @@ static void run_chunk(void *arg, int64_t k)
     run_part(&p);
 }
 
+/* The whole product on one thread, in its own order (rt_gemv_split_product). */
+static void run_whole(void *arg)
+{
+    run_part(&((const gemv_split_job *)arg)->whole);
+}
+
 /* Whether to split `whole` with the helper, and how (into j). */
 static int plan_split(const rt_gemv_split *s, const gemv_part *whole, int64_t nbatch,
                       gemv_split_job *j)
@@ -420,17 +426,10 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
      * in order, not once per batch through every line. */
     whole.block = nbatch > 1 ? GEMV_BATCH_ROWS : v.rows;
     gemv_split_job j;
-    if (!plan_split(g->split, &whole, nbatch, &j)) {
+    if (!plan_split(g->split, &whole, nbatch, &j))
         run_part(&whole);
-    } else {
-        int split = rt_gemv_split_choose(g->split);
-        double t0 = rt_now();
-        if (split)
-            rt_gemv_split_run(g->split, run_chunk, &j, j.n);
-        else
-            run_part(&whole);
-        rt_gemv_split_note(g->split, split, j.bytes, rt_now() - t0);
-    }
+    else
+        rt_gemv_split_product(g->split, run_chunk, &j, j.n, j.bytes, run_whole);
     if (!v.rows_form)
         finish_cols(&v, g, nbatch, oc, tmp);
     return 1;

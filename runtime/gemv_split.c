@@ -203,6 +203,21 @@ void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double second
     s->next_try = s->products + s->try_every;
 }
 
+void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void *arg,
+                           int64_t nchunks, double bytes, void (*alone)(void *arg))
+{
+    int split = rt_gemv_split_choose(s);
+    double t0 = rt_now();
+    if (split)
+        rt_gemv_split_run(s, fn, arg, nchunks);
+    else if (alone)
+        alone(arg);
+    else
+        for (int64_t k = 0; k < nchunks; k++)
+            fn(arg, k);
+    rt_gemv_split_note(s, split, bytes, rt_now() - t0);
+}
+
 void rt_gemv_split_release(rt_gemv_split *s)
 {
     rt_gemv_worker *w = s->worker;

@@ -89,6 +89,16 @@ int rt_gemv_split_choose(rt_gemv_split *s);
  * a try of the slower mode replaces that mode's figure. */
 void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds);
 
+/*
+ * One product of `bytes` matrix bytes, cut into chunks fn(arg, k) for k <
+ * nchunks: shared with s's helper (rt_gemv_split_run) or run on the
+ * calling thread alone, as rt_gemv_split_choose says, and timed for
+ * rt_gemv_split_note.  Alone it runs alone(arg), the whole product in its
+ * own order, or with alone NULL every chunk in turn.
+ */
+void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void *arg,
+                           int64_t nchunks, double bytes, void (*alone)(void *arg));
+
 /* Stops and joins s's helper, if started (no job may be running). */
 void rt_gemv_split_release(rt_gemv_split *s);
 
