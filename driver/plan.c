@@ -307,23 +307,28 @@ static const ir_value *param_of(const ir_value *v)
     return v && v->kind == IR_VAL_PARAM ? v : NULL;
 }
 
-/* Whether m trains (it has a backward pass or updates a param) and
- * whether its plan moves weights: an AllGather of a param, FSDP's
- * signature (seed 000).  A program that serves and keeps its weights in
- * place moves activations instead (seed 002, "Generation": FSDP is
- * infeasible for generation, weights stay stationary). */
-static void plan_kind(const ir_module *m, bool *trains, bool *gathers)
+bool plan_trains(const ir_module *m)
 {
-    *trains = *gathers = false;
     for (int i = 0; i < m->noutputs; i++)
         if (m->outputs[i].update && m->outputs[i].update->kind == IR_VAL_PARAM)
-            *trains = true;
-    for (const ir_op *op = m->first; op; op = op->next) {
+            return true;
+    for (const ir_op *op = m->first; op; op = op->next)
         if (op->phase != IR_PHASE_FORWARD)
-            *trains = true;
-        if (op->kind == IR_OP_ALLGATHER && param_of(op->operands[0]))
-            *gathers = true;
-    }
+            return true;
+    return false;
+}
+
+/* Whether m trains and whether its plan moves weights: an AllGather of a
+ * param, FSDP's signature (seed 000).  A program that serves and keeps
+ * its weights in place moves activations instead (seed 002,
+ * "Generation": FSDP is infeasible for generation, weights stay
+ * stationary). */
+static void plan_kind(const ir_module *m, bool *trains, bool *gathers)
+{
+    *trains = plan_trains(m);
+    *gathers = false;
+    for (const ir_op *op = m->first; op && !*gathers; op = op->next)
+        *gathers = op->kind == IR_OP_ALLGATHER && param_of(op->operands[0]);
 }
 
 /* Row figures from compiled module m. */

@@ -156,6 +156,8 @@ void plan_find_fit(plan_table *t, const ir_module *proto, plan_compile_fn compil
 /* The dim seed 000 calls the batch: the first input's dim that r marks
  * as a batch (plan_roles), or -1. */
 int plan_batch_dim(const ir_module *proto, const plan_roles *r);
+/* Whether m trains: it has a backward pass or updates a param (plan.c). */
+bool plan_trains(const ir_module *m);
 
 /* Memory on a declared mesh (plan_declared.c): what plan_fit_declared
  * chose for a training program that needs more HBM than the profile

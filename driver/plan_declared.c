@@ -56,18 +56,6 @@ static double peak_with(plan_compile_fn compile, plan_option_fn option, void *ct
     return peak;
 }
 
-/* Whether m trains: a backward pass, or a param it updates. */
-static bool trains(const ir_module *m)
-{
-    for (int i = 0; i < m->noutputs; i++)
-        if (m->outputs[i].update && m->outputs[i].update->kind == IR_VAL_PARAM)
-            return true;
-    for (const ir_op *op = m->first; op; op = op->next)
-        if (op->phase != IR_PHASE_FORWARD)
-            return true;
-    return false;
-}
-
 /* The first mesh axis of size > 1 doubled until the chosen compile fits
  * (r->axis_size; 0 when none up to DECLARED_MAX_DEVICES does). */
 static void more_devices(plan_declared *r, const ir_module *m, double hbm, plan_compile_fn compile,
@@ -126,7 +114,7 @@ bool plan_fit_declared(plan_declared *r, const ir_module *m, const cost_hw *hw, 
     memset(r, 0, sizeof *r);
     r->hbm = hw->hbm_bytes;
     r->memory = r->chosen = m->totals.peak_memory;
-    if (!m->totals.valid || r->memory <= r->hbm || !trains(m))
+    if (!m->totals.valid || r->memory <= r->hbm || !plan_trains(m))
         return false;
     if (choose_zero) {
         double z = peak_with(compile, option, ctx, m->remat, 2);
