@@ -82,6 +82,13 @@ typedef struct split {
     int nslices;
 } split;
 
+/* Whether B value `v` can be kept per layer for loop W (a new stack in
+ * loop B): not unreduced partial sums, and room for the stack's dim. */
+static bool stackable(const ir_value *v)
+{
+    return !v->type.sh.unreduced && v->type.rank + 1 <= IR_MAX_RANK;
+}
+
 /* The value loop W reads for B value `v`: a LayerSlice again of what `v`
  * slices, or a LayerSlice of v's new per-layer stack in loop B.  NULL
  * after an error (a value holding partial sums, or no room for the
@@ -95,7 +102,7 @@ static ir_value *crossing(pass_ctx *ctx, split *s, ir_value *v)
     if (v->def && v->def->kind == IR_OP_LAYERSLICE) {
         src = v->def->operands[0];
     } else {
-        if (v->type.sh.unreduced || v->type.rank + 1 > IR_MAX_RANK) {
+        if (!stackable(v)) {
             char b[256];
             diag_error(ctx->diag, v->loc, "--schedule=zero-bubble: the weight-gradient loop reads %s of "
                        "the input-gradient loop, which cannot be kept per layer (%s)",
@@ -139,7 +146,7 @@ bool pass_pipeline_split_applies(const ir_module *m)
         for (int k = 0; k < op->noperands; k++) { /* crossing's refusals */
             const ir_value *v = op->operands[k];
             if (v->id < m->nvalues && inb[v->id] && v->def && v->def->kind != IR_OP_LAYERSTACK &&
-                v->def->kind != IR_OP_LAYERSLICE && (v->type.sh.unreduced || v->type.rank + 1 > IR_MAX_RANK))
+                v->def->kind != IR_OP_LAYERSLICE && !stackable(v))
                 ok = false;
         }
     }
