@@ -417,9 +417,18 @@ void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile,
          * with the weight gradients (docs/pipeline.md) at the cost of
          * holding their inputs longer; each is kept when it fits where the
          * other does not, or is faster and fits as well.  (The pipeline
-         * pass's own default is the fastest, which may not fit.) */
+         * pass's own default is the fastest, which may not fit.)  `best`
+         * was compiled with the default's choice; the schedule it chose
+         * is not compiled again: the pass prices each M of one schedule
+         * in the same order either way (passes/pipeline.c, cheapest_plan),
+         * so it would pick the same M and give the same figures, which
+         * cannot replace best (a 4096-chip plan saves a 7 s compile per
+         * pipelined row, docs/propagation.md, "Seed 000's question 3"). */
         static const char *const scheds[] = {"1f1b", "zero-bubble"};
+        const char *chose = best.schedule;
         for (int k = 0; k < 2; k++) {
+            if (chose && strcmp(chose, scheds[k]) == 0)
+                continue;
             plan_row r = price(t, row, best.remat, best.zero, scheds[k], compile, ctx);
             if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
                 best = r;
