@@ -34,12 +34,20 @@ shard another, and are not the seed's FSDP x TP).  Checked:
     and params (counted from its dims): within 10% (attention, which the
     seed leaves out, adds about 1%); and einc's own step is below the
     seed's at 40% MFU (einc's MFU >= 40%) and fits the HBM.
+Before that, a candidate that writes the storage of an earlier one is
+priced by its figures, not compiled again (driver/plan_same.c): on
+--mlp (regimes/mlp_seed000.ein) with D = 24 and F = 40 (the model dim,
+which FSDP shards) on 16 chips, FSDP on a mesh whose chips do not divide
+40 stores everything as DP does, and FSDP+TP as DP+TP when its data axes
+do not; exactly those rows say `the storage of DP` (DP+TP) in the text
+table and carry that row's figures in the JSON.
 --quick (the sanitizers): the seed's split alone, the step checks.
 Exits 1 on the first failure.
 """
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -64,6 +72,37 @@ def price(einc, ein, tp):
     return d["totals"], {x["name"]: x["size"] for x in d["dims"]}
 
 
+def check_same_storage(einc, mlp):
+    """The rows that take an earlier row's figures (see the docstring)."""
+    cmd = [einc, "plan", mlp, "--chips", "16", "--hw", "tpu-v5p", "-D", "D=24", "-D", "F=40", "-D", "B=4096"]
+    r = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0, "%s: %s" % (" ".join(cmd), r.stderr[-2000:]))
+    cands = json.loads(r.stdout)["candidates"]
+    t = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    check(t.returncode == 0, "%s: %s" % (" ".join(cmd), t.stderr[-2000:]))
+    flagged = set()
+    for line in t.stdout.splitlines():
+        m = re.match(r"^[ *] (\S+)\s+(\S+)\s.*, the storage of (\S+)$", line)
+        if m:
+            flagged.add((m.group(1), m.group(2), m.group(3)))
+    key = {}
+    for c in cands:
+        key[(c["family"], ",".join("%s=%d" % kv for kv in c["mesh"].items()))] = c
+    want = set()
+    for (fam, mesh), c in key.items():
+        sizes = list(c["mesh"].values())
+        data = math.prod(sizes) if fam == "FSDP" else math.prod(sizes[:-1])
+        if fam in ("FSDP", "FSDP+TP") and 40 % data != 0:
+            want.add((fam, mesh, "DP" if fam == "FSDP" else "DP+TP"))
+    check(want and flagged == want, "rows with an earlier row's storage: %s, expected %s" % (sorted(flagged),
+                                                                                        sorted(want)))
+    for fam, mesh, other in flagged:
+        a, b = key[(fam, mesh)], key[(other, mesh)]
+        check(all(a[k] == b[k] for k in ("step_time", "mfu", "memory_per_device", "comm_time")),
+              "%s on %s does not carry %s's figures" % (fam, mesh, other))
+    print("%d rows took an earlier row's figures: %s" % (len(flagged), sorted(flagged)))
+
+
 def params_of(dm):
     """LLaMA-2's parameter count from the program's dims: the embedding and
     the LM head (2 V D), per layer the four attention projections (4 D N P G),
@@ -77,8 +116,10 @@ def main():
     ap.add_argument("--einc", required=True)
     ap.add_argument("--hw-dir", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--mlp", required=True)
     ap.add_argument("ein")
     a = ap.parse_args()
+    check_same_storage(a.einc, a.mlp)
     with open(a.hw_dir + "/tpu-v5p.json") as f:
         C = json.load(f)["peak_flops"]["bf16"]
     splits = [4] if a.quick else [4, 8]
