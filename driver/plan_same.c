@@ -14,8 +14,6 @@
  * one compile, and plan_run prices the second by the first's figures
  * instead of compiling it again: the same figures, the same choice.
  */
-#include <stdlib.h>
-#include <string.h>
 
 #include "ir.h"
 #include "plan.h"
