@@ -417,9 +417,14 @@ void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile,
          * with the weight gradients (docs/pipeline.md) at the cost of
          * holding their inputs longer; each is kept when it fits where the
          * other does not, or is faster and fits as well.  (The pipeline
-         * pass's own default is the fastest, which may not fit.) */
+         * pass's own default is the fastest, which may not fit.)  The
+         * schedule `best` chose is not compiled again: the pass would pick
+         * the same M (passes/pipeline.c, cheapest_plan) and give best. */
         static const char *const scheds[] = {"1f1b", "zero-bubble"};
+        const char *chose = best.schedule;
         for (int k = 0; k < 2; k++) {
+            if (chose && strcmp(chose, scheds[k]) == 0)
+                continue;
             plan_row r = price(t, row, best.remat, best.zero, scheds[k], compile, ctx);
             if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
                 best = r;
@@ -442,6 +447,7 @@ static void add_row(plan_table *t, plan_family f, int naxes, int64_t x, int64_t 
     row->sizes[1] = y;
     row->sizes[2] = z;
     row->roles = &t->roles;
+    row->same_as = -1;
 }
 
 /* The rows of the meshes of `naxes` axes whose sizes (each >= 2) multiply
@@ -545,8 +551,31 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
     add_meshes(t, chips, 2);
     add_meshes(t, chips, 3);
     add_pp_rows(t, chips, layer_count(proto, &t->roles));
-    for (int i = 0; i < t->n; i++)
-        plan_price_row(t, &t->rows[i], compile, ctx);
+    /* A row whose storage an earlier row on its mesh writes is the same
+     * compile: it takes those figures (plan_same.c).  Without memory for
+     * the storages, every row is compiled. */
+    int nd = plan_storage_count(proto);
+    size_t stride = (size_t)(nd > 0 ? nd : 1);
+    ir_sharding *st = calloc((size_t)t->n * stride, sizeof *st);
+    for (int i = 0; i < t->n; i++) {
+        plan_row *row = &t->rows[i];
+        int j = i;
+        if (st) {
+            plan_storage_of(proto, row, st + (size_t)i * stride);
+            for (j = 0; j < i; j++)
+                if (plan_same_storage(proto, &t->rows[j], st + (size_t)j * stride, row, st + (size_t)i * stride))
+                    break;
+        }
+        if (j == i) {
+            plan_price_row(t, row, compile, ctx);
+            continue;
+        }
+        plan_family f = row->family;
+        *row = t->rows[j];
+        row->family = f;
+        row->same_as = j;
+    }
+    free(st);
     /* The fastest that fits (steps within PLAN_TIE of each other tie, and
      * the smaller memory wins); if none fits, the smallest. */
     for (int i = 0; i < t->n; i++) {
@@ -732,10 +761,13 @@ void plan_print(FILE *out, const plan_table *t, bool json)
                      r->microbatches, 100 * r->bubble);
         /* A row the search rematerialised to fit says so. */
         bool chose_remat = r->remat == IR_REMAT_LAYER && t->choose_remat;
-        fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s%s\n",
+        char same[48] = "";
+        if (r->same_as >= 0 && r->same_as < i)
+            snprintf(same, sizeof same, ", the storage of %s", plan_row_label(&t->rows[r->same_as]));
+        fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s%s%s\n",
                 i == t->chosen ? '*' : ' ', w, plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
                 r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r), pipe,
-                r->zero ? ", zero=2" : "", chose_remat ? ", remat=layer" : "");
+                r->zero ? ", zero=2" : "", chose_remat ? ", remat=layer" : "", same);
     }
     if (t->chosen < 0) {
         fprintf(out, "chosen: none (no candidate compiles)\n");

@@ -11,7 +11,9 @@
  * the seed does, compiles the program through the whole pipeline (the
  * whole-program ILP plans the activations) and reads the cost pass's step,
  * MFU, memory and communication.  The fastest candidate that fits the
- * profile's HBM is chosen.
+ * profile's HBM is chosen.  A candidate whose storage an earlier one on
+ * the same mesh writes (a dim its axes do not divide is left whole) is
+ * the same compile and takes its figures (plan_same.c).
  */
 #ifndef EINC_DRIVER_PLAN_H
 #define EINC_DRIVER_PLAN_H
@@ -70,6 +72,9 @@ typedef struct plan_row {
     int microbatches;     /* pp: M, as the pipeline pass chose it */
     const char *schedule; /* pp: the schedule's name (static storage) */
     double bubble;        /* pp: the simulated bubble, a share of the pipeline's makespan */
+    int same_as;          /* >= 0: the earlier row (index into plan_table.rows) whose storage
+                           * this one writes, whose figures it took without compiling
+                           * (plan_same_storage); -1: compiled itself */
 } plan_row;
 
 /* When no candidate fits (plan_find_fit): the smallest changes that make
@@ -204,6 +209,21 @@ void plan_autoshard(const plan_table *t, int i, fe_autoshard *a);
 /* The auto-sharding of `row` on its own mesh (row->naxes, row->sizes);
  * a points into row (keep it alive). */
 void plan_row_mesh_autoshard(const plan_row *row, fe_autoshard *a);
+
+/* Candidates that write the same program (plan_same.c).  A family leaves
+ * a dim whole where its axes do not divide it, so on a large mesh two
+ * families can write every input, param and state alike, and the
+ * frontend then lowers the same program: plan_run compiles the first
+ * and gives the second its figures (row.same_as). */
+/* The number of declarations (inputs, params, states) of proto. */
+int plan_storage_count(const ir_module *proto);
+/* The sharding row's family writes on its mesh for each declaration of
+ * proto, in proto's value order, into out[0..plan_storage_count - 1]. */
+void plan_storage_of(const ir_module *proto, const plan_row *row, ir_sharding *out);
+/* Whether rows a and b, with storages sa and sb (plan_storage_of), have
+ * the same mesh, pipelining and storage: the same compile. */
+bool plan_same_storage(const ir_module *proto, const plan_row *a, const ir_sharding *sa, const plan_row *b,
+                       const ir_sharding *sb);
 
 /* The batch, layer and model dims of `m` (any mesh: only its inputs,
  * params and repeated blocks are read).  Returns 0, or -1 if m has more
