@@ -237,6 +237,57 @@ void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
     }
 }
 
+/*
+ * Attention's heads over a cache [S, K, H]: nheads matrices side by side
+ * in each row (head k's columns start hstep elements after head k-1's),
+ * each with its own x and y.  Four rows at a time across every head, so
+ * memory is read once, in order, a few contiguous rows at a time (the
+ * hardware prefetchers' best case), with no call per head and block:
+ * one head at a time would sweep the rows K times, reading 1/K of each
+ * row, and blocks of rows per head made a stream per head.  Each head's
+ * rows are summed in the same groups (four rows; eight for the cols form
+ * from COLS8_MIN columns, the same bits as four) as rt_gemv_narrow_rows_avx2 and
+ * rt_gemv_narrow_cols_avx2 on that head alone, so the results are bit for
+ * bit theirs.
+ */
+typedef void rows_fn(const char *row0, int64_t ld, int64_t cols, const float *x, float alpha,
+                     float beta, float *y, int64_t incy);
+typedef void cols_fn(const char *row0, int64_t ld, int64_t cols, const float *x, int64_t incx,
+                     float *acc);
+
+void rt_gemv_narrow_heads_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                    int64_t cols, int64_t nheads, int64_t hstep, const float *x,
+                                    int64_t xstep, float alpha, float beta, float *y,
+                                    int64_t ystep, int64_t incy)
+{
+    size_t es = mdt == RT_I8 ? 1 : 2;
+    for (int64_t r = 0, n; r < rows; r += n) {
+        n = r + 4 <= rows ? 4 : 1; /* as rt_gemv_narrow_rows_avx2: fours, then ones */
+        rows_fn *f = mdt == RT_I8 ? (n == 4 ? rows4_i8 : rows1_i8)
+                                  : (n == 4 ? rows4_bf16 : rows1_bf16);
+        for (int64_t k = 0; k < nheads; k++)
+            f(a + (size_t)(r * ld + k * hstep) * es, ld, cols, x + k * xstep, alpha, beta,
+              y + k * ystep + r * incy, incy);
+    }
+}
+
+void rt_gemv_narrow_heads_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                    int64_t cols, int64_t nheads, int64_t hstep, const float *x,
+                                    int64_t xstep, int64_t incx, float *acc, int64_t accstep)
+{
+    size_t es = mdt == RT_I8 ? 1 : 2;
+    int eights = mdt == RT_I8 && cols >= COLS8_MIN; /* as rt_gemv_narrow_cols_avx2 */
+    for (int64_t r = 0, n; r < rows; r += n) {
+        n = eights && r + 8 <= rows ? 8 : r + 4 <= rows ? 4 : 1;
+        cols_fn *f = n == 8 ? cols8_i8
+                     : mdt == RT_I8 ? (n == 4 ? cols4_i8 : cols1_i8)
+                                    : (n == 4 ? cols4_bf16 : cols1_bf16);
+        for (int64_t k = 0; k < nheads; k++)
+            f(a + (size_t)(r * ld + k * hstep) * es, ld, cols, x + k * xstep + r * incx, incx,
+              acc + k * accstep);
+    }
+}
+
 #else
 
 typedef int rt_gemv_narrow_avx2_empty; /* ISO C: a translation unit is not empty */

@@ -155,6 +155,18 @@ void rt_gemv_narrow_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
                               int64_t incy);
 void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                               int64_t cols, const float *x, int64_t incx, float *acc);
+/* The same for nheads matrices side by side in each row (attention's heads
+ * over a cache [S, K, H]): head k's matrix starts hstep elements after
+ * head k-1's, its x xstep floats after, its y (rows) or acc (cols) ystep
+ * or accstep floats after.  Four rows at a time across all heads (one
+ * pass over the rows); bit for bit nheads calls of the two above. */
+void rt_gemv_narrow_heads_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                    int64_t cols, int64_t nheads, int64_t hstep, const float *x,
+                                    int64_t xstep, float alpha, float beta, float *y,
+                                    int64_t ystep, int64_t incy);
+void rt_gemv_narrow_heads_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                    int64_t cols, int64_t nheads, int64_t hstep, const float *x,
+                                    int64_t xstep, int64_t incx, float *acc, int64_t accstep);
 
 /* gemv_i8i8.c: an i8 matrix a (rows x cols, leading dimension ld) times
  * an i8 vector x (elements incx apart), summed exactly in i32 (so the

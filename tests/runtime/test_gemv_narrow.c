@@ -146,17 +146,21 @@ static void test_isas_agree(void)
 /* nbatch products whose matrices interleave as attention's heads do (a
  * cache [S, K, H] read per head: matrix i at column i * cols of rows
  * nbatch * cols + 1 apart), each with its own x and y: one batched call
+ * (with AVX2, the heads kernels: four rows across all heads at a time)
  * gives exactly what nbatch single calls give (each row's sum is taken in
  * the same order; the single calls are checked against f64 above), over
  * several row blocks and a tail, both forms, x and y strided. */
 static void test_batched_equals_single(void)
 {
     enum { NB = 3, ROWS = 37 };
+    /* 2100: the cols form sums i8 rows eight at a time (COLS8_MIN) */
+    static const int64_t widths[] = {13, 128, 2100};
     int best = rt_gemv_narrow_isa_best();
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
         for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16)
             for (int form = 0; form < 2; form++)
-                for (int64_t cols = 13; cols <= 128; cols += 115) {
+                for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+                    int64_t cols = widths[w];
                     int64_t ld = NB * cols + 1, xn = form ? cols : ROWS, yn = form ? ROWS : cols;
                     int64_t inc = 2; /* x and y strided */
                     size_t es = rt_dtype_size(dt);
