@@ -35,7 +35,10 @@
  * line fetched, while a block of rows at a time across all heads reads
  * it once in order, with the next blocks prefetched (the prefetchers do
  * not follow K interleaved streams well; the prefetch alone took the 8
- * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).
+ * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).  Where
+ * the heads lie side by side in each row (heads_of) and the AVX2 loops
+ * run, gemv_narrow_avx2.c's heads kernels take four rows across every
+ * head per step instead (run_heads): contiguous rows, no call per head.
  * The sums are taken in another order than BLAS's: results differ by f32
  * rounding.
  *
