@@ -227,6 +227,16 @@ void rt_gemv_narrow_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
  * memory; rows of 1 KiB lost 1-7% (the 2-core EPYC, under load). */
 #define COLS8_MIN 2048
 
+/* Bytes ahead along each row that the cols form's four-row passes ask
+ * the cache for (as the heads kernels, HEADS_PREFETCH_BYTES): for rows of
+ * 1 KiB, the same columns of the next pass's rows.  1.1-1.15x the
+ * weights/s from memory for 1024 x 1024 and 2816 x 1024 i8 (four
+ * alternating rounds at load 8 on the 2-core EPYC; 2 KiB ahead gained
+ * less); the eight-row passes (rows of 2 KiB or more: eight streams) and
+ * the rows form gained nothing clear and ask for nothing, and bf16 was
+ * not measured (nothing either). */
+#define COLS_PREFETCH_BYTES 4096
+
 void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                               int64_t cols, const float *x, int64_t incx, float *acc)
 {
@@ -239,7 +249,7 @@ void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
     for (; r + 4 <= rows; r += 4) {
         const char *p = a + (size_t)(r * ld) * es;
         if (mdt == RT_I8)
-            cols4_i8(p, ld, cols, x + r * incx, incx, acc, 0);
+            cols4_i8(p, ld, cols, x + r * incx, incx, acc, COLS_PREFETCH_BYTES);
         else
             cols4_bf16(p, ld, cols, x + r * incx, incx, acc, 0);
     }
@@ -272,8 +282,7 @@ void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
  * rows 8 KiB ahead asked for, 8 heads of a 2048 x 128 i8 cache read
  * 1.3-1.5x the weights/s from memory (bench/gemv_narrow.c, BATCH=8
  * LD=1024, alternating with and without, load average 7 on the 2-core
- * EPYC; 16 KiB ahead was no better).  The weights' kernels gained nothing
- * clear under that load and ask for nothing. */
+ * EPYC; 16 KiB ahead was no better). */
 #define HEADS_PREFETCH_BYTES 8192
 
 /* HEADS_PREFETCH_BYTES rounded up to whole rows of ld elements of es bytes. */
