@@ -309,7 +309,8 @@ static int heads_of(const narrow_mv *v, int64_t nbatch, const int64_t *om, const
 
 /* Rows [lo, hi) of batches [p->i0, p->i1), heads of one row (p->heads),
  * all in one call of the heads kernels; the cols form's sums of part
- * `part` (0: rows below v->half) into tmp. */
+ * `part` (0: rows below v->half) into tmp.  Every column: plan_split cuts
+ * by columns only a product of one batch entry. */
 static void run_heads(const gemv_part *p, int part, int64_t lo, int64_t hi)
 {
     const narrow_mv *v = p->v;

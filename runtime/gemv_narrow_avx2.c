@@ -92,14 +92,15 @@ AVX2 static inline void finish4(const __m256 *s0, const __m256 *s1, float *t)
 }
 
 /* Asks the cache for the line `off` bytes from each of the NR rows (a
- * hint: no fault, whatever the address).  The kernels below take `pf`,
+ * hint: no fault, whatever the address; computed as an integer, since it
+ * may lie past the matrix's end).  The kernels below take `pf`,
  * the bytes ahead of what they read to ask for (0: none): the heads
  * kernels ask for the same columns some rows further on. */
 #define PREFETCH_ROWS(row, NR, off)                                                              \
     do {                                                                                         \
         _Pragma("GCC unroll 8")                                                                  \
         for (int i_ = 0; i_ < NR; i_++)                                                          \
-            _mm_prefetch(row[i_] + (off), _MM_HINT_T0);                                          \
+            _mm_prefetch((const char *)((uintptr_t)row[i_] + (off)), _MM_HINT_T0);               \
     } while (0)
 
 /* y[r * incy] = alpha * dot(row r, x) + beta * y[r * incy] (beta 0: y
