@@ -35,7 +35,10 @@
  * line fetched, while a block of rows at a time across all heads reads
  * it once in order, with the next blocks prefetched (the prefetchers do
  * not follow K interleaved streams well; the prefetch alone took the 8
- * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).
+ * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).  Where
+ * the heads lie side by side in each row (heads_of) and the AVX2 loops
+ * run, gemv_narrow_avx2.c's heads kernels take four rows across every
+ * head per step instead (run_heads): contiguous rows, no call per head.
  * The sums are taken in another order than BLAS's: results differ by f32
  * rounding.
  *
@@ -273,8 +276,63 @@ typedef struct gemv_part {
     float *tmp; /* per batch i: v->per floats at tmp + i * v->per */
     int isa;
     int64_t block;
+    int heads; /* 1: the batches are heads of one row (heads_of): run_heads */
     int64_t i0, i1, r0, r1, c0, c1;
 } gemv_part;
+
+/* Whether o[0 .. n) steps by one amount (into *step). */
+static int evenly_spaced(const int64_t *o, int64_t n, int64_t *step)
+{
+    *step = n > 1 ? o[1] - o[0] : 0;
+    for (int64_t i = 2; i < n; i++)
+        if (o[i] - o[i - 1] != *step)
+            return 0;
+    return 1;
+}
+
+/*
+ * Whether the nbatch matrices at om are heads of one row (attention over
+ * a cache [S, K, H]: head k's columns follow head k-1's in every row),
+ * with x and y evenly spaced too, so that the AVX2 heads kernels
+ * (gemv_narrow_avx2.c) read every row once, in order, for all heads.
+ */
+static int heads_of(const narrow_mv *v, int64_t nbatch, const int64_t *om, const int64_t *ox,
+                    const int64_t *oc, int isa)
+{
+    int64_t hm, hx, hc;
+    if (!RT_GEMV_HAVE_AVX2 || isa != RT_ISA_AVX2 || nbatch < 2 || v->x8 ||
+        !evenly_spaced(om, nbatch, &hm) || !evenly_spaced(ox, nbatch, &hx) ||
+        !evenly_spaced(oc, nbatch, &hc))
+        return 0;
+    return hm >= v->cols && (nbatch - 1) * hm + v->cols <= v->ld;
+}
+
+/* Rows [lo, hi) of batches [p->i0, p->i1), heads of one row (p->heads),
+ * all in one call of the heads kernels; the cols form's sums of part
+ * `part` (0: rows below v->half) into tmp.  Every column: plan_split cuts
+ * by columns only a product of one batch entry. */
+static void run_heads(const gemv_part *p, int part, int64_t lo, int64_t hi)
+{
+    const narrow_mv *v = p->v;
+    int64_t i0 = p->i0, nb = p->i1 - p->i0;
+    const char *a = v->mat + (size_t)(p->om[i0] + lo * v->ld) * rt_dtype_size(v->mdt);
+    int64_t hstep = p->om[1] - p->om[0], xstep = p->ox[1] - p->ox[0];
+    float *t = p->tmp + i0 * v->per;
+    if (!RT_GEMV_HAVE_AVX2)
+        return; /* heads_of never set p->heads */
+    if (v->rows_form) {
+        int copied = v->incx != 1; /* x made contiguous in tmp */
+        rt_gemv_narrow_heads_rows_avx2(v->mdt, a, v->ld, hi - lo, v->cols, nb, hstep,
+                                       copied ? t : v->x + p->ox[i0], copied ? v->per : xstep,
+                                       (float)p->g->alpha, (float)p->g->beta,
+                                       (float *)p->g->c + p->oc[i0] + lo * v->incy,
+                                       p->oc[1] - p->oc[0], v->incy);
+    } else {
+        rt_gemv_narrow_heads_cols_avx2(v->mdt, a, v->ld, hi - lo, v->cols, nb, hstep,
+                                       v->x + p->ox[i0] + lo * v->incx, xstep, v->incx,
+                                       t + part * v->cols, v->per);
+    }
+}
 
 static void run_part(const gemv_part *p)
 {
@@ -289,6 +347,11 @@ static void run_part(const gemv_part *p)
         int64_t lo = part ? v->half : 0, hi = part ? v->rows : v->half;
         lo = lo > p->r0 ? lo : p->r0;
         hi = hi < p->r1 ? hi : p->r1;
+        if (p->heads) {
+            if (lo < hi)
+                run_heads(p, part, lo, hi);
+            continue;
+        }
         for (int64_t r0 = lo; r0 < hi; r0 += p->block) {
             int64_t r1 = hi - r0 < p->block ? hi : r0 + p->block;
             if (nb > 1)
@@ -425,6 +488,7 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
      * block of rows at a time across all of them, so memory is swept once
      * in order, not once per batch through every line. */
     whole.block = nbatch > 1 ? GEMV_BATCH_ROWS : v.rows;
+    whole.heads = heads_of(&v, nbatch, whole.om, whole.ox, oc, isa);
     gemv_split_job j;
     if (!plan_split(g->split, &whole, nbatch, &j))
         run_part(&whole);

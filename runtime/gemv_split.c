@@ -161,52 +161,89 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
     atomic_store(&w->state, W_IDLE);
 }
 
-/* Products between tries of the mode that looks slower: at first, and
- * at most (rt_gemv_split_choose). */
+/* Products of a class between tries of the mode that looks slower: at
+ * first, and at most (rt_gemv_split_choose). */
 #define TRY_FIRST 16
 #define TRY_MAX 1024
+/* How much slower than the other mode one product of a try may be before
+ * the try ends (rt_gemv_split_note). */
+#define ABORT_RATIO 2.0
 
-int rt_gemv_split_choose(rt_gemv_split *s)
+/* The size class of a product of `bytes` matrix bytes. */
+static int size_class(const rt_gemv_split *s, double bytes)
+{
+    double b = s->min_bytes > 0 ? (double)s->min_bytes : 1;
+    int c = 0;
+    while (c + 1 < RT_GEMV_SPLIT_CLASSES && bytes >= 2 * b)
+        b *= 2, c++;
+    return c;
+}
+
+/* Starts a try of mode `mode` in class c. */
+static int start_try(rt_gemv_split_class *c, int mode)
+{
+    c->trying = RT_GEMV_SPLIT_TRY;
+    c->try_mode = mode;
+    c->try_s = c->try_bytes = 0;
+    return mode;
+}
+
+int rt_gemv_split_choose(rt_gemv_split *s, double bytes)
 {
     if (!s->adaptive)
         return 1;
-    int64_t n = s->products++;
-    s->trying = 0;
-    if (s->s_per_byte[1] == 0)
-        return 1;
-    if (s->s_per_byte[0] == 0)
-        return 0;
-    if (s->try_every == 0)
-        s->try_every = TRY_FIRST, s->next_try = n + TRY_FIRST;
-    int better = s->s_per_byte[1] < s->s_per_byte[0];
-    if (n < s->next_try)
-        return better;
-    s->trying = 1;
-    return !better;
+    s->cur = size_class(s, bytes);
+    rt_gemv_split_class *c = &s->cls[s->cur];
+    int64_t n = c->products++;
+    if (c->trying > 0)
+        return c->try_mode;
+    if (c->s_per_byte[0] == 0)
+        return start_try(c, 0);
+    if (c->s_per_byte[1] == 0)
+        return start_try(c, 1);
+    if (c->try_every == 0)
+        c->try_every = TRY_FIRST, c->next_try = n + TRY_FIRST;
+    int better = c->s_per_byte[1] < c->s_per_byte[0];
+    return n < c->next_try ? better : start_try(c, !better);
 }
 
 void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds)
 {
     if (!s->adaptive || bytes <= 0)
         return;
-    int before = s->s_per_byte[1] < s->s_per_byte[0];
-    double r = seconds / bytes, *m = &s->s_per_byte[split != 0];
-    /* a try replaces its mode's old figure (from an older load) */
-    *m = *m == 0 || s->trying ? r : 0.75 * *m + 0.25 * r;
-    if (!s->trying)
+    rt_gemv_split_class *c = &s->cls[s->cur];
+    double *m = &c->s_per_byte[split != 0];
+    if (c->trying == 0 || c->try_mode != (split != 0)) {
+        *m = *m == 0 ? seconds / bytes : 0.75 * *m + 0.25 * (seconds / bytes);
         return;
-    int after = s->s_per_byte[1] < s->s_per_byte[0];
-    if (after == before && s->try_every < TRY_MAX)
-        s->try_every *= 2; /* confirmed: try less often */
+    }
+    c->try_s += seconds;
+    c->try_bytes += bytes;
+    /* a product of the try that took over twice the other mode's time
+     * ends it: that mode stays (a try on a loaded machine costs one slow
+     * product, not RT_GEMV_SPLIT_TRY) */
+    double other = c->s_per_byte[split == 0];
+    if (other > 0 && seconds / bytes > ABORT_RATIO * other)
+        c->trying = 1;
+    if (--c->trying > 0)
+        return;
+    int first = *m == 0 || c->try_every == 0; /* a mode's first measurement */
+    int before = c->s_per_byte[1] < c->s_per_byte[0];
+    *m = c->try_s / c->try_bytes; /* a try replaces its mode's figure (an older load's) */
+    if (first)
+        return;
+    int after = c->s_per_byte[1] < c->s_per_byte[0];
+    if (after == before && c->try_every < TRY_MAX)
+        c->try_every *= 2; /* confirmed: try less often */
     else if (after != before)
-        s->try_every = TRY_FIRST;
-    s->next_try = s->products + s->try_every;
+        c->try_every = TRY_FIRST;
+    c->next_try = c->products + c->try_every;
 }
 
 void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void *arg,
                            int64_t nchunks, double bytes, void (*alone)(void *arg))
 {
-    int split = rt_gemv_split_choose(s);
+    int split = rt_gemv_split_choose(s, bytes);
     double t0 = rt_now();
     if (split)
         rt_gemv_split_run(s, fn, arg, nchunks);

@@ -25,6 +25,26 @@
 
 typedef struct rt_gemv_worker rt_gemv_worker; /* gemv_split.c */
 
+/* Size classes the adaptive choice keeps apart: a product of b matrix
+ * bytes is in class floor(log2(b / min_bytes)), the last one taking all
+ * larger.  A decode step's products differ in size and shape (1 MiB
+ * projections, 2-3 MiB attention and MLP products, an 8 MiB LM head) and
+ * the split gains differently on each, so each class compares the two
+ * modes on its own products. */
+#define RT_GEMV_SPLIT_CLASSES 8
+
+/* One size class's measurements (rt_gemv_split_choose). */
+typedef struct rt_gemv_split_class {
+    int64_t products;     /* products of this class seen */
+    int64_t next_try;     /* the product at which the slower mode is tried again */
+    int64_t try_every;    /* products between those tries (16 .. 1024); 0: none yet */
+    int trying;           /* products of the current try still to run; 0: none */
+    int try_mode;         /* the mode being tried (1: split) */
+    double try_s, try_bytes; /* the current try's seconds and matrix bytes so far */
+    double s_per_byte[2]; /* seconds per matrix byte: [0] one thread, [1] split;
+                             0: not measured yet */
+} rt_gemv_split_class;
+
 /*
  * A device's split policy and helper.  All zero: never split (what a
  * device without a plan, the --check reference or a unit test's bare
@@ -35,12 +55,8 @@ typedef struct rt_gemv_split {
     int cpu;                /* CPU the helper is pinned to, or -1: where the kernel puts it */
     int64_t min_bytes;      /* matrix bytes from which a product is split */
     int adaptive;           /* 1: split only while it is the faster (rt_gemv_split_choose) */
-    int64_t products;       /* products of >= min_bytes seen (adaptive) */
-    int64_t next_try;       /* the product at which the slower mode is tried again */
-    int64_t try_every;      /* products between those tries (16 .. 1024) */
-    int trying;             /* 1: the current product is such a try */
-    double s_per_byte[2];   /* running seconds per matrix byte: [0] one thread, [1] split;
-                               0: not measured yet */
+    int cur;                /* the size class of the product being run (choose to note) */
+    rt_gemv_split_class cls[RT_GEMV_SPLIT_CLASSES]; /* adaptive: per size class */
     rt_gemv_worker *worker; /* the helper, started at the first split; owned */
 } rt_gemv_split;
 
@@ -73,20 +89,28 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
                        int64_t nchunks);
 
 /*
- * Whether the next product of >= s->min_bytes is split (1) or run on the
- * device thread alone (0).  Not adaptive: always 1.  Adaptive: the mode
- * whose running time per byte (rt_gemv_split_note) is lower, and now and
- * then the other one, so that a change of load is seen: after 16
- * products, then twice as many after each try that confirms the choice
- * (up to 1024), back to 16 when a try changes it.  The helper's core may
- * be taken by other processes, and on a loaded machine a split waits for
- * a helper that was preempted mid-chunk (a try can cost a time slice).
- * Both modes give the same bits, so the choice changes only the time.
+ * Whether the next product, of `bytes` (>= s->min_bytes) matrix bytes, is
+ * split (1) or run on the device thread alone (0).  Not adaptive: always
+ * 1.  Adaptive: per size class (RT_GEMV_SPLIT_CLASSES), the mode whose
+ * time per byte (rt_gemv_split_note) is lower.  Each mode is first
+ * measured over RT_GEMV_SPLIT_TRY products of the class in a row (split
+ * first), and the slower one is tried again so, over as many products,
+ * now and then, so that a change of load is seen: after 16 products of
+ * the class, then twice as many after each try that confirms the choice
+ * (up to 1024), back to 16 when a try changes it.  A try's figure is its
+ * mean, not one product's: on a loaded machine one split product may be
+ * quick and the next wait a time slice for a helper that another process
+ * preempted mid-chunk, and single samples made the choice flip back and
+ * forth (half the products split where splitting was 2x slower, at a load
+ * average of 6 on the 2-core EPYC).  Both modes give the same bits, so
+ * the choice changes only the time.
  */
-int rt_gemv_split_choose(rt_gemv_split *s);
-/* Records that a product of `bytes` matrix bytes took `seconds` in mode
- * `split` (as rt_gemv_split_choose returned): a running mean, weight 1/4;
- * a try of the slower mode replaces that mode's figure. */
+#define RT_GEMV_SPLIT_TRY 4
+int rt_gemv_split_choose(rt_gemv_split *s, double bytes);
+/* Records that the product rt_gemv_split_choose was last asked about took
+ * `seconds` for `bytes` matrix bytes in mode `split` (as it returned): a
+ * try's products are summed into the try's figure, which replaces that
+ * mode's; others update their mode's running mean (weight 1/4). */
 void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds);
 
 /*
@@ -155,6 +179,18 @@ void rt_gemv_narrow_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
                               int64_t incy);
 void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                               int64_t cols, const float *x, int64_t incx, float *acc);
+/* The same for nheads matrices side by side in each row (attention's heads
+ * over a cache [S, K, H]): head k's matrix starts hstep elements after
+ * head k-1's, its x xstep floats after, its y (rows) or acc (cols) ystep
+ * or accstep floats after.  Four rows at a time across all heads (one
+ * pass over the rows); bit for bit nheads calls of the two above. */
+void rt_gemv_narrow_heads_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                    int64_t cols, int64_t nheads, int64_t hstep, const float *x,
+                                    int64_t xstep, float alpha, float beta, float *y,
+                                    int64_t ystep, int64_t incy);
+void rt_gemv_narrow_heads_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                    int64_t cols, int64_t nheads, int64_t hstep, const float *x,
+                                    int64_t xstep, int64_t incx, float *acc, int64_t accstep);
 
 /* gemv_i8i8.c: an i8 matrix a (rows x cols, leading dimension ld) times
  * an i8 vector x (elements incx apart), summed exactly in i32 (so the

@@ -146,17 +146,21 @@ static void test_isas_agree(void)
 /* nbatch products whose matrices interleave as attention's heads do (a
  * cache [S, K, H] read per head: matrix i at column i * cols of rows
  * nbatch * cols + 1 apart), each with its own x and y: one batched call
+ * (with AVX2, the heads kernels: four rows across all heads at a time)
  * gives exactly what nbatch single calls give (each row's sum is taken in
  * the same order; the single calls are checked against f64 above), over
  * several row blocks and a tail, both forms, x and y strided. */
 static void test_batched_equals_single(void)
 {
     enum { NB = 3, ROWS = 37 };
+    /* 2100: the cols form sums i8 rows eight at a time (COLS8_MIN) */
+    static const int64_t widths[] = {13, 128, 2100};
     int best = rt_gemv_narrow_isa_best();
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
         for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16)
             for (int form = 0; form < 2; form++)
-                for (int64_t cols = 13; cols <= 128; cols += 115) {
+                for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+                    int64_t cols = widths[w];
                     int64_t ld = NB * cols + 1, xn = form ? cols : ROWS, yn = form ? ROWS : cols;
                     int64_t inc = 2; /* x and y strided */
                     size_t es = rt_dtype_size(dt);
@@ -341,36 +345,61 @@ static void test_split_plan(void)
         CU_ASSERT(s.threads == 1);
 }
 
-/* n products of 1 MB under the adaptive choice, split ones taking
+/* n products of `bytes` under the adaptive choice, split ones taking
  * split_ns and the others one_ns per byte; returns how many were split. */
-static int choose_run(rt_gemv_split *s, int n, double split_ns, double one_ns)
+static int choose_run(rt_gemv_split *s, int n, double bytes, double split_ns, double one_ns)
 {
     int split = 0;
     for (int i = 0; i < n; i++) {
-        int c = rt_gemv_split_choose(s);
-        rt_gemv_split_note(s, c, 1e6, 1e-3 * (c ? split_ns : one_ns));
+        int c = rt_gemv_split_choose(s, bytes);
+        rt_gemv_split_note(s, c, bytes, 1e-9 * bytes * (c ? split_ns : one_ns));
         split += c;
     }
     return split;
 }
 
-/* The adaptive choice: split first, then one thread, then the faster of
- * the two, the slower tried again less and less often while it stays
- * slower, and taken over as soon as a try finds it faster; a forced plan
- * (not adaptive) always splits. */
+/* The adaptive choice: one thread first, then split (RT_GEMV_SPLIT_TRY
+ * products each, a try cut short by a product over twice the other's
+ * time), then the faster of the two, the slower tried again less and less
+ * often while it stays slower, and taken over as soon as a try's mean
+ * finds it faster; each size class on its own; a forced plan (not
+ * adaptive) always splits. */
 static void test_split_choice(void)
 {
-    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1, .adaptive = 1};
-    CU_ASSERT(choose_run(&s, 2, 2.0, 1.0) == 1); /* split once, then one thread */
-    int tries = choose_run(&s, 4000, 2.0, 1.0);  /* split slower: tries only */
-    CU_ASSERT(tries >= 5 && tries <= 10);         /* after 16, 32, .. 1024 products */
-    CU_ASSERT(s.try_every == 1024);
-    /* the load goes: split faster, seen at the next try (within 1024) */
-    CU_ASSERT(choose_run(&s, 1100, 0.5, 1.0) >= 1100 - 1024 - 1);
-    CU_ASSERT(choose_run(&s, 100, 0.5, 1.0) >= 100 - 100 / 16 - 1);
+    enum { T = RT_GEMV_SPLIT_TRY };
+    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
+    double mb = 1 << 20; /* class 1 */
+    CU_ASSERT(choose_run(&s, 2 * T, mb, 2.0, 1.0) == T); /* one thread T, then split T */
+    int tries = choose_run(&s, 4000, mb, 2.0, 1.0);      /* split slower: tries only */
+    CU_ASSERT(tries % T == 0 && tries >= 5 * T && tries <= 8 * T); /* 16, 32, .. 1024 */
+    CU_ASSERT(s.cls[1].try_every == 1024);
+    /* the load goes: split faster, seen at the next try (within 1024 + T) */
+    CU_ASSERT(choose_run(&s, 1100, mb, 0.5, 1.0) >= 1100 - 1024 - 2 * T);
+    CU_ASSERT(choose_run(&s, 100, mb, 0.5, 1.0) >= 100 - (100 / 16 + 1) * T);
+    /* a larger class measures for itself: split faster there */
+    rt_gemv_split_class before = s.cls[1];
+    CU_ASSERT(choose_run(&s, 200, 8 * mb, 0.5, 1.0) >= 200 - (200 / 16 + 2) * T);
+    CU_ASSERT(s.cls[4].products == 200 && s.cls[1].products == before.products);
+    CU_ASSERT(choose_run(&s, 1, 1e12, 2.0, 1.0) == 0); /* the largest class: first measured */
+    CU_ASSERT(s.cls[RT_GEMV_SPLIT_CLASSES - 1].products == 1);
+    /* a try's mean decides, not one product: split slower on average
+     * though every other split product is quick */
+    rt_gemv_split u = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
+    int split = 0;
+    for (int i = 0; i < 2000; i++) {
+        int c = rt_gemv_split_choose(&u, mb);
+        double ns = c ? (i % 2 ? 0.5 : 4.0) : 1.0;
+        rt_gemv_split_note(&u, c, mb, 1e-9 * mb * ns);
+        split += c;
+    }
+    CU_ASSERT(split <= 10 * T);
+    /* a try product over twice the other mode's time ends the try */
+    rt_gemv_split v = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
+    CU_ASSERT(choose_run(&v, 4000, mb, 3.0, 1.0) <= 9); /* first measure and tries: 1 each */
+    CU_ASSERT(v.cls[1].try_every == 1024);
     rt_gemv_split forced = {.threads = 2, .cpu = -1, .min_bytes = 1};
     rt_gemv_split_note(&forced, 1, 1e6, 1.0);
-    CU_ASSERT(rt_gemv_split_choose(&forced) == 1 && forced.s_per_byte[1] == 0);
+    CU_ASSERT(rt_gemv_split_choose(&forced, 1e6) == 1 && forced.cls[0].s_per_byte[1] == 0);
 }
 
 /* Products the kernels do not take: f64 arithmetic, an f32 matrix, a
