@@ -590,6 +590,11 @@ typedef struct ir_pipeline {
      * ..."), every item one time slot (docs/pipeline.md, "Reading the
      * table"); arena-owned, NULL before the pipeline pass. */
     const char *table;
+    /* How the cost model chose a training step's schedule and M when they
+     * were not both given (passes/pipeline_choose.c): the pairs priced and
+     * those dropped because the fullest stage would exceed the profile's
+     * HBM, one line for --dump-cost; arena-owned, NULL when not chosen. */
+    const char *choice;
 } ir_pipeline;
 
 /* What the backward pass keeps from the forward pass and what it computes

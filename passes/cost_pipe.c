@@ -93,10 +93,13 @@ void cost_pipe_print(FILE *out, const ir_module *m)
         fprintf(out, "  (the totals above are one microbatch's forward on one stage)\n");
         return;
     }
-    fprintf(out, "pipeline: %d stages x %lld layers, %d microbatch%s, schedule %s: step %.4g us "
+    char chunks[32] = "";
+    if (m->pipe.chunks > 1)
+        snprintf(chunks, sizeof chunks, " (v = %d)", m->pipe.chunks);
+    fprintf(out, "pipeline: %d stages x %lld layers, %d microbatch%s, schedule %s%s: step %.4g us "
             "(pipeline %.4g us + gradient sync and update %.4g us, once per step)\n",
             t->stages, layers, t->microbatches, t->microbatches == 1 ? "" : "es",
-            pp_schedule_name((pp_schedule)t->schedule), t->step * 1e6, t->pipeline * 1e6,
+            pp_schedule_name((pp_schedule)t->schedule), chunks, t->step * 1e6, t->pipeline * 1e6,
             t->sync_update * 1e6);
     fprintf(out, "  per microbatch: stage forward %.4g us, backward %.4g us; first stage +%.4g us, "
             "last +%.4g us; one hop %.4g us\n", t->stage_f * 1e6, t->stage_b * 1e6, t->first_extra * 1e6,
@@ -104,8 +107,11 @@ void cost_pipe_print(FILE *out, const ir_module *m)
     /* Zero-bubble has no closed form here (bubble_formula < 0). */
     char formula[64] = "no closed form";
     if (t->bubble_formula >= 0)
-        snprintf(formula, sizeof formula, "%.1f%% by (Z-1)/(M+Z-1)", 100 * t->bubble_formula);
+        snprintf(formula, sizeof formula, "%.1f%% by (Z-1)/(%sM+Z-1)", 100 * t->bubble_formula,
+                 m->pipe.chunks > 1 ? "v" : "");
     fprintf(out, "  bubble %.1f%% simulated, %s; held %.3g microbatches, memory of the fullest stage "
             "%.4g GiB\n", 100 * t->bubble, formula, t->held, t->stage_memory / 1073741824.0);
+    if (m->pipe.choice)
+        fprintf(out, "  schedule and M chosen: %s\n", m->pipe.choice);
     fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");
 }

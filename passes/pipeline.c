@@ -15,8 +15,9 @@
  *    carries (the residual stream X[B, T, D]), which every input holding
  *    it is split along;
  *  - takes M from --microbatches and the schedule from --schedule; for a
- *    training step what is not given is the cost model's fastest (M, and
- *    gpipe, 1f1b or zero-bubble: cheapest_plan); a forward's M is Z when
+ *    training step what is not given is the cost model's fastest that
+ *    fits the HBM (M, and gpipe, 1f1b, interleaved with its v or
+ *    zero-bubble: pipeline_choose.c); a forward's M is Z when
  *    it divides |B|; then it shrinks that dim to one microbatch, |B| / M (which must
  *    split over the devices that split |B|).  Scale factors the frontend
  *    folded from the whole batch (a mean's 1/|B|) stay, so a microbatch's
@@ -53,6 +54,7 @@
 #include "pass.h"
 #include "pipe_work.h"
 #include "pipeline.h"
+#include "pipeline_choose.h"
 #include "pipeline_permute.h"
 #include "pipeline_split.h"
 
@@ -105,9 +107,9 @@ const pass_option pass_pipeline_options[3] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default: the fastest of gpipe, 1f1b and zero-bubble as the cost model "
-                 "rates them, 1f1b on a tie; zero-bubble's backward is split into dL/dx and dL/dW "
-                 "items; interleaved runs v chunks of layers per stage)", check_schedule},
+                 "backwards (default: the fastest of gpipe, 1f1b, zero-bubble and interleaved that fits "
+                 "the device's HBM as the cost model rates them, 1f1b on a tie; zero-bubble's backward "
+                 "is split into dL/dx and dL/dW items; interleaved runs v chunks of layers per stage)", check_schedule},
     {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
                "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
 };
@@ -420,83 +422,10 @@ static int check_interleaved(pass_ctx *ctx, const ir_module *m, const ir_op *loo
 
 static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t);
 
-/* A value in which a microbatch of |B| / M does not split over the devices
- * that split B (propagate planned the whole batch), and in *parts their
- * count; NULL if every value splits. */
-static const ir_value *unsplit(const ir_module *m, int B, int64_t batch, int M, int64_t *parts)
-{
-    for (int i = 0; i < m->nvalues; i++) {
-        const ir_type *t = &m->values[i]->type;
-        for (int d = 0; d < t->rank; d++) {
-            *parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
-            if (t->dims[d] == B && (batch / M) % *parts != 0)
-                return m->values[i];
-        }
-    }
-    return NULL;
-}
-
 static bool splits(const ir_module *m, int B, int64_t batch, int M)
 {
     int64_t parts;
-    return !unsplit(m, B, batch, M, &parts);
-}
-
-/* The hardware profile the cost model prices with: --hw's, else the
- * default one loaded into *local; NULL if that does not load. */
-static const cost_hw *pricing_hw(const pass_ctx *ctx, cost_hw *local)
-{
-    char err[512];
-    if (ctx->hw)
-        return ctx->hw;
-    return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
-}
-
-/* The cost model's choice of M and the schedule for a training step:
- * for each schedule of `scheds` (n of them; in order of preference on a
- * tie: 1f1b holds fewer microbatches than gpipe, zero-bubble adds the
- * stacks its W items read), every M up to 64 that divides |B| and splits
- * as B does (for interleaved, with v chunks per stage, a multiple of Z),
- * or only `fixed` when it is not 0, each priced as the schedule runs it
- * (the cost pass's per-op times at that microbatch, cost_pipe.c), the
- * fastest kept (the fewest microbatches on a tie: less to hold and to
- * add).  Seed 000 / Narayanan et al.: more microbatches shrink the bubble
- * (Z-1)/(vM+Z-1) until a microbatch's ops turn memory- or latency-bound;
- * zero-bubble's W items fill it (Qi et al.), priced here on the backward
- * before its split (pipe_work_of tells dL/dx from dL/dW by the data
- * flow).  The schedule into *chosen.  Leaves the dims and m->pipe as it
- * found them; returns 0 if nothing priced. */
-static int cheapest_plan(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
-                         int v, int *chosen)
-{
-    cost_hw local;
-    const cost_hw *hw = pricing_hw(ctx, &local);
-    char err[512];
-    if (!hw)
-        return 0;
-    ir_pipeline saved = m->pipe;
-    int best = 0, Z = (int)m->mesh.axes[m->pipe.axis].size;
-    double best_step = 0;
-    for (int k = 0; k < n; k++)
-        for (int M = fixed ? fixed : 1; M <= (fixed ? fixed : 64) && M <= batch; M++) {
-            if (batch % M != 0 || !splits(m, B, batch, M) || (v > 1 && M % Z != 0))
-                continue;
-            m->dims[B].size = batch / M;
-            m->pipe.microbatches = M;
-            m->pipe.schedule = scheds[k];
-            m->pipe.chunks = v;
-            cost_annotate_ops(m, hw);
-            if (cost_pipe_totals(m, hw, err, sizeof err) == 0 && m->totals.pipe.valid &&
-                (!best || m->totals.pipe.step < best_step)) {
-                best = M;
-                best_step = m->totals.pipe.step;
-                *chosen = scheds[k];
-            }
-        }
-    m->dims[B].size = batch;
-    m->pipe = saved;
-    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
-    return best;
+    return !pass_pipeline_unsplit(m, B, batch, M, &parts);
 }
 
 int pass_pipeline(pass_ctx *ctx, ir_module *m)
@@ -535,15 +464,29 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
         return 1;
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
+    bool chosen = false;
     if (trains(m) && (!sv || !mv)) {
-        /* Not given: the schedule among gpipe, 1f1b and (when the backward
-         * splits) zero-bubble, and M, as the cost model rates them.
-         * Interleaved, which deals the layers otherwise, is asked for. */
-        int scheds[3] = {PP_1F1B, PP_GPIPE, PP_ZERO_BUBBLE}, n = sv ? 1 : 2 + pass_pipeline_split_applies(m);
-        if (sv)
+        /* Not given: the schedule among gpipe, 1f1b, interleaved (when
+         * |L| / Z allows v >= 2 chunks) and (when the backward splits)
+         * zero-bubble, M and v, the fastest that fits the HBM as the cost
+         * model rates them (pipeline_choose.c). */
+        int scheds[4] = {PP_1F1B, PP_GPIPE}, n = 2;
+        if (sv) {
             scheds[0] = schedule;
-        int priced = cheapest_plan(ctx, m, B, batch, scheds, n, mv ? M : 0, v, &schedule);
-        M = mv ? M : priced;
+            n = 1;
+        } else {
+            if (pass_pipeline_split_applies(m))
+                scheds[n++] = PP_ZERO_BUBBLE;
+            scheds[n++] = PP_INTERLEAVED;
+        }
+        pipe_choice pc;
+        pass_pipeline_choose(ctx, m, B, batch, scheds, n, mv ? M : 0, sv ? v : 0, &pc);
+        if (pc.microbatches) {
+            schedule = pc.schedule;
+            v = pc.chunks;
+            M = pc.microbatches;
+            chosen = !sv;
+        }
     }
     if (!M) /* a forward, or nothing priced: as many as there are stages */
         M = batch % Z == 0 && splits(m, B, batch, Z) ? Z : 1;
@@ -572,7 +515,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     if ((!trains(m) && check_states(ctx, m, B, carried) != 0) || check_batch_split(ctx, m, B) != 0)
         return 1;
     int64_t parts;
-    const ir_value *bad = unsplit(m, B, batch, M, &parts);
+    const ir_value *bad = pass_pipeline_unsplit(m, B, batch, M, &parts);
     if (bad) {
         char b[256];
         diag_error(ctx->diag, loop->loc, "a microbatch of %lld of the %lld '%s' cannot be split "
@@ -586,6 +529,10 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
         if (mv)
             return 1;
         M = 1;
+        if (chosen && schedule == PP_INTERLEAVED) { /* interleaved needs M a multiple of Z */
+            schedule = PP_1F1B;
+            v = 1;
+        }
     }
     if (check_interleaved(ctx, m, loop, Z, M, v) != 0)
         return 1;
@@ -628,7 +575,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
 static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t)
 {
     cost_hw local;
-    const cost_hw *hw = pricing_hw(ctx, &local);
+    const cost_hw *hw = pass_pipeline_pricing_hw(ctx, &local);
     int Z = (int)m->mesh.axes[m->pipe.axis].size;
     double *arr = malloc((size_t)Z * 3 * sizeof *arr);
     char err[512];

@@ -29,15 +29,20 @@ static double hop_of(const pipe_work *w, const cost_hw *hw, bool dcn)
 
 /* Per-stage times of w on Z stages of k layers each into p (arrays of Z
  * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
- * zero-bubble) the backward is B and W together. */
-static void stage_times(pp_params *p, double *arr, const pipe_work *w, int z, int64_t k, bool split_w)
+ * zero-bubble) the backward is B and W together.  Zero-bubble on a module
+ * not split yet adds to W, per layer, the LayerStack copies the split
+ * will add (w->cross_layer read and written once at W_hbm, as cost_op.c
+ * prices a LayerStack), so that it is priced as it will run. */
+static void stage_times(pp_params *p, double *arr, const pipe_work *w, const cost_hw *hw, int z, int64_t k,
+                        bool split_w)
 {
     double *tf = arr, *tb = arr + z, *tw = arr + 2 * z;
+    double stack = split_w && !w->split && hw->hbm_bw > 0 ? 2 * w->cross_layer / hw->hbm_bw : 0;
     for (int s = 0; s < z; s++) {
         double kd = (double)k;
         tf[s] = kd * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);
         tb[s] = kd * w->layer_b + (s == 0 ? w->pre_b : 0) + (s == z - 1 ? w->post_b : 0);
-        tw[s] = kd * w->layer_w + (s == 0 ? w->pre_w : 0) + (s == z - 1 ? w->post_w : 0);
+        tw[s] = kd * (w->layer_w + stack) + (s == 0 ? w->pre_w : 0) + (s == z - 1 ? w->post_w : 0);
         if (!split_w) {
             tb[s] += tw[s];
             tw[s] = 0;
@@ -71,16 +76,22 @@ static double sync_time(const pipe_work *w, int z, int64_t k)
 /* Peak bytes of the fullest stage: its share of the stacked params, their
  * accumulated gradients and optimizer state, the others on the first and
  * last stage (an upper bound, as in sync_time), the activations of the
- * microbatches it holds, and the carried activation sent and received. */
+ * microbatches it holds, and the carried activation sent and received.
+ * A microbatch is held from its F until its B ends, or with zero-bubble
+ * until its W ends (the executor frees its frame then, docs/pipeline.md),
+ * which also holds the values the split keeps for W (w->cross_layer):
+ * counted for every microbatch held, an upper bound, since they exist
+ * only from B on. */
 static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64_t k)
 {
     double worst = 0;
+    double layer = w->act_layer + (plan->schedule == PP_ZERO_BUBBLE ? w->cross_layer : 0);
     for (int s = 0; s < z; s++) {
         double b = (w->state_stacked + w->param_stacked) / (double)z;
         if (s == 0 || s == z - 1)
             b += w->state_other + w->param_other;
         /* Interleaved counts (microbatch, chunk) pairs, each 1/v of the stage's layers. */
-        b += (double)plan->stage[s].peak_held_w * (double)k / (double)plan->chunks * w->act_layer +
+        b += (double)plan->stage[s].peak_held_w * (double)k / (double)plan->chunks * layer +
              2 * w->carry_bytes;
         worst = fmax(worst, b);
     }
@@ -111,7 +122,7 @@ int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, i
         return -1;
     }
     pp_params pp = {.stages = z, .microbatches = mb, .chunks = v, .t_p2p = hop_of(w, hw, dcn)};
-    stage_times(&pp, arr ? arr : own, w, z, k, s == PP_ZERO_BUBBLE);
+    stage_times(&pp, arr ? arr : own, w, hw, z, k, s == PP_ZERO_BUBBLE);
     if (used)
         *used = pp;
     pp_plan plan;

@@ -162,6 +162,41 @@ static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op 
         *wt += t;
 }
 
+/* w->split and w->cross_layer (pipe_work.h): the LayerStacks of the split
+ * dL/dx loop `bwd` when there is a dL/dW loop, else the values of `bwd`'s
+ * body on the dL/dx path (in_b) that an op off it reads, each once, as
+ * pass_pipeline_split_backward would stack them (a LayerSlice is sliced
+ * again, no copy).  Returns -1 when out of memory. */
+static int cross_of(const ir_module *m, const ir_op *bwd, const ir_op *wloop, const bool *in_b, pipe_work *w)
+{
+    w->split = wloop != NULL;
+    const ir_op *end = bwd->u.loop.end;
+    if (wloop) {
+        for (const ir_op *op = bwd->next; op && op != end; op = op->next)
+            if (op->kind == IR_OP_LAYERSTACK && op->loop == bwd)
+                w->cross_layer += (double)ir_local_bytes(m, &op->operands[0]->type);
+        return 0;
+    }
+    bool *seen = calloc((size_t)m->nvalues + 1, sizeof *seen);
+    if (!seen)
+        return -1;
+    for (const ir_op *op = bwd->next; op && op != end; op = op->next) {
+        if (op->loop != bwd || in_b[op->result->id])
+            continue;
+        for (int k = 0; k < op->noperands; k++) {
+            const ir_value *v = op->operands[k];
+            if (v->id >= m->nvalues || seen[v->id] || !in_b[v->id] || !v->def ||
+                (v->def != bwd && v->def->loop != bwd) || v->def->kind == IR_OP_LAYERSLICE ||
+                v->def->kind == IR_OP_LAYERSTACK)
+                continue;
+            seen[v->id] = true;
+            w->cross_layer += (double)ir_local_bytes(m, &v->type);
+        }
+    }
+    free(seen);
+    return 0;
+}
+
 /* pipe_work_of and pipe_work_forward_of. */
 static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, size_t errlen)
 {
@@ -200,7 +235,12 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
         if (op == bwd)
             before_bwd = false;
     }
+    int rc = bwd ? cross_of(m, bwd, wloop, in_b, w) : 0;
     free(in_b);
+    if (rc != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     /* A pipelined module's stacked values hold one stage's layers (their
      * layer dim split over the pipeline axis): scale them to the whole
      * stack, as pipe_work holds them (pipe_work.h). */

@@ -42,6 +42,17 @@ typedef struct pipe_work {
      * carry_bytes by pipe_work_hop, the same formula). */
     double hop;
     double act_layer;                /* activations the forward block keeps per layer */
+    /* Zero-bubble's split (passes/pipeline_split.c) keeps per layer, from
+     * its dL/dx loop until its dL/dW loop, each value the dL/dW half reads
+     * from the dL/dx half (Qi et al., ICLR'24, section 2: W's inputs held
+     * longer).  `split`: the module's backward is split already, and
+     * cross_layer is the bytes per layer of its dL/dx loop's LayerStacks,
+     * whose copies the costed ops hold; else the bytes per layer the split
+     * would stack, found by the same data flow (values of the backward
+     * loop on the dL/dx path, not a LayerSlice, read by an op off it),
+     * which pipe_price adds to a zero-bubble W as a LayerStack's copy. */
+    bool split;
+    double cross_layer;
     /* Bytes of the params and state (optimizer state; a forward's caches),
      * and of the params alone (what their accumulated gradients take).  The stacked figures and
      * update_stacked are for the whole stack of |L| layers even when the

@@ -80,6 +80,79 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
+ORDER = ("1f1b", "gpipe", "zero-bubble", "interleaved")
+
+
+def key_of(ir):
+    """(schedule, v, M) of a compiled pipelined program."""
+    p = ir["pipeline"]
+    return (p["schedule"], p["chunks"] if p["schedule"] == "interleaved" else 1, p["microbatches"])
+
+
+def forced_steps(einc, prog, hw, *extra):
+    """{(schedule, v, M): (step, stage memory)} of `prog` compiled with each
+    forced: gpipe, 1f1b and zero-bubble at M = 1 .. 64, interleaved with
+    v = 2, 4 at every M that is a multiple of Z."""
+    out = {}
+    for s in ORDER:
+        for v in ((2, 4) if s == "interleaved" else (1,)):
+            for m in (1, 2, 4, 8, 16, 32, 64):
+                if s == "interleaved" and m % Z:
+                    continue
+                chunks = [f"--chunks={v}"] if s == "interleaved" else []
+                p = pipe_totals(einc, prog, hw, f"--microbatches={m}", f"--schedule={s}", *chunks, *extra)
+                if p:
+                    out[(s, v, m)] = (p["step_time"], p["stage_memory"])
+    return out
+
+
+def check_memory(einc, prog, src, forced):
+    """The choice drops the (schedule, M) pairs whose fullest stage exceeds
+    the profile's HBM: on host.json with hbm_bytes just below the fastest
+    pair's peak, the choice is the fastest forced pair that fits, a note
+    names the one dropped and --dump-cost says how many did not fit; below
+    every pair's peak, the smallest peak, with a warning naming the change
+    that would make room (--remat=layer when the params, gradients and
+    state fit; more stages when they alone do not)."""
+    host = json.load(open(os.path.join(src, "hw", "host.json")))
+    fastest = min(forced, key=lambda k: forced[k][0])
+    smallest = min(forced, key=lambda k: (forced[k][1], ORDER.index(k[0]), k[1], k[2]))
+    # A stage's params and gradients: 4 layers of Win and Wout, f32.
+    fixed = 2 * 2 * 4 * 256 * 1024 * 4
+    with tempfile.TemporaryDirectory() as d:
+        def compile_with(hbm, *extra):
+            host["hbm_bytes"] = hbm
+            path = os.path.join(d, f"small_{int(hbm)}.json")
+            with open(path, "w") as f:
+                json.dump(host, f)
+            return run(einc, prog, "--hw", path, *extra)
+
+        hbm = 0.97 * forced[fastest][1]
+        fits = {k: t for k, (t, mem) in forced.items() if mem <= hbm}
+        want = min(fits, key=lambda k: (fits[k], ORDER.index(k[0]), k[1], k[2]))
+        check(fastest not in fits and len(fits) < len(forced),
+              f"HBM {hbm:.0f} B: the fastest {fastest} ({forced[fastest][1]:.0f} B) does not fit")
+        rc, out, err = compile_with(hbm, "--dump-ir=json")
+        got = key_of(json.loads(out)) if rc == 0 else None
+        check(got == want, f"HBM {hbm:.0f} B: the choice {got} is the fastest of the {len(fits)} forced pairs "
+              f"that fit ({want}, {forced[want][1]:.0f} B)")
+        check("note: pipeline:" in err and "would be fastest" in err and "above" in err,
+              f"HBM {hbm:.0f} B: a note names the fastest pair dropped ({err.strip()[-300:]})")
+        rc, out, err = compile_with(hbm, "--dump-cost")
+        check(rc == 0 and f"{len(forced) - len(fits)} do not" in out,
+              f"HBM {hbm:.0f} B: --dump-cost says {len(forced) - len(fits)} pairs do not fit")
+
+        low = forced[smallest][1]
+        check(fixed < low, f"the stage's params and gradients {fixed} B are below every peak ({low:.0f} B)")
+        for hbm, advice in ((0.5 * (fixed + low), "--remat=layer"), (0.5 * fixed, "more stages")):
+            rc, out, err = compile_with(hbm, "--dump-ir=json")
+            got = key_of(json.loads(out)) if rc == 0 else None
+            check(got == smallest, f"HBM {hbm:.0f} B: nothing fits, the smallest peak is compiled ({got}, "
+                  f"want {smallest})")
+            check("warning: no pipeline schedule fits" in err and advice in err,
+                  f"HBM {hbm:.0f} B: a warning names the change ({advice}): {err.strip()[-300:]}")
+
+
 def main():
     einc, src = sys.argv[1], sys.argv[2]
     prog = os.path.join(src, "tests", "cost", "pipeline", "pp_uniform_mlp.ein")
@@ -180,7 +253,7 @@ def main():
         carry = 512 // m // 2 * 256 * 4
         fit = ag["small_messages"] if 2 * carry < ag["small_messages"]["below_bytes"] else ag
         want = fit["t_launch"] + fit["l_sync"] + carry / fit["bandwidth"] + carry / fit["local_bandwidth"]
-        ir = pipe_ir(einc, prog, host_json, f"--microbatches={m}")
+        ir = pipe_ir(einc, prog, host_json, f"--microbatches={m}", "--schedule=1f1b")
         if ir:
             got = ir["totals"]["pipeline"]["hop_time"]
             check(close(got, want, 1e-9), f"host M={m}: hop {got:.6g} s = the 2-device AllGather fit of "
@@ -238,26 +311,30 @@ def main():
                   f"ones ({best}, step {steps[best]:.4g} s; chosen {chosen and chosen['microbatches']})")
 
     # Without --schedule and --microbatches a training step gets the
-    # (schedule, M) the cost model rates fastest among gpipe, 1f1b and
-    # zero-bubble: the argmin of the steps compiled with both forced (1f1b,
-    # then gpipe, then fewer microbatches on a tie).  On this program the
-    # bubble makes zero-bubble's split backward the fastest on both
-    # profiles; a program whose backward does not split keeps 1f1b.
-    order = ("1f1b", "gpipe", "zero-bubble")
+    # (schedule, M, v) the cost model rates fastest among gpipe, 1f1b,
+    # zero-bubble and interleaved with v = 2 and 4 chunks (|L| / Z = 4):
+    # the argmin of the steps compiled with all forced (1f1b, gpipe,
+    # zero-bubble, interleaved, then fewer chunks, then fewer microbatches
+    # on a tie).  Zero-bubble is priced before its split with the split's
+    # stacks added, so its price is the split module's, exactly.
     for hwname in ("host", "tpu-v5p"):
-        steps = {}
-        for s in order:
-            for m in (1, 2, 4, 8, 16, 32, 64):
-                p = pipe_totals(einc, prog, hwname, f"--microbatches={m}", f"--schedule={s}")
-                if p:
-                    steps[(s, m)] = p["step_time"]
-        chosen = pipe_totals(einc, prog, hwname)
-        best = min(steps, key=lambda k: (steps[k], order.index(k[0]), k[1]))
-        got = chosen and (chosen["schedule"], chosen["microbatches"])
-        check(got == best and chosen["step_time"] <= min(steps.values()),
-              f"{hwname}: the default schedule and M are the fastest of the {len(steps)} forced ones "
-              f"({best[0]}, M={best[1]}, step {steps[best]:.4g} s; next "
-              f"{sorted(steps.values())[1]:.4g} s; chosen {got})")
+        forced = forced_steps(einc, prog, hwname)
+        chosen_ir = pipe_ir(einc, prog, hwname)
+        best = min(forced, key=lambda k: (forced[k][0], ORDER.index(k[0]), k[1], k[2]))
+        got = chosen_ir and key_of(chosen_ir)
+        check(got == best and chosen_ir["totals"]["pipeline"]["step_time"] <= min(t for t, _ in forced.values()),
+              f"{hwname}: the default schedule, v and M are the fastest of the {len(forced)} forced ones "
+              f"({best}, step {forced[best][0]:.4g} s; next {sorted(t for t, _ in forced.values())[1]:.4g} s; "
+              f"chosen {got})")
+        check(any(k[0] == "interleaved" for k in forced) and any(k[0] == "zero-bubble" for k in forced),
+              f"{hwname}: interleaved and zero-bubble are among the forced ones")
+        zb = [k for k in forced if k[0] == "zero-bubble"]
+        if got and got[0] == "zero-bubble":
+            check(close(chosen_ir["totals"]["pipeline"]["stage_memory"], forced[got][1], 1e-12),
+                  f"{hwname}: zero-bubble's memory as chosen is the split module's")
+        check(len(zb) == 7, f"{hwname}: zero-bubble forced at every M ({len(zb)})")
+        if hwname == "host":
+            check_memory(einc, prog, src, forced)
     no_dw = os.path.join(src, "tests", "golden", "cases", "error_pipeline_zero_bubble_no_dw.ein")
     p = pipe_totals(einc, no_dw, "host")
     check(p is not None and p["schedule"] in ("1f1b", "gpipe"),

@@ -7,7 +7,8 @@ On tests/propagate/autoshard/mlp_layers_pp.ein (8 MLP layers in a
     that divides both the chips and the layers (PP on X=4; PP+DP, PP+FSDP,
     PP+TP on X=2, Y=2), each row carrying its stages, microbatches and
     schedule;
-  - a PP row's schedule is the faster of 1f1b and zero-bubble, and its
+  - a PP row's schedule is the fastest of the pipeline pass's own
+    choice (any of the four), 1f1b and zero-bubble, and its
     step and microbatches equal those of the same plan written by hand
     (the forced alternative) with that schedule, for PP on X=4 and PP+DP
     on X=2, Y=2;
@@ -41,9 +42,10 @@ def plan(einc, ein, hw):
 
 
 def forced_step(einc, src, mesh, shard, hw, work, schedule):
-    """The pipeline step (seconds) and microbatches of src compiled with
-    `mesh` declared and the declarations rewritten by `shard` (the totals
-    of --dump-ir=json)."""
+    """The pipeline step (seconds), microbatches and schedule of src
+    compiled with `mesh` declared and the declarations rewritten by
+    `shard` (the totals of --dump-ir=json), with --schedule=`schedule`, or
+    the pipeline pass's own choice when it is None."""
     text = "mesh " + mesh + "\n" + src
     for old, new in shard:
         check(old in text, f"{old!r} not in the program")
@@ -51,11 +53,11 @@ def forced_step(einc, src, mesh, shard, hw, work, schedule):
     path = os.path.join(work, "forced.ein")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-    r = run([einc, path, "--hw", hw, "--dump-ir=json", "--schedule=" + schedule])
+    r = run([einc, path, "--hw", hw, "--dump-ir=json"] + (["--schedule=" + schedule] if schedule else []))
     check(r.returncode == 0, f"forced {mesh}: {r.stderr}")
     p = json.loads(r.stdout)["totals"].get("pipeline")
     check(p, f"forced {mesh}: not pipelined")
-    return p["step_time"], p["microbatches"]
+    return p["step_time"], p["microbatches"], p["schedule"]
 
 
 def zero_move(einc, ein, hw_dir):
@@ -109,7 +111,8 @@ def main():
     for c in pp.values():
         p = c["pipeline"]
         check(p["stages"] == c["mesh"]["X"] and p["microbatches"] >= 1 and 256 % p["microbatches"] == 0
-              and p["schedule"] in ("1f1b", "zero-bubble") and 0 <= p["bubble"] < 1, f"pipeline fields {c}")
+              and p["schedule"] in ("1f1b", "zero-bubble", "interleaved", "gpipe") and 0 <= p["bubble"] < 1,
+              f"pipeline fields {c}")
     n += 1
     with tempfile.TemporaryDirectory() as work:
         layers = [("param Win[L, D, F]", "param Win[L_X, D, F]"), ("param Wout[L, F, D]", "param Wout[L_X, F, D]")]
@@ -119,11 +122,14 @@ def main():
             row = pp[key]
             # The microbatches the plan chose are the pass's choice on the
             # forced program too (the same module, the same cost model),
-            # and the schedule is the faster of the two (all fit on host).
-            forced = {sc: forced_step(einc, src, mesh, shard, "host", work, sc) for sc in ("1f1b", "zero-bubble")}
+            # and the schedule is the fastest of the pass's own choice
+            # (which may be interleaved), 1f1b and zero-bubble (all fit on
+            # host).
+            forced = {sc: forced_step(einc, src, mesh, shard, "host", work, sc)
+                      for sc in (None, "1f1b", "zero-bubble")}
             best = min(forced, key=lambda sc: forced[sc][0])
-            step, mb = forced[best]
-            check(row["pipeline"]["schedule"] == best and abs(step - row["step_time"]) <= 1e-9 * step
+            step, mb, name = forced[best]
+            check(row["pipeline"]["schedule"] == name and abs(step - row["step_time"]) <= 1e-9 * step
                   and mb == row["pipeline"]["microbatches"],
                   f"{key}: plan's {row['pipeline']} at {row['step_time']} against the forced programs' {forced}")
             n += 1

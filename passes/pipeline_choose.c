@@ -1,0 +1,189 @@
+/*
+ * pipeline_choose.c - the cost model's choice of a pipelined training
+ * step's schedule, M and chunks (pipeline_choose.h; docs/pipeline.md,
+ * "Choosing the schedule and M").
+ *
+ * Each candidate is the module priced as it would run: the batch dim
+ * shrunk to one microbatch, the ops costed (cost_annotate_ops) and the
+ * schedule simulated over the stages (cost_pipe_totals, pipe_price).  Seed
+ * 000 / Narayanan et al. (SC'21): more microbatches shrink the bubble
+ * (Z - 1) / (v M + Z - 1) until a microbatch's ops turn memory- or
+ * latency-bound; interleaving v chunks per stage shrinks it further for
+ * v times the stage-to-stage transfers; zero-bubble's W items fill it (Qi
+ * et al., ICLR'24).  What they cost in memory differs (seed 000: GPipe
+ * holds M microbatches' activations, 1F1B at most Z; zero-bubble holds
+ * each until its W, with the values W reads from B; interleaved counts
+ * (microbatch, chunk) pairs), so a candidate whose fullest stage exceeds
+ * the device's HBM is dropped before the fastest is taken.
+ */
+#include "pipeline_choose.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cost.h"
+#include "pipe_work.h"
+#include "pipeline.h"
+
+#define MAX_MICROBATCHES 64
+#define MAX_CHUNKS 64
+
+static const double GIB = 1073741824.0;
+
+/* One priced candidate. */
+typedef struct cand {
+    int schedule, mb, v;
+    double step, memory; /* seconds; bytes of the fullest stage */
+} cand;
+
+const cost_hw *pass_pipeline_pricing_hw(const pass_ctx *ctx, cost_hw *local)
+{
+    char err[512];
+    if (ctx->hw)
+        return ctx->hw;
+    return cost_hw_load(COST_DEFAULT_HW, local, err, sizeof err) < 0 ? NULL : local;
+}
+
+const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, int M, int64_t *parts)
+{
+    for (int i = 0; i < m->nvalues; i++) {
+        const ir_type *t = &m->values[i]->type;
+        for (int d = 0; d < t->rank; d++) {
+            *parts = ir_sharding_dim_parts(&t->sh, &m->mesh, d);
+            if (t->dims[d] == B && (batch / M) % *parts != 0)
+                return m->values[i];
+        }
+    }
+    return NULL;
+}
+
+/* "1f1b, M = 8" or "interleaved (v = 2), M = 8" into buf. */
+static const char *cand_name(const cand *c, char *buf, size_t n)
+{
+    if (c->schedule == PP_INTERLEAVED)
+        snprintf(buf, n, "interleaved (v = %d), M = %d", c->v, c->mb);
+    else
+        snprintf(buf, n, "%s, M = %d", pp_schedule_name((pp_schedule)c->schedule), c->mb);
+    return buf;
+}
+
+/* m priced at M microbatches under schedule s with v chunks into *c;
+ * false when it does not price. */
+static bool price(ir_module *m, const cost_hw *hw, int B, int64_t batch, int s, int M, int v, cand *c)
+{
+    char err[512];
+    m->dims[B].size = batch / M;
+    m->pipe.microbatches = M;
+    m->pipe.schedule = s;
+    m->pipe.chunks = v;
+    cost_annotate_ops(m, hw);
+    if (cost_pipe_totals(m, hw, err, sizeof err) != 0 || !m->totals.pipe.valid)
+        return false;
+    *c = (cand){.schedule = s, .mb = M, .v = v, .step = m->totals.pipe.step, .memory = m->totals.pipe.stage_memory};
+    return true;
+}
+
+/* Bytes of the fullest stage that do not depend on the schedule: its
+ * share of the stacked params, their gradients and optimizer state, and
+ * the others (pipe_price's stage_memory without the activations); -1 when
+ * they cannot be read. */
+static double fixed_bytes(const ir_module *m, int Z)
+{
+    pipe_work w;
+    char err[256];
+    if (pipe_work_of(m, &w, err, sizeof err) != 0)
+        return -1;
+    return (w.state_stacked + w.param_stacked) / Z + w.state_other + w.param_other;
+}
+
+/* The warning when no candidate fits: the one with the smallest peak
+ * (`low`, chosen) and the smallest change that would make room. */
+static void warn_none_fits(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const cand *low, int fixed_mb,
+                           int B, int64_t batch)
+{
+    char name[64], change[320];
+    int Z = (int)m->mesh.axes[m->pipe.axis].size;
+    double fixed = fixed_bytes(m, Z);
+    int64_t parts;
+    if (fixed > hw->hbm_bytes)
+        snprintf(change, sizeof change, "a stage's params, their gradients and optimizer state alone take %.4g "
+                 "GiB: pipeline over more stages (a larger %c) or shard them over another mesh axis (FSDP)",
+                 fixed / GIB, m->mesh.axes[m->pipe.axis].name);
+    else if (fixed_mb && batch % (2 * fixed_mb) == 0 && !pass_pipeline_unsplit(m, B, batch, 2 * fixed_mb, &parts))
+        snprintf(change, sizeof change, "more microbatches hold smaller activations (--microbatches=%d with "
+                 "--schedule=1f1b)", 2 * fixed_mb);
+    else if (m->remat != IR_REMAT_LAYER)
+        snprintf(change, sizeof change, "the activations the schedule holds are the rest: keep only each "
+                 "layer's input and recompute the layer in the backward pass (--remat=layer)");
+    else
+        snprintf(change, sizeof change, "the activations the schedule holds are the rest, each layer's input "
+                 "already the only one kept: a smaller batch or more stages");
+    diag_warning(ctx->diag, m->pipe.loc, "no pipeline schedule fits %s's %.4g GiB of HBM per device: the "
+                 "smallest stage peak is %.4g GiB (%s), which is compiled; %s", hw->name, hw->hbm_bytes / GIB,
+                 low->memory / GIB, cand_name(low, name, sizeof name), change);
+}
+
+void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
+                          int fixed_v, pipe_choice *out)
+{
+    cost_hw local;
+    const cost_hw *hw = pass_pipeline_pricing_hw(ctx, &local);
+    *out = (pipe_choice){0};
+    if (!hw)
+        return;
+    ir_pipeline saved = m->pipe;
+    int Z = (int)m->mesh.axes[m->pipe.axis].size;
+    int64_t k = m->dims[m->pipe.dim].size / Z, parts;
+    double hbm = hw->hbm_bytes;
+    cand best = {0}, fit = {0}, low = {0}, c;
+    int priced = 0, over = 0;
+    for (int i = 0; i < n; i++) {
+        bool il = scheds[i] == PP_INTERLEAVED;
+        for (int v = il ? 2 : 1; v <= (il ? MAX_CHUNKS : 1); v++) {
+            if (il && (k % v != 0 || (fixed_v && v != fixed_v)))
+                continue;
+            for (int M = fixed ? fixed : 1; M <= (fixed ? fixed : MAX_MICROBATCHES) && M <= batch; M++) {
+                if (batch % M != 0 || pass_pipeline_unsplit(m, B, batch, M, &parts) || (il && M % Z != 0) ||
+                    !price(m, hw, B, batch, scheds[i], M, v, &c))
+                    continue;
+                priced++;
+                if (!best.mb || c.step < best.step)
+                    best = c;
+                if (!low.mb || c.memory < low.memory)
+                    low = c;
+                if (hbm > 0 && c.memory > hbm)
+                    over++;
+                else if (!fit.mb || c.step < fit.step)
+                    fit = c;
+            }
+        }
+    }
+    m->dims[B].size = batch;
+    m->pipe = saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    if (!priced)
+        return;
+    const cand *pick = fit.mb ? &fit : &low;
+    char a[64], b[64], line[512];
+    if (!fit.mb) {
+        warn_none_fits(ctx, m, hw, &low, fixed, B, batch);
+        snprintf(line, sizeof line, "none of the %d (schedule, M) choices priced fits %s's %.4g GiB of HBM "
+                 "per device; compiled: the smallest stage peak, %s", priced, hw->name, hbm / GIB,
+                 cand_name(&low, a, sizeof a));
+    } else if (over) {
+        snprintf(line, sizeof line, "the fastest of the %d (schedule, M) choices priced that fit %s's %.4g GiB of "
+                 "HBM per device; %d do not%s%s", priced, hw->name, hbm / GIB, over,
+                 best.memory > hbm ? ", the fastest of all among them: " : "",
+                 best.memory > hbm ? cand_name(&best, b, sizeof b) : "");
+        if (best.memory > hbm)
+            diag_note(ctx->diag, m->pipe.loc, "pipeline: %s would be fastest (step %.4g us) but its fullest stage "
+                      "needs %.4g GiB, above %s's %.4g GiB of HBM per device; %s is the fastest that fits (step "
+                      "%.4g us, %.4g GiB)", cand_name(&best, b, sizeof b), best.step * 1e6, best.memory / GIB,
+                      hw->name, hbm / GIB, cand_name(&fit, a, sizeof a), fit.step * 1e6, fit.memory / GIB);
+    } else {
+        snprintf(line, sizeof line, "the fastest of the %d (schedule, M) choices priced; all fit %s's %.4g GiB of "
+                 "HBM per device", priced, hw->name, hbm / GIB);
+    }
+    m->pipe.choice = ir_strdup(&m->arena, line);
+    *out = (pipe_choice){.schedule = pick->schedule, .microbatches = pick->mb, .chunks = pick->v};
+}

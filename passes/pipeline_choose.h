@@ -1,0 +1,56 @@
+/*
+ * pipeline_choose.h - the cost model's choice of a pipelined training
+ * step's schedule, M and chunks (pipeline_choose.c; docs/pipeline.md,
+ * "Choosing the schedule and M").  Internal to the passes: the pipeline
+ * pass calls it.
+ */
+#ifndef EINC_PASSES_PIPELINE_CHOOSE_H
+#define EINC_PASSES_PIPELINE_CHOOSE_H
+
+#include <stdint.h>
+
+#include "costmodel.h"
+#include "pass.h"
+
+/* What pass_pipeline_choose chose. */
+typedef struct pipe_choice {
+    int schedule;     /* a pp_schedule */
+    int microbatches; /* M; 0 when nothing priced */
+    int chunks;       /* v: 1, or >= 2 for interleaved */
+} pipe_choice;
+
+/* The hardware profile the cost model prices with: --hw's, else the
+ * default one loaded into *local; NULL if that does not load. */
+const cost_hw *pass_pipeline_pricing_hw(const pass_ctx *ctx, cost_hw *local);
+
+/* A value of m in which a microbatch of |B| / M (batch = |B|, the whole
+ * batch) does not split over the devices that split B, and in *parts
+ * their count; NULL if every value splits. */
+const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, int M, int64_t *parts);
+
+/* The fastest (schedule, M, v) of a training step that fits the profile's
+ * HBM per device (hw->hbm_bytes; none is dropped when it is 0):
+ *
+ *  - schedules: `scheds` (n of them, in order of preference on a tie),
+ *    each with v = 1, except PP_INTERLEAVED with every v from 2 to 64
+ *    that divides |L| / Z (only `fixed_v` when it is not 0);
+ *  - M: every M up to 64 that divides |B| and splits as B does (for
+ *    interleaved a multiple of Z), or only `fixed` when it is not 0;
+ *  - each priced as the schedule runs it, by the cost pass's per-op times
+ *    at that microbatch (cost_pipe_totals): the step, and the peak bytes
+ *    of the fullest stage (pipe_price: params, gradients, optimizer state,
+ *    the activations the schedule holds);
+ *  - the fastest that fits, the first priced on a tie (schedules in
+ *    the order given, then fewer chunks, then fewer microbatches).  When the fastest does not fit, a note says which pairs were
+ *    dropped; when none fits, the one with the smallest peak, and a
+ *    warning naming the smallest change that would make room.  Either way
+ *    m->pipe.choice records it for --dump-cost.
+ *
+ * Zero-bubble is priced on the backward before the split, with the
+ * split's stacks added (pipe_work.h, cross_layer).  m's dims and
+ * m->pipe are left as found (but for `choice`); out->microbatches is 0
+ * when nothing could be priced (no profile, no M that splits). */
+void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
+                          int fixed_v, pipe_choice *out);
+
+#endif
