@@ -576,24 +576,19 @@ typedef struct ir_pipeline {
     int batch_dim;      /* dim id split into microbatches, -1 until then */
     int64_t batch_size; /* the whole batch: |batch_dim| * M */
     int schedule;       /* a pp_schedule */
-    /* v, the chunks (virtual stages) per stage: 1, or >= 2 for the
-     * interleaved schedule (Narayanan et al., SC'21), where stage z holds
-     * model chunks z, z + Z, ..., z + (v-1) Z of |L| / (Z v) layers each,
-     * so every stacked tensor's layer dim is dealt block-cyclically over
-     * the stages (rt_tensor_desc.cyclic_blocks); 0 until the pass sets it */
+    /* v, chunks (virtual stages) per stage: 1, or >= 2 for interleaved
+     * (Narayanan et al., SC'21): stage z holds chunks z, z + Z, ..., of |L| / (Z v)
+     * layers, stacked layer dims dealt block-cyclically (rt_tensor_desc.cyclic_blocks) */
     int chunks;
     int nitems;         /* work items per stage: 2 M v (3 M for zero-bubble, M v for a forward) */
     ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
                            them, from z * nitems (arena-owned) */
     const char *schedule_name; /* "gpipe", "1f1b", "interleaved", "zero-bubble", "forward", "forward-interleaved" (static storage) */
-    /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0
-     * ..."), every item one time slot (docs/pipeline.md, "Reading the
-     * table"); arena-owned, NULL before the pipeline pass. */
+    /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0 ..."),
+     * an item per time slot (docs/pipeline.md); arena-owned, NULL before the pass. */
     const char *table;
-    /* How the cost model chose a training step's schedule and M when they
-     * were not both given (passes/pipeline_choose.c): the pairs priced and
-     * those dropped because the fullest stage would exceed the profile's
-     * HBM, one line for --dump-cost; arena-owned, NULL when not chosen. */
+    /* How schedule and M were chosen (passes/pipeline_choose.c), pairs dropped for the
+     * HBM included: one --dump-cost line, arena-owned, NULL when not chosen. */
     const char *choice;
 } ir_pipeline;
 
