@@ -56,6 +56,7 @@ int plan_roles_of(const ir_module *m, plan_roles *r)
                 in_param[v->type.dims[d]] = true;
             }
     }
+    bool in_input[64] = {false};
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
         if (v->kind != IR_VAL_INPUT && v->kind != IR_VAL_STATE)
@@ -65,12 +66,21 @@ int plan_roles_of(const ir_module *m, plan_roles *r)
                 r->batch[v->type.dims[d]] = true;
                 break;
             }
+        if (v->kind == IR_VAL_INPUT)
+            for (int d = 0; d < v->type.rank; d++)
+                in_input[v->type.dims[d]] = true;
     }
-    for (int d = 0; d < m->ndims; d++)
-        if (count[d] > 0 && !r->batch[d] &&
-            (r->model < 0 || count[d] > count[r->model] ||
-             (count[d] == count[r->model] && m->dims[d].size > m->dims[r->model].size)))
+    /* The model dim: the one most params have; between equals one an input
+     * has (seed 000's D of In[B, D], not the MLP's hidden F), the larger. */
+    for (int d = 0; d < m->ndims; d++) {
+        if (count[d] == 0 || r->batch[d])
+            continue;
+        int c = r->model;
+        if (c < 0 || count[d] > count[c] ||
+            (count[d] == count[c] && (in_input[d] > in_input[c] ||
+                                      (in_input[d] == in_input[c] && m->dims[d].size > m->dims[c].size))))
             r->model = d;
+    }
     return 0;
 }
 
@@ -171,22 +181,29 @@ static void assign(void *ctx, const ir_module *m, ir_value_kind kind, const char
 
 /* ---- running the candidates ---- */
 
-/* Seconds of the collectives, of the compute ops and of the matmuls
- * (einsums at their roofline: FLOPs at the peak, seed 000's T_math, or
- * HBM traffic when longer, seed 002's memory-bound decode; MeshSlice
- * GEMMs) of m, per device, each op once per run of its block. */
-static void comm_compute(const ir_module *m, double *comm, double *compute, double *math)
+/* Seconds of the collectives (in all, and on the busiest mesh axis: each
+ * collective counts on every axis of its group), of the compute ops and of
+ * the matmuls (einsums at their roofline: FLOPs at the peak, seed 000's
+ * T_math, or HBM traffic when longer, seed 002's memory-bound decode;
+ * MeshSlice GEMMs) of m, per device, each op once per run of its block. */
+static void comm_compute(const ir_module *m, double *comm, double *comm_axis, double *compute, double *math)
 {
-    *comm = *compute = *math = 0.0;
+    double load[IR_MAX_AXES] = {0};
+    *comm = *comm_axis = *compute = *math = 0.0;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (!op->cost.valid)
             continue;
         double trips = (double)ir_op_trips(m, op);
         if (ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE) {
             *comm += op->cost.time * trips;
+            for (int k = 0; k < op->u.coll.naxes; k++) /* verified: mesh axis ids */
+                load[op->u.coll.axes[k]] += op->cost.time * trips;
         } else if (op->kind == IR_OP_MESHSLICE) {
             /* The loop's time beyond its GEMMs is its communication. */
-            *comm += fmax(0.0, op->cost.time - op->cost.t_compute) * trips;
+            double c = fmax(0.0, op->cost.time - op->cost.t_compute) * trips;
+            *comm += c;
+            for (int k = 0; k < op->u.ms.nmoves; k++)
+                load[op->u.ms.moves[k].axis] += c;
             *compute += op->cost.t_compute * trips;
             *math += op->cost.t_compute * trips;
         } else {
@@ -195,6 +212,8 @@ static void comm_compute(const ir_module *m, double *comm, double *compute, doub
                 *math += op->cost.time * trips;
         }
     }
+    for (int a = 0; a < IR_MAX_AXES; a++)
+        *comm_axis = fmax(*comm_axis, load[a]);
 }
 
 const char *plan_family_name(plan_family f)
@@ -214,26 +233,33 @@ static const char *pp_label(const char *base)
     return "PP";
 }
 
-const char *plan_row_label(const plan_row *r)
+/* plan_row_label, or with `as_planned` false the family whose storage
+ * the row wrote (JSON "storage"). */
+static const char *row_name(const plan_row *r, bool as_planned)
 {
     if (r->pp) {
         if (r->naxes == 1)
             return "PP";
         plan_row inner = *r;
         inner.pp = false;
-        return pp_label(plan_row_label(&inner));
+        return pp_label(row_name(&inner, as_planned));
     }
-    /* Served with the weights in place, FSDP's storage is weight-stationary
-     * model parallelism: over the model dim alone (TP-D), or over it and
-     * the heads or hidden dim at once, seed 002's 2D weight-stationary
-     * sharding (its question 7 and appendix B). */
-    if (r->ok && !r->trains && !r->gathers_params) {
+    /* With the weights in place (served, or trained where moving
+     * activations is cheaper), FSDP's storage is model parallelism over
+     * the model dim (TP-D) or over it and the heads or hidden dim, seed
+     * 002's 2D weight-stationary sharding (question 7, appendix B). */
+    if (as_planned && r->ok && !r->gathers_params) {
         if (r->family == PLAN_FSDP)
             return "TP-D";
         if (r->family == PLAN_FSDP_TP)
             return "2D-WS";
     }
     return plan_family_name(r->family);
+}
+
+const char *plan_row_label(const plan_row *r)
+{
+    return row_name(r, true);
 }
 
 void plan_row_autoshard(const plan_row *row, fe_autoshard *a)
@@ -338,7 +364,7 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->mfu = m->totals.mfu;
     row->memory = m->totals.peak_memory;
     row->exposed = m->totals.exposed_comm_time;
-    comm_compute(m, &row->comm, &row->compute, &row->math);
+    comm_compute(m, &row->comm, &row->comm_axis, &row->compute, &row->math);
     const ir_pipe_totals *p = &m->totals.pipe;
     if (p->valid && p->step > 0) {
         /* A pipelined module is one microbatch on one stage, so its serial
@@ -356,6 +382,7 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
         row->memory = fmax(p->stage_memory, m->totals.peak_memory);
         row->exposed *= mb;
         row->comm *= mb;
+        row->comm_axis *= mb;
         row->compute *= mb;
         row->math *= mb;
         row->microbatches = p->microbatches;
@@ -604,10 +631,14 @@ static void mesh_str(const plan_row *r, char *buf, size_t n)
 /* Seed 000's test ("Data Parallelism", "Combining FSDP and TP"): a step
  * is communication-bound when its collectives take longer than its
  * matmuls (T_comms > T_math; a memory-bound matmul counts its HBM time);
- * the elementwise ops and the optimizer update are not part of it. */
+ * the elementwise ops and the optimizer update are not part of it.
+ * T_comms is the busiest axis's: collectives over other axes run on other
+ * links at once, the seed's T_comms = max(T_FSDP, T_TP) (it assumes "we
+ * can fully overlap communication on the X and Y axes"); a collective over
+ * every axis, DP's and FSDP's, loads them all. */
 static const char *bound_name(const plan_row *r)
 {
-    return r->comm > r->math ? "communication" : "compute";
+    return r->comm_axis > r->math ? "communication" : "compute";
 }
 
 /* The runner-up to the chosen row: the next fastest that fits. */
@@ -629,6 +660,7 @@ static cJSON *row_json(const plan_row *r)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "family", plan_row_label(r));
+    cJSON_AddStringToObject(o, "storage", row_name(r, false));
     cJSON *mesh = cJSON_AddObjectToObject(o, "mesh");
     for (int k = 0; k < r->naxes; k++) {
         char name[2] = {"XYZ"[k], '\0'};
@@ -644,6 +676,7 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddBoolToObject(o, "fits", r->fits);
     cJSON_AddNumberToObject(o, "exposed_comm_time", r->exposed);
     cJSON_AddNumberToObject(o, "comm_time", r->comm);
+    cJSON_AddNumberToObject(o, "comm_axis_time", r->comm_axis);
     cJSON_AddNumberToObject(o, "math_time", r->math);
     cJSON_AddBoolToObject(o, "gathers_params", r->gathers_params);
     cJSON_AddStringToObject(o, "bound", bound_name(r));
@@ -729,10 +762,9 @@ void plan_print(FILE *out, const plan_table *t, bool json)
     if (t->dropped)
         fprintf(out, "(%d more candidates not priced: at most %d)\n", t->dropped, PLAN_MAX_ROWS);
     for (int i = 0; i < t->n; i++)
-        if (t->rows[i].ok && !t->rows[i].trains) {
-            fprintf(out, "(the program does not train: a plan that keeps the weights in place is model "
-                         "parallel, so FSDP's storage shows as TP-D or 2D-WS when no weight is gathered; "
-                         "seed 002, appendix B)\n");
+        if (strcmp(plan_row_label(&t->rows[i]), row_name(&t->rows[i], false)) != 0) {
+            fprintf(out, "(a plan that keeps the weights in place is model parallel, so FSDP's storage shows "
+                         "as TP-D or 2D-WS where no weight is gathered; seed 002, appendix B)\n");
             break;
         }
     int w = 8; /* the family column: wider only for the pipelined names */

@@ -34,7 +34,8 @@ typedef struct plan_roles {
     bool batch[64];  /* by dim id: an input's leading dim no param has (the batch) */
     bool layer[64];  /* by dim id: a repeated block's layer dim (never sharded) */
     bool in_param[64]; /* by dim id: a dim of some param, its layer dim aside */
-    int model;       /* the dim most params have (FSDP shards it), or -1 */
+    int model;       /* the dim most params have (FSDP shards it; between equals one an input has,
+                        then the larger), or -1 */
 } plan_roles;
 
 typedef enum plan_family {
@@ -61,9 +62,12 @@ typedef struct plan_row {
     double memory;        /* bytes per device at the peak */
     double exposed;       /* seconds of communication on the critical path */
     double comm;          /* seconds of collectives in all (overlapped or not) */
+    double comm_axis;     /* seconds of collectives on the busiest mesh axis: those over
+                             different axes use different links and run at once (seed 000,
+                             "Combining FSDP and TP": T_comms = max(T_FSDP, T_TP)) */
     double compute;       /* seconds of compute ops */
     double math;          /* seconds of the matmuls at their roofline, per device (seed 000's
-                           * T_math when compute-bound); "bound" compares comm with it */
+                           * T_math when compute-bound); "bound" compares comm_axis with it */
     bool fits;            /* memory <= the profile's HBM per device */
     bool trains;          /* the program has a backward pass or updates a param */
     bool gathers_params;  /* the plan AllGathers a param (FSDP's weight movement) */
@@ -237,11 +241,12 @@ ir_module *plan_compile_quiet(ir_module *(*compile)(void *ctx, diag_ctx *d), voi
 const char *plan_family_name(plan_family f);
 
 /* The name row r is reported under: its family's, except that a compiled
- * program which does not train and whose plan gathers no param keeps its
- * weights stationary, so FSDP's storage is reported as the model
- * parallelism it is, "TP-D" (the model dim over every axis) and "2D-WS"
- * (FSDP+TP's: seed 002's 2D weight-stationary sharding, question 7 and
- * appendix B).  A static string. */
+ * plan which gathers no param keeps its weights stationary (a served
+ * program by design, a trained one when the planner moves activations
+ * instead), so FSDP's storage is reported as the model parallelism it is,
+ * "TP-D" (the model dim over every axis) and "2D-WS" (FSDP+TP's: seed
+ * 002's 2D weight-stationary sharding, question 7 and appendix B); the
+ * JSON row keeps the family as "storage".  A static string. */
 const char *plan_row_label(const plan_row *r);
 /* The auto-sharding that writes row->family's shardings on the mesh the
  * program declares (fe_autoshard.keep_mesh; `einc analyze`): one-axis

@@ -91,10 +91,58 @@ bool cost_value_is_param_derived(const ir_value *v)
     return false;
 }
 
+bool cost_is_matmul(const ir_op *op)
+{
+    return op && op->kind == IR_OP_EINSUM && op->noperands == 2 && !op->u.einsum.gather &&
+           !op->u.einsum.scatter && op->result;
+}
+
+int64_t cost_coll_group(const ir_module *m, const ir_coll *c)
+{
+    ir_axes set = 0;
+    for (int k = 0; k < c->naxes && k < IR_MAX_AXES; k++)
+        if (c->axes[k] >= 0 && c->axes[k] < m->mesh.naxes)
+            set |= (ir_axes)1 << c->axes[k];
+    return ir_mesh_axes_size(&m->mesh, set);
+}
+
+/* Collective matmul: the matmul whose chunks hide main-stream collective
+ * `op`, or NULL.  An AllGather hides behind the first op that reads its
+ * result, a ReduceScatter behind the op that made its operand, when that
+ * op is a matmul that runs as often, and hides no earlier collective
+ * (hid[], by the matmul's result id: Wang et al. decompose one collective
+ * per matmul; seed 004 2.3).  first_use[id]: the first op reading value
+ * id.  The planner's replay (propagate_step.c) pairs the same way. */
+static const ir_op *cm_partner(const ir_module *m, const ir_op *op, ir_op *const *first_use, const bool *hid)
+{
+    if (!op->result || op->noperands < 1 || !op->cost.valid)
+        return NULL;
+    const ir_op *e = NULL;
+    if (op->kind == IR_OP_ALLGATHER && op->result->id >= 0 && op->result->id < m->nvalues)
+        e = first_use[op->result->id];
+    else if (op->kind == IR_OP_REDUCESCATTER)
+        e = op->operands[0]->def;
+    if (!cost_is_matmul(e) || !e->cost.valid || e->result->id < 0 || e->result->id >= m->nvalues ||
+        hid[e->result->id] || ir_op_trips(m, e) != ir_op_trips(m, op))
+        return NULL;
+    return e;
+}
+
 void cost_compute_totals(ir_module *m, const cost_hw *hw)
 {
     /* ready[id]: when value id is available (seconds from step start). */
-    double *ready = ir_alloc(&m->arena, (size_t)(m->nvalues > 0 ? m->nvalues : 1) * sizeof *ready);
+    size_t nv = (size_t)(m->nvalues > 0 ? m->nvalues : 1);
+    double *ready = ir_alloc(&m->arena, nv * sizeof *ready);
+    /* first_use[id]: the first op reading value id; hid[id]: the matmul
+     * making value id hides a collective already (collective matmul). */
+    ir_op **first_use = ir_alloc(&m->arena, nv * sizeof *first_use);
+    bool *hid = ir_alloc(&m->arena, nv * sizeof *hid);
+    for (ir_op *op = m->first; op; op = op->next)
+        for (int i = 0; i < op->noperands; i++) {
+            const ir_value *v = op->operands[i];
+            if (v && v->id >= 0 && v->id < m->nvalues && !first_use[v->id])
+                first_use[v->id] = op;
+        }
     double main_t = 0, side_t = 0, exposed = 0, busy_peak = 0, model = 0, ew = 0;
     double devices = (double)ir_mesh_devices(&m->mesh);
     if (devices < 1)
@@ -116,6 +164,15 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
             side_t = fmax(side_t, dep) + t;
             end = side_t;
         } else {
+            /* An activation AllGather or ReduceScatter beside its matmul
+             * leaves only what the matmul's chunks do not hide (collective
+             * matmul, on a profile that does it). */
+            const ir_op *e = hw->collective_matmul ? cm_partner(m, op, first_use, hid) : NULL;
+            if (e) {
+                t = cost_collective_matmul_exposed(hw, op->cost.time, e->cost.time,
+                                                   cost_coll_group(m, &op->u.coll)) * trips;
+                hid[e->result->id] = true;
+            }
             if (dep > main_t) {
                 exposed += dep - main_t; /* waiting for a prefetched value */
                 main_t = dep;

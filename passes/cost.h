@@ -61,6 +61,17 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw);
  * values can run ahead, during earlier compute (seed 000, FSDP). */
 bool cost_value_is_param_derived(const ir_value *v);
 
+/* ---- collective matmul (cost.c; docs/cost-model.md, "Collective matmul") ---- */
+
+/* Whether op can hide one collective as a collective matmul
+ * (cost_collective_matmul_exposed): an Einsum of two operands that is not
+ * a gather or scatter. */
+bool cost_is_matmul(const ir_op *op);
+
+/* Devices in the group of collective `c` on m's mesh (the product of its
+ * axes' sizes). */
+int64_t cost_coll_group(const ir_module *m, const ir_coll *c);
+
 /* ---- reports (cost_report.c) ---- */
 
 /* --dump-cost: one row per op (value name, op, FLOPs, HBM bytes, comm

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "costmodel.h"
+#include "cost.h"
 #include "propagate_internal.h"
 
 cost pass_prop_cost_add(cost a, cost b)
@@ -39,10 +39,32 @@ bool pass_prop_cost_less(cost a, cost b)
 
 /* ---- reshard costs ---- */
 
-/* Memoised min-cost reshard of value v from `from` to `to`. */
-static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to)
+/* The collectives at the ends of `plan` (reshard_ends). */
+static reshard_ends plan_ends(const ir_module *m, const pass_reshard_plan *plan)
+{
+    reshard_ends e = {0};
+    if (plan->nsteps < 1)
+        return e;
+    const pass_reshard_step *h = &plan->steps[0], *t = &plan->steps[plan->nsteps - 1];
+    if (h->kind == IR_OP_REDUCESCATTER) {
+        e.head_rs = h->time;
+        e.head_group = cost_coll_group(m, &h->coll);
+    }
+    if (t->kind == IR_OP_ALLGATHER) {
+        e.tail_ag = t->time;
+        e.tail_group = cost_coll_group(m, &t->coll);
+    }
+    return e;
+}
+
+/* Memoised min-cost reshard of value v from `from` to `to`; the ends of
+ * its plan into *ends when not NULL. */
+static cost reshard_cost_ends(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to,
+                              reshard_ends *ends)
 {
     int rank = v->type.rank;
+    if (ends)
+        *ends = (reshard_ends){0};
     if (ir_sharding_equal(from, to, rank))
         return COST_ZERO;
     int naxes = p->m->mesh.naxes;
@@ -72,8 +94,11 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
         h = ((size_t)vid * 2654435761u ^ kf * 40503u ^ kt * 2246822519u) & (p->cache_cap - 1);
         while (p->cache[h].used) {
             const cache_ent *e = &p->cache[h];
-            if (e->vid == vid && e->from == kf && e->to == kt)
+            if (e->vid == vid && e->from == kf && e->to == kt) {
+                if (ends)
+                    *ends = e->ends;
                 return e->c;
+            }
             h = (h + 1) & (p->cache_cap - 1);
         }
     }
@@ -81,6 +106,7 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
     t.sh = *from;
     pass_reshard_plan plan;
     cost c = COST_INF;
+    reshard_ends en = {0};
     /* A class whose state space one search could not cover will not be
      * covered by the next: the planner's time stays bounded (reshard.h). */
     bool *over = p->over_budget && vid >= 0 && vid <= p->nvalues ? &p->over_budget[vid] : NULL;
@@ -90,6 +116,7 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
         c.time = plan.time;
         c.bytes = plan.bytes;
         c.nops = plan.nsteps;
+        en = plan_ends(p->m, &plan);
         if (plan.bounded) {
             p->bounded++;
             if (over)
@@ -97,11 +124,19 @@ static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, co
         }
     }
     if (p->cache_cap && p->cache_n * 2 < p->cache_cap) {
-        cache_ent e = {true, vid, kf, kt, c};
+        cache_ent e = {true, vid, kf, kt, c, en};
         p->cache[h] = e;
         p->cache_n++;
     }
+    if (ends)
+        *ends = en;
     return c;
+}
+
+/* Memoised min-cost reshard of value v from `from` to `to`. */
+static cost reshard_cost(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to)
+{
+    return reshard_cost_ends(p, v, from, to, NULL);
 }
 
 /* The sharding value v has for its consumers under the current decisions:
@@ -230,10 +265,17 @@ double pass_prop_reshard_time(prop *p, const ir_value *v, const ir_sharding *fro
     return reshard_cost(p, v, from, to).time;
 }
 
-double pass_prop_compute_time(prop *p, int k, const layout *lay)
+reshard_ends pass_prop_reshard_ends(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to)
 {
-    if (!p->hw)
-        return 0.0;
+    reshard_ends e;
+    reshard_cost_ends(p, v, from, to, &e);
+    return e;
+}
+
+/* Seconds of one run of op k under `lay` (cost_op_estimate on its
+ * per-device shapes) and, in *credit, its MeshSlice credit. */
+static double op_time(prop *p, int k, const layout *lay, double *credit)
+{
     /* The op on stack copies of its values carrying the layout's
      * shardings: cost_op_estimate reads only kinds, types and the arm. */
     const ir_op *op = p->ops[k].op;
@@ -249,8 +291,24 @@ double pass_prop_compute_time(prop *p, int k, const layout *lay)
     o.result = &vals[IR_MAX_OPERANDS];
     ir_cost c;
     cost_op_estimate(p->m, p->hw, &o, &c);
-    double t = c.time - pass_prop_meshslice_credit(p, k, lay, c.time);
-    return t * op_trips(p, op);
+    *credit = pass_prop_meshslice_credit(p, k, lay, c.time);
+    return c.time;
+}
+
+double pass_prop_compute_time(prop *p, int k, const layout *lay)
+{
+    if (!p->hw)
+        return 0.0;
+    double credit, t = op_time(p, k, lay, &credit);
+    return (t - credit) * op_trips(p, p->ops[k].op);
+}
+
+double pass_prop_matmul_time(prop *p, int k, const layout *lay)
+{
+    if (!p->hw || !cost_is_matmul(p->ops[k].op))
+        return 0.0;
+    double credit, t = op_time(p, k, lay, &credit);
+    return credit > 0 ? 0.0 : t;
 }
 
 /* Cost of layout `lay` (already filled) for op k: its compute time, the

@@ -74,13 +74,26 @@ typedef struct opinfo {
     bool decision_told;                   /* the decision is written into a reason already */
 } opinfo;
 
+/* The collectives at the ends of a reshard's plan that a collective matmul
+ * can hide (cost_collective_matmul_exposed; propagate_step.c): its first
+ * step when a ReduceScatter (of a matmul's partial sums), its last when an
+ * AllGather (into a matmul's operand).  Seconds of one run; 0 where the
+ * end is another collective. */
+typedef struct reshard_ends {
+    double head_rs;     /* seconds of the first step, a ReduceScatter, else 0 */
+    int64_t head_group; /* devices in its group */
+    double tail_ag;     /* seconds of the last step, an AllGather, else 0 */
+    int64_t tail_group; /* devices in its group */
+} reshard_ends;
+
 /* One memoised reshard cost. */
 typedef struct cache_ent {
-    bool used;     /* slot occupied */
-    int vid;       /* type class of the value (prop.tclass) */
-    uint32_t from; /* pass_reshard_key of the source sharding */
-    uint32_t to;   /* and of the target */
-    cost c;        /* the planner's answer */
+    bool used;         /* slot occupied */
+    int vid;           /* type class of the value (prop.tclass) */
+    uint32_t from;     /* pass_reshard_key of the source sharding */
+    uint32_t to;       /* and of the target */
+    cost c;            /* the planner's answer */
+    reshard_ends ends; /* the collectives at its plan's ends */
 } cache_ent;
 
 /* A reshard already materialised: `src` brought to `sh` is `dst`. */
@@ -209,6 +222,13 @@ double pass_prop_compute_time(prop *p, int k, const layout *lay);
 /* Seconds of the planner's reshard of v from `from` to `to` (memoised; one
  * run, no trip count). */
 double pass_prop_reshard_time(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to);
+/* The ends of that reshard's plan (memoised with it; all 0 when from ==
+ * to or it is unreachable). */
+reshard_ends pass_prop_reshard_ends(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to);
+/* Seconds one run of op k takes under `lay` when it is a matmul that can
+ * hide one collective as a collective matmul (cost_is_matmul, and not
+ * priced as a MeshSlice loop: no MeshSlice credit), else 0. */
+double pass_prop_matmul_time(prop *p, int k, const layout *lay);
 
 /* ---- propagate_layout.c ---- */
 

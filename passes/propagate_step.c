@@ -26,6 +26,13 @@
  * (propagate.c, widen), so the margin a wider plan must win by is a margin
  * of the step the cost pass will report.  Not replayed (they are small):
  * the reshard of a repeated block's new value into its carried sharding.
+ *
+ * On a profile with collective matmul (hw->collective_matmul) a
+ * main-stream reshard whose plan ends in an AllGather into a matmul, or
+ * starts with a ReduceScatter of a matmul's partial sums, leaves only
+ * cost_collective_matmul_exposed of that step on the stream, each matmul
+ * hiding one collective, the first in program order, as the cost pass
+ * pairs them (cost.c, cm_partner).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -40,6 +47,40 @@ typedef struct done {
     double ready;
 } done;
 
+/* Seconds of one run of collective step `comm` (over `group` devices)
+ * that op k's chunks hide as a collective matmul: op k is a decided
+ * matmul that hides nothing yet (hid[k], then set). */
+static double hide(prop *p, int k, double comm, int64_t group, bool *hid)
+{
+    if (comm <= 0 || k < 0 || k >= p->nops || hid[k] || !p->ops[k].decided)
+        return 0.0;
+    double mm = pass_prop_matmul_time(p, k, &p->ops[k].lay);
+    if (mm <= 0)
+        return 0.0;
+    hid[k] = true;
+    return comm - cost_collective_matmul_exposed(p->hw, comm, mm, group);
+}
+
+/* Seconds of reshard v: from -> to (run `trips` times; `producer` the op
+ * whose result it reads directly, or -1; `consumer` the op it feeds, or -1
+ * for a constraint or an output) left on the main stream after a
+ * collective matmul hides what it can (hide). */
+static double main_reshard(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to,
+                           int producer, int consumer, double trips, bool *hid)
+{
+    double t = pass_prop_reshard_time(p, v, from, to);
+    if (!p->hw->collective_matmul || !(t > 0) || isinf(t))
+        return t * trips;
+    reshard_ends e = pass_prop_reshard_ends(p, v, from, to);
+    /* Its first step, a ReduceScatter, behind the matmul that made v (run
+     * as often); its last, an AllGather, behind the one it feeds. */
+    double h = 0.0;
+    if (producer >= 0 && (double)ir_op_trips(p->m, p->ops[producer].op) == trips)
+        h += hide(p, producer, e.head_rs, e.head_group, hid);
+    h += hide(p, consumer, e.tail_ag, e.tail_group, hid);
+    return (t - h) * trips;
+}
+
 double pass_prop_step_time(prop *p)
 {
     if (!p->hw)
@@ -47,9 +88,11 @@ double pass_prop_step_time(prop *p)
     int cap = 64, n = 0;
     done *dn = malloc((size_t)cap * sizeof *dn);
     double *ready = calloc((size_t)p->nvalues + 1, sizeof *ready);
-    if (!dn || !ready) {
+    bool *hid = calloc((size_t)p->nops + 1, sizeof *hid);
+    if (!dn || !ready || !hid) {
         free(dn);
         free(ready);
+        free(hid);
         return pass_prop_total_cost(p).time;
     }
     double main_t = 0, side_t = 0;
@@ -72,13 +115,14 @@ double pass_prop_step_time(prop *p)
             while (j < n && !(dn[j].id == v->id && ir_sharding_equal(&dn[j].to, &oi->lay.req[i], v->type.rank)))
                 j++;
             if (j == n) {
-                double t = pass_prop_reshard_time(p, v, &have, &oi->lay.req[i]) * trips;
                 double r;
                 if (cost_value_is_param_derived(v)) {
-                    side_t = fmax(side_t, at) + t;
+                    side_t = fmax(side_t, at) + pass_prop_reshard_time(p, v, &have, &oi->lay.req[i]) * trips;
                     r = side_t;
                 } else {
-                    main_t = fmax(main_t, at) + t;
+                    main_t = fmax(main_t, at) + main_reshard(p, v, &have, &oi->lay.req[i],
+                                                              known && !v->has_constraint ? p->def[v->id] : -1,
+                                                              k, trips, hid);
                     r = main_t;
                 }
                 if (n == cap) {
@@ -96,7 +140,7 @@ double pass_prop_step_time(prop *p)
         const ir_value *r = op->result;
         ir_sharding have = oi->lay.produced;
         if (r->has_constraint) {
-            main_t += pass_prop_reshard_time(p, r, &have, &r->constraint) * trips;
+            main_t += main_reshard(p, r, &have, &r->constraint, k, -1, trips, hid);
             have = r->constraint;
         }
         for (int o = 0; o < p->m->noutputs; o++) {
@@ -104,12 +148,13 @@ double pass_prop_step_time(prop *p)
             if (out->value != r)
                 continue;
             ir_sharding want = out->has_constraint ? out->constraint : pass_prop_reduced(have);
-            main_t += pass_prop_reshard_time(p, r, &have, &want);
+            main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid);
         }
         if (r->id >= 0 && r->id < p->nvalues)
             ready[r->id] = main_t;
     }
     free(dn);
     free(ready);
+    free(hid);
     return fmax(main_t, side_t);
 }

@@ -331,3 +331,10 @@ double cost_measured_contention(const cost_hw *hw, double devices)
     double share = hw->cal_cores / fmax(devices, hw->cal_cores);
     return share_cal / share;
 }
+
+double cost_collective_matmul_exposed(const cost_hw *hw, double comm_s, double matmul_s, int64_t group)
+{
+    if (!hw || !hw->collective_matmul || group < 2 || !(matmul_s > 0))
+        return comm_s;
+    return fmax(0.0, comm_s - matmul_s * (double)(group - 1) / (double)group);
+}

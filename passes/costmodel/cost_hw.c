@@ -498,6 +498,14 @@ int cost_hw_parse(const char *json, const char *origin, cost_hw *hw, char *err, 
             goto out;
     if (parse_wrap(root, origin, hw, err, errsize) < 0)
         goto out;
+    /* Optional: the compiler the chip's programs go through overlaps a
+     * tensor-parallel collective with its matmul (absent: it does not). */
+    const cJSON *cm = cJSON_GetObjectItemCaseSensitive(root, "collective_matmul");
+    if (cm && !cJSON_IsBool(cm)) {
+        set_err(err, errsize, "%s: field \"collective_matmul\" must be true or false", origin);
+        goto out;
+    }
+    hw->collective_matmul = cJSON_IsTrue(cm);
     if (parse_calibration(root, origin, hw, err, errsize) < 0)
         goto out;
     if (parse_machine(root, origin, hw, err, errsize) < 0)

@@ -116,6 +116,10 @@ typedef struct cost_hw {
     cost_wrap_rule wrap;            /* which axis sizes have wraparound */
     int64_t wrap_size;              /* the size in COST_WRAP_SIZE_* rules, else 0 */
     double dcn_bw;                  /* data-center network per chip, bytes/s (W_dcn: mesh axes `over dcn`) */
+    bool collective_matmul;         /* "collective_matmul": an activation AllGather feeding a matmul,
+                                       or a ReduceScatter of one's result, runs as ring steps
+                                       overlapped with the matmul's chunks (XLA on TPU; seed 001,
+                                       Wang et al. ASPLOS'23); cost_collective_matmul_exposed */
     /* The "calibration" section written by `einc calibrate`; when present
      * the cost pass times collectives with these fits (cost_measured_coll_time)
      * and compute with the measured peak_flops / hbm_bw above. */
@@ -365,6 +369,27 @@ double cost_measured_contention(const cost_hw *hw, double devices);
  * not record its cores.  Used by the MeshSlice loop's cost.
  */
 bool cost_measured_overlaps(const cost_hw *hw, double devices);
+
+/*
+ * Collective matmul (seed 001, "sharded matmuls", case 2: the collective
+ * "can overlap the matmul itself ... the algorithm is called collective
+ * matmul, first described in Wang et al.", ASPLOS'23 "Overlap communication
+ * with dependent computation via decomposition"): an AllGather of one
+ * operand of a matmul over a group of G devices is G - 1 ring SendRecv
+ * steps of c = comm_s / (G - 1) each, and the matmul G chunks of
+ * m = matmul_s / G; chunk k runs on the block already here while block
+ * k + 1 travels, so the pair takes m + (G - 1) max(c, m).  A ReduceScatter
+ * of a matmul's result is the same pipeline reversed (a chunk's partial
+ * sums travel while the next chunk is computed).  The communication the
+ * pair leaves exposed beyond the matmul is therefore
+ *   max(0, comm_s - matmul_s (G - 1) / G)
+ * seconds: none when the ring is faster than the matmul, else the
+ * collective plus one chunk of the matmul.  Returns comm_s unchanged when
+ * hw->collective_matmul is false (the runtime does not decompose its
+ * collectives, so on `host` nothing hides) or G < 2.  All times in
+ * seconds, per device.
+ */
+double cost_collective_matmul_exposed(const cost_hw *hw, double comm_s, double matmul_s, int64_t group);
 
 /* ---- the estimate of one IR op (cost_op.c) ---- */
 

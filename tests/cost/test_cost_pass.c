@@ -320,12 +320,39 @@ static void test_totals_overlap(void)
     CU_ASSERT(m->totals.mfu > 0.5 && m->totals.mfu <= 1.0);
     ir_module_free(m);
 
+    /* Weights declared `input`: their gathers run on the main stream, and
+     * on tpu-v5p each hides behind the matmul it feeds (collective
+     * matmul over 8 devices: max(0, ag - e * 7/8) stays exposed). */
+    CU_ASSERT_TRUE_FATAL(hw.collective_matmul);
     fsdp_layer(false, &m, o);
     CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
     CU_ASSERT_FALSE(cost_value_is_param_derived(o[0]->result));
+    double x1 = fmax(0, ag1 - e1 * 7 / 8), x2 = fmax(0, ag2 - e2 * 7 / 8);
+    ASSERT_CLOSE(m->totals.step_time, x1 + e1 + x2 + e2);
+    ASSERT_CLOSE(m->totals.exposed_comm_time, x1 + x2);
+    ir_module_free(m);
+    /* Without collective matmul (the runtime's own collectives) they add. */
+    hw.collective_matmul = false;
+    fsdp_layer(false, &m, o);
+    CU_ASSERT_EQUAL_FATAL(run_cost(m, &hw), 0);
     ASSERT_CLOSE(m->totals.step_time, ag1 + e1 + ag2 + e2);
     ASSERT_CLOSE(m->totals.exposed_comm_time, ag1 + ag2);
     ir_module_free(m);
+}
+
+/* cost_collective_matmul_exposed: G - 1 ring steps against G chunks of the
+ * matmul leave max(0, comm - matmul (G - 1) / G); nothing hides without
+ * the profile's flag or in a group of one. */
+static void test_collective_matmul_formula(void)
+{
+    cost_hw hw = test_load_hw("tpu-v5p");
+    ASSERT_CLOSE(cost_collective_matmul_exposed(&hw, 1.0, 0.5, 4), 1.0 - 0.5 * 3 / 4);
+    ASSERT_CLOSE(cost_collective_matmul_exposed(&hw, 1.0, 2.0, 2), 0.0);
+    ASSERT_CLOSE(cost_collective_matmul_exposed(&hw, 1.0, 0.5, 1), 1.0);
+    hw.collective_matmul = false;
+    ASSERT_CLOSE(cost_collective_matmul_exposed(&hw, 1.0, 0.5, 4), 1.0);
+    cost_hw host = test_load_hw("host");
+    CU_ASSERT_FALSE(host.collective_matmul);
 }
 
 /* A gather longer than the compute before its use is exposed only by the
@@ -687,6 +714,7 @@ void einc_register_tests(void)
         {"pass: latency-bound AllGather", test_pass_latency_bound},
         {"pass: ReduceScatter, AllReduce, AllToAll, Slice", test_pass_other_collectives},
         {"totals: param gathers overlap (FSDP)", test_totals_overlap},
+        {"totals: collective matmul formula", test_collective_matmul_formula},
         {"totals: partial overlap", test_totals_partial_overlap},
         {"critical batch 2550 on v5p and --explain", test_critical_batch_2550},
         {"critical F/Y 2550 for Megatron TP", test_critical_tp},

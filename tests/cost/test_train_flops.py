@@ -17,9 +17,13 @@ one repeated block, its backward a loop over the layers in reverse):
 3. MFU is printed, in (0, 100%];
 4. the IR has one forward loop and one reverse loop over L = 40, and the
    reverse loop all-reduces each of the 9 stacked params' per-layer
-   gradients over X (seed 000, DP) inside the loop;
-5. the step time and the FLOPs grow linearly in L (L = 2, 3, 40): the
+   gradients over X (seed 000, DP) inside the loop (the norm gains' over
+   X and Y where the plan keeps the residual stream sequence-parallel
+   over Y, which collective matmul makes the faster plan on tpu-v5p);
+5. the step time and the FLOPs grow linearly in L (L = 3, 4, 40): the
    backward loop counts its body |L| times, as the forward loop does.
+   (At L = 2 the planner lays out the LM head differently, a choice
+   outside the loops.)
 """
 import json
 import os
@@ -82,15 +86,15 @@ def main(argv):
           [(ops[i].get("trips"), ops[i].get("reverse")) for i in begins])
     if len(begins) == 2:
         body = [o for o in ops[begins[1] + 1:ops[begins[1]]["end"]]]
-        grads = [o for o in body if o["op"] == "AllReduce" and o.get("axes") == ["X"]]
+        grads = [o for o in body if o["op"] == "AllReduce" and "X" in (o.get("axes") or [])]
         check(len(grads) == 9, "the reverse loop all-reduces 9 per-layer gradients over X: %d (%s)"
               % (len(grads), ", ".join(o["result"]["tensor"] for o in grads)))
 
-    t2, t3, t40 = (totals(einc, path, n) for n in (2, 3, 40))
+    t3, t4, t40 = (totals(einc, path, n) for n in (3, 4, 40))
     for key in ("step_time", "model_flops"):
-        per_layer = t3[key] - t2[key]
-        check(per_layer > 0 and abs((t40[key] - t2[key]) - 38 * per_layer) <= 1e-6 * t40[key],
-              "%s is linear in L: L=2 %.6g, L=3 %.6g, L=40 %.6g" % (key, t2[key], t3[key], t40[key]))
+        per_layer = t4[key] - t3[key]
+        check(per_layer > 0 and abs((t40[key] - t3[key]) - 37 * per_layer) <= 1e-6 * t40[key],
+              "%s is linear in L: L=3 %.6g, L=4 %.6g, L=40 %.6g" % (key, t3[key], t4[key], t40[key]))
     return check.exit_status()
 
 

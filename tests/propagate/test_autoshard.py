@@ -58,7 +58,7 @@ def check_table(einc, ein, chips, hw, text):
             check(k in c and isinstance(c[k], (int, float) if t is float else t), f"field {k} of {c}")
         check(c["bound"] in ("compute", "communication"), f"bound {c['bound']}")
         check(0 < c["mfu"] <= 1 and c["step_time"] > 0, f"figures of {c}")
-    seen = {(c["family"], tuple(sorted(c["mesh"].items()))) for c in cands}
+    seen = {(c["storage"], tuple(sorted(c["mesh"].items()))) for c in cands}
     want = {(f, tuple(sorted(m.items()))) for m, fams in meshes(chips) for f in fams}
     check(seen == want, f"candidates for {chips} chips: missing {want - seen}, extra {seen - want}")
     ch = d["chosen"]

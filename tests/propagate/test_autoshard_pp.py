@@ -104,7 +104,7 @@ def main():
     d = plan(einc, ein, "host")
     cands = d["candidates"]
     check(all("step_time" in c for c in cands), "a candidate did not compile")
-    pp = {(c["family"], tuple(sorted(c["mesh"].items()))): c for c in cands if "pipeline" in c}
+    pp = {(c["storage"], tuple(sorted(c["mesh"].items()))): c for c in cands if "pipeline" in c}
     want = {("PP", (("X", 4),)), ("PP+DP", (("X", 2), ("Y", 2))), ("PP+FSDP", (("X", 2), ("Y", 2))),
             ("PP+TP", (("X", 2), ("Y", 2)))}
     check(set(pp) == want, f"pipelined rows {sorted(pp)}, want {sorted(want)}")

@@ -18,19 +18,24 @@ Checked:
   - above alpha / 3 by at least 3x: the chosen family is DP or FSDP, on a
     3-axis mesh, compute-bound; every DP and FSDP row on a 3-axis mesh,
     and DP on the one axis of 64 (above alpha), is compute-bound; every
-    FSDP row gathers its weights (FSDP's signature);
-  - below alpha / 3 by at least 3x (and above the FSDP+TP threshold by at
-    least 2x): every DP and FSDP row on a 3-axis mesh, and DP on one axis,
-    is communication-bound.
+    row labelled FSDP gathers its weights (FSDP's signature; a plan of
+    FSDP's storage that gathers none is labelled TP-D);
+  - in the FSDP+TP window, below alpha / 3 by at least 3x and above the
+    FSDP+TP threshold by at least 2x: every DP and FSDP row on a 3-axis
+    mesh, and DP on one axis, is communication-bound; the chosen family
+    is the seed's, FSDP+TP, with FSDP over the mesh's first two axes
+    within a factor 2 of X_opt = sqrt(B N M_X / (F M_Y)) chips (seed 000,
+    "Combining FSDP and TP"), it gathers its weights, and it is
+    compute-bound exactly when the seed's ratio
+    T_math / T_comms = sqrt(B F M_X M_Y / (alpha^2 N)) is above 1.
 "bound" is the seed's test: the collectives' seconds against the matmuls'
 (T_comms > T_math; these matmuls are compute-bound, so FLOPs at the peak),
-JSON "comm_time" and "math_time".
-In the FSDP+TP window the seed's own pick (FSDP+TP, compute-bound, FSDP
-over X_opt = sqrt(B N M_X / (F M_Y)) chips) is printed next to einc's, not
-checked: einc's cost model does not overlap the tensor-parallel
-activation collectives with compute, which the seed assumes, so no
-FSDP+TP row is compute-bound there (docs/propagation.md, "Seed 000's
-regimes").  --quick (the sanitizers) runs the first batch only.
+T_comms the busiest mesh axis's (JSON "comm_axis_time"; collectives over
+other axes run at once, the seed's max(T_FSDP, T_TP)) and T_math JSON
+"math_time".  The window needs the tensor-parallel activation
+collectives overlapped with their matmuls (collective matmul, the
+profile's "collective_matmul"; docs/cost-model.md), as the seed assumes.
+--quick (the sanitizers) runs the first batch only.
 Exits 1 on the first failure.
 """
 import argparse
@@ -76,8 +81,9 @@ def main():
     print("alpha %.0f; DP/FSDP on 3 axes compute-bound above %.0f tokens per chip; FSDP+TP above %.0f"
           % (alpha, t_dp3, t_mix))
     hi, lo = 4096, 256
-    check(hi >= 3 * t_dp3 and hi > alpha and lo * 3 <= t_dp3 and lo >= 2 * t_mix,
-          "batches per chip %d and %d are not well apart from the thresholds" % (hi, lo))
+    check(hi >= 3 * t_dp3 and hi > alpha and lo * 3 <= t_dp3 and lo >= 2 * t_mix and hw.get("collective_matmul"),
+          "batches per chip %d and %d are not well apart from the thresholds, or the profile has no "
+          "collective matmul" % (hi, lo))
 
     d = plan(a.einc, a.ein, hi * CHIPS)
     ch = d["chosen"]
@@ -90,6 +96,8 @@ def main():
                   % (hi, label(c), c["bound"], c["comm_time"], c["math_time"]))
         if c["family"] == "FSDP":
             check(c["gathers_params"], "%s gathers no weight" % label(c))
+        check(c["family"] not in ("TP-D", "2D-WS") or not c["gathers_params"],
+              "%s is labelled weight-stationary but gathers weights" % label(c))
     if a.quick:
         print("ok (quick)")
         return
@@ -101,14 +109,22 @@ def main():
         if c["family"] in ("DP", "FSDP") and (len(c["mesh"]) == 3 or c["family"] == "DP" and len(c["mesh"]) == 1):
             check(c["bound"] == "communication", "%d tokens per chip: %s is %s-bound (comm %.3g s, math %.3g s)"
                   % (lo, label(c), c["bound"], c["comm_time"], c["math_time"]))
-    # The seed's pick in the FSDP+TP window (FSDP over two axes, TP over one).
+    # The seed's pick in the FSDP+TP window: FSDP over two axes (M_X = 2),
+    # TP over one (M_Y = 1), X_opt chips of FSDP, and its ratio of the
+    # matmuls' time to the busier axis's collectives.
     x_opt = math.sqrt(B * CHIPS * 2 / (F * 1))
-    mix = [c for c in d["candidates"] if c["family"] == "FSDP+TP" and "error" not in c]
-    best = min(mix, key=lambda c: c["step_time"])
-    print("%d tokens per chip: chosen %s, %s-bound, %.3g ms; the seed's pick FSDP+TP with X_opt %.1f "
-          "(ratio T_math/T_comms %.2f), einc's fastest FSDP+TP %s, %s-bound, %.3g ms"
-          % (lo, label(ch), ch["bound"], ch["step_time"] * 1e3, x_opt,
-             math.sqrt(B * F * 2 / (alpha ** 2 * CHIPS)), label(best), best["bound"], best["step_time"] * 1e3))
+    ratio = math.sqrt(B * F * 2 / (alpha ** 2 * CHIPS))
+    print("%d tokens per chip: chosen %s, %s-bound, %.3g ms (comm %.3g ms on the busiest axis, math %.3g ms); "
+          "the seed's pick FSDP+TP with X_opt %.1f, T_math/T_comms %.2f"
+          % (lo, label(ch), ch["bound"], ch["step_time"] * 1e3, ch["comm_axis_time"] * 1e3,
+             ch["math_time"] * 1e3, x_opt, ratio))
+    check(ch["family"] == "FSDP+TP" and len(ch["mesh"]) == 3 and ch["gathers_params"],
+          "at %d tokens per chip the seed's choice is FSDP+TP on 3 axes, gathering weights: %s" % (lo, ch))
+    sizes = list(ch["mesh"].values())
+    fsdp = sizes[0] * sizes[1]
+    check(x_opt / 2 <= fsdp <= x_opt * 2, "FSDP over %d chips, the seed's X_opt is %.1f" % (fsdp, x_opt))
+    check(ch["bound"] == ("compute" if ratio > 1 else "communication"),
+          "the seed's ratio is %.2f, %s is %s-bound" % (ratio, label(ch), ch["bound"]))
     print("ok")
 
 
