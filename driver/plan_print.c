@@ -1,0 +1,278 @@
+/*
+ * plan_print.c - the auto-sharding table (plan.h): each candidate's label
+ * (seed 000's family, or what its plan turned out to be), the text table a
+ * reader of seed 000 recognises and the JSON interface fixed by
+ * docs/propagation.md ("Auto-sharding").
+ */
+#include "plan.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double gib = 1024.0 * 1024.0 * 1024.0; /* bytes, for the report */
+static const char *family_name[PLAN_NFAMILIES] = {"DP", "FSDP", "TP", "FSDP+TP", "DP+TP"};
+
+/* ---- labels ---- */
+
+const char *plan_family_name(plan_family f)
+{
+    return f >= 0 && f < PLAN_NFAMILIES ? family_name[f] : "?";
+}
+
+/* plan_row_label of a row whose layers are pipelined over its first axis. */
+static const char *pp_label(const char *base)
+{
+    static const char *const names[][2] = {
+        {"DP", "PP+DP"}, {"FSDP", "PP+FSDP"}, {"TP", "PP+TP"}, {"FSDP+TP", "PP+FSDP+TP"},
+        {"DP+TP", "PP+DP+TP"}, {"TP-D", "PP+TP-D"}, {"2D-WS", "PP+2D-WS"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(names[i][0], base) == 0)
+            return names[i][1];
+    return "PP";
+}
+
+/* plan_row_label, or with `as_planned` false the family whose storage
+ * the row wrote (JSON "storage"). */
+static const char *row_name(const plan_row *r, bool as_planned)
+{
+    if (r->pp) {
+        if (r->naxes == 1)
+            return "PP";
+        plan_row inner = *r;
+        inner.pp = false;
+        return pp_label(row_name(&inner, as_planned));
+    }
+    /* With the weights in place (served, or trained where moving
+     * activations is cheaper), FSDP's storage is model parallelism over
+     * the model dim (TP-D) or over it and the heads or hidden dim, seed
+     * 002's 2D weight-stationary sharding (question 7, appendix B).  A
+     * row whose storage is an earlier row's (same_as: no param dim divides
+     * its data axes) shards no weight and keeps its family's name. */
+    if (as_planned && r->ok && !r->gathers_params && r->same_as < 0) {
+        if (r->family == PLAN_FSDP)
+            return "TP-D";
+        if (r->family == PLAN_FSDP_TP)
+            return "2D-WS";
+    }
+    return plan_family_name(r->family);
+}
+
+const char *plan_row_label(const plan_row *r)
+{
+    return row_name(r, true);
+}
+
+/* ---- the report ---- */
+
+static void mesh_str(const plan_row *r, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < r->naxes && len < n; k++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%c=%lld", k ? "," : "", "XYZ"[k], (long long)r->sizes[k]);
+}
+
+/* Seed 000's test ("Data Parallelism", "Combining FSDP and TP"): a step
+ * is communication-bound when its collectives take longer than its
+ * matmuls (T_comms > T_math; a memory-bound matmul counts its HBM time);
+ * the elementwise ops and the optimizer update are not part of it.
+ * T_comms is the busiest axis's: collectives over other axes run on other
+ * links at once, the seed's T_comms = max(T_FSDP, T_TP) (it assumes "we
+ * can fully overlap communication on the X and Y axes"); a collective over
+ * every axis, DP's and FSDP's, loads them all. */
+static const char *bound_name(const plan_row *r)
+{
+    return r->comm_axis > r->math ? "communication" : "compute";
+}
+
+/* The runner-up to the chosen row: the next fastest that fits. */
+static int runner_up(const plan_table *t)
+{
+    int best = -1;
+    for (int i = 0; i < t->n; i++) {
+        const plan_row *r = &t->rows[i];
+        if (i == t->chosen || !r->ok || !r->fits)
+            continue;
+        if (best < 0 || r->step < t->rows[best].step)
+            best = i;
+    }
+    return best;
+}
+
+/* One candidate as the JSON interface fixes it (docs/propagation.md). */
+static cJSON *row_json(const plan_row *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "family", plan_row_label(r));
+    cJSON_AddStringToObject(o, "storage", row_name(r, false));
+    cJSON *mesh = cJSON_AddObjectToObject(o, "mesh");
+    for (int k = 0; k < r->naxes; k++) {
+        char name[2] = {"XYZ"[k], '\0'};
+        cJSON_AddNumberToObject(mesh, name, (double)r->sizes[k]);
+    }
+    if (!r->ok) {
+        cJSON_AddStringToObject(o, "error", r->why);
+        return o;
+    }
+    cJSON_AddNumberToObject(o, "step_time", r->step);
+    cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "memory_per_device", r->memory);
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    cJSON_AddNumberToObject(o, "exposed_comm_time", r->exposed);
+    cJSON_AddNumberToObject(o, "comm_time", r->comm);
+    cJSON_AddNumberToObject(o, "comm_axis_time", r->comm_axis);
+    cJSON_AddNumberToObject(o, "math_time", r->math);
+    cJSON_AddBoolToObject(o, "gathers_params", r->gathers_params);
+    cJSON_AddStringToObject(o, "bound", bound_name(r));
+    cJSON_AddStringToObject(o, "remat", r->remat == IR_REMAT_LAYER ? "layer"
+                                        : r->remat == IR_REMAT_ELEMENTWISE ? "elementwise" : "none");
+    cJSON_AddNumberToObject(o, "zero", r->zero);
+    if (r->pp) {
+        cJSON *p = cJSON_AddObjectToObject(o, "pipeline");
+        cJSON_AddNumberToObject(p, "stages", (double)r->sizes[0]);
+        cJSON_AddNumberToObject(p, "microbatches", r->microbatches);
+        cJSON_AddStringToObject(p, "schedule", r->schedule ? r->schedule : "");
+        cJSON_AddNumberToObject(p, "bubble", r->bubble);
+    }
+    return o;
+}
+
+static void print_json(FILE *out, const plan_table *t)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddItemToObject(root, "chosen", t->chosen >= 0 ? row_json(&t->rows[t->chosen]) : cJSON_CreateNull());
+    if (t->fit.tried) {
+        /* What would fit (plan_find_fit): null where nothing did. */
+        cJSON *fit = cJSON_AddObjectToObject(root, "fit");
+        if (t->fit.chips > 0) {
+            cJSON *c = row_json(&t->fit.at_chips);
+            cJSON_AddNumberToObject(c, "chips", (double)t->fit.chips);
+            cJSON_AddItemToObject(fit, "more_chips", c);
+        } else {
+            cJSON_AddNullToObject(fit, "more_chips");
+        }
+        if (t->fit.batch > 0) {
+            cJSON *b = row_json(&t->fit.at_batch);
+            cJSON_AddStringToObject(b, "dim", t->fit.batch_name);
+            cJSON_AddNumberToObject(b, "size", (double)t->fit.batch);
+            cJSON_AddItemToObject(fit, "smaller_batch", b);
+        } else {
+            cJSON_AddNullToObject(fit, "smaller_batch");
+        }
+    }
+    cJSON *cands = cJSON_AddArrayToObject(root, "candidates");
+    for (int i = 0; i < t->n; i++)
+        cJSON_AddItemToArray(cands, row_json(&t->rows[i]));
+    char *text = cJSON_PrintUnformatted(root);
+    if (text)
+        fprintf(out, "%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+/* The changes plan_find_fit found, ending the "none fits" line. */
+static void print_fit(FILE *out, const plan_table *t, bool remat)
+{
+    const plan_fit *f = &t->fit;
+    if (!f->tried) {
+        fprintf(out, ": more chips%s or a smaller batch would shrink it\n", remat ? ", --remat=layer" : "");
+        return;
+    }
+    char mesh[40];
+    if (f->chips > 0) {
+        mesh_str(&f->at_chips, mesh, sizeof mesh);
+        fprintf(out, "; it fits on %lld chips (%s on %s, %.4g GiB)", (long long)f->chips,
+                plan_row_label(&f->at_chips), mesh, f->at_chips.memory / gib);
+    } else {
+        fprintf(out, "; not on up to %d chips", PLAN_FIT_MAX_CHIPS);
+    }
+    if (f->batch > 0)
+        fprintf(out, ", or at %s = %lld (-D %s=%lld, %.4g GiB)", f->batch_name, (long long)f->batch,
+                f->batch_name, (long long)f->batch, f->at_batch.memory / gib);
+    else if (f->batch_dim >= 0)
+        fprintf(out, ", nor at a smaller %s", f->batch_name);
+    fprintf(out, "%s\n", remat ? ", or with --remat=layer" : "");
+}
+
+void plan_print(FILE *out, const plan_table *t, bool json)
+{
+    if (json) {
+        print_json(out, t);
+        return;
+    }
+    fprintf(out, "auto-sharding: %lld chips of %s (%.3g GiB of HBM each), %d candidates (seed 000's families "
+            "on every mesh; activations planned by the whole-program ILP)\n",
+            (long long)t->chips, t->hw->name, t->hw->hbm_bytes / gib, t->n);
+    if (t->dropped)
+        fprintf(out, "(%d more candidates not priced: at most %d)\n", t->dropped, PLAN_MAX_ROWS);
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(plan_row_label(&t->rows[i]), row_name(&t->rows[i], false)) != 0) {
+            fprintf(out, "(a plan that keeps the weights in place is model parallel, so FSDP's storage shows "
+                         "as TP-D or 2D-WS where no weight is gathered; seed 002, appendix B)\n");
+            break;
+        }
+    int w = 8; /* the family column: wider only for the pipelined names */
+    bool any_pp = false;
+    for (int i = 0; i < t->n; i++) {
+        int len = (int)strlen(plan_row_label(&t->rows[i]));
+        w = len > w ? len : w;
+        any_pp |= t->rows[i].pp;
+    }
+    if (any_pp)
+        fprintf(out, "(PP: the repeated block's layers pipelined in |X| stages over X, the mesh's first axis; "
+                     "the step is the schedule's, the memory the fullest stage's; docs/pipeline.md)\n");
+    fprintf(out, "  %-*s %-18s %12s %7s %14s %5s %13s %13s  %s\n", w, "family", "mesh", "step", "MFU",
+            "memory/device", "fits", "comm exposed", "comm total", "bound");
+    for (int i = 0; i < t->n; i++) {
+        const plan_row *r = &t->rows[i];
+        char mesh[40];
+        mesh_str(r, mesh, sizeof mesh);
+        if (!r->ok) {
+            fprintf(out, "  %-*s %-18s does not compile: %s\n", w, plan_row_label(r), mesh, r->why);
+            continue;
+        }
+        char pipe[80] = "";
+        if (r->pp)
+            snprintf(pipe, sizeof pipe, ", %s M=%d bubble %.1f%%", r->schedule ? r->schedule : "?",
+                     r->microbatches, 100 * r->bubble);
+        /* A row the search rematerialised to fit says so. */
+        bool chose_remat = r->remat == IR_REMAT_LAYER && t->choose_remat;
+        char same[48] = "";
+        if (r->same_as >= 0 && r->same_as < i)
+            snprintf(same, sizeof same, ", the storage of %s", plan_row_label(&t->rows[r->same_as]));
+        fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s%s%s\n",
+                i == t->chosen ? '*' : ' ', w, plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
+                r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r), pipe,
+                r->zero ? ", zero=2" : "", chose_remat ? ", remat=layer" : "", same);
+    }
+    if (t->chosen < 0) {
+        fprintf(out, "chosen: none (no candidate compiles)\n");
+        return;
+    }
+    const plan_row *c = &t->rows[t->chosen];
+    char mesh[40];
+    mesh_str(c, mesh, sizeof mesh);
+    if (!c->fits) {
+        /* Remat is named only where it was not already tried. */
+        bool tried = t->choose_remat || t->remat == IR_REMAT_LAYER;
+        fprintf(out, "chosen: none fits %s's HBM%s; the smallest is %s on %s at %.4g GiB per device", t->hw->name,
+                tried && c->trains ? ", not even with --remat=layer" : "", plan_row_label(c), mesh,
+                c->memory / gib);
+        print_fit(out, t, !tried && c->trains);
+        return;
+    }
+    int ru = runner_up(t);
+    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound%s)", plan_row_label(c),
+            mesh, c->step * 1e3, bound_name(c),
+            c->remat == IR_REMAT_LAYER && t->choose_remat ? "; it fits only with --remat=layer, which -o compiles with"
+            : c->zero ? "; it fits only with the optimizer state sharded (--zero=2), which -o compiles with" : "");
+    if (ru >= 0) {
+        char m2[40];
+        mesh_str(&t->rows[ru], m2, sizeof m2);
+        fprintf(out, "; next %s on %s at %.4g ms", plan_row_label(&t->rows[ru]), m2, t->rows[ru].step * 1e3);
+    }
+    fputs("\n", out);
+}
