@@ -106,9 +106,10 @@ int ir_row_group_end(const int *row_group, const int *fused_into, int nops, int 
 
 /* A contraction that may stop, for each row b, at position pos[b] along
  * label `pos_label` (pos_bound.c; docs/codegen.md, "Contractions bounded
- * by a position"): `pos` is a rank-1 i32 value (global [B], the same
- * per-device block as the einsum result's rows), `row_label` the einsum's
- * batch label B (in both operands and the result), `pos_label` S, whole on
+ * by a position"): `pos` is an i32 input, global [B] with the same
+ * per-device block as the einsum result's rows and `row_label` the
+ * einsum's batch label B (in both operands and the result), or a scalar
+ * (every row at pos[0]) and `row_label` -1; `pos_label` is S, whole on
  * every device.  Either S is contracted and one operand is exactly 0 at
  * s > pos[b] (a masked softmax), or S is kept and every reader of the
  * result reads it only where S <= pos[B] (under `where(S <= pos[B], ...)`).

@@ -59,8 +59,9 @@ static int find(const int *labels, int rank, int label)
 }
 
 /* Whether node n of elementwise `op` is the mask `S <= P[B]` (or
- * `P[B] >= S`) for op labels ls (S) and lb (B), with P a rank-1 i32 value
- * sharded as op's result along B; records P in c->pos. */
+ * `P[B] >= S`) for op labels ls (S) and lb (B), P an i32 input, or
+ * `S <= P[]` with a scalar P (every row at the same position, as static
+ * batching runs); records P in c->pos. */
 static bool is_mask(pb_ctx *c, const ir_op *op, int n, int ls, int lb)
 {
     const ir_ew_node *e = &op->u.ew.nodes[n];
@@ -77,8 +78,8 @@ static bool is_mask(pb_ctx *c, const ir_op *op, int n, int ls, int lb)
     const ir_value *p = op->operands[eo->operand];
     /* An input: its buffer lives through the run (codegen passes it to
      * the einsum, which the IR does not list as a reader). */
-    if (p->kind != IR_VAL_INPUT || p->type.rank != 1 || p->type.dtype != IR_I32 ||
-        op->u.ew.labels[eo->operand][0] != lb)
+    if (p->kind != IR_VAL_INPUT || p->type.dtype != IR_I32 || p->type.rank > 1 ||
+        (p->type.rank == 1 && op->u.ew.labels[eo->operand][0] != lb))
         return false;
     if (c->pos && c->pos != p)
         return false;
@@ -232,7 +233,8 @@ static bool layout_fits(const ir_module *m, const ir_op *op, const ir_value *pos
         int js = find(labs[k], t->rank, ls), jb = find(labs[k], t->rank, lb);
         if (js >= 0 && ir_sharding_dim_axes(&t->sh, js) != 0)
             return false;
-        if (k == 2 && (jb < 0 || ir_sharding_dim_axes(&t->sh, jb) !=
+        if (k == 2 && pos->type.rank == 1 &&
+            (jb < 0 || ir_sharding_dim_axes(&t->sh, jb) !=
                                      ir_sharding_dim_axes(&pos->type.sh, 0) ||
                        ir_local_size(m, t, jb) != ir_local_size(m, &pos->type, 0)))
             return false;
@@ -265,7 +267,7 @@ bool ir_einsum_pos_bound(const ir_module *m, const ir_op *op, ir_pos_bound *out)
                     ok = find(olab, o->type.rank, ls) < 0 &&
                          tail_unread(&c, r, find(rl, r->type.rank, ls), find(rl, r->type.rank, lb));
                 if (ok && c.pos && layout_fits(m, op, c.pos, ls, lb)) {
-                    *out = (ir_pos_bound){c.pos, lb, ls};
+                    *out = (ir_pos_bound){c.pos, c.pos->type.rank ? lb : -1, ls};
                     return true;
                 }
             }

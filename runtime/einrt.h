@@ -316,7 +316,8 @@ void rt_pipe_item_end(rt_device *dev);
 void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c);
 /* rt_einsum that, for each row r (the local index along batch label
  * `row_label`, in a, b and c), stops label `pos_label` at position
- * pos[r] (local i32 rows, the rows of c): a contracted `pos_label` sums
+ * pos[r] (local i32 rows, the rows of c; row_label -1: pos[0] for every
+ * index, a scalar position): a contracted `pos_label` sums
  * s = 0..pos[r] only, a kept one computes c's entries s = 0..pos[r] and
  * writes 0 to the rest.  Emitted where the program's causal mask makes the
  * skipped terms 0 or unread (codegen's ir_einsum_pos_bound; docs/codegen.md,

@@ -31,7 +31,8 @@
  * rt_einsum_bounded (a decode step's masked attention, codegen's
  * ir_einsum_pos_bound) gives each batch index's GEMM its row's extent of
  * one label: K = pos[r] + 1 terms of the sum, or the first pos[r] + 1
- * entries of M or N (the rest of c zeroed), on the same views.
+ * entries of M or N (the rest of c zeroed), on the same views; with a
+ * scalar position (row_label -1), pos[0] for every index.
  */
 #include <string.h>
 
@@ -41,7 +42,7 @@
 enum { CLS_BATCH, CLS_M, CLS_N, CLS_K, CLS_NCLASS };
 
 /* rt_einsum_bounded's bound: label `lab` stops at pos[row index] for each
- * index of batch label `row`. */
+ * index of batch label `row`, or at pos[0] everywhere for row -1. */
 typedef struct ebound {
     const int32_t *pos;
     int32_t row, lab;
@@ -275,7 +276,7 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
         if (n[cl] == 1 && cls[cl][0] == eb->lab)
             bcls = cl;
     for (int32_t k = 0; eb && k < nb; k++)
-        if (gb[k] == eb->row)
+        if (gb[k] == eb->row || eb->row < 0)
             brow = k;
 
     /* A as [M x K] (or its transpose), B as [K x N], per batch index.  At
@@ -344,7 +345,7 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
             g.b = (const char *)vb.base + (size_t)ob * bes;
             g.c = (char *)cbase + (size_t)oc * es;
             if (eb) {
-                int32_t p = eb->pos[idx[brow]];
+                int32_t p = eb->pos[eb->row < 0 ? 0 : idx[brow]];
                 int64_t stop = p >= 0 && p < bfull ? (int64_t)p + 1 : bfull;
                 *(bcls == CLS_M ? &g.M : bcls == CLS_N ? &g.N : &g.K) = stop;
             }

@@ -8,7 +8,8 @@ The program is one decode step of masked attention over K and V caches
 contractions run as GEMMs (H = 16 and S = 40, past --einsum-unroll's 8):
 `Sc = Q * KC`, `P = softmax(where(S <= At[B], Sc, -inf), S)`, `O = P * VC`.
 The rows sit at positions 0, 7, 22 and 39 (the first, a middle, the
-last).  Three checks per build:
+last), or all at 22 with a scalar position `At[]` (the program static
+batching serves).  Up to three checks per build:
 - finite caches: the output and the new caches equal NumPy's;
 - NaN in every cache entry past a row's position (a slot's stale tail):
   the output is still NumPy's over each row's prefix, all finite.  Only
@@ -36,52 +37,59 @@ from e2e_common import run_merged as run  # noqa: E402
 DIMS = dict(B=4, S=40, D=32, N=4, H=16)
 AT = np.array([0, 7, 22, 39], dtype=np.int32)
 
-# (name, mesh, rows, heads, masked-out value)
+# (name, mesh, rows, heads, masked-out value, position declaration)
 CASES = [
-    ("one_device", "X = 1", "B", "N", "-inf"),
-    ("rows_heads", "X = 2, Y = 2", "B_X", "N_Y", "-inf"),
-    ("zero_fill", "X = 2, Y = 2", "B_X", "N_Y", "0"),
+    ("one_device", "X = 1", "B", "N", "-inf", "At[B]"),
+    ("rows_heads", "X = 2, Y = 2", "B_X", "N_Y", "-inf", "At[B_X]"),
+    ("zero_fill", "X = 2, Y = 2", "B_X", "N_Y", "0", "At[B_X]"),
+    ("scalar_position", "X = 2, Y = 2", "B_X", "N_Y", "-inf", "At[]"),
 ]
+SCALAR_AT = 22  # every row's position with `At[]` (static batching's program)
+
+
+def positions(case):
+    """Each row's position in `case`: AT, or SCALAR_AT for every row."""
+    return np.full(DIMS["B"], SCALAR_AT, dtype=np.int32) if case[5] == "At[]" else AT
 
 
 def source(case):
-    _, mesh, b, n, fill = case
+    _, mesh, b, n, fill, at = case
     return "\n".join([
         "mesh " + mesh,
         "dim " + ", ".join("%s = %d" % kv for kv in DIMS.items()),
         "input X[B, D] : f32",
-        "input At[%s] : i32" % b,
+        "input %s : i32" % at,
         "param Wq[D, %s, H] : f32" % n,
         "param Wk[D, %s, H] : f32" % n,
         "param Wv[D, %s, H] : f32" % n,
         "state KC[%s, S, %s, H] : f32" % (b, n),
         "state VC[%s, S, %s, H] : f32" % (b, n),
         "Q[B, N, H] = X[B, D] * Wq[D, N, H]",
-        "KC[B, At[B], N, H] = X[B, D] * Wk[D, N, H]",
-        "VC[B, At[B], N, H] = X[B, D] * Wv[D, N, H]",
+        "KC[B, %s, N, H] = X[B, D] * Wk[D, N, H]" % at.replace("_X", ""),
+        "VC[B, %s, N, H] = X[B, D] * Wv[D, N, H]" % at.replace("_X", ""),
         "Sc[B, N, S] = Q[B, N, H] * KC[B, S, N, H] * 0.25",
-        "P[B, N, S] = softmax(where(S <= At[B], Sc[B, N, S], %s), S)" % fill,
+        "P[B, N, S] = softmax(where(S <= %s, Sc[B, N, S], %s), S)" % (at.replace("_X", ""), fill),
         "O[B, N, H] = P[B, N, S] * VC[B, S, N, H]",
         "output O[B, N, H]",
     ]) + "\n"
 
 
-def reference(x, w, kc, vc, fill):
-    """O in float64 after writing each row's key and value at AT."""
+def reference(x, w, kc, vc, fill, at):
+    """O in float64 after writing each row's key and value at its position at[b]."""
     rows = np.arange(DIMS["B"])
     kc, vc = kc.copy(), vc.copy()
-    kc[rows, AT] = np.einsum("bd,dnh->bnh", x, w["Wk"])
-    vc[rows, AT] = np.einsum("bd,dnh->bnh", x, w["Wv"])
+    kc[rows, at] = np.einsum("bd,dnh->bnh", x, w["Wk"])
+    vc[rows, at] = np.einsum("bd,dnh->bnh", x, w["Wv"])
     q = np.einsum("bd,dnh->bnh", x, w["Wq"])
     s = np.arange(DIMS["S"])
     out = np.zeros((DIMS["B"], DIMS["N"], DIMS["H"]))
     for b in rows:
         # the row's prefix alone when the tail is masked to -inf (NaN-safe),
         # the whole cache when the mask fills 0
-        keep = s <= AT[b] if fill == "-inf" else s >= 0
+        keep = s <= at[b] if fill == "-inf" else s >= 0
         sc = np.einsum("nh,snh->ns", q[b], kc[b, keep]) * 0.25
         if fill != "-inf":
-            sc = np.where(s[None, :] <= AT[b], sc, 0.0)
+            sc = np.where(s[None, :] <= at[b], sc, 0.0)
         p = np.exp(sc - sc.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
         out[b] = np.einsum("ns,snh->nh", p, vc[b, keep])
@@ -97,15 +105,16 @@ def check(case, exe, launch, work, rng, result):
              for k in ("X", "At", "KC", "VC", "O", "KCo", "VCo", *w)}
     for k, v in list(w.items()) + [("X", x)]:
         np.save(files[k], v.astype(np.float32))
-    np.save(files["At"], AT)
+    at = positions(case)
+    np.save(files["At"], np.int32(SCALAR_AT) if case[5] == "At[]" else at)
     tails = [("finite caches", False)] + ([("NaN past each row's position", True)]
                                          if fill == "-inf" else [])
     for what, nan_tail in tails:
         kc, vc = (rng.standard_normal((B, S, N, H)).astype(np.float32) for _ in range(2))
         if nan_tail:
             for b in range(B):
-                kc[b, AT[b] + 1:] = np.nan
-                vc[b, AT[b] + 1:] = np.nan
+                kc[b, at[b] + 1:] = np.nan
+                vc[b, at[b] + 1:] = np.nan
         np.save(files["KC"], kc)
         np.save(files["VC"], vc)
         cmd = launch + [exe] + sum((["--input", "%s=%s" % (k, files[k])]
@@ -116,13 +125,13 @@ def check(case, exe, launch, work, rng, result):
         if rc != 0:
             result(False, "%s: %s: exit %d" % (name, what, rc), msg)
             continue
-        want, wkc, wvc = reference(x, w, kc.astype(np.float64), vc.astype(np.float64), fill)
+        want, wkc, wvc = reference(x, w, kc.astype(np.float64), vc.astype(np.float64), fill, at)
         got = np.load(files["O"]).astype(np.float64)
         e = rel_err(got, want) if np.all(np.isfinite(got)) else float("inf")
         ek = max(rel_err(np.nan_to_num(np.load(files[k]).astype(np.float64)), np.nan_to_num(r))
                  for k, r in (("KCo", wkc), ("VCo", wvc)))
         result(e < 1e-5 and ek < 1e-6, "%s: %s, rows at %s: max rel error %.2g (caches %.2g)"
-               % (name, what, list(AT), e, ek), "expected < 1e-5 and < 1e-6")
+               % (name, what, list(at), e, ek), "expected < 1e-5 and < 1e-6")
 
 
 def main():
