@@ -40,11 +40,17 @@ enum { TAIL_NONE, TAIL_ZERO, TAIL_NEGINF };
 /* Bound on the producers followed through (softmax is 4 ops deep). */
 #define POS_BOUND_DEPTH 12
 
+/* Node visits one search may make: expression trees may share nodes and
+ * values may share producers, so a search without a budget could revisit
+ * them exponentially often; past it the answer is "no bound". */
+#define POS_BOUND_BUDGET 100000
+
 /* What the search carries: the module, the position vector found so far
- * (every mask on the path must use the same one). */
+ * (every mask on the path must use the same one), the visits left. */
 typedef struct pb_ctx {
     const ir_module *m;
     const ir_value *pos;
+    long budget;
 } pb_ctx;
 
 static int value_tail(pb_ctx *c, const ir_value *v, int ps, int pb, int depth);
@@ -89,10 +95,10 @@ static bool is_mask(pb_ctx *c, const ir_op *op, int n, int ls, int lb)
 
 /* Whether the subtree at node n reads nothing that varies along op label
  * ls (no operand with that label, no index along it). */
-static bool free_of(const ir_op *op, int n, int ls, int depth)
+static bool free_of(pb_ctx *c, const ir_op *op, int n, int ls, int depth)
 {
     const ir_ew_node *e = &op->u.ew.nodes[n];
-    if (depth > 64)
+    if (depth > 64 || --c->budget < 0)
         return false;
     if (e->kind == IR_EW_INDEX)
         return e->dim != ls;
@@ -101,7 +107,7 @@ static bool free_of(const ir_op *op, int n, int ls, int depth)
     int ar = ir_ew_arity(e->kind);
     int ch[3] = {e->a, e->b, e->c};
     for (int k = 0; k < ar; k++)
-        if (!free_of(op, ch[k], ls, depth + 1))
+        if (!free_of(c, op, ch[k], ls, depth + 1))
             return false;
     return true;
 }
@@ -115,9 +121,9 @@ static int tail_through(pb_ctx *c, const ir_op *op, int n, int ls, int lb, int d
 {
     const ir_ew_node *e = &op->u.ew.nodes[n];
     bool commutes = e->kind == IR_EW_ADD || e->kind == IR_EW_MUL;
-    if (free_of(op, e->b, ls, 0) && node_tail(c, op, e->a, ls, lb, depth + 1) == want)
+    if (free_of(c, op, e->b, ls, 0) && node_tail(c, op, e->a, ls, lb, depth + 1) == want)
         return want;
-    if (commutes && free_of(op, e->a, ls, 0) && node_tail(c, op, e->b, ls, lb, depth + 1) == want)
+    if (commutes && free_of(c, op, e->a, ls, 0) && node_tail(c, op, e->b, ls, lb, depth + 1) == want)
         return want;
     return TAIL_NONE;
 }
@@ -126,7 +132,7 @@ static int tail_through(pb_ctx *c, const ir_op *op, int n, int ls, int lb, int d
 static int node_tail(pb_ctx *c, const ir_op *op, int n, int ls, int lb, int depth)
 {
     const ir_ew_node *e = &op->u.ew.nodes[n];
-    if (depth > 64)
+    if (depth > 64 || --c->budget < 0)
         return TAIL_NONE;
     switch (e->kind) {
     case IR_EW_CONST:
@@ -175,7 +181,7 @@ static bool guarded_reads(pb_ctx *c, const ir_op *op, int n, const ir_value *v, 
                           bool guarded, int depth)
 {
     const ir_ew_node *e = &op->u.ew.nodes[n];
-    if (depth > 64)
+    if (depth > 64 || --c->budget < 0)
         return false;
     if (e->kind == IR_EW_OPERAND)
         return op->operands[e->operand] != v || guarded;
@@ -258,7 +264,7 @@ bool ir_einsum_pos_bound(const ir_module *m, const ir_op *op, ir_pos_bound *out)
                 /* B must be a batch label: in both operands and the result. */
                 if (pb == ps || find(olab, o->type.rank, lb) < 0 || find(rl, r->type.rank, lb) < 0)
                     continue;
-                pb_ctx c = {m, NULL};
+                pb_ctx c = {m, NULL, POS_BOUND_BUDGET};
                 bool ok;
                 if (find(rl, r->type.rank, ls) < 0) /* contracted: this operand's tail is 0 */
                     ok = find(olab, o->type.rank, ls) >= 0 &&
