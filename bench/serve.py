@@ -62,7 +62,7 @@ lengths (E[longest of B] / E[one]).
     python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
-                           [--prestart]
+                           [--prestart] [--pos-bound on|off]
                            [--json FILE]
 """
 import http.client
@@ -282,6 +282,9 @@ def main():
     p.add_argument("--prestart", action="store_true",
                    help="start every request's client thread before the first send (each sleeps "
                         "until its send time) instead of one per send (default)")
+    p.add_argument("--pos-bound", choices=("on", "off"), default="on",
+                   help="einc --pos-bound: the attention stops at each row's position (on, "
+                        "default) or runs over the whole cache (off: the step before it)")
     p.add_argument("--time-cap", type=float, default=120.0, help="seconds per run, at most")
     a = p.parse_args()
     try:
@@ -302,9 +305,10 @@ def main():
                                 workload(a.requests, a.rate, a.fixed, a.seed, a.lengths, S)])
     print(benchlib.machine())
     print("# %d requests, %s arrivals at %g/s, %d slots, cache %d, %s lengths "
-          "(max_tokens mean %.1f), greedy; medians of %d interleaved runs%s"
+          "(max_tokens mean %.1f), greedy; medians of %d interleaved runs%s%s"
           % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
-             mean_out, a.repeat, "; client threads started up front" if a.prestart else ""))
+             mean_out, a.repeat, "; client threads started up front" if a.prestart else "",
+             "; --pos-bound=off" if a.pos_bound == "off" else ""))
     runs = []  # (variant, rate, figures)
     with tempfile.TemporaryDirectory(prefix="einc-bench-serve-") as tmp:
         exes = {}
@@ -314,7 +318,7 @@ def main():
                 f.write(text)
             exes[name] = os.path.join(tmp, name)
             benchlib.run([str(einc), path, "-o", exes[name], "-D", "B=%d" % a.slots,
-                          "-D", "S=%d" % S])
+                          "-D", "S=%d" % S, "--pos-bound=" + a.pos_bound])
         plan = [("static", a.rate), ("continuous", a.rate)] + [("continuous", r) for r in match]
         got = {k: [] for k in plan}
         for _ in range(a.repeat):  # interleaved, so a change in the machine's load hits both

@@ -50,6 +50,9 @@ typedef struct cg_runtime_fns {
     LLVMValueRef coll;
     LLVMTypeRef einsum_ty; /* void rt_einsum(ptr, ptr desc, ptr a, ptr b, ptr c) */
     LLVMValueRef einsum;
+    LLVMTypeRef einsum_bounded_ty; /* void rt_einsum_bounded(ptr, ptr desc, ptr a, ptr b, ptr c,
+                                      ptr pos, i32 row_label, i32 pos_label) */
+    LLVMValueRef einsum_bounded;
     LLVMTypeRef mark_ty;   /* void rt_op_begin/rt_op_end(ptr dev, i32 op_id) */
     LLVMValueRef op_begin;
     LLVMValueRef op_end;

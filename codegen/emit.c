@@ -47,6 +47,9 @@ static void declare_runtime(cg_ctx *c)
     LLVMTypeRef einsum_args[] = {t->ptr, t->ptr, t->ptr, t->ptr, t->ptr};
     r->einsum_ty = LLVMFunctionType(t->voidt, einsum_args, 5, 0);
     r->einsum = LLVMAddFunction(c->mod, "rt_einsum", r->einsum_ty);
+    LLVMTypeRef bounded_args[] = {t->ptr, t->ptr, t->ptr, t->ptr, t->ptr, t->ptr, t->i32, t->i32};
+    r->einsum_bounded_ty = LLVMFunctionType(t->voidt, bounded_args, 8, 0);
+    r->einsum_bounded = LLVMAddFunction(c->mod, "rt_einsum_bounded", r->einsum_bounded_ty);
     LLVMTypeRef mark_args[] = {t->ptr, t->i32};
     r->mark_ty = LLVMFunctionType(t->voidt, mark_args, 2, 0);
     r->op_begin = LLVMAddFunction(c->mod, "rt_op_begin", r->mark_ty);

@@ -588,6 +588,15 @@ static void einsum_body(cg_ctx *c, cg_fn *f, const ir_op *op, int i, LLVMValueRe
     LLVMValueRef desc = einsum_desc(c, f->m, op, i);
     LLVMValueRef bptr = op->noperands > 1 ? f->buf[einsum_read(f->m, op, 1)->id] : LLVMConstNull(c->t.ptr);
     LLVMValueRef args[] = {f->dev, desc, f->buf[einsum_read(f->m, op, 0)->id], bptr, dst};
+    ir_pos_bound pb;
+    if (ir_einsum_pos_bound(f->m, op, &pb)) {
+        /* The causal mask lets each row stop at its position (pos_bound.c). */
+        LLVMValueRef bargs[] = {args[0], args[1], args[2], args[3], args[4],
+                                f->buf[pb.pos->id], cg_i32(c, pb.row_label),
+                                cg_i32(c, pb.pos_label)};
+        LLVMBuildCall2(c->b, c->rt.einsum_bounded_ty, c->rt.einsum_bounded, bargs, 8, "");
+        return;
+    }
     LLVMBuildCall2(c->b, c->rt.einsum_ty, c->rt.einsum, args, 5, "");
 }
 

@@ -56,6 +56,7 @@ typedef struct options {
     int einsum_unroll;            /* --einsum-unroll=N, or -1: IR_EINSUM_UNROLL_MAX */
     int64_t stream_min;           /* --stream-min=BYTES (INT64_MAX: off), or 0: IR_STREAM_MIN_BYTES */
     bool no_cast_fold;            /* --fold-casts=off */
+    bool no_pos_bound;            /* --pos-bound=off */
     int max_errors;
     bool debug_pass;
     bool plan_only;               /* `einc plan`: print the auto-sharding table, compile nothing */
@@ -128,6 +129,9 @@ static void usage(FILE *out)
           "  --fold-casts=on|off   a cast that only widens a GEMM's operand is converted by\n"
           "                        the GEMM as it reads it (on, default) or materialised\n"
           "                        (off; docs/codegen.md, \"Folded casts\")\n"
+          "  --pos-bound=on|off    a decode step's masked attention stops at each row's\n"
+          "                        position (on, default) or runs over the whole cache\n"
+          "                        (off; docs/codegen.md, \"Contractions bounded by a position\")\n"
           "Dumps:\n"
           "  --dump-ir[=text|json] print the IR after the pipeline (docs/ir.md)\n"
           "  --dump-cost           print the cost table per op and the totals\n"
@@ -246,6 +250,10 @@ static int parse_args(int argc, char **argv, options *o)
             if (strcmp(a + 13, "on") != 0 && strcmp(a + 13, "off") != 0)
                 return drv_bad_usage("einc", "--fold-casts wants on or off, not '%s'", a + 13);
             o->no_cast_fold = strcmp(a + 13, "off") == 0;
+        } else if (strncmp(a, "--pos-bound=", 12) == 0) {
+            if (strcmp(a + 12, "on") != 0 && strcmp(a + 12, "off") != 0)
+                return drv_bad_usage("einc", "--pos-bound wants on or off, not '%s'", a + 12);
+            o->no_pos_bound = strcmp(a + 12, "off") == 0;
         } else if (strncmp(a, "--stream-min=", 13) == 0) {
             if (strcmp(a + 13, "off") == 0)
                 o->stream_min = INT64_MAX;
@@ -334,6 +342,7 @@ static ir_module *compile(const options *o, const char *src, size_t len, bool si
     if (o->stream_min > 0)
         m->stream_min_bytes = o->stream_min;
     m->no_cast_fold = o->no_cast_fold;
+    m->no_pos_bound = o->no_pos_bound;
     if (pass_manager_run(pm, ctx, m) != 0) {
         ir_module_free(m);
         return NULL;

@@ -642,6 +642,7 @@ typedef struct ir_module {
      * stores (priced so): IR_STREAM_MIN_BYTES, or --stream-min (INT64_MAX: never). */
     int64_t stream_min_bytes;
     bool no_cast_fold; /* --fold-casts=off: ir_folded_cast_source gives NULL */
+    bool no_pos_bound; /* --pos-bound=off: ir_einsum_pos_bound gives false */
     ir_pipeline pipe;         /* pipeline parallelism, pipe.axis = -1 if none */
 } ir_module;
 

@@ -104,4 +104,24 @@ int ir_row_groups(const ir_module *m, ir_op *const *ops, int nops, const int *fu
 /* The last member of the row group whose first op is `first`. */
 int ir_row_group_end(const int *row_group, const int *fused_into, int nops, int first);
 
+/* A contraction that may stop, for each row b, at position pos[b] along
+ * label `pos_label` (pos_bound.c; docs/codegen.md, "Contractions bounded
+ * by a position"): `pos` is an i32 input, global [B] with the same
+ * per-device block as the einsum result's rows and `row_label` the
+ * einsum's batch label B (in both operands and the result), or a scalar
+ * (every row at pos[0]) and `row_label` -1; `pos_label` is S, whole on
+ * every device.  Either S is contracted and one operand is exactly 0 at
+ * s > pos[b] (a masked softmax), or S is kept and every reader of the
+ * result reads it only where S <= pos[B] (under `where(S <= pos[B], ...)`).
+ * Skipping s > pos[b] then leaves every value the program reads unchanged
+ * (assuming the other operand finite there). */
+typedef struct ir_pos_bound {
+    const ir_value *pos;
+    int row_label;
+    int pos_label;
+} ir_pos_bound;
+/* Whether binary sum einsum `op` may be bounded so; fills *out.  False
+ * when m->no_pos_bound (einc --pos-bound=off).  Pure. */
+bool ir_einsum_pos_bound(const ir_module *m, const ir_op *op, ir_pos_bound *out);
+
 #endif

@@ -314,6 +314,20 @@ void rt_pipe_chunk_item_begin(rt_device *dev, int32_t kind, int32_t microbatch, 
 void rt_pipe_item_end(rt_device *dev);
 /* Local contraction per `d` through BLAS GEMM; `c` is overwritten. */
 void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c);
+/* rt_einsum that, for each row r (the local index along batch label
+ * `row_label`, in a, b and c), stops label `pos_label` at position
+ * pos[r] (local i32 rows, the rows of c; row_label -1: pos[0] for every
+ * index, a scalar position): a contracted `pos_label` sums
+ * s = 0..pos[r] only, a kept one computes c's entries s = 0..pos[r] and
+ * writes 0 to the rest.  Emitted where the program's causal mask makes the
+ * skipped terms 0 or unread (codegen's ir_einsum_pos_bound; docs/codegen.md,
+ * "Contractions bounded by a position").  A row whose pos[r] is outside
+ * 0..size-1, an einsum where `pos_label` is not the only label of its GEMM
+ * class (M, N or K), or one that runs as a narrow-operand sweep
+ * (gemv_narrow.c) computes everything as rt_einsum.  Added without an ABI
+ * bump: a new entry point. */
+void rt_einsum_bounded(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b,
+                       void *c, const int32_t *pos, int32_t row_label, int32_t pos_label);
 /* Marks the begin / end of op `op_id` for --profile and --trace (cheap when off). */
 void rt_op_begin(rt_device *dev, int32_t op_id);
 void rt_op_end(rt_device *dev, int32_t op_id);

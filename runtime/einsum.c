@@ -27,6 +27,12 @@
  * a time as the GEMM goes (einsum_mixed.c); one that must be permuted,
  * the operand of a unary einsum, and a when both are narrow, are converted
  * whole into scratch first.
+ *
+ * rt_einsum_bounded (a decode step's masked attention, codegen's
+ * ir_einsum_pos_bound) gives each batch index's GEMM its row's extent of
+ * one label: K = pos[r] + 1 terms of the sum, or the first pos[r] + 1
+ * entries of M or N (the rest of c zeroed), on the same views; with a
+ * scalar position (row_label -1), pos[0] for every index.
  */
 #include <string.h>
 
@@ -34,6 +40,13 @@
 
 /* Label classes. */
 enum { CLS_BATCH, CLS_M, CLS_N, CLS_K, CLS_NCLASS };
+
+/* rt_einsum_bounded's bound: label `lab` stops at pos[row index] for each
+ * index of batch label `row`, or at pos[0] everywhere for row -1. */
+typedef struct ebound {
+    const int32_t *pos;
+    int32_t row, lab;
+} ebound;
 
 /* Position of `label` in labels[0..rank-1], or -1. */
 static int32_t find_label(const int32_t *labels, int32_t rank, int32_t label)
@@ -223,7 +236,7 @@ static void gemm_operand(rt_device *dev, const rt_einsum_desc *d, int t, const v
 
 /* The two-operand case, computed in cdt into c (of dtype cdt). */
 static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const void *a,
-                     const void *b, void *c)
+                     const void *b, void *c, const ebound *eb)
 {
     int32_t cls[CLS_NCLASS][RT_MAX_RANK], n[CLS_NCLASS] = {0};
     int64_t sz[CLS_NCLASS] = {1, 1, 1, 1}, bsize[RT_MAX_RANK];
@@ -256,6 +269,15 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
     }
     const int32_t *gb = cls[CLS_BATCH], *gm = cls[CLS_M], *gn = cls[CLS_N], *gk = cls[CLS_K];
     const int32_t nb = n[CLS_BATCH], nm = n[CLS_M], nn = n[CLS_N], nk = n[CLS_K];
+    /* A bound applies to a label alone in its class (so its index is the
+     * class's) and rows that are a batch label; else none. */
+    int bcls = -1, brow = -1;
+    for (int cl = CLS_M; eb && cl < CLS_NCLASS; cl++)
+        if (n[cl] == 1 && cls[cl][0] == eb->lab)
+            bcls = cl;
+    for (int32_t k = 0; eb && k < nb; k++)
+        if (gb[k] == eb->row || eb->row < 0)
+            brow = k;
 
     /* A as [M x K] (or its transpose), B as [K x N], per batch index.  At
      * most one narrow operand is converted block by block: b, the weights
@@ -298,6 +320,11 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
      * sweep (gemv_narrow.c), given their offsets into a, b and c (off);
      * else one GEMM per index. */
     int64_t mv = B > 1 ? rt_gemv_narrow_scratch(&g0) : -1;
+    if (mv >= 0 || brow < 0 || bcls < 0)
+        eb = NULL; /* the narrow sweep runs every index alike: no bound */
+    int64_t bfull = eb ? sz[bcls] : 0;
+    if (eb && bcls != CLS_K)
+        memset(cbase, 0, (size_t)(B * M * N) * es); /* the tail left unwritten */
     int64_t scratch_elems = mv >= 0 ? B * mv : rt_gemm_scratch_elems(&g0);
     void *scratch = scratch_elems ? rt_alloc(dev, scratch_elems * (int64_t)es) : NULL;
     int64_t *off = mv >= 0 ? rt_alloc(dev, 3 * B * (int64_t)sizeof *off) : NULL;
@@ -317,6 +344,11 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
             g.a = (const char *)va.base + (size_t)oa * aes;
             g.b = (const char *)vb.base + (size_t)ob * bes;
             g.c = (char *)cbase + (size_t)oc * es;
+            if (eb) {
+                int32_t p = eb->pos[eb->row < 0 ? 0 : idx[brow]];
+                int64_t stop = p >= 0 && p < bfull ? (int64_t)p + 1 : bfull;
+                *(bcls == CLS_M ? &g.M : bcls == CLS_N ? &g.N : &g.K) = stop;
+            }
             rt_gemm_run(&g, scratch);
         }
         for (int32_t k = nb - 1; k >= 0 && ++idx[k] == bsize[k]; k--)
@@ -345,7 +377,8 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
     rt_free(dev, c_tmp);
 }
 
-void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c)
+static void einsum_run(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b,
+                       void *c, const ebound *eb)
 {
     if (!d)
         rt_fatal(dev, "rt_einsum: NULL descriptor");
@@ -361,10 +394,22 @@ void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const voi
                           d->rank[2], d->labels[2], d->alpha);
         rt_free(dev, wa);
     } else {
-        contract(dev, d, cdt, a, b, cw);
+        contract(dev, d, cdt, a, b, cw, eb);
     }
     if (cw != c) {
         rt_f32_to_bf16_n(cw, c, nc);
         rt_free(dev, cw);
     }
+}
+
+void rt_einsum(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b, void *c)
+{
+    einsum_run(dev, d, a, b, c, NULL);
+}
+
+void rt_einsum_bounded(rt_device *dev, const rt_einsum_desc *d, const void *a, const void *b,
+                       void *c, const int32_t *pos, int32_t row_label, int32_t pos_label)
+{
+    ebound eb = {pos, row_label, pos_label};
+    einsum_run(dev, d, a, b, c, pos ? &eb : NULL);
 }

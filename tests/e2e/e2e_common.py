@@ -72,6 +72,20 @@ def builds(a, src, exe_prefix, nranks, tally):
         yield rt, exe, (mpi_launch(a.mpirun, nranks) if rt == "mpi" else [])
 
 
+def case_builds(a, work, cases, source, ranks, tally):
+    """For each case (a tuple whose first item is its name): writes
+    source(case) to WORK/NAME.ein and yields (case, executable, launch
+    prefix, result) for each runtime it compiled on (builds), where
+    result(ok, what, detail) reports to `tally` with the runtime named."""
+    for case in cases:
+        src = os.path.join(work, case[0] + ".ein")
+        with open(src, "w") as f:
+            f.write(source(case))
+        for rt, exe, launch in builds(a, src, os.path.join(work, case[0]), ranks(case), tally):
+            yield case, exe, launch, (lambda ok, what, why="", rt=rt:
+                                      tally.result(ok, "%s (%s)" % (what, rt), why))
+
+
 def run_merged(cmd, timeout=300):
     """Runs `cmd`; returns (exit code, stdout and stderr merged)."""
     import subprocess
