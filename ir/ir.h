@@ -634,9 +634,8 @@ typedef struct ir_module {
     ir_remat remat;           /* what the autodiff pass computes again */
     ir_totals totals;
     ir_plan_cert plan;
-    /* ir_einsum_unrolled_terms's bound on the products summed per element:
-     * IR_EINSUM_UNROLL_MAX, or einc's --einsum-unroll=N (0: every binary
-     * einsum is a GEMM, the baseline bench/small_contraction.py measures). */
+    /* ir_einsum_unrolled_terms's bound on the products summed per element: IR_EINSUM_UNROLL_MAX,
+     * or --einsum-unroll=N (0: every binary einsum a GEMM, bench/small_contraction.py's baseline). */
     int einsum_unroll_max;
     /* Per-device bytes of a result from which codegen writes it with non-temporal
      * stores (priced so): IR_STREAM_MIN_BYTES, or --stream-min (INT64_MAX: never). */
