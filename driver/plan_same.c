@@ -38,7 +38,8 @@ void plan_storage_of(const ir_module *proto, const plan_row *row, ir_sharding *o
      * the prototype's dims on the row's mesh (a shallow copy, read only). */
     ir_module m = *proto;
     m.mesh.naxes = row->naxes;
-    for (int k = 0; k < row->naxes && k < IR_MAX_AXES; k++) {
+    int nsizes = (int)(sizeof row->sizes / sizeof row->sizes[0]);
+    for (int k = 0; k < row->naxes && k < nsizes && k < IR_MAX_AXES; k++) {
         m.mesh.axes[k].name = "XYZ"[k];
         m.mesh.axes[k].size = row->sizes[k];
     }
