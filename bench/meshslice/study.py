@@ -201,7 +201,7 @@ def main():
         no_overlap.append(100 * (ms["time_no_overlap"] / coll["time"] - 1))
         w("On a 4x4 mesh (Table 3: batch = chips = 16, K = 8 for every layer, as the authors' real-TPU "
           "runs): Collective %s, Wang %s, MeshSlice %s in series (%.1f%% slower than Collective; paper: "
-          "about %.1f%% for both models, 1.3%% of it the slicing copies, which einc does not price), "
+          "about %.1f%% for both models, 1.3%% of it the slicing copies, which einc prices as HBM traffic), "
           "MeshSlice-Overlap %s (%.1f%% faster than Collective; paper %.1f%%).\n"
           % (pct(coll["utilization"]), pct(al["wang"]["utilization"]), pct(serial_util),
              no_overlap[-1], p["no_overlap_4x4_slower"], pct(ms["utilization"]),

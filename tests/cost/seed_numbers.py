@@ -402,7 +402,8 @@ def numbers():
               lambda v: 100 * (v[0] / v[1] - 1), points=True))
     for what, val, why in (
             ("slicing overhead itself", 1.3, "measured on the real 4x4 TPU v4 (the dynamic_slice copies of "
-             "3.1.2); the model prices no slicing copy"),
+             "3.1.2); einc prices the copies inside MeshSlice's stages but reports no figure for them apart "
+             "(1.56% and 1.38% of MeshSlice in series by the layers' shapes, tests/cost/test_meshslice_table3.py)"),
             ("16 GeMM variants: average over Collective", 27.8, "the seed does not list Fig. 11's 16 (M, N, K) "
              "shapes or their batch; Table 1's training GEMMs of the two models' four FC layers give 18 "
              "distinct shapes, not 16"),
