@@ -25,7 +25,8 @@
  * no overlap (seed 004 Table 3's TPUs) S * (pre + g + post).  A partial
  * GEMM costs the larger of its FLOPs and its HBM bytes (the stationary
  * matrix is read whole by every slice).
- * MeshSlice uses it with partial collectives of shard/K bytes (Eq. 5),
+ * MeshSlice uses it with partial collectives of shard/K bytes (Eq. 5)
+ * and the copies that cut the sub-shards out (and back in) in those stages,
  * Collective is the same with S = 1 (nothing to overlap), SUMMA with
  * lcm(rows, cols) panels moved by pipelined broadcasts/reductions, whose
  * D + P - 1 stages each pay a synchronization (seed 004 2.3.3, Fig. 3).
@@ -350,11 +351,32 @@ static double comm_total(const cost_ms_params *p, const plan *pl)
            move_time(p, pl->col.kind == MOVE_SCATTER, pl->col.ring, pl->col.shard);
 }
 
-/* MeshSlice with K slices; K = 1 is Collective (seed 004, 3.2.2). */
+/* Seconds of one iteration's slicing copies for a move cut into k > 1
+ * sub-shards: the blocked slice of the local shard copied out before its
+ * AllGather, or the reduced sub-shard copied into place after its
+ * ReduceScatter (seed 004 3.1.2, dynamic_slice on TPU), read and written
+ * once at the HBM bandwidth.  0 without slicing or a bandwidth. */
+static double slice_copy_time(const cost_ms_params *p, const move *mv, int64_t k)
+{
+    if (k <= 1 || mv->kind == MOVE_NONE || p->hbm_bw <= 0)
+        return 0;
+    return 2.0 * mv->shard / (double)k / p->hbm_bw;
+}
+
+/* MeshSlice with K slices; K = 1 is Collective (seed 004, 3.2.2).  The
+ * slicing copies belong to the gather and scatter stages, which overlap
+ * the partial GEMMs (3.1.1); both copies share the HBM, so they add up. */
 static double time_meshslice(const cost_ms_params *p, const plan *pl, int64_t k, double *t_comp)
 {
     double pre, post;
     stages(p, pl, 1.0 / (double)k, &pre, &post);
+    const move *mv[2] = {&pl->row, &pl->col};
+    for (int i = 0; i < 2; i++) {
+        if (mv[i]->kind == MOVE_GATHER)
+            pre += slice_copy_time(p, mv[i], k);
+        else
+            post += slice_copy_time(p, mv[i], k);
+    }
     double g = local_gemm(p, pl, k);
     *t_comp = g * (double)k;
     return pipeline(p, pre, g, post, k);

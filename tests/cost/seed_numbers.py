@@ -5,7 +5,9 @@ usage: seed_numbers.py EINC --table        print the Markdown table
        seed_numbers.py EINC --check [--target 0.90]
                                            fail unless >= target (default 90%,
                                            issue 28) of the computed numbers
-                                           are within 5% of the seed's AND
+                                           are within 5% of the seed's (a
+                                           gain in percent, seed 004's
+                                           section 5: within 5 points) AND
                                            docs/cost-model.md holds the table
                                            --table prints now
 
@@ -36,6 +38,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 DOC = os.path.join(ROOT, "docs", "cost-model.md")
 BEGIN, END = "<!-- seed-numbers:begin -->", "<!-- seed-numbers:end -->"
 WITHIN = 0.05   # a number agrees when |einc - seed| <= 5% of the seed's
+POINTS = 5.0    # ... or, for a gain in percent (Num.points), within 5 points
 TARGET = 0.90   # issue 28: at least 90% of the computed numbers agree
 NUM = r"([-0-9.]+(?:e[+-]?[0-9]+)?)"
 SN = "tests/cost/seed_numbers/"
@@ -65,6 +68,10 @@ class Num:
     runs: List[List[str]]
     picks: List[Tuple[int, str]]
     value: Callable[[List[float]], float] = field(default=lambda v: v[0])
+    # The seed's value is itself a gain in percent (seed 004's section 5):
+    # compared in percentage points, within POINTS (issue 28, item 4:
+    # "within 5 percentage points each"), not within 5% of itself.
+    points: bool = False
 
 
 @dataclass
@@ -117,6 +124,17 @@ EXPLAIN_C_BF16 = r"^  C\(bf16\) = " + NUM + " FLOP/s"
 EXPLAIN_W_HBM = r"^  C\(bf16\) = .*?, W_hbm = " + NUM + " B/s"
 KV_BYTES = r"^memory breakdown per device: .*KV cache and state " + NUM + " bytes"
 HBM_PER_DEVICE = r"^bytes per param .*?has " + NUM + " GB per device"
+
+
+def table3(ein):
+    """Seed 004's Table 3 configuration for `ein`, one run for all its rows:
+    the real 4x4 TPU v4 runs of the paper's authors (runexp.sh runs
+    BenchTransformer.py on the 4x4 mesh with its defaults: batch = chips =
+    16 sequences of 2048, --ksplit 8 8 8 8, i.e. K = 8 for every FC layer),
+    Collective without overlap (seed 004 5.3: TPU v4 cannot overlap AG/RdS
+    with computation); MeshSlice-Overlap is the same K with overlap."""
+    return ["autotune", "--hw", "tpu-v4", "--fit", "seed004", "--train", "--chips", "16", "-D", "B=16",
+            "--mesh", "4x4", "--slices", "8", "--compare", ein, "--json"]
 
 
 def numbers():
@@ -347,31 +365,29 @@ def numbers():
         a(Num("004", "5, Fig. 9", model + ": MeshSlice over Wang at 256 chips", over_wang, "%",
               [at(256, "--compare")], [(0, ("json", "algorithms", "wang", "time")),
                                        (0, ("json", "algorithms", "meshslice", "time"))],
-              lambda v: 100 * (v[0] / v[1] - 1)))
+              lambda v: 100 * (v[0] / v[1] - 1), points=True))
         a(Num("004", "5, Fig. 9", model + ": MeshSlice utilization drop 16 -> 256 chips", drop, "%",
               [at(16, "--compare"), at(256, "--compare")],
               [(0, ("json", "algorithms", "meshslice", "utilization")),
                (1, ("json", "algorithms", "meshslice", "utilization"))],
-              lambda v: 100 * (1 - v[1] / v[0])))
+              lambda v: 100 * (1 - v[1] / v[0]), points=True))
         a(Num("004", "5, Table 2", model + ": dataflow optimization over B-stationary", df_gain, "%",
               [at(256, "--dataflow", "rs"), at(256, "--compare")],
               [(0, ("json", "best", "time")), (1, ("json", "best", "time"))],
-              lambda v: 100 * (v[0] / v[1] - 1)))
-        a(Num("004", "5, Table 3", model + ": 4x4 MeshSlice(-Overlap) over Collective", over_coll, "%",
-              [at(16, "--mesh", "4x4", "--compare", "--collective-overlap")],
-              [(0, ("json", "algorithms", "collective", "time")),
-               (0, ("json", "algorithms", "meshslice", "time"))],
-              lambda v: 100 * (v[0] / v[1] - 1)))
-    # Table 3's real 4x4 TPU v4 cannot overlap AG/RdS: the configuration the
-    # autotuner tuned for overlap, run with every stage in series (the JSON's
-    # time_no_overlap), against Collective; the seed's one figure ("about
-    # 4.5%") covers both models, so einc's is their mean.
-    ms44 = [["autotune", "--hw", "tpu-v4", "--fit", "seed004", "--train", "--chips", "16", "-D", "B=8",
-             "--mesh", "4x4", "--compare", ein, "--json"] for ein in ("bench/meshslice/gpt3_fc.ein", "bench/meshslice/megatron_fc.ein")]
+              lambda v: 100 * (v[0] / v[1] - 1), points=True))
+        a(Num("004", "5.3, Table 3", model + ": 4x4 MeshSlice-Overlap over Collective", over_coll, "%",
+              [table3(ein)], [(0, ("json", "algorithms", "collective", "time")),
+                              (0, ("json", "algorithms", "meshslice", "time"))],
+              lambda v: 100 * (v[0] / v[1] - 1), points=True))
+    # Table 3's real 4x4 TPU v4 cannot overlap AG/RdS: the same configuration
+    # run with every stage in series (the JSON's time_no_overlap) against
+    # Collective; the seed's one figure ("about 4.5%") covers both models, so
+    # einc's is their mean.
     a(Num("004", "5.3, Table 3", "4x4 without overlap: MeshSlice slower than Collective (mean of both models)", 4.5, "%",
-          ms44, [(r, ("json", "algorithms", alg, key)) for r in (0, 1)
-                 for alg, key in (("meshslice", "time_no_overlap"), ("collective", "time"))],
-          lambda v: 50 * (v[0] / v[1] - 1) + 50 * (v[2] / v[3] - 1)))
+          [table3(e) for e in ("bench/meshslice/gpt3_fc.ein", "bench/meshslice/megatron_fc.ein")],
+          [(r, ("json", "algorithms", alg, key)) for r in (0, 1)
+           for alg, key in (("meshslice", "time_no_overlap"), ("collective", "time"))],
+          lambda v: 50 * (v[0] / v[1] - 1) + 50 * (v[2] / v[3] - 1), points=True))
     # End to end (5.1's text): the FC layers plus the block's other layers
     # (--non-gemm: attention products, softmax, LayerNorm, GeLU, residual
     # adds priced by the profile's rates; the seed measured them on a real
@@ -383,10 +399,11 @@ def numbers():
                      "--compare", "--non-gemm", ein, "--json"]],
               [(0, ("json", "algorithms", "wang", "block_time")),
                (0, ("json", "algorithms", "meshslice", "block_time"))],
-              lambda v: 100 * (v[0] / v[1] - 1)))
+              lambda v: 100 * (v[0] / v[1] - 1), points=True))
     for what, val, why in (
             ("slicing overhead itself", 1.3, "measured on the real 4x4 TPU v4 (the dynamic_slice copies of "
-             "3.1.2); the model prices no slicing copy"),
+             "3.1.2); einc prices the copies inside MeshSlice's stages but reports no figure for them apart "
+             "(1.56% and 1.38% of MeshSlice in series by the layers' shapes, tests/cost/test_meshslice_table3.py)"),
             ("16 GeMM variants: average over Collective", 27.8, "the seed does not list Fig. 11's 16 (M, N, K) "
              "shapes or their batch; Table 1's training GEMMs of the two models' four FC layers give 18 "
              "distinct shapes, not 16"),
@@ -479,19 +496,26 @@ def table(entries, run):
                         % (e.seed, e.section, e.what, fmt(e.seed_value), unit, e.why))
             continue
         got = evaluate(e, run)
-        err = (got - e.seed_value) / e.seed_value
-        err = 0.0 if abs(err) < 5e-4 else err  # no "-0.0%"
         computed += 1
-        ok = abs(err) <= WITHIN + 1e-12
+        if e.points:
+            diff = got - e.seed_value
+            ok = abs(diff) <= POINTS + 1e-12
+            shown = "%+.1f points" % diff
+        else:
+            err = (got - e.seed_value) / e.seed_value
+            err = 0.0 if abs(err) < 5e-4 else err  # no "-0.0%"
+            ok = abs(err) <= WITHIN + 1e-12
+            shown = "%+.1f%%" % (100 * err)
         within += ok
         cmd = "; ".join("`einc " + " ".join(r) + "`" for r in e.runs)
-        rows.append("| %s | %s | %s | %s%s | %s | %s%+.1f%%%s | %s |"
+        rows.append("| %s | %s | %s | %s%s | %s | %s%s%s | %s |"
                     % (e.seed, e.section, e.what, fmt(e.seed_value), unit, fmt(got),
-                       "" if ok else "**", 100 * err, "" if ok else "**", cmd))
+                       "" if ok else "**", shown, "" if ok else "**", cmd))
     skipped = sum(isinstance(e, NotComputed) for e in entries)
     rows.append("")
-    rows.append("%d of %d computed numbers within 5%% of the seed's (%.1f%%); %d not computed "
-                "(not in the percentage)." % (within, computed, 100.0 * within / max(computed, 1), skipped))
+    rows.append("%d of %d computed numbers within 5%% of the seed's, seed 004's gains within 5 points "
+                "(%.1f%%); %d not computed (not in the percentage)."
+                % (within, computed, 100.0 * within / max(computed, 1), skipped))
     return "\n".join(rows) + "\n", computed, within
 
 

@@ -161,12 +161,20 @@ static void test_meshslice_by_hand(void)
     double shard_a = 2.0 * g.m * g.k / 16 / k, shard_b = 2.0 * g.k * g.n / 16 / k;
     double ag_row = cost_ms_collective_time(&p, 4, shard_a), ag_col = cost_ms_collective_time(&p, 4, shard_b);
     double gemm = cost_ms_partial_gemm_time(&p, g.m / 4, g.n / 4, g.k / k, true);
-    double want = fmax(ag_row, ag_col) + (k - 1) * fmax(fmax(ag_row, ag_col), gemm) + gemm;
+    /* The gather stage also copies both sub-shards out of the local shards
+     * (seed 004 3.1.2), read and written once at the HBM bandwidth. */
+    double pre = fmax(ag_row, ag_col) + 2.0 * (shard_a + shard_b) / p.hbm_bw;
+    double want = pre + (k - 1) * fmax(pre, gemm) + gemm;
     cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, k);
     CU_ASSERT_FATAL(e.valid);
     ASSERT_CLOSE(e.time, want);
     CU_ASSERT_EQUAL(e.slices, k);
     /* Without overlap (seed 004 Table 3): K gathers and K GEMMs in series. */
+    ASSERT_CLOSE(e.t_serial, (double)k * (pre + gemm));
+    /* Without an HBM bandwidth there is no copy to price. */
+    p.hbm_bw = 0;
+    e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, k);
+    gemm = cost_ms_partial_gemm_time(&p, g.m / 4, g.n / 4, g.k / k, true);
     ASSERT_CLOSE(e.t_serial, (double)k * (fmax(ag_row, ag_col) + gemm));
 }
 
