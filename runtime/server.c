@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,6 +402,11 @@ void rt_server_wake(struct rt_server *sv, void *const *waiters, int64_t n)
 static void *poll_loop(void *arg)
 {
     rt_server *sv = arg;
+    /* SCHED_BATCH: a wake-up does not preempt the thread that woke it
+     * (device 0, about to run the next step); the events go out when a
+     * core is free, as when the device threads yield in a barrier. */
+    struct sched_param none = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
     while (!atomic_load(&sv->stopping)) {
         MHD_UNSIGNED_LONG_LONG left = 0;
         int ms = 100; /* at most: the daemon's idle timeouts need no finer clock */
