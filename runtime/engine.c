@@ -135,9 +135,10 @@ static void touch(rt_engine *e, rt_request *r)
     }
 }
 
-/* Device 0, e->mu released: resumes the connections touch took.  Outside
- * the mutex, so that a resumed connection finds it free and the HTTP
- * library's locks are never taken under it. */
+/* Device 0, e->mu released: hands the connections touch took to the HTTP
+ * thread, which resumes them (rt_server_wake: one batch, one wake-up per
+ * step).  Outside the mutex, so that a resumed connection finds it free
+ * and the server's lock is never taken under it. */
 static void wake_connections(rt_engine *e)
 {
     if (e->nwoken > 0)

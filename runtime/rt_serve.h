@@ -11,8 +11,9 @@
  * and runs the steps on every device; they meet under rt_engine.mu.  A
  * connection that waits for the engine (its next tokens, or its whole
  * answer) is suspended rather than blocked, its request's `waiter`; after
- * each step the engine resumes the connections whose requests the step
- * changed, once it has released the mutex (rt_engine.resume).  Under MPI every rank has an
+ * each step the engine hands the connections whose requests the step
+ * changed to the polling thread in one batch, which resumes them, once it
+ * has released the mutex (rt_engine.resume).  Under MPI every rank has an
  * engine, but only rank 0's has the server and the requests; the others
  * receive its batches and tokens by broadcast (engine.c).
  */
