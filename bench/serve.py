@@ -399,6 +399,14 @@ def main():
     else:
         print("# at equal p99 ITL: no continuous run had a p99 ITL within static's %.3g ms"
               % st["itl99"])
+    if match:
+        # A run at rate R can make at most R x the mean max_tokens tokens/s
+        # (greedy, untrained: every request runs to its max_tokens), so a
+        # ratio of 2 at equal p99 needs a match rate of at least this.
+        need = 2 * st["tps"] / mean_out
+        print("# 2x static's tokens/s needs a rate of at least %.0f/s (2 x %.0f tokens/s / %.1f "
+              "tokens a request); the highest --match-rates, %g/s, can make at most %.2fx"
+              % (need, st["tps"], mean_out, max(match), max(match) * mean_out / st["tps"]))
     res = benchlib.Results("serve", "Continuous vs static batching in --serve (fortunes, "
                            "untrained, %d slots)" % a.slots)
     target = ">= 2x"
