@@ -44,7 +44,9 @@ the load generator was still sending requests and the p99 ITL of the
 others (after the last send).  The load generator (--client loop, the
 default since 2026-11-30) is serve_client.py: one thread, non-blocking
 sockets and a selector, as vLLM's benchmark_serving drives a server from
-one asyncio loop.  The earlier runs' generator (--client threads)
+one asyncio loop; --client c is its twin in C (serve_load.c, built into
+BUILD/bench-bin), a third of its CPU per token.  The earlier runs'
+generator (--client threads)
 started a Python thread per request as it sent (--prestart: all of them
 before the first send), whose thread starts and GIL hand-offs cost the 2
 cores about as much per token as the server's HTTP side and slowed the
@@ -68,7 +70,7 @@ lengths (E[longest of B] / E[one]).
     python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
-                           [--client loop|threads [--prestart]] [--pos-bound on|off]
+                           [--client loop|c|threads [--prestart]] [--pos-bound on|off]
                            [--json FILE]
 """
 import http.client
@@ -232,11 +234,12 @@ def send_at(start, at, port, fields, cap, rec):
         one_request(port, fields, max(1.0, cap - (time.monotonic() - start)), rec)
 
 
-def load(exe, work, cap, n, prestart=False, client="loop"):
+def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
     """Runs the workload against one server; the figures as a dict.
     `client`: "loop" (serve_client.py: one thread, a selector) or "threads"
-    (a thread per request); `prestart`, with threads: every request's thread
-    is started before the first send."""
+    (a thread per request) or "c" (serve_load.c, built as `c_client`);
+    `prestart`, with threads: every request's thread is started before the
+    first send."""
     s = Server(exe, n + 1)
     recs = [dict() for _ in work]
     threads = []
@@ -244,9 +247,13 @@ def load(exe, work, cap, n, prestart=False, client="loop"):
         start = time.monotonic()
         before = phases(s.port)
         client0 = time.process_time()
+        c_cpu = None
         if client == "loop":
             start += 0.05
             recs = serve_client.run(s.port, work, start, cap)
+        elif client == "c":
+            start += 0.05
+            recs, c_cpu = serve_client.run_c(c_client, s.port, work, start, cap)
         elif prestart:
             start += 0.5  # time to start them all
             threads = [threading.Thread(target=send_at, args=(start, at, s.port, f, cap, rec))
@@ -263,10 +270,11 @@ def load(exe, work, cap, n, prestart=False, client="loop"):
             th = threading.Thread(target=one_request, args=(s.port, fields, left, rec))
             th.start()
             threads.append(th)
-        sent = start + work[-1][0] if prestart or client == "loop" else time.monotonic()
+        sent = start + work[-1][0] if prestart or client != "threads" else time.monotonic()
         for th in threads:
             th.join(timeout=max(1.0, cap - (time.monotonic() - start)))
-        client = time.process_time() - client0
+        # The C client's own CPU time: this process only waits for it meanwhile.
+        client = c_cpu if c_cpu is not None else time.process_time() - client0
         steps = steps_run(s.port)
         split = phases(s.port)
         cpu = s.cpu_seconds()
@@ -317,9 +325,10 @@ def main():
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each, interleaved; the medians are shown (default 3)")
     p.add_argument("--seed", type=int, default=1, help="the workload's seed")
-    p.add_argument("--client", choices=("loop", "threads"), default="loop",
+    p.add_argument("--client", choices=("loop", "c", "threads"), default="loop",
                    help="the load generator: one thread with a selector (loop, default: "
-                        "serve_client.py) or a thread per request (threads: the earlier runs')")
+                        "serve_client.py), its C twin (c: serve_load.c) or a thread per request "
+                        "(threads: the earlier runs')")
     p.add_argument("--prestart", action="store_true",
                    help="--client threads: start every request's thread before the first send "
                         "(each sleeps until its send time) instead of one per send")
@@ -349,9 +358,12 @@ def main():
           "(max_tokens mean %.1f), greedy; medians of %d interleaved runs%s%s"
           % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
              mean_out, a.repeat, "; client: " + ("one selector loop" if a.client == "loop" else
+                                                "serve_load.c" if a.client == "c" else
                                                 "a thread per request" +
                                                 (", started up front" if a.prestart else "")),
              "; --pos-bound=off" if a.pos_bound == "off" else ""))
+    loader = benchlib.compile_c(a.build, "serve_load", ["serve_load.c"]) if a.client == "c" \
+        else None
     runs = []  # (variant, rate, figures)
     with tempfile.TemporaryDirectory(prefix="einc-bench-serve-") as tmp:
         exes = {}
@@ -368,7 +380,7 @@ def main():
             for name, rate in plan:
                 work = workload(a.requests, rate, a.fixed, a.seed, a.lengths, S)
                 got[(name, rate)].append(load(exes[name], work, a.time_cap, a.requests,
-                                             a.prestart, a.client))
+                                             a.prestart, a.client, loader))
         for name, rate in plan:
             runs.append((name, rate, {k: statistics.median(r[k] for r in got[(name, rate)])
                                       for k in got[(name, rate)][0]}))

@@ -24,6 +24,7 @@ seconds after its send, at most the cap), and the loop ends at the cap.
 import json
 import selectors
 import socket
+import subprocess
 import time
 
 
@@ -182,3 +183,29 @@ def run(port, work, start, cap, timeout=None):
             key.fileobj.close()
         sel.close()
     return recs
+
+
+def run_c(exe, port, work, start, cap):
+    """run() through bench/serve_load.c (built as `exe`: benchlib.compile_c):
+    the same requests, records and bounds, at a few microseconds of CPU per
+    token.  Returns (records, the C client's CPU seconds)."""
+    text = "".join("%.9f %s\n" % (at, json.dumps(dict(fields, stream=True))) for at, fields in work)
+    r = subprocess.run([str(exe), str(port), "%.9f" % start, "%.3f" % cap], input=text,
+                       capture_output=True, text=True, timeout=cap + 60)
+    if r.returncode != 0:
+        raise RuntimeError("serve_load failed: %s" % r.stderr.strip())
+    recs, cpu = [dict() for _ in work], float("nan")
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if f[0] == "cpu":
+            cpu = float(f[1])
+            continue
+        rec = recs[int(f[1])]
+        if float(f[3]) == 0:  # never sent: the cap came first
+            continue
+        rec.update(status=int(f[2]), sent=float(f[3]), times=[float(x) for x in f[5:]])
+        if float(f[4]) >= 0:
+            rec["done"] = float(f[4])
+        else:
+            rec["error"] = "no complete answer"
+    return recs, cpu
