@@ -9,12 +9,14 @@
  * eventfd write per step.  The polling thread wakes once, resumes them
  * (MHD_resume_connection, in the thread that runs MHD, so nothing
  * contends) and writes the step's events to every resumed connection in
- * one pass.  (Resuming from device 0's thread, as before, cost about 28 us
- * per row on 2 cores: each resume signalled MHD's internal thread, which
- * then fought device 0 for the daemon's lock; docs/generation.md, "Where
- * a step's time goes".)  A step thus costs the HTTP side one wake-up and
- * device 0 one system call, however many rows it served, and the 2 cores
- * the device threads share with the connections see one thread for them.
+ * one pass.  The thread runs as SCHED_BATCH, so that its wake-up does not
+ * preempt device 0, about to run the next step: what device 0 waited for
+ * after each step, 300-460 us at 8-16 rows when it resumed each
+ * connection itself (docs/generation.md, "Where a step's time goes"), was
+ * mostly the woken HTTP thread taking its core.  A step thus costs the
+ * HTTP side one wake-up and device 0 one system call, however many rows
+ * it served, and the 2 cores the device threads share with the
+ * connections see one thread for them.
  *
  *   POST /v1/completions  a completion (request.c); with "stream": true,
  *                         server-sent events: `data: {chunk}\n\n` as the
