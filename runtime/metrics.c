@@ -5,7 +5,11 @@
  * from sharded logits to sample from, and histograms of the time to
  * first token (a request's arrival to its first token: queueing plus its
  * prompt's steps) and of the inter-token latency (between two tokens of
- * one request: one decode step of the whole batch).  The format is Prometheus' text exposition
+ * one request: one decode step of the whole batch), and where the
+ * engine's time goes: device 0's wall time by phase (rt_serve.h,
+ * RT_PHASE_*) and the HTTP thread's time making streamed events, counters
+ * in seconds that divided by the steps give a step's split
+ * (bench/serve_phases.py).  The format is Prometheus' text exposition
  * 0.0.4: cumulative `_bucket{le="..."}` lines, then `_sum` and `_count`.
  */
 #include <stdio.h>
