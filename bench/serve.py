@@ -34,15 +34,23 @@ being one character per token) at p50 and p99; the decode steps the
 server ran (`einc_iterations_total` of GET /metrics), the span per step
 (ms/step), the requests' slot-steps per step (rows/step: how many of the
 B slots did a request's work) and the server's CPU time (user + system,
-/proc/PID/stat) per token; and, as a diagnosis, the share of the ITL
-gaps that ended while the load generator was still sending requests and
-the p99 ITL of the others (after the last send): on a machine of 2 cores
-the generator's own work (a Python thread started, connected and fed per
-request) slows the steps it overlaps, which at rates below saturation
-are decoding steps (docs/generation.md, "Measured").  --prestart starts
-every request's thread before the first send (each sleeps until its send
-time), which removes most of that: a diagnosis, not the default, which
-stays the load of the earlier runs.  Figures are the medians of --repeat runs,
+/proc/PID/stat) per token, and the load generator's (time.process_time)
+per token; where device 0's step went (us per step: the program's step,
+sampling, bookkeeping, waking the connections, from GET /metrics'
+einc_engine_seconds_total, and the HTTP thread's event making,
+einc_http_event_seconds_total: docs/generation.md, "Where a step's time
+goes"); and, as a diagnosis, the share of the ITL gaps that ended while
+the load generator was still sending requests and the p99 ITL of the
+others (after the last send).  The load generator (--client loop, the
+default since 2026-11-30) is serve_client.py: one thread, non-blocking
+sockets and a selector, as vLLM's benchmark_serving drives a server from
+one asyncio loop; --client c is its twin in C (serve_load.c, built into
+BUILD/bench-bin), a third of its CPU per token.  The earlier runs'
+generator (--client threads)
+started a Python thread per request as it sent (--prestart: all of them
+before the first send), whose thread starts and GIL hand-offs cost the 2
+cores about as much per token as the server's HTTP side and slowed the
+steps they overlapped (docs/generation.md, "Measured").  Figures are the medians of --repeat runs,
 the variants interleaved so that a change in the machine's load hits
 both.  The static/continuous ratio of steps is what scheduling alone gives
 (it does not depend on the machine); the tokens/s ratio also carries each
@@ -62,7 +70,7 @@ lengths (E[longest of B] / E[one]).
     python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
-                           [--prestart] [--pos-bound on|off]
+                           [--client loop|c|threads [--prestart]] [--pos-bound on|off]
                            [--json FILE]
 """
 import http.client
@@ -78,6 +86,7 @@ import threading
 import time
 
 import benchlib
+import serve_client
 
 # The log-normal workload (docstring): (median, sigma) of prompt and output lengths.
 PROMPT_LN = (8.0, 0.8)
@@ -181,16 +190,36 @@ def pct(xs, q):
     return 1000 * xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs))) - 1))]
 
 
-def steps_run(port):
-    """The server's einc_iterations_total (decode steps run so far), from GET /metrics."""
+# The server's einc_engine_seconds_total phases (docs/generation.md,
+# "Where a step's time goes") and its HTTP thread's event making.
+PHASES = ("step", "sample", "bookkeep", "wake", "events")
+
+
+def metrics_text(port):
+    """GET /metrics's text."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         c.request("GET", "/metrics")
-        m = re.search(r"^einc_iterations_total (\d+)$", c.getresponse().read().decode(), re.M)
+        return c.getresponse().read().decode()
     except (OSError, http.client.HTTPException) as e:
         raise benchlib.BenchError("GET /metrics: %s" % e)
     finally:
         c.close()
+
+
+def phases(port):
+    """{phase: seconds so far} of device 0's loop and the HTTP thread's events."""
+    text = metrics_text(port)
+    got = {k: float(v) for k, v in
+           re.findall(r'^einc_engine_seconds_total\{phase="(\w+)"\} (\S+)$', text, re.M)}
+    m = re.search(r"^einc_http_event_seconds_total (\S+)$", text, re.M)
+    got["events"] = float(m.group(1)) if m else float("nan")
+    return {k: got.get(k, float("nan")) for k in PHASES}
+
+
+def steps_run(port):
+    """The server's einc_iterations_total (decode steps run so far), from GET /metrics."""
+    m = re.search(r"^einc_iterations_total (\d+)$", metrics_text(port), re.M)
     if not m:
         raise benchlib.BenchError("GET /metrics has no einc_iterations_total")
     return int(m.group(1))
@@ -205,21 +234,33 @@ def send_at(start, at, port, fields, cap, rec):
         one_request(port, fields, max(1.0, cap - (time.monotonic() - start)), rec)
 
 
-def load(exe, work, cap, n, prestart=False):
+def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
     """Runs the workload against one server; the figures as a dict.
-    `prestart`: every request's thread is started before the first send."""
+    `client`: "loop" (serve_client.py: one thread, a selector) or "threads"
+    (a thread per request) or "c" (serve_load.c, built as `c_client`);
+    `prestart`, with threads: every request's thread is started before the
+    first send."""
     s = Server(exe, n + 1)
     recs = [dict() for _ in work]
     threads = []
     try:
         start = time.monotonic()
-        if prestart:
+        before = phases(s.port)
+        client0 = time.process_time()
+        c_cpu = None
+        if client == "loop":
+            start += 0.05
+            recs = serve_client.run(s.port, work, start, cap)
+        elif client == "c":
+            start += 0.05
+            recs, c_cpu = serve_client.run_c(c_client, s.port, work, start, cap)
+        elif prestart:
             start += 0.5  # time to start them all
             threads = [threading.Thread(target=send_at, args=(start, at, s.port, f, cap, rec))
                        for (at, f), rec in zip(work, recs)]
             for th in threads:
                 th.start()
-        for (at, fields), rec in zip(work, recs if not prestart else []):
+        for (at, fields), rec in zip(work, recs if client == "threads" and not prestart else []):
             wait = start + at - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
@@ -229,10 +270,13 @@ def load(exe, work, cap, n, prestart=False):
             th = threading.Thread(target=one_request, args=(s.port, fields, left, rec))
             th.start()
             threads.append(th)
-        sent = start + work[-1][0] if prestart else time.monotonic()
+        sent = start + work[-1][0] if prestart or client != "threads" else time.monotonic()
         for th in threads:
             th.join(timeout=max(1.0, cap - (time.monotonic() - start)))
+        # The C client's own CPU time: this process only waits for it meanwhile.
+        client = c_cpu if c_cpu is not None else time.process_time() - client0
         steps = steps_run(s.port)
+        split = phases(s.port)
         cpu = s.cpu_seconds()
     finally:
         s.stop()
@@ -253,15 +297,17 @@ def load(exe, work, cap, n, prestart=False):
     return dict(done=len(ok), failed=len(work) - len(ok), rps=len(ok) / span, tps=tokens / span,
                 steps=steps, step_ms=1000 * span / steps, busy=rows / steps,
                 cpu_tok=1000 * cpu / tokens if cpu is not None and tokens else float("nan"),
+                client_tok=1000 * client / tokens if tokens else float("nan"),
                 ttft50=pct(ttft, 50), ttft99=pct(ttft, 99), itl50=pct(itl, 50), itl99=pct(itl, 99),
-                sending=100 * (len(itl) - len(quiet)) / max(1, len(itl)), itl99q=pct(quiet, 99))
+                sending=100 * (len(itl) - len(quiet)) / max(1, len(itl)), itl99q=pct(quiet, 99),
+                **{"us_" + k: 1e6 * (split[k] - before[k]) / steps for k in PHASES})
 
 
 def describe(r):
     """A table row's figures for one run."""
     return [r["done"], r["failed"], r["rps"], r["tps"], r["steps"], r["step_ms"], r["busy"],
-            r["cpu_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"], r["sending"],
-            r["itl99q"]]
+            r["cpu_tok"], r["client_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"], r["sending"],
+            r["itl99q"]] + [r["us_" + k] for k in PHASES]
 
 
 def main():
@@ -279,9 +325,13 @@ def main():
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each, interleaved; the medians are shown (default 3)")
     p.add_argument("--seed", type=int, default=1, help="the workload's seed")
+    p.add_argument("--client", choices=("loop", "c", "threads"), default="loop",
+                   help="the load generator: one thread with a selector (loop, default: "
+                        "serve_client.py), its C twin (c: serve_load.c) or a thread per request "
+                        "(threads: the earlier runs')")
     p.add_argument("--prestart", action="store_true",
-                   help="start every request's client thread before the first send (each sleeps "
-                        "until its send time) instead of one per send (default)")
+                   help="--client threads: start every request's thread before the first send "
+                        "(each sleeps until its send time) instead of one per send")
     p.add_argument("--pos-bound", choices=("on", "off"), default="on",
                    help="einc --pos-bound: the attention stops at each row's position (on, "
                         "default) or runs over the whole cache (off: the step before it)")
@@ -307,8 +357,13 @@ def main():
     print("# %d requests, %s arrivals at %g/s, %d slots, cache %d, %s lengths "
           "(max_tokens mean %.1f), greedy; medians of %d interleaved runs%s%s"
           % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
-             mean_out, a.repeat, "; client threads started up front" if a.prestart else "",
+             mean_out, a.repeat, "; client: " + ("one selector loop" if a.client == "loop" else
+                                                "serve_load.c" if a.client == "c" else
+                                                "a thread per request" +
+                                                (", started up front" if a.prestart else "")),
              "; --pos-bound=off" if a.pos_bound == "off" else ""))
+    loader = benchlib.compile_c(a.build, "serve_load", ["serve_load.c"]) if a.client == "c" \
+        else None
     runs = []  # (variant, rate, figures)
     with tempfile.TemporaryDirectory(prefix="einc-bench-serve-") as tmp:
         exes = {}
@@ -325,14 +380,15 @@ def main():
             for name, rate in plan:
                 work = workload(a.requests, rate, a.fixed, a.seed, a.lengths, S)
                 got[(name, rate)].append(load(exes[name], work, a.time_cap, a.requests,
-                                             a.prestart))
+                                             a.prestart, a.client, loader))
         for name, rate in plan:
             runs.append((name, rate, {k: statistics.median(r[k] for r in got[(name, rate)])
                                       for k in got[(name, rate)][0]}))
     benchlib.table(["batching", "rate /s", "done", "failed", "req/s", "tokens/s", "steps",
-                    "ms/step", "rows/step", "server CPU ms/token", "TTFT p50 ms",
+                    "ms/step", "rows/step", "server CPU ms/token", "client CPU ms/token",
+                    "TTFT p50 ms",
                     "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "ITL % while sending",
-                    "ITL p99 after sends ms"],
+                    "ITL p99 after sends ms"] + ["us/step " + k for k in PHASES],
                    [[name, rate] + describe(r) for name, rate, r in runs])
     st, c = runs[0][2], runs[1][2]
     same = c["tps"] / st["tps"]
@@ -355,6 +411,14 @@ def main():
     else:
         print("# at equal p99 ITL: no continuous run had a p99 ITL within static's %.3g ms"
               % st["itl99"])
+    if match:
+        # A run at rate R can make at most R x the mean max_tokens tokens/s
+        # (greedy, untrained: every request runs to its max_tokens), so a
+        # ratio of 2 at equal p99 needs a match rate of at least this.
+        need = 2 * st["tps"] / mean_out
+        print("# 2x static's tokens/s needs a rate of at least %.0f/s (2 x %.0f tokens/s / %.1f "
+              "tokens a request); the highest --match-rates, %g/s, can make at most %.2fx"
+              % (need, st["tps"], mean_out, max(match), max(match) * mean_out / st["tps"]))
     res = benchlib.Results("serve", "Continuous vs static batching in --serve (fortunes, "
                            "untrained, %d slots)" % a.slots)
     target = ">= 2x"

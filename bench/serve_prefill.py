@@ -10,7 +10,7 @@ prefill program linked (`--prefill examples/fortunes_prefill.ein
 --prefill-define T=W ...`, default W = 16: a slot with prompt left reads
 up to W tokens a step while the others decode).  Each is served with
 `--random-inputs 1` (greedy) and gets the same load, bench/serve.py's
-machinery: --requests streamed requests at Poisson arrival times
+machinery (its one-loop client, bench/serve_client.py): --requests streamed requests at Poisson arrival times
 (--rate, default 8/s, below saturation so that the time to first token is
 the prompt's reading rather than the queue's wait), with prompts of
 --prompt-min..--prompt-max characters (default 48..96, uniform) and

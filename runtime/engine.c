@@ -107,6 +107,24 @@ static void release_locked(rt_request *r)
         rt_request_free(r);
 }
 
+/* Device 0: ends its current phase (RT_PHASE_*, rt_serve.h) now, adding
+ * its wall time to e->phase_pending; the next phase begins now. */
+static void phase(rt_engine *e, int ph)
+{
+    double now = rt_now();
+    e->phase_pending[ph] += now - e->phase_mark;
+    e->phase_mark = now;
+}
+
+/* Device 0, e->mu held: moves the pending phase times into the metrics. */
+static void flush_phases(rt_engine *e)
+{
+    for (int i = 0; i < RT_NPHASES; i++) {
+        e->metrics.phase_seconds[i] += e->phase_pending[i];
+        e->phase_pending[i] = 0;
+    }
+}
+
 /* Device 0, e->mu held, when r's text, ready, finish or aborted changed:
  * takes its suspended connection, if any, for wake_connections. */
 static void touch(rt_engine *e, rt_request *r)
@@ -117,13 +135,14 @@ static void touch(rt_engine *e, rt_request *r)
     }
 }
 
-/* Device 0, e->mu released: resumes the connections touch took.  Outside
- * the mutex, so that a resumed connection finds it free and the HTTP
- * library's locks are never taken under it. */
+/* Device 0, e->mu released: hands the connections touch took to the HTTP
+ * thread, which resumes them (rt_server_wake: one batch, one wake-up per
+ * step).  Outside the mutex, so that a resumed connection finds it free
+ * and the server's lock is never taken under it. */
 static void wake_connections(rt_engine *e)
 {
-    for (int64_t i = 0; i < e->nwoken; i++)
-        e->resume(e->woken[i]);
+    if (e->nwoken > 0)
+        e->resume(e->server, e->woken, e->nwoken);
     e->nwoken = 0;
 }
 
@@ -182,8 +201,11 @@ static int64_t publish(rt_engine *e, int64_t n)
     e->metrics.running = n;
     e->batches++;
     pthread_cond_broadcast(&e->stepped);
+    phase(e, RT_PHASE_BOOKKEEP);
+    flush_phases(e);
     pthread_mutex_unlock(&e->mu);
     wake_connections(e);
+    phase(e, RT_PHASE_WAKE);
     return n;
 }
 
@@ -194,8 +216,10 @@ static int64_t take_batch(rt_engine *e)
 {
     int64_t B = e->gen->batch, n = 0;
     pthread_mutex_lock(&e->mu);
+    phase(e, RT_PHASE_BOOKKEEP);
     while (!e->queued && !e->shutdown)
         pthread_cond_wait(&e->work, &e->mu);
+    phase(e, RT_PHASE_IDLE);
     if (e->shutdown)
         refuse_queued(e);
     for (int64_t b = 0; b < B; b++) {
@@ -353,7 +377,9 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
             live = 1;
             continue;
         }
+        phase(e, RT_PHASE_BOOKKEEP);
         int32_t t = next_token(e, p, logits, plan, b, r, pos, work);
+        phase(e, RT_PHASE_SAMPLE);
         emit(e, r, t, now);
         if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
             r->finish = "length";
@@ -370,8 +396,11 @@ static void after_step(rt_engine *e, const rt_program *p, const void *logits,
             release_locked(e->batch[b]);
             e->batch[b] = NULL;
         }
+    phase(e, RT_PHASE_BOOKKEEP);
+    flush_phases(e);
     pthread_mutex_unlock(&e->mu);
     wake_connections(e);
+    phase(e, RT_PHASE_WAKE);
 }
 
 /* Continuous batching, device 0, before each step: fills the free slots
@@ -399,7 +428,9 @@ static int64_t schedule_step(rt_engine *e)
         }
         if (n > 0 || e->shutdown)
             break;
+        phase(e, RT_PHASE_BOOKKEEP);
         pthread_cond_wait(&e->work, &e->mu);
+        phase(e, RT_PHASE_IDLE);
     }
     if (e->pf && n > 0 && rt_prefill_plan(e))
         e->plan = (rt_sample_plan){0}; /* the prefill step gathers its logits whole */
@@ -452,8 +483,10 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
             e->at[b] = (int32_t)(pos + 1);
             continue;
         } else {
+            phase(e, RT_PHASE_BOOKKEEP);
             int32_t t = window ? window_token(e, window, b, n - 1, r, pos, work)
                                : next_token(e, p, logits, plan, b, r, pos, work);
+            phase(e, RT_PHASE_SAMPLE);
             emit(e, r, t, now);
             if (!r->finish && pos + 1 >= e->cache) /* the cache is full (parse checks before) */
                 r->finish = "length";
@@ -471,8 +504,11 @@ static void after_iteration(rt_engine *e, const rt_program *p, const void *logit
     e->metrics.running = 0;
     for (int64_t b = 0; b < e->gen->batch; b++)
         e->metrics.running += e->batch[b] != NULL;
+    phase(e, RT_PHASE_BOOKKEEP);
+    flush_phases(e);
     pthread_mutex_unlock(&e->mu);
     wake_connections(e);
+    phase(e, RT_PHASE_WAKE);
 }
 
 /* The int32 entries of share()'s message: head, plan, prefill due, feed
@@ -573,6 +609,7 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
     if (dev->id == 0) {
         char err[512];
         work = rt_xmalloc(dev, (size_t)g->vocab * sizeof *work);
+        e->phase_mark = rt_now();
         e->server = rt_server_start(e, job->opt->host ? job->opt->host : "127.0.0.1",
                                     job->opt->port_given ? job->opt->port : 8080, err, sizeof err);
         if (!e->server)
@@ -601,15 +638,19 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
         rt_sample_plan plan = e->plan;
         if (prefill) {
             const void *window = rt_prefill_run(dev, e, &pbuf);
-            if (dev->id == 0)
+            if (dev->id == 0) {
+                phase(e, RT_PHASE_STEP);
                 after_iteration(e, p, NULL, &plan, work, window);
+            }
             continue;
         }
         rt_run_timed(dev, job, in, out, 0);
         if (gathered)
             rt_sample_gather_step(dev, p, l, &plan, out[g->logits], gathered);
-        if (dev->id == 0)
+        if (dev->id == 0) {
+            phase(e, RT_PHASE_STEP);
             after_iteration(e, p, sampled, &plan, work, NULL);
+        }
     }
     if (pbuf.in)
         rt_prefill_close(dev, e, &pbuf);
@@ -625,8 +666,10 @@ void rt_engine_device(rt_device *dev, rt_job *job, void *const *in, void *const 
             rt_run_timed(dev, job, in, out, 0);
             if (gathered)
                 rt_sample_gather_step(dev, p, l, &plan, out[g->logits], gathered);
-            if (dev->id == 0)
+            if (dev->id == 0) {
+                phase(e, RT_PHASE_STEP);
                 after_step(e, p, sampled, &plan, pos, work);
+            }
             if (msg) /* e->feed, e->live and e->plan, from device 0 */
                 e->live = (int)share(dev, e, msg, e->live, 0, 0);
             else /* e->feed and e->live written */

@@ -5,7 +5,11 @@
  * from sharded logits to sample from, and histograms of the time to
  * first token (a request's arrival to its first token: queueing plus its
  * prompt's steps) and of the inter-token latency (between two tokens of
- * one request: one decode step of the whole batch).  The format is Prometheus' text exposition
+ * one request: one decode step of the whole batch), and where the
+ * engine's time goes: device 0's wall time by phase (rt_serve.h,
+ * RT_PHASE_*) and the HTTP thread's time making streamed events, counters
+ * in seconds that divided by the steps give a step's split
+ * (bench/serve_phases.py).  The format is Prometheus' text exposition
  * 0.0.4: cumulative `_bucket{le="..."}` lines, then `_sum` and `_count`.
  */
 #include <stdio.h>
@@ -92,6 +96,19 @@ char *rt_metrics_text(const rt_metrics *m, int64_t queued)
     for (int i = 0; i < 2; i++)
         fprintf(f, "einc_sample_gather_bytes_total{path=\"%s\"} %llu\n", paths[i],
                 (unsigned long long)m->gather_bytes[i]);
+    /* Where device 0's time goes (rt_serve.h, RT_PHASE_*): over
+     * einc_iterations_total, the split of a step. */
+    static const char *const phases[RT_NPHASES] = {"step", "sample", "bookkeep", "wake", "idle"};
+    fprintf(f, "# HELP einc_engine_seconds_total Device 0's wall time by phase: the program's "
+               "step, sampling, bookkeeping, waking connections, idle.\n"
+               "# TYPE einc_engine_seconds_total counter\n");
+    for (int i = 0; i < RT_NPHASES; i++)
+        fprintf(f, "einc_engine_seconds_total{phase=\"%s\"} %.9g\n", phases[i],
+                m->phase_seconds[i]);
+    fprintf(f, "# HELP einc_http_event_seconds_total The HTTP thread's wall time making streamed "
+               "events (JSON and SSE bytes), counted when each stream ends.\n"
+               "# TYPE einc_http_event_seconds_total counter\neinc_http_event_seconds_total "
+               "%.9g\n", m->event_seconds);
     print_histogram(f, "einc_time_to_first_token_seconds",
                     "From a request's arrival to its first token.", &m->ttft);
     print_histogram(f, "einc_inter_token_latency_seconds",

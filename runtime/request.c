@@ -236,8 +236,33 @@ static cJSON *completion_object(const rt_request *r)
     return o;
 }
 
+/* A streamed chunk's JSON, written directly: the bytes cJSON_PrintUnformatted
+ * gives for the object rt_request_json builds (tests/runtime/
+ * test_request_json.c compares them), without its ten allocations per
+ * token.  `created` is an integer (cJSON prints an integral number
+ * without a fraction); `finish` is "stop", "length" or NULL, which need
+ * no escaping. */
+static char *chunk_json(const rt_request *r, const char *text, size_t len, const char *finish)
+{
+    char *quoted = json_string(text, len);
+    if (!quoted)
+        return NULL;
+    size_t n = strlen(quoted) + 200;
+    char *out = malloc(n);
+    if (out)
+        snprintf(out, n, "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":%lld,"
+                 "\"model\":\"einc\",\"choices\":[{\"text\":%s,\"index\":0,\"logprobs\":null,"
+                 "\"finish_reason\":%s%s%s}]}", (unsigned long long)r->number,
+                 (long long)time(NULL), quoted, finish ? "\"" : "", finish ? finish : "null",
+                 finish ? "\"" : "");
+    free(quoted);
+    return out;
+}
+
 char *rt_request_json(const rt_request *r, const char *text, size_t len, const char *finish)
 {
+    if (r->stream)
+        return chunk_json(r, text, len, finish);
     cJSON *o = completion_object(r);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();

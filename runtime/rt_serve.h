@@ -11,8 +11,9 @@
  * and runs the steps on every device; they meet under rt_engine.mu.  A
  * connection that waits for the engine (its next tokens, or its whole
  * answer) is suspended rather than blocked, its request's `waiter`; after
- * each step the engine resumes the connections whose requests the step
- * changed, once it has released the mutex (rt_engine.resume).  Under MPI every rank has an
+ * each step the engine hands the connections whose requests the step
+ * changed to the polling thread in one batch, which resumes them, once it
+ * has released the mutex (rt_engine.resume).  Under MPI every rank has an
  * engine, but only rank 0's has the server and the requests; the others
  * receive its batches and tokens by broadcast (engine.c).
  */
@@ -114,6 +115,17 @@ char *rt_error_json(const char *message, const char *param, int status);
 /* Bucket bounds (seconds) of the latency histograms. */
 #define RT_NBUCKETS 12
 
+/* The phases of device 0's loop that rt_metrics.phase_seconds splits its
+ * wall time into (metrics.c prints them as einc_engine_seconds_total):
+ * the program's run and the gather of sharded logits, on every device
+ * (STEP); choosing each row's next token from the logits (SAMPLE); the
+ * rest of a step's bookkeeping under rt_engine.mu: the tokens' text, stop
+ * strings, histograms, freed slots, scheduling the next step (BOOKKEEP);
+ * resuming the connections the step changed (WAKE); waiting for a request
+ * while no row runs (IDLE). */
+enum { RT_PHASE_STEP, RT_PHASE_SAMPLE, RT_PHASE_BOOKKEEP, RT_PHASE_WAKE, RT_PHASE_IDLE,
+       RT_NPHASES };
+
 /* A Prometheus histogram: counts per upper bound, their sum and count. */
 typedef struct rt_histogram {
     uint64_t counts[RT_NBUCKETS + 1]; /* observations <= bound i (not cumulative); last: +Inf */
@@ -137,6 +149,10 @@ typedef struct rt_metrics {
      * gathers nothing and counts in neither. */
     uint64_t gather_steps[2];
     uint64_t gather_bytes[2];
+    double phase_seconds[RT_NPHASES]; /* device 0's wall time per phase (RT_PHASE_*), seconds */
+    double event_seconds;        /* the HTTP thread's wall time making streamed events (the
+                                  * JSON and SSE bytes of new text), seconds; added when a
+                                  * stream ends */
 } rt_metrics;
 
 /* Counts one answer with HTTP status `status`. */
@@ -196,12 +212,16 @@ typedef struct rt_engine {
     pthread_t signals;           /* the thread that waits for SIGINT and SIGTERM (serve.c) */
     int signals_started;
     int wake[2];                 /* its pipe: a byte there stops the engine; 0 0 if none */
-    /* Resumes a request's suspended connection (rt_request.waiter; server.c
-     * sets it before the first request).  Called by device 0 without e->mu. */
-    void (*resume)(void *waiter);
+    /* Resumes the suspended connections waiters[0..n) (rt_request.waiter)
+     * of server sv: rt_server_wake, which server.c sets before the first
+     * request.  Called by device 0 without e->mu, once per step. */
+    void (*resume)(struct rt_server *sv, void *const *waiters, int64_t n);
     void **woken;                /* [max_queue + B] the waiters device 0 took under e->mu
                                     and resumes once it has released it; device 0's alone */
     int64_t nwoken;              /* entries in woken */
+    double phase_mark;           /* device 0: rt_now() when its current phase began */
+    double phase_pending[RT_NPHASES]; /* device 0: phase seconds not yet in metrics (timed
+                                         without e->mu; added under it at the next step) */
 } rt_engine;
 
 /* Queues r for a batch (taking a reference); 0, or -1 if the queue is full
@@ -284,6 +304,11 @@ struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, 
                                   size_t errlen);
 /* Stops the server (waits for its connections) and frees it; NULL is fine. */
 void rt_server_stop(struct rt_server *s);
+/* Device 0, after a step: hands the connections waiters[0..n) (suspended
+ * MHD connections whose requests the step changed) to the server's
+ * polling thread, which resumes them; one eventfd write wakes it.  Thread
+ * safe; sv NULL or n 0 does nothing. */
+void rt_server_wake(struct rt_server *sv, void *const *waiters, int64_t n);
 
 /* ---- serve.c ---- */
 

@@ -68,6 +68,51 @@ int64_t rt_sample_slots(const rt_sampling *s, int64_t vocab)
     return s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
 }
 
+/* Whether entry x comes after y in the rule's order (smaller logit, or an
+ * equal one at a larger index): by_logit(x, y) > 0, without the call. */
+static int after(const rt_sample_entry *x, const rt_sample_entry *y)
+{
+    return x->value != y->value ? x->value < y->value : x->index > y->index;
+}
+
+/* Restores the heap order below heap[i] (heap[0..k): every parent comes
+ * after its children in the rule's order, so heap[0] is the last kept). */
+static void sift_down(rt_sample_entry *heap, int64_t k, int64_t i)
+{
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= k)
+            return;
+        if (c + 1 < k && after(&heap[c + 1], &heap[c]))
+            c++;
+        if (!after(&heap[c], &heap[i]))
+            return;
+        rt_sample_entry t = heap[i];
+        heap[i] = heap[c];
+        heap[c] = t;
+        i = c;
+    }
+}
+
+/* Moves the first k of work[0..n) in the rule's order (0 < k < n) into
+ * work[0..k), sorted: a bounded heap of the k best so far, whose root is
+ * the worst of them, then a sort of the k -- O(n log k) against the full
+ * sort's O(n log n), which a top-k row of a large vocabulary (k = 40 of
+ * 128k, say) would otherwise pay per token.  The order is total (no NaN
+ * reaches here, ties go by index), so the k are exactly the full sort's
+ * first k (tests/runtime/test_sample.c compares the two). */
+static void select_first(rt_sample_entry *work, int64_t n, int64_t k)
+{
+    for (int64_t i = k / 2 - 1; i >= 0; i--)
+        sift_down(work, k, i);
+    for (int64_t v = k; v < n; v++)
+        if (after(&work[0], &work[v])) { /* better than the worst kept */
+            work[0] = work[v];
+            sift_down(work, k, 0);
+        }
+    qsort(work, (size_t)k, sizeof *work, by_logit);
+}
+
 /* Fills top[from..slots) with padding (index -1), which rt_sample_pick
  * skips. */
 static void pad(rt_sample_entry *top, int64_t from, int64_t slots)
@@ -102,8 +147,11 @@ void rt_sample_top(const rt_sampling *s, int32_t dtype, const void *row, int64_t
         pad(top, 1, slots);
         return;
     }
-    qsort(work, (size_t)n, sizeof *work, by_logit);
     int64_t kept = n < slots ? n : slots;
+    if (kept < n)
+        select_first(work, n, kept);
+    else
+        qsort(work, (size_t)n, sizeof *work, by_logit);
     if (top != work)
         memmove(top, work, (size_t)kept * sizeof *top);
     pad(top, kept, slots);

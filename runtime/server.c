@@ -1,15 +1,22 @@
 /*
  * server.c - the HTTP side of --serve, on libmicrohttpd (Debian's
- * libmicrohttpd-dev) with one internal polling thread (epoll) for every
- * connection.  A connection that must wait for the engine, a stream for
- * its next tokens or a whole answer for its end, is suspended
- * (MHD_suspend_connection) with its request's `waiter` pointing at it,
- * and the engine resumes it after the step that changed the request
- * (rt_engine.resume): the thread then writes the step's events to every
- * resumed connection in one pass.  A step thus costs the HTTP side one
- * wake-up, not one thread wake-up per row, and the 2 cores the device
- * threads share with the connections see a few runnable threads rather
- * than one per client.
+ * libmicrohttpd-dev) in its external epoll mode, run by one polling thread
+ * of ours (poll_loop) for every connection.  A connection that must wait
+ * for the engine, a stream for its next tokens or a whole answer for its
+ * end, is suspended (MHD_suspend_connection) with its request's `waiter`
+ * pointing at it; after the step that changed the request the engine
+ * hands the step's waiters over in one batch (rt_server_wake): one
+ * eventfd write per step.  The polling thread wakes once, resumes them
+ * (MHD_resume_connection, in the thread that runs MHD, so nothing
+ * contends) and writes the step's events to every resumed connection in
+ * one pass.  The thread runs as SCHED_BATCH, so that its wake-up does not
+ * preempt device 0, about to run the next step: what device 0 waited for
+ * after each step, 300-460 us at 8-16 rows when it resumed each
+ * connection itself (docs/generation.md, "Where a step's time goes"), was
+ * mostly the woken HTTP thread taking its core.  A step thus costs the
+ * HTTP side one wake-up and device 0 one system call, however many rows
+ * it served, and the 2 cores the device threads share with the
+ * connections see one thread for them.
  *
  *   POST /v1/completions  a completion (request.c); with "stream": true,
  *                         server-sent events: `data: {chunk}\n\n` as the
@@ -23,14 +30,19 @@
  * next step); one that goes away while waiting for a whole answer lets
  * its row run to the end, and the answer is dropped.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rt_serve.h"
 
@@ -47,7 +59,7 @@
 
 typedef struct rt_server rt_server;
 
-/* The HTTP daemon of one engine. */
+/* The HTTP daemon of one engine and its polling thread. */
 struct rt_server {
     rt_engine *e;
     struct MHD_Daemon *daemon;
@@ -55,6 +67,15 @@ struct rt_server {
      * gone): rt_server_stop lets them finish before it closes the
      * connections.  Written by the polling thread, read by the stopping one. */
     atomic_long open;
+    pthread_t thread;            /* poll_loop */
+    int started;                 /* 1: thread runs */
+    atomic_int stopping;         /* 1: poll_loop returns at its next wake-up */
+    int epfd;                    /* poll_loop's epoll: MHD's epoll fd and wakefd; -1: none */
+    int wakefd;                  /* eventfd: waiters handed over, or stopping; -1: none */
+    pthread_mutex_t mu;          /* guards handoff and nhandoff */
+    void **handoff;              /* [cap] connections to resume, from rt_server_wake */
+    void **resuming;             /* [cap] poll_loop's copy of them while it resumes */
+    int64_t nhandoff, cap;
 };
 
 /* One connection's request body, read in pieces, and its request while
@@ -75,6 +96,7 @@ typedef struct stream {
     char *pending;               /* SSE bytes, malloc'd */
     size_t plen, poff;           /* their length, and how many MHD has taken */
     int done;                    /* 1: the last event and [DONE] are in pending */
+    double event_seconds;        /* wall time making events so far (rt_metrics.event_seconds) */
 } stream;
 
 /* Queues an answer with a body copied from `body` (NULL: out of memory,
@@ -155,6 +177,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         s->sent += n;
         s->done = aborted || (r->finish && s->sent == r->len);
         pthread_mutex_unlock(&s->e->mu);
+        double began = rt_now();
         if (aborted)
             add_event(s, rt_error_json("the server is shutting down", NULL, 503));
         else if (piece) /* r's number and stream, all the JSON reads besides, are fixed */
@@ -162,6 +185,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         free(piece);
         if (s->done)
             add_event(s, strdup("[DONE]"));
+        s->event_seconds += rt_now() - began;
         if (!piece || s->poff == s->plen) /* out of memory */
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -178,6 +202,7 @@ static void stream_free(void *cls)
     pthread_mutex_lock(&s->e->mu);
     if (!s->r->finish)
         s->r->cancelled = 1; /* nobody reads it: free the row */
+    s->e->metrics.event_seconds += s->event_seconds;
     pthread_mutex_unlock(&s->e->mu);
     rt_engine_release(s->e, s->r);
     free(s->pending);
@@ -347,10 +372,84 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
-/* rt_engine.resume: the engine resumes a connection it changed the request of. */
-static void resume(void *waiter)
+void rt_server_wake(struct rt_server *sv, void *const *waiters, int64_t n)
 {
-    MHD_resume_connection(waiter);
+    if (!sv || n <= 0)
+        return;
+    pthread_mutex_lock(&sv->mu);
+    /* Each connection waits at most once (a waiter is taken when handed
+     * over and set again only after its resume), and at most max_queue + B
+     * connections wait, so cap = max_queue + B always holds them; beyond
+     * it (never), resuming here is still correct, only slower. */
+    int64_t room = sv->cap - sv->nhandoff, put = n < room ? n : room;
+    int was_empty = sv->nhandoff == 0;
+    memcpy(sv->handoff + sv->nhandoff, waiters, (size_t)put * sizeof *waiters);
+    sv->nhandoff += put;
+    pthread_mutex_unlock(&sv->mu);
+    for (int64_t i = put; i < n; i++)
+        MHD_resume_connection(waiters[i]);
+    /* One write wakes poll_loop; while it has not taken the last batch
+     * yet (handoff not empty) the count it has not read covers this one
+     * too: it reads wakefd before it takes handoff. */
+    uint64_t one = 1;
+    if (was_empty && put > 0) {
+        ssize_t w = write(sv->wakefd, &one, sizeof one); /* fails only at a count of 2^64 - 1 */
+        (void)w;
+    }
+}
+
+/* The polling thread: waits for MHD's sockets (its epoll fd) or a wake-up
+ * (wakefd), resumes the handed-over connections, runs MHD, until
+ * rt_server_stop sets stopping. */
+static void *poll_loop(void *arg)
+{
+    rt_server *sv = arg;
+    /* SCHED_BATCH: a wake-up does not preempt the thread that woke it
+     * (device 0, about to run the next step); the events go out when a
+     * core is free, as when the device threads yield in a barrier. */
+    struct sched_param none = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
+    while (!atomic_load(&sv->stopping)) {
+        MHD_UNSIGNED_LONG_LONG left = 0;
+        int ms = 100; /* at most: the daemon's idle timeouts need no finer clock */
+        if (MHD_get_timeout(sv->daemon, &left) == MHD_YES && left < 100)
+            ms = (int)left;
+        struct epoll_event ev[2];
+        int n = epoll_wait(sv->epfd, ev, 2, ms);
+        for (int i = 0; i < n; i++)
+            if (ev[i].data.fd == sv->wakefd) {
+                uint64_t count;
+                if (read(sv->wakefd, &count, sizeof count) < 0)
+                    count = 0; /* EAGAIN: another read took it; handoff is what counts */
+                pthread_mutex_lock(&sv->mu);
+                int64_t k = sv->nhandoff;
+                memcpy(sv->resuming, sv->handoff, (size_t)k * sizeof *sv->handoff);
+                sv->nhandoff = 0;
+                pthread_mutex_unlock(&sv->mu);
+                for (int64_t j = 0; j < k; j++)
+                    MHD_resume_connection(sv->resuming[j]);
+            }
+        MHD_run(sv->daemon);
+    }
+    return NULL;
+}
+
+/* The polling thread's epoll over MHD's epoll fd and wakefd, and the thread. */
+static int start_polling(rt_server *sv, char *err, size_t errlen)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(sv->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    sv->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    sv->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event mhd = {.events = EPOLLIN, .data.fd = info ? info->epoll_fd : -1};
+    struct epoll_event wake = {.events = EPOLLIN, .data.fd = sv->wakefd};
+    if (!info || sv->wakefd < 0 || sv->epfd < 0 ||
+        epoll_ctl(sv->epfd, EPOLL_CTL_ADD, info->epoll_fd, &mhd) ||
+        epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->wakefd, &wake) ||
+        pthread_create(&sv->thread, NULL, poll_loop, sv))
+        return rt_errf(err, errlen, "cannot start the HTTP polling thread (epoll, eventfd)");
+    pthread_setname_np(sv->thread, "einc-http"); /* bench/serve_phases.py reads it */
+    sv->started = 1;
+    return 0;
 }
 
 struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, char *err,
@@ -371,8 +470,14 @@ struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, 
     }
     sv->e = e;
     atomic_init(&sv->open, 0);
-    e->resume = resume;
-    sv->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME,
+    atomic_init(&sv->stopping, 0);
+    sv->epfd = sv->wakefd = -1;
+    pthread_mutex_init(&sv->mu, NULL);
+    sv->cap = e->max_queue + e->gen->batch;
+    sv->handoff = calloc((size_t)sv->cap, sizeof *sv->handoff);
+    sv->resuming = calloc((size_t)sv->cap, sizeof *sv->resuming);
+    e->resume = rt_server_wake;
+    sv->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME,
                                   (uint16_t)port, NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR,
                                   (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed,
                                   sv, MHD_OPTION_CONNECTION_TIMEOUT, RT_IDLE_TIMEOUT,
@@ -382,6 +487,12 @@ struct rt_server *rt_server_start(rt_engine *e, const char *host, int64_t port, 
     if (!info) {
         rt_errf(err, errlen, "cannot listen on %s:%lld (the port is in use, or the address is "
                 "not one of this host's)", host, (long long)port);
+        rt_server_stop(sv);
+        return NULL;
+    }
+    if (!sv->handoff || !sv->resuming || start_polling(sv, err, errlen)) {
+        if (!sv->handoff || !sv->resuming)
+            rt_errf(err, errlen, "out of memory");
         rt_server_stop(sv);
         return NULL;
     }
@@ -397,9 +508,27 @@ void rt_server_stop(struct rt_server *s)
     /* The engine has ended every request, but the polling thread may not
      * have written their last events yet: wait for them (a client that
      * stopped reading gets RT_DRAIN_MS), then close every connection. */
-    for (int ms = 0; s->daemon && atomic_load(&s->open) > 0 && ms < RT_DRAIN_MS; ms++)
+    for (int ms = 0; s->started && atomic_load(&s->open) > 0 && ms < RT_DRAIN_MS; ms++)
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    if (s->started) {
+        uint64_t one = 1;
+        atomic_store(&s->stopping, 1);
+        ssize_t w = write(s->wakefd, &one, sizeof one); /* else poll_loop's timeout, 100 ms */
+        (void)w;
+        pthread_join(s->thread, NULL);
+    }
+    /* Connections handed over after poll_loop's last pass: resumed, which
+     * MHD_stop_daemon needs of every connection before it closes them. */
+    for (int64_t i = 0; i < s->nhandoff; i++)
+        MHD_resume_connection(s->handoff[i]);
     if (s->daemon)
         MHD_stop_daemon(s->daemon);
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->wakefd >= 0)
+        close(s->wakefd);
+    pthread_mutex_destroy(&s->mu);
+    free(s->handoff);
+    free(s->resuming);
     free(s);
 }

@@ -22,7 +22,8 @@ runtime with random params; the server is started with --port 0 and its
    and /health still answers afterwards;
  - more concurrent requests than the queue holds (--max-queue 1) get 503,
    and the others their text;
- - /metrics parses as Prometheus text and counts the answers and tokens;
+ - /metrics parses as Prometheus text and counts the answers and tokens,
+   and has the engine's phase seconds (einc_engine_seconds_total);
  - SIGTERM ends the server with status 0;
  - a program whose logits stay vocab-sharded serves greedy and sampled
    requests with the texts of the replicated program;
@@ -389,8 +390,13 @@ def check_metrics(t, s, before):
              m.get("einc_generation_tokens_total", 0) > before.get(
                  "einc_generation_tokens_total", 0) and hist > 0 and
              m.get('einc_inter_token_latency_seconds_bucket{le="+Inf"}') ==
-             m.get("einc_inter_token_latency_seconds_count"),
-             "/metrics parses and counts the answers, tokens and latencies", repr(m))
+             m.get("einc_inter_token_latency_seconds_count") and
+             all(m.get('einc_engine_seconds_total{phase="%s"}' % ph, -1) >= 0
+                 for ph in ("step", "sample", "bookkeep", "wake", "idle")) and
+             m.get('einc_engine_seconds_total{phase="step"}', 0) >
+             m.get('einc_engine_seconds_total{phase="sample"}', 0) and
+             m.get("einc_http_event_seconds_total", 0) > 0,
+             "/metrics parses and counts the answers, tokens, latencies and phases", repr(m))
 
 
 def check_queue(t, exe):

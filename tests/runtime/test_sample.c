@@ -5,14 +5,19 @@
  * 3/4, so the draws u below 3/4 take token 1 and the others token 0;
  * top-k and top-p cut where their definitions say; ties go to the lower
  * index; greedy is numpy.argmax; and rt_sample_uniform is a fixed
- * function of (seed, step, sequence) in [0, 1).
+ * function of (seed, step, sequence) in [0, 1).  rt_sample_top's
+ * partial selection of a row's first k entries (a bounded heap) against
+ * the full sort it replaced, entry for entry, on rows with many ties.
  */
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cunit_main.h"
 #include "rt_generate.h"
 #include "rt_internal.h"
+#include "rt_test_util.h"
 
 /* rt_sample_row on an f64 row of V <= 8 with settings (t, k, p). */
 static int32_t pick(const double *row, int64_t vocab, double t, int64_t k, double p, double u)
@@ -88,6 +93,53 @@ static void test_uniform(void)
     CU_ASSERT_NOT_EQUAL(a, rt_sample_uniform(7, 3, 0));
 }
 
+/* The rule's order, as the full sort before the partial selection used it. */
+static int reference_order(const void *a, const void *b)
+{
+    const rt_sample_entry *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value > y->value ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* rt_sample_top's first k = the full sort's first k, for rows of n with
+ * ties (7 levels, -Inf, -0.0) or with distinct values, k from 1 to n,
+ * at a shard offset; and the padding after them. */
+static void test_top_k_selection(void)
+{
+    static const int64_t sizes[] = {1, 2, 3, 7, 64, 129, 300};
+    uint64_t state = 11;
+    rt_sample_entry *work = malloc(300 * sizeof *work), *want = malloc(300 * sizeof *want);
+    rt_sample_entry *top = malloc(301 * sizeof *top);
+    double *row = malloc(300 * sizeof *row);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int distinct = 0; distinct < 2; distinct++)
+            for (int64_t k = 1, n = sizes[si]; k <= n + 1; k = k < 9 ? k + 1 : k * 2 + 1) {
+                for (int64_t v = 0; v < n; v++) {
+                    row[v] = distinct ? (double)(rt_splitmix64(state + (uint64_t)v) % 1000003)
+                                      : test_draw_logit(&state, 0);
+                    want[v] = (rt_sample_entry){.value = row[v], .index = 1000 + v};
+                }
+                state++;
+                qsort(want, (size_t)n, sizeof *want, reference_order);
+                rt_sampling s = {.temperature = 1, .top_k = k, .top_p = 1};
+                rt_sample_top(&s, RT_F64, row, n, 1000, k, work, top);
+                int same = 1;
+                for (int64_t j = 0; j < k; j++)
+                    same &= j < n ? top[j].index == want[j].index &&
+                                        (top[j].value == want[j].value)
+                                  : top[j].index == -1;
+                CU_ASSERT(same);
+                if (!same)
+                    fprintf(stderr, "top-k selection differs: n %lld k %lld distinct %d\n",
+                            (long long)n, (long long)k, distinct);
+            }
+    free(row);
+    free(top);
+    free(want);
+    free(work);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -95,6 +147,7 @@ void einc_register_tests(void)
         {"top-k and top-p cuts", test_top_k_top_p},
         {"ties, greedy, NaN, Inf, masked", test_ties_and_greedy},
         {"uniform draws", test_uniform},
+        {"top-k partial selection = the full sort's first k", test_top_k_selection},
     };
     einc_add_suite("rt_sample_row", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,0 +1,323 @@
+/*
+ * serve_load.c - bench/serve.py's load generator in C (--client c): the
+ * protocol work of bench/serve_client.py (streamed POST /v1/completions
+ * sent at given times, HTTP/1.1 chunked answers, server-sent events, the
+ * characters of each event's text) in one epoll loop, at a few
+ * microseconds of CPU per token rather than the Python loop's tens, so
+ * that on the 2 cores the server shares with it the client takes little
+ * of what the steps need (docs/generation.md, "Where a step's time goes").
+ *
+ *   serve_load PORT START CAP < requests
+ *
+ * stdin: one request a line, `OFFSET BODY`: its send time in seconds
+ * after START (CLOCK_MONOTONIC seconds, as Python's time.monotonic()) and
+ * its JSON body, sent as is.  Runs until every answer has ended or CAP
+ * seconds after START.  stdout, one line a request in input order:
+ *   `req I STATUS SENT DONE T1 T2 ...` (DONE -1: no complete answer; a
+ *   chunk of k characters counts as k tokens spread evenly over the gap
+ *   since the previous chunk, as serve_client.py does), then
+ *   `cpu SECONDS`, this process's CPU time.
+ * Errors (bad input, out of memory): a message on stderr, exit 1.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct conn {
+    char *req;          /* the HTTP request's bytes */
+    size_t req_len, req_off;
+    double at;          /* send time, absolute */
+    int fd;             /* -1: not sent yet or ended */
+    int status;
+    double sent, done, last;
+    double *times;      /* token times */
+    size_t ntimes, cap;
+    char *buf;          /* bytes received, not yet parsed */
+    size_t len, room;
+    int head;           /* 1: reading the headers */
+    int chunked;
+    long left;          /* chunk bytes to read; -1: a size line next; -2: its CRLF next */
+    char *body;         /* decoded body bytes not yet split into events */
+    size_t blen, broom;
+    int ended;
+} conn;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "serve_load: out of memory\n");
+        exit(1);
+    }
+    return q;
+}
+
+static void append(char **p, size_t *len, size_t *room, const char *data, size_t n)
+{
+    if (*len + n + 1 > *room) {
+        *room = 2 * (*len + n + 1);
+        *p = xrealloc(*p, *room);
+    }
+    memcpy(*p + *len, data, n);
+    *len += n;
+    (*p)[*len] = 0;
+}
+
+/* The characters of the JSON string value after `"text":` in event e,
+ * as Python's len(json.loads(...)) counts them (code points; a \u escape
+ * pair of surrogates is one). */
+static long text_chars(const char *e)
+{
+    const char *p = strstr(e, "\"text\":\"");
+    if (!p)
+        return 0;
+    long k = 0;
+    for (p += 8; *p && *p != '"'; p++) {
+        if (*p == '\\') {
+            p++;
+            if (*p == 'u') {
+                unsigned v = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
+                p += 4;
+                if (v >= 0xd800 && v < 0xdc00 && p[1] == '\\' && p[2] == 'u')
+                    p += 6; /* its low surrogate */
+            }
+            k++;
+        } else if (((unsigned char)*p & 0xc0) != 0x80) {
+            k++;
+        }
+    }
+    return k;
+}
+
+static void add_tokens(conn *c, long k, double t)
+{
+    for (long i = 0; i < k; i++) {
+        if (c->ntimes == c->cap) {
+            c->cap = c->cap ? 2 * c->cap : 64;
+            c->times = xrealloc(c->times, c->cap * sizeof *c->times);
+        }
+        c->times[c->ntimes++] = c->last + (t - c->last) * (double)(i + 1) / (double)k;
+    }
+    if (k > 0)
+        c->last = t;
+}
+
+/* Splits c->body into events; 1 at [DONE]. */
+static int events(conn *c, double t)
+{
+    char *start = c->body, *end;
+    int done = 0;
+    if (!start) /* no body bytes yet */
+        return 0;
+    while ((end = strstr(start, "\n\n"))) {
+        *end = 0;
+        if (!strncmp(start, "data: ", 6)) {
+            if (!strcmp(start + 6, "[DONE]"))
+                done = 1;
+            else
+                add_tokens(c, text_chars(start + 6), t);
+        }
+        start = end + 2;
+    }
+    c->blen -= (size_t)(start - c->body);
+    memmove(c->body, start, c->blen + 1);
+    return done;
+}
+
+/* Consumes c->buf; 1 when the answer is complete. */
+static int parse(conn *c, double t)
+{
+    if (c->head) {
+        char *end = strstr(c->buf, "\r\n\r\n");
+        if (!end)
+            return 0;
+        *end = 0;
+        c->status = atoi(strchr(c->buf, ' ') ? strchr(c->buf, ' ') + 1 : "0");
+        for (char *h = c->buf; *h; h++)
+            *h = (char)(*h >= 'A' && *h <= 'Z' ? *h + 32 : *h);
+        c->chunked = strstr(c->buf, "transfer-encoding: chunked") != NULL;
+        size_t used = (size_t)(end + 4 - c->buf);
+        c->len -= used;
+        memmove(c->buf, c->buf + used, c->len + 1);
+        c->head = 0;
+    }
+    if (!c->chunked) {
+        append(&c->body, &c->blen, &c->broom, c->buf, c->len);
+        c->len = 0;
+        return events(c, t);
+    }
+    size_t off = 0;
+    for (;;) {
+        if (c->left == -1) {
+            char *end = strstr(c->buf + off, "\r\n");
+            if (!end)
+                break;
+            c->left = strtol(c->buf + off, NULL, 16);
+            off = (size_t)(end + 2 - c->buf);
+            if (c->left == 0) {
+                events(c, t);
+                return 1;
+            }
+        }
+        if (c->left > 0) {
+            size_t take = c->len - off < (size_t)c->left ? c->len - off : (size_t)c->left;
+            append(&c->body, &c->blen, &c->broom, c->buf + off, take);
+            off += take;
+            c->left -= (long)take;
+            if (c->left > 0)
+                break;
+            c->left = -2;
+        }
+        if (c->len - off < 2)
+            break;
+        off += 2; /* the chunk's CRLF */
+        c->left = -1;
+    }
+    c->len -= off;
+    memmove(c->buf, c->buf + off, c->len + 1);
+    return events(c, t);
+}
+
+static void finish(int ep, conn *c, double t, int complete)
+{
+    epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    c->ended = 1;
+    c->done = complete ? t : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: serve_load PORT START CAP < requests\n");
+        return 1;
+    }
+    int port = atoi(argv[1]);
+    double start = atof(argv[2]), end = start + atof(argv[3]);
+    conn *cs = NULL;
+    size_t n = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t got;
+    while ((got = getline(&line, &lcap, stdin)) > 0) {
+        char *sp = strchr(line, ' ');
+        if (!sp) {
+            fprintf(stderr, "serve_load: a request line is `OFFSET BODY`\n");
+            return 1;
+        }
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+            line[--got] = 0;
+        cs = xrealloc(cs, (n + 1) * sizeof *cs);
+        conn *c = &cs[n++];
+        memset(c, 0, sizeof *c);
+        c->at = start + atof(line);
+        c->fd = -1;
+        c->head = 1;
+        c->left = -1;
+        c->done = -1;
+        size_t blen = strlen(sp + 1);
+        c->req = xrealloc(NULL, blen + 256);
+        c->req_len = (size_t)snprintf(c->req, blen + 256,
+                                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                                      "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                                      "\r\n%s", port, blen, sp + 1);
+    }
+    free(line);
+    int ep = epoll_create1(0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    size_t next = 0, live = 0;
+    char chunk[65536];
+    while (next < n || live) {
+        double t = now();
+        if (t > end)
+            break;
+        for (; next < n && cs[next].at <= t; next++) {
+            conn *c = &cs[next];
+            c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            c->sent = c->last = t;
+            if (c->fd < 0 || (connect(c->fd, (struct sockaddr *)&addr, sizeof addr) &&
+                              errno != EINPROGRESS)) {
+                if (c->fd >= 0)
+                    close(c->fd);
+                c->fd = -1;
+                c->ended = 1;
+                continue;
+            }
+            struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
+            epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+            live++;
+        }
+        double wait = next < n ? cs[next].at - t : 0.05;
+        int ms = wait > 0.05 ? 50 : (int)(wait * 1000);
+        struct epoll_event evs[64];
+        int k = epoll_wait(ep, evs, 64, ms);
+        for (int i = 0; i < k; i++) {
+            conn *c = evs[i].data.ptr;
+            t = now();
+            if (evs[i].events & EPOLLOUT) {
+                ssize_t w = send(c->fd, c->req + c->req_off, c->req_len - c->req_off,
+                                 MSG_NOSIGNAL);
+                if (w < 0 && errno != EAGAIN) {
+                    finish(ep, c, t, 0);
+                    live--;
+                    continue;
+                }
+                c->req_off += w > 0 ? (size_t)w : 0;
+                if (c->req_off == c->req_len) {
+                    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                }
+                continue;
+            }
+            ssize_t r = recv(c->fd, chunk, sizeof chunk, 0);
+            if (r < 0 && errno == EAGAIN)
+                continue;
+            if (r <= 0) { /* closed: an unframed answer ends here */
+                finish(ep, c, t, r == 0 && !c->head && !c->chunked);
+                live--;
+                continue;
+            }
+            append(&c->buf, &c->len, &c->room, chunk, (size_t)r);
+            if (parse(c, t)) {
+                finish(ep, c, t, 1);
+                live--;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        conn *c = &cs[i];
+        if (c->fd >= 0)
+            close(c->fd);
+        printf("req %zu %d %.9f %.9f", i, c->status, c->sent, c->ended ? c->done : -1.0);
+        for (size_t j = 0; j < c->ntimes; j++)
+            printf(" %.9f", c->times[j]);
+        printf("\n");
+        free(c->req);
+        free(c->times);
+        free(c->buf);
+        free(c->body);
+    }
+    struct timespec cpu;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    printf("cpu %.9f\n", (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec);
+    free(cs);
+    close(ep);
+    return 0;
+}
