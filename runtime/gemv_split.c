@@ -4,9 +4,11 @@
  * between products, joined when the device is released.
  *
  * A job is a count of chunks taken from one shared counter by both the
- * device thread and the helper.  The helper spins briefly after a job
- * (a decode step's products follow one another within microseconds), then
- * sleeps on a condition variable.  The device thread never waits for a
+ * device thread and the helper.  After a job the helper polls for the
+ * next one for as long as a decode step's products are apart (HELPER_SPIN_S,
+ * yielding its CPU between polls after the first HELPER_PAUSE_S), then
+ * sleeps on a condition variable: it spins through a step and is parked
+ * between steps, as BLAS and OpenMP runtimes park their threads.  The device thread never waits for a
  * helper that has not woken: when it runs out of chunks it withdraws a job
  * the helper has not taken (state POSTED back to IDLE) and returns; it
  * waits only for a helper that took the job and is finishing its chunk.
@@ -22,9 +24,17 @@
 
 #include "rt_internal.h"
 
-/* Seconds the helper polls for a next job before it sleeps, and the
- * device thread for the helper's last chunk before it sleeps. */
-#define HELPER_SPIN_S 100e-6
+/* Seconds the helper polls for a next job before it sleeps: with `pause`
+ * for HELPER_PAUSE_S, then with sched_yield (which returns at once when no
+ * other thread wants the CPU) up to HELPER_SPIN_S.  A step's split
+ * products are at most about a millisecond apart (the products run on one
+ * thread between them, the norms, the rotary tables); with 100 us of
+ * polling, 43 of 97 split products of the int8 decode step found the helper
+ * asleep (EINC_GEMV_TRACE) and paid a futex wake-up, which the device
+ * thread did not wait for: those ran on one thread.  WAIT_SPIN_S: the
+ * device thread's poll for the helper's last chunk before it sleeps. */
+#define HELPER_PAUSE_S 100e-6
+#define HELPER_SPIN_S 2e-3
 #define WAIT_SPIN_S 50e-6
 
 enum { W_IDLE, W_POSTED, W_RUNNING, W_DONE, W_STOP };
@@ -41,7 +51,11 @@ struct rt_gemv_worker {
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
     atomic_int state; /* W_*: POSTED and STOP set under mu (the helper may sleep) */
+    atomic_int asleep; /* 1 while the helper waits on `wake` (set under mu) */
     gemv_job *job;    /* the posted job (the device thread's stack) */
+    /* counted by the device thread, for EINC_GEMV_TRACE: jobs posted, those
+     * that found the helper asleep, and those it never took */
+    int64_t jobs, wakes, withdrawn;
 };
 
 static inline void relax(void)
@@ -57,15 +71,19 @@ static void take_chunks(gemv_job *j)
         j->fn(j->arg, k);
 }
 
-/* Polls w->state until it is one of a and b or `seconds` have passed. */
-static int spin_for(rt_gemv_worker *w, int a, int b, double seconds)
+/* Polls w->state until it is one of a and b or `seconds` have passed,
+ * yielding the CPU between polls after `pause_s`. */
+static int spin_for(rt_gemv_worker *w, int a, int b, double pause_s, double seconds)
 {
-    double t0 = rt_now();
+    double t0 = rt_now(), t = t0;
     int s = atomic_load(&w->state);
     for (int i = 0; s != a && s != b; s = atomic_load(&w->state), i++) {
-        if ((i & 63) == 63 && rt_now() - t0 > seconds)
+        if ((i & 63) == 63 && (t = rt_now()) - t0 > seconds)
             break;
-        relax();
+        if (t - t0 > pause_s)
+            sched_yield();
+        else
+            relax();
     }
     return s;
 }
@@ -74,11 +92,14 @@ static void *helper_main(void *p)
 {
     rt_gemv_worker *w = p;
     for (;;) {
-        int s = spin_for(w, W_POSTED, W_STOP, HELPER_SPIN_S);
+        int s = spin_for(w, W_POSTED, W_STOP, HELPER_PAUSE_S, HELPER_SPIN_S);
         if (s != W_POSTED && s != W_STOP) {
             pthread_mutex_lock(&w->mu);
-            while ((s = atomic_load(&w->state)) != W_POSTED && s != W_STOP)
+            while ((s = atomic_load(&w->state)) != W_POSTED && s != W_STOP) {
+                atomic_store(&w->asleep, 1);
                 pthread_cond_wait(&w->wake, &w->mu);
+                atomic_store(&w->asleep, 0);
+            }
             pthread_mutex_unlock(&w->mu);
         }
         if (s == W_STOP)
@@ -109,6 +130,7 @@ static rt_gemv_worker *helper_of(rt_gemv_split *s)
     pthread_cond_init(&w->wake, NULL);
     pthread_cond_init(&w->done, NULL);
     atomic_init(&w->state, W_IDLE);
+    atomic_init(&w->asleep, 0);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)1 << 20);
@@ -142,6 +164,8 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
     if (w) {
         pthread_mutex_lock(&w->mu);
         w->job = &j;
+        w->jobs++;
+        w->wakes += atomic_load(&w->asleep);
         atomic_store(&w->state, W_POSTED);
         pthread_cond_signal(&w->wake);
         pthread_mutex_unlock(&w->mu);
@@ -150,9 +174,11 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
     if (!w)
         return;
     int expect = W_POSTED;
-    if (atomic_compare_exchange_strong(&w->state, &expect, W_IDLE))
+    if (atomic_compare_exchange_strong(&w->state, &expect, W_IDLE)) {
+        w->withdrawn++;
         return; /* the helper never took it: every chunk was ours */
-    if (spin_for(w, W_DONE, W_DONE, WAIT_SPIN_S) != W_DONE) {
+    }
+    if (spin_for(w, W_DONE, W_DONE, WAIT_SPIN_S, WAIT_SPIN_S) != W_DONE) {
         pthread_mutex_lock(&w->mu);
         while (atomic_load(&w->state) != W_DONE)
             pthread_cond_wait(&w->done, &w->mu);
@@ -179,10 +205,14 @@ static int size_class(const rt_gemv_split *s, double bytes)
     return c;
 }
 
-/* Starts a try of mode `mode` in class c. */
-static int start_try(rt_gemv_split_class *c, int mode)
+/* Starts a try of mode `mode` in class c, whose products are of about
+ * `bytes`: RT_GEMV_SPLIT_TRY products, fewer when they hold
+ * RT_GEMV_SPLIT_TRY_BYTES sooner (at least one). */
+static int start_try(rt_gemv_split_class *c, int mode, double bytes)
 {
-    c->trying = RT_GEMV_SPLIT_TRY;
+    double n = bytes > 0 ? RT_GEMV_SPLIT_TRY_BYTES / bytes : RT_GEMV_SPLIT_TRY;
+    c->trying = n >= RT_GEMV_SPLIT_TRY ? RT_GEMV_SPLIT_TRY : n >= 1 ? (int)n : 1;
+    c->tries++;
     c->try_mode = mode;
     c->try_s = c->try_bytes = 0;
     return mode;
@@ -190,21 +220,21 @@ static int start_try(rt_gemv_split_class *c, int mode)
 
 int rt_gemv_split_choose(rt_gemv_split *s, double bytes)
 {
+    s->cur = size_class(s, bytes);
     if (!s->adaptive)
         return 1;
-    s->cur = size_class(s, bytes);
     rt_gemv_split_class *c = &s->cls[s->cur];
     int64_t n = c->products++;
     if (c->trying > 0)
         return c->try_mode;
     if (c->s_per_byte[0] == 0)
-        return start_try(c, 0);
+        return start_try(c, 0, bytes);
     if (c->s_per_byte[1] == 0)
-        return start_try(c, 1);
+        return start_try(c, 1, bytes);
     if (c->try_every == 0)
         c->try_every = TRY_FIRST, c->next_try = n + TRY_FIRST;
     int better = c->s_per_byte[1] < c->s_per_byte[0];
-    return n < c->next_try ? better : start_try(c, !better);
+    return n < c->next_try ? better : start_try(c, !better, bytes);
 }
 
 void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds)
@@ -223,8 +253,8 @@ void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double second
      * ends it: that mode stays (a try on a loaded machine costs one slow
      * product, not RT_GEMV_SPLIT_TRY) */
     double other = c->s_per_byte[split == 0];
-    if (other > 0 && seconds / bytes > ABORT_RATIO * other)
-        c->trying = 1;
+    if (other > 0 && seconds / bytes > ABORT_RATIO * other && c->trying > 1)
+        c->trying = 1, c->cut++;
     if (--c->trying > 0)
         return;
     int first = *m == 0 || c->try_every == 0; /* a mode's first measurement */
@@ -244,6 +274,9 @@ void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), v
                            int64_t nchunks, double bytes, void (*alone)(void *arg))
 {
     int split = rt_gemv_split_choose(s, bytes);
+    s->cls[s->cur].split_products += split;
+    if (split && s->threads >= 2 && nchunks > 1)
+        (void)helper_of(s); /* started before the clock: not the split's cost */
     double t0 = rt_now();
     if (split)
         rt_gemv_split_run(s, fn, arg, nchunks);
@@ -258,6 +291,9 @@ void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), v
 void rt_gemv_split_release(rt_gemv_split *s)
 {
     rt_gemv_worker *w = s->worker;
+    if (s->trace)
+        rt_gemv_split_report(s, w ? w->jobs : 0, w ? w->wakes : 0, w ? w->withdrawn : 0);
+    s->trace = 0; /* reported once */
     if (!w)
         return;
     pthread_mutex_lock(&w->mu);
@@ -270,57 +306,4 @@ void rt_gemv_split_release(rt_gemv_split *s)
     pthread_mutex_destroy(&w->mu);
     free(w);
     s->worker = NULL;
-}
-
-/* Threads of other processes runnable now: /proc/loadavg's running count
- * less the calling thread (0 where there is no such file).  Not the load
- * averages: they count this program's own previous runs too. */
-static int busy_cpus(void)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    int running = 0, total = 0;
-    if (!f)
-        return 0;
-    if (fscanf(f, "%*f %*f %*f %d/%d", &running, &total) != 2)
-        running = 1;
-    fclose(f);
-    return running > 1 ? running - 1 : 0;
-}
-
-void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
-{
-    memset(s, 0, sizeof *s);
-    s->threads = 1;
-    s->cpu = -1;
-    s->min_bytes = RT_GEMV_SPLIT_BYTES;
-    const char *env = getenv("EINC_GEMV_THREADS");
-    if (env && strcmp(env, "1") != 0 && strcmp(env, "2") != 0)
-        rt_fatal(NULL, "EINC_GEMV_THREADS must be 1 (narrow products on the device thread "
-                 "only) or 2 (split with a helper thread), not '%s'", env);
-    if (env && strcmp(env, "1") == 0)
-        return;
-    int cpus[CPU_SETSIZE], ncpus = 0;
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &allowed))
-                cpus[ncpus++] = c;
-    } else {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        ncpus = n > 0 ? (int)(n < CPU_SETSIZE ? n : CPU_SETSIZE) : 1;
-        pin = 0;
-    }
-    int busy = busy_cpus();
-    if (ndev + index < ncpus - busy) {
-        s->threads = 2;
-        s->adaptive = 1;
-        s->cpu = pin && ncpus >= 2 ? cpus[ndev + index] : -1;
-    } else if (env) { /* forced: on another CPU than the device's, if any */
-        s->threads = 2;
-        int64_t c = (ndev + index) % (ncpus > 0 ? ncpus : 1);
-        if (pin && ncpus >= 2 && c != index % ncpus)
-            s->cpu = cpus[c];
-    }
-    if (env)
-        s->adaptive = 0; /* forced: always split */
 }

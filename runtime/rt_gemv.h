@@ -43,6 +43,8 @@ typedef struct rt_gemv_split_class {
     double try_s, try_bytes; /* the current try's seconds and matrix bytes so far */
     double s_per_byte[2]; /* seconds per matrix byte: [0] one thread, [1] split;
                              0: not measured yet */
+    int64_t split_products; /* products of this class split (EINC_GEMV_TRACE) */
+    int64_t tries, cut;     /* tries started, and those ended early (ABORT_RATIO) */
 } rt_gemv_split_class;
 
 /*
@@ -58,6 +60,9 @@ typedef struct rt_gemv_split {
     int cur;                /* the size class of the product being run (choose to note) */
     rt_gemv_split_class cls[RT_GEMV_SPLIT_CLASSES]; /* adaptive: per size class */
     rt_gemv_worker *worker; /* the helper, started at the first split; owned */
+    int trace;              /* EINC_GEMV_TRACE=1: the plan, and at release each class's
+                               choice and the helper's wake-ups, on stderr */
+    int64_t device;         /* the device's index (for the trace) */
 } rt_gemv_split;
 
 /*
@@ -66,7 +71,8 @@ typedef struct rt_gemv_split {
  * from the calling thread's CPU set (call it before device threads are
  * pinned): the device gets a helper when ndev + index < the CPUs the
  * process may use less the threads of other processes runnable at that
- * moment (/proc/loadavg), pinned to the (ndev + index)-th of them when
+ * moment (/proc/loadavg's running count less this process's own runnable
+ * threads: rt_gemv_split_others), pinned to the (ndev + index)-th of them when
  * `pin`
  * (device i is pinned to the i-th: --bind-to core).  EINC_GEMV_THREADS=1
  * in the environment turns splitting off, =2 forces it (a helper even
@@ -76,6 +82,20 @@ typedef struct rt_gemv_split {
  * The plan is adaptive (rt_gemv_split_choose) unless forced.
  */
 void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin);
+
+/* gemv_split_plan.c: the threads of other processes among `running`
+ * runnable threads (/proc/loadavg) of which `own` (at least the caller)
+ * are this process's: its device threads, and any BLAS threads spinning
+ * after a call, which are no other process's load. */
+int rt_gemv_split_others(int running, int own);
+
+/* Prints s's EINC_GEMV_TRACE report on stderr: the helper's `jobs`, how
+ * many found it asleep (`wakes`: a futex wake-up each) and how many it
+ * never took (`withdrawn`), and per size class the products, the split
+ * ones, the tries and the two modes' GB/s (rt_gemv_split_release calls
+ * it when s->trace). */
+void rt_gemv_split_report(const rt_gemv_split *s, int64_t jobs, int64_t wakes,
+                          int64_t withdrawn);
 
 /*
  * Runs fn(arg, k) for every k < nchunks, on the calling thread and on s's
@@ -93,8 +113,9 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * split (1) or run on the device thread alone (0).  Not adaptive: always
  * 1.  Adaptive: per size class (RT_GEMV_SPLIT_CLASSES), the mode whose
  * time per byte (rt_gemv_split_note) is lower.  Each mode is first
- * measured over RT_GEMV_SPLIT_TRY products of the class in a row (split
- * first), and the slower one is tried again so, over as many products,
+ * measured over RT_GEMV_SPLIT_TRY products of the class in a row (fewer
+ * if they reach RT_GEMV_SPLIT_TRY_BYTES; one thread first), and the
+ * slower one is tried again so, over as many products,
  * now and then, so that a change of load is seen: after 16 products of
  * the class, then twice as many after each try that confirms the choice
  * (up to 1024), back to 16 when a try changes it.  A try's figure is its
@@ -106,6 +127,10 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * the choice changes only the time.
  */
 #define RT_GEMV_SPLIT_TRY 4
+/* ... or fewer products when they hold this many matrix bytes sooner (a
+ * try of one 8 MiB LM head): a class a step runs once (the LM head) is
+ * then measured within the step's first two runs, not its first eight. */
+#define RT_GEMV_SPLIT_TRY_BYTES ((double)(8 << 20))
 int rt_gemv_split_choose(rt_gemv_split *s, double bytes);
 /* Records that the product rt_gemv_split_choose was last asked about took
  * `seconds` for `bytes` matrix bytes in mode `split` (as it returned): a

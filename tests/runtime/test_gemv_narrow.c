@@ -336,6 +336,9 @@ static void test_split_plan(void)
     rt_gemv_split_plan(&s, 4096, 0, 1);
     CU_ASSERT(s.threads == 2 && s.cpu == -1 && s.min_bytes == RT_GEMV_SPLIT_BYTES);
     CU_ASSERT(s.adaptive == 0);
+    setenv("EINC_GEMV_THREADS", "adaptive", 1); /* a helper whatever the load, adaptive */
+    rt_gemv_split_plan(&s, 4096, 0, 1);
+    CU_ASSERT(s.threads == 2 && s.adaptive == 1);
     unsetenv("EINC_GEMV_THREADS");
     rt_gemv_split_plan(&s, 4096, 0, 1); /* more devices than CPUs */
     CU_ASSERT(s.threads == 1);
@@ -343,6 +346,20 @@ static void test_split_plan(void)
     rt_gemv_split_plan(&s, 1, 0, 0);
     if (cpus == 1)
         CU_ASSERT(s.threads == 1);
+}
+
+/* The start-up check's count of other processes' runnable threads: this
+ * process's own (its device thread, a BLAS thread spinning after start-up)
+ * are not load; the caller counts itself at least once. */
+static void test_split_others(void)
+{
+    CU_ASSERT(rt_gemv_split_others(2, 2) == 0); /* idle: us and our BLAS thread */
+    CU_ASSERT(rt_gemv_split_others(1, 1) == 0);
+    CU_ASSERT(rt_gemv_split_others(3, 2) == 1);
+    CU_ASSERT(rt_gemv_split_others(4, 1) == 3);
+    CU_ASSERT(rt_gemv_split_others(3, 0) == 2); /* own unknown: the caller */
+    CU_ASSERT(rt_gemv_split_others(0, 0) == 0);
+    CU_ASSERT(rt_gemv_split_others(2, 5) == 0); /* read at two moments */
 }
 
 /* n products of `bytes` under the adaptive choice, split ones taking
@@ -397,6 +414,16 @@ static void test_split_choice(void)
     rt_gemv_split v = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
     CU_ASSERT(choose_run(&v, 4000, mb, 3.0, 1.0) <= 9); /* first measure and tries: 1 each */
     CU_ASSERT(v.cls[1].try_every == 1024);
+    /* products of RT_GEMV_SPLIT_TRY_BYTES (a step's one LM head) are tried
+     * one at a time: one thread, split, then split from the third on */
+    rt_gemv_split w = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
+    double head = RT_GEMV_SPLIT_TRY_BYTES;
+    CU_ASSERT(choose_run(&w, 1, head, 0.5, 1.0) == 0);
+    CU_ASSERT(choose_run(&w, 1, head, 0.5, 1.0) == 1);
+    CU_ASSERT(choose_run(&w, 8, head, 0.5, 1.0) == 8);
+    CU_ASSERT(w.cls[4].tries == 2 && w.cls[4].split_products == 0); /* counted by _product */
+    /* products of half that: tries of two */
+    CU_ASSERT(choose_run(&w, 4, head / 2, 0.5, 1.0) == 2);
     rt_gemv_split forced = {.threads = 2, .cpu = -1, .min_bytes = 1};
     rt_gemv_split_note(&forced, 1, 1e6, 1.0);
     CU_ASSERT(rt_gemv_split_choose(&forced, 1e6) == 1 && forced.cls[0].s_per_byte[1] == 0);
@@ -437,6 +464,7 @@ void einc_register_tests(void)
         {"the helper's jobs run each chunk once", test_split_runs_each_chunk_once},
         {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
         {"the adaptive plan splits while splitting is faster", test_split_choice},
+        {"the start-up check counts other processes' threads only", test_split_others},
     };
     einc_add_suite("runtime narrow gemv", tests, (int)(sizeof tests / sizeof tests[0]));
 }
