@@ -5,10 +5,10 @@
  *
  * A job is a count of chunks taken from one shared counter by both the
  * device thread and the helper.  After a job the helper polls for the
- * next one for as long as a decode step's products are apart (HELPER_SPIN_S,
- * yielding its CPU between polls after the first HELPER_PAUSE_S), then
- * sleeps on a condition variable: it spins through a step and is parked
- * between steps, as BLAS and OpenMP runtimes park their threads.  The device thread never waits for a
+ * next one (rt_gemv_split_linger): while no thread waits for a CPU, for
+ * as long as a decode step's products are apart, then sleeps on a
+ * condition variable: it spins through a step and is parked between
+ * steps, as BLAS and OpenMP runtimes park their threads.  The device thread never waits for a
  * helper that has not woken: when it runs out of chunks it withdraws a job
  * the helper has not taken (state POSTED back to IDLE) and returns; it
  * waits only for a helper that took the job and is finishing its chunk.
@@ -24,17 +24,10 @@
 
 #include "rt_internal.h"
 
-/* Seconds the helper polls for a next job before it sleeps: with `pause`
- * for HELPER_PAUSE_S, then with sched_yield (which returns at once when no
- * other thread wants the CPU) up to HELPER_SPIN_S.  A step's split
- * products are at most about a millisecond apart (the products run on one
- * thread between them, the norms, the rotary tables); with 100 us of
- * polling, 43 of 97 split products of the int8 decode step found the helper
- * asleep (EINC_GEMV_TRACE) and paid a futex wake-up, which the device
- * thread did not wait for: those ran on one thread.  WAIT_SPIN_S: the
- * device thread's poll for the helper's last chunk before it sleeps. */
-#define HELPER_PAUSE_S 100e-6
-#define HELPER_SPIN_S 2e-3
+/* Seconds between the helper's looks at the machine's runnable threads
+ * while it polls (rt_gemv_split_linger), and the device thread's poll for
+ * the helper's last chunk before it sleeps. */
+#define HELPER_CHECK_S 250e-6
 #define WAIT_SPIN_S 50e-6
 
 enum { W_IDLE, W_POSTED, W_RUNNING, W_DONE, W_STOP };
@@ -52,6 +45,7 @@ struct rt_gemv_worker {
     pthread_cond_t wake, done;
     atomic_int state; /* W_*: POSTED and STOP set under mu (the helper may sleep) */
     atomic_int asleep; /* 1 while the helper waits on `wake` (set under mu) */
+    int ncpus;        /* CPUs the process may use (rt_gemv_split.ncpus) */
     gemv_job *job;    /* the posted job (the device thread's stack) */
     /* counted by the device thread, for EINC_GEMV_TRACE: jobs posted, those
      * that found the helper asleep, and those it never took */
@@ -71,19 +65,43 @@ static void take_chunks(gemv_job *j)
         j->fn(j->arg, k);
 }
 
-/* Polls w->state until it is one of a and b or `seconds` have passed,
- * yielding the CPU between polls after `pause_s`. */
-static int spin_for(rt_gemv_worker *w, int a, int b, double pause_s, double seconds)
+int rt_gemv_split_linger(double elapsed, int running, int ncpus)
 {
-    double t0 = rt_now(), t = t0;
+    if (elapsed < RT_GEMV_SPLIT_PAUSE_S)
+        return 1;
+    return elapsed < RT_GEMV_SPLIT_SPIN_S && ncpus > 0 && running > 0 && running <= ncpus;
+}
+
+/* Polls w->state until it is one of a and b or `seconds` have passed. */
+static int spin_for(rt_gemv_worker *w, int a, int b, double seconds)
+{
+    double t0 = rt_now();
     int s = atomic_load(&w->state);
     for (int i = 0; s != a && s != b; s = atomic_load(&w->state), i++) {
-        if ((i & 63) == 63 && (t = rt_now()) - t0 > seconds)
+        if ((i & 63) == 63 && rt_now() - t0 > seconds)
             break;
-        if (t - t0 > pause_s)
-            sched_yield();
-        else
-            relax();
+        relax();
+    }
+    return s;
+}
+
+/* The helper's poll for its next job after one: while
+ * rt_gemv_split_linger says, looking at the runnable threads every
+ * HELPER_CHECK_S after the first RT_GEMV_SPLIT_PAUSE_S. */
+static int helper_poll(rt_gemv_worker *w)
+{
+    double t0 = rt_now(), waited = 0;
+    int s, running = 0;
+    for (;;) {
+        double next = waited < RT_GEMV_SPLIT_PAUSE_S ? RT_GEMV_SPLIT_PAUSE_S - waited
+                                                     : HELPER_CHECK_S;
+        if ((s = spin_for(w, W_POSTED, W_STOP, next)) == W_POSTED || s == W_STOP)
+            break;
+        waited = rt_now() - t0;
+        if (waited >= RT_GEMV_SPLIT_PAUSE_S)
+            running = rt_gemv_split_running();
+        if (!rt_gemv_split_linger(waited, running, w->ncpus))
+            break;
     }
     return s;
 }
@@ -92,7 +110,7 @@ static void *helper_main(void *p)
 {
     rt_gemv_worker *w = p;
     for (;;) {
-        int s = spin_for(w, W_POSTED, W_STOP, HELPER_PAUSE_S, HELPER_SPIN_S);
+        int s = helper_poll(w);
         if (s != W_POSTED && s != W_STOP) {
             pthread_mutex_lock(&w->mu);
             while ((s = atomic_load(&w->state)) != W_POSTED && s != W_STOP) {
@@ -131,6 +149,7 @@ static rt_gemv_worker *helper_of(rt_gemv_split *s)
     pthread_cond_init(&w->done, NULL);
     atomic_init(&w->state, W_IDLE);
     atomic_init(&w->asleep, 0);
+    w->ncpus = s->ncpus;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)1 << 20);
@@ -178,7 +197,7 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
         w->withdrawn++;
         return; /* the helper never took it: every chunk was ours */
     }
-    if (spin_for(w, W_DONE, W_DONE, WAIT_SPIN_S, WAIT_SPIN_S) != W_DONE) {
+    if (spin_for(w, W_DONE, W_DONE, WAIT_SPIN_S) != W_DONE) {
         pthread_mutex_lock(&w->mu);
         while (atomic_load(&w->state) != W_DONE)
             pthread_cond_wait(&w->done, &w->mu);

@@ -19,19 +19,25 @@ int rt_gemv_split_others(int running, int own)
     return others > 0 ? others : 0;
 }
 
-/* Threads runnable now, all (/proc/loadavg's running count, 1 where
- * there is no such file: the caller) and this process's own (state R in
- * /proc/self/task/x/stat, 1 where unreadable). */
+int rt_gemv_split_running(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    int running = 0, total;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%*f %*f %*f %d/%d", &running, &total) != 2)
+        running = 0;
+    fclose(f);
+    return running;
+}
+
+/* Threads runnable now, all (rt_gemv_split_running, 1 where unknown: the
+ * caller) and this process's own (state R in /proc/self/task/x/stat, 1
+ * where unreadable). */
 static void running_threads(int *all, int *own)
 {
-    *all = 1, *own = 1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        int running, total;
-        if (fscanf(f, "%*f %*f %*f %d/%d", &running, &total) == 2)
-            *all = running;
-        fclose(f);
-    }
+    int running = rt_gemv_split_running();
+    *all = running > 0 ? running : 1, *own = 1;
     DIR *d = opendir("/proc/self/task");
     if (!d)
         return;
@@ -85,6 +91,7 @@ void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
         ncpus = n > 0 ? (int)(n < CPU_SETSIZE ? n : CPU_SETSIZE) : 1;
         pin = 0;
     }
+    s->ncpus = ncpus;
     int all, own;
     running_threads(&all, &own);
     int busy = rt_gemv_split_others(all, own);

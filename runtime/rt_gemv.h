@@ -56,6 +56,7 @@ typedef struct rt_gemv_split {
     int threads;            /* 2: products of >= min_bytes split with the helper; else 1 */
     int cpu;                /* CPU the helper is pinned to, or -1: where the kernel puts it */
     int64_t min_bytes;      /* matrix bytes from which a product is split */
+    int ncpus;              /* CPUs the process may use (the plan's; 0: unknown) */
     int adaptive;           /* 1: split only while it is the faster (rt_gemv_split_choose) */
     int cur;                /* the size class of the product being run (choose to note) */
     rt_gemv_split_class cls[RT_GEMV_SPLIT_CLASSES]; /* adaptive: per size class */
@@ -82,6 +83,33 @@ typedef struct rt_gemv_split {
  * The plan is adaptive (rt_gemv_split_choose) unless forced.
  */
 void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin);
+
+/* How long the helper polls for its next job after one before it sleeps
+ * (rt_gemv_split_linger): always RT_GEMV_SPLIT_PAUSE_S, then up to
+ * RT_GEMV_SPLIT_SPIN_S while no thread waits for a CPU.  A decode step's
+ * split products are at most about a millisecond apart (products run on
+ * one thread, norms and the rotary tables between them); with 100 us of
+ * polling, 43 of 97 split products of the int8 decode step found the
+ * helper asleep (EINC_GEMV_TRACE) and paid a futex wake-up that the device
+ * thread does not wait for, so they ran on one thread and the adaptive
+ * choice measured the split no faster.  Polling 2 ms regardless (yielding
+ * the CPU after 100 us) made the step 1.3x slower than one thread at a load
+ * average of 8.5 on 2 cores, with EINC_GEMV_THREADS=adaptive. */
+#define RT_GEMV_SPLIT_PAUSE_S 100e-6
+#define RT_GEMV_SPLIT_SPIN_S 2e-3
+
+/* Whether the helper keeps polling `elapsed` seconds after its last job,
+ * with `running` threads runnable on the machine (rt_gemv_split_running;
+ * its own included; 0: unknown) and `ncpus` CPUs for the process (0:
+ * unknown): for RT_GEMV_SPLIT_PAUSE_S always, and up to
+ * RT_GEMV_SPLIT_SPIN_S while running <= ncpus (its polling takes no CPU
+ * that another thread waits for, as OpenMP runtimes shorten their spin
+ * when oversubscribed). */
+int rt_gemv_split_linger(double elapsed, int running, int ncpus);
+
+/* The machine's runnable threads now, /proc/loadavg's running count (0
+ * where unreadable; about 10 us). */
+int rt_gemv_split_running(void);
 
 /* gemv_split_plan.c: the threads of other processes among `running`
  * runnable threads (/proc/loadavg) of which `own` (at least the caller)

@@ -362,6 +362,22 @@ static void test_split_others(void)
     CU_ASSERT(rt_gemv_split_others(2, 5) == 0); /* read at two moments */
 }
 
+/* The helper polls for its next job for 100 us, then up to 2 ms while no
+ * thread waits for a CPU (the machine's runnable threads, its own
+ * included, at most the process's CPUs), and sleeps otherwise. */
+static void test_split_linger(void)
+{
+    CU_ASSERT(rt_gemv_split_linger(0, 9, 2) == 1);      /* the first 100 us: always */
+    CU_ASSERT(rt_gemv_split_linger(50e-6, 0, 0) == 1);
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 2, 2) == 1); /* device and helper: idle */
+    CU_ASSERT(rt_gemv_split_linger(1.9e-3, 1, 2) == 1);
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 3, 2) == 0); /* a thread waits for a CPU */
+    CU_ASSERT(rt_gemv_split_linger(2.1e-3, 2, 2) == 0); /* 2 ms: parked */
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 0, 2) == 0); /* unknown: parked */
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 2, 0) == 0);
+    CU_ASSERT(rt_gemv_split_linger(1e-3, 5, 8) == 1);
+}
+
 /* n products of `bytes` under the adaptive choice, split ones taking
  * split_ns and the others one_ns per byte; returns how many were split. */
 static int choose_run(rt_gemv_split *s, int n, double bytes, double split_ns, double one_ns)
@@ -465,6 +481,7 @@ void einc_register_tests(void)
         {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
         {"the adaptive plan splits while splitting is faster", test_split_choice},
         {"the start-up check counts other processes' threads only", test_split_others},
+        {"the helper polls while no thread waits for a CPU", test_split_linger},
     };
     einc_add_suite("runtime narrow gemv", tests, (int)(sizeof tests / sizeof tests[0]));
 }
