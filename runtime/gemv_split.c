@@ -207,8 +207,11 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
 }
 
 /* Products of a class between tries of the mode that looks slower: at
- * first, and at most (rt_gemv_split_choose). */
-#define TRY_FIRST 16
+ * first, and at most (rt_gemv_split_choose).  With the int8 decode step's
+ * products (16 of 1-2 MiB and 21 of 2-4 MiB a run), tries of the slower
+ * way fell in 5 of its first 9 runs after the first at 16 or 32, in 2 at
+ * 64: the median of 9 runs was a run with a try. */
+#define TRY_FIRST 64
 #define TRY_MAX 1024
 /* How much slower than the other mode one product of a try may be before
  * the try ends (rt_gemv_split_note). */

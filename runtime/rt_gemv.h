@@ -37,7 +37,7 @@ typedef struct rt_gemv_worker rt_gemv_worker; /* gemv_split.c */
 typedef struct rt_gemv_split_class {
     int64_t products;     /* products of this class seen */
     int64_t next_try;     /* the product at which the slower mode is tried again */
-    int64_t try_every;    /* products between those tries (16 .. 1024); 0: none yet */
+    int64_t try_every;    /* products between those tries (64 .. 1024); 0: none yet */
     int trying;           /* products of the current try still to run; 0: none */
     int try_mode;         /* the mode being tried (1: split) */
     double try_s, try_bytes; /* the current try's seconds and matrix bytes so far */
@@ -144,9 +144,9 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * measured over RT_GEMV_SPLIT_TRY products of the class in a row (fewer
  * if they reach RT_GEMV_SPLIT_TRY_BYTES; one thread first), and the
  * slower one is tried again so, over as many products,
- * now and then, so that a change of load is seen: after 16 products of
+ * now and then, so that a change of load is seen: after 64 products of
  * the class, then twice as many after each try that confirms the choice
- * (up to 1024), back to 16 when a try changes it.  A try's figure is its
+ * (up to 1024), back to 64 when a try changes it.  A try's figure is its
  * mean, not one product's: on a loaded machine one split product may be
  * quick and the next wait a time slice for a helper that another process
  * preempted mid-chunk, and single samples made the choice flip back and

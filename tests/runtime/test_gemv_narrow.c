@@ -404,14 +404,14 @@ static void test_split_choice(void)
     double mb = 1 << 20; /* class 1 */
     CU_ASSERT(choose_run(&s, 2 * T, mb, 2.0, 1.0) == T); /* one thread T, then split T */
     int tries = choose_run(&s, 4000, mb, 2.0, 1.0);      /* split slower: tries only */
-    CU_ASSERT(tries % T == 0 && tries >= 5 * T && tries <= 8 * T); /* 16, 32, .. 1024 */
+    CU_ASSERT(tries % T == 0 && tries >= 5 * T && tries <= 8 * T); /* 64, 128, .. 1024 */
     CU_ASSERT(s.cls[1].try_every == 1024);
     /* the load goes: split faster, seen at the next try (within 1024 + T) */
     CU_ASSERT(choose_run(&s, 1100, mb, 0.5, 1.0) >= 1100 - 1024 - 2 * T);
-    CU_ASSERT(choose_run(&s, 100, mb, 0.5, 1.0) >= 100 - (100 / 16 + 1) * T);
+    CU_ASSERT(choose_run(&s, 100, mb, 0.5, 1.0) >= 100 - (100 / 64 + 1) * T);
     /* a larger class measures for itself: split faster there */
     rt_gemv_split_class before = s.cls[1];
-    CU_ASSERT(choose_run(&s, 200, 8 * mb, 0.5, 1.0) >= 200 - (200 / 16 + 2) * T);
+    CU_ASSERT(choose_run(&s, 200, 8 * mb, 0.5, 1.0) >= 200 - (200 / 64 + 2) * T);
     CU_ASSERT(s.cls[4].products == 200 && s.cls[1].products == before.products);
     CU_ASSERT(choose_run(&s, 1, 1e12, 2.0, 1.0) == 0); /* the largest class: first measured */
     CU_ASSERT(s.cls[RT_GEMV_SPLIT_CLASSES - 1].products == 1);
