@@ -60,6 +60,10 @@ static void running_threads(int *all, int *own)
     *own = n > 0 ? n : 1;
 }
 
+/* Looks at the runnable threads the plan takes at most (the fewest other
+ * processes' threads count). */
+#define BUSY_LOOKS 5
+
 void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
 {
     memset(s, 0, sizeof *s);
@@ -92,9 +96,21 @@ void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
         pin = 0;
     }
     s->ncpus = ncpus;
-    int all, own;
-    running_threads(&all, &own);
-    int busy = rt_gemv_split_others(all, own);
+    /* the fewest of up to BUSY_LOOKS looks 200 us apart: a count at one
+     * instant holds short-lived threads (a shell, a `ps`) with the load
+     * that lasts; the adaptive choice sees the rest */
+    int all = 0, own = 0, busy = 0;
+    for (int look = 0; look < BUSY_LOOKS; look++) {
+        if (look > 0)
+            usleep(200);
+        int a, o;
+        running_threads(&a, &o);
+        int b = rt_gemv_split_others(a, o);
+        if (look == 0 || b < busy)
+            all = a, own = o, busy = b;
+        if (busy == 0 || ndev + index < ncpus - busy)
+            break;
+    }
     if (ndev + index < ncpus - busy) {
         s->threads = 2;
         s->adaptive = 1;
