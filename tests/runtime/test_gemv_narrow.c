@@ -324,6 +324,31 @@ static void test_split_runs_each_chunk_once(void)
     rt_gemv_split_release(&split); /* releasing twice is harmless */
 }
 
+/* Adaptive products through rt_gemv_split_product with EINC_GEMV_TRACE
+ * on: each runs every chunk once, split or not, and the class counts
+ * them (the report at release goes to stderr). */
+static void test_split_product_traced(void)
+{
+    setenv("EINC_GEMV_THREADS", "adaptive", 1);
+    setenv("EINC_GEMV_TRACE", "1", 1);
+    rt_gemv_split s;
+    rt_gemv_split_plan(&s, 1, 0, 0);
+    unsetenv("EINC_GEMV_THREADS");
+    unsetenv("EINC_GEMV_TRACE");
+    CU_ASSERT(s.threads == 2 && s.adaptive == 1 && s.trace == 1 && s.ncpus >= 1);
+    int bad = 0, split = 0;
+    for (int j = 0; j < 40; j++) {
+        int hits[8] = {0};
+        rt_gemv_split_product(&s, count_chunk, hits, 8, 2.0 * (double)s.min_bytes, NULL);
+        for (int k = 0; k < 8; k++)
+            bad += hits[k] != 1;
+    }
+    split = (int)s.cls[1].split_products; /* 2 x min_bytes: class 1 */
+    CU_ASSERT(bad == 0 && s.cls[1].products == 40 && split >= 1); /* the split try */
+    rt_gemv_split_release(&s);
+    CU_ASSERT(s.worker == NULL && s.trace == 0);
+}
+
 /* The plan: EINC_GEMV_THREADS=1 turns the helper off, =2 forces it; by
  * default a device gets one only when a CPU is left over for it. */
 static void test_split_plan(void)
@@ -482,6 +507,7 @@ void einc_register_tests(void)
         {"the adaptive plan splits while splitting is faster", test_split_choice},
         {"the start-up check counts other processes' threads only", test_split_others},
         {"the helper polls while no thread waits for a CPU", test_split_linger},
+        {"adaptive products run each chunk once, traced", test_split_product_traced},
     };
     einc_add_suite("runtime narrow gemv", tests, (int)(sizeof tests / sizeof tests[0]));
 }
