@@ -212,6 +212,14 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * way fell in 5 of its first 9 runs after the first at 16 or 32, in 2 at
  * 64: the median of 9 runs was a run with a try. */
 #define TRY_FIRST 64
+/* Products of a class after its first two measurements before the slower
+ * way is measured again, once: the first measurement of the one-thread
+ * way falls in a program's first run, whose products read some operands
+ * for the first time (a state's pages fault in), and at a load average of
+ * 5 it measured 1.9 GB/s for the 2-4 MiB products (the attention's over
+ * the cache among them) where that way drew 6 warm, so the split was kept
+ * until the retry 64 products later, although it was the slower there. */
+#define TRY_WARM 16
 #define TRY_MAX 1024
 /* How much slower than the other mode one product of a try may be before
  * the try ends (rt_gemv_split_note). */
@@ -254,7 +262,7 @@ int rt_gemv_split_choose(rt_gemv_split *s, double bytes)
     if (c->s_per_byte[1] == 0)
         return start_try(c, 1, bytes);
     if (c->try_every == 0)
-        c->try_every = TRY_FIRST, c->next_try = n + TRY_FIRST;
+        c->try_every = TRY_FIRST, c->next_try = n + TRY_WARM;
     int better = c->s_per_byte[1] < c->s_per_byte[0];
     return n < c->next_try ? better : start_try(c, !better, bytes);
 }
