@@ -79,9 +79,11 @@ typedef struct rt_gemv_split {
  * (device i is pinned to the i-th: --bind-to core).  EINC_GEMV_THREADS=1
  * in the environment turns splitting off, =2 forces it (a helper even
  * without a spare core, pinned to the (ndev + index)-th CPU mod their
- * number when that is not the device's); any other value is an error
- * (einrt: error, exit 1).
- * The plan is adaptive (rt_gemv_split_choose) unless forced.
+ * number when that is not the device's), =adaptive gives the helper
+ * whatever the load, adaptive; any other value is an error (einrt:
+ * error, exit 1).  The plan is adaptive (rt_gemv_split_choose) unless
+ * forced.  EINC_GEMV_TRACE set (not "0") prints the plan on stderr and
+ * s->trace is set (rt_gemv_split_report at release).
  */
 void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin);
 
