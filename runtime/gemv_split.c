@@ -8,10 +8,11 @@
  * next one (rt_gemv_split_linger): while no thread waits for a CPU, for
  * as long as a decode step's products are apart, then sleeps on a
  * condition variable: it spins through a step and is parked between
- * steps, as BLAS and OpenMP runtimes park their threads.  The device thread never waits for a
- * helper that has not woken: when it runs out of chunks it withdraws a job
- * the helper has not taken (state POSTED back to IDLE) and returns; it
- * waits only for a helper that took the job and is finishing its chunk.
+ * steps, as BLAS and OpenMP runtimes park their threads.  The device
+ * thread never waits for a helper that has not woken: when it runs out of
+ * chunks it withdraws a job the helper has not taken (state POSTED back
+ * to IDLE) and returns; it waits only for a helper that took the job and
+ * is finishing its chunk.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_SET, pthread_attr_setaffinity_np */
 #include <pthread.h>

@@ -74,9 +74,9 @@ typedef struct rt_gemv_split {
  * process may use less the threads of other processes runnable at that
  * moment (/proc/loadavg's running count less this process's own runnable
  * threads: rt_gemv_split_others; the fewest of up to 5 looks 200 us
- * apart, stopping at one that leaves a CPU), pinned to the (ndev + index)-th of them when
- * `pin`
- * (device i is pinned to the i-th: --bind-to core).  EINC_GEMV_THREADS=1
+ * apart, stopping at one that leaves a CPU), pinned to the
+ * (ndev + index)-th of them when `pin` (device i is pinned to the i-th:
+ * --bind-to core).  EINC_GEMV_THREADS=1
  * in the environment turns splitting off, =2 forces it (a helper even
  * without a spare core, pinned to the (ndev + index)-th CPU mod their
  * number when that is not the device's), =adaptive gives the helper
