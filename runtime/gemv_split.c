@@ -215,9 +215,9 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
 #define TRY_FIRST 64
 /* Products of a class after its first two measurements before the slower
  * way is measured again, once: the first measurement of the one-thread
- * way falls in a program's first run, whose products read some operands
- * for the first time (a state's pages fault in), and at a load average of
- * 5 it measured 1.9 GB/s for the 2-4 MiB products (the attention's over
+ * way falls in a program's first run, which runs cold (the cause not
+ * pinned down: the states are already written by then), and at a load
+ * average of 5 it measured 1.9 GB/s for the 2-4 MiB products (the attention's over
  * the cache among them) where that way drew 6 warm, so the split was kept
  * until the retry 64 products later, although it was the slower there. */
 #define TRY_WARM 16

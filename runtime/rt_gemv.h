@@ -149,8 +149,7 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * slower one is tried again so, over as many products,
  * now and then, so that a change of load is seen: after 16 products of
  * the class (the first measurements fall in the program's first run,
- * which reads some operands for the first time), then after 64, then twice as
- * many after each try that confirms the choice (up to 1024), back to 64
+ * which runs cold), then after 64, then twice as many after each try that confirms the choice (up to 1024), back to 64
  * when a try changes it.  A try's figure is its
  * mean, not one product's: on a loaded machine one split product may be
  * quick and the next wait a time slice for a helper that another process
