@@ -146,12 +146,12 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * time per byte (rt_gemv_split_note) is lower.  Each mode is first
  * measured over RT_GEMV_SPLIT_TRY products of the class in a row (fewer
  * if they reach RT_GEMV_SPLIT_TRY_BYTES; one thread first), and the
- * slower one is tried again so, over as many products,
- * now and then, so that a change of load is seen: after 16 products of
- * the class (the first measurements fall in the program's first run,
- * which runs cold), then after 64, then twice as many after each try that confirms the choice (up to 1024), back to 64
- * when a try changes it.  A try's figure is its
- * mean, not one product's: on a loaded machine one split product may be
+ * slower one is tried again so, over as many products, now and then, so
+ * that a change of load is seen: after 16 products of the class (the
+ * first measurements fall in the program's first run, which runs cold),
+ * then after 64, then twice as many after each try that confirms the
+ * choice (up to 1024), back to 64 when a try changes it.  A try's figure
+ * is its mean, not one product's: on a loaded machine one split product may be
  * quick and the next wait a time slice for a helper that another process
  * preempted mid-chunk, and single samples made the choice flip back and
  * forth (half the products split where splitting was 2x slower, at a load
