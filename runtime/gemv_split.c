@@ -4,12 +4,15 @@
  * between products, joined when the device is released.
  *
  * A job is a count of chunks taken from one shared counter by both the
- * device thread and the helper.  The helper spins briefly after a job
- * (a decode step's products follow one another within microseconds), then
- * sleeps on a condition variable.  The device thread never waits for a
- * helper that has not woken: when it runs out of chunks it withdraws a job
- * the helper has not taken (state POSTED back to IDLE) and returns; it
- * waits only for a helper that took the job and is finishing its chunk.
+ * device thread and the helper.  After a job the helper polls for the
+ * next one (rt_gemv_split_linger): while no thread waits for a CPU, for
+ * as long as a decode step's products are apart, then sleeps on a
+ * condition variable: it spins through a step and is parked between
+ * steps, as BLAS and OpenMP runtimes park their threads.  The device
+ * thread never waits for a helper that has not woken: when it runs out of
+ * chunks it withdraws a job the helper has not taken (state POSTED back
+ * to IDLE) and returns; it waits only for a helper that took the job and
+ * is finishing its chunk.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_SET, pthread_attr_setaffinity_np */
 #include <pthread.h>
@@ -22,9 +25,10 @@
 
 #include "rt_internal.h"
 
-/* Seconds the helper polls for a next job before it sleeps, and the
- * device thread for the helper's last chunk before it sleeps. */
-#define HELPER_SPIN_S 100e-6
+/* Seconds between the helper's looks at the machine's runnable threads
+ * while it polls (rt_gemv_split_linger), and the device thread's poll for
+ * the helper's last chunk before it sleeps. */
+#define HELPER_CHECK_S 250e-6
 #define WAIT_SPIN_S 50e-6
 
 enum { W_IDLE, W_POSTED, W_RUNNING, W_DONE, W_STOP };
@@ -41,7 +45,12 @@ struct rt_gemv_worker {
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
     atomic_int state; /* W_*: POSTED and STOP set under mu (the helper may sleep) */
+    atomic_int asleep; /* 1 while the helper waits on `wake` (set under mu) */
+    int ncpus;        /* CPUs the process may use (rt_gemv_split.ncpus) */
     gemv_job *job;    /* the posted job (the device thread's stack) */
+    /* counted by the device thread, for EINC_GEMV_TRACE: jobs posted, those
+     * that found the helper asleep, and those it never took */
+    int64_t jobs, wakes, withdrawn;
 };
 
 static inline void relax(void)
@@ -57,6 +66,13 @@ static void take_chunks(gemv_job *j)
         j->fn(j->arg, k);
 }
 
+int rt_gemv_split_linger(double elapsed, int running, int ncpus)
+{
+    if (elapsed < RT_GEMV_SPLIT_PAUSE_S)
+        return 1;
+    return elapsed < RT_GEMV_SPLIT_SPIN_S && ncpus > 0 && running > 0 && running <= ncpus;
+}
+
 /* Polls w->state until it is one of a and b or `seconds` have passed. */
 static int spin_for(rt_gemv_worker *w, int a, int b, double seconds)
 {
@@ -70,15 +86,39 @@ static int spin_for(rt_gemv_worker *w, int a, int b, double seconds)
     return s;
 }
 
+/* The helper's poll for its next job after one: while
+ * rt_gemv_split_linger says, looking at the runnable threads every
+ * HELPER_CHECK_S after the first RT_GEMV_SPLIT_PAUSE_S. */
+static int helper_poll(rt_gemv_worker *w)
+{
+    double t0 = rt_now(), waited = 0;
+    int s, running = 0;
+    for (;;) {
+        double next = waited < RT_GEMV_SPLIT_PAUSE_S ? RT_GEMV_SPLIT_PAUSE_S - waited
+                                                     : HELPER_CHECK_S;
+        if ((s = spin_for(w, W_POSTED, W_STOP, next)) == W_POSTED || s == W_STOP)
+            break;
+        waited = rt_now() - t0;
+        if (waited >= RT_GEMV_SPLIT_PAUSE_S)
+            running = rt_gemv_split_running();
+        if (!rt_gemv_split_linger(waited, running, w->ncpus))
+            break;
+    }
+    return s;
+}
+
 static void *helper_main(void *p)
 {
     rt_gemv_worker *w = p;
     for (;;) {
-        int s = spin_for(w, W_POSTED, W_STOP, HELPER_SPIN_S);
+        int s = helper_poll(w);
         if (s != W_POSTED && s != W_STOP) {
             pthread_mutex_lock(&w->mu);
-            while ((s = atomic_load(&w->state)) != W_POSTED && s != W_STOP)
+            while ((s = atomic_load(&w->state)) != W_POSTED && s != W_STOP) {
+                atomic_store(&w->asleep, 1);
                 pthread_cond_wait(&w->wake, &w->mu);
+                atomic_store(&w->asleep, 0);
+            }
             pthread_mutex_unlock(&w->mu);
         }
         if (s == W_STOP)
@@ -109,6 +149,8 @@ static rt_gemv_worker *helper_of(rt_gemv_split *s)
     pthread_cond_init(&w->wake, NULL);
     pthread_cond_init(&w->done, NULL);
     atomic_init(&w->state, W_IDLE);
+    atomic_init(&w->asleep, 0);
+    w->ncpus = s->ncpus;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)1 << 20);
@@ -142,6 +184,8 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
     if (w) {
         pthread_mutex_lock(&w->mu);
         w->job = &j;
+        w->jobs++;
+        w->wakes += atomic_load(&w->asleep);
         atomic_store(&w->state, W_POSTED);
         pthread_cond_signal(&w->wake);
         pthread_mutex_unlock(&w->mu);
@@ -150,8 +194,10 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
     if (!w)
         return;
     int expect = W_POSTED;
-    if (atomic_compare_exchange_strong(&w->state, &expect, W_IDLE))
+    if (atomic_compare_exchange_strong(&w->state, &expect, W_IDLE)) {
+        w->withdrawn++;
         return; /* the helper never took it: every chunk was ours */
+    }
     if (spin_for(w, W_DONE, W_DONE, WAIT_SPIN_S) != W_DONE) {
         pthread_mutex_lock(&w->mu);
         while (atomic_load(&w->state) != W_DONE)
@@ -162,8 +208,19 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
 }
 
 /* Products of a class between tries of the mode that looks slower: at
- * first, and at most (rt_gemv_split_choose). */
-#define TRY_FIRST 16
+ * first, and at most (rt_gemv_split_choose).  With the int8 decode step's
+ * products (16 of 1-2 MiB and 21 of 2-4 MiB a run), tries of the slower
+ * way fell in 5 of its first 9 runs after the first at 16 or 32, in 2 at
+ * 64: the median of 9 runs was a run with a try. */
+#define TRY_FIRST 64
+/* Products of a class after its first two measurements before the slower
+ * way is measured again, once: the first measurement of the one-thread
+ * way falls in a program's first run, which runs cold (the cause not
+ * pinned down: the states are already written by then), and at a load
+ * average of 5 it measured 1.9 GB/s for the 2-4 MiB products (the attention's over
+ * the cache among them) where that way drew 6 warm, so the split was kept
+ * until the retry 64 products later, although it was the slower there. */
+#define TRY_WARM 16
 #define TRY_MAX 1024
 /* How much slower than the other mode one product of a try may be before
  * the try ends (rt_gemv_split_note). */
@@ -179,10 +236,14 @@ static int size_class(const rt_gemv_split *s, double bytes)
     return c;
 }
 
-/* Starts a try of mode `mode` in class c. */
-static int start_try(rt_gemv_split_class *c, int mode)
+/* Starts a try of mode `mode` in class c, whose products are of about
+ * `bytes`: RT_GEMV_SPLIT_TRY products, fewer when they hold
+ * RT_GEMV_SPLIT_TRY_BYTES sooner (at least one). */
+static int start_try(rt_gemv_split_class *c, int mode, double bytes)
 {
-    c->trying = RT_GEMV_SPLIT_TRY;
+    double n = bytes > 0 ? RT_GEMV_SPLIT_TRY_BYTES / bytes : RT_GEMV_SPLIT_TRY;
+    c->trying = n >= RT_GEMV_SPLIT_TRY ? RT_GEMV_SPLIT_TRY : n >= 1 ? (int)n : 1;
+    c->tries++;
     c->try_mode = mode;
     c->try_s = c->try_bytes = 0;
     return mode;
@@ -190,21 +251,21 @@ static int start_try(rt_gemv_split_class *c, int mode)
 
 int rt_gemv_split_choose(rt_gemv_split *s, double bytes)
 {
+    s->cur = size_class(s, bytes);
     if (!s->adaptive)
         return 1;
-    s->cur = size_class(s, bytes);
     rt_gemv_split_class *c = &s->cls[s->cur];
     int64_t n = c->products++;
     if (c->trying > 0)
         return c->try_mode;
     if (c->s_per_byte[0] == 0)
-        return start_try(c, 0);
+        return start_try(c, 0, bytes);
     if (c->s_per_byte[1] == 0)
-        return start_try(c, 1);
+        return start_try(c, 1, bytes);
     if (c->try_every == 0)
-        c->try_every = TRY_FIRST, c->next_try = n + TRY_FIRST;
+        c->try_every = TRY_FIRST, c->next_try = n + TRY_WARM;
     int better = c->s_per_byte[1] < c->s_per_byte[0];
-    return n < c->next_try ? better : start_try(c, !better);
+    return n < c->next_try ? better : start_try(c, !better, bytes);
 }
 
 void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double seconds)
@@ -223,8 +284,8 @@ void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double second
      * ends it: that mode stays (a try on a loaded machine costs one slow
      * product, not RT_GEMV_SPLIT_TRY) */
     double other = c->s_per_byte[split == 0];
-    if (other > 0 && seconds / bytes > ABORT_RATIO * other)
-        c->trying = 1;
+    if (other > 0 && seconds / bytes > ABORT_RATIO * other && c->trying > 1)
+        c->trying = 1, c->cut++;
     if (--c->trying > 0)
         return;
     int first = *m == 0 || c->try_every == 0; /* a mode's first measurement */
@@ -244,6 +305,9 @@ void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), v
                            int64_t nchunks, double bytes, void (*alone)(void *arg))
 {
     int split = rt_gemv_split_choose(s, bytes);
+    s->cls[s->cur].split_products += split;
+    if (split && s->threads >= 2 && nchunks > 1)
+        (void)helper_of(s); /* started before the clock: not the split's cost */
     double t0 = rt_now();
     if (split)
         rt_gemv_split_run(s, fn, arg, nchunks);
@@ -258,6 +322,9 @@ void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), v
 void rt_gemv_split_release(rt_gemv_split *s)
 {
     rt_gemv_worker *w = s->worker;
+    if (s->trace)
+        rt_gemv_split_report(s, w ? w->jobs : 0, w ? w->wakes : 0, w ? w->withdrawn : 0);
+    s->trace = 0; /* reported once */
     if (!w)
         return;
     pthread_mutex_lock(&w->mu);
@@ -270,57 +337,4 @@ void rt_gemv_split_release(rt_gemv_split *s)
     pthread_mutex_destroy(&w->mu);
     free(w);
     s->worker = NULL;
-}
-
-/* Threads of other processes runnable now: /proc/loadavg's running count
- * less the calling thread (0 where there is no such file).  Not the load
- * averages: they count this program's own previous runs too. */
-static int busy_cpus(void)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    int running = 0, total = 0;
-    if (!f)
-        return 0;
-    if (fscanf(f, "%*f %*f %*f %d/%d", &running, &total) != 2)
-        running = 1;
-    fclose(f);
-    return running > 1 ? running - 1 : 0;
-}
-
-void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
-{
-    memset(s, 0, sizeof *s);
-    s->threads = 1;
-    s->cpu = -1;
-    s->min_bytes = RT_GEMV_SPLIT_BYTES;
-    const char *env = getenv("EINC_GEMV_THREADS");
-    if (env && strcmp(env, "1") != 0 && strcmp(env, "2") != 0)
-        rt_fatal(NULL, "EINC_GEMV_THREADS must be 1 (narrow products on the device thread "
-                 "only) or 2 (split with a helper thread), not '%s'", env);
-    if (env && strcmp(env, "1") == 0)
-        return;
-    int cpus[CPU_SETSIZE], ncpus = 0;
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &allowed))
-                cpus[ncpus++] = c;
-    } else {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        ncpus = n > 0 ? (int)(n < CPU_SETSIZE ? n : CPU_SETSIZE) : 1;
-        pin = 0;
-    }
-    int busy = busy_cpus();
-    if (ndev + index < ncpus - busy) {
-        s->threads = 2;
-        s->adaptive = 1;
-        s->cpu = pin && ncpus >= 2 ? cpus[ndev + index] : -1;
-    } else if (env) { /* forced: on another CPU than the device's, if any */
-        s->threads = 2;
-        int64_t c = (ndev + index) % (ncpus > 0 ? ncpus : 1);
-        if (pin && ncpus >= 2 && c != index % ncpus)
-            s->cpu = cpus[c];
-    }
-    if (env)
-        s->adaptive = 0; /* forced: always split */
 }

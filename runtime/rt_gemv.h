@@ -37,12 +37,14 @@ typedef struct rt_gemv_worker rt_gemv_worker; /* gemv_split.c */
 typedef struct rt_gemv_split_class {
     int64_t products;     /* products of this class seen */
     int64_t next_try;     /* the product at which the slower mode is tried again */
-    int64_t try_every;    /* products between those tries (16 .. 1024); 0: none yet */
+    int64_t try_every;    /* products between those tries (64 .. 1024); 0: none yet */
     int trying;           /* products of the current try still to run; 0: none */
     int try_mode;         /* the mode being tried (1: split) */
     double try_s, try_bytes; /* the current try's seconds and matrix bytes so far */
     double s_per_byte[2]; /* seconds per matrix byte: [0] one thread, [1] split;
                              0: not measured yet */
+    int64_t split_products; /* products of this class split (EINC_GEMV_TRACE) */
+    int64_t tries, cut;     /* tries started, and those ended early (ABORT_RATIO) */
 } rt_gemv_split_class;
 
 /*
@@ -54,10 +56,14 @@ typedef struct rt_gemv_split {
     int threads;            /* 2: products of >= min_bytes split with the helper; else 1 */
     int cpu;                /* CPU the helper is pinned to, or -1: where the kernel puts it */
     int64_t min_bytes;      /* matrix bytes from which a product is split */
+    int ncpus;              /* CPUs the process may use (the plan's; 0: unknown) */
     int adaptive;           /* 1: split only while it is the faster (rt_gemv_split_choose) */
     int cur;                /* the size class of the product being run (choose to note) */
     rt_gemv_split_class cls[RT_GEMV_SPLIT_CLASSES]; /* adaptive: per size class */
     rt_gemv_worker *worker; /* the helper, started at the first split; owned */
+    int trace;              /* EINC_GEMV_TRACE=1: the plan, and at release each class's
+                               choice and the helper's wake-ups, on stderr */
+    int64_t device;         /* the device's index (for the trace) */
 } rt_gemv_split;
 
 /*
@@ -66,16 +72,61 @@ typedef struct rt_gemv_split {
  * from the calling thread's CPU set (call it before device threads are
  * pinned): the device gets a helper when ndev + index < the CPUs the
  * process may use less the threads of other processes runnable at that
- * moment (/proc/loadavg), pinned to the (ndev + index)-th of them when
- * `pin`
- * (device i is pinned to the i-th: --bind-to core).  EINC_GEMV_THREADS=1
+ * moment (/proc/loadavg's running count less this process's own runnable
+ * threads: rt_gemv_split_others; the fewest of up to 5 looks 200 us
+ * apart, stopping at one that leaves a CPU), pinned to the
+ * (ndev + index)-th of them when `pin` (device i is pinned to the i-th:
+ * --bind-to core).  EINC_GEMV_THREADS=1
  * in the environment turns splitting off, =2 forces it (a helper even
  * without a spare core, pinned to the (ndev + index)-th CPU mod their
- * number when that is not the device's); any other value is an error
- * (einrt: error, exit 1).
- * The plan is adaptive (rt_gemv_split_choose) unless forced.
+ * number when that is not the device's), =adaptive gives the helper
+ * whatever the load, adaptive; any other value is an error (einrt:
+ * error, exit 1).  The plan is adaptive (rt_gemv_split_choose) unless
+ * forced.  EINC_GEMV_TRACE set (not "0") prints the plan on stderr and
+ * s->trace is set (rt_gemv_split_report at release).
  */
 void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin);
+
+/* How long the helper polls for its next job after one before it sleeps
+ * (rt_gemv_split_linger): always RT_GEMV_SPLIT_PAUSE_S, then up to
+ * RT_GEMV_SPLIT_SPIN_S while no thread waits for a CPU.  A decode step's
+ * split products are at most about a millisecond apart (products run on
+ * one thread, norms and the rotary tables between them); with 100 us of
+ * polling, 43 of 97 split products of the int8 decode step found the
+ * helper asleep (EINC_GEMV_TRACE) and paid a futex wake-up that the device
+ * thread does not wait for, so they ran on one thread and the adaptive
+ * choice measured the split no faster.  Polling 2 ms regardless (yielding
+ * the CPU after 100 us) made the step 1.3x slower than one thread at a load
+ * average of 8.5 on 2 cores, with EINC_GEMV_THREADS=adaptive. */
+#define RT_GEMV_SPLIT_PAUSE_S 100e-6
+#define RT_GEMV_SPLIT_SPIN_S 2e-3
+
+/* Whether the helper keeps polling `elapsed` seconds after its last job,
+ * with `running` threads runnable on the machine (rt_gemv_split_running;
+ * its own included; 0: unknown) and `ncpus` CPUs for the process (0:
+ * unknown): for RT_GEMV_SPLIT_PAUSE_S always, and up to
+ * RT_GEMV_SPLIT_SPIN_S while running <= ncpus (its polling takes no CPU
+ * that another thread waits for, as OpenMP runtimes shorten their spin
+ * when oversubscribed). */
+int rt_gemv_split_linger(double elapsed, int running, int ncpus);
+
+/* The machine's runnable threads now, /proc/loadavg's running count (0
+ * where unreadable; about 10 us). */
+int rt_gemv_split_running(void);
+
+/* gemv_split_plan.c: the threads of other processes among `running`
+ * runnable threads (/proc/loadavg) of which `own` (at least the caller)
+ * are this process's: its device threads, and any BLAS threads spinning
+ * after a call, which are no other process's load. */
+int rt_gemv_split_others(int running, int own);
+
+/* Prints s's EINC_GEMV_TRACE report on stderr: the helper's `jobs`, how
+ * many found it asleep (`wakes`: a futex wake-up each) and how many it
+ * never took (`withdrawn`), and per size class the products, the split
+ * ones, the tries and the two modes' GB/s (rt_gemv_split_release calls
+ * it when s->trace). */
+void rt_gemv_split_report(const rt_gemv_split *s, int64_t jobs, int64_t wakes,
+                          int64_t withdrawn);
 
 /*
  * Runs fn(arg, k) for every k < nchunks, on the calling thread and on s's
@@ -93,12 +144,14 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * split (1) or run on the device thread alone (0).  Not adaptive: always
  * 1.  Adaptive: per size class (RT_GEMV_SPLIT_CLASSES), the mode whose
  * time per byte (rt_gemv_split_note) is lower.  Each mode is first
- * measured over RT_GEMV_SPLIT_TRY products of the class in a row (split
- * first), and the slower one is tried again so, over as many products,
- * now and then, so that a change of load is seen: after 16 products of
- * the class, then twice as many after each try that confirms the choice
- * (up to 1024), back to 16 when a try changes it.  A try's figure is its
- * mean, not one product's: on a loaded machine one split product may be
+ * measured over RT_GEMV_SPLIT_TRY products of the class in a row (fewer
+ * if they reach RT_GEMV_SPLIT_TRY_BYTES; one thread first), and the
+ * slower one is tried again so, over as many products, now and then, so
+ * that a change of load is seen: after 16 products of the class (the
+ * first measurements fall in the program's first run, which runs cold),
+ * then after 64, then twice as many after each try that confirms the
+ * choice (up to 1024), back to 64 when a try changes it.  A try's figure
+ * is its mean, not one product's: on a loaded machine one split product may be
  * quick and the next wait a time slice for a helper that another process
  * preempted mid-chunk, and single samples made the choice flip back and
  * forth (half the products split where splitting was 2x slower, at a load
@@ -106,6 +159,10 @@ void rt_gemv_split_run(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void 
  * the choice changes only the time.
  */
 #define RT_GEMV_SPLIT_TRY 4
+/* ... or fewer products when they hold this many matrix bytes sooner (a
+ * try of one 8 MiB LM head): a class a step runs once (the LM head) is
+ * then measured within the step's first two runs, not its first eight. */
+#define RT_GEMV_SPLIT_TRY_BYTES ((double)(8 << 20))
 int rt_gemv_split_choose(rt_gemv_split *s, double bytes);
 /* Records that the product rt_gemv_split_choose was last asked about took
  * `seconds` for `bytes` matrix bytes in mode `split` (as it returned): a

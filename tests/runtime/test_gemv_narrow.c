@@ -324,6 +324,31 @@ static void test_split_runs_each_chunk_once(void)
     rt_gemv_split_release(&split); /* releasing twice is harmless */
 }
 
+/* Adaptive products through rt_gemv_split_product with EINC_GEMV_TRACE
+ * on: each runs every chunk once, split or not, and the class counts
+ * them (the report at release goes to stderr). */
+static void test_split_product_traced(void)
+{
+    setenv("EINC_GEMV_THREADS", "adaptive", 1);
+    setenv("EINC_GEMV_TRACE", "1", 1);
+    rt_gemv_split s;
+    rt_gemv_split_plan(&s, 1, 0, 0);
+    unsetenv("EINC_GEMV_THREADS");
+    unsetenv("EINC_GEMV_TRACE");
+    CU_ASSERT(s.threads == 2 && s.adaptive == 1 && s.trace == 1 && s.ncpus >= 1);
+    int bad = 0, split = 0;
+    for (int j = 0; j < 40; j++) {
+        int hits[8] = {0};
+        rt_gemv_split_product(&s, count_chunk, hits, 8, 2.0 * (double)s.min_bytes, NULL);
+        for (int k = 0; k < 8; k++)
+            bad += hits[k] != 1;
+    }
+    split = (int)s.cls[1].split_products; /* 2 x min_bytes: class 1 */
+    CU_ASSERT(bad == 0 && s.cls[1].products == 40 && split >= 1); /* the split try */
+    rt_gemv_split_release(&s);
+    CU_ASSERT(s.worker == NULL && s.trace == 0);
+}
+
 /* The plan: EINC_GEMV_THREADS=1 turns the helper off, =2 forces it; by
  * default a device gets one only when a CPU is left over for it. */
 static void test_split_plan(void)
@@ -336,6 +361,9 @@ static void test_split_plan(void)
     rt_gemv_split_plan(&s, 4096, 0, 1);
     CU_ASSERT(s.threads == 2 && s.cpu == -1 && s.min_bytes == RT_GEMV_SPLIT_BYTES);
     CU_ASSERT(s.adaptive == 0);
+    setenv("EINC_GEMV_THREADS", "adaptive", 1); /* a helper whatever the load, adaptive */
+    rt_gemv_split_plan(&s, 4096, 0, 1);
+    CU_ASSERT(s.threads == 2 && s.adaptive == 1);
     unsetenv("EINC_GEMV_THREADS");
     rt_gemv_split_plan(&s, 4096, 0, 1); /* more devices than CPUs */
     CU_ASSERT(s.threads == 1);
@@ -343,6 +371,36 @@ static void test_split_plan(void)
     rt_gemv_split_plan(&s, 1, 0, 0);
     if (cpus == 1)
         CU_ASSERT(s.threads == 1);
+}
+
+/* The start-up check's count of other processes' runnable threads: this
+ * process's own (its device thread, a BLAS thread spinning after start-up)
+ * are not load; the caller counts itself at least once. */
+static void test_split_others(void)
+{
+    CU_ASSERT(rt_gemv_split_others(2, 2) == 0); /* idle: us and our BLAS thread */
+    CU_ASSERT(rt_gemv_split_others(1, 1) == 0);
+    CU_ASSERT(rt_gemv_split_others(3, 2) == 1);
+    CU_ASSERT(rt_gemv_split_others(4, 1) == 3);
+    CU_ASSERT(rt_gemv_split_others(3, 0) == 2); /* own unknown: the caller */
+    CU_ASSERT(rt_gemv_split_others(0, 0) == 0);
+    CU_ASSERT(rt_gemv_split_others(2, 5) == 0); /* read at two moments */
+}
+
+/* The helper polls for its next job for 100 us, then up to 2 ms while no
+ * thread waits for a CPU (the machine's runnable threads, its own
+ * included, at most the process's CPUs), and sleeps otherwise. */
+static void test_split_linger(void)
+{
+    CU_ASSERT(rt_gemv_split_linger(0, 9, 2) == 1);      /* the first 100 us: always */
+    CU_ASSERT(rt_gemv_split_linger(50e-6, 0, 0) == 1);
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 2, 2) == 1); /* device and helper: idle */
+    CU_ASSERT(rt_gemv_split_linger(1.9e-3, 1, 2) == 1);
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 3, 2) == 0); /* a thread waits for a CPU */
+    CU_ASSERT(rt_gemv_split_linger(2.1e-3, 2, 2) == 0); /* 2 ms: parked */
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 0, 2) == 0); /* unknown: parked */
+    CU_ASSERT(rt_gemv_split_linger(300e-6, 2, 0) == 0);
+    CU_ASSERT(rt_gemv_split_linger(1e-3, 5, 8) == 1);
 }
 
 /* n products of `bytes` under the adaptive choice, split ones taking
@@ -371,14 +429,14 @@ static void test_split_choice(void)
     double mb = 1 << 20; /* class 1 */
     CU_ASSERT(choose_run(&s, 2 * T, mb, 2.0, 1.0) == T); /* one thread T, then split T */
     int tries = choose_run(&s, 4000, mb, 2.0, 1.0);      /* split slower: tries only */
-    CU_ASSERT(tries % T == 0 && tries >= 5 * T && tries <= 8 * T); /* 16, 32, .. 1024 */
+    CU_ASSERT(tries % T == 0 && tries >= 5 * T && tries <= 8 * T); /* 64, 128, .. 1024 */
     CU_ASSERT(s.cls[1].try_every == 1024);
     /* the load goes: split faster, seen at the next try (within 1024 + T) */
     CU_ASSERT(choose_run(&s, 1100, mb, 0.5, 1.0) >= 1100 - 1024 - 2 * T);
-    CU_ASSERT(choose_run(&s, 100, mb, 0.5, 1.0) >= 100 - (100 / 16 + 1) * T);
+    CU_ASSERT(choose_run(&s, 100, mb, 0.5, 1.0) >= 100 - (100 / 64 + 1) * T);
     /* a larger class measures for itself: split faster there */
     rt_gemv_split_class before = s.cls[1];
-    CU_ASSERT(choose_run(&s, 200, 8 * mb, 0.5, 1.0) >= 200 - (200 / 16 + 2) * T);
+    CU_ASSERT(choose_run(&s, 200, 8 * mb, 0.5, 1.0) >= 200 - (200 / 64 + 2) * T);
     CU_ASSERT(s.cls[4].products == 200 && s.cls[1].products == before.products);
     CU_ASSERT(choose_run(&s, 1, 1e12, 2.0, 1.0) == 0); /* the largest class: first measured */
     CU_ASSERT(s.cls[RT_GEMV_SPLIT_CLASSES - 1].products == 1);
@@ -397,6 +455,16 @@ static void test_split_choice(void)
     rt_gemv_split v = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
     CU_ASSERT(choose_run(&v, 4000, mb, 3.0, 1.0) <= 9); /* first measure and tries: 1 each */
     CU_ASSERT(v.cls[1].try_every == 1024);
+    /* products of RT_GEMV_SPLIT_TRY_BYTES (a step's one LM head) are tried
+     * one at a time: one thread, split, then split from the third on */
+    rt_gemv_split w = {.threads = 2, .cpu = -1, .min_bytes = 1 << 19, .adaptive = 1};
+    double head = RT_GEMV_SPLIT_TRY_BYTES;
+    CU_ASSERT(choose_run(&w, 1, head, 0.5, 1.0) == 0);
+    CU_ASSERT(choose_run(&w, 1, head, 0.5, 1.0) == 1);
+    CU_ASSERT(choose_run(&w, 8, head, 0.5, 1.0) == 8);
+    CU_ASSERT(w.cls[4].tries == 2 && w.cls[4].split_products == 0); /* counted by _product */
+    /* products of half that: tries of two */
+    CU_ASSERT(choose_run(&w, 4, head / 2, 0.5, 1.0) == 2);
     rt_gemv_split forced = {.threads = 2, .cpu = -1, .min_bytes = 1};
     rt_gemv_split_note(&forced, 1, 1e6, 1.0);
     CU_ASSERT(rt_gemv_split_choose(&forced, 1e6) == 1 && forced.cls[0].s_per_byte[1] == 0);
@@ -437,6 +505,9 @@ void einc_register_tests(void)
         {"the helper's jobs run each chunk once", test_split_runs_each_chunk_once},
         {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
         {"the adaptive plan splits while splitting is faster", test_split_choice},
+        {"the start-up check counts other processes' threads only", test_split_others},
+        {"the helper polls while no thread waits for a CPU", test_split_linger},
+        {"adaptive products run each chunk once, traced", test_split_product_traced},
     };
     einc_add_suite("runtime narrow gemv", tests, (int)(sizeof tests / sizeof tests[0]));
 }
