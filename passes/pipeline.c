@@ -536,6 +536,10 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     }
     if (check_interleaved(ctx, m, loop, Z, M, v) != 0)
         return 1;
+    /* Both given: nothing to choose, but a stage over the HBM is worth a
+     * warning (pipeline_choose.c). */
+    if (trains(m) && sv && mv)
+        pass_pipeline_check_forced(ctx, m, B, batch, schedule, M, v);
     /* Zero-bubble runs a training step's dL/dW apart from its dL/dx: the
      * backward loop becomes two (pipeline_split.c).  A forward has no
      * backward to split and runs as every schedule's forward half. */

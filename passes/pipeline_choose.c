@@ -96,31 +96,106 @@ static double fixed_bytes(const ir_module *m, int Z)
     return (w.state_stacked + w.param_stacked) / Z + w.state_other + w.param_other;
 }
 
+/* The smallest change that would make room for a stage peak over the
+ * HBM, into change (n bytes): more stages or another axis to shard the
+ * params over when the params, gradients and state alone exceed it; else
+ * twice `fixed_mb` microbatches with 1f1b when M was given and that
+ * splits; else --remat=layer, or a smaller batch when that is on.  Shared
+ * by the choice's warning and the forced pair's. */
+static void change_advice(const ir_module *m, const cost_hw *hw, int fixed_mb, int B, int64_t batch, char *change,
+                          size_t n)
+{
+    int Z = (int)m->mesh.axes[m->pipe.axis].size;
+    double fixed = fixed_bytes(m, Z);
+    int64_t parts;
+    if (fixed > hw->hbm_bytes)
+        snprintf(change, n, "a stage's params, their gradients and optimizer state alone take %.4g "
+                 "GiB: pipeline over more stages (a larger %c) or shard them over another mesh axis (FSDP)",
+                 fixed / GIB, m->mesh.axes[m->pipe.axis].name);
+    else if (fixed_mb && batch % (2 * fixed_mb) == 0 && !pass_pipeline_unsplit(m, B, batch, 2 * fixed_mb, &parts))
+        snprintf(change, n, "more microbatches hold smaller activations (--microbatches=%d with "
+                 "--schedule=1f1b)", 2 * fixed_mb);
+    else if (m->remat != IR_REMAT_LAYER)
+        snprintf(change, n, "the activations the schedule holds are the rest: keep only each "
+                 "layer's input and recompute the layer in the backward pass (--remat=layer)");
+    else
+        snprintf(change, n, "the activations the schedule holds are the rest, each layer's input "
+                 "already the only one kept: a smaller batch or more stages");
+}
+
 /* The warning when no candidate fits: the one with the smallest peak
  * (`low`, chosen) and the smallest change that would make room. */
 static void warn_none_fits(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const cand *low, int fixed_mb,
                            int B, int64_t batch)
 {
     char name[64], change[320];
-    int Z = (int)m->mesh.axes[m->pipe.axis].size;
-    double fixed = fixed_bytes(m, Z);
-    int64_t parts;
-    if (fixed > hw->hbm_bytes)
-        snprintf(change, sizeof change, "a stage's params, their gradients and optimizer state alone take %.4g "
-                 "GiB: pipeline over more stages (a larger %c) or shard them over another mesh axis (FSDP)",
-                 fixed / GIB, m->mesh.axes[m->pipe.axis].name);
-    else if (fixed_mb && batch % (2 * fixed_mb) == 0 && !pass_pipeline_unsplit(m, B, batch, 2 * fixed_mb, &parts))
-        snprintf(change, sizeof change, "more microbatches hold smaller activations (--microbatches=%d with "
-                 "--schedule=1f1b)", 2 * fixed_mb);
-    else if (m->remat != IR_REMAT_LAYER)
-        snprintf(change, sizeof change, "the activations the schedule holds are the rest: keep only each "
-                 "layer's input and recompute the layer in the backward pass (--remat=layer)");
-    else
-        snprintf(change, sizeof change, "the activations the schedule holds are the rest, each layer's input "
-                 "already the only one kept: a smaller batch or more stages");
+    change_advice(m, hw, fixed_mb, B, batch, change, sizeof change);
     diag_warning(ctx->diag, m->pipe.loc, "no pipeline schedule fits %s's %.4g GiB of HBM per device: the "
                  "smallest stage peak is %.4g GiB (%s), which is compiled; %s", hw->name, hw->hbm_bytes / GIB,
                  low->memory / GIB, cand_name(low, name, sizeof name), change);
+}
+
+/* For a given pair `c` over the HBM, the nearest one that fits, into
+ * change: 1f1b at the same M (it holds at most Z microbatches), else the
+ * same schedule with 2, 4, ... times the microbatches (smaller ones) up to
+ * 64.  False when none of those fits. */
+static bool forced_alternative(ir_module *m, const cost_hw *hw, int B, int64_t batch, const cand *c, char *change,
+                               size_t n)
+{
+    ir_pipeline saved = m->pipe;
+    int64_t parts;
+    cand alt = {0};
+    bool found = false;
+    if (c->schedule != PP_1F1B && price(m, hw, B, batch, PP_1F1B, c->mb, 1, &alt) && alt.memory <= hw->hbm_bytes) {
+        snprintf(change, n, "--schedule=1f1b at the same M fits (%.4g GiB, step %.4g us against %.4g us)",
+                 alt.memory / GIB, alt.step * 1e6, c->step * 1e6);
+        found = true;
+    }
+    for (int M = 2 * c->mb; !found && M <= MAX_MICROBATCHES && M <= batch; M *= 2) {
+        if (batch % M != 0 || pass_pipeline_unsplit(m, B, batch, M, &parts) ||
+            (c->schedule == PP_INTERLEAVED && M % (int)m->mesh.axes[m->pipe.axis].size != 0))
+            continue;
+        if (price(m, hw, B, batch, c->schedule, M, c->v, &alt) && alt.memory <= hw->hbm_bytes) {
+            snprintf(change, n, "--microbatches=%d fits (%.4g GiB, step %.4g us against %.4g us)", M,
+                     alt.memory / GIB, alt.step * 1e6, c->step * 1e6);
+            found = true;
+        }
+    }
+    m->dims[B].size = batch;
+    m->pipe = saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    return found;
+}
+
+void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int M, int v)
+{
+    cost_hw local;
+    const cost_hw *hw = pass_pipeline_pricing_hw(ctx, &local);
+    if (!hw)
+        return;
+    ir_pipeline saved = m->pipe;
+    cand c = {0};
+    bool ok = price(m, hw, B, batch, schedule, M, v, &c);
+    m->dims[B].size = batch;
+    m->pipe = saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    if (!ok)
+        return;
+    char name[64], change[320], line[512];
+    cand_name(&c, name, sizeof name);
+    double hbm = hw->hbm_bytes;
+    bool over = hbm > 0 && c.memory > hbm;
+    snprintf(line, sizeof line, "given: %s; its fullest stage needs %.4g GiB, %s %s's %.4g GiB of HBM per device%s",
+             name, c.memory / GIB, over ? "above" : "within", hw->name, hbm / GIB,
+             over ? " (compiled as asked)" : "");
+    m->pipe.choice = ir_strdup(&m->arena, line);
+    if (!over)
+        return;
+    if (!forced_alternative(m, hw, B, batch, &c, change, sizeof change))
+        change_advice(m, hw, M, B, batch, change, sizeof change);
+    diag_warning(ctx->diag, m->pipe.loc, "pipeline: the given %s needs %.4g GiB on its fullest stage, above %s's "
+                 "%.4g GiB of HBM per device; compiled as asked; %s", name, c.memory / GIB, hw->name, hbm / GIB,
+                 change);
 }
 
 void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
@@ -167,11 +242,11 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
     char a[64], b[64], line[512];
     if (!fit.mb) {
         warn_none_fits(ctx, m, hw, &low, fixed, B, batch);
-        snprintf(line, sizeof line, "none of the %d (schedule, M) choices priced fits %s's %.4g GiB of HBM "
+        snprintf(line, sizeof line, "chosen: none of the %d (schedule, M) choices priced fits %s's %.4g GiB of HBM "
                  "per device; compiled: the smallest stage peak, %s", priced, hw->name, hbm / GIB,
                  cand_name(&low, a, sizeof a));
     } else if (over) {
-        snprintf(line, sizeof line, "the fastest of the %d (schedule, M) choices priced that fit %s's %.4g GiB of "
+        snprintf(line, sizeof line, "chosen: the fastest of the %d (schedule, M) choices priced that fit %s's %.4g GiB of "
                  "HBM per device; %d do not%s%s", priced, hw->name, hbm / GIB, over,
                  best.memory > hbm ? ", the fastest of all among them: " : "",
                  best.memory > hbm ? cand_name(&best, b, sizeof b) : "");
@@ -181,7 +256,7 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
                       "%.4g us, %.4g GiB)", cand_name(&best, b, sizeof b), best.step * 1e6, best.memory / GIB,
                       hw->name, hbm / GIB, cand_name(&fit, a, sizeof a), fit.step * 1e6, fit.memory / GIB);
     } else {
-        snprintf(line, sizeof line, "the fastest of the %d (schedule, M) choices priced; all fit %s's %.4g GiB of "
+        snprintf(line, sizeof line, "chosen: the fastest of the %d (schedule, M) choices priced; all fit %s's %.4g GiB of "
                  "HBM per device", priced, hw->name, hbm / GIB);
     }
     m->pipe.choice = ir_strdup(&m->arena, line);

@@ -53,4 +53,17 @@ const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, 
 void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
                           int fixed_v, pipe_choice *out);
 
+/* A training step whose schedule and M were both given (`schedule`, `M`
+ * and for interleaved `v` chunks): priced as pass_pipeline_choose prices a
+ * candidate, on the module before zero-bubble's split.  When the fullest
+ * stage's peak exceeds the profile's HBM per device, a warning (not an
+ * error: the user asked) names the peak, the HBM and the smallest change
+ * that would make room: --schedule=1f1b at the same M or more microbatches
+ * of the same schedule when one of those fits (priced the same way), else
+ * the advice of the choice's warning when nothing fits.  Either way m->pipe.choice
+ * gets a "given: ..." line for --dump-cost.  Nothing when there is no
+ * profile or the pair does not price.  m's dims and m->pipe are left as
+ * found (but for `choice`). */
+void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int M, int v);
+
 #endif

@@ -113,7 +113,11 @@ def check_memory(einc, prog, src, forced):
     names the one dropped and --dump-cost says how many did not fit; below
     every pair's peak, the smallest peak, with a warning naming the change
     that would make room (--remat=layer when the params, gradients and
-    state fit; more stages when they alone do not)."""
+    state fit; more stages when they alone do not).  A pair given by both
+    --schedule and --microbatches is compiled as asked: over the HBM with
+    a warning naming its peak, the HBM and a pair that fits (1f1b at the
+    same M, or more microbatches), and --dump-cost says "given" with
+    "above" or "within"."""
     host = json.load(open(os.path.join(src, "hw", "host.json")))
     fastest = min(forced, key=lambda k: forced[k][0])
     smallest = min(forced, key=lambda k: (forced[k][1], ORDER.index(k[0]), k[1], k[2]))
@@ -151,6 +155,33 @@ def check_memory(einc, prog, src, forced):
                   f"want {smallest})")
             check("warning: no pipeline schedule fits" in err and advice in err,
                   f"HBM {hbm:.0f} B: a warning names the change ({advice}): {err.strip()[-300:]}")
+
+        # Forced pairs: gpipe at M = 8 over the HBM where 1f1b at M = 8
+        # fits; 1f1b at M = 2 over it where 1f1b at some larger M fits.
+        gp, ob = forced[("gpipe", 1, 8)][1], forced[("1f1b", 1, 8)][1]
+        hbm = 0.5 * (gp + ob)
+        check(ob < hbm < gp, f"gpipe M=8 ({gp:.0f} B) holds more than 1f1b M=8 ({ob:.0f} B)")
+        gib = 1024.0 ** 3
+        for flags, peak, advice in ((("--schedule=gpipe", "--microbatches=8"), gp, "--schedule=1f1b at the same M fits"),
+                                    (("--schedule=1f1b", "--microbatches=2"), forced[("1f1b", 1, 2)][1],
+                                     "--microbatches=")):
+            rc, out, err = compile_with(hbm, "--dump-ir=json", *flags)
+            got = key_of(json.loads(out)) if rc == 0 else None
+            want = (flags[0].split("=")[1], 1, int(flags[1].split("=")[1]))
+            check(got == want, f"HBM {hbm:.0f} B, {' '.join(flags)}: compiled as asked ({got})")
+            warn = [ln for ln in err.splitlines() if "warning: pipeline: the given" in ln]
+            check(len(warn) == 1 and f"needs {peak / gib:.4g} GiB" in warn[0] and f"{hbm / gib:.4g} GiB" in warn[0]
+                  and advice in warn[0] and "error" not in err,
+                  f"HBM {hbm:.0f} B, {' '.join(flags)}: a warning names the peak {peak / gib:.4g} GiB, the HBM and "
+                  f"'{advice}': {warn}")
+            rc, out, err = compile_with(hbm, "--dump-cost", *flags)
+            check(rc == 0 and "schedule and M given: " in out and "above" in out,
+                  f"HBM {hbm:.0f} B, {' '.join(flags)}: --dump-cost says the given pair is above the HBM")
+        # Within the HBM: no warning; --dump-cost says so.
+        rc, out, err = compile_with(hbm, "--dump-cost", "--schedule=1f1b", "--microbatches=8")
+        check(rc == 0 and "the given" not in err and "schedule and M given: 1f1b, M = 8" in out and "within" in out,
+              f"HBM {hbm:.0f} B: 1f1b M=8 fits, no warning, --dump-cost says within")
+
 
 
 def main():
