@@ -80,7 +80,7 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
-ORDER = ("1f1b", "gpipe", "zero-bubble", "interleaved")
+ORDER = ("1f1b", "gpipe", "zero-bubble", "zb-h2", "interleaved")
 
 
 def key_of(ir):
@@ -91,7 +91,7 @@ def key_of(ir):
 
 def forced_steps(einc, prog, hw, *extra):
     """{(schedule, v, M): (step, stage memory)} of `prog` compiled with each
-    forced: gpipe, 1f1b and zero-bubble at M = 1 .. 64, interleaved with
+    forced: gpipe, 1f1b, zero-bubble and zb-h2 at M = 1 .. 64, interleaved with
     v = 2, 4 at every M that is a multiple of Z."""
     out = {}
     for s in ORDER:
@@ -183,7 +183,6 @@ def check_memory(einc, prog, src, forced):
               f"HBM {hbm:.0f} B: 1f1b M=8 fits, no warning, --dump-cost says within")
 
 
-
 def main():
     einc, src = sys.argv[1], sys.argv[2]
     prog = os.path.join(src, "tests", "cost", "pipeline", "pp_uniform_mlp.ein")
@@ -249,6 +248,20 @@ def main():
         limit = 0.5 * o["bubble"] if m == 2 * Z else o["bubble"]
         check(p["bubble"] < limit, f"zero-bubble M={m}: bubble {p['bubble']:.4f} < {limit:.4f} (1f1b's "
               f"{o['bubble']:.4f}{', halved' if m == 2 * Z else ''})")
+        # ZB-H2: twice the warm-up forwards (up to 2Z - 1 held), the same
+        # split stage times, a bubble no larger (Z = 2 here).
+        h = pipe_totals(einc, prog, "host", f"--microbatches={m}", "--schedule=zb-h2")
+        check(h is not None and h["schedule"] == "zb-h2", f"zb-h2 M={m}: priced")
+        if h:
+            check(close(h["stage_forward_time"], p["stage_forward_time"], 1e-12) and
+                  close(h["stage_backward_time"], p["stage_backward_time"], 1e-12),
+                  f"zb-h2 M={m}: zero-bubble's stage forward and backward")
+            check(p["held_microbatches"] <= h["held_microbatches"] <= 2 * Z - 1 and
+                  h["stage_memory"] >= p["stage_memory"],
+                  f"zb-h2 M={m}: holds {h['held_microbatches']} (zero-bubble {p['held_microbatches']}, <= 2Z-1), "
+                  f"{h['stage_memory']:.0f} B >= {p['stage_memory']:.0f} B")
+            check(h["bubble"] <= p["bubble"] + 1e-12 and h["bubble_formula"] < 0,
+                  f"zb-h2 M={m}: bubble {h['bubble']:.4f} <= zero-bubble's {p['bubble']:.4f}")
     rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=zero-bubble")
     check(rc == 0 and "schedule zero-bubble: step" in out and "no closed form" in out,
           "--dump-cost prints zero-bubble's section, with no closed form for its bubble")
@@ -359,11 +372,12 @@ def main():
               f"chosen {got})")
         check(any(k[0] == "interleaved" for k in forced) and any(k[0] == "zero-bubble" for k in forced),
               f"{hwname}: interleaved and zero-bubble are among the forced ones")
-        zb = [k for k in forced if k[0] == "zero-bubble"]
-        if got and got[0] == "zero-bubble":
+        if got and got[0] in ("zero-bubble", "zb-h2"):
             check(close(chosen_ir["totals"]["pipeline"]["stage_memory"], forced[got][1], 1e-12),
-                  f"{hwname}: zero-bubble's memory as chosen is the split module's")
-        check(len(zb) == 7, f"{hwname}: zero-bubble forced at every M ({len(zb)})")
+                  f"{hwname}: {got[0]}'s memory as chosen is the split module's")
+        for s in ("zero-bubble", "zb-h2"):
+            zb = [k for k in forced if k[0] == s]
+            check(len(zb) == 7, f"{hwname}: {s} forced at every M ({len(zb)})")
         if hwname == "host":
             check_memory(einc, prog, src, forced)
     no_dw = os.path.join(src, "tests", "golden", "cases", "error_pipeline_zero_bubble_no_dw.ein")
