@@ -31,7 +31,13 @@ stage forward as 1f1b's, a stage backward (B + W) no shorter and at most
 15% longer (the per-layer stacks that carry values from B to W, and
 their slices), the same sync and update, at most Z microbatches held, no
 closed form for its bubble (bubble_formula -1, "no closed form" in
---dump-cost) and a simulated bubble below 1f1b's, at M = 2Z at most half.
+--dump-cost) and a simulated bubble below 1f1b's, at M = 2Z at most half;
+zb-h2 (ZB-H2) at M = 4, 8 the same stage times, at least as many held (at
+most 2Z - 1), at least zero-bubble's memory and a bubble no larger.
+Without flags the choice is the fastest of every (schedule, v, M) forced,
+zb-h2 among them; under a small HBM the fastest that fits; and a pair
+given by both flags over the HBM is compiled with a warning naming the
+nearest pair that fits.
 The same stack as a forward (pp_uniform_mlp_forward.ein, inference) is
 priced by its M forwards: at M = 1, 2, 4, 8 the pipeline is one hop plus
 the slower stage's M forwards and the other's one, exactly, the bubble (Z - 1) / (M + Z - 1) within 1%, no backward, sync or
