@@ -43,7 +43,9 @@ const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, 
  *  - the fastest that fits, the first priced on a tie (schedules in
  *    the order given, then fewer chunks, then fewer microbatches).  When the fastest does not fit, a note says which pairs were
  *    dropped; when none fits, the one with the smallest peak, and a
- *    warning naming the smallest change that would make room.  Either way
+ *    warning naming the smallest change that would make room (the nearest
+ *    pair that fits when `fixed` or a single schedule limited the choice,
+ *    priced; else more stages or --remat=layer).  Either way
  *    m->pipe.choice records it for --dump-cost.
  *
  * Zero-bubble is priced on the backward before the split, with the
@@ -60,7 +62,7 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
  * error: the user asked) names the peak, the HBM and the smallest change
  * that would make room: --schedule=1f1b at the same M or more microbatches
  * of the same schedule when one of those fits (priced the same way), else
- * the advice of the choice's warning when nothing fits.  Either way m->pipe.choice
+ * the choice's fallback advice (more stages, --remat=layer).  Either way m->pipe.choice
  * gets a "given: ..." line for --dump-cost.  Nothing when there is no
  * profile or the pair does not price.  m's dims and m->pipe are left as
  * found (but for `choice`). */

@@ -123,7 +123,9 @@ def check_memory(einc, prog, src, forced):
     --schedule and --microbatches is compiled as asked: over the HBM with
     a warning naming its peak, the HBM and a pair that fits (1f1b at the
     same M, or more microbatches), and --dump-cost says "given" with
-    "above" or "within"."""
+    "above" or "within".  With one flag given and nothing fitting, the
+    warning names the nearest pair that fits (1f1b for a given schedule,
+    more microbatches for a given M)."""
     host = json.load(open(os.path.join(src, "hw", "host.json")))
     fastest = min(forced, key=lambda k: forced[k][0])
     smallest = min(forced, key=lambda k: (forced[k][1], ORDER.index(k[0]), k[1], k[2]))
@@ -183,6 +185,19 @@ def check_memory(einc, prog, src, forced):
             rc, out, err = compile_with(hbm, "--dump-cost", *flags)
             check(rc == 0 and "schedule and M given: " in out and "above" in out,
                   f"HBM {hbm:.0f} B, {' '.join(flags)}: --dump-cost says the given pair is above the HBM")
+        # One flag given, nothing fitting: the choice's warning names the
+        # nearest pair that fits, priced: 1f1b at its fastest fitting M for
+        # --schedule=gpipe, and 1f1b at the first of 4, 8, ... microbatches
+        # that fits for --microbatches=2.
+        ob_fit = {m: forced[("1f1b", 1, m)] for m in (1, 2, 4, 8, 16, 32, 64) if forced[("1f1b", 1, m)][1] <= hbm}
+        fastest_ob = min(ob_fit, key=lambda m: (ob_fit[m][0], m))
+        more = min(m for m in ob_fit if m > 2)
+        for flags, advice in ((("--schedule=gpipe",), f"--schedule=1f1b fits, fastest with --microbatches={fastest_ob} "),
+                              (("--microbatches=2",), f"--microbatches={more} with --schedule=1f1b fits")):
+            rc, out, err = compile_with(hbm, "--dump-cost", *flags)
+            warn = [ln for ln in err.splitlines() if "warning: no pipeline schedule fits" in ln]
+            check(rc == 0 and len(warn) == 1 and advice in warn[0],
+                  f"HBM {hbm:.0f} B, {flags[0]} alone: nothing fits, the warning names '{advice}': {warn}")
         # Within the HBM: no warning; --dump-cost says so.
         rc, out, err = compile_with(hbm, "--dump-cost", "--schedule=1f1b", "--microbatches=8")
         check(rc == 0 and "the given" not in err and "schedule and M given: 1f1b, M = 8" in out and "within" in out,
