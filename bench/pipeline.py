@@ -6,7 +6,8 @@ f32, SGD) whose stacked params shard the layer dim over the mesh axis Z
 (`Win[L_Z, D, F]`, docs/pipeline.md), on a mesh `Z = n` of n threads.  For
 Z = 2 and 4 stages, M = 1, 2, 4, 8, 16 microbatches and the schedules
 gpipe, 1f1b, zero-bubble (its backward split into dL/dx and dL/dW items,
-docs/pipeline.md) and interleaved with v = 2 chunks per stage (where it
+docs/pipeline.md), zb-h2 (the same items with ZB-H2's longer warm-up,
+up to 2Z - 1 microbatches held) and interleaved with v = 2 chunks per stage (where it
 applies: M a multiple of Z and the 4 layers splitting into Z v chunks,
 so Z = 2 only) it measures:
 
@@ -27,8 +28,8 @@ so Z = 2 only) it measures:
          steps), beside the one the cost pass predicts for this program
          (--profile's "predicted", the schedule simulated with the costed
          ops' times) and, for gpipe and 1f1b, the closed form
-         (Z-1)/(M+Z-1), for interleaved (Z-1)/(v M+Z-1); zero-bubble has
-         no closed form here ("-");
+         (Z-1)/(M+Z-1), for interleaved (Z-1)/(v M+Z-1); zero-bubble and
+         zb-h2 have no closed form here ("-");
   replayed, fastest  where a measured bubble above the prediction comes
          from (the same run's --trace, replayed_bubbles): the stages' orders
          replayed with the run's measured item times and instant handoffs
@@ -60,7 +61,8 @@ import tempfile
 sys.dont_write_bytecode = True
 import benchlib  # noqa: E402
 
-SCHEDULES = ["gpipe", "1f1b", "zero-bubble", "interleaved"]
+SCHEDULES = ["gpipe", "1f1b", "zero-bubble", "zb-h2", "interleaved"]
+SPLIT = ("zero-bubble", "zb-h2")  # the backward split into B and W: no closed form
 LAYERS, CHUNKS = 4, 2  # the program's L; interleaved's v
 
 
@@ -262,7 +264,7 @@ def main():
                     bub, pred = measured_bubble(exe, a.steps, trace)
                     own, fastest = replayed_bubbles(trace)
                     ideal = one / Z
-                    closed = sched != "zero-bubble"  # (vM+Z-1)/(vM) and (Z-1)/(vM+Z-1)
+                    closed = sched not in SPLIT  # (vM+Z-1)/(vM) and (Z-1)/(vM+Z-1)
                     closed_step = (v * M + Z - 1) / (v * M)
                     closed_bub = (Z - 1) / (v * M + Z - 1)
                     cs = f"{closed_step:>7.2f}" if closed else f"{'-':>7}"
@@ -299,6 +301,15 @@ def main():
                       f"(target <= 0.5)")
                 res.add(f"Z={Z} M={2 * Z}: zero-bubble bubble / 1f1b bubble{note}", zb / ob, "x",
                         "<= 0.5 (issue 25)", ratio=zb / ob, verdict="ok" if zb / ob <= 0.5 else "MISS")
+            # ZB-H2 against ZB-H1 at the same M: its longer warm-up fills the
+            # first stage's wait for B0 (docs/pipeline.md, "ZB-H2").
+            for M in mbs:
+                h2, h1 = bubbles.get((Z, "zb-h2", M)), bubbles.get((Z, "zero-bubble", M))
+                if h2 is not None and h1:
+                    note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
+                    print(f"# Z = {Z}, M = {M}: zb-h2's bubble / zero-bubble's = {h2 / h1:.2f}")
+                    res.add(f"Z={Z} M={M}: zb-h2 bubble / zero-bubble bubble{note}", h2 / h1, "x",
+                            "the predicted ratio in the rows above", ratio=h2 / h1)
     res.write(a.json)
 
 

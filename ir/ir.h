@@ -587,8 +587,8 @@ typedef struct ir_pipeline {
     /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0 ..."),
      * an item per time slot (docs/pipeline.md); arena-owned, NULL before the pass. */
     const char *table;
-    /* How schedule and M were chosen (passes/pipeline_choose.c), pairs dropped for the
-     * HBM included: one --dump-cost line, arena-owned, NULL when not chosen. */
+    /* How schedule and M were chosen ("chosen: ...") or, both given, their memory ("given: ...")
+     * (passes/pipeline_choose.c): one --dump-cost line, arena-owned, NULL when not priced. */
     const char *choice;
 } ir_pipeline;
 

@@ -112,6 +112,6 @@ void cost_pipe_print(FILE *out, const ir_module *m)
     fprintf(out, "  bubble %.1f%% simulated, %s; held %.3g microbatches, memory of the fullest stage "
             "%.4g GiB\n", 100 * t->bubble, formula, t->held, t->stage_memory / 1073741824.0);
     if (m->pipe.choice)
-        fprintf(out, "  schedule and M chosen: %s\n", m->pipe.choice);
+        fprintf(out, "  schedule and M %s\n", m->pipe.choice);
     fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");
 }

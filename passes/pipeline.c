@@ -17,7 +17,7 @@
  *  - takes M from --microbatches and the schedule from --schedule; for a
  *    training step what is not given is the cost model's fastest that
  *    fits the HBM (M, and gpipe, 1f1b, interleaved with its v or
- *    zero-bubble: pipeline_choose.c); a forward's M is Z when
+ *    zero-bubble or zb-h2: pipeline_choose.c); a forward's M is Z when
  *    it divides |B|; then it shrinks that dim to one microbatch, |B| / M (which must
  *    split over the devices that split |B|).  Scale factors the frontend
  *    folded from the whole batch (a mean's 1/|B|) stay, so a microbatch's
@@ -27,9 +27,9 @@
  *    an error for a given M, one microbatch and a warning for a chosen
  *    one);
  *  - builds each stage's order of forwards and backwards for --schedule
- *    (gpipe, 1f1b, interleaved or zero-bubble,
+ *    (gpipe, 1f1b, interleaved, zero-bubble or zb-h2,
  *    passes/costmodel/pipeline_sched.c) into pipe.order, which codegen
- *    runs and --dump-ir prints; for zero-bubble it first splits the
+ *    runs and --dump-ir prints; for the zero-bubble schedules it first splits the
  *    backward loop into a dL/dx loop and a dL/dW loop (pipeline_split.c),
  *    run as the items B m and W m; for interleaved (Narayanan et al.,
  *    SC'21) each item runs one of the stage's v chunks (--chunks, default
@@ -89,7 +89,7 @@ static bool check_schedule(const char *v, char *why, size_t n)
 {
     if (pp_schedule_lookup(v) >= 0)
         return true;
-    snprintf(why, n, "--schedule wants gpipe, 1f1b, interleaved or zero-bubble, not '%s'", v);
+    snprintf(why, n, "--schedule wants gpipe, 1f1b, interleaved, zero-bubble or zb-h2, not '%s'", v);
     return false;
 }
 
@@ -106,10 +106,11 @@ static bool check_chunks(const char *v, char *why, size_t n)
 const pass_option pass_pipeline_options[3] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
-    {"schedule", "gpipe|1f1b|interleaved|zero-bubble: the order of each stage's forwards and "
-                 "backwards (default: the fastest of gpipe, 1f1b, zero-bubble and interleaved that fits "
-                 "the device's HBM as the cost model rates them, 1f1b on a tie; zero-bubble's backward "
-                 "is split into dL/dx and dL/dW items; interleaved runs v chunks of layers per stage)", check_schedule},
+    {"schedule", "gpipe|1f1b|interleaved|zero-bubble|zb-h2: the order of each stage's forwards and "
+                 "backwards (default: the fastest of gpipe, 1f1b, zero-bubble, zb-h2 and interleaved that fits "
+                 "the device's HBM as the cost model rates them, 1f1b on a tie; zero-bubble's (ZB-H1) and "
+                 "zb-h2's backward is split into dL/dx and dL/dW items, zb-h2 with twice the warm-up "
+                 "forwards; interleaved runs v chunks of layers per stage)", check_schedule},
     {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
                "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
 };
@@ -420,7 +421,7 @@ static int check_interleaved(pass_ctx *ctx, const ir_module *m, const ir_op *loo
     return 0;
 }
 
-static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t);
+static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, int schedule, double *t);
 
 static bool splits(const ir_module *m, int B, int64_t batch, int M)
 {
@@ -468,15 +469,17 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     if (trains(m) && (!sv || !mv)) {
         /* Not given: the schedule among gpipe, 1f1b, interleaved (when
          * |L| / Z allows v >= 2 chunks) and (when the backward splits)
-         * zero-bubble, M and v, the fastest that fits the HBM as the cost
+         * zero-bubble and zb-h2, M and v, the fastest that fits the HBM as the cost
          * model rates them (pipeline_choose.c). */
-        int scheds[4] = {PP_1F1B, PP_GPIPE}, n = 2;
+        int scheds[PP_SCHEDULE_COUNT] = {PP_1F1B, PP_GPIPE}, n = 2;
         if (sv) {
             scheds[0] = schedule;
             n = 1;
         } else {
-            if (pass_pipeline_split_applies(m))
+            if (pass_pipeline_split_applies(m)) {
                 scheds[n++] = PP_ZERO_BUBBLE;
+                scheds[n++] = PP_ZB_H2;
+            }
             scheds[n++] = PP_INTERLEAVED;
         }
         pipe_choice pc;
@@ -536,10 +539,14 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     }
     if (check_interleaved(ctx, m, loop, Z, M, v) != 0)
         return 1;
-    /* Zero-bubble runs a training step's dL/dW apart from its dL/dx: the
+    /* Both given: nothing to choose, but a stage over the HBM is worth a
+     * warning (pipeline_choose.c). */
+    if (trains(m) && sv && mv)
+        pass_pipeline_check_forced(ctx, m, B, batch, schedule, M, v);
+    /* Zero-bubble (and zb-h2) runs a training step's dL/dW apart from its dL/dx: the
      * backward loop becomes two (pipeline_split.c).  A forward has no
      * backward to split and runs as every schedule's forward half. */
-    if (schedule == PP_ZERO_BUBBLE && trains(m) && pass_pipeline_split_backward(ctx, m) != 0)
+    if (pp_schedule_splits((pp_schedule)schedule) && trains(m) && pass_pipeline_split_backward(ctx, m) != 0)
         return 1;
     if (!trains(m) && v == 1) {
         /* Forwards only: every schedule is GPipe's forward half, each
@@ -552,7 +559,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
          * interleaved forward runs the forwards of the interleaved order
          * (keep_schedule drops its backwards). */
         double *t = calloc((size_t)Z * 3, sizeof *t);
-        bool costed = t && schedule == PP_ZERO_BUBBLE && costed_times(ctx, m, B, batch, M, t);
+        bool costed = t && pp_schedule_splits((pp_schedule)schedule) && costed_times(ctx, m, B, batch, M, schedule, t);
         int rc = keep_schedule(ctx, m, Z, M, v, schedule, costed ? t : NULL);
         free(t);
         if (rc != 0)
@@ -567,12 +574,12 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     return pass_pipeline_permutes(ctx, m);
 }
 
-/* Zero-bubble's per-stage times of the (split) module at M microbatches
+/* The split schedule's (zero-bubble, zb-h2) per-stage times of the (split) module at M microbatches
  * into t ([3][Z]: t_f, t_b, t_w, seconds), as the cost pass prices them
  * (cost_annotate_ops, pipe_work_of, pipe_price's stage times); false, t
  * untouched, when they cannot be priced.  Leaves the dims as it found
  * them. */
-static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, double *t)
+static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int M, int schedule, double *t)
 {
     cost_hw local;
     const cost_hw *hw = pass_pipeline_pricing_hw(ctx, &local);
@@ -587,7 +594,7 @@ static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int 
         m->dims[B].size = batch / M;
         cost_annotate_ops(m, hw);
         ok = pipe_work_of(m, &w, err, sizeof err) == 0 && w.layers % Z == 0 &&
-             pipe_price(&w, hw, Z, w.layers / Z, M, PP_ZERO_BUBBLE, m->mesh.axes[m->pipe.axis].dcn, arr,
+             pipe_price(&w, hw, Z, w.layers / Z, M, (pp_schedule)schedule, m->mesh.axes[m->pipe.axis].dcn, arr,
                         &used, &priced, err, sizeof err) == 0;
         m->dims[B].size = batch;
     }
@@ -600,7 +607,7 @@ static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int 
 /* Stage z's items of `schedule` for Z stages, M microbatches and v chunks
  * per stage (1 except interleaved), and its table: pp_build with unit
  * times (gpipe's, 1f1b's and interleaved's orders depend on nothing else),
- * or for zero-bubble with the `costed` times ([3][Z]) when given.  A
+ * or for zero-bubble and zb-h2 with the `costed` times ([3][Z]) when given.  A
  * forward (no backward loop) keeps the order's forwards only. */
 static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int schedule, const double *costed)
 {
@@ -611,7 +618,7 @@ static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int s
         return 1;
     }
     /* Zero-bubble's B is the backward's dL/dx half, its W the other. */
-    bool zb = schedule == PP_ZERO_BUBBLE;
+    bool zb = pp_schedule_splits((pp_schedule)schedule);
     for (int s = 0; s < Z; s++) {
         t[s] = 1;
         t[Z + s] = zb ? 1 : 2;

@@ -96,31 +96,126 @@ static double fixed_bytes(const ir_module *m, int Z)
     return (w.state_stacked + w.param_stacked) / Z + w.state_other + w.param_other;
 }
 
-/* The warning when no candidate fits: the one with the smallest peak
- * (`low`, chosen) and the smallest change that would make room. */
-static void warn_none_fits(pass_ctx *ctx, const ir_module *m, const cost_hw *hw, const cand *low, int fixed_mb,
-                           int B, int64_t batch)
+/* Fallback advice for a stage peak over the HBM when no nearby pair fits
+ * (nearest_fit), into change (n bytes): more stages or another axis to
+ * shard the params over when the params, gradients and state alone exceed
+ * it; else --remat=layer, or a smaller batch when that is on. */
+static void change_advice(const ir_module *m, const cost_hw *hw, char *change, size_t n)
 {
-    char name[64], change[320];
     int Z = (int)m->mesh.axes[m->pipe.axis].size;
     double fixed = fixed_bytes(m, Z);
-    int64_t parts;
     if (fixed > hw->hbm_bytes)
-        snprintf(change, sizeof change, "a stage's params, their gradients and optimizer state alone take %.4g "
+        snprintf(change, n, "a stage's params, their gradients and optimizer state alone take %.4g "
                  "GiB: pipeline over more stages (a larger %c) or shard them over another mesh axis (FSDP)",
                  fixed / GIB, m->mesh.axes[m->pipe.axis].name);
-    else if (fixed_mb && batch % (2 * fixed_mb) == 0 && !pass_pipeline_unsplit(m, B, batch, 2 * fixed_mb, &parts))
-        snprintf(change, sizeof change, "more microbatches hold smaller activations (--microbatches=%d with "
-                 "--schedule=1f1b)", 2 * fixed_mb);
     else if (m->remat != IR_REMAT_LAYER)
-        snprintf(change, sizeof change, "the activations the schedule holds are the rest: keep only each "
+        snprintf(change, n, "the activations the schedule holds are the rest: keep only each "
                  "layer's input and recompute the layer in the backward pass (--remat=layer)");
     else
-        snprintf(change, sizeof change, "the activations the schedule holds are the rest, each layer's input "
+        snprintf(change, n, "the activations the schedule holds are the rest, each layer's input "
                  "already the only one kept: a smaller batch or more stages");
+}
+
+/* Whether M microbatches apply to schedule s (M divides the batch, splits
+ * as B does, and for interleaved is a multiple of Z). */
+static bool mb_applies(const ir_module *m, int B, int64_t batch, int s, int M)
+{
+    int64_t parts;
+    return M <= batch && batch % M == 0 && !pass_pipeline_unsplit(m, B, batch, M, &parts) &&
+           (s != PP_INTERLEAVED || M % (int)m->mesh.axes[m->pipe.axis].size == 0);
+}
+
+/* The nearest pair to what the flags fixed that fits the HBM, priced, into
+ * change: when the schedule was given (fixed_s >= 0) and is not 1f1b,
+ * 1f1b (it holds at most Z microbatches) at the given M, or without one
+ * at its fastest M that fits; else, when M was given, the given schedule
+ * (1f1b when none) with 2, 4, ... times the microbatches (smaller ones) up
+ * to 64.  `ref` is what is compiled (its step is quoted).  False when
+ * nothing was fixed or none of those fits.  m is left as found. */
+static bool nearest_fit(ir_module *m, const cost_hw *hw, int B, int64_t batch, int fixed_s, int fixed_mb, int v,
+                        const cand *ref, char *change, size_t n)
+{
+    ir_pipeline saved = m->pipe;
+    cand alt = {0}, best = {0};
+    bool found = false;
+    if (fixed_s >= 0 && fixed_s != PP_1F1B) {
+        for (int M = fixed_mb ? fixed_mb : 1; M <= (fixed_mb ? fixed_mb : MAX_MICROBATCHES); M++)
+            if (mb_applies(m, B, batch, PP_1F1B, M) && price(m, hw, B, batch, PP_1F1B, M, 1, &alt) &&
+                alt.memory <= hw->hbm_bytes && (!best.mb || alt.step < best.step))
+                best = alt;
+        if (best.mb && fixed_mb)
+            snprintf(change, n, "--schedule=1f1b at the same M fits (%.4g GiB, step %.4g us against %.4g us)",
+                     best.memory / GIB, best.step * 1e6, ref->step * 1e6);
+        else if (best.mb)
+            snprintf(change, n, "--schedule=1f1b fits, fastest with --microbatches=%d (%.4g GiB, step %.4g us "
+                     "against %.4g us)", best.mb, best.memory / GIB, best.step * 1e6, ref->step * 1e6);
+        found = best.mb != 0;
+    }
+    int s = fixed_s >= 0 ? fixed_s : PP_1F1B;
+    for (int M = 2 * fixed_mb; !found && fixed_mb && M <= MAX_MICROBATCHES; M *= 2) {
+        if (mb_applies(m, B, batch, s, M) && price(m, hw, B, batch, s, M, s == PP_INTERLEAVED ? v : 1, &alt) &&
+            alt.memory <= hw->hbm_bytes) {
+            snprintf(change, n, "--microbatches=%d%s fits (%.4g GiB, step %.4g us against %.4g us)", M,
+                     fixed_s >= 0 ? "" : " with --schedule=1f1b", alt.memory / GIB, alt.step * 1e6,
+                     ref->step * 1e6);
+            found = true;
+        }
+    }
+    m->dims[B].size = batch;
+    m->pipe = saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    return found;
+}
+
+/* The smallest change that would make room: nearest_fit's pair, else
+ * change_advice's.  Shared by the choice's warning and the given pair's. */
+static void advice(ir_module *m, const cost_hw *hw, int B, int64_t batch, int fixed_s, int fixed_mb, int v,
+                   const cand *ref, char *change, size_t n)
+{
+    if (!nearest_fit(m, hw, B, batch, fixed_s, fixed_mb, v, ref, change, n))
+        change_advice(m, hw, change, n);
+}
+
+/* The warning when no candidate fits: the one with the smallest peak
+ * (`low`, chosen) and the smallest change that would make room. */
+static void warn_none_fits(pass_ctx *ctx, ir_module *m, const cost_hw *hw, const cand *low, int fixed_s,
+                           int fixed_mb, int B, int64_t batch)
+{
+    char name[64], change[320];
+    advice(m, hw, B, batch, fixed_s, fixed_mb, low->v, low, change, sizeof change);
     diag_warning(ctx->diag, m->pipe.loc, "no pipeline schedule fits %s's %.4g GiB of HBM per device: the "
                  "smallest stage peak is %.4g GiB (%s), which is compiled; %s", hw->name, hw->hbm_bytes / GIB,
                  low->memory / GIB, cand_name(low, name, sizeof name), change);
+}
+
+void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int M, int v)
+{
+    cost_hw local;
+    const cost_hw *hw = pass_pipeline_pricing_hw(ctx, &local);
+    if (!hw)
+        return;
+    ir_pipeline saved = m->pipe;
+    cand c = {0};
+    bool ok = price(m, hw, B, batch, schedule, M, v, &c);
+    m->dims[B].size = batch;
+    m->pipe = saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    if (!ok)
+        return;
+    char name[64], change[320], line[512];
+    cand_name(&c, name, sizeof name);
+    double hbm = hw->hbm_bytes;
+    bool over = hbm > 0 && c.memory > hbm;
+    snprintf(line, sizeof line, "given: %s; its fullest stage needs %.4g GiB, %s %s's %.4g GiB of HBM per device%s",
+             name, c.memory / GIB, over ? "above" : "within", hw->name, hbm / GIB,
+             over ? " (compiled as asked)" : "");
+    m->pipe.choice = ir_strdup(&m->arena, line);
+    if (!over)
+        return;
+    advice(m, hw, B, batch, schedule, M, v, &c, change, sizeof change);
+    diag_warning(ctx->diag, m->pipe.loc, "pipeline: the given %s needs %.4g GiB on its fullest stage, above %s's "
+                 "%.4g GiB of HBM per device; compiled as asked; %s", name, c.memory / GIB, hw->name, hbm / GIB,
+                 change);
 }
 
 void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
@@ -166,12 +261,12 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
     const cand *pick = fit.mb ? &fit : &low;
     char a[64], b[64], line[512];
     if (!fit.mb) {
-        warn_none_fits(ctx, m, hw, &low, fixed, B, batch);
-        snprintf(line, sizeof line, "none of the %d (schedule, M) choices priced fits %s's %.4g GiB of HBM "
+        warn_none_fits(ctx, m, hw, &low, n == 1 ? scheds[0] : -1, fixed, B, batch);
+        snprintf(line, sizeof line, "chosen: none of the %d (schedule, M) choices priced fits %s's %.4g GiB of HBM "
                  "per device; compiled: the smallest stage peak, %s", priced, hw->name, hbm / GIB,
                  cand_name(&low, a, sizeof a));
     } else if (over) {
-        snprintf(line, sizeof line, "the fastest of the %d (schedule, M) choices priced that fit %s's %.4g GiB of "
+        snprintf(line, sizeof line, "chosen: the fastest of the %d (schedule, M) choices priced that fit %s's %.4g GiB of "
                  "HBM per device; %d do not%s%s", priced, hw->name, hbm / GIB, over,
                  best.memory > hbm ? ", the fastest of all among them: " : "",
                  best.memory > hbm ? cand_name(&best, b, sizeof b) : "");
@@ -181,7 +276,7 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
                       "%.4g us, %.4g GiB)", cand_name(&best, b, sizeof b), best.step * 1e6, best.memory / GIB,
                       hw->name, hbm / GIB, cand_name(&fit, a, sizeof a), fit.step * 1e6, fit.memory / GIB);
     } else {
-        snprintf(line, sizeof line, "the fastest of the %d (schedule, M) choices priced; all fit %s's %.4g GiB of "
+        snprintf(line, sizeof line, "chosen: the fastest of the %d (schedule, M) choices priced; all fit %s's %.4g GiB of "
                  "HBM per device", priced, hw->name, hbm / GIB);
     }
     m->pipe.choice = ir_strdup(&m->arena, line);

@@ -43,7 +43,9 @@ const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, 
  *  - the fastest that fits, the first priced on a tie (schedules in
  *    the order given, then fewer chunks, then fewer microbatches).  When the fastest does not fit, a note says which pairs were
  *    dropped; when none fits, the one with the smallest peak, and a
- *    warning naming the smallest change that would make room.  Either way
+ *    warning naming the smallest change that would make room (the nearest
+ *    pair that fits when `fixed` or a single schedule limited the choice,
+ *    priced; else more stages or --remat=layer).  Either way
  *    m->pipe.choice records it for --dump-cost.
  *
  * Zero-bubble is priced on the backward before the split, with the
@@ -52,5 +54,18 @@ const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, 
  * when nothing could be priced (no profile, no M that splits). */
 void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
                           int fixed_v, pipe_choice *out);
+
+/* A training step whose schedule and M were both given (`schedule`, `M`
+ * and for interleaved `v` chunks): priced as pass_pipeline_choose prices a
+ * candidate, on the module before zero-bubble's split.  When the fullest
+ * stage's peak exceeds the profile's HBM per device, a warning (not an
+ * error: the user asked) names the peak, the HBM and the smallest change
+ * that would make room: --schedule=1f1b at the same M or more microbatches
+ * of the same schedule when one of those fits (priced the same way), else
+ * the choice's fallback advice (more stages, --remat=layer).  Either way m->pipe.choice
+ * gets a "given: ..." line for --dump-cost.  Nothing when there is no
+ * profile or the pair does not price.  m's dims and m->pipe are left as
+ * found (but for `choice`). */
+void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int M, int v);
 
 #endif

@@ -29,7 +29,7 @@ static double hop_of(const pipe_work *w, const cost_hw *hw, bool dcn)
 
 /* Per-stage times of w on Z stages of k layers each into p (arrays of Z
  * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
- * zero-bubble) the backward is B and W together.  Zero-bubble on a module
+ * zero-bubble and zb-h2) the backward is B and W together.  Zero-bubble on a module
  * not split yet adds to W, per layer, the LayerStack copies the split
  * will add (w->cross_layer read and written once at W_hbm, as cost_op.c
  * prices a LayerStack), so that it is priced as it will run. */
@@ -77,7 +77,7 @@ static double sync_time(const pipe_work *w, int z, int64_t k)
  * accumulated gradients and optimizer state, the others on the first and
  * last stage (an upper bound, as in sync_time), the activations of the
  * microbatches it holds, and the carried activation sent and received.
- * A microbatch is held from its F until its B ends, or with zero-bubble
+ * A microbatch is held from its F until its B ends, or with zero-bubble and zb-h2
  * until its W ends (the executor frees its frame then, docs/pipeline.md),
  * which also holds the values the split keeps for W (w->cross_layer):
  * counted for every microbatch held, an upper bound, since they exist
@@ -85,7 +85,7 @@ static double sync_time(const pipe_work *w, int z, int64_t k)
 static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64_t k)
 {
     double worst = 0;
-    double layer = w->act_layer + (plan->schedule == PP_ZERO_BUBBLE ? w->cross_layer : 0);
+    double layer = w->act_layer + (pp_schedule_splits(plan->schedule) ? w->cross_layer : 0);
     for (int s = 0; s < z; s++) {
         double b = (w->state_stacked + w->param_stacked) / (double)z;
         if (s == 0 || s == z - 1)
@@ -122,7 +122,7 @@ int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, i
         return -1;
     }
     pp_params pp = {.stages = z, .microbatches = mb, .chunks = v, .t_p2p = hop_of(w, hw, dcn)};
-    stage_times(&pp, arr ? arr : own, w, hw, z, k, s == PP_ZERO_BUBBLE);
+    stage_times(&pp, arr ? arr : own, w, hw, z, k, pp_schedule_splits(s));
     if (used)
         *used = pp;
     pp_plan plan;
@@ -137,7 +137,7 @@ int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, i
     out->sync = sync_time(w, z, k);
     out->step = out->pipeline + out->sync;
     out->bubble = plan.bubble;
-    out->bubble_formula = s == PP_ZERO_BUBBLE ? -1 : (double)(z - 1) / ((double)v * mb + z - 1);
+    out->bubble_formula = pp_schedule_splits(s) ? -1 : (double)(z - 1) / ((double)v * mb + z - 1);
     out->held = (double)plan.peak_held_w / (double)v;
     out->memory = stage_memory(w, &plan, z, k);
     pp_plan_free(&plan);

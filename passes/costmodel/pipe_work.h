@@ -94,7 +94,7 @@ typedef struct pipe_priced {
     double step;       /* pipeline + sync */
     double bubble;     /* idle share of the pipeline, as simulated (pp_plan.bubble) */
     double bubble_formula; /* (Z - 1) / (v M + Z - 1) for uniform stages (Narayanan et al.,
-                              SC'21; seed 000); -1 for zero-bubble, whose idle time depends
+                              SC'21; seed 000); -1 for zero-bubble and zb-h2, whose idle time depends
                               on W's share */
     double held;       /* most microbatches whose activations a stage holds (interleaved:
                           (microbatch, chunk) pairs / v, so each counts its share) */
@@ -106,7 +106,7 @@ typedef struct pipe_priced {
  * microbatch), M microbatches under schedule s, stage-to-stage transfers
  * one ICI hop or over DCN (pipe_work_hop):
  *
- *  - per-stage F, B (and W for zero-bubble, else B includes W) are k
+ *  - per-stage F, B (and W for zero-bubble and zb-h2, else B includes W) are k
  *    layers' worth plus pre on stage 0 and post on stage Z - 1;
  *  - pp_build simulates the schedule (passes/costmodel/pipeline.h);
  *  - after the pipeline drains each stage reduces its weight gradients and

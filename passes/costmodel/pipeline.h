@@ -1,7 +1,7 @@
 /*
  * pipeline.h - pipeline-parallel schedules and their cost: which work item
  * each stage runs in which order (GPipe, 1F1B, interleaved 1F1B,
- * zero-bubble ZB-H1), the simulated timeline of one training step, its
+ * zero-bubble ZB-H1 and ZB-H2), the simulated timeline of one training step, its
  * bubble fraction and the activation memory each stage holds.
  *
  * Pipelining (issue 25; seed 000, section "流水线并行" / pipeline
@@ -22,6 +22,7 @@
 #ifndef EINC_PIPELINE_H
 #define EINC_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -46,16 +47,25 @@ typedef enum pp_schedule {
      * deferred to fill the bubbles, with at most Z microbatches whose
      * activations are held (F done, W not done) on any stage. */
     PP_ZERO_BUBBLE,
+    /* Qi et al., ICLR 2024, schedule ZB-H2 (section 3.1, figure 4): the
+     * backward split as in ZB-H1, but stage s runs 2 (Z - s - 1) warm-up
+     * forwards (1F1B: Z - s - 1), so the first stage is busy until its
+     * first B arrives, and W passes fill the rest; up to 2Z - 1
+     * microbatches held (F done, W not done), about twice ZB-H1's
+     * activations.  Within one step that ends with the optimizer's update
+     * (no bypass of its synchronisation, the paper's section 4) the last
+     * stage still waits (Z - 1) forwards and hops for its first input. */
+    PP_ZB_H2,
 } pp_schedule;
 
 /* Number of pp_schedule values (for loops over all schedules). */
-#define PP_SCHEDULE_COUNT 4
+#define PP_SCHEDULE_COUNT 5
 
 /* A kind of work item on one stage for one microbatch. */
 typedef enum pp_kind {
     PP_F, /* forward of one microbatch through one chunk */
-    PP_B, /* backward: dL/dx; outside zero-bubble the whole backward (dL/dx and dL/dW) */
-    PP_W, /* weight gradient dL/dW, only in zero-bubble */
+    PP_B, /* backward: dL/dx; outside zero-bubble and zb-h2 the whole backward (dL/dx and dL/dW) */
+    PP_W, /* weight gradient dL/dW, only in zero-bubble and zb-h2 */
 } pp_kind;
 
 /* The shape of the pipeline and its per-microbatch times.  Not owned: the
@@ -69,9 +79,9 @@ typedef struct pp_params {
                           (all its chunks together; interleaved splits it
                           evenly among the v chunks) */
     const double *t_b; /* [Z] seconds of one microbatch's backward on stage s:
-                          dL/dx only for zero-bubble, the whole backward
+                          dL/dx only for zero-bubble and zb-h2, the whole backward
                           otherwise */
-    const double *t_w; /* [Z] seconds of dL/dW for zero-bubble; ignored (may be
+    const double *t_w; /* [Z] seconds of dL/dW for zero-bubble and zb-h2; ignored (may be
                           NULL) for the other schedules */
     double t_p2p;      /* seconds to move one microbatch's activation or its
                           gradient one hop to the neighbouring device (seed
@@ -90,7 +100,7 @@ typedef struct pp_item {
 /* One stage (device) of a plan. */
 typedef struct pp_stage_plan {
     pp_item *items;   /* [n_items], owned by the plan, in execution order */
-    int n_items;      /* 2 M v, or 3 M v for zero-bubble */
+    int n_items;      /* 2 M v, or 3 M for zero-bubble and zb-h2 */
     double busy;      /* seconds of work: sum of the items' times */
     int peak_held;    /* most (microbatch, chunk) pairs with F done and B not
                          done at once: activations kept for the backward */
@@ -113,8 +123,12 @@ typedef struct pp_plan {
     int peak_held_w;       /* max over stages of peak_held_w */
 } pp_plan;
 
-/* "gpipe", "1f1b", "interleaved", "zero-bubble"; "?" for a value out of range. */
+/* "gpipe", "1f1b", "interleaved", "zero-bubble", "zb-h2"; "?" for a value out of range. */
 const char *pp_schedule_name(pp_schedule s);
+
+/* True for the schedules whose backward is split into B (dL/dx) and W
+ * (dL/dW) items: zero-bubble (ZB-H1) and zb-h2. */
+bool pp_schedule_splits(pp_schedule s);
 
 /* The schedule called `name` (as pp_schedule_name spells it), or -1. */
 int pp_schedule_lookup(const char *name);

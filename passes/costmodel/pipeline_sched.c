@@ -11,6 +11,9 @@
  * the next F would hold more than Z microbatches' activations (the memory
  * limit of ZB-H1: no stage above 1F1B's peak, Qi et al., section 3.1);
  * the W passes still pending when the F and B passes are done run last.
+ * ZB-H2 (same section, figure 4) is built the same way from an order of F
+ * and B passes with twice 1F1B's warm-up, 2 (Z - s - 1) forwards on stage
+ * s, and a limit of 2Z - 1 microbatches held.
  * The W's placement therefore depends on the times, and its order is then
  * replayed like any other (e.g. by pp_print_table with unit times).
  */
@@ -24,11 +27,16 @@
 #define PP_MAX_UNITS (1 << 20)
 
 static const char *const schedule_names[PP_SCHEDULE_COUNT] = {"gpipe", "1f1b", "interleaved",
-                                                              "zero-bubble"};
+                                                              "zero-bubble", "zb-h2"};
 
 const char *pp_schedule_name(pp_schedule s)
 {
     return (int)s >= 0 && (int)s < PP_SCHEDULE_COUNT ? schedule_names[s] : "?";
+}
+
+bool pp_schedule_splits(pp_schedule s)
+{
+    return s == PP_ZERO_BUBBLE || s == PP_ZB_H2;
 }
 
 int pp_schedule_lookup(const char *name)
@@ -109,7 +117,7 @@ static int check_params(const pp_params *p, pp_schedule schedule, char *err, siz
     if (check_times(p->t_f, "t_f", p->stages, err, errlen) ||
         check_times(p->t_b, "t_b", p->stages, err, errlen))
         return -1;
-    if (schedule == PP_ZERO_BUBBLE && check_times(p->t_w, "t_w", p->stages, err, errlen))
+    if (pp_schedule_splits(schedule) && check_times(p->t_w, "t_w", p->stages, err, errlen))
         return -1;
     if (!isfinite(p->t_p2p) || p->t_p2p < 0.0) {
         snprintf(err, errlen, "pipeline: t_p2p = %g, must be a finite time >= 0 seconds", p->t_p2p);
@@ -135,12 +143,14 @@ static void order_gpipe(pp_stage_plan *st, int M)
 }
 
 /* 1F1B / PipeDream-Flush (Narayanan et al. ICML'21, figure 2; Megatron-LM
- * forward_backward_pipelining_without_interleaving): stage s of Z runs
- * min(Z - s - 1, M) warm-up forwards, then pairs (F, B), then the
- * remaining backwards, so at most min(Z - s, M) microbatches are held. */
-static void order_1f1b(pp_stage_plan *st, int Z, int M, int s)
+ * forward_backward_pipelining_without_interleaving): a stage runs
+ * min(warmup, M) warm-up forwards, then pairs (F, B), then the remaining
+ * backwards, so at most min(warmup + 1, M) microbatches are held.  1F1B's
+ * stage s of Z has warmup = Z - s - 1; ZB-H2's F and B order has
+ * 2 (Z - s - 1). */
+static void order_1f1b(pp_stage_plan *st, int warmup, int M)
 {
-    int warmup = Z - s - 1 < M ? Z - s - 1 : M;
+    warmup = warmup < M ? warmup : M;
     for (int m = 0; m < warmup; m++)
         push(st, PP_F, m, 0);
     for (int i = 0; i < M - warmup; i++) {
@@ -201,8 +211,9 @@ typedef struct zb_stage {
  * item of another stage that has not run yet.  A pending W fills a wait
  * for the next F or B only when the wait is at least min_gap: a W much
  * longer than the wait (a short transfer) would delay that F or B by the
- * difference. */
-static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, double min_gap, pp_item *it,
+ * difference.  A W also runs first when the next F would hold more than
+ * `limit` microbatches (F done, W not done). */
+static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, double min_gap, int limit, pp_item *it,
                          double *start)
 {
     double free_at = sim->free_at[s];
@@ -214,7 +225,7 @@ static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, double min
         return w_pending;
     }
     const pp_item *next = &z->fb.items[z->next_fb];
-    bool memory_full = next->kind == PP_F && z->f_done - z->w_done >= sim->stages;
+    bool memory_full = next->kind == PP_F && z->f_done - z->w_done >= limit;
     double ready = pp_sim_ready(sim, s, next);
     if (w_pending && (memory_full || (ready > free_at && ready - free_at >= min_gap))) {
         *it = w;
@@ -227,15 +238,21 @@ static bool zb_candidate(const pp_sim *sim, const zb_stage *z, int s, double min
 }
 
 /* Zero-bubble ZB-H1 (Qi et al., ICLR'24, section 3.1 and figure 3; seed
- * 000's DeepSeek-v3 figure): runs the simulation, choosing at each step the
- * earliest item any stage can start (F and B before W on ties, so a W never
- * takes a slot an input has arrived for), W filling waits of at least
- * gap_frac of its own time (zb_candidate), and records the orders and times
- * in plan (whose stages' item counts start at 0).  Returns -1 on deadlock
- * or out of memory. */
-static int build_zero_bubble(const pp_params *p, double gap_frac, pp_plan *plan, char *err, size_t errlen)
+ * 000's DeepSeek-v3 figure), or with `h2` ZB-H2 (figure 4): runs the
+ * simulation, choosing at each step the earliest item any stage can start
+ * (F and B before W on ties, so a W never takes a slot an input has
+ * arrived for), W filling waits of at least gap_frac of its own time
+ * (zb_candidate), and records the orders and times in plan (whose stages'
+ * item counts start at 0).  The F and B passes keep 1F1B's order with
+ * Z - s - 1 warm-up forwards on stage s and at most Z microbatches held
+ * (ZB-H1), or 2 (Z - s - 1) and 2Z - 1 (ZB-H2: the first stage's forwards
+ * fill the wait for its first B).  Returns -1 on deadlock or out of
+ * memory. */
+static int build_zero_bubble(const pp_params *p, double gap_frac, bool h2, pp_plan *plan, char *err,
+                             size_t errlen)
 {
     int Z = p->stages, M = p->microbatches;
+    int limit = h2 ? 2 * Z - 1 : Z;
     zb_stage *z = calloc((size_t)Z, sizeof *z);
     pp_sim sim;
     if (!z || pp_sim_init(&sim, p, false) != 0) {
@@ -249,7 +266,7 @@ static int build_zero_bubble(const pp_params *p, double gap_frac, pp_plan *plan,
         if (!z[s].fb.items)
             rc = -1;
         else
-            order_1f1b(&z[s].fb, Z, M, s);
+            order_1f1b(&z[s].fb, (h2 ? 2 : 1) * (Z - s - 1), M);
     }
     for (int left = 3 * M * Z; rc == 0 && left > 0; left--) {
         int best = -1;
@@ -257,7 +274,7 @@ static int build_zero_bubble(const pp_params *p, double gap_frac, pp_plan *plan,
         pp_item best_it = {0}, it;
         double start;
         for (int s = 0; s < Z; s++) {
-            if (!zb_candidate(&sim, &z[s], s, gap_frac * p->t_w[s], &it, &start))
+            if (!zb_candidate(&sim, &z[s], s, gap_frac * p->t_w[s], limit, &it, &start))
                 continue;
             bool earlier = start < best_start ||
                            (start == best_start && best_it.kind == PP_W && it.kind != PP_W);
@@ -281,7 +298,7 @@ static int build_zero_bubble(const pp_params *p, double gap_frac, pp_plan *plan,
         z[best].next_fb += best_it.kind != PP_W;
     }
     if (rc != 0)
-        snprintf(err, errlen, "pipeline: zero-bubble schedule could not be built (internal error)");
+        snprintf(err, errlen, "pipeline: %s schedule could not be built (internal error)", h2 ? "zb-h2" : "zero-bubble");
     for (int s = 0; s < Z; s++)
         free(z[s].fb.items);
     free(z);
@@ -316,7 +333,7 @@ int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, 
         return -1;
     int Z = p->stages, M = p->microbatches;
     int v = schedule == PP_INTERLEAVED ? p->chunks : 1;
-    int per_stage = (schedule == PP_ZERO_BUBBLE ? 3 : 2) * M * v;
+    int per_stage = (pp_schedule_splits(schedule) ? 3 : 2) * M * v;
     out->schedule = schedule;
     out->stages = Z;
     out->microbatches = M;
@@ -336,7 +353,7 @@ int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, 
     pp_params q = *p;
     q.chunks = v;
     int rc = 0;
-    if (schedule == PP_ZERO_BUBBLE) {
+    if (pp_schedule_splits(schedule)) {
         /* Which waits a W should fill depends on the times: with free
          * transfers every wait (gap 0) is right, with costly ones only those
          * a W fits in.  Each rule is simulated; the shortest step is kept
@@ -349,7 +366,7 @@ int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, 
             int pick = f < nf ? f : best;
             for (int s = 0; s < Z; s++)
                 out->stage[s].n_items = 0;
-            rc = build_zero_bubble(&q, fracs[pick], out, err, errlen);
+            rc = build_zero_bubble(&q, fracs[pick], schedule == PP_ZB_H2, out, err, errlen);
             if (rc == 0 && f < nf) {
                 pp_plan_summarize(out);
                 if (out->step < best_step) {
@@ -363,7 +380,7 @@ int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, 
             if (schedule == PP_GPIPE)
                 order_gpipe(&out->stage[s], M);
             else if (schedule == PP_1F1B)
-                order_1f1b(&out->stage[s], Z, M, s);
+                order_1f1b(&out->stage[s], Z - s - 1, M);
             else
                 order_interleaved(&out->stage[s], Z, M, v, s);
         }

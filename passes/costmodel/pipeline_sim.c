@@ -132,7 +132,7 @@ int pp_sim_replay(pp_sim *sim, pp_stage_plan *stage)
 
 void pp_plan_summarize(pp_plan *plan)
 {
-    bool split = plan->schedule == PP_ZERO_BUBBLE;
+    bool split = pp_schedule_splits(plan->schedule);
     double busy_sum = 0.0;
     plan->step = plan->ideal = 0.0;
     plan->peak_held = plan->peak_held_w = 0;
@@ -248,7 +248,7 @@ void pp_print_table(FILE *f, const pp_plan *plan)
     free(slots);
     fprintf(f, "step %.6g s, ideal %.6g s, bubble %.1f%%, peak held %d", plan->step, plan->ideal,
             100.0 * plan->bubble, plan->peak_held);
-    if (plan->schedule == PP_ZERO_BUBBLE)
+    if (pp_schedule_splits(plan->schedule))
         fprintf(f, " (awaiting W: %d)", plan->peak_held_w);
     fprintf(f, "%s\n", plan->chunks > 1 ? " (microbatch, chunk) pairs" : " microbatches");
 }

@@ -31,7 +31,13 @@ stage forward as 1f1b's, a stage backward (B + W) no shorter and at most
 15% longer (the per-layer stacks that carry values from B to W, and
 their slices), the same sync and update, at most Z microbatches held, no
 closed form for its bubble (bubble_formula -1, "no closed form" in
---dump-cost) and a simulated bubble below 1f1b's, at M = 2Z at most half.
+--dump-cost) and a simulated bubble below 1f1b's, at M = 2Z at most half;
+zb-h2 (ZB-H2) at M = 4, 8 the same stage times, at least as many held (at
+most 2Z - 1), at least zero-bubble's memory and a bubble no larger.
+Without flags the choice is the fastest of every (schedule, v, M) forced,
+zb-h2 among them; under a small HBM the fastest that fits; and a pair
+given by both flags over the HBM is compiled with a warning naming the
+nearest pair that fits.
 The same stack as a forward (pp_uniform_mlp_forward.ein, inference) is
 priced by its M forwards: at M = 1, 2, 4, 8 the pipeline is one hop plus
 the slower stage's M forwards and the other's one, exactly, the bubble (Z - 1) / (M + Z - 1) within 1%, no backward, sync or
@@ -80,7 +86,7 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
-ORDER = ("1f1b", "gpipe", "zero-bubble", "interleaved")
+ORDER = ("1f1b", "gpipe", "zero-bubble", "zb-h2", "interleaved")
 
 
 def key_of(ir):
@@ -91,7 +97,7 @@ def key_of(ir):
 
 def forced_steps(einc, prog, hw, *extra):
     """{(schedule, v, M): (step, stage memory)} of `prog` compiled with each
-    forced: gpipe, 1f1b and zero-bubble at M = 1 .. 64, interleaved with
+    forced: gpipe, 1f1b, zero-bubble and zb-h2 at M = 1 .. 64, interleaved with
     v = 2, 4 at every M that is a multiple of Z."""
     out = {}
     for s in ORDER:
@@ -113,7 +119,13 @@ def check_memory(einc, prog, src, forced):
     names the one dropped and --dump-cost says how many did not fit; below
     every pair's peak, the smallest peak, with a warning naming the change
     that would make room (--remat=layer when the params, gradients and
-    state fit; more stages when they alone do not)."""
+    state fit; more stages when they alone do not).  A pair given by both
+    --schedule and --microbatches is compiled as asked: over the HBM with
+    a warning naming its peak, the HBM and a pair that fits (1f1b at the
+    same M, or more microbatches), and --dump-cost says "given" with
+    "above" or "within".  With one flag given and nothing fitting, the
+    warning names the nearest pair that fits (1f1b for a given schedule,
+    more microbatches for a given M)."""
     host = json.load(open(os.path.join(src, "hw", "host.json")))
     fastest = min(forced, key=lambda k: forced[k][0])
     smallest = min(forced, key=lambda k: (forced[k][1], ORDER.index(k[0]), k[1], k[2]))
@@ -151,6 +163,45 @@ def check_memory(einc, prog, src, forced):
                   f"want {smallest})")
             check("warning: no pipeline schedule fits" in err and advice in err,
                   f"HBM {hbm:.0f} B: a warning names the change ({advice}): {err.strip()[-300:]}")
+
+        # Forced pairs: gpipe at M = 8 over the HBM where 1f1b at M = 8
+        # fits; 1f1b at M = 2 over it where 1f1b at some larger M fits.
+        gp, ob = forced[("gpipe", 1, 8)][1], forced[("1f1b", 1, 8)][1]
+        hbm = 0.5 * (gp + ob)
+        check(ob < hbm < gp, f"gpipe M=8 ({gp:.0f} B) holds more than 1f1b M=8 ({ob:.0f} B)")
+        gib = 1024.0 ** 3
+        for flags, peak, advice in ((("--schedule=gpipe", "--microbatches=8"), gp, "--schedule=1f1b at the same M fits"),
+                                    (("--schedule=1f1b", "--microbatches=2"), forced[("1f1b", 1, 2)][1],
+                                     "--microbatches=")):
+            rc, out, err = compile_with(hbm, "--dump-ir=json", *flags)
+            got = key_of(json.loads(out)) if rc == 0 else None
+            want = (flags[0].split("=")[1], 1, int(flags[1].split("=")[1]))
+            check(got == want, f"HBM {hbm:.0f} B, {' '.join(flags)}: compiled as asked ({got})")
+            warn = [ln for ln in err.splitlines() if "warning: pipeline: the given" in ln]
+            check(len(warn) == 1 and f"needs {peak / gib:.4g} GiB" in warn[0] and f"{hbm / gib:.4g} GiB" in warn[0]
+                  and advice in warn[0] and "error" not in err,
+                  f"HBM {hbm:.0f} B, {' '.join(flags)}: a warning names the peak {peak / gib:.4g} GiB, the HBM and "
+                  f"'{advice}': {warn}")
+            rc, out, err = compile_with(hbm, "--dump-cost", *flags)
+            check(rc == 0 and "schedule and M given: " in out and "above" in out,
+                  f"HBM {hbm:.0f} B, {' '.join(flags)}: --dump-cost says the given pair is above the HBM")
+        # One flag given, nothing fitting: the choice's warning names the
+        # nearest pair that fits, priced: 1f1b at its fastest fitting M for
+        # --schedule=gpipe, and 1f1b at the first of 4, 8, ... microbatches
+        # that fits for --microbatches=2.
+        ob_fit = {m: forced[("1f1b", 1, m)] for m in (1, 2, 4, 8, 16, 32, 64) if forced[("1f1b", 1, m)][1] <= hbm}
+        fastest_ob = min(ob_fit, key=lambda m: (ob_fit[m][0], m))
+        more = min(m for m in ob_fit if m > 2)
+        for flags, advice in ((("--schedule=gpipe",), f"--schedule=1f1b fits, fastest with --microbatches={fastest_ob} "),
+                              (("--microbatches=2",), f"--microbatches={more} with --schedule=1f1b fits")):
+            rc, out, err = compile_with(hbm, "--dump-cost", *flags)
+            warn = [ln for ln in err.splitlines() if "warning: no pipeline schedule fits" in ln]
+            check(rc == 0 and len(warn) == 1 and advice in warn[0],
+                  f"HBM {hbm:.0f} B, {flags[0]} alone: nothing fits, the warning names '{advice}': {warn}")
+        # Within the HBM: no warning; --dump-cost says so.
+        rc, out, err = compile_with(hbm, "--dump-cost", "--schedule=1f1b", "--microbatches=8")
+        check(rc == 0 and "the given" not in err and "schedule and M given: 1f1b, M = 8" in out and "within" in out,
+              f"HBM {hbm:.0f} B: 1f1b M=8 fits, no warning, --dump-cost says within")
 
 
 def main():
@@ -218,6 +269,20 @@ def main():
         limit = 0.5 * o["bubble"] if m == 2 * Z else o["bubble"]
         check(p["bubble"] < limit, f"zero-bubble M={m}: bubble {p['bubble']:.4f} < {limit:.4f} (1f1b's "
               f"{o['bubble']:.4f}{', halved' if m == 2 * Z else ''})")
+        # ZB-H2: twice the warm-up forwards (up to 2Z - 1 held), the same
+        # split stage times, a bubble no larger (Z = 2 here).
+        h = pipe_totals(einc, prog, "host", f"--microbatches={m}", "--schedule=zb-h2")
+        check(h is not None and h["schedule"] == "zb-h2", f"zb-h2 M={m}: priced")
+        if h:
+            check(close(h["stage_forward_time"], p["stage_forward_time"], 1e-12) and
+                  close(h["stage_backward_time"], p["stage_backward_time"], 1e-12),
+                  f"zb-h2 M={m}: zero-bubble's stage forward and backward")
+            check(p["held_microbatches"] <= h["held_microbatches"] <= 2 * Z - 1 and
+                  h["stage_memory"] >= p["stage_memory"],
+                  f"zb-h2 M={m}: holds {h['held_microbatches']} (zero-bubble {p['held_microbatches']}, <= 2Z-1), "
+                  f"{h['stage_memory']:.0f} B >= {p['stage_memory']:.0f} B")
+            check(h["bubble"] <= p["bubble"] + 1e-12 and h["bubble_formula"] < 0,
+                  f"zb-h2 M={m}: bubble {h['bubble']:.4f} <= zero-bubble's {p['bubble']:.4f}")
     rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=zero-bubble")
     check(rc == 0 and "schedule zero-bubble: step" in out and "no closed form" in out,
           "--dump-cost prints zero-bubble's section, with no closed form for its bubble")
@@ -328,11 +393,12 @@ def main():
               f"chosen {got})")
         check(any(k[0] == "interleaved" for k in forced) and any(k[0] == "zero-bubble" for k in forced),
               f"{hwname}: interleaved and zero-bubble are among the forced ones")
-        zb = [k for k in forced if k[0] == "zero-bubble"]
-        if got and got[0] == "zero-bubble":
+        if got and got[0] in ("zero-bubble", "zb-h2"):
             check(close(chosen_ir["totals"]["pipeline"]["stage_memory"], forced[got][1], 1e-12),
-                  f"{hwname}: zero-bubble's memory as chosen is the split module's")
-        check(len(zb) == 7, f"{hwname}: zero-bubble forced at every M ({len(zb)})")
+                  f"{hwname}: {got[0]}'s memory as chosen is the split module's")
+        for s in ("zero-bubble", "zb-h2"):
+            zb = [k for k in forced if k[0] == s]
+            check(len(zb) == 7, f"{hwname}: {s} forced at every M ({len(zb)})")
         if hwname == "host":
             check_memory(einc, prog, src, forced)
     no_dw = os.path.join(src, "tests", "golden", "cases", "error_pipeline_zero_bubble_no_dw.ein")

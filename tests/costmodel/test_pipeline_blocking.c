@@ -1,12 +1,12 @@
 /*
- * test_pipeline_blocking.c - the interleaved schedule's per-stage orders
+ * test_pipeline_blocking.c - the interleaved, zero-bubble and zb-h2 schedules' per-stage orders
  * (pp_build, passes/costmodel/pipeline_sched.c) run as the executor runs
  * them (codegen/pipeline.c): each stage takes its items strictly in order,
  * an item's receive blocks until the neighbour's send of that item's input
  * is done, sends never block (runtime/p2p.c buffers them).  Written here
  * independently of the cost model's simulator: a stage runs its next item
  * when the item that sends it its input (F of the model chunk before, B
- * of the one after, the last chunk's B its own F) has run; the run must
+ * of the one after, the last chunk's B its own F; a W its own B) has run; the run must
  * finish every item without a step in which no stage can go on (a
  * deadlock), for the training orders and for their forwards alone (an
  * interleaved forward).
@@ -26,6 +26,8 @@ static bool ready(const pp_item *it, int s, int Z, int v, const bool *done, int 
 #define DONE(k, qq) done[((k) * M + m) * nq + (qq)]
     if (it->kind == PP_F)
         return q == 0 || DONE(0, q - 1);
+    if (it->kind == PP_W)
+        return DONE(1, q);
     return q == nq - 1 ? DONE(0, q) : DONE(1, q + 1);
 #undef DONE
 }
@@ -34,7 +36,7 @@ static bool ready(const pp_item *it, int s, int Z, int v, const bool *done, int 
 static bool runs_to_end(const pp_plan *plan, bool forward_only)
 {
     int Z = plan->stages, v = plan->chunks, M = plan->microbatches;
-    bool *done = calloc((size_t)2 * (size_t)M * (size_t)(Z * v), sizeof *done);
+    bool *done = calloc((size_t)3 * (size_t)M * (size_t)(Z * v), sizeof *done);
     int *next = calloc((size_t)Z, sizeof *next);
     bool ok = done && next, moved = true;
     while (ok && moved) {
@@ -48,7 +50,7 @@ static bool runs_to_end(const pp_plan *plan, bool forward_only)
             const pp_item *it = &st->items[next[s]];
             if (!ready(it, s, Z, v, done, M))
                 continue; /* blocked in its receive */
-            done[((it->kind == PP_F ? 0 : 1) * M + it->microbatch) * (Z * v) + it->chunk * Z + s] = true;
+            done[((int)it->kind * M + it->microbatch) * (Z * v) + it->chunk * Z + s] = true;
             next[s]++;
             moved = true;
         }
@@ -80,6 +82,31 @@ static void test_interleaved_orders_run(void)
             }
 }
 
+/* Zero-bubble's and zb-h2's orders (W placed by simulating the times),
+ * with uniform and uneven stage times and with and without hops: every
+ * stage runs its F, B and W items in order to the end. */
+static void test_split_orders_run(void)
+{
+    for (int sch = PP_ZERO_BUBBLE; sch <= PP_ZB_H2; sch++)
+        for (int Z = 2; Z <= 8; Z *= 2)
+            for (int M = 1; M <= 4 * Z; M *= 2)
+                for (int k = 0; k < 2; k++) {
+                    double t[24];
+                    for (int s = 0; s < 8; s++) {
+                        t[s] = 1 + 0.1 * k * s;
+                        t[8 + s] = 1.2 - 0.05 * k * s;
+                        t[16 + s] = 1.3 + 0.03 * k * s;
+                    }
+                    pp_params p = {.stages = Z, .microbatches = M, .chunks = 1, .t_f = t, .t_b = t + 8,
+                                   .t_w = t + 16, .t_p2p = 0.1 * k};
+                    pp_plan plan;
+                    char err[256];
+                    CU_ASSERT_EQUAL_FATAL(pp_build(&p, (pp_schedule)sch, &plan, err, sizeof err), 0);
+                    CU_ASSERT(runs_to_end(&plan, false));
+                    pp_plan_free(&plan);
+                }
+}
+
 /* The check can fail: a stage that takes its backward before the
  * forward that feeds it never finishes. */
 static void test_bad_order_blocks(void)
@@ -107,6 +134,7 @@ void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"interleaved orders run to the end with blocking receives", test_interleaved_orders_run},
+        {"zero-bubble and zb-h2 orders run to the end with blocking receives", test_split_orders_run},
         {"a backward ahead of its forward blocks", test_bad_order_blocks},
     };
     einc_add_suite("pipeline_blocking", tests, (int)(sizeof tests / sizeof tests[0]));

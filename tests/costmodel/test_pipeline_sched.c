@@ -4,7 +4,7 @@
  * and its timeline respects the dependencies and never overlaps two items
  * on a stage (checked here independently of the simulator); bubbles, steps
  * and memory peaks against the papers' closed forms; zero-bubble against
- * 1F1B; a hop on the critical path by hand; bad parameters; the printed
+ * 1F1B; ZB-H2 against ZB-H1 and its flushed step's bound; a hop on the critical path by hand; bad parameters; the printed
  * table's first row against the known 1F1B pattern.
  */
 #include <math.h>
@@ -57,6 +57,10 @@ static void test_names(void)
     for (int i = 0; i < PP_SCHEDULE_COUNT; i++)
         CU_ASSERT_EQUAL(pp_schedule_lookup(pp_schedule_name((pp_schedule)i)), i);
     CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_ZERO_BUBBLE), "zero-bubble");
+    CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_ZB_H2), "zb-h2");
+    CU_ASSERT_TRUE(pp_schedule_splits(PP_ZERO_BUBBLE) && pp_schedule_splits(PP_ZB_H2));
+    CU_ASSERT_FALSE(pp_schedule_splits(PP_1F1B) || pp_schedule_splits(PP_GPIPE) ||
+                    pp_schedule_splits(PP_INTERLEAVED));
     CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_1F1B), "1f1b");
     CU_ASSERT_EQUAL(pp_schedule_lookup("zb"), -1);
     CU_ASSERT_EQUAL(pp_schedule_lookup(NULL), -1);
@@ -73,7 +77,7 @@ static size_t idx(int kind, int k, int m, int K, int M)
 static int check_timeline(const pp_plan *plan, const pp_params *p)
 {
     int Z = plan->stages, M = plan->microbatches, v = plan->chunks, K = Z * v;
-    int kinds = plan->schedule == PP_ZERO_BUBBLE ? 3 : 2;
+    int kinds = pp_schedule_splits(plan->schedule) ? 3 : 2;
     double *end = malloc(3 * (size_t)K * (size_t)M * sizeof *end);
     int *count = calloc(3 * (size_t)K * (size_t)M, sizeof *count);
     int bad = 0;
@@ -276,6 +280,63 @@ static void test_zero_bubble_closed_form(void)
     }
 }
 
+/* ZB-H2 (Qi et al., section 3.1, figure 4).  Stage s runs 2 (Z - s - 1)
+ * warm-up forwards and then one more before its first B, so stage s holds
+ * min(2 (Z - s) - 1, M) microbatches (F done, B not done), and no stage
+ * more than 2Z - 1 awaiting W.  Within a step that ends with the update
+ * the last stage cannot start before (Z - 1) forwards and hops, so the step
+ * is at least M (t_f + t_b + t_w) + (Z - 1) (t_f + hop); with uniform
+ * times, M >= 2Z and t_b <= 2 t_w (the W passes of a stage cover the
+ * cooldown's waits for B) ZB-H2 reaches it, where ZB-H1 (t_b > t_w) does
+ * not.  With uniform times it is never slower than ZB-H1. */
+static void test_zb_h2(void)
+{
+    const double tb[] = {1.0, 2.0, 1.0, 1.2}, tw[] = {1.0, 1.0, 0.5, 1.3};
+    for (int c = 0; c < 4; c++) {
+        times t = uniform(1.0, tb[c], tw[c]);
+        for (size_t zi = 0; zi < sizeof ZS / sizeof ZS[0]; zi++) {
+            for (size_t mi = 0; mi < sizeof MS / sizeof MS[0]; mi++) {
+                int Z = ZS[zi], M = MS[mi];
+                for (int hop = 0; hop < 2; hop++) {
+                    pp_params p = params(&t, Z, M, 1, hop * 0.08);
+                    pp_plan h1, h2;
+                    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &h1), 0);
+                    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H2, &h2), 0);
+                    double bound = M * (1.0 + tb[c] + tw[c]) + (Z - 1) * (1.0 + hop * 0.08);
+                    CU_ASSERT_TRUE(h2.step >= bound - 1e-9);
+                    CU_ASSERT_TRUE(h2.step <= h1.step + 1e-9);
+                    if (hop == 0 && M >= 2 * Z) {
+                        if (fabs(h2.step - bound) > 1e-9)
+                            fprintf(stderr, "zb-h2 Z=%d M=%d t_b=%g t_w=%g: step %g bound %g\n", Z, M, tb[c],
+                                    tw[c], h2.step, bound);
+                        CU_ASSERT_DOUBLE_EQUAL(h2.step, bound, 1e-9);
+                    }
+                    for (int s = 0; s < Z; s++) {
+                        int want = 2 * (Z - s) - 1 < M ? 2 * (Z - s) - 1 : M;
+                        CU_ASSERT_EQUAL(h2.stage[s].peak_held, want);
+                    }
+                    CU_ASSERT_TRUE(h2.peak_held_w <= 2 * Z - 1);
+                    pp_plan_free(&h1);
+                    pp_plan_free(&h2);
+                }
+            }
+        }
+    }
+    /* t_b = 2 t_w, Z = 4, M = 8: ZB-H1 idles (Z - 1) (t_f + t_b - t_w) =
+     * 6 per stage (step 38), ZB-H2 (Z - 1) t_f = 3 (step 35). */
+    times t = uniform(1.0, 2.0, 1.0);
+    pp_params p = params(&t, 4, 8, 1, 0.0);
+    pp_plan h1, h2;
+    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &h1), 0);
+    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H2, &h2), 0);
+    CU_ASSERT_DOUBLE_EQUAL(h1.step, 38.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(h2.step, 35.0, 1e-12);
+    CU_ASSERT_EQUAL(h1.peak_held_w, 4);
+    CU_ASSERT_EQUAL(h2.peak_held_w, 7);
+    pp_plan_free(&h1);
+    pp_plan_free(&h2);
+}
+
 /* Z = 2, M = 1 by hand: the microbatch crosses the link once forward and
  * once backward, so step = t_f0 + hop + t_f1 + t_b1 + hop + t_b0 (+ t_w0,
  * the last W, for zero-bubble). */
@@ -289,7 +350,7 @@ static void test_hop_on_critical_path(void)
         pp_params p = params(&t, 2, 1, 1, hop);
         pp_plan plan;
         CU_ASSERT_EQUAL_FATAL(build(&p, (pp_schedule)sch, &plan), 0);
-        CU_ASSERT_DOUBLE_EQUAL(plan.step, want + (sch == PP_ZERO_BUBBLE ? 0.5 : 0.0), 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(plan.step, want + (pp_schedule_splits((pp_schedule)sch) ? 0.5 : 0.0), 1e-12);
         pp_plan_free(&plan);
     }
     /* Interleaved, Z = 2, v = 2, M = 2 (= Z, so all forwards then all
@@ -348,6 +409,7 @@ static void test_bad_params(void)
     p = params(&t, 4, 8, 1, 0.0);
     p.t_w = NULL;
     expect_error(&p, PP_ZERO_BUBBLE, "t_w is missing");
+    expect_error(&p, PP_ZB_H2, "t_w is missing");
     p = params(&t, 4, 8, 1, 0.0);
     expect_error(&p, (pp_schedule)7, "unknown schedule");
     p = params(&t, 4, 1 << 20, 1, 0.0);
@@ -407,6 +469,19 @@ static void test_table_1f1b(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "bubble 11.1%, peak held 4 (awaiting W: 4)"));
     free(text);
     pp_plan_free(&plan);
+
+    /* ZB-H2: the first stage runs 2Z - 1 = 7 forwards before B0 arrives,
+     * where ZB-H1 idles 3 slots; the last stage starts 3 slots late and
+     * runs F and B back to back until its warm-up is done. */
+    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H2, &plan), 0);
+    text = table_text(&plan);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "zb-h2, Z=4 stages, M=8 microbatches"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "stage 0 | F0 F1 F2 F3 F4 F5 F6 B0 W0 F7 B1 "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "stage 3 | .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "peak held 7 (awaiting W: 7)"));
+    free(text);
+    pp_plan_free(&plan);
 }
 
 void einc_register_tests(void)
@@ -418,9 +493,10 @@ void einc_register_tests(void)
         {"interleaved bubble", test_interleaved_bubble},
         {"zero-bubble halves 1f1b's bubble at M = 2Z", test_zero_bubble},
         {"zero-bubble step, ZB-H1 closed form", test_zero_bubble_closed_form},
+        {"zb-h2: warm-up, memory, the flushed step's bound", test_zb_h2},
         {"hops on the critical path", test_hop_on_critical_path},
         {"bad parameters are errors", test_bad_params},
-        {"1f1b and zero-bubble tables, Z=4 M=8", test_table_1f1b},
+        {"1f1b, zero-bubble and zb-h2 tables, Z=4 M=8", test_table_1f1b},
     };
     einc_add_suite("pipeline schedules", tests, (int)(sizeof tests / sizeof tests[0]));
 }

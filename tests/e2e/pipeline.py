@@ -4,14 +4,15 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
 
 1. A residual GELU-MLP stack (4 layers) in f64, trained 3 steps with SGD
    (momentum, weight decay) and with AdamW, compiled with
-   `--microbatches=M --schedule=gpipe|1f1b|zero-bubble`.  NumPy runs the same steps on
+   `--microbatches=M --schedule=gpipe|1f1b|zero-bubble|zb-h2`.  NumPy runs the same steps on
    the *whole* batch (no microbatches): accumulating the microbatches'
    gradients must give the plain full-batch step.  The loss of every step
    (`--metrics`, full precision) and every param after step 3 must agree to
    1e-9 relative.  Meshes: Z=2 x X=2 with TP over X inside each stage
    (F_X), Z=4 (one axis, one layer per stage), and Z=2 x X=2 with the
-   batch on X (DP inside each stage); M in {1, 2, 4, 8}.  Zero-bubble
-   (its backward split into a dL/dx loop and a dL/dW loop, run as items B
+   batch on X (DP inside each stage); M in {1, 2, 4, 8} (zb-h2: 4 and 8,
+   where its longer warm-up differs from ZB-H1's).  Zero-bubble and zb-h2
+   (the backward split into a dL/dx loop and a dL/dW loop, run as items B
    and W) must also give 1f1b's losses and params with the same optimizer
    to 1e-12 relative: the same ops on the same values, in another order.
 2. A small LLaMA-style decoder (examples/llama2_13b_train.ein with its
@@ -21,7 +22,7 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    softmax cross-entropy on the last, under `--check` against the
    unsharded, unpipelined reference built into the executable, with the
    tolerance of the example's `# check-run:` line; gpipe, 1f1b and
-   zero-bubble, M = 2 and 4, on threads.
+   zero-bubble, M = 2 and 4, and zb-h2, M = 4, on threads.
 3. Pipelined inference: examples/llama2_13b.ein's forward with its layers
    on Z (mesh Z=2, Y=2), M = 1, 2, 4, its logits under `--check`.
 4. A program with no param before the block (the backward's gradient has
@@ -31,19 +32,24 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    first stage still sends on), under `--check`, also gathered over the
    axis that splits the batch in the input (each microbatch's rows placed
    per device block).
-5. The split backward in `--print-after=pipeline` for zero-bubble: two
-   reverse loops over L, the first computing no weight gradient and the
-   second every one (dWin, dWout stacked per layer), the values crossing
-   from the first to the second stacked per layer, and W items in the
-   schedule table; gpipe keeps one backward loop.
+5. The split backward in `--print-after=pipeline` for zero-bubble and
+   zb-h2: two reverse loops over L, the first computing no weight gradient
+   and the second every one (dWin, dWout stacked per layer), the values
+   crossing from the first to the second stacked per layer, and W items
+   in the schedule table, whose first stage runs Z = 2 forwards and waits
+   a slot for B0 (zb-h2: 2Z - 1 = 3 forwards, no wait); gpipe keeps one
+   backward loop.
 6. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
-   first stage) must be lower under 1f1b.
+   first stage) must be lower under 1f1b; and zb-h2 holds up to 2Z - 1
+   where zero-bubble holds Z, so device 0's peak must be higher under
+   zb-h2.
 
-With --mpi, two of the MLP's configurations and one of the decoder's also
-run on 4 MPI ranks (stage-to-stage transfers as MPI messages); --mpi-only
-runs only those.  `--quick` (the sanitizer build) runs six of the MLP's
-configurations and one of the decoder's on threads.  The last line is `N passed, N failed`; exit 1 on any
+With --mpi, five of the MLP's configurations (zb-h2 with M = 4 on Z = 4
+among them) and two of the decoder's also run on 4 MPI ranks
+(stage-to-stage transfers as MPI messages); --mpi-only runs only those.
+`--quick` (the sanitizer build) runs the MLP's schedules for three (mesh,
+M) pairs and two of the decoder's configurations on threads.  The last line is `N passed, N failed`; exit 1 on any
 failure.
 
 Usage: pipeline.py --einc PATH --example llama2_13b_train.ein [--quick]
@@ -156,11 +162,12 @@ def mlp_configs(quick):
     --quick a handful."""
     out = []
     for mesh in MESHES:
-        for sched in ("gpipe", "1f1b", "zero-bubble"):
+        for sched in ("gpipe", "1f1b", "zero-bubble", "zb-h2"):
             for i, m in enumerate((1, 2, 4, 8)):
-                # zero-bubble with 1f1b's optimizer, to compare the two
+                # zero-bubble and zb-h2 with 1f1b's optimizer, to compare
                 opt = ("sgd", "adamw")[(i + (sched != "gpipe")) % 2]
-                out.append((mesh, opt, sched, m))
+                if sched != "zb-h2" or m >= 4:
+                    out.append((mesh, opt, sched, m))
     if quick:
         out = [c for c in out if (c[0], c[3]) in (("Z=2 x X=2, TP on X", 4), ("Z=4", 2),
                                                    ("Z=2 x X=2, batch on X", 8))]
@@ -184,7 +191,8 @@ def run_mlp(a, work, tally):
         np.save(os.path.join(work, k + ".npy"), v)
     refs = {opt: mlp_reference(vals, opt) for opt in OPTIMIZERS}
     mpi = [("Z=2 x X=2, TP on X", "adamw", "1f1b", 4), ("Z=4", "sgd", "gpipe", 2),
-           ("Z=2 x X=2, TP on X", "adamw", "zero-bubble", 4), ("Z=4", "adamw", "zero-bubble", 8)]
+           ("Z=2 x X=2, TP on X", "adamw", "zero-bubble", 4), ("Z=4", "adamw", "zero-bubble", 8),
+           ("Z=4", "sgd", "zb-h2", 4)]
     one_f_one_b = {}  # (runtime, mesh, optimizer, M): 1f1b's losses and params
     for rt, (mesh, opt, sched, m) in selected(a, mlp_configs(a.quick), mpi):
         title = "mlp %s, %s, %s, M=%d (%s)" % (mesh, opt, sched, m, rt)
@@ -216,7 +224,7 @@ def run_mlp(a, work, tally):
         key, also = (rt, mesh, opt, m), ""
         if sched == "1f1b":
             one_f_one_b[key] = (got_losses, got_w)
-        elif sched == "zero-bubble" and key in one_f_one_b:
+        elif sched in ("zero-bubble", "zb-h2") and key in one_f_one_b:
             problems += against_1f1b(one_f_one_b[key], got_losses, got_w)
             also = " and as 1f1b"
         tally.result(not problems, "%s: %d steps, loss %.6f -> %.6f as NumPy%s" %
@@ -243,8 +251,8 @@ def against_numpy(ref, losses, params):
 
 
 def against_1f1b(ref, got_losses, got_w):
-    """What differs (beyond 1e-12 relative) between zero-bubble's losses and
-    params and 1f1b's, `ref`."""
+    """What differs (beyond 1e-12 relative) between zero-bubble's (or
+    zb-h2's) losses and params and 1f1b's, `ref`."""
     problems = []
     for i, (g, w) in enumerate(zip(got_losses, ref[0])):
         if g is None or w is None or not abs(g - w) <= 1e-12 * abs(w):
@@ -296,7 +304,7 @@ def checked(a, tally, title, src, exe, flags, rt, check_run, pattern):
 def run_llama(a, work, tally):
     src, dims, check_run = llama_source(a, work)
     threads = [("1f1b", 4), ("zero-bubble", 2)] if a.quick else [
-        (s, m) for s in ("gpipe", "1f1b", "zero-bubble") for m in (2, 4)]
+        (s, m) for s in ("gpipe", "1f1b", "zero-bubble") for m in (2, 4)] + [("zb-h2", 4)]
     for rt, (sched, m) in selected(a, threads, [("1f1b", 2), ("zero-bubble", 4)]):
         # The summary line names the worst output.
         checked(a, tally, "llama %s, M=%d (%s)" % (sched, m, rt), src, os.path.join(work, "llama_" + rt),
@@ -387,7 +395,7 @@ def run_split_ir(a, work, tally):
     with open(src, "w") as f:
         f.write(MLP.format(MESH="Z = 2, X = 2", IN="B, D", FX="_X", OPT=OPTIMIZERS["sgd"]))
     exe = os.path.join(work, "split")
-    for sched in ("gpipe", "zero-bubble"):
+    for sched in ("gpipe", "zero-bubble", "zb-h2"):
         rc, out = compile_prog(a, src, exe, ["--microbatches=4", "--schedule=" + sched,
                                              "--print-after=pipeline"])
         loops = loop_bodies(out) if rc == 0 else []
@@ -412,8 +420,14 @@ def run_split_ir(a, work, tally):
         rows = [r for r in out.splitlines() if re.match(r"#\s+stage \d \|", r)]
         if len(rows) != 2 or any(" W%d" % k not in r for r in rows for k in range(4)):
             problems.append("the table has not W0 .. W3 on each stage: %r" % rows)
-        tally.result(rc == 0 and not problems, "zero-bubble: the backward split into a dL/dx loop and "
-                     "a dL/dW loop (dWin, dWout), W items in the table", "\n".join(problems) + out[-3000:])
+        # zb-h2's first stage runs 2Z - 1 = 3 forwards before its first B,
+        # where zero-bubble's (ZB-H1) waits a slot after Z = 2.
+        warm = "| F0 F1 F2 B0" if sched == "zb-h2" else "| F0 F1 .  B0"
+        if len(rows) == 2 and warm not in rows[0]:
+            problems.append("stage 0's row does not start %r: %r" % (warm, rows[0]))
+        tally.result(rc == 0 and not problems, "%s: the backward split into a dL/dx loop and "
+                     "a dL/dW loop (dWin, dWout), W items in the table, stage 0 starting %s" % (sched, warm),
+                     "\n".join(problems) + out[-3000:])
 
 
 def peak_bytes(out, dev):
@@ -427,7 +441,7 @@ def run_stats(a, work, tally):
     with open(src, "w") as f:
         f.write(MLP.format(MESH="Z = 2", IN="B, D", FX="", OPT=OPTIMIZERS["sgd"]))
     peaks = {}
-    for sched in ("gpipe", "1f1b"):
+    for sched in ("gpipe", "1f1b", "zero-bubble", "zb-h2"):
         exe = os.path.join(work, "stats_" + sched)
         rc, out = compile_prog(a, src, exe, ["--microbatches=8", "--schedule=" + sched])
         if rc == 0:
@@ -439,6 +453,9 @@ def run_stats(a, work, tally):
     tally.result(peaks["1f1b"] < peaks["gpipe"],
                  "--stats M=8, stage 0's peak: 1f1b %d bytes < gpipe %d bytes" %
                  (peaks["1f1b"], peaks["gpipe"]))
+    tally.result(peaks["zero-bubble"] < peaks["zb-h2"],
+                 "--stats M=8, stage 0's peak: zero-bubble %d bytes < zb-h2 %d bytes (Z against 2Z - 1 held)" %
+                 (peaks["zero-bubble"], peaks["zb-h2"]))
 
 
 def arguments(doc):

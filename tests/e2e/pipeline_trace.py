@@ -5,14 +5,14 @@ Two training programs pipeline a `repeat L` over mesh axis Z (the layer dim
 of the stacked params sharded over Z, docs/pipeline.md): one on a mesh
 `Z = 2, X = 2` (two devices per stage, tensor-parallel inside it), one on
 `Z = 4` alone.  For each, schedules gpipe, 1f1b and zero-bubble, M = 1
-and 4 microbatches, one training step:
+and 4 microbatches, and zb-h2 with M = 4, one training step:
 
   --trace: every device has exactly 2M spans of cat "pipeline" named
   F0..F{M-1} and B0..B{M-1}, in the order of its stage's schedule written
   here from the schedules' definitions (gpipe: all forwards, then the
   backwards in the same order; 1f1b: Z-1-z warm-up forwards, then one
   forward and one backward in turn, then the remaining backwards;
-  docs/pipeline.md "The four schedules"), not read from the compiler; on
+  docs/pipeline.md "The five schedules"), not read from the compiler; on
   the last stage B m starts after F m ends (its loss needs the forward);
   every "recv wait" span lies inside one item of its device;  zero-bubble
   (whose order the greedy ZB-H1 picks from the stage times) instead has 3M
@@ -20,7 +20,9 @@ and 4 microbatches, one training step:
   m, in that order on the device, W m starting after B m ends, the
   microbatches' forwards in order and at most Z microbatches begun and not
   yet through W at any point (ZB-H1 holds what 1F1B holds, Qi et al.
-  ICLR'24 section 3);
+  ICLR'24 section 3); zb-h2 the same with at most 2Z - 1 held and stage
+  z running min(2 (Z - z) - 1, M) forwards before its first B (ZB-H2's
+  longer warm-up, same section);
 
   --profile: the line "pipeline: Z stages, M microbatches, <schedule>:
   measured bubble X% (median over N runs), predicted Y%" (Y the cost
@@ -69,9 +71,10 @@ def expected_order(schedule, Z, z, M):
     return order + ["B%d" % m for m in range(M - warm, M)]
 
 
-def zero_bubble_problems(items, Z, M):
+def zero_bubble_problems(items, Z, M, limit):
     """What breaks zero-bubble's rules (module docstring) in one device's
-    items (trace spans in the order it ran them)."""
+    items (trace spans in the order it ran them), at most `limit`
+    microbatches held."""
     names = [e["name"] for e in items]
     want = sorted("%s%d" % (k, m) for k in "FBW" for m in range(M))
     if sorted(names) != want:
@@ -91,7 +94,7 @@ def zero_bubble_problems(items, Z, M):
     held = 0
     for n in names:
         held += 1 if n[0] == "F" else -1 if n[0] == "W" else 0
-        if held > Z:
+        if held > limit:
             problems.append("%d microbatches held at %s" % (held, n))
             break
     return problems
@@ -110,15 +113,23 @@ def check_trace(t, path, Z, ndev, devs_per_stage, schedule, M, what):
         mine = [e for e in spans if e["tid"] == d]
         items = [e for e in mine if e["name"] != "recv wait"]
         names = [e["name"] for e in items]
-        if schedule == "zero-bubble":
-            problems = zero_bubble_problems(items, Z, M)
+        split = schedule in ("zero-bubble", "zb-h2")
+        if split:
+            limit = Z if schedule == "zero-bubble" else 2 * Z - 1
+            problems = zero_bubble_problems(items, Z, M, limit)
+            if schedule == "zb-h2":
+                warm = min(2 * (Z - z) - 1, M)
+                first_b = next((i for i, n in enumerate(names) if n[0] == "B"), len(names))
+                got = sum(1 for n in names[:first_b] if n[0] == "F")
+                if got != warm:
+                    problems.append("%d forwards before the first B, not %d" % (got, warm))
             t.result(not problems, "%s: device %d (stage %d) runs F, B and W of every microbatch in "
-                     "their order, at most %d held: %s" % (what, d, z, Z, " ".join(names)),
+                     "their order, at most %d held: %s" % (what, d, z, limit, " ".join(names)),
                      "\n".join(problems))
             want = names
         else:
             want = expected_order(schedule, Z, z, M)
-        if schedule != "zero-bubble":
+        if not split:
             t.result(names == want, "%s: device %d (stage %d) runs %s" % (what, d, z, " ".join(want)),
                      "got " + " ".join(names))
         waits = [e for e in mine if e["name"] == "recv wait"]
@@ -161,8 +172,8 @@ def main():
         with open(src, "w") as f:
             f.write(source(mesh, bshard, fshard))
         ndev = 4
-        for schedule in ["gpipe", "1f1b", "zero-bubble"]:
-            for M in [1, 4]:
+        for schedule in ["gpipe", "1f1b", "zero-bubble", "zb-h2"]:
+            for M in [4] if schedule == "zb-h2" else [1, 4]:
                 what = "%s %s M=%d" % (key, schedule, M)
                 runtimes = ["threads"] + (["mpi"] if a.mpi and key == "Z4" else [])
                 for rt in runtimes:
