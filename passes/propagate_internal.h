@@ -142,6 +142,18 @@ typedef struct pass_prop_ilp_report {
                               inputs, gradients, kept activations: the row's figure) */
     double mem_least;      /* bytes: no plan among the candidates keeps less */
     double fastest;        /* seconds: the exact objective of the fastest plan (before the row) */
+    int cm_credits;        /* collective matmul credit columns (propagate_ilp_cm.c); 0 elsewhere */
+    int cm_freed;          /* those the second solve frees (the others are too small to matter) */
+    double cm_bound;       /* seconds: the most they can take off a plan (each matmul's largest) */
+    bool cm_solved;        /* the ILP was solved again with them, to an integral plan */
+    double cm_objective;   /* seconds: that plan by the exposed objective of the ILP */
+    double cm_before;      /* seconds: pass_prop_exposed_time of the plan before that solve */
+    double cm_after;       /* seconds: and of its plan */
+    bool cm_adopted;       /* its plan replaced the one before */
+    int cm_changed;        /* ops whose layout it changed */
+    double cm_seconds;     /* wall time of that solve */
+    int cm_iterations;     /* its simplex iterations */
+    long cm_nodes;         /* its branch-and-bound nodes */
 } pass_prop_ilp_report;
 
 /* The pass's context (no global state). */
@@ -283,6 +295,13 @@ int pass_prop_sweep(prop *p);
  * the rounds of sweeps.  Every accepted change lowers the objective. */
 int pass_prop_descend(prop *p);
 
+/* ---- propagate_options.c ---- */
+
+/* --ilp=on|off|SECONDS (value NULL: on): the ILP's time limit in seconds
+ * into *seconds (0: off; ILP_DEFAULT_SECONDS for on); false when the value
+ * is none of those. */
+bool pass_prop_parse_ilp(const char *value, double *seconds);
+
 /* ---- propagate_step.c ---- */
 
 /* Seconds of the current plan's step as the cost pass schedules it:
@@ -291,6 +310,12 @@ int pass_prop_descend(prop *p);
  * the later stream's end.  Needs every op decided; without a profile, the
  * serial objective's time (0). */
 double pass_prop_step_time(prop *p);
+/* Seconds of the serial objective (pass_prop_total_cost) less what
+ * collective matmuls hide in that replay (each AllGather into a matmul or
+ * ReduceScatter of one, paired as the cost pass pairs them): the objective
+ * the whole-program ILP's exposed edge costs price (propagate_ilp_cm.c).
+ * The serial objective's time on a profile without collective matmul. */
+double pass_prop_exposed_time(prop *p);
 
 /* ---- propagate_portfolio.c ---- */
 

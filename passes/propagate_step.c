@@ -47,26 +47,43 @@ typedef struct done {
     double ready;
 } done;
 
-/* Seconds of one run of collective step `comm` (over `group` devices)
- * that op k's chunks hide as a collective matmul: op k is a decided
- * matmul that hides nothing yet (hid[k], then set). */
-static double hide(prop *p, int k, double comm, int64_t group, bool *hid)
+/* Appends d to dn (n entries, capacity *cap); false when out of memory. */
+static bool done_add(done **dn, int *n, int *cap, done d)
 {
-    if (comm <= 0 || k < 0 || k >= p->nops || hid[k] || !p->ops[k].decided)
+    if (*n == *cap) {
+        done *g = realloc(*dn, (size_t)*cap * 2 * sizeof **dn);
+        if (!g)
+            return false;
+        *dn = g;
+        *cap *= 2;
+    }
+    (*dn)[(*n)++] = d;
+    return true;
+}
+
+/* Seconds of one run of collective step `comm` (over `group` devices,
+ * run `trips` times a step) that op k's chunks hide as a collective
+ * matmul: op k is a decided op that pairs with it (cost_cm_pairs, the
+ * cost pass's rule) and hides nothing yet (hid[k], then set). */
+static double hide(prop *p, int k, double comm, int64_t group, double trips, bool *hid)
+{
+    if (comm <= 0 || k < 0 || k >= p->nops || hid[k] || !p->ops[k].decided ||
+        !cost_cm_pairs(p->m, p->hw, p->ops[k].op, (int64_t)trips))
         return 0.0;
     double mm = pass_prop_matmul_time(p, k, &p->ops[k].lay);
     if (mm <= 0)
         return 0.0;
     hid[k] = true;
-    return comm - cost_collective_matmul_exposed(p->hw, comm, mm, group);
+    return cost_cm_hidden(p->hw, comm, mm, group);
 }
 
 /* Seconds of reshard v: from -> to (run `trips` times; `producer` the op
  * whose result it reads directly, or -1; `consumer` the op it feeds, or -1
  * for a constraint or an output) left on the main stream after a
- * collective matmul hides what it can (hide). */
+ * collective matmul hides what it can (hide); what it hides is added to
+ * *hidden. */
 static double main_reshard(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to,
-                           int producer, int consumer, double trips, bool *hid)
+                           int producer, int consumer, double trips, bool *hid, double *hidden)
 {
     double t = pass_prop_reshard_time(p, v, from, to);
     if (!p->hw->collective_matmul || !(t > 0) || isinf(t))
@@ -74,15 +91,16 @@ static double main_reshard(prop *p, const ir_value *v, const ir_sharding *from, 
     reshard_ends e = pass_prop_reshard_ends(p, v, from, to);
     /* Its first step, a ReduceScatter, behind the matmul that made v (run
      * as often); its last, an AllGather, behind the one it feeds. */
-    double h = 0.0;
-    if (producer >= 0 && (double)ir_op_trips(p->m, p->ops[producer].op) == trips)
-        h += hide(p, producer, e.head_rs, e.head_group, hid);
-    h += hide(p, consumer, e.tail_ag, e.tail_group, hid);
+    double h = hide(p, producer, e.head_rs, e.head_group, trips, hid);
+    h += hide(p, consumer, e.tail_ag, e.tail_group, trips, hid);
+    *hidden += h * trips;
     return (t - h) * trips;
 }
 
-double pass_prop_step_time(prop *p)
+/* The replay; *hidden: seconds the collective matmuls hide in it. */
+static double replay(prop *p, double *hidden)
 {
+    *hidden = 0.0;
     if (!p->hw)
         return pass_prop_total_cost(p).time;
     int cap = 64, n = 0;
@@ -122,17 +140,11 @@ double pass_prop_step_time(prop *p)
                 } else {
                     main_t = fmax(main_t, at) + main_reshard(p, v, &have, &oi->lay.req[i],
                                                               known && !v->has_constraint ? p->def[v->id] : -1,
-                                                              k, trips, hid);
+                                                              k, trips, hid, hidden);
                     r = main_t;
                 }
-                if (n == cap) {
-                    done *g = realloc(dn, (size_t)cap * 2 * sizeof *dn);
-                    if (!g)
-                        break;
-                    dn = g;
-                    cap *= 2;
-                }
-                dn[n++] = (done){v->id, oi->lay.req[i], r};
+                if (!done_add(&dn, &n, &cap, (done){v->id, oi->lay.req[i], r}))
+                    break;
             }
             dep = fmax(dep, dn[j].ready);
         }
@@ -140,7 +152,7 @@ double pass_prop_step_time(prop *p)
         const ir_value *r = op->result;
         ir_sharding have = oi->lay.produced;
         if (r->has_constraint) {
-            main_t += main_reshard(p, r, &have, &r->constraint, k, -1, trips, hid);
+            main_t += main_reshard(p, r, &have, &r->constraint, k, -1, trips, hid, hidden);
             have = r->constraint;
         }
         for (int o = 0; o < p->m->noutputs; o++) {
@@ -148,7 +160,7 @@ double pass_prop_step_time(prop *p)
             if (out->value != r)
                 continue;
             ir_sharding want = out->has_constraint ? out->constraint : pass_prop_reduced(have);
-            main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid);
+            main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid, hidden);
         }
         if (r->id >= 0 && r->id < p->nvalues)
             ready[r->id] = main_t;
@@ -157,4 +169,17 @@ double pass_prop_step_time(prop *p)
     free(ready);
     free(hid);
     return fmax(main_t, side_t);
+}
+
+double pass_prop_step_time(prop *p)
+{
+    double hidden;
+    return replay(p, &hidden);
+}
+
+double pass_prop_exposed_time(prop *p)
+{
+    double hidden;
+    replay(p, &hidden);
+    return pass_prop_total_cost(p).time - hidden;
 }
