@@ -547,8 +547,8 @@ static layout *layouts_save(const prop *p)
 /* Sweeps after the ILP adopted a plan; when the ILP's memory row chose
  * it, the sweeps (which see only time) are undone if their plan no longer
  * fits the HBM, and when its exposed edge costs chose it (collective
- * matmul, propagate_ilp_cm.c), if their serial moves expose more
- * (pass_prop_exposed_time).  Returns the rounds of sweeps. */
+ * matmul, propagate_ilp_cm.c), if their serial moves lengthen the
+ * step (pass_prop_step_time).  Returns the rounds of sweeps. */
 static int sweep_fitting(prop *p)
 {
     bool cm = p->ilp.cm_adopted;
@@ -557,10 +557,10 @@ static int sweep_fitting(prop *p)
     layout *keep = layouts_save(p);
     if (!keep)
         return 0;
-    double exposed = cm ? pass_prop_exposed_time(p) : 0.0;
+    double step = cm ? pass_prop_step_time(p) : 0.0;
     int round = pass_prop_sweep(p);
     if ((p->ilp.mem == PASS_ILP_MEM_BOUND && pass_prop_memory(p) > p->ilp.mem_hbm) ||
-        (cm && pass_prop_exposed_time(p) > exposed))
+        (cm && pass_prop_step_time(p) > step))
         for (int k = 0; k < p->nops; k++)
             p->ops[k].lay = keep[k];
     free(keep);

@@ -181,8 +181,8 @@ void pass_ilp_cm_rs(ilp *s, const ir_value *v, int k, const group *A, int a, con
 /* After the serial solve left plan x (columns 1..s->ncols when it was
  * built) and the ops at the plan kept: solves again with the credits on
  * the objective, which is then each reshard's exposed time, and keeps its
- * plan if pass_prop_exposed_time says it is shorter (a plan that fits the
- * HBM first, as the serial adoption).  Fills rep's cm_ fields; false when
+ * plan if its step (pass_prop_step_time, as the cost pass schedules it) is
+ * shorter (a plan that fits the HBM first, as the serial adoption).  Fills rep's cm_ fields; false when
  * out of memory. */
 bool pass_ilp_cm_solve(ilp *s, int ms, double t0, const double *x, pass_prop_ilp_report *rep);
 

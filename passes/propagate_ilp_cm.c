@@ -21,8 +21,11 @@
  * of the (producer, consumer) strategy pair, as Alpa keeps edge costs per
  * pair (Zheng et al., OSDI'22, section 4.2), still linear.
  *
- * Three things make it an estimate that the exact replay
- * (pass_prop_exposed_time) then checks: the matmul time is the fastest
+ * Three things make it an estimate, and the cost pass also overlaps the
+ * reshards of params with compute, which no sum over edges sees, so the
+ * plan is judged by the step replay (pass_prop_step_time: parameter
+ * gathers overlapped, collective matmuls paired as the cost pass pairs
+ * them): the matmul time is the fastest
  * among the consumer's (or producer's) candidates in the edge's group (a
  * group holds every candidate requiring, or producing, one sharding), so
  * the credit never exceeds what the chosen candidate hides; the AllGather
@@ -164,7 +167,7 @@ static bool told(const prop *p, const pass_prop_ilp_report *rep, bool ret)
 {
     if (p->ctx->log)
         fprintf(p->ctx->log, "propagate: ILP with collective matmul: %d credits (%d freed) taking off at most %.4g us, "
-                "%s (%d simplex iterations, %ld nodes, %.3g s); exposed %.4g us against %.4g us, %s\n", rep->cm_credits,
+                "%s (%d simplex iterations, %ld nodes, %.3g s); step %.4g us against %.4g us, %s\n", rep->cm_credits,
                 rep->cm_freed, rep->cm_bound * 1e6, rep->cm_solved ? "solved" : "not solved", rep->cm_iterations, rep->cm_nodes,
                 rep->cm_seconds, rep->cm_after * 1e6, rep->cm_before * 1e6,
                 rep->cm_adopted ? "adopted" : "kept the serial plan");
@@ -223,10 +226,10 @@ bool pass_ilp_cm_solve(ilp *s, int ms, double t0, const double *x, pass_prop_ilp
         x2[j] = glp_mip_col_val(s->lp, j);
     for (int k = 0; k < p->nops; k++)
         keep[k] = p->ops[k].lay;
-    rep->cm_before = pass_prop_exposed_time(p);
+    rep->cm_before = pass_prop_step_time(p);
     bool fit_before = !rep->mem_hbm || pass_prop_memory(p) <= rep->mem_hbm;
     pass_ilp_apply(s, x2);
-    rep->cm_after = pass_prop_exposed_time(p);
+    rep->cm_after = pass_prop_step_time(p);
     bool fit_after = !rep->mem_hbm || pass_prop_memory(p) <= rep->mem_hbm;
     if (fit_after != fit_before ? fit_after : rep->cm_after < rep->cm_before * (1.0 - 1e-9)) {
         rep->cm_adopted = true;

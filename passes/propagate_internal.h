@@ -147,7 +147,7 @@ typedef struct pass_prop_ilp_report {
     double cm_bound;       /* seconds: the most they can take off a plan (each matmul's largest) */
     bool cm_solved;        /* the ILP was solved again with them, to an integral plan */
     double cm_objective;   /* seconds: that plan by the exposed objective of the ILP */
-    double cm_before;      /* seconds: pass_prop_exposed_time of the plan before that solve */
+    double cm_before;      /* seconds: pass_prop_step_time of the plan before that solve */
     double cm_after;       /* seconds: and of its plan */
     bool cm_adopted;       /* its plan replaced the one before */
     int cm_changed;        /* ops whose layout it changed */
@@ -310,12 +310,6 @@ bool pass_prop_parse_ilp(const char *value, double *seconds);
  * the later stream's end.  Needs every op decided; without a profile, the
  * serial objective's time (0). */
 double pass_prop_step_time(prop *p);
-/* Seconds of the serial objective (pass_prop_total_cost) less what
- * collective matmuls hide in that replay (each AllGather into a matmul or
- * ReduceScatter of one, paired as the cost pass pairs them): the objective
- * the whole-program ILP's exposed edge costs price (propagate_ilp_cm.c).
- * The serial objective's time on a profile without collective matmul. */
-double pass_prop_exposed_time(prop *p);
 
 /* ---- propagate_portfolio.c ---- */
 
@@ -383,11 +377,6 @@ void pass_prop_loop_restore(prop *p, const ir_sharding *saved, int nsaved);
  * saved[0..nsaved-1] (NULL: none); returns the number of loops.  With
  * pass_prop_loop_restore, a plan's carries are set aside and put back. */
 int pass_prop_loop_carries(const prop *p, ir_sharding *saved, int nsaved);
-/* Seconds of the reshards into every loop's carried sharding under the
- * current decisions: the value entering (once) and the body's new value
- * (every iteration), as pass_prop_loop_finish will emit them; the part of
- * the step pass_prop_step_time does not replay.  0 without a profile. */
-double pass_prop_loop_carry_time(prop *p);
 /* Before materialisation: gives each LayerStack result the sharding the
  * sweeps left its operand (without partial sums, the loop's dim in front)
  * and each LayerSlice of one that sharding without the dim, the shardings

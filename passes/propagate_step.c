@@ -24,8 +24,8 @@
  * outputs after it.  The step is the later of the two streams' ends.  The
  * choice between the first phase's plan and the wide phase's uses it
  * (propagate.c, widen), so the margin a wider plan must win by is a margin
- * of the step the cost pass will report.  Not replayed (they are small):
- * the reshard of a repeated block's new value into its carried sharding.
+ * of the step the cost pass will report.  A repeated block's new value is
+ * resharded into its carried sharding after the op making it, every layer.
  *
  * On a profile with collective matmul (hw->collective_matmul) a
  * main-stream reshard whose plan ends in an AllGather into a matmul, or
@@ -80,10 +80,9 @@ static double hide(prop *p, int k, double comm, int64_t group, double trips, boo
 /* Seconds of reshard v: from -> to (run `trips` times; `producer` the op
  * whose result it reads directly, or -1; `consumer` the op it feeds, or -1
  * for a constraint or an output) left on the main stream after a
- * collective matmul hides what it can (hide); what it hides is added to
- * *hidden. */
+ * collective matmul hides what it can (hide). */
 static double main_reshard(prop *p, const ir_value *v, const ir_sharding *from, const ir_sharding *to,
-                           int producer, int consumer, double trips, bool *hid, double *hidden)
+                           int producer, int consumer, double trips, bool *hid)
 {
     double t = pass_prop_reshard_time(p, v, from, to);
     if (!p->hw->collective_matmul || !(t > 0) || isinf(t))
@@ -93,14 +92,11 @@ static double main_reshard(prop *p, const ir_value *v, const ir_sharding *from, 
      * as often); its last, an AllGather, behind the one it feeds. */
     double h = hide(p, producer, e.head_rs, e.head_group, trips, hid);
     h += hide(p, consumer, e.tail_ag, e.tail_group, trips, hid);
-    *hidden += h * trips;
     return (t - h) * trips;
 }
 
-/* The replay; *hidden: seconds the collective matmuls hide in it. */
-static double replay(prop *p, double *hidden)
+double pass_prop_step_time(prop *p)
 {
-    *hidden = 0.0;
     if (!p->hw)
         return pass_prop_total_cost(p).time;
     int cap = 64, n = 0;
@@ -114,6 +110,23 @@ static double replay(prop *p, double *hidden)
         return pass_prop_total_cost(p).time;
     }
     double main_t = 0, side_t = 0;
+    /* A loop's carry from a value no compute op makes (an input, a layer
+     * of a stacked value): its reshard on the main stream (the carries of
+     * op results follow their ops, below). */
+    for (const ir_op *op = p->m->first; op; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN || op->noperands != 1 || !op->u.loop.end ||
+            op->u.loop.end->noperands != 1)
+            continue;
+        const ir_value *ends[2] = {op->operands[0], op->u.loop.end->operands[0]};
+        for (int i = 0; i < 2; i++) {
+            const ir_value *v = ends[i];
+            if (v->id >= 0 && v->id < p->nvalues && p->def[v->id] >= 0)
+                continue;
+            ir_sharding have = pass_prop_current(p, v);
+            main_t += pass_prop_reshard_time(p, v, &have, &op->result->type.sh) *
+                      (i ? (double)ir_loop_trips(p->m, op) : 1.0);
+        }
+    }
     for (int k = 0; k < p->nops; k++) {
         const opinfo *oi = &p->ops[k];
         const ir_op *op = oi->op;
@@ -140,7 +153,7 @@ static double replay(prop *p, double *hidden)
                 } else {
                     main_t = fmax(main_t, at) + main_reshard(p, v, &have, &oi->lay.req[i],
                                                               known && !v->has_constraint ? p->def[v->id] : -1,
-                                                              k, trips, hid, hidden);
+                                                              k, trips, hid);
                     r = main_t;
                 }
                 if (!done_add(&dn, &n, &cap, (done){v->id, oi->lay.req[i], r}))
@@ -152,7 +165,7 @@ static double replay(prop *p, double *hidden)
         const ir_value *r = op->result;
         ir_sharding have = oi->lay.produced;
         if (r->has_constraint) {
-            main_t += main_reshard(p, r, &have, &r->constraint, k, -1, trips, hid, hidden);
+            main_t += main_reshard(p, r, &have, &r->constraint, k, -1, trips, hid);
             have = r->constraint;
         }
         for (int o = 0; o < p->m->noutputs; o++) {
@@ -160,26 +173,26 @@ static double replay(prop *p, double *hidden)
             if (out->value != r)
                 continue;
             ir_sharding want = out->has_constraint ? out->constraint : pass_prop_reduced(have);
-            main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid, hidden);
+            main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid);
         }
-        if (r->id >= 0 && r->id < p->nvalues)
-            ready[r->id] = main_t;
+        if (r->id < 0 || r->id >= p->nvalues)
+            continue;
+        ready[r->id] = main_t;
+        /* A repeated block's carry: the body's new value is resharded into
+         * the loop's carried sharding every layer (LoopEnd), a value
+         * entering the loop once (LoopBegin), as the serial objective counts
+         * it (add_carried); on the main stream after the op (the cost pass
+         * runs it at the body's end; the stream is serial either way), and
+         * shared with a consumer needing the same sharding. */
+        const ir_op *lp = p->loop_use[r->id];
+        if (lp && !ir_sharding_equal(&have, &lp->result->type.sh, r->type.rank)) {
+            main_t += main_reshard(p, r, &have, &lp->result->type.sh, r->has_constraint ? -1 : k, -1,
+                                   lp->kind == IR_OP_LOOPEND ? trips : 1.0, hid);
+            done_add(&dn, &n, &cap, (done){r->id, lp->result->type.sh, main_t});
+        }
     }
     free(dn);
     free(ready);
     free(hid);
     return fmax(main_t, side_t);
-}
-
-double pass_prop_step_time(prop *p)
-{
-    double hidden;
-    return replay(p, &hidden);
-}
-
-double pass_prop_exposed_time(prop *p)
-{
-    double hidden;
-    replay(p, &hidden);
-    return pass_prop_total_cost(p).time - hidden;
 }

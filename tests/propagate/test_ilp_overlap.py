@@ -24,6 +24,9 @@ alternative but one, an AllReduce split into a ReduceScatter and an
 AllGather at the constraint (the reshard planner does not take that route
 by itself; docs/propagation.md, Limits), and within 10% of that one.  On a
 profile without collective matmul (host) --ilp-overlap changes nothing.
+It also checks that the planner's step replay, which chooses between the
+search's plans, rates the plan kept as the cost pass does (within 2%: it
+used to leave out the reshard into the loop's carried sharding).
 Prints `N passed, N failed`; exits 1 on a failure.
 """
 import argparse
@@ -78,6 +81,15 @@ def main():
     check("ILP with collective matmul" in log and "adopted" in log.split("ILP with collective matmul")[1].split("\n")[0],
           "the ILP with collective matmul adopted its plan (--debug-pass)")
     check("collective matmul" in cert and "within" in cert, "the certificate says why the plan is above the serial optimum")
+    # The planner's step replay (propagate_step.c), which chooses between
+    # the search's plans, prices the reshard of the body's new value into
+    # the loop's carried sharding as the cost pass does (it left it out, 7.7%
+    # below the cost pass here).
+    replay = [float(line.split("step ")[1].split(" us")[0]) * 1e-6 for line in log.splitlines()
+              if "with every used axis on any dim: step" in line and line.endswith("kept")]
+    check(len(replay) == 1 and abs(replay[0] - free) <= 0.02 * free,
+          f"the replay's step of the plan kept ({replay[0] * 1e6 if replay else 0:.1f} us) is the cost pass's "
+          f"({free * 1e6:.1f} us) within 2%")
     with tempfile.TemporaryDirectory() as work:
         forced = {}
         for sh in FORCED:
