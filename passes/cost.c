@@ -106,14 +106,26 @@ int64_t cost_coll_group(const ir_module *m, const ir_coll *c)
     return ir_mesh_axes_size(&m->mesh, set);
 }
 
+bool cost_cm_pairs(const ir_module *m, const cost_hw *hw, const ir_op *mm, int64_t coll_trips)
+{
+    return hw && hw->collective_matmul && cost_is_matmul(mm) && ir_op_trips(m, mm) == coll_trips;
+}
+
+double cost_cm_hidden(const cost_hw *hw, double comm_s, double mm_s, int64_t group)
+{
+    if (!(comm_s > 0))
+        return 0.0;
+    return comm_s - cost_collective_matmul_exposed(hw, comm_s, mm_s, group);
+}
+
 /* Collective matmul: the matmul whose chunks hide main-stream collective
  * `op`, or NULL.  An AllGather hides behind the first op that reads its
  * result, a ReduceScatter behind the op that made its operand, when that
- * op is a matmul that runs as often, and hides no earlier collective
- * (hid[], by the matmul's result id: Wang et al. decompose one collective
- * per matmul; seed 004 2.3).  first_use[id]: the first op reading value
+ * op pairs with it (cost_cm_pairs) and hides no earlier collective (hid[],
+ * by the matmul's result id).  first_use[id]: the first op reading value
  * id.  The planner's replay (propagate_step.c) pairs the same way. */
-static const ir_op *cm_partner(const ir_module *m, const ir_op *op, ir_op *const *first_use, const bool *hid)
+static const ir_op *cm_partner(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_op *const *first_use,
+                               const bool *hid)
 {
     if (!op->result || op->noperands < 1 || !op->cost.valid)
         return NULL;
@@ -122,8 +134,8 @@ static const ir_op *cm_partner(const ir_module *m, const ir_op *op, ir_op *const
         e = first_use[op->result->id];
     else if (op->kind == IR_OP_REDUCESCATTER)
         e = op->operands[0]->def;
-    if (!cost_is_matmul(e) || !e->cost.valid || e->result->id < 0 || e->result->id >= m->nvalues ||
-        hid[e->result->id] || ir_op_trips(m, e) != ir_op_trips(m, op))
+    if (!cost_cm_pairs(m, hw, e, ir_op_trips(m, op)) || !e->cost.valid || e->result->id < 0 ||
+        e->result->id >= m->nvalues || hid[e->result->id])
         return NULL;
     return e;
 }
@@ -167,7 +179,7 @@ void cost_compute_totals(ir_module *m, const cost_hw *hw)
             /* An activation AllGather or ReduceScatter beside its matmul
              * leaves only what the matmul's chunks do not hide (collective
              * matmul, on a profile that does it). */
-            const ir_op *e = hw->collective_matmul ? cm_partner(m, op, first_use, hid) : NULL;
+            const ir_op *e = cm_partner(m, hw, op, first_use, hid);
             if (e) {
                 t = cost_collective_matmul_exposed(hw, op->cost.time, e->cost.time,
                                                    cost_coll_group(m, &op->u.coll)) * trips;

@@ -72,6 +72,27 @@ bool cost_is_matmul(const ir_op *op);
  * axes' sizes). */
 int64_t cost_coll_group(const ir_module *m, const ir_coll *c);
 
+/* The pairing rule of collective matmul, shared by the cost pass
+ * (cost_compute_totals), the planner's step replay (propagate_step.c) and
+ * the whole-program ILP's exposed edge costs (propagate_ilp_cm.c): whether
+ * op `mm` can hide a main-stream collective that runs `coll_trips` times a
+ * step.  It can when the profile does collective matmul
+ * (hw->collective_matmul), `mm` is a matmul (cost_is_matmul) and it runs
+ * as often as the collective (a gather in front of a repeated body's
+ * matmul runs every layer; one entering the body once does not pair with
+ * it).  Which matmul is the partner is the caller's: an AllGather hides
+ * behind the op that reads its result first, a ReduceScatter behind the
+ * op that made its operand, and each matmul hides one collective, the
+ * first in program order (Wang et al., ASPLOS'23, decompose one
+ * collective per matmul; seed 004 2.3). */
+bool cost_cm_pairs(const ir_module *m, const cost_hw *hw, const ir_op *mm, int64_t coll_trips);
+
+/* Seconds of one run of a collective (comm_s, over `group` devices) that a
+ * paired matmul taking mm_s seconds a run hides: comm_s less
+ * cost_collective_matmul_exposed, so min(comm_s, mm_s (G - 1) / G) on a
+ * profile with collective matmul, else 0. */
+double cost_cm_hidden(const cost_hw *hw, double comm_s, double mm_s, int64_t group);
+
 /* ---- reports (cost_report.c) ---- */
 
 /* --dump-cost: one row per op (value name, op, FLOPs, HBM bytes, comm

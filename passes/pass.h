@@ -142,7 +142,7 @@ int pass_regather(pass_ctx *ctx, ir_module *m);   /* regather.c */
 int pass_meshslice(pass_ctx *ctx, ir_module *m);  /* meshslice.c */
 int pass_pipeline(pass_ctx *ctx, ir_module *m);   /* pipeline.c */
 /* The propagate pass's options: --ilp=on|off|SECONDS, --portfolio=on|off (propagate.c). */
-extern const pass_option pass_propagate_options[2];
+extern const pass_option pass_propagate_options[3];
 extern const pass_option pass_optimize_options[1]; /* optimize.c: --zero */
 /* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
 extern const pass_option pass_meshslice_options[1];

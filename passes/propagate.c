@@ -546,19 +546,27 @@ static layout *layouts_save(const prop *p)
 
 /* Sweeps after the ILP adopted a plan; when the ILP's memory row chose
  * it, the sweeps (which see only time) are undone if their plan no longer
- * fits the HBM.  Returns the rounds of sweeps. */
+ * fits the HBM, and when its exposed edge costs chose it (collective
+ * matmul, propagate_ilp_cm.c), if their serial moves lengthen the
+ * step (pass_prop_step_time).  Returns the rounds of sweeps. */
 static int sweep_fitting(prop *p)
 {
-    if (p->ilp.mem != PASS_ILP_MEM_BOUND)
+    bool cm = p->ilp.cm_adopted;
+    if (p->ilp.mem != PASS_ILP_MEM_BOUND && !cm)
         return pass_prop_sweep(p);
     layout *keep = layouts_save(p);
     if (!keep)
         return 0;
+    double step = cm ? pass_prop_step_time(p) : 0.0;
     int round = pass_prop_sweep(p);
-    if (pass_prop_memory(p) > p->ilp.mem_hbm)
+    if ((p->ilp.mem == PASS_ILP_MEM_BOUND && pass_prop_memory(p) > p->ilp.mem_hbm) ||
+        (cm && pass_prop_step_time(p) > step))
         for (int k = 0; k < p->nops; k++)
             p->ops[k].lay = keep[k];
     free(keep);
+    if (cm)
+        p->plan_why = "the ILP priced each reshard's time left exposed beside its matmul (collective matmul) "
+                      "and chose a plan that hides more";
     return round;
 }
 
@@ -662,48 +670,6 @@ static void certify(prop *p, double objective)
     }
 }
 
-/* --ilp=on|off|SECONDS: the ILP's time limit in seconds (0: off). */
-static bool parse_ilp(const char *value, double *seconds)
-{
-    *seconds = ILP_DEFAULT_SECONDS;
-    if (!value || strcmp(value, "on") == 0)
-        return true;
-    if (strcmp(value, "off") == 0) {
-        *seconds = 0.0;
-        return true;
-    }
-    char *end;
-    double s = strtod(value, &end);
-    if (end == value || *end || !(s > 0.0) || s > 3600.0)
-        return false;
-    *seconds = s;
-    return true;
-}
-
-static bool check_ilp(const char *value, char *why, size_t why_size)
-{
-    double s;
-    if (parse_ilp(value, &s))
-        return true;
-    snprintf(why, why_size, "--ilp wants on, off or a time limit in seconds (0 < S <= 3600), not '%s'", value);
-    return false;
-}
-
-static bool check_portfolio(const char *value, char *why, size_t why_size)
-{
-    if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0)
-        return true;
-    snprintf(why, why_size, "--portfolio wants on or off, not '%s'", value);
-    return false;
-}
-
-const pass_option pass_propagate_options[2] = {
-    {"ilp", "on|off|SECONDS: plan the whole program as one ILP (GLPK) within a time limit (default on, "
-            "20 s: ILP_DEFAULT_SECONDS)", check_ilp},
-    {"portfolio", "on|off: also plan seed 000's strategies and keep the one with the shortest step "
-                  "(propagate_portfolio.c; default on)", check_portfolio},
-};
-
 int pass_propagate(pass_ctx *ctx, ir_module *m)
 {
     prop p;
@@ -714,7 +680,7 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     p.meshslice = pass_runs_later(ctx, "meshslice") && !(ms && strcmp(ms, "off") == 0);
     p.meshslice_k = p.meshslice && ms && strcmp(ms, "auto") != 0;
     p.m = m;
-    parse_ilp(pass_option_value(ctx, "ilp"), &p.ilp_time);
+    pass_prop_parse_ilp(pass_option_value(ctx, "ilp"), &p.ilp_time);
     int errors = check_input(&p);
     if (errors)
         return errors;

@@ -64,6 +64,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cost.h"
 #include "costmodel.h"
 #include "propagate_ilp.h"
 
@@ -103,8 +104,7 @@ int pass_ilp_col_new(ilp *s, double obj, bool binary, double lb, double warm)
     return j;
 }
 
-/* A new row with bounds of `type` (GLP_FX or GLP_LO) at 0. */
-static int row_new(ilp *s, int type)
+int pass_ilp_row_new(ilp *s, int type)
 {
     int i = glp_add_rows(s->lp, 1);
     s->nrows = i;
@@ -112,7 +112,7 @@ static int row_new(ilp *s, int type)
     return i;
 }
 
-static void nz_add(ilp *s, int row, int col, double v)
+void pass_ilp_nz_add(ilp *s, int row, int col, double v)
 {
     int need = s->nz + 1, c1 = s->nz_cap, c2 = s->nz_cap;
     if (!grow((void **)&s->ia, &c1, need, sizeof *s->ia) || !grow((void **)&s->ja, &c2, need, sizeof *s->ja) ||
@@ -131,13 +131,13 @@ static void nz_group(ilp *s, int row, int k, const group *gr, int g)
 {
     for (int c = 0; c < s->nc[k]; c++)
         if (gr->of[c] == g)
-            nz_add(s, row, s->col0[k] + c, -1.0);
+            pass_ilp_nz_add(s, row, s->col0[k] + c, -1.0);
 }
 
 /* Row y - (terms to follow) >= 0, remembered for the warm start. */
 static int ge_new(ilp *s, int y)
 {
-    int r = row_new(s, GLP_LO);
+    int r = pass_ilp_row_new(s, GLP_LO);
     int c1 = s->ge_cap, c2 = s->ge_cap;
     if (!grow((void **)&s->ge_row, &c1, s->nge, sizeof *s->ge_row) ||
         !grow((void **)&s->ge_col, &c2, s->nge, sizeof *s->ge_col) ||
@@ -149,7 +149,7 @@ static int ge_new(ilp *s, int y)
     s->ge_col[s->nge] = y;
     s->ge_nz[s->nge] = s->nz + 1;
     s->nge++;
-    nz_add(s, r, y, 1.0);
+    pass_ilp_nz_add(s, r, y, 1.0);
     return r;
 }
 
@@ -238,14 +238,16 @@ static int fixed_targets(const prop *p, const ir_value *v, const ir_sharding *ha
 }
 
 /* Column of y[a,t] (the reshard of sharding a to target t, paid once),
- * made on first use. */
-static int ycol(ilp *s, const ir_value *v, int *ys, int nt, int a, const ir_sharding *from, const targets *t,
+ * made on first use with the credit of op k hiding its first step
+ * (pass_ilp_cm_rs; A: k's candidates by produced sharding). */
+static int ycol(ilp *s, const ir_value *v, int *ys, int nt, int k, const group *A, int a, const targets *t,
                 int ti)
 {
     int *slot = &ys[a * nt + ti];
     if (*slot == 0) {
-        double us = pass_prop_reshard_time(s->p, v, from, &t->sh[ti]) * t->trips[ti] * 1e6;
+        double us = pass_prop_reshard_time(s->p, v, &A->sh[a], &t->sh[ti]) * t->trips[ti] * 1e6;
         *slot = pass_ilp_col_new(s, us, false, 0.0, 0.0);
+        pass_ilp_cm_rs(s, v, k, A, a, &t->sh[ti], t->trips[ti], *slot);
     }
     return *slot;
 }
@@ -315,18 +317,18 @@ static void value_variable(ilp *s, int id, int k)
                     glp_set_col_bnds(s->lp, col, GLP_FX, 0.0, 0.0);
                     continue;
                 }
-                int r = ge_new(s, ycol(s, v, ys, nt, a, &A.sh[a], &T, ti));
-                nz_add(s, r, col, -1.0);
+                int r = ge_new(s, ycol(s, v, ys, nt, k, &A, a, &T, ti));
+                pass_ilp_nz_add(s, r, col, -1.0);
             }
             continue;
         }
         /* Transport rows: sum_b e[a,b] = p[a], sum_a e[a,b] = q[b]. */
         for (int a = 0; a < A.n; a++) {
-            erow_a[a] = row_new(s, GLP_FX);
+            erow_a[a] = pass_ilp_row_new(s, GLP_FX);
             nz_group(s, erow_a[a], k, &A, a);
         }
         for (int b = 0; b < B[u].n; b++) {
-            int rb = row_new(s, GLP_FX);
+            int rb = pass_ilp_row_new(s, GLP_FX);
             nz_group(s, rb, j, &B[u], b);
             int ti = target_of(s, &T, &B[u].sh[b], rank, 1.0);
             if (ti < 0 || ti >= nt)
@@ -339,12 +341,26 @@ static void value_variable(ilp *s, int id, int k)
                 bool cur = a == A.cur && b == B[u].cur;
                 double us_cost = alone && !same ? t * T.trips[ti] * 1e6 : 0.0;
                 int e = pass_ilp_col_new(s, us_cost, false, 0.0, cur ? 1.0 : 0.0);
-                nz_add(s, erow_a[a], e, 1.0);
-                nz_add(s, rb, e, 1.0);
-                if (same || alone)
+                pass_ilp_nz_add(s, erow_a[a], e, 1.0);
+                pass_ilp_nz_add(s, rb, e, 1.0);
+                if (same)
                     continue;
-                int r = ge_new(s, ycol(s, v, ys, nt, a, &A.sh[a], &T, ti));
-                nz_add(s, r, e, -1.0);
+                /* Collective matmul: consumer j may hide the last step, an
+                 * AllGather, if no earlier use may need the same target;
+                 * the producer the first, a ReduceScatter (its credit sits
+                 * on y, or here when the reshard is not shared). */
+                bool first = true;
+                for (int u2 = 0; u2 < u && first; u2++)
+                    for (int b2 = 0; b2 < B[u2].n && first; b2++)
+                        first = !ir_sharding_equal(&B[u2].sh[b2], &B[u].sh[b], rank);
+                if (first)
+                    pass_ilp_cm_ag(s, v, &A.sh[a], j, &B[u], b, e);
+                if (alone) {
+                    pass_ilp_cm_rs(s, v, k, &A, a, &B[u].sh[b], T.trips[ti], e);
+                    continue;
+                }
+                int r = ge_new(s, ycol(s, v, ys, nt, k, &A, a, &T, ti));
+                pass_ilp_nz_add(s, r, e, -1.0);
             }
         }
     }
@@ -361,7 +377,7 @@ static void value_variable(ilp *s, int id, int k)
             int ti = target_of(s, &T, &fixed[f], rank, 1.0);
             if (ti < 0 || ti >= nt)
                 continue;
-            int y = ycol(s, v, ys, nt, a, &A.sh[a], &T, ti);
+            int y = ycol(s, v, ys, nt, k, &A, a, &T, ti);
             int r = ge_new(s, y);
             nz_group(s, r, k, &A, a);
         }
@@ -430,6 +446,9 @@ static void value_fixed(ilp *s, int id, const ir_sharding *have)
                     break;
                 }
                 ws[ti] = pass_ilp_col_new(s, t * T.trips[ti] * 1e6, false, 0.0, 0.0);
+                /* The first use needing b may hide its AllGather. */
+                if (!cost_value_is_param_derived(v))
+                    pass_ilp_cm_ag(s, v, have, us->op, &B, b, 0);
             }
             int r = ge_new(s, ws[ti]);
             nz_group(s, r, us->op, &B, b);
@@ -508,21 +527,25 @@ static void ilp_free(ilp *s)
     free(s->ge_row);
     free(s->ge_col);
     free(s->ge_nz);
+    free(s->cm_row);
+    free(s->cm_col);
+    free(s->cm_us);
+    free(s->cm_op);
 }
 
-static double now(void)
+double pass_ilp_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Solves s->lp: the relaxation (dual simplex after GLPK's presolver),
+/* pass_ilp_solve: s->lp's relaxation (dual simplex after GLPK's presolver),
  * then branch and cut from the warm start, within ms milliseconds from t0
  * in all.  Fills rep's status, iterations, nodes, objective and bounds;
  * false when no integral plan was found (the relaxation infeasible, or a
  * limit reached first). */
-static bool solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
+bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
 {
     glp_smcp sm;
     glp_init_smcp(&sm);
@@ -533,7 +556,17 @@ static bool solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
     /* The iteration limit, not the clock, decides on a loaded machine, so
      * that a program gets the same plan every time. */
     sm.it_lim = ILP_ITERS_PER_ROW * s->nrows + 10000;
-    int ret = glp_simplex(s->lp, &sm);
+    int ret = 1;
+    if (s->from_basis) {
+        /* Only the objective and some bounds changed since the last solve:
+         * the primal simplex goes on from its basis, still feasible. */
+        glp_smcp warm = sm;
+        warm.presolve = GLP_OFF;
+        warm.meth = GLP_PRIMAL;
+        ret = glp_simplex(s->lp, &warm);
+    }
+    if (ret != 0 || glp_get_status(s->lp) != GLP_OPT)
+        ret = glp_simplex(s->lp, &sm);
     rep->iterations = glp_get_it_cnt(s->lp);
     if (ret != 0 || glp_get_status(s->lp) != GLP_OPT) {
         rep->status = PASS_ILP_TIME_LIMIT;
@@ -548,7 +581,7 @@ static bool solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
     io.cb_func = callback;
     io.cb_info = s;
     io.mip_gap = 1e-6;
-    int left = ms - (int)((now() - t0) * 1e3);
+    int left = ms - (int)((pass_ilp_now() - t0) * 1e3);
     io.tm_lim = left > 1 ? left : 1;
     ret = glp_intopt(s->lp, &io);
     int st = glp_mip_status(s->lp);
@@ -565,7 +598,7 @@ static bool solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
 }
 
 /* Sets every op's layout to the candidate that plan x selects. */
-static void apply(ilp *s, const double *x)
+void pass_ilp_apply(ilp *s, const double *x)
 {
     for (int k = 0; k < s->p->nops; k++)
         for (int c = 0; c < s->nc[k]; c++)
@@ -589,7 +622,7 @@ static void memory_row(ilp *s, int ms, double t0, double *x, pass_prop_ilp_repor
     rep->mem_hbm = hbm;
     for (int k = 0; k < p->nops; k++)
         keep[k] = p->ops[k].lay;
-    apply(s, x);
+    pass_ilp_apply(s, x);
     rep->mem_fastest = pass_prop_memory(p);
     rep->fastest = pass_prop_total_cost(p).time;
     for (int k = 0; k < p->nops; k++)
@@ -606,7 +639,7 @@ static void memory_row(ilp *s, int ms, double t0, double *x, pass_prop_ilp_repor
      * local search's plan is the first incumbent only if it fits. */
     s->warm_given = fixed + pass_ilp_mem_value(s, coef, s->warm) > hbm;
     s->nodes = 0;
-    if (solve(s, ms, t0, rep)) {
+    if (pass_ilp_solve(s, ms, t0, rep)) {
         for (int j = 1; j <= ncols_x; j++)
             x[j] = glp_mip_col_val(s->lp, j);
         rep->mem = PASS_ILP_MEM_BOUND;
@@ -620,7 +653,7 @@ out:
 
 int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
 {
-    double t0 = now();
+    double t0 = pass_ilp_now();
     memset(rep, 0, sizeof *rep);
     if (p->nops == 0 || !p->hw)
         return 0;
@@ -644,6 +677,8 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     if (!pass_ilp_own_all(&s, &small))
         goto out;
     s.merge = !small;
+    const char *ov = pass_option_value(p->ctx, "ilp-overlap");
+    s.cm_on = p->hw->collective_matmul && !(ov && strcmp(ov, "off") == 0);
     rep->merged = s.merge;
     glp_set_obj_dir(s.lp, GLP_MIN);
     /* x[k,c], one per op; the objective in microseconds. */
@@ -653,13 +688,13 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
         if (s.col0[k] == 0) {
             /* An op of its own: x[k,c], exactly one. */
             s.ncand += s.nc[k];
-            int r = row_new(&s, GLP_FX);
+            int r = pass_ilp_row_new(&s, GLP_FX);
             glp_set_row_bnds(s.lp, r, GLP_FX, 1.0, 1.0);
             for (int c = 0; c < s.nc[k]; c++) {
                 int j = pass_ilp_col_new(&s, 0.0, true, 0.0, c == 0);
                 if (c == 0)
                     s.col0[k] = j;
-                nz_add(&s, r, j, 1.0);
+                pass_ilp_nz_add(&s, r, j, 1.0);
             }
         }
         for (int c = 0; c < s.nc[k]; c++) {
@@ -705,7 +740,7 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     rep->warm_objective = warm_obj * 1e-6;
     int ms = (int)fmax(1.0, fmin(time_limit * 1e3, 1e9));
     x = malloc(((size_t)s.ncols + 1) * sizeof *x);
-    if (!x || !solve(&s, ms, t0, rep))
+    if (!x || !pass_ilp_solve(&s, ms, t0, rep))
         goto out;
     for (int j = 1; j <= s.ncols; j++)
         x[j] = glp_mip_col_val(s.lp, j);
@@ -719,7 +754,7 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
         goto out;
     for (int k = 0; k < p->nops; k++)
         keep[k] = p->ops[k].lay;
-    apply(&s, x);
+    pass_ilp_apply(&s, x);
     cost after = pass_prop_total_cost(p);
     bool fit_after = !rep->mem_hbm || pass_prop_memory(p) <= rep->mem_hbm;
     if (fit_after != fit_before ? fit_after : pass_prop_cost_less(after, before)) {
@@ -732,10 +767,14 @@ int pass_prop_ilp(prop *p, double time_limit, pass_prop_ilp_report *rep)
     }
     rep->exact_before = before.time;
     rep->exact_after = after.time;
+    /* On a profile with collective matmul, the exposed edge costs. */
+    if (s.ncm > 0 && !pass_ilp_cm_solve(&s, ms, t0, x, rep))
+        goto out;
+    changed += rep->cm_changed;
 out:
     free(keep);
     free(x);
-    rep->seconds = now() - t0;
+    rep->seconds = pass_ilp_now() - t0;
     if (p->ctx->log && rep->status != PASS_ILP_NONE)
         fprintf(p->ctx->log,
                 "propagate: ILP: %ld candidate layouts%s, %d columns, %d rows, %d simplex iterations, %.3g s, %s; objective %.4g us "

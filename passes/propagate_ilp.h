@@ -52,6 +52,7 @@ typedef struct ilp {
     int *ge_nz;         /* their first nonzero */
     int nge, ge_cap;
     bool warm_given;    /* the callback handed the warm start over */
+    bool from_basis;    /* pass_ilp_solve starts from the last solve's basis */
     double bound;       /* best bound seen in the tree (us) */
     long nodes;         /* branch-and-bound nodes selected */
     layout **own;       /* by op: its own candidates (own_candidates) */
@@ -59,11 +60,32 @@ typedef struct ilp {
     bool merge;         /* simple ops merged into an operand (leader_operand) */
     bool *sharded_dim;  /* by dim id: some input, param, constraint or output shards it */
     ilp_seqdim *seq;    /* by dim id: what sequence parallelism may do with it */
+    bool cm_on;         /* collective matmul's credits are stated (--ilp-overlap, a profile that does it) */
+    int *cm_row;        /* by op: its row "hides at most one collective" (collective matmul), or 0 */
+    int *cm_col;        /* credit columns h (propagate_ilp_cm.c) */
+    double *cm_us;      /* by credit: the microseconds it takes off the objective */
+    int *cm_op;         /* by credit: the matmul op hiding it */
+    int ncm, cm_cap;    /* their count and capacity */
     double constant;    /* us the objective pays whatever the plan */
     bool oom;           /* an allocation failed */
 } ilp;
 
 /* ---- propagate_ilp.c ---- */
+
+/* A new row of s with bounds of `type` (GLP_FX or GLP_LO) at 0; its index. */
+int pass_ilp_row_new(ilp *s, int type);
+/* Coefficient v of column col in row `row` (s->oom set when out of memory). */
+void pass_ilp_nz_add(ilp *s, int row, int col, double v);
+/* Solves s->lp: the relaxation (dual simplex after GLPK's presolver),
+ * then branch and cut from the warm start (s->warm, handed over once
+ * unless s->warm_given), within ms milliseconds from t0 (pass_ilp_now) in
+ * all.  Fills rep's status, iterations, nodes, objective and bounds;
+ * false when no integral plan was found. */
+bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep);
+/* Sets every op's layout to the candidate that plan x (by column) selects. */
+void pass_ilp_apply(ilp *s, const double *x);
+/* Monotonic seconds. */
+double pass_ilp_now(void);
 
 /* A new column of s: continuous in [lb, 1] or binary, with objective `obj`
  * (us) and warm-start value `warm`; returns its index (s->oom set when
@@ -139,5 +161,29 @@ bool pass_ilp_mem_copies(ilp *s, double **coef);
 /* Adds the row sum_j coef[j] x[j] <= budget (bytes) to s->lp; returns its
  * index, 0 when out of memory. */
 int pass_ilp_mem_add(ilp *s, const double *coef, double budget);
+
+/* ---- propagate_ilp_cm.c: collective matmul's exposed edge costs ---- */
+
+/* The credit of consumer j hiding the last step of reshard v: from ->
+ * B->sh[b], an AllGather, as a collective matmul (cost_cm_pairs,
+ * cost_cm_hidden with j's fastest matmul among the candidates in group b):
+ * a column h in [0, 1] with h <= e (column `e`, the edge of the pair) or,
+ * when e is 0 (v's sharding is fixed), h <= q[u,b] (j's candidates in
+ * group b), in j's row sum h <= 1.  The caller calls it only for the use
+ * that reads the reshard first.  Nothing when the pair cannot hide. */
+void pass_ilp_cm_ag(ilp *s, const ir_value *v, const ir_sharding *from, int j, const group *B, int b, int e);
+/* The credit of producer k hiding the first step of reshard v: A->sh[a]
+ * -> to, a ReduceScatter of its partial sums, run `trips` times a step
+ * (with k's fastest matmul among its candidates in group a): h <= column
+ * `col` (the reshard's y, or its edge when not shared), in k's row. */
+void pass_ilp_cm_rs(ilp *s, const ir_value *v, int k, const group *A, int a, const ir_sharding *to,
+                    double trips, int col);
+/* After the serial solve left plan x (columns 1..s->ncols when it was
+ * built) and the ops at the plan kept: solves again with the credits on
+ * the objective, which is then each reshard's exposed time, and keeps its
+ * plan if its step (pass_prop_step_time, as the cost pass schedules it) is
+ * shorter (a plan that fits the HBM first, as the serial adoption).  Fills rep's cm_ fields; false when
+ * out of memory. */
+bool pass_ilp_cm_solve(ilp *s, int ms, double t0, const double *x, pass_prop_ilp_report *rep);
 
 #endif

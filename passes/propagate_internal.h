@@ -142,6 +142,18 @@ typedef struct pass_prop_ilp_report {
                               inputs, gradients, kept activations: the row's figure) */
     double mem_least;      /* bytes: no plan among the candidates keeps less */
     double fastest;        /* seconds: the exact objective of the fastest plan (before the row) */
+    int cm_credits;        /* collective matmul credit columns (propagate_ilp_cm.c); 0 elsewhere */
+    int cm_freed;          /* those the second solve frees (the others are too small to matter) */
+    double cm_bound;       /* seconds: the most they can take off a plan (each matmul's largest) */
+    bool cm_solved;        /* the ILP was solved again with them, to an integral plan */
+    double cm_objective;   /* seconds: that plan by the exposed objective of the ILP */
+    double cm_before;      /* seconds: pass_prop_step_time of the plan before that solve */
+    double cm_after;       /* seconds: and of its plan */
+    bool cm_adopted;       /* its plan replaced the one before */
+    int cm_changed;        /* ops whose layout it changed */
+    double cm_seconds;     /* wall time of that solve */
+    int cm_iterations;     /* its simplex iterations */
+    long cm_nodes;         /* its branch-and-bound nodes */
 } pass_prop_ilp_report;
 
 /* The pass's context (no global state). */
@@ -283,6 +295,13 @@ int pass_prop_sweep(prop *p);
  * the rounds of sweeps.  Every accepted change lowers the objective. */
 int pass_prop_descend(prop *p);
 
+/* ---- propagate_options.c ---- */
+
+/* --ilp=on|off|SECONDS (value NULL: on): the ILP's time limit in seconds
+ * into *seconds (0: off; ILP_DEFAULT_SECONDS for on); false when the value
+ * is none of those. */
+bool pass_prop_parse_ilp(const char *value, double *seconds);
+
 /* ---- propagate_step.c ---- */
 
 /* Seconds of the current plan's step as the cost pass schedules it:
@@ -358,11 +377,6 @@ void pass_prop_loop_restore(prop *p, const ir_sharding *saved, int nsaved);
  * saved[0..nsaved-1] (NULL: none); returns the number of loops.  With
  * pass_prop_loop_restore, a plan's carries are set aside and put back. */
 int pass_prop_loop_carries(const prop *p, ir_sharding *saved, int nsaved);
-/* Seconds of the reshards into every loop's carried sharding under the
- * current decisions: the value entering (once) and the body's new value
- * (every iteration), as pass_prop_loop_finish will emit them; the part of
- * the step pass_prop_step_time does not replay.  0 without a profile. */
-double pass_prop_loop_carry_time(prop *p);
 /* Before materialisation: gives each LayerStack result the sharding the
  * sweeps left its operand (without partial sums, the loop's dim in front)
  * and each LayerSlice of one that sharding without the dim, the shardings

@@ -192,23 +192,6 @@ int pass_prop_loop_carries(const prop *p, ir_sharding *saved, int nsaved)
     return i;
 }
 
-double pass_prop_loop_carry_time(prop *p)
-{
-    double t = 0.0;
-    for (const ir_op *op = p->m->first; op; op = op->next) {
-        if (op->kind != IR_OP_LOOPBEGIN || op->noperands != 1 || !op->u.loop.end ||
-            op->u.loop.end->noperands != 1)
-            continue;
-        const ir_sharding *carried = &op->result->type.sh;
-        const ir_value *init = op->operands[0], *next = op->u.loop.end->operands[0];
-        ir_sharding have = pass_prop_current(p, init);
-        t += pass_prop_reshard_time(p, init, &have, carried);
-        have = pass_prop_current(p, next);
-        t += pass_prop_reshard_time(p, next, &have, carried) * (double)ir_loop_trips(p->m, op);
-    }
-    return t;
-}
-
 bool pass_prop_loop_reusable(const ir_value *dst, const ir_op *before)
 {
     const ir_op *scope = dst->def ? dst->def->loop : NULL;

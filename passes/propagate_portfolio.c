@@ -58,9 +58,9 @@
  * and a backward loop's cotangent starts as its primal's; after them the
  * carries nothing fixes are settled from the value entering, kept if the
  * objective is lower, as the search settles them.  The carries of the plan
- * kept are restored with its layouts.  Plans are scored by the step plus
- * the reshards into the carried shardings (pass_prop_loop_carry_time),
- * which the step's replay leaves out and which differ between strategies.
+ * kept are restored with its layouts.  Plans are scored by the step's
+ * replay, which includes the reshards into the carried shardings (they
+ * differ between strategies).
  * Where no param shards a dim over a data axis (DP, as
  * examples/llama2_13b*.ein declare it), the model dim is the one a forward
  * loop carries besides B and the sequence (carried_model), and the
@@ -371,11 +371,11 @@ static bool fits(const prop *p)
 }
 
 /* The step a plan is scored by: the planner's replay of the cost pass's
- * two streams, plus the reshards into the loops' carried shardings, which
- * the replay leaves out and which differ between strategies. */
+ * two streams, the reshards into the loops' carried shardings included
+ * (they differ between strategies). */
 static double score(prop *p)
 {
-    return pass_prop_step_time(p) + pass_prop_loop_carry_time(p);
+    return pass_prop_step_time(p);
 }
 
 int pass_prop_portfolio(prop *p)

@@ -24,8 +24,8 @@
  * outputs after it.  The step is the later of the two streams' ends.  The
  * choice between the first phase's plan and the wide phase's uses it
  * (propagate.c, widen), so the margin a wider plan must win by is a margin
- * of the step the cost pass will report.  Not replayed (they are small):
- * the reshard of a repeated block's new value into its carried sharding.
+ * of the step the cost pass will report.  A repeated block's new value is
+ * resharded into its carried sharding after the op making it, every layer.
  *
  * On a profile with collective matmul (hw->collective_matmul) a
  * main-stream reshard whose plan ends in an AllGather into a matmul, or
@@ -47,18 +47,34 @@ typedef struct done {
     double ready;
 } done;
 
-/* Seconds of one run of collective step `comm` (over `group` devices)
- * that op k's chunks hide as a collective matmul: op k is a decided
- * matmul that hides nothing yet (hid[k], then set). */
-static double hide(prop *p, int k, double comm, int64_t group, bool *hid)
+/* Appends d to dn (n entries, capacity *cap); false when out of memory. */
+static bool done_add(done **dn, int *n, int *cap, done d)
 {
-    if (comm <= 0 || k < 0 || k >= p->nops || hid[k] || !p->ops[k].decided)
+    if (*n == *cap) {
+        done *g = realloc(*dn, (size_t)*cap * 2 * sizeof **dn);
+        if (!g)
+            return false;
+        *dn = g;
+        *cap *= 2;
+    }
+    (*dn)[(*n)++] = d;
+    return true;
+}
+
+/* Seconds of one run of collective step `comm` (over `group` devices,
+ * run `trips` times a step) that op k's chunks hide as a collective
+ * matmul: op k is a decided op that pairs with it (cost_cm_pairs, the
+ * cost pass's rule) and hides nothing yet (hid[k], then set). */
+static double hide(prop *p, int k, double comm, int64_t group, double trips, bool *hid)
+{
+    if (comm <= 0 || k < 0 || k >= p->nops || hid[k] || !p->ops[k].decided ||
+        !cost_cm_pairs(p->m, p->hw, p->ops[k].op, (int64_t)trips))
         return 0.0;
     double mm = pass_prop_matmul_time(p, k, &p->ops[k].lay);
     if (mm <= 0)
         return 0.0;
     hid[k] = true;
-    return comm - cost_collective_matmul_exposed(p->hw, comm, mm, group);
+    return cost_cm_hidden(p->hw, comm, mm, group);
 }
 
 /* Seconds of reshard v: from -> to (run `trips` times; `producer` the op
@@ -74,10 +90,8 @@ static double main_reshard(prop *p, const ir_value *v, const ir_sharding *from, 
     reshard_ends e = pass_prop_reshard_ends(p, v, from, to);
     /* Its first step, a ReduceScatter, behind the matmul that made v (run
      * as often); its last, an AllGather, behind the one it feeds. */
-    double h = 0.0;
-    if (producer >= 0 && (double)ir_op_trips(p->m, p->ops[producer].op) == trips)
-        h += hide(p, producer, e.head_rs, e.head_group, hid);
-    h += hide(p, consumer, e.tail_ag, e.tail_group, hid);
+    double h = hide(p, producer, e.head_rs, e.head_group, trips, hid);
+    h += hide(p, consumer, e.tail_ag, e.tail_group, trips, hid);
     return (t - h) * trips;
 }
 
@@ -96,6 +110,23 @@ double pass_prop_step_time(prop *p)
         return pass_prop_total_cost(p).time;
     }
     double main_t = 0, side_t = 0;
+    /* A loop's carry from a value no compute op makes (an input, a layer
+     * of a stacked value): its reshard on the main stream (the carries of
+     * op results follow their ops, below). */
+    for (const ir_op *op = p->m->first; op; op = op->next) {
+        if (op->kind != IR_OP_LOOPBEGIN || op->noperands != 1 || !op->u.loop.end ||
+            op->u.loop.end->noperands != 1)
+            continue;
+        const ir_value *ends[2] = {op->operands[0], op->u.loop.end->operands[0]};
+        for (int i = 0; i < 2; i++) {
+            const ir_value *v = ends[i];
+            if (v->id >= 0 && v->id < p->nvalues && p->def[v->id] >= 0)
+                continue;
+            ir_sharding have = pass_prop_current(p, v);
+            main_t += pass_prop_reshard_time(p, v, &have, &op->result->type.sh) *
+                      (i ? (double)ir_loop_trips(p->m, op) : 1.0);
+        }
+    }
     for (int k = 0; k < p->nops; k++) {
         const opinfo *oi = &p->ops[k];
         const ir_op *op = oi->op;
@@ -125,14 +156,8 @@ double pass_prop_step_time(prop *p)
                                                               k, trips, hid);
                     r = main_t;
                 }
-                if (n == cap) {
-                    done *g = realloc(dn, (size_t)cap * 2 * sizeof *dn);
-                    if (!g)
-                        break;
-                    dn = g;
-                    cap *= 2;
-                }
-                dn[n++] = (done){v->id, oi->lay.req[i], r};
+                if (!done_add(&dn, &n, &cap, (done){v->id, oi->lay.req[i], r}))
+                    break;
             }
             dep = fmax(dep, dn[j].ready);
         }
@@ -150,8 +175,21 @@ double pass_prop_step_time(prop *p)
             ir_sharding want = out->has_constraint ? out->constraint : pass_prop_reduced(have);
             main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid);
         }
-        if (r->id >= 0 && r->id < p->nvalues)
-            ready[r->id] = main_t;
+        if (r->id < 0 || r->id >= p->nvalues)
+            continue;
+        ready[r->id] = main_t;
+        /* A repeated block's carry: the body's new value is resharded into
+         * the loop's carried sharding every layer (LoopEnd), a value
+         * entering the loop once (LoopBegin), as the serial objective counts
+         * it (add_carried); on the main stream after the op (the cost pass
+         * runs it at the body's end; the stream is serial either way), and
+         * shared with a consumer needing the same sharding. */
+        const ir_op *lp = p->loop_use[r->id];
+        if (lp && !ir_sharding_equal(&have, &lp->result->type.sh, r->type.rank)) {
+            main_t += main_reshard(p, r, &have, &lp->result->type.sh, r->has_constraint ? -1 : k, -1,
+                                   lp->kind == IR_OP_LOOPEND ? trips : 1.0, hid);
+            done_add(&dn, &n, &cap, (done){r->id, lp->result->type.sh, main_t});
+        }
     }
     free(dn);
     free(ready);
