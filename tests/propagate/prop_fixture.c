@@ -208,6 +208,12 @@ int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors)
 
 int fx_run_hw_to(ir_module *m, const struct cost_hw *hw, FILE *diag_out, int *verify_errors)
 {
+    return fx_run_hw_opts(m, hw, diag_out, NULL, verify_errors);
+}
+
+int fx_run_hw_opts(ir_module *m, const struct cost_hw *hw, FILE *diag_out,
+                   const pass_options *options, int *verify_errors)
+{
     diag_ctx d;
     diag_init(&d, "test.ein", "", 0);
     d.out = diag_out;
@@ -215,6 +221,7 @@ int fx_run_hw_to(ir_module *m, const struct cost_hw *hw, FILE *diag_out, int *ve
     memset(&ctx, 0, sizeof ctx);
     ctx.diag = &d;
     ctx.hw = hw;
+    ctx.options = options;
     ctx.log = getenv("PROP_LOG") ? stderr : NULL;
     int e = pass_propagate(&ctx, m);
     *verify_errors = e ? -1 : ir_verify(m, &d);

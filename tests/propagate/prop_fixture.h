@@ -38,6 +38,11 @@ struct cost_hw;
 int fx_run_hw(ir_module *m, const struct cost_hw *hw, int *verify_errors);
 /* The same with diagnostics written to `diag_out`. */
 int fx_run_hw_to(ir_module *m, const struct cost_hw *hw, FILE *diag_out, int *verify_errors);
+/* The same with the passes' options as given on a command line (not owned;
+ * NULL: all at their defaults). */
+struct pass_options;
+int fx_run_hw_opts(ir_module *m, const struct cost_hw *hw, FILE *diag_out,
+                   const struct pass_options *options, int *verify_errors);
 /* The planner's objective for a propagated module: the sum of every op's
  * estimated time on `hw` (cost_op_estimate), seconds. */
 double fx_serial_time(const ir_module *m, const struct cost_hw *hw);
