@@ -66,10 +66,14 @@ static double fastest_matmul(ilp *s, int k, const group *gr, int g)
     return isinf(mm) ? 0.0 : mm;
 }
 
-/* A credit column of `us` microseconds for matmul op k, fixed at 0 until
- * pass_ilp_cm_solve; its index, 0 when out of memory. */
-static int credit_new(ilp *s, int k, double us)
+/* A credit column h of `us` microseconds for matmul op k, fixed at 0 until
+ * pass_ilp_cm_solve, and the row `h <= ...` whose right side (the edge or
+ * reshard columns the credit needs) the caller adds: the row's index, 0
+ * when there is nothing to credit (us not above 0) or out of memory. */
+static int credit_row(ilp *s, int k, double us)
 {
+    if (!(us > 0))
+        return 0;
     if (!s->cm_row && !(s->cm_row = calloc((size_t)s->p->nops, sizeof *s->cm_row))) {
         s->oom = true;
         return 0;
@@ -101,7 +105,9 @@ static int credit_new(ilp *s, int k, double us)
         glp_set_row_bnds(s->lp, s->cm_row[k], GLP_UP, 0.0, 1.0);
     }
     pass_ilp_nz_add(s, s->cm_row[k], h, 1.0);
-    return h;
+    int r = pass_ilp_row_new(s, GLP_LO);
+    pass_ilp_nz_add(s, r, h, -1.0);
+    return r;
 }
 
 void pass_ilp_cm_ag(ilp *s, const ir_value *v, const ir_sharding *from, int j, const group *B, int b, int e)
@@ -113,13 +119,9 @@ void pass_ilp_cm_ag(ilp *s, const ir_value *v, const ir_sharding *from, int j, c
         return;
     reshard_ends en = pass_prop_reshard_ends(p, v, from, &B->sh[b]);
     double us = cost_cm_hidden(p->hw, en.tail_ag, fastest_matmul(s, j, B, b), en.tail_group) * (double)trips * 1e6;
-    if (!(us > 0))
+    int r = credit_row(s, j, us);
+    if (!r)
         return;
-    int h = credit_new(s, j, us);
-    if (!h)
-        return;
-    int r = pass_ilp_row_new(s, GLP_LO);
-    pass_ilp_nz_add(s, r, h, -1.0);
     if (e) {
         pass_ilp_nz_add(s, r, e, 1.0);
         return;
@@ -137,13 +139,9 @@ void pass_ilp_cm_rs(ilp *s, const ir_value *v, int k, const group *A, int a, con
         return;
     reshard_ends en = pass_prop_reshard_ends(p, v, &A->sh[a], to);
     double us = cost_cm_hidden(p->hw, en.head_rs, fastest_matmul(s, k, A, a), en.head_group) * trips * 1e6;
-    if (!(us > 0))
+    int r = credit_row(s, k, us);
+    if (!r)
         return;
-    int h = credit_new(s, k, us);
-    if (!h)
-        return;
-    int r = pass_ilp_row_new(s, GLP_LO);
-    pass_ilp_nz_add(s, r, h, -1.0);
     pass_ilp_nz_add(s, r, col, 1.0);
 }
 
