@@ -96,6 +96,15 @@ static double fixed_bytes(const ir_module *m, int Z)
     return (w.state_stacked + w.param_stacked) / Z + w.state_other + w.param_other;
 }
 
+/* Puts m back as it was before pricing: price() rewrites the batch dim,
+ * the pipeline record and the pipeline totals. */
+static void restore(ir_module *m, int B, int64_t batch, const ir_pipeline *saved)
+{
+    m->dims[B].size = batch;
+    m->pipe = *saved;
+    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+}
+
 /* Fallback advice for a stage peak over the HBM when no nearby pair fits
  * (nearest_fit), into change (n bytes): more stages or another axis to
  * shard the params over when the params, gradients and state alone exceed
@@ -161,9 +170,7 @@ static bool nearest_fit(ir_module *m, const cost_hw *hw, int B, int64_t batch, i
             found = true;
         }
     }
-    m->dims[B].size = batch;
-    m->pipe = saved;
-    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    restore(m, B, batch, &saved);
     return found;
 }
 
@@ -197,9 +204,7 @@ void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batc
     ir_pipeline saved = m->pipe;
     cand c = {0};
     bool ok = price(m, hw, B, batch, schedule, M, v, &c);
-    m->dims[B].size = batch;
-    m->pipe = saved;
-    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    restore(m, B, batch, &saved);
     if (!ok)
         return;
     char name[64], change[320], line[512];
@@ -253,9 +258,7 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
             }
         }
     }
-    m->dims[B].size = batch;
-    m->pipe = saved;
-    memset(&m->totals.pipe, 0, sizeof m->totals.pipe);
+    restore(m, B, batch, &saved);
     if (!priced)
         return;
     const cand *pick = fit.mb ? &fit : &low;
