@@ -516,8 +516,8 @@ static cJSON *tune_json(const report *r, const cost_ms_tune_result *t)
         cJSON_AddNumberToObject(o, "cols", (double)t->mesh.cols);
         cJSON_AddNumberToObject(o, "time", t->time);
         cJSON_AddNumberToObject(o, "utilization", t->utilization);
-        /* The same choices (mesh, dataflows, K) run without overlap. */
-        cJSON_AddNumberToObject(o, "time_no_overlap", t->time_serial);
+        cJSON_AddNumberToObject(o, "time_no_overlap", t->time_serial); /* same choices, no overlap */
+        cJSON_AddNumberToObject(o, "time_slicing", t->time_slicing);   /* MeshSlice's copies, 3.1.2 */
         if (r->ng)
             at_block_json_result(o, t, r->ng, r->o->chips, r->p->peak_flops);
     }

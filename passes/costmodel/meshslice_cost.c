@@ -7,7 +7,9 @@
  * the last partial ReduceScatter), and whose steady state costs the slowest
  * of its stages per iteration.  The stages come from the same pieces the
  * rest of einc uses: Eq. 5 of cost_ms_collective_time for a collective, the
- * roofline of cost_op.c (FLOPs / peak vs bytes / HBM bandwidth) for the einsum.
+ * roofline of cost_op.c (FLOPs / peak vs bytes / HBM bandwidth) for the einsum,
+ * and for K > 1 the slicing copies of 3.1.2 (cost_ms_slice_copy_time, the
+ * helper the autotuner's model uses) in the gather and scatter stages.
  *
  * The pipeline assumes the collectives move data while the GEMM computes,
  * as a TPU's ICI DMA engines do.  On a calibrated CPU host a collective is
@@ -80,10 +82,14 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
     /* A calibrated profile's figures hold for its own device count. */
     double contention = hw->measured ? cost_measured_contention(hw, (double)ir_mesh_devices(&m->mesh)) : 1;
     double pre = 0, post = 0, comm_sum = 0, sent = 0;
+    /* One iteration's slicing copies in the gather and scatter stages
+     * (cost_ms_slice_copy_time, as meshslice_model.c prices them): the
+     * copies of the stage's moves share the HBM, so they add. */
+    double pre_copy = 0, post_copy = 0;
     /* Bytes one partial einsum reads and writes: the whole stationary
      * matrix every iteration (OS: C, read and written; LS: A; RS: B), the
      * moved matrices' gathered or partial buffers (added below). */
-    double g_bytes = 0;
+    double g_bytes = 0, hbm_copy = 0;
     bool moved[2] = {false, false};
     for (int q = 0; q < op->u.ms.nmoves; q++)
         if (op->u.ms.moves[q].operand >= 0 && op->u.ms.moves[q].operand < 2)
@@ -108,11 +114,16 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
         comm_sum += K * tc;
         sent += K * (double)(P - 1) * piece;
         g_bytes += (double)P * piece; /* the gathered (or partial) buffer of one iteration */
+        double copy = cost_ms_slice_copy_time(&p, K * piece, (int64_t)K);
+        if (copy > 0)
+            hbm_copy += 2 * K * piece; /* every sub-shard read and written once */
         if (mv->kind == IR_OP_ALLGATHER)
-            pre = fmax(pre, tc);
+            pre = fmax(pre, tc), pre_copy += copy;
         else
-            post = fmax(post, tc);
+            post = fmax(post, tc), post_copy += copy;
     }
+    pre += pre_copy;
+    post += post_copy;
     /* A partial einsum whose split dim is shorter than the GEMM tile wastes
      * what it does not fill (meshslice_model.c pads every dim to mxu_tile;
      * only the split dim changes with K, so only it is padded here): this
@@ -122,7 +133,7 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
     double tile = hw->measured ? MEASURED_GEMM_TILE : (double)(p.mxu_tile > 0 ? p.mxu_tile : 1);
     double pad = sub > 0 ? ceil(sub / tile) * tile / sub : 1;
     double g_compute = flops / K / cost_peak_flops(hw, t) * pad;
-    double hbm = K * g_bytes;
+    double hbm = K * g_bytes + hbm_copy;
     double g_memory = g_bytes / hw->hbm_bw;
     double g = fmax(g_compute, g_memory) + p.t_gemm_launch;
     if (hw->measured) {
@@ -142,14 +153,14 @@ void cost_meshslice_op(const ir_module *m, const cost_hw *hw, const ir_op *op, i
     c->hbm_bytes = hbm;
     c->comm_bytes = sent;
     c->t_compute = K * g_compute;
-    c->t_memory = K * g_memory;
+    c->t_memory = K * (g_memory + pre_copy + post_copy);
     c->t_comm = comm_sum;
     if (cost_measured_overlaps(hw, (double)ir_mesh_devices(&m->mesh))) {
         c->time = pre + g + post + (K - 1) * steady;
     } else {
         /* Collectives and GEMMs are work for the same cores: every partial
          * collective and every partial GEMM takes its own time. */
-        c->time = K * g + comm_sum;
+        c->time = K * (g + pre_copy + post_copy) + comm_sum;
         steady = comm_sum > K * g ? fmax(pre, post) : g;
     }
     if (steady == g)

@@ -351,16 +351,10 @@ static double comm_total(const cost_ms_params *p, const plan *pl)
            move_time(p, pl->col.kind == MOVE_SCATTER, pl->col.ring, pl->col.shard);
 }
 
-/* Seconds of one iteration's slicing copies for a move cut into k > 1
- * sub-shards: the blocked slice of the local shard copied out before its
- * AllGather, or the reduced sub-shard copied into place after its
- * ReduceScatter (seed 004 3.1.2, dynamic_slice on TPU), read and written
- * once at the HBM bandwidth.  0 without slicing or a bandwidth. */
+/* Seconds of one iteration's slicing copies of move `mv` cut into k sub-shards. */
 static double slice_copy_time(const cost_ms_params *p, const move *mv, int64_t k)
 {
-    if (k <= 1 || mv->kind == MOVE_NONE || p->hbm_bw <= 0)
-        return 0;
-    return 2.0 * mv->shard / (double)k / p->hbm_bw;
+    return mv->kind == MOVE_NONE ? 0 : cost_ms_slice_copy_time(p, mv->shard, k);
 }
 
 /* MeshSlice with K slices; K = 1 is Collective (seed 004, 3.2.2).  The
@@ -594,6 +588,8 @@ cost_ms_estimate cost_ms_time(const cost_ms_params *p, const cost_ms_gemm *g, co
     algo_time(&serial, g, mesh, df, &pl, algo, e.slices, &s);
     e.valid = true;
     e.t_serial = s.time;
+    if (algo == COST_MS_ALGO_MESHSLICE)
+        e.t_slicing = (double)e.slices * (slice_copy_time(p, &pl.row, e.slices) + slice_copy_time(p, &pl.col, e.slices));
     e.t_comm = comm_total(p, &pl);
     e.t_exposed = fmax(0.0, e.time - e.t_compute);
     e.utilization = cost_ms_gemm_flops(g) / (e.time * (double)(mesh.rows * mesh.cols) * p->peak_flops);
@@ -728,6 +724,7 @@ cost_ms_tune_result cost_ms_tune_mesh(const cost_ms_params *p, const cost_ms_lay
         }
         res.time += layers[i].repeat * e.time;
         res.time_serial += layers[i].repeat * e.t_serial;
+        res.time_slicing += layers[i].repeat * e.t_slicing;
     }
     res.found = true;
     res.utilization = layers_flops(layers, n) / (res.time * (double)(mesh.rows * mesh.cols) * p->peak_flops);

@@ -103,6 +103,9 @@ typedef struct cost_ms_estimate {
     double t_exposed;    /* time - t_compute: communication not hidden */
     double t_serial;     /* seconds: the same configuration (K, panels, steps) with
                           * nothing overlapped, every stage after the previous one */
+    double t_slicing;    /* seconds of MeshSlice's slicing copies over its K iterations
+                          * (cost_ms_slice_copy_time; part of time, hidden or not); 0
+                          * for the other algorithms and K = 1 */
     double utilization;  /* useful FLOPs / (time * chips * peak), 0..1 */
     int64_t slices;      /* iterations: MeshSlice's K, SUMMA's panels, Cannon's q, Wang's steps; 1 for Collective */
 } cost_ms_estimate;
@@ -174,6 +177,17 @@ double cost_ms_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t 
  * hbm_bw = 0 leaves the compute time alone.
  */
 double cost_ms_partial_gemm_time(const cost_ms_params *p, int64_t m, int64_t n, int64_t k, bool accumulate);
+
+/*
+ * Seconds of one MeshSlice iteration's slicing copy for a moving matrix
+ * whose local (per-device) shard is `shard_bytes`, cut into k sub-shards:
+ * the blocked sub-shard read and written once at hbm_bw (seed 004 3.1.2;
+ * meshslice_slicing.c).  0 when k <= 1 (no slicing: Collective) or
+ * hbm_bw = 0.  The autotuner's model and the cost pass's MeshSlice op both
+ * price the copies with it, in the gather (AllGather) or scatter
+ * (ReduceScatter) stage of the move.
+ */
+double cost_ms_slice_copy_time(const cost_ms_params *p, double shard_bytes, int64_t k);
 
 /* The paper's dataflow heuristic (seed 004, 3.2.1): keep the largest of A
  * (m*k), B (k*n) and C (m*n) stationary; ties prefer C, then A. */
@@ -254,6 +268,7 @@ typedef struct cost_ms_tune_result {
     double time;        /* seconds: sum over layers of repeat * time */
     double utilization; /* useful FLOPs / (time * chips * peak) */
     double time_serial; /* seconds: the same choices with nothing overlapped (t_serial) */
+    double time_slicing; /* seconds: sum over layers of repeat * t_slicing */
 } cost_ms_tune_result;
 
 /*

@@ -25,7 +25,9 @@ models `einc autotune --fit seed004 --train` in that configuration must
 6. price the slicing copies, recomputed here from the layers' shapes,
    within 5 points of the seed's "slicing itself 1.3%" of MeshSlice's
    time in series, and MeshSlice in series slower than Collective by more
-   than the copies (its K launches and synchronizations come on top).
+   than the copies (its K launches and synchronizations come on top);
+   the JSON's time_slicing (cost_ms_slice_copy_time, the helper the cost
+   pass shares) equals that recomputation, and Collective's is 0.
 """
 import importlib.util
 import json
@@ -97,6 +99,10 @@ def main(argv):
         slower.append(100 * (ms["time_no_overlap"] / coll["time"] - 1))
         copies = sum(copy_seconds(l, 16, j["params"]["hbm_bw"]) for l in best["layers"])
         share = 100 * copies / ms["time_no_overlap"]
+        check(abs(ms["time_slicing"] - copies) <= 1e-9 * copies,
+              "%s: the JSON's time_slicing %.6g s is the copies recomputed from the shapes, %.6g s"
+              % (name, ms["time_slicing"], copies))
+        check(coll["time_slicing"] == 0, "%s: Collective (K = 1) slices nothing" % name)
         check(0 < share and abs(share - SEED_SLICING) <= 5 and ms["time_no_overlap"] - coll["time"] > copies,
               "%s: the slicing copies are %.2f%% of MeshSlice in series (seed 004: the slicing itself %.1f%%)"
               % (name, share, SEED_SLICING))

@@ -235,6 +235,33 @@ static void test_no_overlap(void)
     CU_ASSERT_EQUAL(cost_ms_best_slices(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE).slices, 1);
 }
 
+/* The slicing copies (seed 004 3.1.2, cost_ms_slice_copy_time): each
+ * iteration reads and writes its sub-shard once, none without slicing or
+ * an HBM bandwidth; the estimate's t_slicing sums them over K.  GPT-3's FFN
+ * up on 4x4, C-stn: A's shard m k / 16 and B's k n / 16 bf16 elements. */
+static void test_slicing_copies(void)
+{
+    cost_ms_params p = tpu_v4_bf16();
+    ASSERT_CLOSE(cost_ms_slice_copy_time(&p, 8e6, 4), 2 * 8e6 / 4 / 1.2e12);
+    CU_ASSERT_EQUAL(cost_ms_slice_copy_time(&p, 8e6, 1), 0);
+    cost_ms_gemm g = {8 * SEQ, GPT3_F, GPT3_D};
+    cost_ms_mesh mesh = {4, 4};
+    double shards = 2.0 * ((double)g.m * g.k + (double)g.k * g.n) / 16;
+    cost_ms_estimate e = cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 8);
+    CU_ASSERT_FATAL(e.valid);
+    ASSERT_CLOSE(e.t_slicing, 2 * shards / 1.2e12);
+    CU_ASSERT_EQUAL(cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 1).t_slicing, 0);
+    CU_ASSERT_EQUAL(cost_ms_time(&p, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_WANG, 1).t_slicing, 0);
+    /* Without an HBM bandwidth the copies (and the GEMMs' memory term)
+     * cost nothing: in series, where the copies add, MeshSlice is faster. */
+    cost_ms_params q = p;
+    q.hbm_bw = 0;
+    cost_ms_estimate f = cost_ms_time(&q, &g, mesh, COST_MS_DF_C_STN, COST_MS_ALGO_MESHSLICE, 8);
+    CU_ASSERT_FATAL(f.valid);
+    CU_ASSERT_EQUAL(f.t_slicing, 0);
+    CU_ASSERT(e.t_serial > f.t_serial);
+}
+
 /* Fine slicing pays T_launch + (P-1) L_sync per slice: for large K the time
  * grows linearly with K (seed 004 3.1: "a large K increases the total
  * synchronization overhead"), and a coarse K leaves a large prologue. */
@@ -654,6 +681,7 @@ void einc_register_tests(void)
         {"training GEMMs keep directions", test_training_gemms},
         {"partial GEMM on the HBM roofline", test_partial_gemm_roofline},
         {"no overlap: the stages in series", test_no_overlap},
+        {"the slicing copies by hand", test_slicing_copies},
         {"the authors' fitted TPU v4 figures", test_fit_seed004},
         {"Collective hiding one AllGather", test_collective_overlap},
         {"the block's non-GEMM layers by hand", test_nongemm_by_hand},
