@@ -6,7 +6,8 @@ cores"):
 - shared_replay with a CPU per stage is the model of a step: zero-bubble's
   (ZB-H1) Z = 2, M = 4 table with unit F, B, W takes 13 slots (bubble
   1/13) and 1f1b's with B = 2 takes 15 (bubble 1/5), (Z-1)/(M+Z-1);
-- on one CPU any order takes the sum of its work (the CPU never idles);
+- on one CPU any order takes the sum of its work (the CPU never idles),
+  and with the stages taking turns each stage idles while the others run;
 - round trip: a timeline simulated on 2 CPUs for 4 stages, written as a
   --trace file with receive waits, gives back its items' work through
   decontend and its span and bubble through machine_prediction.
@@ -61,6 +62,11 @@ def main():
     work = rows(Z4, {"F": 1.0, "B": 2.5})
     span, _ = P.shared_replay(work, 1)
     check("one CPU: span = the sum of the work", span, sum(w for r in work.values() for _, w in r))
+    span, bub = P.shared_replay(work, 1, turns=True)
+    check("one CPU, turns: span = the sum of the work", span, sum(w for r in work.values() for _, w in r))
+    check("one CPU, turns: each stage idle while the others run", bub, 3 / 4)
+    check("turns with a CPU per stage is the model of a step",
+          P.shared_replay(rows(ZB_H1, {"F": 1, "B": 1, "W": 1}), 2, turns=True)[0], 13)
     # Uneven stages (the same work for the items of one stage and kind, as
     # machine_prediction's medians assume), so that they overlap in odd
     # ways; 2 CPUs for 4 stages.
