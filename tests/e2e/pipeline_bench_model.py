@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""pipeline_bench_model.py - bench/pipeline.py's models of a step, checked
+on schedules whose answers are known (docs/pipeline.md, "Stages sharing
+cores"):
+
+- shared_replay with a CPU per stage is the model of a step: zero-bubble's
+  (ZB-H1) Z = 2, M = 4 table with unit F, B, W takes 13 slots (bubble
+  1/13) and 1f1b's with B = 2 takes 15 (bubble 1/5), (Z-1)/(M+Z-1);
+- on one CPU any order takes the sum of its work (the CPU never idles),
+  and with the stages taking turns each stage idles while the others run;
+- round trip: a timeline simulated on 2 CPUs for 4 stages, written as a
+  --trace file with receive waits, gives back its items' work through
+  decontend and its span and bubble through machine_prediction.
+
+Usage: pipeline_bench_model.py (no arguments; runs in well under a second).
+"""
+import json
+import os
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import pipeline as P  # noqa: E402
+
+FAILS = []
+
+
+def check(what, got, want, tol=1e-9):
+    if abs(got - want) > tol:
+        FAILS.append(f"{what}: got {got}, want {want}")
+
+
+def rows(table, times):
+    """{stage: [(name, work)]} from table rows of item names."""
+    return {s: [(n, times[n[0]]) for n in row.split()] for s, row in enumerate(table)}
+
+
+ZB_H1 = ["F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3",   # docs/pipeline.md's table
+         "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3"]
+ONE_F_ONE_B = ["F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"]
+# 1f1b on Z = 4, M = 8 (warm-up Z - s - 1 forwards on stage s).
+Z4 = []
+for s in range(4):
+    warm = 4 - s - 1
+    order = [f"F{m}" for m in range(warm)]
+    for m in range(8):
+        if warm + m < 8:
+            order.append(f"F{warm + m}")
+        order.append(f"B{m}")
+    Z4.append(" ".join(order))
+
+
+def main():
+    span, bub = P.shared_replay(rows(ZB_H1, {"F": 1, "B": 1, "W": 1}), 2)
+    check("ZB-H1 Z=2 M=4 span", span, 13)
+    check("ZB-H1 Z=2 M=4 bubble", bub, 1 / 13)
+    span, bub = P.shared_replay(rows(ONE_F_ONE_B, {"F": 1, "B": 2}), 2)
+    check("1F1B Z=2 M=4 span", span, 15)
+    check("1F1B Z=2 M=4 bubble", bub, 1 / 5)
+    check("replay is shared_replay on Z CPUs", P.replay(rows(ONE_F_ONE_B, {"F": 1, "B": 2})), 1 / 5)
+    work = rows(Z4, {"F": 1.0, "B": 2.5})
+    span, _ = P.shared_replay(work, 1)
+    check("one CPU: span = the sum of the work", span, sum(w for r in work.values() for _, w in r))
+    span, bub = P.shared_replay(work, 1, turns=True)
+    check("one CPU, turns: span = the sum of the work", span, sum(w for r in work.values() for _, w in r))
+    check("one CPU, turns: each stage idle while the others run", bub, 3 / 4)
+    check("turns with a CPU per stage is the model of a step",
+          P.shared_replay(rows(ZB_H1, {"F": 1, "B": 1, "W": 1}), 2, turns=True)[0], 13)
+    # Uneven stages (the same work for the items of one stage and kind, as
+    # machine_prediction's medians assume), so that they overlap in odd
+    # ways; 2 CPUs for 4 stages.
+    work = {s: [(n, 1.0 + 0.37 * s + (0.6 if n[0] == "B" else 0)) for n, _ in r]
+            for s, r in work.items()}
+    tl = {}
+    span, bub = P.shared_replay(work, 2, tl)
+    if not (sum(w for r in work.values() for _, w in r) / 2 <= span + 1e-9):
+        FAILS.append("2 CPUs: span below half the work")
+    # A --trace of two runs of that timeline (microseconds), each item's
+    # wait for its input as a "recv wait" span at its start.
+    ends = {}
+    events = []
+    for run in range(2):
+        t0 = 1000.0 + run * (span + 500)
+        for s, items in tl.items():
+            free = 0.0
+            for name, b, e in items:
+                begin = min(free, b)  # the item opens when its stage is free
+                events.append({"ph": "X", "cat": "pipeline", "tid": s, "name": name,
+                               "ts": t0 + begin, "dur": e - begin})
+                if b > begin:
+                    events.append({"ph": "X", "cat": "pipeline", "tid": s, "name": "recv wait",
+                                   "ts": t0 + begin, "dur": b - begin})
+                free = e
+                ends[(s, name)] = e
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "otherData": {"runs": 2}}, f)
+        runs = P.trace_runs(path, 2)
+        check("runs read", len(runs), 2)
+        for st, measured, w, sp in runs:
+            check("trace span", sp, span, 1e-6)
+            check("trace bubble (as --profile)", measured, bub, 1e-9)
+            for s, r in work.items():
+                for (n, want), got in zip(r, w[s]):
+                    check(f"decontended work of stage {s} {n}", got, want, 1e-6)
+        mp = P.machine_prediction(path, 2)
+        check("machine prediction's span", mp["pred_span"] * 1e6, span, 1e-6)
+        check("machine prediction's bubble", mp["pred_bubble"], bub, 1e-9)
+        check("items' work", mp["work"] * 1e6, sum(w for r in work.values() for _, w in r), 1e-6)
+    if FAILS:
+        print("\n".join(FAILS))
+        sys.exit(1)
+    print("pipeline_bench_model: ok")
+
+
+if __name__ == "__main__":
+    main()
