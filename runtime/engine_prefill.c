@@ -184,14 +184,17 @@ int rt_prefill_plan(rt_engine *e)
 {
     rt_prefill *pf = e->pf;
     int64_t B = e->gen->batch, W = pf->window;
+    int due = 0;
     pf->due = 0;
     for (int64_t b = 0; b < B; b++) {
         const rt_request *r = e->batch[b];
         if (r && e->at[b] + W > e->cache)
-            return 0; /* its window would pass the cache's end: the decode step */
+            return 0; /* its window would pass the cache's end: the decode step (even when
+                         a row before it has a prompt to read: pf->due stays 0) */
         if (r && e->at[b] + 1 < r->prompt_len)
-            pf->due = 1;
+            due = 1;
     }
+    pf->due = due;
     if (pf->due)
         share_budget(e);
     for (int64_t b = 0; pf->due && b < B; b++) {

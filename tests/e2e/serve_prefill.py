@@ -23,7 +23,9 @@ program.  Checks:
    refused;
  - a prompt within W - 1 positions of the cache's end (its window would
    pass it: the engine runs the decode step there) and one filling the
-   cache get their texts;
+   cache get their texts; so does a prompt read in a lower row while
+   another row runs within W - 1 of the end (the prefill program must not
+   run then, whichever row comes first);
  - examples/fortunes_serve.ein with examples/fortunes_prefill.ein (slots
    split over X) gives 5 concurrent requests the texts it gives without;
  - with --mpi, on 4 MPI ranks (rank 0 broadcasts each step's windows),
@@ -40,6 +42,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import numpy as np
 
@@ -186,6 +190,38 @@ def check_fortunes(t, a, work):
              "5 concurrent requests get the texts without", "got %r\nwant %r" % (got, want))
 
 
+def prompt_beside_end(exe):
+    """A prompt read in row 0 while row 1 runs within W - 1 of the cache's
+    end (the engine must run the decode step, not the prefill program whose
+    window would pass it): A (row 0) ends while B and D (rows 1, 2) run on
+    to the end, and C, queued, takes row 0 with a prompt of 40 tokens when
+    B is about 46 - (steps between A's start and B's) positions in.  The
+    texts of A, B, D, C and whether the server still runs."""
+    reqs = [dict(prompt="A", max_tokens=46), dict(prompt="B", max_tokens=S - 1),
+            dict(prompt="D", max_tokens=S - 1), dict(prompt="c" * 40, max_tokens=3)]
+    out = [None] * len(reqs)
+
+    def one(i):
+        out[i] = s.complete(**reqs[i])
+    s = Server(exe)
+    try:
+        threads = []
+        for batch, running in (([0], 1), ([1, 2], 3), ([3], None)):
+            for i in batch:
+                threads.append(threading.Thread(target=one, args=(i,)))
+                threads[-1].start()
+            end = time.monotonic() + serve.TIMEOUT
+            while running and metric(s, "einc_running_rows") != running and \
+                    time.monotonic() < end:
+                time.sleep(0.0005)
+        for th in threads:
+            th.join(timeout=2 * serve.TIMEOUT)
+        return ([text_of(g[1]) if g and g[0] == 200 else g for g in out],
+                s.p.poll() is None)
+    finally:
+        s.kill()
+
+
 def check_budget(t, pf, reqs, want, steps, pf_steps, mixed, want_mixed):
     """--prefill-budget: a step's chunks read at most N prompt tokens beyond
     one per row; the texts stay those of the decode step alone."""
@@ -246,6 +282,12 @@ def main():
                  "%d concurrent requests on 3 slots (one sampled): the texts without --prefill"
                  % len(mixed), "got %r\nwant %r" % (got_mixed, want_mixed))
         check_budget(t, pf, reqs, want, steps, pf_steps, mixed, want_mixed)
+        want_end, _ = prompt_beside_end(plain)
+        got_end, alive = prompt_beside_end(pf)
+        t.result(alive and got_end == want_end and None not in want_end,
+                 "a prompt read in row 0 while row 1 runs within W - 1 of the cache's end: "
+                 "the texts without --prefill (the decode step runs there)",
+                 "got %r\nwant %r\nserver alive %s" % (got_end, want_end, alive))
         check_budget_refused(t, plain)
         edge = [dict(prompt="e" * (S - 3), max_tokens=4), dict(prompt="f" * S, max_tokens=1),
                 dict(prompt="g" * (S - W - 2), max_tokens=6)]
