@@ -13,7 +13,8 @@
  *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
  *        [--speculate K [--draft-input NAME=file.npy ...] [--draft-params DIR]]
  *   or, serving it over HTTP (rt_serve.h):
- *        --serve [--port P] [--host ADDR] [--max-queue N] and the sampling flags
+ *        --serve [--port P] [--host ADDR] [--max-queue N] [--prefill-budget N]
+ *        [--static-batching] and the sampling flags
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.  Every number is read by
@@ -100,7 +101,8 @@ static const char *const valued[] = {
     "--resume-mismatch", "--eval-data", "--eval-every",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
     "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
-    "--port", "--host", "--max-queue", "--prefill-budget", "--speculate", "--draft-input", "--draft-params",
+    "--port", "--host", "--max-queue", "--prefill-budget", "--speculate", "--draft-input",
+    "--draft-params",
 };
 
 int rt_flag_takes_value(const char *flag)
