@@ -4,16 +4,31 @@
 
 The fortunes decode program (examples/fortunes_serve.ein, 128 characters)
 is compiled with `-D B=SLOTS -D S=CACHE` (default 16 slots and a cache of
-128 positions; the file itself has 4 and 64) twice with the same einc: as
-written, with one position per row At[B] (continuous batching: a finished
-slot takes the next request at the next step), and with every `At[B]`
-turned into the scalar `At[]` (static batching: a batch of B runs until
-all its rows end).  Each is served with `--random-inputs 1` (untrained
+128 positions; the file itself has 4 and 64) and served two ways:
+continuous batching (a finished slot takes the next request at the next
+step) and static batching (a batch of B runs until all its rows end).  Each is served with `--random-inputs 1` (untrained
 params, greedy: the texts are nonsense but their lengths are what the
 requests ask) and `--max-queue` above the request count, and gets the same
 load: a fixed number of streamed requests, sent at Poisson arrival times
 (or at a fixed interval with --fixed), all drawn from --seed.  Every
 request has a timeout, each run a total time cap.
+
+Both batchings run the same executable, the decode program as written
+(one position per row, At[B]): continuous batching as served, static
+batching with --static-batching (free slots take requests only when no
+row runs); --static scalar is the comparison of the runs before
+2026-11-30, static batching a second program with every `At[B]` made the
+scalar `At[]`.  Chunked prefill (docs/generation.md, "Chunked prefill"):
+with --prefill W the executable also links examples/fortunes_prefill.ein
+at -D T=W, so both batchings read prompts in chunks of up to W tokens a
+step (static batching's first steps prefill its batch);
+--prefill-budget N gives both servers that bound on a prefill step's
+prompt tokens.  By default (--also-prefill 16) both batchings also run at
+--rate with the prefill program at W = 16 as two more rows, with the
+share of continuous batching's steps that ran it: on this model a step of
+the prefill program costs several decode steps whatever W, and under
+continuous arrivals most steps have a prompt to read (docs/generation.md,
+"Measured"), which is why --prefill is not the default.
 
 Lengths (--lengths): `lognormal` (default) draws the prompt's characters
 and max_tokens from log-normal distributions, prompt median 8 (sigma 0.8,
@@ -31,9 +46,11 @@ first send to the last answer), time to first token (send to the first
 streamed token) and inter-token latency (between streamed tokens; a chunk
 of k characters counts as k tokens k-th of its gap apart, the tokenizer
 being one character per token) at p50 and p99; the decode steps the
-server ran (`einc_iterations_total` of GET /metrics), the span per step
+server ran (`einc_iterations_total` of GET /metrics) and of them the
+prefill program's (`einc_prefill_steps_total`), the span per step
 (ms/step), the requests' slot-steps per step (rows/step: how many of the
-B slots did a request's work) and the server's CPU time (user + system,
+B slots did a request's work, counting a step per prompt character: with
+--prefill an upper bound, a chunk reading several in one step) and the server's CPU time (user + system,
 /proc/PID/stat) per token, and the load generator's (time.process_time)
 per token; where device 0's step went (us per step: the program's step,
 sampling, bookkeeping, waking the connections, from GET /metrics'
@@ -71,7 +88,8 @@ lengths (E[longest of B] / E[one]).
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
                            [--client loop|c|threads [--prestart]] [--pos-bound on|off]
-                           [--json FILE]
+                           [--static flag|scalar] [--prefill W] [--prefill-budget N]
+                           [--also-prefill W] [--json FILE]
 """
 import http.client
 import json
@@ -88,6 +106,9 @@ import time
 import benchlib
 import serve_client
 
+# --also-prefill's window and --prefill-budget's default (docstring).
+ALSO_PREFILL_W = 16
+PREFILL_BUDGET = 0
 # The log-normal workload (docstring): (median, sigma) of prompt and output lengths.
 PROMPT_LN = (8.0, 0.8)
 OUTPUT_LN = (16.0, 1.0)
@@ -101,11 +122,13 @@ def static_source(text):
 
 
 class Server:
-    """An executable serving on a free port; stop() always ends it."""
+    """An executable serving on a free port; stop() always ends it.
+    `exe`: the path, or a list of the path and more flags."""
 
     def __init__(self, exe, max_queue):
-        self.p = subprocess.Popen([str(exe), "--serve", "--port", "0", "--random-inputs", "1",
-                                   "--max-queue", str(max_queue)], stdout=subprocess.PIPE,
+        cmd = list(exe) if isinstance(exe, (list, tuple)) else [str(exe)]
+        self.p = subprocess.Popen(cmd + ["--serve", "--port", "0", "--random-inputs", "1",
+                                         "--max-queue", str(max_queue)], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()
         m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
@@ -218,11 +241,15 @@ def phases(port):
 
 
 def steps_run(port):
-    """The server's einc_iterations_total (decode steps run so far), from GET /metrics."""
-    m = re.search(r"^einc_iterations_total (\d+)$", metrics_text(port), re.M)
+    """(steps run so far, of them the prefill program's): the server's
+    einc_iterations_total and einc_prefill_steps_total (0 without a
+    prefill program), from GET /metrics."""
+    text = metrics_text(port)
+    m = re.search(r"^einc_iterations_total (\d+)$", text, re.M)
     if not m:
         raise benchlib.BenchError("GET /metrics has no einc_iterations_total")
-    return int(m.group(1))
+    pf = re.search(r"^einc_prefill_steps_total (\d+)$", text, re.M)
+    return int(m.group(1)), int(pf.group(1)) if pf else 0
 
 
 def send_at(start, at, port, fields, cap, rec):
@@ -275,7 +302,7 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
             th.join(timeout=max(1.0, cap - (time.monotonic() - start)))
         # The C client's own CPU time: this process only waits for it meanwhile.
         client = c_cpu if c_cpu is not None else time.process_time() - client0
-        steps = steps_run(s.port)
+        steps, prefill_steps = steps_run(s.port)
         split = phases(s.port)
         cpu = s.cpu_seconds()
     finally:
@@ -295,7 +322,8 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
     # (Python threads starting, connecting, sending) no longer shares the cores.
     quiet = [b - a for r in ok for a, b in zip(r["times"], r["times"][1:]) if b > sent]
     return dict(done=len(ok), failed=len(work) - len(ok), rps=len(ok) / span, tps=tokens / span,
-                steps=steps, step_ms=1000 * span / steps, busy=rows / steps,
+                steps=steps, prefill_steps=prefill_steps, step_ms=1000 * span / steps,
+                busy=rows / steps,
                 cpu_tok=1000 * cpu / tokens if cpu is not None and tokens else float("nan"),
                 client_tok=1000 * client / tokens if tokens else float("nan"),
                 ttft50=pct(ttft, 50), ttft99=pct(ttft, 99), itl50=pct(itl, 50), itl99=pct(itl, 99),
@@ -303,9 +331,42 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
                 **{"us_" + k: 1e6 * (split[k] - before[k]) / steps for k in PHASES})
 
 
+def compile_variants(einc, src, tmp, a):
+    """{variant: [exe, flags...]}: "continuous" and "static" as --prefill and
+    --static say, and with --also-prefill W the pair "static, prefill W" and
+    "continuous, prefill W" (one executable with the prefill program at
+    T = W, static batching its --static-batching)."""
+    dims = ["-D", "B=%d" % a.slots, "-D", "S=%d" % a.cache, "--pos-bound=" + a.pos_bound]
+    budget = ["--prefill-budget", str(a.prefill_budget)] if a.prefill_budget else []
+    serve_ein = str(benchlib.ROOT / "examples" / "fortunes_serve.ein")
+
+    def per_row(name, w):
+        exe = os.path.join(tmp, name)
+        pf = ["--prefill", str(benchlib.ROOT / "examples" / "fortunes_prefill.ein")] + \
+            [x for d in ("B=%d" % a.slots, "S=%d" % a.cache, "T=%d" % w)
+             for x in ("--prefill-define", d)] if w else []
+        benchlib.run([str(einc), serve_ein, "-o", exe] + dims + pf)
+        return [exe] + (budget if w else [])
+    exes = {"continuous": per_row("serve", a.prefill)}
+    if a.static == "flag":
+        exes["static"] = exes["continuous"] + ["--static-batching"]
+    else:
+        path = os.path.join(tmp, "static.ein")
+        with open(path, "w") as f:
+            f.write(static_source(src))
+        exes["static"] = [os.path.join(tmp, "static")]
+        benchlib.run([str(einc), path, "-o", exes["static"][0]] + dims)
+    if a.also_prefill:
+        exe = per_row("serve_pf", a.also_prefill)
+        exes["static, prefill %d" % a.also_prefill] = exe + ["--static-batching"]
+        exes["continuous, prefill %d" % a.also_prefill] = exe
+    return exes
+
+
 def describe(r):
     """A table row's figures for one run."""
-    return [r["done"], r["failed"], r["rps"], r["tps"], r["steps"], r["step_ms"], r["busy"],
+    return [r["done"], r["failed"], r["rps"], r["tps"], r["steps"], r["prefill_steps"],
+            r["step_ms"], r["busy"],
             r["cpu_tok"], r["client_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"], r["sending"],
             r["itl99q"]] + [r["us_" + k] for k in PHASES]
 
@@ -335,6 +396,20 @@ def main():
     p.add_argument("--pos-bound", choices=("on", "off"), default="on",
                    help="einc --pos-bound: the attention stops at each row's position (on, "
                         "default) or runs over the whole cache (off: the step before it)")
+    p.add_argument("--prefill", type=int, default=0,
+                   help="W: serve both batchings with examples/fortunes_prefill.ein at -D T=W "
+                        "(chunked prefill); 0: without (default)")
+    p.add_argument("--static", choices=("flag", "scalar"), default="flag",
+                   help="static batching as the At[B] executable with --static-batching (flag, "
+                        "default: the same program as continuous batching) or the program "
+                        "with every At[B] made the scalar At[] (scalar: the runs before "
+                        "2026-11-30; not with --prefill)")
+    p.add_argument("--also-prefill", type=int, default=ALSO_PREFILL_W,
+                   help="W: also run both batchings at --rate with the prefill program at "
+                        "T = W (extra rows; 0: not) (default %d)" % ALSO_PREFILL_W)
+    p.add_argument("--prefill-budget", type=int, default=PREFILL_BUDGET,
+                   help="--prefill-budget N for both servers: prompt tokens a prefill step "
+                        "reads beyond one per row; 0: no bound (default %d)" % PREFILL_BUDGET)
     p.add_argument("--time-cap", type=float, default=120.0, help="seconds per run, at most")
     a = p.parse_args()
     try:
@@ -345,6 +420,10 @@ def main():
         raise benchlib.BenchError("--repeat must be 1..20")
     if not 1 <= a.requests <= 2000 or a.rate <= 0 or any(r <= 0 for r in match):
         raise benchlib.BenchError("--requests must be 1..2000 and every rate > 0")
+    if not 0 <= a.prefill <= 64 or not 0 <= a.also_prefill <= 64 or a.prefill_budget < 0 or \
+            (a.prefill and a.static == "scalar"):
+        raise benchlib.BenchError("--prefill and --also-prefill must be 0..64, "
+                                  "--prefill-budget >= 0, and --static scalar without --prefill")
     if a.slots < 2 or a.slots % 2 or not 32 <= a.cache <= 4096:
         raise benchlib.BenchError("--slots must be even (B is sharded over X = 2) and "
                                   "--cache 32..4096")
@@ -355,9 +434,14 @@ def main():
                                 workload(a.requests, a.rate, a.fixed, a.seed, a.lengths, S)])
     print(benchlib.machine())
     print("# %d requests, %s arrivals at %g/s, %d slots, cache %d, %s lengths "
-          "(max_tokens mean %.1f), greedy; medians of %d interleaved runs%s%s"
+          "(max_tokens mean %.1f), greedy; medians of %d interleaved runs; %s%s%s"
           % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
-             mean_out, a.repeat, "; client: " + ("one selector loop" if a.client == "loop" else
+             mean_out, a.repeat,
+             ("chunked prefill W = %d" % a.prefill if a.prefill else "no prefill program") +
+             (", static batching " + ("--static-batching" if a.static == "flag" else "At[]")) +
+             (", also both with prefill W = %d" % a.also_prefill if a.also_prefill else "") +
+             (", --prefill-budget %d" % a.prefill_budget if a.prefill_budget else ""),
+             "; client: " + ("one selector loop" if a.client == "loop" else
                                                 "serve_load.c" if a.client == "c" else
                                                 "a thread per request" +
                                                 (", started up front" if a.prestart else "")),
@@ -366,15 +450,9 @@ def main():
         else None
     runs = []  # (variant, rate, figures)
     with tempfile.TemporaryDirectory(prefix="einc-bench-serve-") as tmp:
-        exes = {}
-        for name, text in (("static", static_source(src)), ("continuous", src)):
-            path = os.path.join(tmp, name + ".ein")
-            with open(path, "w") as f:
-                f.write(text)
-            exes[name] = os.path.join(tmp, name)
-            benchlib.run([str(einc), path, "-o", exes[name], "-D", "B=%d" % a.slots,
-                          "-D", "S=%d" % S, "--pos-bound=" + a.pos_bound])
-        plan = [("static", a.rate), ("continuous", a.rate)] + [("continuous", r) for r in match]
+        exes = compile_variants(einc, src, tmp, a)
+        plan = [("static", a.rate), ("continuous", a.rate)] + [("continuous", r) for r in match] \
+            + [(name, a.rate) for name in exes if ", prefill" in name]
         got = {k: [] for k in plan}
         for _ in range(a.repeat):  # interleaved, so a change in the machine's load hits both
             for name, rate in plan:
@@ -385,7 +463,7 @@ def main():
             runs.append((name, rate, {k: statistics.median(r[k] for r in got[(name, rate)])
                                       for k in got[(name, rate)][0]}))
     benchlib.table(["batching", "rate /s", "done", "failed", "req/s", "tokens/s", "steps",
-                    "ms/step", "rows/step", "server CPU ms/token", "client CPU ms/token",
+                    "prefill steps", "ms/step", "rows/step", "server CPU ms/token", "client CPU ms/token",
                     "TTFT p50 ms",
                     "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "ITL % while sending",
                     "ITL p99 after sends ms"] + ["us/step " + k for k in PHASES],
@@ -401,7 +479,8 @@ def main():
     print("# decode steps, static/continuous: %.2fx (the slot-steps static batching idles; "
           "the machine's load does not change it); server CPU per token, continuous/static: "
           "%.2fx" % (st["steps"] / c["steps"], c["cpu_tok"] / st["cpu_tok"]))
-    fits = [(r["tps"], rate, r) for name, rate, r in runs[1:] if r["itl99"] <= st["itl99"]]
+    fits = [(r["tps"], rate, r) for name, rate, r in runs[1:]
+            if name == "continuous" and r["itl99"] <= st["itl99"]]
     matched = None
     if fits:
         tps, rate, r = max(fits, key=lambda x: x[0])
@@ -419,6 +498,13 @@ def main():
         print("# 2x static's tokens/s needs a rate of at least %.0f/s (2 x %.0f tokens/s / %.1f "
               "tokens a request); the highest --match-rates, %g/s, can make at most %.2fx"
               % (need, st["tps"], mean_out, max(match), max(match) * mean_out / st["tps"]))
+    pf = [r for name, rate, r in runs if ", prefill" in name]
+    if pf:
+        print("# both with the prefill program (W = %d), same load (%g/s): continuous/static "
+              "tokens/s %.2fx, ITL p99 %.3g against %.3g ms; prefill steps %d of %d and %d of %d"
+              % (a.also_prefill, a.rate, pf[1]["tps"] / pf[0]["tps"], pf[1]["itl99"],
+                 pf[0]["itl99"], pf[1]["prefill_steps"], pf[1]["steps"], pf[0]["prefill_steps"],
+                 pf[0]["steps"]))
     res = benchlib.Results("serve", "Continuous vs static batching in --serve (fortunes, "
                            "untrained, %d slots)" % a.slots)
     target = ">= 2x"
@@ -439,6 +525,13 @@ def main():
         res.add("ITL p99, %s" % name, round(r["itl99"], 3), "ms")
         res.add("ITL p99 after the last send, %s" % name, round(r["itl99q"], 3), "ms")
         res.add("TTFT p50, %s" % name, round(r["ttft50"], 1), "ms")
+    if pf:
+        both = round(pf[1]["tps"] / pf[0]["tps"], 3)
+        res.add("tokens/s, continuous / static, both with chunked prefill W = %d, same load"
+                % a.also_prefill, both, "x", ratio=both)
+        share = round(pf[1]["prefill_steps"] / pf[1]["steps"], 3)
+        res.add("share of continuous batching's steps that ran the prefill program (W = %d)"
+                % a.also_prefill, share, "x")
     res.write(a.json)
 
 

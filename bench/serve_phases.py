@@ -57,7 +57,7 @@ def one(exe, n, S):
     """Figures per step of n concurrent long requests against a new server."""
     s = serve.Server(exe, n + 1)
     try:
-        before, steps0 = serve.phases(s.port), serve.steps_run(s.port)
+        before, steps0 = serve.phases(s.port), serve.steps_run(s.port)[0]
         http0, cpu0 = thread_cpu(s.p.pid)
         work = [(0.0, dict(prompt="a", max_tokens=S - 1))] * n
         start = time.monotonic()
@@ -68,7 +68,7 @@ def one(exe, n, S):
         wall = time.monotonic() - start
         client = time.process_time() - client0
         http, cpu = thread_cpu(s.p.pid)
-        after, steps = serve.phases(s.port), serve.steps_run(s.port)
+        after, steps = serve.phases(s.port), serve.steps_run(s.port)[0]
     finally:
         s.stop()
     bad = [r.get("error", r.get("status")) for r in recs if "done" not in r]

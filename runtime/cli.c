@@ -13,7 +13,8 @@
  *        [--top-p P] [--seed S] [--stop-token ID[,ID...]] [--generated FILE.npy]
  *        [--speculate K [--draft-input NAME=file.npy ...] [--draft-params DIR]]
  *   or, serving it over HTTP (rt_serve.h):
- *        --serve [--port P] [--host ADDR] [--max-queue N] and the sampling flags
+ *        --serve [--port P] [--host ADDR] [--max-queue N] [--prefill-budget N]
+ *        [--static-batching] and the sampling flags
  *
  * Flags may also be written --flag=value.  Names are checked against the
  * program later (job.c), here only the syntax.  Every number is read by
@@ -100,7 +101,8 @@ static const char *const valued[] = {
     "--resume-mismatch", "--eval-data", "--eval-every",
     "--check-tol", "--generate", "--prompt-ids", "--temperature", "--generated",
     "--prompt-cached", "--top-k", "--top-p", "--stop-token", "--params",
-    "--port", "--host", "--max-queue", "--speculate", "--draft-input", "--draft-params",
+    "--port", "--host", "--max-queue", "--prefill-budget", "--speculate", "--draft-input",
+    "--draft-params",
 };
 
 int rt_flag_takes_value(const char *flag)
@@ -376,6 +378,11 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --host ADDR             the IPv4 address to listen on (default 127.0.0.1)\n"
             "  --max-queue N           requests that may wait for a batch (default 64); more\n"
             "                          get HTTP 503\n"
+            "  --prefill-budget N      with a prefill program (einc --prefill): a step reads\n"
+            "                          at most N prompt tokens beyond one per row (default:\n"
+            "                          no bound, a window per row)\n"
+            "  --static-batching       with one position per row: free slots take requests\n"
+            "                          only when no row runs (static batches of B)\n"
             "  --temperature, --top-k, --top-p, --seed, --stop-token: the requests' defaults\n"
             "\n"
             "Without --output, a one-line summary of each output is printed.\n"

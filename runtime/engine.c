@@ -23,6 +23,10 @@
  * schedule_step may choose it for the step: every row then moves by its
  * count of real tokens (a prompt's next chunk, or one), and after_iteration
  * samples each row from the logits at its last real token.
+ * --static-batching (e->gang) keeps this loop but lets free slots take
+ * queued requests only when no row runs: a batch of up to B requests runs
+ * until its last row ends, as static batching does, with the same
+ * program (and prefill program) as continuous batching.
  *
  * Static batching, with a scalar position:
  * The decode program takes one token per row, tokens [B], and ONE
@@ -415,8 +419,11 @@ static int64_t schedule_step(rt_engine *e)
         if (e->shutdown)
             refuse_queued(e);
         n = 0;
+        int admit = 1; /* --static-batching: only into an empty batch */
+        for (int64_t b = 0; e->gang && b < B; b++)
+            admit &= !e->batch[b];
         for (int64_t b = 0; b < B; b++) {
-            if (!e->batch[b] && e->queued > 0) {
+            if (admit && !e->batch[b] && e->queued > 0) {
                 rt_request *r = e->queue[e->head];
                 e->head = (e->head + 1) % e->max_queue;
                 e->queued--;

@@ -18,7 +18,13 @@
  * In a step of P every row moves on by its count of real tokens: a row
  * reading its prompt by its next chunk, min(W, the prompt tokens left); a
  * decoding row by its one token; an idle slot by none (fed token 0 at
- * position 0, where its next request writes first).  The rest of each
+ * position 0, where its next request writes first).  --prefill-budget N
+ * bounds the prompt tokens a step reads beyond the one every running row
+ * reads in any step (Sarathi-Serve's token budget: Agrawal et al.,
+ * "Taming Throughput-Latency Tradeoff in LLM Inference with
+ * Sarathi-Serve", OSDI'24; vLLM's max_num_batched_tokens): the chunks go
+ * to the oldest requests first, and a prompt row left without one reads
+ * one token, as in a decode step.  The rest of each
  * window is padding (token 0).  A row samples after the step when its
  * chunk reached the end of its prompt or it decodes, from the logits at
  * its last real token (engine.c's after_iteration).
@@ -141,28 +147,64 @@ int rt_prefill_prepare(const rt_job *job, rt_engine *e, char *err, size_t errlen
     return 0;
 }
 
+/* The row whose request arrived first among those that read their prompt
+ * and have no chunk yet (pf->count[b] == 1, two or more prompt tokens
+ * left); -1 if none. */
+static int64_t oldest_waiting(const rt_engine *e)
+{
+    int64_t best = -1;
+    for (int64_t b = 0; b < e->gen->batch; b++) {
+        const rt_request *r = e->batch[b];
+        if (r && e->pf->count[b] == 1 && e->at[b] + 1 < r->prompt_len &&
+            (best < 0 || r->arrived < e->batch[best]->arrived))
+            best = b;
+    }
+    return best;
+}
+
+/* pf->count: every running row's real tokens in the step: one, and for
+ * rows reading their prompts, oldest request first, up to W (the chunk)
+ * while pf->budget lasts (the tokens beyond the first; 0: no bound). */
+static void share_budget(rt_engine *e)
+{
+    rt_prefill *pf = e->pf;
+    int64_t left = pf->budget ? pf->budget : INT64_MAX;
+    for (int64_t b = 0; b < e->gen->batch; b++)
+        pf->count[b] = e->batch[b] != NULL;
+    for (int64_t b; pf->window > 1 && left > 0 && (b = oldest_waiting(e)) >= 0;) {
+        int64_t more = e->batch[b]->prompt_len - e->at[b]; /* >= 2 */
+        more = (more < pf->window ? more : pf->window) - 1;
+        more = more < left ? more : left;
+        pf->count[b] = (int32_t)(1 + more);
+        left -= more;
+    }
+}
+
 int rt_prefill_plan(rt_engine *e)
 {
     rt_prefill *pf = e->pf;
     int64_t B = e->gen->batch, W = pf->window;
+    int due = 0;
     pf->due = 0;
     for (int64_t b = 0; b < B; b++) {
         const rt_request *r = e->batch[b];
         if (r && e->at[b] + W > e->cache)
-            return 0; /* its window would pass the cache's end: the decode step */
+            return 0; /* its window would pass the cache's end: the decode step (even when
+                         a row before it has a prompt to read: pf->due stays 0) */
         if (r && e->at[b] + 1 < r->prompt_len)
-            pf->due = 1;
+            due = 1;
     }
+    pf->due = due;
+    if (pf->due)
+        share_budget(e);
     for (int64_t b = 0; pf->due && b < B; b++) {
         const rt_request *r = e->batch[b];
-        int64_t at = e->at[b], left = r ? r->prompt_len - at : 0;
-        int64_t n = !r ? 0 : left > W ? W : left > 1 ? left : 1;
+        int64_t at = e->at[b], n = pf->count[b];
         int32_t *w = pf->win + b * W;
         memset(w, 0, (size_t)W * sizeof *w);
         w[0] = e->feed[b]; /* the prompt's token at `at`, or the token made last */
         for (int64_t t = 1; t < n; t++)
             w[t] = r->prompt[at + t];
-        pf->count[b] = (int32_t)n;
     }
     return pf->due;
 }

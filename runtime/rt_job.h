@@ -74,12 +74,17 @@ typedef struct rt_options {
     rt_named_path *draft_inputs; /* --draft-input pairs (the draft's --input), malloc'd */
     int ndraft_inputs;           /* entries in draft_inputs */
     const char *draft_params;    /* --draft-params DIR (the draft's --params), or NULL */
-    /* Serving (rt_serve.h; a decode program): --serve, --port, --host, --max-queue. */
+    /* Serving (rt_serve.h; a decode program): --serve, --port, --host, --max-queue,
+     * --prefill-budget, --static-batching. */
     int serve;                   /* --serve: answer HTTP requests instead of one run */
     int64_t port;                /* --port P (8080 unless given; 0: any free port) */
     int port_given;              /* 1 if --port was given (0 is a valid value) */
     const char *host;            /* --host ADDR (IPv4), or NULL: 127.0.0.1 (points into argv) */
     int64_t max_queue;           /* --max-queue N: requests waiting for a batch; 0: the default */
+    int64_t prefill_budget;      /* --prefill-budget N: prompt tokens a step of the prefill
+                                    program reads beyond one per row; 0: no bound (W per row) */
+    int static_batching;         /* --static-batching: free slots take requests only when no
+                                    row runs (a batch runs to its longest row's end) */
 } rt_options;
 
 /* Parses argv into `o`; on error writes a message into err and returns -1. */

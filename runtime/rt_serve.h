@@ -199,6 +199,8 @@ typedef struct rt_engine {
     int64_t cache;               /* positions the cache holds: the position's index bound */
     int greedy_only;             /* 1: no replicated logits; the program's argmax output
                                     (gen->next) decides, and sampling requests get 400 */
+    int gang;                    /* --static-batching: with one position per row, free slots
+                                    take requests only when no row runs */
     int sharded;                 /* 1: the logits are sharded: each step gathers pairs or rows */
     int64_t vocab_shards;        /* G: the blocks the logits' V dim is split into */
     int64_t logit_bytes;         /* bytes of one element of the logits */
@@ -258,6 +260,9 @@ typedef struct rt_prefill {
     int32_t *count;              /* [B]: the real tokens of each window (device 0): the
                                     prompt's next chunk, 1 when decoding, 0 for a free slot */
     int due;                     /* 1: the next step runs P rather than the decode step */
+    int64_t budget;              /* --prefill-budget N: prompt tokens a step of P reads beyond
+                                    one per row, over all rows (oldest request first); 0: no
+                                    bound */
 } rt_prefill;
 
 /* A device's buffers for P: its inputs (the serving program's blocks for
@@ -276,8 +281,8 @@ int rt_prefill_prepare(const rt_job *job, rt_engine *e, char *err, size_t errlen
 /* Device 0, e->mu held, once the next step's rows are in e->batch,
  * e->at and e->feed: whether the step runs P (some row has two or more
  * prompt tokens left, and no running row's window would pass the
- * cache's end); if so fills e->pf->win and e->pf->count.  Sets and
- * returns e->pf->due. */
+ * cache's end); if so fills e->pf->win and e->pf->count (the chunks, oldest
+ * request first, within e->pf->budget).  Sets and returns e->pf->due. */
 int rt_prefill_plan(rt_engine *e);
 /* Every device: allocates *bf, sharing `main_in`, the serving program's
  * input blocks.  Errors end the job (out of memory). */

@@ -45,6 +45,16 @@ int rt_parse_serve_flag(const char *flag, const char *val, rt_options *o, char *
         o->max_queue = (int64_t)n;
         return 0;
     }
+    if (!strcmp(flag, "--prefill-budget")) {
+        if (rt_parse_count(flag, val, 1, 1000000, &n, err, errlen))
+            return -1;
+        o->prefill_budget = (int64_t)n;
+        return 0;
+    }
+    if (!strcmp(flag, "--static-batching")) {
+        o->static_batching = 1;
+        return 0;
+    }
     if (strcmp(flag, "--host"))
         return 1;
     struct in_addr addr;
@@ -209,8 +219,14 @@ int rt_serve_prepare(rt_job *job, rt_generate *g, char *err, size_t errlen)
     e->woken = calloc((size_t)(e->max_queue + g->batch), sizeof *e->woken);
     if (!e->queue || !e->batch || !e->feed || !e->at || !e->woken)
         return rt_errf(err, errlen, "out of memory");
+    e->gang = o->static_batching;
+    if (o->prefill_budget && !job->prefill)
+        return rt_errf(err, errlen, "--prefill-budget bounds the chunks of a prefill program, "
+                       "and none is linked (einc --prefill P.ein)");
     if (job->prefill && rt_prefill_prepare(job, e, err, errlen))
         return -1;
+    if (e->pf)
+        e->pf->budget = o->prefill_budget;
     job->repeat = 1; /* each step is timed into job->times[0] */
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer must not end the process */
     /* Under MPI only rank 0 serves, so only its signals stop the engine. */

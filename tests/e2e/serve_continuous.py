@@ -13,7 +13,8 @@ compiled for a 2x2 mesh (and the Pos[] variant beside it).  Checks:
    exactly the text --generate makes for them alone;
  - a request sent while a long one streams gets all its tokens before the
    long one completes; with Pos[] (static batching: a batch runs until all
-   its rows end) it completes after, which the check must tell apart;
+   its rows end) it completes after, which the check must tell apart, and
+   so it does with the At[B] program served with --static-batching;
  - a sampled request, seeded, gets the same text alone and among others;
  - with the logits vocab-sharded (`output Logits[B, V_X]`: each step
    gathers (value, index) pairs or whole rows, whichever are fewer bytes),
@@ -269,6 +270,13 @@ def main():
             texts, ahead, detail = joins_running(s, static, work)
             t.result(texts and ahead < 0, "with Pos[] (static batching) it ends after the long one "
                      "(%.3f s)" % -ahead, detail)
+        finally:
+            s.kill()
+        s = Server(cont, ["--static-batching"])
+        try:  # the same At[B] program, batches admitted only into an empty batch
+            texts, ahead, detail = joins_running(s, cont, work)
+            t.result(texts and ahead < 0, "At[B] with --static-batching: it ends after the long "
+                     "one as well (%.3f s)" % -ahead, detail)
         finally:
             s.kill()
         s = Server(cont, ["--max-queue", "1"])

@@ -16,9 +16,16 @@ program.  Checks:
    which some ran the prefill program (einc_prefill_steps_total);
  - the same requests and a seeded sampled one, concurrent (more than the
    slots, so prompts are read while other rows decode), get those texts;
+ - with --prefill-budget 1 the requests one at a time get their texts in
+   more steps than without it and fewer than the decode step's; with
+   budgets 1 and 3, alone and with --static-batching, the concurrent ones
+   get their texts; --prefill-budget without a prefill program, or 0, is
+   refused;
  - a prompt within W - 1 positions of the cache's end (its window would
    pass it: the engine runs the decode step there) and one filling the
-   cache get their texts;
+   cache get their texts; so does a prompt read in a lower row while
+   another row runs within W - 1 of the end (the prefill program must not
+   run then, whichever row comes first);
  - examples/fortunes_serve.ein with examples/fortunes_prefill.ein (slots
    split over X) gives 5 concurrent requests the texts it gives without;
  - with --mpi, on 4 MPI ranks (rank 0 broadcasts each step's windows),
@@ -35,6 +42,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import numpy as np
 
@@ -108,10 +117,10 @@ def metric(s, name):
     return float(m.group(1)) if m else None
 
 
-def served(exe, reqs, together, launch=()):
+def served(exe, reqs, together, launch=(), extra=()):
     """The texts of `reqs` (one at a time, or all at once when `together`)
-    and the server's steps and prefill steps."""
-    s = Server(exe, launch=launch)
+    and the server's steps and prefill steps; `extra`: more server flags."""
+    s = Server(exe, extra, launch=launch)
     try:
         got = concurrently(s, reqs) if together else [s.complete(**r) for r in reqs]
         texts = [text_of(g[1]) if g[0] == 200 else g for g in got]
@@ -181,6 +190,69 @@ def check_fortunes(t, a, work):
              "5 concurrent requests get the texts without", "got %r\nwant %r" % (got, want))
 
 
+def prompt_beside_end(exe):
+    """A prompt read in row 0 while row 1 runs within W - 1 of the cache's
+    end (the engine must run the decode step, not the prefill program whose
+    window would pass it): A (row 0) ends while B and D (rows 1, 2) run on
+    to the end, and C, queued, takes row 0 with a prompt of 40 tokens when
+    B is about 46 - (steps between A's start and B's) positions in.  The
+    texts of A, B, D, C and whether the server still runs."""
+    reqs = [dict(prompt="A", max_tokens=46), dict(prompt="B", max_tokens=S - 1),
+            dict(prompt="D", max_tokens=S - 1), dict(prompt="c" * 40, max_tokens=3)]
+    out = [None] * len(reqs)
+
+    def one(i):
+        out[i] = s.complete(**reqs[i])
+    s = Server(exe)
+    try:
+        threads = []
+        for batch, running in (([0], 1), ([1, 2], 3), ([3], None)):
+            for i in batch:
+                threads.append(threading.Thread(target=one, args=(i,)))
+                threads[-1].start()
+            end = time.monotonic() + serve.TIMEOUT
+            while running and metric(s, "einc_running_rows") != running and \
+                    time.monotonic() < end:
+                time.sleep(0.0005)
+        for th in threads:
+            th.join(timeout=2 * serve.TIMEOUT)
+        return ([text_of(g[1]) if g and g[0] == 200 else g for g in out],
+                s.p.poll() is None)
+    finally:
+        s.kill()
+
+
+def check_budget(t, pf, reqs, want, steps, pf_steps, mixed, want_mixed):
+    """--prefill-budget: a step's chunks read at most N prompt tokens beyond
+    one per row; the texts stay those of the decode step alone."""
+    got, b_steps, b_prefill = served(pf, reqs, False, extra=["--prefill-budget", "1"])
+    # One request at a time: a prefill step reads 2 of its prompt tokens
+    # (budget 1) instead of up to W = 4, so more steps than without the
+    # budget and fewer than the decode step alone.
+    t.result(got == want and pf_steps < b_steps < steps and b_prefill > 0,
+             "--prefill-budget 1, one at a time: the texts, in %s steps (%s of the prefill "
+             "program) between --prefill's %s and the decode step's %s"
+             % (b_steps, b_prefill, pf_steps, steps), "got %r\nwant %r" % (got, want))
+    for budget in ("1", "3"):
+        for extra in ([], ["--static-batching"]):
+            got = served(pf, mixed, True, extra=["--prefill-budget", budget] + extra)[0]
+            t.result(got == want_mixed, "--prefill-budget %s%s, %d concurrent requests on 3 "
+                     "slots: the texts without --prefill" % (budget, " --static-batching"
+                                                          if extra else "", len(mixed)),
+                     "got %r\nwant %r" % (got, want_mixed))
+
+
+def check_budget_refused(t, plain):
+    """--prefill-budget without a prefill program, or of 0: an error."""
+    for flags, want in ((["--prefill-budget", "2"], "none is linked"),
+                        (["--prefill-budget", "0"], "--prefill-budget expects a count")):
+        p = subprocess.run([plain, "--serve", "--port", "0", "--random-inputs", "1"] + flags,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=60)
+        t.result(p.returncode == 1 and "einrt: error:" in p.stdout and want in p.stdout,
+                 "%s: refused (%s)" % (" ".join(flags), want), p.stdout)
+
+
 def main():
     a = runtime_args(__doc__)
     t = Tally()
@@ -209,6 +281,14 @@ def main():
         t.result(got_mixed == want_mixed and want_mixed[:len(reqs)] == want,
                  "%d concurrent requests on 3 slots (one sampled): the texts without --prefill"
                  % len(mixed), "got %r\nwant %r" % (got_mixed, want_mixed))
+        check_budget(t, pf, reqs, want, steps, pf_steps, mixed, want_mixed)
+        want_end, _ = prompt_beside_end(plain)
+        got_end, alive = prompt_beside_end(pf)
+        t.result(alive and got_end == want_end and None not in want_end,
+                 "a prompt read in row 0 while row 1 runs within W - 1 of the cache's end: "
+                 "the texts without --prefill (the decode step runs there)",
+                 "got %r\nwant %r\nserver alive %s" % (got_end, want_end, alive))
+        check_budget_refused(t, plain)
         edge = [dict(prompt="e" * (S - 3), max_tokens=4), dict(prompt="f" * S, max_tokens=1),
                 dict(prompt="g" * (S - W - 2), max_tokens=6)]
         want_edge, got_edge = served(plain, edge, True)[0], served(pf, edge, True)[0]
