@@ -72,6 +72,8 @@ def run_case(einc, ein, chips, hw, defines, quick):
                 check(c[k] == f[k], "%s: %s compiled in full has %s %s, the full enumeration %s" %
                       (what, mesh_key(c), k, c[k], f[k]))
     check(skipped > 0, what + ": the cut compiled every row in full")
+    print("%s: %d of %d rows cut, the same choice (%s, %.4g ms)" % (what, skipped, len(rows),
+                                                                 "/".join(mesh_key(cut["chosen"])), best * 1e3))
     if quick:
         return cmd
     text = plan(cmd, "cut", json_out=False)
@@ -79,8 +81,6 @@ def run_case(einc, ein, chips, hw, defines, quick):
           what + ": the text table does not say which rows were cut:\n" + text)
     auto = plan(cmd, None)
     check(auto == full, what + ": --plan-search=auto on a small table differs from all")
-    print("%s: %d of %d rows cut, the same choice (%s, %.4g ms)" % (what, skipped, len(rows),
-                                                                 "/".join(mesh_key(cut["chosen"])), best * 1e3))
     return cmd
 
 
