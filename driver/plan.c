@@ -350,6 +350,8 @@ plan_row plan_price_once(const plan_table *t, const plan_row *row, ir_remat rema
 {
     static const char *const stage[] = {"0", "1", "2"};
     plan_row r = *row;
+    r.estimate = 0.0; /* figures of this compile, no earlier estimate's (plan_cut.c sets its own) */
+    r.estimated = false;
     fe_autoshard a;
     plan_row_mesh_autoshard(&r, &a);
     row_call c = {compile, ctx, &a, remat};
