@@ -98,7 +98,7 @@ typedef enum plan_search {
     PLAN_SEARCH_CUT,  /* every row estimated, the promising ones in full (plan_cut.c) */
 } plan_search;
 
-#define PLAN_CUT_MIN_COMPILES 64 /* AUTO cuts above this many compiles (4096 chips: about 300) */
+#define PLAN_CUT_MIN_COMPILES 64 /* AUTO cuts above this many compiles (4096 chips: 213) */
 #define PLAN_CUT_MARGIN 0.10     /* a row is compiled in full when its estimate is at most the best
                                     full step + 10% (plan_cut.c: why) */
 

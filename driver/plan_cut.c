@@ -7,7 +7,8 @@
  * collective matmul) and seed 000's strategy portfolio, each strategy
  * scored by the step (docs/propagation.md).  On seed 000's question 3
  * (LLaMA-2 13B training on 4096 chips) that is about 6 s of CPU a row,
- * nearly all of it in the ILP, and the table has about 300 compiles.  The
+ * nearly all of it in the ILP, and its 213 rows of their own need about 500
+ * compiles with the ZeRO, remat and schedule retries.  The
  * same compile with --ilp=off (the sweeps and the portfolio) takes under a
  * second, and it is a plan too: the full planner keeps the ILP's plan only
  * when its step is shorter (propagate.c, widen), and the portfolio then
