@@ -61,6 +61,7 @@ typedef struct options {
     bool debug_pass;
     bool plan_only;               /* `einc plan`: print the auto-sharding table, compile nothing */
     int64_t chips;                /* --chips N: auto-sharding over N chips; 0: the program's mesh */
+    plan_search search;           /* --plan-search=: which candidates are compiled in full */
     bool analyze;                 /* `einc analyze`: the whole-step limits, compile nothing */
     bool json;                    /* --json: the plan or analyze table as JSON */
     analyze_pipe_opts pipe;       /* analyze --stages Z [--microbatches M] [--schedule S] [--stage-link] */
@@ -105,6 +106,9 @@ static void usage(FILE *out)
           "  -D NAME=VALUE         override the size of a dim or mesh axis\n"
           "  --chips N             for a program with no mesh: compile the plan `einc plan`\n"
           "                        chooses for N chips (auto-sharding)\n"
+          "  --plan-search=auto|all|cut  compile every candidate in full (all), or estimate each\n"
+          "                        with --ilp=off and compile the best in full (cut; auto: above\n"
+          "                        64 compiles; docs/propagation.md)\n"
           "  --ilp=on|off|SECONDS  plan the whole program as one ILP (GLPK; docs/propagation.md):\n"
           "                        on (default; SECONDS, default 20, is a safety limit), off\n"
           "  --meshslice=auto|off|K  2D GEMMs as MeshSlice loops (docs/meshslice.md): auto\n"
@@ -280,6 +284,9 @@ static int parse_args(int argc, char **argv, options *o)
                                      "price it with --dump-cost", v);
             if (drv_count("einc", "--chips", v, 1, 4096, &o->chips))
                 return 2;
+        } else if (strncmp(a, "--plan-search=", 14) == 0) {
+            if (plan_search_parse(a + 14, &o->search) != 0)
+                return drv_bad_usage("einc", "--plan-search wants auto, all or cut, not '%s'", a + 14);
         } else if (strcmp(a, "--json") == 0) {
             o->json = true;
         } else if (strncmp(a, "--stages=", 9) == 0 || strncmp(a, "--microbatches=", 15) == 0) {
@@ -360,6 +367,7 @@ typedef struct plan_env {
     fe_define extra;    /* one more -D override (plan_find_fit's batch), if extra.name */
     const char *schedule; /* --schedule for the pipeline pass (plan_run's choice), or NULL */
     const char *zero;     /* --zero for the optimize pass (plan_run's choice), or NULL */
+    const char *ilp;      /* --ilp for the propagate pass (plan_run's estimates), or NULL */
 } plan_env;
 
 /* plan_option_fn: the pass option plan_run tries next. */
@@ -370,6 +378,8 @@ static void plan_option(void *env, const char *name, const char *value)
         e->schedule = value;
     else if (strcmp(name, "zero") == 0)
         e->zero = value;
+    else if (strcmp(name, "ilp") == 0)
+        e->ilp = value;
 }
 
 /* Appends --name=value to `po` (a later value wins), if there is room. */
@@ -405,6 +415,7 @@ static ir_module *plan_compile(void *env, const fe_autoshard *a, ir_remat remat,
     pass_options po = ctx.options ? *ctx.options : (pass_options){0};
     add_option(&po, "schedule", e->schedule);
     add_option(&po, "zero", e->zero);
+    add_option(&po, "ilp", e->ilp);
     ctx.options = &po;
     ctx.diag = d;
     ctx.log = NULL;
@@ -431,9 +442,9 @@ static int auto_shard(const options *o, const char *src, size_t len, pass_manage
         ir_module_free(proto);
         return 1;
     }
-    plan_env env = {o, src, len, pm, ctx, {0}, NULL, NULL};
+    plan_env env = {o, src, len, pm, ctx, {0}, NULL, NULL, NULL};
     int rc = plan_run(t, proto, ctx->hw, o->chips, o->remat, !o->remat_set, !pass_option_value(ctx, "schedule"),
-                      !pass_option_value(ctx, "zero"), plan_compile, plan_option, &env);
+                      !pass_option_value(ctx, "zero"), o->search, plan_compile, plan_option, &env);
     /* `einc plan` says what would fit when nothing does (compiling -o
      * keeps the smallest and warns, as any program over the HBM). */
     if (rc == 0 && print)
@@ -465,7 +476,7 @@ static int analyze(const options *o, const char *src, size_t len, pass_manager *
         return 1;
     analyze_table *t = malloc(sizeof *t);
     analyze_pipe *p = o->pipe.stages > 0 ? calloc(1, sizeof *p) : NULL; /* zeroed: free-able before a run */
-    plan_env env = {o, src, len, pm, ctx, {0}, NULL, NULL};
+    plan_env env = {o, src, len, pm, ctx, {0}, NULL, NULL, NULL};
     char err[256] = "out of memory";
     bool allocated = t && (p || o->pipe.stages == 0);
     int rc = allocated ? analyze_run(t, proto, ctx->hw, plan_compile, &env, err, sizeof err) : -1;
@@ -703,7 +714,7 @@ int main(int argc, char **argv)
     /* On a declared mesh, an executable's memory is a choice as `einc
      * plan` makes it (plan_declared.c): --zero=2, then --remat=layer. */
     if (m && o.output && !as) {
-        plan_env env = {&o, src, len, &pm, &ctx, {0}, NULL, NULL};
+        plan_env env = {&o, src, len, &pm, &ctx, {0}, NULL, NULL, NULL};
         plan_declared fit;
         if (plan_fit_declared(&fit, m, hw, !o.remat_set, !pass_option_value(&ctx, "zero"), plan_compile,
                               plan_option, plan_define, &env)) {

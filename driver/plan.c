@@ -344,13 +344,14 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
     row->remat = remat;
 }
 
-/* `row` compiled with `remat`, --zero=`zero` when zero > 0 and
- * --schedule=`schedule` when given (through t->option, reset after). */
-static plan_row price(const plan_table *t, const plan_row *row, ir_remat remat, int zero, const char *schedule,
-                      plan_compile_fn compile, void *ctx)
+/* The options go through t->option and are reset after. */
+plan_row plan_price_once(const plan_table *t, const plan_row *row, ir_remat remat, int zero, const char *schedule,
+                         plan_compile_fn compile, void *ctx)
 {
     static const char *const stage[] = {"0", "1", "2"};
     plan_row r = *row;
+    r.estimate = 0.0; /* figures of this compile, no earlier estimate's (plan_cut.c sets its own) */
+    r.estimated = false;
     fe_autoshard a;
     plan_row_mesh_autoshard(&r, &a);
     row_call c = {compile, ctx, &a, remat};
@@ -373,19 +374,19 @@ static plan_row price(const plan_table *t, const plan_row *row, ir_remat remat, 
 
 void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile, void *ctx)
 {
-    plan_row best = price(t, row, t->remat, 0, NULL, compile, ctx);
+    plan_row best = plan_price_once(t, row, t->remat, 0, NULL, compile, ctx);
     if (best.ok && !best.fits && best.trains && t->choose_zero && t->option) {
         /* ZeRO first: sharding the optimizer state over the data axes
          * moves the same bytes (ReduceScatter + AllGather for DP's
          * AllReduce) and recomputes nothing. */
-        plan_row r = price(t, row, t->remat, 2, NULL, compile, ctx);
+        plan_row r = plan_price_once(t, row, t->remat, 2, NULL, compile, ctx);
         if (r.ok && r.memory < best.memory)
             best = r;
     }
     if (best.ok && !best.fits && best.trains && t->choose_remat) {
         /* Kept when it fits, or, when nothing fits, as the smaller figure
          * the report names. */
-        plan_row r = price(t, row, IR_REMAT_LAYER, best.zero, NULL, compile, ctx);
+        plan_row r = plan_price_once(t, row, IR_REMAT_LAYER, best.zero, NULL, compile, ctx);
         if (r.ok && r.memory < best.memory)
             best = r;
     }
@@ -402,7 +403,7 @@ void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile,
         for (int k = 0; k < 2; k++) {
             if (chose && strcmp(chose, scheds[k]) == 0)
                 continue;
-            plan_row r = price(t, row, best.remat, best.zero, scheds[k], compile, ctx);
+            plan_row r = plan_price_once(t, row, best.remat, best.zero, scheds[k], compile, ctx);
             if (r.ok && ((r.fits && !best.fits) || (r.fits == best.fits && r.step < best.step)))
                 best = r;
         }
@@ -504,13 +505,14 @@ static int64_t layer_count(const ir_module *proto, const plan_roles *r)
 }
 
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
-             bool choose_remat, bool choose_schedule, bool choose_zero, plan_compile_fn compile,
-             plan_option_fn option, void *ctx)
+             bool choose_remat, bool choose_schedule, bool choose_zero, plan_search search,
+             plan_compile_fn compile, plan_option_fn option, void *ctx)
 {
     memset(t, 0, sizeof *t);
     t->option = option;
     t->choose_schedule = choose_schedule;
     t->choose_zero = choose_zero;
+    t->search = search;
     t->chosen = -1;
     t->chips = chips;
     t->hw = hw;
@@ -534,6 +536,7 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
     int nd = plan_storage_count(proto);
     size_t stride = (size_t)(nd > 0 ? nd : 1);
     ir_sharding *st = calloc((size_t)t->n * stride, sizeof *st);
+    int own[PLAN_MAX_ROWS], nown = 0;
     for (int i = 0; i < t->n; i++) {
         plan_row *row = &t->rows[i];
         int j = i;
@@ -543,21 +546,35 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
                 if (plan_same_storage(proto, &t->rows[j], st + (size_t)j * stride, row, st + (size_t)i * stride))
                     break;
         }
-        if (j == i) {
-            plan_price_row(t, row, compile, ctx);
+        if (j == i)
+            own[nown++] = i;
+        else
+            row->same_as = j;
+    }
+    free(st);
+    /* Every row with a compile of its own is priced, in full or, on a
+     * large table, first estimated (plan_cut.c); then the others take the
+     * figures of the row they repeat. */
+    if (!plan_cut_active(t, nown) || plan_cut_run(t, own, nown, compile, ctx) != 0)
+        for (int k = 0; k < nown; k++)
+            plan_price_row(t, &t->rows[own[k]], compile, ctx);
+    for (int i = 0; i < t->n; i++) {
+        plan_row *row = &t->rows[i];
+        int j = row->same_as;
+        if (j < 0)
             continue;
-        }
         plan_family f = row->family;
         *row = t->rows[j];
         row->family = f;
         row->same_as = j;
+        t->estimated += row->estimated;
     }
-    free(st);
     /* The fastest that fits (steps within PLAN_TIE of each other tie, and
-     * the smaller memory wins); if none fits, the smallest. */
+     * the smaller memory wins); if none fits, the smallest.  A row left at
+     * its estimate is not a plan einc compiled in full: not chosen. */
     for (int i = 0; i < t->n; i++) {
         const plan_row *r = &t->rows[i], *c = t->chosen >= 0 ? &t->rows[t->chosen] : NULL;
-        if (!r->ok)
+        if (!r->ok || r->estimated)
             continue;
         bool tie = c && fabs(r->step - c->step) <= PLAN_TIE * fmax(r->step, c->step);
         if (!c || (r->fits && !c->fits) ||

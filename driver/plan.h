@@ -13,7 +13,11 @@
  * MFU, memory and communication.  The fastest candidate that fits the
  * profile's HBM is chosen.  A candidate whose storage an earlier one on
  * the same mesh writes (a dim its axes do not divide is left whole) is
- * the same compile and takes its figures (plan_same.c).
+ * the same compile and takes its figures (plan_same.c).  On a large table
+ * (--plan-search, plan_cut.c) every row is first estimated by a compile
+ * without the whole-program ILP, and only the rows whose estimate is
+ * within PLAN_CUT_MARGIN of the best fully compiled step are compiled in
+ * full; the others keep their estimate's figures and say so.
  */
 #ifndef EINC_DRIVER_PLAN_H
 #define EINC_DRIVER_PLAN_H
@@ -79,7 +83,24 @@ typedef struct plan_row {
     int same_as;          /* >= 0: the earlier row (index into plan_table.rows) whose storage
                            * this one writes, whose figures it took without compiling
                            * (plan_same_storage); -1: compiled itself */
+    double estimate;      /* seconds: the step of the row compiled with --ilp=off (plan_cut.c),
+                           * 0 when not estimated */
+    bool estimated;       /* the figures are that estimate's: the row was not compiled in full,
+                           * its estimate being above the best full step by PLAN_CUT_MARGIN;
+                           * never chosen */
 } plan_row;
+
+/* Which candidates plan_run compiles through the whole pipeline
+ * (--plan-search=auto|all|cut). */
+typedef enum plan_search {
+    PLAN_SEARCH_AUTO, /* CUT when more than PLAN_CUT_MIN_COMPILES rows need a compile of their own */
+    PLAN_SEARCH_ALL,  /* every row in full */
+    PLAN_SEARCH_CUT,  /* every row estimated, the promising ones in full (plan_cut.c) */
+} plan_search;
+
+#define PLAN_CUT_MIN_COMPILES 64 /* AUTO cuts above this many compiles (4096 chips: 213) */
+#define PLAN_CUT_MARGIN 0.10     /* a row is compiled in full when its estimate is at most the best
+                                    full step + 10% (plan_cut.c: why) */
 
 /* When no candidate fits (plan_find_fit): the smallest changes that make
  * the smallest candidate's family fit the HBM, each one checked by
@@ -117,6 +138,10 @@ typedef struct plan_table {
     bool choose_schedule; /* a pipelined training row also tries --schedule=zero-bubble */
     bool choose_zero;     /* a training row that does not fit also tries --zero=2 */
     plan_fit fit;         /* what would fit, when nothing does (plan_find_fit) */
+    plan_search search;   /* as plan_run was asked */
+    bool cut;             /* the rows were estimated first (plan_cut_run ran) */
+    int estimated;        /* rows left at their estimate (plan_row.estimated) */
+    double cut_best;      /* seconds: the best full step that fits, the cut's reference (0: none) */
 } plan_table;
 
 /* Compiles the program with auto-sharding `a` and rematerialisation
@@ -136,17 +161,36 @@ typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat
  * pipelined training candidate is also compiled with the zero-bubble
  * schedule and takes it when it is faster or fits where 1F1B does not
  * (row.schedule says which).  `option` installs those pass options (NULL:
- * neither is tried); `choose_zero` as choose_remat, for --zero.  `proto`
- * is the program compiled with no mesh (its dims give the roles).
- * Returns 0, or -1 if `chips` < 1 or the program's dims are too many to
- * plan. */
+ * neither is tried, and no row is estimated); `choose_zero` as
+ * choose_remat, for --zero.  `search` says which rows are compiled in full
+ * (plan_search; the others are estimated, plan_cut_run).  `proto` is the
+ * program compiled with no mesh (its dims give the roles).  Returns 0, or
+ * -1 if `chips` < 1 or the program's dims are too many to plan. */
 int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t chips, ir_remat remat,
-             bool choose_remat, bool choose_schedule, bool choose_zero, plan_compile_fn compile,
-             plan_option_fn option, void *ctx);
+             bool choose_remat, bool choose_schedule, bool choose_zero, plan_search search,
+             plan_compile_fn compile, plan_option_fn option, void *ctx);
 /* Compiles `row` (its family, roles and mesh) for t's profile and
  * rematerialisation, as plan_run does every candidate, and fills its
  * figures (row->ok false and row->why when it does not compile). */
 void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile, void *ctx);
+/* `row` compiled once with `remat`, --zero=`zero` when zero > 0 and
+ * --schedule=`schedule` when not NULL (through t->option), no other
+ * choice tried; its figures, or ok false and why. */
+plan_row plan_price_once(const plan_table *t, const plan_row *row, ir_remat remat, int zero, const char *schedule,
+                         plan_compile_fn compile, void *ctx);
+
+/* The cut (plan_cut.c).  Whether plan_run estimates first, for a table
+ * whose rows need `compiles` compiles of their own. */
+bool plan_cut_active(const plan_table *t, int compiles);
+/* Estimates rows[0..n-1] (indices into t->rows, each its own compile)
+ * with --ilp=off, then compiles them in full (plan_price_row) in the
+ * order of their estimates while the estimate is at most the best full
+ * step that fits + PLAN_CUT_MARGIN; the rest keep the estimate's figures
+ * (plan_row.estimated).  Sets t->cut, t->estimated and t->cut_best.
+ * Returns 0, or -1 out of memory (every row then compiled in full). */
+int plan_cut_run(plan_table *t, const int *rows, int n, plan_compile_fn compile, void *ctx);
+/* "auto", "all" or "cut" into *out; -1 for anything else. */
+int plan_search_parse(const char *s, plan_search *out);
 
 /* Installs an extra -D override (a dim name and its size) for the
  * compiles that follow, or removes it (def NULL). */

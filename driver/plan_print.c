@@ -94,7 +94,7 @@ static int runner_up(const plan_table *t)
     int best = -1;
     for (int i = 0; i < t->n; i++) {
         const plan_row *r = &t->rows[i];
-        if (i == t->chosen || !r->ok || !r->fits)
+        if (i == t->chosen || !r->ok || !r->fits || r->estimated)
             continue;
         if (best < 0 || r->step < t->rows[best].step)
             best = i;
@@ -102,8 +102,17 @@ static int runner_up(const plan_table *t)
     return best;
 }
 
-/* One candidate as the JSON interface fixes it (docs/propagation.md). */
-static cJSON *row_json(const plan_row *r)
+/* Why row r of t was not compiled in full (plan_cut.c), into buf. */
+static void cut_why(const plan_table *t, const plan_row *r, char *buf, size_t n)
+{
+    snprintf(buf, n, "not compiled in full: estimated %.4g ms (--ilp=off) > best %.4g ms + %.0f%%", r->estimate * 1e3,
+             t->cut_best * 1e3, PLAN_CUT_MARGIN * 100);
+}
+
+/* One candidate as the JSON interface fixes it (docs/propagation.md);
+ * a row left at its estimate also has "estimated": true and "skipped"
+ * (why), and a row compiled in full after an estimate "estimate". */
+static cJSON *row_json(const plan_table *t, const plan_row *r)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "family", plan_row_label(r));
@@ -130,6 +139,14 @@ static cJSON *row_json(const plan_row *r)
     cJSON_AddStringToObject(o, "remat", r->remat == IR_REMAT_LAYER ? "layer"
                                         : r->remat == IR_REMAT_ELEMENTWISE ? "elementwise" : "none");
     cJSON_AddNumberToObject(o, "zero", r->zero);
+    if (r->estimate > 0)
+        cJSON_AddNumberToObject(o, "estimate", r->estimate);
+    if (r->estimated) {
+        char why[160];
+        cut_why(t, r, why, sizeof why);
+        cJSON_AddBoolToObject(o, "estimated", true);
+        cJSON_AddStringToObject(o, "skipped", why);
+    }
     if (r->pp) {
         cJSON *p = cJSON_AddObjectToObject(o, "pipeline");
         cJSON_AddNumberToObject(p, "stages", (double)r->sizes[0]);
@@ -143,19 +160,19 @@ static cJSON *row_json(const plan_row *r)
 static void print_json(FILE *out, const plan_table *t)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddItemToObject(root, "chosen", t->chosen >= 0 ? row_json(&t->rows[t->chosen]) : cJSON_CreateNull());
+    cJSON_AddItemToObject(root, "chosen", t->chosen >= 0 ? row_json(t, &t->rows[t->chosen]) : cJSON_CreateNull());
     if (t->fit.tried) {
         /* What would fit (plan_find_fit): null where nothing did. */
         cJSON *fit = cJSON_AddObjectToObject(root, "fit");
         if (t->fit.chips > 0) {
-            cJSON *c = row_json(&t->fit.at_chips);
+            cJSON *c = row_json(t, &t->fit.at_chips);
             cJSON_AddNumberToObject(c, "chips", (double)t->fit.chips);
             cJSON_AddItemToObject(fit, "more_chips", c);
         } else {
             cJSON_AddNullToObject(fit, "more_chips");
         }
         if (t->fit.batch > 0) {
-            cJSON *b = row_json(&t->fit.at_batch);
+            cJSON *b = row_json(t, &t->fit.at_batch);
             cJSON_AddStringToObject(b, "dim", t->fit.batch_name);
             cJSON_AddNumberToObject(b, "size", (double)t->fit.batch);
             cJSON_AddItemToObject(fit, "smaller_batch", b);
@@ -165,7 +182,7 @@ static void print_json(FILE *out, const plan_table *t)
     }
     cJSON *cands = cJSON_AddArrayToObject(root, "candidates");
     for (int i = 0; i < t->n; i++)
-        cJSON_AddItemToArray(cands, row_json(&t->rows[i]));
+        cJSON_AddItemToArray(cands, row_json(t, &t->rows[i]));
     char *text = cJSON_PrintUnformatted(root);
     if (text)
         fprintf(out, "%s\n", text);
@@ -208,6 +225,11 @@ void plan_print(FILE *out, const plan_table *t, bool json)
             (long long)t->chips, t->hw->name, t->hw->hbm_bytes / gib, t->n);
     if (t->dropped)
         fprintf(out, "(%d more candidates not priced: at most %d)\n", t->dropped, PLAN_MAX_ROWS);
+    if (t->cut)
+        fprintf(out, "(every candidate estimated with --ilp=off, then compiled in full in that order while its "
+                     "estimate is within %.0f%% of the best full step; %d rows not compiled in full show their "
+                     "estimate's figures and are not chosen; a heuristic: --plan-search=all compiles them)\n",
+                PLAN_CUT_MARGIN * 100, t->estimated);
     for (int i = 0; i < t->n; i++)
         if (strcmp(plan_row_label(&t->rows[i]), row_name(&t->rows[i], false)) != 0) {
             fprintf(out, "(a plan that keeps the weights in place is model parallel, so FSDP's storage shows "
@@ -240,9 +262,14 @@ void plan_print(FILE *out, const plan_table *t, bool json)
                      r->microbatches, 100 * r->bubble);
         /* A row the search rematerialised to fit says so. */
         bool chose_remat = r->remat == IR_REMAT_LAYER && t->choose_remat;
-        char same[48] = "";
+        char same[200] = "", why[160] = "";
+        if (r->estimated)
+            cut_why(t, r, why, sizeof why);
         if (r->same_as >= 0 && r->same_as < i)
-            snprintf(same, sizeof same, ", the storage of %s", plan_row_label(&t->rows[r->same_as]));
+            snprintf(same, sizeof same, ", the storage of %s%s%s", plan_row_label(&t->rows[r->same_as]),
+                     *why ? ", " : "", why);
+        else if (*why)
+            snprintf(same, sizeof same, ", %s", why);
         fprintf(out, "%c %-*s %-18s %9.4g ms %6.1f%% %10.4g GiB %5s %10.4g ms %10.4g ms  %s%s%s%s%s\n",
                 i == t->chosen ? '*' : ' ', w, plan_row_label(r), mesh, r->step * 1e3, r->mfu * 100,
                 r->memory / gib, r->fits ? "yes" : "no", r->exposed * 1e3, r->comm * 1e3, bound_name(r), pipe,

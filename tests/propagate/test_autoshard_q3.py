@@ -10,9 +10,10 @@ its FSDP share is X_opt = sqrt(B M_X N / (F M_Y)) = sqrt(3e6 x 2 x 4096 /
 is 6 x 3e6 x 13e9 / (4096 x 4.6e14 x 0.4) = 300 ms.
 
 `einc plan --chips 4096` on the program with no sharding
-(autoshard/llama2_13b_train_q3.ein) prices about 250 candidates at about
-7 s of compile each, over half an hour (docs/propagation.md, "Seed 000's
-question 3"), too long for CTest.  This test prices the plan's FSDP+TP
+(autoshard/llama2_13b_train_q3.ein) prices 244 candidates, each estimated
+without the ILP and the best 18 compiled in full: 3 minutes of CPU, 5 to
+9 on a loaded machine (docs/propagation.md, "Seed 000's question 3"), too long
+for CTest.  This test prices the plan's FSDP+TP
 candidate as forced alternatives instead (autoshard/
 llama2_13b_train_q3_fsdp_tp.ein: FSDP over X x Y, TP over Z), at TP = 4
 and 8 on 4096 chips (FSDP over 1024 and 512), each one compile
