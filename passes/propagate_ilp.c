@@ -460,33 +460,7 @@ static void value_fixed(ilp *s, int id, const ir_sharding *have)
     free(T.trips);
 }
 
-/* ---- solving ---- */
-
-static void callback(glp_tree *tree, void *info)
-{
-    ilp *s = info;
-    switch (glp_ios_reason(tree)) {
-    case GLP_IHEUR:
-        if (!s->warm_given) {
-            s->warm_given = true;
-            glp_ios_heur_sol(tree, s->warm);
-        }
-        break;
-    case GLP_ISELECT:
-        /* A node limit rather than the clock, for the same plan every time. */
-        if (++s->nodes > ILP_MAX_NODES)
-            glp_ios_terminate(tree);
-        /* fall through */
-    case GLP_IBINGO: {
-        int node = glp_ios_best_node(tree);
-        if (node)
-            s->bound = glp_ios_node_bound(tree, node);
-        break;
-    }
-    default:
-        break;
-    }
-}
+/* ---- solving (pass_ilp_solve: propagate_ilp_solve.c) ---- */
 
 /* The warm start's y and w columns: each at least what its rows need. */
 static void warm_fill(ilp *s)
@@ -531,70 +505,6 @@ static void ilp_free(ilp *s)
     free(s->cm_col);
     free(s->cm_us);
     free(s->cm_op);
-}
-
-double pass_ilp_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* pass_ilp_solve: s->lp's relaxation (dual simplex after GLPK's presolver),
- * then branch and cut from the warm start, within ms milliseconds from t0
- * in all.  Fills rep's status, iterations, nodes, objective and bounds;
- * false when no integral plan was found (the relaxation infeasible, or a
- * limit reached first). */
-bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
-{
-    glp_smcp sm;
-    glp_init_smcp(&sm);
-    sm.msg_lev = GLP_MSG_OFF;
-    sm.presolve = GLP_ON;
-    sm.meth = GLP_DUALP;
-    sm.tm_lim = ms;
-    /* The iteration limit, not the clock, decides on a loaded machine, so
-     * that a program gets the same plan every time. */
-    sm.it_lim = ILP_ITERS_PER_ROW * s->nrows + 10000;
-    int ret = 1;
-    if (s->from_basis) {
-        /* Only the objective and some bounds changed since the last solve:
-         * the primal simplex goes on from its basis, still feasible. */
-        glp_smcp warm = sm;
-        warm.presolve = GLP_OFF;
-        warm.meth = GLP_PRIMAL;
-        ret = glp_simplex(s->lp, &warm);
-    }
-    if (ret != 0 || glp_get_status(s->lp) != GLP_OPT)
-        ret = glp_simplex(s->lp, &sm);
-    rep->iterations = glp_get_it_cnt(s->lp);
-    if (ret != 0 || glp_get_status(s->lp) != GLP_OPT) {
-        rep->status = PASS_ILP_TIME_LIMIT;
-        return false;
-    }
-    rep->lp_bound = glp_get_obj_val(s->lp) * 1e-6;
-    s->bound = glp_get_obj_val(s->lp);
-    glp_iocp io;
-    glp_init_iocp(&io);
-    io.msg_lev = GLP_MSG_OFF;
-    io.presolve = GLP_OFF; /* the heuristic callback needs the original columns */
-    io.cb_func = callback;
-    io.cb_info = s;
-    io.mip_gap = 1e-6;
-    int left = ms - (int)((pass_ilp_now() - t0) * 1e3);
-    io.tm_lim = left > 1 ? left : 1;
-    ret = glp_intopt(s->lp, &io);
-    int st = glp_mip_status(s->lp);
-    if (st != GLP_OPT && st != GLP_FEAS) {
-        rep->status = PASS_ILP_TIME_LIMIT;
-        return false;
-    }
-    double obj = glp_mip_obj_val(s->lp);
-    rep->status = st == GLP_OPT && ret == 0 ? PASS_ILP_OPTIMAL : PASS_ILP_TIME_LIMIT;
-    rep->nodes = s->nodes;
-    rep->objective = obj * 1e-6;
-    rep->bound = (rep->status == PASS_ILP_OPTIMAL ? obj : fmin(obj, s->bound)) * 1e-6;
-    return true;
 }
 
 /* Sets every op's layout to the candidate that plan x selects. */

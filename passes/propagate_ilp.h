@@ -1,7 +1,9 @@
 /*
- * propagate_ilp.h - what the two files of the whole-program ILP share:
- * propagate_ilp.c states and solves it, propagate_ilp_cands.c chooses each
- * op's candidate layouts (and merges simple ops into an operand).
+ * propagate_ilp.h - what the files of the whole-program ILP share:
+ * propagate_ilp.c states it, propagate_ilp_solve.c solves it,
+ * propagate_ilp_cands.c chooses each op's candidate layouts (and merges
+ * simple ops into an operand), propagate_ilp_seq.c, _mem.c and _cm.c add
+ * sequence parallelism, the memory row and collective matmul's credits.
  */
 #ifndef EINC_PROPAGATE_ILP_H
 #define EINC_PROPAGATE_ILP_H
@@ -53,6 +55,8 @@ typedef struct ilp {
     int nge, ge_cap;
     bool warm_given;    /* the callback handed the warm start over */
     bool from_basis;    /* pass_ilp_solve starts from the last solve's basis */
+    int pivot_budget;   /* simplex pivots a solve from the basis may take (0: ILP_ITERS_PER_ROW's
+                           limit alone); past it the solve reports no plan */
     double bound;       /* best bound seen in the tree (us) */
     long nodes;         /* branch-and-bound nodes selected */
     layout **own;       /* by op: its own candidates (own_candidates) */
@@ -76,16 +80,8 @@ typedef struct ilp {
 int pass_ilp_row_new(ilp *s, int type);
 /* Coefficient v of column col in row `row` (s->oom set when out of memory). */
 void pass_ilp_nz_add(ilp *s, int row, int col, double v);
-/* Solves s->lp: the relaxation (dual simplex after GLPK's presolver),
- * then branch and cut from the warm start (s->warm, handed over once
- * unless s->warm_given), within ms milliseconds from t0 (pass_ilp_now) in
- * all.  Fills rep's status, iterations, nodes, objective and bounds;
- * false when no integral plan was found. */
-bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep);
 /* Sets every op's layout to the candidate that plan x (by column) selects. */
 void pass_ilp_apply(ilp *s, const double *x);
-/* Monotonic seconds. */
-double pass_ilp_now(void);
 
 /* A new column of s: continuous in [lb, 1] or binary, with objective `obj`
  * (us) and warm-start value `warm`; returns its index (s->oom set when
@@ -96,6 +92,19 @@ int pass_ilp_col_new(ilp *s, double obj, bool binary, double lb, double warm);
  * pass_ilp_group_free even when this fails); false when out of memory. */
 bool pass_ilp_group_make(ilp *s, int k, int operand, group *gr);
 void pass_ilp_group_free(group *gr);
+
+/* ---- propagate_ilp_solve.c ---- */
+
+/* Solves s->lp: the relaxation (dual simplex after GLPK's presolver, or
+ * with s->from_basis the primal simplex from the last basis, within
+ * s->pivot_budget pivots), then branch and cut from the warm start
+ * (s->warm, handed over once unless s->warm_given), within ms
+ * milliseconds from t0 (pass_ilp_now) in all.  Fills rep's status,
+ * iterations, nodes, objective and bounds; false when no integral plan
+ * was found (a limit reached first, the pivot budget included). */
+bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep);
+/* Monotonic seconds. */
+double pass_ilp_now(void);
 
 /* ---- propagate_ilp_cands.c ---- */
 
