@@ -48,8 +48,8 @@ def meshes(n):
     return out
 
 
-def check_table(einc, ein, chips, hw, text):
-    r = run([einc, "plan", ein, "--chips", str(chips), "--hw", hw, "--json"])
+def check_table(einc, ein, chips, hw, text, extra=()):
+    r = run([einc, "plan", ein, "--chips", str(chips), "--hw", hw, "--json", *extra])
     check(r.returncode == 0, f"plan --json on {chips} {hw}: {r.stderr}")
     d = json.loads(r.stdout)
     cands = d["candidates"]
@@ -89,8 +89,13 @@ def main():
     ein = os.path.join(args.examples, "gpt_autoshard.ein")
     n = 0
     tables = {}
-    for chips, hw in ((8, "tpu-v5p"),) if args.quick else ((8, "tpu-v5p"), (16, "tpu-v5e"), (6, "h100")):
-        tables[hw] = check_table(args.einc, ein, chips, hw, text=False)[1]
+    # The 16-chip v5e table runs with the strategy cut (driver/plan_cut.c):
+    # every row is still listed and the chosen one is still the fastest that
+    # fits, at a fifth of the compiles (29 s against 145 s of CPU, the same
+    # row); plan_autoshard_cut checks the cut against the full enumeration.
+    full = ((8, "tpu-v5p", ()), (16, "tpu-v5e", ("--plan-search=cut",)), (6, "h100", ()))
+    for chips, hw, extra in full[:1] if args.quick else full:
+        tables[hw] = check_table(args.einc, ein, chips, hw, text=False, extra=extra)[1]
         n += 1
     ch = check_table(args.einc, ein, 4, "host", text=True)[0]
     # Three mesh axes are three torus axes, whose links a collective uses
