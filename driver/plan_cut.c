@@ -59,7 +59,7 @@ bool plan_cut_active(const plan_table *t, int compiles)
 /* qsort_r is not C17: the order sorts (estimate, index) pairs. */
 typedef struct keyed {
     double estimate; /* seconds; failed estimates last */
-    int row;
+    int k;           /* index into rows (and fresh) */
 } keyed;
 
 static int by_estimate(const void *a, const void *b)
@@ -67,43 +67,34 @@ static int by_estimate(const void *a, const void *b)
     const keyed *x = a, *y = b;
     if (x->estimate != y->estimate)
         return x->estimate < y->estimate ? -1 : 1;
-    return (x->row > y->row) - (x->row < y->row);
-}
-
-/* Row r as plan_run made it, before any compile: its family and mesh. */
-static plan_row bare(const plan_row *r)
-{
-    plan_row b;
-    memset(&b, 0, sizeof b);
-    b.family = r->family;
-    b.pp = r->pp;
-    b.naxes = r->naxes;
-    memcpy(b.sizes, r->sizes, sizeof b.sizes);
-    b.roles = r->roles;
-    b.same_as = -1;
-    return b;
+    return (x->k > y->k) - (x->k < y->k);
 }
 
 int plan_cut_run(plan_table *t, const int *rows, int n, plan_compile_fn compile, void *ctx)
 {
-    keyed *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
-    if (!order)
+    size_t cap = (size_t)(n > 0 ? n : 1);
+    keyed *order = malloc(cap * sizeof *order);
+    plan_row *fresh = malloc(cap * sizeof *fresh); /* each row as plan_run made it, before any compile */
+    if (!order || !fresh) {
+        free(order);
+        free(fresh);
         return -1;
+    }
     t->cut = true;
     t->estimated = 0;
     t->option(ctx, "ilp", "off");
     for (int k = 0; k < n; k++) {
         plan_row *row = &t->rows[rows[k]];
-        const plan_row b = bare(row);
-        *row = plan_price_once(t, &b, t->remat, 0, NULL, compile, ctx);
+        fresh[k] = *row;
+        *row = plan_price_once(t, &fresh[k], t->remat, 0, NULL, compile, ctx);
         row->estimate = row->ok ? row->step : 0.0;
-        order[k] = (keyed){row->ok ? row->step : INFINITY, rows[k]};
+        order[k] = (keyed){row->ok ? row->step : INFINITY, k};
     }
     t->option(ctx, "ilp", NULL);
     qsort(order, (size_t)n, sizeof *order, by_estimate);
     double best = INFINITY;
     for (int k = 0; k < n; k++) {
-        plan_row *row = &t->rows[order[k].row];
+        plan_row *row = &t->rows[rows[order[k].k]];
         /* A row that does not compile without the ILP does not with it:
          * the errors are the frontend's and the first phase's. */
         if (!row->ok)
@@ -114,7 +105,7 @@ int plan_cut_run(plan_table *t, const int *rows, int n, plan_compile_fn compile,
             continue;
         }
         double estimate = row->estimate;
-        *row = bare(row);
+        *row = fresh[order[k].k];
         plan_price_row(t, row, compile, ctx);
         row->estimate = estimate;
         if (row->ok && row->fits && row->step < best)
@@ -122,5 +113,6 @@ int plan_cut_run(plan_table *t, const int *rows, int n, plan_compile_fn compile,
     }
     t->cut_best = isfinite(best) ? best : 0.0;
     free(order);
+    free(fresh);
     return 0;
 }

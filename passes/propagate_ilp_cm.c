@@ -206,7 +206,7 @@ bool pass_ilp_cm_solve(ilp *s, int ms, double t0, const double *x, pass_prop_ilp
     s->nodes = 0;
     s->from_basis = true;
     /* As many pivots from the serial basis as the serial relaxation took
-     * from scratch (docs/propagation.md, "Planning time"): past that, the
+     * from scratch (docs/propagation.md, "The pivot budget"): past that, the
      * serial plan stays, as when the time limit stops the solve, but the
      * same on every machine load. */
     s->pivot_budget = rep->iterations > 0 ? rep->iterations : 1;
