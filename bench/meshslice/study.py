@@ -7,8 +7,9 @@ GEMMs of every layer) on the FC layers of GPT-3 175B and Megatron-NLG 530B
 256 TPU v4 chips (batch = chips / 2, sequence 2048) and prints Markdown tables:
 FLOP utilization per algorithm (Fig. 9), the whole block with the non-GEMM
 layers (`--non-gemm`, the paper's end-to-end figures), MeshSlice's speedups at 256 chips
-beside the paper's figures, the autotuner's mesh shape and K per layer, the
-dataflow heuristic against the default B-stn dataflow (Table 2), utilization
+beside the paper's figures and what each algorithm exposes, the autotuner's mesh shape
+and K per layer, the dataflow heuristic against one dataflow for every layer on three
+meshes (Table 2's readings; the default B-stn on its own best mesh is the adopted one), utilization
 by mesh shape (Fig. 13), by K on a 32 x 8 mesh (Fig. 14) and on the 4 x 4 mesh
 of Table 3 (the authors' real-TPU configuration), and last the paper's figures beside einc's with the difference in
 percentage points.  docs/meshslice.md holds the output and the discussion.
