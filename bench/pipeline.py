@@ -392,8 +392,8 @@ def ops_replay(traces):
     --trace files `traces` inside an item) at the median of its calls
     over the items, microbatches and runs, times its median count per
     item.  An op that another job's thread stalled is one call among
-    many, so this leaves out the jitter more surely than machine_
-    prediction's median item does; it leaves out the time an item spends
+    many, so this leaves out the jitter more surely than the median
+    item of machine_prediction does; it leaves out the time an item spends
     outside its ops (the frames, the send's copy) and its receive waits.
     What it keeps is the ops' measured times: the microbatches' GEMM
     sizes, the first stage's embedding and the last one's loss, the W
