@@ -8,6 +8,9 @@ cores"):
   1/13) and 1f1b's with B = 2 takes 15 (bubble 1/5), (Z-1)/(M+Z-1);
 - on one CPU any order takes the sum of its work (the CPU never idles),
   and with the stages taking turns each stage idles while the others run;
+- ops_replay: items timed by their ops' medians, replayed;
+- the --repeat verdicts (consistency: systematic, noise, within) and the
+  item ratios against the costed ones (item_ratios);
 - round trip: a timeline simulated on 2 CPUs for 4 stages, written as a
   --trace file with receive waits, gives back its items' work through
   decontend and its span and bubble through machine_prediction.
@@ -109,6 +112,49 @@ def main():
         check("machine prediction's span", mp["pred_span"] * 1e6, span, 1e-6)
         check("machine prediction's bubble", mp["pred_bubble"], bub, 1e-9)
         check("items' work", mp["work"] * 1e6, sum(w for r in work.values() for _, w in r), 1e-6)
+        # Two traces (two runs of --repeat) pool their items: the same
+        # medians, so the same prediction; the items' medians by kind.
+        mp2 = P.machine_prediction([path, path], 2)
+        check("pooled traces' bubble", mp2["pred_bubble"], bub, 1e-9)
+        check("stage 3's B item (median work, s)", mp2["items"][(3, "B")] * 1e6, 1.0 + 3 * 0.37 + 0.6, 1e-6)
+    # ops_replay: each item's time from its ops' medians (two ops per item,
+    # one of them recorded short once: the median ignores it), replayed.
+    tl = {}
+    P.shared_replay(rows(ZB_H1, {"F": 1000.0, "B": 1000.0, "W": 1000.0}), 2, tl)
+    events = []
+    for s, items in tl.items():
+        for name, b, e in items:
+            events.append({"ph": "X", "cat": "pipeline", "tid": s, "name": name, "ts": b, "dur": e - b})
+            for k, (ob, oe) in enumerate(((b, b + 500), (b + 500, e))):
+                short = s == 0 and name == "F1" and k == 0
+                events.append({"ph": "X", "cat": "compute", "tid": s, "name": f"op{k} of {name[0]}",
+                               "ts": ob, "dur": 50 if short else oe - ob})
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "otherData": {"runs": 1}}, f)
+        bub, items = P.ops_replay([path])
+        check("ops_replay bubble (ZB-H1, unit items)", bub, 1 / 13)
+        check("ops_replay stage 0 F item (s)", items[(0, "F")], 1000e-6, 1e-12)
+    # The repeats' verdicts: one side beyond 5 points in every run is
+    # systematic; runs on both sides of the limit or of zero are noise.
+    for offs, want in (([6.2, 7.0, 5.5], "systematic"), ([-6.0, -9.0], "systematic"),
+                       ([6.2, 3.0, 7.0], "noise"), ([6.0, -6.0, 7.0], "noise"),
+                       ([4.9, -2.0, 0.1], "within")):
+        got = P.consistency(offs)
+        if not got.endswith(": " + want):
+            FAILS.append(f"consistency({offs}) = {got!r}, want {want}")
+    if P.consistency([9.0]) != "":
+        FAILS.append("consistency of a single run must not judge")
+    # The item ratios that set the bubble, against the costed ones.
+    r = {"items": {(0, "F"): 1.0, (0, "B"): 1.5, (0, "W"): 1.5, (1, "F"): 1.0, (1, "B"): 1.0, (1, "W"): 1.0},
+         "costed": {"stage_forward_time": 2.0, "stage_backward_time": 4.0,
+                    "first_stage_extra": 0.6, "last_stage_extra": 0.0}}
+    got = {w.split(",")[0]: (m, c) for w, m, c in P.item_ratios(r)}
+    for what, want in (("stage 0 (B+W) / F", (3.0, 2.0)), ("stage 1 (B+W) / F", (2.0, 2.0)),
+                       ("stage 0 / stage 1 work per microbatch", (4.0 / 3.0, 6.6 / 6.0))):
+        for a, b in zip(got.get(what, (None, None)), want):
+            check(f"item_ratios {what}", a if a is not None else -1, b, 1e-12)
     if FAILS:
         print("\n".join(FAILS))
         sys.exit(1)
