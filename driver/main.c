@@ -109,7 +109,7 @@ static void usage(FILE *out)
           "  --plan-search=auto|all|cut  compile every candidate in full (all), or estimate each\n"
           "                        with --ilp=off and compile the best in full (cut; auto: above\n"
           "                        64 compiles; docs/propagation.md)\n"
-          "  --ilp=on|off|SECONDS  plan the whole program as one ILP (GLPK; docs/propagation.md):\n"
+          "  --ilp=on|off|SECONDS  plan the whole program as one ILP (CLP, GLPK; docs/propagation.md):\n"
           "                        on (default; SECONDS, default 20, is a safety limit), off\n"
           "  --meshslice=auto|off|K  2D GEMMs as MeshSlice loops (docs/meshslice.md): auto\n"
           "                        picks the slice count K with the cost model (default),\n"

@@ -3,11 +3,12 @@
  * cheap compile, the promising ones compiled in full (plan.h, plan_cut_run).
  *
  * A full compile of a candidate runs the whole planner: the first phase's
- * sweeps, the whole-program ILP (GLPK, with its second solve for
+ * sweeps, the whole-program ILP (CLP and GLPK, with its second solve for
  * collective matmul) and seed 000's strategy portfolio, each strategy
  * scored by the step (docs/propagation.md).  On seed 000's question 3
- * (LLaMA-2 13B training on 4096 chips) that is about 6 s of CPU a row,
- * nearly all of it in the ILP, and its 213 rows of their own need about 500
+ * (LLaMA-2 13B training on 4096 chips) that was 6 to 14 s of CPU a row
+ * with GLPK alone and is about 4 s with CLP's relaxations, most of it in
+ * the ILP, and its 213 rows of their own need about 500
  * compiles with the ZeRO, remat and schedule retries.  The
  * same compile with --ilp=off (the sweeps and the portfolio) takes under a
  * second, and it is a plan too: the full planner keeps the ILP's plan only

@@ -53,8 +53,9 @@
  * again, so a plan that fits is the one found without it.
  *
  * The solver gets the local search's plan as its first incumbent (GLPK's
- * heuristic callback), the LP relaxation first with its presolver, then
- * branch and cut within a time limit.  What it proves is recorded in
+ * heuristic callback), the LP relaxation first (CLP's dual simplex after
+ * its presolver, propagate_ilp_clp.c), then GLPK's branch and cut within
+ * pivot, node and time limits.  What it proves is recorded in
  * p->ilp: optimal among the candidates, or the best bound when the limit
  * stopped it.
  */
@@ -691,7 +692,7 @@ out:
                 "(bound %.4g us, LP %.4g us, local search %.4g us); exact %.4g us against %.4g us, %s\n",
                 rep->candidates, rep->merged ? " (simple ops merged)" : "", rep->cols, rep->rows, rep->iterations,
                 rep->seconds,
-                rep->status == PASS_ILP_OPTIMAL ? "optimal" : rep->status == PASS_ILP_TIME_LIMIT ? "time limit"
+                rep->status == PASS_ILP_OPTIMAL ? "optimal" : rep->status == PASS_ILP_TIME_LIMIT ? "stopped at a limit"
                 : rep->status == PASS_ILP_TOO_LARGE ? "too large" : "skipped",
                 rep->objective * 1e6, rep->bound * 1e6, rep->lp_bound * 1e6, rep->warm_objective * 1e6,
                 rep->exact_after * 1e6, rep->exact_before * 1e6, rep->adopted ? "adopted" : "kept the local plan");

@@ -17,6 +17,7 @@
 #define ILP_FULL_PAIRS 20000.0 /* edge pairs past which simple ops are merged */
 #define ILP_ITERS_PER_ROW 4    /* simplex iterations allowed per row of the ILP */
 #define ILP_MAX_NODES 2000     /* branch-and-bound nodes, past the relaxation */
+#define ILP_TREE_PIVOT_COST 10 /* CLP relaxation pivots one GLPK pivot in the tree costs */
 
 /* One group: the distinct shardings among an op's candidates (produced,
  * or required of one operand), and each candidate's group. */
@@ -57,6 +58,9 @@ typedef struct ilp {
     bool from_basis;    /* pass_ilp_solve starts from the last solve's basis */
     int pivot_budget;   /* simplex pivots a solve from the basis may take (0: ILP_ITERS_PER_ROW's
                            limit alone); past it the solve reports no plan */
+    long clp_pivots;    /* simplex pivots CLP took in all (GLPK counts its own) */
+    int tree_it0;       /* GLPK's pivot count when branch and cut began */
+    int tree_budget;    /* pivots branch and cut may take: the relaxation's */
     double bound;       /* best bound seen in the tree (us) */
     long nodes;         /* branch-and-bound nodes selected */
     layout **own;       /* by op: its own candidates (own_candidates) */
@@ -95,16 +99,29 @@ void pass_ilp_group_free(group *gr);
 
 /* ---- propagate_ilp_solve.c ---- */
 
-/* Solves s->lp: the relaxation (dual simplex after GLPK's presolver, or
- * with s->from_basis the primal simplex from the last basis, within
- * s->pivot_budget pivots), then branch and cut from the warm start
- * (s->warm, handed over once unless s->warm_given), within ms
- * milliseconds from t0 (pass_ilp_now) in all.  Fills rep's status,
- * iterations, nodes, objective and bounds; false when no integral plan
- * was found (a limit reached first, the pivot budget included). */
+/* Solves s->lp: the relaxation by CLP (pass_ilp_clp_solve), finished by
+ * GLPK's primal simplex from CLP's basis (when CLP cannot finish: GLPK's
+ * dual simplex after its presolver, or with s->from_basis its primal
+ * simplex from the last basis within s->pivot_budget pivots), then GLPK's
+ * branch and cut from the warm start (s->warm, handed over once unless
+ * s->warm_given) within s->tree_budget pivots, within ms milliseconds
+ * from t0 (pass_ilp_now) in all.  Fills rep's status, iterations, nodes,
+ * objective and bounds; false when no integral plan was found (a limit
+ * reached first, the pivot budget included). */
 bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep);
 /* Monotonic seconds. */
 double pass_ilp_now(void);
+
+/* ---- propagate_ilp_clp.c: relaxations by COIN-OR CLP ---- */
+
+enum { PASS_ILP_CLP_OPTIMAL, PASS_ILP_CLP_LIMIT, PASS_ILP_CLP_FAILED };
+/* Solves lp's linear relaxation with CLP's dual simplex after its
+ * presolver, within it_lim pivots and `seconds`.  At an optimum, lp's
+ * basis becomes CLP's (lp's solution itself is not set: a glp_simplex from
+ * that basis finishes the solve).  *pivots gets the pivots CLP took.
+ * Returns PASS_ILP_CLP_OPTIMAL, _LIMIT (a limit reached first) or _FAILED
+ * (out of memory, infeasible, or CLP's numerics; lp is unchanged). */
+int pass_ilp_clp_solve(glp_prob *lp, int it_lim, double seconds, int *pivots);
 
 /* ---- propagate_ilp_cands.c ---- */
 

@@ -167,7 +167,7 @@ static bool told(const prop *p, const pass_prop_ilp_report *rep, bool ret)
 {
     if (p->ctx->log)
         fprintf(p->ctx->log, "propagate: ILP with collective matmul: %d credits (%d freed) taking off at most %.4g us, "
-                "%s (%d simplex iterations of at most %d, %ld nodes, %.3g s); step %.4g us against %.4g us, %s\n", rep->cm_credits,
+                "%s (%d simplex iterations, the serial solve %d, %ld nodes, %.3g s); step %.4g us against %.4g us, %s\n", rep->cm_credits,
                 rep->cm_freed, rep->cm_bound * 1e6, rep->cm_solved ? "solved" : "not solved", rep->cm_iterations, rep->iterations, rep->cm_nodes,
                 rep->cm_seconds, rep->cm_after * 1e6, rep->cm_before * 1e6,
                 rep->cm_adopted ? "adopted" : "kept the serial plan");
@@ -205,10 +205,10 @@ bool pass_ilp_cm_solve(ilp *s, int ms, double t0, const double *x, pass_prop_ilp
     }
     s->nodes = 0;
     s->from_basis = true;
-    /* As many pivots from the serial basis as the serial relaxation took
-     * from scratch (docs/propagation.md, "The pivot budget"): past that, the
-     * serial plan stays, as when the time limit stops the solve, but the
-     * same on every machine load. */
+    /* Should CLP not finish it, GLPK's primal simplex from the serial basis
+     * takes at most as many pivots as the serial relaxation took
+     * (docs/propagation.md, "The pivot budget"): past that, the serial plan
+     * stays, the same on every machine load. */
     s->pivot_budget = rep->iterations > 0 ? rep->iterations : 1;
     pass_prop_ilp_report r2 = *rep;
     double t1 = pass_ilp_now();

@@ -55,7 +55,7 @@ static bool check_overlap(const char *value, char *why, size_t why_size)
 }
 
 const pass_option pass_propagate_options[3] = {
-    {"ilp", "on|off|SECONDS: plan the whole program as one ILP (GLPK) within a time limit (default on, "
+    {"ilp", "on|off|SECONDS: plan the whole program as one ILP (CLP and GLPK) within a time limit (default on, "
             "20 s: ILP_DEFAULT_SECONDS)", check_ilp},
     {"portfolio", "on|off: also plan seed 000's strategies and keep the one with the shortest step "
                   "(propagate_portfolio.c; default on)", check_portfolio},

@@ -7,12 +7,13 @@ set -euo pipefail
 # clang and libclang-rt-14-dev (libFuzzer, ASan, UBSan) build tests/fuzz/;
 # python3-sklearn has the digits data of examples/digits/, python3-matplotlib
 # plots its loss curves, fortunes has the text of examples/fortunes/.
-# libglpk-dev: the planner's whole-program ILP (passes/propagate_ilp.c).
+# libglpk-dev and coinor-libclp-dev: the planner's whole-program ILP
+# (passes/propagate_ilp.c; CLP solves its relaxations, propagate_ilp_clp.c).
 # libmicrohttpd-dev: the HTTP server of an executable's --serve (runtime/server.c).
 pkgs=(build-essential cmake pkg-config llvm-19-dev libzstd-dev flex bison libcunit1-dev
       libopenblas-dev libopenmpi-dev openmpi-bin python3-numpy libcjson-dev
       clang libclang-rt-14-dev python3-sklearn python3-matplotlib
-      fortunes libglpk-dev libmicrohttpd-dev)
+      fortunes libglpk-dev coinor-libclp-dev libmicrohttpd-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
