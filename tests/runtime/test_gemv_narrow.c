@@ -43,7 +43,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(xn * incx), sizeof *x), *y = calloc((size_t)(yn * incy), sizeof *y);
-    float *scratch = calloc((size_t)(rows + 2 * cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(rows + 8 * cols), sizeof *scratch);
     double *ref = calloc((size_t)yn, sizeof *ref), *mag = calloc((size_t)yn, sizeof *mag);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.37 * (double)i + 0.1);
@@ -79,7 +79,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
         g.c = y, g.ldc = incy, g.tc = 1; /* c stored [N x M]: elements incy apart */
     }
     double err = -1;
-    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + 2 * cols);
+    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + 8 * cols);
     if (rt_gemv_narrow_isa(&g, scratch, isa)) {
         err = 0;
         for (int64_t i = 0; i < yn; i++) {
@@ -168,7 +168,7 @@ static void test_batched_equals_single(void)
                     float *x = calloc((size_t)(NB * xn * inc), sizeof *x);
                     float *y1 = calloc((size_t)(NB * yn * inc), sizeof *y1);
                     float *y2 = calloc((size_t)(NB * yn * inc), sizeof *y2);
-                    float *scratch = calloc((size_t)(NB * (ROWS + 2 * cols)), sizeof *scratch);
+                    float *scratch = calloc((size_t)(NB * (ROWS + 8 * cols)), sizeof *scratch);
                     for (int64_t i = 0; i < ROWS * ld; i++) {
                         double v = sin(0.61 * (double)i);
                         if (dt == RT_I8)
@@ -222,7 +222,7 @@ static int run_split(int32_t dt, int form, int64_t nb, int64_t rows, int64_t col
     size_t es = rt_dtype_size(dt);
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(nb * xn * inc), sizeof *x);
-    float *scratch = calloc((size_t)(nb * 2 * cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(nb * 8 * cols), sizeof *scratch);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.43 * (double)i + 0.2);
         if (dt == RT_I8)
@@ -349,6 +349,45 @@ static void test_split_product_traced(void)
     CU_ASSERT(s.worker == NULL && s.trace == 0);
 }
 
+/* The shape rule (rt_gemv_split_wants): by default a sum of rows over
+ * batched heads (attention's P . Vc over an i8 cache) stays on the device
+ * thread, where the helper is never woken, with the same bits, while a dot
+ * per row over heads and a single sum of rows are split; forced
+ * (by_shape 0) every product of min_bytes is. */
+static void test_split_by_shape(void)
+{
+    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1024, .by_shape = 1};
+    CU_ASSERT(rt_gemv_split_wants(NULL, 1e9, 1, 1) == 0);
+    CU_ASSERT(rt_gemv_split_wants(&s, 1023, 1, 1) == 0); /* under min_bytes */
+    CU_ASSERT(rt_gemv_split_wants(&s, 1024, 1, 8) == 1); /* Q . Kc: rows over heads */
+    CU_ASSERT(rt_gemv_split_wants(&s, 1024, 0, 1) == 1); /* X * W: one sum of rows */
+    CU_ASSERT(rt_gemv_split_wants(&s, 1e9, 0, 8) == 0);  /* P . Vc: sums over heads */
+    s.by_shape = 0;
+    CU_ASSERT(rt_gemv_split_wants(&s, 1e9, 0, 8) == 1);
+    s.threads = 1;
+    CU_ASSERT(rt_gemv_split_wants(&s, 1e9, 1, 1) == 0); /* no helper */
+    /* through the kernels: P . Vc's shape kept, counted, same bits */
+    rt_gemv_split k = {.threads = 2, .cpu = -1, .min_bytes = 1, .by_shape = 1};
+    int best = rt_gemv_narrow_isa_best();
+    size_t n = (size_t)(8 * 128 * 2);
+    float *y1 = calloc(n, sizeof *y1), *y2 = calloc(n, sizeof *y2);
+    CU_ASSERT(run_split(RT_I8, 0, 8, 517, 128, best, NULL, y1) == 1);
+    CU_ASSERT(run_split(RT_I8, 0, 8, 517, 128, best, &k, y2) == 1);
+    CU_ASSERT(memcmp(y1, y2, n * sizeof *y1) == 0);
+    CU_ASSERT(k.worker == NULL && k.shape_kept == 1); /* never offered to a helper */
+    n = (size_t)(8 * 517 * 2);
+    float *y3 = calloc(n, sizeof *y3), *y4 = calloc(n, sizeof *y4);
+    CU_ASSERT(run_split(RT_I8, 1, 8, 517, 128, best, NULL, y3) == 1);
+    CU_ASSERT(run_split(RT_I8, 1, 8, 517, 128, best, &k, y4) == 1);
+    CU_ASSERT(memcmp(y3, y4, n * sizeof *y3) == 0);
+    CU_ASSERT(k.worker != NULL && k.shape_kept == 1); /* the rows form was split */
+    rt_gemv_split_release(&k);
+    free(y1);
+    free(y2);
+    free(y3);
+    free(y4);
+}
+
 /* The plan: EINC_GEMV_THREADS=1 turns the helper off, =2 forces it; by
  * default a device gets one only when a CPU is left over for it. */
 static void test_split_plan(void)
@@ -360,13 +399,13 @@ static void test_split_plan(void)
     setenv("EINC_GEMV_THREADS", "2", 1);
     rt_gemv_split_plan(&s, 4096, 0, 1);
     CU_ASSERT(s.threads == 2 && s.cpu == -1 && s.min_bytes == RT_GEMV_SPLIT_BYTES);
-    CU_ASSERT(s.adaptive == 0);
+    CU_ASSERT(s.adaptive == 0 && s.by_shape == 0); /* every shape */
     setenv("EINC_GEMV_THREADS", "adaptive", 1); /* a helper whatever the load, adaptive */
     rt_gemv_split_plan(&s, 4096, 0, 1);
-    CU_ASSERT(s.threads == 2 && s.adaptive == 1);
+    CU_ASSERT(s.threads == 2 && s.adaptive == 1 && s.by_shape == 1);
     unsetenv("EINC_GEMV_THREADS");
     rt_gemv_split_plan(&s, 4096, 0, 1); /* more devices than CPUs */
-    CU_ASSERT(s.threads == 1);
+    CU_ASSERT(s.threads == 1 && s.by_shape == 1);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     rt_gemv_split_plan(&s, 1, 0, 0);
     if (cpus == 1)
@@ -504,6 +543,7 @@ void einc_register_tests(void)
         {"split with the helper equals one thread, bit for bit", test_split_equals_single},
         {"the helper's jobs run each chunk once", test_split_runs_each_chunk_once},
         {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
+        {"by default sums of rows over heads are not split", test_split_by_shape},
         {"the adaptive plan splits while splitting is faster", test_split_choice},
         {"the start-up check counts other processes' threads only", test_split_others},
         {"the helper polls while no thread waits for a CPU", test_split_linger},
