@@ -30,9 +30,8 @@ the program reads them: read_bytes_int8):
       casts by the attention einsums, batched over the heads
 and the first and last again with EINC_GEMV_THREADS=2: the large narrow
 products always shared with a helper thread on the second core (rt_gemv.h;
-by default only when the machine has a spare core, only the shapes whose
-split pays, rt_gemv_split_wants, and only while it is the faster, which on
-a loaded machine is never) and with EINC_GEMV_THREADS=1 (never split), so
+by default only when the machine has a spare core and only while it is
+the faster, which on a loaded machine is never) and with EINC_GEMV_THREADS=1 (never split), so
 that the default and the split are also given as ratios to one thread
 measured in the same rounds (robust to the load); and the first and third as
 W8A8 (w8a8_source: every activation that multiplies an i8 weight

@@ -25,7 +25,7 @@
  *   RESULT isa=avx2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
  *   RESULT isa=avx2 threads=2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
  * and whether a device's default plan would split it (rt_gemv_split_wants:
- * its size and shape; the adaptive choice may still keep it on one thread):
+ * its size; the adaptive choice may still keep it on one thread):
  *   DEFAULT split=0|1
  * err is the max |y - y_f64| / max |y_f64| against an f64 loop over the
  * same matrix; an instruction set the CPU lacks prints no line.
@@ -190,12 +190,11 @@ int main(int argc, char **argv)
                (double)(rows * cols * nbatch) / s, (double)(rows * cols * nbatch) * (double)es / s,
                err[var]);
     }
-    /* whether a device's default plan (a helper, by shape) offers this
-     * product to its helper: what the split row above argues for or against */
-    rt_gemv_split plan = {.threads = 2, .min_bytes = RT_GEMV_SPLIT_BYTES, .by_shape = 1};
+    /* whether a device's default plan (with a helper) offers this product
+     * to its helper: what the split row above argues for or against */
+    rt_gemv_split plan = {.threads = 2, .min_bytes = RT_GEMV_SPLIT_BYTES};
     printf("DEFAULT split=%d\n",
-           rt_gemv_split_wants(&plan, (double)(rows * cols * nbatch) * (double)es, rows_form,
-                               nbatch));
+           rt_gemv_split_wants(&plan, (double)(rows * cols * nbatch) * (double)es));
     rt_gemv_split_release(&split);
     free(t);
     free(zeros);

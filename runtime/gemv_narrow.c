@@ -172,7 +172,9 @@ typedef struct narrow_mv {
  * least SPLIT_UNIT rows, starting on multiples of SPLIT_UNIT; one run
  * below two units.  (Two halves, one per thread, were the cut before: a
  * helper preempted or slow to wake then held up half the product, and
- * attention's P . Vc over an i8 cache split ran 0.77x one thread.)
+ * attention's P . Vc over an i8 cache split ran 0.14x to 0.85x one thread
+ * at load averages of 4.6 to 8, against 0.85x to 0.96x in runs; at
+ * load 1.1, 1.26x.)
  */
 static int64_t cols_parts(int64_t rows)
 {
@@ -447,19 +449,15 @@ static void run_whole(void *arg)
 }
 
 /* Whether to split `whole` with the helper (rt_gemv_split_wants), and how
- * (into j); a product kept on one thread by its shape alone is counted in
- * s->shape_kept. */
-static int plan_split(rt_gemv_split *s, const gemv_part *whole, int64_t nbatch,
+ * (into j). */
+static int plan_split(const rt_gemv_split *s, const gemv_part *whole, int64_t nbatch,
                       gemv_split_job *j)
 {
     const narrow_mv *v = whole->v;
     double bytes = (double)nbatch * (double)v->rows * (double)v->cols *
                    (double)rt_dtype_size(v->mdt);
-    if (!rt_gemv_split_wants(s, bytes, v->rows_form, nbatch)) {
-        if (s && s->threads >= 2 && bytes >= (double)s->min_bytes)
-            s->shape_kept++;
+    if (!rt_gemv_split_wants(s, bytes))
         return 0;
-    }
     j->whole = *whole;
     j->bytes = bytes;
     if (v->rows_form) { /* rows: each thread's dots are whole rows */

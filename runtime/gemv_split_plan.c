@@ -13,11 +13,9 @@
 
 #include "rt_internal.h"
 
-int rt_gemv_split_wants(const rt_gemv_split *s, double bytes, int rows_form, int64_t nbatch)
+int rt_gemv_split_wants(const rt_gemv_split *s, double bytes)
 {
-    if (!s || s->threads < 2 || bytes < (double)s->min_bytes)
-        return 0;
-    return !s->by_shape || rows_form || nbatch <= 1;
+    return s && s->threads >= 2 && bytes >= (double)s->min_bytes;
 }
 
 int rt_gemv_split_others(int running, int own)
@@ -130,7 +128,6 @@ void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
     }
     if (env)
         s->adaptive = strcmp(env, "adaptive") == 0; /* 2: always split */
-    s->by_shape = !env || s->adaptive; /* 2: every shape too */
     if (s->trace)
         fprintf(stderr,
                 "einrt: gemv split: device %lld of %lld: %d CPUs, %d threads runnable (%d of "
@@ -147,11 +144,6 @@ void rt_gemv_split_report(const rt_gemv_split *s, int64_t jobs, int64_t wakes,
             "einrt: gemv split: device %lld: %lld helper jobs, %lld found it asleep, %lld "
             "withdrawn\n",
             (long long)s->device, (long long)jobs, (long long)wakes, (long long)withdrawn);
-    if (s->shape_kept > 0)
-        fprintf(stderr,
-                "einrt: gemv split: device %lld: %lld products kept on one thread by their "
-                "shape (sums of rows over heads)\n",
-                (long long)s->device, (long long)s->shape_kept);
     double b = (double)(s->min_bytes > 0 ? s->min_bytes : 1);
     for (int k = 0; k < RT_GEMV_SPLIT_CLASSES; k++, b *= 2) {
         const rt_gemv_split_class *c = &s->cls[k];

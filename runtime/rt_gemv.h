@@ -58,11 +58,6 @@ typedef struct rt_gemv_split {
     int64_t min_bytes;      /* matrix bytes from which a product is split */
     int ncpus;              /* CPUs the process may use (the plan's; 0: unknown) */
     int adaptive;           /* 1: split only while it is the faster (rt_gemv_split_choose) */
-    int by_shape;           /* 1: only the shapes rt_gemv_split_wants admits are split
-                               (the default and EINC_GEMV_THREADS=adaptive); 0: every
-                               product of >= min_bytes (=2, the benches, the tests) */
-    int64_t shape_kept;     /* products of >= min_bytes kept on one thread by their
-                               shape (EINC_GEMV_TRACE) */
     int cur;                /* the size class of the product being run (choose to note) */
     rt_gemv_split_class cls[RT_GEMV_SPLIT_CLASSES]; /* adaptive: per size class */
     rt_gemv_worker *worker; /* the helper, started at the first split; owned */
@@ -186,21 +181,15 @@ void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), v
                            int64_t nchunks, double bytes, void (*alone)(void *arg));
 
 /*
- * Whether the narrow product about to run is offered to s's helper (then
- * rt_gemv_split_choose decides, when s is adaptive): s has a helper
- * (threads 2), the matrix holds at least s->min_bytes (`bytes`, over all
- * `nbatch` batch entries), and, when s->by_shape, the shape is one whose
- * split pays.  The shape rule, from bench/gemv_narrow.c on the idle 2-core
- * AMD EPYC (docs/performance.md, section 10; docs/runtime.md, "narrow
- * products"): a dot per row (rows form: the weights of the rows form and
- * attention's scores over an i8 cache, Q . Kc 1.32x) and a single sum of
- * rows (cols form, one batch entry: every weight X * W, 1.43x and 1.73x)
- * split; a sum of rows batched over heads (cols form, nbatch > 1:
- * attention's P . Vc over an i8 cache) does not (0.77x split, each thread
- * summing half the cache's positions for every head).  Reads s only
- * (NULL: 0); counts nothing.
+ * Whether a narrow product of `bytes` matrix bytes (over all its batch
+ * entries) is offered to s's helper (then rt_gemv_split_choose decides,
+ * when s is adaptive): s has a helper (threads 2) and the matrix holds at
+ * least s->min_bytes.  Every shape of the int8 decode step gains split
+ * with its cut (bench/gemv_narrow.c at load 1.1 on the 2-core AMD EPYC:
+ * X * Wg 1.36x, Hg * Wd 1.61x, Q . Kc 1.56x, P . Vc 1.26x; docs/runtime.md,
+ * "narrow products"), so the size is the rule.  Reads s only (NULL: 0).
  */
-int rt_gemv_split_wants(const rt_gemv_split *s, double bytes, int rows_form, int64_t nbatch);
+int rt_gemv_split_wants(const rt_gemv_split *s, double bytes);
 
 /* Stops and joins s's helper, if started (no job may be running). */
 void rt_gemv_split_release(rt_gemv_split *s);
@@ -240,8 +229,8 @@ int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
  * loop (the heads of attention over an i8 cache).  scratch holds nbatch
  * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
  * when g is no narrow product; results equal nbatch single calls.
- * With g->split (threads 2), at least g->split->min_bytes of matrix and a
- * shape rt_gemv_split_wants admits, the rows (dot-per-row form) or the up
+ * With g->split (threads 2) and at least g->split->min_bytes of matrix
+ * (rt_gemv_split_wants), the rows (dot-per-row form) or the up
  * to 8 runs of rows (the sum-of-rows form, which sums them apart on one
  * thread too; under 32 rows, the batch entries or the columns) are shared
  * with the device's helper thread (rt_gemv.h); the results are bit for bit

@@ -349,43 +349,38 @@ static void test_split_product_traced(void)
     CU_ASSERT(s.worker == NULL && s.trace == 0);
 }
 
-/* The shape rule (rt_gemv_split_wants): by default a sum of rows over
- * batched heads (attention's P . Vc over an i8 cache) stays on the device
- * thread, where the helper is never woken, with the same bits, while a dot
- * per row over heads and a single sum of rows are split; forced
- * (by_shape 0) every product of min_bytes is. */
-static void test_split_by_shape(void)
+/* Which products are offered to the helper (rt_gemv_split_wants): those
+ * of min_bytes or more on a device with one; and a sum of rows over heads
+ * (attention's P . Vc) is cut into its runs of rows, split with the same
+ * bits as on one thread. */
+static void test_split_wants(void)
 {
-    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1024, .by_shape = 1};
-    CU_ASSERT(rt_gemv_split_wants(NULL, 1e9, 1, 1) == 0);
-    CU_ASSERT(rt_gemv_split_wants(&s, 1023, 1, 1) == 0); /* under min_bytes */
-    CU_ASSERT(rt_gemv_split_wants(&s, 1024, 1, 8) == 1); /* Q . Kc: rows over heads */
-    CU_ASSERT(rt_gemv_split_wants(&s, 1024, 0, 1) == 1); /* X * W: one sum of rows */
-    CU_ASSERT(rt_gemv_split_wants(&s, 1e9, 0, 8) == 0);  /* P . Vc: sums over heads */
-    s.by_shape = 0;
-    CU_ASSERT(rt_gemv_split_wants(&s, 1e9, 0, 8) == 1);
+    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1024};
+    CU_ASSERT(rt_gemv_split_wants(NULL, 1e9) == 0);
+    CU_ASSERT(rt_gemv_split_wants(&s, 1023) == 0); /* under min_bytes */
+    CU_ASSERT(rt_gemv_split_wants(&s, 1024) == 1);
     s.threads = 1;
-    CU_ASSERT(rt_gemv_split_wants(&s, 1e9, 1, 1) == 0); /* no helper */
-    /* through the kernels: P . Vc's shape kept, counted, same bits */
-    rt_gemv_split k = {.threads = 2, .cpu = -1, .min_bytes = 1, .by_shape = 1};
-    int best = rt_gemv_narrow_isa_best();
+    CU_ASSERT(rt_gemv_split_wants(&s, 1e9) == 0); /* no helper */
+    /* the scratch: one vector of columns per run of rows summed apart */
+    int8_t m[1];
+    float x[1], y[1];
+    rt_gemm g = {.dtype = RT_F32, .M = 1, .N = 128, .alpha = 1, .a = x, .lda = 1,
+                 .adt = RT_F32, .b = m, .ldb = 1024, .bdt = RT_I8, .c = y, .ldc = 128};
+    static const int64_t rows[][2] = {{31, 1}, {32, 2}, {100, 6}, {517, 8}, {2048, 8}};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        g.K = rows[k][0];
+        CU_ASSERT(rt_gemv_narrow_scratch(&g) == rows[k][1] * 128);
+    }
+    rt_gemv_split h = {.threads = 2, .cpu = -1, .min_bytes = 1};
     size_t n = (size_t)(8 * 128 * 2);
     float *y1 = calloc(n, sizeof *y1), *y2 = calloc(n, sizeof *y2);
-    CU_ASSERT(run_split(RT_I8, 0, 8, 517, 128, best, NULL, y1) == 1);
-    CU_ASSERT(run_split(RT_I8, 0, 8, 517, 128, best, &k, y2) == 1);
+    CU_ASSERT(run_split(RT_I8, 0, 8, 2048, 128, rt_gemv_narrow_isa_best(), NULL, y1) == 1);
+    CU_ASSERT(run_split(RT_I8, 0, 8, 2048, 128, rt_gemv_narrow_isa_best(), &h, y2) == 1);
     CU_ASSERT(memcmp(y1, y2, n * sizeof *y1) == 0);
-    CU_ASSERT(k.worker == NULL && k.shape_kept == 1); /* never offered to a helper */
-    n = (size_t)(8 * 517 * 2);
-    float *y3 = calloc(n, sizeof *y3), *y4 = calloc(n, sizeof *y4);
-    CU_ASSERT(run_split(RT_I8, 1, 8, 517, 128, best, NULL, y3) == 1);
-    CU_ASSERT(run_split(RT_I8, 1, 8, 517, 128, best, &k, y4) == 1);
-    CU_ASSERT(memcmp(y3, y4, n * sizeof *y3) == 0);
-    CU_ASSERT(k.worker != NULL && k.shape_kept == 1); /* the rows form was split */
-    rt_gemv_split_release(&k);
+    CU_ASSERT(h.worker != NULL); /* offered to the helper */
+    rt_gemv_split_release(&h);
     free(y1);
     free(y2);
-    free(y3);
-    free(y4);
 }
 
 /* The plan: EINC_GEMV_THREADS=1 turns the helper off, =2 forces it; by
@@ -399,13 +394,13 @@ static void test_split_plan(void)
     setenv("EINC_GEMV_THREADS", "2", 1);
     rt_gemv_split_plan(&s, 4096, 0, 1);
     CU_ASSERT(s.threads == 2 && s.cpu == -1 && s.min_bytes == RT_GEMV_SPLIT_BYTES);
-    CU_ASSERT(s.adaptive == 0 && s.by_shape == 0); /* every shape */
+    CU_ASSERT(s.adaptive == 0);
     setenv("EINC_GEMV_THREADS", "adaptive", 1); /* a helper whatever the load, adaptive */
     rt_gemv_split_plan(&s, 4096, 0, 1);
-    CU_ASSERT(s.threads == 2 && s.adaptive == 1 && s.by_shape == 1);
+    CU_ASSERT(s.threads == 2 && s.adaptive == 1);
     unsetenv("EINC_GEMV_THREADS");
     rt_gemv_split_plan(&s, 4096, 0, 1); /* more devices than CPUs */
-    CU_ASSERT(s.threads == 1 && s.by_shape == 1);
+    CU_ASSERT(s.threads == 1);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     rt_gemv_split_plan(&s, 1, 0, 0);
     if (cpus == 1)
@@ -543,7 +538,7 @@ void einc_register_tests(void)
         {"split with the helper equals one thread, bit for bit", test_split_equals_single},
         {"the helper's jobs run each chunk once", test_split_runs_each_chunk_once},
         {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
-        {"by default sums of rows over heads are not split", test_split_by_shape},
+        {"products of min_bytes are split, sums of rows in runs", test_split_wants},
         {"the adaptive plan splits while splitting is faster", test_split_choice},
         {"the start-up check counts other processes' threads only", test_split_others},
         {"the helper polls while no thread waits for a CPU", test_split_linger},
