@@ -30,8 +30,10 @@ the program reads them: read_bytes_int8):
       casts by the attention einsums, batched over the heads
 and the first and last again with EINC_GEMV_THREADS=2: the large narrow
 products always shared with a helper thread on the second core (rt_gemv.h;
-by default only when the machine has a spare core and only while it is the
-faster, which on a loaded machine is never); and the first and third as
+by default only when the machine has a spare core and only while it is
+the faster, which on a loaded machine is never) and with EINC_GEMV_THREADS=1 (never split), so
+that the default and the split are also given as ratios to one thread
+measured in the same rounds (robust to the load); and the first and third as
 W8A8 (w8a8_source: every activation that multiplies an i8 weight
 quantized per row by the program, dynamic scale max |x| / 127, so each
 such product is i8 x i8 summed in i32, runtime/gemv_i8i8.c), each against
@@ -233,7 +235,7 @@ def kernel_rates(a, dims, res):
     for label, (r, c, form, env) in kernel_shapes(dims).items():
         got = rates(exe, r, c, form, "i8", env)
         if "avx2" not in got:
-            rows.append([label, "%.3g" % got["portable"], "-", "-", "-", "-", "-", "-"])
+            rows.append([label, "%.3g" % got["portable"], "-", "-", "-", "-", "-", "-", "-"])
             continue
         ratio = got["avx2"] / got["portable"]
         split = got["avx2 threads=2"] / got["avx2"]
@@ -241,6 +243,7 @@ def kernel_rates(a, dims, res):
         w8 = rates(exe, r, c, form, "i8i8", env).get("avx2") if " . " not in label else None
         rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio,
                      "%.3g" % got["avx2 threads=2"], "%.2fx" % split,
+                     "split" if got["default splits"] else "one thread",
                      "%.3g" % w8 if w8 else "-", "%.2fx" % (w8 / got["avx2"]) if w8 else "-"])
         if w8:
             res.add("i8 x i8 GEMV kernel (W8A8), AVX2 vs i8 x f32 AVX2, %s, %dx%d" % (label, r, c),
@@ -250,16 +253,21 @@ def kernel_rates(a, dims, res):
         res.add("i8 GEMV kernel, AVX2 split over 2 threads vs 1, %s, %dx%d" % (label, r, c),
                 got["avx2 threads=2"] / 1e9, "1e9 weights/s", "", split)
     bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio",
-              "AVX2 2 threads weights/s", "ratio to 1 thread", "W8A8 AVX2 weights/s",
-              "ratio to AVX2"], rows)
+              "AVX2 2 threads weights/s", "ratio to 1 thread", "the default",
+              "W8A8 AVX2 weights/s", "ratio to AVX2"], rows)
 
 
 def rates(exe, r, c, form, dtype, env):
     """bench/gemv_narrow.c's weights/s per variant ("portable", "avx2",
-    "avx2 threads=2") for one shape and dtype (i8, or i8i8: W8A8)."""
+    "avx2 threads=2") for one shape and dtype (i8, or i8i8: W8A8), and
+    "default splits": whether a device's default plan offers the shape to
+    its helper (rt_gemv_split_wants)."""
     out = bl.run([exe, r, c, form, dtype, 31], env=env)
-    return dict((m.group(1), float(m.group(2))) for m in
-                re.finditer(r"RESULT isa=(\w+(?: threads=\d+)?) ms=\S+ weights_per_s=(\S+)", out))
+    got = dict((m.group(1), float(m.group(2))) for m in
+               re.finditer(r"RESULT isa=(\w+(?: threads=\d+)?) ms=\S+ weights_per_s=(\S+)", out))
+    m = re.search(r"DEFAULT split=(\d)", out)
+    got["default splits"] = m is not None and m.group(1) == "1"
+    return got
 
 
 def main_int8(a, dims, defines, einc):
@@ -272,7 +280,7 @@ def main_int8(a, dims, defines, einc):
             with open(srcs[name], "w") as f:
                 f.write(t)
         # name -> (source, flags, int8 cache, environment)
-        two = {"EINC_GEMV_THREADS": "2"}
+        two, one = {"EINC_GEMV_THREADS": "2"}, {"EINC_GEMV_THREADS": "1"}
         variants = {"weights i8, f32 cache, casts folded": ("plain", [], False, {}),
                     "weights i8, f32 cache, --fold-casts=off": ("plain", ["--fold-casts=off"], False, {}),
                     "weights and KV cache i8, casts folded": ("cache", [], True, {}),
@@ -280,6 +288,10 @@ def main_int8(a, dims, defines, einc):
                         ("plain", [], False, two),
                     "weights and KV cache i8, casts folded, EINC_GEMV_THREADS=2":
                         ("cache", [], True, two),
+                    "weights i8, f32 cache, casts folded, EINC_GEMV_THREADS=1":
+                        ("plain", [], False, one),
+                    "weights and KV cache i8, casts folded, EINC_GEMV_THREADS=1":
+                        ("cache", [], True, one),
                     "W8A8 (weights and activations i8), f32 cache": ("w8a8", [], False, {}),
                     "W8A8 (weights and activations i8), KV cache i8": ("w8a8 cache", [], True, {})}
         exes = {}
@@ -326,10 +338,18 @@ def main_int8(a, dims, defines, einc):
                  runs["weights i8, f32 cache, --fold-casts=off"])
     for name in ("weights i8, f32 cache, casts folded", "weights and KV cache i8, casts folded"):
         split = runs[name + ", EINC_GEMV_THREADS=2"][0]
+        alone = runs[name + ", EINC_GEMV_THREADS=1"][0]
         print("%s: always split with the helper thread (EINC_GEMV_THREADS=2): %.2fx the speed "
-              "of the default" % (name, runs[name][0] / split))
+              "of the default; the default %.2fx and the split %.2fx the speed of one thread "
+              "(EINC_GEMV_THREADS=1)" % (name, runs[name][0] / split, alone / runs[name][0],
+                                         alone / split))
         res.add("int8 decode step, %s, EINC_GEMV_THREADS=2 vs the default" % name, split, "ms",
                 "", runs[name][0] / split)
+        # measured in the same rounds: robust to a load that comes and goes
+        res.add("int8 decode step, %s, the default vs EINC_GEMV_THREADS=1" % name, runs[name][0],
+                "ms", "", alone / runs[name][0])
+        res.add("int8 decode step, %s, EINC_GEMV_THREADS=2 vs EINC_GEMV_THREADS=1" % name, split,
+                "ms", "", alone / split)
     print("folded: %.2fx the speed of --fold-casts=off, %.1f MiB less peak memory (params and caches: %.1f MiB)"
           % (off[0] / fold[0], (off[1] - fold[1]) / 2**20, resident_bytes(dims) / 2**20))
     res.add("int8 decode step, peak memory per device with casts folded (params and caches resident: "

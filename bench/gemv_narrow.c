@@ -24,6 +24,9 @@
  * one for the split:
  *   RESULT isa=avx2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
  *   RESULT isa=avx2 threads=2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
+ * and whether a device's default plan would split it (rt_gemv_split_wants:
+ * its size; the adaptive choice may still keep it on one thread):
+ *   DEFAULT split=0|1
  * err is the max |y - y_f64| / max |y_f64| against an f64 loop over the
  * same matrix; an instruction set the CPU lacks prints no line.
  */
@@ -91,7 +94,8 @@ int main(int argc, char **argv)
     char *mats = malloc(bytes * (size_t)copies);
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     float *x = malloc((size_t)xn * sizeof *x), *y = malloc((size_t)yn * sizeof *y);
-    float *scratch = malloc((size_t)(2 * cols) * sizeof *scratch); /* rt_gemv_narrow_scratch's most */
+    /* rt_gemv_narrow_scratch's most: 8 runs of rows summed apart */
+    float *scratch = malloc((size_t)(8 * cols) * sizeof *scratch);
     if (!mats || !x || !y || !scratch) {
         fprintf(stderr, "gemv_narrow: out of memory\n");
         return 1;
@@ -147,7 +151,7 @@ int main(int argc, char **argv)
     if (nbatch < 1 || nbatch * cols > ld)
         nbatch = 1;
     int64_t *zeros = calloc((size_t)nbatch, sizeof *zeros), *ob = malloc((size_t)nbatch * sizeof *ob);
-    float *bscratch = malloc((size_t)(nbatch * 2 * cols) * sizeof *bscratch);
+    float *bscratch = malloc((size_t)(nbatch * 8 * cols) * sizeof *bscratch);
     for (int64_t i = 0; i < nbatch; i++)
         ob[i] = i * cols;
     double err[3] = {0, 0, 0};
@@ -186,6 +190,11 @@ int main(int argc, char **argv)
                (double)(rows * cols * nbatch) / s, (double)(rows * cols * nbatch) * (double)es / s,
                err[var]);
     }
+    /* whether a device's default plan (with a helper) offers this product
+     * to its helper: what the split row above argues for or against */
+    rt_gemv_split plan = {.threads = 2, .min_bytes = RT_GEMV_SPLIT_BYTES};
+    printf("DEFAULT split=%d\n",
+           rt_gemv_split_wants(&plan, (double)(rows * cols * nbatch) * (double)es));
     rt_gemv_split_release(&split);
     free(t);
     free(zeros);

@@ -246,7 +246,7 @@ void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t co
             j.acc[c] = 0;
     }
     double bytes = (double)rows * (double)cols;
-    if (split && split->threads >= 2 && bytes >= (double)split->min_bytes && j.nchunk >= 2)
+    if (rt_gemv_split_wants(split, bytes) && j.nchunk >= 2)
         rt_gemv_split_product(split, i8x_chunk, &j, j.nchunk, bytes, NULL);
     else
         for (int64_t k = 0; k < j.nchunk; k++)

@@ -48,8 +48,9 @@
  * multiple of 16 rows or columns (or a batch entry), where the loops'
  * 4-row, 8- and 16-column steps already fall, so each output element is
  * computed by one thread exactly as without the split.  The sum-of-rows
- * form always sums the two halves of its rows apart (cols_half), so that
- * it is cut there: each thread reads one contiguous half of the matrix.
+ * form always sums up to eight runs of its rows apart (cols_parts), so
+ * that it is cut there: each chunk is one contiguous run of the matrix,
+ * taken in turn by either thread.
  */
 #include <string.h>
 
@@ -145,8 +146,8 @@ typedef struct narrow_mv {
     const float *x;         /* NULL when the vector is i8 (x8) */
     const int8_t *x8;       /* the i8 vector of an i8 x i8 product (gemv_i8i8.c) */
     int64_t incx, incy;
-    int64_t half; /* cols form: rows [0, half) and [half, rows) are summed apart
-                     (cols_half); rows form: rows */
+    int64_t parts; /* cols form: its rows summed apart in this many runs
+                      (part_start); rows form: 1 */
     int64_t per;  /* scratch floats per batch entry */
 } narrow_mv;
 
@@ -154,20 +155,38 @@ typedef struct narrow_mv {
  * step (4 rows; 8 and 16 columns). */
 #define SPLIT_UNIT 16
 
+/* Runs of rows the cols form sums apart, at most; a run of rows is the
+ * split's chunk of that form (SPLIT_ROW_CHUNKS, the rows form's). */
+#define COLS_PARTS 8
+
 /*
- * Where the cols form cuts its rows in two.  Each half is summed into its
- * own f32 vector and the two are added at the end, whether one thread
- * runs the product or two do: a product shared with the helper thread
- * gives each thread one half, a contiguous run of the matrix (the
- * prefetchers' best case, where halves of every row were two short
- * streams per row: 1.08x one thread from memory), and the sums are taken
- * in the same order as on one thread, so the bits are the same.  Half
- * the rows rounded down to SPLIT_UNIT; one part (half = rows) below two
- * units.
+ * How many runs of rows the cols form sums apart (cols_parts) and where
+ * run k starts (part_start; run `parts` starts at `rows`).  Each run is
+ * summed into its own f32 vector and the vectors are added in order at the
+ * end, whether one thread runs the product or two do: a product shared
+ * with the helper thread is cut into these runs, each a contiguous stretch
+ * of the matrix (the prefetchers' best case, where halves of every row
+ * were two short streams per row: 1.08x one thread from memory), taken in
+ * turn by either thread, and the sums are taken in the same order as on
+ * one thread, so the bits are the same.  Up to COLS_PARTS runs of at
+ * least SPLIT_UNIT rows, starting on multiples of SPLIT_UNIT; one run
+ * below two units.  (Two halves, one per thread, were the cut before: a
+ * helper preempted or slow to wake then held up half the product, and
+ * attention's P . Vc over an i8 cache split ran 0.14x to 0.85x one thread
+ * at load averages of 4.6 to 8, against 0.85x to 0.96x in runs; at
+ * load 1.1, 1.26x.)
  */
-static int64_t cols_half(int64_t rows)
+static int64_t cols_parts(int64_t rows)
 {
-    return rows < 2 * SPLIT_UNIT ? rows : rows / 2 / SPLIT_UNIT * SPLIT_UNIT;
+    int64_t units = rows / SPLIT_UNIT;
+    return units < 2 ? 1 : units < COLS_PARTS ? units : COLS_PARTS;
+}
+
+static int64_t part_start(const narrow_mv *v, int64_t k)
+{
+    if (k >= v->parts)
+        return v->rows;
+    return k * v->rows / v->parts / SPLIT_UNIT * SPLIT_UNIT;
 }
 
 static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
@@ -192,8 +211,8 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
     v->x8 = i8x ? m1 ? g->a : g->b : NULL;
     v->incx = m1 ? (g->ta ? g->lda : 1) : (g->tb ? 1 : g->ldb);
     v->incy = m1 ? (g->tc ? g->ldc : 1) : (g->tc ? 1 : g->ldc);
-    v->half = v->rows_form ? v->rows : cols_half(v->rows);
-    v->per = v->half < v->rows ? 2 * v->cols : v->cols;
+    v->parts = v->rows_form ? 1 : cols_parts(v->rows);
+    v->per = v->parts * v->cols;
     if (i8x) /* exact in i32 only below RT_GEMV_I8I8_MAX_K terms */
         v->per = rt_gemv_i8i8_scratch(v->rows_form, v->cols);
     return !i8x || (v->rows_form ? v->cols : v->rows) < RT_GEMV_I8I8_MAX_K;
@@ -204,7 +223,7 @@ int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
     narrow_mv v;
     if (!narrow_mv_of(g, &v))
         return -1;
-    return v.per; /* rows form: x made contiguous; cols form: the sums of each half */
+    return v.per; /* rows form: x made contiguous; cols form: each run's sums */
 }
 
 int rt_gemv_narrow_isa_best(void)
@@ -308,10 +327,10 @@ static int heads_of(const narrow_mv *v, int64_t nbatch, const int64_t *om, const
 }
 
 /* Rows [lo, hi) of batches [p->i0, p->i1), heads of one row (p->heads),
- * all in one call of the heads kernels; the cols form's sums of part
- * `part` (0: rows below v->half) into tmp.  Every column: plan_split cuts
+ * all in one call of the heads kernels; the cols form's sums of run
+ * `part` of its rows (part_start) into tmp.  Every column: plan_split cuts
  * by columns only a product of one batch entry. */
-static void run_heads(const gemv_part *p, int part, int64_t lo, int64_t hi)
+static void run_heads(const gemv_part *p, int64_t part, int64_t lo, int64_t hi)
 {
     const narrow_mv *v = p->v;
     int64_t i0 = p->i0, nb = p->i1 - p->i0;
@@ -343,8 +362,8 @@ static void run_part(const gemv_part *p)
     w.mat = v->mat + (size_t)p->c0 * mes;
     w.cols = p->c1 - p->c0;
     int64_t nb = p->i1 - p->i0;
-    for (int part = 0; part < 2; part++) { /* the cols form's halves apart */
-        int64_t lo = part ? v->half : 0, hi = part ? v->rows : v->half;
+    for (int64_t part = 0; part < v->parts; part++) { /* the cols form's runs apart */
+        int64_t lo = part_start(v, part), hi = part_start(v, part + 1);
         lo = lo > p->r0 ? lo : p->r0;
         hi = hi < p->r1 ? hi : p->r1;
         if (p->heads) {
@@ -367,25 +386,27 @@ static void run_part(const gemv_part *p)
     }
 }
 
-/* The cols form's results: y = alpha (the halves' sums added) + beta y. */
+/* The cols form's results: y = alpha (the runs' sums added in order) + beta y. */
 static void finish_cols(const narrow_mv *v, const rt_gemm *g, int64_t nbatch,
                         const int64_t *oc, const float *tmp)
 {
     float alpha = (float)g->alpha, beta = (float)g->beta;
     for (int64_t i = 0; i < nbatch; i++) {
         float *y = (float *)g->c + oc[i];
-        const float *t = tmp + i * v->per, *t1 = t + v->cols;
+        const float *t = tmp + i * v->per;
         for (int64_t c = 0; c < v->cols; c++) {
-            float s = v->half < v->rows ? t[c] + t1[c] : t[c];
+            float s = t[c];
+            for (int64_t k = 1; k < v->parts; k++)
+                s += t[k * v->cols + c];
             y[c * v->incy] = alpha * s + (beta != 0 ? beta * y[c * v->incy] : 0.0f);
         }
     }
 }
 
 /* How a split product is cut: chunk k of n covers units [k u / n,
- * (k + 1) u / n) of UNIT rows, batch entries or columns; or (halves) the
- * cols form's two halves of the rows (cols_half). */
-enum { SPLIT_ROWS, SPLIT_HALVES, SPLIT_BATCHES, SPLIT_COLS };
+ * (k + 1) u / n) of UNIT rows, batch entries or columns; or (parts) the
+ * cols form's run k of rows (cols_parts). */
+enum { SPLIT_ROWS, SPLIT_PARTS, SPLIT_BATCHES, SPLIT_COLS };
 /* Chunks of rows: each a contiguous run of the matrix, so eight (a helper
  * preempted mid-chunk holds up an eighth).  Columns and batch entries
  * (heads): halves, each a contiguous half of every row; a quarter of a
@@ -408,8 +429,8 @@ static void run_chunk(void *arg, int64_t k)
     int64_t u0 = k * j->units / j->n, u1 = (k + 1) * j->units / j->n;
     if (j->how == SPLIT_BATCHES) {
         p.i0 = u0, p.i1 = u1;
-    } else if (j->how == SPLIT_HALVES) {
-        p.r0 = k ? p.v->half : 0, p.r1 = k ? p.v->rows : p.v->half;
+    } else if (j->how == SPLIT_PARTS) {
+        p.r0 = part_start(p.v, k), p.r1 = part_start(p.v, k + 1);
     } else {
         int64_t end = j->how == SPLIT_ROWS ? p.r1 : p.c1; /* the last chunk takes the tail */
         int64_t lo = u0 * SPLIT_UNIT, hi = k + 1 == j->n ? end : u1 * SPLIT_UNIT;
@@ -427,29 +448,30 @@ static void run_whole(void *arg)
     run_part(&((const gemv_split_job *)arg)->whole);
 }
 
-/* Whether to split `whole` with the helper, and how (into j). */
+/* Whether to split `whole` with the helper (rt_gemv_split_wants), and how
+ * (into j). */
 static int plan_split(const rt_gemv_split *s, const gemv_part *whole, int64_t nbatch,
                       gemv_split_job *j)
 {
     const narrow_mv *v = whole->v;
-    if (!s || s->threads < 2)
-        return 0;
     double bytes = (double)nbatch * (double)v->rows * (double)v->cols *
                    (double)rt_dtype_size(v->mdt);
-    if (bytes < (double)s->min_bytes)
+    if (!rt_gemv_split_wants(s, bytes))
         return 0;
     j->whole = *whole;
     j->bytes = bytes;
     if (v->rows_form) { /* rows: each thread's dots are whole rows */
         j->how = SPLIT_ROWS, j->units = v->rows / SPLIT_UNIT;
-    } else if (v->half < v->rows) { /* sums over rows: a half of the rows each */
-        j->how = SPLIT_HALVES, j->units = 2;
+    } else if (v->parts > 1) { /* sums over rows: a run of the rows each */
+        j->how = SPLIT_PARTS, j->units = v->parts;
     } else if (nbatch > 1) { /* ... or whole batch entries */
         j->how = SPLIT_BATCHES, j->units = nbatch;
     } else { /* ... or ranges of columns, every row of each */
         j->how = SPLIT_COLS, j->units = v->cols / SPLIT_UNIT;
     }
-    int64_t most = j->how == SPLIT_ROWS ? SPLIT_ROW_CHUNKS : SPLIT_OTHER_CHUNKS;
+    int64_t most = j->how == SPLIT_PARTS  ? j->units /* chunk k: run k */
+                   : j->how == SPLIT_ROWS ? SPLIT_ROW_CHUNKS
+                                          : SPLIT_OTHER_CHUNKS;
     j->n = j->units < most ? j->units : most;
     return j->n >= 2;
 }

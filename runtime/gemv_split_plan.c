@@ -13,6 +13,11 @@
 
 #include "rt_internal.h"
 
+int rt_gemv_split_wants(const rt_gemv_split *s, double bytes)
+{
+    return s && s->threads >= 2 && bytes >= (double)s->min_bytes;
+}
+
 int rt_gemv_split_others(int running, int own)
 {
     int others = running - (own > 1 ? own : 1);

@@ -180,6 +180,17 @@ void rt_gemv_split_note(rt_gemv_split *s, int split, double bytes, double second
 void rt_gemv_split_product(rt_gemv_split *s, void (*fn)(void *arg, int64_t k), void *arg,
                            int64_t nchunks, double bytes, void (*alone)(void *arg));
 
+/*
+ * Whether a narrow product of `bytes` matrix bytes (over all its batch
+ * entries) is offered to s's helper (then rt_gemv_split_choose decides,
+ * when s is adaptive): s has a helper (threads 2) and the matrix holds at
+ * least s->min_bytes.  Every shape of the int8 decode step gains split
+ * with its cut (bench/gemv_narrow.c at load 1.1 on the 2-core AMD EPYC:
+ * X * Wg 1.36x, Hg * Wd 1.61x, Q . Kc 1.56x, P . Vc 1.26x; docs/runtime.md,
+ * "narrow products"), so the size is the rule.  Reads s only (NULL: 0).
+ */
+int rt_gemv_split_wants(const rt_gemv_split *s, double bytes);
+
 /* Stops and joins s's helper, if started (no job may be running). */
 void rt_gemv_split_release(rt_gemv_split *s);
 
@@ -188,8 +199,9 @@ typedef struct rt_gemm rt_gemm; /* rt_internal.h */
 /* gemv_narrow.c: when g is an i8 or bf16 matrix times an f32 vector in
  * f32, or an i8 matrix times an i8 vector in f32 (gemv_i8i8.c, contracted
  * over fewer than RT_GEMV_I8I8_MAX_K terms), the f32 scratch it needs in
- * floats (the matrix's columns; twice that for a sum of rows of 32 or
- * more rows: each half's sums; rt_gemv_i8i8_scratch for i8 x i8), else
+ * floats (the matrix's columns; for a sum of rows of 32 or more rows, that
+ * times the runs of rows it sums apart, 2 to 8: each run's sums;
+ * rt_gemv_i8i8_scratch for i8 x i8), else
  * -1; and g
  * run in one pass on the calling thread, converting in registers (returns
  * 1), or 0 with nothing done when g is no such product. */
@@ -217,11 +229,12 @@ int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
  * loop (the heads of attention over an i8 cache).  scratch holds nbatch
  * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
  * when g is no narrow product; results equal nbatch single calls.
- * With g->split (threads 2) and at least g->split->min_bytes of matrix,
- * the rows (dot-per-row form), the two halves of the rows (the sum-of-rows
- * form, which sums them apart on one thread too; under 32 rows, the batch
- * entries or the columns) are shared with the device's helper thread
- * (rt_gemv.h); the results are bit for bit those without. */
+ * With g->split (threads 2) and at least g->split->min_bytes of matrix
+ * (rt_gemv_split_wants), the rows (dot-per-row form) or the up
+ * to 8 runs of rows (the sum-of-rows form, which sums them apart on one
+ * thread too; under 32 rows, the batch entries or the columns) are shared
+ * with the device's helper thread (rt_gemv.h); the results are bit for bit
+ * those without. */
 int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa);
 

@@ -43,7 +43,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(xn * incx), sizeof *x), *y = calloc((size_t)(yn * incy), sizeof *y);
-    float *scratch = calloc((size_t)(rows + 2 * cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(rows + 8 * cols), sizeof *scratch);
     double *ref = calloc((size_t)yn, sizeof *ref), *mag = calloc((size_t)yn, sizeof *mag);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.37 * (double)i + 0.1);
@@ -79,7 +79,7 @@ static double run_case(int32_t dt, int rows_form, int64_t rows, int64_t cols, in
         g.c = y, g.ldc = incy, g.tc = 1; /* c stored [N x M]: elements incy apart */
     }
     double err = -1;
-    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + 2 * cols);
+    CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= rows + 8 * cols);
     if (rt_gemv_narrow_isa(&g, scratch, isa)) {
         err = 0;
         for (int64_t i = 0; i < yn; i++) {
@@ -168,7 +168,7 @@ static void test_batched_equals_single(void)
                     float *x = calloc((size_t)(NB * xn * inc), sizeof *x);
                     float *y1 = calloc((size_t)(NB * yn * inc), sizeof *y1);
                     float *y2 = calloc((size_t)(NB * yn * inc), sizeof *y2);
-                    float *scratch = calloc((size_t)(NB * (ROWS + 2 * cols)), sizeof *scratch);
+                    float *scratch = calloc((size_t)(NB * (ROWS + 8 * cols)), sizeof *scratch);
                     for (int64_t i = 0; i < ROWS * ld; i++) {
                         double v = sin(0.61 * (double)i);
                         if (dt == RT_I8)
@@ -222,7 +222,7 @@ static int run_split(int32_t dt, int form, int64_t nb, int64_t rows, int64_t col
     size_t es = rt_dtype_size(dt);
     char *mat = calloc((size_t)(rows * ld), es);
     float *x = calloc((size_t)(nb * xn * inc), sizeof *x);
-    float *scratch = calloc((size_t)(nb * 2 * cols), sizeof *scratch);
+    float *scratch = calloc((size_t)(nb * 8 * cols), sizeof *scratch);
     for (int64_t i = 0; i < rows * ld; i++) {
         double v = sin(0.43 * (double)i + 0.2);
         if (dt == RT_I8)
@@ -347,6 +347,40 @@ static void test_split_product_traced(void)
     CU_ASSERT(bad == 0 && s.cls[1].products == 40 && split >= 1); /* the split try */
     rt_gemv_split_release(&s);
     CU_ASSERT(s.worker == NULL && s.trace == 0);
+}
+
+/* Which products are offered to the helper (rt_gemv_split_wants): those
+ * of min_bytes or more on a device with one; and a sum of rows over heads
+ * (attention's P . Vc) is cut into its runs of rows, split with the same
+ * bits as on one thread. */
+static void test_split_wants(void)
+{
+    rt_gemv_split s = {.threads = 2, .cpu = -1, .min_bytes = 1024};
+    CU_ASSERT(rt_gemv_split_wants(NULL, 1e9) == 0);
+    CU_ASSERT(rt_gemv_split_wants(&s, 1023) == 0); /* under min_bytes */
+    CU_ASSERT(rt_gemv_split_wants(&s, 1024) == 1);
+    s.threads = 1;
+    CU_ASSERT(rt_gemv_split_wants(&s, 1e9) == 0); /* no helper */
+    /* the scratch: one vector of columns per run of rows summed apart */
+    int8_t m[1];
+    float x[1], y[1];
+    rt_gemm g = {.dtype = RT_F32, .M = 1, .N = 128, .alpha = 1, .a = x, .lda = 1,
+                 .adt = RT_F32, .b = m, .ldb = 1024, .bdt = RT_I8, .c = y, .ldc = 128};
+    static const int64_t rows[][2] = {{31, 1}, {32, 2}, {100, 6}, {517, 8}, {2048, 8}};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        g.K = rows[k][0];
+        CU_ASSERT(rt_gemv_narrow_scratch(&g) == rows[k][1] * 128);
+    }
+    rt_gemv_split h = {.threads = 2, .cpu = -1, .min_bytes = 1};
+    size_t n = (size_t)(8 * 128 * 2);
+    float *y1 = calloc(n, sizeof *y1), *y2 = calloc(n, sizeof *y2);
+    CU_ASSERT(run_split(RT_I8, 0, 8, 2048, 128, rt_gemv_narrow_isa_best(), NULL, y1) == 1);
+    CU_ASSERT(run_split(RT_I8, 0, 8, 2048, 128, rt_gemv_narrow_isa_best(), &h, y2) == 1);
+    CU_ASSERT(memcmp(y1, y2, n * sizeof *y1) == 0);
+    CU_ASSERT(h.worker != NULL); /* offered to the helper */
+    rt_gemv_split_release(&h);
+    free(y1);
+    free(y2);
 }
 
 /* The plan: EINC_GEMV_THREADS=1 turns the helper off, =2 forces it; by
@@ -504,6 +538,7 @@ void einc_register_tests(void)
         {"split with the helper equals one thread, bit for bit", test_split_equals_single},
         {"the helper's jobs run each chunk once", test_split_runs_each_chunk_once},
         {"the split plan follows CPUs and EINC_GEMV_THREADS", test_split_plan},
+        {"products of min_bytes are split, sums of rows in runs", test_split_wants},
         {"the adaptive plan splits while splitting is faster", test_split_choice},
         {"the start-up check counts other processes' threads only", test_split_others},
         {"the helper polls while no thread waits for a CPU", test_split_linger},
