@@ -89,6 +89,7 @@ hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
 Usage: bench/pipeline.py [--build DIR] [--steps S] [--stages 2,4]
                          [--microbatches 1,2,4,8,16] [--repeat N] [--json FILE]
 """
+import functools
 import json
 import os
 import re
@@ -158,6 +159,7 @@ def measured_bubble(exe, steps, trace):
     return float(m.group(1)) / 100, float(m.group(2)) / 100 if m.group(2) else None
 
 
+@functools.lru_cache(maxsize=64)
 def trace_runs(trace, cores=None):
     """The pipeline items of each run in a --trace file: a list over runs of
     ({stage: [(name, busy_us), ...] in the order the stage ran them},
@@ -165,7 +167,9 @@ def trace_runs(trace, cores=None):
     item's time minus its receive waits (pipe_bubble.c's busy), the bubble
     1 - mean busy / span as --profile's, and work each item's busy time
     de-contended for `cores` CPUs (decontend; busy itself when cores is
-    None)."""
+    None).  Cached: a row's replays, machine predictions (pooled and leave
+    one out) and ops replay read each trace file many times; the result
+    is shared, so callers only read it."""
     with open(trace) as f:
         doc = json.load(f)
     runs = doc["otherData"]["runs"]

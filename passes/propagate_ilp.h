@@ -18,6 +18,7 @@
 #define ILP_ITERS_PER_ROW 4    /* simplex iterations allowed per row of the ILP */
 #define ILP_MAX_NODES 2000     /* branch-and-bound nodes, past the relaxation */
 #define ILP_TREE_PIVOT_COST 10 /* CLP relaxation pivots one GLPK pivot in the tree costs */
+#define ILP_TREE_MIN_PIVOTS 1000 /* the tree's pivot budget, at least */
 
 /* One group: the distinct shardings among an op's candidates (produced,
  * or required of one operand), and each candidate's group. */
@@ -55,10 +56,10 @@ typedef struct ilp {
     int *ge_nz;         /* their first nonzero */
     int nge, ge_cap;
     bool warm_given;    /* the callback handed the warm start over */
-    bool from_basis;    /* pass_ilp_solve starts from the last solve's basis */
+    bool from_basis;    /* a second solve: should CLP not finish it, GLPK goes on from the last basis */
     int pivot_budget;   /* simplex pivots a solve from the basis may take (0: ILP_ITERS_PER_ROW's
                            limit alone); past it the solve reports no plan */
-    long clp_pivots;    /* simplex pivots CLP took in all (GLPK counts its own) */
+    int clp_pivots;     /* simplex pivots CLP took in all (GLPK counts its own) */
     int tree_it0;       /* GLPK's pivot count when branch and cut began */
     int tree_budget;    /* pivots branch and cut may take: the relaxation's */
     double bound;       /* best bound seen in the tree (us) */

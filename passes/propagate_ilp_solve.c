@@ -44,11 +44,18 @@ double pass_ilp_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Simplex pivots s->lp has taken in all, CLP's and GLPK's (the tree's
+ * included). */
+static int pivots_so_far(const ilp *s)
+{
+    return glp_get_it_cnt(s->lp) + s->clp_pivots;
+}
+
 /* pass_ilp_solve: s->lp's relaxation (CLP's dual simplex after its
  * presolver, GLPK's as the fallback), then GLPK's branch and cut from the
- * warm start, within ms milliseconds from t0 in all.  Fills rep's status, iterations, nodes, objective and bounds;
- * false when no integral plan was found (the relaxation infeasible, or a
- * limit reached first). */
+ * warm start, within ms milliseconds from t0 in all.  Fills rep's status,
+ * iterations, nodes, objective and bounds; false when no integral plan was
+ * found (the relaxation infeasible, or a limit reached first). */
 bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
 {
     glp_smcp sm;
@@ -67,7 +74,7 @@ bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
     glp_smcp finish = sm;
     finish.presolve = GLP_OFF;
     finish.meth = GLP_PRIMAL;
-    int ret = 1, pivots = 0, it_before = glp_get_it_cnt(s->lp) + (int)s->clp_pivots;
+    int ret = 1, pivots = 0, it_before = pivots_so_far(s);
     double secs = (ms - (pass_ilp_now() - t0) * 1e3) * 1e-3;
     int clp = pass_ilp_clp_solve(s->lp, sm.it_lim, secs, &pivots);
     s->clp_pivots += pivots;
@@ -82,7 +89,7 @@ bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
             finish.it_lim = s->pivot_budget;
         ret = glp_simplex(s->lp, &finish);
         if (ret == GLP_EITLIM) {
-            rep->iterations = glp_get_it_cnt(s->lp) + (int)s->clp_pivots;
+            rep->iterations = pivots_so_far(s);
             rep->status = PASS_ILP_TIME_LIMIT;
             return false;
         }
@@ -90,7 +97,7 @@ bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
     /* GLPK alone, from scratch, when CLP could not finish. */
     if (ret != 0 || glp_get_status(s->lp) != GLP_OPT)
         ret = glp_simplex(s->lp, &sm);
-    rep->iterations = glp_get_it_cnt(s->lp) + (int)s->clp_pivots;
+    rep->iterations = pivots_so_far(s);
     if (ret != 0 || glp_get_status(s->lp) != GLP_OPT) {
         rep->status = PASS_ILP_TIME_LIMIT;
         return false;
@@ -110,8 +117,8 @@ bool pass_ilp_solve(ilp *s, int ms, double t0, pass_prop_ilp_report *rep)
      * would bound them, but the same on every machine load
      * (docs/propagation.md, "The solvers"). */
     s->tree_it0 = glp_get_it_cnt(s->lp);
-    int relax = rep->iterations - it_before;
-    s->tree_budget = relax / ILP_TREE_PIVOT_COST > 1000 ? relax / ILP_TREE_PIVOT_COST : 1000;
+    int relax = (rep->iterations - it_before) / ILP_TREE_PIVOT_COST;
+    s->tree_budget = relax > ILP_TREE_MIN_PIVOTS ? relax : ILP_TREE_MIN_PIVOTS;
     ret = glp_intopt(s->lp, &io);
     int st = glp_mip_status(s->lp);
     if (st != GLP_OPT && st != GLP_FEAS) {
