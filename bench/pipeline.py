@@ -386,38 +386,50 @@ def handoff_lags(traces, cores):
     prediction's miss comes from")."""
     lags = ([], [])
     for t in [traces] if isinstance(traces, str) else traces:
-        with open(t) as f:
-            evs = [e for e in json.load(f)["traceEvents"]
-                   if e.get("ph") == "X" and e.get("cat") == "pipeline"]
-        by = {}
-        for e in evs:
-            by.setdefault(e["tid"], []).append(e)
-        Z, items, busy = len(by), {}, {}
-        v = 1 + max((int(e["name"].split(".")[1]) for e in evs if "." in e["name"]), default=0)
-        for s, es in by.items():
-            es.sort(key=lambda e: e["ts"])
-            waits = [e for e in es if e["name"] == "recv wait"]
-            seen = {}
-            for it in (e for e in es if e["name"] != "recv wait"):
-                r = seen[it["name"]] = seen.get(it["name"], -1) + 1  # the run
-                end = it["ts"] + it["dur"]
-                ws = [(x["ts"], min(x["ts"] + x["dur"], end)) for x in waits if it["ts"] <= x["ts"] < end]
-                items[(_key(it["name"], s), r)] = (end, ws)
-                cuts = [it["ts"]] + [c for a, b in ws for c in (a, b)] + [end]
-                busy.setdefault(s, []).extend(zip(cuts[::2], cuts[1::2]))
-        for (k, r), (_, ws) in items.items():
-            d = _dep(k, Z, v)
-            if k[0] != "F" or d is None or d[3] == k[3] or not ws or (d, r) not in items:
-                continue
-            ready = items[(d, r)][0]
-            if ws[0][0] >= ready:  # the message was there: no wake-up
-                continue
-            s = k[3]
-            shared = any(a <= ready < b for x, iv in busy.items() if x != s and x % cores == s % cores
-                         for a, b in iv)
-            lags[shared].append(max(0.0, ws[0][1] - ready))
+        idle, busy = _trace_lags(t, cores)
+        lags[0].extend(idle)
+        lags[1].extend(busy)
     return (statistics.mean(lags[0]) if lags[0] else 0.0, statistics.mean(lags[1]) if lags[1] else 0.0,
             len(lags[0]), len(lags[1]))
+
+
+@functools.lru_cache(maxsize=64)
+def _trace_lags(t, cores):
+    """handoff_lags' samples of one --trace file: (onto an idle core, onto
+    a busy one), tuples of microseconds.  Cached as trace_runs is: every
+    machine prediction of a row reads the same files."""
+    lags = ([], [])
+    with open(t) as f:
+        evs = [e for e in json.load(f)["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "pipeline"]
+    by = {}
+    for e in evs:
+        by.setdefault(e["tid"], []).append(e)
+    Z, items, busy = len(by), {}, {}
+    v = 1 + max((int(e["name"].split(".")[1]) for e in evs if "." in e["name"]), default=0)
+    for s, es in by.items():
+        es.sort(key=lambda e: e["ts"])
+        waits = [e for e in es if e["name"] == "recv wait"]
+        seen = {}
+        for it in (e for e in es if e["name"] != "recv wait"):
+            r = seen[it["name"]] = seen.get(it["name"], -1) + 1  # the run
+            end = it["ts"] + it["dur"]
+            ws = [(x["ts"], min(x["ts"] + x["dur"], end)) for x in waits if it["ts"] <= x["ts"] < end]
+            items[(_key(it["name"], s), r)] = (end, ws)
+            cuts = [it["ts"]] + [c for a, b in ws for c in (a, b)] + [end]
+            busy.setdefault(s, []).extend(zip(cuts[::2], cuts[1::2]))
+    for (k, r), (_, ws) in items.items():
+        d = _dep(k, Z, v)
+        if k[0] != "F" or d is None or d[3] == k[3] or not ws or (d, r) not in items:
+            continue
+        ready = items[(d, r)][0]
+        if ws[0][0] >= ready:  # the message was there: no wake-up
+            continue
+        s = k[3]
+        shared = any(a <= ready < b for x, iv in busy.items() if x != s and x % cores == s % cores
+                     for a, b in iv)
+        lags[shared].append(max(0.0, ws[0][1] - ready))
+    return tuple(lags[0]), tuple(lags[1])
 
 
 def item_works(traces, cores):
