@@ -302,15 +302,10 @@ def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
             if s not in running and s not in ready and s not in woken and pos[s] < len(stages[s]):
                 d = _dep(_key(stages[s][pos[s]][0], s), Z, v)
                 if d is None or d in end:
-                    # Input from another stage that came while this one
-                    # waited for it: the receive wakes up.
-                    lag = 0.0
-                    if d is not None and d[3] != s and end[d] >= free[s]:
-                        lag = wake[any(x % cores == s % cores for x in running)]
-                    if lag > 0:
-                        woken[s] = now + lag
-                    else:
-                        ready[s] = now
+                    # Input from another stage while this one waited: a wake-up.
+                    waited = d is not None and d[3] != s and end[d] >= free[s]
+                    lag = wake[any(x % cores == s % cores for x in running)] if waited else 0.0
+                    (woken if lag > 0 else ready)[s] = now + lag
         for s in [x for x in woken if woken[x] <= now + 1e-9]:
             ready[s] = woken.pop(s)
         for s in sorted(ready, key=lambda x: (ready[x], x)):
@@ -384,11 +379,8 @@ def handoff_lags(traces, cores):
     busy_us, n_idle, n_busy), a mean 0 when it has no samples; what
     shared_replay's `wake` takes (docs/pipeline.md, "Where the machine
     prediction's miss comes from")."""
-    lags = ([], [])
-    for t in [traces] if isinstance(traces, str) else traces:
-        idle, busy = _trace_lags(t, cores)
-        lags[0].extend(idle)
-        lags[1].extend(busy)
+    per = [_trace_lags(t, cores) for t in ([traces] if isinstance(traces, str) else traces)]
+    lags = [x for idle, _ in per for x in idle], [x for _, busy in per for x in busy]
     return (statistics.mean(lags[0]) if lags[0] else 0.0, statistics.mean(lags[1]) if lags[1] else 0.0,
             len(lags[0]), len(lags[1]))
 
