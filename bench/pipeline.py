@@ -52,7 +52,10 @@ so Z = 2 only) it measures:
          ones (Z <= cores only);
   machine  the bubble of the machine's prediction (pred_ms): when Z >
          cores the stages pinned to one core share it, and a stage that
-         waits for its core counts as busy as --profile counts it;
+         waits for its core counts as busy as --profile counts it; a
+         stage whose receive waited starts its item the traces' mean
+         wake-up later (handoff_lags: longer when another stage runs on
+         its core);
   turns  the same with the stages of a core taking turns, an item not
          preempted (the wait for the core falls before the item: idle);
          the kernel's time slices lie between the two models;
@@ -271,7 +274,7 @@ def _chunks(stages):
     return 1 + max(int(n.split(".")[1]) if "." in n else 0 for row in stages.values() for n, _ in row)
 
 
-def shared_replay(stages, cores, timeline=None, turns=False):
+def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
     """The stages' orders ({stage: [(name, work_us)]}) run on `cores` CPUs,
     stage s pinned to CPU s mod cores and sharing it fairly with the other
     busy stages pinned there (decontend's model: k of them each progress
@@ -284,31 +287,42 @@ def shared_replay(stages, cores, timeline=None, turns=False):
     J. Appl. Math. 17(2), 1969): the wait for the CPU is then before the
     item's begin, idle.  With cores >= Z each stage has a CPU of its own
     (replay) and both are the same.  A dict `timeline` gets each stage's
-    [(name, begin, end)]."""
+    [(name, begin, end)].  wake = (idle_us, busy_us): a stage that waits
+    for another stage's item starts its own that long after the input is
+    done (the receive's wake-up, handoff_lags), busy_us when another stage
+    pinned to its CPU is running then, idle_us when none is; (0, 0):
+    instant handoffs."""
     Z, v = len(stages), _chunks(stages)
     pos, end, now = [0] * Z, {}, 0.0
-    running, ready = {}, {}  # stage -> [remaining work, start]; stage -> ready since
+    free = [0.0] * Z  # when each stage's last item ended
+    running, ready, woken = {}, {}, {}  # stage -> [remaining work, start]; -> ready since; -> starts at
     busy = 0.0
     while True:
         for s in range(Z):
-            if s not in running and s not in ready and pos[s] < len(stages[s]):
+            if s not in running and s not in ready and s not in woken and pos[s] < len(stages[s]):
                 d = _dep(_key(stages[s][pos[s]][0], s), Z, v)
                 if d is None or d in end:
-                    ready[s] = now
+                    # Input from another stage while this one waited: a wake-up.
+                    waited = d is not None and d[3] != s and end[d] >= free[s]
+                    lag = wake[any(x % cores == s % cores for x in running)] if waited else 0.0
+                    (woken if lag > 0 else ready)[s] = now + lag
+        for s in [x for x in woken if woken[x] <= now + 1e-9]:
+            ready[s] = woken.pop(s)
         for s in sorted(ready, key=lambda x: (ready[x], x)):
             if not turns or not any(x % cores == s % cores for x in running):
                 running[s] = [max(stages[s][pos[s]][1], 0.0), now]
                 del ready[s]
-        if not running:
+        if not running and not woken:
             break
         rate = {s: 1.0 / sum(x % cores == s % cores for x in running) for s in running}
-        dt = min(running[s][0] / rate[s] for s in running)
+        dt = min([running[s][0] / rate[s] for s in running] + [t - now for t in woken.values()])
         now += dt
         for s in list(running):
             running[s][0] -= rate[s] * dt
             if running[s][0] <= 1e-9:
                 busy += now - running[s][1]
                 end[_key(stages[s][pos[s]][0], s)] = now
+                free[s] = now
                 if timeline is not None:
                     timeline.setdefault(s, []).append((stages[s][pos[s]][0], running[s][1], now))
                 pos[s] += 1
@@ -352,6 +366,64 @@ def _kind(name):
     return name[0] + (name[name.index("."):] if "." in name else "")
 
 
+def handoff_lags(traces, cores):
+    """The receives' wake-ups in the --trace files `traces` (a path or a
+    list of paths): for each forward item of a stage s > 0 (and the first
+    stage's chunks c > 0, interleaved) whose receive began before the
+    item it waits for (_dep) ended, the time from that item's end to the
+    receive's return (0 when the receive returned first), averaged over
+    the items and runs, split by whether another stage pinned to the
+    receiver's CPU (stage d on CPU d mod cores) was busy at that end.
+    Only forward items: an F item's send is its last step, where a B
+    item sends dL/dx before its weight gradients.  Returns (idle_us,
+    busy_us, n_idle, n_busy), a mean 0 when it has no samples; what
+    shared_replay's `wake` takes (docs/pipeline.md, "Where the machine
+    prediction's miss comes from")."""
+    per = [_trace_lags(t, cores) for t in ([traces] if isinstance(traces, str) else traces)]
+    lags = [x for idle, _ in per for x in idle], [x for _, busy in per for x in busy]
+    return (statistics.mean(lags[0]) if lags[0] else 0.0, statistics.mean(lags[1]) if lags[1] else 0.0,
+            len(lags[0]), len(lags[1]))
+
+
+@functools.lru_cache(maxsize=64)
+def _trace_lags(t, cores):
+    """handoff_lags' samples of one --trace file: (onto an idle core, onto
+    a busy one), tuples of microseconds.  Cached as trace_runs is: every
+    machine prediction of a row reads the same files."""
+    lags = ([], [])
+    with open(t) as f:
+        evs = [e for e in json.load(f)["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "pipeline"]
+    by = {}
+    for e in evs:
+        by.setdefault(e["tid"], []).append(e)
+    Z, items, busy = len(by), {}, {}
+    v = 1 + max((int(e["name"].split(".")[1]) for e in evs if "." in e["name"]), default=0)
+    for s, es in by.items():
+        es.sort(key=lambda e: e["ts"])
+        waits = [e for e in es if e["name"] == "recv wait"]
+        seen = {}
+        for it in (e for e in es if e["name"] != "recv wait"):
+            r = seen[it["name"]] = seen.get(it["name"], -1) + 1  # the run
+            end = it["ts"] + it["dur"]
+            ws = [(x["ts"], min(x["ts"] + x["dur"], end)) for x in waits if it["ts"] <= x["ts"] < end]
+            items[(_key(it["name"], s), r)] = (end, ws)
+            cuts = [it["ts"]] + [c for a, b in ws for c in (a, b)] + [end]
+            busy.setdefault(s, []).extend(zip(cuts[::2], cuts[1::2]))
+    for (k, r), (_, ws) in items.items():
+        d = _dep(k, Z, v)
+        if k[0] != "F" or d is None or d[3] == k[3] or not ws or (d, r) not in items:
+            continue
+        ready = items[(d, r)][0]
+        if ws[0][0] >= ready:  # the message was there: no wake-up
+            continue
+        s = k[3]
+        shared = any(a <= ready < b for x, iv in busy.items() if x != s and x % cores == s % cores
+                     for a, b in iv)
+        lags[shared].append(max(0.0, ws[0][1] - ready))
+    return tuple(lags[0]), tuple(lags[1])
+
+
 def item_works(traces, cores):
     """The de-contended work (decontend) of every pipeline item in the
     --trace files `traces` (a path or a list of paths, e.g. one per
@@ -372,21 +444,25 @@ def machine_prediction(traces, cores):
     (decontend), the median work of each stage's items of one kind and
     chunk over the microbatches and runs of the traces (a path or a list
     of paths; leaving out the jitter), and the stages' orders run with
-    those works on `cores` CPUs (shared_replay).  Returns a dict of
-    medians over the runs, times in seconds: span (the measured items'
-    span), work (the sum of the items' work, CPU-seconds), the
-    prediction's span and bubble, and items: {(stage, kind): median
-    work in seconds}."""
+    those works on `cores` CPUs (shared_replay), each receive that waited
+    waking the traces' mean wake-up after its input was done
+    (handoff_lags).  Returns a dict of medians over the runs, times in
+    seconds: span (the measured items' span), work (the sum of the items'
+    work, CPU-seconds), the prediction's span and bubble, items:
+    {(stage, kind): median work in seconds}, and wake: the mean wake-ups
+    (onto an idle core, onto a busy one) in seconds."""
     per, runs = item_works(traces, cores)
     med = {k: statistics.median(v) for k, v in per.items()}
     order = {s: [(n, med[(s, _kind(n))]) for n, _ in row] for s, row in runs[0][0].items()}
-    span, bubble = shared_replay(order, cores)
-    tspan, tbubble = shared_replay(order, cores, turns=True)
+    lags = handoff_lags(traces, cores)
+    span, bubble = shared_replay(order, cores, wake=lags[:2])
+    tspan, tbubble = shared_replay(order, cores, turns=True, wake=lags[:2])
     return {"span": statistics.median(r[3] for r in runs) / 1e6,
             "work": statistics.median(sum(sum(w) for w in r[2].values()) for r in runs) / 1e6,
             "pred_span": span / 1e6, "pred_bubble": bubble,
             "turns_span": tspan / 1e6, "turns_bubble": tbubble,
-            "items": {k: v / 1e6 for k, v in med.items()}}
+            "items": {k: v / 1e6 for k, v in med.items()},
+            "wake": (lags[0] / 1e6, lags[1] / 1e6)}
 
 
 def ops_replay(traces):
@@ -481,7 +557,7 @@ def measure(einc, work, Z, sched, M, steps, cores, repeat=1):
     # outside the items (the update and the once-per-step collectives).
     mstep = mp["pred_span"] + max(0.0, med["step"] - med["span"])
     return {**med, "pred": reps[0]["pred"], "mstep": mstep, "mbubble": mp["pred_bubble"],
-            "work": mp["work"], "tbubble": mp["turns_bubble"], "items": mp["items"],
+            "work": mp["work"], "tbubble": mp["turns_bubble"], "items": mp["items"], "wake": mp["wake"],
             "steps": [r["step"] for r in reps], "bubbles": [r["bubble"] for r in reps],
             "loo": loo, "costed": cost, "ops": ops}
 
@@ -538,7 +614,17 @@ def report(res, Z, sched, M, v, r, ideal, mideal, one1, cores):
         res.add(f"{name}: bubble replayed with the ops' median times{note}", 100 * r["ops"], "%",
                 "measured op times, no jitter, no time outside the ops; vs predicted: the costed op times")
     res.add(f"{name}: machine-predicted bubble{note}", 100 * r["mbubble"], "%",
-            f"median item work on {cores} cores, stage d on core d mod {cores}")
+            f"median item work on {cores} cores, stage d on core d mod {cores}, the measured wake-ups")
+    res.add(f"{name}: receive wake-up onto an idle core{note}", 1e3 * r["wake"][0], "ms",
+            "mean over the blocked forward receives (handoff_lags)")
+    if shared:
+        res.add(f"{name}: receive wake-up onto a core another stage runs on{note}", 1e3 * r["wake"][1],
+                "ms", "mean over the blocked forward receives (handoff_lags)")
+        # The step is what sharing cannot re-label: a stage's wait for its
+        # core counts as busy inside an item and as bubble between two
+        # (docs/pipeline.md, "Where the machine prediction's miss comes from").
+        res.add(f"{name}: measured step / machine-predicted step{note}", t / r["mstep"], "x",
+                "the time the bubble's accounting cannot move", ratio=t / r["mstep"])
     res.add(f"{name}: machine-predicted bubble, stages taking turns on a core{note}",
             100 * r["tbubble"], "%", "items not preempted; the wait for the core is idle")
     # Issue 25's 5-point target: against the device model's prediction
@@ -615,7 +701,8 @@ def items_line(r):
     ratios = "; ".join(f"{w.split(',')[0]} {m:.2f} (costed {k:.2f})" for w, m, k in item_ratios(r))
     return (f"#   items (ms): {' | '.join(parts)}; costed F {1e3 * c['stage_forward_time']:.2f} "
             f"B+W {1e3 * c['stage_backward_time']:.2f} (+{1e3 * c['first_stage_extra']:.2f} first, "
-            f"+{1e3 * c['last_stage_extra']:.2f} last stage)\n#   {ratios}")
+            f"+{1e3 * c['last_stage_extra']:.2f} last stage)\n#   {ratios}; receive wake-ups "
+            f"{1e3 * r['wake'][0]:.2f} ms onto an idle core, {1e3 * r['wake'][1]:.2f} ms onto a busy one")
 
 
 def targets(res, Z, rows, mbs, cores):

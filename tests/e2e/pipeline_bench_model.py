@@ -13,7 +13,11 @@ cores"):
   item ratios against the costed ones (item_ratios);
 - round trip: a timeline simulated on 2 CPUs for 4 stages, written as a
   --trace file with receive waits, gives back its items' work through
-  decontend and its span and bubble through machine_prediction.
+  decontend and its span and bubble through machine_prediction;
+- the receives' wake-ups: handoff_lags reads them from a trace (onto an
+  idle core, onto one another stage runs on), and shared_replay's `wake`
+  delays exactly the items whose stage waited for its input (1F1B, Z = 2,
+  M = 4: 15 slots become 17 with a wake-up of half an F).
 
 Usage: pipeline_bench_model.py (no arguments; runs in well under a second).
 """
@@ -52,6 +56,35 @@ for s in range(4):
             order.append(f"F{warm + m}")
         order.append(f"B{m}")
     Z4.append(" ".join(order))
+
+
+def wake_ups():
+    """handoff_lags on a hand-made trace, and shared_replay's wake term."""
+    # Stages 0 and 1 on one CPU (cores = 1).  Stage 1's F0 waits from 0 to
+    # 1300 for stage 0's F0 (ends at 1000, stage 0's F1 running then): a
+    # wake-up of 300 onto a busy core.  Its F1 waits from 2300 to 2650 for
+    # stage 0's F1 (ends at 2600, nothing after it): 50 onto an idle core.
+    events = [{"ph": "X", "cat": "pipeline", "tid": s, "name": n, "ts": float(b), "dur": float(e - b)}
+              for s, n, b, e in ((0, "F0", 0, 1000), (0, "F1", 1000, 2600), (1, "F0", 0, 2300),
+                                 (1, "recv wait", 0, 1300), (1, "F1", 2300, 3000),
+                                 (1, "recv wait", 2300, 2650))]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "otherData": {"runs": 1}}, f)
+        idle, busy, n_idle, n_busy = P.handoff_lags(path, 1)
+        check("wake-up onto an idle core (us)", idle, 50.0, 1e-9)
+        check("wake-up onto a busy core (us)", busy, 300.0, 1e-9)
+        check("wake-ups counted", n_idle + 10 * n_busy, 11)
+    # 1F1B, Z = 2, M = 4, F = 1, B = 2, a CPU per stage: a wake-up of 0.5
+    # delays stage 1's F0, F2 and stage 0's B0, B2, B3 (their stage waited
+    # for the input), not the items whose input came while their stage was
+    # busy: 17 slots, each stage busy 12 of them.
+    span, bub = P.shared_replay(rows(ONE_F_ONE_B, {"F": 1, "B": 2}), 2, wake=(0.5, 0.5))
+    check("1F1B Z=2 M=4 span with wake-ups", span, 17)
+    check("1F1B Z=2 M=4 bubble with wake-ups", bub, 5 / 17)
+    check("no wake-up is the instant handoff", P.shared_replay(rows(ONE_F_ONE_B, {"F": 1, "B": 2}), 2,
+                                                              wake=(0.0, 0.0))[0], 15)
 
 
 def main():
@@ -117,6 +150,7 @@ def main():
         mp2 = P.machine_prediction([path, path], 2)
         check("pooled traces' bubble", mp2["pred_bubble"], bub, 1e-9)
         check("stage 3's B item (median work, s)", mp2["items"][(3, "B")] * 1e6, 1.0 + 3 * 0.37 + 0.6, 1e-6)
+    wake_ups()
     # ops_replay: each item's time from its ops' medians (two ops per item,
     # one of them recorded short once: the median ignores it), replayed.
     tl = {}
