@@ -193,21 +193,42 @@ static void trim_cache(rt_device *dev, int64_t need)
     }
 }
 
-/* A block of `total` bytes (a multiple of 64) for rt_alloc, 64-byte
- * aligned, huge-page advised from ALLOC_HUGE_BYTES; NULL when out of
- * memory.  Freed with free(). */
-static void *alloc_block(size_t total)
+/* Whether rt_alloc puts a block of `total` bytes on huge pages. */
+static bool huge_block(size_t total)
 {
 #ifdef MADV_HUGEPAGE
-    if (total >= ALLOC_HUGE_BYTES) {
-        size_t whole = (total + ALLOC_HUGE_BYTES - 1) / ALLOC_HUGE_BYTES * ALLOC_HUGE_BYTES;
-        void *p = aligned_alloc(ALLOC_HUGE_BYTES, whole);
-        if (p)
-            (void)madvise(p, whole, MADV_HUGEPAGE);
-        return p;
-    }
+    return total >= ALLOC_HUGE_BYTES;
+#else
+    (void)total;
+    return false;
 #endif
-    return aligned_alloc(64, total);
+}
+
+/* The address space rt_alloc takes for a block of `total` bytes (a
+ * multiple of 64): on huge pages, whole 2 MiB pages and up to one more of
+ * alignment (aligned_alloc's); else total. */
+static size_t block_address_space(size_t total)
+{
+    if (!huge_block(total))
+        return total;
+    return (total + ALLOC_HUGE_BYTES - 1) / ALLOC_HUGE_BYTES * ALLOC_HUGE_BYTES + ALLOC_HUGE_BYTES;
+}
+
+/* A block of `total` bytes (a multiple of 64) for rt_alloc, 64-byte
+ * aligned; on huge pages (huge_block) 2 MiB aligned, whole pages, advised
+ * MADV_HUGEPAGE before any touch.  NULL when out of memory.  Freed with
+ * free(). */
+static void *alloc_block(size_t total)
+{
+    if (!huge_block(total))
+        return aligned_alloc(64, total);
+    size_t whole = (total + ALLOC_HUGE_BYTES - 1) / ALLOC_HUGE_BYTES * ALLOC_HUGE_BYTES;
+    void *p = aligned_alloc(ALLOC_HUGE_BYTES, whole);
+#ifdef MADV_HUGEPAGE
+    if (p)
+        (void)madvise(p, whole, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 void *rt_alloc(rt_device *dev, int64_t bytes)
@@ -228,7 +249,8 @@ void *rt_alloc(rt_device *dev, int64_t bytes)
         size_t total = ((size_t)bytes + ALLOC_HEADER + 63) / 64 * 64;
         /* Under `ulimit -v`, fail here rather than leave OpenBLAS without
          * its buffer (rt_check_address_space). */
-        if (dev->as_reserve && !address_space_free(total + (size_t)dev->as_reserve))
+        if (dev->as_reserve &&
+            !address_space_free(block_address_space(total) + (size_t)dev->as_reserve))
             rt_fatal(dev, "out of memory: rt_alloc of %lld bytes (%lld live) would leave less "
                      "than %lld MiB of the address-space limit (ulimit -v) for BLAS buffers",
                      (long long)bytes, (long long)dev->live_bytes,
