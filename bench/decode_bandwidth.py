@@ -48,7 +48,12 @@ compiler's AVX2 clone of it: what ran before the AVX2 kernel) vs the AVX2
 kernel, and the AVX2 kernel split with a helper thread vs on one,
 and for the weights' shapes the W8A8 kernel (i8 x i8) vs the AVX2 one
 (bench/gemv_narrow.c, weights/s, the matrix read from memory, and once
-from cache).
+from cache), and the AVX2 kernel's matrices on 2 MiB pages (as rt_alloc
+gives a program's weights and caches, runtime/device.c) vs 4 KiB pages
+(as it did before; PAGES=4k), one thread and split.  Every program here,
+the copy that measures W included, runs on the huge pages rt_alloc asks
+for: on 4 KiB pages the copy measured a lower W (the step's limit was
+looser) as well as a slower step.
 
     python3 bench/decode_bandwidth.py --build BUILD [-D S=4096 ...] [--repeat 9] [--int8] [--json FILE]
 """
@@ -235,16 +240,21 @@ def kernel_rates(a, dims, res):
     for label, (r, c, form, env) in kernel_shapes(dims).items():
         got = rates(exe, r, c, form, "i8", env)
         if "avx2" not in got:
-            rows.append([label, "%.3g" % got["portable"], "-", "-", "-", "-", "-", "-", "-"])
+            rows.append([label, "%.3g" % got["portable"], "-", "-", "-", "-", "-", "-", "-", "-"])
             continue
         ratio = got["avx2"] / got["portable"]
         split = got["avx2 threads=2"] / got["avx2"]
+        # the matrices on 4 KiB pages, as the runtime allocated them before
+        # (rt_alloc's huge pages, runtime/device.c), in the next run
+        small = rates(exe, r, c, form, "i8", dict(env, PAGES="4k"))
+        huge = (got["avx2"] / small["avx2"], got["avx2 threads=2"] / small["avx2 threads=2"])
         # W8A8 (gemv_i8i8.c) where the step has it: the weights, not the cache
         w8 = rates(exe, r, c, form, "i8i8", env).get("avx2") if " . " not in label else None
         rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio,
                      "%.3g" % got["avx2 threads=2"], "%.2fx" % split,
                      "split" if got["default splits"] else "one thread",
-                     "%.3g" % w8 if w8 else "-", "%.2fx" % (w8 / got["avx2"]) if w8 else "-"])
+                     "%.3g" % w8 if w8 else "-", "%.2fx" % (w8 / got["avx2"]) if w8 else "-",
+                     "%.2fx / %.2fx" % huge])
         if w8:
             res.add("i8 x i8 GEMV kernel (W8A8), AVX2 vs i8 x f32 AVX2, %s, %dx%d" % (label, r, c),
                     w8 / 1e9, "1e9 weights/s", "", w8 / got["avx2"])
@@ -252,9 +262,14 @@ def kernel_rates(a, dims, res):
                 "1e9 weights/s", "", ratio)
         res.add("i8 GEMV kernel, AVX2 split over 2 threads vs 1, %s, %dx%d" % (label, r, c),
                 got["avx2 threads=2"] / 1e9, "1e9 weights/s", "", split)
+        res.add("i8 GEMV kernel, AVX2, 2 MiB pages vs 4 KiB pages, one thread, %s, %dx%d"
+                % (label, r, c), got["avx2"] / 1e9, "1e9 weights/s", "", huge[0])
+        res.add("i8 GEMV kernel, AVX2, 2 MiB pages vs 4 KiB pages, split over 2 threads, %s, %dx%d"
+                % (label, r, c), got["avx2 threads=2"] / 1e9, "1e9 weights/s", "", huge[1])
     bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio",
               "AVX2 2 threads weights/s", "ratio to 1 thread", "the default",
-              "W8A8 AVX2 weights/s", "ratio to AVX2"], rows)
+              "W8A8 AVX2 weights/s", "ratio to AVX2",
+              "2 MiB vs 4 KiB pages (1 thread / 2)"], rows)
 
 
 def rates(exe, r, c, form, dtype, env):

@@ -20,7 +20,11 @@
  * the matrices cycle through enough copies (at least 256 MiB in all) that
  * a matrix smaller than the caches is still read from memory unless it
  * alone is asked for (COPIES=1 in the environment: the in-cache rate, the
- * kernel's conversion speed).  Prints one line per instruction set and
+ * kernel's conversion speed).  The copies are allocated as rt_alloc
+ * allocates blocks of 2 MiB or more (runtime/device.c): on 2 MiB pages,
+ * advised as transparent huge pages, what a program's weights get;
+ * PAGES=4k in the environment leaves them on 4 KiB pages (the runtime
+ * before, for comparison).  Prints one line per instruction set and
  * one for the split:
  *   RESULT isa=avx2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
  *   RESULT isa=avx2 threads=2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
@@ -36,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench_util.h"
 #include "rt_internal.h"
@@ -57,6 +62,20 @@ static int pin_two(void)
             first = c;
         }
     return -1;
+}
+
+/* `bytes` for the matrices, as rt_alloc allocates a large block: 2 MiB
+ * aligned, whole 2 MiB pages, advised as huge pages before any touch
+ * (unless huge is 0); free()d.  NULL when out of memory. */
+static char *alloc_matrices(size_t bytes, int huge)
+{
+    size_t page = (size_t)2 << 20, whole = (bytes + page - 1) / page * page;
+    char *p = aligned_alloc(page, whole);
+#ifdef MADV_HUGEPAGE
+    if (p && huge)
+        (void)madvise(p, whole, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 static double elem(int32_t dt, const void *m, int64_t i)
@@ -91,7 +110,8 @@ int main(int argc, char **argv)
     int64_t copies = env ? atoll(env) : (int64_t)((256u << 20) / bytes) + 1;
     if (copies < 1)
         copies = 1;
-    char *mats = malloc(bytes * (size_t)copies);
+    const char *pages = getenv("PAGES");
+    char *mats = alloc_matrices(bytes * (size_t)copies, !(pages && strcmp(pages, "4k") == 0));
     int64_t xn = rows_form ? cols : rows, yn = rows_form ? rows : cols;
     float *x = malloc((size_t)xn * sizeof *x), *y = malloc((size_t)yn * sizeof *y);
     /* rt_gemv_narrow_scratch's most: 8 runs of rows summed apart */

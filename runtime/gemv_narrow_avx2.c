@@ -233,10 +233,22 @@ void rt_gemv_narrow_rows_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
  * 1 KiB, the same columns of the next pass's rows.  1.1-1.15x the
  * weights/s from memory for 1024 x 1024 and 2816 x 1024 i8 (four
  * alternating rounds at load 8 on the 2-core EPYC; 2 KiB ahead gained
- * less); the eight-row passes (rows of 2 KiB or more: eight streams) and
- * the rows form gained nothing clear and ask for nothing, and bf16 was
- * not measured (nothing either). */
+ * less); the rows form gained nothing clear and asks for nothing, and
+ * bf16 was not measured (nothing either). */
 #define COLS_PREFETCH_BYTES 4096
+
+/* The eight-row passes ask for the same columns of the next pass's rows
+ * (8 rows ahead) while those are at most this many bytes ahead.  Once the
+ * matrices were on 2 MiB pages (rt_alloc), 1024 x 2816 i8 (the decode
+ * step's X * Wg and X * Wu) read 1.38-1.58x the weights/s from memory on
+ * one thread and 1.22-1.30x split (bench/gemv_narrow.c, 6 and 8
+ * alternating rounds at load 2.5-3.2, 2816 x 1024 in the same rounds
+ * 0.95-0.99x: unchanged code); on 4 KiB pages the same distance had shown
+ * nothing clear.  The LM head's rows of 8 KiB (64 KiB ahead, past L1)
+ * gained nothing clear (0.90x one thread, 1.16x split), and 2 or 4 KiB
+ * ahead along the row lost (0.71-0.88x), so rows over 4 KiB ask for
+ * nothing. */
+#define COLS8_PREFETCH_MAX (32 << 10)
 
 void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                               int64_t cols, const float *x, int64_t incx, float *acc)
@@ -245,8 +257,9 @@ void rt_gemv_narrow_cols_avx2(int32_t mdt, const char *a, int64_t ld, int64_t ro
     int64_t r = 0;
     /* i8 rows of 2 KiB or more: eight per pass (each sum is still taken
      * row by row in order: the same bits as four) */
+    int64_t pf8 = 8 * ld <= COLS8_PREFETCH_MAX ? 8 * ld : 0;
     for (; mdt == RT_I8 && cols >= COLS8_MIN && r + 8 <= rows; r += 8)
-        cols8_i8(a + (size_t)(r * ld), ld, cols, x + r * incx, incx, acc, 0);
+        cols8_i8(a + (size_t)(r * ld), ld, cols, x + r * incx, incx, acc, pf8);
     for (; r + 4 <= rows; r += 4) {
         const char *p = a + (size_t)(r * ld) * es;
         if (mdt == RT_I8)

@@ -2,9 +2,11 @@
  * test_alloc.c - rt_alloc / rt_free (runtime/device.c): live and peak
  * accounting, a freed block handed back to the next request of its exact
  * size, the cache bounded by the peak, a double free and a foreign pointer
- * refused with a message (in a child process: rt_fatal ends the process).
+ * refused with a message (in a child process: rt_fatal ends the process),
+ * and a block of 2 MiB or more on a 2 MiB boundary, advised as huge pages.
  */
 #include <CUnit/CUnit.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -100,12 +102,50 @@ static void test_double_free(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "freed twice"));
 }
 
+/* Whether the mapping that holds p is advised as huge pages (MADV_HUGEPAGE:
+ * "hg" among its VmFlags in /proc/self/smaps): 1 or 0; -1 where that
+ * cannot be read. */
+static int huge_advised(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int in = 0, got = -1;
+    while (got < 0 && fgets(line, sizeof line, f)) {
+        uintptr_t lo, hi;
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2)
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && strncmp(line, "VmFlags:", 8) == 0)
+            got = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return got;
+}
+
+static void test_huge_blocks(void)
+{
+    rt_device dev;
+    rt_device_init(&dev, &solo_prog, NULL, NULL, 0);
+    int64_t big = (int64_t)3 << 20;
+    char *a = rt_alloc(&dev, big), *s = rt_alloc(&dev, 100000);
+    /* the header (64 bytes) starts the 2 MiB page; the data follows it */
+    CU_ASSERT_EQUAL((uintptr_t)a % ((uintptr_t)2 << 20), 64);
+    CU_ASSERT_EQUAL((uintptr_t)s % 64, 0);
+    memset(a, 1, (size_t)big);
+    CU_ASSERT_NOT_EQUAL(huge_advised(a), 0);
+    rt_free(&dev, s);
+    rt_free(&dev, a);
+    rt_device_release(&dev);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"freed blocks come back for the same size", test_reuse},
         {"live and cached blocks stay within twice the peak", test_cache_bounded_by_peak},
         {"a double free is refused", test_double_free},
+        {"blocks of 2 MiB or more are huge-page advised", test_huge_blocks},
     };
     einc_add_suite("rt_alloc", tests, (int)(sizeof tests / sizeof tests[0]));
 }
