@@ -88,13 +88,15 @@ static const char *bound_name(const plan_row *r)
     return r->comm_axis > r->math ? "communication" : "compute";
 }
 
-/* The runner-up to the chosen row: the next fastest that fits. */
+/* The runner-up to the chosen row: the next fastest that fits (an
+ * unpipelined one when the pipelined rows lost by their margin). */
 static int runner_up(const plan_table *t)
 {
     int best = -1;
+    bool unpipelined = t->pipe_lost >= 0 && !t->rows[t->chosen].pp;
     for (int i = 0; i < t->n; i++) {
         const plan_row *r = &t->rows[i];
-        if (i == t->chosen || !r->ok || !r->fits || r->estimated)
+        if (i == t->chosen || !r->ok || !r->fits || r->estimated || (unpipelined && r->pp))
             continue;
         if (best < 0 || r->step < t->rows[best].step)
             best = i;
@@ -346,7 +348,7 @@ void plan_print(FILE *out, const plan_table *t, bool json)
             c->remat == IR_REMAT_LAYER && t->choose_remat ? "; it fits only with --remat=layer, which -o compiles with"
             : c->zero ? "; it fits only with the optimizer state sharded (--zero=2), which -o compiles with" : "",
             *tail ? "; " : "", tail);
-    if (ru >= 0 && ru != t->pipe_lost && ru != t->pipe_rival) { /* (those the line named already) */
+    if (ru >= 0 && ru != t->pipe_rival) { /* (the line named the rival already) */
         char m2[40];
         mesh_str(&t->rows[ru], m2, sizeof m2);
         fprintf(out, "; next %s on %s at %.4g ms", plan_row_label(&t->rows[ru]), m2, t->rows[ru].step * 1e3);
