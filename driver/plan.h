@@ -188,8 +188,9 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
  * on threads, every schedule at M = 1 to 16, three runs a point) has 64
  * of its 72 runs' bubbles within 5 points of the prediction (median miss
  * 2.3 points, the 90th percentile 5.1, the largest 10.5) and 23 of its 24
- * rows' medians (docs/pipeline.md, "Repeated runs: noise or
- * systematic").  A run's miss is additive, a few points whatever the
+ * rows' medians (docs/performance.md, "Pipelined training steps and their
+ * bubble (threads)"; the checks' reading: docs/pipeline.md, "Repeated
+ * runs: noise or systematic").  A run's miss is additive, a few points whatever the
  * bubble (docs/pipeline.md, "Issue 25's bench targets"), so the margin
  * is in points, not a share of the bubble. */
 #define PLAN_PIPE_MARGIN 0.05
@@ -200,8 +201,8 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
  * the step (infinite when the bubble leaves no room for the margin); for
  * any other row its step. */
 double plan_pipe_judged(const plan_row *r);
-/* Sets t->chosen, t->pipe_lost and t->pipe_rival from the priced rows (plan_choose.c):
- * the fastest row compiled in full that fits (steps within 0.1% tie and
+/* Sets t->chosen, t->pipe_lost and t->pipe_rival from the priced rows
+ * (plan_choose.c): the fastest row compiled in full that fits (steps within 0.1% tie and
  * the smaller memory wins), a pipelined one only when plan_pipe_judged of
  * it is below the step of the best unpipelined row that fits; if none
  * fits, the smallest; -1 when no row compiled. */
