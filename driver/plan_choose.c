@@ -50,11 +50,12 @@ static bool preferred(const plan_row *r, const plan_row *c)
            (r->fits == c->fits && (!r->fits || tie) && r->memory < c->memory);
 }
 
-/* What a row may be chosen against. */
+/* Which rows best_of considers. */
 typedef enum which {
-    ALL,         /* every compiled row */
-    UNPIPELINED, /* the unpipelined rows alone */
-    AGAINST,     /* the unpipelined rows and the pipelined rows that fit and beat `u` with the margin */
+    WHICH_ALL,         /* every compiled row */
+    WHICH_UNPIPELINED, /* the unpipelined rows alone */
+    WHICH_AGAINST,     /* the unpipelined rows, and the pipelined rows that fit and whose judged
+                          step is below the step of `u` (best_of) */
 } which;
 
 /* The preferred row among t's rows compiled in full that `w` admits, or -1. */
@@ -65,7 +66,8 @@ static int best_of(const plan_table *t, which w, const plan_row *u)
         const plan_row *r = &t->rows[i];
         if (!r->ok || r->estimated)
             continue;
-        if (r->pp && (w == UNPIPELINED || (w == AGAINST && !(r->fits && plan_pipe_judged(r) < u->step))))
+        bool beats_u = w == WHICH_AGAINST && r->fits && plan_pipe_judged(r) < u->step;
+        if (r->pp && (w == WHICH_UNPIPELINED || (w == WHICH_AGAINST && !beats_u)))
             continue;
         if (preferred(r, best >= 0 ? &t->rows[best] : NULL))
             best = i;
@@ -76,13 +78,13 @@ static int best_of(const plan_table *t, which w, const plan_row *u)
 void plan_choose(plan_table *t)
 {
     t->pipe_lost = t->pipe_rival = -1;
-    int fastest = best_of(t, ALL, NULL);
-    int u = best_of(t, UNPIPELINED, NULL);
+    int fastest = best_of(t, WHICH_ALL, NULL);
+    int u = best_of(t, WHICH_UNPIPELINED, NULL);
     t->chosen = fastest;
     if (fastest < 0 || u < 0 || !t->rows[u].fits || !t->rows[fastest].pp)
         return;
     t->pipe_rival = u;
-    t->chosen = best_of(t, AGAINST, &t->rows[u]);
+    t->chosen = best_of(t, WHICH_AGAINST, &t->rows[u]);
     if (t->chosen != fastest)
         t->pipe_lost = fastest;
 }
