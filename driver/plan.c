@@ -12,7 +12,8 @@
  * both over X and Y.  Everything else (activations, gradients, the
  * optimizer state, the collectives) is the whole-program planner's choice
  * (passes/propagate_ilp.c), so a family is a starting storage, not a
- * fixed plan, and the cost pass's step decides between them.  Pipeline
+ * fixed plan, and the cost pass's step decides between them
+ * (plan_choose.c).  Pipeline
  * parallelism (seed 000's fourth strategy) shards a `repeat` block's
  * layer dim over the first axis and any family over the others; the
  * pipeline pass then picks the microbatches and the cost pass prices the
@@ -25,8 +26,6 @@
 #include <string.h>
 
 #include "pipeline.h"
-
-#define PLAN_TIE 1e-3 /* steps this close (relative) are a tie: less memory decides */
 
 /* ---- roles ---- */
 
@@ -338,6 +337,7 @@ static void fill_row(const plan_table *t, plan_row *row, const ir_module *m, ir_
         row->microbatches = p->microbatches;
         row->schedule = p->forward ? "forward" : pp_schedule_name((pp_schedule)p->schedule);
         row->bubble = p->bubble;
+        row->makespan = p->pipeline;
     }
     row->fits = row->memory <= t->hw->hbm_bytes;
     plan_kind(m, &row->trains, &row->gathers_params);
@@ -514,6 +514,8 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
     t->choose_zero = choose_zero;
     t->search = search;
     t->chosen = -1;
+    t->pipe_lost = -1;
+    t->pipe_rival = -1;
     t->chips = chips;
     t->hw = hw;
     t->remat = remat;
@@ -569,18 +571,8 @@ int plan_run(plan_table *t, const ir_module *proto, const cost_hw *hw, int64_t c
         row->same_as = j;
         t->estimated += row->estimated;
     }
-    /* The fastest that fits (steps within PLAN_TIE of each other tie, and
-     * the smaller memory wins); if none fits, the smallest.  A row left at
-     * its estimate is not a plan einc compiled in full: not chosen. */
-    for (int i = 0; i < t->n; i++) {
-        const plan_row *r = &t->rows[i], *c = t->chosen >= 0 ? &t->rows[t->chosen] : NULL;
-        if (!r->ok || r->estimated)
-            continue;
-        bool tie = c && fabs(r->step - c->step) <= PLAN_TIE * fmax(r->step, c->step);
-        if (!c || (r->fits && !c->fits) ||
-            (r->fits == c->fits && r->fits && !tie && r->step < c->step) ||
-            (r->fits == c->fits && (!r->fits || tie) && r->memory < c->memory))
-            t->chosen = i;
-    }
+    /* The fastest that fits; a pipelined row only when it is faster than
+     * the unpipelined ones by more than its bubble's uncertainty. */
+    plan_choose(t);
     return 0;
 }

@@ -23,8 +23,11 @@
  * order of their estimates (with the search's choices of ZeRO,
  * rematerialisation and schedule, plan_price_row), until the next
  * estimate exceeds the best full step that fits by more than
- * PLAN_CUT_MARGIN.  That cut is a heuristic, not a bound: it assumes the
- * ILP shortens no row's step by more than the margin below its estimate.
+ * PLAN_CUT_MARGIN (a pipelined row's step taken with its bubble
+ * PLAN_PIPE_MARGIN larger, as plan_choose judges it against the
+ * unpipelined rows, so a row that could win against it is compiled).
+ * That cut is a heuristic, not a bound: it assumes the ILP shortens no
+ * row's step by more than the margin below its estimate.
  * No sound bound separates the rows here (docs/propagation.md, "Seed 000's
  * question 3": cost_lower_bound's compute at the peak is the same for
  * every candidate, and the activations that separate TP from FSDP+TP are
@@ -109,8 +112,11 @@ int plan_cut_run(plan_table *t, const int *rows, int n, plan_compile_fn compile,
         *row = fresh[order[k].k];
         plan_price_row(t, row, compile, ctx);
         row->estimate = estimate;
-        if (row->ok && row->fits && row->step < best)
-            best = row->step;
+        /* A pipelined row is chosen only beyond its bubble's margin
+         * (plan_choose.c): the rows that could still beat it are those
+         * within the cut's margin of that figure. */
+        if (row->ok && row->fits && plan_pipe_judged(row) < best)
+            best = plan_pipe_judged(row);
     }
     t->cut_best = isfinite(best) ? best : 0.0;
     free(order);

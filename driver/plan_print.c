@@ -88,18 +88,56 @@ static const char *bound_name(const plan_row *r)
     return r->comm_axis > r->math ? "communication" : "compute";
 }
 
-/* The runner-up to the chosen row: the next fastest that fits. */
+/* The runner-up to the chosen row: the next fastest that fits (an
+ * unpipelined one when the pipelined rows lost by their margin). */
 static int runner_up(const plan_table *t)
 {
     int best = -1;
+    bool unpipelined = t->pipe_lost >= 0 && !t->rows[t->chosen].pp;
     for (int i = 0; i < t->n; i++) {
         const plan_row *r = &t->rows[i];
-        if (i == t->chosen || !r->ok || !r->fits || r->estimated)
+        if (i == t->chosen || !r->ok || !r->fits || r->estimated || (unpipelined && r->pp))
             continue;
         if (best < 0 || r->step < t->rows[best].step)
             best = i;
     }
     return best;
+}
+
+/* Why t's chosen row (which fits) was chosen: `head` "the fastest
+ * that fits" (when a faster pipelined row lost by its margin, "the
+ * fastest unpipelined plan that fits", or for a pipelined row chosen in
+ * its place "the fastest that fits beyond its bubble's margin"), and
+ * `tail` how the pipelined rows fared against the best unpipelined one
+ * (plan_choose.c, PLAN_PIPE_MARGIN), "" when none was judged against it.
+ * The text table's "chosen:" line and JSON "why" say both. */
+static void choice_why(const plan_table *t, char *head, size_t nh, char *tail, size_t nt)
+{
+    const plan_row *c = &t->rows[t->chosen];
+    snprintf(head, nh, "%s", t->pipe_lost < 0 ? "the fastest that fits"
+                             : c->pp ? "the fastest that fits beyond its bubble's margin"
+                                     : "the fastest unpipelined plan that fits");
+    tail[0] = '\0';
+    int other = c->pp ? t->pipe_rival : t->pipe_lost;
+    if (other < 0)
+        return;
+    const plan_row *o = &t->rows[other], *p = c->pp ? c : o, *u = c->pp ? o : c;
+    char mp[40], mu[40];
+    mesh_str(p, mp, sizeof mp);
+    mesh_str(u, mu, sizeof mu);
+    double judged = plan_pipe_judged(p);
+    if (c->pp)
+        snprintf(tail, nt,
+                 "pipelined, it beats the best unpipelined plan, %s on %s at %.4g ms, even with its bubble %.0f "
+                 "points above the predicted %.1f%% (%.4g ms; PLAN_PIPE_MARGIN, the bubble's measured uncertainty)",
+                 plan_row_label(u), mu, u->step * 1e3, PLAN_PIPE_MARGIN * 100, p->bubble * 100, judged * 1e3);
+    else
+        snprintf(tail, nt,
+                 "%s on %s is %.2g%% faster (%.4g ms) but not with its bubble %.0f points above the predicted "
+                 "%.1f%% (%.4g ms; PLAN_PIPE_MARGIN, the bubble's measured uncertainty): within that margin the "
+                 "unpipelined plan wins (%sno schedule whose bubble the cost model can miss)",
+                 plan_row_label(p), mp, 100 * (u->step - p->step) / u->step, p->step * 1e3,
+                 PLAN_PIPE_MARGIN * 100, p->bubble * 100, judged * 1e3, u->memory < p->memory ? "less memory, " : "");
 }
 
 /* Why row r of t was not compiled in full (plan_cut.c), into buf. */
@@ -110,8 +148,11 @@ static void cut_why(const plan_table *t, const plan_row *r, char *buf, size_t n)
 }
 
 /* One candidate as the JSON interface fixes it (docs/propagation.md);
- * a row left at its estimate also has "estimated": true and "skipped"
- * (why), and a row compiled in full after an estimate "estimate". */
+ * a pipelined row's "pipeline" also has its "makespan" (seconds) and
+ * "judged_step" (plan_pipe_judged, seconds; cJSON prints an infinite one
+ * as null); a row left at its estimate also has "estimated": true and
+ * "skipped" (why), and a row compiled in full after an estimate
+ * "estimate". */
 static cJSON *row_json(const plan_table *t, const plan_row *r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -153,6 +194,8 @@ static cJSON *row_json(const plan_table *t, const plan_row *r)
         cJSON_AddNumberToObject(p, "microbatches", r->microbatches);
         cJSON_AddStringToObject(p, "schedule", r->schedule ? r->schedule : "");
         cJSON_AddNumberToObject(p, "bubble", r->bubble);
+        cJSON_AddNumberToObject(p, "makespan", r->makespan);
+        cJSON_AddNumberToObject(p, "judged_step", plan_pipe_judged(r));
     }
     return o;
 }
@@ -161,6 +204,12 @@ static void print_json(FILE *out, const plan_table *t)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddItemToObject(root, "chosen", t->chosen >= 0 ? row_json(t, &t->rows[t->chosen]) : cJSON_CreateNull());
+    if (t->chosen >= 0 && t->rows[t->chosen].fits) {
+        char head[64], tail[600], why[700];
+        choice_why(t, head, sizeof head, tail, sizeof tail);
+        snprintf(why, sizeof why, "%s%s%s", head, *tail ? "; " : "", tail);
+        cJSON_AddStringToObject(root, "why", why);
+    }
     if (t->fit.tried) {
         /* What would fit (plan_find_fit): null where nothing did. */
         cJSON *fit = cJSON_AddObjectToObject(root, "fit");
@@ -292,11 +341,14 @@ void plan_print(FILE *out, const plan_table *t, bool json)
         return;
     }
     int ru = runner_up(t);
-    fprintf(out, "chosen: %s on %s, the fastest that fits (%.4g ms a step, %s-bound%s)", plan_row_label(c),
-            mesh, c->step * 1e3, bound_name(c),
+    char head[64], tail[600];
+    choice_why(t, head, sizeof head, tail, sizeof tail);
+    fprintf(out, "chosen: %s on %s, %s (%.4g ms a step, %s-bound%s)%s%s", plan_row_label(c), mesh, head,
+            c->step * 1e3, bound_name(c),
             c->remat == IR_REMAT_LAYER && t->choose_remat ? "; it fits only with --remat=layer, which -o compiles with"
-            : c->zero ? "; it fits only with the optimizer state sharded (--zero=2), which -o compiles with" : "");
-    if (ru >= 0) {
+            : c->zero ? "; it fits only with the optimizer state sharded (--zero=2), which -o compiles with" : "",
+            *tail ? "; " : "", tail);
+    if (ru >= 0 && ru != t->pipe_rival) { /* (the line named the rival already) */
         char m2[40];
         mesh_str(&t->rows[ru], m2, sizeof m2);
         fprintf(out, "; next %s on %s at %.4g ms", plan_row_label(&t->rows[ru]), m2, t->rows[ru].step * 1e3);

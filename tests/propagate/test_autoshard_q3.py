@@ -11,9 +11,11 @@ is 6 x 3e6 x 13e9 / (4096 x 4.6e14 x 0.4) = 300 ms.
 
 `einc plan --chips 4096` on the program with no sharding
 (autoshard/llama2_13b_train_q3.ein) prices 244 candidates, each estimated
-without the ILP and the best 18 compiled in full: 3 minutes of CPU, 5 to
-9 on a loaded machine (docs/propagation.md, "Seed 000's question 3"), too long
-for CTest.  This test prices the plan's FSDP+TP
+without the ILP and the best 19 compiled in full: 1.5 to 3 minutes of
+CPU, up to 9 on a loaded machine (docs/propagation.md, "Seed 000's
+question 3"), too long for CTest.  It chooses the seed's family, FSDP+TP
+on 16x32x8 (512 x 8), over a PP+DP row 0.3% faster by the cost model,
+less than that row's bubble's margin (driver/plan_choose.c).  This test prices the plan's FSDP+TP
 candidate as forced alternatives instead (autoshard/
 llama2_13b_train_q3_fsdp_tp.ein: FSDP over X x Y, TP over Z), at TP = 4
 and 8 on 4096 chips (FSDP over 1024 and 512), each one compile
