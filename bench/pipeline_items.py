@@ -20,7 +20,8 @@ bench/pipeline.py), the median over microbatches and runs of:
   sim    the item's time in the cost pass's simulation (pipeline_sim.c,
          pp_sim_duration): the stage's costed forward or backward per
          microbatch (totals.pipeline's stage times plus the first / last
-         stage's extra) divided evenly over its v chunks;
+         stage's extra) divided evenly over its v chunks (none for
+         zero-bubble and zb-h2, whose B and W the JSON does not split);
   ratio  meas / cost;
   out    the item's busy time outside its ops (frames, the send's copy,
          the item's own bookkeeping), the median of busy minus the sum of
@@ -142,10 +143,15 @@ def point(einc, work, Z, sched, M, steps, repeat):
     # so a stalled call does not count; the meas column keeps the stalls.
     ops_items = pb.ops_replay(traces)[1]
     med = {k: (m, 1e6 * ops_items.get(k, 0.0), c) for k, (m, _, c) in med.items()}
-    sim = sim_items(cost, Z, v)
+    # The JSON's stage backward is B + W together: no simulated items for
+    # the split schedules.
+    sim = {} if sched in pb.SPLIT else sim_items(cost, Z, v)
     # The machine's speed against the costed one: the median items' sum
     # over the costed sum (medians, so that stalled items do not set it).
     r = sum(x[0] for x in med.values()) / sum(x[2] for x in med.values())
+    if Z > (os.cpu_count() or 1):
+        print(f"\n# Z = {Z} stages share {os.cpu_count()} cores: the measured items include the "
+              "wait for the core, the replays give each stage a CPU of its own")
     print(f"\n## Z = {Z} {sched} M = {M}: measured bubble {100 * statistics.median(bubbles):.1f}% "
           f"(runs {' '.join(f'{100 * b:.1f}' for b in bubbles)}), predicted "
           f"{100 * pred:.1f}%; hop costed {1e6 * cost['hop_time']:.0f} us; "
@@ -168,11 +174,11 @@ def point(einc, work, Z, sched, M, steps, repeat):
     def rep(times):
         return 100 * pb.replay({s: [(n, times[(s, pb._kind(n))]) for n, _ in row] for s, row in order.items()})
 
-    src = {"sim": {k: sim.get(k, 0.0) for k in med}, "cost": {k: x[2] for k, x in med.items()},
+    src = {"sim": {k: sim.get(k, 0.0) for k in med} if sim else None, "cost": {k: x[2] for k, x in med.items()},
            "cost x r": {k: x[2] * r for k, x in med.items()}, "ops": {k: x[1] for k, x in med.items()},
            "meas": {k: x[0] for k, x in med.items()}}
     print("# replayed bubble (a CPU per stage, instant handoffs): " +
-          ", ".join(f"{n} {rep(t):.1f}%" for n, t in src.items()))
+          ", ".join(f"{n} {rep(t):.1f}%" for n, t in src.items() if t))
     print("# meas with one kind put back to cost x r: " +
           ", ".join(f"{k[0]}:{k[1]} {rep({**src['meas'], k: src['cost x r'][k]}):.1f}%" for k in sorted(med)))
     # How much a stage imbalance alone moves this order's bubble: the
@@ -180,7 +186,7 @@ def point(einc, work, Z, sched, M, steps, repeat):
     base = s0[2] / s1[2]
     print("# costed items, first stage scaled to first / last = x: " + ", ".join(
         f"x {x:.2f} {rep({k: t * (x / base if k[0] == 0 else 1.0) for k, t in src['cost'].items()}):.1f}%"
-        for x in (1.0, base, 1.10, 1.15, 1.20, 1.25)))
+        for x in sorted({1.0, round(base, 3), 1.10, 1.15, 1.20, 1.25})))
     print("# measured items, first stage scaled back to the costed first / last: "
           f"{rep({k: t * (base * s1[0] / s0[0] if k[0] == 0 else 1.0) for k, t in src['meas'].items()}):.1f}%")
     # How much the receives' wake-ups alone move it: the costed items x r,
