@@ -14,6 +14,10 @@ cores"):
 - round trip: a timeline simulated on 2 CPUs for 4 stages, written as a
   --trace file with receive waits, gives back its items' work through
   decontend and its span and bubble through machine_prediction;
+- bench/pipeline_items.py: an item's busy time, its ops' measured and
+  costed sums and its time outside the ops read from a trace
+  (items_of), and the cost pass's simulated item times (sim_items: a
+  stage's forward or backward split evenly over its v chunks);
 - the receives' wake-ups: handoff_lags reads them from a trace (onto an
   idle core, onto one another stage runs on), and shared_replay's `wake`
   delays exactly the items whose stage waited for its input (1F1B, Z = 2,
@@ -29,6 +33,7 @@ import tempfile
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import pipeline as P  # noqa: E402
+import pipeline_items as PI  # noqa: E402
 
 FAILS = []
 
@@ -85,6 +90,45 @@ def wake_ups():
     check("1F1B Z=2 M=4 bubble with wake-ups", bub, 5 / 17)
     check("no wake-up is the instant handoff", P.shared_replay(rows(ONE_F_ONE_B, {"F": 1, "B": 2}), 2,
                                                               wake=(0.0, 0.0))[0], 15)
+
+
+def item_times():
+    """pipeline_items.items_of on a 1F1B trace whose items hold two ops
+    (costed 300 and 200 us) and, on stage 1, a receive wait of 100 us
+    before them; sim_items for Z = 2, v = 2."""
+    tl = {}
+    P.shared_replay(rows(ONE_F_ONE_B, {"F": 1000.0, "B": 2000.0}), 2, tl)
+    events = []
+    for s, items in tl.items():
+        for i, (name, b, e) in enumerate(items):
+            b += 100 * s * i  # each earlier item of stage 1 ran 100 us longer (its wait)
+            e += 100 * s * i
+            events.append({"ph": "X", "cat": "pipeline", "tid": s, "name": name, "ts": b, "dur": e - b + 100 * s})
+            if s:
+                events.append({"ph": "X", "cat": "pipeline", "tid": s, "name": "recv wait", "ts": b, "dur": 100})
+            t = b + 100 * s
+            for k, (d, c) in enumerate(((0.6, 300.0), (0.3, 200.0))):
+                events.append({"ph": "X", "cat": "compute", "tid": s, "name": f"op{k}", "ts": t,
+                               "dur": d * (e - b), "args": {"predicted_us": c}})
+                t += d * (e - b)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "otherData": {"runs": 1}}, f)
+        per, order = PI.items_of(path)
+    for s in (0, 1):
+        for kind, work in (("F", 1000.0), ("B", 2000.0)):
+            xs = per.get((s, kind), [])
+            check(f"items_of: stage {s} {kind} items", len(xs), 4)
+            for busy, ops, cost in xs:
+                check(f"items_of: stage {s} {kind} busy (the receive wait left out)", busy, work, 1e-6)
+                check(f"items_of: stage {s} {kind} ops", ops, 0.9 * work, 1e-6)
+                check(f"items_of: stage {s} {kind} costed", cost, 500.0, 1e-9)
+    check("items_of: the first run's order", len(order[0]), 8)
+    sim = PI.sim_items({"stage_forward_time": 2e-3, "stage_backward_time": 4e-3, "first_stage_extra": 1e-3,
+                        "last_stage_extra": 0.5e-3}, 2, 2)
+    for k, want in (((0, "F.0"), 1000.0), ((0, "F.1"), 1000.0), ((0, "B.1"), 2500.0), ((1, "B.0"), 2250.0)):
+        check(f"sim_items {k}", sim.get(k, -1.0), want, 1e-6)
 
 
 def main():
@@ -151,6 +195,7 @@ def main():
         check("pooled traces' bubble", mp2["pred_bubble"], bub, 1e-9)
         check("stage 3's B item (median work, s)", mp2["items"][(3, "B")] * 1e6, 1.0 + 3 * 0.37 + 0.6, 1e-6)
     wake_ups()
+    item_times()
     # ops_replay: each item's time from its ops' medians (two ops per item,
     # one of them recorded short once: the median ignores it), replayed.
     tl = {}
