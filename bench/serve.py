@@ -84,12 +84,33 @@ expect a higher throughput: static batching idles a slot from its row's
 end to its batch's, so the gain grows with the slots and the spread of
 lengths (E[longest of B] / E[one]).
 
+What a step costs decides how much of that reaches the throughput.  A
+step of r busy rows costs about a + b r: a what every step pays whatever
+its rows (reading the weights, the barriers), b what each row adds
+(its attention over its own prefix, sampling, its streamed event, the
+client's read, all on the same 2 cores here).  Seed 002 ("Theoretical
+estimates for LLM latency and throughput", equation (1)) writes a small
+batch's decode step the same way: the parameters' bytes over the memory
+bandwidth, plus the batch times one row's KV cache bytes over it.  Continuous batching's
+ratio at equal step time is (r_c / r_s) (a + b r_s) / (a + b r_c); with
+these lengths r_c / r_s is about 2.8 (15 of 16 slots against 5.4), so 2x
+needs a >= about 20 b.  The fortunes model as trained (D = 128: 1.8 MB
+of f32 weights) is far from that on this CPU: saturated runs on
+2026-11-30 (AMD EPYC, 2 cores) give static batching 0.68 ms a step for
+5.4 rows and continuous 1.07 ms for 15, so a = 0.47 ms and b = 0.04 ms
+(a / b = 12).  --width D serves the same program at -D D=WIDTH -D
+F=4 WIDTH (the attention's 4 heads of 32 and the caches unchanged; at
+512 the weights are 20 MB, beyond the caches), where a decode step is
+bound by reading its weights (a = 5.5 ms, b = 0.02 ms at 512 in the
+same hour), the regime of seed 002's equation and of the serving engines'
+papers; its results go to serve_wide.
+
     python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
                            [--client loop|c|threads [--prestart]] [--pos-bound on|off]
                            [--static flag|scalar] [--prefill W] [--prefill-budget N]
-                           [--also-prefill W] [--json FILE]
+                           [--also-prefill W] [--width D] [--json FILE]
 """
 import http.client
 import json
@@ -336,14 +357,16 @@ def compile_variants(einc, src, tmp, a):
     --static say, and with --also-prefill W the pair "static, prefill W" and
     "continuous, prefill W" (one executable with the prefill program at
     T = W, static batching its --static-batching)."""
-    dims = ["-D", "B=%d" % a.slots, "-D", "S=%d" % a.cache, "--pos-bound=" + a.pos_bound]
+    width = ["D=%d" % a.width, "F=%d" % (4 * a.width)] if a.width else []
+    dims = ["-D", "B=%d" % a.slots, "-D", "S=%d" % a.cache, "--pos-bound=" + a.pos_bound] + \
+        [x for d in width for x in ("-D", d)]
     budget = ["--prefill-budget", str(a.prefill_budget)] if a.prefill_budget else []
     serve_ein = str(benchlib.ROOT / "examples" / "fortunes_serve.ein")
 
     def per_row(name, w):
         exe = os.path.join(tmp, name)
         pf = ["--prefill", str(benchlib.ROOT / "examples" / "fortunes_prefill.ein")] + \
-            [x for d in ("B=%d" % a.slots, "S=%d" % a.cache, "T=%d" % w)
+            [x for d in ["B=%d" % a.slots, "S=%d" % a.cache, "T=%d" % w] + width
              for x in ("--prefill-define", d)] if w else []
         benchlib.run([str(einc), serve_ein, "-o", exe] + dims + pf)
         return [exe] + (budget if w else [])
@@ -369,6 +392,22 @@ def describe(r):
             r["step_ms"], r["busy"],
             r["cpu_tok"], r["client_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"], r["sending"],
             r["itl99q"]] + [r["us_" + k] for k in PHASES]
+
+
+def step_fit(st, c):
+    """(a, b, need) from static (st) and continuous (c) batching's saturated
+    runs: the line a + b rows through their (rows/step, ms/step), and the
+    a/b at which continuous batching's tokens per unit of step time reach
+    2x static's with these rows, (r_c / r_s)(a + b r_s) / (a + b r_c) = 2
+    (docstring).  None when the rows do not separate the runs or 2x is out
+    of reach whatever a (r_c <= 2 r_s)."""
+    rs, rc = st["busy"], c["busy"]
+    if rc - rs < 0.5 or rc <= 2 * rs:
+        return None
+    b = (c["step_ms"] - st["step_ms"]) / (rc - rs)
+    a = st["step_ms"] - b * rs
+    # k (a + b rs) >= 2 (a + b rc) with k = rc / rs gives a / b >= rc / (k - 2).
+    return a, b, rc / (rc / rs - 2)
 
 
 def main():
@@ -410,6 +449,9 @@ def main():
     p.add_argument("--prefill-budget", type=int, default=PREFILL_BUDGET,
                    help="--prefill-budget N for both servers: prompt tokens a prefill step "
                         "reads beyond one per row; 0: no bound (default %d)" % PREFILL_BUDGET)
+    p.add_argument("--width", type=int, default=0,
+                   help="-D D=WIDTH -D F=4 WIDTH: the model's width and its MLP's (0: the "
+                        "file's 128 and 512, default); results as serve_wide")
     p.add_argument("--time-cap", type=float, default=120.0, help="seconds per run, at most")
     a = p.parse_args()
     try:
@@ -424,6 +466,8 @@ def main():
             (a.prefill and a.static == "scalar"):
         raise benchlib.BenchError("--prefill and --also-prefill must be 0..64, "
                                   "--prefill-budget >= 0, and --static scalar without --prefill")
+    if a.width and not 32 <= a.width <= 4096:
+        raise benchlib.BenchError("--width must be 32..4096 (or 0: the file's D)")
     if a.slots < 2 or a.slots % 2 or not 32 <= a.cache <= 4096:
         raise benchlib.BenchError("--slots must be even (B is sharded over X = 2) and "
                                   "--cache 32..4096")
@@ -433,9 +477,10 @@ def main():
     mean_out = statistics.mean([f["max_tokens"] for _, f in
                                 workload(a.requests, a.rate, a.fixed, a.seed, a.lengths, S)])
     print(benchlib.machine())
-    print("# %d requests, %s arrivals at %g/s, %d slots, cache %d, %s lengths "
+    print("# %s%d requests, %s arrivals at %g/s, %d slots, cache %d, %s lengths "
           "(max_tokens mean %.1f), greedy; medians of %d interleaved runs; %s%s%s"
-          % (a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
+          % ("D = %d, F = %d; " % (a.width, 4 * a.width) if a.width else "",
+             a.requests, "fixed" if a.fixed else "Poisson", a.rate, a.slots, S, a.lengths,
              mean_out, a.repeat,
              ("chunked prefill W = %d" % a.prefill if a.prefill else "no prefill program") +
              (", static batching " + ("--static-batching" if a.static == "flag" else "At[]")) +
@@ -479,6 +524,12 @@ def main():
     print("# decode steps, static/continuous: %.2fx (the slot-steps static batching idles; "
           "the machine's load does not change it); server CPU per token, continuous/static: "
           "%.2fx" % (st["steps"] / c["steps"], c["cpu_tok"] / st["cpu_tok"]))
+    fit = step_fit(st, c)
+    if fit:
+        a_ms, b_ms, need = fit
+        print("# a step's cost, a + b rows (the two saturated runs, docstring): a = %.3g ms, "
+              "b = %.3g ms a row, a/b = %.3g; 2x at equal step cost needs a/b >= %.3g"
+              % (a_ms, b_ms, a_ms / b_ms if b_ms > 0 else math.inf, need))
     fits = [(r["tps"], rate, r) for name, rate, r in runs[1:]
             if name == "continuous" and r["itl99"] <= st["itl99"]]
     matched = None
@@ -505,8 +556,13 @@ def main():
               % (a.also_prefill, a.rate, pf[1]["tps"] / pf[0]["tps"], pf[1]["itl99"],
                  pf[0]["itl99"], pf[1]["prefill_steps"], pf[1]["steps"], pf[0]["prefill_steps"],
                  pf[0]["steps"]))
-    res = benchlib.Results("serve", "Continuous vs static batching in --serve (fortunes, "
-                           "untrained, %d slots)" % a.slots)
+    if a.width:
+        res = benchlib.Results("serve_wide", "Continuous vs static batching in --serve (the "
+                               "fortunes decode program at D = %d, F = %d, untrained, %d slots)"
+                               % (a.width, 4 * a.width, a.slots), script="serve")
+    else:
+        res = benchlib.Results("serve", "Continuous vs static batching in --serve (fortunes, "
+                               "untrained, %d slots)" % a.slots)
     target = ">= 2x"
     res.add("tokens/s, continuous / static, same load", round(same, 3), "x", target,
             round(same, 3), "ok" if same >= 2 else "MISS")
@@ -520,6 +576,9 @@ def main():
             "x", ratio=round(st["steps"] / c["steps"], 3))
     cpu = round(c["cpu_tok"] / st["cpu_tok"], 3)
     res.add("server CPU per token, continuous / static, same load", cpu, "x", ratio=cpu)
+    if fit and fit[1] > 0:
+        res.add("a step's cost: fixed part / per-row part (a/b; 2x needs >= %.3g)" % fit[2],
+                round(fit[0] / fit[1], 3), "x")
     for name, rate, r in runs[:2]:
         res.add("tokens/s, %s" % name, round(r["tps"], 1), "tokens/s")
         res.add("ITL p99, %s" % name, round(r["itl99"], 3), "ms")
