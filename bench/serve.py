@@ -95,14 +95,14 @@ bandwidth, plus the batch times one row's KV cache bytes over it.  Continuous ba
 ratio at equal step time is (r_c / r_s) (a + b r_s) / (a + b r_c); with
 these lengths r_c / r_s is about 2.8 (15 of 16 slots against 5.4), so 2x
 needs a >= about 20 b.  The fortunes model as trained (D = 128: 1.8 MB
-of f32 weights) is far from that on this CPU: saturated runs on
-2026-11-30 (AMD EPYC, 2 cores) give static batching 0.68 ms a step for
-5.4 rows and continuous 1.07 ms for 15, so a = 0.47 ms and b = 0.04 ms
-(a / b = 12).  --width D serves the same program at -D D=WIDTH -D
-F=4 WIDTH (the attention's 4 heads of 32 and the caches unchanged; at
-512 the weights are 20 MB, beyond the caches), where a decode step is
-bound by reading its weights (a = 5.5 ms, b = 0.02 ms at 512 in the
-same hour), the regime of seed 002's equation and of the serving engines'
+of f32 weights) is far from that on this CPU: the saturated runs of
+the idle record of 2026-11-30 (AMD EPYC, 2 cores) give static batching
+0.78 ms a step for 5.4 rows and continuous 1.24 ms for 15, so a = 0.52 ms
+and b = 0.049 ms (a / b = 10.7).  --width D serves the same program at
+-D D=WIDTH -D F=4 WIDTH (the attention's 4 heads of 32 and the caches
+unchanged; at 512 the weights are 20 MB, beyond the caches), where a
+decode step is bound by reading its weights (a = 5.8 ms, b = 0.016 ms
+at 512 in the same hour), the regime of seed 002's equation and of the serving engines'
 papers; its results go to serve_wide.
 
     python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
