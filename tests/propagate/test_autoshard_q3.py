@@ -13,10 +13,13 @@ is 6 x 3e6 x 13e9 / (4096 x 4.6e14 x 0.4) = 300 ms.
 (autoshard/llama2_13b_train_q3.ein) prices 244 candidates, each estimated
 without the ILP and the best 19 compiled in full: 1.5 to 3 minutes of
 CPU, up to 9 on a loaded machine (docs/propagation.md, "Seed 000's
-question 3"), too long for CTest.  It chooses the seed's family, FSDP+TP
+question 3").  It chooses the seed's family, FSDP+TP
 on 16x32x8 (512 x 8), over a PP+DP row 0.3% faster by the cost model,
-less than that row's bubble's margin (driver/plan_choose.c).  This test prices the plan's FSDP+TP
-candidate as forced alternatives instead (autoshard/
+less than that row's bubble's margin (driver/plan_choose.c).  With
+--plan (Release builds: 110 s of CPU, AMD EPYC Zen 3) this test runs
+it and checks the family, the chip count and that the seed's split is
+within 1% of the chosen step.  It also prices the plan's FSDP+TP
+candidate as forced alternatives (autoshard/
 llama2_13b_train_q3_fsdp_tp.ein: FSDP over X x Y, TP over Z), at TP = 4
 and 8 on 4096 chips (FSDP over 1024 and 512), each one compile
 (`--dump-ir=json`, the cost pass's totals).  These are the only splits
@@ -109,6 +112,30 @@ def check_same_storage(einc, mlp):
     print("%d rows took an earlier row's figures: %s" % (len(flagged), sorted(flagged)))
 
 
+def check_plan(einc, ein, x_opt, steps):
+    """`einc plan ein --chips 4096 --hw tpu-v5p --json` (the program with no
+    sharding): the chosen family is the seed's FSDP+TP, its mesh holds 4096
+    chips, and the seed's split (the FSDP share within a factor 2 of X_opt;
+    `steps`: the forced alternatives' steps by TP) is within 1% of the
+    chosen step, the model's resolution between the two splits (the
+    docstring).  Several minutes of CPU: Release only (--plan)."""
+    cmd = [einc, "plan", ein, "--chips", str(CHIPS), "--hw", "tpu-v5p", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3000)
+    check(r.returncode == 0, "%s: %s" % (" ".join(cmd), r.stderr[-2000:]))
+    d = json.loads(r.stdout)
+    ch = d["chosen"]
+    sizes = list(ch["mesh"].values())
+    print("einc plan --chips %d: %s on %s, %.1f ms; %s" % (CHIPS, ch["family"], "x".join(map(str, sizes)),
+                                                       ch["step_time"] * 1e3, d.get("why", "")))
+    check(ch["family"] == "FSDP+TP", "the chosen family is %s, not the seed's FSDP+TP" % ch["family"])
+    check(math.prod(sizes) == CHIPS, "the chosen mesh %s does not hold %d chips" % (sizes, CHIPS))
+    check(ch in d["candidates"], "the chosen row is not one of the candidates")
+    seed = [tp for tp in steps if x_opt / 2 <= CHIPS // tp <= x_opt * 2]
+    check(len(seed) == 1 and steps[seed[0]] <= 1.01 * ch["step_time"],
+          "the seed's split takes %s s, over 1%% above the chosen %.4g s"
+          % ([steps[tp] for tp in seed], ch["step_time"]))
+
+
 def params_of(dm):
     """LLaMA-2's parameter count from the program's dims: the embedding and
     the LM head (2 V D), per layer the four attention projections (4 D N P G),
@@ -123,6 +150,7 @@ def main():
     ap.add_argument("--hw-dir", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--mlp", required=True)
+    ap.add_argument("--plan", help="the program with no sharding: also run `einc plan --chips 4096` on it")
     ap.add_argument("ein")
     a = ap.parse_args()
     check_same_storage(a.einc, a.mlp)
@@ -158,6 +186,8 @@ def main():
     check(tot["mfu"] >= SEED_MFU and tot["step_time"] <= seed_step,
           "einc's step %.4g s at MFU %.3f is not below the seed's at 40%%" % (tot["step_time"], tot["mfu"]))
     check(tot["peak_memory"] > 0 and tot["peak_memory"] <= 96e9, "the plan does not fit a v5p's HBM")
+    if a.plan:
+        check_plan(a.einc, a.plan, x_opt, {tp: rows[tp]["step_time"] for tp in rows})
     print("ok")
 
 
