@@ -69,8 +69,8 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
         .hop = p.hop,
         .stage_f = kd * w.layer_f,
         .stage_b = kd * (w.layer_b + w.layer_w),
-        .first_extra = w.pre_f + w.pre_b + w.pre_w,
-        .last_extra = w.post_f + w.post_b + w.post_w,
+        .first_extra = w.pre_f + w.pre_b + w.pre_w + pipe_work_sum_time(hw, w.sum_pre),
+        .last_extra = w.post_f + w.post_b + w.post_w + pipe_work_sum_time(hw, w.sum_post),
     };
     return 0;
 }

@@ -15,7 +15,9 @@
  * reduces a weight gradient (seed 000: DP's AllReduce, FSDP's
  * ReduceScatter): a pipeline accumulates gradients over the microbatches
  * and reduces once per step, so those are counted once per step, not per
- * microbatch.
+ * microbatch.  The sums themselves are work per microbatch: a stacked
+ * gradient's is its LayerStack op, a non-stacked one's (the embedding's,
+ * the head's) no op, so its bytes are kept apart (sum_pre, sum_post).
  */
 #include "pipe_work.h"
 
@@ -112,12 +114,54 @@ static bool has_dim(const ir_type *t, int dim)
     return false;
 }
 
+/* Whether add_op counts op once per step as a weight gradient's
+ * reduction: a collective outside the loops in the backward phase, off the
+ * input gradient's path. */
+static bool is_sync(const ir_op *op, const bool *in_b)
+{
+    return !op->loop && op->phase == IR_PHASE_BACKWARD && ir_op_is_reshard(op->kind) &&
+           op->kind != IR_OP_SLICE && !in_b[op->result->id];
+}
+
+/* Whether only the update reads v (and something does). */
+static bool update_only(const ir_value *v)
+{
+    for (int u = 0; u < v->nuses; u++)
+        if (v->uses[u].op->phase != IR_PHASE_UPDATE)
+            return false;
+    return v->nuses > 0;
+}
+
+/* Bytes per device the step adds into a sum over the microbatches after
+ * `op` (0 if none): its result, not stacked, defined outside the loops by
+ * a forward or backward op, and read by the update or by a gradient's
+ * reduction that only the update reads (which runs once, on the sum).
+ * The run function sums exactly the values the update reads from the
+ * forward and backward, after moving such reductions to the update
+ * (codegen/pipeline_plan.c, "Accumulated values"). */
+static double summed_bytes(const ir_module *m, const ir_op *op, const bool *in_b, int ldim)
+{
+    const ir_value *v = op->result;
+    if (!v || op->loop || op->kind == IR_OP_LOOPBEGIN || op->kind == IR_OP_LOOPEND ||
+        op->phase == IR_PHASE_UPDATE || (is_sync(op, in_b) && update_only(v)) || has_dim(&v->type, ldim))
+        return 0;
+    for (int u = 0; u < v->nuses; u++) {
+        const ir_op *r = v->uses[u].op;
+        if (r->phase == IR_PHASE_UPDATE || (is_sync(r, in_b) && update_only(r->result)))
+            return (double)ir_local_bytes(m, &v->type);
+    }
+    return 0;
+}
+
 /* Adds one op's time to its place in w. */
-static void add_op(pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op *bwd, const ir_op *wloop,
-                   bool before_bwd, bool after_fwd, const bool *in_b, int ldim)
+static void add_op(const ir_module *m, pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op *bwd,
+                   const ir_op *wloop, bool before_bwd, bool after_fwd, const bool *in_b, int ldim)
 {
     double t = op->cost.time;
     bool coll = ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE;
+    double summed = summed_bytes(m, op, in_b, ldim);
+    if (summed > 0)
+        *((op->phase == IR_PHASE_FORWARD ? after_fwd : before_bwd) ? &w->sum_post : &w->sum_pre) += summed;
     if (op->phase == IR_PHASE_UPDATE) {
         if (has_dim(&op->result->type, ldim))
             w->update_stacked += t;
@@ -231,7 +275,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
             continue;
         }
         if (op->cost.valid)
-            add_op(w, op, fwd, bwd, wloop, before_bwd, after_fwd, in_b, ldim);
+            add_op(m, w, op, fwd, bwd, wloop, before_bwd, after_fwd, in_b, ldim);
         if (op == bwd)
             before_bwd = false;
     }
@@ -277,4 +321,9 @@ int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t err
 double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn)
 {
     return cost_hop_time(hw, bytes, dcn).time;
+}
+
+double pipe_work_sum_time(const cost_hw *hw, double bytes)
+{
+    return hw->hbm_bw > 0 ? 3 * bytes / hw->hbm_bw : 0;
 }

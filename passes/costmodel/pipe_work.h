@@ -31,6 +31,14 @@ typedef struct pipe_work {
      * FSDP ReduceScatter): once per step after the last microbatch, per
      * layer / on the first / on the last stage. */
     double sync_layer, sync_pre, sync_post;
+    /* Bytes per device the first / last stage adds, per microbatch, into
+     * the step's sums outside any op: the non-stacked gradients (the
+     * embedding's; the head's, the final norm's), which the pipelined run
+     * function adds into their accumulators in the B item that computes
+     * them (codegen/pipeline.c, accumulate).  pipe_price prices each at
+     * pipe_work_sum_time.  The stacked gradients' sums are their
+     * LayerStack ops, priced with the layer. */
+    double sum_pre, sum_post;
     /* The optimizer's update, once per step: of the stacked params (a
      * stage updates its share) and of the others. */
     double update_stacked, update_other;
@@ -84,6 +92,14 @@ int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t err
  * pass puts at a stage boundary. */
 double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn);
 
+/* Seconds to add a gradient of `bytes` per device into its sum over the
+ * microbatches: an elementwise add in place, reading 2 `bytes` and
+ * writing 1 at the profile's hbm_bw (the bandwidth an elementwise add
+ * measures, hw/host.json's hbm_bandwidth_source), the memory-only rule
+ * cost_op.c prices a LayerStack's copy with; 0 when the profile has no
+ * bandwidth. */
+double pipe_work_sum_time(const cost_hw *hw, double bytes);
+
 /* One (schedule, M) priced: seconds per step, bytes per device. */
 typedef struct pipe_priced {
     pp_schedule schedule;
@@ -107,7 +123,9 @@ typedef struct pipe_priced {
  * one ICI hop or over DCN (pipe_work_hop):
  *
  *  - per-stage F, B (and W for zero-bubble and zb-h2, else B includes W) are k
- *    layers' worth plus pre on stage 0 and post on stage Z - 1;
+ *    layers' worth plus pre on stage 0 and post on stage Z - 1, and B
+ *    on those stages adds sum_pre / sum_post into the step's sums
+ *    (pipe_work_sum_time);
  *  - pp_build simulates the schedule (passes/costmodel/pipeline.h);
  *  - after the pipeline drains each stage reduces its weight gradients and
  *    updates its params once (not overlapped: Megatron-LM's default); the
