@@ -163,6 +163,43 @@ def measured_bubble(exe, steps, trace):
 
 
 @functools.lru_cache(maxsize=64)
+def stage_items(trace):
+    """A --trace file read once: (the runs its header counts, {stage:
+    [(name, begin_us, end_us, waits, ops), ...]}), each stage's pipeline
+    items in the order it ran them over all runs, waits the item's receive
+    waits [(begin, end)] clipped to it, ops the `compute` spans (trace
+    events) inside it.  Cached and shared (trace_runs, handoff_lags,
+    ops_replay and pipeline_items.py read the same files): callers only
+    read it."""
+    with open(trace) as f:
+        doc = json.load(f)
+    by = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("pipeline", "compute"):
+            by.setdefault(e["tid"], []).append(e)
+    out = {}
+    for s, es in by.items():
+        es.sort(key=lambda e: e["ts"])
+        waits = [e for e in es if e["cat"] == "pipeline" and e["name"] == "recv wait"]
+        ops = [e for e in es if e["cat"] == "compute"]
+        row, j = [], 0
+        for it in (e for e in es if e["cat"] == "pipeline" and e["name"] != "recv wait"):
+            end = it["ts"] + it["dur"]
+            while j < len(ops) and ops[j]["ts"] < it["ts"]:
+                j += 1
+            k = j
+            while k < len(ops) and ops[k]["ts"] < end:
+                k += 1
+            row.append((it["name"], it["ts"], end, tuple((x["ts"], min(x["ts"] + x["dur"], end))
+                                                          for x in waits if it["ts"] <= x["ts"] < end),
+                        tuple(ops[j:k])))
+            j = k
+        if row:
+            out[s] = row
+    return doc.get("otherData", {}).get("runs", 0), out
+
+
+@functools.lru_cache(maxsize=64)
 def trace_runs(trace, cores=None):
     """The pipeline items of each run in a --trace file: a list over runs of
     ({stage: [(name, busy_us), ...] in the order the stage ran them},
@@ -173,34 +210,18 @@ def trace_runs(trace, cores=None):
     None).  Cached: a row's replays, machine predictions (pooled and leave
     one out) and ops replay read each trace file many times; the result
     is shared, so callers only read it."""
-    with open(trace) as f:
-        doc = json.load(f)
-    runs = doc["otherData"]["runs"]
-    spans = {}
-    for e in doc["traceEvents"]:
-        if e.get("ph") == "X" and e.get("cat") == "pipeline":
-            spans.setdefault(e["tid"], []).append(e)
+    runs, items = stage_items(trace)
     # Each item name occurs once per run; a trace buffer that filled up
     # holds fewer runs than were made: keep the complete ones.
-    for evs in spans.values():
-        names = {e["name"] for e in evs if e["name"] != "recv wait"}
-        runs = min(runs, sum(e["name"] != "recv wait" for e in evs) // max(len(names), 1))
+    for row in items.values():
+        runs = min(runs, len(row) // max(len({x[0] for x in row}), 1))
     if runs < 1:
         raise benchlib.BenchError(f"{trace}: no run's pipeline items were all recorded")
     out = [{} for _ in range(runs)]
-    for stage, evs in sorted(spans.items()):
-        evs.sort(key=lambda e: e["ts"])
-        items = [e for e in evs if e["name"] != "recv wait"]
-        waits = [e for e in evs if e["name"] == "recv wait"]
-        per_run = len({e["name"] for e in items})
+    for stage, row in sorted(items.items()):
+        per_run = len({x[0] for x in row})
         for r in range(runs):
-            row = []
-            for it in items[r * per_run:(r + 1) * per_run]:
-                end = it["ts"] + it["dur"]
-                ws = [(x["ts"], min(x["ts"] + x["dur"], end)) for x in waits
-                      if it["ts"] <= x["ts"] < end]
-                row.append((it["name"], it["ts"], end, ws))
-            out[r][stage] = row
+            out[r][stage] = [x[:4] for x in row[r * per_run:(r + 1) * per_run]]
     result = []
     for stages in out:
         first = min(x[1] for row in stages.values() for x in row)
@@ -391,24 +412,15 @@ def _trace_lags(t, cores):
     a busy one), tuples of microseconds.  Cached as trace_runs is: every
     machine prediction of a row reads the same files."""
     lags = ([], [])
-    with open(t) as f:
-        evs = [e for e in json.load(f)["traceEvents"]
-               if e.get("ph") == "X" and e.get("cat") == "pipeline"]
-    by = {}
-    for e in evs:
-        by.setdefault(e["tid"], []).append(e)
+    by = stage_items(t)[1]
     Z, items, busy = len(by), {}, {}
-    v = 1 + max((int(e["name"].split(".")[1]) for e in evs if "." in e["name"]), default=0)
-    for s, es in by.items():
-        es.sort(key=lambda e: e["ts"])
-        waits = [e for e in es if e["name"] == "recv wait"]
+    v = 1 + max((int(x[0].split(".")[1]) for row in by.values() for x in row if "." in x[0]), default=0)
+    for s, row in by.items():
         seen = {}
-        for it in (e for e in es if e["name"] != "recv wait"):
-            r = seen[it["name"]] = seen.get(it["name"], -1) + 1  # the run
-            end = it["ts"] + it["dur"]
-            ws = [(x["ts"], min(x["ts"] + x["dur"], end)) for x in waits if it["ts"] <= x["ts"] < end]
-            items[(_key(it["name"], s), r)] = (end, ws)
-            cuts = [it["ts"]] + [c for a, b in ws for c in (a, b)] + [end]
+        for name, begin, end, ws, _ in row:
+            r = seen[name] = seen.get(name, -1) + 1  # the run
+            items[(_key(name, s), r)] = (end, ws)
+            cuts = [begin] + [c for a, b in ws for c in (a, b)] + [end]
             busy.setdefault(s, []).extend(zip(cuts[::2], cuts[1::2]))
     for (k, r), (_, ws) in items.items():
         d = _dep(k, Z, v)
@@ -480,24 +492,12 @@ def ops_replay(traces):
     items.  Returns (bubble, {(stage, kind): item seconds})."""
     durs, per_item, order = {}, {}, None  # (kind, op) -> [us]; kind -> [{op: calls}]
     for t in [traces] if isinstance(traces, str) else traces:
-        with open(t) as f:
-            evs = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-        by = {}
-        for e in evs:
-            by.setdefault(e["tid"], []).append(e)
-        for s, es in by.items():
-            es.sort(key=lambda e: e["ts"])
-            items = [e for e in es if e.get("cat") == "pipeline" and e["name"] != "recv wait"]
-            ops = [e for e in es if e.get("cat") == "compute"]
-            j = 0
-            for it in items:
-                k, n = (s, _kind(it["name"])), {}
-                while j < len(ops) and ops[j]["ts"] < it["ts"]:
-                    j += 1
-                while j < len(ops) and ops[j]["ts"] < it["ts"] + it["dur"]:
-                    durs.setdefault((k, ops[j]["name"]), []).append(ops[j]["dur"])
-                    n[ops[j]["name"]] = n.get(ops[j]["name"], 0) + 1
-                    j += 1
+        for s, row in stage_items(t)[1].items():
+            for name, _, _, _, ops in row:
+                k, n = (s, _kind(name)), {}
+                for op in ops:
+                    durs.setdefault((k, op["name"]), []).append(op["dur"])
+                    n[op["name"]] = n.get(op["name"], 0) + 1
                 per_item.setdefault(k, []).append(n)
         if order is None:
             order = trace_runs(t)[0][0]

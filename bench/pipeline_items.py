@@ -51,7 +51,6 @@ term", reads its output.
 Usage: bench/pipeline_items.py [--build DIR] [--stages 2] [--schedules 1f1b,interleaved]
                                [--microbatches 4,8,16] [--repeat 3] [--steps 5]
 """
-import json
 import os
 import statistics
 import sys
@@ -68,29 +67,12 @@ def items_of(trace):
     its receive waits; ops: the sum of the `compute` spans inside it;
     costed: the sum of their `predicted_us`), and the first run's orders
     as bench/pipeline.py's trace_runs gives them."""
-    with open(trace) as f:
-        evs = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    by = {}
-    for e in evs:
-        by.setdefault(e["tid"], []).append(e)
     out = {}
-    for s, es in by.items():
-        es.sort(key=lambda e: e["ts"])
-        items = [e for e in es if e.get("cat") == "pipeline" and e["name"] != "recv wait"]
-        waits = [e for e in es if e.get("name") == "recv wait"]
-        ops = [e for e in es if e.get("cat") == "compute"]
-        j = 0
-        for it in items:
-            end = it["ts"] + it["dur"]
-            wait = sum(min(w["ts"] + w["dur"], end) - w["ts"] for w in waits if it["ts"] <= w["ts"] < end)
-            while j < len(ops) and ops[j]["ts"] < it["ts"]:
-                j += 1
-            o = c = 0.0
-            while j < len(ops) and ops[j]["ts"] < end:
-                o += ops[j]["dur"]
-                c += ops[j].get("args", {}).get("predicted_us", 0.0)
-                j += 1
-            out.setdefault((s, pb._kind(it["name"])), []).append((it["dur"] - wait, o, c))
+    for s, row in pb.stage_items(trace)[1].items():
+        for name, begin, end, waits, ops in row:
+            busy = end - begin - sum(b - a for a, b in waits)
+            out.setdefault((s, pb._kind(name)), []).append(
+                (busy, sum(o["dur"] for o in ops), sum(o.get("args", {}).get("predicted_us", 0.0) for o in ops)))
     return out, pb.trace_runs(trace)[0][0]
 
 

@@ -115,8 +115,9 @@ int plan_cut_run(plan_table *t, const int *rows, int n, plan_compile_fn compile,
         /* A pipelined row is chosen only beyond its bubble's margin
          * (plan_choose.c): the rows that could still beat it are those
          * within the cut's margin of that figure. */
-        if (row->ok && row->fits && plan_pipe_judged(row) < best)
-            best = plan_pipe_judged(row);
+        double judged = plan_pipe_judged(row);
+        if (row->ok && row->fits && judged < best)
+            best = judged;
     }
     t->cut_best = isfinite(best) ? best : 0.0;
     free(order);

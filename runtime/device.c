@@ -204,14 +204,18 @@ static bool huge_block(size_t total)
 #endif
 }
 
+/* `total` bytes rounded up to whole huge pages. */
+static size_t huge_pages_of(size_t total)
+{
+    return (total + ALLOC_HUGE_BYTES - 1) / ALLOC_HUGE_BYTES * ALLOC_HUGE_BYTES;
+}
+
 /* The address space rt_alloc takes for a block of `total` bytes (a
  * multiple of 64): on huge pages, whole 2 MiB pages and up to one more of
  * alignment (aligned_alloc's); else total. */
 static size_t block_address_space(size_t total)
 {
-    if (!huge_block(total))
-        return total;
-    return (total + ALLOC_HUGE_BYTES - 1) / ALLOC_HUGE_BYTES * ALLOC_HUGE_BYTES + ALLOC_HUGE_BYTES;
+    return huge_block(total) ? huge_pages_of(total) + ALLOC_HUGE_BYTES : total;
 }
 
 /* A block of `total` bytes (a multiple of 64) for rt_alloc, 64-byte
@@ -222,7 +226,7 @@ static void *alloc_block(size_t total)
 {
     if (!huge_block(total))
         return aligned_alloc(64, total);
-    size_t whole = (total + ALLOC_HUGE_BYTES - 1) / ALLOC_HUGE_BYTES * ALLOC_HUGE_BYTES;
+    size_t whole = huge_pages_of(total);
     void *p = aligned_alloc(ALLOC_HUGE_BYTES, whole);
 #ifdef MADV_HUGEPAGE
     if (p)
