@@ -58,28 +58,53 @@ einc_engine_seconds_total, and the HTTP thread's event making,
 einc_http_event_seconds_total: docs/generation.md, "Where a step's time
 goes"); and, as a diagnosis, the share of the ITL gaps that ended while
 the load generator was still sending requests and the p99 ITL of the
-others (after the last send).  The load generator (--client loop, the
-default since 2026-11-30) is serve_client.py: one thread, non-blocking
-sockets and a selector, as vLLM's benchmark_serving drives a server from
-one asyncio loop; --client c is its twin in C (serve_load.c, built into
-BUILD/bench-bin), a third of its CPU per token.  The earlier runs'
-generator (--client threads)
+others (after the last send).  The load generator (--client c, the
+default since 2026-11-30 14:00Z) is serve_load.c (built into
+BUILD/bench-bin): one epoll loop in C, a send timer (a timerfd) between
+sends; --client loop is its twin in Python (serve_client.py: one thread,
+non-blocking sockets and a selector, as vLLM's benchmark_serving drives a
+server from one asyncio loop), at about three times its CPU per token.  In
+production the clients run elsewhere; here they share the server's 2
+cores, so the client that takes least of them is the default (same-run
+A/B in docs/generation.md, "Where the ITL tail came from": static
+batching's tokens/s 1.11x with c, its p99 ITL 0.58-0.65 ms against
+0.79-0.95).  --client-nice N raises the client's niceness (its thread,
+or the C client's process; never the server's): measured no better, not
+the default.  The earlier runs' generator (--client threads)
 started a Python thread per request as it sent (--prestart: all of them
 before the first send), whose thread starts and GIL hand-offs cost the 2
 cores about as much per token as the server's HTTP side and slowed the
 steps they overlapped (docs/generation.md, "Measured").  Figures are the medians of --repeat runs,
 the variants interleaved so that a change in the machine's load hits
-both.  The static/continuous ratio of steps is what scheduling alone gives
+both; but the p99 ITL is that of all the runs' gaps pooled, with its 95%
+confidence interval (serve_stats.py: a block bootstrap over time, since
+a step gives the same gap to all its rows and a slow step or stretch
+puts many gaps into the tail at once).  The static/continuous ratio of steps is what scheduling alone gives
 (it does not depend on the machine); the tokens/s ratio also carries each
 step's cost, and the CPU per token is what a step costs the server
 whatever else shares the cores.  The comparison "at equal
 p99 inter-token latency": both variants get the same saturating --rate
 (the queue holds most requests, so each does all its slots allow), and
-the throughput ratio is reported with the two p99 ITLs beside it; with
---match-rates R1,R2,..., continuous batching also runs at those lower
-rates, and the ratio is also taken from the fastest of its runs (all
-rates) whose p99 ITL is at most static batching's, to static batching's
-saturated throughput.  Seed 002 and Orca (OSDI'22) give the reason to
+the throughput ratio is reported with the two p99 ITLs beside it;
+continuous batching also runs at the --match-rates, and the ratio is
+also taken from the fastest of its runs (all rates) whose p99 ITL is at
+most static batching's, to static batching's saturated throughput.  That
+verdict is strict (the pooled p99s decide); beside it the bench prints
+each continuous run's p99 minus static's with the difference's 95%
+interval, and whether "continuous p99 <= static p99" holds beyond the
+noise (the interval below 0), within it, or fails.  --match-rates auto
+(the default) follows the machine: a first run sends every request at
+once (the queue keeps the slots full) and measures the request rate
+continuous batching serves saturated, R; the match rates are 0.5, 0.7,
+0.8, 0.9 and 1.0 R.  Why these: a run at rate r makes at most r / R of
+the saturated run's tokens/s, and the saturated run makes at most
+r_c / r_s (about 2.8, below) times static batching's, so a match rate
+below 2 / 2.8 = 0.71 R cannot show 2x whatever its p99; the rates from
+0.7 R up, 0.1 R apart, are where the equal-p99 reading is decided, and
+0.5 R shows the p99 at half load.  Fixed rates (R1,R2,... requests/s)
+ran out of date with the CPU: 120-400/s, chosen when a saturated run
+served 350 requests/s, were all far below this CPU's 900-1000 at D =
+128.  Seed 002 and Orca (OSDI'22) give the reason to
 expect a higher throughput: static batching idles a slot from its row's
 end to its batch's, so the gain grows with the slots and the spread of
 lengths (E[longest of B] / E[one]).
@@ -107,11 +132,14 @@ papers; its results go to serve_wide.
 
     python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
-                           [--match-rates R1,R2] [--repeat 3] [--seed 1] [--time-cap 120]
-                           [--client loop|c|threads [--prestart]] [--pos-bound on|off]
+                           [--match-rates auto|none|R1,R2] [--repeat 3] [--seed 1]
+                           [--time-cap 120] [--client c|loop|threads [--prestart]]
+                           [--client-nice N] [--pos-bound on|off]
                            [--static flag|scalar] [--prefill W] [--prefill-budget N]
                            [--also-prefill W] [--width D] [--json FILE]
 """
+import array
+import gc
 import http.client
 import json
 import math
@@ -126,7 +154,12 @@ import time
 
 import benchlib
 import serve_client
+import serve_stats
 
+# --match-rates auto's first run: every request at once, in effect, so that
+# the queue holds the rest and the slots stay full whatever the machine
+# (a fixed --rate of 1000/s no longer did on this CPU with D = 128).
+CALIBRATION_RATE = 1e6
 # --also-prefill's window and --prefill-budget's default (docstring).
 ALSO_PREFILL_W = 16
 PREFILL_BUDGET = 0
@@ -178,8 +211,10 @@ class Server:
                 self.p.wait()
 
 
-def one_request(port, fields, timeout, rec):
-    """Streams one completion; fills rec with sent, token times, status."""
+def one_request(port, fields, timeout, rec, nice=0):
+    """Streams one completion; fills rec with sent, token times, status.
+    `nice`: this thread's niceness is raised by that much first."""
+    serve_client.lower_priority(nice)
     rec["sent"] = time.monotonic()
     rec["times"] = []
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -231,7 +266,7 @@ def pct(xs, q):
     if not xs:
         return float("nan")
     xs = sorted(xs)
-    return 1000 * xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs))) - 1))]
+    return 1000 * xs[serve_stats.rank_index(len(xs), q)]
 
 
 # The server's einc_engine_seconds_total phases (docs/generation.md,
@@ -273,24 +308,33 @@ def steps_run(port):
     return int(m.group(1)), int(pf.group(1)) if pf else 0
 
 
-def send_at(start, at, port, fields, cap, rec):
+def send_at(start, at, port, fields, cap, rec, nice=0):
     """--prestart: sleeps until `at` seconds after `start`, then one_request."""
     wait = start + at - time.monotonic()
     if wait > 0:
         time.sleep(wait)
     if time.monotonic() - start <= cap:
-        one_request(port, fields, max(1.0, cap - (time.monotonic() - start)), rec)
+        one_request(port, fields, max(1.0, cap - (time.monotonic() - start)), rec, nice)
 
 
-def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
-    """Runs the workload against one server; the figures as a dict.
+def load(exe, work, cap, n, prestart=False, client="loop", c_client=None, nice=0):
+    """Runs the workload against one server; the figures as a dict, with
+    "gaps": (the ITL gaps' end times, the gaps), two arrays of seconds, for
+    serve_stats.
     `client`: "loop" (serve_client.py: one thread, a selector) or "threads"
     (a thread per request) or "c" (serve_load.c, built as `c_client`);
     `prestart`, with threads: every request's thread is started before the
-    first send."""
+    first send; `nice`: the client's niceness is raised by that much
+    (--client-nice)."""
     s = Server(exe, n + 1)
     recs = [dict() for _ in work]
     threads = []
+    # No garbage collection while the clients run: a full collection walks
+    # every object the bench holds (the earlier runs' records) and stops the
+    # Python clients for tens of milliseconds, which the client measures as
+    # a gap (a 79 ms p99 ITL at 640/s in the tenth run of one bench).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         start = time.monotonic()
         before = phases(s.port)
@@ -298,13 +342,13 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
         c_cpu = None
         if client == "loop":
             start += 0.05
-            recs = serve_client.run(s.port, work, start, cap)
+            recs = serve_client.run(s.port, work, start, cap, nice=nice)
         elif client == "c":
             start += 0.05
-            recs, c_cpu = serve_client.run_c(c_client, s.port, work, start, cap)
+            recs, c_cpu = serve_client.run_c(c_client, s.port, work, start, cap, nice)
         elif prestart:
             start += 0.5  # time to start them all
-            threads = [threading.Thread(target=send_at, args=(start, at, s.port, f, cap, rec))
+            threads = [threading.Thread(target=send_at, args=(start, at, s.port, f, cap, rec, nice))
                        for (at, f), rec in zip(work, recs)]
             for th in threads:
                 th.start()
@@ -315,7 +359,7 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
             if time.monotonic() - start > cap:
                 break
             left = max(1.0, cap - (time.monotonic() - start))
-            th = threading.Thread(target=one_request, args=(s.port, fields, left, rec))
+            th = threading.Thread(target=one_request, args=(s.port, fields, left, rec, nice))
             th.start()
             threads.append(th)
         sent = start + work[-1][0] if prestart or client != "threads" else time.monotonic()
@@ -327,6 +371,8 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
         split = phases(s.port)
         cpu = s.cpu_seconds()
     finally:
+        if collecting:
+            gc.enable()
         s.stop()
     ok = [r for r in recs if r.get("status") == 200 and "done" in r]
     if not ok:
@@ -338,6 +384,7 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
     rows = sum(len(f["prompt"]) - 1 + len(r["times"]) for (_, f), r in zip(work, recs)
                if r.get("status") == 200 and "done" in r)
     ttft = [r["times"][0] - r["sent"] for r in ok if r["times"]]
+    ends = array.array("d", (b for r in ok for b in r["times"][1:]))
     itl = [b - a for r in ok for a, b in zip(r["times"], r["times"][1:])]
     # The gaps that end after the last request was sent: the load generator
     # (Python threads starting, connecting, sending) no longer shares the cores.
@@ -349,7 +396,7 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None):
                 client_tok=1000 * client / tokens if tokens else float("nan"),
                 ttft50=pct(ttft, 50), ttft99=pct(ttft, 99), itl50=pct(itl, 50), itl99=pct(itl, 99),
                 sending=100 * (len(itl) - len(quiet)) / max(1, len(itl)), itl99q=pct(quiet, 99),
-                **{"us_" + k: 1e6 * (split[k] - before[k]) / steps for k in PHASES})
+                gaps=(ends, array.array("d", itl)), **{"us_" + k: 1e6 * (split[k] - before[k]) / steps for k in PHASES})
 
 
 def compile_variants(einc, src, tmp, a):
@@ -390,7 +437,8 @@ def describe(r):
     """A table row's figures for one run."""
     return [r["done"], r["failed"], r["rps"], r["tps"], r["steps"], r["prefill_steps"],
             r["step_ms"], r["busy"],
-            r["cpu_tok"], r["client_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"], r["sending"],
+            r["cpu_tok"], r["client_tok"], r["ttft50"], r["ttft99"], r["itl50"], r["itl99"],
+            "%.3g-%.3g" % (r["itl99_lo"], r["itl99_hi"]), r["sending"],
             r["itl99q"]] + [r["us_" + k] for k in PHASES]
 
 
@@ -410,6 +458,47 @@ def step_fit(st, c):
     return a, b, rc / (rc / rs - 2)
 
 
+def pooled(reps, seed, label):
+    """One variant's figures from its --repeat runs: the medians, but the p99
+    ITL of all the runs' gaps pooled, with its 95% interval (itl99_lo,
+    itl99_hi: serve_stats' block bootstrap, seeded by --seed and `label`)
+    and the bootstrap itself ("boot"), all in milliseconds."""
+    fig = {k: statistics.median(r[k] for r in reps) for k in reps[0] if k != "gaps"}
+    boot = serve_stats.Bootstrap([list(zip(*r["gaps"])) for r in reps],
+                                 serve_stats.seeded(seed, label))
+    lo, hi = boot.interval()
+    fig.update(itl99=1000 * boot.point, itl99_lo=1000 * lo, itl99_hi=1000 * hi, boot=boot)
+    return fig
+
+
+def equal_p99(runs, st):
+    """Prints the verdict "at equal p99 ITL" and, per continuous run, the
+    p99 difference to static batching's (`st`) with its interval.  The
+    verdict is strict (the fastest continuous run whose p99 is at most
+    static's: docstring); the interval says whether that holds beyond the
+    noise (serve_stats).  Returns (tokens/s ratio or None, (difference ms,
+    low, high, words) or None)."""
+    cont = [(rate, r, serve_stats.difference(r["boot"], st["boot"]))
+            for name, rate, r in runs[1:] if name == "continuous"]
+    print("# p99 ITL, continuous - static, ms (95%% CI; the tokens/s ratio): %s"
+          % "; ".join("%g/s %+.3g (%+.3g to %+.3g; %.2fx): %s"
+                      % (rate, 1000 * d, 1000 * lo, 1000 * hi, r["tps"] / st["tps"],
+                         serve_stats.noise_verdict(d, lo, hi)) for rate, r, (d, lo, hi) in cont))
+    fits = [(r["tps"], rate, r, d) for rate, r, d in cont if r["itl99"] <= st["itl99"]]
+    if not fits:
+        print("# at equal p99 ITL: no continuous run had a p99 ITL within static's %.3g ms "
+              "(95%% CI %.3g-%.3g): fails" % (st["itl99"], st["itl99_lo"], st["itl99_hi"]))
+        return None, None
+    tps, rate, r, (d, lo, hi) = max(fits, key=lambda x: x[0])
+    words = serve_stats.noise_verdict(d, lo, hi)
+    print("# at equal p99 ITL: continuous at %g/s (p99 ITL %.3g ms, 95%% CI %.3g-%.3g) <= "
+          "static's %.3g ms (%.3g-%.3g) makes %.2fx static's tokens/s; the p99s' difference "
+          "%+.3g ms (95%% CI %+.3g to %+.3g): %s"
+          % (rate, r["itl99"], r["itl99_lo"], r["itl99_hi"], st["itl99"], st["itl99_lo"],
+             st["itl99_hi"], tps / st["tps"], 1000 * d, 1000 * lo, 1000 * hi, words))
+    return tps / st["tps"], (1000 * d, 1000 * lo, 1000 * hi, words)
+
+
 def main():
     p = benchlib.parser(__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=256, help="requests per run (default 256)")
@@ -420,15 +509,18 @@ def main():
     p.add_argument("--cache", type=int, default=128, help="-D S: cache positions (default 128)")
     p.add_argument("--lengths", choices=("lognormal", "uniform"), default="lognormal",
                    help="prompt and output length distribution (default lognormal)")
-    p.add_argument("--match-rates", default="",
-                   help="comma-separated lower rates for continuous batching alone")
+    p.add_argument("--match-rates", default="auto",
+                   help="continuous batching's lower rates: auto (default: %s of the request "
+                        "rate it serves at --rate, measured by a first run), R1,R2,... "
+                        "(requests/s) or none" % "/".join("%g" % f for f in
+                                                         serve_stats.AUTO_FRACTIONS))
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each, interleaved; the medians are shown (default 3)")
     p.add_argument("--seed", type=int, default=1, help="the workload's seed")
-    p.add_argument("--client", choices=("loop", "c", "threads"), default="loop",
-                   help="the load generator: one thread with a selector (loop, default: "
-                        "serve_client.py), its C twin (c: serve_load.c) or a thread per request "
-                        "(threads: the earlier runs')")
+    p.add_argument("--client", choices=("loop", "c", "threads"), default="c",
+                   help="the load generator: serve_load.c, one epoll loop in C (c, default), "
+                        "its Python twin (loop: serve_client.py, one thread with a selector) or "
+                        "a thread per request (threads: the earlier runs')")
     p.add_argument("--prestart", action="store_true",
                    help="--client threads: start every request's thread before the first send "
                         "(each sleeps until its send time) instead of one per send")
@@ -452,12 +544,21 @@ def main():
     p.add_argument("--width", type=int, default=0,
                    help="-D D=WIDTH -D F=4 WIDTH: the model's width and its MLP's (0: the "
                         "file's 128 and 512, default); results as serve_wide")
+    p.add_argument("--client-nice", type=int, default=0,
+                   help="raise the load generator's niceness by N (0..19; the servers keep "
+                        "theirs) (default 0: measured no better, docs/generation.md)")
     p.add_argument("--time-cap", type=float, default=120.0, help="seconds per run, at most")
     a = p.parse_args()
+    mr = a.match_rates.strip().lower()
+    auto = mr == "auto"
     try:
-        match = [float(x) for x in a.match_rates.split(",") if x.strip()]
+        match = [] if auto or mr in ("", "none") else [float(x) for x in mr.split(",")
+                                                         if x.strip()]
     except ValueError:
-        raise benchlib.BenchError("--match-rates wants numbers, not %r" % a.match_rates)
+        raise benchlib.BenchError("--match-rates wants auto, none or numbers, not %r"
+                                  % a.match_rates)
+    if not 0 <= a.client_nice <= 19:
+        raise benchlib.BenchError("--client-nice must be 0..19")
     if not 1 <= a.repeat <= 20:
         raise benchlib.BenchError("--repeat must be 1..20")
     if not 1 <= a.requests <= 2000 or a.rate <= 0 or any(r <= 0 for r in match):
@@ -490,12 +591,23 @@ def main():
                                                 "serve_load.c" if a.client == "c" else
                                                 "a thread per request" +
                                                 (", started up front" if a.prestart else "")),
-             "; --pos-bound=off" if a.pos_bound == "off" else ""))
+             ("; client niceness +%d" % a.client_nice if a.client_nice else "") +
+             ("; --pos-bound=off" if a.pos_bound == "off" else "")))
     loader = benchlib.compile_c(a.build, "serve_load", ["serve_load.c"]) if a.client == "c" \
         else None
     runs = []  # (variant, rate, figures)
     with tempfile.TemporaryDirectory(prefix="einc-bench-serve-") as tmp:
         exes = compile_variants(einc, src, tmp, a)
+        if auto:  # continuous batching's capacity on this machine, now
+            cal = load(exes["continuous"], workload(a.requests, CALIBRATION_RATE, a.fixed,
+                                                    a.seed, a.lengths, S),
+                       a.time_cap, a.requests, a.prestart, a.client, loader, a.client_nice)
+            match = serve_stats.auto_rates(cal["rps"])
+            print("# --match-rates auto: continuous batching served %.1f requests/s with every "
+                  "request sent at once (a first run, not in the table); match rates %s/s, "
+                  "%s of it" % (cal["rps"], ",".join("%g" % r for r in match),
+                     "/".join("%g" % f for f in serve_stats.AUTO_FRACTIONS)))
+        match = [r for r in match if r != a.rate]  # that one is the saturated run
         plan = [("static", a.rate), ("continuous", a.rate)] + [("continuous", r) for r in match] \
             + [(name, a.rate) for name in exes if ", prefill" in name]
         got = {k: [] for k in plan}
@@ -503,14 +615,14 @@ def main():
             for name, rate in plan:
                 work = workload(a.requests, rate, a.fixed, a.seed, a.lengths, S)
                 got[(name, rate)].append(load(exes[name], work, a.time_cap, a.requests,
-                                             a.prestart, a.client, loader))
+                                             a.prestart, a.client, loader, a.client_nice))
         for name, rate in plan:
-            runs.append((name, rate, {k: statistics.median(r[k] for r in got[(name, rate)])
-                                      for k in got[(name, rate)][0]}))
+            runs.append((name, rate, pooled(got[(name, rate)], a.seed, "%s@%g" % (name, rate))))
     benchlib.table(["batching", "rate /s", "done", "failed", "req/s", "tokens/s", "steps",
                     "prefill steps", "ms/step", "rows/step", "server CPU ms/token", "client CPU ms/token",
                     "TTFT p50 ms",
-                    "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "ITL % while sending",
+                    "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "ITL p99 95% CI ms",
+                    "ITL % while sending",
                     "ITL p99 after sends ms"] + ["us/step " + k for k in PHASES],
                    [[name, rate] + describe(r) for name, rate, r in runs])
     st, c = runs[0][2], runs[1][2]
@@ -530,17 +642,7 @@ def main():
         print("# a step's cost, a + b rows (the two saturated runs, docstring): a = %.3g ms, "
               "b = %.3g ms a row, a/b = %.3g; 2x at equal step cost needs a/b >= %.3g"
               % (a_ms, b_ms, a_ms / b_ms if b_ms > 0 else math.inf, need))
-    fits = [(r["tps"], rate, r) for name, rate, r in runs[1:]
-            if name == "continuous" and r["itl99"] <= st["itl99"]]
-    matched = None
-    if fits:
-        tps, rate, r = max(fits, key=lambda x: x[0])
-        matched = tps / st["tps"]
-        print("# at equal p99 ITL: continuous at %g/s (p99 ITL %.3g ms <= static's %.3g ms) "
-              "makes %.2fx static's tokens/s" % (rate, r["itl99"], st["itl99"], matched))
-    else:
-        print("# at equal p99 ITL: no continuous run had a p99 ITL within static's %.3g ms"
-              % st["itl99"])
+    matched, diff = equal_p99(runs, st)
     if match:
         # A run at rate R can make at most R x the mean max_tokens tokens/s
         # (greedy, untrained: every request runs to its max_tokens), so a
@@ -569,6 +671,8 @@ def main():
     if matched is not None:
         res.add("tokens/s, continuous / static, at equal p99 ITL", round(matched, 3), "x",
                 target, round(matched, 3), "ok" if matched >= 2 else "MISS")
+        res.add("ITL p99, continuous at the equal-p99 rate - static (95%% CI %.3g to %.3g ms: "
+                "%s)" % (diff[1], diff[2], diff[3]), round(diff[0], 3), "ms")
     else:  # recorded, not left out: the target was missed
         res.add("tokens/s, continuous / static, at equal p99 ITL (0: no continuous run's p99 "
                 "ITL within static's)", 0, "x", target, 0, "MISS")
@@ -582,6 +686,8 @@ def main():
     for name, rate, r in runs[:2]:
         res.add("tokens/s, %s" % name, round(r["tps"], 1), "tokens/s")
         res.add("ITL p99, %s" % name, round(r["itl99"], 3), "ms")
+        res.add("ITL p99 95%% CI low, %s" % name, round(r["itl99_lo"], 3), "ms")
+        res.add("ITL p99 95%% CI high, %s" % name, round(r["itl99_hi"], 3), "ms")
         res.add("ITL p99 after the last send, %s" % name, round(r["itl99q"], 3), "ms")
         res.add("TTFT p50, %s" % name, round(r["ttft50"], 1), "ms")
     if pf:

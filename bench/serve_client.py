@@ -20,12 +20,28 @@ the tokenizer being one character per token), `done` (its [DONE] or the
 end of its stream), or `error` (a refused connection, a timeout, a
 malformed answer).  Bounded: every request has a deadline (`timeout`
 seconds after its send, at most the cap), and the loop ends at the cap.
+
+`nice` (run, run_c): the client's niceness, raised by that much for the
+client alone (its thread, or the C client's process), never for the
+server: bench/serve.py --client-nice, measured in docs/generation.md
+("Where the ITL tail came from").
 """
 import json
+import os
 import selectors
 import socket
 import subprocess
+import threading
 import time
+
+
+def lower_priority(nice):
+    """Raises the calling thread's niceness by `nice` (Linux: a thread id
+    is a process id to setpriority, and the other threads keep theirs);
+    nothing when nice is 0 or the system has no thread ids."""
+    if nice and hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
 
 class _Conn:
@@ -110,12 +126,23 @@ def _parse(c, now):
     return _events(c, now)
 
 
-def run(port, work, start, cap, timeout=None):
+def run(port, work, start, cap, timeout=None, nice=0):
     """Sends work [(offset s, fields)] at start + offset (time.monotonic()
     seconds) to 127.0.0.1:port and reads every answer, until all have ended
     or `cap` seconds after start.  Returns one record per request (module
     docstring; a request not sent before the cap has none of the keys).
-    `timeout`: seconds a request may take after its send (default: the cap)."""
+    `timeout`: seconds a request may take after its send (default: the cap);
+    `nice` > 0: the loop runs in a thread of its own at that much lower a
+    priority (the caller's thread keeps its own, for the servers it starts)."""
+    if nice:
+        out = []
+        th = threading.Thread(target=lambda: (lower_priority(nice),
+                                              out.append(run(port, work, start, cap, timeout))))
+        th.start()
+        th.join()
+        if not out:
+            raise RuntimeError("the client's thread failed")
+        return out[0]
     recs = [dict() for _ in work]
     sel = selectors.DefaultSelector()
     nxt, live = 0, 0
@@ -185,13 +212,15 @@ def run(port, work, start, cap, timeout=None):
     return recs
 
 
-def run_c(exe, port, work, start, cap):
+def run_c(exe, port, work, start, cap, nice=0):
     """run() through bench/serve_load.c (built as `exe`: benchlib.compile_c):
     the same requests, records and bounds, at a few microseconds of CPU per
-    token.  Returns (records, the C client's CPU seconds)."""
+    token; `nice` > 0 runs it that much nicer.  Returns (records, the C
+    client's CPU seconds)."""
     text = "".join("%.9f %s\n" % (at, json.dumps(dict(fields, stream=True))) for at, fields in work)
     r = subprocess.run([str(exe), str(port), "%.9f" % start, "%.3f" % cap], input=text,
-                       capture_output=True, text=True, timeout=cap + 60)
+                       capture_output=True, text=True, timeout=cap + 60,
+                       preexec_fn=(lambda: os.nice(nice)) if nice else None)
     if r.returncode != 0:
         raise RuntimeError("serve_load failed: %s" % r.stderr.strip())
     recs, cpu = [dict() for _ in work], float("nan")

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,6 +56,17 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Arms `tfd` to expire at `at` (CLOCK_MONOTONIC seconds, absolute). */
+static void arm(int tfd, double at)
+{
+    struct itimerspec its = {0};
+    its.it_value.tv_sec = (time_t)at;
+    its.it_value.tv_nsec = (long)((at - (double)its.it_value.tv_sec) * 1e9);
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+        its.it_value.tv_nsec = 1; /* all zero would disarm it */
+    timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 static void *xrealloc(void *p, size_t n)
@@ -242,7 +254,19 @@ int main(int argc, char **argv)
     int ep = epoll_create1(0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    size_t next = 0, live = 0;
+    /* The next send time is a timerfd in the epoll set, not epoll_wait's
+     * timeout: that counts whole milliseconds, and a wait under one (0 ms)
+     * returned at once, so between sends under 1 ms apart the loop spun
+     * and took a core's scheduler slices (3 ms) from the server's threads,
+     * which made the gaps of the sending phase's ITL tail
+     * (docs/generation.md, "Where the ITL tail came from"). */
+    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct epoll_event tev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (ep < 0 || tfd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &tev)) {
+        fprintf(stderr, "serve_load: cannot make its epoll set and timer\n");
+        return 1;
+    }
+    size_t next = 0, live = 0, armed = (size_t)-1;
     char chunk[65536];
     while (next < n || live) {
         double t = now();
@@ -264,13 +288,21 @@ int main(int argc, char **argv)
             epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
             live++;
         }
-        double wait = next < n ? cs[next].at - t : 0.05;
-        int ms = wait > 0.05 ? 50 : (int)(wait * 1000);
+        if (next < n && armed != next) {
+            arm(tfd, cs[next].at);
+            armed = next;
+        }
         struct epoll_event evs[64];
-        int k = epoll_wait(ep, evs, 64, ms);
+        int k = epoll_wait(ep, evs, 64, 50); /* 50 ms: the cap's clock */
         for (int i = 0; i < k; i++) {
             conn *c = evs[i].data.ptr;
             t = now();
+            if (!c) { /* the send timer: the loop's head sends what is due */
+                uint64_t expirations;
+                if (read(tfd, &expirations, sizeof expirations) < 0)
+                    expirations = 0; /* EAGAIN: nothing to clear */
+                continue;
+            }
             if (evs[i].events & EPOLLOUT) {
                 ssize_t w = send(c->fd, c->req + c->req_off, c->req_len - c->req_off,
                                  MSG_NOSIGNAL);
@@ -318,6 +350,7 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
     printf("cpu %.9f\n", (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec);
     free(cs);
+    close(tfd);
     close(ep);
     return 0;
 }
