@@ -81,13 +81,14 @@ def sim_items(cost, Z, v):
     stage's forward or backward per microbatch over its v chunks."""
     out = {}
     for s in range(Z):
-        extra = (cost["first_stage_extra"] if s == 0 else 0) + (cost["last_stage_extra"] if s == Z - 1 else 0)
-        # The extras' split into forward and backward is not in the JSON:
-        # charged to the backward here (the embedding's F and its dW are
-        # equal GEMMs, so half of it sits in the wrong kind): `sim` is
-        # close to the simulation's items, not equal to them.
-        f = cost["stage_forward_time"] * 1e6
-        b = cost["stage_backward_time"] * 1e6 + extra * 1e6
+        def extra(key):
+            return (cost.get(f"first_stage_{key}", 0) if s == 0 else 0) + \
+                (cost.get(f"last_stage_{key}", 0) if s == Z - 1 else 0)
+        # The extras' forward part (first_stage_extra_forward, ...) goes
+        # to F, the rest to B, as the simulation has them (no W items
+        # here: the split schedules have no simulated items).
+        f = (cost["stage_forward_time"] + extra("extra_forward")) * 1e6
+        b = (cost["stage_backward_time"] + extra("extra") - extra("extra_forward")) * 1e6
         for c in range(v):
             sfx = f".{c}" if v > 1 else ""
             out[(s, "F" + sfx)] = f / v

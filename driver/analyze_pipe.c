@@ -77,7 +77,8 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
     p->layers = full.layers;
     p->unpipelined = m->totals.step_time;
     p->update = full.update_stacked + full.update_other;
-    p->grad_sync = (double)full.layers * full.sync_layer + full.sync_pre + full.sync_post;
+    p->grad_sync = full.sync_pre + full.sync_post;
+    p->stage_sums = pipe_work_zsums_time(&full, t->hw, z, opts->dcn);
     if (rc == 0 && full.layers % z != 0) {
         snprintf(err, errlen, "%lld layers do not split into %d stages of equal size",
                  (long long)full.layers, z);
@@ -189,6 +190,7 @@ cJSON *analyze_pipe_json(const analyze_pipe *p)
     cJSON_AddNumberToObject(o, "unpipelined_step_time", p->unpipelined);
     cJSON_AddNumberToObject(o, "update_time", p->update);
     cJSON_AddNumberToObject(o, "grad_sync_time", p->grad_sync);
+    cJSON_AddNumberToObject(o, "stage_sum_time", p->stage_sums);
     cJSON *rows = cJSON_AddArrayToObject(o, "schedules");
     for (int i = 0; i < p->n; i++) {
         const analyze_pipe_row *r = &p->rows[i];

@@ -101,6 +101,11 @@ typedef struct ir_pipe_totals {
                                 |L|/Z layers, the part every stage does */
     double first_extra, last_extra; /* per microbatch, forward + backward: what only the first
                                        stage (embedding) and the last (head, loss) add */
+    double first_extra_f, last_extra_f; /* of which in the F item */
+    double first_extra_w, last_extra_w; /* of which in the W item (zero-bubble, zb-h2; else 0):
+                                           the ops after the dL/dW loop; the rest is in B */
+    double stage_sums;     /* once per step, in sync_update: the AllReduces over the stages of
+                              the sums only the first or last stage computes (pipe_work.zsum) */
 } ir_pipe_totals;
 
 /* Totals of the cost pass over the whole program (per device).  For a

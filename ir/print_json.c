@@ -9,7 +9,8 @@
  *    "pipeline": {stages, microbatches, schedule, step_time, pipeline_time,
  *    sync_time, bubble, bubble_formula, held_microbatches, stage_memory,
  *    hop_time, stage_forward_time, stage_backward_time, first_stage_extra,
- *    last_stage_extra}),
+ *    last_stage_extra, first_stage_extra_forward, last_stage_extra_forward,
+ *    first_stage_extra_w, last_stage_extra_w, stage_sum_time}),
  *  "plan": {objective, proof, best, candidates, merged, why, text} (after propagate with a profile)}
  * value = {"name", "tensor", "type", "dtype", "bytes_per_device"}
  * op    = {"index", "op", "axes", "operands", "result", "reason",
@@ -57,6 +58,11 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
     cJSON_AddNumberToObject(o, "stage_backward_time", p->stage_b);
     cJSON_AddNumberToObject(o, "first_stage_extra", p->first_extra);
     cJSON_AddNumberToObject(o, "last_stage_extra", p->last_extra);
+    cJSON_AddNumberToObject(o, "first_stage_extra_forward", p->first_extra_f);
+    cJSON_AddNumberToObject(o, "last_stage_extra_forward", p->last_extra_f);
+    cJSON_AddNumberToObject(o, "first_stage_extra_w", p->first_extra_w);
+    cJSON_AddNumberToObject(o, "last_stage_extra_w", p->last_extra_w);
+    cJSON_AddNumberToObject(o, "stage_sum_time", p->stage_sums);
 }
 
 static cJSON *cost_json(const ir_cost *c)

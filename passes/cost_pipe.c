@@ -13,10 +13,13 @@
  * re-pricing), k = |L| / Z layers per stage, the embedding on the first
  * stage and the head and loss on the last, one hop per stage boundary and
  * direction, simulated by pp_build with the module's schedule and M, then
- * the weight gradients' reductions and the update once (pipe_price, shared
- * with `einc analyze --stages`).  The reductions are priced once per step,
- * after the schedule: an executor that runs them inside each microbatch's
- * backward pays them M times (docs/pipeline.md says which does).
+ * what runs once per step (pipe_price, shared with `einc analyze
+ * --stages`).  Each op is priced in the item, on the stage and as often as
+ * the run function runs it (pipe_work.c): a collective inside a loop once
+ * per microbatch, only the ones the run function moves to the update once
+ * per step, beside the AllReduces over Z of the sums one stage computes
+ * and the update (docs/pipeline.md, "Where the price follows the
+ * executor").
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,6 +56,7 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     if (rc != 0)
         return -1;
     double kd = (double)k;
+    bool split = backward && pp_schedule_splits((pp_schedule)m->pipe.schedule);
     *t = (ir_pipe_totals){
         .valid = true,
         .forward = !backward,
@@ -71,6 +75,11 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
         .stage_b = kd * (w.layer_b + w.layer_w),
         .first_extra = w.pre_f + w.pre_b + w.pre_w + pipe_work_sum_time(hw, w.sum_pre),
         .last_extra = w.post_f + w.post_b + w.post_w + pipe_work_sum_time(hw, w.sum_post),
+        .first_extra_f = w.pre_f,
+        .last_extra_f = w.post_f,
+        .first_extra_w = split ? w.pre_w : 0,
+        .last_extra_w = split ? w.post_w : 0,
+        .stage_sums = backward ? pipe_work_zsums_time(&w, hw, z, dcn) : 0,
     };
     return 0;
 }

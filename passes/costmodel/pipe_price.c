@@ -32,7 +32,10 @@ static double hop_of(const pipe_work *w, const cost_hw *hw, bool dcn)
  * zero-bubble and zb-h2) the backward is B and W together.  The first and
  * last stage's B adds their gradients into the step's sums (sum_pre,
  * sum_post): the run function does it in B m even with a W item, right
- * after the op that computes each (codegen/pipeline.c).  Zero-bubble on a module
+ * after the op that computes each (codegen/pipeline.c).  Their W holds
+ * only the ops outside the loops from the dL/dW loop on (pre_w, post_w):
+ * the embedding's and the head's weight gradients run in B, as the run
+ * function runs them.  Zero-bubble on a module
  * not split yet adds to W, per layer, the LayerStack copies the split
  * will add (w->cross_layer read and written once at W_hbm, as cost_op.c
  * prices a LayerStack), so that it is priced as it will run. */
@@ -57,24 +60,16 @@ static void stage_times(pp_params *p, double *arr, const pipe_work *w, const cos
     p->t_w = tw;
 }
 
-/* After the pipeline drains: each stage reduces its weight gradients and
- * updates its params; the slowest stage ends the step.  The non-stacked
- * params' update is counted on both the first and the last stage, since
- * which of them holds each is not known here (an upper bound). */
-static double sync_time(const pipe_work *w, int z, int64_t k)
+/* After the pipeline drains (codegen/pipeline.c): the sums only the first
+ * or last stage holds are AllReduced over the Z stages, then every stage
+ * runs the update's ops, its share of the stacked params' and the whole
+ * of the others', and the collectives moved to the update (sync_pre,
+ * sync_post), each stage the same work, so the step ends that much after
+ * the last stage's pipeline. */
+static double sync_time(const pipe_work *w, const cost_hw *hw, int z, bool dcn)
 {
-    double worst = 0;
-    for (int s = 0; s < z; s++) {
-        double t = (double)k * w->sync_layer + w->update_stacked / (double)z;
-        if (s == 0)
-            t += w->sync_pre;
-        if (s == z - 1)
-            t += w->sync_post;
-        if (s == 0 || s == z - 1)
-            t += w->update_other;
-        worst = fmax(worst, t);
-    }
-    return worst;
+    return pipe_work_zsums_time(w, hw, z, dcn) + w->update_stacked / (double)z + w->update_other + w->sync_pre +
+           w->sync_post;
 }
 
 /* Peak bytes of the fullest stage: its share of the stacked params, their
@@ -138,7 +133,7 @@ int pipe_price_chunks(const pipe_work *w, const cost_hw *hw, int z, int64_t k, i
     out->microbatches = mb;
     out->hop = pp.t_p2p;
     out->pipeline = plan.step;
-    out->sync = sync_time(w, z, k);
+    out->sync = sync_time(w, hw, z, dcn);
     out->step = out->pipeline + out->sync;
     out->bubble = plan.bubble;
     out->bubble_formula = pp_schedule_splits(s) ? -1 : (double)(z - 1) / ((double)v * mb + z - 1);

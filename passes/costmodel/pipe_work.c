@@ -11,11 +11,17 @@
  * B and which W, but its data flow does: B is what the gradient flowing to
  * the previous layer depends on (the backward loop's carried value), W the
  * rest (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §2: the
- * backward split into dL/dx and dL/dW).  A collective among the W ops
- * reduces a weight gradient (seed 000: DP's AllReduce, FSDP's
- * ReduceScatter): a pipeline accumulates gradients over the microbatches
- * and reduces once per step, so those are counted once per step, not per
- * microbatch.  The sums themselves are work per microbatch: a stacked
+ * backward split into dL/dx and dL/dW).  Inside the loops that split is
+ * the price of each layer; outside them an op is priced in the item the
+ * run function runs it in (codegen/pipeline_plan.c), so that the price
+ * describes what runs: the embedding's and the head's weight gradients,
+ * off the input gradient's path, still run in B m, and only the
+ * collectives the run function moves to the update (a gradient's DP
+ * AllReduce or FSDP ReduceScatter after the backward loop that only the
+ * update reads: linear, they commute with the sum over the microbatches)
+ * run once per step; every other collective, a per-layer one inside the
+ * backward loop included, runs once per microbatch.  The sums themselves
+ * are work per microbatch: a stacked
  * gradient's is its LayerStack op, a non-stacked one's (the embedding's,
  * the head's) no op, so its bytes are kept apart (sum_pre, sum_post).
  */
@@ -114,96 +120,156 @@ static bool has_dim(const ir_type *t, int dim)
     return false;
 }
 
-/* Whether add_op counts op once per step as a weight gradient's
- * reduction: a collective outside the loops in the backward phase, off the
- * input gradient's path. */
-static bool is_sync(const ir_op *op, const bool *in_b)
+/* What the walk over the ops knows (work_of). */
+typedef struct walk {
+    const ir_module *m;
+    pipe_work *w;
+    const ir_op *fwd, *bwd, *wloop;
+    const bool *in_b;   /* by value id: on the input gradient's path */
+    const bool *once;   /* by value id: its op runs once per step (mark_once) */
+    const uint8_t *avail; /* by value id: the stages that can compute it (AV_*) */
+    int ldim;
+} walk;
+
+enum { AV_FIRST = 1, AV_LAST = 2, AV_ALL = 3 };
+
+/* Marks in `once` the results of the ops the run function runs once per
+ * step rather than per microbatch (codegen/pipeline_plan.c, cg_pp_classify):
+ * the update's, and after the backward loop `bwd` each linear collective
+ * outside the loops whose result only such ops read and is no output (a
+ * gradient's DP AllReduce or FSDP ReduceScatter commutes with the sum over
+ * the microbatches).  In reverse order, so that a chain of them counts. */
+static void mark_once(const ir_module *m, const ir_op *bwd, bool *once)
 {
-    return !op->loop && op->phase == IR_PHASE_BACKWARD && ir_op_is_reshard(op->kind) &&
-           op->kind != IR_OP_SLICE && !in_b[op->result->id];
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->result && op->phase == IR_PHASE_UPDATE)
+            once[op->result->id] = true;
+    const ir_op *stop = bwd ? bwd->u.loop.end : NULL;
+    for (const ir_op *op = m->last; op && stop && op != stop; op = op->prev) {
+        const ir_value *v = op->result;
+        if (!v || op->phase == IR_PHASE_UPDATE || !ir_op_is_linear_reshard(op) || v->nuses == 0)
+            continue;
+        bool only = true;
+        for (int u = 0; u < v->nuses && only; u++)
+            only = once[v->uses[u].op->result->id];
+        for (int j = 0; j < m->noutputs && only; j++)
+            only = m->outputs[j].value != v;
+        once[v->id] = only;
+    }
 }
 
-/* Whether only the update reads v (and something does). */
-static bool update_only(const ir_value *v)
+/* The stages that can compute each value, in program order, as the run
+ * function finds them: the forward block's result is the last stage's,
+ * the backward block's the first's, an op outside the loops has what all
+ * its operands have; everything else every stage has. */
+static void mark_avail(const ir_module *m, const ir_op *fwd, const ir_op *bwd, uint8_t *avail)
 {
-    for (int u = 0; u < v->nuses; u++)
-        if (v->uses[u].op->phase != IR_PHASE_UPDATE)
-            return false;
-    return v->nuses > 0;
+    for (int i = 0; i < m->nvalues; i++)
+        avail[i] = AV_ALL;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        if (!op->result)
+            continue;
+        uint8_t a = AV_ALL;
+        if (op == fwd->u.loop.end)
+            a = AV_LAST;
+        else if (bwd && op == bwd->u.loop.end)
+            a = AV_FIRST;
+        else if (!op->loop && op->kind != IR_OP_LOOPBEGIN && op->phase != IR_PHASE_UPDATE)
+            for (int k = 0; k < op->noperands; k++)
+                a &= avail[op->operands[k]->id];
+        avail[op->result->id] = a;
+    }
 }
 
 /* Bytes per device the step adds into a sum over the microbatches after
  * `op` (0 if none): its result, not stacked, defined outside the loops by
- * a forward or backward op, and read by the update or by a gradient's
- * reduction that only the update reads (which runs once, on the sum).
- * The run function sums exactly the values the update reads from the
- * forward and backward, after moving such reductions to the update
- * (codegen/pipeline_plan.c, "Accumulated values"). */
-static double summed_bytes(const ir_module *m, const ir_op *op, const bool *in_b, int ldim)
+ * a forward or backward op that runs per microbatch, and read by the
+ * update or by a collective that runs once per step on the sum.  The run
+ * function sums exactly the values the update reads from the forward and
+ * backward, after moving such collectives to the update
+ * (codegen/pipeline_plan.c, "Accumulated values").  A sum only the first
+ * or only the last stage computes is also AllReduced over the stages
+ * (w->zsum). */
+static double summed_bytes(const walk *k, const ir_op *op)
 {
     const ir_value *v = op->result;
     if (!v || op->loop || op->kind == IR_OP_LOOPBEGIN || op->kind == IR_OP_LOOPEND ||
-        op->phase == IR_PHASE_UPDATE || (is_sync(op, in_b) && update_only(v)) || has_dim(&v->type, ldim))
+        k->once[v->id] || has_dim(&v->type, k->ldim))
         return 0;
-    for (int u = 0; u < v->nuses; u++) {
-        const ir_op *r = v->uses[u].op;
-        if (r->phase == IR_PHASE_UPDATE || (is_sync(r, in_b) && update_only(r->result)))
-            return (double)ir_local_bytes(m, &v->type);
-    }
+    for (int u = 0; u < v->nuses; u++)
+        if (k->once[v->uses[u].op->result->id])
+            return (double)ir_local_bytes(k->m, &v->type);
     return 0;
 }
 
-/* Adds one op's time to its place in w. */
-static void add_op(const ir_module *m, pipe_work *w, const ir_op *op, const ir_op *fwd, const ir_op *bwd,
-                   const ir_op *wloop, bool before_bwd, bool after_fwd, const bool *in_b, int ldim)
+/* Adds an AllReduce over the stages of `bytes` to w->zsum. */
+static void add_zsum(pipe_work *w, double bytes)
 {
+    if (w->nzsum < PIPE_ZSUM_MAX)
+        w->zsum[w->nzsum++] = bytes;
+    else
+        w->zsum[PIPE_ZSUM_MAX - 1] += bytes;
+}
+
+/* Adds one op's time to its place in w: its item (F, B or W, as the run
+ * function runs it) and its stages; `after_fwd`, `after_bwd` and
+ * `after_w` say whether the forward loop, the backward loop and the
+ * split's dL/dW loop have begun. */
+static void add_op(const walk *k, const ir_op *op, bool after_fwd, bool after_bwd, bool after_w)
+{
+    pipe_work *w = k->w;
     double t = op->cost.time;
-    bool coll = ir_op_is_reshard(op->kind) && op->kind != IR_OP_SLICE;
-    double summed = summed_bytes(m, op, in_b, ldim);
-    if (summed > 0)
-        *((op->phase == IR_PHASE_FORWARD ? after_fwd : before_bwd) ? &w->sum_post : &w->sum_pre) += summed;
+    double summed = summed_bytes(k, op);
+    if (summed > 0) {
+        uint8_t a = k->avail[op->result->id];
+        bool last = a == AV_LAST || (a == AV_ALL && (op->phase == IR_PHASE_FORWARD ? after_fwd : !after_bwd));
+        *(last ? &w->sum_post : &w->sum_pre) += summed;
+        if (a != AV_ALL)
+            add_zsum(w, summed);
+    }
     if (op->phase == IR_PHASE_UPDATE) {
-        if (has_dim(&op->result->type, ldim))
+        if (has_dim(&op->result->type, k->ldim))
             w->update_stacked += t;
         else
             w->update_other += t;
         return;
     }
-    if (op->loop == fwd) {
+    if (op->loop == k->fwd) {
         w->layer_f += t;
         return;
     }
-    if (wloop && op->loop == wloop) { /* the split's dL/dW loop */
-        *(coll ? &w->sync_layer : &w->layer_w) += t;
+    /* Every op of a loop runs per microbatch, a collective too (a
+     * per-layer AllReduce of DP): the dL/dW loop's in W, the backward
+     * loop's in B when the input gradient needs it, else in W. */
+    if (k->wloop && op->loop == k->wloop) {
+        w->layer_w += t;
         return;
     }
-    if (bwd && op->loop == bwd) {
-        if (in_b[op->result->id])
-            w->layer_b += t;
-        else if (coll)
-            w->sync_layer += t;
-        else
-            w->layer_w += t;
+    if (k->bwd && op->loop == k->bwd) {
+        *(k->in_b[op->result->id] ? &w->layer_b : &w->layer_w) += t;
         return;
     }
-    if (op->phase == IR_PHASE_FORWARD) {
-        if (after_fwd)
-            w->post_f += t;
-        else
-            w->pre_f += t;
+    if (k->once[op->result->id]) {
+        *(k->avail[op->result->id] == AV_LAST ? &w->sync_post : &w->sync_pre) += t;
         return;
     }
-    /* Outside the loops, backward: before the backward loop the loss's and
-     * the head's gradients (last stage), after it the embedding's (first). */
-    double *b = before_bwd ? &w->post_b : &w->pre_b;
-    double *wt = before_bwd ? &w->post_w : &w->pre_w;
-    double *sync = before_bwd ? &w->sync_post : &w->sync_pre;
-    if (in_b[op->result->id])
-        *b += t;
-    else if (coll)
-        *sync += t;
+    /* Outside the loops: the stage from the data when only one can
+     * compute it, else from the place (before the forward loop the first
+     * stage's embedding; up to the backward loop the last stage's head
+     * and loss; after it the first stage's embedding gradient). */
+    uint8_t a = k->avail[op->result->id];
+    bool last = a == AV_LAST || (a == AV_ALL && after_fwd && !after_bwd);
+    if (op->phase == IR_PHASE_FORWARD && !after_bwd) {
+        *(last ? &w->post_f : &w->pre_f) += t;
+        return;
+    }
+    /* The backward's ops (and a forward op after the backward loop, the
+     * loss's reduction) run in B m, but for the ops after zero-bubble's
+     * dL/dW loop, which run in W m. */
+    if (after_w)
+        *(last ? &w->post_w : &w->pre_w) += t;
     else
-        *wt += t;
+        *(last ? &w->post_b : &w->pre_b) += t;
 }
 
 /* w->split and w->cross_layer (pipe_work.h): the LayerStacks of the split
@@ -251,10 +317,15 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
     int ldim = fwd->u.loop.dim;
     w->hop = -1;
     w->layers = m->dims[ldim].size;
-    bool *in_b = calloc((size_t)m->nvalues + 1, sizeof *in_b);
-    if (!in_b || (bwd && (mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
-                          mark_deps(m, bwd->operands[0], NULL, in_b) != 0))) {
+    size_t nv = (size_t)m->nvalues + 1;
+    bool *in_b = calloc(nv, sizeof *in_b), *once = calloc(nv, sizeof *once);
+    uint8_t *avail = calloc(nv, sizeof *avail);
+    if (!in_b || !once || !avail ||
+        (bwd && (mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
+                 mark_deps(m, bwd->operands[0], NULL, in_b) != 0))) {
         free(in_b);
+        free(once);
+        free(avail);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -263,10 +334,15 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
      * the last and first, on the input gradient's path. */
     if (bwd)
         in_b[bwd->result->id] = in_b[bwd->u.loop.end->result->id] = true;
-    bool before_bwd = true, after_fwd = false;
+    mark_once(m, bwd, once);
+    mark_avail(m, fwd, bwd, avail);
+    walk k = {.m = m, .w = w, .fwd = fwd, .bwd = bwd, .wloop = wloop, .in_b = in_b, .once = once,
+              .avail = avail, .ldim = ldim};
+    bool after_fwd = false, after_bwd = false, after_w = false;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (op == fwd->u.loop.end)
             after_fwd = true;
+        after_w |= op == wloop;
         if (op->kind == IR_OP_LAYERSTACK && op->loop == fwd)
             w->act_layer += (double)ir_local_bytes(m, &op->operands[0]->type);
         if (op->kind == IR_OP_PERMUTE) { /* a stage boundary's transfer: the schedule's hop */
@@ -275,10 +351,18 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
             continue;
         }
         if (op->cost.valid)
-            add_op(m, w, op, fwd, bwd, wloop, before_bwd, after_fwd, in_b, ldim);
-        if (op == bwd)
-            before_bwd = false;
+            add_op(&k, op, after_fwd, after_bwd, after_w);
+        after_bwd |= op == bwd; /* its LoopBegin takes the last stage's gradient in */
     }
+    /* The loss and the other outputs but the updates are summed too, and
+     * AllReduced over the stages when only some compute them. */
+    for (int j = 0; j < m->noutputs && bwd; j++) {
+        const ir_value *v = m->outputs[j].value;
+        if (!m->outputs[j].update && v->def && !once[v->id] && avail[v->id] != AV_ALL)
+            add_zsum(w, (double)ir_local_bytes(m, &v->type));
+    }
+    free(once);
+    free(avail);
     int rc = bwd ? cross_of(m, bwd, wloop, in_b, w) : 0;
     free(in_b);
     if (rc != 0) {
@@ -291,6 +375,10 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
     double zs = m->pipe.axis >= 0 && m->pipe.dim == ldim ? (double)m->mesh.axes[m->pipe.axis].size : 1;
     w->update_stacked *= zs;
     w->carry_bytes = (double)ir_local_bytes(m, &fwd->result->type);
+    w->stage_devices = 1;
+    for (int i = 0; i < m->mesh.naxes; i++)
+        w->stage_devices *= (double)m->mesh.axes[i].size;
+    w->stage_devices /= zs;
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
         if (v->kind != IR_VAL_PARAM && v->kind != IR_VAL_STATE)
@@ -326,4 +414,25 @@ double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn)
 double pipe_work_sum_time(const cost_hw *hw, double bytes)
 {
     return hw->hbm_bw > 0 ? 3 * bytes / hw->hbm_bw : 0;
+}
+
+double pipe_work_zsum_time(const cost_hw *hw, const pipe_work *w, int z, bool dcn, double bytes)
+{
+    if (z < 2)
+        return 0;
+    if (hw->measured && !dcn) {
+        cost_coll_time r = cost_measured_coll_time(&hw->fit[COST_FIT_ALLREDUCE], z, bytes, z);
+        return r.time * cost_measured_contention(hw, z * w->stage_devices);
+    }
+    int64_t sizes[1] = {z};
+    bool links_dcn[1] = {dcn};
+    return cost_coll_links_time(hw, IR_OP_ALLREDUCE, sizes, links_dcn, 1, bytes).time;
+}
+
+double pipe_work_zsums_time(const pipe_work *w, const cost_hw *hw, int z, bool dcn)
+{
+    double t = 0;
+    for (int i = 0; i < w->nzsum; i++)
+        t += pipe_work_zsum_time(hw, w, z, dcn, w->zsum[i]);
+    return t;
 }

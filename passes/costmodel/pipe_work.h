@@ -25,12 +25,36 @@
 typedef struct pipe_work {
     int64_t layers;                  /* |L|, the repeat block's trip count */
     double layer_f, layer_b, layer_w; /* forward; input gradient dL/dx; weight gradient dL/dW */
+    /* The ops outside the loops, by the item the run function runs them
+     * in (codegen/pipeline_plan.c): F; B (every backward op but what
+     * follows), W (zero-bubble's ops after its dL/dW loop, which read its
+     * stacks; in no other schedule's module).  The embedding's and the
+     * head's weight gradients run in B, as the executor runs them. */
     double pre_f, pre_b, pre_w;      /* first stage only */
     double post_f, post_b, post_w;   /* last stage only */
-    /* Collectives that reduce weight gradients (seed 000's DP AllReduce,
-     * FSDP ReduceScatter): once per step after the last microbatch, per
-     * layer / on the first / on the last stage. */
-    double sync_layer, sync_pre, sync_post;
+    /* Collectives that run once per step, on the sums over the
+     * microbatches, on the first / the last stage: exactly those the run
+     * function moves to the update (codegen/pipeline_plan.c, a linear
+     * collective after the backward loop that only the update reads, such
+     * as seed 000's DP AllReduce or FSDP ReduceScatter of a gradient).
+     * Every other collective runs where its op runs, once per microbatch,
+     * and is priced there: a per-layer AllReduce inside the backward loop
+     * in layer_b or layer_w, an AllGather of the input gradient that the
+     * embedding's gradient reads in pre_b. */
+    double sync_pre, sync_post;
+    /* The sums only the first or only the last stage computes (the
+     * embedding's gradient, the head's, the loss), AllReduced over the
+     * pipeline axis after the schedule so that every stage holds them
+     * (codegen/pipeline.c, reduce_over_stages): each one's bytes per
+     * device, one collective each, priced by pipe_work_zsum_time.  Past
+     * PIPE_ZSUM_MAX of them the rest add into the last entry. */
+#define PIPE_ZSUM_MAX 32
+    double zsum[PIPE_ZSUM_MAX];
+    int nzsum;
+    /* Devices per stage (the mesh's, over Z when the module is pipelined
+     * already): a calibrated profile's collectives share the cores of
+     * Z times that many devices (cost_measured_contention). */
+    double stage_devices;
     /* Bytes per device the first / last stage adds, per microbatch, into
      * the step's sums outside any op: the non-stacked gradients (the
      * embedding's; the head's, the final norm's), which the pipelined run
@@ -100,6 +124,16 @@ double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn);
  * bandwidth. */
 double pipe_work_sum_time(const cost_hw *hw, double bytes);
 
+/* Seconds of one AllReduce over the Z stages of `bytes` per device (a sum
+ * only the first or last stage computed, pipe_work.zsum): on a calibrated
+ * profile its measured AllReduce fit over Z devices (cost_measured_coll_time,
+ * the cores shared by Z w->stage_devices devices), as the cost pass prices
+ * an AllReduce op; else seed 001's AllReduce over a ring of Z
+ * (cost_coll_links_time), or seed 000's over DCN with `dcn`.  0 for Z < 2. */
+double pipe_work_zsum_time(const cost_hw *hw, const pipe_work *w, int z, bool dcn, double bytes);
+/* The sum of pipe_work_zsum_time over w->zsum: seconds per step. */
+double pipe_work_zsums_time(const pipe_work *w, const cost_hw *hw, int z, bool dcn);
+
 /* One (schedule, M) priced: seconds per step, bytes per device. */
 typedef struct pipe_priced {
     pp_schedule schedule;
@@ -127,10 +161,13 @@ typedef struct pipe_priced {
  *    on those stages adds sum_pre / sum_post into the step's sums
  *    (pipe_work_sum_time);
  *  - pp_build simulates the schedule (passes/costmodel/pipeline.h);
- *  - after the pipeline drains each stage reduces its weight gradients and
- *    updates its params once (not overlapped: Megatron-LM's default); the
- *    slowest stage ends the step.  The non-stacked params' update and
- *    state are counted on both the first and last stage (an upper bound);
+ *  - after the pipeline drains, once per step and the same on every stage
+ *    (not overlapped: Megatron-LM's default): the sums only the first or
+ *    last stage computes AllReduced over Z (pipe_work_zsums_time), the
+ *    collectives moved to the update (sync_pre, sync_post), the update of
+ *    1/Z of the stacked params and of all the others.  The non-stacked
+ *    params' state is counted on both the first and last stage's memory
+ *    (an upper bound);
  *  - memory of the fullest stage: 1/Z of the stacked params, their
  *    gradients and state, the others on the first and last stage, the
  *    activations of the microbatches it holds (seed 000: GPipe M, 1F1B at

@@ -5,9 +5,11 @@ block pipelined over Z stages, priced per schedule and microbatch count
 
 On seed 000's DP stack of layers (tests/cost/pipeline/dp_layers_v5p.ein):
   - accounting: with one microbatch every schedule runs the stages one
-    after the other, so the pipeline plus the gradient reduction and update
-    is the program's compute and communication (the plan row) plus the
-    2 (Z - 1) stage-to-stage transfers;
+    after the other, so the pipeline plus the update is the program's
+    compute and communication (the plan row; DP's per-layer AllReduces run
+    in the backward loop, once per microbatch, none once per step) plus
+    the 2 (Z - 1) stage-to-stage transfers and the loss's AllReduce over
+    the stages;
   - the schedules' memory: GPipe holds M microbatches, 1F1B and
     zero-bubble at most Z, and 1F1B's stage needs less memory than GPipe's
     once M > Z;
@@ -45,23 +47,27 @@ def main():
 
     # Accounting at M = 1: the stages run one after the other, so the
     # pipeline is every forward and backward op once plus 2 (Z - 1)
-    # transfers; then each stage reduces and updates its quarter of the
-    # layers (DP: every collective reduces a weight gradient, and every
-    # param is stacked).  Zero-bubble overlaps a stage's W with the B of
-    # the stage before it.
+    # transfers; then the loss, which only the last stage computes, is
+    # AllReduced over the stages, and each stage updates its quarter of the
+    # layers (every param is stacked).  DP's AllReduce of each layer's
+    # weight gradients sits inside the backward loop, so the executor runs
+    # it once per microbatch, and it is priced with the layer, not once per
+    # step (codegen/pipeline_plan.c moves only linear collectives after the
+    # loop that only the update reads).  Zero-bubble overlaps a stage's W
+    # with the B of the stage before it.
     hop = pipe["transfer_time"]
-    upd, sync = pipe["update_time"], pipe["grad_sync_time"]
+    upd, sync, zsum = pipe["update_time"], pipe["grad_sync_time"], pipe["stage_sum_time"]
     comm = sum(plan["comm_time"].values())
-    # DP: every collective but the loss's scalar AllReduce reduces a weight gradient.
-    check(0 <= comm - sync <= 1e-3 * comm, f"DP: the weight gradients' reductions {sync:.6g} s of {comm:.6g} s")
-    serial = (plan["compute_time"] - upd) + (comm - sync) + 2 * (z - 1) * hop + (sync + upd) / z
+    check(sync == 0, f"DP: no gradient collective runs once per step ({sync:.6g} s): each layer's "
+          f"AllReduce runs in the backward loop, per microbatch")
+    check(0 < zsum < 1e-3 * comm, f"the loss's AllReduce over the stages is priced ({zsum:.3g} s)")
+    serial = (plan["compute_time"] - upd) + comm + 2 * (z - 1) * hop + upd / z + zsum
     check(rows[("zero-bubble", 1)]["step_time"] < serial, "zero-bubble M=1: W overlaps the next B")
     for s in ("gpipe", "1f1b"):
         r = rows[(s, 1)]
         check(abs(r["step_time"] - serial) <= 1e-6 * serial,
               f"{s} M=1: step {r['step_time']:.6g} s = the plan's work in sequence + 2(Z-1) transfers "
-              f"+ a stage's share of the reductions and update {serial:.6g} s")
-
+              f"+ the loss's AllReduce over Z + a stage's share of the update {serial:.6g} s")
     for (s, m), r in sorted(rows.items()):
         if s == "gpipe":
             check(r["held_microbatches"] == m, f"gpipe M={m} holds {r['held_microbatches']} = M microbatches")

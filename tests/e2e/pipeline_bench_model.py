@@ -17,7 +17,8 @@ cores"):
 - bench/pipeline_items.py: an item's busy time, its ops' measured and
   costed sums and its time outside the ops read from a trace
   (items_of), and the cost pass's simulated item times (sim_items: a
-  stage's forward or backward split evenly over its v chunks);
+  stage's forward or backward split evenly over its v chunks, the first
+  and last stage's extras split by their forward part);
 - the receives' wake-ups: handoff_lags reads them from a trace (onto an
   idle core, onto one another stage runs on), and shared_replay's `wake`
   delays exactly the items whose stage waited for its input (1F1B, Z = 2,
@@ -129,6 +130,12 @@ def item_times():
                         "last_stage_extra": 0.5e-3}, 2, 2)
     for k, want in (((0, "F.0"), 1000.0), ((0, "F.1"), 1000.0), ((0, "B.1"), 2500.0), ((1, "B.0"), 2250.0)):
         check(f"sim_items {k}", sim.get(k, -1.0), want, 1e-6)
+    # With the extras' forward part given, it goes to F.
+    sim = PI.sim_items({"stage_forward_time": 2e-3, "stage_backward_time": 4e-3, "first_stage_extra": 1e-3,
+                        "last_stage_extra": 0.5e-3, "first_stage_extra_forward": 0.4e-3,
+                        "last_stage_extra_forward": 0.1e-3}, 2, 2)
+    for k, want in (((0, "F.0"), 1200.0), ((0, "B.1"), 2300.0), ((1, "F.1"), 1050.0), ((1, "B.0"), 2200.0)):
+        check(f"sim_items with the forward extras {k}", sim.get(k, -1.0), want, 1e-6)
 
 
 def main():

@@ -16,8 +16,8 @@ On tests/propagate/autoshard/mlp_layers_pp.ein (8 MLP layers in a
     rows fit only by sharding AdamW's state (--zero=2), and carry it, with
     the memory of the forced DP program under --zero=2; --zero=0 given
     keeps them from fitting;
-  - with the HBM of a copy of `host` set between the least memory of the
-    pipelined rows and of the others, only pipelined rows fit without
+  - with the HBM of a copy of `host` set just below the least memory of
+    the unpipelined rows, only pipelined rows fit without
     recomputation (--remat=none); left free, the search also fits the
     others by remat, and the chosen row is the fastest that fits, a
     pipelined one, faster than the rematerialised ones by more than its
@@ -134,12 +134,12 @@ def main():
                   and mb == row["pipeline"]["microbatches"],
                   f"{key}: plan's {row['pipeline']} at {row['step_time']} against the forced programs' {forced}")
             n += 1
-        # Memory between the pipelined rows' least and the others' least.
-        least_pp = min(c["memory_per_device"] for c in pp.values())
+        # Memory below the others' least: a pipelined row then takes the
+        # fastest (schedule, M) whose stage fits, fewer microbatches in
+        # flight (its rows above are the fastest pairs, which may hold more).
         least = min(c["memory_per_device"] for c in cands if "pipeline" not in c)
-        check(least_pp < least, f"no pipelined row takes less memory ({least_pp} against {least})")
         prof = json.load(open(os.path.join(args.hw_dir, "host.json"), encoding="utf-8"))
-        prof.update(name="host-small", hbm_bytes=float((least_pp + least) // 2))
+        prof.update(name="host-small", hbm_bytes=float(int(0.97 * least)))
         hw = os.path.join(work, "host-small.json")
         with open(hw, "w", encoding="utf-8") as f:
             json.dump(prof, f)
