@@ -38,15 +38,20 @@ W8A8 (w8a8_source: every activation that multiplies an i8 weight
 quantized per row by the program, dynamic scale max |x| / 127, so each
 such product is i8 x i8 summed in i32, runtime/gemv_i8i8.c), each against
 the same limit as its weight-only twin (the activations' bytes are a few
-KiB).
+KiB); and the int8-cache program and its W8A8 twin again with
+EINC_GEMV_ISA=avx2 (rt_gemv.h: the AVX2 loops on a CPU with AVX-512), so
+the AVX-512 loops' (gemv_narrow_avx512.c) and the VNNI loops' (gemv_i8i8_vnni.c)
+gain on the step is a ratio measured in the same rounds.
 All of them run alternately in five rounds of --repeat runs with the copy
 that measures W; each time is its fastest round's median (on a shared
 machine load only adds time; the fastest copy gives the highest W, the
 strictest limit), and each line gives its peak memory per device
 (--stats).  Then the i8 GEMV kernel at the step's shapes, portable C (the
 compiler's AVX2 clone of it: what ran before the AVX2 kernel) vs the AVX2
-kernel, and the AVX2 kernel split with a helper thread vs on one,
-and for the weights' shapes the W8A8 kernel (i8 x i8) vs the AVX2 one
+kernel, the AVX-512 kernel vs the AVX2 one (where the CPU has AVX-512 F,
+BW and VL), each vector kernel split with a helper thread vs on one,
+and for the weights' shapes the W8A8 kernel (i8 x i8) vs the AVX2 one and
+the W8A8 VNNI kernel vs the W8A8 AVX2 one
 (bench/gemv_narrow.c, weights/s, the matrix read from memory, and once
 from cache), and the AVX2 kernel's matrices on 2 MiB pages (as rt_alloc
 gives a program's weights and caches, runtime/device.c) vs 4 KiB pages
