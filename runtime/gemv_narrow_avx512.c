@@ -102,11 +102,19 @@ AVX512 static inline void finish4(const __m512 *s0, const __m512 *s1, float *t)
 
 /* Asks the cache for the line `off` bytes from each of the nr rows (a
  * hint: no fault whatever the address, so computed as an integer: it may
- * lie past the matrix's end). */
+ * lie past the matrix's end), into L2 (prefetcht1), not L1 as the AVX2
+ * loops ask: the eight-row passes ask for the next pass's rows, 22 KiB
+ * ahead for rows of 2816 bytes, which with the column sums (11 KiB)
+ * overflowed Zen 4's 32 KiB L1 and evicted what the pass was reading.
+ * Into L2, one thread read 1.4x-1.6x the i8 weights/s from memory for
+ * 1024 x 2816 (the decode step's X * Wg), 1.7x for 2816 x 1024 and about
+ * 2x for the eight heads of a 2048 x 128 cache's sum of rows
+ * (bench/gemv_narrow.c, alternating builds at load 6-7 on the 2-core
+ * EPYC, Zen 4; prefetcht2 was no different). */
 static inline void prefetch_rows(const char *const *row, int nr, size_t off)
 {
     for (int i = 0; i < nr; i++)
-        _mm_prefetch((const char *)((uintptr_t)row[i] + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)((uintptr_t)row[i] + off), _MM_HINT_T1);
 }
 
 /* y[r * incy] = alpha * dot(row r, x) + beta * y[r * incy] (beta 0: y
