@@ -20,8 +20,10 @@
  * multiply-add it, three instructions per eight weights; here sixteen
  * weights are widened to i16 in one instruction and multiplied in pairs
  * with vpmaddwd (AVX2), so a weight costs about half the instructions.
- * The AVX-VNNI dot products (vpdpbusd) would do more per instruction, but
- * take one unsigned operand; this machine (AMD EPYC Zen 3) has none.
+ * Where the CPU has AVX-512 with VNNI, gemv_i8i8_vnni.c's loops run
+ * instead: vpdpbusd sums four byte products per i32 lane, 64 weights per
+ * instruction, the weights' sign bit flipped to make the unsigned
+ * operand it takes (the sign handling is documented there).
  *   rows form  y[r] = sum_c A[r, c] x[c]: x widened once to i16 (scratch),
  *              four rows per pass sharing each vector of x
  *   cols form  acc[c] += sum_r x[r] A[r, c]: rows taken in pairs, their

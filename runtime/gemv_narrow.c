@@ -25,7 +25,10 @@
  * __builtin_cpu_supports) gemv_narrow_avx2.c's loops run instead: eight
  * elements converted per instruction, independent accumulators (2.5x
  * the weights/s from cache, 1.4x from memory: docs/performance.md,
- * section 10).
+ * section 10); and where it also reports AVX-512 F, BW and VL,
+ * gemv_narrow_avx512.c's: sixteen per instruction, masked tails, the
+ * same passes (gemv_narrow_drive.h).  EINC_GEMV_ISA caps the choice
+ * (rt_gemv_narrow_isa_best).
  * The portable loops stay for other CPUs and compilers, and for tests.
  *
  * rt_einsum's batched products (attention's heads over an i8 KV cache: a
@@ -36,8 +39,8 @@
  * it once in order, with the next blocks prefetched (the prefetchers do
  * not follow K interleaved streams well; the prefetch alone took the 8
  * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).  Where
- * the heads lie side by side in each row (heads_of) and the AVX2 loops
- * run, gemv_narrow_avx2.c's heads kernels take four rows across every
+ * the heads lie side by side in each row (heads_of) and the AVX2 or
+ * AVX-512 loops run, gemv_narrow_avx2.c's heads kernels take four rows across every
  * head per step instead (run_heads): contiguous rows, no call per head.
  * The sums are taken in another order than BLAS's: results differ by f32
  * rounding.
@@ -339,7 +342,7 @@ static int evenly_spaced(const int64_t *o, int64_t n, int64_t *step)
 /*
  * Whether the nbatch matrices at om are heads of one row (attention over
  * a cache [S, K, H]: head k's columns follow head k-1's in every row),
- * with x and y evenly spaced too, so that the AVX2 heads kernels
+ * with x and y evenly spaced too, so that the vector heads kernels
  * (gemv_narrow_avx2.c) read every row once, in order, for all heads.
  */
 static int heads_of(const narrow_mv *v, int64_t nbatch, const int64_t *om, const int64_t *ox,

@@ -1,6 +1,6 @@
 /*
- * rt_gemv.h - the narrow matrix-vector products (gemv_narrow.c,
- * gemv_narrow_avx2.c) and a device's helper thread for them
+ * rt_gemv.h - the narrow matrix-vector products (gemv_narrow.c and its
+ * AVX2, AVX-512 and VNNI loops) and a device's helper thread for them
  * (gemv_split.c).
  *
  * A decode step's products are memory-bound, and one core draws only part
