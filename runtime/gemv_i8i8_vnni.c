@@ -43,11 +43,12 @@
 
 /* Bytes ahead the cols form asks the cache for: the same columns of the
  * next pass's eight rows, while those are at most this far ahead (as
- * gemv_narrow_drive.h's COLS8_PREFETCH_MAX), into L2 (prefetcht1: as
- * gemv_narrow_avx512.c; into L1 they evicted the pass's own lines).
- * 1024 x 2816 from memory: 1.5x-1.6x the weights/s of asking for L1,
- * 2816 x 1024 1.1x-1.4x (bench/gemv_narrow.c, load 8, Zen 4). */
-#define VNNI_PREFETCH_MAX (32 << 10)
+ * gemv_narrow_avx512.c's COLS8_PREFETCH_MAX), into L2 (prefetcht1: into
+ * L1 they evicted the pass's own lines).  1024 x 2816 from memory:
+ * 1.5x-1.6x the weights/s of asking for L1, 2816 x 1024 1.1x-1.4x; the
+ * LM head's 1024 x 8192 (64 KiB ahead) 1.15x one thread against asking
+ * for nothing, split 0.8x-1.06x (bench/gemv_narrow.c, load 5-8, Zen 4). */
+#define VNNI_PREFETCH_MAX (256 << 10)
 
 /* 64 weights as unsigned bytes: the sign bit flipped, a + 128. */
 VNNI static inline __m512i flip(__m512i v)

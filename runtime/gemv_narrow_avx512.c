@@ -212,6 +212,11 @@ DEFINE_COLS_AVX512(cols1_i8, load16_i8, loadm_i8, 1, 1)
 DEFINE_COLS_AVX512(cols4_bf16, load16_bf16, loadm_bf16, 2, 4)
 DEFINE_COLS_AVX512(cols1_bf16, load16_bf16, loadm_bf16, 2, 1)
 
+/* Into L2 (prefetch_rows), the eight-row passes may ask further ahead
+ * than the AVX2 loops' 32 KiB: the LM head's rows of 8 KiB (64 KiB
+ * ahead) read 1.18x the i8 weights/s from memory on one thread and 1.0x
+ * split (1024 x 8192, three alternating rounds at load 6.2, Zen 4). */
+#define COLS8_PREFETCH_MAX (256 << 10)
 #define NARROW_ISA(name) name##_avx512
 #include "gemv_narrow_drive.h"
 

@@ -38,8 +38,11 @@
  * nothing clear.  The LM head's rows of 8 KiB (64 KiB ahead, past L1)
  * gained nothing clear (0.90x one thread, 1.16x split), and 2 or 4 KiB
  * ahead along the row lost (0.71-0.88x), so rows over 4 KiB ask for
- * nothing. */
+ * nothing.  (An instruction set may define its own before including
+ * this file: gemv_narrow_avx512.c, which prefetches into L2.) */
+#ifndef COLS8_PREFETCH_MAX
 #define COLS8_PREFETCH_MAX (32 << 10)
+#endif
 
 /* Row bytes from which the rows form takes one row per pass, not four:
  * the matrix is then read as one sequential stream, as the portable loop
