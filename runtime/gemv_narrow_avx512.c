@@ -217,6 +217,12 @@ DEFINE_COLS_AVX512(cols1_bf16, load16_bf16, loadm_bf16, 2, 1)
  * ahead) read 1.18x the i8 weights/s from memory on one thread and 1.0x
  * split (1024 x 8192, three alternating rounds at load 6.2, Zen 4). */
 #define COLS8_PREFETCH_MAX (256 << 10)
+/* ... and i8 rows of 1 KiB take the eight-row passes too (the next pass's
+ * rows 8 KiB ahead, in L2): 2816 x 1024 (the decode step's Hg * Wd) read
+ * 1.3x the weights/s from memory of the four-row passes on one thread;
+ * rows of 512 bytes lost (0.45x for 4096 x 512), so they keep four (three
+ * alternating rounds at load 4.7-6, Zen 4). */
+#define COLS8_MIN 1024
 #define NARROW_ISA(name) name##_avx512
 #include "gemv_narrow_drive.h"
 

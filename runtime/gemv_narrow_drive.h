@@ -16,8 +16,11 @@
 /* Columns from which i8 rows are summed eight per pass: half the loads
  * and stores of the sums, and eight streams of at least 2 KiB each, read
  * 1.12x (1024 x 2816) and 1.07x (1024 x 8192) the weights/s of four from
- * memory; rows of 1 KiB lost 1-7% (the 2-core EPYC, under load). */
+ * memory; rows of 1 KiB lost 1-7% (the 2-core EPYC, under load).  An
+ * instruction set may define its own (gemv_narrow_avx512.c). */
+#ifndef COLS8_MIN
 #define COLS8_MIN 2048
+#endif
 
 /* Bytes ahead along each row that the cols form's four-row passes ask
  * the cache for (as the heads kernels, HEADS_PREFETCH_BYTES): for rows of
