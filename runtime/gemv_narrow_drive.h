@@ -50,7 +50,7 @@
 /* Row bytes from which the rows form takes one row per pass, not four:
  * the matrix is then read as one sequential stream, as the portable loop
  * reads it, where four rows of 512 bytes to 2.8 KiB were four streams.
- * From memory, one row per pass read 1.4x-2.8x the i8 weights/s of four
+ * From memory, one row per pass read 1.4x-3.2x the i8 weights/s of four
  * (2816 x 1024, 1024 x 2816, 8192 x 512; AVX2 and AVX-512 alike;
  * bench/gemv_narrow.c at load 2.5-3 on the 2-core EPYC, Zen 4); shorter
  * rows (a head of the KV cache: 128 elements) keep four, whose rows lie
