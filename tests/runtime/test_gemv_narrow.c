@@ -146,6 +146,9 @@ static void test_isas_agree(void)
  * (a benchmark's before and after); unset or unknown, no cap. */
 static void test_isa_cap(void)
 {
+    const char *outer = getenv("EINC_GEMV_ISA"); /* the caller's cap, restored */
+    char *saved = outer ? strdup(outer) : NULL;
+    unsetenv("EINC_GEMV_ISA");
     int best = rt_gemv_narrow_isa_best();
     setenv("EINC_GEMV_ISA", "portable", 1);
     CU_ASSERT(rt_gemv_narrow_isa_best() == RT_ISA_PORTABLE);
@@ -159,6 +162,9 @@ static void test_isa_cap(void)
     /* a product asked for with a set the CPU lacks runs on the best it has */
     double e = run_case(RT_I8, 1, 9, 77, 80, 1, 1, 1.0, 0.0, RT_ISA_AVX512);
     CU_ASSERT(e >= 0 && e < 1e-5);
+    if (saved)
+        setenv("EINC_GEMV_ISA", saved, 1);
+    free(saved);
 }
 
 /* nbatch products whose matrices interleave as attention's heads do (a
