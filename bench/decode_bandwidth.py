@@ -38,15 +38,20 @@ W8A8 (w8a8_source: every activation that multiplies an i8 weight
 quantized per row by the program, dynamic scale max |x| / 127, so each
 such product is i8 x i8 summed in i32, runtime/gemv_i8i8.c), each against
 the same limit as its weight-only twin (the activations' bytes are a few
-KiB).
+KiB); and the int8-cache program and its W8A8 twin again with
+EINC_GEMV_ISA=avx2 (rt_gemv.h: the AVX2 loops on a CPU with AVX-512), so
+the AVX-512 loops' (gemv_narrow_avx512.c) and the VNNI loops' (gemv_i8i8_vnni.c)
+gain on the step is a ratio measured in the same rounds.
 All of them run alternately in five rounds of --repeat runs with the copy
 that measures W; each time is its fastest round's median (on a shared
 machine load only adds time; the fastest copy gives the highest W, the
 strictest limit), and each line gives its peak memory per device
 (--stats).  Then the i8 GEMV kernel at the step's shapes, portable C (the
 compiler's AVX2 clone of it: what ran before the AVX2 kernel) vs the AVX2
-kernel, and the AVX2 kernel split with a helper thread vs on one,
-and for the weights' shapes the W8A8 kernel (i8 x i8) vs the AVX2 one
+kernel, the AVX-512 kernel vs the AVX2 one (where the CPU has AVX-512 F,
+BW and VL), each vector kernel split with a helper thread vs on one,
+and for the weights' shapes the W8A8 kernel (i8 x i8) vs the AVX2 one and
+the W8A8 VNNI kernel vs the W8A8 AVX2 one
 (bench/gemv_narrow.c, weights/s, the matrix read from memory, and once
 from cache), and the AVX2 kernel's matrices on 2 MiB pages (as rt_alloc
 gives a program's weights and caches, runtime/device.c) vs 4 KiB pages
@@ -240,7 +245,7 @@ def kernel_rates(a, dims, res):
     for label, (r, c, form, env) in kernel_shapes(dims).items():
         got = rates(exe, r, c, form, "i8", env)
         if "avx2" not in got:
-            rows.append([label, "%.3g" % got["portable"], "-", "-", "-", "-", "-", "-", "-", "-"])
+            rows.append([label, "%.3g" % got["portable"]] + ["-"] * 14)
             continue
         ratio = got["avx2"] / got["portable"]
         split = got["avx2 threads=2"] / got["avx2"]
@@ -250,11 +255,29 @@ def kernel_rates(a, dims, res):
         huge = (got["avx2"] / small["avx2"], got["avx2 threads=2"] / small["avx2 threads=2"])
         # W8A8 (gemv_i8i8.c) where the step has it: the weights, not the cache
         w8 = rates(exe, r, c, form, "i8i8", env).get("avx2") if " . " not in label else None
+        # AVX-512 (gemv_narrow_avx512.c) and the VNNI W8A8 loops
+        # (gemv_i8i8_vnni.c) beside AVX2, where the CPU has them
+        wide = got.get("avx512")
+        wide2 = got.get("avx512 threads=2")
+        v8 = (rates(exe, r, c, form, "i8i8", env).get("avx512")
+              if wide and " . " not in label else None)
         rows.append([label, "%.3g" % got["portable"], "%.3g" % got["avx2"], "%.2fx" % ratio,
+                     "%.3g" % wide if wide else "-", "%.2fx" % (wide / got["avx2"]) if wide else "-",
                      "%.3g" % got["avx2 threads=2"], "%.2fx" % split,
+                     "%.3g" % wide2 if wide2 else "-", "%.2fx" % (wide2 / wide) if wide2 else "-",
                      "split" if got["default splits"] else "one thread",
                      "%.3g" % w8 if w8 else "-", "%.2fx" % (w8 / got["avx2"]) if w8 else "-",
+                     "%.3g" % v8 if v8 else "-", "%.2fx" % (v8 / w8) if v8 and w8 else "-",
                      "%.2fx / %.2fx" % huge])
+        if wide:
+            res.add("i8 GEMV kernel, AVX-512 vs AVX2, %s, %dx%d" % (label, r, c), wide / 1e9,
+                    "1e9 weights/s", "", wide / got["avx2"])
+        if wide2:
+            res.add("i8 GEMV kernel, AVX-512 split over 2 threads vs 1, %s, %dx%d" % (label, r, c),
+                    wide2 / 1e9, "1e9 weights/s", "", wide2 / wide)
+        if v8 and w8:
+            res.add("i8 x i8 GEMV kernel (W8A8), AVX-512 VNNI vs AVX2, %s, %dx%d" % (label, r, c),
+                    v8 / 1e9, "1e9 weights/s", "", v8 / w8)
         if w8:
             res.add("i8 x i8 GEMV kernel (W8A8), AVX2 vs i8 x f32 AVX2, %s, %dx%d" % (label, r, c),
                     w8 / 1e9, "1e9 weights/s", "", w8 / got["avx2"])
@@ -267,14 +290,16 @@ def kernel_rates(a, dims, res):
         res.add("i8 GEMV kernel, AVX2, 2 MiB pages vs 4 KiB pages, split over 2 threads, %s, %dx%d"
                 % (label, r, c), got["avx2 threads=2"] / 1e9, "1e9 weights/s", "", huge[1])
     bl.table(["kernel shape", "portable C weights/s", "AVX2 weights/s", "ratio",
-              "AVX2 2 threads weights/s", "ratio to 1 thread", "the default",
-              "W8A8 AVX2 weights/s", "ratio to AVX2",
+              "AVX-512 weights/s", "ratio to AVX2",
+              "AVX2 2 threads weights/s", "ratio to 1 thread",
+              "AVX-512 2 threads weights/s", "ratio to 1 thread", "the default",
+              "W8A8 AVX2 weights/s", "ratio to AVX2", "W8A8 VNNI weights/s", "ratio to W8A8 AVX2",
               "2 MiB vs 4 KiB pages (1 thread / 2)"], rows)
 
 
 def rates(exe, r, c, form, dtype, env):
     """bench/gemv_narrow.c's weights/s per variant ("portable", "avx2",
-    "avx2 threads=2") for one shape and dtype (i8, or i8i8: W8A8), and
+    "avx512", "avx2 threads=2", "avx512 threads=2") for one shape and dtype (i8, or i8i8: W8A8), and
     "default splits": whether a device's default plan offers the shape to
     its helper (rt_gemv_split_wants)."""
     out = bl.run([exe, r, c, form, dtype, 31], env=env)
@@ -308,7 +333,13 @@ def main_int8(a, dims, defines, einc):
                     "weights and KV cache i8, casts folded, EINC_GEMV_THREADS=1":
                         ("cache", [], True, one),
                     "W8A8 (weights and activations i8), f32 cache": ("w8a8", [], False, {}),
-                    "W8A8 (weights and activations i8), KV cache i8": ("w8a8 cache", [], True, {})}
+                    "W8A8 (weights and activations i8), KV cache i8": ("w8a8 cache", [], True, {}),
+                    # the same two on the AVX2 loops (EINC_GEMV_ISA, rt_gemv.h): the
+                    # AVX-512 and VNNI loops' gain in the same rounds
+                    "weights and KV cache i8, casts folded, EINC_GEMV_ISA=avx2":
+                        ("cache", [], True, {"EINC_GEMV_ISA": "avx2"}),
+                    "W8A8 (weights and activations i8), KV cache i8, EINC_GEMV_ISA=avx2":
+                        ("w8a8 cache", [], True, {"EINC_GEMV_ISA": "avx2"})}
         exes = {}
         for i, (name, (src, flags, _, _)) in enumerate(variants.items()):
             exes[name] = os.path.join(work, "decode_%d" % i)
@@ -349,6 +380,13 @@ def main_int8(a, dims, defines, einc):
         print("%s: %.2fx the speed of %s" % (name, runs[base][0] / runs[name][0], base))
         res.add("int8 decode step, %s vs %s" % (name, base), runs[name][0], "ms", "",
                 runs[base][0] / runs[name][0])
+    for name in ("weights and KV cache i8, casts folded",
+                 "W8A8 (weights and activations i8), KV cache i8"):
+        narrow = runs[name + ", EINC_GEMV_ISA=avx2"][0]
+        print("%s: %.2fx the speed of the AVX2 loops (EINC_GEMV_ISA=avx2)"
+              % (name, narrow / runs[name][0]))
+        res.add("int8 decode step, %s, the best loops vs EINC_GEMV_ISA=avx2" % name,
+                runs[name][0], "ms", "", narrow / runs[name][0])
     fold, off = (runs["weights i8, f32 cache, casts folded"],
                  runs["weights i8, f32 cache, --fold-casts=off"])
     for name in ("weights i8, f32 cache, casts folded", "weights and KV cache i8, casts folded"):

@@ -1,8 +1,10 @@
 /*
  * gemv_narrow.c - the narrow matrix-vector kernels of runtime/gemv_narrow.c
  * (a decode step's i8 or bf16 weights times an f32 vector, converted in
- * registers) in weights per second, portable C against the AVX2 loops,
- * timed alternately in the same run (bench/decode_bandwidth.py --kernels).
+ * registers) in weights per second, portable C against the AVX2 and
+ * AVX-512 loops (for i8i8, AVX-512 is the VNNI loops where the CPU has
+ * them), timed alternately in the same run (bench/decode_bandwidth.py
+ * --int8).
  *
  *   usage: gemv_narrow ROWS COLS FORM DTYPE [REPS]
  *     FORM  rows (y[r] = sum_c A[r, c] x[c]: attention's scores over the
@@ -12,7 +14,7 @@
  *           an i8 vector, summed in i32: gemv_i8i8.c, W8A8)
  *
  * One call of rt_gemv_narrow_isa per repetition on a ROWS x COLS matrix,
- * and with the best instruction set one call split with a helper thread
+ * and with each vector instruction set one call split with a helper thread
  * (a device's spare core, rt_gemv.h; forced whatever the size).  As the
  * runtime under --bind-to core, this thread runs on the first CPU the
  * process may use and the helper on the second (unpinned, the kernel
@@ -25,9 +27,9 @@
  * advised as transparent huge pages, what a program's weights get;
  * PAGES=4k in the environment leaves them on 4 KiB pages (the runtime
  * before, for comparison).  Prints one line per instruction set and
- * one for the split:
+ * one per vector set split (EINC_GEMV_ISA caps the sets, rt_gemv.h):
  *   RESULT isa=avx2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
- *   RESULT isa=avx2 threads=2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
+ *   RESULT isa=avx512 threads=2 ms=.. weights_per_s=.. bytes_per_s=.. err=..
  * and whether a device's default plan would split it (rt_gemv_split_wants:
  * its size; the adaptive choice may still keep it on one thread):
  *   DEFAULT split=0|1
@@ -157,10 +159,15 @@ int main(int argc, char **argv)
     double refmax = 0;
     for (int64_t i = 0; i < yn; i++)
         refmax = fabs(ref[i]) > refmax ? fabs(ref[i]) : refmax;
-    static const char *names[] = {"portable", "avx2"};
+    static const char *names[] = {"portable", "avx2", "avx512"};
     int best = rt_gemv_narrow_isa_best();
-    /* variants: isa 0..best on one thread, then the best split in two */
-    int nvar = best + 2;
+    /* variants: isa 0..best on one thread, then each vector set from AVX2
+     * up (or portable C on a CPU with none) split in two */
+    int visa[2 * RT_ISA_AVX512 + 2], vsplit[2 * RT_ISA_AVX512 + 2], nvar = 0;
+    for (int i = 0; i <= best; i++)
+        visa[nvar] = i, vsplit[nvar++] = 0;
+    for (int i = best < RT_ISA_AVX2 ? best : RT_ISA_AVX2; i <= best; i++)
+        visa[nvar] = i, vsplit[nvar++] = 1;
     rt_gemv_split split = {.threads = 2, .cpu = pin_two(), .min_bytes = 1};
     double *t = malloc((size_t)reps * (size_t)nvar * sizeof *t);
     /* BATCH=n: n products whose matrices interleave (heads of a cache
@@ -174,11 +181,11 @@ int main(int argc, char **argv)
     float *bscratch = malloc((size_t)(nbatch * 8 * cols) * sizeof *bscratch);
     for (int64_t i = 0; i < nbatch; i++)
         ob[i] = i * cols;
-    double err[3] = {0, 0, 0};
+    double err[2 * RT_ISA_AVX512 + 2] = {0};
     for (int var = 0; var < nvar; var++) { /* the errors, and a warm-up */
         rt_gemm gv = g;
-        gv.split = var > best ? &split : NULL;
-        if (!rt_gemv_narrow_isa(&gv, scratch, var > best ? best : var))
+        gv.split = vsplit[var] ? &split : NULL;
+        if (!rt_gemv_narrow_isa(&gv, scratch, visa[var]))
             return fprintf(stderr, "gemv_narrow: not a narrow product\n"), 1;
         for (int64_t i = 0; i < yn; i++) {
             double e = fabs(y[i] - ref[i]) / (refmax > 0 ? refmax : 1);
@@ -187,9 +194,9 @@ int main(int argc, char **argv)
     }
     for (int k = 0; k < reps; k++) /* alternately: a load that comes and goes hits all */
         for (int var = 0; var < nvar; var++) {
-            int isa = var > best ? best : var;
+            int isa = visa[var];
             rt_gemm gk = g;
-            gk.split = var > best ? &split : NULL;
+            gk.split = vsplit[var] ? &split : NULL;
             const char *m = mats + bytes * (size_t)((k * nvar + var) % copies);
             if (rows_form)
                 gk.a = m;
@@ -206,7 +213,7 @@ int main(int argc, char **argv)
     for (int var = 0; var < nvar; var++) {
         double s = bench_median(t + var * reps, reps);
         printf("RESULT isa=%s%s ms=%.4f weights_per_s=%.4g bytes_per_s=%.4g err=%.3g\n",
-               names[var > best ? best : var], var > best ? " threads=2" : "", s * 1e3,
+               names[visa[var]], vsplit[var] ? " threads=2" : "", s * 1e3,
                (double)(rows * cols * nbatch) / s, (double)(rows * cols * nbatch) * (double)es / s,
                err[var]);
     }

@@ -20,8 +20,10 @@
  * multiply-add it, three instructions per eight weights; here sixteen
  * weights are widened to i16 in one instruction and multiplied in pairs
  * with vpmaddwd (AVX2), so a weight costs about half the instructions.
- * The AVX-VNNI dot products (vpdpbusd) would do more per instruction, but
- * take one unsigned operand; this machine (AMD EPYC Zen 3) has none.
+ * Where the CPU has AVX-512 with VNNI, gemv_i8i8_vnni.c's loops run
+ * instead: vpdpbusd sums four byte products per i32 lane, 64 weights per
+ * instruction, the weights' sign bit flipped to make the unsigned
+ * operand it takes (the sign handling is documented there).
  *   rows form  y[r] = sum_c A[r, c] x[c]: x widened once to i16 (scratch),
  *              four rows per pass sharing each vector of x
  *   cols form  acc[c] += sum_r x[r] A[r, c]: rows taken in pairs, their
@@ -180,12 +182,14 @@ int64_t rt_gemv_i8i8_scratch(int rows_form, int64_t cols)
 
 /* One product, cut into chunks for a split (i8x_chunk). */
 typedef struct i8x_job {
-    int avx2, rows_form;
+    int avx2, vnni, rows_form;
     const int8_t *a, *x;
     int64_t ld, rows, cols, incx, incy;
     float alpha, beta;
     float *y;
-    int16_t *x16;   /* rows form: x widened */
+    int16_t *x16;   /* rows form: x widened (VNNI: x8 instead) */
+    int8_t *x8;     /* rows form, VNNI: x contiguous */
+    int32_t xsum;   /* rows form, VNNI: the sum of x */
     int32_t *acc;   /* cols form: [2][cols] sums of rows [0, half) and [half, rows) */
     int64_t half;   /* cols form: where the rows are cut in two */
     int64_t nchunk; /* chunks: of rows (rows form), the halves (cols form) */
@@ -202,6 +206,11 @@ static void i8x_chunk(void *arg, int64_t k)
     if (j->rows_form) {
         float *y = j->y + r0 * j->incy;
 #if RT_GEMV_HAVE_AVX2
+        if (j->vnni) {
+            rt_gemv_i8i8_rows_vnni(a, j->ld, r1 - r0, j->cols, j->x8, j->xsum, j->alpha, j->beta,
+                                   y, j->incy);
+            return;
+        }
         if (j->avx2) {
             rows_all_avx2(a, j->ld, r1 - r0, j->cols, j->x16, j->alpha, j->beta, y, j->incy);
             return;
@@ -216,7 +225,9 @@ static void i8x_chunk(void *arg, int64_t k)
     int32_t *acc = j->acc + k * j->cols;
     const int8_t *x = j->x + r0 * j->incx;
 #if RT_GEMV_HAVE_AVX2
-    if (j->avx2)
+    if (j->vnni)
+        rt_gemv_i8i8_cols_vnni(a, j->ld, r1 - r0, j->cols, x, j->incx, acc);
+    else if (j->avx2)
         cols_all_avx2(a, j->ld, r1 - r0, j->cols, x, j->incx, acc);
     else
 #endif
@@ -232,11 +243,16 @@ void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t co
                   int rows_form, const int8_t *x, int64_t incx, float alpha, float beta,
                   float *y, int64_t incy, void *scratch, rt_gemv_split *split)
 {
-    i8x_job j = {.avx2 = RT_GEMV_HAVE_AVX2 && isa == RT_ISA_AVX2, .rows_form = rows_form,
-                 .a = a, .x = x, .ld = ld, .rows = rows, .cols = cols, .incx = incx,
-                 .incy = incy, .alpha = alpha, .beta = beta, .y = y, .x16 = scratch,
-                 .acc = scratch, .half = rows / 2, .nchunk = rows_form ? I8X_ROW_CHUNKS : 2};
-    if (rows_form) {
+    i8x_job j = {.avx2 = RT_GEMV_HAVE_AVX2 && isa >= RT_ISA_AVX2,
+                 .vnni = RT_GEMV_HAVE_AVX2 && isa >= RT_ISA_AVX512 && rt_gemv_cpu_vnni(),
+                 .rows_form = rows_form, .a = a, .x = x, .ld = ld, .rows = rows, .cols = cols,
+                 .incx = incx, .incy = incy, .alpha = alpha, .beta = beta, .y = y,
+                 .x16 = scratch, .x8 = scratch, .acc = scratch, .half = rows / 2,
+                 .nchunk = rows_form ? I8X_ROW_CHUNKS : 2};
+    if (rows_form && j.vnni) {
+        for (int64_t c = 0; c < cols; c++)
+            j.xsum += j.x8[c] = x[c * incx];
+    } else if (rows_form) {
         for (int64_t c = 0; c < cols; c++)
             j.x16[c] = x[c * incx];
         if (j.nchunk > rows)

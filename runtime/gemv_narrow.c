@@ -25,7 +25,10 @@
  * __builtin_cpu_supports) gemv_narrow_avx2.c's loops run instead: eight
  * elements converted per instruction, independent accumulators (2.5x
  * the weights/s from cache, 1.4x from memory: docs/performance.md,
- * section 10).
+ * section 10); and where it also reports AVX-512 F, BW and VL,
+ * gemv_narrow_avx512.c's: sixteen per instruction, masked tails, the
+ * same passes (gemv_narrow_drive.h).  EINC_GEMV_ISA caps the choice
+ * (rt_gemv_narrow_isa_best).
  * The portable loops stay for other CPUs and compilers, and for tests.
  *
  * rt_einsum's batched products (attention's heads over an i8 KV cache: a
@@ -36,8 +39,8 @@
  * it once in order, with the next blocks prefetched (the prefetchers do
  * not follow K interleaved streams well; the prefetch alone took the 8
  * heads of a 2048 x 128 cache from 3.1e9 to 5.2e9 weights/s here).  Where
- * the heads lie side by side in each row (heads_of) and the AVX2 loops
- * run, gemv_narrow_avx2.c's heads kernels take four rows across every
+ * the heads lie side by side in each row (heads_of) and the AVX2 or
+ * AVX-512 loops run, gemv_narrow_avx2.c's heads kernels take four rows across every
  * head per step instead (run_heads): contiguous rows, no call per head.
  * The sums are taken in another order than BLAS's: results differ by f32
  * rounding.
@@ -52,6 +55,7 @@
  * that it is cut there: each chunk is one contiguous run of the matrix,
  * taken in turn by either thread.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt_internal.h"
@@ -226,13 +230,38 @@ int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
     return v.per; /* rows form: x made contiguous; cols form: each run's sums */
 }
 
+/* The set EINC_GEMV_ISA caps the choice at (RT_ISA_AVX512 unset). */
+static int isa_cap(void)
+{
+    const char *e = getenv("EINC_GEMV_ISA");
+    if (!e)
+        return RT_ISA_AVX512;
+    return strcmp(e, "portable") == 0 ? RT_ISA_PORTABLE
+           : strcmp(e, "avx2") == 0   ? RT_ISA_AVX2
+                                      : RT_ISA_AVX512;
+}
+
 int rt_gemv_narrow_isa_best(void)
 {
+    int best = RT_ISA_PORTABLE;
 #if RT_GEMV_HAVE_AVX2
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return RT_ISA_AVX2;
+        best = RT_ISA_AVX2;
+    if (best == RT_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        best = RT_ISA_AVX512;
 #endif
-    return RT_ISA_PORTABLE;
+    int cap = isa_cap();
+    return best < cap ? best : cap;
+}
+
+int rt_gemv_cpu_vnni(void)
+{
+#if RT_GEMV_HAVE_AVX2
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
 }
 
 int rt_gemv_narrow(const rt_gemm *g, void *scratch)
@@ -254,13 +283,14 @@ static void run_rows(const narrow_mv *v, int isa, const char *mat, int64_t r0, i
     const char *a = mat + (size_t)(r0 * v->ld) * rt_dtype_size(v->mdt);
     int64_t n = r1 - r0;
     int i8 = v->mdt == RT_I8;
-    if (RT_GEMV_HAVE_AVX2 && isa == RT_ISA_AVX2) {
+    if (RT_GEMV_HAVE_AVX2 && isa >= RT_ISA_AVX2) {
+        int wide = isa == RT_ISA_AVX512;
         if (v->rows_form)
-            rt_gemv_narrow_rows_avx2(v->mdt, a, v->ld, n, v->cols, x, alpha, beta,
-                                     y + r0 * v->incy, v->incy);
+            (wide ? rt_gemv_narrow_rows_avx512 : rt_gemv_narrow_rows_avx2)(
+                v->mdt, a, v->ld, n, v->cols, x, alpha, beta, y + r0 * v->incy, v->incy);
         else
-            rt_gemv_narrow_cols_avx2(v->mdt, a, v->ld, n, v->cols, x + r0 * v->incx, v->incx,
-                                     acc);
+            (wide ? rt_gemv_narrow_cols_avx512 : rt_gemv_narrow_cols_avx2)(
+                v->mdt, a, v->ld, n, v->cols, x + r0 * v->incx, v->incx, acc);
     } else if (v->rows_form) {
         (i8 ? rows_i8 : rows_bf16)(a, v->ld, n, v->cols, x, alpha, beta, y + r0 * v->incy,
                                    v->incy);
@@ -312,14 +342,14 @@ static int evenly_spaced(const int64_t *o, int64_t n, int64_t *step)
 /*
  * Whether the nbatch matrices at om are heads of one row (attention over
  * a cache [S, K, H]: head k's columns follow head k-1's in every row),
- * with x and y evenly spaced too, so that the AVX2 heads kernels
+ * with x and y evenly spaced too, so that the vector heads kernels
  * (gemv_narrow_avx2.c) read every row once, in order, for all heads.
  */
 static int heads_of(const narrow_mv *v, int64_t nbatch, const int64_t *om, const int64_t *ox,
                     const int64_t *oc, int isa)
 {
     int64_t hm, hx, hc;
-    if (!RT_GEMV_HAVE_AVX2 || isa != RT_ISA_AVX2 || nbatch < 2 || v->x8 ||
+    if (!RT_GEMV_HAVE_AVX2 || isa < RT_ISA_AVX2 || nbatch < 2 || v->x8 ||
         !evenly_spaced(om, nbatch, &hm) || !evenly_spaced(ox, nbatch, &hx) ||
         !evenly_spaced(oc, nbatch, &hc))
         return 0;
@@ -339,17 +369,17 @@ static void run_heads(const gemv_part *p, int64_t part, int64_t lo, int64_t hi)
     float *t = p->tmp + i0 * v->per;
     if (!RT_GEMV_HAVE_AVX2)
         return; /* heads_of never set p->heads */
+    int wide = p->isa == RT_ISA_AVX512;
     if (v->rows_form) {
         int copied = v->incx != 1; /* x made contiguous in tmp */
-        rt_gemv_narrow_heads_rows_avx2(v->mdt, a, v->ld, hi - lo, v->cols, nb, hstep,
-                                       copied ? t : v->x + p->ox[i0], copied ? v->per : xstep,
-                                       (float)p->g->alpha, (float)p->g->beta,
-                                       (float *)p->g->c + p->oc[i0] + lo * v->incy,
-                                       p->oc[1] - p->oc[0], v->incy);
+        (wide ? rt_gemv_narrow_heads_rows_avx512 : rt_gemv_narrow_heads_rows_avx2)(
+            v->mdt, a, v->ld, hi - lo, v->cols, nb, hstep, copied ? t : v->x + p->ox[i0],
+            copied ? v->per : xstep, (float)p->g->alpha, (float)p->g->beta,
+            (float *)p->g->c + p->oc[i0] + lo * v->incy, p->oc[1] - p->oc[0], v->incy);
     } else {
-        rt_gemv_narrow_heads_cols_avx2(v->mdt, a, v->ld, hi - lo, v->cols, nb, hstep,
-                                       v->x + p->ox[i0] + lo * v->incx, xstep, v->incx,
-                                       t + part * v->cols, v->per);
+        (wide ? rt_gemv_narrow_heads_cols_avx512 : rt_gemv_narrow_heads_cols_avx2)(
+            v->mdt, a, v->ld, hi - lo, v->cols, nb, hstep, v->x + p->ox[i0] + lo * v->incx,
+            xstep, v->incx, t + part * v->cols, v->per);
     }
 }
 

@@ -1,6 +1,6 @@
 /*
- * rt_gemv.h - the narrow matrix-vector products (gemv_narrow.c,
- * gemv_narrow_avx2.c) and a device's helper thread for them
+ * rt_gemv.h - the narrow matrix-vector products (gemv_narrow.c and its
+ * AVX2, AVX-512 and VNNI loops) and a device's helper thread for them
  * (gemv_split.c).
  *
  * A decode step's products are memory-bound, and one core draws only part
@@ -208,18 +208,26 @@ typedef struct rt_gemm rt_gemm; /* rt_internal.h */
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
 int rt_gemv_narrow(const rt_gemm *g, void *scratch);
 
-/* The instruction sets gemv_narrow.c's loops come in: portable C (any
- * CPU), or AVX2 + FMA (gemv_narrow_avx2.c; x86-64 under GCC or Clang
- * only, RT_GEMV_HAVE_AVX2).  rt_gemv_narrow_isa_best is the best the
- * running CPU supports (asked each call: no state kept);
+/* The instruction sets gemv_narrow.c's loops come in, each a superset of
+ * the one before: portable C (any CPU), AVX2 + FMA (gemv_narrow_avx2.c),
+ * or AVX-512 F, BW and VL (gemv_narrow_avx512.c; for i8 x i8 products,
+ * gemv_i8i8.c's VNNI loops where the CPU also has AVX512-VNNI, else its
+ * AVX2 ones); the vector sets on x86-64 under GCC or Clang only
+ * (RT_GEMV_HAVE_AVX2).  rt_gemv_narrow_isa_best is the best the running
+ * CPU supports (asked each call: no state kept), capped by
+ * EINC_GEMV_ISA=portable|avx2|avx512 in the environment (a benchmark's
+ * before and after in one run; another value is ignored);
  * rt_gemv_narrow_isa is rt_gemv_narrow with the set chosen by the caller
- * (tests compare both; a set the CPU lacks falls back to the best it has). */
+ * (tests compare them all; a set the CPU lacks falls back to the best it
+ * has). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RT_GEMV_HAVE_AVX2 1
 #else
 #define RT_GEMV_HAVE_AVX2 0
 #endif
-enum { RT_ISA_PORTABLE = 0, RT_ISA_AVX2 = 1 };
+enum { RT_ISA_PORTABLE = 0, RT_ISA_AVX2 = 1, RT_ISA_AVX512 = 2 };
+/* Whether the CPU has AVX512-VNNI (vpdpbusd) besides RT_ISA_AVX512. */
+int rt_gemv_cpu_vnni(void);
 int rt_gemv_narrow_isa_best(void);
 int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
 
@@ -262,6 +270,24 @@ void rt_gemv_narrow_heads_cols_avx2(int32_t mdt, const char *a, int64_t ld, int6
                                     int64_t cols, int64_t nheads, int64_t hstep, const float *x,
                                     int64_t xstep, int64_t incx, float *acc, int64_t accstep);
 
+/* gemv_narrow_avx512.c: the four above with AVX-512 F, BW and VL (16
+ * lanes; only on a CPU with them): the same arguments, passes and
+ * results up to f32 rounding (the cols form's vector lanes give the same
+ * bits as AVX2's; column tails are masked lanes, not scalar steps). */
+void rt_gemv_narrow_rows_avx512(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                int64_t cols, const float *x, float alpha, float beta, float *y,
+                                int64_t incy);
+void rt_gemv_narrow_cols_avx512(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                int64_t cols, const float *x, int64_t incx, float *acc);
+void rt_gemv_narrow_heads_rows_avx512(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                      int64_t cols, int64_t nheads, int64_t hstep,
+                                      const float *x, int64_t xstep, float alpha, float beta,
+                                      float *y, int64_t ystep, int64_t incy);
+void rt_gemv_narrow_heads_cols_avx512(int32_t mdt, const char *a, int64_t ld, int64_t rows,
+                                      int64_t cols, int64_t nheads, int64_t hstep,
+                                      const float *x, int64_t xstep, int64_t incx, float *acc,
+                                      int64_t accstep);
+
 /* gemv_i8i8.c: an i8 matrix a (rows x cols, leading dimension ld) times
  * an i8 vector x (elements incx apart), summed exactly in i32 (so the
  * contraction must be under 2^17 long: RT_GEMV_I8I8_MAX_K) and converted
@@ -275,6 +301,17 @@ void rt_gemv_narrow_heads_cols_avx2(int32_t mdt, const char *a, int64_t ld, int6
  * rt_gemv_split_choose says.  Every isa and split gives the same bits
  * (integer sums). */
 #define RT_GEMV_I8I8_MAX_K ((int64_t)1 << 17)
+/* gemv_i8i8_vnni.c (only with RT_GEMV_HAVE_AVX2, only on a CPU with
+ * AVX-512 F, BW, VL and VNNI: rt_gemv_cpu_vnni), exact integer sums:
+ *   rows: y[r * incy] = alpha * sum_c a[r, c] x[c] + beta * y[r * incy]
+ *         (beta 0: y not read), x contiguous, xsum = sum_c x[c]
+ *   cols: acc[c] += sum_r x[r * incx] a[r, c] for c < cols, modulo 2^32
+ *         (the true sum is exact once it is below 2^31 in magnitude) */
+void rt_gemv_i8i8_rows_vnni(const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
+                            const int8_t *x, int32_t xsum, float alpha, float beta, float *y,
+                            int64_t incy);
+void rt_gemv_i8i8_cols_vnni(const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
+                            const int8_t *x, int64_t incx, int32_t *acc);
 int64_t rt_gemv_i8i8_scratch(int rows_form, int64_t cols);
 void rt_gemv_i8i8(int isa, const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
                   int rows_form, const int8_t *x, int64_t incx, float alpha, float beta,

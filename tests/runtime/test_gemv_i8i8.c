@@ -1,8 +1,9 @@
 /*
  * test_gemv_i8i8.c - an i8 matrix times an i8 vector (runtime/
- * gemv_i8i8.c, reached through rt_gemv_narrow_isa): the result is the
- * exact integer sum rounded once to f32, times alpha, plus beta y, on
- * every instruction set, both forms (a dot per row; a sum of rows), at
+ * gemv_i8i8.c and gemv_i8i8_vnni.c, reached through rt_gemv_narrow_isa):
+ * the result is the exact integer sum rounded once to f32, times alpha,
+ * plus beta y, on every instruction set (AVX-512: the VNNI loops where
+ * the CPU has them), both forms (a dot per row; a sum of rows), at
  * sizes around the loops' steps (row pairs and passes of 4 and 8, columns
  * about 16), strided x and y, a leading dimension wider than the row,
  * extreme values (-128 times -128, sums past 2^24), batched products
@@ -108,6 +109,36 @@ static void test_long_exact(void)
     }
 }
 
+/* The longest contraction taken (RT_GEMV_I8I8_MAX_K - 1 terms) of
+ * constant extremes, every instruction set: 127 x -128 and -128 x -128
+ * give sums near -2^31 and 2^31 that are still exact, though the VNNI
+ * loops' biased sums ((a + 128) x) pass 2^31 and wrap before the bias is
+ * taken off. */
+static void test_longest_exact(void)
+{
+    int64_t k = RT_GEMV_I8I8_MAX_K - 1;
+    int8_t *m = malloc((size_t)k), *x = malloc((size_t)k);
+    static const int av[] = {127, -128};
+    for (size_t v = 0; v < 2; v++) {
+        memset(m, av[v], (size_t)k);
+        memset(x, -128, (size_t)k);
+        float want = (float)((int64_t)av[v] * -128 * k);
+        static float s[RT_GEMV_I8I8_MAX_K / 2];
+        for (int isa = RT_ISA_PORTABLE; isa <= rt_gemv_narrow_isa_best(); isa++)
+            for (int form = 0; form < 2; form++) { /* m: one row of k, or k rows of one */
+                float y = 0;
+                rt_gemm g = {.dtype = RT_F32, .M = 1, .N = 1, .K = k, .alpha = 1, .a = x,
+                             .lda = k, .adt = RT_I8, .b = m, .ldb = form ? k : 1, .tb = form,
+                             .bdt = RT_I8, .c = &y, .ldc = 1};
+                CU_ASSERT_FATAL(rt_gemv_narrow_scratch(&g) <= (int64_t)(sizeof s / sizeof *s));
+                CU_ASSERT(rt_gemv_narrow_isa(&g, s, isa) == 1);
+                CU_ASSERT(y == want);
+            }
+    }
+    free(m);
+    free(x);
+}
+
 /* Batched (attention-like interleaved matrices) equals single calls. */
 static void test_batched(void)
 {
@@ -176,6 +207,7 @@ void einc_register_tests(void)
     static const einc_test tests[] = {
         {"i8 x i8: exact sums, every shape and instruction set", test_exact},
         {"i8 x i8: sums past 2^24 still exact", test_long_exact},
+        {"i8 x i8: the longest contraction, sums near 2^31 exact", test_longest_exact},
         {"i8 x i8: batched equals single calls", test_batched},
         {"i8 x i8: split with the helper, the same exact sums", test_split},
         {"i8 x i8: contractions of 2^17 terms declined", test_declines_long},

@@ -1,11 +1,11 @@
 /*
  * test_gemv_narrow.c - the narrow matrix-vector kernels (runtime/
- * gemv_narrow.c, gemv_narrow_avx2.c) against an f64 loop: an i8 or bf16
- * matrix times an f32 vector in f32, both forms (a dot per row; a sum of
- * rows), on every instruction set the CPU runs (portable C always, AVX2 +
- * FMA where the CPU has them), at sizes around the loops' steps (rows
- * 1..9 about the four-row passes, columns about the 8- and 16-element
- * vectors), with a leading dimension wider than the row, strided x and y,
+ * gemv_narrow.c, gemv_narrow_avx2.c, gemv_narrow_avx512.c) against an f64
+ * loop: an i8 or bf16 matrix times an f32 vector in f32, both forms (a dot
+ * per row; a sum of rows), on every instruction set the CPU runs (portable
+ * C always, AVX2 + FMA and AVX-512 where the CPU has them), at sizes around
+ * the loops' steps (rows 1..9 about the four-row passes, columns about the
+ * 8-, 16- and 32-element vectors and the masked tails), with a leading dimension wider than the row, strided x and y,
  * alpha and beta; batches of products whose matrices interleave
  * (attention's heads over an i8 cache) against single calls; products
  * that are not narrow left alone; and products shared with a device's
@@ -123,24 +123,48 @@ static void test_kernels_vs_f64(void)
     CU_ASSERT(checked == (best + 1) * 2 * 2 * 9 * 12);
 }
 
-/* The AVX2 kernel and the portable one agree on a decode-sized product
- * (1024 x 1000 i8: many 16-column steps, a tail of 8) within rounding;
- * and on rows long enough for the AVX2 sum of rows' eight-row passes
- * (19 x 2053: two passes, a tail of 3 rows and of 5 columns). */
+/* Every instruction set the CPU has (AVX2, AVX-512) and the portable one
+ * agree with f64 on a decode-sized product (1024 x 1000 i8: many 16- and
+ * 32-column steps, a tail of 8; rows of 1000 bytes: the rows form one row
+ * per pass) within rounding, i8 and bf16; and on rows long enough for the
+ * sum of rows' eight-row passes (19 x 2053: two passes, a tail of 3 rows
+ * and of 5 columns). */
 static void test_isas_agree(void)
 {
-    if (rt_gemv_narrow_isa_best() < RT_ISA_AVX2)
-        return; /* nothing to compare on this CPU */
-    for (int form = 0; form < 2; form++) {
-        double e0 = run_case(RT_I8, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, RT_ISA_PORTABLE);
-        double e1 = run_case(RT_I8, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, RT_ISA_AVX2);
-        CU_ASSERT(e0 >= 0 && e0 < 1e-5);
-        CU_ASSERT(e1 >= 0 && e1 < 1e-5);
-    }
-    for (int isa = RT_ISA_PORTABLE; isa <= RT_ISA_AVX2; isa++) {
+    for (int isa = RT_ISA_PORTABLE; isa <= rt_gemv_narrow_isa_best(); isa++) {
+        for (int form = 0; form < 2; form++)
+            for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16) {
+                double e = run_case(dt, form, 1024, 1000, 1000, 1, 1, 1.0, 0.0, isa);
+                CU_ASSERT(e >= 0 && e < 1e-5);
+            }
         double e = run_case(RT_I8, 0, 19, 2053, 2060, 2, 3, -0.5, 0.25, isa);
         CU_ASSERT(e >= 0 && e < 1e-5);
     }
+}
+
+/* EINC_GEMV_ISA caps the instruction set rt_gemv_narrow_isa_best gives
+ * (a benchmark's before and after); unset or unknown, no cap. */
+static void test_isa_cap(void)
+{
+    const char *outer = getenv("EINC_GEMV_ISA"); /* the caller's cap, restored */
+    char *saved = outer ? strdup(outer) : NULL;
+    unsetenv("EINC_GEMV_ISA");
+    int best = rt_gemv_narrow_isa_best();
+    setenv("EINC_GEMV_ISA", "portable", 1);
+    CU_ASSERT(rt_gemv_narrow_isa_best() == RT_ISA_PORTABLE);
+    setenv("EINC_GEMV_ISA", "avx2", 1);
+    CU_ASSERT(rt_gemv_narrow_isa_best() == (best < RT_ISA_AVX2 ? best : RT_ISA_AVX2));
+    setenv("EINC_GEMV_ISA", "avx512", 1);
+    CU_ASSERT(rt_gemv_narrow_isa_best() == best);
+    setenv("EINC_GEMV_ISA", "sse9", 1);
+    CU_ASSERT(rt_gemv_narrow_isa_best() == best);
+    unsetenv("EINC_GEMV_ISA");
+    /* a product asked for with a set the CPU lacks runs on the best it has */
+    double e = run_case(RT_I8, 1, 9, 77, 80, 1, 1, 1.0, 0.0, RT_ISA_AVX512);
+    CU_ASSERT(e >= 0 && e < 1e-5);
+    if (saved)
+        setenv("EINC_GEMV_ISA", saved, 1);
+    free(saved);
 }
 
 /* nbatch products whose matrices interleave as attention's heads do (a
@@ -153,8 +177,9 @@ static void test_isas_agree(void)
 static void test_batched_equals_single(void)
 {
     enum { NB = 3, ROWS = 37 };
-    /* 2100: the cols form sums i8 rows eight at a time (COLS8_MIN) */
-    static const int64_t widths[] = {13, 128, 2100};
+    /* 2100: the cols form sums i8 rows eight at a time (COLS8_MIN);
+     * 1030: with AVX-512 only; the rows form one row per pass from 512 */
+    static const int64_t widths[] = {13, 128, 1030, 2100};
     int best = rt_gemv_narrow_isa_best();
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
         for (int32_t dt = RT_BF16; dt <= RT_I8; dt += RT_I8 - RT_BF16)
@@ -270,7 +295,8 @@ static void test_split_equals_single(void)
     static const int64_t shapes[][3] = {/* batches, rows, cols */
                                         {1, 1003, 517}, {1, 37, 29},  {1, 16, 16},
                                         {1, 15, 1000},  {5, 203, 13}, {8, 517, 128},
-                                        {3, 33, 47},    {1, 2, 3},    {1, 41, 2100}};
+                                        {3, 33, 47},    {1, 2, 3},    {1, 41, 2100},
+                                        {1, 45, 1030}};
     rt_gemv_split split = {.threads = 2, .cpu = -1, .min_bytes = 1};
     int best = rt_gemv_narrow_isa_best(), checked = 0;
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
@@ -295,7 +321,7 @@ static void test_split_equals_single(void)
     CU_ASSERT(split.worker != NULL); /* the helper was started, */
     rt_gemv_split_release(&split);   /* and is joined */
     CU_ASSERT(split.worker == NULL);
-    CU_ASSERT(checked == (best + 1) * 2 * 2 * 9);
+    CU_ASSERT(checked == (best + 1) * 2 * 2 * 10);
 }
 
 static void count_chunk(void *arg, int64_t k)
@@ -532,7 +558,8 @@ void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"i8 and bf16 kernels vs f64, every instruction set", test_kernels_vs_f64},
-        {"AVX2 and portable agree on a decode-sized product", test_isas_agree},
+        {"every instruction set agrees on a decode-sized product", test_isas_agree},
+        {"EINC_GEMV_ISA caps the instruction set", test_isa_cap},
         {"batched (interleaved heads) equals single calls", test_batched_equals_single},
         {"products that are not narrow are declined", test_declines},
         {"split with the helper equals one thread, bit for bit", test_split_equals_single},
