@@ -13,6 +13,10 @@
  * Point-to-point messages (rt_send / rt_recv) go through one mailbox per
  * device (p2p_threads.c), held by the world; a message still in a mailbox
  * when the devices have finished was never received, and ends the job.
+ *
+ * Device threads pinned to fewer CPUs than there are threads take turns
+ * at pipeline items, one turn per CPU (core_turns.c, rt_turns.h), unless
+ * EINC_CORE_SHARING=kernel leaves the sharing to the kernel.
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include <cblas.h>
