@@ -90,9 +90,9 @@ machine-predicted.
 A stage's work dominates its transfers here (one [256/M, 512] activation a
 hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
 Usage: bench/pipeline.py [--build DIR] [--steps S] [--stages 2,4]
-                         [--microbatches 1,2,4,8,16] [--repeat N] [--json FILE]
+                         [--microbatches 1,2,4,8,16] [--schedules gpipe,...]
+                         [--core-sharing items,kernel] [--repeat N] [--json FILE]
 """
-import functools
 import json
 import os
 import re
@@ -102,9 +102,14 @@ import tempfile
 
 sys.dont_write_bytecode = True
 import benchlib  # noqa: E402
+from pipeline_model import (  # noqa: E402,F401  (re-exported: pipeline_items.py, tests)
+    _dep, _key, _kind, decontend, handoff_lags, item_works, machine_prediction, ops_replay, replay,
+    replayed_bubbles, shared_replay, stage_items, trace_runs)
 
 SCHEDULES = ["gpipe", "1f1b", "zero-bubble", "zb-h2", "interleaved"]
 SPLIT = ("zero-bubble", "zb-h2")  # the backward split into B and W: no closed form
+# The runtime's EINC_CORE_SHARING when unset (runtime/backend_threads.c, core_sharing).
+DEFAULT_SHARING = "items"
 LAYERS, CHUNKS = 4, 2  # the program's L; interleaved's v
 
 
@@ -150,363 +155,17 @@ def step_seconds(exe, steps, env=None):
     return statistics.median(ms[1:]) / 1e3
 
 
-def measured_bubble(exe, steps, trace):
+def measured_bubble(exe, steps, trace, env=None):
     """The --profile line's measured and predicted bubbles, as fractions
     (the predicted one None when the executable has none); the run also
-    writes its --trace to `trace` (replayed_bubbles reads it)."""
+    writes its --trace to `trace` (replayed_bubbles reads it).  `env` as
+    step_seconds'."""
     out = benchlib.run([exe, "--random-inputs", "1", "--steps", str(steps), "--profile",
-                        "--trace", trace], timeout=600)
+                        "--trace", trace], timeout=600, env=env)
     m = re.search(r"^pipeline: .*measured bubble ([0-9.]+)%.*predicted(?: ([0-9.]+)%)?", out, re.M)
     if not m:
         raise benchlib.BenchError(f"{exe} --profile printed no pipeline line:\n{out[-1000:]}")
     return float(m.group(1)) / 100, float(m.group(2)) / 100 if m.group(2) else None
-
-
-@functools.lru_cache(maxsize=64)
-def stage_items(trace):
-    """A --trace file read once: (the runs its header counts, {stage:
-    [(name, begin_us, end_us, waits, ops), ...]}), each stage's pipeline
-    items in the order it ran them over all runs, waits the item's receive
-    waits [(begin, end)] clipped to it, ops the `compute` spans (trace
-    events) inside it.  Cached and shared (trace_runs, handoff_lags,
-    ops_replay and pipeline_items.py read the same files): callers only
-    read it."""
-    with open(trace) as f:
-        doc = json.load(f)
-    by = {}
-    for e in doc["traceEvents"]:
-        if e.get("ph") == "X" and e.get("cat") in ("pipeline", "compute"):
-            by.setdefault(e["tid"], []).append(e)
-    out = {}
-    for s, es in by.items():
-        es.sort(key=lambda e: e["ts"])
-        waits = [e for e in es if e["cat"] == "pipeline" and e["name"] == "recv wait"]
-        ops = [e for e in es if e["cat"] == "compute"]
-        row, j = [], 0
-        for it in (e for e in es if e["cat"] == "pipeline" and e["name"] != "recv wait"):
-            end = it["ts"] + it["dur"]
-            while j < len(ops) and ops[j]["ts"] < it["ts"]:
-                j += 1
-            k = j
-            while k < len(ops) and ops[k]["ts"] < end:
-                k += 1
-            row.append((it["name"], it["ts"], end, tuple((x["ts"], min(x["ts"] + x["dur"], end))
-                                                          for x in waits if it["ts"] <= x["ts"] < end),
-                        tuple(ops[j:k])))
-            j = k
-        if row:
-            out[s] = row
-    return doc.get("otherData", {}).get("runs", 0), out
-
-
-@functools.lru_cache(maxsize=64)
-def trace_runs(trace, cores=None):
-    """The pipeline items of each run in a --trace file: a list over runs of
-    ({stage: [(name, busy_us), ...] in the order the stage ran them},
-    measured bubble, {stage: [work_us, ...]}, span_us), busy being the
-    item's time minus its receive waits (pipe_bubble.c's busy), the bubble
-    1 - mean busy / span as --profile's, and work each item's busy time
-    de-contended for `cores` CPUs (decontend; busy itself when cores is
-    None).  Cached: a row's replays, machine predictions (pooled and leave
-    one out) and ops replay read each trace file many times; the result
-    is shared, so callers only read it."""
-    runs, items = stage_items(trace)
-    # Each item name occurs once per run; a trace buffer that filled up
-    # holds fewer runs than were made: keep the complete ones.
-    for row in items.values():
-        runs = min(runs, len(row) // max(len({x[0] for x in row}), 1))
-    if runs < 1:
-        raise benchlib.BenchError(f"{trace}: no run's pipeline items were all recorded")
-    out = [{} for _ in range(runs)]
-    for stage, row in sorted(items.items()):
-        per_run = len({x[0] for x in row})
-        for r in range(runs):
-            out[r][stage] = [x[:4] for x in row[r * per_run:(r + 1) * per_run]]
-    result = []
-    for stages in out:
-        first = min(x[1] for row in stages.values() for x in row)
-        last = max(x[2] for row in stages.values() for x in row)
-        named = {s: [(x[0], x[2] - x[1] - sum(b - a for a, b in x[3])) for x in row]
-                 for s, row in stages.items()}
-        busy = sum(b for row in named.values() for _, b in row)
-        work = decontend(stages, cores) if cores else {s: [b for _, b in row]
-                                                         for s, row in named.items()}
-        result.append((named, 1 - busy / len(stages) / (last - first), work, last - first))
-    return result
-
-
-def decontend(stages, cores):
-    """Each item's work in CPU-microseconds: its busy intervals (the item
-    minus its receive waits; stages as trace_runs builds them, {stage:
-    [(name, begin, end, waits)]}) weighted by the share of its CPU a stage
-    gets while k stages pinned to that CPU are busy at once, 1 / k.  The
-    threads backend pins device d to the (d mod cores)-th CPU (its default
-    --bind-to core, runtime/backend_threads.c), and the kernel shares a CPU
-    fairly among its runnable threads: the processor-sharing model
-    (Kleinrock, "Time-shared systems: a theoretical treatment", JACM 1967;
-    Linux's CFS aims at it).  With cores >= the stages the work is the busy
-    time.  Other jobs' threads are not seen: what they take counts as work."""
-    events = []  # (time, +1 open / -1 close, stage, item)
-    for s, row in stages.items():
-        for i, (_, begin, end, waits) in enumerate(row):
-            cuts = [begin] + [t for a, b in sorted(waits) for t in (a, b)] + [end]
-            for a, b in zip(cuts[::2], cuts[1::2]):
-                if b > a:
-                    events += [(a, 1, s, i), (b, -1, s, i)]
-    events.sort(key=lambda e: (e[0], e[1]))
-    work = {s: [0.0] * len(row) for s, row in stages.items()}
-    active, prev = set(), None  # the open (stage, item) pairs
-    for t, kind, s, i in events:
-        if prev is not None and t > prev:
-            # (An item's end may sort a rounding after the next one's begin.)
-            busy = {st for st, _ in active}
-            for st, it in active:
-                work[st][it] += (t - prev) / sum(x % cores == st % cores for x in busy)
-        prev = t
-        if kind > 0:
-            active.add((s, i))
-        else:
-            active.discard((s, i))
-    return work
-
-
-def _dep(key, Z, v):
-    """The item an item (kind, mb, chunk, stage) waits for, None if none:
-    F m.c after F m.c of the previous stage (stage 0: after F m.c-1 of the
-    last stage), B m.c after B m.c of the next stage (the last stage: after
-    B m.c+1 of stage 0, or for its last chunk after its own F m.c), W m
-    after B m (docs/pipeline.md, "The model of a step")."""
-    kind, mb, c, s = key
-    if kind == "F":
-        return ("F", mb, c, s - 1) if s > 0 else ("F", mb, c - 1, Z - 1) if c > 0 else None
-    if kind == "B":
-        if s < Z - 1:
-            return ("B", mb, c, s + 1)
-        return ("B", mb, c + 1, 0) if c < v - 1 else ("F", mb, c, s)
-    return ("B", mb, c, s)
-
-
-def _key(name, s):
-    mb, _, c = name[1:].partition(".")
-    return (name[0], int(mb), int(c or 0), s)
-
-
-def _chunks(stages):
-    return 1 + max(int(n.split(".")[1]) if "." in n else 0 for row in stages.values() for n, _ in row)
-
-
-def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
-    """The stages' orders ({stage: [(name, work_us)]}) run on `cores` CPUs,
-    stage s pinned to CPU s mod cores and sharing it fairly with the other
-    busy stages pinned there (decontend's model: k of them each progress
-    at 1 / k), instant handoffs, dependencies as _dep.  Returns (span_us,
-    bubble) with busy counted as --profile counts it: an item's wall time,
-    the time its stage waits for the CPU included.  With turns=True the
-    stages of a CPU take turns instead, an item running to its end before
-    the next begins, the stage whose item was ready first going next (list
-    scheduling, Graham, "Bounds on multiprocessing timing anomalies", SIAM
-    J. Appl. Math. 17(2), 1969): the wait for the CPU is then before the
-    item's begin, idle.  With cores >= Z each stage has a CPU of its own
-    (replay) and both are the same.  A dict `timeline` gets each stage's
-    [(name, begin, end)].  wake = (idle_us, busy_us): a stage that waits
-    for another stage's item starts its own that long after the input is
-    done (the receive's wake-up, handoff_lags), busy_us when another stage
-    pinned to its CPU is running then, idle_us when none is; (0, 0):
-    instant handoffs."""
-    Z, v = len(stages), _chunks(stages)
-    pos, end, now = [0] * Z, {}, 0.0
-    free = [0.0] * Z  # when each stage's last item ended
-    running, ready, woken = {}, {}, {}  # stage -> [remaining work, start]; -> ready since; -> starts at
-    busy = 0.0
-    while True:
-        for s in range(Z):
-            if s not in running and s not in ready and s not in woken and pos[s] < len(stages[s]):
-                d = _dep(_key(stages[s][pos[s]][0], s), Z, v)
-                if d is None or d in end:
-                    # Input from another stage while this one waited: a wake-up.
-                    waited = d is not None and d[3] != s and end[d] >= free[s]
-                    lag = wake[any(x % cores == s % cores for x in running)] if waited else 0.0
-                    (woken if lag > 0 else ready)[s] = now + lag
-        for s in [x for x in woken if woken[x] <= now + 1e-9]:
-            ready[s] = woken.pop(s)
-        for s in sorted(ready, key=lambda x: (ready[x], x)):
-            if not turns or not any(x % cores == s % cores for x in running):
-                running[s] = [max(stages[s][pos[s]][1], 0.0), now]
-                del ready[s]
-        if not running and not woken:
-            break
-        rate = {s: 1.0 / sum(x % cores == s % cores for x in running) for s in running}
-        dt = min([running[s][0] / rate[s] for s in running] + [t - now for t in woken.values()])
-        now += dt
-        for s in list(running):
-            running[s][0] -= rate[s] * dt
-            if running[s][0] <= 1e-9:
-                busy += now - running[s][1]
-                end[_key(stages[s][pos[s]][0], s)] = now
-                free[s] = now
-                if timeline is not None:
-                    timeline.setdefault(s, []).append((stages[s][pos[s]][0], running[s][1], now))
-                pos[s] += 1
-                del running[s]
-    if any(pos[s] < len(stages[s]) for s in range(Z)):
-        raise benchlib.BenchError("shared_replay: a stage's order waits for an item no stage runs")
-    return now, 1 - busy / Z / now if now > 0 else 0.0
-
-
-def replay(stages):
-    """The bubble of the stages' orders run with the given busy times and
-    free, instant transfers, each stage on its own CPU: each item starts
-    when its stage is free and its input is done (_dep)."""
-    return shared_replay(stages, len(stages))[1]
-
-
-def replayed_bubbles(trace):
-    """Medians over the runs of a --trace file of two replays (replay):
-    the stages' orders with each run's own measured item times -- the
-    bubble if every handoff were instant, so measured minus this is the
-    time receives took beyond their inputs' readiness (the handoffs'
-    wake-ups) -- and with every item at the fastest time of its stage and
-    kind in that run (the F, B or W items of one stage do the same work),
-    which leaves out the items that other jobs' threads slowed down
-    (replayed minus this is that jitter).  What is left above the
-    prediction is the items' measured times against the costed ones."""
-    own, fastest = [], []
-    for stages, _, _, _ in trace_runs(trace):
-        own.append(replay(stages))
-        best = {}
-        for s, row in stages.items():
-            for n, b in row:
-                best[(s, n[0])] = min(b, best.get((s, n[0]), b))
-        fastest.append(replay({s: [(n, best[(s, n[0])]) for n, _ in row] for s, row in stages.items()}))
-    return statistics.median(own), statistics.median(fastest)
-
-
-def _kind(name):
-    """An item's kind and chunk ("F", "B" or "W", then ".c" if any): the
-    items of one stage with the same kind and chunk do the same work."""
-    return name[0] + (name[name.index("."):] if "." in name else "")
-
-
-def handoff_lags(traces, cores):
-    """The receives' wake-ups in the --trace files `traces` (a path or a
-    list of paths): for each forward item of a stage s > 0 (and the first
-    stage's chunks c > 0, interleaved) whose receive began before the
-    item it waits for (_dep) ended, the time from that item's end to the
-    receive's return (0 when the receive returned first), averaged over
-    the items and runs, split by whether another stage pinned to the
-    receiver's CPU (stage d on CPU d mod cores) was busy at that end.
-    Only forward items: an F item's send is its last step, where a B
-    item sends dL/dx before its weight gradients.  Returns (idle_us,
-    busy_us, n_idle, n_busy), a mean 0 when it has no samples; what
-    shared_replay's `wake` takes (docs/pipeline.md, "Where the machine
-    prediction's miss comes from")."""
-    per = [_trace_lags(t, cores) for t in ([traces] if isinstance(traces, str) else traces)]
-    lags = [x for idle, _ in per for x in idle], [x for _, busy in per for x in busy]
-    return (statistics.mean(lags[0]) if lags[0] else 0.0, statistics.mean(lags[1]) if lags[1] else 0.0,
-            len(lags[0]), len(lags[1]))
-
-
-@functools.lru_cache(maxsize=64)
-def _trace_lags(t, cores):
-    """handoff_lags' samples of one --trace file: (onto an idle core, onto
-    a busy one), tuples of microseconds.  Cached as trace_runs is: every
-    machine prediction of a row reads the same files."""
-    lags = ([], [])
-    by = stage_items(t)[1]
-    Z, items, busy = len(by), {}, {}
-    v = 1 + max((int(x[0].split(".")[1]) for row in by.values() for x in row if "." in x[0]), default=0)
-    for s, row in by.items():
-        seen = {}
-        for name, begin, end, ws, _ in row:
-            r = seen[name] = seen.get(name, -1) + 1  # the run
-            items[(_key(name, s), r)] = (end, ws)
-            cuts = [begin] + [c for a, b in ws for c in (a, b)] + [end]
-            busy.setdefault(s, []).extend(zip(cuts[::2], cuts[1::2]))
-    for (k, r), (_, ws) in items.items():
-        d = _dep(k, Z, v)
-        if k[0] != "F" or d is None or d[3] == k[3] or not ws or (d, r) not in items:
-            continue
-        ready = items[(d, r)][0]
-        if ws[0][0] >= ready:  # the message was there: no wake-up
-            continue
-        s = k[3]
-        shared = any(a <= ready < b for x, iv in busy.items() if x != s and x % cores == s % cores
-                     for a, b in iv)
-        lags[shared].append(max(0.0, ws[0][1] - ready))
-    return tuple(lags[0]), tuple(lags[1])
-
-
-def item_works(traces, cores):
-    """The de-contended work (decontend) of every pipeline item in the
-    --trace files `traces` (a path or a list of paths, e.g. one per
-    repeat), pooled over their runs: ({(stage, kind and chunk): [work_us,
-    ...]}, the runs as trace_runs returns them, concatenated)."""
-    runs = [r for t in ([traces] if isinstance(traces, str) else traces) for r in trace_runs(t, cores)]
-    per = {}
-    for stages, _, work, _ in runs:
-        for s, row in stages.items():
-            for (n, _), w in zip(row, work[s]):
-                per.setdefault((s, _kind(n)), []).append(w)
-    return per, runs
-
-
-def machine_prediction(traces, cores):
-    """The step this machine can run (section "Z > cores" of
-    docs/pipeline.md): every item's work de-contended for `cores` CPUs
-    (decontend), the median work of each stage's items of one kind and
-    chunk over the microbatches and runs of the traces (a path or a list
-    of paths; leaving out the jitter), and the stages' orders run with
-    those works on `cores` CPUs (shared_replay), each receive that waited
-    waking the traces' mean wake-up after its input was done
-    (handoff_lags).  Returns a dict of medians over the runs, times in
-    seconds: span (the measured items' span), work (the sum of the items'
-    work, CPU-seconds), the prediction's span and bubble, items:
-    {(stage, kind): median work in seconds}, and wake: the mean wake-ups
-    (onto an idle core, onto a busy one) in seconds."""
-    per, runs = item_works(traces, cores)
-    med = {k: statistics.median(v) for k, v in per.items()}
-    order = {s: [(n, med[(s, _kind(n))]) for n, _ in row] for s, row in runs[0][0].items()}
-    lags = handoff_lags(traces, cores)
-    span, bubble = shared_replay(order, cores, wake=lags[:2])
-    tspan, tbubble = shared_replay(order, cores, turns=True, wake=lags[:2])
-    return {"span": statistics.median(r[3] for r in runs) / 1e6,
-            "work": statistics.median(sum(sum(w) for w in r[2].values()) for r in runs) / 1e6,
-            "pred_span": span / 1e6, "pred_bubble": bubble,
-            "turns_span": tspan / 1e6, "turns_bubble": tbubble,
-            "items": {k: v / 1e6 for k, v in med.items()},
-            "wake": (lags[0] / 1e6, lags[1] / 1e6)}
-
-
-def ops_replay(traces):
-    """The bubble of the stages' orders replayed (replay, a CPU per stage)
-    with each item's time built from its ops' median times: for each
-    stage and item kind (_kind), every op (a `compute` span of the
-    --trace files `traces` inside an item) at the median of its calls
-    over the items, microbatches and runs, times its median count per
-    item.  An op that another job's thread stalled is one call among
-    many, so this leaves out the jitter more surely than the median
-    item of machine_prediction does; it leaves out the time an item spends
-    outside its ops (the frames, the send's copy) and its receive waits.
-    What it keeps is the ops' measured times: the microbatches' GEMM
-    sizes, the first stage's embedding and the last one's loss, the W
-    items.  Returns (bubble, {(stage, kind): item seconds})."""
-    durs, per_item, order = {}, {}, None  # (kind, op) -> [us]; kind -> [{op: calls}]
-    for t in [traces] if isinstance(traces, str) else traces:
-        for s, row in stage_items(t)[1].items():
-            for name, _, _, _, ops in row:
-                k, n = (s, _kind(name)), {}
-                for op in ops:
-                    durs.setdefault((k, op["name"]), []).append(op["dur"])
-                    n[op["name"]] = n.get(op["name"], 0) + 1
-                per_item.setdefault(k, []).append(n)
-        if order is None:
-            order = trace_runs(t)[0][0]
-    item = {}
-    for (k, name), ds in durs.items():
-        calls = statistics.median(n.get(name, 0) for n in per_item[k])
-        item[k] = item.get(k, 0.0) + statistics.median(ds) * calls
-    bub = replay({s: [(n, item.get((s, _kind(n)), 0.0)) for n, _ in row] for s, row in order.items()})
-    return bub, {k: v / 1e6 for k, v in item.items()}
 
 
 def costed(einc, work, name, flags):
@@ -523,41 +182,72 @@ def costed(einc, work, name, flags):
     return pipe
 
 
-def measure(einc, work, Z, sched, M, steps, cores, repeat=1):
-    """One row: compiles the program for (Z, schedule, M) once, then
-    `repeat` times times its step (seconds) and runs it with --profile
-    --trace.  Returns a dict of medians over the repeats (the step, the
-    measured and predicted bubbles, the replays, the machine prediction
-    from the items of every repeat pooled: machine_prediction), the
-    per-repeat lists ("steps", "bubbles", and "loo": each repeat's
-    machine-predicted bubble from the other repeats' items, leave one
-    out, so that no repeat's own items predict its bubble; with one
-    repeat its own), and the cost pass's totals ("costed")."""
+def policy(sharing, Z, cores):
+    """How the runtime shares the cores in a row: "items" (stages of a CPU
+    take turns at pipeline items, runtime/core_turns.c) when Z > cores and
+    EINC_CORE_SHARING -- the row's `sharing`, else this process's
+    environment, else the runtime's default (DEFAULT_SHARING) -- is items;
+    "kernel" (the kernel's time slices) when it is kernel; "off" when every
+    stage has a core."""
+    if Z <= cores:
+        return "off"
+    return "items" if (sharing or os.environ.get("EINC_CORE_SHARING") or DEFAULT_SHARING) == "items" \
+        else "kernel"
+
+
+def measure(einc, work, Z, sched, M, steps, cores, repeat=1, sharings=(None,)):
+    """One row per EINC_CORE_SHARING setting in `sharings` (None: the
+    environment's): compiles the program for (Z, schedule, M) once, then
+    `repeat` times, for each setting in turn (the settings interleaved,
+    their order reversed every other repeat, so that a change of the
+    machine's load falls on both), times its step (seconds) and runs it
+    with --profile --trace.  Returns {setting: summarise()'s dict}."""
     name = f"z{Z}_{sched}_m{M}"
     flags = [f"--microbatches={M}", f"--schedule={sched}"]
     exe = build(einc, work, name, program(Z, True), flags)
     cost = costed(einc, work, name, flags)
-    reps = []
+    reps = {sh: [] for sh in sharings}
     for i in range(repeat):
-        t = step_seconds(exe, steps)
-        trace = os.path.join(work, f"{name}_r{i}.json")
-        bub, pred = measured_bubble(exe, steps, trace)
-        own, fastest = replayed_bubbles(trace)
-        reps.append({"step": t, "bubble": bub, "pred": pred, "own": own, "fastest": fastest,
-                     "trace": trace, "span": machine_prediction(trace, cores)["span"]})
+        for sh in sharings if i % 2 == 0 else sharings[::-1]:
+            env = {"EINC_CORE_SHARING": sh} if sh else None
+            t = step_seconds(exe, steps, env)
+            trace = os.path.join(work, f"{name}{'_' + sh if sh else ''}_r{i}.json")
+            bub, pred = measured_bubble(exe, steps, trace, env)
+            own, fastest = replayed_bubbles(trace)
+            reps[sh].append({"step": t, "bubble": bub, "pred": pred, "own": own, "fastest": fastest,
+                             "trace": trace, "span": machine_prediction(trace, cores)["span"]})
+    return {sh: summarise(reps[sh], policy(sh, Z, cores), cost, Z, cores) for sh in sharings}
+
+
+def summarise(reps, pol, cost, Z, cores):
+    """One row's figures from its repeats (measure): a dict of medians over
+    the repeats (the step, the measured and predicted bubbles, the
+    replays, the machine prediction from the items of every repeat pooled:
+    machine_prediction), the per-repeat lists ("steps", "bubbles", and
+    "loo": each repeat's judged machine-predicted bubble from the other
+    repeats' items, leave one out, so that no repeat's own items predict
+    its bubble; with one repeat its own), the cost pass's totals
+    ("costed") and the core-sharing policy ("policy", policy()).  The
+    judged machine prediction ("jbubble", "loo", the step "mstep", the
+    wake-ups "wake") is the one of the runtime's policy: the stages of a
+    CPU taking turns ("turns") under items, sharing it by time slices
+    ("machine") otherwise."""
+    turns = pol == "items"
     traces = [r["trace"] for r in reps]
     mp = machine_prediction(traces, cores)
     # With stages sharing cores an op's time includes its share of the
     # core: the ops' replay (a CPU per stage) does not apply.
     ops = ops_replay(traces)[0] if Z <= cores else None
-    loo = [machine_prediction([x for j, x in enumerate(traces) if j != i] or traces, cores)["pred_bubble"]
-           for i in range(repeat)]
+    key = "turns_bubble" if turns else "pred_bubble"
+    loo = [machine_prediction([x for j, x in enumerate(traces) if j != i] or traces, cores)[key]
+           for i in range(len(reps))]
     med = {k: statistics.median(r[k] for r in reps) for k in ("step", "bubble", "own", "fastest", "span")}
     # The machine's step: the predicted items' span plus the step's time
     # outside the items (the update and the once-per-step collectives).
-    mstep = mp["pred_span"] + max(0.0, med["step"] - med["span"])
+    mstep = mp["turns_span" if turns else "pred_span"] + max(0.0, med["step"] - med["span"])
     return {**med, "pred": reps[0]["pred"], "mstep": mstep, "mbubble": mp["pred_bubble"],
-            "work": mp["work"], "tbubble": mp["turns_bubble"], "items": mp["items"], "wake": mp["wake"],
+            "work": mp["work"], "tbubble": mp["turns_bubble"], "items": mp["items"],
+            "wake": mp["turns_wake" if turns else "wake"], "jbubble": mp[key], "policy": pol,
             "steps": [r["step"] for r in reps], "bubbles": [r["bubble"] for r in reps],
             "loo": loo, "costed": cost, "ops": ops}
 
@@ -565,11 +255,12 @@ def measure(einc, work, Z, sched, M, steps, cores, repeat=1):
 HEADER = (f"{'Z':>2} {'schedule':>11} {'M':>3} {'step_ms':>8} {'ideal_ms':>8} {'/ideal':>6} "
           f"{'closed':>6} {'mach_ms':>7} {'/mach':>5} {'pred_ms':>7} {'work':>5} {'bubble':>6} "
           f"{'predict':>7} {'closed':>6} {'ops':>6} {'machine':>7} {'turns':>6} {'replay':>6} "
-          f"{'fastest':>7} {'spread':>6}")
+          f"{'fastest':>7} {'spread':>6} {'share':>6}")
 
 
-def report(res, Z, sched, M, v, r, ideal, mideal, one1, cores):
-    """Prints the row and records it in res."""
+def report(res, Z, sched, M, v, r, ideal, mideal, one1, cores, tag=""):
+    """Prints the row and records it in res, its figures' names ending in
+    `tag` (the row's EINC_CORE_SHARING, when the bench sets it)."""
     t, bub, pred = r["step"], r["bubble"], r["pred"]
     closed = sched not in SPLIT  # (vM+Z-1)/(vM) and (Z-1)/(vM+Z-1)
     closed_step = (v * M + Z - 1) / (v * M)
@@ -582,12 +273,14 @@ def report(res, Z, sched, M, v, r, ideal, mideal, one1, cores):
           f"{1e3 * mideal:>7.1f} {t / mideal:>5.2f} {1e3 * r['mstep']:>7.1f} {r['work'] / one1:>5.2f} "
           f"{100 * bub:>5.1f}% {ps} {cb} {opss} {100 * r['mbubble']:>6.1f}% {100 * r['tbubble']:>5.1f}% "
           f"{100 * r['own']:>5.1f}% "
-          f"{100 * r['fastest']:>6.1f}% {100 * (max(r['bubbles']) - min(r['bubbles'])):>6.1f}")
+          f"{100 * r['fastest']:>6.1f}% {100 * (max(r['bubbles']) - min(r['bubbles'])):>6.1f} "
+          f"{r['policy']:>6}")
     print(items_line(r))
     shared = Z > cores
-    note = f" ({Z} stages on {cores} cores)" if shared else ""
+    turns = r["policy"] == "items"
+    note = f" ({Z} stages on {cores} cores{', taking turns at items' if turns else ''})" if shared else ""
     pnote = f"predicted {100 * pred:.1f}%" if pred is not None else "no prediction"
-    name = f"Z={Z} {sched} M={M}"
+    name = f"Z={Z} {sched} M={M}{tag}"
     res.add(f"{name}: step / ideal{note}", t / ideal, "x",
             f"closed form (vM+Z-1)/(vM) = {closed_step:.2f}, v = {v}" if closed else pnote,
             ratio=t / ideal)
@@ -638,10 +331,14 @@ def report(res, Z, sched, M, v, r, ideal, mideal, one1, cores):
         res.add(f"{name}: |measured - predicted| bubble{note}", off, "points",
                 ("not judged: stages share cores" if shared else "<= 5 points (issue 25)") + consistency(offs),
                 verdict="-" if shared else "ok" if off <= 5 else "MISS")
+    # Judged against the machine prediction of the runtime's policy:
+    # "turns" when the stages of a core take turns at items, else "machine".
     offs = [100 * (b - m) for b, m in zip(r["bubbles"], r["loo"])]
     off = abs(statistics.median(offs))
+    against = "the turns prediction, as the runtime shares the cores" if turns else \
+        "the time-sliced prediction, as the kernel shares the cores"
     res.add(f"{name}: |measured - machine-predicted| bubble{note}", off, "points",
-            ("<= 5 points (issue 25, with the cores shared)" if shared else
+            (f"<= 5 points (issue 25, with the cores shared; against {against})" if shared else
              "<= 5 points, items' measured times") + consistency(offs),
             verdict="ok" if off <= 5 else "MISS")
 
@@ -705,10 +402,10 @@ def items_line(r):
             f"{1e3 * r['wake'][0]:.2f} ms onto an idle core, {1e3 * r['wake'][1]:.2f} ms onto a busy one")
 
 
-def targets(res, Z, rows, mbs, cores):
+def targets(res, Z, rows, mbs, cores, tag=""):
     """Issue 25's zero-bubble target at M = 2Z for each split schedule,
-    and zb-h2 against zero-bubble at each M."""
-    note = f" ({Z} stages on {cores} cores)" if Z > cores else ""
+    and zb-h2 against zero-bubble at each M (`tag` as report's)."""
+    note = f" ({Z} stages on {cores} cores){tag}" if Z > cores else tag
     # Qi et al., ICLR'24, section 3: ZB-H1 (zero-bubble) keeps 1F1B's memory
     # and about a third of its bubble, ZB-H2 twice its memory and almost
     # none; both are "zero bubble" schedules, so the target applies to each.
@@ -719,7 +416,7 @@ def targets(res, Z, rows, mbs, cores):
             continue
         ratio = zb["bubble"] / ob["bubble"]
         pr = zb["pred"] / ob["pred"] if zb["pred"] is not None and ob["pred"] else None
-        mr = zb["mbubble"] / ob["mbubble"] if ob["mbubble"] else None
+        mr = zb["jbubble"] / ob["jbubble"] if ob["jbubble"] else None
         ok = ratio <= 0.5
         prs = f"{pr:.2f}" if pr is not None else "-"
         mrs = f"{mr:.2f}" if mr is not None else "-"
@@ -727,7 +424,7 @@ def targets(res, Z, rows, mbs, cores):
         # consistency() reads a row's runs: one ratio per pair.
         pairs = [a / b for a, b in zip(zb["bubbles"], ob["bubbles"]) if b]
         runs = f"; runs {' '.join(f'{q:.2f}' for q in pairs)}" if len(pairs) > 1 else ""
-        print(f"# Z = {Z}, M = {2 * Z}: {sched}'s bubble / 1f1b's = {ratio:.2f} measured (medians"
+        print(f"# Z = {Z}, M = {2 * Z}{tag}: {sched}'s bubble / 1f1b's = {ratio:.2f} measured (medians"
               f"{runs}), {prs} predicted, {mrs} machine-predicted (target <= 0.5: "
               f"{'met' if ok else 'missed'})")
         res.add(f"Z={Z} M={2 * Z}: {sched} bubble / 1f1b bubble{note}", ratio, "x",
@@ -739,9 +436,28 @@ def targets(res, Z, rows, mbs, cores):
         h2, h1 = rows.get((Z, "zb-h2", M)), rows.get((Z, "zero-bubble", M))
         if h2 is not None and h1 is not None and h1["bubble"]:
             q = h2["bubble"] / h1["bubble"]
-            print(f"# Z = {Z}, M = {M}: zb-h2's bubble / zero-bubble's = {q:.2f}")
+            print(f"# Z = {Z}, M = {M}{tag}: zb-h2's bubble / zero-bubble's = {q:.2f}")
             res.add(f"Z={Z} M={M}: zb-h2 bubble / zero-bubble bubble{note}", q, "x",
                     "the predicted ratio in the rows above", ratio=q)
+
+
+def compare(res, Z, sched, M, rs):
+    """The A/B of a row run with two EINC_CORE_SHARING settings (measure's
+    `sharings`, the first one A): A's step over B's, run by run (the runs
+    were interleaved, so run i of each shared the machine's load), the
+    measured bubble's spread and the miss against each setting's own
+    machine prediction (summarise's judged one)."""
+    (sa, a), (sb, b) = list(rs.items())[:2]
+    pairs = [x / y for x, y in zip(a["steps"], b["steps"])]
+    miss = {sh: [100 * (x - m) for x, m in zip(r["bubbles"], r["loo"])] for sh, r in rs.items()}
+    spread = {sh: 100 * (max(r["bubbles"]) - min(r["bubbles"])) for sh, r in rs.items()}
+    name = f"Z={Z} {sched} M={M}"
+    print(f"# A/B {name}: step {sa} / {sb} = {a['step'] / b['step']:.3f} (runs "
+          f"{' '.join(f'{q:.2f}' for q in pairs)}); bubble spread {spread[sa]:.1f} vs {spread[sb]:.1f} "
+          f"points; miss vs own prediction {' '.join(f'{o:+.1f}' for o in miss[sa])} vs "
+          f"{' '.join(f'{o:+.1f}' for o in miss[sb])} points")
+    res.add(f"{name}: step with EINC_CORE_SHARING={sa} / with {sb}", a["step"] / b["step"], "x",
+            "medians; runs interleaved: " + " ".join(f"{q:.2f}" for q in pairs), ratio=a["step"] / b["step"])
 
 
 def main():
@@ -751,6 +467,11 @@ def main():
     p.add_argument("--microbatches", default="1,2,4,8,16", help="values of M")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each point (medians and spread reported; >= 1)")
+    p.add_argument("--schedules", default=",".join(SCHEDULES), help="schedules to run")
+    p.add_argument("--core-sharing", default="",
+                   help="EINC_CORE_SHARING settings to run each point with, interleaved "
+                        "(e.g. items,kernel: an A/B of how stages that outnumber the cores "
+                        "share them); default: the environment's")
     a = p.parse_args()
     if a.steps < 2:
         raise benchlib.BenchError("--steps must be at least 2 (the first step is left out)")
@@ -758,11 +479,17 @@ def main():
         raise benchlib.BenchError("--repeat must be at least 1")
     stages = [int(z) for z in a.stages.split(",")]
     mbs = [int(m) for m in a.microbatches.split(",")]
+    scheds = a.schedules.split(",")
+    if any(x not in SCHEDULES for x in scheds):
+        raise benchlib.BenchError(f"--schedules: expected some of {','.join(SCHEDULES)}")
+    sharings = tuple(a.core_sharing.split(",")) if a.core_sharing else (None,)
+    if any(x not in ("items", "kernel") for x in sharings if x):
+        raise benchlib.BenchError("--core-sharing: expected items and/or kernel")
     einc = benchlib.einc(a.build)
     cores = os.cpu_count() or 1
     print(benchlib.machine())
     res = benchlib.Results("pipeline", "Pipelined training steps and their bubble (threads)")
-    rows = {}  # (Z, schedule, M) -> measure()'s dict
+    rows = {sh: {} for sh in sharings}  # setting -> (Z, schedule, M) -> summarise()'s dict
     with tempfile.TemporaryDirectory(prefix="einc-pipeline") as work:
         exe = build(einc, work, "one", program(1, False))
         one = step_seconds(exe, a.steps)
@@ -781,16 +508,25 @@ def main():
         for Z in stages:
             if Z > cores:
                 print(f"# Z = {Z} stages on {cores} cores: stage d runs on core d mod {cores} and "
-                      f"shares it; 'machine' and pred_ms model that, 'predict' does not")
-            for sched in SCHEDULES:
+                      f"shares it; 'machine' and 'turns' model that, 'predict' does not.  The "
+                      f"5-point check is judged against 'turns' where the stages of a core take "
+                      f"turns at items (share = items, EINC_CORE_SHARING=items), against "
+                      f"'machine' where the kernel shares the core (share = kernel); pred_ms is "
+                      f"that prediction's step")
+            for sched in scheds:
                 v = CHUNKS if sched == "interleaved" else 1
                 for M in mbs:
                     if v > 1 and (M % Z or LAYERS % (Z * v)):
                         continue
-                    r = measure(einc, work, Z, sched, M, a.steps, cores, a.repeat)
-                    rows[(Z, sched, M)] = r
-                    report(res, Z, sched, M, v, r, one / Z, one1 / min(Z, cores), one1, cores)
-            targets(res, Z, rows, mbs, cores)
+                    rs = measure(einc, work, Z, sched, M, a.steps, cores, a.repeat, sharings)
+                    for sh, r in rs.items():
+                        rows[sh][(Z, sched, M)] = r
+                        report(res, Z, sched, M, v, r, one / Z, one1 / min(Z, cores), one1, cores,
+                               f" [EINC_CORE_SHARING={sh}]" if sh else "")
+                    if len(rs) > 1:
+                        compare(res, Z, sched, M, rs)
+            for sh in sharings:
+                targets(res, Z, rows[sh], mbs, cores, f" [EINC_CORE_SHARING={sh}]" if sh else "")
     res.write(a.json)
 
 

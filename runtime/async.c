@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "rt_internal.h"
+#include "rt_turns.h"
 
 /* Collectives a queue holds in flight. */
 #define QCAP 8
@@ -135,9 +136,18 @@ void rt_async_wait(rt_async *q, int64_t h)
         rt_fatal(q->dev, "rt_async_wait: handle %lld is not in flight", (long long)h);
     if (q->threaded) {
         pthread_mutex_lock(&q->mu);
+        int paused = 0;
+        if (q->done <= h && q->dev->core) {
+            /* The communication thread runs without a CPU turn (rt_turns.h):
+             * a device thread about to sleep on it gives its turn up. */
+            pthread_mutex_unlock(&q->mu);
+            paused = rt_turn_pause(q->dev);
+            pthread_mutex_lock(&q->mu);
+        }
         while (q->done <= h)
             pthread_cond_wait(&q->cv, &q->mu);
         pthread_mutex_unlock(&q->mu);
+        rt_turn_resume(q->dev, paused);
         return;
     }
     slot *s = &q->q[h % QCAP];

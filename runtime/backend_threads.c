@@ -13,6 +13,10 @@
  * Point-to-point messages (rt_send / rt_recv) go through one mailbox per
  * device (p2p_threads.c), held by the world; a message still in a mailbox
  * when the devices have finished was never received, and ends the job.
+ *
+ * Device threads pinned to fewer CPUs than there are threads take turns
+ * at pipeline items, one turn per CPU (core_turns.c, rt_turns.h), unless
+ * EINC_CORE_SHARING=kernel leaves the sharing to the kernel.
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include <cblas.h>
@@ -24,6 +28,7 @@
 
 #include "rt_internal.h"
 #include "rt_job.h"
+#include "rt_turns.h"
 
 /* Masks of subsets of RT_MAX_AXES axes. */
 #define NMASKS (1u << RT_MAX_AXES)
@@ -47,6 +52,7 @@ typedef struct tworld {
     tgroup *groups;              /* every group created so far */
     rt_waitstate ws;             /* blocked/finished threads, for deadlock detection */
     rt_mailbox *boxes;           /* per device id: messages sent to it (owned) */
+    rt_core_turns *cores;        /* per CPU the devices share: its turn (owned), or NULL */
 } tworld;
 
 /* What one device thread owns. */
@@ -106,7 +112,7 @@ static tgroup *group_for(rt_device *dev, uint32_t mask)
 /* Waits at the group's barrier; a deadlock is fatal instead of a hang. */
 static void group_wait(rt_device *dev, tgroup *g, int32_t op_id)
 {
-    if (rt_barrier_wait(&g->bar) == 0)
+    if (rt_barrier_wait(&g->bar, dev) == 0)
         return;
     if (op_id >= 0)
         rt_fatal(dev, "deadlock in the collective of op %d: every device waits for a peer "
@@ -222,6 +228,20 @@ static void *thread_main(void *p)
     return NULL;
 }
 
+/* The CPUs the process may run on, in order, into cpus[CPU_SETSIZE]; their
+ * number, 0 when the kernel does not say. */
+static int allowed_cpus(int *cpus)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return 0;
+    int ncpus = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed))
+            cpus[ncpus++] = c;
+    return ncpus;
+}
+
 /*
  * RT_BIND_CORE: pins device d's thread to the (d mod n)-th CPU the process
  * may run on, as `mpirun --bind-to core --map-by core` places ranks.
@@ -230,17 +250,11 @@ static void *thread_main(void *p)
  * GEMM then takes 2x as long in one run as in the next.  Pinned, every
  * core runs the same devices for the whole job, and a device that yields
  * in a barrier hands its core to a device that has work.  A CPU set the
- * kernel refuses is not an error: the thread runs unpinned.
+ * kernel refuses is not an error: the thread runs unpinned.  With one CPU
+ * there is nothing to choose.
  */
-static void bind_threads(const tlocal *locs, int64_t n)
+static void bind_threads(const tlocal *locs, int64_t n, const int *cpus, int ncpus)
 {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return;
-    int cpus[CPU_SETSIZE], ncpus = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &allowed))
-            cpus[ncpus++] = c;
     if (ncpus < 2)
         return;
     for (int64_t i = 0; i < n; i++) {
@@ -249,6 +263,27 @@ static void bind_threads(const tlocal *locs, int64_t n)
         CPU_SET(cpus[i % ncpus], &one);
         (void)pthread_setaffinity_np(locs[i].thread, sizeof one, &one);
     }
+}
+
+/*
+ * RT_BIND_CORE_ITEMS with more device threads than CPUs: one turn per CPU
+ * (rt_turns.h), device d sharing the turn of the CPU it is pinned to (d mod
+ * ncpus; with one CPU, every device the one turn).  NULL, and every
+ * device's `core` NULL, when each device thread has a CPU of its own or the
+ * threads are not pinned: then nothing is shared that turns would order.
+ */
+static rt_core_turns *plan_turns(tlocal *locs, int64_t n, rt_bind bind, int ncpus)
+{
+    if (bind != RT_BIND_CORE_ITEMS || ncpus < 1 || n <= ncpus)
+        return NULL;
+    rt_core_turns *cores = calloc((size_t)ncpus, sizeof *cores);
+    if (!cores)
+        rt_fatal(NULL, "out of memory starting %lld device threads", (long long)n);
+    for (int c = 0; c < ncpus; c++)
+        rt_core_turns_init(&cores[c]);
+    for (int64_t i = 0; i < n; i++)
+        locs[i].dev.core = &cores[i % ncpus];
+    return cores;
 }
 
 /* After the devices have finished: frees the mailboxes, and ends the job
@@ -287,7 +322,7 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
     if (n > 1)
         openblas_set_num_threads(1);
     int64_t reserve = rt_check_address_space(NULL, n);
-    tworld w = {.prog = prog, .groups = NULL};
+    tworld w = {.prog = prog, .groups = NULL, .cores = NULL};
     atomic_init(&w.ws.word, 0);
     w.ws.nthreads = n;
     pthread_mutex_init(&w.mu, NULL);
@@ -297,15 +332,18 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
         rt_fatal(NULL, "out of memory starting %lld device threads", (long long)n);
     for (int64_t i = 0; i < n; i++)
         rt_mailbox_init(&w.boxes[i], &w.ws);
+    int pinned = bind == RT_BIND_CORE || bind == RT_BIND_CORE_ITEMS;
+    int cpus[CPU_SETSIZE], ncpus = pinned ? allowed_cpus(cpus) : 0;
     for (int64_t i = 0; i < n; i++) {
         rt_device_init(&locs[i].dev, prog, &threads_ops, &w, i);
         locs[i].dev.backend_local = &locs[i];
         locs[i].dev.profiling = profiling;
         locs[i].dev.as_reserve = reserve;
-        rt_gemv_split_plan(&locs[i].dev.gemv, n, i, bind == RT_BIND_CORE);
+        rt_gemv_split_plan(&locs[i].dev.gemv, n, i, pinned);
         locs[i].fn = fn;
         locs[i].arg = arg;
     }
+    w.cores = plan_turns(locs, n, bind, ncpus);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)8 << 20);
@@ -313,8 +351,8 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
         if (pthread_create(&locs[i].thread, &attr, thread_main, &locs[i]) != 0)
             rt_fatal(NULL, "cannot start the thread of device %lld", (long long)i);
     pthread_attr_destroy(&attr);
-    if (bind == RT_BIND_CORE)
-        bind_threads(locs, n);
+    if (pinned)
+        bind_threads(locs, n, cpus, ncpus);
     for (int64_t i = 0; i < n; i++)
         pthread_join(locs[i].thread, NULL);
     check_mailboxes(&w, locs, n);
@@ -329,6 +367,9 @@ void rt_threads_launch(const rt_program *prog, int profiling, rt_bind bind,
         free(g->desc);
         free(g);
     }
+    for (int c = 0; w.cores && c < ncpus; c++)
+        rt_core_turns_destroy(&w.cores[c]);
+    free(w.cores);
     pthread_mutex_destroy(&w.mu);
     free(locs);
 }
@@ -348,10 +389,29 @@ static void job_thread(rt_device *dev, void *arg)
     rt_job_device(dev, arg);
 }
 
+/* --bind-to core with EINC_CORE_SHARING (docs/runtime.md, "Waiting"):
+ * `items` (also unset or empty), device threads that outnumber their CPUs
+ * take turns at pipeline items (rt_turns.h): in interleaved A/B runs of
+ * bench/pipeline.py at Z = 4 on 2 cores their steps took 0.92x the
+ * kernel's (median over 20 rows) and their bubbles spread less from run to
+ * run; `kernel`, the kernel's scheduler shares each CPU.  Another value
+ * ends the job with a message. */
+static rt_bind core_sharing(rt_bind bind)
+{
+    const char *v = getenv("EINC_CORE_SHARING");
+    if (bind != RT_BIND_CORE)
+        return bind;
+    if (!v || !*v || !strcmp(v, "items"))
+        return RT_BIND_CORE_ITEMS;
+    if (!strcmp(v, "kernel"))
+        return RT_BIND_CORE;
+    rt_fatal(NULL, "EINC_CORE_SHARING=%s: expected 'items' or 'kernel'", v);
+}
+
 static void launcher_run(rt_job *job)
 {
     rt_threads_launch(job->prog, job->opt->profile ? RT_PROFILE_IN_STEP : RT_PROFILE_OFF,
-                      (rt_bind)job->opt->bind, job_thread, job);
+                      core_sharing((rt_bind)job->opt->bind), job_thread, job);
 }
 
 static int launcher_all_ok(int ok)

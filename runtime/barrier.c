@@ -13,8 +13,10 @@
  * take the CPU the thread it waits for needs: there it polls with
  * sched_yield instead, which hands the core to a runnable peer (as MPI
  * libraries do when oversubscribed), and sleeps after a bounded number of
- * yields.  A device that fails does not leave its peers waiting: rt_fatal
- * ends the whole process.
+ * yields.  A device thread that holds its CPU's turn (rt_turns.h: device
+ * threads taking turns at pipeline items) gives it up before it waits.  A
+ * device that fails does not leave its peers waiting: rt_fatal ends the
+ * whole process.
  *
  * Deadlock detection: devices that call collectives over different groups
  * or in different orders (a bug in the program) would wait forever.  Every
@@ -29,6 +31,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_turns.h"
 
 /* About 2-10 us of polling on current x86 cores. */
 #define SPIN_ITERATIONS 4000
@@ -78,23 +81,10 @@ void rt_barrier_init(rt_barrier *b, int64_t count, rt_waitstate *ws)
     b->spin = b->yield ? YIELD_ITERATIONS : SPIN_ITERATIONS;
 }
 
-int rt_barrier_wait(rt_barrier *b)
+/* A waiter that did not complete generation `gen`: polls, then sleeps
+ * until the last of the group arrives; -1 on a deadlock. */
+static int await_generation(rt_barrier *b, uint64_t gen)
 {
-    pthread_mutex_lock(&b->mu);
-    uint64_t gen = atomic_load_explicit(&b->generation, memory_order_relaxed);
-    if (++b->waiting == b->count) {
-        b->waiting = 0;
-        if (b->ws)
-            rt_waitstate_wake(b->ws, b->sleepers);
-        b->sleepers = 0;
-        /* Release: the peers' writes before the barrier are visible to a
-         * waiter that sees the new generation without taking the mutex. */
-        atomic_store_explicit(&b->generation, gen + 1, memory_order_release);
-        pthread_cond_broadcast(&b->cv);
-        pthread_mutex_unlock(&b->mu);
-        return 0;
-    }
-    pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < b->spin; i++) {
         if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
             return 0;
@@ -116,6 +106,32 @@ int rt_barrier_wait(rt_barrier *b)
             pthread_cond_wait(&b->cv, &b->mu);
     }
     pthread_mutex_unlock(&b->mu);
+    return 0;
+}
+
+int rt_barrier_wait(rt_barrier *b, rt_device *dev)
+{
+    pthread_mutex_lock(&b->mu);
+    uint64_t gen = atomic_load_explicit(&b->generation, memory_order_relaxed);
+    if (++b->waiting == b->count) {
+        b->waiting = 0;
+        if (b->ws)
+            rt_waitstate_wake(b->ws, b->sleepers);
+        b->sleepers = 0;
+        /* Release: the peers' writes before the barrier are visible to a
+         * waiter that sees the new generation without taking the mutex. */
+        atomic_store_explicit(&b->generation, gen + 1, memory_order_release);
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&b->mu);
+    /* Holding its CPU's turn (rt_turns.h), a waiter would keep the peers
+     * pinned beside it from arriving. */
+    int paused = dev && dev->core ? rt_turn_pause(dev) : 0;
+    if (await_generation(b, gen))
+        return -1;
+    rt_turn_resume(dev, paused);
     return 0;
 }
 

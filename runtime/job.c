@@ -289,7 +289,8 @@ void rt_job_alloc(rt_job *job, int root, int traced)
         return;
     if (job->trace_cap > 0) {
         job->trace = calloc((size_t)(job->trace_cap * 3 * rt_mesh_size(p)), sizeof *job->trace);
-        if (!job->trace)
+        job->origins = calloc((size_t)rt_mesh_size(p), sizeof *job->origins);
+        if (!job->trace || !job->origins)
             rt_fatal(NULL, "out of memory for --trace");
     }
     job->global_out = calloc((size_t)p->noutputs + 1, sizeof *job->global_out);
@@ -333,6 +334,7 @@ void rt_job_release(rt_job *job)
     free(job->times);
     free(job->peak);
     free(job->trace);
+    free(job->origins);
 }
 
 static void print_summary(const rt_tensor_desc *t, const void *x)
@@ -405,6 +407,7 @@ static int finish_root(rt_job *job)
             status = -1;
         }
     }
+    rt_trace_align(job);
     if (o->profile && job->trace) {
         rt_profile_print(stdout, job);
         rt_pipe_bubble_print(stdout, job);

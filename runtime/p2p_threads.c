@@ -20,11 +20,19 @@
  * blocked or finished) ends the job with a message instead of hanging.  A
  * device that fails ends the whole process (rt_fatal), so no receiver is
  * left waiting for it either.
+ *
+ * Where device threads take turns on a CPU (rt_turns.h), a receiver that
+ * must sleep gives its turn up first (holding it, it would keep its CPU's
+ * other stages from running the item it waits for) and leaves a waiter in
+ * its mailbox; the put of the message it waits for queues that waiter for
+ * the turn, so it is served in the order of its input's arrival.  The
+ * receiver takes the message once granted, and copies it holding the turn.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "rt_internal.h"
+#include "rt_turns.h"
 
 void rt_mailbox_init(rt_mailbox *mb, rt_waitstate *ws)
 {
@@ -35,6 +43,7 @@ void rt_mailbox_init(rt_mailbox *mb, rt_waitstate *ws)
     mb->arrivals = 0;
     mb->sleepers = 0;
     mb->ws = ws;
+    mb->turn = NULL;
 }
 
 void rt_mailbox_put(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, const void *buf,
@@ -51,6 +60,11 @@ void rt_mailbox_put(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, co
     *mb->tail = m;
     mb->tail = &m->next;
     mb->arrivals++;
+    rt_turn_waiter *w = mb->turn;
+    if (w && w->src == src && w->tag == tag) { /* its receiver's input is ready now */
+        mb->turn = NULL;
+        rt_turn_enqueue(w);
+    }
     /* The sleepers are runnable from here on; uncount them before they
      * wake so no thread ever sees them as blocked after this arrival. */
     rt_waitstate_wake(mb->ws, mb->sleepers);
@@ -80,7 +94,14 @@ void rt_mailbox_take(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, v
 {
     pthread_mutex_lock(&mb->mu);
     rt_msg *m;
+    rt_turn_waiter w;
+    int queued = 0; /* w waits in mb->turn for the put of our message */
     while (!(m = unlink_match(mb, src, tag))) {
+        if (dev->core && !queued && rt_turn_pause(dev)) {
+            rt_turn_waiter_init(&w, dev, src, tag);
+            mb->turn = &w;
+            queued = 1;
+        }
         mb->sleepers++;
         if (rt_waitstate_block(mb->ws)) {
             pthread_mutex_unlock(&mb->mu);
@@ -96,6 +117,9 @@ void rt_mailbox_take(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, v
             pthread_cond_wait(&mb->cv, &mb->mu);
     }
     pthread_mutex_unlock(&mb->mu);
+    /* Our message's put queued w (only a matching put ends the loop). */
+    if (queued)
+        rt_turn_await(&w);
     if (m->bytes != bytes)
         rt_p2p_size_mismatch(dev, src, tag, m->bytes, bytes);
     if (bytes > 0)

@@ -14,8 +14,22 @@
  *
  * When neither --trace nor --profile is on (dev->profiling is OFF) both
  * functions return after one test, so a pipelined run pays nothing.
+ *
+ * Where device threads take turns on a CPU (dev->core set, rt_turns.h),
+ * an item is also the unit of a turn: its begin waits for the CPU's turn
+ * and its end gives it to the oldest ready stage.  Why item boundaries:
+ * that is where a stage has finished a piece of the schedule (a
+ * microbatch's forward, backward or weight gradients) and the next one may
+ * need another stage's output, so handing the CPU over there delays no
+ * item that has begun; the kernel's time slices (about an item long here)
+ * cut items anywhere instead, and where they cut moves the bubble
+ * (docs/pipeline.md, "Where the machine prediction's miss comes from").
+ * The turn is taken before the begin mark and given after the end mark:
+ * a stage's wait for its CPU is idle time between items, as the "turns"
+ * prediction of bench/pipeline.py counts it.
  */
 #include "rt_internal.h"
+#include "rt_turns.h"
 
 /* Opens item `kind` of microbatch `mb`, chunk `chunk` (-1: none). */
 static void item_begin(rt_device *dev, int32_t kind, int32_t mb, int32_t chunk)
@@ -37,6 +51,8 @@ static void item_begin(rt_device *dev, int32_t kind, int32_t mb, int32_t chunk)
 
 void rt_pipe_item_begin(rt_device *dev, int32_t kind, int32_t microbatch)
 {
+    if (dev->core)
+        rt_turn_take(dev);
     item_begin(dev, kind, microbatch, -1);
 }
 
@@ -44,17 +60,21 @@ void rt_pipe_chunk_item_begin(rt_device *dev, int32_t kind, int32_t microbatch, 
 {
     if (chunk < 0)
         rt_fatal(dev, "rt_pipe_chunk_item_begin: negative chunk %d", chunk);
+    if (dev->core)
+        rt_turn_take(dev);
     item_begin(dev, kind, microbatch, chunk);
 }
 
 void rt_pipe_item_end(rt_device *dev)
 {
-    if (!dev->profiling)
-        return;
-    if (dev->profile.item_id == 0)
-        rt_fatal(dev, "rt_pipe_item_end without an open item");
-    rt_profile_add_span(dev, dev->profile.item_id, dev->profile.item_open, rt_now());
-    dev->profile.item_id = 0;
+    if (dev->profiling) {
+        if (dev->profile.item_id == 0)
+            rt_fatal(dev, "rt_pipe_item_end without an open item");
+        rt_profile_add_span(dev, dev->profile.item_id, dev->profile.item_open, rt_now());
+        dev->profile.item_id = 0;
+    }
+    if (dev->core)
+        rt_turn_give(dev);
 }
 
 double rt_pipe_recv_begin(const rt_device *dev)

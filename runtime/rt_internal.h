@@ -212,6 +212,7 @@ struct rt_device {
     rt_profile profile;          /* per-op times when profiling */
     rt_gemv_split gemv;          /* narrow products' helper thread (rt_gemv.h): set by the
                                     backend (rt_gemv_split_plan), released with the device */
+    struct rt_core_turns *core;  /* its CPU's turn (rt_turns.h, not owned); NULL: off */
 };
 
 /* A group as seen by one device: who its peers are and its own rank. */
@@ -405,8 +406,9 @@ typedef struct rt_barrier {
  * barriers of the process for deadlock detection. */
 void rt_barrier_init(rt_barrier *b, int64_t count, rt_waitstate *ws);
 /* Waits for the other count-1 threads; 0 when they came, -1 (at once) when
- * waiting would never end because every device thread is blocked or done. */
-int rt_barrier_wait(rt_barrier *b);
+ * waiting would never end because every device thread is blocked or done.
+ * `dev` (NULL: none): the waiting device, whose CPU's turn it gives up. */
+int rt_barrier_wait(rt_barrier *b, rt_device *dev);
 /* Releases the mutex and condition variable of `b` (no thread may wait on it). */
 void rt_barrier_destroy(rt_barrier *b);
 /* Records that a device thread has finished; -1 if that leaves the threads
@@ -426,6 +428,7 @@ void rt_waitstate_wake(rt_waitstate *ws, int64_t n);
 typedef enum rt_bind {
     RT_BIND_NONE = 0, /* wherever the kernel schedules them */
     RT_BIND_CORE = 1, /* device d on the (d mod n)-th of the n CPUs the process may use */
+    RT_BIND_CORE_ITEMS = 2, /* the same; with more devices than CPUs they take turns (rt_turns.h) */
 } rt_bind;
 
 /* One message of rt_send waiting in its receiver's mailbox (p2p_threads.c). */
@@ -446,6 +449,7 @@ typedef struct rt_mailbox {
     int64_t arrivals;            /* messages put so far (a sleeper's wake-up test) */
     int64_t sleepers;            /* receivers asleep on cv, counted in ws */
     rt_waitstate *ws;            /* the process's deadlock detection */
+    struct rt_turn_waiter *turn; /* its receiver's wait for its CPU's turn (rt_turns.h), or NULL */
 } rt_mailbox;
 
 /* Initialises an empty mailbox whose sleepers count in `ws`. */

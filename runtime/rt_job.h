@@ -208,6 +208,8 @@ struct rt_job {
     int64_t trace_cap;           /* --trace/--profile: spans kept per device (same on every device) */
     int64_t *trace;              /* root, --trace/--profile: [trace_cap][3][ndevices] op id, begin ns,
                                     end ns (-1 op id: no span), owned */
+    int64_t *origins;            /* root, --trace/--profile: per device, the rt_now() (ns) its
+                                    times count from (rt_trace_collect), owned; NULL: unknown */
     rt_train *train;             /* a training program's job: its steps (not owned); else NULL */
     struct rt_generate *gen;     /* --generate: the generation loop (rt_generate.h; not
                                     owned); else NULL */
@@ -311,5 +313,11 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *dra
 
 extern const rt_launcher rt_threads_launcher;
 extern const rt_launcher rt_mpi_launcher;
+
+/* Root, after every device's rt_trace_collect: where the devices share one
+ * clock (the threads backend), moves each device's job->trace times onto
+ * the earliest device's origin, so that times of different devices
+ * compare (trace.c says why); nothing under MPI or without job->origins. */
+void rt_trace_align(rt_job *job);
 
 #endif

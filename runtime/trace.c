@@ -6,7 +6,15 @@
  * Each device keeps its spans (profile.c; --profile uses the same collection).  Time 0 of a device is the start
  * of its first run, right after the barrier that starts it, so the devices'
  * clocks line up to within one barrier's skew even across MPI ranks on
- * different hosts.  After the runs every device sends its first trace_cap
+ * different hosts.  That skew is not small where device threads outnumber
+ * the cores: a thread leaves the barrier only when the kernel runs it, and
+ * in a Z = 4 pipeline on 2 cores the stages' origins lay up to 12 ms apart
+ * (a 60 ms step), which moved every cross-device comparison (the bubble's
+ * span, a receive against its sender's item).  The threads share one
+ * clock, so there the root moves every device's times onto the earliest
+ * origin (rt_trace_align, each device's origin collected with its spans);
+ * MPI ranks, whose clocks may differ, keep their own.
+ * After the runs every device sends its first trace_cap
  * spans to the root with collect_i64 (three integers a span: op id, begin
  * and end in nanoseconds), the same number of calls on every device because
  * trace_cap comes from the program alone, so the MPI gathers match even
@@ -58,6 +66,25 @@ void rt_trace_collect(rt_device *dev, rt_job *job)
         }
         for (int f = 0; f < 3; f++)
             dev->ops->collect_i64(dev, v[f], job->trace ? job->trace + (k * 3 + f) * nd : NULL);
+    }
+    dev->ops->collect_i64(dev, (int64_t)(p->origin * 1e9), job->origins);
+}
+
+void rt_trace_align(rt_job *job)
+{
+    if (!job->trace || !job->origins || job->launcher->ranks_are_devices)
+        return;
+    int64_t nd = rt_mesh_size(job->prog), first = job->origins[0];
+    for (int64_t d = 1; d < nd; d++)
+        first = job->origins[d] < first ? job->origins[d] : first;
+    for (int64_t d = 0; d < nd; d++) {
+        int64_t shift = job->origins[d] - first;
+        for (int64_t k = 0; k < job->trace_cap; k++) {
+            if (job->trace[k * 3 * nd + d] == RT_SPAN_NONE)
+                continue;
+            job->trace[(k * 3 + 1) * nd + d] += shift;
+            job->trace[(k * 3 + 2) * nd + d] += shift;
+        }
     }
 }
 

@@ -82,6 +82,21 @@ def wake_ups():
         check("wake-up onto an idle core (us)", idle, 50.0, 1e-9)
         check("wake-up onto a busy core (us)", busy, 300.0, 1e-9)
         check("wake-ups counted", n_idle + 10 * n_busy, 11)
+        # Taking turns (EINC_CORE_SHARING=items) stage 1 could not run
+        # before stage 0's F1 gave the CPU up at 2600: no wake-up at 1300.
+        check("turns: wake-up onto a busy core (us)", P.handoff_lags(path, 1, turns=True)[1], 0.0, 1e-9)
+    # Taking turns, stage 1's F0 (input ready at 1000, stage 0's F1 running
+    # to 2600) returns from its receive at 2650: a wake-up of 50 after the
+    # CPU was given up, where the time-sliced reading sees 1650.
+    events = [{"ph": "X", "cat": "pipeline", "tid": s, "name": n, "ts": float(b), "dur": float(e - b)}
+              for s, n, b, e in ((0, "F0", 0, 1000), (0, "F1", 1000, 2600), (1, "F0", 0, 3000),
+                                 (1, "recv wait", 0, 2650))]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "otherData": {"runs": 1}}, f)
+        check("turns: wake-up after the CPU's turn (us)", P.handoff_lags(path, 1, turns=True)[1], 50.0, 1e-9)
+        check("time slices: the same wait read as a wake-up (us)", P.handoff_lags(path, 1)[1], 1650.0, 1e-9)
     # 1F1B, Z = 2, M = 4, F = 1, B = 2, a CPU per stage: a wake-up of 0.5
     # delays stage 1's F0, F2 and stage 0's B0, B2, B3 (their stage waited
     # for the input), not the items whose input came while their stage was

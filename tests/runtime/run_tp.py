@@ -139,6 +139,10 @@ def check_errors(prog, tmp):
                  "--bind-to expects 'core' or 'none', got 'socket'")
     run([prog, "--random-inputs", "1", "--bind-to", "none"])
     run([prog, "--random-inputs", "1", "--bind-to=core"])
+    # How pinned devices that outnumber the CPUs share them (docs/runtime.md, "Waiting").
+    run(["env", "EINC_CORE_SHARING=kernel", prog, "--random-inputs", "1"])
+    expect_error(["env", "EINC_CORE_SHARING=sometimes", prog, "--random-inputs", "1"],
+                 "EINC_CORE_SHARING=sometimes: expected 'items' or 'kernel'")
     expect_error([prog, "--input", "x=" + wp, "--input", "w=" + wp],
                  "tensor 'x': %s has shape (6, 12), expected (8, 6)" % wp)
     bad = os.path.join(tmp, "x64.npy")

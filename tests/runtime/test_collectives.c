@@ -264,20 +264,20 @@ static void test_deadlock_detection(void)
     atomic_init(&one.word, 0);
     rt_barrier b;
     rt_barrier_init(&b, 2, &one);
-    CU_ASSERT_EQUAL(rt_barrier_wait(&b), -1); /* the only thread waits for a second */
+    CU_ASSERT_EQUAL(rt_barrier_wait(&b, NULL), -1); /* the only thread waits for a second */
     rt_barrier_destroy(&b);
 
     rt_waitstate two = {.nthreads = 2};
     atomic_init(&two.word, 0);
     CU_ASSERT_EQUAL(rt_waitstate_finish(&two), 0); /* nobody waits: fine */
     rt_barrier_init(&b, 2, &two);
-    CU_ASSERT_EQUAL(rt_barrier_wait(&b), -1); /* its peer has finished */
+    CU_ASSERT_EQUAL(rt_barrier_wait(&b, NULL), -1); /* its peer has finished */
     rt_barrier_destroy(&b);
 
     rt_waitstate many = {.nthreads = 3};
     atomic_init(&many.word, 0);
     rt_barrier_init(&b, 1, &many);
-    CU_ASSERT_EQUAL(rt_barrier_wait(&b), 0); /* a barrier of one never blocks */
+    CU_ASSERT_EQUAL(rt_barrier_wait(&b, NULL), 0); /* a barrier of one never blocks */
     rt_barrier_destroy(&b);
 }
 

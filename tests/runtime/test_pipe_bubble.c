@@ -3,7 +3,8 @@
  * and its per-op rows of a pipelined program (runtime/profile.c) on spans
  * written by hand, against values worked out here; and the item markers
  * (runtime/pipe_items.c) on one device: what they record, that they record
- * nothing when profiling is off, and their misuse ending the process.
+ * nothing when profiling is off, and their misuse ending the process; and
+ * the devices' spans moved onto one origin (runtime/trace.c).
  */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
@@ -298,6 +299,36 @@ static void test_misuse(void)
     expect_fatal(2, "rt_pipe_item_begin of F1 inside another item");
 }
 
+/* rt_trace_align: device 1 left the barrier that starts the runs 5 us
+ * after device 0, so its times (from its own origin) read 5 us early;
+ * aligned on the threads backend they are fill_runs' again (bubble 45.0%),
+ * and its empty spans stay empty.  Under MPI nothing moves. */
+static void test_align(void)
+{
+    enum { CAP = 8 };
+    int64_t want[CAP * 6], trace[CAP * 6], origins[2] = {7000000, 7005000};
+    for (int i = 0; i < CAP * 6; i++)
+        want[i] = RT_SPAN_NONE;
+    fill_runs(want);
+    memcpy(trace, want, sizeof trace);
+    for (int k = 0; k < CAP; k++)
+        if (trace[k * 6 + 1] != RT_SPAN_NONE)
+            for (int f = 1; f < 3; f++)
+                trace[k * 6 + f * 2 + 1] -= 5000;
+    rt_program p = two_stages(1, 0.5);
+    static const rt_launcher mpi_launcher = {.name = "mpi", .ranks_are_devices = 1};
+    rt_job job = {.prog = &p, .launcher = &mpi_launcher, .repeat = 3, .trace_cap = CAP,
+                  .trace = trace, .origins = origins};
+    rt_trace_align(&job);
+    CU_ASSERT_NOT_EQUAL(memcmp(trace, want, sizeof trace), 0);
+    job.launcher = &threads_launcher;
+    rt_trace_align(&job);
+    CU_ASSERT_EQUAL(memcmp(trace, want, sizeof trace), 0);
+    char *out = printed(rt_pipe_bubble_print, &job);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "measured bubble 45.0%"));
+    free(out);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -307,6 +338,7 @@ void einc_register_tests(void)
         {"per-op rows of a pipelined program per stage", test_op_rows_per_stage},
         {"item markers record spans only when profiling", test_markers},
         {"item markers' misuse ends the process", test_misuse},
+        {"devices' times put on one origin (threads)", test_align},
     };
     einc_add_suite("pipe_bubble", tests, (int)(sizeof tests / sizeof tests[0]));
 }
