@@ -54,7 +54,8 @@ typedef enum ir_dtype {
     IR_F32,  /* IEEE binary32 */
     IR_F64,  /* IEEE binary64 */
     IR_BF16, /* bfloat16 storage (8-bit exponent, 7-bit mantissa) */
-    IR_I32,  /* 32-bit two's complement integer: only the indices of a gather */
+    IR_I32,  /* 32-bit two's complement integer: only the indices of a gather (an input,
+                or an elementwise op's integer expression, ir_ew_integer) */
     IR_I8,   /* 8-bit two's complement integer: quantized weights and KV caches for
                 serving (seed 002); read only through a cast, or moved */
 } ir_dtype;
@@ -374,6 +375,14 @@ typedef struct ir_op {
              * table's others, in order. */
             bool gather;
             int gather_label;
+            /* A gather whose index outside [0, |gather_label|) gives a row
+             * of zeros instead of ending the run: the value of the masked
+             * sum `sum(where(S == e, X[S, ...], 0), S)` that the
+             * select-gather pass rewrites into this gather
+             * (passes/select_gather.c), kept exactly.  False for the
+             * gathers the source writes (`Emb[Tok[B, T], D]`), where an
+             * index out of range is a bug worth a message. */
+            bool gather_zero_outside;
             /* A scatter-add, the gather's adjoint (scatter = true, gather
              * false): operand 0 the i32 indices, operand 1 one row per
              * index (the indices' labels, then the table's others), and
@@ -753,6 +762,17 @@ bool ir_ew_converts(const ir_op *op);
  * the sum is finished in the wider dtype first.  Used by the verifier and
  * propagate. */
 bool ir_ew_takes_partial_sums(const ir_op *op);
+/* Whether the tree below node `n` of elementwise `op` (of module `m`) is
+ * an integer expression: i32 operands, index values and integer constants
+ * (|c| <= 2^31) under +, -, *, neg, maximum and minimum, at most
+ * IR_EW_INTEGER_DEPTH deep, whose magnitude is bounded by 2^53 (each
+ * operand by 2^31, an index by its dim's size): so computed in f64 every
+ * intermediate value is exact.  An elementwise op gives an i32 result only from
+ * such a root (the positions the select-gather pass computes,
+ * passes/select_gather.c); codegen computes it in f64 and stores it
+ * clamped to i32's range (docs/ir.md, "Dtypes"). */
+#define IR_EW_INTEGER_DEPTH 16
+bool ir_ew_integer(const ir_module *m, const ir_op *op, int n);
 
 /* ---- op traits (op_traits.c) ---- */
 
