@@ -24,8 +24,9 @@
  * files so that each is read on its own: elementwise expressions (ir_ew.h)
  * and the cost and plan annotations (ir_annot.h), which need nothing else,
  * are included first; shardings (ir_sharding.h), fusion and row groups
- * (ir_fusion.h) and the verifier (ir_verify.h), which need the types here,
- * at the end.  Include ir.h, never those alone (ir_ew.h and ir_annot.h may
+ * (ir_fusion.h), the verifier (ir_verify.h), training (ir_train.h) and
+ * elementwise dtypes (ir_ew_dtype.h), which need the types here, at the
+ * end.  Include ir.h, never those alone (ir_ew.h and ir_annot.h may
  * be).
  */
 #ifndef EINC_IR_H
@@ -749,31 +750,6 @@ void ir_print_json(FILE *out, ir_module *m);
 void ir_plan_cert_str(const ir_module *m, char *buf, size_t size);
 #define IR_PLAN_CERT_MAX 1024
 
-/* ---- dtype conversions in elementwise ops (ew_dtype.c) ---- */
-
-/* Whether `op` converts: an elementwise op with a floating-point operand
- * of another dtype than its result (a cast, docs/ir.md).  Its value is
- * rounded to its result dtype even where it is fused (fusion.c). */
-bool ir_ew_converts(const ir_op *op);
-/* Whether elementwise `op` may take unreduced partial sums {U_X}: its
- * expression is linear (ir_ew_classify) and it narrows no operand (reads
- * none of a wider dtype than its result).  A narrowing cast rounds, so
- * casting each partial sum and then summing is not the cast of the sum:
- * the sum is finished in the wider dtype first.  Used by the verifier and
- * propagate. */
-bool ir_ew_takes_partial_sums(const ir_op *op);
-/* Whether the tree below node `n` of elementwise `op` (of module `m`) is
- * an integer expression: i32 operands, index values and integer constants
- * (|c| <= 2^31) under +, -, *, neg, maximum and minimum, at most
- * IR_EW_INTEGER_DEPTH deep, whose magnitude is bounded by 2^53 (each
- * operand by 2^31, an index by its dim's size): so computed in f64 every
- * intermediate value is exact.  An elementwise op gives an i32 result only from
- * such a root (the positions the select-gather pass computes,
- * passes/select_gather.c); codegen computes it in f64 and stores it
- * clamped to i32's range (docs/ir.md, "Dtypes"). */
-#define IR_EW_INTEGER_DEPTH 16
-bool ir_ew_integer(const ir_module *m, const ir_op *op, int n);
-
 /* ---- op traits (op_traits.c) ---- */
 
 struct cJSON;
@@ -816,5 +792,6 @@ bool ir_op_has_trait(ir_op_kind k, unsigned trait);
 #include "ir_fusion.h"
 #include "ir_verify.h"
 #include "ir_train.h"
+#include "ir_ew_dtype.h"
 
 #endif
