@@ -30,7 +30,7 @@ bool ir_ew_takes_partial_sums(const ir_op *op);
  * intermediate value is exact.  An elementwise op gives an i32 result only from
  * such a root (the positions the select-gather pass computes,
  * passes/select_gather.c); codegen computes it in f64 and stores it
- * clamped to i32's range (docs/ir.md, "Dtypes"). */
+ * clamped to i32's range (docs/ir.md, "Casts and dtypes"). */
 #define IR_EW_INTEGER_DEPTH 16
 bool ir_ew_integer(const ir_module *m, const ir_op *op, int n);
 
