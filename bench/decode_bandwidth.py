@@ -18,8 +18,8 @@ With --int8, the int8 variants (seed 002; issue 26's target >= 0.7x):
 every matmul weight an i8 param read through a cast, `f32(Wq[D, ...])`,
 with an f32 scale per output channel applied to the einsum's result; norms
 and the embedding stay f32.  Three programs, each against the limit of
-the bytes it reads (the weights at 1 byte; the rotary tables whole, as
-the program reads them: read_bytes_int8):
+the bytes it reads (the weights at 1 byte; the T rows of each rotary
+table that the window's gather reads: read_bytes_int8):
   weights i8, f32 cache, casts folded (the default: the runtime converts
       the i8 weights in registers as it reads them, gemv_narrow.c)
   the same with --fold-casts=off (each cast writes an f32 copy that the
@@ -191,18 +191,19 @@ def int8_cache_source(text):
 def read_bytes_int8(d, int8_cache=False):
     """Bytes the int8 decode step reads: i8 weights, their f32 scales, the
     f32 norms, B rows of the f32 Emb; the caches, f32 or (int8_cache) i8
-    with their two f32 scale tensors per layer; the f32 rotary tables CosT
-    and SinT, whole: the program selects the rows at Pos with
-    `sum(where(S == Pos[] + T, CosT[S, G], 0), S)`, which reads every row
-    (the language has no gather at a computed position, `CosT[Pos[] + T,
-    G]`, that would read only T rows)."""
+    with their two f32 scale tensors per layer; T rows of each f32 rotary
+    table CosT and SinT: the program selects the rows at Pos with
+    `sum(where(S == Pos[] + T, CosT[S, G], 0), S)`, which the select-gather
+    pass makes a gather of those rows (docs/passes.md), so the step reads
+    T rows of each, not the whole tables (as it did before the pass)."""
     D, K, M, G, F, V, L, B, S = (d[k] for k in ("D", "K", "M", "G", "F", "V", "L", "B", "S"))
+    T = d.get("T", 1)
     H = 2 * G
     weights = L * (D * K * M * H * 2 + D * K * H * 2 + 3 * D * F) + D * V
     scales = L * (K * M * H + 2 * K * H + D + 2 * F + D) + V
     f32 = scales + L * 2 * D + D + B * D
     cache = 2 * L * B * S * K * H
-    rotary = 4 * 2 * S * G
+    rotary = 4 * 2 * T * G
     if int8_cache:
         return weights + 4 * f32, cache + 4 * 2 * 2 * L * K * H, rotary
     return weights + 4 * f32, 4 * cache, rotary
@@ -365,7 +366,7 @@ def main_int8(a, dims, defines, einc):
                                     copy_ms, read_bytes_int8(dims, cache),
                                     ("params (i8 weights, f32 scales, norms, B rows of Emb)",
                                      "KV cache (i8 and its scales)" if cache else "KV cache (f32)",
-                                     "rotary tables CosT, SinT (f32, read whole)"))
+                                     "rotary rows of CosT, SinT (f32, T rows each, gathered)"))
     for name, (ms, peak) in runs.items():
         ratio = limits[variants[name][2]] / ms
         print("int8 decode step, %s: %.2f ms measured, %.2f ms bandwidth limit: ratio %.3f %s; "

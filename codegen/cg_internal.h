@@ -284,9 +284,13 @@ LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype
  * fused cast, ir_ew_converts); bf16 rounds to nearest even. */
 LLVMValueRef cg_round_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype);
 /* Converts `v` (of type `ct`) to `dtype` and stores it at element `off`;
- * bf16 rounds to nearest even and keeps NaN quiet; i8 as cg_i8_from_float. */
+ * bf16 rounds to nearest even and keeps NaN quiet; i8 as cg_i8_from_float,
+ * i32 as cg_i32_from_float. */
 void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LLVMValueRef base,
                    LLVMValueRef off);
+/* The i32 of `v` (of type `ct`, an integer: an i32 elementwise result,
+ * ir_ew_integer), clamped to i32's range. */
+LLVMValueRef cg_i32_from_float(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v);
 
 /* ---- elementwise_i8.c ---- */
 

@@ -114,6 +114,18 @@ LLVMValueRef cg_load_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef base, ir_dtype
     return v;
 }
 
+LLVMValueRef cg_i32_from_float(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v)
+{
+    /* Clamped first: fptosi of a value outside i32 is poison.  A clamped
+     * position is still outside every table an i32 indexes, so a gather
+     * sees it as out of range as it was. */
+    LLVMValueRef lo = LLVMConstReal(ct, -2147483648.0), hi = LLVMConstReal(ct, 2147483647.0);
+    LLVMBuilderRef b = c->b;
+    v = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, v, lo, ""), lo, v, "");
+    v = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, v, hi, ""), hi, v, "");
+    return LLVMBuildFPToSI(b, v, c->t.i32, "");
+}
+
 /* The bf16 bits (in the low half of an i32) of f32 `v`: rounded to
  * nearest even by adding 0x7fff plus the lowest kept bit and keeping the
  * top half; a NaN becomes a quiet NaN with the same sign. */
@@ -152,6 +164,11 @@ void cg_store_elem(cg_ctx *c, LLVMTypeRef ct, LLVMValueRef v, ir_dtype dtype, LL
     if (dtype == IR_I8) {
         LLVMValueRef p = LLVMBuildInBoundsGEP2(b, c->t.i8, base, &off, 1, "");
         LLVMBuildStore(b, cg_i8_from_float(c, ct, v), p);
+        return;
+    }
+    if (dtype == IR_I32) {
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(b, c->t.i32, base, &off, 1, "");
+        LLVMBuildStore(b, cg_i32_from_float(c, ct, v), p);
         return;
     }
     LLVMTypeRef want = dtype == IR_F64 ? c->t.f64 : c->t.f32;
@@ -590,7 +607,9 @@ static int64_t stream_chunk(const ew_nest *n)
 static void emit_nest(cg_ctx *c, cg_fn *f, const ir_op *op, LLVMValueRef dst, LLVMValueRef acc)
 {
     ew_nest n = {.c = c, .f = f, .root = op, .dst = dst, .acc = acc};
-    n.ct = op->result->type.dtype == IR_F64 ? c->t.f64 : c->t.f32;
+    /* An i32 result is an integer expression (ir_ew_integer): exact in f64. */
+    ir_dtype rt = op->result->type.dtype;
+    n.ct = rt == IR_F64 || rt == IR_I32 ? c->t.f64 : c->t.f32;
     cg_local_shape(f->m, &op->result->type, n.shape);
     /* Block offsets are loop invariant: computed here, before the nest,
      * and only when an index value reads them. */

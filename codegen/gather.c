@@ -16,10 +16,10 @@
 #include "einrt.h"
 
 /* The constant below lists rt_gather_desc's members in order, all 8 bytes
- * wide, so the C struct has no padding: nine scalars and pointers, three
+ * wide, so the C struct has no padding: ten scalars and pointers, three
  * rank arrays, the ids' axes and the rows' axes. */
 _Static_assert(sizeof(rt_gather_desc) ==
-                   8 * (9 + 3 * RT_MAX_RANK + RT_MAX_RANK * RT_MAX_AXES + RT_MAX_AXES),
+                   8 * (10 + 3 * RT_MAX_RANK + RT_MAX_RANK * RT_MAX_AXES + RT_MAX_AXES),
                "rt_gather_desc changed: update cg_emit_gather");
 
 /* [RT_MAX_AXES x i64] of a sharding's axes of dim d, padded with 0. */
@@ -69,6 +69,7 @@ void cg_emit_gather(cg_ctx *c, cg_fn *f, const ir_op *op, int id, LLVMValueRef d
         cg_const_string(c, ids->tensor),
         cg_const_string(c, table->tensor),
         cg_i64(c, id),
+        cg_i64(c, op->u.einsum.gather_zero_outside),
     };
     LLVMValueRef args[] = {f->dev, NULL, f->buf[ids->id], f->buf[op->operands[1]->id], dst};
     cg_call_with_desc(c, scatter ? "rt_scatter_add" : "rt_gather", df, sizeof df / sizeof df[0],

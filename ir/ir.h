@@ -24,8 +24,9 @@
  * files so that each is read on its own: elementwise expressions (ir_ew.h)
  * and the cost and plan annotations (ir_annot.h), which need nothing else,
  * are included first; shardings (ir_sharding.h), fusion and row groups
- * (ir_fusion.h) and the verifier (ir_verify.h), which need the types here,
- * at the end.  Include ir.h, never those alone (ir_ew.h and ir_annot.h may
+ * (ir_fusion.h), the verifier (ir_verify.h), training (ir_train.h) and
+ * elementwise dtypes (ir_ew_dtype.h), which need the types here, at the
+ * end.  Include ir.h, never those alone (ir_ew.h and ir_annot.h may
  * be).
  */
 #ifndef EINC_IR_H
@@ -54,7 +55,8 @@ typedef enum ir_dtype {
     IR_F32,  /* IEEE binary32 */
     IR_F64,  /* IEEE binary64 */
     IR_BF16, /* bfloat16 storage (8-bit exponent, 7-bit mantissa) */
-    IR_I32,  /* 32-bit two's complement integer: only the indices of a gather */
+    IR_I32,  /* 32-bit two's complement integer: only the indices of a gather (an input,
+                or an elementwise op's integer expression, ir_ew_integer) */
     IR_I8,   /* 8-bit two's complement integer: quantized weights and KV caches for
                 serving (seed 002); read only through a cast, or moved */
 } ir_dtype;
@@ -374,6 +376,14 @@ typedef struct ir_op {
              * table's others, in order. */
             bool gather;
             int gather_label;
+            /* A gather whose index outside [0, |gather_label|) gives a row
+             * of zeros instead of ending the run: the value of the masked
+             * sum `sum(where(S == e, X[S, ...], 0), S)` that the
+             * select-gather pass rewrites into this gather
+             * (passes/select_gather.c), kept exactly.  False for the
+             * gathers the source writes (`Emb[Tok[B, T], D]`), where an
+             * index out of range is a bug worth a message. */
+            bool gather_zero_outside;
             /* A scatter-add, the gather's adjoint (scatter = true, gather
              * false): operand 0 the i32 indices, operand 1 one row per
              * index (the indices' labels, then the table's others), and
@@ -740,20 +750,6 @@ void ir_print_json(FILE *out, ir_module *m);
 void ir_plan_cert_str(const ir_module *m, char *buf, size_t size);
 #define IR_PLAN_CERT_MAX 1024
 
-/* ---- dtype conversions in elementwise ops (ew_dtype.c) ---- */
-
-/* Whether `op` converts: an elementwise op with a floating-point operand
- * of another dtype than its result (a cast, docs/ir.md).  Its value is
- * rounded to its result dtype even where it is fused (fusion.c). */
-bool ir_ew_converts(const ir_op *op);
-/* Whether elementwise `op` may take unreduced partial sums {U_X}: its
- * expression is linear (ir_ew_classify) and it narrows no operand (reads
- * none of a wider dtype than its result).  A narrowing cast rounds, so
- * casting each partial sum and then summing is not the cast of the sum:
- * the sum is finished in the wider dtype first.  Used by the verifier and
- * propagate. */
-bool ir_ew_takes_partial_sums(const ir_op *op);
-
 /* ---- op traits (op_traits.c) ---- */
 
 struct cJSON;
@@ -796,5 +792,6 @@ bool ir_op_has_trait(ir_op_kind k, unsigned trait);
 #include "ir_fusion.h"
 #include "ir_verify.h"
 #include "ir_train.h"
+#include "ir_ew_dtype.h"
 
 #endif

@@ -286,6 +286,8 @@ void ir_print_einsum(FILE *out, const ir_module *m, const ir_op *op)
             ir_einsum_spec(m, op, b2, sizeof b2));
     if (op->u.einsum.scale != 1.0)
         fprintf(out, " * %.17g", op->u.einsum.scale);
+    if (op->u.einsum.gather_zero_outside)
+        fprintf(out, " zero-outside");
     print_operands(out, m, op);
 }
 

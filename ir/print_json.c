@@ -194,6 +194,8 @@ void ir_json_einsum(const ir_module *m, const ir_op *op, cJSON *o, cJSON *axes, 
     cJSON_AddStringToObject(o, "reduce", ir_reduce_name(op->u.einsum.reduce));
     if (op->u.einsum.gather)
         cJSON_AddStringToObject(o, "gather", m->dims[op->u.einsum.gather_label].name);
+    if (op->u.einsum.gather_zero_outside)
+        cJSON_AddBoolToObject(o, "zero_outside", true);
     if (op->u.einsum.scatter)
         cJSON_AddStringToObject(o, "scatter_add", m->dims[op->u.einsum.gather_label].name);
 }

@@ -505,17 +505,23 @@ static bool update_matches(const ir_output *o)
 /* The dtype rule of Einsum and Elementwise (docs/ir.md): an einsum's
  * floating-point operands have its result's dtype (a GEMM takes one dtype;
  * i32 operands are a gather's or scatter's indices, checked above); an
- * elementwise op gives a floating-point or i8 result and may read operands
+ * elementwise op gives a floating-point or i8 result, or an i32 one from
+ * an integer expression (ir_ew_integer: a gather's positions), and may read operands
  * of any dtype (each converted as it is loaded, i32 only in comparisons):
  * that is how a cast is written; i8 (seed 002's quantized values) is only
  * a cast's source or target, or moved, never an einsum's result. */
-static bool dtypes_ok(const ir_op *op, char *why, size_t why_size)
+static bool dtypes_ok(const ir_module *m, const ir_op *op, char *why, size_t why_size)
 {
     if (!op->result)
         return true; /* reported by the structural checks */
     ir_dtype r = op->result->type.dtype;
-    if (op->kind == IR_OP_ELEMENTWISE && r == IR_I32) {
-        WHY("an elementwise op gives a floating-point result, not i32");
+    if (op->kind == IR_OP_ELEMENTWISE && r == IR_I32 && !ir_ew_integer(m, op, op->u.ew.root)) {
+        WHY("an elementwise op gives an i32 result only from an integer expression (i32 "
+            "operands, index values, integer constants; +, -, *, maximum, minimum)");
+        return false;
+    }
+    if (op->kind == IR_OP_EINSUM && op->u.einsum.gather_zero_outside && !op->u.einsum.gather) {
+        WHY("only a gather gives zeros for indices outside its table");
         return false;
     }
     if (op->kind == IR_OP_EINSUM && r == IR_I8 && !op->u.einsum.gather) {
@@ -538,12 +544,12 @@ static bool dtypes_ok(const ir_op *op, char *why, size_t why_size)
  * einsum rule. */
 bool ir_verify_einsum(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
-    return dtypes_ok(op, why, why_size) && ir_op_local_sharding(m, op, out, why, why_size);
+    return dtypes_ok(m, op, why, why_size) && ir_op_local_sharding(m, op, out, why, why_size);
 }
 
 bool ir_verify_ew(const ir_module *m, const ir_op *op, ir_sharding *out, char *why, size_t why_size)
 {
-    return dtypes_ok(op, why, why_size) && ir_op_local_sharding(m, op, out, why, why_size);
+    return dtypes_ok(m, op, why, why_size) && ir_op_local_sharding(m, op, out, why, why_size);
 }
 
 /* Whether the labels of Einsum or Elementwise `op` name dims of its values'

@@ -109,7 +109,7 @@ const pass_info *pass_registry_find(const pass_registry *r, const char *name);
 void pass_registry_list(const pass_registry *r, FILE *out);
 
 /* The default pipeline, as --passes text. */
-#define PASS_DEFAULT_PIPELINE "optimize,autodiff,propagate,pipeline,regather,meshslice,cost"
+#define PASS_DEFAULT_PIPELINE "optimize,autodiff,select-gather,propagate,pipeline,regather,meshslice,cost"
 
 /* ---- pass manager (manager.c) ---- */
 
@@ -135,6 +135,7 @@ int pass_manager_run(pass_manager *pm, pass_ctx *ctx, ir_module *m);
 /* ---- built-in passes ---- */
 int pass_optimize(pass_ctx *ctx, ir_module *m);   /* optimize.c */
 int pass_autodiff(pass_ctx *ctx, ir_module *m);   /* autodiff.c */
+int pass_select_gather(pass_ctx *ctx, ir_module *m); /* select_gather.c */
 int pass_propagate(pass_ctx *ctx, ir_module *m);  /* propagate.c */
 int pass_cost(pass_ctx *ctx, ir_module *m);       /* cost.c */
 int pass_prefetch_params(pass_ctx *ctx, ir_module *m); /* prefetch_params.c */

@@ -728,8 +728,8 @@ int pass_propagate(pass_ctx *ctx, ir_module *m)
     }
     if (p.bounded)
         diag_warning(ctx->diag, DIAG_NOLOC,
-                     "propagate: %d resharding cost(s) came from a direct route (AllReduce, AllGather, "
-                     "Slice) because the search over a value's shardings exceeded its budget of %d "
+                     "propagate: %d resharding cost(s) came from a direct route (ReduceScatter, AllReduce, "
+                     "AllGather, Slice) because the search over a value's shardings exceeded its budget of %d "
                      "edges; the plan may not be the cheapest (docs/propagation.md, \"Planner time\")",
                      p.bounded, PASS_RESHARD_EDGE_BUDGET);
     pass_prop_loop_stacks(&p);

@@ -21,7 +21,7 @@
  * stream just before its first use, so its gather starts no earlier,
  * as in the cost pass's order); the op's compute on the main stream once its operands
  * are ready; the reshards of its result into its constraint and its
- * outputs after it.  The step is the later of the two streams' ends.  The
+ * outputs after it (an output's shared with a later reader needing it).  The step is the later of the two streams' ends.  The
  * choice between the first phase's plan and the wide phase's uses it
  * (propagate.c, widen), so the margin a wider plan must win by is a margin
  * of the step the cost pass will report.  A repeated block's new value is
@@ -173,7 +173,14 @@ double pass_prop_step_time(prop *p)
             if (out->value != r)
                 continue;
             ir_sharding want = out->has_constraint ? out->constraint : pass_prop_reduced(have);
+            if (ir_sharding_equal(&have, &want, r->type.rank))
+                continue;
             main_t += main_reshard(p, r, &have, &want, r->has_constraint ? -1 : k, -1, 1.0, hid);
+            /* A consumer needing the output's sharding reads the same
+             * reshard, as materialisation shares it (and the serial
+             * objective counts it once). */
+            if (!done_add(&dn, &n, &cap, (done){r->id, want, main_t}))
+                break;
         }
         if (r->id < 0 || r->id >= p->nvalues)
             continue;

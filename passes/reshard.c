@@ -78,10 +78,6 @@
 #include "costmodel.h"
 #include "reshard.h"
 
-/* Key encoding: per mesh axis 6 bits, (place | order << 4); place 0 = unused,
- * 1..rank = dim position + 1, PLACE_U = unreduced. */
-#define PLACE_U 15u
-
 /* What a path costs, compared in the order of the fields (better()). */
 typedef struct route {
     double bytes;         /* bytes moved per device (seed 001's table) */
@@ -121,35 +117,6 @@ typedef struct search {
     bool oom;             /* an allocation failed */
     long edges;           /* edges relaxed so far */
 } search;
-
-double pass_reshard_bytes(ir_op_kind kind, double in_bytes, double out_bytes, int64_t group)
-{
-    if (group <= 1)
-        return 0.0;
-    double f = (double)(group - 1) / (double)group;
-    switch (kind) {
-    case IR_OP_ALLGATHER: return out_bytes * f;
-    case IR_OP_REDUCESCATTER: return in_bytes * f;
-    case IR_OP_ALLREDUCE: return 2.0 * in_bytes * f;
-    case IR_OP_ALLTOALL: return in_bytes * f / 4.0;
-    default: return 0.0;
-    }
-}
-
-uint32_t pass_reshard_key(const ir_sharding *s, int rank, int naxes)
-{
-    uint32_t key = 0;
-    for (int d = 0; d < rank; d++)
-        for (int k = 0; k < s->naxes[d]; k++) {
-            int a = s->axes[d][k];
-            if (a >= 0 && a < naxes)
-                key |= ((uint32_t)(d + 1) | (uint32_t)k << 4) << (6 * a);
-        }
-    for (int a = 0; a < naxes; a++)
-        if (s->unreduced & (1u << a))
-            key |= PLACE_U << (6 * a);
-    return key;
-}
 
 /* Whether a and b differ by more than rounding (1e-9 relative; `floor`
  * the smallest scale, 1 byte for bytes, 0 for seconds). */
@@ -607,11 +574,45 @@ static void direct_step(search *s, pass_reshard_plan *plan, ir_op_kind kind, con
     s->cur = st.to;
 }
 
+/* The first step of direct_route when the target splits a dim over some of
+ * the partial-sum axes it drops, after the axes the dim has: a
+ * ReduceScatter over them along that dim (the first such dim), the step
+ * the search takes, where an AllReduce and a Slice would move twice the
+ * bytes and leave no ReduceScatter for a matmul to hide (collective
+ * matmul; the planner prices and pairs the route this returns).  Returns
+ * the axes it reduced. */
+static ir_axes direct_scatter(search *s, const ir_sharding *goal, ir_axes drop, pass_reshard_plan *plan)
+{
+    int8_t axes[IR_MAX_AXES], dims[IR_MAX_AXES];
+    for (int d = 0; d < s->t->rank; d++) {
+        int k0 = s->cur.naxes[d], n = 0;
+        if (goal->naxes[d] <= k0 || memcmp(s->cur.axes[d], goal->axes[d], (size_t)k0) != 0)
+            continue;
+        ir_sharding to = s->cur;
+        ir_axes done = 0;
+        for (int k = k0; k < goal->naxes[d] && (drop & (1u << goal->axes[d][k])); k++) {
+            axes[n] = goal->axes[d][k];
+            dims[n++] = (int8_t)d;
+            ir_sharding_push(&to, d, goal->axes[d][k]);
+            done |= 1u << goal->axes[d][k];
+        }
+        if (!n)
+            continue;
+        to.unreduced &= ~done;
+        if (!to.unreduced)
+            to.red = IR_RED_SUM;
+        direct_step(s, plan, IR_OP_REDUCESCATTER, &to, axes, dims, n);
+        return done;
+    }
+    return 0;
+}
+
 /* A route that needs no search, for values whose state space is too large
- * to explore: AllReduce the partial sums the target does not keep, gather
- * every dim whose axes differ from the target's (one AllGather per dim),
- * then slice each such dim to the target's axes.  It is valid whenever the
- * target is (find checked that), at most 1 + 2 * IR_MAX_AXES steps, and
+ * to explore: ReduceScatter the partial sums the target splits a dim over
+ * (direct_scatter), AllReduce the others it does not keep, gather every
+ * dim whose axes differ from the target's (one AllGather per dim), then
+ * slice each such dim to the target's axes.  It is valid whenever the
+ * target is (find checked that), at most 2 + 2 * IR_MAX_AXES steps, and
  * moves at most an AllReduce and a whole gather of the value. */
 static void direct_route(search *s, const ir_sharding *goal, pass_reshard_plan *plan)
 {
@@ -619,6 +620,7 @@ static void direct_route(search *s, const ir_sharding *goal, pass_reshard_plan *
     int8_t axes[IR_MAX_AXES], dims[IR_MAX_AXES];
     s->cur = canonical(&s->t->sh, rank);
     ir_axes drop = s->cur.unreduced & ~goal->unreduced;
+    drop &= ~direct_scatter(s, goal, drop, plan);
     if (drop) {
         int n = 0;
         for (int a = 0; a < s->m->mesh.naxes; a++)

@@ -342,7 +342,9 @@ void rt_op_end(rt_device *dev, int32_t op_id);
  * for the following AllReduce or ReduceScatter.  c's layout is the indices'
  * dims then the table's other dims, each row `row_elems` contiguous
  * elements.  An index outside [0, rows_global) ends the job with a message
- * naming the index tensor, the element's global position and the value.
+ * naming the index tensor, the element's global position and the value,
+ * or with `zero_outside` gives a zero row (on every device: no partial
+ * sum holds it).
  * All members are 8 bytes wide so the emitted constant needs no padding. */
 typedef struct rt_gather_desc {
     int64_t dtype;                              /* enum rt_dtype of table and c */
@@ -359,6 +361,9 @@ typedef struct rt_gather_desc {
     const char *ids_name;                       /* the index tensor (messages) */
     const char *table_name;                     /* the table */
     int64_t op_id;
+    int64_t zero_outside;                       /* 1: an index outside [0, rows_global) gives a
+                                                   zero row, not an error (a gather the
+                                                   select-gather pass made of a masked sum) */
 } rt_gather_desc;
 
 /* Runs gather `d`: ids (int32, per `d`), table block, into c (overwritten). */

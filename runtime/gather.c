@@ -5,11 +5,13 @@
  *
  * Each index selects a row of the table; the row is copied if this device
  * holds it (its block of the table's first dim), else the output row is
- * zero.  With the rows unsharded every row is local; with them sharded the
- * zeros make the partial sums that the AllReduce or ReduceScatter after it
- * completes (Megatron's vocab-parallel embedding).  Every index is checked
- * against the whole table, on every device, so a bad one is reported
- * wherever it sits.
+ * zero.  With the rows unsharded every row is local; with them sharded
+ * the zeros make the partial sums that the AllReduce or ReduceScatter
+ * after it completes (Megatron's vocab-parallel embedding).  Every index is
+ * checked against the whole table, on every device, so a bad one is
+ * reported wherever it sits; or, for a gather that the select-gather pass
+ * made of a masked sum (zero_outside), it gives a zero row on every
+ * device, the masked sum's value.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -74,13 +76,16 @@ static id_walk walk_start(rt_device *dev, const rt_gather_desc *d)
 }
 
 /* The local table row of index element e (checked), or -1 if another
- * device holds it. */
+ * device holds it or (zero_outside) it is outside the table. */
 static int64_t local_row(rt_device *dev, const rt_gather_desc *d, const id_walk *w,
                          const int32_t *ids, int64_t e)
 {
     int32_t v = ids[e];
-    if (v < 0 || v >= d->rows_global)
+    if (v < 0 || v >= d->rows_global) {
+        if (d->zero_outside)
+            return -1;
         bad_index(dev, d, e, v);
+    }
     int64_t local = (int64_t)v - w->first;
     return local >= 0 && local < d->rows ? local : -1;
 }

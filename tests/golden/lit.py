@@ -22,6 +22,11 @@ line; `--meshslice=off` when there is none) and compares:
       gathers, reductions), in program order, separated by `;`.
   # expect-outputs: Out[B_X, D_Y]
       the types of the program's outputs, separated by `;`.
+  # expect-ops: Elementwise:Cos.pos Gather(zero-outside):Cos
+      the compute ops, in program order, each written KIND:TENSOR (the
+      result's tensor): Einsum, Gather (`Gather(zero-outside)` for one
+      whose index outside the table gives zeros), ScatterAdd, Elementwise
+      or MeshSlice.  Several `# expect-ops:` lines add up.
   # expect-error: t.ein:3:1: error: ...
       einc must exit 1 and print this text (the file's own name in front).
   # expect-meshslice: OS LS
@@ -47,7 +52,7 @@ COMPUTE = {"Einsum", "Elementwise", "MeshSlice"}
 def directives(path):
     """{key: [values]} of the file's `# key: value` lines for the keys above."""
     keys = ("expect", "expect-types", "expect-outputs", "expect-meshslice", "expect-error", "expect-cost",
-            "run")
+            "expect-ops", "run")
     found = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -66,6 +71,13 @@ def spell(op):
     red = op.get("reduce", "sum")
     return "%s_%s%s:%s" % (op["op"], "".join(op["axes"]), "" if red == "sum" else "(%s)" % red,
                            op["operands"][0]["tensor"])
+
+
+def op_kind(op):
+    """`Gather(zero-outside)`, `Gather`, `ScatterAdd`, or the op's name."""
+    if "gather" in op:
+        return "Gather(zero-outside)" if op.get("zero_outside") else "Gather"
+    return "ScatterAdd" if "scatter_add" in op else op["op"]
 
 
 def split_list(values, sep):
@@ -116,6 +128,11 @@ def check(einc, path):
         if got != want:
             errors.append("compute result types\n  got  %s\n  want %s" % ("; ".join(got),
                                                                          "; ".join(want)))
+    if "expect-ops" in d:
+        got = ["%s:%s" % (op_kind(op), op["result"]["tensor"]) for op in ir["ops"] if op["op"] in COMPUTE]
+        want = split_list(d["expect-ops"], " ")
+        if got != want:
+            errors.append("compute ops\n  got  %s\n  want %s" % (" ".join(got), " ".join(want)))
     if "expect-meshslice" in d:
         got = [op.get("dataflow", "?") for op in ir["ops"] if op["op"] == "MeshSlice"]
         want = split_list(d["expect-meshslice"], " ")

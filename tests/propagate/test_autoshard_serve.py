@@ -8,6 +8,10 @@ compiles what plan chose) and checks, separated by ';':
   stationary      the compiled plan AllGathers no param (FSDP's weight
                   movement; seed 002: infeasible for generation)
   cache DECL      the plan declares the state Kc as DECL (sharding included)
+  cache-split D   the plan's Kc is split over every chip, the dim D among
+                  its split dims (each chip reads its share of the cache)
+  near F MESH P%  plan's own table has family F on MESH (X=2,Y=2,...), it
+                  fits, and its step is within P% of the chosen row's
   remat R         the chosen row was compiled with --remat=R ("none" or
                   "layer"); a "layer" the search chose is marked in the
                   text table, and the compiled choice fits
@@ -140,6 +144,30 @@ def one(einc, ein, flags, checks):
         elif word == "cache":
             decl = re.search(r"^state (Kc\[[^\]]*\])", ir, re.M)
             check(decl and decl.group(1) == arg.strip(), f"{flags}: cache {decl and decl.group(1)}, want {arg}")
+        elif word == "cache-split":
+            decl = re.search(r"^state Kc\[([^\]]*)\]", ir, re.M)
+            check(decl, f"{flags}: no state Kc in the plan")
+            parts, split = 1, set()
+            for dim in decl.group(1).split(","):
+                name, _, axes = dim.strip().partition("_")
+                for a in axes:
+                    parts *= ch["mesh"][a]
+                if axes:
+                    split.add(name)
+            chips = 1
+            for n in ch["mesh"].values():
+                chips *= n
+            check(parts == chips and arg.strip() in split,
+                  f"{flags}: cache Kc[{decl.group(1)}] is not split over all {chips} chips with {arg.strip()} among its dims")
+        elif word == "near":
+            fam, mesh_text, pct = arg.split()
+            mesh = {k: int(v) for k, v in (kv.split("=") for kv in mesh_text.split(","))}
+            rows = [c for c in cands if c["family"] == fam and c["mesh"] == mesh]
+            check(len(rows) == 1 and rows[0]["fits"], f"{flags}: {fam} on {mesh_text}: {rows}")
+            limit = 1 + float(pct.rstrip("%")) / 100
+            check(rows[0]["step_time"] <= ch["step_time"] * limit,
+                  f"{flags}: {fam} on {mesh_text} at {rows[0]['step_time'] * 1e3:.4g} ms, not within {pct} "
+                  f"of the chosen {ch['family']} at {ch['step_time'] * 1e3:.4g} ms")
         elif word == "remat":
             check(ch.get("remat") == arg.strip(), f"{flags}: chosen remat {ch.get('remat')}, want {arg}")
             if arg.strip() != "none":

@@ -265,6 +265,38 @@ static void test_direct_route(void)
     ir_module_free(m);
 }
 
+/* The direct route reduces the partial sums the target splits a dim over
+ * by one ReduceScatter, as the search does, not by an AllReduce and a
+ * Slice: the planner prices a value past the search's budget by it, and a
+ * ReduceScatter of a matmul's partial sums is what collective matmul hides
+ * (an AllReduce + Slice there made the ILP and the cost pass disagree on
+ * which collective the matmul hides; docs/propagation.md, "Planner time"). */
+static void test_direct_route_scatters(void)
+{
+    static const char *const one_rs[][3] = {
+        {"A[I, J]{U_X}", "A[I_X, J]", "X"},
+        {"A[I, J]{U_XY}", "A[I_YX, J]", "YX"},
+        {"A[I_X, J]{U_Y}", "A[I_XY, J]", "Y"},
+    };
+    for (size_t i = 0; i < sizeof one_rs / sizeof one_rs[0]; i++) {
+        pass_reshard_plan d, best;
+        ir_module *m = emit_plan_and_verify(one_rs[i][0], one_rs[i][1], &d, true);
+        CU_ASSERT_EQUAL_FATAL(d.nsteps, 1);
+        check_step(m, &d.steps[0], IR_OP_REDUCESCATTER, one_rs[i][2]);
+        ir_module_free(m);
+        ir_module_free(emit_and_verify(one_rs[i][0], one_rs[i][1], &best));
+        CU_ASSERT_DOUBLE_EQUAL(d.bytes, best.bytes, 1e-9);
+    }
+    /* Partial sums over an axis the target does not split are still
+     * AllReduced, after the ReduceScatter of the others. */
+    pass_reshard_plan d;
+    ir_module *m = emit_plan_and_verify("A[I, J]{U_XY}", "A[I_X, J]", &d, true);
+    CU_ASSERT_EQUAL_FATAL(d.nsteps, 2);
+    check_step(m, &d.steps[0], IR_OP_REDUCESCATTER, "X");
+    check_step(m, &d.steps[1], IR_OP_ALLREDUCE, "Y");
+    ir_module_free(m);
+}
+
 /* Emitting a plan inserts verifiable ops whose chain ends in `to`. */
 static void test_emit_verifies(void)
 {
@@ -451,6 +483,7 @@ void einc_register_tests(void)
         {"[I_X, J_Y, L] -> [I, J, L_XY] is one AllToAll_XY", test_alltoall_from_two_dims},
         {"emitted per-axis plan verifies", test_emit_per_axis_verifies},
         {"the direct route: valid, bounded, never below the search", test_direct_route},
+        {"the direct route: partial sums onto a dim are one ReduceScatter", test_direct_route_scatters},
         {"sequence parallelism: [B_X, T_Y, D] <-> TP block is AllGather_Y / ReduceScatter_Y",
          test_sequence_parallel_reshards},
     };
