@@ -29,7 +29,8 @@
  *   cols form  acc[c] += sum_r x[r] A[r, c]: rows taken in pairs, their
  *              i16 elements interleaved (vpunpck[lh]wd) so that one
  *              vpmaddwd gives x[r] A[r, c] + x[r+1] A[r+1, c] per column;
- *              eight rows per pass, the i32 sums in scratch
+ *              eight rows per pass, the i32 sums in scratch, the next
+ *              pass's rows asked for into L2 (RT_GEMV_I8X_PREFETCH_MAX)
  * The portable loops give the same integers, so every instruction set
  * gives the same bits.  A large product is shared with the device's
  * helper thread as gemv_narrow.c's are (rt_gemv.h): runs of rows, or the
@@ -120,9 +121,11 @@ AVX2 static void rows_all_avx2(const int8_t *a, int64_t ld, int64_t rows, int64_
 
 /* cols form: acc[c] += sum over NP row pairs p of x[2p] a[2p, c] +
  * x[2p+1] a[2p+1, c] (NP 1 or 4), for rows row[0..2 NP) (a row given
- * twice with x 0 pads an odd count). */
+ * twice with x 0 pads an odd count); pf: bytes ahead to ask the cache for
+ * (0: none). */
 AVX2 static inline __attribute__((always_inline)) void
-cols_avx2(const int8_t *const *row, const int32_t *xs, int64_t cols, int32_t *acc, const int np)
+cols_avx2(const int8_t *const *row, const int32_t *xs, int64_t cols, int32_t *acc, int64_t pf,
+          const int np)
 {
     __m256i xp[4];
     _Pragma("GCC unroll 4")
@@ -132,6 +135,11 @@ cols_avx2(const int8_t *const *row, const int32_t *xs, int64_t cols, int32_t *ac
     int64_t c = 0;
     for (; c + 16 <= cols; c += 16) {
         __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        if (pf && c % 64 == 0) {
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < 2 * np; i++)
+                _mm_prefetch((const char *)((uintptr_t)(row[i] + c) + (size_t)pf), _MM_HINT_T1);
+        }
         _Pragma("GCC unroll 4")
         for (int p = 0; p < np; p++) {
             __m256i w0 = load16(row[2 * p] + c), w1 = load16(row[2 * p + 1] + c);
@@ -159,6 +167,7 @@ AVX2 static void cols_all_avx2(const int8_t *a, int64_t ld, int64_t rows, int64_
 {
     const int8_t *row[8];
     int32_t xs[8];
+    int64_t pf = 8 * ld <= RT_GEMV_I8X_PREFETCH_MAX ? 8 * ld : 0;
     for (int64_t r = 0; r < rows;) {
         int n = rows - r >= 8 ? 8 : rows - r >= 2 ? 2 : 1;
         for (int i = 0; i < n; i++)
@@ -166,9 +175,9 @@ AVX2 static void cols_all_avx2(const int8_t *a, int64_t ld, int64_t rows, int64_
         if (n == 1) /* pad the pair: the same row again, times 0 */
             row[1] = row[0], xs[1] = 0;
         if (n == 8)
-            cols_avx2(row, xs, cols, acc, 4);
+            cols_avx2(row, xs, cols, acc, pf, 4);
         else
-            cols_avx2(row, xs, cols, acc, 1);
+            cols_avx2(row, xs, cols, acc, 0, 1);
         r += n;
     }
 }

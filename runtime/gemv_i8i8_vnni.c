@@ -41,15 +41,6 @@
 
 #define VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
 
-/* Bytes ahead the cols form asks the cache for: the same columns of the
- * next pass's eight rows, while those are at most this far ahead (as
- * gemv_narrow_avx512.c's COLS8_PREFETCH_MAX), into L2 (prefetcht1: into
- * L1 they evicted the pass's own lines).  1024 x 2816 from memory:
- * 1.5x-1.6x the weights/s of asking for L1, 2816 x 1024 1.1x-1.4x; the
- * LM head's 1024 x 8192 (64 KiB ahead) 1.15x one thread against asking
- * for nothing, split 0.8x-1.06x (bench/gemv_narrow.c, load 5-8, Zen 4). */
-#define VNNI_PREFETCH_MAX (256 << 10)
-
 /* 64 weights as unsigned bytes: the sign bit flipped, a + 128. */
 VNNI static inline __m512i flip(__m512i v)
 {
@@ -166,7 +157,7 @@ VNNI void rt_gemv_i8i8_cols_vnni(const int8_t *a, int64_t ld, int64_t rows, int6
     const int8_t *row[8];
     int8_t xs[8];
     uint32_t xsum = 0;
-    int64_t pf = 8 * ld <= VNNI_PREFETCH_MAX ? 8 * ld : 0;
+    int64_t pf = 8 * ld <= RT_GEMV_I8X_PREFETCH_MAX ? 8 * ld : 0;
     for (int64_t r = 0; r < rows;) {
         int n = rows - r >= 8 ? 8 : rows - r >= 4 ? 4 : (int)(rows - r);
         for (int i = 0; i < 4 * ((n + 3) / 4); i++) { /* a short group padded: row 0, x 0 */

@@ -17,8 +17,9 @@
  *               per row (16 columns a step), the four rows' lanes summed
  *               together at the end (three horizontal adds)
  *   cols form   acc[c] += sum_r x[r] A[r, c]: four rows per pass (eight
- *               for i8 rows of 2 KiB or more), each vector of acc (cols
- *               floats, in L1 or L2) loaded and stored once per pass
+ *               for i8 rows of 1 KiB or more), each vector of acc (cols
+ *               floats, in L1 or L2) loaded and stored once per pass;
+ *               the next pass's rows asked for into L2 as they go
  * Column tails (under 8) and row tails (under 4) take scalar or one-row
  * steps.  The sums are taken in another order than the portable loops':
  * results differ by f32 rounding.
@@ -93,14 +94,27 @@ AVX2 static inline void finish4(const __m256 *s0, const __m256 *s1, float *t)
 
 /* Asks the cache for the line `off` bytes from each of the NR rows (a
  * hint: no fault, whatever the address; computed as an integer, since it
- * may lie past the matrix's end).  The kernels below take `pf`,
- * the bytes ahead of what they read to ask for (0: none): the heads
- * kernels ask for the same columns some rows further on. */
+ * may lie past the matrix's end), into L2 (prefetcht1) as the AVX-512
+ * loops ask (gemv_narrow_avx512.c): into L1, the eight-row passes' lines
+ * of the next pass (22 KiB ahead for rows of 2816 bytes) and the column
+ * sums overflowed the 32 KiB L1 and evicted what the pass was reading.
+ * Into L2, with the eight-row passes' distances of gemv_narrow_drive.h,
+ * one thread read 1.45x the i8 weights/s from memory of asking for L1
+ * for 1024 x 2816, 2.6x for 2816 x 1024 (eight rows of 1 KiB a pass, not
+ * four: 1.7x of that with four), 2.1x for 4096 x 512 (the four-row
+ * passes, 4 KiB ahead) and 2.0-2.3x for the eight heads of a 2048 x 128
+ * cache; split over two threads 1.1x-1.7x; from cache 0.96x-1.0x
+ * (bench/gemv_narrow.c with EINC_GEMV_ISA=avx2, five alternating rounds
+ * at load 2-2.8 on the 2-core EPYC, Zen 4; Zen 3, AVX2 only, has the same
+ * 32 KiB L1).  Asking for L1 at the new distances was 0.89x-1.07x the old.
+ * The kernels below take `pf`, the bytes ahead of what they read to ask
+ * for (0: none): the heads kernels ask for the same columns some rows
+ * further on. */
 #define PREFETCH_ROWS(row, NR, off)                                                              \
     do {                                                                                         \
         _Pragma("GCC unroll 8")                                                                  \
         for (int i_ = 0; i_ < NR; i_++)                                                          \
-            _mm_prefetch((const char *)((uintptr_t)row[i_] + (off)), _MM_HINT_T0);               \
+            _mm_prefetch((const char *)((uintptr_t)row[i_] + (off)), _MM_HINT_T1);               \
     } while (0)
 
 /* y[r * incy] = alpha * dot(row r, x) + beta * y[r * incy] (beta 0: y

@@ -15,7 +15,7 @@
  *               accumulators per row (32 columns a step), the four rows'
  *               lanes summed together at the end
  *   cols form   acc[c] += sum_r x[r] A[r, c]: four rows per pass (eight
- *               for i8 rows of 2 KiB or more), each vector of acc loaded
+ *               for i8 rows of 1 KiB or more), each vector of acc loaded
  *               and stored once per pass; each column's sum is the chain
  *               of multiply-adds over the rows in order, as in the AVX2
  *               loop's vector part
@@ -102,8 +102,8 @@ AVX512 static inline void finish4(const __m512 *s0, const __m512 *s1, float *t)
 
 /* Asks the cache for the line `off` bytes from each of the nr rows (a
  * hint: no fault whatever the address, so computed as an integer: it may
- * lie past the matrix's end), into L2 (prefetcht1), not L1 as the AVX2
- * loops ask: the eight-row passes ask for the next pass's rows, 22 KiB
+ * lie past the matrix's end), into L2 (prefetcht1), as the AVX2 loops
+ * now ask too: the eight-row passes ask for the next pass's rows, 22 KiB
  * ahead for rows of 2816 bytes, which with the column sums (11 KiB)
  * overflowed Zen 4's 32 KiB L1 and evicted what the pass was reading.
  * Into L2, one thread read 1.4x-1.6x the i8 weights/s from memory for
@@ -212,17 +212,6 @@ DEFINE_COLS_AVX512(cols1_i8, load16_i8, loadm_i8, 1, 1)
 DEFINE_COLS_AVX512(cols4_bf16, load16_bf16, loadm_bf16, 2, 4)
 DEFINE_COLS_AVX512(cols1_bf16, load16_bf16, loadm_bf16, 2, 1)
 
-/* Into L2 (prefetch_rows), the eight-row passes may ask further ahead
- * than the AVX2 loops' 32 KiB: the LM head's rows of 8 KiB (64 KiB
- * ahead) read 1.18x the i8 weights/s from memory on one thread and 1.0x
- * split (1024 x 8192, three alternating rounds at load 6.2, Zen 4). */
-#define COLS8_PREFETCH_MAX (256 << 10)
-/* ... and i8 rows of 1 KiB take the eight-row passes too (the next pass's
- * rows 8 KiB ahead, in L2): 2816 x 1024 (the decode step's Hg * Wd) read
- * 1.3x the weights/s from memory of the four-row passes on one thread;
- * rows of 512 bytes lost (0.45x for 4096 x 512), so they keep four (three
- * alternating rounds at load 4.7-6, Zen 4). */
-#define COLS8_MIN 1024
 #define NARROW_ISA(name) name##_avx512
 #include "gemv_narrow_drive.h"
 

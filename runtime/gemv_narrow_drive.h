@@ -14,13 +14,16 @@
  */
 
 /* Columns from which i8 rows are summed eight per pass: half the loads
- * and stores of the sums, and eight streams of at least 2 KiB each, read
- * 1.12x (1024 x 2816) and 1.07x (1024 x 8192) the weights/s of four from
- * memory; rows of 1 KiB lost 1-7% (the 2-core EPYC, under load).  An
- * instruction set may define its own (gemv_narrow_avx512.c). */
-#ifndef COLS8_MIN
-#define COLS8_MIN 2048
-#endif
+ * and stores of the sums, and eight streams of at least 1 KiB each.  With
+ * rows of 2 KiB or more, 1.12x (1024 x 2816) and 1.07x (1024 x 8192) the
+ * weights/s of four from memory.  Rows of 1 KiB lost 1-7% while the
+ * kernels prefetched into L1; with the next pass's rows (8 KiB ahead)
+ * asked for into L2, 2816 x 1024 (the decode step's Hg * Wd) read 1.3x
+ * (AVX-512) and 1.5x (AVX2) the weights/s of four from memory on one
+ * thread, 0.96x-0.99x from cache; rows of 512 bytes lost (0.45x for
+ * 4096 x 512, AVX-512), so they keep four (bench/gemv_narrow.c,
+ * alternating rounds at load 2-6 on the 2-core EPYC, Zen 4). */
+#define COLS8_MIN 1024
 
 /* Bytes ahead along each row that the cols form's four-row passes ask
  * the cache for (as the heads kernels, HEADS_PREFETCH_BYTES): for rows of
@@ -28,7 +31,9 @@
  * weights/s from memory for 1024 x 1024 and 2816 x 1024 i8 (four
  * alternating rounds at load 8 on the 2-core EPYC; 2 KiB ahead gained
  * less); the rows form gained nothing clear and asks for nothing, and
- * bf16 was not measured (nothing either). */
+ * bf16 was not measured (nothing either).  Rows of 1 KiB now take the
+ * eight-row passes (COLS8_MIN); shorter ones keep this, which into L2
+ * read 2.1x the weights/s of L1 for 4096 x 512 (AVX2, Zen 4). */
 #define COLS_PREFETCH_BYTES 4096
 
 /* The eight-row passes ask for the same columns of the next pass's rows
@@ -38,14 +43,13 @@
  * one thread and 1.22-1.30x split (bench/gemv_narrow.c, 6 and 8
  * alternating rounds at load 2.5-3.2, 2816 x 1024 in the same rounds
  * 0.95-0.99x: unchanged code); on 4 KiB pages the same distance had shown
- * nothing clear.  The LM head's rows of 8 KiB (64 KiB ahead, past L1)
- * gained nothing clear (0.90x one thread, 1.16x split), and 2 or 4 KiB
- * ahead along the row lost (0.71-0.88x), so rows over 4 KiB ask for
- * nothing.  (An instruction set may define its own before including
- * this file: gemv_narrow_avx512.c, which prefetches into L2.) */
-#ifndef COLS8_PREFETCH_MAX
-#define COLS8_PREFETCH_MAX (32 << 10)
-#endif
+ * nothing clear.  Into L1 the LM head's rows of 8 KiB (64 KiB ahead)
+ * gained nothing clear (0.90x one thread, 1.16x split), and the cap was
+ * 32 KiB; both instruction sets now ask for L2 (gemv_narrow_avx2.c,
+ * gemv_narrow_avx512.c), where 1024 x 8192 read 1.18x the i8 weights/s
+ * from memory on one thread (AVX-512 and AVX2 alike) and 1.0x-1.05x
+ * split (alternating rounds at load 2-6, Zen 4). */
+#define COLS8_PREFETCH_MAX (256 << 10)
 
 /* Row bytes from which the rows form takes one row per pass, not four:
  * the matrix is then read as one sequential stream, as the portable loop
@@ -90,7 +94,7 @@ void NARROW_ISA(rt_gemv_narrow_cols)(int32_t mdt, const char *a, int64_t ld, int
 {
     size_t es = mdt == RT_I8 ? 1 : 2;
     int64_t r = 0;
-    /* i8 rows of 2 KiB or more: eight per pass (each sum is still taken
+    /* i8 rows of 1 KiB or more: eight per pass (each sum is still taken
      * row by row in order: the same bits as four) */
     int64_t pf8 = 8 * ld <= COLS8_PREFETCH_MAX ? 8 * ld : 0;
     for (; mdt == RT_I8 && cols >= COLS8_MIN && r + 8 <= rows; r += 8)

@@ -301,6 +301,17 @@ void rt_gemv_narrow_heads_cols_avx512(int32_t mdt, const char *a, int64_t ld, in
  * rt_gemv_split_choose says.  Every isa and split gives the same bits
  * (integer sums). */
 #define RT_GEMV_I8I8_MAX_K ((int64_t)1 << 17)
+/* Bytes ahead the i8 x i8 sums of rows (cols form; AVX2 and VNNI alike)
+ * ask the cache for: the same columns of the next pass's eight rows,
+ * while those are at most this far ahead, into L2 (prefetcht1: into L1
+ * they evicted the pass's own lines).  VNNI: 1024 x 2816 from memory
+ * 1.5x-1.6x the weights/s of asking for L1, 2816 x 1024 1.1x-1.4x, the
+ * LM head's 1024 x 8192 (64 KiB ahead) 1.15x one thread against asking
+ * for nothing, split 0.8x-1.06x (load 5-8).  AVX2, which asked for
+ * nothing: 1.85x, 2.4x and 1.18x one thread, 1.1x-1.7x split, 1.03x from
+ * cache (bench/gemv_narrow.c, five alternating rounds at load 2-2.8).
+ * Both on the 2-core EPYC, Zen 4. */
+#define RT_GEMV_I8X_PREFETCH_MAX (256 << 10)
 /* gemv_i8i8_vnni.c (only with RT_GEMV_HAVE_AVX2, only on a CPU with
  * AVX-512 F, BW, VL and VNNI: rt_gemv_cpu_vnni), exact integer sums:
  *   rows: y[r * incy] = alpha * sum_c a[r, c] x[c] + beta * y[r * incy]

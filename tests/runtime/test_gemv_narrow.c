@@ -177,8 +177,8 @@ static void test_isa_cap(void)
 static void test_batched_equals_single(void)
 {
     enum { NB = 3, ROWS = 37 };
-    /* 2100: the cols form sums i8 rows eight at a time (COLS8_MIN);
-     * 1030: with AVX-512 only; the rows form one row per pass from 512 */
+    /* 1030, 2100: the cols form sums i8 rows eight at a time from 1 KiB
+     * (COLS8_MIN); the rows form takes one row per pass from 512 */
     static const int64_t widths[] = {13, 128, 1030, 2100};
     int best = rt_gemv_narrow_isa_best();
     for (int isa = RT_ISA_PORTABLE; isa <= best; isa++)
