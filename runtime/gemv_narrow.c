@@ -230,15 +230,20 @@ int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
     return v.per; /* rows form: x made contiguous; cols form: each run's sums */
 }
 
-/* The set EINC_GEMV_ISA caps the choice at (RT_ISA_AVX512 unset). */
+/* The set EINC_GEMV_ISA caps the choice at (RT_ISA_AVX512 unset or
+ * empty); any other value ends the job, as a bad EINC_GEMV_THREADS does,
+ * rather than silently measuring another set than the one asked for. */
 static int isa_cap(void)
 {
     const char *e = getenv("EINC_GEMV_ISA");
-    if (!e)
+    if (!e || !e[0] || strcmp(e, "avx512") == 0)
         return RT_ISA_AVX512;
-    return strcmp(e, "portable") == 0 ? RT_ISA_PORTABLE
-           : strcmp(e, "avx2") == 0   ? RT_ISA_AVX2
-                                      : RT_ISA_AVX512;
+    if (strcmp(e, "avx2") == 0)
+        return RT_ISA_AVX2;
+    if (strcmp(e, "portable") == 0)
+        return RT_ISA_PORTABLE;
+    rt_fatal(NULL, "EINC_GEMV_ISA must be portable, avx2 or avx512 (the widest vector set "
+             "the narrow products may use), not '%s'", e);
 }
 
 int rt_gemv_narrow_isa_best(void)

@@ -78,6 +78,7 @@ void rt_gemv_split_plan(rt_gemv_split *s, int64_t ndev, int64_t index, int pin)
     s->device = index;
     const char *trace = getenv("EINC_GEMV_TRACE");
     s->trace = trace && strcmp(trace, "0") != 0 && trace[0];
+    (void)rt_gemv_narrow_isa_best(); /* a bad EINC_GEMV_ISA ends the job here, at its start */
     const char *env = getenv("EINC_GEMV_THREADS");
     if (env && strcmp(env, "1") != 0 && strcmp(env, "2") != 0 && strcmp(env, "adaptive") != 0)
         rt_fatal(NULL, "EINC_GEMV_THREADS must be 1 (narrow products on the device thread "

@@ -216,7 +216,7 @@ int rt_gemv_narrow(const rt_gemm *g, void *scratch);
  * (RT_GEMV_HAVE_AVX2).  rt_gemv_narrow_isa_best is the best the running
  * CPU supports (asked each call: no state kept), capped by
  * EINC_GEMV_ISA=portable|avx2|avx512 in the environment (a benchmark's
- * before and after in one run; another value is ignored);
+ * before and after in one run; another value ends the job with a message);
  * rt_gemv_narrow_isa is rt_gemv_narrow with the set chosen by the caller
  * (tests compare them all; a set the CPU lacks falls back to the best it
  * has). */
