@@ -130,7 +130,7 @@ decode step is bound by reading its weights (a = 5.8 ms, b = 0.016 ms
 at 512 in the same hour), the regime of seed 002's equation and of the serving engines'
 papers; its results go to serve_wide.
 
-    python3 bench/serve.py --build BUILD [--requests 256] [--rate 1000] [--fixed]
+    python3 bench/serve.py --build BUILD [--requests 256] [--rate 1e6] [--fixed]
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates auto|none|R1,R2] [--repeat 3] [--seed 1]
                            [--time-cap 120] [--client c|loop|threads [--prestart]]
@@ -156,9 +156,11 @@ import benchlib
 import serve_client
 import serve_stats
 
-# --match-rates auto's first run: every request at once, in effect, so that
-# the queue holds the rest and the slots stay full whatever the machine
-# (a fixed --rate of 1000/s no longer did on this CPU with D = 128).
+# --match-rates auto's first run and the default --rate of the same-load
+# pair: every request at once, in effect, so that the queue holds the rest
+# and the slots stay full whatever the machine (a fixed --rate of 1000/s
+# no longer did on a Zen 4 EPYC with D = 128: continuous batching ran 11 of
+# its 16 slots there, and the a + b rows fit through that pair was wrong).
 CALIBRATION_RATE = 1e6
 # --also-prefill's window and --prefill-budget's default (docstring).
 ALSO_PREFILL_W = 16
@@ -502,8 +504,9 @@ def equal_p99(runs, st):
 def main():
     p = benchlib.parser(__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=256, help="requests per run (default 256)")
-    p.add_argument("--rate", type=float, default=1000.0,
-                   help="arrivals per second for both variants (default 1000: saturated)")
+    p.add_argument("--rate", type=float, default=CALIBRATION_RATE,
+                   help="arrivals per second for both variants at the same load (default "
+                        "1e6: every request at once, so that both are saturated on any CPU)")
     p.add_argument("--fixed", action="store_true", help="a fixed interval instead of Poisson")
     p.add_argument("--slots", type=int, default=16, help="-D B: slots (default 16; even)")
     p.add_argument("--cache", type=int, default=128, help="-D S: cache positions (default 128)")
