@@ -124,10 +124,23 @@ void rt_mpi_p2p_finish(rt_device *dev, rt_mpi_p2p *s, MPI_Comm cart)
 {
     int64_t *to_me = rt_xmalloc(dev, (size_t)s->ndevices * sizeof *to_me);
     MPI_Alltoall(s->sent, 1, MPI_INT64_T, to_me, 1, MPI_INT64_T, cart);
-    for (int64_t src = 0; src < s->ndevices; src++)
+    int64_t bad = -1;
+    for (int64_t src = 0; src < s->ndevices && bad < 0; src++)
         if (to_me[src] != s->received[src])
-            rt_fatal(dev, "%lld message(s) sent to this device by device %lld were never "
-                     "received", (long long)(to_me[src] - s->received[src]), (long long)src);
+            bad = src;
+    /* Every rank learns whether one found a message never received, and
+     * the ranks that did not wait in a barrier that rank never enters while
+     * its rt_fatal aborts the job.  Were they to go on to MPI_Finalize, the
+     * abort would race their finalization, during which Open MPI's mpirun
+     * (4.1, PMIx 3) now and then crashes in PMIx_server_finalize
+     * (open-mpi/ompi#13650 and #6222 report the same race). */
+    int mine = bad >= 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, cart);
+    if (bad >= 0)
+        rt_fatal(dev, "%lld message(s) sent to this device by device %lld were never "
+                 "received", (long long)(to_me[bad] - s->received[bad]), (long long)bad);
+    if (any)
+        MPI_Barrier(cart); /* never completes: the abort ends this rank here */
     free(to_me);
     MPI_Waitall(s->npending, s->reqs, MPI_STATUSES_IGNORE);
     for (int i = 0; i < s->npending; i++)
