@@ -246,7 +246,8 @@ static int isa_cap(void)
              "the narrow products may use), not '%s'", e);
 }
 
-int rt_gemv_narrow_isa_best(void)
+/* The widest set the running CPU has, uncapped. */
+static int cpu_isa_best(void)
 {
     int best = RT_ISA_PORTABLE;
 #if RT_GEMV_HAVE_AVX2
@@ -256,7 +257,12 @@ int rt_gemv_narrow_isa_best(void)
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         best = RT_ISA_AVX512;
 #endif
-    int cap = isa_cap();
+    return best;
+}
+
+int rt_gemv_narrow_isa_best(void)
+{
+    int best = cpu_isa_best(), cap = isa_cap();
     return best < cap ? best : cap;
 }
 
@@ -517,8 +523,9 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     narrow_mv v;
     if (!narrow_mv_of(g, &v))
         return 0;
-    if (isa > rt_gemv_narrow_isa_best())
-        isa = rt_gemv_narrow_isa_best(); /* never an instruction the CPU lacks */
+    int cpu = cpu_isa_best(); /* the caller chose isa, capped or not */
+    if (isa > cpu)
+        isa = cpu; /* never an instruction the CPU lacks */
     float *tmp = scratch;
     if (v.x8) { /* i8 x i8: one batch entry at a time, each split alone */
         for (int64_t i = 0; i < nbatch; i++)

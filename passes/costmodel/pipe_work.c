@@ -375,10 +375,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
     double zs = m->pipe.axis >= 0 && m->pipe.dim == ldim ? (double)m->mesh.axes[m->pipe.axis].size : 1;
     w->update_stacked *= zs;
     w->carry_bytes = (double)ir_local_bytes(m, &fwd->result->type);
-    w->stage_devices = 1;
-    for (int i = 0; i < m->mesh.naxes; i++)
-        w->stage_devices *= (double)m->mesh.axes[i].size;
-    w->stage_devices /= zs;
+    w->stage_devices = (double)ir_mesh_devices(&m->mesh) / zs;
     for (int i = 0; i < m->nvalues; i++) {
         const ir_value *v = m->values[i];
         if (v->kind != IR_VAL_PARAM && v->kind != IR_VAL_STATE)
