@@ -181,7 +181,8 @@ static int64_t job_cpus(const rt_job *job, bool *pinned)
 {
     *pinned = !job->opt || job->opt->bind != RT_BIND_NONE;
     cpu_set_t set;
-    if (strcmp(job->launcher->name, "threads") != 0 || sched_getaffinity(0, sizeof set, &set) != 0)
+    if (!job->launcher || strcmp(job->launcher->name, "threads") != 0 ||
+        sched_getaffinity(0, sizeof set, &set) != 0)
         return rt_mesh_size(job->prog);
     int n = CPU_COUNT(&set);
     return n > 0 ? n : 1;
