@@ -112,7 +112,7 @@ typedef struct ir_pipe_totals {
     /* core_bubble[c - 1]: the core-idle bubble of `pipeline` when the Z
      * stages share c CPUs, c = 1 .. min(Z, IR_PIPE_CORE_BUBBLES), taking
      * turns at items (pp_core_bubble; [Z - 1] is `bubble`); -1 where not
-     * simulated (a forward). */
+     * simulated (a forward, or more than about 2^26 replay steps). */
     double core_bubble[IR_PIPE_CORE_BUBBLES];
 } ir_pipe_totals;
 

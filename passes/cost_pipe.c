@@ -30,13 +30,20 @@
 
 /* The core-idle bubble of the schedule pipe_price simulated (its times in
  * `used`) with its stages on 1 .. min(Z, IR_PIPE_CORE_BUBBLES) CPUs
- * (pp_core_bubble), into out[c - 1]; -1 in the rest.  The plan is built
- * again because pipe_price does not keep it: the same times give the same
- * orders (pp_build is deterministic).  0, or -1 with a message. */
+ * (pp_core_bubble), into out[c - 1]; -1 in the rest, and everywhere for a
+ * pipeline so long that the replays (items x Z steps each) would cost
+ * more than about 2^26 steps: the planner prices many candidates.  The
+ * plan is built again because pipe_price does not keep it: the same times
+ * give the same orders (pp_build is deterministic).  0, or -1 with a
+ * message. */
 static int core_bubbles(const pp_params *used, pp_schedule s, double *out, char *err, size_t errlen)
 {
     for (int c = 0; c < IR_PIPE_CORE_BUBBLES; c++)
         out[c] = -1;
+    long long z = used->stages, v = used->chunks < 1 ? 1 : used->chunks;
+    long long counts = z < IR_PIPE_CORE_BUBBLES ? z : IR_PIPE_CORE_BUBBLES;
+    if (3 * z * v * used->microbatches * z * counts > (1LL << 26))
+        return 0;
     pp_plan plan;
     if (pp_build(used, s, &plan, err, errlen) != 0)
         return -1;
