@@ -110,7 +110,7 @@ def point(einc, work, Z, sched, M, steps, repeat):
     per, bubbles, pred, traces, order, balance = {}, [], None, [], None, []
     for i in range(repeat):
         trace = os.path.join(work, f"{name}_r{i}.json")
-        bub, pred = pb.measured_bubble(exe, steps, trace)
+        bub, pred, _ = pb.measured_bubble(exe, steps, trace)
         bubbles.append(bub)
         traces.append(trace)
         got, o = items_of(trace)

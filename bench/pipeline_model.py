@@ -315,6 +315,17 @@ def item_works(traces, cores):
     return per, runs
 
 
+def core_idle(work, span, Z, cores):
+    """The core-idle bubble: 1 - work / (min(Z, cores) x span), the share of
+    the CPUs' time with nothing to run (Qi et al., ICLR'24, section 2:
+    the bubble rate as idle device time, the CPUs being the devices), for
+    `work` CPU-time (de-contended, decontend: its sum over a CPU's items is
+    the time the CPU had one of them to run) in a step of `span`, Z stages
+    on `cores` CPUs.  With cores >= Z it is the per-stage bubble
+    (docs/pipeline.md, "Stages sharing cores: the core-idle bubble")."""
+    return 1 - work / min(Z, cores) / span if span > 0 else 0.0
+
+
 def machine_prediction(traces, cores):
     """The step this machine can run (section "Z > cores" of
     docs/pipeline.md): every item's work de-contended for `cores` CPUs
@@ -330,7 +341,9 @@ def machine_prediction(traces, cores):
     (onto an idle core, onto a busy one) in seconds; turns_span,
     turns_bubble and turns_wake: the same with the stages of a CPU taking
     turns (shared_replay's turns=True, handoff_lags' turns=True), the
-    model of the runtime's EINC_CORE_SHARING=items."""
+    model of the runtime's EINC_CORE_SHARING=items.  pred_core and
+    turns_core: the two predictions' core-idle bubbles (core_idle of their
+    work and span); core: the measured runs' core-idle bubble, median."""
     per, runs = item_works(traces, cores)
     med = {k: statistics.median(v) for k, v in per.items()}
     order = {s: [(n, med[(s, _kind(n))]) for n, _ in row] for s, row in runs[0][0].items()}
@@ -338,10 +351,15 @@ def machine_prediction(traces, cores):
     tlags = handoff_lags(traces, cores, turns=True)
     span, bubble = shared_replay(order, cores, wake=lags[:2])
     tspan, tbubble = shared_replay(order, cores, turns=True, wake=tlags[:2])
+    work = sum(w for row in order.values() for _, w in row)
+    Z = len(order)
     return {"span": statistics.median(r[3] for r in runs) / 1e6,
             "work": statistics.median(sum(sum(w) for w in r[2].values()) for r in runs) / 1e6,
             "pred_span": span / 1e6, "pred_bubble": bubble,
             "turns_span": tspan / 1e6, "turns_bubble": tbubble,
+            "pred_core": core_idle(work, span, Z, cores), "turns_core": core_idle(work, tspan, Z, cores),
+            "core": statistics.median(core_idle(sum(sum(w) for w in r[2].values()), r[3], Z, cores)
+                                      for r in runs),
             "items": {k: v / 1e6 for k, v in med.items()},
             "wake": (lags[0] / 1e6, lags[1] / 1e6), "turns_wake": (tlags[0] / 1e6, tlags[1] / 1e6)}
 

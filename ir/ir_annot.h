@@ -75,6 +75,9 @@ typedef struct ir_plan_cert {
     double fastest;      /* seconds: the fastest plan's objective (IR_PLAN_MEM_BOUND) */
 } ir_plan_cert;
 
+/* Most CPU counts ir_pipe_totals.core_bubble holds a prediction for. */
+#define IR_PIPE_CORE_BUBBLES 16
+
 /* The step of a pipelined program (ir_module.pipe) as its schedule runs
  * it: Z stages, M microbatches, the stage-to-stage hops, then the weight
  * gradients' reductions and the update once (passes/cost_pipe.c,
@@ -106,6 +109,11 @@ typedef struct ir_pipe_totals {
                                            the ops after the dL/dW loop; the rest is in B */
     double stage_sums;     /* once per step, in sync_update: the AllReduces over the stages of
                               the sums only the first or last stage computes (pipe_work.zsum) */
+    /* core_bubble[c - 1]: the core-idle bubble of `pipeline` when the Z
+     * stages share c CPUs, c = 1 .. min(Z, IR_PIPE_CORE_BUBBLES), taking
+     * turns at items (pp_core_bubble; [Z - 1] is `bubble`); -1 where not
+     * simulated (a forward, or more than about 2^26 replay steps). */
+    double core_bubble[IR_PIPE_CORE_BUBBLES];
 } ir_pipe_totals;
 
 /* Totals of the cost pass over the whole program (per device).  For a

@@ -10,7 +10,7 @@
  *    sync_time, bubble, bubble_formula, held_microbatches, stage_memory,
  *    hop_time, stage_forward_time, stage_backward_time, first_stage_extra,
  *    last_stage_extra, first_stage_extra_forward, last_stage_extra_forward,
- *    first_stage_extra_w, last_stage_extra_w, stage_sum_time}),
+ *    first_stage_extra_w, last_stage_extra_w, stage_sum_time, core_bubbles}),
  *  "plan": {objective, proof, best, candidates, merged, why, text} (after propagate with a profile)}
  * value = {"name", "tensor", "type", "dtype", "bytes_per_device"}
  * op    = {"index", "op", "axes", "operands", "result", "reason",
@@ -63,6 +63,10 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
     cJSON_AddNumberToObject(o, "first_stage_extra_w", p->first_extra_w);
     cJSON_AddNumberToObject(o, "last_stage_extra_w", p->last_extra_w);
     cJSON_AddNumberToObject(o, "stage_sum_time", p->stage_sums);
+    /* [c - 1]: the stages sharing c CPUs (pp_core_bubble); none for a forward. */
+    cJSON *cb = cJSON_AddArrayToObject(o, "core_bubbles");
+    for (int c = 1; !p->forward && c <= p->stages && c <= IR_PIPE_CORE_BUBBLES; c++)
+        cJSON_AddItemToArray(cb, cJSON_CreateNumber(p->core_bubble[c - 1]));
 }
 
 static cJSON *cost_json(const ir_cost *c)

@@ -22,10 +22,42 @@
  * executor").
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
 #include "pipe_work.h"
+
+/* The core-idle bubble of the schedule pipe_price simulated (its times in
+ * `used`) with its stages on 1 .. min(Z, IR_PIPE_CORE_BUBBLES) CPUs
+ * (pp_core_bubble), into out[c - 1]; -1 in the rest, and everywhere for a
+ * pipeline so long that the replays (items x Z steps each) would cost
+ * more than about 2^26 steps: the planner prices many candidates.  The
+ * plan is built again because pipe_price does not keep it: the same times
+ * give the same orders (pp_build is deterministic).  0, or -1 with a
+ * message. */
+static int core_bubbles(const pp_params *used, pp_schedule s, double *out, char *err, size_t errlen)
+{
+    for (int c = 0; c < IR_PIPE_CORE_BUBBLES; c++)
+        out[c] = -1;
+    long long z = used->stages, v = used->chunks < 1 ? 1 : used->chunks;
+    long long counts = z < IR_PIPE_CORE_BUBBLES ? z : IR_PIPE_CORE_BUBBLES;
+    if (3 * z * v * used->microbatches * z * counts > (1LL << 26))
+        return 0;
+    pp_plan plan;
+    if (pp_build(used, s, &plan, err, errlen) != 0)
+        return -1;
+    int rc = 0;
+    for (int c = 1; rc == 0 && c <= used->stages && c <= IR_PIPE_CORE_BUBBLES; c++) {
+        out[c - 1] = pp_core_bubble(used, &plan, c, NULL);
+        if (out[c - 1] < 0) {
+            snprintf(err, errlen, "the %s schedule on %d cores could not be simulated", pp_schedule_name(s), c);
+            rc = -1;
+        }
+    }
+    pp_plan_free(&plan);
+    return rc;
+}
 
 int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
 {
@@ -47,12 +79,24 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     int64_t k = w.layers / z;
     pipe_priced p;
     bool dcn = m->mesh.axes[m->pipe.axis].dcn;
+    double *arr = malloc(3 * (size_t)z * sizeof *arr);
+    pp_params used;
+    double cores[IR_PIPE_CORE_BUBBLES];
+    for (int c = 0; c < IR_PIPE_CORE_BUBBLES; c++)
+        cores[c] = -1;
+    if (!arr) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     int rc = backward ? pipe_price_chunks(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule,
-                                          m->pipe.chunks, dcn, NULL, NULL, &p, err, errlen)
+                                          m->pipe.chunks, dcn, arr, &used, &p, err, errlen)
                       : pipe_price_forward(&w, hw, z, k, m->pipe.microbatches, dcn, &p, err, errlen);
     if (rc == 1)
         snprintf(err, errlen, "schedule %s does not apply to %lld layers per stage and %d microbatches",
                  pp_schedule_name((pp_schedule)m->pipe.schedule), (long long)k, m->pipe.microbatches);
+    if (rc == 0 && backward)
+        rc = core_bubbles(&used, (pp_schedule)m->pipe.schedule, cores, err, errlen);
+    free(arr);
     if (rc != 0)
         return -1;
     double kd = (double)k;
@@ -81,6 +125,7 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
         .last_extra_w = split ? w.post_w : 0,
         .stage_sums = backward ? pipe_work_zsums_time(&w, hw, z, dcn) : 0,
     };
+    memcpy(t->core_bubble, cores, sizeof cores);
     return 0;
 }
 

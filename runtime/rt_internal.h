@@ -782,6 +782,11 @@ void rt_pipe_recv_end(rt_device *dev, double begin);
  * that is not pipelined.
  */
 void rt_pipe_bubble_print(FILE *f, const rt_job *job);
+/* rt_pipe_bubble_print for devices sharing `cpus` CPUs (the threads
+ * backend: the CPUs the process may run on), device d pinned to the
+ * (d mod cpus)-th when `pinned`: with fewer CPUs than devices the line
+ * adds "; D devices on C CPUs: core-idle bubble X%" (pipe_bubble.c). */
+void rt_pipe_bubble_print_cpus(FILE *f, const rt_job *job, int64_t cpus, bool pinned);
 /* Spans per device that --trace keeps for `runs` runs of `prog`. */
 int64_t rt_trace_capacity(const rt_program *prog, int64_t runs);
 /* Every device calls this after its runs: sends its first job->trace_cap

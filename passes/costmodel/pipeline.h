@@ -145,6 +145,21 @@ int pp_schedule_lookup(const char *name);
  * may be NULL/0), leaves `*out` empty and returns -1. */
 int pp_build(const pp_params *p, pp_schedule schedule, pp_plan *out, char *err, size_t errlen);
 
+/* The core-idle bubble of `plan` when its Z stages share `cores` CPUs:
+ * the plan's per-stage orders replayed with p's times (p as given to
+ * pp_build for the plan), stage s on CPU s mod cores, the stages of a CPU
+ * taking turns at whole items (an item is not preempted; when the CPU
+ * frees, the stage whose next item became ready first runs it: list
+ * scheduling, Graham 1969, as the threads runtime's EINC_CORE_SHARING=items
+ * runs them, runtime/core_turns.c).  Returns 1 - (sum of the items' times)
+ * / (min(Z, cores) x span), the share of the CPUs' time with nothing to
+ * run (Qi et al., ICLR'24, section 2: the bubble rate as idle device
+ * time), and the replay's span in seconds in *span (may be NULL).  With
+ * cores >= Z every stage has a CPU and it is plan->bubble.  Returns -1
+ * (and leaves *span alone) when cores < 1, out of memory, or the orders
+ * deadlock.  docs/pipeline.md, "Stages sharing cores: the core-idle bubble". */
+double pp_core_bubble(const pp_params *p, const pp_plan *plan, int cores, double *span);
+
 /* Frees the arrays of `plan` and empties it; safe on an empty or zeroed plan. */
 void pp_plan_free(pp_plan *plan);
 

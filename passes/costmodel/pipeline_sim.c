@@ -252,3 +252,75 @@ void pp_print_table(FILE *f, const pp_plan *plan)
         fprintf(f, " (awaiting W: %d)", plan->peak_held_w);
     fprintf(f, "%s\n", plan->chunks > 1 ? " (microbatch, chunk) pairs" : " microbatches");
 }
+
+/* The stage whose next item can start first when the stages of a CPU take
+ * turns: start = max(its inputs' arrival, its stage free, its CPU free);
+ * ties go to the item requested first (max of the first two: a turn is
+ * granted in request order), then to the lower stage.  -1 if none can. */
+static int next_turn(const pp_sim *sim, const pp_stage_plan *order, const int *next, const double *cpu_free,
+                     int cores, double *start)
+{
+    int best = -1;
+    double best_req = INFINITY;
+    *start = INFINITY;
+    for (int s = 0; s < sim->stages; s++) {
+        if (next[s] >= order[s].n_items)
+            continue;
+        double req = fmax(pp_sim_ready(sim, s, &order[s].items[next[s]]), sim->free_at[s]);
+        double at = fmax(req, cpu_free[s % cores]);
+        if (isinf(req) || at > *start || (at == *start && req >= best_req))
+            continue;
+        best = s;
+        best_req = req;
+        *start = at;
+    }
+    return best;
+}
+
+double pp_core_bubble(const pp_params *p, const pp_plan *plan, int cores, double *span)
+{
+    if (cores < 1 || !plan->stage)
+        return -1;
+    int Z = plan->stages, left = 0;
+    pp_params q = *p;
+    q.chunks = plan->chunks;
+    pp_sim sim = {0}; /* freed whether or not it was started */
+    pp_stage_plan *order = calloc((size_t)Z, sizeof *order);
+    int *next = calloc((size_t)Z, sizeof *next);
+    double *cpu_free = calloc((size_t)cores, sizeof *cpu_free);
+    bool ok = order && next && cpu_free && pp_sim_init(&sim, &q, false) == 0;
+    for (int s = 0; ok && s < Z; s++) {
+        /* A copy: pp_sim_run writes the items' times. */
+        order[s].n_items = plan->stage[s].n_items;
+        order[s].items = malloc((size_t)order[s].n_items * sizeof *order[s].items + 1);
+        ok = order[s].items != NULL;
+        if (ok)
+            memcpy(order[s].items, plan->stage[s].items, (size_t)order[s].n_items * sizeof *order[s].items);
+        left += order[s].n_items;
+    }
+    double work = 0.0, end = 0.0;
+    for (; ok && left > 0; left--) {
+        double start;
+        int s = next_turn(&sim, order, next, cpu_free, cores, &start);
+        if (s < 0)
+            break; /* a deadlock: pp_build's orders never have one */
+        pp_item *it = &order[s].items[next[s]++];
+        pp_sim_run(&sim, s, it, start);
+        cpu_free[s % cores] = it->end;
+        work += it->end - it->start;
+        end = fmax(end, it->end);
+    }
+    ok = ok && left == 0;
+    pp_sim_free(&sim);
+    for (int s = 0; order && s < Z; s++)
+        free(order[s].items);
+    free(order);
+    free(next);
+    free(cpu_free);
+    if (!ok)
+        return -1;
+    int used = cores < Z ? cores : Z;
+    if (span)
+        *span = end;
+    return end > 0.0 ? 1.0 - work / ((double)used * end) : 0.0;
+}

@@ -5,7 +5,8 @@
  * on a stage (checked here independently of the simulator); bubbles, steps
  * and memory peaks against the papers' closed forms; zero-bubble against
  * 1F1B; ZB-H2 against ZB-H1 and its flushed step's bound; a hop on the critical path by hand; bad parameters; the printed
- * table's first row against the known 1F1B pattern.
+ * table's first row against the known 1F1B pattern; the core-idle bubble
+ * of stages sharing CPUs by hand.
  */
 #include <math.h>
 #include <stdio.h>
@@ -433,6 +434,45 @@ static char *table_text(const pp_plan *plan)
     return buf;
 }
 
+
+/* The core-idle bubble (pp_core_bubble) of Z = 4 stages sharing CPUs,
+ * worked out by hand for GPipe, M = 2, F = B = 1, free hops, stage s on
+ * CPU s mod 2: F0 F1 cross the stages in slots [0, 4] with the two CPUs
+ * each running one of two stages at a time, stage 3's F1 ends at 5, then
+ * the backwards run down the stages, one CPU at a time: B0 B1 of stage 3
+ * [5, 7], of stage 2 [6, 8], of stage 1 [7, 9], of stage 0 [8, 10].  Span
+ * 10, work 16: 1 - 16 / (2 x 10) = 20% idle CPU time, where the per-stage
+ * bubble is 1 - 16 / (4 x 10) = 60%, GPipe's (Z - 1) / (M + Z - 1).  On
+ * one CPU nothing waits (0%, span 16); with a CPU per stage it is the
+ * plan's bubble and step, for every schedule. */
+static void test_core_bubble(void)
+{
+    times t = uniform(1.0, 1.0, 1.0), whole = uniform(1.0, 2.0, 0.0);
+    pp_params p = params(&t, 4, 2, 1, 0.0);
+    pp_plan plan;
+    double span = 0;
+    CU_ASSERT_EQUAL_FATAL(build(&p, PP_GPIPE, &plan), 0);
+    CU_ASSERT_DOUBLE_EQUAL(pp_core_bubble(&p, &plan, 2, &span), 0.2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(span, 10.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(pp_core_bubble(&p, &plan, 1, &span), 0.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(span, 16.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(plan.bubble, 0.6, 1e-12);
+    CU_ASSERT_EQUAL(pp_core_bubble(&p, &plan, 0, &span), -1);
+    pp_plan_free(&plan);
+    for (int sch = 0; sch < PP_SCHEDULE_COUNT; sch++) {
+        pp_params q = params(pp_schedule_splits(sch) ? &t : &whole, 4, 8, sch == PP_INTERLEAVED ? 2 : 1, 0.1);
+        CU_ASSERT_EQUAL_FATAL(build(&q, sch, &plan), 0);
+        for (int cores = 4; cores <= 8; cores += 4) {
+            CU_ASSERT_DOUBLE_EQUAL(pp_core_bubble(&q, &plan, cores, &span), plan.bubble, 1e-12);
+            CU_ASSERT_DOUBLE_EQUAL(span, plan.step, 1e-12);
+        }
+        /* Fewer CPUs: no CPU idles more than a stage of its own would. */
+        double b2 = pp_core_bubble(&q, &plan, 2, NULL);
+        CU_ASSERT_TRUE(b2 >= 0 && b2 <= plan.bubble);
+        pp_plan_free(&plan);
+    }
+}
+
 /* 1F1B, Z = 4, M = 8 in unit slots: stage 0 runs its 3 warm-up forwards
  * and a fourth, waits for the first backward to come down the pipeline
  * (B0 reaches it after F0 went through 4 stages and back through 3), then
@@ -497,6 +537,7 @@ void einc_register_tests(void)
         {"hops on the critical path", test_hop_on_critical_path},
         {"bad parameters are errors", test_bad_params},
         {"1f1b, zero-bubble and zb-h2 tables, Z=4 M=8", test_table_1f1b},
+        {"core-idle bubble of stages sharing CPUs", test_core_bubble},
     };
     einc_add_suite("pipeline schedules", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -167,6 +167,8 @@ def main():
     span, bub = P.shared_replay(work, 1, turns=True)
     check("one CPU, turns: span = the sum of the work", span, sum(w for r in work.values() for _, w in r))
     check("one CPU, turns: each stage idle while the others run", bub, 3 / 4)
+    check("one CPU: no idle CPU time", P.core_idle(sum(w for r in work.values() for _, w in r), span, 4, 1), 0)
+    check("a CPU per stage: core-idle = the bubble", P.core_idle(2 * (4 * 1 + 4 * 2), 15, 2, 2), 1 / 5)
     check("turns with a CPU per stage is the model of a step",
           P.shared_replay(rows(ZB_H1, {"F": 1, "B": 1, "W": 1}), 2, turns=True)[0], 13)
     # Uneven stages (the same work for the items of one stage and kind, as
@@ -211,6 +213,11 @@ def main():
         check("machine prediction's span", mp["pred_span"] * 1e6, span, 1e-6)
         check("machine prediction's bubble", mp["pred_bubble"], bub, 1e-9)
         check("items' work", mp["work"] * 1e6, sum(w for r in work.values() for _, w in r), 1e-6)
+        # The core-idle bubble: the CPUs' idle share, measured from the
+        # trace and predicted by the replay (the same timeline here).
+        total = sum(w for r in work.values() for _, w in r)
+        check("measured core-idle bubble (4 stages, 2 CPUs)", mp["core"], 1 - total / (2 * span), 1e-9)
+        check("predicted core-idle bubble (4 stages, 2 CPUs)", mp["pred_core"], 1 - total / (2 * span), 1e-9)
         # Two traces (two runs of --repeat) pool their items: the same
         # medians, so the same prediction; the items' medians by kind.
         mp2 = P.machine_prediction([path, path], 2)

@@ -261,7 +261,8 @@ def run_trace(a, work, tally):
                  "device, in chunk order per microbatch", "\n".join(problems))
     rc, out = run_merged([exe, "--random-inputs", "1", "--profile", "--steps", "3"])
     line = re.search(r"^pipeline: 2 stages, 4 microbatches, interleaved: measured bubble ([0-9.]+)% "
-                     r"\(median over 3 runs\), predicted ([0-9.]+)%$", out, re.M)
+                     r"\(median over 3 runs\), predicted ([0-9.]+)%"
+                     r"(?:; \d+ devices on \d+ CPUs: core-idle bubble [0-9.]+%)?$", out, re.M)
     row = re.search(r"^\s+\d+\s+(\d+)\s+\S+\s+\S+\s+\S+\s+T = Einsum", out, re.M)
     calls = int(row.group(1)) if row else -1
     tally.result(rc == 0 and line is not None and calls == 8 * 4 * 3,

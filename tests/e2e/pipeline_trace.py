@@ -26,7 +26,9 @@ and 4 microbatches, and zb-h2 with M = 4, one training step:
 
   --profile: the line "pipeline: Z stages, M microbatches, <schedule>:
   measured bubble X% (median over N runs), predicted Y%" (Y the cost
-  pass's simulated bubble, which codegen embeds), with 0 <= X, Y < 100; a per-op row counts the
+  pass's simulated bubble, which codegen embeds), with 0 <= X, Y < 100,
+  and "; D devices on C CPUs: core-idle bubble I%" after it when the
+  devices outnumber the CPUs (0 <= I <= 100); a per-op row counts the
   calls of every stage: a layer's einsum runs once per layer and
   microbatch, |L| M calls in all, whatever the number of stages.
 
@@ -147,10 +149,15 @@ def check_trace(t, path, Z, ndev, devs_per_stage, schedule, M, what):
 def check_profile(t, out, Z, schedule, M, steps, what):
     """The --profile checks of the module docstring."""
     m = re.search(r"^pipeline: (\d+) stages, (\d+) microbatches, (\S+): measured bubble "
-                  r"([0-9.]+)% \(median over (\d+) runs?\), predicted ([0-9.]+)%$", out, re.M)
+                  r"([0-9.]+)% \(median over (\d+) runs?\), predicted ([0-9.]+)%"
+                  r"(?:; (\d+) devices on (\d+) CPUs: core-idle bubble ([0-9.]+)%)?$", out, re.M)
     t.result(m is not None, what + ": --profile prints the pipeline line", out[-3000:])
     if not m:
         return
+    if m.group(7):
+        # More devices than CPUs: the CPUs' idle share, at most 100%.
+        t.result(int(m.group(8)) < int(m.group(7)) and 0 <= float(m.group(9)) <= 100,
+                 what + ": the core-idle bubble of devices sharing CPUs", m.group(0))
     t.result((int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(5)))
              == (Z, M, schedule, steps), what + ": stages, microbatches, schedule, runs",
              m.group(0))

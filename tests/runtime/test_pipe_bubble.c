@@ -62,6 +62,18 @@ static char *printed(void (*print)(FILE *, const rt_job *), const rt_job *job)
     return buf;
 }
 
+/* What rt_pipe_bubble_print_cpus writes for `job` on `cpus` CPUs, malloc'd. */
+static char *printed_cpus(const rt_job *job, int64_t cpus, bool pinned)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    rt_pipe_bubble_print_cpus(f, job, cpus, pinned);
+    fclose(f);
+    return buf;
+}
+
 /*
  * Z = 2, M = 1 (gpipe and 1f1b agree), three runs, times in units of 1 us.
  * Run 1: stage 0 runs F0 [0, 10], then B0 [20, 40] whose receive waits
@@ -119,6 +131,58 @@ static void test_bubble(void)
     job.prog = &q;
     out = printed(rt_pipe_bubble_print, &job);
     CU_ASSERT_STRING_EQUAL(out, "");
+    free(out);
+}
+
+
+/*
+ * The core-idle bubble: Z = 4 stages (gpipe, M = 1) on 2 CPUs, times in
+ * us.  Run 1: F0 of stage 0 [0, 10], of stage 1 [5, 20] whose receive
+ * waits [5, 10], of stage 2 [20, 30], of stage 3 [30, 40]; B0 of stage 3
+ * [40, 60], 2 [60, 80], 1 [80, 100], 0 [100, 120].  Busy 30 each, span
+ * 120: bubble 1 - 120 / 480 = 75%; one device busy at every moment, so
+ * the two CPUs are busy 120 of their 240: core-idle 50%, pinned or not.
+ * Run 2, from 200, the same but stage 2's F0 [205, 230], beside stage 0's
+ * F0 [200, 210] on the same CPU (device d on CPU d mod 2): busy 135,
+ * bubble 71.875%; pinned, CPU 0 is busy [200, 230] (the union, 30) + 20 +
+ * 20 and CPU 1 60: core-idle 1 - 130 / 240 = 45.83%; not pinned, two
+ * devices busy in [205, 220] count two CPUs: 1 - 135 / 240 = 43.75%.
+ * Medians: 73.4%, 47.9% pinned, 46.9% not; with 4 CPUs no core-idle part.
+ */
+static void test_core_idle(void)
+{
+    enum { CAP = 8, ND = 4 };
+    int64_t trace[CAP * 3 * ND];
+    for (int i = 0; i < CAP * 3 * ND; i++)
+        trace[i] = RT_SPAN_NONE;
+    const int64_t F0 = rt_span_item_id('F', 0, -1), B0 = rt_span_item_id('B', 0, -1), W = RT_SPAN_RECV_WAIT;
+    /* {k, d, id, begin us, end us}; device 1 has the receive waits. */
+    const span_row rows[] = {
+        {0, 0, F0, 0, 10},    {1, 0, B0, 100, 120}, {2, 0, F0, 200, 210}, {3, 0, B0, 300, 320},
+        {0, 1, W, 5, 10},     {1, 1, F0, 5, 20},    {2, 1, B0, 80, 100},   {3, 1, W, 205, 210},
+        {4, 1, F0, 205, 220}, {5, 1, B0, 280, 300}, {0, 2, F0, 20, 30},    {1, 2, B0, 60, 80},
+        {2, 2, F0, 205, 230}, {3, 2, B0, 260, 280}, {0, 3, F0, 30, 40},    {1, 3, B0, 40, 60},
+        {2, 3, F0, 230, 240}, {3, 3, B0, 240, 260},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const span_row *r = &rows[i];
+        trace[r->k * 3 * ND + r->d] = r->id;
+        trace[r->k * 3 * ND + ND + r->d] = r->b_us * 1000;
+        trace[r->k * 3 * ND + 2 * ND + r->d] = r->e_us * 1000;
+    }
+    rt_program p = {.abi_version = RT_ABI_VERSION, .naxes = 1, .axis_names = {'Z'}, .axis_sizes = {ND},
+                    .run = test_noop_run, .info = "# pipeline over Z: 4 stages; schedule gpipe, one slot\n",
+                    .pipeline_axes = 1, .pipeline_bubble = 0.75};
+    rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 2, .trace_cap = CAP, .trace = trace};
+    char *out = printed_cpus(&job, 2, true);
+    CU_ASSERT_STRING_EQUAL(out, "pipeline: 4 stages, 1 microbatches, gpipe: measured bubble 73.4% (median over "
+                                "2 runs), predicted 75.0%; 4 devices on 2 CPUs: core-idle bubble 47.9%\n");
+    free(out);
+    out = printed_cpus(&job, 2, false);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "; 4 devices on 2 CPUs: core-idle bubble 46.9%\n"));
+    free(out);
+    out = printed_cpus(&job, 4, true);
+    CU_ASSERT_PTR_NULL(strstr(out, "core-idle"));
     free(out);
 }
 
@@ -334,6 +398,7 @@ void einc_register_tests(void)
     static const einc_test tests[] = {
         {"measured bubble against a hand-worked timeline", test_bubble},
         {"zero-bubble's W items counted in the measured bubble", test_bubble_zero_bubble},
+        {"core-idle bubble of devices sharing CPUs", test_core_idle},
         {"interleaved items (chunks) counted in the measured bubble", test_bubble_interleaved},
         {"per-op rows of a pipelined program per stage", test_op_rows_per_stage},
         {"item markers record spans only when profiling", test_markers},
