@@ -11,7 +11,9 @@
  *
  * stdin: one request a line, `OFFSET BODY`: its send time in seconds
  * after START (CLOCK_MONOTONIC seconds, as Python's time.monotonic()) and
- * its JSON body, sent as is.  Runs until every answer has ended or CAP
+ * its JSON body, sent as is.  A streamed answer (chunked, server-sent
+ * events) ends at its last chunk; a whole one ("stream": false) at its
+ * Content-Length, with no token times.  Runs until every answer has ended or CAP
  * seconds after START.  stdout, one line a request in input order:
  *   `req I STATUS SENT DONE T1 T2 ...` (DONE -1: no complete answer; a
  *   chunk of k characters counts as k tokens spread evenly over the gap
@@ -45,6 +47,7 @@ typedef struct conn {
     size_t len, room;
     int head;           /* 1: reading the headers */
     int chunked;
+    long length;        /* a whole answer's Content-Length; -1: none given */
     long left;          /* chunk bytes to read; -1: a size line next; -2: its CRLF next */
     char *body;         /* decoded body bytes not yet split into events */
     size_t blen, broom;
@@ -163,15 +166,18 @@ static int parse(conn *c, double t)
         for (char *h = c->buf; *h; h++)
             *h = (char)(*h >= 'A' && *h <= 'Z' ? *h + 32 : *h);
         c->chunked = strstr(c->buf, "transfer-encoding: chunked") != NULL;
+        const char *cl = strstr(c->buf, "content-length:");
+        c->length = cl ? strtol(cl + 15, NULL, 10) : -1;
         size_t used = (size_t)(end + 4 - c->buf);
         c->len -= used;
         memmove(c->buf, c->buf + used, c->len + 1);
         c->head = 0;
     }
     if (!c->chunked) {
+        c->length -= c->length >= 0 ? (long)c->len : 0; /* the body bytes still to come */
         append(&c->body, &c->blen, &c->broom, c->buf, c->len);
         c->len = 0;
-        return events(c, t);
+        return events(c, t) || c->length == 0;
     }
     size_t off = 0;
     for (;;) {

@@ -197,15 +197,15 @@ void rt_request_free(rt_request *r)
     free(r);
 }
 
-/* text[0..len) as a JSON string literal, malloc'd (NULL: out of memory).
- * cJSON's strings end at a NUL byte, and a model may well make token 0,
- * so control bytes are escaped here (\u00XX); other bytes are copied, so
- * byte-level text that is not UTF-8 stays the model's bytes. */
-static char *json_string(const char *text, size_t len)
+/* Writes text[0..len) as a JSON string literal at `out` (room for 6 len + 2
+ * bytes) and returns the bytes written.  cJSON's strings end at a NUL
+ * byte, and a model may well make token 0, so control bytes are escaped
+ * here (\u00XX); other bytes are copied, so byte-level text that is not
+ * UTF-8 stays the model's bytes. */
+static size_t put_string(char *out, const char *text, size_t len)
 {
-    char *q = malloc(6 * len + 3), *w = q;
-    if (!q)
-        return NULL;
+    static const char hex[] = "0123456789abcdef";
+    char *w = out;
     *w++ = '"';
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)text[i];
@@ -213,14 +213,46 @@ static char *json_string(const char *text, size_t len)
             *w++ = '\\';
             *w++ = (char)ch;
         } else if (ch < 0x20 || ch == 0x7f) {
-            w += sprintf(w, "\\u%04x", ch);
+            memcpy(w, "\\u00", 4);
+            w[4] = hex[ch >> 4];
+            w[5] = hex[ch & 15];
+            w += 6;
         } else {
             *w++ = (char)ch;
         }
     }
     *w++ = '"';
-    *w = 0;
+    return (size_t)(w - out);
+}
+
+/* text[0..len) as a JSON string literal, malloc'd (NULL: out of memory). */
+static char *json_string(const char *text, size_t len)
+{
+    char *q = malloc(6 * len + 3);
+    if (q)
+        q[put_string(q, text, len)] = 0;
     return q;
+}
+
+/* Writes the literal `lit` at w and returns the byte after it. */
+static char *put(char *w, const char *lit)
+{
+    size_t n = strlen(lit);
+    memcpy(w, lit, n);
+    return w + n;
+}
+
+/* Writes v in decimal at w and returns the byte after it. */
+static char *put_u64(char *w, uint64_t v)
+{
+    char digits[20];
+    int n = 0;
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    while (n > 0)
+        *w++ = digits[--n];
+    return w;
 }
 
 /* The fields every completion object has: id, object, created, model. */
@@ -236,27 +268,57 @@ static cJSON *completion_object(const rt_request *r)
     return o;
 }
 
-/* A streamed chunk's JSON, written directly: the bytes cJSON_PrintUnformatted
- * gives for the object rt_request_json builds (tests/runtime/
- * test_request_json.c compares them), without its ten allocations per
- * token.  `created` is an integer (cJSON prints an integral number
- * without a fraction); `finish` is "stop", "length" or NULL, which need
- * no escaping. */
+/* A streamed chunk's JSON, written directly at `out` (room for
+ * RT_CHUNK_JSON_FIXED + 6 len bytes): the bytes cJSON_PrintUnformatted gives
+ * for the object rt_request_json builds (tests/runtime/
+ * test_request_json.c compares them), with no allocation and no printf,
+ * since the HTTP thread writes one per streamed row and step.  `created`
+ * is an integer (cJSON prints an integral number without a fraction);
+ * `finish` is "stop", "length" or NULL, which need no escaping.  Returns
+ * the bytes written. */
+static size_t put_chunk(char *out, const rt_request *r, const char *text, size_t len,
+                        const char *finish)
+{
+    time_t now = time(NULL);
+    char *w = put(out, "{\"id\":\"cmpl-");
+    w = put_u64(w, r->number);
+    w = put(w, "\",\"object\":\"text_completion\",\"created\":");
+    if (now < 0) /* before 1970: a clock that was never set */
+        *w++ = '-';
+    w = put_u64(w, now < 0 ? (uint64_t)-(int64_t)now : (uint64_t)now);
+    w = put(w, ",\"model\":\"einc\",\"choices\":[{\"text\":");
+    w += put_string(w, text, len);
+    w = put(w, ",\"index\":0,\"logprobs\":null,\"finish_reason\":");
+    if (finish) {
+        *w++ = '"';
+        w = put(w, finish);
+        *w++ = '"';
+    } else {
+        w = put(w, "null");
+    }
+    w = put(w, "}]}");
+    return (size_t)(w - out);
+}
+
 static char *chunk_json(const rt_request *r, const char *text, size_t len, const char *finish)
 {
-    char *quoted = json_string(text, len);
-    if (!quoted)
-        return NULL;
-    size_t n = strlen(quoted) + 200;
-    char *out = malloc(n);
+    char *out = malloc(RT_CHUNK_JSON_FIXED + 6 * len + 1);
     if (out)
-        snprintf(out, n, "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":%lld,"
-                 "\"model\":\"einc\",\"choices\":[{\"text\":%s,\"index\":0,\"logprobs\":null,"
-                 "\"finish_reason\":%s%s%s}]}", (unsigned long long)r->number,
-                 (long long)time(NULL), quoted, finish ? "\"" : "", finish ? finish : "null",
-                 finish ? "\"" : "");
-    free(quoted);
+        out[put_chunk(out, r, text, len, finish)] = 0;
     return out;
+}
+
+size_t rt_request_event_room(size_t len)
+{
+    return RT_CHUNK_JSON_FIXED + 6 * len + 8;
+}
+
+size_t rt_request_event(const rt_request *r, const char *text, size_t len, const char *finish,
+                        char *out)
+{
+    char *w = put(out, "data: ");
+    w += put_chunk(w, r, text, len, finish);
+    return (size_t)(put(w, "\n\n") - out);
 }
 
 char *rt_request_json(const rt_request *r, const char *text, size_t len, const char *finish)

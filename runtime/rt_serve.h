@@ -106,6 +106,20 @@ void rt_request_free(rt_request *r);
  * lock; a whole answer adds the usage, r->tokens: under rt_engine.mu, or
  * once r has finished. */
 char *rt_request_json(const rt_request *r, const char *text, size_t len, const char *finish);
+/* The bytes a streamed chunk's JSON takes besides its escaped text (at
+ * most 6 bytes a text byte): its fields, a 20-digit id and created, and
+ * the longest finish reason, with room to spare. */
+#define RT_CHUNK_JSON_FIXED 256
+/* The bytes rt_request_event may write for len bytes of text. */
+size_t rt_request_event_room(size_t len);
+/* Writes the server-sent event `data: {chunk}\n\n` of a streamed request
+ * r (r->stream) with text[0..len) and `finish` (NULL: none yet) at `out`,
+ * which has rt_request_event_room(len) bytes, and returns the bytes
+ * written: the chunk is rt_request_json's, made without allocating (the
+ * HTTP thread writes one per streamed row and step).  Reads only r's
+ * number, fixed once parsed: no lock needed. */
+size_t rt_request_event(const rt_request *r, const char *text, size_t len, const char *finish,
+                        char *out);
 /* The JSON of an error answer: {"error": {"message", "type", "param",
  * "code"}}, malloc'd, or NULL when out of memory. */
 char *rt_error_json(const char *message, const char *param, int status);

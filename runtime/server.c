@@ -87,13 +87,18 @@ typedef struct upload {
     rt_request *r;               /* queued, not streamed: one reference, until answered */
 } upload;
 
-/* A streaming answer: the SSE bytes made but not yet handed to MHD. */
+/* A streaming answer: the SSE bytes made but not yet handed to MHD.  Its
+ * two buffers keep their memory from step to step, so that an event
+ * costs no allocation once they have grown to a step's size. */
 typedef struct stream {
     rt_engine *e;
     rt_request *r;               /* one reference, dropped by stream_free */
     struct MHD_Connection *c;    /* the connection it answers: suspended while it waits */
     size_t sent;                 /* bytes of r->text put into events so far */
-    char *pending;               /* SSE bytes, malloc'd */
+    char *piece;                 /* [piece_cap] the text of the next event, copied under e->mu */
+    size_t piece_cap;
+    char *pending;               /* [pending_cap] SSE bytes, malloc'd */
+    size_t pending_cap;
     size_t plen, poff;           /* their length, and how many MHD has taken */
     int done;                    /* 1: the last event and [DONE] are in pending */
     double event_seconds;        /* wall time making events so far (rt_metrics.event_seconds) */
@@ -133,25 +138,45 @@ static enum MHD_Result respond_error(rt_engine *e, struct MHD_Connection *c, int
     return rc;
 }
 
-/* Appends `data: json\n\n` to s->pending (json malloc'd, freed here). */
-static void add_event(stream *s, char *json)
+/* Grows *buf (capacity *cap) to hold `need` bytes; 0, or -1 when out of
+ * memory (*buf unchanged). */
+static int reserve(char **buf, size_t *cap, size_t need)
 {
-    const char *text = json ? json : "{\"error\": {\"message\": \"out of memory\"}}";
-    size_t n = strlen(text) + 8;
-    char *p = realloc(s->pending, s->plen + n + 1);
-    if (p) {
-        s->pending = p;
-        s->plen += (size_t)snprintf(p + s->plen, n + 1, "data: %s\n\n", text);
-    }
-    free(json);
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need)
+        c *= 2;
+    char *p = realloc(*buf, c);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+/* Appends `data: text\n\n` to s->pending (text NULL: out of memory). */
+static void add_event(stream *s, const char *text)
+{
+    if (!text)
+        text = "{\"error\": {\"message\": \"out of memory\"}}";
+    size_t n = strlen(text);
+    if (reserve(&s->pending, &s->pending_cap, s->plen + n + 8))
+        return;
+    memcpy(s->pending + s->plen, "data: ", 6);
+    memcpy(s->pending + s->plen + 6, text, n);
+    memcpy(s->pending + s->plen + 6 + n, "\n\n", 2);
+    s->plen += n + 8;
 }
 
 /* MHD's reader of a streaming answer: hands over up to `max` SSE bytes
  * of the text that can be sent, or the end; with neither yet, suspends
  * the connection until the engine changes the request and returns 0.
- * Under the engine's mutex it only copies the new text: the JSON is made
- * after, so that device 0, which takes the mutex after every step, does
- * not wait for it. */
+ * Under the engine's mutex it only copies the new text: the event is
+ * made after, so that device 0, which takes the mutex after every step,
+ * does not wait for it.  A streamed row costs one event a step, so the
+ * event is written into the stream's own buffers (rt_request_event), not
+ * built in allocated pieces. */
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -171,22 +196,27 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         int aborted = r->aborted;
         const char *finish = r->finish && r->ready == r->len ? r->finish : NULL;
         size_t n = aborted ? 0 : r->ready - s->sent;
-        char *piece = malloc(n + 1);
-        if (piece && n) /* r->text is NULL until the first text */
-            memcpy(piece, r->text + s->sent, n);
+        int ok = !reserve(&s->piece, &s->piece_cap, n + 1);
+        if (ok && n) /* r->text is NULL until the first text */
+            memcpy(s->piece, r->text + s->sent, n);
         s->sent += n;
         s->done = aborted || (r->finish && s->sent == r->len);
         pthread_mutex_unlock(&s->e->mu);
         double began = rt_now();
-        if (aborted)
-            add_event(s, rt_error_json("the server is shutting down", NULL, 503));
-        else if (piece) /* r's number and stream, all the JSON reads besides, are fixed */
-            add_event(s, rt_request_json(r, piece, n, finish));
-        free(piece);
+        if (aborted) {
+            char *json = rt_error_json("the server is shutting down", NULL, 503);
+            add_event(s, json);
+            free(json);
+        } else if (ok && !reserve(&s->pending, &s->pending_cap, rt_request_event_room(n))) {
+            /* r's number and stream, all the event reads besides, are fixed */
+            s->plen = rt_request_event(r, s->piece, n, finish, s->pending);
+        } else {
+            ok = 0;
+        }
         if (s->done)
-            add_event(s, strdup("[DONE]"));
+            add_event(s, "[DONE]");
         s->event_seconds += rt_now() - began;
-        if (!piece || s->poff == s->plen) /* out of memory */
+        if (!ok || s->poff == s->plen) /* out of memory */
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = s->plen - s->poff < max ? s->plen - s->poff : max;
@@ -205,6 +235,7 @@ static void stream_free(void *cls)
     s->e->metrics.event_seconds += s->event_seconds;
     pthread_mutex_unlock(&s->e->mu);
     rt_engine_release(s->e, s->r);
+    free(s->piece);
     free(s->pending);
     free(s);
 }

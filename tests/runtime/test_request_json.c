@@ -5,10 +5,15 @@
  * model, choices[0] with text, index, logprobs and finish_reason), its
  * text decodes to the bytes given (quotes, backslashes, control bytes,
  * DEL, UTF-8), and it is byte for byte what cJSON_PrintUnformatted prints
- * for the same object, so clients see the answers they saw before.
+ * for the same object, so clients see the answers they saw before.  The
+ * server-sent event the HTTP thread writes without allocating
+ * (rt_request_event) is `data: ` + that chunk + a blank line, within the
+ * room rt_request_event_room promises, also for the longest id and text
+ * of escapes only.
  */
 #include <CUnit/CUnit.h>
 #include <cJSON.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -92,11 +97,46 @@ static void test_nul_byte(void)
     free(got);
 }
 
+/* rt_request_event: the chunk framed as an event, in its promised room
+ * (filled with a canary beyond what it may write). */
+static void check_event(const rt_request *r, const char *text, size_t len, const char *finish)
+{
+    size_t room = rt_request_event_room(len);
+    char *out = malloc(room + 16);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    memset(out, 0x5a, room + 16);
+    char *json = rt_request_json(r, text, len, finish);
+    size_t n = rt_request_event(r, text, len, finish, out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(json);
+    CU_ASSERT(n <= room);
+    CU_ASSERT_EQUAL(n, strlen(json) + 8);
+    CU_ASSERT_NSTRING_EQUAL(out, "data: ", 6);
+    CU_ASSERT_NSTRING_EQUAL(out + 6, json, strlen(json)); /* created may tick between: rare */
+    CU_ASSERT_NSTRING_EQUAL(out + n - 2, "\n\n", 2);
+    for (size_t i = n; i < room + 16; i++)
+        CU_ASSERT_EQUAL_FATAL((unsigned char)out[i], 0x5a);
+    free(json);
+    free(out);
+}
+
+static void test_events(void)
+{
+    rt_request r = {.stream = 1, .number = 42};
+    check_event(&r, "hello", 5, NULL);
+    check_event(&r, "say \"hi\"\n", 9, "stop");
+    check_event(&r, "", 0, "length");
+    rt_request big = {.stream = 1, .number = UINT64_MAX};
+    char ctl[64];
+    memset(ctl, 0x01, sizeof ctl); /* every byte escaped to 6 */
+    check_event(&big, ctl, sizeof ctl, "length");
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"a streamed chunk = cJSON's print of the same object", test_chunks},
         {"a NUL byte in a chunk's text is escaped", test_nul_byte},
+        {"an event is data: + the chunk + a blank line, within its room", test_events},
     };
     einc_add_suite("rt_request_json, streamed chunks", tests, (int)(sizeof tests / sizeof tests[0]));
 }
