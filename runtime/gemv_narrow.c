@@ -31,9 +31,10 @@
  * (rt_gemv_narrow_isa_best).
  * The portable loops stay for other CPUs and compilers, and for tests.
  *
- * rt_einsum's batched products (attention's heads over an i8 KV cache: a
- * cache [S, K, H] is K matrices [S x H] whose rows interleave, K * H
- * elements apart) come here all at once (rt_gemv_narrow_batched): one
+ * rt_einsum's batched products (attention's heads over an i8 KV cache, or
+ * an f32 one, whose loads then convert nothing: a cache [S, K, H] is K
+ * matrices [S x H] whose rows interleave, K * H elements apart) come here
+ * all at once (rt_gemv_narrow_batched): one
  * head at a time would sweep the whole cache K times, reading 1/K of each
  * line fetched, while a block of rows at a time across all heads reads
  * it once in order, with the next blocks prefetched (the prefetchers do

@@ -211,9 +211,10 @@ int rt_gemv_narrow(const rt_gemm *g, void *scratch);
  * with nbatch > 1), which also takes an f32 matrix times an f32 vector:
  * attention's heads over an f32 KV cache [S, K, H], read once across all
  * heads by the same loops (no conversion), where one sgemv per head swept
- * the whole cache K times (0.77 ms for 8 heads of a 2048 x 128 f32 cache
- * against 0.35 ms for the same bytes of P . V; docs/performance-history.md,
- * issue 26).  -1 when g is no such product. */
+ * the whole cache K times (the scores over 8 heads of a 2048 x 128 f32
+ * cache: 0.37 ms against 0.77 ms, one thread; docs/performance-history.md,
+ * section 10, issue 26).  -1 when g is no such product.  rt_einsum asks
+ * this only for a batch it does not bound by a position. */
 int64_t rt_gemv_narrow_batch_scratch(const rt_gemm *g);
 
 /* The instruction sets gemv_narrow.c's loops come in, each a superset of
