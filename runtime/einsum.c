@@ -316,10 +316,15 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
                   .beta = 0.0, .a = va.base, .lda = va.ld, .ta = va.trans, .adt = adt,
                   .b = vb.base, .ldb = vb.ld, .tb = vb.trans, .bdt = bdt, .c = cbase,
                   .ldc = vc.ld, .tc = vc.trans, .split = &dev->gemv};
-    /* A narrow matrix times a vector per batch index: every index in one
-     * sweep (gemv_narrow.c), given their offsets into a, b and c (off);
-     * else one GEMM per index. */
+    /* A narrow (or, batched, f32) matrix times a vector per batch index:
+     * every index in one sweep (gemv_narrow.c), given their offsets into
+     * a, b and c (off); else one GEMM per index. */
     int64_t mv = B > 1 ? rt_gemv_narrow_scratch(&g0) : -1;
+    /* An f32 matrix too (attention over an f32 cache), unless bounded by a
+     * position: its GEMMs then read only the rows up to it, and skip a
+     * stale tail (docs/codegen.md, "Contractions bounded by a position") */
+    if (mv < 0 && B > 1 && !(eb && brow >= 0 && bcls >= 0))
+        mv = rt_gemv_narrow_batch_scratch(&g0);
     if (mv >= 0 || brow < 0 || bcls < 0)
         eb = NULL; /* the narrow sweep runs every index alike: no bound */
     int64_t bfull = eb ? sz[bcls] : 0;

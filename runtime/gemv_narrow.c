@@ -31,9 +31,10 @@
  * (rt_gemv_narrow_isa_best).
  * The portable loops stay for other CPUs and compilers, and for tests.
  *
- * rt_einsum's batched products (attention's heads over an i8 KV cache: a
- * cache [S, K, H] is K matrices [S x H] whose rows interleave, K * H
- * elements apart) come here all at once (rt_gemv_narrow_batched): one
+ * rt_einsum's batched products (attention's heads over an i8 KV cache, or
+ * an f32 one, whose loads then convert nothing: a cache [S, K, H] is K
+ * matrices [S x H] whose rows interleave, K * H elements apart) come here
+ * all at once (rt_gemv_narrow_batched): one
  * head at a time would sweep the whole cache K times, reading 1/K of each
  * line fetched, while a block of rows at a time across all heads reads
  * it once in order, with the next blocks prefetched (the prefetchers do
@@ -93,6 +94,11 @@ static inline float load_bf16(const void *p, int64_t i)
     return f;
 }
 
+static inline float load_f32(const void *p, int64_t i)
+{
+    return ((const float *)p)[i];
+}
+
 /* rows form: y[r * incy] = alpha * sum_c A[r, c] x[c] + beta * y[r * incy]
  * (beta 0: y not read), x contiguous. */
 #define DEFINE_ROWS(NAME, LOAD, ES)                                                              \
@@ -137,10 +143,15 @@ DEFINE_ROWS(rows_i8, load_i8, 1)
 DEFINE_ROWS(rows_bf16, load_bf16, 2)
 DEFINE_COLS(cols_i8, load_i8, 1)
 DEFINE_COLS(cols_bf16, load_bf16, 2)
+DEFINE_ROWS(rows_f32, load_f32, 4)
+DEFINE_COLS(cols_f32, load_f32, 4)
 
 /* The product g as a narrow matrix times an f32 vector, or 0 when g is
  * not one: f32 arithmetic, one row or one column, the matrix operand i8
- * or bf16 and the vector f32.  Fills the layout the loops take. */
+ * or bf16 (or, when `batched`, f32: a batch of products such as
+ * attention's heads over an f32 cache, which one BLAS call per head would
+ * sweep the whole cache for) and the vector f32.  Fills the layout the
+ * loops take. */
 typedef struct narrow_mv {
     const char *mat;
     int32_t mdt;
@@ -193,7 +204,7 @@ static int64_t part_start(const narrow_mv *v, int64_t k)
     return k * v->rows / v->parts / SPLIT_UNIT * SPLIT_UNIT;
 }
 
-static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
+static int narrow_mv_of(const rt_gemm *g, narrow_mv *v, int batched)
 {
     if (g->dtype != RT_F32 || (g->M != 1 && g->N != 1))
         return 0;
@@ -202,7 +213,8 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
     int m1 = g->N != 1 || (g->M == 1 && g->bdt != RT_F32);
     int32_t mdt = m1 ? g->bdt : g->adt, xdt = m1 ? g->adt : g->bdt;
     int i8x = mdt == RT_I8 && xdt == RT_I8; /* both i8: summed in i32 */
-    if ((mdt != RT_I8 && mdt != RT_BF16) || (xdt != RT_F32 && !i8x))
+    if ((mdt != RT_I8 && mdt != RT_BF16 && !(batched && mdt == RT_F32)) ||
+        (xdt != RT_F32 && !i8x))
         return 0;
     v->mat = m1 ? g->b : g->a;
     v->mdt = mdt;
@@ -225,9 +237,17 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v)
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g)
 {
     narrow_mv v;
-    if (!narrow_mv_of(g, &v))
+    if (!narrow_mv_of(g, &v, 0))
         return -1;
     return v.per; /* rows form: x made contiguous; cols form: each run's sums */
+}
+
+int64_t rt_gemv_narrow_batch_scratch(const rt_gemm *g)
+{
+    narrow_mv v;
+    if (!narrow_mv_of(g, &v, 1))
+        return -1;
+    return v.per;
 }
 
 /* The set EINC_GEMV_ISA caps the choice at (RT_ISA_AVX512 unset or
@@ -293,7 +313,6 @@ static void run_rows(const narrow_mv *v, int isa, const char *mat, int64_t r0, i
 {
     const char *a = mat + (size_t)(r0 * v->ld) * rt_dtype_size(v->mdt);
     int64_t n = r1 - r0;
-    int i8 = v->mdt == RT_I8;
     if (RT_GEMV_HAVE_AVX2 && isa >= RT_ISA_AVX2) {
         int wide = isa == RT_ISA_AVX512;
         if (v->rows_form)
@@ -303,10 +322,11 @@ static void run_rows(const narrow_mv *v, int isa, const char *mat, int64_t r0, i
             (wide ? rt_gemv_narrow_cols_avx512 : rt_gemv_narrow_cols_avx2)(
                 v->mdt, a, v->ld, n, v->cols, x + r0 * v->incx, v->incx, acc);
     } else if (v->rows_form) {
-        (i8 ? rows_i8 : rows_bf16)(a, v->ld, n, v->cols, x, alpha, beta, y + r0 * v->incy,
-                                   v->incy);
+        (v->mdt == RT_I8 ? rows_i8 : v->mdt == RT_BF16 ? rows_bf16 : rows_f32)(
+            a, v->ld, n, v->cols, x, alpha, beta, y + r0 * v->incy, v->incy);
     } else {
-        (i8 ? cols_i8 : cols_bf16)(a, v->ld, n, v->cols, x + r0 * v->incx, v->incx, acc);
+        (v->mdt == RT_I8 ? cols_i8 : v->mdt == RT_BF16 ? cols_bf16 : cols_f32)(
+            a, v->ld, n, v->cols, x + r0 * v->incx, v->incx, acc);
     }
 }
 
@@ -521,7 +541,7 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa)
 {
     narrow_mv v;
-    if (!narrow_mv_of(g, &v))
+    if (!narrow_mv_of(g, &v, nbatch > 1))
         return 0;
     int cpu = cpu_isa_best(); /* the caller chose isa, capped or not */
     if (isa > cpu)

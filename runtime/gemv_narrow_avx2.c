@@ -51,6 +51,12 @@ AVX2 static inline __m256 load8_bf16(const char *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
+/* An f32 matrix (attention over an f32 KV cache): nothing to convert. */
+AVX2 static inline __m256 load8_f32(const char *p)
+{
+    return _mm256_loadu_ps((const float *)(const void *)p);
+}
+
 static inline float one_i8(const char *p)
 {
     return (float)*(const int8_t *)p;
@@ -63,6 +69,13 @@ static inline float one_bf16(const char *p)
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float one_f32(const char *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
     return f;
 }
 
@@ -164,6 +177,8 @@ DEFINE_ROWS_AVX2(rows4_i8, load8_i8, one_i8, 1, 4, finish4)
 DEFINE_ROWS_AVX2(rows1_i8, load8_i8, one_i8, 1, 1, finish1)
 DEFINE_ROWS_AVX2(rows4_bf16, load8_bf16, one_bf16, 2, 4, finish4)
 DEFINE_ROWS_AVX2(rows1_bf16, load8_bf16, one_bf16, 2, 1, finish1)
+DEFINE_ROWS_AVX2(rows4_f32, load8_f32, one_f32, 4, 4, finish4)
+DEFINE_ROWS_AVX2(rows1_f32, load8_f32, one_f32, 4, 1, finish1)
 
 /* acc[c] += sum of x[i * incx] * row i's element c over NR rows from
  * `row0`, for c < cols. */
@@ -213,6 +228,8 @@ DEFINE_COLS_AVX2(cols4_i8, load8_i8, one_i8, 1, 4)
 DEFINE_COLS_AVX2(cols1_i8, load8_i8, one_i8, 1, 1)
 DEFINE_COLS_AVX2(cols4_bf16, load8_bf16, one_bf16, 2, 4)
 DEFINE_COLS_AVX2(cols1_bf16, load8_bf16, one_bf16, 2, 1)
+DEFINE_COLS_AVX2(cols4_f32, load8_f32, one_f32, 4, 4)
+DEFINE_COLS_AVX2(cols1_f32, load8_f32, one_f32, 4, 1)
 
 #define NARROW_ISA(name) name##_avx2
 #include "gemv_narrow_drive.h"

@@ -64,6 +64,17 @@ AVX512 static inline __m512 loadm_bf16(const char *p, __mmask16 m)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 
+/* An f32 matrix (attention over an f32 KV cache): nothing to convert. */
+AVX512 static inline __m512 load16_f32(const char *p)
+{
+    return _mm512_loadu_ps((const float *)(const void *)p);
+}
+
+AVX512 static inline __m512 loadm_f32(const char *p, __mmask16 m)
+{
+    return _mm512_maskz_loadu_ps(m, (const float *)(const void *)p);
+}
+
 /* The lanes [0, n) of a vector, n < 16. */
 static inline __mmask16 tail_mask(int64_t n)
 {
@@ -117,6 +128,18 @@ static inline void prefetch_rows(const char *const *row, int nr, size_t off)
         _mm_prefetch((const char *)((uintptr_t)row[i] + off), _MM_HINT_T1);
 }
 
+/* prefetch_rows for a step of `step` bytes from byte `at` of each row: a
+ * line for each multiple of 64 bytes it holds (none when pf is 0), so an
+ * f32 row's step of 128 bytes asks for both its lines and an i8 row's of
+ * 32 bytes for one every other step. */
+static inline void prefetch_step(const char *const *row, int nr, size_t at, size_t step,
+                                 int64_t pf)
+{
+    for (size_t b = at; pf && b < at + step; b += 32)
+        if (b % 64 == 0)
+            prefetch_rows(row, nr, b + (size_t)pf);
+}
+
 /* y[r * incy] = alpha * dot(row r, x) + beta * y[r * incy] (beta 0: y
  * not read), for NR rows from `row0`; ES bytes per element; FINISH sums
  * the accumulators' lanes (finish1 or finish4, as NR). */
@@ -134,8 +157,7 @@ static inline void prefetch_rows(const char *const *row, int nr, size_t off)
         }                                                                                        \
         int64_t c = 0;                                                                           \
         for (; c + 32 <= cols; c += 32) {                                                        \
-            if (pf && ((size_t)c * ES) % 64 == 0)                                                \
-                prefetch_rows(row, NR, (size_t)c * ES + (size_t)pf);                             \
+            prefetch_step(row, NR, (size_t)c * ES, 32 * ES, pf);                                 \
             __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);                \
             _Pragma("GCC unroll 4")                                                              \
             for (int i = 0; i < NR; i++) {                                                       \
@@ -168,6 +190,8 @@ DEFINE_ROWS_AVX512(rows4_i8, load16_i8, loadm_i8, 1, 4, finish4)
 DEFINE_ROWS_AVX512(rows1_i8, load16_i8, loadm_i8, 1, 1, finish1)
 DEFINE_ROWS_AVX512(rows4_bf16, load16_bf16, loadm_bf16, 2, 4, finish4)
 DEFINE_ROWS_AVX512(rows1_bf16, load16_bf16, loadm_bf16, 2, 1, finish1)
+DEFINE_ROWS_AVX512(rows4_f32, load16_f32, loadm_f32, 4, 4, finish4)
+DEFINE_ROWS_AVX512(rows1_f32, load16_f32, loadm_f32, 4, 1, finish1)
 
 /* acc[c] += sum of x[i * incx] * row i's element c over NR rows from
  * `row0`, for c < cols: each column's chain of multiply-adds in row
@@ -185,8 +209,7 @@ DEFINE_ROWS_AVX512(rows1_bf16, load16_bf16, loadm_bf16, 2, 1, finish1)
         }                                                                                        \
         int64_t c = 0;                                                                           \
         for (; c + 32 <= cols; c += 32) {                                                        \
-            if (pf && ((size_t)c * ES) % 64 == 0)                                                \
-                prefetch_rows(row, NR, (size_t)c * ES + (size_t)pf);                             \
+            prefetch_step(row, NR, (size_t)c * ES, 32 * ES, pf);                                 \
             __m512 a0 = _mm512_loadu_ps(acc + c), a1 = _mm512_loadu_ps(acc + c + 16);            \
             _Pragma("GCC unroll 8")                                                              \
             for (int i = 0; i < NR; i++) {                                                       \
@@ -211,6 +234,8 @@ DEFINE_COLS_AVX512(cols4_i8, load16_i8, loadm_i8, 1, 4)
 DEFINE_COLS_AVX512(cols1_i8, load16_i8, loadm_i8, 1, 1)
 DEFINE_COLS_AVX512(cols4_bf16, load16_bf16, loadm_bf16, 2, 4)
 DEFINE_COLS_AVX512(cols1_bf16, load16_bf16, loadm_bf16, 2, 1)
+DEFINE_COLS_AVX512(cols4_f32, load16_f32, loadm_f32, 4, 4)
+DEFINE_COLS_AVX512(cols1_f32, load16_f32, loadm_f32, 4, 1)
 
 #define NARROW_ISA(name) name##_avx512
 #include "gemv_narrow_drive.h"

@@ -4,8 +4,10 @@
  * heads_cols) cut into passes of 8, 4 and 1 rows, written once for every
  * instruction set.  Included at the end of gemv_narrow_avx2.c and
  * gemv_narrow_avx512.c, after each has defined its static kernels under
- * the same names (rows4_i8, rows1_i8, rows4_bf16, rows1_bf16; cols8_i8,
- * cols4_i8, cols1_i8, cols4_bf16, cols1_bf16) and NARROW_ISA(name) to
+ * the same names (rows4_i8, rows1_i8, rows4_bf16, rows1_bf16, rows4_f32,
+ * rows1_f32; cols8_i8, cols4_i8, cols1_i8, cols4_bf16, cols1_bf16,
+ * cols4_f32, cols1_f32: the f32 ones for attention over an f32 KV cache,
+ * whose heads interleave as an i8 cache's do) and NARROW_ISA(name) to
  * give the public names their suffix (name ## _avx2, name ## _avx512):
  * the two sets then cut every product the same way, and each output
  * element is summed over the same passes (rt_gemv.h documents the
@@ -61,6 +63,18 @@
  * together and share each vector of x. */
 #define ROWS1_MIN_BYTES 512
 
+/* The kernels' types (each instruction set defines them under one name). */
+typedef void rows_fn(const char *row0, int64_t ld, int64_t cols, const float *x, float alpha,
+                     float beta, float *y, int64_t incy, int64_t pf);
+typedef void cols_fn(const char *row0, int64_t ld, int64_t cols, const float *x, int64_t incx,
+                     float *acc, int64_t pf);
+
+/* Bytes per element of a matrix stored as mdt: RT_I8, RT_BF16 or RT_F32. */
+static size_t narrow_es(int32_t mdt)
+{
+    return mdt == RT_I8 ? 1 : mdt == RT_BF16 ? 2 : 4;
+}
+
 /* Rows the rows form takes in its pass at row r of `rows`: 4 or 1. */
 static int64_t rows_pass(int64_t r, int64_t rows, int64_t cols, size_t es)
 {
@@ -71,28 +85,24 @@ void NARROW_ISA(rt_gemv_narrow_rows)(int32_t mdt, const char *a, int64_t ld, int
                                      int64_t cols, const float *x, float alpha, float beta,
                                      float *y, int64_t incy)
 {
-    size_t es = mdt == RT_I8 ? 1 : 2;
+    size_t es = narrow_es(mdt);
     int64_t r = 0;
     for (; rows_pass(r, rows, cols, es) == 4; r += 4) {
         const char *p = a + (size_t)(r * ld) * es;
-        if (mdt == RT_I8)
-            rows4_i8(p, ld, cols, x, alpha, beta, y + r * incy, incy, 0);
-        else
-            rows4_bf16(p, ld, cols, x, alpha, beta, y + r * incy, incy, 0);
+        rows_fn *f = mdt == RT_I8 ? rows4_i8 : mdt == RT_BF16 ? rows4_bf16 : rows4_f32;
+        f(p, ld, cols, x, alpha, beta, y + r * incy, incy, 0);
     }
     for (; r < rows; r++) {
         const char *p = a + (size_t)(r * ld) * es;
-        if (mdt == RT_I8)
-            rows1_i8(p, ld, cols, x, alpha, beta, y + r * incy, incy, 0);
-        else
-            rows1_bf16(p, ld, cols, x, alpha, beta, y + r * incy, incy, 0);
+        rows_fn *f = mdt == RT_I8 ? rows1_i8 : mdt == RT_BF16 ? rows1_bf16 : rows1_f32;
+        f(p, ld, cols, x, alpha, beta, y + r * incy, incy, 0);
     }
 }
 
 void NARROW_ISA(rt_gemv_narrow_cols)(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                                      int64_t cols, const float *x, int64_t incx, float *acc)
 {
-    size_t es = mdt == RT_I8 ? 1 : 2;
+    size_t es = narrow_es(mdt);
     int64_t r = 0;
     /* i8 rows of 1 KiB or more: eight per pass (each sum is still taken
      * row by row in order: the same bits as four) */
@@ -104,14 +114,12 @@ void NARROW_ISA(rt_gemv_narrow_cols)(int32_t mdt, const char *a, int64_t ld, int
         if (mdt == RT_I8)
             cols4_i8(p, ld, cols, x + r * incx, incx, acc, COLS_PREFETCH_BYTES);
         else
-            cols4_bf16(p, ld, cols, x + r * incx, incx, acc, 0);
+            (mdt == RT_BF16 ? cols4_bf16 : cols4_f32)(p, ld, cols, x + r * incx, incx, acc, 0);
     }
     for (; r < rows; r++) {
         const char *p = a + (size_t)(r * ld) * es;
-        if (mdt == RT_I8)
-            cols1_i8(p, ld, cols, x + r * incx, incx, acc, 0);
-        else
-            cols1_bf16(p, ld, cols, x + r * incx, incx, acc, 0);
+        cols_fn *f = mdt == RT_I8 ? cols1_i8 : mdt == RT_BF16 ? cols1_bf16 : cols1_f32;
+        f(p, ld, cols, x + r * incx, incx, acc, 0);
     }
 }
 
@@ -146,22 +154,19 @@ static int64_t heads_ahead(int64_t ld, size_t es)
     return row > 0 ? (HEADS_PREFETCH_BYTES + row - 1) / row * row : 0;
 }
 
-typedef void rows_fn(const char *row0, int64_t ld, int64_t cols, const float *x, float alpha,
-                     float beta, float *y, int64_t incy, int64_t pf);
-typedef void cols_fn(const char *row0, int64_t ld, int64_t cols, const float *x, int64_t incx,
-                     float *acc, int64_t pf);
 
 void NARROW_ISA(rt_gemv_narrow_heads_rows)(int32_t mdt, const char *a, int64_t ld, int64_t rows,
                                            int64_t cols, int64_t nheads, int64_t hstep,
                                            const float *x, int64_t xstep, float alpha,
                                            float beta, float *y, int64_t ystep, int64_t incy)
 {
-    size_t es = mdt == RT_I8 ? 1 : 2;
+    size_t es = narrow_es(mdt);
     int64_t pf = heads_ahead(ld, es);
     for (int64_t r = 0, n; r < rows; r += n) {
         n = rows_pass(r, rows, cols, es); /* as NARROW_ISA(rt_gemv_narrow_rows) */
-        rows_fn *f = mdt == RT_I8 ? (n == 4 ? rows4_i8 : rows1_i8)
-                                  : (n == 4 ? rows4_bf16 : rows1_bf16);
+        rows_fn *f = mdt == RT_I8     ? (n == 4 ? rows4_i8 : rows1_i8)
+                     : mdt == RT_BF16 ? (n == 4 ? rows4_bf16 : rows1_bf16)
+                                      : (n == 4 ? rows4_f32 : rows1_f32);
         for (int64_t k = 0; k < nheads; k++)
             f(a + (size_t)(r * ld + k * hstep) * es, ld, cols, x + k * xstep, alpha, beta,
               y + k * ystep + r * incy, incy, pf);
@@ -173,14 +178,15 @@ void NARROW_ISA(rt_gemv_narrow_heads_cols)(int32_t mdt, const char *a, int64_t l
                                            const float *x, int64_t xstep, int64_t incx,
                                            float *acc, int64_t accstep)
 {
-    size_t es = mdt == RT_I8 ? 1 : 2;
+    size_t es = narrow_es(mdt);
     int64_t pf = heads_ahead(ld, es);
     int eights = mdt == RT_I8 && cols >= COLS8_MIN; /* as NARROW_ISA(rt_gemv_narrow_cols) */
     for (int64_t r = 0, n; r < rows; r += n) {
         n = eights && r + 8 <= rows ? 8 : r + 4 <= rows ? 4 : 1;
-        cols_fn *f = n == 8 ? cols8_i8
-                     : mdt == RT_I8 ? (n == 4 ? cols4_i8 : cols1_i8)
-                                    : (n == 4 ? cols4_bf16 : cols1_bf16);
+        cols_fn *f = n == 8           ? cols8_i8
+                     : mdt == RT_I8   ? (n == 4 ? cols4_i8 : cols1_i8)
+                     : mdt == RT_BF16 ? (n == 4 ? cols4_bf16 : cols1_bf16)
+                                      : (n == 4 ? cols4_f32 : cols1_f32);
         for (int64_t k = 0; k < nheads; k++)
             f(a + (size_t)(r * ld + k * hstep) * es, ld, cols, x + k * xstep + r * incx, incx,
               acc + k * accstep, pf);

@@ -207,6 +207,15 @@ typedef struct rt_gemm rt_gemm; /* rt_internal.h */
  * 1), or 0 with nothing done when g is no such product. */
 int64_t rt_gemv_narrow_scratch(const rt_gemm *g);
 int rt_gemv_narrow(const rt_gemm *g, void *scratch);
+/* rt_gemv_narrow_scratch for a batch of products (rt_gemv_narrow_batched
+ * with nbatch > 1), which also takes an f32 matrix times an f32 vector:
+ * attention's heads over an f32 KV cache [S, K, H], read once across all
+ * heads by the same loops (no conversion), where one sgemv per head swept
+ * the whole cache K times (the scores over 8 heads of a 2048 x 128 f32
+ * cache: 0.37 ms against 0.77 ms, one thread; docs/performance-history.md,
+ * section 10, issue 26).  -1 when g is no such product.  rt_einsum asks
+ * this only for a batch it does not bound by a position. */
+int64_t rt_gemv_narrow_batch_scratch(const rt_gemm *g);
 
 /* The instruction sets gemv_narrow.c's loops come in, each a superset of
  * the one before: portable C (any CPU), AVX2 + FMA (gemv_narrow_avx2.c),
@@ -234,8 +243,8 @@ int rt_gemv_narrow_isa(const rt_gemm *g, void *scratch, int isa);
 /* rt_gemv_narrow_isa for nbatch products that differ from g only in
  * where a, b and c start: batch i's are g->a + oa[i], g->b + ob[i],
  * g->c + oc[i] (in elements of each one's dtype), as rt_einsum's batch
- * loop (the heads of attention over an i8 cache).  scratch holds nbatch
- * times rt_gemv_narrow_scratch(g) floats.  Returns 0 with nothing done
+ * loop (the heads of attention over an i8 or, nbatch > 1, f32 cache).
+ * scratch holds nbatch times rt_gemv_narrow_batch_scratch(g) floats.  Returns 0 with nothing done
  * when g is no narrow product; results equal nbatch single calls.
  * With g->split (threads 2) and at least g->split->min_bytes of matrix
  * (rt_gemv_split_wants), the rows (dot-per-row form) or the up
@@ -247,8 +256,8 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
                            const int64_t *ob, const int64_t *oc, void *scratch, int isa);
 
 /* gemv_narrow_avx2.c (only with RT_GEMV_HAVE_AVX2, only on a CPU with
- * AVX2 and FMA): the matrix a (rows x cols stored as mdt, RT_I8 or
- * RT_BF16, leading dimension ld elements) times f32 x, in f32.
+ * AVX2 and FMA): the matrix a (rows x cols stored as mdt, RT_I8, RT_BF16
+ * or RT_F32, leading dimension ld elements) times f32 x, in f32.
  *   rows: y[r * incy] = alpha * sum_c a[r, c] x[c] + beta * y[r * incy]
  *         (beta 0: y not read), x contiguous
  *   cols: acc[c] += sum_r x[r * incx] a[r, c] for c < cols (acc added to) */
