@@ -18,10 +18,11 @@
  * the stage's L/Z layers (one latency instead of L/Z M).
  *
  * Legality is pipe_work_deferred_stack's (the cost model prices exactly
- * what this moves).  The accumulation keeps the gradient's dtype (f32 or
- * f64 only), so no precision is lost to a narrower accumulator; the sums
- * are taken in another order (microbatches, then devices), which changes
- * rounding only.  Memory: a DP gradient's unreduced stack is as large as
+ * what this moves).  The accumulator keeps the gradient's dtype, the one
+ * the reduced per-microbatch gradients were summed in before (f32, f64;
+ * bf16 summed in bf16 either way), so no precision is lost to a narrower
+ * accumulator; the sums are taken in another order (microbatches, then
+ * devices), which changes rounding only.  Memory: a DP gradient's unreduced stack is as large as
  * its reduced one; an FSDP gradient's is the full gradient of the stage's
  * layers instead of its 1/X block, which the cost model counts in the
  * fullest stage's memory (pipe_price, acc_extra_stacked) and so in the

@@ -12,8 +12,8 @@
 
 /* For every collective of a backward loop over the pipelined layer dim
  * that pipe_work_deferred_stack accepts (a summing AllReduce or
- * ReduceScatter over a data-parallel or FSDP axis of an f32 or f64 weight
- * gradient, stacked by its loop and read only by the update): the loop's
+ * ReduceScatter over a data-parallel or FSDP axis of a floating-point
+ * weight gradient, stacked by its loop and read only by the update): the loop's
  * LayerStack stacks the collective's operand instead, unreduced (the
  * stack [L_Z, ...]{U_X}, one stage's layers per device), and the
  * collective runs on that stack after the backward's last op, before the

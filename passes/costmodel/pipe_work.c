@@ -213,7 +213,7 @@ const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op)
         (op->kind != IR_OP_ALLREDUCE && op->kind != IR_OP_REDUCESCATTER) || !ir_op_is_linear_reshard(op))
         return NULL;
     const ir_value *a = op->operands[0], *r = op->result;
-    if ((a->type.dtype != IR_F32 && a->type.dtype != IR_F64) || a->type.rank + 1 > IR_MAX_RANK ||
+    if (ir_dtype_integer(a->type.dtype) || a->type.rank + 1 > IR_MAX_RANK ||
         r->type.sh.unreduced || r->nuses != 1)
         return NULL;
     const ir_op *st = r->uses[0].op;

@@ -113,9 +113,9 @@ typedef struct pipe_work {
  * over the microbatches: Megatron-LM's and DeepSpeed's gradient
  * accumulation), else NULL.  That is legal when it is an AllReduce or a
  * ReduceScatter that sums (linear: it commutes with the sum over the
- * microbatches) of an f32 or f64 value (the unreduced gradient is summed
- * in its own dtype, as the reduced one was: no precision lost to a
- * narrower accumulator), inside a reverse loop of the backward phase,
+ * microbatches) of a floating-point value (the unreduced gradient is
+ * summed in its own dtype, as the reduced one was: no precision lost to
+ * a narrower accumulator), inside a reverse loop of the backward phase,
  * its result read only by one LayerStack of that loop, whose result only
  * the update reads (no dL/dx of an earlier layer, no output). */
 const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op);
