@@ -106,6 +106,10 @@ typedef struct ir_pipe_totals {
                                            the ops after the dL/dW loop; the rest is in B */
     double stage_sums;     /* once per step, in sync_update: the AllReduces over the stages of
                               the sums only the first or last stage computes (pipe_work.zsum) */
+    double grad_once;      /* once per step, in sync_update: a stage's collectives of its stacked
+                              gradients, moved out of the backward loop (passes/pipeline_grad.c) */
+    double grad_once_bytes; /* bytes their unreduced sums add to a stage, in stage_memory (an FSDP
+                               gradient's full block instead of its 1/X; 0 for DP's) */
 } ir_pipe_totals;
 
 /* Totals of the cost pass over the whole program (per device).  For a

@@ -63,6 +63,8 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
     cJSON_AddNumberToObject(o, "first_stage_extra_w", p->first_extra_w);
     cJSON_AddNumberToObject(o, "last_stage_extra_w", p->last_extra_w);
     cJSON_AddNumberToObject(o, "stage_sum_time", p->stage_sums);
+    cJSON_AddNumberToObject(o, "grad_once_time", p->grad_once);
+    cJSON_AddNumberToObject(o, "grad_once_bytes", p->grad_once_bytes);
 }
 
 static cJSON *cost_json(const ir_cost *c)

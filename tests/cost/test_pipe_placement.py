@@ -35,9 +35,19 @@ totals.pipeline, to 1e-9 relative:
   d. pp_embed_mlp.ein: the AllGather over X of the input gradient that
      dEmb reads, and the head's AllReduce over X before the backward loop,
      run per microbatch in B m, in the extras; no collective but the
-     deferred ones runs once per step.  With Emb sharded over X (FSDP, written here), the AllToAll
-     that brings dEmb to Emb's layout is the update's, once per step in
-     the sync, and the AllToAll of dH that dEmb reads is in B m.
+     deferred ones runs once per step.  With Emb sharded over X (FSDP,
+     written here), the AllToAll that brings dEmb to Emb's layout is the
+     update's, once per step in the sync, and the AllToAll of dH that
+     dEmb reads is in B m.
+  e. pp_uniform_mlp.ein with FSDP over X (Win[L_Z, D_X, F], B = 2048,
+     where the planner reduce-scatters each layer's weight gradient): one
+     ReduceScatter per stacked gradient after the loops, whose time is
+     totals.pipeline.grad_once_time and in the sync; their unreduced sums
+     (the stage's full gradients, 8 MiB, against 4 MiB reduced) add
+     grad_once_bytes = the operands' bytes less the results' to the
+     fullest stage's memory, which is 4 MiB below the DP program's at the
+     same B (8 MiB of params and reduced gradients fewer, 4 MiB of
+     unreduced sums more; without them it would be 8 MiB below).
 """
 import json
 import os
@@ -187,12 +197,50 @@ def check_bcd(einc, src, hw):
               f"{per_mb[0]['op'] if per_mb else '?'} {t(per_mb[0]) * 1e6 if per_mb else 0:.3f} us")
 
 
+def check_e(einc, src, hw):
+    prog = os.path.join(src, "tests", "cost", "pipeline", "pp_uniform_mlp.ein")
+    work = tempfile.mkdtemp()
+    with open(prog) as f:
+        text = f.read().replace("B = 512", "B = 2048")
+    mem = {}
+    for kind, (win, wout) in (("DP", ("Win[L_Z, D, F]", "Wout[L_Z, F, D]")),
+                              ("FSDP", ("Win[L_Z, D_X, F]", "Wout[L_Z, F_X, D]"))):
+        path = os.path.join(work, kind + ".ein")
+        with open(path, "w") as g:
+            g.write(text.replace("Win[L_Z, D, F]", win).replace("Wout[L_Z, F, D]", wout))
+        ir = compile_json(einc, path, hw, "--schedule=1f1b", "--microbatches=4")
+        if not ir:
+            return
+        ops, p = ir["ops"], ir["totals"]["pipeline"]
+        once = deferred(ops)
+        want = "ReduceScatter" if kind == "FSDP" else "AllReduce"
+        check(sorted(o["op"] for o in once) == [want, want],
+              f"e {kind}: one {want} per stacked gradient after the loops ({[o['op'] for o in once]})")
+        t_once = sum(t(o) for o in once)
+        extra = sum(o["operands"][0]["bytes_per_device"] - o["result"]["bytes_per_device"] for o in once)
+        check(close(p["grad_once_time"], t_once) and t_once > 0,
+              f"e {kind}: grad_once_time {p['grad_once_time'] * 1e6:.3f} us = the deferred collectives "
+              f"{t_once * 1e6:.3f} us")
+        check(p["grad_once_bytes"] == extra and extra == (4 << 20 if kind == "FSDP" else 0),
+              f"e {kind}: grad_once_bytes {p['grad_once_bytes']} = their operands' bytes less their results' "
+              f"{extra} (FSDP: 8 MiB summed, 4 MiB reduced)")
+        upd = sum(t(o) for o in ops if o["phase"] == "update")
+        check(close(p["sync_time"], p.get("stage_sum_time", 0.0) + upd + t_once),
+              f"e {kind}: sync {p['sync_time'] * 1e6:.3f} us holds them once")
+        mem[kind] = p["stage_memory"]
+    if len(mem) == 2:
+        check(close(mem["DP"] - mem["FSDP"], 4 << 20),
+              f"e: the FSDP stage holds its unreduced gradients: DP's memory less FSDP's "
+              f"{(mem['DP'] - mem['FSDP']) / 2**20:.3f} MiB = 4 MiB (8 MiB without them)")
+
+
 def main():
     einc, src = sys.argv[1], sys.argv[2]
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()
     hw = os.path.join(src, "hw", "host.json")
     check_a(einc, src, hw)
     check_bcd(einc, src, hw)
+    check_e(einc, src, hw)
     return check.exit_status()
 
 
