@@ -77,7 +77,9 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
     p->layers = full.layers;
     p->unpipelined = m->totals.step_time;
     p->update = full.update_stacked + full.update_other;
-    p->grad_sync = full.sync_pre + full.sync_post;
+    /* Each stage reduces its own layers' share of the stacked gradients
+     * once per step (pipe_work.sync_stacked), the stages side by side. */
+    p->grad_sync = full.sync_pre + full.sync_post + full.sync_stacked / z;
     p->stage_sums = pipe_work_zsums_time(&full, t->hw, z, opts->dcn);
     if (rc == 0 && full.layers % z != 0) {
         snprintf(err, errlen, "%lld layers do not split into %d stages of equal size",

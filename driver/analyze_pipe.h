@@ -35,7 +35,8 @@ typedef struct analyze_pipe {
     double hop;        /* seconds per stage-to-stage transfer of a full-batch activation */
     double unpipelined; /* the program's step on one stage's mesh (all layers) */
     double update;     /* the optimizer's update of every param, unpipelined */
-    double grad_sync;  /* the gradient collectives that run once per step (pipe_work.sync_pre, sync_post), unpipelined */
+    double grad_sync;  /* the gradient collectives that run once per step (pipe_work.sync_pre, sync_post, unpipelined,
+                          and a stage's 1/Z of the stacked params' deferred ones, sync_stacked) */
     double stage_sums; /* the AllReduces over the Z stages of the sums only the first or last stage
                           computes (pipe_work_zsums_time), once per step */
     int n;

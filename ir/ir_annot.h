@@ -114,6 +114,10 @@ typedef struct ir_pipe_totals {
      * turns at items (pp_core_bubble; [Z - 1] is `bubble`); -1 where not
      * simulated (a forward, or more than about 2^26 replay steps). */
     double core_bubble[IR_PIPE_CORE_BUBBLES];
+    double grad_once;      /* once per step, in sync_update: a stage's collectives of its stacked
+                              gradients, moved out of the backward loop (passes/pipeline_grad.c) */
+    double grad_once_bytes; /* bytes their unreduced sums add to a stage, in stage_memory (an FSDP
+                               gradient's full block instead of its 1/X; 0 for DP's) */
 } ir_pipe_totals;
 
 /* Totals of the cost pass over the whole program (per device).  For a

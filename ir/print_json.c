@@ -67,6 +67,8 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
     cJSON *cb = cJSON_AddArrayToObject(o, "core_bubbles");
     for (int c = 1; !p->forward && c <= p->stages && c <= IR_PIPE_CORE_BUBBLES; c++)
         cJSON_AddItemToArray(cb, cJSON_CreateNumber(p->core_bubble[c - 1]));
+    cJSON_AddNumberToObject(o, "grad_once_time", p->grad_once);
+    cJSON_AddNumberToObject(o, "grad_once_bytes", p->grad_once_bytes);
 }
 
 static cJSON *cost_json(const ir_cost *c)

@@ -17,8 +17,11 @@
  * is not sharded (layers are not split over devices), or the LayerStack of
  * an earlier loop over that dim, and its result is the operand without that
  * dim, sharding included.  A LayerStack is inside the loop it names, reads
- * a value without partial sums, and its result is that value's type with
- * the loop's dim (unsharded) in front; it is read only after its loop.
+ * a value without partial sums (or with summed ones that only a reducing
+ * collective reads stacked: a pipelined step's gradient reduced once per
+ * step), and its result is that value's type with the loop's dim
+ * (unsharded, or split over the pipeline axis) in front; it is read only
+ * after its loop.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +36,16 @@ static bool same_shape(const ir_type *a, const ir_type *b)
 {
     return a->dtype == b->dtype && a->rank == b->rank &&
            memcmp(a->dims, b->dims, sizeof(int) * (size_t)a->rank) == 0;
+}
+
+/* Whether every reader of stack `r` is an AllReduce or ReduceScatter
+ * (what reduces its partial sums). */
+static bool stack_reduced_only(const ir_value *r)
+{
+    for (int u = 0; u < r->nuses; u++)
+        if (r->uses[u].op->kind != IR_OP_ALLREDUCE && r->uses[u].op->kind != IR_OP_REDUCESCATTER)
+            return false;
+    return true;
 }
 
 bool ir_verify_loop(const ir_module *m, const ir_op *op, ir_sharding *out, char *why,
@@ -75,8 +88,12 @@ bool ir_verify_loop(const ir_module *m, const ir_op *op, ir_sharding *out, char 
         return true;
     }
     case IR_OP_LAYERSTACK: {
-        if (a->type.sh.unreduced) {
-            WHY("it stacks unreduced partial sums");
+        /* Partial sums stack as such only when they add (a gradient whose
+         * reduction a pipelined step runs once, after the loop:
+         * passes/pipeline_grad.c); nothing slices them back. */
+        if (a->type.sh.unreduced && (a->type.sh.red != IR_RED_SUM || (r->nuses > 0 && !stack_reduced_only(r)))) {
+            WHY("it stacks unreduced partial sums that are not summed, or that an op other than a "
+                "collective reducing them reads");
             return false;
         }
         if (r->type.dtype != a->type.dtype || r->type.rank != a->type.rank + 1 ||
@@ -86,6 +103,8 @@ bool ir_verify_loop(const ir_module *m, const ir_op *op, ir_sharding *out, char 
             return false;
         }
         *out = ir_stack_sharding(m, &a->type.sh, a->type.rank, op->u.loop.dim);
+        out->unreduced = a->type.sh.unreduced;
+        out->red = a->type.sh.red;
         return true;
     }
     case IR_OP_LAYERSLICE: {

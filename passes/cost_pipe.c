@@ -124,6 +124,8 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
         .first_extra_w = split ? w.pre_w : 0,
         .last_extra_w = split ? w.post_w : 0,
         .stage_sums = backward ? pipe_work_zsums_time(&w, hw, z, dcn) : 0,
+        .grad_once = w.sync_stacked / z,
+        .grad_once_bytes = w.acc_extra_stacked / z,
     };
     memcpy(t->core_bubble, cores, sizeof cores);
     return 0;
@@ -165,6 +167,15 @@ void cost_pipe_print(FILE *out, const ir_module *m)
                  m->pipe.chunks > 1 ? "v" : "");
     fprintf(out, "  bubble %.1f%% simulated, %s; held %.3g microbatches, memory of the fullest stage "
             "%.4g GiB\n", 100 * t->bubble, formula, t->held, t->stage_memory / 1073741824.0);
+    if (t->grad_once > 0) {
+        /* docs/pipeline.md, "Gradient collectives once per step". */
+        fprintf(out, "  stacked gradients reduced once per step, on their sums over the microbatches: %.4g us "
+                "of the sync", t->grad_once * 1e6);
+        if (t->grad_once_bytes > 0)
+            fprintf(out, "; their unreduced sums add %.4g GiB to a stage (FSDP: the full gradient of its layers)",
+                    t->grad_once_bytes / 1073741824.0);
+        fprintf(out, "\n");
+    }
     if (m->pipe.choice)
         fprintf(out, "  schedule and M %s\n", m->pipe.choice);
     fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");

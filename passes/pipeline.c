@@ -36,6 +36,10 @@
  *    2) of |L| / (Z v) layers, stage z holding model chunks z, z + Z, ...
  *    (pipe.chunks; the runtime deals the stacked layers block-cyclically),
  *    which needs |L| a multiple of Z v and M a multiple of Z;
+ *  - moves the stacked params' gradient collectives (DP's AllReduce,
+ *    FSDP's ReduceScatter) out of the backward loop, to run once per
+ *    step on the gradient summed over the microbatches
+ *    (pipeline_grad.c);
  *  - puts a CollectivePermute at each stage boundary, after the forward
  *    loop (the activation to stage z+1) and the backward loop (its
  *    gradient to z-1), which the cost pass prices as one hop and codegen
@@ -55,6 +59,7 @@
 #include "pipe_work.h"
 #include "pipeline.h"
 #include "pipeline_choose.h"
+#include "pipeline_grad.h"
 #include "pipeline_permute.h"
 #include "pipeline_split.h"
 
@@ -548,6 +553,12 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
      * backward to split and runs as every schedule's forward half. */
     if (pp_schedule_splits((pp_schedule)schedule) && trains(m) && pass_pipeline_split_backward(ctx, m) != 0)
         return 1;
+    /* The stacked params' DP AllReduce or FSDP ReduceScatter, linear and
+     * read by the update only, runs once per step on the sum over the
+     * microbatches rather than in every microbatch's backward
+     * (pipeline_grad.c). */
+    if (trains(m))
+        (void)pass_pipeline_defer_grads(ctx, m);
     if (!trains(m) && v == 1) {
         /* Forwards only: every schedule is GPipe's forward half, each
          * stage running F0 .. F(M-1) as the activations arrive. */

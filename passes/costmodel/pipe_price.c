@@ -63,17 +63,21 @@ static void stage_times(pp_params *p, double *arr, const pipe_work *w, const cos
 /* After the pipeline drains (codegen/pipeline.c): the sums only the first
  * or last stage holds are AllReduced over the Z stages, then every stage
  * runs the update's ops, its share of the stacked params' and the whole
- * of the others', and the collectives moved to the update (sync_pre,
- * sync_post), each stage the same work, so the step ends that much after
- * the last stage's pipeline. */
+ * of the others', the collectives moved to the update (sync_pre,
+ * sync_post) and its share of the stacked gradients' collectives, deferred
+ * from the backward loop to once per step (sync_stacked), each stage the
+ * same work, so the step ends that much after the last stage's
+ * pipeline. */
 static double sync_time(const pipe_work *w, const cost_hw *hw, int z, bool dcn)
 {
     return pipe_work_zsums_time(w, hw, z, dcn) + w->update_stacked / (double)z + w->update_other + w->sync_pre +
-           w->sync_post;
+           w->sync_post + w->sync_stacked / (double)z;
 }
 
 /* Peak bytes of the fullest stage: its share of the stacked params, their
- * accumulated gradients and optimizer state, the others on the first and
+ * accumulated gradients (an FSDP gradient whose ReduceScatter is deferred
+ * to once per step summed unreduced, acc_extra_stacked) and optimizer
+ * state, the others on the first and
  * last stage (an upper bound, as in sync_time), the activations of the
  * microbatches it holds, and the carried activation sent and received.
  * A microbatch is held from its F until its B ends, or with zero-bubble and zb-h2
@@ -86,7 +90,7 @@ static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64
     double worst = 0;
     double layer = w->act_layer + (pp_schedule_splits(plan->schedule) ? w->cross_layer : 0);
     for (int s = 0; s < z; s++) {
-        double b = (w->state_stacked + w->param_stacked) / (double)z;
+        double b = (w->state_stacked + w->param_stacked + w->acc_extra_stacked) / (double)z;
         if (s == 0 || s == z - 1)
             b += w->state_other + w->param_other;
         /* Interleaved counts (microbatch, chunk) pairs, each 1/v of the stage's layers. */

@@ -19,8 +19,11 @@
  * collectives the run function moves to the update (a gradient's DP
  * AllReduce or FSDP ReduceScatter after the backward loop that only the
  * update reads: linear, they commute with the sum over the microbatches)
- * run once per step; every other collective, a per-layer one inside the
- * backward loop included, runs once per microbatch.  The sums themselves
+ * and the stacked params' per-layer gradient collectives that the
+ * pipeline pass moves out of the backward loop (pipe_work_deferred_stack,
+ * passes/pipeline_grad.c; priced so on a module not pipelined yet too)
+ * run once per step; every other collective runs once per microbatch.
+ * The sums themselves
  * are work per microbatch: a stacked
  * gradient's is its LayerStack op, a non-stacked one's (the embedding's,
  * the head's) no op, so its bytes are kept apart (sum_pre, sum_post).
@@ -129,6 +132,7 @@ typedef struct walk {
     const bool *once;   /* by value id: its op runs once per step (mark_once) */
     const uint8_t *avail; /* by value id: the stages that can compute it (AV_*) */
     int ldim;
+    double zs;          /* stages the module's stacks are split over already (1: not pipelined) */
 } walk;
 
 enum { AV_FIRST = 1, AV_LAST = 2, AV_ALL = 3 };
@@ -202,6 +206,63 @@ static double summed_bytes(const walk *k, const ir_op *op)
     return 0;
 }
 
+const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op)
+{
+    const ir_op *lp = op->loop;
+    if (!lp || !lp->u.loop.reverse || lp->phase != IR_PHASE_BACKWARD ||
+        (op->kind != IR_OP_ALLREDUCE && op->kind != IR_OP_REDUCESCATTER) || !ir_op_is_linear_reshard(op))
+        return NULL;
+    const ir_value *a = op->operands[0], *r = op->result;
+    if (ir_dtype_integer(a->type.dtype) || a->type.rank + 1 > IR_MAX_RANK ||
+        r->type.sh.unreduced || r->nuses != 1)
+        return NULL;
+    const ir_op *st = r->uses[0].op;
+    if (st->kind != IR_OP_LAYERSTACK || st->loop != lp || st->result->nuses < 1)
+        return NULL;
+    for (int u = 0; u < st->result->nuses; u++)
+        if (st->result->uses[u].op->phase != IR_PHASE_UPDATE)
+            return NULL;
+    for (int j = 0; j < m->noutputs; j++)
+        if (m->outputs[j].value == st->result)
+            return NULL;
+    return st;
+}
+
+/* Whether `op` is a deferred gradient collective (pipe_work_deferred_stack)
+ * of the module not pipelined yet, inside its loop (`stack`: the
+ * LayerStack of its result), or, the module pipelined, that collective
+ * after the loop on the stacked gradient, once per step (once[]): its
+ * time and its accumulators' extra bytes go to sync_stacked and
+ * acc_extra_stacked, for the whole stack of layers. */
+static bool add_deferred(const walk *k, const ir_op *op)
+{
+    pipe_work *w = k->w;
+    bool in_loop = op->loop && pipe_work_deferred_stack(k->m, op);
+    bool after = !op->loop && op->phase != IR_PHASE_UPDATE && k->once[op->result->id] &&
+                 ir_op_is_reshard(op->kind) && op->kind != IR_OP_ALLGATHER && has_dim(&op->result->type, k->ldim);
+    if (!in_loop && !after)
+        return false;
+    double times = in_loop ? (double)w->layers : k->zs;
+    double extra = (double)ir_local_bytes(k->m, &op->operands[0]->type) - (double)ir_local_bytes(k->m, &op->result->type);
+    w->sync_stacked += times * op->cost.time;
+    w->acc_extra_stacked += times * (extra > 0 ? extra : 0);
+    return true;
+}
+
+/* An op's time as the pipelined step runs it: a LayerStack of a deferred
+ * collective's result in a module not pipelined yet will stack (and sum
+ * over the microbatches) the collective's operand instead, unreduced: an
+ * FSDP ReduceScatter's X times the bytes. */
+static double run_time(const walk *k, const ir_op *op)
+{
+    const ir_value *a = op->kind == IR_OP_LAYERSTACK ? op->operands[0] : NULL;
+    const ir_op *c = a ? a->def : NULL;
+    if (!c || !op->loop || pipe_work_deferred_stack(k->m, c) != op)
+        return op->cost.time;
+    double in = (double)ir_local_bytes(k->m, &c->operands[0]->type), out = (double)ir_local_bytes(k->m, &a->type);
+    return out > 0 ? op->cost.time * in / out : op->cost.time;
+}
+
 /* Adds an AllReduce over the stages of `bytes` to w->zsum. */
 static void add_zsum(pipe_work *w, double bytes)
 {
@@ -218,7 +279,9 @@ static void add_zsum(pipe_work *w, double bytes)
 static void add_op(const walk *k, const ir_op *op, bool after_fwd, bool after_bwd, bool after_w)
 {
     pipe_work *w = k->w;
-    double t = op->cost.time;
+    double t = run_time(k, op);
+    if (add_deferred(k, op))
+        return;
     double summed = summed_bytes(k, op);
     if (summed > 0) {
         uint8_t a = k->avail[op->result->id];
@@ -238,8 +301,8 @@ static void add_op(const walk *k, const ir_op *op, bool after_fwd, bool after_bw
         w->layer_f += t;
         return;
     }
-    /* Every op of a loop runs per microbatch, a collective too (a
-     * per-layer AllReduce of DP): the dL/dW loop's in W, the backward
+    /* Every other op of a loop runs per microbatch, a collective too
+     * (one the input gradient reads): the dL/dW loop's in W, the backward
      * loop's in B when the input gradient needs it, else in W. */
     if (k->wloop && op->loop == k->wloop) {
         w->layer_w += t;
@@ -336,8 +399,12 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
         in_b[bwd->result->id] = in_b[bwd->u.loop.end->result->id] = true;
     mark_once(m, bwd, once);
     mark_avail(m, fwd, bwd, avail);
+    /* A pipelined module's stacked values hold one stage's layers (their
+     * layer dim split over the pipeline axis): scaled to the whole stack,
+     * as pipe_work holds them (pipe_work.h). */
+    double zs = m->pipe.axis >= 0 && m->pipe.dim == ldim ? (double)m->mesh.axes[m->pipe.axis].size : 1;
     walk k = {.m = m, .w = w, .fwd = fwd, .bwd = bwd, .wloop = wloop, .in_b = in_b, .once = once,
-              .avail = avail, .ldim = ldim};
+              .avail = avail, .ldim = ldim, .zs = zs};
     bool after_fwd = false, after_bwd = false, after_w = false;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (op == fwd->u.loop.end)
@@ -369,10 +436,6 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    /* A pipelined module's stacked values hold one stage's layers (their
-     * layer dim split over the pipeline axis): scale them to the whole
-     * stack, as pipe_work holds them (pipe_work.h). */
-    double zs = m->pipe.axis >= 0 && m->pipe.dim == ldim ? (double)m->mesh.axes[m->pipe.axis].size : 1;
     w->update_stacked *= zs;
     w->carry_bytes = (double)ir_local_bytes(m, &fwd->result->type);
     w->stage_devices = (double)ir_mesh_devices(&m->mesh) / zs;

@@ -42,6 +42,19 @@ typedef struct pipe_work {
      * in layer_b or layer_w, an AllGather of the input gradient that the
      * embedding's gradient reads in pre_b. */
     double sync_pre, sync_post;
+    /* The stacked params' gradient collectives that a pipelined step runs
+     * once per step on the gradient summed over the microbatches rather
+     * than once per layer and microbatch inside the backward loop
+     * (pipe_work_deferred_stack; passes/pipeline_grad.c moves them after
+     * the schedule): seconds for the whole stack of |L| layers, a stage
+     * running its 1/Z on its own layers' stack (on a module not pipelined
+     * yet, |L| times one layer's collective: each layer's latency counted,
+     * where the executor pays one per stage), and the bytes, for the
+     * whole stack, that their accumulators hold beyond the params' own
+     * size: an FSDP ReduceScatter's gradient summed unreduced is X times
+     * its reduced block (0 for DP's AllReduce, whose result is as large
+     * as its operand). */
+    double sync_stacked, acc_extra_stacked;
     /* The sums only the first or only the last stage computes (the
      * embedding's gradient, the head's, the loss), AllReduced over the
      * pipeline axis after the schedule so that every stage holds them
@@ -93,6 +106,19 @@ typedef struct pipe_work {
     double state_stacked, state_other;
     double param_stacked, param_other;
 } pipe_work;
+
+/* The LayerStack that stacks `op`'s result when `op` is a gradient
+ * collective of a backward loop over the layers that a pipelined step
+ * runs once per step (after the schedule, on the stacked gradient summed
+ * over the microbatches: Megatron-LM's and DeepSpeed's gradient
+ * accumulation), else NULL.  That is legal when it is an AllReduce or a
+ * ReduceScatter that sums (linear: it commutes with the sum over the
+ * microbatches) of a floating-point value (the unreduced gradient is
+ * summed in its own dtype, as the reduced one was: no precision lost to
+ * a narrower accumulator), inside a reverse loop of the backward phase,
+ * its result read only by one LayerStack of that loop, whose result only
+ * the update reads (no dL/dx of an earlier layer, no output). */
+const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op);
 
 /* Fills w from m, compiled with a loss and an optimizer and annotated by
  * the cost pass: one forward repeat block and its reverse backward block.

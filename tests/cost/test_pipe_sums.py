@@ -38,10 +38,12 @@ def stage_ops(ops):
     loop (with its LoopBegin) and the backward's from the backward loop's
     LoopEnd on (first); the forward's from the forward loop's LoopEnd on
     and the backward's before the backward loop ends (last); the
-    collectives too (none of this program's runs once per step: the
-    AllGather of dH the embedding's gradient reads, the head's AllReduce
-    over X before the backward loop and the loss's run per microbatch,
-    tests/cost/test_pipe_placement.py), the stage-to-stage hops never."""
+    collectives too (the AllGather of dH the embedding's gradient reads,
+    the head's AllReduce over X before the backward loop and the loss's
+    run per microbatch, tests/cost/test_pipe_placement.py), but for the
+    stacked gradients' AllReduces that the pipeline pass moved after the
+    loops (on stacks of partial sums over the layers, once per step on
+    every stage, in the sync); the stage-to-stage hops never."""
     first = last = 0.0
     depth = 0
     loops = 0  # LoopEnds seen: 0 before the forward's, 1 between the loops, 2 after
@@ -53,7 +55,9 @@ def stage_ops(ops):
         inside = depth > 0
         if kind == "LoopBegin":
             depth += 1
-        if inside or op["phase"] == "update" or kind == "CollectivePermute":
+        operand = op["operands"][0]["type"] if op.get("operands") else ""
+        deferred = kind == "AllReduce" and "{U" in operand and "[L_Z," in operand
+        if inside or op["phase"] == "update" or kind == "CollectivePermute" or deferred:
             continue
         if (op["phase"] == "forward" and loops == 0) or (op["phase"] == "backward" and loops >= 2):
             first += t

@@ -39,7 +39,26 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    in the schedule table, whose first stage runs Z = 2 forwards and waits
    a slot for B0 (zb-h2: 2Z - 1 = 3 forwards, no wait); gpipe keeps one
    backward loop.
-6. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
+6. The stacked params' gradient collectives once per step
+   (passes/pipeline_grad.c): the MLP with the batch on X and larger dims
+   (B = 512, D = E = 32, F = 64, where the planner reduces each layer's
+   weight gradient over X inside the backward loop), its stacked params
+   replicated over X (DP: AllReduce) or split over X (FSDP, Win[L_Z, D_X,
+   F]: ReduceScatter), trained 3 steps under gpipe, 1f1b, zero-bubble,
+   zb-h2 and interleaved (v = 2) with M = 4 (1f1b also M = 1 and 8),
+   equals NumPy's whole-batch
+   steps to 1e-9 relative; `--dump-ir` has no collective of dWin or dWout
+   inside a backward loop and one AllReduce (DP) or ReduceScatter (FSDP)
+   of each stacked gradient after the loops; `--profile` counts that
+   collective once per step on each stage, as the update's ops, where
+   the layer's weight-gradient einsum is counted |L| M times per step.
+   With bf16 params (DP, 1f1b, M = 8) the collective is deferred too (the
+   accumulator keeps the gradient's dtype, as the reduced gradients'
+   did) and the run equals NumPy's f64 steps to 2e-2 relative (bf16's
+   rounding; measured 6.4e-3, the same as with the collective per
+   microbatch).  With --mpi, DP and FSDP under 1f1b (M = 4) also on 4
+   MPI ranks.
+7. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b; and zb-h2 holds up to 2Z - 1
    where zero-bubble holds Z, so device 0's peak must be higher under
@@ -200,26 +219,12 @@ def run_mlp(a, work, tally):
         src = os.path.join(work, "mlp.ein")
         with open(src, "w") as f:
             f.write(MLP.format(MESH=mesh_line, IN=ins, FX=fx, OPT=OPTIMIZERS[opt]))
-        exe = os.path.join(work, "mlp_" + rt)
-        rc, out = compile_prog(a, src, exe, ["--microbatches=%d" % m, "--schedule=" + sched], rt)
-        if rc != 0:
-            tally.result(False, title + ": einc", out)
-            continue
-        metrics = os.path.join(work, "metrics.jsonl")
-        run = (mpi_launch(a.mpirun, NDEV) if rt == "mpi" else []) + [
-            exe, "--steps", str(STEPS), "--log-every", "1", "--metrics", metrics]
-        for k in vals:
-            run += ["--input", "%s=%s" % (k, os.path.join(work, k + ".npy"))]
-        for n in ("Win", "Wout", "Wf"):
-            run += ["--output", "%s=%s" % (n, os.path.join(work, "out_" + n + ".npy"))]
-        rc, out = run_merged(run)
-        if rc != 0:
-            tally.result(False, title + ": run", out)
+        failed, out, got_losses, got_w = train(a, rt, src, ["--microbatches=%d" % m, "--schedule=" + sched],
+                                               work, vals, "")
+        if failed:
+            tally.result(False, title + ": " + failed, out)
             continue
         want_losses, want_w = refs[opt]
-        with open(metrics) as f:
-            got_losses = [json.loads(line)["loss"] for line in f if line.strip()]
-        got_w = {n: np.load(os.path.join(work, "out_" + n + ".npy")) for n in want_w}
         problems = against_numpy(refs[opt], got_losses, got_w)
         key, also = (rt, mesh, opt, m), ""
         if sched == "1f1b":
@@ -231,21 +236,47 @@ def run_mlp(a, work, tally):
                      (title, STEPS, want_losses[0], want_losses[-1], also), "\n".join(problems))
 
 
-def against_numpy(ref, losses, params):
-    """What differs beyond 1e-9 relative between a run's losses and params
+def train(a, rt, src, flags, work, vals, prefix):
+    """Compiles the MLP `src` with `flags` for runtime `rt` into
+    work/<prefix>mlp_<rt> and runs it STEPS steps (on 4 MPI ranks for mpi)
+    from `vals`, saved as work/<prefix><name>.npy: what failed ("einc",
+    "run" or None), the output, the losses (--metrics) and the params
+    after the last step."""
+    exe = os.path.join(work, prefix + "mlp_" + rt)
+    rc, out = compile_prog(a, src, exe, flags, rt)
+    if rc != 0:
+        return "einc", out, None, None
+    metrics = os.path.join(work, prefix + "metrics.jsonl")
+    run = (mpi_launch(a.mpirun, NDEV) if rt == "mpi" else []) + [
+        exe, "--steps", str(STEPS), "--log-every", "1", "--metrics", metrics]
+    for k in vals:
+        run += ["--input", "%s=%s" % (k, os.path.join(work, prefix + k + ".npy"))]
+    names = ("Win", "Wout", "Wf")
+    for n in names:
+        run += ["--output", "%s=%s" % (n, os.path.join(work, prefix + "out_" + n + ".npy"))]
+    rc, out = run_merged(run)
+    if rc != 0:
+        return "run", out, None, None
+    with open(metrics) as f:
+        losses = [json.loads(line)["loss"] for line in f if line.strip()]
+    return None, out, losses, {n: np.load(os.path.join(work, prefix + "out_" + n + ".npy")) for n in names}
+
+
+def against_numpy(ref, losses, params, tol=1e-9):
+    """What differs beyond `tol` relative between a run's losses and params
     and NumPy's, `ref` (mlp_reference's)."""
     want_losses, want_w = ref
     problems = []
     if len(losses) != STEPS:
         problems.append("%d losses in --metrics, not %d" % (len(losses), STEPS))
     for i, (g, w) in enumerate(zip(losses, want_losses)):
-        if g is None or not abs(g - w) <= 1e-9 * abs(w):
+        if g is None or not abs(g - w) <= tol * abs(w):
             problems.append("step %d: loss %r, NumPy %.17g" % (i + 1, g, w))
     for n, want in want_w.items():
         got = params[n]
         err = (np.max(np.abs(got - want)) / np.max(np.abs(want))
                if got.shape == want.shape else float("inf"))
-        if not err <= 1e-9:
+        if not err <= tol:
             problems.append("%s after %d steps: relative error %.3g" % (n, STEPS, err))
     return problems
 
@@ -430,6 +461,104 @@ def run_split_ir(a, work, tally):
                      "\n".join(problems) + out[-3000:])
 
 
+# The MLP of section 6: the batch on X, dims at which the planner reduces
+# each layer's weight gradient over X inside the backward loop.
+GRAD_DIMS = ["-D", "B=512", "-D", "D=32", "-D", "E=32", "-D", "F=64"]
+# kind: (Win, Wout, the deferred collective, the dtype, the tolerance
+# against NumPy's f64 steps: bf16's rounding of the params and gradients)
+GRAD_PARAMS = {"DP": ("Win[L_Z, D, F]", "Wout[L_Z, F, D]", "AllReduce", "f64", 1e-9),
+               "FSDP": ("Win[L_Z, D_X, F]", "Wout[L_Z, F_X, D]", "ReduceScatter", "f64", 1e-9),
+               "DP bf16": ("Win[L_Z, D, F]", "Wout[L_Z, F, D]", "AllReduce", "bf16", 2e-2)}
+
+
+def grad_source(kind):
+    win, wout, _, dtype, _ = GRAD_PARAMS[kind]
+    text = MLP.format(MESH="Z = 2, X = 2", IN="B_X, D", FX="", OPT=OPTIMIZERS["sgd"])
+    return text.replace("Win[L_Z, D, F]", win).replace("Wout[L_Z, F, D]", wout).replace(": f64", ": " + dtype)
+
+
+def deferred_problems(ir, coll):
+    """What is wrong in `ir` (--dump-ir text) with the gradient collectives:
+    one `coll` of each stacked gradient after the loops, none in them."""
+    problems, inside = [], False
+    after = {}
+    for line in ir.splitlines():
+        rhs = line.split("=", 1)[1].strip() if "=" in line else ""
+        if rhs.startswith("LoopBegin("):
+            inside = True
+        elif rhs.startswith("LoopEnd("):
+            inside = False
+        name = line.strip().split("[", 1)[0]
+        if not any(rhs.startswith(c + "_") for c in ("AllReduce", "ReduceScatter", "AllGather", "AllToAll")):
+            continue
+        operand = rhs.split(" ", 1)[1] if " " in rhs else ""
+        for g in ("dWin", "dWout"):
+            if name.split(".")[0] == g and inside:
+                problems.append("%s's %s inside a loop: %s" % (g, rhs.split(" ")[0], line.strip()[:120]))
+            if name.split(".")[0] == g and not inside:
+                after.setdefault(g, []).append((rhs.split("_")[0], operand))
+    for g in ("dWin", "dWout"):
+        got = after.get(g, [])
+        if len(got) != 1 or got[0][0] != coll or "[L_Z," not in got[0][1] or "{U_X}" not in got[0][1]:
+            problems.append("%s: after the loops %r, not one %s of its stack of partial sums" % (g, got, coll))
+    return problems
+
+
+def profile_calls(out, pattern):
+    """The calls of the --profile rows whose name matches `pattern`."""
+    return [int(m.group(1)) for m in re.finditer(r"^\s+\d+\s+(\d+)\s+\S+\s+\S+\s+\S+\s+" + pattern,
+                                                 out, re.M)]
+
+
+def run_grad_once(a, work, tally):
+    rng = np.random.default_rng(26)
+    b, d, f = 512, 32, 64
+    vals = {"In": rng.standard_normal((b, d)), "Tgt": rng.standard_normal((b, d)),
+            "Win": rng.standard_normal((L, d, f)) / np.sqrt(d),
+            "Wout": rng.standard_normal((L, f, d)) / np.sqrt(f),
+            "Wf": rng.standard_normal((d, d)) / np.sqrt(d)}
+    for k, v in vals.items():
+        np.save(os.path.join(work, "g" + k + ".npy"), v)
+        np.save(os.path.join(work, "gb" + k + ".npy"), v.astype(np.float32))  # read into bf16
+    ref = mlp_reference(vals, "sgd")
+    threads = [(kind, sched, m) for kind in ("DP", "FSDP") for sched, m in
+               (("gpipe", 4), ("1f1b", 1), ("1f1b", 4), ("1f1b", 8), ("zero-bubble", 4), ("zb-h2", 4),
+                                ("interleaved", 4))]
+    if a.quick:
+        threads = [c for c in threads if c[1] == "1f1b" and c[2] == 4]
+    threads.append(("DP bf16", "1f1b", 8))
+    mpi = [("DP", "1f1b", 4), ("FSDP", "1f1b", 4)]
+    for rt, (kind, sched, m) in selected(a, threads, mpi):
+        title = "gradients reduced once per step, %s, %s, M=%d (%s)" % (kind, sched, m, rt)
+        coll, dtype, tol = GRAD_PARAMS[kind][2:]
+        src = os.path.join(work, "grad_%s.ein" % kind.replace(" ", "_"))
+        with open(src, "w") as fh:
+            fh.write(grad_source(kind))
+        flags = GRAD_DIMS + ["--microbatches=%d" % m, "--schedule=" + sched]
+        rc, ir = run_merged([a.einc, src, "--dump-ir"] + flags)
+        problems = deferred_problems(ir, coll) if rc == 0 else ["einc --dump-ir failed"]
+        failed, out, got_losses, got_w = train(a, rt, src, flags, work, vals, "gb" if dtype == "bf16" else "g")
+        if failed:
+            tally.result(False, title + ": " + failed, out)
+            continue
+        exe = os.path.join(work, ("gb" if dtype == "bf16" else "g") + "mlp_" + rt)
+        problems += against_numpy(ref, got_losses, got_w, tol)
+        profiled = rt == "threads" and sched == "1f1b" and dtype == "f64"
+        if profiled:
+            # Once per step on each of the 2 stages, as the update's ops;
+            # the layer's dWin einsum |L| M times per step.
+            rc, out = run_merged([exe, "--random-inputs", "1", "--profile", "--steps", "2"])
+            once = profile_calls(out, r"dWin\.\d+ = %s" % coll)
+            upd = profile_calls(out, r"Win\.\d+ = Elementwise Win,")
+            ein = profile_calls(out, r"dWin = Einsum")
+            if rc != 0 or once != [4] or upd != [4] or ein != [L * m * 2]:
+                problems.append("--profile calls: %s of dWin %r, Win's update %r (want [4]), dWin's einsum %r "
+                                "(want [%d])" % (coll, once, upd, ein, L * m * 2))
+        tally.result(not problems, "%s: as NumPy (to %g), one %s per stacked gradient after the loops%s" %
+                     (title, tol, coll, ", once per step in --profile" if profiled else ""),
+                     "\n".join(problems))
+
+
 def peak_bytes(out, dev):
     """Device `dev`'s peak bytes in `--stats` output, or None."""
     m = re.search(r"device %d: peak (\d+) bytes" % dev, out)
@@ -480,6 +609,7 @@ def main():
         run_forward(a, work, tally)
         run_no_pre(a, work, tally)
         run_carried_out(a, work, tally)
+        run_grad_once(a, work, tally)
         if not a.mpi_only:
             run_split_ir(a, work, tally)
             run_stats(a, work, tally)
