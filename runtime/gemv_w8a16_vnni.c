@@ -12,9 +12,10 @@
  * weights/s from cache on one Zen 4 core, about what one core draws from
  * memory, so one thread of the weight-only step is bound by its
  * instructions (docs/performance-history.md, section 10, issue 26).  Here
- * eight rows of 32 columns (256 weights) take 8 vpmovsxbw, 8 vpunpck[lh]wd
- * and 8 vpdpwssd, plus per pass 2 vpermt2d, 2 vcvtdq2ps and 2 FMAs into
- * acc: about 1.9 instructions per sixteen weights, not 3.
+ * eight rows of 32 columns (256 weights) take 8 vpmovsxbw (the loads
+ * folded in), 8 vpunpck[lh]wd and 8 vpdpwssd, plus 2 vpermt2d, 2
+ * vcvtdq2ps, 2 FMAs and acc's 2 loads and 2 stores: 34 instructions,
+ * about 2.1 per sixteen weights, not 3.
  *
  * Numerics (the x rounding is the only change from f32; seed 002's int8
  * serving computes weight-only products in bf16, which rounds each x to
