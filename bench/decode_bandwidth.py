@@ -41,7 +41,9 @@ the same limit as its weight-only twin (the activations' bytes are a few
 KiB); and the int8-cache program and its W8A8 twin again with
 EINC_GEMV_ISA=avx2 (rt_gemv.h: the AVX2 loops on a CPU with AVX-512), so
 the AVX-512 loops' (gemv_narrow_avx512.c) and the VNNI loops' (gemv_i8i8_vnni.c)
-gain on the step is a ratio measured in the same rounds.
+gain on the step is a ratio measured in the same rounds; and the int8-cache
+program with EINC_GEMV_ISA=avx512, its weights summed in f32, against the
+default's W8A16 sums (gemv_w8a16_vnni.c, where the CPU has AVX512-VNNI).
 All of them run alternately in five rounds of --repeat runs with the copy
 that measures W; each time is its fastest round's median (on a shared
 machine load only adds time; the fastest copy gives the highest W, the
@@ -340,7 +342,11 @@ def main_int8(a, dims, defines, einc):
                     "weights and KV cache i8, casts folded, EINC_GEMV_ISA=avx2":
                         ("cache", [], True, {"EINC_GEMV_ISA": "avx2"}),
                     "W8A8 (weights and activations i8), KV cache i8, EINC_GEMV_ISA=avx2":
-                        ("w8a8 cache", [], True, {"EINC_GEMV_ISA": "avx2"})}
+                        ("w8a8 cache", [], True, {"EINC_GEMV_ISA": "avx2"}),
+                    # the weights' sums of rows in f32 (EINC_GEMV_ISA=avx512), not
+                    # W8A16 (gemv_w8a16_vnni.c), where the CPU has AVX512-VNNI
+                    "weights and KV cache i8, casts folded, EINC_GEMV_ISA=avx512":
+                        ("cache", [], True, {"EINC_GEMV_ISA": "avx512"})}
         exes = {}
         for i, (name, (src, flags, _, _)) in enumerate(variants.items()):
             exes[name] = os.path.join(work, "decode_%d" % i)
@@ -388,6 +394,12 @@ def main_int8(a, dims, defines, einc):
               % (name, narrow / runs[name][0]))
         res.add("int8 decode step, %s, the best loops vs EINC_GEMV_ISA=avx2" % name,
                 runs[name][0], "ms", "", narrow / runs[name][0])
+    name = "weights and KV cache i8, casts folded"
+    f32sums = runs[name + ", EINC_GEMV_ISA=avx512"][0]
+    print("%s: %.2fx the speed of f32 sums of rows (EINC_GEMV_ISA=avx512; 1.00x where the CPU "
+          "has no AVX512-VNNI)" % (name, f32sums / runs[name][0]))
+    res.add("int8 decode step, %s, W8A16 sums of rows vs EINC_GEMV_ISA=avx512" % name,
+            runs[name][0], "ms", "", f32sums / runs[name][0])
     fold, off = (runs["weights i8, f32 cache, casts folded"],
                  runs["weights i8, f32 cache, --fold-casts=off"])
     for name in ("weights i8, f32 cache, casts folded", "weights and KV cache i8, casts folded"):

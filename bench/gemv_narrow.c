@@ -159,11 +159,11 @@ int main(int argc, char **argv)
     double refmax = 0;
     for (int64_t i = 0; i < yn; i++)
         refmax = fabs(ref[i]) > refmax ? fabs(ref[i]) : refmax;
-    static const char *names[] = {"portable", "avx2", "avx512"};
+    static const char *names[] = {"portable", "avx2", "avx512", "avx512vnni"};
     int best = rt_gemv_narrow_isa_best();
     /* variants: isa 0..best on one thread, then each vector set from AVX2
      * up (or portable C on a CPU with none) split in two */
-    int visa[2 * RT_ISA_AVX512 + 2], vsplit[2 * RT_ISA_AVX512 + 2], nvar = 0;
+    int visa[2 * RT_ISA_AVX512_VNNI + 2], vsplit[2 * RT_ISA_AVX512_VNNI + 2], nvar = 0;
     for (int i = 0; i <= best; i++)
         visa[nvar] = i, vsplit[nvar++] = 0;
     for (int i = best < RT_ISA_AVX2 ? best : RT_ISA_AVX2; i <= best; i++)
@@ -181,7 +181,7 @@ int main(int argc, char **argv)
     float *bscratch = malloc((size_t)(nbatch * 8 * cols) * sizeof *bscratch);
     for (int64_t i = 0; i < nbatch; i++)
         ob[i] = i * cols;
-    double err[2 * RT_ISA_AVX512 + 2] = {0};
+    double err[2 * RT_ISA_AVX512_VNNI + 2] = {0};
     for (int var = 0; var < nvar; var++) { /* the errors, and a warm-up */
         rt_gemm gv = g;
         gv.split = vsplit[var] ? &split : NULL;

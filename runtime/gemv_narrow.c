@@ -27,7 +27,10 @@
  * the weights/s from cache, 1.4x from memory: docs/performance.md,
  * section 10); and where it also reports AVX-512 F, BW and VL,
  * gemv_narrow_avx512.c's: sixteen per instruction, masked tails, the
- * same passes (gemv_narrow_drive.h).  EINC_GEMV_ISA caps the choice
+ * same passes (gemv_narrow_drive.h); and where it also reports
+ * AVX512-VNNI, the i8 sums of rows of 1024 or more columns run as W8A16
+ * (gemv_w8a16_vnni.c: x rounded to i16, exact i32 sums by vpdpwssd).
+ * EINC_GEMV_ISA caps the choice
  * (rt_gemv_narrow_isa_best).
  * The portable loops stay for other CPUs and compilers, and for tests.
  *
@@ -164,6 +167,9 @@ typedef struct narrow_mv {
     int64_t parts; /* cols form: its rows summed apart in this many runs
                       (part_start); rows form: 1 */
     int64_t per;  /* scratch floats per batch entry */
+    int w8a16;    /* the cols form of an i8 matrix of RT_GEMV_W8A16_MIN_COLS or more
+                     columns at RT_ISA_AVX512_VNNI: rt_gemv_w8a16_cols_vnni (decided on
+                     the whole product, so every chunk of a split takes the same loop) */
 } narrow_mv;
 
 /* Rows or columns a split chunk starts on: a multiple of every kernel's
@@ -229,6 +235,7 @@ static int narrow_mv_of(const rt_gemm *g, narrow_mv *v, int batched)
     v->incy = m1 ? (g->tc ? g->ldc : 1) : (g->tc ? 1 : g->ldc);
     v->parts = v->rows_form ? 1 : cols_parts(v->rows);
     v->per = v->parts * v->cols;
+    v->w8a16 = 0; /* rt_gemv_narrow_batched decides, once it knows the isa */
     if (i8x) /* exact in i32 only below RT_GEMV_I8I8_MAX_K terms */
         v->per = rt_gemv_i8i8_scratch(v->rows_form, v->cols);
     return !i8x || (v->rows_form ? v->cols : v->rows) < RT_GEMV_I8I8_MAX_K;
@@ -250,19 +257,21 @@ int64_t rt_gemv_narrow_batch_scratch(const rt_gemm *g)
     return v.per;
 }
 
-/* The set EINC_GEMV_ISA caps the choice at (RT_ISA_AVX512 unset or
+/* The set EINC_GEMV_ISA caps the choice at (RT_ISA_AVX512_VNNI unset or
  * empty); any other value ends the job, as a bad EINC_GEMV_THREADS does,
  * rather than silently measuring another set than the one asked for. */
 static int isa_cap(void)
 {
     const char *e = getenv("EINC_GEMV_ISA");
-    if (!e || !e[0] || strcmp(e, "avx512") == 0)
+    if (!e || !e[0] || strcmp(e, "avx512vnni") == 0)
+        return RT_ISA_AVX512_VNNI;
+    if (strcmp(e, "avx512") == 0)
         return RT_ISA_AVX512;
     if (strcmp(e, "avx2") == 0)
         return RT_ISA_AVX2;
     if (strcmp(e, "portable") == 0)
         return RT_ISA_PORTABLE;
-    rt_fatal(NULL, "EINC_GEMV_ISA must be portable, avx2 or avx512 (the widest vector set "
+    rt_fatal(NULL, "EINC_GEMV_ISA must be portable, avx2, avx512 or avx512vnni (the widest vector set "
              "the narrow products may use), not '%s'", e);
 }
 
@@ -276,6 +285,8 @@ static int cpu_isa_best(void)
     if (best == RT_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         best = RT_ISA_AVX512;
+    if (best == RT_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
+        best = RT_ISA_AVX512_VNNI;
 #endif
     return best;
 }
@@ -314,8 +325,11 @@ static void run_rows(const narrow_mv *v, int isa, const char *mat, int64_t r0, i
     const char *a = mat + (size_t)(r0 * v->ld) * rt_dtype_size(v->mdt);
     int64_t n = r1 - r0;
     if (RT_GEMV_HAVE_AVX2 && isa >= RT_ISA_AVX2) {
-        int wide = isa == RT_ISA_AVX512;
-        if (v->rows_form)
+        int wide = isa >= RT_ISA_AVX512;
+        if (v->w8a16)
+            rt_gemv_w8a16_cols_vnni((const int8_t *)a, v->ld, n, v->cols, x + r0 * v->incx,
+                                    v->incx, acc);
+        else if (v->rows_form)
             (wide ? rt_gemv_narrow_rows_avx512 : rt_gemv_narrow_rows_avx2)(
                 v->mdt, a, v->ld, n, v->cols, x, alpha, beta, y + r0 * v->incy, v->incy);
         else
@@ -375,12 +389,15 @@ static int evenly_spaced(const int64_t *o, int64_t n, int64_t *step)
  * a cache [S, K, H]: head k's columns follow head k-1's in every row),
  * with x and y evenly spaced too, so that the vector heads kernels
  * (gemv_narrow_avx2.c) read every row once, in order, for all heads.
+ * Not for W8A16 sums of rows (v->w8a16): those go a block of rows per
+ * batch entry through the loop a single product takes (blocks of
+ * GEMV_BATCH_ROWS, a multiple of its eight-row passes: the same bits).
  */
 static int heads_of(const narrow_mv *v, int64_t nbatch, const int64_t *om, const int64_t *ox,
                     const int64_t *oc, int isa)
 {
     int64_t hm, hx, hc;
-    if (!RT_GEMV_HAVE_AVX2 || isa < RT_ISA_AVX2 || nbatch < 2 || v->x8 ||
+    if (!RT_GEMV_HAVE_AVX2 || isa < RT_ISA_AVX2 || nbatch < 2 || v->x8 || v->w8a16 ||
         !evenly_spaced(om, nbatch, &hm) || !evenly_spaced(ox, nbatch, &hx) ||
         !evenly_spaced(oc, nbatch, &hc))
         return 0;
@@ -400,7 +417,7 @@ static void run_heads(const gemv_part *p, int64_t part, int64_t lo, int64_t hi)
     float *t = p->tmp + i0 * v->per;
     if (!RT_GEMV_HAVE_AVX2)
         return; /* heads_of never set p->heads */
-    int wide = p->isa == RT_ISA_AVX512;
+    int wide = p->isa >= RT_ISA_AVX512;
     if (v->rows_form) {
         int copied = v->incx != 1; /* x made contiguous in tmp */
         (wide ? rt_gemv_narrow_heads_rows_avx512 : rt_gemv_narrow_heads_rows_avx2)(
@@ -546,6 +563,8 @@ int rt_gemv_narrow_batched(const rt_gemm *g, int64_t nbatch, const int64_t *oa,
     int cpu = cpu_isa_best(); /* the caller chose isa, capped or not */
     if (isa > cpu)
         isa = cpu; /* never an instruction the CPU lacks */
+    v.w8a16 = !v.rows_form && !v.x8 && v.mdt == RT_I8 && isa == RT_ISA_AVX512_VNNI &&
+              v.cols >= RT_GEMV_W8A16_MIN_COLS;
     float *tmp = scratch;
     if (v.x8) { /* i8 x i8: one batch entry at a time, each split alone */
         for (int64_t i = 0; i < nbatch; i++)

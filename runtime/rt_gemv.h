@@ -224,8 +224,14 @@ int64_t rt_gemv_narrow_batch_scratch(const rt_gemm *g);
  * AVX2 ones); the vector sets on x86-64 under GCC or Clang only
  * (RT_GEMV_HAVE_AVX2).  rt_gemv_narrow_isa_best is the best the running
  * CPU supports (asked each call: no state kept), capped by
- * EINC_GEMV_ISA=portable|avx2|avx512 in the environment (a benchmark's
+ * EINC_GEMV_ISA=portable|avx2|avx512|avx512vnni in the environment (a benchmark's
  * before and after in one run; another value ends the job with a message);
+ * RT_ISA_AVX512_VNNI (EINC_GEMV_ISA=avx512vnni, the default where the CPU
+ * has AVX512-VNNI) is RT_ISA_AVX512 with the i8 x f32 sums of rows
+ * (every weight of a weight-only int8 decode step) as W8A16
+ * (rt_gemv_w8a16_cols_vnni: x rounded to i16 per pass of eight rows);
+ * EINC_GEMV_ISA=avx512 keeps them in f32 (i8 x i8 products use VNNI at
+ * either level).
  * rt_gemv_narrow_isa is rt_gemv_narrow with the set chosen by the caller
  * (tests compare them all; a set the CPU lacks falls back to the best it
  * has). */
@@ -234,7 +240,7 @@ int64_t rt_gemv_narrow_batch_scratch(const rt_gemm *g);
 #else
 #define RT_GEMV_HAVE_AVX2 0
 #endif
-enum { RT_ISA_PORTABLE = 0, RT_ISA_AVX2 = 1, RT_ISA_AVX512 = 2 };
+enum { RT_ISA_PORTABLE = 0, RT_ISA_AVX2 = 1, RT_ISA_AVX512 = 2, RT_ISA_AVX512_VNNI = 3 };
 /* Whether the CPU has AVX512-VNNI (vpdpbusd) besides RT_ISA_AVX512. */
 int rt_gemv_cpu_vnni(void);
 int rt_gemv_narrow_isa_best(void);
@@ -296,6 +302,32 @@ void rt_gemv_narrow_heads_cols_avx512(int32_t mdt, const char *a, int64_t ld, in
                                       int64_t cols, int64_t nheads, int64_t hstep,
                                       const float *x, int64_t xstep, int64_t incx, float *acc,
                                       int64_t accstep);
+
+/* gemv_w8a16_vnni.c: x[i * incx], i < n, rounded to i16 with one scale
+ * (seed 002's weight-only int8, computed W8A16): m = max |x[i]|,
+ * *scale = m / 32767, q[i] = round(x[i] / *scale) in [-32767, 32767], so
+ * |x[i] - *scale q[i]| <= 1.03 m 2^-16.  Returns 1 (all zero: *scale
+ * 0, q not written), or 0 when some x is a NaN or an infinity or m is
+ * under 2^-100 (the caller then computes in f32).  Portable C. */
+int rt_gemv_w8a16_quantize(const float *x, int64_t incx, int n, int16_t *q, float *scale);
+/* gemv_w8a16_vnni.c (only with RT_GEMV_HAVE_AVX2, only on a CPU with
+ * AVX-512 F, BW, VL and VNNI): acc[c] += sum_r x[r * incx] a[r, c] for c <
+ * cols, a i8 (rows x cols, leading dimension ld bytes): per pass of eight
+ * rows from row 0, x rounded by rt_gemv_w8a16_quantize, the exact i32 sum
+ * of the pass (|sum| < 2^25: vpdpwssd lanes cannot overflow) converted to
+ * f32 and added times the scale (one rounding per pass); rows past the
+ * last whole pass, and passes the quantizer declines, in f32
+ * (rt_gemv_narrow_cols_avx512).  Each column's result is independent of
+ * where it lies among the columns. */
+/* Columns from which gemv_narrow.c sums i8 rows as W8A16 at
+ * RT_ISA_AVX512_VNNI (the f32 loops' eight-row passes start there too,
+ * COLS8_MIN; attention's heads of 128 columns keep the f32 heads
+ * kernels).  From memory on one Zen 4 core, against the f32 loop in the
+ * same run (bench/gemv_narrow.c, load 6-7): 1024 x 1024 1.15x, 2816 x 1024
+ * 1.14x, 1024 x 8192 1.12x, 1024 x 2816 0.95x; from cache 1.3x-1.4x. */
+#define RT_GEMV_W8A16_MIN_COLS 1024
+void rt_gemv_w8a16_cols_vnni(const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
+                             const float *x, int64_t incx, float *acc);
 
 /* gemv_i8i8.c: an i8 matrix a (rows x cols, leading dimension ld) times
  * an i8 vector x (elements incx apart), summed exactly in i32 (so the

@@ -145,7 +145,7 @@ def check_errors(prog, tmp):
                  "EINC_CORE_SHARING=sometimes: expected 'items' or 'kernel'")
     run(["env", "EINC_GEMV_ISA=avx2", prog, "--random-inputs", "1"])
     expect_error(["env", "EINC_GEMV_ISA=sse9", prog, "--random-inputs", "1"],
-                 "EINC_GEMV_ISA must be portable, avx2 or avx512 (the widest vector set "
+                 "EINC_GEMV_ISA must be portable, avx2, avx512 or avx512vnni (the widest vector set "
                  "the narrow products may use), not 'sse9'")
     expect_error([prog, "--input", "x=" + wp, "--input", "w=" + wp],
                  "tensor 'x': %s has shape (6, 12), expected (8, 6)" % wp)
