@@ -17,7 +17,8 @@
  * chunk of a streamed one, a whole one's Content-Length) returns its
  * connection to the pool unless the server said `Connection: close`.
  * POOL > 0 bounds the connections: a request due while all are busy
- * waits for one, and SENT is when it went out.  A reused connection the
+ * waits for one, and SENT is still when it was due (its wait counts in
+ * its time to first token, as the server's queue does).  A reused connection the
  * server closed before answering is replaced by a new one, the request
  * sent again.
  *
@@ -66,6 +67,7 @@ typedef struct conn {
     size_t blen, broom;
     int ended;
     int reused;         /* 1: sent on a pooled connection */
+    int waited;         /* 1: due while the bounded pool was busy */
     int close;          /* 1: the server's answer said `Connection: close` */
 } conn;
 
@@ -367,10 +369,13 @@ int main(int argc, char **argv)
         if (t > end)
             break;
         for (; next < n && cs[next].at <= t; next++) {
-            if (!p.nidle && p.max && p.open >= p.max)
-                break; /* the pool is busy: the loop's head tries again after an answer */
             conn *c = &cs[next];
-            c->sent = c->last = t;
+            if (!p.nidle && p.max && p.open >= p.max) {
+                c->waited = 1;
+                break; /* the pool is busy: the loop's head tries again after an answer */
+            }
+            c->sent = c->waited ? c->at : t;
+            c->last = t;
             if (open_for(ep, &p, c, &addr)) {
                 c->ended = 1;
                 continue;

@@ -17,12 +17,12 @@ step: GET /metrics' einc_engine_seconds_total).  Per kind of answer, the
 fit through its static and continuous medians: a, b and a / b, which is
 what the ratio of continuous to static batching's tokens/s depends on.
 The variants run interleaved, --repeat rounds, so that a change in the
-machine's load hits all four; figures are the medians.  --connections:
-a TCP connection per request (new, default), a pool of --pool keep-alive
+machine's load hits them all; figures are the medians.  --connections:
+a TCP connection per request (new), a pool of --pool keep-alive
 connections reused from answer to answer (reuse; default pool 2 x slots,
 so that the queue stays a slot-count deep: with every request due at once
-an unbounded pool would open one a request and reuse none), or both, as
-variants of each round.
+an unbounded pool would open one a request and reuse none), or both
+(default), as variants of each round.
 
     python3 bench/serve_rows.py --build BUILD [--repeat 3] [--requests 256]
                                 [--slots 16] [--cache 128] [--seed 1]
@@ -72,7 +72,7 @@ def main():
     p.add_argument("--cache", type=int, default=128)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--time-cap", type=float, default=120.0)
-    p.add_argument("--connections", choices=("new", "reuse", "both"), default="new")
+    p.add_argument("--connections", choices=("new", "reuse", "both"), default="both")
     p.add_argument("--pool", type=int, default=0, help="reuse: connections (default 2 x slots)")
     a = p.parse_args()
     conns = ("new", "reuse") if a.connections == "both" else (a.connections,)
