@@ -76,7 +76,8 @@ that with every request due at once the server's queue stays a batch
 deep and the connections are reused; a request due while all are busy
 waits for one, its time to first token counted from when it was due).
 Same-run A/B in docs/performance-history.md, section 16 ("Connections
-kept alive"): b 26-37% lower, a / b 18.5 -> 26 and 13.9 -> 21.8.
+kept alive"): every step faster, b 26-37% lower in three runs of four
+(a / b 16.8 -> 27.5 over 10 rounds).
 --client-nice N raises the client's niceness (its thread,
 or the C client's process; never the server's): measured no better, not
 the default.  The earlier runs' generator (--client threads)
