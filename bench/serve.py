@@ -68,7 +68,17 @@ production the clients run elsewhere; here they share the server's 2
 cores, so the client that takes least of them is the default (same-run
 A/B in docs/generation.md, "Where the ITL tail came from": static
 batching's tokens/s 1.11x with c, its p99 ITL 0.58-0.65 ms against
-0.79-0.95).  --client-nice N raises the client's niceness (its thread,
+0.79-0.95).  --connections reuse (with --client c, the default since
+2026-11-30 17:40Z) keeps a pool of HTTP/1.1 keep-alive connections, as
+wrk or aiohttp's ClientSession do, instead of a TCP connection per
+request (new, the earlier runs'): at most --pool N (default 2 x slots, so
+that with every request due at once the server's queue stays a batch
+deep and the connections are reused; a request due while all are busy
+waits for one, its time to first token counted from when it was due).
+Same-run A/B in docs/performance-history.md, section 16 ("Connections
+kept alive"): every step faster, b 26-37% lower in three runs of four
+(a / b 16.8 -> 27.5 over 10 rounds).
+--client-nice N raises the client's niceness (its thread,
 or the C client's process; never the server's): measured no better, not
 the default.  The earlier runs' generator (--client threads)
 started a Python thread per request as it sent (--prestart: all of them
@@ -134,7 +144,8 @@ papers; its results go to serve_wide.
                            [--slots 16] [--cache 128] [--lengths lognormal|uniform]
                            [--match-rates auto|none|R1,R2] [--repeat 3] [--seed 1]
                            [--time-cap 120] [--client c|loop|threads [--prestart]]
-                           [--client-nice N] [--pos-bound on|off]
+                           [--connections new|reuse [--pool N]] [--client-nice N]
+                           [--pos-bound on|off]
                            [--static flag|scalar] [--prefill W] [--prefill-budget N]
                            [--also-prefill W] [--width D] [--json FILE]
 """
@@ -319,7 +330,8 @@ def send_at(start, at, port, fields, cap, rec, nice=0):
         one_request(port, fields, max(1.0, cap - (time.monotonic() - start)), rec, nice)
 
 
-def load(exe, work, cap, n, prestart=False, client="loop", c_client=None, nice=0):
+def load(exe, work, cap, n, prestart=False, client="loop", c_client=None, nice=0,
+         connections="new", pool=0):
     """Runs the workload against one server; the figures as a dict, with
     "gaps": (the ITL gaps' end times, the gaps), two arrays of seconds, for
     serve_stats.
@@ -327,7 +339,8 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None, nice=0
     (a thread per request) or "c" (serve_load.c, built as `c_client`);
     `prestart`, with threads: every request's thread is started before the
     first send; `nice`: the client's niceness is raised by that much
-    (--client-nice)."""
+    (--client-nice); `connections`, with c: "new" or "reuse" (--connections),
+    at most `pool` connections if > 0 (--pool)."""
     s = Server(exe, n + 1)
     recs = [dict() for _ in work]
     threads = []
@@ -347,7 +360,8 @@ def load(exe, work, cap, n, prestart=False, client="loop", c_client=None, nice=0
             recs = serve_client.run(s.port, work, start, cap, nice=nice)
         elif client == "c":
             start += 0.05
-            recs, c_cpu = serve_client.run_c(c_client, s.port, work, start, cap, nice)
+            recs, c_cpu = serve_client.run_c(c_client, s.port, work, start, cap, nice,
+                                             connections=connections, pool=pool)
         elif prestart:
             start += 0.5  # time to start them all
             threads = [threading.Thread(target=send_at, args=(start, at, s.port, f, cap, rec, nice))
@@ -547,6 +561,11 @@ def main():
     p.add_argument("--width", type=int, default=0,
                    help="-D D=WIDTH -D F=4 WIDTH: the model's width and its MLP's (0: the "
                         "file's 128 and 512, default); results as serve_wide")
+    p.add_argument("--connections", choices=("reuse", "new"), default="reuse",
+                   help="--client c: a pool of HTTP/1.1 keep-alive connections reused from "
+                        "answer to answer (reuse, default) or a TCP connection per request (new)")
+    p.add_argument("--pool", type=int, default=0,
+                   help="--connections reuse: at most N connections (default 2 x --slots)")
     p.add_argument("--client-nice", type=int, default=0,
                    help="raise the load generator's niceness by N (0..19; the servers keep "
                         "theirs) (default 0: measured no better, docs/generation.md)")
@@ -560,6 +579,7 @@ def main():
     except ValueError:
         raise benchlib.BenchError("--match-rates wants auto, none or numbers, not %r"
                                   % a.match_rates)
+    a.pool = (a.pool or 2 * a.slots) if a.connections == "reuse" else 0
     if not 0 <= a.client_nice <= 19:
         raise benchlib.BenchError("--client-nice must be 0..19")
     if not 1 <= a.repeat <= 20:
@@ -594,6 +614,8 @@ def main():
                                                 "serve_load.c" if a.client == "c" else
                                                 "a thread per request" +
                                                 (", started up front" if a.prestart else "")),
+             ("; connections: %s" % a.connections if a.client == "c" else "") +
+             (" (a pool of %d)" % a.pool if a.client == "c" and a.pool else "") +
              ("; client niceness +%d" % a.client_nice if a.client_nice else "") +
              ("; --pos-bound=off" if a.pos_bound == "off" else "")))
     loader = benchlib.compile_c(a.build, "serve_load", ["serve_load.c"]) if a.client == "c" \
@@ -604,7 +626,8 @@ def main():
         if auto:  # continuous batching's capacity on this machine, now
             cal = load(exes["continuous"], workload(a.requests, CALIBRATION_RATE, a.fixed,
                                                     a.seed, a.lengths, S),
-                       a.time_cap, a.requests, a.prestart, a.client, loader, a.client_nice)
+                       a.time_cap, a.requests, a.prestart, a.client, loader, a.client_nice,
+                       a.connections, a.pool)
             match = serve_stats.auto_rates(cal["rps"])
             print("# --match-rates auto: continuous batching served %.1f requests/s with every "
                   "request sent at once (a first run, not in the table); match rates %s/s, "
@@ -618,7 +641,8 @@ def main():
             for name, rate in plan:
                 work = workload(a.requests, rate, a.fixed, a.seed, a.lengths, S)
                 got[(name, rate)].append(load(exes[name], work, a.time_cap, a.requests,
-                                             a.prestart, a.client, loader, a.client_nice))
+                                             a.prestart, a.client, loader, a.client_nice,
+                                             a.connections, a.pool))
         for name, rate in plan:
             runs.append((name, rate, pooled(got[(name, rate)], a.seed, "%s@%g" % (name, rate))))
     benchlib.table(["batching", "rate /s", "done", "failed", "req/s", "tokens/s", "steps",

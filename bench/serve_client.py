@@ -212,15 +212,18 @@ def run(port, work, start, cap, timeout=None, nice=0):
     return recs
 
 
-def run_c(exe, port, work, start, cap, nice=0, stream=True):
+def run_c(exe, port, work, start, cap, nice=0, stream=True, connections="new", pool=0):
     """run() through bench/serve_load.c (built as `exe`: benchlib.compile_c):
     the same requests, records and bounds, at a few microseconds of CPU per
     token; `nice` > 0 runs it that much nicer; `stream` False asks for whole
-    answers (records with `done` and no token times).  Returns (records,
+    answers (records with `done` and no token times); `connections`: "new"
+    (a TCP connection per request) or "reuse" (a pool of keep-alive ones,
+    at most `pool` if > 0; serve_load.c's docstring).  Returns (records,
     the C client's CPU seconds)."""
     text = "".join("%.9f %s\n" % (at, json.dumps(dict(fields, stream=stream)))
                    for at, fields in work)
-    r = subprocess.run([str(exe), str(port), "%.9f" % start, "%.3f" % cap], input=text,
+    r = subprocess.run([str(exe), str(port), "%.9f" % start, "%.3f" % cap, connections,
+                        str(pool)], input=text,
                        capture_output=True, text=True, timeout=cap + 60,
                        preexec_fn=(lambda: os.nice(nice)) if nice else None)
     if r.returncode != 0:

@@ -7,7 +7,20 @@
  * that on the 2 cores the server shares with it the client takes little
  * of what the steps need (docs/generation.md, "Where a step's time goes").
  *
- *   serve_load PORT START CAP < requests
+ *   serve_load PORT START CAP [reuse|new [POOL]] < requests
+ *
+ * Connections (--connections of bench/serve.py): `new` (the default here)
+ * opens a TCP connection per request and closes it after the answer;
+ * `reuse` keeps a pool of HTTP/1.1 keep-alive connections, as wrk or
+ * aiohttp's ClientSession do: a request due takes an idle one, else opens
+ * one (so at most one a request in flight), and an answer's end (the last
+ * chunk of a streamed one, a whole one's Content-Length) returns its
+ * connection to the pool unless the server said `Connection: close`.
+ * POOL > 0 bounds the connections: a request due while all are busy
+ * waits for one, and SENT is still when it was due (its wait counts in
+ * its time to first token, as the server's queue does).  A reused connection the
+ * server closed before answering is replaced by a new one, the request
+ * sent again.
  *
  * stdin: one request a line, `OFFSET BODY`: its send time in seconds
  * after START (CLOCK_MONOTONIC seconds, as Python's time.monotonic()) and
@@ -48,11 +61,24 @@ typedef struct conn {
     int head;           /* 1: reading the headers */
     int chunked;
     long length;        /* a whole answer's Content-Length; -1: none given */
-    long left;          /* chunk bytes to read; -1: a size line next; -2: its CRLF next */
+    long left;          /* chunk bytes to read; -1: a size line next; -2: its CRLF next;
+                           -3: the last chunk's CRLF next */
     char *body;         /* decoded body bytes not yet split into events */
     size_t blen, broom;
     int ended;
+    int reused;         /* 1: sent on a pooled connection */
+    int waited;         /* 1: due while the bounded pool was busy */
+    int close;          /* 1: the server's answer said `Connection: close` */
 } conn;
+
+/* The client's connections: the idle ones of the pool, and the count. */
+typedef struct pool {
+    int reuse;          /* 1: keep-alive connections, reused */
+    size_t max;         /* 0: unbounded */
+    size_t open;        /* connections open */
+    int *idle;          /* [nidle] connected, between answers */
+    size_t nidle, room;
+} pool;
 
 static double now(void)
 {
@@ -166,6 +192,7 @@ static int parse(conn *c, double t)
         for (char *h = c->buf; *h; h++)
             *h = (char)(*h >= 'A' && *h <= 'Z' ? *h + 32 : *h);
         c->chunked = strstr(c->buf, "transfer-encoding: chunked") != NULL;
+        c->close = strstr(c->buf, "connection: close") != NULL;
         const char *cl = strstr(c->buf, "content-length:");
         c->length = cl ? strtol(cl + 15, NULL, 10) : -1;
         size_t used = (size_t)(end + 4 - c->buf);
@@ -187,10 +214,16 @@ static int parse(conn *c, double t)
                 break;
             c->left = strtol(c->buf + off, NULL, 16);
             off = (size_t)(end + 2 - c->buf);
-            if (c->left == 0) {
-                events(c, t);
-                return 1;
-            }
+            if (c->left == 0)
+                c->left = -3;
+        }
+        if (c->left == -3) { /* the last chunk: its (empty) trailer's CRLF next */
+            if (c->len - off < 2)
+                break;
+            c->len -= off + 2; /* a kept connection starts the next answer clean */
+            memmove(c->buf, c->buf + off + 2, c->len + 1);
+            events(c, t);
+            return 1;
         }
         if (c->left > 0) {
             size_t take = c->len - off < (size_t)c->left ? c->len - off : (size_t)c->left;
@@ -208,22 +241,79 @@ static int parse(conn *c, double t)
     }
     c->len -= off;
     memmove(c->buf, c->buf + off, c->len + 1);
-    return events(c, t);
+    events(c, t); /* [DONE] is not the end: the last chunk is, then the connection is free */
+    return 0;
 }
 
-static void finish(int ep, conn *c, double t, int complete)
+/* Ends c's answer at t; its connection goes back to the pool when the
+ * answer was complete and framed (the connection is at a message's end). */
+static void finish(int ep, pool *p, conn *c, double t, int complete)
 {
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
+    if (p->reuse && complete && !c->close && (c->chunked || c->length == 0) && c->len == 0) {
+        if (p->nidle == p->room) {
+            p->room = p->room ? 2 * p->room : 64;
+            p->idle = xrealloc(p->idle, p->room * sizeof *p->idle);
+        }
+        p->idle[p->nidle++] = c->fd;
+    } else {
+        close(c->fd);
+        p->open--;
+    }
     c->fd = -1;
     c->ended = 1;
     c->done = complete ? t : -1;
 }
 
+/* Gives c a connection, an idle one of the pool or a new one, and waits
+ * for it to take the request; -1 when none could be opened. */
+static int open_for(int ep, pool *p, conn *c, const struct sockaddr_in *addr)
+{
+    c->reused = p->reuse && p->nidle > 0;
+    if (c->reused) {
+        c->fd = p->idle[--p->nidle];
+    } else {
+        c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (c->fd < 0 || (connect(c->fd, (const struct sockaddr *)addr, sizeof *addr) &&
+                          errno != EINPROGRESS)) {
+            if (c->fd >= 0)
+                close(c->fd);
+            c->fd = -1;
+            return -1;
+        }
+        p->open++;
+    }
+    struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
+    epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+    return 0;
+}
+
+/* c's pooled connection was closed by the server before it answered
+ * (an idle timeout): sends c again on a new one; -1 (c ended) when none
+ * could be opened. */
+static int reopen(int ep, pool *p, conn *c, const struct sockaddr_in *addr)
+{
+    epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    p->open--;
+    c->req_off = 0;
+    p->reuse = 0; /* this once: a new connection, not another idle one */
+    int failed = open_for(ep, p, c, addr);
+    p->reuse = 1;
+    if (failed)
+        c->ended = 1;
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: serve_load PORT START CAP < requests\n");
+    pool p = {0};
+    if (argc >= 5)
+        p.reuse = !strcmp(argv[4], "reuse");
+    if (argc >= 6)
+        p.max = (size_t)atol(argv[5]);
+    if (argc < 4 || argc > 6 || (argc >= 5 && !p.reuse && strcmp(argv[4], "new"))) {
+        fprintf(stderr, "usage: serve_load PORT START CAP [reuse|new [POOL]] < requests\n");
         return 1;
     }
     int port = atoi(argv[1]);
@@ -280,18 +370,16 @@ int main(int argc, char **argv)
             break;
         for (; next < n && cs[next].at <= t; next++) {
             conn *c = &cs[next];
-            c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-            c->sent = c->last = t;
-            if (c->fd < 0 || (connect(c->fd, (struct sockaddr *)&addr, sizeof addr) &&
-                              errno != EINPROGRESS)) {
-                if (c->fd >= 0)
-                    close(c->fd);
-                c->fd = -1;
+            if (!p.nidle && p.max && p.open >= p.max) {
+                c->waited = 1;
+                break; /* the pool is busy: the loop's head tries again after an answer */
+            }
+            c->sent = c->waited ? c->at : t;
+            c->last = t;
+            if (open_for(ep, &p, c, &addr)) {
                 c->ended = 1;
                 continue;
             }
-            struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
-            epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
             live++;
         }
         if (next < n && armed != next) {
@@ -312,8 +400,13 @@ int main(int argc, char **argv)
             if (evs[i].events & EPOLLOUT) {
                 ssize_t w = send(c->fd, c->req + c->req_off, c->req_len - c->req_off,
                                  MSG_NOSIGNAL);
+                if (w < 0 && errno != EAGAIN && c->reused) {
+                    if (reopen(ep, &p, c, &addr)) /* the server closed the idle one first */
+                        live--;
+                    continue;
+                }
                 if (w < 0 && errno != EAGAIN) {
-                    finish(ep, c, t, 0);
+                    finish(ep, &p, c, t, 0);
                     live--;
                     continue;
                 }
@@ -327,14 +420,19 @@ int main(int argc, char **argv)
             ssize_t r = recv(c->fd, chunk, sizeof chunk, 0);
             if (r < 0 && errno == EAGAIN)
                 continue;
+            if (r <= 0 && c->reused && c->head && !c->len) {
+                if (reopen(ep, &p, c, &addr)) /* the server closed the idle one first */
+                    live--;
+                continue;
+            }
             if (r <= 0) { /* closed: an unframed answer ends here */
-                finish(ep, c, t, r == 0 && !c->head && !c->chunked);
+                finish(ep, &p, c, t, r == 0 && !c->head && !c->chunked);
                 live--;
                 continue;
             }
             append(&c->buf, &c->len, &c->room, chunk, (size_t)r);
             if (parse(c, t)) {
-                finish(ep, c, t, 1);
+                finish(ep, &p, c, t, 1);
                 live--;
             }
         }
@@ -355,6 +453,9 @@ int main(int argc, char **argv)
     struct timespec cpu;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
     printf("cpu %.9f\n", (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec);
+    for (size_t i = 0; i < p.nidle; i++)
+        close(p.idle[i]);
+    free(p.idle);
     free(cs);
     close(tfd);
     close(ep);

@@ -25,7 +25,14 @@
  *   GET  /metrics         Prometheus text (metrics.c)
  * Errors answer with OpenAI's {"error": {...}} body: 400 for a bad request
  * (naming the field), 404 for an unknown path, 405 for another method,
- * 413 for a body over RT_MAX_BODY, 503 when the queue is full.  A client
+ * 413 for a body over RT_MAX_BODY, 503 when the queue is full.  HTTP/1.1
+ * connections stay open between requests (keep-alive): a streamed answer
+ * ends with chunked encoding's last chunk, a whole one at its
+ * Content-Length, and a request's state (upload, stream) lives from its
+ * first byte to `completed`, not with the connection; reusing them saves a
+ * request the accept, close and new connection memory that were a
+ * quarter of a streamed row's cost (docs/performance-history.md, section
+ * 16, "Connections kept alive").  A client
  * that goes away mid-stream cancels its row (the engine frees it at the
  * next step); one that goes away while waiting for a whole answer lets
  * its row run to the end, and the answer is dropped.

@@ -11,6 +11,10 @@ runtime with random params; the server is started with --port 0 and its
  - streaming (server-sent events) gives the same text, chunk by chunk;
  - max_tokens' default (16, or what the cache leaves) and the ASCII
    tokenizer's '?' for bytes >= 128;
+ - HTTP/1.1 keep-alive: a streamed, a whole and another streamed
+   completion and /health on one connection (as a pooled client sends
+   them: bench/serve_load.c --connections reuse) each get their answer,
+   and the connection stays open between them;
  - several concurrent requests (threads), with other prompts and lengths
    in one static batch, each get exactly the text they get alone;
  - sampling: the same seed gives the same text, and it is row 0 of
@@ -243,6 +247,43 @@ def check_defaults(t, s, exe, work):
     t.result(status == 200 and a["usage"]["prompt_tokens"] == 4 and
              text_of(a) == generate(exe, work, "H??!", 6),
              "'H\u00e9!' is the 4 tokens of 'H??!' (UTF-8 bytes >= 128 as '?')", repr(a))
+
+
+def check_keepalive(t, s):
+    """Three completions and /health on one connection: a streamed
+    answer ends with chunked encoding's last chunk and a whole one with
+    its Content-Length, so the connection is kept and takes the next."""
+    want = text_of(s.complete(prompt="Hi", max_tokens=10)[1])
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+    got, ports = [], []
+    try:
+        for stream in (True, False, True, None):
+            if stream is None:
+                c.request("GET", "/health")
+            else:
+                c.request("POST", "/v1/completions", body=json.dumps(
+                    dict(prompt="Hi", max_tokens=10, stream=stream)).encode(),
+                    headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read().decode()
+            if stream:
+                events = [e[len("data: "):] for e in data.split("\n\n") if e]
+                got.append((r.status, "".join(json.loads(e)["choices"][0]["text"]
+                                              for e in events[:-1]), events[-1:]))
+            else:
+                got.append((r.status, text_of(json.loads(data)) if stream is False else data,
+                            r.getheader("Connection")))
+            # http.client closes its socket after an answer that ends the connection
+            ports.append(c.sock.getsockname()[1] if c.sock else None)
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as e:
+        got.append(repr(e))
+    finally:
+        c.close()
+    t.result(got == [(200, want, ["[DONE]"]), (200, want, None), (200, want, ["[DONE]"]),
+                     (200, '{"status": "ok"}', None)] and
+             len(set(ports)) == 1 and ports[0] is not None,
+             "keep-alive: streamed, whole, streamed and /health on one connection",
+             "got %r, want %r, local ports %r" % (got, want, ports))
 
 
 def concurrently(s, requests):
@@ -579,6 +620,7 @@ def main():
             _, before = metrics(s)
             check_greedy(t, s, exe, work)
             check_defaults(t, s, exe, work)
+            check_keepalive(t, s)
             check_concurrent(t, s)
             check_sampling(t, s, exe, work)
             check_bad(t, s)
