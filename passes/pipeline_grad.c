@@ -91,7 +91,7 @@ int pass_pipeline_defer_grads(pass_ctx *ctx, ir_module *m)
     int moved = 0;
     for (ir_op *op = m->first; op;) {
         ir_op *next = op->next;
-        const ir_op *st = op->loop && op->loop->u.loop.dim == m->pipe.dim ? pipe_work_deferred_stack(m, op) : NULL;
+        const ir_op *st = pipe_work_deferred_stack(m, op, m->pipe.dim);
         if (st) {
             defer(m, op, (ir_op *)st, at);
             moved++;

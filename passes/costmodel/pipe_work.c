@@ -206,10 +206,10 @@ static double summed_bytes(const walk *k, const ir_op *op)
     return 0;
 }
 
-const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op)
+const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int ldim)
 {
     const ir_op *lp = op->loop;
-    if (!lp || !lp->u.loop.reverse || lp->phase != IR_PHASE_BACKWARD ||
+    if (!lp || lp->u.loop.dim != ldim || !lp->u.loop.reverse || lp->phase != IR_PHASE_BACKWARD ||
         (op->kind != IR_OP_ALLREDUCE && op->kind != IR_OP_REDUCESCATTER) || !ir_op_is_linear_reshard(op))
         return NULL;
     const ir_value *a = op->operands[0], *r = op->result;
@@ -237,7 +237,7 @@ const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op)
 static bool add_deferred(const walk *k, const ir_op *op)
 {
     pipe_work *w = k->w;
-    bool in_loop = op->loop && pipe_work_deferred_stack(k->m, op);
+    bool in_loop = op->loop && pipe_work_deferred_stack(k->m, op, k->ldim);
     bool after = !op->loop && op->phase != IR_PHASE_UPDATE && k->once[op->result->id] &&
                  ir_op_is_reshard(op->kind) && op->kind != IR_OP_ALLGATHER && has_dim(&op->result->type, k->ldim);
     if (!in_loop && !after)
@@ -257,7 +257,7 @@ static double run_time(const walk *k, const ir_op *op)
 {
     const ir_value *a = op->kind == IR_OP_LAYERSTACK ? op->operands[0] : NULL;
     const ir_op *c = a ? a->def : NULL;
-    if (!c || !op->loop || pipe_work_deferred_stack(k->m, c) != op)
+    if (!c || !op->loop || pipe_work_deferred_stack(k->m, c, k->ldim) != op)
         return op->cost.time;
     double in = (double)ir_local_bytes(k->m, &c->operands[0]->type), out = (double)ir_local_bytes(k->m, &a->type);
     return out > 0 ? op->cost.time * in / out : op->cost.time;

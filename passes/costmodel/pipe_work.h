@@ -108,7 +108,9 @@ typedef struct pipe_work {
 } pipe_work;
 
 /* The LayerStack that stacks `op`'s result when `op` is a gradient
- * collective of a backward loop over the layers that a pipelined step
+ * collective of a backward loop over the layers (dim `ldim`: the
+ * pipelined dim, m->pipe.dim, or the cost model's layer dim; one test
+ * for the pass and the price, so they agree) that a pipelined step
  * runs once per step (after the schedule, on the stacked gradient summed
  * over the microbatches: Megatron-LM's and DeepSpeed's gradient
  * accumulation), else NULL.  That is legal when it is an AllReduce or a
@@ -118,7 +120,7 @@ typedef struct pipe_work {
  * a narrower accumulator), inside a reverse loop of the backward phase,
  * its result read only by one LayerStack of that loop, whose result only
  * the update reads (no dL/dx of an earlier layer, no output). */
-const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op);
+const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int ldim);
 
 /* Fills w from m, compiled with a loss and an optimizer and annotated by
  * the cost pass: one forward repeat block and its reverse backward block.

@@ -493,6 +493,84 @@ static void test_verify_stacks(void)
     }
 }
 
+/* A loop over K whose body sums X[I_X, J_Y] over J, unreduced over Y
+ * with reduction `red`, and stacks the partial sums [K, I_X]{U_Y}; after
+ * the loop `reader` reads the stack: an AllReduce_Y (the reduction a
+ * pipelined step's deferred gradient collective is) or a LayerSlice of
+ * a reverse loop (which would drop the partial sums).  Returns the
+ * verifier's error count. */
+static int verify_summed_stack_case(fixture *f, ir_reduce red, ir_op_kind reader)
+{
+    ir_type xt = type2(f, f->I, "X", f->J, "");
+    ir_value *x = ir_value_new(f->m, "X", IR_VAL_INPUT, &xt, 0);
+    ir_op *b = loop_op(f, IR_OP_LOOPBEGIN, x, xt, NULL);
+    ir_value *xy = slice_y(f, b->result)->result;
+    ir_type pt = type2(f, f->I, "X", f->J, "");
+    pt.rank = 1;
+    pt.sh.unreduced = 1u << 1;
+    pt.sh.red = (uint8_t)red;
+    ir_value *p = ir_value_new(f->m, "P", IR_VAL_OP, &pt, 0);
+    ir_op *sum = ir_op_new(f->m, IR_OP_EINSUM, 1, &xy, p, 0);
+    sum->u.einsum.labels[0][0] = f->I;
+    sum->u.einsum.labels[0][1] = f->J;
+    sum->u.einsum.result_labels[0] = f->I;
+    sum->u.einsum.reduce = red;
+    ir_op_append(f->m, sum);
+    ir_type st = type2(f, f->K, "", f->I, "X");
+    st.sh.unreduced = pt.sh.unreduced;
+    st.sh.red = pt.sh.red;
+    ir_op *s = loop_op(f, IR_OP_LAYERSTACK, p, st, b);
+    ir_op *e = loop_op(f, IR_OP_LOOPEND, b->result, xt, b);
+    for (ir_op *op = b; op; op = op->next)
+        op->u.loop.end = e;
+    if (reader == IR_OP_ALLREDUCE) {
+        const int8_t none[1] = {-1}; /* an AllReduce has no dim */
+        ir_op *ar = coll_op(f, IR_OP_ALLREDUCE, s->result, type2(f, f->K, "", f->I, "X"), "Y", none, NULL);
+        ar->u.coll.reduce = red;
+        ir_output_add(f->m, "S", ar->result, 0);
+    } else {
+        ir_type it = type2(f, f->I, "X", f->J, "");
+        it.rank = 1;
+        ir_op *b2 = loop_op(f, IR_OP_LOOPBEGIN, e->result, xt, NULL);
+        b2->u.loop.reverse = true;
+        ir_op *ls = loop_op(f, reader, s->result, it, b2);
+        ir_op *e2 = loop_op(f, IR_OP_LOOPEND, b2->result, xt, b2);
+        b2->u.loop.end = ls->u.loop.end = e2->u.loop.end = e2;
+    }
+    ir_output_add(f->m, "X", e->result, 0);
+    return verify(f);
+}
+
+/* A LayerStack holds partial sums only when they add and only reductions
+ * read the stack (ir/verify_loop.c): partial maxima, or a stack sliced
+ * back into a loop, are refused. */
+static void test_verify_summed_stacks(void)
+{
+    static const struct {
+        ir_reduce red;
+        ir_op_kind reader;
+        const char *want; /* a part of the message, NULL for none */
+    } cases[] = {
+        {IR_RED_SUM, IR_OP_ALLREDUCE, NULL},
+        {IR_RED_MAX, IR_OP_ALLREDUCE, "stacks unreduced partial sums that are not summed"},
+        {IR_RED_SUM, IR_OP_LAYERSLICE, "an op other than a collective reducing them reads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture f;
+        setup(&f);
+        int n = verify_summed_stack_case(&f, cases[i].red, cases[i].reader);
+        if (cases[i].want) {
+            CU_ASSERT(n > 0);
+            CU_ASSERT_PTR_NOT_NULL(f.errs ? strstr(f.errs, cases[i].want) : NULL);
+        } else {
+            CU_ASSERT_EQUAL(n, 0);
+        }
+        if ((n > 0) != (cases[i].want != NULL))
+            fprintf(stderr, "case %zu: %s", i, f.errs ? f.errs : "");
+        teardown(&f);
+    }
+}
+
 static void test_print(void)
 {
     fixture f;
@@ -797,6 +875,7 @@ void einc_register_tests(void)
         {"verify_constraint", test_verify_constraint},
         {"verify_loops", test_verify_loops},
         {"verify_stacks", test_verify_stacks},
+        {"verify_summed_stacks", test_verify_summed_stacks},
         {"print", test_print},
         {"diag", test_diag},
         {"op_traits", test_op_traits},
