@@ -200,8 +200,10 @@ void rt_request_free(rt_request *r)
 /* Writes text[0..len) as a JSON string literal at `out` (room for 6 len + 2
  * bytes) and returns the bytes written.  cJSON's strings end at a NUL
  * byte, and a model may well make token 0, so control bytes are escaped
- * here (\u00XX); other bytes are copied, so byte-level text that is not
- * UTF-8 stays the model's bytes. */
+ * here (\u00XX).  JSON text is UTF-8 (RFC 8259, section 8.1), and a
+ * byte-level model may make any byte: UTF-8 characters are copied whole,
+ * and every other byte becomes \ufffd (U+FFFD, the replacement
+ * character), so that a client's strict parser takes every answer. */
 static size_t put_string(char *out, const char *text, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
@@ -217,8 +219,18 @@ static size_t put_string(char *out, const char *text, size_t len)
             w[4] = hex[ch >> 4];
             w[5] = hex[ch & 15];
             w += 6;
-        } else {
+        } else if (ch < 0x80) {
             *w++ = (char)ch;
+        } else {
+            size_t n = rt_utf8_char(text + i, len - i);
+            if (n) { /* n bytes of text, n of room */
+                memcpy(w, text + i, n);
+                w += n;
+                i += n - 1;
+            } else {
+                memcpy(w, "\\ufffd", 6);
+                w += 6;
+            }
         }
     }
     *w++ = '"';
