@@ -61,10 +61,15 @@ static int read_fields(const cJSON *j, rt_request *r, const rt_tokenizer *tok, c
         while (k < sizeof known / sizeof known[0] && strcmp(f->string, known[k]))
             k++;
         *param = f->string;
-        if (k == sizeof known / sizeof known[0])
-            return rt_errf(err, errlen, "unknown field '%.80s' (this server takes prompt, "
+        if (k == sizeof known / sizeof known[0]) {
+            /* At most 80 bytes of the name, and no character cut in two:
+             * the message goes out as JSON, which must be UTF-8 */
+            size_t n = strnlen(f->string, 80);
+            n -= rt_utf8_partial(f->string, n);
+            return rt_errf(err, errlen, "unknown field '%.*s' (this server takes prompt, "
                            "max_tokens, temperature, top_p, top_k, stop, stream, seed, model)",
-                           f->string);
+                           (int)n, f->string);
+        }
     }
     const cJSON *f;
     int64_t v;
@@ -175,8 +180,11 @@ int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int6
     int rc = read_fields(j, r, tok, &field, err, errlen);
     if (rc == 0)
         rc = read_prompt(j, r, tok, cache, &field, err, errlen);
-    if (rc && field)
+    if (rc && field && paramlen > 0) { /* cut to paramlen - 1 bytes, not in a character */
         snprintf(param, paramlen, "%s", field);
+        size_t n = strlen(param);
+        param[n - rt_utf8_partial(param, n)] = 0;
+    }
     cJSON_Delete(j);
     if (rc) {
         rt_request_free(r);

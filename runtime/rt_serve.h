@@ -108,7 +108,8 @@ typedef struct rt_request {
  * Fields not given take `defaults` (the command line's sampling flags);
  * the seed, when not given, is defaults->seed + number.  Returns 0, or
  * -1 with a message in err and the offending field's name in param (size
- * paramlen; "" if none): the caller answers HTTP 400. */
+ * paramlen, cut short before a UTF-8 character that does not fit; "" if
+ * none): the caller answers HTTP 400. */
 int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int64_t cache,
                      const rt_sampling *defaults, uint64_t number, rt_request **out,
                      char *param, size_t paramlen, char *err, size_t errlen);

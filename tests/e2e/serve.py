@@ -348,6 +348,11 @@ BAD = [  # (what, method, path, body, status, field named)
     ("malformed JSON", "POST", "/v1/completions", b'{"prompt": "a",', 400, None),
     ("not an object", "POST", "/v1/completions", b'["a"]', 400, None),
     ("an unknown field", "POST", "/v1/completions", dict(prompt="a", n=2), 400, "n"),
+    # The message quotes 80 bytes of the name and `param` 63, bytes 80 and 63
+    # each the first of an e-acute's two: both stop before the character,
+    # and the answer stays UTF-8
+    ("a long unknown field", "POST", "/v1/completions",
+     {"prompt": "a", "b" * 62 + "\u00e9" * 8 + "b" + "\u00e9" * 4: 1}, 400, "b" * 62),
     ("no prompt", "POST", "/v1/completions", dict(max_tokens=3), 400, "prompt"),
     ("an empty prompt", "POST", "/v1/completions", dict(prompt=""), 400, "prompt"),
     ("a prompt of ids", "POST", "/v1/completions", dict(prompt=[1, 2]), 400, "prompt"),
