@@ -315,7 +315,10 @@ static void emit(rt_engine *e, rt_request *r, int32_t t, double now)
     }
     if (r->tokens >= r->max_tokens)
         r->finish = "length";
-    r->ready = r->finish ? r->len : r->len - held_back(r);
+    /* Held back, until the next token decides: a stop string's beginning,
+     * and an unfinished UTF-8 character (an event must be UTF-8) */
+    size_t stop = held_back(r), part = rt_utf8_partial(r->text, r->len);
+    r->ready = r->finish ? r->len : r->len - (stop > part ? stop : part);
 }
 
 /* Row b's next token after the step that ran it at position `pos`: the

@@ -61,10 +61,15 @@ static int read_fields(const cJSON *j, rt_request *r, const rt_tokenizer *tok, c
         while (k < sizeof known / sizeof known[0] && strcmp(f->string, known[k]))
             k++;
         *param = f->string;
-        if (k == sizeof known / sizeof known[0])
-            return rt_errf(err, errlen, "unknown field '%.80s' (this server takes prompt, "
+        if (k == sizeof known / sizeof known[0]) {
+            /* At most 80 bytes of the name, and no character cut in two:
+             * the message goes out as JSON, which must be UTF-8 */
+            size_t n = strnlen(f->string, 80);
+            n -= rt_utf8_partial(f->string, n);
+            return rt_errf(err, errlen, "unknown field '%.*s' (this server takes prompt, "
                            "max_tokens, temperature, top_p, top_k, stop, stream, seed, model)",
-                           f->string);
+                           (int)n, f->string);
+        }
     }
     const cJSON *f;
     int64_t v;
@@ -175,8 +180,11 @@ int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int6
     int rc = read_fields(j, r, tok, &field, err, errlen);
     if (rc == 0)
         rc = read_prompt(j, r, tok, cache, &field, err, errlen);
-    if (rc && field)
+    if (rc && field && paramlen > 0) { /* cut to paramlen - 1 bytes, not in a character */
         snprintf(param, paramlen, "%s", field);
+        size_t n = strlen(param);
+        param[n - rt_utf8_partial(param, n)] = 0;
+    }
     cJSON_Delete(j);
     if (rc) {
         rt_request_free(r);
@@ -200,8 +208,10 @@ void rt_request_free(rt_request *r)
 /* Writes text[0..len) as a JSON string literal at `out` (room for 6 len + 2
  * bytes) and returns the bytes written.  cJSON's strings end at a NUL
  * byte, and a model may well make token 0, so control bytes are escaped
- * here (\u00XX); other bytes are copied, so byte-level text that is not
- * UTF-8 stays the model's bytes. */
+ * here (\u00XX).  JSON text is UTF-8 (RFC 8259, section 8.1), and a
+ * byte-level model may make any byte: UTF-8 characters are copied whole,
+ * and every other byte becomes \ufffd (U+FFFD, the replacement
+ * character), so that a client's strict parser takes every answer. */
 static size_t put_string(char *out, const char *text, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
@@ -217,8 +227,18 @@ static size_t put_string(char *out, const char *text, size_t len)
             w[4] = hex[ch >> 4];
             w[5] = hex[ch & 15];
             w += 6;
-        } else {
+        } else if (ch < 0x80) {
             *w++ = (char)ch;
+        } else {
+            size_t n = rt_utf8_char(text + i, len - i);
+            if (n) { /* n bytes of text, n of room */
+                memcpy(w, text + i, n);
+                w += n;
+                i += n - 1;
+            } else {
+                memcpy(w, "\\ufffd", 6);
+                w += 6;
+            }
         }
     }
     *w++ = '"';

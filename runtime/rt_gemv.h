@@ -306,10 +306,18 @@ void rt_gemv_narrow_heads_cols_avx512(int32_t mdt, const char *a, int64_t ld, in
 /* gemv_w8a16_vnni.c: x[i * incx], i < n, rounded to i16 with one scale
  * (seed 002's weight-only int8, computed W8A16): m = max |x[i]|,
  * *scale = m / 32767, q[i] = round(x[i] / *scale) in [-32767, 32767], so
- * |x[i] - *scale q[i]| <= 1.03 m 2^-16.  Returns 1 (all zero: *scale
- * 0, q not written), or 0 when some x is a NaN or an infinity or m is
- * under 2^-100 (the caller then computes in f32).  Portable C. */
+ * |x[i] - *scale q[i]| <= 1.03 m 2^-16.  q (n entries) and *scale are
+ * the caller's.  Returns 1 with both written (x all zero: *scale 0, q not
+ * written), or 0 when some x is a NaN or an infinity or m is under
+ * 2^-100 (the caller then computes in f32).  Portable C. */
 int rt_gemv_w8a16_quantize(const float *x, int64_t incx, int n, int16_t *q, float *scale);
+/* Columns from which gemv_narrow.c sums i8 rows as W8A16 at
+ * RT_ISA_AVX512_VNNI (the f32 loops' eight-row passes start there too,
+ * COLS8_MIN; attention's heads of 128 columns keep the f32 heads
+ * kernels).  From memory on one Zen 4 core, against the f32 loop in the
+ * same run (bench/gemv_narrow.c, load 6-7): 1024 x 1024 1.15x, 2816 x 1024
+ * 1.14x, 1024 x 8192 1.12x, 1024 x 2816 0.95x; from cache 1.3x-1.4x. */
+#define RT_GEMV_W8A16_MIN_COLS 1024
 /* gemv_w8a16_vnni.c (only with RT_GEMV_HAVE_AVX2, only on a CPU with
  * AVX-512 F, BW, VL and VNNI): acc[c] += sum_r x[r * incx] a[r, c] for c <
  * cols, a i8 (rows x cols, leading dimension ld bytes): per pass of eight
@@ -318,14 +326,8 @@ int rt_gemv_w8a16_quantize(const float *x, int64_t incx, int n, int16_t *q, floa
  * f32 and added times the scale (one rounding per pass); rows past the
  * last whole pass, and passes the quantizer declines, in f32
  * (rt_gemv_narrow_cols_avx512).  Each column's result is independent of
- * where it lies among the columns. */
-/* Columns from which gemv_narrow.c sums i8 rows as W8A16 at
- * RT_ISA_AVX512_VNNI (the f32 loops' eight-row passes start there too,
- * COLS8_MIN; attention's heads of 128 columns keep the f32 heads
- * kernels).  From memory on one Zen 4 core, against the f32 loop in the
- * same run (bench/gemv_narrow.c, load 6-7): 1024 x 1024 1.15x, 2816 x 1024
- * 1.14x, 1024 x 8192 1.12x, 1024 x 2816 0.95x; from cache 1.3x-1.4x. */
-#define RT_GEMV_W8A16_MIN_COLS 1024
+ * where it lies among the columns.  acc (cols floats) is the caller's,
+ * added to, not zeroed; a and x are read only. */
 void rt_gemv_w8a16_cols_vnni(const int8_t *a, int64_t ld, int64_t rows, int64_t cols,
                              const float *x, int64_t incx, float *acc);
 

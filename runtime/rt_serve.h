@@ -50,6 +50,20 @@ int64_t rt_tokenizer_encode(const rt_tokenizer *t, const char *text, size_t len,
 /* Writes the bytes of token `id` into out (room for 4) and returns their
  * count: 1 for a byte or character, 0 for an id with no text (>= 256). */
 int rt_tokenizer_decode(const rt_tokenizer *t, int32_t id, char *out);
+/* The bytes of an unfinished UTF-8 character ending text[0..len) (0 to 3:
+ * a first byte of a 2-, 3- or 4-byte character and fewer continuation
+ * bytes than it needs), or 0.  A byte-level model (V >= 256) makes a
+ * character one byte a step; a streamed event holding part of one is not
+ * UTF-8, which JSON text must be (RFC 8259, section 8.1), so the engine
+ * sends those bytes with the rest of their character.  Bytes that can
+ * begin no character (0x80-0xC1, 0xF5-0xFF) are not waited for: no later
+ * byte makes them UTF-8.  Reads only text[0..len). */
+size_t rt_utf8_partial(const char *text, size_t len);
+/* The bytes (1 to 4) of the UTF-8 character text[0..len) begins with
+ * (RFC 3629, section 4: no overlong form, surrogate or code point over
+ * U+10FFFF), or 0 when it begins with none or len is 0.  Reads only
+ * text[0..len). */
+size_t rt_utf8_char(const char *text, size_t len);
 
 /* ---- request.c ---- */
 
@@ -94,7 +108,8 @@ typedef struct rt_request {
  * Fields not given take `defaults` (the command line's sampling flags);
  * the seed, when not given, is defaults->seed + number.  Returns 0, or
  * -1 with a message in err and the offending field's name in param (size
- * paramlen; "" if none): the caller answers HTTP 400. */
+ * paramlen, cut short before a UTF-8 character that does not fit; "" if
+ * none): the caller answers HTTP 400. */
 int rt_request_parse(const char *body, size_t len, const rt_tokenizer *tok, int64_t cache,
                      const rt_sampling *defaults, uint64_t number, rt_request **out,
                      char *param, size_t paramlen, char *err, size_t errlen);

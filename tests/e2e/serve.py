@@ -29,6 +29,12 @@ runtime with random params; the server is started with --port 0 and its
  - /metrics parses as Prometheus text and counts the answers and tokens,
    and has the engine's phase seconds (einc_engine_seconds_total);
  - SIGTERM ends the server with status 0;
+ - a byte-level model (V = 256), which may make any byte: every answer,
+   whole and streamed, is UTF-8 (JSON text must be), bytes that are no
+   character come as U+FFFD, and the streamed events, each UTF-8 alone,
+   join to the whole answer's text (the random params make bytes that
+   are no characters, not whole multi-byte ones: holding an unfinished
+   character back is checked by test_request_json.c's rt_utf8_partial);
  - a program whose logits stay vocab-sharded serves greedy and sampled
    requests with the texts of the replicated program;
  - there each step gathers (value, index) pairs or whole rows by their
@@ -69,14 +75,15 @@ SEED = 11  # --random-inputs: the params
 TIMEOUT = 60
 
 
-def source(sharded=False, per_row=False):
+def source(sharded=False, per_row=False, vocab=DIMS["V"]):
     """The decoder; `sharded`: its logits stay vocab-sharded, with an argmax
     output as well; `per_row`: one
-    position per row, At[B], for continuous batching (serve_continuous.py)."""
+    position per row, At[B], for continuous batching (serve_continuous.py);
+    `vocab`: V (256 or more: the byte-level tokenizer)."""
     pos = "At[B]" if per_row else "Pos[]"
     return "\n".join([
         "mesh X = 2, Y = 2",
-        "dim " + ", ".join("%s = %d" % kv for kv in DIMS.items()),
+        "dim " + ", ".join("%s = %d" % kv for kv in dict(DIMS, V=vocab).items()),
         "input Tok[B] : i32", "input %s : i32" % pos,
         "param Emb[V, D] : f32", "param Wq[L, D, K_Y, H] : f32", "param Wk[L, D, K_Y, H] : f32",
         "param Wv[L, D, K_Y, H] : f32", "param Wo[L, K_Y, H, D] : f32",
@@ -341,6 +348,11 @@ BAD = [  # (what, method, path, body, status, field named)
     ("malformed JSON", "POST", "/v1/completions", b'{"prompt": "a",', 400, None),
     ("not an object", "POST", "/v1/completions", b'["a"]', 400, None),
     ("an unknown field", "POST", "/v1/completions", dict(prompt="a", n=2), 400, "n"),
+    # The message quotes 80 bytes of the name and `param` 63, bytes 80 and 63
+    # each the first of an e-acute's two: both stop before the character,
+    # and the answer stays UTF-8
+    ("a long unknown field", "POST", "/v1/completions",
+     {"prompt": "a", "b" * 62 + "\u00e9" * 8 + "b" + "\u00e9" * 4: 1}, 400, "b" * 62),
     ("no prompt", "POST", "/v1/completions", dict(max_tokens=3), 400, "prompt"),
     ("an empty prompt", "POST", "/v1/completions", dict(prompt=""), 400, "prompt"),
     ("a prompt of ids", "POST", "/v1/completions", dict(prompt=[1, 2]), 400, "prompt"),
@@ -605,6 +617,47 @@ def check_mpi(t, a, src, exe, work):
              "4 MPI ranks: a port in use ends every rank with rank 0's message", p.stdout)
 
 
+def check_bytes(t, a, work):
+    """A byte-level model's answers are UTF-8, whole and streamed, and the
+    streamed events join to the whole text (sampled: any byte may come)."""
+    src = os.path.join(work, "bytes.ein")
+    with open(src, "w") as f:
+        f.write(source(vocab=256))
+    exe = os.path.join(work, "bytes")
+    if not compile_exe(t, a, src, exe):
+        return
+    s = Server(exe)
+    try:
+        seen = set()
+        for seed in range(6):
+            req = dict(prompt="caf\u00e9 \u20ac", max_tokens=30, temperature=1.5, seed=seed)
+            status, data = s.request("POST", "/v1/completions", req)
+            whole = None
+            try:
+                whole = text_of(json.loads(data.decode("utf-8")))
+            except ValueError as e:  # UnicodeDecodeError too
+                whole = e
+            status2, events = s.request("POST", "/v1/completions", dict(req, stream=True))
+            parts, bad = [], None
+            for e in events.split(b"\n\n"):
+                if not e or e == b"data: [DONE]":
+                    continue
+                try:
+                    parts.append(text_of(json.loads(e[len(b"data: "):].decode("utf-8"))))
+                except ValueError as err:
+                    bad = "%r: %s" % (e, err)
+            t.result(status == 200 and status2 == 200 and isinstance(whole, str) and
+                     bad is None and "".join(parts) == whole,
+                     "byte-level, seed %d: UTF-8 whole and streamed, the events join to it" % seed,
+                     "whole %r, streamed %r, %s" % (whole, parts, bad))
+            if isinstance(whole, str):
+                seen.update(whole)
+        t.result("\ufffd" in seen,
+                 "byte-level: bytes that are no character come as U+FFFD", repr(sorted(seen)))
+    finally:
+        s.kill()
+
+
 def main():
     a = runtime_args(__doc__)
     t = Tally()
@@ -631,6 +684,7 @@ def main():
         finally:
             s.kill()
         check_queue(t, exe)
+        check_bytes(t, a, work)
         check_sharded_logits(t, a, exe, work)
         # Refusals before the server starts.
         for args, msg in [(["--port", "70000"], "--port expects a count"),
