@@ -406,7 +406,12 @@ static void cost_op_einsum(const ir_module *m, const cost_hw *hw, const ir_op *o
         c->t_compute = c->flops / cost_measured_gemm_rate(hw, io->t, c->flops);
         c->time = fmax(c->t_compute, c->t_memory);
         c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-        double k = cost_measured_contention(hw, mesh_devices(m));
+        /* A binary einsum is a BLAS call; a unary one (a reduction or a
+         * transpose), a gather and a scatter are einc's own loops, which a
+         * lone device runs on one core where its BLAS uses them all. */
+        bool blas = op->noperands == 2 && !op->u.einsum.gather && !op->u.einsum.scatter;
+        double k = blas ? cost_measured_blas_contention(hw, mesh_devices(m))
+                        : cost_measured_contention(hw, mesh_devices(m));
         c->t_compute *= k;
         c->t_memory *= k;
         c->time *= k;

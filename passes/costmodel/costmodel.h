@@ -350,14 +350,30 @@ double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, 
 double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops);
 
 /*
- * How much longer an op takes per device on a mesh of `devices` than during
- * the calibration of `hw` (cal_devices busy on cal_cores cores): devices
- * beyond the cores share them, so a device's share of a core is
- * cores / max(devices, cores); the time scales inversely with that share.
- * 1 for a profile without those figures or a mesh of one device (which
- * runs BLAS on every core; not modelled).
+ * How much longer einc's own loops (elementwise ops, row groups, unary
+ * einsums, the copies and waits of collectives) take per device on a mesh
+ * of `devices` than during the calibration of `hw` (cal_devices busy on
+ * cal_cores cores).  Each device runs its loops on its own thread, so it
+ * gets cores / max(devices, cores) of a core; the time scales inversely
+ * with that share.  A mesh of one device gets a whole core: with the
+ * usual calibration (4 devices on 2 cores) its loops are priced at half
+ * the calibrated time.  1 for a profile without those figures.
+ * (docs/cost-model.md, "Devices sharing cores".)
  */
 double cost_measured_contention(const cost_hw *hw, double devices);
+
+/*
+ * The same factor for the BLAS calls of a binary einsum, which follow the
+ * backends' thread policy: with two or more devices (threads or MPI ranks)
+ * each device's OpenBLAS runs on one thread, as its loops do (the factor
+ * is cost_measured_contention's); a lone device's OpenBLAS runs on its own
+ * threads over every core, so it gets cal_cores cores where the
+ * calibration gave each device cal_cores / max(cal_devices, cal_cores):
+ * 4 devices calibrated on 2 cores price a 1-device GEMM at a quarter of
+ * the calibrated time.  Parallel efficiency is taken as perfect (measured
+ * 3.6x-4.2x on 2 cores against the 4x priced).  1 without the figures.
+ */
+double cost_measured_blas_contention(const cost_hw *hw, double devices);
 
 /*
  * Whether communication can overlap compute on `devices` devices of `hw`:
