@@ -401,6 +401,10 @@ static void cost_op_einsum(const ir_module *m, const cost_hw *hw, const ir_op *o
     /* A gather reads the indices and one table row per result row. */
     c->hbm_bytes = op->u.einsum.gather ? io->in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * io->out
                                        : io->in + io->out;
+    /* A CPU runs a reduction as codegen's loop nest, which may read a
+     * cache line per element (cost_reduce.c). */
+    if (hw->measured)
+        c->hbm_bytes += (cost_reduce_read_factor(m, op) - 1) * io->in;
     roofline(hw, io->t, c);
     if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
         c->t_compute = c->flops / cost_measured_gemm_rate(hw, io->t, c->flops);

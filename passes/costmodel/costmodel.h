@@ -523,6 +523,15 @@ double cost_op_elementwise_flops(const ir_module *m, const ir_op *op);
  * group's members pay it on a row in cache (cost_rowgroup.c). */
 double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir_op *op);
 
+/* How many times its operand's bytes a unary einsum `op` (a reduction)
+ * reads from memory on a CPU, as codegen's loop nest runs it (result
+ * positions outermost, then the contracted ones; codegen/reduce.c): 1 when
+ * the innermost loop walks the contiguous dim or the lines the loops
+ * inside that dim's loop touch fit in a core's 1 MiB second-level cache,
+ * else a cache line per element (64 / element bytes).  1 for any other
+ * op.  Shapes per device.  (cost_reduce.c.) */
+double cost_reduce_read_factor(const ir_module *m, const ir_op *op);
+
 /* Per-device size of label `dim` in einsum `op` (its smallest over the
  * operands and result), or -1 if `dim` is not one of op's labels. */
 int64_t cost_einsum_label_size(const ir_module *m, const ir_op *op, int dim);
