@@ -329,7 +329,8 @@ bool cost_measured_overlaps(const cost_hw *hw, double devices)
  * run on one OpenBLAS thread per device when there are several devices
  * (the same share) and on OpenBLAS's own threads over every core for a
  * lone device (runtime/backend_threads.c and backend_mpi.c call
- * openblas_set_num_threads(1) only for meshes of two or more). */
+ * openblas_set_num_threads(1) only for meshes of two or more; a lone MPI
+ * rank bound to one core has one CPU for them: the caller passes !blas). */
 static double core_share(double cores, double devices, bool blas)
 {
     if (blas && devices <= 1)
@@ -351,7 +352,7 @@ double cost_measured_contention(const cost_hw *hw, double devices)
 
 double cost_measured_blas_contention(const cost_hw *hw, double devices)
 {
-    return contention(hw, devices, true);
+    return contention(hw, devices, !hw->cal_mpi);
 }
 
 double cost_collective_matmul_exposed(const cost_hw *hw, double comm_s, double matmul_s, int64_t group)

@@ -142,6 +142,7 @@ typedef struct cost_hw {
     double gemm_rate[3][COST_EW_POINTS];  /* FLOP/s measured at that size */
     double cal_devices;                   /* devices busy during calibration (0: unknown) */
     double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
+    bool cal_mpi;                         /* calibrated on the MPI runtime ("runtime": "mpi") */
     bool has_machine;                     /* the profile has a "machine" object */
     cost_machine machine;                 /* that object: where the figures were measured */
 } cost_hw;
@@ -371,7 +372,11 @@ double cost_measured_contention(const cost_hw *hw, double devices);
  * calibration gave each device cal_cores / max(cal_devices, cal_cores):
  * 4 devices calibrated on 2 cores price a 1-device GEMM at a quarter of
  * the calibrated time.  Parallel efficiency is taken as perfect (measured
- * 3.6x-4.2x on 2 cores against the 4x priced).  1 without the figures.
+ * 3.6x-4.2x on 2 cores against the 4x priced).  On a profile calibrated
+ * on MPI (hw->cal_mpi) a lone rank is bound to one core, as mpirun
+ * --bind-to core places the calibration's ranks and bench/cost_accuracy.py
+ * its runs, and OpenBLAS starts no more threads than its CPUs: the factor
+ * is cost_measured_contention's.  1 without the figures.
  */
 double cost_measured_blas_contention(const cost_hw *hw, double devices);
 

@@ -69,6 +69,10 @@ static void test_parses(void)
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_EXP], 7e-10, 1e-19);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_GELU], 5e-9, 1e-18); /* not measured in cache */
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_EXP], 2e-9, 1e-18);
+    CU_ASSERT_FALSE(hw.cal_mpi); /* no "runtime": threads */
+    variant("\"devices\": 4", "\"runtime\": \"mpi\", \"devices\": 4", buf, sizeof buf);
+    CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
+    CU_ASSERT_TRUE(hw.cal_mpi);
     /* Without the section the profile is not measured. */
     const char *cut = strstr(BASE, ",\n \"calibration\"");
     snprintf(buf, sizeof buf, "%.*s}\n", (int)(cut - BASE), BASE);

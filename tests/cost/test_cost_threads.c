@@ -198,6 +198,11 @@ static void test_two_cores(void)
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_blas_contention(&hw, 2), 0.5, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_blas_contention(&hw, 4), 1, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_blas_contention(&hw, 8), 2, 1e-12);
+    /* On MPI a lone rank is bound to one core: BLAS shares the loops' factor. */
+    hw.cal_mpi = true;
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_blas_contention(&hw, 1), 0.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_blas_contention(&hw, 8), 2, 1e-12);
+    hw.cal_mpi = false;
     hw.cal_devices = 0; /* unknown calibration: no scaling */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_blas_contention(&hw, 1), 1, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_contention(&hw, 1), 1, 1e-12);
