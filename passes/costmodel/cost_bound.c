@@ -15,8 +15,10 @@
  * executes at least 1/P of the model FLOPs (cost_op_model_flops, the count
  * MFU uses): compute_s = sum over einsums of trips x model FLOPs / (P x
  * peak).  On a calibrated profile the peak is the fastest GEMM rate it
- * measured (its curve may pass its "peak"), times the core contention of a
- * P-device mesh, as cost_op_estimate times an einsum; an einsum some plan
+ * measured (its curve may pass its "peak"), times the BLAS core contention
+ * of a P-device mesh (cost_measured_blas_contention), as cost_op_estimate
+ * times a binary einsum (a unary one, priced as a loop, only costs more);
+ * an einsum some plan
  * could shard down to an unrolled loop (at most m->einsum_unroll_max
  * contracted points per device), whose arithmetic a calibrated profile's
  * row groups price at nothing, adds no compute there.
@@ -297,9 +299,11 @@ int cost_lower_bound(const ir_module *m, const cost_hw *hw, cost_bound *out)
     if (p < 1)
         return -1;
     *out = (cost_bound){0};
-    /* The factor cost_op_estimate scales a calibrated profile's einsums and
-     * collectives by on this mesh (1 otherwise); it may be below 1. */
+    /* The factors cost_op_estimate scales a calibrated profile's
+     * collectives and einsums by on this mesh (1 otherwise); they may be
+     * below 1. */
     double contention = cost_measured_contention(hw, p);
+    double blas = cost_measured_blas_contention(hw, p); /* the einsums' GEMMs */
     for (const ir_op *op = m->first; op; op = op->next) {
         double flops = cost_op_model_flops(m, op);
         if (flops <= 0 || !op->result)
@@ -312,7 +316,7 @@ int cost_lower_bound(const ir_module *m, const cost_hw *hw, cost_bound *out)
                           c.k * c.summed <= (double)m->einsum_unroll_max * p;
         double rate = best_flops(hw, hw->measured ? op->result->type.dtype : cost_einsum_dtype(m, op));
         if (!(hw->measured && may_unroll))
-            out->compute_s += trips * flops * contention / (p * rate);
+            out->compute_s += trips * flops * blas / (p * rate);
         if (binary)
             out->comm_bytes += trips * contraction_words(m, op, &c, p) * min_elem_bytes(op);
     }

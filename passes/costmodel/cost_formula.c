@@ -323,13 +323,36 @@ bool cost_measured_overlaps(const cost_hw *hw, double devices)
     return hw->cal_cores > 0 && hw->cal_cores >= 2 * devices;
 }
 
+/* Cores one device's work gets with `devices` devices on `cores` cores:
+ * einc's own loops run on the device's thread, which shares a core with
+ * the devices beyond the cores (cores / max(devices, cores)); BLAS calls
+ * run on one OpenBLAS thread per device when there are several devices
+ * (the same share) and on OpenBLAS's own threads over every core for a
+ * lone device (runtime/backend_threads.c and backend_mpi.c call
+ * openblas_set_num_threads(1) only for meshes of two or more; a lone MPI
+ * rank bound to one core has one CPU for them: the caller passes !blas). */
+static double core_share(double cores, double devices, bool blas)
+{
+    if (blas && devices <= 1)
+        return cores;
+    return cores / fmax(fmax(devices, 1), cores);
+}
+
+static double contention(const cost_hw *hw, double devices, bool blas)
+{
+    if (hw->cal_devices <= 0 || hw->cal_cores <= 0)
+        return 1;
+    return core_share(hw->cal_cores, hw->cal_devices, blas) / core_share(hw->cal_cores, devices, blas);
+}
+
 double cost_measured_contention(const cost_hw *hw, double devices)
 {
-    if (hw->cal_devices <= 1 || hw->cal_cores <= 0 || devices <= 1)
-        return 1;
-    double share_cal = hw->cal_cores / fmax(hw->cal_devices, hw->cal_cores);
-    double share = hw->cal_cores / fmax(devices, hw->cal_cores);
-    return share_cal / share;
+    return contention(hw, devices, false);
+}
+
+double cost_measured_blas_contention(const cost_hw *hw, double devices)
+{
+    return contention(hw, devices, !hw->cal_mpi);
 }
 
 double cost_collective_matmul_exposed(const cost_hw *hw, double comm_s, double matmul_s, int64_t group)

@@ -268,6 +268,10 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
     if (cJSON_GetObjectItemCaseSensitive(cal, "cores") &&
         get_positive(cal, "cores", "calibration.", origin, &hw->cal_cores, err, errsize) < 0)
         return -1;
+    /* Optional (absent: threads): an MPI profile's ranks run bound to
+     * cores, BLAS included (cost_measured_blas_contention). */
+    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(cal, "runtime");
+    hw->cal_mpi = cJSON_IsString(rt) && strcmp(rt->valuestring, "mpi") == 0;
     /* Optional: functions not measured cost only their memory traffic. */
     const cJSON *fns = cJSON_GetObjectItemCaseSensitive(cal, "function_seconds_per_element");
     if (fns && !cJSON_IsObject(fns)) {

@@ -401,12 +401,21 @@ static void cost_op_einsum(const ir_module *m, const cost_hw *hw, const ir_op *o
     /* A gather reads the indices and one table row per result row. */
     c->hbm_bytes = op->u.einsum.gather ? io->in - (double)ir_local_bytes(m, &op->operands[1]->type) + 2 * io->out
                                        : io->in + io->out;
+    /* A CPU runs a reduction as codegen's loop nest, which may read a
+     * cache line per element (cost_reduce.c). */
+    if (hw->measured)
+        c->hbm_bytes += (cost_reduce_read_factor(m, op) - 1) * io->in;
     roofline(hw, io->t, c);
     if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
         c->t_compute = c->flops / cost_measured_gemm_rate(hw, io->t, c->flops);
         c->time = fmax(c->t_compute, c->t_memory);
         c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
-        double k = cost_measured_contention(hw, mesh_devices(m));
+        /* A binary einsum is a BLAS call; a unary one (a reduction or a
+         * transpose), a gather and a scatter are einc's own loops, which a
+         * lone device runs on one core where its BLAS uses them all. */
+        bool blas = op->noperands == 2 && !op->u.einsum.gather && !op->u.einsum.scatter;
+        double k = blas ? cost_measured_blas_contention(hw, mesh_devices(m))
+                        : cost_measured_contention(hw, mesh_devices(m));
         c->t_compute *= k;
         c->t_memory *= k;
         c->time *= k;

@@ -142,6 +142,7 @@ typedef struct cost_hw {
     double gemm_rate[3][COST_EW_POINTS];  /* FLOP/s measured at that size */
     double cal_devices;                   /* devices busy during calibration (0: unknown) */
     double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
+    bool cal_mpi;                         /* calibrated on the MPI runtime ("runtime": "mpi") */
     bool has_machine;                     /* the profile has a "machine" object */
     cost_machine machine;                 /* that object: where the figures were measured */
 } cost_hw;
@@ -350,14 +351,34 @@ double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, 
 double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops);
 
 /*
- * How much longer an op takes per device on a mesh of `devices` than during
- * the calibration of `hw` (cal_devices busy on cal_cores cores): devices
- * beyond the cores share them, so a device's share of a core is
- * cores / max(devices, cores); the time scales inversely with that share.
- * 1 for a profile without those figures or a mesh of one device (which
- * runs BLAS on every core; not modelled).
+ * How much longer einc's own loops (elementwise ops, row groups, unary
+ * einsums, the copies and waits of collectives) take per device on a mesh
+ * of `devices` than during the calibration of `hw` (cal_devices busy on
+ * cal_cores cores).  Each device runs its loops on its own thread, so it
+ * gets cores / max(devices, cores) of a core; the time scales inversely
+ * with that share.  A mesh of one device gets a whole core: with the
+ * usual calibration (4 devices on 2 cores) its loops are priced at half
+ * the calibrated time.  1 for a profile without those figures.
+ * (docs/cost-model.md, "Devices sharing cores".)
  */
 double cost_measured_contention(const cost_hw *hw, double devices);
+
+/*
+ * The same factor for the BLAS calls of a binary einsum, which follow the
+ * backends' thread policy: with two or more devices (threads or MPI ranks)
+ * each device's OpenBLAS runs on one thread, as its loops do (the factor
+ * is cost_measured_contention's); a lone device's OpenBLAS runs on its own
+ * threads over every core, so it gets cal_cores cores where the
+ * calibration gave each device cal_cores / max(cal_devices, cal_cores):
+ * 4 devices calibrated on 2 cores price a 1-device GEMM at a quarter of
+ * the calibrated time.  Parallel efficiency is taken as perfect (measured
+ * 3.6x-4.2x on 2 cores against the 4x priced).  On a profile calibrated
+ * on MPI (hw->cal_mpi) a lone rank is bound to one core, as mpirun
+ * --bind-to core places the calibration's ranks and bench/cost_accuracy.py
+ * its runs, and OpenBLAS starts no more threads than its CPUs: the factor
+ * is cost_measured_contention's.  1 without the figures.
+ */
+double cost_measured_blas_contention(const cost_hw *hw, double devices);
 
 /*
  * Whether communication can overlap compute on `devices` devices of `hw`:
@@ -506,6 +527,15 @@ double cost_op_elementwise_flops(const ir_module *m, const ir_op *op);
  * (cost_measured_contention).  0 for any other op or profile.  A row
  * group's members pay it on a row in cache (cost_rowgroup.c). */
 double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir_op *op);
+
+/* How many times its operand's bytes a unary einsum `op` (a reduction)
+ * reads from memory on a CPU, as codegen's loop nest runs it (result
+ * positions outermost, then the contracted ones; codegen/reduce.c): 1 when
+ * the innermost loop walks the contiguous dim or the lines the loops
+ * inside that dim's loop touch fit in a core's 1 MiB second-level cache,
+ * else a cache line per element (64 / element bytes).  1 for any other
+ * op.  Shapes per device.  (cost_reduce.c.) */
+double cost_reduce_read_factor(const ir_module *m, const ir_op *op);
 
 /* Per-device size of label `dim` in einsum `op` (its smallest over the
  * operands and result), or -1 if `dim` is not one of op's labels. */

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "costmodel.h"
 #include "cunit_main.h"
@@ -22,6 +23,19 @@ static inline cost_hw test_load_hw(const char *name)
         fprintf(stderr, "%s\n", err);
     CU_ASSERT_FATAL(rc == 0);
     return hw;
+}
+
+/* A replicated f32 value of module m with dims `dims` (dim ids). */
+static inline ir_value *test_f32_value(ir_module *m, const char *name, ir_value_kind kind, int rank,
+                                       const int *dims)
+{
+    ir_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = IR_F32;
+    t.rank = rank;
+    t.sh = ir_sharding_replicated();
+    memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+    return ir_value_new(m, name, kind, &t, 0);
 }
 
 #endif
