@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Benchmark 15: bf16 matmuls through rt_einsum vs cblas_sbgemm and cblas_sgemm.
+"""Benchmark 15: bf16 matmuls through rt_einsum vs cblas_sbgemm, oneDNN and cblas_sgemm.
 
 One device, C[i,k] = A[i,j] B[j,k] in bf16 (bf16_gemm.c), at each size of
 --sizes (MxNxK; default square 512, 1024, 2048 and a decode-like M = 8).
-Three calls are timed alternately in the same run: einc's bf16 einsum
-(rt_einsum), cblas_sbgemm followed by rounding its f32 product to bf16 (so
-both deliver the same bf16 result) and cblas_sgemm on f32 copies.  Ratios
+Four calls are timed alternately in the same run: einc's bf16 einsum
+(rt_einsum), OpenBLAS's cblas_sbgemm followed by rounding its f32 product to
+bf16 (so both deliver the same bf16 result), oneDNN's dnnl_gemm_bf16bf16f32
+with the same rounding (the same operation from a second library, not
+OpenBLAS) and cblas_sgemm on f32 copies.  Ratios
 are rates, einc / baseline (= baseline time / einc time); target >= 0.9x
 sbgemm (einc issue 26).  Prints the CPU model, whether it has avx512_bf16
 (OpenBLAS's bf16 GEMM kernels need it; without it sbgemm is a generic C
@@ -13,6 +15,9 @@ loop) and OPENBLAS_CORETYPE (which also picks the kernels).  cblas_sbgemm
 is looked up at run time: an OpenBLAS built without BUILD_BFLOAT16 (Debian's)
 lacks it, and the run then records einc against sgemm only, with the
 sbgemm target left unjudged ("-"); LD_PRELOAD an OpenBLAS built with it.
+oneDNN is opened at run time too (libdnnl.so.2, Debian's libdnnl2): without
+it, or where it refuses the call, its columns are "-".  It runs on OpenMP
+with --threads threads, as many as OpenBLAS gets for einc and sgemm.
 
     python3 bench/bf16_gemm.py --build BUILD [--sizes 512x512x512,8x2048x2048] [--reps 5]
                                [--threads T] [--json FILE]
@@ -68,12 +73,15 @@ def main():
                 print(line)
         for r in bl.results(out):
             shape = f"{r['m']}x{r['n']}x{r['k']}"
-            sb = r["sbgemm"] == 1
-            rows.append([shape, r["einc_ms"], r["sbgemm_ms"] if sb else "-", r["sgemm_ms"],
-                         r["einc_gflops"], r["sbgemm_gflops"] if sb else "-", r["sgemm_gflops"],
-                         f"{r['ratio_sbgemm']:.3f}" if sb else "-",
+            sb, dn = r["sbgemm"] == 1, r["onednn"] == 1
+            rows.append([shape, r["einc_ms"], r["sbgemm_ms"] if sb else "-",
+                         r["onednn_ms"] if dn else "-", r["sgemm_ms"], r["einc_gflops"],
+                         r["sbgemm_gflops"] if sb else "-", r["onednn_gflops"] if dn else "-",
+                         r["sgemm_gflops"], f"{r['ratio_sbgemm']:.3f}" if sb else "-",
                          bl.verdict(r["ratio_sbgemm"], 0.9) if sb else "-",
-                         f"{r['ratio_sgemm']:.3f}", f"{r['err_einc']:.1e}"])
+                         f"{r['ratio_onednn']:.3f}" if dn else "-",
+                         f"{r['ratio_sgemm']:.3f}", f"{r['err_einc']:.1e}",
+                         f"{r['err_onednn']:.1e}" if dn else "-"])
             if sb:
                 res.add(f"rt_einsum bf16 MxNxK={shape}", r["einc_gflops"], "GFLOP/s",
                         ">= 0.9x cblas_sbgemm", r["ratio_sbgemm"],
@@ -83,16 +91,24 @@ def main():
             else:  # no baseline: the target cannot be judged, the figure is still recorded
                 res.add(f"rt_einsum bf16 MxNxK={shape} (cblas_sbgemm absent from the linked "
                         f"OpenBLAS)", r["einc_gflops"], "GFLOP/s", ">= 0.9x cblas_sbgemm")
+            if dn:  # a second bf16 baseline, not the one the target names
+                res.add(f"oneDNN dnnl_gemm_bf16bf16f32 (+ rounding to bf16) MxNxK={shape}",
+                        r["onednn_gflops"], "GFLOP/s")
+                res.add(f"rt_einsum bf16 / oneDNN bf16 MxNxK={shape}", r["ratio_onednn"], "x",
+                        "", r["ratio_onednn"])
             res.add(f"cblas_sgemm f32 MxNxK={shape}", r["sgemm_gflops"], "GFLOP/s")
             res.add(f"rt_einsum bf16 / cblas_sgemm f32 MxNxK={shape}", r["ratio_sgemm"], "x", "",
                     r["ratio_sgemm"])
             missing = missing or not sb
-    bl.table(["MxNxK", "einc ms", "sbgemm ms", "sgemm ms", "einc GFLOP/s", "sbgemm GFLOP/s",
-              "sgemm GFLOP/s", "einc/sbgemm", ">=0.9x", "einc/sgemm", "max rel err"], rows)
+    bl.table(["MxNxK", "einc ms", "sbgemm ms", "oneDNN ms", "sgemm ms", "einc GFLOP/s",
+              "sbgemm GFLOP/s", "oneDNN GFLOP/s", "sgemm GFLOP/s", "einc/sbgemm", ">=0.9x",
+              "einc/oneDNN", "einc/sgemm", "einc err", "oneDNN err"], rows)
+    print("# sbgemm = OpenBLAS cblas_sbgemm (the target's baseline); oneDNN = oneDNN's "
+          "dnnl_gemm_bf16bf16f32, a second bf16 baseline; ratios are einc's rate / theirs")
     if missing:
         print("# cblas_sbgemm is absent: the linked OpenBLAS was built without BUILD_BFLOAT16 "
-              "(LD_PRELOAD one built with it); max rel err is then against sgemm's product "
-              "rounded to bf16")
+              "(LD_PRELOAD one built with it); the errors (max rel err) are then against "
+              "sgemm's product rounded to bf16")
     res.write(a.json)
 
 
