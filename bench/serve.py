@@ -75,7 +75,7 @@ request (new, the earlier runs'): at most --pool N (default 2 x slots, so
 that with every request due at once the server's queue stays a batch
 deep and the connections are reused; a request due while all are busy
 waits for one, its time to first token counted from when it was due).
-Same-run A/B in docs/performance-history.md, section 16 ("Connections
+Same-run A/B in docs/performance-history.md, section 17 ("Connections
 kept alive"): every step faster, b 26-37% lower in three runs of four
 (a / b 16.8 -> 27.5 over 10 rounds).
 --client-nice N raises the client's niceness (its thread,
