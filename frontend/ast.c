@@ -92,3 +92,14 @@ int ast_factor_children(const ast_factor *f, ast_expr *const **kids)
     *kids = NULL;
     return 0;
 }
+
+int ast_tref_dims(const ast_tref *t, int *dims)
+{
+    const ast_tref *ids = t->nidx > 0 ? t->idx[0].tensor : NULL;
+    int n = 0;
+    for (int j = 0; ids && j < ids->nidx; j++)
+        dims[n++] = ids->idx[j].dim;
+    for (int j = ids ? 1 : 0; j < t->nidx; j++)
+        dims[n++] = t->idx[j].dim;
+    return n;
+}

@@ -164,6 +164,12 @@ typedef struct ast_expr {
  * in one place. */
 int ast_factor_children(const ast_factor *f, ast_expr *const **kids);
 
+/* The dim ids that index the reference `t` as resolved by the checker (-1
+ * for one unresolved), stored in `dims` (room for 2 * IR_MAX_RANK) and
+ * counted in the return value: its indices in order, except that a gather
+ * `Emb[Tok[B, T], D]` gives Tok's indices in place of the dim it looks up. */
+int ast_tref_dims(const ast_tref *t, int *dims);
+
 /* A `NAME = size` entry of a mesh or dim line. */
 typedef struct ast_sizedef {
     ast_name name;   /* axis or dim name */

@@ -242,46 +242,6 @@ static const ast_factor *as_comparison(const ast_expr *e)
     return NULL;
 }
 
-/* Resolves call `f` (name and argument count) and checks its arguments. */
-/* A nonlinear function of a product of tensors that share an index the
- * left side lacks, `relu(X[B, P] * W[P, H])` in `Y[B, H] = ...`: nothing is
- * summed inside a call, so the statement sums relu's values over P, where a
- * contraction before relu was almost surely meant.  Legal, so a warning
- * that names the fix. */
-static void warn_product_in_call(fe_checker *c, const ast_factor *f, const rhs_state *st)
-{
-    if (f->u.call.callee != AST_CALL_FN || f->u.call.fn == IR_FN_NEG || st->nlhs < 0)
-        return;
-    const ast_expr *a = f->u.call.args[0];
-    for (int t = 0; t < a->nterms; t++) {
-        const ast_term *term = a->terms[t];
-        for (int i = 0; i < term->nfactors; i++) {
-            const ast_factor *x = term->factors[i];
-            for (int j = i + 1; x->kind == AST_F_TENSOR && j < term->nfactors; j++) {
-                const ast_factor *y = term->factors[j];
-                for (int k = 0; y->kind == AST_F_TENSOR && k < x->u.tref.nidx; k++) {
-                    int d = x->u.tref.idx[k].dim;
-                    bool in_y = false, in_lhs = false;
-                    for (int q = 0; q < y->u.tref.nidx; q++)
-                        in_y |= y->u.tref.idx[q].dim == d;
-                    for (int q = 0; q < st->nlhs; q++)
-                        in_lhs |= st->lhs_dims[q] == d;
-                    if (d < 0 || !in_y || in_lhs)
-                        continue;
-                    diag_warning(c->diag, f->u.call.fname.loc,
-                                 "%s is applied to each product of %s and %s, and then the "
-                                 "statement sums over %s: nothing is summed inside a call.  To "
-                                 "apply %s to the contraction over %s, write the contraction as "
-                                 "a statement of its own",
-                                 f->u.call.fname.s, x->u.tref.name.s, y->u.tref.name.s,
-                                 x->u.tref.idx[k].name, f->u.call.fname.s, x->u.tref.idx[k].name);
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /* How a source of the statement's dtype is named in messages. */
 static void describe(char *buf, size_t n, const char *name, bool cast)
 {
@@ -390,8 +350,10 @@ static void check_cast(fe_checker *c, ast_factor *f, ir_dtype to, rhs_state *st)
     }
     f->u.call.arg_dtype = in.dtype;
     note_dtype(c, st, to, n->s, true, n->loc);
+    fe_warn_sum_in_cast(c, f, st->nlhs, st->lhs_dims);
 }
 
+/* Resolves call `f` (name and argument count) and checks its arguments. */
 static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
 {
     const ast_name *n = &f->u.call.fname;
@@ -470,7 +432,7 @@ static void check_call(fe_checker *c, ast_factor *f, rhs_state *st)
                    f->u.call.callee == AST_CALL_ARGMAX))
         check_reduce_dim(c, f, st);
     if (st->ok)
-        warn_product_in_call(c, f, st);
+        fe_warn_product_in_call(c, f, st->nlhs, st->lhs_dims);
 }
 
 static void check_factor(fe_checker *c, ast_factor *f, rhs_state *st)
@@ -563,12 +525,9 @@ static bool expr_has_index(const ast_expr *e, int dim)
         for (int k = 0; k < e->terms[i]->nfactors; k++) {
             const ast_factor *f = e->terms[i]->factors[k];
             if (f->kind == AST_F_TENSOR) {
-                const ast_tref *ids = f->u.tref.nidx > 0 ? f->u.tref.idx[0].tensor : NULL;
-                for (int j = 0; ids && j < ids->nidx; j++)
-                    if (ids->idx[j].dim == dim)
-                        return true;
-                for (int j = ids ? 1 : 0; j < f->u.tref.nidx; j++)
-                    if (f->u.tref.idx[j].dim == dim)
+                int dims[2 * IR_MAX_RANK], n = ast_tref_dims(&f->u.tref, dims);
+                for (int j = 0; j < n; j++)
+                    if (dims[j] == dim)
                         return true;
             } else if (f->kind == AST_F_INDEX && f->u.index.dim == dim) {
                 return true;

@@ -167,6 +167,21 @@ fe_tensor *fe_define_tensor(fe_checker *c, ast_name name, ir_value_kind kind);
  * indices' dims.  Returns false on any error (reported). */
 bool fe_check_ref(fe_checker *c, ast_tref *t, bool subscripts, const char *defining);
 
+/* ---- warn_call.c: products a call sees one by one ---- */
+
+/* Warns when call `f`, a function like relu, is applied to a product of
+ * tensors sharing an index that the left side (its `nlhs` dim ids
+ * `lhs_dims`, nlhs < 0 if unresolved) lacks: the statement then sums the
+ * function's values, where a contraction before the function was almost
+ * surely meant (docs/language.md, "Functions"). */
+void fe_warn_product_in_call(fe_checker *c, const ast_factor *f, int nlhs, const int *lhs_dims);
+/* Warns when the argument of the checked cast `f` multiplies tensors and
+ * holds an index that the left side lacks: the cast converts the whole
+ * outer product, whose global size the warning gives, before the statement
+ * sums it (docs/language.md, "Dtypes and casts").  A widening cast is told
+ * to cast the operands instead, a narrowing one to cast a contraction. */
+void fe_warn_sum_in_cast(fe_checker *c, const ast_factor *f, int nlhs, const int *lhs_dims);
+
 /* ---- check_i8.c: where i8 values may appear ---- */
 
 /* The tensor reference that is the whole of `e` (no sign, no division),

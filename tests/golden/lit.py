@@ -32,6 +32,10 @@ line; `--meshslice=off` when there is none) and compares:
   # expect-meshslice: OS LS
       the dataflows of the MeshSlice 2D GEMMs (seed 004), in program order
       (run with a `# run:` line, since the default turns MeshSlice off).
+  # expect-warning: t.ein:3:1: warning: ...
+      einc must succeed and print this text (the file's own name in
+      front); with such lines, every other warning at a line of the file
+      is a failure too.
   # run: --hw tpu-v4
       flags for einc (replacing the default --meshslice=off).
 
@@ -52,7 +56,7 @@ COMPUTE = {"Einsum", "Elementwise", "MeshSlice"}
 def directives(path):
     """{key: [values]} of the file's `# key: value` lines for the keys above."""
     keys = ("expect", "expect-types", "expect-outputs", "expect-meshslice", "expect-error", "expect-cost",
-            "expect-ops", "run")
+            "expect-ops", "expect-warning", "run")
     found = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -102,6 +106,15 @@ def check(einc, path):
         return ["%s failed (%d):\n%s" % (" ".join(cmd), run.returncode, run.stderr)]
     ir = json.loads(run.stdout)
     errors = []
+    if "expect-warning" in d:
+        for want in d["expect-warning"]:
+            if want not in run.stderr:
+                errors.append("stderr lacks %r:\n%s" % (want, run.stderr))
+        name = os.path.basename(path) + ":"
+        for line in run.stderr.splitlines():
+            said = line[line.find(name):] if name in line else ""
+            if ": warning: " in said and not any(said.startswith(w) for w in d["expect-warning"]):
+                errors.append("unexpected warning: %s" % line)
     colls = [op for op in ir["ops"] if op["op"] in COLLECTIVES]
     if "expect" in d:
         want = split_list(d["expect"], " ")
