@@ -251,7 +251,7 @@ int pass_cost(pass_ctx *ctx, ir_module *m)
     /* A pipelined program's step is its schedule's (cost_pipe.c); one that
      * cannot be priced so keeps its per-microbatch totals, with a warning. */
     char why[256];
-    if (cost_pipe_totals(m, hw, why, sizeof why) != 0) {
+    if (cost_pipe_totals(m, hw, true, why, sizeof why) != 0) {
         if (ctx && ctx->diag)
             diag_warning(ctx->diag, m->pipe.loc, "cost: the pipelined step is not priced: %s", why);
         else

@@ -37,8 +37,12 @@ void cost_annotate_ops(ir_module *m, const cost_hw *hw);
  * of the fullest stage.  Clears it for any other module and returns 0.
  * Returns -1 with a message in err when the module is pipelined but its
  * step cannot be priced (no training step, |L| not a multiple of Z, a
- * schedule the simulation rejects); m->totals.pipe.valid is then false. */
-int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen);
+ * schedule the simulation rejects); m->totals.pipe.valid is then false.
+ * `with_core_bubbles` also fills core_bubble (the schedule replayed on
+ * 1 .. min(Z, 16) CPUs, what --dump-ir=json reports); the pricing of
+ * candidates (pipeline_choose.c) reads only the step and the memory and
+ * leaves it -1. */
+int cost_pipe_totals(ir_module *m, const cost_hw *hw, bool with_core_bubbles, char *err, size_t errlen);
 
 /* --dump-cost's "pipeline" section of m->totals.pipe (nothing when it is
  * not valid). */

@@ -32,8 +32,8 @@
  * `used`) with its stages on 1 .. min(Z, IR_PIPE_CORE_BUBBLES) CPUs
  * (pp_core_bubble), into out[c - 1]; -1 in the rest, and everywhere for a
  * pipeline so long that the replays (items x Z steps each) would cost
- * more than about 2^26 steps: the planner prices many candidates.  The
- * plan is built again because pipe_price does not keep it: the same times
+ * more than about 2^26 steps, which would slow every compile of such a
+ * program.  The plan is built again because pipe_price does not keep it: the same times
  * give the same orders (pp_build is deterministic).  0, or -1 with a
  * message. */
 static int core_bubbles(const pp_params *used, pp_schedule s, double *out, char *err, size_t errlen)
@@ -59,7 +59,7 @@ static int core_bubbles(const pp_params *used, pp_schedule s, double *out, char 
     return rc;
 }
 
-int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
+int cost_pipe_totals(ir_module *m, const cost_hw *hw, bool with_core_bubbles, char *err, size_t errlen)
 {
     ir_pipe_totals *t = &m->totals.pipe;
     memset(t, 0, sizeof *t);
@@ -79,22 +79,25 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, char *err, size_t errlen)
     int64_t k = w.layers / z;
     pipe_priced p;
     bool dcn = m->mesh.axes[m->pipe.axis].dcn;
-    double *arr = malloc(3 * (size_t)z * sizeof *arr);
+    /* The simulated times the core-idle replays start from, kept only
+     * when they are asked for. */
+    bool replay = backward && with_core_bubbles;
+    double *arr = replay ? malloc(3 * (size_t)z * sizeof *arr) : NULL;
     pp_params used;
     double cores[IR_PIPE_CORE_BUBBLES];
     for (int c = 0; c < IR_PIPE_CORE_BUBBLES; c++)
         cores[c] = -1;
-    if (!arr) {
+    if (replay && !arr) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     int rc = backward ? pipe_price_chunks(&w, hw, z, k, m->pipe.microbatches, (pp_schedule)m->pipe.schedule,
-                                          m->pipe.chunks, dcn, arr, &used, &p, err, errlen)
+                                          m->pipe.chunks, dcn, arr, replay ? &used : NULL, &p, err, errlen)
                       : pipe_price_forward(&w, hw, z, k, m->pipe.microbatches, dcn, &p, err, errlen);
     if (rc == 1)
         snprintf(err, errlen, "schedule %s does not apply to %lld layers per stage and %d microbatches",
                  pp_schedule_name((pp_schedule)m->pipe.schedule), (long long)k, m->pipe.microbatches);
-    if (rc == 0 && backward)
+    if (rc == 0 && replay)
         rc = core_bubbles(&used, (pp_schedule)m->pipe.schedule, cores, err, errlen);
     free(arr);
     if (rc != 0)

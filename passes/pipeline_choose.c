@@ -77,7 +77,7 @@ static bool price(ir_module *m, const cost_hw *hw, int B, int64_t batch, int s, 
     m->pipe.schedule = s;
     m->pipe.chunks = v;
     cost_annotate_ops(m, hw);
-    if (cost_pipe_totals(m, hw, err, sizeof err) != 0 || !m->totals.pipe.valid)
+    if (cost_pipe_totals(m, hw, false, err, sizeof err) != 0 || !m->totals.pipe.valid)
         return false;
     *c = (cand){.schedule = s, .mb = M, .v = v, .step = m->totals.pipe.step, .memory = m->totals.pipe.stage_memory};
     return true;
