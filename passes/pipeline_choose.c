@@ -246,12 +246,34 @@ static bool nearest_fit(ir_module *m, const cost_hw *hw, fallback *fb, int B, in
     return found;
 }
 
-/* The smallest change that would make room: nearest_fit's pair, else
- * change_advice's.  Shared by the choice's warning and the given pair's. */
+/* The smallest change that would make room: under --grad-sync=step the
+ * default's gradients per microbatch at the same pair (grad_sync_fit),
+ * else nearest_fit's pair, else change_advice's.  Shared by the choice's warning and the given pair's. */
+/* Under --grad-sync=step, whether ref's pair fits with FSDP gradients
+ * kept per microbatch (the default's fallback), priced, into change.  m
+ * is left as found. */
+static bool grad_sync_fit(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, const cand *ref,
+                          char *change, size_t n)
+{
+    if (m->pipe.grad_sync != IR_GRAD_SYNC_STEP)
+        return false;
+    ir_pipeline saved = m->pipe;
+    m->pipe.grad_sync = IR_GRAD_SYNC_AUTO;
+    cand alt = {0};
+    bool fits = price(m, hw, fb, B, batch, ref->schedule, ref->mb, ref->v, &alt) && alt.memory <= hw->hbm_bytes;
+    if (fits)
+        snprintf(change, n, "without --grad-sync=step, %d FSDP gradient%s reduced per microbatch fit%s (%.4g GiB, "
+                 "step %.4g us against %.4g us)", alt.nmb, alt.nmb == 1 ? "" : "s", alt.nmb == 1 ? "s" : "",
+                 alt.memory / GIB, alt.step * 1e6, ref->step * 1e6);
+    restore(m, B, batch, &saved);
+    return fits;
+}
+
 static void advice(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, int fixed_s, int fixed_mb,
                    int v, const cand *ref, char *change, size_t n)
 {
-    if (!nearest_fit(m, hw, fb, B, batch, fixed_s, fixed_mb, v, ref, change, n))
+    if (!grad_sync_fit(m, hw, fb, B, batch, ref, change, n) &&
+        !nearest_fit(m, hw, fb, B, batch, fixed_s, fixed_mb, v, ref, change, n))
         change_advice(m, hw, change, n);
 }
 
