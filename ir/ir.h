@@ -577,6 +577,17 @@ typedef struct ir_pipe_item {
     int chunk;      /* the stage's local chunk c in [0, v) (model chunk c Z + z); 0 unless interleaved */
 } ir_pipe_item;
 
+/* Where a pipelined training step reduces the stacked params' gradients
+ * whose DP AllReduce or FSDP ReduceScatter may run once per step
+ * (pipe_work_deferrable_stack; `--grad-sync`, docs/pipeline.md "Gradient
+ * collectives once per step"). */
+typedef enum ir_grad_sync {
+    IR_GRAD_SYNC_AUTO,       /* once per step, but those ir_pipeline.grad_mb names (the
+                                choice, passes/pipeline_choose.c, when deferring does not fit) */
+    IR_GRAD_SYNC_STEP,       /* every one once per step, after the schedule */
+    IR_GRAD_SYNC_MICROBATCH, /* every one per microbatch, inside the backward loop */
+} ir_grad_sync;
+
 typedef struct ir_pipeline {
     int axis;           /* mesh axis of the stages, -1 if none */
     int dim;            /* the repeat's layer dim, sharded over `axis` */
@@ -600,6 +611,13 @@ typedef struct ir_pipeline {
     /* How schedule and M were chosen ("chosen: ...") or, both given, their memory ("given: ...")
      * (passes/pipeline_choose.c): one --dump-cost line, arena-owned, NULL when not priced. */
     const char *choice;
+    int grad_sync;      /* an ir_grad_sync: --grad-sync, AUTO when not given */
+    /* The stacked gradients (their tensor names, e.g. "dWin"; arena-owned or
+     * the values' own) whose collective stays per microbatch inside the
+     * backward loop: under AUTO the choice's, after the pipeline pass every
+     * one kept there (passes/pipeline_grad.c); ngrad_mb of them. */
+    const char *const *grad_mb;
+    int ngrad_mb;
 } ir_pipeline;
 
 /* What the backward pass keeps from the forward pass and what it computes

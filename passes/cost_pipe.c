@@ -179,6 +179,15 @@ void cost_pipe_print(FILE *out, const ir_module *m)
                     t->grad_once_bytes / 1073741824.0);
         fprintf(out, "\n");
     }
+    if (m->pipe.ngrad_mb > 0) {
+        /* pipeline_grad.c: kept in the backward loop, per microbatch. */
+        fprintf(out, "  stacked gradients reduced per microbatch, inside the backward loop (%s):",
+                m->pipe.grad_sync == IR_GRAD_SYNC_MICROBATCH ? "--grad-sync=microbatch"
+                                                             : "their unreduced sums would not fit the HBM");
+        for (int i = 0; i < m->pipe.ngrad_mb; i++)
+            fprintf(out, "%s %s", i ? "," : "", m->pipe.grad_mb[i]);
+        fprintf(out, "\n");
+    }
     if (m->pipe.choice)
         fprintf(out, "  schedule and M %s\n", m->pipe.choice);
     fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");

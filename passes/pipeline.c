@@ -39,7 +39,9 @@
  *  - moves the stacked params' gradient collectives (DP's AllReduce,
  *    FSDP's ReduceScatter) out of the backward loop, to run once per
  *    step on the gradient summed over the microbatches
- *    (pipeline_grad.c);
+ *    (pipeline_grad.c), but for --grad-sync=microbatch, or for the FSDP
+ *    ones the choice keeps per microbatch because their unreduced sums
+ *    would not fit the HBM (pipeline_choose.c);
  *  - puts a CollectivePermute at each stage boundary, after the forward
  *    loop (the activation to stage z+1) and the backward loop (its
  *    gradient to z-1), which the cost pass prices as one hop and codegen
@@ -108,7 +110,26 @@ static bool check_chunks(const char *v, char *why, size_t n)
     return false;
 }
 
-const pass_option pass_pipeline_options[3] = {
+/* --grad-sync's values, by ir_grad_sync; NULL when not one of them. */
+static const char *const GRAD_SYNC[] = {"auto", "step", "microbatch"};
+
+static int grad_sync_lookup(const char *v)
+{
+    for (int i = 0; v && i < (int)(sizeof GRAD_SYNC / sizeof *GRAD_SYNC); i++)
+        if (strcmp(v, GRAD_SYNC[i]) == 0)
+            return i;
+    return -1;
+}
+
+static bool check_grad_sync(const char *v, char *why, size_t n)
+{
+    if (grad_sync_lookup(v) >= 0)
+        return true;
+    snprintf(why, n, "--grad-sync wants auto, step or microbatch, not '%s'", v);
+    return false;
+}
+
+const pass_option pass_pipeline_options[4] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble|zb-h2: the order of each stage's forwards and "
@@ -118,6 +139,11 @@ const pass_option pass_pipeline_options[3] = {
                  "forwards; interleaved runs v chunks of layers per stage)", check_schedule},
     {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
                "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
+    {"grad-sync", "auto|step|microbatch: where a pipelined training step reduces its stacked params' DP or "
+                  "FSDP gradients: once per step on their sum over the microbatches (step), in every "
+                  "microbatch's backward (microbatch), or (auto, the default) once per step unless the stage "
+                  "then does not fit the device's HBM, an FSDP gradient's unreduced sum being |X| times its "
+                  "block (docs/pipeline.md)", check_grad_sync},
 };
 
 /* The forward LoopBegin over the pipelined layer dim, or NULL. */
@@ -439,14 +465,15 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     ir_pipeline *pp = &m->pipe;
     const char *mv = pass_option_value(ctx, "microbatches");
     const char *sv = pass_option_value(ctx, "schedule");
+    const char *gv = pass_option_value(ctx, "grad-sync");
     if (pp->axis < 0) {
         /* The one-device reference of --check runs unpipelined, whatever
          * was asked; a program with devices to pipeline over was asked
          * for something it cannot do. */
-        if ((mv || sv) && ir_mesh_devices(&m->mesh) > 1) {
+        if ((mv || sv || gv) && ir_mesh_devices(&m->mesh) > 1) {
             diag_error(ctx->diag, DIAG_NOLOC, "--%s applies to a pipelined program (a 'repeat' block "
                        "whose stacked params split their layer dim over a mesh axis, like "
-                       "'W[L_Z, D]'), and this one is not", mv ? "microbatches" : "schedule");
+                       "'W[L_Z, D]'), and this one is not", mv ? "microbatches" : sv ? "schedule" : "grad-sync");
             return 1;
         }
         return 0;
@@ -471,6 +498,8 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     if (mv && !parse_count(mv, &M))
         return 1; /* refused by check_microbatches already */
     bool chosen = false;
+    /* Before pricing: the choice prices the variant it compiles. */
+    pp->grad_sync = gv ? grad_sync_lookup(gv) : IR_GRAD_SYNC_AUTO;
     if (trains(m) && (!sv || !mv)) {
         /* Not given: the schedule among gpipe, 1f1b, interleaved (when
          * |L| / Z allows v >= 2 chunks) and (when the backward splits)
@@ -556,7 +585,8 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     /* The stacked params' DP AllReduce or FSDP ReduceScatter, linear and
      * read by the update only, runs once per step on the sum over the
      * microbatches rather than in every microbatch's backward
-     * (pipeline_grad.c). */
+     * (pipeline_grad.c), but those the choice or --grad-sync keeps per
+     * microbatch (pp->grad_mb, pp->grad_sync). */
     if (trains(m))
         (void)pass_pipeline_defer_grads(ctx, m);
     if (!trains(m) && v == 1) {

@@ -15,6 +15,18 @@
  * each until its W, with the values W reads from B; interleaved counts
  * (microbatch, chunk) pairs), so a candidate whose fullest stage exceeds
  * the device's HBM is dropped before the fastest is taken.
+ *
+ * Each candidate first defers every stacked gradient's collective to once
+ * per step (pipeline_grad.c); when its stage then exceeds the HBM, the
+ * FSDP gradients, whose deferred sums are |X| times their reduced block,
+ * fall back to a ReduceScatter per microbatch one at a time, the most
+ * bytes saved per second lost first (pass_pipeline_grad_fallback), until
+ * it fits: greedy rather than all-or-nothing, since every gradient kept
+ * per microbatch costs M - 1 more collectives per layer and step, and the
+ * first ones often make room alone.  The candidate is priced with the
+ * gradients it keeps per microbatch, so the memory check and the step are
+ * the variant compiled (docs/pipeline.md, "Gradient collectives once per
+ * step").
  */
 #include "pipeline_choose.h"
 
@@ -24,6 +36,7 @@
 #include "cost.h"
 #include "pipe_work.h"
 #include "pipeline.h"
+#include "pipeline_grad.h"
 
 #define MAX_MICROBATCHES 64
 #define MAX_CHUNKS 64
@@ -34,7 +47,17 @@ static const double GIB = 1073741824.0;
 typedef struct cand {
     int schedule, mb, v;
     double step, memory; /* seconds; bytes of the fullest stage */
+    int nmb;             /* the first nmb gradients of the fallback order kept per microbatch */
+    double deferred;     /* bytes of the fullest stage with every one deferred (nmb = 0) */
 } cand;
+
+/* The gradients that may fall back per microbatch, in order
+ * (pass_pipeline_grad_fallback), found when first needed. */
+typedef struct fallback {
+    bool found;
+    int n;
+    const char *names[PIPE_GRAD_FALLBACK_MAX];
+} fallback;
 
 const cost_hw *pass_pipeline_pricing_hw(const pass_ctx *ctx, cost_hw *local)
 {
@@ -67,20 +90,69 @@ static const char *cand_name(const cand *c, char *buf, size_t n)
     return buf;
 }
 
-/* m priced at M microbatches under schedule s with v chunks into *c;
- * false when it does not price. */
-static bool price(ir_module *m, const cost_hw *hw, int B, int64_t batch, int s, int M, int v, cand *c)
+/* m's step and stage memory with the first nmb gradients of fb kept per
+ * microbatch, into c; false when it does not price. */
+static bool totals(ir_module *m, const cost_hw *hw, const fallback *fb, int nmb, cand *c)
 {
     char err[512];
+    m->pipe.grad_mb = nmb ? fb->names : NULL;
+    m->pipe.ngrad_mb = nmb;
+    if (cost_pipe_totals(m, hw, false, err, sizeof err) != 0 || !m->totals.pipe.valid)
+        return false;
+    c->step = m->totals.pipe.step;
+    c->memory = m->totals.pipe.stage_memory;
+    c->nmb = nmb;
+    return true;
+}
+
+/* m priced at M microbatches under schedule s with v chunks into *c: with
+ * every stacked gradient deferred, or (--grad-sync not given) when that
+ * stage exceeds the HBM, with the fewest gradients of the fallback order
+ * kept per microbatch that fit, all of them when none does (the smallest
+ * peak); false when it does not price.  m->pipe's grad_mb is left
+ * pointing into fb: restore() puts it back. */
+static bool price(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, int s, int M, int v, cand *c)
+{
     m->dims[B].size = batch / M;
     m->pipe.microbatches = M;
     m->pipe.schedule = s;
     m->pipe.chunks = v;
     cost_annotate_ops(m, hw);
-    if (cost_pipe_totals(m, hw, false, err, sizeof err) != 0 || !m->totals.pipe.valid)
+    *c = (cand){.schedule = s, .mb = M, .v = v};
+    if (!totals(m, hw, fb, 0, c))
         return false;
-    *c = (cand){.schedule = s, .mb = M, .v = v, .step = m->totals.pipe.step, .memory = m->totals.pipe.stage_memory};
+    c->deferred = c->memory;
+    if (m->pipe.grad_sync != IR_GRAD_SYNC_AUTO || hw->hbm_bytes <= 0 || c->memory <= hw->hbm_bytes)
+        return true;
+    if (!fb->found) {
+        fb->n = pass_pipeline_grad_fallback(m, fb->names, PIPE_GRAD_FALLBACK_MAX);
+        fb->found = true;
+    }
+    cand k = *c;
+    for (int n = 1; n <= fb->n; n++)
+        if (totals(m, hw, fb, n, &k) && (*c = k, k.memory <= hw->hbm_bytes))
+            break;
     return true;
+}
+
+/* What the choice of c keeps per microbatch into m->pipe (arena copies
+ * of fb's first c->nmb names), and a clause saying so into buf (n bytes;
+ * empty when nothing falls back). */
+static const char *keep_choice(ir_module *m, const fallback *fb, const cand *c, char *buf, size_t n)
+{
+    m->pipe.ngrad_mb = c->nmb;
+    m->pipe.grad_mb = NULL;
+    buf[0] = 0;
+    if (!c->nmb)
+        return buf;
+    const char **copy = ir_alloc(&m->arena, (size_t)c->nmb * sizeof *copy);
+    memcpy(copy, fb->names, (size_t)c->nmb * sizeof *copy);
+    m->pipe.grad_mb = copy;
+    size_t used = (size_t)snprintf(buf, n, "; its stage with every stacked gradient reduced once per step would "
+                                   "need %.4g GiB, so %d of them reduced per microbatch:", c->deferred / GIB, c->nmb);
+    for (int i = 0; i < c->nmb && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s '%s'", i ? "," : "", fb->names[i]);
+    return buf;
 }
 
 /* Bytes of the fullest stage that do not depend on the schedule: its
@@ -141,15 +213,15 @@ static bool mb_applies(const ir_module *m, int B, int64_t batch, int s, int M)
  * (1f1b when none) with 2, 4, ... times the microbatches (smaller ones) up
  * to 64.  `ref` is what is compiled (its step is quoted).  False when
  * nothing was fixed or none of those fits.  m is left as found. */
-static bool nearest_fit(ir_module *m, const cost_hw *hw, int B, int64_t batch, int fixed_s, int fixed_mb, int v,
-                        const cand *ref, char *change, size_t n)
+static bool nearest_fit(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, int fixed_s,
+                        int fixed_mb, int v, const cand *ref, char *change, size_t n)
 {
     ir_pipeline saved = m->pipe;
     cand alt = {0}, best = {0};
     bool found = false;
     if (fixed_s >= 0 && fixed_s != PP_1F1B) {
         for (int M = fixed_mb ? fixed_mb : 1; M <= (fixed_mb ? fixed_mb : MAX_MICROBATCHES); M++)
-            if (mb_applies(m, B, batch, PP_1F1B, M) && price(m, hw, B, batch, PP_1F1B, M, 1, &alt) &&
+            if (mb_applies(m, B, batch, PP_1F1B, M) && price(m, hw, fb, B, batch, PP_1F1B, M, 1, &alt) &&
                 alt.memory <= hw->hbm_bytes && (!best.mb || alt.step < best.step))
                 best = alt;
         if (best.mb && fixed_mb)
@@ -162,7 +234,7 @@ static bool nearest_fit(ir_module *m, const cost_hw *hw, int B, int64_t batch, i
     }
     int s = fixed_s >= 0 ? fixed_s : PP_1F1B;
     for (int M = 2 * fixed_mb; !found && fixed_mb && M <= MAX_MICROBATCHES; M *= 2) {
-        if (mb_applies(m, B, batch, s, M) && price(m, hw, B, batch, s, M, s == PP_INTERLEAVED ? v : 1, &alt) &&
+        if (mb_applies(m, B, batch, s, M) && price(m, hw, fb, B, batch, s, M, s == PP_INTERLEAVED ? v : 1, &alt) &&
             alt.memory <= hw->hbm_bytes) {
             snprintf(change, n, "--microbatches=%d%s fits (%.4g GiB, step %.4g us against %.4g us)", M,
                      fixed_s >= 0 ? "" : " with --schedule=1f1b", alt.memory / GIB, alt.step * 1e6,
@@ -174,22 +246,44 @@ static bool nearest_fit(ir_module *m, const cost_hw *hw, int B, int64_t batch, i
     return found;
 }
 
-/* The smallest change that would make room: nearest_fit's pair, else
- * change_advice's.  Shared by the choice's warning and the given pair's. */
-static void advice(ir_module *m, const cost_hw *hw, int B, int64_t batch, int fixed_s, int fixed_mb, int v,
-                   const cand *ref, char *change, size_t n)
+/* The smallest change that would make room: under --grad-sync=step the
+ * default's gradients per microbatch at the same pair (grad_sync_fit),
+ * else nearest_fit's pair, else change_advice's.  Shared by the choice's warning and the given pair's. */
+/* Under --grad-sync=step, whether ref's pair fits with FSDP gradients
+ * kept per microbatch (the default's fallback), priced, into change.  m
+ * is left as found. */
+static bool grad_sync_fit(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, const cand *ref,
+                          char *change, size_t n)
 {
-    if (!nearest_fit(m, hw, B, batch, fixed_s, fixed_mb, v, ref, change, n))
+    if (m->pipe.grad_sync != IR_GRAD_SYNC_STEP)
+        return false;
+    ir_pipeline saved = m->pipe;
+    m->pipe.grad_sync = IR_GRAD_SYNC_AUTO;
+    cand alt = {0};
+    bool fits = price(m, hw, fb, B, batch, ref->schedule, ref->mb, ref->v, &alt) && alt.memory <= hw->hbm_bytes;
+    if (fits)
+        snprintf(change, n, "without --grad-sync=step, %d FSDP gradient%s reduced per microbatch fit%s (%.4g GiB, "
+                 "step %.4g us against %.4g us)", alt.nmb, alt.nmb == 1 ? "" : "s", alt.nmb == 1 ? "s" : "",
+                 alt.memory / GIB, alt.step * 1e6, ref->step * 1e6);
+    restore(m, B, batch, &saved);
+    return fits;
+}
+
+static void advice(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, int fixed_s, int fixed_mb,
+                   int v, const cand *ref, char *change, size_t n)
+{
+    if (!grad_sync_fit(m, hw, fb, B, batch, ref, change, n) &&
+        !nearest_fit(m, hw, fb, B, batch, fixed_s, fixed_mb, v, ref, change, n))
         change_advice(m, hw, change, n);
 }
 
 /* The warning when no candidate fits: the one with the smallest peak
  * (`low`, chosen) and the smallest change that would make room. */
-static void warn_none_fits(pass_ctx *ctx, ir_module *m, const cost_hw *hw, const cand *low, int fixed_s,
-                           int fixed_mb, int B, int64_t batch)
+static void warn_none_fits(pass_ctx *ctx, ir_module *m, const cost_hw *hw, fallback *fb, const cand *low,
+                           int fixed_s, int fixed_mb, int B, int64_t batch)
 {
     char name[64], change[320];
-    advice(m, hw, B, batch, fixed_s, fixed_mb, low->v, low, change, sizeof change);
+    advice(m, hw, fb, B, batch, fixed_s, fixed_mb, low->v, low, change, sizeof change);
     diag_warning(ctx->diag, m->pipe.loc, "no pipeline schedule fits %s's %.4g GiB of HBM per device: the "
                  "smallest stage peak is %.4g GiB (%s), which is compiled; %s", hw->name, hw->hbm_bytes / GIB,
                  low->memory / GIB, cand_name(low, name, sizeof name), change);
@@ -203,21 +297,23 @@ void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batc
         return;
     ir_pipeline saved = m->pipe;
     cand c = {0};
-    bool ok = price(m, hw, B, batch, schedule, M, v, &c);
+    fallback fb = {0};
+    bool ok = price(m, hw, &fb, B, batch, schedule, M, v, &c);
     restore(m, B, batch, &saved);
     if (!ok)
         return;
-    char name[64], change[320], line[512];
+    char name[64], change[320], line[1024], kept[512];
     cand_name(&c, name, sizeof name);
     double hbm = hw->hbm_bytes;
     bool over = hbm > 0 && c.memory > hbm;
-    snprintf(line, sizeof line, "given: %s; its fullest stage needs %.4g GiB, %s %s's %.4g GiB of HBM per device%s",
+    keep_choice(m, &fb, &c, kept, sizeof kept);
+    snprintf(line, sizeof line, "given: %s; its fullest stage needs %.4g GiB, %s %s's %.4g GiB of HBM per device%s%s",
              name, c.memory / GIB, over ? "above" : "within", hw->name, hbm / GIB,
-             over ? " (compiled as asked)" : "");
+             over ? " (compiled as asked)" : "", kept);
     m->pipe.choice = ir_strdup(&m->arena, line);
     if (!over)
         return;
-    advice(m, hw, B, batch, schedule, M, v, &c, change, sizeof change);
+    advice(m, hw, &fb, B, batch, schedule, M, v, &c, change, sizeof change);
     diag_warning(ctx->diag, m->pipe.loc, "pipeline: the given %s needs %.4g GiB on its fullest stage, above %s's "
                  "%.4g GiB of HBM per device; compiled as asked; %s", name, c.memory / GIB, hw->name, hbm / GIB,
                  change);
@@ -236,6 +332,7 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
     int64_t k = m->dims[m->pipe.dim].size / Z, parts;
     double hbm = hw->hbm_bytes;
     cand best = {0}, fit = {0}, low = {0}, c;
+    fallback fb = {0};
     int priced = 0, over = 0;
     for (int i = 0; i < n; i++) {
         bool il = scheds[i] == PP_INTERLEAVED;
@@ -244,7 +341,7 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
                 continue;
             for (int M = fixed ? fixed : 1; M <= (fixed ? fixed : MAX_MICROBATCHES) && M <= batch; M++) {
                 if (batch % M != 0 || pass_pipeline_unsplit(m, B, batch, M, &parts) || (il && M % Z != 0) ||
-                    !price(m, hw, B, batch, scheds[i], M, v, &c))
+                    !price(m, hw, &fb, B, batch, scheds[i], M, v, &c))
                     continue;
                 priced++;
                 if (!best.mb || c.step < best.step)
@@ -262,9 +359,9 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
     if (!priced)
         return;
     const cand *pick = fit.mb ? &fit : &low;
-    char a[64], b[64], line[512];
+    char a[64], b[64], line[1024], kept[512];
     if (!fit.mb) {
-        warn_none_fits(ctx, m, hw, &low, n == 1 ? scheds[0] : -1, fixed, B, batch);
+        warn_none_fits(ctx, m, hw, &fb, &low, n == 1 ? scheds[0] : -1, fixed, B, batch);
         snprintf(line, sizeof line, "chosen: none of the %d (schedule, M) choices priced fits %s's %.4g GiB of HBM "
                  "per device; compiled: the smallest stage peak, %s", priced, hw->name, hbm / GIB,
                  cand_name(&low, a, sizeof a));
@@ -282,6 +379,8 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
         snprintf(line, sizeof line, "chosen: the fastest of the %d (schedule, M) choices priced; all fit %s's %.4g GiB of "
                  "HBM per device", priced, hw->name, hbm / GIB);
     }
+    size_t used = strlen(line);
+    snprintf(line + used, sizeof line - used, "%s", keep_choice(m, &fb, pick, kept, sizeof kept));
     m->pipe.choice = ir_strdup(&m->arena, line);
     *out = (pipe_choice){.schedule = pick->schedule, .microbatches = pick->mb, .chunks = pick->v};
 }

@@ -39,18 +39,24 @@ const ir_value *pass_pipeline_unsplit(const ir_module *m, int B, int64_t batch, 
  *  - each priced as the schedule runs it, by the cost pass's per-op times
  *    at that microbatch (cost_pipe_totals): the step, and the peak bytes
  *    of the fullest stage (pipe_price: params, gradients, optimizer state,
- *    the activations the schedule holds);
+ *    the activations the schedule holds), with every stacked gradient's
+ *    collective deferred to once per step, or under m->pipe.grad_sync
+ *    AUTO when that stage exceeds the HBM, with the fewest FSDP gradients
+ *    of pass_pipeline_grad_fallback's order kept per microbatch that
+ *    fit (all when none does);
  *  - the fastest that fits, the first priced on a tie (schedules in
  *    the order given, then fewer chunks, then fewer microbatches).  When the fastest does not fit, a note says which pairs were
  *    dropped; when none fits, the one with the smallest peak, and a
  *    warning naming the smallest change that would make room (the nearest
  *    pair that fits when `fixed` or a single schedule limited the choice,
  *    priced; else more stages or --remat=layer).  Either way
- *    m->pipe.choice records it for --dump-cost.
+ *    m->pipe.choice records it for --dump-cost, and m->pipe.grad_mb
+ *    (ngrad_mb) the gradients the pick keeps per microbatch (names,
+ *    arena-owned), which the pipeline pass leaves in the backward loop.
  *
  * Zero-bubble is priced on the backward before the split, with the
  * split's stacks added (pipe_work.h, cross_layer).  m's dims and
- * m->pipe are left as found (but for `choice`); out->microbatches is 0
+ * m->pipe are left as found (but for `choice`, `grad_mb` and `ngrad_mb`); out->microbatches is 0
  * when nothing could be priced (no profile, no M that splits). */
 void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, const int *scheds, int n, int fixed,
                           int fixed_v, pipe_choice *out);
@@ -63,9 +69,11 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
  * that would make room: --schedule=1f1b at the same M or more microbatches
  * of the same schedule when one of those fits (priced the same way), else
  * the choice's fallback advice (more stages, --remat=layer).  Either way m->pipe.choice
- * gets a "given: ..." line for --dump-cost.  Nothing when there is no
+ * gets a "given: ..." line for --dump-cost.  Priced and kept as a
+ * candidate of the choice is: FSDP gradients kept per microbatch when
+ * that alone makes the stage fit (m->pipe.grad_mb).  Nothing when there is no
  * profile or the pair does not price.  m's dims and m->pipe are left as
- * found (but for `choice`). */
+ * found (but for `choice`, `grad_mb` and `ngrad_mb`). */
 void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int M, int v);
 
 #endif

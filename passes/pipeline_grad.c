@@ -27,8 +27,17 @@
  * layers instead of its 1/X block, which the cost model counts in the
  * fullest stage's memory (pipe_price, acc_extra_stacked) and so in the
  * choice of the schedule and M that fit the HBM.
+ *
+ * That memory is what FSDP exists to save (seed 000, FSDP), so deferring
+ * is a choice per gradient (ir_pipeline.grad_sync, grad_mb): a gradient
+ * kept per microbatch keeps its collective in the backward loop, as
+ * before this pass, and the stack accumulates the reduced block.  The
+ * choice is pipeline_choose.c's (deferred unless the stage then does not
+ * fit the HBM; pass_pipeline_grad_fallback gives the order in which
+ * gradients fall back) or --grad-sync's.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipe_work.h"
 #include "pipeline_grad.h"
@@ -82,21 +91,75 @@ static void defer(ir_module *m, ir_op *c, ir_op *st, ir_op *at)
                      "the microbatches (the collective is linear; docs/pipeline.md)", old->tensor);
 }
 
+/* One deferrable collective: its gradient's name and the fallback's key. */
+typedef struct fallback {
+    const char *grad;
+    double ratio; /* bytes its deferral adds per second of collective per layer */
+} fallback;
+
+static int by_ratio(const void *a, const void *b)
+{
+    double x = ((const fallback *)a)->ratio, y = ((const fallback *)b)->ratio;
+    return x > y ? -1 : x < y;
+}
+
+int pass_pipeline_grad_fallback(const ir_module *m, const char **names, int max)
+{
+    fallback f[PIPE_GRAD_FALLBACK_MAX];
+    int n = 0;
+    for (const ir_op *op = m->first; op && n < max && n < PIPE_GRAD_FALLBACK_MAX; op = op->next) {
+        const ir_op *st = pipe_work_deferrable_stack(m, op, m->pipe.dim);
+        if (!st)
+            continue;
+        double extra = (double)ir_local_bytes(m, &op->operands[0]->type) - (double)ir_local_bytes(m, &op->result->type);
+        if (extra <= 0)
+            continue;
+        /* A collective priced at no time loses nothing per microbatch: first. */
+        double t = op->cost.valid ? op->cost.time : 0;
+        f[n++] = (fallback){.grad = st->result->tensor, .ratio = t > 0 ? extra / t : 1e300};
+    }
+    qsort(f, (size_t)n, sizeof *f, by_ratio);
+    for (int i = 0; i < n; i++)
+        names[i] = f[i].grad;
+    return n;
+}
+
+/* Marks collective `c`, kept in its backward loop, with why: --dump-ir
+ * then says where it runs. */
+static void keep(ir_module *m, ir_op *c, const char *grad)
+{
+    ir_op_set_reason(m, c, c->for_op, c->for_operand, "pipeline: the gradient of '%s' reduced per microbatch, "
+                     "inside the backward loop (%s; docs/pipeline.md)", grad,
+                     m->pipe.grad_sync == IR_GRAD_SYNC_MICROBATCH ? "--grad-sync=microbatch"
+                                                                   : "its unreduced sum would not fit the HBM");
+}
+
 int pass_pipeline_defer_grads(pass_ctx *ctx, ir_module *m)
 {
     (void)ctx;
     if (m->pipe.axis < 0)
         return 0;
     ir_op *at = update_start(m);
-    int moved = 0;
+    int moved = 0, nkept = 0;
+    const char *kept[PIPE_GRAD_FALLBACK_MAX];
     for (ir_op *op = m->first; op;) {
         ir_op *next = op->next;
-        const ir_op *st = pipe_work_deferred_stack(m, op, m->pipe.dim);
-        if (st) {
+        const ir_op *st = pipe_work_deferrable_stack(m, op, m->pipe.dim);
+        if (st && pipe_work_grad_per_microbatch(m, st->result->tensor)) {
+            keep(m, op, st->result->tensor);
+            if (nkept < PIPE_GRAD_FALLBACK_MAX)
+                kept[nkept++] = st->result->tensor;
+        } else if (st) {
             defer(m, op, (ir_op *)st, at);
             moved++;
         }
         op = next;
     }
+    /* The names kept, for --dump-cost and --dump-ir=json. */
+    const char **copy = nkept ? ir_alloc(&m->arena, (size_t)nkept * sizeof *copy) : NULL;
+    if (copy)
+        memcpy(copy, kept, (size_t)nkept * sizeof *copy);
+    m->pipe.grad_mb = copy;
+    m->pipe.ngrad_mb = copy ? nkept : 0;
     return moved;
 }

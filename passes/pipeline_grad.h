@@ -23,7 +23,27 @@
  * (codegen/pipeline_plan.c), which equals the sum of the per-microbatch
  * reductions since the collective is linear.  An FSDP gradient's sum is
  * then the stage's full gradient, X times its reduced block.  Shapes are
- * global.  Returns how many collectives moved; m is left verifiable. */
+ * global.  A gradient that pipe_work_grad_per_microbatch keeps per
+ * microbatch (--grad-sync=microbatch, or pipeline_choose.c's fallback)
+ * stays in its loop, its reason saying so, and m->pipe.grad_mb becomes
+ * the names of every one kept.  Returns how many collectives moved; m is
+ * left verifiable. */
 int pass_pipeline_defer_grads(pass_ctx *ctx, ir_module *m);
+
+/* At most this many stacked gradients take part in the fallback (and are
+ * named in m->pipe.grad_mb); beyond it the rest stay deferred. */
+#define PIPE_GRAD_FALLBACK_MAX 64
+
+/* The stacked gradients (their LayerStack's tensor names, the values'
+ * own strings) whose deferral (pipe_work_deferrable_stack) adds bytes to
+ * a stage, an FSDP ReduceScatter's (|X| - 1)/|X| of the stage's full
+ * gradient, into names (at most `max`), in the order a stage that does
+ * not fit keeps them per microbatch: the most bytes saved per second of
+ * collective lost first (greedy; the time lost is the per-layer
+ * collective, op->cost.time of m as last costed, run M - 1 more times
+ * per layer and step whatever the gradient, so the ratio ranks them at
+ * every M).  A DP AllReduce, whose deferral adds nothing, never falls
+ * back.  Returns the count. */
+int pass_pipeline_grad_fallback(const ir_module *m, const char **names, int max);
 
 #endif

@@ -17,7 +17,7 @@ static const pass_info builtin[] = {
     {"optimize", "lower the training step's optimize lines: a Grad op per optimized param and the optimizer's update of it and its state (SGD, AdamW; schedules, clipping); --zero=0|1|2", pass_optimize, pass_optimize_options, 1},
     {"autodiff", "derive the backward pass: replace every Grad op (grad statements, optimize lines) by its backward ops; --remat= says what it computes again", pass_autodiff, NULL, 0},
     {"select-gather", "rewrite a masked sum that selects rows at computed positions, sum(where(S == e, X[S, ...], 0), S), into a gather of those rows (zero outside the table, as the sum)", pass_select_gather, NULL, 0},
-    {"pipeline", "split a pipelined program's batch into microbatches and schedule each stage's forwards and backwards (seed 000); --microbatches=M --schedule=gpipe|1f1b|interleaved|zero-bubble|zb-h2 --chunks=v", pass_pipeline, pass_pipeline_options, 3},
+    {"pipeline", "split a pipelined program's batch into microbatches and schedule each stage's forwards and backwards (seed 000); --microbatches=M --schedule=gpipe|1f1b|interleaved|zero-bubble|zb-h2 --chunks=v --grad-sync=auto|step|microbatch", pass_pipeline, pass_pipeline_options, 4},
     {"propagate", "make every op locally computable: insert AllGather/ReduceScatter/AllReduce/AllToAll/Slice (seed 001); --ilp=on|off|SECONDS, --portfolio=on|off, --ilp-overlap=on|off", pass_propagate, pass_propagate_options, 3},
     {"regather", "keep a gathered weight for the backward pass, or gather it again when memory does not fit (seed 000)", pass_regather, NULL, 0},
     {"meshslice", "lower 2D GEMMs to MeshSlice loops of partial AllGather/ReduceScatter (seed 004); --meshslice=auto|off|K", pass_meshslice, pass_meshslice_options, 1},

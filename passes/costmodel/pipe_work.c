@@ -21,7 +21,8 @@
  * update reads: linear, they commute with the sum over the microbatches)
  * and the stacked params' per-layer gradient collectives that the
  * pipeline pass moves out of the backward loop (pipe_work_deferred_stack,
- * passes/pipeline_grad.c; priced so on a module not pipelined yet too)
+ * passes/pipeline_grad.c; priced so on a module not pipelined yet too;
+ * not those kept per microbatch, pipe_work_grad_per_microbatch)
  * run once per step; every other collective runs once per microbatch.
  * The sums themselves
  * are work per microbatch: a stacked
@@ -206,7 +207,7 @@ static double summed_bytes(const walk *k, const ir_op *op)
     return 0;
 }
 
-const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int ldim)
+const ir_op *pipe_work_deferrable_stack(const ir_module *m, const ir_op *op, int ldim)
 {
     const ir_op *lp = op->loop;
     if (!lp || lp->u.loop.dim != ldim || !lp->u.loop.reverse || lp->phase != IR_PHASE_BACKWARD ||
@@ -226,6 +227,24 @@ const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int l
         if (m->outputs[j].value == st->result)
             return NULL;
     return st;
+}
+
+bool pipe_work_grad_per_microbatch(const ir_module *m, const char *grad)
+{
+    if (m->pipe.grad_sync == IR_GRAD_SYNC_MICROBATCH)
+        return true;
+    if (m->pipe.grad_sync == IR_GRAD_SYNC_STEP)
+        return false;
+    for (int i = 0; i < m->pipe.ngrad_mb; i++)
+        if (strcmp(m->pipe.grad_mb[i], grad) == 0)
+            return true;
+    return false;
+}
+
+const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int ldim)
+{
+    const ir_op *st = pipe_work_deferrable_stack(m, op, ldim);
+    return st && !pipe_work_grad_per_microbatch(m, st->result->tensor) ? st : NULL;
 }
 
 /* Whether `op` is a deferred gradient collective (pipe_work_deferred_stack)

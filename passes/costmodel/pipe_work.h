@@ -111,7 +111,7 @@ typedef struct pipe_work {
  * collective of a backward loop over the layers (dim `ldim`: the
  * pipelined dim, m->pipe.dim, or the cost model's layer dim; one test
  * for the pass and the price, so they agree) that a pipelined step
- * runs once per step (after the schedule, on the stacked gradient summed
+ * may run once per step (after the schedule, on the stacked gradient summed
  * over the microbatches: Megatron-LM's and DeepSpeed's gradient
  * accumulation), else NULL.  That is legal when it is an AllReduce or a
  * ReduceScatter that sums (linear: it commutes with the sum over the
@@ -120,6 +120,17 @@ typedef struct pipe_work {
  * a narrower accumulator), inside a reverse loop of the backward phase,
  * its result read only by one LayerStack of that loop, whose result only
  * the update reads (no dL/dx of an earlier layer, no output). */
+const ir_op *pipe_work_deferrable_stack(const ir_module *m, const ir_op *op, int ldim);
+/* Whether the stacked gradient named `grad` (its LayerStack's tensor)
+ * keeps its collective per microbatch, inside the backward loop:
+ * m->pipe.grad_sync is IR_GRAD_SYNC_MICROBATCH, or AUTO with `grad`
+ * among m->pipe.grad_mb (passes/pipeline_choose.c's fallback when the
+ * deferred sums do not fit the HBM; docs/pipeline.md "Gradient
+ * collectives once per step"). */
+bool pipe_work_grad_per_microbatch(const ir_module *m, const char *grad);
+/* pipe_work_deferrable_stack's LayerStack when the collective is also
+ * chosen to run once per step (not pipe_work_grad_per_microbatch), else
+ * NULL: what the pipeline pass moves and the cost model prices so. */
 const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int ldim);
 
 /* Fills w from m, compiled with a loss and an optimizer and annotated by

@@ -56,8 +56,12 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    accumulator keeps the gradient's dtype, as the reduced gradients'
    did) and the run equals NumPy's f64 steps to 2e-2 relative (bf16's
    rounding; measured 6.4e-3, the same as with the collective per
-   microbatch).  With --mpi, DP and FSDP under 1f1b (M = 4) also on 4
-   MPI ranks.
+   microbatch).  FSDP with `--grad-sync=microbatch` (1f1b and
+   zero-bubble, M = 4) keeps one ReduceScatter of each stacked gradient
+   inside the backward loop, its reason saying so, none after, equals
+   NumPy to 1e-9, and `--profile` counts it as often as the layer's
+   einsum.  With --mpi, DP and FSDP under 1f1b (M = 4), FSDP per
+   microbatch too, also on 4 MPI ranks.
 7. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b; and zb-h2 holds up to 2Z - 1
@@ -468,7 +472,10 @@ GRAD_DIMS = ["-D", "B=512", "-D", "D=32", "-D", "E=32", "-D", "F=64"]
 # against NumPy's f64 steps: bf16's rounding of the params and gradients)
 GRAD_PARAMS = {"DP": ("Win[L_Z, D, F]", "Wout[L_Z, F, D]", "AllReduce", "f64", 1e-9),
                "FSDP": ("Win[L_Z, D_X, F]", "Wout[L_Z, F_X, D]", "ReduceScatter", "f64", 1e-9),
-               "DP bf16": ("Win[L_Z, D, F]", "Wout[L_Z, F, D]", "AllReduce", "bf16", 2e-2)}
+               "DP bf16": ("Win[L_Z, D, F]", "Wout[L_Z, F, D]", "AllReduce", "bf16", 2e-2),
+               "FSDP per microbatch": ("Win[L_Z, D_X, F]", "Wout[L_Z, F_X, D]", "ReduceScatter", "f64", 1e-9)}
+# kind: the flags beyond the schedule's (the collective kept in the backward loop)
+GRAD_FLAGS = {"FSDP per microbatch": ["--grad-sync=microbatch"]}
 
 
 def grad_source(kind):
@@ -477,11 +484,12 @@ def grad_source(kind):
     return text.replace("Win[L_Z, D, F]", win).replace("Wout[L_Z, F, D]", wout).replace(": f64", ": " + dtype)
 
 
-def deferred_problems(ir, coll):
+def deferred_problems(ir, coll, per_microbatch=False):
     """What is wrong in `ir` (--dump-ir text) with the gradient collectives:
-    one `coll` of each stacked gradient after the loops, none in them."""
+    one `coll` of each stacked gradient after the loops, none in them; or
+    `per_microbatch`, one inside the backward loop, none after."""
     problems, inside = [], False
-    after = {}
+    after, within = {}, {}
     for line in ir.splitlines():
         rhs = line.split("=", 1)[1].strip() if "=" in line else ""
         if rhs.startswith("LoopBegin("):
@@ -494,9 +502,17 @@ def deferred_problems(ir, coll):
         operand = rhs.split(" ", 1)[1] if " " in rhs else ""
         for g in ("dWin", "dWout"):
             if name.split(".")[0] == g and inside:
-                problems.append("%s's %s inside a loop: %s" % (g, rhs.split(" ")[0], line.strip()[:120]))
+                within.setdefault(g, []).append((rhs.split("_")[0], "reduced per microbatch, inside" in line))
             if name.split(".")[0] == g and not inside:
                 after.setdefault(g, []).append((rhs.split("_")[0], operand))
+    if per_microbatch:
+        for g in ("dWin", "dWout"):
+            if within.get(g) != [(coll, True)] or g in after:
+                problems.append("%s: inside the loop %r, after it %r; not one %s per microbatch, said so, inside" %
+                                (g, within.get(g), after.get(g), coll))
+        return problems
+    for g, got in within.items():
+        problems.append("%s's %r inside a loop" % (g, got))
     for g in ("dWin", "dWout"):
         got = after.get(g, [])
         if len(got) != 1 or got[0][0] != coll or "[L_Z," not in got[0][1] or "{U_X}" not in got[0][1]:
@@ -527,16 +543,19 @@ def run_grad_once(a, work, tally):
     if a.quick:
         threads = [c for c in threads if c[1] == "1f1b" and c[2] == 4]
     threads.append(("DP bf16", "1f1b", 8))
-    mpi = [("DP", "1f1b", 4), ("FSDP", "1f1b", 4)]
+    threads += [("FSDP per microbatch", s, 4) for s in (("1f1b",) if a.quick else ("1f1b", "zero-bubble"))]
+    mpi = [("DP", "1f1b", 4), ("FSDP", "1f1b", 4), ("FSDP per microbatch", "1f1b", 4)]
     for rt, (kind, sched, m) in selected(a, threads, mpi):
-        title = "gradients reduced once per step, %s, %s, M=%d (%s)" % (kind, sched, m, rt)
+        per_mb = kind in GRAD_FLAGS
+        title = "gradients reduced %s, %s, %s, M=%d (%s)" % (
+            "where " + " ".join(GRAD_FLAGS[kind]) + " says" if per_mb else "once per step", kind, sched, m, rt)
         coll, dtype, tol = GRAD_PARAMS[kind][2:]
         src = os.path.join(work, "grad_%s.ein" % kind.replace(" ", "_"))
         with open(src, "w") as fh:
             fh.write(grad_source(kind))
-        flags = GRAD_DIMS + ["--microbatches=%d" % m, "--schedule=" + sched]
+        flags = GRAD_DIMS + ["--microbatches=%d" % m, "--schedule=" + sched] + GRAD_FLAGS.get(kind, [])
         rc, ir = run_merged([a.einc, src, "--dump-ir"] + flags)
-        problems = deferred_problems(ir, coll) if rc == 0 else ["einc --dump-ir failed"]
+        problems = deferred_problems(ir, coll, per_mb) if rc == 0 else ["einc --dump-ir failed"]
         failed, out, got_losses, got_w = train(a, rt, src, flags, work, vals, "gb" if dtype == "bf16" else "g")
         if failed:
             tally.result(False, title + ": " + failed, out)
@@ -551,12 +570,16 @@ def run_grad_once(a, work, tally):
             once = profile_calls(out, r"dWin\.\d+ = %s" % coll)
             upd = profile_calls(out, r"Win\.\d+ = Elementwise Win,")
             ein = profile_calls(out, r"dWin = Einsum")
-            if rc != 0 or once != [4] or upd != [4] or ein != [L * m * 2]:
+            if per_mb and (rc != 0 or once != ein or upd != [4] or ein != [L * m * 2]):
+                problems.append("--profile calls: %s of dWin %r, its einsum %r (want both [%d]), Win's update %r "
+                                "(want [4])" % (coll, once, ein, L * m * 2, upd))
+            elif not per_mb and (rc != 0 or once != [4] or upd != [4] or ein != [L * m * 2]):
                 problems.append("--profile calls: %s of dWin %r, Win's update %r (want [4]), dWin's einsum %r "
                                 "(want [%d])" % (coll, once, upd, ein, L * m * 2))
-        tally.result(not problems, "%s: as NumPy (to %g), one %s per stacked gradient after the loops%s" %
-                     (title, tol, coll, ", once per step in --profile" if profiled else ""),
-                     "\n".join(problems))
+        where = "in the backward loop" if per_mb else "after the loops"
+        how = ", per microbatch in --profile" if per_mb else ", once per step in --profile"
+        tally.result(not problems, "%s: as NumPy (to %g), one %s per stacked gradient %s%s" %
+                     (title, tol, coll, where, how if profiled else ""), "\n".join(problems))
 
 
 def peak_bytes(out, dev):
