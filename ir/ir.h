@@ -556,69 +556,7 @@ typedef struct ir_output {
 } ir_output;
 
 
-/* Pipeline parallelism (docs/pipeline.md; seed 000, "流水线并行"): the
- * stacked params of the `repeat` over dim `dim` shard it over mesh axis
- * `axis` (`W[L_Z, D_X, F_Y]`), so device group z of the axis (a stage)
- * holds layers [z |L|/Z, (z+1) |L|/Z) and runs them, the activations going
- * from stage to stage one hop at a time.  The batch dim `batch_dim` is
- * split into `microbatches` M: after the pipeline pass dims[batch_dim].size
- * is one microbatch's, |B| / M, and `batch_size` the whole batch's, which
- * the program's inputs and the runtime still see.  `schedule` is the order
- * of each stage's forwards and backwards (a pp_schedule of
- * passes/costmodel/pipeline.h).  axis = -1: not pipelined. */
-/* One work item of a pipeline stage's schedule: the forward ('F') or the
- * backward ('B': dL/dx and dL/dW, or with zero-bubble dL/dx only) of one
- * microbatch on the stage's layers, or zero-bubble's 'W' (its dL/dW, the
- * second backward loop, passes/pipeline_split.c).  With the interleaved
- * schedule an item runs one of the stage's v chunks of layers. */
-typedef struct ir_pipe_item {
-    char kind;      /* 'F', 'B' or 'W' */
-    int microbatch; /* in [0, M) */
-    int chunk;      /* the stage's local chunk c in [0, v) (model chunk c Z + z); 0 unless interleaved */
-} ir_pipe_item;
-
-/* Where a pipelined training step reduces the stacked params' gradients
- * whose DP AllReduce or FSDP ReduceScatter may run once per step
- * (pipe_work_deferrable_stack; `--grad-sync`, docs/pipeline.md "Gradient
- * collectives once per step"). */
-typedef enum ir_grad_sync {
-    IR_GRAD_SYNC_AUTO,       /* once per step, but those ir_pipeline.grad_mb names (the
-                                choice, passes/pipeline_choose.c, when deferring does not fit) */
-    IR_GRAD_SYNC_STEP,       /* every one once per step, after the schedule */
-    IR_GRAD_SYNC_MICROBATCH, /* every one per microbatch, inside the backward loop */
-} ir_grad_sync;
-
-typedef struct ir_pipeline {
-    int axis;           /* mesh axis of the stages, -1 if none */
-    int dim;            /* the repeat's layer dim, sharded over `axis` */
-    uint32_t loc;       /* the first declaration that shards it so */
-    const char *stacked;/* that declaration's tensor (messages; arena-owned) */
-    int microbatches;   /* M >= 1; 0 until the pipeline pass sets it */
-    int batch_dim;      /* dim id split into microbatches, -1 until then */
-    int64_t batch_size; /* the whole batch: |batch_dim| * M */
-    int schedule;       /* a pp_schedule */
-    /* v, chunks (virtual stages) per stage: 1, or >= 2 for interleaved
-     * (Narayanan et al., SC'21): stage z holds chunks z, z + Z, ..., of |L| / (Z v)
-     * layers, stacked layer dims dealt block-cyclically (rt_tensor_desc.cyclic_blocks) */
-    int chunks;
-    int nitems;         /* work items per stage: 2 M v (3 M for zero-bubble, M v for a forward) */
-    ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
-                           them, from z * nitems (arena-owned) */
-    const char *schedule_name; /* "gpipe", "1f1b", "interleaved", "zero-bubble", "forward", "forward-interleaved" (static storage) */
-    /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0 ..."),
-     * an item per time slot (docs/pipeline.md); arena-owned, NULL before the pass. */
-    const char *table;
-    /* How schedule and M were chosen ("chosen: ...") or, both given, their memory ("given: ...")
-     * (passes/pipeline_choose.c): one --dump-cost line, arena-owned, NULL when not priced. */
-    const char *choice;
-    int grad_sync;      /* an ir_grad_sync: --grad-sync, AUTO when not given */
-    /* The stacked gradients (their tensor names, e.g. "dWin"; arena-owned or
-     * the values' own) whose collective stays per microbatch inside the
-     * backward loop: under AUTO the choice's, after the pipeline pass every
-     * one kept there (passes/pipeline_grad.c); ngrad_mb of them. */
-    const char *const *grad_mb;
-    int ngrad_mb;
-} ir_pipeline;
+#include "ir_pipeline.h"
 
 /* What the backward pass keeps from the forward pass and what it computes
  * again (`einc --remat=`; docs/language.md, "Rematerialisation"): memory
