@@ -5,7 +5,7 @@
  * cblas_sbgemm and cblas_sgemm and oneDNN's dnnl_gemm_bf16bf16f32, timed
  * alternately in the same run.
  *
- *   usage: bf16_gemm M N K [REPS [THREADS]]       (defaults 7 reps, nproc)
+ *   usage: bf16_gemm M N K [REPS [THREADS [SBGEMM_LIB]]]  (defaults 7 reps, nproc)
  *
  * The four timed calls, each producing the same product:
  *   einc     rt_einsum with dtype bf16: what a compiled program runs (today
@@ -26,11 +26,21 @@
  *
  * cblas.h declares cblas_sbgemm from OpenBLAS 0.3.10 on, but the library
  * defines it only when built with BUILD_BFLOAT16=1 (Debian's 0.3.21 is
- * not), so the program looks it up at run time (dlsym on the program's own
- * symbols, which include the linked OpenBLAS's).  Without it the sbgemm
- * figures are printed as 0 with sbgemm=0 and the reference for the errors
- * is einc's own result rounded from sgemm's (the product rt_einsum computes
- * today); LD_PRELOAD of an OpenBLAS built with BUILD_BFLOAT16=1 supplies it.
+ * not), so the program looks it up at run time.  With SBGEMM_LIB (a path,
+ * e.g. the build of bench/openblas_bf16.sh) it comes from that library,
+ * opened RTLD_LOCAL | RTLD_DEEPBIND beside the linked system OpenBLAS, which
+ * keeps serving rt_einsum and sgemm.  DEEPBIND because OpenBLAS exports its
+ * internals (gotoblas_init, blas_memory_alloc, exec_blas, ...): without it
+ * the second library's calls to them bind to the system copy's (LD_DEBUG=
+ * bindings showed its constructor calling the system's gotoblas_init).
+ * The two libraries then have separate thread pools; both read
+ * OPENBLAS_NUM_THREADS when loaded, and each gets openblas_set_num_threads
+ * (THREADS) here, so every side runs on THREADS threads (printed).
+ * Without SBGEMM_LIB, dlsym searches the program's own symbols (which
+ * include the linked OpenBLAS's, or an LD_PRELOADed one's).  Without
+ * cblas_sbgemm the sbgemm figures are printed as 0 with sbgemm=0 and the
+ * reference for the errors is einc's own result rounded from sgemm's (the
+ * product rt_einsum computes today).
  *
  * oneDNN is optional too: libdnnl.so.2 is opened with dlopen (Debian's
  * libdnnl2, oneDNN 2.6) and dnnl_gemm_bf16bf16f32 found with dlsym, so the
@@ -53,6 +63,7 @@
  * (rt_internal.h) on a one-device program, which for a single device leaves
  * OpenBLAS's thread count alone (as einsum_gemm.c does).
  */
+#define _GNU_SOURCE /* RTLD_DEEPBIND (glibc) */
 #include <cblas.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -192,7 +203,7 @@ static double rel_err(const void *x, int x_bf16, const uint16_t *ref, int64_t n)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bf16_gemm M N K [REPS [THREADS]]\n");
+        fprintf(stderr, "usage: bf16_gemm M N K [REPS [THREADS [SBGEMM_LIB]]]\n");
         return 2;
     }
     int64_t m = atoll(argv[1]), n = atoll(argv[2]), k = atoll(argv[3]);
@@ -210,10 +221,30 @@ int main(int argc, char **argv)
            coretype ? coretype : "(unset)", openblas_get_config());
 
     run_ctx r = {.m = m, .n = n, .k = k, .reps = reps, .threads = threads};
-    void *self = dlopen(NULL, RTLD_NOW);
+    const char *sb_path = argc > 6 ? argv[6] : NULL;
+    void *self = sb_path ? dlopen(sb_path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)
+                         : dlopen(NULL, RTLD_NOW);
+    if (sb_path && !self) {
+        fprintf(stderr, "bf16_gemm: cannot open %s: %s\n", sb_path, dlerror());
+        return 1;
+    }
     void *sym = sym_to(&r.sbgemm, sizeof r.sbgemm, self, "cblas_sbgemm");
-    printf("# cblas_sbgemm: %s\n",
-           sym ? "found" : "absent (the linked OpenBLAS was built without BUILD_BFLOAT16)");
+    if (sb_path && sym) {
+        void (*set)(int);       /* openblas_set_num_threads */
+        int (*get)(void);       /* openblas_get_num_threads */
+        char *(*config)(void);  /* openblas_get_config */
+        if (sym_to(&set, sizeof set, self, "openblas_set_num_threads"))
+            set(threads);
+        int sb_threads = sym_to(&get, sizeof get, self, "openblas_get_num_threads") ? get() : 0;
+        printf("# cblas_sbgemm: found in %s (%s), threads %d; the linked OpenBLAS's threads %d\n",
+               sb_path, sym_to(&config, sizeof config, self, "openblas_get_config") ? config()
+                                                                                 : "?",
+               sb_threads, openblas_get_num_threads());
+    } else
+        printf("# cblas_sbgemm: %s\n",
+               sym ? "found" : sb_path ? "absent from SBGEMM_LIB"
+                                       : "absent (the linked OpenBLAS was built without "
+                                         "BUILD_BFLOAT16)");
     setenv("OMP_WAIT_POLICY", "passive", 0);
     void *dnnl = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     sym_to(&r.dnnl, sizeof r.dnnl, dnnl, "dnnl_gemm_bf16bf16f32");

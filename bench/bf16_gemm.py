@@ -12,17 +12,26 @@ are rates, einc / baseline (= baseline time / einc time); target >= 0.9x
 sbgemm (einc issue 26).  Prints the CPU model, whether it has avx512_bf16
 (OpenBLAS's bf16 GEMM kernels need it; without it sbgemm is a generic C
 loop) and OPENBLAS_CORETYPE (which also picks the kernels).  cblas_sbgemm
-is looked up at run time: an OpenBLAS built without BUILD_BFLOAT16 (Debian's)
-lacks it, and the run then records einc against sgemm only, with the
-sbgemm target left unjudged ("-"); LD_PRELOAD an OpenBLAS built with it.
+is looked up at run time: Debian's OpenBLAS is built without BUILD_BFLOAT16
+and lacks it, so it comes from a second OpenBLAS, built by
+bench/openblas_bf16.sh (a minute; cached) and opened by the C bench beside
+the system one, which keeps serving einc and sgemm.  --sbgemm-lib picks it:
+`auto` (default) uses that build when it is cached, `build` runs the script
+first, a PATH names a libopenblas with cblas_sbgemm, `none` looks only in
+the linked (or LD_PRELOADed) OpenBLAS.  Without cblas_sbgemm the run
+records einc against sgemm and oneDNN, with the sbgemm target left
+unjudged ("-").  Both OpenBLAS copies and oneDNN run on --threads threads.
 oneDNN is opened at run time too (libdnnl.so.2, Debian's libdnnl2): without
 it, or where it refuses the call, its columns are "-".  It runs on OpenMP
 with --threads threads, as many as OpenBLAS gets for einc and sgemm.
 
     python3 bench/bf16_gemm.py --build BUILD [--sizes 512x512x512,8x2048x2048] [--reps 5]
-                               [--threads T] [--json FILE]
+                               [--threads T] [--sbgemm-lib auto|build|none|PATH]
+                               [--json FILE]
 """
 import os
+import subprocess
+from pathlib import Path
 
 import benchlib as bl
 
@@ -54,20 +63,59 @@ def parse_sizes(text):
     return out
 
 
+def sbgemm_lib(choice):
+    """(path, description, short label) of the libopenblas with cblas_sbgemm
+    that --sbgemm-lib `choice` names, or (None, why, "") for none; BenchError
+    when the build fails or PATH does not exist."""
+    if choice == "none":
+        return None, "--sbgemm-lib none: the linked OpenBLAS's, if any", ""
+    if choice in ("auto", "build"):
+        cmd = [str(bl.BENCH / "openblas_bf16.sh")] + (["--cached"] if choice == "auto" else [])
+        # The build's progress (stderr) goes to the terminal: it takes a minute.
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        if choice == "auto" and r.returncode == 3:
+            return None, "no cached build of bench/openblas_bf16.sh (--sbgemm-lib build)", ""
+        if r.returncode != 0 or not r.stdout.strip():
+            raise bl.BenchError(f"{' '.join(cmd)} failed (status {r.returncode})")
+        path = Path(r.stdout.strip().splitlines()[-1])
+    else:
+        path = Path(choice)
+    if not path.is_file():
+        raise bl.BenchError(f"--sbgemm-lib: {path} is not a file")
+    info = {}
+    try:  # bench/openblas_bf16.sh's notes beside lib/
+        for line in open(path.parent.parent / "build-info"):
+            key, _, value = line.rstrip("\n").partition("=")
+            info[key] = value
+    except OSError:
+        pass
+    if "target" not in info:
+        return path.resolve(), str(path), str(path)
+    short = "AVX512-BF16 kernels" if info["target"] == "COOPERLAKE" else "generic C kernel"
+    return (path.resolve(), f"OpenBLAS {info['version'].split()[0]} TARGET={info['target']} "
+            f"(bench/openblas_bf16.sh), sbgemm on its {info['sbgemm_kernels']}",
+            f"OpenBLAS {info['target']}, {short}")
+
+
 def main():
     p = bl.parser(__doc__)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="MxNxK,... (default %(default)s)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--sbgemm-lib", default="auto", metavar="auto|build|none|PATH",
+                   help="the OpenBLAS with cblas_sbgemm (default %(default)s: "
+                        "bench/openblas_bf16.sh's build when cached)")
     a = p.parse_args()
     sizes = parse_sizes(a.sizes)
     exe = bl.compile_c(a.build, "bf16_gemm", ["bf16_gemm.c"], runtime=True)
+    sb_path, sb_what, sb_label = sbgemm_lib(a.sbgemm_lib)
     print(bl.machine())
     print(f"# avx512_bf16: {cpu_flag('avx512_bf16')}")
-    res = bl.Results("bf16_gemm", "bf16 matmul: rt_einsum vs cblas_sbgemm and cblas_sgemm")
+    print(f"# sbgemm library: {sb_what}")
+    res = bl.Results("bf16_gemm", "bf16 matmul: rt_einsum vs cblas_sbgemm, oneDNN and cblas_sgemm")
     rows, missing = [], False
     for m, n, k in sizes:
-        out = bl.run([exe, m, n, k, a.reps, a.threads])
+        out = bl.run([exe, m, n, k, a.reps, a.threads] + ([sb_path] if sb_path else []))
         for line in out.splitlines():
             if line.startswith("#"):
                 print(line)
@@ -86,8 +134,9 @@ def main():
                 res.add(f"rt_einsum bf16 MxNxK={shape}", r["einc_gflops"], "GFLOP/s",
                         ">= 0.9x cblas_sbgemm", r["ratio_sbgemm"],
                         bl.verdict(r["ratio_sbgemm"], 0.9))
-                res.add(f"cblas_sbgemm (+ rounding to bf16) MxNxK={shape}", r["sbgemm_gflops"],
-                        "GFLOP/s")
+                lib = f"{sb_label}, " if sb_label else ""
+                res.add(f"cblas_sbgemm ({lib}+ rounding to bf16) MxNxK={shape}",
+                        r["sbgemm_gflops"], "GFLOP/s")
             else:  # no baseline: the target cannot be judged, the figure is still recorded
                 res.add(f"rt_einsum bf16 MxNxK={shape} (cblas_sbgemm absent from the linked "
                         f"OpenBLAS)", r["einc_gflops"], "GFLOP/s", ">= 0.9x cblas_sbgemm")
@@ -107,8 +156,11 @@ def main():
           "dnnl_gemm_bf16bf16f32, a second bf16 baseline; ratios are einc's rate / theirs")
     if missing:
         print("# cblas_sbgemm is absent: the linked OpenBLAS was built without BUILD_BFLOAT16 "
-              "(LD_PRELOAD one built with it); the errors (max rel err) are then against "
+              "(--sbgemm-lib build makes one); the errors (max rel err) are then against "
               "sgemm's product rounded to bf16")
+    else:
+        print(f"# sbgemm: {sb_what}; the errors (max rel err) are against its product "
+              "rounded to bf16")
     res.write(a.json)
 
 
