@@ -16,12 +16,14 @@
  *   B m:  the loss's backward on the last stage, or the gradient received
  *         from stage z+1; the backward loop over the stage's layers; the
  *         gradient sent to stage z-1, or on the first stage the ops after
- *         the loop (the embedding's gradient);
- *   W m:  zero-bubble only (the pipeline pass split the backward loop,
- *         passes/pipeline_split.c): the dL/dW loop over the stage's
+ *         the loop (the embedding's gradient) unless there is a W item;
+ *   W m:  zero-bubble and zb-h2 (the pipeline pass split the backward
+ *         loop, passes/pipeline_split.c): the dL/dW loop over the stage's
  *         layers, which reads the per-layer stacks B m left in the frame,
- *         and the ops after it that read its stacks (pipeline_plan.c); no
- *         transfers.
+ *         and the ops the pass put after it (pipeline_plan.c): what reads
+ *         its stacks and the weight gradients outside the block, the
+ *         embedding's on the first stage and the head's on the last, with
+ *         their adds into the step's sums; no transfers.
  *
  * Which stages run an op outside the loops follows from the data:
  * a value is available on every stage (inputs, params, loop values), on

@@ -22,8 +22,9 @@ typedef struct pp_ctx {
                             (one stage; bp also in a forward) */
     int wb, we;          /* zero-bubble's dL/dW loop (passes/pipeline_split.c): its LoopBegin,
                             LoopEnd; -1 if the backward is one loop */
-    char *item;          /* per op: 'F', 'B', 'W' (zero-bubble's dL/dW item: the dL/dW loop and
-                            what only it needs or what reads it) or 'E' (the update, once per step) */
+    char *item;          /* per op: 'F', 'B', 'W' (zero-bubble's dL/dW item: the dL/dW loop, what
+                            only it needs and the ops after it, the weight gradients outside the
+                            block among them) or 'E' (the update, once per step) */
     uint8_t *avail;      /* per value: the stages that can compute it */
     uint8_t *run;        /* per op: the stages that run it */
     int *at;             /* per op: the op whose emission runs it (fusion, row groups) */

@@ -106,7 +106,9 @@ typedef struct ir_pipe_totals {
                                        stage (embedding) and the last (head, loss) add */
     double first_extra_f, last_extra_f; /* of which in the F item */
     double first_extra_w, last_extra_w; /* of which in the W item (zero-bubble, zb-h2; else 0):
-                                           the ops after the dL/dW loop; the rest is in B */
+                                           the ops from the dL/dW loop on (the embedding's and
+                                           the head's weight gradients) and their sums' adds;
+                                           the rest is in B */
     double stage_sums;     /* once per step, in sync_update: the AllReduces over the stages of
                               the sums only the first or last stage computes (pipe_work.zsum) */
     /* core_bubble[c - 1]: the core-idle bubble of `pipeline` when the Z

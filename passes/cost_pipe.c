@@ -120,12 +120,14 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, bool with_core_bubbles, ch
         .hop = p.hop,
         .stage_f = kd * w.layer_f,
         .stage_b = kd * (w.layer_b + w.layer_w),
-        .first_extra = w.pre_f + w.pre_b + w.pre_w + pipe_work_sum_time(hw, w.sum_pre),
-        .last_extra = w.post_f + w.post_b + w.post_w + pipe_work_sum_time(hw, w.sum_post),
+        .first_extra = w.pre_f + w.pre_b + w.pre_w + pipe_work_sum_time(hw, w.sum_pre) +
+                       pipe_work_sum_time(hw, w.sum_pre_w),
+        .last_extra = w.post_f + w.post_b + w.post_w + pipe_work_sum_time(hw, w.sum_post) +
+                      pipe_work_sum_time(hw, w.sum_post_w),
         .first_extra_f = w.pre_f,
         .last_extra_f = w.post_f,
-        .first_extra_w = split ? w.pre_w : 0,
-        .last_extra_w = split ? w.post_w : 0,
+        .first_extra_w = split ? w.pre_w + pipe_work_sum_time(hw, w.sum_pre_w) : 0,
+        .last_extra_w = split ? w.post_w + pipe_work_sum_time(hw, w.sum_post_w) : 0,
         .stage_sums = backward ? pipe_work_zsums_time(&w, hw, z, dcn) : 0,
         .grad_once = w.sync_stacked / z,
         .grad_once_bytes = w.acc_extra_stacked / z,

@@ -11,6 +11,11 @@
  * body backwards from the LoopEnd's operand) stay in the loop, loop B; the
  * rest, the weight gradients and what only they read, move to a second
  * reverse loop over the same layers, loop W, after every other backward op.
+ * The weight gradients outside the block follow loop W (Qi et al.'s split:
+ * every weight gradient is W): the embedding's, after loop B on the first
+ * stage, and the head's and a final norm's, before it on the last stage,
+ * which the gradient entering loop B does not depend on
+ * (pipe_work_split_w, the cost model's rule too).
  * A value of loop B that loop W reads crosses by being stacked per layer
  * in B (LayerStack) and sliced back per layer in W (LayerSlice), as the
  * forward's activations reach the backward; a LayerSlice of a param or a
@@ -26,6 +31,7 @@
 #include <string.h>
 
 #include "ir_ewtree.h"
+#include "pipe_work.h"
 #include "pipeline_split.h"
 
 /* The first loop over the pipelined layer dim that runs in reverse (the
@@ -167,14 +173,14 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
     for (ir_op *op = bb->next; op != be; op = op->next)
         nbody++;
     bool *inb = calloc((size_t)nv + 1, sizeof *inb);
-    bool *wdep = calloc((size_t)nv + 1, sizeof *wdep);
+    bool *outw = calloc((size_t)nv + 1, sizeof *outw);
     ir_op **wops = calloc((size_t)nbody + 1, sizeof *wops);
     ir_op **tail = calloc((size_t)nv + 1, sizeof *tail);
     split s = {.m = m, .bb = bb, .be = be, .dim = bb->u.loop.dim};
     s.cross = calloc((size_t)nv + 1, sizeof *s.cross);
     s.slices = calloc((size_t)2 * (size_t)nbody + 1, sizeof *s.slices);
     int rc = 1;
-    if (!inb || !wdep || !wops || !tail || !s.cross || !s.slices) {
+    if (!inb || !outw || !wops || !tail || !s.cross || !s.slices) {
         diag_error(ctx->diag, DIAG_NOLOC, "out of memory in the pipeline pass");
         goto done;
     }
@@ -185,8 +191,6 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
         if (!inb[op->result->id]) {
             wops[nw++] = op;
             weights |= op->kind == IR_OP_LAYERSTACK;
-            if (op->kind == IR_OP_LAYERSTACK)
-                wdep[op->result->id] = true;
         }
     if (!weights) {
         const ir_op *fwd = layer_loop(m, false);
@@ -197,20 +201,18 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
         goto done;
     }
     /* Loop W goes after every other backward op, before the update; the
-     * backward ops that read its stacks go after it. */
+     * weight gradients outside the loops (the embedding's after loop B,
+     * the head's before it: pipe_work_split_w) and what only they read
+     * go after it, in their order, with the backward ops that read loop
+     * W's stacks (all of them come after loop B). */
     ir_op *at = be->next;
     while (at && at->phase == IR_PHASE_BACKWARD)
         at = at->next;
+    pipe_work_split_w(bb, outw);
     int ntail = 0;
-    for (ir_op *op = be->next; op != at; op = op->next) {
-        bool dep = false;
-        for (int k = 0; k < op->noperands; k++)
-            dep |= op->operands[k]->id < nv && wdep[op->operands[k]->id];
-        if (dep && op->result->id < nv) {
-            wdep[op->result->id] = true;
+    for (ir_op *op = m->first; op != at; op = op->next)
+        if (op->result && op->result->id < nv && outw[op->result->id])
             tail[ntail++] = op;
-        }
-    }
     /* The values of B that W reads. */
     for (int i = 0; i < nw; i++) {
         ir_op *op = wops[i];
@@ -273,7 +275,7 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
 done:
     free(tail);
     free(inb);
-    free(wdep);
+    free(outw);
     free(wops);
     free(s.cross);
     free(s.slices);

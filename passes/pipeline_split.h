@@ -19,8 +19,11 @@
  *  - loop W, placed after every other backward op and before the update,
  *    runs the rest (the weight gradients, stacked per layer), reading the
  *    stacked values back per layer (LayerSlice); it carries a scalar zero
- *    that nothing reads.  The backward ops after loop B that read loop W's
- *    stacks (a sum over the layers, a gradient's collective) move after it.
+ *    that nothing reads.  The backward ops outside the loops that
+ *    the gradient entering loop B does not depend on (the embedding's,
+ *    the head's and a final norm's weight gradients, a sum over loop W's
+ *    stacks, a gradient's collective; pipe_work_split_w) move after it,
+ *    in their order: the W item runs them.
  *
  * Each weight gradient is computed by the same ops from the same values as
  * before, so it is bit-identical to the unsplit loop's.  Shapes are global

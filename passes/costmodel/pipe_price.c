@@ -30,12 +30,12 @@ static double hop_of(const pipe_work *w, const cost_hw *hw, bool dcn)
 /* Per-stage times of w on Z stages of k layers each into p (arrays of Z
  * in `arr`: t_f, t_b, t_w).  Without a separate W pass (every schedule but
  * zero-bubble and zb-h2) the backward is B and W together.  The first and
- * last stage's B adds their gradients into the step's sums (sum_pre,
- * sum_post): the run function does it in B m even with a W item, right
- * after the op that computes each (codegen/pipeline.c).  Their W holds
- * only the ops outside the loops from the dL/dW loop on (pre_w, post_w):
- * the embedding's and the head's weight gradients run in B, as the run
- * function runs them.  Zero-bubble on a module
+ * last stage add their gradients into the step's sums right after the op
+ * that computes each (codegen/pipeline.c): in B (sum_pre, sum_post), or
+ * in W for the embedding's and the head's weight gradients, which a split
+ * backward runs in W m with the ops outside the loops from the dL/dW loop
+ * on (pre_w, post_w, sum_pre_w, sum_post_w; pipe_work_split_w, Qi et al.,
+ * ICLR'24, section 2).  Zero-bubble on a module
  * not split yet adds to W, per layer, the LayerStack copies the split
  * will add (w->cross_layer read and written once at W_hbm, as cost_op.c
  * prices a LayerStack), so that it is priced as it will run. */
@@ -49,7 +49,8 @@ static void stage_times(pp_params *p, double *arr, const pipe_work *w, const cos
         tf[s] = kd * w->layer_f + (s == 0 ? w->pre_f : 0) + (s == z - 1 ? w->post_f : 0);
         tb[s] = kd * w->layer_b + (s == 0 ? w->pre_b + pipe_work_sum_time(hw, w->sum_pre) : 0) +
                 (s == z - 1 ? w->post_b + pipe_work_sum_time(hw, w->sum_post) : 0);
-        tw[s] = kd * (w->layer_w + stack) + (s == 0 ? w->pre_w : 0) + (s == z - 1 ? w->post_w : 0);
+        tw[s] = kd * (w->layer_w + stack) + (s == 0 ? w->pre_w + pipe_work_sum_time(hw, w->sum_pre_w) : 0) +
+                (s == z - 1 ? w->post_w + pipe_work_sum_time(hw, w->sum_post_w) : 0);
         if (!split_w) {
             tb[s] += tw[s];
             tw[s] = 0;

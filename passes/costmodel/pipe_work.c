@@ -15,7 +15,8 @@
  * the price of each layer; outside them an op is priced in the item the
  * run function runs it in (codegen/pipeline_plan.c), so that the price
  * describes what runs: the embedding's and the head's weight gradients,
- * off the input gradient's path, still run in B m, and only the
+ * off the input gradient's path, run in W m when the backward is split
+ * (pipe_work_split_w), else in B m, and only the
  * collectives the run function moves to the update (a gradient's DP
  * AllReduce or FSDP ReduceScatter after the backward loop that only the
  * update reads: linear, they commute with the sum over the microbatches)
@@ -124,6 +125,36 @@ static bool has_dim(const ir_type *t, int dim)
     return false;
 }
 
+/* Whether `op` is an op of no loop and no loop's LoopBegin or LoopEnd. */
+static bool outside_loops(const ir_op *op)
+{
+    return !op->loop && op->kind != IR_OP_LOOPBEGIN && op->kind != IR_OP_LOOPEND;
+}
+
+void pipe_work_split_w(const ir_op *bwd, bool *w)
+{
+    for (const ir_op *op = bwd->u.loop.end->next; op && op->phase == IR_PHASE_BACKWARD; op = op->next)
+        if (outside_loops(op) && op->kind != IR_OP_PERMUTE && op->result)
+            w[op->result->id] = true;
+    /* Before the loop, in reverse: an op stays in B when a reader does
+     * (bwd's LoopBegin, an op of a loop, a forward op, a backward op that
+     * stays); the update and the ops after the loop, all in W or later,
+     * do not hold it.  Readers come after their operands' ops, so each
+     * op's readers are decided when it is reached. */
+    for (const ir_op *op = bwd->prev; op && op->phase == IR_PHASE_BACKWARD && outside_loops(op); op = op->prev) {
+        const ir_value *v = op->result;
+        if (!v)
+            continue;
+        bool stays = false;
+        for (int u = 0; u < v->nuses && !stays; u++) {
+            const ir_op *r = v->uses[u].op;
+            stays = r == bwd || r->loop || r->phase == IR_PHASE_FORWARD ||
+                    (r->phase == IR_PHASE_BACKWARD && outside_loops(r) && r->result && !w[r->result->id]);
+        }
+        w[v->id] = !stays;
+    }
+}
+
 /* What the walk over the ops knows (work_of). */
 typedef struct walk {
     const ir_module *m;
@@ -131,6 +162,7 @@ typedef struct walk {
     const ir_op *fwd, *bwd, *wloop;
     const bool *in_b;   /* by value id: on the input gradient's path */
     const bool *once;   /* by value id: its op runs once per step (mark_once) */
+    const bool *split_w; /* by value id: outside the loops, W with a split backward (pipe_work_split_w) */
     const uint8_t *avail; /* by value id: the stages that can compute it (AV_*) */
     int ldim;
     double zs;          /* stages the module's stacks are split over already (1: not pipelined) */
@@ -301,11 +333,17 @@ static void add_op(const walk *k, const ir_op *op, bool after_fwd, bool after_bw
     double t = run_time(k, op);
     if (add_deferred(k, op))
         return;
+    /* Zero-bubble's W item: the ops from its dL/dW loop on, which are
+     * those pipe_work_split_w marks once the backward is split. */
+    bool in_w = after_w || (op->result && k->split_w[op->result->id]);
     double summed = summed_bytes(k, op);
     if (summed > 0) {
         uint8_t a = k->avail[op->result->id];
         bool last = a == AV_LAST || (a == AV_ALL && (op->phase == IR_PHASE_FORWARD ? after_fwd : !after_bwd));
-        *(last ? &w->sum_post : &w->sum_pre) += summed;
+        if (in_w)
+            *(last ? &w->sum_post_w : &w->sum_pre_w) += summed;
+        else
+            *(last ? &w->sum_post : &w->sum_pre) += summed;
         if (a != AV_ALL)
             add_zsum(w, summed);
     }
@@ -346,9 +384,9 @@ static void add_op(const walk *k, const ir_op *op, bool after_fwd, bool after_bw
         return;
     }
     /* The backward's ops (and a forward op after the backward loop, the
-     * loss's reduction) run in B m, but for the ops after zero-bubble's
-     * dL/dW loop, which run in W m. */
-    if (after_w)
+     * loss's reduction) run in B m, but for the weight gradients and what
+     * only they read, which a split backward runs in W m (in_w). */
+    if (in_w)
         *(last ? &w->post_w : &w->pre_w) += t;
     else
         *(last ? &w->post_b : &w->pre_b) += t;
@@ -401,16 +439,20 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
     w->layers = m->dims[ldim].size;
     size_t nv = (size_t)m->nvalues + 1;
     bool *in_b = calloc(nv, sizeof *in_b), *once = calloc(nv, sizeof *once);
+    bool *split_w = calloc(nv, sizeof *split_w);
     uint8_t *avail = calloc(nv, sizeof *avail);
-    if (!in_b || !once || !avail ||
+    if (!in_b || !once || !split_w || !avail ||
         (bwd && (mark_deps(m, bwd->u.loop.end->operands[0], bwd, in_b) != 0 ||
                  mark_deps(m, bwd->operands[0], NULL, in_b) != 0))) {
         free(in_b);
         free(once);
+        free(split_w);
         free(avail);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (bwd)
+        pipe_work_split_w(bwd, split_w);
     /* The blocks' LoopBegin and LoopEnd copy the carried value in and out:
      * the forward block's on the first and last stage, the backward's on
      * the last and first, on the input gradient's path. */
@@ -423,7 +465,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
      * as pipe_work holds them (pipe_work.h). */
     double zs = m->pipe.axis >= 0 && m->pipe.dim == ldim ? (double)m->mesh.axes[m->pipe.axis].size : 1;
     walk k = {.m = m, .w = w, .fwd = fwd, .bwd = bwd, .wloop = wloop, .in_b = in_b, .once = once,
-              .avail = avail, .ldim = ldim, .zs = zs};
+              .split_w = split_w, .avail = avail, .ldim = ldim, .zs = zs};
     bool after_fwd = false, after_bwd = false, after_w = false;
     for (const ir_op *op = m->first; op; op = op->next) {
         if (op == fwd->u.loop.end)
@@ -448,6 +490,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
             add_zsum(w, (double)ir_local_bytes(m, &v->type));
     }
     free(once);
+    free(split_w);
     free(avail);
     int rc = bwd ? cross_of(m, bwd, wloop, in_b, w) : 0;
     free(in_b);

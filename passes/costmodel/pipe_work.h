@@ -26,10 +26,11 @@ typedef struct pipe_work {
     int64_t layers;                  /* |L|, the repeat block's trip count */
     double layer_f, layer_b, layer_w; /* forward; input gradient dL/dx; weight gradient dL/dW */
     /* The ops outside the loops, by the item the run function runs them
-     * in (codegen/pipeline_plan.c): F; B (every backward op but what
-     * follows), W (zero-bubble's ops after its dL/dW loop, which read its
-     * stacks; in no other schedule's module).  The embedding's and the
-     * head's weight gradients run in B, as the executor runs them. */
+     * in (codegen/pipeline_plan.c): F; B (the backward ops the gradient
+     * carried to the previous stage depends on); W (zero-bubble's and
+     * zb-h2's ops from its dL/dW loop on).  The embedding's and the head's weight gradients are W
+     * (pipe_work_split_w), as a split backward runs them, on a module not
+     * split yet too; with every other schedule pipe_price adds W to B. */
     double pre_f, pre_b, pre_w;      /* first stage only */
     double post_f, post_b, post_w;   /* last stage only */
     /* Collectives that run once per step, on the sums over the
@@ -76,6 +77,10 @@ typedef struct pipe_work {
      * pipe_work_sum_time.  The stacked gradients' sums are their
      * LayerStack ops, priced with the layer. */
     double sum_pre, sum_post;
+    /* The same for the sums of the gradients the split backward computes
+     * in W (pipe_work_split_w: the embedding's, the head's), which the run
+     * function adds in W m; in B with every other schedule. */
+    double sum_pre_w, sum_post_w;
     /* The optimizer's update, once per step: of the stacked params (a
      * stage updates its share) and of the others. */
     double update_stacked, update_other;
@@ -132,6 +137,26 @@ bool pipe_work_grad_per_microbatch(const ir_module *m, const char *grad);
  * chosen to run once per step (not pipe_work_grad_per_microbatch), else
  * NULL: what the pipeline pass moves and the cost model prices so. */
 const ir_op *pipe_work_deferred_stack(const ir_module *m, const ir_op *op, int ldim);
+
+/* Marks in `w` (the module's nvalues entries, by value id, false on entry)
+ * the results of the backward ops outside the loops that a split backward
+ * (zero-bubble, zb-h2: passes/pipeline_split.c) runs in the W item, as Qi
+ * et al. split it (ICLR'24, section 2: B is only what the gradient sent
+ * to the previous stage depends on, every weight gradient is W):
+ *
+ *  - after the dL/dx loop `bwd` (a reverse LoopBegin over the layers) up
+ *    to the first op of another phase, every op but a CollectivePermute
+ *    and the ops of loops: on the first stage the embedding's gradient
+ *    (dWf, dEmb) and what it reads, which nothing on another stage waits
+ *    for;
+ *  - before `bwd`, the backward ops that bwd's carried input (the
+ *    gradient the last stage's layers start from) does not depend on and
+ *    that no loop reads, directly or through an op that stays: on the last
+ *    stage the head's and a final norm's weight gradients.
+ *
+ * One rule for the pass that moves these ops and the price of a module
+ * not split yet (pipe_work_of), so that they agree. */
+void pipe_work_split_w(const ir_op *bwd, bool *w);
 
 /* Fills w from m, compiled with a loss and an optimizer and annotated by
  * the cost pass: one forward repeat block and its reverse backward block.

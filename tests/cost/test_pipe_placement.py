@@ -25,17 +25,21 @@ totals.pipeline, to 1e-9 relative:
      layer: its deferred AllReduce of dWin is 1 MiB), and the sync is that
      plus every update op (each stage runs them) and the deferred
      AllReduces of the stacked gradients.  The price once left them out.
-  c. pp_embed_mlp.ein with zero-bubble and zb-h2: the embedding's and the
-     head's weight gradients run in B m (the dL/dW loop item runs only
-     the loop and what follows it), so the extras' W part is exactly the
-     ops outside the loops from the dL/dW loop on (its LoopBegin and
-     LoopEnd and the loss's reduction; not the deferred gradient
-     collectives, once per step in the sync), and their B part holds dEmb and
-     dWh; the price once put those in W m.
+  c. pp_embed_mlp.ein with zero-bubble and zb-h2: the split backward
+     runs every weight gradient in W m (Qi et al.'s split;
+     passes/pipeline_split.c moves the embedding's and the head's after
+     the dL/dW loop, pipe_work_split_w), so the extras' W part is exactly
+     the ops outside the loops from the dL/dW loop on (its LoopBegin and
+     LoopEnd, dWh, the AllGather of dH and dEmb; not the deferred gradient
+     collectives nor dWh's AllReduce, once per step in the sync) plus the
+     adds of dEmb and dWh into their sums (3 x bytes / hbm_bw), and their B
+     part holds neither dEmb nor dWh.  1f1b runs them in B m.
   d. pp_embed_mlp.ein: the AllGather over X of the input gradient that
-     dEmb reads, and the head's AllReduce over X before the backward loop,
-     run per microbatch in B m, in the extras; no collective but the
-     deferred ones runs once per step.  With Emb sharded over X (FSDP,
+     dEmb reads runs per microbatch, in the extras; so does the head's
+     AllReduce over X with 1f1b, before the backward loop; with the split
+     schedules it follows dWh after the backward loop and, linear and
+     read by the update only, runs once per step in the sync.  No other
+     collective but the deferred ones runs once per step.  With Emb sharded over X (FSDP,
      written here), the AllToAll that brings dEmb to Emb's layout is the
      update's, once per step in the sync, and the AllToAll of dH that
      dEmb reads is in B m.
@@ -48,6 +52,11 @@ totals.pipeline, to 1e-9 relative:
      fullest stage's memory, which is 4 MiB below the DP program's at the
      same B (8 MiB of params and reduced gradients fewer, 4 MiB of
      unreduced sums more; without them it would be 8 MiB below).
+  f. pp_embed_mlp.ein with zero-bubble on Z = 2 and 4 stages, M = 2Z: the
+     predicted bubble is its own table replayed with the costed items
+     (check_f), and with dEmb and dWh back in B the same table replays to
+     a bubble no smaller (8.41% against 8.29% at Z = 2, 14.64% against
+     14.14% at Z = 4, the price before the split moved them).
 """
 import json
 import os
@@ -121,7 +130,11 @@ def check_a(einc, src, hw):
 
 def check_bcd(einc, src, hw):
     prog = os.path.join(src, "tests", "cost", "pipeline", "pp_embed_mlp.ein")
+    bw = json.load(open(hw))["hbm_bandwidth"]
+    sum_emb, sum_wh = 3 * (1 << 20) / bw, 3 * (1 << 18) / bw  # dEmb's and dWh's adds into their sums
+    b_1f1b = None
     for sched in ("1f1b", "zero-bubble", "zb-h2"):
+        split = sched != "1f1b"
         ir = compile_json(einc, prog, hw, f"--schedule={sched}", "--microbatches=4")
         if not ir:
             continue
@@ -141,34 +154,53 @@ def check_bcd(einc, src, hw):
               f"b {sched}: the sums AllReduced over Z (dEmb 1 MiB, dWh 256 KiB, the loss) "
               f"{p.get('stage_sum_time', 0.0) * 1e6:.3f} us = three AllReduces of those bytes {want * 1e6:.3f} us")
         upd = sum(t(o) for o in ops if o["phase"] == "update")
-        check(once > 0 and close(p["sync_time"], want + upd + once),
-              f"b, d {sched}: sync {p['sync_time'] * 1e6:.3f} us = the AllReduces over Z + the update + the "
-              f"deferred gradient AllReduces {(want + upd + once) * 1e6:.3f} us: no other collective runs once per step")
         # d: the per-microbatch collectives outside the loops are in the extras.
         gather, head = find("AllGather", "dH"), find("AllReduce", "dWh")
         check(gather["op"] == "AllGather" and head["op"] == "AllReduce",
               f"d {sched}: dH's AllGather and dWh's AllReduce found")
+        head_once = t(head) if split else 0.0
+        check(once > 0 and close(p["sync_time"], want + upd + once + head_once),
+              f"b, d {sched}: sync {p['sync_time'] * 1e6:.3f} us = the AllReduces over Z + the update + the "
+              f"deferred gradient AllReduces{' + dWh' + chr(39) + 's AllReduce' if split else ''} "
+              f"{(want + upd + once + head_once) * 1e6:.3f} us: no other collective runs once per step")
         b_first = p["first_stage_extra"] - p.get("first_stage_extra_forward", 0) - p.get("first_stage_extra_w", 0)
         b_last = p["last_stage_extra"] - p.get("last_stage_extra_forward", 0) - p.get("last_stage_extra_w", 0)
-        demb, dwh = find("Einsum", "dEmb"), find("Einsum", "dWh")
-        check(b_first >= t(gather) + t(demb),
-              f"c, d {sched}: the first stage's B extra {b_first * 1e6:.3f} us holds dH's AllGather "
-              f"{t(gather) * 1e6:.3f} us and dEmb {t(demb) * 1e6:.3f} us")
-        check(b_last >= t(head) + t(dwh),
-              f"c, d {sched}: the last stage's B extra {b_last * 1e6:.3f} us holds dWh {t(dwh) * 1e6:.3f} us "
-              f"and its AllReduce {t(head) * 1e6:.3f} us")
-        if sched == "1f1b":
+        demb = next((o for o in ops if o["result"]["tensor"] == "dEmb" and o["phase"] == "backward"), {"op": "?"})
+        dwh = find("Einsum", "dWh")
+        check(demb["op"] != "?" and dwh["op"] == "Einsum", f"c {sched}: dEmb and dWh found")
+        if not split:
+            b_1f1b = (b_first, b_last)
+            check(b_first >= t(gather) + t(demb),
+                  f"c, d {sched}: the first stage's B extra {b_first * 1e6:.3f} us holds dH's AllGather "
+                  f"{t(gather) * 1e6:.3f} us and dEmb {t(demb) * 1e6:.3f} us")
+            check(b_last >= t(head) + t(dwh),
+                  f"c, d {sched}: the last stage's B extra {b_last * 1e6:.3f} us holds dWh {t(dwh) * 1e6:.3f} us "
+                  f"and its AllReduce {t(head) * 1e6:.3f} us")
             continue
-        # c: the W part is the ops outside the loops from the dL/dW loop's LoopBegin on.
-        wb = loops(ops)[2][0]
+        # c: the W part is the ops outside the loops from the scalar the
+        # dL/dW loop carries on (but the collectives once per step) and the
+        # sums' adds.
+        wb = next((o["index"] for o in ops if o["result"]["tensor"] == "dW_loop"), loops(ops)[2][0])
+        check(min(demb.get("index", -1), dwh.get("index", -1), gather.get("index", -1)) > loops(ops)[2][1],
+              f"c {sched}: dWh, dH's AllGather and dEmb follow the dL/dW loop (the W item)")
         in_loop = {o["index"] for lp in loops(ops) for o in inside(ops, lp)}
-        moved = {o["index"] for o in deferred(ops)}
+        moved = {o["index"] for o in deferred(ops)} | {head.get("index")}
         want_w = sum(t(o) for o in ops if o["index"] >= wb and o["index"] not in in_loop and o["phase"] != "update"
-                     and o["index"] not in moved)
+                     and o["index"] not in moved) + sum_emb + sum_wh
         got_w = p.get("first_stage_extra_w", -1) + p.get("last_stage_extra_w", -1)
         check(close(got_w, want_w),
-              f"c {sched}: the extras' W part {got_w * 1e6:.6f} us = the ops after the dL/dW loop begins "
-              f"{want_w * 1e6:.6f} us (dEmb {t(demb) * 1e6:.1f} us and dWh {t(dwh) * 1e6:.1f} us run in B)")
+              f"c {sched}: the extras' W part {got_w * 1e6:.6f} us = the ops after the dL/dW loop begins and "
+              f"the sums' adds {want_w * 1e6:.6f} us (dEmb {t(demb) * 1e6:.1f} us and dWh {t(dwh) * 1e6:.1f} us "
+              f"among them)")
+        if b_1f1b:
+            # the loss's reduction after the backward loop runs in B m with 1f1b and
+            # after the dL/dW loop, in W m, with a split backward
+            red = sum(t(o) for o in ops if o["op"] == "AllReduce" and o["phase"] == "forward")
+            want_b = (b_1f1b[0] - t(gather) - t(demb) - sum_emb, b_1f1b[1] - t(dwh) - t(head) - sum_wh - red)
+            check(abs(b_first - want_b[0]) < 1e-12 and abs(b_last - want_b[1]) < 1e-12,
+                  f"c {sched}: the B extras, first {b_first * 1e6:.3f} us and last {b_last * 1e6:.3f} us, are "
+                  f"1f1b's less dH's AllGather, dEmb and its sum ({want_b[0] * 1e6:.3f} us) and less dWh, its "
+                  f"AllReduce and its sum and the loss's reduction ({want_b[1] * 1e6:.3f} us)")
 
     # d, FSDP: the AllToAll that lays dEmb out as Emb only the update
     # reads (the update's op, once per step, on the sum); the AllToAll of
@@ -234,6 +266,98 @@ def check_e(einc, src, hw):
               f"{(mem['DP'] - mem['FSDP']) / 2**20:.3f} MiB = 4 MiB (8 MiB without them)")
 
 
+def replay(rows, times, hop):
+    """The bubble of the schedule table `rows` (--dump-ir=json's
+    pipeline.table) with per-stage item times {(stage, "F"|"B"|"W"): s}:
+    each stage runs its row in order, an item starting when its stage is
+    free and its input is ready (F m after F m on the stage before plus a
+    hop, B m after F m and B m on the stage after plus a hop, W m after
+    B m), as pp_build simulates a table (passes/costmodel/pipeline_sim.c)."""
+    order = {int(r.split("|")[0].split()[1]): [x for x in r.split("|")[1].split() if x != "."] for r in rows}
+    Z, done, free, pos = len(order), {}, [0.0] * len(order), [0] * len(order)
+    total = sum(len(v) for v in order.values())
+    while len(done) < total:
+        moved = False
+        for s in range(Z):
+            if pos[s] == len(order[s]):
+                continue
+            item = order[s][pos[s]]
+            kind, mb = item[0], int(item[1:])
+            deps = {"F": [((s - 1, "F", mb), hop)] if s > 0 else [],
+                    "B": [((s, "F", mb), 0.0)] + ([((s + 1, "B", mb), hop)] if s < Z - 1 else []),
+                    "W": [((s, "B", mb), 0.0)]}[kind]
+            if any(d not in done for d, _ in deps):
+                continue
+            start = max([free[s]] + [done[d] + h for d, h in deps])
+            free[s] = done[(s, kind, mb)] = start + times[(s, kind)]
+            pos[s] += 1
+            moved = True
+        if not moved:
+            raise RuntimeError("the table deadlocks")
+    span = max(free)
+    work = sum(times[(s, x[0])] for s in range(Z) for x in order[s])
+    return 1 - work / (Z * span)
+
+
+def check_f(einc, src, hw):
+    """f. The price of zero-bubble's weight gradients outside the block in
+    W: pp_embed_mlp.ein on Z = 2 and 4 stages (M = 2Z), its predicted
+    bubble is the replay of its own table with each stage's F, B and W
+    from its costed ops (the dL/dW loop and the dL/dx loop's LayerStacks k
+    times, and first_stage_extra_w / last_stage_extra_w, W; the rest of
+    the backward, B), and with the head's weight gradient dWh, its
+    AllReduce over X (per microbatch there) and the adds of dEmb and dWh
+    into their sums back in B (their place before the split moved them,
+    the loss's reduction staying in W) the same order replays to a bubble
+    no smaller, and larger at Z = 4, where the stages between wait for the
+    last stage's B."""
+    prog = os.path.join(src, "tests", "cost", "pipeline", "pp_embed_mlp.ein")
+    with open(prog) as f:
+        text = f.read()
+    for Z in (2, 4):
+        path = os.path.join(tempfile.mkdtemp(), f"pp_embed_z{Z}.ein")
+        with open(path, "w") as g:
+            g.write(text.replace("mesh Z = 2, X = 2", f"mesh Z = {Z}, X = 2"))
+        ir = compile_json(einc, path, hw, "--schedule=zero-bubble", f"--microbatches={2 * Z}")
+        if not ir:
+            continue
+        ops, p = ir["ops"], ir["totals"]["pipeline"]
+        k = 8 // Z
+        lps = loops(ops)
+        w_layer = sum(t(o) for o in inside(ops, lps[2])) + \
+            sum(t(o) for o in inside(ops, lps[1]) if o["op"] == "LayerStack")
+        new = {}
+        for s in range(Z):
+            f = p["stage_forward_time"] + (p["first_stage_extra_forward"] if s == 0 else 0) + \
+                (p["last_stage_extra_forward"] if s == Z - 1 else 0)
+            bw = p["stage_backward_time"] + \
+                (p["first_stage_extra"] - p["first_stage_extra_forward"] if s == 0 else 0) + \
+                (p["last_stage_extra"] - p["last_stage_extra_forward"] if s == Z - 1 else 0)
+            w = k * w_layer + (p["first_stage_extra_w"] if s == 0 else 0) + \
+                (p["last_stage_extra_w"] if s == Z - 1 else 0)
+            new.update({(s, "F"): f, (s, "B"): bw - w, (s, "W"): w})
+        got = replay(ir["pipeline"]["table"], new, p["hop_time"])
+        check(close(got, p["bubble"], 1e-6),
+              f"f Z = {Z}: zero-bubble's predicted bubble {100 * p['bubble']:.3f}% = its table replayed with the "
+              f"costed items, the weight gradients outside the block in W, {100 * got:.3f}%")
+        bw_ = json.load(open(hw))["hbm_bandwidth"]
+        head = next(o for o in ops if o["op"] == "AllReduce" and o["result"]["tensor"] == "dWh")
+        dwh = next(o for o in ops if o["op"] == "Einsum" and o["result"]["tensor"] == "dWh")
+        demb = next(o for o in ops if o["result"]["tensor"] == "dEmb" and o["phase"] == "backward")
+        gather = next(o for o in ops if o["op"] == "AllGather" and o["result"]["tensor"] == "dH")
+        first_w = t(gather) + t(demb) + 3 * (1 << 20) / bw_
+        last_w = t(dwh) + 3 * (1 << 18) / bw_
+        old = dict(new)
+        old[(0, "B")] += first_w
+        old[(0, "W")] -= first_w
+        old[(Z - 1, "B")] += last_w + t(head)
+        old[(Z - 1, "W")] -= last_w
+        before = replay(ir["pipeline"]["table"], old, p["hop_time"])
+        check(before >= got - 1e-12 and (Z == 2 or before > got + 1e-3),
+              f"f Z = {Z}: with dEmb and dWh in B, as before the split moved them, the same table replays to "
+              f"{100 * before:.3f}% (>= {100 * got:.3f}%{', by over 0.1 points' if Z > 2 else ''})")
+
+
 def main():
     einc, src = sys.argv[1], sys.argv[2]
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()
@@ -241,6 +365,7 @@ def main():
     check_a(einc, src, hw)
     check_bcd(einc, src, hw)
     check_e(einc, src, hw)
+    check_f(einc, src, hw)
     return check.exit_status()
 
 

@@ -35,7 +35,8 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
 5. The split backward in `--print-after=pipeline` for zero-bubble and
    zb-h2: two reverse loops over L, the first computing no weight gradient
    and the second every one (dWin, dWout stacked per layer), the values
-   crossing from the first to the second stacked per layer, and W items
+   crossing from the first to the second stacked per layer, the
+   embedding's weight gradient dWf after the second (in the W item), and W items
    in the schedule table, whose first stage runs Z = 2 forwards and waits
    a slot for B0 (zb-h2: 2Z - 1 = 3 forwards, no wait); gpipe keeps one
    backward loop.
@@ -452,6 +453,14 @@ def run_split_ir(a, work, tally):
                                                 for _, rhs in w)]
             if not sliced:
                 problems.append("no value of the dL/dx loop reaches the dL/dW loop per layer")
+        # Every weight gradient is W work (Qi et al.): the embedding's dWf,
+        # outside the block, follows the dL/dW loop (the W item) rather than
+        # the dL/dx loop (B, what stage 0's gradient path ends with).
+        lines = out.splitlines()
+        ends = [i for i, ln in enumerate(lines) if "= LoopEnd(L)" in ln and not ln.startswith("  ")]
+        dwf = [i for i, ln in enumerate(lines) if ln.startswith("dWf[") or ln.startswith("dWf.")]
+        if len(ends) != 3 or not dwf or min(dwf) < ends[2]:
+            problems.append("dWf is not after the dL/dW loop (LoopEnds at lines %s, dWf at %s)" % (ends, dwf))
         rows = [r for r in out.splitlines() if re.match(r"#\s+stage \d \|", r)]
         if len(rows) != 2 or any(" W%d" % k not in r for r in rows for k in range(4)):
             problems.append("the table has not W0 .. W3 on each stage: %r" % rows)
@@ -461,7 +470,7 @@ def run_split_ir(a, work, tally):
         if len(rows) == 2 and warm not in rows[0]:
             problems.append("stage 0's row does not start %r: %r" % (warm, rows[0]))
         tally.result(rc == 0 and not problems, "%s: the backward split into a dL/dx loop and "
-                     "a dL/dW loop (dWin, dWout), W items in the table, stage 0 starting %s" % (sched, warm),
+                     "a dL/dW loop (dWin, dWout), the embedding's dWf after it, W items in the table, stage 0 starting %s" % (sched, warm),
                      "\n".join(problems) + out[-3000:])
 
 
