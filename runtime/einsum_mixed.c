@@ -25,6 +25,7 @@
  * enough work per byte of c it revisits.
  */
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt_internal.h"
@@ -170,8 +171,30 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g)
     return block_rows(g, rows, cols) * cols;
 }
 
+/* g of two bf16 operands on sgemm: a widened whole into f32 (as rt_einsum
+ * does without oneDNN), b converted a block at a time into scratch. */
+static void gemm_bf16_widened(const rt_gemm *g, void *scratch)
+{
+    int64_t rows = g->ta ? g->K : g->M, cols = g->ta ? g->M : g->K;
+    float *wide = malloc((size_t)(rows * cols) * sizeof *wide);
+    if (!wide)
+        rt_fatal(NULL, "out of memory widening a %lld x %lld bf16 operand", (long long)rows,
+                 (long long)cols);
+    for (int64_t r = 0; r < rows; r++)
+        rt_convert_n(RT_BF16, (const uint16_t *)g->a + r * g->lda, RT_F32, wide + r * cols, cols);
+    rt_gemm s = *g;
+    s.a = wide, s.lda = cols, s.adt = RT_F32;
+    rt_gemm_run(&s, scratch);
+    free(wide);
+}
+
 void rt_gemm_run(const rt_gemm *g, void *scratch)
 {
+    if (g->adt == RT_BF16 && g->bdt == RT_BF16 && g->dtype == RT_F32) {
+        if (!rt_gemm_bf16_dnnl(g)) /* oneDNN's bf16 GEMM (gemm_bf16_dnnl.c) */
+            gemm_bf16_widened(g, scratch);
+        return;
+    }
     if (rt_gemv_narrow(g, scratch))
         return; /* a narrow matrix times a vector: one pass (gemv_narrow.c) */
     int64_t rows, cols;
