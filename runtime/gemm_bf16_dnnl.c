@@ -27,13 +27,22 @@ _Static_assert(dnnl_success == 0, "rt_dnnl_bf16_fn's status 0 is dnnl_success");
 
 #include "rt_internal.h"
 
+int rt_bf16_cpu_dot(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
 void rt_bf16_gemm_init(rt_bf16_gemm *s)
 {
     memset(s, 0, sizeof *s);
     const char *e = getenv("EINC_BF16_GEMM");
     int want;
     if (!e || !e[0])
-        want = EINC_HAVE_DNNL && __builtin_cpu_supports("avx512bf16");
+        want = EINC_HAVE_DNNL && rt_bf16_cpu_dot();
     else if (strcmp(e, "dnnl") == 0)
         want = 1;
     else if (strcmp(e, "sgemm") == 0)

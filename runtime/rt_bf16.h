@@ -17,7 +17,7 @@ typedef int (*rt_dnnl_bf16_fn)(char transa, char transb, int64_t M, int64_t N, i
                                float alpha, const uint16_t *A, int64_t lda, const uint16_t *B,
                                int64_t ldb, float beta, float *C, int64_t ldc);
 
-/* The choice's states: oneDNN not wanted (or refused), wanted but not yet
+/* The route's states: oneDNN not wanted (or refused), wanted but not yet
  * loaded (the library is opened at the first bf16 GEMM, so programs without
  * one never load it), loaded and checked. */
 enum { RT_BF16_SGEMM = 0, RT_BF16_DNNL_UNTRIED = 1, RT_BF16_DNNL_READY = 2 };
@@ -33,6 +33,10 @@ typedef struct rt_bf16_gemm {
     rt_dnnl_bf16_fn gemm;            /* dnnl_gemm_bf16bf16f32 (READY only) */
     void (*omp_set_threads)(int n);  /* omp_set_num_threads of oneDNN's libgomp */
 } rt_bf16_gemm;
+
+/* Whether the CPU has AVX512-BF16 (vdpbf16ps), oneDNN's fast bf16 GEMM;
+ * 0 off x86-64 (GCC or Clang). */
+int rt_bf16_cpu_dot(void);
 
 /*
  * Chooses the route (rt_device_init calls it, on the thread that starts the

@@ -409,8 +409,7 @@ static void test_bf16_routes(void)
             }
             double tol = cdt == RT_BF16 ? 1.0 / 128 : 1e-5; /* of the largest |c| */
             int dnnl_taken = route[0] == RT_BF16_DNNL_READY;
-            int dnnl_due = EINC_HAVE_DNNL && __builtin_cpu_supports("avx512bf16") &&
-                           i < nmatrix;
+            int dnnl_due = EINC_HAVE_DNNL && rt_bf16_cpu_dot() && i < nmatrix;
             if (!(err[0] <= 1.5e-2 && err[1] <= 1.5e-2 && diff <= tol * top) ||
                 dnnl_taken != dnnl_due || route[1] != RT_BF16_SGEMM)
                 fprintf(stderr, "\n  %s -> %s: rel err dnnl %g, sgemm %g; routes differ by %g "
@@ -428,6 +427,52 @@ static void test_bf16_routes(void)
     free(saved);
 }
 
+/* A oneDNN that refuses every call (as on a CPU without AVX-512). */
+static int refusing_gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                         float beta, float *c, int64_t ldc)
+{
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
+    (void)ldb, (void)beta, (void)c, (void)ldc;
+    return 3; /* dnnl_unimplemented */
+}
+
+static void ignore_threads(int n)
+{
+    (void)n;
+}
+
+/* A call oneDNN refuses after the device chose it: the GEMM is redone on
+ * sgemm (with no scratch planned, as on oneDNN's route: rt_gemm_run takes
+ * its own) and the device keeps to sgemm. */
+static void test_bf16_refused(void)
+{
+    enum { M = 5, N = 300, K = 7 };
+    uint16_t a[K * M], b[K * N]; /* a stored [K x M] (ta), b [K x N] */
+    float c[M * N];
+    for (int i = 0; i < K * M; i++)
+        a[i] = rt_f32_to_bf16((float)(i % 9 - 4));
+    for (int i = 0; i < K * N; i++)
+        b[i] = rt_f32_to_bf16((float)(i % 5 - 2));
+    rt_bf16_gemm route = {RT_BF16_DNNL_READY, refusing_gemm, ignore_threads};
+    rt_gemm g = {.dtype = RT_F32, .M = M, .N = N, .K = K, .alpha = 2.0, .beta = 0.0, .a = a,
+                 .lda = M, .ta = 1, .adt = RT_BF16, .b = b, .ldb = N, .tb = 0, .bdt = RT_BF16,
+                 .c = c, .ldc = N, .tc = 0, .split = NULL, .bf16 = &route};
+    CU_ASSERT_EQUAL(rt_gemm_scratch_elems(&g), 0);
+    rt_gemm_run(&g, NULL);
+    CU_ASSERT_EQUAL(route.state, RT_BF16_SGEMM);
+    int bad = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float want = 0; /* small integers: exact */
+            for (int k = 0; k < K; k++)
+                want += rt_bf16_to_f32(a[k * M + m]) * rt_bf16_to_f32(b[k * N + n]);
+            bad += c[m * N + n] != 2 * want;
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(rt_gemm_scratch_elems(&g) > 0); /* sgemm's blocks from now on */
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -443,6 +488,7 @@ void einc_register_tests(void)
         {"narrow operands over several conversion blocks", test_mixed_blocks},
         {"no wide copy of a narrow operand", test_mixed_no_wide_copy},
         {"bf16 x bf16 GEMMs: oneDNN and sgemm routes", test_bf16_routes},
+        {"a bf16 GEMM oneDNN refuses is redone on sgemm", test_bf16_refused},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
 }
