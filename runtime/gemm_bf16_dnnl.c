@@ -62,6 +62,7 @@ void rt_bf16_gemm_init(rt_bf16_gemm *s)
     setenv("OMP_WAIT_POLICY", "passive", 0);
 }
 
+#if EINC_HAVE_DNNL
 /* A 2x4 by 4x3 product of small integers: exact in bf16 and in f32. */
 static int check_product(rt_dnnl_bf16_fn gemm)
 {
@@ -83,6 +84,7 @@ static int check_product(rt_dnnl_bf16_fn gemm)
         }
     return 1;
 }
+#endif
 
 int rt_bf16_gemm_ready(rt_bf16_gemm *s)
 {
