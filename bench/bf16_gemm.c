@@ -8,9 +8,10 @@
  *   usage: bf16_gemm M N K [REPS [THREADS [SBGEMM_LIB]]]  (defaults 7 reps, nproc)
  *
  * The four timed calls, each producing the same product:
- *   einc     rt_einsum with dtype bf16: what a compiled program runs (today
- *            it widens A and B to f32 scratch, calls cblas_sgemm, rounds C
- *            to bf16: runtime/einsum.c)
+ *   einc     rt_einsum with dtype bf16: what a compiled program runs
+ *            (oneDNN's bf16 GEMM, or A and B widened for cblas_sgemm, as
+ *            EINC_BF16_GEMM and the CPU choose: docs/runtime.md; C rounded
+ *            to bf16)
  *   sbgemm   cblas_sbgemm (bf16 in, f32 out) then rounding C to bf16 with
  *            the runtime's rt_f32_to_bf16_n, so it delivers what rt_einsum
  *            delivers; the rounding of M*N elements is timed with it

@@ -76,6 +76,7 @@ void rt_device_init(rt_device *dev, const rt_program *prog, const rt_device_ops 
     dev->id = id;
     dev->ndevices = rt_mesh_size(prog);
     rt_mesh_coord(prog, id, dev->coord);
+    rt_bf16_gemm_init(&dev->bf16);
 }
 
 static void release_cache(rt_device *dev);

@@ -26,7 +26,9 @@
  * einsum) is read in place when GEMM can view it and converted a block at
  * a time as the GEMM goes (einsum_mixed.c); one that must be permuted,
  * the operand of a unary einsum, and a when both are narrow, are converted
- * whole into scratch first.
+ * whole into scratch first, except two bf16 operands of a GEMM (more than
+ * one row and column) on a device with oneDNN's bf16 GEMM (rt_bf16.h),
+ * both then read in place.
  *
  * rt_einsum_bounded (a decode step's masked attention, codegen's
  * ir_einsum_pos_bound) gives each batch index's GEMM its row's extent of
@@ -289,8 +291,12 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
     int32_t adt = operand_dtype(d, 0), bdt = operand_dtype(d, 1);
     gview va, vb, vc;
     int i8x = adt == RT_I8 && bdt == RT_I8 && (M == 1 || N == 1);
-    gemm_operand(dev, d, 0, a, &adt, cdt, bdt != cdt && !i8x, ga, na, B * M * K, &va, &a_wide,
-                 &a_tmp);
+    /* Two bf16 operands stay bf16 for oneDNN's bf16 GEMM where the device
+     * has it (rt_bf16.h); matrix-vector products keep to gemv_narrow.c. */
+    int bf16x = adt == RT_BF16 && bdt == RT_BF16 && cdt == RT_F32 && M > 1 && N > 1 &&
+                rt_bf16_gemm_ready(&dev->bf16);
+    gemm_operand(dev, d, 0, a, &adt, cdt, bdt != cdt && !i8x && !bf16x, ga, na, B * M * K, &va,
+                 &a_wide, &a_tmp);
     gemm_operand(dev, d, 1, b, &bdt, cdt, 0, gbb, nbb, B * K * N, &vb, &b_wide, &b_tmp);
     /* C as [M x N] in place, or as C^T = B^T A^T when it is [N x M]; else
      * into scratch [B, M, N] and permuted after. */
@@ -315,7 +321,7 @@ static void contract(rt_device *dev, const rt_einsum_desc *d, int32_t cdt, const
     rt_gemm g0 = {.dtype = cdt, .M = M, .N = N, .K = K, .alpha = c_tmp ? 1.0 : d->alpha,
                   .beta = 0.0, .a = va.base, .lda = va.ld, .ta = va.trans, .adt = adt,
                   .b = vb.base, .ldb = vb.ld, .tb = vb.trans, .bdt = bdt, .c = cbase,
-                  .ldc = vc.ld, .tc = vc.trans, .split = &dev->gemv};
+                  .ldc = vc.ld, .tc = vc.trans, .split = &dev->gemv, .bf16 = &dev->bf16};
     /* A narrow (or, batched, f32) matrix times a vector per batch index:
      * every index in one sweep (gemv_narrow.c), given their offsets into
      * a, b and c (off); else one GEMM per index. */

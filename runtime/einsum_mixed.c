@@ -25,6 +25,7 @@
  * enough work per byte of c it revisits.
  */
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt_internal.h"
@@ -148,6 +149,12 @@ static int narrow_operand(const rt_gemm *g, int64_t *rows, int64_t *cols)
     return -1;
 }
 
+/* Both operands of g bf16, the result f32: oneDNN's route. */
+static int both_bf16(const rt_gemm *g)
+{
+    return g->adt == RT_BF16 && g->bdt == RT_BF16 && g->dtype == RT_F32;
+}
+
 /* Stored rows of the narrow operand per block. */
 static int64_t block_rows(const rt_gemm *g, int64_t rows, int64_t cols)
 {
@@ -162,6 +169,8 @@ static int64_t block_rows(const rt_gemm *g, int64_t rows, int64_t cols)
 
 int64_t rt_gemm_scratch_elems(const rt_gemm *g)
 {
+    if (both_bf16(g) && g->bf16 && g->bf16->state == RT_BF16_DNNL_READY)
+        return 0; /* oneDNN reads both in place */
     int64_t rows, cols, mv = rt_gemv_narrow_scratch(g);
     if (mv >= 0)
         return mv;
@@ -170,8 +179,35 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g)
     return block_rows(g, rows, cols) * cols;
 }
 
+/* g of two bf16 operands on sgemm: a widened whole into f32 (as rt_einsum
+ * does without oneDNN), b converted a block at a time into scratch, or
+ * into a block of its own where the caller planned none (oneDNN's route,
+ * on which a failed call lands here).  malloc: a rare path, one GEMM. */
+static void gemm_bf16_widened(const rt_gemm *g, void *scratch)
+{
+    int64_t rows = g->ta ? g->K : g->M, cols = g->ta ? g->M : g->K;
+    rt_gemm s = *g;
+    s.bf16 = NULL;
+    s.adt = RT_F32;
+    int64_t blocks = scratch ? 0 : rt_gemm_scratch_elems(&s);
+    float *wide = malloc((size_t)(rows * cols + blocks) * sizeof *wide);
+    if (!wide)
+        rt_fatal(NULL, "out of memory widening a %lld x %lld bf16 operand", (long long)rows,
+                 (long long)cols);
+    for (int64_t r = 0; r < rows; r++)
+        rt_convert_n(RT_BF16, (const uint16_t *)g->a + r * g->lda, RT_F32, wide + r * cols, cols);
+    s.a = wide, s.lda = cols;
+    rt_gemm_run(&s, scratch ? scratch : wide + rows * cols);
+    free(wide);
+}
+
 void rt_gemm_run(const rt_gemm *g, void *scratch)
 {
+    if (both_bf16(g)) {
+        if (!rt_gemm_bf16_dnnl(g)) /* oneDNN's bf16 GEMM (gemm_bf16_dnnl.c) */
+            gemm_bf16_widened(g, scratch);
+        return;
+    }
     if (rt_gemv_narrow(g, scratch))
         return; /* a narrow matrix times a vector: one pass (gemv_narrow.c) */
     int64_t rows, cols;

@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include "einrt.h"
+#include "rt_bf16.h"
 #include "rt_gemv.h"
 #include "rt_files.h"
 
@@ -214,6 +215,8 @@ struct rt_device {
     rt_gemv_split gemv;          /* narrow products' helper thread (rt_gemv.h): set by the
                                     backend (rt_gemv_split_plan), released with the device */
     struct rt_core_turns *core;  /* its CPU's turn (rt_turns.h, not owned); NULL: off */
+    rt_bf16_gemm bf16;           /* how bf16 x bf16 GEMMs run (rt_bf16.h): set by
+                                    rt_device_init */
 };
 
 /* A group as seen by one device: who its peers are and its own rank. */
@@ -493,7 +496,9 @@ void rt_mpi_launch(const rt_program *prog, int profiling,
  * when ta; b is [K x N], or [N x K] when tb; c is [M x N], or [N x M] when
  * tc.  a and b are stored as adt and bdt: `dtype`, or a narrower dtype
  * (RT_I8, RT_BF16; RT_F32 under RT_F64) that rt_gemm_run converts block by
- * block.  At most one of a and b is narrow (rt_einsum widens the other).
+ * block.  At most one of a and b is narrow (rt_einsum widens the other),
+ * except two bf16 operands (rt_bf16.h: oneDNN; without it, a is widened
+ * whole first).
  */
 typedef struct rt_gemm {
     int32_t dtype;
@@ -511,6 +516,7 @@ typedef struct rt_gemm {
     int64_t ldc;
     int tc;
     rt_gemv_split *split; /* the device's helper for a large narrow product, or NULL */
+    rt_bf16_gemm *bf16;   /* the device's bf16 route (a and b both bf16), or NULL: sgemm */
 } rt_gemm;
 
 /* Elements of the f32/f64 scratch rt_gemm_run needs for g's narrow
@@ -522,7 +528,9 @@ int64_t rt_gemm_scratch_elems(const rt_gemm *g);
  * gemv streams at memory bandwidth).  A narrow operand is converted into
  * `scratch` (rt_gemm_scratch_elems elements of g->dtype) a block of its
  * stored rows at a time, each block one GEMM over a slice of M, N or K
- * (a K slice adds into c); sizes must fit BLAS ints (the caller checks). */
+ * (a K slice adds into c); sizes must fit BLAS ints (the caller checks).
+ * Two bf16 operands go to oneDNN (rt_gemm_bf16_dnnl) when g->bf16 has it,
+ * else a is widened whole (malloc) and b converted by blocks as above. */
 void rt_gemm_run(const rt_gemm *g, void *scratch);
 
 /* The narrow matrix-vector products (gemv_narrow.c): rt_gemv.h. */

@@ -10,10 +10,12 @@ set -euo pipefail
 # libglpk-dev and coinor-libclp-dev: the planner's whole-program ILP
 # (passes/propagate_ilp.c; CLP solves its relaxations, propagate_ilp_clp.c).
 # libmicrohttpd-dev: the HTTP server of an executable's --serve (runtime/server.c).
+# libdnnl-dev (oneDNN): bf16 x bf16 GEMMs (runtime/gemm_bf16_dnnl.c opens it at
+# run time; optional: without it they widen to f32 for cblas_sgemm).
 pkgs=(build-essential cmake pkg-config llvm-19-dev libzstd-dev flex bison libcunit1-dev
       libopenblas-dev libopenmpi-dev openmpi-bin python3-numpy libcjson-dev
       clang libclang-rt-14-dev python3-sklearn python3-matplotlib
-      fortunes libglpk-dev coinor-libclp-dev libmicrohttpd-dev)
+      fortunes libglpk-dev coinor-libclp-dev libmicrohttpd-dev libdnnl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

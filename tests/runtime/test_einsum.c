@@ -15,6 +15,10 @@
 #include "rt_internal.h"
 #include "rt_test_util.h"
 
+#ifndef EINC_HAVE_DNNL
+#define EINC_HAVE_DNNL 0 /* 1 where the runtime was built with oneDNN (tests/runtime/CMakeLists.txt) */
+#endif
+
 static const rt_program solo_prog = {.abi_version = RT_ABI_VERSION, .run = test_noop_run};
 
 /* Sizes of labels 'a'..'z' used by the cases. */
@@ -92,10 +96,13 @@ static void naive(const rt_einsum_desc *d, const double *a, const double *b, dou
 
 /* Runs `spec` through rt_einsum and the naive loop, a stored as dt[0], b
  * as dt[1] and c as dt[2] (mixed when they differ); returns the max
- * relative error, and the device's peak scratch bytes in *peak if not
- * NULL.  i8 operands hold integers up to 100 in magnitude. */
+ * relative error, and the device's peak scratch bytes in *peak, the
+ * result in *got (as doubles) and the device's bf16 GEMM route after the
+ * call (rt_bf16.h) in *route, each if not NULL.  i8 operands hold
+ * integers up to 100 in magnitude. */
 static double run_typed(const char *spec, const int32_t dt[3], double alpha, char zero,
-                        int64_t scale, const int64_t *sizes, int64_t *peak)
+                        int64_t scale, const int64_t *sizes, int64_t *peak, double *got,
+                        int *route)
 {
     rt_einsum_desc d = parse_spec(spec, dt[2], alpha, zero, scale, sizes);
     d.mixed = dt[0] != dt[2] || dt[1] != dt[2];
@@ -131,6 +138,10 @@ static double run_typed(const char *spec, const int32_t dt[3], double alpha, cha
     CU_ASSERT_EQUAL(dev.live_bytes, 0); /* scratch is freed */
     if (peak)
         *peak = dev.peak_bytes;
+    for (int64_t i = 0; got && i < n[2]; i++)
+        got[i] = test_load(dt[2], tc, i);
+    if (route)
+        *route = dev.bf16.state;
     free(a);
     free(b);
     free(want);
@@ -146,7 +157,7 @@ static double run_typed(const char *spec, const int32_t dt[3], double alpha, cha
 static double run_scaled(const char *spec, int32_t dtype, double alpha, char zero, int64_t scale)
 {
     const int32_t dt[3] = {dtype, dtype, dtype};
-    return run_typed(spec, dt, alpha, zero, scale, NULL, NULL);
+    return run_typed(spec, dt, alpha, zero, scale, NULL, NULL, NULL, NULL);
 }
 
 static double run_spec(const char *spec, int32_t dtype, double alpha, char zero)
@@ -294,7 +305,8 @@ static void test_mixed_dtypes(void)
     };
     for (int i = 0; i < (int)(sizeof specs / sizeof specs[0]); i++)
         for (int m = 0; m < NMIXED; m++) {
-            double err = run_typed(specs[i], mixed_dtypes[m], -0.375, 0, 1, NULL, NULL);
+            double err = run_typed(specs[i], mixed_dtypes[m], -0.375, 0, 1, NULL, NULL, NULL,
+                                   NULL);
             if (!(err <= tolerance(mixed_dtypes[m][2])))
                 fprintf(stderr, "\n  %s (%s, %s -> %s): rel err %g\n", specs[i],
                         rt_dtype_name(mixed_dtypes[m][0]), rt_dtype_name(mixed_dtypes[m][1]),
@@ -328,7 +340,7 @@ static void test_mixed_blocks(void)
         for (int32_t nd = RT_BF16; nd <= RT_I8; nd += RT_I8 - RT_BF16) {
             int32_t dt[3] = {RT_F32, RT_F32, RT_F32};
             dt[cases[i].narrow] = nd;
-            double err = run_typed(cases[i].spec, dt, 1.0, 0, 1, sizes, NULL);
+            double err = run_typed(cases[i].spec, dt, 1.0, 0, 1, sizes, NULL, NULL, NULL);
             if (!(err <= 1e-5))
                 fprintf(stderr, "\n  %s (%s operand %d): rel err %g\n", cases[i].spec,
                         rt_dtype_name(nd), cases[i].narrow, err);
@@ -346,9 +358,119 @@ static void test_mixed_no_wide_copy(void)
     sizes['k' - 'a'] = 3000;
     sizes['n' - 'a'] = 1000;
     const int32_t dt[3] = {RT_F32, RT_I8, RT_F32};
-    double err = run_typed("k,kn->n", dt, 1.0, 0, 1, sizes, &peak);
+    double err = run_typed("k,kn->n", dt, 1.0, 0, 1, sizes, &peak, NULL, NULL);
     CU_ASSERT(err <= 1e-5);
     CU_ASSERT(peak > 0 && peak <= (256 << 10));
+}
+
+/*
+ * GEMMs of two bf16 operands on both routes (rt_bf16.h, EINC_BF16_GEMM):
+ * oneDNN's bf16 GEMM and the operands widened for cblas_sgemm, every
+ * layout (transposed operands, a transposed result, batches, a permuted
+ * operand), odd sizes, bf16 and f32 results.  Each route against the naive
+ * f64 loop on the same bf16 values (f32 sums rounded once to a bf16
+ * result: 1.5e-2 relative, as check_specs), and the two routes' results
+ * against each other: both sum the same products in f32, so they differ
+ * by f32 rounding (f32 result) or by one bf16 step where that rounding
+ * tips it (bf16 result).  Where the runtime has oneDNN, the dnnl route must
+ * have been taken (READY) unless the CPU lacks AVX512-BF16 (oneDNN may
+ * then refuse: the device keeps to sgemm, which must give the same).
+ */
+static void test_bf16_routes(void)
+{
+    /* the last two are matrix-vector products: gemv_narrow.c on either route */
+    static const char *const specs[] = {"ij,jk->ik", "ji,jk->ik", "ij,kj->ik", "ji,kj->ik",
+                                        "ij,jk->ki", "bij,bjk->bik", "ibj,bjk->bki",
+                                        "aij,jk->ik", "ij,j->i", "i,ik->k"};
+    const int nspecs = (int)(sizeof specs / sizeof specs[0]), nmatrix = nspecs - 2;
+    int64_t sizes[26] = {0};
+    sizes['i' - 'a'] = 37, sizes['j' - 'a'] = 129, sizes['k' - 'a'] = 19;
+    sizes['b' - 'a'] = 3;
+    const char *outer = getenv("EINC_BF16_GEMM"); /* the caller's choice, restored */
+    char *saved = outer ? strdup(outer) : NULL;
+    for (int i = 0; i < nspecs; i++)
+        for (int32_t cdt = RT_F32; cdt <= RT_BF16; cdt += RT_BF16 - RT_F32) {
+            const int32_t dt[3] = {RT_BF16, RT_BF16, cdt};
+            double got[2][37 * 19 * 3] = {{0}}; /* past the result: 0 on both */
+            int route[2];
+            double err[2];
+            static const char *const names[2] = {"dnnl", "sgemm"};
+            for (int r = 0; r < 2; r++) {
+                if (r == 0 && !EINC_HAVE_DNNL)
+                    setenv("EINC_BF16_GEMM", "sgemm", 1);
+                else
+                    setenv("EINC_BF16_GEMM", names[r], 1);
+                err[r] = run_typed(specs[i], dt, -0.75, 0, 1, sizes, NULL, got[r], &route[r]);
+            }
+            double diff = 0, top = 0;
+            for (int e = 0; e < (int)(sizeof got[0] / sizeof got[0][0]); e++) {
+                diff = fmax(diff, fabs(got[0][e] - got[1][e]));
+                top = fmax(top, fabs(got[1][e]));
+            }
+            double tol = cdt == RT_BF16 ? 1.0 / 128 : 1e-5; /* of the largest |c| */
+            int dnnl_taken = route[0] == RT_BF16_DNNL_READY;
+            int dnnl_due = EINC_HAVE_DNNL && rt_bf16_cpu_dot() && i < nmatrix;
+            if (!(err[0] <= 1.5e-2 && err[1] <= 1.5e-2 && diff <= tol * top) ||
+                dnnl_taken != dnnl_due || route[1] != RT_BF16_SGEMM)
+                fprintf(stderr, "\n  %s -> %s: rel err dnnl %g, sgemm %g; routes differ by %g "
+                        "of %g; route %d\n", specs[i], rt_dtype_name(cdt), err[0], err[1],
+                        diff, top, route[0]);
+            CU_ASSERT(err[0] <= 1.5e-2 && err[1] <= 1.5e-2);
+            CU_ASSERT(diff <= tol * top);
+            CU_ASSERT(!dnnl_due || dnnl_taken);
+            CU_ASSERT_EQUAL(route[1], RT_BF16_SGEMM);
+        }
+    if (saved)
+        setenv("EINC_BF16_GEMM", saved, 1);
+    else
+        unsetenv("EINC_BF16_GEMM");
+    free(saved);
+}
+
+/* A oneDNN that refuses every call (as on a CPU without AVX-512). */
+static int refusing_gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                         float beta, float *c, int64_t ldc)
+{
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
+    (void)ldb, (void)beta, (void)c, (void)ldc;
+    return 3; /* dnnl_unimplemented */
+}
+
+static void ignore_threads(int n)
+{
+    (void)n;
+}
+
+/* A call oneDNN refuses after the device chose it: the GEMM is redone on
+ * sgemm (with no scratch planned, as on oneDNN's route: rt_gemm_run takes
+ * its own) and the device keeps to sgemm. */
+static void test_bf16_refused(void)
+{
+    enum { M = 5, N = 300, K = 7 };
+    uint16_t a[K * M], b[K * N]; /* a stored [K x M] (ta), b [K x N] */
+    float c[M * N];
+    for (int i = 0; i < K * M; i++)
+        a[i] = rt_f32_to_bf16((float)(i % 9 - 4));
+    for (int i = 0; i < K * N; i++)
+        b[i] = rt_f32_to_bf16((float)(i % 5 - 2));
+    rt_bf16_gemm route = {RT_BF16_DNNL_READY, refusing_gemm, ignore_threads};
+    rt_gemm g = {.dtype = RT_F32, .M = M, .N = N, .K = K, .alpha = 2.0, .beta = 0.0, .a = a,
+                 .lda = M, .ta = 1, .adt = RT_BF16, .b = b, .ldb = N, .tb = 0, .bdt = RT_BF16,
+                 .c = c, .ldc = N, .tc = 0, .split = NULL, .bf16 = &route};
+    CU_ASSERT_EQUAL(rt_gemm_scratch_elems(&g), 0);
+    rt_gemm_run(&g, NULL);
+    CU_ASSERT_EQUAL(route.state, RT_BF16_SGEMM);
+    int bad = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float want = 0; /* small integers: exact */
+            for (int k = 0; k < K; k++)
+                want += rt_bf16_to_f32(a[k * M + m]) * rt_bf16_to_f32(b[k * N + n]);
+            bad += c[m * N + n] != 2 * want;
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(rt_gemm_scratch_elems(&g) > 0); /* sgemm's blocks from now on */
 }
 
 void einc_register_tests(void)
@@ -365,6 +487,8 @@ void einc_register_tests(void)
         {"mixed operand dtypes (folded casts)", test_mixed_dtypes},
         {"narrow operands over several conversion blocks", test_mixed_blocks},
         {"no wide copy of a narrow operand", test_mixed_no_wide_copy},
+        {"bf16 x bf16 GEMMs: oneDNN and sgemm routes", test_bf16_routes},
+        {"a bf16 GEMM oneDNN refuses is redone on sgemm", test_bf16_refused},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
 }
