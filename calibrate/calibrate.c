@@ -20,8 +20,10 @@
  *                output constraints and {U_X} partial sums.
  *   compute.ein  a mesh {X: N} of local GEMMs (rt_einsum, f32/f64/bf16,
  *                several shapes), elementwise adds (memory bandwidth) and
- *                scales (what a streamed byte written costs), and each
- *                unary function of the language (its cost per element).
+ *                scales (what a streamed byte written costs), each
+ *                unary function of the language (its cost per element),
+ *                and two row groups of 2 and 6 passes over rows in cache
+ *                (what one pass costs per element: rowpass.c).
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
  *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW)

@@ -128,6 +128,7 @@ typedef struct cal_state {
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
     double scale_s[NEW];    /* seconds of the scale A * 2 per size index, 0 if not measured */
     double fn_seconds[NFN][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
+    double row_s[2];        /* seconds of the row groups of 2 and 6 passes (rowpass.c), 0 if unmeasured */
     cost_machine machine;   /* the machine measured (the profile's "machine") */
     double load[1];         /* 1-minute load average before measuring (-1: unknown) */
 } cal_state;
@@ -147,6 +148,24 @@ int cal_prepare_compute(cal_state *c);
  * kind, GEMM rates, elementwise bandwidths, function times).  Returns 0,
  * or -1 after a message when a table is missing or a figure is absent. */
 int cal_read_results(cal_state *c);
+
+/* ---- the row groups (rowpass.c) ---- */
+
+/* Writes into compute.ein (open as `f`, its mesh {X: ranks} declared) two
+ * row groups over rows in cache, of 2 and 6 passes, on arrays of their
+ * own. */
+void cal_write_row_groups(const cal_state *c, FILE *f);
+
+/* Takes one row of compute's profile: true if it is one of the two row
+ * groups (its time, seconds, kept in c->row_s), false for any other. */
+bool cal_on_row_group(cal_state *c, const char *name, double t);
+
+/* Seconds per element of one pass of a row group over a row in cache:
+ * the two groups' difference over the 4 passes and the elements per
+ * device they run on, 0 when noise makes it negative; -1 when either was
+ * not timed.  Per device with every device busy, as every calibrated
+ * figure. */
+double cal_row_pass_seconds(const cal_state *c);
 
 /* ---- running them (runner.c) ---- */
 

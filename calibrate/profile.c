@@ -225,6 +225,11 @@ static cJSON *profile_json(cal_state *c)
                  FN_ELEMS[0], FN_ELEMS[1]);
     add_fn_costs(cal, "function_seconds_per_element_in_cache", c->fn_seconds[2],
                  c->fn_seconds[3], FN_ELEMS[2], FN_ELEMS[3]);
+    /* What a row group's member costs beyond the group's memory traffic
+     * (rowpass.c). */
+    double pass = cal_row_pass_seconds(c);
+    if (pass >= 0)
+        cJSON_AddNumberToObject(cal, "row_pass_seconds_per_element", pass);
     return root;
 }
 

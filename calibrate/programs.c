@@ -254,6 +254,7 @@ static int write_compute_program(cal_state *c, const char *file)
         for (int fn = 0; fn < IR_FN_COUNT; fn++)
             fprintf(f, "FN%dS%d[EF%d_X] = %s(6 * (FA%d[EF%d] + FB%d[EF%d]))\noutput FN%dS%d\n", fn,
                     i, i, ir_func_name((ir_func)fn), i, i, i, i, fn, i);
+    cal_write_row_groups(c, f);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -263,7 +264,8 @@ static int write_compute_program(cal_state *c, const char *file)
 static void on_compute(const char *name, const char *kind, double t, void *arg)
 {
     cal_state *c = arg;
-    if (t <= 0 || (strcmp(kind, "Einsum") != 0 && strcmp(kind, "Elementwise") != 0))
+    if (t <= 0 || (strcmp(kind, "Einsum") != 0 && strcmp(kind, "Elementwise") != 0) ||
+        cal_on_row_group(c, name, t))
         return;
     if (!strncmp(name, "GC", 2)) {
         for (int d = 0; d < 3; d++) {

@@ -299,6 +299,14 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
                        &hw->fn_time_cache[f], err, errsize) < 0)
             return -1;
     }
+    /* Optional (profiles before it: row groups' members pay only their
+     * functions' in-cache cost). */
+    if (cJSON_GetObjectItemCaseSensitive(cal, "row_pass_seconds_per_element")) {
+        if (get_nonneg(cal, "row_pass_seconds_per_element", "calibration.", origin,
+                       &hw->row_pass_time, err, errsize) < 0)
+            return -1;
+        hw->has_row_pass = true;
+    }
     hw->measured = true;
     return 0;
 }

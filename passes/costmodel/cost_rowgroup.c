@@ -22,7 +22,15 @@
  * member's pass over a row in the first-level cache shows its arithmetic,
  * which a loop streaming from memory hides under the memory traffic, so
  * an exp that costs 0 beyond neg on arrays in memory does not in a
- * softmax's row group).  Then, as for one op:
+ * softmax's row group).  On a profile whose calibration timed it
+ * ("row_pass_seconds_per_element", calibrate/rowpass.c) every member adds
+ * its pass: that figure times the elements it walks (a reduction's
+ * operand, an elementwise op's result), the loads, stores and plain
+ * arithmetic of a loop over a row in cache, which is its own time and not
+ * the memory's: a softmax and an RMSNorm of llama2_layer were
+ * under-predicted by about half without it (docs/performance-history.md,
+ * section 5).  The pass also stands for a reduction's arithmetic, which
+ * is otherwise its FLOPs at the measured GEMM rate.  Then, as for one op:
  * roofline max(t_compute, bytes / W_hbm) on a profile of the seeds, and
  * bytes at the measured elementwise bandwidth plus the arithmetic on a
  * calibrated one (cost_op.c, measured_elementwise).
@@ -75,24 +83,53 @@ static int index_of(const ir_op *op, ir_op *const *ops, const int *def)
     return i >= 0 && ops[i] == op ? i : -1;
 }
 
+/* Seconds per device of row group member `op`'s pass over its rows on a
+ * calibrated profile with "row_pass_seconds_per_element": the elements it
+ * walks (a reduction's operand, an elementwise op's result) times the
+ * figure, times the core-sharing factor as every loop of einc's. */
+static double pass_seconds(const ir_module *m, const cost_hw *hw, const ir_op *op)
+{
+    const ir_value *walked = op->kind == IR_OP_EINSUM && op->noperands == 1 ? op->operands[0]
+                                                                            : op->result;
+    return cost_measured_contention(hw, devices(m)) * (double)ir_local_elems(m, &walked->type) *
+           hw->row_pass_time;
+}
+
+/* Arithmetic seconds of op ops[i] in a row group on a calibrated profile:
+ * an elementwise op's functions on a row in cache
+ * (cost_op_ew_arith_in_cache), and, when the profile measured it, the
+ * member's pass over the rows (pass_seconds: a producer fused into a member
+ * runs in that member's pass, so `member` is false for it), which then
+ * also stands for a reduction's arithmetic; without it a reduction keeps
+ * its own estimate's (its FLOPs at the measured rate). */
+static double row_arith(const ir_module *m, const cost_hw *hw, const ir_op *op,
+                        const ir_cost *own, bool member)
+{
+    double t = op->kind == IR_OP_ELEMENTWISE ? cost_op_ew_arith_in_cache(m, hw, op)
+               : hw->has_row_pass           ? 0
+                                            : own->t_compute;
+    return t + (hw->has_row_pass && member ? pass_seconds(m, hw, op) : 0);
+}
+
 /* Prices the group whose estimate goes on op `first`: the ops mem[0..n)
- * (its members and the producers fused into them), in_set[i] true for
- * each; `rows` when it is a row group, whose elementwise members do their
- * arithmetic on a row in cache (cost_op_ew_arith_in_cache).  def[v]: index of v's defining op in `ops`, or -1.  counted[]
- * is all false on entry and on return.  Linear in the group's ops and
- * their operands and uses, so pricing every group of a program is linear
- * in the program (a chain of 10^6 fused statements has 10^4 loops). */
+ * (its members and the producers fused into them, fused[i] >= 0 for
+ * those), in_set[i] true for each; `rows` when it is a row group, whose
+ * members run passes over a row in cache (row_arith).  def[v]: index of
+ * v's defining op in `ops`, or -1.  counted[] is all false on entry and on
+ * return.  Linear in the group's ops and their operands and uses, so
+ * pricing every group of a program is linear in the program (a chain of
+ * 10^6 fused statements has 10^4 loops). */
 static void price_group(const ir_module *m, const cost_hw *hw, ir_op *const *ops, const int *mem,
-                        int n, const bool *in_set, const int *def, const bool *onchip,
-                        ir_cost *costs, int first, bool *counted, bool rows)
+                        int n, const bool *in_set, const int *def, const int *fused,
+                        const bool *onchip, ir_cost *costs, int first, bool *counted, bool rows)
 {
     double read = 0, write = 0, t_compute = 0, flops = 0;
     for (int q = 0; q < n; q++) {
         int i = mem[q];
         const ir_op *op = ops[i];
         bool unrolled = ir_einsum_unrolled_terms(m, op) > 0;
-        if (rows && hw->measured && op->kind == IR_OP_ELEMENTWISE)
-            t_compute += cost_op_ew_arith_in_cache(m, hw, op);
+        if (rows && hw->measured)
+            t_compute += row_arith(m, hw, op, &costs[i], fused[i] < 0);
         else
             t_compute += unrolled && hw->measured ? 0 : costs[i].t_compute;
         flops += costs[i].flops;
@@ -191,7 +228,8 @@ int cost_row_groups(const ir_module *m, const cost_hw *hw, ir_op *const *ops, in
             continue;
         for (int q = 0; q < cnt; q++)
             in_set[mem[q]] = true;
-        price_group(m, hw, ops, mem, cnt, in_set, def, onchip, costs, o, counted, group[o] == o);
+        price_group(m, hw, ops, mem, cnt, in_set, def, fused, onchip, costs, o, counted,
+                    group[o] == o);
         for (int q = 0; q < cnt; q++)
             in_set[mem[q]] = false;
     }

@@ -131,6 +131,12 @@ typedef struct cost_hw {
     double fn_time_cache[IR_FN_COUNT];    /* the same on arrays in cache: its arithmetic, which a
                                              row group pays on a row in cache (fn_time where the
                                              profile has no "..._in_cache" figures) */
+    bool has_row_pass;                    /* the profile has "row_pass_seconds_per_element" */
+    double row_pass_time;                 /* that figure: seconds per element of one pass of a row
+                                             group's member over a row in the first-level cache,
+                                             per device with every calibrated device busy
+                                             (calibrate/rowpass.c); when present, every member of
+                                             a row group pays it (cost_rowgroup.c) */
     double ew_write_weight;               /* what a byte of a streamed result costs (non-temporal
                                              stores, IR_STREAM_MIN_BYTES) as a share of a byte read
                                              ("elementwise_write_weight"; 1 when absent) */

@@ -69,6 +69,9 @@ def check_profile(path, ranks, runtime):
     # out above tanh with the test suite running beside it); the model's
     # use of them is checked in tests/cost/test_cost_rowgroup.c.
     check("exp" in fnc and all(v >= 0 for v in fnc.values()), "function costs in cache >= 0")
+    # Likewise timed as a difference of two row groups: present, >= 0.
+    check(cal.get("row_pass_seconds_per_element", -1) >= 0,
+          "row_pass_seconds_per_element written, >= 0")
     for kind in KINDS:
         fit = cal["collectives"][kind]
         check(fit["t_launch"] >= 0 and fit["l_sync"] >= 0 and fit["bandwidth"] > 0,
@@ -161,6 +164,28 @@ def main():
                   "inner-dim AllGather time %.4g us is the fit's %.4g us with 128 runs"
                   % (got_us, want_us))
 
+        # einc charges the pass per member of a row group: the softmax's
+        # group (max, exp, sum, divide: 4 passes over 256 x 1024 elements
+        # per device) moves by exactly the figure's change x those passes,
+        # at the 2-device mesh's share of the cores (k, above).
+        src = os.path.join(tmp, "softmax.ein")
+        with open(src, "w") as f:
+            f.write("mesh X = 2\ndim R = 512, C = 1024\ninput A[R_X, C] : f32\n"
+                    "Y[R_X, C] = softmax(A[R, C], C)\noutput Y\n")
+        times = []
+        for fig in (0, 1e-9):
+            d["calibration"]["row_pass_seconds_per_element"] = fig
+            alt = os.path.join(tmp, "pass%d.json" % len(times))
+            with open(alt, "w") as f:
+                json.dump(d, f)
+            r = run([a.einc, src, "--hw", alt, "--dump-cost"])
+            rows = [l.split() for l in r.stdout.splitlines() if l.startswith("Y ")]
+            times.append(float(rows[0][8]) if len(rows) == 1 else math.nan)
+        want_us = 1e6 * k * 1e-9 * 4 * 256 * 1024
+        check(math.isclose(times[1] - times[0], want_us, rel_tol=1e-3),
+              "row group +%.4g us with a pass of 1 ns, %.4g us wanted" % (times[1] - times[0],
+                                                                         want_us))
+
         # A broken fit is refused, naming the field.
         d["calibration"]["collectives"]["alltoall"]["bandwidth"] = -1
         bad = os.path.join(tmp, "bad.json")
@@ -169,6 +194,13 @@ def main():
         r = run([a.einc, ex, "--hw", bad, "--dump-cost"], expect=1)
         check("calibration.collectives.alltoall.bandwidth" in r.stderr,
               "bad bandwidth named: " + r.stderr.strip())
+        d["calibration"]["collectives"]["alltoall"]["bandwidth"] = 1e9
+        d["calibration"]["row_pass_seconds_per_element"] = -1e-9
+        with open(bad, "w") as f:
+            json.dump(d, f)
+        r = run([a.einc, ex, "--hw", bad, "--dump-cost"], expect=1)
+        check("calibration.row_pass_seconds_per_element" in r.stderr,
+              "negative row pass named: " + r.stderr.strip())
 
         # Bad command lines.
         # (`einc calibrate` alone is not one: it writes this machine's cache.)

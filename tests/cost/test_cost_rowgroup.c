@@ -3,7 +3,8 @@
  * (passes/costmodel/cost_rowgroup.c): a softmax over the last dim, the
  * four ops codegen runs one row at a time (ir/rowgroup.c), costs one read
  * of its input and one write of its output, not the six trips through
- * memory of its members priced one by one.  Likewise the loop of an
+ * memory of its members priced one by one, plus, on a profile that
+ * measured it, one pass over the rows per member.  Likewise the loop of an
  * unrolled einsum (ir/einsum_unroll.c) fused into its consumer, and any
  * elementwise op with the producers fused into it.
  */
@@ -52,9 +53,26 @@ static void rowwise(ir_module *m, ir_ew_kind kind, ir_func fn, ir_value *a, ir_v
     ir_op_append(m, op);
 }
 
+/* out[R, C] = fn(a[R, C]). */
+static void unary(ir_module *m, ir_func fn, ir_value *a, ir_value *out)
+{
+    ir_op *op = ir_op_new(m, IR_OP_ELEMENTWISE, 1, &a, out, 0);
+    ir_ew_node *n = ir_alloc(&m->arena, 2 * sizeof *n);
+    n[0] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    n[1] = (ir_ew_node){.kind = IR_EW_CALL, .a = 0, .fn = fn};
+    op->u.ew.nodes = n;
+    op->u.ew.nnodes = 2;
+    op->u.ew.root = 1;
+    for (int j = 0; j < 2; j++)
+        op->u.ew.labels[0][j] = op->u.ew.result_labels[j] = out->type.dims[j];
+    ir_op_append(m, op);
+}
+
 /* Y[R, C] = softmax(X[R, C], C) as the frontend lowers it: max, exp of the
- * difference, sum, divide. */
-static ir_module *softmax_module(ir_op **ops)
+ * difference, sum, divide; with `split` the subtract and the exp are two
+ * ops, the subtract fused into the exp (read once, by an elementwise op of
+ * its shape): five ops, four passes over the rows. */
+static ir_module *softmax_module(ir_op **ops, bool split)
 {
     ir_module *m = ir_module_new("t.ein");
     int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
@@ -64,7 +82,13 @@ static ir_module *softmax_module(ir_op **ops)
     ir_value *s = val(m, "S", IR_VAL_OP, 1, (int[]){R});
     ir_value *y = val(m, "Y", IR_VAL_OP, 2, (int[]){R, C});
     reduce(m, IR_RED_MAX, x, mx);
-    rowwise(m, IR_EW_SUB, IR_FN_EXP, x, mx, e);
+    if (split) {
+        ir_value *d = val(m, "D", IR_VAL_OP, 2, (int[]){R, C});
+        rowwise(m, IR_EW_SUB, IR_FN_COUNT, x, mx, d);
+        unary(m, IR_FN_EXP, d, e);
+    } else {
+        rowwise(m, IR_EW_SUB, IR_FN_EXP, x, mx, e);
+    }
     reduce(m, IR_RED_SUM, e, s);
     rowwise(m, IR_EW_DIV, IR_FN_COUNT, e, s, y);
     ir_output_add(m, "Y", y, 0);
@@ -82,7 +106,7 @@ static void check_softmax(const char *name, double tol)
 {
     cost_hw hw = test_load_hw(name);
     ir_op *ops[4];
-    ir_module *m = softmax_module(ops);
+    ir_module *m = softmax_module(ops, false);
     ir_cost costs[4];
     double separate = 0, arith = 0;
     for (int i = 0; i < 4; i++) {
@@ -133,7 +157,7 @@ static void test_softmax_in_cache(void)
     hw.fn_time[IR_FN_EXP] = 0;
     hw.fn_time_cache[IR_FN_EXP] = 1e-9;
     ir_op *ops[4];
-    ir_module *m = softmax_module(ops);
+    ir_module *m = softmax_module(ops, false);
     ir_cost costs[4];
     for (int i = 0; i < 4; i++)
         cost_op_estimate(m, &hw, ops[i], &costs[i]);
@@ -147,6 +171,61 @@ static void test_softmax_in_cache(void)
     ir_module_free(m);
 }
 
+/* The group's estimate (on ops[0]) of the n ops of m on hw. */
+static ir_cost group_cost(ir_module *m, const cost_hw *hw, ir_op **ops, int n)
+{
+    ir_cost costs[8];
+    for (int i = 0; i < n; i++)
+        cost_op_estimate(m, hw, ops[i], &costs[i]);
+    CU_ASSERT_FATAL(cost_row_groups(m, hw, ops, n, NULL, costs) == 0);
+    for (int i = 1; i < n; i++)
+        CU_ASSERT_EQUAL(costs[i].time, 0);
+    return costs[0];
+}
+
+/* A profile with "row_pass_seconds_per_element" charges every member of a
+ * row group one pass over its rows: against the same profile with another
+ * figure the group's time moves by exactly the difference x the four
+ * members' passes x the elements of a row group's array, the subtract
+ * fused into the exp running in the exp's pass (not a pass of its own).
+ * Against the profile without it (today's pricing), the passes replace
+ * the reductions' FLOPs at the GEMM rate; the memory time is the same. */
+static void test_row_pass(void)
+{
+    cost_hw hw = test_load_hw("host");
+    CU_ASSERT_FATAL(hw.measured);
+    CU_ASSERT_FATAL(!hw.has_row_pass); /* hw/host.json predates the figure */
+    ir_op *ops[5];
+    ir_module *m = softmax_module(ops, true);
+    ir_cost own[5];
+    for (int i = 0; i < 5; i++)
+        cost_op_estimate(m, &hw, ops[i], &own[i]);
+    ir_cost without = group_cost(m, &hw, ops, 5);
+    hw.has_row_pass = true;
+    hw.row_pass_time = 2e-10;
+    ir_cost with = group_cost(m, &hw, ops, 5);
+    hw.row_pass_time = 5e-10;
+    ir_cost more = group_cost(m, &hw, ops, 5);
+    double k = cost_measured_contention(&hw, 1), passes = 4.0 * ROWS * COLS;
+    double want = k * 3e-10 * passes;
+    CU_ASSERT(fabs((more.time - with.time) - want) <= 1e-9 * want);
+    CU_ASSERT(fabs((more.t_compute - with.t_compute) - want) <= 1e-9 * want);
+    CU_ASSERT_EQUAL(more.t_memory, without.t_memory);
+    CU_ASSERT_EQUAL(with.t_memory, without.t_memory);
+    /* Against no figure: the 2e-10 passes in, the reductions' own
+     * arithmetic out, the exp's in-cache cost in both. */
+    double reductions = own[0].t_compute + own[3].t_compute;
+    CU_ASSERT_FATAL(reductions > 0);
+    double delta = k * 2e-10 * passes - reductions;
+    CU_ASSERT(fabs((with.t_compute - without.t_compute) - delta) <= 1e-9 * fabs(without.t_compute));
+    /* A lone elementwise op or reduction is no row group's member: its own
+     * estimate does not change with the figure. */
+    ir_cost alone;
+    cost_op_estimate(m, &hw, ops[0], &alone);
+    CU_ASSERT_EQUAL(alone.time, own[0].time);
+    ir_module_free(m);
+}
+
 /* A member's result that an op outside the group reads (here the
  * transpose W[C, R] = E[R, C], which does not start with the rows) is
  * written once; it is no longer row-local. */
@@ -154,7 +233,7 @@ static void test_read_after_group(void)
 {
     cost_hw hw = test_load_hw("tpu-v5e");
     ir_op *ops[5];
-    ir_module *m = softmax_module(ops);
+    ir_module *m = softmax_module(ops, false);
     ir_value *e = ops[1]->result;
     int R = e->type.dims[0], C = e->type.dims[1];
     ir_value *w = val(m, "W", IR_VAL_OP, 2, (int[]){C, R});
@@ -392,6 +471,7 @@ void einc_register_tests(void)
         {"softmax row group on a roofline profile", test_softmax_roofline},
         {"softmax row group on a calibrated profile", test_softmax_measured},
         {"a row group's functions cost their arithmetic in cache", test_softmax_in_cache},
+        {"a row group's members pay the measured pass over a row", test_row_pass},
         {"a member read after its group is written once", test_read_after_group},
         {"which einsums are unrolled", test_unrolled_rule},
         {"an unrolled einsum's loop on a roofline profile", test_unrolled_roofline},
