@@ -381,7 +381,8 @@ static void test_bf16_routes(void)
     /* the last two are matrix-vector products: gemv_narrow.c on either route */
     static const char *const specs[] = {"ij,jk->ik", "ji,jk->ik", "ij,kj->ik", "ji,kj->ik",
                                         "ij,jk->ki", "bij,bjk->bik", "ibj,bjk->bki",
-                                        "aij,jk->ik", "ij,j->i", "i,ik->k"};
+                                        "bij,bjk->ibk", "bji,bkj->kbi", "aij,jk->ik",
+                                        "ij,j->i", "i,ik->k"};
     const int nspecs = (int)(sizeof specs / sizeof specs[0]), nmatrix = nspecs - 2;
     int64_t sizes[26] = {0};
     sizes['i' - 'a'] = 37, sizes['j' - 'a'] = 129, sizes['k' - 'a'] = 19;
@@ -425,6 +426,41 @@ static void test_bf16_routes(void)
     else
         unsetenv("EINC_BF16_GEMM");
     free(saved);
+}
+
+/* Choosing the route leaves the environment alone: rt_device_init runs
+ * while other threads may read it (MPI's after MPI_Init, a second
+ * launch), and setenv races with getenv.  OMP_WAIT_POLICY is set by
+ * rt_bf16_gemm_environ instead, which rt_main calls before any thread
+ * starts; it keeps a value the user set. */
+static void test_bf16_environ(void)
+{
+    const char *outer = getenv("EINC_BF16_GEMM"), *wait = getenv("OMP_WAIT_POLICY");
+    char *saved = outer ? strdup(outer) : NULL, *saved_wait = wait ? strdup(wait) : NULL;
+    unsetenv("OMP_WAIT_POLICY");
+    setenv("EINC_BF16_GEMM", EINC_HAVE_DNNL ? "dnnl" : "sgemm", 1);
+    rt_device dev;
+    rt_device_init(&dev, &solo_prog, &rt_solo_ops, NULL, 0);
+    CU_ASSERT_PTR_NULL(getenv("OMP_WAIT_POLICY"));
+    rt_device_release(&dev);
+    rt_bf16_gemm_environ();
+    const char *set = getenv("OMP_WAIT_POLICY");
+    CU_ASSERT(EINC_HAVE_DNNL ? set && strcmp(set, "passive") == 0 : !set);
+    setenv("OMP_WAIT_POLICY", "active", 1);
+    rt_bf16_gemm_environ();
+    CU_ASSERT_STRING_EQUAL(getenv("OMP_WAIT_POLICY"), "active");
+    setenv("EINC_BF16_GEMM", "blas", 1); /* rt_bf16_gemm_init reports it, not this */
+    unsetenv("OMP_WAIT_POLICY");
+    rt_bf16_gemm_environ();
+    CU_ASSERT_PTR_NULL(getenv("OMP_WAIT_POLICY"));
+    if (saved_wait)
+        setenv("OMP_WAIT_POLICY", saved_wait, 1);
+    if (saved)
+        setenv("EINC_BF16_GEMM", saved, 1);
+    else
+        unsetenv("EINC_BF16_GEMM");
+    free(saved);
+    free(saved_wait);
 }
 
 /* A oneDNN that refuses every call (as on a CPU without AVX-512). */
@@ -489,6 +525,7 @@ void einc_register_tests(void)
         {"no wide copy of a narrow operand", test_mixed_no_wide_copy},
         {"bf16 x bf16 GEMMs: oneDNN and sgemm routes", test_bf16_routes},
         {"a bf16 GEMM oneDNN refuses is redone on sgemm", test_bf16_refused},
+        {"choosing the bf16 route leaves the environment alone", test_bf16_environ},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
 }
