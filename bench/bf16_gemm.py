@@ -138,8 +138,9 @@ def main():
                 res.add(f"cblas_sbgemm ({lib}+ rounding to bf16) MxNxK={shape}",
                         r["sbgemm_gflops"], "GFLOP/s")
             else:  # no baseline: the target cannot be judged, the figure is still recorded
-                res.add(f"rt_einsum bf16 MxNxK={shape} (cblas_sbgemm absent from the linked "
-                        f"OpenBLAS)", r["einc_gflops"], "GFLOP/s", ">= 0.9x cblas_sbgemm")
+                where = sb_path if sb_path else "the linked OpenBLAS"
+                res.add(f"rt_einsum bf16 MxNxK={shape} (cblas_sbgemm absent from {where})",
+                        r["einc_gflops"], "GFLOP/s", ">= 0.9x cblas_sbgemm")
             if dn:  # a second bf16 baseline, not the one the target names
                 res.add(f"oneDNN dnnl_gemm_bf16bf16f32 (+ rounding to bf16) MxNxK={shape}",
                         r["onednn_gflops"], "GFLOP/s")
@@ -155,8 +156,10 @@ def main():
     print("# sbgemm = OpenBLAS cblas_sbgemm (the target's baseline); oneDNN = oneDNN's "
           "dnnl_gemm_bf16bf16f32, a second bf16 baseline; ratios are einc's rate / theirs")
     if missing:
-        print("# cblas_sbgemm is absent: the linked OpenBLAS was built without BUILD_BFLOAT16 "
-              "(--sbgemm-lib build makes one); the errors (max rel err) are then against "
+        why = (f"{sb_path} does not define it" if sb_path else
+               "the linked OpenBLAS was built without BUILD_BFLOAT16 (--sbgemm-lib build "
+               "makes one)")
+        print(f"# cblas_sbgemm is absent: {why}; the errors (max rel err) are then against "
               "sgemm's product rounded to bf16")
     else:
         print(f"# sbgemm: {sb_what}; the errors (max rel err) are against its product "

@@ -246,9 +246,6 @@ static bool nearest_fit(ir_module *m, const cost_hw *hw, fallback *fb, int B, in
     return found;
 }
 
-/* The smallest change that would make room: under --grad-sync=step the
- * default's gradients per microbatch at the same pair (grad_sync_fit),
- * else nearest_fit's pair, else change_advice's.  Shared by the choice's warning and the given pair's. */
 /* Under --grad-sync=step, whether ref's pair fits with FSDP gradients
  * kept per microbatch (the default's fallback), priced, into change.  m
  * is left as found. */
@@ -269,6 +266,10 @@ static bool grad_sync_fit(ir_module *m, const cost_hw *hw, fallback *fb, int B, 
     return fits;
 }
 
+/* The smallest change that would make room: under --grad-sync=step the
+ * default's gradients per microbatch at the same pair (grad_sync_fit),
+ * else nearest_fit's pair, else change_advice's.  Shared by the choice's
+ * warning and the given pair's. */
 static void advice(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t batch, int fixed_s, int fixed_mb,
                    int v, const cand *ref, char *change, size_t n)
 {

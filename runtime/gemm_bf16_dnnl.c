@@ -36,30 +36,39 @@ int rt_bf16_cpu_dot(void)
 #endif
 }
 
-void rt_bf16_gemm_init(rt_bf16_gemm *s)
+/* EINC_BF16_GEMM and the CPU's choice: 1 oneDNN, 0 sgemm, -1 a value
+ * that is neither dnnl nor sgemm. */
+static int route_wanted(void)
 {
-    memset(s, 0, sizeof *s);
     const char *e = getenv("EINC_BF16_GEMM");
-    int want;
     if (!e || !e[0])
-        want = EINC_HAVE_DNNL && rt_bf16_cpu_dot();
-    else if (strcmp(e, "dnnl") == 0)
-        want = 1;
-    else if (strcmp(e, "sgemm") == 0)
-        want = 0;
-    else
-        rt_fatal(NULL, "EINC_BF16_GEMM must be dnnl (oneDNN's bf16 GEMM) or sgemm (operands "
-                 "widened to f32, then cblas_sgemm), not '%s'", e);
-    if (want && !EINC_HAVE_DNNL)
-        rt_fatal(NULL, "EINC_BF16_GEMM=dnnl, but this runtime was built without oneDNN "
-                 "(libdnnl-dev: scripts/deps.sh)");
-    if (!want)
-        return;
-    s->state = RT_BF16_DNNL_UNTRIED;
+        return EINC_HAVE_DNNL && rt_bf16_cpu_dot();
+    if (strcmp(e, "dnnl") == 0)
+        return 1;
+    return strcmp(e, "sgemm") == 0 ? 0 : -1;
+}
+
+void rt_bf16_gemm_environ(void)
+{
     /* Idle OpenMP workers sleep at once instead of spinning on cores that
      * OpenBLAS's threads, the narrow products' helpers or other devices
      * use; a value the user set is kept. */
-    setenv("OMP_WAIT_POLICY", "passive", 0);
+    if (EINC_HAVE_DNNL && route_wanted() == 1)
+        setenv("OMP_WAIT_POLICY", "passive", 0);
+}
+
+void rt_bf16_gemm_init(rt_bf16_gemm *s)
+{
+    memset(s, 0, sizeof *s);
+    int want = route_wanted();
+    if (want < 0)
+        rt_fatal(NULL, "EINC_BF16_GEMM must be dnnl (oneDNN's bf16 GEMM) or sgemm (operands "
+                 "widened to f32, then cblas_sgemm), not '%s'", getenv("EINC_BF16_GEMM"));
+    if (want && !EINC_HAVE_DNNL)
+        rt_fatal(NULL, "EINC_BF16_GEMM=dnnl, but this runtime was built without oneDNN "
+                 "(libdnnl-dev: scripts/deps.sh)");
+    if (want)
+        s->state = RT_BF16_DNNL_UNTRIED;
 }
 
 #if EINC_HAVE_DNNL

@@ -530,6 +530,9 @@ int rt_prepared_release(rt_prepared *pr, char *err, size_t errlen)
 int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *draft,
             const rt_program *prefill, const rt_launcher *l)
 {
+    /* The only write to the environment, before MPI_Init or any thread
+     * could read it (rt_bf16.h). */
+    rt_bf16_gemm_environ();
     int rank = 0, nranks = 1;
     l->init(&argc, &argv, &rank, &nranks);
     int root = rank == 0;

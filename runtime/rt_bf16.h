@@ -44,12 +44,19 @@ int rt_bf16_cpu_dot(void);
  * (any other non-empty value ends the job: rt_fatal, exit 1; dnnl in a
  * runtime built without oneDNN too); unset or empty, oneDNN where the
  * runtime was built with it (EINC_HAVE_DNNL) and the CPU has AVX512-BF16,
- * else sgemm.  Choosing oneDNN sets OMP_WAIT_POLICY=passive in the
- * environment unless it is set: libgomp reads it once, when oneDNN loads
- * it, and its default spinning workers took the cores of OpenBLAS's
- * threads (docs/runtime.md, "bf16 GEMMs").
+ * else sgemm.  Reads the environment only (rt_bf16_gemm_environ writes it).
  */
 void rt_bf16_gemm_init(rt_bf16_gemm *s);
+
+/*
+ * Sets OMP_WAIT_POLICY=passive in the environment, unless it is set, when
+ * rt_bf16_gemm_init would choose oneDNN (a bad EINC_BF16_GEMM is left to
+ * it to report): libgomp reads it once, when oneDNN loads it, and its
+ * default spinning workers took the cores of OpenBLAS's threads
+ * (docs/runtime.md, "bf16 GEMMs").  setenv races with any thread's getenv,
+ * so rt_main calls it first, before MPI_Init and any thread starts.
+ */
+void rt_bf16_gemm_environ(void);
 
 /*
  * 1 when GEMMs of two bf16 operands go through oneDNN on this device.  The

@@ -381,15 +381,20 @@ static void test_bf16_routes(void)
     /* the last two are matrix-vector products: gemv_narrow.c on either route */
     static const char *const specs[] = {"ij,jk->ik", "ji,jk->ik", "ij,kj->ik", "ji,kj->ik",
                                         "ij,jk->ki", "bij,bjk->bik", "ibj,bjk->bki",
-                                        "aij,jk->ik", "ij,j->i", "i,ik->k"};
+                                        "bij,bjk->ibk", "bji,bkj->kbi", "aij,jk->ik",
+                                        "ij,j->i", "i,ik->k"};
     const int nspecs = (int)(sizeof specs / sizeof specs[0]), nmatrix = nspecs - 2;
-    int64_t sizes[26] = {0};
-    sizes['i' - 'a'] = 37, sizes['j' - 'a'] = 129, sizes['k' - 'a'] = 19;
-    sizes['b' - 'a'] = 3;
+    /* odd sizes; then the least a GEMM has (two rows and columns, K = 1,
+     * one batch), whose leading dimensions oneDNN checks as sgemm does */
+    static const int64_t ijkb[2][4] = {{37, 129, 19, 3}, {2, 1, 2, 1}};
     const char *outer = getenv("EINC_BF16_GEMM"); /* the caller's choice, restored */
     char *saved = outer ? strdup(outer) : NULL;
-    for (int i = 0; i < nspecs; i++)
+    for (int zi = 0; zi < 2 * nspecs; zi++)
         for (int32_t cdt = RT_F32; cdt <= RT_BF16; cdt += RT_BF16 - RT_F32) {
+            const int z = zi / nspecs, i = zi % nspecs;
+            int64_t sizes[26] = {0};
+            sizes['i' - 'a'] = ijkb[z][0], sizes['j' - 'a'] = ijkb[z][1];
+            sizes['k' - 'a'] = ijkb[z][2], sizes['b' - 'a'] = ijkb[z][3];
             const int32_t dt[3] = {RT_BF16, RT_BF16, cdt};
             double got[2][37 * 19 * 3] = {{0}}; /* past the result: 0 on both */
             int route[2];
@@ -412,9 +417,10 @@ static void test_bf16_routes(void)
             int dnnl_due = EINC_HAVE_DNNL && rt_bf16_cpu_dot() && i < nmatrix;
             if (!(err[0] <= 1.5e-2 && err[1] <= 1.5e-2 && diff <= tol * top) ||
                 dnnl_taken != dnnl_due || route[1] != RT_BF16_SGEMM)
-                fprintf(stderr, "\n  %s -> %s: rel err dnnl %g, sgemm %g; routes differ by %g "
-                        "of %g; route %d\n", specs[i], rt_dtype_name(cdt), err[0], err[1],
-                        diff, top, route[0]);
+                fprintf(stderr, "\n  %s -> %s (i %lld, j %lld): rel err dnnl %g, sgemm %g; "
+                        "routes differ by %g of %g; route %d\n", specs[i], rt_dtype_name(cdt),
+                        (long long)ijkb[z][0], (long long)ijkb[z][1], err[0], err[1], diff,
+                        top, route[0]);
             CU_ASSERT(err[0] <= 1.5e-2 && err[1] <= 1.5e-2);
             CU_ASSERT(diff <= tol * top);
             CU_ASSERT(!dnnl_due || dnnl_taken);
@@ -425,6 +431,41 @@ static void test_bf16_routes(void)
     else
         unsetenv("EINC_BF16_GEMM");
     free(saved);
+}
+
+/* Choosing the route leaves the environment alone: rt_device_init runs
+ * while other threads may read it (MPI's after MPI_Init, a second
+ * launch), and setenv races with getenv.  OMP_WAIT_POLICY is set by
+ * rt_bf16_gemm_environ instead, which rt_main calls before any thread
+ * starts; it keeps a value the user set. */
+static void test_bf16_environ(void)
+{
+    const char *outer = getenv("EINC_BF16_GEMM"), *wait = getenv("OMP_WAIT_POLICY");
+    char *saved = outer ? strdup(outer) : NULL, *saved_wait = wait ? strdup(wait) : NULL;
+    unsetenv("OMP_WAIT_POLICY");
+    setenv("EINC_BF16_GEMM", EINC_HAVE_DNNL ? "dnnl" : "sgemm", 1);
+    rt_device dev;
+    rt_device_init(&dev, &solo_prog, &rt_solo_ops, NULL, 0);
+    CU_ASSERT_PTR_NULL(getenv("OMP_WAIT_POLICY"));
+    rt_device_release(&dev);
+    rt_bf16_gemm_environ();
+    const char *set = getenv("OMP_WAIT_POLICY");
+    CU_ASSERT(EINC_HAVE_DNNL ? set && strcmp(set, "passive") == 0 : !set);
+    setenv("OMP_WAIT_POLICY", "active", 1);
+    rt_bf16_gemm_environ();
+    CU_ASSERT_STRING_EQUAL(getenv("OMP_WAIT_POLICY"), "active");
+    setenv("EINC_BF16_GEMM", "blas", 1); /* rt_bf16_gemm_init reports it, not this */
+    unsetenv("OMP_WAIT_POLICY");
+    rt_bf16_gemm_environ();
+    CU_ASSERT_PTR_NULL(getenv("OMP_WAIT_POLICY"));
+    if (saved_wait)
+        setenv("OMP_WAIT_POLICY", saved_wait, 1);
+    if (saved)
+        setenv("EINC_BF16_GEMM", saved, 1);
+    else
+        unsetenv("EINC_BF16_GEMM");
+    free(saved);
+    free(saved_wait);
 }
 
 /* A oneDNN that refuses every call (as on a CPU without AVX-512). */
@@ -489,6 +530,7 @@ void einc_register_tests(void)
         {"no wide copy of a narrow operand", test_mixed_no_wide_copy},
         {"bf16 x bf16 GEMMs: oneDNN and sgemm routes", test_bf16_routes},
         {"a bf16 GEMM oneDNN refuses is redone on sgemm", test_bf16_refused},
+        {"choosing the bf16 route leaves the environment alone", test_bf16_environ},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
 }
