@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE /* RTLD_LOCAL with -std=c17 */
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifndef EINC_HAVE_DNNL
@@ -69,7 +70,21 @@ void rt_bf16_gemm_init(rt_bf16_gemm *s)
                  "(libdnnl-dev: scripts/deps.sh)");
     if (want)
         s->state = RT_BF16_DNNL_UNTRIED;
+    const char *e = getenv("EINC_BF16_GEMM");
+    s->forced = want && e && e[0];
 }
+
+#if EINC_HAVE_DNNL
+/* The route stays on sgemm: said when the user asked for oneDNN, silent
+ * when it was only the default's guess.  Returns 0 for the caller. */
+static int refuse(const rt_bf16_gemm *s, const char *why)
+{
+    if (s->forced)
+        fprintf(stderr, "einrt: warning: EINC_BF16_GEMM=dnnl, but %s; this device's bf16 "
+                "GEMMs run on cblas_sgemm\n", why);
+    return 0;
+}
+#endif
 
 #if EINC_HAVE_DNNL
 /* A 2x4 by 4x3 product of small integers: exact in bf16 and in f32. */
@@ -106,18 +121,19 @@ int rt_bf16_gemm_ready(rt_bf16_gemm *s)
     /* Never closed: libgomp's thread pools outlive any one call. */
     void *h = dlopen(EINC_DNNL_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        return 0;
+        return refuse(s, dlerror());
     rt_dnnl_bf16_fn gemm;
     void (*omp_set)(int);
     /* POSIX's way from dlsym's object pointer to a function pointer */
     void *f = dlsym(h, "dnnl_gemm_bf16bf16f32"), *o = dlsym(h, "omp_set_num_threads");
     if (!f || !o)
-        return 0;
+        return refuse(s, EINC_DNNL_SONAME " lacks dnnl_gemm_bf16bf16f32 or omp_set_num_threads");
     memcpy(&gemm, &f, sizeof gemm);
     memcpy(&omp_set, &o, sizeof omp_set);
     omp_set(openblas_get_num_threads());
     if (!check_product(gemm))
-        return 0;
+        return refuse(s, "oneDNN refused or miscomputed a 2x3x4 check product (a CPU without "
+                         "AVX-512: dnnl_unimplemented)");
     s->gemm = gemm;
     s->omp_set_threads = omp_set;
     s->state = RT_BF16_DNNL_READY;
@@ -145,5 +161,9 @@ int rt_gemm_bf16_dnnl(const rt_gemm *g)
     if (st == 0)
         return 1;
     s->state = RT_BF16_SGEMM;
+    if (s->forced)
+        fprintf(stderr, "einrt: warning: EINC_BF16_GEMM=dnnl, but oneDNN answered status %d "
+                "to a %lld x %lld x %lld GEMM; this device's bf16 GEMMs run on cblas_sgemm "
+                "from now on\n", st, (long long)g->M, (long long)g->N, (long long)g->K);
     return 0;
 }

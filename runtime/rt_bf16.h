@@ -32,6 +32,7 @@ typedef struct rt_bf16_gemm {
     int state;
     rt_dnnl_bf16_fn gemm;            /* dnnl_gemm_bf16bf16f32 (READY only) */
     void (*omp_set_threads)(int n);  /* omp_set_num_threads of oneDNN's libgomp */
+    int forced;                      /* 1: EINC_BF16_GEMM=dnnl asked for oneDNN */
 } rt_bf16_gemm;
 
 /* Whether the CPU has AVX512-BF16 (vdpbf16ps), oneDNN's fast bf16 GEMM;
@@ -63,7 +64,9 @@ void rt_bf16_gemm_environ(void);
  * first call with state UNTRIED opens the library (dlopen), finds its two
  * functions and checks a 2x3x4 product against the exact answer; on any
  * failure the state becomes SGEMM for the device's life (decided once, not
- * per call).  NULL s: 0.  Call it from the device's thread.
+ * per call), with a warning on stderr naming the failure when
+ * EINC_BF16_GEMM=dnnl asked for oneDNN (an A/B run must not measure the
+ * other route unaware).  NULL s: 0.  Call it from the device's thread.
  */
 int rt_bf16_gemm_ready(rt_bf16_gemm *s);
 

@@ -495,7 +495,7 @@ static void test_bf16_refused(void)
         a[i] = rt_f32_to_bf16((float)(i % 9 - 4));
     for (int i = 0; i < K * N; i++)
         b[i] = rt_f32_to_bf16((float)(i % 5 - 2));
-    rt_bf16_gemm route = {RT_BF16_DNNL_READY, refusing_gemm, ignore_threads};
+    rt_bf16_gemm route = {RT_BF16_DNNL_READY, refusing_gemm, ignore_threads, 1}; /* forced: warns */
     rt_gemm g = {.dtype = RT_F32, .M = M, .N = N, .K = K, .alpha = 2.0, .beta = 0.0, .a = a,
                  .lda = M, .ta = 1, .adt = RT_BF16, .b = b, .ldb = N, .tb = 0, .bdt = RT_BF16,
                  .c = c, .ldc = N, .tc = 0, .split = NULL, .bf16 = &route};
