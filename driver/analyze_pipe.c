@@ -16,6 +16,10 @@
  * (Megatron-LM's default).  Memory per stage: its share of the params, the
  * accumulated gradients and the optimizer state, plus the activations of
  * the microbatches it holds (seed 000: 1F1B keeps at most Z, GPipe M).
+ * Each row is priced as the compiler's default compiles that pair: with
+ * zero-bubble's split where it applies (pipe_work_of's `split`), and with
+ * FSDP gradients reduced per microbatch when their deferred sums would
+ * not fit the HBM (fall_back, the order of pass_pipeline_grad_fallback).
  *
  * The bubble seed 000 and Narayanan et al. (SC'21) derive for uniform
  * stages, (Z - 1) / (v M + Z - 1) of the step, is printed beside the
@@ -30,6 +34,7 @@
 
 #include "cost.h"
 #include "pipe_work.h"
+#include "pipeline_grad.h"
 
 /* plan_compile_quiet's closure: the program as written. */
 typedef struct as_written {
@@ -43,14 +48,63 @@ static ir_module *call_as_written(void *ctx, diag_ctx *d)
     return c->compile(c->ctx, NULL, IR_REMAT_NONE, d);
 }
 
-/* The module's work with the batch dim at `size` (restored after). */
-static int work_at(ir_module *m, const analyze_table *t, int64_t size, pipe_work *w, char *err, size_t errlen)
+/* The module's work with the batch dim at `size` (restored after), as a
+ * schedule that splits the backward runs it (`split`) or not; the ops
+ * are costed again only with `annotate`. */
+static int work_at(ir_module *m, const analyze_table *t, int64_t size, bool annotate, bool split, pipe_work *w,
+                   char *err, size_t errlen)
 {
     int64_t keep = m->dims[t->batch].size;
     m->dims[t->batch].size = size;
-    cost_annotate_ops(m, t->hw);
-    int rc = pipe_work_of(m, w, err, errlen);
+    if (annotate)
+        cost_annotate_ops(m, t->hw);
+    int rc = pipe_work_of(m, split, w, err, errlen);
     m->dims[t->batch].size = keep;
+    return rc;
+}
+
+/* The repeat block's dim (the first forward loop's), or -1. */
+static int layer_dim(const ir_module *m)
+{
+    for (const ir_op *op = m->first; op; op = op->next)
+        if (op->kind == IR_OP_LOOPBEGIN && !op->u.loop.reverse)
+            return op->u.loop.dim;
+    return -1;
+}
+
+/* Row `row` re-priced as the compiler's default (--grad-sync=auto,
+ * passes/pipeline_choose.c) compiles a pair whose stage exceeds the HBM
+ * with every stacked gradient deferred: the FSDP gradients kept per
+ * microbatch one at a time in pass_pipeline_grad_fallback's order until
+ * the stage fits, all of them when none does; their names into `kept`
+ * (n bytes, empty when none).  m's ops are costed at batch `size`.
+ * Returns pipe_price's code. */
+static int fall_back(ir_module *m, const analyze_table *t, const analyze_pipe_opts *o, int64_t size, int s, int mb,
+                     double *scratch, pp_params *used, analyze_pipe_row *row, char *kept, size_t n, char *err,
+                     size_t errlen)
+{
+    kept[0] = 0;
+    double hbm = t->hw->hbm_bytes;
+    if (hbm <= 0 || row->memory <= hbm)
+        return 0;
+    const char *names[PIPE_GRAD_FALLBACK_MAX];
+    int nn = pass_pipeline_grad_fallback(m, layer_dim(m), names, PIPE_GRAD_FALLBACK_MAX), rc = 0;
+    for (int i = 1; rc == 0 && i <= nn; i++) {
+        pipe_work w;
+        m->pipe.grad_mb = names;
+        m->pipe.ngrad_mb = i;
+        rc = work_at(m, t, size, false, pp_schedule_splits((pp_schedule)s), &w, err, errlen);
+        if (rc == 0)
+            rc = pipe_price_chunks(&w, t->hw, o->stages, w.layers / o->stages, mb, (pp_schedule)s, o->chunks, o->dcn,
+                                   scratch, used, row, err, errlen);
+        size_t len = strlen(kept);
+        if (rc == 0)
+            snprintf(kept + len, n - len, "%s%s", i > 1 ? "," : "", names[i - 1]);
+        if (rc == 0 && row->memory <= hbm)
+            break;
+    }
+    m->pipe.grad_mb = NULL;
+    m->pipe.ngrad_mb = 0;
     return rc;
 }
 
@@ -73,7 +127,7 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
         return -1;
     }
     pipe_work full;
-    int rc = pipe_work_of(m, &full, err, errlen);
+    int rc = pipe_work_of(m, false, &full, err, errlen);
     p->layers = full.layers;
     p->unpipelined = m->totals.step_time;
     p->update = full.update_stacked + full.update_other;
@@ -102,15 +156,22 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
     for (int mb = 1; rc == 0 && mb <= 64 && p->n < ANALYZE_PIPE_MAX; mb *= 2) {
         if (opts->microbatches > 0 ? mb != opts->microbatches : t->batch_size % ((int64_t)mb * parts) != 0)
             continue;
-        pipe_work w;
-        rc = work_at(m, t, t->batch_size / mb, &w, err, errlen);
+        /* [1]: as zero-bubble's split backward runs it (pipe_work_of). */
+        pipe_work w[2];
+        int64_t size = t->batch_size / mb;
+        rc = work_at(m, t, size, true, false, &w[0], err, errlen);
+        if (rc == 0)
+            rc = work_at(m, t, size, false, true, &w[1], err, errlen);
         for (int s = 0; rc == 0 && s < PP_SCHEDULE_COUNT && p->n < ANALYZE_PIPE_MAX; s++) {
             if (opts->schedule >= 0 && s != opts->schedule)
                 continue;
             analyze_pipe_row *row = &p->rows[p->n];
             pp_params used;
-            int r = pipe_price_chunks(&w, t->hw, z, p->layers / z, mb, (pp_schedule)s, opts->chunks, opts->dcn,
-                                      scratch, &used, row, err, errlen);
+            int r = pipe_price_chunks(&w[pp_schedule_splits((pp_schedule)s)], t->hw, z, p->layers / z, mb,
+                                      (pp_schedule)s, opts->chunks, opts->dcn, scratch, &used, row, err, errlen);
+            if (r == 0)
+                r = fall_back(m, t, opts, size, s, mb, scratch, &used, row, p->kept[p->n], sizeof p->kept[p->n], err,
+                              errlen);
             if (r < 0)
                 rc = -1;
             if (r != 0)
@@ -158,10 +219,11 @@ void analyze_pipe_print(FILE *out, const analyze_pipe *p, const analyze_table *t
         char formula[16] = "-";
         if (r->bubble_formula >= 0)
             snprintf(formula, sizeof formula, "%.1f%%", 100 * r->bubble_formula);
-        fprintf(out, "  %-12s %4d %9.4g us %9.4g us %9.4g us %7.1f%% %9s %5.3g %8.2f GiB%s\n",
+        fprintf(out, "  %-12s %4d %9.4g us %9.4g us %9.4g us %7.1f%% %9s %5.3g %8.2f GiB%s%s%s\n",
                 pp_schedule_name(r->schedule), r->microbatches, r->step * 1e6, r->pipeline * 1e6, r->sync * 1e6,
                 100 * r->bubble, formula, r->held, r->memory / 1073741824.0,
-                r->memory > t->hw->hbm_bytes ? " (does not fit)" : "");
+                r->memory > t->hw->hbm_bytes ? " (does not fit)" : "", p->kept[i][0] ? "; per microbatch: " : "",
+                p->kept[i]);
     }
     if (p->best < 0)
         return;
@@ -209,6 +271,12 @@ cJSON *analyze_pipe_json(const analyze_pipe *p)
             cJSON_AddNullToObject(j, "bubble_formula");
         cJSON_AddNumberToObject(j, "held_microbatches", r->held);
         cJSON_AddNumberToObject(j, "memory", r->memory);
+        /* The stacked gradients the compiler's default keeps per microbatch at this pair. */
+        cJSON *kept = cJSON_AddArrayToObject(j, "grad_per_microbatch");
+        char names[sizeof p->kept[i]];
+        memcpy(names, p->kept[i], sizeof names);
+        for (char *save = NULL, *g = strtok_r(names, ",", &save); g; g = strtok_r(NULL, ",", &save))
+            cJSON_AddItemToArray(kept, cJSON_CreateString(g));
         cJSON_AddItemToArray(rows, j);
     }
     if (p->best >= 0)

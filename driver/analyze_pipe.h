@@ -41,6 +41,10 @@ typedef struct analyze_pipe {
                           computes (pipe_work_zsums_time), once per step */
     int n;
     analyze_pipe_row rows[ANALYZE_PIPE_MAX];
+    /* Per row, the stacked gradients (comma-separated) that the compiler's
+     * default (--grad-sync=auto) keeps per microbatch so that the stage
+     * fits the HBM, as priced; empty when every one is deferred. */
+    char kept[ANALYZE_PIPE_MAX][256];
     int best;          /* the row with the shortest step */
     pp_params best_params; /* its stage times, for the table; arrays owned here */
     double *arrays;    /* 3 Z doubles behind best_params */

@@ -120,6 +120,9 @@ typedef struct ir_pipe_totals {
                               gradients, moved out of the backward loop (passes/pipeline_grad.c) */
     double grad_once_bytes; /* bytes their unreduced sums add to a stage, in stage_memory (an FSDP
                                gradient's full block instead of its 1/X; 0 for DP's) */
+    double grad_once_first_bytes, grad_once_last_bytes; /* the same for the gradients outside the
+                               loops whose collective runs once per step (the embedding's on the
+                               first stage, the head's on the last: pipe_work.acc_extra_pre, _post) */
 } ir_pipe_totals;
 
 /* Totals of the cost pass over the whole program (per device).  For a

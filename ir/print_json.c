@@ -69,6 +69,8 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
         cJSON_AddItemToArray(cb, cJSON_CreateNumber(p->core_bubble[c - 1]));
     cJSON_AddNumberToObject(o, "grad_once_time", p->grad_once);
     cJSON_AddNumberToObject(o, "grad_once_bytes", p->grad_once_bytes);
+    cJSON_AddNumberToObject(o, "grad_once_first_bytes", p->grad_once_first_bytes);
+    cJSON_AddNumberToObject(o, "grad_once_last_bytes", p->grad_once_last_bytes);
 }
 
 static cJSON *cost_json(const ir_cost *c)

@@ -69,7 +69,10 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, bool with_core_bubbles, ch
     for (const ir_op *op = m->first; op && !backward; op = op->next)
         backward = op->kind == IR_OP_LOOPBEGIN && op->u.loop.reverse;
     pipe_work w;
-    if ((backward ? pipe_work_of(m, &w, err, errlen) : pipe_work_forward_of(m, &w, err, errlen)) != 0)
+    /* Zero-bubble on a module not split yet (pipeline_choose.c) is
+     * priced as the split will run it. */
+    bool splits = pp_schedule_splits((pp_schedule)m->pipe.schedule);
+    if ((backward ? pipe_work_of(m, splits, &w, err, errlen) : pipe_work_forward_of(m, &w, err, errlen)) != 0)
         return -1;
     int z = (int)m->mesh.axes[m->pipe.axis].size;
     if (z < 1 || w.layers % z != 0) {
@@ -103,7 +106,7 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, bool with_core_bubbles, ch
     if (rc != 0)
         return -1;
     double kd = (double)k;
-    bool split = backward && pp_schedule_splits((pp_schedule)m->pipe.schedule);
+    bool split = backward && splits;
     *t = (ir_pipe_totals){
         .valid = true,
         .forward = !backward,
@@ -131,6 +134,8 @@ int cost_pipe_totals(ir_module *m, const cost_hw *hw, bool with_core_bubbles, ch
         .stage_sums = backward ? pipe_work_zsums_time(&w, hw, z, dcn) : 0,
         .grad_once = w.sync_stacked / z,
         .grad_once_bytes = w.acc_extra_stacked / z,
+        .grad_once_first_bytes = w.acc_extra_pre,
+        .grad_once_last_bytes = w.acc_extra_post,
     };
     memcpy(t->core_bubble, cores, sizeof cores);
     return 0;
@@ -181,6 +186,10 @@ void cost_pipe_print(FILE *out, const ir_module *m)
                     t->grad_once_bytes / 1073741824.0);
         fprintf(out, "\n");
     }
+    if (t->grad_once_first_bytes > 0 || t->grad_once_last_bytes > 0)
+        fprintf(out, "  unstacked gradients reduced once per step (the embedding's, the head's): their unreduced "
+                "sums add %.4g GiB to the first stage, %.4g GiB to the last (FSDP: the full gradient)\n",
+                t->grad_once_first_bytes / 1073741824.0, t->grad_once_last_bytes / 1073741824.0);
     if (m->pipe.ngrad_mb > 0) {
         /* pipeline_grad.c: kept in the backward loop, per microbatch. */
         fprintf(out, "  stacked gradients reduced per microbatch, inside the backward loop (%s):",

@@ -634,7 +634,7 @@ static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int 
     if (hw && arr) {
         m->dims[B].size = batch / M;
         cost_annotate_ops(m, hw);
-        ok = pipe_work_of(m, &w, err, sizeof err) == 0 && w.layers % Z == 0 &&
+        ok = pipe_work_of(m, true, &w, err, sizeof err) == 0 && w.layers % Z == 0 &&
              pipe_price(&w, hw, Z, w.layers / Z, M, (pp_schedule)schedule, m->mesh.axes[m->pipe.axis].dcn, arr,
                         &used, &priced, err, sizeof err) == 0;
         m->dims[B].size = batch;

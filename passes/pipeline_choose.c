@@ -125,7 +125,7 @@ static bool price(ir_module *m, const cost_hw *hw, fallback *fb, int B, int64_t 
     if (m->pipe.grad_sync != IR_GRAD_SYNC_AUTO || hw->hbm_bytes <= 0 || c->memory <= hw->hbm_bytes)
         return true;
     if (!fb->found) {
-        fb->n = pass_pipeline_grad_fallback(m, fb->names, PIPE_GRAD_FALLBACK_MAX);
+        fb->n = pass_pipeline_grad_fallback(m, m->pipe.dim, fb->names, PIPE_GRAD_FALLBACK_MAX);
         fb->found = true;
     }
     cand k = *c;
@@ -163,7 +163,7 @@ static double fixed_bytes(const ir_module *m, int Z)
 {
     pipe_work w;
     char err[256];
-    if (pipe_work_of(m, &w, err, sizeof err) != 0)
+    if (pipe_work_of(m, false, &w, err, sizeof err) != 0)
         return -1;
     return (w.state_stacked + w.param_stacked) / Z + w.state_other + w.param_other;
 }
@@ -381,7 +381,10 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
                  "HBM per device", priced, hw->name, hbm / GIB);
     }
     size_t used = strlen(line);
-    snprintf(line + used, sizeof line - used, "%s", keep_choice(m, &fb, pick, kept, sizeof kept));
+    /* The step the pick was chosen by, which the compiled module's cost
+     * pass should repeat (docs/pipeline.md, "Choosing the schedule and M"). */
+    snprintf(line + used, sizeof line - used, "%s; its step priced at %.1f us",
+             keep_choice(m, &fb, pick, kept, sizeof kept), pick->step * 1e6);
     m->pipe.choice = ir_strdup(&m->arena, line);
     *out = (pipe_choice){.schedule = pick->schedule, .microbatches = pick->mb, .chunks = pick->v};
 }

@@ -103,12 +103,12 @@ static int by_ratio(const void *a, const void *b)
     return x > y ? -1 : x < y;
 }
 
-int pass_pipeline_grad_fallback(const ir_module *m, const char **names, int max)
+int pass_pipeline_grad_fallback(const ir_module *m, int ldim, const char **names, int max)
 {
     fallback f[PIPE_GRAD_FALLBACK_MAX];
     int n = 0;
     for (const ir_op *op = m->first; op && n < max && n < PIPE_GRAD_FALLBACK_MAX; op = op->next) {
-        const ir_op *st = pipe_work_deferrable_stack(m, op, m->pipe.dim);
+        const ir_op *st = pipe_work_deferrable_stack(m, op, ldim);
         if (!st)
             continue;
         double extra = (double)ir_local_bytes(m, &op->operands[0]->type) - (double)ir_local_bytes(m, &op->result->type);

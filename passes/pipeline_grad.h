@@ -43,7 +43,8 @@ int pass_pipeline_defer_grads(pass_ctx *ctx, ir_module *m);
  * collective, op->cost.time of m as last costed, run M - 1 more times
  * per layer and step whatever the gradient, so the ratio ranks them at
  * every M).  A DP AllReduce, whose deferral adds nothing, never falls
- * back.  Returns the count. */
-int pass_pipeline_grad_fallback(const ir_module *m, const char **names, int max);
+ * back.  `ldim`: the layer dim (m->pipe.dim once pipelined; `einc analyze
+ * --stages` passes its repeat block's).  Returns the count. */
+int pass_pipeline_grad_fallback(const ir_module *m, int ldim, const char **names, int max);
 
 #endif

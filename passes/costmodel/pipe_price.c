@@ -79,7 +79,9 @@ static double sync_time(const pipe_work *w, const cost_hw *hw, int z, bool dcn)
  * accumulated gradients (an FSDP gradient whose ReduceScatter is deferred
  * to once per step summed unreduced, acc_extra_stacked) and optimizer
  * state, the others on the first and
- * last stage (an upper bound, as in sync_time), the activations of the
+ * last stage (an upper bound, as in sync_time) with the unreduced sums
+ * of those whose collective runs once per step (acc_extra_pre on the
+ * first, acc_extra_post on the last), the activations of the
  * microbatches it holds, and the carried activation sent and received.
  * A microbatch is held from its F until its B ends, or with zero-bubble and zb-h2
  * until its W ends (the executor frees its frame then, docs/pipeline.md),
@@ -94,6 +96,7 @@ static double stage_memory(const pipe_work *w, const pp_plan *plan, int z, int64
         double b = (w->state_stacked + w->param_stacked + w->acc_extra_stacked) / (double)z;
         if (s == 0 || s == z - 1)
             b += w->state_other + w->param_other;
+        b += (s == 0 ? w->acc_extra_pre : 0) + (s == z - 1 ? w->acc_extra_post : 0);
         /* Interleaved counts (microbatch, chunk) pairs, each 1/v of the stage's layers. */
         b += (double)plan->stage[s].peak_held_w * (double)k / (double)plan->chunks * layer +
              2 * w->carry_bytes;

@@ -170,29 +170,47 @@ typedef struct walk {
 
 enum { AV_FIRST = 1, AV_LAST = 2, AV_ALL = 3 };
 
+/* Whether the run function runs `op`, outside the loops and not the
+ * update's, once per step (codegen/pipeline_plan.c, cg_pp_classify): a
+ * linear collective whose result only ops already marked in `once` read
+ * and that is no output (a gradient's DP AllReduce or FSDP ReduceScatter
+ * commutes with the sum over the microbatches). */
+static bool runs_once(const ir_module *m, const ir_op *op, const bool *once)
+{
+    const ir_value *v = op->result;
+    if (!v || op->phase == IR_PHASE_UPDATE || !ir_op_is_linear_reshard(op) || v->nuses == 0)
+        return false;
+    for (int u = 0; u < v->nuses; u++)
+        if (!once[v->uses[u].op->result->id])
+            return false;
+    for (int j = 0; j < m->noutputs; j++)
+        if (m->outputs[j].value == v)
+            return false;
+    return true;
+}
+
 /* Marks in `once` the results of the ops the run function runs once per
- * step rather than per microbatch (codegen/pipeline_plan.c, cg_pp_classify):
- * the update's, and after the backward loop `bwd` each linear collective
- * outside the loops whose result only such ops read and is no output (a
- * gradient's DP AllReduce or FSDP ReduceScatter commutes with the sum over
- * the microbatches).  In reverse order, so that a chain of them counts. */
-static void mark_once(const ir_module *m, const ir_op *bwd, bool *once)
+ * step rather than per microbatch: the update's, and each op after the
+ * backward loop `bwd` that runs_once.  With `moved` (a module not split
+ * yet, priced for a split schedule) also the ops before bwd that
+ * pipe_work_split_w marks there, which the split moves after the loops
+ * (passes/pipeline_split.c), where the run function finds them: the
+ * head's gradient collective then runs once per step, as in the split
+ * module.  In reverse order, so that a chain of them counts; the one rule
+ * for every pricing of a step. */
+static void mark_once(const ir_module *m, const ir_op *bwd, const bool *moved, bool *once)
 {
     for (const ir_op *op = m->first; op; op = op->next)
         if (op->result && op->phase == IR_PHASE_UPDATE)
             once[op->result->id] = true;
     const ir_op *stop = bwd ? bwd->u.loop.end : NULL;
-    for (const ir_op *op = m->last; op && stop && op != stop; op = op->prev) {
-        const ir_value *v = op->result;
-        if (!v || op->phase == IR_PHASE_UPDATE || !ir_op_is_linear_reshard(op) || v->nuses == 0)
-            continue;
-        bool only = true;
-        for (int u = 0; u < v->nuses && only; u++)
-            only = once[v->uses[u].op->result->id];
-        for (int j = 0; j < m->noutputs && only; j++)
-            only = m->outputs[j].value != v;
-        once[v->id] = only;
-    }
+    for (const ir_op *op = m->last; op && stop && op != stop; op = op->prev)
+        if (runs_once(m, op, once))
+            once[op->result->id] = true;
+    for (const ir_op *op = bwd && moved ? bwd->prev : NULL; op && op->phase == IR_PHASE_BACKWARD && outside_loops(op);
+         op = op->prev)
+        if (op->result && moved[op->result->id] && runs_once(m, op, once))
+            once[op->result->id] = true;
 }
 
 /* The stages that can compute each value, in program order, as the run
@@ -370,7 +388,14 @@ static void add_op(const walk *k, const ir_op *op, bool after_fwd, bool after_bw
         return;
     }
     if (k->once[op->result->id]) {
-        *(k->avail[op->result->id] == AV_LAST ? &w->sync_post : &w->sync_pre) += t;
+        bool last = k->avail[op->result->id] == AV_LAST;
+        *(last ? &w->sync_post : &w->sync_pre) += t;
+        /* Its operand is what the step sums over the microbatches: an
+         * FSDP ReduceScatter's full gradient rather than its block. */
+        double extra = (double)ir_local_bytes(k->m, &op->operands[0]->type) -
+                       (double)ir_local_bytes(k->m, &op->result->type);
+        if (ir_op_is_reshard(op->kind) && extra > 0)
+            *(last ? &w->acc_extra_post : &w->acc_extra_pre) += extra;
         return;
     }
     /* Outside the loops: the stage from the data when only one can
@@ -428,7 +453,7 @@ static int cross_of(const ir_module *m, const ir_op *bwd, const ir_op *wloop, co
 }
 
 /* pipe_work_of and pipe_work_forward_of. */
-static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, size_t errlen)
+static int work_of(const ir_module *m, bool forward, bool split, pipe_work *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
     const ir_op *fwd, *bwd, *wloop;
@@ -458,7 +483,7 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
      * the last and first, on the input gradient's path. */
     if (bwd)
         in_b[bwd->result->id] = in_b[bwd->u.loop.end->result->id] = true;
-    mark_once(m, bwd, once);
+    mark_once(m, bwd, split && !wloop ? split_w : NULL, once);
     mark_avail(m, fwd, bwd, avail);
     /* A pipelined module's stacked values hold one stage's layers (their
      * layer dim split over the pipeline axis): scaled to the whole stack,
@@ -518,14 +543,14 @@ static int work_of(const ir_module *m, bool forward, pipe_work *w, char *err, si
     return 0;
 }
 
-int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
+int pipe_work_of(const ir_module *m, bool split, pipe_work *w, char *err, size_t errlen)
 {
-    return work_of(m, false, w, err, errlen);
+    return work_of(m, false, split, w, err, errlen);
 }
 
 int pipe_work_forward_of(const ir_module *m, pipe_work *w, char *err, size_t errlen)
 {
-    return work_of(m, true, w, err, errlen);
+    return work_of(m, true, false, w, err, errlen);
 }
 
 double pipe_work_hop(const cost_hw *hw, double bytes, bool dcn)

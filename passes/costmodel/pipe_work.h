@@ -37,12 +37,20 @@ typedef struct pipe_work {
      * microbatches, on the first / the last stage: exactly those the run
      * function moves to the update (codegen/pipeline_plan.c, a linear
      * collective after the backward loop that only the update reads, such
-     * as seed 000's DP AllReduce or FSDP ReduceScatter of a gradient).
+     * as seed 000's DP AllReduce or FSDP ReduceScatter of a gradient;
+     * pipe_work_of's `split` counts those a split will move there).
      * Every other collective runs where its op runs, once per microbatch,
      * and is priced there: a per-layer AllReduce inside the backward loop
      * in layer_b or layer_w, an AllGather of the input gradient that the
      * embedding's gradient reads in pre_b. */
     double sync_pre, sync_post;
+    /* The bytes their sums add to the first / the last stage beyond the
+     * params' own size (param_other counts the reduced sums): the step
+     * sums a collective's operand, so an FSDP embedding's or head's
+     * ReduceScatter keeps its full gradient, X times its block, over the
+     * microbatches (0 for DP's AllReduce); acc_extra_stacked's rule for
+     * the non-stacked gradients. */
+    double acc_extra_pre, acc_extra_post;
     /* The stacked params' gradient collectives that a pipelined step runs
      * once per step on the gradient summed over the microbatches rather
      * than once per layer and microbatch inside the backward loop
@@ -162,10 +170,16 @@ void pipe_work_split_w(const ir_op *bwd, bool *w);
  * the cost pass: one forward repeat block and its reverse backward block.
  * Ops are counted once per layer whatever their loop's trip count, so a
  * pipelined module (trips |L|/Z) and an unpipelined one give the same
- * per-layer figures.
+ * per-layer figures.  `split`: priced for a schedule that splits the
+ * backward (zero-bubble, zb-h2; pp_schedule_splits): on a module not split
+ * yet, the ops pipe_work_split_w moves after the loops run where the split
+ * module runs them, so a linear collective there that only the update
+ * reads (the head's gradient's AllReduce or ReduceScatter) runs once per
+ * step (sync_post, acc_extra_post) rather than per microbatch in W; no
+ * effect on a module split already or without a backward.
  * Returns 0, or -1 with a message in err (no or several repeat blocks, no
  * backward pass, out of memory).  m is not modified. */
-int pipe_work_of(const ir_module *m, pipe_work *w, char *err, size_t errlen);
+int pipe_work_of(const ir_module *m, bool split, pipe_work *w, char *err, size_t errlen);
 /* The same for a forward (inference) program: one forward repeat block and
  * no backward pass; only the forward times, the carried activation and the
  * bytes of the params and states are filled (the rest is 0; a pipelined
@@ -233,7 +247,8 @@ typedef struct pipe_priced {
  *    params' state is counted on both the first and last stage's memory
  *    (an upper bound);
  *  - memory of the fullest stage: 1/Z of the stacked params, their
- *    gradients and state, the others on the first and last stage, the
+ *    gradients and state, the others on the first and last stage (and
+ *    the unreduced sums acc_extra_pre, acc_extra_post there), the
  *    activations of the microbatches it holds (seed 000: GPipe M, 1F1B at
  *    most Z) and the send and receive buffers.
  *

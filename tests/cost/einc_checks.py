@@ -1,6 +1,7 @@
 """einc_checks.py - what the end-to-end cost scripts of this folder share:
 running the einc driver and reporting a list of checks."""
 import glob
+import json
 import os
 import re
 import subprocess
@@ -30,6 +31,16 @@ class Checks:
             print("%d check(s) failed" % len(self.failures))
             return 1
         return 0
+
+
+def with_hbm(src, d, hbm):
+    """A copy of hw/host.json with hbm_bytes = hbm, in directory d."""
+    host = json.load(open(os.path.join(src, "hw", "host.json")))
+    host["hbm_bytes"] = hbm
+    path = os.path.join(d, f"host_{int(hbm)}.json")
+    with open(path, "w") as f:
+        json.dump(host, f)
+    return path
 
 
 def expect_lines(directory, tag):

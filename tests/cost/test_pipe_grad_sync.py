@@ -33,7 +33,7 @@ import os
 import sys
 import tempfile
 
-from einc_checks import Checks, run
+from einc_checks import Checks, run, with_hbm
 
 check = Checks()
 PAIR = ["--microbatches=4", "--schedule=1f1b"]
@@ -69,16 +69,6 @@ def rs_inside(einc, prog, hw, *extra):
             elif not loop:
                 after.append(name)
     return sorted(inside), sorted(after)
-
-
-def with_hbm(src, d, hbm):
-    """A copy of hw/host.json with hbm_bytes = hbm, in directory d."""
-    host = json.load(open(os.path.join(src, "hw", "host.json")))
-    host["hbm_bytes"] = hbm
-    path = os.path.join(d, f"host_{int(hbm)}.json")
-    with open(path, "w") as f:
-        json.dump(host, f)
-    return path
 
 
 def main():
