@@ -225,10 +225,10 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
  * (hw->fn_time): the rest, a - e, hid under that loop's traffic, m_cal
  * per element.  What hides is taken to scale with the memory time it
  * hides under, up to all of it: a - min(a, (a - e) m / m_cal), so a loop
- * moving 8 bytes an element, as a unary `gelu(Tmp)`, hides 2/3 of what
- * the calibration's 12-byte loop hid (the figure it measured is
- * reproduced at m = m_cal).  Without in-cache figures (a = e) nothing
- * hides and this is fn_time, as before. */
+ * moving 8 bytes an element, as a unary `gelu(Tmp)`, hides less than the
+ * calibration's 12-byte loop did (the figure it measured is reproduced at
+ * m = m_cal).  Without in-cache figures (a = e) nothing hides and this is
+ * fn_time, as before (docs/cost-model.md, "How the cost pass uses it"). */
 static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double mem_per_elem)
 {
     double a = fn_seconds_per_elem(op, hw->fn_time_cache);
