@@ -210,25 +210,54 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
            (double)ir_local_elems(m, &op->result->type) * fn_seconds_per_elem(op, hw->fn_time_cache);
 }
 
+/* Elements per device, and bytes each reads and writes, of the loop that
+ * calibration times a function's streaming cost on (the larger of its two
+ * sizes in memory: `fn(6 * (A + B))` over 4 Mi f32 elements, its result
+ * streamed; calibrate/programs.c and calibrate_internal.h, FN_ELEMS). */
+#define FN_CAL_ELEMS 4194304.0
+#define FN_CAL_READ 8.0
+#define FN_CAL_WRITTEN 4.0
+
+/* Seconds per element of op's function calls in a streaming loop whose
+ * memory traffic takes `mem_per_elem` seconds per element.  A function's
+ * arithmetic is what it costs in cache (hw->fn_time_cache); calibration
+ * saw the part of it left over the memory time of its own loop
+ * (hw->fn_time): the rest, a - e, hid under that loop's traffic, m_cal
+ * per element.  What hides is taken to scale with the memory time it
+ * hides under, up to all of it: a - min(a, (a - e) m / m_cal), so a loop
+ * moving 8 bytes an element, as a unary `gelu(Tmp)`, hides less than the
+ * calibration's 12-byte loop did (the figure it measured is reproduced at
+ * m = m_cal).  Without in-cache figures (a = e) nothing hides and this is
+ * fn_time, as before (docs/cost-model.md, "How the cost pass uses it"). */
+static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double mem_per_elem)
+{
+    double a = fn_seconds_per_elem(op, hw->fn_time_cache);
+    double e = fn_seconds_per_elem(op, hw->fn_time);
+    double m_cal = cost_measured_ew_seconds(hw, FN_CAL_READ * FN_CAL_ELEMS,
+                                            FN_CAL_WRITTEN * FN_CAL_ELEMS, true) / FN_CAL_ELEMS;
+    if (!(a > e) || !(m_cal > 0))
+        return e;
+    return a - fmin(a, (a - e) * mem_per_elem / m_cal);
+}
+
 /* Elementwise time under a calibrated profile: the op's bytes at the
  * elementwise bandwidth measured for that many bytes, with ordinary or
  * streamed stores as codegen writes the result (cost_measured_ew_seconds;
  * operands hot, as the result of the op before), plus, per element, the
- * measured cost of each
- * function call in the expression beyond that of a plain loop over the
- * same arrays streaming from memory (hw->fn_time).  They add: the function
- * cost was measured as the extra time on top of the memory traffic, so
- * whatever overlap the loop achieves is already in it. */
+ * arithmetic of its function calls that its memory traffic does not hide
+ * (fn_streaming_per_elem).  They add: the function cost was measured as
+ * the extra time on top of the memory traffic, so whatever overlap the
+ * loop achieves is already in it. */
 static void measured_elementwise(const ir_module *m, const cost_hw *hw, const ir_op *op, ir_cost *c)
 {
-    double per_elem = fn_seconds_per_elem(op, hw->fn_time);
     double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
     double k = cost_measured_contention(hw, mesh_devices(m));
     double written = op->result ? (double)ir_local_bytes(m, &op->result->type) : 0;
     written = written < c->hbm_bytes ? written : c->hbm_bytes;
-    c->t_memory = k * cost_measured_ew_seconds(hw, c->hbm_bytes - written, written,
-                                               ir_ew_streams(m, (int64_t)written));
-    c->t_compute = k * elems * per_elem;
+    double mem = cost_measured_ew_seconds(hw, c->hbm_bytes - written, written,
+                                          ir_ew_streams(m, (int64_t)written));
+    c->t_memory = k * mem;
+    c->t_compute = elems > 0 ? k * elems * fn_streaming_per_elem(hw, op, mem / elems) : 0;
     c->time = c->t_memory + c->t_compute;
     c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
 }

@@ -148,8 +148,8 @@ static void test_softmax_measured(void)
 /* On a calibrated profile a row group's members pay their functions'
  * arithmetic measured in cache (fn_time_cache), not the part a streaming
  * loop leaves over its memory time (fn_time): an exp that streams for
- * free still costs on a row in cache.  A lone elementwise op keeps
- * fn_time. */
+ * free still costs on a row in cache.  A lone elementwise op pays less
+ * than that. */
 static void test_softmax_in_cache(void)
 {
     cost_hw hw = test_load_hw("host");
@@ -161,7 +161,9 @@ static void test_softmax_in_cache(void)
     ir_cost costs[4];
     for (int i = 0; i < 4; i++)
         cost_op_estimate(m, &hw, ops[i], &costs[i]);
-    CU_ASSERT_EQUAL(costs[1].t_compute, 0); /* the exp alone, streaming */
+    /* The exp alone, streaming: less than its arithmetic (some hides under
+     * its memory traffic, test_cost_ewfn.c). */
+    CU_ASSERT(costs[1].t_compute < cost_measured_contention(&hw, 1) * ROWS * COLS * 1e-9);
     CU_ASSERT_EQUAL(costs[3].t_compute, 0); /* the scale: no function */
     double reductions = costs[0].t_compute + costs[2].t_compute;
     CU_ASSERT_EQUAL_FATAL(cost_row_groups(m, &hw, ops, 4, NULL, costs), 0);
