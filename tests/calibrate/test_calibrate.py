@@ -172,6 +172,15 @@ def main():
         with open(src, "w") as f:
             f.write("mesh X = 2\ndim R = 512, C = 1024\ninput A[R_X, C] : f32\n"
                     "Y[R_X, C] = softmax(A[R, C], C)\noutput Y\n")
+        # The functions' figures at zero, so that the compute column is
+        # the passes alone: a quick calibration on a loaded machine can
+        # time exp in cache at microseconds an element, and the passes'
+        # 0.5 ms then vanish in the 4 digits --dump-cost prints (the check
+        # once read +0 in a loaded CI run).
+        cal_copy = json.loads(json.dumps(d["calibration"]))
+        for fns in ("function_seconds_per_element", "function_seconds_per_element_in_cache"):
+            for fn in d["calibration"].get(fns, {}):
+                d["calibration"][fns][fn] = 0
         times = []
         for fig in (0, 1e-9):
             d["calibration"]["row_pass_seconds_per_element"] = fig
@@ -180,11 +189,12 @@ def main():
                 json.dump(d, f)
             r = run([a.einc, src, "--hw", alt, "--dump-cost"])
             rows = [l.split() for l in r.stdout.splitlines() if l.startswith("Y ")]
-            times.append(float(rows[0][8]) if len(rows) == 1 else math.nan)
+            times.append(float(rows[0][5]) if len(rows) == 1 else math.nan)
         want_us = 1e6 * k * 1e-9 * 4 * 256 * 1024
-        check(math.isclose(times[1] - times[0], want_us, rel_tol=1e-3),
-              "row group +%.4g us with a pass of 1 ns, %.4g us wanted" % (times[1] - times[0],
-                                                                         want_us))
+        check(times[0] == 0 and math.isclose(times[1], want_us, rel_tol=1e-3),
+              "row group's compute %.4g us with a pass of 0, %.4g us with 1 ns, %.4g us wanted"
+              % (times[0], times[1], want_us))
+        d["calibration"] = cal_copy
 
         # A broken fit is refused, naming the field.
         d["calibration"]["collectives"]["alltoall"]["bandwidth"] = -1
