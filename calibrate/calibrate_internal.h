@@ -97,7 +97,7 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * devices to a core): beyond neg it is the function's arithmetic, which a
  * row group pays on a row in cache, between the passes that touch memory
  * (passes/costmodel/cost_rowgroup.c). */
-static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, (int64_t)1 << 22, (int64_t)1 << 13,
+static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, COST_FN_CAL_ELEMS, (int64_t)1 << 13,
                                       (int64_t)1 << 15};
 static const char *const DT_NAME[3] = {"f32", "f64", "bf16"};
 

@@ -38,10 +38,13 @@ int rt_bf16_cpu_dot(void)
 }
 
 /* EINC_BF16_GEMM and the CPU's choice: 1 oneDNN, 0 sgemm, -1 a value
- * that is neither dnnl nor sgemm. */
-static int route_wanted(void)
+ * that is neither dnnl nor sgemm; *forced (may be NULL) says whether the
+ * environment made it. */
+static int route_wanted(int *forced)
 {
     const char *e = getenv("EINC_BF16_GEMM");
+    if (forced)
+        *forced = e && e[0];
     if (!e || !e[0])
         return EINC_HAVE_DNNL && rt_bf16_cpu_dot();
     if (strcmp(e, "dnnl") == 0)
@@ -54,14 +57,15 @@ void rt_bf16_gemm_environ(void)
     /* Idle OpenMP workers sleep at once instead of spinning on cores that
      * OpenBLAS's threads, the narrow products' helpers or other devices
      * use; a value the user set is kept. */
-    if (EINC_HAVE_DNNL && route_wanted() == 1)
+    if (EINC_HAVE_DNNL && route_wanted(NULL) == 1)
         setenv("OMP_WAIT_POLICY", "passive", 0);
 }
 
 void rt_bf16_gemm_init(rt_bf16_gemm *s)
 {
     memset(s, 0, sizeof *s);
-    int want = route_wanted();
+    int forced;
+    int want = route_wanted(&forced);
     if (want < 0)
         rt_fatal(NULL, "EINC_BF16_GEMM must be dnnl (oneDNN's bf16 GEMM) or sgemm (operands "
                  "widened to f32, then cblas_sgemm), not '%s'", getenv("EINC_BF16_GEMM"));
@@ -70,8 +74,7 @@ void rt_bf16_gemm_init(rt_bf16_gemm *s)
                  "(libdnnl-dev: scripts/deps.sh)");
     if (want)
         s->state = RT_BF16_DNNL_UNTRIED;
-    const char *e = getenv("EINC_BF16_GEMM");
-    s->forced = want && e && e[0];
+    s->forced = want && forced;
 }
 
 #if EINC_HAVE_DNNL

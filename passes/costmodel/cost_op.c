@@ -210,14 +210,6 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
            (double)ir_local_elems(m, &op->result->type) * fn_seconds_per_elem(op, hw->fn_time_cache);
 }
 
-/* Elements per device, and bytes each reads and writes, of the loop that
- * calibration times a function's streaming cost on (the larger of its two
- * sizes in memory: `fn(6 * (A + B))` over 4 Mi f32 elements, its result
- * streamed; calibrate/programs.c and calibrate_internal.h, FN_ELEMS). */
-#define FN_CAL_ELEMS 4194304.0
-#define FN_CAL_READ 8.0
-#define FN_CAL_WRITTEN 4.0
-
 /* Seconds per element of op's function calls in a streaming loop whose
  * memory traffic takes `mem_per_elem` seconds per element.  A function's
  * arithmetic is what it costs in cache (hw->fn_time_cache); calibration
@@ -233,8 +225,8 @@ static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double m
 {
     double a = fn_seconds_per_elem(op, hw->fn_time_cache);
     double e = fn_seconds_per_elem(op, hw->fn_time);
-    double m_cal = cost_measured_ew_seconds(hw, FN_CAL_READ * FN_CAL_ELEMS,
-                                            FN_CAL_WRITTEN * FN_CAL_ELEMS, true) / FN_CAL_ELEMS;
+    double n = (double)COST_FN_CAL_ELEMS;
+    double m_cal = cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
     if (!(a > e) || !(m_cal > 0))
         return e;
     return a - fmin(a, (a - e) * mem_per_elem / m_cal);

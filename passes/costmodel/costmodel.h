@@ -97,6 +97,15 @@ typedef struct cost_machine {
 /* Most points of a calibrated elementwise-bandwidth curve. */
 #define COST_EW_POINTS 8
 
+/* The loop `einc calibrate` times a unary function's streaming cost on
+ * (hw->fn_time): `fn(6 * (A + B))` over COST_FN_CAL_ELEMS f32 elements per
+ * device, reading COST_FN_CAL_READ and writing COST_FN_CAL_WRITTEN bytes
+ * an element, its result streamed (calibrate/programs.c times it; the
+ * cost pass scales what its traffic hid, cost_op.c). */
+#define COST_FN_CAL_ELEMS ((int64_t)1 << 22)
+#define COST_FN_CAL_READ 8.0
+#define COST_FN_CAL_WRITTEN 4.0
+
 /* A hardware profile: one chip's figures, as read from hw/NAME.json. */
 typedef struct cost_hw {
     char name[COST_HW_NAME_MAX];    /* "name" field, e.g. "tpu-v5e" */
