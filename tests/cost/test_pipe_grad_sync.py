@@ -26,7 +26,8 @@ M = 4 on the host profile:
   - with the HBM above the deferred peak nothing falls back;
   - a DP program (pp_uniform_mlp.ein: AllReduce, whose deferral adds no
     bytes) never falls back, whatever the HBM;
-  - `--grad-sync=sometimes` is refused with a message.
+  - `--grad-sync=sometimes` is refused with a message;
+  - under --grad-sync=microbatch every gradient of a block of 65 is named.
 """
 import json
 import os
@@ -54,16 +55,17 @@ def kept(ir):
     return ir["pipeline"]["grad_per_microbatch"]
 
 
-def rs_inside(einc, prog, hw, *extra):
-    """The stacked gradients whose ReduceScatter --dump-ir shows inside a
-    loop with the reason "reduced per microbatch", and those after the loops."""
+def rs_inside(einc, prog, hw, *extra, names=("dWin", "dWout")):
+    """The stacked gradients among `names` whose ReduceScatter --dump-ir
+    shows inside a loop with the reason "reduced per microbatch", and those
+    after the loops."""
     rc, out, err = run(einc, prog, "--hw", hw, "--dump-ir", *extra)
     inside, after, loop = [], [], False
     for line in out.splitlines():
         rhs = line.split("=", 1)[1].strip() if "=" in line else ""
         loop = True if rhs.startswith("LoopBegin(") else False if rhs.startswith("LoopEnd(") else loop
         name = line.strip().split("[", 1)[0].split(".")[0]
-        if name in ("dWin", "dWout") and rhs.startswith("ReduceScatter_"):
+        if name in names and rhs.startswith("ReduceScatter_"):
             if loop and "reduced per microbatch, inside the backward loop" in line:
                 inside.append(name)
             elif not loop:
@@ -140,7 +142,35 @@ def main():
     rc, out, err = run(einc, prog, "--hw", "host", *PAIR, "--grad-sync=sometimes")
     check(rc != 0 and "--grad-sync wants auto, step or microbatch, not 'sometimes'" in err,
           f"a bad --grad-sync is refused: {err.strip()[:200]}")
+    many_grads(einc)
     return check.exit_status()
+
+
+def many_grads(einc):
+    """A block of 65 FSDP params under --grad-sync=microbatch: every one
+    named in pipeline.grad_per_microbatch, as --dump-ir keeps every
+    ReduceScatter in the loop (the list stopped at 64 names)."""
+    n = 65
+    lines = ["mesh Z = 2, X = 2", "dim B = 512, C = 32, D = 32, L = 4",
+             "input In[B_X, D] : f64", "input Tgt[B_X, D] : f64", "H[B, D] = In[B, D] * 1", "repeat L {"]
+    lines[4:4] = [f"param W{i}[L_Z, C_X, D] : f64" for i in range(n)]
+    prev = "H"
+    for i in range(n):
+        lines += [f"  T{i}[B, D] = {prev}[B, C] * W{i}[C, D]", f"  G{i}[B, D] = {prev}[B, D] + tanh(T{i}[B, D]) * 0.01"]
+        prev = f"G{i}"
+    lines += [f"  H[B, D] = {prev}[B, D]", "}", "Er[B, D] = H[B, D] - Tgt[B, D]", "Lo[] = mean(Er[B, D] * Er[B, D])",
+              "loss Lo", "optimize " + ", ".join(f"W{i}" for i in range(n)) + " with sgd(lr=0.05)"]
+    with tempfile.TemporaryDirectory() as d:
+        prog = os.path.join(d, "many_fsdp.ein")
+        with open(prog, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        mb, _ = compiled(einc, prog, "host", *PAIR, "--grad-sync=microbatch")
+        if mb:
+            want = sorted(f"dW{i}" for i in range(n))
+            inside, _ = rs_inside(einc, prog, "host", *PAIR, "--grad-sync=microbatch", names=want)
+            check(sorted(kept(mb)) == want and sorted(inside) == want,
+                  f"{n} FSDP gradients per microbatch: {len(kept(mb))} named in grad_per_microbatch, "
+                  f"{len(inside)} ReduceScatters inside the loop")
 
 
 if __name__ == "__main__":
