@@ -42,7 +42,17 @@ typedef enum ir_grad_sync {
                                 choice, passes/pipeline_choose.c, when deferring does not fit) */
     IR_GRAD_SYNC_STEP,       /* every one once per step, after the schedule */
     IR_GRAD_SYNC_MICROBATCH, /* every one per microbatch, inside the backward loop */
+    IR_GRAD_SYNC_COUNT
 } ir_grad_sync;
+
+/* --grad-sync's spelling of g ("auto", "step", "microbatch"), the one
+ * table for the option's parser and the JSON dump; NULL when g is no
+ * ir_grad_sync. */
+static inline const char *ir_grad_sync_name(int g)
+{
+    static const char *const name[IR_GRAD_SYNC_COUNT] = {"auto", "step", "microbatch"};
+    return g >= 0 && g < IR_GRAD_SYNC_COUNT ? name[g] : NULL;
+}
 
 typedef struct ir_pipeline {
     int axis;           /* mesh axis of the stages, -1 if none */
