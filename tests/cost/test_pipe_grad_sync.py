@@ -27,10 +27,12 @@ M = 4 on the host profile:
   - a DP program (pp_uniform_mlp.ein: AllReduce, whose deferral adds no
     bytes) never falls back, whatever the HBM;
   - `--grad-sync=sometimes` is refused with a message;
-  - under --grad-sync=microbatch every gradient of a block of 65 is named.
+  - under --grad-sync=microbatch every gradient of a block of 65 is named,
+    and --dump-cost quotes whole names, however long.
 """
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -143,7 +145,43 @@ def main():
     check(rc != 0 and "--grad-sync wants auto, step or microbatch, not 'sometimes'" in err,
           f"a bad --grad-sync is refused: {err.strip()[:200]}")
     many_grads(einc)
+    long_names(einc, src)
     return check.exit_status()
+
+
+def long_names(einc, src):
+    """Four FSDP params of 128-byte names over a tiny HBM, every gradient
+    kept per microbatch: --dump-cost's "given:" line quotes whole names
+    and counts the ones it has no room for (it cut the fourth mid-name)."""
+    params = [f"W{i}" + "x" * 126 for i in range(4)]
+    with tempfile.TemporaryDirectory() as d:
+        prog = os.path.join(d, "long_fsdp.ein")
+        fsdp_block(prog, params)
+        rc, out, err = run(einc, prog, "--hw", with_hbm(src, d, 1024), "--dump-cost", *PAIR)
+        line = next((ln for ln in out.splitlines() if "so 4 of them reduced per microbatch:" in ln), "")
+        clause = line.split("reduced per microbatch:", 1)[1].split("; its step", 1)[0] if line else ""
+        quoted = re.findall(r"'([^']*)'", clause)
+        more = re.search(r" and (\d+) more$", clause)
+        check(rc == 0 and quoted and set(quoted) <= {"d" + w for w in params} and
+              len(quoted) + (int(more.group(1)) if more else 0) == 4 and clause.count("'") == 2 * len(quoted),
+              f"--dump-cost names {len(quoted)} whole gradients of 4{' and counts ' + more.group(1) if more else ''}: "
+              f"...{clause[-80:]}")
+
+
+def fsdp_block(path, params):
+    """Writes to `path` a residual stack pipelined over Z = 2 whose block
+    has one FSDP param (split over X = 2) of each name in `params`."""
+    lines = ["mesh Z = 2, X = 2", "dim B = 512, C = 32, D = 32, L = 4",
+             "input In[B_X, D] : f64", "input Tgt[B_X, D] : f64", "H[B, D] = In[B, D] * 1", "repeat L {"]
+    lines[4:4] = [f"param {w}[L_Z, C_X, D] : f64" for w in params]
+    prev = "H"
+    for i, w in enumerate(params):
+        lines += [f"  T{i}[B, D] = {prev}[B, C] * {w}[C, D]", f"  G{i}[B, D] = {prev}[B, D] + tanh(T{i}[B, D]) * 0.01"]
+        prev = f"G{i}"
+    lines += [f"  H[B, D] = {prev}[B, D]", "}", "Er[B, D] = H[B, D] - Tgt[B, D]", "Lo[] = mean(Er[B, D] * Er[B, D])",
+              "loss Lo", "optimize " + ", ".join(params) + " with sgd(lr=0.05)"]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def many_grads(einc):
@@ -151,19 +189,9 @@ def many_grads(einc):
     named in pipeline.grad_per_microbatch, as --dump-ir keeps every
     ReduceScatter in the loop (the list stopped at 64 names)."""
     n = 65
-    lines = ["mesh Z = 2, X = 2", "dim B = 512, C = 32, D = 32, L = 4",
-             "input In[B_X, D] : f64", "input Tgt[B_X, D] : f64", "H[B, D] = In[B, D] * 1", "repeat L {"]
-    lines[4:4] = [f"param W{i}[L_Z, C_X, D] : f64" for i in range(n)]
-    prev = "H"
-    for i in range(n):
-        lines += [f"  T{i}[B, D] = {prev}[B, C] * W{i}[C, D]", f"  G{i}[B, D] = {prev}[B, D] + tanh(T{i}[B, D]) * 0.01"]
-        prev = f"G{i}"
-    lines += [f"  H[B, D] = {prev}[B, D]", "}", "Er[B, D] = H[B, D] - Tgt[B, D]", "Lo[] = mean(Er[B, D] * Er[B, D])",
-              "loss Lo", "optimize " + ", ".join(f"W{i}" for i in range(n)) + " with sgd(lr=0.05)"]
     with tempfile.TemporaryDirectory() as d:
         prog = os.path.join(d, "many_fsdp.ein")
-        with open(prog, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        fsdp_block(prog, [f"W{i}" for i in range(n)])
         mb, _ = compiled(einc, prog, "host", *PAIR, "--grad-sync=microbatch")
         if mb:
             want = sorted(f"dW{i}" for i in range(n))
