@@ -76,18 +76,17 @@ static int layer_dim(const ir_module *m)
  * passes/pipeline_choose.c) compiles a pair whose stage exceeds the HBM
  * with every stacked gradient deferred: the FSDP gradients kept per
  * microbatch one at a time in pass_pipeline_grad_fallback's order until
- * the stage fits, all of them when none does; their names into `kept`
- * (n bytes, empty when none).  m's ops are costed at batch `size`.
- * Returns pipe_price's code. */
+ * the stage fits, all of them when none does; their names, the first
+ * *nkept of `names` (m's strings, valid while m is), 0 when none.  m's
+ * ops are costed at batch `size`.  Returns pipe_price's code. */
 static int fall_back(ir_module *m, const analyze_table *t, const analyze_pipe_opts *o, int64_t size, int s, int mb,
-                     double *scratch, pp_params *used, analyze_pipe_row *row, char *kept, size_t n, char *err,
-                     size_t errlen)
+                     double *scratch, pp_params *used, analyze_pipe_row *row, const char **names, int *nkept,
+                     char *err, size_t errlen)
 {
-    kept[0] = 0;
+    *nkept = 0;
     double hbm = t->hw->hbm_bytes;
     if (hbm <= 0 || row->memory <= hbm)
         return 0;
-    const char *names[PIPE_GRAD_FALLBACK_MAX];
     int nn = pass_pipeline_grad_fallback(m, layer_dim(m), names, PIPE_GRAD_FALLBACK_MAX), rc = 0;
     for (int i = 1; rc == 0 && i <= nn; i++) {
         pipe_work w;
@@ -97,15 +96,32 @@ static int fall_back(ir_module *m, const analyze_table *t, const analyze_pipe_op
         if (rc == 0)
             rc = pipe_price_chunks(&w, t->hw, o->stages, w.layers / o->stages, mb, (pp_schedule)s, o->chunks, o->dcn,
                                    scratch, used, row, err, errlen);
-        size_t len = strlen(kept);
         if (rc == 0)
-            snprintf(kept + len, n - len, "%s%s", i > 1 ? "," : "", names[i - 1]);
+            *nkept = i;
         if (rc == 0 && row->memory <= hbm)
             break;
     }
     m->pipe.grad_mb = NULL;
     m->pipe.ngrad_mb = 0;
     return rc;
+}
+
+/* names[0..n) one after the other, each ended by its NUL, in a block of
+ * their own (malloc; NULL when n is 0 or memory runs out, *oom then
+ * set). */
+static char *copy_names(const char *const *names, int n, bool *oom)
+{
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += strlen(names[i]) + 1;
+    char *s = n ? malloc(len) : NULL;
+    *oom = n && !s;
+    for (size_t at = 0, i = 0; s && i < (size_t)n; i++) {
+        size_t k = strlen(names[i]) + 1;
+        memcpy(s + at, names[i], k);
+        at += k;
+    }
+    return s;
 }
 
 int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe_opts *opts,
@@ -169,9 +185,16 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
             pp_params used;
             int r = pipe_price_chunks(&w[pp_schedule_splits((pp_schedule)s)], t->hw, z, p->layers / z, mb,
                                       (pp_schedule)s, opts->chunks, opts->dcn, scratch, &used, row, err, errlen);
+            const char *names[PIPE_GRAD_FALLBACK_MAX];
+            int nkept = 0;
+            bool oom = false;
             if (r == 0)
-                r = fall_back(m, t, opts, size, s, mb, scratch, &used, row, p->kept[p->n], sizeof p->kept[p->n], err,
-                              errlen);
+                r = fall_back(m, t, opts, size, s, mb, scratch, &used, row, names, &nkept, err, errlen);
+            /* A copy: the names are m's, freed below. */
+            if (r == 0 && (p->kept[p->n] = copy_names(names, nkept, &oom), p->nkept[p->n] = nkept, oom)) {
+                snprintf(err, errlen, "out of memory");
+                r = -1;
+            }
             if (r < 0)
                 rc = -1;
             if (r != 0)
@@ -201,6 +224,11 @@ void analyze_pipe_free(analyze_pipe *p)
 {
     free(p->arrays);
     p->arrays = NULL;
+    for (int i = 0; i < ANALYZE_PIPE_MAX; i++) {
+        free(p->kept[i]);
+        p->kept[i] = NULL;
+        p->nkept[i] = 0;
+    }
 }
 
 void analyze_pipe_print(FILE *out, const analyze_pipe *p, const analyze_table *t)
@@ -219,11 +247,14 @@ void analyze_pipe_print(FILE *out, const analyze_pipe *p, const analyze_table *t
         char formula[16] = "-";
         if (r->bubble_formula >= 0)
             snprintf(formula, sizeof formula, "%.1f%%", 100 * r->bubble_formula);
-        fprintf(out, "  %-12s %4d %9.4g us %9.4g us %9.4g us %7.1f%% %9s %5.3g %8.2f GiB%s%s%s\n",
+        fprintf(out, "  %-12s %4d %9.4g us %9.4g us %9.4g us %7.1f%% %9s %5.3g %8.2f GiB%s",
                 pp_schedule_name(r->schedule), r->microbatches, r->step * 1e6, r->pipeline * 1e6, r->sync * 1e6,
                 100 * r->bubble, formula, r->held, r->memory / 1073741824.0,
-                r->memory > t->hw->hbm_bytes ? " (does not fit)" : "", p->kept[i][0] ? "; per microbatch: " : "",
-                p->kept[i]);
+                r->memory > t->hw->hbm_bytes ? " (does not fit)" : "");
+        const char *g = p->kept[i];
+        for (int k = 0; k < p->nkept[i]; g += strlen(g) + 1, k++)
+            fprintf(out, "%s%s", k ? "," : "; per microbatch: ", g);
+        fprintf(out, "\n");
     }
     if (p->best < 0)
         return;
@@ -273,9 +304,8 @@ cJSON *analyze_pipe_json(const analyze_pipe *p)
         cJSON_AddNumberToObject(j, "memory", r->memory);
         /* The stacked gradients the compiler's default keeps per microbatch at this pair. */
         cJSON *kept = cJSON_AddArrayToObject(j, "grad_per_microbatch");
-        char names[sizeof p->kept[i]];
-        memcpy(names, p->kept[i], sizeof names);
-        for (char *save = NULL, *g = strtok_r(names, ",", &save); g; g = strtok_r(NULL, ",", &save))
+        const char *g = p->kept[i];
+        for (int k = 0; k < p->nkept[i]; g += strlen(g) + 1, k++)
             cJSON_AddItemToArray(kept, cJSON_CreateString(g));
         cJSON_AddItemToArray(rows, j);
     }

@@ -41,10 +41,12 @@ typedef struct analyze_pipe {
                           computes (pipe_work_zsums_time), once per step */
     int n;
     analyze_pipe_row rows[ANALYZE_PIPE_MAX];
-    /* Per row, the stacked gradients (comma-separated) that the compiler's
-     * default (--grad-sync=auto) keeps per microbatch so that the stage
-     * fits the HBM, as priced; empty when every one is deferred. */
-    char kept[ANALYZE_PIPE_MAX][256];
+    /* Per row, the nkept stacked gradients that the compiler's default
+     * (--grad-sync=auto) keeps per microbatch so that the stage fits the
+     * HBM, as priced: their names one after the other, each ended by its
+     * NUL (owned here, malloc); NULL and 0 when every one is deferred. */
+    char *kept[ANALYZE_PIPE_MAX];
+    int nkept[ANALYZE_PIPE_MAX];
     int best;          /* the row with the shortest step */
     pp_params best_params; /* its stage times, for the table; arrays owned here */
     double *arrays;    /* 3 Z doubles behind best_params */
@@ -53,7 +55,7 @@ typedef struct analyze_pipe {
 /* Prices t's program (compiled with `compile` as written) pipelined over
  * opts->stages stages.  Returns 0, or -1 with a message in err (no batch
  * dim, L not a multiple of Z, no training step, M not dividing the batch,
- * out of memory).  Free with analyze_pipe_free. */
+ * out of memory).  Free with analyze_pipe_free, whatever it returned. */
 int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe_opts *opts,
                      analyze_compile_fn compile, void *ctx, char *err, size_t errlen);
 void analyze_pipe_free(analyze_pipe *p);

@@ -12,16 +12,6 @@
 #error "ir_pipeline.h is part of ir.h: include ir.h"
 #endif
 
-/* Pipeline parallelism (docs/pipeline.md; seed 000, "流水线并行"): the
- * stacked params of the `repeat` over dim `dim` shard it over mesh axis
- * `axis` (`W[L_Z, D_X, F_Y]`), so device group z of the axis (a stage)
- * holds layers [z |L|/Z, (z+1) |L|/Z) and runs them, the activations going
- * from stage to stage one hop at a time.  The batch dim `batch_dim` is
- * split into `microbatches` M: after the pipeline pass dims[batch_dim].size
- * is one microbatch's, |B| / M, and `batch_size` the whole batch's, which
- * the program's inputs and the runtime still see.  `schedule` is the order
- * of each stage's forwards and backwards (a pp_schedule of
- * passes/costmodel/pipeline.h).  axis = -1: not pipelined. */
 /* One work item of a pipeline stage's schedule: the forward ('F') or the
  * backward ('B': dL/dx and dL/dW, or with zero-bubble dL/dx only) of one
  * microbatch on the stage's layers, or zero-bubble's 'W' (its dL/dW, the
@@ -42,8 +32,28 @@ typedef enum ir_grad_sync {
                                 choice, passes/pipeline_choose.c, when deferring does not fit) */
     IR_GRAD_SYNC_STEP,       /* every one once per step, after the schedule */
     IR_GRAD_SYNC_MICROBATCH, /* every one per microbatch, inside the backward loop */
+    IR_GRAD_SYNC_COUNT
 } ir_grad_sync;
 
+/* --grad-sync's spelling of g ("auto", "step", "microbatch"), the one
+ * table for the option's parser and the JSON dump; NULL when g is no
+ * ir_grad_sync. */
+static inline const char *ir_grad_sync_name(int g)
+{
+    static const char *const name[IR_GRAD_SYNC_COUNT] = {"auto", "step", "microbatch"};
+    return g >= 0 && g < IR_GRAD_SYNC_COUNT ? name[g] : NULL;
+}
+
+/* Pipeline parallelism (docs/pipeline.md; seed 000, "流水线并行"): the
+ * stacked params of the `repeat` over dim `dim` shard it over mesh axis
+ * `axis` (`W[L_Z, D_X, F_Y]`), so device group z of the axis (a stage)
+ * holds layers [z |L|/Z, (z+1) |L|/Z) and runs them, the activations going
+ * from stage to stage one hop at a time.  The batch dim `batch_dim` is
+ * split into `microbatches` M: after the pipeline pass dims[batch_dim].size
+ * is one microbatch's, |B| / M, and `batch_size` the whole batch's, which
+ * the program's inputs and the runtime still see.  `schedule` is the order
+ * of each stage's forwards and backwards (a pp_schedule of
+ * passes/costmodel/pipeline.h).  axis = -1: not pipelined. */
 typedef struct ir_pipeline {
     int axis;           /* mesh axis of the stages, -1 if none */
     int dim;            /* the repeat's layer dim, sharded over `axis` */

@@ -302,8 +302,8 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddStringToObject(o, "schedule", pp->schedule_name ? pp->schedule_name : "?");
         cJSON_AddNumberToObject(o, "chunks", pp->chunks > 1 ? pp->chunks : 1);
         /* docs/pipeline.md, "Gradient collectives once per step". */
-        static const char *const sync[] = {"auto", "step", "microbatch"};
-        cJSON_AddStringToObject(o, "grad_sync", pp->grad_sync >= 0 && pp->grad_sync < 3 ? sync[pp->grad_sync] : "?");
+        const char *sync = ir_grad_sync_name(pp->grad_sync);
+        cJSON_AddStringToObject(o, "grad_sync", sync ? sync : "?");
         cJSON *kept = cJSON_AddArrayToObject(o, "grad_per_microbatch");
         for (int i = 0; i < pp->ngrad_mb; i++)
             cJSON_AddItemToArray(kept, cJSON_CreateString(pp->grad_mb[i]));

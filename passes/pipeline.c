@@ -110,13 +110,11 @@ static bool check_chunks(const char *v, char *why, size_t n)
     return false;
 }
 
-/* --grad-sync's values, by ir_grad_sync; NULL when not one of them. */
-static const char *const GRAD_SYNC[] = {"auto", "step", "microbatch"};
-
+/* The ir_grad_sync --grad-sync=v names, or -1 when v names none. */
 static int grad_sync_lookup(const char *v)
 {
-    for (int i = 0; v && i < (int)(sizeof GRAD_SYNC / sizeof *GRAD_SYNC); i++)
-        if (strcmp(v, GRAD_SYNC[i]) == 0)
+    for (int i = 0; v && i < IR_GRAD_SYNC_COUNT; i++)
+        if (strcmp(v, ir_grad_sync_name(i)) == 0)
             return i;
     return -1;
 }

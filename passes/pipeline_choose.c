@@ -150,8 +150,17 @@ static const char *keep_choice(ir_module *m, const fallback *fb, const cand *c, 
     m->pipe.grad_mb = copy;
     size_t used = (size_t)snprintf(buf, n, "; its stage with every stacked gradient reduced once per step would "
                                    "need %.4g GiB, so %d of them reduced per microbatch:", c->deferred / GIB, c->nmb);
-    for (int i = 0; i < c->nmb && used < n; i++)
+    /* Whole names only: what does not fit is counted, not cut (the
+     * names are the user's, up to 128 bytes each). */
+    const size_t more = sizeof " and 64 more";
+    for (int i = 0; i < c->nmb && used < n; i++) {
+        size_t len = strlen(fb->names[i]) + 4;
+        if (used + len + more >= n) {
+            snprintf(buf + used, n - used, " and %d more", c->nmb - i);
+            break;
+        }
         used += (size_t)snprintf(buf + used, n - used, "%s '%s'", i ? "," : "", fb->names[i]);
+    }
     return buf;
 }
 

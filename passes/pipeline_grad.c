@@ -37,7 +37,6 @@
  * gradients fall back) or --grad-sync's.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "pipe_work.h"
 #include "pipeline_grad.h"
@@ -140,26 +139,29 @@ int pass_pipeline_defer_grads(pass_ctx *ctx, ir_module *m)
     if (m->pipe.axis < 0)
         return 0;
     ir_op *at = update_start(m);
-    int moved = 0, nkept = 0;
-    const char *kept[PIPE_GRAD_FALLBACK_MAX];
+    /* The names kept, for --dump-cost and --dump-ir=json: counted before
+     * any collective moves, as any number may stay (--grad-sync=microbatch
+     * keeps every one). */
+    int nkept = 0, moved = 0;
+    for (const ir_op *op = m->first; op; op = op->next) {
+        const ir_op *st = pipe_work_deferrable_stack(m, op, m->pipe.dim);
+        nkept += st && pipe_work_grad_per_microbatch(m, st->result->tensor);
+    }
+    const char **kept = nkept ? ir_alloc(&m->arena, (size_t)nkept * sizeof *kept) : NULL;
+    nkept = 0;
     for (ir_op *op = m->first; op;) {
         ir_op *next = op->next;
         const ir_op *st = pipe_work_deferrable_stack(m, op, m->pipe.dim);
         if (st && pipe_work_grad_per_microbatch(m, st->result->tensor)) {
             keep(m, op, st->result->tensor);
-            if (nkept < PIPE_GRAD_FALLBACK_MAX)
-                kept[nkept++] = st->result->tensor;
+            kept[nkept++] = st->result->tensor;
         } else if (st) {
             defer(m, op, (ir_op *)st, at);
             moved++;
         }
         op = next;
     }
-    /* The names kept, for --dump-cost and --dump-ir=json. */
-    const char **copy = nkept ? ir_alloc(&m->arena, (size_t)nkept * sizeof *copy) : NULL;
-    if (copy)
-        memcpy(copy, kept, (size_t)nkept * sizeof *copy);
-    m->pipe.grad_mb = copy;
-    m->pipe.ngrad_mb = copy ? nkept : 0;
+    m->pipe.grad_mb = kept;
+    m->pipe.ngrad_mb = nkept;
     return moved;
 }

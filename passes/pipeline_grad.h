@@ -26,12 +26,13 @@
  * global.  A gradient that pipe_work_grad_per_microbatch keeps per
  * microbatch (--grad-sync=microbatch, or pipeline_choose.c's fallback)
  * stays in its loop, its reason saying so, and m->pipe.grad_mb becomes
- * the names of every one kept.  Returns how many collectives moved; m is
+ * the names of every one kept (arena-owned, any number).  Returns how many collectives moved; m is
  * left verifiable. */
 int pass_pipeline_defer_grads(pass_ctx *ctx, ir_module *m);
 
-/* At most this many stacked gradients take part in the fallback (and are
- * named in m->pipe.grad_mb); beyond it the rest stay deferred. */
+/* At most this many stacked gradients take part in the choice's fallback
+ * (--grad-sync=auto); beyond it the rest stay deferred.  Not a limit of
+ * --grad-sync=microbatch, which keeps every one. */
 #define PIPE_GRAD_FALLBACK_MAX 64
 
 /* The stacked gradients (their LayerStack's tensor names, the values'

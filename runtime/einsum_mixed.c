@@ -169,8 +169,16 @@ static int64_t block_rows(const rt_gemm *g, int64_t rows, int64_t cols)
 
 int64_t rt_gemm_scratch_elems(const rt_gemm *g)
 {
-    if (both_bf16(g) && g->bf16 && g->bf16->state == RT_BF16_DNNL_READY)
-        return 0; /* oneDNN reads both in place */
+    if (both_bf16(g)) {
+        if (g->bf16 && g->bf16->state == RT_BF16_DNNL_READY)
+            return 0; /* oneDNN reads both in place */
+        /* What gemm_bf16_widened runs on the scratch: a widened, b narrow
+         * (a vector product's sweep may want more than b's blocks). */
+        rt_gemm s = *g;
+        s.adt = RT_F32;
+        s.bf16 = NULL;
+        return rt_gemm_scratch_elems(&s);
+    }
     int64_t rows, cols, mv = rt_gemv_narrow_scratch(g);
     if (mv >= 0)
         return mv;

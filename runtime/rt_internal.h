@@ -520,8 +520,11 @@ typedef struct rt_gemm {
 } rt_gemm;
 
 /* Elements of the f32/f64 scratch rt_gemm_run needs for g's narrow
- * operand (rows of its stored matrix per block times its columns), or 0
- * when neither operand is narrow.  The same for every batch index. */
+ * operand (rows of its stored matrix per block times its columns, or the
+ * narrow matrix-vector sweep's: rt_gemv_narrow_scratch), or 0 when
+ * neither operand is narrow.  Two bf16 operands: 0 on a device whose
+ * oneDNN route is READY (a call oneDNN refuses then takes its own), else
+ * what b needs once a is widened.  The same for every batch index. */
 int64_t rt_gemm_scratch_elems(const rt_gemm *g);
 
 /* Runs g through cblas_[sd]gemm or cblas_[sd]gemv (one row or one column:

@@ -26,10 +26,13 @@ M = 4 on the host profile:
   - with the HBM above the deferred peak nothing falls back;
   - a DP program (pp_uniform_mlp.ein: AllReduce, whose deferral adds no
     bytes) never falls back, whatever the HBM;
-  - `--grad-sync=sometimes` is refused with a message.
+  - `--grad-sync=sometimes` is refused with a message;
+  - under --grad-sync=microbatch every gradient of a block of 65 is named,
+    and --dump-cost quotes whole names, however long.
 """
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -54,16 +57,17 @@ def kept(ir):
     return ir["pipeline"]["grad_per_microbatch"]
 
 
-def rs_inside(einc, prog, hw, *extra):
-    """The stacked gradients whose ReduceScatter --dump-ir shows inside a
-    loop with the reason "reduced per microbatch", and those after the loops."""
+def rs_inside(einc, prog, hw, *extra, names=("dWin", "dWout")):
+    """The stacked gradients among `names` whose ReduceScatter --dump-ir
+    shows inside a loop with the reason "reduced per microbatch", and those
+    after the loops."""
     rc, out, err = run(einc, prog, "--hw", hw, "--dump-ir", *extra)
     inside, after, loop = [], [], False
     for line in out.splitlines():
         rhs = line.split("=", 1)[1].strip() if "=" in line else ""
         loop = True if rhs.startswith("LoopBegin(") else False if rhs.startswith("LoopEnd(") else loop
         name = line.strip().split("[", 1)[0].split(".")[0]
-        if name in ("dWin", "dWout") and rhs.startswith("ReduceScatter_"):
+        if name in names and rhs.startswith("ReduceScatter_"):
             if loop and "reduced per microbatch, inside the backward loop" in line:
                 inside.append(name)
             elif not loop:
@@ -140,7 +144,61 @@ def main():
     rc, out, err = run(einc, prog, "--hw", "host", *PAIR, "--grad-sync=sometimes")
     check(rc != 0 and "--grad-sync wants auto, step or microbatch, not 'sometimes'" in err,
           f"a bad --grad-sync is refused: {err.strip()[:200]}")
+    many_grads(einc)
+    long_names(einc, src)
     return check.exit_status()
+
+
+def long_names(einc, src):
+    """Four FSDP params of 128-byte names over a tiny HBM, every gradient
+    kept per microbatch: --dump-cost's "given:" line quotes whole names
+    and counts the ones it has no room for (it cut the fourth mid-name)."""
+    params = [f"W{i}" + "x" * 126 for i in range(4)]
+    with tempfile.TemporaryDirectory() as d:
+        prog = os.path.join(d, "long_fsdp.ein")
+        fsdp_block(prog, params)
+        rc, out, err = run(einc, prog, "--hw", with_hbm(src, d, 1024), "--dump-cost", *PAIR)
+        line = next((ln for ln in out.splitlines() if "so 4 of them reduced per microbatch:" in ln), "")
+        clause = line.split("reduced per microbatch:", 1)[1].split("; its step", 1)[0] if line else ""
+        quoted = re.findall(r"'([^']*)'", clause)
+        more = re.search(r" and (\d+) more$", clause)
+        check(rc == 0 and quoted and set(quoted) <= {"d" + w for w in params} and
+              len(quoted) + (int(more.group(1)) if more else 0) == 4 and clause.count("'") == 2 * len(quoted),
+              f"--dump-cost names {len(quoted)} whole gradients of 4{' and counts ' + more.group(1) if more else ''}: "
+              f"...{clause[-80:]}")
+
+
+def fsdp_block(path, params):
+    """Writes to `path` a residual stack pipelined over Z = 2 whose block
+    has one FSDP param (split over X = 2) of each name in `params`."""
+    lines = ["mesh Z = 2, X = 2", "dim B = 512, C = 32, D = 32, L = 4",
+             "input In[B_X, D] : f64", "input Tgt[B_X, D] : f64", "H[B, D] = In[B, D] * 1", "repeat L {"]
+    lines[4:4] = [f"param {w}[L_Z, C_X, D] : f64" for w in params]
+    prev = "H"
+    for i, w in enumerate(params):
+        lines += [f"  T{i}[B, D] = {prev}[B, C] * {w}[C, D]", f"  G{i}[B, D] = {prev}[B, D] + tanh(T{i}[B, D]) * 0.01"]
+        prev = f"G{i}"
+    lines += [f"  H[B, D] = {prev}[B, D]", "}", "Er[B, D] = H[B, D] - Tgt[B, D]", "Lo[] = mean(Er[B, D] * Er[B, D])",
+              "loss Lo", "optimize " + ", ".join(params) + " with sgd(lr=0.05)"]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def many_grads(einc):
+    """A block of 65 FSDP params under --grad-sync=microbatch: every one
+    named in pipeline.grad_per_microbatch, as --dump-ir keeps every
+    ReduceScatter in the loop (the list stopped at 64 names)."""
+    n = 65
+    with tempfile.TemporaryDirectory() as d:
+        prog = os.path.join(d, "many_fsdp.ein")
+        fsdp_block(prog, [f"W{i}" for i in range(n)])
+        mb, _ = compiled(einc, prog, "host", *PAIR, "--grad-sync=microbatch")
+        if mb:
+            want = sorted(f"dW{i}" for i in range(n))
+            inside, _ = rs_inside(einc, prog, "host", *PAIR, "--grad-sync=microbatch", names=want)
+            check(sorted(kept(mb)) == want and sorted(inside) == want,
+                  f"{n} FSDP gradients per microbatch: {len(kept(mb))} named in grad_per_microbatch, "
+                  f"{len(inside)} ReduceScatters inside the loop")
 
 
 if __name__ == "__main__":

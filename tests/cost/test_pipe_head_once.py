@@ -22,7 +22,8 @@ Wh[D_X, E] split over X = 2), on the host profile:
   - `einc analyze --stages=2` on one stage of pp_fsdp_mlp.ein
     (fsdp_mlp_stage.ein) with the HBM below its deferred peak reports
     the FSDP gradient the compiler keeps per microbatch there, and the
-    same stage memory as the compiled pp_fsdp_mlp.ein.
+    same stage memory as the compiled pp_fsdp_mlp.ein, and their whole
+    names when they are the longest the language takes.
 """
 import json
 import os
@@ -108,7 +109,39 @@ def main():
             check(row["grad_per_microbatch"] == want and row["memory"] == comp["totals"]["pipeline"]["stage_memory"],
                   f"HBM {hbm:.0f} B: analyze keeps {row['grad_per_microbatch']} per microbatch, {row['memory']:.0f} B; "
                   f"the compiler {want}, {comp['totals']['pipeline']['stage_memory']:.0f} B")
+    long_names(einc, src, stage, piped, pair)
     return check.exit_status()
+
+
+def long_names(einc, src, stage, piped, pair):
+    """Params of the longest names the language takes (128 bytes), the HBM
+    below every pair's peak: analyze names both gradients kept per
+    microbatch in full, as the compiler does (its row's names were cut
+    at 255 bytes in all, the second gradient's name lost its tail)."""
+    pad = "x" * 124
+    with tempfile.TemporaryDirectory() as d:
+        progs = []
+        for path in (stage, piped):
+            text = open(path, encoding="utf-8").read()
+            text = re.sub(r"\bWout\b", "Wout" + pad, re.sub(r"\bWin\b", "Win" + pad + "y", text))
+            progs.append(os.path.join(d, os.path.basename(path)))
+            with open(progs[-1], "w", encoding="utf-8") as f:
+                f.write(text)
+        hw = with_hbm(src, d, 1024)
+        comp, _ = ir(einc, progs[1], hw, *pair)
+        rc, out, err = run(einc, "analyze", "--hw", hw, "--stages=2", *pair, "--json", progs[0])
+        check(rc == 0, f"einc analyze --stages=2 on 128-byte names runs ({err.strip()[-200:]})")
+        if rc != 0 or not comp:
+            return
+        got = json.loads(out)["pipeline"]["schedules"][0]["grad_per_microbatch"]
+        want = comp["pipeline"]["grad_per_microbatch"]
+        check(len(want) == 2 and sorted(got) == sorted(want),
+              f"128-byte names: analyze keeps {[len(g) for g in got]}-byte names per microbatch, "
+              f"the compiler {[len(g) for g in want]}")
+        rc, out, _ = run(einc, "analyze", "--hw", hw, "--stages=2", *pair, progs[0])
+        row = [line for line in out.splitlines() if "; per microbatch: " in line]
+        check(rc == 0 and len(row) == 1 and row[0].split("; per microbatch: ")[1].split(",") == got,
+              "the table's row names the same gradients as the JSON")
 
 
 if __name__ == "__main__":

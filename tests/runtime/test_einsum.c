@@ -514,6 +514,48 @@ static void test_bf16_refused(void)
     CU_ASSERT(rt_gemm_scratch_elems(&g) > 0); /* sgemm's blocks from now on */
 }
 
+/* Two bf16 operands on sgemm (no oneDNN route), one row times a wide
+ * matrix: rt_gemm_scratch_elems must plan the scratch that rt_gemm_run
+ * then uses (a widened, b's product in the narrow sweep, whose columns
+ * form sums 8 runs of K apart: 8 N floats), where it planned b's
+ * conversion blocks (4 rows of N here); the floats after the planned ones
+ * must stay untouched. */
+static void test_bf16_vector_scratch(void)
+{
+    enum { K = 128, N = 16384, GUARD = 8 * N };
+    uint16_t *a = malloc(K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b);
+    float *c = malloc(N * sizeof *c);
+    CU_ASSERT_FATAL(a && b && c);
+    for (int k = 0; k < K; k++)
+        a[k] = rt_f32_to_bf16((float)(k % 3 - 1));
+    for (int64_t i = 0; i < (int64_t)K * N; i++)
+        b[i] = rt_f32_to_bf16((float)(i % 7 - 3));
+    rt_gemm g = {.dtype = RT_F32, .M = 1, .N = N, .K = K, .alpha = 1.0, .beta = 0.0, .a = a,
+                 .lda = K, .ta = 0, .adt = RT_BF16, .b = b, .ldb = N, .tb = 0, .bdt = RT_BF16,
+                 .c = c, .ldc = N, .tc = 0, .split = NULL, .bf16 = NULL};
+    int64_t elems = rt_gemm_scratch_elems(&g);
+    float *scratch = malloc((size_t)(elems + GUARD) * sizeof *scratch);
+    CU_ASSERT_FATAL(scratch != NULL);
+    for (int64_t i = elems; i < elems + GUARD; i++)
+        scratch[i] = -12345.0f;
+    rt_gemm_run(&g, scratch);
+    int64_t touched = 0, bad = 0;
+    for (int64_t i = elems; i < elems + GUARD; i++)
+        touched += scratch[i] != -12345.0f;
+    for (int n = 0; n < N; n += 61) { /* a sample of the columns: quick under ASan */
+        float want = 0; /* small integers: exact */
+        for (int k = 0; k < K; k++)
+            want += (float)(k % 3 - 1) * (float)(((int64_t)k * N + n) % 7 - 3);
+        bad += c[n] != want;
+    }
+    CU_ASSERT_EQUAL(touched, 0);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(scratch);
+    free(a);
+    free(b);
+    free(c);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -530,6 +572,7 @@ void einc_register_tests(void)
         {"no wide copy of a narrow operand", test_mixed_no_wide_copy},
         {"bf16 x bf16 GEMMs: oneDNN and sgemm routes", test_bf16_routes},
         {"a bf16 GEMM oneDNN refuses is redone on sgemm", test_bf16_refused},
+        {"a bf16 row times a bf16 matrix on sgemm: the scratch planned", test_bf16_vector_scratch},
         {"choosing the bf16 route leaves the environment alone", test_bf16_environ},
     };
     einc_add_suite("runtime rt_einsum", tests, (int)(sizeof tests / sizeof tests[0]));
