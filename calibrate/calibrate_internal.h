@@ -82,6 +82,16 @@ static const char *const KIND_TAG[NKINDS] = {"AG", "RS", "AR", "AA"};
 /* Local GEMM shapes per device (M, K, N): from cache-sized to large. */
 static const int64_t GEMM_SHAPES[NGEMM][3] = {
     {256, 256, 256}, {512, 512, 512}, {1024, 512, 1024}, {1024, 1024, 1024}};
+/* bf16 GEMMs (M, K, N per device) at the skinny shapes of a model's layers
+ * ([B*S, D] x [D, F] and back, D = 128): the first at the FLOPs of a
+ * projection, the next two at equal FLOPs with results of 65536 and 262144
+ * elements (K = 512 and 128), whose
+ * difference is what a result element costs beyond the multiply-adds (the
+ * f32 result written by oneDNN's GEMM and rounded to bf16;
+ * cal_gemm_result_seconds).  An index of GEMM_RESULT_SHAPES. */
+#define NGEMM_RESULT 3
+static const int64_t GEMM_RESULT_SHAPES[NGEMM_RESULT][3] = {
+    {512, 128, 128}, {512, 512, 128}, {512, 128, 512}};
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
 /* Elements per device the functions are timed on (hot: every function
@@ -123,6 +133,7 @@ typedef struct cal_state {
     double gemm_at[3][NGEMM]; /* FLOP/s per dtype and index of GEMM_SHAPES, 0 if not timed */
     double gemm_time[3];    /* their seconds summed, per dtype */
     int ngemm[3];           /* shapes measured per dtype */
+    double gemm_result_s[NGEMM_RESULT]; /* seconds of the bf16 GEMMs of GEMM_RESULT_SHAPES, 0 if not timed */
     double ew[NEW];         /* elementwise bytes/s per size */
     int new_;               /* sizes measured */
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
@@ -148,6 +159,13 @@ int cal_prepare_compute(cal_state *c);
  * kind, GEMM rates, elementwise bandwidths, function times).  Returns 0,
  * or -1 after a message when a table is missing or a figure is absent. */
 int cal_read_results(cal_state *c);
+
+/* Seconds per result element of a bf16 GEMM beyond its multiply-adds:
+ * the difference of the two equal-FLOP GEMMs of GEMM_RESULT_SHAPES (1, 2)
+ * over their results' difference in elements; 0 when either was not
+ * timed or noise leaves it not positive, or so large that it would
+ * leave a GEMM of the curve less than a quarter of its time (programs.c). */
+double cal_gemm_result_seconds(const cal_state *c);
 
 /* ---- the row groups (rowpass.c) ---- */
 

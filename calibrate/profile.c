@@ -66,6 +66,63 @@ static void add_curve(cJSON *cal, const char *key, const double *at)
     }
 }
 
+/* One point of a GEMM curve being built: FLOPs per device, seconds of the
+ * multiply-adds, and how many GEMMs were timed at those FLOPs. */
+typedef struct gemm_point {
+    double flop, t;
+    int n;
+} gemm_point;
+
+/* Adds a GEMM of `flop` FLOPs per device taking `t` seconds to pts (n of
+ * them, ascending FLOPs): a GEMM at the FLOPs of a point already there
+ * makes its time the mean. */
+static int add_gemm_point(gemm_point *pts, int n, double flop, double t)
+{
+    int i = 0;
+    while (i < n && pts[i].flop < flop)
+        i++;
+    if (i < n && pts[i].flop == flop) {
+        pts[i].t = (pts[i].t * pts[i].n + t) / (pts[i].n + 1);
+        pts[i].n++;
+        return n;
+    }
+    memmove(&pts[i + 1], &pts[i], (size_t)(n - i) * sizeof *pts);
+    pts[i] = (gemm_point){flop, t, 1};
+    return n + 1;
+}
+
+/* Adds dtype d's array to `gc`: FLOP/s by FLOPs per device, ascending, of
+ * the square GEMMs and, for bf16, the skinny ones of GEMM_RESULT_SHAPES.
+ * With `per_result` > 0 (seconds per result element, bf16's) each rate is
+ * that of the multiply-adds alone: its GEMM's time less its result's
+ * elements at per_result, which the cost model adds back at the priced
+ * GEMM's own result (cost_measured_gemm_seconds). */
+static void add_gemm_curve(cJSON *gc, const cal_state *c, int d, double per_result)
+{
+    gemm_point pts[NGEMM + NGEMM_RESULT];
+    int n = 0;
+    for (int k = 0; k < NGEMM; k++) {
+        const int64_t *sh = GEMM_SHAPES[k];
+        double flop = 2.0 * (double)sh[0] * (double)sh[1] * (double)sh[2];
+        if (c->gemm_at[d][k] > 0)
+            n = add_gemm_point(pts, n, flop,
+                               flop / c->gemm_at[d][k] - per_result * (double)(sh[0] * sh[2]));
+    }
+    for (int r = 0; d == 2 && r < NGEMM_RESULT; r++) {
+        const int64_t *sh = GEMM_RESULT_SHAPES[r];
+        if (c->gemm_result_s[r] > 0)
+            n = add_gemm_point(pts, n, 2.0 * (double)sh[0] * (double)sh[1] * (double)sh[2],
+                               c->gemm_result_s[r] - per_result * (double)(sh[0] * sh[2]));
+    }
+    cJSON *arr = cJSON_AddArrayToObject(gc, DT_NAME[d]);
+    for (int i = 0; i < n; i++) {
+        cJSON *pt = cJSON_CreateObject();
+        cJSON_AddNumberToObject(pt, "flops", pts[i].flop);
+        cJSON_AddNumberToObject(pt, "flops_per_s", pts[i].flop / pts[i].t);
+        cJSON_AddItemToArray(arr, pt);
+    }
+}
+
 /* What a byte of a streamed result costs as a share of a byte read
  * (cost_measured_ew_seconds), from the add (2 bytes read per byte written)
  * and the scale (1 per 1) at each size that codegen streams: with the
@@ -197,20 +254,16 @@ static cJSON *profile_json(cal_state *c)
     cJSON *g = cJSON_AddObjectToObject(cal, "gemm_flops");
     for (int d = 0; d < 3; d++)
         cJSON_AddNumberToObject(g, DT_NAME[d], positive(flops[d]));
-    /* The rate by size (GEMM_SHAPES ascend in FLOPs): a GEMM whose operands
-     * stay in cache runs faster than the large ones behind gemm_flops. */
+    /* The rate by size: a GEMM whose operands stay in cache runs faster
+     * than the large ones behind gemm_flops.  bf16's result elements are
+     * priced apart where measured (add_gemm_curve). */
     cJSON *gc = cJSON_AddObjectToObject(cal, "gemm_curve");
-    for (int d = 0; d < 3; d++) {
-        cJSON *arr = cJSON_AddArrayToObject(gc, DT_NAME[d]);
-        for (int k = 0; k < NGEMM; k++) {
-            if (c->gemm_at[d][k] <= 0)
-                continue;
-            const int64_t *sh = GEMM_SHAPES[k];
-            cJSON *pt = cJSON_CreateObject();
-            cJSON_AddNumberToObject(pt, "flops", 2.0 * (double)sh[0] * (double)sh[1] * (double)sh[2]);
-            cJSON_AddNumberToObject(pt, "flops_per_s", c->gemm_at[d][k]);
-            cJSON_AddItemToArray(arr, pt);
-        }
+    double per_result = cal_gemm_result_seconds(c);
+    for (int d = 0; d < 3; d++)
+        add_gemm_curve(gc, c, d, d == 2 ? per_result : 0);
+    if (per_result > 0) {
+        cJSON *pr = cJSON_AddObjectToObject(cal, "gemm_seconds_per_result_element");
+        cJSON_AddNumberToObject(pr, DT_NAME[2], per_result);
     }
     cJSON_AddNumberToObject(cal, "elementwise_bandwidth", positive(ew));
     double w = write_weight(c);

@@ -234,6 +234,17 @@ static int write_compute_program(cal_state *c, const char *file)
                     g, g, DT_NAME[t], g, g, g, DT_NAME[t], g, g, g);
             fprintf(f, "output GC%s%d\n", DT_NAME[t], g);
         }
+    /* The skinny bf16 GEMMs after the curve's (they run whatever --quick
+     * says: three GEMMs of a few hundred microseconds). */
+    for (int r = 0; r < NGEMM_RESULT; r++) {
+        const int64_t *s = GEMM_RESULT_SHAPES[r];
+        fprintf(f, "dim RM%d = %lld, RK%d = %lld, RN%d = %lld\n", r, (long long)(s[0] * nd), r,
+                (long long)s[1], r, (long long)s[2]);
+        fprintf(f, "input GRA%d[RM%d_X, RK%d] : bf16\ninput GRB%d[RK%d, RN%d] : bf16\n", r, r, r,
+                r, r, r);
+        fprintf(f, "GR%d[RM%d_X, RN%d] = GRA%d[RM%d, RK%d] * GRB%d[RK%d, RN%d]\noutput GR%d\n", r,
+                r, r, r, r, r, r, r, r, r);
+    }
     /* EW reads the inputs first, so EC meets them hot, as an elementwise op
      * in a model meets the result of the op before it. */
     for (int e = 0; e < ne; e++) {
@@ -282,6 +293,10 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
             c->gemm_time[d] += t;
             return;
         }
+    } else if (!strncmp(name, "GR", 2) && name[2] >= '0' && name[2] <= '9') {
+        int r = atoi(name + 2);
+        if (r < NGEMM_RESULT)
+            c->gemm_result_s[r] = t;
     } else if (!strncmp(name, "EC", 2)) {
         int e = atoi(name + 2);
         if (e >= 0 && e < NEW && c->new_ < NEW)
@@ -296,6 +311,35 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
             i < NFN)
             c->fn_seconds[i][fn] = t;
     }
+}
+
+/* Result elements per device of GEMM shape s (M, K, N). */
+static double result_elems(const int64_t *s)
+{
+    return (double)s[0] * (double)s[2];
+}
+
+double cal_gemm_result_seconds(const cal_state *c)
+{
+    const int64_t *deep = GEMM_RESULT_SHAPES[1], *wide = GEMM_RESULT_SHAPES[2];
+    double td = c->gemm_result_s[1], tw = c->gemm_result_s[2];
+    if (td <= 0 || tw <= 0)
+        return 0;
+    double x = (tw - td) / (result_elems(wide) - result_elems(deep));
+    if (!(x > 0))
+        return 0;
+    /* Every GEMM the curve is made of keeps 1/4 of its time for its
+     * multiply-adds, or the figure is a loaded run's noise. */
+    for (int r = 0; r < NGEMM_RESULT; r++)
+        if (c->gemm_result_s[r] > 0 && x * result_elems(GEMM_RESULT_SHAPES[r]) > 0.75 * c->gemm_result_s[r])
+            return 0;
+    for (int g = 0; g < NGEMM; g++) {
+        const int64_t *s = GEMM_SHAPES[g];
+        double flop = 2.0 * (double)s[0] * (double)s[1] * (double)s[2];
+        if (c->gemm_at[2][g] > 0 && x * result_elems(s) > 0.75 * flop / c->gemm_at[2][g])
+            return 0;
+    }
+    return x;
 }
 
 /* Writes and compiles the GEMM and elementwise program. */

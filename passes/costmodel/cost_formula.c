@@ -316,6 +316,13 @@ double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops)
     return interp_log(hw->gemm_flop[d], hw->gemm_rate[d], hw->gemm_npoints[d], flops);
 }
 
+double cost_measured_gemm_seconds(const cost_hw *hw, ir_dtype t, double flops,
+                                  double result_elems)
+{
+    int d = (int)t >= 0 && (int)t < 3 ? (int)t : IR_F32;
+    return flops / cost_measured_gemm_rate(hw, t, flops) + result_elems * hw->gemm_result_time[d];
+}
+
 bool cost_measured_overlaps(const cost_hw *hw, double devices)
 {
     if (!hw->measured)

@@ -262,6 +262,19 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
         }
         hw->gemm_npoints[d] = n;
     }
+    /* Optional (absent: a curve of whole GEMMs' rates, results not priced
+     * apart). */
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(cal, "gemm_seconds_per_result_element");
+    if (gr && !cJSON_IsObject(gr)) {
+        set_err(err, errsize, "%s: \"calibration.gemm_seconds_per_result_element\" must be an "
+                "object", origin);
+        return -1;
+    }
+    for (int d = 0; gr && d < 3; d++)
+        if (cJSON_GetObjectItemCaseSensitive(gr, dts[d]) &&
+            get_nonneg(gr, dts[d], "calibration.gemm_seconds_per_result_element.", origin,
+                       &hw->gemm_result_time[d], err, errsize) < 0)
+            return -1;
     if (cJSON_GetObjectItemCaseSensitive(cal, "devices") &&
         get_positive(cal, "devices", "calibration.", origin, &hw->cal_devices, err, errsize) < 0)
         return -1;

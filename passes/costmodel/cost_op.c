@@ -428,13 +428,17 @@ static void cost_op_einsum(const ir_module *m, const cost_hw *hw, const ir_op *o
         c->hbm_bytes += (cost_reduce_read_factor(m, op) - 1) * io->in;
     roofline(hw, io->t, c);
     if (hw->measured) { /* measured FLOP/s are for the calibration's device count */
-        c->t_compute = c->flops / cost_measured_gemm_rate(hw, io->t, c->flops);
-        c->time = fmax(c->t_compute, c->t_memory);
-        c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
         /* A binary einsum is a BLAS call; a unary one (a reduction or a
          * transpose), a gather and a scatter are einc's own loops, which a
          * lone device runs on one core where its BLAS uses them all. */
         bool blas = op->noperands == 2 && !op->u.einsum.gather && !op->u.einsum.scatter;
+        /* A GEMM's result elements cost apart from its FLOPs where the
+         * profile measured it (cost_measured_gemm_seconds). */
+        double elems = op->result ? (double)ir_local_elems(m, &op->result->type) : 0;
+        c->t_compute = blas ? cost_measured_gemm_seconds(hw, io->t, c->flops, elems)
+                            : c->flops / cost_measured_gemm_rate(hw, io->t, c->flops);
+        c->time = fmax(c->t_compute, c->t_memory);
+        c->bound = c->t_compute > c->t_memory ? IR_BOUND_COMPUTE : IR_BOUND_MEMORY;
         double k = blas ? cost_measured_blas_contention(hw, mesh_devices(m))
                         : cost_measured_contention(hw, mesh_devices(m));
         c->t_compute *= k;

@@ -155,6 +155,10 @@ typedef struct cost_hw {
     int gemm_npoints[3];                  /* points of the GEMM curve per ir_dtype (0: none) */
     double gemm_flop[3][COST_EW_POINTS];  /* FLOPs of a GEMM per device, ascending */
     double gemm_rate[3][COST_EW_POINTS];  /* FLOP/s measured at that size */
+    double gemm_result_time[3];           /* seconds per result element of a GEMM per ir_dtype,
+                                             beyond its FLOPs at the curve's rate, which is then
+                                             the multiply-adds' alone
+                                             ("gemm_seconds_per_result_element"; 0 when absent) */
     double cal_devices;                   /* devices busy during calibration (0: unknown) */
     double cal_cores;                     /* cores of the calibrated machine (0: unknown) */
     bool cal_mpi;                         /* calibrated on the MPI runtime ("runtime": "mpi") */
@@ -364,6 +368,18 @@ double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, 
  * in dtype `t`: the measured curve, interpolated like cost_measured_ew_bw
  * (small GEMMs run from cache, faster); peak_flops without a curve. */
 double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops);
+
+/* Seconds per device (before the core-sharing factor) of a GEMM of
+ * `flops` per device in dtype `t` whose result has `result_elems`
+ * elements per device, under a calibrated profile: its FLOPs at
+ * cost_measured_gemm_rate plus its result elements at
+ * hw->gemm_result_time[t], what writing and rounding a result element
+ * costs (einc calibrate measures it for bf16, whose GEMMs write f32 and
+ * round it: calibrate/programs.c).  A profile without that figure prices
+ * the FLOPs alone, as its curve then holds whole GEMMs' rates
+ * (docs/cost-model.md, "GEMM results"). */
+double cost_measured_gemm_seconds(const cost_hw *hw, ir_dtype t, double flops,
+                                  double result_elems);
 
 /*
  * How much longer einc's own loops (elementwise ops, row groups, unary

@@ -98,6 +98,37 @@ static void test_outlier(void)
     CU_ASSERT_DOUBLE_EQUAL(f.bw / 6e9, 1, 1e-6);
 }
 
+/* What a bf16 GEMM's result element costs (cal_gemm_result_seconds, in
+ * programs.c): timings made from a rate R of the multiply-adds and x
+ * seconds per result element give x back; noise that makes the wider
+ * result the faster, or a figure that would leave a GEMM less than a
+ * quarter of its time, gives 0, as does a GEMM not timed. */
+static void test_gemm_result_seconds(void)
+{
+    static cal_state c; /* large: not on the stack */
+    const double R = 9e10, x = 3e-9;
+    memset(&c, 0, sizeof c);
+    for (int r = 0; r < NGEMM_RESULT; r++) {
+        const int64_t *s = GEMM_RESULT_SHAPES[r];
+        c.gemm_result_s[r] = 2.0 * (double)(s[0] * s[1] * s[2]) / R + x * (double)(s[0] * s[2]);
+    }
+    for (int g = 0; g < NGEMM; g++) {
+        const int64_t *s = GEMM_SHAPES[g];
+        double f = 2.0 * (double)(s[0] * s[1] * s[2]);
+        c.gemm_at[2][g] = f / (f / R + x * (double)(s[0] * s[2]));
+    }
+    CU_ASSERT_DOUBLE_EQUAL(cal_gemm_result_seconds(&c) / x, 1, 1e-9);
+    cal_state d = c;
+    d.gemm_result_s[2] = d.gemm_result_s[1] * 0.99;
+    CU_ASSERT_EQUAL(cal_gemm_result_seconds(&d), 0);
+    d = c;
+    d.gemm_result_s[1] = 0;
+    CU_ASSERT_EQUAL(cal_gemm_result_seconds(&d), 0);
+    d = c;
+    d.gemm_result_s[2] *= 10; /* 40 ns an element: more than the GEMM itself took */
+    CU_ASSERT_EQUAL(cal_gemm_result_seconds(&d), 0);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -106,6 +137,7 @@ void einc_register_tests(void)
         {"a free own-shard copy fits as 0", test_free_own_shard},
         {"one group size alone fits", test_one_group_size},
         {"an outlier is left out", test_outlier},
+        {"a bf16 GEMM's result element from two equal-FLOP GEMMs", test_gemm_result_seconds},
     };
     einc_add_suite("calibration fit", tests, (int)(sizeof tests / sizeof tests[0]));
 }

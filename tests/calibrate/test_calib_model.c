@@ -69,6 +69,14 @@ static void test_parses(void)
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_EXP], 7e-10, 1e-19);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_GELU], 5e-9, 1e-18); /* not measured in cache */
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_EXP], 2e-9, 1e-18);
+    /* No result figure: a GEMM's FLOPs alone (cost_measured_gemm_seconds). */
+    for (int d = 0; d < 3; d++)
+        CU_ASSERT_EQUAL(hw.gemm_result_time[d], 0);
+    variant("\"function_seconds_per_element\"", "\"gemm_seconds_per_result_element\": "
+            "{\"bf16\": 3e-9},\n  \"function_seconds_per_element\"", buf, sizeof buf);
+    CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
+    CU_ASSERT_DOUBLE_EQUAL(hw.gemm_result_time[IR_BF16], 3e-9, 1e-20);
+    CU_ASSERT_EQUAL(hw.gemm_result_time[IR_F32], 0);
     CU_ASSERT_FALSE(hw.cal_mpi); /* no "runtime": threads */
     variant("\"devices\": 4", "\"runtime\": \"mpi\", \"devices\": 4", buf, sizeof buf);
     CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
@@ -149,6 +157,12 @@ static void test_bad_sections(void)
     expect_error(variant("\"flops\": 1e9", "\"flops\": 1e6", buf, sizeof buf), "ascending");
     expect_error(variant("\"flops_per_s\": 6e10", "\"rate\": 6e10", buf, sizeof buf),
                  "calibration.gemm_curve[].flops_per_s");
+    expect_error(variant("\"function_seconds_per_element\"", "\"gemm_seconds_per_result_element\": "
+                         "{\"bf16\": -3e-9},\n  \"function_seconds_per_element\"", buf, sizeof buf),
+                 "calibration.gemm_seconds_per_result_element.bf16");
+    expect_error(variant("\"function_seconds_per_element\"", "\"gemm_seconds_per_result_element\": "
+                         "3e-9,\n  \"function_seconds_per_element\"", buf, sizeof buf),
+                 "\"calibration.gemm_seconds_per_result_element\" must be an object");
     expect_error(variant("\"calibration\": {", "\"calibration\": [{", buf, sizeof buf),
                  "invalid JSON");
 }
