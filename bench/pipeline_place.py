@@ -39,7 +39,10 @@ the cost pass's hop unless --hop) over:
                the first trace) with E and EW anywhere on the last stage;
   1F1B         1F1B's order (pipeline_orders.py's one_f_one_b, B and W
                as one backward item) with E and EW anywhere on the last
-               stage: the ratio's denominator moves too.
+               stage: the ratio's denominator moves too;
+
+and, under the last placement, its simplest form: every E m first and
+every EW m last on the last stage, the table's and 1F1B's orders.
 
 The search is a branch and bound over the stages' orders (search): the
 stage that is free first picks its next item among the legal ones, an
@@ -92,8 +95,8 @@ def proj_parts(traces):
     of stage 0's F ops before its first LoopBegin (E) and of its W ops
     after its last LoopEnd (X: dWf), sources "costed" (`predicted_us`) and
     "ops" / "meas" (the ops' measured durations; point() scales meas's to
-    the median item).  Errors:
-    benchlib.BenchError if stage 0 has no such ops (another program)."""
+    the median item).  Errors: benchlib.BenchError if stage 0 has no such
+    ops (another program)."""
     got = {}
     for t in traces:
         for name, _, _, _, ops in pb.stage_items(t)[1][0]:
@@ -101,13 +104,14 @@ def proj_parts(traces):
             loops = [i for i, n in enumerate(names) if "= Loop" in n]
             if not loops:
                 continue
-            part = (name[0], ops[:loops[0]]) if name[0] == "F" else \
-                ("X", ops[loops[-1] + 1:]) if name[0] == "W" else None
-            if part is None:
+            if name[0] == "F":
+                kind, part = "E", ops[:loops[0]]
+            elif name[0] == "W":
+                kind, part = "X", ops[loops[-1] + 1:]
+            else:
                 continue
-            kind = "E" if part[0] == "F" else "X"
-            got.setdefault(kind, []).append((sum(o["dur"] for o in part[1]),
-                                            sum(o.get("args", {}).get("predicted_us", 0.0) for o in part[1])))
+            got.setdefault(kind, []).append((sum(o["dur"] for o in part),
+                                            sum(o.get("args", {}).get("predicted_us", 0.0) for o in part)))
     if not got.get("E") or not got.get("X"):
         raise benchlib.BenchError("stage 0's F and W items hold no ops outside the layer loops")
     out = {}
@@ -327,6 +331,23 @@ def point(einc, work, Z, M, repeat, steps, hop):
             for label, r in (("zb best", best), ("zb table", tab), ("1f1b", ofb)):
                 if r:
                     print(f"#   {label:8} " + " | ".join(f"stage {s} {show(o)}" for s, o in r[2].items()))
+            if place == "last":
+                wrapped(Z, M, tp, kinds, base_table, base_ofb, hop)
+
+
+def wrapped(Z, M, t, kinds, table, ofb, hop):
+    """Prints the simplest form of the last placement: every E m before
+    the last stage's first item and every EW m after its last (the
+    projection once before the schedule, dWf once after it), the table's
+    and 1F1B's orders otherwise, replayed (bubbles, ratio, spans)."""
+    out = []
+    for orders, tt in ((table, t), (ofb, merged(t, kinds)[0])):
+        last = [f"E{m}" for m in range(M)] + list(orders[Z - 1]) + [f"X{m}" for m in range(M)]
+        rows = {s: [(n, tt[(s, n[0])]) for n in (last if s == Z - 1 else orders[s])] for s in range(Z)}
+        out.append(pb.shared_replay(rows, Z, dep=place_dep, hop=hop))
+    (zs, zb), (os_, ob) = out
+    print(f"#   E before and EW after the schedule: zb table {100 * zb:.2f}%, 1f1b {100 * ob:.2f}%, "
+          f"ratio {zb / ob:.3f}, spans {zs / 1e3:.2f} and {os_ / 1e3:.2f} ms")
 
 
 def main():
