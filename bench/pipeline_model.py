@@ -153,7 +153,7 @@ def _chunks(stages):
     return 1 + max(int(n.split(".")[1]) if "." in n else 0 for row in stages.values() for n, _ in row)
 
 
-def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
+def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0), dep=_dep, hop=0.0):
     """The stages' orders ({stage: [(name, work_us)]}) run on `cores` CPUs,
     stage s pinned to CPU s mod cores and sharing it fairly with the other
     busy stages pinned there (decontend's model: k of them each progress
@@ -170,7 +170,11 @@ def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
     for another stage's item starts its own that long after the input is
     done (the receive's wake-up, handoff_lags), busy_us when another stage
     pinned to its CPU is running then, idle_us when none is; (0, 0):
-    instant handoffs."""
+    instant handoffs.  `dep` is the item an item waits for ((kind, mb,
+    chunk, stage) -> the same or None; _dep's pipeline by default, other
+    items placed elsewhere in bench/pipeline_place.py); `hop` (us) is
+    the transfer: an item whose input is another stage's starts at least
+    hop after that input's end."""
     Z, v = len(stages), _chunks(stages)
     pos, end, now = [0] * Z, {}, 0.0
     free = [0.0] * Z  # when each stage's last item ended
@@ -179,12 +183,14 @@ def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
     while True:
         for s in range(Z):
             if s not in running and s not in ready and s not in woken and pos[s] < len(stages[s]):
-                d = _dep(_key(stages[s][pos[s]][0], s), Z, v)
+                d = dep(_key(stages[s][pos[s]][0], s), Z, v)
                 if d is None or d in end:
                     # Input from another stage while this one waited: a wake-up.
-                    waited = d is not None and d[3] != s and end[d] >= free[s]
+                    cross = d is not None and d[3] != s
+                    waited = cross and end[d] >= free[s]
                     lag = wake[any(x % cores == s % cores for x in running)] if waited else 0.0
-                    (woken if lag > 0 else ready)[s] = now + lag
+                    at = max(now, end[d] + hop if cross else now) + lag
+                    (woken if at > now else ready)[s] = at
         for s in [x for x in woken if woken[x] <= now + 1e-9]:
             ready[s] = woken.pop(s)
         for s in sorted(ready, key=lambda x: (ready[x], x)):
@@ -211,11 +217,12 @@ def shared_replay(stages, cores, timeline=None, turns=False, wake=(0.0, 0.0)):
     return now, 1 - busy / Z / now if now > 0 else 0.0
 
 
-def replay(stages):
+def replay(stages, dep=_dep, hop=0.0):
     """The bubble of the stages' orders run with the given busy times and
-    free, instant transfers, each stage on its own CPU: each item starts
-    when its stage is free and its input is done (_dep)."""
-    return shared_replay(stages, len(stages))[1]
+    free, instant transfers (or `hop` us each), each stage on its own
+    CPU: each item starts when its stage is free and its input is done
+    (`dep`, shared_replay's)."""
+    return shared_replay(stages, len(stages), dep=dep, hop=hop)[1]
 
 
 def replayed_bubbles(trace):

@@ -81,6 +81,28 @@ def best_order(Z, M, times):
     return best, arg, len(per)
 
 
+def traced_items(einc, work, Z, M, repeat, steps):
+    """bench/pipeline.py's program on `mesh Z = Z` with --schedule=zero-bubble
+    and M microbatches, compiled in the directory `work` and run `repeat`
+    times (`steps` steps each) with --profile --trace.  Returns ({(stage,
+    kind): [(busy_us, ops_us, costed_us), ...]} pooled over the runs
+    (pipeline_items.py's items_of), the measured bubbles, the first run's
+    orders {stage: [(name, busy_us)]}, the trace paths).  Errors:
+    benchlib.BenchError from a failed compile or run."""
+    name = f"z{Z}_zero-bubble_m{M}"
+    exe = pb.build(einc, work, name, pb.program(Z, True), [f"--microbatches={M}", "--schedule=zero-bubble"])
+    per, bubbles, order, traces = {}, [], None, []
+    for i in range(repeat):
+        trace = os.path.join(work, f"{name}_r{i}.json")
+        bubbles.append(pb.measured_bubble(exe, steps, trace)[0])
+        traces.append(trace)
+        got, o = pi.items_of(trace)
+        order = order or o
+        for k, xs in got.items():
+            per.setdefault(k, []).extend(xs)
+    return per, bubbles, order, traces
+
+
 def main():
     """Parses the options, runs the points and prints the comparison."""
     p = benchlib.parser(__doc__.split("\n")[0], json_results=False)
@@ -92,16 +114,7 @@ def main():
     einc = benchlib.einc(a.build)
     print(benchlib.machine())
     with tempfile.TemporaryDirectory(prefix="einc-pipeorders") as work:
-        name = f"z{Z}_zero-bubble_m{M}"
-        exe = pb.build(einc, work, name, pb.program(Z, True), [f"--microbatches={M}", "--schedule=zero-bubble"])
-        per, bubbles, order = {}, [], None
-        for i in range(a.repeat):
-            trace = os.path.join(work, f"{name}_r{i}.json")
-            bubbles.append(pb.measured_bubble(exe, a.steps, trace)[0])
-            got, o = pi.items_of(trace)
-            order = order or o
-            for k, xs in got.items():
-                per.setdefault(k, []).extend(xs)
+        per, bubbles, order, _ = traced_items(einc, work, Z, M, a.repeat, a.steps)
         meas = {k: statistics.median(x[0] for x in xs) for k, xs in per.items()}
         cost = {k: statistics.median(x[2] for x in xs) for k, xs in per.items()}
         print(f"# Z = {Z}, M = {M}, zero-bubble (ZB-H1): measured bubble {100 * statistics.median(bubbles):.1f}% "

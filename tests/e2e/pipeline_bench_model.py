@@ -22,9 +22,14 @@ cores"):
 - the receives' wake-ups: handoff_lags reads them from a trace (onto an
   idle core, onto one another stage runs on), and shared_replay's `wake`
   delays exactly the items whose stage waited for its input (1F1B, Z = 2,
-  M = 4: 15 slots become 17 with a wake-up of half an F).
+  M = 4: 15 slots become 17 with a wake-up of half an F);
+- bench/pipeline_place.py: shared_replay's `hop` and `dep` (the input
+  projection's items E and EW on the last stage), its branch-and-bound
+  search against every order listed and replayed (Z = 2, M = 2, three
+  placements, random item times), ZB-H1's 13 unit slots found, and the
+  projection's ops read from a trace (proj_parts).
 
-Usage: pipeline_bench_model.py (no arguments; runs in well under a second).
+Usage: pipeline_bench_model.py (no arguments; runs in a few seconds).
 """
 import json
 import os
@@ -35,6 +40,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import pipeline as P  # noqa: E402
 import pipeline_items as PI  # noqa: E402
+import pipeline_place as PP  # noqa: E402
 
 FAILS = []
 
@@ -153,6 +159,87 @@ def item_times():
         check(f"sim_items with the forward extras {k}", sim.get(k, -1.0), want, 1e-6)
 
 
+def listed_orders(M, kinds, limit):
+    """Every order of one stage's items (written here apart from
+    pipeline_place.search): each kind in microbatch order, B m after F m,
+    W m after B m, at most `limit` microbatches with F done and W not when
+    an F starts; E and X (EW) anywhere."""
+    out = []
+
+    def rec(seq, c):
+        if len(seq) == len(kinds) * M:
+            out.append(tuple(seq))
+            return
+        for k in kinds:
+            m = c[k]
+            if m >= M or (k == "F" and m - c["W"] >= limit) or (k == "B" and m >= c["F"]) or \
+                    (k == "W" and m >= c["B"]):
+                continue
+            rec(seq + [f"{k}{m}"], {**c, k: m + 1})
+
+    rec([], dict.fromkeys("FBWEX", 0))
+    return out
+
+
+def placement():
+    """bench/pipeline_place.py: hop, dep, the search and proj_parts."""
+    # A hop on every cross-stage input: 1F1B's critical path crosses
+    # the stages four times (F0 forward, then stage 1 waits for F2 and F3
+    # behind stage 0's B0 and B1, and B3 back), 15 slots become 16.
+    span, _ = P.shared_replay(rows(ONE_F_ONE_B, {"F": 1, "B": 2}), 2, hop=0.25)
+    check("1F1B Z=2 M=4 with a hop of 0.25", span, 16)
+    # The projection on the last stage: stage 0's F m waits for E m there.
+    r = {0: [("F0", 1.0)], 1: [("E0", 0.5), ("F0", 1.0), ("B0", 1.0), ("X0", 0.5)]}
+    r[0].append(("B0", 1.0))
+    span, _ = P.shared_replay(r, 2, dep=PP.place_dep, hop=0.1)
+    check("E0, F0 after it, EW0 after stage 0's B0", span, 0.5 + 0.1 + 1 + 0.1 + 2 + 0.1 + 1 + 0.1 + 0.5)
+    got = PP.search(2, 4, {(s, k): 1.0 for s in range(2) for k in "FBW"}, {0: "FBW", 1: "FBW"},
+                    {0: None, 1: None}, 2, 0.0)
+    check("search: ZB-H1's 13 unit slots", got[0], 13)
+    if got[1] and " ".join(got[1][0]) != ZB_H1[0]:
+        FAILS.append(f"search: stage 0's order {got[1][0]}, want the table's")
+    import random
+    rnd = random.Random(7)
+    for trial in range(3):
+        t = {(s, k): rnd.uniform(1, 3) for s in range(2) for k in "FBWEX"}
+        hop = (0.0, 0.3)[trial % 2]
+        for kinds in ({0: "FBW", 1: "FBW"}, {0: "FBW", 1: "FBWEX"}, {0: "FBW", 1: "FBWE"}):
+            dep = PP.place_dep if "E" in kinds[1] else P._dep
+            per = {s: listed_orders(2, kinds[s], 2) for s in range(2)}
+            best = float("inf")
+            for o0 in per[0]:
+                for o1 in per[1]:
+                    try:
+                        sp, _ = P.shared_replay({0: [(n, t[(0, n[0])]) for n in o0],
+                                                 1: [(n, t[(1, n[0])]) for n in o1]}, 2, dep=dep, hop=hop)
+                    except P.benchlib.BenchError:  # a deadlocked pair
+                        continue
+                    best = min(best, sp)
+            got = PP.search(2, 2, t, kinds, {0: None, 1: None}, 2, hop)
+            check(f"search against every listed order ({kinds[1]}, trial {trial})", got[0], best, 1e-9)
+            if not got[2]:
+                FAILS.append("search: a small search stopped early")
+    # proj_parts: stage 0's ops before the loop (F) and after it (W).
+    ev = []
+    for ts, name, ops in ((0, "F0", (("H = Einsum In, Wf", 40, 30), ("H.1 = LoopBegin H", 5, 1),
+                                     ("T = Einsum H.1, Win.1", 100, 90), ("H.5 = LoopEnd H.3", 5, 1))),
+                          (200, "W0", (("dW_loop.1 = LoopBegin dW_loop", 1, 1), ("dWin = Einsum dT.4, H.7", 90, 80),
+                                       ("dW_loop.2 = LoopEnd dW_loop.1", 1, 1), ("dWf = Einsum dH.10, In", 35, 25)))):
+        ev.append({"ph": "X", "cat": "pipeline", "tid": 0, "name": name, "ts": ts, "dur": 190})
+        at = ts
+        for n, dur, pred in ops:
+            ev.append({"ph": "X", "cat": "compute", "tid": 0, "name": n, "ts": at, "dur": dur,
+                       "args": {"predicted_us": pred}})
+            at += dur
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "p.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": ev, "otherData": {"runs": 1}}, f)
+        parts = PP.proj_parts([path])
+        for k, want in ((("costed", "E"), 30), (("ops", "E"), 40), (("costed", "X"), 25), (("ops", "X"), 35)):
+            check(f"proj_parts {k}", parts[k], want)
+
+
 def main():
     span, bub = P.shared_replay(rows(ZB_H1, {"F": 1, "B": 1, "W": 1}), 2)
     check("ZB-H1 Z=2 M=4 span", span, 13)
@@ -225,6 +312,7 @@ def main():
         check("stage 3's B item (median work, s)", mp2["items"][(3, "B")] * 1e6, 1.0 + 3 * 0.37 + 0.6, 1e-6)
     wake_ups()
     item_times()
+    placement()
     # ops_replay: each item's time from its ops' medians (two ops per item,
     # one of them recorded short once: the median ignores it), replayed.
     tl = {}
