@@ -1,0 +1,208 @@
+/*
+ * stream.c - the elementwise curve of `einc calibrate`: the profile's
+ * "elementwise_curve" (the add's bandwidth per size) and the scale's times
+ * behind "elementwise_write_weight" (docs/cost-model.md, "Calibration").
+ *
+ * What the figure means, as every calibrated figure: per device with all
+ * `ranks` devices busy and in step; an add of S bytes per device takes S /
+ * bandwidth on the full mesh.  It used to be timed as exactly that, the
+ * makespan of the add on all ranks (the executable's --profile time, the
+ * least over rounds of its median over 5 runs), and that did not repeat:
+ * with two device threads pinned to each of 2 cores, the makespan is
+ * however the kernel happens to overlap the devices of one core with the
+ * other core's and with whatever else runs, and the same add read 18.8 and
+ * 12.3 GB/s in two calibrations a minute apart
+ * (docs/performance-history.md, section 5).  A device's own time for the
+ * add, when nothing took its core, was 2.4 ms in every process to 2%.
+ *
+ * So the loops run on one device per core, min(ranks, cores) devices, all
+ * cores streaming at once, as they do when the full mesh runs an op in
+ * step.  A core of the full mesh runs its ceil(ranks / devices) devices
+ * (the threads backend pins device d to core d mod cores, mpirun --map-by
+ * core places ranks likewise), so each device here gets the arrays of
+ * that many devices: the same bytes per core, and in the last-level cache
+ * the same footprint as the full mesh's (on 2 devices with only their own
+ * arrays, 12 MiB per device fit the 32 MiB cache and read 37 GB/s).  The
+ * op's time on the full mesh is then a device's time here, which is taken
+ * from the program's trace (--trace: every call on every device): per
+ * round, the lower quartile of the devices' times over the calls, the
+ * first call of each device left out (its outputs' pages fault in then);
+ * then the least over the rounds (cal_read_profile's argument: load from
+ * outside only slows).  A quartile, not the median: a call the kernel
+ * interrupted for another process is slower, never faster, and under load
+ * more than half of them were; nor the fastest call, which on the smallest
+ * arrays came out up to 1.5x apart between processes.  What this leaves
+ * out is the cost of switching between the devices that share a core,
+ * which for loops of milliseconds is small.
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <cJSON.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calibrate_internal.h"
+
+/* Most calls of one op per round the trace is read for (STREAM_REPEAT runs
+ * on up to MAX_RANKS devices, with room for a larger --repeat). */
+#define MAX_DURS 4096
+
+/* The CPUs this process may run on (the programs inherit them), at least 1. */
+static int usable_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Devices stream.ein runs on: one per core, at most the ranks. */
+static int stream_devices(const cal_state *c)
+{
+    int cores = usable_cores();
+    return c->o->ranks < cores ? c->o->ranks : cores;
+}
+
+/* Devices of the full mesh one core runs, one after the other: the
+ * threads backend pins device d to core d mod cores, and mpirun --map-by
+ * core places ranks likewise. */
+static int64_t devices_per_core(const cal_state *c, int nd)
+{
+    return (c->o->ranks + nd - 1) / nd;
+}
+
+/* Writes stream.ein: on a mesh {X: nd}, the elementwise subtract, add and
+ * scale of every size of the curve, each device's arrays those of the
+ * `per_core` devices of the full mesh it stands for, so the caches hold
+ * what they hold when the full mesh runs. */
+static int write_stream_program(const cal_state *c, int nd, int64_t per_core, const char *file)
+{
+    FILE *f = cal_create(c, file);
+    if (!f)
+        return -1;
+    fprintf(f, "# einc calibrate: elementwise loops, one device per core\nmesh X = %d\n", nd);
+    for (int e = 0; e < NEW; e++)
+        fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * per_core * nd));
+    /* EW reads the inputs first, so EC meets them hot, as an elementwise op
+     * in a model meets the result of the op before it. */
+    for (int e = 0; e < NEW; e++) {
+        fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
+        fprintf(f, "EW%d[E%d_X] = EA%d[E%d] - EB%d[E%d]\noutput EW%d\n", e, e, e, e, e, e, e);
+        fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
+        /* One operand read for each result byte written, where the add
+         * reads two: what a byte of a streamed result costs (write_weight). */
+        fprintf(f, "ES%d[E%d_X] = EA%d[E%d] * 2\noutput ES%d\n", e, e, e, e, e);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int cal_prepare_stream(cal_state *c)
+{
+    int nd = stream_devices(c);
+    if (write_stream_program(c, nd, devices_per_core(c, nd), "stream.ein") ||
+        cal_compile(c, "stream.ein", "stream"))
+        return -1;
+    cal_bench *b = cal_add_bench(c, "stream", nd);
+    b->repeat = c->o->repeat > STREAM_REPEAT ? c->o->repeat : STREAM_REPEAT;
+    b->trace = true;
+    return 0;
+}
+
+/* The lower quartile of v[0..n), n >= 1 (sorts v). */
+static double lower_quartile(double *v, int n)
+{
+    cal_median(v, n); /* sorts */
+    return v[(n - 1) / 4];
+}
+
+/* Seconds per call of the op whose result is `name` (EC3, ...) on one
+ * device, from the trace `root` of one round (the essay above); -1 when
+ * no device called it more than once. */
+static double device_seconds(const cJSON *root, const char *name)
+{
+    double *d = malloc(MAX_DURS * sizeof *d);
+    int seen[MAX_RANKS] = {0}, n = 0;
+    if (!d)
+        return -1;
+    size_t len = strlen(name);
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(root, "traceEvents"))
+    {
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(ev, "ph");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(ev, "name");
+        const cJSON *tid = cJSON_GetObjectItemCaseSensitive(ev, "tid");
+        const cJSON *dur = cJSON_GetObjectItemCaseSensitive(ev, "dur");
+        if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X") != 0 || !cJSON_IsString(nm) ||
+            strncmp(nm->valuestring, name, len) != 0 || nm->valuestring[len] != ' ' ||
+            !cJSON_IsNumber(tid) || !cJSON_IsNumber(dur) || tid->valueint < 0 ||
+            tid->valueint >= MAX_RANKS)
+            continue;
+        /* A device's first call faults in its output's pages. */
+        if (seen[tid->valueint]++ == 0 || n >= MAX_DURS)
+            continue;
+        d[n++] = dur->valuedouble * 1e-6;
+    }
+    double t = n > 0 ? lower_quartile(d, n) : -1;
+    free(d);
+    return t;
+}
+
+/* The whole of file `path`, NUL-terminated, malloc'd; NULL after a message. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n)
+        buf[n] = 0;
+    else {
+        free(buf);
+        buf = NULL;
+        fprintf(stderr, "einc calibrate: error: cannot read the trace %s\n", path);
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+int cal_read_stream(cal_state *c, const cal_bench *b)
+{
+    double add[NEW], scale[NEW];
+    for (int e = 0; e < NEW; e++)
+        add[e] = scale[e] = -1;
+    for (int r = 0; r < c->o->rounds; r++) {
+        char path[600], name[16];
+        snprintf(path, sizeof path, "%s/%s.trace.%d.json", c->dir, b->exe, r);
+        char *text = read_file(path);
+        cJSON *root = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        if (!root) {
+            fprintf(stderr, "einc calibrate: error: no trace in %s\n", path);
+            return -1;
+        }
+        for (int e = 0; e < NEW; e++) {
+            snprintf(name, sizeof name, "EC%d", e);
+            double t = device_seconds(root, name);
+            if (t > 0 && (add[e] < 0 || t < add[e]))
+                add[e] = t;
+            snprintf(name, sizeof name, "ES%d", e);
+            t = device_seconds(root, name);
+            if (t > 0 && (scale[e] < 0 || t < scale[e]))
+                scale[e] = t;
+        }
+        cJSON_Delete(root);
+    }
+    /* A device here did the work of its core's devices of the full mesh,
+     * which end together when the op runs in step. */
+    for (int e = 0; e < NEW; e++) {
+        if (add[e] > 0 && c->new_ < NEW)
+            c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / add[e];
+        if (scale[e] > 0)
+            c->scale_s[e] = scale[e];
+    }
+    return 0;
+}
