@@ -18,26 +18,33 @@
  * So the loops run on one device per core, min(ranks, cores) devices, all
  * cores streaming at once, as they do when the full mesh runs an op in
  * step.  A core of the full mesh runs its ceil(ranks / devices) devices
- * (the threads backend pins device d to core d mod cores, mpirun --map-by
- * core places ranks likewise), so each device here gets the arrays of
- * that many devices: the same bytes per core, and in the last-level cache
- * the same footprint as the full mesh's (on 2 devices with only their own
- * arrays, 12 MiB per device fit the 32 MiB cache and read 37 GB/s).  The
- * op's time on the full mesh is then a device's time here, which is taken
- * from the program's trace (--trace: every call on every device): per
- * round, the lower quartile of the devices' times over the calls, the
- * first call of each device left out (its outputs' pages fault in then);
- * then the least over the rounds (cal_read_profile's argument: load from
- * outside only slows).  A quartile, not the median: a call the kernel
- * interrupted for another process is slower, never faster, and under load
- * more than half of them were; nor the fastest call, which on the smallest
- * arrays came out up to 1.5x apart between processes.  What this leaves
- * out is the cost of switching between the devices that share a core,
- * which for loops of milliseconds is small.
+ * one after the other (the threads backend pins device d to core d mod
+ * cores, mpirun --map-by core places ranks likewise), so each device here
+ * runs every op that many times over arrays of their own, each copy the
+ * size of one device's of the full mesh: the same ops on the same bytes
+ * per core in the same order, and in the last-level cache the same
+ * footprint (on 2 devices with only one device's arrays each, 12 MiB per
+ * device fit the 32 MiB cache and read 37 GB/s).  The op's time on the
+ * full mesh is then that many times the time of one copy on a device
+ * here, which is taken from the program's trace (--trace: every call on
+ * every device): per round, the lower quartile of the copies' times over
+ * the devices and calls, each device's first run left out (its outputs'
+ * pages fault in then); then the least over the rounds
+ * (cal_read_profile's argument: load from outside only slows).  A
+ * quartile, not the median: a call the kernel interrupted for another
+ * process is slower, never faster, and under load more than half of them
+ * were; nor the fastest call, which on the smallest arrays came out up to
+ * 1.5x apart between processes.  Copies of one device's size, not one op
+ * over its core's arrays: under a load of 10 on the 2 cores, an add of 192
+ * MiB per device (4.8 ms) was never left alone by the scheduler (its
+ * fastest call took 9.2 ms), one of 96 MiB often was (2.4 ms).  What this
+ * leaves out is the cost of switching between the devices that share a
+ * core, which for loops of milliseconds is small.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cJSON.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +82,10 @@ static int64_t devices_per_core(const cal_state *c, int nd)
 }
 
 /* Writes stream.ein: on a mesh {X: nd}, the elementwise subtract, add and
- * scale of every size of the curve, each device's arrays those of the
- * `per_core` devices of the full mesh it stands for, so the caches hold
- * what they hold when the full mesh runs. */
+ * scale of every size of the curve, each `per_core` times over arrays of
+ * their own (EA3k0, EA3k1, ...): a device here runs, op by op, what the
+ * `per_core` devices of the full mesh on its core run one after the other,
+ * on the same bytes, so the caches hold what they hold then. */
 static int write_stream_program(const cal_state *c, int nd, int64_t per_core, const char *file)
 {
     FILE *f = cal_create(c, file);
@@ -85,16 +93,24 @@ static int write_stream_program(const cal_state *c, int nd, int64_t per_core, co
         return -1;
     fprintf(f, "# einc calibrate: elementwise loops, one device per core\nmesh X = %d\n", nd);
     for (int e = 0; e < NEW; e++)
-        fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * per_core * nd));
-    /* EW reads the inputs first, so EC meets them hot, as an elementwise op
-     * in a model meets the result of the op before it. */
+        fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * nd));
     for (int e = 0; e < NEW; e++) {
-        fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
-        fprintf(f, "EW%d[E%d_X] = EA%d[E%d] - EB%d[E%d]\noutput EW%d\n", e, e, e, e, e, e, e);
-        fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
+        for (int64_t k = 0; k < per_core; k++)
+            fprintf(f, "input EA%dk%lld[E%d_X] : f32\ninput EB%dk%lld[E%d_X] : f32\n", e,
+                    (long long)k, e, e, (long long)k, e);
+        /* EW reads the inputs first, so EC meets them hot, as an elementwise
+         * op in a model meets the result of the op before it. */
+        for (int64_t k = 0; k < per_core; k++)
+            fprintf(f, "EW%dk%lld[E%d_X] = EA%dk%lld[E%d] - EB%dk%lld[E%d]\noutput EW%dk%lld\n", e,
+                    (long long)k, e, e, (long long)k, e, e, (long long)k, e, e, (long long)k);
+        for (int64_t k = 0; k < per_core; k++)
+            fprintf(f, "EC%dk%lld[E%d_X] = EA%dk%lld[E%d] + EB%dk%lld[E%d]\noutput EC%dk%lld\n", e,
+                    (long long)k, e, e, (long long)k, e, e, (long long)k, e, e, (long long)k);
         /* One operand read for each result byte written, where the add
          * reads two: what a byte of a streamed result costs (write_weight). */
-        fprintf(f, "ES%d[E%d_X] = EA%d[E%d] * 2\noutput ES%d\n", e, e, e, e, e);
+        for (int64_t k = 0; k < per_core; k++)
+            fprintf(f, "ES%dk%lld[E%d_X] = EA%dk%lld[E%d] * 2\noutput ES%dk%lld\n", e, (long long)k,
+                    e, e, (long long)k, e, e, (long long)k);
     }
     return fclose(f) == 0 ? 0 : -1;
 }
@@ -118,16 +134,30 @@ static double lower_quartile(double *v, int n)
     return v[(n - 1) / 4];
 }
 
-/* Seconds per call of the op whose result is `name` (EC3, ...) on one
- * device, from the trace `root` of one round (the essay above); -1 when
- * no device called it more than once. */
-static double device_seconds(const cJSON *root, const char *name)
+/* True if trace event name `nm` is "<prefix><digits> = ...": a copy of
+ * the op `prefix` names ("EC3k"). */
+static bool is_copy(const char *nm, const char *prefix)
+{
+    size_t len = strlen(prefix);
+    if (strncmp(nm, prefix, len) != 0 || nm[len] < '0' || nm[len] > '9')
+        return false;
+    nm += len;
+    while (*nm >= '0' && *nm <= '9')
+        nm++;
+    return *nm == ' ';
+}
+
+/* Seconds per call of one copy of the op `prefix` names ("EC3k") on one
+ * device, from the trace `root` of one round (the essay above), the first
+ * `per_core` calls of every device (its first run) left out; -1 when no
+ * call is left. */
+static double device_seconds(const cJSON *root, const char *prefix, int64_t per_core)
 {
     double *d = malloc(MAX_DURS * sizeof *d);
-    int seen[MAX_RANKS] = {0}, n = 0;
+    int64_t seen[MAX_RANKS] = {0};
+    int n = 0;
     if (!d)
         return -1;
-    size_t len = strlen(name);
     const cJSON *ev;
     cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(root, "traceEvents"))
     {
@@ -136,12 +166,11 @@ static double device_seconds(const cJSON *root, const char *name)
         const cJSON *tid = cJSON_GetObjectItemCaseSensitive(ev, "tid");
         const cJSON *dur = cJSON_GetObjectItemCaseSensitive(ev, "dur");
         if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X") != 0 || !cJSON_IsString(nm) ||
-            strncmp(nm->valuestring, name, len) != 0 || nm->valuestring[len] != ' ' ||
-            !cJSON_IsNumber(tid) || !cJSON_IsNumber(dur) || tid->valueint < 0 ||
-            tid->valueint >= MAX_RANKS)
+            !is_copy(nm->valuestring, prefix) || !cJSON_IsNumber(tid) || !cJSON_IsNumber(dur) ||
+            tid->valueint < 0 || tid->valueint >= MAX_RANKS)
             continue;
-        /* A device's first call faults in its output's pages. */
-        if (seen[tid->valueint]++ == 0 || n >= MAX_DURS)
+        /* A device's first run faults in its outputs' pages. */
+        if (seen[tid->valueint]++ < per_core || n >= MAX_DURS)
             continue;
         d[n++] = dur->valuedouble * 1e-6;
     }
@@ -172,6 +201,7 @@ static char *read_file(const char *path)
 int cal_read_stream(cal_state *c, const cal_bench *b)
 {
     double add[NEW], scale[NEW];
+    int64_t per_core = devices_per_core(c, b->ndev);
     for (int e = 0; e < NEW; e++)
         add[e] = scale[e] = -1;
     for (int r = 0; r < c->o->rounds; r++) {
@@ -185,24 +215,25 @@ int cal_read_stream(cal_state *c, const cal_bench *b)
             return -1;
         }
         for (int e = 0; e < NEW; e++) {
-            snprintf(name, sizeof name, "EC%d", e);
-            double t = device_seconds(root, name);
+            snprintf(name, sizeof name, "EC%dk", e);
+            double t = device_seconds(root, name, per_core);
             if (t > 0 && (add[e] < 0 || t < add[e]))
                 add[e] = t;
-            snprintf(name, sizeof name, "ES%d", e);
-            t = device_seconds(root, name);
+            snprintf(name, sizeof name, "ES%dk", e);
+            t = device_seconds(root, name, per_core);
             if (t > 0 && (scale[e] < 0 || t < scale[e]))
                 scale[e] = t;
         }
         cJSON_Delete(root);
     }
-    /* A device here did the work of its core's devices of the full mesh,
-     * which end together when the op runs in step. */
+    /* A core of the full mesh runs its devices' ops one after the other,
+     * and they end together when the op runs in step. */
     for (int e = 0; e < NEW; e++) {
         if (add[e] > 0 && c->new_ < NEW)
-            c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / add[e];
+            c->ew[c->new_++] = c->ew_at[e] =
+                3.0 * 4 * (double)EW_ELEMS[e] / ((double)per_core * add[e]);
         if (scale[e] > 0)
-            c->scale_s[e] = scale[e];
+            c->scale_s[e] = (double)per_core * scale[e];
     }
     return 0;
 }

@@ -109,9 +109,9 @@ def check_profile(path, ranks, runtime):
 
 def check_stream(work, d, ranks):
     """The elementwise curve (calibrate/stream.c): timed on one device per
-    core, each with the arrays of the devices of the full mesh its core
-    runs, read from the trace; every size has its point, at the bytes a
-    device of the full mesh moves."""
+    core, each running every op once per device of the full mesh on its
+    core, over arrays of one device's size, read from the trace; every size
+    has its point, at the bytes a device of the full mesh moves."""
     dirs = os.listdir(work)
     if not check(len(dirs) == 1, "one kept work directory"):
         return
@@ -123,8 +123,11 @@ def check_stream(work, d, ranks):
     check(re.search(r"^mesh X = %d$" % nd, src, re.M) is not None,
           "stream.ein on %d devices, one per core" % nd)
     dims = [int(v) for v in re.findall(r"^dim E\d+ = (\d+)$", src, re.M)]
-    want = sorted(e * per_core * nd for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23))
-    check(sorted(dims) == want, "stream.ein's arrays: %d devices' each, got %s" % (per_core, dims))
+    want = sorted(e * nd for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23))
+    check(sorted(dims) == want, "stream.ein's arrays: one device's each, got %s" % dims)
+    adds = re.findall(r"^EC(\d+)k(\d+)\[", src, re.M)
+    check(sorted(adds) == sorted((str(e), str(k)) for e in range(4) for k in range(per_core)),
+          "stream.ein: %d adds per size (one per device of a core)" % per_core)
     check(os.path.exists(os.path.join(wd, "stream.trace.0.json")), "stream's trace kept")
     curve = d["calibration"]["elementwise_curve"]
     check([p["bytes"] for p in curve] == [12.0 * e for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23)],
