@@ -85,8 +85,9 @@ static const int64_t GEMM_SHAPES[NGEMM][3] = {
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
 /* Runs per process of the elementwise curve's program (stream.c), at
- * least: its statistic is a quartile over the calls, and its ops take
- * milliseconds, so 25 runs cost about a second. */
+ * least: it keeps the fastest call, which more calls make likelier to run
+ * undisturbed, and its ops take milliseconds, so 25 runs cost about a
+ * second. */
 #define STREAM_REPEAT 25
 /* Elements per device the functions are timed on (hot: every function
  * reads the same two arrays, which the one before just read), in pairs:

@@ -27,17 +27,21 @@
  * device fit the 32 MiB cache and read 37 GB/s).  The op's time on the
  * full mesh is then that many times the time of one copy on a device
  * here, which is taken from the program's trace (--trace: every call on
- * every device): per round, the lower quartile of the copies' times over
- * the devices and calls, each device's first run left out (its outputs'
- * pages fault in then); then the least over the rounds
- * (cal_read_profile's argument: load from outside only slows).  A
- * quartile, not the median: a call the kernel interrupted for another
- * process is slower, never faster, and under load more than half of them
- * were; nor the fastest call, which on the smallest arrays came out up to
- * 1.5x apart between processes.  Copies of one device's size, not one op
- * over its core's arrays: under a load of 10 on the 2 cores, an add of 192
- * MiB per device (4.8 ms) was never left alone by the scheduler (its
- * fastest call took 9.2 ms), one of 96 MiB often was (2.4 ms).  What this
+ * every device): the fastest call of a copy over the devices, the runs
+ * (each device's first run left out: its outputs' pages fault in then)
+ * and the rounds, as cal_read_profile takes the least over rounds: load
+ * from outside only slows a call.  Not a median or a quartile: beside
+ * CPU-bound processes that never sleep (the ranks of an MPI job) most
+ * calls of the 2.4 ms add were interrupted, and the lower quartile read
+ * 12-15 GB/s at 48-96 MiB where the fastest call read 19-20, the idle
+ * machine's figure; beside other calibrations the fastest call repeated
+ * within 5% at those sizes over six pairs of processes.  It is less
+ * steady on the smallest arrays, 0.07 ms per call in the caches (1.56x
+ * over those six pairs, 1.23x for the quartile).  Copies of one device's
+ * size, not one op over its core's arrays: under a load of 10 on the 2
+ * cores, an add of 192 MiB per device (4.8 ms) was never left alone by the
+ * scheduler (its fastest call took 9.2 ms), one of 96 MiB often was (2.4
+ * ms).  What this
  * leaves out is the cost of switching between the devices that share a
  * core, which for loops of milliseconds is small.
  */
@@ -51,10 +55,6 @@
 #include <unistd.h>
 
 #include "calibrate_internal.h"
-
-/* Most calls of one op per round the trace is read for (STREAM_REPEAT runs
- * on up to MAX_RANKS devices, with room for a larger --repeat). */
-#define MAX_DURS 4096
 
 /* The CPUs this process may run on (the programs inherit them), at least 1. */
 static int usable_cores(void)
@@ -127,13 +127,6 @@ int cal_prepare_stream(cal_state *c)
     return 0;
 }
 
-/* The lower quartile of v[0..n), n >= 1 (sorts v). */
-static double lower_quartile(double *v, int n)
-{
-    cal_median(v, n); /* sorts */
-    return v[(n - 1) / 4];
-}
-
 /* True if trace event name `nm` is "<prefix><digits> = ...": a copy of
  * the op `prefix` names ("EC3k"). */
 static bool is_copy(const char *nm, const char *prefix)
@@ -148,16 +141,13 @@ static bool is_copy(const char *nm, const char *prefix)
 }
 
 /* Seconds per call of one copy of the op `prefix` names ("EC3k") on one
- * device, from the trace `root` of one round (the essay above), the first
- * `per_core` calls of every device (its first run) left out; -1 when no
- * call is left. */
+ * device, from the trace `root` of one round: the fastest call (the essay
+ * above), the first `per_core` calls of every device (its first run) left
+ * out; -1 when no call is left. */
 static double device_seconds(const cJSON *root, const char *prefix, int64_t per_core)
 {
-    double *d = malloc(MAX_DURS * sizeof *d);
     int64_t seen[MAX_RANKS] = {0};
-    int n = 0;
-    if (!d)
-        return -1;
+    double best = -1;
     const cJSON *ev;
     cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(root, "traceEvents"))
     {
@@ -170,13 +160,13 @@ static double device_seconds(const cJSON *root, const char *prefix, int64_t per_
             tid->valueint < 0 || tid->valueint >= MAX_RANKS)
             continue;
         /* A device's first run faults in its outputs' pages. */
-        if (seen[tid->valueint]++ < per_core || n >= MAX_DURS)
+        if (seen[tid->valueint]++ < per_core)
             continue;
-        d[n++] = dur->valuedouble * 1e-6;
+        double t = dur->valuedouble * 1e-6;
+        if (t > 0 && (best < 0 || t < best))
+            best = t;
     }
-    double t = n > 0 ? lower_quartile(d, n) : -1;
-    free(d);
-    return t;
+    return best;
 }
 
 /* The whole of file `path`, NUL-terminated, malloc'd; NULL after a message. */
