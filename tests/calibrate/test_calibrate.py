@@ -6,7 +6,9 @@ figures, the calibration section has the fit of each collective kind with
 residuals that agree with its samples (rel_residual = (fitted - measured) /
 measured, fitted = the model at the sample's P and size), `einc --hw` loads
 it and its --dump-cost times a collective with exactly that fit, a broken
-fit is refused with a message naming the field, bad command lines exit 2.
+fit is refused with a message naming the field, bad command lines exit 2,
+and the elementwise curve's program (kept with --keep) runs on one device
+per core with a copy of each add per device of a core, its trace kept.
 With --mpirun, a quick calibration on MPI ranks too.
 """
 import argparse
