@@ -9,7 +9,7 @@
  * programs, compiles them with this very einc (/proc/self/exe), runs them
  * on the chosen runtime (threads, or MPI through mpirun) with
  * `--profile --repeat R`, and reads the median time per op that the
- * executable's profiler prints (runtime/profile.c).  Two kinds of program:
+ * executable's profiler prints (runtime/profile.c).  Three kinds of program:
  *
  *   coll_P_I.ein for each group size P = 2..N, a mesh {X: P, Z: N/P} (all N
  *                devices busy, as in the examples, when P divides N; else
@@ -19,11 +19,14 @@
  *                ReduceScatter_X, AllReduce_X and AllToAll_X, made by
  *                output constraints and {U_X} partial sums.
  *   compute.ein  a mesh {X: N} of local GEMMs (rt_einsum, f32/f64/bf16,
- *                several shapes), elementwise adds (memory bandwidth) and
- *                scales (what a streamed byte written costs), each
- *                unary function of the language (its cost per element),
- *                and two row groups of 2 and 6 passes over rows in cache
- *                (what one pass costs per element: rowpass.c).
+ *                several shapes), each unary function of the language
+ *                (its cost per element), and two row groups of 2 and 6
+ *                passes over rows in cache (what one pass costs per
+ *                element: rowpass.c).
+ *   stream.ein   elementwise adds (memory bandwidth) and scales (what a
+ *                streamed byte written costs) on one device per core,
+ *                each with its core's share of the N devices' arrays, read
+ *                from the executable's --trace (stream.c).
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
  *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW)
@@ -45,7 +48,8 @@
  * vs fitted, relative) are written with the fit.  GEMM FLOP/s is the
  * sum over shapes of 2MNK over the sum of their times (the large shapes,
  * which take the milliseconds, weigh most); elementwise bandwidth the median
- * over sizes of (2 inputs + 1 output) bytes / time; the write weight from
+ * over sizes of (2 inputs + 1 output) bytes / time (stream.c's time per
+ * device of the full mesh); the write weight from
  * the scale's time against the add's (write_weight); a function's cost the
  * time of fn(6 (A + B)) per element beyond that of neg(6 (A + B)).
  *

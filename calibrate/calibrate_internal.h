@@ -94,6 +94,11 @@ static const int64_t GEMM_RESULT_SHAPES[NGEMM_RESULT][3] = {
     {512, 128, 128}, {512, 512, 128}, {512, 128, 512}};
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
+/* Runs per process of the elementwise curve's program (stream.c), at
+ * least: it keeps the fastest call, which more calls make likelier to run
+ * undisturbed, and its ops take milliseconds, so 25 runs cost about a
+ * second. */
+#define STREAM_REPEAT 25
 /* Elements per device the functions are timed on (hot: every function
  * reads the same two arrays, which the one before just read), in pairs:
  * the slope between a pair's sizes is the time per element without the
@@ -118,6 +123,8 @@ typedef struct cal_bench {
     int ndev;               /* devices it runs on */
     int p;                  /* collectives: group size; 0 for the compute program */
     int64_t size;           /* collectives: the buffer size it times */
+    int repeat;             /* runs per process (--repeat R); 0: the command line's */
+    bool trace;             /* also writes exe.trace.R.json (--trace), which is read instead of out */
 } cal_bench;
 
 /* Everything one calibration learns. */
@@ -125,7 +132,7 @@ typedef struct cal_state {
     const cal_options *o;   /* command line */
     char dir[256];          /* work directory */
     char self[1024];        /* this einc */
-    cal_bench bench[MAX_RANKS * MAX_SIZES + 1]; /* the programs, in the order they run */
+    cal_bench bench[MAX_RANKS * MAX_SIZES + 2]; /* the programs (collectives, compute, stream), in the order they run */
     int nbench;             /* entries in bench */
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
@@ -151,9 +158,21 @@ typedef struct cal_state {
  * Returns 0, or -1 after a message on stderr. */
 int cal_prepare_collectives(cal_state *c);
 
-/* Writes and compiles the program of local GEMMs, elementwise ops and
- * functions; adds it to c->bench.  Returns 0, or -1 after a message. */
+/* Writes and compiles the program of local GEMMs and functions and the
+ * elementwise curve's program (stream.ein, run STREAM_REPEAT times or more
+ * per process); adds both to c->bench.  Returns 0, or -1 after a message. */
 int cal_prepare_compute(cal_state *c);
+
+/* Writes and compiles stream.ein, the elementwise curve's program, on
+ * min(ranks, cores) devices, and adds it to c->bench, traced, with at
+ * least STREAM_REPEAT runs (stream.c).  Returns 0, or -1 after a message. */
+int cal_prepare_stream(cal_state *c);
+
+/* Reads the traces of stream program b, one per round, into the
+ * elementwise curve of c (ew, ew_at, new_, scale_s): each op's time per
+ * device, as a core of the full mesh runs ranks / b->ndev of them
+ * (stream.c).  Returns 0, or -1 after a message when a trace is missing. */
+int cal_read_stream(cal_state *c, const cal_bench *b);
 
 /* Reads every program's profile tables into c (samples per collective
  * kind, GEMM rates, elementwise bandwidths, function times).  Returns 0,
@@ -186,6 +205,10 @@ bool cal_on_row_group(cal_state *c, const char *name, double t);
 double cal_row_pass_seconds(const cal_state *c);
 
 /* ---- running them (runner.c) ---- */
+
+/* Creates (truncates) `file` in the work directory for writing; NULL,
+ * errno set, when it cannot. */
+FILE *cal_create(const cal_state *c, const char *file);
 
 /* Compiles `ein` (in the work directory) into executable `exe` with this
  * einc.  Returns 0, or -1 after a message. */

@@ -95,9 +95,7 @@ static void on_coll(const char *name, const char *kind, double t, void *arg)
 static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, int n,
                               const char *file)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", c->dir, file);
-    FILE *f = fopen(path, "w");
+    FILE *f = cal_create(c, file);
     if (!f)
         return -1;
     fprintf(f, "# einc calibrate: collectives over a group of %d\n", p);
@@ -198,26 +196,21 @@ int cal_prepare_collectives(cal_state *c)
 /* ---- GEMM and elementwise ---- */
 
 /* Writes compute.ein: on a mesh {X: N}, the local GEMMs of every shape
- * and dtype, the elementwise subtract, add and scale of every size, and
- * every unary function on each of the FN_ELEMS sizes. */
+ * and dtype and every unary function on each of the FN_ELEMS sizes. */
 static int write_compute_program(cal_state *c, const char *file)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", c->dir, file);
-    FILE *f = fopen(path, "w");
+    FILE *f = cal_create(c, file);
     if (!f)
         return -1;
     /* Every shape and size even under --quick: one program, a few seconds,
      * and a GEMM or elementwise curve without its large end would time the
      * ops that take milliseconds at the rate of the ones that stay in cache. */
-    int nd = c->o->ranks, ng = NGEMM, ne = NEW;
-    fprintf(f, "# einc calibrate: local GEMMs and elementwise adds on every device\nmesh X = %d\n", nd);
+    int nd = c->o->ranks, ng = NGEMM;
+    fprintf(f, "# einc calibrate: local GEMMs and functions on every device\nmesh X = %d\n", nd);
     for (int g = 0; g < ng; g++)
         fprintf(f, "dim M%d = %lld, K%d = %lld, N%d = %lld\n", g,
                 (long long)(GEMM_SHAPES[g][0] * nd), g, (long long)GEMM_SHAPES[g][1], g,
                 (long long)GEMM_SHAPES[g][2]);
-    for (int e = 0; e < ne; e++)
-        fprintf(f, "dim E%d = %lld\n", e, (long long)(EW_ELEMS[e] * nd));
     for (int i = 0; i < NFN; i++)
         fprintf(f, "dim EF%d = %lld\ninput FA%d[EF%d_X] : f32\ninput FB%d[EF%d_X] : f32\n", i,
                 (long long)(FN_ELEMS[i] * nd), i, i, i, i);
@@ -245,16 +238,6 @@ static int write_compute_program(cal_state *c, const char *file)
         fprintf(f, "GR%d[RM%d_X, RN%d] = GRA%d[RM%d, RK%d] * GRB%d[RK%d, RN%d]\noutput GR%d\n", r,
                 r, r, r, r, r, r, r, r, r);
     }
-    /* EW reads the inputs first, so EC meets them hot, as an elementwise op
-     * in a model meets the result of the op before it. */
-    for (int e = 0; e < ne; e++) {
-        fprintf(f, "input EA%d[E%d_X] : f32\ninput EB%d[E%d_X] : f32\n", e, e, e, e);
-        fprintf(f, "EW%d[E%d_X] = EA%d[E%d] - EB%d[E%d]\noutput EW%d\n", e, e, e, e, e, e, e);
-        fprintf(f, "EC%d[E%d_X] = EA%d[E%d] + EB%d[E%d]\noutput EC%d\n", e, e, e, e, e, e, e);
-        /* One operand read for each result byte written, where the add
-         * reads two: what a byte of a streamed result costs (write_weight). */
-        fprintf(f, "ES%d[E%d_X] = EA%d[E%d] * 2\noutput ES%d\n", e, e, e, e, e);
-    }
     /* Each unary function: its time beyond that of neg, the cheapest, on
      * the same arrays (the same memory traffic).  The argument 6 * (A + B) has a
      * triangular distribution of standard deviation 4.9, like a
@@ -270,8 +253,8 @@ static int write_compute_program(cal_state *c, const char *file)
 }
 
 /* What one row of compute's profile says, by its result's name: a GEMM's
- * FLOP/s (GC), an add's bandwidth (EC), a scale's time (ES) or a
- * function's time (FN). */
+ * FLOP/s (GC) or a function's time (FN); the elementwise curve is
+ * stream.c's. */
 static void on_compute(const char *name, const char *kind, double t, void *arg)
 {
     cal_state *c = arg;
@@ -297,14 +280,6 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
         int r = atoi(name + 2);
         if (r < NGEMM_RESULT)
             c->gemm_result_s[r] = t;
-    } else if (!strncmp(name, "EC", 2)) {
-        int e = atoi(name + 2);
-        if (e >= 0 && e < NEW && c->new_ < NEW)
-            c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / t;
-    } else if (!strncmp(name, "ES", 2)) {
-        int e = atoi(name + 2);
-        if (e >= 0 && e < NEW)
-            c->scale_s[e] = t;
     } else if (!strncmp(name, "FN", 2)) {
         int fn, i;
         if (sscanf(name + 2, "%dS%d", &fn, &i) == 2 && fn >= 0 && fn < IR_FN_COUNT && i >= 0 &&
@@ -342,14 +317,15 @@ double cal_gemm_result_seconds(const cal_state *c)
     return x;
 }
 
-/* Writes and compiles the GEMM and elementwise program. */
+/* Writes and compiles the GEMM and function program and the elementwise
+ * curve's. */
 int cal_prepare_compute(cal_state *c)
 {
     fprintf(stderr, "einc calibrate: GEMM and elementwise on %d devices\n", c->o->ranks);
     if (write_compute_program(c, "compute.ein") || cal_compile(c, "compute.ein", "compute"))
         return -1;
     cal_add_bench(c, "compute", c->o->ranks);
-    return 0;
+    return cal_prepare_stream(c);
 }
 
 int cal_read_results(cal_state *c)
@@ -357,8 +333,9 @@ int cal_read_results(cal_state *c)
     for (int i = 0; i < c->nbench; i++) {
         const cal_bench *b = &c->bench[i];
         coll_run cr = {c, b->p, &b->size, 1};
-        if (b->p ? cal_read_profile(c, b->out, on_coll, &cr)
-                 : cal_read_profile(c, b->out, on_compute, c))
+        if (b->trace ? cal_read_stream(c, b)
+            : b->p   ? cal_read_profile(c, b->out, on_coll, &cr)
+                     : cal_read_profile(c, b->out, on_compute, c))
             return -1;
     }
     for (int d = 0; d < 3; d++)

@@ -40,6 +40,14 @@ static int run(char *const *argv, const char *out_path)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Creates file `file` of the work directory for writing. */
+FILE *cal_create(const cal_state *c, const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    return fopen(path, "w");
+}
+
 /* Compiles `ein` (in the work directory) into executable `exe` with this einc. */
 int cal_compile(cal_state *c, const char *ein, const char *exe)
 {
@@ -55,14 +63,14 @@ int cal_compile(cal_state *c, const char *ein, const char *exe)
     return 0;
 }
 
-/* Runs benchmark `exe` on `ndev` devices once, its output to `out`.round
- * in the work directory. */
-static int run_bench(cal_state *c, const char *exe, int ndev, const char *out, int round)
+/* Runs benchmark b once (its repeat, else --repeat, runs), its output to
+ * b->out.round in the work directory. */
+static int run_bench(cal_state *c, const cal_bench *b, int round)
 {
     char path[512], outp[512], rep[32], np[32];
-    snprintf(path, sizeof path, "%s/%s", c->dir, exe);
-    snprintf(rep, sizeof rep, "%d", c->o->repeat);
-    snprintf(np, sizeof np, "%d", ndev);
+    snprintf(path, sizeof path, "%s/%s", c->dir, b->exe);
+    snprintf(rep, sizeof rep, "%d", b->repeat > 0 ? b->repeat : c->o->repeat);
+    snprintf(np, sizeof np, "%d", b->ndev);
     char *argv[64];
     int n = 0;
     char *mpirun = NULL;
@@ -81,8 +89,14 @@ static int run_bench(cal_state *c, const char *exe, int ndev, const char *out, i
     argv[n++] = "--profile";
     argv[n++] = "--repeat";
     argv[n++] = rep;
+    char trace[600];
+    if (b->trace) {
+        snprintf(trace, sizeof trace, "%s/%s.trace.%d.json", c->dir, b->exe, round);
+        argv[n++] = "--trace";
+        argv[n++] = trace;
+    }
     argv[n] = NULL;
-    snprintf(outp, sizeof outp, "%s/%s.%d", c->dir, out, round);
+    snprintf(outp, sizeof outp, "%s/%s.%d", c->dir, b->out, round);
     int rc = run(argv, outp);
     free(mpirun);
     if (rc != 0) {
@@ -201,7 +215,7 @@ int cal_run_benchmarks(cal_state *c)
             fprintf(stderr, "einc calibrate: round %d of %d (%d programs)\n", r + 1, c->o->rounds,
                     c->nbench);
         for (int i = 0; i < c->nbench; i++)
-            if (run_bench(c, c->bench[i].exe, c->bench[i].ndev, c->bench[i].out, r))
+            if (run_bench(c, &c->bench[i], r))
                 return -1;
     }
     return 0;
@@ -220,6 +234,8 @@ void cal_remove_dir(const cal_state *c)
         unlink(path);
         for (int r = 0; r < c->o->rounds; r++) {
             snprintf(path, sizeof path, "%s/%s.%d", c->dir, b->out, r);
+            unlink(path);
+            snprintf(path, sizeof path, "%s/%s.trace.%d.json", c->dir, b->exe, r);
             unlink(path);
         }
     }

@@ -6,7 +6,9 @@ figures, the calibration section has the fit of each collective kind with
 residuals that agree with its samples (rel_residual = (fitted - measured) /
 measured, fitted = the model at the sample's P and size), `einc --hw` loads
 it and its --dump-cost times a collective with exactly that fit, a broken
-fit is refused with a message naming the field, bad command lines exit 2.
+fit is refused with a message naming the field, bad command lines exit 2,
+and the elementwise curve's program (kept with --keep) runs on one device
+per core with a copy of each add per device of a core, its trace kept.
 With --mpirun, a quick calibration on MPI ranks too.
 """
 import argparse
@@ -107,6 +109,33 @@ def check_profile(path, ranks, runtime):
     return d
 
 
+def check_stream(work, d, ranks):
+    """The elementwise curve (calibrate/stream.c): timed on one device per
+    core, each running every op once per device of the full mesh on its
+    core, over arrays of one device's size, read from the trace; every size
+    has its point, at the bytes a device of the full mesh moves."""
+    dirs = os.listdir(work)
+    if not check(len(dirs) == 1, "one kept work directory"):
+        return
+    wd = os.path.join(work, dirs[0])
+    nd = min(ranks, len(os.sched_getaffinity(0)))
+    per_core = -(-ranks // nd)
+    with open(os.path.join(wd, "stream.ein")) as f:
+        src = f.read()
+    check(re.search(r"^mesh X = %d$" % nd, src, re.M) is not None,
+          "stream.ein on %d devices, one per core" % nd)
+    dims = [int(v) for v in re.findall(r"^dim E\d+ = (\d+)$", src, re.M)]
+    want = sorted(e * nd for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23))
+    check(sorted(dims) == want, "stream.ein's arrays: one device's each, got %s" % dims)
+    adds = re.findall(r"^EC(\d+)k(\d+)\[", src, re.M)
+    check(sorted(adds) == sorted((str(e), str(k)) for e in range(4) for k in range(per_core)),
+          "stream.ein: %d adds per size (one per device of a core)" % per_core)
+    check(os.path.exists(os.path.join(wd, "stream.trace.0.json")), "stream's trace kept")
+    curve = d["calibration"]["elementwise_curve"]
+    check([p["bytes"] for p in curve] == [12.0 * e for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23)],
+          "elementwise_curve: a point per size, at the full mesh's bytes per device")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--einc", required=True)
@@ -119,11 +148,17 @@ def main():
         # one round of 3 runs: this test checks the fit and the file, not
         # how well they predict (tests/costmodel/test_host_profile.py runs
         # the default --quick).
+        # --keep, its work directory in tmp: the elementwise curve's program
+        # is checked below.
+        work = os.path.join(tmp, "work")
+        os.mkdir(work)
         r = run([a.einc, "calibrate", "--quick", "--ranks", "4", "--max-bytes", "8388608",
-                 "--rounds", "1", "--repeat", "3", "-o", prof])
+                 "--rounds", "1", "--repeat", "3", "--keep", "-o", prof],
+                env=dict(os.environ, TMPDIR=work))
         check("wrote " + prof in r.stderr, "calibrate reports the file it wrote")
         check(not [f for f in os.listdir(tmp) if ".tmp" in f], "no temporary file left")
         d = check_profile(prof, 4, "threads")
+        check_stream(work, d, 4)
 
         # einc uses the fit: the AllGather of A[I, J_X] to J (512x256 f32 =
         # 524288 bytes on each of 2 devices, in 512 rows per peer), asked for
