@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "einrt.h"
@@ -50,9 +51,27 @@
 size_t rt_dtype_size(int32_t dtype);
 /* "f32", "f64", "bf16", "i32", "i8" or "?" */
 const char *rt_dtype_name(int32_t dtype);
-/* bf16 <-> f32: a bf16 is the upper half of an f32; rounding to nearest even. */
-float rt_bf16_to_f32(uint16_t h);
-uint16_t rt_f32_to_bf16(float f);
+/* bf16 <-> f32: a bf16 is the upper half of an f32; rounding to nearest,
+ * ties to even, and a NaN stays a (quiet) NaN.  Inline and branch-free:
+ * as functions of this shared library they could be interposed, so every
+ * loop over them made one call per element (a bf16 GEMM's rounding of its
+ * f32 result cost more than a nanosecond an element), and a branch keeps
+ * a loop of them from vectorizing. */
+static inline float rt_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t rt_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
 /* The same over n elements. */
 void rt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
 void rt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
