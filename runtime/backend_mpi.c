@@ -503,6 +503,12 @@ static void mpi_gather(rt_device *dev, const rt_tensor_desc *t, const void *loca
     free(all);
 }
 
+static double mpi_clock_offset(rt_device *dev)
+{
+    double bound;
+    return rt_mpi_clock_offset(((mworld *)dev->backend)->cart, 1, &bound);
+}
+
 static const rt_device_ops mpi_ops = {
     .name = "mpi",
     .barrier = mpi_barrier,
@@ -515,6 +521,7 @@ static const rt_device_ops mpi_ops = {
     .send = mpi_send,
     .recv = mpi_recv,
     .broadcast = mpi_broadcast,
+    .clock_offset = mpi_clock_offset,
 };
 
 /* ---- the MPI launcher ---- */

@@ -7,14 +7,17 @@
  * the same for --trace).  Under --profile the devices run the ops in step
  * (RT_PROFILE_IN_STEP: a barrier over the mesh before each op), and the
  * measured time of one call is its makespan: from the first device's begin
- * to the last device's end.  That is the op's time on the mesh -- what the
- * next op that needs every device waits for, and what the cost model
- * predicts, since it assumes devices in step.  On a machine with fewer
- * cores than devices, the devices that share a core run one after the
- * other or interleaved depending on how long the op is; the makespan is
- * the same either way, while one device's own duration is not.  A
- * collective's makespan is its own cost: the barrier before it absorbed
- * the previous op's load imbalance, which the model does not predict.
+ * to the last device's end, on one clock (rt_trace_align; MPI ranks' spans
+ * are moved onto rank 0's clock first, mpi_clock.c, else the ranks' origins,
+ * about 1 ms apart on a shared core, added to every makespan).  That is the
+ * op's time on the mesh -- what the next op that needs every device waits
+ * for, and what the cost model predicts, since it assumes devices in
+ * step.  On a machine with fewer cores than devices, the devices that
+ * share a core run one after the other or interleaved depending on how
+ * long the op is; the makespan is the same either way, while one device's
+ * own duration is not.  A collective's makespan is its own cost: the
+ * barrier before it absorbed the previous op's load imbalance, which the
+ * model does not predict.
  *
  * Then the median over runs (not the mean: on a shared machine one run in
  * ten can be several times slower).  That is compared with the time the

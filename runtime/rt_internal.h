@@ -285,6 +285,12 @@ struct rt_device_ops {
      * that waits polls briefly, then sleeps between polls instead of
      * taking a core; 0: wait as the collectives do. */
     void (*broadcast)(rt_device *dev, void *buf, int64_t bytes, int idle);
+    /* Optional: NULL where the devices read one clock (threads, solo).
+     * Every device calls it, once, after its runs; it returns the seconds
+     * the device's rt_now() reads ahead of device 0's, so that --profile
+     * and --trace put the devices' spans on one clock (the MPI backend:
+     * rt_mpi_clock_offset). */
+    double (*clock_offset)(rt_device *dev);
 };
 
 /* The table for a device without peers (the --check reference, unit tests). */

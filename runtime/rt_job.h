@@ -314,10 +314,10 @@ int rt_main(int argc, char **argv, const rt_program *prog, const rt_program *dra
 extern const rt_launcher rt_threads_launcher;
 extern const rt_launcher rt_mpi_launcher;
 
-/* Root, after every device's rt_trace_collect: where the devices share one
- * clock (the threads backend), moves each device's job->trace times onto
- * the earliest device's origin, so that times of different devices
- * compare (trace.c says why); nothing under MPI or without job->origins. */
+/* Root, after every device's rt_trace_collect: moves each device's
+ * job->trace times onto the earliest device's origin, so that times of
+ * different devices compare (trace.c says why); the origins are on device
+ * 0's clock (rt_device_ops.clock_offset).  Nothing without job->origins. */
 void rt_trace_align(rt_job *job);
 
 #endif

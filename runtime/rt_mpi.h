@@ -40,4 +40,12 @@ void rt_mpi_p2p_recv(rt_device *dev, rt_mpi_p2p *s, int64_t peer, int32_t tag, v
  * pending send and frees the state. */
 void rt_mpi_p2p_finish(rt_device *dev, rt_mpi_p2p *s, MPI_Comm cart);
 
+/* Collective over `comm`: seconds this rank's rt_now() reads ahead of
+ * rank 0's (mpi_clock.c).  0 on rank 0, and with `same_node_is_zero` on
+ * every rank of rank 0's node, which reads the same clock; elsewhere
+ * Cristian's estimate from the shortest of several round trips to rank 0,
+ * which *bound gets half of (the estimate's largest error, seconds; 0
+ * where the offset is exact). */
+double rt_mpi_clock_offset(MPI_Comm comm, int same_node_is_zero, double *bound);
+
 #endif

@@ -12,8 +12,11 @@
  * (a 60 ms step), which moved every cross-device comparison (the bubble's
  * span, a receive against its sender's item).  The threads share one
  * clock, so there the root moves every device's times onto the earliest
- * origin (rt_trace_align, each device's origin collected with its spans);
- * MPI ranks, whose clocks may differ, keep their own.
+ * origin (rt_trace_align, each device's origin collected with its spans).
+ * MPI ranks do the same, with each origin first moved onto rank 0's clock
+ * (the backend's clock_offset: 0 on rank 0's node, estimated on another);
+ * without that, 8 ranks on 2 cores kept origins about 1 ms apart, which
+ * --profile's makespan over the ranks added to every op (mpi_clock.c).
  * After the runs every device sends its first trace_cap
  * spans to the root with collect_i64 (three integers a span: op id, begin
  * and end in nanoseconds), the same number of calls on every device because
@@ -67,12 +70,13 @@ void rt_trace_collect(rt_device *dev, rt_job *job)
         for (int f = 0; f < 3; f++)
             dev->ops->collect_i64(dev, v[f], job->trace ? job->trace + (k * 3 + f) * nd : NULL);
     }
-    dev->ops->collect_i64(dev, (int64_t)(p->origin * 1e9), job->origins);
+    double offset = dev->ops->clock_offset ? dev->ops->clock_offset(dev) : 0;
+    dev->ops->collect_i64(dev, (int64_t)((p->origin - offset) * 1e9), job->origins);
 }
 
 void rt_trace_align(rt_job *job)
 {
-    if (!job->trace || !job->origins || job->launcher->ranks_are_devices)
+    if (!job->trace || !job->origins)
         return;
     int64_t nd = rt_mesh_size(job->prog), first = job->origins[0];
     for (int64_t d = 1; d < nd; d++)
