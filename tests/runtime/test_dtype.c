@@ -9,6 +9,7 @@
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
