@@ -43,7 +43,8 @@ VERDICTS = ("ok", "MISS", "-")
 # docs/performance-history.md, so "docs/performance.md, section N" in
 # older comments still finds its table here and its story there.
 SECTIONS = {"einsum_gemm": 1, "collectives": 2, "gemm_dist": 3, "compile_time": 4,
-            "cost_accuracy": 5, "cost_accuracy_mpi": 5, "attention_gemm": 6, "rows": 7,
+            "cost_accuracy": 5, "cost_accuracy_mpi": 5, "cost_accuracy_quick": 5,
+            "cost_accuracy_quick_mpi": 5, "attention_gemm": 6, "rows": 7,
             "layer_roofline": 8, "layer_roofline_train": 9, "decode_bandwidth": 10,
             "decode_bandwidth_int8": 10,
             "plan_optimality": 11, "plan_steps": 12, "stream": 13, "plan_whole": 14,
