@@ -103,9 +103,13 @@ and machine-predicted.
 
 A stage's work dominates its transfers here (one [256/M, 512] activation a
 hop against two [256/M, 512] x [512, 1024] GEMMs per layer and direction).
+`--w-fill static|greedy` compiles every program with einc's --w-fill
+(zero-bubble's and zb-h2's W items where the table puts them or also
+earlier; docs/pipeline.md "W items placed at run time").
 Usage: bench/pipeline.py [--build DIR] [--steps S] [--stages 2,4]
                          [--microbatches 1,2,4,8,16] [--schedules gpipe,...]
-                         [--core-sharing items,kernel] [--repeat N] [--json FILE]
+                         [--core-sharing items,kernel] [--w-fill static|greedy]
+                         [--repeat N] [--json FILE]
 """
 import json
 import os
@@ -213,15 +217,16 @@ def policy(sharing, Z, cores):
         else "kernel"
 
 
-def measure(einc, work, Z, sched, M, steps, cores, repeat=1, sharings=(None,)):
+def measure(einc, work, Z, sched, M, steps, cores, repeat=1, sharings=(None,), extra=()):
     """One row per EINC_CORE_SHARING setting in `sharings` (None: the
     environment's): compiles the program for (Z, schedule, M) once, then
     `repeat` times, for each setting in turn (the settings interleaved,
     their order reversed every other repeat, so that a change of the
     machine's load falls on both), times its step (seconds) and runs it
-    with --profile --trace.  Returns {setting: summarise()'s dict}."""
+    with --profile --trace.  `extra`: more einc flags (--w-fill).  Returns
+    {setting: summarise()'s dict}."""
     name = f"z{Z}_{sched}_m{M}"
-    flags = [f"--microbatches={M}", f"--schedule={sched}"]
+    flags = [f"--microbatches={M}", f"--schedule={sched}"] + list(extra)
     exe = build(einc, work, name, program(Z, True), flags)
     cost = costed(einc, work, name, flags)
     reps = {sh: [] for sh in sharings}
@@ -556,6 +561,10 @@ def main():
                    help="EINC_CORE_SHARING settings to run each point with, interleaved "
                         "(e.g. items,kernel: an A/B of how stages that outnumber the cores "
                         "share them); default: the environment's")
+    p.add_argument("--w-fill", choices=("static", "greedy"),
+                   help="einc's --w-fill for every program (zero-bubble's and zb-h2's W items where the "
+                        "table puts them, or also earlier while the next item waits; other schedules "
+                        "ignore it); default: einc's")
     a = p.parse_args()
     if a.steps < 2:
         raise benchlib.BenchError("--steps must be at least 2 (the first step is left out)")
@@ -602,7 +611,8 @@ def main():
                 for M in mbs:
                     if v > 1 and (M % Z or LAYERS % (Z * v)):
                         continue
-                    rs = measure(einc, work, Z, sched, M, a.steps, cores, a.repeat, sharings)
+                    rs = measure(einc, work, Z, sched, M, a.steps, cores, a.repeat, sharings,
+                                 [f"--w-fill={a.w_fill}"] if a.w_fill else [])
                     for sh, r in rs.items():
                         rows[sh][(Z, sched, M)] = r
                         report(res, Z, sched, M, v, r, one / Z, one1 / min(Z, cores), one1, cores,

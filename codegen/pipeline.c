@@ -6,7 +6,8 @@
  * runs the same function; its stage z = rt_coord(dev, Z) picks its row of
  * the schedule, a constant table of items "F m" (forward of microbatch m),
  * "B m" (its backward) and with zero-bubble "W m" (the backward's dL/dW
- * half), which one loop runs in order:
+ * half), which one loop runs in order (or, with --w-fill=greedy, W items
+ * also earlier, while the next item waits: pipeline_fill.c):
  *
  *   F m:  the ops before the forward loop (first stage: the embedding),
  *         or on the other stages the activation received from stage z-1;
@@ -601,10 +602,14 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     free(cv);
     free(codes);
 
+    /* Trip k runs the row's item k, or with the greedy W fill the item
+     * the runtime picks (pipeline_fill.c). */
+    LLVMValueRef fill = cg_pp_fill_on(&x) ? cg_pp_fill_begin(c, f, pp->nitems) : NULL;
     f->plan = &e.fb;
     cg_for items = cg_for_begin(c, f, pp->nitems);
-    LLVMValueRef idx = LLVMBuildAdd(c->b, LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e.stage, c->t.i64, ""),
-                                                       cg_i64(c, pp->nitems), ""), items.phi, "");
+    LLVMValueRef row = LLVMBuildMul(c->b, LLVMBuildZExt(c->b, e.stage, c->t.i64, ""), cg_i64(c, pp->nitems), "");
+    LLVMValueRef pos = fill ? cg_pp_fill_next(c, f, fill, table, row, pp->nitems) : items.phi;
+    LLVMValueRef idx = LLVMBuildAdd(c->b, row, pos, "");
     LLVMValueRef code = LLVMBuildLoad2(c->b, c->t.i32, LLVMBuildInBoundsGEP2(c->b, c->t.i32, table, &idx, 1, ""),
                                        "item");
     LLVMValueRef unit = LLVMBuildLShr(c->b, code, cg_i32(c, 2), "");
@@ -706,6 +711,8 @@ void cg_emit_pipelined_body(cg_ctx *c, cg_fn *f, LLVMValueRef in, LLVMValueRef o
     }
     LLVMValueRef fargs[] = {f->dev, frames};
     LLVMBuildCall2(c->b, c->rt.free_ty, c->rt.free, fargs, 2, "");
+    if (fill)
+        cg_pp_fill_end(c, f, fill);
     f->plan = &e.end;
     cg_loop lp = {.begin = -1};
     for (int i = x.first_end; i < n; i++)

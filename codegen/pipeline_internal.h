@@ -53,4 +53,16 @@ bool cg_pp_classify(pp_ctx *x, diag_ctx *d);
  * cross them.  After cg_pp_classify succeeded. */
 void cg_pp_segment(pp_ctx *x);
 
+/* The greedy W fill (pipeline_fill.c): whether the run function asks the
+ * runtime for each item's position (--w-fill=greedy on a schedule with W
+ * items over more than one stage); the block holding the row's cursor and
+ * done flags, allocated and zeroed (begin) and freed (end); the position
+ * (i64) of the item to run next, from rt_pipe_next on the stage's row
+ * (`table` + `row_at`, i64) of `nitems` codes. */
+bool cg_pp_fill_on(const pp_ctx *x);
+LLVMValueRef cg_pp_fill_begin(cg_ctx *c, cg_fn *f, int nitems);
+LLVMValueRef cg_pp_fill_next(cg_ctx *c, cg_fn *f, LLVMValueRef state, LLVMValueRef table,
+                             LLVMValueRef row_at, int nitems);
+void cg_pp_fill_end(cg_ctx *c, cg_fn *f, LLVMValueRef state);
+
 #endif

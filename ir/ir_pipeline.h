@@ -44,6 +44,23 @@ static inline const char *ir_grad_sync_name(int g)
     return g >= 0 && g < IR_GRAD_SYNC_COUNT ? name[g] : NULL;
 }
 
+/* When a stage with W items (zero-bubble, zb-h2) runs them (`--w-fill`,
+ * docs/pipeline.md "W items placed at run time"): where the table puts
+ * them, or also earlier, while the next item's input has not arrived
+ * (runtime/pipe_fill.c).  Schedules without W items ignore it. */
+typedef enum ir_w_fill {
+    IR_W_FILL_STATIC,  /* the table's order */
+    IR_W_FILL_GREEDY,  /* the earliest W whose B has run, while the next item waits */
+    IR_W_FILL_COUNT
+} ir_w_fill;
+
+/* --w-fill's spelling of f ("static", "greedy"); NULL when f is no ir_w_fill. */
+static inline const char *ir_w_fill_name(int f)
+{
+    static const char *const name[IR_W_FILL_COUNT] = {"static", "greedy"};
+    return f >= 0 && f < IR_W_FILL_COUNT ? name[f] : NULL;
+}
+
 /* Pipeline parallelism (docs/pipeline.md; seed 000, "流水线并行"): the
  * stacked params of the `repeat` over dim `dim` shard it over mesh axis
  * `axis` (`W[L_Z, D_X, F_Y]`), so device group z of the axis (a stage)
@@ -84,6 +101,7 @@ typedef struct ir_pipeline {
      * one kept there (passes/pipeline_grad.c); ngrad_mb of them. */
     const char *const *grad_mb;
     int ngrad_mb;
+    int w_fill;         /* an ir_w_fill: --w-fill (codegen/pipeline_fill.c) */
 } ir_pipeline;
 
 #endif

@@ -304,6 +304,8 @@ void ir_print_json(FILE *out, ir_module *m)
         /* docs/pipeline.md, "Gradient collectives once per step". */
         const char *sync = ir_grad_sync_name(pp->grad_sync);
         cJSON_AddStringToObject(o, "grad_sync", sync ? sync : "?");
+        const char *fill = ir_w_fill_name(pp->w_fill);
+        cJSON_AddStringToObject(o, "w_fill", fill ? fill : "?");
         cJSON *kept = cJSON_AddArrayToObject(o, "grad_per_microbatch");
         for (int i = 0; i < pp->ngrad_mb; i++)
             cJSON_AddItemToArray(kept, cJSON_CreateString(pp->grad_mb[i]));

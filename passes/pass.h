@@ -147,7 +147,8 @@ extern const pass_option pass_propagate_options[3];
 extern const pass_option pass_optimize_options[1]; /* optimize.c: --zero */
 /* The meshslice pass's option: --meshslice=auto|off|K (meshslice.c). */
 extern const pass_option pass_meshslice_options[1];
-/* The pipeline pass's options: --microbatches=M, --schedule=S, --chunks=v, --grad-sync=G (pipeline.c). */
-extern const pass_option pass_pipeline_options[4];
+/* The pipeline pass's options: --microbatches=M, --schedule=S, --chunks=v, --grad-sync=G,
+ * --w-fill=F (pipeline.c). */
+extern const pass_option pass_pipeline_options[5];
 
 #endif

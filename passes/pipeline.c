@@ -127,7 +127,24 @@ static bool check_grad_sync(const char *v, char *why, size_t n)
     return false;
 }
 
-const pass_option pass_pipeline_options[4] = {
+/* The ir_w_fill --w-fill=v names, or -1 when v names none. */
+static int w_fill_lookup(const char *v)
+{
+    for (int i = 0; v && i < IR_W_FILL_COUNT; i++)
+        if (strcmp(v, ir_w_fill_name(i)) == 0)
+            return i;
+    return -1;
+}
+
+static bool check_w_fill(const char *v, char *why, size_t n)
+{
+    if (w_fill_lookup(v) >= 0)
+        return true;
+    snprintf(why, n, "--w-fill wants static or greedy, not '%s'", v);
+    return false;
+}
+
+const pass_option pass_pipeline_options[5] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
     {"schedule", "gpipe|1f1b|interleaved|zero-bubble|zb-h2: the order of each stage's forwards and "
@@ -142,6 +159,10 @@ const pass_option pass_pipeline_options[4] = {
                   "microbatch's backward (microbatch), or (auto, the default) once per step unless the stage "
                   "then does not fit the device's HBM, an FSDP gradient's unreduced sum being |X| times its "
                   "block (docs/pipeline.md)", check_grad_sync},
+    {"w-fill", "static|greedy: when a stage of zero-bubble or zb-h2 runs its W (dL/dW) items: where the "
+               "table puts them (static, the default), or also earlier, the next one whose B has run, while "
+               "the stage's next item waits for its input (greedy; the results are bitwise the same); other "
+               "schedules have no W items and ignore it (docs/pipeline.md)", check_w_fill},
 };
 
 /* The forward LoopBegin over the pipelined layer dim, or NULL. */
@@ -464,14 +485,16 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     const char *mv = pass_option_value(ctx, "microbatches");
     const char *sv = pass_option_value(ctx, "schedule");
     const char *gv = pass_option_value(ctx, "grad-sync");
+    const char *wv = pass_option_value(ctx, "w-fill");
     if (pp->axis < 0) {
         /* The one-device reference of --check runs unpipelined, whatever
          * was asked; a program with devices to pipeline over was asked
          * for something it cannot do. */
-        if ((mv || sv || gv) && ir_mesh_devices(&m->mesh) > 1) {
+        if ((mv || sv || gv || wv) && ir_mesh_devices(&m->mesh) > 1) {
             diag_error(ctx->diag, DIAG_NOLOC, "--%s applies to a pipelined program (a 'repeat' block "
                        "whose stacked params split their layer dim over a mesh axis, like "
-                       "'W[L_Z, D]'), and this one is not", mv ? "microbatches" : sv ? "schedule" : "grad-sync");
+                       "'W[L_Z, D]'), and this one is not",
+                       mv ? "microbatches" : sv ? "schedule" : gv ? "grad-sync" : "w-fill");
             return 1;
         }
         return 0;
@@ -498,6 +521,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     bool chosen = false;
     /* Before pricing: the choice prices the variant it compiles. */
     pp->grad_sync = gv ? grad_sync_lookup(gv) : IR_GRAD_SYNC_AUTO;
+    pp->w_fill = wv ? w_fill_lookup(wv) : IR_W_FILL_STATIC;
     if (trains(m) && (!sv || !mv)) {
         /* Not given: the schedule among gpipe, 1f1b, interleaved (when
          * |L| / Z allows v >= 2 chunks) and (when the backward splits)

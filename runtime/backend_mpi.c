@@ -443,6 +443,11 @@ static void mpi_recv(rt_device *dev, int64_t peer, int32_t tag, void *buf, int64
     rt_mpi_p2p_recv(dev, &((mworld *)dev->backend)->p2p, peer, tag, buf, bytes);
 }
 
+static int32_t mpi_probe(rt_device *dev, int64_t peer, int32_t tag)
+{
+    return rt_mpi_p2p_probe(dev, &((mworld *)dev->backend)->p2p, peer, tag);
+}
+
 static void mpi_collect_i64(rt_device *dev, int64_t v, int64_t *all)
 {
     mworld *w = dev->backend;
@@ -520,6 +525,7 @@ static const rt_device_ops mpi_ops = {
     .coll_wait = mpi_coll_wait,
     .send = mpi_send,
     .recv = mpi_recv,
+    .probe = mpi_probe,
     .broadcast = mpi_broadcast,
     .clock_offset = mpi_clock_offset,
 };

@@ -2,7 +2,7 @@
  * backend_solo.c - the backend of a device that has no peers: the --check
  * reference run (a mesh of one device) and unit tests of local kernels.
  * Every group has one member, so rt_collective never reaches `collective`.
- * Nor do rt_send / rt_recv reach `send` / `recv` on a mesh of one device
+ * Nor do rt_send / rt_recv / rt_probe reach `send` / `recv` on a mesh of one device
  * (every peer is outside its axes, p2p.c); a test that gives a larger mesh
  * the solo table gets an error, not a transfer.
  */
@@ -47,6 +47,12 @@ static void solo_recv(rt_device *dev, int64_t peer, int32_t tag, void *buf, int6
     solo_p2p(dev, "rt_recv", peer);
 }
 
+static int32_t solo_probe(rt_device *dev, int64_t peer, int32_t tag)
+{
+    (void)tag;
+    solo_p2p(dev, "rt_probe", peer);
+}
+
 static void solo_collect_i64(rt_device *dev, int64_t v, int64_t *all)
 {
     if (all)
@@ -73,4 +79,5 @@ const rt_device_ops rt_solo_ops = {
     .abort = solo_abort,
     .send = solo_send,
     .recv = solo_recv,
+    .probe = solo_probe,
 };

@@ -206,6 +206,12 @@ static void threads_recv(rt_device *dev, int64_t peer, int32_t tag, void *buf, i
     rt_mailbox_take(dev, &w->boxes[dev->id], peer, tag, buf, bytes);
 }
 
+static int32_t threads_probe(rt_device *dev, int64_t peer, int32_t tag)
+{
+    tworld *w = dev->backend;
+    return rt_mailbox_peek(&w->boxes[dev->id], peer, tag);
+}
+
 static const rt_device_ops threads_ops = {
     .name = "threads",
     .barrier = threads_barrier,
@@ -215,6 +221,7 @@ static const rt_device_ops threads_ops = {
     .abort = threads_abort,
     .send = threads_send,
     .recv = threads_recv,
+    .probe = threads_probe,
 };
 
 static void *thread_main(void *p)

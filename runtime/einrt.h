@@ -295,6 +295,33 @@ void rt_collective(rt_device *dev, const rt_coll_desc *d, const void *in, void *
 void rt_send(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, const void *buf,
              int64_t bytes);
 void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf, int64_t bytes);
+/* Without waiting: 1 if the message rt_recv(dev, axis, delta, tag, ...)
+ * would take has arrived, else 0; the message stays for that receive.
+ * The peer is checked as rt_send's and rt_recv's (a peer outside the
+ * axis, delta 0 or a negative tag end the job with a message), and a
+ * device without peers (the solo backend) ends it as rt_recv does.
+ * Threads: a look through the device's mailbox under its lock; MPI:
+ * MPI_Iprobe.  Added without an ABI bump: a new entry point. */
+int32_t rt_probe(rt_device *dev, int32_t axis, int32_t delta, int32_t tag);
+/* The greedy W fill of zero-bubble and zb-h2 (`einc --w-fill=greedy`,
+ * docs/pipeline.md "W items placed at run time"): which item of its row
+ * of the schedule the stage runs next.  `row`: the stage's n item codes,
+ * in table order, unit * 4 + kind (kind 0 F, 1 B, 2 W; unit the
+ * microbatch), as codegen/pipeline.c's table holds them; `cursor`: the
+ * first position of the row not yet run in table order (0 at the start);
+ * `done`: n flags, 1 for each position already run (zeroed at the start).
+ * Both are the caller's and updated here.  When the item at the cursor
+ * starts with a receive (F on a stage z > 0, from z - 1 with tag 2 unit;
+ * B on a stage z < Z - 1, from z + 1 with tag 2 unit + 1: the hops of
+ * codegen/pipeline.c) whose message has not arrived (rt_probe), and the
+ * earliest W of the row not yet run has its microbatch's B behind the
+ * cursor, that W runs now instead; else the item at the cursor (a W
+ * already run is skipped).  Returns the position to run, in [0, n).  W
+ * items keep their table order among themselves, so every sum they add to
+ * adds in the static table's order.  Called exactly n times per step;
+ * one call more ends the job with a message. */
+int32_t rt_pipe_next(rt_device *dev, int32_t axis, const int32_t *row, int32_t n, int32_t *cursor,
+                     uint8_t *done);
 /* A pipelined program's work items (codegen/pipeline.c): each stage runs
  * its schedule's items between rt_pipe_item_begin and rt_pipe_item_end,
  * `kind` 'F' (the forward of microbatch `microbatch` through the stage's

@@ -11,6 +11,10 @@
  * keeps the messages of one (sender, tag, communicator) in the order sent,
  * which is the order einrt.h promises.
  *
+ * rt_probe is MPI_Iprobe on the same communicator: it asks whether the
+ * message has arrived without receiving it (a pipeline stage choosing
+ * whether to wait for its next item's input or run other work first).
+ *
  * A receive first probes for the message (MPI_Probe on the peer's rank and
  * the tag), so its size can be compared with the receive's before any
  * byte lands: a mismatch ends the job through rt_p2p_size_mismatch with
@@ -118,6 +122,15 @@ void rt_mpi_p2p_recv(rt_device *dev, rt_mpi_p2p *s, int64_t peer, int32_t tag, v
         rt_p2p_size_mismatch(dev, peer, tag, count, bytes);
     MPI_Recv(buf, count, MPI_BYTE, (int)peer, tag, s->comm, MPI_STATUS_IGNORE);
     s->received[peer]++;
+}
+
+int32_t rt_mpi_p2p_probe(rt_device *dev, rt_mpi_p2p *s, int64_t peer, int32_t tag)
+{
+    check_wire(dev, s, "rt_probe", tag, 0);
+    progress(s);
+    int flag = 0;
+    MPI_Iprobe((int)peer, tag, s->comm, &flag, MPI_STATUS_IGNORE);
+    return flag != 0;
 }
 
 void rt_mpi_p2p_finish(rt_device *dev, rt_mpi_p2p *s, MPI_Comm cart)

@@ -1,6 +1,7 @@
 /*
- * p2p.c - rt_send / rt_recv (einrt.h): the checks every backend shares,
- * then the device's backend hooks (rt_device_ops.send / recv).
+ * p2p.c - rt_send / rt_recv / rt_probe (einrt.h): the checks every
+ * backend shares, then the device's backend hooks (rt_device_ops.send /
+ * recv / probe).
  *
  * The peer is named by a mesh axis and a signed step along it, as a
  * pipeline names its neighbouring stages (delta +1: the next stage, -1:
@@ -14,7 +15,8 @@
  *   - the peer's coordinate lies in [0, axis size): the first stage has no
  *     previous one and the last no next one, and a transfer past the ends
  *     is a bug in the schedule, not a wrap-around;
- *   - tag >= 0, bytes >= 0, and buf is not NULL when bytes > 0.
+ *   - tag >= 0, bytes >= 0, and buf is not NULL when bytes > 0 (a
+ *     probe moves no bytes).
  * A size that differs between the send and the receive is found by the
  * receiving backend, which reports it through rt_p2p_size_mismatch.
  */
@@ -67,6 +69,12 @@ void rt_recv(rt_device *dev, int32_t axis, int32_t delta, int32_t tag, void *buf
     double wait = rt_pipe_recv_begin(dev); /* blocked inside an item: bubble (pipe_items.c) */
     dev->ops->recv(dev, peer, tag, buf, bytes);
     rt_pipe_recv_end(dev, wait);
+}
+
+int32_t rt_probe(rt_device *dev, int32_t axis, int32_t delta, int32_t tag)
+{
+    int64_t peer = p2p_peer(dev, "rt_probe", axis, delta, tag, NULL, 0);
+    return dev->ops->probe(dev, peer, tag) != 0;
 }
 
 void rt_p2p_size_mismatch(const rt_device *dev, int64_t peer, int32_t tag, int64_t sent,

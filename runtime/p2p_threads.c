@@ -27,6 +27,10 @@
  * its mailbox; the put of the message it waits for queues that waiter for
  * the turn, so it is served in the order of its input's arrival.  The
  * receiver takes the message once granted, and copies it holding the turn.
+ *
+ * rt_probe looks through the mailbox under its lock without unlinking
+ * anything: a pipeline stage asks whether its next item's input is there
+ * before choosing to run other work (pipe_fill.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +129,16 @@ void rt_mailbox_take(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, v
     if (bytes > 0)
         memcpy(buf, m->data, (size_t)bytes);
     free(m);
+}
+
+int32_t rt_mailbox_peek(rt_mailbox *mb, int64_t src, int32_t tag)
+{
+    pthread_mutex_lock(&mb->mu);
+    const rt_msg *m = mb->head;
+    while (m && (m->src != src || m->tag != tag))
+        m = m->next;
+    pthread_mutex_unlock(&mb->mu);
+    return m != NULL;
 }
 
 int64_t rt_mailbox_destroy(rt_mailbox *mb, rt_msg *first)

@@ -277,6 +277,9 @@ struct rt_device_ops {
      * rt_p2p_size_mismatch when its size is not `bytes`. */
     void (*send)(rt_device *dev, int64_t peer, int32_t tag, const void *buf, int64_t bytes);
     void (*recv)(rt_device *dev, int64_t peer, int32_t tag, void *buf, int64_t bytes);
+    /* Without waiting: 1 if a message from `peer` with `tag` has arrived
+     * and not been received, else 0 (the message stays for recv). */
+    int32_t (*probe)(rt_device *dev, int64_t peer, int32_t tag);
     /* Optional: NULL where the devices share memory (threads, solo), and
      * the caller reads device 0's data there instead.  Every device calls
      * it, in the same order with the same `bytes` (>= 0); device 0's
@@ -494,6 +497,9 @@ void rt_mailbox_put(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, co
  * device thread blocked or finished). */
 void rt_mailbox_take(rt_device *dev, rt_mailbox *mb, int64_t src, int32_t tag, void *buf,
                      int64_t bytes);
+/* Whether `mb` holds a message from `src` with `tag` (1) or not (0); never
+ * blocks beyond the mailbox's lock, and leaves the message in place. */
+int32_t rt_mailbox_peek(rt_mailbox *mb, int64_t src, int32_t tag);
 /* Frees what is left in `mb` and its mutex and condition variable; the
  * number of messages that were never received, the oldest of them
  * described in *first (its data pointer not usable) when there was one. */

@@ -35,6 +35,10 @@ void rt_mpi_p2p_send(rt_device *dev, rt_mpi_p2p *s, int64_t peer, int32_t tag, c
                      int64_t bytes);
 void rt_mpi_p2p_recv(rt_device *dev, rt_mpi_p2p *s, int64_t peer, int32_t tag, void *buf,
                      int64_t bytes);
+/* The backend's probe hook: MPI_Iprobe for the message from `peer` with
+ * `tag` on the point-to-point communicator, 1 if it has arrived (it stays
+ * for rt_mpi_p2p_recv), else 0; first frees the completed sends' copies. */
+int32_t rt_mpi_p2p_probe(rt_device *dev, rt_mpi_p2p *s, int64_t peer, int32_t tag);
 /* After the device has run (collective over `cart`): ends the job when a
  * message sent to this device was never received; else completes every
  * pending send and frees the state. */

@@ -1,5 +1,5 @@
 /*
- * mpi_p2p.c - rt_send / rt_recv on the MPI backend, 4 ranks:
+ * mpi_p2p.c - rt_send / rt_recv / rt_probe on the MPI backend, 4 ranks:
  *
  *   mpirun -np 4 rt_p2p_mpi            the transfers of p2p_check.h along
  *                                      every axis of the meshes 4 and 2x2;

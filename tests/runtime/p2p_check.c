@@ -1,6 +1,7 @@
 /*
  * p2p_check.c - the transfers of p2p_check.h and their checks.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,23 @@ static void check_axis(rt_device *dev, const p2p_config *c, int32_t axis)
         send_stamped(dev, axis, +1, 40, 500, 0);
     if (prev)
         recv_checked(dev, c, axis, -1, 40, 500, 0);
+
+    /* probe: the sender waits for the receiver's go (tag 51), so the
+     * message (tag 50) is absent at the first probe; it shows once sent,
+     * another tag (52, never sent) does not, and it is gone once taken. */
+    if (prev) {
+        c->errors[dev->id] += rt_probe(dev, axis, -1, 50) != 0;
+        rt_send(dev, axis, -1, 51, NULL, 0);
+        while (!rt_probe(dev, axis, -1, 50))
+            sched_yield();
+        c->errors[dev->id] += rt_probe(dev, axis, -1, 52) != 0;
+        recv_checked(dev, c, axis, -1, 50, 600, 32);
+        c->errors[dev->id] += rt_probe(dev, axis, -1, 50) != 0;
+    }
+    if (next) {
+        rt_recv(dev, axis, +1, 51, NULL, 0);
+        send_stamped(dev, axis, +1, 50, 600, 32);
+    }
 }
 
 void p2p_check_device(rt_device *dev, void *arg)
@@ -116,8 +134,8 @@ int64_t p2p_expected_checked(const rt_program *prog, int64_t id)
     int64_t coord[RT_MAX_AXES], n = 0;
     rt_mesh_coord(prog, id, coord);
     for (int32_t a = 0; a < prog->naxes; a++) {
-        if (coord[a] > 0) /* shift, forward small + large, 8 tags, the empty one */
-            n += 1000 + 96 + LARGE + 8 * (1 + 2 + 3 + 4 + 5 + 6 + 7 + 8) + 1;
+        if (coord[a] > 0) /* shift, forward small + large, 8 tags, the empty one, the probed one */
+            n += 1000 + 96 + LARGE + 8 * (1 + 2 + 3 + 4 + 5 + 6 + 7 + 8) + 1 + 32;
         if (coord[a] + 1 < prog->axis_sizes[a]) /* backward small + large, 5 in order */
             n += 96 + LARGE + 5 * 64;
     }

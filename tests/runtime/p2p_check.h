@@ -11,6 +11,8 @@
  *   tags reversed  tags 0..7 sent (each its own size), received 7..0
  *   order          five messages with one tag, received in the order sent
  *   empty          zero-byte messages (NULL buffers)
+ *   probe          rt_probe: absent before its send, present after it,
+ *                  absent for another tag and once received
  */
 #ifndef EINC_P2P_CHECK_H
 #define EINC_P2P_CHECK_H

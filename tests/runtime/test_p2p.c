@@ -1,5 +1,5 @@
 /*
- * test_p2p.c - rt_send / rt_recv on the threads backend: the transfers of
+ * test_p2p.c - rt_send / rt_recv / rt_probe on the threads backend: the transfers of
  * p2p_check.h along every axis of the meshes 4 and 2x3 (every byte
  * against its sender's stamp, and the number of bytes each device must
  * receive, from the mesh alone), and the errors that must end the job with
@@ -159,7 +159,7 @@ static void test_unreceived(void)
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
-        {"mesh 4: shift, both ways, tags reversed, order, empty", test_mesh_4},
+        {"mesh 4: shift, both ways, tags reversed, order, empty, probe", test_mesh_4},
         {"mesh 2x3: the same along X and along Y", test_mesh_2x3},
         {"two launches in one process", test_two_launches},
         {"a peer outside the axis ends the job", test_peer_outside},
