@@ -219,15 +219,26 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
  * hides under, up to all of it: a - min(a, (a - e) m / m_cal), so a loop
  * moving 8 bytes an element, as a unary `gelu(Tmp)`, hides less than the
  * calibration's 12-byte loop did (the figure it measured is reproduced at
- * m = m_cal).  Without in-cache figures (a = e) nothing hides and this is
- * fn_time, as before (docs/cost-model.md, "How the cost pass uses it"). */
+ * m = m_cal).  When the calibration's loop paid more than the function's
+ * whole in-cache cost (e > a > 0), none of the arithmetic hid: that loop
+ * was bound by its arithmetic, m_cal + e per element, and its memory
+ * traffic hid under it instead, so a loop with the same function takes
+ * max(m, m_cal + e) and pays max(0, m_cal + e - m) beyond its memory (a
+ * unary `gelu(Tmp)`, 8 bytes an element, measured 2.88 ms on ffw_dp.ein
+ * where e alone priced 2.23; docs/performance-history.md, section 5).
+ * Without in-cache figures (a = e) nothing hides and this is fn_time, as
+ * before (docs/cost-model.md, "How the cost pass uses it"). */
 static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double mem_per_elem)
 {
     double a = fn_seconds_per_elem(op, hw->fn_time_cache);
     double e = fn_seconds_per_elem(op, hw->fn_time);
     double n = (double)COST_FN_CAL_ELEMS;
     double m_cal = cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
-    if (!(a > e) || !(m_cal > 0))
+    if (!(m_cal > 0))
+        return e;
+    if (a > 0 && e > a)
+        return fmax(0.0, m_cal + e - mem_per_elem);
+    if (!(a > e))
         return e;
     return a - fmin(a, (a - e) * mem_per_elem / m_cal);
 }
