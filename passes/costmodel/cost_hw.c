@@ -306,7 +306,8 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
     }
     for (int f = 0; f < IR_FN_COUNT; f++) {
         hw->fn_time_cache[f] = hw->fn_time[f];
-        if (fnc && cJSON_GetObjectItemCaseSensitive(fnc, ir_func_name((ir_func)f)) &&
+        hw->has_fn_cache[f] = fnc && cJSON_GetObjectItemCaseSensitive(fnc, ir_func_name((ir_func)f));
+        if (hw->has_fn_cache[f] &&
             get_nonneg(fnc, ir_func_name((ir_func)f),
                        "calibration.function_seconds_per_element_in_cache.", origin,
                        &hw->fn_time_cache[f], err, errsize) < 0)

@@ -210,26 +210,48 @@ double cost_op_ew_arith_in_cache(const ir_module *m, const cost_hw *hw, const ir
            (double)ir_local_elems(m, &op->result->type) * fn_seconds_per_elem(op, hw->fn_time_cache);
 }
 
+/* Whether every function op calls has an in-cache figure in the profile. */
+static bool fns_cached(const cost_hw *hw, const ir_op *op)
+{
+    for (int i = 0; i < op->u.ew.nnodes; i++)
+        if (op->u.ew.nodes[i].kind == IR_EW_CALL && (int)op->u.ew.nodes[i].fn >= 0 &&
+            op->u.ew.nodes[i].fn < IR_FN_COUNT && !hw->has_fn_cache[op->u.ew.nodes[i].fn])
+            return false;
+    return true;
+}
+
 /* Seconds per element of op's function calls in a streaming loop whose
- * memory traffic takes `mem_per_elem` seconds per element.  A function's
- * arithmetic is what it costs in cache (hw->fn_time_cache); calibration
- * saw the part of it left over the memory time of its own loop
- * (hw->fn_time): the rest, a - e, hid under that loop's traffic, m_cal
- * per element.  What hides is taken to scale with the memory time it
- * hides under, up to all of it: a - min(a, (a - e) m / m_cal), so a loop
- * moving 8 bytes an element, as a unary `gelu(Tmp)`, hides less than the
- * calibration's 12-byte loop did (the figure it measured is reproduced at
- * m = m_cal).  Without in-cache figures (a = e) nothing hides and this is
- * fn_time, as before (docs/cost-model.md, "How the cost pass uses it"). */
+ * memory traffic takes `mem_per_elem` seconds per element, beyond that
+ * memory time (seconds per element, per device with the calibration's
+ * devices busy).  Calibration timed the function's loop, m_cal of memory
+ * per element, and saw it take e longer than the same loop without the
+ * function (hw->fn_time); on arrays in cache the function cost a
+ * (hw->fn_time_cache).  A loop takes the longer of its memory time and
+ * its arithmetic (a roofline: the traffic and the arithmetic overlap), so
+ * a function that lengthened the calibration's loop (e > 0) made it bound
+ * by its arithmetic, m_cal + e per element, and a loop with the same
+ * function takes max(m, m_cal + e): beyond its memory it pays
+ * max(0, m_cal + e - m), e at the calibration's own traffic, more in a
+ * loop that moves fewer bytes (a unary `gelu(Tmp)`, 8 bytes an element
+ * against the calibration's 12: measured 2.88 ms on ffw_dp.ein where e
+ * alone priced 2.23), less in one that moves more.  A function free in
+ * cache (a = 0) gets e: it has no arithmetic to bind a loop, and its e is
+ * noise.  A function that added nothing (e = 0 < a) hid under m_cal; a
+ * loop with less traffic hides less of it, in proportion:
+ * a - min(a, a m / m_cal).  Without in-cache figures (profiles before
+ * them, or a function they do not name) this is e, as before (docs/cost-model.md, "How the cost pass uses
+ * it"; tests/cost/test_cost_ewfn.c). */
 static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double mem_per_elem)
 {
     double a = fn_seconds_per_elem(op, hw->fn_time_cache);
     double e = fn_seconds_per_elem(op, hw->fn_time);
     double n = (double)COST_FN_CAL_ELEMS;
     double m_cal = cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
-    if (!(a > e) || !(m_cal > 0))
+    if (!fns_cached(hw, op) || !(m_cal > 0) || !(a > 0))
         return e;
-    return a - fmin(a, (a - e) * mem_per_elem / m_cal);
+    if (e > 0)
+        return fmax(0.0, m_cal + e - mem_per_elem);
+    return a - fmin(a, a * mem_per_elem / m_cal);
 }
 
 /* Elementwise time under a calibrated profile: the op's bytes at the

@@ -140,6 +140,9 @@ typedef struct cost_hw {
     double fn_time_cache[IR_FN_COUNT];    /* the same on arrays in cache: its arithmetic, which a
                                              row group pays on a row in cache (fn_time where the
                                              profile has no "..._in_cache" figures) */
+    bool has_fn_cache[IR_FN_COUNT];       /* the function has a figure in the profile's
+                                             "function_seconds_per_element_in_cache" (without it
+                                             fn_streaming_per_elem, cost_op.c, prices fn_time) */
     bool has_row_pass;                    /* the profile has "row_pass_seconds_per_element" */
     double row_pass_time;                 /* that figure: seconds per element of one pass of a row
                                              group's member over a row in the first-level cache,

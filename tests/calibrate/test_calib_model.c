@@ -62,12 +62,15 @@ static void test_parses(void)
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_TANH], 0, 0); /* not measured: memory only */
     /* No in-cache figures: a row group uses the streaming ones. */
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_EXP], 2e-9, 1e-18);
+    CU_ASSERT_FALSE(hw.has_fn_cache[IR_FN_EXP]);
     char buf[2048];
     variant("\"gelu\": 5e-9}", "\"gelu\": 5e-9},\n  \"function_seconds_per_element_in_cache\": "
             "{\"exp\": 7e-10}", buf, sizeof buf);
     CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_EXP], 7e-10, 1e-19);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time_cache[IR_FN_GELU], 5e-9, 1e-18); /* not measured in cache */
+    CU_ASSERT_TRUE(hw.has_fn_cache[IR_FN_EXP]);
+    CU_ASSERT_FALSE(hw.has_fn_cache[IR_FN_GELU]);
     CU_ASSERT_DOUBLE_EQUAL(hw.fn_time[IR_FN_EXP], 2e-9, 1e-18);
     /* No result figure: a GEMM's FLOPs alone (cost_measured_gemm_seconds). */
     for (int d = 0; d < 3; d++)
