@@ -21,7 +21,7 @@ bench/pipeline.py), the median over microbatches and runs of:
          pp_sim_duration): the stage's costed forward or backward per
          microbatch (totals.pipeline's stage times plus the first / last
          stage's extra) divided evenly over its v chunks (none for
-         zero-bubble and zb-h2, whose B and W the JSON does not split);
+         zero-bubble, zb-h1 and zb-h2, whose B and W the JSON does not split);
   ratio  meas / cost;
   out    the item's busy time outside its ops (frames, the send's copy,
          the item's own bookkeeping), the median of busy minus the sum of

@@ -2,7 +2,7 @@
 """pipeline_orders.py - every order of ZB-H1's items within its memory bound, replayed: can a better W placement halve 1F1B's bubble?
 
 bench/pipeline.py's program (an MLP stack of L = 4 layers, batch 256) on
-`mesh Z = n` threads with --schedule=zero-bubble (ZB-H1) and M
+`mesh Z = n` threads with --schedule=zb-h1 (ZB-H1) and M
 microbatches, run --repeat times with --profile --trace.  From the traces
 (bench/pipeline_items.py's items_of), per stage and item kind, the
 median measured item (busy time) and its costed time (the sum of its
@@ -82,15 +82,15 @@ def best_order(Z, M, times):
 
 
 def traced_items(einc, work, Z, M, repeat, steps):
-    """bench/pipeline.py's program on `mesh Z = Z` with --schedule=zero-bubble
+    """bench/pipeline.py's program on `mesh Z = Z` with --schedule=zb-h1
     and M microbatches, compiled in the directory `work` and run `repeat`
     times (`steps` steps each) with --profile --trace.  Returns ({(stage,
     kind): [(busy_us, ops_us, costed_us), ...]} pooled over the runs
     (pipeline_items.py's items_of), the measured bubbles, the first run's
     orders {stage: [(name, busy_us)]}, the trace paths).  Errors:
     benchlib.BenchError from a failed compile or run."""
-    name = f"z{Z}_zero-bubble_m{M}"
-    exe = pb.build(einc, work, name, pb.program(Z, True), [f"--microbatches={M}", "--schedule=zero-bubble"])
+    name = f"z{Z}_zb-h1_m{M}"
+    exe = pb.build(einc, work, name, pb.program(Z, True), [f"--microbatches={M}", "--schedule=zb-h1"])
     per, bubbles, order, traces = {}, [], None, []
     for i in range(repeat):
         trace = os.path.join(work, f"{name}_r{i}.json")
@@ -117,7 +117,7 @@ def main():
         per, bubbles, order, _ = traced_items(einc, work, Z, M, a.repeat, a.steps)
         meas = {k: statistics.median(x[0] for x in xs) for k, xs in per.items()}
         cost = {k: statistics.median(x[2] for x in xs) for k, xs in per.items()}
-        print(f"# Z = {Z}, M = {M}, zero-bubble (ZB-H1): measured bubble {100 * statistics.median(bubbles):.1f}% "
+        print(f"# Z = {Z}, M = {M}, zb-h1 (ZB-H1): measured bubble {100 * statistics.median(bubbles):.1f}% "
               f"(runs {' '.join(f'{100 * b:.1f}' for b in bubbles)})")
         for s in range(Z):
             f, b, w = (meas[(s, k)] for k in "FBW")

@@ -3,7 +3,7 @@
 
 bench/pipeline.py's program (an MLP stack of L = 4 layers, batch 256,
 the input projection `H = In * Wf` before the layer loop) on `mesh Z = n`
-threads with --schedule=zero-bubble (ZB-H1) and M microbatches, run
+threads with --schedule=zb-h1 (ZB-H1) and M microbatches, run
 --repeat times with --profile --trace (bench/pipeline_orders.py's
 traced_items).  Today the projection runs on the first stage: its forward
 in F m, its weight gradient dWf in W m.  From the traces, per stage and
@@ -290,7 +290,7 @@ def show(order):
 def point(einc, work, Z, M, repeat, steps, hop):
     """Runs the point (Z stages, M microbatches) and prints its table."""
     per, bubbles, table, traces = po.traced_items(einc, work, Z, M, repeat, steps)
-    cost = pb.costed(einc, work, f"z{Z}_zero-bubble_m{M}", [f"--microbatches={M}", "--schedule=zero-bubble"])
+    cost = pb.costed(einc, work, f"z{Z}_zb-h1_m{M}", [f"--microbatches={M}", "--schedule=zb-h1"])
     hop = cost["hop_time"] * 1e6 if hop is None else hop
     parts = proj_parts(traces)
     ops = {k: v * 1e6 for k, v in pb.ops_replay(traces)[1].items()}

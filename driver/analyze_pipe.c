@@ -17,7 +17,7 @@
  * accumulated gradients and the optimizer state, plus the activations of
  * the microbatches it holds (seed 000: 1F1B keeps at most Z, GPipe M).
  * Each row is priced as the compiler's default compiles that pair: with
- * zero-bubble's split where it applies (pipe_work_of's `split`), and with
+ * zb-h1's and zb-h2's split where it applies (pipe_work_of's `split`), and with
  * FSDP gradients reduced per microbatch when their deferred sums would
  * not fit the HBM (fall_back, the order of pass_pipeline_grad_fallback).
  *
@@ -172,14 +172,20 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
     for (int mb = 1; rc == 0 && mb <= 64 && p->n < ANALYZE_PIPE_MAX; mb *= 2) {
         if (opts->microbatches > 0 ? mb != opts->microbatches : t->batch_size % ((int64_t)mb * parts) != 0)
             continue;
-        /* [1]: as zero-bubble's split backward runs it (pipe_work_of). */
+        /* [1]: as zb-h1's and zb-h2's split backward runs it (pipe_work_of). */
         pipe_work w[2];
         int64_t size = t->batch_size / mb;
         rc = work_at(m, t, size, true, false, &w[0], err, errlen);
         if (rc == 0)
             rc = work_at(m, t, size, false, true, &w[1], err, errlen);
-        for (int s = 0; rc == 0 && s < PP_SCHEDULE_COUNT && p->n < ANALYZE_PIPE_MAX; s++) {
-            if (opts->schedule >= 0 && s != opts->schedule)
+        /* --schedule=zero-bubble: zb-h2, or zb-h1 when zb-h2's stage does
+         * not fit the HBM, as the pipeline pass resolves it
+         * (pass_pipeline_resolve_zb); one row per M. */
+        bool zb_auto = opts->schedule == PP_ZB_AUTO;
+        double h2_memory = 0;
+        for (int s = zb_auto ? PP_ZB_H2 : 0; rc == 0 && s >= 0 && s < PP_SCHEDULE_COUNT && p->n < ANALYZE_PIPE_MAX;
+             s = zb_auto ? (s == PP_ZB_H2 ? PP_ZB_H1 : -1) : s + 1) {
+            if (opts->schedule >= 0 && !zb_auto && s != opts->schedule)
                 continue;
             analyze_pipe_row *row = &p->rows[p->n];
             pp_params used;
@@ -199,6 +205,16 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
                 rc = -1;
             if (r != 0)
                 continue;
+            if (zb_auto && s == PP_ZB_H2) {
+                h2_memory = row->memory;
+                if (t->hw->hbm_bytes > 0 && row->memory > t->hw->hbm_bytes) { /* zb-h1 instead */
+                    free(p->kept[p->n]);
+                    p->kept[p->n] = NULL;
+                    p->nkept[p->n] = 0;
+                    continue;
+                }
+            }
+            p->zb_h2_memory[p->n] = zb_auto ? h2_memory : 0;
             if (p->best < 0 || row->step < p->rows[p->best].step) {
                 p->best = p->n;
                 memcpy(p->arrays, scratch, 3 * (size_t)z * sizeof *scratch);
@@ -208,6 +224,8 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
                 p->best_params.t_w = p->arrays + 2 * z;
             }
             p->n++;
+            if (zb_auto)
+                break;
         }
     }
     if (rc == 0 && p->n == 0) {
@@ -256,6 +274,12 @@ void analyze_pipe_print(FILE *out, const analyze_pipe *p, const analyze_table *t
             fprintf(out, "%s%s", k ? "," : "; per microbatch: ", g);
         fprintf(out, "\n");
     }
+    for (int i = 0; i < p->n; i++)
+        if (p->zb_h2_memory[i] > 0)
+            fprintf(out, "schedule zero-bubble at M = %d -> %s (zb-h2 needs %.4g GiB per stage, %s %s's %.4g GiB)\n",
+                    p->rows[i].microbatches, pp_schedule_name(p->rows[i].schedule), p->zb_h2_memory[i] / 1073741824.0,
+                    p->rows[i].schedule == PP_ZB_H2 ? "within" : "above", t->hw->name,
+                    t->hw->hbm_bytes / 1073741824.0);
     if (p->best < 0)
         return;
     const analyze_pipe_row *b = &p->rows[p->best];
@@ -302,6 +326,10 @@ cJSON *analyze_pipe_json(const analyze_pipe *p)
             cJSON_AddNullToObject(j, "bubble_formula");
         cJSON_AddNumberToObject(j, "held_microbatches", r->held);
         cJSON_AddNumberToObject(j, "memory", r->memory);
+        if (p->zb_h2_memory[i] > 0) { /* --schedule=zero-bubble, resolved to "schedule" */
+            cJSON_AddStringToObject(j, "resolved_from", "zero-bubble");
+            cJSON_AddNumberToObject(j, "zb_h2_memory", p->zb_h2_memory[i]);
+        }
         /* The stacked gradients the compiler's default keeps per microbatch at this pair. */
         cJSON *kept = cJSON_AddArrayToObject(j, "grad_per_microbatch");
         const char *g = p->kept[i];

@@ -20,7 +20,7 @@
 typedef struct analyze_pipe_opts {
     int stages;        /* Z >= 2: 0 prices nothing */
     int microbatches;  /* M, or 0: every M that divides the batch, up to 64 */
-    int schedule;      /* a pp_schedule, or -1: all four */
+    int schedule;      /* a pp_schedule, PP_ZB_AUTO (zb-h2 or zb-h1 by memory), or -1: all of them */
     bool dcn;          /* the stages are pods: transfers over the data-center network */
     int chunks;        /* --chunks=v: the interleaved schedule's chunks per stage; 0: 2 */
 } analyze_pipe_opts;
@@ -47,6 +47,10 @@ typedef struct analyze_pipe {
      * NUL (owned here, malloc); NULL and 0 when every one is deferred. */
     char *kept[ANALYZE_PIPE_MAX];
     int nkept[ANALYZE_PIPE_MAX];
+    /* Per row, under --schedule=zero-bubble: zb-h2's fullest stage in bytes
+     * at that M, which chose the row's zb-h2 or zb-h1 against the HBM; 0
+     * for other schedules. */
+    double zb_h2_memory[ANALYZE_PIPE_MAX];
     int best;          /* the row with the shortest step */
     pp_params best_params; /* its stage times, for the table; arrays owned here */
     double *arrays;    /* 3 Z doubles behind best_params */

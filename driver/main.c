@@ -301,8 +301,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->pipe_args[1] = a;
             o->pipe.schedule = pp_schedule_lookup(a + 11);
             if (o->pipe.schedule < 0)
-                return drv_bad_usage("einc", "--schedule wants gpipe, 1f1b, interleaved, zero-bubble or zb-h2, not '%s'",
-                                     a + 11);
+                return drv_bad_usage("einc", "--schedule wants gpipe, 1f1b, interleaved, zero-bubble, zb-h1 or "
+                                     "zb-h2, not '%s'", a + 11);
         } else if (strncmp(a, "--chunks=", 9) == 0) {
             /* Interleaved's chunks per stage: the pipeline pass's option,
              * which einc analyze prices with too (one name for both). */

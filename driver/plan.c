@@ -393,7 +393,8 @@ void plan_price_row(const plan_table *t, plan_row *row, plan_compile_fn compile,
     if (best.ok && best.pp && best.trains && t->choose_schedule && t->option) {
         /* The schedule is a choice too: zero-bubble fills 1F1B's bubble
          * with the weight gradients (docs/pipeline.md) at the cost of
-         * holding their inputs longer; each is kept when it fits where the
+         * holding their inputs longer (the pass compiles zb-h2 when its
+         * stages fit the HBM, else zb-h1); each is kept when it fits where the
          * other does not, or is faster and fits as well.  (The pipeline
          * pass's own default is the fastest, which may not fit.)  The
          * schedule `best` chose is not compiled again: the pass would pick

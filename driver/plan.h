@@ -167,9 +167,9 @@ typedef ir_module *(*plan_compile_fn)(void *ctx, const fe_autoshard *a, ir_remat
  * candidate tries the optimizer state sharded over its data axes
  * (--zero=2, ZeRO), which costs no FLOPs, and keeps it when it takes less
  * memory (row.zero).  With `schedule` (the user gave no --schedule), a
- * pipelined training candidate is also compiled with the zero-bubble
- * schedule and takes it when it is faster or fits where 1F1B does not
- * (row.schedule says which).  `option` installs those pass options (NULL:
+ * pipelined training candidate is also compiled with --schedule=zero-bubble
+ * (zb-h2 when its stages fit the HBM, else zb-h1) and takes it when it is
+ * faster or fits where 1F1B does not (row.schedule says which).  `option` installs those pass options (NULL:
  * neither is tried, and no row is estimated); `choose_zero` as
  * choose_remat, for --zero.  `search` says which rows are compiled in full
  * (plan_search; the others are estimated, plan_cut_run).  `proto` is the

@@ -84,10 +84,16 @@ typedef struct ir_pipeline {
      * (Narayanan et al., SC'21): stage z holds chunks z, z + Z, ..., of |L| / (Z v)
      * layers, stacked layer dims dealt block-cyclically (rt_tensor_desc.cyclic_blocks) */
     int chunks;
-    int nitems;         /* work items per stage: 2 M v (3 M for zero-bubble, M v for a forward) */
+    int nitems;         /* work items per stage: 2 M v (3 M for zb-h1 and zb-h2, M v for a forward) */
     ir_pipe_item *order;/* [Z * nitems]: stage z's items in the order it runs
                            them, from z * nitems (arena-owned) */
-    const char *schedule_name; /* "gpipe", "1f1b", "interleaved", "zero-bubble", "forward", "forward-interleaved" (static storage) */
+    const char *schedule_name; /* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "forward",
+                                  "forward-interleaved" (static storage): --schedule=zero-bubble's
+                                  is the one it resolved to */
+    /* How --schedule=zero-bubble resolved ("schedule zero-bubble -> zb-h2 (fits: ...)",
+     * passes/pipeline_choose.c, pass_pipeline_resolve_zb) for --dump-ir, --dump-cost and
+     * the JSON; arena-owned, NULL when the schedule was not that alias. */
+    const char *resolved;
     /* The schedule as a table, one line per stage ("stage 0 | F0 F1 .  B0 ..."),
      * an item per time slot (docs/pipeline.md); arena-owned, NULL before the pass. */
     const char *table;

@@ -369,7 +369,7 @@ static void print_pipeline(FILE *out, const ir_module *m)
         return;
     const ir_axis *z = &m->mesh.axes[pp->axis];
     const ir_dimdef *L = &m->dims[pp->dim], *B = &m->dims[pp->batch_dim];
-    bool split = false; /* zero-bubble's backward: B m (dL/dx) and W m (dL/dW) */
+    bool split = false; /* zb-h1's and zb-h2's backward: B m (dL/dx) and W m (dL/dW) */
     for (int k = 0; pp->order && k < (int)z->size * pp->nitems; k++)
         split |= pp->order[k].kind == 'W';
     int v = pp->chunks > 1 ? pp->chunks : 1;
@@ -386,6 +386,8 @@ static void print_pipeline(FILE *out, const ir_module *m)
             pp->microbatches == 1 ? "" : "es",
             (long long)B->size, (long long)pp->batch_size, pp->schedule_name ? pp->schedule_name : "?",
             split ? "'s dL/dx, W m: its dL/dW" : "", v > 1 ? "; F m.c: through the stage's chunk c" : "");
+    if (pp->resolved) /* --schedule=zero-bubble: which one, and why */
+        fprintf(out, "#   (%s)\n", pp->resolved);
     for (const char *t = pp->table; t && *t;) {
         const char *nl = strchr(t, '\n');
         int n = nl ? (int)(nl - t) : (int)strlen(t);

@@ -46,6 +46,8 @@ static void add_pipe_totals(cJSON *totals, const ir_module *m)
     cJSON_AddBoolToObject(o, "forward", p->forward);
     cJSON_AddNumberToObject(o, "microbatches", p->microbatches);
     cJSON_AddStringToObject(o, "schedule", m->pipe.schedule_name ? m->pipe.schedule_name : "?");
+    if (m->pipe.resolved)
+        cJSON_AddStringToObject(o, "schedule_resolved", m->pipe.resolved);
     cJSON_AddNumberToObject(o, "step_time", p->step);
     cJSON_AddNumberToObject(o, "pipeline_time", p->pipeline);
     cJSON_AddNumberToObject(o, "sync_time", p->sync_update);
@@ -300,6 +302,8 @@ void ir_print_json(FILE *out, ir_module *m)
         cJSON_AddNumberToObject(o, "batch", (double)pp->batch_size);
         cJSON_AddNumberToObject(o, "microbatches", pp->microbatches);
         cJSON_AddStringToObject(o, "schedule", pp->schedule_name ? pp->schedule_name : "?");
+        if (pp->resolved) /* --schedule=zero-bubble resolved to "schedule" */
+            cJSON_AddStringToObject(o, "schedule_resolved", pp->resolved);
         cJSON_AddNumberToObject(o, "chunks", pp->chunks > 1 ? pp->chunks : 1);
         /* docs/pipeline.md, "Gradient collectives once per step". */
         const char *sync = ir_grad_sync_name(pp->grad_sync);

@@ -199,6 +199,8 @@ void cost_pipe_print(FILE *out, const ir_module *m)
             fprintf(out, "%s %s", i ? "," : "", m->pipe.grad_mb[i]);
         fprintf(out, "\n");
     }
+    if (m->pipe.resolved)
+        fprintf(out, "  %s\n", m->pipe.resolved);
     if (m->pipe.choice)
         fprintf(out, "  schedule and M %s\n", m->pipe.choice);
     fprintf(out, "  (the totals above are one microbatch's forward and backward on one stage plus the update)\n");

@@ -17,7 +17,8 @@
  *  - takes M from --microbatches and the schedule from --schedule; for a
  *    training step what is not given is the cost model's fastest that
  *    fits the HBM (M, and gpipe, 1f1b, interleaved with its v or
- *    zero-bubble or zb-h2: pipeline_choose.c); a forward's M is Z when
+ *    zb-h1 or zb-h2: pipeline_choose.c), --schedule=zero-bubble being
+ *    zb-h2 when that fits the HBM, else zb-h1; a forward's M is Z when
  *    it divides |B|; then it shrinks that dim to one microbatch, |B| / M (which must
  *    split over the devices that split |B|).  Scale factors the frontend
  *    folded from the whole batch (a mean's 1/|B|) stay, so a microbatch's
@@ -27,7 +28,7 @@
  *    an error for a given M, one microbatch and a warning for a chosen
  *    one);
  *  - builds each stage's order of forwards and backwards for --schedule
- *    (gpipe, 1f1b, interleaved, zero-bubble or zb-h2,
+ *    (gpipe, 1f1b, interleaved, zb-h1 or zb-h2,
  *    passes/costmodel/pipeline_sched.c) into pipe.order, which codegen
  *    runs and --dump-ir prints; for the zero-bubble schedules it first splits the
  *    backward loop into a dL/dx loop and a dL/dW loop (pipeline_split.c),
@@ -96,7 +97,7 @@ static bool check_schedule(const char *v, char *why, size_t n)
 {
     if (pp_schedule_lookup(v) >= 0)
         return true;
-    snprintf(why, n, "--schedule wants gpipe, 1f1b, interleaved, zero-bubble or zb-h2, not '%s'", v);
+    snprintf(why, n, "--schedule wants gpipe, 1f1b, interleaved, zero-bubble, zb-h1 or zb-h2, not '%s'", v);
     return false;
 }
 
@@ -147,11 +148,13 @@ static bool check_w_fill(const char *v, char *why, size_t n)
 const pass_option pass_pipeline_options[5] = {
     {"microbatches", "M: split a pipelined program's batch into M microbatches (default: the "
                      "M the cost model rates fastest for a training step, Z for a forward)", check_microbatches},
-    {"schedule", "gpipe|1f1b|interleaved|zero-bubble|zb-h2: the order of each stage's forwards and "
-                 "backwards (default: the fastest of gpipe, 1f1b, zero-bubble, zb-h2 and interleaved that fits "
-                 "the device's HBM as the cost model rates them, 1f1b on a tie; zero-bubble's (ZB-H1) and "
-                 "zb-h2's backward is split into dL/dx and dL/dW items, zb-h2 with twice the warm-up "
-                 "forwards; interleaved runs v chunks of layers per stage)", check_schedule},
+    {"schedule", "gpipe|1f1b|interleaved|zero-bubble|zb-h1|zb-h2: the order of each stage's forwards and "
+                 "backwards (default: the fastest of gpipe, 1f1b, zb-h1, zb-h2 and interleaved that fits "
+                 "the device's HBM as the cost model rates them, 1f1b on a tie; zb-h1's and zb-h2's "
+                 "backward is split into dL/dx and dL/dW items (Qi et al.'s ZB-H1: 1F1B's memory; ZB-H2: "
+                 "twice the warm-up forwards, about twice the activations, near-zero bubble); zero-bubble "
+                 "is zb-h2 when its stages fit the HBM, else zb-h1; interleaved runs v chunks of layers per "
+                 "stage)", check_schedule},
     {"chunks", "v: the chunks (virtual stages) per stage of --schedule=interleaved (default 2): stage z "
                "runs model chunks z, z+Z, ..., z+(v-1)Z of |L|/(Z v) layers each", check_chunks},
     {"grad-sync", "auto|step|microbatch: where a pipelined training step reduces its stacked params' DP or "
@@ -159,7 +162,7 @@ const pass_option pass_pipeline_options[5] = {
                   "microbatch's backward (microbatch), or (auto, the default) once per step unless the stage "
                   "then does not fit the device's HBM, an FSDP gradient's unreduced sum being |X| times its "
                   "block (docs/pipeline.md)", check_grad_sync},
-    {"w-fill", "static|greedy: when a stage of zero-bubble or zb-h2 runs its W (dL/dW) items: where the "
+    {"w-fill", "static|greedy: when a stage of zb-h1 or zb-h2 runs its W (dL/dW) items: where the "
                "table puts them (static, the default), or also earlier, the next one whose B has run, while "
                "the stage's next item waits for its input (greedy; the results are bitwise the same); other "
                "schedules have no W items and ignore it (docs/pipeline.md)", check_w_fill},
@@ -522,18 +525,31 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     /* Before pricing: the choice prices the variant it compiles. */
     pp->grad_sync = gv ? grad_sync_lookup(gv) : IR_GRAD_SYNC_AUTO;
     pp->w_fill = wv ? w_fill_lookup(wv) : IR_W_FILL_STATIC;
+    if (schedule == PP_ZB_AUTO) {
+        /* zero-bubble is zb-h2 when the HBM holds it, else zb-h1
+         * (pipeline_choose.c).  A forward runs every schedule's forward
+         * half, and a backward with no dL/dW to split is refused by the
+         * split, as zb-h1. */
+        char note[320];
+        if (trains(m) && pass_pipeline_split_applies(m)) {
+            schedule = pass_pipeline_resolve_zb(ctx, m, B, batch, mv ? M : 0, note, sizeof note);
+            pp->resolved = ir_strdup(&m->arena, note);
+        } else {
+            schedule = PP_ZB_H1;
+        }
+    }
     if (trains(m) && (!sv || !mv)) {
         /* Not given: the schedule among gpipe, 1f1b, interleaved (when
          * |L| / Z allows v >= 2 chunks) and (when the backward splits)
-         * zero-bubble and zb-h2, M and v, the fastest that fits the HBM as the cost
+         * zb-h1 and zb-h2, M and v, the fastest that fits the HBM as the cost
          * model rates them (pipeline_choose.c). */
         int scheds[PP_SCHEDULE_COUNT] = {PP_1F1B, PP_GPIPE}, n = 2;
-        if (sv) {
+        if (sv) { /* given, or zero-bubble resolved */
             scheds[0] = schedule;
             n = 1;
         } else {
-            if (pass_pipeline_split_applies(m)) {
-                scheds[n++] = PP_ZERO_BUBBLE;
+            if (pass_pipeline_split_applies(m)) { /* the concrete ones, never the alias */
+                scheds[n++] = PP_ZB_H1;
                 scheds[n++] = PP_ZB_H2;
             }
             scheds[n++] = PP_INTERLEAVED;
@@ -637,7 +653,7 @@ int pass_pipeline(pass_ctx *ctx, ir_module *m)
     return pass_pipeline_permutes(ctx, m);
 }
 
-/* The split schedule's (zero-bubble, zb-h2) per-stage times of the (split) module at M microbatches
+/* The split schedule's (zb-h1, zb-h2) per-stage times of the (split) module at M microbatches
  * into t ([3][Z]: t_f, t_b, t_w, seconds), as the cost pass prices them
  * (cost_annotate_ops, pipe_work_of, pipe_price's stage times); false, t
  * untouched, when they cannot be priced.  Leaves the dims as it found
@@ -670,7 +686,7 @@ static bool costed_times(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int 
 /* Stage z's items of `schedule` for Z stages, M microbatches and v chunks
  * per stage (1 except interleaved), and its table: pp_build with unit
  * times (gpipe's, 1f1b's and interleaved's orders depend on nothing else),
- * or for zero-bubble and zb-h2 with the `costed` times ([3][Z]) when given.  A
+ * or for zb-h1 and zb-h2 with the `costed` times ([3][Z]) when given.  A
  * forward (no backward loop) keeps the order's forwards only. */
 static int keep_schedule(pass_ctx *ctx, ir_module *m, int Z, int M, int v, int schedule, const double *costed)
 {

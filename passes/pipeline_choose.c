@@ -397,3 +397,39 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
     m->pipe.choice = ir_strdup(&m->arena, line);
     *out = (pipe_choice){.schedule = pick->schedule, .microbatches = pick->mb, .chunks = pick->v};
 }
+
+int pass_pipeline_resolve_zb(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int fixed, char *note, size_t n)
+{
+    cost_hw local;
+    const cost_hw *hw = pass_pipeline_pricing_hw(ctx, &local);
+    if (!hw) {
+        snprintf(note, n, "schedule zero-bubble -> zb-h1 (no hardware profile to price zb-h2's memory with)");
+        return PP_ZB_H1;
+    }
+    /* The fastest zb-h2 that fits, as the choice would take it (the first
+     * priced on a tie), and the smallest peak, to quote when none does. */
+    ir_pipeline saved = m->pipe;
+    double hbm = hw->hbm_bytes;
+    cand fit = {0}, low = {0}, c;
+    fallback fb = {0};
+    for (int M = fixed ? fixed : 1; M <= (fixed ? fixed : MAX_MICROBATCHES); M++) {
+        if (!mb_applies(m, B, batch, PP_ZB_H2, M) || !price(m, hw, &fb, B, batch, PP_ZB_H2, M, 1, &c))
+            continue;
+        if (!low.mb || c.memory < low.memory)
+            low = c;
+        if ((hbm <= 0 || c.memory <= hbm) && (!fit.mb || c.step < fit.step))
+            fit = c;
+    }
+    restore(m, B, batch, &saved);
+    if (fit.mb && hbm > 0)
+        snprintf(note, n, "schedule zero-bubble -> zb-h2 (fits: %.4g GiB of %s's %.4g GiB per stage at M = %d)",
+                 fit.memory / GIB, hw->name, hbm / GIB, fit.mb);
+    else if (fit.mb)
+        snprintf(note, n, "schedule zero-bubble -> zb-h2 (%s gives no HBM size to check it against)", hw->name);
+    else if (low.mb)
+        snprintf(note, n, "schedule zero-bubble -> zb-h1 (zb-h2 needs %s%.4g GiB per stage%s, above %s's %.4g GiB)",
+                 fixed ? "" : "at least ", low.memory / GIB, fixed ? " at this M" : "", hw->name, hbm / GIB);
+    else
+        snprintf(note, n, "schedule zero-bubble -> zb-h1 (zb-h2's memory could not be priced)");
+    return fit.mb ? PP_ZB_H2 : PP_ZB_H1;
+}

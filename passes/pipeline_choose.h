@@ -76,4 +76,19 @@ void pass_pipeline_choose(pass_ctx *ctx, ir_module *m, int B, int64_t batch, con
  * found (but for `choice`, `grad_mb` and `ngrad_mb`). */
 void pass_pipeline_check_forced(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int schedule, int M, int v);
 
+/* What --schedule=zero-bubble (PP_ZB_AUTO) compiles: PP_ZB_H2 when its
+ * fullest stage fits the profile's HBM per device, else PP_ZB_H1 (whose
+ * memory is 1F1B's), as Qi et al.'s automatic scheduler takes a memory
+ * limit (ICLR 2024, section 3; docs/pipeline.md, "zero-bubble: ZB-H2 when
+ * it fits, ZB-H1 when not").  zb-h2 is priced as pass_pipeline_choose
+ * prices it (stage peak with FSDP gradients kept per microbatch under
+ * --grad-sync=auto when that makes room), at M = `fixed` when it is not 0,
+ * else at every M the choice would try, fitting when any M fits (the
+ * choice then takes the fastest of those).  A line saying which and why
+ * ("schedule zero-bubble -> zb-h2 (fits: X GiB of Y's Z GiB per stage at
+ * M = 8)") goes into note (n bytes).  No profile, or nothing priced: zb-h1.
+ * m is left as found.  For a training step whose backward splits
+ * (pass_pipeline_split_applies); the caller handles the rest. */
+int pass_pipeline_resolve_zb(pass_ctx *ctx, ir_module *m, int B, int64_t batch, int fixed, char *note, size_t n);
+
 #endif

@@ -34,6 +34,14 @@
 #include "pipe_work.h"
 #include "pipeline_split.h"
 
+/* The --schedule value the errors name (zero-bubble, zb-h1 or zb-h2 as
+ * the user spelt it; the choice splits only a backward that splits). */
+static const char *given(const pass_ctx *ctx)
+{
+    const char *v = pass_option_value(ctx, "schedule");
+    return v ? v : "zero-bubble";
+}
+
 /* The first loop over the pipelined layer dim that runs in reverse (the
  * backward) or forward, or NULL. */
 static ir_op *layer_loop(const ir_module *m, bool reverse)
@@ -110,8 +118,8 @@ static ir_value *crossing(pass_ctx *ctx, split *s, ir_value *v)
     } else {
         if (!stackable(v)) {
             char b[256];
-            diag_error(ctx->diag, v->loc, "--schedule=zero-bubble: the weight-gradient loop reads %s of "
-                       "the input-gradient loop, which cannot be kept per layer (%s)",
+            diag_error(ctx->diag, v->loc, "--schedule=%s: the weight-gradient loop reads %s of "
+                       "the input-gradient loop, which cannot be kept per layer (%s)", given(ctx),
                        ir_type_str(m, v->tensor, &v->type, b, sizeof b),
                        v->type.sh.unreduced ? "it holds unreduced partial sums" : "too many dims");
             return NULL;
@@ -164,8 +172,8 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
 {
     ir_op *bb = layer_loop(m, true);
     if (!bb) {
-        diag_error(ctx->diag, m->pipe.loc, "--schedule=zero-bubble splits the backward pass of the "
-                   "pipelined 'repeat' block, and this program has none (it does not train)");
+        diag_error(ctx->diag, m->pipe.loc, "--schedule=%s splits the backward pass of the "
+                   "pipelined 'repeat' block, and this program has none (it does not train)", given(ctx));
         return 1;
     }
     ir_op *be = bb->u.loop.end;
@@ -194,10 +202,10 @@ int pass_pipeline_split_backward(pass_ctx *ctx, ir_module *m)
         }
     if (!weights) {
         const ir_op *fwd = layer_loop(m, false);
-        diag_error(ctx->diag, fwd ? fwd->loc : bb->loc, "--schedule=zero-bubble runs each layer's "
+        diag_error(ctx->diag, fwd ? fwd->loc : bb->loc, "--schedule=%s runs each layer's "
                    "weight gradients (dL/dW) apart from its input gradient (dL/dx), and the backward "
                    "of this 'repeat %s' block computes no weight gradient (it reads no stacked param "
-                   "that trains): use --schedule=1f1b", m->dims[s.dim].name);
+                   "that trains): use --schedule=1f1b", given(ctx), m->dims[s.dim].name);
         goto done;
     }
     /* Loop W goes after every other backward op, before the update; the

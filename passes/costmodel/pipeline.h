@@ -42,13 +42,15 @@ typedef enum pp_schedule {
      * shrinks to (Z - 1) / (v M + Z - 1) of the step. */
     PP_INTERLEAVED,
     /* Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, schedule
-     * ZB-H1 (also seed 000's DeepSeek-v3 figure): the backward is split into
-     * B (dL/dx, on the critical path) and W (dL/dW, local), and W passes are
+     * ZB-H1 (section 2.1, "memory efficient schedule"; also seed 000's
+     * DeepSeek-v3 figure): the backward is split into B (dL/dx, on the
+     * critical path) and W (dL/dW, local), and W passes are
      * deferred to fill the bubbles, with at most Z microbatches whose
-     * activations are held (F done, W not done) on any stage. */
-    PP_ZERO_BUBBLE,
-    /* Qi et al., ICLR 2024, schedule ZB-H2 (section 3.1, figure 4): the
-     * backward split as in ZB-H1, but stage s runs 2 (Z - s - 1) warm-up
+     * activations are held (F done, W not done) on any stage: 1F1B's
+     * memory, about a third of its bubble (`--schedule=zb-h1`). */
+    PP_ZB_H1,
+    /* Qi et al., ICLR 2024, schedule ZB-H2 (section 2.2, "zero bubble
+     * schedule"): the backward split as in ZB-H1, but stage s runs 2 (Z - s - 1) warm-up
      * forwards (1F1B: Z - s - 1), so the first stage is busy until its
      * first B arrives, and W passes fill the rest; up to 2Z - 1
      * microbatches held (F done, W not done), about twice ZB-H1's
@@ -60,6 +62,16 @@ typedef enum pp_schedule {
 
 /* Number of pp_schedule values (for loops over all schedules). */
 #define PP_SCHEDULE_COUNT 5
+
+/* `--schedule=zero-bubble`: not a table of its own but the zero-bubble
+ * schedule the device's memory allows, as Qi et al.'s automatic scheduling
+ * takes a memory limit (ICLR 2024, section 3: at 1F1B's memory it finds
+ * ZB-1p, about ZB-H1; at twice that ZB-2p, about ZB-H2) under the HBM:
+ * zb-h2 when its fullest stage fits, else zb-h1 (passes/pipeline_choose.c, pass_pipeline_resolve_zb).
+ * pp_schedule_lookup returns it for "zero-bubble" and pp_schedule_name
+ * spells it so; it is never a table: pp_build refuses it.  Outside the
+ * range of PP_SCHEDULE_COUNT, so loops over the schedules never meet it. */
+#define PP_ZB_AUTO PP_SCHEDULE_COUNT
 
 /* A kind of work item on one stage for one microbatch. */
 typedef enum pp_kind {
@@ -123,14 +135,17 @@ typedef struct pp_plan {
     int peak_held_w;       /* max over stages of peak_held_w */
 } pp_plan;
 
-/* "gpipe", "1f1b", "interleaved", "zero-bubble", "zb-h2"; "?" for a value out of range. */
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", or "zero-bubble" for
+ * PP_ZB_AUTO; "?" for a value out of range. */
 const char *pp_schedule_name(pp_schedule s);
 
 /* True for the schedules whose backward is split into B (dL/dx) and W
- * (dL/dW) items: zero-bubble (ZB-H1) and zb-h2. */
+ * (dL/dW) items: zb-h1, zb-h2, and PP_ZB_AUTO (which resolves to one of
+ * them). */
 bool pp_schedule_splits(pp_schedule s);
 
-/* The schedule called `name` (as pp_schedule_name spells it), or -1. */
+/* The schedule called `name` (as pp_schedule_name spells it, PP_ZB_AUTO
+ * for "zero-bubble"), or -1. */
 int pp_schedule_lookup(const char *name);
 
 /* Builds the per-stage orders of `schedule` for `p` and simulates them

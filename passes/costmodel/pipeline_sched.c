@@ -27,16 +27,18 @@
 #define PP_MAX_UNITS (1 << 20)
 
 static const char *const schedule_names[PP_SCHEDULE_COUNT] = {"gpipe", "1f1b", "interleaved",
-                                                              "zero-bubble", "zb-h2"};
+                                                              "zb-h1", "zb-h2"};
 
 const char *pp_schedule_name(pp_schedule s)
 {
+    if ((int)s == PP_ZB_AUTO)
+        return "zero-bubble";
     return (int)s >= 0 && (int)s < PP_SCHEDULE_COUNT ? schedule_names[s] : "?";
 }
 
 bool pp_schedule_splits(pp_schedule s)
 {
-    return s == PP_ZERO_BUBBLE || s == PP_ZB_H2;
+    return s == PP_ZB_H1 || s == PP_ZB_H2 || (int)s == PP_ZB_AUTO;
 }
 
 int pp_schedule_lookup(const char *name)
@@ -44,7 +46,7 @@ int pp_schedule_lookup(const char *name)
     for (int i = 0; name && i < PP_SCHEDULE_COUNT; i++)
         if (strcmp(name, schedule_names[i]) == 0)
             return i;
-    return -1;
+    return name && strcmp(name, "zero-bubble") == 0 ? PP_ZB_AUTO : -1;
 }
 
 /* Checks one per-stage time array; 0 or -1 with a message. */

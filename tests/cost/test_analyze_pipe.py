@@ -66,7 +66,7 @@ def main():
           f"plan's communication but the loss's ({comm / z:.6g} s with it)")
     check(0 < zsum < 1e-3 * comm, f"the loss's AllReduce over the stages is priced ({zsum:.3g} s)")
     serial = (plan["compute_time"] - upd) + (comm - z * sync) + 2 * (z - 1) * hop + upd / z + zsum + sync
-    check(rows[("zero-bubble", 1)]["step_time"] < serial, "zero-bubble M=1: W overlaps the next B")
+    check(rows[("zb-h1", 1)]["step_time"] < serial, "zero-bubble M=1: W overlaps the next B")
     for s in ("gpipe", "1f1b"):
         r = rows[(s, 1)]
         check(abs(r["step_time"] - serial) <= 1e-6 * serial,
@@ -76,7 +76,7 @@ def main():
     for (s, m), r in sorted(rows.items()):
         if s == "gpipe":
             check(r["held_microbatches"] == m, f"gpipe M={m} holds {r['held_microbatches']} = M microbatches")
-        elif s in ("1f1b", "zero-bubble"):
+        elif s in ("1f1b", "zb-h1"):
             check(r["held_microbatches"] == min(m, z),
                   f"{s} M={m} holds {r['held_microbatches']} = min(M, Z) microbatches")
         if s in ("gpipe", "1f1b") and m >= 4:
@@ -86,7 +86,7 @@ def main():
     for m in (16, 32, 64):
         check(rows[("1f1b", m)]["memory"] < rows[("gpipe", m)]["memory"],
               f"M={m}: a 1F1B stage needs less memory than a GPipe one")
-    zb, ob = rows[("zero-bubble", 2 * z)], rows[("1f1b", 2 * z)]
+    zb, ob = rows[("zb-h1", 2 * z)], rows[("1f1b", 2 * z)]
     check(zb["bubble"] <= 0.5 * ob["bubble"],
           f"M=2Z: zero-bubble's bubble {zb['bubble']:.3f} <= half of 1F1B's {ob['bubble']:.3f}")
     check(zb["pipeline_time"] < ob["pipeline_time"], "M=2Z: zero-bubble's pipeline is shorter than 1F1B's")

@@ -87,7 +87,7 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
-ORDER = ("1f1b", "gpipe", "zero-bubble", "zb-h2", "interleaved")
+ORDER = ("1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved")
 
 
 def key_of(ir):
@@ -260,8 +260,8 @@ def main():
               f"M={m}: gpipe and 1f1b take the same time on uniform stages")
 
     for m in (4, 8):
-        p, o = pipe_totals(einc, prog, "host", f"--microbatches={m}", "--schedule=zero-bubble"), rows[("1f1b", m)]
-        check(p is not None and p["schedule"] == "zero-bubble", f"zero-bubble M={m}: priced")
+        p, o = pipe_totals(einc, prog, "host", f"--microbatches={m}", "--schedule=zb-h1"), rows[("1f1b", m)]
+        check(p is not None and p["schedule"] == "zb-h1", f"zero-bubble M={m}: priced")
         if not p:
             continue
         check(close(p["stage_forward_time"], o["stage_forward_time"], 1e-9),
@@ -288,8 +288,8 @@ def main():
                   f"{h['stage_memory']:.0f} B >= {p['stage_memory']:.0f} B")
             check(h["bubble"] <= p["bubble"] + 1e-12 and h["bubble_formula"] < 0,
                   f"zb-h2 M={m}: bubble {h['bubble']:.4f} <= zero-bubble's {p['bubble']:.4f}")
-    rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=zero-bubble")
-    check(rc == 0 and "schedule zero-bubble: step" in out and "no closed form" in out,
+    rc, out, err = run(einc, prog, "--hw", "host", "--dump-cost", "--microbatches=4", "--schedule=zb-h1")
+    check(rc == 0 and "schedule zb-h1: step" in out and "no closed form" in out,
           "--dump-cost prints zero-bubble's section, with no closed form for its bubble")
 
     # The hop: one microbatch's carried activation, rows |B| / M / X of D f32.
@@ -396,12 +396,12 @@ def main():
               f"{hwname}: the default schedule, v and M are the fastest of the {len(forced)} forced ones "
               f"({best}, step {forced[best][0]:.4g} s; next {sorted(t for t, _ in forced.values())[1]:.4g} s; "
               f"chosen {got})")
-        check(any(k[0] == "interleaved" for k in forced) and any(k[0] == "zero-bubble" for k in forced),
+        check(any(k[0] == "interleaved" for k in forced) and any(k[0] == "zb-h1" for k in forced),
               f"{hwname}: interleaved and zero-bubble are among the forced ones")
-        if got and got[0] in ("zero-bubble", "zb-h2"):
+        if got and got[0] in ("zb-h1", "zb-h2"):
             check(close(chosen_ir["totals"]["pipeline"]["stage_memory"], forced[got][1], 1e-12),
                   f"{hwname}: {got[0]}'s memory as chosen is the split module's")
-        for s in ("zero-bubble", "zb-h2"):
+        for s in ("zb-h1", "zb-h2"):
             zb = [k for k in forced if k[0] == s]
             check(len(zb) == 7, f"{hwname}: {s} forced at every M ({len(zb)})")
         if hwname == "host":

@@ -56,7 +56,7 @@ def main():
     pdir = os.path.join(src, "tests", "cost", "pipeline")
     prog = os.path.join(pdir, "pp_fsdp_head.ein")
     block = 256 * 256 * 4 / 2
-    zb, _ = ir(einc, prog, "host", "--schedule=zero-bubble", "--microbatches=2")
+    zb, _ = ir(einc, prog, "host", "--schedule=zb-h1", "--microbatches=2")
     fb, _ = ir(einc, prog, "host", "--schedule=1f1b", "--microbatches=2")
     if not zb or not fb:
         return check.exit_status()
@@ -67,18 +67,18 @@ def main():
           f"(want {block:.0f}); 1f1b {tf['grad_once_last_bytes']:.0f} B")
     with tempfile.TemporaryDirectory() as d:
         small = with_hbm(src, d, tz["stage_memory"] - block / 2)
-        rc, _, err = run(einc, prog, "--hw", small, "--schedule=zero-bubble", "--microbatches=2")
+        rc, _, err = run(einc, prog, "--hw", small, "--schedule=zb-h1", "--microbatches=2")
         rc1, _, err1 = run(einc, prog, "--hw", small, "--schedule=1f1b", "--microbatches=2")
         check(rc == 0 and "above" in err and rc1 == 0 and "above" not in err1,
               "HBM half a block below zero-bubble's peak: zero-bubble over it (the head's sum counted), 1f1b within")
 
-    rc, out, _ = run(einc, prog, "--hw", "host", "--dump-cost", "--schedule=zero-bubble")
+    rc, out, _ = run(einc, prog, "--hw", "host", "--dump-cost", "--schedule=zb-h1")
     m = re.search(r"its step priced at ([0-9.]+) us", out)
     pipe = re.search(r"^pipeline: .* (\d+) microbatches", out, re.M)
     check(rc == 0 and m and pipe, "--dump-cost says the chosen pair's priced step")
     if m and pipe:
         mb = pipe.group(1)
-        chosen, _ = ir(einc, prog, "host", "--schedule=zero-bubble", f"--microbatches={mb}")
+        chosen, _ = ir(einc, prog, "host", "--schedule=zb-h1", f"--microbatches={mb}")
         rs = head_rs_time(chosen) if chosen else None
         check(rs is not None and rs > 0, f"the head's ReduceScatter is costed ({rs})")
         if chosen and rs:

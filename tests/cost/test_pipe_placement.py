@@ -102,7 +102,7 @@ def deferred(ops):
 def check_a(einc, src, hw):
     prog = os.path.join(src, "tests", "cost", "pipeline", "pp_uniform_mlp.ein")
     k = 4  # 8 layers over 2 stages
-    for sched in ("1f1b", "zero-bubble"):
+    for sched in ("1f1b", "zb-h1"):
         ir = compile_json(einc, prog, hw, f"--schedule={sched}", "--microbatches=4")
         if not ir:
             continue
@@ -133,7 +133,7 @@ def check_bcd(einc, src, hw):
     bw = json.load(open(hw))["hbm_bandwidth"]
     sum_emb, sum_wh = 3 * (1 << 20) / bw, 3 * (1 << 18) / bw  # dEmb's and dWh's adds into their sums
     b_1f1b = None
-    for sched in ("1f1b", "zero-bubble", "zb-h2"):
+    for sched in ("1f1b", "zb-h1", "zb-h2"):
         split = sched != "1f1b"
         ir = compile_json(einc, prog, hw, f"--schedule={sched}", "--microbatches=4")
         if not ir:
@@ -318,7 +318,7 @@ def check_f(einc, src, hw):
         path = os.path.join(tempfile.mkdtemp(), f"pp_embed_z{Z}.ein")
         with open(path, "w") as g:
             g.write(text.replace("mesh Z = 2, X = 2", f"mesh Z = {Z}, X = 2"))
-        ir = compile_json(einc, path, hw, "--schedule=zero-bubble", f"--microbatches={2 * Z}")
+        ir = compile_json(einc, path, hw, "--schedule=zb-h1", f"--microbatches={2 * Z}")
         if not ir:
             continue
         ops, p = ir["ops"], ir["totals"]["pipeline"]

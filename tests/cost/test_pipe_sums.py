@@ -83,9 +83,9 @@ def main():
     bw = json.load(open(hw))["hbm_bandwidth"]
     prog = os.path.join(src, "tests", "cost", "pipeline", "pp_embed_mlp.ein")
     want_first, want_last = 3 * EMB_BYTES / bw, 3 * WH_BYTES / bw
-    for sched in ("gpipe", "1f1b", "zero-bubble"):
+    for sched in ("gpipe", "1f1b", "zb-h1"):
         for m in (1, 4):
-            if sched == "zero-bubble" and m < 2:
+            if sched == "zb-h1" and m < 2:
                 continue
             rc, out, err = run(einc, prog, "--hw", hw, "--dump-ir=json", f"--schedule={sched}",
                                f"--microbatches={m}")

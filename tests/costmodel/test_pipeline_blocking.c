@@ -87,7 +87,7 @@ static void test_interleaved_orders_run(void)
  * stage runs its F, B and W items in order to the end. */
 static void test_split_orders_run(void)
 {
-    for (int sch = PP_ZERO_BUBBLE; sch <= PP_ZB_H2; sch++)
+    for (int sch = PP_ZB_H1; sch <= PP_ZB_H2; sch++)
         for (int Z = 2; Z <= 8; Z *= 2)
             for (int M = 1; M <= 4 * Z; M *= 2)
                 for (int k = 0; k < 2; k++) {

@@ -57,14 +57,25 @@ static void test_names(void)
 {
     for (int i = 0; i < PP_SCHEDULE_COUNT; i++)
         CU_ASSERT_EQUAL(pp_schedule_lookup(pp_schedule_name((pp_schedule)i)), i);
-    CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_ZERO_BUBBLE), "zero-bubble");
+    CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_ZB_H1), "zb-h1");
     CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_ZB_H2), "zb-h2");
-    CU_ASSERT_TRUE(pp_schedule_splits(PP_ZERO_BUBBLE) && pp_schedule_splits(PP_ZB_H2));
+    CU_ASSERT_TRUE(pp_schedule_splits(PP_ZB_H1) && pp_schedule_splits(PP_ZB_H2));
     CU_ASSERT_FALSE(pp_schedule_splits(PP_1F1B) || pp_schedule_splits(PP_GPIPE) ||
                     pp_schedule_splits(PP_INTERLEAVED));
     CU_ASSERT_STRING_EQUAL(pp_schedule_name(PP_1F1B), "1f1b");
     CU_ASSERT_EQUAL(pp_schedule_lookup("zb"), -1);
     CU_ASSERT_EQUAL(pp_schedule_lookup(NULL), -1);
+    /* zero-bubble names no table: the pipeline pass resolves it to zb-h1
+     * or zb-h2, and pp_build refuses it. */
+    CU_ASSERT_EQUAL(pp_schedule_lookup("zero-bubble"), PP_ZB_AUTO);
+    CU_ASSERT_STRING_EQUAL(pp_schedule_name((pp_schedule)PP_ZB_AUTO), "zero-bubble");
+    CU_ASSERT_TRUE(pp_schedule_splits((pp_schedule)PP_ZB_AUTO));
+    double t[2] = {1, 1};
+    pp_params p = {.stages = 2, .microbatches = 4, .chunks = 1, .t_f = t, .t_b = t, .t_w = t};
+    pp_plan plan;
+    char err[256] = "";
+    CU_ASSERT_EQUAL(pp_build(&p, (pp_schedule)PP_ZB_AUTO, &plan, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "unknown schedule"));
 }
 
 /* Index of (kind, model chunk k, microbatch m) in a [3][Z v][M] array. */
@@ -230,7 +241,7 @@ static void test_zero_bubble(void)
         double hop = k < sizeof ZS / sizeof ZS[0] ? 0.0 : 0.08;
         pp_params pz = params(&zb, Z, M, 1, hop), p1 = params(&whole, Z, M, 1, hop);
         pp_plan a, b;
-        CU_ASSERT_EQUAL_FATAL(build(&pz, PP_ZERO_BUBBLE, &a), 0);
+        CU_ASSERT_EQUAL_FATAL(build(&pz, PP_ZB_H1, &a), 0);
         CU_ASSERT_EQUAL_FATAL(build(&p1, PP_1F1B, &b), 0);
         CU_ASSERT_TRUE(a.bubble <= 0.5 * b.bubble + 1e-12);
         CU_ASSERT_DOUBLE_EQUAL(a.ideal, b.ideal, 1e-12);
@@ -245,7 +256,7 @@ static void test_zero_bubble(void)
         for (size_t mi = 0; mi < sizeof MS / sizeof MS[0]; mi++) {
             pp_params p = params(&zb, ZS[zi], MS[mi], 1, 0.0);
             pp_plan a;
-            CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &a), 0);
+            CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H1, &a), 0);
             CU_ASSERT_TRUE(a.peak_held_w <= ZS[zi]);
             CU_ASSERT_TRUE(a.peak_held <= ZS[zi]);
             pp_plan_free(&a);
@@ -269,7 +280,7 @@ static void test_zero_bubble_closed_form(void)
                     continue;
                 pp_params p = params(&t, Z, M, 1, 0.0);
                 pp_plan plan;
-                CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &plan), 0);
+                CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H1, &plan), 0);
                 double want = M * (1.0 + tb[c] + tw[c]) + (Z - 1) * (1.0 + tb[c] - tw[c]);
                 if (fabs(plan.step - want) > 1e-9)
                     fprintf(stderr, "zero-bubble Z=%d M=%d t_b=%g t_w=%g: step %g want %g\n", Z, M,
@@ -301,7 +312,7 @@ static void test_zb_h2(void)
                 for (int hop = 0; hop < 2; hop++) {
                     pp_params p = params(&t, Z, M, 1, hop * 0.08);
                     pp_plan h1, h2;
-                    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &h1), 0);
+                    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H1, &h1), 0);
                     CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H2, &h2), 0);
                     double bound = M * (1.0 + tb[c] + tw[c]) + (Z - 1) * (1.0 + hop * 0.08);
                     CU_ASSERT_TRUE(h2.step >= bound - 1e-9);
@@ -328,7 +339,7 @@ static void test_zb_h2(void)
     times t = uniform(1.0, 2.0, 1.0);
     pp_params p = params(&t, 4, 8, 1, 0.0);
     pp_plan h1, h2;
-    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &h1), 0);
+    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H1, &h1), 0);
     CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H2, &h2), 0);
     CU_ASSERT_DOUBLE_EQUAL(h1.step, 38.0, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(h2.step, 35.0, 1e-12);
@@ -409,7 +420,7 @@ static void test_bad_params(void)
     t = uniform(1.0, 2.0, 1.0);
     p = params(&t, 4, 8, 1, 0.0);
     p.t_w = NULL;
-    expect_error(&p, PP_ZERO_BUBBLE, "t_w is missing");
+    expect_error(&p, PP_ZB_H1, "t_w is missing");
     expect_error(&p, PP_ZB_H2, "t_w is missing");
     p = params(&t, 4, 8, 1, 0.0);
     expect_error(&p, (pp_schedule)7, "unknown schedule");
@@ -499,7 +510,7 @@ static void test_table_1f1b(void)
      * its first Z - 1 W passes (it holds Z microbatches, as 1F1B's first
      * stage), and the first stage runs each W right after its B. */
     t = uniform(1.0, 1.0, 1.0);
-    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZERO_BUBBLE, &plan), 0);
+    CU_ASSERT_EQUAL_FATAL(build(&p, PP_ZB_H1, &plan), 0);
     text = table_text(&plan);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "stage 0 | F0 F1 F2 F3 .  .  .  B0 W0 F4 B1 W1 F5 B2 W2 "

@@ -4,17 +4,21 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
 
 1. A residual GELU-MLP stack (4 layers) in f64, trained 3 steps with SGD
    (momentum, weight decay) and with AdamW, compiled with
-   `--microbatches=M --schedule=gpipe|1f1b|zero-bubble|zb-h2`.  NumPy runs the same steps on
+   `--microbatches=M --schedule=gpipe|1f1b|zb-h1|zb-h2`.  NumPy runs the same steps on
    the *whole* batch (no microbatches): accumulating the microbatches'
    gradients must give the plain full-batch step.  The loss of every step
    (`--metrics`, full precision) and every param after step 3 must agree to
    1e-9 relative.  Meshes: Z=2 x X=2 with TP over X inside each stage
    (F_X), Z=4 (one axis, one layer per stage), and Z=2 x X=2 with the
    batch on X (DP inside each stage); M in {1, 2, 4, 8} (zb-h2: 4 and 8,
-   where its longer warm-up differs from ZB-H1's).  Zero-bubble and zb-h2
+   where its longer warm-up differs from ZB-H1's).  zb-h1 and zb-h2
    (the backward split into a dL/dx loop and a dL/dW loop, run as items B
    and W) must also give 1f1b's losses and params with the same optimizer
    to 1e-12 relative: the same ops on the same values, in another order.
+   `--schedule=zero-bubble` (Z=2 x X=2, TP, AdamW, M = 4) gives zb-h2's
+   losses and params bitwise on the default profile's HBM, and zb-h1's
+   on a copy of it whose HBM lies between the two schedules' stage
+   memory.
 2. A small LLaMA-style decoder (examples/llama2_13b_train.ein with its
    stacked params' layer dim on Z and its heads and MLP on Y, mesh Z=2,
    Y=2, small dims by -D): embedding lookup on the first stage, RMSNorm,
@@ -22,17 +26,17 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    softmax cross-entropy on the last, under `--check` against the
    unsharded, unpipelined reference built into the executable, with the
    tolerance of the example's `# check-run:` line; gpipe, 1f1b and
-   zero-bubble, M = 2 and 4, and zb-h2, M = 4, on threads.
+   zb-h1, M = 2 and 4, and zb-h2, M = 4, on threads.
 3. Pipelined inference: examples/llama2_13b.ein's forward with its layers
    on Z (mesh Z=2, Y=2), M = 1, 2, 4, its logits under `--check`.
 4. A program with no param before the block (the backward's gradient has
    no reader on the first stage, which the others still send it), under
-   `--check`, with 1f1b and zero-bubble; and a forward whose output is
+   `--check`, with 1f1b and zb-h1; and a forward whose output is
    the block's carried value itself (the last hidden state: an output the
    first stage still sends on), under `--check`, also gathered over the
    axis that splits the batch in the input (each microbatch's rows placed
    per device block).
-5. The split backward in `--print-after=pipeline` for zero-bubble and
+5. The split backward in `--print-after=pipeline` for zb-h1 and
    zb-h2: two reverse loops over L, the first computing no weight gradient
    and the second every one (dWin, dWout stacked per layer), the values
    crossing from the first to the second stacked per layer, the
@@ -45,7 +49,7 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    (B = 512, D = E = 32, F = 64, where the planner reduces each layer's
    weight gradient over X inside the backward loop), its stacked params
    replicated over X (DP: AllReduce) or split over X (FSDP, Win[L_Z, D_X,
-   F]: ReduceScatter), trained 3 steps under gpipe, 1f1b, zero-bubble,
+   F]: ReduceScatter), trained 3 steps under gpipe, 1f1b, zb-h1,
    zb-h2 and interleaved (v = 2) with M = 4 (1f1b also M = 1 and 8),
    equals NumPy's whole-batch
    steps to 1e-9 relative; `--dump-ir` has no collective of dWin or dWout
@@ -58,7 +62,7 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
    did) and the run equals NumPy's f64 steps to 2e-2 relative (bf16's
    rounding; measured 6.4e-3, the same as with the collective per
    microbatch).  FSDP with `--grad-sync=microbatch` (1f1b and
-   zero-bubble, M = 4) keeps one ReduceScatter of each stacked gradient
+   zb-h1, M = 4) keeps one ReduceScatter of each stacked gradient
    inside the backward loop, its reason saying so, none after, equals
    NumPy to 1e-9, and `--profile` counts it as often as the layer's
    einsum.  With --mpi, DP and FSDP under 1f1b (M = 4), FSDP per
@@ -66,7 +70,7 @@ shard the layer dim over a mesh axis Z, docs/pipeline.md) against NumPy.
 7. `--stats`: with M = 8, 1f1b holds at most Z microbatches' activations
    on stage 0 where gpipe holds all 8, so the peak bytes of device 0 (the
    first stage) must be lower under 1f1b; and zb-h2 holds up to 2Z - 1
-   where zero-bubble holds Z, so device 0's peak must be higher under
+   where zb-h1 holds Z, so device 0's peak must be higher under
    zb-h2.
 
 With --mpi, five of the MLP's configurations (zb-h2 with M = 4 on Z = 4
@@ -83,6 +87,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -186,9 +191,9 @@ def mlp_configs(quick):
     --quick a handful."""
     out = []
     for mesh in MESHES:
-        for sched in ("gpipe", "1f1b", "zero-bubble", "zb-h2"):
+        for sched in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
             for i, m in enumerate((1, 2, 4, 8)):
-                # zero-bubble and zb-h2 with 1f1b's optimizer, to compare
+                # zb-h1 and zb-h2 with 1f1b's optimizer, to compare
                 opt = ("sgd", "adamw")[(i + (sched != "gpipe")) % 2]
                 if sched != "zb-h2" or m >= 4:
                     out.append((mesh, opt, sched, m))
@@ -215,9 +220,10 @@ def run_mlp(a, work, tally):
         np.save(os.path.join(work, k + ".npy"), v)
     refs = {opt: mlp_reference(vals, opt) for opt in OPTIMIZERS}
     mpi = [("Z=2 x X=2, TP on X", "adamw", "1f1b", 4), ("Z=4", "sgd", "gpipe", 2),
-           ("Z=2 x X=2, TP on X", "adamw", "zero-bubble", 4), ("Z=4", "adamw", "zero-bubble", 8),
+           ("Z=2 x X=2, TP on X", "adamw", "zb-h1", 4), ("Z=4", "adamw", "zb-h1", 8),
            ("Z=4", "sgd", "zb-h2", 4)]
     one_f_one_b = {}  # (runtime, mesh, optimizer, M): 1f1b's losses and params
+    split = {}  # (runtime, mesh, optimizer, M, schedule): zb-h1's and zb-h2's
     for rt, (mesh, opt, sched, m) in selected(a, mlp_configs(a.quick), mpi):
         title = "mlp %s, %s, %s, M=%d (%s)" % (mesh, opt, sched, m, rt)
         mesh_line, ins, fx = MESHES[mesh]
@@ -234,11 +240,64 @@ def run_mlp(a, work, tally):
         key, also = (rt, mesh, opt, m), ""
         if sched == "1f1b":
             one_f_one_b[key] = (got_losses, got_w)
-        elif sched in ("zero-bubble", "zb-h2") and key in one_f_one_b:
+        elif sched in ("zb-h1", "zb-h2") and key in one_f_one_b:
             problems += against_1f1b(one_f_one_b[key], got_losses, got_w)
             also = " and as 1f1b"
+        if sched in ("zb-h1", "zb-h2"):
+            split[key + (sched,)] = (got_losses, got_w)
         tally.result(not problems, "%s: %d steps, loss %.6f -> %.6f as NumPy%s" %
                      (title, STEPS, want_losses[0], want_losses[-1], also), "\n".join(problems))
+    if not a.mpi_only:
+        run_alias(a, work, tally, vals, split)
+
+
+def pipe_totals(a, src, flags):
+    """totals.pipeline of `src` compiled with `flags`, or {}."""
+    p = subprocess.run([a.einc, src, "--dump-ir=json"] + flags, stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    return json.loads(p.stdout)["totals"]["pipeline"] if p.returncode == 0 else {}
+
+
+def run_alias(a, work, tally, vals, split):
+    """--schedule=zero-bubble compiles zb-h2 where its stages fit the HBM
+    (the default profile's, tpu-v5e) and zb-h1 under an HBM between the
+    two (a copy of hw/tpu-v5e.json): its losses and params after STEPS
+    steps are bitwise those of the schedule it resolved to (the choice
+    itself: tests/cost/test_pipe_zb_auto.py)."""
+    mesh, opt, m = "Z=2 x X=2, TP on X", "adamw", 4
+    mesh_line, ins, fx = MESHES[mesh]
+    src = os.path.join(work, "mlp.ein")
+    with open(src, "w") as f:
+        f.write(MLP.format(MESH=mesh_line, IN=ins, FX=fx, OPT=OPTIMIZERS[opt]))
+    mflag = "--microbatches=%d" % m
+    mem = {s: pipe_totals(a, src, [mflag, "--schedule=" + s]).get("stage_memory") for s in ("zb-h1", "zb-h2")}
+    if mem["zb-h1"] is None or mem["zb-h2"] is None or not mem["zb-h1"] < mem["zb-h2"]:
+        tally.result(False, "mlp %s, M=%d: zb-h1's stage needs less than zb-h2's: %s" % (mesh, m, mem), "")
+        return
+    hw = json.load(open(os.path.join(os.path.dirname(a.example), "..", "hw", "tpu-v5e.json")))
+    hw["hbm_bytes"] = (mem["zb-h1"] + mem["zb-h2"]) / 2
+    small = os.path.join(work, "v5e_between.json")
+    with open(small, "w") as f:
+        json.dump(hw, f)
+    for want, hwflags in (("zb-h2", []), ("zb-h1", ["--hw", small])):
+        title = "mlp %s, %s, zero-bubble, M=%d%s (threads)" % (mesh, opt, m,
+                                                               " on an HBM between" if hwflags else "")
+        ref = split.get(("threads", mesh, opt, m, want)) if not hwflags else None
+        if ref is None:
+            failed, out, *ref = train(a, "threads", src, [mflag, "--schedule=" + want] + hwflags, work, vals, "")
+            if failed:
+                tally.result(False, "%s: %s compiled as %s" % (title, want, failed), out)
+                continue
+        got = pipe_totals(a, src, [mflag, "--schedule=zero-bubble"] + hwflags).get("schedule")
+        tally.result(got == want, "%s: compiles %s (%s)" % (title, want, got), "")
+        failed, out, losses, w = train(a, "threads", src, [mflag, "--schedule=zero-bubble"] + hwflags, work,
+                                       vals, "")
+        if failed:
+            tally.result(False, title + ": " + failed, out)
+            continue
+        same = losses == ref[0] and all(np.array_equal(w[n], ref[1][n]) for n in ref[1])
+        tally.result(same, "%s: losses and params bitwise %s's" % (title, want),
+                     "losses %s, %s %s" % (losses, want, ref[0]))
 
 
 def train(a, rt, src, flags, work, vals, prefix):
@@ -287,7 +346,7 @@ def against_numpy(ref, losses, params, tol=1e-9):
 
 
 def against_1f1b(ref, got_losses, got_w):
-    """What differs (beyond 1e-12 relative) between zero-bubble's (or
+    """What differs (beyond 1e-12 relative) between zb-h1's (or
     zb-h2's) losses and params and 1f1b's, `ref`."""
     problems = []
     for i, (g, w) in enumerate(zip(got_losses, ref[0])):
@@ -339,9 +398,9 @@ def checked(a, tally, title, src, exe, flags, rt, check_run, pattern):
 
 def run_llama(a, work, tally):
     src, dims, check_run = llama_source(a, work)
-    threads = [("1f1b", 4), ("zero-bubble", 2)] if a.quick else [
-        (s, m) for s in ("gpipe", "1f1b", "zero-bubble") for m in (2, 4)] + [("zb-h2", 4)]
-    for rt, (sched, m) in selected(a, threads, [("1f1b", 2), ("zero-bubble", 4)]):
+    threads = [("1f1b", 4), ("zb-h1", 2)] if a.quick else [
+        (s, m) for s in ("gpipe", "1f1b", "zb-h1") for m in (2, 4)] + [("zb-h2", 4)]
+    for rt, (sched, m) in selected(a, threads, [("1f1b", 2), ("zb-h1", 4)]):
         # The summary line names the worst output.
         checked(a, tally, "llama %s, M=%d (%s)" % (sched, m, rt), src, os.path.join(work, "llama_" + rt),
                 dims + ["--microbatches=%d" % m, "--schedule=" + sched], rt, check_run,
@@ -372,7 +431,7 @@ def run_no_pre(a, work, tally):
     src = os.path.join(work, "no_pre.ein")
     with open(src, "w") as f:
         f.write(NO_PRE)
-    for rt, (sched, m) in selected(a, [("1f1b", 4), ("zero-bubble", 4)], []):
+    for rt, (sched, m) in selected(a, [("1f1b", 4), ("zb-h1", 4)], []):
         checked(a, tally, "no param before the block, %s, M=%d (%s)" % (sched, m, rt), src,
                 os.path.join(work, "no_pre_" + rt), ["--microbatches=%d" % m, "--schedule=" + sched], rt,
                 ["--steps", "2"], r"check: largest max_rel_err=.*")
@@ -431,7 +490,7 @@ def run_split_ir(a, work, tally):
     with open(src, "w") as f:
         f.write(MLP.format(MESH="Z = 2, X = 2", IN="B, D", FX="_X", OPT=OPTIMIZERS["sgd"]))
     exe = os.path.join(work, "split")
-    for sched in ("gpipe", "zero-bubble", "zb-h2"):
+    for sched in ("gpipe", "zb-h1", "zb-h2"):
         rc, out = compile_prog(a, src, exe, ["--microbatches=4", "--schedule=" + sched,
                                              "--print-after=pipeline"])
         loops = loop_bodies(out) if rc == 0 else []
@@ -465,7 +524,7 @@ def run_split_ir(a, work, tally):
         if len(rows) != 2 or any(" W%d" % k not in r for r in rows for k in range(4)):
             problems.append("the table has not W0 .. W3 on each stage: %r" % rows)
         # zb-h2's first stage runs 2Z - 1 = 3 forwards before its first B,
-        # where zero-bubble's (ZB-H1) waits a slot after Z = 2.
+        # where zb-h1's (ZB-H1) waits a slot after Z = 2.
         warm = "| F0 F1 F2 B0" if sched == "zb-h2" else "| F0 F1 .  B0"
         if len(rows) == 2 and warm not in rows[0]:
             problems.append("stage 0's row does not start %r: %r" % (warm, rows[0]))
@@ -547,12 +606,12 @@ def run_grad_once(a, work, tally):
         np.save(os.path.join(work, "gb" + k + ".npy"), v.astype(np.float32))  # read into bf16
     ref = mlp_reference(vals, "sgd")
     threads = [(kind, sched, m) for kind in ("DP", "FSDP") for sched, m in
-               (("gpipe", 4), ("1f1b", 1), ("1f1b", 4), ("1f1b", 8), ("zero-bubble", 4), ("zb-h2", 4),
+               (("gpipe", 4), ("1f1b", 1), ("1f1b", 4), ("1f1b", 8), ("zb-h1", 4), ("zb-h2", 4),
                                 ("interleaved", 4))]
     if a.quick:
         threads = [c for c in threads if c[1] == "1f1b" and c[2] == 4]
     threads.append(("DP bf16", "1f1b", 8))
-    threads += [("FSDP per microbatch", s, 4) for s in (("1f1b",) if a.quick else ("1f1b", "zero-bubble"))]
+    threads += [("FSDP per microbatch", s, 4) for s in (("1f1b",) if a.quick else ("1f1b", "zb-h1"))]
     mpi = [("DP", "1f1b", 4), ("FSDP", "1f1b", 4), ("FSDP per microbatch", "1f1b", 4)]
     for rt, (kind, sched, m) in selected(a, threads, mpi):
         per_mb = kind in GRAD_FLAGS
@@ -602,7 +661,7 @@ def run_stats(a, work, tally):
     with open(src, "w") as f:
         f.write(MLP.format(MESH="Z = 2", IN="B, D", FX="", OPT=OPTIMIZERS["sgd"]))
     peaks = {}
-    for sched in ("gpipe", "1f1b", "zero-bubble", "zb-h2"):
+    for sched in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
         exe = os.path.join(work, "stats_" + sched)
         rc, out = compile_prog(a, src, exe, ["--microbatches=8", "--schedule=" + sched])
         if rc == 0:
@@ -614,9 +673,9 @@ def run_stats(a, work, tally):
     tally.result(peaks["1f1b"] < peaks["gpipe"],
                  "--stats M=8, stage 0's peak: 1f1b %d bytes < gpipe %d bytes" %
                  (peaks["1f1b"], peaks["gpipe"]))
-    tally.result(peaks["zero-bubble"] < peaks["zb-h2"],
-                 "--stats M=8, stage 0's peak: zero-bubble %d bytes < zb-h2 %d bytes (Z against 2Z - 1 held)" %
-                 (peaks["zero-bubble"], peaks["zb-h2"]))
+    tally.result(peaks["zb-h1"] < peaks["zb-h2"],
+                 "--stats M=8, stage 0's peak: zb-h1 %d bytes < zb-h2 %d bytes (Z against 2Z - 1 held)" %
+                 (peaks["zb-h1"], peaks["zb-h2"]))
 
 
 def arguments(doc):

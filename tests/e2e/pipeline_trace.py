@@ -115,9 +115,9 @@ def check_trace(t, path, Z, ndev, devs_per_stage, schedule, M, what):
         mine = [e for e in spans if e["tid"] == d]
         items = [e for e in mine if e["name"] != "recv wait"]
         names = [e["name"] for e in items]
-        split = schedule in ("zero-bubble", "zb-h2")
+        split = schedule in ("zb-h1", "zb-h2")
         if split:
-            limit = Z if schedule == "zero-bubble" else 2 * Z - 1
+            limit = Z if schedule == "zb-h1" else 2 * Z - 1
             problems = zero_bubble_problems(items, Z, M, limit)
             if schedule == "zb-h2":
                 warm = min(2 * (Z - z) - 1, M)
@@ -179,7 +179,7 @@ def main():
         with open(src, "w") as f:
             f.write(source(mesh, bshard, fshard))
         ndev = 4
-        for schedule in ["gpipe", "1f1b", "zero-bubble", "zb-h2"]:
+        for schedule in ["gpipe", "1f1b", "zb-h1", "zb-h2"]:
             for M in [4] if schedule == "zb-h2" else [1, 4]:
                 what = "%s %s M=%d" % (key, schedule, M)
                 runtimes = ["threads"] + (["mpi"] if a.mpi and key == "Z4" else [])

@@ -76,11 +76,11 @@ def table_rows(a, src, flags):
 
 
 def run_bitwise(a, work, tally, vals, refs):
-    threads = [("Z=2 x X=2, TP on X", "zero-bubble", 4), ("Z=4", "zero-bubble", 8),
+    threads = [("Z=2 x X=2, TP on X", "zb-h1", 4), ("Z=4", "zb-h1", 8),
                ("Z=2 x X=2, TP on X", "zb-h2", 8), ("Z=4", "zb-h2", 4)]
     if a.quick:
         threads = threads[1:2]
-    mpi = [("Z=4", "zero-bubble", 8), ("Z=4", "zb-h2", 4)]
+    mpi = [("Z=4", "zb-h1", 8), ("Z=4", "zb-h2", 4)]
     for rt, (mesh, sched, m) in pp.selected(a, threads, mpi):
         src = write_mlp(work, mesh)
         title = "mlp %s, %s, M=%d (%s): --w-fill=greedy" % (mesh, sched, m, rt)
@@ -102,7 +102,7 @@ def run_bitwise(a, work, tally, vals, refs):
 
 
 def run_trace(a, work, tally):
-    for mesh, sched, m, z_size in (("Z=4", "zero-bubble", 8, 4), ("Z=4", "zb-h2", 8, 4)):
+    for mesh, sched, m, z_size in (("Z=4", "zb-h1", 8, 4), ("Z=4", "zb-h2", 8, 4)):
         src = write_mlp(work, mesh)
         flags = ["--microbatches=%d" % m, "--schedule=" + sched, "--w-fill=greedy"]
         rows, info = table_rows(a, src, flags)
@@ -120,7 +120,7 @@ def run_trace(a, work, tally):
         events = json.load(open(tr))["traceEvents"]
         spans = [e for e in events if e.get("ph") == "X" and e.get("cat") == "pipeline"
                  and e["name"] != "recv wait"]
-        limit = z_size if sched == "zero-bubble" else 2 * z_size - 1
+        limit = z_size if sched == "zb-h1" else 2 * z_size - 1
         problems, early = [], 0
         for d in range(z_size):
             items = sorted((e for e in spans if e["tid"] == d), key=lambda e: e["ts"])
@@ -141,7 +141,7 @@ def run_stats(a, work, tally):
     peaks = {}
     for fill in ("static", "greedy"):
         exe = os.path.join(work, "stats_" + fill)
-        rc, out = pp.compile_prog(a, src, exe, ["--microbatches=8", "--schedule=zero-bubble", "--w-fill=" + fill])
+        rc, out = pp.compile_prog(a, src, exe, ["--microbatches=8", "--schedule=zb-h1", "--w-fill=" + fill])
         if rc == 0:
             rc, out = run_merged([exe, "--random-inputs", "1", "--stats"])
         peaks[fill] = [pp.peak_bytes(out, d) for d in range(4)] if rc == 0 else None
@@ -159,7 +159,7 @@ def run_stats(a, work, tally):
 def run_llama(a, work, tally):
     src, dims, check_run = pp.llama_source(a, work)
     pp.checked(a, tally, "llama zero-bubble, M=4, --w-fill=greedy (threads)", src, os.path.join(work, "llama"),
-               dims + ["--microbatches=4", "--schedule=zero-bubble", "--w-fill=greedy"], "threads", check_run,
+               dims + ["--microbatches=4", "--schedule=zb-h1", "--w-fill=greedy"], "threads", check_run,
                r"check: largest max_rel_err=.*")
 
 
@@ -175,7 +175,7 @@ def run_flag(a, work, tally, vals):
         runs[fill] = (losses, w) if not failed else None
     ok = runs["static"] and runs["greedy"] and not bitwise_problems(runs["static"], runs["greedy"])
     tally.result(bool(ok), "1f1b (no W items) accepts --w-fill=greedy and runs as static")
-    rc, out = run_merged([a.einc, src, "-o", os.path.join(work, "bad"), "--schedule=zero-bubble",
+    rc, out = run_merged([a.einc, src, "-o", os.path.join(work, "bad"), "--schedule=zb-h1",
                           "--w-fill=sometimes"])
     tally.result(rc != 0 and "--w-fill wants static or greedy, not 'sometimes'" in out,
                  "--w-fill=sometimes is refused naming the values", out)

@@ -112,7 +112,7 @@ def main():
     for c in pp.values():
         p = c["pipeline"]
         check(p["stages"] == c["mesh"]["X"] and p["microbatches"] >= 1 and 256 % p["microbatches"] == 0
-              and p["schedule"] in ("1f1b", "zero-bubble", "zb-h2", "interleaved", "gpipe") and 0 <= p["bubble"] < 1,
+              and p["schedule"] in ("1f1b", "zb-h1", "zb-h2", "interleaved", "gpipe") and 0 <= p["bubble"] < 1,
               f"pipeline fields {c}")
     n += 1
     with tempfile.TemporaryDirectory() as work:

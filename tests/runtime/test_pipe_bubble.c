@@ -210,11 +210,11 @@ static void test_bubble_zero_bubble(void)
     };
     put_rows(trace, rows, (int)(sizeof rows / sizeof rows[0]));
     rt_program p = two_stages(1, 0.25);
-    p.info = "# pipeline over Z: 2 stages; schedule zero-bubble, one slot per item\n";
+    p.info = "# pipeline over Z: 2 stages; schedule zb-h1, one slot per item\n";
     rt_job job = {.prog = &p, .launcher = &threads_launcher, .repeat = 2, .trace_cap = CAP,
                   .trace = trace};
     char *out = printed(rt_pipe_bubble_print, &job);
-    CU_ASSERT_STRING_EQUAL(out, "pipeline: 2 stages, 1 microbatches, zero-bubble: measured bubble "
+    CU_ASSERT_STRING_EQUAL(out, "pipeline: 2 stages, 1 microbatches, zb-h1: measured bubble "
                                 "33.1% (median over 2 runs), predicted 25.0%\n");
     free(out);
 }
