@@ -299,13 +299,23 @@ double cost_measured_ew_bw(const cost_hw *hw, double bytes)
     return interp_log(hw->ew_bytes, hw->ew_bw, hw->ew_npoints, bytes);
 }
 
+/* The bandwidth is looked up at the bytes of the add whose result is the
+ * same size when a streamed loop reads less than that add (3 x written):
+ * w is the ratio of the scale to the add over the same arrays
+ * (calibrate/profile.c, write_weight), so the scale of arrays of S bytes
+ * is priced at the add's bandwidth for 3S bytes, as it was measured.  At
+ * its own 2S bytes the curve is the add's over smaller arrays, faster
+ * near the last-level cache's size: a unary loop over 8 MiB per device
+ * was priced 16% under what its device took (docs/performance-history.md,
+ * section 5, "The unary loop's memory time"). */
 double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, bool streamed)
 {
     double bytes = read + written;
     if (bytes <= 0)
         return 0;
     double w = streamed ? hw->ew_write_weight : 1;
-    return (read + w * written) * 3 / (2 + w) / cost_measured_ew_bw(hw, bytes);
+    double at = streamed ? fmax(bytes, 3 * written) : bytes;
+    return (read + w * written) * 3 / (2 + w) / cost_measured_ew_bw(hw, at);
 }
 
 double cost_measured_gemm_rate(const cost_hw *hw, ir_dtype t, double flops)

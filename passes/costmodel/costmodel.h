@@ -364,7 +364,10 @@ double cost_measured_ew_bw(const cost_hw *hw, double bytes);
  * pays 2 + w for its 3 bytes an element, so the time is (read + w
  * written) * 3 / (2 + w) / that bandwidth.  With w = 1 (profiles without
  * the figure, and results with ordinary stores) it is the bytes over the
- * bandwidth. */
+ * bandwidth.  A streamed result's loop takes the bandwidth at max(read +
+ * written, 3 written): one that reads less than the add writing its
+ * result is priced from that add, since w is the scale's time over the
+ * add's on the same arrays (calibrate/profile.c, write_weight). */
 double cost_measured_ew_seconds(const cost_hw *hw, double read, double written, bool streamed);
 
 /* GEMM FLOP/s of a calibrated profile for an einsum of `flops` per device

@@ -100,6 +100,23 @@ static void test_curve_and_contention(void)
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e5), 2e10, 1);  /* clamped below */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e9), 4e9, 1);   /* clamped above */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_bw(&hw, 1e7), 1.2e10, 1); /* halfway in log(bytes) */
+    /* A streamed loop's bytes at the curve of the add whose result is the
+     * same size (cost_measured_ew_seconds), since the write weight w is
+     * the scale's time over the add's on the same arrays
+     * (calibrate/profile.c, write_weight).  A scale writing S = 1e7 / 3
+     * bytes, w = 0.5: (S + 0.5 S) * 3 / 2.5 = 1.8 S = 6e6 byte-times at the
+     * add's 3 S = 1e7 bytes, 1.2e10 B/s: 5e-4 s (at its own 2 S, 6.7e6
+     * bytes, the curve is faster, 1.34e10 B/s).  A loop reading 3 S moves
+     * more than that add: its own 4 S bytes.  Ordinary stores: w = 1 at
+     * the bytes moved. */
+    hw.ew_write_weight = 0.5;
+    double s = 1e7 / 3;
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_seconds(&hw, s, s, true), 5e-4, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_seconds(&hw, 3 * s, s, true),
+                           3.5 * s * 3 / 2.5 / cost_measured_ew_bw(&hw, 4 * s), 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_ew_seconds(&hw, s, s, false),
+                           2 * s / cost_measured_ew_bw(&hw, 2 * s), 1e-12);
+    CU_ASSERT(cost_measured_ew_bw(&hw, 2 * s) > 1.33e10);
     /* GEMM rate by size; a dtype without a curve uses peak_flops. */
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_gemm_rate(&hw, IR_F32, 1e8), 4e10, 1);
     CU_ASSERT_DOUBLE_EQUAL(cost_measured_gemm_rate(&hw, IR_F32, 1e12), 2e10, 1);
