@@ -169,6 +169,20 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
         snprintf(err, errlen, "out of memory");
         rc = -1;
     }
+    /* The schedules priced at each M: --schedule's, or every one; for
+     * --schedule=zero-bubble zb-h2, then zb-h1 when zb-h2's stage does not
+     * fit the HBM, as the pipeline pass resolves it
+     * (pass_pipeline_resolve_zb): one row per M. */
+    bool zb_auto = opts->schedule == PP_ZB_AUTO;
+    int cands[PP_SCHEDULE_COUNT], ncand = 0;
+    if (zb_auto) {
+        cands[ncand++] = PP_ZB_H2;
+        cands[ncand++] = PP_ZB_H1;
+    } else {
+        for (int s = 0; s < PP_SCHEDULE_COUNT; s++)
+            if (opts->schedule < 0 || s == opts->schedule)
+                cands[ncand++] = s;
+    }
     for (int mb = 1; rc == 0 && mb <= 64 && p->n < ANALYZE_PIPE_MAX; mb *= 2) {
         if (opts->microbatches > 0 ? mb != opts->microbatches : t->batch_size % ((int64_t)mb * parts) != 0)
             continue;
@@ -178,15 +192,9 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
         rc = work_at(m, t, size, true, false, &w[0], err, errlen);
         if (rc == 0)
             rc = work_at(m, t, size, false, true, &w[1], err, errlen);
-        /* --schedule=zero-bubble: zb-h2, or zb-h1 when zb-h2's stage does
-         * not fit the HBM, as the pipeline pass resolves it
-         * (pass_pipeline_resolve_zb); one row per M. */
-        bool zb_auto = opts->schedule == PP_ZB_AUTO;
         double h2_memory = 0;
-        for (int s = zb_auto ? PP_ZB_H2 : 0; rc == 0 && s >= 0 && s < PP_SCHEDULE_COUNT && p->n < ANALYZE_PIPE_MAX;
-             s = zb_auto ? (s == PP_ZB_H2 ? PP_ZB_H1 : -1) : s + 1) {
-            if (opts->schedule >= 0 && !zb_auto && s != opts->schedule)
-                continue;
+        for (int k = 0; rc == 0 && k < ncand && p->n < ANALYZE_PIPE_MAX; k++) {
+            int s = cands[k];
             analyze_pipe_row *row = &p->rows[p->n];
             pp_params used;
             int r = pipe_price_chunks(&w[pp_schedule_splits((pp_schedule)s)], t->hw, z, p->layers / z, mb,
@@ -196,6 +204,11 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
             bool oom = false;
             if (r == 0)
                 r = fall_back(m, t, opts, size, s, mb, scratch, &used, row, names, &nkept, err, errlen);
+            if (r == 0 && zb_auto && s == PP_ZB_H2) {
+                h2_memory = row->memory;
+                if (t->hw->hbm_bytes > 0 && row->memory > t->hw->hbm_bytes)
+                    continue; /* zb-h1 instead */
+            }
             /* A copy: the names are m's, freed below. */
             if (r == 0 && (p->kept[p->n] = copy_names(names, nkept, &oom), p->nkept[p->n] = nkept, oom)) {
                 snprintf(err, errlen, "out of memory");
@@ -205,15 +218,6 @@ int analyze_pipe_run(analyze_pipe *p, const analyze_table *t, const analyze_pipe
                 rc = -1;
             if (r != 0)
                 continue;
-            if (zb_auto && s == PP_ZB_H2) {
-                h2_memory = row->memory;
-                if (t->hw->hbm_bytes > 0 && row->memory > t->hw->hbm_bytes) { /* zb-h1 instead */
-                    free(p->kept[p->n]);
-                    p->kept[p->n] = NULL;
-                    p->nkept[p->n] = 0;
-                    continue;
-                }
-            }
             p->zb_h2_memory[p->n] = zb_auto ? h2_memory : 0;
             if (p->best < 0 || row->step < p->rows[p->best].step) {
                 p->best = p->n;

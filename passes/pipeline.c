@@ -111,13 +111,19 @@ static bool check_chunks(const char *v, char *why, size_t n)
     return false;
 }
 
-/* The ir_grad_sync --grad-sync=v names, or -1 when v names none. */
-static int grad_sync_lookup(const char *v)
+/* The value in [0, count) that `name` spells v (ir_grad_sync_name,
+ * ir_w_fill_name), or -1 when v names none. */
+static int name_lookup(const char *v, int count, const char *(*name)(int))
 {
-    for (int i = 0; v && i < IR_GRAD_SYNC_COUNT; i++)
-        if (strcmp(v, ir_grad_sync_name(i)) == 0)
+    for (int i = 0; v && i < count; i++)
+        if (strcmp(v, name(i)) == 0)
             return i;
     return -1;
+}
+
+static int grad_sync_lookup(const char *v)
+{
+    return name_lookup(v, IR_GRAD_SYNC_COUNT, ir_grad_sync_name);
 }
 
 static bool check_grad_sync(const char *v, char *why, size_t n)
@@ -128,13 +134,9 @@ static bool check_grad_sync(const char *v, char *why, size_t n)
     return false;
 }
 
-/* The ir_w_fill --w-fill=v names, or -1 when v names none. */
 static int w_fill_lookup(const char *v)
 {
-    for (int i = 0; v && i < IR_W_FILL_COUNT; i++)
-        if (strcmp(v, ir_w_fill_name(i)) == 0)
-            return i;
-    return -1;
+    return name_lookup(v, IR_W_FILL_COUNT, ir_w_fill_name);
 }
 
 static bool check_w_fill(const char *v, char *why, size_t n)
