@@ -94,12 +94,13 @@ static const int64_t GEMM_RESULT_SHAPES[NGEMM_RESULT][3] = {
     {512, 128, 128}, {512, 512, 128}, {512, 128, 512}};
 /* The first of GEMM_RESULT_SHAPES that f32 and f64 are timed at too, as
  * points of their curves: a layer's projections (K = 128 in, K = 512 out)
- * at 67 MFLOP run at the rate of the 512^3 GEMM (268 MFLOP), not at the
- * one the curve interpolated between it and 256^3 (33.5 MFLOP, about a
- * fifth slower), which priced them 14% over what they took (issue 28).
- * The 16.8 MFLOP shape stays out: it would become the curve's smallest
- * point, at which the batched GEMMs of attention below it, slower per
- * FLOP, are clamped. */
+ * at 67 MFLOP run near the rate of the 512^3 GEMM (268 MFLOP; 0.9 of it
+ * timed alone, 0.97 in fortunes_transformer's layers), where the curve
+ * had only the interpolation between it and 256^3 (33.5 MFLOP, a fifth
+ * slower) to price them by, 14% over what they took (issue 28;
+ * docs/cost-model.md, "The layer's point").  The 16.8 MFLOP shape stays
+ * out: it would become the curve's smallest point, at which the batched
+ * GEMMs of attention below it, slower per FLOP, are clamped. */
 #define GEMM_LAYER_FIRST 1
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
