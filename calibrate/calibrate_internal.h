@@ -92,6 +92,16 @@ static const int64_t GEMM_SHAPES[NGEMM][3] = {
 #define NGEMM_RESULT 3
 static const int64_t GEMM_RESULT_SHAPES[NGEMM_RESULT][3] = {
     {512, 128, 128}, {512, 512, 128}, {512, 128, 512}};
+/* The first of GEMM_RESULT_SHAPES that f32 and f64 are timed at too, as
+ * points of their curves: a layer's projections (K = 128 in, K = 512 out)
+ * at 67 MFLOP run near the rate of the 512^3 GEMM (268 MFLOP; 0.9 of it
+ * timed alone, 0.97 in fortunes_transformer's layers), where the curve
+ * had only the interpolation between it and 256^3 (33.5 MFLOP, a fifth
+ * slower) to price them by, 14% over what they took (issue 28;
+ * docs/cost-model.md, "The layer's point").  The 16.8 MFLOP shape stays
+ * out: it would become the curve's smallest point, at which the batched
+ * GEMMs of attention below it, slower per FLOP, are clamped. */
+#define GEMM_LAYER_FIRST 1
 /* Elementwise array elements per device. */
 static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
 /* Runs per process of the elementwise curve's program (stream.c), at
@@ -141,6 +151,7 @@ typedef struct cal_state {
     double gemm_time[3];    /* their seconds summed, per dtype */
     int ngemm[3];           /* shapes measured per dtype */
     double gemm_result_s[NGEMM_RESULT]; /* seconds of the bf16 GEMMs of GEMM_RESULT_SHAPES, 0 if not timed */
+    double gemm_layer_s[2][NGEMM_RESULT]; /* seconds of the f32 and f64 GEMMs of GEMM_RESULT_SHAPES from GEMM_LAYER_FIRST, 0 if not timed */
     double ew[NEW];         /* elementwise bytes/s per size */
     int new_;               /* sizes measured */
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */

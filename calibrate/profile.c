@@ -92,7 +92,9 @@ static int add_gemm_point(gemm_point *pts, int n, double flop, double t)
 }
 
 /* Adds dtype d's array to `gc`: FLOP/s by FLOPs per device, ascending, of
- * the square GEMMs and, for bf16, the skinny ones of GEMM_RESULT_SHAPES.
+ * the square GEMMs and the skinny ones of GEMM_RESULT_SHAPES (bf16's
+ * all, f32's and f64's from GEMM_LAYER_FIRST; those of equal FLOPs share a
+ * point, their mean time).
  * With `per_result` > 0 (seconds per result element, bf16's) each rate is
  * that of the multiply-adds alone: its GEMM's time less its result's
  * elements at per_result, which the cost model adds back at the priced
@@ -107,6 +109,12 @@ static void add_gemm_curve(cJSON *gc, const cal_state *c, int d, double per_resu
         if (c->gemm_at[d][k] > 0)
             n = add_gemm_point(pts, n, flop,
                                flop / c->gemm_at[d][k] - per_result * (double)(sh[0] * sh[2]));
+    }
+    for (int r = GEMM_LAYER_FIRST; d < 2 && r < NGEMM_RESULT; r++) {
+        const int64_t *sh = GEMM_RESULT_SHAPES[r];
+        if (c->gemm_layer_s[d][r] > 0)
+            n = add_gemm_point(pts, n, 2.0 * (double)sh[0] * (double)sh[1] * (double)sh[2],
+                               c->gemm_layer_s[d][r] - per_result * (double)(sh[0] * sh[2]));
     }
     for (int r = 0; d == 2 && r < NGEMM_RESULT; r++) {
         const int64_t *sh = GEMM_RESULT_SHAPES[r];

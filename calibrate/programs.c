@@ -238,6 +238,16 @@ static int write_compute_program(cal_state *c, const char *file)
         fprintf(f, "GR%d[RM%d_X, RN%d] = GRA%d[RM%d, RK%d] * GRB%d[RK%d, RN%d]\noutput GR%d\n", r,
                 r, r, r, r, r, r, r, r, r);
     }
+    /* f32 and f64 at the layer's shapes too (GEMM_LAYER_FIRST): points of
+     * their curves between the square ones, whatever --quick says. */
+    for (int t = 0; t < 2; t++)
+        for (int r = GEMM_LAYER_FIRST; r < NGEMM_RESULT; r++) {
+            const char *dt = DT_NAME[t];
+            fprintf(f, "input GLA%s%d[RM%d_X, RK%d] : %s\ninput GLB%s%d[RK%d, RN%d] : %s\n", dt, r, r,
+                    r, dt, dt, r, r, r, dt);
+            fprintf(f, "GL%s%d[RM%d_X, RN%d] = GLA%s%d[RM%d, RK%d] * GLB%s%d[RK%d, RN%d]\n"
+                    "output GL%s%d\n", dt, r, r, r, dt, r, r, r, dt, r, r, r, dt, r);
+        }
     /* Each unary function: its time beyond that of neg, the cheapest, on
      * the same arrays (the same memory traffic).  The argument 6 * (A + B) has a
      * triangular distribution of standard deviation 4.9, like a
@@ -253,7 +263,8 @@ static int write_compute_program(cal_state *c, const char *file)
 }
 
 /* What one row of compute's profile says, by its result's name: a GEMM's
- * FLOP/s (GC) or a function's time (FN); the elementwise curve is
+ * FLOP/s (GC), a skinny GEMM's time (GR: bf16, GL: f32 and f64) or a
+ * function's time (FN); the elementwise curve is
  * stream.c's. */
 static void on_compute(const char *name, const char *kind, double t, void *arg)
 {
@@ -275,6 +286,13 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
             c->gemm_flop[d] += flop;
             c->gemm_time[d] += t;
             return;
+        }
+    } else if (!strncmp(name, "GL", 2)) {
+        for (int d = 0; d < 2; d++) {
+            size_t n = strlen(DT_NAME[d]);
+            int r = strncmp(name + 2, DT_NAME[d], n) == 0 ? atoi(name + 2 + n) : -1;
+            if (r >= GEMM_LAYER_FIRST && r < NGEMM_RESULT)
+                c->gemm_layer_s[d][r] = t;
         }
     } else if (!strncmp(name, "GR", 2) && name[2] >= '0' && name[2] <= '9') {
         int r = atoi(name + 2);

@@ -62,6 +62,15 @@ def check_profile(path, ranks, runtime):
     check(cal["cores"] == os.cpu_count(), "cores recorded")
     for k in ("bf16", "f32", "f64"):
         check(cal["gemm_flops"][k] > 0, "gemm_flops.%s > 0" % k)
+    # Every curve has a point at a layer's skinny GEMM (512 x 128 x 512 per
+    # device, 67 MFLOP), between the square 256^3 and 512^3: a projection
+    # runs at the large GEMMs' rate, which interpolating between the two
+    # squares priced a fifth slower (calibrate_internal.h, GEMM_LAYER_FIRST).
+    for k in ("bf16", "f32", "f64"):
+        flops = [p["flops"] for p in cal["gemm_curve"][k]]
+        check(flops == sorted(flops) and 2 * 512 * 128 * 512 in flops and
+              all(p["flops_per_s"] > 0 for p in cal["gemm_curve"][k]),
+              "gemm_curve.%s: ascending, a point at 512 x 128 x 512" % k)
     fns = cal.get("function_seconds_per_element", {})
     check("gelu" in fns and "exp" in fns, "functions gelu and exp measured")
     check(all(v >= 0 for v in fns.values()), "function costs >= 0")

@@ -7,7 +7,8 @@
  * result 4x the other's, differ by that figure times the difference, as
  * the layers' [B*T, D] x [D, F] and [B*T, F] x [F, D] products do on
  * oneDNN's route (docs/cost-model.md, "GEMM results").  A profile without
- * the figure prices the FLOPs alone, as before it.
+ * the figure prices the FLOPs alone, as before it.  The f32 curve's
+ * point at a layer's skinny shapes prices them at their own rate.
  */
 #include <math.h>
 
@@ -97,11 +98,35 @@ static void test_old_profile(void)
     CU_ASSERT_DOUBLE_EQUAL(f32, f / cost_measured_gemm_rate(&hw, IR_F32, f), 1e-15);
 }
 
+/* An f32 curve with the calibration's point at a layer's skinny shapes
+ * (67 MFLOP, between 256^3 and 512^3: calibrate_internal.h,
+ * GEMM_LAYER_FIRST): a [512, 128] x [128, 512] product is priced at that
+ * point's rate, where without it the interpolation between the squares
+ * priced it 14% slower, as fortunes_transformer's were (issue 28). */
+static void test_layer_point(void)
+{
+    cost_hw hw = forced_hw(0);
+    const double f = 2.0 * 512 * 128 * 512, sq[2] = {2.0 * 256 * 256 * 256, 2.0 * 512 * 512 * 512};
+    hw.gemm_npoints[IR_F32] = 3;
+    hw.gemm_flop[IR_F32][0] = sq[0], hw.gemm_flop[IR_F32][1] = f, hw.gemm_flop[IR_F32][2] = sq[1];
+    hw.gemm_rate[IR_F32][0] = 38e9, hw.gemm_rate[IR_F32][1] = 46e9, hw.gemm_rate[IR_F32][2] = 47e9;
+    double with = gemm_seconds(&hw, IR_F32, 512, 128, 512);
+    CU_ASSERT(fabs(with - f / 46e9) <= 1e-12 * with);
+    /* The same product on the curve of the squares alone: a third of the
+     * way (in log FLOPs) from 38 to 47 GFLOP/s. */
+    hw.gemm_npoints[IR_F32] = 2;
+    hw.gemm_flop[IR_F32][1] = sq[1], hw.gemm_rate[IR_F32][1] = 47e9;
+    double without = gemm_seconds(&hw, IR_F32, 512, 128, 512);
+    CU_ASSERT(fabs(without - f / 41e9) <= 1e-9 * without);
+    CU_ASSERT(without > 1.1 * with);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
         {"a bf16 GEMM's result elements are priced apart", test_result_priced},
         {"a profile without the figure prices FLOPs alone", test_old_profile},
+        {"a skinny 67 MFLOP product at the curve's layer point", test_layer_point},
     };
     einc_add_suite("GEMMs on a calibrated profile", tests, (int)(sizeof tests / sizeof tests[0]));
 }
