@@ -105,6 +105,11 @@ typedef struct cost_machine {
 #define COST_FN_CAL_ELEMS ((int64_t)1 << 22)
 #define COST_FN_CAL_READ 8.0
 #define COST_FN_CAL_WRITTEN 4.0
+/* The share of the calibration loop's memory time per element under
+ * which a function's streaming figure is taken for noise, not for
+ * arithmetic that bound the loop (fn_streaming_per_elem, cost_op.c):
+ * functions of one instruction measured up to 0.06 of it. */
+#define COST_FN_NOISE 0.1
 
 /* A hardware profile: one chip's figures, as read from hw/NAME.json. */
 typedef struct cost_hw {
