@@ -243,8 +243,9 @@ static bool fns_cached(const cost_hw *hw, const ir_op *op)
  * min(a, the roofline's figure) (relu, e 0.03 ns and a 0.05 against m_cal
  * 0.58: a unary loop over 8 MiB a device priced 1.29 ms by the roofline,
  * 0.74 so, 0.73-0.74 measured; exp, a 0.19: 1.30 and 1.04 against
- * 1.16-1.20).  A function free in cache (a = 0) gets e.  A function that added nothing (e = 0 < a) hid under m_cal; a
- * loop with less traffic hides less of it, in proportion:
+ * 1.16-1.20).  A function free in cache (a = 0) gets e.  A function that
+ * added nothing (e = 0 < a) hid under m_cal; a loop with less traffic
+ * hides less of it, in proportion:
  * a - min(a, a m / m_cal).  Without in-cache figures (profiles before
  * them, or a function they do not name) this is e, as before (docs/cost-model.md, "How the cost pass uses
  * it"; tests/cost/test_cost_ewfn.c). */
