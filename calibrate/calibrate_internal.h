@@ -101,20 +101,28 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
 #define STREAM_REPEAT 25
 /* Runs per process of the functions' and row groups' program, at least:
  * fewer than the curve's, as libm's tanh and log take 20-30 ns an element
- * and the program 50 ms or more a run; its ops take milliseconds, so the
- * fastest of 9 runs on each copy and device is seldom interrupted. */
-#define FNROW_REPEAT 10
+ * and a run a quarter of a second or more; the ops it compares take a
+ * millisecond or less, and run many times a run (neg before every other
+ * function, the row groups ROW_GROUP_TIMES times), so a fastest call of
+ * an undisturbed run is there for each. */
+#define FNROW_REPEAT 4
+/* Processes of that program per round (stream.c): the memory-bound ops'
+ * fastest calls differ more between processes than within one.  Each
+ * costs some 5 s beyond its runs, most of it its first run's page faults
+ * and the summary of its 2 GiB of outputs, so 3, not more: the quick
+ * calibration took about a minute with 4. */
+#define FNROW_PROCESSES 3
 /* Elements per device of the full mesh the functions are timed on
  * (fnrow.ein, stream.c; hot: every function reads the same two arrays,
  * which the op before just read), in pairs: the slope between a pair's
- * sizes is the time per element without the fixed cost of an op's call.  The first pair streams
- * from memory, as an elementwise op over a model's tensors does, so what
- * a function costs beyond neg there is what its loop does not hide under
- * its memory traffic; both sizes have results of IR_STREAM_MIN_BYTES or
- * more, which codegen streams (ir_ew_streams), as it does a model's, so
- * the slope is that of one kind of loop.  The second pair stays in
- * the second-level cache (3 x 128 KiB per device at the larger size, two
- * devices to a core): beyond neg it is the function's arithmetic, which a
+ * sizes is the time per element without the fixed cost of an op's call.
+ * The first pair streams from memory, as an elementwise op over a
+ * model's tensors does, so what a function costs beyond neg there is what
+ * its loop does not hide under its memory traffic; both sizes have results
+ * of IR_STREAM_MIN_BYTES or more, which codegen streams (ir_ew_streams),
+ * as it does a model's, so the slope is that of one kind of loop.  The
+ * second pair stays in the second-level cache (3 x 128 KiB per device at
+ * the larger size, two devices' copies to a core): beyond neg it is the function's arithmetic, which a
  * row group pays on a row in cache, between the passes that touch memory
  * (passes/costmodel/cost_rowgroup.c). */
 static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, COST_FN_CAL_ELEMS, (int64_t)1 << 13,
@@ -137,7 +145,9 @@ typedef struct cal_state {
     const cal_options *o;   /* command line */
     char dir[256];          /* work directory */
     char self[1024];        /* this einc */
-    cal_bench bench[MAX_RANKS * MAX_SIZES + 3]; /* the programs (collectives, compute, stream, fnrow), in the order they run */
+    /* the programs (collectives, compute, stream, fnrow's processes), in
+     * the order they run */
+    cal_bench bench[MAX_RANKS * MAX_SIZES + 2 + FNROW_PROCESSES];
     int nbench;             /* entries in bench */
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
@@ -173,7 +183,8 @@ int cal_prepare_compute(cal_state *c);
 /* Writes and compiles stream.ein, the elementwise curve's program, and
  * fnrow.ein, the functions' and row groups', on min(ranks, cores)
  * devices, and adds them to c->bench, traced, with at least STREAM_REPEAT
- * and FNROW_REPEAT runs (stream.c).  Returns 0, or -1 after a message. */
+ * and FNROW_REPEAT runs, fnrow as FNROW_PROCESSES processes a round
+ * (stream.c).  Returns 0, or -1 after a message. */
 int cal_prepare_stream(cal_state *c);
 
 /* Reads the traces of traced program b (stream or fnrow), one per round,
