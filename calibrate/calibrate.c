@@ -9,7 +9,9 @@
  * programs, compiles them with this very einc (/proc/self/exe), runs them
  * on the chosen runtime (threads, or MPI through mpirun) with
  * `--profile --repeat R`, and reads the median time per op that the
- * executable's profiler prints (runtime/profile.c).  Three kinds of program:
+ * executable's profiler prints (runtime/profile.c), or for the programs
+ * run on one device per core each device's fastest call from its
+ * --trace.  Four kinds of program:
  *
  *   coll_P_I.ein for each group size P = 2..N, a mesh {X: P, Z: N/P} (all N
  *                devices busy, as in the examples, when P divides N; else
@@ -19,14 +21,15 @@
  *                ReduceScatter_X, AllReduce_X and AllToAll_X, made by
  *                output constraints and {U_X} partial sums.
  *   compute.ein  a mesh {X: N} of local GEMMs (rt_einsum, f32/f64/bf16,
- *                several shapes), each unary function of the language
- *                (its cost per element), and two row groups of 2 and 6
- *                passes over rows in cache (what one pass costs per
- *                element: rowpass.c).
+ *                several shapes).
  *   stream.ein   elementwise adds (memory bandwidth) and scales (what a
  *                streamed byte written costs) on one device per core,
  *                each with its core's share of the N devices' arrays, read
  *                from the executable's --trace (stream.c).
+ *   fnrow.ein    likewise, each unary function of the language (its cost
+ *                per element) and two row groups of 2 and 6 passes over
+ *                rows in cache (what one pass costs per element:
+ *                rowpass.c).
  *
  * Fitting (seed 004, MeshSlice's measured model).  Per collective kind,
  *     T(P, S) = T_launch + (P - 1) * (L_sync + shard_bytes / BW)

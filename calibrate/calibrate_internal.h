@@ -109,17 +109,30 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * undisturbed, and its ops take milliseconds, so 25 runs cost about a
  * second. */
 #define STREAM_REPEAT 25
-/* Elements per device the functions are timed on (hot: every function
- * reads the same two arrays, which the one before just read), in pairs:
- * the slope between a pair's sizes is the time per element without the
- * fixed cost of starting an op on every device.  The first pair streams
- * from memory, as an elementwise op over a model's tensors does, so what
- * a function costs beyond neg there is what its loop does not hide under
- * its memory traffic; both sizes have results of IR_STREAM_MIN_BYTES or
- * more, which codegen streams (ir_ew_streams), as it does a model's, so
- * the slope is that of one kind of loop.  The second pair stays in
- * the second-level cache (3 x 128 KiB per device at the larger size, two
- * devices to a core): beyond neg it is the function's arithmetic, which a
+/* Runs per process of the functions' and row groups' program, at least:
+ * fewer than the curve's, as libm's tanh and log take 20-30 ns an element
+ * and a run a quarter of a second or more; the ops it compares take a
+ * millisecond or less, and run many times a run (neg before every other
+ * function, the row groups ROW_GROUP_TIMES times), so a fastest call of
+ * an undisturbed run is there for each. */
+#define FNROW_REPEAT 4
+/* Processes of that program per round (stream.c): the memory-bound ops'
+ * fastest calls differ more between processes than within one.  Each
+ * costs some 5 s beyond its runs, most of it its first run's page faults
+ * and the summary of its 2 GiB of outputs, so 3, not more: the quick
+ * calibration took about a minute with 4. */
+#define FNROW_PROCESSES 3
+/* Elements per device of the full mesh the functions are timed on
+ * (fnrow.ein, stream.c; hot: every function reads the same two arrays,
+ * which the op before just read), in pairs: the slope between a pair's
+ * sizes is the time per element without the fixed cost of an op's call.
+ * The first pair streams from memory, as an elementwise op over a
+ * model's tensors does, so what a function costs beyond neg there is what
+ * its loop does not hide under its memory traffic; both sizes have results
+ * of IR_STREAM_MIN_BYTES or more, which codegen streams (ir_ew_streams),
+ * as it does a model's, so the slope is that of one kind of loop.  The
+ * second pair stays in the second-level cache (3 x 128 KiB per device at
+ * the larger size, two devices' copies to a core): beyond neg it is the function's arithmetic, which a
  * row group pays on a row in cache, between the passes that touch memory
  * (passes/costmodel/cost_rowgroup.c). */
 static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, COST_FN_CAL_ELEMS, (int64_t)1 << 13,
@@ -142,7 +155,9 @@ typedef struct cal_state {
     const cal_options *o;   /* command line */
     char dir[256];          /* work directory */
     char self[1024];        /* this einc */
-    cal_bench bench[MAX_RANKS * MAX_SIZES + 2]; /* the programs (collectives, compute, stream), in the order they run */
+    /* the programs (collectives, compute, stream, fnrow's processes), in
+     * the order they run */
+    cal_bench bench[MAX_RANKS * MAX_SIZES + 2 + FNROW_PROCESSES];
     int nbench;             /* entries in bench */
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
@@ -156,8 +171,10 @@ typedef struct cal_state {
     int new_;               /* sizes measured */
     double ew_at[NEW];      /* bytes/s per size index of EW_ELEMS, 0 if not measured */
     double scale_s[NEW];    /* seconds of the scale A * 2 per size index, 0 if not measured */
-    double fn_seconds[NFN][IR_FN_COUNT]; /* median seconds of fn(6 (A + B)) on FN_ELEMS[i], 0 if unmeasured */
-    double row_s[2];        /* seconds of the row groups of 2 and 6 passes (rowpass.c), 0 if unmeasured */
+    double fn_seconds[NFN][IR_FN_COUNT]; /* seconds of fn(6 (A + B)) on FN_ELEMS[i] per device of the
+                                          * full mesh (stream.c), 0 if unmeasured */
+    double row_s[2];        /* seconds of the row groups of 2 and 6 passes per device of the full
+                             * mesh (rowpass.c, stream.c), 0 if unmeasured */
     cost_machine machine;   /* the machine measured (the profile's "machine") */
     double load[1];         /* 1-minute load average before measuring (-1: unknown) */
 } cal_state;
@@ -169,20 +186,24 @@ typedef struct cal_state {
  * Returns 0, or -1 after a message on stderr. */
 int cal_prepare_collectives(cal_state *c);
 
-/* Writes and compiles the program of local GEMMs and functions and the
- * elementwise curve's program (stream.ein, run STREAM_REPEAT times or more
- * per process); adds both to c->bench.  Returns 0, or -1 after a message. */
+/* Writes and compiles the program of local GEMMs (compute.ein) and
+ * stream.c's two (cal_prepare_stream); adds them to c->bench.  Returns 0,
+ * or -1 after a message. */
 int cal_prepare_compute(cal_state *c);
 
-/* Writes and compiles stream.ein, the elementwise curve's program, on
- * min(ranks, cores) devices, and adds it to c->bench, traced, with at
- * least STREAM_REPEAT runs (stream.c).  Returns 0, or -1 after a message. */
+/* Writes and compiles stream.ein, the elementwise curve's program, and
+ * fnrow.ein, the functions' and row groups', on min(ranks, cores)
+ * devices, and adds them to c->bench, traced, with at least STREAM_REPEAT
+ * and FNROW_REPEAT runs, fnrow as FNROW_PROCESSES processes a round
+ * (stream.c).  Returns 0, or -1 after a message. */
 int cal_prepare_stream(cal_state *c);
 
-/* Reads the traces of stream program b, one per round, into the
- * elementwise curve of c (ew, ew_at, new_, scale_s): each op's time per
- * device, as a core of the full mesh runs ranks / b->ndev of them
- * (stream.c).  Returns 0, or -1 after a message when a trace is missing. */
+/* Reads the traces of traced program b (stream or fnrow), one per round,
+ * into c: the elementwise curve (ew, ew_at, new_, scale_s), the functions'
+ * times (fn_seconds) and the row groups' (row_s), whichever b runs; each
+ * op's time per device of the full mesh, as a core of it runs ranks /
+ * b->ndev of them (stream.c).  Returns 0, or -1 after a message when a
+ * trace is missing. */
 int cal_read_stream(cal_state *c, const cal_bench *b);
 
 /* Reads every program's profile tables into c (samples per collective
@@ -199,14 +220,17 @@ double cal_gemm_result_seconds(const cal_state *c);
 
 /* ---- the row groups (rowpass.c) ---- */
 
-/* Writes into compute.ein (open as `f`, its mesh {X: ranks} declared) two
- * row groups over rows in cache, of 2 and 6 passes, on arrays of their
- * own. */
-void cal_write_row_groups(const cal_state *c, FILE *f);
-
-/* Takes one row of compute's profile: true if it is one of the two row
- * groups (its time, seconds, kept in c->row_s), false for any other. */
-bool cal_on_row_group(cal_state *c, const char *name, double t);
+/* Writes into fnrow.ein (open as `f`, its mesh {X: nd} declared) two row
+ * groups over rows in cache, of 2 and 6 passes, `copies` copies each
+ * (stream.c's copies) ROW_GROUP_TIMES times, the two groups' copies
+ * alternating, every call over arrays of its own; the trace names a
+ * group's call by its first op, ROW_GROUP_OP[g] followed by its number. */
+void cal_write_row_groups(FILE *f, int nd, int64_t copies);
+static const char *const ROW_GROUP_OP[2] = {"RGLSk", "RGHMk"};
+/* Times each row group runs per copy and run: its fastest call varies
+ * with what the other core streams, by 1.3x between processes of 2 calls
+ * per device and run. */
+#define ROW_GROUP_TIMES 4
 
 /* Seconds per element of one pass of a row group over a row in cache:
  * the two groups' difference over the 4 passes and the elements per

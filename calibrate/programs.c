@@ -196,7 +196,7 @@ int cal_prepare_collectives(cal_state *c)
 /* ---- GEMM and elementwise ---- */
 
 /* Writes compute.ein: on a mesh {X: N}, the local GEMMs of every shape
- * and dtype and every unary function on each of the FN_ELEMS sizes. */
+ * and dtype (the functions and row groups are stream.c's). */
 static int write_compute_program(cal_state *c, const char *file)
 {
     FILE *f = cal_create(c, file);
@@ -206,14 +206,11 @@ static int write_compute_program(cal_state *c, const char *file)
      * and a GEMM or elementwise curve without its large end would time the
      * ops that take milliseconds at the rate of the ones that stay in cache. */
     int nd = c->o->ranks, ng = NGEMM;
-    fprintf(f, "# einc calibrate: local GEMMs and functions on every device\nmesh X = %d\n", nd);
+    fprintf(f, "# einc calibrate: local GEMMs on every device\nmesh X = %d\n", nd);
     for (int g = 0; g < ng; g++)
         fprintf(f, "dim M%d = %lld, K%d = %lld, N%d = %lld\n", g,
                 (long long)(GEMM_SHAPES[g][0] * nd), g, (long long)GEMM_SHAPES[g][1], g,
                 (long long)GEMM_SHAPES[g][2]);
-    for (int i = 0; i < NFN; i++)
-        fprintf(f, "dim EF%d = %lld\ninput FA%d[EF%d_X] : f32\ninput FB%d[EF%d_X] : f32\n", i,
-                (long long)(FN_ELEMS[i] * nd), i, i, i, i);
     for (int t = 0; t < 3; t++)
         for (int g = 0; g < ng; g++) {
             /* --quick: the mid-size shape's rate lies between its
@@ -248,29 +245,16 @@ static int write_compute_program(cal_state *c, const char *file)
             fprintf(f, "GL%s%d[RM%d_X, RN%d] = GLA%s%d[RM%d, RK%d] * GLB%s%d[RK%d, RN%d]\n"
                     "output GL%s%d\n", dt, r, r, r, dt, r, r, r, dt, r, r, r, dt, r);
         }
-    /* Each unary function: its time beyond that of neg, the cheapest, on
-     * the same arrays (the same memory traffic).  The argument 6 * (A + B) has a
-     * triangular distribution of standard deviation 4.9, like a
-     * contraction's output over a few hundred terms, not [-1, 1), so a
-     * function whose cost depends on |x| (libm's scalar tanh) is timed on
-     * the magnitudes it meets. */
-    for (int i = 0; i < NFN; i++)
-        for (int fn = 0; fn < IR_FN_COUNT; fn++)
-            fprintf(f, "FN%dS%d[EF%d_X] = %s(6 * (FA%d[EF%d] + FB%d[EF%d]))\noutput FN%dS%d\n", fn,
-                    i, i, ir_func_name((ir_func)fn), i, i, i, i, fn, i);
-    cal_write_row_groups(c, f);
     return fclose(f) == 0 ? 0 : -1;
 }
 
 /* What one row of compute's profile says, by its result's name: a GEMM's
- * FLOP/s (GC), a skinny GEMM's time (GR: bf16, GL: f32 and f64) or a
- * function's time (FN); the elementwise curve is
- * stream.c's. */
+ * FLOP/s (GC) or a skinny GEMM's time (GR: bf16, GL: f32 and f64); the
+ * elementwise curve, the functions and the row groups are stream.c's. */
 static void on_compute(const char *name, const char *kind, double t, void *arg)
 {
     cal_state *c = arg;
-    if (t <= 0 || (strcmp(kind, "Einsum") != 0 && strcmp(kind, "Elementwise") != 0) ||
-        cal_on_row_group(c, name, t))
+    if (t <= 0 || (strcmp(kind, "Einsum") != 0 && strcmp(kind, "Elementwise") != 0))
         return;
     if (!strncmp(name, "GC", 2)) {
         for (int d = 0; d < 3; d++) {
@@ -298,11 +282,6 @@ static void on_compute(const char *name, const char *kind, double t, void *arg)
         int r = atoi(name + 2);
         if (r < NGEMM_RESULT)
             c->gemm_result_s[r] = t;
-    } else if (!strncmp(name, "FN", 2)) {
-        int fn, i;
-        if (sscanf(name + 2, "%dS%d", &fn, &i) == 2 && fn >= 0 && fn < IR_FN_COUNT && i >= 0 &&
-            i < NFN)
-            c->fn_seconds[i][fn] = t;
     }
 }
 

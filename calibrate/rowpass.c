@@ -17,16 +17,29 @@
  * traffic, no fixed cost of starting an op.  The figure is that difference
  * per pass and per element, the pass itself, with nothing subtracted.
  *
- * Both groups go into compute.ein (programs.c): rows of ROW_COLS f32
- * (4 KiB, the row and the group's two row buffers fit a 32 KiB first-level
- * cache), ROW_ROWS rows per device, 4 MiB arrays that stream from memory
- * as a model's activations do; each group reads its own input, untouched
- * since the run before, so both find it in the same place.  A small
- * elementwise op between them ends the first group (codegen groups
- * consecutive ops over the same rows).
+ * Both groups go into fnrow.ein (stream.c), timed as stream.ein's adds
+ * are: on one device per core, each group once for every device of the
+ * full mesh that core runs (copies over arrays of their own), the fastest
+ * call of a copy from the trace, scaled back by the copies.  They were the
+ * makespans of compute.ein's groups on the full mesh, and the difference
+ * of two makespans taken a few milliseconds apart on 2 cores shared by 4
+ * devices read 0.041 to 0.147 ns per element in three idle calibrations.
+ * The copies of the two groups alternate, ROW_GROUP_TIMES times a run, so
+ * that both are timed close together, and the group of 2, which moves as
+ * many bytes in less time, has as many chances as the other to run when
+ * the other core leaves it the memory it would have on an idle machine:
+ * with one call per copy and run it was 230 us in some processes and 300
+ * in others, the group of 6 435 us in all.
+ * Rows of ROW_COLS f32 (4 KiB, the row and the group's two row buffers fit
+ * a 32 KiB first-level cache), ROW_ROWS rows per device, 4 MiB arrays that
+ * stream from memory as a model's activations do; each group reads its own
+ * input, untouched since the run before, so both find it in the same
+ * place.  A small elementwise op after each group ends it (codegen groups
+ * consecutive ops over the same rows, and the next copy's group has rows
+ * of the same shape).
  */
+#include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "calibrate_internal.h"
 
@@ -38,38 +51,47 @@
 #define LO_PASSES 2
 #define HI_PASSES 6
 
-void cal_write_row_groups(const cal_state *c, FILE *f)
+/* Writes copy k of the group of 2 passes and its end. */
+static void write_lo(FILE *f, long long k)
 {
-    int nd = c->o->ranks;
-    fprintf(f, "# row groups of %d and %d passes (calibrate/rowpass.c)\n", LO_PASSES, HI_PASSES);
-    fprintf(f, "dim RGR = %lld, RGC = %d, RGQ = %d\n", (long long)ROW_ROWS * nd, ROW_COLS, 16 * nd);
-    fprintf(f, "input RGXL[RGR_X, RGC] : f32\ninput RGXH[RGR_X, RGC] : f32\n"
-               "input RGZ[RGQ_X] : f32\n");
+    fprintf(f, "input RGXLk%lld[RGR_X, RGC] : f32\n", k);
     /* 2 passes: a sum, a divide. */
-    fprintf(f, "RGLS[RGR_X] = sum(RGXL[RGR, RGC])\n"
-               "RGLY[RGR_X, RGC] = RGXL[RGR, RGC] / RGLS[RGR]\noutput RGLY\n");
-    fprintf(f, "RGW[RGQ_X] = RGZ[RGQ] * 2\noutput RGW\n");
+    fprintf(f,
+            "RGLSk%lld[RGR_X] = sum(RGXLk%lld[RGR, RGC])\n"
+            "RGLYk%lld[RGR_X, RGC] = RGXLk%lld[RGR, RGC] / RGLSk%lld[RGR]\noutput RGLYk%lld\n"
+            "RGWLk%lld[RGQ_X] = RGZ[RGQ] * 2\noutput RGWLk%lld\n",
+            k, k, k, k, k, k, k, k);
+}
+
+/* Writes copy k of the group of 6 passes and its end. */
+static void write_hi(FILE *f, long long k)
+{
+    fprintf(f, "input RGXHk%lld[RGR_X, RGC] : f32\n", k);
     /* 6 passes: a max, a subtract, a sum, a divide, a sum, a divide.  Each
      * row-local value has two readers in the group, so none is fused into
      * its reader: every statement is a pass. */
-    fprintf(f, "RGHM[RGR_X] = max(RGXH[RGR, RGC])\n"
-               "RGHE[RGR_X, RGC] = RGXH[RGR, RGC] - RGHM[RGR]\n"
-               "RGHS[RGR_X] = sum(RGHE[RGR, RGC])\n"
-               "RGHF[RGR_X, RGC] = RGHE[RGR, RGC] / RGHS[RGR]\n"
-               "RGHT[RGR_X] = sum(RGHF[RGR, RGC])\n"
-               "RGHY[RGR_X, RGC] = RGHF[RGR, RGC] / RGHT[RGR]\noutput RGHY\n");
+    fprintf(f,
+            "RGHMk%lld[RGR_X] = max(RGXHk%lld[RGR, RGC])\n"
+            "RGHEk%lld[RGR_X, RGC] = RGXHk%lld[RGR, RGC] - RGHMk%lld[RGR]\n"
+            "RGHSk%lld[RGR_X] = sum(RGHEk%lld[RGR, RGC])\n"
+            "RGHFk%lld[RGR_X, RGC] = RGHEk%lld[RGR, RGC] / RGHSk%lld[RGR]\n"
+            "RGHTk%lld[RGR_X] = sum(RGHFk%lld[RGR, RGC])\n"
+            "RGHYk%lld[RGR_X, RGC] = RGHFk%lld[RGR, RGC] / RGHTk%lld[RGR]\noutput RGHYk%lld\n"
+            "RGWHk%lld[RGQ_X] = RGZ[RGQ] * 2\noutput RGWHk%lld\n",
+            k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k);
 }
 
-bool cal_on_row_group(cal_state *c, const char *name, double t)
+void cal_write_row_groups(FILE *f, int nd, int64_t copies)
 {
-    /* A group's time is on its first op (`--profile`: "row group to ..."). */
-    if (!strcmp(name, "RGLS"))
-        c->row_s[0] = t;
-    else if (!strcmp(name, "RGHM"))
-        c->row_s[1] = t;
-    else
-        return false;
-    return true;
+    fprintf(f, "# row groups of %d and %d passes (calibrate/rowpass.c)\n", LO_PASSES, HI_PASSES);
+    fprintf(f, "dim RGR = %lld, RGC = %d, RGQ = %d\ninput RGZ[RGQ_X] : f32\n",
+            (long long)ROW_ROWS * nd, ROW_COLS, 16 * nd);
+    for (int j = 0; j < ROW_GROUP_TIMES; j++) {
+        for (int64_t k = 0; k < copies; k++)
+            write_lo(f, (long long)(j * copies + k));
+        for (int64_t k = 0; k < copies; k++)
+            write_hi(f, (long long)(j * copies + k));
+    }
 }
 
 double cal_row_pass_seconds(const cal_state *c)

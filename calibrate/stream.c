@@ -1,7 +1,10 @@
 /*
  * stream.c - the elementwise curve of `einc calibrate`: the profile's
  * "elementwise_curve" (the add's bandwidth per size) and the scale's times
- * behind "elementwise_write_weight" (docs/cost-model.md, "Calibration").
+ * behind "elementwise_write_weight" (docs/cost-model.md, "Calibration");
+ * and, timed the same way, the functions' times behind
+ * "function_seconds_per_element" (and its in-cache twin) and the row
+ * groups' behind "row_pass_seconds_per_element" (rowpass.c).
  *
  * What the figure means, as every calibrated figure: per device with all
  * `ranks` devices busy and in step; an add of S bytes per device takes S /
@@ -44,6 +47,32 @@
  * ms).  What this
  * leaves out is the cost of switching between the devices that share a
  * core, which for loops of milliseconds is small.
+ *
+ * The functions and the row groups are figures of the same kind, each a
+ * difference of two times: a function's slope between two sizes less
+ * neg's on the same arrays, the group of 6 passes less the group of 2.
+ * They were the makespans of compute.ein's ops on the full mesh, and a
+ * difference of two makespans has both their noise: on the idle machine
+ * three calibrations read gelu's streaming cost at 0.30 to 0.86 ns per
+ * element and the row pass at 0.041 to 0.147 ns.  So they run in
+ * fnrow.ein, a sibling of stream.ein with its devices, copies and trace,
+ * each time the fastest call of a copy scaled back by the copies, as the
+ * add's; the two times of a difference come from the same processes, and
+ * at each size neg runs right before every other function, after an
+ * untimed op that brings the size's arrays into the caches (as every
+ * function finds them), so that it is timed within milliseconds of each
+ * function compared with it and, being the memory-bound one whose time
+ * varies with what the other core streams, many times more often.
+ * Its own program, with FNROW_REPEAT runs, not STREAM_REPEAT: libm's tanh
+ * and log take 20-30 ns an element, so a run takes a quarter of a second
+ * or more, and 25 of them would double the quick calibration.  And
+ * FNROW_PROCESSES processes of it per round: neg's fastest call and the
+ * group of 2's (the memory-bound ones) differ between processes more than
+ * within one, 155-170 us or 265-290 us for neg on 1 Mi elements, 225 or
+ * 300 us for the group, whichever of the two a process is in for all of
+ * its hundreds of calls (the other functions and the group of 6 the same
+ * in every process, to 2%): with two processes both came out slow in one
+ * quick calibration of four, and the row pass read 0.065 ns for 0.095.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cJSON.h>
@@ -81,6 +110,58 @@ static int64_t devices_per_core(const cal_state *c, int nd)
     return (c->o->ranks + nd - 1) / nd;
 }
 
+/* Calls of function fn's op per copy and run in fnrow.ein: neg runs
+ * before every other function (write_functions). */
+static int64_t fn_calls(int fn)
+{
+    return fn == IR_FN_NEG ? IR_FN_COUNT - 1 : 1;
+}
+
+/* Writes `per_core` copies of the op of function fn on size i, the
+ * copies numbered from k0 (FN<fn>S<i>k<k>). */
+static void write_function(FILE *f, int fn, int i, int64_t k0, int64_t per_core)
+{
+    for (int64_t k = 0; k < per_core; k++)
+        fprintf(f,
+                "FN%dS%dk%lld[EF%d_X] = %s(6 * (FA%dk%lld[EF%d] + FB%dk%lld[EF%d]))\n"
+                "output FN%dS%dk%lld\n",
+                fn, i, (long long)(k0 + k), i, ir_func_name((ir_func)fn), i, (long long)k, i, i,
+                (long long)k, i, fn, i, (long long)(k0 + k));
+}
+
+/* Writes the functions' ops into fnrow.ein: on each FN_ELEMS size, every
+ * unary function, `per_core` copies (FN<f>S<i>k<k>, f its ir_func), over
+ * the size's two arrays of each copy, after an op that reads those arrays
+ * (FW<i>k<k>, not timed), so that neg, which the others are compared
+ * with, meets them hot as they do (neg first on cold arrays took longer in
+ * cache than silu or cos after it).  Neg runs before every other
+ * function, each time over new outputs (its copies numbered on): it is
+ * the memory-bound one, whose fastest call varies with what the other
+ * core streams, and the functions' own times were steady to 2% where
+ * neg's fastest call of 36 varied by 1.5x between processes.  The
+ * argument 6 * (A + B) has a triangular distribution of standard
+ * deviation 4.9, like a contraction's output over a few hundred terms,
+ * not [-1, 1), so a function whose cost depends on |x| (libm's scalar
+ * tanh) is timed on the magnitudes it meets. */
+static void write_functions(FILE *f, int nd, int64_t per_core)
+{
+    for (int i = 0; i < NFN; i++) {
+        fprintf(f, "dim EF%d = %lld\n", i, (long long)(FN_ELEMS[i] * nd));
+        for (int64_t k = 0; k < per_core; k++)
+            fprintf(f,
+                    "input FA%dk%lld[EF%d_X] : f32\ninput FB%dk%lld[EF%d_X] : f32\n"
+                    "FW%dk%lld[EF%d_X] = FA%dk%lld[EF%d] + FB%dk%lld[EF%d]\noutput FW%dk%lld\n",
+                    i, (long long)k, i, i, (long long)k, i, i, (long long)k, i, i, (long long)k, i,
+                    i, (long long)k, i, i, (long long)k);
+        for (int fn = 0, j = 0; fn < IR_FN_COUNT; fn++) {
+            if (fn == IR_FN_NEG)
+                continue;
+            write_function(f, IR_FN_NEG, i, per_core * j++, per_core);
+            write_function(f, fn, i, 0, per_core);
+        }
+    }
+}
+
 /* Writes stream.ein: on a mesh {X: nd}, the elementwise subtract, add and
  * scale of every size of the curve, each `per_core` times over arrays of
  * their own (EA3k0, EA3k1, ...): a device here runs, op by op, what the
@@ -115,6 +196,19 @@ static int write_stream_program(const cal_state *c, int nd, int64_t per_core, co
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* Writes fnrow.ein: on a mesh {X: nd}, the functions and the row groups
+ * (rowpass.c), each `per_core` times, as stream.ein's ops. */
+static int write_fnrow_program(const cal_state *c, int nd, int64_t per_core, const char *file)
+{
+    FILE *f = cal_create(c, file);
+    if (!f)
+        return -1;
+    fprintf(f, "# einc calibrate: functions and row groups, one device per core\nmesh X = %d\n", nd);
+    write_functions(f, nd, per_core);
+    cal_write_row_groups(f, nd, per_core);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 int cal_prepare_stream(cal_state *c)
 {
     int nd = stream_devices(c);
@@ -124,6 +218,25 @@ int cal_prepare_stream(cal_state *c)
     cal_bench *b = cal_add_bench(c, "stream", nd);
     b->repeat = c->o->repeat > STREAM_REPEAT ? c->o->repeat : STREAM_REPEAT;
     b->trace = true;
+    if (write_fnrow_program(c, nd, devices_per_core(c, nd), "fnrow.ein") ||
+        cal_compile(c, "fnrow.ein", "fnrow"))
+        return -1;
+    /* The same executable under other names (hard links in the work
+     * directory): each name is a process of its own per round, with its
+     * own trace. */
+    for (int p = 0; p < FNROW_PROCESSES; p++) {
+        char exe[16], from[600], to[600];
+        snprintf(exe, sizeof exe, p ? "fnrow%d" : "fnrow", p);
+        snprintf(from, sizeof from, "%s/fnrow", c->dir);
+        snprintf(to, sizeof to, "%s/%s", c->dir, exe);
+        if (p && link(from, to) != 0) {
+            fprintf(stderr, "einc calibrate: error: cannot link %s to %s\n", to, from);
+            return -1;
+        }
+        b = cal_add_bench(c, exe, nd);
+        b->repeat = c->o->repeat > FNROW_REPEAT ? c->o->repeat : FNROW_REPEAT;
+        b->trace = true;
+    }
     return 0;
 }
 
@@ -142,9 +255,10 @@ static bool is_copy(const char *nm, const char *prefix)
 
 /* Seconds per call of one copy of the op `prefix` names ("EC3k") on one
  * device, from the trace `root` of one round: the fastest call (the essay
- * above), the first `per_core` calls of every device (its first run) left
- * out; -1 when no call is left. */
-static double device_seconds(const cJSON *root, const char *prefix, int64_t per_core)
+ * above), the first `skip` calls of every device (its first run: the
+ * copies times the op's calls per run) left out; -1 when no call is
+ * left. */
+static double device_seconds(const cJSON *root, const char *prefix, int64_t skip)
 {
     int64_t seen[MAX_RANKS] = {0};
     double best = -1;
@@ -160,7 +274,7 @@ static double device_seconds(const cJSON *root, const char *prefix, int64_t per_
             tid->valueint < 0 || tid->valueint >= MAX_RANKS)
             continue;
         /* A device's first run faults in its outputs' pages. */
-        if (seen[tid->valueint]++ < per_core)
+        if (seen[tid->valueint]++ < skip)
             continue;
         double t = dur->valuedouble * 1e-6;
         if (t > 0 && (best < 0 || t < best))
@@ -188,42 +302,72 @@ static char *read_file(const char *path)
     return buf;
 }
 
-int cal_read_stream(cal_state *c, const cal_bench *b)
+/* Seconds per call of one copy of the op `prefix` names on one device:
+ * the fastest over the `n` rounds' traces (device_seconds), -1 if none. */
+static double fastest(cJSON *const *roots, int n, const char *prefix, int64_t skip)
 {
-    double add[NEW], scale[NEW];
-    int64_t per_core = devices_per_core(c, b->ndev);
-    for (int e = 0; e < NEW; e++)
-        add[e] = scale[e] = -1;
-    for (int r = 0; r < c->o->rounds; r++) {
-        char path[600], name[16];
-        snprintf(path, sizeof path, "%s/%s.trace.%d.json", c->dir, b->exe, r);
-        char *text = read_file(path);
-        cJSON *root = text ? cJSON_Parse(text) : NULL;
-        free(text);
-        if (!root) {
-            fprintf(stderr, "einc calibrate: error: no trace in %s\n", path);
-            return -1;
-        }
-        for (int e = 0; e < NEW; e++) {
-            snprintf(name, sizeof name, "EC%dk", e);
-            double t = device_seconds(root, name, per_core);
-            if (t > 0 && (add[e] < 0 || t < add[e]))
-                add[e] = t;
-            snprintf(name, sizeof name, "ES%dk", e);
-            t = device_seconds(root, name, per_core);
-            if (t > 0 && (scale[e] < 0 || t < scale[e]))
-                scale[e] = t;
-        }
-        cJSON_Delete(root);
+    double best = -1;
+    for (int r = 0; r < n; r++) {
+        double t = device_seconds(roots[r], prefix, skip);
+        if (t > 0 && (best < 0 || t < best))
+            best = t;
     }
+    return best;
+}
+
+/* Fills c with the figures of the ops the rounds' traces hold (stream's or
+ * one of fnrow's processes': a function's or row group's time is the
+ * least over those processes); per_core: copies per device. */
+static void read_figures(cal_state *c, cJSON *const *roots, int n, int64_t per_core)
+{
+    char name[32];
     /* A core of the full mesh runs its devices' ops one after the other,
      * and they end together when the op runs in step. */
+    double k = (double)per_core;
     for (int e = 0; e < NEW; e++) {
-        if (add[e] > 0 && c->new_ < NEW)
-            c->ew[c->new_++] = c->ew_at[e] =
-                3.0 * 4 * (double)EW_ELEMS[e] / ((double)per_core * add[e]);
-        if (scale[e] > 0)
-            c->scale_s[e] = (double)per_core * scale[e];
+        snprintf(name, sizeof name, "EC%dk", e);
+        double add = fastest(roots, n, name, per_core);
+        if (add > 0 && c->new_ < NEW)
+            c->ew[c->new_++] = c->ew_at[e] = 3.0 * 4 * (double)EW_ELEMS[e] / (k * add);
+        snprintf(name, sizeof name, "ES%dk", e);
+        double scale = fastest(roots, n, name, per_core);
+        if (scale > 0)
+            c->scale_s[e] = k * scale;
     }
-    return 0;
+    for (int i = 0; i < NFN; i++)
+        for (int fn = 0; fn < IR_FN_COUNT; fn++) {
+            snprintf(name, sizeof name, "FN%dS%dk", fn, i);
+            double t = k * fastest(roots, n, name, per_core * fn_calls(fn));
+            if (t > 0 && (c->fn_seconds[i][fn] <= 0 || t < c->fn_seconds[i][fn]))
+                c->fn_seconds[i][fn] = t;
+        }
+    for (int g = 0; g < 2; g++) {
+        double t = k * fastest(roots, n, ROW_GROUP_OP[g], per_core * ROW_GROUP_TIMES);
+        if (t > 0 && (c->row_s[g] <= 0 || t < c->row_s[g]))
+            c->row_s[g] = t;
+    }
+}
+
+int cal_read_stream(cal_state *c, const cal_bench *b)
+{
+    cJSON *roots[MAX_ROUNDS];
+    int n = 0, rc = 0;
+    for (int r = 0; r < c->o->rounds && r < MAX_ROUNDS; r++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s.trace.%d.json", c->dir, b->exe, r);
+        char *text = read_file(path);
+        roots[n] = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        if (!roots[n]) {
+            fprintf(stderr, "einc calibrate: error: no trace in %s\n", path);
+            rc = -1;
+            break;
+        }
+        n++;
+    }
+    if (rc == 0)
+        read_figures(c, roots, n, devices_per_core(c, b->ndev));
+    for (int r = 0; r < n; r++)
+        cJSON_Delete(roots[r]);
+    return rc;
 }

@@ -122,7 +122,8 @@ def check_stream(work, d, ranks):
     """The elementwise curve (calibrate/stream.c): timed on one device per
     core, each running every op once per device of the full mesh on its
     core, over arrays of one device's size, read from the trace; every size
-    has its point, at the bytes a device of the full mesh moves."""
+    has its point, at the bytes a device of the full mesh moves.  The
+    functions and the row groups likewise, in fnrow.ein."""
     dirs = os.listdir(work)
     if not check(len(dirs) == 1, "one kept work directory"):
         return
@@ -139,7 +140,34 @@ def check_stream(work, d, ranks):
     adds = re.findall(r"^EC(\d+)k(\d+)\[", src, re.M)
     check(sorted(adds) == sorted((str(e), str(k)) for e in range(4) for k in range(per_core)),
           "stream.ein: %d adds per size (one per device of a core)" % per_core)
-    check(os.path.exists(os.path.join(wd, "stream.trace.0.json")), "stream's trace kept")
+    # The functions and the row groups are timed likewise (fnrow.ein), a
+    # copy per device of a core: every function on each of the 4 sizes
+    # (neg, which the others are compared with, before each of them), and
+    # each row group's first op (the one the trace names the group by).
+    with open(os.path.join(wd, "fnrow.ein")) as f:
+        src = f.read()
+    check(re.search(r"^mesh X = %d$" % nd, src, re.M) is not None,
+          "fnrow.ein on %d devices, one per core" % nd)
+    fns = set(re.findall(r"^FN(\d+)S(\d+)k(\d+)\[", src, re.M))
+    want = {(str(fn), str(i), str(k)) for fn in range(13) for i in range(4)
+            for k in range(12 * per_core if fn == 9 else per_core)}
+    check(fns == want, "fnrow.ein: every function on every size, %d copies each, "
+          "neg 12 times as many" % per_core)
+    for op in ("RGLS", "RGHM"):
+        got = sorted(re.findall(r"^%sk(\d+)\[" % op, src, re.M))
+        check(sorted(got, key=int) == [str(k) for k in range(4 * per_core)],
+              "fnrow.ein: row group %s, %d copies 4 times" % (op, per_core))
+    for prog in ("stream", "fnrow"):
+        check(os.path.exists(os.path.join(wd, prog + ".trace.0.json")), prog + "'s trace kept")
+    # The figures from fnrow's trace: libm's tanh (20-30 ns an element)
+    # costs more than gelu's polynomial beyond neg, and a pass over a row
+    # in cache costs something.
+    cal = d["calibration"]
+    fns = cal["function_seconds_per_element"]
+    check(fns["tanh"] > fns["gelu"] >= 0, "streamed tanh %.3g > gelu %.3g >= 0 s/element"
+          % (fns["tanh"], fns["gelu"]))
+    check(cal["row_pass_seconds_per_element"] > 0, "row pass %.3g s/element > 0"
+          % cal["row_pass_seconds_per_element"])
     curve = d["calibration"]["elementwise_curve"]
     check([p["bytes"] for p in curve] == [12.0 * e for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23)],
           "elementwise_curve: a point per size, at the full mesh's bytes per device")
