@@ -122,8 +122,8 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * and the summary of its 2 GiB of outputs, so 3, not more: the quick
  * calibration took about a minute with 4. */
 #define FNROW_PROCESSES 3
-/* Processes per round of a collective program whose groups are smaller
- * than the mesh (P = 2 of the quick calibration's 4 devices on 2 cores,
+/* Processes per round of a threads collective program whose groups are
+ * smaller than the mesh (P = 2 of the quick calibration's 4 devices on 2 cores,
  * a group's two members on one core), run seconds apart
  * (cal_run_benchmarks): such a program's copies ran at one of two speeds
  * in spells of 5-15 s, an AllGather of 8 MiB a device at 1.1-1.4 ms or
@@ -131,7 +131,7 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * calibration could be slow (docs/performance-history.md, section 5).
  * More processes sample more spells, and trim the loaded tail, but do
  * not cure it: a slow spell could last a whole calibration.  The groups
- * of the whole mesh did not split, and keep one process. */
+ * of the whole mesh did not split, nor MPI's P = 2: they keep one. */
 #define COLL_PROCESSES 3
 /* Elements per device of the full mesh the functions are timed on
  * (fnrow.ein, stream.c; hot: every function reads the same two arrays,

@@ -185,7 +185,11 @@ int cal_prepare_collectives(cal_state *c)
             snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
             if (write_coll_program(c, p, z, &sizes[i], 1, ein) || cal_compile(c, ein, exe))
                 return -1;
-            cal_bench *b = cal_add_processes(c, exe, p * z, z > 1 ? COLL_PROCESSES : 1);
+            /* MPI's P = 2 showed one mode, and an mpirun a process costs
+             * ~1 s: there the extra processes made the quick calibration
+             * 71 -> 90 s. */
+            int np = z > 1 && !o.mpi ? COLL_PROCESSES : 1;
+            cal_bench *b = cal_add_processes(c, exe, p * z, np);
             if (!b)
                 return -1;
             for (int k = 0; k < b->processes; k++) {
