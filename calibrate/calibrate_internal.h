@@ -122,6 +122,17 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * and the summary of its 2 GiB of outputs, so 3, not more: the quick
  * calibration took about a minute with 4. */
 #define FNROW_PROCESSES 3
+/* Processes per round of a threads collective program whose groups are
+ * smaller than the mesh (P = 2 of the quick calibration's 4 devices on 2 cores,
+ * a group's two members on one core), run seconds apart
+ * (cal_run_benchmarks): such a program's copies ran at one of two speeds
+ * in spells of 5-15 s, an AllGather of 8 MiB a device at 1.1-1.4 ms or
+ * at 1.8-2.2 ms, every process of a spell alike, and both rounds of a
+ * calibration could be slow (docs/performance-history.md, section 5).
+ * More processes sample more spells, and trim the loaded tail, but do
+ * not cure it: a slow spell could last a whole calibration.  The groups
+ * of the whole mesh did not split, nor MPI's P = 2: they keep one. */
+#define COLL_PROCESSES 3
 /* Elements per device of the full mesh the functions are timed on
  * (fnrow.ein, stream.c; hot: every function reads the same two arrays,
  * which the op before just read), in pairs: the slope between a pair's
@@ -148,6 +159,10 @@ typedef struct cal_bench {
     int64_t size;           /* collectives: the buffer size it times */
     int repeat;             /* runs per process (--repeat R); 0: the command line's */
     bool trace;             /* also writes exe.trace.R.json (--trace), which is read instead of out */
+    int processes;          /* processes a round: this entry and the next processes - 1 (links to
+                             * its executable, cal_add_processes); 0 for those next ones */
+    int process;            /* which of its program's processes this is, from 0 (the order
+                             * within a round: cal_run_benchmarks) */
 } cal_bench;
 
 /* Everything one calibration learns. */
@@ -157,7 +172,7 @@ typedef struct cal_state {
     char self[1024];        /* this einc */
     /* the programs (collectives, compute, stream, fnrow's processes), in
      * the order they run */
-    cal_bench bench[MAX_RANKS * MAX_SIZES + 2 + FNROW_PROCESSES];
+    cal_bench bench[MAX_RANKS * MAX_SIZES * COLL_PROCESSES + 2 + FNROW_PROCESSES];
     int nbench;             /* entries in bench */
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
@@ -249,17 +264,25 @@ FILE *cal_create(const cal_state *c, const char *file);
  * einc.  Returns 0, or -1 after a message. */
 int cal_compile(cal_state *c, const char *ein, const char *exe);
 
-/* Adds a compiled program to the list that cal_run_benchmarks runs. */
+/* Adds a compiled program to the list that cal_run_benchmarks runs, as
+ * one process a round. */
 cal_bench *cal_add_bench(cal_state *c, const char *exe, int ndev);
 
+/* Adds compiled program `exe` as n processes a round (hard links to it,
+ * named exe, exe.p1, ...); returns the first of the n consecutive
+ * entries, its `processes` n, or NULL after a message. */
+cal_bench *cal_add_processes(cal_state *c, const char *exe, int ndev, int n);
+
 /* Runs every program of c->bench once per round, the rounds one after the
- * other.  Returns 0, or -1 after a message when one fails. */
+ * other, within a round every program's first process, then every second
+ * one, and so on.  Returns 0, or -1 after a message when one fails. */
 int cal_run_benchmarks(cal_state *c);
 
 /* Calls fn(name, kind, seconds, arg) for each op of the --profile tables
- * of program output `out`, with its fastest time over the rounds.
- * Returns 0, or -1 after a message when no table is found. */
-int cal_read_profile(cal_state *c, const char *out,
+ * of program b's processes (b[0 .. b->processes)), with its fastest time
+ * over the processes and rounds.  Returns 0, or -1 after a message when a
+ * table is missing. */
+int cal_read_profile(cal_state *c, const cal_bench *b,
                      void (*fn)(const char *name, const char *kind, double t, void *arg),
                      void *arg);
 

@@ -185,9 +185,17 @@ int cal_prepare_collectives(cal_state *c)
             snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
             if (write_coll_program(c, p, z, &sizes[i], 1, ein) || cal_compile(c, ein, exe))
                 return -1;
-            cal_bench *b = cal_add_bench(c, exe, p * z);
-            b->p = p;
-            b->size = sizes[i];
+            /* MPI's P = 2 showed one mode, and an mpirun a process costs
+             * ~1 s: there the extra processes made the quick calibration
+             * 71 -> 90 s. */
+            int np = z > 1 && !o.mpi ? COLL_PROCESSES : 1;
+            cal_bench *b = cal_add_processes(c, exe, p * z, np);
+            if (!b)
+                return -1;
+            for (int k = 0; k < b->processes; k++) {
+                b[k].p = p;
+                b[k].size = sizes[i];
+            }
         }
     }
     return 0;
@@ -330,9 +338,13 @@ int cal_read_results(cal_state *c)
     for (int i = 0; i < c->nbench; i++) {
         const cal_bench *b = &c->bench[i];
         coll_run cr = {c, b->p, &b->size, 1};
+        /* A traced program's processes are read one by one, an untraced
+         * one's with its first (cal_read_profile). */
+        if (!b->trace && b->processes == 0)
+            continue;
         if (b->trace ? cal_read_stream(c, b)
-            : b->p   ? cal_read_profile(c, b->out, on_coll, &cr)
-                     : cal_read_profile(c, b->out, on_compute, c))
+            : b->p   ? cal_read_profile(c, b, on_coll, &cr)
+                     : cal_read_profile(c, b, on_compute, c))
             return -1;
     }
     for (int d = 0; d < 3; d++)

@@ -132,55 +132,55 @@ static bool parse_row(const char *line, int *op, char *name, size_t namelen, cha
 }
 
 /*
- * Reads the --profile tables in `out`.0 .. `out`.(rounds-1) and calls
+ * Reads the --profile tables of program b's processes (b[0 .. b->processes),
+ * cal_add_processes), round 0 .. rounds-1 of each, and calls
  * fn(name, kind, seconds, arg) for each op: `name` is the op's result
  * tensor without its version (the benchmark programs give every tensor a
  * unique name), `kind` the op's kind ("AllGather", "Einsum", ...), seconds
- * the least over the rounds of the median time per call.  Load from
- * outside only ever slows a run, so the fastest round is the best estimate
- * of the machine's own speed (Chen and Revels, "Robust benchmarking in
- * noisy environments", 2016); the median within a round already drops a
- * single descheduled run.
+ * the least over the processes and rounds of the median time per call.
+ * Load from outside only ever slows a run, so the fastest process is the
+ * best estimate of the machine's own speed (Chen and Revels, "Robust
+ * benchmarking in noisy environments", 2016); the median within a process
+ * already drops a single descheduled run.
  */
-int cal_read_profile(cal_state *c, const char *out,
+int cal_read_profile(cal_state *c, const cal_bench *b,
                      void (*fn)(const char *name, const char *kind, double t, void *arg),
                      void *arg)
 {
     enum { MAX_OPS = 512 };
-    /* On the stack (about 110 KB in all), not static: no state outlives a
+    /* On the stack (about 50 KB in all), not static: no state outlives a
      * call, so two calibrations in one process could not mix their tables. */
     char names[MAX_OPS][64], kinds[MAX_OPS][32];
-    double ms[MAX_OPS][MAX_ROUNDS];
-    int nseen[MAX_OPS] = {0};
-    char path[512];
-    int seen = 0;
-    for (int r = 0; r < c->o->rounds; r++) {
-        snprintf(path, sizeof path, "%s/%s.%d", c->dir, out, r);
-        FILE *f = fopen(path, "r");
-        if (!f) {
-            fprintf(stderr, "einc calibrate: error: cannot read %s: %s\n", path, strerror(errno));
-            return -1;
-        }
-        char line[1024], name[64], kind[32];
-        int op;
-        double t;
-        while (fgets(line, sizeof line, f))
-            if (parse_row(line, &op, name, sizeof name, kind, &t) && op >= 0 && op < MAX_OPS &&
-                nseen[op] < MAX_ROUNDS) {
-                if (nseen[op] == 0) {
-                    memcpy(names[op], name, sizeof name);
-                    memcpy(kinds[op], kind, sizeof kind);
-                }
-                ms[op][nseen[op]++] = t;
+    double best[MAX_OPS];
+    bool have[MAX_OPS] = {false};
+    char path[600];
+    int seen = 0, nproc = b->processes > 1 ? b->processes : 1;
+    for (int p = 0; p < nproc; p++)
+        for (int r = 0; r < c->o->rounds; r++) {
+            snprintf(path, sizeof path, "%s/%s.%d", c->dir, b[p].out, r);
+            FILE *f = fopen(path, "r");
+            if (!f) {
+                fprintf(stderr, "einc calibrate: error: cannot read %s: %s\n", path, strerror(errno));
+                return -1;
             }
-        fclose(f);
-    }
+            char line[1024], name[64], kind[32];
+            int op;
+            double t;
+            while (fgets(line, sizeof line, f))
+                if (parse_row(line, &op, name, sizeof name, kind, &t) && op >= 0 && op < MAX_OPS) {
+                    if (!have[op]) {
+                        memcpy(names[op], name, sizeof name);
+                        memcpy(kinds[op], kind, sizeof kind);
+                        best[op] = t;
+                        have[op] = true;
+                    } else
+                        best[op] = fmin(best[op], t);
+                }
+            fclose(f);
+        }
     for (int op = 0; op < MAX_OPS; op++)
-        if (nseen[op] > 0) {
-            double best = ms[op][0];
-            for (int r = 1; r < nseen[op]; r++)
-                best = fmin(best, ms[op][r]);
-            fn(names[op], kinds[op], best * 1e-3, arg);
+        if (have[op]) {
+            fn(names[op], kinds[op], best[op] * 1e-3, arg);
             seen++;
         }
     if (!seen) {
@@ -194,29 +194,78 @@ int cal_read_profile(cal_state *c, const char *out,
 cal_bench *cal_add_bench(cal_state *c, const char *exe, int ndev)
 {
     cal_bench *b = &c->bench[c->nbench++];
+    *b = (cal_bench){.ndev = ndev, .processes = 1};
     snprintf(b->exe, sizeof b->exe, "%s", exe);
     snprintf(b->out, sizeof b->out, "%s.txt", exe);
-    b->ndev = ndev;
     return b;
 }
 
 /*
+ * Adds compiled program `exe` as n processes a round: the same executable
+ * under other names (hard links in the work directory, exe then exe.p1,
+ * exe.p2, ...), each a process of its own with its own output and trace.
+ * Some figures come in two speeds, whichever a spell of seconds is in
+ * (neg and the group of 2 in fnrow.ein, a P = 2 collective's copies:
+ * docs/cost-model.md, Calibration), so a figure is the least over several
+ * processes, which cal_run_benchmarks runs seconds apart, not only over
+ * the rounds.  Returns the first of the
+ * n entries, whose `processes` is n (the others' 0), with `ndev` set;
+ * NULL after a message when a link cannot be made or the list is full.
+ */
+cal_bench *cal_add_processes(cal_state *c, const char *exe, int ndev, int n)
+{
+    int cap = (int)(sizeof c->bench / sizeof c->bench[0]);
+    if (n < 1 || c->nbench + n > cap) {
+        fprintf(stderr, "einc calibrate: error: too many benchmark processes\n");
+        return NULL;
+    }
+    cal_bench *first = NULL;
+    for (int p = 0; p < n; p++) {
+        char name[64], from[600], to[600];
+        snprintf(name, sizeof name, p ? "%s.p%d" : "%s", exe, p);
+        snprintf(from, sizeof from, "%s/%s", c->dir, exe);
+        snprintf(to, sizeof to, "%s/%s", c->dir, name);
+        if (p && link(from, to) != 0) {
+            fprintf(stderr, "einc calibrate: error: cannot link %s to %s: %s\n", to, from,
+                    strerror(errno));
+            return NULL;
+        }
+        cal_bench *b = cal_add_bench(c, name, ndev);
+        b->processes = p ? 0 : n;
+        b->process = p;
+        if (!p)
+            first = b;
+    }
+    return first;
+}
+
+/*
  * Runs every program once per round, the rounds one after the other
- * (cal_read_results then reads each program's best over the rounds).  A round takes tens of
- * seconds, so the rounds of one program are that far apart: a spell of
- * load from outside (another tenant of the host) slows one of them, and
- * the median drops it; back to back, a spell of a minute slowed all three
- * and the whole profile with them.
+ * (cal_read_results then reads each program's best over the rounds).  A
+ * round takes tens of seconds, so the rounds of one program are that far
+ * apart: a spell of load from outside (another tenant of the host) slows
+ * one of them, and the least over them drops it; back to back, a spell
+ * of a minute slowed all three and the whole profile with them.  Within a
+ * round, the first process of every program runs first, then every
+ * second process (cal_add_processes), and so on, so that a program's
+ * processes are seconds apart too: a P = 2 collective ran at one of two
+ * speeds in spells of 5-15 s, every process of a spell alike, and three
+ * processes back to back were all in one (docs/cost-model.md,
+ * Calibration).
  */
 int cal_run_benchmarks(cal_state *c)
 {
+    int slots = 1;
+    for (int i = 0; i < c->nbench; i++)
+        slots = c->bench[i].process + 1 > slots ? c->bench[i].process + 1 : slots;
     for (int r = 0; r < c->o->rounds; r++) {
         if (c->o->rounds > 1)
-            fprintf(stderr, "einc calibrate: round %d of %d (%d programs)\n", r + 1, c->o->rounds,
+            fprintf(stderr, "einc calibrate: round %d of %d (%d processes)\n", r + 1, c->o->rounds,
                     c->nbench);
-        for (int i = 0; i < c->nbench; i++)
-            if (run_bench(c, &c->bench[i], r))
-                return -1;
+        for (int k = 0; k < slots; k++)
+            for (int i = 0; i < c->nbench; i++)
+                if (c->bench[i].process == k && run_bench(c, &c->bench[i], r))
+                    return -1;
     }
     return 0;
 }

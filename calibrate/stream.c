@@ -221,21 +221,14 @@ int cal_prepare_stream(cal_state *c)
     if (write_fnrow_program(c, nd, devices_per_core(c, nd), "fnrow.ein") ||
         cal_compile(c, "fnrow.ein", "fnrow"))
         return -1;
-    /* The same executable under other names (hard links in the work
-     * directory): each name is a process of its own per round, with its
-     * own trace. */
+    /* Processes of their own, each with its own trace (read one by one:
+     * read_figures keeps the least over them). */
+    b = cal_add_processes(c, "fnrow", nd, FNROW_PROCESSES);
+    if (!b)
+        return -1;
     for (int p = 0; p < FNROW_PROCESSES; p++) {
-        char exe[16], from[600], to[600];
-        snprintf(exe, sizeof exe, p ? "fnrow%d" : "fnrow", p);
-        snprintf(from, sizeof from, "%s/fnrow", c->dir);
-        snprintf(to, sizeof to, "%s/%s", c->dir, exe);
-        if (p && link(from, to) != 0) {
-            fprintf(stderr, "einc calibrate: error: cannot link %s to %s\n", to, from);
-            return -1;
-        }
-        b = cal_add_bench(c, exe, nd);
-        b->repeat = c->o->repeat > FNROW_REPEAT ? c->o->repeat : FNROW_REPEAT;
-        b->trace = true;
+        b[p].repeat = c->o->repeat > FNROW_REPEAT ? c->o->repeat : FNROW_REPEAT;
+        b[p].trace = true;
     }
     return 0;
 }

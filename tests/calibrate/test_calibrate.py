@@ -8,7 +8,8 @@ measured, fitted = the model at the sample's P and size), `einc --hw` loads
 it and its --dump-cost times a collective with exactly that fit, a broken
 fit is refused with a message naming the field, bad command lines exit 2,
 and the elementwise curve's program (kept with --keep) runs on one device
-per core with a copy of each add per device of a core, its trace kept.
+per core with a copy of each add per device of a core, its trace kept, and
+the P = 2 collective programs run as 3 processes, their samples the fastest.
 With --mpirun, a quick calibration on MPI ranks too.
 """
 import argparse
@@ -173,6 +174,37 @@ def check_stream(work, d, ranks):
           "elementwise_curve: a point per size, at the full mesh's bytes per device")
 
 
+def check_processes(work, d, ranks):
+    """The collective programs whose groups are smaller than the mesh (P = 2
+    of 4 devices) run as 3 processes a round, hard links to one executable
+    (coll_2_I, coll_2_I.p1, coll_2_I.p2), the groups of the whole mesh as
+    one; a sample is the least over the processes: the flat AllGather's
+    measured_s is the fastest of the 3 processes' --profile rows."""
+    wd = os.path.join(work, os.listdir(work)[0])
+    progs = sorted(f[:-4] for f in os.listdir(wd) if re.fullmatch(r"coll_\d+_\d+\.ein", f))
+    check(progs, "collective programs kept")
+    ag = {(s["group"], s["buffer_bytes"], s["runs"]): s["measured_s"]
+          for s in d["calibration"]["collectives"]["allgather"]["samples"]}
+    for prog in progs:
+        p, i = (int(v) for v in prog.split("_")[1:])
+        names = [prog] + (["%s.p1" % prog, "%s.p2" % prog] if p < ranks else [])
+        check(not os.path.exists(os.path.join(wd, "%s.p%d" % (prog, len(names)))),
+              "%s: %d processes a round" % (prog, len(names)))
+        inodes = {os.stat(os.path.join(wd, n)).st_ino for n in names}
+        check(len(inodes) == 1, "%s: its processes are links to one executable" % prog)
+        times = []
+        for n in names:
+            with open(os.path.join(wd, n + ".txt.0")) as f:
+                times += [float(l.split()[2]) * 1e-3 for l in f
+                          if re.search(r" AG\d+\.1 = AllGather_X ", l)]
+        size = 8192 * 4 ** i
+        if check(len(times) == len(names) and (p, size, p) in ag,
+                 "%s: a flat AllGather row per process and its sample" % prog):
+            check(math.isclose(ag[(p, size, p)], min(times), rel_tol=1e-6),
+                  "%s: the sample %.4g s is the fastest process's, of %s"
+                  % (prog, ag[(p, size, p)], times))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--einc", required=True)
@@ -196,6 +228,7 @@ def main():
         check(not [f for f in os.listdir(tmp) if ".tmp" in f], "no temporary file left")
         d = check_profile(prof, 4, "threads")
         check_stream(work, d, 4)
+        check_processes(work, d, 4)
 
         # einc uses the fit: the AllGather of A[I, J_X] to J (512x256 f32 =
         # 524288 bytes on each of 2 devices, in 512 rows per peer), asked for
