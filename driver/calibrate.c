@@ -37,9 +37,9 @@ static void usage(FILE *f)
           "  --max-bytes N           largest collective buffer per device (default 64 MiB,\n"
           "                          at most 512 MiB; also capped by free memory)\n"
           "  --repeat R              runs per benchmark process (default 7)\n"
-          "  --rounds N              processes per benchmark program, the fastest taken\n"
-          "                          (default 3, a round over all programs apart: a spell\n"
-          "                          of load from outside slows some, not the result)\n"
+          "  --rounds N              rounds over all benchmark programs, the fastest taken\n"
+          "                          (default 3, the rounds apart: a spell of load from\n"
+          "                          outside slows some, not the result)\n"
           "  --quick                 few sizes and runs, buffers up to 8 MiB unless\n"
           "                          --max-bytes says otherwise (well under a minute)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
@@ -126,7 +126,8 @@ static int parse_args(int argc, char **argv, cal_options *o)
 #undef VALUE
     }
     if (o->quick) {
-        /* 25-55 s on 2 cores at load 3.5 (docs/performance.md): buffers up to 8 MiB reach past the caches
+        /* 27 s on threads, 37 s on MPI, 2 idle cores (docs/cost-model.md,
+         * "Calibration"): buffers up to 8 MiB reach past the caches
          * (the main fit starts at 1 MiB), and two rounds keep the faster of
          * two runs of each program, which halves the damage a spell of load
          * from outside does to a single round. */

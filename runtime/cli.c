@@ -249,6 +249,8 @@ int rt_parse_options(int argc, char **argv, rt_options *o, char *err, size_t err
             o->params = val;
         } else if (!strcmp(flag, "--profile")) {
             o->profile = 1;
+        } else if (!strcmp(flag, "--discard-outputs")) {
+            o->discard_outputs = 1;
         } else if (!strcmp(flag, "--bind-to")) {
             if (!strcmp(val, "core"))
                 o->bind = RT_BIND_CORE;
@@ -297,6 +299,8 @@ void rt_print_help(FILE *f, const char *argv0)
             "  --repeat N              run N times, print the median time per run\n"
             "  --info                  print the program (mesh, tensors, shardings, IR)\n"
             "  --stats                 print peak memory (rt_alloc) per device\n"
+            "  --discard-outputs       neither gather the outputs to the first device nor\n"
+            "                          print them: runs only timed (--profile, --trace)\n"
             "  --profile               run the ops in step (a barrier before each) and print\n"
             "                          per op the median measured time, the cost model's\n"
             "                          prediction and the relative error, and the largest\n"

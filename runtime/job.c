@@ -128,7 +128,7 @@ void rt_job_device(rt_device *dev, rt_job *job)
     for (int32_t k = 0; k < p->ninputs; k++) /* the same order on every rank */
         if (state_output(job, k))
             dev->ops->gather(dev, &p->inputs[k], in[k], job->state_out ? job->state_out[k] : NULL);
-    for (int32_t i = 0; i < p->noutputs; i++)
+    for (int32_t i = 0; i < p->noutputs && !job->opt->discard_outputs; i++)
         dev->ops->gather(dev, &p->outputs[i], out[i], job->global_out ? job->global_out[i] : NULL);
     rt_job_free_buffers(dev, p, in, out);
     dev->ops->collect_i64(dev, dev->peak_bytes, job->peak);
@@ -298,7 +298,9 @@ void rt_job_alloc(rt_job *job, int root, int traced)
     job->peak = calloc((size_t)rt_mesh_size(p), sizeof *job->peak);
     if (!job->global_out || !job->times || !job->peak)
         rt_fatal(NULL, "out of memory");
-    for (int32_t i = 0; i < p->noutputs; i++) {
+    /* --discard-outputs: a timing run of a program whose outputs are GiB
+     * (einc calibrate's) spent half its time gathering and summing them. */
+    for (int32_t i = 0; i < p->noutputs && !job->opt->discard_outputs; i++) {
         const rt_tensor_desc *t = &p->outputs[i];
         job->global_out[i] = malloc((size_t)bytes_of(t, t->global_shape) + 1);
         if (!job->global_out[i])
@@ -394,7 +396,7 @@ static int finish_root(rt_job *job)
     }
     if (write_state_outputs(job))
         status = -1;
-    for (int32_t i = 0; i < p->noutputs; i++) {
+    for (int32_t i = 0; i < p->noutputs && !o->discard_outputs; i++) {
         const rt_tensor_desc *t = &p->outputs[i];
         const char *path = NULL;
         for (int k = 0; k < o->noutputs; k++)
@@ -459,6 +461,10 @@ static int check_mode(const rt_program *p, const rt_options *o, char *err, size_
     if (o->speculate && (!o->generate || o->serve))
         return rt_errf(err, errlen, "--speculate K speculates the tokens of --generate N%s",
                        o->serve ? "; --serve does not speculate" : ": give --generate");
+    if (o->discard_outputs && (o->check || o->noutputs || p->trains || o->generate || o->serve))
+        return rt_errf(err, errlen, "--discard-outputs runs the program only to time it: it "
+                       "cannot go with %s", o->check ? "--check" : o->noutputs ? "--output"
+                       : p->trains ? "training" : o->generate ? "--generate" : "--serve");
     if (o->serve)
         return rt_serve_check_mode(p, o, err, errlen);
     if (!o->generate && (o->prompt_ids || o->temperature > 0 || o->generated || o->prompt_cached ||

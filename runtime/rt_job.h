@@ -34,6 +34,7 @@ typedef struct rt_options {
     int help;                    /* --help */
     int stats;                   /* --stats */
     int profile;                 /* --profile */
+    int discard_outputs;         /* --discard-outputs: outputs neither gathered nor printed */
     int bind;                    /* --bind-to: an rt_bind (RT_BIND_CORE by default) */
     const char *trace;           /* --trace FILE.json, or NULL (points into argv) */
     const char *params;          /* --params DIR: every param from this checkpoint, or NULL

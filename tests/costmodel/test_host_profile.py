@@ -30,8 +30,8 @@ from calib_common import check, finish, parse_profile, run  # noqa: E402
 
 EXAMPLE = "ffw_tp.ein"
 # `einc calibrate --quick` on the 2-core machine of docs/performance.md takes
-# 25-55 s at load 3.5 (88 s at load 13); the issue asks for
-# "well under a minute".
+# 27 s idle (docs/cost-model.md, "Calibration"), more under load; the
+# issue asks for "well under a minute".
 QUICK_LIMIT_S = 60
 
 

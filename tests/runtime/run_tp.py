@@ -167,6 +167,20 @@ def check_errors(prog, tmp):
     p = run([prog, "--help"])
     if "--random-inputs" not in p.stdout:
         fail("--help lacks --random-inputs")
+    # --discard-outputs: the times, no output gathered or printed; with a
+    # flag that reads the outputs it is an error.
+    shown = run([prog, "--random-inputs", "1", "--profile"]).stdout
+    p = run([prog, "--random-inputs", "1", "--profile", "--discard-outputs"])
+    if "sum=" not in shown or "sum=" in p.stdout:
+        fail("--discard-outputs still prints an output, or the plain run none:\n%s" % p.stdout)
+    def op_rows(out):
+        return [l.split()[0] for l in out.splitlines() if l.split()[:1] and l.split()[0].isdigit()]
+    if not op_rows(shown) or op_rows(p.stdout) != op_rows(shown):
+        fail("--discard-outputs changed the --profile table:\n%s" % p.stdout)
+    expect_error([prog, "--random-inputs", "1", "--discard-outputs", "--check"],
+                 "--discard-outputs runs the program only to time it: it cannot go with --check")
+    expect_error([prog, "--random-inputs", "1", "--discard-outputs", "--output",
+                  "y=" + os.path.join(tmp, "y.npy")], "cannot go with --output")
 
 
 def main():
