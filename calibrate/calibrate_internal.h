@@ -118,9 +118,10 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
 #define FNROW_REPEAT 4
 /* Processes of that program per round (stream.c): the memory-bound ops'
  * fastest calls differ more between processes than within one.  Each
- * costs some 5 s beyond its runs, most of it its first run's page faults
- * and the summary of its 2 GiB of outputs, so 3, not more: the quick
- * calibration took about a minute with 4. */
+ * costs its first run's page faults beyond its timed runs (its 2 GiB of
+ * outputs are not gathered: --discard-outputs, runner.c), so 3, not
+ * more: before --discard-outputs the quick calibration took about a
+ * minute with 4. */
 #define FNROW_PROCESSES 3
 /* Processes per round of a threads collective program whose groups are
  * smaller than the mesh (P = 2 of the quick calibration's 4 devices on 2 cores,
@@ -143,8 +144,9 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * of IR_STREAM_MIN_BYTES or more, which codegen streams (ir_ew_streams),
  * as it does a model's, so the slope is that of one kind of loop.  The
  * second pair stays in the second-level cache (3 x 128 KiB per device at
- * the larger size, two devices' copies to a core): beyond neg it is the function's arithmetic, which a
- * row group pays on a row in cache, between the passes that touch memory
+ * the larger size, two devices' copies to a core): beyond neg it is the
+ * function's arithmetic, which a row group pays on a row in cache,
+ * between the passes that touch memory
  * (passes/costmodel/cost_rowgroup.c). */
 static const int64_t FN_ELEMS[NFN] = {(int64_t)1 << 20, COST_FN_CAL_ELEMS, (int64_t)1 << 13,
                                       (int64_t)1 << 15};
@@ -213,8 +215,8 @@ int cal_prepare_compute(cal_state *c);
  * (stream.c).  Returns 0, or -1 after a message. */
 int cal_prepare_stream(cal_state *c);
 
-/* Reads the traces of traced program b (stream or fnrow), one per round,
- * into c: the elementwise curve (ew, ew_at, new_, scale_s), the functions'
+/* Reads the traces of traced program b (stream or fnrow), one per round
+ * of each of its processes (b[0 .. b->processes)), into c: the elementwise curve (ew, ew_at, new_, scale_s), the functions'
  * times (fn_seconds) and the row groups' (row_s), whichever b runs; each
  * op's time per device of the full mesh, as a core of it runs ranks /
  * b->ndev of them (stream.c).  Returns 0, or -1 after a message when a

@@ -338,9 +338,8 @@ int cal_read_results(cal_state *c)
     for (int i = 0; i < c->nbench; i++) {
         const cal_bench *b = &c->bench[i];
         coll_run cr = {c, b->p, &b->size, 1};
-        /* A traced program's processes are read one by one, an untraced
-         * one's with its first (cal_read_profile). */
-        if (!b->trace && b->processes == 0)
+        /* A program's processes are read with its first entry. */
+        if (b->processes == 0)
             continue;
         if (b->trace ? cal_read_stream(c, b)
             : b->p   ? cal_read_profile(c, b, on_coll, &cr)

@@ -221,8 +221,7 @@ int cal_prepare_stream(cal_state *c)
     if (write_fnrow_program(c, nd, devices_per_core(c, nd), "fnrow.ein") ||
         cal_compile(c, "fnrow.ein", "fnrow"))
         return -1;
-    /* Processes of their own, each with its own trace (read one by one:
-     * read_figures keeps the least over them). */
+    /* Processes of their own, each with its own trace (cal_read_stream). */
     b = cal_add_processes(c, "fnrow", nd, FNROW_PROCESSES);
     if (!b)
         return -1;
@@ -341,7 +340,9 @@ static void read_figures(cal_state *c, cJSON *const *roots, int n, int64_t per_c
     }
 }
 
-int cal_read_stream(cal_state *c, const cal_bench *b)
+/* Reads the traces of one process of a traced program (entry b), one per
+ * round, into c (read_figures). */
+static int read_process(cal_state *c, const cal_bench *b)
 {
     cJSON *roots[MAX_ROUNDS];
     int n = 0, rc = 0;
@@ -363,4 +364,14 @@ int cal_read_stream(cal_state *c, const cal_bench *b)
     for (int r = 0; r < n; r++)
         cJSON_Delete(roots[r]);
     return rc;
+}
+
+int cal_read_stream(cal_state *c, const cal_bench *b)
+{
+    /* A process at a time, its rounds' traces parsed together: read_figures
+     * keeps the least over the processes. */
+    for (int p = 0; p < b->processes; p++)
+        if (read_process(c, &b[p]))
+            return -1;
+    return 0;
 }
