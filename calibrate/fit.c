@@ -2,8 +2,8 @@
  * fit.c - fitting MeshSlice's measured collective model (seed
  * 004) to the timings of `einc calibrate`: weighted linear least squares in
  * (T_launch, L_sync, 1/BW, 1/BW_local), non-negative by refitting over
- * subsets, two regimes split at SPLIT_BYTES.  See the essay at the top of
- * calibrate.c.
+ * subsets, two regimes split at SPLIT_BYTES or above it where the rate
+ * falls on (cal_fit_kind).  See the essay at the top of calibrate.c.
  *
  * The fourth term is the device's own shard.  MeshSlice's model, made for
  * TPUs, has a collective move (P - 1) shards, its own already in place; a
