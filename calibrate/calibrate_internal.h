@@ -23,7 +23,8 @@
 #define NEW 4
 #define NFN 4 /* sizes the functions are timed on (FN_ELEMS) */
 /* Buffers below this many bytes per device are fitted separately (they
- * stay in the caches; docs/cost-model.md). */
+ * stay in the caches; docs/cost-model.md); the fit may move the split up
+ * to where the rate stops falling (fit.c, cal_fit_kind). */
 #define SPLIT_BYTES (1 << 20)
 
 /* One timed collective. */
@@ -48,7 +49,8 @@ typedef struct coll_fit {
     double rms;             /* rms relative residual */
     double max;             /* largest relative residual of the samples used */
     int used;               /* samples in the final fit */
-    bool has_small;         /* buffers below SPLIT_BYTES have their own fit */
+    bool has_small;         /* buffers below `split` have their own fit */
+    double split;           /* bytes: SPLIT_BYTES, or above it where the rate falls on (fit.c) */
     double small_t_launch;  /* that fit: seconds */
     double small_l_sync;    /* seconds per step */
     double small_bw;        /* bytes/s */
@@ -59,7 +61,8 @@ typedef struct coll_fit {
 /* Fits T(P, S, runs) = T_launch + (P - 1) (L_sync + shard / BW) +
  * shard / BW_local + (runs - P) t_run to f's samples
  * (relative least squares, coefficients kept non-negative; buffers below
- * SPLIT_BYTES fitted separately when there are enough of them), fills each
+ * SPLIT_BYTES or a larger split chosen by the residuals fitted separately
+ * when there are enough of them), fills each
  * sample's fitted time and the residual statistics.  `kind` names the
  * collective in messages.  Returns 0, or -1 after a message on stderr when
  * no fit exists (fit.c). */

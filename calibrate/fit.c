@@ -2,8 +2,8 @@
  * fit.c - fitting MeshSlice's measured collective model (seed
  * 004) to the timings of `einc calibrate`: weighted linear least squares in
  * (T_launch, L_sync, 1/BW, 1/BW_local), non-negative by refitting over
- * subsets, two regimes split at SPLIT_BYTES.  See the essay at the top of
- * calibrate.c.
+ * subsets, two regimes split at SPLIT_BYTES or above it where the rate
+ * falls on (cal_fit_kind).  See the essay at the top of calibrate.c.
  *
  * The fourth term is the device's own shard.  MeshSlice's model, made for
  * TPUs, has a collective move (P - 1) shards, its own already in place; a
@@ -158,16 +158,16 @@ static double fit_best(const coll_fit *f, double *bc)
     return best;
 }
 
-/* Robust fit of the samples of one regime (buffers below SPLIT_BYTES or
- * not) into bc: a first fit; samples more than 3x the median residual (and
- * over 25%) away from it are marked outliers and left out of a second.
- * -1 if the regime has too few samples or no non-negative fit. */
-static int fit_regime(coll_fit *f, bool small, double *bc)
+/* Robust fit of the samples of one regime (buffers below `split` bytes
+ * or not) into bc: a first fit; samples more than 3x the median residual
+ * (and over 25%) away from it are marked outliers and left out of a
+ * second.  -1 if the regime has too few samples or no non-negative fit. */
+static int fit_regime(coll_fit *f, double split, bool small, double *bc)
 {
     coll_fit sub = {.n = 0};
     int idx[MAX_SAMPLES];
     for (int i = 0; i < f->n; i++)
-        if ((f->s[i].bytes < SPLIT_BYTES) == small) {
+        if ((f->s[i].bytes < split) == small) {
             idx[sub.n] = i;
             sub.s[sub.n++] = f->s[i];
         }
@@ -195,6 +195,71 @@ static int fit_regime(coll_fit *f, bool small, double *bc)
     return 0;
 }
 
+/* Fits f's samples in two regimes split at `split` bytes (big[] the main
+ * fit, small[] the smaller buffers'), or in one (big[] only, *have_small
+ * false) when a regime has too few samples; fills each sample's fit and
+ * outlier mark.  Returns the score the split is chosen by: the sum over
+ * all samples of the relative residual's magnitude, each capped at 1.
+ * Not its square, which the least squares minimise: a fit that bends to
+ * a descheduled run spreads its error over its neighbours and would beat
+ * the fit that leaves it out as an outlier; INFINITY when no fit exists. */
+static double fit_split(coll_fit *f, double split, double *big, double *small, bool *have_small)
+{
+    for (int i = 0; i < f->n; i++)
+        f->s[i].outlier = false;
+    *have_small = fit_regime(f, split, false, big) == 0 && fit_regime(f, split, true, small) == 0;
+    if (!*have_small) {
+        for (int i = 0; i < f->n; i++)
+            f->s[i].outlier = false;
+        if (!isfinite(fit_best(f, big)) || big[2] <= 0)
+            return INFINITY;
+    }
+    double score = 0;
+    for (int i = 0; i < f->n; i++) {
+        double r[NREG];
+        regressors(&f->s[i], r);
+        f->s[i].fit = predict(*have_small && f->s[i].bytes < split ? small : big, r);
+        double e = (f->s[i].fit - f->s[i].t) / f->s[i].t;
+        score += fmin(fabs(e), 1);
+    }
+    return score;
+}
+
+/* A split above SPLIT_BYTES must leave less than this share of the score
+ * SPLIT_BYTES leaves.  Three loaded quick calibrations on MPI moved the AllGather's,
+ * ReduceScatter's and AllToAll's split either way by 8-20% of the score,
+ * noise, which put buffers of 4-8 MiB a device (llama2_ffw's, whose
+ * operands are hot in the cache) on the line of 8 and 32 MiB, up to twice
+ * their time; the AllReduce's split gained 29-49% in each. */
+#define SPLIT_GAIN 0.75
+
+/* Sizes within this factor of each other are one size: a strided sample's
+ * bytes are its flat twin's rounded to whole rows (programs.c). */
+#define SAME_SIZE 1.5
+
+/* Fills split[] with the candidate splits between the regimes: SPLIT_BYTES,
+ * then the geometric mean of each two neighbouring sizes above it that
+ * leaves two sizes or more to the main fit (one size cannot tell the
+ * per-call terms from the bytes', which a larger buffer's price depends
+ * on).  Returns how many. */
+static int candidate_splits(const coll_fit *f, double *split)
+{
+    double sizes[MAX_SAMPLES];
+    int ns = 0, n = 0;
+    for (int i = 0; i < f->n; i++)
+        sizes[ns++] = f->s[i].bytes;
+    cal_median(sizes, ns); /* sorts */
+    double distinct[MAX_SAMPLES];
+    int nd = 0;
+    for (int i = 0; i < ns; i++)
+        if (sizes[i] >= SPLIT_BYTES && (nd == 0 || sizes[i] > SAME_SIZE * distinct[nd - 1]))
+            distinct[nd++] = sizes[i];
+    split[n++] = SPLIT_BYTES;
+    for (int i = 0; i + 2 < nd; i++)
+        split[n++] = sqrt(distinct[i] * distinct[i + 1]);
+    return n;
+}
+
 /*
  * Fits one kind and fills the residuals.  Two regimes: a message that fits
  * in the caches moves several times faster than one that streams from
@@ -202,24 +267,39 @@ static int fit_regime(coll_fit *f, bool small, double *bc)
  * (the ones that take milliseconds, which the accuracy target is about) get
  * the main fit and smaller ones their own ("small_messages").  With too
  * few samples in a regime (--quick) one fit covers all.
+ *
+ * Where the rate falls on past SPLIT_BYTES, the main fit moves up: on MPI
+ * over 4 ranks on the 2-core EPYC an AllReduce of 2 MiB a device ran at
+ * 3.5 GB/s, of 8 MiB at 1.8 and of 32-40 MiB at 1.0 (past the 32 MiB
+ * last-level cache), and one line over the three, which cannot bend (its
+ * intercept is not negative), priced a 40 MiB AllReduce 52% under its
+ * time (issue 28).  So the split is the candidate (candidate_splits) whose
+ * two fits leave the least summed relative residual over all samples
+ * (fit_split), SPLIT_BYTES unless another's is under SPLIT_GAIN times its; the
+ * model at a size between two samples is then that of the nearer one in
+ * log size, as it is at SPLIT_BYTES.
  */
 int cal_fit_kind(coll_fit *f, const char *kind)
 {
-    double big[NREG], small[NREG];
-    for (int i = 0; i < f->n; i++)
-        f->s[i].outlier = false;
-    int have_big = fit_regime(f, false, big) == 0;
-    int have_small = have_big && fit_regime(f, true, small) == 0;
-    if (!have_big || !have_small) {
-        for (int i = 0; i < f->n; i++)
-            f->s[i].outlier = false;
-        if (!isfinite(fit_best(f, big)) || big[2] <= 0) {
-            fprintf(stderr, "einc calibrate: error: cannot fit the %s timings (%d samples)\n",
-                    kind, f->n);
-            return -1;
+    double big[NREG], small[NREG], split[MAX_SAMPLES];
+    bool have_small = false;
+    int nsplit = candidate_splits(f, split), best = 0;
+    double best_score = INFINITY;
+    for (int k = 0; k < nsplit; k++) {
+        double score = fit_split(f, split[k], big, small, &have_small);
+        if (k == 0)
+            score *= SPLIT_GAIN;
+        if (score < best_score) {
+            best_score = score;
+            best = k;
         }
-        have_small = 0;
     }
+    if (!isfinite(fit_split(f, split[best], big, small, &have_small))) {
+        fprintf(stderr, "einc calibrate: error: cannot fit the %s timings (%d samples)\n", kind,
+                f->n);
+        return -1;
+    }
+    f->split = split[best];
     f->t_launch = big[0];
     f->l_sync = big[1];
     f->bw = 1 / big[2];
@@ -237,10 +317,6 @@ int cal_fit_kind(coll_fit *f, const char *kind)
     int used = 0;
     f->max = 0;
     for (int i = 0; i < f->n; i++) {
-        double r[NREG];
-        regressors(&f->s[i], r);
-        const double *bc = have_small && f->s[i].bytes < SPLIT_BYTES ? small : big;
-        f->s[i].fit = predict(bc, r);
         if (f->s[i].outlier)
             continue;
         double e = fabs(f->s[i].fit - f->s[i].t) / f->s[i].t;
@@ -253,4 +329,3 @@ int cal_fit_kind(coll_fit *f, const char *kind)
     f->used = used;
     return 0;
 }
-

@@ -234,7 +234,7 @@ static cJSON *profile_json(cal_state *c)
             cJSON_AddNumberToObject(j, "seconds_per_run", f->t_run);
         if (f->has_small) {
             cJSON *sm = cJSON_AddObjectToObject(j, "small_messages");
-            cJSON_AddNumberToObject(sm, "below_bytes", SPLIT_BYTES);
+            cJSON_AddNumberToObject(sm, "below_bytes", f->split);
             cJSON_AddNumberToObject(sm, "t_launch", f->small_t_launch);
             cJSON_AddNumberToObject(sm, "l_sync", f->small_l_sync);
             cJSON_AddNumberToObject(sm, "bandwidth", positive(f->small_bw));

@@ -17,6 +17,11 @@
 #include "costmodel.h"
 #include "driver.h"
 
+/* --quick's largest collective buffer per device, bytes: the full
+ * calibration's largest (64 MiB cap, sizes 8 KiB up by 4x), beyond the
+ * last-level cache as a model's activations are. */
+#define QUICK_MAX_BYTES (INT64_C(32) << 20)
+
 static void usage(FILE *f)
 {
     fputs("usage: einc calibrate [-o PROFILE.json] [options]\n"
@@ -40,7 +45,7 @@ static void usage(FILE *f)
           "  --rounds N              rounds over all benchmark programs, the fastest taken\n"
           "                          (default 3, the rounds apart: a spell of load from\n"
           "                          outside slows some, not the result)\n"
-          "  --quick                 few sizes and runs, buffers up to 8 MiB unless\n"
+          "  --quick                 few sizes and runs, buffers up to 32 MiB unless\n"
           "                          --max-bytes says otherwise (well under a minute)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
           "                          --oversubscribe --bind-to core:overload-allowed\n"
@@ -127,12 +132,14 @@ static int parse_args(int argc, char **argv, cal_options *o)
     }
     if (o->quick) {
         /* 27 s on threads, 37 s on MPI, 2 idle cores (docs/cost-model.md,
-         * "Calibration"): buffers up to 8 MiB reach past the caches
-         * (the main fit starts at 1 MiB), and two rounds keep the faster of
-         * two runs of each program, which halves the damage a spell of load
-         * from outside does to a single round. */
+         * "Calibration"): buffers up to 32 MiB, past the last-level cache
+         * (the main fit starts at 1 MiB; a model's activations of 40 MiB a
+         * device ran at half the rate of an 8 MiB buffer on MPI, which a
+         * fit that stopped at 8 MiB could not know), and two rounds keep
+         * the faster of two runs of each program, which halves the damage
+         * a spell of load from outside does to a single round. */
         if (!max_given)
-            o->max_bytes = 8 << 20;
+            o->max_bytes = QUICK_MAX_BYTES;
         if (!repeat_given)
             o->repeat = 5;
         if (!rounds_given)

@@ -5,7 +5,8 @@
  * (seed 004's model plus the own shard's copy and the strided runs) give
  * those coefficients back; a
  * coefficient the timings do not need comes out 0; one group size alone
- * (P-1 and 1 collinear) still fits; an outlier is marked and left out.
+ * (P-1 and 1 collinear) still fits; an outlier is marked and left out;
+ * the split between the regimes moves up where the rate falls on.
  */
 #include <math.h>
 #include <stdio.h>
@@ -98,6 +99,35 @@ static void test_outlier(void)
     CU_ASSERT_DOUBLE_EQUAL(f.bw / 6e9, 1, 1e-6);
 }
 
+/* A rate that falls on past the caches (MPI on the 2-core EPYC: an
+ * AllReduce of 2 MiB a device at 3.5 GB/s, of 8 and 32 MiB at 1.8 and
+ * 1.0): the split between the regimes moves up to between 2 and 8 MiB,
+ * where the main fit then prices the large buffers at their own rate, and
+ * the buffers below it keep theirs. */
+static void test_split_moves_up(void)
+{
+    coll_fit f;
+    memset(&f, 0, sizeof f);
+    for (int p = 2; p <= 4; p += 2)
+        for (double s = 8192; s <= 32 << 20; s *= 4) {
+            double shard = s / p;
+            double t = s < (4 << 20) ? 10e-6 + (p - 1) * shard / 4e9  /* in the caches */
+                                     : 1e-3 + (p - 1) * shard / 1e9;  /* from memory */
+            f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = p, .t = t};
+        }
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllReduce"), 0);
+    CU_ASSERT(f.has_small);
+    CU_ASSERT(f.split > 2 << 20 && f.split < 8 << 20);
+    CU_ASSERT_DOUBLE_EQUAL(f.bw / 1e9, 1, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(f.small_bw / 4e9, 1, 1e-6);
+    for (int i = 0; i < f.n; i++)
+        CU_ASSERT_DOUBLE_EQUAL(f.s[i].fit / f.s[i].t, 1, 1e-6);
+    /* One line throughout: the split stays at SPLIT_BYTES. */
+    synth(&f, 4, 30e-6, 5e-6, 6e9, 2.5e9);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    CU_ASSERT_EQUAL(f.split, SPLIT_BYTES);
+}
+
 /* What a bf16 GEMM's result element costs (cal_gemm_result_seconds, in
  * programs.c): timings made from a rate R of the multiply-adds and x
  * seconds per result element give x back; noise that makes the wider
@@ -137,6 +167,7 @@ void einc_register_tests(void)
         {"a free own-shard copy fits as 0", test_free_own_shard},
         {"one group size alone fits", test_one_group_size},
         {"an outlier is left out", test_outlier},
+        {"the split moves up where the rate falls on", test_split_moves_up},
         {"a bf16 GEMM's result element from two equal-FLOP GEMMs", test_gemm_result_seconds},
     };
     einc_add_suite("calibration fit", tests, (int)(sizeof tests / sizeof tests[0]));

@@ -13,7 +13,8 @@ Checks (docs/cost-model.md, "Which file host is"):
   (--dump-cost names the file), with no warning, whatever host.json says; a
   broken one is skipped with one warning;
 - with --calibrate: `einc calibrate --quick` without -o writes this machine's
-  cache in well under a minute, the profile loads and carries the machine,
+  cache in well under a minute, the profile loads and carries the machine
+  and collective samples up to 32 MiB a device,
   and an executable built against it still reports measured vs predicted
   times under --profile.
 """
@@ -175,6 +176,14 @@ def check_quick_calibration(a, tmp):
         prof = json.load(f)
     check(prof.get("machine") == me["machine"], "the profile records this machine")
     check(prof["calibration"]["rounds"] >= 2, "quick: at least 2 rounds")
+    # Quick's collectives reach 32 MiB a device, past the last-level cache,
+    # as a model's activations do (docs/cost-model.md, "Calibration"),
+    # unless free memory caps them (a note on stderr says so then).
+    if "capped at" not in r.stderr:
+        for kind, fit in prof["calibration"]["collectives"].items():
+            sizes = sorted({s["buffer_bytes"] for s in fit["samples"] if s["runs"] == s["group"]})
+            check(sizes and sizes[-1] == 32 << 20,
+                  "quick: %s samples up to 32 MiB, got %s" % (kind, sizes))
     r = dump_cost(a, env)
     check(me["cache"] in header(r.stdout) and r.stderr == "",
           "the quick profile is host's, silently: %r %r" % (header(r.stdout), r.stderr))
