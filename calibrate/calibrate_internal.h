@@ -22,6 +22,7 @@
 #define NGEMM 4
 #define NEW 4
 #define NFN 4 /* sizes the functions are timed on (FN_ELEMS) */
+#define NROW_GROUPS 4 /* row groups timed in fnrow.ein (ROW_GROUP_OP: rowpass.c's 2, maskpass.c's 2) */
 /* Buffers below this many bytes per device are fitted separately (they
  * stay in the caches; docs/cost-model.md); the fit may move the split up
  * to where the rate stops falling (fit.c, cal_fit_kind). */
@@ -193,8 +194,9 @@ typedef struct cal_state {
     double scale_s[NEW];    /* seconds of the scale A * 2 per size index, 0 if not measured */
     double fn_seconds[NFN][IR_FN_COUNT]; /* seconds of fn(6 (A + B)) on FN_ELEMS[i] per device of the
                                           * full mesh (stream.c), 0 if unmeasured */
-    double row_s[2];        /* seconds of the row groups of 2 and 6 passes per device of the full
-                             * mesh (rowpass.c, stream.c), 0 if unmeasured */
+    double row_s[NROW_GROUPS]; /* seconds of the row groups of 2 and 6 passes and of the softmaxes
+                             * without and with a causal mask, per device of the full mesh
+                             * (rowpass.c, maskpass.c, stream.c), 0 if unmeasured */
     cost_machine machine;   /* the machine measured (the profile's "machine") */
     double load[1];         /* 1-minute load average before measuring (-1: unknown) */
 } cal_state;
@@ -244,9 +246,17 @@ double cal_gemm_result_seconds(const cal_state *c);
  * groups over rows in cache, of 2 and 6 passes, `copies` copies each
  * (stream.c's copies) ROW_GROUP_TIMES times, the two groups' copies
  * alternating, every call over arrays of its own; the trace names a
- * group's call by its first op, ROW_GROUP_OP[g] followed by its number. */
+ * group's call by its first op, ROW_GROUP_OP[g] followed by its number
+ * (g = 0, 1; 2, 3 are maskpass.c's). */
 void cal_write_row_groups(FILE *f, int nd, int64_t copies);
-static const char *const ROW_GROUP_OP[2] = {"RGLSk", "RGHMk"};
+
+/* Writes ROW_GROUP_TIMES times `copies` copies of one group, first(f, k),
+ * then as many of the other, second(f, k), k numbering the copies from 0
+ * on through the times: the two groups of a difference timed close
+ * together, each call over arrays of its own. */
+void cal_write_alternating(FILE *f, int64_t copies, void (*first)(FILE *, long long),
+                           void (*second)(FILE *, long long));
+static const char *const ROW_GROUP_OP[NROW_GROUPS] = {"RGLSk", "RGHMk", "RMUYk", "RMMMk"};
 /* Times each row group runs per copy and run: its fastest call varies
  * with what the other core streams, by 1.3x between processes of 2 calls
  * per device and run. */
@@ -258,6 +268,22 @@ static const char *const ROW_GROUP_OP[2] = {"RGLSk", "RGHMk"};
  * not timed.  Per device with every device busy, as every calibrated
  * figure. */
 double cal_row_pass_seconds(const cal_state *c);
+
+/* ---- the causal mask (maskpass.c) ---- */
+
+/* Writes into fnrow.ein, after cal_write_row_groups (whose RGZ ends each
+ * group), two softmax row groups over rows in cache, without and with a
+ * causal mask where(S <= T, X, -inf), `copies` copies each
+ * ROW_GROUP_TIMES times, alternating as rowpass.c's; their calls are
+ * ROW_GROUP_OP[2] and [3] in the trace. */
+void cal_write_mask_groups(FILE *f, int nd, int64_t copies);
+
+/* Seconds per element (of the masked array, half of it masked) that the
+ * masked softmax takes beyond the unmasked one: the mask member with its
+ * pass and its effect on the members after it; 0 when noise makes it
+ * negative, -1 when either was not timed.  Per device with every device
+ * busy, as every calibrated figure. */
+double cal_row_mask_seconds(const cal_state *c);
 
 /* ---- running them (runner.c) ---- */
 

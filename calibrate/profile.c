@@ -291,6 +291,11 @@ static cJSON *profile_json(cal_state *c)
     double pass = cal_row_pass_seconds(c);
     if (pass >= 0)
         cJSON_AddNumberToObject(cal, "row_pass_seconds_per_element", pass);
+    /* What a causal mask member costs a softmax's row group, its pass
+     * included (maskpass.c). */
+    double mask = cal_row_mask_seconds(c);
+    if (mask >= 0)
+        cJSON_AddNumberToObject(cal, "row_mask_seconds_per_element", mask);
     return root;
 }
 

@@ -86,11 +86,17 @@ void cal_write_row_groups(FILE *f, int nd, int64_t copies)
     fprintf(f, "# row groups of %d and %d passes (calibrate/rowpass.c)\n", LO_PASSES, HI_PASSES);
     fprintf(f, "dim RGR = %lld, RGC = %d, RGQ = %d\ninput RGZ[RGQ_X] : f32\n",
             (long long)ROW_ROWS * nd, ROW_COLS, 16 * nd);
+    cal_write_alternating(f, copies, write_lo, write_hi);
+}
+
+void cal_write_alternating(FILE *f, int64_t copies, void (*first)(FILE *, long long),
+                           void (*second)(FILE *, long long))
+{
     for (int j = 0; j < ROW_GROUP_TIMES; j++) {
         for (int64_t k = 0; k < copies; k++)
-            write_lo(f, (long long)(j * copies + k));
+            first(f, (long long)(j * copies + k));
         for (int64_t k = 0; k < copies; k++)
-            write_hi(f, (long long)(j * copies + k));
+            second(f, (long long)(j * copies + k));
     }
 }
 

@@ -4,7 +4,8 @@
  * behind "elementwise_write_weight" (docs/cost-model.md, "Calibration");
  * and, timed the same way, the functions' times behind
  * "function_seconds_per_element" (and its in-cache twin) and the row
- * groups' behind "row_pass_seconds_per_element" (rowpass.c).
+ * groups' behind "row_pass_seconds_per_element" (rowpass.c) and
+ * "row_mask_seconds_per_element" (maskpass.c).
  *
  * What the figure means, as every calibrated figure: per device with all
  * `ranks` devices busy and in step; an add of S bytes per device takes S /
@@ -197,7 +198,7 @@ static int write_stream_program(const cal_state *c, int nd, int64_t per_core, co
 }
 
 /* Writes fnrow.ein: on a mesh {X: nd}, the functions and the row groups
- * (rowpass.c), each `per_core` times, as stream.ein's ops. */
+ * (rowpass.c, maskpass.c), each `per_core` times, as stream.ein's ops. */
 static int write_fnrow_program(const cal_state *c, int nd, int64_t per_core, const char *file)
 {
     FILE *f = cal_create(c, file);
@@ -206,6 +207,7 @@ static int write_fnrow_program(const cal_state *c, int nd, int64_t per_core, con
     fprintf(f, "# einc calibrate: functions and row groups, one device per core\nmesh X = %d\n", nd);
     write_functions(f, nd, per_core);
     cal_write_row_groups(f, nd, per_core);
+    cal_write_mask_groups(f, nd, per_core);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -333,7 +335,7 @@ static void read_figures(cal_state *c, cJSON *const *roots, int n, int64_t per_c
             if (t > 0 && (c->fn_seconds[i][fn] <= 0 || t < c->fn_seconds[i][fn]))
                 c->fn_seconds[i][fn] = t;
         }
-    for (int g = 0; g < 2; g++) {
+    for (int g = 0; g < NROW_GROUPS; g++) {
         double t = k * fastest(roots, n, ROW_GROUP_OP[g], per_core * ROW_GROUP_TIMES);
         if (t > 0 && (c->row_s[g] <= 0 || t < c->row_s[g]))
             c->row_s[g] = t;

@@ -126,6 +126,10 @@ static LLVMValueRef pick(ew_nest *n, LLVMRealPredicate op, LLVMValueRef a, LLVMV
     return LLVMBuildSelect(bld, LLVMBuildFCmp(bld, op, a, b, ""), a, b, "");
 }
 
+/* exp_poly_f32's lower bound: floor(-176 log2(e) + 0.5) = -254, k whose
+ * halves 2^-127 are +0 (the exponent field 0). */
+#define EXP_F32_LOW (-176.0)
+
 /* expf inline, in straight-line arithmetic that the loop vectoriser widens
  * to the full vector (16 lanes on AVX-512) with no call: Cody and Waite's
  * range reduction x = k ln 2 + r, |r| <= ln 2 / 2, with ln 2 split in two
@@ -134,11 +138,19 @@ static LLVMValueRef pick(ew_nest *n, LLVMRealPredicate op, LLVMValueRef a, LLVMV
  * its tests) and the scale by 2^k through the exponent field, done as two
  * factors so results in the denormal range (x < -87.3) and up to FLT_MAX
  * come out without overflow in between, each rounded once.  x is first
- * clamped to [-104, 89], which also gives the IEEE limits with no test of
- * its own: from -104 the result is 0.97 * 2^-150, which rounds to +0 as
- * every exp below -103.97 does, and from x >= 128 ln 2 = 88.72 the scaled
- * y >= 1 times 2^128 rounds to +inf, as exp does from there.  A NaN is
- * clamped to -104 (k stays defined) and put back at the end.
+ * clamped to [-176, 89], which also gives the IEEE limits with no test of
+ * its own: every exp below -103.97 rounds to +0, and so does the product
+ * from there (y < 1 times 2^-150 at k = -150, less below), and from x >=
+ * 128 ln 2 = 88.72 the scaled y >= 1 times 2^128 rounds to +inf, as exp
+ * does from there.  The bound -176 gives k = -254, whose two factors
+ * 2^-127 have an exponent field of 0: they are +0, and the product is an
+ * exact 0, not an underflow.  An underflowing product is finished in a
+ * microcode assist on the Zen 4 EPYC, and a causal softmax's masked lanes
+ * (-inf, half of its row group's) took one each at the bound -104, which
+ * made the row group about a fifth slower than the unmasked one (0.1 ns
+ * an element; docs/performance-history.md, section 7).  Every result is
+ * bitwise what the bound -104 gave.  A NaN is clamped to -176 (k stays
+ * defined) and put back at the end.
  * It replaced libmvec's 8-lane expf on f32 (XLA's CPU back end likewise
  * emits its own polynomial exp): a softmax spent most of its time in the
  * call (docs/performance.md, section 7). */
@@ -146,7 +158,7 @@ static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x)
 {
     cg_ctx *c = n->c;
     LLVMBuilderRef b = c->b;
-    LLVMValueRef xc = pick(n, LLVMRealOGT, x, cg_ew_const(n, -104.0));
+    LLVMValueRef xc = pick(n, LLVMRealOGT, x, cg_ew_const(n, EXP_F32_LOW));
     xc = pick(n, LLVMRealOLT, xc, cg_ew_const(n, 89.0));
     LLVMValueRef kf = fmuladd(n, xc, cg_ew_const(n, 1.44269504088896341), cg_ew_const(n, 0.5));
     kf = cg_ew_intrinsic(n, "llvm.floor", &kf, 1);
@@ -159,7 +171,8 @@ static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x)
         p = fmuladd(n, p, r, cg_ew_const(n, coef[i]));
     LLVMValueRef r2 = LLVMBuildFMul(b, r, r, "");
     LLVMValueRef y = LLVMBuildFAdd(b, fmuladd(n, p, r2, r), cg_ew_const(n, 1.0), "");
-    /* k in [-150, 129]: 2^k as 2^(k/2) 2^(k - k/2), both normal. */
+    /* k in [-254, 129]: 2^k as 2^(k/2) 2^(k - k/2), both normal from
+     * k = -252 on; 2^(k/2) is +0 at -253 and -254 (the bound). */
     LLVMValueRef k = LLVMBuildFPToSI(b, kf, c->t.i32, "");
     LLVMValueRef k1 = LLVMBuildAShr(b, k, cg_i32(c, 1), "");
     LLVMValueRef k2 = LLVMBuildSub(b, k, k1, "");

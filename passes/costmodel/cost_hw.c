@@ -321,6 +321,13 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
             return -1;
         hw->has_row_pass = true;
     }
+    /* Optional (profiles before it: a mask member pays the row pass). */
+    if (cJSON_GetObjectItemCaseSensitive(cal, "row_mask_seconds_per_element")) {
+        if (get_nonneg(cal, "row_mask_seconds_per_element", "calibration.", origin,
+                       &hw->row_mask_time, err, errsize) < 0)
+            return -1;
+        hw->has_row_mask = true;
+    }
     hw->measured = true;
     return 0;
 }

@@ -30,7 +30,12 @@
  * the memory's: a softmax and an RMSNorm of llama2_layer were
  * under-predicted by about half without it (docs/performance-history.md,
  * section 5).  The pass also stands for a reduction's arithmetic, which
- * is otherwise its FLOPs at the measured GEMM rate.  Then, as for one op:
+ * is otherwise its FLOPs at the measured GEMM rate.  A member that masks
+ * by the elements' positions (a causal `where(S <= T, x, -inf)`) pays
+ * instead, on a profile that measured it, "row_mask_seconds_per_element"
+ * (calibrate/maskpass.c): the difference between a softmax's row group
+ * with such a mask and without, per element, which holds the mask's pass
+ * and what it changes in the members after it.  Then, as for one op:
  * roofline max(t_compute, bytes / W_hbm) on a profile of the seeds, and
  * bytes at the measured elementwise bandwidth plus the arithmetic on a
  * calibrated one (cost_op.c, measured_elementwise).
@@ -95,19 +100,73 @@ static double pass_seconds(const ir_module *m, const cost_hw *hw, const ir_op *o
            hw->row_pass_time;
 }
 
+/* True if node n of `nodes` (nnodes entries) or a node below it reads an
+ * element's position (IR_EW_INDEX); depth-limited as ir_ew_classify. */
+static bool reads_position(const ir_ew_node *nodes, int nnodes, int n, int depth)
+{
+    if (n < 0 || n >= nnodes || depth > 64)
+        return false;
+    const ir_ew_node *e = &nodes[n];
+    if (e->kind == IR_EW_INDEX)
+        return true;
+    int ar = ir_ew_arity(e->kind);
+    return (ar > 0 && reads_position(nodes, nnodes, e->a, depth + 1)) ||
+           (ar > 1 && reads_position(nodes, nnodes, e->b, depth + 1)) ||
+           (ar > 2 && reads_position(nodes, nnodes, e->c, depth + 1));
+}
+
+/* True if elementwise op `op` masks by the elements' positions: some
+ * `where` of its expression has a condition that compares positions and
+ * constants only (a causal mask `where(S <= T, x, -inf)`; not `where(S <=
+ * Pos[], ...)`, which reads a tensor, nor a select on values).  Such a
+ * member costs its row group what calibrate/maskpass.c times. */
+static bool masks_positions(const ir_op *op)
+{
+    if (op->kind != IR_OP_ELEMENTWISE)
+        return false;
+    const ir_ew_node *nodes = op->u.ew.nodes;
+    int nn = op->u.ew.nnodes;
+    for (int i = 0; nodes && i < nn; i++) {
+        if (nodes[i].kind != IR_EW_SELECT || nodes[i].a < 0 || nodes[i].a >= nn)
+            continue;
+        int cond = nodes[i].a;
+        if (ir_ew_is_compare(nodes[cond].kind) &&
+            ir_ew_classify(nodes, nn, cond) == IR_EW_CLASS_FREE &&
+            reads_position(nodes, nn, cond, 0))
+            return true;
+    }
+    return false;
+}
+
+/* Seconds per device of row group member `op`, a mask by positions
+ * (masks_positions), on a profile with "row_mask_seconds_per_element": its
+ * result's elements times the figure, which holds its pass, times the
+ * core-sharing factor as pass_seconds. */
+static double mask_seconds(const ir_module *m, const cost_hw *hw, const ir_op *op)
+{
+    return cost_measured_contention(hw, devices(m)) *
+           (double)ir_local_elems(m, &op->result->type) * hw->row_mask_time;
+}
+
 /* Arithmetic seconds of op ops[i] in a row group on a calibrated profile:
  * an elementwise op's functions on a row in cache
  * (cost_op_ew_arith_in_cache), and, when the profile measured it, the
  * member's pass over the rows (pass_seconds: a producer fused into a member
  * runs in that member's pass, so `member` is false for it), which then
  * also stands for a reduction's arithmetic; without it a reduction keeps
- * its own estimate's (its FLOPs at the measured rate). */
+ * its own estimate's (its FLOPs at the measured rate).  A member that
+ * masks by positions pays, when the profile measured it, what such a
+ * mask costs a softmax's row group (mask_seconds) in place of its pass:
+ * llama2_layer's causal softmax was under-predicted by 39% with the pass
+ * alone (docs/performance-history.md, section 5). */
 static double row_arith(const ir_module *m, const cost_hw *hw, const ir_op *op,
                         const ir_cost *own, bool member)
 {
     double t = op->kind == IR_OP_ELEMENTWISE ? cost_op_ew_arith_in_cache(m, hw, op)
                : hw->has_row_pass           ? 0
                                             : own->t_compute;
+    if (member && hw->has_row_mask && masks_positions(op))
+        return t + mask_seconds(m, hw, op);
     return t + (hw->has_row_pass && member ? pass_seconds(m, hw, op) : 0);
 }
 

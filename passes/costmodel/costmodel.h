@@ -154,6 +154,13 @@ typedef struct cost_hw {
                                              per device with every calibrated device busy
                                              (calibrate/rowpass.c); when present, every member of
                                              a row group pays it (cost_rowgroup.c) */
+    bool has_row_mask;                    /* the profile has "row_mask_seconds_per_element" */
+    double row_mask_time;                 /* that figure: seconds per element of a row group's
+                                             member that masks by the elements' positions
+                                             (`where(S <= T, x, -inf)`), its pass included, per
+                                             device with every calibrated device busy
+                                             (calibrate/maskpass.c); when present, such a member
+                                             pays it in place of row_pass_time */
     double ew_write_weight;               /* what a byte of a streamed result costs (non-temporal
                                              stores, IR_STREAM_MIN_BYTES) as a share of a byte read
                                              ("elementwise_write_weight"; 1 when absent) */

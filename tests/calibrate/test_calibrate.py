@@ -84,6 +84,8 @@ def check_profile(path, ranks, runtime):
     # Likewise timed as a difference of two row groups: present, >= 0.
     check(cal.get("row_pass_seconds_per_element", -1) >= 0,
           "row_pass_seconds_per_element written, >= 0")
+    check(cal.get("row_mask_seconds_per_element", -1) >= 0,
+          "row_mask_seconds_per_element written, >= 0")
     for kind in KINDS:
         fit = cal["collectives"][kind]
         check(fit["t_launch"] >= 0 and fit["l_sync"] >= 0 and fit["bandwidth"] > 0,
@@ -154,7 +156,7 @@ def check_stream(work, d, ranks):
             for k in range(12 * per_core if fn == 9 else per_core)}
     check(fns == want, "fnrow.ein: every function on every size, %d copies each, "
           "neg 12 times as many" % per_core)
-    for op in ("RGLS", "RGHM"):
+    for op in ("RGLS", "RGHM", "RMUY", "RMMM"):
         got = sorted(re.findall(r"^%sk(\d+)\[" % op, src, re.M))
         check(sorted(got, key=int) == [str(k) for k in range(4 * per_core)],
               "fnrow.ein: row group %s, %d copies 4 times" % (op, per_core))
@@ -169,6 +171,12 @@ def check_stream(work, d, ranks):
           % (fns["tanh"], fns["gelu"]))
     check(cal["row_pass_seconds_per_element"] > 0, "row pass %.3g s/element > 0"
           % cal["row_pass_seconds_per_element"])
+    # The masked softmax has one member more than the unmasked one (the
+    # mask, calibrate/maskpass.c): it costs at least that member's pass.
+    check(re.search(r"^RMMMk0\[RMB_X, RMT, RMS\] = where\(RMS <= 2 \* RMT, ", src, re.M) is not None,
+          "fnrow.ein: the masked group's mask compares positions")
+    check(cal["row_mask_seconds_per_element"] > 0, "row mask %.3g s/element > 0"
+          % cal["row_mask_seconds_per_element"])
     curve = d["calibration"]["elementwise_curve"]
     check([p["bytes"] for p in curve] == [12.0 * e for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23)],
           "elementwise_curve: a point per size, at the full mesh's bytes per device")
@@ -310,12 +318,15 @@ def main():
         check("calibration.collectives.alltoall.bandwidth" in r.stderr,
               "bad bandwidth named: " + r.stderr.strip())
         d["calibration"]["collectives"]["alltoall"]["bandwidth"] = 1e9
-        d["calibration"]["row_pass_seconds_per_element"] = -1e-9
-        with open(bad, "w") as f:
-            json.dump(d, f)
-        r = run([a.einc, ex, "--hw", bad, "--dump-cost"], expect=1)
-        check("calibration.row_pass_seconds_per_element" in r.stderr,
-              "negative row pass named: " + r.stderr.strip())
+        for key in ("row_pass_seconds_per_element", "row_mask_seconds_per_element"):
+            good = d["calibration"].get(key, 0)
+            d["calibration"][key] = -1e-9
+            with open(bad, "w") as f:
+                json.dump(d, f)
+            r = run([a.einc, ex, "--hw", bad, "--dump-cost"], expect=1)
+            check("calibration." + key in r.stderr, "negative %s named: %s"
+                  % (key, r.stderr.strip()))
+            d["calibration"][key] = good
 
         # Bad command lines.
         # (`einc calibrate` alone is not one: it writes this machine's cache.)

@@ -121,6 +121,8 @@ def ew_stream_expected(x):
 
 def expf_inputs(rng):
     edge = [88.72, 88.73, -87.33, -87.34, -103.97, -103.98, 0.0, np.nan, np.inf, -np.inf]
+    # around the lower bound, where k = -254 makes both factors +0
+    edge += [-104.0, -150.0, -175.9, -176.0, -176.1, -1e30]
     edge += [s * 2.0 ** k for k in range(-24, 7) for s in (1, -1)]
     z = np.concatenate([edge, rng.uniform(-110, 95, 128 - len(edge))])
     return {"Z": z.astype(np.float32)}

@@ -68,15 +68,11 @@ static void unary(ir_module *m, ir_func fn, ir_value *a, ir_value *out)
     ir_op_append(m, op);
 }
 
-/* Y[R, C] = softmax(X[R, C], C) as the frontend lowers it: max, exp of the
- * difference, sum, divide; with `split` the subtract and the exp are two
- * ops, the subtract fused into the exp (read once, by an elementwise op of
- * its shape): five ops, four passes over the rows. */
-static ir_module *softmax_module(ir_op **ops, bool split)
+/* Appends Y[R, C] = softmax(x[R, C], C) to m as the frontend lowers it
+ * (softmax_module), R and C x's dims. */
+static void softmax_of(ir_module *m, ir_value *x, bool split)
 {
-    ir_module *m = ir_module_new("t.ein");
-    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
-    ir_value *x = val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C});
+    int R = x->type.dims[0], C = x->type.dims[1];
     ir_value *mx = val(m, "M", IR_VAL_OP, 1, (int[]){R});
     ir_value *e = val(m, "E", IR_VAL_OP, 2, (int[]){R, C});
     ir_value *s = val(m, "S", IR_VAL_OP, 1, (int[]){R});
@@ -92,6 +88,18 @@ static ir_module *softmax_module(ir_op **ops, bool split)
     reduce(m, IR_RED_SUM, e, s);
     rowwise(m, IR_EW_DIV, IR_FN_COUNT, e, s, y);
     ir_output_add(m, "Y", y, 0);
+}
+
+/* Y[R, C] = softmax(X[R, C], C) as the frontend lowers it: max, exp of the
+ * difference, sum, divide; with `split` the subtract and the exp are two
+ * ops, the subtract fused into the exp (read once, by an elementwise op of
+ * its shape): five ops, four passes over the rows. */
+static ir_module *softmax_module(ir_op **ops, bool split)
+{
+    ir_module *m = ir_module_new("t.ein");
+    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
+    ir_value *x = val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C});
+    softmax_of(m, x, split);
     int i = 0;
     for (ir_op *op = m->first; op; op = op->next)
         ops[i++] = op;
@@ -226,6 +234,92 @@ static void test_row_pass(void)
     cost_op_estimate(m, &hw, ops[0], &alone);
     CU_ASSERT_EQUAL(alone.time, own[0].time);
     ir_module_free(m);
+}
+
+/* What the condition of masked_module's `where` compares. */
+typedef enum { MASK_POSITIONS, MASK_VALUES, MASK_TENSOR } mask_kind;
+
+/* W[R, C] = where(cond, X[R, C], -inf), Y = softmax(W, C): a causal
+ * attention's mask and softmax, five ops in one row group (ops[0] the
+ * where).  cond is C <= R (MASK_POSITIONS), X[R, C] <= 0.5 (MASK_VALUES)
+ * or C <= P[R] (MASK_TENSOR: a position read from a tensor, as a decode
+ * step's `S <= Pos[]`). */
+static ir_module *masked_module(ir_op **ops, mask_kind kind)
+{
+    ir_module *m = ir_module_new("t.ein");
+    int R = ir_dim_add(m, "R", ROWS, 0), C = ir_dim_add(m, "C", COLS, 0);
+    ir_value *in[2] = {val(m, "X", IR_VAL_INPUT, 2, (int[]){R, C}),
+                       val(m, "P", IR_VAL_INPUT, 1, (int[]){R})};
+    ir_value *w = val(m, "W", IR_VAL_OP, 2, (int[]){R, C});
+    ir_op *op = ir_op_new(m, IR_OP_ELEMENTWISE, kind == MASK_TENSOR ? 2 : 1, in, w, 0);
+    ir_ew_node *n = ir_alloc(&m->arena, 6 * sizeof *n);
+    n[0] = kind == MASK_VALUES ? (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0}
+                               : (ir_ew_node){.kind = IR_EW_INDEX, .dim = C};
+    n[1] = kind == MASK_VALUES    ? (ir_ew_node){.kind = IR_EW_CONST, .value = 0.5}
+           : kind == MASK_TENSOR ? (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 1}
+                                 : (ir_ew_node){.kind = IR_EW_INDEX, .dim = R};
+    n[2] = (ir_ew_node){.kind = IR_EW_LE, .a = 0, .b = 1};
+    n[3] = (ir_ew_node){.kind = IR_EW_OPERAND, .operand = 0};
+    n[4] = (ir_ew_node){.kind = IR_EW_CONST, .value = -INFINITY};
+    n[5] = (ir_ew_node){.kind = IR_EW_SELECT, .a = 2, .b = 3, .c = 4};
+    op->u.ew.nodes = n;
+    op->u.ew.nnodes = 6;
+    op->u.ew.root = 5;
+    for (int j = 0; j < 2; j++)
+        op->u.ew.labels[0][j] = op->u.ew.result_labels[j] = w->type.dims[j];
+    op->u.ew.labels[1][0] = R;
+    ir_op_append(m, op);
+    softmax_of(m, w, false);
+    int i = 0;
+    for (ir_op *o = m->first; o; o = o->next)
+        ops[i++] = o;
+    return m;
+}
+
+/* A profile with "row_mask_seconds_per_element" charges a row group's
+ * member that masks by positions (a causal `where(C <= R, X, -inf)`) that
+ * figure in place of its pass, as calibrate/maskpass.c measures it: the
+ * masked softmax costs exactly the figure x the elements more than the
+ * unmasked one (the same memory traffic: X read, Y written).  A `where`
+ * on values or on a position read from a tensor pays the pass, as does
+ * the mask on a profile without the figure. */
+static void test_row_mask(void)
+{
+    cost_hw hw = test_load_hw("host");
+    CU_ASSERT_FATAL(hw.measured);
+    CU_ASSERT_FATAL(!hw.has_row_mask); /* hw/host.json predates the figure */
+    hw.has_row_pass = true;
+    hw.row_pass_time = 2e-10;
+    ir_op *ops[5];
+    ir_module *plain = softmax_module(ops, false);
+    ir_cost unmasked = group_cost(plain, &hw, ops, 4);
+    double k = cost_measured_contention(&hw, 1), elems = (double)ROWS * COLS;
+    ir_cost cost[3][2]; /* per mask_kind: without the figure, with it */
+    ir_module *m[3];
+    for (int kind = 0; kind < 3; kind++) {
+        m[kind] = masked_module(ops, (mask_kind)kind);
+        hw.has_row_mask = false;
+        cost[kind][0] = group_cost(m[kind], &hw, ops, 5);
+        hw.has_row_mask = true;
+        hw.row_mask_time = 7e-10;
+        cost[kind][1] = group_cost(m[kind], &hw, ops, 5);
+        /* MASK_TENSOR also reads P, a row's worth of bytes. */
+        CU_ASSERT_EQUAL(cost[kind][1].t_memory, cost[kind][0].t_memory);
+        CU_ASSERT(kind == MASK_TENSOR || cost[kind][0].t_memory == unmasked.t_memory);
+    }
+    double pass = k * 2e-10 * elems, mask = k * 7e-10 * elems;
+    for (int kind = 0; kind < 3; kind++) {
+        /* Without the figure every mask is a member's pass. */
+        CU_ASSERT(fabs((cost[kind][0].t_compute - unmasked.t_compute) - pass) <= 1e-9 * pass);
+        double want = kind == MASK_POSITIONS ? mask : pass;
+        CU_ASSERT(fabs((cost[kind][1].t_compute - unmasked.t_compute) - want) <= 1e-9 * want);
+        if (kind != MASK_TENSOR) {
+            CU_ASSERT(fabs((cost[kind][0].time - unmasked.time) - pass) <= 1e-9 * pass);
+            CU_ASSERT(fabs((cost[kind][1].time - unmasked.time) - want) <= 1e-9 * want);
+        }
+        ir_module_free(m[kind]);
+    }
+    ir_module_free(plain);
 }
 
 /* A member's result that an op outside the group reads (here the
@@ -484,6 +578,7 @@ void einc_register_tests(void)
         {"softmax row group on a calibrated profile", test_softmax_measured},
         {"a row group's functions cost their arithmetic in cache", test_softmax_in_cache},
         {"a row group's members pay the measured pass over a row", test_row_pass},
+        {"a causal mask member pays the measured mask", test_row_mask},
         {"a member read after its group is written once", test_read_after_group},
         {"which einsums are unrolled", test_unrolled_rule},
         {"an unrolled einsum's loop on a roofline profile", test_unrolled_roofline},
