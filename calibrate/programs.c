@@ -19,9 +19,17 @@
 /* ---- the collective benchmarks ---- */
 
 /* Under --quick, the programs of buffers over QUICK_FEW_RUNS_ABOVE bytes
- * per device run QUICK_LARGE_REPEAT times a process: a collective of
- * 32 MiB a device takes 10-40 ms, whose median over 3 runs a descheduled
- * run does not move, and the rounds and processes take the fastest. */
+ * per device time the AllReduce alone, QUICK_LARGE_REPEAT times a
+ * process: a collective of 32 MiB a device takes 10-40 ms, whose median
+ * over 3 runs a descheduled run does not move, and the rounds and
+ * processes take the fastest.  The AllReduce is the collective whose rate
+ * falls on past 8 MiB where a model's are that large (llama2_layer's
+ * 40 MiB AllReduce_Y, priced at half its time on MPI from samples up to
+ * 8 MiB).  With every kind at 32 MiB the quick calibration took 46 s
+ * (threads) and 53 s (MPI) for 27 and 37, idle on the 2-core EPYC, and the
+ * AllGather's and AllToAll's main fits, bent by their own large samples,
+ * priced llama2_ffw's 2-7 MiB ones higher (MPI: 17.0% -> 29.7% and 13.1%
+ * -> 21.0% mean |error|; docs/performance-history.md, section 5). */
 #define QUICK_FEW_RUNS_ABOVE (8 << 20)
 #define QUICK_LARGE_REPEAT 3
 
@@ -98,9 +106,10 @@ static void on_coll(const char *name, const char *kind, double t, void *arg)
 
 /* Writes coll_P.ein: one collective of each kind per size, each made by an
  * output constraint (AllGather, AllToAll) or {U_X} partial sums resolved
- * into a sharded (ReduceScatter) or replicated (AllReduce) output. */
+ * into a sharded (ReduceScatter) or replicated (AllReduce) output; with
+ * `ar_only`, the AllReduce alone (QUICK_FEW_RUNS_ABOVE). */
 static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, int n,
-                              const char *file)
+                              bool ar_only, const char *file)
 {
     FILE *f = cal_create(c, file);
     if (!f)
@@ -119,6 +128,10 @@ static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, 
      * in the partial sums, so the measured collectives start in step. */
     fprintf(f, "input Warm[K_X] : f32\n");
     for (int i = 0; i < n; i++) {
+        if (ar_only) {
+            fprintf(f, "input ARin%d[K_X, I%d] : f32\n", i, i);
+            continue;
+        }
         fprintf(f, "input AG%d[I%d_X] : f32\n", i, i);
         fprintf(f, "input RSin%d[K_X, I%d] : f32\n", i, i);
         fprintf(f, "input ARin%d[K_X, I%d] : f32\n", i, i);
@@ -132,12 +145,18 @@ static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, 
     /* Partial sums first (local compute), then the collectives back to
      * back, so each starts with the group already in step. */
     for (int i = 0; i < n; i++) {
-        fprintf(f, "RS%d[I%d]{U_X} = RSin%d[K, I%d]\n", i, i, i, i);
+        if (!ar_only)
+            fprintf(f, "RS%d[I%d]{U_X} = RSin%d[K, I%d]\n", i, i, i, i);
         fprintf(f, "AR%d[I%d]{U_X} = ARin%d[K, I%d]\n", i, i, i, i);
-        fprintf(f, "RZ%d[R%d, C]{U_X} = RZin%d[K, R%d, C]\n", i, i, i, i);
+        if (!ar_only)
+            fprintf(f, "RZ%d[R%d, C]{U_X} = RZin%d[K, R%d, C]\n", i, i, i, i);
     }
     fprintf(f, "output Warm[K]\n");
     for (int i = 0; i < n; i++) {
+        if (ar_only) {
+            fprintf(f, "output AR%d[I%d]\n", i, i);
+            continue;
+        }
         fprintf(f, "output AG%d[I%d]\n", i, i);
         fprintf(f, "output RS%d[I%d_X]\n", i, i);
         fprintf(f, "output AR%d[I%d]\n", i, i);
@@ -190,7 +209,8 @@ int cal_prepare_collectives(cal_state *c)
             char ein[64], exe[64];
             snprintf(ein, sizeof ein, "coll_%d_%d.ein", p, i);
             snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
-            if (write_coll_program(c, p, z, &sizes[i], 1, ein) || cal_compile(c, ein, exe))
+            bool large = o.quick && sizes[i] > QUICK_FEW_RUNS_ABOVE;
+            if (write_coll_program(c, p, z, &sizes[i], 1, large, ein) || cal_compile(c, ein, exe))
                 return -1;
             /* MPI's P = 2 showed one mode, and an mpirun a process costs
              * ~1 s: there the extra processes made the quick calibration
@@ -202,7 +222,7 @@ int cal_prepare_collectives(cal_state *c)
             for (int k = 0; k < b->processes; k++) {
                 b[k].p = p;
                 b[k].size = sizes[i];
-                if (o.quick && sizes[i] > QUICK_FEW_RUNS_ABOVE && o.repeat > QUICK_LARGE_REPEAT)
+                if (large && o.repeat > QUICK_LARGE_REPEAT)
                     b[k].repeat = QUICK_LARGE_REPEAT;
             }
         }

@@ -45,8 +45,9 @@ static void usage(FILE *f)
           "  --rounds N              rounds over all benchmark programs, the fastest taken\n"
           "                          (default 3, the rounds apart: a spell of load from\n"
           "                          outside slows some, not the result)\n"
-          "  --quick                 few sizes and runs, buffers up to 32 MiB unless\n"
-          "                          --max-bytes says otherwise (well under a minute)\n"
+          "  --quick                 few sizes and runs, buffers up to 8 MiB (the\n"
+          "                          AllReduce's 32 MiB) unless --max-bytes says\n"
+          "                          otherwise (well under a minute)\n"
           "  --mpirun CMD            MPI launcher (default: mpirun --allow-run-as-root\n"
           "                          --oversubscribe --bind-to core:overload-allowed\n"
           "                          --map-by core, which places ranks as the threads\n"
@@ -131,11 +132,12 @@ static int parse_args(int argc, char **argv, cal_options *o)
 #undef VALUE
     }
     if (o->quick) {
-        /* 27 s on threads, 37 s on MPI, 2 idle cores (docs/cost-model.md,
-         * "Calibration"): buffers up to 32 MiB, past the last-level cache
-         * (the main fit starts at 1 MiB; a model's activations of 40 MiB a
-         * device ran at half the rate of an 8 MiB buffer on MPI, which a
-         * fit that stopped at 8 MiB could not know), and two rounds keep
+        /* 30-32 s on threads, 48 s on MPI, 2 idle cores (docs/cost-model.md,
+         * "Calibration"): buffers up to 8 MiB, and the AllReduce's up to
+         * 32 MiB, past the last-level cache (calibrate/programs.c: a
+         * model's activations of 40 MiB a device ran at half the rate of an
+         * 8 MiB buffer on MPI, which a fit that stopped at 8 MiB could not
+         * know; the main fit starts at 1 MiB), and two rounds keep
          * the faster of two runs of each program, which halves the damage
          * a spell of load from outside does to a single round. */
         if (!max_given)
