@@ -172,11 +172,11 @@ def check_stream(work, d, ranks):
     check(cal["row_pass_seconds_per_element"] > 0, "row pass %.3g s/element > 0"
           % cal["row_pass_seconds_per_element"])
     # The masked softmax has one member more than the unmasked one (the
-    # mask, calibrate/maskpass.c): it costs at least that member's pass.
+    # mask, calibrate/maskpass.c), a comparison of positions.  Its figure
+    # is a difference of about one row pass, which a loaded run can time
+    # as nothing (maskpass.c clamps it at 0; check_profile checks >= 0).
     check(re.search(r"^RMMMk0\[RMB_X, RMT, RMS\] = where\(RMS <= 2 \* RMT, ", src, re.M) is not None,
           "fnrow.ein: the masked group's mask compares positions")
-    check(cal["row_mask_seconds_per_element"] > 0, "row mask %.3g s/element > 0"
-          % cal["row_mask_seconds_per_element"])
     curve = d["calibration"]["elementwise_curve"]
     check([p["bytes"] for p in curve] == [12.0 * e for e in (1 << 18, 1 << 20, 1 << 22, 1 << 23)],
           "elementwise_curve: a point per size, at the full mesh's bytes per device")
