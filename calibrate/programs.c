@@ -18,7 +18,7 @@
 
 /* ---- the collective benchmarks ---- */
 
-/* Under --quick, the programs of buffers over QUICK_FEW_RUNS_ABOVE bytes
+/* Under --quick, the programs of buffers over QUICK_LARGE_ABOVE bytes
  * per device time the AllReduce alone, QUICK_LARGE_REPEAT times a
  * process: a collective of 32 MiB a device takes 10-40 ms, whose median
  * over 3 runs a descheduled run does not move, and the rounds and
@@ -30,7 +30,7 @@
  * AllGather's and AllToAll's main fits, bent by their own large samples,
  * priced llama2_ffw's 2-7 MiB ones higher (MPI: 17.0% -> 29.7% and 13.1%
  * -> 21.0% mean |error|; docs/performance-history.md, section 5). */
-#define QUICK_FEW_RUNS_ABOVE (8 << 20)
+#define QUICK_LARGE_ABOVE (8 << 20)
 #define QUICK_LARGE_REPEAT 3
 
 /* Buffer sizes (bytes per device), 8 KiB up by 4x to max_bytes. */
@@ -107,7 +107,7 @@ static void on_coll(const char *name, const char *kind, double t, void *arg)
 /* Writes coll_P.ein: one collective of each kind per size, each made by an
  * output constraint (AllGather, AllToAll) or {U_X} partial sums resolved
  * into a sharded (ReduceScatter) or replicated (AllReduce) output; with
- * `ar_only`, the AllReduce alone (QUICK_FEW_RUNS_ABOVE). */
+ * `ar_only`, the AllReduce alone (QUICK_LARGE_ABOVE). */
 static int write_coll_program(cal_state *c, int p, int z, const int64_t *sizes, int n,
                               bool ar_only, const char *file)
 {
@@ -209,7 +209,7 @@ int cal_prepare_collectives(cal_state *c)
             char ein[64], exe[64];
             snprintf(ein, sizeof ein, "coll_%d_%d.ein", p, i);
             snprintf(exe, sizeof exe, "coll_%d_%d", p, i);
-            bool large = o.quick && sizes[i] > QUICK_FEW_RUNS_ABOVE;
+            bool large = o.quick && sizes[i] > QUICK_LARGE_ABOVE;
             if (write_coll_program(c, p, z, &sizes[i], 1, large, ein) || cal_compile(c, ein, exe))
                 return -1;
             /* MPI's P = 2 showed one mode, and an mpirun a process costs

@@ -178,7 +178,7 @@ def check_quick_calibration(a, tmp):
     check(prof["calibration"]["rounds"] >= 2, "quick: at least 2 rounds")
     # Quick's AllReduce reaches 32 MiB a device, past the last-level cache,
     # as a model's activations do, and the other kinds stop at 8 MiB
-    # (calibrate/programs.c, QUICK_FEW_RUNS_ABOVE), unless free memory caps
+    # (calibrate/programs.c, QUICK_LARGE_ABOVE), unless free memory caps
     # them (a note on stderr says so then).
     if "capped at" not in r.stderr:
         for kind, fit in prof["calibration"]["collectives"].items():
