@@ -61,18 +61,40 @@ static LLVMValueRef clamp(ew_nest *n, LLVMValueRef x, double lim)
 }
 
 static LLVMValueRef exp_poly_f32(ew_nest *n, LLVMValueRef x);
+static LLVMValueRef pick(ew_nest *n, LLVMRealPredicate op, LLVMValueRef a, LLVMValueRef b);
+
+/* The arguments sigmoid gives exp_poly_f32 in f32, kept where exp's
+ * result and the quotient are normal floats, because an underflowing
+ * product or quotient is finished in a microcode assist on the Zen 4
+ * EPYC: a gelu of 6 (A + B), about 1.4% of whose arguments go above 10
+ * (and so, through gelu's cubic, exp's argument below -87), took 3.0 ms
+ * where the same loop over A + B took 2.3 (docs/performance-history.md,
+ * section 5, "Sigmoid's underflow").  Below SIGMOID_EXP_LOW, exp(t) =
+ * 1.6e-38 is still normal and 1 + exp(t) rounds to 1 from t = -17 down,
+ * so those results are bitwise what the unclamped argument gives.  Above
+ * SIGMOID_EXP_HIGH the exact sigmoid is below FLT_MIN = exp(-87.3365):
+ * the result is 0 there (before, the quotient was a denormal up to t =
+ * 88.72 and 0 beyond, where exp overflowed), the denormal flushed to
+ * zero, as XLA's CPU code runs with flush-to-zero. */
+#define SIGMOID_EXP_LOW (-87.0)
+#define SIGMOID_EXP_HIGH 87.33
 
 static LLVMValueRef sigmoid(ew_nest *n, LLVMValueRef x)
 {
     LLVMBuilderRef b = n->c->b;
-    LLVMValueRef e = LLVMBuildFNeg(b, x, "");
-    if (n->ct == n->c->t.f32) {
-        e = exp_poly_f32(n, e);
-    } else {
-        e = clamp(n, e, 700.0);
+    LLVMValueRef one = cg_ew_const(n, 1.0), t = LLVMBuildFNeg(b, x, "");
+    if (n->ct != n->c->t.f32) {
+        LLVMValueRef e = clamp(n, t, 700.0);
         e = cg_ew_intrinsic(n, "llvm.exp", &e, 1);
+        return LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, e, ""), "");
     }
-    return LLVMBuildFDiv(b, cg_ew_const(n, 1.0), LLVMBuildFAdd(b, cg_ew_const(n, 1.0), e, ""), "");
+    /* MAXPS and MINPS: a NaN stays the operand (pick), and fails the test
+     * for 0. */
+    LLVMValueRef hi = cg_ew_const(n, SIGMOID_EXP_HIGH);
+    LLVMValueRef e = pick(n, LLVMRealOGT, cg_ew_const(n, SIGMOID_EXP_LOW), t);
+    e = exp_poly_f32(n, pick(n, LLVMRealOLT, hi, e));
+    LLVMValueRef s = LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, e, ""), "");
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, t, hi, ""), cg_ew_const(n, 0.0), s, "");
 }
 
 /* exp(x) in f64 that stays on libmvec's vector path, which sends a whole

@@ -45,10 +45,13 @@ def act_expected(x):
 
 
 def sat_inputs(rng):
-    # Both sides of every clamp and overflow threshold (80 and 87.3 for f32,
-    # 700 and 708 for f64), the gelu argument's cube past them, and a NaN.
-    edge = np.array([0, 1, -1, 9, -9, 10, -10, 79, -79, 81, -81, 88, -88, 300, -300,
-                     699, -699, 701, -701, 709, -709, 1000, -1000, np.nan])
+    # Both sides of every clamp and overflow threshold (sigmoid's -87 and
+    # 87.33 and exp's 88.72 for f32, 700 and 708 for f64), the gelu
+    # argument's cube past them (10 to 12.5), and a NaN.
+    edge = np.array([0, 1, -1, 9, -9, 10, -10, 10.5, -10.5, 12, -12, 79, -79, 81, -81,
+                     86.9, -86.9, 87.1, -87.1, 87.3, -87.3, 87.36, -87.36, 88, -88,
+                     88.8, -88.8, 300, -300, 699, -699, 701, -701, 709, -709, 1000, -1000,
+                     np.nan])
     v = np.concatenate([edge, rng.uniform(-200, 200, 64 - edge.size)])
     return {"A": v.astype(np.float32), "B": v.astype(np.float64)}
 
