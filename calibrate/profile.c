@@ -286,6 +286,13 @@ static cJSON *profile_json(cal_state *c)
                  FN_ELEMS[0], FN_ELEMS[1]);
     add_fn_costs(cal, "function_seconds_per_element_in_cache", c->fn_seconds[2],
                  c->fn_seconds[3], FN_ELEMS[2], FN_ELEMS[3]);
+    /* The loop the streaming figures are relative to, neg's, per element:
+     * the cost pass adds a function's figure to it, not to the add's
+     * time from the curve, which ran apart from it (cost_op.c,
+     * fn_streaming_per_elem). */
+    if (c->fn_seconds[1][IR_FN_NEG] > 0)
+        cJSON_AddNumberToObject(cal, "function_baseline_seconds_per_element",
+                                c->fn_seconds[1][IR_FN_NEG] / (double)FN_ELEMS[1]);
     /* What a row group's member costs beyond the group's memory traffic
      * (rowpass.c). */
     double pass = cal_row_pass_seconds(c);

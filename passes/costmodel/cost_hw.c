@@ -313,6 +313,12 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
                        &hw->fn_time_cache[f], err, errsize) < 0)
             return -1;
     }
+    /* Optional (profiles before it: the loop's memory time comes from the
+     * elementwise curve). */
+    if (cJSON_GetObjectItemCaseSensitive(cal, "function_baseline_seconds_per_element") &&
+        get_nonneg(cal, "function_baseline_seconds_per_element", "calibration.", origin,
+                   &hw->fn_base_time, err, errsize) < 0)
+        return -1;
     /* Optional (profiles before it: row groups' members pay only their
      * functions' in-cache cost). */
     if (cJSON_GetObjectItemCaseSensitive(cal, "row_pass_seconds_per_element")) {

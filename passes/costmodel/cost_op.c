@@ -223,9 +223,13 @@ static bool fns_cached(const cost_hw *hw, const ir_op *op)
 /* Seconds per element of op's function calls in a streaming loop whose
  * memory traffic takes `mem_per_elem` seconds per element, beyond that
  * memory time (seconds per element, per device with the calibration's
- * devices busy).  Calibration timed the function's loop, m_cal of memory
- * per element, and saw it take e longer than the same loop without the
- * function (hw->fn_time); on arrays in cache the function cost a
+ * devices busy).  Calibration timed the function's loop and saw it take e
+ * longer than the same loop with neg, which took m_cal per element
+ * (hw->fn_time, hw->fn_base_time; profiles without the latter take m_cal
+ * from the elementwise curve, whose add read 10-25% slower than the neg
+ * loop e is relative to, and so priced a gelu loop that much above the
+ * calibration's own: docs/performance-history.md, section 5, "The
+ * functions' own baseline"); on arrays in cache the function cost a
  * (hw->fn_time_cache).  A loop takes the longer of its memory time and
  * its arithmetic (a roofline: the traffic and the arithmetic overlap), so
  * a function that lengthened the calibration's loop (e > 0) made it bound
@@ -254,7 +258,9 @@ static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double m
     double a = fn_seconds_per_elem(op, hw->fn_time_cache);
     double e = fn_seconds_per_elem(op, hw->fn_time);
     double n = (double)COST_FN_CAL_ELEMS;
-    double m_cal = cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
+    double m_cal = hw->fn_base_time > 0
+                       ? hw->fn_base_time
+                       : cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
     if (!fns_cached(hw, op) || !(m_cal > 0) || !(a > 0))
         return e;
     double roof = fmax(0.0, m_cal + e - mem_per_elem);

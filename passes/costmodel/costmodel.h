@@ -148,6 +148,11 @@ typedef struct cost_hw {
     bool has_fn_cache[IR_FN_COUNT];       /* the function has a figure in the profile's
                                              "function_seconds_per_element_in_cache" (without it
                                              fn_streaming_per_elem, cost_op.c, prices fn_time) */
+    double fn_base_time;                  /* seconds per element of the calibration's loop with
+                                             neg, the loop fn_time is relative to
+                                             ("function_baseline_seconds_per_element"; 0 when
+                                             absent: fn_streaming_per_elem, cost_op.c, takes
+                                             the elementwise curve's time instead) */
     bool has_row_pass;                    /* the profile has "row_pass_seconds_per_element" */
     double row_pass_time;                 /* that figure: seconds per element of one pass of a row
                                              group's member over a row in the first-level cache,

@@ -86,6 +86,10 @@ def check_profile(path, ranks, runtime):
           "row_pass_seconds_per_element written, >= 0")
     check(cal.get("row_mask_seconds_per_element", -1) >= 0,
           "row_mask_seconds_per_element written, >= 0")
+    # The neg loop the streaming figures are relative to: a memory-bound
+    # loop of 12 bytes an element, well under a microsecond an element.
+    base = cal.get("function_baseline_seconds_per_element", -1)
+    check(0 < base < 1e-6, "function_baseline_seconds_per_element %.3g s, in (0, 1e-6)" % base)
     for kind in KINDS:
         fit = cal["collectives"][kind]
         check(fit["t_launch"] >= 0 and fit["l_sync"] >= 0 and fit["bandwidth"] > 0,
@@ -318,7 +322,8 @@ def main():
         check("calibration.collectives.alltoall.bandwidth" in r.stderr,
               "bad bandwidth named: " + r.stderr.strip())
         d["calibration"]["collectives"]["alltoall"]["bandwidth"] = 1e9
-        for key in ("row_pass_seconds_per_element", "row_mask_seconds_per_element"):
+        for key in ("row_pass_seconds_per_element", "row_mask_seconds_per_element",
+                    "function_baseline_seconds_per_element"):
             good = d["calibration"].get(key, 0)
             d["calibration"][key] = -1e-9
             with open(bad, "w") as f:

@@ -165,6 +165,24 @@ static void test_noise(void)
     CU_ASSERT(fabs(unary - (m_cal + bound - m1)) <= 1e-9 * unary);
 }
 
+/* With the baseline loop's time in the profile (neg's, hw->fn_base_time),
+ * a function's loop takes that plus e: the calibration's own loop is
+ * priced at what it measured, base + e, whatever the elementwise curve
+ * says its memory takes, and a unary op pays base + e beyond its own
+ * memory. */
+static void test_baseline(void)
+{
+    cost_hw hw = forced_hw();
+    double m1 = mem_per_elem(&hw, 4), m_cal = mem_per_elem(&hw, 8);
+    for (double base = 0.8 * m_cal; base < 1.3 * m_cal; base += 0.4 * m_cal) {
+        hw.fn_base_time = base;
+        double own = fn_per_elem(&hw, 2, N);
+        CU_ASSERT(fabs(m_cal + own - (base + E)) <= 1e-9 * (base + E));
+        double unary = fn_per_elem(&hw, 1, N);
+        CU_ASSERT(fabs(unary - (base + E - m1)) <= 1e-9 * unary);
+    }
+}
+
 /* A profile without in-cache figures (the loader copies the streaming
  * ones and leaves has_fn_cache false) prices every loop at the streaming
  * figure, as before. */
@@ -188,6 +206,7 @@ void einc_register_tests(void)
         {"a function free in cache pays its streaming figure", test_free_in_cache},
         {"a streaming figure within calibration's noise pays at most the in-cache one", test_noise},
         {"a profile without in-cache figures keeps the streaming cost", test_old_profile},
+        {"a function's loop is the baseline loop's time plus its figure", test_baseline},
     };
     einc_add_suite("functions in a streaming elementwise loop", tests,
                    (int)(sizeof tests / sizeof tests[0]));
