@@ -73,7 +73,8 @@
 #include "calibrate_internal.h"
 
 /* One line per collective kind on stderr: its fitted terms and how far
- * the samples lie off them. */
+ * the samples lie off them; and the largest buffers' floor (fit.c,
+ * fit_large) where there is one. */
 static void print_summary(const cal_state *c)
 {
     for (int k = 0; k < NKINDS; k++) {
@@ -83,6 +84,9 @@ static void print_summary(const cal_state *c)
                 "run %5.1f ns  residual rms %5.1f%% max %5.1f%% (%d of %d samples)\n",
                 KIND_OP[k], f->t_launch * 1e6, f->l_sync * 1e6, f->bw * 1e-9, f->bw_local * 1e-9,
                 f->t_run * 1e9, 100 * f->rms, 100 * f->max, f->used, f->n);
+        if (f->large_bw > 0)
+            fprintf(stderr, "  %-13s at least %.2f GB/s of (P-1) shards from %.0f MiB (rising from %.0f MiB)\n",
+                    "", f->large_bw * 1e-9, f->large_at / (1 << 20), f->large_from / (1 << 20));
     }
 }
 

@@ -57,6 +57,9 @@ typedef struct coll_fit {
     double small_bw;        /* bytes/s */
     double small_bw_local;  /* bytes/s; 0: free */
     double small_t_run;     /* seconds per extra run */
+    double large_at;        /* bytes: the largest flat buffer timed; 0: no floor (fit_large) */
+    double large_from;      /* bytes: the next smaller size timed, where the floor starts */
+    double large_bw;        /* bytes/s of the (P - 1) shards of the fastest sample at large_at */
 } coll_fit;
 
 /* Fits T(P, S, runs) = T_launch + (P - 1) (L_sync + shard / BW) +

@@ -260,6 +260,42 @@ static int candidate_splits(const coll_fit *f, double *split)
     return n;
 }
 
+/* The largest buffers' own rate (f->large_*): the fastest rate of the
+ * flat samples at the largest size timed, and the next smaller size, from
+ * which the cost pass raises the line towards that rate
+ * (cost_measured_coll_time).  One line per regime cannot bend up: on MPI
+ * over 4 ranks on the 2-core EPYC the AllReduce of 8 MiB a device took
+ * 3.05 ms and that of 32 MiB 28.3 (the buffers leave the 32 MiB
+ * last-level cache), the line through them priced 11.7 at 32 MiB, and
+ * llama2_layer's 40 MiB AllReduces were priced 39-62% under their time
+ * (docs/performance-history.md, section 5, "The largest buffers' rate").
+ * The fastest sample, not a fit: a descheduled run only slows one, and a
+ * floor above the machine's rate would price every large buffer too high.
+ * No floor unless the two sizes are SPLIT_BYTES or more (the main fit's). */
+static void fit_large(coll_fit *f)
+{
+    f->large_at = f->large_from = f->large_bw = 0;
+    double at = 0;
+    for (int i = 0; i < f->n; i++)
+        if (f->s[i].runs <= f->s[i].p && f->s[i].bytes > at)
+            at = f->s[i].bytes;
+    double from = 0, bw = 0;
+    for (int i = 0; i < f->n; i++) {
+        const sample *s = &f->s[i];
+        if (s->runs > s->p || !(s->t > 0))
+            continue;
+        if (s->bytes * SAME_SIZE > at)
+            bw = fmax(bw, (s->p - 1) * s->bytes / s->p / s->t);
+        else
+            from = fmax(from, s->bytes);
+    }
+    if (from < SPLIT_BYTES || !(bw > 0))
+        return;
+    f->large_at = at;
+    f->large_from = from;
+    f->large_bw = bw;
+}
+
 /*
  * Fits one kind and fills the residuals.  Two regimes: a message that fits
  * in the caches moves several times faster than one that streams from
@@ -300,6 +336,7 @@ int cal_fit_kind(coll_fit *f, const char *kind)
         return -1;
     }
     f->split = split[best];
+    fit_large(f);
     f->t_launch = big[0];
     f->l_sync = big[1];
     f->bw = 1 / big[2];

@@ -243,6 +243,12 @@ static cJSON *profile_json(cal_state *c)
             if (f->small_t_run > 0)
                 cJSON_AddNumberToObject(sm, "seconds_per_run", f->small_t_run);
         }
+        if (f->large_bw > 0) {
+            cJSON *lg = cJSON_AddObjectToObject(j, "large_messages");
+            cJSON_AddNumberToObject(lg, "from_bytes", f->large_from);
+            cJSON_AddNumberToObject(lg, "at_bytes", f->large_at);
+            cJSON_AddNumberToObject(lg, "bandwidth", f->large_bw);
+        }
         cJSON_AddNumberToObject(j, "rms_rel_residual", f->rms);
         cJSON_AddNumberToObject(j, "max_rel_residual", f->max);
         cJSON_AddNumberToObject(j, "samples_used", f->used);

@@ -249,6 +249,34 @@ cost_coll_time cost_coll_links_time(const cost_hw *hw, ir_op_kind kind, const in
     return pods > 1 ? add_dcn_step(r, dcn_bytes / hw->dcn_bw) : r;
 }
 
+/* The main fit's seconds for a flat buffer of `bytes` on a group of p. */
+static double main_line(const cost_coll_fit *fit, double p, double bytes)
+{
+    double steps = p - 1;
+    return fit->t_launch + steps * (fit->l_sync + bytes / p / fit->bw) +
+           (fit->bw_local > 0 ? bytes / p / fit->bw_local : 0);
+}
+
+/* Seconds beyond the main fit's `line` for a buffer of `bytes` on a group
+ * of p, from the largest buffers' own rate (fit->large_*, calibrate/fit.c,
+ * fit_large): from large_at bytes on, the buffer takes at least its (P -
+ * 1) shards at large_bw; between large_from and large_at the gap the line
+ * leaves at large_at is added in proportion to log(bytes / large_from), so
+ * the time is continuous.  One line cannot bend up where the buffers leave
+ * the last-level cache: on MPI it priced llama2_layer's 40 MiB AllReduces
+ * 39-62% under their time (docs/performance-history.md, section 5, "The
+ * largest buffers' rate"). */
+static double large_extra(const cost_coll_fit *fit, double p, double bytes, double line)
+{
+    if (!(fit->large_bw > 0) || !(bytes > fit->large_from) || !(fit->large_at > fit->large_from))
+        return 0;
+    double floor_at = (p - 1) * fit->large_at / p / fit->large_bw;
+    if (bytes >= fit->large_at)
+        return fmax(0.0, floor_at * bytes / fit->large_at - line);
+    double gap = fmax(0.0, floor_at - main_line(fit, p, fit->large_at));
+    return gap * log(bytes / fit->large_from) / log(fit->large_at / fit->large_from);
+}
+
 cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, double buffer_bytes,
                                        double runs)
 {
@@ -269,6 +297,8 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
         r.t_bandwidth += buffer_bytes / p / bw_local;
     /* The measured model adds the terms (the steps are synchronous), where
      * the seed's ICI formula takes their max. */
+    if (!small)
+        r.t_bandwidth += large_extra(fit, p, buffer_bytes, r.t_latency + r.t_bandwidth);
     r.time = r.t_latency + r.t_bandwidth;
     r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
     double per_byte = steps / (p * bw) + (bw_local > 0 ? 1 / (p * bw_local) : 0);

@@ -155,6 +155,33 @@ static int get_curve(const cJSON *cal, const char *key, const char *origin, doub
     return 0;
 }
 
+/* The optional "large_messages" of collective fit `c` (`where` its path in
+ * messages) into fit: the largest buffers' own rate, from_bytes < at_bytes
+ * and a bandwidth, all positive (cost_measured_coll_time); absent, no
+ * floor.  -1 with a message in err on a bad field. */
+static int get_large(const cJSON *c, const char *where, const char *origin, cost_coll_fit *fit,
+                     char *err, size_t errsize)
+{
+    const cJSON *lg = cJSON_GetObjectItemCaseSensitive(c, "large_messages");
+    if (!lg)
+        return 0;
+    char lwhere[128];
+    snprintf(lwhere, sizeof lwhere, "%slarge_messages.", where);
+    if (!cJSON_IsObject(lg)) {
+        set_err(err, errsize, "%s: \"%s\" must be an object", origin, lwhere);
+        return -1;
+    }
+    if (get_positive(lg, "from_bytes", lwhere, origin, &fit->large_from, err, errsize) < 0 ||
+        get_positive(lg, "at_bytes", lwhere, origin, &fit->large_at, err, errsize) < 0 ||
+        get_positive(lg, "bandwidth", lwhere, origin, &fit->large_bw, err, errsize) < 0)
+        return -1;
+    if (!(fit->large_from < fit->large_at)) {
+        set_err(err, errsize, "%s: field \"%sfrom_bytes\" must be below \"at_bytes\"", origin,
+                lwhere);
+        return -1;
+    }
+    return 0;
+}
 /* The optional "calibration" section of `einc calibrate`: per collective
  * kind t_launch, l_sync (seconds, >= 0) and bandwidth (bytes/s, > 0), and
  * the elementwise bandwidth.  Absent: hw->measured stays false. */
@@ -195,6 +222,8 @@ static int parse_calibration(const cJSON *root, const char *origin, cost_hw *hw,
             return -1;
         if (cJSON_GetObjectItemCaseSensitive(c, "seconds_per_run") &&
             get_nonneg(c, "seconds_per_run", where, origin, &fit->t_run, err, errsize) < 0)
+            return -1;
+        if (get_large(c, where, origin, fit, err, errsize) < 0)
             return -1;
         /* Optional second fit for buffers that stay in the caches. */
         const cJSON *sm = cJSON_GetObjectItemCaseSensitive(c, "small_messages");

@@ -78,6 +78,10 @@ typedef struct cost_coll_fit {
     double small_bw;       /* bytes/s */
     double small_bw_local; /* bytes/s; 0: free */
     double small_t_run;    /* seconds per extra run */
+    double large_from;     /* bytes from which the time rises towards large_bw (0: no floor) */
+    double large_at;       /* bytes of the largest buffer timed: from there at least
+                              (P - 1) shards / large_bw */
+    double large_bw;       /* bytes/s of (P - 1) shards at large_at, the fastest measured */
 } cost_coll_fit;
 
 /* Longest text kept in a field of cost_machine. */

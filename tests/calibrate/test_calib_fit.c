@@ -6,7 +6,8 @@
  * those coefficients back; a
  * coefficient the timings do not need comes out 0; one group size alone
  * (P-1 and 1 collinear) still fits; an outlier is marked and left out;
- * the split between the regimes moves up where the rate falls on.
+ * the split between the regimes moves up where the rate falls on; the
+ * largest buffers' fastest rate is kept as a floor for larger ones.
  */
 #include <math.h>
 #include <stdio.h>
@@ -128,6 +129,47 @@ static void test_split_moves_up(void)
     CU_ASSERT_EQUAL(f.split, SPLIT_BYTES);
 }
 
+/* The largest buffers' own rate (fit_large): the MPI AllReduce of 2, 8
+ * and 32 MiB a device at 3.5, 2.7 and 0.6 GB/s, which no line through the
+ * three follows.  The floor is the fastest sample at 32 MiB (a slower run
+ * of the same size does not lower it), starting from 8 MiB; the strided
+ * samples do not count.  With every size on one line the floor is that
+ * line's own rate at 32 MiB, and with the largest size under SPLIT_BYTES
+ * there is none. */
+static void test_large_floor(void)
+{
+    coll_fit f;
+    memset(&f, 0, sizeof f);
+    const double rate[] = {3.5e9, 2.7e9, 0.6e9};
+    for (int p = 2; p <= 4; p += 2)
+        for (int k = 0; k < 3; k++) {
+            double s = (double)(2 << 20) * (1 << (2 * k)), shard = s / p;
+            f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = p, .t = 20e-6 + (p - 1) * shard / rate[k]};
+            f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = 8 * p, .t = 1.0}; /* strided, slow */
+        }
+    f.s[f.n++] = (sample){.p = 2, .bytes = 32 << 20, .runs = 2, .t = 1.0}; /* descheduled */
+    for (double s = 8192; s < 1 << 20; s *= 4)
+        for (int p = 2; p <= 4; p += 2)
+            f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = p, .t = 5e-6 + (p - 1) * s / p / 5e9};
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllReduce"), 0);
+    CU_ASSERT_EQUAL(f.large_at, 32 << 20);
+    CU_ASSERT_EQUAL(f.large_from, 8 << 20);
+    double fastest = 3 * (double)(8 << 20) / (20e-6 + 3 * (double)(8 << 20) / 0.6e9); /* p = 4 */
+    CU_ASSERT_DOUBLE_EQUAL(f.large_bw / fastest, 1, 1e-9);
+
+    synth(&f, 4, 30e-6, 5e-6, 6e9, 2.5e9);
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    double s = 32 << 20, own = (3 * s / 4) / (30e-6 + 3 * (5e-6 + s / 4 / 6e9) + s / 4 / 2.5e9);
+    CU_ASSERT_DOUBLE_EQUAL(f.large_bw / own, 1, 1e-9);
+
+    memset(&f, 0, sizeof f);
+    for (double b = 8192; b < 1 << 20; b *= 4)
+        for (int p = 2; p <= 4; p += 2)
+            f.s[f.n++] = (sample){.p = p, .bytes = b, .runs = p, .t = 5e-6 + (p - 1) * b / p / 5e9};
+    CU_ASSERT_EQUAL_FATAL(cal_fit_kind(&f, "AllGather"), 0);
+    CU_ASSERT_EQUAL(f.large_bw, 0);
+}
+
 /* What a bf16 GEMM's result element costs (cal_gemm_result_seconds, in
  * programs.c): timings made from a rate R of the multiply-adds and x
  * seconds per result element give x back; noise that makes the wider
@@ -168,6 +210,7 @@ void einc_register_tests(void)
         {"one group size alone fits", test_one_group_size},
         {"an outlier is left out", test_outlier},
         {"the split moves up where the rate falls on", test_split_moves_up},
+        {"the largest buffers' fastest rate is a floor", test_large_floor},
         {"a bf16 GEMM's result element from two equal-FLOP GEMMs", test_gemm_result_seconds},
     };
     einc_add_suite("calibration fit", tests, (int)(sizeof tests / sizeof tests[0]));

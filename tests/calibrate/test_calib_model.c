@@ -80,6 +80,13 @@ static void test_parses(void)
     CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
     CU_ASSERT_DOUBLE_EQUAL(hw.gemm_result_time[IR_BF16], 3e-9, 1e-20);
     CU_ASSERT_EQUAL(hw.gemm_result_time[IR_F32], 0);
+    CU_ASSERT_EQUAL(hw.fit[COST_FIT_ALLREDUCE].large_bw, 0); /* no floor */
+    variant("\"bandwidth\": 1e9}", "\"bandwidth\": 1e9, \"large_messages\": {\"from_bytes\": "
+            "8388608, \"at_bytes\": 33554432, \"bandwidth\": 6e8}}", buf, sizeof buf);
+    CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLREDUCE].large_from, 8388608, 0);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLREDUCE].large_at, 33554432, 0);
+    CU_ASSERT_DOUBLE_EQUAL(hw.fit[COST_FIT_ALLREDUCE].large_bw, 6e8, 0);
     CU_ASSERT_FALSE(hw.cal_mpi); /* no "runtime": threads */
     variant("\"devices\": 4", "\"runtime\": \"mpi\", \"devices\": 4", buf, sizeof buf);
     CU_ASSERT_EQUAL_FATAL(cost_hw_parse(buf, "t.json", &hw, err, sizeof err), 0);
@@ -183,6 +190,14 @@ static void test_bad_sections(void)
     expect_error(variant("\"function_seconds_per_element\"", "\"gemm_seconds_per_result_element\": "
                          "3e-9,\n  \"function_seconds_per_element\"", buf, sizeof buf),
                  "\"calibration.gemm_seconds_per_result_element\" must be an object");
+    expect_error(variant("\"bandwidth\": 1e9}", "\"bandwidth\": 1e9, \"large_messages\": "
+                         "{\"from_bytes\": 8e6, \"at_bytes\": 3.2e7, \"bandwidth\": -1}}", buf,
+                         sizeof buf),
+                 "calibration.collectives.allreduce.large_messages.bandwidth");
+    expect_error(variant("\"bandwidth\": 1e9}", "\"bandwidth\": 1e9, \"large_messages\": "
+                         "{\"from_bytes\": 3.2e7, \"at_bytes\": 8e6, \"bandwidth\": 1e9}}", buf,
+                         sizeof buf),
+                 "must be below");
     expect_error(variant("\"calibration\": {", "\"calibration\": [{", buf, sizeof buf),
                  "invalid JSON");
 }
@@ -231,6 +246,45 @@ static void test_model(void)
                            u.time + (4 * 1024 - 4) * 40e-9, 1e-12);
 }
 
+/* The largest buffers' floor (large_extra, cost_formula.c): from at_bytes
+ * on a buffer takes at least its (P - 1) shards at the floor's bandwidth,
+ * or the line where that is longer; between from_bytes and at_bytes the
+ * line plus the gap at at_bytes in proportion to log(bytes / from), so
+ * the time is continuous at both ends; below from_bytes the line alone.
+ * A floor under the line changes nothing. */
+static void test_large_floor(void)
+{
+    const double from = 8 << 20, at = 32 << 20, fbw = 0.6e9;
+    cost_coll_fit f = {.t_launch = 20e-6, .l_sync = 0, .bw = 1.8e9, .large_from = from,
+                       .large_at = at, .large_bw = fbw};
+    cost_coll_fit line = f;
+    line.large_bw = 0;
+    for (int p = 2; p <= 4; p += 2) {
+        double floor_at = (p - 1) * at / p / fbw;
+        double line_at = cost_measured_coll_time(&line, p, at, p).time;
+        CU_ASSERT_FATAL(floor_at > line_at);
+        CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, p, at, p).time, floor_at, 1e-12);
+        double big = 40 << 20;
+        CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, p, big, p).time,
+                               (p - 1) * big / p / fbw, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, p, from, p).time,
+                               cost_measured_coll_time(&line, p, from, p).time, 1e-15);
+        CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, p, 2 << 20, p).time,
+                               cost_measured_coll_time(&line, p, 2 << 20, p).time, 1e-15);
+        double mid = 16 << 20, gap = floor_at - line_at;
+        CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, p, mid, p).time,
+                               cost_measured_coll_time(&line, p, mid, p).time + 0.5 * gap, 1e-12);
+        double below = cost_measured_coll_time(&f, p, at * (1 - 1e-9), p).time;
+        CU_ASSERT_DOUBLE_EQUAL(below, floor_at, 1e-9);
+        CU_ASSERT_EQUAL(cost_measured_coll_time(&f, p, at, p).bound, IR_BOUND_BANDWIDTH);
+    }
+    f.large_bw = 10e9; /* faster than the line: no effect */
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 4, 40 << 20, 4).time,
+                           cost_measured_coll_time(&line, 4, 40 << 20, 4).time, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(cost_measured_coll_time(&f, 4, 16 << 20, 4).time,
+                           cost_measured_coll_time(&line, 4, 16 << 20, 4).time, 1e-15);
+}
+
 void einc_register_tests(void)
 {
     static const einc_test tests[] = {
@@ -238,6 +292,7 @@ void einc_register_tests(void)
         {"bad calibration sections name the field", test_bad_sections},
         {"the measured collective model", test_model},
         {"elementwise curve and core sharing", test_curve_and_contention},
+        {"the largest buffers' rate is a floor", test_large_floor},
     };
     einc_add_suite("calibrated profiles", tests, (int)(sizeof tests / sizeof tests[0]));
 }

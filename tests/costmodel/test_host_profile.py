@@ -34,6 +34,9 @@ EXAMPLE = "ffw_tp.ein"
 # 30-32 s idle (docs/cost-model.md, "Calibration"), more under load; the
 # issue asks for "well under a minute".
 QUICK_LIMIT_S = 60
+# The share of the cores the calibration must have had for its time to be
+# judged (check_quick_calibration).
+CORES_OURS = 0.75
 
 
 def env_with(**kw):
@@ -159,11 +162,17 @@ def check_quick_calibration(a, tmp):
     # The load from other processes before we start: calibration's own
     # devices add to it afterwards.
     others = os.getloadavg()[0] / os.cpu_count()
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), os.times()
     r = run([a.einc, "calibrate", "--quick"], env=env)
-    took = time.monotonic() - t0
-    print("einc calibrate --quick: %.1f s (load average %.2f per core before)" % (took, others))
-    if others <= 1.0:
+    took, c1 = time.monotonic() - t0, os.times()
+    # The share of the cores the calibration's processes got: 0.93 idle on
+    # the 2-core EPYC; about half when another calibration test started
+    # beside it after the load above was read (65 s then).
+    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+    share = cpu / (took * os.cpu_count())
+    print("einc calibrate --quick: %.1f s (load average %.2f per core before, %.0f%% of the "
+          "cores during)" % (took, others, 100 * share))
+    if others <= 1.0 and share >= CORES_OURS:
         check(took < QUICK_LIMIT_S,
               "calibrate --quick took %.1f s (limit %d)" % (took, QUICK_LIMIT_S))
     else:
