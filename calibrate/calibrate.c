@@ -85,7 +85,9 @@ static void print_summary(const cal_state *c)
                 KIND_OP[k], f->t_launch * 1e6, f->l_sync * 1e6, f->bw * 1e-9, f->bw_local * 1e-9,
                 f->t_run * 1e9, 100 * f->rms, 100 * f->max, f->used, f->n);
         if (f->large_bw > 0)
-            fprintf(stderr, "  %-13s at least %.2f GB/s of (P-1) shards from %.0f MiB (rising from %.0f MiB)\n",
+            fprintf(stderr,
+                    "  %-13s at least %.2f GB/s of (P-1) shards from %.0f MiB "
+                    "(rising from %.0f MiB)\n",
                     "", f->large_bw * 1e-9, f->large_at / (1 << 20), f->large_from / (1 << 20));
     }
 }

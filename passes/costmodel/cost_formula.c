@@ -295,10 +295,10 @@ cost_coll_time cost_measured_coll_time(const cost_coll_fit *fit, double p, doubl
     r.t_bandwidth = steps * buffer_bytes / p / bw;
     if (bw_local > 0)
         r.t_bandwidth += buffer_bytes / p / bw_local;
-    /* The measured model adds the terms (the steps are synchronous), where
-     * the seed's ICI formula takes their max. */
     if (!small)
         r.t_bandwidth += large_extra(fit, p, buffer_bytes, r.t_latency + r.t_bandwidth);
+    /* The measured model adds the terms (the steps are synchronous), where
+     * the seed's ICI formula takes their max. */
     r.time = r.t_latency + r.t_bandwidth;
     r.bound = r.t_bandwidth > r.t_latency ? IR_BOUND_BANDWIDTH : IR_BOUND_LATENCY;
     double per_byte = steps / (p * bw) + (bw_local > 0 ? 1 / (p * bw_local) : 0);

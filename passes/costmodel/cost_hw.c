@@ -182,6 +182,7 @@ static int get_large(const cJSON *c, const char *where, const char *origin, cost
     }
     return 0;
 }
+
 /* The optional "calibration" section of `einc calibrate`: per collective
  * kind t_launch, l_sync (seconds, >= 0) and bandwidth (bytes/s, > 0), and
  * the elementwise bandwidth.  Absent: hw->measured stays false. */

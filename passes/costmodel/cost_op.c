@@ -258,9 +258,9 @@ static double fn_streaming_per_elem(const cost_hw *hw, const ir_op *op, double m
     double a = fn_seconds_per_elem(op, hw->fn_time_cache);
     double e = fn_seconds_per_elem(op, hw->fn_time);
     double n = (double)COST_FN_CAL_ELEMS;
-    double m_cal = hw->fn_base_time > 0
-                       ? hw->fn_base_time
-                       : cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
+    double m_cal = hw->fn_base_time;
+    if (!(m_cal > 0))
+        m_cal = cost_measured_ew_seconds(hw, COST_FN_CAL_READ * n, COST_FN_CAL_WRITTEN * n, true) / n;
     if (!fns_cached(hw, op) || !(m_cal > 0) || !(a > 0))
         return e;
     double roof = fmax(0.0, m_cal + e - mem_per_elem);

@@ -144,7 +144,8 @@ static void test_large_floor(void)
     for (int p = 2; p <= 4; p += 2)
         for (int k = 0; k < 3; k++) {
             double s = (double)(2 << 20) * (1 << (2 * k)), shard = s / p;
-            f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = p, .t = 20e-6 + (p - 1) * shard / rate[k]};
+            double t = 20e-6 + (p - 1) * shard / rate[k];
+            f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = p, .t = t};
             f.s[f.n++] = (sample){.p = p, .bytes = s, .runs = 8 * p, .t = 1.0}; /* strided, slow */
         }
     f.s[f.n++] = (sample){.p = 2, .bytes = 32 << 20, .runs = 2, .t = 1.0}; /* descheduled */
