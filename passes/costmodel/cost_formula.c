@@ -249,14 +249,6 @@ cost_coll_time cost_coll_links_time(const cost_hw *hw, ir_op_kind kind, const in
     return pods > 1 ? add_dcn_step(r, dcn_bytes / hw->dcn_bw) : r;
 }
 
-/* The main fit's seconds for a flat buffer of `bytes` on a group of p. */
-static double main_line(const cost_coll_fit *fit, double p, double bytes)
-{
-    double steps = p - 1;
-    return fit->t_launch + steps * (fit->l_sync + bytes / p / fit->bw) +
-           (fit->bw_local > 0 ? bytes / p / fit->bw_local : 0);
-}
-
 /* Seconds beyond the main fit's `line` for a buffer of `bytes` on a group
  * of p, from the largest buffers' own rate (fit->large_*, calibrate/fit.c,
  * fit_large): from large_at bytes on, the buffer takes at least its (P -
@@ -273,7 +265,9 @@ static double large_extra(const cost_coll_fit *fit, double p, double bytes, doub
     double floor_at = (p - 1) * fit->large_at / p / fit->large_bw;
     if (bytes >= fit->large_at)
         return fmax(0.0, floor_at * bytes / fit->large_at - line);
-    double gap = fmax(0.0, floor_at - main_line(fit, p, fit->large_at));
+    cost_coll_fit line_only = *fit;
+    line_only.large_bw = 0;
+    double gap = fmax(0.0, floor_at - cost_measured_coll_time(&line_only, p, fit->large_at, p).time);
     return gap * log(bytes / fit->large_from) / log(fit->large_at / fit->large_from);
 }
 
