@@ -57,14 +57,23 @@ def add_json_option(p):
 
 
 def cpu_model():
-    """The 'model name' of /proc/cpuinfo's first CPU, or '?' where there is none."""
+    """The 'model name' of /proc/cpuinfo's first CPU with its family and model
+    ("AMD EPYC (family 26, model 2)", as `einc calibrate` names the machine),
+    or '?' where there is none.  The family and model are what tell CPUs
+    apart under a VM, whose model name is often just "AMD EPYC"."""
+    fields = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break  # the first CPU's block ends at its blank line
+            key, _, val = line.partition(":")
+            fields[key.strip()] = val.strip()
     except OSError:
         pass
-    return "?"
+    name = fields.get("model name", "?")
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 # Options whose values are paths on the machine that ran: shown as these words.

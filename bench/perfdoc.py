@@ -10,6 +10,11 @@ command, the machine (CPU model, cores) and the date.  docs/performance.md
 is generated and never edited by hand; the dated lab log it replaced is
 docs/performance-history.md, whose section numbers the tables keep.
 
+A results file whose rows come from runs on several machines
+(bench/cpu_models.py) sets `machine_per_row`: each row's figure then names
+its CPU, cores, date and load, and the table says so in place of one
+machine.
+
 A results file may carry figures from the history instead of a run made
 here (a benchmark too long for the machine at hand): it then has `source`,
 naming the history's section and dated entry, and `cpu`, `cores` and `date`
@@ -48,7 +53,7 @@ SECTIONS = {"einsum_gemm": 1, "collectives": 2, "gemm_dist": 3, "compile_time": 
             "layer_roofline": 8, "layer_roofline_train": 9, "decode_bandwidth": 10,
             "decode_bandwidth_int8": 10,
             "plan_optimality": 11, "plan_steps": 12, "stream": 13, "plan_whole": 14,
-            "bf16_gemm": 15}
+            "bf16_gemm": 15, "cpu_models": 5}
 # Benchmarks without a section there (small_contraction, soak) follow, unnumbered;
 # bf16_gemm (15) is numbered ahead of its first idle-machine entry there.
 
@@ -178,6 +183,8 @@ def section(doc, history):
         where += f", load average {doc['load']}"
         if doc.get("load_at") == "start":  # benchlib.LOAD_AT_START: other jobs only
             where += " at the start of the run"
+    if doc.get("machine_per_row"):
+        where = "each row names the CPU, cores, date and load average of its run"
     lines = [head, "", f"Command: `{doc['command']}`", "",
              f"Machine: {where}; date: {doc['date']}.", ""]
     if doc.get("source"):
