@@ -232,6 +232,28 @@ int cal_prepare_collectives(cal_state *c)
 
 /* ---- GEMM and elementwise ---- */
 
+/* Writes to f the inputs `<stem>A<tag>[<d>M<i>_X, <d>K<i>]` and
+ * `<stem>B<tag>[<d>K<i>, <d>N<i>]` of dtype dt and the timed GEMM
+ * `<res><tag>` of them, its output, behind an untimed twin of it (the
+ * result's name with W for its G, a name on_compute skips): the timed call
+ * then finds its inputs in cache, as an op of a model finds the
+ * activations the op before it wrote.  Timed cold, behind the largest
+ * GEMMs that evicted them, the 67 MFLOP shapes ran 15-25% slower than the
+ * same GEMMs in fortunes_transformer's layers or alone (AMD family 26,
+ * 2 cores: 1.60 ms cold, 1.43 ms warm, 1.39 ms alone;
+ * docs/performance-history.md, section 5, "GEMMs timed warm"). */
+static void write_gemm(FILE *f, const char *dt, const char *stem, const char *res, const char *tag,
+                       const char *d, int i)
+{
+    fprintf(f, "input %sA%s[%sM%d_X, %sK%d] : %s\ninput %sB%s[%sK%d, %sN%d] : %s\n", stem, tag, d,
+            i, d, i, dt, stem, tag, d, i, d, i, dt);
+    for (int twin = 1; twin >= 0; twin--)
+        fprintf(f, "%s%s%s[%sM%d_X, %sN%d] = %sA%s[%sM%d, %sK%d] * %sB%s[%sK%d, %sN%d]\n",
+                twin ? "W" : "", twin ? res + 1 : res, tag, d, i, d, i, stem, tag, d, i, d, i, stem,
+                tag, d, i, d, i);
+    fprintf(f, "output %s%s\n", res, tag);
+}
+
 /* Writes compute.ein: on a mesh {X: N}, the local GEMMs of every shape
  * and dtype (the functions and row groups are stream.c's). */
 static int write_compute_program(cal_state *c, const char *file)
@@ -243,6 +265,7 @@ static int write_compute_program(cal_state *c, const char *file)
      * and a GEMM or elementwise curve without its large end would time the
      * ops that take milliseconds at the rate of the ones that stay in cache. */
     int nd = c->o->ranks, ng = NGEMM;
+    char tag[16];
     fprintf(f, "# einc calibrate: local GEMMs on every device\nmesh X = %d\n", nd);
     for (int g = 0; g < ng; g++)
         fprintf(f, "dim M%d = %lld, K%d = %lld, N%d = %lld\n", g,
@@ -255,32 +278,24 @@ static int write_compute_program(cal_state *c, const char *file)
              * 1 ms run at, stays. */
             if (c->o->quick && g == 2)
                 continue;
-            fprintf(f, "input GA%s%d[M%d_X, K%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
-            fprintf(f, "input GB%s%d[K%d, N%d] : %s\n", DT_NAME[t], g, g, g, DT_NAME[t]);
-            fprintf(f, "GC%s%d[M%d_X, N%d] = GA%s%d[M%d, K%d] * GB%s%d[K%d, N%d]\n", DT_NAME[t], g,
-                    g, g, DT_NAME[t], g, g, g, DT_NAME[t], g, g, g);
-            fprintf(f, "output GC%s%d\n", DT_NAME[t], g);
+            snprintf(tag, sizeof tag, "%s%d", DT_NAME[t], g);
+            write_gemm(f, DT_NAME[t], "G", "GC", tag, "", g); /* GC<dt><g> */
         }
-    /* The skinny bf16 GEMMs after the curve's (they run whatever --quick
-     * says: three GEMMs of a few hundred microseconds). */
+    /* After the curve's: f32 and f64 at the layer's shapes
+     * (GEMM_LAYER_FIRST), points of their curves between the square ones,
+     * and the skinny bf16 GEMMs (all of them whatever --quick says: a few
+     * hundred microseconds to a few milliseconds each). */
     for (int r = 0; r < NGEMM_RESULT; r++) {
         const int64_t *s = GEMM_RESULT_SHAPES[r];
         fprintf(f, "dim RM%d = %lld, RK%d = %lld, RN%d = %lld\n", r, (long long)(s[0] * nd), r,
                 (long long)s[1], r, (long long)s[2]);
-        fprintf(f, "input GRA%d[RM%d_X, RK%d] : bf16\ninput GRB%d[RK%d, RN%d] : bf16\n", r, r, r,
-                r, r, r);
-        fprintf(f, "GR%d[RM%d_X, RN%d] = GRA%d[RM%d, RK%d] * GRB%d[RK%d, RN%d]\noutput GR%d\n", r,
-                r, r, r, r, r, r, r, r, r);
     }
-    /* f32 and f64 at the layer's shapes too (GEMM_LAYER_FIRST): points of
-     * their curves between the square ones, whatever --quick says. */
-    for (int t = 0; t < 2; t++)
-        for (int r = GEMM_LAYER_FIRST; r < NGEMM_RESULT; r++) {
-            const char *dt = DT_NAME[t];
-            fprintf(f, "input GLA%s%d[RM%d_X, RK%d] : %s\ninput GLB%s%d[RK%d, RN%d] : %s\n", dt, r, r,
-                    r, dt, dt, r, r, r, dt);
-            fprintf(f, "GL%s%d[RM%d_X, RN%d] = GLA%s%d[RM%d, RK%d] * GLB%s%d[RK%d, RN%d]\n"
-                    "output GL%s%d\n", dt, r, r, r, dt, r, r, r, dt, r, r, r, dt, r);
+    for (int t = 0; t < 3; t++)
+        for (int r = t == IR_BF16 ? 0 : GEMM_LAYER_FIRST; r < NGEMM_RESULT; r++) {
+            /* GL<dt><r>; bf16's GR<r>, as cal_gemm_result_seconds reads them */
+            snprintf(tag, sizeof tag, "%s%d", t == IR_BF16 ? "" : DT_NAME[t], r);
+            const char *stem = t == IR_BF16 ? "GR" : "GL";
+            write_gemm(f, DT_NAME[t], stem, stem, tag, "R", r);
         }
     return fclose(f) == 0 ? 0 : -1;
 }
