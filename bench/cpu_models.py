@@ -90,7 +90,6 @@ def merge(record, cpu, new_rows, cores):
                        "on each CPU model)",
             "cpu": "each row's", "cores": cores, "machine_per_row": True,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-            "load": None, "load_at": "each row's run",
             "rows": rows}
 
 

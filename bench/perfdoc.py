@@ -178,13 +178,14 @@ def section(doc, history):
     (a loaded run points to the idle one there only if it has that section)."""
     n = SECTIONS.get(doc["bench"])
     head = f"## {n}. {doc['title']}" if n else f"## {doc['title']}"
-    where = f"{doc['cpu']}, {doc['cores']} cores"
-    if doc.get("load") is not None:
-        where += f", load average {doc['load']}"
-        if doc.get("load_at") == "start":  # benchlib.LOAD_AT_START: other jobs only
-            where += " at the start of the run"
     if doc.get("machine_per_row"):
         where = "each row names the CPU, cores, date and load average of its run"
+    else:
+        where = f"{doc['cpu']}, {doc['cores']} cores"
+        if doc.get("load") is not None:
+            where += f", load average {doc['load']}"
+            if doc.get("load_at") == "start":  # benchlib.LOAD_AT_START: other jobs only
+                where += " at the start of the run"
     lines = [head, "", f"Command: `{doc['command']}`", "",
              f"Machine: {where}; date: {doc['date']}.", ""]
     if doc.get("source"):
