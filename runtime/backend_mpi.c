@@ -534,17 +534,22 @@ static const rt_device_ops mpi_ops = {
 
 /*
  * The collectives stage blocks in buffers as large as the tensor, malloc'd
- * and freed on every call.  By default glibc gives such blocks back to the
- * kernel on free (mmap above M_MMAP_THRESHOLD, a heap trim above
- * M_TRIM_THRESHOLD), and the next call faults every page in again -- in a
- * ReduceScatter, inside the peer's single-copy read as well: 7 MB between
- * two ranks took 80 ms instead of 4 on a 2-core VM, where a page fault is
- * a hypervisor exit.  Freed memory now stays in the heap for the next call
- * (blocks above 32 MiB, glibc's largest threshold, are still mapped).
+ * and freed on every call, and Open MPI's own collectives allocate
+ * temporaries as large as the message.  By default glibc gives such blocks
+ * back to the kernel on free (mmap above M_MMAP_THRESHOLD, a heap trim
+ * above M_TRIM_THRESHOLD), and the next call faults every page in again --
+ * in a ReduceScatter, inside the peer's single-copy read as well: 7 MB
+ * between two ranks took 80 ms instead of 4 on a 2-core VM, where a page
+ * fault is a hypervisor exit.  Raising M_MMAP_THRESHOLD is not enough: glibc
+ * caps it at 32 MiB, and an MPI_Allreduce of 32 MiB over 4 ranks then took
+ * 185 ms instead of 25.  So no block is mmap'd (M_MMAP_MAX 0: every block
+ * comes from the heap, which grows by brk) and the heap is never trimmed;
+ * freed memory stays for the next call, and the peak is what the program
+ * needs at once, as before.
  */
 static void keep_freed_memory(void)
 {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
 
