@@ -19,8 +19,8 @@
  * rank 0 arrives 50 ms late, so the others poll and then sleep.  Last,
  * the heap the launcher leaves (keep_freed_memory, backend_mpi.c): a
  * second MPI_Allreduce of 40 MiB, above glibc's largest mmap threshold,
- * must fault in almost none of the pages the first one did (Open MPI
- * allocates a temporary that size on every call).  Exit status 0 if every
+ * must fault almost no pages in (Open MPI allocates a temporary that size
+ * on every call).  Exit status 0 if every
  * element of every case matched and the heap check held.
  */
 #include <mpi.h>
@@ -98,11 +98,11 @@ static long minor_faults(void)
     return ru.ru_minflt;
 }
 
-/* Whether a repeated MPI_Allreduce of 40 MiB faults in at most a tenth of
- * the pages the first one did, after rt_mpi_launch set the heap up: with
- * glibc's default, every call maps its temporary afresh and faults all of
- * its 10240 pages in again (185 ms instead of 25 for 32 MiB over 4 ranks,
- * docs/runtime.md).  Under ASan its own allocator (and its quarantine of
+/* Whether, after rt_mpi_launch set the heap up, a repeated MPI_Allreduce
+ * of 40 MiB faults in at most a tenth of the buffer's 10240 pages: with
+ * M_MMAP_THRESHOLD raised alone (glibc caps it at 32 MiB) every call
+ * mapped Open MPI's temporary afresh, and the second call faulted 5122
+ * pages in on 4 ranks (185 ms instead of 25 for 32 MiB, docs/runtime.md).  Under ASan its own allocator (and its quarantine of
  * freed blocks) serves malloc, so there is nothing to check. */
 static bool heap_keeps_freed_memory(int rank)
 {
