@@ -90,20 +90,13 @@ static void bcast_device(rt_device *dev, void *arg)
         }
 }
 
-/* Page faults this process has taken so far (minor: no I/O). */
-static long minor_faults(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_minflt;
-}
-
 /* Whether, after rt_mpi_launch set the heap up, a repeated MPI_Allreduce
  * of 40 MiB faults in at most a tenth of the buffer's 10240 pages: with
  * M_MMAP_THRESHOLD raised alone (glibc caps it at 32 MiB) every call
  * mapped Open MPI's temporary afresh, and the second call faulted 5122
- * pages in on 4 ranks (185 ms instead of 25 for 32 MiB, docs/runtime.md).  Under ASan its own allocator (and its quarantine of
- * freed blocks) serves malloc, so there is nothing to check. */
+ * pages in on 4 ranks (185 ms instead of 25 for 32 MiB, docs/runtime.md).
+ * Under ASan its own allocator (and its quarantine of freed blocks) serves
+ * malloc, so there is nothing to check. */
 static bool heap_keeps_freed_memory(int rank)
 {
 #if defined(__SANITIZE_ADDRESS__)
@@ -111,6 +104,7 @@ static bool heap_keeps_freed_memory(int rank)
         printf("heap check skipped: ASan's allocator serves malloc\n");
     return true;
 #else
+    struct rusage ru;
     enum { N = 40 << 18 }; /* 40 MiB of f32 */
     float *in = malloc(N * sizeof *in), *out = malloc(N * sizeof *out);
     if (!in || !out) {
@@ -120,9 +114,11 @@ static bool heap_keeps_freed_memory(int rank)
     for (int i = 0; i < N; i++)
         in[i] = (float)(i % 7);
     MPI_Allreduce(in, out, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    long first = minor_faults();
+    getrusage(RUSAGE_SELF, &ru); /* ru_minflt: page faults without I/O */
+    long first = ru.ru_minflt;
     MPI_Allreduce(in, out, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    long again = minor_faults() - first;
+    getrusage(RUSAGE_SELF, &ru);
+    long again = ru.ru_minflt - first;
     int nranks;
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     bool ok = out[N - 1] == (float)((N - 1) % 7) * (float)nranks;
