@@ -106,6 +106,11 @@ def command_line(script, argv):
     return " ".join(out)
 
 
+# Above this many points of drift (Results.drift) a run is labelled
+# drifted: the machine itself moved while it ran (bench/perfdoc.py).
+DRIFT_POINTS = 10
+
+
 class Results:
     """The machine-readable result of one benchmark run, written by --json.
 
@@ -119,7 +124,9 @@ class Results:
     "" when the figure has none), `ratio` (to the baseline measured in the
     same run; None when the figure is not a ratio to one) and `verdict`
     ("ok", "MISS" or "-" when there is no target).  bench/perfdoc.py --check
-    refuses a file that lacks one of these fields.
+    refuses a file that lacks one of these fields.  Optional: `drift`, in
+    points, how far a probe of the machine itself moved during the run
+    (bench/cost_accuracy.py's drift probe), when the script measures it.
     """
 
     def __init__(self, bench, title, script=None):
@@ -128,6 +135,7 @@ class Results:
         self.title = title
         self.script = script or bench
         self.rows = []
+        self.drift = None
 
     def add(self, figure, value, unit, target="", ratio=None, verdict="-"):
         """Records one figure; value and ratio are numbers (ratio may be None)."""
@@ -145,6 +153,8 @@ class Results:
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
                "load": LOAD_AT_START, "load_at": "start",
                "rows": self.rows}
+        if self.drift is not None:
+            doc["drift"] = self.drift
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")

@@ -20,7 +20,16 @@ accuracy target of docs/cost-model.md ("Measured on this machine").
 --calibrate runs `einc calibrate --rounds R` first (the same rounds, writing
 --hw, by default /tmp/einc-host-<runtime>.json); with --quick, `einc
 calibrate --quick` instead (its own 2 rounds), the profile `--hw host`
-uses after the warning's fix; without --calibrate --hw must exist.  Exit status 0
+uses after the warning's fix; without --calibrate --hw must exist.
+
+The drift probe: this machine's memory bandwidth and GEMM rate move by up
+to 2x over minutes (a VM's neighbours; docs/performance-history.md,
+section 5), so a profile calibrated in a fast spell under-predicts ops
+timed in a slow one.  A probe program of the calibration's own largest
+sizes per device (an f32 add of 96 MiB and a 1024^3 f32 GEMM) runs right
+after the profile is read and once per round beside the examples; its
+error in the rounds less its error at the start is the machine's drift,
+printed and recorded beside the mean (not counted in it).  Exit status 0
 when the mean error is within --target (default 10% threads, 15% MPI), 1
 when not, 2 on a failure.
 """
@@ -90,6 +99,46 @@ def fitting(einc, hw, paths):
     return keep
 
 
+# The probe: the calibration's largest elementwise curve point (an add of
+# 2 x 32 MiB into 32 MiB, calibrate/stream.c's EW_ELEMS) and its largest
+# GEMM (1024^3, calibrate/programs.c's GEMM_SHAPES) on every device.
+PROBE_ELEMS = 8 << 20
+PROBE_GEMM = 1024
+PROBE_OPS = (("add", "PC = Elementwise"), ("gemm", "GC = Einsum"))
+
+
+def probe_program(devices):
+    """The drift probe's .ein text for a mesh of `devices` devices: every op
+    local to a device (no collective), its inputs sharded over X."""
+    return ("# cost_accuracy.py's drift probe (module docstring)\n"
+            "mesh X = %d\ndim E = %d, M = %d, K = %d, N = %d\n"
+            "input PA[E_X] : f32\ninput PB[E_X] : f32\nPC[E] = PA[E] + PB[E]\noutput PC[E_X]\n"
+            "input GA[M_X, K] : f32\ninput GB[K, N] : f32\nGC[M, N] = GA[M, K] * GB[K, N]\n"
+            "output GC[M_X, N]\n" % (devices, PROBE_ELEMS * devices, PROBE_GEMM * devices,
+                                      PROBE_GEMM, PROBE_GEMM))
+
+
+def probe_errors(rows):
+    """{probe op: (pred - meas) / meas} from the probe's --profile rows."""
+    out = {}
+    for key, prefix in PROBE_OPS:
+        for _, _, meas, pred, name in rows:
+            if name.startswith(prefix) and pred is not None and meas > 0:
+                out[key] = (pred - meas) / meas
+    missing = [k for k, _ in PROBE_OPS if k not in out]
+    if missing:
+        sys.stderr.write("the drift probe's profile has no %s row\n" % ", ".join(missing))
+        sys.exit(2)
+    return out
+
+
+def fastest(rounds):
+    """The profile rows of the first round with each op's measured time the
+    least over the rounds (load from outside only slows a run)."""
+    return [(op, calls, min(r[i][2] for r in rounds), pred, name)
+            for i, (op, calls, _, pred, name) in enumerate(rounds[0])]
+
+
 def run(cmd, **kw):
     r = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if r.returncode != 0:
@@ -136,7 +185,10 @@ def main():
     # The machine, as the profile records it (docs/cost-model.md, "Which
     # file host is"): results are quoted per machine, never as a constant.
     with open(hw) as f:
-        mach = json.load(f).get("machine")
+        prof = json.load(f)
+    mach = prof.get("machine")
+    # The probe runs on the devices the profile's figures are per device of.
+    devices = int((prof.get("calibration") or {}).get("devices") or 4)
     if mach:
         print("machine: %s, %s cores, %s, OpenBLAS %s" % (
             mach.get("cpu_model"), mach.get("cores"), mach.get("isa"), mach.get("blas_core")))
@@ -154,20 +206,31 @@ def main():
         for ex in examples:
             exes[ex] = os.path.join(tmp, os.path.basename(ex)[:-4])
             run([a.einc, ex, "--hw", hw, "--runtime=" + a.runtime, "-o", exes[ex]])
+        probe_src = os.path.join(tmp, "probe.ein")
+        with open(probe_src, "w") as f:
+            f.write(probe_program(devices))
+        probe = os.path.join(tmp, "probe")
+        run([a.einc, probe_src, "--hw", hw, "--runtime=" + a.runtime, "-o", probe])
+
+        def profile(exe, path, devs):
+            # A training step runs once per --steps; --repeat is for
+            # programs without state (docs/runtime.md).
+            runs = "--steps" if path and trains(path) else "--repeat"
+            cmd = [exe, "--random-inputs", "1", "--profile", runs, str(a.repeat)]
+            if a.runtime == "mpi":
+                cmd = shlex.split(a.mpirun) + ["-np", str(devs)] + cmd
+            return parse_profile(run(cmd).stdout)
+
+        start = [profile(probe, None, devices) for _ in range(a.rounds)]
+        probe_rounds = []
         for _ in range(a.rounds):
+            probe_rounds.append(profile(probe, None, devices))
             for ex in examples:
-                # A training step runs once per --steps; --repeat is for
-                # programs without state (docs/runtime.md).
-                runs = "--steps" if trains(ex) else "--repeat"
-                cmd = [exes[ex], "--random-inputs", "1", "--profile", runs, str(a.repeat)]
-                if a.runtime == "mpi":
-                    cmd = shlex.split(a.mpirun) + ["-np", str(mesh_devices(ex))] + cmd
-                rounds[ex].append(parse_profile(run(cmd).stdout))
+                rounds[ex].append(profile(exes[ex], ex, mesh_devices(ex)))
     for ex in examples:
         print("\n%s (%d devices)" % (os.path.relpath(ex, ROOT), mesh_devices(ex)))
         print("  %12s %12s %8s  %s" % ("measured_ms", "predicted_ms", "error", "op"))
-        for i, (op, calls, _, pred, name) in enumerate(rounds[ex][0]):
-            meas = min(r[i][2] for r in rounds[ex])
+        for op, calls, meas, pred, name in fastest(rounds[ex]):
             err = None if pred is None or meas <= 0 else (pred - meas) / meas
             mark = "*" if meas * 1e3 > a.min_ms and err is not None else " "
             print("%s %12.4f %12s %8s  %s" % (
@@ -178,6 +241,19 @@ def main():
                 if meas * 1e3 > a.min_ms:
                     big.append((ex, name, meas, pred, err))
     print()
+    at_start, in_rounds = probe_errors(fastest(start)), probe_errors(fastest(probe_rounds))
+    drift = {k: 100 * (in_rounds[k] - at_start[k]) for k, _ in PROBE_OPS}
+    print("drift probe (an add of 96 MiB and a 1024^3 f32 GEMM per device, fastest of %d "
+          "processes each): error right before the rounds add %+.1f%%, GEMM %+.1f%%; in the "
+          "rounds add %+.1f%%, GEMM %+.1f%% (per round: %s); drift add %+.1f, GEMM %+.1f points"
+          % (a.rounds, 100 * at_start["add"], 100 * at_start["gemm"], 100 * in_rounds["add"],
+             100 * in_rounds["gemm"], ", ".join("%+.0f%%/%+.0f%%" % (
+                 100 * e["add"], 100 * e["gemm"]) for e in map(probe_errors, probe_rounds)),
+             drift["add"], drift["gemm"]))
+    worst_drift = max(drift.values(), key=abs)
+    if abs(worst_drift) > bl.DRIFT_POINTS:
+        print("the machine drifted more than %d points between the start and the rounds: part "
+              "of the error below is the machine's, not the profile's" % bl.DRIFT_POINTS)
     load = os.getloadavg()
     print("load average at the end: %.2f %.2f %.2f on %d cores (other processes' load "
           "slows the runs, not the profile)" % (load[0], load[1], load[2], os.cpu_count()))
@@ -210,6 +286,10 @@ def main():
                      script="cost_accuracy")
     res.add("mean |error| of the ops over %.3g ms (%d ops)" % (a.min_ms, len(big)), round(mean, 1),
             "%", "<= %.0f%%" % target, None, "ok" if mean <= target else "MISS")
+    for key, what in (("add", "an f32 add of 96 MiB"), ("gemm", "a 1024^3 f32 GEMM")):
+        res.add("drift probe, %s per device: error in the rounds less error before them"
+                % what, round(drift[key], 1), "points")
+    res.drift = round(worst_drift, 1)
     res.write(a.json)
     return 0 if mean <= target else 1
 

@@ -35,6 +35,8 @@ import re
 import sys
 from pathlib import Path
 
+from benchlib import DRIFT_POINTS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Fields every results file has (benchlib.Results), and every row of it.
@@ -101,6 +103,9 @@ def check_fields(name, doc):
             errs.append(f"{name}: '{field}' is not a {typ.__name__}")
     if "source" in doc and not isinstance(doc["source"], str):
         errs.append(f"{name}: 'source' is not a string")
+    if "drift" in doc and (not isinstance(doc["drift"], (int, float)) or isinstance(doc["drift"], bool)
+                           or not math.isfinite(doc["drift"])):
+        errs.append(f"{name}: 'drift' is not a finite number")
     if isinstance(doc.get("rows"), list):
         if not doc["rows"]:
             errs.append(f"{name}: no rows")
@@ -202,6 +207,12 @@ def section(doc, history):
         lines += [f"**Loaded run**: the load average ({doc['load']}) exceeded the {doc['cores']} cores, so "
                   f"other jobs shared them; timings and their verdicts are not a judgement of einc.  "
                   f"{idle}", ""]
+    # Likewise a run during which the machine itself moved (a VM's
+    # neighbours): the probe that shows it is in the rows.
+    if doc.get("drift") is not None and abs(doc["drift"]) > DRIFT_POINTS:
+        lines += [f"**Drifted run**: the drift probe's error moved by {doc['drift']:+.1f} points "
+                  f"between the start of the run and its rounds, so part of the misses is the "
+                  f"machine's (docs/cost-model.md, \"Measured on this machine\").", ""]
     lines += ["| figure | value | unit | target | ratio to baseline | verdict |",
               "|---|---:|---|---|---:|---|"]
     for r in doc["rows"]:

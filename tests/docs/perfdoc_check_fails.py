@@ -6,7 +6,9 @@ writes from it pass --check; the same doc with one figure changed by hand
 fails it (the doc cannot drift from the results); a results file without
 one of the required fields (each of them in turn, in the file and in a row)
 fails it with a message naming the field; a bad verdict and a non-number
-value fail it.  Exit status 0 when all of that holds.
+value fail it.  A run whose optional `drift` exceeds 10 points is labelled
+a drifted run, one within it is not, and a `drift` that is not a number
+fails.  Exit status 0 when all of that holds.
 """
 import json
 import subprocess
@@ -42,6 +44,14 @@ def main():
         out.write_text(text.replace("41.2", "52.0"))
         if perfdoc(res, out).returncode == 0:
             bad.append("--check passed a doc whose figure was edited by hand")
+        for drift, banner in ((25.5, True), (-10.5, True), (4.0, False)):
+            (res / "einsum_gemm.json").write_text(json.dumps(dict(GOOD, drift=drift)))
+            r = perfdoc(res, out, check=False)
+            got = r.returncode == 0 and "**Drifted run**" in out.read_text()
+            if got != banner or (banner and f"{drift:+.1f} points" not in out.read_text()):
+                bad.append(f"drift {drift}: drifted-run label {'missing' if banner else 'present'} "
+                           f"(status {r.returncode})")
+        (res / "einsum_gemm.json").write_text(json.dumps(GOOD))
         perfdoc(res, out, check=False)
         cases = [(f"no '{k}'", {x: v for x, v in GOOD.items() if x != k}) for k in
                  ("bench", "title", "command", "cpu", "cores", "date", "rows")]
@@ -51,6 +61,7 @@ def main():
         cases.append(("verdict is not one of", dict(GOOD, rows=[dict(GOOD["rows"][0], verdict="fine")])))
         cases.append(("'value' has the wrong type", dict(GOOD, rows=[dict(GOOD["rows"][0], value="41")])))
         cases.append(("no rows", dict(GOOD, rows=[])))
+        cases.append(("'drift' is not a finite number", dict(GOOD, drift="12")))
         for want, doc in cases:
             (res / "einsum_gemm.json").write_text(json.dumps(doc))
             r = perfdoc(res, out)
@@ -58,7 +69,7 @@ def main():
                 bad.append(f"--check on a file with {want}: status {r.returncode}, stderr {r.stderr!r}")
     for b in bad:
         print("FAIL: " + b)
-    print("perfdoc --check: %d of %d expectations failed" % (len(bad), 3 + len(cases)))
+    print("perfdoc --check: %d of %d expectations failed" % (len(bad), 6 + len(cases)))
     return 1 if bad else 0
 
 
