@@ -141,6 +141,17 @@ static const int64_t EW_ELEMS[NEW] = {1 << 22, 1 << 18, 1 << 20, 1 << 23};
  * not cure it: a slow spell could last a whole calibration.  The groups
  * of the whole mesh did not split, nor MPI's P = 2: they keep one. */
 #define COLL_PROCESSES 3
+/* Processes per round of compute.ein, the GEMM curve's program (about 2 s
+ * each): a point of the curve is the least over them and the rounds.
+ * With one a round, one point could be slow in both rounds of a quick
+ * calibration while its neighbours were not: the f32 curve read 45.5,
+ * 21.9, 48.0 and 47.2 GFLOP/s at 33.5, 67, 268 and 2147 MFLOP (family
+ * 26, 20:45Z; 41-46 at 67 MFLOP in eight other calibrations of the same
+ * day), and priced every layer-shaped GEMM of fortunes_transformer at
+ * 2.2x its time (docs/performance-history.md, section 5, "The drift
+ * probe").  The second process runs after every other program's first
+ * (cal_run_benchmarks), seconds later. */
+#define COMPUTE_PROCESSES 2
 /* Elements per device of the full mesh the functions are timed on
  * (fnrow.ein, stream.c; hot: every function reads the same two arrays,
  * which the op before just read), in pairs: the slope between a pair's
@@ -179,9 +190,9 @@ typedef struct cal_state {
     const cal_options *o;   /* command line */
     char dir[256];          /* work directory */
     char self[1024];        /* this einc */
-    /* the programs (collectives, compute, stream, fnrow's processes), in
-     * the order they run */
-    cal_bench bench[MAX_RANKS * MAX_SIZES * COLL_PROCESSES + 2 + FNROW_PROCESSES];
+    /* the programs (collectives, compute's, stream, fnrow's processes),
+     * in the order they run */
+    cal_bench bench[MAX_RANKS * MAX_SIZES * COLL_PROCESSES + COMPUTE_PROCESSES + 1 + FNROW_PROCESSES];
     int nbench;             /* entries in bench */
     coll_fit coll[NKINDS];  /* per kind: AllGather, ReduceScatter, AllReduce, AllToAll */
     double gemm[3][NGEMM];  /* FLOP/s per dtype (ir_dtype order) and shape */
@@ -212,8 +223,8 @@ typedef struct cal_state {
 int cal_prepare_collectives(cal_state *c);
 
 /* Writes and compiles the program of local GEMMs (compute.ein) and
- * stream.c's two (cal_prepare_stream); adds them to c->bench.  Returns 0,
- * or -1 after a message. */
+ * stream.c's two (cal_prepare_stream); adds them to c->bench, compute as
+ * COMPUTE_PROCESSES processes a round.  Returns 0, or -1 after a message. */
 int cal_prepare_compute(cal_state *c);
 
 /* Writes and compiles stream.ein, the elementwise curve's program, and

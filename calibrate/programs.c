@@ -373,7 +373,8 @@ int cal_prepare_compute(cal_state *c)
     fprintf(stderr, "einc calibrate: GEMM and elementwise on %d devices\n", c->o->ranks);
     if (write_compute_program(c, "compute.ein") || cal_compile(c, "compute.ein", "compute"))
         return -1;
-    cal_add_bench(c, "compute", c->o->ranks);
+    if (!cal_add_processes(c, "compute", c->o->ranks, COMPUTE_PROCESSES))
+        return -1;
     return cal_prepare_stream(c);
 }
 

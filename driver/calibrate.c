@@ -132,7 +132,7 @@ static int parse_args(int argc, char **argv, cal_options *o)
 #undef VALUE
     }
     if (o->quick) {
-        /* 30-32 s on threads, 48 s on MPI, 2 idle cores (docs/cost-model.md,
+        /* 30-41 s on threads, 48-67 s on MPI, 2 idle cores (docs/cost-model.md,
          * "Calibration"): buffers up to 8 MiB, and the AllReduce's up to
          * 32 MiB, past the last-level cache (calibrate/programs.c: a
          * model's activations of 40 MiB a device ran at half the rate of an

@@ -9,7 +9,8 @@ it and its --dump-cost times a collective with exactly that fit, a broken
 fit is refused with a message naming the field, bad command lines exit 2,
 and the elementwise curve's program (kept with --keep) runs on one device
 per core with a copy of each add per device of a core, its trace kept, and
-the P = 2 collective programs run as 3 processes, their samples the fastest.
+the P = 2 collective programs run as 3 processes, their samples the fastest,
+and the GEMM program as 2, its curve's points the fastest.
 With --mpirun, a quick calibration on MPI ranks too.
 """
 import argparse
@@ -217,6 +218,31 @@ def check_processes(work, d, ranks):
                   % (prog, ag[(p, size, p)], times))
 
 
+def check_compute(work, d):
+    """The GEMM program runs as 2 processes a round, links to one executable
+    (compute, compute.p1), and a point of the GEMM curve is the fastest
+    process's: the f32 1024^3 point is its FLOPs over the least of the two
+    processes' GCf323 rows."""
+    wd = os.path.join(work, os.listdir(work)[0])
+    names = ["compute", "compute.p1"]
+    check(all(os.path.exists(os.path.join(wd, n)) for n in names)
+          and not os.path.exists(os.path.join(wd, "compute.p2")), "compute: 2 processes a round")
+    check(len({os.stat(os.path.join(wd, n)).st_ino for n in names if os.path.exists(
+        os.path.join(wd, n))}) == 1, "compute: its processes are links to one executable")
+    times = []
+    for n in names:
+        path = os.path.join(wd, n + ".txt.0")
+        if os.path.exists(path):
+            with open(path) as f:
+                times += [float(l.split()[2]) * 1e-3 for l in f if re.search(r" GCf323 = Einsum ", l)]
+    flop = 2.0 * 1024 ** 3
+    point = [p["flops_per_s"] for p in d["calibration"]["gemm_curve"]["f32"] if p["flops"] == flop]
+    if check(len(times) == 2 and len(point) == 1, "compute: a 1024^3 f32 row per process and its point"):
+        check(math.isclose(point[0], flop / min(times), rel_tol=1e-6),
+              "compute: the 1024^3 point %.4g FLOP/s is the fastest process's, of %s s"
+              % (point[0], times))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--einc", required=True)
@@ -241,6 +267,7 @@ def main():
         d = check_profile(prof, 4, "threads")
         check_stream(work, d, 4)
         check_processes(work, d, 4)
+        check_compute(work, d)
 
         # einc uses the fit: the AllGather of A[I, J_X] to J (512x256 f32 =
         # 524288 bytes on each of 2 devices, in 512 rows per peer), asked for

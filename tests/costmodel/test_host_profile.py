@@ -31,7 +31,7 @@ from calib_common import check, finish, parse_profile, run  # noqa: E402
 
 EXAMPLE = "ffw_tp.ein"
 # `einc calibrate --quick` on the 2-core machine of docs/performance.md takes
-# 30-32 s idle (docs/cost-model.md, "Calibration"), more under load; the
+# 30-41 s idle (docs/cost-model.md, "Calibration"), more under load; the
 # issue asks for "well under a minute".
 QUICK_LIMIT_S = 60
 # The share of the cores the calibration must have had for its time to be
