@@ -26,10 +26,11 @@ The drift probe: this machine's memory bandwidth and GEMM rate move by up
 to 2x over minutes (a VM's neighbours; docs/performance-history.md,
 section 5), so a profile calibrated in a fast spell under-predicts ops
 timed in a slow one.  A probe program of the calibration's own largest
-sizes per device (an f32 add of 96 MiB and a 1024^3 f32 GEMM) runs right
-after the profile is read and once per round beside the examples; its
-error in the rounds less its error at the start is the machine's drift,
-printed and recorded beside the mean (not counted in it).  Exit status 0
+sizes per device (an f32 add moving 96 MiB: 2 x 32 MiB in, 32 MiB out;
+and a 1024^3 f32 GEMM) runs R times right before the rounds and once in
+each round beside the examples; its error in the rounds less its error
+before them (each the fastest process's) is the machine's drift, printed
+and recorded beside the mean (not counted in it).  Exit status 0
 when the mean error is within --target (default 10% threads, 15% MPI), 1
 when not, 2 on a failure.
 """
