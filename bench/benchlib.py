@@ -106,8 +106,8 @@ def command_line(script, argv):
     return " ".join(out)
 
 
-# Above this many points of drift (Results.drift) a run is labelled
-# drifted: the machine itself moved while it ran (bench/perfdoc.py).
+# Above this much drift, in percent (Results.drift), a run is labelled
+# drifted: the machine itself moved away from its figures (bench/perfdoc.py).
 DRIFT_POINTS = 10
 
 
@@ -125,8 +125,8 @@ class Results:
     same run; None when the figure is not a ratio to one) and `verdict`
     ("ok", "MISS" or "-" when there is no target).  bench/perfdoc.py --check
     refuses a file that lacks one of these fields.  Optional: `drift`, in
-    points, how far a probe of the machine itself moved during the run
-    (bench/cost_accuracy.py's drift probe), when the script measures it.
+    percent, how far a probe of the machine was from the figures the run
+    relies on (bench/cost_accuracy.py's drift probe), when it measures one.
     """
 
     def __init__(self, bench, title, script=None):

@@ -28,9 +28,11 @@ section 5), so a profile calibrated in a fast spell under-predicts ops
 timed in a slow one.  A probe program of the calibration's own largest
 sizes per device (an f32 add moving 96 MiB: 2 x 32 MiB in, 32 MiB out;
 and a 1024^3 f32 GEMM) runs R times right before the rounds and once in
-each round beside the examples; its error in the rounds less its error
-before them (each the fastest process's) is the machine's drift, printed
-and recorded beside the mean (not counted in it).  Exit status 0
+each round beside the examples.  Its error in the rounds (the fastest
+process's, as for the examples) is how far the profile's own figures
+were from the machine while the examples ran; it is printed, with the
+error right before the rounds and per round, and recorded beside the
+mean (not counted in it).  Exit status 0
 when the mean error is within --target (default 10% threads, 15% MPI), 1
 when not, 2 on a failure.
 """
@@ -243,18 +245,17 @@ def main():
                     big.append((ex, name, meas, pred, err))
     print()
     at_start, in_rounds = probe_errors(fastest(start)), probe_errors(fastest(probe_rounds))
-    drift = {k: 100 * (in_rounds[k] - at_start[k]) for k, _ in PROBE_OPS}
-    print("drift probe (an add of 96 MiB and a 1024^3 f32 GEMM per device, fastest of %d "
-          "processes each): error right before the rounds add %+.1f%%, GEMM %+.1f%%; in the "
-          "rounds add %+.1f%%, GEMM %+.1f%% (per round: %s); drift add %+.1f, GEMM %+.1f points"
-          % (a.rounds, 100 * at_start["add"], 100 * at_start["gemm"], 100 * in_rounds["add"],
-             100 * in_rounds["gemm"], ", ".join("%+.0f%%/%+.0f%%" % (
-                 100 * e["add"], 100 * e["gemm"]) for e in map(probe_errors, probe_rounds)),
-             drift["add"], drift["gemm"]))
+    drift = {k: 100 * in_rounds[k] for k, _ in PROBE_OPS}
+    print("drift probe (an add of 96 MiB and a 1024^3 f32 GEMM per device, the profile's own "
+          "largest sizes; fastest of %d processes each): error right before the rounds add "
+          "%+.1f%%, GEMM %+.1f%%; in the rounds add %+.1f%%, GEMM %+.1f%% (per round: %s)"
+          % (a.rounds, 100 * at_start["add"], 100 * at_start["gemm"], drift["add"], drift["gemm"],
+             ", ".join("%+.0f%%/%+.0f%%" % (100 * e["add"], 100 * e["gemm"])
+                       for e in map(probe_errors, probe_rounds))))
     worst_drift = max(drift.values(), key=abs)
     if abs(worst_drift) > bl.DRIFT_POINTS:
-        print("the machine drifted more than %d points between the start and the rounds: part "
-              "of the error below is the machine's, not the profile's" % bl.DRIFT_POINTS)
+        print("the profile's own figures were more than %d%% off the machine during the rounds: "
+              "part of the error below is the machine's, not the model's" % bl.DRIFT_POINTS)
     load = os.getloadavg()
     print("load average at the end: %.2f %.2f %.2f on %d cores (other processes' load "
           "slows the runs, not the profile)" % (load[0], load[1], load[2], os.cpu_count()))
@@ -288,8 +289,8 @@ def main():
     res.add("mean |error| of the ops over %.3g ms (%d ops)" % (a.min_ms, len(big)), round(mean, 1),
             "%", "<= %.0f%%" % target, None, "ok" if mean <= target else "MISS")
     for key, what in (("add", "an f32 add of 96 MiB"), ("gemm", "a 1024^3 f32 GEMM")):
-        res.add("drift probe, %s per device: error in the rounds less error before them"
-                % what, round(drift[key], 1), "points")
+        res.add("drift probe, %s per device (the profile's own size): error in the rounds"
+                % what, round(drift[key], 1), "%")
     res.drift = round(worst_drift, 1)
     res.write(a.json)
     return 0 if mean <= target else 1

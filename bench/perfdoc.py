@@ -210,8 +210,8 @@ def section(doc, history):
     # Likewise a run during which the machine itself moved (a VM's
     # neighbours): the probe that shows it is in the rows.
     if doc.get("drift") is not None and abs(doc["drift"]) > DRIFT_POINTS:
-        lines += [f"**Drifted run**: the drift probe's error moved by {doc['drift']:+.1f} points "
-                  f"between the start of the run and its rounds, so part of the misses is the "
+        lines += [f"**Drifted run**: the drift probe, the profile's own figures timed during the "
+                  f"run, was {doc['drift']:+.1f}% off the machine, so part of the misses is the "
                   f"machine's (docs/cost-model.md, \"Measured on this machine\").", ""]
     lines += ["| figure | value | unit | target | ratio to baseline | verdict |",
               "|---|---:|---|---|---:|---|"]

@@ -6,8 +6,8 @@ writes from it pass --check; the same doc with one figure changed by hand
 fails it (the doc cannot drift from the results); a results file without
 one of the required fields (each of them in turn, in the file and in a row)
 fails it with a message naming the field; a bad verdict and a non-number
-value fail it.  A run whose optional `drift` exceeds 10 points is labelled
-a drifted run, one within it is not, and a `drift` that is not a number
+value fail it.  A run whose optional `drift` exceeds 10% is labelled a
+drifted run, one within it is not, and a `drift` that is not a number
 fails.  Exit status 0 when all of that holds.
 """
 import json
@@ -48,7 +48,7 @@ def main():
             (res / "einsum_gemm.json").write_text(json.dumps(dict(GOOD, drift=drift)))
             r = perfdoc(res, out, check=False)
             got = r.returncode == 0 and "**Drifted run**" in out.read_text()
-            if got != banner or (banner and f"{drift:+.1f} points" not in out.read_text()):
+            if got != banner or (banner and f"{drift:+.1f}% off" not in out.read_text()):
                 bad.append(f"drift {drift}: drifted-run label {'missing' if banner else 'present'} "
                            f"(status {r.returncode})")
         (res / "einsum_gemm.json").write_text(json.dumps(GOOD))
