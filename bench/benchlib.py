@@ -108,7 +108,7 @@ def command_line(script, argv):
 
 # Above this much drift, in percent (Results.drift), a run is labelled
 # drifted: the machine itself moved away from its figures (bench/perfdoc.py).
-DRIFT_POINTS = 10
+DRIFT_PERCENT = 10
 
 
 class Results:

@@ -253,9 +253,9 @@ def main():
              ", ".join("%+.0f%%/%+.0f%%" % (100 * e["add"], 100 * e["gemm"])
                        for e in map(probe_errors, probe_rounds))))
     worst_drift = max(drift.values(), key=abs)
-    if abs(worst_drift) > bl.DRIFT_POINTS:
+    if abs(worst_drift) > bl.DRIFT_PERCENT:
         print("the profile's own figures were more than %d%% off the machine during the rounds: "
-              "part of the error below is the machine's, not the model's" % bl.DRIFT_POINTS)
+              "part of the error below is the machine's, not the model's" % bl.DRIFT_PERCENT)
     load = os.getloadavg()
     print("load average at the end: %.2f %.2f %.2f on %d cores (other processes' load "
           "slows the runs, not the profile)" % (load[0], load[1], load[2], os.cpu_count()))

@@ -35,7 +35,7 @@ import re
 import sys
 from pathlib import Path
 
-from benchlib import DRIFT_POINTS
+from benchlib import DRIFT_PERCENT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -209,7 +209,7 @@ def section(doc, history):
                   f"{idle}", ""]
     # Likewise a run during which the machine itself moved (a VM's
     # neighbours): the probe that shows it is in the rows.
-    if doc.get("drift") is not None and abs(doc["drift"]) > DRIFT_POINTS:
+    if doc.get("drift") is not None and abs(doc["drift"]) > DRIFT_PERCENT:
         lines += [f"**Drifted run**: the drift probe, the profile's own figures timed during the "
                   f"run, was {doc['drift']:+.1f}% off the machine, so part of the misses is the "
                   f"machine's (docs/cost-model.md, \"Measured on this machine\").", ""]
