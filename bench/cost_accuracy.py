@@ -107,7 +107,9 @@ def fitting(einc, hw, paths):
 # GEMM (1024^3, calibrate/programs.c's GEMM_SHAPES) on every device.
 PROBE_ELEMS = 8 << 20
 PROBE_GEMM = 1024
-PROBE_OPS = (("add", "PC = Elementwise"), ("gemm", "GC = Einsum"))
+# (key, the op's row in --profile, what it is, as the output names it)
+PROBE_OPS = (("add", "PC = Elementwise", "an f32 add of %d MiB" % (12 * PROBE_ELEMS >> 20)),
+             ("gemm", "GC = Einsum", "a %d^3 f32 GEMM" % PROBE_GEMM))
 
 
 def probe_program(devices):
@@ -124,11 +126,11 @@ def probe_program(devices):
 def probe_errors(rows):
     """{probe op: (pred - meas) / meas} from the probe's --profile rows."""
     out = {}
-    for key, prefix in PROBE_OPS:
+    for key, prefix, _ in PROBE_OPS:
         for _, _, meas, pred, name in rows:
             if name.startswith(prefix) and pred is not None and meas > 0:
                 out[key] = (pred - meas) / meas
-    missing = [k for k, _ in PROBE_OPS if k not in out]
+    missing = [k for k, _, _ in PROBE_OPS if k not in out]
     if missing:
         sys.stderr.write("the drift probe's profile has no %s row\n" % ", ".join(missing))
         sys.exit(2)
@@ -245,11 +247,12 @@ def main():
                     big.append((ex, name, meas, pred, err))
     print()
     at_start, in_rounds = probe_errors(fastest(start)), probe_errors(fastest(probe_rounds))
-    drift = {k: 100 * in_rounds[k] for k, _ in PROBE_OPS}
-    print("drift probe (an add of 96 MiB and a 1024^3 f32 GEMM per device, the profile's own "
-          "largest sizes; fastest of %d processes each): error right before the rounds add "
-          "%+.1f%%, GEMM %+.1f%%; in the rounds add %+.1f%%, GEMM %+.1f%% (per round: %s)"
-          % (a.rounds, 100 * at_start["add"], 100 * at_start["gemm"], drift["add"], drift["gemm"],
+    drift = {k: 100 * in_rounds[k] for k, _, _ in PROBE_OPS}
+    print("drift probe (%s per device, the profile's own largest sizes; fastest of %d "
+          "processes each): error right before the rounds add %+.1f%%, GEMM %+.1f%%; in the "
+          "rounds add %+.1f%%, GEMM %+.1f%% (per round: %s)"
+          % (" and ".join(what for _, _, what in PROBE_OPS), a.rounds, 100 * at_start["add"],
+             100 * at_start["gemm"], drift["add"], drift["gemm"],
              ", ".join("%+.0f%%/%+.0f%%" % (100 * e["add"], 100 * e["gemm"])
                        for e in map(probe_errors, probe_rounds))))
     worst_drift = max(drift.values(), key=abs)
@@ -288,7 +291,7 @@ def main():
                      script="cost_accuracy")
     res.add("mean |error| of the ops over %.3g ms (%d ops)" % (a.min_ms, len(big)), round(mean, 1),
             "%", "<= %.0f%%" % target, None, "ok" if mean <= target else "MISS")
-    for key, what in (("add", "an f32 add of 96 MiB"), ("gemm", "a 1024^3 f32 GEMM")):
+    for key, _, what in PROBE_OPS:
         res.add("drift probe, %s per device (the profile's own size): error in the rounds"
                 % what, round(drift[key], 1), "%")
     res.drift = round(worst_drift, 1)
