@@ -32,7 +32,13 @@ each round beside the examples.  Its error in the rounds (the fastest
 process's, as for the examples) is how far the profile's own figures
 were from the machine while the examples ran; it is printed, with the
 error right before the rounds and per round, and recorded beside the
-mean (not counted in it).  Exit status 0
+mean (not counted in it).
+
+The split half: the same ops timed twice in one run, the fastest of the
+even rounds against the fastest of the odd ones (split_half).  Its mean
+|difference| is how far this machine's own timing moves between rounds,
+the floor under which a model's error cannot be told from the machine's;
+printed and recorded beside the mean, not counted in it.  Exit status 0
 when the mean error is within --target (default 10% threads, 15% MPI), 1
 when not, 2 on a failure.
 """
@@ -142,6 +148,25 @@ def fastest(rounds):
     least over the rounds (load from outside only slows a run)."""
     return [(op, calls, min(r[i][2] for r in rounds), pred, name)
             for i, (op, calls, _, pred, name) in enumerate(rounds[0])]
+
+
+def split_half(rounds, min_s):
+    """The machine's timing against itself: per op that takes over `min_s`
+    seconds, the fastest of the even rounds against the fastest of the odd
+    ones, |a - b| / min(a, b); the list over the ops of every example
+    (`rounds` maps an example to its list of rounds).  Its mean is the error
+    a model that knew every op's time from half of the rounds would show
+    against the other half: below it the model's error cannot be told from
+    the machine's.  Empty with fewer than two rounds."""
+    out = []
+    for rs in rounds.values():
+        if len(rs) < 2:
+            continue
+        for (_, _, a, _, _), (_, _, b, _, _), (_, _, best, _, _) in zip(
+                fastest(rs[0::2]), fastest(rs[1::2]), fastest(rs)):
+            if best > min_s and min(a, b) > 0:
+                out.append(abs(a - b) / min(a, b))
+    return out
 
 
 def run(cmd, **kw):
@@ -271,6 +296,12 @@ def main():
           "(%s runtime, profile %s; target %.0f%%)" % (
               a.min_ms, len(big), len(allrows), mean, med,
               100 * statistics.mean(e for *_, e in big), a.runtime, hw, target))
+    halves = split_half(rounds, a.min_ms * 1e-3)
+    floor = 100 * statistics.mean(halves) if halves else None
+    if floor is not None:
+        print("the machine against itself (split half: the fastest of the even rounds against the "
+              "fastest of the odd ones, %d ops over %.3g ms): mean |difference| %.1f%%, median %.1f%%"
+              % (len(halves), a.min_ms, floor, 100 * statistics.median(halves)))
     kinds = {}
     for ex, name, meas, pred, err in big:
         kind = name.split(" = ")[-1].split()[0].split("_")[0]
@@ -294,6 +325,9 @@ def main():
     for key, _, what in PROBE_OPS:
         res.add("drift probe, %s per device (the profile's own size): error in the rounds"
                 % what, round(drift[key], 1), "%")
+    if floor is not None:
+        res.add("the machine against itself: mean |difference| between the fastest of the even "
+                "and of the odd rounds (%d ops)" % len(halves), round(floor, 1), "%")
     res.drift = round(worst_drift, 1)
     res.write(a.json)
     return 0 if mean <= target else 1
