@@ -162,10 +162,11 @@ def split_half(rounds, min_s):
     for rs in rounds.values():
         if len(rs) < 2:
             continue
-        for (_, _, a, _, _), (_, _, b, _, _), (_, _, best, _, _) in zip(
-                fastest(rs[0::2]), fastest(rs[1::2]), fastest(rs)):
-            if best > min_s and min(a, b) > 0:
-                out.append(abs(a - b) / min(a, b))
+        # The fastest of all rounds is the faster half's: min(a, b).
+        for (_, _, a, _, _), (_, _, b, _, _) in zip(fastest(rs[0::2]), fastest(rs[1::2])):
+            least = min(a, b)
+            if least > max(min_s, 0):
+                out.append(abs(a - b) / least)
     return out
 
 
